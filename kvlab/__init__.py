@@ -1,0 +1,16 @@
+"""kvlab: GPU KV-cache pool and scheduler primitives that behave like TensorRT-LLM's, for
+learning how serving engines run out of KV-cache memory and how they should fail."""
+
+from .geometry import KVGeometry
+from .kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
+from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .memory import MemoryBudget
+from .page_index import PageIndexTable, max_blocks_per_seq
+from .pool import PagePool
+from .request import Request
+
+__all__ = [
+    "KVGeometry", "KVCache", "KVCacheManager", "MaxSeqLenClampWarning", "MemoryBudget",
+    "PAGE_INDEX_TOO_SHORT_MESSAGE", "PageIndexTable", "PageIndexTooShort", "PagePool",
+    "Request", "max_blocks_per_seq",
+]

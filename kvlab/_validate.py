@@ -1,0 +1,38 @@
+"""Argument checks for the public boundary: every error names the parameter,
+its value and the accepted range (DESIGN.md, "Conventions")."""
+
+from __future__ import annotations
+
+import numbers
+
+# Upper bound for counts and byte sizes: far beyond any real GPU (1 PiB) yet small
+# enough that arithmetic on it stays exact in Python ints and torch int64.
+MAX_COUNT = 1 << 50
+
+
+def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """Return ``value`` if it is an int in [low, high]; raise TypeError/ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int in [{low}, {high}], got {value!r} ({type(value).__name__})")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+    return int(value)
+
+
+def check_float(name: str, value, *, low: float, high: float, low_open: bool = False) -> float:
+    """Return ``value`` as float if it is a real number in the range; raise otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number in {'(' if low_open else '['}{low}, {high}], "
+                        f"got {value!r} ({type(value).__name__})")
+    value = float(value)
+    bad_low = value <= low if low_open else value < low
+    if bad_low or value > high or value != value:
+        raise ValueError(f"{name} must be in {'(' if low_open else '['}{low}, {high}], got {value}")
+    return value
+
+
+def check_choice(name: str, value, choices) -> str:
+    """Return ``value`` if it is one of ``choices``; raise ValueError listing them otherwise."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+    return value

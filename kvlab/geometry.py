@@ -1,0 +1,102 @@
+"""Bytes per token, per block (page) and per layer for a KV cache.
+
+Mirrors ``KVCacheManagerV2.get_layer_bytes_per_token``
+(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py), REFERENCE.md §1:
+``kv_factor * ceil(num_kv_heads / tp_size) * head_dim * dtype_bytes`` per layer and token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ._validate import check_choice, check_int
+
+#: Bytes per element of each KV dtype. NVFP4 packs two elements per byte and adds one
+#: fp8 scale byte per 16 elements (handled in ``element_bytes``).
+DTYPE_BYTES = {
+    "float32": Fraction(4),
+    "float16": Fraction(2),
+    "bfloat16": Fraction(2),
+    "fp8": Fraction(1),
+    "nvfp4": Fraction(1, 2),
+}
+NVFP4_SCALE_BLOCK = 16  # elements sharing one fp8 scale byte
+
+
+def element_bytes(dtype: str, num_elements: int) -> int:
+    """Exact bytes that ``num_elements`` values of ``dtype`` take, scale bytes included."""
+    check_choice("dtype", dtype, DTYPE_BYTES)
+    payload = DTYPE_BYTES[dtype] * num_elements
+    if dtype == "nvfp4":
+        payload += num_elements // NVFP4_SCALE_BLOCK
+    if payload.denominator != 1:
+        raise ValueError(f"{num_elements} elements of {dtype} do not fill whole bytes")
+    return int(payload)
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """Shape of a full-attention KV cache on one rank.
+
+    kv_factor is 2 (K and V) or 1 (MLA keeps only the compressed K). Under attention
+    data parallelism the heads are not split, so ``attention_dp=True`` forces tp_size to 1
+    as the real executor does.
+    """
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str = "float16"
+    tokens_per_block: int = 32
+    tp_size: int = 1
+    kv_factor: int = 2
+    attention_dp: bool = False
+
+    def __post_init__(self):
+        check_int("num_layers", self.num_layers, low=1, high=4096)
+        check_int("num_kv_heads", self.num_kv_heads, low=1, high=4096)
+        check_int("head_dim", self.head_dim, low=1, high=65536)
+        check_choice("dtype", self.dtype, DTYPE_BYTES)
+        check_int("tokens_per_block", self.tokens_per_block, low=1, high=65536)
+        check_int("tp_size", self.tp_size, low=1, high=4096)
+        if self.kv_factor not in (1, 2):
+            raise ValueError(f"kv_factor must be 2 (K and V) or 1 (MLA), got {self.kv_factor!r}")
+        if not isinstance(self.attention_dp, bool):
+            raise TypeError(f"attention_dp must be a bool, got {self.attention_dp!r}")
+        if self.dtype == "nvfp4" and self.head_dim % NVFP4_SCALE_BLOCK:
+            raise ValueError(f"head_dim must be a multiple of {NVFP4_SCALE_BLOCK} for nvfp4, "
+                             f"got {self.head_dim}")
+
+    @property
+    def effective_tp_size(self) -> int:
+        """tp_size used for the KV heads: 1 under attention data parallelism."""
+        return 1 if self.attention_dp else self.tp_size
+
+    @property
+    def kv_heads_per_rank(self) -> int:
+        return math.ceil(self.num_kv_heads / self.effective_tp_size)
+
+    @property
+    def layer_bytes_per_token(self) -> int:
+        """One layer, one token, one rank: kv_factor * ceil(heads / tp) * head_dim * dtype bytes."""
+        return self.kv_factor * self.kv_heads_per_rank * element_bytes(self.dtype, self.head_dim)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """All layers of one token on one rank (the seed's 2 x 2 x 2 x 128 x 2 = 2048)."""
+        return self.num_layers * self.layer_bytes_per_token
+
+    @property
+    def bytes_per_block(self) -> int:
+        """One page: ``bytes_per_token * tokens_per_block`` (all layers)."""
+        return self.bytes_per_token * self.tokens_per_block
+
+    def blocks_for_tokens(self, num_tokens: int) -> int:
+        """Pages needed to hold ``num_tokens`` tokens: ceil(num_tokens / tokens_per_block)."""
+        return -(-num_tokens // self.tokens_per_block)
+
+    def blocks_in(self, quota_bytes: int) -> int:
+        """Whole pages a quota holds: floor(quota / bytes_per_block)."""
+        return quota_bytes // self.bytes_per_block

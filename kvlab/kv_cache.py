@@ -1,0 +1,153 @@
+"""KVCache: one sequence's pages, resized in the native check order.
+
+Mirrors native ``KvCache::resize(capacity, history)``
+(cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp), REFERENCE.md §3:
+
+1. history shrinking, or history > capacity: ValueError;
+2. same number of blocks as now: True;
+3. ``_checkPageIndexBufferCapacity``: a row shorter than ceil(capacity / tokens_per_block)
+   raises PageIndexTooShort, BEFORE any allocation, so it raises even when the pool could
+   never have satisfied the request;
+4. not enough free pages: False, with no side effects;
+5. otherwise allocate and return True.
+
+(The older pure-Python core allocated first and checked afterwards; kvlab models the native
+order.) The cache's page-index row is a zero-copy view of the manager's table and holds the
+real page ids it owns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional
+
+import torch
+
+from ._validate import MAX_COUNT, check_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .manager import KVCacheManager
+
+#: The native message, verbatim (issue #21470's traceback).
+PAGE_INDEX_TOO_SHORT_MESSAGE = "User-provided base page indices is too short"
+
+
+class PageIndexTooShort(ValueError):
+    """The native resize's ValueError: the cache's page-index row is narrower than the pages
+    the new capacity needs. ``str(exc)`` is exactly the native message; the numbers are kept
+    as attributes."""
+
+    def __init__(self, needed_entries: int, available_entries: int):
+        super().__init__(PAGE_INDEX_TOO_SHORT_MESSAGE)
+        self.needed_entries = needed_entries
+        self.available_entries = available_entries
+
+
+class KVCache:
+    """The pages of one sequence, their page-index row, and its capacity in tokens."""
+
+    def __init__(self, manager: "KVCacheManager", request_id: str, slot: int):
+        self.manager = manager
+        self.request_id = request_id
+        self.slot = slot
+        self.pages: List[int] = []
+        self.capacity = 0
+        self.history_length = 0
+        self.suspended = False
+        self._host_copy: Optional[torch.Tensor] = None  # page bytes while suspended
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.manager.geometry.tokens_per_block
+
+    @property
+    def num_blocks(self) -> int:
+        """Pages held on the device (0 while suspended)."""
+        return len(self.pages)
+
+    @property
+    def page_indices(self) -> torch.Tensor:
+        """The user-provided base page indices: this cache's row of the host table."""
+        return self.manager.page_index.row(self.slot)
+
+    def resize(self, capacity: int, history_length: Optional[int] = None) -> bool:
+        """Grow or shrink to ``capacity`` tokens in the native check order (module docstring)."""
+        check_int("capacity", capacity, low=0, high=MAX_COUNT)
+        history = self.history_length if history_length is None else check_int(
+            "history_length", history_length, low=0, high=MAX_COUNT)
+        if history < self.history_length or history > capacity:
+            raise ValueError(f"invalid history_length {history} for capacity {capacity} "
+                             f"(history may not shrink below {self.history_length} "
+                             "nor exceed the capacity)")
+        if self.suspended:
+            raise RuntimeError(f"cache {self.request_id!r} is suspended; resume it before resizing")
+        new_blocks = -(-capacity // self.tokens_per_block)
+        if new_blocks != self.num_blocks:
+            width = self.manager.page_index.width
+            if new_blocks > width:
+                raise PageIndexTooShort(new_blocks, width)
+            if new_blocks < self.num_blocks:
+                self._release_tail(new_blocks)
+            elif not self._grow(new_blocks - self.num_blocks):
+                return False
+        self.capacity = capacity
+        self.history_length = history
+        return True
+
+    def _grow(self, count: int) -> bool:
+        pages = self.manager.pool.allocate(count)
+        if pages is None:
+            return False
+        self.manager.page_index.write(self.slot, self.num_blocks, pages)
+        self.pages.extend(pages)
+        return True
+
+    def _release_tail(self, keep: int) -> None:
+        tail = self.pages[keep:]
+        del self.pages[keep:]
+        self.manager.page_index.clear(self.slot, keep)
+        self.manager.pool.free(tail)
+
+    def suspend(self) -> None:
+        """Move the pages' bytes to host memory and give the device pages back (the V2
+        manager's suspend to a lower tier). Capacity and history are kept."""
+        if self.suspended:
+            return
+        storage = self.manager.pool.storage
+        index = torch.tensor(self.pages, dtype=torch.long, device=storage.device)
+        self._host_copy = storage.index_select(0, index).cpu()
+        self._release_tail(0)
+        self.suspended = True
+
+    def resume(self) -> bool:
+        """Bring a suspended cache back onto device pages; False (and still suspended) when
+        the pool has too few free pages."""
+        if not self.suspended:
+            return True
+        count = self._host_copy.shape[0]
+        pages = self.manager.pool.allocate(count)
+        if pages is None:
+            return False
+        storage = self.manager.pool.storage
+        index = torch.tensor(pages, dtype=torch.long, device=storage.device)
+        storage.index_copy_(0, index, self._host_copy.to(storage.device))
+        self.manager.page_index.write(self.slot, 0, pages)
+        self.pages = pages
+        self._host_copy = None
+        self.suspended = False
+        return True
+
+    def release(self) -> None:
+        """Give back every page, on the device or in host memory; the cache ends empty."""
+        self._release_tail(0)
+        self._host_copy = None
+        self.suspended = False
+        self.capacity = self.history_length = 0
+
+    @property
+    def suspended_blocks(self) -> int:
+        """Pages held in host memory while suspended."""
+        return 0 if self._host_copy is None else self._host_copy.shape[0]
+
+    def __repr__(self) -> str:
+        state = "suspended" if self.suspended else f"{self.num_blocks} pages"
+        return f"KVCache({self.request_id!r}, capacity={self.capacity}, {state})"

@@ -1,0 +1,176 @@
+"""KVCacheManager: owns the page pool and the page-index table; clamps max_seq_len.
+
+Mirrors the construction of ``KVCacheManagerV2``
+(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py), REFERENCE.md §2, in order:
+
+1. ``max_num_tokens``: the longest single sequence the pool can hold, in whole blocks
+   (64 blocks * 32 = 2048 in the seed);
+2. if ``max_seq_len > max_num_tokens``: warn and clamp ``max_seq_len`` (the clamp);
+3. the page-index width from the width policy ("clamped": 68, "configured": 260);
+4. the table of ``max_batch_size * pp_size + 1`` slots.
+
+``resize_context`` is the real one's: target = context position + num_tokens + extra tokens,
+``kv_cache.resize(max(capacity, target))``; on False a first context chunk is suspended and
+False returned. It catches nothing: a PageIndexTooShort goes up to the caller, as in the
+engine, where it reaches the executor loop and takes every rank down.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Dict, Optional, Union
+
+from ._validate import MAX_COUNT, check_int
+from .geometry import KVGeometry
+from .kv_cache import KVCache
+from .page_index import PageIndexTable, max_blocks_per_seq, width_seq_len
+from .pool import PagePool, resolve_device
+from .request import Request
+
+
+class MaxSeqLenClampWarning(UserWarning):
+    """max_seq_len was larger than the pool can hold and was clamped."""
+
+
+class KVCacheManager:
+    """A rank's paged KV cache: pool, page-index table and the caches of its sequences."""
+
+    def __init__(self, geometry: KVGeometry, quota_bytes: int, max_seq_len: int,
+                 max_batch_size: int, page_index_policy: str = "clamped", device="cpu",
+                 pp_size: int = 1, num_extra_kv_tokens: int = 0, reserved_draft_tokens: int = 0,
+                 disaggregated: bool = False):
+        if not isinstance(geometry, KVGeometry):
+            raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
+        check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
+        check_int("max_seq_len", max_seq_len, low=1, high=1 << 30)
+        check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        self.geometry = geometry
+        self.quota_bytes = quota_bytes
+        self.page_index_policy = page_index_policy
+        self.num_extra_kv_tokens = check_int("num_extra_kv_tokens", num_extra_kv_tokens, high=1 << 20)
+        self.reserved_draft_tokens = check_int("reserved_draft_tokens", reserved_draft_tokens,
+                                               high=1 << 20)
+        device = resolve_device(device)
+
+        total_blocks = geometry.blocks_in(quota_bytes)
+        if total_blocks == 0:
+            raise ValueError(f"quota_bytes={quota_bytes} holds no page: one page of "
+                             f"{geometry.tokens_per_block} tokens takes {geometry.bytes_per_block} bytes")
+        # 1. the longest single sequence the pool holds, in whole blocks
+        self.max_num_tokens = total_blocks * geometry.tokens_per_block
+        # 2. the clamp
+        self.configured_max_seq_len = max_seq_len
+        self.max_seq_len = max_seq_len
+        if max_seq_len > self.max_num_tokens:
+            warnings.warn(f"max_seq_len={max_seq_len} is larger than the KV cache can hold "
+                          f"({self.max_num_tokens} tokens in {total_blocks} blocks); "
+                          f"clamping max_seq_len to {self.max_num_tokens}",
+                          MaxSeqLenClampWarning, stacklevel=2)
+            self.max_seq_len = self.max_num_tokens
+        # 3. the page-index width, by policy
+        self.max_blocks_per_seq = max_blocks_per_seq(
+            width_seq_len(page_index_policy, self.configured_max_seq_len, self.max_seq_len),
+            geometry.tokens_per_block, num_extra_kv_tokens, reserved_draft_tokens)
+        # 4. the table, then the pool's real storage
+        self.page_index = PageIndexTable(max_batch_size, self.max_blocks_per_seq, pp_size=pp_size,
+                                         disaggregated=disaggregated,
+                                         pin_memory=device.type == "cuda")
+        self.max_batch_size = max_batch_size
+        self.pool = PagePool(total_blocks, geometry.bytes_per_block, device)
+        self.caches: Dict[str, KVCache] = {}
+
+    # -- capacity -----------------------------------------------------------------------
+    @property
+    def device(self):
+        return self.pool.device
+
+    @property
+    def total_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def free_blocks(self) -> int:
+        return self.pool.free_blocks
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.geometry.tokens_per_block
+
+    @property
+    def page_index_span_tokens(self) -> int:
+        """The most tokens one row can address: width * tokens_per_block."""
+        return self.max_blocks_per_seq * self.tokens_per_block
+
+    def max_resident_sequences(self) -> Optional[int]:
+        """Sequences that may be resident at once; None = unbounded (attention-only)."""
+        return None
+
+    # -- caches -------------------------------------------------------------------------
+    def create_cache(self, request_id: str) -> KVCache:
+        """A new, empty cache on a free page-index slot."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+        if request_id in self.caches:
+            raise ValueError(f"request_id {request_id!r} already has a cache")
+        cache = KVCache(self, request_id, self.page_index.acquire_slot())
+        self.caches[request_id] = cache
+        return cache
+
+    def get_cache(self, request: Union[Request, str]) -> KVCache:
+        request_id = request if isinstance(request, str) else request.request_id
+        try:
+            return self.caches[request_id]
+        except KeyError:
+            raise KeyError(f"no cache for request {request_id!r}") from None
+
+    def prepare_context(self, request: Request) -> KVCache:
+        """Create the request's cache if it has none (the real prepare_context)."""
+        if request.request_id in self.caches:
+            return self.caches[request.request_id]
+        return self.create_cache(request.request_id)
+
+    def resize_context(self, request: Request, num_tokens: int) -> bool:
+        """Grow the request's cache for its next ``num_tokens`` context tokens (module docstring)."""
+        check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
+        cache = self.get_cache(request)
+        target = request.context_current_position + num_tokens + self.num_extra_kv_tokens
+        if cache.resize(max(cache.capacity, target)):
+            return True
+        if request.is_first_context_chunk:
+            cache.suspend()
+        return False
+
+    def free(self, request: Union[Request, KVCache, str]) -> None:
+        """Release a cache: its pages (device or host) and its page-index slot."""
+        cache = request if isinstance(request, KVCache) else self.get_cache(request)
+        cache.release()
+        self.page_index.release_slot(cache.slot)
+        del self.caches[cache.request_id]
+
+    def suspend(self, request: Union[Request, str]) -> None:
+        self.get_cache(request).suspend()
+
+    def resume(self, request: Union[Request, str]) -> bool:
+        return self.get_cache(request).resume()
+
+    # -- checks -------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless: pages are conserved, no page is owned twice, and every
+        row holds exactly its cache's pages followed by unused entries."""
+        owned = [page for cache in self.caches.values() for page in cache.pages]
+        assert len(owned) == len(set(owned)), "a page is owned by two caches"
+        assert len(owned) + self.free_blocks == self.total_blocks, (
+            f"pages not conserved: {len(owned)} owned + {self.free_blocks} free "
+            f"!= {self.total_blocks}")
+        assert all(self.pool.is_allocated(page) for page in owned), "owned page marked free"
+        for cache in self.caches.values():
+            row = cache.page_indices.tolist()
+            n = cache.num_blocks
+            assert row[:n] == cache.pages, f"row of {cache.request_id!r} disagrees with its pages"
+            assert all(v == -1 for v in row[n:]), f"row of {cache.request_id!r} has stale entries"
+
+    def __repr__(self) -> str:
+        return (f"KVCacheManager({self.total_blocks} blocks x {self.geometry.bytes_per_block} B, "
+                f"max_seq_len={self.max_seq_len} (configured {self.configured_max_seq_len}), "
+                f"max_blocks_per_seq={self.max_blocks_per_seq} [{self.page_index_policy}], "
+                f"device={self.device})")

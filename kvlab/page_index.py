@@ -1,0 +1,120 @@
+"""The host page-index table and its width policies (REFERENCE.md §2).
+
+Mirrors the table ``KVCacheManagerV2`` builds at construction
+(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py): a pinned int32 tensor
+``[num_pools, slots * beam_width, 2, max_blocks_per_seq]`` with
+``slots = max_batch_size * pp_size * (2 if disaggregated else 1) + 1`` (one CUDA-graph dummy).
+Each cache gets its row zero-copy as its "user-provided base page indices"; the native resize
+refuses to grow a cache past the row's width (``PageIndexTooShort``).
+
+Row width::
+
+    max_blocks_per_seq = round_up_to_multiple_of_4(
+        ceil((max_seq_len + num_extra_kv_tokens + reserved_draft_tokens + 1) / tokens_per_block))
+
+The +1 is the decode token; the multiple of 4 is for the copy_block_offsets kernel. Which
+``max_seq_len`` goes in is the width policy: "clamped" (since PR #12306: the memory-clamped
+length, 2049 -> 65 -> 68 in the seed) or "configured" (the one-line fix: 8193 -> 257 -> 260).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import MAX_COUNT, check_choice, check_int
+
+#: Value of an unused entry (the real table's BAD_PAGE_INDEX).
+BAD_PAGE_INDEX = -1
+#: Rows are padded to a multiple of this for the copy_block_offsets kernel.
+WIDTH_ALIGNMENT = 4
+
+
+def max_blocks_per_seq(max_seq_len: int, tokens_per_block: int, num_extra_kv_tokens: int = 0,
+                       reserved_draft_tokens: int = 0) -> int:
+    """Width of one page-index row, by REFERENCE.md §2's formula."""
+    check_int("max_seq_len", max_seq_len, low=1, high=MAX_COUNT)
+    check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
+    check_int("num_extra_kv_tokens", num_extra_kv_tokens, low=0, high=MAX_COUNT)
+    check_int("reserved_draft_tokens", reserved_draft_tokens, low=0, high=MAX_COUNT)
+    tokens = max_seq_len + num_extra_kv_tokens + reserved_draft_tokens + 1
+    blocks = -(-tokens // tokens_per_block)
+    return -(-blocks // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+
+
+#: Width policies: which max_seq_len sizes the table.
+WIDTH_POLICIES = {
+    "clamped": "the memory-clamped max_seq_len (historical, since PR #12306)",
+    "configured": "the configured max_seq_len (the one-line fix)",
+}
+
+
+def width_seq_len(policy: str, configured_max_seq_len: int, clamped_max_seq_len: int) -> int:
+    """The max_seq_len a width policy sizes the table from."""
+    check_choice("page_index_policy", policy, WIDTH_POLICIES)
+    return clamped_max_seq_len if policy == "clamped" else configured_max_seq_len
+
+
+def num_slots(max_batch_size: int, pp_size: int = 1, disaggregated: bool = False) -> int:
+    """Rows of the table: max_batch_size * pp_size (* 2 when disaggregated) + 1 dummy."""
+    return max_batch_size * pp_size * (2 if disaggregated else 1) + 1
+
+
+class PageIndexTable:
+    """The host page-index table: a real int32 tensor, one row per sequence slot.
+
+    The last slot is the CUDA-graph dummy and is never handed to a cache. Page ids are written
+    to both the K and V planes (index 2 of the shape); the real table stores per-plane block
+    offsets there, which for one pool differ only by a constant.
+    """
+
+    def __init__(self, max_batch_size: int, width: int, pp_size: int = 1,
+                 disaggregated: bool = False, num_pools: int = 1, beam_width: int = 1,
+                 pin_memory: bool = False):
+        check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        check_int("max_blocks_per_seq", width, low=1, high=1 << 26)
+        check_int("pp_size", pp_size, low=1, high=1024)
+        check_int("num_pools", num_pools, low=1, high=64)
+        check_int("beam_width", beam_width, low=1, high=1024)
+        self.slots = num_slots(max_batch_size, pp_size, disaggregated)
+        self.width = width
+        self.num_pools = num_pools
+        self.beam_width = beam_width
+        shape = (num_pools, self.slots * beam_width, 2, width)
+        self.table = torch.full(shape, BAD_PAGE_INDEX, dtype=torch.int32,
+                                pin_memory=pin_memory and torch.cuda.is_available())
+        self.dummy_slot = self.slots - 1
+        self._free_slots = list(range(self.dummy_slot - 1, -1, -1))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the host table: the metadata cost a wider row multiplies."""
+        return self.table.numel() * self.table.element_size()
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free_slots)
+
+    def acquire_slot(self) -> int:
+        """Take a free row for a new cache."""
+        if not self._free_slots:
+            raise RuntimeError(f"all {self.slots - 1} page-index slots are in use "
+                               "(max_batch_size * pp_size sequences)")
+        return self._free_slots.pop()
+
+    def release_slot(self, slot: int) -> None:
+        self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width] = BAD_PAGE_INDEX
+        self._free_slots.append(slot)
+
+    def row(self, slot: int) -> torch.Tensor:
+        """A cache's base page indices: a zero-copy view, pool 0, beam 0, K plane."""
+        return self.table[0, slot * self.beam_width, 0]
+
+    def write(self, slot: int, start: int, pages) -> None:
+        """Write page ids into entries [start, start + len(pages)) of the slot's row."""
+        values = torch.as_tensor(pages, dtype=torch.int32)
+        rows = self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width]
+        rows[..., start:start + len(values)] = values
+
+    def clear(self, slot: int, start: int) -> None:
+        """Mark entries from ``start`` to the end of the slot's row unused."""
+        self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width, :, start:] = BAD_PAGE_INDEX
