@@ -61,6 +61,9 @@ class KVGeometry:
         check_choice("dtype", self.dtype, DTYPE_BYTES)
         check_int("tokens_per_block", self.tokens_per_block, low=1, high=65536)
         check_int("tp_size", self.tp_size, low=1, high=4096)
+        if isinstance(self.kv_factor, bool) or not isinstance(self.kv_factor, int):
+            raise TypeError(f"kv_factor must be the int 2 (K and V) or 1 (MLA), "
+                            f"got {self.kv_factor!r} ({type(self.kv_factor).__name__})")
         if self.kv_factor not in (1, 2):
             raise ValueError(f"kv_factor must be 2 (K and V) or 1 (MLA), got {self.kv_factor!r}")
         if not isinstance(self.attention_dp, bool):
@@ -92,6 +95,16 @@ class KVGeometry:
     def bytes_per_block(self) -> int:
         """One page: ``bytes_per_token * tokens_per_block`` (all layers)."""
         return self.bytes_per_token * self.tokens_per_block
+
+    def bytes_per_token_formula(self) -> str:
+        """The product behind bytes_per_token, in words (the seed's arithmetic)."""
+        per_element = Fraction(element_bytes(self.dtype, self.head_dim), self.head_dim)
+        kv = "K and V" if self.kv_factor == 2 else "K only, MLA"
+        heads = (f"ceil({self.num_kv_heads} / tp {self.effective_tp_size}) = {self.kv_heads_per_rank}"
+                 if self.effective_tp_size > 1 else f"{self.kv_heads_per_rank}")
+        return (f"{self.num_layers} layers x {self.kv_factor} ({kv}) x {heads} KV heads x "
+                f"{self.head_dim} dims x {float(per_element):g} B ({self.dtype}) = "
+                f"{self.bytes_per_token} B")
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Pages needed to hold ``num_tokens`` tokens: ceil(num_tokens / tokens_per_block)."""

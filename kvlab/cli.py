@@ -1,0 +1,106 @@
+"""The ``kvlab`` command (also ``python -m kvlab``).
+
+``kvlab repro``        the 4 MiB single-GPU repro: arithmetic and outcome of one resize;
+                       exit 0 allocated, 3 refused (False), 4 crashed (ValueError)
+``kvlab walkthrough``  execute the notebooks with papermill into build/ and print the findings
+
+Bad arguments exit 2 with a usage line and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from .page_index import WIDTH_POLICIES
+
+#: Exit codes of ``kvlab repro``, one per allocator outcome.
+REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
+
+
+def _parameter(text: str):
+    """NAME=VALUE with VALUE a Python literal (int, float, bool, str)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvlab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough}")
+
+    repro = sub.add_parser("repro", help="the 4 MiB single-GPU repro of issue #21470",
+                           description="Resize one cache to --context tokens on a pool of "
+                           "--pool-mib MiB (the seed's model shape). Exit 0 allocated, "
+                           "3 refused (False), 4 crashed (ValueError).")
+    repro.add_argument("--pool-mib", type=float, default=4.0, help="KV pool size in MiB (default 4)")
+    repro.add_argument("--context", type=int, default=8192, help="context length in tokens (default 8192)")
+    repro.add_argument("--policy", choices=sorted(WIDTH_POLICIES), default="clamped",
+                       help="page-index width policy (default clamped)")
+    repro.add_argument("--tokens-per-block", type=int, default=32, help="tokens per page (default 32)")
+    repro.add_argument("--max-seq-len", type=int, default=8192, help="configured max_seq_len (default 8192)")
+    repro.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    repro.set_defaults(handler=_repro, subparser=repro)
+
+    walk = sub.add_parser("walkthrough", help="execute the notebooks and summarise the findings",
+                          description="Execute notebooks/NN_*.ipynb with papermill into BUILD "
+                          "and print what each found.")
+    walk.add_argument("-p", "--parameter", type=_parameter, action="append", default=[],
+                      metavar="NAME=VALUE", help="papermill parameter for every notebook that has it")
+    walk.add_argument("--only", action="append", default=[], metavar="PREFIX",
+                      help="run only notebooks whose name starts with PREFIX (e.g. 02)")
+    walk.add_argument("--notebook-dir", type=Path, default=None,
+                      help="folder of NN_*.ipynb notebooks (default: the kit's notebooks/)")
+    walk.add_argument("--build-dir", type=Path, default=Path("build"), help="output folder (default build)")
+    walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
+    walk.set_defaults(handler=_walkthrough, subparser=walk)
+    return parser
+
+
+def _repro(args, parser) -> int:
+    from .repro import run_repro
+
+    try:
+        result = run_repro(pool_mib=args.pool_mib, context=args.context, policy=args.policy,
+                           tokens_per_block=args.tokens_per_block, max_seq_len=args.max_seq_len,
+                           device=args.device)
+    except (ValueError, TypeError) as exc:
+        parser.error(str(exc))
+    print(result.explain())
+    return REPRO_EXIT_CODES[result.outcome]
+
+
+def _walkthrough(args, parser) -> int:
+    from .walkthrough import NOTEBOOK_DIR, run_notebook, summary_table, walkthrough_notebooks
+
+    notebooks = [p for p in walkthrough_notebooks(args.notebook_dir or NOTEBOOK_DIR)
+                 if not args.only or any(p.name.startswith(o) for o in args.only)]
+    if not notebooks:
+        parser.error(f"no notebook matches --only {args.only}")
+    parameters = dict(args.parameter)
+    if args.smoke:
+        parameters["SMOKE"] = True
+    runs = []
+    for path in notebooks:
+        print(f"running {path.name} ...", flush=True)
+        runs.append(run_notebook(path, args.build_dir, parameters))
+    print()
+    print(summary_table(runs))
+    print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
+    return 1 if any(run.error for run in runs) else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args, args.subparser)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The single-GPU repro of issue #21470: one long context against a tiny pool, no weights.
+
+The seed's experiment (RTX 5080, image 1.4.0rc3.dev202610300406): a 4 MiB KV pool, 2 layers,
+2 KV heads, head_dim 128, fp16, 32 tokens per block, max_seq_len 8192, batch size 1. One cache
+is asked to hold ``context`` tokens with ``KVCache.resize``; the width policy decides whether
+that raises (``"clamped"``: 256 entries needed, 68 available) or returns False (``"configured"``:
+260 available, but only 64 pages exist). After a refusal the seed retried 32 tokens by hand.
+``run_repro`` does exactly that on a real manager and reports the arithmetic.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Optional
+
+from ._validate import check_float, check_int
+from .geometry import KVGeometry
+from .kv_cache import PageIndexTooShort
+from .manager import KVCacheManager, MaxSeqLenClampWarning
+
+MIB = 1 << 20
+
+#: Allocator-level outcomes of one resize.
+OUTCOMES = ("ok", "refused", "crash")
+
+
+@dataclass(frozen=True)
+class ReproResult:
+    """What one resize did, with every number that explains it."""
+
+    policy: str
+    pool_bytes: int
+    context: int
+    bytes_per_token: int
+    bytes_per_token_formula: str
+    tokens_per_block: int
+    total_blocks: int
+    capacity_tokens: int  # the clamped max_seq_len: the longest sequence the pool holds
+    configured_max_seq_len: int
+    max_blocks_per_seq: int  # entries in the page-index row
+    entries_needed: int  # ceil(context / tokens_per_block)
+    page_index_bytes: int
+    outcome: str  # "ok" (True), "refused" (False), "crash" (PageIndexTooShort)
+    error: Optional[str]  # the exception's message on "crash"
+    state_preserved: Optional[bool]  # after "refused": capacity, pages and row unchanged
+    retry_tokens: int
+    retry_ok: Optional[bool]  # after "refused": did the smaller manual retry succeed?
+    free_blocks_after: int
+
+    def explain(self) -> str:
+        """The arithmetic from bytes per token to the outcome, one step a line."""
+        tpb, width_len = self.tokens_per_block, (
+            self.capacity_tokens if self.policy == "clamped" else self.configured_max_seq_len)
+        raw = -(-(width_len + 1) // tpb)
+        clamp = (f"clamped to {self.capacity_tokens}" if self.capacity_tokens < self.configured_max_seq_len
+                 else "not clamped")
+        return "\n".join([
+            f"bytes per token : {self.bytes_per_token_formula}",
+            f"pool            : {self.pool_bytes} B / {self.bytes_per_token} B = "
+            f"{self.pool_bytes // self.bytes_per_token} tokens -> {self.total_blocks} blocks of {tpb} tokens "
+            f"({self.capacity_tokens} tokens)",
+            f"max_seq_len     : configured {self.configured_max_seq_len}, {clamp}",
+            f"page-index row  : [{self.policy}] ceil(({width_len} + 1) / {tpb}) = {raw} -> "
+            f"{self.max_blocks_per_seq} entries (table {self.page_index_bytes} B)",
+            f"request         : {self.context} tokens -> ceil({self.context} / {tpb}) = "
+            f"{self.entries_needed} entries",
+            f"outcome         : {self.verdict}",
+        ])
+
+    @property
+    def verdict(self) -> str:
+        """The outcome in one sentence, with the numbers."""
+        need, have = self.entries_needed, self.max_blocks_per_seq
+        if self.outcome == "crash":
+            return (f"ValueError: {self.error} - {self.context} tokens need {need} page-index "
+                    f"entries, the row has {have}")
+        if self.outcome == "refused":
+            return (f"resize returned False - {need} pages needed, {self.total_blocks} exist "
+                    f"({self.capacity_tokens} tokens); state preserved: {self.state_preserved}; "
+                    f"{self.retry_tokens}-token retry {'succeeded' if self.retry_ok else 'failed'}")
+        return f"allocated - {need} of {self.total_blocks} pages, row of {have} entries"
+
+
+def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:
+    """The seed's model shape: 2 layers, 2 KV heads, head_dim 128, fp16."""
+    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
+                      tokens_per_block=tokens_per_block)
+
+
+def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
+              tokens_per_block: int = 32, max_seq_len: int = 8192, retry_tokens: int = 32,
+              geometry: Optional[KVGeometry] = None, device="cpu") -> ReproResult:
+    """Build a manager on a real pool of ``pool_mib`` MiB and resize one cache to ``context``."""
+    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    check_int("context", context, low=1, high=1 << 30)
+    check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    geometry = geometry or seed_geometry(tokens_per_block)
+    if int(pool_mib * MIB) < geometry.bytes_per_block:
+        raise ValueError(f"pool_mib={pool_mib:g} holds no page: one page of {geometry.tokens_per_block} "
+                         f"tokens takes {geometry.bytes_per_block} B; accepted: pool_mib >= "
+                         f"{geometry.bytes_per_block / MIB:g}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        mgr = KVCacheManager(geometry, quota_bytes=int(pool_mib * MIB), max_seq_len=max_seq_len,
+                             max_batch_size=1, page_index_policy=policy, device=device)
+    cache = mgr.create_cache("repro")
+    row_before = cache.page_indices.clone()
+    error = state_preserved = retry_ok = None
+    try:
+        outcome = "ok" if cache.resize(context) else "refused"
+    except PageIndexTooShort as exc:
+        outcome, error = "crash", str(exc)
+    if outcome == "refused":
+        state_preserved = (cache.capacity == 0 and cache.num_blocks == 0
+                           and mgr.free_blocks == mgr.total_blocks
+                           and bool((cache.page_indices == row_before).all()))
+        retry_ok = cache.resize(retry_tokens)
+    return ReproResult(
+        policy=policy, pool_bytes=mgr.quota_bytes, context=context,
+        bytes_per_token=geometry.bytes_per_token,
+        bytes_per_token_formula=geometry.bytes_per_token_formula(), tokens_per_block=geometry.tokens_per_block,
+        total_blocks=mgr.total_blocks, capacity_tokens=mgr.max_seq_len,
+        configured_max_seq_len=mgr.configured_max_seq_len,
+        max_blocks_per_seq=mgr.max_blocks_per_seq,
+        entries_needed=geometry.blocks_for_tokens(context),
+        page_index_bytes=mgr.page_index.nbytes, outcome=outcome, error=error,
+        state_preserved=state_preserved, retry_tokens=retry_tokens, retry_ok=retry_ok,
+        free_blocks_after=mgr.free_blocks)

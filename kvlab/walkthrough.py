@@ -1,0 +1,87 @@
+"""The main job: execute the walkthrough notebooks headless and summarise their findings.
+
+Each notebook under notebooks/ named ``NN_*.ipynb`` runs with papermill in a fresh kernel
+(parameters overridable), the executed copy goes to ``build/notebooks/`` and an HTML copy to
+``build/html/``; the findings each notebook reported (kvlab.findings) are collected for the
+summary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .findings import read_findings
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+@dataclass
+class NotebookRun:
+    """One executed notebook: where it went, how long it took, what it found or why it failed."""
+
+    name: str
+    seconds: float
+    executed: Path
+    html: Optional[Path]
+    findings: List[dict] = field(default_factory=list)
+    error: Optional[str] = None
+
+
+def walkthrough_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> List[Path]:
+    """The numbered notebooks of the walk, in order."""
+    return sorted(Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+
+
+def _notebook_parameters(path: Path) -> set:
+    """Names defined in the notebook's `parameters` cell."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(path)))
+
+
+def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> NotebookRun:
+    """Execute one notebook with papermill and export it to HTML."""
+    import nbformat
+    import papermill
+    from nbconvert import HTMLExporter
+
+    executed = build_dir / "notebooks" / path.name
+    html = build_dir / "html" / path.with_suffix(".html").name
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    html.parent.mkdir(parents=True, exist_ok=True)
+    accepted = _notebook_parameters(path)
+    own = {k: v for k, v in parameters.items() if k in accepted}
+    start = time.perf_counter()
+    error = None
+    try:
+        papermill.execute_notebook(str(path), str(executed), parameters=own, kernel_name="python3",
+                                   store_widget_state=False, progress_bar=False,
+                                   cwd=str(path.parent))
+    except papermill.PapermillExecutionError as exc:
+        error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    seconds = time.perf_counter() - start
+    notebook = nbformat.read(executed, as_version=4) if executed.exists() else None
+    if notebook is not None:
+        body, _ = HTMLExporter().from_notebook_node(notebook)
+        html.write_text(body, encoding="utf-8")
+    return NotebookRun(path.stem, seconds, executed, html if notebook is not None else None,
+                       read_findings(notebook) if notebook is not None else [], error)
+
+
+def summary_table(runs: List[NotebookRun]) -> str:
+    """A plain-text table: one line per finding, with each notebook's status and run time."""
+    lines = [f"{'notebook':32} {'time':>7}  {'scenario':18} {'policy':12} {'outcome':9} numbers"]
+    for run in runs:
+        head = f"{run.name:32} {run.seconds:6.1f}s"
+        if run.error:
+            lines.append(f"{head}  FAILED: {run.error}")
+            continue
+        if not run.findings:
+            lines.append(f"{head}  (no findings reported)")
+        for i, f in enumerate(run.findings):
+            lead = head if i == 0 else " " * len(head)
+            lines.append(f"{lead}  {f['scenario']:18} {f['policy']:12} {f['outcome']:9} {f['numbers']}")
+    return "\n".join(lines)

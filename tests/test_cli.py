@@ -1,0 +1,89 @@
+"""The kvlab command: repro arithmetic and exit codes, usage errors, the walkthrough job."""
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from kvlab.cli import REPRO_EXIT_CODES, main
+
+
+def test_repro_clamped_crashes_with_the_native_message(capsys):
+    assert main(["repro", "--pool-mib", "4", "--context", "8192", "--policy", "clamped"]) == 4
+    out = capsys.readouterr().out
+    assert "= 2048 B" in out
+    assert "64 blocks of 32 tokens" in out
+    assert "clamped to 2048" in out
+    assert "ceil((2048 + 1) / 32) = 65 -> 68 entries" in out
+    assert "ceil(8192 / 32) = 256 entries" in out
+    assert "User-provided base page indices is too short" in out
+
+
+def test_repro_configured_is_refused_and_retry_succeeds(capsys):
+    assert main(["repro", "--policy", "configured"]) == REPRO_EXIT_CODES["refused"] == 3
+    out = capsys.readouterr().out
+    assert "ceil((8192 + 1) / 32) = 257 -> 260 entries" in out
+    assert "resize returned False" in out and "state preserved: True" in out
+    assert "32-token retry succeeded" in out
+
+
+def test_repro_big_pool_allocates(capsys):
+    assert main(["repro", "--pool-mib", "64", "--policy", "clamped"]) == 0
+    assert "allocated - 256 of 1024 pages" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["repro", "--policy", "wide"], "--policy"),
+    (["repro", "--context", "-1"], "context"),
+    (["repro", "--context", "abc"], "--context"),
+    (["repro", "--pool-mib", "0.001"], "pool_mib"),
+    (["repro", "--pool-mib", "nan"], "pool_mib"),
+    (["repro", "--tokens-per-block", "0"], "tokens_per_block"),
+    (["repro", "--device", "tpu"], "device"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+    (["walkthrough", "--only", "99"], "no notebook"),
+    (["walkthrough", "-p", "not-a-pair"], "NAME=VALUE"),
+])
+def test_bad_arguments_exit_2_with_usage(argv, named, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and named in err
+
+
+def test_bad_arguments_print_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "kvlab", "repro", "--pool-mib", "-3"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "usage:" in proc.stderr
+
+
+def _notebook(path, body):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("scale: int = 2\nSMOKE: bool = False")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+@pytest.mark.notebook
+def test_walkthrough_runs_notebooks_and_summarises(tmp_path, capsys):
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_good.ipynb",
+              "from kvlab.findings import Finding, report_findings\n"
+              "report_findings([Finding('demo', 'none', 'ok', f'scale={scale} smoke={SMOKE}')])")
+    _notebook(nbdir / "02_bad.ipynb", "assert scale == 2, 'claim no longer true'")
+    build = tmp_path / "build"
+    code = main(["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(build),
+                 "-p", "scale=3", "--smoke"])
+    out = capsys.readouterr().out
+    assert code == 1  # the second notebook's claim failed
+    assert "scale=3 smoke=True" in out
+    assert "02_bad" in out and "FAILED" in out and "claim no longer true" in out
+    assert (build / "notebooks" / "01_good.ipynb").exists()
+    assert "scale=3" in (build / "html" / "01_good.html").read_text()
