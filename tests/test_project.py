@@ -1,0 +1,117 @@
+"""The project's own wiring: pyproject.toml, environment.yml, the README's commands and CI."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the test extra installs tomli on Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_START = ["bash scripts/walkthrough.sh", "bash scripts/test.sh"]
+
+
+@pytest.fixture(scope="module")
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _expand(project: dict, extra: str) -> set[str]:
+    """Requirement names of an extra, following its kvlab[...] references."""
+    names = set()
+    for text in project["optional-dependencies"][extra]:
+        req = Requirement(text)
+        if req.name == project["name"]:
+            for inner in req.extras:
+                names |= _expand(project, inner)
+        else:
+            names.add(req.name)
+    return names
+
+
+def test_pyproject_requirements_parse_and_self_references_exist(project):
+    extras = project["optional-dependencies"]
+    assert {"notebooks", "test", "ui", "gpu", "trtllm", "dev", "all"} <= set(extras)
+    for text in project["dependencies"]:
+        Requirement(text)
+    for name, reqs in extras.items():
+        for text in reqs:
+            req = Requirement(text)
+            if req.name == project["name"]:
+                assert req.extras <= set(extras), (name, text)
+
+
+def test_core_dependencies(project):
+    reqs = {Requirement(t).name: Requirement(t) for t in project["dependencies"]}
+    assert {"torch", "numpy", "pyyaml", "plotly", "ipywidgets", "anywidget", "tqdm", "pandas"} <= set(reqs)
+    # scripts/setup.sh installs torch 2.13.0 (the CPU build) on machines without a GPU.
+    assert reqs["torch"].specifier.contains(Version("2.13.0"))
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    assert re.search(r'pip install "torch==2\.13\.0"', setup)
+
+
+def test_test_extra_holds_the_notebooks_extra(project):
+    assert _expand(project, "notebooks") <= _expand(project, "test")
+    assert {"pytest", "hypothesis", "pytest-timeout", "papermill", "kaleido"} <= _expand(project, "test")
+    assert _expand(project, "dev") >= _expand(project, "test") | _expand(project, "ui")
+
+
+def test_console_script(project):
+    assert project["scripts"]["kvlab"] == "kvlab.cli:main"
+
+
+def test_environment_yml_installs_this_package_with_existing_extras(project):
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert "conda-forge" in env["channels"]
+    deps = env["dependencies"]
+    python = next(d for d in deps if isinstance(d, str) and d.startswith("python="))
+    major_minor = python.split("=", 1)[1]
+    assert Requirement(f"python{project['requires-python']}").specifier.contains(Version(major_minor))
+    pip = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert len(pip) == 1, "pyproject.toml is the source of truth: environment.yml lists no packages"
+    match = re.fullmatch(r"-e \.\[([\w,-]+)\]", pip[0])
+    assert match, pip[0]
+    extras = set(match.group(1).split(","))
+    assert extras and extras <= set(project["optional-dependencies"])
+
+
+def _quick_start_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = re.search(r"^## Quick start\n(.*?)(?=^## )", readme, re.M | re.S)
+    assert section, "README.md has no '## Quick start' section"
+    blocks = re.findall(r"^```(?:bash|sh)?\n(.*?)^```", section.group(1), re.M | re.S)
+    assert len(blocks) == 1, "the Quick start holds one code block"
+    return [line.strip() for line in blocks[0].splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_readme_quick_start_is_exactly_the_two_commands():
+    assert _quick_start_commands() == QUICK_START
+    for command in QUICK_START:
+        assert (ROOT / command.split()[1]).is_file(), command
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = ROOT / ".ci" / "run"
+    assert os.access(ci, os.X_OK)
+    lines = [line.strip() for line in ci.read_text().splitlines()]
+    assert lines[0] == "#!/usr/bin/env bash"
+    assert "set -euo pipefail" in lines
+    test_command = _quick_start_commands()[1]
+    assert test_command in lines
+
+
+@pytest.mark.parametrize("script", ["scripts/setup.sh", "scripts/test.sh", "scripts/walkthrough.sh", ".ci/run"])
+def test_scripts_are_valid_bash(script):
+    result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
