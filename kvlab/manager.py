@@ -20,10 +20,10 @@ from __future__ import annotations
 import warnings
 from typing import Dict, Optional, Union
 
-from ._validate import MAX_COUNT, check_int
+from ._validate import MAX_COUNT, check_choice, check_int
 from .geometry import KVGeometry
 from .kv_cache import KVCache
-from .page_index import PageIndexTable, max_blocks_per_seq, width_seq_len
+from .page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
 from .pool import PagePool, resolve_device
 from .request import Request
 
@@ -44,9 +44,14 @@ class KVCacheManager:
         check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
         check_int("max_seq_len", max_seq_len, low=1, high=1 << 30)
         check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        # validated here, before the clamp warning, so a bad argument warns nothing
+        width_policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
+        check_int("pp_size", pp_size, low=1, high=1024)
+        if not isinstance(disaggregated, bool):
+            raise TypeError(f"disaggregated must be a bool, got {disaggregated!r}")
         self.geometry = geometry
         self.quota_bytes = quota_bytes
-        self.page_index_policy = page_index_policy
+        self.page_index_policy = width_policy
         self.num_extra_kv_tokens = check_int("num_extra_kv_tokens", num_extra_kv_tokens, high=1 << 20)
         self.reserved_draft_tokens = check_int("reserved_draft_tokens", reserved_draft_tokens,
                                                high=1 << 20)
@@ -143,6 +148,10 @@ class KVCacheManager:
     def free(self, request: Union[Request, KVCache, str]) -> None:
         """Release a cache: its pages (device or host) and its page-index slot."""
         cache = request if isinstance(request, KVCache) else self.get_cache(request)
+        if self.caches.get(cache.request_id) is not cache:
+            # a cache already freed (or another manager's): releasing its slot again would
+            # clear the row of whichever cache holds that slot now
+            raise KeyError(f"cache {cache.request_id!r} is not a live cache of this manager")
         cache.release()
         self.page_index.release_slot(cache.slot)
         del self.caches[cache.request_id]

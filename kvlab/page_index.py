@@ -71,10 +71,12 @@ class PageIndexTable:
                  disaggregated: bool = False, num_pools: int = 1, beam_width: int = 1,
                  pin_memory: bool = False):
         check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
-        check_int("max_blocks_per_seq", width, low=1, high=1 << 26)
+        check_int("width (max_blocks_per_seq)", width, low=1, high=1 << 26)
         check_int("pp_size", pp_size, low=1, high=1024)
         check_int("num_pools", num_pools, low=1, high=64)
         check_int("beam_width", beam_width, low=1, high=1024)
+        if not isinstance(disaggregated, bool):
+            raise TypeError(f"disaggregated must be a bool, got {disaggregated!r}")
         self.slots = num_slots(max_batch_size, pp_size, disaggregated)
         self.width = width
         self.num_pools = num_pools
@@ -102,6 +104,12 @@ class PageIndexTable:
         return self._free_slots.pop()
 
     def release_slot(self, slot: int) -> None:
+        """Give a row back; releasing a slot that is not handed out is an error (it would
+        otherwise be handed to two caches at once)."""
+        if (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.dummy_slot
+                or slot in self._free_slots):
+            raise ValueError(f"slot {slot!r} is not an acquired page-index slot "
+                             f"(slots are 0..{self.dummy_slot - 1})")
         self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width] = BAD_PAGE_INDEX
         self._free_slots.append(slot)
 

@@ -28,6 +28,9 @@ def resolve_device(device) -> torch.device:
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} needs a CUDA GPU, and torch sees none; use device='cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA GPU(s), "
+                         f"so the index must be in [0, {torch.cuda.device_count() - 1}]")
     return dev
 
 

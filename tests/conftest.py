@@ -1,0 +1,55 @@
+"""Shared fixtures for the kvlab test suite.
+
+``seed_manager(policy)`` builds the RTX 5080 experiment of the seed (issue #21470 reduced to one
+GPU): 2 layers, 2 KV heads, head_dim 128, fp16, 32 tokens per block, a 4 MiB pool, configured
+max_seq_len 8192, batch size 1.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning
+
+SEED_QUOTA_BYTES = 4 * 2**20
+SEED_MAX_SEQ_LEN = 8192
+
+_MARKERS = {
+    "gpu": "needs a CUDA GPU",
+    "ui": "drives JupyterLab in a real browser",
+    "notebook": "executes a notebook with papermill",
+    "slow": "takes more than a few seconds",
+}
+
+
+def pytest_configure(config):
+    # pyproject.toml declares these; add only the ones missing so that a run from another
+    # root (or an ini without them) still knows them under --strict-markers.
+    declared = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
+    for name, text in _MARKERS.items():
+        if name not in declared:
+            config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def seed_geometry() -> KVGeometry:
+    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
+                      tokens_per_block=32)
+
+
+def make_seed_manager(policy: str = "clamped", device: str = "cpu", max_batch_size: int = 1,
+                      **kwargs) -> KVCacheManager:
+    """The seed's manager; the clamp warning it always emits is swallowed here (tests that
+    check the warning build the manager themselves)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        return KVCacheManager(seed_geometry(), quota_bytes=SEED_QUOTA_BYTES,
+                              max_seq_len=SEED_MAX_SEQ_LEN, max_batch_size=max_batch_size,
+                              page_index_policy=policy, device=device, **kwargs)
+
+
+@pytest.fixture
+def seed_manager():
+    """Factory: ``seed_manager("clamped")`` or ``seed_manager("configured", max_batch_size=2)``."""
+    return make_seed_manager

@@ -1,0 +1,268 @@
+"""Bad arguments at the public boundary raise ValueError/TypeError naming the parameter and the
+accepted range (DESIGN.md, "Conventions")."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+
+import pytest
+
+from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, MemoryBudget, PageIndexTable,
+                   PagePool, Request, max_blocks_per_seq)
+
+from conftest import make_seed_manager, seed_geometry
+
+HUGE = 1 << 60  # beyond every accepted range
+
+
+def _manager(**kw):
+    args = dict(geometry=seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=2048,
+                max_batch_size=1)
+    args.update(kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        return KVCacheManager(**args)
+
+
+def _geometry(**kw):
+    args = dict(num_layers=2, num_kv_heads=2, head_dim=128)
+    args.update(kw)
+    return KVGeometry(**args)
+
+
+def _budget(**kw):
+    args = dict(total_bytes=80 * 2**30)
+    args.update(kw)
+    return MemoryBudget(**args)
+
+
+def _pool(**kw):
+    args = dict(num_blocks=4, bytes_per_block=64)
+    args.update(kw)
+    return PagePool(**args)
+
+
+def _table(**kw):
+    args = dict(max_batch_size=1, width=68)
+    args.update(kw)
+    return PageIndexTable(**args)
+
+
+def _request(**kw):
+    args = dict(request_id="r", prompt_len=10, max_new_tokens=5)
+    args.update(kw)
+    return Request(**args)
+
+
+def _width(**kw):
+    args = dict(max_seq_len=2048, tokens_per_block=32)
+    args.update(kw)
+    return max_blocks_per_seq(**args)
+
+
+# (constructor, integer parameter, lowest accepted value)
+INT_PARAMS = [
+    (_geometry, "num_layers", 1), (_geometry, "num_kv_heads", 1), (_geometry, "head_dim", 1),
+    (_geometry, "tokens_per_block", 1), (_geometry, "tp_size", 1),
+    (_budget, "total_bytes", 1), (_budget, "weights_bytes", 0), (_budget, "workspace_bytes", 0),
+    (_budget, "activation_peak_bytes", 0), (_budget, "non_torch_bytes", 0),
+    (_budget, "already_allocated_kv_bytes", 0), (_budget, "max_gpu_total_bytes", 1),
+    (_pool, "num_blocks", 1), (_pool, "bytes_per_block", 1),
+    (_table, "max_batch_size", 1), (_table, "width", 1), (_table, "pp_size", 1),
+    (_table, "num_pools", 1), (_table, "beam_width", 1),
+    (_manager, "quota_bytes", 1), (_manager, "max_seq_len", 1), (_manager, "max_batch_size", 1),
+    (_manager, "pp_size", 1), (_manager, "num_extra_kv_tokens", 0),
+    (_manager, "reserved_draft_tokens", 0),
+    (_request, "prompt_len", 1), (_request, "max_new_tokens", 0), (_request, "arrival_step", 0),
+    (_request, "context_current_position", 0), (_request, "num_generated", 0),
+    (_width, "max_seq_len", 1), (_width, "tokens_per_block", 1),
+    (_width, "num_extra_kv_tokens", 0), (_width, "reserved_draft_tokens", 0),
+]
+
+
+def _bad_values(low):
+    below = [("zero", 0)] if low >= 1 else []
+    return below + [("negative", -1), ("very negative", -(1 << 40)), ("huge", HUGE)]
+
+
+RANGE = re.compile(r"\[-?\d+, \d+\]")
+
+
+def _id(ctor, name):
+    return f"{ctor.__name__.strip('_')}.{name}"
+
+
+@pytest.mark.parametrize("ctor, name, low, label, value", [
+    pytest.param(ctor, name, low, label, value, id=f"{_id(ctor, name)}={label}")
+    for ctor, name, low in INT_PARAMS for label, value in _bad_values(low)
+])
+def test_out_of_range_int_is_valueerror_naming_param_and_range(ctor, name, low, label, value):
+    with pytest.raises(ValueError) as info:
+        ctor(**{name: value})
+    message = str(info.value)
+    assert name in message
+    assert RANGE.search(message), message
+    assert str(value) in message
+
+
+WRONG_TYPES = [("float", 1.5), ("integral float", 2.0), ("str", "3"), ("bool", True), ("None", None)]
+
+
+@pytest.mark.parametrize("ctor, name, low, label, value", [
+    pytest.param(ctor, name, low, label, value, id=f"{_id(ctor, name)}={label}")
+    for ctor, name, low in INT_PARAMS for label, value in WRONG_TYPES
+    # None means "no cap" for max_gpu_total_bytes
+    if not (name == "max_gpu_total_bytes" and value is None)
+])
+def test_wrong_type_int_is_typeerror_naming_param_and_range(ctor, name, low, label, value):
+    with pytest.raises(TypeError) as info:
+        ctor(**{name: value})
+    message = str(info.value)
+    assert name in message
+    assert RANGE.search(message), message
+
+
+def test_accepted_edges_are_accepted():
+    # the lowest value of every parameter whose low is 0 or 1 is fine
+    for ctor, name, low in INT_PARAMS:
+        if name in ("quota_bytes",):  # one byte holds no page: its own error below
+            continue
+        ctor(**{name: max(low, 1) if name != "width" else 4})
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -0.1, 1.01, 2, math.nan, math.inf, -math.inf])
+def test_free_gpu_memory_fraction_range(value):
+    with pytest.raises(ValueError, match=r"free_gpu_memory_fraction must be in \(0\.0, 1\.0\]"):
+        _budget(free_gpu_memory_fraction=value)
+
+
+@pytest.mark.parametrize("value", ["0.9", None, True, [0.9]])
+def test_free_gpu_memory_fraction_type(value):
+    with pytest.raises(TypeError, match=r"free_gpu_memory_fraction must be a number in \(0\.0, 1\.0\]"):
+        _budget(free_gpu_memory_fraction=value)
+
+
+def test_fraction_one_and_tiny_are_accepted():
+    assert _budget(free_gpu_memory_fraction=1).kv_quota_bytes == 80 * 2**30
+    assert _budget(free_gpu_memory_fraction=1e-9).kv_quota_bytes >= 0
+
+
+# -- choices -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["int4", "FP16", "fp16", "half", "", None, 16])
+def test_unknown_dtype(value):
+    with pytest.raises(ValueError) as info:
+        _geometry(dtype=value)
+    message = str(info.value)
+    assert "dtype" in message
+    for known in ("float32", "float16", "bfloat16", "fp8", "nvfp4"):
+        assert known in message
+
+
+@pytest.mark.parametrize("value", ["bounded-ish", "Clamped", "", None, 1])
+def test_unknown_page_index_policy(value):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a bad policy is refused before any clamp warning
+        with pytest.raises(ValueError) as info:
+            KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
+                           max_batch_size=1, page_index_policy=value)
+    message = str(info.value)
+    assert "page_index_policy" in message and "clamped" in message and "configured" in message
+
+
+@pytest.mark.parametrize("value", [0, 3, -2, HUGE])
+def test_kv_factor_value(value):
+    with pytest.raises(ValueError, match=r"kv_factor must be 2 \(K and V\) or 1 \(MLA\)"):
+        _geometry(kv_factor=value)
+
+
+@pytest.mark.parametrize("value", [2.0, 1.0, True, "2", None])
+def test_kv_factor_type(value):
+    with pytest.raises(TypeError, match=r"kv_factor must be the int 2 \(K and V\) or 1 \(MLA\)"):
+        _geometry(kv_factor=value)
+
+
+@pytest.mark.parametrize("ctor, name", [
+    (_geometry, "attention_dp"), (_table, "disaggregated"), (_manager, "disaggregated"),
+])
+@pytest.mark.parametrize("value", [1, "yes", None, 0.0])
+def test_bool_flags(ctor, name, value):
+    with pytest.raises(TypeError, match=rf"{name} must be a bool"):
+        ctor(**{name: value})
+
+
+@pytest.mark.parametrize("ctor", [_manager, _pool])
+@pytest.mark.parametrize("value", ["tpu", "gpu", "CPU", "cuda:x", "cuda:-1", "", None, 3.5, True, -1])
+def test_bad_device(ctor, value):
+    with pytest.raises(ValueError, match=r"device must be 'cpu' or 'cuda\[:N\]'") as info:
+        ctor(device=value)
+    assert repr(value) in str(info.value)
+
+
+def test_meta_device_is_refused():
+    with pytest.raises(ValueError, match="device"):
+        _pool(device="meta")
+
+
+@pytest.mark.parametrize("value", ["", None, 7, b"r"])
+def test_request_id(value):
+    with pytest.raises(ValueError, match="request_id must be a non-empty str"):
+        _request(request_id=value)
+
+
+@pytest.mark.parametrize("value", [None, "geo", {"num_layers": 2}])
+def test_manager_geometry_type(value):
+    with pytest.raises(TypeError, match="geometry must be a KVGeometry"):
+        _manager(geometry=value)
+
+
+def test_quota_below_one_page():
+    with pytest.raises(ValueError, match=r"quota_bytes=65535 holds no page.*65536 bytes"):
+        _manager(quota_bytes=65535)
+
+
+def test_nvfp4_head_dim():
+    with pytest.raises(ValueError, match=r"head_dim must be a multiple of 16 for nvfp4, got 72"):
+        _geometry(dtype="nvfp4", head_dim=72)
+
+
+# -- methods at the boundary -------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, exc", [(-1, ValueError), (HUGE, ValueError), (1.5, TypeError),
+                                         ("32", TypeError), (True, TypeError), (None, TypeError)])
+def test_resize_capacity(value, exc):
+    mgr = make_seed_manager("clamped")
+    cache = mgr.create_cache("r")
+    with pytest.raises(exc, match=r"capacity.*\[0, \d+\]"):
+        cache.resize(value)
+    assert cache.capacity == 0 and mgr.free_blocks == 64
+
+
+@pytest.mark.parametrize("value, exc", [(-1, ValueError), (1.5, TypeError), ("1", TypeError),
+                                         (False, TypeError)])
+def test_resize_history_length(value, exc):
+    cache = make_seed_manager("clamped").create_cache("r")
+    with pytest.raises(exc, match=r"history_length.*\[0, \d+\]"):
+        cache.resize(32, value)
+
+
+@pytest.mark.parametrize("value, exc", [(-1, ValueError), (HUGE, ValueError), (2.5, TypeError),
+                                         (None, TypeError)])
+def test_resize_context_num_tokens(value, exc):
+    mgr = make_seed_manager("configured")
+    req = Request("r", prompt_len=100, max_new_tokens=1)
+    mgr.prepare_context(req)
+    with pytest.raises(exc, match=r"num_tokens.*\[0, \d+\]"):
+        mgr.resize_context(req, value)
+    assert not mgr.get_cache(req).suspended and mgr.free_blocks == 64
+
+
+@pytest.mark.parametrize("value, exc", [(-1, ValueError), (HUGE, ValueError), (1.0, TypeError),
+                                         (None, TypeError)])
+def test_pool_allocate_count(value, exc):
+    pool = _pool()
+    with pytest.raises(exc, match=r"count.*\[0, \d+\]"):
+        pool.allocate(value)
+    assert pool.free_blocks == 4

@@ -1,0 +1,334 @@
+"""KVCacheManager: the seed's tables, DESIGN.md's contract, the clamp, resize_context, free."""
+
+import warnings
+
+import pytest
+import torch
+
+import kvlab
+from kvlab import (PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, KVCacheManager, KVGeometry,
+                   MaxSeqLenClampWarning, PageIndexTooShort, Request)
+
+from conftest import seed_geometry
+
+
+# -- DESIGN.md's public contract, verbatim -----------------------------------------------------
+
+def test_design_contract_snippet_clamped(recwarn):
+    # DESIGN.md "The public contract", line for line, with each commented value asserted.
+    from kvlab import KVGeometry, KVCacheManager, PageIndexTooShort
+    geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
+    geo.bytes_per_token                     # 2048
+    assert geo.bytes_per_token == 2048
+    mgr = KVCacheManager(geo, quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1,
+                         page_index_policy="clamped",   # or "configured" (the one-line fix)
+                         device="cpu")                  # or "cuda": the pool is a real tensor there
+    assert any(issubclass(w.category, MaxSeqLenClampWarning) for w in recwarn.list)
+    mgr.total_blocks, mgr.free_blocks       # 64, 64
+    assert (mgr.total_blocks, mgr.free_blocks) == (64, 64)
+    mgr.max_seq_len                         # 2048 (clamped); mgr.configured_max_seq_len == 8192
+    assert mgr.max_seq_len == 2048 and mgr.configured_max_seq_len == 8192
+    mgr.max_blocks_per_seq                  # 68 ("clamped") or 260 ("configured")
+    assert mgr.max_blocks_per_seq == 68
+    cache = mgr.create_cache("req-0")       # a KVCache
+    assert isinstance(cache, KVCache)
+    with pytest.raises(PageIndexTooShort) as info:
+        cache.resize(8192)                  # "clamped": raises PageIndexTooShort (a ValueError) with
+                                            #   the native message
+    assert isinstance(info.value, ValueError)
+    assert str(info.value) == "User-provided base page indices is too short"
+    assert cache.capacity == 0 and mgr.free_blocks == 64
+    cache.resize(32)                        # True; mgr.free_blocks == 63
+    assert mgr.free_blocks == 63
+
+
+def test_design_contract_snippet_configured(recwarn):
+    from kvlab import KVGeometry, KVCacheManager, PageIndexTooShort
+    geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
+    geo.bytes_per_token                     # 2048
+    assert geo.bytes_per_token == 2048
+    mgr = KVCacheManager(geo, quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1,
+                         page_index_policy="configured",  # the one-line fix
+                         device="cpu")                  # or "cuda": the pool is a real tensor there
+    assert any(issubclass(w.category, MaxSeqLenClampWarning) for w in recwarn.list)
+    mgr.total_blocks, mgr.free_blocks       # 64, 64
+    assert (mgr.total_blocks, mgr.free_blocks) == (64, 64)
+    mgr.max_seq_len                         # 2048 (clamped); mgr.configured_max_seq_len == 8192
+    assert mgr.max_seq_len == 2048 and mgr.configured_max_seq_len == 8192
+    mgr.max_blocks_per_seq                  # 68 ("clamped") or 260 ("configured")
+    assert mgr.max_blocks_per_seq == 260
+    cache = mgr.create_cache("req-0")       # a KVCache
+    assert isinstance(cache, KVCache)
+    result = cache.resize(8192)             # "configured": returns False,
+                                            #   cache.capacity and mgr.free_blocks unchanged
+    assert result is False
+    assert cache.capacity == 0 and mgr.free_blocks == 64
+    result = cache.resize(32)               # True; mgr.free_blocks == 63
+    assert result is True and mgr.free_blocks == 63
+
+
+def test_public_names_exist():
+    for name in ("KVGeometry", "KVCacheManager", "PageIndexTooShort", "Request", "KVCache",
+                 "MaxSeqLenClampWarning", "MemoryBudget", "PagePool", "PageIndexTable",
+                 "max_blocks_per_seq", "PAGE_INDEX_TOO_SHORT_MESSAGE"):
+        assert hasattr(kvlab, name), name
+    assert issubclass(PageIndexTooShort, ValueError)
+    assert PAGE_INDEX_TOO_SHORT_MESSAGE == "User-provided base page indices is too short"
+
+
+# -- the seed's tables -------------------------------------------------------------------------
+
+def test_seed_clamp_warning_with_the_numbers():
+    with pytest.warns(MaxSeqLenClampWarning) as record:
+        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
+                             max_batch_size=1)
+    message = str(record[0].message)
+    assert "8192" in message and "2048" in message and "64 blocks" in message
+    assert mgr.max_num_tokens == 2048
+    assert mgr.max_seq_len == 2048
+    assert mgr.configured_max_seq_len == 8192
+
+
+def test_no_warning_when_the_pool_holds_max_seq_len():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=2048,
+                             max_batch_size=1, page_index_policy="configured")
+    assert mgr.max_seq_len == mgr.configured_max_seq_len == 2048
+    assert mgr.max_blocks_per_seq == 68  # both policies agree without a clamp
+
+
+@pytest.mark.parametrize("policy, width", [("clamped", 68), ("configured", 260)])
+def test_seed_table(seed_manager, policy, width):
+    mgr = seed_manager(policy)
+    assert mgr.geometry.bytes_per_token == 2048
+    assert mgr.total_blocks == mgr.free_blocks == 64
+    assert mgr.pool.nbytes == 4 * 2**20
+    assert mgr.max_seq_len == 2048
+    assert mgr.max_blocks_per_seq == width
+    assert mgr.page_index.width == width
+    assert mgr.page_index.slots == 2  # batch 1 + the CUDA-graph dummy
+    assert mgr.page_index.nbytes == 2 * 2 * width * 4
+    assert mgr.page_index_policy == policy
+
+
+def test_seed_clamped_raises_native_valueerror(seed_manager):
+    mgr = seed_manager("clamped")
+    cache = mgr.create_cache("req-0")
+    with pytest.raises(ValueError, match="^User-provided base page indices is too short$") as info:
+        cache.resize(8192)
+    assert isinstance(info.value, PageIndexTooShort)
+    assert info.value.needed_entries == 256
+    assert info.value.available_entries == 68
+
+
+def test_seed_configured_false_preserves_state_then_retry(seed_manager):
+    mgr = seed_manager("configured")
+    cache = mgr.create_cache("req-0")
+    row_before = cache.page_indices.clone()
+    table_before = mgr.page_index.table.clone()
+    pages_before = list(cache.pages)
+    assert cache.resize(8192) is False
+    assert cache.capacity == 0
+    assert cache.pages == pages_before == []
+    assert mgr.free_blocks == 64
+    assert torch.equal(cache.page_indices, row_before)
+    assert torch.equal(mgr.page_index.table, table_before)
+    mgr.check_invariants()
+    # the manual 32-token retry
+    assert cache.resize(32) is True
+    assert mgr.free_blocks == 63
+    assert cache.capacity == 32 and cache.num_blocks == 1
+    page = cache.pages[0]
+    assert int(cache.page_indices[0]) == page
+    assert mgr.pool.is_allocated(page)
+    assert set(cache.page_indices[1:].tolist()) == {-1}
+    mgr.check_invariants()
+
+
+# -- resize_context ----------------------------------------------------------------------------
+
+def test_resize_context_target_arithmetic():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
+                             max_batch_size=2, num_extra_kv_tokens=5)
+    req = Request("r", prompt_len=1000, max_new_tokens=10)
+    mgr.prepare_context(req)
+    assert mgr.resize_context(req, 100) is True
+    cache = mgr.get_cache(req)
+    assert cache.capacity == 0 + 100 + 5
+    req.context_current_position = 100
+    assert mgr.resize_context(req, 200) is True
+    assert cache.capacity == 100 + 200 + 5
+    assert cache.num_blocks == -(-305 // 32)
+    # a target below the capacity keeps the capacity (max(capacity, target))
+    req.context_current_position = 10
+    assert mgr.resize_context(req, 1) is True
+    assert cache.capacity == 305
+    mgr.check_invariants()
+
+
+def test_resize_context_raises_page_index_too_short_uncaught(seed_manager):
+    mgr = seed_manager("clamped")
+    req = Request("big", prompt_len=8192, max_new_tokens=16)
+    mgr.prepare_context(req)
+    with pytest.raises(PageIndexTooShort):
+        mgr.resize_context(req, 8192)
+    cache = mgr.get_cache("big")
+    assert not cache.suspended and cache.capacity == 0 and mgr.free_blocks == 64
+
+
+def test_resize_context_first_chunk_is_suspended_on_false(seed_manager):
+    mgr = seed_manager("configured")
+    req = Request("big", prompt_len=8192, max_new_tokens=16)
+    cache = mgr.prepare_context(req)
+    assert mgr.resize_context(req, 8192) is False
+    assert cache.suspended
+    assert mgr.free_blocks == 64 and cache.capacity == 0
+
+
+def test_resize_context_later_chunk_is_not_suspended_on_false(seed_manager):
+    mgr = seed_manager("configured")
+    req = Request("big", prompt_len=8192, max_new_tokens=16)
+    cache = mgr.prepare_context(req)
+    assert mgr.resize_context(req, 1024) is True
+    req.context_current_position = 1024
+    assert mgr.resize_context(req, 2048) is False
+    assert not cache.suspended
+    assert cache.capacity == 1024 and cache.num_blocks == 32 and mgr.free_blocks == 32
+    mgr.check_invariants()
+
+
+def test_prepare_context_is_idempotent(seed_manager):
+    mgr = seed_manager("clamped")
+    req = Request("r", prompt_len=10, max_new_tokens=1)
+    assert mgr.prepare_context(req) is mgr.prepare_context(req)
+    assert mgr.get_cache("r") is mgr.get_cache(req)
+
+
+# -- caches: create, free, suspend, resume -----------------------------------------------------
+
+def test_create_cache_errors(seed_manager):
+    mgr = seed_manager("clamped")
+    mgr.create_cache("a")
+    with pytest.raises(ValueError, match="already has a cache"):
+        mgr.create_cache("a")
+    with pytest.raises(RuntimeError, match="slots"):  # batch 1: one slot
+        mgr.create_cache("b")
+    for bad in ("", None, 3):
+        with pytest.raises(ValueError, match="request_id"):
+            mgr.create_cache(bad)
+    with pytest.raises(KeyError, match="nope"):
+        mgr.get_cache("nope")
+
+
+def test_free_returns_everything(seed_manager):
+    mgr = seed_manager("clamped", max_batch_size=3)
+    a, b, c = (mgr.create_cache(x) for x in "abc")
+    assert a.resize(320) and b.resize(640) and c.resize(96)
+    b.suspend()
+    assert mgr.free_blocks == 64 - 10 - 3
+    mgr.free("a")
+    mgr.free(Request("b", prompt_len=1, max_new_tokens=0))  # the suspended one
+    mgr.free(c)
+    assert mgr.free_blocks == 64 and mgr.caches == {}
+    assert mgr.page_index.free_slots == 3
+    assert bool((mgr.page_index.table == -1).all())
+    mgr.check_invariants()
+    # the slots and pages are usable again
+    d = mgr.create_cache("d")
+    assert d.resize(2048) and mgr.free_blocks == 0
+
+
+def test_free_of_a_stale_cache_object_leaves_other_caches_alone(seed_manager):
+    mgr = seed_manager("clamped", max_batch_size=2)
+    a = mgr.create_cache("a")
+    mgr.free(a)
+    b = mgr.create_cache("b")   # takes a's old slot
+    assert b.slot == a.slot
+    assert b.resize(64)
+    with pytest.raises(KeyError):
+        mgr.free(a)
+    assert b.page_indices.tolist()[:2] == b.pages
+    c = mgr.create_cache("c")
+    assert c.slot != b.slot
+    mgr.check_invariants()
+
+
+def test_manager_suspend_resume(seed_manager):
+    mgr = seed_manager("clamped")
+    cache = mgr.create_cache("r")
+    cache.resize(100)
+    mgr.suspend("r")
+    assert cache.suspended and mgr.free_blocks == 64
+    assert mgr.resume("r") is True
+    assert cache.num_blocks == 4 and mgr.free_blocks == 60
+
+
+def test_check_invariants_catches_a_corrupted_row(seed_manager):
+    mgr = seed_manager("clamped", max_batch_size=2)
+    a, b = mgr.create_cache("a"), mgr.create_cache("b")
+    a.resize(64)
+    b.resize(64)
+    mgr.check_invariants()
+    mgr.page_index.table[0, a.slot, 0, 1] = b.pages[0]  # a's row now names b's page
+    with pytest.raises(AssertionError, match="disagrees"):
+        mgr.check_invariants()
+    mgr.page_index.table[0, a.slot, 0, 1] = a.pages[1]
+    mgr.check_invariants()
+    mgr.page_index.table[0, a.slot, 0, 5] = 9  # a stale entry past the owned pages
+    with pytest.raises(AssertionError, match="stale"):
+        mgr.check_invariants()
+
+
+def test_check_invariants_catches_a_page_owned_twice_and_a_leak(seed_manager):
+    mgr = seed_manager("clamped", max_batch_size=2)
+    a, b = mgr.create_cache("a"), mgr.create_cache("b")
+    a.resize(64)
+    b.resize(32)
+    b.pages.append(a.pages[0])
+    with pytest.raises(AssertionError):
+        mgr.check_invariants()
+    b.pages.pop()
+    mgr.check_invariants()
+    mgr.pool.allocate(1)  # a page nobody owns
+    with pytest.raises(AssertionError, match="not conserved"):
+        mgr.check_invariants()
+
+
+def test_pp_size_and_disaggregated_slots():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
+                             max_batch_size=4, pp_size=2, disaggregated=True)
+    assert mgr.page_index.slots == 4 * 2 * 2 + 1
+
+
+def test_extra_and_draft_tokens_widen_the_row():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
+                             max_batch_size=1, num_extra_kv_tokens=40, reserved_draft_tokens=24)
+    # clamped 2048 + 40 + 24 + 1 = 2113 -> 67 -> 68
+    assert mgr.max_blocks_per_seq == 68
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
+                             max_batch_size=1, num_extra_kv_tokens=100, reserved_draft_tokens=28,
+                             page_index_policy="configured")
+    # configured 8192 + 100 + 28 + 1 = 8321 -> 261 -> 264
+    assert mgr.max_blocks_per_seq == 264
+
+
+def test_quota_that_holds_no_page_is_an_error():
+    geo = seed_geometry()
+    with pytest.raises(ValueError, match="quota_bytes"):
+        KVCacheManager(geo, quota_bytes=geo.bytes_per_block - 1, max_seq_len=32, max_batch_size=1)
+    mgr = KVCacheManager(geo, quota_bytes=geo.bytes_per_block, max_seq_len=32, max_batch_size=1)
+    assert mgr.total_blocks == 1
+
+
+def test_repr_mentions_the_numbers(seed_manager):
+    text = repr(seed_manager("configured"))
+    assert "64 blocks" in text and "2048" in text and "8192" in text and "260" in text
