@@ -8,9 +8,15 @@ from .memory import MemoryBudget
 from .page_index import PageIndexTable, max_blocks_per_seq
 from .pool import PagePool
 from .request import Request
+from .admission import ADMISSION_POLICIES, AdmissionPolicy, Verdict, make_admission
+from .scheduler import ScheduledBatch, Scheduler, SchedulerDeadlock
+from .simulation import SimulationResult, simulate
+from .trace import Trace
 
 __all__ = [
     "KVGeometry", "KVCache", "KVCacheManager", "MaxSeqLenClampWarning", "MemoryBudget",
     "PAGE_INDEX_TOO_SHORT_MESSAGE", "PageIndexTable", "PageIndexTooShort", "PagePool",
     "Request", "max_blocks_per_seq",
+    "ADMISSION_POLICIES", "AdmissionPolicy", "ScheduledBatch", "Scheduler", "SchedulerDeadlock",
+    "SimulationResult", "Trace", "Verdict", "make_admission", "simulate",
 ]

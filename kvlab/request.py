@@ -1,14 +1,25 @@
 """Request: one generation request as the scheduler and the manager see it.
 
 Field names follow TensorRT-LLM's LlmRequest where one exists (context_current_position,
-is_first_context_chunk) so the real code can be read next to kvlab's.
+is_first_context_chunk, context_chunk_size) so the real code can be read next to kvlab's.
+
+Lifecycle (``state``), set by the Scheduler and the executor loop (``kvlab.simulation``):
+
+- ``"waiting"``: submitted, no KV cache (not started yet, or recompute-paused);
+- ``"running"``: holds a KV cache on the device (context chunks or generation);
+- ``"suspended"``: its KV pages were moved to the host tier by an eviction;
+- ``"finished"`` / ``"rejected"``: done; ``reason`` says why, with the numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 from ._validate import MAX_COUNT, check_int
+
+#: Every value ``Request.state`` takes.
+REQUEST_STATES = ("waiting", "running", "suspended", "finished", "rejected")
 
 
 @dataclass
@@ -16,7 +27,16 @@ class Request:
     """A request of ``prompt_len`` context tokens that generates up to ``max_new_tokens``.
 
     ``context_current_position`` counts context tokens already computed; ``num_generated``
-    counts generated tokens. Both are advanced by the scheduler.
+    counts generated tokens. Both are advanced by the executor loop.
+
+    ``disagg_generation_init``: the request arrives on a disaggregated generation server in
+    state DISAGG_GENERATION_INIT: its context KV is computed elsewhere and transferred, so the
+    scheduler only allocates the cache (``prepare_disagg_gen_init``) and then generates.
+    ``num_draft_tokens``: speculative draft tokens each generation step reserves on top of
+    its one new token (all rejected in simulation, so the cache is rewound after the step).
+
+    The fields after these are runtime bookkeeping (not constructor arguments); a copy made
+    with ``dataclasses.replace`` starts them afresh.
     """
 
     request_id: str
@@ -25,6 +45,23 @@ class Request:
     arrival_step: int = 0
     context_current_position: int = 0
     num_generated: int = 0
+    disagg_generation_init: bool = False
+    num_draft_tokens: int = 0
+
+    state: str = field(default="waiting", init=False)
+    reason: str = field(default="", init=False)
+    #: Generated tokens folded back into the context by a recompute pause (the real
+    #: ``reset_for_recompute`` rewrites the prompt as prompt + generated tokens).
+    recomputed_tokens: int = field(default=0, init=False)
+    #: Tokens of the context chunk scheduled this iteration (LlmRequest.context_chunk_size).
+    context_chunk_size: int = field(default=0, init=False)
+    num_suspensions: int = field(default=0, init=False)
+    num_recomputes: int = field(default=0, init=False)
+    #: Scheduling passes in which this request was tried and refused (no pages, no slot).
+    num_refusals: int = field(default=0, init=False)
+    first_scheduled_step: Optional[int] = field(default=None, init=False)
+    first_token_step: Optional[int] = field(default=None, init=False)
+    end_step: Optional[int] = field(default=None, init=False)
 
     def __post_init__(self):
         if not isinstance(self.request_id, str) or not self.request_id:
@@ -32,23 +69,53 @@ class Request:
         check_int("prompt_len", self.prompt_len, low=1, high=MAX_COUNT)
         check_int("max_new_tokens", self.max_new_tokens, low=0, high=MAX_COUNT)
         check_int("arrival_step", self.arrival_step, low=0, high=MAX_COUNT)
+        check_int("context_current_position", self.context_current_position, low=0, high=MAX_COUNT)
+        check_int("num_generated", self.num_generated, low=0, high=MAX_COUNT)
+        if not isinstance(self.disagg_generation_init, bool):
+            raise TypeError(f"disagg_generation_init must be a bool, got {self.disagg_generation_init!r}")
+        if self.disagg_generation_init and self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be in [1, {MAX_COUNT}] for a disagg_generation_init "
+                             "request (its context server produced the first token), "
+                             f"got {self.max_new_tokens}")
+        check_int("num_draft_tokens", self.num_draft_tokens, low=0, high=1 << 16)
 
     @property
     def is_first_context_chunk(self) -> bool:
         return self.context_current_position == 0
 
     @property
+    def context_len(self) -> int:
+        """Tokens the context phase computes: the prompt, plus generated tokens after a
+        recompute pause."""
+        return self.prompt_len + self.recomputed_tokens
+
+    @property
     def context_remaining_length(self) -> int:
-        return self.prompt_len - self.context_current_position
+        return self.context_len - self.context_current_position
 
     @property
     def is_context_finished(self) -> bool:
-        return self.context_current_position >= self.prompt_len
+        return self.context_current_position >= self.context_len
+
+    @property
+    def is_disagg_generation_init(self) -> bool:
+        """In state DISAGG_GENERATION_INIT: waiting for its cache before the KV transfer."""
+        return self.disagg_generation_init and self.num_generated == 0
+
+    @property
+    def is_finished_generating(self) -> bool:
+        return self.is_context_finished and self.num_generated >= self.max_new_tokens
+
+    @property
+    def is_started(self) -> bool:
+        """Started, hence evictable (the real ``_is_started_request``): a context past its
+        first chunk, or a generation request."""
+        return self.context_current_position > 0
 
     @property
     def num_tokens(self) -> int:
         """Tokens whose KV the sequence holds now (context computed plus generated)."""
-        return self.context_current_position + self.num_generated
+        return self.context_current_position + self.num_generated - self.recomputed_tokens
 
     @property
     def max_total_tokens(self) -> int:

@@ -1,0 +1,136 @@
+"""Closed-form verdicts for the phase diagram: pool size x context length, per policy.
+
+The question each point answers: one request of ``context_len`` prompt tokens and
+``max_new_tokens`` new tokens arrives alone at an engine whose pool has ``pool_blocks`` pages
+(configured max_seq_len, width policy and admission policy fixed). What happens?
+
+- "ok": it finishes;
+- "reject": it is rejected at the door (admission, or the prompt exceeds max_num_tokens);
+- "stall": a resize returns False every pass; alone, the stall detector raises
+  SchedulerDeadlock (beside others it starves);
+- "crash": a resize raises PageIndexTooShort and the engine stops.
+
+The verdicts are exact for ``Scheduler(manager, admission, max_num_tokens, stall_limit=...)``
+with its defaults (non-chunked context, no host tier): a lone request's cache grows to
+``context_len + extra`` tokens, then by one token per generation step up to
+``context_len + extra + max_new_tokens - 1``. Each resize checks the page-index width before
+the pool (REFERENCE.md §3), so the first block count past ``min(width, pool)`` decides: past
+the width first (or both at once) is a crash, past the pool first is a stall. tests/test_phase.py
+checks sampled points against full ``simulate`` runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Dict, Sequence, Tuple
+
+import numpy as np
+
+from ._validate import check_choice, check_int
+from .geometry import KVGeometry
+from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .page_index import WIDTH_ALIGNMENT
+from .request import Request
+from .scheduler import Scheduler, SchedulerDeadlock
+from .kv_cache import PageIndexTooShort
+
+VERDICTS = ("ok", "reject", "stall", "crash")
+OK, REJECT, STALL, CRASH = range(len(VERDICTS))
+
+#: The three regimes of the diagram: (admission policy, page-index width policy).
+REGIMES: Dict[str, Tuple[str, str]] = {
+    "none/clamped": ("none", "clamped"),         # historical: the #21470 crash
+    "none/configured": ("none", "configured"),   # the one-line fix: stall instead
+    "capacity": ("capacity", "clamped"),         # PR #21720: reject what never fits
+}
+
+
+def _seed_geometry() -> KVGeometry:
+    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
+                      tokens_per_block=32)
+
+
+@dataclass(frozen=True)
+class PhaseSetup:
+    """Everything but the two axes; defaults are the seed's RTX 5080 experiment."""
+
+    geometry: KVGeometry = field(default_factory=_seed_geometry)
+    max_seq_len: int = 8192          # configured
+    max_new_tokens: int = 16
+    max_num_tokens: int = 1 << 20    # the token budget (non-chunked: also the prompt limit)
+    num_extra_kv_tokens: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, KVGeometry):
+            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        check_int("max_seq_len", self.max_seq_len, low=1, high=1 << 30)
+        check_int("max_new_tokens", self.max_new_tokens, low=0, high=1 << 30)
+        check_int("max_num_tokens", self.max_num_tokens, low=1, high=1 << 30)
+        check_int("num_extra_kv_tokens", self.num_extra_kv_tokens, low=0, high=1 << 20)
+
+
+def _blocks(tokens, tokens_per_block: int):
+    return -(-tokens // tokens_per_block)
+
+
+def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regime: str,
+                   setup: PhaseSetup = PhaseSetup()) -> np.ndarray:
+    """Verdict codes (indices into VERDICTS), shape (len(pool_blocks), len(context_lens))."""
+    admission, width_policy = REGIMES[check_choice("regime", regime, REGIMES)]
+    pool = np.asarray(pool_blocks, dtype=np.int64)[:, None]
+    context = np.asarray(context_lens, dtype=np.int64)[None, :]
+    if pool.size and pool.min() < 1 or context.size and context.min() < 1:
+        raise ValueError("pool_blocks and context_lens must hold ints >= 1")
+    tpb, extra, new = setup.geometry.tokens_per_block, setup.num_extra_kv_tokens, setup.max_new_tokens
+
+    clamped = np.minimum(setup.max_seq_len, pool * tpb)
+    width_len = clamped if width_policy == "clamped" else np.full_like(pool, setup.max_seq_len)
+    width = _blocks(_blocks(width_len + extra + 1, tpb), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+    context_blocks = _blocks(context + extra, tpb)
+    final_blocks = _blocks(context + extra + max(new - 1, 0), tpb)
+
+    grows_past = np.where(width <= pool, CRASH, STALL)  # which limit the growth meets first
+    verdict = np.where(final_blocks <= np.minimum(width, pool), OK, grows_past)
+    verdict = np.where(context_blocks > pool, STALL, verdict)
+    verdict = np.where(context_blocks > width, CRASH, verdict)
+    if admission == "capacity":
+        demand = _blocks(context + new + extra, tpb)
+        verdict = np.where((demand > pool) | (demand > width), REJECT, verdict)
+    verdict = np.where(context > setup.max_num_tokens, REJECT, verdict)
+    return verdict.astype(np.int8)
+
+
+def phase_diagram(pool_blocks: Sequence[int], context_lens: Sequence[int],
+                  regimes: Sequence[str] = tuple(REGIMES),
+                  setup: PhaseSetup = PhaseSetup()) -> Dict[str, np.ndarray]:
+    """``phase_verdicts`` for each regime."""
+    return {regime: phase_verdicts(pool_blocks, context_lens, regime, setup) for regime in regimes}
+
+
+def phase_scenario(pool_blocks: int, context_len: int, regime: str,
+                   setup: PhaseSetup = PhaseSetup(), stall_limit: int = 8):
+    """The engine and the lone request one point of the diagram stands for: (scheduler,
+    [request]), ready for ``simulate``."""
+    admission, width_policy = REGIMES[check_choice("regime", regime, REGIMES)]
+    check_int("pool_blocks", pool_blocks, low=1, high=1 << 30)
+    check_int("context_len", context_len, low=1, high=1 << 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        manager = KVCacheManager(setup.geometry, pool_blocks * setup.geometry.bytes_per_block,
+                                 setup.max_seq_len, max_batch_size=1,
+                                 page_index_policy=width_policy,
+                                 num_extra_kv_tokens=setup.num_extra_kv_tokens)
+    scheduler = Scheduler(manager, admission=admission, max_num_tokens=setup.max_num_tokens,
+                          max_batch_size=1, stall_limit=stall_limit)
+    return scheduler, [Request("probe", context_len, setup.max_new_tokens)]
+
+
+def verdict_of(result) -> str:
+    """The verdict a SimulationResult of a ``phase_scenario`` shows."""
+    if isinstance(result.error, PageIndexTooShort):
+        return "crash"
+    if isinstance(result.error, SchedulerDeadlock):
+        return "stall"
+    status = result.status["probe"]
+    return {"finished": "ok", "rejected": "reject"}.get(status, "stall")

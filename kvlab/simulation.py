@@ -1,0 +1,281 @@
+"""simulate(): the executor loop around a Scheduler, one scheduler iteration per step.
+
+Each step: submit the requests arriving at it, run one scheduling pass, then "execute" the
+batch: a context chunk advances ``context_current_position``; a context that completes
+produces the first token; a generation step produces one token (draft tokens are all
+rejected, so their pages are rewound); a fitted DISAGG_GENERATION_INIT request receives its
+context and the first token from its context server; a request that reaches
+``max_new_tokens`` finishes and its cache is freed. Steps in which nothing is in the engine
+are skipped (the engine idles until the next arrival).
+
+A PageIndexTooShort from resize or a SchedulerDeadlock stops the run as the real executor
+loop (PyExecutor) stops: the error is kept in ``result.error``, the trace keeps every step up
+to and including the one that raised, and every request still in the engine keeps its
+status with a reason "engine stopped at step N by ...". Any other exception is a kvlab bug
+and propagates. The caller's Requests are not touched: the run works on copies
+(``result.requests``), so one workload can be replayed under several schedulers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional
+
+from ._validate import check_int
+from .kv_cache import PageIndexTooShort
+from .request import Request
+from .scheduler import LIVE_STATES, ScheduledBatch, Scheduler, SchedulerDeadlock
+from .trace import Event, StepRecord, Trace
+
+#: What ``result.status`` reports for each Request.state: a suspended request is admitted and
+#: keeps its KV (in the host tier), so it counts as running.
+STATUS_OF_STATE = {"waiting": "waiting", "running": "running", "suspended": "running",
+                   "finished": "finished", "rejected": "rejected"}
+ENGINE_ERRORS = (PageIndexTooShort, SchedulerDeadlock)
+
+
+@dataclass
+class SimulationResult:
+    """Outcome of ``simulate``: per-request status and reason, the error that stopped the
+    engine (or None) and the per-step trace."""
+
+    status: Dict[str, str]
+    reasons: Dict[str, str]
+    error: Optional[BaseException]
+    trace: Trace
+    requests: Dict[str, Request]
+    end_step: int                     # the first step the run did not reach
+    iterations: int                   # scheduler passes run
+
+    def ids_with_status(self, status: str) -> List[str]:
+        return [request_id for request_id, value in self.status.items() if value == status]
+
+    def summary(self) -> dict:
+        """Counts per status, goodput and latencies in steps (means over the requests they
+        apply to; None where none does)."""
+        finished = [self.requests[i] for i in self.ids_with_status("finished")]
+        started = [r for r in self.requests.values() if r.first_scheduled_step is not None]
+        with_token = [r for r in self.requests.values() if r.first_token_step is not None]
+
+        def mean(values):
+            return sum(values) / len(values) if values else None
+
+        summary = {status: len(self.ids_with_status(status))
+                   for status in ("finished", "rejected", "waiting", "running")}
+        summary.update(
+            iterations=self.iterations,
+            error=None if self.error is None else type(self.error).__name__,
+            goodput_tokens_per_step=(sum(r.num_generated for r in finished) / self.iterations
+                                     if self.iterations else 0.0),
+            mean_wait_steps=mean([r.first_scheduled_step - r.arrival_step for r in started]),
+            mean_ttft_steps=mean([r.first_token_step - r.arrival_step for r in with_token]),
+            mean_latency_steps=mean([r.end_step - r.arrival_step for r in finished]),
+            suspensions=sum(r.num_suspensions for r in self.requests.values()),
+            recomputes=sum(r.num_recomputes for r in self.requests.values()),
+        )
+        return summary
+
+    def requests_to_pandas(self):
+        """One row per request: status, reason, lengths, steps and preemption counts."""
+        import pandas as pd
+
+        rows = [dict(request_id=r.request_id, status=self.status[r.request_id],
+                     state=r.state, reason=self.reasons[r.request_id], prompt_len=r.prompt_len,
+                     max_new_tokens=r.max_new_tokens, num_generated=r.num_generated,
+                     arrival_step=r.arrival_step, first_scheduled_step=r.first_scheduled_step,
+                     first_token_step=r.first_token_step, end_step=r.end_step,
+                     num_suspensions=r.num_suspensions, num_recomputes=r.num_recomputes,
+                     num_refusals=r.num_refusals)
+                for r in self.requests.values()]
+        return pd.DataFrame(rows)
+
+
+def simulate(scheduler: Scheduler, requests: Iterable[Request], max_steps: int = 10_000, *,
+             check_invariants: bool = False) -> SimulationResult:
+    """Run ``requests`` through a fresh ``scheduler`` for steps 0 .. max_steps - 1 (module
+    docstring). ``check_invariants`` checks the scheduler's and the run's invariants after
+    every step."""
+    if not isinstance(scheduler, Scheduler):
+        raise TypeError(f"scheduler must be a Scheduler, got {type(scheduler).__name__}")
+    if scheduler.iteration or scheduler.submitted_requests:
+        raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
+    check_int("max_steps", max_steps, low=1, high=1 << 40)
+    if not isinstance(check_invariants, bool):
+        raise TypeError(f"check_invariants must be a bool, got {check_invariants!r}")
+    run = _Run(scheduler, _fresh_copies(requests), check_invariants)
+    run.execute_until(max_steps)
+    return run.result(max_steps)
+
+
+def _fresh_copies(requests: Iterable[Request]) -> List[Request]:
+    if isinstance(requests, Request) or not isinstance(requests, Iterable):
+        raise TypeError("requests must be an iterable of Request")
+    copies = []
+    seen = set()
+    for request in requests:
+        if not isinstance(request, Request):
+            raise TypeError(f"requests must hold Request objects, got {type(request).__name__}")
+        if request.request_id in seen:
+            raise ValueError(f"request_id {request.request_id!r} appears twice in requests")
+        seen.add(request.request_id)
+        copies.append(dataclasses.replace(request))
+    return copies
+
+
+class _Run:
+    """State of one simulate() call."""
+
+    def __init__(self, scheduler: Scheduler, requests: List[Request], check_invariants: bool):
+        self.scheduler = scheduler
+        self.requests = requests
+        self.arrivals = sorted(requests, key=lambda r: r.arrival_step)  # stable: list order ties
+        self.next_arrival = 0
+        self.check_invariants = check_invariants
+        self.trace = Trace()
+        self.error: Optional[BaseException] = None
+        self.step = 0
+        self.iterations = 0
+
+    @property
+    def num_live(self) -> int:
+        counts = self.scheduler.counts
+        return counts["waiting"] + counts["running"] + counts["suspended"]
+
+    def execute_until(self, max_steps: int) -> None:
+        scheduler = self.scheduler
+        while self.step < max_steps:
+            if not self.num_live:
+                if self.next_arrival == len(self.arrivals):
+                    return
+                self.step = max(self.step, self.arrivals[self.next_arrival].arrival_step)
+                if self.step >= max_steps:
+                    return
+            self._submit_arrivals()
+            if not self.num_live:
+                continue
+            try:
+                batch = scheduler.schedule()
+            except ENGINE_ERRORS as exc:
+                self.error = exc
+                self.iterations += 1
+                self.trace.events.append(Event(self.step, "engine_stopped",
+                                               getattr(exc, "request_id", ""), str(exc)))
+                self._record(ScheduledBatch())
+                self.step += 1
+                return
+            self._execute(batch)
+            self.iterations += 1
+            self._record(batch)
+            if self.check_invariants:
+                self._check_invariants()
+            self.step += 1
+
+    def _submit_arrivals(self) -> None:
+        while (self.next_arrival < len(self.arrivals)
+               and self.arrivals[self.next_arrival].arrival_step <= self.step):
+            request = self.arrivals[self.next_arrival]
+            self.next_arrival += 1
+            verdict = self.scheduler.submit(request)
+            if not verdict.admitted:
+                request.end_step = self.step
+                self.trace.events.append(Event(self.step, "rejected", request.request_id,
+                                               verdict.reason))
+
+    def _execute(self, batch: ScheduledBatch) -> None:
+        step, events = self.step, self.trace.events
+        for request in batch.paused_requests:
+            events.append(Event(step, "suspended", request.request_id))
+        for request in batch.recompute_paused_requests:
+            events.append(Event(step, "recompute_paused", request.request_id,
+                                f"{request.context_len} context tokens to recompute"))
+        for request in batch.aborted_requests:
+            request.end_step = step
+            events.append(Event(step, "aborted", request.request_id, request.reason))
+        for request in batch.fitting_disagg_gen_init_requests:
+            self._mark_started(request)
+            request.context_current_position = request.prompt_len
+            self._produce_token(request)  # the context server's first token
+        for request in batch.context_requests:
+            self._mark_started(request)
+            request.context_current_position += request.context_chunk_size
+            if request.is_context_finished:
+                self._produce_token(request)
+        for request in batch.generation_requests:
+            if request.num_draft_tokens:  # every draft rejected: give their slots back
+                cache = self.scheduler.manager.get_cache(request)
+                cache.resize(cache.capacity - request.num_draft_tokens)
+            self._produce_token(request)
+
+    def _mark_started(self, request: Request) -> None:
+        if request.first_scheduled_step is None:
+            request.first_scheduled_step = self.step
+            self.trace.events.append(Event(self.step, "started", request.request_id))
+
+    def _produce_token(self, request: Request) -> None:
+        if request.num_generated < request.max_new_tokens:
+            request.num_generated += 1
+            if request.first_token_step is None:
+                request.first_token_step = self.step
+                self.trace.events.append(Event(self.step, "first_token", request.request_id))
+        if request.is_finished_generating:
+            self.scheduler.finish(request)
+            request.end_step = self.step
+            request.reason = (f"finished at step {self.step}: {request.num_generated} tokens "
+                              f"generated after a {request.prompt_len}-token prompt")
+            self.trace.events.append(Event(self.step, "finished", request.request_id))
+
+    def _record(self, batch: ScheduledBatch) -> None:
+        scheduler, manager = self.scheduler, self.scheduler.manager
+        counts = scheduler.counts
+        self.trace.steps.append(StepRecord(
+            self.step, manager.free_blocks, manager.total_blocks - manager.free_blocks,
+            scheduler.host_blocks_used, counts["running"], counts["waiting"], counts["suspended"],
+            len(batch.context_requests), len(batch.generation_requests), batch.num_tokens,
+            len(batch.paused_requests), len(batch.recompute_paused_requests),
+            counts["rejected"], counts["finished"], scheduler.stalled_passes))
+
+    def _check_invariants(self) -> None:
+        """The scheduler's invariants, plus: submitted == finished + rejected + waiting +
+        running (suspended counted as running), and nothing lost."""
+        self.scheduler.check_invariants()
+        counts = self.scheduler.counts
+        submitted = len(self.scheduler.submitted_requests)
+        assert submitted == self.next_arrival, "an arrival was not submitted"
+        assert submitted == (counts["finished"] + counts["rejected"] + counts["waiting"]
+                             + counts["running"] + counts["suspended"])
+        unsubmitted = self.arrivals[self.next_arrival:]
+        assert all(r.state == "waiting" and r.first_scheduled_step is None for r in unsubmitted)
+        assert submitted + len(unsubmitted) == len(self.requests), "a request was lost"
+
+    def result(self, max_steps: int) -> SimulationResult:
+        end_step = self.step
+        submitted_ids = {r.request_id for r in self.arrivals[:self.next_arrival]}
+        for request in self.requests:
+            if request.state in LIVE_STATES:
+                request.reason = self._unfinished_reason(
+                    request, request.request_id in submitted_ids, max_steps)
+        return SimulationResult(
+            status={r.request_id: STATUS_OF_STATE[r.state] for r in self.requests},
+            reasons={r.request_id: r.reason for r in self.requests},
+            error=self.error, trace=self.trace, requests={r.request_id: r for r in self.requests},
+            end_step=end_step, iterations=self.iterations)
+
+    def _unfinished_reason(self, request: Request, submitted: bool, max_steps: int) -> str:
+        if request.state == "waiting" and submitted:
+            geometry = self.scheduler.manager.geometry
+            detail = (f"refused in {request.num_refusals} scheduling passes; its context of "
+                      f"{request.context_len} tokens needs "
+                      f"{geometry.blocks_for_tokens(request.context_len)} blocks, the pool has "
+                      f"{self.scheduler.manager.total_blocks}")
+        elif submitted:
+            detail = f"{request.num_generated} of {request.max_new_tokens} tokens generated"
+        else:
+            detail = f"it arrives at step {request.arrival_step}"
+        if self.error is not None:
+            culprit = getattr(self.error, "request_id", None) == request.request_id
+            return (f"engine stopped at step {self.step - 1} by {type(self.error).__name__}"
+                    f"{' raised by this request' if culprit else ''} ({detail}): {self.error}")
+        if not submitted:
+            return f"not submitted: {detail}, and the run ended at max_steps={max_steps}"
+        return f"still {request.state} when the run ended at max_steps={max_steps}: {detail}"

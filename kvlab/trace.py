@@ -1,0 +1,84 @@
+"""The record of a run: per-step metrics and events, plain tuples until asked for a DataFrame.
+
+Each step appends one ``StepRecord`` and any number of ``Event`` tuples; nothing touches
+pandas until ``to_pandas`` / ``events_to_pandas`` is called at the edge, so a simulation
+pays nothing for the record beyond building the tuples.
+"""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple
+
+
+class StepRecord(NamedTuple):
+    """The state after one scheduler iteration and its execution."""
+
+    step: int
+    free_blocks: int
+    used_blocks: int
+    host_blocks: int            # pages held in the host tier by suspended requests
+    running: int                # holding a device cache
+    waiting: int                # submitted, no cache (suspended ones not counted here)
+    suspended: int
+    num_context: int            # context chunks scheduled this step
+    num_generation: int         # generation steps scheduled this step
+    tokens_scheduled: int
+    num_paused: int             # suspended this step
+    num_recompute_paused: int
+    rejected_total: int
+    finished_total: int
+    stalled_passes: int         # the stall detector's counter after this pass
+
+
+class Event(NamedTuple):
+    """Something that happened to one request at one step."""
+
+    step: int
+    kind: str                   # see EVENT_KINDS
+    request_id: str
+    detail: str = ""
+
+
+EVENT_KINDS = ("rejected", "started", "first_token", "finished", "suspended", "recompute_paused",
+               "aborted", "engine_stopped")
+
+
+class Trace:
+    """Step records and events of one run."""
+
+    def __init__(self):
+        self.steps: List[StepRecord] = []
+        self.events: List[Event] = []
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, index):
+        return self.steps[index]
+
+    def __iter__(self):
+        return iter(self.steps)
+
+    def column(self, name: str) -> list:
+        """One metric over the run, e.g. ``trace.column("free_blocks")``."""
+        if name not in StepRecord._fields:
+            raise ValueError(f"name must be one of {list(StepRecord._fields)}, got {name!r}")
+        position = StepRecord._fields.index(name)
+        return [record[position] for record in self.steps]
+
+    def events_at(self, step: int) -> List[Event]:
+        return [event for event in self.events if event.step == step]
+
+    def to_pandas(self):
+        """The step records as a DataFrame, one row per step."""
+        import pandas as pd
+
+        return pd.DataFrame(self.steps, columns=StepRecord._fields)
+
+    def events_to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.events, columns=Event._fields)
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self.steps)} steps, {len(self.events)} events)"

@@ -1,0 +1,135 @@
+"""Seeded request generators: fixed lists, Poisson arrivals, length distributions.
+
+Every random choice goes through ``numpy.random.default_rng(seed)``: the same arguments and
+seed give the same requests, on every platform numpy supports.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, List, Sequence, Union
+
+import numpy as np
+
+from ._validate import MAX_COUNT, check_float, check_int
+from .request import Request
+
+
+class LengthDistribution:
+    """A distribution of token counts; ``sample(rng, n)`` returns n ints >= 0."""
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Constant(LengthDistribution):
+    """Always ``value`` tokens."""
+
+    value: int
+
+    def __post_init__(self):
+        check_int("value", self.value, low=0, high=MAX_COUNT)
+
+    def sample(self, rng, n):
+        return np.full(n, self.value, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Uniform(LengthDistribution):
+    """Integers uniform in [low, high], both included."""
+
+    low: int
+    high: int
+
+    def __post_init__(self):
+        check_int("low", self.low, low=0, high=MAX_COUNT)
+        check_int("high", self.high, low=self.low, high=MAX_COUNT)
+
+    def sample(self, rng, n):
+        return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class LogNormal(LengthDistribution):
+    """exp(Normal(ln median, sigma)), rounded and clipped to [low, high]: the long-tailed
+    shape real prompt and output lengths have."""
+
+    median: float
+    sigma: float
+    low: int = 1
+    high: int = 1 << 20
+
+    def __post_init__(self):
+        check_float("median", self.median, low=0.0, high=float(MAX_COUNT), low_open=True)
+        check_float("sigma", self.sigma, low=0.0, high=10.0)
+        check_int("low", self.low, low=0, high=MAX_COUNT)
+        check_int("high", self.high, low=self.low, high=MAX_COUNT)
+
+    def sample(self, rng, n):
+        values = rng.lognormal(math.log(self.median), self.sigma, size=n)
+        return np.clip(np.rint(values), self.low, self.high).astype(np.int64)
+
+
+Lengths = Union[int, LengthDistribution]
+
+
+def _distribution(name: str, lengths: Lengths) -> LengthDistribution:
+    if isinstance(lengths, LengthDistribution):
+        return lengths
+    if isinstance(lengths, bool) or not isinstance(lengths, int):
+        raise TypeError(f"{name} must be an int or a LengthDistribution (Constant, Uniform, "
+                        f"LogNormal), got {lengths!r}")
+    return Constant(lengths)
+
+
+def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]:
+    """Requests from (prompt_len, max_new_tokens[, arrival_step]) tuples, named
+    ``{id_prefix}0``, ``{id_prefix}1``, ..."""
+    requests = []
+    for i, spec in enumerate(specs):
+        if not 2 <= len(spec) <= 3:
+            raise ValueError(f"specs[{i}] must be (prompt_len, max_new_tokens[, arrival_step]), "
+                             f"got {spec!r}")
+        requests.append(Request(f"{id_prefix}{i}", *spec))
+    return requests
+
+
+def poisson_arrivals(num_requests: int, rate: float, seed: int) -> np.ndarray:
+    """Arrival steps of a Poisson process of ``rate`` requests per step, starting at step 0."""
+    check_int("num_requests", num_requests, low=0, high=10_000_000)
+    check_float("rate", rate, low=0.0, high=1e6, low_open=True)
+    rng = np.random.default_rng(check_int("seed", seed, low=0, high=2**63 - 1))
+    times = np.cumsum(rng.exponential(1.0 / rate, size=num_requests))
+    if num_requests:
+        times -= times[0]
+    return np.floor(times).astype(np.int64)
+
+
+def poisson_workload(num_requests: int, rate: float, prompt_len: Lengths,
+                     max_new_tokens: Lengths, seed: int = 0, id_prefix: str = "r") -> List[Request]:
+    """``num_requests`` requests arriving as a Poisson process of ``rate`` per step, with
+    lengths drawn from the given distributions (an int means a constant). Prompt lengths are
+    at least 1."""
+    prompts_dist = _distribution("prompt_len", prompt_len)
+    outputs_dist = _distribution("max_new_tokens", max_new_tokens)
+    arrivals = poisson_arrivals(num_requests, rate, seed)
+    rng = np.random.default_rng([seed, 1])  # independent of the arrival stream
+    prompts = np.maximum(prompts_dist.sample(rng, num_requests), 1)
+    outputs = outputs_dist.sample(rng, num_requests)
+    return [Request(f"{id_prefix}{i}", int(p), int(g), int(a))
+            for i, (p, g, a) in enumerate(zip(prompts, outputs, arrivals))]
+
+
+#: The benchmark's standard mixed workload (benchmarks/scheduler_throughput.py).
+STANDARD_MIXED = dict(num_requests=2000, rate=0.3,
+                      prompt_len=LogNormal(median=512, sigma=1.0, low=16, high=8192),
+                      max_new_tokens=LogNormal(median=128, sigma=0.8, low=1, high=2048))
+
+
+def standard_mixed_workload(seed: int = 0) -> List[Request]:
+    """2,000 requests, Poisson arrivals at 0.3 per step (near saturation for 64 running requests
+    on a 64k-token pool: a few recompute pauses), log-normal prompts (median 512,
+    16..8192 tokens) and outputs (median 128, 1..2048 tokens)."""
+    return poisson_workload(seed=seed, **STANDARD_MIXED)

@@ -1,0 +1,172 @@
+"""Admission policies: registry, verdicts with numbers, and property tests under every policy."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvlab import (ADMISSION_POLICIES, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
+                   Scheduler, SchedulerDeadlock, make_admission, simulate)
+from kvlab.admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy,
+                             CapacityAdmission, SglangStyle, VllmStyle, demand_blocks)
+
+TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
+
+
+def manager(blocks, max_seq_len=4096, width="configured", slots=8):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        return KVCacheManager(TOY, blocks * TOY.bytes_per_block, max_seq_len, slots,
+                              page_index_policy=width)
+
+
+def test_registry_and_instances():
+    assert set(ADMISSION_POLICIES) == {"none", "capacity", "vllm", "sglang"}
+    assert isinstance(make_admission("capacity"), CapacityAdmission)
+    policy = SglangStyle(new_token_ratio=0.5)
+    assert make_admission(policy) is policy
+    with pytest.raises(ValueError, match=r"admission must be one of \['capacity', 'none', "
+                                         r"'sglang', 'vllm'\], got 'fcfs'"):
+        make_admission("fcfs")
+
+    class Broken(AdmissionPolicy):
+        preemption = "swap"
+
+    with pytest.raises(ValueError, match="preemption must be one of"):
+        make_admission(Broken())
+
+
+def test_capacity_classifies_now_later_and_never():
+    policy = CapacityAdmission()
+    mgr = manager(16)                                           # 16 blocks, width 1028
+    assert policy.classify(Request("ok", 20, 4), mgr) == (FITS_NOW, "")
+    holder = mgr.create_cache("holder")
+    holder.resize(40)                                           # 10 blocks held, 6 free
+    feasibility, reason = policy.classify(Request("later", 30, 4), mgr)
+    assert feasibility == TEMPORARILY_BLOCKED
+    assert reason.startswith("its context needs 8 blocks, 6 are free")
+    feasibility, reason = policy.classify(Request("never", 60, 8), mgr)
+    assert feasibility == NEVER_FITS
+    assert reason == ("Request requires 17 KV cache blocks to complete, which exceeds the total "
+                      "capacity of 16 blocks (60 prompt + 8 new tokens at 4 tokens per block)")
+    assert policy.admit(Request("later", 30, 4), mgr).admitted            # pressure: retried
+
+
+def test_capacity_rejects_beyond_the_page_index_span():
+    mgr = manager(64, max_seq_len=40)                           # width: ceil(41 / 4) -> 12
+    verdict = CapacityAdmission().admit(Request("long", 50, 4), mgr)
+    assert not verdict.admitted
+    assert verdict.reason.startswith("Request requires 14 KV cache blocks to complete, which "
+                                     "exceeds the page-index span of 12 entries")
+
+
+def test_capacity_rejects_only_the_request_that_can_never_fit():
+    requests = [Request(f"r{i}", 24, 8, arrival_step=i) for i in range(6)]
+    requests[2] = Request("giant", 60, 8, arrival_step=2)     # 17 blocks > 16
+    requests[4] = Request("long_output", 8, 60, arrival_step=4)
+    scheduler = Scheduler(manager(16), admission="capacity", max_num_tokens=256, max_batch_size=4)
+    result = simulate(scheduler, requests, max_steps=2000, check_invariants=True)
+    assert result.ids_with_status("rejected") == ["giant", "long_output"]
+    assert len(result.ids_with_status("finished")) == 4 and result.error is None
+
+
+def test_demand_counts_extra_and_draft_tokens():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        mgr = KVCacheManager(TOY, 16 * TOY.bytes_per_block, 64, 1, num_extra_kv_tokens=3)
+    assert demand_blocks(Request("r", 10, 2, num_draft_tokens=2), mgr) == 5   # 17 tokens
+
+
+def test_vllm_start_up_message_and_reservation():
+    with pytest.raises(ValueError) as info:
+        VllmStyle().check_startup(manager(16, max_seq_len=100))
+    assert str(info.value).startswith(
+        "To serve at least one request with the models's max seq len (100), (2.98e-06 GiB KV "
+        "cache is needed, which is larger than the available KV cache memory (1.91e-06 GiB). "
+        "Based on the available memory, the estimated maximum model length is 64.")
+    policy = VllmStyle(max_model_len=64, watermark=0.0)
+    policy.check_startup(manager(16))                           # fits: no error
+    mgr = manager(16)
+    assert policy.may_start(Request("a", 60, 1), mgr, [])       # 15 blocks + the null block
+    assert not policy.may_start(Request("b", 64, 1), mgr, [])   # 16: the null block is missing
+    with pytest.raises(ValueError, match=r"max_model_len must be in \[1, "):
+        VllmStyle(max_model_len=0)
+
+
+def test_vllm_prompt_over_the_usable_pool_blocks_the_queue_head():
+    scheduler = Scheduler(manager(16), admission=VllmStyle(max_model_len=64), max_num_tokens=256,
+                          stall_limit=30)
+    requests = [Request("head", 64, 4), Request("behind", 8, 4, arrival_step=1)]
+    result = simulate(scheduler, requests, max_steps=1000, check_invariants=True)
+    assert result.status == {"head": "waiting", "behind": "waiting"}     # FCFS: both stuck
+    assert isinstance(result.error, SchedulerDeadlock)          # kvlab keeps the V2 detector on
+
+
+def test_sglang_front_door_and_reservation():
+    mgr = manager(16, max_seq_len=4096)                         # 64 pool tokens
+    policy = SglangStyle(new_token_ratio=0.5)
+    assert SglangStyle.max_input_len(mgr) == 63 - 5
+    verdict = policy.admit(Request("long", 58, 1), mgr)
+    assert verdict.reason == ("Input length (58 tokens) exceeds the maximum allowed length (58 "
+                              "tokens). Use a shorter input or enable --allow-auto-truncate.")
+    assert policy.admit(Request("short", 57, 1), mgr).admitted
+    running = Request("running", 8, 80)
+    running.state = "running"
+    assert policy.may_start(Request("a", 20, 20), mgr, [])      # 20 + 10 <= 64
+    assert not policy.may_start(Request("a", 20, 20), mgr, [running])   # 30 > 64 - 40 reserved
+    with pytest.raises(ValueError, match=r"new_token_ratio must be in \[0.0, 1.0\]"):
+        SglangStyle(new_token_ratio=1.5)
+
+
+def test_sglang_aborts_the_last_request_with_nothing_to_retract():
+    scheduler = Scheduler(manager(8), admission=SglangStyle(new_token_ratio=0.1),
+                          max_num_tokens=64)                    # 20 + 4 reserved <= 32 tokens
+    result = simulate(scheduler, [Request("grows", 20, 40)], max_steps=200, check_invariants=True)
+    assert result.status["grows"] == "rejected" and result.error is None
+    assert result.reasons["grows"].startswith("aborted: out of KV cache memory with nothing left "
+                                              "to retract (needs 9 blocks; 0 free + 8 its own of 8)")
+
+
+# -- properties -------------------------------------------------------------------------------
+
+request_specs = st.lists(st.tuples(st.integers(1, 80), st.integers(0, 40), st.integers(0, 12)),
+                         min_size=1, max_size=8)
+
+
+def workload(specs):
+    return [Request(f"r{i}", prompt, new, arrival) for i, (prompt, new, arrival) in enumerate(specs)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=request_specs, blocks=st.integers(4, 24), admission=st.sampled_from(sorted(
+    ADMISSION_POLICIES)), width=st.sampled_from(["clamped", "configured"]),
+       chunked=st.booleans(), host=st.sampled_from([0, 6, None]), slots=st.integers(1, 4))
+def test_invariants_hold_under_every_policy(specs, blocks, admission, width, chunked, host, slots):
+    mgr = manager(blocks, max_seq_len=96, width=width, slots=slots)
+    policy = VllmStyle(max_model_len=blocks * 4) if admission == "vllm" else admission
+    scheduler = Scheduler(mgr, admission=policy, max_num_tokens=64, max_batch_size=3,
+                          stall_limit=40, chunked_prefill=chunked, host_cache_blocks=host)
+    result = simulate(scheduler, workload(specs), max_steps=600, check_invariants=True)
+    assert set(result.status) == {f"r{i}" for i in range(len(specs))}
+    assert set(result.status.values()) <= {"finished", "rejected", "waiting", "running"}
+    assert all(result.reasons.values())
+    if set(result.status.values()) <= {"finished", "rejected"}:
+        assert mgr.free_blocks == mgr.total_blocks and not mgr.caches   # nothing leaked
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=request_specs, blocks=st.integers(4, 24), width=st.sampled_from(["clamped",
+                                                                              "configured"]),
+       host=st.sampled_from([0, None]))
+def test_capacity_never_stalls_when_every_request_fits_alone(specs, blocks, width, host):
+    mgr = manager(blocks, max_seq_len=96, width=width, slots=3)
+    policy = CapacityAdmission()
+    requests = [r for r in workload(specs) if policy.admit(r, mgr).admitted]
+    scheduler = Scheduler(mgr, admission=policy, max_num_tokens=128, max_batch_size=3,
+                          stall_limit=200, host_cache_blocks=host)
+    result = simulate(scheduler, requests, max_steps=20_000, check_invariants=True)
+    assert result.error is None
+    assert set(result.status.values()) <= {"finished"}

@@ -1,0 +1,82 @@
+"""Closed-form phase verdicts: the seed's points, speed, and a random sample checked against
+full simulate() runs."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from kvlab import KVGeometry, simulate
+from kvlab.phase import (REGIMES, VERDICTS, PhaseSetup, phase_diagram, phase_scenario,
+                         phase_verdicts, verdict_of)
+
+
+def verdict(pool_blocks, context_len, regime, setup=PhaseSetup()):
+    return VERDICTS[phase_verdicts([pool_blocks], [context_len], regime, setup)[0, 0]]
+
+
+def test_the_seed_point():
+    """4 MiB = 64 blocks, an 8192-token context: crash, stall, reject; 256 tokens: ok."""
+    assert [verdict(64, 8192, regime) for regime in REGIMES] == ["crash", "stall", "reject"]
+    assert [verdict(64, 256, regime) for regime in REGIMES] == ["ok", "ok", "ok"]
+
+
+def test_growth_past_the_pool_stalls_and_past_the_row_crashes():
+    grows = PhaseSetup(max_new_tokens=200)                          # 2000 + 199 tokens: 69 blocks
+    assert verdict(64, 2000, "none/clamped", grows) == "stall"      # pool 64 < row 68
+    short_rows = PhaseSetup(max_seq_len=1024, max_new_tokens=200)
+    assert verdict(100, 1000, "none/clamped", short_rows) == "crash"  # row 36 < pool 100
+    assert verdict(100, 1000, "capacity", short_rows) == "reject"
+
+
+def test_a_64_by_64_grid_for_three_policies_is_fast():
+    pools = np.arange(1, 65) * 4
+    contexts = np.geomspace(32, 16384, 64).astype(int)
+    start = time.perf_counter()
+    diagram = phase_diagram(pools, contexts)
+    assert time.perf_counter() - start < 0.25
+    assert set(diagram) == set(REGIMES)
+    assert all(grid.shape == (64, 64) for grid in diagram.values())
+
+
+SETUPS = [PhaseSetup(),
+          PhaseSetup(max_seq_len=1024, max_new_tokens=150, num_extra_kv_tokens=3),
+          PhaseSetup(geometry=KVGeometry(1, 1, 8, tokens_per_block=16), max_seq_len=600,
+                     max_new_tokens=1, max_num_tokens=3000)]
+
+
+def sample_points(setup, seed, n=15):
+    """Pools of 1..200 blocks, contexts up to 2.5 pools long: every verdict shows up."""
+    rng = np.random.default_rng(seed)
+    pools = rng.integers(1, 200, size=n)
+    contexts = [int(rng.integers(1, 2.5 * pool * setup.geometry.tokens_per_block)) for pool in pools]
+    return list(zip(pools.tolist(), contexts))
+
+
+@pytest.mark.parametrize("setup_index", range(len(SETUPS)))
+@pytest.mark.parametrize("regime", list(REGIMES))
+def test_sampled_points_agree_with_full_simulations(regime, setup_index):
+    setup = SETUPS[setup_index]
+    for pool_blocks, context_len in sample_points(setup, seed=setup_index):
+        expected = verdict(pool_blocks, context_len, regime, setup)
+        scheduler, requests = phase_scenario(pool_blocks, context_len, regime, setup)
+        result = simulate(scheduler, requests, max_steps=2000, check_invariants=True)
+        assert verdict_of(result) == expected, (pool_blocks, context_len, result.reasons)
+
+
+def test_the_sample_covers_every_verdict():
+    seen = {verdict(pool, context, regime, setup)
+            for index, setup in enumerate(SETUPS) for regime in REGIMES
+            for pool, context in sample_points(setup, seed=index)}
+    assert seen == set(VERDICTS)
+
+
+def test_bad_phase_arguments():
+    with pytest.raises(ValueError, match="regime must be one of"):
+        phase_verdicts([8], [8], "vllm")
+    with pytest.raises(ValueError, match="pool_blocks and context_lens must hold ints >= 1"):
+        phase_verdicts([0], [8], "capacity")
+    with pytest.raises(ValueError, match="max_new_tokens must be in"):
+        PhaseSetup(max_new_tokens=-1)

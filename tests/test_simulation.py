@@ -1,0 +1,218 @@
+"""simulate(): the seed's cases end to end, the run's bookkeeping, the peers' styles."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, Request,
+                   Scheduler, SchedulerDeadlock, simulate)
+from kvlab.admission import VllmStyle
+from kvlab.trace import StepRecord
+from kvlab.workload import LogNormal, poisson_workload
+
+SMALL = [Request(f"s{i}", prompt_len=256, max_new_tokens=32, arrival_step=i) for i in range(3)]
+
+
+def seed_scheduler(seed_manager, policy, admission="none", **kwargs):
+    """The seed (4 MiB pool, max_seq_len 8192, batch size 1) under the contract's scheduler."""
+    kwargs.setdefault("stall_limit", 20)
+    return Scheduler(seed_manager(policy), admission=admission, max_num_tokens=8192,
+                     max_batch_size=8, **kwargs)
+
+
+def test_the_design_contract(seed_manager):
+    sched = Scheduler(seed_manager("configured"), admission="none", max_num_tokens=8192,
+                      max_batch_size=8, stall_limit=1000)
+    result = simulate(sched, [Request("big", prompt_len=8192, max_new_tokens=16),
+                              Request("s1", prompt_len=256, max_new_tokens=32)], max_steps=5000)
+    assert result.status["s1"] == "finished"
+    assert result.status["big"] == "waiting"
+    assert "8192 tokens needs 256 blocks, the pool has 64" in result.reasons["big"]
+    assert isinstance(result.error, SchedulerDeadlock) and isinstance(result.error, RuntimeError)
+    assert len(result.trace) == result.iterations
+    assert list(result.trace.to_pandas().columns) == list(StepRecord._fields)
+
+
+def test_clamped_width_crashes_the_engine_and_keeps_the_trace(seed_manager):
+    scheduler = seed_scheduler(seed_manager, "clamped")
+    requests = [Request("s0", 256, 32), Request("big", 8192, 16), Request("s1", 256, 32, 40)]
+    result = simulate(scheduler, requests, max_steps=5000, check_invariants=True)
+    # "big" waits behind s0 (one page-index slot, and 256 + 8192 tokens exceed the budget)
+    assert isinstance(result.error, PageIndexTooShort)
+    assert str(result.error) == "User-provided base page indices is too short"
+    assert result.status == {"s0": "finished", "big": "waiting", "s1": "waiting"}
+    assert result.requests["s0"].end_step == 31
+    assert len(result.trace) == 33 and result.trace[-1].step == 32   # the step that raised
+    assert result.trace.events[-1][:3] == (32, "engine_stopped", "big")
+    assert result.reasons["big"].startswith("engine stopped at step 32 by PageIndexTooShort "
+                                            "raised by this request (refused in 32 scheduling "
+                                            "passes; its context of 8192 tokens needs 256 blocks")
+    assert result.reasons["s1"].startswith("engine stopped at step 32 by PageIndexTooShort (it "
+                                           "arrives at step 40): User-provided base page")
+
+
+def test_configured_width_alone_deadlocks_at_the_stall_limit(seed_manager):
+    scheduler = seed_scheduler(seed_manager, "configured", stall_limit=7)
+    result = simulate(scheduler, [Request("big", 8192, 16)], max_steps=5000, check_invariants=True)
+    assert isinstance(result.error, SchedulerDeadlock)
+    assert "0 generation and 1 context request(s)" in str(result.error)
+    assert result.iterations == 7 and result.trace.column("stalled_passes") == list(range(1, 8))
+    assert result.trace[-1].free_blocks == 64                     # refused: nothing kept
+
+
+def test_configured_width_starves_beside_small_requests_that_finish(seed_manager):
+    scheduler = seed_scheduler(seed_manager, "configured", stall_limit=1000)
+    result = simulate(scheduler, [Request("big", 8192, 16)] + SMALL, max_steps=200,
+                      check_invariants=True)
+    assert result.error is None
+    assert [result.status[r.request_id] for r in SMALL] == ["finished"] * 3
+    assert result.status["big"] == "waiting"
+    assert result.requests["big"].num_refusals == result.iterations
+    assert "still waiting when the run ended at max_steps=200" in result.reasons["big"]
+    assert max(result.trace.column("stalled_passes")) < 1000
+
+
+def test_capacity_rejects_the_big_request_with_numbers_and_the_small_ones_finish(seed_manager):
+    for policy in ("clamped", "configured"):
+        scheduler = seed_scheduler(seed_manager, policy, admission="capacity")
+        result = simulate(scheduler, [Request("big", 8192, 16)] + SMALL, max_steps=5000,
+                          check_invariants=True)
+        assert result.error is None
+        assert result.status == {"big": "rejected", "s0": "finished", "s1": "finished",
+                                 "s2": "finished"}
+        assert result.reasons["big"].startswith(
+            "Request requires 257 KV cache blocks to complete, which exceeds the total capacity "
+            "of 64 blocks")
+
+
+def test_vllm_style_refuses_to_start_then_rejects_over_its_max_model_len(seed_manager):
+    with pytest.raises(ValueError, match=r"max seq len \(8192\).*estimated maximum model length "
+                                         r"is 2048"):
+        seed_scheduler(seed_manager, "configured", admission="vllm")
+    scheduler = seed_scheduler(seed_manager, "configured", admission=VllmStyle(max_model_len=2048))
+    result = simulate(scheduler, [Request("big", 8192, 16)] + SMALL, max_steps=5000,
+                      check_invariants=True)
+    assert result.status["big"] == "rejected"
+    assert result.reasons["big"].startswith("The decoder prompt (length 8192) is longer than the "
+                                            "maximum model length of 2048.")
+    assert all(result.status[r.request_id] == "finished" for r in SMALL)
+
+
+def test_sglang_style_rejects_at_the_front_door(seed_manager):
+    scheduler = seed_scheduler(seed_manager, "configured", admission="sglang")
+    result = simulate(scheduler, [Request("big", 8192, 16)] + SMALL, max_steps=5000,
+                      check_invariants=True)
+    assert result.reasons["big"].startswith("Input length (8192 tokens) exceeds the maximum "
+                                            "allowed length (2042 tokens).")
+    assert all(result.status[r.request_id] == "finished" for r in SMALL)
+
+
+def pressure_scheduler(admission, **kwargs):
+    geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=16)
+    manager = KVCacheManager(geometry, 64 * geometry.bytes_per_block, 1024, max_batch_size=16)
+    return Scheduler(manager, admission=admission, max_num_tokens=1024, max_batch_size=16,
+                     **kwargs)
+
+
+PRESSURE = poisson_workload(60, rate=1.0, prompt_len=LogNormal(120, 0.6, 8, 400),
+                            max_new_tokens=LogNormal(80, 0.6, 1, 300), seed=7)
+
+
+@pytest.mark.parametrize("admission, kwargs, preempted", [
+    ("none", dict(), "recomputes"),
+    ("none", dict(host_cache_blocks=None), "suspensions"),
+    ("capacity", dict(chunked_prefill=True), "recomputes"),
+    ("vllm", dict(), "recomputes"),
+    ("sglang", dict(), None),   # its reservation of predicted output kept the pool ahead
+])
+def test_every_style_finishes_a_workload_under_pressure(admission, kwargs, preempted):
+    result = simulate(pressure_scheduler(admission, **kwargs), PRESSURE, max_steps=20_000,
+                      check_invariants=True)
+    summary = result.summary()
+    assert result.error is None and summary["finished"] == len(PRESSURE)
+    assert preempted is None or summary[preempted] > 0             # the pool really was short
+    assert summary["goodput_tokens_per_step"] > 0
+
+
+def test_a_run_is_deterministic_and_leaves_the_callers_requests_alone():
+    requests = poisson_workload(30, rate=0.5, prompt_len=64, max_new_tokens=LogNormal(40, 1.0),
+                                seed=3)
+    before = [vars(r).copy() for r in requests]
+    first = simulate(pressure_scheduler("capacity"), requests, max_steps=5000)
+    second = simulate(pressure_scheduler("capacity"), requests, max_steps=5000)
+    assert [vars(r) for r in requests] == before
+    assert first.trace.steps == second.trace.steps and first.trace.events == second.trace.events
+    assert first.status == second.status and first.reasons == second.reasons
+
+
+def test_every_request_ends_with_a_status_and_a_reason():
+    requests = [Request("early", 64, 8), Request("late", 64, 8, arrival_step=50)]
+    result = simulate(pressure_scheduler("none"), requests, max_steps=5)
+    assert result.status == {"early": "running", "late": "waiting"}
+    assert result.reasons["early"] == ("still running when the run ended at max_steps=5: "
+                                       "5 of 8 tokens generated")
+    assert result.reasons["late"] == ("not submitted: it arrives at step 50, and the run ended "
+                                      "at max_steps=5")
+    frame = result.requests_to_pandas()
+    assert set(frame.request_id) == {"early", "late"} and frame.reason.str.len().min() > 0
+
+
+def test_idle_steps_are_skipped_until_the_next_arrival():
+    requests = [Request("a", 16, 2), Request("b", 16, 2, arrival_step=1000)]
+    result = simulate(pressure_scheduler("none"), requests, max_steps=5000)
+    assert result.trace.column("step") == [0, 1, 1000, 1001]
+    kinds = [(e.step, e.kind, e.request_id) for e in result.trace.events]
+    assert kinds[:3] == [(0, "started", "a"), (0, "first_token", "a"), (1, "finished", "a")]
+
+
+def test_draft_tokens_are_reserved_each_step_and_rewound():
+    scheduler = pressure_scheduler("none")
+    result = simulate(scheduler, [Request("spec", 15, 4, num_draft_tokens=3)], max_steps=100,
+                      check_invariants=True)
+    assert result.status["spec"] == "finished"
+    # 16-token blocks; each step reserves 1 + 3 tokens (19, 20 = 2 blocks), then rewinds the drafts
+    assert result.trace.column("used_blocks") == [1, 1, 2, 0]
+    assert result.requests["spec"].num_generated == 4
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda s: simulate(s, [Request("a", 4, 4)], max_steps=0), ValueError, "max_steps must be in"),
+    (lambda s: simulate(s, [Request("a", 4, 4), Request("a", 8, 4)]), ValueError, "appears twice"),
+    (lambda s: simulate(s, [("a", 4, 4)]), TypeError, "requests must hold Request objects"),
+    (lambda s: simulate(s, Request("a", 4, 4)), TypeError, "requests must be an iterable"),
+    (lambda s: simulate("scheduler", []), TypeError, "scheduler must be a Scheduler"),
+])
+def test_bad_simulate_arguments(call, error, text):
+    with pytest.raises(error, match=text):
+        call(pressure_scheduler("none"))
+
+
+def test_a_scheduler_runs_once():
+    scheduler = pressure_scheduler("none")
+    simulate(scheduler, [Request("a", 4, 4)])
+    with pytest.raises(ValueError, match="build a fresh Scheduler"):
+        simulate(scheduler, [Request("b", 4, 4)])
+
+
+def test_seed_warning_free_manager_for_the_contract():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MaxSeqLenClampWarning)
+        with pytest.raises(MaxSeqLenClampWarning):
+            KVCacheManager(KVGeometry(2, 2, 128, "float16", 32), 4 * 2**20, 8192, 1)
+
+
+def test_chunked_contexts_can_hold_each_other_up_as_in_the_modelled_code():
+    """Two prefills that each fit alone take turns until both hold part of the pool and neither
+    can grow: without the newer phase-2 ``preempt_for_pages`` (left out, see the scheduler's
+    docstring) nothing frees pages and the stall detector fires, even under "capacity"."""
+    geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
+    manager = KVCacheManager(geometry, 15 * geometry.bytes_per_block, 60, max_batch_size=3)
+    scheduler = Scheduler(manager, admission="capacity", max_num_tokens=17, max_batch_size=3,
+                          stall_limit=50, chunked_prefill=True)
+    requests = [Request("r0", 10, 16), Request("r1", 29, 0, 1), Request("r2", 45, 0)]
+    result = simulate(scheduler, requests, max_steps=5000, check_invariants=True)
+    assert isinstance(result.error, SchedulerDeadlock)
+    assert "0 generation and 2 context request(s)" in str(result.error)
+    assert result.status == {"r0": "finished", "r1": "running", "r2": "running"}

@@ -1,0 +1,69 @@
+"""Seeded workload generators: determinism, shapes, bounds and argument errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvlab import Request
+from kvlab.workload import (STANDARD_MIXED, Constant, LogNormal, Uniform, fixed, poisson_arrivals,
+                            poisson_workload, standard_mixed_workload)
+
+
+def test_fixed_names_requests_in_order():
+    requests = fixed([(8192, 16), (256, 32, 3)], id_prefix="q")
+    assert requests == [Request("q0", 8192, 16), Request("q1", 256, 32, 3)]
+    with pytest.raises(ValueError, match=r"specs\[0\] must be \(prompt_len, max_new_tokens"):
+        fixed([(1,)])
+
+
+def test_same_seed_same_requests_other_seed_other_requests():
+    make = lambda seed: poisson_workload(200, 0.5, LogNormal(256, 1.0), Uniform(1, 64), seed=seed)
+    assert make(5) == make(5)
+    assert make(5) != make(6)
+
+
+def test_poisson_arrivals_start_at_zero_and_match_the_rate():
+    arrivals = poisson_arrivals(20_000, rate=0.25, seed=1)
+    assert arrivals[0] == 0 and np.all(np.diff(arrivals) >= 0)
+    assert arrivals[-1] / len(arrivals) == pytest.approx(4.0, rel=0.05)
+    assert len(poisson_arrivals(0, rate=1.0, seed=1)) == 0
+
+
+def test_distributions_respect_their_bounds():
+    rng = np.random.default_rng(0)
+    assert set(Constant(7).sample(rng, 10)) == {7}
+    uniform = Uniform(3, 5).sample(rng, 1000)
+    assert uniform.min() == 3 and uniform.max() == 5
+    lognormal = LogNormal(median=100, sigma=2.0, low=10, high=500).sample(rng, 5000)
+    assert lognormal.min() == 10 and lognormal.max() == 500
+    assert np.median(LogNormal(median=100, sigma=0.5).sample(rng, 5000)) == pytest.approx(100, rel=0.05)
+
+
+def test_prompts_are_at_least_one_token_and_ints_mean_constants():
+    requests = poisson_workload(50, 1.0, prompt_len=Uniform(0, 3), max_new_tokens=9, seed=2)
+    assert min(r.prompt_len for r in requests) == 1
+    assert {r.max_new_tokens for r in requests} == {9}
+
+
+def test_standard_mixed_workload_is_the_stated_one():
+    requests = standard_mixed_workload(seed=0)
+    assert len(requests) == STANDARD_MIXED["num_requests"] == 2000
+    assert all(16 <= r.prompt_len <= 8192 and 1 <= r.max_new_tokens <= 2048 for r in requests)
+    assert requests == standard_mixed_workload(seed=0)
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda: poisson_workload(-1, 1.0, 8, 8), ValueError, "num_requests must be in [0, "),
+    (lambda: poisson_workload(5, 0.0, 8, 8), ValueError, "rate must be in (0.0, "),
+    (lambda: poisson_workload(5, 1.0, "long", 8), TypeError, "prompt_len must be an int or a "
+                                                             "LengthDistribution"),
+    (lambda: poisson_workload(5, 1.0, 8, 8, seed=-1), ValueError, "seed must be in [0, "),
+    (lambda: Uniform(5, 3), ValueError, "high must be in [5, "),
+    (lambda: LogNormal(median=0, sigma=1), ValueError, "median must be in (0.0, "),
+    (lambda: Constant(-1), ValueError, "value must be in [0, "),
+])
+def test_bad_workload_arguments_name_the_parameter(call, error, text):
+    with pytest.raises(error) as info:
+        call()
+    assert text in str(info.value)
