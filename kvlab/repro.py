@@ -59,7 +59,7 @@ class ReproResult:
             f"bytes per token : {self.bytes_per_token_formula}",
             f"pool            : {self.pool_bytes} B / {self.bytes_per_token} B = "
             f"{self.pool_bytes // self.bytes_per_token} tokens -> {self.total_blocks} blocks of {tpb} tokens "
-            f"({self.capacity_tokens} tokens)",
+            f"({self.total_blocks * tpb} tokens)",
             f"max_seq_len     : configured {self.configured_max_seq_len}, {clamp}",
             f"page-index row  : [{self.policy}] ceil(({width_len} + 1) / {tpb}) = {raw} -> "
             f"{self.max_blocks_per_seq} entries (table {self.page_index_bytes} B)",
@@ -127,3 +127,87 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
         page_index_bytes=mgr.page_index.nbytes, outcome=outcome, error=error,
         state_preserved=state_preserved, retry_tokens=retry_tokens, retry_ok=retry_ok,
         free_blocks_after=mgr.free_blocks)
+
+
+# --- small helpers for the notebooks and the widget panel (kvlab.widgets, notebooks 02-03) ---------
+
+def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str = "clamped",
+                           SMOKE=False, retry_tokens=32, max_batch_size=1) -> None:
+    """Validate a notebook's repro parameters, as papermill passes them; each error names the
+    parameter, its value and the accepted range (DESIGN.md, "Conventions")."""
+    from ._validate import check_choice
+    from .page_index import WIDTH_POLICIES
+
+    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    check_int("context", context, low=1, high=1 << 30)
+    check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
+    check_choice("policy", policy, WIDTH_POLICIES)
+    check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    check_int("max_batch_size", max_batch_size, low=1, high=1 << 16)
+    if not isinstance(SMOKE, bool):
+        raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})")
+
+
+def no_pool_reason(pool_mib: float, tokens_per_block: int = 32,
+                   geometry: Optional[KVGeometry] = None) -> Optional[str]:
+    """None when a pool of ``pool_mib`` MiB holds at least one page; otherwise why it holds none,
+    with the numbers (the manager would refuse to build such a pool)."""
+    geometry = geometry or seed_geometry(tokens_per_block)
+    quota = int(pool_mib * MIB)
+    if geometry.blocks_in(quota) > 0:
+        return None
+    return (f"no pool: {quota} B ({pool_mib:g} MiB) holds no page - one page of "
+            f"{geometry.tokens_per_block} tokens x {geometry.bytes_per_token} B takes "
+            f"{geometry.bytes_per_block} B")
+
+
+def page_index_price(max_seq_lens, batch_sizes, tokens_per_block: int = 32) -> list:
+    """Bytes of the host page-index table for each row-sizing max_seq_len and max_batch_size:
+    real ``PageIndexTable`` objects, measured with ``nbytes``. One dict per pair: max_seq_len,
+    width (max_blocks_per_seq), max_batch_size, slots, nbytes."""
+    from .page_index import PageIndexTable, max_blocks_per_seq
+
+    rows = []
+    for seq_len in max_seq_lens:
+        width = max_blocks_per_seq(seq_len, tokens_per_block)
+        for batch in batch_sizes:
+            table = PageIndexTable(batch, width)
+            rows.append({"max_seq_len": seq_len, "width": width, "max_batch_size": batch,
+                         "slots": table.slots, "nbytes": table.nbytes})
+            del table
+    return rows
+
+
+def sweep_repro(pool_mibs, contexts, policy: str = "clamped", tokens_per_block: int = 32) -> list:
+    """``run_repro`` over a grid, with the configured max_seq_len equal to the context (as in the
+    seed, where both are 8192). Cells whose pool holds no page are skipped. Returns ReproResults."""
+    results = []
+    for context in contexts:
+        for pool_mib in pool_mibs:
+            if no_pool_reason(pool_mib, tokens_per_block) is None:
+                results.append(run_repro(pool_mib, context, policy, tokens_per_block,
+                                         max_seq_len=context))
+    return results
+
+
+def traceback_chain(exc: BaseException) -> str:
+    """The calls an exception went through, one per line, innermost last, with file paths
+    shortened to the package (``kvlab/kv_cache.py``): the shape of the seed's chain
+    Scheduler -> resize_context -> native resize -> page-index check -> ValueError."""
+    import traceback
+    from pathlib import PurePath
+
+    lines = []
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        code = frame.f_code
+        name = getattr(code, "co_qualname", code.co_name)  # qualified names: Python 3.11+
+        parts = PurePath(code.co_filename).parts
+        where = ("/".join(parts[parts.index("kvlab"):]) if "kvlab" in parts
+                 else "notebook cell" if code.co_filename.startswith("<") or "ipykernel" in code.co_filename
+                 else PurePath(code.co_filename).name)
+        lines.append(f"{'  -> ' if lines else ''}{name}  ({where}, line {lineno})")
+    numbers = ""
+    if isinstance(exc, PageIndexTooShort):
+        numbers = f"  [needed {exc.needed_entries} entries, the row has {exc.available_entries}]"
+    lines.append(f"{'  -> ' if lines else ''}{type(exc).__name__}: {exc}{numbers}")
+    return "\n".join(lines)

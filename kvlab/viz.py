@@ -1,0 +1,428 @@
+"""Figures: pure functions from kvlab results to plotly ``go.Figure`` objects.
+
+Nothing here builds a widget or keeps state. Each figure comes twice: ``name_spec(...)`` returns
+the figure as a plain dict (``{"data": [...], "layout": {...}}``) and ``name_figure(...)`` the
+same as a ``go.Figure``. ``kvlab.widgets`` turns a spec into a ``FigureWidget`` once and then only
+patches it with :func:`update_figure` (plain dicts skip plotly's validation of a whole new
+figure, which costs more than the rest of an update). Every figure function returns the same
+traces (count, order and types) whatever its input, so a widget is updated in place, never
+rebuilt.
+
+One colour per outcome across every notebook (:data:`OUTCOME_COLORS`), from Paul Tol's
+colour-blind-safe "vibrant" and "high-contrast" sets; outcomes are also named in every label and
+hover text, so colour is never the only cue.
+
+:func:`show` displays a figure as a static bundle (plotly's JSON mime type, an HTML copy that
+loads plotly.js from its CDN, and a plain-text line), so an executed notebook holds a figure even
+when no frontend ran it (papermill) and nbconvert's HTML export shows it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Iterable, Mapping, Optional, Sequence
+
+import plotly.graph_objects as go
+
+#: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
+#: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
+OUTCOME_COLORS = {
+    "crash": "#CC3311",
+    "stall": "#EE7733",
+    "refused": "#DDAA33",
+    "reject": "#0077BB",
+    "ok": "#009988",
+}
+#: What each outcome means, for legends and hover text.
+OUTCOME_LABELS = {
+    "crash": "crash (ValueError)",
+    "stall": "stall (no progress)",
+    "refused": "refused (resize returned False)",
+    "reject": "rejected at admission",
+    "ok": "ok",
+}
+#: Colour for "not applicable" (no pool, no outcome).
+NEUTRAL_COLOR = "#BBBBBB"
+
+#: Page states in the pool page map. "missing" pages are drawn in the outcome's colour.
+PAGE_STATES = ("free", "held", "wanted", "missing")
+PAGE_STATE_LABELS = {
+    "free": "free page",
+    "held": "held by the request",
+    "wanted": "requested, not allocated",
+    "missing": "requested beyond the pool (no such page)",
+}
+PAGE_COLORS = {"free": "#E8E8E8", "held": OUTCOME_COLORS["ok"], "wanted": "#88CCEE"}
+#: Bars of the index-row figure that are not outcomes.
+ROW_COLOR = "#555555"
+POOL_COLOR = "#999999"
+
+#: Widths the page map stays readable at; beyond this one cell stands for several pages.
+MAX_PAGE_CELLS = 2048
+
+FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13)
+FIGURE_WIDTH = 720
+
+
+def outcome_color(outcome: Optional[str]) -> str:
+    """The colour of an outcome; neutral grey for None or an unknown name."""
+    return OUTCOME_COLORS.get(outcome or "", NEUTRAL_COLOR)
+
+
+def _base_layout(title: str, subtitle: str = "", **extra) -> dict:
+    """Shared look. No plotly template: resolving one costs ~10 ms a figure, too slow for a
+    widget that redraws on every slider step, so the few settings that matter are explicit."""
+    text = f"{title}<br><sup>{subtitle}</sup>" if subtitle else title
+    layout = dict(title=dict(text=text, x=0.0, xanchor="left", font=dict(size=16)),
+                  font=FONT, template=None, width=FIGURE_WIDTH, paper_bgcolor="white",
+                  plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
+                  hoverlabel=dict(font_size=12, bgcolor="white"))
+    for axis in ("xaxis", "yaxis"):
+        extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
+    layout.update(extra)
+    return layout
+
+
+AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, ticks="outside",
+                  tickcolor="#B0B6BE", automargin=True)
+
+
+def _fmt_bytes(n: float) -> str:
+    """1088 B, 272.5 KiB, 16.0 MiB: binary units, as the seed counts MiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _as_figure(spec_fn, name=None):
+    """``name_figure`` from ``name_spec``: the same arguments, a go.Figure instead of the plain
+    dict. Widgets use the ``_spec`` functions directly (no plotly validation on every update)."""
+
+    @functools.wraps(spec_fn)
+    def figure(*args, **kwargs) -> go.Figure:
+        return go.Figure(spec_fn(*args, **kwargs))
+
+    figure.__name__ = figure.__qualname__ = name or spec_fn.__name__.replace("_spec", "_figure")
+    figure.__signature__ = inspect.signature(spec_fn).replace(return_annotation="go.Figure")
+    figure.__doc__ = f"``{spec_fn.__name__}`` as a go.Figure (same arguments).\n\n{spec_fn.__doc__}"
+    return figure
+
+
+# --- the pool as a page map -------------------------------------------------------------------
+
+def _page_state(page: int, total_blocks: int, needed_blocks: int, allocated: bool) -> str:
+    if page < needed_blocks:
+        if page >= total_blocks:
+            return "missing"
+        return "held" if allocated else "wanted"
+    return "free"
+
+
+def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str], *,
+                    tokens_per_block: int = 32, title: Optional[str] = None,
+                    max_cells: int = MAX_PAGE_CELLS) -> dict:
+    """The pool as a grid of pages against what one request asked for.
+
+    Cells are the pool's ``total_blocks`` pages followed, when the request needs more, by the
+    pages it would need beyond the pool ("missing", drawn in the outcome's colour). A request
+    that was allocated (``outcome == "ok"``) holds its pages; otherwise they stay free and are
+    drawn as "requested, not allocated". Beyond ``max_cells`` cells, one cell stands for a power
+    of two of pages. Traces: one heatmap and one legend entry per page state (always 5).
+    """
+    total_blocks, needed_blocks = int(total_blocks), int(needed_blocks)
+    pages = max(total_blocks, needed_blocks, 1)
+    per_cell = 1
+    while math.ceil(pages / per_cell) > max_cells:
+        per_cell *= 2
+    cells = math.ceil(pages / per_cell)
+    cols = 32 if cells <= 512 else 64
+    rows = math.ceil(cells / cols)
+    allocated = outcome == "ok"
+    codes = {state: i for i, state in enumerate(PAGE_STATES)}
+    z, text = [], []
+    for r in range(rows):
+        zrow, trow = [], []
+        for c in range(cols):
+            cell = r * cols + c
+            first = cell * per_cell
+            if first >= pages:
+                zrow.append(None)
+                trow.append("")
+                continue
+            last = min(first + per_cell, pages) - 1
+            state = _page_state(first, total_blocks, needed_blocks, allocated)
+            where = f"page {first}" if first == last else f"pages {first}-{last}"
+            tokens = f"tokens {first * tokens_per_block}-{(last + 1) * tokens_per_block - 1}"
+            zrow.append(codes[state])
+            trow.append(f"{where} ({tokens})<br>{PAGE_STATE_LABELS[state]}")
+        z.append(zrow)
+        text.append(trow)
+    missing_color = outcome_color(outcome) if outcome not in (None, "ok") else NEUTRAL_COLOR
+    colors = [PAGE_COLORS["free"], PAGE_COLORS["held"], PAGE_COLORS["wanted"], missing_color]
+    n = len(colors)
+    colorscale = []
+    for i, color in enumerate(colors):
+        colorscale += [[i / n, color], [(i + 1) / n, color]]
+    heat = dict(type="heatmap", z=z, text=text, hovertemplate="%{text}<extra></extra>", colorscale=colorscale,
+                      zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1, ygap=1, name="pages",
+                      showlegend=False)
+    legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=PAGE_STATE_LABELS[state],
+                         marker=dict(symbol="square", size=12, color=color), hoverinfo="skip",
+                         showlegend=True)
+              for state, color in zip(PAGE_STATES, colors)]
+    beyond = max(0, needed_blocks - total_blocks)
+    scale = f"one cell = {per_cell} pages" if per_cell > 1 else "one cell = one page"
+    subtitle = (f"pool {total_blocks} pages = {total_blocks * tokens_per_block} tokens; request "
+                f"{needed_blocks} pages = {needed_blocks * tokens_per_block} tokens"
+                + (f"; {beyond} pages beyond the pool" if beyond else "") + f" ({scale})")
+    tick_step = max(1, math.ceil(rows / 8))
+    if title is None:
+        title = (f"KV pool: {total_blocks} pages of {tokens_per_block} tokens; "
+                 f"the request needs {needed_blocks}")
+    layout = _base_layout(
+        title, subtitle, height=190 + rows * (19 if cols == 32 else 9.5),
+        xaxis=dict(showgrid=False, showline=False, ticks="", range=[-0.5, cols - 0.5],
+                   constrain="domain", side="top", tickfont=dict(size=10), title=None),
+        yaxis=dict(title=dict(text="first page of row"), showgrid=False, showline=False, ticks="",
+                   autorange="reversed", scaleanchor="x", constrain="domain",
+                   tickvals=list(range(0, rows, tick_step)),
+                   ticktext=[str(r * cols * per_cell) for r in range(0, rows, tick_step)]),
+        legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12)),
+        margin=dict(l=70, r=30, t=100, b=50))
+    return {"data": [heat, *legend], "layout": layout}
+
+
+# --- the page-index row: entries needed against entries available -----------------------------
+
+def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional[str], *,
+                     tokens_per_block: int = 32, policy: Optional[str] = None,
+                     title: Optional[str] = None) -> dict:
+    """The request's page-index entries against the row's width and the pool's pages.
+
+    Three horizontal bars in one trace (always one trace): the row (``width`` entries), the pool
+    (``total_blocks`` pages) and the request (``needed`` entries, in the outcome's colour), with
+    a dashed line where the row ends and where the pool ends. The native resize checks the row
+    first: needed > width is the ValueError; then the pool: needed > pages is False.
+    """
+    width, needed, total_blocks = int(width), int(needed), int(total_blocks)
+    tpb = tokens_per_block
+    row_label = f"page-index row [{policy}]" if policy else "page-index row"
+    labels = [f"request: {needed} entries", f"pool: {total_blocks} pages", f"{row_label}: {width}"]
+    values = [needed, total_blocks, width]
+    verdict = ("more than the row holds: ValueError" if needed > width else
+               "fits the row, more than the pool: False" if needed > total_blocks else
+               "fits the row and the pool")
+    hovers = [f"request: {needed} entries = ceil(context / {tpb}) = {needed * tpb} tokens<br>{verdict}",
+              f"pool: {total_blocks} pages of {tpb} tokens = {total_blocks * tpb} tokens",
+              f"row width (max_blocks_per_seq): {width} entries = {width * tpb} tokens"]
+    bar = dict(type="bar", y=labels, x=values, orientation="h",
+                 marker=dict(color=[outcome_color(outcome), POOL_COLOR, ROW_COLOR]),
+                 hovertext=hovers, hovertemplate="%{hovertext}<extra></extra>", name="entries",
+                 cliponaxis=False)
+    top = max(values) * 1.12 or 1
+    shapes = [dict(type="line", x0=width, x1=width, y0=-0.5, y1=2.5, xref="x", yref="y",
+                   line=dict(color=ROW_COLOR, dash="dash", width=2)),
+              dict(type="line", x0=total_blocks, x1=total_blocks, y0=-0.5, y1=1.5, xref="x",
+                   yref="y", line=dict(color=POOL_COLOR, dash="dot", width=2))]
+    annotations = [dict(x=width, y=2.5, xref="x", yref="y", text=f"row ends: {width}",
+                        showarrow=False, yanchor="bottom", font=dict(color=ROW_COLOR, size=12)),
+                   dict(x=total_blocks, y=-0.5, xref="x", yref="y", text=f"pool ends: {total_blocks}",
+                        showarrow=False, yanchor="top", font=dict(color=POOL_COLOR, size=12))]
+    if title is None:
+        title = f"Page-index row: {needed} entries needed, {width} available"
+    subtitle = f"{OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}: {verdict}"
+    layout = _base_layout(
+        title, subtitle, height=300, shapes=shapes, annotations=annotations, showlegend=False,
+        bargap=0.35,
+        xaxis=dict(title=dict(text=f"entries = pages of {tpb} tokens"), range=[0, top],
+                   rangemode="tozero"),
+        yaxis=dict(title=None, automargin=True))
+    return {"data": [bar], "layout": layout}
+
+
+page_map_figure = _as_figure(page_map_spec)
+
+
+index_row_figure = _as_figure(index_row_spec)
+
+
+def repro_page_map_spec(result) -> dict:
+    """:func:`page_map_spec` of a ``kvlab.repro.ReproResult``."""
+    return page_map_spec(result.total_blocks, result.entries_needed, result.outcome,
+                         tokens_per_block=result.tokens_per_block)
+
+
+def repro_index_row_spec(result) -> dict:
+    """:func:`index_row_spec` of a ``kvlab.repro.ReproResult``."""
+    return index_row_spec(result.max_blocks_per_seq, result.entries_needed, result.total_blocks,
+                          result.outcome, tokens_per_block=result.tokens_per_block,
+                          policy=result.policy)
+
+
+repro_page_map = _as_figure(repro_page_map_spec, "repro_page_map")
+repro_index_row = _as_figure(repro_index_row_spec, "repro_index_row")
+
+
+# --- the price of a wider table ----------------------------------------------------------------
+
+#: Line colours for row widths: kept clear of the outcome colours (Tol "muted" set).
+WIDTH_LINE_COLORS = ("#332288", "#AA4499", "#88CCEE", "#999933", "#555555", "#CC6677")
+
+
+def table_price_spec(rows: Sequence[Mapping], *, labels: Optional[Mapping[int, str]] = None,
+                       compare: Optional[Sequence[int]] = None) -> dict:
+    """Host page-index table bytes against max_batch_size, one line per row width (log axes).
+
+    ``rows`` are ``kvlab.repro.page_index_price`` dicts. ``labels`` names widths (e.g.
+    ``{68: "clamped, seed"}``). ``compare = (narrow, wide)`` annotates the ratio of the two
+    widths' bytes at the largest batch size.
+    """
+    labels = dict(labels or {})
+    widths = sorted({r["width"] for r in rows})
+    traces = []
+    for i, width in enumerate(widths):
+        mine = sorted((r for r in rows if r["width"] == width), key=lambda r: r["max_batch_size"])
+        seq = mine[0]["max_seq_len"]
+        name = f"{width} entries (max_seq_len {seq})" + (f" - {labels[width]}" if width in labels else "")
+        hover = [f"width {width} entries, max_batch_size {r['max_batch_size']} "
+                 f"({r['slots']} slots)<br>{r['nbytes']:,} B = {_fmt_bytes(r['nbytes'])}" for r in mine]
+        traces.append(dict(type="scatter", x=[r["max_batch_size"] for r in mine], y=[r["nbytes"] for r in mine],
+                                 mode="lines+markers", name=name, hovertext=hover,
+                                 hovertemplate="%{hovertext}<extra></extra>",
+                                 line=dict(color=WIDTH_LINE_COLORS[i % len(WIDTH_LINE_COLORS)], width=2.5)))
+    annotations = []
+    subtitle = "bytes = (max_batch_size + 1 dummy) slots x 2 (K, V) x width x 4 B (int32)"
+    if compare:
+        narrow, wide = compare
+        big = max(r["max_batch_size"] for r in rows)
+        at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
+        if narrow in at and wide in at:
+            a, b = at[narrow]["nbytes"], at[wide]["nbytes"]
+            ratio = b / a
+            for r, side in ((at[narrow], "right"), (at[wide], "left")):
+                annotations.append(dict(x=math.log10(big), y=math.log10(r["nbytes"]), xref="x",
+                                        yref="y", text=f"{r['width']} entries: {_fmt_bytes(r['nbytes'])}",
+                                        showarrow=True, arrowhead=2, ax=-60, ay=-25 if side == "left" else 25,
+                                        font=dict(size=12)))
+            subtitle = (f"at max_batch_size {big}: {wide} vs {narrow} entries = {_fmt_bytes(b)} vs "
+                        f"{_fmt_bytes(a)}, x{ratio:.2f} the bytes ({wide}/{narrow})")
+    layout = _base_layout(
+        "The price of the wider row: host page-index table bytes", subtitle, height=460,
+        annotations=annotations,
+        xaxis=dict(title=dict(text="max_batch_size (sequences, log scale)"), type="log"),
+        yaxis=dict(title=dict(text="table bytes (pinned host int32, log scale)"), type="log"),
+        legend=dict(orientation="v", yanchor="top", y=0.98, x=0.02, bgcolor="rgba(255,255,255,0.8)"))
+    return {"data": traces, "layout": layout}
+
+
+table_price_figure = _as_figure(table_price_spec)
+
+
+# --- outcome map: one resize over pool sizes and context lengths ------------------------------
+
+def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
+    """Outcome of one resize for each (pool MiB, context) of ``kvlab.repro.sweep_repro``
+    results: a scatter of squares coloured by outcome, log axes. One trace per outcome in
+    ``("crash", "refused", "ok")``, always (empty ones included), so widgets can update it."""
+    results = list(results)
+    policies = sorted({r.policy for r in results})
+    traces = []
+    for outcome in ("crash", "refused", "ok"):
+        mine = [r for r in results if r.outcome == outcome]
+        hover = [f"pool {r.pool_bytes / (1 << 20):g} MiB ({r.total_blocks} pages), "
+                 f"context {r.context}<br>needs {r.entries_needed} entries, row {r.max_blocks_per_seq}"
+                 f"<br>{OUTCOME_LABELS[outcome]}" for r in mine]
+        traces.append(dict(type="scatter", x=[r.pool_bytes / (1 << 20) for r in mine], y=[r.context for r in mine],
+                                 mode="markers", name=f"{OUTCOME_LABELS[outcome]} ({len(mine)})",
+                                 marker=dict(symbol="square", size=11, color=OUTCOME_COLORS[outcome]),
+                                 hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    if title is None:
+        title = f"One resize, every pool and context [{', '.join(policies)}]"
+    layout = _base_layout(
+        title, "max_seq_len = context (the configured length), one sequence, seed geometry",
+        height=460,
+        xaxis=dict(title=dict(text="KV pool (MiB, log scale)"), type="log"),
+        yaxis=dict(title=dict(text="context (tokens, log scale)"), type="log"),
+        legend=dict(orientation="h", yanchor="top", y=-0.15, x=0))
+    return {"data": traces, "layout": layout}
+
+
+outcome_map_figure = _as_figure(outcome_map_spec)
+
+
+# --- widgets: update in place; static display -------------------------------------------------
+
+def update_figure(target: go.Figure, source) -> None:
+    """Make ``target`` (usually a FigureWidget on screen) show ``source``, in place.
+
+    ``source`` is a go.Figure or its ``to_plotly_json()`` dict. Only what changed since the last
+    update is sent (each trace's and the layout's top-level keys are compared with what this
+    function last applied to ``target``), all inside one ``batch_update`` (one message to the
+    frontend). The trace structure must match; every figure function here returns the same
+    traces whatever its input, so a widget never needs rebuilding. The template is left alone.
+    """
+    spec = source.to_plotly_json() if hasattr(source, "to_plotly_json") else source
+    data, layout = list(spec.get("data", [])), dict(spec.get("layout", {}))
+    target_types = [t.type for t in target.data]
+    source_types = [d.get("type", "scatter") for d in data]
+    if target_types != source_types:
+        raise ValueError("update_figure needs the same traces in the same order: target has "
+                         f"{target_types}, source {source_types}")
+    last = getattr(target, "_kvlab_applied", None) or {"data": [{} for _ in data], "layout": {}}
+    batch = target.batch_update() if hasattr(target, "batch_update") else _nullcontext()
+    with batch:
+        for trace, props, before in zip(target.data, data, last["data"]):
+            changed = {k: v for k, v in props.items()
+                       if k not in ("type", "uid") and before.get(k, _MISSING) != v}
+            if changed:
+                trace.update(changed, overwrite=True)
+        layout.pop("template", None)
+        changed = {k: v for k, v in layout.items() if last["layout"].get(k, _MISSING) != v}
+        if changed:
+            target.layout.update(changed, overwrite=True)
+    target._kvlab_applied = {"data": data, "layout": layout}
+
+
+_MISSING = object()
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def static_bundle(fig: go.Figure, *, html: bool = True) -> dict:
+    """A display bundle that needs no widget frontend: plotly's JSON mime type (JupyterLab,
+    VS Code), optionally an HTML copy that loads plotly.js from its CDN (nbconvert's HTML
+    export), and one plain-text line."""
+    fig = go.Figure(fig)
+    bundle = {"application/vnd.plotly.v1+json": fig.to_plotly_json(),
+              "text/plain": f"<Figure: {figure_title(fig)}>"}
+    if html:
+        bundle["text/html"] = figure_html(fig)
+    return bundle
+
+
+def figure_html(fig: go.Figure) -> str:
+    """The figure as an HTML fragment (plotly.js from its CDN)."""
+    return go.Figure(fig).to_html(include_plotlyjs="cdn", full_html=False,
+                                  config={"displaylogo": False, "responsive": True})
+
+
+def figure_title(fig: go.Figure) -> str:
+    """The figure's title without its subtitle or markup."""
+    text = fig.layout.title.text or ""
+    return text.split("<br>")[0]
+
+
+def show(fig: go.Figure) -> None:
+    """Display a figure statically (see :func:`static_bundle`), in Jupyter or under papermill."""
+    from IPython.display import display
+
+    display(static_bundle(fig), raw=True)

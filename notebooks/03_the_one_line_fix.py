@@ -1,0 +1,191 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · The one-line fix: a wider row, and a pool that is still too small
+#
+# Notebook 02 reproduced issue #21470's `ValueError` on one GPU: the page-index row was sized
+# from the **clamped** `max_seq_len` (68 entries for 2048 tokens), the request from the
+# **configured** one (256 entries for 8192 tokens). The seed's first candidate fix changed one
+# line: size the row from the configured length instead. This notebook follows that fix through
+# the allocator — where it works — and prices it. Whether it is enough for the *engine* is
+# Part 2's question (it is not: the seed, section 5, "A buffer fix is not a scheduling fix").
+
+# %% tags=["parameters"]
+pool_mib: float = 4.0  # the KV pool (quota) in MiB; the seed's 4
+context: int = 8192  # configured context length: max_seq_len and the request's tokens; the seed's 8192
+tokens_per_block: int = 32  # tokens per page (block); the seed's 32
+retry_tokens: int = 32  # the seed's manual retry after the refusal
+max_batch_size: int = 512  # the largest batch size priced in section 4
+SMOKE: bool = False  # True (CI): coarser sweeps
+
+# %%
+import inspect
+
+from kvlab import viz
+from kvlab.findings import Finding, report_findings
+from kvlab.page_index import max_blocks_per_seq, width_seq_len
+from kvlab.repro import check_repro_parameters, no_pool_reason, page_index_price, run_repro, sweep_repro
+from kvlab.scenarios import load_scenario
+
+# Bad parameters stop here, with a message naming the parameter.
+check_repro_parameters(pool_mib, context, tokens_per_block, SMOKE=SMOKE, retry_tokens=retry_tokens,
+                       max_batch_size=max_batch_size)
+if no_pool_reason(pool_mib, tokens_per_block):
+    raise ValueError(f"pool_mib={pool_mib}: {no_pool_reason(pool_mib, tokens_per_block)}")
+
+seed = load_scenario("rtx5080-4mib")
+SEED = seed.parameters
+IS_SEED = ((pool_mib, context, tokens_per_block, retry_tokens)
+           == (SEED.pool_mib, SEED.context_length, SEED.tokens_per_block, 32))
+print("parameters:", dict(pool_mib=pool_mib, context=context, tokens_per_block=tokens_per_block,
+                          retry_tokens=retry_tokens), "(the seed's)" if IS_SEED else "(not the seed's)")
+
+# %% [markdown]
+# ## 1. The line
+#
+# In kvlab the choice is a width policy: which `max_seq_len` sizes the row. `"clamped"` is the
+# historical code (since PR #12306); `"configured"` is the one-line fix.
+
+# %%
+print(inspect.getsource(width_seq_len))
+before = run_repro(pool_mib, context, "clamped", tokens_per_block, max_seq_len=context, retry_tokens=retry_tokens)
+after = run_repro(pool_mib, context, "configured", tokens_per_block, max_seq_len=context, retry_tokens=retry_tokens)
+raw = -(-(context + 1) // tokens_per_block)
+print(f"clamped    : row from max_seq_len {before.capacity_tokens} -> {before.max_blocks_per_seq} entries")
+print(f"configured : row from max_seq_len {context}: ceil(({context} + 1) / {tokens_per_block}) = {raw} "
+      f"-> multiple of 4 = {after.max_blocks_per_seq} entries")
+assert after.max_blocks_per_seq == -(-raw // 4) * 4 == max_blocks_per_seq(context, tokens_per_block)
+assert after.max_blocks_per_seq >= after.entries_needed  # the configured row always holds the request
+
+# %% [markdown]
+# ## 2. False instead of the exception
+#
+# Same pool, same request. The row now holds all the entries the request needs, so the native
+# resize gets past its buffer check to the pool check — and the pool is as small as before. A
+# resize that cannot get its pages returns **False with no side effects**: nothing allocated, the
+# cache's capacity and its row unchanged. The seed then retried a small resize by hand.
+
+# %%
+print(after.explain())
+print(f"state preserved after False: {after.state_preserved}")
+print(f"manual {after.retry_tokens}-token retry: {'succeeded' if after.retry_ok else 'failed'}; "
+      f"free pages after it: {after.free_blocks_after} of {after.total_blocks}")
+needed, blocks = after.entries_needed, after.total_blocks
+expected_after = "refused" if needed > blocks else "ok"
+assert after.outcome == expected_after and after.error is None
+if after.outcome == "refused":
+    assert after.state_preserved is True
+    retry_blocks = -(-retry_tokens // tokens_per_block)
+    assert after.retry_ok == (retry_blocks <= blocks)
+    assert after.free_blocks_after == blocks - (retry_blocks if after.retry_ok else 0)
+
+# %% [markdown]
+# The seed's table, "Original" against "Initial candidate":
+
+# %%
+rows = [("page-index width", before.max_blocks_per_seq, after.max_blocks_per_seq),
+        ("physical token capacity", before.capacity_tokens, after.capacity_tokens),
+        (f"{context}-token allocation", "ValueError" if before.outcome == "crash" else before.outcome,
+         "returns False" if after.outcome == "refused" else after.outcome),
+        ("cache state after refusal", "interrupted" if before.outcome == "crash" else before.state_preserved,
+         "preserved" if after.state_preserved else after.state_preserved),
+        (f"manual {retry_tokens}-token retry", "not reached" if before.outcome == "crash" else before.retry_ok,
+         "succeeded" if after.retry_ok else after.retry_ok)]
+print(f"{'observation':28} {'clamped (original)':>20} {'configured (fix)':>20}")
+for name, a, b in rows:
+    print(f"{name:28} {str(a):>20} {str(b):>20}")
+
+# %% [markdown]
+# ## 3. The picture: same pool, wider row
+#
+# The request now fits the row (the dashed line moved from 68 to 260) but still not the pool: its
+# bar turns amber, not green. Over every pool and context the fix turns every red cell amber —
+# and not one of them green.
+
+# %%
+viz.show(viz.repro_index_row(after))
+viz.show(viz.repro_page_map(after))
+
+# %%
+step = 1.0 if SMOKE else 0.5
+pools = [2 ** (k * step) for k in range(int(-2 / step), int(10 / step) + 1)]
+contexts = sorted({2 ** k for k in range(5, 18)} | ({3 * 2 ** k for k in range(4, 16)} if not SMOKE else set()))
+sweeps = {policy: sweep_repro(pools, contexts, policy, tokens_per_block) for policy in ("clamped", "configured")}
+for policy, sweep in sweeps.items():
+    viz.show(viz.outcome_map_figure(sweep, title=f"{policy} row: one resize over {len(sweep)} (pool, context) pairs"))
+pairs = list(zip(sweeps["clamped"], sweeps["configured"]))
+assert all((a.pool_bytes, a.context) == (b.pool_bytes, b.context) for a, b in pairs)
+assert not any(b.outcome == "crash" for _, b in pairs)  # the fix removes every ValueError ...
+assert all(b.outcome == "refused" for a, b in pairs if a.outcome == "crash")  # ... into a False
+assert all(a.outcome == b.outcome == "ok" for a, b in pairs if "ok" in (a.outcome, b.outcome))  # and saves none
+changed = sum(a.outcome != b.outcome for a, b in pairs)
+print(f"{changed} of {len(pairs)} pairs change outcome, all from crash to refused; none becomes ok")
+
+# %% [markdown]
+# ## 4. The price: a wider table for every slot
+#
+# The host page-index table is pinned int32 `[pools, (max_batch_size + 1) slots, 2, width]`, so
+# its bytes grow with the width times the batch size — for **every** sequence slot, not just the
+# long one. Sizing from the configured length makes the table as wide as the longest context the
+# engine accepts, however small the pool (and the review of the fix also raised the copy cost and
+# indexing limits of wider rows).
+
+# %%
+narrow, wide = before.max_blocks_per_seq, after.max_blocks_per_seq
+batch_sizes = sorted({2 ** k for k in range(0, max_batch_size.bit_length()) if 2 ** k <= max_batch_size} | {max_batch_size})
+if SMOKE:
+    batch_sizes = sorted({1, max_batch_size} | set(batch_sizes[::3]))
+seq_lens = sorted({before.capacity_tokens, context, 32768, 131072})
+price = page_index_price(seq_lens, batch_sizes, tokens_per_block)
+viz.show(viz.table_price_figure(price, labels={narrow: "clamped", wide: "configured"}, compare=(narrow, wide)))
+at = {(r["width"], r["max_batch_size"]): r["nbytes"] for r in price}
+for r in price:
+    assert r["nbytes"] == (r["max_batch_size"] + 1) * 2 * r["width"] * 4  # slots x (K, V) x width x int32
+b_narrow, b_wide = at[(narrow, max_batch_size)], at[(wide, max_batch_size)]
+print(f"max_batch_size {max_batch_size}: {narrow} entries -> {b_narrow:,} B; {wide} entries -> {b_wide:,} B "
+      f"(x{b_wide / b_narrow:.2f} = {wide}/{narrow})")
+assert b_wide * narrow == b_narrow * wide  # bytes are proportional to the width
+if IS_SEED and max_batch_size == 512:
+    assert (narrow, wide, b_narrow, b_wide) == (68, 260, 279_072, 1_067_040)
+
+# %% [markdown]
+# ## Part 2: through the scheduler
+#
+# *This part comes with the scheduler (`kvlab.scheduler`), which is not written yet.* It will
+# send the same request through the engine's scheduling loop with the wider row, where nobody
+# issues the smaller retry by hand.
+
+# %% [markdown]
+# ## Findings
+#
+# At the allocator's boundary the one-line fix is correct: no `ValueError`, a plain `False`,
+# the cache untouched, a small retry succeeds. It does not make the request fit — the pool holds
+# the same number of pages — and it widens the table for every slot.
+
+# %%
+scenario = seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb"
+findings = report_findings([
+    Finding(scenario=scenario, policy="clamped", outcome=before.outcome,
+            numbers=f"row {narrow} entries; {context} tokens need {needed}; {blocks} pages"),
+    Finding(scenario=scenario, policy="configured", outcome=after.outcome,
+            numbers=(f"row {wide} entries; {needed} needed > {blocks} pages -> False, state preserved "
+                     f"{after.state_preserved}, {retry_tokens}-token retry "
+                     f"{'ok' if after.retry_ok else 'failed'}; table x{wide / narrow:.2f} bytes "
+                     f"({b_narrow:,} -> {b_wide:,} B at batch {max_batch_size})")
+            if after.outcome == "refused" else f"row {wide} entries; {needed} of {blocks} pages allocated"),
+])
+if IS_SEED:
+    assert [f["outcome"] for f in findings] == ["crash", "refused"]

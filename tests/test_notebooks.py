@@ -1,0 +1,109 @@
+"""The walkthrough notebooks run headless under papermill, with their findings asserted inside
+them (DESIGN.md, "Conventions"); a failing cell becomes a test failure that names the cell."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from kvlab.findings import read_findings
+
+pytestmark = pytest.mark.notebook
+
+papermill = pytest.importorskip("papermill")
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NB02 = NOTEBOOKS / "02_single_gpu_repro_4mib.ipynb"
+NB03 = NOTEBOOKS / "03_the_one_line_fix.ipynb"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def execute(src: Path, out_dir: Path, **parameters):
+    """Run ``src`` with papermill (SMOKE on unless given); return (executed notebook, seconds)."""
+    parameters.setdefault("SMOKE", True)
+    out = out_dir / src.name
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(str(src), str(out), parameters=parameters, kernel_name="python3",
+                                   store_widget_state=False, progress_bar=False, cwd=str(src.parent))
+    except papermill.PapermillExecutionError as exc:
+        source = (exc.source or "").strip().splitlines()
+        pytest.fail(f"{src.name} with {parameters}: cell {exc.cell_index} (execution count "
+                    f"{exc.exec_count}, starting {source[0] if source else ''!r}) raised "
+                    f"{exc.ename}: {exc.evalue}", pytrace=False)
+    return nbformat.read(out, as_version=4), time.perf_counter() - start
+
+
+def outputs(nb, mime: str) -> list:
+    return [o["data"][mime] for c in nb.cells for o in c.get("outputs", []) if mime in o.get("data", {})]
+
+
+@pytest.fixture(scope="module")
+def nb02(tmp_path_factory):
+    """Notebook 02 at its defaults (the seed) with SMOKE on, executed once for the module."""
+    return execute(NB02, tmp_path_factory.mktemp("nb02"))
+
+
+@pytest.fixture(scope="module")
+def nb03(tmp_path_factory):
+    """Notebook 03 at its defaults (the seed) with SMOKE on, executed once for the module."""
+    return execute(NB03, tmp_path_factory.mktemp("nb03"))
+
+
+def test_notebook_02_reproduces_the_crash(nb02):
+    nb, seconds = nb02
+    findings = read_findings(nb)
+    assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [("rtx5080-4mib", "clamped", "crash")]
+    numbers = findings[0]["numbers"]
+    for text in ("2048 B/token", "64 blocks = 2048 tokens", "row 68 entries", "need 256 entries"):
+        assert text in numbers
+    assert seconds < 120, f"notebook 02 took {seconds:.0f} s"
+
+
+def test_notebook_02_holds_static_figures_and_the_live_panel(nb02):
+    nb, _ = nb02
+    figures = outputs(nb, PLOTLY_MIME)
+    assert len(figures) >= 4  # page map, index row, the panel's static copy, the outcome map
+    titles = [f["layout"]["title"]["text"] for f in figures]
+    assert any(t.startswith("KV pool: 64 pages of 32 tokens; the request needs 256") for t in titles)
+    assert any(t.startswith("Page-index row: 256 entries needed, 68 available") for t in titles)
+    panel = [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})]
+    assert len(panel) == 1
+    assert "kvlab-verdict" in panel[0]["data"]["text/html"]  # the fallback a frontend-less viewer shows
+    assert "User-provided base page indices is too short" in panel[0]["data"]["text/plain"]
+    streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "KVCacheManager.resize_context" in streams and "-> KVCache.resize" in streams
+    assert "PageIndexTooShort: User-provided base page indices is too short" in streams
+
+
+def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
+    nb, seconds = nb03
+    findings = read_findings(nb)
+    assert [(f["policy"], f["outcome"]) for f in findings] == [("clamped", "crash"), ("configured", "refused")]
+    assert "row 260 entries" in findings[1]["numbers"] and "x3.82" in findings[1]["numbers"]
+    assert "279,072 -> 1,067,040 B at batch 512" in findings[1]["numbers"]
+    titles = [f["layout"]["title"]["text"] for f in outputs(nb, PLOTLY_MIME)]
+    assert any(t.startswith("The price of the wider row") for t in titles)
+    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
+    assert "## Part 2: through the scheduler" in headings
+    assert seconds < 120, f"notebook 03 took {seconds:.0f} s"
+
+
+def test_notebook_02_follows_its_parameters(tmp_path):
+    """A 64 MiB pool holds 8192 tokens: no clamp, a 260-entry row, the resize succeeds."""
+    nb, _ = execute(NB02, tmp_path, pool_mib=64, context=8192)
+    (finding,) = read_findings(nb)
+    assert (finding["scenario"], finding["outcome"]) == ("64MiB-8192tok-32tpb", "ok")
+    assert "1024 blocks = 32768 tokens" in finding["numbers"] and "row 260 entries" in finding["numbers"]
+
+
+def test_notebook_02_refuses_a_bad_parameter_by_name(tmp_path):
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        papermill.execute_notebook(str(NB02), str(tmp_path / "bad.ipynb"), parameters={"pool_mib": -1},
+                                   kernel_name="python3", store_widget_state=False, progress_bar=False,
+                                   cwd=str(NB02.parent))
+    assert info.value.ename == "ValueError" and "pool_mib" in info.value.evalue

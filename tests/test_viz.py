@@ -1,0 +1,165 @@
+"""kvlab.viz: the figures carry the seed's numbers, keep their trace structure, update in place."""
+
+from __future__ import annotations
+
+import re
+
+import plotly.graph_objects as go
+import pytest
+
+from kvlab import PageIndexTable, viz
+from kvlab.page_index import max_blocks_per_seq
+from kvlab.repro import page_index_price, run_repro, sweep_repro
+
+FREE, HELD, WANTED, MISSING = range(4)  # viz.PAGE_STATES order
+
+
+def cells(fig) -> list:
+    """The page map's cell codes, row-major, without the padding of the last row."""
+    return [v for row in fig.data[0].z for v in row if v is not None]
+
+
+def test_outcome_colors_are_distinct_hex_colours_for_every_outcome():
+    assert set(viz.OUTCOME_COLORS) == {"crash", "stall", "refused", "reject", "ok"}
+    assert len(set(viz.OUTCOME_COLORS.values())) == 5
+    assert all(re.fullmatch(r"#[0-9A-F]{6}", c) for c in viz.OUTCOME_COLORS.values())
+    assert set(viz.OUTCOME_LABELS) == set(viz.OUTCOME_COLORS)
+    assert viz.outcome_color(None) == viz.outcome_color("unknown") == viz.NEUTRAL_COLOR
+
+
+def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs():
+    fig = viz.repro_page_map(run_repro(4, 8192))
+    z = cells(fig)
+    assert len(z) == 256  # max(pool pages, pages needed)
+    assert z.count(WANTED) == 64 and z.count(MISSING) == 192  # nothing allocated: it crashed
+    assert z.count(HELD) == 0 and z.count(FREE) == 0
+    title = fig.layout.title.text
+    assert "64 pages of 32 tokens" in title and "needs 256" in title
+    assert "192 pages beyond the pool" in title and "one cell = one page" in title
+    # the pages beyond the pool take the crash colour, in the colour scale and the legend
+    assert fig.data[0].colorscale[-1][1] == viz.OUTCOME_COLORS["crash"]
+    assert fig.data[4].marker.color == viz.OUTCOME_COLORS["crash"]
+    assert "page 0 (tokens 0-31)" in fig.data[0].text[0][0]
+
+
+def test_page_map_of_an_allocated_request_holds_its_pages():
+    result = run_repro(32, 8192)  # 512 pages, 256 needed
+    assert result.outcome == "ok"
+    z = cells(viz.repro_page_map(result))
+    assert len(z) == 512 and z.count(HELD) == 256 and z.count(FREE) == 256
+
+
+def test_page_map_of_a_refusal_uses_the_refused_colour():
+    fig = viz.repro_page_map(run_repro(4, 8192, "configured"))
+    assert fig.data[0].colorscale[-1][1] == viz.OUTCOME_COLORS["refused"]
+    assert cells(fig).count(MISSING) == 192
+
+
+def test_page_map_groups_pages_beyond_max_cells():
+    fig = viz.page_map_figure(65536, 16384, "ok", tokens_per_block=8)
+    z = cells(fig)
+    assert len(z) <= viz.MAX_PAGE_CELLS
+    assert "one cell = 32 pages" in fig.layout.title.text
+    assert z.count(HELD) == 16384 // 32
+
+
+def test_page_map_without_a_pool_is_all_missing_in_neutral_grey():
+    fig = viz.page_map_figure(0, 256, None)
+    assert set(cells(fig)) == {MISSING}
+    assert fig.data[0].colorscale[-1][1] == viz.NEUTRAL_COLOR
+
+
+def test_index_row_shows_68_available_and_256_needed_for_the_seed():
+    fig = viz.repro_index_row(run_repro(4, 8192))
+    bar = fig.data[0]
+    assert list(bar.x) == [256, 64, 68]
+    assert bar.marker.color[0] == viz.OUTCOME_COLORS["crash"]
+    assert "256 entries needed, 68 available" in fig.layout.title.text
+    assert {s.x0 for s in fig.layout.shapes} == {68, 64}  # where the row and the pool end
+    assert any("row ends: 68" == a.text for a in fig.layout.annotations)
+    assert "ValueError" in fig.layout.title.text  # the subtitle names the failure
+
+
+def test_index_row_of_the_one_line_fix_shows_260_and_a_refusal():
+    fig = viz.repro_index_row(run_repro(4, 8192, "configured"))
+    assert list(fig.data[0].x) == [256, 64, 260]
+    assert fig.data[0].marker.color[0] == viz.OUTCOME_COLORS["refused"]
+    assert "[configured]" in fig.data[0].y[2]
+
+
+@pytest.mark.parametrize("fn,inputs", [
+    (viz.page_map_spec, [(64, 256, "crash"), (512, 256, "ok"), (0, 256, None), (65536, 16384, "ok")]),
+    (viz.index_row_spec, [(68, 256, 64, "crash"), (260, 256, 64, "refused"), (0, 1, 0, None)]),
+])
+def test_figures_keep_their_trace_structure_whatever_the_input(fn, inputs):
+    shapes = {tuple(t["type"] for t in fn(*args)["data"]) for args in inputs}
+    assert len(shapes) == 1
+
+
+def test_page_index_price_measures_real_tables():
+    rows = page_index_price([2048, 8192], [1, 512])
+    assert [(r["width"], r["max_batch_size"], r["nbytes"]) for r in rows] == [
+        (68, 1, 1088), (68, 512, 279_072), (260, 1, 4160), (260, 512, 1_067_040)]
+    for r in rows:
+        assert r["nbytes"] == PageIndexTable(r["max_batch_size"], r["width"]).nbytes
+        assert r["width"] == max_blocks_per_seq(r["max_seq_len"], 32)
+
+
+def test_table_price_figure_has_a_line_per_width_with_the_bytes_and_the_ratio():
+    rows = page_index_price([2048, 8192, 131072], [1, 8, 64, 512])
+    fig = viz.table_price_figure(rows, labels={68: "clamped", 260: "configured"}, compare=(68, 260))
+    assert len(fig.data) == 3
+    by_width = {int(t.name.split()[0]): t for t in fig.data}
+    assert set(by_width) == {68, 260, 4100}
+    assert list(by_width[260].y) == [r["nbytes"] for r in rows if r["width"] == 260]
+    assert "clamped" in by_width[68].name and "configured" in by_width[260].name
+    assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
+    assert "x3.82" in fig.layout.title.text  # 260 / 68
+    assert {a.text for a in fig.layout.annotations} == {"68 entries: 272.5 KiB", "260 entries: 1.0 MiB"}
+    assert "1,067,040 B" in by_width[260].hovertext[-1]
+
+
+def test_outcome_map_counts_outcomes_with_three_fixed_traces():
+    sweep = sweep_repro([1, 4, 64], [1024, 8192, 65536], "clamped")
+    fig = viz.outcome_map_figure(sweep)
+    assert [t.marker.color for t in fig.data] == [viz.OUTCOME_COLORS[o] for o in ("crash", "refused", "ok")]
+    total = sum(len(t.x) for t in fig.data)
+    assert total == len(sweep) == 9
+    crash = fig.data[0]
+    assert (4.0, 8192) in set(zip(crash.x, crash.y))  # the seed's cell crashes
+    empty = viz.outcome_map_figure([])
+    assert len(empty.data) == 3
+
+
+def test_update_figure_patches_a_figure_widget_in_place():
+    widget = go.FigureWidget(viz.repro_index_row(run_repro(4, 8192)))
+    bar = widget.data[0]
+    viz.update_figure(widget, viz.repro_index_row_spec(run_repro(4, 8192, "configured")))
+    assert widget.data[0] is bar and len(widget.data) == 1
+    assert list(widget.data[0].x) == [256, 64, 260]
+    assert "260 available" in widget.layout.title.text
+    viz.update_figure(widget, viz.repro_index_row(run_repro(32, 8192)))  # a go.Figure works too
+    assert list(widget.data[0].x) == [256, 512, 260]
+    with pytest.raises(ValueError, match="same traces"):
+        viz.update_figure(widget, viz.repro_page_map(run_repro(4, 8192)))
+
+
+def test_update_figure_sends_only_what_changed():
+    widget = go.FigureWidget(viz.repro_index_row(run_repro(4, 8192)))
+    spec = viz.repro_index_row_spec(run_repro(4, 8192, "configured"))
+    viz.update_figure(widget, spec)
+    sent = []
+    widget.data[0].on_change(lambda *args: sent.append(args), "x")
+    viz.update_figure(widget, spec)  # identical: nothing to send
+    assert sent == []
+    viz.update_figure(widget, viz.repro_index_row_spec(run_repro(32, 8192)))
+    assert len(sent) == 1  # the callback does see a real change
+
+
+def test_static_bundle_needs_no_frontend():
+    fig = viz.repro_page_map(run_repro(4, 8192))
+    bundle = viz.static_bundle(fig)
+    assert bundle["application/vnd.plotly.v1+json"]["data"][0]["type"] == "heatmap"
+    assert "cdn.plot.ly" in bundle["text/html"] and "Plotly.newPlot" in bundle["text/html"]
+    assert bundle["text/plain"] == "<Figure: KV pool: 64 pages of 32 tokens; the request needs 256>"
+    assert "text/html" not in viz.static_bundle(fig, html=False)

@@ -1,0 +1,197 @@
+"""kvlab.widgets, headless: set a control's value, read the FigureWidgets and the verdict."""
+
+from __future__ import annotations
+
+import asyncio
+
+import ipywidgets as W
+import plotly.graph_objects as go
+import pytest
+
+from kvlab import viz
+from kvlab.widgets import Debouncer, Panel, context_choices, repro_panel, verdict_html
+
+HELD = 1
+
+
+@pytest.fixture
+def panel():
+    return repro_panel()  # the seed: 4 MiB, 8192 tokens, 32 tokens per block, clamped
+
+
+def row(panel):
+    return list(panel.figures["row"].data[0].x)
+
+
+def test_the_seed_crashes_with_the_native_message(panel):
+    assert panel.outcome == "crash"
+    assert "ValueError: User-provided base page indices is too short" in panel.verdict_text
+    assert "256 page-index entries, the row has 68" in panel.verdict_text
+    assert row(panel) == [256, 64, 68]
+    assert viz.OUTCOME_COLORS["crash"] in panel.verdict.value
+
+
+def test_controls_drive_figures_and_verdict_as_the_model_says(panel):
+    pool_fig, row_fig = panel.figures["pool"], panel.figures["row"]
+    traces = [len(pool_fig.data), len(row_fig.data)]
+    bar = row_fig.data[0]
+
+    panel.controls["policy"].value = "configured"  # the one-line fix
+    assert panel.outcome == "refused"
+    assert "resize returned False" in panel.verdict_text
+    assert row(panel) == [256, 64, 260]
+
+    panel.controls["pool_mib"].value = 32.0  # 512 pages: the request fits
+    assert panel.outcome == "ok" and panel.verdict_text.startswith("allocated")
+    assert row(panel) == [256, 512, 260]
+    z = [v for r in pool_fig.data[0].z for v in r if v is not None]
+    assert z.count(HELD) == 256 and len(z) == 512
+
+    panel.controls["context"].value = 131072  # 4096 pages: the row holds them, the pool does not
+    assert panel.outcome == "refused"
+    assert row(panel) == [4096, 512, 4100]
+    # updated in place: the same widgets, the same traces
+    assert panel.figures["pool"] is pool_fig and panel.figures["row"] is row_fig
+    assert [len(pool_fig.data), len(row_fig.data)] == traces and row_fig.data[0] is bar
+
+
+def test_tokens_per_block_changes_the_page_arithmetic(panel):
+    panel.controls["tokens_per_block"].value = 64
+    assert row(panel) == [128, 32, 36]  # 8192/64 needed; 4 MiB / (2048 B x 64) pages; ceil(2049/64)=33 -> 36
+    assert panel.outcome == "crash"
+
+
+def test_a_pool_below_one_page_gets_a_verdict_not_a_traceback(panel):
+    panel.controls["pool_mib"].value = 2.0 ** -6  # 16 KiB < one 64 KiB page
+    assert panel.error is None and panel.outcome is None
+    assert panel.verdict_text.startswith("no pool: 16384 B")
+    assert row(panel) == [256, 0, 0]
+    assert panel.figures["pool"].layout.title.text.startswith("No pool")
+    panel.controls["tokens_per_block"].value = 8  # 16 KiB now holds one page of 8 tokens
+    assert panel.model.result.total_blocks == 1
+    assert panel.outcome == "crash" and row(panel) == [1024, 1, 4]  # row: ceil((8 + 1) / 8) -> 4
+
+
+def test_set_changes_several_controls_and_recomputes_once(panel):
+    before = panel.updates
+    panel.set(pool_mib=64.0, policy="configured", context=4096)
+    assert panel.updates == before + 1
+    assert panel.values == {"pool_mib": 64.0, "context": 4096, "tokens_per_block": 32, "policy": "configured"}
+    assert panel.outcome == "ok"
+    with pytest.raises(ValueError, match="unknown control"):
+        panel.set(pool=1)
+
+
+def test_a_compute_error_is_shown_and_the_figures_stay():
+    slider = W.IntSlider(value=1, min=0, max=10)
+
+    def compute(values):
+        if values["x"] == 0:
+            raise ZeroDivisionError("x must not be 0")
+        return values["x"]
+
+    p = Panel({"x": slider}, compute,
+              lambda x: {"f": {"data": [{"type": "bar", "x": [x], "y": [1]}], "layout": {}}},
+              lambda x: ("ok", verdict_html("ok", f"x = {x}")), title="t")
+    slider.value = 3
+    assert list(p.figures["f"].data[0].x) == [3] and p.verdict_text == "x = 3"
+    slider.value = 0
+    assert isinstance(p.error, ZeroDivisionError) and p.outcome is None
+    assert "cannot compute: ZeroDivisionError: x must not be 0" in p.verdict_text
+    assert list(p.figures["f"].data[0].x) == [3]
+    slider.value = 5
+    assert p.error is None and list(p.figures["f"].data[0].x) == [5]
+
+
+def test_debouncer_runs_synchronously_without_an_event_loop():
+    seen = []
+    d = Debouncer(lambda: seen.append(1), wait_s=0.05)
+    for _ in range(3):
+        d()
+    assert (d.calls, d.runs, len(seen)) == (3, 3, 3) and not d.pending
+
+
+def test_debouncer_coalesces_a_burst_inside_an_event_loop():
+    state = {"value": 0}
+    seen = []
+    d = Debouncer(lambda: seen.append(state["value"]), wait_s=0.05)
+
+    async def burst():
+        for value in range(1, 11):
+            state["value"] = value
+            d()
+        assert seen == [1]  # the leading edge ran at once ...
+        assert d.pending  # ... the other nine are folded into one trailing run
+        await asyncio.sleep(0.15)
+        assert seen == [1, 10]  # which saw the final value
+        assert not d.pending
+        state["value"] = 11
+        d()  # a quiet period has passed: runs at once again
+        assert seen == [1, 10, 11]
+        state["value"] = 12
+        d()
+        assert d.flush() and seen == [1, 10, 11, 12]  # flush applies a pending run now
+        assert not d.flush()
+
+    asyncio.run(burst())
+    assert d.calls == 12 and d.runs == 4
+
+
+def test_debouncer_with_zero_wait_runs_every_call_even_in_a_loop():
+    seen = []
+    d = Debouncer(lambda: seen.append(1), wait_s=0)
+
+    async def burst():
+        for _ in range(5):
+            d()
+
+    asyncio.run(burst())
+    assert len(seen) == 5
+
+
+def test_debouncer_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="fn must be callable"):
+        Debouncer(None)
+    with pytest.raises(ValueError, match="wait_s"):
+        Debouncer(lambda: None, wait_s=-1)
+
+
+def test_panel_coalesces_slider_drags_inside_an_event_loop():
+    async def drag():
+        p = repro_panel(wait_s=0.05)
+        start = p.updates
+        for value in (8.0, 16.0, 32.0, 64.0, 2.0, 4.0, 32.0):
+            p.controls["pool_mib"].value = value
+        assert p.updates == start + 1  # the first change ran; the rest wait for the window
+        await asyncio.sleep(0.15)
+        assert p.updates == start + 2
+        assert p.values["pool_mib"] == 32.0 and p.outcome == "ok"
+        assert list(p.figures["row"].data[0].x) == [256, 512, 260]  # 32 MiB: not clamped
+
+    asyncio.run(drag())
+
+
+def test_panel_displays_the_widget_with_a_static_fallback(panel):
+    bundle = panel._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == panel.widget.model_id
+    assert bundle["application/vnd.plotly.v1+json"]["data"][0]["type"] == "heatmap"
+    assert "kvlab-verdict" in bundle["text/html"] and bundle["text/html"].count("Plotly.newPlot") == 2
+    assert "ValueError" in bundle["text/plain"]
+    assert isinstance(panel.widget, W.VBox)
+    assert all(isinstance(f, go.FigureWidget) for f in panel.figures.values())
+
+
+def test_repro_panel_checks_its_arguments_and_widens_the_pool_slider():
+    with pytest.raises(ValueError, match="policy"):
+        repro_panel(policy="wide")
+    with pytest.raises(ValueError, match="pool_mib"):
+        repro_panel(pool_mib=0)
+    big = repro_panel(pool_mib=4096.0, context=5000)
+    assert big.values["pool_mib"] == 4096.0 and big.values["context"] == 5000
+    assert big.model.result.pool_bytes == 4096 * 2**20
+
+
+def test_context_choices_are_log_spaced_and_include_extras():
+    choices = context_choices([5000])
+    assert choices[0] == 32 and choices[-1] == 131072 and 5000 in choices and 8192 in choices
+    assert choices == sorted(set(choices))
