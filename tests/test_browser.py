@@ -1,0 +1,158 @@
+"""Real JupyterLab in real Chromium: notebook 02's panel reacts to its sliders (marker ``ui``).
+
+JupyterLab runs on 127.0.0.1 with a random token over a temporary copy of the notebooks;
+playwright drives the system Chromium (never ``playwright install``), runs all cells through
+``window.jupyterapp``, moves the pool-size and context-length sliders with the keyboard and
+checks that the verdict and the figure change. A screenshot is kept under
+build/test-artifacts/ when the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+NOTEBOOK = "02_single_gpu_repro_4mib.ipynb"
+ARTIFACTS = REPO / "build" / "test-artifacts"
+
+pytestmark = [pytest.mark.ui, pytest.mark.timeout(300)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_server(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"jupyter lab did not answer within {timeout_s} s")
+
+
+@pytest.fixture
+def jupyter_lab(tmp_path):
+    """A JupyterLab server over a copy of notebook 02; yields (base_url, token)."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: the ui test needs the system Chromium "
+                    "(scripts/setup.sh installs it with 'apt-get install chromium')")
+    root = tmp_path / "lab"
+    root.mkdir()
+    shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.expose_app_in_browser=True", "--ServerApp.open_browser=False"],
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "lab.log").open("w"), env=env,
+        start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_for_server(f"{base}/api/status?token={token}", proc)
+        yield base, token
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _verdict(page) -> str:
+    return page.locator(".jupyter-widgets .kvlab-verdict").first.inner_text()
+
+
+def _figure_data(page) -> str:
+    """The plotted data of the panel's first figure, as JSON (plotly keeps it on the DOM node)."""
+    return page.evaluate("""() => {
+        const plot = document.querySelector('.jupyter-widgets .js-plotly-plot');
+        return plot ? JSON.stringify(plot.data.map(t => [t.x, t.y, t.z, t.text])) : null;
+    }""")
+
+
+def _move_slider(page, description: str, presses: int) -> None:
+    slider = page.locator(".widget-slider", has=page.locator(f"label:text-is('{description}')")).first
+    handle = slider.locator(".noUi-handle").first
+    handle.focus()
+    for _ in range(presses):
+        handle.press("ArrowRight")
+
+
+def _wait_change(page, read, before, timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = read(page)
+        if now != before:
+            return now
+        time.sleep(0.2)
+    raise AssertionError(f"nothing changed within {timeout_s} s (still {before!r:.200})")
+
+
+def test_notebook_02_panel_follows_its_sliders(jupyter_lab, request):
+    try:  # imported here so that `pytest -m "not ui"` runs without the ui extra
+        import playwright.sync_api as playwright_sync
+    except ImportError:
+        pytest.fail("the ui test needs playwright: pip install -e '.[ui]'")
+    base, token = jupyter_lab
+    with playwright_sync.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+            "--disable-background-networking", "--disable-component-update", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1600, "height": 1200})
+        try:
+            page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
+            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                                   " && window.jupyterapp.shell.currentWidget.sessionContext"
+                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+                                   timeout=90_000)
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            verdict = page.locator(".jupyter-widgets .kvlab-verdict").first
+            verdict.wait_for(timeout=120_000)
+            verdict.scroll_into_view_if_needed()
+            first = _verdict(page)
+            assert "ValueError" in first, first
+            figure_before = _figure_data(page)
+            assert figure_before is not None, "the panel's figure did not render"
+
+            # 4 MiB -> 32 MiB: three doublings at step 0.5 on a base-2 log slider
+            _move_slider(page, "pool (MiB)", 6)
+            second = _wait_change(page, _verdict, first)
+            assert "allocated" in second, second
+            figure_after_pool = _wait_change(page, _figure_data, figure_before)
+
+            # a longer context than 32 MiB holds (16384 tokens) is refused again
+            _move_slider(page, "context", 6)
+            third = _wait_change(page, _verdict, second)
+            assert "allocated" not in third, third
+            _wait_change(page, _figure_data, figure_after_pool)
+        except BaseException:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
