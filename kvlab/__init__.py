@@ -10,7 +10,8 @@ from .pool import PagePool
 from .request import Request
 from .admission import ADMISSION_POLICIES, AdmissionPolicy, Verdict, make_admission
 from .scheduler import ScheduledBatch, Scheduler, SchedulerDeadlock
-from .simulation import SimulationResult, simulate
+from .simulation import Engine, SimulationResult, simulate
+from .distributed import DistributedResult, Fault, RankResult, RunConfig, run_ranks
 from .trace import Trace
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "Request", "max_blocks_per_seq",
     "ADMISSION_POLICIES", "AdmissionPolicy", "ScheduledBatch", "Scheduler", "SchedulerDeadlock",
     "SimulationResult", "Trace", "Verdict", "make_admission", "simulate",
+    "Engine", "DistributedResult", "Fault", "RankResult", "RunConfig", "run_ranks",
 ]

@@ -3,6 +3,11 @@
 ``kvlab repro``        the 4 MiB single-GPU repro: arithmetic and outcome of one resize;
                        exit 0 allocated, 3 refused (False), 4 crashed (ValueError)
 ``kvlab walkthrough``  execute the notebooks with papermill into build/ and print the findings
+``kvlab scenario NAME`` run a multi-rank scenario (``issue-21470``: the 16 x GB300 report) as
+                       real rank processes over torch.distributed (``--in-process``: threads);
+                       prints each rank's pool and outcome and how the run ended; exit 0 every
+                       rank finished, 3 requests left unfinished at max_steps, 4 the engine went
+                       down (a rank raised; every rank shut down), 5 a rank died or hung
 
 Bad arguments exit 2 with a usage line and no traceback.
 """
@@ -19,6 +24,8 @@ from .page_index import WIDTH_POLICIES
 
 #: Exit codes of ``kvlab repro``, one per allocator outcome.
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
+#: Exit codes of ``kvlab scenario``, one per way a multi-rank run ends.
+SCENARIO_EXIT_CODES = {"completed": 0, "unfinished": 3, "shut down": 4, "died": 5, "hung": 5}
 
 
 def _parameter(text: str):
@@ -34,7 +41,7 @@ def _parameter(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvlab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough,scenario}")
 
     repro = sub.add_parser("repro", help="the 4 MiB single-GPU repro of issue #21470",
                            description="Resize one cache to --context tokens on a pool of "
@@ -61,6 +68,26 @@ def build_parser() -> argparse.ArgumentParser:
     walk.add_argument("--build-dir", type=Path, default=Path("build"), help="output folder (default build)")
     walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
     walk.set_defaults(handler=_walkthrough, subparser=walk)
+
+    from .distributed import BACKENDS, MAX_RANKS, POLICIES
+
+    scen = sub.add_parser("scenario", help="run a multi-rank scenario (issue-21470) over torch.distributed",
+                          description="Run NAME (a scenario with a deployment block, e.g. "
+                          "issue-21470) on --ranks rank processes; exit 0 every rank finished, "
+                          "3 requests unfinished, 4 the engine went down, 5 a rank died or hung.")
+    scen.add_argument("name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path")
+    scen.add_argument("--ranks", type=int, default=None,
+                      help=f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)")
+    scen.add_argument("--policy", choices=sorted(POLICIES), default="clamped",
+                      help="clamped (the report), configured (the one-line fix), admission "
+                      "(PR #21720); default clamped")
+    scen.add_argument("--backend", choices=BACKENDS, default="gloo",
+                      help="gloo (CPU) or nccl (one GPU per rank); default gloo")
+    scen.add_argument("--in-process", action="store_true",
+                      help="run the ranks as threads of this process (no torch.distributed)")
+    scen.add_argument("--timeout", type=float, default=120.0,
+                      help="seconds before hung ranks are killed (default 120)")
+    scen.set_defaults(handler=_scenario, subparser=scen)
     return parser
 
 
@@ -78,7 +105,8 @@ def _repro(args, parser) -> int:
 
 
 def _walkthrough(args, parser) -> int:
-    from .walkthrough import NOTEBOOK_DIR, run_notebook, summary_table, walkthrough_notebooks
+    from .walkthrough import (NOTEBOOK_DIR, image_server, run_notebook, summary_table,
+                              walkthrough_notebooks)
 
     notebooks = [p for p in walkthrough_notebooks(args.notebook_dir or NOTEBOOK_DIR)
                  if not args.only or any(p.name.startswith(o) for o in args.only)]
@@ -88,13 +116,32 @@ def _walkthrough(args, parser) -> int:
     if args.smoke:
         parameters["SMOKE"] = True
     runs = []
-    for path in notebooks:
-        print(f"running {path.name} ...", flush=True)
-        runs.append(run_notebook(path, args.build_dir, parameters))
+    with image_server():
+        for path in notebooks:
+            print(f"running {path.name} ...", flush=True)
+            runs.append(run_notebook(path, args.build_dir, parameters))
     print()
     print(summary_table(runs))
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
     return 1 if any(run.error for run in runs) else 0
+
+
+def _scenario(args, parser) -> int:
+    from .distributed import run_ranks, scenario_config
+    from .scenarios import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(args.name)
+        config = scenario_config(scenario, args.ranks, args.policy)
+        print(f"{scenario.title}\n{scenario.gpu} x {config.world_size}, policy {args.policy}", flush=True)
+        result = run_ranks(config, backend=args.backend, in_process=args.in_process,
+                           timeout_s=args.timeout)
+    except (ScenarioError, ValueError, TypeError) as exc:
+        parser.error(str(exc))
+    print(result.explain())
+    unfinished = any(s in ("waiting", "running") for r in result.ranks for s in r.status.values())
+    ended = "unfinished" if result.ended == "completed" and unfinished else result.ended
+    return SCENARIO_EXIT_CODES[ended]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -10,9 +10,15 @@ tests load it by name::
 
 The schema is declarative. Each field of :class:`Scenario` and :class:`ScenarioParameters` carries
 its check in its ``metadata["spec"]``; a field without a default is required, one with a default
-is optional. To extend the schema (the multi-rank scenario of issue #21470 will add ranks and
-a memory budget), add a field with a spec and a default at the end of the dataclass, and name
-any new expected quantity in :data:`EXPECTED`. Nothing else changes.
+is optional. To extend the schema, add a field with a spec and a default at the end of the
+dataclass, and name any new expected quantity in :data:`EXPECTED`. Nothing else changes.
+
+Two optional blocks carry a multi-rank deployment (``issue_21470_16x_gb300.yaml``):
+``deployment`` (:class:`Deployment`: ranks, per-rank memory budget, scheduler settings and the
+requests; its memory budget replaces ``parameters.pool_mib``, which is required otherwise), and
+``assumptions``: for every number the source leaves unstated, ``field.path: {value, range,
+why}``. An assumption must name a field the file sets, repeat its value, and keep it inside its
+range (``[low, high]`` for a number, the alternatives for a string).
 
 Files are read with PyYAML's safe loader after a pass over the parsed node tree that refuses
 YAML tags (``!!python/object`` and friends), anchors/aliases and duplicate keys. Every problem
@@ -30,11 +36,11 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import yaml
 
-from kvlab._validate import MAX_COUNT, check_choice, check_int
+from kvlab._validate import MAX_COUNT, check_choice, check_float, check_int
 from kvlab.geometry import DTYPE_BYTES
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
@@ -110,6 +116,65 @@ class Text:
 
 
 @dataclass(frozen=True)
+class Float:
+    low: float
+    high: float
+    low_open: bool = False
+
+    def __str__(self):
+        return f"a number in {'(' if self.low_open else '['}{self.low}, {self.high}]"
+
+    def check(self, where: str, value) -> float:
+        return check_float(where, value, low=self.low, high=self.high, low_open=self.low_open)
+
+
+@dataclass(frozen=True)
+class Bool:
+    def __str__(self):
+        return "true or false"
+
+    def check(self, where: str, value) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{where} must be true or false, got {value!r} ({type(value).__name__})")
+        return value
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A plain number or string (an assumption's value)."""
+
+    def __str__(self):
+        return "a number or a string"
+
+    def check(self, where: str, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(f"{where} must be {self}, got {value!r} ({type(value).__name__})")
+        return value
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items all pass ``item`` (a spec or a Record); a tuple."""
+
+    item: Any
+    min_len: int = 1
+
+    def __str__(self):
+        return f"a list of at least {self.min_len} item(s), each {self.item}"
+
+
+@dataclass(frozen=True)
+class MappingOf:
+    """A mapping from names matching ``key`` to values that all pass ``value``; a dict."""
+
+    key: Text
+    value: Any
+
+    def __str__(self):
+        return f"a mapping from {self.key} to {self.value}"
+
+
+@dataclass(frozen=True)
 class Record:
     """A mapping whose keys are the fields of a dataclass; built into that dataclass."""
 
@@ -154,6 +219,16 @@ def _join(where: str, name) -> str:
 
 
 def _parse(check, value, file, where: str):
+    if isinstance(check, ListOf):
+        if not isinstance(value, list) or len(value) < check.min_len:
+            raise ScenarioError(file, where, f"{where} must be {check}, got {value!r}")
+        return tuple(_parse(check.item, item, file, f"{where}[{i}]") for i, item in enumerate(value))
+    if isinstance(check, MappingOf):
+        if not isinstance(value, dict):
+            raise ScenarioError(file, where, f"{where} must be {check}, got {value!r}")
+        for key in value:
+            _parse(check.key, key, file, _join(where, key))
+        return {key: _parse(check.value, item, file, _join(where, key)) for key, item in value.items()}
     if not isinstance(check, (Record, Table)):
         try:
             return check.check(where, value)
@@ -179,11 +254,13 @@ def _parse(check, value, file, where: str):
 # --- the schema ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # keyword-only: pool_mib (optional) comes first
 class ScenarioParameters:
     """The configuration an experiment ran (names follow TensorRT-LLM's where it has one)."""
 
-    pool_mib: int = spec(Int(1, 1 << 20))  # KV pool (quota) per rank, MiB; at most 1 TiB
+    # KV pool (quota) per rank, MiB; at most 1 TiB. Optional only in a scenario with a
+    # `deployment`, whose memory budget sets the pool (checked by load_scenario).
+    pool_mib: Optional[int] = spec(Int(1, 1 << 20), default=None)
     num_layers: int = spec(Int(1, MAX_SHAPE))  # attention layers holding KV
     num_kv_heads: int = spec(Int(1, MAX_SHAPE))
     head_dim: int = spec(Int(1, MAX_SHAPE))
@@ -196,10 +273,75 @@ class ScenarioParameters:
 
     @property
     def pool_bytes(self) -> int:
+        if self.pool_mib is None:
+            raise ValueError("this scenario sets no pool_mib: its deployment's memory budget "
+                             "sets each rank's pool (kvlab.distributed.rank_budget)")
         return self.pool_mib * 2**20
 
 
 NAME = Text(r"[a-z0-9][a-z0-9_.-]*", "a lower-case file stem: letters, digits, '_', '.', '-'")
+
+
+@dataclass(frozen=True)
+class DeployedRequest:
+    """One request of a deployment's workload; ``rank`` pins it to an attention-DP rank (the
+    real ``SchedulingParams.attention_dp_rank`` with ``attention_dp_relax=False``)."""
+
+    id: str = spec(Text(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a request id: letters, digits, '_', '.', '-'"))
+    prompt_len: int = spec(Int(1, MAX_TOKENS))
+    max_new_tokens: int = spec(Int(0, MAX_TOKENS))
+    arrival_step: int = spec(Int(0, 1 << 20), default=0)
+    rank: Optional[int] = spec(Int(0, 1023), default=None)
+
+
+@dataclass(frozen=True)
+class BackgroundRequests:
+    """``count`` short requests routed by the balancer: prompts spread evenly over
+    [prompt_len_min, prompt_len_max], ``per_step`` arriving per step from step 0."""
+
+    count: int = spec(Int(0, 1 << 16))
+    prompt_len_min: int = spec(Int(1, MAX_TOKENS))
+    prompt_len_max: int = spec(Int(1, MAX_TOKENS))
+    max_new_tokens: int = spec(Int(0, MAX_TOKENS))
+    per_step: int = spec(Int(1, 1 << 16))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A multi-rank deployment: topology, one rank's memory budget, scheduler settings and the
+    workload. Memory in GiB per rank; the budget follows ``KvCacheCreator._cal_max_memory``
+    (REFERENCE.md §1): weights (``parameters.model_weights_bytes``) + MoE workspace +
+    activation peak + non-torch memory make the peak. Rank r's workspace is
+    ``workspace_gib + workspace_skew_gib * r / (ranks - 1)``."""
+
+    ranks: int = spec(Int(1, 1024))
+    attention_dp: bool = spec(Bool())
+    expert_parallel_size: int = spec(Int(1, 1024))
+    image: str = spec(Text())  # the TensorRT-LLM version the report ran
+    gpu_memory_gib: float = spec(Float(0.0, 4096.0, low_open=True))
+    workspace_gib: float = spec(Float(0.0, 4096.0))
+    workspace_skew_gib: float = spec(Float(0.0, 4096.0))
+    activations_gib: float = spec(Float(0.0, 4096.0))
+    non_torch_gib: float = spec(Float(0.0, 4096.0))
+    free_gpu_memory_fraction: float = spec(Float(0.0, 1.0, low_open=True))
+    max_num_tokens: int = spec(Int(1, MAX_TOKENS))  # the scheduler's token budget per pass
+    chunked_prefill: bool = spec(Bool())
+    stall_limit: int = spec(Int(1, 1 << 20))
+    max_steps: int = spec(Int(1, 1 << 24))
+    requests: tuple = spec(ListOf(Record(DeployedRequest)))
+    background: Optional[BackgroundRequests] = spec(Record(BackgroundRequests), default=None)
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A number the source leaves unstated: the value used, its plausible range, and why."""
+
+    value: Any = spec(Scalar())
+    range: tuple = spec(ListOf(Scalar(), min_len=2))
+    why: str = spec(Text())
+
+
+FIELD_PATH = Text(r"[a-z_]+(\.[a-z_]+)+", "a dotted field path such as deployment.workspace_gib")
 
 
 @dataclass(frozen=True)
@@ -212,6 +354,8 @@ class Scenario:
     gpu: str = spec(Text())
     parameters: ScenarioParameters = spec(Record(ScenarioParameters))
     expected: dict = spec(Table(EXPECTED, Int(0)), default_factory=dict)
+    deployment: Optional[Deployment] = spec(Record(Deployment), default=None)
+    assumptions: dict = spec(MappingOf(FIELD_PATH, Record(Assumption)), default_factory=dict)
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -272,22 +416,84 @@ def list_scenarios() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
 
+#: Short names accepted besides the file stems.
+ALIASES: Mapping[str, str] = {"issue-21470": "issue_21470_16x_gb300"}
+
+
 def _locate(name_or_path) -> Path:
+    if isinstance(name_or_path, str):
+        name_or_path = ALIASES.get(name_or_path, name_or_path)
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
         return Path(name_or_path)
     path = SCENARIO_DIR / f"{text}.yaml"
     if not path.is_file():
         raise ScenarioError(SCENARIO_DIR, "name", f"no scenario named {text!r}; known scenarios: "
-                            f"{list_scenarios()} (or pass a path to a .yaml file)")
+                            f"{list_scenarios()}, aliases {sorted(ALIASES)} (or pass a path to "
+                            "a .yaml file)")
     return path
 
 
 def load_scenario(name_or_path) -> Scenario:
-    """Load and validate a scenario: a name under data/scenarios/ (the file stem) or a path."""
+    """Load and validate a scenario: a name under data/scenarios/ (the file stem, or an alias
+    of :data:`ALIASES` such as ``"issue-21470"``) or a path."""
     path = _locate(name_or_path)
     scenario = _parse(Record(Scenario), _read_yaml(path), path, "")
     if scenario.name != path.stem:
         raise ScenarioError(path, "name", f"name must equal the file's stem {path.stem!r}, "
                             f"got {scenario.name!r}")
+    _check_cross_fields(scenario, path)
     return scenario
+
+
+def _check_cross_fields(scenario: Scenario, path: Path) -> None:
+    """What one field cannot check alone: the pool's source, the deployment's requests, and
+    that each assumption matches the field it names."""
+    if scenario.parameters.pool_mib is None and scenario.deployment is None:
+        where = "parameters.pool_mib"
+        raise ScenarioError(path, where, f"{where} is missing; it must be {Int(1, 1 << 20)} "
+                            "(only a scenario with a `deployment` block may leave it out)")
+    deployment = scenario.deployment
+    if deployment is not None:
+        ids = [r.id for r in deployment.requests]
+        for i, request in enumerate(deployment.requests):
+            where = f"deployment.requests[{i}]"
+            if ids.count(request.id) > 1:
+                raise ScenarioError(path, f"{where}.id", f"{where}.id {request.id!r} is given twice")
+            if request.rank is not None and request.rank >= deployment.ranks:
+                raise ScenarioError(path, f"{where}.rank", f"{where}.rank must be in "
+                                    f"[0, {deployment.ranks - 1}] (deployment.ranks = "
+                                    f"{deployment.ranks}), got {request.rank}")
+        bg = deployment.background
+        if bg is not None and bg.prompt_len_min > bg.prompt_len_max:
+            raise ScenarioError(path, "deployment.background.prompt_len_min",
+                                f"deployment.background.prompt_len_min ({bg.prompt_len_min}) must "
+                                f"not exceed prompt_len_max ({bg.prompt_len_max})")
+    for name, assumption in scenario.assumptions.items():
+        where = f"assumptions.{name}"
+        target = scenario
+        for part in name.split("."):
+            if not dataclasses.is_dataclass(target) or part not in {f.name for f in dataclasses.fields(target)}:
+                raise ScenarioError(path, where, f"{where} names no field of the scenario")
+            target = getattr(target, part)
+        if target is None:
+            raise ScenarioError(path, where, f"{where} names {name}, which the file does not set")
+        if assumption.value != target:
+            raise ScenarioError(path, f"{where}.value", f"{where}.value is {assumption.value!r}, "
+                                f"but {name} is {target!r}; they must agree")
+        _check_range(assumption, path, where)
+
+
+def _check_range(assumption: Assumption, path: Path, where: str) -> None:
+    value, options = assumption.value, assumption.range
+    if isinstance(value, str):
+        if value not in options:
+            raise ScenarioError(path, f"{where}.range", f"{where}.range must list the value "
+                                f"{value!r} among its alternatives, got {list(options)}")
+        return
+    if len(options) != 2 or any(isinstance(v, str) for v in options) or options[0] > options[1]:
+        raise ScenarioError(path, f"{where}.range", f"{where}.range must be [low, high] "
+                            f"(two numbers, low <= high), got {list(options)}")
+    if not options[0] <= value <= options[1]:
+        raise ScenarioError(path, f"{where}.value", f"{where}.value {value} is outside its "
+                            f"range {list(options)}")

@@ -14,6 +14,10 @@ to and including the one that raised, and every request still in the engine keep
 status with a reason "engine stopped at step N by ...". Any other exception is a kvlab bug
 and propagates. The caller's Requests are not touched: the run works on copies
 (``result.requests``), so one workload can be replayed under several schedulers.
+
+:class:`Engine` is that loop one iteration at a time (``iterate``), for callers that drive
+several engines in lockstep (``kvlab.distributed``: one engine per rank, stepped together as
+the attention-DP executor steps its ranks); ``simulate`` runs one Engine to the end.
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ def simulate(scheduler: Scheduler, requests: Iterable[Request], max_steps: int =
     check_int("max_steps", max_steps, low=1, high=1 << 40)
     if not isinstance(check_invariants, bool):
         raise TypeError(f"check_invariants must be a bool, got {check_invariants!r}")
-    run = _Run(scheduler, _fresh_copies(requests), check_invariants)
+    run = Engine(scheduler, requests, check_invariants=check_invariants)
     run.execute_until(max_steps)
     return run.result(max_steps)
 
@@ -123,53 +127,93 @@ def _fresh_copies(requests: Iterable[Request]) -> List[Request]:
     return copies
 
 
-class _Run:
-    """State of one simulate() call."""
+class Engine:
+    """The executor loop around one Scheduler, steppable: ``iterate()`` runs the iteration of
+    step ``step`` (the loop of ``PyExecutor._executor_loop``,
+    tensorrt_llm/_torch/pyexecutor/py_executor.py, one pass at a time). The Requests given
+    (now or later with ``add_requests``) are copied; ``result()`` reports on the copies."""
 
-    def __init__(self, scheduler: Scheduler, requests: List[Request], check_invariants: bool):
+    def __init__(self, scheduler: Scheduler, requests: Iterable[Request] = (), *,
+                 check_invariants: bool = False):
         self.scheduler = scheduler
-        self.requests = requests
-        self.arrivals = sorted(requests, key=lambda r: r.arrival_step)  # stable: list order ties
+        self.requests: List[Request] = []
+        self.arrivals: List[Request] = []
         self.next_arrival = 0
         self.check_invariants = check_invariants
         self.trace = Trace()
         self.error: Optional[BaseException] = None
         self.step = 0
         self.iterations = 0
+        self.add_requests(requests)
+
+    def add_requests(self, requests: Iterable[Request]) -> List[Request]:
+        """Queue copies of ``requests`` as arrivals (none may arrive before ``step``); return
+        the copies."""
+        copies = _fresh_copies(requests)
+        ids = {r.request_id for r in self.requests}
+        for request in copies:
+            if request.request_id in ids:
+                raise ValueError(f"request_id {request.request_id!r} is already in this engine")
+            if request.arrival_step < self.step:
+                raise ValueError(f"request {request.request_id!r} arrives at step "
+                                 f"{request.arrival_step}, before the engine's step {self.step}")
+        self.requests.extend(copies)
+        pending = self.arrivals[self.next_arrival:] + copies
+        # stable: list order breaks ties
+        self.arrivals[self.next_arrival:] = sorted(pending, key=lambda r: r.arrival_step)
+        return copies
 
     @property
     def num_live(self) -> int:
         counts = self.scheduler.counts
         return counts["waiting"] + counts["running"] + counts["suspended"]
 
+    @property
+    def has_pending_arrivals(self) -> bool:
+        return self.next_arrival < len(self.arrivals)
+
+    def advance_to(self, step: int) -> None:
+        """Move the engine's clock forward to ``step`` (idle steps are skipped, never run)."""
+        self.step = max(self.step, step)
+
+    def iterate(self) -> bool:
+        """Step ``step``: submit the requests arriving by then and, if any request is live,
+        run one scheduling pass and execute its batch, then advance to the next step. Returns
+        False (and stays at this step) when nothing was live. An engine error is kept in
+        ``error`` (the engine has stopped); ``iterate`` must not be called after that."""
+        if self.error is not None:
+            raise RuntimeError(f"the engine stopped at step {self.step - 1}: {self.error}")
+        self._submit_arrivals()
+        if not self.num_live:
+            return False
+        try:
+            batch = self.scheduler.schedule()
+        except ENGINE_ERRORS as exc:
+            self.error = exc
+            self.iterations += 1
+            self.trace.events.append(Event(self.step, "engine_stopped",
+                                           getattr(exc, "request_id", ""), str(exc)))
+            self._record(ScheduledBatch())
+            self.step += 1
+            return True
+        self._execute(batch)
+        self.iterations += 1
+        self._record(batch)
+        if self.check_invariants:
+            self._check_invariants()
+        self.step += 1
+        return True
+
     def execute_until(self, max_steps: int) -> None:
-        scheduler = self.scheduler
-        while self.step < max_steps:
+        """Iterate until the engine stops, has nothing left to do, or reaches ``max_steps``."""
+        while self.step < max_steps and self.error is None:
             if not self.num_live:
-                if self.next_arrival == len(self.arrivals):
+                if not self.has_pending_arrivals:
                     return
-                self.step = max(self.step, self.arrivals[self.next_arrival].arrival_step)
+                self.advance_to(self.arrivals[self.next_arrival].arrival_step)
                 if self.step >= max_steps:
                     return
-            self._submit_arrivals()
-            if not self.num_live:
-                continue
-            try:
-                batch = scheduler.schedule()
-            except ENGINE_ERRORS as exc:
-                self.error = exc
-                self.iterations += 1
-                self.trace.events.append(Event(self.step, "engine_stopped",
-                                               getattr(exc, "request_id", ""), str(exc)))
-                self._record(ScheduledBatch())
-                self.step += 1
-                return
-            self._execute(batch)
-            self.iterations += 1
-            self._record(batch)
-            if self.check_invariants:
-                self._check_invariants()
-            self.step += 1
+            self.iterate()
 
     def _submit_arrivals(self) -> None:
         while (self.next_arrival < len(self.arrivals)

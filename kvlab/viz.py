@@ -353,6 +353,231 @@ def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
 outcome_map_figure = _as_figure(outcome_map_spec)
 
 
+# --- the scheduler over time: requests, pool pages, the stall detector --------------------------
+
+#: Line colours of the timeline's non-outcome series (Tol "muted"; clear of the outcome colours).
+TIMELINE_COLORS = {"running": "#332288", "waiting": "#AA4499", "suspended": "#88CCEE",
+                   "used": "#999933", "free": "#DDDDDD"}
+#: The timeline's traces, in order (always all six).
+TIMELINE_SERIES = ("running", "waiting", "suspended", "used_blocks", "free_blocks",
+                   "stalled_passes")
+_TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
+
+
+def _engine_outcome(result) -> Optional[str]:
+    from .compare import engine_outcome  # kvlab.compare does not import viz
+
+    return engine_outcome(result)
+
+
+def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
+                            outcome: Optional[str] = None, title: Optional[str] = None,
+                            subtitle: Optional[str] = None) -> dict:
+    """A run over time, in three panels sharing the step axis: requests (running, waiting,
+    suspended), the pool (used and free pages, stacked to the pool's size) and the stall
+    detector's counter of consecutive passes without progress, with the stall limit dashed.
+
+    ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
+    marked in every panel in the outcome's colour (``outcome`` defaults to
+    ``kvlab.compare.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`)."""
+    trace = result.trace
+    steps = trace.column("step")
+    outcome = outcome if outcome is not None else _engine_outcome(result)
+    total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
+
+    def line(name, column, axis, color, **extra):
+        values = trace.column(column)
+        return dict(type="scatter", x=steps, y=values, name=name, xaxis=f"x{axis}" if axis > 1 else "x",
+                    yaxis=f"y{axis}" if axis > 1 else "y", mode="lines", line=dict(color=color, width=2, shape="hv"),
+                    hovertemplate=f"step %{{x}}<br>{name}: %{{y}}<extra></extra>", **extra)
+
+    data = [line("running", "running", 1, TIMELINE_COLORS["running"]),
+            line("waiting", "waiting", 1, TIMELINE_COLORS["waiting"]),
+            line("suspended (host tier)", "suspended", 1, TIMELINE_COLORS["suspended"]),
+            line("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], stackgroup="pool"),
+            line("free pages", "free_blocks", 2, "#AAAAAA", stackgroup="pool",
+                 fillcolor=TIMELINE_COLORS["free"]),
+            line("stalled passes", "stalled_passes", 3, OUTCOME_COLORS["stall"])]
+    for trace_spec in data[3:5]:
+        trace_spec["line"]["width"] = 1
+    shapes, annotations = [], []
+    for axis, (text, domain) in enumerate(zip(("requests", f"KV pool ({total} pages)",
+                                               "stall detector: passes without progress"),
+                                              _TIMELINE_DOMAINS), start=1):
+        annotations.append(dict(text=f"<b>{text}</b>", x=0, xref="paper", y=domain[1], yref="paper",
+                                xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=12)))
+    if stall_limit is not None:
+        shapes.append(dict(type="line", xref="x3 domain", x0=0, x1=1, yref="y3", y0=stall_limit,
+                           y1=stall_limit, line=dict(color=OUTCOME_COLORS["stall"], dash="dash", width=1.5)))
+        annotations.append(dict(text=f"stall limit {stall_limit}", xref="x3 domain", x=1, yref="y3",
+                                y=stall_limit, xanchor="right", yanchor="bottom", showarrow=False,
+                                font=dict(size=11, color=OUTCOME_COLORS["stall"])))
+    error = getattr(result, "error", None)
+    if error is not None and steps:
+        color = outcome_color(outcome)
+        shapes.append(dict(type="line", xref="x", x0=steps[-1], x1=steps[-1], yref="paper", y0=0, y1=1,
+                           line=dict(color=color, width=2)))
+        annotations.append(dict(text=f"{type(error).__name__} at step {steps[-1]}", xref="x", x=steps[-1],
+                                yref="paper", y=1.0, xanchor="right", yanchor="bottom", showarrow=False,
+                                font=dict(size=11, color=color)))
+    counts = {s: sum(1 for v in result.status.values() if v == s)
+              for s in ("finished", "rejected", "waiting", "running")}
+    if title is None:
+        title = f"Scheduler timeline: {OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}"
+    if subtitle is None:
+        subtitle = (f"{len(steps)} passes; " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                    + (f"; stopped by {type(error).__name__}" if error is not None else ""))
+    top = max(trace.column("stalled_passes") + [stall_limit or 0, 1])
+    axes = {}
+    for axis, domain in enumerate(_TIMELINE_DOMAINS, start=1):
+        suffix = "" if axis == 1 else str(axis)
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"y{suffix}", domain=[0, 1],
+                                      showticklabels=axis == 3, **({} if axis == 1 else {"matches": "x"}),
+                                      **({"title": dict(text="scheduler iteration (step)")} if axis == 3 else {}))
+        axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", domain=domain, rangemode="tozero")
+    axes["yaxis"]["title"] = dict(text="requests")
+    axes["yaxis2"].update(title=dict(text="pages"), range=[0, max(total, 1) * 1.05])
+    axes["yaxis3"].update(title=dict(text="passes"), range=[0, top * 1.1])
+    layout = _base_layout(title, subtitle, height=560, shapes=shapes, annotations=annotations,
+                          legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
+                          margin=dict(l=70, r=30, t=90, b=60), **axes)
+    return {"data": data, "layout": layout}
+
+
+scheduler_timeline_figure = _as_figure(scheduler_timeline_spec)
+
+
+# --- the phase diagram: pool size x context length, one subplot per regime ----------------------
+
+#: Outcome names of kvlab.phase.VERDICTS, in code order.
+PHASE_VERDICTS = ("ok", "reject", "stall", "crash")
+
+
+def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
+                       diagram: Mapping[str, Sequence[Sequence[int]]], *,
+                       bytes_per_block: int = 65536, tokens_per_block: int = 32,
+                       mark: Optional[tuple] = None, title: Optional[str] = None,
+                       subtitle: Optional[str] = None) -> dict:
+    """``kvlab.phase.phase_diagram`` as one heatmap per regime, side by side: x the pool (MiB,
+    log2 ticks), y the context length (log2 ticks), each cell in its verdict's colour
+    (:data:`OUTCOME_COLORS`; codes index :data:`PHASE_VERDICTS`). ``mark = (pool_blocks,
+    context)`` puts a star on one point (the seed's) in every subplot. Traces: per regime a
+    heatmap and a marker trace, then one legend entry per verdict."""
+    pools = [int(p) for p in pool_blocks]
+    contexts = [int(c) for c in context_lens]
+    regimes = list(diagram)
+    n = max(len(regimes), 1)
+    gap = 0.04
+    width = (1 - gap * (n - 1)) / n
+    xs = [math.log2(p * bytes_per_block / (1 << 20)) for p in pools]
+    ys = [math.log2(c) for c in contexts]
+    colors = [OUTCOME_COLORS[v] for v in PHASE_VERDICTS]
+    colorscale = []
+    for i, color in enumerate(colors):
+        colorscale += [[i / len(colors), color], [(i + 1) / len(colors), color]]
+    data, axes, annotations = [], {}, []
+    for k, regime in enumerate(regimes):
+        grid = [[int(v) for v in row] for row in diagram[regime]]  # (pools, contexts)
+        z = [[grid[i][j] for i in range(len(pools))] for j in range(len(contexts))]
+        text = [[f"pool {pools[i] * bytes_per_block / (1 << 20):.4g} MiB ({pools[i]} pages = "
+                 f"{pools[i] * tokens_per_block} tokens)<br>context {contexts[j]}<br>"
+                 f"{regime}: {OUTCOME_LABELS[PHASE_VERDICTS[z[j][i]]]}"
+                 for i in range(len(pools))] for j in range(len(contexts))]
+        suffix = "" if k == 0 else str(k + 1)
+        data.append(dict(type="heatmap", x=xs, y=ys, z=z, text=text, colorscale=colorscale, zmin=-0.5,
+                         zmax=len(colors) - 0.5, showscale=False, name=regime,
+                         hovertemplate="%{text}<extra></extra>", xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        mx, my = ([math.log2(mark[0] * bytes_per_block / (1 << 20))], [math.log2(mark[1])]) if mark else ([], [])
+        data.append(dict(type="scatter", x=mx, y=my, mode="markers", name="the seed's point",
+                         showlegend=k == 0 and bool(mark), xaxis=f"x{suffix}", yaxis=f"y{suffix}",
+                         marker=dict(symbol="star", size=14, color="white", line=dict(color="black", width=1.5)),
+                         hovertemplate="the seed's point<extra></extra>"))
+        lo = k * (width + gap)
+        xt = list(range(math.ceil(min(xs, default=0)), math.floor(max(xs, default=0)) + 1))
+        yt = list(range(math.ceil(min(ys, default=0)), math.floor(max(ys, default=0)) + 1))
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}",
+                                      tickvals=xt[::2] if len(xt) > 8 else xt,
+                                      ticktext=[f"{2 ** t:g}" for t in (xt[::2] if len(xt) > 8 else xt)],
+                                      title=dict(text="KV pool (MiB)"), showgrid=False)
+        axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", tickvals=yt,
+                                      ticktext=[f"{2 ** t:g}" for t in yt], showgrid=False,
+                                      showticklabels=k == 0,
+                                      **({"title": dict(text="context length (tokens)")} if k == 0 else {}))
+        counts = {v: sum(row.count(i) for row in grid) for i, v in enumerate(PHASE_VERDICTS)}
+        annotations.append(dict(text=f"<b>{regime}</b><br><sup>" + ", ".join(
+            f"{c} {v}" for v, c in counts.items() if c) + "</sup>", x=lo + width / 2, xref="paper",
+            y=1.0, yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
+    for verdict, color in zip(PHASE_VERDICTS, colors):
+        data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=OUTCOME_LABELS[verdict],
+                         marker=dict(symbol="square", size=12, color=color), hoverinfo="skip"))
+    if title is None:
+        title = "Phase diagram: one request alone, every pool size and context length"
+    if subtitle is None:
+        subtitle = f"{len(pools)} pools x {len(contexts)} contexts per regime (closed-form verdicts, kvlab.phase)"
+    layout = _base_layout(title, subtitle, height=470, width=max(FIGURE_WIDTH, 330 * n),
+                          annotations=annotations, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
+                          margin=dict(l=70, r=30, t=110, b=60), **axes)
+    return {"data": data, "layout": layout}
+
+
+phase_diagram_figure = _as_figure(phase_diagram_spec)
+
+
+# --- policies side by side: goodput, waiting time, preemptions ---------------------------------
+
+#: The panels of :func:`policy_bars_spec`: (column of kvlab.compare.outcome_rows, axis title).
+POLICY_METRICS = (("goodput_tokens_per_step", "goodput (tokens / step)"),
+                  ("mean_wait_steps", "mean wait (steps)"),
+                  ("preemptions", "preemptions"))
+
+
+def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLICY_METRICS,
+                     title: Optional[str] = None, subtitle: Optional[str] = None) -> dict:
+    """One bar per policy in each of the ``metrics`` panels (side by side), coloured by the
+    engine's outcome and labelled with it. ``rows`` are ``kvlab.compare.outcome_rows`` dicts.
+    Traces: one bar trace per metric, then one legend entry per outcome (always)."""
+    policies = [r["policy"] for r in rows]
+    outcomes = [r["outcome"] for r in rows]
+    n = len(metrics)
+    gap = 0.08
+    width = (1 - gap * (n - 1)) / n
+    data, axes, annotations = [], {}, []
+    for k, (column, label) in enumerate(metrics):
+        suffix = "" if k == 0 else str(k + 1)
+        values = [r.get(column) for r in rows]
+        values = [None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values]
+        text = [f"{v:.3g}" if isinstance(v, float) else ("" if v is None else str(v)) for v in values]
+        hover = [f"{p}: {label} {t or 'n/a'}<br>outcome: {OUTCOME_LABELS.get(o, o)}<br>"
+                 f"finished {r.get('finished')}, rejected {r.get('rejected')}, unfinished {r.get('unfinished')}"
+                 for p, o, t, r in zip(policies, outcomes, text, rows)]
+        data.append(dict(type="bar", x=policies, y=values, name=label, text=text, textposition="outside",
+                         cliponaxis=False, marker=dict(color=[outcome_color(o) for o in outcomes]),
+                         hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", showlegend=False,
+                         xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        lo = k * (width + gap)
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=-40)
+        top = max([v for v in values if v is not None] + [0])
+        axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero",
+                                      range=[0, (top or 1) * 1.2])
+        annotations.append(dict(text=f"<b>{label}</b>", x=lo + width / 2, xref="paper", y=1.0, yref="paper",
+                                yanchor="bottom", showarrow=False, font=dict(size=12)))
+    for outcome in ("crash", "stall", "reject", "ok"):
+        data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=OUTCOME_LABELS[outcome],
+                         marker=dict(symbol="square", size=12, color=OUTCOME_COLORS[outcome]),
+                         hoverinfo="skip"))
+    if title is None:
+        title = "Policies on one workload: goodput, waiting time, preemptions"
+    if subtitle is None:
+        subtitle = "bars coloured by the engine's outcome; goodput = finished requests' tokens per scheduler pass"
+    layout = _base_layout(title, subtitle, height=440, annotations=annotations, barmode="group",
+                          legend=dict(orientation="h", yanchor="top", y=-0.32, x=0),
+                          margin=dict(l=60, r=30, t=100, b=60), **axes)
+    return {"data": data, "layout": layout}
+
+
+policy_bars_figure = _as_figure(policy_bars_spec)
+
+
 # --- widgets: update in place; static display -------------------------------------------------
 
 def update_figure(target: go.Figure, source) -> None:
@@ -426,3 +651,96 @@ def show(fig: go.Figure) -> None:
     from IPython.display import display
 
     display(static_bundle(fig), raw=True)
+
+
+# --- multi-rank (notebook 01): per-rank memory budgets and the requests against the pool ----------
+
+#: Parts of a rank's memory, bottom to top, with their colours (Tol "muted"; the KV pool in the
+#: "ok" colour, the share the MIN took away hatched in grey).
+BUDGET_PARTS = (
+    ("weights", "weights", "#332288"),
+    ("workspace", "MoE workspace", "#AA4499"),
+    ("activations", "activations (peak)", "#88CCEE"),
+    ("non-torch", "non-torch (NCCL, CUDA graphs)", "#999933"),
+    ("KV pool", "KV pool (after the MIN)", OUTCOME_COLORS["ok"]),
+    ("lost to MIN", "KV lost to the MIN all-reduce", "#BBBBBB"),
+    ("unused", "unused (1 - free_gpu_memory_fraction)", "#EEEEEE"),
+)
+
+
+def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None) -> dict:
+    """Stacked bars, one per rank, of what its GPU memory goes to (GiB): weights, MoE workspace,
+    activation peak, non-torch memory, the KV pool it built after the MIN all-reduce, the KV
+    quota the MIN took away (its own quota minus the pool) and the unused headroom.
+
+    ``ranks``: ``kvlab.distributed.RankResult`` objects. Traces: one bar per part, always 7.
+    """
+    gib = float(1 << 30)
+    x = [f"rank {r.rank}" for r in ranks]
+    values = {key: [] for key, _, _ in BUDGET_PARTS}
+    for r in ranks:
+        b = r.budget
+        values["weights"].append(b.weights_bytes / gib)
+        values["workspace"].append(b.workspace_bytes / gib)
+        values["activations"].append(b.activation_peak_bytes / gib)
+        values["non-torch"].append(b.non_torch_bytes / gib)
+        values["KV pool"].append(r.quota_bytes / gib)
+        per_block = r.quota_bytes // r.blocks if r.blocks else 0
+        lost = (r.local_blocks - r.blocks) * per_block  # whole blocks the MIN took away
+        values["lost to MIN"].append(lost / gib)
+        values["unused"].append(max(0, b.total_bytes - b.peak_memory_bytes - r.quota_bytes - lost) / gib)
+    traces = []
+    for key, label, color in BUDGET_PARTS:
+        hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
+        traces.append(dict(type="bar", x=x, y=values[key], name=label, marker=dict(color=color),
+                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    own = [r.local_quota_bytes / gib for r in ranks]
+    subtitle = (f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
+                f"{', '.join(str(p) for p in sorted({r.blocks for r in ranks}))} blocks"
+                if ranks else "no ranks")
+    layout = _base_layout(
+        title or f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)", subtitle,
+        barmode="stack", height=460, bargap=0.15,
+        xaxis=dict(title=None, tickangle=-45 if len(ranks) > 8 else 0),
+        yaxis=dict(title=dict(text="GiB per GPU")),
+        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=11)))
+    return {"data": traces, "layout": layout}
+
+
+rank_budget_figure = _as_figure(rank_budget_spec)
+
+
+def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_tokens: int,
+                     title: Optional[str] = None) -> dict:
+    """Each request's tokens (prompt + new) against the pool's capacity and the page-index
+    row's span (width x tokens_per_block), coloured by its outcome. ``requests``: dicts with
+    ``id``, ``tokens``, ``outcome`` (a key of :data:`OUTCOME_COLORS`) and optional ``rank``.
+    Traces: one bar trace (always one); the two limits are dashed lines."""
+    ids = [str(r["id"]) for r in requests]
+    tokens = [int(r["tokens"]) for r in requests]
+    outcomes = [r.get("outcome") for r in requests]
+    hover = [f"{r['id']}" + (f" on rank {r['rank']}" if r.get("rank") is not None else "")
+             + f": {int(r['tokens']):,} tokens<br>{OUTCOME_LABELS.get(r.get('outcome'), 'no outcome')}"
+             for r in requests]
+    bar = dict(type="bar", x=ids, y=tokens, marker=dict(color=[outcome_color(o) for o in outcomes]),
+               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", name="requests")
+    shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=row_tokens, y1=row_tokens,
+                   line=dict(color=ROW_COLOR, dash="dash", width=2)),
+              dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=capacity_tokens, y1=capacity_tokens,
+                   line=dict(color=POOL_COLOR, dash="dot", width=2))]
+    annotations = [dict(xref="paper", x=1, y=row_tokens, yref="y", xanchor="right", yanchor="bottom",
+                        showarrow=False, text=f"row span {row_tokens:,}", font=dict(color=ROW_COLOR, size=12)),
+                   dict(xref="paper", x=0, y=capacity_tokens, yref="y", xanchor="left", yanchor="top",
+                        showarrow=False, text=f"pool {capacity_tokens:,}", font=dict(color=POOL_COLOR, size=12))]
+    crashes = sum(1 for o in outcomes if o == "crash")
+    subtitle = (f"{crashes} request(s) beyond the row: ValueError" if crashes
+                else "no request beyond the row")
+    layout = _base_layout(
+        title or "Requests against the pool and the page-index row", subtitle, height=380,
+        shapes=shapes, annotations=annotations, showlegend=False, bargap=0.3,
+        xaxis=dict(title=None, type="category"),
+        yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log"))
+    return {"data": [bar], "layout": layout}
+
+
+request_fit_figure = _as_figure(request_fit_spec)

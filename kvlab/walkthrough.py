@@ -1,14 +1,19 @@
 """The main job: execute the walkthrough notebooks headless and summarise their findings.
 
 Each notebook under notebooks/ named ``NN_*.ipynb`` runs with papermill in a fresh kernel
-(parameters overridable), the executed copy goes to ``build/notebooks/`` and an HTML copy to
-``build/html/``; the findings each notebook reported (kvlab.findings) are collected for the
-summary.
+(parameters overridable), the executed copy goes to ``build/notebooks/`` and a static HTML copy
+to ``build/html/``: plotly figures there are PNG images rendered by kaleido with the system
+Chromium, so the report reads anywhere, offline. The findings each notebook reported
+(kvlab.findings) are collected for the summary.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
+import html as html_lib
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -65,7 +70,7 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
     seconds = time.perf_counter() - start
     notebook = nbformat.read(executed, as_version=4) if executed.exists() else None
     if notebook is not None:
-        body, _ = HTMLExporter().from_notebook_node(notebook)
+        body, _ = HTMLExporter().from_notebook_node(with_static_figures(notebook))
         html.write_text(body, encoding="utf-8")
     return NotebookRun(path.stem, seconds, executed, html if notebook is not None else None,
                        read_findings(notebook) if notebook is not None else [], error)
@@ -85,3 +90,48 @@ def summary_table(runs: List[NotebookRun]) -> str:
             lead = head if i == 0 else " " * len(head)
             lines.append(f"{lead}  {f['scenario']:18} {f['policy']:12} {f['outcome']:9} {f['numbers']}")
     return "\n".join(lines)
+
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+@contextmanager
+def image_server():
+    """Keep one kaleido browser (the system Chromium) for every figure of a run."""
+    import kaleido
+
+    kaleido.start_sync_server(silence_warnings=True)
+    try:
+        yield
+    finally:
+        kaleido.stop_sync_server(silence_warnings=True)
+
+
+def with_static_figures(notebook):
+    """A copy of an executed notebook whose plotly outputs are PNG images (and, for a live
+    panel, the image with the panel's verdict in text), for an offline HTML report."""
+    import plotly.io as pio
+
+    static = copy.deepcopy(notebook)
+    for cell in static.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if PLOTLY_MIME not in data:
+                continue
+            png = base64.b64encode(pio.to_image(pio.from_json(_as_json(data[PLOTLY_MIME])),
+                                                format="png")).decode()
+            text = data.get("text/plain", "")
+            if WIDGET_MIME in data:  # a live panel: keep its verdict beside the picture
+                output["data"] = {"text/html": f'<img src="data:image/png;base64,{png}"/>'
+                                               f"<pre>{html_lib.escape(text)}</pre>",
+                                  "text/plain": text}
+            else:
+                output["data"] = {"image/png": png, "text/plain": text}
+    return static
+
+
+def _as_json(figure) -> str:
+    import json
+
+    return figure if isinstance(figure, str) else json.dumps(figure)

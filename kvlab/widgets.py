@@ -22,6 +22,7 @@ bundle carries, next to the widget view, a static copy of the figures (plotly's 
 and an HTML copy) and the verdict, and a frontend that cannot show the widget falls back to them.
 
 :func:`repro_panel` is notebook 02's panel: the 4 MiB repro of issue #21470 with sliders.
+:func:`admission_panel` is notebook 04's: one long request beside small ones, under each policy.
 """
 
 from __future__ import annotations
@@ -359,5 +360,259 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
                  title="Issue #21470 on one GPU: one resize against a tiny pool", wait_s=wait_s)
 
 
+# --- notebook 04: admission control, live ----------------------------------------------------------
+
+#: Policies the admission panel offers (kvlab.compare.POLICIES).
+ADMISSION_PANEL_POLICIES = ("none/clamped", "none/configured", "capacity", "vllm", "sglang")
+#: Pool slider range of the admission panel, as powers of two of MiB: 1/16 MiB (one 64 KiB page
+#: of the seed's geometry) to 256 MiB (4096 pages); it grows to include a value passed in.
+ADMISSION_POOL_EXPONENTS = (-4, 8)
+
+
+@dataclass(frozen=True)
+class AdmissionModel:
+    """What the admission panel shows: the engine, the policy, the run and its outcome."""
+
+    pool_mib: float
+    context: int
+    policy: str
+    engine: Any                  # kvlab.compare.EngineConfig, or None when the pool holds no page
+    result: Any                  # kvlab.SimulationResult, or None
+    outcome: Optional[str]
+    no_pool: Optional[str]
+    phase_verdict: Optional[str]  # the closed-form verdict for the long request alone
+    num_small: int
+
+
+def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
+                    stall_limit: int = 1000) -> AdmissionModel:
+    """Run one long request of ``context`` tokens beside ``num_small`` small ones (256 + 32
+    tokens, every 4 steps) on a pool of ``pool_mib`` MiB under ``policy``, with the real stall
+    limit. The configured max_seq_len is the seed's 8192, or the context when that is longer."""
+    from .compare import EngineConfig, build_scheduler, engine_outcome, long_and_small
+    from .phase import REGIMES, VERDICTS, PhaseSetup, phase_verdicts
+    from .simulation import simulate
+
+    pool_mib, context, policy = float(values["pool_mib"]), int(values["context"]), values["policy"]
+    reason = no_pool_reason(pool_mib, 32)
+    if reason:
+        return AdmissionModel(pool_mib, context, policy, None, None, None, reason, None, num_small)
+    engine = EngineConfig(pool_mib=pool_mib, max_seq_len=max(8192, context), stall_limit=stall_limit)
+    requests = long_and_small(context, num_small=num_small)
+    result = simulate(build_scheduler(policy, engine), requests, max_steps=50_000)
+    phase = None
+    if policy in REGIMES:
+        setup = PhaseSetup(max_seq_len=engine.max_seq_len, max_new_tokens=requests[0].max_new_tokens)
+        phase = VERDICTS[phase_verdicts([engine.total_blocks], [context], policy, setup)[0, 0]]
+    return AdmissionModel(pool_mib, context, policy, engine, result, engine_outcome(result), None,
+                          phase, num_small)
+
+
+def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
+    """The scheduler timeline of the run and the long request's pages against the pool and
+    the page-index row (kvlab.viz specs)."""
+    from .compare import POLICIES
+    from .simulation import SimulationResult
+    from .trace import Trace
+
+    if model.result is None:
+        empty = SimulationResult({}, {}, None, Trace(), {}, 0, 0)
+        needed = seed_geometry().blocks_for_tokens(model.context)
+        return {"timeline": viz.scheduler_timeline_spec(empty, title="No pool, so no engine to run"),
+                "demand": viz.index_row_spec(0, needed, 0, None, title=f"No pool: {model.no_pool}")}
+    engine, result = model.engine, model.result
+    manager = engine.manager(POLICIES[model.policy][1])
+    needed = engine.geometry.blocks_for_tokens(model.context + 16)
+    timeline = viz.scheduler_timeline_spec(
+        result, stall_limit=engine.stall_limit, outcome=model.outcome,
+        title=f"{model.policy}: {viz.OUTCOME_LABELS[model.outcome]}")
+    demand = viz.index_row_spec(
+        manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
+        policy=POLICIES[model.policy][1],
+        title=f"The long request: {needed} pages to complete; pool {engine.total_blocks}, "
+              f"row {manager.max_blocks_per_seq}")
+    return {"timeline": timeline, "demand": demand}
+
+
+def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): the outcome named with the numbers."""
+    if model.result is None:
+        return None, verdict_html(None, model.no_pool or "no result")
+    result, engine = model.result, model.engine
+    small = [i for i in result.status if i != "long"]
+    done = sum(result.status[i] == "finished" for i in small)
+    need = engine.geometry.blocks_for_tokens(model.context + 16)
+    where = (f"{model.context} + 16 tokens need {need} pages; the pool has {engine.total_blocks} "
+             f"({engine.pool_mib:g} MiB)")
+    if model.outcome == "crash":
+        headline = (f"Crash at step {result.end_step - 1}: PageIndexTooShort ({result.error}) "
+                    f"stops the engine; {done} of {len(small)} small requests finished, the rest "
+                    f"are lost. {where}.")
+    elif model.outcome == "stall":
+        if isinstance(result.error, RuntimeError):
+            headline = (f"Stall: refused every pass, the long request starved while {done} of "
+                        f"{len(small)} small requests finished, then SchedulerDeadlock after "
+                        f"{engine.stall_limit} passes without progress (step {result.end_step - 1}). "
+                        f"{where}.")
+        else:
+            headline = f"Stall: requests still unfinished when the run ended. {where}."
+    elif model.outcome == "reject":
+        headline = (f"Rejected: {result.reasons.get('long', '').rstrip('.')}. {done} of {len(small)} small "
+                    f"requests finished.")
+    else:
+        headline = (f"OK: all {len(result.status)} requests finished in {result.end_step} steps. "
+                    f"{where}.")
+    detail = "\n".join(f"{rid}: {result.status[rid]} - {result.reasons[rid][:200]}"
+                       for rid in ["long", *small])
+    if model.phase_verdict is not None:
+        detail = (f"phase diagram (the long request alone): {model.phase_verdict}\n" + detail)
+    return model.outcome, verdict_html(model.outcome, headline, detail)
+
+
+def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "none/clamped", *,
+                    num_small: int = 4, stall_limit: int = 1000,
+                    wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 04's live panel: pool size (MiB, log slider), context length of the long
+    request and the policy -> the scheduler timeline, the long request's pages against the
+    pool and the row, and a verdict naming the outcome with the numbers."""
+    from ._validate import check_choice, check_float, check_int
+
+    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    check_int("context", context, low=1, high=1 << 30)
+    check_choice("policy", policy, ADMISSION_PANEL_POLICIES)
+    check_int("num_small", num_small, low=0, high=64)
+    check_int("stall_limit", stall_limit, low=1, high=100_000)
+    exponent = math.log2(pool_mib)
+    lo, hi = ADMISSION_POOL_EXPONENTS
+    pool = W.FloatLogSlider(value=float(pool_mib), base=2, min=min(lo, math.floor(exponent)),
+                            max=max(hi, math.ceil(exponent)), step=0.5, description="pool (MiB)",
+                            readout_format=".4g", continuous_update=True,
+                            style={"description_width": "90px"}, layout=W.Layout(width="420px"))
+    ctx = W.SelectionSlider(options=context_choices([context]), value=int(context),
+                            description="context", continuous_update=True,
+                            style={"description_width": "90px"}, layout=W.Layout(width="420px"))
+    pol = W.ToggleButtons(options=list(ADMISSION_PANEL_POLICIES), value=policy, description="policy",
+                          style={"description_width": "90px", "button_width": "120px"})
+
+    def compute(values):
+        return admission_model(values, num_small=num_small, stall_limit=stall_limit)
+
+    return Panel({"pool_mib": pool, "context": ctx, "policy": pol}, compute, admission_figures,
+                 admission_verdict, title="Not yet or never: one long request beside small ones",
+                 wait_s=wait_s)
+
+
 __all__ = ["Debouncer", "Panel", "ReproModel", "repro_figures", "repro_model", "repro_panel",
-           "repro_verdict", "verdict_html", "context_choices"]
+           "repro_verdict", "verdict_html", "context_choices",
+           "ADMISSION_PANEL_POLICIES", "AdmissionModel", "admission_figures", "admission_model",
+           "admission_panel", "admission_verdict"]
+
+
+# --- notebook 01: the 16-GPU report, live ------------------------------------------------------------
+
+#: Context lengths the ranks panel offers (tokens): 128 Ki to 1 Mi, the report's 1,000,000 included.
+RANKS_CONTEXT_CHOICES = tuple(sorted({2 ** k for k in range(17, 21)} | {3 * 2 ** 17, 3 * 2 ** 18,
+                                                                        896_000, 960_000, 1_000_000}))
+
+
+@dataclass(frozen=True)
+class RanksModel:
+    """What the ranks panel shows: the inputs and a real in-process run of every rank."""
+
+    workspace_gib: float
+    context: int
+    configured_max_seq_len: int
+    result: Any  # kvlab.distributed.DistributedResult
+    requests: Tuple[dict, ...]  # request_fit_spec rows: id, tokens, outcome, rank
+
+    @property
+    def outcome(self) -> Optional[str]:
+        ranks = self.result.ranks
+        raised = next((r for r in ranks if r.outcome == "raised"), None)
+        if raised is None:
+            return "ok" if self.result.ended == "completed" else None
+        return "crash" if raised.error.startswith("ValueError") else "stall"
+
+
+def ranks_model(values: Mapping[str, Any], *, scenario: str = "issue-21470", ranks: int = 16) -> RanksModel:
+    """Run the scenario's ranks in process (policy "clamped", the report) with rank 0's MoE
+    workspace and the long context from ``values``; predict each request's fate from the pool
+    and row every rank built: beyond the row -> crash, beyond the pool -> refused, else ok."""
+    from .distributed import run_ranks, scenario_config
+    from .scenarios import load_scenario
+
+    sc = load_scenario(scenario)
+    workspace, context = float(values["workspace_gib"]), int(values["context"])
+    config = scenario_config(sc, ranks, "clamped", workspace_gib=workspace, context_length=context)
+    result = run_ranks(config, in_process=True, progress=False)
+    r0 = result.ranks[0]
+    geo = config.geometry
+    placed = {rid: r.rank for r in result.ranks for rid in r.status}
+    by_size = sorted(config.requests, key=lambda q: q.prompt_len + q.max_new_tokens)
+    background = [q for q in by_size if q.request_id.startswith("bg-")]
+    shown = background[:1] + background[-1:] + [q for q in by_size if not q.request_id.startswith("bg-")]
+    rows = []
+    for request in shown:  # the shortest and longest background requests, then the named ones
+        tokens = request.prompt_len + request.max_new_tokens
+        blocks = geo.blocks_for_tokens(tokens)
+        outcome = ("crash" if blocks > r0.max_blocks_per_seq else
+                   "refused" if blocks > r0.blocks else "ok")
+        rows.append(dict(id=request.request_id, tokens=tokens, outcome=outcome,
+                         rank=placed.get(request.request_id)))
+    return RanksModel(workspace, context, config.max_seq_len, result, tuple(rows))
+
+
+def ranks_figures(model: RanksModel) -> Dict[str, dict]:
+    """The per-rank memory budget and the requests against the pool and the row."""
+    r0 = model.result.ranks[0]
+    tpb = r0.capacity_tokens // r0.blocks
+    return {"budget": viz.rank_budget_spec(model.result.ranks),
+            "requests": viz.request_fit_spec(
+                model.requests, capacity_tokens=r0.capacity_tokens,
+                row_tokens=r0.max_blocks_per_seq * tpb,
+                title=f"Requests against every rank's pool ({r0.blocks} blocks) and row "
+                      f"({r0.max_blocks_per_seq} entries)")}
+
+
+def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): does the pool clamp, which requests would crash, how the run ended."""
+    result, r0 = model.result, model.result.ranks[0]
+    clamp = (f"the pool holds {r0.capacity_tokens:,} tokens after the MIN, so max_seq_len "
+             f"{model.configured_max_seq_len:,} is clamped to {r0.max_seq_len:,}"
+             if r0.max_seq_len < model.configured_max_seq_len else
+             f"the pool holds {r0.capacity_tokens:,} tokens: no clamp")
+    crash = [row["id"] for row in model.requests if row["outcome"] == "crash"]
+    headline = (f"{len(result.ranks)} ranks, rank 0's workspace {model.workspace_gib:g} GiB: {clamp}; "
+                + (f"{', '.join(crash)} would raise on its rank. " if crash else "no request exceeds the row. ")
+                + f"The run: {result.ended} - {result.reason}.")
+    detail = result.table()
+    return model.outcome, verdict_html(model.outcome, headline, detail)
+
+
+def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks: int = 16,
+                scenario: str = "issue-21470", wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 01's live panel: rank 0's MoE workspace (GiB; the others add the scenario's
+    skew) and the long context's length -> every rank's memory budget after the MIN, the
+    requests against the pool and the row, and how a real in-process run of the ranks ended."""
+    from ._validate import check_float, check_int
+
+    check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
+    check_int("context", context, low=1, high=1 << 24)
+    check_int("ranks", ranks, low=1, high=128)
+    ws = W.FloatSlider(value=float(workspace_gib), min=0.0, max=64.0, step=1.0,
+                       description="workspace (GiB)", continuous_update=False,
+                       style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    ctx = W.SelectionSlider(options=sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)}),
+                            value=int(context), description="context", continuous_update=False,
+                            style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+
+    def compute(values):
+        return ranks_model(values, scenario=scenario, ranks=ranks)
+
+    return Panel({"workspace_gib": ws, "context": ctx}, compute, ranks_figures, ranks_verdict,
+                 title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
+                 wait_s=wait_s)
+
+
+__all__ += ["RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",
+            "ranks_verdict"]

@@ -87,3 +87,55 @@ def test_walkthrough_runs_notebooks_and_summarises(tmp_path, capsys):
     assert "02_bad" in out and "FAILED" in out and "claim no longer true" in out
     assert (build / "notebooks" / "01_good.ipynb").exists()
     assert "scale=3" in (build / "html" / "01_good.html").read_text()
+
+
+# --- kvlab scenario: the multi-rank run of issue #21470 --------------------------------------------
+
+from kvlab.cli import SCENARIO_EXIT_CODES  # noqa: E402
+
+
+@pytest.mark.parametrize("policy, code, ended", [
+    ("clamped", 4, "shut down - rank 0 raised ValueError: User-provided base page indices is too short"),
+    ("admission", 0, "completed - every rank finished its work"),
+])
+def test_scenario_runs_rank_processes_and_exits_by_how_the_run_ended(policy, code, ended, capsys):
+    assert main(["scenario", "issue-21470", "--ranks", "4", "--policy", policy]) == code
+    out = capsys.readouterr().out
+    assert f"4 ranks (process, gloo), policy {policy}: {ended}" in out
+    assert out.count("29961 blk =    958752 tok") == 4  # every rank's pool after the MIN
+    assert "31844 blk" in out  # rank 0's own pool, before it
+
+
+def test_scenario_in_process_by_file_stem(capsys):
+    assert main(["scenario", "issue_21470_16x_gb300", "--in-process"]) == SCENARIO_EXIT_CODES["shut down"]
+    out = capsys.readouterr().out
+    assert "16 ranks (in-process), policy clamped: shut down" in out
+    assert out.count("shut down: rank 0 raised ValueError") == 15
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["scenario", "issue-21470", "--ranks", "0"], "ranks must be in [1, 128]"),
+    (["scenario", "issue-21470", "--ranks", "999"], "ranks must be in [1, 128]"),
+    (["scenario", "issue-21470", "--ranks", "two"], "--ranks"),
+    (["scenario", "issue-21470", "--backend", "mpi"], "--backend"),
+    (["scenario", "issue-21470", "--policy", "wide"], "--policy"),
+    (["scenario", "no-such"], "no scenario named 'no-such'"),
+    (["scenario", "rtx5080-4mib"], "has no deployment block"),
+])
+def test_scenario_bad_arguments_exit_2(argv, named, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and named in err
+
+
+def test_scenario_nccl_without_gpus_is_a_usage_error(capsys):
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has a GPU per rank")
+    with pytest.raises(SystemExit) as exc:
+        main(["scenario", "issue-21470", "--ranks", "2", "--backend", "nccl"])
+    assert exc.value.code == 2
+    assert "backend='nccl' needs one CUDA GPU per rank: ranks=2" in capsys.readouterr().err

@@ -228,3 +228,99 @@ def test_missing_path(tmp_path):
     with pytest.raises(ScenarioError) as info:
         load_scenario(tmp_path / "absent.yaml")
     assert "absent.yaml" in str(info.value)
+
+
+# --- the multi-rank scenario of issue #21470 -----------------------------------------------------
+
+GB300 = SCENARIO_DIR / "issue_21470_16x_gb300.yaml"
+
+
+def test_issue_21470_loads_by_alias_and_stem():
+    sc = load_scenario("issue-21470")
+    assert sc == load_scenario("issue_21470_16x_gb300") == load_scenario(GB300)
+    dep = sc.deployment
+    assert (dep.ranks, dep.attention_dp, dep.expert_parallel_size) == (16, True, 16)
+    assert dep.image == "1.4.0rc3.dev202610300406" and sc.gpu == "NVIDIA GB300"
+    assert "#21470" in sc.source and "1.4.0rc3.dev202610300406" in sc.source
+    (long_ctx,) = dep.requests
+    assert (long_ctx.id, long_ctx.rank, long_ctx.prompt_len) == ("long-ctx", 0, sc.parameters.context_length)
+    assert sc.parameters.pool_mib is None
+    with pytest.raises(ValueError, match="memory budget sets each rank's pool"):
+        sc.parameters.pool_bytes
+
+
+def test_issue_21470_marks_every_unstated_number_as_an_assumption():
+    sc = load_scenario("issue-21470")
+    for path in ("parameters.model_weights_bytes", "parameters.context_length", "parameters.kv_dtype",
+                 "deployment.workspace_gib", "deployment.gpu_memory_gib",
+                 "deployment.free_gpu_memory_fraction", "deployment.activations_gib"):
+        assumption = sc.assumptions[path]
+        target = sc
+        for part in path.split("."):
+            target = getattr(target, part)
+        assert assumption.value == target and assumption.why.strip()
+        if not isinstance(target, str):
+            assert assumption.range[0] <= target <= assumption.range[1]
+
+
+def test_issue_21470_expected_values_follow_from_the_budget():
+    """By hand: the last rank's budget (largest workspace) is the MIN every rank gets."""
+    sc = load_scenario("issue-21470")
+    p, d, e = sc.parameters, sc.deployment, sc.expected
+    gib = 2**30
+    bytes_per_token = p.num_layers * 2 * p.num_kv_heads * p.head_dim * 2
+    workspace = (d.workspace_gib + d.workspace_skew_gib) * gib
+    free = d.gpu_memory_gib * gib - p.model_weights_bytes - workspace - (d.activations_gib + d.non_torch_gib) * gib
+    blocks = int(free * d.free_gpu_memory_fraction) // (bytes_per_token * p.tokens_per_block)
+    width = lambda n: 4 * math.ceil(math.ceil((n + 1) / p.tokens_per_block) / 4)  # noqa: E731
+    assert e == {"bytes_per_token": bytes_per_token, "total_blocks": blocks,
+                 "capacity_tokens": blocks * p.tokens_per_block,
+                 "width_clamped": width(blocks * p.tokens_per_block),
+                 "width_configured": width(p.configured_max_seq_len),
+                 "entries_needed": math.ceil(p.context_length / p.tokens_per_block)}
+    assert e["entries_needed"] > e["width_clamped"]  # so rank 0 raises
+
+
+def _gb300() -> dict:
+    return yaml.safe_load(GB300.read_text())
+
+
+@pytest.mark.parametrize("edit, field, message", [
+    (lambda d: d["assumptions"]["deployment.workspace_gib"].update(value=30.0),
+     "assumptions.deployment.workspace_gib.value", "they must agree"),
+    (lambda d: (d["deployment"].update(workspace_gib=99.0),
+                d["assumptions"]["deployment.workspace_gib"].update(value=99.0)),
+     "assumptions.deployment.workspace_gib.value", "outside its range"),
+    (lambda d: d["assumptions"]["deployment.workspace_gib"].update(range=[64.0, 0.0]),
+     "assumptions.deployment.workspace_gib.range", "low <= high"),
+    (lambda d: d["assumptions"]["parameters.kv_dtype"].update(range=["fp8"]),
+     "assumptions.parameters.kv_dtype.range", "at least 2"),
+    (lambda d: d["assumptions"].update({"deployment.gpu_count": {"value": 1, "range": [1, 2], "why": "x"}}),
+     "assumptions.deployment.gpu_count", "names no field"),
+    (lambda d: d["assumptions"].update({"Not A Path": {"value": 1, "range": [1, 2], "why": "x"}}),
+     "assumptions.Not A Path", "dotted field path"),
+    (lambda d: d["deployment"]["requests"][0].update(rank=16),
+     "deployment.requests[0].rank", "must be in [0, 15]"),
+    (lambda d: d["deployment"]["requests"].append(dict(d["deployment"]["requests"][0])),
+     "deployment.requests[0].id", "given twice"),
+    (lambda d: d["deployment"].update(ranks=0), "deployment.ranks", "[1, 1024]"),
+    (lambda d: d["deployment"].update(attention_dp="yes"), "deployment.attention_dp", "true or false"),
+    (lambda d: d["deployment"].update(free_gpu_memory_fraction=0), "deployment.free_gpu_memory_fraction", "(0.0, 1.0]"),
+    (lambda d: d["deployment"].update(requests=[]), "deployment.requests", "at least 1"),
+    (lambda d: d["deployment"].update(gpus=16), "deployment.gpus", "not a known field"),
+    (lambda d: d["deployment"]["background"].update(prompt_len_min=9000),
+     "deployment.background.prompt_len_min", "must not exceed prompt_len_max"),
+])
+def test_issue_21470_broken_copies_name_the_field(tmp_path, edit, field, message):
+    data = _gb300()
+    edit(data)
+    err = _broken(tmp_path, data, stem="issue_21470_16x_gb300")
+    assert err.field == field and message in str(err)
+
+
+def test_a_deployment_may_leave_out_pool_mib_and_a_plain_scenario_may_not(tmp_path):
+    assert load_scenario(_write(tmp_path, _gb300(), "issue_21470_16x_gb300")).parameters.pool_mib is None
+    data = _good()
+    del data["parameters"]["pool_mib"]
+    err = _broken(tmp_path, data)
+    assert err.field == "parameters.pool_mib" and "only a scenario with a `deployment`" in str(err)

@@ -1,0 +1,813 @@
+"""Ranks over torch.distributed: per-rank memory budgets, the MIN all-reduce of KV capacity,
+attention-DP routing, lockstep iterations, and one rank's exception taking every rank down.
+
+This is the 16-GPU deployment of TensorRT-LLM issue #21470 in miniature. Every rank (a real
+process, or a thread of the in-process mode) runs the same code, :class:`RankRunner`:
+
+1. **Budget.** The rank's own :class:`~kvlab.memory.MemoryBudget` gives its KV quota
+   (``KvCacheCreator._cal_max_memory``, tensorrt_llm/_torch/pyexecutor/_util.py) and so its
+   local token capacity: whole blocks of the model's geometry.
+2. **MIN all-reduce.** The token capacity is all-reduced with MIN
+   (``_util.py``: "allreduce(MIN) must never increase the local quota"); every rank builds its
+   KVCacheManager from the smallest capacity, and asserts that it did not grow.
+3. **Lockstep.** Each iteration starts with an all_gather of every rank's status (live
+   requests, their prompt tokens, and the error that stopped its engine, if any), as the
+   attention-DP executor all-gathers its ranks' request counts every iteration
+   (``PyExecutor._fetch_and_activate_new_requests``, tensorrt_llm/_torch/pyexecutor/py_executor.py).
+   Then each rank routes the arrivals of this step (the same rule on every rank, from the same
+   gathered numbers, so they agree without further messages), and runs one iteration of its
+   own :class:`~kvlab.simulation.Engine`.
+4. **Failure.** An engine error (PageIndexTooShort from resize, SchedulerDeadlock) is not
+   caught by the executor loop: the real ``_event_loop_wrapper`` logs "Error in event loop",
+   re-raises and cleans up, and the deployment goes down with it. kvlab models the observable
+   end: the next all_gather carries the error, the raising rank reports ``"raised"`` and every
+   other rank ``"shut down"`` with the reason ("rank 0 raised ValueError: User-provided base
+   page indices is too short"). With admission control ("capacity", PR #21720) the request
+   is rejected on its rank at arrival and every rank finishes its work.
+
+**Routing** (attention DP, ``schedule_attention_dp_requests`` and
+``balance_requests_across_ranks``, tensorrt_llm/_torch/pyexecutor/request_utils.py): a request
+pinned to a rank (``SchedulingParams.attention_dp_rank``, not relaxed) goes to that rank. The
+others, longest prompt first, go one by one to the rank with the fewest active prompt tokens
+(ties: fewest active requests, then lowest rank) among the ranks below the expected load
+``max(ceil((active + new) / ranks), max(active per rank))``. kvlab always honours a pin (the
+real one waits while the pinned rank has ``max_num_active_requests``).
+
+**Storage.** The page arithmetic (blocks, clamp, row widths, resizes) uses the model's
+geometry; the pages themselves are stored at one byte per token
+(:data:`STORAGE_BYTES_PER_TOKEN`), because a GB300's 170 GiB pool cannot be allocated 16 times
+on a laptop. Every count a learner reads (blocks, tokens, entries, quota bytes) is the model's.
+
+**Processes.** :func:`run_ranks` starts ``ranks`` processes with torch.multiprocessing on
+127.0.0.1 and a free port: "fork" for gloo (the parent never initialises a process group or
+CUDA), "spawn" for nccl (one GPU per rank, required). The parent collects every rank's
+:class:`RankResult`; a rank that dies or hangs ends the run within ``timeout_s`` with every rank
+accounted for ("died", "hung"), and no process outlives the run, a failure or an interrupt.
+``in_process=True`` runs the same RankRunner in threads that meet at a barrier
+(:class:`ThreadComm`, the same ``all_reduce_min``/``all_gather`` as :class:`TorchComm`): the
+same per-rank results, without starting processes (notebooks and widgets).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import queue as queue_mod
+import socket
+import threading
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import PurePath
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from ._validate import check_choice, check_float, check_int
+from .geometry import KVGeometry
+from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .memory import MemoryBudget
+from .request import Request
+from .scheduler import Scheduler
+from .simulation import STATUS_OF_STATE, Engine
+
+GIB = 1 << 30
+BACKENDS = ("gloo", "nccl")
+MAX_RANKS = 128
+#: policy -> (page-index width policy, admission policy)
+POLICIES = {
+    "clamped": ("clamped", "none"),        # the report: row from the clamped max_seq_len
+    "configured": ("configured", "none"),  # the one-line fix: a wide row, no admission
+    "admission": ("clamped", "capacity"),  # PR #21720: reject what can never fit
+}
+FAULT_KINDS = ("die", "hang")
+#: Bytes each page stores per token (see "Storage" in the module docstring).
+STORAGE_BYTES_PER_TOKEN = 1
+#: Exit code of a rank process that a Fault(kind="die") ends.
+FAULT_EXIT_CODE = 17
+#: Seconds the other ranks get to report once one rank has died.
+DEATH_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Make ``rank`` die (exit without a result) or hang (stop answering) at ``step``:
+    robustness checks of the process mode."""
+
+    rank: int
+    step: int
+    kind: str
+
+    def __post_init__(self):
+        check_int("fault.rank", self.rank, low=0, high=MAX_RANKS - 1)
+        check_int("fault.step", self.step, low=0, high=1 << 30)
+        check_choice("fault.kind", self.kind, FAULT_KINDS)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything every rank needs (picklable): the model's KV geometry, one memory budget per
+    rank, the manager and scheduler settings, the policy and the workload. ``pins`` maps a
+    request id to the rank it is pinned to."""
+
+    geometry: KVGeometry
+    budgets: Tuple[MemoryBudget, ...]
+    policy: str
+    max_seq_len: int
+    max_batch_size: int
+    max_num_tokens: int
+    chunked_prefill: bool
+    stall_limit: int
+    max_steps: int
+    requests: Tuple[Request, ...]
+    pins: Mapping[str, int] = field(default_factory=dict)
+    fault: Optional[Fault] = None
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, KVGeometry):
+            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        check_int("ranks", len(self.budgets), low=1, high=MAX_RANKS)
+        if not all(isinstance(b, MemoryBudget) for b in self.budgets):
+            raise TypeError("budgets must hold one MemoryBudget per rank")
+        check_choice("policy", self.policy, POLICIES)
+        check_int("max_steps", self.max_steps, low=1, high=1 << 30)
+        ids = [r.request_id for r in self.requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("requests must have distinct request ids")
+        for request_id, rank in self.pins.items():
+            if request_id not in ids:
+                raise ValueError(f"pins names {request_id!r}, which is not among the requests")
+            check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
+        if self.fault is not None and self.fault.rank >= self.world_size:
+            raise ValueError(f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}")
+
+    @property
+    def world_size(self) -> int:
+        return len(self.budgets)
+
+
+# --- the scenario file -> a RunConfig ------------------------------------------------------------
+
+def rank_budget(scenario, rank: int, ranks: int, workspace_gib: Optional[float] = None) -> MemoryBudget:
+    """Rank ``rank``'s memory budget in a deployment scenario: weights, MoE workspace (``base +
+    skew * rank / (ranks - 1)``), activation peak and non-torch memory, as
+    ``KvCacheCreator._cal_max_memory`` counts them. ``workspace_gib`` overrides the base."""
+    dep = scenario.deployment
+    base = dep.workspace_gib if workspace_gib is None else workspace_gib
+    workspace = base + (dep.workspace_skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
+    return MemoryBudget(total_bytes=round(dep.gpu_memory_gib * GIB),
+                        weights_bytes=scenario.parameters.model_weights_bytes,
+                        workspace_bytes=round(workspace * GIB),
+                        activation_peak_bytes=round(dep.activations_gib * GIB),
+                        non_torch_bytes=round(dep.non_torch_gib * GIB),
+                        free_gpu_memory_fraction=dep.free_gpu_memory_fraction)
+
+
+def scenario_geometry(scenario) -> KVGeometry:
+    """The KV geometry of a scenario's parameters (attention DP: heads are not split)."""
+    p = scenario.parameters
+    attention_dp = bool(scenario.deployment and scenario.deployment.attention_dp)
+    return KVGeometry(num_layers=p.num_layers, num_kv_heads=p.num_kv_heads, head_dim=p.head_dim,
+                      dtype=p.kv_dtype, tokens_per_block=p.tokens_per_block,
+                      attention_dp=attention_dp)
+
+
+def scenario_requests(scenario, context_length: Optional[int] = None) -> Tuple[List[Request], Dict[str, int]]:
+    """The deployment's requests (background ones generated deterministically) and their pins.
+    ``context_length`` replaces the prompt of the request of ``parameters.context_length``."""
+    dep = scenario.deployment
+    requests, pins = [], {}
+    bg = dep.background
+    if bg is not None:
+        for i in range(bg.count):
+            span = bg.prompt_len_max - bg.prompt_len_min
+            prompt = bg.prompt_len_min + (span * i // (bg.count - 1) if bg.count > 1 else 0)
+            requests.append(Request(f"bg-{i:03d}", prompt_len=prompt, max_new_tokens=bg.max_new_tokens,
+                                    arrival_step=i // bg.per_step))
+    for spec in dep.requests:
+        prompt = spec.prompt_len
+        if context_length is not None and spec.prompt_len == scenario.parameters.context_length:
+            prompt = context_length
+        requests.append(Request(spec.id, prompt_len=prompt, max_new_tokens=spec.max_new_tokens,
+                                arrival_step=spec.arrival_step))
+        if spec.rank is not None:
+            pins[spec.id] = spec.rank
+    return requests, pins
+
+
+def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clamped", *,
+                    workspace_gib: Optional[float] = None, context_length: Optional[int] = None,
+                    stall_limit: Optional[int] = None, fault: Optional[Fault] = None) -> RunConfig:
+    """A RunConfig from a deployment scenario (``kvlab.scenarios.load_scenario``), for
+    ``ranks`` ranks (default: the deployment's). The keyword overrides serve the widget
+    (workspace, context length) and fast tests (stall_limit)."""
+    dep = getattr(scenario, "deployment", None)
+    if dep is None:
+        raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no deployment block")
+    ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
+    check_choice("policy", policy, POLICIES)
+    requests, pins = scenario_requests(scenario, context_length)
+    for request_id, rank in pins.items():
+        if rank >= ranks:
+            raise ValueError(f"request {request_id!r} is pinned to rank {rank}, which a world of "
+                             f"ranks={ranks} lacks")
+    p = scenario.parameters
+    return RunConfig(
+        geometry=scenario_geometry(scenario),
+        budgets=tuple(rank_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),
+        policy=policy, max_seq_len=p.configured_max_seq_len, max_batch_size=p.max_batch_size,
+        max_num_tokens=dep.max_num_tokens, chunked_prefill=dep.chunked_prefill,
+        stall_limit=dep.stall_limit if stall_limit is None else stall_limit,
+        max_steps=dep.max_steps, requests=tuple(requests), pins=pins, fault=fault)
+
+
+# --- routing -------------------------------------------------------------------------------------
+
+def route(new: Sequence[Request], active_requests: Sequence[int], active_tokens: Sequence[int],
+          pins: Mapping[str, int]) -> Dict[str, int]:
+    """Attention-DP routing of the requests arriving now (module docstring): request id ->
+    rank. ``active_requests``/``active_tokens``: each rank's live requests and their prompt
+    tokens, as all-gathered."""
+    ranks = len(active_requests)
+    counts, tokens = list(active_requests), list(active_tokens)
+    assignment: Dict[str, int] = {}
+    free = []
+    for request in new:
+        rank = pins.get(request.request_id)
+        if rank is None:
+            free.append(request)
+            continue
+        assignment[request.request_id] = rank
+        counts[rank] += 1
+        tokens[rank] += request.prompt_len
+    if not free:
+        return assignment
+    expected = max(-(-(sum(counts) + len(free)) // ranks), max(counts))
+    heap = [(tokens[r], counts[r], r) for r in range(ranks) if counts[r] < expected]
+    heapq.heapify(heap)
+    for request in sorted(free, key=lambda r: r.prompt_len, reverse=True):  # stable on ties
+        rank_tokens, rank_count, rank = heapq.heappop(heap)
+        assignment[request.request_id] = rank
+        if rank_count + 1 < expected:
+            heapq.heappush(heap, (rank_tokens + request.prompt_len, rank_count + 1, rank))
+    return assignment
+
+
+# --- communicators -------------------------------------------------------------------------------
+
+class TorchComm:
+    """torch.distributed collectives of one rank: MIN all-reduce of an int, all_gather of a
+    few ints (one int64 tensor: the per-iteration status, cheap) and of a picklable object
+    (only to spread an error's text)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def all_reduce_min(self, value: int) -> int:
+        import torch.distributed as dist
+
+        tensor = torch.tensor([value], dtype=torch.int64, device=self.device)
+        try:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        except RuntimeError as exc:
+            raise CollectiveFailed(f"all_reduce(MIN) failed: {str(exc).splitlines()[0]}") from exc
+        return int(tensor.item())
+
+    def all_gather_ints(self, values: Sequence[int]) -> List[List[int]]:
+        import torch.distributed as dist
+
+        tensor = torch.tensor(list(values), dtype=torch.int64, device=self.device)
+        gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        try:
+            dist.all_gather(gathered, tensor)
+        except RuntimeError as exc:
+            raise CollectiveFailed(f"all_gather failed: {str(exc).splitlines()[0]}") from exc
+        return [t.tolist() for t in gathered]
+
+    def all_gather(self, obj) -> list:
+        import torch.distributed as dist
+
+        gathered = [None] * dist.get_world_size()
+        try:
+            dist.all_gather_object(gathered, obj)
+        except RuntimeError as exc:
+            raise CollectiveFailed(f"all_gather failed: {str(exc).splitlines()[0]}") from exc
+        return gathered
+
+
+class ThreadComm:
+    """The same collectives for ranks that are threads of one process: they meet at a barrier.
+    ``for_rank(r)`` is rank r's handle. A barrier that times out or is aborted (a rank failed)
+    raises CollectiveFailed in every waiting rank."""
+
+    def __init__(self, world_size: int, timeout_s: float, on_gather=None):
+        self.world_size = world_size
+        self._slots: list = [None] * world_size
+        self._barrier = threading.Barrier(world_size, timeout=timeout_s)
+        self._on_gather = on_gather
+
+    def for_rank(self, rank: int) -> "_ThreadRankComm":
+        return _ThreadRankComm(self, rank)
+
+    def abort(self) -> None:
+        self._barrier.abort()
+
+    def _gather(self, rank: int, obj) -> list:
+        self._slots[rank] = obj
+        try:
+            if self._barrier.wait() == 0 and self._on_gather is not None:
+                self._on_gather()
+            gathered = list(self._slots)
+            self._barrier.wait()  # nobody overwrites a slot before everyone has read it
+        except threading.BrokenBarrierError:
+            raise CollectiveFailed("the in-process ranks did not all meet at the barrier "
+                                   "(a rank failed, or the timeout passed)") from None
+        return gathered
+
+
+class _ThreadRankComm:
+    def __init__(self, comm: ThreadComm, rank: int):
+        self._comm, self._rank = comm, rank
+
+    def all_reduce_min(self, value: int) -> int:
+        return min(self._comm._gather(self._rank, value))
+
+    def all_gather_ints(self, values: Sequence[int]) -> List[List[int]]:
+        return self._comm._gather(self._rank, [int(v) for v in values])
+
+    def all_gather(self, obj) -> list:
+        return self._comm._gather(self._rank, obj)
+
+
+# --- one rank ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankStatus:
+    """What a rank all-gathers each iteration."""
+
+    rank: int
+    live: int
+    active_tokens: int
+    error: Optional[str]  # "ValueError: <message>" once its engine has stopped
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's run: its pool before and after the MIN, its outcome and its requests."""
+
+    rank: int
+    outcome: str  # "finished", "raised", "shut down", "died", "hung"
+    error: Optional[str]  # why it stopped, if it did not finish
+    traceback: Optional[str]  # the raising rank's traceback, trimmed to kvlab frames
+    budget: MemoryBudget
+    local_quota_bytes: int
+    local_blocks: int  # before the MIN
+    blocks: int  # after the MIN: the pool it built
+    capacity_tokens: int  # after the MIN (the all-reduced token capacity)
+    quota_bytes: int  # the quota its pool uses after the MIN (model bytes)
+    max_seq_len: int  # clamped
+    max_blocks_per_seq: int
+    status: Dict[str, str]
+    reasons: Dict[str, str]
+    iterations: int
+    end_step: int
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.budget.workspace_bytes
+
+
+def _not_reported(rank: int, outcome: str, why: str, config: RunConfig) -> RankResult:
+    """The result of a rank that could not report one (died, hung, or lost a collective):
+    its budget and local pool, nothing after the MIN."""
+    budget = config.budgets[rank]
+    quota = budget.kv_quota_bytes
+    return RankResult(rank, outcome, why, None, budget, quota, config.geometry.blocks_in(quota),
+                      0, 0, 0, 0, 0, {}, {}, 0, 0)
+
+
+class CollectiveFailed(RuntimeError):
+    """A collective did not complete: a peer died, hung past the timeout, or failed."""
+
+
+def error_name(exc: BaseException) -> str:
+    """The real system's name for an engine error: its first built-in class (PageIndexTooShort
+    is a ValueError, SchedulerDeadlock a RuntimeError), then the message."""
+    builtin = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
+    return f"{builtin.__name__}: {exc}"
+
+
+def kvlab_traceback(exc: BaseException) -> str:
+    """``traceback.format_exception`` of ``exc`` keeping only kvlab's frames, with paths from
+    the package down (``kvlab/kv_cache.py``), notes included."""
+    te = traceback.TracebackException.from_exception(exc)
+    frames = []
+    for frame in te.stack:
+        parts = PurePath(frame.filename).parts
+        if "kvlab" in parts:
+            short = "/".join(parts[len(parts) - 1 - parts[::-1].index("kvlab"):])
+            frames.append(traceback.FrameSummary(short, frame.lineno, frame.name, line=frame.line))
+    te.stack = traceback.StackSummary.from_list(frames)
+    return "".join(te.format())
+
+
+class RankRunner:
+    """One rank: budget -> local capacity -> (MIN) -> manager, scheduler and engine; then one
+    lockstep iteration per ``iterate`` call. The same code in processes and threads."""
+
+    def __init__(self, rank: int, config: RunConfig, device="cpu"):
+        self.rank = rank
+        self.config = config
+        self.device = device
+        self.budget = config.budgets[rank]
+        geo = config.geometry
+        self.local_quota_bytes = self.budget.kv_quota_bytes
+        self.local_blocks = geo.blocks_in(self.local_quota_bytes)
+        self.engine: Optional[Engine] = None
+        self.exception: Optional[BaseException] = None
+        self.stop_reason: Optional[str] = None
+        self.outcome = "finished"
+        self.step = 0
+        self._arrivals = sorted(config.requests, key=lambda r: r.arrival_step)
+        self._next = 0
+
+    @property
+    def local_capacity_tokens(self) -> int:
+        return self.local_blocks * self.config.geometry.tokens_per_block
+
+    def build(self, capacity_tokens: int) -> None:
+        """Build the pool from the all-reduced token capacity, which must not exceed ours."""
+        assert capacity_tokens <= self.local_capacity_tokens, (
+            f"rank {self.rank}: allreduce(MIN) raised the local capacity from "
+            f"{self.local_capacity_tokens} to {capacity_tokens} tokens")
+        cfg, geo = self.config, self.config.geometry
+        self.capacity_tokens = capacity_tokens
+        self.blocks = capacity_tokens // geo.tokens_per_block
+        if self.blocks == 0:
+            raise ValueError(f"rank {self.rank}: the all-reduced KV capacity holds no page "
+                             f"(local quota {self.local_quota_bytes} B, {self.local_blocks} blocks)")
+        storage = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=STORAGE_BYTES_PER_TOKEN,
+                             dtype="fp8", tokens_per_block=geo.tokens_per_block, kv_factor=1)
+        page_policy, admission = POLICIES[cfg.policy]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+            manager = KVCacheManager(storage, quota_bytes=self.blocks * storage.bytes_per_block,
+                                     max_seq_len=cfg.max_seq_len, max_batch_size=cfg.max_batch_size,
+                                     page_index_policy=page_policy, device=self.device)
+        scheduler = Scheduler(manager, admission=admission, max_num_tokens=cfg.max_num_tokens,
+                              max_batch_size=cfg.max_batch_size, stall_limit=cfg.stall_limit,
+                              chunked_prefill=cfg.chunked_prefill)
+        self.engine = Engine(scheduler)
+
+    def status(self) -> RankStatus:
+        engine = self.engine
+        live = [r for r in engine.requests if STATUS_OF_STATE[r.state] in ("waiting", "running")]
+        error = None if engine.error is None else error_name(engine.error)
+        return RankStatus(self.rank, len(live), sum(r.prompt_len for r in live), error)
+
+    def iterate(self, statuses: Sequence[RankStatus]) -> bool:
+        """One lockstep iteration after the all_gather of ``statuses``; False when the run is
+        over (the same answer on every rank)."""
+        cfg = self.config
+        failed = next((s for s in statuses if s.error is not None), None)
+        if failed is not None:
+            if failed.rank == self.rank:
+                self.outcome, self.stop_reason = "raised", failed.error
+            else:
+                self.outcome = "shut down"
+                self.stop_reason = f"shut down: rank {failed.rank} raised {failed.error}"
+            return False
+        busy = any(s.live for s in statuses)
+        if not busy:
+            if self._next == len(self._arrivals):
+                return False
+            self.step = max(self.step, self._arrivals[self._next].arrival_step)
+        if self.step >= cfg.max_steps:
+            self.stop_reason = f"max_steps={cfg.max_steps} reached"
+            return False
+        if cfg.fault is not None and cfg.fault.rank == self.rank and cfg.fault.step == self.step:
+            _inject(cfg.fault)
+        new = []
+        while self._next < len(self._arrivals) and self._arrivals[self._next].arrival_step <= self.step:
+            new.append(self._arrivals[self._next])
+            self._next += 1
+        if new:
+            assignment = route(new, [s.live for s in statuses], [s.active_tokens for s in statuses],
+                               cfg.pins)
+            self.engine.add_requests([r for r in new if assignment[r.request_id] == self.rank])
+        self.engine.advance_to(self.step)
+        self.engine.iterate()
+        if self.engine.error is not None and self.exception is None:
+            self.exception = self.engine.error
+        self.step += 1
+        return True
+
+    def result(self) -> RankResult:
+        engine = self.engine
+        sim = engine.result(self.config.max_steps)
+        reasons = dict(sim.reasons)
+        if self.outcome == "shut down":
+            for request_id, status in sim.status.items():
+                if status in ("waiting", "running"):
+                    reasons[request_id] = f"{self.stop_reason} (at step {self.step})"
+        manager = engine.scheduler.manager
+        geo = self.config.geometry
+        return RankResult(
+            rank=self.rank, outcome=self.outcome, error=self.stop_reason,
+            traceback=None if self.exception is None else kvlab_traceback(self.exception),
+            budget=self.budget, local_quota_bytes=self.local_quota_bytes,
+            local_blocks=self.local_blocks, blocks=self.blocks, capacity_tokens=self.capacity_tokens,
+            quota_bytes=self.blocks * geo.bytes_per_block, max_seq_len=manager.max_seq_len,
+            max_blocks_per_seq=manager.max_blocks_per_seq, status=dict(sim.status), reasons=reasons,
+            iterations=sim.iterations, end_step=self.step)
+
+
+def _inject(fault: Fault) -> None:
+    if fault.kind == "die":
+        os._exit(FAULT_EXIT_CODE)
+    while True:  # "hang": stop answering; the parent's timeout ends the run
+        time.sleep(3600)
+
+
+def gather_statuses(comm, status: RankStatus) -> List[RankStatus]:
+    """The per-iteration collective: every rank's (live, active tokens, failed) as ints, and
+    only when some rank failed, a second all_gather with the errors' text."""
+    rows = comm.all_gather_ints([status.live, status.active_tokens, status.error is not None])
+    errors = comm.all_gather(status.error) if any(row[2] for row in rows) else [None] * len(rows)
+    return [RankStatus(rank, live, tokens, error)
+            for rank, ((live, tokens, _), error) in enumerate(zip(rows, errors))]
+
+
+def rank_loop(runner: RankRunner, comm, on_step=None) -> RankResult:
+    """The per-rank program: MIN all-reduce, build, then lockstep iterations."""
+    runner.build(comm.all_reduce_min(runner.local_capacity_tokens))
+    while runner.iterate(gather_statuses(comm, runner.status())):
+        if on_step is not None:
+            on_step(runner.step)
+    return runner.result()
+
+
+# --- the whole run -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DistributedResult:
+    """Every rank's result and how the run ended: "completed" (every rank finished), "shut
+    down" (a rank raised; every rank went down), "died" (a rank process exited without a
+    result) or "hung" (ranks still running at the timeout were killed)."""
+
+    ranks: Tuple[RankResult, ...]
+    ended: str
+    reason: str
+    mode: str  # "process" or "in-process"
+    backend: Optional[str]
+    policy: str
+    wall_s: float
+    startup_s: float  # process start + init_process_group (0 in-process)
+    work_s: float
+    pids: Tuple[int, ...] = ()  # the rank processes (all ended when run_ranks returns)
+
+    @property
+    def engine_down(self) -> bool:
+        return self.ended != "completed"
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    def table(self) -> str:
+        """One line per rank: workspace, pool before/after the MIN, row width, outcome."""
+        lines = [f"{'rank':>4} {'workspace':>10} {'local pool':>22} {'pool after MIN':>24} "
+                 f"{'row':>6}  requests  outcome"]
+        for r in self.ranks:
+            counts = {}
+            for status in r.status.values():
+                counts[status] = counts.get(status, 0) + 1
+            requests = " ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-"
+            lines.append(
+                f"{r.rank:>4} {r.workspace_bytes / GIB:>7.1f} GiB "
+                f"{r.local_blocks:>7} blk {r.local_quota_bytes / GIB:>7.1f} GiB "
+                f"{r.blocks:>7} blk = {r.capacity_tokens:>9} tok {r.max_blocks_per_seq:>6}  "
+                f"{requests}  {_outcome_text(r)}")
+        return "\n".join(lines)
+
+    def explain(self) -> str:
+        head = (f"{self.world_size} ranks ({self.mode}{', ' + self.backend if self.backend else ''}), "
+                f"policy {self.policy}: {self.ended} - {self.reason}")
+        timing = f"wall {self.wall_s:.2f} s (startup {self.startup_s:.2f} s, work {self.work_s:.2f} s)"
+        return "\n".join([head, self.table(), timing])
+
+
+def _outcome_text(r: RankResult, width: int = 100) -> str:
+    if not r.error:
+        return r.outcome
+    text = r.error if r.error.startswith(r.outcome) else f"{r.outcome}: {r.error}"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def check_run_arguments(config: RunConfig, backend: str, in_process: bool, timeout_s: float) -> None:
+    """Clear errors at the boundary: a RunConfig, a known backend, GPUs for nccl."""
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
+    check_choice("backend", backend, BACKENDS)
+    if not isinstance(in_process, bool):
+        raise TypeError(f"in_process must be a bool, got {in_process!r}")
+    check_float("timeout_s", timeout_s, low=0.0, high=24 * 3600.0, low_open=True)
+    if in_process and config.fault is not None:
+        raise ValueError("fault needs the process mode (in_process=False): a thread cannot die alone")
+    if backend == "nccl" and not in_process:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus < config.world_size:
+            raise ValueError(f"backend='nccl' needs one CUDA GPU per rank: ranks={config.world_size}, "
+                             f"torch sees {gpus} GPU(s); use backend='gloo'")
+
+
+def run_ranks(config: RunConfig, *, backend: str = "gloo", in_process: bool = False,
+              timeout_s: float = 60.0, progress: bool = True) -> DistributedResult:
+    """Run every rank of ``config`` (module docstring) and return their results. ``progress``
+    shows a tqdm bar of lockstep iterations on runs longer than a second."""
+    check_run_arguments(config, backend, in_process, timeout_s)
+    if in_process:
+        return _run_threads(config, timeout_s, progress)
+    return _run_processes(config, backend, timeout_s, progress)
+
+
+def _progress_bar(enabled: bool, world_size: int):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(desc=f"{world_size} ranks, lockstep iterations", unit="it", delay=1.0, leave=False)
+
+
+def _ended(results: Sequence[RankResult]) -> Tuple[str, str]:
+    for outcome in ("raised", "died", "hung"):
+        bad = [r for r in results if r.outcome == outcome]
+        if bad:
+            first = bad[0]
+            if outcome == "raised":
+                return "shut down", f"rank {first.rank} raised {first.error}; every rank shut down"
+            return outcome, "; ".join(f"rank {r.rank} {r.error}" for r in bad)
+    shut = [r for r in results if r.outcome == "shut down"]
+    if shut:  # a peer failed a collective
+        return "shut down", shut[0].error or "shut down"
+    unfinished = sum(1 for r in results for s in r.status.values() if s in ("waiting", "running"))
+    if unfinished:
+        return "completed", f"{unfinished} request(s) unfinished: {results[0].error}"
+    return "completed", "every rank finished its work"
+
+
+def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> DistributedResult:
+    start = time.monotonic()
+    bar = _progress_bar(progress, config.world_size)
+    comm = ThreadComm(config.world_size, timeout_s, on_gather=None if bar is None else bar.update)
+    results: List[Optional[RankResult]] = [None] * config.world_size
+    errors: List[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            results[rank] = rank_loop(RankRunner(rank, config), comm.for_rank(rank))
+        except CollectiveFailed as exc:
+            errors.append(TimeoutError(f"{exc} (timeout_s={timeout_s})"))
+        except BaseException as exc:  # a kvlab bug in one rank: stop the others, re-raise below
+            errors.append(exc)
+            comm.abort()
+
+    threads = [threading.Thread(target=run, args=(r,), name=f"kvlab-rank-{r}", daemon=True)
+               for r in range(config.world_size)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        if bar is not None:
+            bar.close()
+    if errors:  # a kvlab bug first, else the timeout
+        raise next((e for e in errors if not isinstance(e, TimeoutError)), errors[0])
+    wall = time.monotonic() - start
+    ended, reason = _ended(results)
+    return DistributedResult(tuple(results), ended, reason, "in-process", None, config.policy,
+                             wall, 0.0, wall)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (bound, read, released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: float, out) -> None:
+    """A rank process: init_process_group, rank_loop, send the result, destroy the group."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    try:
+        # the group's own timeout outlasts the parent's deadline: the parent decides "hung"
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=config.world_size,
+                                timeout=timedelta(seconds=timeout_s + 30))
+        out.put(("ready", rank, time.monotonic()))
+        on_step = (lambda step: out.put(("step", rank, step))) if rank == 0 else None
+        runner = RankRunner(rank, config, device)
+        try:
+            result = rank_loop(runner, TorchComm(device), on_step)
+        except CollectiveFailed as exc:  # a peer left (died): this rank goes down too
+            result = _not_reported(rank, "shut down", f"shut down: {exc}", config)
+        out.put(("result", rank, result))
+        dist.destroy_process_group()
+    except BaseException as exc:  # a kvlab bug: report it rather than dying silently
+        out.put(("crash", rank, "".join(traceback.format_exception(exc))))
+
+
+def _run_processes(config: RunConfig, backend: str, timeout_s: float, progress: bool) -> DistributedResult:
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn" if backend == "nccl" else "fork")
+    out = ctx.Queue()
+    port = free_port()
+    world = config.world_size
+    start = time.monotonic()
+    procs = []
+    killed: set = set()
+    results: Dict[int, RankResult] = {}
+    crashes: Dict[int, str] = {}
+    ready: Dict[int, float] = {}
+    bar = _progress_bar(progress, world)
+    try:
+        for rank in range(world):
+            p = ctx.Process(target=_worker, args=(rank, config, backend, port, timeout_s, out),
+                            name=f"kvlab-rank-{rank}", daemon=True)
+            p.start()
+            procs.append(p)
+        deadline = start + timeout_s
+        while len(results) + len(crashes) < world:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            try:
+                kind, rank, payload = out.get(timeout=min(0.2, deadline - now))
+            except queue_mod.Empty:
+                exited = [p.exitcode is not None for p in procs]
+                if all(exited):
+                    break
+                if any(e and r not in results and r not in crashes for r, e in enumerate(exited)):
+                    deadline = min(deadline, time.monotonic() + DEATH_GRACE_S)  # one died
+                continue
+            if kind == "ready":
+                ready[rank] = payload
+            elif kind == "step":
+                if bar is not None:
+                    bar.update(payload - bar.n)
+            elif kind == "result":
+                results[rank] = payload
+            else:
+                crashes[rank] = payload
+        end = time.monotonic()
+    finally:
+        killed = _stop(procs)
+        if bar is not None:
+            bar.close()
+        out.close()
+        out.join_thread()
+    if crashes:
+        rank, text = sorted(crashes.items())[0]
+        raise RuntimeError(f"rank {rank} failed with a kvlab error:\n{text}")
+    final = []
+    for rank, p in enumerate(procs):
+        if rank in results:
+            final.append(results[rank])
+        elif rank in killed:
+            final.append(_not_reported(rank, "hung", f"hung: no result within timeout_s={timeout_s}; "
+                                       "killed", config))
+        else:
+            final.append(_not_reported(rank, "died", f"died (exit code {p.exitcode}) without a result",
+                                       config))
+    ended, reason = _ended(final)
+    startup = (max(ready.values()) - start) if len(ready) == world else end - start
+    return DistributedResult(tuple(final), ended, reason, "process", backend, config.policy,
+                             end - start, startup, end - start - startup,
+                             tuple(p.pid for p in procs))
+
+
+def _stop(procs, grace_s: float = 1.0) -> set:
+    """Join every rank process; terminate, then kill, the ones still running. Returns the
+    ranks it had to stop."""
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    stopped = {r for r, p in enumerate(procs) if p.is_alive()}
+    for r in stopped:
+        procs[r].terminate()
+    for r in stopped:
+        procs[r].join(grace_s)
+        if procs[r].is_alive():
+            procs[r].kill()
+            procs[r].join()
+    return stopped

@@ -1,0 +1,279 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · The 16-GPU report: ranks, memory budgets, and one rank taking all of them down
+#
+# TensorRT-LLM issue #21470: 16 NVIDIA GB300 GPUs, **attention data parallelism** (every rank
+# keeps its own KV cache and serves its own requests) with **expert parallelism** (the MoE
+# experts are split across the 16 ranks). A persistent MoE workspace shrank the memory left for
+# the KV cache. The server started and served short requests; then a long context reached
+# `resize_context` on rank 0 and the native allocator raised
+# `ValueError: User-provided base page indices is too short`. The executor took all 16 ranks down.
+#
+# This notebook rebuilds that deployment with kvlab — 16 ranks, each with its own memory budget,
+# KV-cache manager and scheduler, stepping in lockstep — and then makes the reduction the
+# investigation made: which conditions on **one** GPU reproduce the local failure (notebook 02).
+# The report leaves the model, the memory figures and the context lengths unstated: every such
+# number below comes from `data/scenarios/issue_21470_16x_gb300.yaml`, marked as an assumption.
+
+# %% tags=["parameters"]
+ranks: int = 16  # ranks (GPUs); the report's 16
+workspace_gib: float = 28.0  # MoE workspace on rank 0, GiB (an assumption; the others add a skew)
+context: int = 1_000_000  # the long context pinned to rank 0, tokens (an assumption)
+SMOKE: bool = False  # True (CI): skip the run with real rank processes
+
+# %%
+import dataclasses
+import traceback
+
+import pandas as pd
+
+from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, Request, run_ranks, viz
+from kvlab.distributed import rank_budget, scenario_config
+from kvlab.findings import Finding, report_findings
+from kvlab.repro import run_repro
+from kvlab.scenarios import load_scenario
+from kvlab.widgets import ranks_panel
+
+sc = load_scenario("issue-21470")  # data/scenarios/issue_21470_16x_gb300.yaml
+dep, P = sc.deployment, sc.parameters
+# Bad parameters stop here, with a message naming the parameter.
+config = scenario_config(sc, ranks, "clamped", workspace_gib=workspace_gib, context_length=context)
+IS_REPORT = (ranks, workspace_gib, context) == (dep.ranks, dep.workspace_gib, P.context_length)
+print(sc.title)
+print("parameters:", dict(ranks=ranks, workspace_gib=workspace_gib, context=context),
+      "(the scenario's)" if IS_REPORT else "(not the scenario's: the asserts follow the arithmetic)")
+
+# %% [markdown]
+# ## 1. Topology, and what the report does not say
+#
+# Under attention DP the attention weights are replicated and each rank holds the KV cache of its
+# own requests, with all KV heads (the KV tensor-parallel size is 1). The MoE layers are split
+# across the ranks (EP 16); their kernels keep a persistent workspace on every GPU.
+
+# %%
+print(f"{dep.ranks} x {sc.gpu}, attention DP = {dep.attention_dp}, expert parallel = "
+      f"{dep.expert_parallel_size}, TensorRT-LLM {dep.image}")
+print("KV per token per rank:", config.geometry.bytes_per_token_formula())
+assumptions = pd.DataFrame([dict(field=k, value=a.value, range=list(a.range), why=a.why)
+                            for k, a in sc.assumptions.items()])
+assumptions
+
+# %% [markdown]
+# ## 2. Sixteen memory budgets, one KV pool
+#
+# Each rank sizes its KV quota from what its warm-up left free
+# (`KvCacheCreator._cal_max_memory`): `(total − peak) × free_gpu_memory_fraction`, where the
+# peak counts the weights, the **MoE workspace**, the activation peak and memory torch does not
+# see. The workspace is assumed to differ a little between ranks (expert load); then the ranks
+# agree on one capacity: the token capacity is **all-reduced with MIN**, and the MIN never
+# raises a rank's own quota. Every rank ends up with the smallest pool.
+#
+# The run below is real: 16 ranks (threads of this kernel, the in-process mode of
+# `kvlab.distributed`; section 5 also starts real processes), each building its budget, its
+# KVCacheManager and its Scheduler, stepping together with an all_gather every iteration.
+
+# %%
+clamped = run_ranks(config, in_process=True)
+local_tokens = [r.local_blocks * P.tokens_per_block for r in clamped.ranks]
+pool_blocks = clamped.ranks[0].blocks
+print(f"own capacities: {min(local_tokens):,} .. {max(local_tokens):,} tokens; after the MIN: "
+      f"{clamped.ranks[0].capacity_tokens:,} tokens = {pool_blocks} blocks on every rank")
+assert {r.capacity_tokens for r in clamped.ranks} == {min(local_tokens)}
+assert all(r.blocks <= r.local_blocks for r in clamped.ranks)  # the MIN never raises a quota
+viz.show(viz.rank_budget_figure(clamped.ranks))
+
+# %% [markdown]
+# ## 3. The clamp
+#
+# The pool holds at most `blocks × tokens_per_block` tokens of one sequence. The configured
+# `max_seq_len` (1,048,576 here) is larger, so every rank's KV-cache manager warns and clamps it,
+# and — since PR #12306 — sizes the page-index row from the clamped length:
+# `round_up_4(ceil((max_seq_len + 1) / tokens_per_block))` entries.
+
+# %%
+r0 = clamped.ranks[0]
+tpb = P.tokens_per_block
+raw = -(-(r0.max_seq_len + 1) // tpb)
+needed = -(-context // tpb)
+print(f"max_seq_len: configured {config.max_seq_len:,}, clamped to {r0.max_seq_len:,}")
+print(f"row: ceil(({r0.max_seq_len:,} + 1) / {tpb}) = {raw} -> multiple of 4 = {r0.max_blocks_per_seq} entries")
+print(f"the long context: ceil({context:,} / {tpb}) = {needed} entries")
+assert r0.max_seq_len == min(config.max_seq_len, r0.capacity_tokens)
+assert r0.max_blocks_per_seq == -(-raw // 4) * 4
+expect_crash = needed > r0.max_blocks_per_seq
+
+# %% [markdown]
+# ## 4. The request that lands on rank 0
+#
+# Attention DP routes each new request to a rank: one pinned to a rank
+# (`attention_dp_rank`) goes there; the others are balanced, longest first, to the rank with
+# the fewest active tokens (`kvlab.distributed.route`, after TensorRT-LLM's
+# `balance_requests_across_ranks`). The report's long request was on rank 0.
+
+# %%
+placement = pd.DataFrame([dict(rank=r.rank, requests=len(r.status),
+                               long_context="long-ctx" in r.status,
+                               statuses=", ".join(f"{n} {s}" for s, n in
+                                                  pd.Series(list(r.status.values())).value_counts().items()))
+                          for r in clamped.ranks])
+assert "long-ctx" in r0.status and placement.requests.sum() == len(config.requests)
+placement
+
+# %% [markdown]
+# ## 5. The chain, from kvlab's own traceback, and the shutdown of every rank
+#
+# The seed followed the traceback: Scheduler → `KVCacheManagerV2.resize_context()` → native
+# `kv_cache.resize()` → page-index check → `ValueError`. Here is rank 0's, the real exception
+# formatted with `traceback.format_exception`, trimmed to kvlab's frames. Nothing between the
+# check and the executor loop catches it; the next per-iteration all_gather carries it to every
+# rank, and every rank shuts down with the reason.
+
+# %%
+if expect_crash:
+    print(r0.traceback)
+    frames = [line.split(", in ")[-1] for line in r0.traceback.splitlines() if ", in " in line]
+    chain = ["schedule", "_resize_context", "resize_context", "resize"]
+    assert [f for f in frames if f in chain] == chain, frames
+    assert r0.traceback.rstrip().splitlines()[-2] == "kvlab.kv_cache.PageIndexTooShort: User-provided base page indices is too short"
+print(clamped.explain())
+if expect_crash:
+    assert clamped.ended == "shut down" and r0.outcome == "raised"
+    assert r0.error == "ValueError: User-provided base page indices is too short"
+    assert all(r.error == "shut down: rank 0 raised ValueError: User-provided base page indices is too short"
+               for r in clamped.ranks[1:])
+else:
+    assert clamped.ended == "completed"
+
+# %% [markdown]
+# The same ranks as real processes over `torch.distributed` (gloo on CPU: a MIN all-reduce of the
+# capacity, an all_gather per iteration). Same code per rank, same results; only the transport
+# differs. (Skipped when `SMOKE`.)
+
+# %%
+if not SMOKE:
+    by_process = run_ranks(config, backend="gloo")
+    print(by_process.explain())
+    assert [dataclasses.asdict(r) for r in by_process.ranks] == [dataclasses.asdict(r) for r in clamped.ranks]
+    assert (by_process.ended, by_process.reason) == (clamped.ended, clamped.reason)
+
+# %% [markdown]
+# ## 6. The same deployment with admission control
+#
+# PR #21720's direction: a request whose demand exceeds the pool's total capacity is rejected at
+# admission, on its rank, for that request alone. Rank 0 rejects the long context, and all
+# ranks finish their work. (The one-line fix of notebook 03, a row sized from the configured
+# length, is the policy "configured": no crash, but the request is refused every pass and the
+# stall detector takes the engine down instead.)
+
+# %%
+admitted = run_ranks(scenario_config(sc, ranks, "admission", workspace_gib=workspace_gib,
+                                     context_length=context), in_process=True)
+print(admitted.explain())
+print("long-ctx:", admitted.ranks[0].status["long-ctx"], "-", admitted.ranks[0].reasons["long-ctx"])
+assert admitted.ended == "completed" and all(r.outcome == "finished" for r in admitted.ranks)
+demand = -(-(context + 64) // tpb)
+assert (admitted.ranks[0].status["long-ctx"] == "rejected") == (demand > pool_blocks)
+
+# %% [markdown]
+# ## 7. The reduction: what one GPU needs to reproduce the local failure
+#
+# Nothing in the exception depends on the other 15 ranks. They only decided the pool's size
+# (through the MIN) and they went down afterwards. The local failure needs three things:
+#
+# 1. a KV pool smaller than the configured `max_seq_len` (so the manager clamps),
+# 2. a page-index row sized from the clamped length (the code since PR #12306),
+# 3. a context needing more pages than that row has entries.
+#
+# So a single KVCacheManager with rank 0's pool, and no ranks at all, raises the same error; and
+# so does the seed's RTX 5080 with no weights and a 4 MiB pool — the same inequality at 1/470th
+# the scale. Notebook 02 takes it from there.
+
+# %%
+one = rank_budget(sc, 0, 1)  # rank 0's budget alone (a world of one rank: no MIN, no skew)
+seed = run_repro(4.0, 8192, "clamped", 32, max_seq_len=8192)
+rows = [
+    dict(condition="KV pool (blocks)", rank0_of_16=r0.blocks, seed_rtx5080=seed.total_blocks),
+    dict(condition="configured max_seq_len", rank0_of_16=config.max_seq_len, seed_rtx5080=seed.configured_max_seq_len),
+    dict(condition="clamped max_seq_len", rank0_of_16=r0.max_seq_len, seed_rtx5080=seed.capacity_tokens),
+    dict(condition="row width (entries)", rank0_of_16=r0.max_blocks_per_seq, seed_rtx5080=seed.max_blocks_per_seq),
+    dict(condition="context entries needed", rank0_of_16=needed, seed_rtx5080=seed.entries_needed),
+]
+reduction = pd.DataFrame(rows)
+print(f"rank 0 alone (no MIN): {one.kv_quota_bytes / 2**30:.1f} GiB quota")
+assert seed.outcome == "crash" and seed.entries_needed > seed.max_blocks_per_seq
+assert seed.configured_max_seq_len > seed.capacity_tokens  # the seed clamps too
+reduction
+
+# %% [markdown]
+# The same local conditions on one manager, at the seed's scale: a pool of rank 0's *shape*
+# (clamped row, a context beyond it) raises the same `ValueError`, with no ranks, no weights and
+# no workspace — only the three conditions above.
+
+# %%
+seed_geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
+mgr = KVCacheManager(seed_geo, quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1,
+                     page_index_policy="clamped")
+req = Request("req-0", prompt_len=8192, max_new_tokens=1)
+mgr.prepare_context(req)
+try:
+    mgr.resize_context(req, 8192)
+    local_error = None
+except PageIndexTooShort as exc:
+    local_error = exc
+    print("".join(traceback.format_exception_only(exc)).strip())
+assert str(local_error) == "User-provided base page indices is too short"
+
+# %% [markdown]
+# ## 8. Try it: workspace and context
+#
+# Move rank 0's MoE workspace (the other ranks add the scenario's skew) and the long context's
+# length. Every change runs the 16 ranks again (in-process, about 0.2 s): the budget bars, the
+# requests against the pool and the row, and how the run ended. Things to find: the workspace
+# below which the pool no longer clamps; a context that is clamped yet still fits the row; how
+# much of rank 0's own pool the MIN takes away.
+
+# %%
+panel = ranks_panel(workspace_gib=workspace_gib, context=context, ranks=ranks)
+assert panel.outcome == ("crash" if expect_crash else "ok")
+panel
+
+# %% [markdown]
+# ## Findings
+#
+# The 16-rank failure is one rank's local failure plus the executor's failure handling: the MIN
+# all-reduce gave every rank the smallest pool, the clamp sized rank 0's row from it, a context
+# beyond the row raised in the native resize, and every rank shut down. Admission control keeps
+# every rank alive. The local conditions reproduce on one GPU with a 4 MiB pool (notebook 02).
+
+# %%
+scenario = sc.name if IS_REPORT else f"{ranks}x-{workspace_gib:g}GiB-{context}tok"
+numbers = (f"{ranks} ranks; own pools {min(local_tokens):,}-{max(local_tokens):,} tokens, MIN {r0.capacity_tokens:,} "
+           f"tokens = {pool_blocks} blocks; row {r0.max_blocks_per_seq} entries (clamped max_seq_len "
+           f"{r0.max_seq_len:,}); {context:,} tokens need {needed} entries")
+if IS_REPORT:  # the scenario file's expected numbers
+    exp = sc.expected
+    assert (pool_blocks, r0.capacity_tokens, r0.max_blocks_per_seq, needed) == (
+        exp["total_blocks"], exp["capacity_tokens"], exp["width_clamped"], exp["entries_needed"])
+findings = report_findings([
+    Finding(scenario=scenario, policy="clamped", outcome="crash" if expect_crash else "ok",
+            numbers=numbers + f"; {clamped.ended}: {clamped.reason}"),
+    Finding(scenario=scenario, policy="capacity", outcome="reject" if demand > pool_blocks else "ok",
+            numbers=f"demand {demand} blocks vs {pool_blocks}; {admitted.ended}: {admitted.reason}"),
+    Finding(scenario="rtx5080-4mib", policy="clamped", outcome=seed.outcome,
+            numbers=f"the reduction: {seed.total_blocks} blocks, row {seed.max_blocks_per_seq}, "
+                    f"{seed.entries_needed} entries needed"),
+])

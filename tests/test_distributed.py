@@ -1,0 +1,207 @@
+"""kvlab.distributed: 16 (and 2, 4) gloo rank processes on CPU, the in-process mode, the MIN
+all-reduce, attention-DP routing, failure propagation, and no process outliving a run."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import time
+
+import pytest
+import torch
+
+from kvlab import distributed as D
+from kvlab.distributed import Fault, RankRunner, route, run_ranks, scenario_config
+from kvlab.request import Request
+from kvlab.scenarios import load_scenario
+
+NATIVE = "User-provided base page indices is too short"
+SHUTDOWN = f"shut down: rank 0 raised ValueError: {NATIVE}"
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario("issue-21470")
+
+
+def assert_no_survivors(result):
+    assert multiprocessing.active_children() == []
+    for pid in result.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # reaped: no such process
+
+
+@pytest.fixture(scope="module")
+def clamped16(scenario):
+    result = run_ranks(scenario_config(scenario, 16, "clamped"), progress=False)
+    assert_no_survivors(result)
+    return result
+
+
+@pytest.fixture(scope="module")
+def admission16(scenario):
+    result = run_ranks(scenario_config(scenario, 16, "admission"), progress=False)
+    assert_no_survivors(result)
+    return result
+
+
+def test_min_reduction_gives_every_rank_the_smallest_capacity(clamped16):
+    ranks = clamped16.ranks
+    assert len(ranks) == 16 and len(set(clamped16.pids)) == 16
+    local = [r.local_blocks * 32 for r in ranks]  # tokens before the MIN
+    assert len(set(r.workspace_bytes for r in ranks)) == 16  # every rank's workspace differs
+    assert len(set(local)) == 16
+    assert {r.capacity_tokens for r in ranks} == {min(local)}
+    assert {r.blocks for r in ranks} == {min(r.local_blocks for r in ranks)} == {29961}
+    assert all(r.blocks <= r.local_blocks for r in ranks)  # no quota raised
+    assert ranks[0].local_blocks > ranks[-1].local_blocks == ranks[0].blocks
+    assert {r.max_seq_len for r in ranks} == {29961 * 32}  # clamped from 1048576
+    assert {r.max_blocks_per_seq for r in ranks} == {29964}
+
+
+def test_clamped_rank_0_raises_and_all_16_shut_down(clamped16):
+    assert clamped16.ended == "shut down" and clamped16.engine_down
+    r0 = clamped16.ranks[0]
+    assert r0.outcome == "raised" and r0.error == f"ValueError: {NATIVE}"
+    assert r0.status["long-ctx"] == "running"
+    assert "kvlab/kv_cache.py" in r0.traceback and "resize_context" in r0.traceback
+    assert r0.traceback.rstrip().splitlines()[-2].endswith(f"PageIndexTooShort: {NATIVE}")
+    for r in clamped16.ranks[1:]:
+        assert (r.outcome, r.error) == ("shut down", SHUTDOWN)
+        assert r.traceback is None
+    assert clamped16.reason.startswith(f"rank 0 raised ValueError: {NATIVE}")
+
+
+def test_admission_rejects_on_its_rank_and_every_rank_finishes(admission16):
+    assert admission16.ended == "completed" and not admission16.engine_down
+    assert [r.outcome for r in admission16.ranks] == ["finished"] * 16
+    r0 = admission16.ranks[0]
+    assert r0.status["long-ctx"] == "rejected"
+    assert "exceeds the total capacity of 29961 blocks" in r0.reasons["long-ctx"]
+    statuses = [s for r in admission16.ranks for s in r.status.values()]
+    assert statuses.count("finished") == 48 and statuses.count("rejected") == 1
+    assert all("long-ctx" not in r.status for r in admission16.ranks[1:])  # pinned to rank 0
+
+
+def test_background_requests_are_balanced_over_the_ranks(admission16):
+    assert [sum(1 for k in r.status if k.startswith("bg-")) for r in admission16.ranks] == [3] * 16
+
+
+@pytest.mark.parametrize("policy", ["clamped", "admission"])
+def test_in_process_gives_the_same_per_rank_results(scenario, clamped16, admission16, policy):
+    by_process = {"clamped": clamped16, "admission": admission16}[policy]
+    in_process = run_ranks(scenario_config(scenario, 16, policy), in_process=True, progress=False)
+    assert in_process.mode == "in-process" and in_process.pids == ()
+    assert [dataclasses.asdict(r) for r in in_process.ranks] == [dataclasses.asdict(r) for r in by_process.ranks]
+    assert (in_process.ended, in_process.reason) == (by_process.ended, by_process.reason)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_smaller_worlds(scenario, ranks):
+    result = run_ranks(scenario_config(scenario, ranks, "clamped"), progress=False)
+    assert_no_survivors(result)
+    assert len(result.ranks) == ranks and result.ended == "shut down"
+    assert [r.outcome for r in result.ranks] == ["raised"] + ["shut down"] * (ranks - 1)
+    assert len({r.capacity_tokens for r in result.ranks}) == 1
+    assert result.ranks[0].blocks == min(r.local_blocks for r in result.ranks)
+
+
+def test_configured_row_turns_the_crash_into_a_stall_that_still_takes_every_rank_down(scenario):
+    result = run_ranks(scenario_config(scenario, 4, "configured", stall_limit=20), in_process=True,
+                       progress=False)
+    r0 = result.ranks[0]
+    assert r0.outcome == "raised" and r0.error.startswith("RuntimeError: V2 scheduler deadlock")
+    assert r0.max_blocks_per_seq == 32772  # ceil((1048576 + 1) / 32) -> multiple of 4
+    assert all(r.outcome == "shut down" for r in result.ranks[1:])
+
+
+def test_a_rank_that_dies_ends_the_run_with_every_rank_accounted_for(scenario):
+    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=2, step=3, kind="die"))
+    start = time.monotonic()
+    result = run_ranks(config, timeout_s=20, progress=False)
+    assert time.monotonic() - start < 15
+    assert_no_survivors(result)
+    assert result.ended == "died" and result.engine_down
+    assert result.ranks[2].outcome == "died" and f"exit code {D.FAULT_EXIT_CODE}" in result.ranks[2].error
+    assert all(r.outcome in ("shut down", "hung") for i, r in enumerate(result.ranks) if i != 2)
+
+
+def test_a_rank_that_hangs_ends_the_run_within_the_timeout(scenario):
+    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=1, step=2, kind="hang"))
+    start = time.monotonic()
+    result = run_ranks(config, timeout_s=4, progress=False)
+    assert time.monotonic() - start < 4 + 5  # the timeout, plus terminate/join grace
+    assert_no_survivors(result)
+    assert result.ended == "hung" and len(result.ranks) == 4
+    assert result.ranks[1].outcome == "hung" and "timeout_s=4" in result.ranks[1].error
+
+
+def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
+    class Interrupting:
+        n = 0
+
+        def update(self, _):
+            raise KeyboardInterrupt
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(D, "_progress_bar", lambda enabled, world: Interrupting())
+    with pytest.raises(KeyboardInterrupt):
+        run_ranks(scenario_config(scenario, 4, "clamped"), progress=True)
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("ranks, error, match", [
+    (0, ValueError, r"ranks must be in \[1, 128\], got 0"),
+    (129, ValueError, r"ranks must be in \[1, 128\], got 129"),
+    (2.5, TypeError, r"ranks must be an int"),
+])
+def test_bad_rank_counts(scenario, ranks, error, match):
+    with pytest.raises(error, match=match):
+        scenario_config(scenario, ranks, "clamped")
+
+
+def test_bad_backend_policy_and_arguments(scenario):
+    config = scenario_config(scenario, 2, "clamped")
+    with pytest.raises(ValueError, match=r"backend must be one of \['gloo', 'nccl'\], got 'mpi'"):
+        run_ranks(config, backend="mpi")
+    with pytest.raises(ValueError, match="policy must be one of"):
+        scenario_config(scenario, 2, "wide")
+    with pytest.raises(ValueError, match="timeout_s"):
+        run_ranks(config, timeout_s=0)
+    with pytest.raises(TypeError, match="config must be a RunConfig"):
+        run_ranks({"ranks": 2})
+    with pytest.raises(ValueError, match="fault needs the process mode"):
+        run_ranks(scenario_config(scenario, 2, "clamped", fault=Fault(1, 0, "die")), in_process=True)
+    with pytest.raises(ValueError, match=r"fault.rank must be in \[0, 1\]"):
+        scenario_config(scenario, 2, "clamped", fault=Fault(3, 0, "die"))
+    with pytest.raises(ValueError, match="has no deployment block"):
+        scenario_config(load_scenario("rtx5080-4mib"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() >= 16,
+                    reason="this machine has a GPU per rank")
+def test_nccl_without_a_gpu_per_rank_names_backend_and_gpu_count(scenario):
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ValueError, match=rf"backend='nccl' needs one CUDA GPU per rank: ranks=16, "
+                                         rf"torch sees {gpus} GPU\(s\)"):
+        run_ranks(scenario_config(scenario, 16, "clamped"), backend="nccl")
+
+
+def test_allreduce_min_must_never_raise_the_local_capacity(scenario):
+    runner = RankRunner(0, scenario_config(scenario, 2, "clamped"))
+    with pytest.raises(AssertionError, match="allreduce\\(MIN\\) raised the local capacity"):
+        runner.build(runner.local_capacity_tokens + 32)
+
+
+def test_routing_pins_then_balances_by_tokens():
+    new = [Request("pinned", 100, 1), Request("a", 500, 1), Request("b", 400, 1),
+           Request("c", 300, 1), Request("d", 200, 1)]
+    # rank 0 is busy (2 requests, many tokens); the longest free request goes to the lightest
+    assignment = route(new, active_requests=[2, 0, 0], active_tokens=[9000, 0, 0], pins={"pinned": 0})
+    assert assignment["pinned"] == 0
+    # expected load = max(ceil((3 + 4) / 3), 3) = 3: rank 0 is full, ranks 1 and 2 take turns
+    assert assignment == {"pinned": 0, "a": 1, "b": 2, "c": 2, "d": 1}
+    assert route([], [0, 0], [0, 0], {}) == {}

@@ -1,0 +1,71 @@
+"""Notebook 01 (the 16-GPU report) runs headless under papermill with its findings asserted
+inside it; kept apart from tests/test_notebooks.py (owned by the notebooks 02-04 work)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from kvlab.findings import read_findings
+
+pytestmark = pytest.mark.notebook
+
+papermill = pytest.importorskip("papermill")
+
+NB01 = Path(__file__).resolve().parent.parent / "notebooks" / "01_the_16_gpu_report.ipynb"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def execute(out_dir: Path, **parameters):
+    parameters.setdefault("SMOKE", True)
+    out = out_dir / NB01.name
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(str(NB01), str(out), parameters=parameters, kernel_name="python3",
+                                   store_widget_state=False, progress_bar=False, cwd=str(NB01.parent))
+    except papermill.PapermillExecutionError as exc:
+        source = (exc.source or "").strip().splitlines()
+        pytest.fail(f"{NB01.name} with {parameters}: cell {exc.cell_index} (starting "
+                    f"{source[0] if source else ''!r}) raised {exc.ename}: {exc.evalue}", pytrace=False)
+    return nbformat.read(out, as_version=4), time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def nb01(tmp_path_factory):
+    return execute(tmp_path_factory.mktemp("nb01"))
+
+
+def test_notebook_01_reconstructs_the_report(nb01):
+    nb, seconds = nb01
+    findings = read_findings(nb)
+    assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
+        ("issue_21470_16x_gb300", "clamped", "crash"), ("issue_21470_16x_gb300", "capacity", "reject"),
+        ("rtx5080-4mib", "clamped", "crash")]
+    assert "MIN 958,752 tokens = 29961 blocks; row 29964 entries" in findings[0]["numbers"]
+    assert "rank 0 raised ValueError: User-provided base page indices is too short" in findings[0]["numbers"]
+    assert seconds < 120, f"notebook 01 took {seconds:.0f} s"
+
+
+def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
+    nb, _ = nb01
+    titles = [o["data"][PLOTLY_MIME]["layout"]["title"]["text"] for c in nb.cells
+              for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
+    assert any(t.startswith("Per-rank memory: the MoE workspace shrinks the KV pool (16 ranks)") for t in titles)
+    streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert 'File "kvlab/manager.py"' in streams and "in resize_context" in streams
+    assert "kvlab.kv_cache.PageIndexTooShort: User-provided base page indices is too short" in streams
+    assert streams.count("shut down: rank 0 raised ValueError") >= 15
+    panel = [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})]
+    assert len(panel) == 1 and "kvlab-verdict" in panel[0]["data"]["text/html"]
+
+
+def test_notebook_01_follows_its_parameters(tmp_path):
+    """Four ranks and less workspace: the pool still clamps, but a 524,288-token context fits."""
+    nb, _ = execute(tmp_path, ranks=4, workspace_gib=10.0, context=524_288)
+    clamped, capacity, _ = read_findings(nb)
+    assert (clamped["scenario"], clamped["outcome"], capacity["outcome"]) == ("4x-10GiB-524288tok", "ok", "ok")
+    assert "4 ranks" in clamped["numbers"] and "completed" in clamped["numbers"]
