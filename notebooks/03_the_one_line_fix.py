@@ -29,20 +29,27 @@ context: int = 8192  # configured context length: max_seq_len and the request's 
 tokens_per_block: int = 32  # tokens per page (block); the seed's 32
 retry_tokens: int = 32  # the seed's manual retry after the refusal
 max_batch_size: int = 512  # the largest batch size priced in section 4
+stall_limit: int = 1000  # passes without progress before SchedulerDeadlock; the real _DEADLOCK_STALL_ITERS
+num_small: int = 6  # small requests (256 + 32 tokens) beside the long one in Part 2
 SMOKE: bool = False  # True (CI): coarser sweeps
 
 # %%
 import inspect
 
-from kvlab import viz
+from kvlab import SchedulerDeadlock, simulate, viz
+from kvlab.compare import EngineConfig, build_scheduler, engine_outcome, long_and_small
 from kvlab.findings import Finding, report_findings
 from kvlab.page_index import max_blocks_per_seq, width_seq_len
-from kvlab.repro import check_repro_parameters, no_pool_reason, page_index_price, run_repro, sweep_repro
+from kvlab.repro import (check_repro_parameters, no_pool_reason, page_index_price, run_repro, seed_geometry,
+                         sweep_repro)
 from kvlab.scenarios import load_scenario
 
 # Bad parameters stop here, with a message naming the parameter.
 check_repro_parameters(pool_mib, context, tokens_per_block, SMOKE=SMOKE, retry_tokens=retry_tokens,
                        max_batch_size=max_batch_size)
+engine = EngineConfig(pool_mib=pool_mib, max_seq_len=context, geometry=seed_geometry(tokens_per_block),
+                stall_limit=stall_limit)  # checks stall_limit (and the pool) by name
+long_and_small(context, num_small=num_small)  # checks num_small by name
 if no_pool_reason(pool_mib, tokens_per_block):
     raise ValueError(f"pool_mib={pool_mib}: {no_pool_reason(pool_mib, tokens_per_block)}")
 
@@ -164,16 +171,80 @@ if IS_SEED and max_batch_size == 512:
 # %% [markdown]
 # ## Part 2: through the scheduler
 #
-# *This part comes with the scheduler (`kvlab.scheduler`), which is not written yet.* It will
-# send the same request through the engine's scheduling loop with the wider row, where nobody
-# issues the smaller retry by hand.
+# In the allocator test the seed issued the smaller retry by hand. In the engine nobody does: the
+# scheduler (`KVCacheV2Scheduler`, REFERENCE.md §4) tries the request's context every pass, reacts
+# to `False` by skipping it, and tries again next pass. It has no free-pages query and no notion
+# of a request that can *never* fit. Its only guard is the stall detector: after
+# `_DEADLOCK_STALL_ITERS` = 1000 consecutive passes with active requests and no progress it raises
+# `RuntimeError("V2 scheduler deadlock: ...")`.
+#
+# ### 5. Alone: refused every pass, then the deadlock
+
+# %%
+alone = simulate(build_scheduler("none/configured", engine), long_and_small(context, num_small=0),
+                 max_steps=stall_limit + 10)
+long_req = alone.requests["long"]
+print(f"{alone.iterations} passes; the long request refused in {long_req.num_refusals} of them")
+print(f"{type(alone.error).__name__}: {alone.error}")
+viz.show(viz.scheduler_timeline_figure(alone, stall_limit=stall_limit,
+                                       title=f"Alone, configured row: refused every pass, deadlock at pass {stall_limit}"))
+if after.outcome == "refused":  # the pool cannot hold the request: the scheduler can never place it
+    assert isinstance(alone.error, SchedulerDeadlock) and isinstance(alone.error, RuntimeError)
+    assert alone.iterations == stall_limit == alone.error.stalled_passes  # raised on the limit-th stalled pass
+    assert long_req.num_refusals == alone.iterations  # refused on every pass
+    assert alone.trace.column("stalled_passes") == list(range(1, stall_limit + 1))
+    assert set(alone.trace.column("free_blocks")) == {after.total_blocks}  # a refusal keeps nothing
+    assert f"in {stall_limit} consecutive attempts" in str(alone.error)
+    assert engine_outcome(alone) == "stall"
+
+# %% [markdown]
+# ### 6. Beside small requests: starvation, then the deadlock
+#
+# Now small requests (256 prompt + 32 new tokens) arrive every 4 steps beside the long one. Each
+# pass the long request is tried and skipped, and the small ones behind it are scheduled: they
+# make progress, so the stall counter keeps resetting to 0 and the detector stays quiet. The long
+# request *starves* — it waits, with no error and no reason given to its client — for as long as
+# anything else runs. When the last small request finishes, the counter starts climbing, and
+# `stall_limit` passes later the engine stops.
+
+# %%
+beside = simulate(build_scheduler("none/configured", engine), long_and_small(context, num_small=num_small),
+                  max_steps=20_000)
+small_ids = [rid for rid in beside.status if rid != "long"]
+last_small = max((beside.requests[rid].end_step for rid in small_ids), default=-1)
+stalled = beside.trace.column("stalled_passes")
+steps = beside.trace.column("step")
+print(f"small requests finished: {sum(beside.status[r] == 'finished' for r in small_ids)} of {len(small_ids)}, "
+      f"the last at step {last_small}")
+print(f"long request: {beside.status['long']}, refused in {beside.requests['long'].num_refusals} of "
+      f"{beside.iterations} passes (the others had a full batch before reaching it)")
+print(f"{type(beside.error).__name__} at step {steps[-1]}: {beside.error}")
+viz.show(viz.scheduler_timeline_figure(beside, stall_limit=stall_limit,
+                                       title="Beside small requests: they finish, the long one starves"))
+if after.outcome == "refused" and small_ids:
+    assert all(beside.status[rid] == "finished" for rid in small_ids)  # they all finish ...
+    assert beside.status["long"] == "waiting" and beside.requests["long"].first_scheduled_step is None  # ... it never starts
+    assert max(st for s, st in zip(steps, stalled) if s <= last_small) == 0  # no stall while they run
+    assert isinstance(beside.error, SchedulerDeadlock)  # then, once they are gone, the deadlock
+    assert stalled[-1] == stall_limit and steps[-1] == last_small + stall_limit
+    # tried and refused on every pass that reached it (a pass whose batch was full never did)
+    assert stall_limit < beside.requests["long"].num_refusals <= beside.iterations
+
+# %% [markdown]
+# The buffer fix moved the failure from the allocator to the scheduler: instead of a `ValueError`
+# at once, a request that can never fit occupies a queue position, makes its client wait
+# indefinitely while other work is served, and — as soon as nothing else is left — stops the
+# engine anyway, 1000 passes later. Telling "not yet" from "never" is admission control's job
+# (PR #21720): notebook 04.
 
 # %% [markdown]
 # ## Findings
 #
 # At the allocator's boundary the one-line fix is correct: no `ValueError`, a plain `False`,
 # the cache untouched, a small retry succeeds. It does not make the request fit — the pool holds
-# the same number of pages — and it widens the table for every slot.
+# the same number of pages — and it widens the table for every slot. Through the scheduler the
+# request is refused every pass: alone it ends in `SchedulerDeadlock` at the stall limit; beside
+# small requests it starves until they are gone, then deadlocks.
 
 # %%
 scenario = seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb"
@@ -186,6 +257,15 @@ findings = report_findings([
                      f"{'ok' if after.retry_ok else 'failed'}; table x{wide / narrow:.2f} bytes "
                      f"({b_narrow:,} -> {b_wide:,} B at batch {max_batch_size})")
             if after.outcome == "refused" else f"row {wide} entries; {needed} of {blocks} pages allocated"),
+    Finding(scenario=f"{scenario}, alone, through the scheduler", policy="configured",
+            outcome=engine_outcome(alone),
+            numbers=(f"refused in {alone.requests['long'].num_refusals} of {alone.iterations} passes; "
+                     f"{type(alone.error).__name__ if alone.error else 'no error'} after {stall_limit} stalled passes")),
+    Finding(scenario=f"{scenario}, beside {len(small_ids)} small requests", policy="configured",
+            outcome=engine_outcome(beside),
+            numbers=(f"{sum(beside.status[r] == 'finished' for r in small_ids)} of {len(small_ids)} small finished by "
+                     f"step {last_small}; long request {beside.status['long']} (starved); "
+                     f"{type(beside.error).__name__ if beside.error else 'no error'} at step {steps[-1]}")),
 ])
 if IS_SEED:
-    assert [f["outcome"] for f in findings] == ["crash", "refused"]
+    assert [f["outcome"] for f in findings] == ["crash", "refused", "stall", "stall"]

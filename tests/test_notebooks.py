@@ -18,6 +18,7 @@ papermill = pytest.importorskip("papermill")
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NB02 = NOTEBOOKS / "02_single_gpu_repro_4mib.ipynb"
 NB03 = NOTEBOOKS / "03_the_one_line_fix.ipynb"
+NB04 = NOTEBOOKS / "04_admission_control.ipynb"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -54,6 +55,12 @@ def nb03(tmp_path_factory):
     return execute(NB03, tmp_path_factory.mktemp("nb03"))
 
 
+@pytest.fixture(scope="module")
+def nb04(tmp_path_factory):
+    """Notebook 04 at its defaults (the seed) with SMOKE on, executed once for the module."""
+    return execute(NB04, tmp_path_factory.mktemp("nb04"))
+
+
 def test_notebook_02_reproduces_the_crash(nb02):
     nb, seconds = nb02
     findings = read_findings(nb)
@@ -83,14 +90,23 @@ def test_notebook_02_holds_static_figures_and_the_live_panel(nb02):
 def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     nb, seconds = nb03
     findings = read_findings(nb)
-    assert [(f["policy"], f["outcome"]) for f in findings] == [("clamped", "crash"), ("configured", "refused")]
+    assert [(f["policy"], f["outcome"]) for f in findings] == [
+        ("clamped", "crash"), ("configured", "refused"), ("configured", "stall"), ("configured", "stall")]
     assert "row 260 entries" in findings[1]["numbers"] and "x3.82" in findings[1]["numbers"]
     assert "279,072 -> 1,067,040 B at batch 512" in findings[1]["numbers"]
     titles = [f["layout"]["title"]["text"] for f in outputs(nb, PLOTLY_MIME)]
     assert any(t.startswith("The price of the wider row") for t in titles)
     headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
     assert "## Part 2: through the scheduler" in headings
-    assert seconds < 120, f"notebook 03 took {seconds:.0f} s"
+    assert "refused in 1000 of 1000 passes; SchedulerDeadlock after 1000 stalled passes" in findings[2]["numbers"]
+    assert "6 of 6 small finished" in findings[3]["numbers"] and "(starved)" in findings[3]["numbers"]
+    timelines = [f for f in outputs(nb, PLOTLY_MIME) if f["layout"]["title"]["text"].startswith(("Alone", "Beside"))]
+    assert len(timelines) == 2
+    for fig in timelines:  # the stalled-pass counter climbs to the real limit; the pool is drawn
+        names = [t["name"] for t in fig["data"]]
+        assert "stalled passes" in names and "free pages" in names and "used pages" in names
+        assert fig["data"][names.index("stalled passes")]["y"][-1] == 1000
+    assert seconds < 30, f"notebook 03 took {seconds:.0f} s with SMOKE"
 
 
 def test_notebook_02_follows_its_parameters(tmp_path):
@@ -107,3 +123,39 @@ def test_notebook_02_refuses_a_bad_parameter_by_name(tmp_path):
                                    kernel_name="python3", store_widget_state=False, progress_bar=False,
                                    cwd=str(NB02.parent))
     assert info.value.ename == "ValueError" and "pool_mib" in info.value.evalue
+
+
+def test_notebook_04_separates_not_yet_from_never(nb04):
+    nb, seconds = nb04
+    findings = read_findings(nb)
+    trt = [(f["policy"], f["outcome"]) for f in findings[:3]]
+    assert trt == [("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject")]
+    assert "6 finished, 1 rejected, 0 unfinished" in findings[2]["numbers"]
+    assert "long request needs 257 pages of 64" in findings[2]["numbers"]
+    mixed = {f["policy"]: f for f in findings[3:]}
+    assert list(mixed) == ["none/clamped", "none/configured", "capacity", "vllm", "sglang"]
+    assert [mixed[p]["outcome"] for p in mixed] == ["crash", "stall", "reject", "reject", "reject"]
+    assert all("0 unfinished" in mixed[p]["numbers"] for p in ("capacity", "vllm", "sglang"))
+    assert seconds < 30, f"notebook 04 took {seconds:.0f} s with SMOKE"
+
+
+def test_notebook_04_holds_its_table_figures_and_panel(nb04):
+    nb, _ = nb04
+    titles = [f["layout"]["title"]["text"] for f in outputs(nb, PLOTLY_MIME)]
+    assert any(t.startswith("Phase diagram") for t in titles)
+    assert sum(t.startswith("Scheduler timeline") or ": the long request beside" in t for t in titles) >= 3
+    assert any(t.startswith("TensorRT-LLM's regimes on a mixed workload") for t in titles)
+    assert any(t.startswith("TensorRT-LLM none / capacity and the peers") for t in titles)
+    tables = outputs(nb, "text/html")
+    assert any("never fits" in t and "temporarily blocked" in t for t in tables)  # not yet vs never
+    assert any("goodput_tokens_per_step" in t for t in tables)  # the outcome table (a DataFrame)
+    panel = [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})]
+    assert len(panel) == 1 and "PageIndexTooShort" in panel[0]["data"]["text/plain"]
+
+
+def test_notebook_04_refuses_a_bad_parameter_by_name(tmp_path):
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        papermill.execute_notebook(str(NB04), str(tmp_path / "bad.ipynb"), parameters={"stall_limit": 0},
+                                   kernel_name="python3", store_widget_state=False, progress_bar=False,
+                                   cwd=str(NB04.parent))
+    assert info.value.ename == "ValueError" and "stall_limit" in info.value.evalue

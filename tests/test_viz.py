@@ -163,3 +163,70 @@ def test_static_bundle_needs_no_frontend():
     assert "cdn.plot.ly" in bundle["text/html"] and "Plotly.newPlot" in bundle["text/html"]
     assert bundle["text/plain"] == "<Figure: KV pool: 64 pages of 32 tokens; the request needs 256>"
     assert "text/html" not in viz.static_bundle(fig, html=False)
+
+
+# --- the scheduler timeline, the phase diagram, the policy bars (notebooks 03 and 04) -----------
+
+from kvlab.compare import EngineConfig, long_and_small, outcome_rows, run_policies  # noqa: E402
+from kvlab.phase import VERDICTS, phase_diagram  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def seed_runs():
+    return run_policies(long_and_small(8192, num_small=3), engine=EngineConfig(stall_limit=40))
+
+
+def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_runs):
+    result = seed_runs["none/configured"]
+    fig = viz.scheduler_timeline_figure(result, stall_limit=40)
+    assert [t.name for t in fig.data] == ["running", "waiting", "suspended (host tier)", "used pages",
+                                          "free pages", "stalled passes"]
+    stalled = fig.data[5]
+    assert list(stalled.y) == result.trace.column("stalled_passes") and stalled.y[-1] == 40
+    assert stalled.line.color == viz.OUTCOME_COLORS["stall"]
+    assert [u + f for u, f in zip(fig.data[3].y, fig.data[4].y)] == [64] * len(result.trace)
+    assert any(s.y0 == 40 and s.yref == "y3" for s in fig.layout.shapes)  # the stall limit, dashed
+    assert any(a.text == "SchedulerDeadlock at step %d" % result.trace[-1].step for a in fig.layout.annotations)
+    assert "stall" in fig.layout.title.text and "3 finished, 1 waiting" in fig.layout.title.text
+
+
+def test_scheduler_timeline_keeps_its_traces_whatever_the_run(seed_runs):
+    shapes = {tuple(t["type"] for t in viz.scheduler_timeline_spec(r)["data"]) for r in seed_runs.values()}
+    assert shapes == {("scatter",) * 6}
+    crash = viz.scheduler_timeline_figure(seed_runs["none/clamped"])
+    assert "crash" in crash.layout.title.text
+    assert any(s.line.color == viz.OUTCOME_COLORS["crash"] for s in crash.layout.shapes)
+    ok = viz.scheduler_timeline_figure(seed_runs["capacity"])
+    assert "rejected at admission" in ok.layout.title.text and max(ok.data[5].y) == 0
+
+
+def test_phase_diagram_has_a_subplot_per_regime_in_outcome_colours():
+    pools, contexts = [1, 16, 64, 1024], [32, 1024, 8192]
+    diagram = phase_diagram(pools, contexts)
+    fig = viz.phase_diagram_figure(pools, contexts, diagram, mark=(64, 8192))
+    heatmaps = [t for t in fig.data if t.type == "heatmap"]
+    assert [h.name for h in heatmaps] == list(diagram)
+    assert [h.xaxis for h in heatmaps] == ["x", "x2", "x3"]
+    for heat, grid in zip(heatmaps, diagram.values()):
+        # z is (contexts, pools): the transpose of kvlab.phase's (pools, contexts)
+        assert [list(row) for row in heat.z] == [[int(grid[i][j]) for i in range(4)] for j in range(3)]
+    assert viz.PHASE_VERDICTS == VERDICTS
+    seed_cell = heatmaps[0].text[2][2]
+    assert "pool 4 MiB (64 pages" in seed_cell and "crash" in seed_cell
+    legend = [t for t in fig.data if t.type == "scatter" and t.x == (None,)]
+    assert [t.marker.color for t in legend] == [viz.OUTCOME_COLORS[v] for v in VERDICTS]
+    assert [t.marker.symbol for t in fig.data if t.type == "scatter" and t.x != (None,)] == ["star"] * 3
+    assert [heat.colorscale[-1][1] for heat in heatmaps] == [viz.OUTCOME_COLORS["crash"]] * 3
+
+
+def test_policy_bars_colour_each_policy_by_its_outcome(seed_runs):
+    rows = outcome_rows(seed_runs)
+    fig = viz.policy_bars_figure(rows)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert len(bars) == 3 and len(fig.data) == 7
+    assert list(bars[0].x) == list(seed_runs)
+    assert list(bars[0].marker.color) == [viz.OUTCOME_COLORS[o] for o in
+                                          ("crash", "stall", "reject", "reject", "reject")]
+    assert list(bars[0].y) == [r["goodput_tokens_per_step"] for r in rows]
+    assert bars[1].y[0] is None  # nothing started before the crash: no waiting time
+    assert "outcome: crash" in bars[0].hovertext[0]

@@ -195,3 +195,73 @@ def test_context_choices_are_log_spaced_and_include_extras():
     choices = context_choices([5000])
     assert choices[0] == 32 and choices[-1] == 131072 and 5000 in choices and 8192 in choices
     assert choices == sorted(set(choices))
+
+
+# --- notebook 04: the admission panel ---------------------------------------------------------------
+
+from kvlab.widgets import ADMISSION_PANEL_POLICIES, admission_panel  # noqa: E402
+
+
+@pytest.fixture
+def adm():
+    return admission_panel(num_small=3, stall_limit=50)  # the seed: 4 MiB, 8192 tokens, none/clamped
+
+
+def stalled(panel):
+    return list(panel.figures["timeline"].data[5].y)
+
+
+def test_admission_panel_names_each_outcome_with_the_numbers(adm):
+    timeline, demand = adm.figures["timeline"], adm.figures["demand"]
+    assert adm.outcome == "crash"
+    assert "PageIndexTooShort" in adm.verdict_text and "need 257 pages; the pool has 64" in adm.verdict_text
+    assert list(demand.data[0].x) == [257, 64, 68]
+
+    adm.set(policy="none/configured")  # the one-line fix: starve, then deadlock
+    assert adm.outcome == "stall"
+    assert "3 of 3 small requests finished" in adm.verdict_text
+    assert "SchedulerDeadlock after 50 passes" in adm.verdict_text
+    assert stalled(adm)[-1] == 50 and list(demand.data[0].x) == [257, 64, 260]
+
+    adm.set(policy="capacity")  # PR #21720
+    assert adm.outcome == "reject"
+    assert adm.verdict_text.startswith("Rejected: Request requires 257 KV cache blocks to complete, "
+                                       "which exceeds the total capacity of 64 blocks")
+    assert max(stalled(adm)) == 0
+
+    adm.set(pool_mib=32.0)  # 512 pages: everything fits
+    assert adm.outcome == "ok" and adm.verdict_text.startswith("OK: all 4 requests finished")
+    assert list(demand.data[0].x)[:2] == [257, 512]
+    # updated in place: the same widgets, the same traces
+    assert adm.figures["timeline"] is timeline and adm.figures["demand"] is demand
+    assert len(timeline.data) == 6 and len(demand.data) == 1
+
+
+def test_admission_panel_controls_drive_the_model(adm):
+    adm.controls["context"].value = 1024  # fits 64 pages: ok under every policy
+    assert adm.outcome == "ok"
+    for policy in ADMISSION_PANEL_POLICIES:
+        adm.controls["policy"].value = policy
+        assert adm.outcome == "ok", policy
+    adm.controls["context"].value = 4096
+    adm.controls["policy"].value = "sglang"
+    assert adm.outcome == "reject" and "Input length (4096 tokens)" in adm.verdict_text
+    assert adm.model.phase_verdict is None  # no closed form for the peers
+    adm.controls["policy"].value = "none/configured"
+    assert adm.model.phase_verdict == "stall" and adm.outcome == "stall"
+
+
+def test_admission_panel_without_a_pool_says_so():
+    adm = admission_panel(pool_mib=2.0 ** -5, num_small=1)  # 32 KiB < one 64 KiB page
+    assert adm.error is None and adm.outcome is None
+    assert adm.verdict_text.startswith("no pool")
+    assert len(adm.figures["timeline"].data[0].x) == 0
+    adm.set(pool_mib=1.0)  # 16 pages: a pool again, the figures fill in place
+    assert adm.outcome == "crash" and len(adm.figures["timeline"].data[0].x) == 1
+
+
+def test_admission_panel_checks_its_arguments():
+    with pytest.raises(ValueError, match="policy"):
+        admission_panel(policy="fifo")
+    with pytest.raises(ValueError, match="pool_mib"):
+        admission_panel(pool_mib=-1)

@@ -1,0 +1,256 @@
+"""Compare: one workload under several policies, and a table of what each engine did.
+
+Notebooks 03 and 04 ask the same question many times: build the engine of the seed (or another
+pool), run these requests under this policy, and say in one word what happened. This module
+does that, so the notebooks only call it.
+
+Policies (:data:`POLICIES`): the admission policy and the page-index width policy together.
+
+- ``"none/clamped"``: the historical TensorRT-LLM V2 path (the #21470 crash);
+- ``"none/configured"``: the one-line fix (a wider row; the request is refused every pass);
+- ``"capacity"``: PR #21720's admission control (clamped row, reject what can never fit);
+- ``"vllm"``: vLLM v1's style (:class:`kvlab.admission.VllmStyle`). With its default
+  ``max_model_len`` (the configured max_seq_len) vLLM refuses to *start* on a pool that cannot
+  hold one such request; an operator then sets ``max_model_len`` to the estimated maximum its
+  error message prints (the pool's tokens), and that is the engine run here
+  (:func:`vllm_startup_error` gives the refusal itself);
+- ``"sglang"``: SGLang's style (:class:`kvlab.admission.SglangStyle`).
+
+The engine's outcome (:func:`engine_outcome`) is one of kvlab's outcome names (the colours of
+``kvlab.viz.OUTCOME_COLORS``): ``"crash"`` (a PageIndexTooShort stopped the engine), ``"stall"``
+(the stall detector's SchedulerDeadlock, or requests still waiting or running when the run ran
+out of steps: starvation or a preemption livelock), ``"reject"`` (some requests were rejected
+and every other one finished), ``"ok"`` (every request finished).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+from ._validate import check_choice, check_float, check_int
+from .admission import SglangStyle, VllmStyle
+from .geometry import KVGeometry
+from .kv_cache import PageIndexTooShort
+from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .request import Request
+from .scheduler import DEFAULT_STALL_LIMIT, Scheduler, SchedulerDeadlock
+from .simulation import SimulationResult, simulate
+
+MIB = 1 << 20
+
+#: Policy name -> (admission, page-index width policy).
+POLICIES: Dict[str, tuple] = {
+    "none/clamped": ("none", "clamped"),
+    "none/configured": ("none", "configured"),
+    "capacity": ("capacity", "clamped"),
+    "vllm": ("vllm", "clamped"),
+    "sglang": ("sglang", "clamped"),
+}
+#: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
+TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")
+PEER_POLICIES = ("vllm", "sglang")
+#: EngineConfig outcomes, worst first.
+ENGINE_OUTCOMES = ("crash", "stall", "reject", "ok")
+
+
+def _seed_geometry() -> KVGeometry:
+    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
+                      tokens_per_block=32)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything about the engine but the policy. Defaults: the seed's RTX 5080 experiment
+    (4 MiB pool, max_seq_len 8192, 32 tokens per block), with room for 4 sequences at once
+    and a token budget large enough that no prompt is refused for it (non-chunked context)."""
+
+    pool_mib: float = 4.0
+    max_seq_len: int = 8192
+    geometry: KVGeometry = field(default_factory=_seed_geometry)
+    max_batch_size: int = 4
+    max_num_tokens: int = 1 << 20
+    stall_limit: int = DEFAULT_STALL_LIMIT
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, KVGeometry):
+            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        check_float("pool_mib", self.pool_mib, low=0.0, high=1 << 20, low_open=True)
+        check_int("max_seq_len", self.max_seq_len, low=1, high=1 << 30)
+        check_int("max_batch_size", self.max_batch_size, low=1, high=1 << 16)
+        check_int("max_num_tokens", self.max_num_tokens, low=1, high=1 << 30)
+        check_int("stall_limit", self.stall_limit, low=1, high=1 << 30)
+        if self.total_blocks < 1:
+            raise ValueError(f"pool_mib={self.pool_mib:g} holds no page: one page of "
+                             f"{self.geometry.tokens_per_block} tokens takes "
+                             f"{self.geometry.bytes_per_block} B")
+
+    @property
+    def quota_bytes(self) -> int:
+        return int(self.pool_mib * MIB)
+
+    @property
+    def total_blocks(self) -> int:
+        return self.geometry.blocks_in(self.quota_bytes)
+
+    @property
+    def pool_tokens(self) -> int:
+        return self.total_blocks * self.geometry.tokens_per_block
+
+    def manager(self, width_policy: str = "clamped") -> KVCacheManager:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+            return KVCacheManager(self.geometry, self.quota_bytes, self.max_seq_len,
+                                  max_batch_size=self.max_batch_size,
+                                  page_index_policy=width_policy)
+
+    def describe(self) -> str:
+        return (f"{self.pool_mib:g} MiB pool = {self.total_blocks} pages of "
+                f"{self.geometry.tokens_per_block} tokens ({self.pool_tokens} tokens); "
+                f"max_seq_len {self.max_seq_len}; up to {self.max_batch_size} sequences")
+
+
+def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> Scheduler:
+    """A fresh Scheduler (and manager) for ``policy`` on ``engine`` (module docstring)."""
+    admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
+    manager = engine.manager(width)
+    if admission == "vllm":
+        admission = VllmStyle(max_model_len=min(engine.max_seq_len, engine.pool_tokens))
+    elif admission == "sglang":
+        admission = SglangStyle()
+    return Scheduler(manager, admission=admission, max_num_tokens=engine.max_num_tokens,
+                     max_batch_size=engine.max_batch_size, stall_limit=engine.stall_limit)
+
+
+def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> Optional[str]:
+    """The message vLLM refuses to start with when ``max_model_len`` is left at the configured
+    max_seq_len (None when it starts)."""
+    try:
+        VllmStyle().check_startup(engine.manager("clamped"))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def engine_outcome(result: SimulationResult) -> str:
+    """One of :data:`ENGINE_OUTCOMES` for a run (module docstring)."""
+    if isinstance(result.error, PageIndexTooShort):
+        return "crash"
+    if isinstance(result.error, SchedulerDeadlock):
+        return "stall"
+    statuses = set(result.status.values())
+    if statuses & {"waiting", "running"}:
+        return "stall"
+    return "reject" if "rejected" in statuses else "ok"
+
+
+def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(POLICIES),
+                 engine: EngineConfig = EngineConfig(), max_steps: int = 20_000) -> Dict[str, SimulationResult]:
+    """``simulate`` the same requests under each policy, each on a fresh engine."""
+    requests = list(requests)
+    check_int("max_steps", max_steps, low=1, high=1 << 40)
+    return {policy: simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
+            for policy in policies}
+
+
+def _error_text(result: SimulationResult) -> str:
+    if result.error is None:
+        return ""
+    return f"{type(result.error).__name__}: {result.error}"
+
+
+def outcome_row(policy: str, result: SimulationResult) -> dict:
+    """One row of :func:`outcome_table`."""
+    summary = result.summary()
+    rejected = result.ids_with_status("rejected")
+    return dict(
+        policy=policy, outcome=engine_outcome(result),
+        finished=summary["finished"], rejected=summary["rejected"],
+        unfinished=summary["waiting"] + summary["running"],
+        steps=result.end_step, iterations=summary["iterations"],
+        goodput_tokens_per_step=round(summary["goodput_tokens_per_step"], 3),
+        mean_wait_steps=(None if summary["mean_wait_steps"] is None
+                         else round(summary["mean_wait_steps"], 2)),
+        preemptions=summary["suspensions"] + summary["recomputes"],
+        max_stalled_passes=max(result.trace.column("stalled_passes"), default=0),
+        error=_error_text(result).split(" - ")[0][:160],
+        rejected_ids=", ".join(rejected),
+        reasons=" | ".join(sorted({result.reasons[i] for i in rejected})),
+    )
+
+
+def outcome_rows(results: Mapping[str, SimulationResult]) -> List[dict]:
+    return [outcome_row(policy, result) for policy, result in results.items()]
+
+
+def outcome_table(results: Mapping[str, SimulationResult]):
+    """A pandas DataFrame, one row per policy: outcome, counts, goodput (finished requests'
+    generated tokens per scheduler iteration), mean waiting time (arrival to first scheduled
+    step, over started requests), preemptions (suspensions + recompute pauses), the largest
+    stalled-pass count, the error that stopped the engine, rejected requests and why."""
+    import pandas as pd
+
+    return pd.DataFrame(outcome_rows(results)).set_index("policy")
+
+
+def check_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=150,
+                     arrival_rate=0.05, seed=0, stall_limit=DEFAULT_STALL_LIMIT, grid=64,
+                     SMOKE=False) -> None:
+    """Validate notebook 04's parameters as papermill passes them; each error names the
+    parameter, its value and the accepted range (DESIGN.md, "Conventions")."""
+    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    check_int("context", context, low=1, high=1 << 30)
+    check_int("num_small", num_small, low=0, high=10_000)
+    check_int("num_requests", num_requests, low=1, high=1_000_000)
+    check_float("arrival_rate", arrival_rate, low=0.0, high=1e6, low_open=True)
+    check_int("seed", seed, low=0, high=2**63 - 1)
+    check_int("stall_limit", stall_limit, low=1, high=1 << 30)
+    check_int("grid", grid, low=2, high=512)
+    if not isinstance(SMOKE, bool):
+        raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})")
+    EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)  # holds a page
+
+
+# --- the workloads of notebooks 03 and 04 ----------------------------------------------------------
+
+def long_and_small(context: int = 8192, max_new_tokens: int = 16, num_small: int = 6,
+                   small_prompt: int = 256, small_new_tokens: int = 32, every: int = 4,
+                   long_arrival: int = 0) -> List[Request]:
+    """One long request ("long", ``context`` prompt tokens) and ``num_small`` small ones
+    ("s0", "s1", ...) arriving every ``every`` steps from step 0."""
+    check_int("num_small", num_small, low=0, high=100_000)
+    check_int("every", every, low=0, high=1 << 20)
+    return ([Request("long", context, max_new_tokens, long_arrival)]
+            + [Request(f"s{i}", small_prompt, small_new_tokens, i * every) for i in range(num_small)])
+
+
+def not_yet_and_never(engine: EngineConfig = EngineConfig(), max_new_tokens: int = 16) -> List[Request]:
+    """The smallest example of the distinction, on ``engine``'s pool: "hog" holds three
+    quarters of the pool for a while; "later" (half the pool) fits on its own but not beside
+    "hog" (not yet: it waits for pages); "never" asks for the configured max_seq_len, more
+    pages than the pool has (never: waiting cannot help), or one page more than the pool when
+    max_seq_len fits it."""
+    tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
+    if blocks < 4:
+        raise ValueError(f"the example needs a pool of at least 4 pages, got {blocks}")
+    hog = max(1, (blocks * 3 // 4) * tpb - max_new_tokens * 4)  # three quarters of the pool
+    later = max(1, (blocks // 2) * tpb - max_new_tokens)       # half of the pool
+    never = max(engine.max_seq_len, (blocks + 1) * tpb)
+    return [Request("hog", hog, max_new_tokens * 4, 0), Request("later", later, max_new_tokens, 1),
+            Request("never", never, max_new_tokens, 2)]
+
+
+def request_timeline(result: SimulationResult) -> List[dict]:
+    """Per request: arrival, first scheduled step, end step and status (for a Gantt-like
+    table)."""
+    return [dict(request_id=r.request_id, prompt_len=r.prompt_len, arrival=r.arrival_step,
+                 started=r.first_scheduled_step, ended=r.end_step,
+                 status=result.status[r.request_id], refusals=r.num_refusals)
+            for r in result.requests.values()]
+
+
+__all__ = ["ENGINE_OUTCOMES", "EngineConfig", "check_parameters", "PEER_POLICIES", "POLICIES", "TRTLLM_POLICIES",
+           "build_scheduler", "engine_outcome", "long_and_small", "not_yet_and_never",
+           "outcome_row", "outcome_rows", "outcome_table", "request_timeline", "run_policies",
+           "vllm_startup_error"]

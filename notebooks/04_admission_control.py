@@ -1,0 +1,302 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Admission control: "not yet" versus "never"
+#
+# Notebook 03 ended with the one-line fix turning issue #21470's `ValueError` into a refusal that
+# the scheduler repeats every pass: the request starves beside others and, alone, stops the
+# engine with `SchedulerDeadlock` after 1000 passes. The review of that fix (seed, section 5)
+# named the real question: *how do we distinguish a request that cannot run yet from one that
+# can never run?* PR #21720 answers it at admission. This notebook shows the distinction, runs
+# the same workloads under the historical engine (both row widths) and under admission control,
+# maps where each policy crashes, stalls, rejects or succeeds, measures what each costs in goodput
+# and waiting time, and puts vLLM's and SGLang's styles beside TensorRT-LLM's.
+
+# %% tags=["parameters"]
+pool_mib: float = 4.0  # the KV pool (quota) in MiB; the seed's 4 (64 pages of 32 tokens)
+context: int = 8192  # the long request's prompt and the configured max_seq_len; the seed's 8192
+num_small: int = 6  # small requests (256 + 32 tokens, one every 4 steps) beside the long one
+num_requests: int = 150  # requests in the mixed seeded workload (sections 4 and 5)
+arrival_rate: float = 0.05  # Poisson arrivals per scheduler step in the mixed workload
+seed: int = 0  # the mixed workload's seed
+stall_limit: int = 1000  # passes without progress before SchedulerDeadlock; the real _DEADLOCK_STALL_ITERS
+grid: int = 64  # phase diagram resolution: grid pools x grid contexts per regime
+SMOKE: bool = False  # True (CI): a smaller workload and a coarser diagram
+
+# %%
+import numpy as np
+import pandas as pd
+from IPython.display import display
+
+from kvlab import Request, simulate, viz
+from kvlab.admission import FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, CapacityAdmission, demand_blocks
+from kvlab.compare import (PEER_POLICIES, POLICIES, TRTLLM_POLICIES, EngineConfig, check_parameters, engine_outcome,
+                           long_and_small, not_yet_and_never, outcome_rows, outcome_table, request_timeline,
+                           run_policies, vllm_startup_error)
+from kvlab.findings import Finding, report_findings
+from kvlab.phase import REGIMES, VERDICTS, PhaseSetup, phase_diagram, phase_scenario, verdict_of
+from kvlab.widgets import admission_panel
+from kvlab.workload import LogNormal, poisson_workload
+
+# Bad parameters stop here, with a message naming the parameter.
+check_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
+                 arrival_rate=arrival_rate, seed=seed, stall_limit=stall_limit, grid=grid, SMOKE=SMOKE)
+if SMOKE:
+    num_requests, grid = min(num_requests, 60), min(grid, 24)
+engine = EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)
+IS_SEED = (pool_mib, context) == (4.0, 8192)
+pd.set_option("display.max_colwidth", 120)
+print(engine.describe(), "(the seed's)" if IS_SEED else "(not the seed's: the asserts follow the arithmetic)")
+
+# %% [markdown]
+# ## 1. Two reasons a resize returns False
+#
+# The scheduler is *try and see* (REFERENCE.md §4): it calls resize and reacts to `False`. But a
+# `False` can mean two different things:
+#
+# - **temporary pressure** — the request fits the pool's *total* capacity, but not enough pages are
+#   *free* right now. Waiting helps: pages come back as other requests finish.
+# - **permanent infeasibility** — the request needs more pages than the pool *has*. Waiting cannot
+#   help; it will never run.
+#
+# PR #21720 classifies each request at admission from its total demand (prompt + `max_new_tokens`
+# pages): *fits now*, *temporarily blocked*, or *never fits* — and only the last is rejected,
+# with the numbers. Three requests on this pool: "hog" takes three quarters of it for a while,
+# "later" needs half (it fits alone, not beside "hog"), "never" needs more than all of it.
+
+# %%
+trio = not_yet_and_never(engine)
+manager = engine.manager("clamped")
+hog = trio[0]
+manager.create_cache(hog.request_id).resize(hog.max_total_tokens)  # "hog" holds its pages
+capacity = CapacityAdmission()
+rows = []
+for request in [Request("tiny", 32, 1)] + trio[1:]:
+    verdict, reason = capacity.classify(request, manager)
+    rows.append(dict(request=request.request_id, prompt=request.prompt_len, new=request.max_new_tokens,
+                     demand_pages=demand_blocks(request, manager), free_pages=manager.free_blocks,
+                     pool_pages=manager.total_blocks, verdict=verdict, reason=reason))
+classes = pd.DataFrame(rows).set_index("request")
+display(classes)
+assert list(classes.verdict) == [FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS]
+assert classes.loc["never", "reason"].startswith(
+    f"Request requires {classes.loc['never', 'demand_pages']} KV cache blocks to complete, which exceeds "
+    f"the total capacity of {engine.total_blocks} blocks")
+
+# %% [markdown]
+# The same three requests through the engine, under the historical path with either row width
+# and under admission control. Under "capacity", "later" waits for "hog" to finish and then runs
+# (not yet); "never" is rejected the step it arrives (never). Without admission control "never"
+# either crashes the engine (clamped row: it takes "hog" and "later" down with it) or is refused
+# every pass until the stall detector fires (configured row).
+
+# %%
+trio_runs = run_policies(trio, TRTLLM_POLICIES, engine)
+display(outcome_table(trio_runs)[["outcome", "finished", "rejected", "unfinished", "steps", "error", "reasons"]])
+for policy, result in trio_runs.items():
+    print(f"{policy:16}", "; ".join(f"{r['request_id']}: {r['status']} (arrived {r['arrival']}, started "
+                                    f"{r['started']}, ended {r['ended']})" for r in request_timeline(result)))
+later = trio_runs["capacity"].requests["later"]
+assert trio_runs["capacity"].status == {"hog": "finished", "later": "finished", "never": "rejected"}
+assert later.first_scheduled_step > later.arrival_step  # not yet: it waited for pages ...
+assert later.first_scheduled_step >= trio_runs["capacity"].requests["hog"].end_step  # ... until "hog" left
+expected_none = {"none/clamped": "crash" if demand_blocks(trio[2], manager) > manager.max_blocks_per_seq else "stall",
+                 "none/configured": "stall"}
+assert {p: engine_outcome(trio_runs[p]) for p in expected_none} == expected_none
+
+# %% [markdown]
+# ## 2. The same workload under each regime: crash, stall, clean rejection
+#
+# The long request of the seed (`context` tokens) and `num_small` small ones arriving every 4
+# steps, on the same pool. Three regimes of TensorRT-LLM: `none/clamped` (the code of issue
+# #21470), `none/configured` (the one-line fix), `capacity` (PR #21720).
+
+# %%
+workload = long_and_small(context, num_small=num_small)
+runs = run_policies(workload, TRTLLM_POLICIES, engine)
+table = outcome_table(runs)
+display(table[["outcome", "finished", "rejected", "unfinished", "steps", "max_stalled_passes", "error", "reasons"]])
+for policy, result in runs.items():
+    viz.show(viz.scheduler_timeline_figure(result, stall_limit=stall_limit, title=f"{policy}: the long request "
+                                           f"beside {num_small} small ones"))
+
+# %%
+long_pages = demand_blocks(workload[0], manager)
+small = [r.request_id for r in workload[1:]]
+if long_pages > engine.total_blocks:  # the long request can never fit this pool
+    clamped = runs["none/clamped"]
+    width = engine.manager("clamped").max_blocks_per_seq
+    first_pages = -(-context // engine.geometry.tokens_per_block)
+    assert table.loc["none/clamped", "outcome"] == ("crash" if first_pages > width else "stall")
+    assert table.loc["none/configured", "outcome"] == "stall"     # starvation, then the deadlock
+    assert runs["none/configured"].status["long"] == "waiting"
+    assert all(runs["none/configured"].status[r] == "finished" for r in small)
+    assert table.loc["capacity", "outcome"] == "reject"
+    assert runs["capacity"].status["long"] == "rejected"          # only the request that never fits
+    assert all(runs["capacity"].status[r] == "finished" for r in small)   # everything else finishes
+    assert table.loc["capacity", "max_stalled_passes"] == 0
+else:
+    assert set(table.outcome) == {"ok"}
+
+# %% [markdown]
+# ## 3. The phase diagram: pool size × context length
+#
+# One request alone (`context` tokens + 16 new), every pool from one page up and every context
+# length, configured max_seq_len fixed at `context`. Each cell is the verdict of
+# `kvlab.phase.phase_verdicts`, in closed form: the native resize checks the row before the pool
+# (REFERENCE.md §3), so the first limit the request's pages cross decides — past the row is a
+# crash, past the pool a stall. Admission control replaces both regions with a clean rejection.
+# The closed forms are not taken on trust: `tests/test_phase.py` checks a random sample of points
+# against full `simulate` runs for every regime (and a few are checked again below).
+
+# %%
+tpb = engine.geometry.tokens_per_block
+pool_blocks = np.unique(np.geomspace(1, 4096, grid).astype(int))
+context_lens = np.unique(np.geomspace(32, 131072, grid).astype(int))
+setup = PhaseSetup(max_seq_len=context, max_new_tokens=16)
+diagram = phase_diagram(pool_blocks, context_lens, setup=setup)
+viz.show(viz.phase_diagram_figure(pool_blocks, context_lens, diagram, bytes_per_block=engine.geometry.bytes_per_block,
+                                  mark=(engine.total_blocks, context),
+                                  subtitle=f"one request of context + 16 tokens, configured max_seq_len {context}; "
+                                           f"{len(pool_blocks)} x {len(context_lens)} points per regime"))
+counts = pd.DataFrame({regime: {v: int((grid_ == i).sum()) for i, v in enumerate(VERDICTS)}
+                       for regime, grid_ in diagram.items()})
+display(counts)
+assert counts.loc[["stall", "crash"], "capacity"].sum() == 0  # admission control never stalls or crashes
+assert (diagram["none/clamped"] == VERDICTS.index("ok")).sum() == (diagram["capacity"] == VERDICTS.index("ok")).sum()
+checks = [(engine.total_blocks, context), (int(pool_blocks[-1]), int(context_lens[0])),
+          (int(pool_blocks[len(pool_blocks) // 2]), 4096)]
+for pool_point, context_point in checks:  # a few points again, against full simulations
+    for regime in REGIMES:
+        sched, requests = phase_scenario(pool_point, context_point, regime, setup)
+        closed = VERDICTS[phase_diagram([pool_point], [context_point], [regime], setup)[regime][0, 0]]
+        assert verdict_of(simulate(sched, requests, max_steps=4000)) == closed, (pool_point, context_point, regime)
+seed_point = {regime: VERDICTS[phase_diagram([engine.total_blocks], [context], [regime], setup)[regime][0, 0]]
+              for regime in REGIMES}
+print("this engine's point:", seed_point)
+if IS_SEED:
+    assert seed_point == {"none/clamped": "crash", "none/configured": "stall", "capacity": "reject"}
+
+# %% [markdown]
+# Above `context` (the configured max_seq_len) the configured row is too short as well, so the
+# one-line fix still crashes there: the wider row only moves the crash boundary from what the
+# pool holds to what the engine was configured for. Under "capacity" everything that is not green
+# is blue.
+#
+# ## 4. What it costs: goodput and waiting time under a mixed workload
+#
+# A seeded Poisson workload (`kvlab.workload`): log-normal prompts (median 256, up to 8192 tokens)
+# and outputs (median 64), a few of which can never fit this pool. Goodput counts the tokens of
+# finished requests per scheduler pass; waiting time is arrival to first scheduled step, over the
+# requests that started (a starving request never does — see "unfinished").
+
+# %%
+mixed = poisson_workload(num_requests, rate=arrival_rate, prompt_len=LogNormal(256, 1.0, 16, 8192),
+                         max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=seed)
+never = sorted(r.request_id for r in mixed if demand_blocks(r, manager) > engine.total_blocks)
+mixed_runs = run_policies(mixed, POLICIES, engine, max_steps=100_000)
+mixed_rows = outcome_rows(mixed_runs)
+mixed_table = outcome_table(mixed_runs)
+print(f"{len(mixed)} requests, {len(never)} of them can never fit {engine.total_blocks} pages: {never}")
+display(mixed_table.loc[list(TRTLLM_POLICIES), ["outcome", "finished", "rejected", "unfinished", "steps",
+                                                 "goodput_tokens_per_step", "mean_wait_steps", "preemptions"]])
+viz.show(viz.policy_bars_figure([r for r in mixed_rows if r["policy"] in TRTLLM_POLICIES],
+                                title="TensorRT-LLM's regimes on a mixed workload"))
+
+# %%
+cap = mixed_table.loc["capacity"]
+assert sorted(mixed_runs["capacity"].ids_with_status("rejected")) == never  # exactly the ones that never fit
+assert cap.unfinished == 0 and cap.finished == len(mixed) - len(never)      # and everything else finishes
+if never:
+    assert mixed_table.loc["none/configured", "outcome"] == "stall"
+    assert mixed_table.loc["none/configured", "unfinished"] == len(never)  # they starve, then the deadlock
+    assert cap.goodput_tokens_per_step > mixed_table.loc["none/configured", "goodput_tokens_per_step"]
+    assert mixed_table.loc["none/clamped", "finished"] < cap.finished      # the crash loses everyone after it
+
+# %% [markdown]
+# ## 5. The peers, side by side
+#
+# The same workload under the peers' styles (REFERENCE.md §6, simplified in `kvlab.admission`).
+# vLLM checks capacity at **start-up**: with the configured max length it refuses to start at all
+# — the message below. An operator then sets `max_model_len` to the estimate it prints (the pool's
+# tokens), which is the engine run here: it rejects prompts over that length at the door,
+# reserves the full prompt before starting one, and preempts by recompute. SGLang checks the
+# prompt against the pool at the door, reserves prompt + predicted output, and retracts (aborting
+# a request only when nothing is left to retract).
+
+# %%
+startup = vllm_startup_error(engine)
+print("vLLM at start-up:", startup or "starts")
+peers = mixed_table.loc[["none/clamped", "none/configured", "capacity", *PEER_POLICIES],
+                        ["outcome", "finished", "rejected", "unfinished", "goodput_tokens_per_step",
+                         "mean_wait_steps", "preemptions", "reasons"]]
+display(peers)
+viz.show(viz.policy_bars_figure(mixed_rows, title="TensorRT-LLM none / capacity and the peers' styles, one workload"))
+for policy in PEER_POLICIES:
+    assert mixed_table.loc[policy, "outcome"] in ("reject", "ok")  # no peer crashes or stalls on this workload
+    assert set(mixed_runs[policy].ids_with_status("rejected")) >= set(never) - {
+        r.request_id for r in mixed if r.prompt_len <= engine.pool_tokens}  # prompts over the pool: rejected
+if IS_SEED:
+    assert startup and "estimated maximum model length is 2048" in startup
+
+# %% [markdown]
+# Every style that checks capacity somewhere ends in "reject" with the rest finished; the
+# difference is *where* and *with what words*: TensorRT-LLM's capacity check and SGLang's front
+# door name the numbers of this request, vLLM needs its `max_model_len` lowered by hand first.
+# The reservation styles pay in waiting time what they save in preemptions.
+#
+# ## 6. Try it: the live panel
+#
+# Pool size (log slider, MiB), the long request's context and the policy: the scheduler timeline,
+# the long request's pages against the pool and the row, and the verdict follow. Things to find:
+# the pool at which the long request stops crashing under `none/clamped` but still stalls (the
+# row's spare entries); the pool from which every policy says ok; a context SGLang rejects although
+# the pool holds it (its door keeps room for the output).
+
+# %%
+panel = admission_panel(pool_mib=pool_mib, context=context, policy="none/clamped", num_small=min(num_small, 8),
+                        stall_limit=stall_limit)
+assert panel.outcome == table.loc["none/clamped", "outcome"] or num_small > 8
+panel
+
+# %% [markdown]
+# ## Findings
+#
+# A resize's `False` is either "not yet" (temporary pressure: wait and retry) or "never" (demand
+# beyond the pool: reject). Without admission control, "never" crashes the engine (clamped row,
+# issue #21470) or starves and then deadlocks it (configured row, the one-line fix). With PR
+# #21720's capacity check it is rejected at once, with the numbers, and every other request
+# finishes.
+
+# %%
+scenario = "rtx5080-4mib" if IS_SEED else f"{pool_mib:g}MiB-{context}tok"
+findings = [Finding(scenario=f"{scenario}: long request + {num_small} small", policy=policy,
+                    outcome=table.loc[policy, "outcome"],
+                    numbers=(f"{table.loc[policy, 'finished']} finished, {table.loc[policy, 'rejected']} rejected, "
+                             f"{table.loc[policy, 'unfinished']} unfinished in {table.loc[policy, 'steps']} steps; "
+                             f"long request needs {long_pages} pages of {engine.total_blocks}"
+                             + (f"; {table.loc[policy, 'error'][:60]}" if table.loc[policy, "error"] else "")))
+            for policy in TRTLLM_POLICIES]
+findings += [Finding(scenario=f"mixed workload ({len(mixed)} requests, seed {seed})", policy=policy,
+                     outcome=mixed_table.loc[policy, "outcome"],
+                     numbers=(f"goodput {mixed_table.loc[policy, 'goodput_tokens_per_step']:.3g} tokens/step, "
+                              f"mean wait {mixed_table.loc[policy, 'mean_wait_steps']} steps, "
+                              f"{mixed_table.loc[policy, 'preemptions']} preemptions, "
+                              f"{mixed_table.loc[policy, 'rejected']} rejected, {mixed_table.loc[policy, 'unfinished']} unfinished"))
+             for policy in POLICIES]
+findings = report_findings(findings)
+if IS_SEED:
+    assert [f["outcome"] for f in findings[:3]] == ["crash", "stall", "reject"]

@@ -1,0 +1,94 @@
+"""kvlab.compare: one workload under several policies, the engine's outcome, the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab import PageIndexTooShort, SchedulerDeadlock
+from kvlab.compare import (POLICIES, TRTLLM_POLICIES, EngineConfig, build_scheduler,
+                           check_parameters, engine_outcome, long_and_small, not_yet_and_never,
+                           outcome_table, request_timeline, run_policies, vllm_startup_error)
+from kvlab.workload import LogNormal, poisson_workload
+
+
+def test_the_seed_workload_crashes_stalls_or_is_rejected_cleanly():
+    runs = run_policies(long_and_small(8192, num_small=4), engine=EngineConfig(stall_limit=50))
+    assert {p: engine_outcome(r) for p, r in runs.items()} == {
+        "none/clamped": "crash", "none/configured": "stall", "capacity": "reject",
+        "vllm": "reject", "sglang": "reject"}
+    assert isinstance(runs["none/clamped"].error, PageIndexTooShort)
+    assert isinstance(runs["none/configured"].error, SchedulerDeadlock)
+    for policy in ("capacity", "vllm", "sglang"):
+        result = runs[policy]
+        assert result.status["long"] == "rejected" and result.error is None
+        assert all(result.status[f"s{i}"] == "finished" for i in range(4))
+    assert runs["none/configured"].status["long"] == "waiting"
+    assert all(runs["none/configured"].status[f"s{i}"] == "finished" for i in range(4))
+
+
+def test_a_large_pool_runs_everything():
+    runs = run_policies(long_and_small(8192, num_small=2), TRTLLM_POLICIES,
+                        EngineConfig(pool_mib=32.0))
+    assert {engine_outcome(r) for r in runs.values()} == {"ok"}
+
+
+def test_not_yet_waits_and_never_is_rejected_under_capacity():
+    engine = EngineConfig()
+    trio = not_yet_and_never(engine)
+    assert [r.request_id for r in trio] == ["hog", "later", "never"]
+    result = run_policies(trio, ["capacity"], engine)["capacity"]
+    assert result.status == {"hog": "finished", "later": "finished", "never": "rejected"}
+    timeline = {r["request_id"]: r for r in request_timeline(result)}
+    assert timeline["later"]["started"] >= timeline["hog"]["ended"] > timeline["later"]["arrival"]
+    assert timeline["never"]["ended"] == timeline["never"]["arrival"]
+    with pytest.raises(ValueError, match="at least 4 pages"):
+        not_yet_and_never(EngineConfig(pool_mib=0.125))
+
+
+def test_outcome_table_has_a_row_per_policy_with_reasons():
+    runs = run_policies(long_and_small(8192, num_small=2), engine=EngineConfig(stall_limit=20))
+    table = outcome_table(runs)
+    assert list(table.index) == list(POLICIES)
+    assert table.loc["capacity", "reasons"].startswith("Request requires 257 KV cache blocks")
+    assert table.loc["sglang", "reasons"].startswith("Input length (8192 tokens) exceeds")
+    assert table.loc["vllm", "reasons"].startswith("The decoder prompt (length 8192)")
+    assert table.loc["none/configured", "max_stalled_passes"] == 20
+    assert table.loc["none/clamped", "error"].startswith("PageIndexTooShort")
+    assert (table.finished + table.rejected + table.unfinished == 3).all()
+
+
+def test_a_mixed_workload_rejects_exactly_what_never_fits_under_capacity():
+    engine = EngineConfig()
+    workload = poisson_workload(40, rate=0.05, prompt_len=LogNormal(256, 1.0, 16, 8192),
+                                max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=0)
+    manager = engine.manager()
+    from kvlab.admission import demand_blocks
+    never = {r.request_id for r in workload if demand_blocks(r, manager) > engine.total_blocks}
+    result = run_policies(workload, ["capacity"], engine)["capacity"]
+    assert set(result.ids_with_status("rejected")) == never
+    assert len(result.ids_with_status("finished")) == len(workload) - len(never)
+
+
+def test_vllm_refuses_to_start_with_the_configured_length_and_starts_when_it_fits():
+    assert "estimated maximum model length is 2048" in vllm_startup_error(EngineConfig())
+    assert vllm_startup_error(EngineConfig(pool_mib=32.0)) is None
+    assert build_scheduler("vllm", EngineConfig()).admission.max_model_len == 2048
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(pool_mib=0), ValueError, "pool_mib"),
+    (dict(pool_mib=0.01), ValueError, "holds no page"),
+    (dict(stall_limit=0), ValueError, "stall_limit"),
+    (dict(grid=1), ValueError, "grid"),
+    (dict(arrival_rate=0), ValueError, "arrival_rate"),
+    (dict(SMOKE="yes"), TypeError, "SMOKE"),
+    (dict(num_requests=1.5), TypeError, "num_requests"),
+])
+def test_check_parameters_names_the_bad_one(kwargs, error, text):
+    with pytest.raises(error, match=text):
+        check_parameters(**kwargs)
+
+
+def test_bad_policy_is_named():
+    with pytest.raises(ValueError, match="policy must be one of"):
+        build_scheduler("fifo")
