@@ -29,9 +29,10 @@ fi
 python3 -m pip install -e ".[${extras}]"
 
 case ",${extras}," in
-    *,ui,* | *,dev,* | *,all,*)
-        # The browser test drives the system Chromium through playwright (never `playwright
-        # install`); kaleido's static images use the same browser.
+    *,notebooks,* | *,test,* | *,ui,* | *,dev,* | *,all,*)
+        # kaleido renders the walkthrough report's static figures with the system Chromium, and
+        # the browser test drives the same browser through playwright (never `playwright
+        # install`, never kaleido's Chrome download helpers).
         if [ ! -x /usr/bin/chromium ]; then
             if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
                 apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
