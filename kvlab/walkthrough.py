@@ -78,9 +78,13 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
 
 def summary_table(runs: List[NotebookRun]) -> str:
     """A plain-text table: one line per finding, with each notebook's status and run time."""
-    lines = [f"{'notebook':32} {'time':>7}  {'scenario':18} {'policy':12} {'outcome':9} numbers"]
+    cols = ("scenario", "policy", "outcome")
+    width = {c: max([len(c)] + [len(str(f[c])) for r in runs for f in r.findings]) for c in cols}
+    name_w = max([len("notebook")] + [len(r.name) for r in runs])
+    lines = [f"{'notebook':{name_w}} {'time':>7}  "
+             + " ".join(f"{c:{width[c]}}" for c in cols) + " numbers"]
     for run in runs:
-        head = f"{run.name:32} {run.seconds:6.1f}s"
+        head = f"{run.name:{name_w}} {run.seconds:6.1f}s"
         if run.error:
             lines.append(f"{head}  FAILED: {run.error}")
             continue
@@ -88,7 +92,8 @@ def summary_table(runs: List[NotebookRun]) -> str:
             lines.append(f"{head}  (no findings reported)")
         for i, f in enumerate(run.findings):
             lead = head if i == 0 else " " * len(head)
-            lines.append(f"{lead}  {f['scenario']:18} {f['policy']:12} {f['outcome']:9} {f['numbers']}")
+            lines.append(f"{lead}  " + " ".join(f"{str(f[c]):{width[c]}}" for c in cols)
+                         + f" {f['numbers']}")
     return "\n".join(lines)
 
 
