@@ -9,7 +9,6 @@ build/test-artifacts/ when the test fails.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil

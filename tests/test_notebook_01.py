@@ -3,35 +3,23 @@ inside it; kept apart from tests/test_notebooks.py (owned by the notebooks 02-04
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from kvlab.findings import read_findings
+from notebook_runner import PLOTLY_MIME, WIDGET_MIME
+from notebook_runner import execute as run_notebook
 
 pytestmark = pytest.mark.notebook
 
 papermill = pytest.importorskip("papermill")
 
 NB01 = Path(__file__).resolve().parent.parent / "notebooks" / "01_the_16_gpu_report.ipynb"
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def execute(out_dir: Path, **parameters):
-    parameters.setdefault("SMOKE", True)
-    out = out_dir / NB01.name
-    start = time.perf_counter()
-    try:
-        papermill.execute_notebook(str(NB01), str(out), parameters=parameters, kernel_name="python3",
-                                   store_widget_state=False, progress_bar=False, cwd=str(NB01.parent))
-    except papermill.PapermillExecutionError as exc:
-        source = (exc.source or "").strip().splitlines()
-        pytest.fail(f"{NB01.name} with {parameters}: cell {exc.cell_index} (starting "
-                    f"{source[0] if source else ''!r}) raised {exc.ename}: {exc.evalue}", pytrace=False)
-    return nbformat.read(out, as_version=4), time.perf_counter() - start
+    return run_notebook(NB01, out_dir, **parameters)
 
 
 @pytest.fixture(scope="module")

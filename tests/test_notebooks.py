@@ -3,13 +3,12 @@ them (DESIGN.md, "Conventions"); a failing cell becomes a test failure that name
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from kvlab.findings import read_findings
+from notebook_runner import PLOTLY_MIME, WIDGET_MIME, execute
 
 pytestmark = pytest.mark.notebook
 
@@ -19,24 +18,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NB02 = NOTEBOOKS / "02_single_gpu_repro_4mib.ipynb"
 NB03 = NOTEBOOKS / "03_the_one_line_fix.ipynb"
 NB04 = NOTEBOOKS / "04_admission_control.ipynb"
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
-
-def execute(src: Path, out_dir: Path, **parameters):
-    """Run ``src`` with papermill (SMOKE on unless given); return (executed notebook, seconds)."""
-    parameters.setdefault("SMOKE", True)
-    out = out_dir / src.name
-    start = time.perf_counter()
-    try:
-        papermill.execute_notebook(str(src), str(out), parameters=parameters, kernel_name="python3",
-                                   store_widget_state=False, progress_bar=False, cwd=str(src.parent))
-    except papermill.PapermillExecutionError as exc:
-        source = (exc.source or "").strip().splitlines()
-        pytest.fail(f"{src.name} with {parameters}: cell {exc.cell_index} (execution count "
-                    f"{exc.exec_count}, starting {source[0] if source else ''!r}) raised "
-                    f"{exc.ename}: {exc.evalue}", pytrace=False)
-    return nbformat.read(out, as_version=4), time.perf_counter() - start
 
 
 def outputs(nb, mime: str) -> list:

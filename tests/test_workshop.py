@@ -5,16 +5,15 @@ under papermill, a failed check raising only with STRICT=True."""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from kvlab import workshop
 from kvlab.admission import CapacityAdmission, NoAdmission
 from kvlab import AdmissionPolicy, Verdict
 from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
+from notebook_runner import execute as run_notebook
 
 WORKSHOP = Path(__file__).resolve().parent.parent / "notebooks" / "workshop"
 #: exercise notebook -> the checks it calls, in order
@@ -279,13 +278,7 @@ def test_check_result_strict_display_and_truth():
 # --- the notebooks under papermill ---------------------------------------------------------------
 
 def execute(name: str, out_dir: Path, **parameters):
-    papermill = pytest.importorskip("papermill")
-    parameters.setdefault("SMOKE", True)
-    src, out = WORKSHOP / f"{name}.ipynb", out_dir / f"{name}.ipynb"
-    start = time.perf_counter()
-    papermill.execute_notebook(str(src), str(out), parameters=parameters, kernel_name="python3",
-                               store_widget_state=False, progress_bar=False, cwd=str(WORKSHOP))
-    return nbformat.read(out, as_version=4), time.perf_counter() - start
+    return run_notebook(WORKSHOP / f"{name}.ipynb", out_dir, fail_on_error=False, **parameters)
 
 
 def check_outputs(nb) -> list:
