@@ -39,7 +39,7 @@ def main() -> None:
                     "work_s": median("work_s"),  # MIN all-reduce + lockstep iterations + results
                     "work_ms_per_iteration": round(1000 * statistics.median(r.work_s for r in runs) / iterations, 2)},
         "in_process": {"wall_s": round(threads.wall_s, 3)},
-    }, indent=2))
+    }))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,33 @@
+"""Every benchmark runs and prints one JSON line with its figures (the figures themselves are
+not asserted: speed targets live in the benchmarks, not in timed tests)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+QUICK_ARGS = {
+    "distributed_startup.py": ["--ranks", "4", "--repeat", "1"],
+    "phase_diagram.py": ["--repeat", "2"],
+    "scheduler_throughput.py": ["--repeat", "1"],
+    "widget_latency.py": ["--repeats", "4"],
+}
+
+
+def test_every_benchmark_is_listed():
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted(QUICK_ARGS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(QUICK_ARGS))
+def test_benchmark_prints_its_figures(script):
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *QUICK_ARGS[script]],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, proc.stdout[-2000:]
+    figures = json.loads(lines[-1])
+    assert figures and all(value is not None for value in figures.values())
