@@ -1,7 +1,7 @@
 """kvlab: GPU KV-cache pool and scheduler primitives that behave like TensorRT-LLM's, for
 learning how serving engines run out of KV-cache memory and how they should fail."""
 
-from .geometry import KVGeometry
+from .geometry import KVGeometry, MambaGeometry, qwen3_5_27b_attention, qwen3_5_27b_mamba
 from .kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
 from .manager import KVCacheManager, MaxSeqLenClampWarning
 from .memory import MemoryBudget
@@ -13,8 +13,11 @@ from .scheduler import ScheduledBatch, Scheduler, SchedulerDeadlock
 from .simulation import Engine, SimulationResult, simulate
 from .distributed import DistributedResult, Fault, RankResult, RunConfig, run_ranks
 from .trace import Trace
+from .mamba import MambaHybridCacheManager, ResidencyPlan, StateSlotsExhausted, plan_residency
 
 __all__ = [
+    "MambaGeometry", "MambaHybridCacheManager", "ResidencyPlan", "StateSlotsExhausted",
+    "plan_residency", "qwen3_5_27b_attention", "qwen3_5_27b_mamba",
     "KVGeometry", "KVCache", "KVCacheManager", "MaxSeqLenClampWarning", "MemoryBudget",
     "PAGE_INDEX_TOO_SHORT_MESSAGE", "PageIndexTable", "PageIndexTooShort", "PagePool",
     "Request", "max_blocks_per_seq",

@@ -113,3 +113,89 @@ class KVGeometry:
     def blocks_in(self, quota_bytes: int) -> int:
         """Whole pages a quota holds: floor(quota / bytes_per_block)."""
         return quota_bytes // self.bytes_per_block
+
+
+#: dtypes a recurrent state (conv or SSM) may take.
+STATE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class MambaGeometry:
+    """Shape of one sequence's recurrent (Mamba / linear-attention) state on one rank.
+
+    Mirrors ``MambaHybridCacheManagerV2._mamba_state_bytes_per_slot``
+    (tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py), REFERENCE.md §5:
+    ``num_mamba_layers * (conv_bytes + ssm_bytes)`` with the conv and SSM states split over
+    ``tp_size``. A slot is fixed-size: it does not grow with the sequence's length.
+    """
+
+    num_mamba_layers: int
+    mamba_num_heads: int
+    mamba_head_dim: int
+    d_state: int
+    n_groups: int
+    d_conv: int
+    conv_dtype: str = "bfloat16"
+    ssm_dtype: str = "float32"
+    tp_size: int = 1
+
+    def __post_init__(self):
+        check_int("num_mamba_layers", self.num_mamba_layers, low=0, high=4096)
+        check_int("mamba_num_heads", self.mamba_num_heads, low=1, high=1 << 16)
+        check_int("mamba_head_dim", self.mamba_head_dim, low=1, high=1 << 16)
+        check_int("d_state", self.d_state, low=1, high=1 << 16)
+        check_int("n_groups", self.n_groups, low=1, high=1 << 16)
+        check_int("d_conv", self.d_conv, low=2, high=1 << 10)
+        check_choice("conv_dtype", self.conv_dtype, STATE_DTYPES)
+        check_choice("ssm_dtype", self.ssm_dtype, STATE_DTYPES)
+        check_int("tp_size", self.tp_size, low=1, high=4096)
+        if self.mamba_num_heads % self.tp_size:
+            raise ValueError(f"mamba_num_heads={self.mamba_num_heads} must be divisible by "
+                             f"tp_size={self.tp_size}")
+        if self.n_groups % self.tp_size:
+            raise ValueError(f"n_groups={self.n_groups} must be divisible by tp_size={self.tp_size}")
+
+    @property
+    def conv_dim(self) -> int:
+        """Conv channels per rank: (head_dim * heads + 2 * n_groups * d_state) / tp."""
+        return (self.mamba_head_dim * self.mamba_num_heads
+                + 2 * self.n_groups * self.d_state) // self.tp_size
+
+    @property
+    def conv_bytes(self) -> int:
+        """One layer's conv state: conv_dim * (d_conv - 1) elements of conv_dtype."""
+        return element_bytes(self.conv_dtype, self.conv_dim * (self.d_conv - 1))
+
+    @property
+    def ssm_bytes(self) -> int:
+        """One layer's SSM state: (heads / tp) * head_dim * d_state elements of ssm_dtype."""
+        return element_bytes(self.ssm_dtype, (self.mamba_num_heads // self.tp_size)
+                             * self.mamba_head_dim * self.d_state)
+
+    @property
+    def bytes_per_slot(self) -> int:
+        """One sequence's recurrent state on this rank: layers * (conv_bytes + ssm_bytes)."""
+        return self.num_mamba_layers * (self.conv_bytes + self.ssm_bytes)
+
+    @classmethod
+    def qwen3_5_27b(cls, ssm_dtype: str = "float32", conv_dtype: str = "bfloat16",
+                    tp_size: int = 1) -> "MambaGeometry":
+        """Qwen3.5-27B's 48 linear-attention layers from its published config (REFERENCE.md §5):
+        48 value heads of 128, key head dim 128 (d_state), 16 key heads (n_groups), kernel 4.
+        The config's mamba_ssm_dtype is float32; the PR's 37.5 GiB implies bfloat16."""
+        return cls(num_mamba_layers=48, mamba_num_heads=48, mamba_head_dim=128, d_state=128,
+                   n_groups=16, d_conv=4, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
+                   tp_size=tp_size)
+
+
+def qwen3_5_27b_mamba(ssm_dtype: str = "float32", conv_dtype: str = "bfloat16",
+                      tp_size: int = 1) -> MambaGeometry:
+    """Qwen3.5-27B's recurrent-state geometry (``MambaGeometry.qwen3_5_27b``)."""
+    return MambaGeometry.qwen3_5_27b(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype, tp_size=tp_size)
+
+
+def qwen3_5_27b_attention(tokens_per_block: int = 32, tp_size: int = 1) -> KVGeometry:
+    """Qwen3.5-27B's 16 full-attention layers (full_attention_interval 4 of 64): 4 KV heads of
+    256, bf16."""
+    return KVGeometry(num_layers=16, num_kv_heads=4, head_dim=256, dtype="bfloat16",
+                      tokens_per_block=tokens_per_block, tp_size=tp_size)

@@ -34,13 +34,21 @@ host tier is ``host_cache_blocks`` pages (0, the real default ``host_cache_size`
 so nothing can be suspended; None: unbounded). The manager calls the real code has and
 kvlab's KVCacheManager lacks (``try_allocate_generation``, ``prepare_disagg_gen_init``) are
 written here from the manager's public resize/suspend/resume/free.
+
+Recurrent-state residency (PR #17261, REFERENCE.md §5): when ``manager.max_resident_sequences()``
+is not None, a request that would take a new state slot (a first context chunk, or a
+DISAGG_GENERATION_INIT) is admitted only while fewer sequences hold a slot than the cap; a
+suspended sequence keeps its slot and counts. A capped first chunk is skipped (``continue``).
+``residency_bugs`` restores the review's scheduler findings: "disagg_bypasses_cap" (the
+DISAGG_GENERATION_INIT path neither gated nor counted) and "break_on_cap" (``break``: the scan
+stops, so non-first chunks behind a capped first chunk are never scheduled).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._validate import check_int
 from .admission import AdmissionPolicy, Verdict, make_admission
@@ -54,6 +62,8 @@ DEFAULT_STALL_LIMIT = 1000
 DEADLOCK_REMEDY = ("Configure kv_cache_config.host_cache_size, increase kv_cache_config.max_tokens, "
                    "or lower max_batch_size.")
 LIVE_STATES = ("waiting", "running", "suspended")
+#: The review findings of PR #17261 the scheduler can reproduce (default: all fixed).
+SCHEDULER_RESIDENCY_BUGS = ("disagg_bypasses_cap", "break_on_cap")
 
 
 class SchedulerDeadlock(RuntimeError):
@@ -157,7 +167,7 @@ class Scheduler:
                  stall_limit: int = DEFAULT_STALL_LIMIT, *, chunked_prefill: bool = False,
                  max_context_length: Optional[int] = None, chunk_unit_size: Optional[int] = None,
                  host_cache_blocks: Optional[int] = 0, enable_recompute_pause: bool = True,
-                 debug: bool = False):
+                 debug: bool = False, residency_bugs: Iterable[str] = frozenset()):
         if not isinstance(manager, KVCacheManager):
             raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
         self.manager = manager
@@ -183,6 +193,13 @@ class Scheduler:
         self.host_cache_blocks = (None if host_cache_blocks is None else check_int(
             "host_cache_blocks", host_cache_blocks, low=0))
         self.admission.check_startup(manager)
+        if isinstance(residency_bugs, str):
+            raise TypeError(f"residency_bugs must be a set of names, got the str {residency_bugs!r}")
+        self.residency_bugs: FrozenSet[str] = frozenset(residency_bugs)
+        unknown = self.residency_bugs - set(SCHEDULER_RESIDENCY_BUGS)
+        if unknown:
+            raise ValueError(f"residency_bugs must be a subset of {list(SCHEDULER_RESIDENCY_BUGS)}, "
+                             f"got unknown {sorted(unknown)}")
 
         self.iteration = 0
         self.stalled_passes = 0
@@ -262,7 +279,10 @@ class Scheduler:
                 index += 1
                 continue
             if request.is_disagg_generation_init:  # outside both budgets
-                if self._prepare_disagg_gen_init(request):
+                if ("disagg_bypasses_cap" not in self.residency_bugs
+                        and self._residency_full(request)):
+                    request.num_refusals += 1
+                elif self._prepare_disagg_gen_init(request):
                     batch.fitting_disagg_gen_init_requests.append(request)
                 else:
                     request.num_refusals += 1
@@ -427,6 +447,10 @@ class Scheduler:
 
     def _schedule_context(self, request: Request, budget: _Budget):
         first_chunk = request.is_first_context_chunk
+        if first_chunk and self._residency_full(request):
+            # the real guard; the review's fix skips only this request
+            stop = "break_on_cap" in self.residency_bugs
+            return (ScheduleAction.STOP if stop else ScheduleAction.SKIP), 0
         if first_chunk and not self.admission.may_start(request, self.manager, self._active):
             return ScheduleAction.STOP, 0
         try:
@@ -464,6 +488,22 @@ class Scheduler:
             return ScheduleAction.SKIP, 0
         request.context_chunk_size = chunk
         return ScheduleAction.SCHEDULED, chunk
+
+    # -- recurrent-state residency ---------------------------------------------------------
+    def _residency_full(self, request: Request) -> bool:
+        """True when ``request`` would take a new state slot and the manager's cap is reached."""
+        cap = self.manager.max_resident_sequences()
+        if cap is None or request.request_id in self.manager.caches:
+            return False
+        return self.num_resident_sequences() >= cap
+
+    def num_resident_sequences(self) -> int:
+        """Live requests holding a cache, hence a state slot (suspended ones included). With
+        "disagg_bypasses_cap", a DISAGG_GENERATION_INIT holding one is not counted."""
+        caches = self.manager.caches
+        bypass = "disagg_bypasses_cap" in self.residency_bugs
+        return sum(1 for r in self._active if r.state in LIVE_STATES and r.request_id in caches
+                   and not (bypass and r.is_disagg_generation_init))
 
     # -- manager calls -------------------------------------------------------------------
     def _allocate_context(self, request: Request, num_tokens: int) -> Optional[bool]:

@@ -1,0 +1,451 @@
+"""Recurrent-state residency (PR #17261, REFERENCE.md §5): MambaGeometry's slot arithmetic,
+MambaHybridCacheManager's raw and clamped residency, the scheduler's first-chunk gate, and the
+review's three findings, each failing with its switch set to the buggy behaviour."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MambaHybridCacheManager, Request,
+                   Scheduler, SchedulerDeadlock, StateSlotsExhausted, plan_residency,
+                   qwen3_5_27b_attention, qwen3_5_27b_mamba, simulate)
+from kvlab.distributed import ThreadComm, TorchComm, free_port
+from kvlab.mamba import QUOTA_TOO_SMALL
+
+GIB = 2**30
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+# A tiny hybrid model: 2816-byte slots, 128-byte attention pages of 4 tokens.
+SMALL_MAMBA = MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8,
+                            n_groups=2, d_conv=4, conv_dtype="bfloat16", ssm_dtype="float32")
+SMALL_ATTN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
+                        tokens_per_block=4)
+SLOT = SMALL_MAMBA.bytes_per_slot
+PAGE = SMALL_ATTN.bytes_per_block
+
+
+def quota_for(resident: int, pages: int, dummies: int = 1) -> int:
+    """``resident`` resident slots + dummies + ``pages`` attention pages; pages stay below one
+    slot's bytes so that the quota affords exactly ``resident`` (the clamp leaves the
+    attention pool what remains after the slots, at least one page)."""
+    assert 1 <= pages and pages * PAGE < SLOT
+    return (resident + dummies) * SLOT + pages * PAGE
+
+
+def manager(resident_affordable: int, max_batch_size: int, pages: int = 20, **kwargs):
+    return MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota_for(resident_affordable, pages),
+                                   max_seq_len=pages * SMALL_ATTN.tokens_per_block,
+                                   max_batch_size=max_batch_size, **kwargs)
+
+
+# --- slot arithmetic ----------------------------------------------------------------------
+
+def independent_slot_bytes(g: MambaGeometry) -> int:
+    """The state tensors' sizes, from their shapes (meta tensors: nothing is allocated)."""
+    conv_channels = (g.mamba_num_heads * g.mamba_head_dim + 2 * g.n_groups * g.d_state) // g.tp_size
+    conv = torch.empty((g.num_mamba_layers, conv_channels, g.d_conv - 1),
+                       dtype=TORCH_DTYPES[g.conv_dtype], device="meta")
+    ssm = torch.empty((g.num_mamba_layers, g.mamba_num_heads // g.tp_size, g.mamba_head_dim,
+                       g.d_state), dtype=TORCH_DTYPES[g.ssm_dtype], device="meta")
+    return conv.numel() * conv.element_size() + ssm.numel() * ssm.element_size()
+
+
+geometries = st.builds(
+    lambda layers, heads_per, head_dim, d_state, groups_per, d_conv, cd, sd, tp: MambaGeometry(
+        layers, heads_per * tp, head_dim, d_state, groups_per * tp, d_conv, cd, sd, tp),
+    st.integers(0, 64), st.integers(1, 16), st.integers(1, 256), st.integers(1, 256),
+    st.integers(1, 8), st.integers(2, 8), st.sampled_from(list(TORCH_DTYPES)),
+    st.sampled_from(list(TORCH_DTYPES)), st.sampled_from([1, 2, 4, 8]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(geometries)
+def test_slot_bytes_match_the_state_tensors(g):
+    assert g.bytes_per_slot == independent_slot_bytes(g)
+    assert g.bytes_per_slot == g.num_mamba_layers * (g.conv_bytes + g.ssm_bytes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(geometries)
+def test_slot_bytes_split_evenly_over_tp(g):
+    whole = MambaGeometry(g.num_mamba_layers, g.mamba_num_heads, g.mamba_head_dim, g.d_state,
+                          g.n_groups, g.d_conv, g.conv_dtype, g.ssm_dtype, tp_size=1)
+    assert g.bytes_per_slot * g.tp_size == whole.bytes_per_slot
+
+
+def test_small_geometry_by_hand():
+    assert SMALL_MAMBA.conv_dim == 4 * 8 + 2 * 2 * 8 == 64
+    assert SMALL_MAMBA.conv_bytes == 64 * 3 * 2
+    assert SMALL_MAMBA.ssm_bytes == 4 * 8 * 8 * 4
+    assert SLOT == 2 * (384 + 1024) == 2816
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(num_mamba_layers=-1), ValueError, "num_mamba_layers"),
+    (dict(mamba_num_heads=0), ValueError, "mamba_num_heads"),
+    (dict(d_conv=1), ValueError, "d_conv"),
+    (dict(ssm_dtype="fp8"), ValueError, "ssm_dtype"),
+    (dict(conv_dtype="int8"), ValueError, "conv_dtype"),
+    (dict(tp_size=3), ValueError, "divisible by tp_size=3"),
+    (dict(d_state=2.5), TypeError, "d_state"),
+])
+def test_geometry_arguments_are_validated(kwargs, error, text):
+    args = dict(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8, n_groups=2,
+                d_conv=4)
+    args.update(kwargs)
+    with pytest.raises(error, match=text):
+        MambaGeometry(**args)
+
+
+# --- the PR's numbers ----------------------------------------------------------------------
+
+def test_qwen3_5_27b_geometry():
+    g = qwen3_5_27b_mamba()
+    assert (g.num_mamba_layers, g.mamba_num_heads, g.mamba_head_dim, g.d_state, g.n_groups,
+            g.d_conv, g.conv_dtype, g.ssm_dtype) == (48, 48, 128, 128, 16, 4, "bfloat16", "float32")
+    assert g.conv_dim == 128 * 48 + 2 * 16 * 128 == 10240
+    a = qwen3_5_27b_attention()
+    assert (a.num_layers, a.num_kv_heads, a.head_dim, a.dtype) == (16, 4, 256, "bfloat16")
+    assert a.bytes_per_block == 16 * 2 * 4 * 256 * 2 * 32 == 2 * 2**20
+
+
+def test_pr_37_5_gib_implies_bf16_ssm_state():
+    """513 slots (512 sequences + 1 dummy) need 37.48 GiB only with a bfloat16 SSM state; the
+    config's float32 would need 73.55 GiB."""
+    bf16 = 513 * qwen3_5_27b_mamba(ssm_dtype="bfloat16").bytes_per_slot
+    fp32 = 513 * qwen3_5_27b_mamba(ssm_dtype="float32").bytes_per_slot
+    assert qwen3_5_27b_mamba(ssm_dtype="bfloat16").bytes_per_slot == 78_446_592
+    assert round(bf16 / GIB, 2) == 37.48
+    assert round(fp32 / GIB, 2) == 73.55
+    plan = plan_residency(qwen3_5_27b_mamba(ssm_dtype="bfloat16"), qwen3_5_27b_attention(),
+                          int(24.86 * GIB), max_batch_size=512)
+    assert plan.requested + plan.dummies == 513
+
+
+def test_pr_quota_raw_error_and_clamp():
+    """24.86 GiB: raw residency refuses to build; the clamp leaves 339 resident sequences
+    (340 slots with the dummy); a float32 state would leave 172."""
+    quota = int(24.86 * GIB)
+    mamba, attn = qwen3_5_27b_mamba(ssm_dtype="bfloat16"), qwen3_5_27b_attention()
+    plan = plan_residency(mamba, attn, quota, max_batch_size=512)
+    need = 513 * 78_446_592 + 2 * 2**20
+    assert plan.raw_need_bytes == need
+    with pytest.raises(ValueError) as info:  # raised before anything is allocated
+        MambaHybridCacheManager(attn, mamba, quota, max_seq_len=4096, max_batch_size=512,
+                                residency="raw")
+    assert str(info.value) == QUOTA_TOO_SMALL.format(got=quota, need=need)
+    assert str(info.value) == ("The V2 Mamba GPU cache quota is too small for live recurrent "
+                               f"states and attention pages: got {quota} bytes, need at least "
+                               f"{need} bytes.")
+    assert plan.affordable == plan.local_cap == 339
+    assert (339 + 1) * mamba.bytes_per_slot + 2 * 2**20 <= quota < (
+        (339 + 2) * mamba.bytes_per_slot + 2 * 2**20)
+    # the config's float32 state would leave 172
+    assert plan_residency(qwen3_5_27b_mamba(), attn, quota, max_batch_size=512).local_cap == 172
+    # no free_gpu_memory_fraction helps: the floor is 12.6 GiB above the whole quota
+    assert plan.raw_need_bytes - quota > 12 * GIB
+
+
+# --- the clamp -----------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(quota=st.integers(1, 10**7), batch=st.integers(1, 600), pp=st.integers(1, 4),
+       graph=st.booleans(), adp=st.booleans())
+def test_clamp_fits_and_is_maximal(quota, batch, pp, graph, adp):
+    plan = plan_residency(SMALL_MAMBA, SMALL_ATTN, quota, batch, pp, cuda_graph_padding=graph,
+                          attention_dp=adp)
+    assert plan.dummies == int(graph) + int(adp)
+    cap = plan.local_cap
+    assert cap <= batch * pp
+    if cap >= 1:
+        assert (cap + plan.dummies) * SLOT + PAGE <= quota
+    if cap < batch * pp:  # one more resident sequence would not fit
+        assert (cap + 1 + plan.dummies) * SLOT + PAGE > quota
+    assert (plan.raw_need_bytes <= quota) == (cap == batch * pp)
+
+
+@settings(max_examples=40, deadline=None)
+@given(affordable=st.integers(1, 12), batch=st.integers(1, 12), pages=st.integers(1, 21))
+def test_clamped_manager_sizes_its_pools(affordable, batch, pages):
+    m = manager(affordable, batch, pages=pages)
+    cap = min(affordable, batch)
+    assert m.max_resident_sequences() == (None if cap == batch else cap)
+    assert m.state_slots.num_slots == cap + 1
+    assert m.state_slots.storage.shape == (cap + 1, SLOT)
+    assert m.state_slots.storage.dtype == torch.uint8
+    assert m.state_slots.nbytes + m.pool.nbytes <= m.hybrid_quota_bytes
+    assert m.total_blocks >= pages
+
+
+def test_clamped_manager_errors_when_not_even_one_sequence_fits():
+    quota = 1 * SLOT + PAGE  # the dummy and a page, no resident slot
+    with pytest.raises(ValueError) as info:
+        MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota, max_seq_len=64, max_batch_size=4)
+    assert str(info.value) == QUOTA_TOO_SMALL.format(got=quota, need=2 * SLOT + PAGE)
+
+
+def test_raw_mode_builds_when_it_fits_and_reports_no_cap():
+    m = manager(4, 4, residency="raw")
+    assert m.max_resident_sequences() is None and m.state_slots.num_slots == 5
+    with pytest.raises(ValueError, match="too small for live recurrent states"):
+        manager(3, 4, residency="raw")
+
+
+def test_attention_dp_adds_a_dummy_and_pp_multiplies_residency():
+    m = MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota_for(8, 16, dummies=2),
+                                max_seq_len=64, max_batch_size=2, pp_size=4, attention_dp=True,
+                                residency="raw")
+    assert m.plan.requested == 8 and m.state_slots.num_slots == 10
+
+
+def test_plain_attention_manager_is_unbounded():
+    plain = KVCacheManager(SMALL_ATTN, 64 * PAGE, max_seq_len=64, max_batch_size=2)
+    assert plain.max_resident_sequences() is None
+    attention_only = MambaHybridCacheManager(SMALL_ATTN, None, 64 * PAGE, max_seq_len=64,
+                                             max_batch_size=2)
+    assert attention_only.max_resident_sequences() is None
+    assert attention_only.state_slots.num_slots == 0
+
+
+def test_warmup_batch_sizes_truncated_to_the_clamp():
+    m = manager(3, 8, warmup_batch_sizes=[1, 2, 4, 8])
+    assert m.max_resident_sequences() == 3
+    assert m.warmup_batch_sizes == (1, 2, 3)
+    assert manager(8, 8, warmup_batch_sizes=[1, 8]).warmup_batch_sizes == (1, 8)
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(residency="lazy"), ValueError, "residency"),
+    (dict(residency_bugs={"nope"}), ValueError, "residency_bugs"),
+    (dict(comm=object()), TypeError, "all_reduce_min"),
+    (dict(attention_dp=1), TypeError, "attention_dp"),
+    (dict(warmup_batch_sizes=[0]), ValueError, "warmup_batch_sizes"),
+])
+def test_manager_arguments_are_validated(kwargs, error, text):
+    with pytest.raises(error, match=text):
+        manager(2, 2, **kwargs)
+
+
+def test_slot_ownership_create_suspend_free():
+    m = manager(2, 2)
+    a = m.create_cache("a")
+    m.create_cache("b")
+    assert {m.state_slot("a"), m.state_slot("b")} == {1, 2}  # slot 0 is the dummy
+    assert m.resident_sequences == 2
+    a.resize(8)
+    m.suspend("a")
+    assert m.resident_sequences == 2 and m.state_slot("a") is not None  # kept while suspended
+    m.check_invariants()
+    m.free("a")
+    assert m.resident_sequences == 1 and m.state_slot("a") is None
+    m.create_cache("c")
+    m.check_invariants()
+
+
+def test_overcommitting_slots_raises_clearly():
+    m = manager(1, 4)
+    m.create_cache("a")
+    free_rows = m.page_index.free_slots
+    with pytest.raises(StateSlotsExhausted, match="no free recurrent-state slot for 'b'"):
+        m.create_cache("b")
+    assert "b" not in m.caches and m.page_index.free_slots == free_rows
+    m.check_invariants()
+
+
+class FixedComm:
+    """A one-rank stand-in for a communicator whose peers afford ``peer_cap``."""
+
+    def __init__(self, peer_cap):
+        self.peer_cap = peer_cap
+        self.seen = []
+
+    def all_reduce_min(self, value):
+        self.seen.append(value)
+        return min(value, self.peer_cap)
+
+
+def test_min_reduction_lowers_the_cap_and_resizes_the_pool():
+    comm = FixedComm(2)
+    m = manager(6, 8, comm=comm)
+    assert comm.seen == [6] and m.max_resident_sequences() == 2
+    assert m.state_slots.num_slots == 3
+    assert manager(6, 8, comm=FixedComm(100)).max_resident_sequences() == 6
+
+
+# --- the scheduler's gate ------------------------------------------------------------------
+
+def test_cap_bounds_resident_sequences_and_everything_finishes():
+    m = manager(2, 6, pages=21)
+    sched = Scheduler(m, max_num_tokens=64, max_batch_size=6, chunked_prefill=True,
+                      chunk_unit_size=4, debug=True)
+    requests = [Request(f"r{i}", prompt_len=20, max_new_tokens=5) for i in range(6)]
+    peak = []
+    original = sched.schedule
+
+    def schedule():
+        batch = original()
+        peak.append(m.resident_sequences)
+        return batch
+
+    sched.schedule = schedule
+    result = simulate(sched, requests, max_steps=500)
+    assert result.error is None and result.summary()["finished"] == 6
+    assert max(peak) == 2
+
+
+class CapOne(KVCacheManager):
+    """Any manager reporting a cap of one resident sequence."""
+
+    def max_resident_sequences(self):
+        return 1
+
+
+def disagg_requests():
+    return [Request(f"d{i}", prompt_len=8, max_new_tokens=4, disagg_generation_init=True)
+            for i in range(2)]
+
+
+@pytest.mark.parametrize("bugs, admitted", [(frozenset(), 1), ({"disagg_bypasses_cap"}, 2)])
+def test_finding_2_disagg_generation_init_is_gated(bugs, admitted):
+    m = CapOne(SMALL_ATTN, 64 * PAGE, max_seq_len=64, max_batch_size=4)
+    sched = Scheduler(m, residency_bugs=bugs)
+    for r in disagg_requests():
+        sched.submit(r)
+    batch = sched.schedule()
+    assert len(batch.fitting_disagg_gen_init_requests) == admitted
+
+
+@pytest.mark.parametrize("bugs", [frozenset(), {"disagg_bypasses_cap"}])
+def test_finding_2_on_the_hybrid_manager(bugs):
+    """With the bug, the second init takes a state slot the clamp never allocated."""
+    m = manager(1, 4)
+    sched = Scheduler(m, residency_bugs=bugs)
+    for r in disagg_requests():
+        sched.submit(r)
+    if bugs:
+        with pytest.raises(StateSlotsExhausted):
+            sched.schedule()
+    else:
+        assert len(sched.schedule().fitting_disagg_gen_init_requests) == 1
+        result = simulate(Scheduler(manager(1, 4)), disagg_requests())
+        assert result.error is None and result.summary()["finished"] == 2
+
+
+@pytest.mark.parametrize("bugs", [frozenset(), {"break_on_cap"}])
+def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(bugs):
+    """B is mid-prefill and holds the only slot; A, a first chunk, sits ahead of B in
+    active_requests (as after the real scheduler's priority sort or a recompute pause).
+    ``break`` on A's cap stops the scan: B never advances and the stall detector fires."""
+    m = manager(1, 2, pages=21)
+    sched = Scheduler(m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True,
+                      chunk_unit_size=4, stall_limit=5, residency_bugs=bugs)
+    b = Request("B", prompt_len=40, max_new_tokens=2)
+    sched.submit(b)
+    first = sched.schedule()
+    assert first.context_requests == [b] and b.context_chunk_size == 16
+    b.context_current_position += b.context_chunk_size  # the executor ran B's first chunk
+    a = Request("A", prompt_len=8, max_new_tokens=2)
+    sched.submit(a)
+    sched._active.sort(key=lambda r: r.request_id)  # A ahead of B
+    assert [r.request_id for r in sched.active_requests] == ["A", "B"]
+    if bugs:
+        with pytest.raises(SchedulerDeadlock):
+            for _ in range(5):
+                assert sched.schedule().context_requests == []
+    else:
+        batch = sched.schedule()
+        assert batch.context_requests == [b]  # A skipped, B's second chunk scheduled
+        assert a.state == "waiting" and a.request_id not in m.caches
+
+
+def test_scheduler_rejects_unknown_bug_names():
+    with pytest.raises(ValueError, match="residency_bugs"):
+        Scheduler(manager(2, 2), residency_bugs={"break"})
+    with pytest.raises(TypeError, match="residency_bugs"):
+        Scheduler(manager(2, 2), residency_bugs="break_on_cap")
+
+
+# --- finding 1: a mixed pipeline, MIN across ranks ------------------------------------------
+
+def build_rank(rank: int, comm, bugs):
+    """Rank 0 holds the Mamba layers (its quota affords 3 of 8); rank 1 is attention-only."""
+    mamba = SMALL_MAMBA if rank == 0 else None
+    quota = quota_for(3, 20) if rank == 0 else 64 * PAGE
+    return MambaHybridCacheManager(SMALL_ATTN, mamba, quota, max_seq_len=64, max_batch_size=8,
+                                   comm=comm, residency_bugs=bugs)
+
+
+@pytest.mark.parametrize("bugs, caps", [(frozenset(), [3, 3]),
+                                        ({"attention_only_returns_none_first"}, [3, None])])
+def test_finding_1_threads(bugs, caps):
+    import threading
+    comm = ThreadComm(2, timeout_s=30)
+    out = [None, None]
+
+    def run(rank):
+        out[rank] = build_rank(rank, comm.for_rank(rank), bugs).max_resident_sequences()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == caps
+
+
+def _gloo_rank(rank, port, bugs, queue):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        m = build_rank(rank, TorchComm(torch.device("cpu")), bugs)
+        queue.put((rank, m.max_resident_sequences()))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("bugs, caps", [(frozenset(), {0: 3, 1: 3}),
+                                        ({"attention_only_returns_none_first"}, {0: 3, 1: None})])
+def test_finding_1_two_gloo_processes(bugs, caps):
+    """Two real processes over gloo: with the bug the attention-only rank reports None while
+    the Mamba rank reports 3, so the ranks would admit different batches."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_gloo_rank, args=(r, port, bugs, queue), daemon=True)
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(queue.get(timeout=60) for _ in range(2))
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    assert got == caps
+    assert all(p.exitcode == 0 for p in procs)
+
+
+# --- on a GPU ------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_qwen3_5_27b_clamp_allocates_on_the_gpu():
+    """The PR's case for real: 24.86 GiB on the GPU, 340 state slots of 78 MB, the rest pages."""
+    quota = int(24.86 * GIB)
+    m = MambaHybridCacheManager(qwen3_5_27b_attention(), qwen3_5_27b_mamba(ssm_dtype="bfloat16"),
+                                quota, max_seq_len=4096, max_batch_size=512, device="cuda")
+    try:
+        assert m.state_slots.storage.is_cuda and m.pool.storage.is_cuda
+        assert m.max_resident_sequences() == 339 and m.state_slots.num_slots == 340
+        assert m.state_slots.nbytes + m.pool.nbytes <= quota
+        assert m.total_blocks >= 1
+    finally:
+        del m
+        torch.cuda.empty_cache()
