@@ -29,6 +29,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
+from .progress import progress
 from ._validate import check_choice, check_float, check_int
 from .admission import SglangStyle, VllmStyle
 from .geometry import KVGeometry
@@ -151,7 +152,7 @@ def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(PO
     requests = list(requests)
     check_int("max_steps", max_steps, low=1, high=1 << 40)
     return {policy: simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
-            for policy in policies}
+            for policy in progress(list(policies), desc="policies", unit="policy")}
 
 
 def _error_text(result: SimulationResult) -> str:

@@ -65,6 +65,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from .progress import progress as progress_bar
 from ._validate import check_choice, check_float, check_int
 from .geometry import KVGeometry
 from .manager import KVCacheManager, MaxSeqLenClampWarning
@@ -636,9 +637,7 @@ def run_ranks(config: RunConfig, *, backend: str = "gloo", in_process: bool = Fa
 def _progress_bar(enabled: bool, world_size: int):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(desc=f"{world_size} ranks, lockstep iterations", unit="it", delay=1.0, leave=False)
+    return progress_bar(desc=f"{world_size} ranks, lockstep iterations", unit="it")
 
 
 def _ended(results: Sequence[RankResult]) -> Tuple[str, str]:

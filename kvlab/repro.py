@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Optional
 
+from .progress import progress
 from ._validate import check_float, check_int
 from .geometry import KVGeometry
 from .kv_cache import PageIndexTooShort
@@ -182,11 +183,15 @@ def sweep_repro(pool_mibs, contexts, policy: str = "clamped", tokens_per_block: 
     """``run_repro`` over a grid, with the configured max_seq_len equal to the context (as in the
     seed, where both are 8192). Cells whose pool holds no page are skipped. Returns ReproResults."""
     results = []
+    pool_mibs, contexts = list(pool_mibs), list(contexts)
+    cells = progress(total=len(pool_mibs) * len(contexts), desc="repro sweep", unit="cell")
     for context in contexts:
         for pool_mib in pool_mibs:
+            cells.update()
             if no_pool_reason(pool_mib, tokens_per_block) is None:
                 results.append(run_repro(pool_mib, context, policy, tokens_per_block,
                                          max_seq_len=context))
+    cells.close()
     return results
 
 

@@ -1,0 +1,14 @@
+"""Progress bars for anything that may take more than a second (sweeps, policy comparisons,
+multi-rank runs): tqdm.auto, shown only once a second has passed, gone when done."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+
+def progress(iterable: Optional[Iterable] = None, desc: str = "", total: Optional[int] = None,
+             unit: str = "it"):
+    """A tqdm.auto bar (a notebook widget in Jupyter, text elsewhere) that appears after 1 s."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit=unit, delay=1.0, leave=False)
