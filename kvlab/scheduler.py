@@ -50,7 +50,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
-from ._validate import check_int
+from ._validate import check_int, check_subset
 from .admission import AdmissionPolicy, Verdict, make_admission
 from .kv_cache import KVCache, PageIndexTooShort
 from .manager import KVCacheManager
@@ -193,13 +193,8 @@ class Scheduler:
         self.host_cache_blocks = (None if host_cache_blocks is None else check_int(
             "host_cache_blocks", host_cache_blocks, low=0))
         self.admission.check_startup(manager)
-        if isinstance(residency_bugs, str):
-            raise TypeError(f"residency_bugs must be a set of names, got the str {residency_bugs!r}")
-        self.residency_bugs: FrozenSet[str] = frozenset(residency_bugs)
-        unknown = self.residency_bugs - set(SCHEDULER_RESIDENCY_BUGS)
-        if unknown:
-            raise ValueError(f"residency_bugs must be a subset of {list(SCHEDULER_RESIDENCY_BUGS)}, "
-                             f"got unknown {sorted(unknown)}")
+        self.residency_bugs: FrozenSet[str] = check_subset("residency_bugs", residency_bugs,
+                                                           SCHEDULER_RESIDENCY_BUGS)
 
         self.iteration = 0
         self.stalled_passes = 0
