@@ -25,7 +25,7 @@ from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._validate import check_choice, check_int
+from ._validate import check_choice, check_int, check_subset
 from .geometry import KVGeometry, MambaGeometry
 from .kv_cache import KVCache
 from .manager import KVCacheManager
@@ -148,11 +148,8 @@ class MambaHybridCacheManager(KVCacheManager):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         if comm is not None and not callable(getattr(comm, "all_reduce_min", None)):
             raise TypeError(f"comm must have an all_reduce_min(int) method, got {type(comm).__name__}")
-        self.residency_bugs: FrozenSet[str] = frozenset(residency_bugs)
-        unknown = self.residency_bugs - set(MANAGER_RESIDENCY_BUGS)
-        if unknown:
-            raise ValueError(f"residency_bugs must be a subset of {list(MANAGER_RESIDENCY_BUGS)}, "
-                             f"got unknown {sorted(unknown)}")
+        self.residency_bugs: FrozenSet[str] = check_subset("residency_bugs", residency_bugs,
+                                                           MANAGER_RESIDENCY_BUGS)
         warmup = tuple(check_int("warmup_batch_sizes[]", b, low=1, high=1 << 20)
                        for b in warmup_batch_sizes)
         self.mamba = mamba
@@ -250,3 +247,265 @@ class MambaHybridCacheManager(KVCacheManager):
                 f"slots x {self.plan.slot_bytes} B ({self.plan.dummies} dummy), "
                 f"max_resident_sequences={self.max_resident_sequences()}, "
                 f"{self.total_blocks} blocks x {self.geometry.bytes_per_block} B)")
+
+
+# --- notebook 05's arithmetic and scenarios ---------------------------------------------------
+
+GIB = 1 << 30
+#: The PR's H100 and what it has left after Qwen3.5-27B's weights (the PR's "24.9 GiB").
+H100_BYTES = 80 * GIB
+PR_QUOTA_BYTES = int(24.86 * GIB)
+PR_MAX_BATCH_SIZE = 512
+#: The scaled-down Qwen3.5-27B (:func:`scaled_qwen3_5_27b`) is this many times smaller.
+SCALE = 256
+
+
+def qwen_plan(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
+              ssm_dtype: str = "bfloat16", conv_dtype: str = "bfloat16") -> ResidencyPlan:
+    """The residency plan of Qwen3.5-27B (one rank, CUDA-graph padding) for a quota."""
+    from .geometry import qwen3_5_27b_attention, qwen3_5_27b_mamba
+
+    return plan_residency(qwen3_5_27b_mamba(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype),
+                          qwen3_5_27b_attention(), quota_bytes, max_batch_size)
+
+
+def dtype_rows(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
+               ssm_dtypes: Sequence[str] = ("bfloat16", "float32")) -> List[dict]:
+    """One row per SSM state dtype: bytes per slot, the raw slots (sequences + dummies), the
+    GiB they need, the quota, whether raw fits and the clamped residency."""
+    rows = []
+    for dtype in ssm_dtypes:
+        plan = qwen_plan(quota_bytes, max_batch_size, dtype)
+        slots = plan.requested + plan.dummies
+        rows.append(dict(ssm_dtype=dtype, slot_bytes=plan.slot_bytes, slots=slots,
+                         slots_gib=round(slots * plan.slot_bytes / GIB, 2),
+                         quota_gib=round(quota_bytes / GIB, 2),
+                         raw_fits=plan.raw_need_bytes <= quota_bytes,
+                         clamped_resident=max(plan.local_cap, 0)))
+    return rows
+
+
+def implied_ssm_dtype(slots_gib: float = 37.5, slots: int = PR_MAX_BATCH_SIZE + 1,
+                      candidates: Sequence[str] = ("bfloat16", "float32"),
+                      tolerance_gib: float = 0.05) -> Optional[str]:
+    """The SSM state dtype whose ``slots`` slots come to ``slots_gib`` (the PR's 37.5 GiB)."""
+    from .geometry import qwen3_5_27b_mamba
+
+    for dtype in candidates:
+        gib = slots * qwen3_5_27b_mamba(ssm_dtype=dtype).bytes_per_slot / GIB
+        if abs(gib - slots_gib) <= tolerance_gib:
+            return dtype
+    return None
+
+
+def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
+                  total_bytes: int = H100_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
+                  ssm_dtype: str = "bfloat16") -> List[dict]:
+    """The quota ``(total - peak) * free_gpu_memory_fraction`` (kvlab.MemoryBudget, peak =
+    total - ``left_bytes``) for each fraction, the raw floor, and whether raw fits."""
+    from .memory import MemoryBudget
+
+    rows = []
+    for fraction in fractions:
+        budget = MemoryBudget(total_bytes=total_bytes, weights_bytes=total_bytes - left_bytes,
+                              free_gpu_memory_fraction=fraction)
+        plan = qwen_plan(budget.kv_quota_bytes, max_batch_size, ssm_dtype)
+        rows.append(dict(fraction=fraction, quota_gib=budget.kv_quota_bytes / GIB,
+                         raw_need_gib=plan.raw_need_bytes / GIB,
+                         raw_fits=plan.raw_need_bytes <= budget.kv_quota_bytes,
+                         clamped_resident=max(plan.local_cap, 0)))
+    return rows
+
+
+def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> Tuple[KVGeometry, MambaGeometry]:
+    """Qwen3.5-27B with every byte divided by :data:`SCALE` (256), for a real manager that fits
+    in a laptop: the recurrent state split over tp 16 with 3 of 48 layers (slot / 256), and one
+    attention layer of one KV head with 8-token pages (page / 256). Divide the quota by SCALE
+    too and the slot counts stay the PR's."""
+    mamba = MambaGeometry(num_mamba_layers=3, mamba_num_heads=48, mamba_head_dim=128, d_state=128,
+                          n_groups=16, d_conv=4, conv_dtype="bfloat16", ssm_dtype=ssm_dtype,
+                          tp_size=16)
+    attention = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=256, dtype="bfloat16",
+                           tokens_per_block=8)
+    return attention, mamba
+
+
+def residency_bytes(plan: ResidencyPlan) -> dict:
+    """What the quota goes to, in bytes, before (raw) and after (clamped) the fix: resident
+    slots, dummy slots, attention pages (whole pages) and what is left unused. Raw that does
+    not fit shows its floor (one page) and overshoots the quota; clamped that cannot hold one
+    sequence shows nothing."""
+    q, slot, page = plan.quota_bytes, plan.slot_bytes, plan.page_bytes
+
+    def split(resident: int, fits: bool) -> dict:
+        if not fits:
+            return dict(resident=0, dummies=0, pages=0, unused=q)
+        slots = resident * slot
+        dummies = plan.dummies * slot
+        pages = max(page, (q - slots - dummies) // page * page)
+        return dict(resident=slots, dummies=dummies, pages=pages,
+                    unused=max(0, q - slots - dummies - pages))
+
+    raw_fits = plan.raw_need_bytes <= q
+    raw = split(plan.requested, True)
+    if not raw_fits:
+        raw = dict(raw, pages=page, unused=0)
+    cap = plan.local_cap
+    return dict(raw=raw, clamped=split(cap, cap >= 1), raw_fits=raw_fits)
+
+
+# Review-finding scenarios (tests/test_mamba.py runs the same ones): a tiny hybrid model with
+# 2816-byte slots and 128-byte attention pages of 4 tokens.
+REVIEW_MAMBA = MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8,
+                             n_groups=2, d_conv=4, conv_dtype="bfloat16", ssm_dtype="float32")
+REVIEW_ATTN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
+                         tokens_per_block=4)
+#: The buggy switch of each finding (on Scheduler or MambaHybridCacheManager).
+FINDING_BUGS = {1: "attention_only_returns_none_first", 2: "disagg_bypasses_cap",
+                3: "break_on_cap"}
+FINDING_TITLES = {1: "attention-only rank returns None first",
+                  2: "DISAGG_GENERATION_INIT bypasses the cap",
+                  3: "break instead of continue"}
+
+
+@dataclass(frozen=True)
+class FindingRun:
+    """One review finding run once, with (``bug=True``) or without its fix."""
+
+    finding: int
+    bug: bool
+    metrics: Tuple[Tuple[str, int], ...]   # (label, value) for the figure
+    outcome: str                           # "ok", "stall" or "crash" (kvlab's outcome names)
+    detail: str
+
+    @property
+    def label(self) -> str:
+        return "bug" if self.bug else "fix"
+
+
+def _review_manager(affordable: int, max_batch_size: int, pages: int = 20, **kwargs):
+    quota = (affordable + 1) * REVIEW_MAMBA.bytes_per_slot + pages * REVIEW_ATTN.bytes_per_block
+    return MambaHybridCacheManager(REVIEW_ATTN, REVIEW_MAMBA, quota,
+                                   max_seq_len=pages * REVIEW_ATTN.tokens_per_block,
+                                   max_batch_size=max_batch_size, **kwargs)
+
+
+def _finding_1(bug: bool) -> FindingRun:
+    """Rank 0 (Mamba, affords 3 of 8) and rank 1 (attention-only) MIN-reduce in two threads;
+    then each rank schedules 8 fresh requests once."""
+    import threading
+
+    from .distributed import ThreadComm
+    from .request import Request
+    from .scheduler import Scheduler
+
+    bugs = {FINDING_BUGS[1]} if bug else set()
+    comm = ThreadComm(2, timeout_s=30)
+    managers: list = [None, None]
+    errors: list = []
+
+    def build(rank):
+        try:
+            if rank == 0:
+                managers[0] = _review_manager(3, 8, comm=comm.for_rank(0), residency_bugs=bugs)
+            else:
+                managers[1] = MambaHybridCacheManager(
+                    REVIEW_ATTN, None, 64 * REVIEW_ATTN.bytes_per_block, max_seq_len=64,
+                    max_batch_size=8, comm=comm.for_rank(1), residency_bugs=bugs)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            comm.abort()
+
+    threads = [threading.Thread(target=build, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    caps = [m.max_resident_sequences() for m in managers]
+    admitted = []
+    for m in managers:
+        sched = Scheduler(m, max_num_tokens=256, max_batch_size=8)
+        for i in range(8):
+            sched.submit(Request(f"r{i}", prompt_len=8, max_new_tokens=4))
+        admitted.append(len(sched.schedule().context_requests))
+    agree = caps[0] == caps[1] and admitted[0] == admitted[1]
+    metrics = (("rank 0 cap", caps[0] or 0), ("rank 1 cap", caps[1] or 0),
+               ("rank 0 admitted", admitted[0]), ("rank 1 admitted", admitted[1]))
+    detail = (f"caps {caps} (None = unbounded); first chunks admitted in the first pass "
+              f"{admitted}: " + ("the ranks agree" if agree else
+                                 "the pipeline ranks would run different batches"))
+    return FindingRun(1, bug, metrics, "ok" if agree else "stall", detail)
+
+
+def _finding_2(bug: bool) -> FindingRun:
+    """Cap 1, two DISAGG_GENERATION_INIT requests, one scheduler pass."""
+    from .request import Request
+    from .scheduler import Scheduler
+
+    m = _review_manager(1, 4)
+    sched = Scheduler(m, residency_bugs={FINDING_BUGS[2]} if bug else set())
+    requests = [Request(f"d{i}", prompt_len=8, max_new_tokens=4, disagg_generation_init=True)
+                for i in range(2)]
+    for r in requests:
+        sched.submit(r)
+    try:
+        admitted = len(sched.schedule().fitting_disagg_gen_init_requests)
+        outcome, detail = "ok", f"{admitted} of 2 admitted; the other waits for the slot"
+    except StateSlotsExhausted as exc:
+        admitted = sum(r.request_id in m.caches for r in requests) + 1  # + the one that raised
+        outcome, detail = "crash", f"{admitted} of 2 admitted past the cap: {exc}"
+    metrics = (("cap", m.max_resident_sequences() or 0), ("admitted in one pass", admitted))
+    return FindingRun(2, bug, metrics, outcome, detail)
+
+
+def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
+    """Cap 1: B is mid-prefill and holds the slot; A, a first chunk, sits ahead of B. Run
+    passes until B's prefill is done or the stall detector fires."""
+    from .request import Request
+    from .scheduler import Scheduler, SchedulerDeadlock
+
+    m = _review_manager(1, 2, pages=21)
+    sched = Scheduler(m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True,
+                      chunk_unit_size=4, stall_limit=stall_limit,
+                      residency_bugs={FINDING_BUGS[3]} if bug else set())
+    b = Request("B", prompt_len=40, max_new_tokens=2)
+    sched.submit(b)
+    sched.schedule()
+    b.context_current_position += b.context_chunk_size  # the executor ran B's first chunk
+    sched.submit(Request("A", prompt_len=8, max_new_tokens=2))
+    sched._active.sort(key=lambda r: r.request_id)  # A ahead of B (priority sort, recompute pause)
+    scheduled = stalled = 0
+    error = None
+    try:
+        while not b.is_context_finished:
+            batch = sched.schedule()
+            if b in batch.context_requests:
+                scheduled += 1
+                b.context_current_position += b.context_chunk_size
+            else:
+                stalled += 1
+    except SchedulerDeadlock as exc:
+        error = exc
+        stalled = exc.stalled_passes  # the raising pass included
+    metrics = (("B chunks scheduled", scheduled), ("stalled passes", stalled))
+    if error is None:
+        return FindingRun(3, bug, metrics, "ok",
+                          f"A skipped (capped), B's remaining {scheduled} chunks scheduled")
+    return FindingRun(3, bug, metrics, "stall", f"B never advanced: {error}")
+
+
+def run_review_finding(finding: int, bug: bool) -> FindingRun:
+    """Run one of the review's findings (1, 2, 3) with its bug or with its fix."""
+    runners = {1: _finding_1, 2: _finding_2, 3: _finding_3}
+    if finding not in runners:
+        raise ValueError(f"finding must be 1, 2 or 3, got {finding!r}")
+    if not isinstance(bug, bool):
+        raise TypeError(f"bug must be a bool, got {bug!r}")
+    return runners[finding](bug)
+
+
+def run_review_findings() -> List[FindingRun]:
+    """Every finding, bug then fix: six runs."""
+    return [run_review_finding(n, bug) for n in (1, 2, 3) for bug in (True, False)]

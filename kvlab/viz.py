@@ -744,3 +744,89 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
 
 
 request_fit_figure = _as_figure(request_fit_spec)
+
+
+# --- recurrent-state residency (notebook 05): the review's findings, the quota's split ----------
+
+#: Bug and fix bars of :func:`review_findings_spec`.
+BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
+
+
+def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict:
+    """One panel per review finding of PR #17261, its metrics as grouped bars, bug beside fix.
+    ``runs``: ``kvlab.mamba.FindingRun`` objects (each finding with bug=True and bug=False).
+    Traces: two bar traces (bug, fix) per finding present."""
+    findings = sorted({r.finding for r in runs})
+    n = max(len(findings), 1)
+    gap = 0.08
+    width = (1 - gap * (n - 1)) / n
+    data, axes, annotations = [], {}, []
+    for k, finding in enumerate(findings):
+        suffix = "" if k == 0 else str(k + 1)
+        lo = k * (width + gap)
+        top = 0
+        for run in sorted((r for r in runs if r.finding == finding), key=lambda r: not r.bug):
+            labels = [m[0] for m in run.metrics]
+            values = [m[1] for m in run.metrics]
+            top = max([top, *values])
+            hover = [f"finding {finding}, {run.label}: {lab} = {v}<br>{OUTCOME_LABELS.get(run.outcome, run.outcome)}"
+                     for lab, v in zip(labels, values)]
+            data.append(dict(type="bar", x=labels, y=values, name=run.label, text=[str(v) for v in values],
+                             textposition="outside", cliponaxis=False, legendgroup=run.label,
+                             showlegend=k == 0, marker=dict(color=BUG_FIX_COLORS[run.label]),
+                             hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+                             xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=-30)
+        axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero",
+                                      range=[0, (top or 1) * 1.25])
+        annotations.append(dict(text=f"<b>finding {finding}</b>", x=lo + width / 2, xref="paper", y=1.0,
+                                yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
+    layout = _base_layout(title or "PR #17261's review findings: bug vs fix",
+                          "1: caps and first chunks admitted per rank (cap 0 = None, unbounded); "
+                          "2: disagg inits admitted in one pass; 3: B's chunks scheduled vs stalled passes",
+                          height=440, annotations=annotations, barmode="group",
+                          legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
+                          margin=dict(l=60, r=30, t=100, b=60), **axes)
+    return {"data": data, "layout": layout}
+
+
+review_findings_figure = _as_figure(review_findings_spec)
+
+#: The parts of a quota in :func:`residency_stack_spec`, bottom to top.
+RESIDENCY_PARTS = (
+    ("resident", "resident state slots", "#332288"),
+    ("dummies", "dummy slots (CUDA-graph padding)", "#88CCEE"),
+    ("pages", "attention pages", OUTCOME_COLORS["ok"]),
+    ("unused", "unused", "#EEEEEE"),
+)
+
+
+def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[str] = None,
+                         subtitle: str = "") -> dict:
+    """Stacked bars (GiB) of what the quota goes to before (raw) and after (clamped) the fix:
+    resident slots, dummy slots, attention pages, unused; the quota as a dashed line.
+    ``split``: ``kvlab.mamba.residency_bytes(plan)``. Traces: always 4 bars."""
+    gib = float(1 << 30)
+    x = ["raw (before)", "clamped (the fix)"]
+    data = []
+    for key, label, color in RESIDENCY_PARTS:
+        values = [split["raw"][key] / gib, split["clamped"][key] / gib]
+        hover = [f"{xi}: {label} {v:.2f} GiB" for xi, v in zip(x, values)]
+        data.append(dict(type="bar", x=x, y=values, name=label, marker=dict(color=color),
+                         hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    q = quota_bytes / gib
+    raw_total = sum(split["raw"][k] for k in ("resident", "dummies", "pages")) / gib
+    shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=q, y1=q,
+                   line=dict(color=OUTCOME_COLORS["crash"], dash="dash", width=2))]
+    annotations = [dict(xref="paper", x=1, y=q, yref="y", xanchor="right", yanchor="bottom",
+                        showarrow=False, text=f"quota {q:.2f} GiB",
+                        font=dict(color=OUTCOME_COLORS["crash"], size=12))]
+    layout = _base_layout(title or "Recurrent-state slots vs attention pages vs the quota", subtitle,
+                          barmode="stack", height=420, bargap=0.35, shapes=shapes,
+                          annotations=annotations,
+                          yaxis=dict(title=dict(text="GiB"), range=[0, max(q, raw_total) * 1.12]),
+                          legend=dict(orientation="h", yanchor="top", y=-0.15, x=0, font=dict(size=11)))
+    return {"data": data, "layout": layout}
+
+
+residency_stack_figure = _as_figure(residency_stack_spec)

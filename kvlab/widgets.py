@@ -616,3 +616,100 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
 
 __all__ += ["RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",
             "ranks_verdict"]
+
+
+# --- notebook 05: recurrent-state residency (PR #17261), live ----------------------------------------
+
+#: SSM state dtypes the residency panel offers.
+MAMBA_SSM_DTYPES = ("bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class MambaModel:
+    """What the residency panel shows: Qwen3.5-27B's plan for a quota, raw and clamped."""
+
+    quota_gib: float
+    max_batch_size: int
+    ssm_dtype: str
+    plan: Any            # kvlab.mamba.ResidencyPlan
+    split: dict          # kvlab.mamba.residency_bytes(plan)
+
+    @property
+    def raw_fits(self) -> bool:
+        return self.split["raw_fits"]
+
+    @property
+    def resident(self) -> int:
+        """Sequences resident under the clamp (0: not even one fits)."""
+        return max(self.plan.local_cap, 0)
+
+    @property
+    def outcome(self) -> str:
+        return "ok" if self.raw_fits else "crash"
+
+
+def mamba_model(values: Mapping[str, Any]) -> MambaModel:
+    """Qwen3.5-27B (one rank) for the panel's quota (GiB), max_batch_size and SSM dtype."""
+    from .mamba import GIB, qwen_plan, residency_bytes
+
+    quota_gib, batch, dtype = float(values["quota_gib"]), int(values["max_batch_size"]), values["ssm_dtype"]
+    plan = qwen_plan(int(quota_gib * GIB), batch, dtype)
+    return MambaModel(quota_gib, batch, dtype, plan, residency_bytes(plan))
+
+
+def mamba_figures(model: MambaModel) -> Dict[str, dict]:
+    """The quota split, raw beside clamped (a kvlab.viz spec)."""
+    return {"stack": viz.residency_stack_spec(
+        model.split, model.plan.quota_bytes,
+        subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size}, {model.ssm_dtype} SSM state, "
+                 f"{model.plan.slot_bytes / 2**20:.1f} MiB a slot")}
+
+
+def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): does raw residency build, and how many sequences the clamp keeps."""
+    plan, gib = model.plan, float(1 << 30)
+    slots = plan.requested + plan.dummies
+    raw = (f"{slots} slots x {plan.slot_bytes / 2**20:.1f} MiB + one page = "
+           f"{plan.raw_need_bytes / gib:.2f} GiB")
+    if model.raw_fits:
+        headline = (f"Raw fits: {raw} <= quota {model.quota_gib:.2f} GiB; all {plan.requested} "
+                    f"sequences resident, no cap (max_resident_sequences() is None).")
+    elif model.resident >= 1:
+        used = (model.resident + plan.dummies) * plan.slot_bytes / gib
+        headline = (f"Raw fails: {raw} > quota {model.quota_gib:.2f} GiB (ValueError at construction). "
+                    f"Clamped residency {model.resident} (+{plan.dummies} dummy) = {used:.2f} GiB of "
+                    f"slots; {model.split['clamped']['pages'] // plan.page_bytes} attention pages; "
+                    f"{plan.requested - model.resident} sequences queue.")
+    else:
+        headline = (f"Raw fails: {raw} > quota {model.quota_gib:.2f} GiB; clamped residency 0: "
+                    f"not even one sequence's state fits, so the clamped manager raises too.")
+    detail = (f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
+              f"raw need {plan.raw_need_bytes:,} B")
+    return model.outcome, verdict_html(model.outcome, headline, detail)
+
+
+def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: str = "bfloat16", *,
+                wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 05's live panel: the quota (GiB), max_batch_size and the SSM state dtype of
+    Qwen3.5-27B -> the quota split raw vs clamped, and a verdict: raw fails or fits, the
+    clamped residency with the numbers."""
+    from ._validate import check_choice, check_float, check_int
+
+    check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
+    check_int("max_batch_size", max_batch_size, low=1, high=4096)
+    check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
+    quota = W.FloatSlider(value=float(quota_gib), min=min(0.1, float(quota_gib)), max=max(80.0, float(quota_gib)), step=0.01,
+                          description="quota (GiB)", readout_format=".2f", continuous_update=True,
+                          style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    batch = W.IntSlider(value=int(max_batch_size), min=1, max=max(1024, int(max_batch_size)),
+                        description="max_batch_size", continuous_update=True,
+                        style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    dtype = W.ToggleButtons(options=list(MAMBA_SSM_DTYPES), value=ssm_dtype, description="SSM dtype",
+                            style={"description_width": "110px", "button_width": "90px"})
+    return Panel({"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype}, mamba_model,
+                 mamba_figures, mamba_verdict,
+                 title="Qwen3.5-27B: raw residency or the clamp (PR #17261)", wait_s=wait_s)
+
+
+__all__ += ["MAMBA_SSM_DTYPES", "MambaModel", "mamba_figures", "mamba_model", "mamba_panel",
+            "mamba_verdict"]

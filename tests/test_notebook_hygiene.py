@@ -22,7 +22,7 @@ MACHINE_PATH = re.compile(r"(/work/|/root/|/home/|/tmp/|/Users/|[A-Za-z]:\\\\)")
 def test_the_walkthrough_notebooks_exist():
     names = {p.name for p in IPYNBS}
     assert {"02_single_gpu_repro_4mib.ipynb", "03_the_one_line_fix.ipynb",
-            "04_admission_control.ipynb"} <= names
+            "04_admission_control.ipynb", "05_mamba_residency.ipynb"} <= names
 
 
 def cells_of(notebook) -> list:
