@@ -13,6 +13,7 @@ import base64
 import copy
 import html as html_lib
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,7 @@ def with_static_figures(notebook):
     panel, the image with the panel's verdict in text), for an offline HTML report."""
     import plotly.io as pio
 
+    warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
     static = copy.deepcopy(notebook)
     for cell in static.cells:
         for output in cell.get("outputs", []):
