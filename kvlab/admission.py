@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Type, Union
 
 from ._validate import check_choice, check_float, check_int
+from .memory import GIB
 from .manager import KVCacheManager
 from .request import Request
 
@@ -170,8 +171,8 @@ class VllmStyle(AdmissionPolicy):
             estimated = manager.total_blocks * manager.tokens_per_block
             raise ValueError(
                 f"To serve at least one request with the models's max seq len ({max_model_len}), "
-                f"({needed / 2**30:.3g} GiB KV cache is needed, which is larger than the available "
-                f"KV cache memory ({available / 2**30:.3g} GiB). Based on the available memory, the "
+                f"({needed / GIB:.3g} GiB KV cache is needed, which is larger than the available "
+                f"KV cache memory ({available / GIB:.3g} GiB). Based on the available memory, the "
                 f"estimated maximum model length is {estimated}. Try increasing "
                 "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
 

@@ -35,11 +35,11 @@ from .admission import SglangStyle, VllmStyle
 from .geometry import KVGeometry
 from .kv_cache import PageIndexTooShort
 from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .memory import MIB
 from .request import Request
 from .scheduler import DEFAULT_STALL_LIMIT, Scheduler, SchedulerDeadlock
 from .simulation import SimulationResult, simulate
 
-MIB = 1 << 20
 
 #: Policy name -> (admission, page-index width policy).
 POLICIES: Dict[str, tuple] = {

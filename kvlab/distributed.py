@@ -69,12 +69,11 @@ from .progress import progress as progress_bar
 from ._validate import check_choice, check_float, check_int
 from .geometry import KVGeometry
 from .manager import KVCacheManager, MaxSeqLenClampWarning
-from .memory import MemoryBudget
+from .memory import GIB, MemoryBudget
 from .request import Request
 from .scheduler import Scheduler
 from .simulation import STATUS_OF_STATE, Engine
 
-GIB = 1 << 30
 BACKENDS = ("gloo", "nccl")
 MAX_RANKS = 128
 #: policy -> (page-index width policy, admission policy)

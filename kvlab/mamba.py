@@ -29,6 +29,7 @@ from ._validate import check_choice, check_int, check_subset
 from .geometry import KVGeometry, MambaGeometry
 from .kv_cache import KVCache
 from .manager import KVCacheManager
+from .memory import GIB
 from .pool import resolve_device
 
 RESIDENCY_MODES = ("raw", "clamped")
@@ -251,7 +252,6 @@ class MambaHybridCacheManager(KVCacheManager):
 
 # --- notebook 05's arithmetic and scenarios ---------------------------------------------------
 
-GIB = 1 << 30
 #: The PR's H100 and what it has left after Qwen3.5-27B's weights (the PR's "24.9 GiB").
 H100_BYTES = 80 * GIB
 PR_QUOTA_BYTES = int(24.86 * GIB)

@@ -18,6 +18,10 @@ from typing import Optional
 
 from ._validate import MAX_COUNT, check_float, check_int
 
+#: Binary units, the ones GPU memory is reported in.
+MIB = 1 << 20
+GIB = 1 << 30
+
 
 @dataclass(frozen=True)
 class MemoryBudget:

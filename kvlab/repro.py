@@ -19,8 +19,8 @@ from ._validate import check_float, check_int
 from .geometry import KVGeometry
 from .kv_cache import PageIndexTooShort
 from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .memory import MIB
 
-MIB = 1 << 20
 
 #: Allocator-level outcomes of one resize.
 OUTCOMES = ("ok", "refused", "crash")

@@ -42,6 +42,7 @@ import yaml
 
 from kvlab._validate import MAX_COUNT, check_choice, check_float, check_int
 from kvlab.geometry import DTYPE_BYTES
+from kvlab.memory import MIB
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
 
@@ -276,7 +277,7 @@ class ScenarioParameters:
         if self.pool_mib is None:
             raise ValueError("this scenario sets no pool_mib: its deployment's memory budget "
                              "sets each rank's pool (kvlab.distributed.rank_budget)")
-        return self.pool_mib * 2**20
+        return self.pool_mib * MIB
 
 
 NAME = Text(r"[a-z0-9][a-z0-9_.-]*", "a lower-case file stem: letters, digits, '_', '.', '-'")

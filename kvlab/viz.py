@@ -26,6 +26,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import plotly.graph_objects as go
 
+from .memory import GIB, MIB
+
 #: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
 #: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
 OUTCOME_COLORS = {
@@ -91,7 +93,7 @@ AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, tick
 
 def _fmt_bytes(n: float) -> str:
     """1088 B, 272.5 KiB, 16.0 MiB: binary units, as the seed counts MiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{int(n)} B"
@@ -675,7 +677,7 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None) -> dict:
 
     ``ranks``: ``kvlab.distributed.RankResult`` objects. Traces: one bar per part, always 7.
     """
-    gib = float(1 << 30)
+    gib = GIB
     x = [f"rank {r.rank}" for r in ranks]
     values = {key: [] for key, _, _ in BUDGET_PARTS}
     for r in ranks:
@@ -806,7 +808,7 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
     """Stacked bars (GiB) of what the quota goes to before (raw) and after (clamped) the fix:
     resident slots, dummy slots, attention pages, unused; the quota as a dashed line.
     ``split``: ``kvlab.mamba.residency_bytes(plan)``. Traces: always 4 bars."""
-    gib = float(1 << 30)
+    gib = GIB
     x = ["raw (before)", "clamped (the fix)"]
     data = []
     for key, label, color in RESIDENCY_PARTS:

@@ -39,6 +39,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from . import viz
+from .memory import GIB, MIB
 from .page_index import WIDTH_POLICIES
 from .repro import (ReproResult, check_repro_parameters, no_pool_reason, run_repro,
                     seed_geometry)
@@ -662,14 +663,14 @@ def mamba_figures(model: MambaModel) -> Dict[str, dict]:
     return {"stack": viz.residency_stack_spec(
         model.split, model.plan.quota_bytes,
         subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size}, {model.ssm_dtype} SSM state, "
-                 f"{model.plan.slot_bytes / 2**20:.1f} MiB a slot")}
+                 f"{model.plan.slot_bytes / MIB:.1f} MiB a slot")}
 
 
 def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
     """(outcome, HTML): does raw residency build, and how many sequences the clamp keeps."""
-    plan, gib = model.plan, float(1 << 30)
+    plan, gib = model.plan, GIB
     slots = plan.requested + plan.dummies
-    raw = (f"{slots} slots x {plan.slot_bytes / 2**20:.1f} MiB + one page = "
+    raw = (f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = "
            f"{plan.raw_need_bytes / gib:.2f} GiB")
     if model.raw_fits:
         headline = (f"Raw fits: {raw} <= quota {model.quota_gib:.2f} GiB; all {plan.requested} "

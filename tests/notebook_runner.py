@@ -9,9 +9,6 @@ import nbformat
 import papermill
 import pytest
 
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-
 
 def execute(src: Path, out_dir: Path, *, fail_on_error: bool = True, **parameters):
     """Run ``src`` (SMOKE on unless given) into ``out_dir``; return (executed notebook, seconds).

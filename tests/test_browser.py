@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from kvlab.distributed import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 NOTEBOOK = "02_single_gpu_repro_4mib.ipynb"
 ARTIFACTS = REPO / "build" / "test-artifacts"
 
 pytestmark = [pytest.mark.ui, pytest.mark.timeout(300)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_server(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
@@ -59,7 +54,7 @@ def jupyter_lab(tmp_path):
     root = tmp_path / "lab"
     root.mkdir()
     shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
                JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
     proc = subprocess.Popen(

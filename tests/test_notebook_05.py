@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvlab.findings import read_findings
-from notebook_runner import PLOTLY_MIME
+from kvlab.walkthrough import PLOTLY_MIME
 from notebook_runner import execute as run_notebook
 
 pytestmark = pytest.mark.notebook

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvlab.findings import read_findings
-from notebook_runner import PLOTLY_MIME, WIDGET_MIME, execute
+from kvlab.walkthrough import PLOTLY_MIME, WIDGET_MIME
+from notebook_runner import execute
 
 pytestmark = pytest.mark.notebook
 
