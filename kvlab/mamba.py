@@ -363,9 +363,6 @@ REVIEW_ATTN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float1
 #: The buggy switch of each finding (on Scheduler or MambaHybridCacheManager).
 FINDING_BUGS = {1: "attention_only_returns_none_first", 2: "disagg_bypasses_cap",
                 3: "break_on_cap"}
-FINDING_TITLES = {1: "attention-only rank returns None first",
-                  2: "DISAGG_GENERATION_INIT bypasses the cap",
-                  3: "break instead of continue"}
 
 
 @dataclass(frozen=True)
