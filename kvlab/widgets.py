@@ -145,13 +145,18 @@ class Panel:
     docstring). Attributes: ``controls`` (name -> ipywidget), ``figures`` (name ->
     go.FigureWidget), ``verdict`` (an ipywidgets.HTML), ``model`` (the last computed model),
     ``error`` (the last compute error, or None), ``updates`` (refreshes done), ``widget`` (the
-    whole panel as one ipywidgets box)."""
+    whole panel as one ipywidgets box).
+
+    ``action``: (button label, ``run(model) -> (result, HTML)``) for work too slow to redo on
+    every change (a real multi-rank run): a button runs it for the current model and shows the
+    HTML under the verdict until a control changes. :meth:`act` presses it from code."""
 
     def __init__(self, controls: Mapping[str, W.ValueWidget], compute: Callable[[Dict[str, Any]], Any],
                  figures: Callable[[Any], Mapping[str, Any]],
                  verdict: Callable[[Any], Tuple[Optional[str], str]], *, title: str = "",
                  wait_s: float = DEFAULT_WAIT_S, figure_width: int = 640,
-                 verdict_width: str = "320px"):
+                 verdict_width: str = "320px",
+                 action: Optional[Tuple[str, Callable[[Any], Tuple[Any, str]]]] = None):
         if not controls:
             raise ValueError("controls must name at least one widget")
         self.controls: Dict[str, W.ValueWidget] = dict(controls)
@@ -166,6 +171,14 @@ class Panel:
             name: go.FigureWidget(fig) for name, fig in self._render(self.model).items()}
         self.outcome, text = verdict(self.model)
         self.verdict = W.HTML(value=text, layout=W.Layout(width=verdict_width))
+        self._action = action
+        self.action_result: Any = None
+        self.action_output = W.HTML(layout=W.Layout(width=verdict_width))
+        side = [self.verdict]
+        if action is not None:
+            self.action_button = W.Button(description=action[0], layout=W.Layout(width="auto"))
+            self.action_button.on_click(lambda _button: self.act())
+            side += [self.action_button, self.action_output]
         self._debouncer = Debouncer(self.refresh, wait_s)
         self._holding = False
         for control in self.controls.values():
@@ -174,7 +187,7 @@ class Panel:
         control_rows = [W.HBox(list(self.controls.values())[i:i + 2])
                         for i in range(0, len(self.controls), 2)]
         self.widget = W.VBox([*header, *control_rows,
-                              W.HBox([W.VBox(list(self.figures.values())), self.verdict])])
+                              W.HBox([W.VBox(list(self.figures.values())), W.VBox(side)])])
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -213,6 +226,7 @@ class Panel:
             return
         self.error = None
         self.model = model
+        self.action_result, self.action_output.value = None, ""  # it described other values
         for name, fig in figs.items():
             viz.update_figure(self.figures[name], fig)
         self.outcome, self.verdict.value = self._verdict(model)
@@ -241,6 +255,15 @@ class Panel:
     def flush(self) -> bool:
         """Apply a pending (debounced) update now."""
         return self._debouncer.flush()
+
+    def act(self) -> Any:
+        """Run the panel's action for the current model (what its button does); returns its
+        result and shows its HTML under the verdict."""
+        if self._action is None:
+            raise ValueError("this panel has no action")
+        self.flush()
+        self.action_result, self.action_output.value = self._action[1](self.model)
+        return self.action_result
 
     # -- display ----------------------------------------------------------------------------
     @property
@@ -518,83 +541,89 @@ RANKS_CONTEXT_CHOICES = tuple(sorted({2 ** k for k in range(17, 21)} | {3 * 2 **
 
 @dataclass(frozen=True)
 class RanksModel:
-    """What the ranks panel shows: the inputs and a real in-process run of every rank."""
+    """What the ranks panel shows: the inputs, the run's config and its closed-form plan
+    (:mod:`kvlab.rank_plan`); the real run is the panel's action."""
 
     workspace_gib: float
     context: int
-    configured_max_seq_len: int
-    result: Any  # kvlab.distributed.DistributedResult
-    requests: Tuple[dict, ...]  # request_fit_spec rows: id, tokens, outcome, rank
+    config: Any  # kvlab.distributed.RunConfig
+    plan: Any  # kvlab.rank_plan.RanksPlan
 
     @property
-    def outcome(self) -> Optional[str]:
-        ranks = self.result.ranks
-        raised = next((r for r in ranks if r.outcome == "raised"), None)
-        if raised is None:
-            return "ok" if self.result.ended == "completed" else None
-        return "crash" if raised.error.startswith("ValueError") else "stall"
+    def outcome(self) -> str:
+        return self.plan.outcome
+
+    @property
+    def shown_requests(self) -> Tuple[dict, ...]:
+        """request_fit_spec rows: the shortest and longest background requests, then the named
+        ones (the long context)."""
+        by_size = sorted(self.plan.requests, key=lambda q: q.tokens)
+        background = [q for q in by_size if q.request_id.startswith("bg-")]
+        named = [q for q in by_size if not q.request_id.startswith("bg-")]
+        return tuple(dict(id=q.request_id, tokens=q.tokens, outcome=q.verdict, rank=q.rank)
+                     for q in background[:1] + background[-1:] + named)
 
 
 def ranks_model(values: Mapping[str, Any], *, scenario: str = "issue-21470", ranks: int = 16) -> RanksModel:
-    """Run the scenario's ranks in process (policy "clamped", the report) with rank 0's MoE
-    workspace and the long context from ``values``; predict each request's fate from the pool
-    and row every rank built: beyond the row -> crash, beyond the pool -> refused, else ok."""
-    from .distributed import run_ranks, scenario_config
+    """The scenario's ranks (policy "clamped", the report) with rank 0's MoE workspace and the
+    long context from ``values``, planned in closed form (no run: a slider move takes ms)."""
+    from .distributed import scenario_config
+    from .rank_plan import plan_ranks
     from .scenarios import load_scenario
 
-    sc = load_scenario(scenario)
     workspace, context = float(values["workspace_gib"]), int(values["context"])
-    config = scenario_config(sc, ranks, "clamped", workspace_gib=workspace, context_length=context)
-    result = run_ranks(config, in_process=True, progress=False)
-    r0 = result.ranks[0]
-    geo = config.geometry
-    placed = {rid: r.rank for r in result.ranks for rid in r.status}
-    by_size = sorted(config.requests, key=lambda q: q.prompt_len + q.max_new_tokens)
-    background = [q for q in by_size if q.request_id.startswith("bg-")]
-    shown = background[:1] + background[-1:] + [q for q in by_size if not q.request_id.startswith("bg-")]
-    rows = []
-    for request in shown:  # the shortest and longest background requests, then the named ones
-        tokens = request.prompt_len + request.max_new_tokens
-        blocks = geo.blocks_for_tokens(tokens)
-        outcome = ("crash" if blocks > r0.max_blocks_per_seq else
-                   "refused" if blocks > r0.blocks else "ok")
-        rows.append(dict(id=request.request_id, tokens=tokens, outcome=outcome,
-                         rank=placed.get(request.request_id)))
-    return RanksModel(workspace, context, config.max_seq_len, result, tuple(rows))
+    config = scenario_config(load_scenario(scenario), ranks, "clamped", workspace_gib=workspace,
+                             context_length=context)
+    return RanksModel(workspace, context, config, plan_ranks(config))
 
 
 def ranks_figures(model: RanksModel) -> Dict[str, dict]:
     """The per-rank memory budget and the requests against the pool and the row."""
-    r0 = model.result.ranks[0]
-    tpb = r0.capacity_tokens // r0.blocks
-    return {"budget": viz.rank_budget_spec(model.result.ranks),
+    r0 = model.plan.ranks[0]
+    tpb = model.config.geometry.tokens_per_block
+    return {"budget": viz.rank_budget_spec(model.plan.ranks),
             "requests": viz.request_fit_spec(
-                model.requests, capacity_tokens=r0.capacity_tokens,
+                model.shown_requests, capacity_tokens=r0.capacity_tokens,
                 row_tokens=r0.max_blocks_per_seq * tpb,
                 title=f"Requests against every rank's pool ({r0.blocks} blocks) and row "
                       f"({r0.max_blocks_per_seq} entries)")}
 
 
 def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
-    """(outcome, HTML): does the pool clamp, which requests would crash, how the run ended."""
-    result, r0 = model.result, model.result.ranks[0]
+    """(outcome, HTML): does the pool clamp, which requests would crash, how the run will end."""
+    plan, r0 = model.plan, model.plan.ranks[0]
     clamp = (f"the pool holds {r0.capacity_tokens:,} tokens after the MIN, so max_seq_len "
-             f"{model.configured_max_seq_len:,} is clamped to {r0.max_seq_len:,}"
-             if r0.max_seq_len < model.configured_max_seq_len else
+             f"{plan.configured_max_seq_len:,} is clamped to {r0.max_seq_len:,}"
+             if r0.max_seq_len < plan.configured_max_seq_len else
              f"the pool holds {r0.capacity_tokens:,} tokens: no clamp")
-    crash = [row["id"] for row in model.requests if row["outcome"] == "crash"]
-    headline = (f"{len(result.ranks)} ranks, rank 0's workspace {model.workspace_gib:g} GiB: {clamp}; "
-                + (f"{', '.join(crash)} would raise on its rank. " if crash else "no request exceeds the row. ")
-                + f"The run: {result.ended} - {result.reason}.")
-    detail = result.table()
-    return model.outcome, verdict_html(model.outcome, headline, detail)
+    crash = [f"{q.request_id} (rank {q.rank})" for q in plan.requests if q.verdict == "crash"]
+    headline = (f"{len(plan.ranks)} ranks, rank 0's workspace {model.workspace_gib:g} GiB: {clamp}; "
+                + (f"{', '.join(crash)} would raise. " if crash else "no request exceeds the row. ")
+                + f"Predicted: {plan.ended} - {plan.reason}.")
+    return plan.outcome, verdict_html(plan.outcome, headline)
+
+
+def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
+    """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
+    code as the processes) and say whether the run ended as the plan said."""
+    from .distributed import run_ranks
+    from .rank_plan import outcome_of
+
+    result = run_ranks(model.config, in_process=True, progress=False)
+    outcome = outcome_of(result)
+    agrees = outcome == model.plan.outcome and result.ended == model.plan.ended
+    headline = (f"The run ({result.wall_s:.2f} s): {result.ended} - {result.reason}. "
+                + ("As predicted." if agrees else f"NOT as predicted ({model.plan.ended}: "
+                                                  f"{model.plan.reason})."))
+    return result, verdict_html(outcome, headline, result.table())
 
 
 def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks: int = 16,
                 scenario: str = "issue-21470", wait_s: float = DEFAULT_WAIT_S) -> Panel:
     """Notebook 01's live panel: rank 0's MoE workspace (GiB; the others add the scenario's
     skew) and the long context's length -> every rank's memory budget after the MIN, the
-    requests against the pool and the row, and how a real in-process run of the ranks ended."""
+    requests against the pool and the row, and how the run will end (closed form,
+    :mod:`kvlab.rank_plan`); its button runs the ranks for real and compares."""
     from ._validate import check_float, check_int
 
     check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
@@ -612,11 +641,11 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
 
     return Panel({"workspace_gib": ws, "context": ctx}, compute, ranks_figures, ranks_verdict,
                  title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
-                 wait_s=wait_s)
+                 wait_s=wait_s, action=(f"Run the {ranks} ranks", run_planned_ranks))
 
 
 __all__ += ["RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",
-            "ranks_verdict"]
+            "ranks_verdict", "run_planned_ranks"]
 
 
 # --- notebook 05: recurrent-state residency (PR #17261), live ----------------------------------------

@@ -241,14 +241,19 @@ assert str(local_error) == "User-provided base page indices is too short"
 # ## 8. Try it: workspace and context
 #
 # Move rank 0's MoE workspace (the other ranks add the scenario's skew) and the long context's
-# length. Every change runs the 16 ranks again (in-process, about 0.2 s): the budget bars, the
-# requests against the pool and the row, and how the run ended. Things to find: the workspace
-# below which the pool no longer clamps; a context that is clamped yet still fits the row; how
-# much of rank 0's own pool the MIN takes away.
+# length. The panel does not run the ranks on every move: it works out, in closed form
+# (`kvlab.rank_plan`), what each rank's start-up builds — own quota, MIN, clamp, row width —
+# where each request lands and whether it outgrows the row (crash) or the pool (stall), in a few
+# milliseconds. The button **Run the ranks** then runs them for real (in-process threads, the
+# same `RankRunner` code as the processes above) and says whether the run ended as predicted.
+# Things to find: the workspace below which the pool no longer clamps; a context that is
+# clamped yet still fits the row; how much of rank 0's own pool the MIN takes away.
 
 # %%
 panel = ranks_panel(workspace_gib=workspace_gib, context=context, ranks=ranks)
 assert panel.outcome == ("crash" if expect_crash else "ok")
+checked = panel.act()  # the button, pressed here: the real run must end as the plan said
+assert checked.ended == panel.model.plan.ended and "As predicted." in panel.action_output.value
 panel
 
 # %% [markdown]

@@ -24,8 +24,8 @@ def test_the_report_clamps_and_the_long_context_crashes(panel):
     panel.set(workspace_gib=28.0, context=1_000_000)
     assert panel.outcome == "crash"
     text = panel.verdict_text
-    assert "max_seq_len 1,048,576 is clamped to 958,752" in text and "long-ctx would raise" in text
-    assert f"shut down - rank 0 raised ValueError: {NATIVE}" in text
+    assert "max_seq_len 1,048,576 is clamped to 958,752" in text and "long-ctx (rank 0) would raise" in text
+    assert f"Predicted: shut down - rank 0 raises ValueError: {NATIVE} on long-ctx" in text
     tokens, colors = fit(panel)
     assert tokens["long-ctx"] == 1_000_064 and colors["long-ctx"] == viz.OUTCOME_COLORS["crash"]
     assert colors["bg-000"] == colors["bg-047"] == viz.OUTCOME_COLORS["ok"]
@@ -40,7 +40,7 @@ def test_the_report_clamps_and_the_long_context_crashes(panel):
 def test_less_workspace_lifts_the_clamp_and_every_rank_finishes(panel):
     panel.set(workspace_gib=0.0)
     assert panel.outcome == "ok"
-    assert "no clamp" in panel.verdict_text and "completed - every rank finished" in panel.verdict_text
+    assert "no clamp" in panel.verdict_text and "Predicted: completed" in panel.verdict_text
     _, colors = fit(panel)
     assert colors["long-ctx"] == viz.OUTCOME_COLORS["ok"]
 
@@ -53,9 +53,9 @@ def test_a_shorter_context_fits_the_clamped_row(panel):
 
 def test_more_workspace_shrinks_every_pool(panel):
     panel.set(workspace_gib=28.0, context=1_000_000)
-    before = panel.model.result.ranks[0].blocks
+    before = panel.model.plan.ranks[0].blocks
     panel.controls["workspace_gib"].value = 48.0
-    after = panel.model.result.ranks
+    after = panel.model.plan.ranks
     assert {r.blocks for r in after} == {after[-1].local_blocks} and after[0].blocks < before
     assert panel.outcome == "crash"
 
@@ -74,4 +74,27 @@ def test_ranks_panel_checks_its_arguments():
     with pytest.raises(ValueError, match="ranks"):
         ranks_panel(ranks=0)
     small = ranks_panel(ranks=2, context=960_000)
-    assert len(small.model.result.ranks) == 2 and small.values["context"] == 960_000
+    assert len(small.model.plan.ranks) == 2 and small.values["context"] == 960_000
+
+
+@pytest.mark.parametrize("workspace, context, outcome, ended", [
+    (28.0, 1_000_000, "crash", f"shut down - rank 0 raised ValueError: {NATIVE}"),
+    (0.0, 1_000_000, "ok", "completed - every rank finished its work"),
+])
+def test_the_button_runs_the_ranks_and_agrees_with_the_plan(panel, workspace, context, outcome, ended):
+    panel.set(workspace_gib=workspace, context=context)
+    assert panel.action_result is None and panel.action_output.value == ""
+    panel.action_button.click()  # what the reader's click does
+    result = panel.action_result
+    assert result.world_size == 16 and result.mode == "in-process"
+    assert panel.outcome == outcome and f"{result.ended} - {result.reason}".startswith(ended)
+    assert "As predicted." in panel.action_output.value and "NOT as predicted" not in panel.action_output.value
+    assert "pool after MIN" in panel.action_output.value  # the per-rank table
+    panel.set(context=524_288)  # the run described other values: it is cleared
+    assert panel.action_result is None and panel.action_output.value == ""
+
+
+def test_a_panel_without_an_action_says_so(panel):
+    from kvlab.widgets import repro_panel
+    with pytest.raises(ValueError, match="no action"):
+        repro_panel().act()

@@ -1,0 +1,180 @@
+"""What every rank of a multi-rank run will build, and what each request will meet, without
+running it: the closed form of :mod:`kvlab.distributed`, fast enough for a slider.
+
+For a :class:`~kvlab.distributed.RunConfig`, in the order the real start-up goes:
+
+1. each rank's own KV quota and blocks from its budget (``KvCacheCreator._cal_max_memory``,
+   REFERENCE.md §1), as ``RankRunner`` computes them;
+2. ``allreduce(MIN)`` of the token capacity: every rank builds the smallest pool;
+3. the max_seq_len clamp and the page-index width (``KVCacheManagerV2.__init__``, §2), with
+   :func:`kvlab.page_index.max_blocks_per_seq`;
+4. each request's rank by :func:`kvlab.distributed.route`, assuming every earlier request is
+   still live when it arrives (true while arrivals come faster than requests finish, as in the
+   issue-21470 scenario);
+5. each request's verdict alone on that pool by :func:`kvlab.phase.phase_verdicts`: "crash"
+   (a resize passes the row: ``ValueError``), "stall" (passes the pool first: refused every
+   pass, ``SchedulerDeadlock`` after ``stall_limit`` passes), "reject" (admission) or "ok";
+6. the run's end: the first crash takes every rank down, else a stall does, else it completes.
+
+What it leaves out: other requests' pages (they only delay a request that fits), and, under
+chunked prefill, a chunk boundary landing in the few blocks (``width - pool`` <= 4 under the
+clamp) between the pool and the row end, which makes a stall of what is here a crash.
+tests/test_rank_plan.py checks the plan against real runs of :func:`kvlab.distributed.run_ranks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from .distributed import POLICIES, RunConfig, route
+from .memory import MemoryBudget
+from .page_index import max_blocks_per_seq, width_seq_len
+from .phase import REGIMES, VERDICTS, PhaseSetup, phase_verdicts
+
+#: distributed policy -> phase.py regime (the same page-index width and admission policies)
+REGIME_OF_POLICY = {policy: next(name for name, pair in REGIMES.items() if pair == (admission, width))
+                    for policy, (width, admission) in POLICIES.items()}
+#: What the real run's rank says when a request's verdict ends the run.
+ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too short",
+                "stall": "RuntimeError: V2 scheduler deadlock"}
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank's pool, before and after the MIN (the fields ``viz.rank_budget_spec`` reads,
+    named as in ``kvlab.distributed.RankResult``)."""
+
+    rank: int
+    budget: MemoryBudget
+    local_quota_bytes: int
+    local_blocks: int  # before the MIN
+    blocks: int  # after the MIN: the pool it builds
+    capacity_tokens: int
+    quota_bytes: int  # the quota its pool uses after the MIN (model bytes)
+    max_seq_len: int  # clamped
+    max_blocks_per_seq: int
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.budget.workspace_bytes
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """One request: where it goes, how many blocks it grows to, and its verdict alone there."""
+
+    request_id: str
+    tokens: int  # prompt + new
+    rank: int
+    blocks: int  # blocks of prompt + new tokens
+    verdict: str  # "ok", "reject", "stall", "crash"
+
+
+@dataclass(frozen=True)
+class RanksPlan:
+    """Every rank's pool, every request's verdict, and how the run will end."""
+
+    policy: str
+    configured_max_seq_len: int
+    ranks: Tuple[RankPlan, ...]
+    requests: Tuple[RequestPlan, ...]
+
+    @property
+    def first_failure(self) -> Optional[RequestPlan]:
+        """The request whose verdict ends the run: the first crash, else the first stall."""
+        for verdict in ("crash", "stall"):
+            hit = next((r for r in self.requests if r.verdict == verdict), None)
+            if hit is not None:
+                return hit
+        return None
+
+    @property
+    def outcome(self) -> str:
+        """"crash" or "stall" (the run shuts down), "reject" (it completes with rejections)
+        or "ok"."""
+        failure = self.first_failure
+        if failure is not None:
+            return failure.verdict
+        return "reject" if any(r.verdict == "reject" for r in self.requests) else "ok"
+
+    @property
+    def ended(self) -> str:
+        """What ``DistributedResult.ended`` will say: "shut down" or "completed"."""
+        return "shut down" if self.first_failure is not None else "completed"
+
+    @property
+    def reason(self) -> str:
+        failure = self.first_failure
+        if failure is None:
+            rejected = sum(r.verdict == "reject" for r in self.requests)
+            return (f"{rejected} request(s) rejected, the rest finish" if rejected
+                    else "every request fits its rank's pool and row")
+        return (f"rank {failure.rank} raises {ENGINE_ERROR[failure.verdict]} on {failure.request_id}; "
+                "every rank shuts down")
+
+    @property
+    def placement(self) -> Dict[str, int]:
+        return {r.request_id: r.rank for r in self.requests}
+
+
+def plan_ranks(config: RunConfig) -> RanksPlan:
+    """The plan of ``config`` (module docstring): no manager, no scheduler, no process."""
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
+    geo, tpb = config.geometry, config.geometry.tokens_per_block
+    local = [(b, b.kv_quota_bytes, geo.blocks_in(b.kv_quota_bytes)) for b in config.budgets]
+    capacity = min(blocks for _, _, blocks in local) * tpb  # allreduce(MIN) of token capacity
+    blocks = capacity // tpb
+    clamped = min(config.max_seq_len, capacity)
+    width_policy = POLICIES[config.policy][0]
+    width = max_blocks_per_seq(width_seq_len(width_policy, config.max_seq_len, clamped), tpb)
+    ranks = tuple(RankPlan(rank, budget, quota, local_blocks, blocks, capacity,
+                           blocks * geo.bytes_per_block, clamped, width)
+                  for rank, (budget, quota, local_blocks) in enumerate(local))
+    placement = _placement(config)
+    regime = REGIME_OF_POLICY[config.policy]
+    requests = []
+    for request in sorted(config.requests, key=lambda q: q.arrival_step):
+        setup = PhaseSetup(geometry=geo, max_seq_len=config.max_seq_len,
+                           max_new_tokens=request.max_new_tokens,
+                           max_num_tokens=(1 << 30) if config.chunked_prefill else config.max_num_tokens)
+        code = phase_verdicts([blocks], [request.prompt_len], regime, setup)[0, 0]
+        tokens = request.prompt_len + request.max_new_tokens
+        requests.append(RequestPlan(request.request_id, tokens, placement[request.request_id],
+                                    geo.blocks_for_tokens(tokens), VERDICTS[code]))
+    return RanksPlan(config.policy, config.max_seq_len, ranks, tuple(requests))
+
+
+def outcome_of(result) -> Optional[str]:
+    """The outcome a real run (``kvlab.distributed.DistributedResult``) shows, in the plan's
+    words: "crash" (a rank raised ValueError), "stall" (another error), "reject", "ok", or None
+    (a rank died or hung)."""
+    raised = next((r for r in result.ranks if r.outcome == "raised"), None)
+    if raised is not None:
+        return "crash" if raised.error.startswith("ValueError") else "stall"
+    if result.ended != "completed":
+        return None
+    statuses = [s for r in result.ranks for s in r.status.values()]
+    return "reject" if "rejected" in statuses else "ok"
+
+
+def _placement(config: RunConfig) -> Dict[str, int]:
+    """Route each arrival step's requests as the ranks do, with every earlier request live."""
+    live, tokens = [0] * config.world_size, [0] * config.world_size
+    placement: Dict[str, int] = {}
+    by_step: Dict[int, list] = {}
+    for request in config.requests:
+        by_step.setdefault(request.arrival_step, []).append(request)
+    for step in sorted(by_step):
+        new = by_step[step]
+        assignment = route(new, live, tokens, config.pins)
+        for request in new:
+            rank = assignment[request.request_id]
+            placement[request.request_id] = rank
+            live[rank] += 1
+            tokens[rank] += request.prompt_len
+    return placement
+
+
+__all__ = ["ENGINE_ERROR", "REGIME_OF_POLICY", "RankPlan", "RanksPlan", "RequestPlan", "outcome_of", "plan_ranks"]
