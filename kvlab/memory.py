@@ -9,12 +9,19 @@ capped by the user's ``max_gpu_total_bytes``. ``peak_memory`` is the torch peak 
 warm-up (weights, persistent workspaces such as the MoE workspace, activations) plus memory
 torch does not see (NCCL, CUDA graphs). A bigger workspace therefore shrinks the KV pool:
 that is how the pool of issue #21470 shrank.
+
+:class:`DeviceMemory` makes the same budget out of real allocations on a CUDA GPU and measures
+it the way ``KvCacheCreator.configure_kv_cache_capacity`` does (torch.cuda.mem_get_info and the
+caching allocator's peak); :func:`pool_vs_workspace` builds a real pool after each workspace
+size, so the pool is seen to shrink on the device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional, Sequence
+
+import torch
 
 from ._validate import MAX_COUNT, check_float, check_int
 
@@ -76,3 +83,104 @@ class MemoryBudget:
         }
         parts["unused"] = max(0, self.total_bytes - sum(parts.values()))
         return parts
+
+
+class DeviceMemory:
+    """What an executor holds on one CUDA GPU before its KV pool, as real tensors: the weights
+    (:meth:`load_weights`), then a warm-up (:meth:`warm_up`) that leaves a persistent MoE
+    workspace and a transient activation peak. :meth:`budget` then measures like
+    ``KvCacheCreator.configure_kv_cache_capacity`` (tensorrt_llm/_torch/pyexecutor/_util.py):
+    ``peak_memory = torch peak + (used on the device - used by torch)``, the second term being
+    memory torch does not see (the CUDA context, NCCL, other processes). The budget names the
+    weights and workspace by the sizes allocated; the rest of the torch peak (the freed
+    activations, anything else this process holds) is its activation peak, so its
+    ``peak_memory_bytes`` is the creator's."""
+
+    def __init__(self, device="cuda"):
+        from .pool import resolve_device
+
+        self.device = resolve_device(device)
+        if self.device.type != "cuda":
+            raise ValueError(f"device must be a CUDA device (memory is measured with "
+                             f"torch.cuda.mem_get_info), got {device!r}")
+        self.tensors: List[torch.Tensor] = []
+        self.weights_bytes = self.workspace_bytes = 0
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _allocate(self, name: str, nbytes: int) -> torch.Tensor:
+        free, _ = torch.cuda.mem_get_info(self.device)
+        check_int(name, nbytes, low=0, high=free)  # the accepted range: what the device has free
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def load_weights(self, nbytes: int) -> "DeviceMemory":
+        """Allocate ``nbytes`` of model weights; they stay until :meth:`release`."""
+        self.tensors.append(self._allocate("weights_bytes", nbytes))
+        self.weights_bytes += nbytes
+        return self
+
+    def warm_up(self, workspace_bytes: int, activation_bytes: int = 0) -> "DeviceMemory":
+        """The warm-up: a persistent workspace (kept) and activations (freed again)."""
+        self.tensors.append(self._allocate("workspace_bytes", workspace_bytes))
+        self.workspace_bytes += workspace_bytes
+        activations = self._allocate("activation_bytes", activation_bytes)
+        activations.fill_(0)
+        del activations
+        return self
+
+    def budget(self, free_gpu_memory_fraction: float = 0.9,
+               max_gpu_total_bytes: Optional[int] = None) -> MemoryBudget:
+        """The budget as measured now; its ``kv_quota_bytes`` is what the creator would give."""
+        torch.cuda.synchronize(self.device)
+        torch_peak = torch.cuda.max_memory_allocated(self.device)
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(self.device)
+        torch_used = torch.cuda.memory_allocated(self.device)
+        extra_cost = max(total - free - torch_used, 0)
+        return MemoryBudget(total_bytes=total, weights_bytes=self.weights_bytes,
+                            workspace_bytes=self.workspace_bytes,
+                            activation_peak_bytes=torch_peak - self.weights_bytes - self.workspace_bytes,
+                            non_torch_bytes=extra_cost,
+                            free_gpu_memory_fraction=free_gpu_memory_fraction,
+                            max_gpu_total_bytes=max_gpu_total_bytes)
+
+    def release(self) -> None:
+        """Free everything this object allocated."""
+        self.tensors.clear()
+        torch.cuda.empty_cache()
+
+
+def pool_vs_workspace(geometry, weights_bytes: int, workspace_bytes: Sequence[int], *,
+                      max_seq_len: int, activation_bytes: int = 0,
+                      free_gpu_memory_fraction: float = 0.9, device="cuda") -> List[dict]:
+    """For each workspace size: real weights and workspace on the GPU, the measured budget, then
+    a real :class:`kvlab.KVCacheManager` built from its quota (the pool a real tensor). One row
+    per size: the measured parts, the quota, the pool's blocks and bytes as allocated, the
+    clamped max_seq_len and the row width."""
+    import warnings
+
+    from .manager import KVCacheManager, MaxSeqLenClampWarning
+
+    rows = []
+    for ws in workspace_bytes:
+        mem = DeviceMemory(device).load_weights(weights_bytes).warm_up(ws, activation_bytes)
+        try:
+            budget = mem.budget(free_gpu_memory_fraction)
+            before = torch.cuda.memory_allocated(mem.device)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+                manager = KVCacheManager(geometry, budget.kv_quota_bytes, max_seq_len,
+                                         max_batch_size=1, device=mem.device)
+            torch.cuda.synchronize(mem.device)
+            rows.append(dict(
+                workspace_bytes=ws, total_bytes=budget.total_bytes,
+                weights_bytes=budget.weights_bytes, measured_workspace_bytes=budget.workspace_bytes,
+                activation_peak_bytes=budget.activation_peak_bytes,
+                non_torch_bytes=budget.non_torch_bytes, kv_quota_bytes=budget.kv_quota_bytes,
+                pool_blocks=manager.total_blocks,
+                pool_bytes_allocated=torch.cuda.memory_allocated(mem.device) - before,
+                max_seq_len=manager.max_seq_len, max_blocks_per_seq=manager.max_blocks_per_seq))
+            del manager
+        finally:
+            mem.release()
+    return rows

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import kvlab.pool
-from kvlab import KVCacheManager, PageIndexTooShort, PagePool
+from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, PagePool
+from kvlab.memory import GIB, MIB, DeviceMemory, pool_vs_workspace
 
 from conftest import make_seed_manager, seed_geometry
 
@@ -109,6 +110,42 @@ def test_explicit_cuda_index_and_out_of_range_index():
         PagePool(2, 16, device=f"cuda:{torch.cuda.device_count()}")
 
 
+@_gpu
+def test_device_memory_measures_what_was_allocated():
+    before = torch.cuda.memory_allocated()  # what earlier tests still hold counts as "model"
+    mem = DeviceMemory("cuda").load_weights(2 * GIB).warm_up(3 * GIB, activation_bytes=1 * GIB)
+    try:
+        b = mem.budget(free_gpu_memory_fraction=0.9)
+        slack = 64 * MIB  # the caching allocator's rounding
+        assert (b.weights_bytes, b.workspace_bytes) == (2 * GIB, 3 * GIB)
+        # freed, yet in the peak (with whatever earlier tests still hold)
+        assert 1 * GIB <= b.activation_peak_bytes < 1 * GIB + before + slack
+        assert b.peak_memory_bytes - b.non_torch_bytes == torch.cuda.max_memory_allocated()
+        assert b.total_bytes == torch.cuda.mem_get_info()[1]
+        free = torch.cuda.mem_get_info()[0]
+        # the creator's formula, with the activation peak counted although it is free again
+        assert b.kv_quota_bytes == int((b.total_bytes - b.peak_memory_bytes) * 0.9)
+        assert b.kv_quota_bytes < free
+    finally:
+        mem.release()
+    assert torch.cuda.memory_allocated() == before
+
+
+@_gpu
+def test_the_pool_shrinks_as_the_workspace_grows_on_the_device():
+    geo = KVGeometry(num_layers=8, num_kv_heads=8, head_dim=128, dtype="bfloat16", tokens_per_block=32)
+    rows = pool_vs_workspace(geo, 4 * GIB, [0, 8 * GIB, 16 * GIB], max_seq_len=1 << 22)
+    blocks = [r["pool_blocks"] for r in rows]
+    assert blocks[0] > blocks[1] > blocks[2]
+    per_block = geo.bytes_per_block
+    # 8 GiB more workspace costs 0.9 * 8 GiB of pool, give or take the allocator's rounding
+    lost = (blocks[0] - blocks[1]) * per_block
+    assert abs(lost - 0.9 * 8 * GIB) < 128 * MIB
+    for r in rows:
+        assert r["pool_bytes_allocated"] >= r["pool_blocks"] * per_block  # a real tensor on the GPU
+        assert r["max_seq_len"] == min(1 << 22, r["pool_blocks"] * 32)
+
+
 # -- everywhere --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
@@ -125,3 +162,8 @@ def test_cuda_without_a_gpu_is_a_clear_valueerror(monkeypatch, device):
 def test_cuda_on_this_cpu_machine_is_a_clear_valueerror():
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
         make_seed_manager("clamped", device="cuda")
+
+
+def test_device_memory_wants_a_cuda_device():
+    with pytest.raises(ValueError, match="device must be a CUDA device"):
+        DeviceMemory("cpu")
