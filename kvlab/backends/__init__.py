@@ -1,0 +1,1 @@
+"""Optional backends: kvlab's scenarios on the real systems kvlab models (``trtllm``)."""

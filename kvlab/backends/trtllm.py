@@ -1,0 +1,253 @@
+"""The 4 MiB repro of issue #21470 on a real TensorRT-LLM ``KVCacheManagerV2``, next to kvlab's.
+
+Where ``tensorrt_llm`` 1.3 or later imports and torch sees a CUDA GPU, :func:`run_trtllm_repro`
+does what the seed's experiment did: the real Python manager, its CUDA pool and the native
+allocator, no model weights, a KV pool limited to the scenario's size
+(``KvCacheConfig.max_gpu_total_bytes``), one request whose context reaches
+``resize_context``. Elsewhere this module still imports (it never imports ``tensorrt_llm`` at
+import time) and every run raises :class:`BackendUnavailable` saying what is needed.
+
+Written against these public sources of NVIDIA/TensorRT-LLM:
+
+- ``tensorrt_llm/_torch/pyexecutor/kv_cache_manager_v2.py`` at commit
+  218ea169be0dbb44219a77580e6fb663815cd1de: ``KVCacheManagerV2(kv_cache_config,
+  kv_cache_type, *, num_layers, num_kv_heads, head_dim, tokens_per_block, max_seq_len,
+  max_batch_size, mapping, dtype, ...)``; the clamp of ``max_seq_len`` to
+  ``get_num_available_tokens``, then ``max_blocks_per_seq`` from the clamped length (+1, rounded
+  up to a multiple of 4) and the pinned table ``host_kv_cache_block_offsets``;
+  ``prepare_context`` -> ``_create_kv_cache`` (binds the cache's row of that table with
+  ``set_base_page_index_buf``) -> ``_resume_and_restore``; ``resize_context`` (suspends a
+  refused first chunk); ``free_resources``; ``shutdown``. Later builds moved the file to
+  ``tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py`` (read at commit
+  0004396720054fd8e205cbf616f21f0b57c6b412: same constructor); both paths are tried.
+- ``cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp`` at commit
+  2cdb4523511c9ae64a383b90287e5165f2e75772: ``KvCache::resize`` calls
+  ``_checkPageIndexBufferCapacity`` (``"User-provided base page indices is too short"``) before
+  allocating.
+- The request is a real ``LlmRequest``, built the way ``KVCacheManagerV2.add_dummy_requests``
+  builds one. The seed replaced the request with "a minimal helper" it does not show; a real
+  request stays valid whatever attributes a given build's ``prepare_context`` reads.
+
+Policies: "clamped" runs the manager as shipped (its table is sized from the clamped length
+since PR #12306; an older build sizes it otherwise, and the comparison shows the width that
+build really has). "configured" applies the seed's one-line candidate fix from outside: before
+any cache exists, the table is rebuilt with rows sized from the configured ``max_seq_len``.
+Outcomes use :data:`kvlab.repro.OUTCOMES`: "ok" (resize True), "refused" (False), "crash"
+(the ValueError, with its message).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Optional, Tuple
+
+import torch
+
+from .._validate import check_choice, check_int
+from ..geometry import KVGeometry
+from ..page_index import WIDTH_POLICIES, max_blocks_per_seq
+from ..repro import ReproResult, run_repro
+from ..scenarios import load_scenario
+
+#: The oldest tensorrt_llm line this backend drives (its dev and rc builds included).
+MIN_VERSION = (1, 3)
+
+INSTALL_HINT = (
+    "kvlab's TensorRT-LLM backend needs tensorrt_llm>=1.3 with a CUDA GPU; install it from "
+    "NVIDIA's package index (pip install 'kvlab[trtllm]' with that index added through "
+    "--extra-index-url), or run kvlab inside one of NVIDIA's TensorRT-LLM container images")
+
+#: kvlab dtype names -> tensorrt_llm.bindings.DataType member names.
+_DATA_TYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BF16", "fp8": "FP8",
+               "nvfp4": "NVFP4"}
+
+#: The fields on which the two results must agree.
+COMPARED = ("capacity_tokens", "max_blocks_per_seq", "outcome", "error", "state_preserved",
+            "retry_ok")
+
+
+class BackendUnavailable(RuntimeError):
+    """The real TensorRT-LLM cannot run here; ``reason`` says why, the message what is needed."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"{reason}. {INSTALL_HINT}")
+        self.reason = reason
+
+
+def parse_version(version) -> Tuple[int, int]:
+    """(major, minor) of a version string such as "1.4.0rc3.dev202610300406"."""
+    match = re.match(r"(\d+)\.(\d+)", version) if isinstance(version, str) else None
+    if match is None:
+        raise ValueError(f"version must start with MAJOR.MINOR (such as '1.3.0'), got {version!r}")
+    return int(match[1]), int(match[2])
+
+
+def available() -> Tuple[bool, str]:
+    """(True, what was found) where this backend can run; (False, why not) elsewhere."""
+    try:
+        trtllm = importlib.import_module("tensorrt_llm")
+    except Exception as exc:  # not installed (ImportError), or a broken install's own error
+        return False, f"tensorrt_llm cannot be imported ({type(exc).__name__}: {exc})"
+    version = getattr(trtllm, "__version__", None)
+    try:
+        supported = parse_version(version) >= MIN_VERSION
+    except ValueError:
+        return False, f"tensorrt_llm reports no usable version (__version__ = {version!r})"
+    if not supported:
+        return False, f"tensorrt_llm {version} is installed, older than 1.3"
+    if not torch.cuda.is_available():
+        return False, f"tensorrt_llm {version} is installed but torch.cuda.is_available() is False"
+    return True, f"tensorrt_llm {version} with a CUDA GPU"
+
+
+def _require():
+    ok, reason = available()
+    if not ok:
+        raise BackendUnavailable(reason)
+    return _real_api()
+
+
+def _real_api() -> SimpleNamespace:
+    """The real classes this module drives, imported only when a run starts."""
+    try:
+        try:
+            from tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2 import KVCacheManagerV2
+        except ModuleNotFoundError:  # builds before the move into kv_cache/
+            from tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2 import KVCacheManagerV2
+        from tensorrt_llm._torch.pyexecutor.llm_request import LlmRequest
+        from tensorrt_llm.bindings import DataType, SamplingConfig
+        from tensorrt_llm.bindings.internal.batch_manager import CacheType
+        from tensorrt_llm.llmapi.llm_args import KvCacheConfig
+        from tensorrt_llm.mapping import Mapping
+        from tensorrt_llm.runtime.kv_cache_manager_v2._utils import init_cuda_once
+        from tensorrt_llm.sampling_params import SamplingParams
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"this tensorrt_llm build lacks a part kvlab drives ({exc})") from exc
+    return SimpleNamespace(
+        KVCacheManagerV2=KVCacheManagerV2, LlmRequest=LlmRequest, DataType=DataType,
+        SamplingConfig=SamplingConfig, CacheType=CacheType, KvCacheConfig=KvCacheConfig,
+        Mapping=Mapping, init_cuda_once=init_cuda_once, SamplingParams=SamplingParams)
+
+
+@dataclass(frozen=True)
+class TrtllmReproResult:
+    """What the real manager did; the fields shared with :class:`kvlab.repro.ReproResult` mean
+    the same there."""
+
+    tensorrt_llm_version: str
+    kv_cache_class: str  # the real cache's class: shows which core (native or Python) ran
+    policy: str
+    context: int
+    capacity_tokens: int  # the manager's max_seq_len after its clamp
+    configured_max_seq_len: int
+    max_blocks_per_seq: int  # the width of the cache's row in host_kv_cache_block_offsets
+    outcome: str  # "ok", "refused" or "crash"
+    error: Optional[str]
+    state_preserved: Optional[bool]  # after "refused": capacity 0 and the row unchanged
+    retry_tokens: int
+    retry_ok: Optional[bool]  # after "refused": did the smaller retry succeed?
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The same scenario on kvlab and on the real manager."""
+
+    kvlab: ReproResult
+    trtllm: TrtllmReproResult
+
+    @property
+    def differences(self) -> dict:
+        """{field: (kvlab's value, the real value)} for each :data:`COMPARED` field that differs."""
+        pairs = {name: (getattr(self.kvlab, name), getattr(self.trtllm, name)) for name in COMPARED}
+        return {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
+
+    @property
+    def agree(self) -> bool:
+        return not self.differences
+
+
+def _arguments(scenario, context, policy, retry_tokens):
+    params = load_scenario(scenario).parameters
+    context = params.context_length if context is None else check_int(
+        "context", context, low=1, high=1 << 30)
+    check_choice("policy", policy, WIDTH_POLICIES)
+    check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    return params, context, params.pool_bytes  # pool_bytes: ValueError where a deployment sets it
+
+
+def run_trtllm_repro(scenario="rtx5080-4mib", context: Optional[int] = None,
+                     policy: str = "clamped", retry_tokens: int = 32) -> TrtllmReproResult:
+    """Build the real KVCacheManagerV2 for ``scenario`` and resize one request's cache to
+    ``context`` tokens (the scenario's context length by default) through ``resize_context``;
+    after a refusal, resume the cache and retry ``retry_tokens`` tokens, as the seed did."""
+    params, context, pool_bytes = _arguments(scenario, context, policy, retry_tokens)
+    api = _require()
+    api.init_cuda_once()
+    mgr = api.KVCacheManagerV2(
+        api.KvCacheConfig(max_gpu_total_bytes=pool_bytes, host_cache_size=0,
+                          enable_block_reuse=False),
+        api.CacheType.SELF,
+        num_layers=params.num_layers, num_kv_heads=params.num_kv_heads,
+        head_dim=params.head_dim, tokens_per_block=params.tokens_per_block,
+        max_seq_len=params.configured_max_seq_len, max_batch_size=params.max_batch_size,
+        mapping=api.Mapping(world_size=1, rank=0, tp_size=1, pp_size=1),
+        dtype=getattr(api.DataType, _DATA_TYPES[params.kv_dtype]))
+    req = None
+    try:
+        if policy == "configured":  # the one-line fix: rows sized from max_seq_len as configured
+            table = mgr.host_kv_cache_block_offsets
+            mgr.max_blocks_per_seq = max_blocks_per_seq(
+                params.configured_max_seq_len, params.tokens_per_block, mgr.num_extra_kv_tokens)
+            mgr.host_kv_cache_block_offsets = torch.zeros(
+                (*table.shape[:-1], mgr.max_blocks_per_seq), dtype=table.dtype,
+                pin_memory=table.is_pinned())
+        req = api.LlmRequest(
+            request_id=0, max_new_tokens=1, input_tokens=[1] * context,
+            sampling_config=api.SamplingConfig(api.SamplingParams()._get_sampling_config()),
+            is_streaming=False)
+        if not mgr.prepare_context(req):
+            raise RuntimeError("KVCacheManagerV2.prepare_context refused a first request on an "
+                               "empty pool")
+        cache = mgr.kv_cache_map[req.py_request_id]
+        row = mgr.host_kv_cache_block_offsets[0, mgr.index_mapper.get_index(req.py_request_id), 0]
+        row_before = row.clone()
+        error = state_preserved = retry_ok = None
+        try:
+            outcome = "ok" if mgr.resize_context(req, context) else "refused"
+        except ValueError as exc:
+            outcome, error = "crash", str(exc)
+        if outcome == "refused":
+            state_preserved = cache.capacity == 0 and torch.equal(row, row_before)
+            # _resume_and_restore: what prepare_context uses to resume (present in every build read)
+            retry_ok = bool(mgr._resume_and_restore(req.py_request_id, cache)
+                            and mgr.resize_context(req, retry_tokens))
+        return TrtllmReproResult(
+            tensorrt_llm_version=importlib.import_module("tensorrt_llm").__version__,
+            kv_cache_class=f"{type(cache).__module__}.{type(cache).__qualname__}",
+            policy=policy, context=context, capacity_tokens=int(mgr.max_seq_len),
+            configured_max_seq_len=params.configured_max_seq_len,
+            max_blocks_per_seq=int(row.numel()), outcome=outcome, error=error,
+            state_preserved=state_preserved, retry_tokens=retry_tokens, retry_ok=retry_ok)
+    finally:
+        if req is not None:
+            mgr.free_resources(req)
+        mgr.shutdown()
+
+
+def compare_with_kvlab(scenario="rtx5080-4mib", context: Optional[int] = None,
+                       policy: str = "clamped", retry_tokens: int = 32) -> Comparison:
+    """:func:`run_trtllm_repro` and :func:`kvlab.repro.run_repro` on the same scenario."""
+    params, context, _ = _arguments(scenario, context, policy, retry_tokens)
+    real = run_trtllm_repro(scenario, context, policy, retry_tokens)
+    geometry = KVGeometry(num_layers=params.num_layers, num_kv_heads=params.num_kv_heads,
+                          head_dim=params.head_dim, dtype=params.kv_dtype,
+                          tokens_per_block=params.tokens_per_block)
+    model = run_repro(pool_mib=params.pool_mib, context=context, policy=policy,
+                      tokens_per_block=params.tokens_per_block,
+                      max_seq_len=params.configured_max_seq_len, retry_tokens=retry_tokens,
+                      geometry=geometry)
+    return Comparison(kvlab=model, trtllm=real)
