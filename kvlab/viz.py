@@ -832,3 +832,99 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
 
 
 residency_stack_figure = _as_figure(residency_stack_spec)
+
+
+# --- measurements on a device (kvlab.measurements) ----------------------------------------------
+
+#: Bars of :func:`paged_read_spec`: the gather through the table, and the plain copy.
+READ_COLORS = {"gather": "#332288", "copy": "#999999"}
+
+
+def _on(device: str) -> str:
+    return f" on {device}" if device else ""
+
+
+def table_copy_spec(rows: Sequence[Mapping], *, device: str = "",
+                    labels: Optional[Mapping[int, str]] = None) -> dict:
+    """Per-step host-to-device copy time of the page-index table against max_batch_size, one
+    line per row width (log axes). ``rows``: ``kvlab.measurements.page_index_copy`` dicts;
+    ``labels`` names widths (e.g. ``{68: "clamped", 260: "configured"}``). Traces: one per width."""
+    labels = dict(labels or {})
+    widths = sorted({r["width"] for r in rows})
+    traces = []
+    for i, width in enumerate(widths):
+        mine = sorted((r for r in rows if r["width"] == width), key=lambda r: r["max_batch_size"])
+        name = (f"{width} entries (max_seq_len {mine[0]['max_seq_len']:,})"
+                + (f" - {labels[width]}" if width in labels else ""))
+        hover = [f"width {width}, max_batch_size {r['max_batch_size']} ({r['slots']} slots)<br>"
+                 f"{_fmt_bytes(r['nbytes'])} a step in {r['median_us']:,.1f} us ({r['gb_per_s']:.2f} GB/s)"
+                 for r in mine]
+        traces.append(dict(type="scatter", x=[r["max_batch_size"] for r in mine],
+                           y=[r["median_us"] for r in mine], mode="lines+markers", name=name,
+                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+                           line=dict(color=WIDTH_LINE_COLORS[i % len(WIDTH_LINE_COLORS)], width=2.5)))
+    subtitle = "pinned int32 [slots, 2, width] copied with non_blocking=True; median of the steps"
+    if len(widths) > 1:
+        big = max(r["max_batch_size"] for r in rows)
+        at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
+        lo, hi = at.get(widths[0]), at.get(widths[-1])
+        if lo and hi:
+            subtitle = (f"at max_batch_size {big}: {widths[-1]} entries {_fmt_bytes(hi['nbytes'])} in "
+                        f"{hi['median_us']:,.1f} us vs {widths[0]} entries {_fmt_bytes(lo['nbytes'])} "
+                        f"in {lo['median_us']:,.1f} us")
+    layout = _base_layout(
+        f"The page-index table's copy to the device, each step{_on(device)}", subtitle, height=460,
+        xaxis=dict(title=dict(text="max_batch_size (sequences, log scale)"), type="log"),
+        yaxis=dict(title=dict(text="host-to-device copy per step (us, log scale)"), type="log"),
+        legend=dict(orientation="v", yanchor="top", y=0.98, x=0.02, bgcolor="rgba(255,255,255,0.8)"))
+    return {"data": traces, "layout": layout}
+
+
+table_copy_figure = _as_figure(table_copy_spec)
+
+
+def paged_read_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
+    """Read bandwidth of a gather of pages through a shuffled page-index row beside a plain copy
+    of the same bytes, by page size (grouped bars, GB/s). ``rows``:
+    ``kvlab.measurements.paged_read`` dicts. Traces: always 2 bars (gather, copy)."""
+    x = [_fmt_bytes(r["page_bytes"]) for r in rows]
+    data = []
+    for side, label in (("gather", "gather through the table"), ("copy", "plain copy")):
+        values = [r[f"{side}_gb_per_s"] for r in rows]
+        hover = [f"pages of {xi}: {label} {v:,.0f} GB/s ({r['num_pages']:,} pages, "
+                 f"{_fmt_bytes(r['nbytes'])})" for xi, v, r in zip(x, values, rows)]
+        data.append(dict(type="bar", x=x, y=values, name=label, marker=dict(color=READ_COLORS[side]),
+                         text=[f"{v:,.0f}" for v in values], textposition="outside", cliponaxis=False,
+                         hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    ratios = [r["gather_vs_copy"] for r in rows]
+    subtitle = (f"the gather reads at {min(ratios):.0%} to {max(ratios):.0%} of the copy's bandwidth"
+                if ratios else "no measurement")
+    layout = _base_layout(
+        f"Paged read vs plain copy{_on(device)}", subtitle, height=420, barmode="group",
+        xaxis=dict(title=dict(text="page size"), type="category"),
+        yaxis=dict(title=dict(text="GB/s of bytes read"), rangemode="tozero"),
+        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
+    return {"data": data, "layout": layout}
+
+
+paged_read_figure = _as_figure(paged_read_spec)
+
+
+def pool_allocation_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
+    """Time to allocate the pool's storage (``torch.empty``, synchronized, cold) against its
+    size, log axes. ``rows``: ``kvlab.measurements.pool_allocation`` dicts. Traces: always 1."""
+    rows = sorted(rows, key=lambda r: r["nbytes"])
+    hover = [f"{_fmt_bytes(r['nbytes'])} ({r['num_blocks']:,} pages of {_fmt_bytes(r['bytes_per_block'])}): "
+             f"{r['median_ms']:,.2f} ms" for r in rows]
+    trace = dict(type="scatter", x=[r["nbytes"] / GIB for r in rows], y=[r["median_ms"] for r in rows],
+                 mode="lines+markers", name="torch.empty of the pool", hovertext=hover,
+                 hovertemplate="%{hovertext}<extra></extra>", line=dict(color=OUTCOME_COLORS["ok"], width=2.5))
+    layout = _base_layout(
+        f"Allocating the KV pool{_on(device)}", "median of cold allocations (allocator cache emptied first)",
+        height=400, showlegend=False,
+        xaxis=dict(title=dict(text="pool size (GiB, log scale)"), type="log"),
+        yaxis=dict(title=dict(text="allocation time (ms, log scale)"), type="log"))
+    return {"data": [trace], "layout": layout}
+
+
+pool_allocation_figure = _as_figure(pool_allocation_spec)

@@ -1,0 +1,225 @@
+"""Timings of the paged KV path on a device, and their storage as JSON.
+
+Three costs the page-index width and the pool put on a real GPU (issue 8):
+
+- ``page_index_copy``: the per-step host-to-device copy of the page-index table, a pinned
+  int32 ``[1, slots, 2, width]`` tensor (``kvlab.page_index.PageIndexTable``, the shape of
+  ``KVCacheManagerV2``'s table) copied with ``non_blocking=True`` into a device buffer, as the
+  executor does before the attention kernels read the rows. The width is
+  ``max_blocks_per_seq`` of the max_seq_len that sizes the row: the "one-line fix" sizes it by
+  the configured length, so this is the metadata cost the fix raises.
+- ``paged_read``: a gather of every page of a pool through a shuffled page-index row against a
+  plain device-to-device copy of the same bytes (the device's copy bandwidth).
+- ``pool_allocation``: ``torch.empty`` of the pool's ``[num_blocks, bytes_per_block]`` uint8
+  storage, synchronized, from an emptied allocator cache.
+
+Every function runs on any device: on the CPU for tests, on CUDA for real figures (timed with
+CUDA events; allocation by the wall clock around a synchronize). Bandwidths are decimal GB/s of
+bytes read (a copy reads each byte once and writes it once; both sides count it once).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, List, Mapping, Sequence
+
+import torch
+
+from ._validate import MAX_COUNT, check_int
+from .page_index import PageIndexTable, max_blocks_per_seq
+from .pool import PagePool, resolve_device
+
+GB = 1e9  # bandwidths in decimal GB/s, as memory bandwidths are quoted
+
+
+def device_info(device="cpu") -> dict:
+    """What the figures were taken on: name, device_type, driver (NVIDIA driver from
+    nvidia-smi, None where absent), cuda (torch's CUDA version, None on a CPU build), torch,
+    date (UTC); on CUDA also compute_capability, memory_bytes and multiprocessors. No host name."""
+    dev = resolve_device(device)
+    info = {"name": platform.processor() or platform.machine(), "device_type": dev.type,
+            "driver": None, "cuda": torch.version.cuda, "torch": torch.__version__,
+            "date": datetime.now(timezone.utc).date().isoformat()}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        info.update(name=props.name, driver=_nvidia_driver(),
+                    compute_capability=f"{props.major}.{props.minor}",
+                    memory_bytes=props.total_memory, multiprocessors=props.multi_processor_count)
+    return info
+
+
+def _nvidia_driver():
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0] if out else None
+
+
+def device_slug(name: str) -> str:
+    """File-name form of a device name: "NVIDIA H200" -> "h200"."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "device"
+
+
+def _ints(name: str, values, low: int, high: int = MAX_COUNT) -> List[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise TypeError(f"{name} must be a non-empty sequence of ints, got {values!r}")
+    return [check_int(f"{name}[{i}]", v, low=low, high=high) for i, v in enumerate(values)]
+
+
+def _synchronize(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _time_device(fn: Callable[[], object], dev: torch.device, repeat: int) -> List[float]:
+    """Seconds of each of ``repeat`` calls after one warm-up: CUDA events on the device's
+    current stream, or the wall clock on the CPU."""
+    fn()
+    _synchronize(dev)
+    samples = []
+    for _ in range(repeat):
+        if dev.type == "cuda":
+            stream = torch.cuda.current_stream(dev)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def _figure(value: float) -> float:
+    """A measured figure to 4 significant digits (more would be noise)."""
+    return float(f"{value:.4g}")
+
+
+def _summary(prefix: str, samples: List[float], nbytes: int) -> dict:
+    median = statistics.median(samples)
+    return {f"{prefix}median_us": _figure(median * 1e6), f"{prefix}min_us": _figure(min(samples) * 1e6),
+            f"{prefix}gb_per_s": _figure(nbytes / median / GB)}
+
+
+def page_index_copy(max_seq_lens: Sequence[int], batch_sizes: Sequence[int], *,
+                    tokens_per_block: int = 32, device="cpu", repeat: int = 20) -> List[dict]:
+    """Per-step host-to-device copy of the whole page-index table for each (row-sizing
+    max_seq_len, max_batch_size). One dict per pair: max_seq_len, width (max_blocks_per_seq),
+    max_batch_size, slots (batch + 1 dummy), nbytes (slots * 2 * width * 4), median_us, min_us,
+    gb_per_s."""
+    seq_lens = _ints("max_seq_lens", max_seq_lens, low=1, high=1 << 30)
+    batches = _ints("batch_sizes", batch_sizes, low=1, high=1 << 20)
+    check_int("repeat", repeat, low=1, high=10_000)
+    dev = resolve_device(device)
+    rows = []
+    for seq_len in seq_lens:
+        width = max_blocks_per_seq(seq_len, tokens_per_block)
+        for batch in batches:
+            table = PageIndexTable(batch, width, pin_memory=dev.type == "cuda")
+            host = table.table
+            target = torch.empty(host.shape, dtype=host.dtype, device=dev)
+            samples = _time_device(lambda: target.copy_(host, non_blocking=True), dev, repeat)
+            rows.append({"max_seq_len": seq_len, "width": width, "max_batch_size": batch,
+                         "slots": table.slots, "nbytes": table.nbytes,
+                         **_summary("", samples, table.nbytes)})
+    return rows
+
+
+def paged_read(page_bytes: Sequence[int], *, pool_bytes: int, device="cpu", repeat: int = 20,
+               seed: int = 0) -> List[dict]:
+    """Read bandwidth of a gather of every page of a ``pool_bytes`` pool through a shuffled
+    page-index row (int32 page ids on the device, ``index_select`` of 8-byte words) against a
+    plain copy of the same bytes, for each page size. One dict per page size: page_bytes,
+    num_pages, nbytes, gather_median_us, gather_min_us, gather_gb_per_s, copy_median_us,
+    copy_min_us, copy_gb_per_s, gather_vs_copy (bandwidth ratio)."""
+    sizes = _ints("page_bytes", page_bytes, low=8)
+    check_int("pool_bytes", pool_bytes, low=max(sizes), high=MAX_COUNT)
+    check_int("repeat", repeat, low=1, high=10_000)
+    check_int("seed", seed, low=0, high=(1 << 63) - 1)
+    bad = [s for s in sizes if s % 8]
+    if bad:
+        raise ValueError(f"page_bytes must be multiples of 8 (the gather moves 8-byte words), got {bad}")
+    dev = resolve_device(device)
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for size in sizes:
+        pool = PagePool(pool_bytes // size, size, dev)
+        row = torch.randperm(pool.num_blocks, generator=generator).to(torch.int32)
+        index = row.to(dev)
+        source = pool.storage.view(torch.int64)
+        out = torch.empty_like(source)
+        gather = _time_device(lambda: torch.index_select(source, 0, index, out=out), dev, repeat)
+        copy = _time_device(lambda: out.copy_(source), dev, repeat)
+        result = {"page_bytes": size, "num_pages": pool.num_blocks, "nbytes": pool.nbytes,
+                  **_summary("gather_", gather, pool.nbytes), **_summary("copy_", copy, pool.nbytes)}
+        result["gather_vs_copy"] = _figure(statistics.median(copy) / statistics.median(gather))
+        rows.append(result)
+    return rows
+
+
+def pool_allocation(pool_bytes: Sequence[int], *, bytes_per_block: int = 65536, device="cpu",
+                    repeat: int = 3) -> List[dict]:
+    """Wall time of ``torch.empty`` of the pool's ``[num_blocks, bytes_per_block]`` uint8
+    storage, synchronized, with the allocator's cache emptied before each try (a cold
+    allocation, as at start-up). One dict per size: nbytes (whole pages), num_blocks,
+    bytes_per_block, median_ms, min_ms."""
+    sizes = _ints("pool_bytes", pool_bytes, low=1)
+    check_int("bytes_per_block", bytes_per_block, low=1, high=min(sizes))
+    check_int("repeat", repeat, low=1, high=1000)
+    dev = resolve_device(device)
+    rows = []
+    for size in sizes:
+        num_blocks = size // bytes_per_block
+        samples = []
+        for _ in range(repeat):
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+            _synchronize(dev)
+            t0 = time.perf_counter()
+            storage = torch.empty((num_blocks, bytes_per_block), dtype=torch.uint8, device=dev)
+            _synchronize(dev)
+            samples.append(time.perf_counter() - t0)
+            del storage
+        rows.append({"nbytes": num_blocks * bytes_per_block, "num_blocks": num_blocks,
+                     "bytes_per_block": bytes_per_block,
+                     "median_ms": _figure(statistics.median(samples) * 1e3),
+                     "min_ms": _figure(min(samples) * 1e3)})
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def save_measurements(results: Mapping, path) -> Path:
+    """Write ``results`` as indented JSON (parent folders created); returns the path."""
+    if not isinstance(results, Mapping):
+        raise TypeError(f"results must be a mapping, got {type(results).__name__}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return path
+
+
+def load_measurements(path) -> dict:
+    """Read results written by :func:`save_measurements`."""
+    results = json.loads(Path(path).read_text())
+    if not isinstance(results, dict):
+        raise ValueError(f"{path} does not hold a JSON object of measurements")
+    return results

@@ -1,0 +1,218 @@
+"""The page-index table in use: K and V written into pool pages and read back through it.
+
+A teaching reference in plain torch, not a kernel. ``write_kv`` stores a sequence's K and V
+through its page-index row, as the attention op writes new tokens into the pages that the rows
+of ``KVCacheManagerV2``'s table name (REFERENCE.md §2); ``gather_kv`` reads them back through
+the same row, as the paged attention kernels do once ``copy_block_offsets`` has put the rows on
+the device; ``paged_attention`` is attention over what it gathers, and
+``contiguous_attention`` the same attention over an ordinary contiguous cache to check it
+against; ``paged_vs_contiguous`` runs that check on a small batch. Real kernels read the pages
+block by block inside the attention loop; here the gather and the attention are two steps so
+each can be seen.
+
+A page of the pool (``PagePool.storage[page]``, raw bytes) is viewed as
+``[num_layers, 2 (K, V), tokens_per_block, kv_heads_per_rank, head_dim]`` of the geometry's
+dtype. Token ``t`` of a sequence lives in page ``row[t // tokens_per_block]`` at offset
+``t % tokens_per_block``: the row, not the cache's Python list of pages, says where.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from ._validate import MAX_COUNT, check_choice, check_int
+from .geometry import KVGeometry
+from .kv_cache import KVCache
+from .manager import KVCacheManager
+
+#: KV dtypes the reference handles (fp8 and nvfp4 need scales a teaching reference skips).
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def kv_pages(manager: KVCacheManager) -> torch.Tensor:
+    """The pool's storage viewed as ``[num_blocks, num_layers, 2, tokens_per_block,
+    kv_heads_per_rank, head_dim]`` of the KV dtype (a view: writes land in the pool)."""
+    if not isinstance(manager, KVCacheManager):
+        raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+    geo = manager.geometry
+    if geo.dtype not in TORCH_DTYPES:
+        raise ValueError(f"paged attention needs a float KV dtype, one of {sorted(TORCH_DTYPES)}; "
+                         f"the manager's geometry has dtype={geo.dtype!r}")
+    if geo.kv_factor != 2:
+        raise ValueError(f"paged attention needs K and V (kv_factor=2); the manager's geometry has "
+                         f"kv_factor={geo.kv_factor} (MLA)")
+    storage = manager.pool.storage
+    return storage.view(TORCH_DTYPES[geo.dtype]).view(
+        storage.shape[0], geo.num_layers, 2, geo.tokens_per_block, geo.kv_heads_per_rank, geo.head_dim)
+
+
+def _check_cache(manager: KVCacheManager, cache) -> KVCache:
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    if manager.caches.get(cache.request_id) is not cache:
+        raise ValueError(f"cache {cache.request_id!r} is not a live cache of this manager")
+    if cache.suspended:
+        raise ValueError(f"cache {cache.request_id!r} is suspended: its pages are in host memory")
+    return cache
+
+
+def _check_layer(manager: KVCacheManager, layer) -> int:
+    return check_int("layer", layer, low=0, high=manager.geometry.num_layers - 1)
+
+
+def _check_tensor(name: str, value, ndim: int, shape_words: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {shape_words}, got {type(value).__name__}")
+    if value.dim() != ndim or not value.is_floating_point():
+        raise ValueError(f"{name} must be a float tensor {shape_words}, got shape "
+                         f"{tuple(value.shape)} of {value.dtype}")
+    return value
+
+
+def _row_pages(manager: KVCacheManager, cache: KVCache, entries: torch.Tensor) -> torch.Tensor:
+    """The pages at ``entries`` of the cache's page-index row (the host table), on the pool's
+    device, as the executor copies the rows there each step."""
+    pages = cache.page_indices[entries].long()
+    bad = (pages < 0) | (pages >= manager.total_blocks)
+    if bool(bad.any()):
+        first = int(bad.nonzero()[0, 0])
+        raise ValueError(f"page-index row of {cache.request_id!r} holds {int(pages[first])} at "
+                         f"entry {int(entries[first])}: not a page of the pool "
+                         f"(0..{manager.total_blocks - 1})")
+    return pages.to(manager.device)
+
+
+def write_kv(manager: KVCacheManager, cache: KVCache, layer: int, k: torch.Tensor,
+             v: torch.Tensor, start: int = 0) -> None:
+    """Store ``k`` and ``v`` (``[num_tokens, kv_heads_per_rank, head_dim]``) of one layer for
+    token positions ``[start, start + num_tokens)`` into the pages the cache's row names.
+    The cache must already hold those positions (``cache.resize`` first)."""
+    pages_view = kv_pages(manager)
+    _check_cache(manager, cache)
+    layer = _check_layer(manager, layer)
+    shape = tuple(pages_view.shape[-2:])
+    words = f"[num_tokens, {shape[0]} kv heads, {shape[1]} head_dim]"
+    k = _check_tensor("k", k, 3, words)
+    v = _check_tensor("v", v, 3, words)
+    if tuple(k.shape[1:]) != shape or k.shape != v.shape:
+        raise ValueError(f"k and v must both be {words}, got {tuple(k.shape)} and {tuple(v.shape)}")
+    start = check_int("start", start, low=0, high=MAX_COUNT)
+    end = start + k.shape[0]
+    if end > cache.capacity:
+        raise ValueError(f"tokens [{start}, {end}) are beyond cache {cache.request_id!r}'s capacity "
+                         f"of {cache.capacity} tokens; resize it first")
+    positions = torch.arange(start, end)
+    pages = _row_pages(manager, cache, positions // manager.tokens_per_block)
+    offsets = (positions % manager.tokens_per_block).to(manager.device)
+    layer_view = pages_view[:, layer]
+    layer_view[pages, 0, offsets] = k.to(device=manager.device, dtype=pages_view.dtype)
+    layer_view[pages, 1, offsets] = v.to(device=manager.device, dtype=pages_view.dtype)
+
+
+def gather_kv(manager: KVCacheManager, cache: KVCache, layer: int,
+              length: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """K and V of one layer for the first ``length`` tokens (default: the cache's capacity),
+    gathered page by page through the cache's row: two ``[length, kv_heads, head_dim]``."""
+    pages_view = kv_pages(manager)
+    _check_cache(manager, cache)
+    layer = _check_layer(manager, layer)
+    length = cache.capacity if length is None else check_int(
+        "length", length, low=0, high=cache.capacity)
+    num_blocks = -(-length // manager.tokens_per_block)
+    pages = _row_pages(manager, cache, torch.arange(num_blocks))
+    kv = pages_view[pages, layer]  # [blocks, 2, tokens_per_block, heads, head_dim]
+    kv = kv.transpose(0, 1).flatten(1, 2)[:, :length]
+    return kv[0], kv[1]
+
+
+def contiguous_attention(k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Causal attention of ``q`` (``[num_queries, num_heads, head_dim]``, the LAST num_queries
+    positions of the sequence) over ``k``, ``v`` (``[length, kv_heads, head_dim]``). One query
+    is a decoding step; ``num_queries == length`` a full prefill. Grouped-query attention:
+    query head ``h`` reads KV head ``h // (num_heads // kv_heads)``. Computed in float32,
+    returned in q's dtype."""
+    k = _check_tensor("k", k, 3, "[length, kv_heads, head_dim]")
+    v = _check_tensor("v", v, 3, "[length, kv_heads, head_dim]")
+    q = _check_tensor("q", q, 3, "[num_queries, num_heads, head_dim]")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    length, kv_heads, head_dim = k.shape
+    num_queries, num_heads = q.shape[:2]
+    if q.shape[2] != head_dim:
+        raise ValueError(f"q's head_dim must be k's {head_dim}, got {q.shape[2]}")
+    if num_heads % kv_heads:
+        raise ValueError(f"q's num_heads ({num_heads}) must be a multiple of the kv_heads ({kv_heads})")
+    if not 1 <= num_queries <= length:
+        raise ValueError(f"q must have 1 to length={length} queries, got {num_queries}")
+    group = num_heads // kv_heads
+    kf = k.float().repeat_interleave(group, dim=1)
+    vf = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), kf) * head_dim ** -0.5
+    query_pos = torch.arange(length - num_queries, length, device=q.device)
+    future = torch.arange(length, device=q.device)[None, :] > query_pos[:, None]
+    scores = scores.masked_fill(future, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), vf).to(q.dtype)
+
+
+def paged_attention(manager: KVCacheManager, caches: Sequence[KVCache], layer: int,
+                    q: Sequence[torch.Tensor],
+                    lengths: Optional[Sequence[int]] = None) -> List[torch.Tensor]:
+    """Attention of each sequence's queries ``q[i]`` (``[num_queries, num_heads, head_dim]``)
+    over its K and V gathered through its page-index row (:func:`gather_kv`), for a batch of
+    caches of different lengths (default: each cache's capacity). Returns one output per
+    sequence, shaped like its queries."""
+    caches, q = list(caches), list(q)
+    if len(q) != len(caches):
+        raise ValueError(f"q must hold one query tensor per cache: {len(caches)} caches, got {len(q)}")
+    lengths = [c.capacity for c in caches] if lengths is None else list(lengths)
+    if len(lengths) != len(caches):
+        raise ValueError(f"lengths must hold one length per cache: {len(caches)} caches, "
+                         f"got {len(lengths)}")
+    outputs = []
+    for i, (cache, queries, length) in enumerate(zip(caches, q, lengths)):
+        queries = _check_tensor(f"q[{i}]", queries, 3, "[num_queries, num_heads, head_dim]")
+        k, v = gather_kv(manager, cache, layer, length)
+        outputs.append(contiguous_attention(k, v, queries.to(manager.device)))
+    return outputs
+
+
+def paged_vs_contiguous(device="cpu", dtype: str = "float16", lengths: Sequence[int] = (45, 100, 7),
+                        num_heads: int = 4, seed: int = 0) -> dict:
+    """A worked check: sequences of ``lengths`` tokens grow one page at a time in turn, so
+    their pages interleave in one pool; random K and V of 2 layers (2 KV heads of 64, 16 tokens
+    a page) are written through their rows; ``paged_attention`` of a decoding step and of a
+    full prefill is compared with ``contiguous_attention`` over the same K and V.
+    Returns max_abs_error (over every layer, sequence and mode), and each sequence's pages."""
+    check_choice("dtype", dtype, TORCH_DTYPES)
+    lengths = [check_int(f"lengths[{i}]", n, low=1, high=1 << 16) for i, n in enumerate(lengths)]
+    if not lengths:
+        raise ValueError("lengths must name at least one sequence")
+    check_int("num_heads", num_heads, low=2, high=256)
+    if num_heads % 2:
+        raise ValueError(f"num_heads must be a multiple of the 2 KV heads, got {num_heads}")
+    geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=64, dtype=dtype, tokens_per_block=16)
+    blocks = sum(geo.blocks_for_tokens(n) for n in lengths)
+    manager = KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block, max_seq_len=max(lengths),
+                             max_batch_size=len(lengths), device=device)
+    caches = [manager.create_cache(f"seq-{i}") for i in range(len(lengths))]
+    for step in range(max(geo.blocks_for_tokens(n) for n in lengths)):
+        for cache, n in zip(caches, lengths):
+            cache.resize(min(n, (step + 1) * geo.tokens_per_block))
+    gen = torch.Generator().manual_seed(seed)
+    torch_dtype = TORCH_DTYPES[dtype]
+    error = 0.0
+    for layer in range(geo.num_layers):
+        kvs = [(torch.randn(n, 2, 64, generator=gen).to(torch_dtype),
+                torch.randn(n, 2, 64, generator=gen).to(torch_dtype)) for n in lengths]
+        for cache, (k, v) in zip(caches, kvs):
+            write_kv(manager, cache, layer, k, v)
+        for decoding in (True, False):
+            qs = [torch.randn(1 if decoding else n, num_heads, 64, generator=gen).to(torch_dtype)
+                  for n in lengths]
+            paged = paged_attention(manager, caches, layer, qs)
+            for out, (k, v), q in zip(paged, kvs, qs):
+                want = contiguous_attention(k, v, q)
+                error = max(error, float((out.cpu().float() - want.float()).abs().max()))
+    return {"max_abs_error": error, "pages": {c.request_id: list(c.pages) for c in caches}}

@@ -1,0 +1,61 @@
+"""kvlab.viz figures of kvlab.measurements results: real CPU rows (tiny sizes) and fixed rows."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import pytest
+
+from kvlab import viz
+from kvlab.measurements import page_index_copy, paged_read, pool_allocation
+
+
+@pytest.fixture(scope="module")
+def copies():
+    return page_index_copy([2048, 8192, 32768], [1, 4, 16], repeat=2)
+
+
+def test_table_copy_has_one_line_per_width_over_the_batch_sizes(copies):
+    fig = viz.table_copy_figure(copies, device="CPU", labels={68: "clamped", 260: "configured"})
+    assert isinstance(fig, go.Figure) and len(fig.data) == 3
+    assert [t.name for t in fig.data] == ["68 entries (max_seq_len 2,048) - clamped",
+                                          "260 entries (max_seq_len 8,192) - configured",
+                                          "1028 entries (max_seq_len 32,768)"]
+    for trace in fig.data:
+        assert list(trace.x) == [1, 4, 16]
+    assert list(fig.data[0].y) == [r["median_us"] for r in copies if r["width"] == 68]
+    title = fig.layout.title.text
+    assert "on CPU" in title and "at max_batch_size 16: 1028 entries 136.5 KiB in" in title
+    assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
+
+
+def test_table_copy_of_one_width_explains_the_copy():
+    rows = [{"max_seq_len": 2048, "width": 68, "max_batch_size": 1, "slots": 2, "nbytes": 1088,
+             "median_us": 3.0, "min_us": 2.5, "gb_per_s": 0.363}]
+    spec = viz.table_copy_spec(rows)
+    assert "non_blocking=True" in spec["layout"]["title"]["text"]
+    assert "1.1 KiB a step in 3.0 us (0.36 GB/s)" in spec["data"][0]["hovertext"][0]
+
+
+def test_paged_read_has_gather_and_copy_bars_by_page_size():
+    rows = paged_read([64, 4096], pool_bytes=1 << 16, repeat=2)
+    fig = viz.paged_read_figure(rows, device="CPU")
+    assert [t.name for t in fig.data] == ["gather through the table", "plain copy"]
+    assert list(fig.data[0].x) == ["64 B", "4.0 KiB"]
+    assert list(fig.data[1].y) == [r["copy_gb_per_s"] for r in rows]
+    assert "of the copy's bandwidth" in fig.layout.title.text
+    empty = viz.paged_read_spec([])
+    assert len(empty["data"]) == 2 and "no measurement" in empty["layout"]["title"]["text"]
+
+
+def test_paged_read_subtitle_gives_the_ratio_range():
+    rows = [{"page_bytes": b, "num_pages": 1, "nbytes": b, "gather_gb_per_s": g, "copy_gb_per_s": 4000.0,
+             "gather_vs_copy": g / 4000} for b, g in ((4096, 2000.0), (1 << 20, 3600.0))]
+    assert "at 50% to 90% of the copy's" in viz.paged_read_spec(rows)["layout"]["title"]["text"]
+
+
+def test_pool_allocation_is_one_line_in_gib():
+    rows = pool_allocation([1 << 22, 1 << 20], bytes_per_block=1 << 16, repeat=1)
+    fig = viz.pool_allocation_figure(rows, device="CPU")
+    assert len(fig.data) == 1
+    assert list(fig.data[0].x) == [1 / 1024, 4 / 1024]
+    assert "64.0 KiB" in fig.data[0].hovertext[0] and "Allocating the KV pool on CPU" in fig.layout.title.text
