@@ -18,6 +18,7 @@ size, so the pool is seen to shrink on the device.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -105,6 +106,7 @@ class DeviceMemory:
                              f"torch.cuda.mem_get_info), got {device!r}")
         self.tensors: List[torch.Tensor] = []
         self.weights_bytes = self.workspace_bytes = 0
+        gc.collect()  # tensors of dead Python objects would be freed mid-measurement otherwise
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
 

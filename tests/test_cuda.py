@@ -3,6 +3,8 @@
 The last tests run everywhere: asking for CUDA where torch sees none is a clear ValueError.
 """
 
+import gc
+
 import pytest
 import torch
 
@@ -112,6 +114,7 @@ def test_explicit_cuda_index_and_out_of_range_index():
 
 @_gpu
 def test_device_memory_measures_what_was_allocated():
+    gc.collect()
     before = torch.cuda.memory_allocated()  # what earlier tests still hold counts as "model"
     mem = DeviceMemory("cuda").load_weights(2 * GIB).warm_up(3 * GIB, activation_bytes=1 * GIB)
     try:
