@@ -217,9 +217,28 @@ def save_measurements(results: Mapping, path) -> Path:
     return path
 
 
+#: Where measurements taken on real GPUs are kept (one JSON file per device).
+MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "data" / "measurements"
+
+
 def load_measurements(path) -> dict:
-    """Read results written by :func:`save_measurements`."""
+    """Read results written by :func:`save_measurements`: a path, or the name of a file under
+    data/measurements ("h200")."""
+    if isinstance(path, str) and "/" not in path and not path.endswith(".json"):
+        known = sorted(p.stem for p in MEASUREMENTS_DIR.glob("*.json"))
+        if path not in known:
+            raise ValueError(f"no measurements named {path!r}; known: {known}")
+        path = MEASUREMENTS_DIR / f"{path}.json"
     results = json.loads(Path(path).read_text())
     if not isinstance(results, dict):
         raise ValueError(f"{path} does not hold a JSON object of measurements")
     return results
+
+
+def measured_on(info: Mapping) -> str:
+    """A label for figures from ``device_info``: "measured on NVIDIA H200 (driver ..., CUDA
+    ..., torch ..., YYYY-MM-DD)"."""
+    parts = [f"driver {info['driver']}" if info.get("driver") else None,
+             f"CUDA {info['cuda']}" if info.get("cuda") else None,
+             f"torch {info['torch']}", info["date"]]
+    return f"measured on {info['name']} ({', '.join(p for p in parts if p)})"

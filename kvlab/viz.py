@@ -670,33 +670,40 @@ BUDGET_PARTS = (
 )
 
 
+def _budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],
+                  lost_bytes: Sequence[int]) -> list:
+    """The 7 stacked bar traces of :data:`BUDGET_PARTS`, one bar per ``x``: each budget's parts,
+    the pool built, the quota the MIN took away, and the rest of the GPU unused."""
+    values = {key: [] for key, _, _ in BUDGET_PARTS}
+    for b, pool, lost in zip(budgets, pool_bytes, lost_bytes):
+        values["weights"].append(b.weights_bytes / GIB)
+        values["workspace"].append(b.workspace_bytes / GIB)
+        values["activations"].append(b.activation_peak_bytes / GIB)
+        values["non-torch"].append(b.non_torch_bytes / GIB)
+        values["KV pool"].append(pool / GIB)
+        values["lost to MIN"].append(lost / GIB)
+        values["unused"].append(max(0, b.total_bytes - b.peak_memory_bytes - pool - lost) / GIB)
+    traces = []
+    for key, label, color in BUDGET_PARTS:
+        hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
+        traces.append(dict(type="bar", x=list(x), y=values[key], name=label, marker=dict(color=color),
+                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    return traces
+
+
 def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None) -> dict:
     """Stacked bars, one per rank, of what its GPU memory goes to (GiB): weights, MoE workspace,
     activation peak, non-torch memory, the KV pool it built after the MIN all-reduce, the KV
     quota the MIN took away (its own quota minus the pool) and the unused headroom.
 
-    ``ranks``: ``kvlab.distributed.RankResult`` objects. Traces: one bar per part, always 7.
+    ``ranks``: ``kvlab.distributed.RankResult`` (or ``kvlab.rank_plan.RankPlan``) objects.
+    Traces: one bar per part, always 7.
     """
-    gib = GIB
-    x = [f"rank {r.rank}" for r in ranks]
-    values = {key: [] for key, _, _ in BUDGET_PARTS}
-    for r in ranks:
-        b = r.budget
-        values["weights"].append(b.weights_bytes / gib)
-        values["workspace"].append(b.workspace_bytes / gib)
-        values["activations"].append(b.activation_peak_bytes / gib)
-        values["non-torch"].append(b.non_torch_bytes / gib)
-        values["KV pool"].append(r.quota_bytes / gib)
-        per_block = r.quota_bytes // r.blocks if r.blocks else 0
-        lost = (r.local_blocks - r.blocks) * per_block  # whole blocks the MIN took away
-        values["lost to MIN"].append(lost / gib)
-        values["unused"].append(max(0, b.total_bytes - b.peak_memory_bytes - r.quota_bytes - lost) / gib)
-    traces = []
-    for key, label, color in BUDGET_PARTS:
-        hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
-        traces.append(dict(type="bar", x=x, y=values[key], name=label, marker=dict(color=color),
-                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
-    own = [r.local_quota_bytes / gib for r in ranks]
+    lost = [(r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0)
+            for r in ranks]  # whole blocks the MIN took away
+    traces = _budget_stack([f"rank {r.rank}" for r in ranks], [r.budget for r in ranks],
+                           [r.quota_bytes for r in ranks], lost)
+    own = [r.local_quota_bytes / GIB for r in ranks]
     subtitle = (f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
                 f"{', '.join(str(p) for p in sorted({r.blocks for r in ranks}))} blocks"
                 if ranks else "no ranks")
@@ -841,7 +848,8 @@ READ_COLORS = {"gather": "#332288", "copy": "#999999"}
 
 
 def _on(device: str) -> str:
-    return f" on {device}" if device else ""
+    """The title's tail for figures measured on a device."""
+    return f", measured on {device}" if device else ""
 
 
 def table_copy_spec(rows: Sequence[Mapping], *, device: str = "",
@@ -928,3 +936,32 @@ def pool_allocation_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
 
 
 pool_allocation_figure = _as_figure(pool_allocation_spec)
+
+
+def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
+    """Stacked bars, one per MoE workspace size, of one GPU's memory as measured and the KV pool
+    allocated after it (GiB). ``rows``: ``kvlab.memory.pool_vs_workspace`` dicts. Traces: the 7
+    of :data:`BUDGET_PARTS` (nothing is lost to a MIN on one GPU)."""
+    from .memory import MemoryBudget
+
+    budgets = [MemoryBudget(total_bytes=r["total_bytes"], weights_bytes=r["weights_bytes"],
+                            workspace_bytes=r["measured_workspace_bytes"],
+                            activation_peak_bytes=r["activation_peak_bytes"],
+                            non_torch_bytes=r["non_torch_bytes"]) for r in rows]
+    traces = _budget_stack([f"{r['workspace_bytes'] / GIB:g} GiB" for r in rows], budgets,
+                           [r["pool_bytes_allocated"] for r in rows], [0] * len(rows))
+    if rows:
+        first, last = rows[0], rows[-1]
+        subtitle = (f"pool {first['pool_blocks']:,} -> {last['pool_blocks']:,} blocks; max_seq_len clamped to "
+                    f"{first['max_seq_len']:,} -> {last['max_seq_len']:,} tokens")
+    else:
+        subtitle = "no measurement (it needs a CUDA GPU)"
+    layout = _base_layout(
+        f"The KV pool after a growing MoE workspace{_on(device)}", subtitle, barmode="stack",
+        height=460, bargap=0.2, xaxis=dict(title=dict(text="MoE workspace allocated at warm-up")),
+        yaxis=dict(title=dict(text="GiB of the GPU")),
+        legend=dict(orientation="h", yanchor="top", y=-0.25, x=0, font=dict(size=11)))
+    return {"data": traces, "layout": layout}
+
+
+pool_vs_workspace_figure = _as_figure(pool_vs_workspace_spec)

@@ -39,6 +39,8 @@ import inspect
 from kvlab import SchedulerDeadlock, simulate, viz
 from kvlab.compare import EngineConfig, build_scheduler, engine_outcome, long_and_small
 from kvlab.findings import Finding, report_findings
+from kvlab.measurements import load_measurements, measured_on
+from kvlab.paged_attention import paged_vs_contiguous
 from kvlab.page_index import max_blocks_per_seq, width_seq_len
 from kvlab.repro import (check_repro_parameters, no_pool_reason, page_index_price, run_repro, seed_geometry,
                          sweep_repro)
@@ -169,6 +171,77 @@ if IS_SEED and max_batch_size == 512:
     assert (narrow, wide, b_narrow, b_wide) == (68, 260, 279_072, 1_067_040)
 
 # %% [markdown]
+# ## 5. What the table is for
+#
+# Every row of that table is read on every step: the attention kernels find a sequence's K and V
+# through it. Token `t` of a sequence lives in page `row[t // tokens_per_block]`, at offset
+# `t % tokens_per_block`. `kvlab.paged_attention` is a reference in plain torch (not a kernel):
+# three sequences grow a page at a time in turn, so their pages interleave in one pool; their K
+# and V are written through their rows and read back through them, and attention over what the
+# rows gather must equal attention over an ordinary contiguous cache.
+
+# %%
+paged = paged_vs_contiguous(lengths=(45, 100, 7))
+for seq, pages in paged["pages"].items():
+    print(f"{seq}: row -> pages {pages}")
+print(f"paged vs contiguous attention, max |difference|: {paged['max_abs_error']:.2e} (float16)")
+assert paged["max_abs_error"] < 1e-2
+assert paged["pages"]["seq-0"][:2] == [0, 3]  # interleaved: the pages are not contiguous
+
+# %% [markdown]
+# ## 6. The price, measured on an H200
+#
+# A wider row is not only host bytes: the executor copies the table to the GPU every step before
+# the kernels read it. These figures were measured on an NVIDIA H200 with
+# `benchmarks/gpu_measurements.py` and stored in `data/measurements/h200.json` (device, driver,
+# CUDA, torch and date inside); this notebook only reads them, so it shows the same figures on a
+# laptop. Widths 68 and 260 are the seed's clamped and configured rows; 1028 to 32772 are the
+# rows of 32k to 1M-token contexts at 32 tokens a page, which is what the one-line fix makes
+# every slot pay when the engine is configured for long contexts.
+
+# %%
+h200 = load_measurements("h200")
+gpu = h200["device"]["name"]
+print(measured_on(h200["device"]))
+viz.show(viz.table_copy_figure(h200["page_index_copy"], device=gpu,
+                               labels={68: "clamped (seed)", 260: "configured (seed)"}))
+copy_us = {(r["width"], r["max_batch_size"]): r["median_us"] for r in h200["page_index_copy"]}
+big = max(b for _, b in copy_us)
+print(f"per step at max_batch_size {big}: " + ", ".join(
+    f"{w} entries {copy_us[(w, big)]:,.0f} us" for w in sorted({w for w, _ in copy_us})))
+assert copy_us[(260, big)] > copy_us[(68, big)] and copy_us[(32772, big)] > 10 * copy_us[(260, big)]
+
+# %% [markdown]
+# Reading K and V through the table gathers pages scattered over the pool. On the H200 that
+# costs a little against a plain copy of the same bytes — the indirection itself is cheap; the
+# table's price is its size and its copy, not the lookup.
+
+# %%
+viz.show(viz.paged_read_figure(h200["paged_read"], device=gpu))
+ratios = [r["gather_vs_copy"] for r in h200["paged_read"]]
+print("gather / copy bandwidth:", ", ".join(f"{r:.0%}" for r in ratios))
+assert all(0.5 < r <= 1.2 for r in ratios)
+
+# %% [markdown]
+# And the constraint of issue #21470 made with real allocations: 22 GiB of weights, a 10 GiB
+# warm-up peak and a growing MoE workspace as real tensors on the H200, the quota measured as
+# `KvCacheCreator` measures it (`torch.cuda.mem_get_info` and the allocator's peak, times
+# `free_gpu_memory_fraction` 0.9), then a real pool of that size (`kvlab.memory.DeviceMemory`,
+# `pool_vs_workspace`). Every GiB of workspace costs 0.9 GiB of pool, and the clamped
+# `max_seq_len` with it. Allocating the pool itself is fast (last figure).
+
+# %%
+viz.show(viz.pool_vs_workspace_figure(h200["pool_vs_workspace"], device=gpu))
+shrink = h200["pool_vs_workspace"]
+for r in shrink:
+    print(f"workspace {r['workspace_bytes'] / 2**30:>4.0f} GiB -> pool {r['pool_blocks']:>6,} blocks, "
+          f"max_seq_len clamped to {r['max_seq_len']:>7,}")
+per_gib = (shrink[0]["kv_quota_bytes"] - shrink[-1]["kv_quota_bytes"]) / (
+    shrink[-1]["workspace_bytes"] - shrink[0]["workspace_bytes"])
+assert abs(per_gib - 0.9) < 0.01  # fraction x each byte of workspace
+viz.show(viz.pool_allocation_figure(h200["pool_allocation"], device=gpu))
+
+# %% [markdown]
 # ## Part 2: through the scheduler
 #
 # In the allocator test the seed issued the smaller retry by hand. In the engine nobody does: the
@@ -178,7 +251,7 @@ if IS_SEED and max_batch_size == 512:
 # `_DEADLOCK_STALL_ITERS` = 1000 consecutive passes with active requests and no progress it raises
 # `RuntimeError("V2 scheduler deadlock: ...")`.
 #
-# ### 5. Alone: refused every pass, then the deadlock
+# ### 7. Alone: refused every pass, then the deadlock
 
 # %%
 alone = simulate(build_scheduler("none/configured", engine), long_and_small(context, num_small=0),
@@ -198,7 +271,7 @@ if after.outcome == "refused":  # the pool cannot hold the request: the schedule
     assert engine_outcome(alone) == "stall"
 
 # %% [markdown]
-# ### 6. Beside small requests: starvation, then the deadlock
+# ### 8. Beside small requests: starvation, then the deadlock
 #
 # Now small requests (256 prompt + 32 new tokens) arrive every 4 steps beside the long one. Each
 # pass the long request is tried and skipped, and the small ones behind it are scheduled: they

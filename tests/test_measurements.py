@@ -132,3 +132,31 @@ def test_measurements_on_cuda():
     reads = paged_read([4096], pool_bytes=1 << 24, device="cuda", repeat=3)
     assert reads[0]["gather_gb_per_s"] > 0 and reads[0]["copy_gb_per_s"] > 0
     assert pool_allocation([1 << 24], device="cuda")[0]["median_ms"] > 0
+
+
+# -- the stored GPU figures ----------------------------------------------------------------------
+
+def test_the_stored_h200_figures_say_where_and_when_they_were_taken():
+    from kvlab.measurements import measured_on
+
+    h200 = load_measurements("h200")  # data/measurements/h200.json
+    info = h200["device"]
+    assert info["device_type"] == "cuda" and "H200" in info["name"]
+    assert info["driver"] and info["cuda"] and info["torch"] and len(info["date"]) == 10
+    assert measured_on(info).startswith("measured on NVIDIA H200 (driver ")
+    # the figures are consistent with what they measure
+    copies = {(r["width"], r["max_batch_size"]): r for r in h200["page_index_copy"]}
+    assert {68, 260} <= {w for w, _ in copies}
+    for (width, batch), r in copies.items():
+        assert r["nbytes"] == (batch + 1) * 2 * width * 4
+    big = max(b for _, b in copies)
+    assert copies[(260, big)]["median_us"] > copies[(68, big)]["median_us"]  # the wider row costs more
+    for r in h200["paged_read"]:
+        assert 0 < r["gather_vs_copy"] <= 1.2 and r["copy_gb_per_s"] > 100  # HBM, not PCIe
+    blocks = [r["pool_blocks"] for r in h200["pool_vs_workspace"]]
+    assert len(blocks) >= 3 and blocks == sorted(blocks, reverse=True) and blocks[0] > blocks[-1]
+
+
+def test_load_measurements_by_name_says_what_is_known():
+    with pytest.raises(ValueError, match=r"no measurements named 'nope'; known: \[.*'h200'"):
+        load_measurements("nope")

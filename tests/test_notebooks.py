@@ -79,6 +79,10 @@ def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     assert "279,072 -> 1,067,040 B at batch 512" in findings[1]["numbers"]
     titles = [f["layout"]["title"]["text"] for f in outputs(nb, PLOTLY_MIME)]
     assert any(t.startswith("The price of the wider row") for t in titles)
+    measured = [t for t in titles if ", measured on NVIDIA H200" in t]  # data/measurements/h200.json
+    assert len(measured) == 4 and any(t.startswith("The KV pool after a growing MoE workspace") for t in measured)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "measured on NVIDIA H200 (driver " in text and "paged vs contiguous attention" in text
     headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
     assert "## Part 2: through the scheduler" in headings
     assert "refused in 1000 of 1000 passes; SchedulerDeadlock after 1000 stalled passes" in findings[2]["numbers"]

@@ -24,7 +24,7 @@ def test_table_copy_has_one_line_per_width_over_the_batch_sizes(copies):
         assert list(trace.x) == [1, 4, 16]
     assert list(fig.data[0].y) == [r["median_us"] for r in copies if r["width"] == 68]
     title = fig.layout.title.text
-    assert "on CPU" in title and "at max_batch_size 16: 1028 entries 136.5 KiB in" in title
+    assert "measured on CPU" in title and "at max_batch_size 16: 1028 entries 136.5 KiB in" in title
     assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
 
 
@@ -58,4 +58,20 @@ def test_pool_allocation_is_one_line_in_gib():
     fig = viz.pool_allocation_figure(rows, device="CPU")
     assert len(fig.data) == 1
     assert list(fig.data[0].x) == [1 / 1024, 4 / 1024]
-    assert "64.0 KiB" in fig.data[0].hovertext[0] and "Allocating the KV pool on CPU" in fig.layout.title.text
+    assert "64.0 KiB" in fig.data[0].hovertext[0] and "Allocating the KV pool, measured on CPU" in fig.layout.title.text
+
+
+def test_pool_vs_workspace_from_the_stored_h200_rows():
+    from kvlab.measurements import load_measurements
+
+    rows = load_measurements("h200")["pool_vs_workspace"]
+    spec = viz.pool_vs_workspace_spec(rows, device="NVIDIA H200")
+    assert [t["name"] for t in spec["data"]] == [label for _, label, _ in viz.BUDGET_PARTS]
+    pool = next(t for t in spec["data"] if t["name"].startswith("KV pool"))["y"]
+    workspace = next(t for t in spec["data"] if t["name"] == "MoE workspace")["y"]
+    assert pool == sorted(pool, reverse=True) and workspace == sorted(workspace)
+    # the bars of each column add up to the GPU's memory
+    total = rows[0]["total_bytes"] / 2**30
+    for i in range(len(rows)):
+        assert abs(sum(t["y"][i] for t in spec["data"]) - total) < 0.01
+    assert viz.pool_vs_workspace_spec([])["layout"]["title"]["text"]
