@@ -20,6 +20,8 @@ from __future__ import annotations
 import warnings
 from typing import Dict, Optional, Union
 
+import torch
+
 from ._validate import MAX_COUNT, check_choice, check_int
 from .geometry import KVGeometry
 from .kv_cache import KVCache
@@ -30,6 +32,19 @@ from .request import Request
 
 class MaxSeqLenClampWarning(UserWarning):
     """max_seq_len was larger than the pool can hold and was clamped."""
+
+
+def _allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, device) -> PagePool:
+    """The pool's real storage; torch's refusal to allocate it becomes a MemoryError that names
+    quota_bytes (torch raises a RuntimeError on the CPU, OutOfMemoryError on CUDA)."""
+    try:
+        return PagePool(num_blocks, bytes_per_block, device)
+    except RuntimeError as exc:
+        if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
+            raise
+        raise MemoryError(f"quota_bytes={quota_bytes}: the pool of {num_blocks} pages x "
+                          f"{bytes_per_block} B = {num_blocks * bytes_per_block} bytes cannot be "
+                          f"allocated on {device}; lower quota_bytes") from exc
 
 
 class KVCacheManager:
@@ -81,7 +96,7 @@ class KVCacheManager:
                                          disaggregated=disaggregated,
                                          pin_memory=device.type == "cuda")
         self.max_batch_size = max_batch_size
-        self.pool = PagePool(total_blocks, geometry.bytes_per_block, device)
+        self.pool = _allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
         self.caches: Dict[str, KVCache] = {}
 
     # -- capacity -----------------------------------------------------------------------

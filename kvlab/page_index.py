@@ -15,6 +15,9 @@ Row width::
 The +1 is the decode token; the multiple of 4 is for the copy_block_offsets kernel. Which
 ``max_seq_len`` goes in is the width policy: "clamped" (since PR #12306: the memory-clamped
 length, 2049 -> 65 -> 68 in the seed) or "configured" (the one-line fix: 8193 -> 257 -> 260).
+
+kvlab's own limit, not the real one's: a table above ``MAX_TABLE_BYTES`` (1 GiB) is refused with a
+ValueError naming max_batch_size and the width, before torch is asked for the memory.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ from ._validate import MAX_COUNT, check_choice, check_int
 BAD_PAGE_INDEX = -1
 #: Rows are padded to a multiple of this for the copy_block_offsets kernel.
 WIDTH_ALIGNMENT = 4
+#: The largest host table kvlab builds (1 GiB of int32): a configured width times a large batch
+#: would otherwise ask torch for tens of GiB. The real table of a 1M-token row (tokens_per_block
+#: 32) for 2048 sequences takes 0.5 GiB.
+MAX_TABLE_BYTES = 1 << 30
 
 
 def max_blocks_per_seq(max_seq_len: int, tokens_per_block: int, num_extra_kv_tokens: int = 0,
@@ -59,6 +66,27 @@ def num_slots(max_batch_size: int, pp_size: int = 1, disaggregated: bool = False
     return max_batch_size * pp_size * (2 if disaggregated else 1) + 1
 
 
+def table_nbytes(max_batch_size: int, width: int, pp_size: int = 1, disaggregated: bool = False,
+                 num_pools: int = 1, beam_width: int = 1) -> int:
+    """Bytes of the int32 table ``[num_pools, slots * beam_width, 2, width]``."""
+    return num_pools * num_slots(max_batch_size, pp_size, disaggregated) * beam_width * 2 * width * 4
+
+
+def check_table_size(max_batch_size: int, width: int, pp_size: int = 1, disaggregated: bool = False,
+                     num_pools: int = 1, beam_width: int = 1) -> int:
+    """The table's bytes; ValueError naming the parameters when they exceed MAX_TABLE_BYTES."""
+    nbytes = table_nbytes(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width)
+    if nbytes > MAX_TABLE_BYTES:
+        slots = num_slots(max_batch_size, pp_size, disaggregated)
+        raise ValueError(
+            f"the page-index table would take {nbytes} bytes, more than MAX_TABLE_BYTES="
+            f"{MAX_TABLE_BYTES} (1 GiB): max_batch_size={max_batch_size} (slots={slots}) x "
+            f"width={width} entries (max_blocks_per_seq) x num_pools={num_pools} x "
+            f"beam_width={beam_width} x 2 planes x 4 bytes; lower max_batch_size or max_seq_len, "
+            "or raise tokens_per_block")
+    return nbytes
+
+
 class PageIndexTable:
     """The host page-index table: a real int32 tensor, one row per sequence slot.
 
@@ -77,6 +105,7 @@ class PageIndexTable:
         check_int("beam_width", beam_width, low=1, high=1024)
         if not isinstance(disaggregated, bool):
             raise TypeError(f"disaggregated must be a bool, got {disaggregated!r}")
+        check_table_size(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width)
         self.slots = num_slots(max_batch_size, pp_size, disaggregated)
         self.width = width
         self.num_pools = num_pools

@@ -266,3 +266,43 @@ def test_pool_allocate_count(value, exc):
     with pytest.raises(exc, match=r"count.*\[0, \d+\]"):
         pool.allocate(value)
     assert pool.free_blocks == 4
+
+
+# -- sizes the machine cannot hold --------------------------------------------------------------
+
+def test_page_index_table_size_limit_is_exact():
+    """MAX_TABLE_BYTES is accepted, four bytes per row and plane more is refused, before torch
+    is asked for the memory."""
+    from kvlab.page_index import MAX_TABLE_BYTES, check_table_size
+
+    width = MAX_TABLE_BYTES // (4 * 2 * 4)  # max_batch_size 3: 4 slots x 2 planes x 4 bytes
+    assert check_table_size(3, width) == MAX_TABLE_BYTES
+    with pytest.raises(ValueError, match=rf"would take {MAX_TABLE_BYTES + 32} bytes, more than "
+                                         rf"MAX_TABLE_BYTES={MAX_TABLE_BYTES}.*max_batch_size=3 "
+                                         rf"\(slots=4\) x width={width + 1}"):
+        _table(max_batch_size=3, width=width + 1)
+
+
+def test_configured_width_times_batch_is_refused_by_the_manager():
+    geo = _geometry(tokens_per_block=1)
+    with pytest.raises(ValueError, match=r"MAX_TABLE_BYTES=1073741824 .*max_batch_size=4096 .* "
+                                         r"width=1048580 "):
+        _manager(geometry=geo, quota_bytes=64 * geo.bytes_per_block, max_seq_len=1 << 20,
+                 max_batch_size=4096, page_index_policy="configured")
+
+
+def test_a_pool_torch_cannot_allocate_is_a_memory_error_naming_quota_bytes():
+    with pytest.raises(MemoryError, match=r"quota_bytes=1125899906842624: the pool of "
+                                          r"17179869184 pages x 65536 B .*cannot be allocated"):
+        _manager(quota_bytes=1 << 50)  # 1 PiB: beyond any address space
+
+
+def test_other_runtime_errors_of_the_pool_are_not_disguised(monkeypatch):
+    import kvlab.manager as manager_module
+
+    def broken(*args):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(manager_module, "PagePool", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        _manager()
