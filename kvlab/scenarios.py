@@ -21,7 +21,9 @@ why}``. An assumption must name a field the file sets, repeat its value, and kee
 range (``[low, high]`` for a number, the alternatives for a string).
 
 Files are read with PyYAML's safe loader after a pass over the parsed node tree that refuses
-YAML tags (``!!python/object`` and friends), anchors/aliases and duplicate keys. Every problem
+YAML tags (``!!python/object`` and friends), anchors/aliases, duplicate keys and integers of
+more than ``MAX_INT_CHARS`` characters; a file that is not a regular file, is larger than
+``MAX_FILE_BYTES`` or is nested too deeply for the parser is refused too. Every problem
 raises :class:`ScenarioError` (a ValueError) whose message names the file, the field path (such
 as ``parameters.pool_mib``) and what the field accepts.
 
@@ -361,6 +363,8 @@ class Scenario:
 
 # --- loading -------------------------------------------------------------------------------------
 
+#: Longer integer literals are refused before Python converts them (MAX_COUNT has 16 digits).
+MAX_INT_CHARS = 64
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")}
 
 
@@ -377,6 +381,10 @@ def _check_nodes(node, file, where: str = "", seen=None) -> None:
         raise ScenarioError(file, where, f"{what} has the YAML tag {tag!r} (line "
                             f"{node.start_mark.line + 1}); scenario files hold plain mappings, "
                             "lists, strings and numbers only")
+    if node.tag == "tag:yaml.org,2002:int" and len(node.value) > MAX_INT_CHARS:
+        raise ScenarioError(file, where, f"{what} is an integer of {len(node.value)} characters "
+                            f"(line {node.start_mark.line + 1}); no scenario number is above "
+                            f"{MAX_COUNT}")
     if isinstance(node, yaml.MappingNode):
         names = set()
         for key, value in node.value:
@@ -394,9 +402,20 @@ def _check_nodes(node, file, where: str = "", seen=None) -> None:
             _check_nodes(item, file, f"{where}[{i}]", seen)
 
 
+#: The largest scenario file read (the real ones are a few KiB).
+MAX_FILE_BYTES = 1 << 20
+
+
 def _read_yaml(path: Path):
     try:
-        text = path.read_text(encoding="utf-8")
+        if not path.is_file():  # a folder, a device such as /dev/zero, a FIFO
+            raise ScenarioError(path, "", "cannot read the scenario file: not a regular file")
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ScenarioError(path, "", f"the file is larger than MAX_FILE_BYTES={MAX_FILE_BYTES} "
+                                "bytes; scenario files are a few KiB")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(path, "", f"cannot read the scenario file: {e}") from None
     loader = yaml.SafeLoader(text)
@@ -408,6 +427,9 @@ def _read_yaml(path: Path):
         return loader.construct_document(node)
     except yaml.YAMLError as e:
         raise ScenarioError(path, "", f"not valid YAML: {e}") from None
+    except RecursionError:
+        raise ScenarioError(path, "", "the document is nested too deeply; scenario files are "
+                            "a few levels deep") from None
     finally:
         loader.dispose()
 

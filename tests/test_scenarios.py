@@ -324,3 +324,34 @@ def test_a_deployment_may_leave_out_pool_mib_and_a_plain_scenario_may_not(tmp_pa
     del data["parameters"]["pool_mib"]
     err = _broken(tmp_path, data)
     assert err.field == "parameters.pool_mib" and "only a scenario with a `deployment`" in str(err)
+
+
+# --- hostile files -------------------------------------------------------------------------------
+
+def test_an_integer_too_long_to_convert_is_refused_with_its_field(tmp_path):
+    text = RTX.read_text().replace("head_dim: 128", "head_dim: 0x" + "f" * 5000)
+    err = _broken(tmp_path, text)
+    assert err.field == "parameters.head_dim" and "an integer of 5002 characters" in str(err)
+
+
+def test_nesting_deeper_than_the_parser_goes_is_refused(tmp_path):
+    err = _broken(tmp_path, "a: " + "[" * 20000 + "]" * 20000 + "\n")
+    assert err.field == "" and "nested too deeply" in str(err)
+
+
+def test_a_file_over_max_file_bytes_is_not_read(tmp_path):
+    from kvlab.scenarios import MAX_FILE_BYTES
+
+    err = _broken(tmp_path, RTX.read_text() + "#" * MAX_FILE_BYTES)
+    assert f"larger than MAX_FILE_BYTES={MAX_FILE_BYTES}" in str(err)
+    assert load_scenario(_write(tmp_path, RTX.read_text() + "#" * 1000)).name == "rtx5080-4mib"
+
+
+@pytest.mark.parametrize("make", [lambda tmp: (tmp / "d.yaml").mkdir() or tmp / "d.yaml",
+                                  lambda tmp: Path("/dev/zero")])
+def test_what_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, make):
+    path = make(tmp_path)
+    if not path.exists():
+        pytest.skip(f"{path} does not exist on this system")
+    with pytest.raises(ScenarioError, match="not a regular file"):
+        load_scenario(path)
