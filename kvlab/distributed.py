@@ -37,12 +37,17 @@ real one waits while the pinned rank has ``max_num_active_requests``).
 geometry; the pages themselves are stored at one byte per token
 (:data:`STORAGE_BYTES_PER_TOKEN`), because a GB300's 170 GiB pool cannot be allocated 16 times
 on a laptop. Every count a learner reads (blocks, tokens, entries, quota bytes) is the model's.
+A :class:`RunConfig` whose ranks would store more than :data:`MAX_RANK_STORAGE_BYTES`, hold no
+page, or build a page-index table over ``page_index.MAX_TABLE_BYTES`` is refused when it is
+made, before any rank starts.
 
 **Processes.** :func:`run_ranks` starts ``ranks`` processes with torch.multiprocessing on
 127.0.0.1 and a free port: "fork" for gloo (the parent never initialises a process group or
 CUDA), "spawn" for nccl (one GPU per rank, required). The parent collects every rank's
 :class:`RankResult`; a rank that dies or hangs ends the run within ``timeout_s`` with every rank
-accounted for ("died", "hung"), and no process outlives the run, a failure or an interrupt.
+accounted for ("died", "hung"), and no process outlives the run, a failure or an interrupt;
+the result states the ``timeout_s`` it was held to. The deadline: ``timeout_s`` from the start
+(or ``DEATH_GRACE_S`` after a rank is seen dead), then 1 s to exit, then terminate, then kill.
 ``in_process=True`` runs the same RankRunner in threads that meet at a barrier
 (:class:`ThreadComm`, the same ``all_reduce_min``/``all_gather`` as :class:`TorchComm`): the
 same per-rank results, without starting processes (notebooks and widgets).
@@ -70,6 +75,7 @@ from ._validate import check_choice, check_float, check_int
 from .geometry import KVGeometry
 from .manager import KVCacheManager, MaxSeqLenClampWarning
 from .memory import GIB, MemoryBudget
+from .page_index import check_table_size, max_blocks_per_seq, width_seq_len
 from .request import Request
 from .scheduler import Scheduler
 from .simulation import STATUS_OF_STATE, Engine
@@ -89,6 +95,8 @@ STORAGE_BYTES_PER_TOKEN = 1
 FAULT_EXIT_CODE = 17
 #: Seconds the other ranks get to report once one rank has died.
 DEATH_GRACE_S = 3.0
+#: The most page storage one rank allocates (see "Storage" in the module docstring): 1 GiB.
+MAX_RANK_STORAGE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,47 @@ class RunConfig:
             check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
         if self.fault is not None and self.fault.rank >= self.world_size:
             raise ValueError(f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}")
+        check_int("max_seq_len", self.max_seq_len, low=1, high=1 << 30)
+        check_int("max_batch_size", self.max_batch_size, low=1, high=1 << 20)
+        check_int("max_num_tokens", self.max_num_tokens, low=1, high=1 << 30)
+        check_int("stall_limit", self.stall_limit, low=1, high=1 << 30)
+        self._check_sizes()
+
+    def pool_plan(self) -> Tuple[Tuple[int, ...], int, int]:
+        """What the ranks will build, known before any starts: each rank's own blocks (from its
+        budget's KV quota), the token capacity after allreduce(MIN), and the page-index width
+        from it (0 when the MIN leaves no page). RankRunner and KVCacheManager compute the same
+        when they run; kvlab.rank_plan builds on it."""
+        geo = self.geometry
+        blocks = tuple(geo.blocks_in(b.kv_quota_bytes) for b in self.budgets)
+        tokens = min(blocks) * geo.tokens_per_block
+        if tokens == 0:
+            return blocks, 0, 0
+        width_policy = POLICIES[self.policy][0]
+        width = max_blocks_per_seq(width_seq_len(width_policy, self.max_seq_len,
+                                                 min(self.max_seq_len, tokens)),
+                                   geo.tokens_per_block)
+        return blocks, tokens, width
+
+    def _check_sizes(self) -> None:
+        """What every rank will build, checked here, before any rank starts: a pool after the
+        MIN (at least one page, at most MAX_RANK_STORAGE_BYTES stored) and its page-index table
+        (at most page_index.MAX_TABLE_BYTES)."""
+        geo = self.geometry
+        blocks, tokens, width = self.pool_plan()
+        if tokens == 0:
+            rank = blocks.index(0)
+            raise ValueError(f"rank {rank}'s KV quota of {self.budgets[rank].kv_quota_bytes} bytes "
+                             f"holds no page of {geo.bytes_per_block} bytes, so after the MIN "
+                             "all-reduce no rank has a pool: lower the workspace, activations or "
+                             "weights, or raise gpu_memory_gib")
+        if tokens * STORAGE_BYTES_PER_TOKEN > MAX_RANK_STORAGE_BYTES:
+            raise ValueError(f"each rank's pool would hold {tokens} tokens, stored at "
+                             f"{STORAGE_BYTES_PER_TOKEN} byte per token: more than "
+                             f"MAX_RANK_STORAGE_BYTES={MAX_RANK_STORAGE_BYTES}; the KV geometry "
+                             f"({geo.bytes_per_token} bytes per token) is too small for the "
+                             "memory budget")
+        check_table_size(self.max_batch_size, width)
 
     @property
     def world_size(self) -> int:
@@ -567,6 +616,7 @@ class DistributedResult:
     startup_s: float  # process start + init_process_group (0 in-process)
     work_s: float
     pids: Tuple[int, ...] = ()  # the rank processes (all ended when run_ranks returns)
+    timeout_s: Optional[float] = None  # the deadline the run was held to
 
     @property
     def engine_down(self) -> bool:
@@ -596,6 +646,8 @@ class DistributedResult:
         head = (f"{self.world_size} ranks ({self.mode}{', ' + self.backend if self.backend else ''}), "
                 f"policy {self.policy}: {self.ended} - {self.reason}")
         timing = f"wall {self.wall_s:.2f} s (startup {self.startup_s:.2f} s, work {self.work_s:.2f} s)"
+        if self.timeout_s is not None:
+            timing += f", timeout_s={self.timeout_s:g}"
         return "\n".join([head, self.table(), timing])
 
 
@@ -687,7 +739,7 @@ def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> Distrib
     wall = time.monotonic() - start
     ended, reason = _ended(results)
     return DistributedResult(tuple(results), ended, reason, "in-process", None, config.policy,
-                             wall, 0.0, wall)
+                             wall, 0.0, wall, timeout_s=timeout_s)
 
 
 def free_port() -> int:
@@ -791,7 +843,7 @@ def _run_processes(config: RunConfig, backend: str, timeout_s: float, progress: 
     startup = (max(ready.values()) - start) if len(ready) == world else end - start
     return DistributedResult(tuple(final), ended, reason, "process", backend, config.policy,
                              end - start, startup, end - start - startup,
-                             tuple(p.pid for p in procs))
+                             tuple(p.pid for p in procs), timeout_s)
 
 
 def _stop(procs, grace_s: float = 1.0) -> set:

@@ -6,8 +6,8 @@ For a :class:`~kvlab.distributed.RunConfig`, in the order the real start-up goes
 1. each rank's own KV quota and blocks from its budget (``KvCacheCreator._cal_max_memory``,
    REFERENCE.md §1), as ``RankRunner`` computes them;
 2. ``allreduce(MIN)`` of the token capacity: every rank builds the smallest pool;
-3. the max_seq_len clamp and the page-index width (``KVCacheManagerV2.__init__``, §2), with
-   :func:`kvlab.page_index.max_blocks_per_seq`;
+3. the max_seq_len clamp and the page-index width (``KVCacheManagerV2.__init__``, §2);
+   steps 1-3 are ``RunConfig.pool_plan``, which also checks a config before its ranks start;
 4. each request's rank by :func:`kvlab.distributed.route`, assuming every earlier request is
    still live when it arrives (true while arrivals come faster than requests finish, as in the
    issue-21470 scenario);
@@ -29,7 +29,6 @@ from typing import Dict, Optional, Tuple
 
 from .distributed import POLICIES, RunConfig, route
 from .memory import MemoryBudget
-from .page_index import max_blocks_per_seq, width_seq_len
 from .phase import REGIMES, VERDICTS, PhaseSetup, phase_verdicts
 
 #: distributed policy -> phase.py regime (the same page-index width and admission policies)
@@ -122,16 +121,12 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
     """The plan of ``config`` (module docstring): no manager, no scheduler, no process."""
     if not isinstance(config, RunConfig):
         raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
-    geo, tpb = config.geometry, config.geometry.tokens_per_block
-    local = [(b, b.kv_quota_bytes, geo.blocks_in(b.kv_quota_bytes)) for b in config.budgets]
-    capacity = min(blocks for _, _, blocks in local) * tpb  # allreduce(MIN) of token capacity
-    blocks = capacity // tpb
-    clamped = min(config.max_seq_len, capacity)
-    width_policy = POLICIES[config.policy][0]
-    width = max_blocks_per_seq(width_seq_len(width_policy, config.max_seq_len, clamped), tpb)
-    ranks = tuple(RankPlan(rank, budget, quota, local_blocks, blocks, capacity,
+    geo = config.geometry
+    local_blocks, capacity, width = config.pool_plan()  # steps 1-3
+    blocks, clamped = capacity // geo.tokens_per_block, min(config.max_seq_len, capacity)
+    ranks = tuple(RankPlan(rank, budget, budget.kv_quota_bytes, own, blocks, capacity,
                            blocks * geo.bytes_per_block, clamped, width)
-                  for rank, (budget, quota, local_blocks) in enumerate(local))
+                  for rank, (budget, own) in enumerate(zip(config.budgets, local_blocks)))
     placement = _placement(config)
     regime = REGIME_OF_POLICY[config.policy]
     requests = []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import signal
+import threading
 import time
 
 import pytest
@@ -116,12 +118,22 @@ def test_configured_row_turns_the_crash_into_a_stall_that_still_takes_every_rank
     assert all(r.outcome == "shut down" for r in result.ranks[1:])
 
 
+def assert_accounted_for(result, ranks, timeout_s):
+    """One result per rank, each with an outcome and, unless it finished, why; the deadline
+    stated in the result and in its explanation."""
+    assert [r.rank for r in result.ranks] == list(range(ranks)) and len(set(result.pids)) == ranks
+    assert all(r.outcome in ("finished", "raised", "shut down", "died", "hung") for r in result.ranks)
+    assert all(r.error for r in result.ranks if r.outcome != "finished")
+    assert result.timeout_s == timeout_s and f"timeout_s={timeout_s:g}" in result.explain()
+
+
 def test_a_rank_that_dies_ends_the_run_with_every_rank_accounted_for(scenario):
     config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=2, step=3, kind="die"))
     start = time.monotonic()
     result = run_ranks(config, timeout_s=20, progress=False)
     assert time.monotonic() - start < 15
     assert_no_survivors(result)
+    assert_accounted_for(result, 4, 20)
     assert result.ended == "died" and result.engine_down
     assert result.ranks[2].outcome == "died" and f"exit code {D.FAULT_EXIT_CODE}" in result.ranks[2].error
     assert all(r.outcome in ("shut down", "hung") for i, r in enumerate(result.ranks) if i != 2)
@@ -133,8 +145,41 @@ def test_a_rank_that_hangs_ends_the_run_within_the_timeout(scenario):
     result = run_ranks(config, timeout_s=4, progress=False)
     assert time.monotonic() - start < 4 + 5  # the timeout, plus terminate/join grace
     assert_no_survivors(result)
+    assert_accounted_for(result, 4, 4)
     assert result.ended == "hung" and len(result.ranks) == 4
     assert result.ranks[1].outcome == "hung" and "timeout_s=4" in result.ranks[1].error
+
+
+def test_a_rank_killed_from_outside_while_another_hangs(scenario):
+    """SIGKILL (the OOM killer's signal) to rank 2 while rank 1 hangs: the run ends
+    DEATH_GRACE_S after the death is seen, long before its timeout, with every rank accounted
+    for and no process left."""
+    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=1, step=2, kind="hang"))
+    killed = {}
+
+    def kill_rank_2():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ranks = {p.name: p for p in multiprocessing.active_children()}
+            if len(ranks) == 4 and "kvlab-rank-2" in ranks:
+                time.sleep(1.0)  # well into the run: rank 1 hangs at step 2
+                killed["pid"] = ranks["kvlab-rank-2"].pid
+                killed["at"] = time.monotonic()
+                os.kill(killed["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_rank_2)
+    killer.start()
+    result = run_ranks(config, timeout_s=60, progress=False)
+    killer.join()
+    assert "pid" in killed, "the rank processes never showed up"
+    assert time.monotonic() - killed["at"] < D.DEATH_GRACE_S + 5  # not the 60 s timeout
+    assert_no_survivors(result)
+    assert_accounted_for(result, 4, 60)
+    assert result.ended == "died" and result.pids[2] == killed["pid"]
+    assert result.ranks[2].outcome == "died" and f"exit code {-signal.SIGKILL}" in result.ranks[2].error
+    assert result.ranks[1].outcome == "hung"
 
 
 def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
@@ -205,3 +250,29 @@ def test_routing_pins_then_balances_by_tokens():
     # expected load = max(ceil((3 + 4) / 3), 3) = 3: rank 0 is full, ranks 1 and 2 take turns
     assert assignment == {"pinned": 0, "a": 1, "b": 2, "c": 2, "d": 1}
     assert route([], [0, 0], [0, 0], {}) == {}
+
+
+def _with_parameters(scenario, **changes):
+    return dataclasses.replace(scenario, parameters=dataclasses.replace(scenario.parameters, **changes))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda sc: scenario_config(sc, 2, "clamped", workspace_gib=4000.0),
+     r"rank 0's KV quota of 0 bytes holds no page of \d+ bytes"),
+    (lambda sc: scenario_config(_with_parameters(sc, num_layers=1, num_kv_heads=1, head_dim=1,
+                                                 kv_dtype="fp8"), 2),
+     r"each rank's pool would hold \d+ tokens.*MAX_RANK_STORAGE_BYTES=1073741824"),
+    (lambda sc: scenario_config(_with_parameters(sc, tokens_per_block=1, max_batch_size=65536), 2),
+     r"MAX_TABLE_BYTES=1073741824 .*max_batch_size=65536"),
+])
+def test_a_run_no_rank_could_build_is_refused_before_any_rank_starts(scenario, make, match):
+    before = multiprocessing.active_children()
+    with pytest.raises(ValueError, match=match):
+        make(scenario)
+    assert multiprocessing.active_children() == before
+
+
+def test_the_in_process_result_states_its_timeout_too(scenario):
+    result = run_ranks(scenario_config(scenario, 2, "admission"), in_process=True, timeout_s=30,
+                       progress=False)
+    assert result.timeout_s == 30 and result.explain().splitlines()[-1].endswith("timeout_s=30")
