@@ -9,7 +9,9 @@
                        rank finished, 3 requests left unfinished at max_steps, 4 the engine went
                        down (a rank raised; every rank shut down), 5 a rank died or hung
 
-Bad arguments exit 2 with a usage line and no traceback.
+Bad arguments exit 2 with a usage line and no traceback: a value outside its range, a pool the
+machine cannot allocate, a scenario file that does not validate, a ``-p`` parameter that no
+selected notebook has or whose value has the wrong type (its range is checked by the notebook).
 """
 
 from __future__ import annotations
@@ -98,15 +100,15 @@ def _repro(args, parser) -> int:
         result = run_repro(pool_mib=args.pool_mib, context=args.context, policy=args.policy,
                            tokens_per_block=args.tokens_per_block, max_seq_len=args.max_seq_len,
                            device=args.device)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, MemoryError) as exc:
         parser.error(str(exc))
     print(result.explain())
     return REPRO_EXIT_CODES[result.outcome]
 
 
 def _walkthrough(args, parser) -> int:
-    from .walkthrough import (NOTEBOOK_DIR, image_server, run_notebook, summary_table,
-                              walkthrough_notebooks)
+    from .walkthrough import (NOTEBOOK_DIR, check_parameters, image_server, run_notebook,
+                              summary_table, walkthrough_notebooks)
 
     notebooks = [p for p in walkthrough_notebooks(args.notebook_dir or NOTEBOOK_DIR)
                  if not args.only or any(p.name.startswith(o) for o in args.only)]
@@ -115,6 +117,10 @@ def _walkthrough(args, parser) -> int:
     parameters = dict(args.parameter)
     if args.smoke:
         parameters["SMOKE"] = True
+    try:
+        check_parameters(parameters, notebooks)
+    except (ValueError, TypeError) as exc:
+        parser.error(str(exc))
     runs = []
     with image_server():
         for path in notebooks:
@@ -136,7 +142,7 @@ def _scenario(args, parser) -> int:
         print(f"{scenario.title}\n{scenario.gpu} x {config.world_size}, policy {args.policy}", flush=True)
         result = run_ranks(config, backend=args.backend, in_process=args.in_process,
                            timeout_s=args.timeout)
-    except (ScenarioError, ValueError, TypeError) as exc:
+    except (ScenarioError, ValueError, TypeError, MemoryError) as exc:
         parser.error(str(exc))
     print(result.explain())
     unfinished = any(s in ("waiting", "running") for r in result.ranks for s in r.status.values())

@@ -41,11 +41,38 @@ def walkthrough_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> List[Path]:
     return sorted(Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
 
 
-def _notebook_parameters(path: Path) -> set:
-    """Names defined in the notebook's `parameters` cell."""
+def _notebook_parameters(path: Path) -> dict:
+    """The notebook's `parameters` cell: name -> papermill's description (inferred_type_name,
+    default, help)."""
     import papermill
 
-    return set(papermill.inspect_notebook(str(path)))
+    return papermill.inspect_notebook(str(path))
+
+
+#: papermill's inferred parameter types -> the Python values a ``-p NAME=VALUE`` may give.
+PARAMETER_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def check_parameters(parameters: Dict[str, object], notebooks: List[Path]) -> None:
+    """Refuse a parameter that none of ``notebooks`` has (ValueError listing the ones they
+    have) or whose value's type differs from the notebook's annotation (TypeError). Ranges are
+    the notebooks' own: each checks its parameters in its first code cell."""
+    accepted: Dict[str, str] = {}
+    for path in notebooks:
+        for name, spec in _notebook_parameters(path).items():
+            accepted.setdefault(name, spec["inferred_type_name"])
+    for name, value in parameters.items():
+        if name not in accepted:
+            known = ", ".join(f"{n}: {t}" for n, t in sorted(accepted.items()))
+            raise ValueError(f"parameter {name!r} is not a parameter of the selected notebooks "
+                             f"({', '.join(p.stem for p in notebooks)}); they accept {known}")
+        kind = accepted[name]
+        types = PARAMETER_TYPES.get(kind)
+        if types is None:
+            continue  # an unannotated parameter: papermill passes anything
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise TypeError(f"parameter {name} must be {kind}, got {value!r} "
+                            f"({type(value).__name__})")
 
 
 def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> NotebookRun:

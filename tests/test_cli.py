@@ -139,3 +139,52 @@ def test_scenario_nccl_without_gpus_is_a_usage_error(capsys):
         main(["scenario", "issue-21470", "--ranks", "2", "--backend", "nccl"])
     assert exc.value.code == 2
     assert "backend='nccl' needs one CUDA GPU per rank: ranks=2" in capsys.readouterr().err
+
+
+# --- bad input the parser cannot see -----------------------------------------------------------
+
+@pytest.mark.parametrize("argv, named", [
+    (["-p", "scal=3"], "parameter 'scal' is not a parameter of the selected notebooks (01_good); "
+                       "they accept SMOKE: bool, scale: int"),
+    (["-p", "scale=3.5"], "parameter scale must be int, got 3.5 (float)"),
+    (["-p", "scale=True"], "parameter scale must be int, got True (bool)"),
+    (["-p", "SMOKE=1"], "parameter SMOKE must be bool, got 1 (int)"),
+])
+def test_walkthrough_parameters_are_checked_before_any_notebook_runs(tmp_path, argv, named, capsys):
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_good.ipynb", "raise RuntimeError('must not run')")
+    with pytest.raises(SystemExit) as exc:
+        main(["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(tmp_path / "b"), *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and named in err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_pool_the_machine_cannot_allocate_is_a_usage_error(monkeypatch, capsys):
+    import kvlab.manager as manager_module
+
+    def refuse(num_blocks, bytes_per_block, device):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                           f"{num_blocks * bytes_per_block} bytes")
+
+    monkeypatch.setattr(manager_module, "PagePool", refuse)
+    with pytest.raises(SystemExit) as exc:
+        main(["repro", "--pool-mib", "65536"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and "quota_bytes=68719476736" in err and "cannot be allocated" in err
+
+
+@pytest.mark.parametrize("text, named", [
+    ("[" * 20000 + "]" * 20000, "nested too deeply"),
+    ("name: x\ntitle: " + "9" * 5000 + "\n", "title is an integer of 5000 characters"),
+])
+def test_a_hostile_scenario_file_prints_no_traceback(tmp_path, text, named):
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "kvlab", "scenario", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "usage:" in proc.stderr and named in proc.stderr
