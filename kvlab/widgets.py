@@ -140,6 +140,24 @@ def verdict_html(outcome: Optional[str], headline: str, detail: str = "") -> str
     return body + "</div>"
 
 
+def check_control_value(name: str, control: W.ValueWidget, value) -> None:
+    """ValueError naming ``name`` and the accepted values or range when ``control`` (a selection
+    or a slider) does not offer ``value``."""
+    options = getattr(control, "options", None)
+    if options is not None:  # SelectionSlider, Dropdown, ToggleButtons: (label, value) pairs
+        choices = [o[1] if isinstance(o, tuple) else o for o in options]
+        if value not in choices or isinstance(value, bool) != isinstance(choices[0], bool):
+            shown = (repr(choices) if len(choices) <= 8 else
+                     f"{len(choices)} values from {choices[0]!r} to {choices[-1]!r}")
+            raise ValueError(f"{name} must be one of the control's values ({shown}), got {value!r}")
+        return
+    if hasattr(control, "min") and hasattr(control, "max"):
+        base = getattr(control, "base", None)  # FloatLogSlider: min and max are exponents
+        low, high = (base ** control.min, base ** control.max) if base else (control.min, control.max)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
+
+
 class Panel:
     """Controls, a compute function, figure functions and a verdict, wired together (module
     docstring). Attributes: ``controls`` (name -> ipywidget), ``figures`` (name ->
@@ -243,10 +261,15 @@ class Panel:
         self.refresh()
 
     def set(self, **values) -> "Panel":
-        """Set controls by name and recompute once, at once (also inside a running kernel)."""
+        """Set controls by name and recompute once, at once (also inside a running kernel). A
+        value the control does not offer is a ValueError naming the control and what it
+        offers (a slider would clamp it silently; a selection raises ipywidgets' TraitError,
+        which names neither)."""
         unknown = set(values) - set(self.controls)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; controls are {sorted(self.controls)}")
+        for name, value in values.items():
+            check_control_value(name, self.controls[name], value)
         with self.hold():
             for name, value in values.items():
                 self.controls[name].value = value
@@ -526,7 +549,7 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
                  wait_s=wait_s)
 
 
-__all__ = ["Debouncer", "Panel", "ReproModel", "repro_figures", "repro_model", "repro_panel",
+__all__ = ["Debouncer", "Panel", "check_control_value", "ReproModel", "repro_figures", "repro_model", "repro_panel",
            "repro_verdict", "verdict_html", "context_choices",
            "ADMISSION_PANEL_POLICIES", "AdmissionModel", "admission_figures", "admission_model",
            "admission_panel", "admission_verdict"]
