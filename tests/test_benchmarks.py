@@ -11,6 +11,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 QUICK_ARGS = {
     "distributed_startup.py": ["--ranks", "4", "--repeat", "1"],
+    "fuzz_system.py": ["--seconds", "1", "--examples", "20"],
     "gpu_measurements.py": ["--device", "cpu", "--quick"],  # CPU: prints, stores nothing
     "phase_diagram.py": ["--repeat", "2"],
     "scheduler_throughput.py": ["--repeat", "1"],
