@@ -1,0 +1,452 @@
+"""Bad input at every public door gets a clear error, and the README's table says which.
+
+Doors: the library's constructors, the ``kvlab`` command (``main(argv)``: exit 2, a usage line,
+no traceback), scenario YAML files (written to a temporary folder), papermill parameters (the
+walkthrough's check, and a notebook's own check in a real kernel) and the widget panels
+(constructor arguments and control values). Each case names the words its error must contain:
+the parameter and the accepted range. The table of every case and what it got must equal the
+README section between ``<!-- bad-inputs:begin -->`` and ``<!-- bad-inputs:end -->``;
+``KVLAB_WRITE_README=1 pytest tests/test_input_table.py`` rewrites that section.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Tuple
+
+import pytest
+import yaml
+
+from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MaxSeqLenClampWarning, MemoryBudget,
+                   PageIndexTable, Request, Scheduler, simulate)
+from kvlab.cli import main
+from kvlab.distributed import Fault, scenario_config
+from kvlab.scenarios import load_scenario
+from kvlab.workload import poisson_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BEGIN, END = "<!-- bad-inputs:begin -->", "<!-- bad-inputs:end -->"
+RTX = ROOT / "data" / "scenarios" / "rtx5080-4mib.yaml"
+GB300 = ROOT / "data" / "scenarios" / "issue_21470_16x_gb300.yaml"
+#: Longest message the table shows (the test checks the whole message).
+SHOWN_CHARS = 230
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: where it goes in, how it is shown, how to try it, and what its error
+    must be (the exception's type name, or "exit 2") and contain."""
+
+    door: str
+    shown: str
+    attempt: Callable[[Path], Tuple[str, str]]
+    kind: str
+    words: Tuple[str, ...]
+
+
+def raises(fn: Callable[[], object]) -> Callable[[Path], Tuple[str, str]]:
+    def attempt(_tmp):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+            try:
+                fn()
+            except Exception as exc:  # the error is the result
+                return type(exc).__name__, str(exc)
+        return "no error", ""
+    return attempt
+
+
+def cli(*argv) -> Callable[[Path], Tuple[str, str]]:
+    """``kvlab ARGV`` in this process; ``{tmp}`` in an argument is the temporary folder."""
+    def attempt(tmp):
+        err, out = io.StringIO(), io.StringIO()
+        args = [a.format(tmp=tmp) for a in argv]
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main(args)
+            except SystemExit as exc:
+                code = exc.code
+        text = err.getvalue()
+        assert "Traceback" not in text, text
+        if code == 2:
+            assert text.startswith("usage: kvlab"), text
+        lines = text.strip().splitlines()
+        return f"exit {code}", lines[-1] if lines else out.getvalue().strip()[-200:]
+    return attempt
+
+
+def scenario_data(edit, stem: str = "rtx5080-4mib"):
+    """The seed's scenario file as data, edited by ``edit(dict)``, written and loaded."""
+    def attempt(tmp):
+        data = yaml.safe_load(RTX.read_text())
+        edit(data)
+        return _load(tmp, stem, yaml.safe_dump(data, sort_keys=False))
+    return attempt
+
+
+def scenario_text(edit, stem: str = "rtx5080-4mib"):
+    """The seed's scenario file as text, edited by ``edit(str) -> str``, written and loaded."""
+    return lambda tmp: _load(tmp, stem, edit(RTX.read_text()))
+
+
+def _load(tmp: Path, stem: str, text: str):
+    path = tmp / f"{stem}.yaml"
+    path.write_text(text)
+    return raises(lambda: load_scenario(path))(tmp)
+
+
+def _set(path: str, value):
+    def edit(data):
+        *parents, leaf = path.split(".")
+        for part in parents:
+            data = data[part]
+        data[leaf] = value
+    return edit
+
+
+def _drop(path: str):
+    def edit(data):
+        *parents, leaf = path.split(".")
+        for part in parents:
+            data = data[part]
+        del data[leaf]
+    return edit
+
+
+def _replace(*pairs):
+    def edit(text):
+        for old, new in zip(pairs[::2], pairs[1::2]):
+            assert old in text
+            text = text.replace(old, new, 1)
+        return text
+    return edit
+
+
+def papermill_run(notebook: str, **parameters):
+    """Execute a walkthrough notebook with papermill; its first code cell checks the
+    parameters."""
+    def attempt(tmp):
+        import papermill
+
+        path = ROOT / "notebooks" / notebook
+        try:
+            papermill.execute_notebook(str(path), str(tmp / notebook), parameters=parameters,
+                                       kernel_name="python3", progress_bar=False,
+                                       store_widget_state=False, cwd=str(path.parent))
+        except papermill.PapermillExecutionError as exc:
+            return "PapermillExecutionError", f"{exc.ename}: {exc.evalue}"
+        return "no error", ""
+    return attempt
+
+
+def widget_value(panel: str, **values):
+    def attempt(_tmp):
+        from kvlab import widgets
+
+        built = getattr(widgets, panel)(wait_s=0.0)
+        try:
+            built.set(**values)
+        except Exception as exc:
+            return type(exc).__name__, str(exc)
+        return "accepted", ", ".join(f"{name} is now {built.controls[name].value!r}" for name in values)
+    return attempt
+
+
+def panel(name: str, **kwargs):
+    from kvlab import widgets
+
+    return getattr(widgets, name)(**kwargs)
+
+
+def _geo(**kw):
+    args = dict(num_layers=2, num_kv_heads=2, head_dim=128)
+    args.update(kw)
+    return KVGeometry(**args)
+
+
+def _manager(**kw):
+    args = dict(geometry=_geo(), quota_bytes=4 << 20, max_seq_len=8192, max_batch_size=1)
+    args.update(kw)
+    return KVCacheManager(**args)
+
+
+def _tiny_geometry(data):
+    data["parameters"].update(num_layers=1, num_kv_heads=1, head_dim=1, kv_dtype="fp8")
+    del data["assumptions"]
+
+
+def _huge_table(data):
+    data["parameters"].update(tokens_per_block=1, max_batch_size=65536)
+    del data["assumptions"]
+
+
+def _hostile_deployment(edit, stem):
+    """A deployment scenario the loader accepts field by field, whose ranks would not fit."""
+    def attempt(tmp):
+        data = yaml.safe_load(GB300.read_text())
+        edit(data)
+        data["name"] = stem
+        (tmp / f"{stem}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        return cli("scenario", f"{{tmp}}/{stem}.yaml", "--ranks", "1")(tmp)
+    return attempt
+
+
+CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET = (
+    "constructor", "`kvlab` command", "scenario file", "papermill parameter", "widget")
+
+CASES = [
+    # -- the library's constructors ------------------------------------------------------------
+    Case(CONSTRUCTOR, "KVGeometry(num_layers=0, ...)", raises(lambda: _geo(num_layers=0)),
+         "ValueError", ("num_layers", "[1, ")),
+    Case(CONSTRUCTOR, "KVGeometry(..., dtype='int4')", raises(lambda: _geo(dtype="int4")),
+         "ValueError", ("dtype", "float16")),
+    Case(CONSTRUCTOR, "KVGeometry(..., head_dim=128.0)", raises(lambda: _geo(head_dim=128.0)),
+         "TypeError", ("head_dim", "int in [1, ")),
+    Case(CONSTRUCTOR, "KVCacheManager(..., quota_bytes=-1)", raises(lambda: _manager(quota_bytes=-1)),
+         "ValueError", ("quota_bytes", "[1, ")),
+    Case(CONSTRUCTOR, "KVCacheManager(..., page_index_policy='wide')",
+         raises(lambda: _manager(page_index_policy="wide")), "ValueError",
+         ("page_index_policy", "'clamped', 'configured'")),
+    Case(CONSTRUCTOR, "KVCacheManager(..., device='tpu')", raises(lambda: _manager(device="tpu")),
+         "ValueError", ("device", "'cpu' or 'cuda[:N]'")),
+    Case(CONSTRUCTOR, "KVCacheManager(..., max_seq_len=2**26, max_batch_size=2**12, "
+         "page_index_policy='configured')",
+         raises(lambda: _manager(max_seq_len=1 << 26, max_batch_size=1 << 12,
+                                 page_index_policy="configured")),
+         "ValueError", ("max_batch_size=4096", "width=2097156", "MAX_TABLE_BYTES=1073741824")),
+    Case(CONSTRUCTOR, "KVCacheManager(..., quota_bytes=2**50)  (a 1 PiB pool)",
+         raises(lambda: _manager(quota_bytes=1 << 50)), "MemoryError",
+         ("quota_bytes=1125899906842624", "cannot be allocated")),
+    Case(CONSTRUCTOR, "PageIndexTable(max_batch_size=2**20, width=2**26)",
+         raises(lambda: PageIndexTable(1 << 20, 1 << 26)), "ValueError",
+         ("max_batch_size=1048576", "MAX_TABLE_BYTES")),
+    Case(CONSTRUCTOR, "Request('r', prompt_len=0, max_new_tokens=8)",
+         raises(lambda: Request("r", prompt_len=0, max_new_tokens=8)), "ValueError",
+         ("prompt_len", "[1, ")),
+    Case(CONSTRUCTOR, "Request('r', prompt_len=8, max_new_tokens=1.5)",
+         raises(lambda: Request("r", prompt_len=8, max_new_tokens=1.5)), "TypeError",
+         ("max_new_tokens", "[0, ")),
+    Case(CONSTRUCTOR, "Scheduler(manager, admission='fifo')",
+         raises(lambda: Scheduler(_manager(), admission="fifo")), "ValueError",
+         ("admission", "'capacity', 'none', 'sglang', 'vllm'")),
+    Case(CONSTRUCTOR, "Scheduler(manager, max_num_tokens=0)",
+         raises(lambda: Scheduler(_manager(), max_num_tokens=0)), "ValueError",
+         ("max_num_tokens", "[1, ")),
+    Case(CONSTRUCTOR, "Scheduler(manager, stall_limit=True)",
+         raises(lambda: Scheduler(_manager(), stall_limit=True)), "TypeError",
+         ("stall_limit", "[1, ")),
+    Case(CONSTRUCTOR, "simulate(scheduler, requests, max_steps=0)",
+         raises(lambda: simulate(Scheduler(_manager()), [], max_steps=0)), "ValueError",
+         ("max_steps", "[1, ")),
+    Case(CONSTRUCTOR, "MemoryBudget(total_bytes=2**36, free_gpu_memory_fraction=1.5)",
+         raises(lambda: MemoryBudget(1 << 36, free_gpu_memory_fraction=1.5)), "ValueError",
+         ("free_gpu_memory_fraction", "(0.0, 1.0]")),
+    Case(CONSTRUCTOR, "MambaGeometry(..., d_conv=1)",
+         raises(lambda: MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8,
+                                      d_state=8, n_groups=2, d_conv=1)),
+         "ValueError", ("d_conv", "[2, ")),
+    Case(CONSTRUCTOR, "poisson_workload(10, rate=0, ...)",
+         raises(lambda: poisson_workload(10, rate=0, prompt_len=8, max_new_tokens=8)),
+         "ValueError", ("rate", "(0.0, ")),
+    Case(CONSTRUCTOR, "scenario_config(load_scenario('issue-21470'), ranks=0)",
+         raises(lambda: scenario_config(load_scenario("issue-21470"), 0)), "ValueError",
+         ("ranks", "[1, 128]")),
+    Case(CONSTRUCTOR, "Fault(rank=0, step=1, kind='explode')",
+         raises(lambda: Fault(0, 1, "explode")), "ValueError", ("fault.kind", "'die', 'hang'")),
+    # -- the kvlab command -------------------------------------------------------------------------
+    Case(COMMAND, "kvlab", cli(), "exit 2", ("required",)),
+    Case(COMMAND, "kvlab frobnicate", cli("frobnicate"), "exit 2", ("invalid choice", "repro")),
+    Case(COMMAND, "kvlab repro --pool-mib 0", cli("repro", "--pool-mib", "0"), "exit 2",
+         ("pool_mib", "(0.0, 1048576]")),
+    Case(COMMAND, "kvlab repro --pool-mib nan", cli("repro", "--pool-mib", "nan"), "exit 2",
+         ("pool_mib", "(0.0, 1048576]")),
+    Case(COMMAND, "kvlab repro --context -1", cli("repro", "--context", "-1"), "exit 2",
+         ("context", "[1, 1073741824]")),
+    Case(COMMAND, "kvlab repro --context 8k", cli("repro", "--context", "8k"), "exit 2",
+         ("--context", "invalid int value")),
+    Case(COMMAND, "kvlab repro --policy wide", cli("repro", "--policy", "wide"), "exit 2",
+         ("--policy", "'clamped', 'configured'")),
+    Case(COMMAND, "kvlab repro --tokens-per-block 0", cli("repro", "--tokens-per-block", "0"),
+         "exit 2", ("tokens_per_block", "[1, 65536]")),
+    Case(COMMAND, "kvlab repro --device tpu", cli("repro", "--device", "tpu"), "exit 2",
+         ("device", "'cpu' or 'cuda[:N]'")),
+    Case(COMMAND, "kvlab repro --max-seq-len 1073741824 --tokens-per-block 1 --policy configured",
+         cli("repro", "--max-seq-len", "1073741824", "--tokens-per-block", "1", "--policy",
+             "configured"), "exit 2", ("max_blocks_per_seq", "[1, 67108864]")),
+    Case(COMMAND, "kvlab scenario issue-21470 --ranks 0",
+         cli("scenario", "issue-21470", "--ranks", "0"), "exit 2", ("ranks", "[1, 128]")),
+    Case(COMMAND, "kvlab scenario issue-21470 --timeout 0",
+         cli("scenario", "issue-21470", "--timeout", "0"), "exit 2", ("timeout_s", "(0.0, 86400.0]")),
+    Case(COMMAND, "kvlab scenario issue-21470 --backend mpi",
+         cli("scenario", "issue-21470", "--backend", "mpi"), "exit 2", ("--backend", "'gloo', 'nccl'")),
+    Case(COMMAND, "kvlab scenario no-such", cli("scenario", "no-such"), "exit 2",
+         ("no scenario named 'no-such'", "known scenarios")),
+    Case(COMMAND, "kvlab scenario rtx5080-4mib", cli("scenario", "rtx5080-4mib"), "exit 2",
+         ("has no deployment block",)),
+    Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, 1-byte KV per token)",
+         _hostile_deployment(_tiny_geometry, "tiny-kv"), "exit 2",
+         ("MAX_RANK_STORAGE_BYTES", "bytes per token")),
+    Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, tokens_per_block 1, "
+         "max_batch_size 65536)", _hostile_deployment(_huge_table, "huge-table"), "exit 2",
+         ("max_batch_size=65536", "MAX_TABLE_BYTES")),
+    Case(COMMAND, "kvlab walkthrough -p SMOK=True", cli("walkthrough", "-p", "SMOK=True"), "exit 2",
+         ("'SMOK'", "SMOKE: bool")),
+    Case(COMMAND, "kvlab walkthrough -p context=8k", cli("walkthrough", "-p", "context=8k"),
+         "exit 2", ("context", "must be int")),
+    Case(COMMAND, "kvlab walkthrough -p not-a-pair", cli("walkthrough", "-p", "not-a-pair"),
+         "exit 2", ("NAME=VALUE",)),
+    Case(COMMAND, "kvlab walkthrough --only 99", cli("walkthrough", "--only", "99"), "exit 2",
+         ("no notebook matches",)),
+    # -- scenario files ------------------------------------------------------------------------------
+    Case(SCENARIO, "parameters.pool_mib: four", scenario_data(_set("parameters.pool_mib", "four")),
+         "ScenarioError", ("parameters.pool_mib", "[1, 1048576]")),
+    Case(SCENARIO, "parameters.num_layers: 2.5", scenario_data(_set("parameters.num_layers", 2.5)),
+         "ScenarioError", ("parameters.num_layers", "[1, 16384]")),
+    Case(SCENARIO, "parameters.num_layers: true", scenario_data(_set("parameters.num_layers", True)),
+         "ScenarioError", ("parameters.num_layers", "[1, 16384]")),
+    Case(SCENARIO, "parameters.max_batch_size: -1",
+         scenario_data(_set("parameters.max_batch_size", -1)), "ScenarioError",
+         ("parameters.max_batch_size", "[1, 65536]")),
+    Case(SCENARIO, "parameters.pool_mib: 10**30", scenario_data(_set("parameters.pool_mib", 10**30)),
+         "ScenarioError", ("parameters.pool_mib", "[1, 1048576]")),
+    Case(SCENARIO, "parameters.pool_mib: (a 5,000-digit integer)",
+         scenario_text(_replace("pool_mib: 4 ", "pool_mib: " + "9" * 5000 + " ")), "ScenarioError",
+         ("parameters.pool_mib", "5000 characters")),
+    Case(SCENARIO, "parameters.kv_dtype: int4", scenario_data(_set("parameters.kv_dtype", "int4")),
+         "ScenarioError", ("parameters.kv_dtype", "float16")),
+    Case(SCENARIO, "colour: red  (an unknown key)", scenario_data(_set("colour", "red")),
+         "ScenarioError", ("colour is not a known field", "parameters")),
+    Case(SCENARIO, "parameters.pool_gib: 4  (an unknown key)",
+         scenario_data(_set("parameters.pool_gib", 4)), "ScenarioError",
+         ("parameters.pool_gib is not a known field", "pool_mib")),
+    Case(SCENARIO, "(no parameters.head_dim)", scenario_data(_drop("parameters.head_dim")),
+         "ScenarioError", ("parameters.head_dim is missing", "[1, 16384]")),
+    Case(SCENARIO, "parameters.pool_mib: !!python/object/apply:os.system [...]",
+         scenario_text(_replace("pool_mib: 4", "pool_mib: !!python/object/apply:os.system ['true']")),
+         "ScenarioError", ("parameters.pool_mib", "YAML tag")),
+    Case(SCENARIO, "title: 2024-01-01  (a YAML date)",
+         scenario_text(_replace('title: "Issue', 'title: 2024-01-01\nx: "Issue')), "ScenarioError",
+         ("title", "timestamp")),
+    Case(SCENARIO, "num_layers: &n 2 ... num_kv_heads: *n  (an alias)",
+         scenario_text(_replace("num_layers: 2", "num_layers: &n 2",
+                               "num_kv_heads: 2", "num_kv_heads: *n")),
+         "ScenarioError", ("parameters.num_kv_heads", "alias")),
+    Case(SCENARIO, "head_dim given twice", scenario_text(_replace("head_dim: 128", "head_dim: 128\n  head_dim: 64")),
+         "ScenarioError", ("parameters.head_dim", "given twice")),
+    Case(SCENARIO, "[[[[ ... ]]]]  (nested 20,000 deep)",
+         scenario_text(lambda _: "[" * 20000 + "]" * 20000), "ScenarioError", ("nested too deeply",)),
+    Case(SCENARIO, "- a list\\n- not a mapping", scenario_text(lambda _: "- a list\n- not a mapping\n"),
+         "ScenarioError", ("the document must be a mapping", "parameters")),
+    Case(SCENARIO, "(an empty file)", scenario_text(lambda _: ""), "ScenarioError", ("empty",)),
+    Case(SCENARIO, "(a 2 MiB file)", scenario_text(lambda _: "# padding\n" * (1 << 18)),
+         "ScenarioError", ("MAX_FILE_BYTES=1048576",)),
+    Case(SCENARIO, "(a folder named x.yaml)",
+         lambda tmp: raises(lambda: load_scenario((tmp / "x.yaml").mkdir() or tmp / "x.yaml"))(tmp),
+         "ScenarioError", ("not a regular file",)),
+    Case(SCENARIO, "name: other  (in rtx5080-4mib.yaml)", scenario_data(_set("name", "other")),
+         "ScenarioError", ("name must equal the file's stem", "'rtx5080-4mib'")),
+    # -- papermill parameters --------------------------------------------------------------------------
+    Case(PAPERMILL, "02_single_gpu_repro_4mib.ipynb -p pool_mib -1.0",
+         papermill_run("02_single_gpu_repro_4mib.ipynb", pool_mib=-1.0), "PapermillExecutionError",
+         ("pool_mib", "(0.0, 1048576]")),
+    Case(PAPERMILL, "05_mamba_residency.ipynb -p ssm_dtype int8",
+         papermill_run("05_mamba_residency.ipynb", ssm_dtype="int8"), "PapermillExecutionError",
+         ("ssm_dtype", "'bfloat16', 'float32'")),
+    Case(PAPERMILL, "05_mamba_residency.ipynb -p SMOKE 1",
+         papermill_run("05_mamba_residency.ipynb", SMOKE=1), "PapermillExecutionError",
+         ("SMOKE must be a bool",)),
+    # -- widgets ---------------------------------------------------------------------------------------
+    Case(WIDGET, "repro_panel(pool_mib=0)",
+         raises(lambda: panel("repro_panel", pool_mib=0)), "ValueError",
+         ("pool_mib", "(0.0, 1048576]")),
+    Case(WIDGET, "admission_panel(policy='fifo')",
+         raises(lambda: panel("admission_panel", policy="fifo")),
+         "ValueError", ("policy", "'capacity'")),
+    Case(WIDGET, "ranks_panel(workspace_gib=100.0)",
+         raises(lambda: panel("ranks_panel", workspace_gib=100.0)),
+         "ValueError", ("workspace_gib", "[0.0, 64.0]")),
+    Case(WIDGET, "mamba_panel(max_batch_size=0)",
+         raises(lambda: panel("mamba_panel", max_batch_size=0)),
+         "ValueError", ("max_batch_size", "[1, 4096]")),
+    Case(WIDGET, "repro_panel().set(context=12345)",
+         widget_value("repro_panel", context=12345), "ValueError",
+         ("context must be one of the control's values", "from 32 to 131072", "12345")),
+    Case(WIDGET, "repro_panel().set(policy='wide')",
+         widget_value("repro_panel", policy="wide"), "ValueError",
+         ("policy must be one of the control's values", "'configured'", "'wide'")),
+    Case(WIDGET, "repro_panel().set(pool_mib=1e9)",
+         widget_value("repro_panel", pool_mib=1e9), "ValueError",
+         ("pool_mib must be a number in [0.015625, 1024]",)),
+    Case(WIDGET, "ranks_panel().set(workspace_gib='28')",
+         widget_value("ranks_panel", workspace_gib="28"), "ValueError",
+         ("workspace_gib must be a number in [0, 64], got '28'",)),
+    Case(WIDGET, "repro_panel().set(pool_mib=8)",
+         widget_value("repro_panel", pool_mib=8), "accepted", ("pool_mib is now 8.0",)),
+]
+
+
+def _scrub(text: str, tmp: Path) -> str:
+    """The message with the temporary folder and the repository root made portable."""
+    return text.replace(str(tmp), "tmp").replace(str(ROOT), ".")
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    results = []
+    for i, case in enumerate(CASES):
+        tmp = tmp_path_factory.mktemp(f"case{i}")
+        kind, text = case.attempt(tmp)
+        results.append((kind, _scrub(text, tmp)))
+    return results
+
+
+@pytest.mark.parametrize("index", range(len(CASES)),
+                         ids=[f"{c.door.strip('`')}: {c.shown[:50]}" for c in CASES])
+def test_bad_input_gets_a_clear_error(outcomes, index):
+    case = CASES[index]
+    kind, text = outcomes[index]
+    assert kind == case.kind, f"{case.shown}: expected {case.kind}, got {kind}: {text}"
+    for word in case.words:
+        assert word in text, f"{case.shown}: {word!r} not in {text!r}"
+
+
+def _cell(text: str) -> str:
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
+def render_table(results) -> str:
+    lines = [BEGIN,
+             "Generated by `tests/test_input_table.py` from the inputs it tries; "
+             "`KVLAB_WRITE_README=1 pytest tests/test_input_table.py` rewrites it.",
+             "",
+             "| door | input | what it gets |",
+             "|---|---|---|"]
+    for case, (kind, text) in zip(CASES, results):
+        got = kind if kind.startswith("exit") else f"`{kind}`"
+        lines.append(f"| {case.door} | `{_cell(case.shown)}` | {got}: {_cell(text)} |")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def test_readme_table_is_the_one_these_inputs_give(outcomes):
+    table = render_table(outcomes)
+    text = README.read_text(encoding="utf-8")
+    assert text.count(BEGIN) == 1 and text.count(END) == 1, f"README.md needs one {BEGIN} ... {END}"
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    if os.environ.get("KVLAB_WRITE_README") == "1":
+        README.write_text(text[:start] + table + text[end:], encoding="utf-8")
+    current = README.read_text(encoding="utf-8")
+    assert current[start:current.index(END) + len(END)] == table, (
+        "README.md's bad-input table is out of date: regenerate it with "
+        "KVLAB_WRITE_README=1 pytest tests/test_input_table.py")
+
+
+def test_every_door_is_tried():
+    assert {case.door for case in CASES} == {CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET}
