@@ -1,21 +1,41 @@
 """MambaHybridCacheManager: attention pages plus a pool of fixed-size recurrent-state slots.
 
-Mirrors ``MambaHybridCacheManagerV2`` (tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py)
-before and after PR #17261, REFERENCE.md §5:
+Mirrors ``MambaHybridCacheManagerV2`` of NVIDIA/TensorRT-LLM, docs/REFERENCE.md §5: read in
+tensorrt_llm/_torch/pyexecutor/kv_cache/mamba_cache_manager/mamba_cache_manager_v2.py at commit
+28295084972c5ab61ef010a050a18f53f5d72810; also read, the same class in the older
+tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py at 00bce92cbb90929bc2357a7d5855858604e1ac7e
+(same residency and error; its floor also reserved one attention page per resident sequence
+whenever dummy slots exist; the floor at 28295084 does not, and kvlab follows 28295084).
 
-- ``residency="raw"`` (before): ``max_batch_size * pp_size`` resident slots plus the dummy
-  slots (one for CUDA-graph padding, one more under attention DP) are carved out of the quota
-  first; when they and one attention page do not fit, construction raises the real ValueError.
-- ``residency="clamped"`` (the fix): residency is bounded by what the quota affords after one
-  attention page, MIN-reduced across ranks through ``comm`` (anything with
-  ``all_reduce_min(int) -> int``: kvlab.distributed's TorchComm or ThreadComm handles), and
-  exposed through ``max_resident_sequences()`` (None when every requested sequence fits), which
-  the Scheduler gates first context chunks on. ``warmup_batch_sizes`` are truncated to it.
+**Merged behaviour, the default** (``residency="raw"``): ``_max_resident_sequences()`` is
+``max_batch_size * pp_size``, with no clamp; the reserved dummy slots (one for CUDA-graph padding,
+one more under attention DP) come on top; ``_minimum_live_gpu_quota()`` is
+``(resident + dummies) * slot_bytes + one attention page`` (kvlab takes the quota for zero tokens
+to be the slots alone: no prefix reuse, no snapshots); when it exceeds the GPU quota,
+``_build_cache_config`` raises the real ``ValueError`` (:data:`QUOTA_TOO_SMALL`) before anything
+is allocated. There is no all-reduce, no ``max_resident_sequences()`` hook (kvlab's answers
+None) and no residency gate in the V2 scheduler.
+
+**Proposals, opt-in, not merged:**
+
+- ``residency="clamped"``: *proposal, PR #17261, closed without merging.* Residency is bounded
+  by what the quota affords after one attention page, MIN-reduced across ranks through ``comm``
+  (anything with ``all_reduce_min(int) -> int``: kvlab.distributed's TorchComm or ThreadComm
+  handles) and exposed through ``max_resident_sequences()`` (None when every requested sequence
+  fits), which kvlab's Scheduler gates first context chunks on; ``warmup_batch_sizes`` are
+  truncated to it. ``residency_bugs={"attention_only_returns_none_first"}`` restores the
+  review's first finding: a rank with no local Mamba layers answers None before reading the
+  all-reduced cap (the scheduler holds the other two findings).
+- ``quota_message="pr18985"`` and :func:`feasible_max_batch_size`: *proposal, PR #18985, open.*
+  Instead of a clamp, pin a feasible ``max_batch_size`` default for the hybrid family (through
+  ``get_model_defaults``; an explicit user value still wins) and make the quota error report GiB
+  and name ``max_batch_size`` / ``free_gpu_memory_fraction``. Its diff was not readable from the
+  stored sources: kvlab's :func:`feasible_max_batch_size` is the largest default that fits a
+  given quota (the PR pins one constant per family, which fits only if it is no larger), and
+  :func:`proposed_quota_error` is kvlab's wording of the message the PR describes.
 
 A sequence takes a slot when its cache is created (its first context chunk or its
 DISAGG_GENERATION_INIT is admitted), keeps it while suspended, and gives it back on free.
-``residency_bugs={"attention_only_returns_none_first"}`` restores the review's first finding:
-a rank with no local Mamba layers answers None before reading the all-reduced cap.
 """
 
 from __future__ import annotations
@@ -29,14 +49,22 @@ from ._validate import check_choice, check_int, check_subset
 from .geometry import KVGeometry, MambaGeometry
 from .kv_cache import KVCache
 from .manager import KVCacheManager
-from .memory import GIB
+from .memory import GIB, MIB
 from .pool import resolve_device
 
+#: "raw" is merged TensorRT-LLM; "clamped" is PR #17261's proposal (closed without merging).
 RESIDENCY_MODES = ("raw", "clamped")
+#: The residency mode of merged TensorRT-LLM (the default).
+MERGED_RESIDENCY = "raw"
+#: The quota error's wording: "merged" (the real message) or "pr18985" (PR #18985's proposal).
+QUOTA_MESSAGES = ("merged", "pr18985")
 #: The review finding this manager can reproduce (the scheduler holds the other two).
 MANAGER_RESIDENCY_BUGS = ("attention_only_returns_none_first",)
+#: The real message, raised by ``MambaHybridCacheManagerV2._build_cache_config``.
 QUOTA_TOO_SMALL = ("The V2 Mamba GPU cache quota is too small for live recurrent states and "
                    "attention pages: got {got} bytes, need at least {need} bytes.")
+#: The generic ``max_batch_size`` default PR #18985 starts from (its description's 2048).
+GENERIC_MAX_BATCH_SIZE = 2048
 
 
 class StateSlotsExhausted(RuntimeError):
@@ -44,7 +72,8 @@ class StateSlotsExhausted(RuntimeError):
 
 
 def num_dummy_slots(cuda_graph_padding: bool = True, attention_dp: bool = False) -> int:
-    """Reserved slots no sequence owns: one for CUDA-graph padding, one more under attention DP."""
+    """Reserved slots no sequence owns: one for CUDA-graph padding, one more under attention DP
+    (the real count without speculative decoding; draft-length schedules add more upstream)."""
     return int(cuda_graph_padding) + int(attention_dp)
 
 
@@ -52,16 +81,32 @@ def num_dummy_slots(cuda_graph_padding: bool = True, attention_dp: bool = False)
 class ResidencyPlan:
     """The slot arithmetic of one rank, computed without allocating anything."""
 
-    requested: int          # max_batch_size * pp_size
+    requested: int          # max_batch_size * pp_size (the merged _max_resident_sequences())
     dummies: int
     slot_bytes: int
     page_bytes: int         # one attention page
     quota_bytes: int
+    pp_size: int = 1
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.requested // self.pp_size
 
     @property
     def raw_need_bytes(self) -> int:
-        """(requested + dummies) * slot_bytes + one attention page: the raw mode's floor."""
+        """(requested + dummies) * slot_bytes + one attention page: the merged
+        ``_minimum_live_gpu_quota()``, the floor below which construction raises."""
         return (self.requested + self.dummies) * self.slot_bytes + self.page_bytes
+
+    @property
+    def minimum_live_quota(self) -> int:
+        """The merged ``_minimum_live_gpu_quota()`` (= :attr:`raw_need_bytes`)."""
+        return self.raw_need_bytes
+
+    @property
+    def raw_fits(self) -> bool:
+        """Merged TensorRT-LLM builds this rank (the floor fits the quota)."""
+        return self.raw_need_bytes <= self.quota_bytes
 
     @property
     def affordable(self) -> Optional[int]:
@@ -73,9 +118,20 @@ class ResidencyPlan:
 
     @property
     def local_cap(self) -> int:
-        """min(requested, affordable): what this rank alone would allow."""
+        """min(requested, affordable): what this rank alone would allow under PR #17261's clamp."""
         affordable = self.affordable
         return self.requested if affordable is None else min(self.requested, affordable)
+
+    def feasible_max_batch_size(self, cap: int = GENERIC_MAX_BATCH_SIZE) -> int:
+        """The largest ``max_batch_size`` (at most ``cap``) whose merged floor fits this quota:
+        PR #18985's idea of a feasible default (0: not even max_batch_size=1 fits)."""
+        check_int("cap", cap, low=1, high=1 << 20)
+        if self.page_bytes > self.quota_bytes:
+            return 0
+        affordable = self.affordable
+        if affordable is None:
+            return cap
+        return max(0, min(cap, affordable // self.pp_size))
 
 
 def plan_residency(mamba: Optional[MambaGeometry], attention: KVGeometry, quota_bytes: int,
@@ -88,7 +144,47 @@ def plan_residency(mamba: Optional[MambaGeometry], attention: KVGeometry, quota_
     slot_bytes = 0 if mamba is None else mamba.bytes_per_slot
     dummies = num_dummy_slots(cuda_graph_padding, attention_dp) if slot_bytes else 0
     return ResidencyPlan(max_batch_size * pp_size, dummies, slot_bytes, attention.bytes_per_block,
-                         quota_bytes)
+                         quota_bytes, pp_size)
+
+
+def feasible_max_batch_size(mamba: Optional[MambaGeometry], attention: KVGeometry,
+                            quota_bytes: int, pp_size: int = 1, *, cuda_graph_padding: bool = True,
+                            attention_dp: bool = False, cap: int = GENERIC_MAX_BATCH_SIZE) -> int:
+    """*Proposal, PR #18985 (open).* The largest ``max_batch_size``, at most ``cap`` (the generic
+    default, 2048), whose merged floor ``(max_batch_size * pp + dummies) * slot + one page`` fits
+    ``quota_bytes``; 0 when not even 1 fits. The PR pins one such default per model family; this
+    is the largest that a given quota admits (Qwen3.5-27B, bf16 state, 24.86 GiB: 339)."""
+    return plan_residency(mamba, attention, quota_bytes, 1, pp_size,
+                          cuda_graph_padding=cuda_graph_padding,
+                          attention_dp=attention_dp).feasible_max_batch_size(cap)
+
+
+def cache_size_per_token(mamba: Optional[MambaGeometry], attention: KVGeometry,
+                         max_batch_size: int, pp_size: int = 1, *,
+                         cuda_graph_padding: bool = True,
+                         attention_dp: bool = False) -> Tuple[int, int]:
+    """(bytes per token, fixed bytes): the affine cost the merged
+    ``MambaHybridCacheManagerV2.get_cache_size_per_token`` estimates, without prefix reuse: the
+    attention bytes of one token, and the live plus dummy recurrent-state slots."""
+    plan = plan_residency(mamba, attention, 1, max_batch_size, pp_size,
+                          cuda_graph_padding=cuda_graph_padding, attention_dp=attention_dp)
+    return attention.bytes_per_token, (plan.requested + plan.dummies) * plan.slot_bytes
+
+
+def proposed_quota_error(plan: ResidencyPlan) -> str:
+    """*Proposal, PR #18985 (open):* the quota error in GiB, naming the resident-sequence and
+    reserved-slot counts and the settings to change. kvlab's wording (the PR's own text was not
+    read); the "at most N fits" hint is kvlab's :meth:`ResidencyPlan.feasible_max_batch_size`."""
+    fits = plan.feasible_max_batch_size()
+    hint = (f"lower max_batch_size (at most {fits} fits this quota) or raise "
+            f"free_gpu_memory_fraction / max_gpu_total_bytes" if fits else
+            "not even max_batch_size=1 fits: raise free_gpu_memory_fraction / max_gpu_total_bytes")
+    return (f"The V2 Mamba GPU cache quota is too small for live recurrent states and attention "
+            f"pages: got {plan.quota_bytes / GIB:.2f} GiB, need at least "
+            f"{plan.raw_need_bytes / GIB:.2f} GiB ({plan.requested} resident sequences "
+            f"(max_batch_size {plan.max_batch_size} x pp_size {plan.pp_size}) + {plan.dummies} "
+            f"reserved slots of {plan.slot_bytes / MIB:.1f} MiB, plus one "
+            f"{plan.page_bytes / MIB:.1f} MiB attention page); {hint}.")
 
 
 class StateSlotPool:
@@ -129,20 +225,28 @@ class StateSlotPool:
 class MambaHybridCacheManager(KVCacheManager):
     """A hybrid model's rank: attention pages (the KVCacheManager) plus recurrent-state slots.
 
+    ``residency="raw"`` (the default) is merged TensorRT-LLM: ``max_batch_size * pp_size``
+    resident slots plus the dummies, or the real ValueError when they and one attention page do
+    not fit; ``max_resident_sequences()`` is None. ``residency="clamped"`` is PR #17261's
+    proposal (closed without merging); ``comm`` and ``residency_bugs`` belong to it alone.
+    ``quota_message="pr18985"`` words the error as PR #18985 proposes.
+
     ``mamba=None`` (or zero layers) is an attention-only pipeline rank: no slots, yet in
     "clamped" mode it takes part in the MIN all-reduce and adopts the reduced cap.
     """
 
     def __init__(self, attention: KVGeometry, mamba: Optional[MambaGeometry], quota_bytes: int,
                  max_seq_len: int, max_batch_size: int, *, pp_size: int = 1,
-                 residency: str = "clamped", comm=None, cuda_graph_padding: bool = True,
+                 residency: str = MERGED_RESIDENCY, comm=None, cuda_graph_padding: bool = True,
                  attention_dp: bool = False, warmup_batch_sizes: Sequence[int] = (),
-                 residency_bugs: Iterable[str] = frozenset(), device="cpu", **kwargs):
+                 residency_bugs: Iterable[str] = frozenset(), quota_message: str = "merged",
+                 device="cpu", **kwargs):
         if mamba is not None and not isinstance(mamba, MambaGeometry):
             raise TypeError(f"mamba must be a MambaGeometry or None, got {type(mamba).__name__}")
         if not isinstance(attention, KVGeometry):
             raise TypeError(f"attention must be a KVGeometry, got {type(attention).__name__}")
         self.residency = check_choice("residency", residency, RESIDENCY_MODES)
+        self.quota_message = check_choice("quota_message", quota_message, QUOTA_MESSAGES)
         for name, flag in (("cuda_graph_padding", cuda_graph_padding),
                            ("attention_dp", attention_dp)):
             if not isinstance(flag, bool):
@@ -151,6 +255,10 @@ class MambaHybridCacheManager(KVCacheManager):
             raise TypeError(f"comm must have an all_reduce_min(int) method, got {type(comm).__name__}")
         self.residency_bugs: FrozenSet[str] = check_subset("residency_bugs", residency_bugs,
                                                            MANAGER_RESIDENCY_BUGS)
+        if residency == "raw" and (comm is not None or self.residency_bugs):
+            raise ValueError("comm and residency_bugs belong to residency='clamped' (PR #17261's "
+                             "proposal, closed without merging); merged TensorRT-LLM "
+                             "(residency='raw') does no all-reduce of the residency")
         warmup = tuple(check_int("warmup_batch_sizes[]", b, low=1, high=1 << 20)
                        for b in warmup_batch_sizes)
         self.mamba = mamba
@@ -160,19 +268,21 @@ class MambaHybridCacheManager(KVCacheManager):
                                    cuda_graph_padding=cuda_graph_padding, attention_dp=attention_dp)
         plan = self.plan
         if residency == "raw":
+            # the merged _build_cache_config: the live floor, checked before any allocation
             resident = plan.requested
-            if plan.slot_bytes and plan.raw_need_bytes > quota_bytes:
-                raise ValueError(QUOTA_TOO_SMALL.format(got=quota_bytes, need=plan.raw_need_bytes))
+            if not plan.raw_fits:
+                raise ValueError(self._quota_error(plan))
             cap = None
         else:
             if plan.slot_bytes and plan.local_cap < 1:
-                need = (1 + plan.dummies) * plan.slot_bytes + plan.page_bytes
-                raise ValueError(QUOTA_TOO_SMALL.format(got=quota_bytes, need=need))
+                raise ValueError(self._quota_error(plan_residency(
+                    mamba, attention, quota_bytes, 1, 1, cuda_graph_padding=cuda_graph_padding,
+                    attention_dp=attention_dp)))
             resident = plan.local_cap
             if comm is not None:  # every rank, Mamba or not, joins the MIN
                 resident = check_int("all-reduced residency", comm.all_reduce_min(resident), low=1)
             cap = resident if resident < plan.requested else None
-        #: the all-reduced cap (None: the quota affords every requested sequence)
+        #: PR #17261's all-reduced cap (None: merged code, or the quota affords every sequence)
         self._resident_sequence_cap = cap
         num_slots = (resident + plan.dummies) if plan.slot_bytes else 0
         slots_bytes = num_slots * plan.slot_bytes
@@ -186,10 +296,16 @@ class MambaHybridCacheManager(KVCacheManager):
         self.warmup_batch_sizes: Tuple[int, ...] = (
             warmup if limit is None else tuple(dict.fromkeys(min(b, limit) for b in warmup)))
 
+    def _quota_error(self, plan: ResidencyPlan) -> str:
+        if self.quota_message == "pr18985":
+            return proposed_quota_error(plan)
+        return QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
+
     # -- residency ------------------------------------------------------------------------
     def max_resident_sequences(self) -> Optional[int]:
-        """Sequences whose recurrent state may be resident at once; None = unbounded (the real
-        ``max_resident_sequences``, after the review's fix: the all-reduced cap first)."""
+        """Sequences whose recurrent state may be resident at once; None = unbounded. Always
+        None under merged residency ("raw": merged TensorRT-LLM has no such hook); under PR
+        #17261's clamp, the all-reduced cap (the review's fix: the cap first)."""
         if "attention_only_returns_none_first" in self.residency_bugs:
             if self.local_num_mamba_layers == 0:
                 return None
@@ -225,6 +341,14 @@ class MambaHybridCacheManager(KVCacheManager):
     def state_slot(self, request_id: str) -> Optional[int]:
         return self._slot_of.get(request_id)
 
+    def get_state_indices(self, request_ids: Sequence[str]) -> List[int]:
+        """The state slot of each request, in the caller's order (the real
+        ``get_state_indices(request_ids)``): placeholders 0 on a rank without local Mamba
+        layers; a KeyError for a request holding no slot."""
+        if self.local_num_mamba_layers == 0:
+            return [0] * len(request_ids)
+        return [self._slot_of[request_id] for request_id in request_ids]
+
     def free(self, request) -> None:
         """Release the cache (pages, page-index slot) and its recurrent-state slot."""
         cache = request if isinstance(request, KVCache) else self.get_cache(request)
@@ -244,7 +368,9 @@ class MambaHybridCacheManager(KVCacheManager):
             self.state_slots.num_slots), "state slots not conserved"
 
     def __repr__(self) -> str:
-        return (f"MambaHybridCacheManager({self.residency}, {self.state_slots.num_slots} state "
+        mode = ("raw, merged" if self.residency == "raw"
+                else "clamped, proposal PR #17261 (closed without merging)")
+        return (f"MambaHybridCacheManager({mode}: {self.state_slots.num_slots} state "
                 f"slots x {self.plan.slot_bytes} B ({self.plan.dummies} dummy), "
                 f"max_resident_sequences={self.max_resident_sequences()}, "
                 f"{self.total_blocks} blocks x {self.geometry.bytes_per_block} B)")
@@ -271,8 +397,9 @@ def qwen_plan(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BA
 
 def dtype_rows(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
                ssm_dtypes: Sequence[str] = ("bfloat16", "float32")) -> List[dict]:
-    """One row per SSM state dtype: bytes per slot, the raw slots (sequences + dummies), the
-    GiB they need, the quota, whether raw fits and the clamped residency."""
+    """One row per SSM state dtype: bytes per slot, the merged slots (sequences + dummies), the
+    GiB they need, the quota, whether merged code builds, PR #17261's clamped residency and
+    PR #18985's largest feasible max_batch_size."""
     rows = []
     for dtype in ssm_dtypes:
         plan = qwen_plan(quota_bytes, max_batch_size, dtype)
@@ -280,8 +407,9 @@ def dtype_rows(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_B
         rows.append(dict(ssm_dtype=dtype, slot_bytes=plan.slot_bytes, slots=slots,
                          slots_gib=round(slots * plan.slot_bytes / GIB, 2),
                          quota_gib=round(quota_bytes / GIB, 2),
-                         raw_fits=plan.raw_need_bytes <= quota_bytes,
-                         clamped_resident=max(plan.local_cap, 0)))
+                         merged_builds=plan.raw_fits,
+                         clamp_resident=max(plan.local_cap, 0),
+                         feasible_max_batch_size=plan.feasible_max_batch_size()))
     return rows
 
 
@@ -302,7 +430,8 @@ def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
                   total_bytes: int = H100_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
                   ssm_dtype: str = "bfloat16") -> List[dict]:
     """The quota ``(total - peak) * free_gpu_memory_fraction`` (kvlab.MemoryBudget, peak =
-    total - ``left_bytes``) for each fraction, the raw floor, and whether raw fits."""
+    total - ``left_bytes``) for each fraction, the merged floor, whether merged code builds,
+    PR #17261's clamped residency and PR #18985's largest feasible max_batch_size."""
     from .memory import MemoryBudget
 
     rows = []
@@ -311,9 +440,58 @@ def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
                               free_gpu_memory_fraction=fraction)
         plan = qwen_plan(budget.kv_quota_bytes, max_batch_size, ssm_dtype)
         rows.append(dict(fraction=fraction, quota_gib=budget.kv_quota_bytes / GIB,
-                         raw_need_gib=plan.raw_need_bytes / GIB,
-                         raw_fits=plan.raw_need_bytes <= budget.kv_quota_bytes,
-                         clamped_resident=max(plan.local_cap, 0)))
+                         merged_need_gib=plan.raw_need_bytes / GIB,
+                         merged_builds=plan.raw_fits,
+                         clamp_resident=max(plan.local_cap, 0),
+                         feasible_max_batch_size=plan.feasible_max_batch_size()))
+    return rows
+
+
+#: The policies of :func:`proposal_rows`, in order: (key, label, status).
+PROPOSALS = (
+    ("merged", "merged TensorRT-LLM", "merged"),
+    ("clamp", "PR #17261: the clamp", "proposal, PR #17261, closed without merging"),
+    ("default", "PR #18985: feasible default", "proposal, PR #18985, open"),
+    ("explicit", "PR #18985: explicit value", "proposal, PR #18985, open"),
+)
+
+
+def proposal_rows(plan: ResidencyPlan) -> List[dict]:
+    """What each answer does with ``plan.requested`` concurrent requests (one rank): merged code,
+    PR #17261's clamp, PR #18985's feasible ``max_batch_size`` default (when max_batch_size is
+    left unset), and PR #18985 with the explicit max_batch_size of ``plan`` (an explicit value
+    still wins, so it builds or raises exactly as merged code does, with the proposed message).
+
+    Each row: policy, label, status, max_batch_size (what the manager is built with), resident
+    (sequences served at once), waiting (of the concurrent requests, queued; 0 when it
+    raises: nothing runs), dummies,
+    state_gib (resident and dummy slots), outcome ("ok" or "crash": raises at construction),
+    error (the message, or "")."""
+    concurrent = plan.requested
+    feasible = plan.feasible_max_batch_size()
+    rows = []
+    for key, label, status in PROPOSALS:
+        if key in ("merged", "explicit"):
+            batch, resident = plan.max_batch_size, plan.requested if plan.raw_fits else 0
+            error = "" if plan.raw_fits else (
+                QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
+                if key == "merged" else proposed_quota_error(plan))
+        elif key == "clamp":
+            batch, resident = plan.max_batch_size, max(plan.local_cap, 0)
+            error = "" if resident else QUOTA_TOO_SMALL.format(
+                got=plan.quota_bytes, need=(1 + plan.dummies) * plan.slot_bytes + plan.page_bytes)
+        else:
+            batch = feasible
+            resident = min(feasible * plan.pp_size, concurrent)
+            error = "" if feasible else proposed_quota_error(ResidencyPlan(
+                plan.pp_size, plan.dummies, plan.slot_bytes, plan.page_bytes, plan.quota_bytes,
+                plan.pp_size))
+        slots = (resident + plan.dummies) if (resident and plan.slot_bytes) else 0
+        rows.append(dict(policy=key, label=label, status=status, max_batch_size=batch,
+                         resident=resident, waiting=concurrent - resident if resident else 0,
+                         dummies=plan.dummies if resident else 0,
+                         state_gib=slots * plan.slot_bytes / GIB,
+                         outcome="ok" if resident else "crash", error=error))
     return rows
 
 
@@ -331,10 +509,10 @@ def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> Tuple[KVGeometry, MambaGe
 
 
 def residency_bytes(plan: ResidencyPlan) -> dict:
-    """What the quota goes to, in bytes, before (raw) and after (clamped) the fix: resident
-    slots, dummy slots, attention pages (whole pages) and what is left unused. Raw that does
-    not fit shows its floor (one page) and overshoots the quota; clamped that cannot hold one
-    sequence shows nothing."""
+    """What the quota goes to, in bytes, under merged residency ("raw") and under PR #17261's
+    clamp ("clamped"): resident slots, dummy slots, attention pages (whole pages) and what is
+    left unused. Merged residency that does not fit shows its floor (one page) and overshoots
+    the quota; a clamp that cannot hold one sequence shows nothing."""
     q, slot, page = plan.quota_bytes, plan.slot_bytes, plan.page_bytes
 
     def split(resident: int, fits: bool) -> dict:
@@ -346,15 +524,15 @@ def residency_bytes(plan: ResidencyPlan) -> dict:
         return dict(resident=slots, dummies=dummies, pages=pages,
                     unused=max(0, q - slots - dummies - pages))
 
-    raw_fits = plan.raw_need_bytes <= q
     raw = split(plan.requested, True)
-    if not raw_fits:
+    if not plan.raw_fits:
         raw = dict(raw, pages=page, unused=0)
     cap = plan.local_cap
-    return dict(raw=raw, clamped=split(cap, cap >= 1), raw_fits=raw_fits)
+    return dict(raw=raw, clamped=split(cap, cap >= 1), raw_fits=plan.raw_fits)
 
 
-# Review-finding scenarios (tests/test_mamba.py runs the same ones): a tiny hybrid model with
+# Review-finding scenarios of PR #17261's clamp (a proposal, closed without merging; the review
+# found three holes in it). tests/test_mamba.py runs the same ones: a tiny hybrid model with
 # 2816-byte slots and 128-byte attention pages of 4 tokens.
 REVIEW_MAMBA = MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8,
                              n_groups=2, d_conv=4, conv_dtype="bfloat16", ssm_dtype="float32")
@@ -367,7 +545,7 @@ FINDING_BUGS = {1: "attention_only_returns_none_first", 2: "disagg_bypasses_cap"
 
 @dataclass(frozen=True)
 class FindingRun:
-    """One review finding run once, with (``bug=True``) or without its fix."""
+    """One review finding of PR #17261's clamp run once, with (``bug=True``) or without its fix."""
 
     finding: int
     bug: bool
@@ -381,10 +559,11 @@ class FindingRun:
 
 
 def _review_manager(affordable: int, max_batch_size: int, pages: int = 20, **kwargs):
+    """PR #17261's clamped manager (the findings are the review of that proposal)."""
     quota = (affordable + 1) * REVIEW_MAMBA.bytes_per_slot + pages * REVIEW_ATTN.bytes_per_block
     return MambaHybridCacheManager(REVIEW_ATTN, REVIEW_MAMBA, quota,
                                    max_seq_len=pages * REVIEW_ATTN.tokens_per_block,
-                                   max_batch_size=max_batch_size, **kwargs)
+                                   max_batch_size=max_batch_size, residency="clamped", **kwargs)
 
 
 def _finding_1(bug: bool) -> FindingRun:
@@ -408,7 +587,8 @@ def _finding_1(bug: bool) -> FindingRun:
             else:
                 managers[1] = MambaHybridCacheManager(
                     REVIEW_ATTN, None, 64 * REVIEW_ATTN.bytes_per_block, max_seq_len=64,
-                    max_batch_size=8, comm=comm.for_rank(1), residency_bugs=bugs)
+                    max_batch_size=8, residency="clamped", comm=comm.for_rank(1),
+                    residency_bugs=bugs)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
             comm.abort()
@@ -494,7 +674,7 @@ def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
 
 
 def run_review_finding(finding: int, bug: bool) -> FindingRun:
-    """Run one of the review's findings (1, 2, 3) with its bug or with its fix."""
+    """Run one of the review's findings on PR #17261's clamp (1, 2, 3) with its bug or its fix."""
     runners = {1: _finding_1, 2: _finding_2, 3: _finding_3}
     if finding not in runners:
         raise ValueError(f"finding must be 1, 2 or 3, got {finding!r}")

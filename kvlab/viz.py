@@ -756,15 +756,17 @@ request_fit_figure = _as_figure(request_fit_spec)
 
 
 # --- recurrent-state residency (notebook 05): the review's findings, the quota's split ----------
+# Merged TensorRT-LLM raises when the recurrent-state slots do not fit; PR #17261's clamp (closed
+# without merging) and PR #18985's feasible max_batch_size default (open) are proposals.
 
 #: Bug and fix bars of :func:`review_findings_spec`.
 BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
 
 
 def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict:
-    """One panel per review finding of PR #17261, its metrics as grouped bars, bug beside fix.
-    ``runs``: ``kvlab.mamba.FindingRun`` objects (each finding with bug=True and bug=False).
-    Traces: two bar traces (bug, fix) per finding present."""
+    """One panel per review finding of PR #17261 (a proposal, closed without merging), its
+    metrics as grouped bars, bug beside fix. ``runs``: ``kvlab.mamba.FindingRun`` objects (each
+    finding with bug=True and bug=False). Traces: two bar traces (bug, fix) per finding present."""
     findings = sorted({r.finding for r in runs})
     n = max(len(findings), 1)
     gap = 0.08
@@ -790,7 +792,7 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
                                       range=[0, (top or 1) * 1.25])
         annotations.append(dict(text=f"<b>finding {finding}</b>", x=lo + width / 2, xref="paper", y=1.0,
                                 yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
-    layout = _base_layout(title or "PR #17261's review findings: bug vs fix",
+    layout = _base_layout(title or "The review findings of PR #17261's clamp (a proposal): bug vs fix",
                           "1: caps and first chunks admitted per rank (cap 0 = None, unbounded); "
                           "2: disagg inits admitted in one pass; 3: B's chunks scheduled vs stalled passes",
                           height=440, annotations=annotations, barmode="group",
@@ -812,11 +814,12 @@ RESIDENCY_PARTS = (
 
 def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[str] = None,
                          subtitle: str = "") -> dict:
-    """Stacked bars (GiB) of what the quota goes to before (raw) and after (clamped) the fix:
-    resident slots, dummy slots, attention pages, unused; the quota as a dashed line.
-    ``split``: ``kvlab.mamba.residency_bytes(plan)``. Traces: always 4 bars."""
+    """Stacked bars (GiB) of what the quota goes to under merged residency and under PR #17261's
+    clamp (a proposal): resident slots, dummy slots, attention pages, unused; the quota as a
+    dashed line. ``split``: ``kvlab.mamba.residency_bytes(plan)``. Traces: always 4 bars."""
     gib = GIB
-    x = ["raw (before)", "clamped (the fix)"]
+    x = ["merged" + ("" if split["raw_fits"] else " (raises)"),
+         "PR #17261 clamp (proposal)"]
     data = []
     for key, label, color in RESIDENCY_PARTS:
         values = [split["raw"][key] / gib, split["clamped"][key] / gib]
@@ -839,6 +842,46 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
 
 
 residency_stack_figure = _as_figure(residency_stack_spec)
+
+#: Bars of :func:`residency_proposals_spec`: served at once, and queued.
+PROPOSAL_PARTS = (("resident", "served at once (a state slot each)", "#332288"),
+                  ("waiting", "waiting in the queue", "#BBBBBB"))
+
+
+def residency_proposals_spec(rows: Sequence[Mapping], *, title: Optional[str] = None,
+                             subtitle: str = "") -> dict:
+    """One stacked bar per answer (``kvlab.mamba.proposal_rows``): of the concurrent requests,
+    how many are served at once and how many wait; an answer that raises at construction has
+    no bar and says so. Traces: always 2 bars (served, waiting)."""
+    import re
+
+    status = [re.sub(r", PR #\d+", "", r["status"]) for r in rows]  # the label names the PR
+    x = [f"<b>{r['label']}</b><br><i>{st}</i><br>max_batch_size {r['max_batch_size']}"
+         for r, st in zip(rows, status)]
+    data = []
+    for key, label, color in PROPOSAL_PARTS:
+        values = [r[key] for r in rows]
+        hover = [f"{r['label']} ({r['status']}): {label} {v}" for r, v in zip(rows, values)]
+        data.append(dict(type="bar", x=x, y=values, name=label, marker=dict(color=color),
+                         text=[str(v) if v else "" for v in values], textposition="inside",
+                         insidetextanchor="middle", hovertext=hover,
+                         hovertemplate="%{hovertext}<extra></extra>"))
+    top = max([r["resident"] + r["waiting"] for r in rows] + [1])
+    annotations = [dict(x=xi, y=0, xref="x", yref="y", yanchor="bottom", showarrow=False,
+                        text="ValueError at<br>construction:<br>nothing served",
+                        font=dict(color=OUTCOME_COLORS["crash"], size=12))
+                   for xi, r in zip(x, rows) if r["outcome"] == "crash"]
+    layout = _base_layout(title or "Merged code raises; what each proposal would serve", subtitle,
+                          barmode="stack", height=480, bargap=0.3, annotations=annotations,
+                          xaxis=dict(type="category", tickangle=0, tickfont=dict(size=11)),
+                          yaxis=dict(title=dict(text="concurrent requests"), range=[0, top * 1.1]),
+                          legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1,
+                                      xanchor="right", traceorder="normal", font=dict(size=11)),
+                          margin=dict(l=70, r=30, t=110, b=90))
+    return {"data": data, "layout": layout}
+
+
+residency_proposals_figure = _as_figure(residency_proposals_spec)
 
 
 # --- measurements on a device (kvlab.measurements) ----------------------------------------------

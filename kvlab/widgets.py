@@ -671,7 +671,7 @@ __all__ += ["RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model
             "ranks_verdict", "run_planned_ranks"]
 
 
-# --- notebook 05: recurrent-state residency (PR #17261), live ----------------------------------------
+# --- notebook 05: recurrent-state residency (merged; proposals PR #17261, #18985), live ----------
 
 #: SSM state dtypes the residency panel offers.
 MAMBA_SSM_DTYPES = ("bfloat16", "float32")
@@ -679,7 +679,8 @@ MAMBA_SSM_DTYPES = ("bfloat16", "float32")
 
 @dataclass(frozen=True)
 class MambaModel:
-    """What the residency panel shows: Qwen3.5-27B's plan for a quota, raw and clamped."""
+    """What the residency panel shows: Qwen3.5-27B's plan for a quota under merged residency,
+    beside PR #17261's clamp and PR #18985's feasible max_batch_size default (proposals)."""
 
     quota_gib: float
     max_batch_size: int
@@ -689,15 +690,22 @@ class MambaModel:
 
     @property
     def raw_fits(self) -> bool:
+        """Merged TensorRT-LLM builds (its floor fits the quota)."""
         return self.split["raw_fits"]
 
     @property
     def resident(self) -> int:
-        """Sequences resident under the clamp (0: not even one fits)."""
+        """Sequences resident under PR #17261's clamp (0: not even one fits)."""
         return max(self.plan.local_cap, 0)
 
     @property
+    def feasible_max_batch_size(self) -> int:
+        """PR #18985: the largest max_batch_size default that fits this quota (0: none)."""
+        return self.plan.feasible_max_batch_size()
+
+    @property
     def outcome(self) -> str:
+        """Merged TensorRT-LLM's outcome: "ok" (builds) or "crash" (ValueError)."""
         return "ok" if self.raw_fits else "crash"
 
 
@@ -711,7 +719,7 @@ def mamba_model(values: Mapping[str, Any]) -> MambaModel:
 
 
 def mamba_figures(model: MambaModel) -> Dict[str, dict]:
-    """The quota split, raw beside clamped (a kvlab.viz spec)."""
+    """The quota split, merged beside PR #17261's clamp (a kvlab.viz spec)."""
     return {"stack": viz.residency_stack_spec(
         model.split, model.plan.quota_bytes,
         subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size}, {model.ssm_dtype} SSM state, "
@@ -719,33 +727,41 @@ def mamba_figures(model: MambaModel) -> Dict[str, dict]:
 
 
 def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
-    """(outcome, HTML): does raw residency build, and how many sequences the clamp keeps."""
+    """(outcome, HTML): does merged TensorRT-LLM build, and what the two proposals would do
+    (PR #17261's clamp: how many sequences stay resident; PR #18985: the largest feasible
+    max_batch_size default)."""
     plan, gib = model.plan, GIB
     slots = plan.requested + plan.dummies
     raw = (f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = "
            f"{plan.raw_need_bytes / gib:.2f} GiB")
+    fits = model.feasible_max_batch_size
     if model.raw_fits:
-        headline = (f"Raw fits: {raw} <= quota {model.quota_gib:.2f} GiB; all {plan.requested} "
-                    f"sequences resident, no cap (max_resident_sequences() is None).")
+        headline = (f"Merged builds: {raw} <= quota {model.quota_gib:.2f} GiB; all {plan.requested} "
+                    f"sequences resident (merged code has no cap). The proposals change nothing here.")
     elif model.resident >= 1:
         used = (model.resident + plan.dummies) * plan.slot_bytes / gib
-        headline = (f"Raw fails: {raw} > quota {model.quota_gib:.2f} GiB (ValueError at construction). "
-                    f"Clamped residency {model.resident} (+{plan.dummies} dummy) = {used:.2f} GiB of "
-                    f"slots; {model.split['clamped']['pages'] // plan.page_bytes} attention pages; "
-                    f"{plan.requested - model.resident} sequences queue.")
+        headline = (f"Merged raises: {raw} > quota {model.quota_gib:.2f} GiB (ValueError at "
+                    f"construction). Proposal PR #17261 (closed without merging), the clamp: "
+                    f"{model.resident} resident (+{plan.dummies} dummy) = {used:.2f} GiB of slots; "
+                    f"{model.split['clamped']['pages'] // plan.page_bytes} attention pages; "
+                    f"{plan.requested - model.resident} sequences queue. Proposal PR #18985 (open): "
+                    f"a max_batch_size default of at most {fits} fits; an explicit "
+                    f"{model.max_batch_size} still raises, with a message in GiB.")
     else:
-        headline = (f"Raw fails: {raw} > quota {model.quota_gib:.2f} GiB; clamped residency 0: "
-                    f"not even one sequence's state fits, so the clamped manager raises too.")
+        headline = (f"Merged raises: {raw} > quota {model.quota_gib:.2f} GiB; the clamp (PR #17261) "
+                    f"keeps 0: not even one sequence's state fits, so it raises too, and no "
+                    f"max_batch_size default fits (PR #18985).")
     detail = (f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
-              f"raw need {plan.raw_need_bytes:,} B")
+              f"merged floor {plan.raw_need_bytes:,} B")
     return model.outcome, verdict_html(model.outcome, headline, detail)
 
 
 def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: str = "bfloat16", *,
                 wait_s: float = DEFAULT_WAIT_S) -> Panel:
     """Notebook 05's live panel: the quota (GiB), max_batch_size and the SSM state dtype of
-    Qwen3.5-27B -> the quota split raw vs clamped, and a verdict: raw fails or fits, the
-    clamped residency with the numbers."""
+    Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp (a proposal),
+    and a verdict: merged builds or raises, the clamp's residency, PR #18985's feasible
+    max_batch_size default."""
     from ._validate import check_choice, check_float, check_int
 
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
@@ -761,7 +777,8 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
                             style={"description_width": "110px", "button_width": "90px"})
     return Panel({"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype}, mamba_model,
                  mamba_figures, mamba_verdict,
-                 title="Qwen3.5-27B: raw residency or the clamp (PR #17261)", wait_s=wait_s)
+                 title="Qwen3.5-27B: merged residency, or the proposals (PR #17261, PR #18985)",
+                 wait_s=wait_s)
 
 
 __all__ += ["MAMBA_SSM_DTYPES", "MambaModel", "mamba_figures", "mamba_model", "mamba_panel",

@@ -14,17 +14,22 @@
 # ---
 
 # %% [markdown]
-# # 05 · Recurrent-state residency: Qwen3.5-27B's 513 slots (PR #17261)
+# # 05 · Recurrent-state residency: Qwen3.5-27B's 513 slots (merged code, and two proposals)
 #
 # A hybrid model such as Qwen3.5-27B keeps, beside its attention KV pages, one **fixed-size
-# recurrent (Mamba / linear-attention) state per live sequence**. TensorRT-LLM's
-# `MambaHybridCacheManagerV2` used to carve `max_batch_size × pp_size` such slots (plus a dummy
-# for CUDA-graph padding) out of the KV-cache quota before anything else. PR #17261 reports that
-# for Qwen3.5-27B on an 80 GiB H100 this cannot work: *513 slots need 37.5 GiB of the 24.9 GiB
-# left after the weights*. The fix clamps residency to what the quota affords, MIN-reduces it
-# across ranks, and lets the scheduler queue the excess. The review found three holes in the fix.
-# This notebook redoes the arithmetic, builds the managers, and runs each finding with and
-# without its fix (REFERENCE.md §5).
+# recurrent (Mamba / linear-attention) state per live sequence**. Merged TensorRT-LLM's
+# `MambaHybridCacheManagerV2` carves `max_batch_size × pp_size` such slots (plus a dummy for
+# CUDA-graph padding) out of the KV-cache quota, and when they and one attention page do not fit
+# it **raises a `ValueError` at construction**. There is no clamp, no cap and no scheduler gate.
+#
+# PR #17261 reported that for Qwen3.5-27B on an 80 GiB H100 this cannot work: *513 slots need
+# 37.5 GiB of the 24.9 GiB left after the weights*. It proposed to clamp residency to what the
+# quota affords, MIN-reduce it across ranks and let the scheduler queue the excess; the review
+# found three holes in it, and the PR was **closed without merging**. PR #18985 (**open**, not
+# merged) proposes another answer: pin a feasible `max_batch_size` default for the hybrid family
+# and make the quota error say what to change. This notebook redoes the arithmetic, builds the
+# merged manager (and watches it raise), then both proposals, side by side, and runs each review
+# finding of the clamp with and without its fix (docs/REFERENCE.md §5).
 
 # %% tags=["parameters"]
 quota_gib: float = 24.86  # the KV-cache quota in GiB: what the PR's H100 has left after the weights
@@ -38,9 +43,9 @@ import pandas as pd
 from kvlab import MambaHybridCacheManager, qwen3_5_27b_attention, qwen3_5_27b_mamba, viz
 from kvlab._validate import check_choice, check_float, check_int
 from kvlab.findings import Finding, report_findings
-from kvlab.mamba import (GIB, PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES, SCALE, dtype_rows, fraction_rows,
-                         implied_ssm_dtype, qwen_plan, residency_bytes, run_review_findings,
-                         scaled_qwen3_5_27b)
+from kvlab.mamba import (GENERIC_MAX_BATCH_SIZE, GIB, MIB, PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES, SCALE,
+                         dtype_rows, fraction_rows, implied_ssm_dtype, proposal_rows, qwen_plan,
+                         residency_bytes, run_review_findings, scaled_qwen3_5_27b)
 from kvlab.widgets import MAMBA_SSM_DTYPES, mamba_panel
 
 # Bad parameters stop here, with a message naming the parameter.
@@ -63,7 +68,9 @@ print("parameters:", dict(quota_gib=quota_gib, max_batch_size=max_batch_size, ss
 # elements) and an SSM state of `heads × head_dim × d_state` elements. From Qwen3.5-27B's
 # published config: 48 linear-attention layers, 48 value heads of 128, d_state 128, 16 key heads
 # (n_groups), kernel 4. The config says `mamba_ssm_dtype: float32` — but 513 float32 slots are
-# 73.55 GiB, not 37.5. Only a **bfloat16** SSM state gives the PR's figure.
+# 73.55 GiB, not 37.5. Only a **bfloat16** SSM state gives the PR's figure. The last three
+# columns say what the quota leaves: whether merged code builds, how many sequences the clamp of
+# PR #17261 would keep resident, and the largest `max_batch_size` that fits (PR #18985's idea).
 
 # %%
 g = qwen3_5_27b_mamba(ssm_dtype="bfloat16")
@@ -77,53 +84,56 @@ assert table.loc["bfloat16", "slots_gib"] == 37.48 and table.loc["float32", "slo
 assert table.loc["bfloat16", "slots"] == 513 == PR_MAX_BATCH_SIZE + 1
 
 # %% [markdown]
-# ## 2. Raw residency: no `free_gpu_memory_fraction` helps
+# ## 2. Merged code: construction raises, and no `free_gpu_memory_fraction` helps
 #
 # The quota is `(total − peak) × free_gpu_memory_fraction`. After Qwen3.5-27B's weights an
 # 80 GiB H100 has 24.86 GiB left: that is the quota at fraction **1.0**, the most any fraction can
-# give. The raw floor, `(513 slots × slot) + one attention page`, is above it; a fraction would
-# have to exceed 1. Construction raises before it allocates anything, so the real full-size
-# manager can be built (and fail) here.
+# give. Merged `_minimum_live_gpu_quota()`, `(513 slots × slot) + one attention page`, is above
+# it; a fraction would have to exceed 1. `_build_cache_config` raises before it allocates
+# anything, so the real full-size manager can be built here — with kvlab's default, merged
+# residency — and fail.
 
 # %%
 fractions = [0.5, 0.9, 1.0] if SMOKE else [0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0]
 sweep = pd.DataFrame(fraction_rows(fractions, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype))
 display(sweep.round(2))
 plan = qwen_plan(quota, max_batch_size, ssm_dtype)
-print(f"raw floor {plan.raw_need_bytes / GIB:.2f} GiB = {plan.raw_need_bytes / PR_QUOTA_BYTES:.2f} x "
+print(f"merged floor {plan.raw_need_bytes / GIB:.2f} GiB = {plan.raw_need_bytes / PR_QUOTA_BYTES:.2f} x "
       f"what is left after the weights: the fraction would have to be above 1")
 try:
-    if plan.raw_need_bytes > quota:  # raises before allocating: the full-size manager is safe
+    if not plan.raw_fits:  # raises before allocating: the full-size manager is safe
         MambaHybridCacheManager(qwen3_5_27b_attention(), qwen3_5_27b_mamba(ssm_dtype=ssm_dtype), quota,
-                                max_seq_len=4096, max_batch_size=max_batch_size, residency="raw")
+                                max_seq_len=4096, max_batch_size=max_batch_size)
     else:  # it would allocate the whole quota: build the 256x smaller model of section 3 instead
         attn_s, mamba_s = scaled_qwen3_5_27b(ssm_dtype)
         MambaHybridCacheManager(attn_s, mamba_s, -(-quota // SCALE), max_seq_len=64,
-                                max_batch_size=max_batch_size, residency="raw")
+                                max_batch_size=max_batch_size)
     raw_error = None
-    print("raw residency built: the quota affords every requested slot")
+    print("merged residency built: the quota affords every requested slot")
 except ValueError as exc:
     raw_error = str(exc)
     print(f"ValueError: {raw_error}")
-assert (raw_error is None) == (plan.raw_need_bytes <= quota)
+assert (raw_error is None) == plan.raw_fits
 if ssm_dtype == "bfloat16" and max_batch_size == PR_MAX_BATCH_SIZE:
-    assert not sweep.raw_fits.any()  # not at any fraction, 1.0 included
+    assert not sweep.merged_builds.any()  # not at any fraction, 1.0 included
 
 # %% [markdown]
-# ## 3. The clamp: how many sequences become resident
+# ## 3. Proposal, PR #17261 (closed without merging): the clamp
 #
-# The fix keeps `min(requested, (quota − one page) // slot − dummies)` sequences resident,
-# reports it through `max_resident_sequences()` (None when every requested sequence fits) and
-# truncates the warm-up batch sizes to it (each entry costs a slot). To allocate for real, the
-# model is scaled down 256× (state split over tp 16 with 3 of 48 layers; one attention layer of
-# one head with 8-token pages; the quota ÷ 256): the slot counts stay the PR's.
+# The clamp would keep `min(requested, (quota − one page) // slot − dummies)` sequences resident,
+# report it through `max_resident_sequences()` (None when every requested sequence fits), let the
+# scheduler admit first context chunks only below it, and truncate the warm-up batch sizes to it
+# (each entry costs a slot). kvlab keeps it as an opt-in mode, `residency="clamped"`. To allocate
+# for real, the model is scaled down 256× (state split over tp 16 with 3 of 48 layers; one
+# attention layer of one head with 8-token pages; the quota ÷ 256): the slot counts stay the PR's.
 
 # %%
 attn_s, mamba_s = scaled_qwen3_5_27b(ssm_dtype)
 assert mamba_s.bytes_per_slot * SCALE == plan.slot_bytes and attn_s.bytes_per_block * SCALE == plan.page_bytes
 warmup = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 scaled = MambaHybridCacheManager(attn_s, mamba_s, quota // SCALE, max_seq_len=64,
-                                 max_batch_size=max_batch_size, warmup_batch_sizes=warmup)
+                                 max_batch_size=max_batch_size, residency="clamped",
+                                 warmup_batch_sizes=warmup)
 print(scaled)
 print("warm-up batch sizes:", scaled.warmup_batch_sizes)
 resident = plan.local_cap
@@ -138,10 +148,76 @@ if IS_PR:
 viz.show(viz.residency_stack_figure(residency_bytes(plan), quota))
 
 # %% [markdown]
-# ## 4. The review's three findings, bug vs fix
+# ## 4. Proposal, PR #18985 (open): a feasible `max_batch_size` default, and an error that says why
 #
-# Each finding runs on a tiny hybrid model with its switch (`residency_bugs` on the manager or the
-# Scheduler) set to the buggy behaviour, then fixed:
+# PR #18985 starts from the generic default `max_batch_size=2048`: a hybrid model's ~25.1 MiB
+# slot then asks for ~50.3 GiB of live quota (2049 slots), more than the whole KV budget. Instead
+# of a clamp it would pin a feasible default for the hybrid family through `get_model_defaults`
+# (an explicit user value still wins), and make the quota error report GiB and name
+# `max_batch_size` and `free_gpu_memory_fraction`. Its diff could not be read from the stored
+# sources: `feasible_max_batch_size` below is the **largest** default that fits a given quota (the
+# PR pins one constant per family, which fits only if it is no larger), and the message is
+# kvlab's wording of what the PR describes (`quota_message="pr18985"`).
+
+# %%
+print(f"PR #18985's arithmetic: {GENERIC_MAX_BATCH_SIZE + 1} slots x 25.1 MiB = "
+      f"{(GENERIC_MAX_BATCH_SIZE + 1) * 25.1 * MIB / GIB:.1f} GiB (the PR: ~50.3 GiB; its slot is a little over 25.1 MiB)")
+feasible = plan.feasible_max_batch_size()
+print(f"largest max_batch_size whose floor fits {quota / GIB:.2f} GiB: {feasible}")
+if feasible:  # merged code builds with it (scaled 256x: the same slot counts)
+    fits = MambaHybridCacheManager(attn_s, mamba_s, quota // SCALE, max_seq_len=64,
+                                   max_batch_size=feasible)
+    assert fits.max_resident_sequences() is None and fits.state_slots.num_slots == feasible + plan.dummies
+    print(fits)
+    try:
+        MambaHybridCacheManager(attn_s, mamba_s, quota // SCALE, max_seq_len=64,
+                                max_batch_size=feasible + 1)
+        raise AssertionError("one more sequence should not fit")
+    except ValueError:
+        print(f"max_batch_size {feasible + 1}: ValueError")
+proposed_error = None
+if not plan.raw_fits:  # an explicit max_batch_size still wins, so it still raises: with the new words
+    try:
+        MambaHybridCacheManager(qwen3_5_27b_attention(), qwen3_5_27b_mamba(ssm_dtype=ssm_dtype), quota,
+                                max_seq_len=4096, max_batch_size=max_batch_size, quota_message="pr18985")
+    except ValueError as exc:
+        proposed_error = str(exc)
+    print(f"explicit max_batch_size {max_batch_size}, PR #18985's message:\n  {proposed_error}")
+    assert f"at most {feasible} fits" in proposed_error and "GiB" in proposed_error
+if IS_PR:
+    assert feasible == resident == 339
+
+# %% [markdown]
+# ## 5. Side by side: what each answer serves
+#
+# With as many concurrent requests as the requested `max_batch_size`: merged code does not
+# start. The clamp (PR #17261) keeps `max_batch_size` and serves what the quota affords at once,
+# queueing the rest behind its scheduler gate — which needs the MIN all-reduce and the gate the
+# review found holes in (section 6). The feasible default (PR #18985) serves the same number at
+# once through plain `max_batch_size`, with no new mechanism — but only when `max_batch_size` is
+# left unset. The PR's 512 is not the generic default (2048), so it came from the run's
+# configuration, and under PR #18985 an explicit value still wins: it still raises, now with a
+# message that says what to change.
+
+# %%
+proposals = pd.DataFrame(proposal_rows(plan)).set_index("label")
+display(proposals[["status", "max_batch_size", "resident", "waiting", "state_gib", "outcome"]].round(2))
+viz.show(viz.residency_proposals_figure(
+    proposal_rows(plan), subtitle=f"Qwen3.5-27B, {ssm_dtype} SSM state, {quota / GIB:.2f} GiB quota, "
+                                  f"{plan.requested} concurrent requests"))
+by_policy = proposals.set_index("policy")
+assert by_policy.loc["merged", "outcome"] == ("ok" if plan.raw_fits else "crash")
+assert by_policy.loc["clamp", "resident"] == max(resident, 0)
+assert by_policy.loc["default", "max_batch_size"] == feasible
+if IS_PR:
+    assert list(by_policy.resident) == [0, 339, 339, 0] and list(by_policy.waiting) == [0, 173, 173, 0]
+
+# %% [markdown]
+# ## 6. The review's three findings on the clamp, bug vs fix
+#
+# The clamp was never merged, but its review is a lesson in what a residency cap must get right.
+# Each finding runs on a tiny hybrid model under `residency="clamped"`, with its switch
+# (`residency_bugs` on the manager or the Scheduler) set to the buggy behaviour, then fixed:
 #
 # 1. **Attention-only pipeline rank returns None first** — a Mamba rank (affords 3 of 8) and an
 #    attention-only rank MIN-reduce in two threads; with the bug the attention-only rank reports
@@ -164,37 +240,46 @@ assert dict(by[2, True].metrics)["admitted in one pass"] == 2 > dict(by[2, False
 assert dict(by[3, True].metrics)["B chunks scheduled"] == 0 < dict(by[3, False].metrics)["B chunks scheduled"]
 
 # %% [markdown]
-# ## 5. Try it: quota, max_batch_size, state dtype
+# ## 7. Try it: quota, max_batch_size, state dtype
 #
-# Things to find: the smallest quota at which raw residency builds for 512 sequences (bf16, then
-# float32); the largest max_batch_size the PR's 24.86 GiB affords without a cap; what float32
-# does to the clamped residency.
+# Things to find: the smallest quota at which merged code builds for 512 sequences (bf16, then
+# float32); the largest max_batch_size the PR's 24.86 GiB affords (PR #18985's feasible default);
+# what float32 does to the clamp's residency.
 
 # %%
 panel = mamba_panel(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype)
 assert panel.model.resident == max(resident, 0) and panel.model.raw_fits == (raw_error is None)
+assert panel.model.feasible_max_batch_size == feasible
 panel
 
 # %% [markdown]
 # ## Findings
 #
-# The slot is fixed-size, so `max_batch_size` was not a ceiling but a floor on memory; the clamp
-# turns it back into a ceiling, and the review's fixes make every rank and every admission path
-# respect it.
+# The slot is fixed-size, so `max_batch_size` is not a ceiling but a floor on memory: merged code
+# refuses to start when the floor does not fit. The clamp (PR #17261, closed without merging)
+# would have turned it back into a ceiling, at the price of a cap every rank and every admission
+# path must respect; the feasible default (PR #18985, open) keeps `max_batch_size` a floor and
+# chooses it so that it fits.
 
 # %%
 scenario = "qwen3.5-27b-h100" if IS_PR else f"qwen3.5-27b-{quota_gib:g}GiB-{max_batch_size}seq-{ssm_dtype}"
 findings = [
-    Finding(scenario=scenario, policy="raw", outcome="ok" if raw_error is None else "crash",
+    Finding(scenario=scenario, policy="merged", outcome="ok" if raw_error is None else "crash",
             numbers=f"{plan.requested + plan.dummies} slots x {plan.slot_bytes:,} B + one page = "
                     f"{plan.raw_need_bytes / GIB:.2f} GiB vs quota {quota / GIB:.2f} GiB"),
-    Finding(scenario=scenario, policy="clamped", outcome="ok" if resident >= 1 else "crash",
-            numbers=f"{max(resident, 0)} resident + {plan.dummies} dummy; "
+    Finding(scenario=scenario, policy="clamp (proposal, PR #17261, closed without merging)",
+            outcome="ok" if resident >= 1 else "crash",
+            numbers=f"{max(resident, 0)} resident + {plan.dummies} dummy, "
+                    f"{max(plan.requested - max(resident, 0), 0)} queue; "
                     f"{implied} SSM state implied by the PR's 37.5 GiB"),
+    Finding(scenario=scenario, policy="feasible default (proposal, PR #18985, open)",
+            outcome="ok" if feasible >= 1 else "crash",
+            numbers=f"max_batch_size default {feasible} fits; an explicit {max_batch_size} "
+                    + ("builds" if plan.raw_fits else "still raises, in GiB")),
 ]
 findings += [Finding(scenario=f"review finding {r.finding}", policy=r.label, outcome=r.outcome,
                      numbers=", ".join(f"{k} {v}" for k, v in r.metrics)
                      + ("; cap 0 = None (unbounded)" if r.finding == 1 else "")) for r in runs]
 if IS_PR:
-    assert [f.outcome for f in findings[:2]] == ["crash", "ok"] and resident == 339
+    assert [f.outcome for f in findings[:3]] == ["crash", "ok", "ok"] and resident == 339 == feasible
 findings = report_findings(findings)

@@ -1,6 +1,8 @@
-"""Recurrent-state residency (PR #17261, REFERENCE.md §5): MambaGeometry's slot arithmetic,
-MambaHybridCacheManager's raw and clamped residency, the scheduler's first-chunk gate, and the
-review's three findings, each failing with its switch set to the buggy behaviour."""
+"""Recurrent-state residency (docs/REFERENCE.md §5): MambaGeometry's slot arithmetic,
+MambaHybridCacheManager's merged residency (the default: the real ValueError, no cap), the two
+proposals (PR #17261's clamp, closed without merging, with the scheduler's first-chunk gate;
+PR #18985's feasible max_batch_size default and quota message, open), and the clamp review's
+three findings, each failing with its switch set to the buggy behaviour."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MambaHybridCacheMa
                    Scheduler, SchedulerDeadlock, StateSlotsExhausted, plan_residency,
                    qwen3_5_27b_attention, qwen3_5_27b_mamba, simulate)
 from kvlab.distributed import ThreadComm, TorchComm, free_port
-from kvlab.mamba import QUOTA_TOO_SMALL
+from kvlab.mamba import (GENERIC_MAX_BATCH_SIZE, QUOTA_TOO_SMALL, cache_size_per_token,
+                         feasible_max_batch_size, proposed_quota_error)
 
 GIB = 2**30
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -37,6 +40,8 @@ def quota_for(resident: int, pages: int, dummies: int = 1) -> int:
 
 
 def manager(resident_affordable: int, max_batch_size: int, pages: int = 20, **kwargs):
+    """A manager whose quota affords ``resident_affordable`` sequences (merged residency unless
+    ``residency`` is given: it raises when that is below ``max_batch_size``)."""
     return MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota_for(resident_affordable, pages),
                                    max_seq_len=pages * SMALL_ATTN.tokens_per_block,
                                    max_batch_size=max_batch_size, **kwargs)
@@ -127,8 +132,8 @@ def test_pr_37_5_gib_implies_bf16_ssm_state():
 
 
 def test_pr_quota_raw_error_and_clamp():
-    """24.86 GiB: raw residency refuses to build; the clamp leaves 339 resident sequences
-    (340 slots with the dummy); a float32 state would leave 172."""
+    """24.86 GiB: merged residency (the default) refuses to build; PR #17261's clamp would leave
+    339 resident sequences (340 slots with the dummy); a float32 state would leave 172."""
     quota = int(24.86 * GIB)
     mamba, attn = qwen3_5_27b_mamba(ssm_dtype="bfloat16"), qwen3_5_27b_attention()
     plan = plan_residency(mamba, attn, quota, max_batch_size=512)
@@ -138,6 +143,9 @@ def test_pr_quota_raw_error_and_clamp():
         MambaHybridCacheManager(attn, mamba, quota, max_seq_len=4096, max_batch_size=512,
                                 residency="raw")
     assert str(info.value) == QUOTA_TOO_SMALL.format(got=quota, need=need)
+    with pytest.raises(ValueError) as default:  # the default is merged residency
+        MambaHybridCacheManager(attn, mamba, quota, max_seq_len=4096, max_batch_size=512)
+    assert str(default.value) == str(info.value)
     assert str(info.value) == ("The V2 Mamba GPU cache quota is too small for live recurrent "
                                f"states and attention pages: got {quota} bytes, need at least "
                                f"{need} bytes.")
@@ -150,7 +158,119 @@ def test_pr_quota_raw_error_and_clamp():
     assert plan.raw_need_bytes - quota > 12 * GIB
 
 
-# --- the clamp -----------------------------------------------------------------------------
+# --- merged residency (the default) --------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(affordable=st.integers(1, 10), batch=st.integers(1, 10), pp=st.integers(1, 3),
+       adp=st.booleans())
+def test_merged_residency_builds_every_requested_slot_or_raises(affordable, batch, pp, adp):
+    dummies = 1 + int(adp)
+    quota = quota_for(affordable, 3, dummies=dummies)
+    kwargs = dict(max_seq_len=12, max_batch_size=batch, pp_size=pp, attention_dp=adp)
+    if batch * pp > affordable:
+        with pytest.raises(ValueError) as info:
+            MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota, **kwargs)
+        need = (batch * pp + dummies) * SLOT + PAGE
+        assert str(info.value) == QUOTA_TOO_SMALL.format(got=quota, need=need)
+        return
+    m = MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota, **kwargs)
+    assert m.residency == "raw" and m.max_resident_sequences() is None
+    assert m.state_slots.num_slots == batch * pp + dummies
+    assert m.state_slots.nbytes + m.pool.nbytes <= quota
+
+
+def test_merged_residency_takes_no_comm_and_no_review_bugs():
+    with pytest.raises(ValueError, match="residency='clamped'"):
+        manager(4, 4, comm=FixedComm(4))
+    with pytest.raises(ValueError, match="closed without merging"):
+        manager(4, 4, residency_bugs={"attention_only_returns_none_first"})
+
+
+def test_merged_residency_keeps_warmup_batch_sizes():
+    assert manager(8, 8, warmup_batch_sizes=[1, 8]).warmup_batch_sizes == (1, 8)
+
+
+def test_state_indices_follow_the_callers_order():
+    m = manager(3, 3)
+    for rid in ("a", "b", "c"):
+        m.create_cache(rid)
+    assert m.get_state_indices(["c", "a"]) == [m.state_slot("c"), m.state_slot("a")]
+    with pytest.raises(KeyError):
+        m.get_state_indices(["zz"])
+    attention_only = MambaHybridCacheManager(SMALL_ATTN, None, 64 * PAGE, max_seq_len=64,
+                                             max_batch_size=2)
+    attention_only.create_cache("a")
+    assert attention_only.get_state_indices(["a", "b"]) == [0, 0]
+
+
+def test_cache_size_per_token_is_attention_slope_plus_live_and_dummy_slots():
+    assert cache_size_per_token(SMALL_MAMBA, SMALL_ATTN, 4) == (SMALL_ATTN.bytes_per_token, 5 * SLOT)
+    assert cache_size_per_token(SMALL_MAMBA, SMALL_ATTN, 4, 2, attention_dp=True) == (
+        SMALL_ATTN.bytes_per_token, 10 * SLOT)
+    assert cache_size_per_token(None, SMALL_ATTN, 4) == (SMALL_ATTN.bytes_per_token, 0)
+
+
+# --- proposal, PR #18985 (open): a feasible max_batch_size default, the quota error in GiB ---
+
+@settings(max_examples=300, deadline=None)
+@given(quota=st.integers(1, 10**6), pp=st.integers(1, 4), graph=st.booleans(), adp=st.booleans(),
+       cap=st.integers(1, 3000))
+def test_feasible_max_batch_size_fits_and_is_maximal(quota, pp, graph, adp, cap):
+    b = feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, quota, pp, cuda_graph_padding=graph,
+                                attention_dp=adp, cap=cap)
+    assert 0 <= b <= cap
+
+    def fits(batch):
+        return plan_residency(SMALL_MAMBA, SMALL_ATTN, quota, batch, pp, cuda_graph_padding=graph,
+                              attention_dp=adp).raw_fits
+
+    if b:
+        assert fits(b)
+    if b < cap:
+        assert not fits(b + 1)
+
+
+def test_feasible_default_builds_and_one_more_raises():
+    quota = quota_for(5, 10)
+    b = feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, quota)
+    assert b == 5
+    assert manager(5, b).state_slots.num_slots == b + 1
+    with pytest.raises(ValueError, match="too small"):
+        manager(5, b + 1)
+    # a quota that affords more than the generic default pins the generic default
+    big = quota_for(3000, 10)
+    assert feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, big) == GENERIC_MAX_BATCH_SIZE == 2048
+    # no state slots: only the attention page bounds it
+    assert feasible_max_batch_size(None, SMALL_ATTN, PAGE) == 2048
+    assert feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, PAGE) == 0
+
+
+def test_pr18985_quota_message_is_in_gib_and_names_the_settings():
+    quota = int(24.86 * GIB)
+    mamba, attn = qwen3_5_27b_mamba(ssm_dtype="bfloat16"), qwen3_5_27b_attention()
+    with pytest.raises(ValueError) as info:
+        MambaHybridCacheManager(attn, mamba, quota, max_seq_len=4096, max_batch_size=512,
+                                quota_message="pr18985")
+    text = str(info.value)
+    plan = plan_residency(mamba, attn, quota, 512)
+    assert text == proposed_quota_error(plan)
+    assert text.startswith("The V2 Mamba GPU cache quota is too small for live recurrent states")
+    assert "got 24.86 GiB, need at least 37.48 GiB" in text
+    assert "512 resident sequences (max_batch_size 512 x pp_size 1) + 1 reserved slots" in text
+    assert "lower max_batch_size (at most 339 fits this quota)" in text
+    assert "free_gpu_memory_fraction" in text
+    tiny = plan_residency(mamba, attn, 3 * 2**20, 1)
+    assert "not even max_batch_size=1 fits" in proposed_quota_error(tiny)
+
+
+def test_pr18985_generic_default_arithmetic():
+    """PR #18985: a ~25.1 MiB slot at the generic default of 2048 needs ~50.3 GiB (2049 slots)."""
+    slot = 25.1 * 2**20
+    assert round((GENERIC_MAX_BATCH_SIZE + 1) * slot / GIB, 1) == 50.2
+    assert round((GENERIC_MAX_BATCH_SIZE + 1) * 25.125 * 2**20 / GIB, 1) == 50.3
+
+
+# --- proposal, PR #17261 (closed without merging): the clamp ---------------------------------
 
 @settings(max_examples=300, deadline=None)
 @given(quota=st.integers(1, 10**7), batch=st.integers(1, 600), pp=st.integers(1, 4),
@@ -171,7 +291,7 @@ def test_clamp_fits_and_is_maximal(quota, batch, pp, graph, adp):
 @settings(max_examples=40, deadline=None)
 @given(affordable=st.integers(1, 12), batch=st.integers(1, 12), pages=st.integers(1, 21))
 def test_clamped_manager_sizes_its_pools(affordable, batch, pages):
-    m = manager(affordable, batch, pages=pages)
+    m = manager(affordable, batch, pages=pages, residency="clamped")
     cap = min(affordable, batch)
     assert m.max_resident_sequences() == (None if cap == batch else cap)
     assert m.state_slots.num_slots == cap + 1
@@ -184,7 +304,8 @@ def test_clamped_manager_sizes_its_pools(affordable, batch, pages):
 def test_clamped_manager_errors_when_not_even_one_sequence_fits():
     quota = 1 * SLOT + PAGE  # the dummy and a page, no resident slot
     with pytest.raises(ValueError) as info:
-        MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota, max_seq_len=64, max_batch_size=4)
+        MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota, max_seq_len=64, max_batch_size=4,
+                                residency="clamped")
     assert str(info.value) == QUOTA_TOO_SMALL.format(got=quota, need=2 * SLOT + PAGE)
 
 
@@ -212,10 +333,11 @@ def test_plain_attention_manager_is_unbounded():
 
 
 def test_warmup_batch_sizes_truncated_to_the_clamp():
-    m = manager(3, 8, warmup_batch_sizes=[1, 2, 4, 8])
+    m = manager(3, 8, warmup_batch_sizes=[1, 2, 4, 8], residency="clamped")
     assert m.max_resident_sequences() == 3
     assert m.warmup_batch_sizes == (1, 2, 3)
-    assert manager(8, 8, warmup_batch_sizes=[1, 8]).warmup_batch_sizes == (1, 8)
+    assert manager(8, 8, warmup_batch_sizes=[1, 8],
+                   residency="clamped").warmup_batch_sizes == (1, 8)
 
 
 @pytest.mark.parametrize("kwargs, error, text", [
@@ -224,6 +346,7 @@ def test_warmup_batch_sizes_truncated_to_the_clamp():
     (dict(comm=object()), TypeError, "all_reduce_min"),
     (dict(attention_dp=1), TypeError, "attention_dp"),
     (dict(warmup_batch_sizes=[0]), ValueError, "warmup_batch_sizes"),
+    (dict(quota_message="pr17261"), ValueError, "quota_message"),
 ])
 def test_manager_arguments_are_validated(kwargs, error, text):
     with pytest.raises(error, match=text):
@@ -247,7 +370,7 @@ def test_slot_ownership_create_suspend_free():
 
 
 def test_overcommitting_slots_raises_clearly():
-    m = manager(1, 4)
+    m = manager(1, 4, residency="clamped")
     m.create_cache("a")
     free_rows = m.page_index.free_slots
     with pytest.raises(StateSlotsExhausted, match="no free recurrent-state slot for 'b'"):
@@ -270,16 +393,17 @@ class FixedComm:
 
 def test_min_reduction_lowers_the_cap_and_resizes_the_pool():
     comm = FixedComm(2)
-    m = manager(6, 8, comm=comm)
+    m = manager(6, 8, comm=comm, residency="clamped")
     assert comm.seen == [6] and m.max_resident_sequences() == 2
     assert m.state_slots.num_slots == 3
-    assert manager(6, 8, comm=FixedComm(100)).max_resident_sequences() == 6
+    assert manager(6, 8, comm=FixedComm(100),
+                   residency="clamped").max_resident_sequences() == 6
 
 
-# --- the scheduler's gate ------------------------------------------------------------------
+# --- the scheduler's gate (PR #17261's proposal) ------------------------------------------
 
 def test_cap_bounds_resident_sequences_and_everything_finishes():
-    m = manager(2, 6, pages=21)
+    m = manager(2, 6, pages=21, residency="clamped")
     sched = Scheduler(m, max_num_tokens=64, max_batch_size=6, chunked_prefill=True,
                       chunk_unit_size=4, debug=True)
     requests = [Request(f"r{i}", prompt_len=20, max_new_tokens=5) for i in range(6)]
@@ -322,7 +446,7 @@ def test_finding_2_disagg_generation_init_is_gated(bugs, admitted):
 @pytest.mark.parametrize("bugs", [frozenset(), {"disagg_bypasses_cap"}])
 def test_finding_2_on_the_hybrid_manager(bugs):
     """With the bug, the second init takes a state slot the clamp never allocated."""
-    m = manager(1, 4)
+    m = manager(1, 4, residency="clamped")
     sched = Scheduler(m, residency_bugs=bugs)
     for r in disagg_requests():
         sched.submit(r)
@@ -331,7 +455,7 @@ def test_finding_2_on_the_hybrid_manager(bugs):
             sched.schedule()
     else:
         assert len(sched.schedule().fitting_disagg_gen_init_requests) == 1
-        result = simulate(Scheduler(manager(1, 4)), disagg_requests())
+        result = simulate(Scheduler(manager(1, 4, residency="clamped")), disagg_requests())
         assert result.error is None and result.summary()["finished"] == 2
 
 
@@ -340,7 +464,7 @@ def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(bugs):
     """B is mid-prefill and holds the only slot; A, a first chunk, sits ahead of B in
     active_requests (as after the real scheduler's priority sort or a recompute pause).
     ``break`` on A's cap stops the scan: B never advances and the stall detector fires."""
-    m = manager(1, 2, pages=21)
+    m = manager(1, 2, pages=21, residency="clamped")
     sched = Scheduler(m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True,
                       chunk_unit_size=4, stall_limit=5, residency_bugs=bugs)
     b = Request("B", prompt_len=40, max_new_tokens=2)
@@ -369,14 +493,14 @@ def test_scheduler_rejects_unknown_bug_names():
         Scheduler(manager(2, 2), residency_bugs="break_on_cap")
 
 
-# --- finding 1: a mixed pipeline, MIN across ranks ------------------------------------------
+# --- finding 1: a mixed pipeline, MIN across ranks (PR #17261's clamp) ------------------------------------------
 
 def build_rank(rank: int, comm, bugs):
     """Rank 0 holds the Mamba layers (its quota affords 3 of 8); rank 1 is attention-only."""
     mamba = SMALL_MAMBA if rank == 0 else None
     quota = quota_for(3, 20) if rank == 0 else 64 * PAGE
     return MambaHybridCacheManager(SMALL_ATTN, mamba, quota, max_seq_len=64, max_batch_size=8,
-                                   comm=comm, residency_bugs=bugs)
+                                   residency="clamped", comm=comm, residency_bugs=bugs)
 
 
 @pytest.mark.parametrize("bugs, caps", [(frozenset(), [3, 3]),
@@ -437,10 +561,12 @@ def test_finding_1_two_gloo_processes(bugs, caps):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_qwen3_5_27b_clamp_allocates_on_the_gpu():
-    """The PR's case for real: 24.86 GiB on the GPU, 340 state slots of 78 MB, the rest pages."""
+    """The PR's case for real under its clamp (a proposal): 24.86 GiB on the GPU, 340 state slots
+    of 78 MB, the rest pages."""
     quota = int(24.86 * GIB)
     m = MambaHybridCacheManager(qwen3_5_27b_attention(), qwen3_5_27b_mamba(ssm_dtype="bfloat16"),
-                                quota, max_seq_len=4096, max_batch_size=512, device="cuda")
+                                quota, max_seq_len=4096, max_batch_size=512, device="cuda",
+                                residency="clamped")
     try:
         assert m.state_slots.storage.is_cuda and m.pool.storage.is_cuda
         assert m.max_resident_sequences() == 339 and m.state_slots.num_slots == 340

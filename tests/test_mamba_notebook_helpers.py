@@ -1,5 +1,7 @@
 """kvlab.mamba's helpers for notebook 05: the dtype table, the fraction sweep, the scaled-down
-Qwen3.5-27B, the quota split, and the review findings run with and without their fixes."""
+Qwen3.5-27B, the quota split, the proposals side by side (PR #17261's clamp, closed without
+merging; PR #18985's feasible default, open), and the clamp's review findings run with and
+without their fixes."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab import MambaHybridCacheManager, viz
-from kvlab.mamba import (GIB, PR_QUOTA_BYTES, SCALE, dtype_rows, fraction_rows, implied_ssm_dtype,
-                         qwen_plan, residency_bytes, run_review_finding, run_review_findings,
+from kvlab.mamba import (GIB, PR_QUOTA_BYTES, QUOTA_TOO_SMALL, SCALE, dtype_rows, fraction_rows,
+                         implied_ssm_dtype, proposal_rows, proposed_quota_error, qwen_plan,
+                         residency_bytes, run_review_finding, run_review_findings,
                          scaled_qwen3_5_27b)
 
 
@@ -18,21 +21,23 @@ def test_dtype_table_reconciles_the_pr():
     assert rows["bfloat16"]["slots"] == rows["float32"]["slots"] == 513
     assert (rows["bfloat16"]["slots_gib"], rows["float32"]["slots_gib"]) == (37.48, 73.55)
     assert rows["bfloat16"]["slot_bytes"] == 78_446_592
-    assert not rows["bfloat16"]["raw_fits"] and rows["bfloat16"]["clamped_resident"] == 339
-    assert rows["float32"]["clamped_resident"] == 172
+    assert not rows["bfloat16"]["merged_builds"] and rows["bfloat16"]["clamp_resident"] == 339
+    assert rows["float32"]["clamp_resident"] == 172
+    assert (rows["bfloat16"]["feasible_max_batch_size"], rows["float32"]["feasible_max_batch_size"]) == (339, 172)
     assert implied_ssm_dtype(37.5, 513) == "bfloat16"
     assert implied_ssm_dtype(73.55, 513) == "float32"
     assert implied_ssm_dtype(50.0, 513) is None
 
 
-def test_no_fraction_satisfies_raw_residency():
+def test_no_fraction_lets_merged_code_build():
     rows = fraction_rows([0.1, 0.5, 0.9, 1.0])
-    assert not any(r["raw_fits"] for r in rows)
-    assert abs(rows[-1]["quota_gib"] - 24.86) < 1e-6 and rows[-1]["clamped_resident"] == 339
-    assert all(r["raw_need_gib"] > r["quota_gib"] for r in rows)
-    assert [r["clamped_resident"] for r in rows] == sorted(r["clamped_resident"] for r in rows)
+    assert not any(r["merged_builds"] for r in rows)
+    assert abs(rows[-1]["quota_gib"] - 24.86) < 1e-6 and rows[-1]["clamp_resident"] == 339
+    assert all(r["merged_need_gib"] > r["quota_gib"] for r in rows)
+    assert [r["clamp_resident"] for r in rows] == sorted(r["clamp_resident"] for r in rows)
+    assert all(r["feasible_max_batch_size"] == r["clamp_resident"] for r in rows)  # pp 1
     # a smaller batch fits at 1.0
-    assert fraction_rows([1.0], max_batch_size=300)[0]["raw_fits"]
+    assert fraction_rows([1.0], max_batch_size=300)[0]["merged_builds"]
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -46,7 +51,8 @@ def test_scaled_model_is_exactly_256_times_smaller(dtype):
 def test_scaled_manager_keeps_the_pr_residency_and_truncates_warmup():
     attn, mamba = scaled_qwen3_5_27b()
     m = MambaHybridCacheManager(attn, mamba, PR_QUOTA_BYTES // SCALE, max_seq_len=64,
-                                max_batch_size=512, warmup_batch_sizes=[1, 64, 256, 512])
+                                max_batch_size=512, warmup_batch_sizes=[1, 64, 256, 512],
+                                residency="clamped")
     assert m.max_resident_sequences() == 339 and m.state_slots.num_slots == 340
     assert m.warmup_batch_sizes == (1, 64, 256, 339)
     assert m.state_slots.nbytes + m.pool.nbytes <= PR_QUOTA_BYTES // SCALE
@@ -75,6 +81,47 @@ def test_the_pr_split():
     split = residency_bytes(qwen_plan())
     assert split["clamped"]["resident"] == 339 * 78_446_592
     assert split["raw"]["resident"] == 512 * 78_446_592 and not split["raw_fits"]
+
+
+def test_scaled_manager_raises_under_merged_residency_and_builds_the_feasible_default():
+    attn, mamba = scaled_qwen3_5_27b()
+    with pytest.raises(ValueError, match="too small for live recurrent states"):
+        MambaHybridCacheManager(attn, mamba, PR_QUOTA_BYTES // SCALE, max_seq_len=64,
+                                max_batch_size=512)
+    m = MambaHybridCacheManager(attn, mamba, PR_QUOTA_BYTES // SCALE, max_seq_len=64,
+                                max_batch_size=339)
+    assert m.max_resident_sequences() is None and m.state_slots.num_slots == 340
+    with pytest.raises(ValueError):
+        MambaHybridCacheManager(attn, mamba, PR_QUOTA_BYTES // SCALE, max_seq_len=64,
+                                max_batch_size=340)
+
+
+def test_the_proposals_side_by_side():
+    plan = qwen_plan()
+    rows = {r["policy"]: r for r in proposal_rows(plan)}
+    assert list(rows) == ["merged", "clamp", "default", "explicit"]
+    assert rows["merged"]["outcome"] == rows["explicit"]["outcome"] == "crash"
+    assert rows["merged"]["error"] == QUOTA_TOO_SMALL.format(got=plan.quota_bytes,
+                                                             need=plan.raw_need_bytes)
+    assert rows["explicit"]["error"] == proposed_quota_error(plan)
+    assert (rows["clamp"]["max_batch_size"], rows["clamp"]["resident"], rows["clamp"]["waiting"]) == (512, 339, 173)
+    assert (rows["default"]["max_batch_size"], rows["default"]["resident"], rows["default"]["waiting"]) == (339, 339, 173)
+    assert rows["clamp"]["status"] == "proposal, PR #17261, closed without merging"
+    assert rows["default"]["status"] == "proposal, PR #18985, open"
+    assert abs(rows["clamp"]["state_gib"] - 340 * 78_446_592 / GIB) < 1e-9
+    assert all(r["resident"] == r["waiting"] == 0 for r in (rows["merged"], rows["explicit"]))
+    fig = viz.residency_proposals_figure(list(rows.values()))
+    assert [t.name for t in fig.data] == [lab for _, lab, _ in viz.PROPOSAL_PARTS]
+    assert list(fig.data[0].y) == [0, 339, 339, 0] and list(fig.data[1].y) == [0, 173, 173, 0]
+    assert sum("ValueError" in a.text for a in fig.layout.annotations) == 2
+    # a quota that fits: merged code and every proposal serve all 512
+    big = {r["policy"]: r for r in proposal_rows(qwen_plan(int(40 * GIB)))}
+    assert all(big[k]["outcome"] == "ok" for k in big)
+    assert big["merged"]["resident"] == big["clamp"]["resident"] == 512
+    assert big["default"]["max_batch_size"] > 512 and big["default"]["resident"] == 512
+    # a quota below one slot: everything raises
+    tiny = proposal_rows(qwen_plan(int(0.05 * GIB)))
+    assert all(r["outcome"] == "crash" and r["error"] for r in tiny)
 
 
 def test_each_finding_fails_with_its_bug_and_passes_with_its_fix():
