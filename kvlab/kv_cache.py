@@ -61,7 +61,7 @@ class KVCache:
 
     @property
     def num_blocks(self) -> int:
-        """Pages held on the device (0 while suspended)."""
+        """Pages held on the device (0 while suspended to the host tier)."""
         return len(self.pages)
 
     @property
@@ -94,7 +94,7 @@ class KVCache:
         return True
 
     def _grow(self, count: int) -> bool:
-        pages = self.manager.pool.allocate(count)
+        pages = self.manager.allocate_pages(count)
         if pages is None:
             return False
         self.manager.page_index.write(self.slot, self.num_blocks, pages)
@@ -107,47 +107,69 @@ class KVCache:
         self.manager.page_index.clear(self.slot, keep)
         self.manager.pool.free(tail)
 
+    @property
+    def is_active(self) -> bool:
+        """Not suspended (the real ``is_active``)."""
+        return not self.suspended
+
     def suspend(self) -> None:
-        """Move the pages' bytes to host memory and give the device pages back (the V2
-        manager's suspend to a lower tier). Capacity and history are kept."""
+        """Make the cache inactive (the native ``suspend``); capacity and history are kept.
+        Its pages stay on the GPU, held, until an allocation needs them and the tier below has
+        room (kvlab.host_tier); with no tier below, suspending frees nothing."""
         if self.suspended:
             return
+        self.suspended = True
+        if self.pages:
+            self.manager.host_tier.track(self)
+
+    def move_to_lower_tier(self) -> None:
+        """Copy a suspended cache's page bytes down and give the device pages back (called by
+        ``HostTier.make_room``, which accounts for the tier's pages)."""
         storage = self.manager.pool.storage
         index = torch.tensor(self.pages, dtype=torch.long, device=storage.device)
         self._host_copy = storage.index_select(0, index).cpu()
         self._release_tail(0)
-        self.suspended = True
 
     def resume(self) -> bool:
-        """Bring a suspended cache back onto device pages; False (and still suspended) when
-        the pool has too few free pages."""
+        """Make a suspended cache active again (the native ``resume``): refused (False, still
+        suspended) while the GPU's page utilization is above the manager's
+        ``max_util_for_resume``, or when pages that moved down cannot come back."""
         if not self.suspended:
             return True
-        count = self._host_copy.shape[0]
-        pages = self.manager.pool.allocate(count)
-        if pages is None:
+        pool = self.manager.pool
+        if pool.used_blocks > self.manager.max_util_for_resume * pool.num_blocks:
             return False
-        storage = self.manager.pool.storage
-        index = torch.tensor(pages, dtype=torch.long, device=storage.device)
-        storage.index_copy_(0, index, self._host_copy.to(storage.device))
-        self.manager.page_index.write(self.slot, 0, pages)
-        self.pages = pages
-        self._host_copy = None
+        if self._host_copy is not None:
+            count = self._host_copy.shape[0]
+            pages = self.manager.allocate_pages(count)
+            if pages is None:
+                return False
+            storage = pool.storage
+            index = torch.tensor(pages, dtype=torch.long, device=storage.device)
+            storage.index_copy_(0, index, self._host_copy.to(storage.device))
+            self.manager.page_index.write(self.slot, 0, pages)
+            self.manager.host_tier.give_back(count)
+            self.pages = pages
+            self._host_copy = None
+        self.manager.host_tier.untrack(self)
         self.suspended = False
         return True
 
     def release(self) -> None:
-        """Give back every page, on the device or in host memory; the cache ends empty."""
+        """Give back every page, on the device or in the tier below; the cache ends empty."""
         self._release_tail(0)
+        self.manager.host_tier.untrack(self)
+        self.manager.host_tier.give_back(self.suspended_blocks)
         self._host_copy = None
         self.suspended = False
         self.capacity = self.history_length = 0
 
     @property
     def suspended_blocks(self) -> int:
-        """Pages held in host memory while suspended."""
+        """Pages held in the host tier while suspended there."""
         return 0 if self._host_copy is None else self._host_copy.shape[0]
 
     def __repr__(self) -> str:
-        state = "suspended" if self.suspended else f"{self.num_blocks} pages"
+        state = (f"suspended, {self.suspended_blocks} pages in the host tier" if self._host_copy is not None
+                 else f"{self.num_blocks} pages" + (", suspended in place" if self.suspended else ""))
         return f"KVCache({self.request_id!r}, capacity={self.capacity}, {state})"

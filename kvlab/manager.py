@@ -7,7 +7,16 @@ Mirrors the construction of ``KVCacheManagerV2``
    (64 blocks * 32 = 2048 in the seed);
 2. if ``max_seq_len > max_num_tokens``: warn and clamp ``max_seq_len`` (the clamp);
 3. the page-index width from the width policy ("clamped": 68, "configured": 260);
-4. the table of ``max_batch_size * pp_size + 1`` slots.
+4. the table of ``max_batch_size * pp_size + 1`` slots;
+5. the tier below the GPU (``host_cache_size``: None, the real default, provisions the
+   automatic host tier; 0 leaves the GPU alone, ``can_evict`` False; kvlab.host_tier), and
+   ``max_util_for_resume`` (``KvCacheConfig``'s 0.95): a suspended cache resumes only while
+   the GPU's page utilization is at most that.
+
+The clamp counts GPU pages only: ``get_num_available_tokens`` asks
+``clamp_max_seq_len_for_mem``, whose comment says it "considers all tiers (GPU + host)" but
+whose slot count defaults to the GPU level, so the seed's 2048 tokens come out with the host
+tier on or off (docs/REFERENCE.md §4a).
 
 ``resize_context`` is the real one's: target = context position + num_tokens + extra tokens,
 ``kv_cache.resize(max(capacity, target))``; on False a first context chunk is suspended and
@@ -24,6 +33,7 @@ import torch
 
 from ._validate import MAX_COUNT, check_choice, check_int
 from .geometry import KVGeometry
+from .host_tier import HostTier, lower_tier_bytes
 from .kv_cache import KVCache
 from .page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
 from .pool import PagePool, resolve_device
@@ -53,7 +63,9 @@ class KVCacheManager:
     def __init__(self, geometry: KVGeometry, quota_bytes: int, max_seq_len: int,
                  max_batch_size: int, page_index_policy: str = "clamped", device="cpu",
                  pp_size: int = 1, num_extra_kv_tokens: int = 0, reserved_draft_tokens: int = 0,
-                 disaggregated: bool = False):
+                 disaggregated: bool = False, host_cache_size: Optional[int] = None,
+                 disk_cache_size: Optional[int] = None, max_util_for_resume: float = 0.95,
+                 overlap_scheduler: bool = False, num_reserved_index_slots: int = 1):
         if not isinstance(geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
         check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
@@ -76,8 +88,13 @@ class KVCacheManager:
         if total_blocks == 0:
             raise ValueError(f"quota_bytes={quota_bytes} holds no page: one page of "
                              f"{geometry.tokens_per_block} tokens takes {geometry.bytes_per_block} bytes")
-        # 1. the longest single sequence the pool holds, in whole blocks
-        self.max_num_tokens = total_blocks * geometry.tokens_per_block
+        # 1. the longest single sequence the pool holds, in whole blocks, less the extra KV
+        #    tokens (get_num_available_tokens; GPU pages only, whatever the comment there says)
+        self.max_num_tokens = total_blocks * geometry.tokens_per_block - self.num_extra_kv_tokens
+        if self.max_num_tokens < 1:
+            raise ValueError(f"quota_bytes={quota_bytes} holds {total_blocks} page(s) of "
+                             f"{geometry.tokens_per_block} tokens, no more than the "
+                             f"num_extra_kv_tokens={self.num_extra_kv_tokens}")
         # 2. the clamp
         self.configured_max_seq_len = max_seq_len
         self.max_seq_len = max_seq_len
@@ -94,9 +111,18 @@ class KVCacheManager:
         # 4. the table, then the pool's real storage
         self.page_index = PageIndexTable(max_batch_size, self.max_blocks_per_seq, pp_size=pp_size,
                                          disaggregated=disaggregated,
+                                         overlap_scheduler=overlap_scheduler,
+                                         num_reserved=num_reserved_index_slots,
                                          pin_memory=device.type == "cuda")
         self.max_batch_size = max_batch_size
         self.pool = _allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
+        # 5. the tier below the GPU: None provisions the automatic host tier (the real default)
+        self.host_cache_size = host_cache_size
+        if not (isinstance(max_util_for_resume, (int, float)) and 0 < max_util_for_resume <= 1):
+            raise ValueError(f"max_util_for_resume must be in (0, 1], got {max_util_for_resume!r}")
+        self.max_util_for_resume = float(max_util_for_resume)
+        self.host_tier = HostTier(lower_tier_bytes(host_cache_size, disk_cache_size, quota_bytes)
+                                  // geometry.bytes_per_block)
         self.caches: Dict[str, KVCache] = {}
 
     # -- capacity -----------------------------------------------------------------------
@@ -121,9 +147,26 @@ class KVCacheManager:
         """The most tokens one row can address: width * tokens_per_block."""
         return self.max_blocks_per_seq * self.tokens_per_block
 
+    @property
+    def can_evict(self) -> bool:
+        """A tier below the GPU exists (the real ``len(cache_tiers) > 1``)."""
+        return self.host_tier.num_blocks > 0
+
+    @property
+    def has_cache_tier_below_gpu(self) -> bool:
+        return self.can_evict
+
     def max_resident_sequences(self) -> Optional[int]:
         """Sequences that may be resident at once; None = unbounded (attention-only)."""
         return None
+
+    def allocate_pages(self, count: int):
+        """``count`` pages of the pool, moving suspended caches' pages to the tier below
+        first where the pool alone has too few; None (and nothing moved) when that cannot
+        free enough."""
+        if count > self.pool.free_blocks:
+            self.host_tier.make_room(self.pool, count)
+        return self.pool.allocate(count)
 
     # -- caches -------------------------------------------------------------------------
     def create_cache(self, request_id: str) -> KVCache:
@@ -171,6 +214,12 @@ class KVCacheManager:
         self.page_index.release_slot(cache.slot)
         del self.caches[cache.request_id]
 
+    def is_request_active(self, request: Union[Request, str]) -> bool:
+        """The request holds an active (not suspended) cache."""
+        request_id = request if isinstance(request, str) else request.request_id
+        cache = self.caches.get(request_id)
+        return cache is not None and cache.is_active
+
     def suspend(self, request: Union[Request, str]) -> None:
         self.get_cache(request).suspend()
 
@@ -183,6 +232,9 @@ class KVCacheManager:
         row holds exactly its cache's pages followed by unused entries."""
         owned = [page for cache in self.caches.values() for page in cache.pages]
         assert len(owned) == len(set(owned)), "a page is owned by two caches"
+        host = sum(cache.suspended_blocks for cache in self.caches.values())
+        assert host == self.host_tier.used_blocks <= self.host_tier.num_blocks, (
+            f"the host tier holds {host} pages, accounted {self.host_tier!r}")
         assert len(owned) + self.free_blocks == self.total_blocks, (
             f"pages not conserved: {len(owned)} owned + {self.free_blocks} free "
             f"!= {self.total_blocks}")

@@ -3,7 +3,11 @@
 Mirrors the table ``KVCacheManagerV2`` builds at construction
 (tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py): a pinned int32 tensor
 ``[num_pools, slots * beam_width, 2, max_blocks_per_seq]`` with
-``slots = max_batch_size * pp_size * (2 if disaggregated else 1) + 1`` (one CUDA-graph dummy).
+``slots = max_batch_size * pp_size * (2 if disaggregated else 1) + 1`` (one reserved slot, the
+CUDA-graph dummy), as the manager read at commit 0004396720 sizes its IndexMapper. The newer
+tests (commit 0046b12cae) double the cohort at pp_size 1 under the overlap scheduler
+(``overlap_scheduler=True``) and take ``num_reserved_index_slots``; kvlab defaults to the
+former.
 Each cache gets its row zero-copy as its "user-provided base page indices"; the native resize
 refuses to grow a cache past the row's width (``PageIndexTooShort``).
 
@@ -61,23 +65,28 @@ def width_seq_len(policy: str, configured_max_seq_len: int, clamped_max_seq_len:
     return clamped_max_seq_len if policy == "clamped" else configured_max_seq_len
 
 
-def num_slots(max_batch_size: int, pp_size: int = 1, disaggregated: bool = False) -> int:
-    """Rows of the table: max_batch_size * pp_size (* 2 when disaggregated) + 1 dummy."""
-    return max_batch_size * pp_size * (2 if disaggregated else 1) + 1
+def num_slots(max_batch_size: int, pp_size: int = 1, disaggregated: bool = False,
+              overlap_scheduler: bool = False, num_reserved: int = 1) -> int:
+    """Rows of the table: max_batch_size * pp_size, twice over when disaggregated or (at
+    pp_size 1) under the overlap scheduler, plus the reserved slots."""
+    doubled = disaggregated or (overlap_scheduler and pp_size == 1)
+    return max_batch_size * pp_size * (2 if doubled else 1) + num_reserved
 
 
 def table_nbytes(max_batch_size: int, width: int, pp_size: int = 1, disaggregated: bool = False,
-                 num_pools: int = 1, beam_width: int = 1) -> int:
+                 num_pools: int = 1, beam_width: int = 1, **slot_options) -> int:
     """Bytes of the int32 table ``[num_pools, slots * beam_width, 2, width]``."""
-    return num_pools * num_slots(max_batch_size, pp_size, disaggregated) * beam_width * 2 * width * 4
+    slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
+    return num_pools * slots * beam_width * 2 * width * 4
 
 
 def check_table_size(max_batch_size: int, width: int, pp_size: int = 1, disaggregated: bool = False,
-                     num_pools: int = 1, beam_width: int = 1) -> int:
+                     num_pools: int = 1, beam_width: int = 1, **slot_options) -> int:
     """The table's bytes; ValueError naming the parameters when they exceed MAX_TABLE_BYTES."""
-    nbytes = table_nbytes(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width)
+    nbytes = table_nbytes(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width,
+                          **slot_options)
     if nbytes > MAX_TABLE_BYTES:
-        slots = num_slots(max_batch_size, pp_size, disaggregated)
+        slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
         raise ValueError(
             f"the page-index table would take {nbytes} bytes, more than MAX_TABLE_BYTES="
             f"{MAX_TABLE_BYTES} (1 GiB): max_batch_size={max_batch_size} (slots={slots}) x "
@@ -90,23 +99,28 @@ def check_table_size(max_batch_size: int, width: int, pp_size: int = 1, disaggre
 class PageIndexTable:
     """The host page-index table: a real int32 tensor, one row per sequence slot.
 
-    The last slot is the CUDA-graph dummy and is never handed to a cache. Page ids are written
+    The last ``num_reserved`` slots (the CUDA-graph dummy is the last) are never handed to a
+    cache. Page ids are written
     to both the K and V planes (index 2 of the shape); the real table stores per-plane block
     offsets there, which for one pool differ only by a constant.
     """
 
     def __init__(self, max_batch_size: int, width: int, pp_size: int = 1,
                  disaggregated: bool = False, num_pools: int = 1, beam_width: int = 1,
-                 pin_memory: bool = False):
+                 pin_memory: bool = False, overlap_scheduler: bool = False, num_reserved: int = 1):
         check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
         check_int("width (max_blocks_per_seq)", width, low=1, high=1 << 26)
         check_int("pp_size", pp_size, low=1, high=1024)
         check_int("num_pools", num_pools, low=1, high=64)
         check_int("beam_width", beam_width, low=1, high=1024)
-        if not isinstance(disaggregated, bool):
-            raise TypeError(f"disaggregated must be a bool, got {disaggregated!r}")
-        check_table_size(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width)
-        self.slots = num_slots(max_batch_size, pp_size, disaggregated)
+        for name, flag in (("disaggregated", disaggregated), ("overlap_scheduler", overlap_scheduler)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        check_int("num_reserved_index_slots", num_reserved, low=1, high=1 << 10)
+        slot_options = dict(overlap_scheduler=overlap_scheduler, num_reserved=num_reserved)
+        check_table_size(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width,
+                         **slot_options)
+        self.slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
         self.width = width
         self.num_pools = num_pools
         self.beam_width = beam_width
@@ -114,7 +128,9 @@ class PageIndexTable:
         self.table = torch.full(shape, BAD_PAGE_INDEX, dtype=torch.int32,
                                 pin_memory=pin_memory and torch.cuda.is_available())
         self.dummy_slot = self.slots - 1
-        self._free_slots = list(range(self.dummy_slot - 1, -1, -1))
+        #: slots a cache may take (the rest are reserved)
+        self.cache_slots = self.slots - num_reserved
+        self._free_slots = list(range(self.cache_slots - 1, -1, -1))
 
     @property
     def nbytes(self) -> int:
@@ -128,17 +144,17 @@ class PageIndexTable:
     def acquire_slot(self) -> int:
         """Take a free row for a new cache."""
         if not self._free_slots:
-            raise RuntimeError(f"all {self.slots - 1} page-index slots are in use "
+            raise RuntimeError(f"all {self.cache_slots} page-index slots are in use "
                                "(max_batch_size * pp_size sequences)")
         return self._free_slots.pop()
 
     def release_slot(self, slot: int) -> None:
         """Give a row back; releasing a slot that is not handed out is an error (it would
         otherwise be handed to two caches at once)."""
-        if (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.dummy_slot
+        if (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.cache_slots
                 or slot in self._free_slots):
             raise ValueError(f"slot {slot!r} is not an acquired page-index slot "
-                             f"(slots are 0..{self.dummy_slot - 1})")
+                             f"(slots are 0..{self.cache_slots - 1})")
         self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width] = BAD_PAGE_INDEX
         self._free_slots.append(slot)
 

@@ -94,6 +94,11 @@ class Request:
         return self.context_len - self.context_current_position
 
     @property
+    def is_last_context_chunk(self) -> bool:
+        """The chunk scheduled this iteration (``context_chunk_size``) ends the context."""
+        return self.context_current_position + self.context_chunk_size >= self.context_len
+
+    @property
     def is_context_finished(self) -> bool:
         return self.context_current_position >= self.context_len
 

@@ -1,7 +1,7 @@
 """Scheduler: one scheduling iteration at a time, as TensorRT-LLM's KVCacheV2Scheduler does it.
 
 Mirrors ``KVCacheV2Scheduler._schedule_loop``
-(tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py), REFERENCE.md §4:
+(tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py), docs/REFERENCE.md §4:
 
 - Try and see: no free-pages query decides anything; the scheduler calls resize and reacts
   to False. A PageIndexTooShort from resize is not caught: it reaches the executor loop.
@@ -10,32 +10,41 @@ Mirrors ``KVCacheV2Scheduler._schedule_loop``
   Context requests are deferred to phase 2. A generation request grows by one token (+ its
   draft tokens); when it cannot, room is made by the admission policy's preemption mode
   ("suspend", the real ladder: suspend started requests from the tail, then recompute-pause,
-  then suspend itself and stop phase 1).
+  then suspend itself and stop phase 1). Suspension asks nothing of the host tier: what a
+  suspension frees depends on the tier below the GPU (kvlab.kv_cache, ``KVCache.suspend``).
 - Phase 2 walks the deferred contexts: batch budget full -> break; STOP -> break; SKIP ->
-  continue. Non-chunked: a token-budget miss or a prepare failure STOPs later contexts, an
-  allocation failure SKIPs. Chunked: chunk = min(token budget left, context remaining,
-  max_context_length), rounded down to ``chunk_unit_size`` unless it is the last; every
-  failure SKIPs. A failed first chunk has its cache freed and is retried from scratch.
-  Victims are only started requests, so first chunks are never evicted.
+  continue. Non-chunked: the whole remaining context plus its draft tokens is one unit; a
+  token-budget miss or a prepare failure STOPs later contexts. Chunked: chunk = min(token
+  budget left, context remaining, max_context_length), rounded down to ``chunk_unit_size``
+  unless it is the last; the last chunk carries the draft tokens (in the budget and the
+  resize, after the budget check); a prepare failure SKIPs. An allocation failure runs
+  ``preempt_for_pages``: with no tier below the GPU (and recompute pause on), the newest
+  started request that is neither scheduled this pass nor the one asking, and holds an active
+  cache, is recompute-paused, and phase 2 STOPs (the pages wait for the request that paid for
+  them); otherwise the context SKIPs. A failed first chunk has its cache freed and is retried
+  from scratch. Victims are only started requests, so first chunks are never evicted.
+- Scheduled contexts are sorted as ``_sort_requests`` sorts them: when some chunk is not the
+  last of its context, non-last chunks come before last chunks (stable; no LoRA key here).
 - Stall detection: ``stall_limit`` consecutive passes with active requests and no progress
   (nothing scheduled, suspended, recompute-paused, aborted or fitted) raise SchedulerDeadlock
   with the real message. The raise comes on the ``stall_limit``-th stalled pass itself, as the
   real ``_stalled_schedules >= _DEADLOCK_STALL_ITERS`` (1000) check does, so a request that is
   alone and never fits stops the engine in exactly ``stall_limit`` passes.
 
-Simplified, and said where it matters: beam width 1; no PEFT, encoder, cross-attention,
-prefix reuse or KV connector; budget checks precede ``prepare_context`` (the real default
-prepares first for prefix reuse; without reuse the outcome is the same); the phase-2
-``preempt_for_pages`` of newer code (recompute one started request for a failed context
-when there is no host tier) is left out, so a failed context allocation simply SKIPs, and
-two chunked prefills that each fit alone can hold each other up until the stall detector
-fires (tests/test_simulation.py shows one). The
-host tier is ``host_cache_blocks`` pages (0, the real default ``host_cache_size``: no tier,
-so nothing can be suspended; None: unbounded). The manager calls the real code has and
-kvlab's KVCacheManager lacks (``try_allocate_generation``, ``prepare_disagg_gen_init``) are
-written here from the manager's public resize/suspend/resume/free.
+Modelled on the newest scheduler read (commit 00746ef9992943a9bb604dbf1ecf00c64af58c32), which
+has ``preempt_for_pages`` and the 1000-pass stall detector; both came with PR #19235, and
+whether they had landed in the seed's 1.4.0rc3 build cannot be told from the public sources
+(docs/REFERENCE.md §4a). Simplified, and said where it matters: beam width 1; no PEFT, encoder,
+cross-attention, prefix reuse or KV connector; budget checks precede ``prepare_context`` (the
+real default prepares first for prefix reuse; without reuse the outcome is the same). The
+tier below the GPU belongs to the manager (``host_cache_size``; None, the real default, is
+the automatic host tier; 0 is none, and then ``preempt_for_pages`` runs). The manager calls
+the real code has and kvlab's KVCacheManager lacks (``try_allocate_generation``,
+``prepare_disagg_gen_init``) are written here from the manager's public
+resize/suspend/resume/free.
 
-Recurrent-state residency (PR #17261, REFERENCE.md §5): when ``manager.max_resident_sequences()``
+Recurrent-state residency (PR #17261, a proposal closed without merging; docs/REFERENCE.md §5):
+when ``manager.max_resident_sequences()``
 is not None, a request that would take a new state slot (a first context chunk, or a
 DISAGG_GENERATION_INIT) is admitted only while fewer sequences hold a slot than the cap; a
 suspended sequence keeps its slot and counts. A capped first chunk is skipped (``continue``).
@@ -113,7 +122,8 @@ class ScheduledBatch:
 
 
 class _Budget:
-    """Token and request budgets of one pass (the real BudgetTracker, without PEFT)."""
+    """Token and request budgets of one pass (the real BudgetTracker, without PEFT);
+    ``max_num_tokens=None`` is no token limit."""
 
     __slots__ = ("max_num_tokens", "max_num_requests", "num_tokens", "num_requests")
 
@@ -128,11 +138,11 @@ class _Budget:
         return self.num_requests >= self.max_num_requests
 
     @property
-    def remaining_tokens(self) -> int:
-        return self.max_num_tokens - self.num_tokens
+    def remaining_tokens(self) -> Optional[int]:
+        return None if self.max_num_tokens is None else self.max_num_tokens - self.num_tokens
 
     def can_fit_tokens(self, num_tokens: int) -> bool:
-        return self.num_tokens + num_tokens <= self.max_num_tokens
+        return self.max_num_tokens is None or self.num_tokens + num_tokens <= self.max_num_tokens
 
     def commit(self, num_tokens: int) -> None:
         self.num_tokens += num_tokens
@@ -158,22 +168,26 @@ class Scheduler:
 
     ``submit`` a request when it arrives, call ``schedule`` once per iteration, execute the
     batch it returns, and ``finish`` requests that completed (``kvlab.simulate`` does all of
-    it). ``max_batch_size`` is the scheduler's request budget per pass; the manager's own
-    max_batch_size bounds the caches alive at once (its page-index slots).
+    it). The request budget per pass, ``max_num_requests``, is ``scheduler_capacity`` when
+    given, else ``max_batch_size``; the manager's own max_batch_size bounds the caches alive
+    at once (its page-index slots). ``max_num_tokens=None`` is no token budget.
     """
 
     def __init__(self, manager: KVCacheManager, admission: Union[str, AdmissionPolicy] = "none",
-                 max_num_tokens: int = 8192, max_batch_size: int = 8,
+                 max_num_tokens: Optional[int] = 8192, max_batch_size: int = 8,
                  stall_limit: int = DEFAULT_STALL_LIMIT, *, chunked_prefill: bool = False,
                  max_context_length: Optional[int] = None, chunk_unit_size: Optional[int] = None,
-                 host_cache_blocks: Optional[int] = 0, enable_recompute_pause: bool = True,
+                 scheduler_capacity: Optional[int] = None, enable_recompute_pause: bool = True,
                  debug: bool = False, residency_bugs: Iterable[str] = frozenset()):
         if not isinstance(manager, KVCacheManager):
             raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
         self.manager = manager
         self.admission = make_admission(admission)
-        self.max_num_tokens = check_int("max_num_tokens", max_num_tokens, low=1, high=1 << 30)
+        self.max_num_tokens = (None if max_num_tokens is None else check_int(
+            "max_num_tokens", max_num_tokens, low=1, high=1 << 30))
         self.max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        self.max_num_requests = (self.max_batch_size if scheduler_capacity is None else check_int(
+            "scheduler_capacity", scheduler_capacity, low=1, high=1 << 20))
         self.stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)
         for name, flag in (("chunked_prefill", chunked_prefill),
                            ("enable_recompute_pause", enable_recompute_pause), ("debug", debug)):
@@ -186,19 +200,18 @@ class Scheduler:
             "max_context_length", max_context_length, low=1, high=1 << 30))
         self.chunk_unit_size = (manager.tokens_per_block if chunk_unit_size is None else check_int(
             "chunk_unit_size", chunk_unit_size, low=1, high=1 << 30))
-        if chunked_prefill and self.chunk_unit_size > self.max_context_length:
+        if (chunked_prefill and self.max_context_length is not None
+                and self.chunk_unit_size > self.max_context_length):
             raise ValueError(f"chunk_unit_size must be in [1, max_context_length="
                              f"{self.max_context_length}] with chunked_prefill, got "
                              f"{self.chunk_unit_size}")
-        self.host_cache_blocks = (None if host_cache_blocks is None else check_int(
-            "host_cache_blocks", host_cache_blocks, low=0))
         self.admission.check_startup(manager)
         self.residency_bugs: FrozenSet[str] = check_subset("residency_bugs", residency_bugs,
                                                            SCHEDULER_RESIDENCY_BUGS)
 
         self.iteration = 0
         self.stalled_passes = 0
-        self.host_blocks_used = 0
+        self._inflight: FrozenSet[str] = frozenset()
         self.counts = dict.fromkeys(REQUEST_STATES, 0)
         self._active: List[Request] = []       # live requests, arrival order (active_requests)
         self._submitted: List[Request] = []
@@ -242,7 +255,7 @@ class Scheduler:
         """The LLM API's check (tensorrt_llm/llmapi/llm.py ``_check_arguments``): without
         chunked prefill a prompt must fit max_num_tokens. Generation-only requests skip it."""
         if (not self.chunked_prefill and not request.disagg_generation_init
-                and request.prompt_len > self.max_num_tokens):
+                and self.max_num_tokens is not None and request.prompt_len > self.max_num_tokens):
             return Verdict(False, f"The sum of prompt length ({float(request.prompt_len)}), query "
                                   f"length (0) should not exceed max_num_tokens ({self.max_num_tokens})")
         return Verdict(True)
@@ -254,15 +267,18 @@ class Scheduler:
         self._has_retired = True
 
     # -- one scheduling pass -------------------------------------------------------------
-    def schedule(self) -> ScheduledBatch:
+    def schedule(self, inflight_request_ids: Iterable[str] = frozenset()) -> ScheduledBatch:
         """One iteration of ``_schedule_loop``; may raise PageIndexTooShort (from resize) or
-        SchedulerDeadlock (from the stall detector)."""
+        SchedulerDeadlock (from the stall detector). ``inflight_request_ids``: requests the
+        overlap executor still has in flight; they are skipped, count toward no budget, and
+        are neither victims nor stall candidates (kvlab's own executor passes none)."""
+        self._inflight = frozenset(inflight_request_ids)
         if self._has_retired:
             self._active = [r for r in self._active if r.state in LIVE_STATES]
             self._has_retired = False
         self.iteration += 1
         batch = ScheduledBatch()
-        budget = _Budget(self.max_num_tokens, self.max_batch_size)
+        budget = _Budget(self.max_num_tokens, self.max_num_requests)
         requests = self._active
         pending_contexts: List[Request] = []
         end = len(requests)
@@ -270,7 +286,7 @@ class Scheduler:
         index = 0
         while index < end:  # phase 1: generation and disagg
             request = requests[index]
-            if index in pause_state.victim_indices:
+            if index in pause_state.victim_indices or request.request_id in self._inflight:
                 index += 1
                 continue
             if request.is_disagg_generation_init:  # outside both budgets
@@ -294,11 +310,11 @@ class Scheduler:
             if action is ScheduleAction.STOP:
                 break
             index += 1
-        self._schedule_contexts(pending_contexts, budget, batch)
+        preempted = self._schedule_contexts(pending_contexts, budget, batch)
         batch.num_tokens = budget.num_tokens
         if batch.aborted_requests:
             self._has_retired = True
-        self._detect_deadlock(requests, pending_contexts, batch)
+        self._detect_deadlock(requests, [r for r in pending_contexts if r not in preempted], batch)
         if self.debug:
             self.check_invariants()
         return batch
@@ -348,7 +364,8 @@ class Scheduler:
         abort (SGLang, with nothing left to retract)."""
         mode = self.admission.preemption
         if mode == "suspend":
-            if request.state == "running" and self._suspend(request):
+            if request.state == "running":
+                self._suspend(request)
                 batch.paused_requests.append(request)
             return ScheduleAction.STOP
         if mode == "recompute":
@@ -365,9 +382,13 @@ class Scheduler:
         batch.aborted_requests.append(request)
         return ScheduleAction.SKIP
 
+    def _is_victim_candidate(self, request: Request) -> bool:
+        """Started and not in flight (the real ``_is_recompute_pause_candidate``)."""
+        return request.is_started and request.request_id not in self._inflight
+
     def _is_evictable(self, request: Request) -> bool:
-        return (request.is_started and request.state == "running"
-                and self._host_has_room(self.manager.get_cache(request).num_blocks))
+        """A candidate with an active cache (the real ``_is_evictable``; no host-room check)."""
+        return self._is_victim_candidate(request) and request.state == "running"
 
     def _evict_for_generation(self, request, requests, index, end, batch):
         """The real ``_try_evict_for_gen``: suspend started requests from the tail of
@@ -389,17 +410,18 @@ class Scheduler:
         """The real ``_try_recompute_pause_for_gen``: free started requests' caches from the
         tail. With a host tier (the real ``can_evict``), victims suspended this pass are
         candidates too: tearing one down frees host room to suspend another."""
-        can_evict = self.host_cache_blocks != 0
+        can_evict = self.manager.can_evict
         while True:
             victim_index = None
             for i in range(pause_state.frontier - 1, index, -1):
                 candidate = requests[i]
-                if (i not in pause_state.victim_indices and candidate.is_started
+                if (i not in pause_state.victim_indices and self._is_victim_candidate(candidate)
                         and (can_evict or not _contains(batch.paused_requests, candidate))):
                     victim_index = i
                     break
             if victim_index is None and can_evict:
-                victim = next((c for c in batch.paused_requests if c.is_started), None)
+                victim = next((c for c in batch.paused_requests if self._is_victim_candidate(c)),
+                              None)
                 if victim is None:
                     break
                 victim_index = next(i for i, c in enumerate(requests) if c is victim)
@@ -421,26 +443,36 @@ class Scheduler:
 
     # -- phase 2: contexts ---------------------------------------------------------------
     def _schedule_contexts(self, pending: List[Request], budget: _Budget,
-                           batch: ScheduledBatch) -> None:
+                           batch: ScheduledBatch) -> List[Request]:
+        """Phase 2; returns the requests ``preempt_for_pages`` recompute-paused."""
+        preempted: List[Request] = []
+        has_chunking = False
         for request in pending:
             if budget.requests_full:
                 break
             if self.chunked_prefill and not self._has_context_chunk_budget(budget):
                 continue
-            action, tokens = self._schedule_context(request, budget)
+            if _contains(preempted, request):
+                continue
+            action, tokens = self._schedule_context(request, budget, batch, preempted)
             if action is not ScheduleAction.SCHEDULED:
                 request.num_refusals += 1
                 if action is ScheduleAction.STOP:
                     break
                 continue
+            has_chunking = has_chunking or not request.is_last_context_chunk
             batch.context_requests.append(request)
             budget.commit(tokens)
+        if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
+            batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
+        return preempted
 
     def _has_context_chunk_budget(self, budget: _Budget) -> bool:
         remaining = budget.remaining_tokens
-        return remaining > 0 and remaining >= self.chunk_unit_size
+        return remaining is None or (remaining > 0 and remaining >= self.chunk_unit_size)
 
-    def _schedule_context(self, request: Request, budget: _Budget):
+    def _schedule_context(self, request: Request, budget: _Budget, batch: ScheduledBatch,
+                          preempted: List[Request]):
         first_chunk = request.is_first_context_chunk
         if first_chunk and self._residency_full(request):
             # the real guard; the review's fix skips only this request
@@ -450,9 +482,16 @@ class Scheduler:
             return ScheduleAction.STOP, 0
         try:
             if self.chunked_prefill:
-                action, tokens = self._schedule_context_chunked(request, budget)
+                action, tokens = self._plan_context_chunk(request, budget)
             else:
-                action, tokens = self._schedule_context_full(request, budget)
+                action, tokens = self._plan_context_full(request, budget)
+            if action is ScheduleAction.SCHEDULED:
+                allocated = self._allocate_context(request, tokens)
+                if allocated is None:  # prepare failed
+                    action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
+                elif not allocated:
+                    action = (ScheduleAction.STOP if self._preempt_for_pages(request, batch, preempted)
+                              else ScheduleAction.SKIP)
         except PageIndexTooShort:
             if first_chunk:  # the engine stops; the request never ran
                 self._release(request)
@@ -461,28 +500,46 @@ class Scheduler:
             self._release(request)  # retried from scratch next iteration
         return action, tokens
 
-    def _schedule_context_full(self, request: Request, budget: _Budget):
-        tokens = request.context_remaining_length
+    def _plan_context_full(self, request: Request, budget: _Budget):
+        """The whole remaining context plus the draft tokens, as one unit: (action, tokens
+        for the budget and the resize)."""
+        tokens = request.context_remaining_length + request.num_draft_tokens
         if not budget.can_fit_tokens(tokens):
             return ScheduleAction.STOP, 0
-        allocated = self._allocate_context(request, tokens)
-        if allocated is None:  # prepare failed
-            return ScheduleAction.STOP, 0
-        if not allocated:
-            return ScheduleAction.SKIP, 0
-        request.context_chunk_size = tokens
+        request.context_chunk_size = request.context_remaining_length
         return ScheduleAction.SCHEDULED, tokens
 
-    def _schedule_context_chunked(self, request: Request, budget: _Budget):
-        # never 0: the chunk budget is >= chunk_unit_size <= max_context_length here
+    def _plan_context_chunk(self, request: Request, budget: _Budget):
+        """The next chunk (never 0: the chunk budget is >= chunk_unit_size here); the last
+        chunk carries the draft tokens, added after the budget check as the real code adds
+        them: (action, tokens for the budget and the resize)."""
         remaining = request.context_remaining_length
-        chunk = min(budget.remaining_tokens, remaining, self.max_context_length)
+        chunk = min(n for n in (budget.remaining_tokens, remaining, self.max_context_length)
+                    if n is not None)
         if chunk < remaining:
             chunk -= chunk % self.chunk_unit_size
-        if not self._allocate_context(request, chunk):
-            return ScheduleAction.SKIP, 0
         request.context_chunk_size = chunk
+        if request.is_last_context_chunk:
+            chunk += request.num_draft_tokens
         return ScheduleAction.SCHEDULED, chunk
+
+    def _preempt_for_pages(self, request: Request, batch: ScheduledBatch,
+                           preempted: List[Request]) -> bool:
+        """The real ``_try_preempt_for_pages``: with no tier below the GPU and recompute pause
+        on, recompute-pause the newest started request that holds an active cache and is
+        neither scheduled this pass nor ``request``; True when one was."""
+        if self.manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
+            return False
+        for victim in reversed(self._active):
+            if (victim is request or not self._is_evictable(victim)
+                    or _contains(batch.generation_requests, victim)
+                    or _contains(batch.context_requests, victim)):
+                continue
+            self._recompute_pause(victim)
+            batch.recompute_paused_requests.append(victim)
+            preempted.append(victim)
+            return True
+        return False
 
     # -- recurrent-state residency ---------------------------------------------------------
     def _residency_full(self, request: Request) -> bool:
@@ -522,18 +579,24 @@ class Scheduler:
         first chunk needing more pages than are free, within the row width, would be created,
         refused by resize (False, not a raise), suspended and freed, leaving nothing behind;
         skip the round trip. Only the pool's failed_allocations counter misses it."""
-        blocks = self.manager.geometry.blocks_for_tokens(num_tokens + self.manager.num_extra_kv_tokens)
-        return self.manager.free_blocks < blocks <= self.manager.max_blocks_per_seq
+        manager = self.manager
+        blocks = manager.geometry.blocks_for_tokens(num_tokens + manager.num_extra_kv_tokens)
+        allocatable = manager.free_blocks + manager.host_tier.movable_blocks
+        return allocatable < blocks <= manager.max_blocks_per_seq
 
     def _prepare_disagg_gen_init(self, request: Request) -> bool:
-        """The real ``prepare_disagg_gen_init``: a cache sized for the transferred context."""
+        """The real ``prepare_disagg_gen_init``: a cache sized for the transferred context, its
+        draft tokens and the extra KV tokens, with the prompt as its history."""
         if request.request_id not in self.manager.caches:
             if self.manager.page_index.free_slots == 0:
                 return False
             self.manager.create_cache(request.request_id)
             self._set_state(request, "running")
+        cache = self.manager.get_cache(request)
+        target = request.prompt_len + request.num_draft_tokens + self.manager.num_extra_kv_tokens
         try:
-            fitted = self._resize_context(request, request.prompt_len)
+            fitted = self._resize(request, lambda: cache.resize(max(cache.capacity, target),
+                                                                request.prompt_len))
         except PageIndexTooShort:
             self._release(request)  # the engine stops; the request never ran
             raise
@@ -566,26 +629,16 @@ class Scheduler:
                          f"{exc.available_entries}")
             raise
 
-    def _host_has_room(self, num_blocks: int) -> bool:
-        return self.host_cache_blocks is None or (
-            self.host_blocks_used + num_blocks <= self.host_cache_blocks)
-
-    def _suspend(self, request: Request) -> bool:
-        """Move the request's pages to the host tier; False when the tier has no room."""
-        cache = self.manager.get_cache(request)
-        if not self._host_has_room(cache.num_blocks):
-            return False
-        self.host_blocks_used += cache.num_blocks
-        cache.suspend()
+    def _suspend(self, request: Request) -> None:
+        """The real ``suspend_request``: make the cache inactive; what that frees depends on
+        the tier below the GPU (``KVCache.suspend``)."""
+        self.manager.get_cache(request).suspend()
         request.num_suspensions += 1
         self._set_state(request, "suspended")
-        return True
 
     def _resume(self, request: Request, cache: KVCache) -> bool:
-        host_blocks = cache.suspended_blocks
         if not cache.resume():
             return False
-        self.host_blocks_used -= host_blocks
         self._set_state(request, "running")
         return True
 
@@ -594,7 +647,6 @@ class Scheduler:
         cache = self.manager.caches.get(request.request_id)
         if cache is None:
             return
-        self.host_blocks_used -= cache.suspended_blocks
         self.manager.free(cache)
         self._set_state(request, "waiting")
 
@@ -619,8 +671,8 @@ class Scheduler:
         if batch.made_progress:
             self.stalled_passes = 0
             return
-        num_generation = sum(1 for r in requests
-                             if r.state in LIVE_STATES and r.is_context_finished)
+        num_generation = sum(1 for r in requests if r.state in LIVE_STATES
+                             and r.is_context_finished and r.request_id not in self._inflight)
         if num_generation == 0 and not pending:
             self.stalled_passes = 0  # legitimately idle
             return
@@ -632,8 +684,8 @@ class Scheduler:
     def check_invariants(self) -> None:
         """Raise AssertionError unless: the manager's pages are conserved and its rows
         consistent; every submitted request is in exactly one state and the state counts
-        add up; a request holds a device cache iff "running", a host one iff "suspended";
-        no cache outlives its request; the host tier holds what it was given."""
+        add up; a request holds an active cache iff "running", a suspended one iff
+        "suspended"; no cache outlives its request (the manager checks the host tier)."""
         self.manager.check_invariants()
         caches = self.manager.caches
         seen = dict.fromkeys(REQUEST_STATES, 0)
@@ -642,11 +694,11 @@ class Scheduler:
             seen[request.state] += 1
             cache = caches.get(request.request_id)
             if request.state == "running":
-                assert cache is not None and not cache.suspended, (
-                    f"{request.request_id!r} is running without a device cache")
+                assert cache is not None and cache.is_active, (
+                    f"{request.request_id!r} is running without an active cache")
             elif request.state == "suspended":
                 assert cache is not None and cache.suspended, (
-                    f"{request.request_id!r} is suspended without a host copy")
+                    f"{request.request_id!r} is suspended without a suspended cache")
             else:
                 assert cache is None, f"{request.request_id!r} is {request.state} yet holds a cache"
         assert seen == self.counts, f"state counts drifted: counted {seen}, kept {self.counts}"
@@ -655,11 +707,8 @@ class Scheduler:
         assert len(live) == len(set(live)) == sum(seen[s] for s in LIVE_STATES), (
             "a live request is missing from, or twice in, the active list")
         assert set(caches) <= set(live), f"caches without a live request: {set(caches) - set(live)}"
-        host = sum(cache.suspended_blocks for cache in caches.values())
-        assert host == self.host_blocks_used, f"host tier holds {host}, accounted {self.host_blocks_used}"
-        assert self.host_cache_blocks is None or host <= self.host_cache_blocks
 
     def __repr__(self) -> str:
         return (f"Scheduler(admission={self.admission!r}, max_num_tokens={self.max_num_tokens}, "
                 f"max_batch_size={self.max_batch_size}, stall_limit={self.stall_limit}, "
-                f"chunked_prefill={self.chunked_prefill}, host_cache_blocks={self.host_cache_blocks})")
+                f"chunked_prefill={self.chunked_prefill}, can_evict={self.manager.can_evict})")

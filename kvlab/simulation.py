@@ -2,8 +2,9 @@
 
 Each step: submit the requests arriving at it, run one scheduling pass, then "execute" the
 batch: a context chunk advances ``context_current_position``; a context that completes
-produces the first token; a generation step produces one token (draft tokens are all
-rejected, so their pages are rewound); a fitted DISAGG_GENERATION_INIT request receives its
+produces the first token; a generation step produces one token (draft tokens, reserved with a
+last context chunk, a DISAGG_GENERATION_INIT or a generation step, are all rejected, so their
+pages are rewound); a fitted DISAGG_GENERATION_INIT request receives its
 context and the first token from its context server; a request that reaches
 ``max_new_tokens`` finishes and its cache is freed. Steps in which nothing is in the engine
 are skipped (the engine idles until the next arrival).
@@ -142,6 +143,8 @@ class Engine:
         self.check_invariants = check_invariants
         self.trace = Trace()
         self.error: Optional[BaseException] = None
+        #: what the latest scheduling pass decided (None before the first pass)
+        self.last_batch: Optional[ScheduledBatch] = None
         self.step = 0
         self.iterations = 0
         self.add_requests(requests)
@@ -193,9 +196,11 @@ class Engine:
             self.iterations += 1
             self.trace.events.append(Event(self.step, "engine_stopped",
                                            getattr(exc, "request_id", ""), str(exc)))
-            self._record(ScheduledBatch())
+            self.last_batch = ScheduledBatch()
+            self._record(self.last_batch)
             self.step += 1
             return True
+        self.last_batch = batch
         self._execute(batch)
         self.iterations += 1
         self._record(batch)
@@ -239,17 +244,23 @@ class Engine:
         for request in batch.fitting_disagg_gen_init_requests:
             self._mark_started(request)
             request.context_current_position = request.prompt_len
+            self._reject_drafts(request)
             self._produce_token(request)  # the context server's first token
         for request in batch.context_requests:
             self._mark_started(request)
             request.context_current_position += request.context_chunk_size
             if request.is_context_finished:
+                self._reject_drafts(request)
                 self._produce_token(request)
         for request in batch.generation_requests:
-            if request.num_draft_tokens:  # every draft rejected: give their slots back
-                cache = self.scheduler.manager.get_cache(request)
-                cache.resize(cache.capacity - request.num_draft_tokens)
+            self._reject_drafts(request)
             self._produce_token(request)
+
+    def _reject_drafts(self, request: Request) -> None:
+        """Every draft token is rejected: the slots reserved for them are given back."""
+        if request.num_draft_tokens:
+            cache = self.scheduler.manager.get_cache(request)
+            cache.resize(cache.capacity - request.num_draft_tokens)
 
     def _mark_started(self, request: Request) -> None:
         if request.first_scheduled_step is None:
@@ -274,7 +285,7 @@ class Engine:
         counts = scheduler.counts
         self.trace.steps.append(StepRecord(
             self.step, manager.free_blocks, manager.total_blocks - manager.free_blocks,
-            scheduler.host_blocks_used, counts["running"], counts["waiting"], counts["suspended"],
+            manager.host_tier.used_blocks, counts["running"], counts["waiting"], counts["suspended"],
             len(batch.context_requests), len(batch.generation_requests), batch.num_tokens,
             len(batch.paused_requests), len(batch.recompute_paused_requests),
             counts["rejected"], counts["finished"], scheduler.stalled_passes))

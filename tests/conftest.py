@@ -21,6 +21,8 @@ _MARKERS = {
     "ui": "drives JupyterLab in a real browser",
     "notebook": "executes a notebook with papermill",
     "slow": "takes more than a few seconds",
+    "upstream": "names the upstream TensorRT-LLM test a conformance test mirrors "
+                "(tests/conformance/test_catalogue.py reads it)",
 }
 
 

@@ -16,11 +16,13 @@ from kvlab.admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, Admissio
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 
 
-def manager(blocks, max_seq_len=4096, width="configured", slots=8):
+def manager(blocks, max_seq_len=4096, width="configured", slots=8, host_blocks=None):
+    """``host_blocks``: pages of the tier below the GPU (None: the automatic host tier)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         return KVCacheManager(TOY, blocks * TOY.bytes_per_block, max_seq_len, slots,
-                              page_index_policy=width)
+                              page_index_policy=width, host_cache_size=(
+                                  None if host_blocks is None else host_blocks * TOY.bytes_per_block))
 
 
 def test_registry_and_instances():
@@ -145,10 +147,10 @@ def workload(specs):
     ADMISSION_POLICIES)), width=st.sampled_from(["clamped", "configured"]),
        chunked=st.booleans(), host=st.sampled_from([0, 6, None]), slots=st.integers(1, 4))
 def test_invariants_hold_under_every_policy(specs, blocks, admission, width, chunked, host, slots):
-    mgr = manager(blocks, max_seq_len=96, width=width, slots=slots)
+    mgr = manager(blocks, max_seq_len=96, width=width, slots=slots, host_blocks=host)
     policy = VllmStyle(max_model_len=blocks * 4) if admission == "vllm" else admission
     scheduler = Scheduler(mgr, admission=policy, max_num_tokens=64, max_batch_size=3,
-                          stall_limit=40, chunked_prefill=chunked, host_cache_blocks=host)
+                          stall_limit=40, chunked_prefill=chunked)
     result = simulate(scheduler, workload(specs), max_steps=600, check_invariants=True)
     assert set(result.status) == {f"r{i}" for i in range(len(specs))}
     assert set(result.status.values()) <= {"finished", "rejected", "waiting", "running"}
@@ -162,11 +164,11 @@ def test_invariants_hold_under_every_policy(specs, blocks, admission, width, chu
                                                                               "configured"]),
        host=st.sampled_from([0, None]))
 def test_capacity_never_stalls_when_every_request_fits_alone(specs, blocks, width, host):
-    mgr = manager(blocks, max_seq_len=96, width=width, slots=3)
+    mgr = manager(blocks, max_seq_len=96, width=width, slots=3, host_blocks=host)
     policy = CapacityAdmission()
     requests = [r for r in workload(specs) if policy.admit(r, mgr).admitted]
     scheduler = Scheduler(mgr, admission=policy, max_num_tokens=128, max_batch_size=3,
-                          stall_limit=200, host_cache_blocks=host)
+                          stall_limit=200)
     result = simulate(scheduler, requests, max_steps=20_000, check_invariants=True)
     assert result.error is None
     assert set(result.status.values()) <= {"finished"}

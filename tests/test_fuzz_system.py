@@ -42,21 +42,22 @@ ENDED_EVENTS = {"finished": {"finished"}, "rejected": {"rejected", "aborted"}}
 
 
 def build_manager(tokens_per_block, blocks, max_seq_len, slots, width_policy, extra, hybrid,
-                  resident):
-    """A small manager; ``hybrid``: recurrent-state slots capped at ``resident`` sequences."""
+                  resident, host=None):
+    """A small manager; ``hybrid``: recurrent-state slots capped at ``resident`` sequences
+    (PR #17261's clamp); ``host``: pages of the tier below the GPU (None: automatic)."""
     geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
                      tokens_per_block=tokens_per_block)
+    blocks = max(blocks, extra // tokens_per_block + 1)  # the pool must hold more than the extra
+    common = dict(max_seq_len=max_seq_len, max_batch_size=slots, page_index_policy=width_policy,
+                  num_extra_kv_tokens=extra,
+                  host_cache_size=None if host is None else host * geo.bytes_per_block)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         if not hybrid:
-            return KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block,
-                                  max_seq_len=max_seq_len, max_batch_size=slots,
-                                  page_index_policy=width_policy, num_extra_kv_tokens=extra)
+            return KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block, **common)
         quota = ((min(resident, slots) + num_dummy_slots()) * REVIEW_MAMBA.bytes_per_slot
                  + blocks * geo.bytes_per_block)
-        return MambaHybridCacheManager(geo, REVIEW_MAMBA, quota, max_seq_len=max_seq_len,
-                                       max_batch_size=slots, page_index_policy=width_policy,
-                                       num_extra_kv_tokens=extra)
+        return MambaHybridCacheManager(geo, REVIEW_MAMBA, quota, residency="clamped", **common)
 
 
 class SystemMachine(RuleBasedStateMachine):
@@ -76,12 +77,12 @@ class SystemMachine(RuleBasedStateMachine):
     def build(self, tokens_per_block, blocks, max_seq_len, slots, width_policy, admission, extra,
               hybrid, resident, max_num_tokens, batch, stall_limit, chunked, host, recompute):
         self.mgr = build_manager(tokens_per_block, blocks, max_seq_len, slots, width_policy,
-                                 extra, hybrid, resident)
+                                 extra, hybrid, resident, host)
         self.hybrid = hybrid
         self.admission = admission
         self.recompute = recompute
         kwargs = dict(max_num_tokens=max_num_tokens, max_batch_size=batch,
-                      stall_limit=stall_limit, chunked_prefill=chunked, host_cache_blocks=host,
+                      stall_limit=stall_limit, chunked_prefill=chunked,
                       enable_recompute_pause=recompute,
                       chunk_unit_size=min(tokens_per_block, max_num_tokens))
         try:
@@ -212,8 +213,8 @@ class SystemMachine(RuleBasedStateMachine):
         if rid is None:
             return
         held, free = self.mgr.caches[rid].num_blocks, self.mgr.free_blocks
-        self.mgr.suspend(rid)
-        assert self.mgr.free_blocks == free + held
+        self.mgr.suspend(rid)  # the pages stay on the GPU until an allocation needs them
+        assert self.mgr.free_blocks == free and self.mgr.caches[rid].num_blocks == held
         self.side[rid] = True
         self.count("suspend")
 
@@ -223,9 +224,15 @@ class SystemMachine(RuleBasedStateMachine):
         rid = self.pick(index, suspended=True)
         if rid is None:
             return
-        need, free = self.mgr.caches[rid].suspended_blocks, self.mgr.free_blocks
-        ok = self.mgr.resume(rid)
-        assert ok == (need <= free)
+        mgr = self.mgr
+        need, free = mgr.caches[rid].suspended_blocks, mgr.free_blocks
+        movable = mgr.host_tier.movable_blocks
+        util_ok = mgr.pool.used_blocks <= mgr.max_util_for_resume * mgr.total_blocks
+        ok = mgr.resume(rid)
+        if not util_ok or need > free + movable:
+            assert not ok
+        elif need <= free:
+            assert ok
         self.side[rid] = not ok
         self.count("resume")
 
@@ -272,15 +279,13 @@ class SystemMachine(RuleBasedStateMachine):
         kinds = collections.defaultdict(set)
         for event in engine.trace.events:
             kinds[event.request_id].add(event.kind)
-        host = 0
         for r in submitted:
             counts[r.state] += 1
             cache = mgr.caches.get(r.request_id)
             if r.state == "running":
-                assert cache is not None and not cache.suspended, r
+                assert cache is not None and cache.is_active, r
             elif r.state == "suspended":
                 assert cache is not None and cache.suspended, r
-                host += cache.suspended_blocks
             else:
                 assert cache is None, f"{r.request_id} is {r.state} and holds a cache"
             if r.state in ENDED_EVENTS:
@@ -293,8 +298,8 @@ class SystemMachine(RuleBasedStateMachine):
         assert {r.request_id for r in sched.active_requests} == live
         holders = {r.request_id for r in submitted if r.state in ("running", "suspended")}
         assert set(mgr.caches) == holders | set(self.side), "a cache with no owner"
-        assert host == sched.host_blocks_used
-        assert sched.host_cache_blocks is None or host <= sched.host_cache_blocks
+        host = sum(cache.suspended_blocks for cache in mgr.caches.values())
+        assert host == mgr.host_tier.used_blocks <= mgr.host_tier.num_blocks
         if self.hybrid:
             cap = mgr.max_resident_sequences()
             assert cap is None or len(holders) <= cap, "more resident sequences than the cap"
@@ -342,20 +347,23 @@ def test_the_machine_reaches_every_rule_and_every_outcome():
     assert not missing, f"never reached: {missing}; reached: {dict(ran)}"
 
 
-def test_found_by_the_fuzzer_capacity_admission_can_spin_without_recompute_pause():
+def test_found_by_the_fuzzer_capacity_admission_without_recompute_pause_deadlocks():
     """The shrunk program of a long run (seed 1011): both requests fit the pool alone and are
-    admitted; together they do not. With recompute pause off and a host tier of 4 pages, r1
-    (5 pages) cannot be evicted, so r0 suspends itself, resumes, and suspends again on every
-    pass: progress by the stall detector's count, none in tokens. Faithful to
-    KVCacheV2Scheduler (self-eviction counts as progress), hence the fuzzer's exemption."""
+    admitted; together they do not. With recompute pause off and a host tier of 4 pages, r0's
+    growth suspends r1, whose 5 pages cannot move down, so nothing is freed and r0 suspends
+    itself (progress, by the stall detector's count); the pool stays full, so neither may
+    resume (utilization above max_util_for_resume) and the next pass stalls: the deadlock,
+    with both requests alive."""
     from kvlab import simulate
 
     mgr = build_manager(tokens_per_block=1, blocks=8, max_seq_len=3, slots=2,
-                        width_policy="clamped", extra=1, hybrid=False, resident=1)
+                        width_policy="clamped", extra=1, hybrid=False, resident=1, host=4)
     sched = Scheduler(mgr, admission="capacity", max_num_tokens=5, max_batch_size=2,
-                      stall_limit=1, host_cache_blocks=4, enable_recompute_pause=False)
+                      stall_limit=1, enable_recompute_pause=False)
     result = simulate(sched, [Request("r0", 1, 3), Request("r1", 4, 2)], max_steps=300)
-    assert result.error is None and result.status == {"r0": "running", "r1": "running"}
+    assert isinstance(result.error, SchedulerDeadlock) and result.iterations == 4
+    assert result.status == {"r0": "running", "r1": "running"}
     r0, r1 = result.requests["r0"], result.requests["r1"]
     assert (r0.num_generated, r1.num_generated) == (2, 1)
-    assert r0.num_suspensions > 290 and r1.num_suspensions == 0
+    assert (r0.state, r1.state) == ("suspended", "suspended")
+    assert r0.num_suspensions == r1.num_suspensions == 1 and mgr.host_tier.used_blocks == 0

@@ -172,19 +172,20 @@ def test_suspend_resume_round_trips_page_bytes(seed_manager):
         mgr.pool.storage[page] = pattern[i]
     old_pages = list(cache.pages)
 
-    cache.suspend()
-    assert cache.suspended and cache.num_blocks == 0 and cache.suspended_blocks == 3
-    assert mgr.free_blocks == 64
-    assert set(cache.page_indices.tolist()) == {-1}
-    assert (cache.capacity, cache.history_length) == (96, 90)  # kept
+    cache.suspend()  # the pages stay on the GPU, held, until an allocation needs them
+    assert cache.suspended and cache.num_blocks == 3 and cache.suspended_blocks == 0
+    assert mgr.free_blocks == 61
     mgr.check_invariants()
 
-    # another cache takes the old pages and scribbles over them
+    # another cache needs every page: the suspended cache's pages move to the host tier
     thief = mgr.create_cache("thief")
     assert thief.resize(64 * 32)
+    assert cache.num_blocks == 0 and cache.suspended_blocks == 3 == mgr.host_tier.used_blocks
+    assert set(cache.page_indices.tolist()) == {-1}
+    assert (cache.capacity, cache.history_length) == (96, 90)  # kept
     assert set(old_pages) <= set(thief.pages)
     mgr.pool.storage[thief.pages] = 0xAB
-    assert cache.resume() is False and cache.suspended  # no room
+    assert cache.resume() is False and cache.suspended  # utilization 100 % > 0.95
     thief.resize(32 * 32)  # give back its tail; it keeps the old pages (handed out first)
     assert set(old_pages) <= set(thief.pages)
     mgr.pool.storage.zero_()
@@ -221,7 +222,7 @@ def test_resize_while_suspended_is_an_error(seed_manager):
     cache.suspend()
     with pytest.raises(RuntimeError, match="suspended"):
         cache.resize(128)
-    assert cache.suspended and mgr.free_blocks == 64
+    assert cache.suspended and mgr.free_blocks == 62  # held on the GPU while suspended
 
 
 def test_suspend_and_resume_are_idempotent(seed_manager):
@@ -231,8 +232,33 @@ def test_suspend_and_resume_are_idempotent(seed_manager):
     cache.resize(64)
     cache.suspend()
     cache.suspend()
-    assert cache.suspended_blocks == 2
-    assert cache.resume() and cache.num_blocks == 2 and mgr.free_blocks == 62
+    assert cache.num_blocks == 2 and cache.suspended_blocks == 0  # held in place
+    assert cache.resume() and cache.resume() and cache.num_blocks == 2 and mgr.free_blocks == 62
+
+
+def test_without_a_tier_below_the_gpu_a_suspended_cache_frees_nothing(seed_manager):
+    mgr = seed_manager("clamped", max_batch_size=2, host_cache_size=0)
+    assert not mgr.can_evict and mgr.host_tier.num_blocks == 0
+    cache = mgr.create_cache("r")
+    assert cache.resize(32 * 32)
+    cache.suspend()
+    other = mgr.create_cache("other")
+    assert other.resize(33 * 32) is False                   # 32 free; the held 32 never move
+    assert cache.num_blocks == 32 and cache.suspended_blocks == 0
+    assert cache.resume() is True                           # utilization 0.5: allowed
+    mgr.check_invariants()
+
+
+def test_resume_is_refused_above_max_util_for_resume(seed_manager):
+    mgr = seed_manager("clamped", max_batch_size=2, max_util_for_resume=0.5)
+    cache = mgr.create_cache("r")
+    assert cache.resize(33 * 32)
+    cache.suspend()
+    assert cache.resume() is False and cache.suspended      # 33/64 > 0.5
+    other = mgr.create_cache("other")
+    assert other.resize(32 * 32) and cache.num_blocks == 0  # r's pages moved down
+    other.resize(0)
+    assert cache.resume() is True and cache.num_blocks == 33
 
 
 def test_release_returns_device_and_host_pages(seed_manager):

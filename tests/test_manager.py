@@ -228,7 +228,10 @@ def test_free_returns_everything(seed_manager):
     a, b, c = (mgr.create_cache(x) for x in "abc")
     assert a.resize(320) and b.resize(640) and c.resize(96)
     b.suspend()
-    assert mgr.free_blocks == 64 - 10 - 3
+    assert mgr.free_blocks == 64 - 10 - 20 - 3          # b's pages stay held while suspended
+    taken = mgr.allocate_pages(64 - 10 - 3)             # ... until an allocation moves them down
+    assert taken is not None and b.suspended_blocks == 20 and mgr.free_blocks == 0
+    mgr.pool.free(taken)
     mgr.free("a")
     mgr.free(Request("b", prompt_len=1, max_new_tokens=0))  # the suspended one
     mgr.free(c)
@@ -261,8 +264,8 @@ def test_manager_suspend_resume(seed_manager):
     cache = mgr.create_cache("r")
     cache.resize(100)
     mgr.suspend("r")
-    assert cache.suspended and mgr.free_blocks == 64
-    assert mgr.resume("r") is True
+    assert cache.suspended and not mgr.is_request_active("r") and mgr.free_blocks == 60
+    assert mgr.resume("r") is True and mgr.is_request_active("r")
     assert cache.num_blocks == 4 and mgr.free_blocks == 60
 
 

@@ -17,11 +17,12 @@ from kvlab.scheduler import DEADLOCK_REMEDY
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 
 
-def pool(blocks: int, max_seq_len: int = 64, slots: int = 8, width: str = "configured"):
+def pool(blocks: int, max_seq_len: int = 64, slots: int = 8, width: str = "configured",
+         **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         return KVCacheManager(TOY, blocks * TOY.bytes_per_block, max_seq_len, slots,
-                              page_index_policy=width)
+                              page_index_policy=width, **kwargs)
 
 
 def run_pass(scheduler, *requests):
@@ -95,7 +96,8 @@ def test_chunked_context_takes_the_budget_left_rounded_to_the_unit():
     scheduler = Scheduler(pool(64), max_num_tokens=30, chunked_prefill=True)
     a, b = Request("a", 20, 4), Request("b", 50, 4)
     batch = run_pass(scheduler, a, b)
-    assert [r.context_chunk_size for r in batch.context_requests] == [20, 8]  # 10 left -> 8
+    # 10 left -> 8; _sort_requests puts b's non-last chunk before a's last one
+    assert [(r.request_id, r.context_chunk_size) for r in batch.context_requests] == [("b", 8), ("a", 20)]
     batch = run_pass(scheduler)
     assert ids(batch.generation_requests) == ["a"]
     assert batch.context_requests[0].context_chunk_size == 28                 # 29 left -> 28
@@ -118,24 +120,28 @@ def test_chunked_failures_skip_and_a_failed_first_chunk_is_retried_from_scratch(
 
 
 def test_eviction_suspends_from_the_tail():
-    scheduler = Scheduler(pool(6), max_num_tokens=64, host_cache_blocks=None)
+    scheduler = Scheduler(pool(6), max_num_tokens=64)  # the automatic host tier: 6 pages
     a, b, c = started(scheduler, ("a", 8), ("b", 8), ("c", 8))  # 2 blocks each: pool full
     batch = run_pass(scheduler)                                 # a grows to 9 tokens: a 3rd block
     assert ids(batch.paused_requests) == ["c"]                  # the tail, not "b"
     assert ids(batch.generation_requests) == ["a", "b"]         # c's 2 blocks serve a and b
-    assert c.state == "suspended" and scheduler.host_blocks_used == 2
+    assert c.state == "suspended" and scheduler.manager.host_tier.used_blocks == 2
     assert batch.recompute_paused_requests == []
     batch = run_pass(scheduler)
     assert c.state == "suspended"                               # past the frontier: not resumed
     scheduler.finish(a)
     run_pass(scheduler)
-    assert c.state == "running" and scheduler.host_blocks_used == 0  # resumed when pages allow
+    assert c.state == "running" and scheduler.manager.host_tier.used_blocks == 0  # resumed
 
 
-def test_without_a_host_tier_victims_are_recompute_paused_from_the_tail():
-    scheduler = Scheduler(pool(6), max_num_tokens=64)           # host_cache_blocks=0: real default
+def test_without_a_host_tier_suspension_frees_nothing_then_victims_are_recompute_paused():
+    scheduler = Scheduler(pool(6, host_cache_size=0), max_num_tokens=64)
     a, b, c = started(scheduler, ("a", 8), ("b", 8), ("c", 8))
-    batch = run_pass(scheduler)
+    batch = run_pass(scheduler)          # c, then b, suspended in place: no page freed
+    assert ids(batch.paused_requests) == ["c", "b", "a"]        # a suspends itself last
+    assert batch.recompute_paused_requests == [] and batch.generation_requests == []
+    assert scheduler.manager.free_blocks == 0 and scheduler.stalled_passes == 0
+    batch = run_pass(scheduler)          # suspended last pass: now recompute-pause candidates
     assert ids(batch.recompute_paused_requests) == ["c"]
     assert ids(batch.generation_requests) == ["a", "b"] and batch.paused_requests == []
     assert c.state == "waiting" and c.context_current_position == 0
@@ -143,27 +149,29 @@ def test_without_a_host_tier_victims_are_recompute_paused_from_the_tail():
 
 
 def test_first_chunks_are_never_victims():
-    scheduler = Scheduler(pool(5), max_num_tokens=64, chunked_prefill=True,
-                          host_cache_blocks=None)
+    scheduler = Scheduler(pool(5), max_num_tokens=64, chunked_prefill=True)
     a, b = started(scheduler, ("a", 8), ("b", 8))               # 2 blocks each, 1 free
     fresh = Request("fresh", 4, 4)                              # the tail: a first chunk
     batch = run_pass(scheduler, fresh)                          # a takes the free block
     assert ids(batch.generation_requests) == ["a"]
     assert ids(batch.paused_requests) == ["b"]                  # b suspends itself, not fresh
-    for _ in range(3):  # b resumes, cannot grow, suspends again: phase 1 never reaches fresh
+    for _ in range(3):  # the pool is full, so b may not resume: phase 1 stops at b every pass
         batch = run_pass(scheduler)
-        assert ids(batch.paused_requests) == ["b"] and batch.recompute_paused_requests == []
+        assert ids(batch.generation_requests) == ["a"] and b.state == "suspended"
+        assert batch.paused_requests == [] and batch.recompute_paused_requests == []
         assert fresh.is_first_context_chunk and fresh.state == "waiting"
 
 
 def test_a_generation_that_cannot_grow_suspends_itself_and_stops_phase_one():
-    scheduler = Scheduler(pool(3), max_num_tokens=64, host_cache_blocks=None)
+    scheduler = Scheduler(pool(3), max_num_tokens=64)
     (a,) = started(scheduler, ("a", 12))                        # the whole pool
     batch = run_pass(scheduler)
     assert ids(batch.paused_requests) == ["a"] and a.state == "suspended"
     assert scheduler.stalled_passes == 0                        # a suspension is progress
-    run_pass(scheduler)                                         # resumes, fails, suspends again
-    assert a.num_suspensions == 2 and scheduler.manager.free_blocks == 3
+    assert scheduler.manager.free_blocks == 0                   # its pages stay, held on the GPU
+    batch = run_pass(scheduler)          # utilization 3/3 > max_util_for_resume: no resume
+    assert not batch.made_progress and a.state == "suspended" and a.num_suspensions == 1
+    assert scheduler.stalled_passes == 1
 
 
 def test_deadlock_on_the_stall_limit_th_stalled_pass():
@@ -184,8 +192,9 @@ def test_deadlock_on_the_stall_limit_th_stalled_pass():
     assert isinstance(info.value, RuntimeError) and scheduler.iteration == stall_limit
 
 
-def test_deadlock_after_stall_limit_plus_one_passes_when_the_first_pass_progressed():
-    """The context fits (progress on pass 1), its growth never does: stall_limit + 1 passes."""
+def test_deadlock_after_stall_limit_plus_two_passes_when_the_first_two_progressed():
+    """The context fits (progress on pass 1); its growth never does, so it suspends itself
+    (progress on pass 2) and may not resume while it fills the pool: stall_limit + 2 passes."""
     stall_limit = 4
     scheduler = Scheduler(pool(3), max_num_tokens=64, stall_limit=stall_limit)
     request = Request("grows", 12, 8)
@@ -193,7 +202,7 @@ def test_deadlock_after_stall_limit_plus_one_passes_when_the_first_pass_progress
     with pytest.raises(SchedulerDeadlock, match="1 generation and 0 context request"):
         while True:
             run_pass(scheduler)
-    assert scheduler.iteration == stall_limit + 1
+    assert scheduler.iteration == stall_limit + 2
 
 
 def test_progress_of_others_resets_the_stall_counter():
@@ -241,7 +250,7 @@ def test_front_door_rejects_a_prompt_over_max_num_tokens_without_chunking():
     (dict(max_num_tokens=0), ValueError, "max_num_tokens must be in [1, "),
     (dict(max_batch_size=1.5), TypeError, "max_batch_size must be an int"),
     (dict(stall_limit=0), ValueError, "stall_limit must be in [1, "),
-    (dict(host_cache_blocks=-1), ValueError, "host_cache_blocks must be in [0, "),
+    (dict(scheduler_capacity=0), ValueError, "scheduler_capacity must be in [1, "),
     (dict(chunked_prefill="yes"), TypeError, "chunked_prefill must be a bool"),
     (dict(chunked_prefill=True, max_context_length=16, chunk_unit_size=32), ValueError,
      "chunk_unit_size must be in [1, max_context_length=16]"),

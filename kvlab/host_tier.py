@@ -1,0 +1,140 @@
+"""The cache tier below the GPU: where suspended caches' pages go, and how large it is.
+
+Mirrors the tier set-up of ``KVCacheManagerV2.__init__``
+(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py at 0004396720, docs/REFERENCE.md
+§4a): ``KvCacheConfig.host_cache_size`` in bytes, where ``0`` means no tier below the GPU and
+``None`` (the real default) provisions an automatic host tier,
+``_compute_auto_host_tier_quota``: the smallest of the GPU quota, half the host memory available
+per co-located rank and 80 % of the memlock limit, falling back to the GPU quota when that is
+not positive; several ranks then take the MIN of their host quotas (PR #17717).
+A disk tier (``disk_cache_size``) is one more level below; ``can_evict`` is "more than one
+tier".
+
+What a tier below the GPU changes (the real storage manager evicts a held page only from a
+level that has one below it): a suspended cache keeps its pages on the GPU until an
+allocation needs them; then its pages move down, oldest suspension first, while the tier has
+room (:meth:`HostTier.make_room`). With no tier below, a suspended cache's pages stay where
+they are, and suspending frees nothing.
+
+Simplified: kvlab holds no host memory in reserve (a cache's bytes are copied to a CPU tensor
+when they move), so the tier is a count of pages; a cache's pages move all together, not page
+by page; host memory and the memlock limit are only what the caller passes (none by default,
+so the automatic tier is the GPU quota); the host and disk tiers are one pool of pages, and
+nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, Optional
+
+from ._validate import MAX_COUNT, check_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .kv_cache import KVCache
+    from .pool import PagePool
+
+
+def _known(limit: Optional[float]) -> bool:
+    """A limit the reader found: None or infinity (the real readers' answer) is none."""
+    return limit is not None and limit != float("inf")
+
+
+def auto_host_tier_bytes(gpu_quota_bytes: int, local_ranks: int = 1,
+                         host_available_bytes: Optional[float] = None,
+                         memlock_limit_bytes: Optional[float] = None,
+                         shares_device_memory: bool = False) -> int:
+    """The automatic host tier's size (the real ``_compute_auto_host_tier_quota``): the GPU
+    quota, capped by half the available host memory per co-located rank and by 80 % of the
+    memlock limit; a non-positive cap falls back to the GPU quota. On an integrated GPU
+    (``shares_device_memory``) the device quota is charged against the host memory first, and
+    with no headroom left there is no tier (0)."""
+    candidates = [gpu_quota_bytes]
+    if _known(host_available_bytes):
+        budget = host_available_bytes
+        if shares_device_memory:
+            budget -= gpu_quota_bytes
+            if budget <= 0:
+                return 0
+        candidates.append(int(budget / local_ranks * 0.5))
+    if _known(memlock_limit_bytes):
+        candidates.append(int(memlock_limit_bytes * 0.8))
+    quota = min(candidates)
+    return quota if quota > 0 else gpu_quota_bytes
+
+
+def sync_host_tier_quota(local_quota: int, world_size: int, comm=None) -> int:
+    """Every rank's host tier becomes the smallest (the real ``_sync_host_tier_quota``, MIN
+    all-reduce, PR #17717); one rank touches no collective. ``comm``: anything with
+    ``all_reduce_min(int) -> int`` (kvlab.distributed's communicators)."""
+    if world_size <= 1:
+        return local_quota
+    return comm.all_reduce_min(local_quota)
+
+
+def lower_tier_bytes(host_cache_size: Optional[int], disk_cache_size: Optional[int],
+                     gpu_quota_bytes: int) -> int:
+    """Bytes below the GPU: the host tier (``host_cache_size``; None: automatic, 0: none)
+    plus the disk tier (``disk_cache_size``; None or 0: none)."""
+    host = (auto_host_tier_bytes(gpu_quota_bytes) if host_cache_size is None
+            else check_int("host_cache_size", host_cache_size, low=0, high=MAX_COUNT))
+    disk = 0 if disk_cache_size is None else check_int("disk_cache_size", disk_cache_size,
+                                                       low=0, high=MAX_COUNT)
+    return host + disk
+
+
+class HostTier:
+    """``num_blocks`` pages below the GPU (``used_blocks`` of them hold suspended caches'
+    pages), and the suspended caches whose pages are still on the GPU, oldest first."""
+
+    __slots__ = ("num_blocks", "used_blocks", "_on_gpu")
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = check_int("num_blocks", num_blocks, low=0, high=MAX_COUNT)
+        self.used_blocks = 0
+        self._on_gpu: Dict[int, "KVCache"] = {}  # id(cache) -> cache, in suspension order
+
+    @property
+    def free_blocks(self) -> int:
+        return self.num_blocks - self.used_blocks
+
+    def track(self, cache: "KVCache") -> None:
+        """``cache`` was suspended with its pages on the GPU: they may move down later."""
+        self._on_gpu[id(cache)] = cache
+
+    def untrack(self, cache: "KVCache") -> None:
+        self._on_gpu.pop(id(cache), None)
+
+    @property
+    def movable_blocks(self) -> int:
+        """At most this many GPU pages could move down now."""
+        return min(self.free_blocks, sum(c.num_blocks for c in self._on_gpu.values()))
+
+    def make_room(self, pool: "PagePool", count: int) -> bool:
+        """Move suspended caches' pages down, oldest first, until ``count`` pages of ``pool``
+        are free; False, moving nothing, when the tier cannot take enough of them."""
+        shortfall = count - pool.free_blocks
+        if shortfall <= 0:
+            return True
+        chosen, freed, room = [], 0, self.free_blocks
+        for cache in self._on_gpu.values():
+            if freed >= shortfall:
+                break
+            if 0 < cache.num_blocks <= room:
+                chosen.append(cache)
+                freed += cache.num_blocks
+                room -= cache.num_blocks
+        if freed < shortfall:
+            return False
+        for cache in chosen:
+            self.used_blocks += cache.num_blocks
+            cache.move_to_lower_tier()
+            self.untrack(cache)
+        return True
+
+    def give_back(self, count: int) -> None:
+        assert 0 <= count <= self.used_blocks, f"giving back {count} of {self.used_blocks} host pages"
+        self.used_blocks -= count
+
+    def __repr__(self) -> str:
+        return (f"HostTier({self.used_blocks} of {self.num_blocks} pages used, "
+                f"{len(self._on_gpu)} suspended cache(s) still on the GPU)")
