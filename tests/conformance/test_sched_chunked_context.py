@@ -1,0 +1,403 @@
+"""TensorRT-LLM's KVCacheV2Scheduler tests of chunked context, ported onto kvlab.
+
+Mirrors the upstream classes TestChunkedContext, TestPartialReuse and
+TestMultimodalAwareChunkingV2 of NVIDIA/TensorRT-LLM
+``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py`` at commit
+0046b12caeb6c565d87675ced31951b62b9abd25 (inventory: ``inventory/v2_scheduler_2.txt``).
+
+Upstream's ``ctx_chunk_config=(policy, unit)`` is ``Bench(chunked_prefill=True,
+chunk_unit_size=unit)``; its max_context_length is max_num_tokens, as kvlab's default. A
+resize upstream checks with ``resize_context.assert_called_once_with(req, n)`` is checked on
+the cache's capacity (position + n). An allocation that upstream's mock refuses is refused
+here because an outside tenant holds the pages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+from support import Bench, ids, tiny_geometry
+
+from kvlab import Engine, KVCacheManager, MaxSeqLenClampWarning, Scheduler
+
+# -- local set-up helpers ------------------------------------------------------------------
+# support.Bench still hands ``host_cache_blocks`` to the Scheduler, which no longer takes it
+# (the tier below the GPU moved to ``KVCacheManager(host_cache_size=...)``). ``_bench`` uses
+# support.Bench when it builds, else the same bench with the tier on the manager. The set-up
+# passes widen ``max_num_requests`` too (the request budget is no longer ``max_batch_size``).
+
+
+class _ManagerTierBench(Bench):
+    """support.Bench with the tier below the GPU on the manager: none without ``can_evict``
+    (host_cache_size=0), the automatic host tier with it (host_cache_size=None)."""
+
+    def __init__(self, *, tokens_per_block=64, num_blocks=4096, max_batch_size=100,
+                 max_num_tokens=1024, can_evict=False, **scheduler_kwargs):
+        geometry = tiny_geometry(tokens_per_block)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+            self.manager = KVCacheManager(
+                geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
+                max_seq_len=num_blocks * tokens_per_block, max_batch_size=max_batch_size,
+                host_cache_size=None if can_evict else 0)
+        self.scheduler = Scheduler(self.manager, max_num_tokens=max_num_tokens,
+                                   max_batch_size=max_batch_size, **scheduler_kwargs)
+        self.engine = Engine(self.scheduler)
+        self._held = []
+
+
+def _bench(**kwargs) -> Bench:
+    try:
+        return Bench(**kwargs)
+    except TypeError as exc:
+        if "host_cache_blocks" not in str(exc):
+            raise
+        return _ManagerTierBench(**kwargs)
+
+
+@contextlib.contextmanager
+def _setup_budget(scheduler, max_num_tokens=1 << 30):
+    """A set-up pass's own budgets; the test's are restored after it."""
+    names = [n for n in ("max_num_tokens", "max_batch_size", "max_num_requests")
+             if hasattr(scheduler, n)]
+    saved = {n: getattr(scheduler, n) for n in names}
+    scheduler.max_num_tokens = max_num_tokens
+    for name in names[1:]:
+        setattr(scheduler, name, 1 << 20)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(scheduler, name, value)
+
+
+def _generations(bench, *request_ids, prompt_len=64, draft=0):
+    """Requests in generation, their contexts run together in one set-up pass (build them
+    before any context the test schedules: that pass schedules whatever is pending)."""
+    with _setup_budget(bench.scheduler):
+        requests = [bench.context(i, prompt_len, draft=draft) for i in request_ids]
+        bench.schedule()
+    assert all(r.is_context_finished and r.state == "running" for r in requests), "set-up"
+    return requests
+
+
+def _started_at(bench, request_id, length, position):
+    """A chunked context whose first ``position`` tokens ran in an earlier pass, as one chunk
+    of exactly that size (the set-up pass's chunk unit is 1; its token budget is the chunk
+    plus the steps of the requests already generating)."""
+    scheduler = bench.scheduler
+    steps = sum(1 + r.num_draft_tokens for r in scheduler.active_requests
+                if r.is_context_finished)
+    saved = scheduler.chunk_unit_size
+    scheduler.chunk_unit_size = 1
+    try:
+        with _setup_budget(scheduler, max_num_tokens=position + steps):
+            request = bench.context(request_id, length)
+            batch = bench.schedule()
+    finally:
+        scheduler.chunk_unit_size = saved
+    assert any(r is request for r in batch.context_requests), "set-up: first chunk not run"
+    assert request.context_current_position == position
+    return request
+
+
+def _chunked(**kwargs) -> Bench:
+    return _bench(chunked_prefill=True, **kwargs)
+
+
+# == TestChunkedContext ======================================================================
+
+@pytest.mark.upstream("TestChunkedContext::test_budget_enough_for_all")
+def test_budget_enough_for_all():
+    bench = _chunked(max_num_tokens=200, chunk_unit_size=64)
+    req = bench.context("0", 100)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 100  # last chunk, no rounding
+
+
+@pytest.mark.upstream(
+    "TestChunkedContext::test_budget_limits_chunk",
+    adaptation="upstream also passes a draft KV cache manager (joint reuse) and checks "
+               "try_allocate_draft_context(req, 256) on it: kvlab has no separate draft pool, "
+               "so only the target pool's resize to 256 tokens is checked")
+def test_budget_limits_chunk():
+    bench = _chunked(max_num_tokens=300, chunk_unit_size=64)
+    req = bench.context("0", 1000)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 256  # 300 // 64 * 64
+    assert bench.manager.get_cache(req).capacity == 256  # resize_context(req, 256)
+
+
+@pytest.mark.upstream(
+    "TestChunkedContext::test_min_budget_check",
+    adaptation="kvlab's Scheduler refuses chunk_unit_size > max_context_length (= "
+               "max_num_tokens) at construction; upstream accepts it. The scheduler is built "
+               "with max_num_tokens=1024, then given upstream's 50 (budget and "
+               "max_context_length)")
+def test_min_budget_check():
+    bench = _chunked(max_num_tokens=1024, chunk_unit_size=64)
+    bench.scheduler.max_num_tokens = bench.scheduler.max_context_length = 50
+    bench.context("0", 1000)
+    out = bench.schedule()
+    assert len(out.context_requests) == 0  # 50 < 64 min budget
+
+
+@pytest.mark.upstream("TestChunkedContext::test_last_chunk_no_rounding")
+def test_last_chunk_no_rounding():
+    bench = _chunked(max_num_tokens=200, chunk_unit_size=128)
+    req = bench.context("0", 100)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 100
+
+
+@pytest.mark.upstream("TestChunkedContext::test_has_chunking_flag_set")
+def test_has_chunking_flag_set():
+    bench = _chunked(max_num_tokens=100, chunk_unit_size=64)
+    req = bench.context("0", 1000)
+    out = bench.schedule()
+    assert len(out.context_requests) == 1
+    assert req.context_chunk_size == 64  # 64 < 1000: not the last chunk
+
+
+@pytest.mark.upstream(
+    "TestChunkedContext::test_force_chunk_defaults_to_remaining_context_without_snapshot_points",
+    adaptation="kvlab has no ContextChunkingPolicy; without snapshot points FORCE_CHUNK "
+               "chunks as the default policy does, which is what runs here")
+def test_force_chunk_defaults_to_remaining_context_without_snapshot_points():
+    bench = _chunked(tokens_per_block=32, max_num_tokens=8192, chunk_unit_size=256)
+    req = bench.context("0", 1176)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 1176
+
+
+@pytest.mark.upstream("TestChunkedContext::test_multiple_ctx_share_budget")
+def test_multiple_ctx_share_budget():
+    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    req1, req2 = bench.context("0", 200), bench.context("1", 200)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0", "1"]
+    assert req1.context_chunk_size == 200
+    assert req2.context_chunk_size == 200
+
+
+@pytest.mark.upstream(
+    "TestChunkedContext::test_chunk_fail_flows_budget",
+    adaptation="upstream's mock refuses the first resize of two equal 200-token contexts; "
+               "here an outside tenant leaves 4 pages free and the first context is 1000 "
+               "tokens, so its 448-token chunk (7 pages) really fails while the second's 200 "
+               "tokens (4 pages) fit. Had the failed chunk kept its 448 tokens of budget, the "
+               "second could not have been scheduled")
+def test_chunk_fail_flows_budget():
+    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    bench.hold_all_but(4)
+    bench.context("0", 1000)
+    bench.context("1", 200)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["1"]
+
+
+@pytest.mark.upstream("TestChunkedContext::test_chunk_rounding_non_last")
+def test_chunk_rounding_non_last():
+    bench = _chunked(max_num_tokens=200, chunk_unit_size=128)
+    req = bench.context("0", 1000)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 128  # 200 // 128 * 128
+
+
+@pytest.mark.upstream("TestChunkedContext::test_has_chunking_flag_not_set")
+def test_has_chunking_flag_not_set():
+    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    req = bench.context("0", 100)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 100
+
+
+@pytest.mark.upstream("TestChunkedContext::test_max_context_length_caps_chunk")
+def test_max_context_length_caps_chunk():
+    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    req = bench.context("0", 2000)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 448  # min(500, 2000) // 64 * 64
+
+
+@pytest.mark.upstream(
+    "TestChunkedContext::test_chunk_rounds_to_zero",
+    adaptation="kvlab's Scheduler refuses chunk_unit_size > max_context_length (= "
+               "max_num_tokens) at construction; upstream accepts it. The scheduler is built "
+               "with max_num_tokens=1024, then given upstream's 100 (budget and "
+               "max_context_length)")
+def test_chunk_rounds_to_zero():
+    bench = _chunked(max_num_tokens=1024, chunk_unit_size=128)
+    bench.scheduler.max_num_tokens = bench.scheduler.max_context_length = 100
+    bench.context("0", 1000)
+    out = bench.schedule()
+    assert len(out.context_requests) == 0  # 100 // 128 * 128 = 0
+
+
+@pytest.mark.upstream(
+    "TestChunkedContext::test_subsequent_chunk_non_first",
+    adaptation="the non-first chunk is physical: a 264-token context whose first 64 tokens "
+               "ran in an earlier pass, 200 remaining")
+def test_subsequent_chunk_non_first():
+    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    req = _started_at(bench, "0", 264, 64)
+    assert not req.is_first_context_chunk and req.context_remaining_length == 200
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+
+
+# == TestPartialReuse ========================================================================
+
+@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_no_block_alignment",
+                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
+                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
+                      "request reached position 50 by computing a first chunk of 50 tokens in an "
+                      "earlier pass (and is not a first chunk here). The chunk computed from a "
+                      "position that is not block-aligned is what is tested")
+def test_partial_reuse_no_block_alignment():
+    bench = _chunked(max_num_tokens=128, chunk_unit_size=64)
+    req = _started_at(bench, "0", 1000, 50)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 128
+
+
+@pytest.mark.upstream("TestPartialReuse::test_block_aligned_position_no_change",
+                      adaptation="upstream's prepare_context moves the position to 128 by a partial "
+                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
+                      "request reached position 128 by computing a first chunk of 128 tokens in an "
+                      "earlier pass (and is not a first chunk here). The chunk computed from a "
+                      "block-aligned position is what is tested")
+def test_block_aligned_position_no_change():
+    bench = _chunked(max_num_tokens=300, chunk_unit_size=64)
+    req = _started_at(bench, "0", 1000, 128)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 256  # 300 // 64 * 64
+
+
+@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_last_chunk_no_alignment",
+                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
+                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
+                      "request reached position 50 by computing a first chunk of 50 tokens in an "
+                      "earlier pass (and is not a first chunk here). The chunk computed from a "
+                      "position that is not block-aligned is what is tested")
+def test_partial_reuse_last_chunk_no_alignment():
+    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    req = _started_at(bench, "0", 130, 50)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert req.context_chunk_size == 80
+
+
+@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_resize_uses_chunk_size",
+                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
+                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
+                      "request reached position 50 by computing a first chunk of 50 tokens in an "
+                      "earlier pass (and is not a first chunk here). The chunk computed from a "
+                      "position that is not block-aligned is what is tested; "
+                      "resize_context(req, 128) is checked on the cache's capacity, 50 + 128")
+def test_partial_reuse_resize_uses_chunk_size():
+    bench = _chunked(max_num_tokens=128, chunk_unit_size=64)
+    req = _started_at(bench, "0", 1000, 50)
+    bench.schedule()
+    assert req.context_chunk_size == 128
+    assert bench.manager.get_cache(req).capacity == 50 + 128
+
+
+@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_budget_accounting",
+                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
+                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
+                      "request reached position 50 by computing a first chunk of 50 tokens in an "
+                      "earlier pass (and is not a first chunk here). The chunk computed from a "
+                      "position that is not block-aligned is what is tested; "
+                      "the generation request is built first (its context runs in a set-up pass)")
+def test_partial_reuse_budget_accounting():
+    bench = _chunked(max_num_tokens=80, chunk_unit_size=64)
+    _generations(bench, "1")
+    ctx = _started_at(bench, "0", 1000, 50)
+    out = bench.schedule()
+    assert ids(out.context_requests) == ["0"]
+    assert ctx.context_chunk_size == 64
+    assert ids(out.generation_requests) == ["1"]
+
+
+NOT_MODELLED = {
+    "TestChunkedContext::test_force_chunk_uses_expected_snapshot_points":
+        "FORCE_CHUNK with expect_snapshot_points ends chunks at the recurrent-state snapshot "
+        "points kept for block reuse (prefix reuse of SSM states); kvlab has no chunking "
+        "policy and no snapshot points",
+    "TestChunkedContext::test_force_chunk_uses_next_expected_snapshot_point":
+        "FORCE_CHUNK with expect_snapshot_points ends chunks at the recurrent-state snapshot "
+        "points kept for block reuse (prefix reuse of SSM states); kvlab has no chunking "
+        "policy and no snapshot points",
+    "TestChunkedContext::test_force_chunk_allows_prompt_end_shorter_than_unit_size":
+        "FORCE_CHUNK with expect_snapshot_points ends chunks at the recurrent-state snapshot "
+        "points kept for block reuse (prefix reuse of SSM states); kvlab has no chunking "
+        "policy and no snapshot points",
+    "TestChunkedContext::test_force_chunk_allows_snapshot_point_shorter_than_unit_size":
+        "FORCE_CHUNK with expect_snapshot_points ends chunks at the recurrent-state snapshot "
+        "points kept for block reuse (prefix reuse of SSM states); kvlab has no chunking "
+        "policy and no snapshot points",
+    "TestChunkedContext::test_force_chunk_makes_progress_before_budget_limited_snapshot":
+        "FORCE_CHUNK with expect_snapshot_points ends chunks at the recurrent-state snapshot "
+        "points kept for block reuse (prefix reuse of SSM states); kvlab has no chunking "
+        "policy and no snapshot points",
+    "TestMultimodalAwareChunkingV2::test_snap_up_extends_chunk_to_block_end":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_snap_up_rounds_up_past_unaligned_block_end":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_snap_up_two_adjacent_blocks_only_swallows_first":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_snap_down_when_budget_exceeded":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_snap_down_floors_to_chunk_unit_size":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_snap_down_when_max_context_length_exceeded":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_up_block_end_clamps_to_prompt_end":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_raises_when_block_exceeds_max_context_length":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_last_resort_defers_when_snap_down_would_starve":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_no_op_when_bidirectional_flag_false":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_no_op_when_no_multimodal_data":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_no_op_when_cumsum_missing":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_no_op_when_boundary_not_in_block":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_no_op_when_chunk_reaches_prompt_end":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_aligns_relative_to_context_current_position":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+    "TestMultimodalAwareChunkingV2::test_defer_skips_request_in_schedule_request":
+        "multimodal: _align_chunk_to_mm_block keeps bidirectional multimodal embedding blocks "
+        "whole across chunk ends; kvlab requests carry no multimodal data",
+}
