@@ -1,5 +1,5 @@
 """Argument checks for the public boundary: every error names the parameter,
-its value and the accepted range (DESIGN.md, "Conventions")."""
+its value and the accepted range (docs/DESIGN.md, "Conventions")."""
 
 from __future__ import annotations
 

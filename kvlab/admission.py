@@ -16,7 +16,7 @@ plugs into it through four hooks, so styles differ only where the real engines d
   (vLLM: recompute-preempt from the tail, itself last) or "retract" (SGLang: retract decodes,
   abort the last one).
 
-Reasons quote the real messages (REFERENCE.md §4, §6) where the real engine has one.
+Reasons quote the real messages (docs/REFERENCE.md §4, §6) where the real engine has one.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class NoAdmission(AdmissionPolicy):
 
 
 class CapacityAdmission(AdmissionPolicy):
-    """"capacity": per-request feasibility at arrival, the direction of PR #21720.
+    """"capacity": per-request feasibility at arrival, the direction of PR #21720 (a proposal,
+    not merged: the Scheduler's default is "none", what the merged code does).
 
     Each request is classified as fits now / temporarily blocked / never fits. Demand (pages
     for prompt + max_new_tokens + extra tokens) beyond the pool's total physical capacity, or
@@ -132,7 +133,7 @@ VLLM_NULL_BLOCKS = 1
 
 
 class VllmStyle(AdmissionPolicy):
-    """"vllm": vLLM v1's style (REFERENCE.md §6), run inside kvlab's V2 loop.
+    """"vllm": vLLM v1's style (docs/REFERENCE.md §6), run inside kvlab's V2 loop.
 
     - Start-up: refuses to start when one request of ``max_model_len`` (default: the manager's
       configured max_seq_len) needs more KV memory than the pool has, with vLLM's message and
@@ -199,7 +200,7 @@ SGLANG_INPUT_MARGIN = 5
 
 
 class SglangStyle(AdmissionPolicy):
-    """"sglang": SGLang's style (REFERENCE.md §6), run inside kvlab's V2 loop.
+    """"sglang": SGLang's style (docs/REFERENCE.md §6), run inside kvlab's V2 loop.
 
     - Front door: ``max_req_input_len = min(context_len - 1, pool tokens - 1) - 5`` (context_len
       is the configured max_seq_len); a prompt at or over it is rejected with SGLang's message.

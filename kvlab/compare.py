@@ -25,6 +25,7 @@ and every other one finished), ``"ok"`` (every request finished).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
@@ -65,7 +66,10 @@ def _seed_geometry() -> KVGeometry:
 class EngineConfig:
     """Everything about the engine but the policy. Defaults: the seed's RTX 5080 experiment
     (4 MiB pool, max_seq_len 8192, 32 tokens per block), with room for 4 sequences at once
-    and a token budget large enough that no prompt is refused for it (non-chunked context)."""
+    and a token budget large enough that no prompt is refused for it (non-chunked context).
+    ``host_cache_size``: None (the real default) provisions the automatic host tier; 0 leaves
+    no tier below the GPU (kvlab.host_tier). ``chunked_prefill``: contexts go in chunks of at
+    most ``max_num_tokens`` (issue #21470's deployment ran chunked)."""
 
     pool_mib: float = 4.0
     max_seq_len: int = 8192
@@ -73,6 +77,8 @@ class EngineConfig:
     max_batch_size: int = 4
     max_num_tokens: int = 1 << 20
     stall_limit: int = DEFAULT_STALL_LIMIT
+    host_cache_size: Optional[int] = None
+    chunked_prefill: bool = False
 
     def __post_init__(self):
         if not isinstance(self.geometry, KVGeometry):
@@ -82,6 +88,10 @@ class EngineConfig:
         check_int("max_batch_size", self.max_batch_size, low=1, high=1 << 16)
         check_int("max_num_tokens", self.max_num_tokens, low=1, high=1 << 30)
         check_int("stall_limit", self.stall_limit, low=1, high=1 << 30)
+        if self.host_cache_size is not None:
+            check_int("host_cache_size", self.host_cache_size, low=0, high=1 << 50)
+        if not isinstance(self.chunked_prefill, bool):
+            raise TypeError(f"chunked_prefill must be a bool, got {self.chunked_prefill!r}")
         if self.total_blocks < 1:
             raise ValueError(f"pool_mib={self.pool_mib:g} holds no page: one page of "
                              f"{self.geometry.tokens_per_block} tokens takes "
@@ -104,12 +114,23 @@ class EngineConfig:
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
             return KVCacheManager(self.geometry, self.quota_bytes, self.max_seq_len,
                                   max_batch_size=self.max_batch_size,
-                                  page_index_policy=width_policy)
+                                  page_index_policy=width_policy,
+                                  host_cache_size=self.host_cache_size)
 
     def describe(self) -> str:
         return (f"{self.pool_mib:g} MiB pool = {self.total_blocks} pages of "
                 f"{self.geometry.tokens_per_block} tokens ({self.pool_tokens} tokens); "
-                f"max_seq_len {self.max_seq_len}; up to {self.max_batch_size} sequences")
+                f"max_seq_len {self.max_seq_len}; up to {self.max_batch_size} sequences; "
+                f"{self.tier_name}")
+
+    @property
+    def tier_name(self) -> str:
+        """The tier configuration in words."""
+        if self.host_cache_size is None:
+            return "automatic host tier (host_cache_size=None, the default)"
+        if self.host_cache_size == 0:
+            return "no tier below the GPU (host_cache_size=0)"
+        return f"host tier of {self.host_cache_size:,} B"
 
 
 def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> Scheduler:
@@ -121,7 +142,8 @@ def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> Sched
     elif admission == "sglang":
         admission = SglangStyle()
     return Scheduler(manager, admission=admission, max_num_tokens=engine.max_num_tokens,
-                     max_batch_size=engine.max_batch_size, stall_limit=engine.stall_limit)
+                     max_batch_size=engine.max_batch_size, stall_limit=engine.stall_limit,
+                     chunked_prefill=engine.chunked_prefill)
 
 
 def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> Optional[str]:
@@ -181,6 +203,22 @@ def outcome_row(policy: str, result: SimulationResult) -> dict:
     )
 
 
+#: The two tier configurations of the real manager: name -> ``host_cache_size`` ("automatic":
+#: None, the real default, an automatic host tier; "none": 0, the GPU alone).
+TIERS: Dict[str, Optional[int]] = {"automatic": None, "none": 0}
+
+
+def tier_runs(requests: Sequence[Request], engine: EngineConfig = EngineConfig(),
+              policy: str = "none/configured", max_steps: int = 20_000) -> Dict[str, SimulationResult]:
+    """``simulate`` the same requests under ``policy`` with each of :data:`TIERS` (the rest of
+    ``engine`` unchanged)."""
+    requests = list(requests)
+    check_int("max_steps", max_steps, low=1, high=1 << 40)
+    return {tier: simulate(build_scheduler(policy, dataclasses.replace(engine, host_cache_size=size)),
+                           requests, max_steps=max_steps)
+            for tier, size in TIERS.items()}
+
+
 def outcome_rows(results: Mapping[str, SimulationResult]) -> List[dict]:
     return [outcome_row(policy, result) for policy, result in results.items()]
 
@@ -199,7 +237,7 @@ def check_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=15
                      arrival_rate=0.05, seed=0, stall_limit=DEFAULT_STALL_LIMIT, grid=64,
                      SMOKE=False) -> None:
     """Validate notebook 04's parameters as papermill passes them; each error names the
-    parameter, its value and the accepted range (DESIGN.md, "Conventions")."""
+    parameter, its value and the accepted range (docs/DESIGN.md, "Conventions")."""
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
     check_int("num_small", num_small, low=0, high=10_000)

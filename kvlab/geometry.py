@@ -1,7 +1,7 @@
 """Bytes per token, per block (page) and per layer for a KV cache.
 
 Mirrors ``KVCacheManagerV2.get_layer_bytes_per_token``
-(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py), REFERENCE.md §1:
+(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py), docs/REFERENCE.md §1:
 ``kv_factor * ceil(num_kv_heads / tp_size) * head_dim * dtype_bytes`` per layer and token.
 """
 
@@ -124,7 +124,7 @@ class MambaGeometry:
     """Shape of one sequence's recurrent (Mamba / linear-attention) state on one rank.
 
     Mirrors ``MambaHybridCacheManagerV2._mamba_state_bytes_per_slot``
-    (tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py), REFERENCE.md §5:
+    (tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py), docs/REFERENCE.md §5:
     ``num_mamba_layers * (conv_bytes + ssm_bytes)`` with the conv and SSM states split over
     ``tp_size``. A slot is fixed-size: it does not grow with the sequence's length.
     """
@@ -180,7 +180,7 @@ class MambaGeometry:
     @classmethod
     def qwen3_5_27b(cls, ssm_dtype: str = "float32", conv_dtype: str = "bfloat16",
                     tp_size: int = 1) -> "MambaGeometry":
-        """Qwen3.5-27B's 48 linear-attention layers from its published config (REFERENCE.md §5):
+        """Qwen3.5-27B's 48 linear-attention layers from its published config (docs/REFERENCE.md §5):
         48 value heads of 128, key head dim 128 (d_state), 16 key heads (n_groups), kernel 4.
         The config's mamba_ssm_dtype is float32; the PR's 37.5 GiB implies bfloat16."""
         return cls(num_mamba_layers=48, mamba_num_heads=48, mamba_head_dim=128, d_state=128,

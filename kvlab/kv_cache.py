@@ -1,7 +1,7 @@
 """KVCache: one sequence's pages, resized in the native check order.
 
 Mirrors native ``KvCache::resize(capacity, history)``
-(cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp), REFERENCE.md §3:
+(cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp), docs/REFERENCE.md §3:
 
 1. history shrinking, or history > capacity: ValueError;
 2. same number of blocks as now: True;

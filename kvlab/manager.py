@@ -1,7 +1,7 @@
 """KVCacheManager: owns the page pool and the page-index table; clamps max_seq_len.
 
 Mirrors the construction of ``KVCacheManagerV2``
-(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py), REFERENCE.md §2, in order:
+(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py), docs/REFERENCE.md §2, in order:
 
 1. ``max_num_tokens``: the longest single sequence the pool can hold, in whole blocks
    (64 blocks * 32 = 2048 in the seed);

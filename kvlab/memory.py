@@ -1,7 +1,7 @@
 """A per-rank memory budget and the KV-cache quota it leaves.
 
 Mirrors ``KvCacheCreator._cal_max_memory`` (tensorrt_llm/_torch/pyexecutor/_util.py),
-REFERENCE.md §1::
+docs/REFERENCE.md §1::
 
     available = (total_gpu_memory - peak_memory + already_allocated_kv) * free_gpu_memory_fraction
 

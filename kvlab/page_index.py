@@ -1,4 +1,4 @@
-"""The host page-index table and its width policies (REFERENCE.md §2).
+"""The host page-index table and its width policies (docs/REFERENCE.md §2).
 
 Mirrors the table ``KVCacheManagerV2`` builds at construction
 (tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py): a pinned int32 tensor
@@ -42,7 +42,7 @@ MAX_TABLE_BYTES = 1 << 30
 
 def max_blocks_per_seq(max_seq_len: int, tokens_per_block: int, num_extra_kv_tokens: int = 0,
                        reserved_draft_tokens: int = 0) -> int:
-    """Width of one page-index row, by REFERENCE.md §2's formula."""
+    """Width of one page-index row, by docs/REFERENCE.md §2's formula."""
     check_int("max_seq_len", max_seq_len, low=1, high=MAX_COUNT)
     check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
     check_int("num_extra_kv_tokens", num_extra_kv_tokens, low=0, high=MAX_COUNT)

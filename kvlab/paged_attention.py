@@ -2,7 +2,7 @@
 
 A teaching reference in plain torch, not a kernel. ``write_kv`` stores a sequence's K and V
 through its page-index row, as the attention op writes new tokens into the pages that the rows
-of ``KVCacheManagerV2``'s table name (REFERENCE.md §2); ``gather_kv`` reads them back through
+of ``KVCacheManagerV2``'s table name (docs/REFERENCE.md §2); ``gather_kv`` reads them back through
 the same row, as the paged attention kernels do once ``copy_block_offsets`` has put the rows on
 the device; ``paged_attention`` is attention over what it gathers, and
 ``contiguous_attention`` the same attention over an ordinary contiguous cache to check it

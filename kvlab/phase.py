@@ -11,10 +11,12 @@ The question each point answers: one request of ``context_len`` prompt tokens an
 - "crash": a resize raises PageIndexTooShort and the engine stops.
 
 The verdicts are exact for ``Scheduler(manager, admission, max_num_tokens, stall_limit=...)``
-with its defaults (non-chunked context, no host tier): a lone request's cache grows to
+with its defaults (non-chunked context), under either tier configuration (the automatic host
+tier, the manager's default, or none: a lone request has no started victim to preempt or
+evict, so the tier below the GPU changes nothing): a lone request's cache grows to
 ``context_len + extra`` tokens, then by one token per generation step up to
 ``context_len + extra + max_new_tokens - 1``. Each resize checks the page-index width before
-the pool (REFERENCE.md §3), so the first block count past ``min(width, pool)`` decides: past
+the pool (docs/REFERENCE.md §3), so the first block count past ``min(width, pool)`` decides: past
 the width first (or both at once) is a crash, past the pool first is a stall. tests/test_phase.py
 checks sampled points against full ``simulate`` runs.
 """

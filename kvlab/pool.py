@@ -4,7 +4,7 @@ The storage is exactly ``num_blocks * bytes_per_block`` bytes on the chosen devi
 page pools the TensorRT-LLM V2 manager allocates (cpp/tensorrt_llm/batch_manager/
 kv_cache_manager_v2/). Allocation is all-or-nothing: a request for more pages than are free
 gets ``None`` and changes nothing, which is what lets ``KVCache.resize`` return False with no
-side effects (REFERENCE.md §3 step 4).
+side effects (docs/REFERENCE.md §3 step 4).
 """
 
 from __future__ import annotations

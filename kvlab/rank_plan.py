@@ -4,7 +4,7 @@ running it: the closed form of :mod:`kvlab.distributed`, fast enough for a slide
 For a :class:`~kvlab.distributed.RunConfig`, in the order the real start-up goes:
 
 1. each rank's own KV quota and blocks from its budget (``KvCacheCreator._cal_max_memory``,
-   REFERENCE.md §1), as ``RankRunner`` computes them;
+   docs/REFERENCE.md §1), as ``RankRunner`` computes them;
 2. ``allreduce(MIN)`` of the token capacity: every rank builds the smallest pool;
 3. the max_seq_len clamp and the page-index width (``KVCacheManagerV2.__init__``, §2);
    steps 1-3 are ``RunConfig.pool_plan``, which also checks a config before its ranks start;

@@ -91,8 +91,10 @@ def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:
 
 def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
               tokens_per_block: int = 32, max_seq_len: int = 8192, retry_tokens: int = 32,
-              geometry: Optional[KVGeometry] = None, device="cpu") -> ReproResult:
-    """Build a manager on a real pool of ``pool_mib`` MiB and resize one cache to ``context``."""
+              geometry: Optional[KVGeometry] = None, device="cpu",
+              host_cache_size: Optional[int] = None) -> ReproResult:
+    """Build a manager on a real pool of ``pool_mib`` MiB and resize one cache to ``context``
+    (``host_cache_size``: the tier below the GPU, None = automatic; it changes no figure here)."""
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
     check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
@@ -104,7 +106,8 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         mgr = KVCacheManager(geometry, quota_bytes=int(pool_mib * MIB), max_seq_len=max_seq_len,
-                             max_batch_size=1, page_index_policy=policy, device=device)
+                             max_batch_size=1, page_index_policy=policy, device=device,
+                             host_cache_size=host_cache_size)
     cache = mgr.create_cache("repro")
     row_before = cache.page_indices.clone()
     error = state_preserved = retry_ok = None
@@ -135,7 +138,7 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
 def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str = "clamped",
                            SMOKE=False, retry_tokens=32, max_batch_size=1) -> None:
     """Validate a notebook's repro parameters, as papermill passes them; each error names the
-    parameter, its value and the accepted range (DESIGN.md, "Conventions")."""
+    parameter, its value and the accepted range (docs/DESIGN.md, "Conventions")."""
     from ._validate import check_choice
     from .page_index import WIDTH_POLICIES
 

@@ -273,6 +273,9 @@ class ScenarioParameters:
     max_batch_size: int = spec(Int(1, 1 << 16))
     context_length: int = spec(Int(1, MAX_TOKENS))  # the prompt that reached resize_context
     model_weights_bytes: int = spec(Int(0))  # weights resident on the rank (0: none loaded)
+    # KvCacheConfig.host_cache_size in bytes: absent = the automatic host tier (the real
+    # default), 0 = no tier below the GPU (docs/REFERENCE.md §4a)
+    host_cache_size: Optional[int] = spec(Int(0), default=None)
 
     @property
     def pool_bytes(self) -> int:
@@ -313,7 +316,7 @@ class BackgroundRequests:
 class Deployment:
     """A multi-rank deployment: topology, one rank's memory budget, scheduler settings and the
     workload. Memory in GiB per rank; the budget follows ``KvCacheCreator._cal_max_memory``
-    (REFERENCE.md §1): weights (``parameters.model_weights_bytes``) + MoE workspace +
+    (docs/REFERENCE.md §1): weights (``parameters.model_weights_bytes``) + MoE workspace +
     activation peak + non-torch memory make the peak. Rank r's workspace is
     ``workspace_gib + workspace_skew_gib * r / (ranks - 1)``."""
 

@@ -9,7 +9,7 @@ naming the check, which is how the tests prove that starter code fails and solut
  ex.  check                                  mirrors
 ====  =====================================  ======================================================
  1    ``check_page_index_width(fn, seed)``   ``max_blocks_per_seq`` of ``KVCacheManagerV2.__init__``
-                                             (kvlab/page_index.py; REFERENCE.md §2)
+                                             (kvlab/page_index.py; docs/REFERENCE.md §2)
  2    ``check_predictions(dict)``,           native ``KvCache::resize`` check order: the row is
       ``check_trigger(fn)``                  checked before the pool (kvlab/kv_cache.py; §3)
  3    ``check_admission(classify)``,         PR #21720's per-request feasibility

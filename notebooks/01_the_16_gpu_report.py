@@ -159,6 +159,33 @@ else:
     assert clamped.ended == "completed"
 
 # %% [markdown]
+# Three counts for the same 1,000,000-token request appear in this notebook, and each answers
+# a different question:
+#
+# - **the whole context** (section 3): `ceil(1,000,000 / 32)` entries, what the prompt needs once
+#   all of it is in the cache; more than the row, hence the crash;
+# - **the traceback's resize**: the deployment prefills in chunks (`max_num_tokens` a pass, shared
+#   with the background requests), and the resize that raises is the *first chunk whose end
+#   crosses the row*: `ceil((position + chunk) / 32)` entries, fewer than the whole context;
+# - **admission's demand** (section 6): `ceil((1,000,000 + 64 new tokens) / 32)`, every token
+#   the request will hold when it completes.
+
+# %%
+if expect_crash:
+    import re
+
+    crossing = int(re.search(r"it needs (\d+) page-index entries", r0.traceback).group(1))
+    demand = -(-(context + 64) // tpb)
+    display(pd.DataFrame([
+        dict(count="the whole context (section 3)", entries=needed, formula=f"ceil({context:,} / {tpb})"),
+        dict(count="the chunk that crossed the row (traceback)", entries=crossing,
+             formula=f"ceil((position + chunk) / {tpb}), first above {r0.max_blocks_per_seq:,}"),
+        dict(count="to completion (admission, section 6)", entries=demand,
+             formula=f"ceil(({context:,} + 64) / {tpb})"),
+    ]).set_index("count"))
+    assert r0.max_blocks_per_seq < crossing <= needed < demand
+
+# %% [markdown]
 # The same ranks as real processes over `torch.distributed` (gloo on CPU: a MIN all-reduce of the
 # capacity, an all_gather per iteration). Same code per rank, same results; only the transport
 # differs. (Skipped when `SMOKE`.)

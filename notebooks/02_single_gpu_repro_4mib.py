@@ -19,7 +19,7 @@
 # TensorRT-LLM issue #21470 was a crash on 16 GB300 GPUs: a long context reached
 # `resize_context`, the native allocator raised
 # `ValueError: User-provided base page indices is too short` on rank 0, and the executor took
-# all 16 ranks down. The seed investigation (`shared/seeds/`, "A single line of code eliminated a
+# all 16 ranks down. The seed investigation (`docs/SEEDS.md`, "A single line of code eliminated a
 # KV cache exception") followed the traceback instead of rebuilding the cluster:
 #
 # > Scheduler → `KVCacheManagerV2.resize_context()` → native `kv_cache.resize()` →
@@ -124,7 +124,7 @@ assert (len(caught) == 1) == (context > capacity_tokens)  # the clamp warns exac
 # ## 4. The reproduced `ValueError`
 #
 # The request goes through `resize_context`, as in the engine. The native resize checks the row
-# **before** it looks at the pool (`_checkPageIndexBufferCapacity`, REFERENCE.md §3): a row shorter
+# **before** it looks at the pool (`_checkPageIndexBufferCapacity`, docs/REFERENCE.md §3): a row shorter
 # than the pages the new capacity needs raises — even though the pool could never have held them
 # anyway. Nothing catches it: in the engine it reaches the executor loop.
 

@@ -31,13 +31,18 @@ retry_tokens: int = 32  # the seed's manual retry after the refusal
 max_batch_size: int = 512  # the largest batch size priced in section 4
 stall_limit: int = 1000  # passes without progress before SchedulerDeadlock; the real _DEADLOCK_STALL_ITERS
 num_small: int = 6  # small requests (256 + 32 tokens) beside the long one in Part 2
+host_tier: str = "automatic"  # tier below the GPU in Part 2: automatic = host_cache_size None, the real default; none = 0
+chunk_tokens: int = 256  # the token budget per pass of section 9's chunked prefill
 SMOKE: bool = False  # True (CI): coarser sweeps
 
 # %%
 import inspect
 
 from kvlab import SchedulerDeadlock, simulate, viz
-from kvlab.compare import EngineConfig, build_scheduler, engine_outcome, long_and_small
+import dataclasses
+
+from kvlab.compare import (TIERS, EngineConfig, build_scheduler, engine_outcome, long_and_small,
+                           outcome_table, tier_runs)
 from kvlab.findings import Finding, report_findings
 from kvlab.measurements import load_measurements, measured_on
 from kvlab.paged_attention import paged_vs_contiguous
@@ -49,8 +54,11 @@ from kvlab.scenarios import load_scenario
 # Bad parameters stop here, with a message naming the parameter.
 check_repro_parameters(pool_mib, context, tokens_per_block, SMOKE=SMOKE, retry_tokens=retry_tokens,
                        max_batch_size=max_batch_size)
+if host_tier not in TIERS:
+    raise ValueError(f"host_tier must be one of {sorted(TIERS)}, got {host_tier!r}")
 engine = EngineConfig(pool_mib=pool_mib, max_seq_len=context, geometry=seed_geometry(tokens_per_block),
-                stall_limit=stall_limit)  # checks stall_limit (and the pool) by name
+                      stall_limit=stall_limit, host_cache_size=TIERS[host_tier])  # checks stall_limit (and the pool) by name
+chunked_engine = dataclasses.replace(engine, chunked_prefill=True, max_num_tokens=chunk_tokens)
 long_and_small(context, num_small=num_small)  # checks num_small by name
 if no_pool_reason(pool_mib, tokens_per_block):
     raise ValueError(f"pool_mib={pool_mib}: {no_pool_reason(pool_mib, tokens_per_block)}")
@@ -245,11 +253,17 @@ viz.show(viz.pool_allocation_figure(h200["pool_allocation"], device=gpu))
 # ## Part 2: through the scheduler
 #
 # In the allocator test the seed issued the smaller retry by hand. In the engine nobody does: the
-# scheduler (`KVCacheV2Scheduler`, REFERENCE.md §4) tries the request's context every pass, reacts
-# to `False` by skipping it, and tries again next pass. It has no free-pages query and no notion
-# of a request that can *never* fit. Its only guard is the stall detector: after
-# `_DEADLOCK_STALL_ITERS` = 1000 consecutive passes with active requests and no progress it raises
+# scheduler (`KVCacheV2Scheduler`, docs/REFERENCE.md §4) tries the request's context every pass,
+# reacts to `False`, and tries again next pass. It has no free-pages query and no notion of a
+# request that can *never* fit. Its guards are two. With **no tier below the GPU**
+# (`host_cache_size=0`) a context that fails to allocate runs `preempt_for_pages`: the newest
+# *started* request that is not scheduled this pass is recompute-paused to free its pages. With
+# the **automatic host tier** (`host_cache_size=None`, the real default) it does not; eviction
+# suspends to the host instead. And the stall detector: after `_DEADLOCK_STALL_ITERS` = 1000
+# consecutive passes with active requests and no progress it raises
 # `RuntimeError("V2 scheduler deadlock: ...")`.
+#
+# The runs below use the tier named in the parameters; section 8b runs both.
 #
 # ### 7. Alone: refused every pass, then the deadlock
 
@@ -259,6 +273,7 @@ alone = simulate(build_scheduler("none/configured", engine), long_and_small(cont
 long_req = alone.requests["long"]
 print(f"{alone.iterations} passes; the long request refused in {long_req.num_refusals} of them")
 print(f"{type(alone.error).__name__}: {alone.error}")
+print("tier below the GPU:", engine.tier_name)
 viz.show(viz.scheduler_timeline_figure(alone, stall_limit=stall_limit,
                                        title=f"Alone, configured row: refused every pass, deadlock at pass {stall_limit}"))
 if after.outcome == "refused":  # the pool cannot hold the request: the scheduler can never place it
@@ -304,20 +319,76 @@ if after.outcome == "refused" and small_ids:
     assert stall_limit < beside.requests["long"].num_refusals <= beside.iterations
 
 # %% [markdown]
+# ### 8b. Does the tier below the GPU change this?
+#
+# Not here. `preempt_for_pages` needs a *started* victim that this pass did not schedule: the
+# small requests are either first context chunks (never victims) or generating, and phase 1
+# schedules every generating request before phase 2 tries the long one, which protects them. So
+# with or without a host tier the long request is refused every pass, alone or not.
+
+# %%
+tiers_alone = outcome_table(tier_runs(long_and_small(context, num_small=0), engine, max_steps=stall_limit + 10)).rename_axis("tier")
+tiers_beside = outcome_table(tier_runs(long_and_small(context, num_small=num_small), engine)).rename_axis("tier")
+TIER_COLUMNS = ["outcome", "finished", "unfinished", "iterations", "preemptions", "max_stalled_passes", "error"]
+print("Alone, configured row, non-chunked, under each tier configuration:")
+display(tiers_alone[TIER_COLUMNS])
+print(f"Beside {num_small} small requests:")
+display(tiers_beside[TIER_COLUMNS])
+if after.outcome == "refused":
+    assert list(tiers_alone["outcome"]) == list(tiers_beside["outcome"]) == ["stall", "stall"]
+    assert tiers_alone["preemptions"].sum() == tiers_beside["preemptions"].sum() == 0
+
+# %% [markdown]
+# ### 9. Chunked prefill, as issue #21470's deployment ran: the tier decides
+#
+# The 16-GPU deployment prefilled in chunks. Then the long request *does* start: chunk by chunk
+# (here `chunk_tokens` a pass) it takes pages until the pool is full, and only its next chunk is
+# refused. From there the two configurations part:
+#
+# - **automatic host tier**: nothing preempts anything. The long request holds the whole pool, no
+#   small request can start, and 1000 passes later the stall detector stops the engine with
+#   every request unfinished.
+# - **no tier below the GPU**: a small request's first chunk fails, and `preempt_for_pages`
+#   recompute-pauses the newest started request it did not schedule: the long one. Its pages
+#   come free, phase 2 stops, and next pass the long request (first in the queue) starts over and
+#   takes the budget again. A **preemption livelock**: every few passes a recompute pause, which
+#   the stall detector counts as progress, so no error ever comes, and nothing finishes.
+
+# %%
+chunked_steps = 600 if SMOKE else 3000
+chunked = tier_runs(long_and_small(context, num_small=num_small), chunked_engine, max_steps=max(chunked_steps, stall_limit + 100))
+chunked_table = outcome_table(chunked).rename_axis("tier")
+print(f"Chunked prefill ({chunk_tokens} tokens a pass), configured row, beside {num_small} small requests:")
+display(chunked_table[TIER_COLUMNS])
+livelock = chunked["none"]
+window = tier_runs(long_and_small(context, num_small=num_small), chunked_engine, max_steps=200)["none"]
+viz.show(viz.scheduler_timeline_figure(window, stall_limit=stall_limit,
+                                       title="Chunked, no tier below the GPU: the first 200 passes of a preemption livelock"))
+if after.outcome == "refused" and num_small and IS_SEED:
+    held = chunked["automatic"]
+    assert isinstance(held.error, SchedulerDeadlock) and held.summary()["finished"] == 0
+    assert livelock.error is None and livelock.summary()["finished"] == 0
+    assert livelock.summary()["recomputes"] > 10 and max(livelock.trace.column("stalled_passes")) < stall_limit
+
+# %% [markdown]
 # The buffer fix moved the failure from the allocator to the scheduler: instead of a `ValueError`
 # at once, a request that can never fit occupies a queue position, makes its client wait
 # indefinitely while other work is served, and — as soon as nothing else is left — stops the
-# engine anyway, 1000 passes later. Telling "not yet" from "never" is admission control's job
-# (PR #21720): notebook 04.
+# engine anyway, 1000 passes later. With chunked prefill and no tier below the GPU it is worse:
+# the engine churns forever and says nothing. Telling "not yet" from "never" is admission
+# control's job (PR #21720): notebook 04.
 
 # %% [markdown]
 # ## Findings
 #
 # At the allocator's boundary the one-line fix is correct: no `ValueError`, a plain `False`,
 # the cache untouched, a small retry succeeds. It does not make the request fit — the pool holds
-# the same number of pages — and it widens the table for every slot. Through the scheduler the
-# request is refused every pass: alone it ends in `SchedulerDeadlock` at the stall limit; beside
-# small requests it starves until they are gone, then deadlocks.
+# the same number of pages — and it widens the table for every slot. Through the scheduler
+# (non-chunked, either tier configuration) the request is refused every pass: alone it ends in
+# `SchedulerDeadlock` at the stall limit; beside small requests it starves until they are gone,
+# then deadlocks. With chunked prefill the tier decides: with the automatic host tier the long
+# request holds the pool and everything deadlocks; with no tier below the GPU,
+# `preempt_for_pages` turns it into a livelock that never raises.
 
 # %%
 scenario = seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb"
@@ -330,15 +401,22 @@ findings = report_findings([
                      f"{'ok' if after.retry_ok else 'failed'}; table x{wide / narrow:.2f} bytes "
                      f"({b_narrow:,} -> {b_wide:,} B at batch {max_batch_size})")
             if after.outcome == "refused" else f"row {wide} entries; {needed} of {blocks} pages allocated"),
-    Finding(scenario=f"{scenario}, alone, through the scheduler", policy="configured",
+    Finding(scenario=f"{scenario}, alone, through the scheduler, {engine.tier_name}", policy="configured",
             outcome=engine_outcome(alone),
             numbers=(f"refused in {alone.requests['long'].num_refusals} of {alone.iterations} passes; "
                      f"{type(alone.error).__name__ if alone.error else 'no error'} after {stall_limit} stalled passes")),
-    Finding(scenario=f"{scenario}, beside {len(small_ids)} small requests", policy="configured",
+    Finding(scenario=f"{scenario}, beside {len(small_ids)} small requests, {engine.tier_name}", policy="configured",
             outcome=engine_outcome(beside),
             numbers=(f"{sum(beside.status[r] == 'finished' for r in small_ids)} of {len(small_ids)} small finished by "
                      f"step {last_small}; long request {beside.status['long']} (starved); "
                      f"{type(beside.error).__name__ if beside.error else 'no error'} at step {steps[-1]}")),
+    *[Finding(scenario=f"{scenario}, chunked ({chunk_tokens} a pass), beside {num_small} small, "
+                       f"{dataclasses.replace(engine, host_cache_size=TIERS[tier]).tier_name}",
+              policy="configured", outcome=engine_outcome(result),
+              numbers=(f"{result.summary()['finished']} finished, {result.summary()['recomputes']} recompute "
+                       f"pauses in {result.iterations} passes; "
+                       f"{type(result.error).__name__ if result.error else 'no error (livelock)'}"))
+      for tier, result in chunked.items()],
 ])
 if IS_SEED:
-    assert [f["outcome"] for f in findings] == ["crash", "refused", "stall", "stall"]
+    assert [f["outcome"] for f in findings] == ["crash", "refused", "stall", "stall", "stall", "stall"]

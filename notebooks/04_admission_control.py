@@ -18,7 +18,10 @@
 #
 # Notebook 03 ended with the one-line fix turning issue #21470's `ValueError` into a refusal that
 # the scheduler repeats every pass: the request starves beside others and, alone, stops the
-# engine with `SchedulerDeadlock` after 1000 passes. The review of that fix (seed, section 5)
+# engine with `SchedulerDeadlock` after 1000 passes (with chunked prefill and no tier below the
+# GPU, a preemption livelock that never raises). Every engine here runs the real default tier
+# configuration, the automatic host tier (`host_cache_size=None`), non-chunked; notebook 03
+# §8b shows these workloads end the same way without it. The review of that fix (seed, section 5)
 # named the real question: *how do we distinguish a request that cannot run yet from one that
 # can never run?* PR #21720 answers it at admission. This notebook shows the distinction, runs
 # the same workloads under the historical engine (both row widths) and under admission control,
@@ -64,7 +67,7 @@ print(engine.describe(), "(the seed's)" if IS_SEED else "(not the seed's: the as
 # %% [markdown]
 # ## 1. Two reasons a resize returns False
 #
-# The scheduler is *try and see* (REFERENCE.md §4): it calls resize and reacts to `False`. But a
+# The scheduler is *try and see* (docs/REFERENCE.md §4): it calls resize and reacts to `False`. But a
 # `False` can mean two different things:
 #
 # - **temporary pressure** — the request fits the pool's *total* capacity, but not enough pages are
@@ -157,7 +160,7 @@ else:
 # One request alone (`context` tokens + 16 new), every pool from one page up and every context
 # length, configured max_seq_len fixed at `context`. Each cell is the verdict of
 # `kvlab.phase.phase_verdicts`, in closed form: the native resize checks the row before the pool
-# (REFERENCE.md §3), so the first limit the request's pages cross decides — past the row is a
+# (docs/REFERENCE.md §3), so the first limit the request's pages cross decides — past the row is a
 # crash, past the pool a stall. Admission control replaces both regions with a clean rejection.
 # The closed forms are not taken on trust: `tests/test_phase.py` checks a random sample of points
 # against full `simulate` runs for every regime (and a few are checked again below).
@@ -229,7 +232,7 @@ if never:
 # %% [markdown]
 # ## 5. The peers, side by side
 #
-# The same workload under the peers' styles (REFERENCE.md §6, simplified in `kvlab.admission`).
+# The same workload under the peers' styles (docs/REFERENCE.md §6, simplified in `kvlab.admission`).
 # vLLM checks capacity at **start-up**: with the configured max length it refuses to start at all
 # — the message below. An operator then sets `max_model_len` to the estimate it prints (the pool's
 # tokens), which is the engine run here: it rejects prompts over that length at the door,
@@ -277,20 +280,20 @@ panel
 #
 # A resize's `False` is either "not yet" (temporary pressure: wait and retry) or "never" (demand
 # beyond the pool: reject). Without admission control, "never" crashes the engine (clamped row,
-# issue #21470) or starves and then deadlocks it (configured row, the one-line fix). With PR
-# #21720's capacity check it is rejected at once, with the numbers, and every other request
-# finishes.
+# issue #21470) or starves and then deadlocks it (configured row, the one-line fix); both with
+# the automatic host tier, the real default. With PR #21720's capacity check (a proposal, not
+# merged) it is rejected at once, with the numbers, and every other request finishes.
 
 # %%
 scenario = "rtx5080-4mib" if IS_SEED else f"{pool_mib:g}MiB-{context}tok"
-findings = [Finding(scenario=f"{scenario}: long request + {num_small} small", policy=policy,
+findings = [Finding(scenario=f"{scenario}: long request + {num_small} small, {engine.tier_name}", policy=policy,
                     outcome=table.loc[policy, "outcome"],
                     numbers=(f"{table.loc[policy, 'finished']} finished, {table.loc[policy, 'rejected']} rejected, "
                              f"{table.loc[policy, 'unfinished']} unfinished in {table.loc[policy, 'steps']} steps; "
                              f"long request needs {long_pages} pages of {engine.total_blocks}"
                              + (f"; {table.loc[policy, 'error'][:60]}" if table.loc[policy, "error"] else "")))
             for policy in TRTLLM_POLICIES]
-findings += [Finding(scenario=f"mixed workload ({len(mixed)} requests, seed {seed})", policy=policy,
+findings += [Finding(scenario=f"mixed workload ({len(mixed)} requests, seed {seed}), {engine.tier_name}", policy=policy,
                      outcome=mixed_table.loc[policy, "outcome"],
                      numbers=(f"goodput {mixed_table.loc[policy, 'goodput_tokens_per_step']:.3g} tokens/step, "
                               f"mean wait {mixed_table.loc[policy, 'mean_wait_steps']} steps, "

@@ -1,4 +1,4 @@
-"""One way for the tests to run a notebook under papermill (DESIGN.md's conventions)."""
+"""One way for the tests to run a notebook under papermill (docs/DESIGN.md's conventions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Admission policies: registry, verdicts with numbers, and property tests under every policy."""
+"""Admission policies: registry, verdicts with numbers, and property tests under every policy.
+
+"capacity" is PR #21720's proposal (not merged); the Scheduler's default stays "none", the
+merged behaviour (test_the_default_is_the_merged_behaviour)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,10 @@ def manager(blocks, max_seq_len=4096, width="configured", slots=8, host_blocks=N
         return KVCacheManager(TOY, blocks * TOY.bytes_per_block, max_seq_len, slots,
                               page_index_policy=width, host_cache_size=(
                                   None if host_blocks is None else host_blocks * TOY.bytes_per_block))
+
+
+def test_the_default_is_the_merged_behaviour():
+    assert Scheduler(manager(8)).admission.name == "none"
 
 
 def test_registry_and_instances():

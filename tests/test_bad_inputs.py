@@ -1,5 +1,5 @@
 """Bad arguments at the public boundary raise ValueError/TypeError naming the parameter and the
-accepted range (DESIGN.md, "Conventions")."""
+accepted range (docs/DESIGN.md, "Conventions")."""
 
 from __future__ import annotations
 

@@ -67,6 +67,11 @@ def test_random_geometry_agrees_with_closed_form(geo_args, blocks, slack, max_se
     assert geo.bytes_per_block == bpt * tpb
     page = bpt * tpb
     quota = blocks * page + slack % page  # some bytes that do not make a whole page
+    if blocks * tpb <= extra:  # the pool holds no more than the extra tokens: refused by name
+        with pytest.raises(ValueError, match="num_extra_kv_tokens"):
+            KVCacheManager(geo, quota_bytes=quota, max_seq_len=max_seq_len, max_batch_size=batch,
+                           num_extra_kv_tokens=extra)
+        return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mgr = KVCacheManager(geo, quota_bytes=quota, max_seq_len=max_seq_len, max_batch_size=batch,
@@ -75,9 +80,9 @@ def test_random_geometry_agrees_with_closed_form(geo_args, blocks, slack, max_se
     clamped = [w for w in caught if issubclass(w.category, MaxSeqLenClampWarning)]
     assert mgr.total_blocks == quota // page == blocks
     assert mgr.pool.nbytes == blocks * page
-    assert mgr.max_num_tokens == blocks * tpb
-    assert mgr.max_seq_len == min(max_seq_len, blocks * tpb)
-    assert bool(clamped) == (max_seq_len > blocks * tpb)
+    assert mgr.max_num_tokens == blocks * tpb - extra  # get_num_available_tokens
+    assert mgr.max_seq_len == min(max_seq_len, blocks * tpb - extra)
+    assert bool(clamped) == (max_seq_len > blocks * tpb - extra)
     sized_from = mgr.max_seq_len if policy == "clamped" else max_seq_len
     width = 4 * math.ceil(math.ceil((sized_from + extra + draft + 1) / tpb) / 4)
     assert mgr.max_blocks_per_seq == width
@@ -117,14 +122,16 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @initialize(geo_args=small_geometries, blocks=st.integers(1, 24), max_seq_len=st.integers(1, 2048),
                 batch=st.integers(1, 4), policy=st.sampled_from(["clamped", "configured"]),
-                extra=st.integers(0, 8))
-    def build(self, geo_args, blocks, max_seq_len, batch, policy, extra):
+                extra=st.integers(0, 8), host=st.sampled_from([None, 0]))
+    def build(self, geo_args, blocks, max_seq_len, batch, policy, extra, host):
         geo = KVGeometry(**geo_args)
+        blocks = max(blocks, extra // geo.tokens_per_block + 1)  # more than the extra tokens
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
             self.mgr = KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block,
                                       max_seq_len=max_seq_len, max_batch_size=batch,
-                                      page_index_policy=policy, num_extra_kv_tokens=extra)
+                                      page_index_policy=policy, num_extra_kv_tokens=extra,
+                                      host_cache_size=host)
         self.counter = 0
         self.model = {}  # request_id -> (capacity, history)
 
@@ -170,6 +177,7 @@ class ManagerMachine(RuleBasedStateMachine):
                    "shrink": old_hist - 1 - hist_pct % max(1, old_hist)}[history_mode]
         before = self.snapshot()
         free_before = self.mgr.free_blocks
+        movable = self.mgr.host_tier.movable_blocks  # suspended pages a growth may move down
         tpb = self.mgr.tokens_per_block
         need = -(-capacity // tpb)
         if capacity < old_hist or (history is not None and history < old_hist):
@@ -187,11 +195,15 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         ok = cache.resize(capacity, history)
         grow = need - len(before[3][rid][2])
-        assert ok == (grow <= free_before)
+        if grow <= free_before:
+            assert ok
+        elif grow > free_before + movable:
+            assert not ok
         if ok:
             self.model[rid] = (capacity, old_hist if history is None else history)
             assert cache.num_blocks == need
-            assert self.mgr.free_blocks == free_before - grow
+            if grow <= free_before:
+                assert self.mgr.free_blocks == free_before - grow
         else:
             self.assert_same(before)
 
@@ -205,9 +217,9 @@ class ManagerMachine(RuleBasedStateMachine):
         was = cache.suspended
         cache.suspend()
         assert cache.suspended
-        if not was:
-            assert self.mgr.free_blocks == free_before + held
-            assert cache.suspended_blocks == held
+        if not was:  # the pages stay on the GPU until an allocation needs them
+            assert self.mgr.free_blocks == free_before and cache.num_blocks == held
+            assert cache.suspended_blocks == 0
 
     @rule(rid=caches)
     def resume(self, rid):
@@ -217,12 +229,18 @@ class ManagerMachine(RuleBasedStateMachine):
         if not cache.suspended:
             assert cache.resume() is True
             return
-        need = cache.suspended_blocks
+        mgr = self.mgr
+        need, held = cache.suspended_blocks, cache.num_blocks
+        util_ok = mgr.pool.used_blocks <= mgr.max_util_for_resume * mgr.total_blocks
+        movable = mgr.host_tier.movable_blocks
         before = self.snapshot()
         ok = cache.resume()
-        assert ok == (need <= before[0])
+        if not util_ok or need > before[0] + movable:
+            assert not ok
+        elif need <= before[0]:
+            assert ok
         if ok:
-            assert cache.num_blocks == need and not cache.suspended
+            assert cache.num_blocks == need + held and not cache.suspended
         else:
             self.assert_same(before)
 

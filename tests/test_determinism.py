@@ -22,11 +22,12 @@ from kvlab.admission import SglangStyle, VllmStyle
 from kvlab.workload import LogNormal, poisson_workload
 
 #: Engines that between them suspend, recompute-pause, retract, abort, reject, finish and stop:
-#: name -> (page-index width policy, Scheduler arguments).
+#: name -> (page-index width policy, Scheduler arguments); every engine has the automatic host
+#: tier but the one named "no lower tier".
 CONFIGS = {
     "none/clamped": ("clamped", dict(admission="none")),
     "none/configured": ("configured", dict(admission="none", stall_limit=50)),
-    "none/host tier": ("configured", dict(admission="none", host_cache_blocks=None)),
+    "none/no lower tier": ("configured", dict(admission="none")),
     "capacity/chunked": ("clamped", dict(admission="capacity", chunked_prefill=True)),
     "vllm": ("configured", dict(admission=VllmStyle(max_model_len=2048))),
     "sglang": ("configured", dict(admission=SglangStyle(new_token_ratio=0.0))),
@@ -42,7 +43,8 @@ def run(seed: int, config: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         manager = KVCacheManager(geo, quota_bytes=2048 * geo.bytes_per_token, max_seq_len=4096,
-                                 max_batch_size=8, page_index_policy=width_policy)
+                                 max_batch_size=8, page_index_policy=width_policy,
+                                 host_cache_size=0 if config == "none/no lower tier" else None)
     scheduler = Scheduler(manager, **{"max_num_tokens": 4096, "max_batch_size": 8, **args})
     requests = poisson_workload(64, rate=0.6, seed=seed,
                                 prompt_len=LogNormal(median=160, sigma=1.1, low=8, high=3000),

@@ -1,4 +1,4 @@
-"""KVGeometry: bytes per token / block by REFERENCE.md §1."""
+"""KVGeometry: bytes per token / block by docs/REFERENCE.md §1."""
 
 import math
 

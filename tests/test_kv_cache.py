@@ -1,4 +1,4 @@
-"""KVCache.resize in the native check order (REFERENCE.md §3), shrink, suspend and resume."""
+"""KVCache.resize in the native check order (docs/REFERENCE.md §3), shrink, suspend and resume."""
 
 import pytest
 import torch

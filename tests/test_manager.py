@@ -1,4 +1,4 @@
-"""KVCacheManager: the seed's tables, DESIGN.md's contract, the clamp, resize_context, free."""
+"""KVCacheManager: the seed's tables, docs/DESIGN.md's contract, the clamp, resize_context, free."""
 
 import warnings
 
@@ -12,10 +12,10 @@ from kvlab import (PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, KVCacheManager, KVGeom
 from conftest import seed_geometry
 
 
-# -- DESIGN.md's public contract, verbatim -----------------------------------------------------
+# -- docs/DESIGN.md's public contract, verbatim -----------------------------------------------------
 
 def test_design_contract_snippet_clamped(recwarn):
-    # DESIGN.md "The public contract", line for line, with each commented value asserted.
+    # docs/DESIGN.md "The public contract", line for line, with each commented value asserted.
     from kvlab import KVGeometry, KVCacheManager, PageIndexTooShort
     geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
     geo.bytes_per_token                     # 2048

@@ -1,4 +1,4 @@
-"""MemoryBudget: the KV quota as KvCacheCreator._cal_max_memory computes it (REFERENCE.md §1)."""
+"""MemoryBudget: the KV quota as KvCacheCreator._cal_max_memory computes it (docs/REFERENCE.md §1)."""
 
 import pytest
 

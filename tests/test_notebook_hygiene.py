@@ -1,7 +1,7 @@
 """Every notebook is stored clean and paired: no outputs or execution counts, a py:percent twin
 in sync (read both with jupytext, compare cell types and sources), a markdown title first, then
 exactly one `parameters` cell with ``SMOKE: bool = False``, kernel ``python3``, and no
-machine-specific paths (DESIGN.md, "Conventions")."""
+machine-specific paths (docs/DESIGN.md, "Conventions")."""
 
 from __future__ import annotations
 

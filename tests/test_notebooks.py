@@ -1,5 +1,5 @@
 """The walkthrough notebooks run headless under papermill, with their findings asserted inside
-them (DESIGN.md, "Conventions"); a failing cell becomes a test failure that names the cell."""
+them (docs/DESIGN.md, "Conventions"); a failing cell becomes a test failure that names the cell."""
 
 from __future__ import annotations
 

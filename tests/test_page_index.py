@@ -1,4 +1,4 @@
-"""The page-index table and its width formula (REFERENCE.md §2)."""
+"""The page-index table and its width formula (docs/REFERENCE.md §2)."""
 
 import math
 

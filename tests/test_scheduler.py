@@ -1,4 +1,4 @@
-"""Scheduler scenarios modelled on the real KVCacheV2Scheduler's tests (REFERENCE.md §4).
+"""Scheduler scenarios modelled on the real KVCacheV2Scheduler's tests (docs/REFERENCE.md §4).
 
 A toy geometry keeps the numbers small: 4 tokens per block, 128 bytes per block, so
 ``pool(n)`` is a pool of n blocks = 4n tokens.

@@ -109,9 +109,10 @@ def test_sglang_style_rejects_at_the_front_door(seed_manager):
     assert all(result.status[r.request_id] == "finished" for r in SMALL)
 
 
-def pressure_scheduler(admission, **kwargs):
+def pressure_scheduler(admission, host_cache_size=None, **kwargs):
     geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=16)
-    manager = KVCacheManager(geometry, 64 * geometry.bytes_per_block, 1024, max_batch_size=16)
+    manager = KVCacheManager(geometry, 64 * geometry.bytes_per_block, 1024, max_batch_size=16,
+                             host_cache_size=host_cache_size)
     return Scheduler(manager, admission=admission, max_num_tokens=1024, max_batch_size=16,
                      **kwargs)
 
@@ -121,8 +122,8 @@ PRESSURE = poisson_workload(60, rate=1.0, prompt_len=LogNormal(120, 0.6, 8, 400)
 
 
 @pytest.mark.parametrize("admission, kwargs, preempted", [
-    ("none", dict(), "recomputes"),
-    ("none", dict(host_cache_blocks=None), "suspensions"),
+    ("none", dict(host_cache_size=0), "recomputes"),     # no tier below the GPU
+    ("none", dict(), "suspensions"),                      # the automatic host tier
     ("capacity", dict(chunked_prefill=True), "recomputes"),
     ("vllm", dict(), "recomputes"),
     ("sglang", dict(), None),   # its reservation of predicted output kept the pool ahead
@@ -203,16 +204,30 @@ def test_seed_warning_free_manager_for_the_contract():
             KVCacheManager(KVGeometry(2, 2, 128, "float16", 32), 4 * 2**20, 8192, 1)
 
 
-def test_chunked_contexts_can_hold_each_other_up_as_in_the_modelled_code():
-    """Two prefills that each fit alone take turns until both hold part of the pool and neither
-    can grow: without the newer phase-2 ``preempt_for_pages`` (left out, see the scheduler's
-    docstring) nothing frees pages and the stall detector fires, even under "capacity"."""
+def _held_up(host_cache_size, enable_recompute_pause=True):
+    """Two chunked prefills that each fit alone beside a generating request, on 15 pages: they
+    take turns until both hold part of the pool and nothing can grow."""
     geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
-    manager = KVCacheManager(geometry, 15 * geometry.bytes_per_block, 60, max_batch_size=3)
+    manager = KVCacheManager(geometry, 15 * geometry.bytes_per_block, 60, max_batch_size=3,
+                             host_cache_size=host_cache_size)
     scheduler = Scheduler(manager, admission="capacity", max_num_tokens=17, max_batch_size=3,
-                          stall_limit=50, chunked_prefill=True)
+                          stall_limit=50, chunked_prefill=True,
+                          enable_recompute_pause=enable_recompute_pause)
     requests = [Request("r0", 10, 16), Request("r1", 29, 0, 1), Request("r2", 45, 0)]
-    result = simulate(scheduler, requests, max_steps=5000, check_invariants=True)
+    return simulate(scheduler, requests, max_steps=5000, check_invariants=True)
+
+
+@pytest.mark.parametrize("host_cache_size, freed_by", [(None, "suspensions"), (0, "recomputes")])
+def test_chunked_contexts_that_hold_each_other_up_are_freed_by_the_tier_or_preempt_for_pages(
+        host_cache_size, freed_by):
+    """With the automatic host tier a started prefill is evicted to the host; with no tier
+    below the GPU, ``preempt_for_pages`` recompute-pauses one. Either way all three finish."""
+    result = _held_up(host_cache_size)
+    assert result.error is None and set(result.status.values()) == {"finished"}
+    assert result.summary()[freed_by] > 0
+
+
+def test_without_a_lower_tier_or_recompute_pause_the_hold_up_deadlocks_even_under_capacity():
+    result = _held_up(0, enable_recompute_pause=False)
     assert isinstance(result.error, SchedulerDeadlock)
-    assert "0 generation and 2 context request(s)" in str(result.error)
-    assert result.status == {"r0": "finished", "r1": "running", "r2": "running"}
+    assert result.status == {"r0": "running", "r1": "waiting", "r2": "running"}

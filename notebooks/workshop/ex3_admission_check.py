@@ -115,4 +115,4 @@ result
 # * Your policy rejects `big` under *both* row widths. Does admission control still need the
 #   one-line fix? What does the page-index span check protect?
 # * vLLM reserves the whole prompt before admitting; SGLang reserves part of the predicted output.
-#   What does each do with `big`? (REFERENCE.md §6; notebook 04 runs them side by side.)
+#   What does each do with `big`? (docs/REFERENCE.md §6; notebook 04 runs them side by side.)
