@@ -31,7 +31,7 @@ retry_tokens: int = 32  # the seed's manual retry after the refusal
 max_batch_size: int = 512  # the largest batch size priced in section 4
 stall_limit: int = 1000  # passes without progress before SchedulerDeadlock; the real _DEADLOCK_STALL_ITERS
 num_small: int = 6  # small requests (256 + 32 tokens) beside the long one in Part 2
-host_tier: str = "automatic"  # tier below the GPU in Part 2: automatic = host_cache_size None, the real default; none = 0
+host_tier: str = "automatic"  # tier below the GPU in Part 2: automatic (host_cache_size None, the real default) or none (host_cache_size 0)
 chunk_tokens: int = 256  # the token budget per pass of section 9's chunked prefill
 SMOKE: bool = False  # True (CI): coarser sweeps
 
