@@ -292,7 +292,7 @@ panel
 # every rank alive. The local conditions reproduce on one GPU with a 4 MiB pool (notebook 02).
 
 # %%
-scenario = sc.name if IS_REPORT else f"{ranks}x-{workspace_gib:g}GiB-{context}tok"
+scenario = (sc.name if IS_REPORT else f"{ranks}x-{workspace_gib:g}GiB-{context}tok") + ", automatic host tier"
 numbers = (f"{ranks} ranks; own pools {min(local_tokens):,}-{max(local_tokens):,} tokens, MIN {r0.capacity_tokens:,} "
            f"tokens = {pool_blocks} blocks; row {r0.max_blocks_per_seq} entries (clamped max_seq_len "
            f"{r0.max_seq_len:,}); {context:,} tokens need {needed} entries")

@@ -208,7 +208,7 @@ print(f"{len(crashes)} of {len(sweep)} resizes crash; every one asks for more th
 # the row — and finds that the pool is still too small.
 
 # %%
-scenario = seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb"
+scenario = (seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb") + ", any host tier"
 numbers = (f"{bytes_per_token} B/token; {quota / MIB:g} MiB -> {total_blocks} blocks = {capacity_tokens} tokens; "
            f"row {width} entries (clamped max_seq_len {clamped_len}); {context} tokens need {needed} entries")
 if IS_SEED:  # the seed's table, and the scenario file's expected numbers

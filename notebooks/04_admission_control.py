@@ -21,7 +21,9 @@
 # engine with `SchedulerDeadlock` after 1000 passes (with chunked prefill and no tier below the
 # GPU, a preemption livelock that never raises). Every engine here runs the real default tier
 # configuration, the automatic host tier (`host_cache_size=None`), non-chunked; notebook 03
-# §8b shows these workloads end the same way without it. The review of that fix (seed, section 5)
+# §8b shows these workloads end the same way without it. Block reuse (prefix caching, on by
+# default upstream) is not modelled; the prompts here share no prefix, so it would change none of
+# the outcomes. The review of that fix (seed, section 5)
 # named the real question: *how do we distinguish a request that cannot run yet from one that
 # can never run?* PR #21720 answers it at admission. This notebook shows the distinction, runs
 # the same workloads under the historical engine (both row widths) and under admission control,

@@ -31,7 +31,8 @@ def test_notebook_01_reconstructs_the_report(nb01):
     nb, seconds = nb01
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
-        ("issue_21470_16x_gb300", "clamped", "crash"), ("issue_21470_16x_gb300", "capacity", "reject"),
+        ("issue_21470_16x_gb300, automatic host tier", "clamped", "crash"),
+        ("issue_21470_16x_gb300, automatic host tier", "capacity", "reject"),
         ("rtx5080-4mib", "clamped", "crash")]
     assert "MIN 958,752 tokens = 29961 blocks; row 29964 entries" in findings[0]["numbers"]
     assert "rank 0 raised ValueError: User-provided base page indices is too short" in findings[0]["numbers"]
@@ -55,5 +56,5 @@ def test_notebook_01_follows_its_parameters(tmp_path):
     """Four ranks and less workspace: the pool still clamps, but a 524,288-token context fits."""
     nb, _ = execute(tmp_path, ranks=4, workspace_gib=10.0, context=524_288)
     clamped, capacity, _ = read_findings(nb)
-    assert (clamped["scenario"], clamped["outcome"], capacity["outcome"]) == ("4x-10GiB-524288tok", "ok", "ok")
+    assert (clamped["scenario"], clamped["outcome"], capacity["outcome"]) == ("4x-10GiB-524288tok, automatic host tier", "ok", "ok")
     assert "4 ranks" in clamped["numbers"] and "completed" in clamped["numbers"]

@@ -47,7 +47,8 @@ def nb04(tmp_path_factory):
 def test_notebook_02_reproduces_the_crash(nb02):
     nb, seconds = nb02
     findings = read_findings(nb)
-    assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [("rtx5080-4mib", "clamped", "crash")]
+    assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
+        ("rtx5080-4mib, any host tier", "clamped", "crash")]
     numbers = findings[0]["numbers"]
     for text in ("2048 B/token", "64 blocks = 2048 tokens", "row 68 entries", "need 256 entries"):
         assert text in numbers
@@ -105,7 +106,7 @@ def test_notebook_02_follows_its_parameters(tmp_path):
     """A 64 MiB pool holds 8192 tokens: no clamp, a 260-entry row, the resize succeeds."""
     nb, _ = execute(NB02, tmp_path, pool_mib=64, context=8192)
     (finding,) = read_findings(nb)
-    assert (finding["scenario"], finding["outcome"]) == ("64MiB-8192tok-32tpb", "ok")
+    assert (finding["scenario"], finding["outcome"]) == ("64MiB-8192tok-32tpb, any host tier", "ok")
     assert "1024 blocks = 32768 tokens" in finding["numbers"] and "row 260 entries" in finding["numbers"]
 
 
