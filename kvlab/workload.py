@@ -1,4 +1,5 @@
-"""Seeded request generators: fixed lists, Poisson arrivals, length distributions.
+"""Request generators: fixed lists, seeded Poisson arrivals and length distributions, and a real
+hour of production traffic (:func:`azure_trace`).
 
 Every random choice goes through ``numpy.random.default_rng(seed)``: the same arguments and
 seed give the same requests, on every platform numpy supports.
@@ -6,13 +7,16 @@ seed give the same requests, on every platform numpy supports.
 
 from __future__ import annotations
 
+import csv
+import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterable, List, Sequence, Union
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ._validate import MAX_COUNT, check_float, check_int
+from ._validate import MAX_COUNT, check_choice, check_float, check_int
 from .request import Request
 
 
@@ -133,3 +137,38 @@ def standard_mixed_workload(seed: int = 0) -> List[Request]:
     on a 64k-token pool: a few recompute pauses), log-normal prompts (median 512,
     16..8192 tokens) and outputs (median 128, 1..2048 tokens)."""
     return poisson_workload(seed=seed, **STANDARD_MIXED)
+
+
+# --- a real hour: Azure's public LLM inference trace (data/traces/, CC-BY 4.0) --------------------
+
+#: The trace files under data/traces/ (Azure Public Dataset, 2023; attribution in its README).
+TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
+AZURE_TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
+
+
+def _seconds_since_midnight(timestamp: str) -> float:
+    """``2023-11-16 18:15:46.6805900`` -> seconds since that day's midnight (7 fractional
+    digits, more than ``datetime.fromisoformat`` of Python 3.10 reads)."""
+    clock = timestamp.split(" ")[1]
+    hours, minutes, seconds = clock.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
+                limit: Optional[int] = None) -> List[Request]:
+    """The requests of one service of Azure's LLM inference trace (Patel et al., "Splitwise",
+    ISCA 2024; data/traces/README.md), as recorded: prompt and output lengths unchanged, and
+    arrival steps ``floor((t - t_first) / seconds_per_iteration)``, one scheduler iteration
+    taking ``seconds_per_iteration`` seconds (an assumption: state it with the results). Nothing
+    is drawn, so there is no seed. ``limit`` keeps the first N requests. Ids are
+    ``{service}-{row}``."""
+    path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
+    check_float("seconds_per_iteration", seconds_per_iteration, low=0.0, high=3600.0, low_open=True)
+    if limit is not None:
+        check_int("limit", limit, low=1, high=10_000_000)
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(itertools.islice(csv.DictReader(handle), limit))
+    start = _seconds_since_midnight(rows[0]["TIMESTAMP"])
+    return [Request(f"{service}-{i}", int(row["ContextTokens"]), int(row["GeneratedTokens"]),
+                    int((_seconds_since_midnight(row["TIMESTAMP"]) - start) // seconds_per_iteration))
+            for i, row in enumerate(rows)]

@@ -67,3 +67,40 @@ def test_bad_workload_arguments_name_the_parameter(call, error, text):
     with pytest.raises(error) as info:
         call()
     assert text in str(info.value)
+
+
+# -- the real hour -------------------------------------------------------------------------------
+
+def test_azure_trace_has_every_request_with_its_recorded_lengths():
+    from kvlab.workload import azure_trace
+
+    conv = azure_trace("conv")
+    assert len(conv) == 19_366 and len(azure_trace("code")) == 8_819
+    # the first rows of the file, as recorded (data/traces/AzureLLMInferenceTrace_conv.csv)
+    assert [(r.request_id, r.prompt_len, r.max_new_tokens, r.arrival_step) for r in conv[:2]] == [
+        ("conv-0", 374, 44, 0), ("conv-1", 396, 109, int((50.995169 - 46.68059) // 0.05))]
+    assert max(r.prompt_len for r in conv) == 14_050 and max(r.max_new_tokens for r in conv) == 1_000
+    steps = [r.arrival_step for r in conv]
+    assert steps == sorted(steps) and steps[-1] == int((3600 + 14 * 60 + 8.402527 - (46.68059 + 15 * 60))
+                                                       // 0.05)
+
+
+def test_azure_trace_maps_seconds_to_steps_and_limits():
+    from kvlab.workload import azure_trace
+
+    coarse = azure_trace("conv", seconds_per_iteration=1.0, limit=3)
+    assert [r.arrival_step for r in coarse] == [0, 4, 4]   # 18:15:46.68, :50.99, :51.22
+    assert len(azure_trace("code", limit=10)) == 10
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(service="chat"), ValueError, "service must be one of"),
+    (dict(seconds_per_iteration=0), ValueError, "seconds_per_iteration must be in"),
+    (dict(limit=0), ValueError, "limit must be in [1, "),
+])
+def test_azure_trace_bad_arguments_name_the_parameter(kwargs, error, text):
+    from kvlab.workload import azure_trace
+
+    with pytest.raises(error) as info:
+        azure_trace(**kwargs)
+    assert text in str(info.value)
