@@ -34,6 +34,9 @@ class Request:
     scheduler only allocates the cache (``prepare_disagg_gen_init``) and then generates.
     ``num_draft_tokens``: speculative draft tokens each generation step reserves on top of
     its one new token (all rejected in simulation, so the cache is rewound after the step).
+    ``beam_width``: beams searched; a generation step takes that many tokens of the budget,
+    and one pass schedules one beam width (kvlab keeps one set of pages per sequence whatever
+    the width).
 
     The fields after these are runtime bookkeeping (not constructor arguments); a copy made
     with ``dataclasses.replace`` starts them afresh.
@@ -47,6 +50,7 @@ class Request:
     num_generated: int = 0
     disagg_generation_init: bool = False
     num_draft_tokens: int = 0
+    beam_width: int = 1
 
     state: str = field(default="waiting", init=False)
     reason: str = field(default="", init=False)
@@ -78,6 +82,7 @@ class Request:
                              "request (its context server produced the first token), "
                              f"got {self.max_new_tokens}")
         check_int("num_draft_tokens", self.num_draft_tokens, low=0, high=1 << 16)
+        check_int("beam_width", self.beam_width, low=1, high=1024)
 
     @property
     def is_first_context_chunk(self) -> bool:

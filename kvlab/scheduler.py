@@ -34,7 +34,8 @@ Mirrors ``KVCacheV2Scheduler._schedule_loop``
 Modelled on the newest scheduler read (commit 00746ef9992943a9bb604dbf1ecf00c64af58c32), which
 has ``preempt_for_pages`` and the 1000-pass stall detector; both came with PR #19235, and
 whether they had landed in the seed's 1.4.0rc3 build cannot be told from the public sources
-(docs/REFERENCE.md §4a). Simplified, and said where it matters: beam width 1; no PEFT, encoder,
+(docs/REFERENCE.md §4a). Simplified, and said where it matters: a beam width counts in the token budget and in the rule
+that one pass schedules one beam width, but a sequence's pages are not multiplied by it; no PEFT, encoder,
 cross-attention, prefix reuse or KV connector; budget checks precede ``prepare_context`` (the
 real default prepares first for prefix reuse; without reuse the outcome is the same). The
 tier below the GPU belongs to the manager (``host_cache_size``; None, the real default, is
@@ -113,6 +114,8 @@ class ScheduledBatch:
     #: aborted by SGLang-style retraction (state "rejected")
     aborted_requests: List[Request] = field(default_factory=list)
     num_tokens: int = 0
+    #: the beam width of the generation requests scheduled (0 before the first)
+    beam_width: int = 0
 
     @property
     def made_progress(self) -> bool:
@@ -314,21 +317,28 @@ class Scheduler:
         batch.num_tokens = budget.num_tokens
         if batch.aborted_requests:
             self._has_retired = True
-        self._detect_deadlock(requests, [r for r in pending_contexts if r not in preempted], batch)
+        self._detect_deadlock(requests, [r for r in pending_contexts if not _contains(preempted, r)],
+                              batch)
         if self.debug:
             self.check_invariants()
         return batch
 
     # -- phase 1: generation -------------------------------------------------------------
     def _schedule_generation(self, request, budget, requests, index, end, pause_state, batch):
-        tokens = 1 + request.num_draft_tokens
+        """The real ``_try_schedule_generation``: ``beam_width`` + draft tokens from the budget
+        (STOP when they do not fit); a beam width other than the first scheduled one's SKIPs;
+        then the allocation and, failing it, the room-making ladder."""
+        tokens = request.beam_width + request.num_draft_tokens
         if not budget.can_fit_tokens(tokens):
             return ScheduleAction.STOP, end
+        if batch.beam_width and request.beam_width != batch.beam_width:
+            return ScheduleAction.SKIP, end
         success = self._try_allocate_generation(request)
         if not success:
             success, end = self._make_room(request, requests, index, end, pause_state, batch)
         if success:
             batch.generation_requests.append(request)
+            batch.beam_width = request.beam_width
             budget.commit(tokens)
             return ScheduleAction.SCHEDULED, end
         request.num_refusals += 1

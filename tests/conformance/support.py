@@ -14,7 +14,8 @@ import contextlib
 import warnings
 from typing import Iterable, List, Optional
 
-from kvlab import Engine, ScheduledBatch, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request, Scheduler
+from kvlab import (Engine, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
+                   ScheduledBatch, Scheduler)
 
 #: Tokens a conformance request may still generate: never reached in these short runs.
 NEVER_DONE = 1 << 20
@@ -27,7 +28,14 @@ def tiny_geometry(tokens_per_block: int = 64) -> KVGeometry:
 
 
 def ids(requests: Iterable[Request]) -> List[str]:
+    """The requests' ids, in order."""
     return [r.request_id for r in requests]
+
+
+def num_fitting(batch: ScheduledBatch) -> int:
+    """Upstream's ``SchedulerOutput.num_fitting_requests``: context plus generation requests
+    (DISAGG_GENERATION_INIT requests not included); kvlab's ScheduledBatch has no such field."""
+    return len(batch.context_requests) + len(batch.generation_requests)
 
 
 class Bench:
@@ -35,75 +43,153 @@ class Bench:
     (:class:`kvlab.Engine`) that runs its batches.
 
     Defaults follow the upstream test factories: ``tokens_per_block=64``,
-    ``max_batch_size=100``, ``max_num_tokens=1024``. ``can_evict`` gives the manager a tier
-    below the GPU as large as the pool (the upstream mock's ``can_evict``; without it
-    ``host_cache_size=0``); ``slots`` is the manager's max_batch_size (its page-index slots),
-    the scheduler's ``max_batch_size`` unless given. Other keyword arguments go to the
+    ``max_batch_size=100``, ``max_num_tokens=1024``. ``can_evict`` gives the manager the
+    automatic host tier below the GPU (as large as the pool: the upstream mock's
+    ``can_evict``); ``host_blocks`` a tier of exactly that many pages; with neither,
+    ``host_cache_size=0`` (no tier). ``slots`` is the manager's max_batch_size (its page-index
+    slots), the scheduler's ``max_batch_size`` unless given. Other keyword arguments go to the
     Scheduler.
     """
 
     def __init__(self, *, tokens_per_block: int = 64, num_blocks: int = 4096,
                  max_batch_size: int = 100, max_num_tokens: int = 1024,
                  max_seq_len: Optional[int] = None, slots: Optional[int] = None,
-                 can_evict: bool = False, admission: str = "none",
-                 page_index_policy: str = "clamped", **scheduler_kwargs):
+                 can_evict: bool = False, host_blocks: Optional[int] = None,
+                 admission: str = "none", page_index_policy: str = "clamped",
+                 **scheduler_kwargs):
         geometry = tiny_geometry(tokens_per_block)
+        if host_blocks is not None:
+            host_cache_size = host_blocks * geometry.bytes_per_block
+        else:
+            host_cache_size = None if can_evict else 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
             self.manager = KVCacheManager(
                 geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
                 max_seq_len=max_seq_len or num_blocks * tokens_per_block,
                 max_batch_size=slots or max_batch_size, page_index_policy=page_index_policy,
-                host_cache_size=None if can_evict else 0)
+                host_cache_size=host_cache_size)
         self.scheduler = Scheduler(self.manager, admission=admission,
                                    max_num_tokens=max_num_tokens, max_batch_size=max_batch_size,
                                    **scheduler_kwargs)
         self.engine = Engine(self.scheduler)
         self._held: List[int] = []
+        self._tenants = 0
 
     # -- requests ------------------------------------------------------------------------
     def context(self, request_id: str, length: int, *, draft: int = 0,
-                max_new_tokens: int = NEVER_DONE) -> Request:
-        """A context request of ``length`` prompt tokens, submitted at the next pass; returns
-        the live Request the scheduler sees."""
+                max_new_tokens: int = NEVER_DONE, beam: int = 1) -> Request:
+        """A context request of ``length`` prompt tokens (``beam``: its beam width), submitted
+        at the next pass; returns the live Request the scheduler sees."""
         (request,) = self.engine.add_requests([Request(
             request_id, length, max_new_tokens, arrival_step=self.engine.step,
-            num_draft_tokens=draft)])
+            num_draft_tokens=draft, beam_width=beam)])
         return request
 
-    def generation(self, request_id: str, prompt_len: int = 64, *, draft: int = 0) -> Request:
+    def disagg(self, request_id: str, prompt_len: int = 100) -> Request:
+        """A DISAGG_GENERATION_INIT request of a ``prompt_len``-token transferred context
+        (upstream's ``make_disagg_request``), submitted at the next pass."""
+        (request,) = self.engine.add_requests([Request(
+            request_id, prompt_len, NEVER_DONE, arrival_step=self.engine.step,
+            disagg_generation_init=True)])
+        return request
+
+    def submit_past_front_door(self, request_id: str, length: int, *, draft: int = 0) -> Request:
+        """A context request that reaches the pass although its prompt is over the token
+        budget: the front door (``Scheduler.submit``, the LLM API's check) sees no budget, the
+        pass sees the test's."""
+        scheduler = self.scheduler
+        saved = scheduler.max_num_tokens
+        scheduler.max_num_tokens = None
+        try:
+            request = Request(request_id, length, NEVER_DONE, arrival_step=self.engine.step,
+                              num_draft_tokens=draft)
+            assert scheduler.submit(request).admitted
+        finally:
+            scheduler.max_num_tokens = saved
+        return request
+
+    def generation(self, request_id: str, prompt_len: int = 64, *, draft: int = 0,
+                   beam: int = 1) -> Request:
         """A request in generation: its context is scheduled and run in a pass of its own,
         so it holds its context's pages. Build generation requests before any pending
-        context, since that pass schedules whatever else is pending too."""
-        with self._budget(1 << 30, 1 << 20):
-            request = self.context(request_id, prompt_len, draft=draft)
-            batch = self.schedule()
-        assert any(r is request for r in batch.context_requests), (
-            f"set-up: {request_id!r}'s context was not scheduled")
-        assert request.is_context_finished, f"set-up: {request_id!r} did not finish its context"
+        context, since that pass schedules whatever else is pending too (and steps the
+        generation requests already there)."""
+        (request,) = self.generations(request_id, prompt_len=prompt_len, draft=draft, beam=beam)
         return request
 
-    def started_context(self, request_id: str, length: int, first_chunk: int) -> Request:
-        """A chunked context past its first chunk of ``first_chunk`` tokens (a "started"
-        request, hence evictable). Needs a chunked scheduler; built like :meth:`generation`."""
-        with self._budget(first_chunk, 1 << 20):
-            request = self.context(request_id, length)
+    def generations(self, *request_ids: str, prompt_len: int = 64,
+                    draft: int = 0, beam: int = 1) -> List[Request]:
+        """Requests in generation whose contexts run together in one set-up pass (see
+        :meth:`generation`)."""
+        with self.set_up_budget(1 << 30, 1 << 20):
+            requests = [self.context(i, prompt_len, draft=draft, beam=beam) for i in request_ids]
             batch = self.schedule()
+        for request in requests:
+            assert any(r is request for r in batch.context_requests), (
+                f"set-up: {request.request_id!r}'s context was not scheduled")
+            assert request.is_context_finished and request.state == "running", (
+                f"set-up: {request.request_id!r} did not finish its context")
+        return requests
+
+    def generations_at_page_end(self, *request_ids: str,
+                                drafts: Optional[dict] = None) -> List[Request]:
+        """Generation requests built one by one, each with exactly one full page when the
+        test's pass comes, so that its step there needs one new page (two with 64 draft
+        tokens): a request is stepped once by each build after it."""
+        drafts = drafts or {}
+        tokens_per_block = self.manager.tokens_per_block
+        n = len(request_ids)
+        return [self.generation(rid, tokens_per_block - (n - 1 - i), draft=drafts.get(rid, 0))
+                for i, rid in enumerate(request_ids)]
+
+    def generation_behind(self, request_id: str, prompt_len: int = 64) -> Request:
+        """:meth:`generation` while the DISAGG_GENERATION_INIT requests already there stay
+        pending: in its set-up pass only the pages of its own context are free."""
+        self.hold_all_but(self.manager.geometry.blocks_for_tokens(prompt_len))
+        try:
+            return self.generation(request_id, prompt_len)
+        finally:
+            self.release_held()
+
+    def started_context(self, request_id: str, length: int, first_chunk: int) -> Request:
+        """A chunked context past a first chunk of exactly ``first_chunk`` tokens (a "started"
+        request, hence evictable), run in a set-up pass of its own whose chunk unit is 1 and
+        whose token budget is that chunk plus the steps of the requests already generating.
+        Needs a chunked scheduler."""
+        scheduler = self.scheduler
+        steps = sum(1 + r.num_draft_tokens for r in scheduler.active_requests
+                    if r.is_context_finished)
+        saved = scheduler.chunk_unit_size
+        scheduler.chunk_unit_size = 1
+        try:
+            with self.set_up_budget(first_chunk + steps, 1 << 20):
+                request = self.context(request_id, length)
+                batch = self.schedule()
+        finally:
+            scheduler.chunk_unit_size = saved
         assert any(r is request for r in batch.context_requests), (
             f"set-up: {request_id!r}'s first chunk was not scheduled")
         assert request.context_current_position == first_chunk
         return request
 
     @contextlib.contextmanager
-    def _budget(self, max_num_tokens: int, max_batch_size: int):
-        """The set-up pass's own budgets (the test's are restored after it)."""
+    def set_up_budget(self, max_num_tokens: int = 1 << 30, max_num_requests: int = 1 << 20):
+        """Budgets of a set-up pass (the test's are restored after it)."""
         scheduler = self.scheduler
         saved = scheduler.max_num_tokens, scheduler.max_num_requests
-        scheduler.max_num_tokens, scheduler.max_num_requests = max_num_tokens, max_batch_size
+        scheduler.max_num_tokens, scheduler.max_num_requests = max_num_tokens, max_num_requests
         try:
             yield
         finally:
             scheduler.max_num_tokens, scheduler.max_num_requests = saved
+
+    def step_pages(self, request: Request) -> int:
+        """New pages the request's next generation step needs (one token plus its drafts)."""
+        cache = self.manager.get_cache(request)
+        needed = self.manager.geometry.blocks_for_tokens(
+            cache.capacity + 1 + request.num_draft_tokens)
+        return needed - cache.num_blocks
 
     # -- pool pressure -------------------------------------------------------------------
     def hold(self, num_blocks: int) -> None:
@@ -117,8 +203,44 @@ class Bench:
         self.hold(self.manager.free_blocks - num_blocks)
 
     def release_held(self) -> None:
+        """The outside tenant gives back the pages :meth:`hold` took."""
         self.manager.pool.free(self._held)
         self._held = []
+
+    def hold_slots(self) -> None:
+        """An outside tenant takes every free page-index slot (what makes prepare_context
+        fail, as the real IndexMapper does when it has no slot)."""
+        table = self.manager.page_index
+        while table.free_slots:
+            table.acquire_slot()
+
+    def fill_host_tier(self) -> int:
+        """Fill the tier below the GPU with outside tenants' pages, physically: a tenant's
+        cache takes free pages and is suspended (its pages stay on the GPU), then a real
+        allocation that needs those pages moves them down (``HostTier.make_room``) and gives
+        its pages back. Returns how many pages the tenants hold there."""
+        manager = self.manager
+        tier = manager.host_tier
+        filled = 0
+        while tier.free_blocks:
+            count = min(tier.free_blocks, manager.free_blocks)
+            assert count > 0, "set-up: no free page left to move down"
+            cache = manager.create_cache(f"outside-tenant-{self._tenants}")
+            self._tenants += 1
+            assert cache.resize(count * manager.tokens_per_block)
+            cache.suspend()
+            pages = manager.allocate_pages(manager.free_blocks + count)
+            assert pages is not None and cache.suspended_blocks == count, (
+                "set-up: the tenant's pages did not move down")
+            manager.pool.free(pages)
+            filled += count
+        return filled
+
+    def allocation_attempts(self) -> int:
+        """Page allocations tried on the pool so far, granted or refused (upstream counts
+        ``try_allocate_generation`` calls on its mock)."""
+        counters = self.manager.pool.counters
+        return counters.allocations + counters.failed_allocations
 
     # -- passes --------------------------------------------------------------------------
     def schedule(self):

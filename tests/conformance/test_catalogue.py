@@ -142,7 +142,8 @@ def render(inventory, ported, not_modelled, outcomes):
              "listed as not modelled, with the reason.", ""]
     totals = collections.Counter()
     details = []
-    for upstream, entry in inventory.items():
+    # the file with the most tests first (the scheduler's)
+    for upstream, entry in sorted(inventory.items(), key=lambda item: -len(item[1]["tests"])):
         commits = ", ".join(f"`{c}`" for c in sorted(entry["commits"]))
         lines += [f"## `{upstream}`", "", f"NVIDIA/TensorRT-LLM at {commits}.", "",
                   "| upstream class | tests | ported | passing | not modelled |",

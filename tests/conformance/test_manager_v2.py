@@ -9,8 +9,8 @@ diagnostics; those are listed in ``NOT_MODELLED`` with the reason. The tests tha
 pool's capacity, the page-index table, resize and the tiers run here on kvlab's real pool, on
 the CPU (upstream needs a CUDA device for the ones that build a real pool).
 
-Where upstream shows behaviour kvlab lacks, the test is ported against the most natural kvlab
-API and marked ``xfail(strict=True, reason="kvlab gap: ...")``.
+kvlab's tiers below the GPU hold suspended pages as CPU tensors: it writes nothing to disk, so
+a disk tier is only its size (``disk_cache_size``).
 """
 
 from __future__ import annotations
@@ -74,14 +74,13 @@ def test_live_storage_stats_use_the_manager_api():
 
 @pytest.mark.upstream(
     "test_kv_cache_manager_v2::test_disk_secondary_tier_enables_eviction",
-    adaptation="upstream mocks the native core and checks the tiers it is given; kvlab is "
-               "asked for the same configuration (no host tier, a 16 MiB disk tier) and "
-               "answers can_evict")
-@pytest.mark.xfail(strict=True, reason="kvlab gap: no disk tier; KVCacheManager takes no "
-                   "disk_cache_size / disk_cache_path, so can_evict is only 'a host tier exists'")
-def test_disk_secondary_tier_enables_eviction(tmp_path):
+    adaptation="upstream mocks the native core and checks the tiers it is given (a disk tier at "
+               "a temporary path); kvlab is asked for the same configuration, no host tier and "
+               "a 16 MiB disk tier, which takes no path: kvlab writes nothing to disk, its lower "
+               "tiers are a count of pages whose bytes it keeps in CPU tensors")
+def test_disk_secondary_tier_enables_eviction():
     manager = _manager(_tiny(TOKENS_PER_BLOCK), quota_bytes=16 << 20, max_seq_len=MAX_SEQ_LEN,
-                       host_cache_size=0, disk_cache_size=16 << 20, disk_cache_path=str(tmp_path))
+                       host_cache_size=0, disk_cache_size=16 << 20)
     assert manager.can_evict
 
 
@@ -91,66 +90,38 @@ def test_disk_secondary_tier_enables_eviction(tmp_path):
 # _INDEX_MAPPER_CAPACITY_CASES:
 #   capacity == max_batch_size * pp_size
 #               * (2 if is_disagg or (overlap on and pp_size == 1) else 1) + reserved
-_CASES_KVLAB_EXPRESSES = [
+_INDEX_MAPPER_CAPACITY_CASES = [
     pytest.param(2, 1, True, False, 1, 3, id="overlap_off"),
+    pytest.param(2, 1, False, False, 1, 5, id="overlap_on"),
+    pytest.param(8, 1, False, False, 1, 17, id="overlap_on_b8"),
     pytest.param(2, 1, False, True, 1, 5, id="disagg_does_not_compound"),
     pytest.param(2, 1, True, True, 1, 5, id="disagg_only"),
     pytest.param(2, 4, True, False, 1, 9, id="pp4_plain"),
     pytest.param(2, 4, False, False, 1, 9, id="pp4_overlap_excluded"),
     pytest.param(2, 4, True, True, 1, 17, id="pp4_disagg_unchanged"),
-]
-_CASES_KVLAB_LACKS = [
-    pytest.param(2, 1, False, False, 1, 5, id="overlap_on"),
-    pytest.param(8, 1, False, False, 1, 17, id="overlap_on_b8"),
     pytest.param(2, 1, False, False, 5, 9, id="reserved_slots_still_added"),
 ]
-
-
-def _index_capacity(manager: KVCacheManager):
-    """(IndexMapper capacity, page-table capacity, max admissible sequences) of a fresh
-    manager: the slots, the table's rows (beam width 1) and the slots a cache may take."""
-    table = manager.page_index
-    return table.slots, table.table.shape[1], table.free_slots
 
 
 @pytest.mark.upstream(
     "test_kv_cache_manager_v2::test_index_mapper_capacity_covers_the_overlapping_cohorts",
     adaptation="upstream patches IndexMapper and _prepare_page_table_tensor and reads their "
-               "sizes; kvlab builds its real table (slots, rows) and counts the slots a cache "
-               "may take. kvlab has no overlap scheduler and always reserves one dummy slot, so "
-               "only the cases where overlap does not widen the table and one slot is reserved "
-               "are expressible with today's API; the other three are the xfail test below")
+               "sizes; kvlab builds its real table and reads its slots, its rows (beam width 1) "
+               "and the slots a cache may take. disable_overlap_scheduler is "
+               "overlap_scheduler=not disable_overlap_scheduler, reserved is "
+               "num_reserved_index_slots")
 @pytest.mark.parametrize(
     "max_batch_size,pp_size,disable_overlap_scheduler,is_disagg,reserved,expected",
-    _CASES_KVLAB_EXPRESSES)
+    _INDEX_MAPPER_CAPACITY_CASES)
 def test_index_mapper_capacity_covers_the_overlapping_cohorts(
         max_batch_size, pp_size, disable_overlap_scheduler, is_disagg, reserved, expected):
     manager = _manager(_tiny(TOKENS_PER_BLOCK), quota_bytes=16 << 20, max_seq_len=MAX_SEQ_LEN,
-                       max_batch_size=max_batch_size, pp_size=pp_size, disaggregated=is_disagg)
-    capacity, page_table_capacity, max_admissible_sequences = _index_capacity(manager)
-    assert capacity == expected
-    assert page_table_capacity == expected
-    assert max_admissible_sequences == expected - reserved
-
-
-@pytest.mark.upstream(
-    "test_kv_cache_manager_v2::test_index_mapper_capacity_covers_the_overlapping_cohorts",
-    adaptation="the cases kvlab cannot express yet: an overlap scheduler doubling the slots at "
-               "pp_size 1, and more than one reserved index slot")
-@pytest.mark.xfail(strict=True, reason="kvlab gap: the page-index table has no overlap-scheduler "
-                   "cohort (x2 at pp_size 1 when the overlap scheduler is on) and always reserves "
-                   "exactly one slot; KVCacheManager takes no disable_overlap_scheduler / "
-                   "num_reserved_index_slots")
-@pytest.mark.parametrize(
-    "max_batch_size,pp_size,disable_overlap_scheduler,is_disagg,reserved,expected",
-    _CASES_KVLAB_LACKS)
-def test_index_mapper_capacity_covers_the_overlapping_cohorts_kvlab_lacks(
-        max_batch_size, pp_size, disable_overlap_scheduler, is_disagg, reserved, expected):
-    manager = _manager(_tiny(TOKENS_PER_BLOCK), quota_bytes=16 << 20, max_seq_len=MAX_SEQ_LEN,
                        max_batch_size=max_batch_size, pp_size=pp_size, disaggregated=is_disagg,
-                       disable_overlap_scheduler=disable_overlap_scheduler,
+                       overlap_scheduler=not disable_overlap_scheduler,
                        num_reserved_index_slots=reserved)
-    capacity, page_table_capacity, max_admissible_sequences = _index_capacity(manager)
+    table = manager.page_index
+    capacity, page_table_capacity, max_admissible_sequences = (
+        table.slots, table.table.shape[1], table.free_slots)
     assert capacity == expected
     assert page_table_capacity == expected
     assert max_admissible_sequences == expected - reserved
@@ -175,36 +146,11 @@ def test_extra_tokens_are_in_context_capacity():
     manager.check_invariants()
 
 
-@pytest.mark.upstream(
-    "test_kv_cache_manager_v2::test_context_revert_shrinks_in_place_when_history_fits",
-    adaptation="upstream scripts a Mock cache (capacity 128, history 32, pre-resize capacity "
-               "64); kvlab builds that state on its real pool: a cache at capacity 64 / "
-               "history 32 that resize_context grows to 128 for a 96-token chunk, then reverts")
-@pytest.mark.xfail(strict=True, reason="kvlab gap: KVCacheManager has no revert_allocate_context "
-                   "(shrink the cache back to its capacity before this iteration's resize_context, "
-                   "keep its history, suspend it, leave the request's cursor alone)")
-def test_context_revert_shrinks_in_place_when_history_fits():
-    manager = _manager(_tiny(64), quota_bytes=64 * _tiny(64).bytes_per_block, max_seq_len=512)
-    request = Request("92", prompt_len=512, max_new_tokens=1)
-    cache = manager.prepare_context(request)
-    assert cache.resize(64, 32)
-    request.context_current_position = 32
-    request.context_chunk_size = 96
-    assert manager.resize_context(request, num_tokens=96)
-    assert cache.capacity == 128
-
-    assert manager.revert_allocate_context(request) is True
-
-    assert "92" in manager.caches  # not freed
-    assert (cache.capacity, cache.history_length) == (64, 32)  # resize(64, 32)
-    assert not cache.is_active  # suspended
-    # Shrinking keeps the prefix intact, so the cursor must not move.
-    assert request.context_current_position == 32
-    assert request.context_chunk_size == 96
-    manager.check_invariants()
-
-
 NOT_MODELLED = {
+    "test_kv_cache_manager_v2::test_context_revert_shrinks_in_place_when_history_fits": (
+        "revert_allocate_context is the overlap executor's undo of an iteration's context "
+        "allocation; kvlab's executor has no overlap (each batch runs before the next pass is "
+        "scheduled), so its manager has no revert to shrink a cache back in place"),
     "test_kv_cache_manager_v2::test_base_config_uses_local_attention_window_order": (
         'sliding-window attention (per-layer windows, VSWA pool groups, reuse-widened windows): kvlab models full attention only, one window for every layer'),
     "test_kv_cache_manager_v2::test_base_config_scale_buffers_follow_resolved_dtype": (
@@ -274,7 +220,7 @@ NOT_MODELLED = {
     "test_kv_cache_manager_v2::test_generation_allocation_reserves_dynamic_width": (
         "the draft manager's dynamic-tree reserve (_kv_reserve_draft_tokens, _allocated_draft_lens, _effective_draft_len) and its update_resources rewind: kvlab has no draft manager nor a manager-level generation allocation"),
     "test_kv_cache_manager_v2::test_context_revert_drops_unshrinkable_cache_and_rewinds_progress": (
-        "a revert whose history is past the pre-resize capacity only happens with a sliding window, and it rewinds reuse bookkeeping (set_prepopulated_prompt_len, estimated_reusable_tokens): kvlab's history never exceeds capacity and it has no reuse"),
+        "revert_allocate_context is the overlap executor's undo of an iteration's context allocation, and kvlab's executor has no overlap; this case (history past the pre-resize capacity, a sliding window's) also rewinds reuse bookkeeping (set_prepopulated_prompt_len, estimated_reusable_tokens) kvlab does not have"),
     "test_kv_cache_manager_v2::test_draft_manager_keeps_shared_progress_across_context_and_generation": (
         'a separate draft-model KV cache manager (is_draft, KVCacheManagerV2Pair, draft disagg admission, shared draft progress): kvlab has one manager per rank and draft tokens only as a reserve in its rows'),
     "test_kv_cache_manager_v2::test_chunking_does_not_change_what_a_prefill_publishes": (

@@ -6,11 +6,12 @@ at commit 505d7c1bb4cc08ebffd7018973fb255d5893fdf2 (inventory:
 
 Upstream calls ``_compute_auto_host_tier_quota(quota, local_ranks, mem_available, memlock_limit,
 shares_device_memory=False)`` and ``_sync_host_tier_quota(local_quota, mapping)``; kvlab's
-counterpart is :func:`kvlab.host_tier.auto_host_tier_bytes` (``gpu_quota_bytes``,
-``local_ranks``, ``host_available_bytes``, ``memlock_limit_bytes``), where an unknown limit is
-``None`` rather than the real reader's ``float("inf")``. The cross-rank sync runs on kvlab's
-in-process communicator (:class:`kvlab.distributed.ThreadComm`, threads on the CPU) instead of
-an MPI pool.
+counterparts are :func:`kvlab.host_tier.auto_host_tier_bytes` (``gpu_quota_bytes``,
+``local_ranks``, ``host_available_bytes``, ``memlock_limit_bytes``, ``shares_device_memory``;
+``float("inf")`` is an unknown limit, as the real readers answer) and
+:func:`kvlab.host_tier.sync_host_tier_quota` (``local_quota``, ``world_size``, ``comm``). The
+cross-rank sync runs on kvlab's in-process communicator (:class:`kvlab.distributed.ThreadComm`,
+threads on the CPU) instead of an MPI pool.
 """
 
 from __future__ import annotations
@@ -19,100 +20,68 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kvlab import host_tier
 from kvlab.distributed import ThreadComm
-from kvlab.host_tier import auto_host_tier_bytes
+from kvlab.host_tier import auto_host_tier_bytes, sync_host_tier_quota
 
 GiB = 1 << 30
 INF = float("inf")
 
 NOT_MODELLED = {}  # every upstream test of this file is ported
 
+#: The adaptation of the sync tests: upstream's Mapping becomes a world size and a communicator.
+THREADS = "two ranks as threads on kvlab's ThreadComm (CPU) instead of an MPI pool"
+
 
 class TestComputeAutoHostTierQuota:
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_single_rank_uses_device_quota_when_memory_is_ample",
-        adaptation="memlock_limit=inf -> None: an unknown limit is None in kvlab where "
-                   "upstream passes float('inf'); the inf form is checked by "
-                   "test_unknown_limits_fall_back_to_device_quota_given_inf")
+        "TestComputeAutoHostTierQuota::test_single_rank_uses_device_quota_when_memory_is_ample")
     def test_single_rank_uses_device_quota_when_memory_is_ample(self):
         # 1 rank, 440 GiB available: cap = 220 GiB > quota -> quota wins.
         assert auto_host_tier_bytes(173 * GiB, local_ranks=1,
                                     host_available_bytes=float(440 * GiB),
-                                    memlock_limit_bytes=None) == 173 * GiB
+                                    memlock_limit_bytes=INF) == 173 * GiB
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_colocated_ranks_divide_node_memory_budget",
-        adaptation="memlock_limit=inf -> None: an unknown limit is None in kvlab where "
-                   "upstream passes float('inf'); the inf form is checked by "
-                   "test_unknown_limits_fall_back_to_device_quota_given_inf")
+        "TestComputeAutoHostTierQuota::test_colocated_ranks_divide_node_memory_budget")
     def test_colocated_ranks_divide_node_memory_budget(self):
         assert auto_host_tier_bytes(173 * GiB, local_ranks=4,
                                     host_available_bytes=float(440 * GiB),
-                                    memlock_limit_bytes=None) == int(440 * GiB / 4 * 0.5)
+                                    memlock_limit_bytes=INF) == int(440 * GiB / 4 * 0.5)
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_aggregate_across_ranks_stays_within_available_memory",
-        adaptation="memlock_limit=inf -> None: an unknown limit is None in kvlab where "
-                   "upstream passes float('inf'); the inf form is checked by "
-                   "test_unknown_limits_fall_back_to_device_quota_given_inf")
+        "TestComputeAutoHostTierQuota::test_aggregate_across_ranks_stays_within_available_memory")
     def test_aggregate_across_ranks_stays_within_available_memory(self):
         local_ranks = 4
         mem_available = float(440 * GiB)
         per_rank = auto_host_tier_bytes(173 * GiB, local_ranks=local_ranks,
                                         host_available_bytes=mem_available,
-                                        memlock_limit_bytes=None)
+                                        memlock_limit_bytes=INF)
         assert per_rank * local_ranks <= mem_available
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_integrated_gpu_charges_device_quota_against_budget",
-        adaptation="memlock_limit=inf -> None; shares_device_memory is the assumed kvlab keyword")
-    @pytest.mark.xfail(strict=True, reason="kvlab gap: auto_host_tier_bytes has no "
-                       "shares_device_memory (integrated GPU, e.g. GB10: the device quota is "
-                       "charged against the host budget first, (available - quota) / ranks * 0.5)")
+        "TestComputeAutoHostTierQuota::test_integrated_gpu_charges_device_quota_against_budget")
     def test_integrated_gpu_charges_device_quota_against_budget(self):
         quota = 81 * GiB
         mem_available = float(93 * GiB)
         host_quota = auto_host_tier_bytes(quota, local_ranks=1, host_available_bytes=mem_available,
-                                          memlock_limit_bytes=None, shares_device_memory=True)
+                                          memlock_limit_bytes=INF, shares_device_memory=True)
         assert host_quota == int((93 - 81) * GiB / 1 * 0.5)
         assert quota + host_quota <= mem_available
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_integrated_gpu_without_headroom_provisions_no_tier",
-        adaptation="memlock_limit=inf -> None; shares_device_memory is the assumed kvlab keyword")
-    @pytest.mark.xfail(strict=True, reason="kvlab gap: auto_host_tier_bytes has no "
-                       "shares_device_memory; on an integrated GPU with no headroom the real one "
-                       "returns 0 (no tier) instead of falling back to the device quota")
+        "TestComputeAutoHostTierQuota::test_integrated_gpu_without_headroom_provisions_no_tier")
     def test_integrated_gpu_without_headroom_provisions_no_tier(self):
         assert auto_host_tier_bytes(95 * GiB, local_ranks=1,
                                     host_available_bytes=float(93 * GiB),
-                                    memlock_limit_bytes=None, shares_device_memory=True) == 0
+                                    memlock_limit_bytes=INF, shares_device_memory=True) == 0
 
-    @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_memlock_limit_caps_quota",
-        adaptation="mem_available=inf -> None: an unknown limit is None in kvlab where "
-                   "upstream passes float('inf'); the inf form is checked by "
-                   "test_unknown_limits_fall_back_to_device_quota_given_inf")
+    @pytest.mark.upstream("TestComputeAutoHostTierQuota::test_memlock_limit_caps_quota")
     def test_memlock_limit_caps_quota(self):
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=1, host_available_bytes=None,
+        assert auto_host_tier_bytes(173 * GiB, local_ranks=1, host_available_bytes=INF,
                                     memlock_limit_bytes=float(10 * GiB)) == int(10 * GiB * 0.8)
 
-    @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_unknown_limits_fall_back_to_device_quota",
-        adaptation="both limits unknown: None in kvlab (inf upstream; the inf form is the "
-                   "xfail test below)")
+    @pytest.mark.upstream("TestComputeAutoHostTierQuota::test_unknown_limits_fall_back_to_device_quota")
     def test_unknown_limits_fall_back_to_device_quota(self):
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=8, host_available_bytes=None,
-                                    memlock_limit_bytes=None) == 173 * GiB
-
-    @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_unknown_limits_fall_back_to_device_quota",
-        adaptation="the upstream arguments verbatim: mem_available and memlock_limit float('inf')")
-    @pytest.mark.xfail(strict=True, reason="kvlab gap: auto_host_tier_bytes raises OverflowError "
-                       "(int(inf)) on float('inf'), the real readers' 'no limit'; it only "
-                       "understands None")
-    def test_unknown_limits_fall_back_to_device_quota_given_inf(self):
         assert auto_host_tier_bytes(173 * GiB, local_ranks=8, host_available_bytes=INF,
                                     memlock_limit_bytes=INF) == 173 * GiB
 
@@ -124,14 +93,10 @@ class TestComputeAutoHostTierQuota:
                                     host_available_bytes=float(440 * GiB),
                                     memlock_limit_bytes=memlock_limit) == 173 * GiB
 
-    @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_result_is_always_positive",
-        adaptation="memlock_limit=inf -> None: an unknown limit is None in kvlab where "
-                   "upstream passes float('inf'); the inf form is checked by "
-                   "test_unknown_limits_fall_back_to_device_quota_given_inf")
+    @pytest.mark.upstream("TestComputeAutoHostTierQuota::test_result_is_always_positive")
     def test_result_is_always_positive(self):
         assert auto_host_tier_bytes(173 * GiB, local_ranks=4, host_available_bytes=0.0,
-                                    memlock_limit_bytes=None) > 0
+                                    memlock_limit_bytes=INF) > 0
 
 
 class _NoCollectives:
@@ -146,18 +111,12 @@ class TestSyncHostTierQuota:
         "TestSyncHostTierQuota::test_single_rank_is_a_noop",
         adaptation="upstream's Mapping(world_size=1) becomes world_size=1 and a communicator "
                    "whose collectives fail the test")
-    @pytest.mark.xfail(strict=True, reason="kvlab gap: no cross-rank host-tier sync; assumed "
-                       "kvlab.host_tier.sync_host_tier_quota(local_quota, world_size, comm)")
     def test_single_rank_is_a_noop(self):
         quota = 173 * GiB
-        assert host_tier.sync_host_tier_quota(quota, 1, _NoCollectives()) == quota
+        assert sync_host_tier_quota(quota, 1, _NoCollectives()) == quota
 
-    @pytest.mark.upstream(
-        "TestSyncHostTierQuota::test_multi_rank_syncs_to_fleet_min",
-        adaptation="two ranks as threads on kvlab's ThreadComm (CPU) instead of an MPI pool")
-    @pytest.mark.xfail(strict=True, reason="kvlab gap: no cross-rank host-tier sync (the MIN "
-                       "all-reduce of PR #17380); assumed "
-                       "kvlab.host_tier.sync_host_tier_quota(local_quota, world_size, comm)")
+    @pytest.mark.upstream("TestSyncHostTierQuota::test_multi_rank_syncs_to_fleet_min",
+                          adaptation=THREADS)
     def test_multi_rank_syncs_to_fleet_min(self):
         world_size = 2
         per_rank_mem_gib = [440, 880]
@@ -166,9 +125,9 @@ class TestSyncHostTierQuota:
         def worker(rank):
             local_quota = auto_host_tier_bytes(1024 * GiB, local_ranks=1,
                                                host_available_bytes=float(per_rank_mem_gib[rank] * GiB),
-                                               memlock_limit_bytes=None)
+                                               memlock_limit_bytes=INF)
             try:
-                synced = host_tier.sync_host_tier_quota(local_quota, world_size, comm.for_rank(rank))
+                synced = sync_host_tier_quota(local_quota, world_size, comm.for_rank(rank))
             except BaseException:
                 comm.abort()
                 raise

@@ -14,104 +14,14 @@ here because an outside tenant holds the pages.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
 import pytest
-from support import Bench, ids, tiny_geometry
-
-from kvlab import Engine, KVCacheManager, MaxSeqLenClampWarning, Scheduler
-
-# -- local set-up helpers ------------------------------------------------------------------
-# support.Bench still hands ``host_cache_blocks`` to the Scheduler, which no longer takes it
-# (the tier below the GPU moved to ``KVCacheManager(host_cache_size=...)``). ``_bench`` uses
-# support.Bench when it builds, else the same bench with the tier on the manager. The set-up
-# passes widen ``max_num_requests`` too (the request budget is no longer ``max_batch_size``).
-
-
-class _ManagerTierBench(Bench):
-    """support.Bench with the tier below the GPU on the manager: none without ``can_evict``
-    (host_cache_size=0), the automatic host tier with it (host_cache_size=None)."""
-
-    def __init__(self, *, tokens_per_block=64, num_blocks=4096, max_batch_size=100,
-                 max_num_tokens=1024, can_evict=False, **scheduler_kwargs):
-        geometry = tiny_geometry(tokens_per_block)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-            self.manager = KVCacheManager(
-                geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
-                max_seq_len=num_blocks * tokens_per_block, max_batch_size=max_batch_size,
-                host_cache_size=None if can_evict else 0)
-        self.scheduler = Scheduler(self.manager, max_num_tokens=max_num_tokens,
-                                   max_batch_size=max_batch_size, **scheduler_kwargs)
-        self.engine = Engine(self.scheduler)
-        self._held = []
-
-
-def _bench(**kwargs) -> Bench:
-    try:
-        return Bench(**kwargs)
-    except TypeError as exc:
-        if "host_cache_blocks" not in str(exc):
-            raise
-        return _ManagerTierBench(**kwargs)
-
-
-@contextlib.contextmanager
-def _setup_budget(scheduler, max_num_tokens=1 << 30):
-    """A set-up pass's own budgets; the test's are restored after it."""
-    names = [n for n in ("max_num_tokens", "max_batch_size", "max_num_requests")
-             if hasattr(scheduler, n)]
-    saved = {n: getattr(scheduler, n) for n in names}
-    scheduler.max_num_tokens = max_num_tokens
-    for name in names[1:]:
-        setattr(scheduler, name, 1 << 20)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(scheduler, name, value)
-
-
-def _generations(bench, *request_ids, prompt_len=64, draft=0):
-    """Requests in generation, their contexts run together in one set-up pass (build them
-    before any context the test schedules: that pass schedules whatever is pending)."""
-    with _setup_budget(bench.scheduler):
-        requests = [bench.context(i, prompt_len, draft=draft) for i in request_ids]
-        bench.schedule()
-    assert all(r.is_context_finished and r.state == "running" for r in requests), "set-up"
-    return requests
-
-
-def _started_at(bench, request_id, length, position):
-    """A chunked context whose first ``position`` tokens ran in an earlier pass, as one chunk
-    of exactly that size (the set-up pass's chunk unit is 1; its token budget is the chunk
-    plus the steps of the requests already generating)."""
-    scheduler = bench.scheduler
-    steps = sum(1 + r.num_draft_tokens for r in scheduler.active_requests
-                if r.is_context_finished)
-    saved = scheduler.chunk_unit_size
-    scheduler.chunk_unit_size = 1
-    try:
-        with _setup_budget(scheduler, max_num_tokens=position + steps):
-            request = bench.context(request_id, length)
-            batch = bench.schedule()
-    finally:
-        scheduler.chunk_unit_size = saved
-    assert any(r is request for r in batch.context_requests), "set-up: first chunk not run"
-    assert request.context_current_position == position
-    return request
-
-
-def _chunked(**kwargs) -> Bench:
-    return _bench(chunked_prefill=True, **kwargs)
-
+from support import Bench, ids
 
 # == TestChunkedContext ======================================================================
 
 @pytest.mark.upstream("TestChunkedContext::test_budget_enough_for_all")
 def test_budget_enough_for_all():
-    bench = _chunked(max_num_tokens=200, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=200, chunk_unit_size=64)
     req = bench.context("0", 100)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -124,7 +34,7 @@ def test_budget_enough_for_all():
                "try_allocate_draft_context(req, 256) on it: kvlab has no separate draft pool, "
                "so only the target pool's resize to 256 tokens is checked")
 def test_budget_limits_chunk():
-    bench = _chunked(max_num_tokens=300, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=300, chunk_unit_size=64)
     req = bench.context("0", 1000)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -139,7 +49,7 @@ def test_budget_limits_chunk():
                "with max_num_tokens=1024, then given upstream's 50 (budget and "
                "max_context_length)")
 def test_min_budget_check():
-    bench = _chunked(max_num_tokens=1024, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=1024, chunk_unit_size=64)
     bench.scheduler.max_num_tokens = bench.scheduler.max_context_length = 50
     bench.context("0", 1000)
     out = bench.schedule()
@@ -148,7 +58,7 @@ def test_min_budget_check():
 
 @pytest.mark.upstream("TestChunkedContext::test_last_chunk_no_rounding")
 def test_last_chunk_no_rounding():
-    bench = _chunked(max_num_tokens=200, chunk_unit_size=128)
+    bench = Bench(chunked_prefill=True, max_num_tokens=200, chunk_unit_size=128)
     req = bench.context("0", 100)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -157,7 +67,7 @@ def test_last_chunk_no_rounding():
 
 @pytest.mark.upstream("TestChunkedContext::test_has_chunking_flag_set")
 def test_has_chunking_flag_set():
-    bench = _chunked(max_num_tokens=100, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=100, chunk_unit_size=64)
     req = bench.context("0", 1000)
     out = bench.schedule()
     assert len(out.context_requests) == 1
@@ -169,7 +79,7 @@ def test_has_chunking_flag_set():
     adaptation="kvlab has no ContextChunkingPolicy; without snapshot points FORCE_CHUNK "
                "chunks as the default policy does, which is what runs here")
 def test_force_chunk_defaults_to_remaining_context_without_snapshot_points():
-    bench = _chunked(tokens_per_block=32, max_num_tokens=8192, chunk_unit_size=256)
+    bench = Bench(chunked_prefill=True, tokens_per_block=32, max_num_tokens=8192, chunk_unit_size=256)
     req = bench.context("0", 1176)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -178,7 +88,7 @@ def test_force_chunk_defaults_to_remaining_context_without_snapshot_points():
 
 @pytest.mark.upstream("TestChunkedContext::test_multiple_ctx_share_budget")
 def test_multiple_ctx_share_budget():
-    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=500, chunk_unit_size=64)
     req1, req2 = bench.context("0", 200), bench.context("1", 200)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0", "1"]
@@ -194,7 +104,7 @@ def test_multiple_ctx_share_budget():
                "tokens (4 pages) fit. Had the failed chunk kept its 448 tokens of budget, the "
                "second could not have been scheduled")
 def test_chunk_fail_flows_budget():
-    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=500, chunk_unit_size=64)
     bench.hold_all_but(4)
     bench.context("0", 1000)
     bench.context("1", 200)
@@ -204,7 +114,7 @@ def test_chunk_fail_flows_budget():
 
 @pytest.mark.upstream("TestChunkedContext::test_chunk_rounding_non_last")
 def test_chunk_rounding_non_last():
-    bench = _chunked(max_num_tokens=200, chunk_unit_size=128)
+    bench = Bench(chunked_prefill=True, max_num_tokens=200, chunk_unit_size=128)
     req = bench.context("0", 1000)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -213,7 +123,7 @@ def test_chunk_rounding_non_last():
 
 @pytest.mark.upstream("TestChunkedContext::test_has_chunking_flag_not_set")
 def test_has_chunking_flag_not_set():
-    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=500, chunk_unit_size=64)
     req = bench.context("0", 100)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -222,7 +132,7 @@ def test_has_chunking_flag_not_set():
 
 @pytest.mark.upstream("TestChunkedContext::test_max_context_length_caps_chunk")
 def test_max_context_length_caps_chunk():
-    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=500, chunk_unit_size=64)
     req = bench.context("0", 2000)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -236,7 +146,7 @@ def test_max_context_length_caps_chunk():
                "with max_num_tokens=1024, then given upstream's 100 (budget and "
                "max_context_length)")
 def test_chunk_rounds_to_zero():
-    bench = _chunked(max_num_tokens=1024, chunk_unit_size=128)
+    bench = Bench(chunked_prefill=True, max_num_tokens=1024, chunk_unit_size=128)
     bench.scheduler.max_num_tokens = bench.scheduler.max_context_length = 100
     bench.context("0", 1000)
     out = bench.schedule()
@@ -248,8 +158,8 @@ def test_chunk_rounds_to_zero():
     adaptation="the non-first chunk is physical: a 264-token context whose first 64 tokens "
                "ran in an earlier pass, 200 remaining")
 def test_subsequent_chunk_non_first():
-    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
-    req = _started_at(bench, "0", 264, 64)
+    bench = Bench(chunked_prefill=True, max_num_tokens=500, chunk_unit_size=64)
+    req = bench.started_context("0", 264, 64)
     assert not req.is_first_context_chunk and req.context_remaining_length == 200
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -264,8 +174,8 @@ def test_subsequent_chunk_non_first():
                       "earlier pass (and is not a first chunk here). The chunk computed from a "
                       "position that is not block-aligned is what is tested")
 def test_partial_reuse_no_block_alignment():
-    bench = _chunked(max_num_tokens=128, chunk_unit_size=64)
-    req = _started_at(bench, "0", 1000, 50)
+    bench = Bench(chunked_prefill=True, max_num_tokens=128, chunk_unit_size=64)
+    req = bench.started_context("0", 1000, 50)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
     assert req.context_chunk_size == 128
@@ -278,8 +188,8 @@ def test_partial_reuse_no_block_alignment():
                       "earlier pass (and is not a first chunk here). The chunk computed from a "
                       "block-aligned position is what is tested")
 def test_block_aligned_position_no_change():
-    bench = _chunked(max_num_tokens=300, chunk_unit_size=64)
-    req = _started_at(bench, "0", 1000, 128)
+    bench = Bench(chunked_prefill=True, max_num_tokens=300, chunk_unit_size=64)
+    req = bench.started_context("0", 1000, 128)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
     assert req.context_chunk_size == 256  # 300 // 64 * 64
@@ -292,8 +202,8 @@ def test_block_aligned_position_no_change():
                       "earlier pass (and is not a first chunk here). The chunk computed from a "
                       "position that is not block-aligned is what is tested")
 def test_partial_reuse_last_chunk_no_alignment():
-    bench = _chunked(max_num_tokens=500, chunk_unit_size=64)
-    req = _started_at(bench, "0", 130, 50)
+    bench = Bench(chunked_prefill=True, max_num_tokens=500, chunk_unit_size=64)
+    req = bench.started_context("0", 130, 50)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
     assert req.context_chunk_size == 80
@@ -307,8 +217,8 @@ def test_partial_reuse_last_chunk_no_alignment():
                       "position that is not block-aligned is what is tested; "
                       "resize_context(req, 128) is checked on the cache's capacity, 50 + 128")
 def test_partial_reuse_resize_uses_chunk_size():
-    bench = _chunked(max_num_tokens=128, chunk_unit_size=64)
-    req = _started_at(bench, "0", 1000, 50)
+    bench = Bench(chunked_prefill=True, max_num_tokens=128, chunk_unit_size=64)
+    req = bench.started_context("0", 1000, 50)
     bench.schedule()
     assert req.context_chunk_size == 128
     assert bench.manager.get_cache(req).capacity == 50 + 128
@@ -322,9 +232,9 @@ def test_partial_reuse_resize_uses_chunk_size():
                       "position that is not block-aligned is what is tested; "
                       "the generation request is built first (its context runs in a set-up pass)")
 def test_partial_reuse_budget_accounting():
-    bench = _chunked(max_num_tokens=80, chunk_unit_size=64)
-    _generations(bench, "1")
-    ctx = _started_at(bench, "0", 1000, 50)
+    bench = Bench(chunked_prefill=True, max_num_tokens=80, chunk_unit_size=64)
+    bench.generations("1")
+    ctx = bench.started_context("0", 1000, 50)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
     assert ctx.context_chunk_size == 64

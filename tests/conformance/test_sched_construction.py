@@ -5,62 +5,12 @@ tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py, read at c
 0046b12caeb6c565d87675ced31951b62b9abd25.
 """
 
-import contextlib
-import inspect
 from unittest.mock import Mock
 
 import pytest
 from support import Bench
 
 from kvlab import Scheduler
-from kvlab.host_tier import HostTier
-
-# -- local stopgap while support.Bench trails kvlab (delete once support.py is updated) ----
-# support.Bench hands ``host_cache_blocks`` to the Scheduler, which no longer takes it (the
-# tier below the GPU is ``KVCacheManager(host_cache_size=...)`` now), and its set-up passes
-# widen ``max_batch_size``, no longer the request budget (``max_num_requests``). While that is
-# so, this fixture gives Bench the tier on the manager and widens the request budget too.
-
-def _support_is_stale():
-    try:
-        Bench(num_blocks=1)
-    except TypeError as exc:
-        if "host_cache_blocks" not in str(exc):
-            raise
-        return True, "max_num_requests" not in inspect.getsource(Bench._budget)
-    return False, "max_num_requests" not in inspect.getsource(Bench._budget)
-
-
-_STALE_INIT, _STALE_BUDGET = _support_is_stale()
-
-
-@pytest.fixture(autouse=True)
-def _support_bench_follows_kvlab(monkeypatch):
-    import support
-
-    if _STALE_INIT:
-        def scheduler(manager, *args, host_cache_blocks=0, **kwargs):
-            if host_cache_blocks == 0:  # no tier below the GPU
-                manager.host_tier = HostTier(0)
-            return Scheduler(manager, *args, **kwargs)
-
-        monkeypatch.setattr(support, "Scheduler", scheduler)
-    if _STALE_BUDGET:
-        budget = Bench._budget
-
-        @contextlib.contextmanager
-        def widened(self, max_num_tokens, max_batch_size):
-            saved = self.scheduler.max_num_requests
-            self.scheduler.max_num_requests = max_batch_size
-            try:
-                with budget(self, max_num_tokens, max_batch_size):
-                    yield
-            finally:
-                self.scheduler.max_num_requests = saved
-
-        monkeypatch.setattr(Bench, "_budget", widened)
-    yield
-
 
 NOT_MODELLED = {}
 

@@ -11,61 +11,9 @@ generation request. Upstream's ``prepare_disagg_gen_init`` answers are made phys
 cache the pool cannot hold is refused.
 """
 
-import contextlib
-import inspect
 
 import pytest
-from support import NEVER_DONE, Bench, ids
-
-from kvlab import Request, Scheduler
-from kvlab.host_tier import HostTier
-
-# -- local stopgap while support.Bench trails kvlab (delete once support.py is updated) ----
-# support.Bench hands ``host_cache_blocks`` to the Scheduler, which no longer takes it (the
-# tier below the GPU is ``KVCacheManager(host_cache_size=...)`` now), and its set-up passes
-# widen ``max_batch_size``, no longer the request budget (``max_num_requests``). While that is
-# so, this fixture gives Bench the tier on the manager and widens the request budget too.
-
-def _support_is_stale():
-    try:
-        Bench(num_blocks=1)
-    except TypeError as exc:
-        if "host_cache_blocks" not in str(exc):
-            raise
-        return True, "max_num_requests" not in inspect.getsource(Bench._budget)
-    return False, "max_num_requests" not in inspect.getsource(Bench._budget)
-
-
-_STALE_INIT, _STALE_BUDGET = _support_is_stale()
-
-
-@pytest.fixture(autouse=True)
-def _support_bench_follows_kvlab(monkeypatch):
-    import support
-
-    if _STALE_INIT:
-        def scheduler(manager, *args, host_cache_blocks=0, **kwargs):
-            if host_cache_blocks == 0:  # no tier below the GPU
-                manager.host_tier = HostTier(0)
-            return Scheduler(manager, *args, **kwargs)
-
-        monkeypatch.setattr(support, "Scheduler", scheduler)
-    if _STALE_BUDGET:
-        budget = Bench._budget
-
-        @contextlib.contextmanager
-        def widened(self, max_num_tokens, max_batch_size):
-            saved = self.scheduler.max_num_requests
-            self.scheduler.max_num_requests = max_batch_size
-            try:
-                with budget(self, max_num_tokens, max_batch_size):
-                    yield
-            finally:
-                self.scheduler.max_num_requests = saved
-
-        monkeypatch.setattr(Bench, "_budget", widened)
-    yield
-
+from support import Bench, ids
 
 NOT_MODELLED = {
     "TestDisagg::test_disagg_checks_peft_budget":
@@ -85,29 +33,10 @@ NOT_MODELLED = {
 }
 
 
-def disagg(bench, request_id, length=100):
-    """A DISAGG_GENERATION_INIT request of a ``length``-token transferred context, submitted
-    at the next pass."""
-    (request,) = bench.engine.add_requests([Request(
-        request_id, length, NEVER_DONE, arrival_step=bench.engine.step,
-        disagg_generation_init=True)])
-    return request
-
-
-def generation_behind(bench, request_id, prompt_len=64):
-    """``Bench.generation`` while the DISAGG_GENERATION_INIT requests already there stay
-    pending: only the pages of its own context are free in its set-up pass."""
-    bench.hold_all_but(bench.manager.geometry.blocks_for_tokens(prompt_len))
-    try:
-        return bench.generation(request_id, prompt_len)
-    finally:
-        bench.release_held()
-
-
 @pytest.mark.upstream("TestDisagg::test_disagg_bypasses_state_gate")
 def test_disagg_bypasses_state_gate():
     bench = Bench(max_num_tokens=100)
-    disagg(bench, "0")
+    bench.disagg("0")
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0"]
 
@@ -123,8 +52,8 @@ def test_disagg_bypasses_state_gate():
 def test_disagg_does_not_count_toward_batch():
     """Disagg does not consume the forward batch's request budget."""
     bench = Bench(max_batch_size=1, max_num_tokens=100, slots=4)
-    disagg(bench, "0")
-    generation_behind(bench, "1")
+    bench.disagg("0")
+    bench.generation_behind("1")
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0"]
     assert ids(batch.generation_requests) == ["1"]
@@ -138,8 +67,8 @@ def test_disagg_does_not_count_toward_batch():
 def test_disagg_does_not_consume_token_budget():
     """Disagg uses 0 tokens, so a tight token budget still allows the generation step."""
     bench = Bench(max_num_tokens=1)
-    disagg(bench, "0")
-    generation_behind(bench, "1")
+    bench.disagg("0")
+    bench.generation_behind("1")
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0"]
     assert ids(batch.generation_requests) == ["1"]
@@ -149,7 +78,7 @@ def test_disagg_does_not_consume_token_budget():
 def test_multiple_disagg():
     bench = Bench(max_num_tokens=100)
     for i in range(3):
-        disagg(bench, str(i))
+        bench.disagg(str(i))
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0", "1", "2"]
 
@@ -161,10 +90,10 @@ def test_multiple_disagg():
                                  "request cannot fit and stays DISAGG_GENERATION_INIT")
 def test_disagg_mixed_with_gen_ctx():
     bench = Bench(max_num_tokens=200)
-    disagg(bench, "0")
-    generation_behind(bench, "1")
+    bench.disagg("0")
+    bench.generation_behind("1")
     bench.context("2", 100)
-    disagg(bench, "3")
+    bench.disagg("3")
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0", "3"]
     assert ids(batch.generation_requests) == ["1"]
@@ -177,7 +106,7 @@ def test_disagg_not_blocked_when_batch_full():
     bench = Bench(max_num_tokens=200, scheduler_capacity=2)
     bench.generation("0")
     bench.generation("1")
-    disagg(bench, "2")
+    bench.disagg("2")
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0", "1"]
     assert ids(batch.fitting_disagg_gen_init_requests) == ["2"]
@@ -190,7 +119,7 @@ def test_disagg_gated_by_prepare_disagg_gen_init():
     """Disagg is limited by the KV cache, not by the batch budget."""
     bench = Bench(max_num_tokens=100)
     for i in range(4):
-        disagg(bench, str(i))  # 2 pages each
+        bench.disagg(str(i))  # 2 pages each
     bench.hold_all_but(4)
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0", "1"]
@@ -203,8 +132,8 @@ def test_disagg_gated_by_prepare_disagg_gen_init():
 def test_disagg_prepare_disagg_gen_init_fails_skips():
     """A prepare_disagg_gen_init failure skips the request; the loop continues."""
     bench = Bench(max_num_tokens=100)
-    disagg(bench, "0", 200)
-    disagg(bench, "1", 100)
+    bench.disagg("0", 200)
+    bench.disagg("1", 100)
     bench.hold_all_but(2)
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["1"]
@@ -217,7 +146,7 @@ def test_disagg_prepare_disagg_gen_init_fails_skips():
                                  "would not")
 def test_disagg_uses_prepare_disagg_gen_init_api():
     bench = Bench(max_num_tokens=100)
-    requests = [disagg(bench, "0"), disagg(bench, "1")]
+    requests = [bench.disagg("0"), bench.disagg("1")]
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0", "1"]
     for request in requests:
@@ -234,7 +163,7 @@ def test_disagg_exceeds_max_batch_size():
     """The disagg count can exceed max_batch_size, since disagg bypasses the budget."""
     bench = Bench(max_batch_size=2, max_num_tokens=100, slots=8)
     for i in range(5):
-        disagg(bench, str(i))
+        bench.disagg(str(i))
     batch = bench.schedule()
     # all 5 fitted despite max_batch_size=2
     assert ids(batch.fitting_disagg_gen_init_requests) == ["0", "1", "2", "3", "4"]
@@ -249,7 +178,7 @@ def test_disagg_interleaved_gen_full_batch_continues():
     is blocked."""
     bench = Bench(max_batch_size=1, max_num_tokens=200, slots=4)
     bench.generation("0")   # fills the batch (1/1)
-    disagg(bench, "1")      # bypasses the batch budget: fitted
+    bench.disagg("1")      # bypasses the batch budget: fitted
     bench.context("2", 50)  # batch full: blocked
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0"]
@@ -265,7 +194,7 @@ def test_disagg_prepare_fail_continues_to_next_disagg():
     """A failure for one disagg request does not stop the others."""
     bench = Bench(max_num_tokens=200)
     for i, length in enumerate((300, 100, 300, 100)):
-        disagg(bench, str(i), length)
+        bench.disagg(str(i), length)
     bench.hold_all_but(4)
     batch = bench.schedule()
     assert ids(batch.fitting_disagg_gen_init_requests) == ["1", "3"]
@@ -280,14 +209,14 @@ def test_disagg_cross_iteration_slot_overflow():
     """Fitted disagg requests keep their caches (slots) while later disagg requests are fitted
     too: scheduler_capacity=2 does not cap them (upstream's test documents the overflow)."""
     bench = Bench(max_num_tokens=200, scheduler_capacity=2)
-    disagg(bench, "0")
-    disagg(bench, "1")
+    bench.disagg("0")
+    bench.disagg("1")
     out1 = bench.schedule()
     assert ids(out1.fitting_disagg_gen_init_requests) == ["0", "1"]
     assert len(bench.manager.caches) == 2  # 2 slots consumed
 
-    disagg(bench, "2")
-    disagg(bench, "3")
+    bench.disagg("2")
+    bench.disagg("3")
     out2 = bench.schedule()
     assert ids(out2.fitting_disagg_gen_init_requests) == ["2", "3"]
     assert len(bench.manager.caches) == 4  # the overflow: 4 caches, capacity 2

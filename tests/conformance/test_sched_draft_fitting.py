@@ -14,81 +14,11 @@ carries none.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
 import pytest
-from support import Bench, ids, tiny_geometry
-
-from kvlab import Engine, KVCacheManager, MaxSeqLenClampWarning, Scheduler
-
-# -- local set-up helpers ------------------------------------------------------------------
-# support.Bench still hands ``host_cache_blocks`` to the Scheduler, which no longer takes it
-# (the tier below the GPU moved to ``KVCacheManager(host_cache_size=...)``). ``_bench`` uses
-# support.Bench when it builds, else the same bench with the tier on the manager. The set-up
-# passes widen ``max_num_requests`` too (the request budget is no longer ``max_batch_size``).
-
-
-class _ManagerTierBench(Bench):
-    """support.Bench with the tier below the GPU on the manager: none without ``can_evict``
-    (host_cache_size=0), the automatic host tier with it (host_cache_size=None)."""
-
-    def __init__(self, *, tokens_per_block=64, num_blocks=4096, max_batch_size=100,
-                 max_num_tokens=1024, can_evict=False, **scheduler_kwargs):
-        geometry = tiny_geometry(tokens_per_block)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-            self.manager = KVCacheManager(
-                geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
-                max_seq_len=num_blocks * tokens_per_block, max_batch_size=max_batch_size,
-                host_cache_size=None if can_evict else 0)
-        self.scheduler = Scheduler(self.manager, max_num_tokens=max_num_tokens,
-                                   max_batch_size=max_batch_size, **scheduler_kwargs)
-        self.engine = Engine(self.scheduler)
-        self._held = []
-
-
-def _bench(**kwargs) -> Bench:
-    try:
-        return Bench(**kwargs)
-    except TypeError as exc:
-        if "host_cache_blocks" not in str(exc):
-            raise
-        return _ManagerTierBench(**kwargs)
-
-
-@contextlib.contextmanager
-def _setup_budget(scheduler, max_num_tokens=1 << 30):
-    """A set-up pass's own budgets; the test's are restored after it."""
-    names = [n for n in ("max_num_tokens", "max_batch_size", "max_num_requests")
-             if hasattr(scheduler, n)]
-    saved = {n: getattr(scheduler, n) for n in names}
-    scheduler.max_num_tokens = max_num_tokens
-    for name in names[1:]:
-        setattr(scheduler, name, 1 << 20)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(scheduler, name, value)
-
-
-def _generations(bench, *request_ids, prompt_len=64, draft=0):
-    """Requests in generation, their contexts run together in one set-up pass (build them
-    before any context the test schedules: that pass schedules whatever is pending)."""
-    with _setup_budget(bench.scheduler):
-        requests = [bench.context(i, prompt_len, draft=draft) for i in request_ids]
-        bench.schedule()
-    assert all(r.is_context_finished and r.state == "running" for r in requests), "set-up"
-    return requests
-
-
-def _chunked(**kwargs) -> Bench:
-    return _bench(chunked_prefill=True, chunk_unit_size=64, **kwargs)
-
+from support import Bench, ids
 
 def _last_chunk_with_drafts(max_num_tokens, length, draft):
-    bench = _chunked(max_num_tokens=max_num_tokens)
+    bench = Bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=max_num_tokens)
     req = bench.context("0", length, draft=draft)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -129,8 +59,8 @@ def test_max_context_length_limits_draft():
     adaptation="the generation request is built first (its context runs in a set-up pass); "
                "upstream lists it after the context, which the phases make no difference to")
 def test_draft_tokens_add_to_batch_budget():
-    bench = _chunked(max_num_tokens=200)
-    _generations(bench, "1")
+    bench = Bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=200)
+    bench.generations("1")
     bench.context("0", 100, draft=5)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
@@ -143,7 +73,7 @@ def test_draft_tokens_add_to_batch_budget():
     adaptation="the chunk is really not the last (1000 tokens, 200 of budget), where upstream's "
                "mock says so")
 def test_non_last_chunk_no_draft_fitting():
-    bench = _chunked(max_num_tokens=200)
+    bench = Bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=200)
     req = bench.context("0", 1000, draft=5)
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]

@@ -7,69 +7,17 @@ tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py, read at c
 
 Upstream scripts each ``try_allocate_generation`` / ``resize_context`` answer by hand; here the
 answers happen on a real pool. Every generation request is built so that its step in the
-test's pass needs exactly one new page (:func:`generations`), and an outside tenant holds all
+test's pass needs exactly one new page (``Bench.generations_at_page_end``), and an outside tenant holds all
 free pages but those the requests that must succeed will take (``Bench.hold_all_but``).
 Upstream's ``suspend_request`` frees nothing unless ``can_evict``; kvlab's suspension frees
 device pages only where the tier below the GPU has room for them, so a test whose retry must
 succeed after an eviction gives the bench a host tier, and one whose retry must fail after a
-suspension fills that tier (:func:`fill_host_tier`) or has none.
+suspension fills that tier with outside tenants' pages (``Bench.fill_host_tier``) or has none.
 """
 
-import contextlib
-import inspect
 
 import pytest
 from support import Bench, ids
-
-from kvlab import Scheduler
-from kvlab.host_tier import HostTier
-
-# -- local stopgap while support.Bench trails kvlab (delete once support.py is updated) ----
-# support.Bench hands ``host_cache_blocks`` to the Scheduler, which no longer takes it (the
-# tier below the GPU is ``KVCacheManager(host_cache_size=...)`` now), and its set-up passes
-# widen ``max_batch_size``, no longer the request budget (``max_num_requests``). While that is
-# so, this fixture gives Bench the tier on the manager and widens the request budget too.
-
-def _support_is_stale():
-    try:
-        Bench(num_blocks=1)
-    except TypeError as exc:
-        if "host_cache_blocks" not in str(exc):
-            raise
-        return True, "max_num_requests" not in inspect.getsource(Bench._budget)
-    return False, "max_num_requests" not in inspect.getsource(Bench._budget)
-
-
-_STALE_INIT, _STALE_BUDGET = _support_is_stale()
-
-
-@pytest.fixture(autouse=True)
-def _support_bench_follows_kvlab(monkeypatch):
-    import support
-
-    if _STALE_INIT:
-        def scheduler(manager, *args, host_cache_blocks=0, **kwargs):
-            if host_cache_blocks == 0:  # no tier below the GPU
-                manager.host_tier = HostTier(0)
-            return Scheduler(manager, *args, **kwargs)
-
-        monkeypatch.setattr(support, "Scheduler", scheduler)
-    if _STALE_BUDGET:
-        budget = Bench._budget
-
-        @contextlib.contextmanager
-        def widened(self, max_num_tokens, max_batch_size):
-            saved = self.scheduler.max_num_requests
-            self.scheduler.max_num_requests = max_batch_size
-            try:
-                with budget(self, max_num_tokens, max_batch_size):
-                    yield
-            finally:
-                self.scheduler.max_num_requests = saved
-
-        monkeypatch.setattr(Bench, "_budget", widened)
-    yield
-
 
 NOT_MODELLED = {
     "TestKVCacheFailuresGen::test_recompute_pause_skips_multimodal_victim":
@@ -78,9 +26,10 @@ NOT_MODELLED = {
         "kvlab has no GENERATION_TO_COMPLETE state: a request that produced its last token is "
         "finished and its cache freed in that same step, so a finalizing victim never exists",
     "TestKVCacheFailuresGen::test_recompute_frontier_falls_back_to_evicted_victim":
-        "mocks of internal call signatures: calls the private _try_recompute_pause_for_gen "
-        "with a hand-built _RecomputePauseState(frontier=1); no public pass of kvlab reaches "
-        "an evicted victim outside the recompute frontier",
+        "the test hands the private _try_recompute_pause_for_gen a pass state built by hand "
+        "(_RecomputePauseState(frontier=1), a victim evicted beyond it); kvlab's Scheduler "
+        "runs only whole passes, and no physical set-up found leaves an evicted victim past "
+        "the frontier when that branch runs",
     "TestKVCacheFailuresGen::test_generation_admission_rolls_back_target_when_draft_fails":
         "draft KV cache manager: kvlab has no separate draft-model pool to fail and roll back",
     "TestKVCacheFailuresCtx::test_draft_reuse_uses_common_prefix_before_budgeting":
@@ -94,49 +43,6 @@ NOT_MODELLED = {
     "TestKVCacheFailuresCtx::test_draft_context_failure_rolls_back_target":
         "draft KV cache manager: kvlab has no separate draft-model pool to fail and roll back",
 }
-
-
-# -- set-up helpers -------------------------------------------------------------------------
-
-def step_pages(bench, request):
-    """New pages the request's next generation step needs (one token plus its drafts)."""
-    cache = bench.manager.get_cache(request)
-    geometry = bench.manager.geometry
-    return geometry.blocks_for_tokens(cache.capacity + 1 + request.num_draft_tokens) - cache.num_blocks
-
-
-def generations(bench, *request_ids, drafts=None):
-    """Generation requests built in order, each with exactly one full page when the test's
-    pass comes, so that its step there needs one new page (two with 64 draft tokens): a
-    request is stepped once by each build after it."""
-    drafts = drafts or {}
-    tokens_per_block = bench.manager.tokens_per_block
-    n = len(request_ids)
-    return [bench.generation(rid, tokens_per_block - (n - 1 - i),
-                             draft=drafts.get(rid, 0))
-            for i, rid in enumerate(request_ids)]
-
-
-def fill_host_tier(bench):
-    """An outside tenant takes every free page of the host tier (``HostTier.give_back`` returns
-    them); returns how many."""
-    tier = bench.manager.host_tier
-    count = tier.free_blocks
-    tier.used_blocks += count
-    return count
-
-
-def hold_slots(bench):
-    """An outside tenant takes every free page-index slot (what makes prepare_context fail)."""
-    table = bench.manager.page_index
-    while table.free_slots:
-        table.acquire_slot()
-
-
-def allocation_attempts(bench):
-    """Page allocations tried on the pool so far, granted or refused."""
-    counters = bench.manager.pool.counters
-    return counters.allocations + counters.failed_allocations
 
 
 # -- TestKVCacheFailuresGen -----------------------------------------------------------------
@@ -153,9 +59,9 @@ def test_gen_alloc_succeeds():
 @pytest.mark.upstream("TestKVCacheFailuresGen::test_gen_alloc_fails_no_victim")
 def test_gen_alloc_fails_no_victim():
     bench = Bench(max_num_tokens=100)
-    gen0, gen1 = generations(bench, "0", "1")
+    gen0, gen1 = bench.generations_at_page_end("0", "1")
     bench.context("2", 10)  # first chunk, not evictable
-    assert step_pages(bench, gen0) == step_pages(bench, gen1) == 1
+    assert bench.step_pages(gen0) == bench.step_pages(gen1) == 1
     bench.hold_all_but(1)   # gen0 ok, gen1 fails
     batch = bench.schedule()
     assert len(batch.generation_requests) == 1
@@ -169,7 +75,7 @@ def test_gen_alloc_fails_no_victim():
 def test_gen_alloc_fails_evict_succeeds():
     """gen1 fails, the started request at the tail is evicted, the retry succeeds."""
     bench = Bench(max_num_tokens=100, can_evict=True)
-    _, _, victim = generations(bench, "0", "1", "99")
+    _, _, victim = bench.generations_at_page_end("0", "1", "99")
     bench.hold_all_but(1)
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0", "1"]
@@ -181,7 +87,7 @@ def test_gen_alloc_fails_evict_succeeds():
 def test_gen_alloc_fails_evict_insufficient():
     """gen1 fails, the victim is evicted, the retry still fails: gen1 suspends itself."""
     bench = Bench(max_num_tokens=100)  # no host tier: the suspension frees nothing
-    generations(bench, "0", "1", "99")
+    bench.generations_at_page_end("0", "1", "99")
     bench.hold_all_but(1)
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0"]
@@ -197,16 +103,16 @@ def test_gen_alloc_fails_evict_insufficient():
 def test_secondary_tier_recompute_pause_retries_immediately():
     """Full teardown is retried without conservatively waiting one pass."""
     bench = Bench(max_num_tokens=100, can_evict=True)
-    _, _, victim = generations(bench, "0", "1", "99")
-    fill_host_tier(bench)
+    _, _, victim = bench.generations_at_page_end("0", "1", "99")
+    bench.fill_host_tier()
     bench.hold_all_but(1)
-    before = allocation_attempts(bench)
+    before = bench.allocation_attempts()
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0", "1"]
     assert ids(batch.paused_requests) == []
     assert ids(batch.recompute_paused_requests) == ["99"]
     # gen0 ok, gen1 fails, fails again after the suspension, succeeds after the teardown
-    assert allocation_attempts(bench) - before == 4
+    assert bench.allocation_attempts() - before == 4
     assert "99" not in bench.manager.caches and victim.num_recomputes == 1  # freed once
 
 
@@ -218,38 +124,37 @@ def test_secondary_tier_recompute_pause_retries_immediately():
 def test_recompute_pause_gate_stops_destructive_fallback():
     """Disabling recompute pause keeps ordinary suspension as the last fallback."""
     bench = Bench(max_num_tokens=100, can_evict=True, enable_recompute_pause=False)
-    _, _, victim = generations(bench, "0", "1", "99")
-    fill_host_tier(bench)
+    _, _, victim = bench.generations_at_page_end("0", "1", "99")
+    bench.fill_host_tier()
     bench.hold_all_but(1)
-    before = allocation_attempts(bench)
+    before = bench.allocation_attempts()
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0"]
     assert set(ids(batch.paused_requests)) == {"1", "99"}
     assert batch.recompute_paused_requests == []
-    assert allocation_attempts(bench) - before == 3
+    assert bench.allocation_attempts() - before == 3
     assert "99" in bench.manager.caches and victim.num_recomputes == 0  # never freed
 
 
 @pytest.mark.upstream("TestKVCacheFailuresGen::test_recompute_frontier_survives_ordinary_frontier_shrink",
                       adaptation="the suspended tail is built physically: a set-up pass in which "
-                                 "it suspends itself; it holds two pages and the host tier has "
-                                 "room for one, so the active victim's one page can move down "
-                                 "and the tail's cannot")
+                                 "it suspends itself; it holds two pages and the tier below the "
+                                 "GPU has room for one (host_blocks=1), so the active victim's "
+                                 "one page can move down and the tail's cannot")
 def test_recompute_frontier_survives_ordinary_frontier_shrink():
     """Recompute still sees a suspended tail after ordinary eviction skips it."""
-    bench = Bench(max_num_tokens=100, can_evict=True)
+    bench = Bench(max_num_tokens=100, host_blocks=1)
     # 0, 1, 2 are stepped by the later builds and by the set-up pass; 3 fails in that pass
     current, next_request, active_victim, suspended_tail = (
         bench.generation("0", 60), bench.generation("1", 61), bench.generation("2", 62),
         bench.generation("3", 128))
-    fill_host_tier(bench)
     bench.hold_all_but(0)
     setup = bench.schedule()
     assert ids(setup.generation_requests) == ["0", "1", "2"]
     assert ids(setup.paused_requests) == ["3"] and suspended_tail.state == "suspended"
+    assert bench.manager.get_cache(suspended_tail).num_blocks == 2  # still on the GPU
     bench.release_held()
-    bench.manager.host_tier.give_back(1)  # room for one page
-    assert [step_pages(bench, r) for r in (current, next_request)] == [1, 1]
+    assert [bench.step_pages(r) for r in (current, next_request)] == [1, 1]
 
     bench.hold_all_but(0)
     batch = bench.schedule()
@@ -257,6 +162,7 @@ def test_recompute_frontier_survives_ordinary_frontier_shrink():
     assert ids(batch.paused_requests) == ["2"]
     assert ids(batch.recompute_paused_requests) == ["3"]
     assert active_victim.state == "suspended" and active_victim.num_suspensions == 1
+    assert bench.manager.get_cache(active_victim).suspended_blocks == 1  # moved down
     assert "3" not in bench.manager.caches and suspended_tail.num_recomputes == 1
 
 
@@ -270,13 +176,13 @@ def test_recompute_pause_does_not_shrink_scheduling_range():
     bench = Bench(max_num_tokens=100)  # no host tier: suspension in place
     current = bench.generation("0", 62)             # stepped by the next build and the set-up pass
     suspended_victim = bench.generation("1", 128)   # two full pages: fails in the set-up pass
-    bench.hold_all_but(step_pages(bench, current))
+    bench.hold_all_but(bench.step_pages(current))
     setup = bench.schedule()
     assert ids(setup.generation_requests) == ["0"] and ids(setup.paused_requests) == ["1"]
     bench.release_held()
 
     bench.context("2", 10)  # the trailing context: one page
-    assert step_pages(bench, current) == 1
+    assert bench.step_pages(current) == 1
     bench.hold_all_but(0)
     counters = bench.manager.pool.counters
     granted, refused = counters.allocations, counters.failed_allocations
@@ -299,8 +205,8 @@ def test_recompute_pause_does_not_shrink_scheduling_range():
 def test_multiple_evictions_needed():
     """gen1 fails, two victims are needed to free enough space."""
     bench = Bench(max_num_tokens=100, can_evict=True)
-    _, gen1, _, _ = generations(bench, "0", "1", "98", "99", drafts={"1": 64})
-    assert step_pages(bench, gen1) == 2
+    _, gen1, _, _ = bench.generations_at_page_end("0", "1", "98", "99", drafts={"1": 64})
+    assert bench.step_pages(gen1) == 2
     bench.hold_all_but(1)
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0", "1"]
@@ -311,7 +217,7 @@ def test_multiple_evictions_needed():
 def test_gen_fail_does_not_break_immediately():
     """[gen0 ok, gen1 fails with no victim]: gen0 scheduled, gen1 stops the loop."""
     bench = Bench(max_num_tokens=100)
-    generations(bench, "0", "1")
+    bench.generations_at_page_end("0", "1")
     bench.hold_all_but(1)
     batch = bench.schedule()
     assert ids(batch.generation_requests) == ["0"]
@@ -328,12 +234,12 @@ def test_suspended_request_not_evictable():
     gen0 = bench.generation("0", 61)              # stepped by two builds and the set-up pass
     gen1 = bench.generation("1", 62, draft=64)    # stepped by one build and the set-up pass
     victim = bench.generation("99", 64)           # fails in the set-up pass
-    bench.hold_all_but(step_pages(bench, gen0) + step_pages(bench, gen1))
+    bench.hold_all_but(bench.step_pages(gen0) + bench.step_pages(gen1))
     setup = bench.schedule()
     assert ids(setup.paused_requests) == ["99"] and victim.state == "suspended"
     bench.release_held()
 
-    assert (step_pages(bench, gen0), step_pages(bench, gen1)) == (1, 2)
+    assert (bench.step_pages(gen0), bench.step_pages(gen1)) == (1, 2)
     bench.hold_all_but(1)
     batch = bench.schedule()
     # gen0 succeeds, gen1 fails, the victim is not evictable (suspended): gen1 self-evicts
@@ -348,7 +254,7 @@ def test_suspended_request_not_evictable():
                                  "manager's only free page-index slot")
 def test_ctx_prepare_fails():
     bench = Bench(max_num_tokens=1000, slots=1)
-    hold_slots(bench)
+    bench.hold_slots()
     bench.context("0", 100)
     batch = bench.schedule()
     assert len(batch.context_requests) == 0
@@ -363,7 +269,7 @@ def test_ctx_resize_fails_continue():
     bench = Bench(max_num_tokens=1000)
     gen = bench.generation("1")
     bench.context("0", 1000)
-    bench.hold_all_but(step_pages(bench, gen))
+    bench.hold_all_but(bench.step_pages(gen))
     batch = bench.schedule()
     assert len(batch.context_requests) == 0
     # the generation after the failed context is still scheduled
@@ -378,7 +284,7 @@ def test_ctx_resize_fail_then_gen_succeeds():
     bench = Bench(max_num_tokens=1000)
     gen = bench.generation("1")
     bench.context("0", 500)
-    bench.hold_all_but(step_pages(bench, gen))
+    bench.hold_all_but(bench.step_pages(gen))
     batch = bench.schedule()
     assert len(batch.context_requests) == 0
     assert ids(batch.generation_requests) == ["1"]
@@ -419,7 +325,7 @@ CHUNKED = dict(tokens_per_block=64, max_num_tokens=1000, chunked_prefill=True, c
                                  "manager's only free page-index slot")
 def test_chunked_prepare_fails():
     bench = Bench(slots=1, **CHUNKED)
-    hold_slots(bench)
+    bench.hold_slots()
     bench.context("0", 500)
     batch = bench.schedule()
     assert len(batch.context_requests) == 0
@@ -442,7 +348,7 @@ def test_chunked_fail_then_gen():
     bench = Bench(**CHUNKED)
     gen = bench.generation("1")
     bench.context("0", 500)
-    bench.hold_all_but(step_pages(bench, gen))
+    bench.hold_all_but(bench.step_pages(gen))
     batch = bench.schedule()
     assert len(batch.context_requests) == 0
     assert ids(batch.generation_requests) == ["1"]

@@ -15,94 +15,15 @@ SchedulerOutput counts it, context plus generation requests (disagg gen-init not
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
 import pytest
-from support import NEVER_DONE, Bench, ids, tiny_geometry
-
-from kvlab import Engine, KVCacheManager, MaxSeqLenClampWarning, Request, Scheduler
-
-# -- local set-up helpers ------------------------------------------------------------------
-# support.Bench still hands ``host_cache_blocks`` to the Scheduler, which no longer takes it
-# (the tier below the GPU moved to ``KVCacheManager(host_cache_size=...)``). ``_bench`` uses
-# support.Bench when it builds, else the same bench with the tier on the manager. The set-up
-# passes widen ``max_num_requests`` too (the request budget is no longer ``max_batch_size``).
-
-
-class _ManagerTierBench(Bench):
-    """support.Bench with the tier below the GPU on the manager: none without ``can_evict``
-    (host_cache_size=0), the automatic host tier with it (host_cache_size=None)."""
-
-    def __init__(self, *, tokens_per_block=64, num_blocks=4096, max_batch_size=100,
-                 max_num_tokens=1024, can_evict=False, **scheduler_kwargs):
-        geometry = tiny_geometry(tokens_per_block)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-            self.manager = KVCacheManager(
-                geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
-                max_seq_len=num_blocks * tokens_per_block, max_batch_size=max_batch_size,
-                host_cache_size=None if can_evict else 0)
-        self.scheduler = Scheduler(self.manager, max_num_tokens=max_num_tokens,
-                                   max_batch_size=max_batch_size, **scheduler_kwargs)
-        self.engine = Engine(self.scheduler)
-        self._held = []
-
-
-def _bench(**kwargs) -> Bench:
-    try:
-        return Bench(**kwargs)
-    except TypeError as exc:
-        if "host_cache_blocks" not in str(exc):
-            raise
-        return _ManagerTierBench(**kwargs)
-
-
-@contextlib.contextmanager
-def _setup_budget(scheduler, max_num_tokens=1 << 30):
-    """A set-up pass's own budgets; the test's are restored after it."""
-    names = [n for n in ("max_num_tokens", "max_batch_size", "max_num_requests")
-             if hasattr(scheduler, n)]
-    saved = {n: getattr(scheduler, n) for n in names}
-    scheduler.max_num_tokens = max_num_tokens
-    for name in names[1:]:
-        setattr(scheduler, name, 1 << 20)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(scheduler, name, value)
-
-
-def _generations(bench, *request_ids, prompt_len=64, draft=0):
-    """Requests in generation, their contexts run together in one set-up pass (build them
-    before any context the test schedules: that pass schedules whatever is pending)."""
-    with _setup_budget(bench.scheduler):
-        requests = [bench.context(i, prompt_len, draft=draft) for i in request_ids]
-        bench.schedule()
-    assert all(r.is_context_finished and r.state == "running" for r in requests), "set-up"
-    return requests
-
-
-def _disagg(bench, request_id, prompt_len=100):
-    """A DISAGG_GENERATION_INIT request (upstream's make_disagg_request), submitted at the
-    next pass."""
-    (request,) = bench.engine.add_requests([Request(
-        request_id, prompt_len, NEVER_DONE, arrival_step=bench.engine.step,
-        disagg_generation_init=True)])
-    return request
-
-
-def _num_fitting(batch) -> int:
-    return len(batch.context_requests) + len(batch.generation_requests)
-
+from support import Bench, ids, num_fitting
 
 # == TestSorting =============================================================================
 
 @pytest.mark.upstream("TestSorting::test_no_lora_stable_order")
 def test_no_lora_stable_order():
-    bench = _bench(max_num_tokens=100)
-    _generations(bench, "0", "1", "2")
+    bench = Bench(max_num_tokens=100)
+    bench.generations("0", "1", "2")
     out = bench.schedule()
     assert ids(out.generation_requests) == ["0", "1", "2"]
 
@@ -114,7 +35,7 @@ def test_no_lora_stable_order():
                "request 1 is 2000 tokens, so with 1900 of budget left its chunk (1856) really "
                "is not the last")
 def test_ctx_with_chunks_nonlast_before_last():
-    bench = _bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=2000)
+    bench = Bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=2000)
     req0 = bench.context("0", 100)
     req1 = bench.context("1", 2000)
     out = bench.schedule()
@@ -132,34 +53,34 @@ def test_ctx_with_chunks_nonlast_before_last():
     adaptation="kvlab's ScheduledBatch has no encoder_requests (encoder-decoder is not "
                "modelled) and no num_fitting_requests (counted here as context + generation)")
 def test_output_fields_correct():
-    bench = _bench(max_num_tokens=1000)
-    _generations(bench, "0")
+    bench = Bench(max_num_tokens=1000)
+    bench.generations("0")
     bench.context("1", 100)
-    _disagg(bench, "2")
+    bench.disagg("2")
     out = bench.schedule()
     assert not hasattr(out, "encoder_requests") or len(out.encoder_requests) == 0
     assert len(out.context_requests) == 1
     assert len(out.generation_requests) == 1
     assert len(out.fitting_disagg_gen_init_requests) == 1
     assert out.recompute_paused_requests == []
-    assert _num_fitting(out) == 2
+    assert num_fitting(out) == 2
 
 
 @pytest.mark.upstream("TestSchedulerOutput::test_num_fitting_requests")
 def test_num_fitting_requests():
-    bench = _bench(max_num_tokens=1000)
-    _generations(bench, "2", "3", "4")
+    bench = Bench(max_num_tokens=1000)
+    bench.generations("2", "3", "4")
     bench.context("0", 100)
     bench.context("1", 100)
     out = bench.schedule()
-    assert _num_fitting(out) == 5
+    assert num_fitting(out) == 5
 
 
 @pytest.mark.upstream("TestSchedulerOutput::test_empty_output")
 def test_empty_output():
-    bench = _bench(max_num_tokens=100)
+    bench = Bench(max_num_tokens=100)
     out = bench.schedule()
-    assert _num_fitting(out) == 0
+    assert num_fitting(out) == 0
     assert len(out.context_requests) == 0
     assert len(out.generation_requests) == 0
 
@@ -168,8 +89,8 @@ def test_empty_output():
 
 @pytest.mark.upstream("TestMixedOrdering::test_mixed_gen_ctx_order")
 def test_mixed_gen_ctx_order():
-    bench = _bench(max_num_tokens=300)
-    _generations(bench, "0", "2")
+    bench = Bench(max_num_tokens=300)
+    bench.generations("0", "2")
     bench.context("1", 100)
     bench.context("3", 100)
     out = bench.schedule()
@@ -184,8 +105,8 @@ def test_mixed_gen_ctx_order():
                "looks for a request to preempt for pages, and finds none (the only started "
                "request is scheduled this pass)")
 def test_ctx_fail_gen_after_succeeds():
-    bench = _bench(max_num_tokens=1000)
-    _generations(bench, "1")
+    bench = Bench(max_num_tokens=1000)
+    bench.generations("1")
     bench.context("0", 500)
     bench.hold_all_but(1)
     out = bench.schedule()
@@ -198,8 +119,8 @@ def test_ctx_fail_gen_after_succeeds():
     adaptation="no free page (an outside tenant holds them), so the generation step really "
                "fails; with no tier below the GPU the self-suspension frees nothing")
 def test_gen_fail_self_evicts_then_breaks():
-    bench = _bench(max_num_tokens=1000)
-    _generations(bench, "0")
+    bench = Bench(max_num_tokens=1000)
+    bench.generations("0")
     bench.context("1", 100)
     bench.hold_all_but(0)
     out = bench.schedule()
@@ -210,8 +131,8 @@ def test_gen_fail_self_evicts_then_breaks():
 
 @pytest.mark.upstream("TestMixedOrdering::test_budget_builds_across_types")
 def test_budget_builds_across_types():
-    bench = _bench(max_num_tokens=102)
-    _generations(bench, "0", "2")
+    bench = Bench(max_num_tokens=102)
+    bench.generations("0", "2")
     bench.context("1", 100)
     out = bench.schedule()
     assert len(out.generation_requests) == 2
@@ -223,8 +144,8 @@ def test_budget_builds_across_types():
     adaptation="an outside tenant leaves 1 free page: the generation step takes it and the "
                "50-token context's page cannot be had")
 def test_ctx_fail_budget_preserved():
-    bench = _bench(max_num_tokens=100)
-    _generations(bench, "1")
+    bench = Bench(max_num_tokens=100)
+    bench.generations("1")
     bench.context("0", 50)
     bench.hold_all_but(1)
     out = bench.schedule()
@@ -237,8 +158,8 @@ def test_ctx_fail_budget_preserved():
                "tier below the GPU, suspending requests 2 and 1 frees nothing (suspended in "
                "place), so request 0 then suspends itself")
 def test_multiple_gen_after_gen_fail():
-    bench = _bench(max_num_tokens=1000)
-    _generations(bench, "0", "1", "2")
+    bench = Bench(max_num_tokens=1000)
+    bench.generations("0", "1", "2")
     bench.hold_all_but(0)
     out = bench.schedule()
     assert len(out.generation_requests) == 0
@@ -252,10 +173,10 @@ def test_multiple_gen_after_gen_fail():
                "suspending or recompute-pausing requests 1 and 2 (a page each) can free, with "
                "no free page (an outside tenant holds them) and the automatic host tier")
 def test_secondary_tier_recompute_pause_multiple_victims():
-    bench = _bench(max_num_tokens=1000, can_evict=True)
+    bench = Bench(max_num_tokens=1000, can_evict=True)
     assert bench.manager.can_evict
-    _generations(bench, "0", draft=640)
-    _generations(bench, "1", "2")
+    bench.generations("0", draft=640)
+    bench.generations("1", "2")
     bench.hold_all_but(0)
     out = bench.schedule()
     assert len(out.generation_requests) == 0

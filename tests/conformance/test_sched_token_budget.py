@@ -7,81 +7,14 @@ tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py, read at c
 Pages are plentiful (4096) in every test here: only the budgets decide.
 """
 
-import contextlib
-import inspect
 
 import pytest
-from support import NEVER_DONE, Bench, ids
-
-from kvlab import Request, Scheduler
-from kvlab.host_tier import HostTier
-
-# -- local stopgap while support.Bench trails kvlab (delete once support.py is updated) ----
-# support.Bench hands ``host_cache_blocks`` to the Scheduler, which no longer takes it (the
-# tier below the GPU is ``KVCacheManager(host_cache_size=...)`` now), and its set-up passes
-# widen ``max_batch_size``, no longer the request budget (``max_num_requests``). While that is
-# so, this fixture gives Bench the tier on the manager and widens the request budget too.
-
-def _support_is_stale():
-    try:
-        Bench(num_blocks=1)
-    except TypeError as exc:
-        if "host_cache_blocks" not in str(exc):
-            raise
-        return True, "max_num_requests" not in inspect.getsource(Bench._budget)
-    return False, "max_num_requests" not in inspect.getsource(Bench._budget)
-
-
-_STALE_INIT, _STALE_BUDGET = _support_is_stale()
-
-
-@pytest.fixture(autouse=True)
-def _support_bench_follows_kvlab(monkeypatch):
-    import support
-
-    if _STALE_INIT:
-        def scheduler(manager, *args, host_cache_blocks=0, **kwargs):
-            if host_cache_blocks == 0:  # no tier below the GPU
-                manager.host_tier = HostTier(0)
-            return Scheduler(manager, *args, **kwargs)
-
-        monkeypatch.setattr(support, "Scheduler", scheduler)
-    if _STALE_BUDGET:
-        budget = Bench._budget
-
-        @contextlib.contextmanager
-        def widened(self, max_num_tokens, max_batch_size):
-            saved = self.scheduler.max_num_requests
-            self.scheduler.max_num_requests = max_batch_size
-            try:
-                with budget(self, max_num_tokens, max_batch_size):
-                    yield
-            finally:
-                self.scheduler.max_num_requests = saved
-
-        monkeypatch.setattr(Bench, "_budget", widened)
-    yield
-
+from support import Bench, ids
 
 NOT_MODELLED = {
     "TestTokenBudget::test_encoder_budget_exhausted":
         "encoder-decoder: kvlab has no ENCODER_INIT requests nor encoder budget",
 }
-
-
-def submit_past_front_door(bench, request_id, length, *, draft=0):
-    """A context request that reaches the pass although its prompt is over the budget: the
-    front door (Scheduler.submit) sees a budget the prompt fits, the pass the test's."""
-    scheduler = bench.scheduler
-    saved = scheduler.max_num_tokens
-    scheduler.max_num_tokens = None
-    try:
-        request = Request(request_id, length, NEVER_DONE, arrival_step=bench.engine.step,
-                          num_draft_tokens=draft)
-        assert scheduler.submit(request).admitted
-    finally:
-        scheduler.max_num_tokens = saved
-    return request
 
 
 # -- TestTokenBudget ------------------------------------------------------------------------
@@ -103,7 +36,7 @@ def test_gen_budget_exhausted():
                                  " fits and the pass runs under the test's budget")
 def test_ctx_budget_exhausted():
     bench = Bench(max_num_tokens=100)
-    request = submit_past_front_door(bench, "0", 200)
+    request = bench.submit_past_front_door("0", 200)
     batch = bench.schedule()
     assert len(batch.context_requests) == 0
     assert request.state == "waiting"
@@ -218,7 +151,7 @@ def test_ctx_plus_draft_fits_exactly():
 def test_ctx_alone_exceeds_budget():
     """ctx(200) > budget=100."""
     bench = Bench(max_num_tokens=100)
-    submit_past_front_door(bench, "0", 200, draft=5)
+    bench.submit_past_front_door("0", 200, draft=5)
     batch = bench.schedule()
     assert len(batch.context_requests) == 0
 
