@@ -9,7 +9,8 @@ Mirrors the construction of ``KVCacheManagerV2``
 3. the page-index width from the width policy ("clamped": 68, "configured": 260);
 4. the table of ``max_batch_size * pp_size + 1`` slots;
 5. the tier below the GPU (``host_cache_size``: None, the real default, provisions the
-   automatic host tier; 0 leaves the GPU alone, ``can_evict`` False; kvlab.host_tier), and
+   automatic host tier; 0 leaves the GPU alone, ``can_evict`` False, unless a
+   ``disk_cache_size`` adds a disk tier; kvlab.host_tier), and
    ``max_util_for_resume`` (``KvCacheConfig``'s 0.95): a suspended cache resumes only while
    the GPU's page utilization is at most that.
 
