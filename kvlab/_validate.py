@@ -12,6 +12,8 @@ MAX_COUNT = 1 << 50
 
 def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
     """Return ``value`` if it is an int in [low, high]; raise TypeError/ValueError otherwise."""
+    if type(value) is int and low <= value <= high:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int in [{low}, {high}], got {value!r} ({type(value).__name__})")
     if not low <= value <= high:

@@ -195,6 +195,8 @@ def outcome_row(policy: str, result: SimulationResult) -> dict:
         goodput_tokens_per_step=round(summary["goodput_tokens_per_step"], 3),
         mean_wait_steps=(None if summary["mean_wait_steps"] is None
                          else round(summary["mean_wait_steps"], 2)),
+        mean_queue_steps=(None if summary["mean_queue_steps"] is None
+                          else round(summary["mean_queue_steps"], 2)),
         preemptions=summary["suspensions"] + summary["recomputes"],
         max_stalled_passes=max(result.trace.column("stalled_passes"), default=0),
         error=_error_text(result).split(" - ")[0][:160],
@@ -226,7 +228,8 @@ def outcome_rows(results: Mapping[str, SimulationResult]) -> List[dict]:
 def outcome_table(results: Mapping[str, SimulationResult]):
     """A pandas DataFrame, one row per policy: outcome, counts, goodput (finished requests'
     generated tokens per scheduler iteration), mean waiting time (arrival to first scheduled
-    step, over started requests), preemptions (suspensions + recompute pauses), the largest
+    step, over started requests), mean queueing time (arrival to leaving the executor's
+    queue, over activated requests), preemptions (suspensions + recompute pauses), the largest
     stalled-pass count, the error that stopped the engine, rejected requests and why."""
     import pandas as pd
 

@@ -63,6 +63,8 @@ class Request:
     num_recomputes: int = field(default=0, init=False)
     #: Scheduling passes in which this request was tried and refused (no pages, no slot).
     num_refusals: int = field(default=0, init=False)
+    #: the step the executor handed it to the scheduler (it left the executor's queue)
+    activated_step: Optional[int] = field(default=None, init=False)
     first_scheduled_step: Optional[int] = field(default=None, init=False)
     first_token_step: Optional[int] = field(default=None, init=False)
     end_step: Optional[int] = field(default=None, init=False)

@@ -1,6 +1,10 @@
 """simulate(): the executor loop around a Scheduler, one scheduler iteration per step.
 
-Each step: submit the requests arriving at it, run one scheduling pass, then "execute" the
+Each step: the requests arriving at it join the executor's queue, and the queue's head is
+handed to the scheduler while fewer than ``max_num_active_requests`` requests are active (the
+real ``PyExecutor._fetch_and_activate_new_requests``: the executor keeps the backlog, the
+scheduler only ever walks the active set; the request is validated, here by the Scheduler's
+front door and admission policy, as it is activated). Then one scheduling pass, then "execute" the
 batch: a context chunk advances ``context_current_position``; a context that completes
 produces the first token; a generation step produces one token (draft tokens, reserved with a
 last context chunk, a DISAGG_GENERATION_INIT or a generation step, are all rejected, so their
@@ -24,8 +28,9 @@ the attention-DP executor steps its ranks); ``simulate`` runs one Engine to the 
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional
+from typing import Deque, Dict, Iterable, List, Optional
 
 from ._validate import check_int
 from .kv_cache import PageIndexTooShort
@@ -66,6 +71,7 @@ class SimulationResult:
         def mean(values):
             return sum(values) / len(values) if values else None
 
+        activated = [r for r in self.requests.values() if r.activated_step is not None]
         summary = {status: len(self.ids_with_status(status))
                    for status in ("finished", "rejected", "waiting", "running")}
         summary.update(
@@ -74,6 +80,7 @@ class SimulationResult:
             goodput_tokens_per_step=(sum(r.num_generated for r in finished) / self.iterations
                                      if self.iterations else 0.0),
             mean_wait_steps=mean([r.first_scheduled_step - r.arrival_step for r in started]),
+            mean_queue_steps=mean([r.activated_step - r.arrival_step for r in activated]),
             mean_ttft_steps=mean([r.first_token_step - r.arrival_step for r in with_token]),
             mean_latency_steps=mean([r.end_step - r.arrival_step for r in finished]),
             suspensions=sum(r.num_suspensions for r in self.requests.values()),
@@ -97,10 +104,11 @@ class SimulationResult:
 
 
 def simulate(scheduler: Scheduler, requests: Iterable[Request], max_steps: int = 10_000, *,
-             check_invariants: bool = False) -> SimulationResult:
+             check_invariants: bool = False,
+             max_num_active_requests: Optional[int] = None) -> SimulationResult:
     """Run ``requests`` through a fresh ``scheduler`` for steps 0 .. max_steps - 1 (module
     docstring). ``check_invariants`` checks the scheduler's and the run's invariants after
-    every step."""
+    every step; ``max_num_active_requests``: see :class:`Engine`."""
     if not isinstance(scheduler, Scheduler):
         raise TypeError(f"scheduler must be a Scheduler, got {type(scheduler).__name__}")
     if scheduler.iteration or scheduler.submitted_requests:
@@ -108,7 +116,8 @@ def simulate(scheduler: Scheduler, requests: Iterable[Request], max_steps: int =
     check_int("max_steps", max_steps, low=1, high=1 << 40)
     if not isinstance(check_invariants, bool):
         raise TypeError(f"check_invariants must be a bool, got {check_invariants!r}")
-    run = Engine(scheduler, requests, check_invariants=check_invariants)
+    run = Engine(scheduler, requests, check_invariants=check_invariants,
+                 max_num_active_requests=max_num_active_requests)
     run.execute_until(max_steps)
     return run.result(max_steps)
 
@@ -132,14 +141,25 @@ class Engine:
     """The executor loop around one Scheduler, steppable: ``iterate()`` runs the iteration of
     step ``step`` (the loop of ``PyExecutor._executor_loop``,
     tensorrt_llm/_torch/pyexecutor/py_executor.py, one pass at a time). The Requests given
-    (now or later with ``add_requests``) are copied; ``result()`` reports on the copies."""
+    (now or later with ``add_requests``) are copied; ``result()`` reports on the copies.
+
+    ``max_num_active_requests``: the executor's limit on requests handed to the scheduler (the
+    real ``PyExecutor.max_num_active_requests``, ``model_engine.get_max_num_sequences()``: the
+    engine's max_batch_size for one pipeline stage). None: the scheduler's ``max_batch_size``.
+    """
 
     def __init__(self, scheduler: Scheduler, requests: Iterable[Request] = (), *,
-                 check_invariants: bool = False):
+                 check_invariants: bool = False, max_num_active_requests: Optional[int] = None):
         self.scheduler = scheduler
+        self.max_num_active_requests = (
+            scheduler.max_batch_size if max_num_active_requests is None else check_int(
+                "max_num_active_requests", max_num_active_requests, low=1, high=1 << 30))
         self.requests: List[Request] = []
+        self._ids: set = set()
         self.arrivals: List[Request] = []
         self.next_arrival = 0
+        #: arrived requests the executor has not handed to the scheduler yet, oldest first
+        self.queue: Deque[Request] = deque()
         self.check_invariants = check_invariants
         self.trace = Trace()
         self.error: Optional[BaseException] = None
@@ -153,13 +173,13 @@ class Engine:
         """Queue copies of ``requests`` as arrivals (none may arrive before ``step``); return
         the copies."""
         copies = _fresh_copies(requests)
-        ids = {r.request_id for r in self.requests}
         for request in copies:
-            if request.request_id in ids:
+            if request.request_id in self._ids:
                 raise ValueError(f"request_id {request.request_id!r} is already in this engine")
             if request.arrival_step < self.step:
                 raise ValueError(f"request {request.request_id!r} arrives at step "
                                  f"{request.arrival_step}, before the engine's step {self.step}")
+        self._ids.update(r.request_id for r in copies)
         self.requests.extend(copies)
         pending = self.arrivals[self.next_arrival:] + copies
         # stable: list order breaks ties
@@ -167,9 +187,15 @@ class Engine:
         return copies
 
     @property
-    def num_live(self) -> int:
+    def num_active(self) -> int:
+        """Requests the scheduler holds: waiting for a first chunk, running or suspended."""
         counts = self.scheduler.counts
         return counts["waiting"] + counts["running"] + counts["suspended"]
+
+    @property
+    def num_live(self) -> int:
+        """Active requests plus those in the executor's queue."""
+        return self.num_active + len(self.queue)
 
     @property
     def has_pending_arrivals(self) -> bool:
@@ -186,7 +212,7 @@ class Engine:
         ``error`` (the engine has stopped); ``iterate`` must not be called after that."""
         if self.error is not None:
             raise RuntimeError(f"the engine stopped at step {self.step - 1}: {self.error}")
-        self._submit_arrivals()
+        self._fetch_and_activate()
         if not self.num_live:
             return False
         try:
@@ -220,11 +246,15 @@ class Engine:
                     return
             self.iterate()
 
-    def _submit_arrivals(self) -> None:
+    def _fetch_and_activate(self) -> None:
+        """Arrivals join the queue; the queue's head becomes active while there is room."""
         while (self.next_arrival < len(self.arrivals)
                and self.arrivals[self.next_arrival].arrival_step <= self.step):
-            request = self.arrivals[self.next_arrival]
+            self.queue.append(self.arrivals[self.next_arrival])
             self.next_arrival += 1
+        while self.queue and self.num_active < self.max_num_active_requests:
+            request = self.queue.popleft()
+            request.activated_step = self.step
             verdict = self.scheduler.submit(request)
             if not verdict.admitted:
                 request.end_step = self.step
@@ -285,7 +315,8 @@ class Engine:
         counts = scheduler.counts
         self.trace.steps.append(StepRecord(
             self.step, manager.free_blocks, manager.total_blocks - manager.free_blocks,
-            manager.host_tier.used_blocks, counts["running"], counts["waiting"], counts["suspended"],
+            manager.host_tier.used_blocks, counts["running"], counts["waiting"], len(self.queue),
+            counts["suspended"],
             len(batch.context_requests), len(batch.generation_requests), batch.num_tokens,
             len(batch.paused_requests), len(batch.recompute_paused_requests),
             counts["rejected"], counts["finished"], scheduler.stalled_passes))
@@ -296,27 +327,28 @@ class Engine:
         self.scheduler.check_invariants()
         counts = self.scheduler.counts
         submitted = len(self.scheduler.submitted_requests)
-        assert submitted == self.next_arrival, "an arrival was not submitted"
+        assert submitted + len(self.queue) == self.next_arrival, "an arrival was lost"
+        assert all(r.state == "waiting" and r.activated_step is None for r in self.queue)
+        assert self.num_active <= self.max_num_active_requests, "more active requests than allowed"
         assert submitted == (counts["finished"] + counts["rejected"] + counts["waiting"]
                              + counts["running"] + counts["suspended"])
         unsubmitted = self.arrivals[self.next_arrival:]
         assert all(r.state == "waiting" and r.first_scheduled_step is None for r in unsubmitted)
-        assert submitted + len(unsubmitted) == len(self.requests), "a request was lost"
+        assert self.next_arrival + len(unsubmitted) == len(self.requests), "a request was lost"
 
     def result(self, max_steps: int) -> SimulationResult:
         end_step = self.step
-        submitted_ids = {r.request_id for r in self.arrivals[:self.next_arrival]}
         for request in self.requests:
             if request.state in LIVE_STATES:
-                request.reason = self._unfinished_reason(
-                    request, request.request_id in submitted_ids, max_steps)
+                request.reason = self._unfinished_reason(request, max_steps)
         return SimulationResult(
             status={r.request_id: STATUS_OF_STATE[r.state] for r in self.requests},
             reasons={r.request_id: r.reason for r in self.requests},
             error=self.error, trace=self.trace, requests={r.request_id: r for r in self.requests},
             end_step=end_step, iterations=self.iterations)
 
-    def _unfinished_reason(self, request: Request, submitted: bool, max_steps: int) -> str:
+    def _unfinished_reason(self, request: Request, max_steps: int) -> str:
+        submitted = request.activated_step is not None
         if request.state == "waiting" and submitted:
             geometry = self.scheduler.manager.geometry
             detail = (f"refused in {request.num_refusals} scheduling passes; its context of "
@@ -325,12 +357,17 @@ class Engine:
                       f"{self.scheduler.manager.total_blocks}")
         elif submitted:
             detail = f"{request.num_generated} of {request.max_new_tokens} tokens generated"
+        elif request.arrival_step < self.step:
+            detail = (f"in the executor's queue since step {request.arrival_step}, behind "
+                      f"{self.max_num_active_requests} active requests (max_num_active_requests)")
         else:
             detail = f"it arrives at step {request.arrival_step}"
         if self.error is not None:
             culprit = getattr(self.error, "request_id", None) == request.request_id
             return (f"engine stopped at step {self.step - 1} by {type(self.error).__name__}"
                     f"{' raised by this request' if culprit else ''} ({detail}): {self.error}")
+        if not submitted and request.arrival_step < self.step:
+            return f"still queued when the run ended at max_steps={max_steps}: {detail}"
         if not submitted:
             return f"not submitted: {detail}, and the run ended at max_steps={max_steps}"
         return f"still {request.state} when the run ended at max_steps={max_steps}: {detail}"

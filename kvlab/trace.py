@@ -18,7 +18,8 @@ class StepRecord(NamedTuple):
     used_blocks: int
     host_blocks: int            # pages held in the host tier by suspended requests
     running: int                # holding a device cache
-    waiting: int                # submitted, no cache (suspended ones not counted here)
+    waiting: int                # active, no cache (suspended ones not counted here)
+    queued: int                 # in the executor's queue, not yet handed to the scheduler
     suspended: int
     num_context: int            # context chunks scheduled this step
     num_generation: int         # generation steps scheduled this step

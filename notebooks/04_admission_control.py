@@ -206,7 +206,12 @@ if IS_SEED:
 # A seeded Poisson workload (`kvlab.workload`): log-normal prompts (median 256, up to 8192 tokens)
 # and outputs (median 64), a few of which can never fit this pool. Goodput counts the tokens of
 # finished requests per scheduler pass; waiting time is arrival to first scheduled step, over the
-# requests that started (a starving request never does — see "unfinished").
+# requests that started (a starving request never does — see "unfinished"); queueing time is
+# arrival to the step the executor handed the request to the scheduler. As in `PyExecutor`, at
+# most `max_num_active_requests` (here the engine's max_batch_size, 4) requests are active; the
+# rest wait in the executor's queue. Under the one-line fix a request that can never fit keeps
+# its active slot for good, so once such requests fill the active set, the requests queued behind
+# them never start either.
 
 # %%
 mixed = poisson_workload(num_requests, rate=arrival_rate, prompt_len=LogNormal(256, 1.0, 16, 8192),
@@ -217,7 +222,8 @@ mixed_rows = outcome_rows(mixed_runs)
 mixed_table = outcome_table(mixed_runs)
 print(f"{len(mixed)} requests, {len(never)} of them can never fit {engine.total_blocks} pages: {never}")
 display(mixed_table.loc[list(TRTLLM_POLICIES), ["outcome", "finished", "rejected", "unfinished", "steps",
-                                                 "goodput_tokens_per_step", "mean_wait_steps", "preemptions"]])
+                                                 "goodput_tokens_per_step", "mean_wait_steps",
+                                                 "mean_queue_steps", "preemptions"]])
 viz.show(viz.policy_bars_figure([r for r in mixed_rows if r["policy"] in TRTLLM_POLICIES],
                                 title="TensorRT-LLM's regimes on a mixed workload"))
 
@@ -227,7 +233,9 @@ assert sorted(mixed_runs["capacity"].ids_with_status("rejected")) == never  # ex
 assert cap.unfinished == 0 and cap.finished == len(mixed) - len(never)      # and everything else finishes
 if never:
     assert mixed_table.loc["none/configured", "outcome"] == "stall"
-    assert mixed_table.loc["none/configured", "unfinished"] == len(never)  # they starve, then the deadlock
+    stuck = set(mixed_runs["none/configured"].ids_with_status("waiting"))
+    assert set(never) <= stuck  # they starve, then the deadlock; requests queued behind them too
+    assert mixed_table.loc["none/configured", "unfinished"] == len(stuck)
     assert cap.goodput_tokens_per_step > mixed_table.loc["none/configured", "goodput_tokens_per_step"]
     assert mixed_table.loc["none/clamped", "finished"] < cap.finished      # the crash loses everyone after it
 

@@ -9,7 +9,7 @@ passes). After every rule, independently of the library's own checks:
 - pages are conserved and no page is owned twice;
 - every page-index entry of every row points at a page its cache owns (rows of free slots
   and of the dummy slot are empty);
-- every request is in exactly one place (not yet arrived, live, or retired) and one state,
+- every request is in exactly one place (not yet arrived, queued, live, or retired) and one state,
   consistent with the cache it holds; an ended request has a reason and an event;
 - nothing is lost (requests may still arrive after the engine stopped), and the engine stops
   only by PageIndexTooShort or SchedulerDeadlock (never PageIndexTooShort under "capacity");
@@ -272,7 +272,7 @@ class SystemMachine(RuleBasedStateMachine):
     def requests_accounted_for(self):
         engine, sched, mgr = self.engine, self.sched, self.mgr
         assert len(engine.requests) == self.arrived, "a request was lost"
-        unsubmitted = engine.arrivals[engine.next_arrival:]
+        unsubmitted = engine.arrivals[engine.next_arrival:] + list(engine.queue)  # not yet active
         submitted = sched.submitted_requests
         places = collections.Counter(r.request_id for r in list(unsubmitted) + list(submitted))
         assert set(places) == {r.request_id for r in engine.requests}
