@@ -14,7 +14,8 @@ QUICK_ARGS = {
     "fuzz_system.py": ["--seconds", "1", "--examples", "20"],
     "gpu_measurements.py": ["--device", "cpu", "--quick"],  # CPU: prints, stores nothing
     "phase_diagram.py": ["--repeat", "2"],
-    "scheduler_throughput.py": ["--repeat", "1"],
+    "scheduler_throughput.py": ["--repeat", "1", "--requests", "200", "--sizes", "100", "200",
+                                "--trace", "--trace-limit", "300"],
     "widget_latency.py": ["--repeats", "4"],
 }
 
