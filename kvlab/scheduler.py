@@ -586,9 +586,10 @@ class Scheduler:
 
     def _first_chunk_certainly_refused(self, num_tokens: int) -> bool:
         """Decision-neutral fast path, like the real ``_pending_ctx_certainly_blocked``: a
-        first chunk needing more pages than are free, within the row width, would be created,
-        refused by resize (False, not a raise), suspended and freed, leaving nothing behind;
-        skip the round trip. Only the pool's failed_allocations counter misses it."""
+        first chunk needing more pages than are free plus all that suspended caches could move
+        down (an upper bound), within the row width, would be created, refused by resize
+        (False, not a raise), suspended and freed, leaving nothing behind; skip the round trip.
+        Only the pool's failed_allocations counter misses it."""
         manager = self.manager
         blocks = manager.geometry.blocks_for_tokens(num_tokens + manager.num_extra_kv_tokens)
         allocatable = manager.free_blocks + manager.host_tier.movable_blocks
