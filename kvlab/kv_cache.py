@@ -49,15 +49,12 @@ class KVCache:
         self.manager = manager
         self.request_id = request_id
         self.slot = slot
+        self.tokens_per_block = manager.geometry.tokens_per_block
         self.pages: List[int] = []
         self.capacity = 0
         self.history_length = 0
         self.suspended = False
         self._host_copy: Optional[torch.Tensor] = None  # page bytes while suspended
-
-    @property
-    def tokens_per_block(self) -> int:
-        return self.manager.geometry.tokens_per_block
 
     @property
     def num_blocks(self) -> int:
@@ -68,6 +65,17 @@ class KVCache:
     def page_indices(self) -> torch.Tensor:
         """The user-provided base page indices: this cache's row of the host table."""
         return self.manager.page_index.row(self.slot)
+
+    def grow_within_pages(self, num_tokens: int) -> bool:
+        """Grow the capacity by ``num_tokens`` if the pages held already cover it (True), else
+        change nothing (False): ``resize(capacity + num_tokens)``'s answer whenever no page
+        moves, without its checks (a generation step needs a new page once a page's worth of
+        tokens). The executor's hot path."""
+        capacity = self.capacity + num_tokens
+        if self.suspended or capacity > len(self.pages) * self.tokens_per_block:
+            return False
+        self.capacity = capacity
+        return True
 
     def resize(self, capacity: int, history_length: Optional[int] = None) -> bool:
         """Grow or shrink to ``capacity`` tokens in the native check order (module docstring)."""

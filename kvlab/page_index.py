@@ -127,6 +127,9 @@ class PageIndexTable:
         shape = (num_pools, self.slots * beam_width, 2, width)
         self.table = torch.full(shape, BAD_PAGE_INDEX, dtype=torch.int32,
                                 pin_memory=pin_memory and torch.cuda.is_available())
+        # The same memory through numpy: a slice write costs a microsecond, not a torch
+        # dispatch (the table is a host tensor; writes through either show in both).
+        self._array = self.table.numpy()
         self.dummy_slot = self.slots - 1
         #: slots a cache may take (the rest are reserved)
         self.cache_slots = self.slots - num_reserved
@@ -155,7 +158,7 @@ class PageIndexTable:
                 or slot in self._free_slots):
             raise ValueError(f"slot {slot!r} is not an acquired page-index slot "
                              f"(slots are 0..{self.cache_slots - 1})")
-        self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width] = BAD_PAGE_INDEX
+        self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width] = BAD_PAGE_INDEX
         self._free_slots.append(slot)
 
     def row(self, slot: int) -> torch.Tensor:
@@ -164,10 +167,9 @@ class PageIndexTable:
 
     def write(self, slot: int, start: int, pages) -> None:
         """Write page ids into entries [start, start + len(pages)) of the slot's row."""
-        values = torch.as_tensor(pages, dtype=torch.int32)
-        rows = self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width]
-        rows[..., start:start + len(values)] = values
+        rows = self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width]
+        rows[..., start:start + len(pages)] = pages
 
     def clear(self, slot: int, start: int) -> None:
         """Mark entries from ``start`` to the end of the slot's row unused."""
-        self.table[:, slot * self.beam_width:(slot + 1) * self.beam_width, :, start:] = BAD_PAGE_INDEX
+        self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width, :, start:] = BAD_PAGE_INDEX

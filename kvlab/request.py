@@ -107,7 +107,7 @@ class Request:
 
     @property
     def is_context_finished(self) -> bool:
-        return self.context_current_position >= self.context_len
+        return self.context_current_position >= self.prompt_len + self.recomputed_tokens
 
     @property
     def is_disagg_generation_init(self) -> bool:

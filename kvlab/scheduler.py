@@ -286,13 +286,15 @@ class Scheduler:
         pending_contexts: List[Request] = []
         end = len(requests)
         pause_state = _RecomputePauseState(end)
+        victim_indices, inflight = pause_state.victim_indices, self._inflight
         index = 0
         while index < end:  # phase 1: generation and disagg
             request = requests[index]
-            if index in pause_state.victim_indices or request.request_id in self._inflight:
+            if index in victim_indices or request.request_id in inflight:
                 index += 1
                 continue
-            if request.is_disagg_generation_init:  # outside both budgets
+            if request.disagg_generation_init and request.is_disagg_generation_init:
+                # outside both budgets
                 if ("disagg_bypasses_cap" not in self.residency_bugs
                         and self._residency_full(request)):
                     request.num_refusals += 1
@@ -302,16 +304,15 @@ class Scheduler:
                     request.num_refusals += 1
                 index += 1
                 continue
-            if budget.requests_full:
+            if budget.num_requests >= budget.max_num_requests:  # requests_full
                 break
             if not request.is_context_finished:
                 pending_contexts.append(request)
-                index += 1
-                continue
-            action, end = self._schedule_generation(request, budget, requests, index, end,
-                                                    pause_state, batch)
-            if action is ScheduleAction.STOP:
-                break
+            elif not self._schedule_generation(request, budget, batch):
+                action, end = self._schedule_generation_slow(request, budget, requests, index,
+                                                             end, pause_state, batch)
+                if action is ScheduleAction.STOP:
+                    break
             index += 1
         preempted = self._schedule_contexts(pending_contexts, budget, batch)
         batch.num_tokens = budget.num_tokens
@@ -324,7 +325,26 @@ class Scheduler:
         return batch
 
     # -- phase 1: generation -------------------------------------------------------------
-    def _schedule_generation(self, request, budget, requests, index, end, pause_state, batch):
+    def _schedule_generation(self, request: Request, budget: _Budget,
+                             batch: ScheduledBatch) -> bool:
+        """The common case of ``_schedule_generation_slow``, decided the same way: a step
+        that fits the budget, has the batch's beam width and grows within the pages its
+        cache holds is scheduled (True); anything else (False) goes the whole way."""
+        tokens = request.beam_width + request.num_draft_tokens
+        if ((budget.max_num_tokens is not None
+             and budget.num_tokens + tokens > budget.max_num_tokens)
+                or (batch.beam_width and request.beam_width != batch.beam_width)
+                or not self.manager.caches[request.request_id].grow_within_pages(
+                    1 + request.num_draft_tokens)):
+            return False
+        batch.generation_requests.append(request)
+        batch.beam_width = request.beam_width
+        budget.num_tokens += tokens
+        budget.num_requests += 1
+        return True
+
+    def _schedule_generation_slow(self, request, budget, requests, index, end, pause_state,
+                                  batch):
         """The real ``_try_schedule_generation``: ``beam_width`` + draft tokens from the budget
         (STOP when they do not fit); a beam width other than the first scheduled one's SKIPs;
         then the allocation and, failing it, the room-making ladder."""
@@ -458,11 +478,11 @@ class Scheduler:
         preempted: List[Request] = []
         has_chunking = False
         for request in pending:
-            if budget.requests_full:
+            if budget.num_requests >= budget.max_num_requests:  # requests_full
                 break
             if self.chunked_prefill and not self._has_context_chunk_budget(budget):
                 continue
-            if _contains(preempted, request):
+            if preempted and _contains(preempted, request):
                 continue
             action, tokens = self._schedule_context(request, budget, batch, preempted)
             if action is not ScheduleAction.SCHEDULED:
@@ -524,8 +544,10 @@ class Scheduler:
         chunk carries the draft tokens, added after the budget check as the real code adds
         them: (action, tokens for the budget and the resize)."""
         remaining = request.context_remaining_length
-        chunk = min(n for n in (budget.remaining_tokens, remaining, self.max_context_length)
-                    if n is not None)
+        chunk = remaining
+        for limit in (budget.remaining_tokens, self.max_context_length):
+            if limit is not None and limit < chunk:
+                chunk = limit
         if chunk < remaining:
             chunk -= chunk % self.chunk_unit_size
         request.context_chunk_size = chunk
@@ -619,10 +641,10 @@ class Scheduler:
         """The real manager's ``try_allocate_generation``: resume if suspended, then grow the
         capacity by one token plus the draft tokens."""
         cache = self.manager.get_cache(request)
+        num_tokens = 1 + request.num_draft_tokens
         if cache.suspended and not self._resume(request, cache):
             return False
-        return self._resize(request, lambda: cache.resize(
-            cache.capacity + 1 + request.num_draft_tokens))
+        return self._resize(request, lambda: cache.resize(cache.capacity + num_tokens))
 
     def _resize_context(self, request: Request, num_tokens: int) -> bool:
         return self._resize(request, lambda: self.manager.resize_context(request, num_tokens))

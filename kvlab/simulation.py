@@ -283,7 +283,8 @@ class Engine:
                 self._reject_drafts(request)
                 self._produce_token(request)
         for request in batch.generation_requests:
-            self._reject_drafts(request)
+            if request.num_draft_tokens:
+                self._reject_drafts(request)
             self._produce_token(request)
 
     def _reject_drafts(self, request: Request) -> None:
@@ -303,7 +304,8 @@ class Engine:
             if request.first_token_step is None:
                 request.first_token_step = self.step
                 self.trace.events.append(Event(self.step, "first_token", request.request_id))
-        if request.is_finished_generating:
+        if request.num_generated >= request.max_new_tokens and request.is_context_finished:
+            # is_finished_generating, its cheap half first
             self.scheduler.finish(request)
             request.end_step = self.step
             request.reason = (f"finished at step {self.step}: {request.num_generated} tokens "
