@@ -287,6 +287,7 @@ class Scheduler:
         end = len(requests)
         pause_state = _RecomputePauseState(end)
         victim_indices, inflight = pause_state.victim_indices, self._inflight
+        caches, max_num_tokens = self.manager.caches, budget.max_num_tokens
         index = 0
         while index < end:  # phase 1: generation and disagg
             request = requests[index]
@@ -308,9 +309,21 @@ class Scheduler:
                 break
             if not request.is_context_finished:
                 pending_contexts.append(request)
-            elif not self._schedule_generation(request, budget, batch):
-                action, end = self._schedule_generation_slow(request, budget, requests, index,
-                                                             end, pause_state, batch)
+                index += 1
+                continue
+            # The common generation step, decided as _schedule_generation decides it: it fits
+            # the budget, has the batch's beam width and grows within the pages it holds.
+            tokens = request.beam_width + request.num_draft_tokens
+            if ((max_num_tokens is None or budget.num_tokens + tokens <= max_num_tokens)
+                    and (not batch.beam_width or request.beam_width == batch.beam_width)
+                    and caches[request.request_id].grow_within_pages(1 + request.num_draft_tokens)):
+                batch.generation_requests.append(request)
+                batch.beam_width = request.beam_width
+                budget.num_tokens += tokens
+                budget.num_requests += 1
+            else:
+                action, end = self._schedule_generation(request, budget, requests, index, end,
+                                                        pause_state, batch)
                 if action is ScheduleAction.STOP:
                     break
             index += 1
@@ -325,26 +338,7 @@ class Scheduler:
         return batch
 
     # -- phase 1: generation -------------------------------------------------------------
-    def _schedule_generation(self, request: Request, budget: _Budget,
-                             batch: ScheduledBatch) -> bool:
-        """The common case of ``_schedule_generation_slow``, decided the same way: a step
-        that fits the budget, has the batch's beam width and grows within the pages its
-        cache holds is scheduled (True); anything else (False) goes the whole way."""
-        tokens = request.beam_width + request.num_draft_tokens
-        if ((budget.max_num_tokens is not None
-             and budget.num_tokens + tokens > budget.max_num_tokens)
-                or (batch.beam_width and request.beam_width != batch.beam_width)
-                or not self.manager.caches[request.request_id].grow_within_pages(
-                    1 + request.num_draft_tokens)):
-            return False
-        batch.generation_requests.append(request)
-        batch.beam_width = request.beam_width
-        budget.num_tokens += tokens
-        budget.num_requests += 1
-        return True
-
-    def _schedule_generation_slow(self, request, budget, requests, index, end, pause_state,
-                                  batch):
+    def _schedule_generation(self, request, budget, requests, index, end, pause_state, batch):
         """The real ``_try_schedule_generation``: ``beam_width`` + draft tokens from the budget
         (STOP when they do not fit); a beam width other than the first scheduled one's SKIPs;
         then the allocation and, failing it, the room-making ladder."""

@@ -285,7 +285,11 @@ class Engine:
         for request in batch.generation_requests:
             if request.num_draft_tokens:
                 self._reject_drafts(request)
-            self._produce_token(request)
+            if (request.first_token_step is None
+                    or request.num_generated + 1 >= request.max_new_tokens):
+                self._produce_token(request)  # a first or a last token: events to record
+            else:
+                request.num_generated += 1
 
     def _reject_drafts(self, request: Request) -> None:
         """Every draft token is rejected: the slots reserved for them are given back."""
