@@ -86,11 +86,13 @@ class HostTier:
     """``num_blocks`` pages below the GPU (``used_blocks`` of them hold suspended caches'
     pages), and the suspended caches whose pages are still on the GPU, oldest first."""
 
-    __slots__ = ("num_blocks", "used_blocks", "_on_gpu")
+    __slots__ = ("num_blocks", "used_blocks", "blocks_on_gpu", "_on_gpu")
 
     def __init__(self, num_blocks: int):
         self.num_blocks = check_int("num_blocks", num_blocks, low=0, high=MAX_COUNT)
         self.used_blocks = 0
+        #: GPU pages the tracked caches hold (a suspended cache's pages do not change)
+        self.blocks_on_gpu = 0
         self._on_gpu: Dict[int, "KVCache"] = {}  # id(cache) -> cache, in suspension order
 
     @property
@@ -100,14 +102,22 @@ class HostTier:
     def track(self, cache: "KVCache") -> None:
         """``cache`` was suspended with its pages on the GPU: they may move down later."""
         self._on_gpu[id(cache)] = cache
+        self.blocks_on_gpu += cache.num_blocks
 
     def untrack(self, cache: "KVCache") -> None:
-        self._on_gpu.pop(id(cache), None)
+        """``cache`` resumed, was freed or moved down: call before its pages go."""
+        if self._on_gpu.pop(id(cache), None) is not None:
+            self.blocks_on_gpu -= cache.num_blocks
 
     @property
     def movable_blocks(self) -> int:
         """At most this many GPU pages could move down now."""
-        return min(self.free_blocks, sum(c.num_blocks for c in self._on_gpu.values()))
+        return min(self.free_blocks, self.blocks_on_gpu)
+
+    def check_invariants(self) -> None:
+        assert self.blocks_on_gpu == sum(c.num_blocks for c in self._on_gpu.values()), (
+            f"{self!r} counts {self.blocks_on_gpu} pages on the GPU")
+        assert all(c.suspended for c in self._on_gpu.values()), "a tracked cache is active"
 
     def make_room(self, pool: "PagePool", count: int) -> bool:
         """Move suspended caches' pages down, oldest first, until ``count`` pages of ``pool``
@@ -127,8 +137,8 @@ class HostTier:
             return False
         for cache in chosen:
             self.used_blocks += cache.num_blocks
-            cache.move_to_lower_tier()
             self.untrack(cache)
+            cache.move_to_lower_tier()
         return True
 
     def give_back(self, count: int) -> None:

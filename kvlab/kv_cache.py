@@ -165,8 +165,8 @@ class KVCache:
 
     def release(self) -> None:
         """Give back every page, on the device or in the tier below; the cache ends empty."""
-        self._release_tail(0)
         self.manager.host_tier.untrack(self)
+        self._release_tail(0)
         self.manager.host_tier.give_back(self.suspended_blocks)
         self._host_copy = None
         self.suspended = False

@@ -236,6 +236,7 @@ class KVCacheManager:
         host = sum(cache.suspended_blocks for cache in self.caches.values())
         assert host == self.host_tier.used_blocks <= self.host_tier.num_blocks, (
             f"the host tier holds {host} pages, accounted {self.host_tier!r}")
+        self.host_tier.check_invariants()
         assert len(owned) + self.free_blocks == self.total_blocks, (
             f"pages not conserved: {len(owned)} owned + {self.free_blocks} free "
             f"!= {self.total_blocks}")

@@ -331,8 +331,9 @@ class Scheduler:
         batch.num_tokens = budget.num_tokens
         if batch.aborted_requests:
             self._has_retired = True
-        self._detect_deadlock(requests, [r for r in pending_contexts if not _contains(preempted, r)],
-                              batch)
+        if preempted:
+            pending_contexts = [r for r in pending_contexts if not _contains(preempted, r)]
+        self._detect_deadlock(requests, pending_contexts, batch)
         if self.debug:
             self.check_invariants()
         return batch
@@ -539,13 +540,14 @@ class Scheduler:
         them: (action, tokens for the budget and the resize)."""
         remaining = request.context_remaining_length
         chunk = remaining
-        for limit in (budget.remaining_tokens, self.max_context_length):
-            if limit is not None and limit < chunk:
-                chunk = limit
+        if budget.max_num_tokens is not None:
+            chunk = min(chunk, budget.remaining_tokens)
+        if self.max_context_length is not None:
+            chunk = min(chunk, self.max_context_length)
         if chunk < remaining:
             chunk -= chunk % self.chunk_unit_size
         request.context_chunk_size = chunk
-        if request.is_last_context_chunk:
+        if chunk == remaining:  # the last chunk (is_last_context_chunk)
             chunk += request.num_draft_tokens
         return ScheduleAction.SCHEDULED, chunk
 
