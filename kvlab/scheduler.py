@@ -162,6 +162,52 @@ class _RecomputePauseState:
         self.victim_indices: set = set()
 
 
+class _CertainRefusal:
+    """When a first context chunk is certainly refused, with no trace left: it needs more
+    pages than are free plus all that suspended caches could move down (an upper bound), but
+    no more than a page-index row holds (more would raise PageIndexTooShort). The attempt
+    would create the cache, be refused by resize (False, not a raise) and free it again; only
+    the pool's failed_allocations counter and the request's context_chunk_size (set by the
+    plan, read only once scheduled) tell the two apart.
+
+    With ``budget``, :meth:`refuses_first_chunk` plans the chunk as ``_plan_context_chunk``
+    (or ``_plan_context_full``) would from one comparison per request, so a pass costs a few
+    operations per pending request, not an attempt each; it holds until the pass schedules
+    something (the scheduler then builds another)."""
+
+    __slots__ = ("fit_tokens", "width_tokens", "chunk_limit", "chunk_unit", "budget_tokens")
+
+    def __init__(self, manager: KVCacheManager, budget: Optional[_Budget] = None,
+                 max_context_length: Optional[int] = None, chunk_unit: int = 1,
+                 chunked: bool = False):
+        tokens_per_block, extra = manager.tokens_per_block, manager.num_extra_kv_tokens
+        allocatable = manager.free_blocks + manager.host_tier.movable_blocks
+        self.fit_tokens = allocatable * tokens_per_block - extra      # the most that fits
+        self.width_tokens = manager.max_blocks_per_seq * tokens_per_block - extra
+        self.budget_tokens = None if budget is None else budget.remaining_tokens
+        limits = [n for n in (self.budget_tokens, max_context_length) if n is not None]
+        self.chunk_limit = min(limits, default=None) if chunked else None
+        self.chunk_unit = chunk_unit
+        if chunked and self.chunk_limit is None:
+            self.chunk_limit = 1 << 62  # no limit: every context is one chunk
+
+    def refuses_tokens(self, num_tokens: int) -> bool:
+        return self.fit_tokens < num_tokens <= self.width_tokens
+
+    def refuses_first_chunk(self, request: Request) -> bool:
+        """``request`` holds no cache (its context starts at 0)."""
+        context = request.prompt_len + request.recomputed_tokens  # context_len
+        if self.chunk_limit is None:  # whole contexts; one over the budget STOPs the phase
+            tokens = context + request.num_draft_tokens
+            if self.budget_tokens is not None and tokens > self.budget_tokens:
+                return False
+        elif context <= self.chunk_limit:  # the last chunk carries the draft tokens
+            tokens = context + request.num_draft_tokens
+        else:
+            tokens = self.chunk_limit - self.chunk_limit % self.chunk_unit
+        return self.fit_tokens < tokens <= self.width_tokens
+
+
 def _contains(requests: Sequence[Request], request: Request) -> bool:
     return any(other is request for other in requests)
 
@@ -209,6 +255,7 @@ class Scheduler:
                              f"{self.max_context_length}] with chunked_prefill, got "
                              f"{self.chunk_unit_size}")
         self.admission.check_startup(manager)
+        self._admission_gates_starts = type(self.admission).may_start is not AdmissionPolicy.may_start
         self.residency_bugs: FrozenSet[str] = check_subset("residency_bugs", residency_bugs,
                                                            SCHEDULER_RESIDENCY_BUGS)
 
@@ -472,12 +519,18 @@ class Scheduler:
         """Phase 2; returns the requests ``preempt_for_pages`` recompute-paused."""
         preempted: List[Request] = []
         has_chunking = False
+        caches = self.manager.caches
+        refusal = self._pending_refusal(budget)
         for request in pending:
             if budget.num_requests >= budget.max_num_requests:  # requests_full
                 break
             if self.chunked_prefill and not self._has_context_chunk_budget(budget):
                 continue
             if preempted and _contains(preempted, request):
+                continue
+            if (refusal is not None and request.request_id not in caches
+                    and refusal.refuses_first_chunk(request)):
+                request.num_refusals += 1
                 continue
             action, tokens = self._schedule_context(request, budget, batch, preempted)
             if action is not ScheduleAction.SCHEDULED:
@@ -488,9 +541,24 @@ class Scheduler:
             has_chunking = has_chunking or not request.is_last_context_chunk
             batch.context_requests.append(request)
             budget.commit(tokens)
+            refusal = self._pending_refusal(budget)
         if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
             batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         return preempted
+
+    def _pending_refusal(self, budget: _Budget) -> Optional[_CertainRefusal]:
+        """The bound that refuses a pending first chunk before its attempt, or None when an
+        attempt could end otherwise than its refusal would: a residency cap or an admission
+        policy that withholds starts is checked first, a refusal may preempt
+        (``_preempt_for_pages``: no tier below the GPU, recompute pause on), or no page-index
+        slot is free (the attempt answers for the slot)."""
+        manager = self.manager
+        if (self._admission_gates_starts or manager.max_resident_sequences() is not None
+                or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
+                or manager.page_index.free_slots == 0):
+            return None
+        return _CertainRefusal(manager, budget, self.max_context_length, self.chunk_unit_size,
+                               self.chunked_prefill)
 
     def _has_context_chunk_budget(self, budget: _Budget) -> bool:
         remaining = budget.remaining_tokens
@@ -608,10 +676,7 @@ class Scheduler:
         down (an upper bound), within the row width, would be created, refused by resize
         (False, not a raise), suspended and freed, leaving nothing behind; skip the round trip.
         Only the pool's failed_allocations counter misses it."""
-        manager = self.manager
-        blocks = manager.geometry.blocks_for_tokens(num_tokens + manager.num_extra_kv_tokens)
-        allocatable = manager.free_blocks + manager.host_tier.movable_blocks
-        return allocatable < blocks <= manager.max_blocks_per_seq
+        return _CertainRefusal(self.manager).refuses_tokens(num_tokens)
 
     def _prepare_disagg_gen_init(self, request: Request) -> bool:
         """The real ``prepare_disagg_gen_init``: a cache sized for the transferred context, its

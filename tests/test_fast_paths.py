@@ -1,0 +1,88 @@
+"""The scheduler's fast paths decide exactly as its full paths do.
+
+Two shortcuts keep a pass cheap (benchmarks/scheduler_throughput.py says what they save): a
+generation step that grows within the pages its cache holds (``KVCache.grow_within_pages``) and
+a pending first chunk that is certainly refused (``_CertainRefusal``). Each run here is made
+twice, once as shipped and once with both shortcuts switched off so that every request takes the
+full path, and everything observable must agree: the engine's error, every request's status,
+steps and counters, and the trace of events and steps.
+"""
+
+import random
+import warnings
+
+import pytest
+
+from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
+from kvlab.admission import ADMISSION_POLICIES
+from kvlab.kv_cache import KVCache
+from kvlab.scheduler import _CertainRefusal
+
+
+def _random_run(seed: int):
+    rng = random.Random(seed)
+    tpb = rng.choice([4, 16, 32])
+    geometry = KVGeometry(1, 1, 4, tokens_per_block=tpb)
+    requests = [Request(f"r{i}", rng.randint(1, tpb * 12), rng.randint(0, 40), rng.randint(0, 30),
+                        num_draft_tokens=rng.choice([0, 0, 0, 2]), beam_width=rng.choice([1, 1, 1, 2]))
+                for i in range(rng.randint(5, 50))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        manager = KVCacheManager(geometry, quota_bytes=rng.randint(8, 200) * geometry.bytes_per_block,
+                                 max_seq_len=tpb * 16, max_batch_size=rng.choice([2, 4, 8]),
+                                 host_cache_size=rng.choice([None, 0, 1 << 15]))
+    scheduler = Scheduler(manager, admission=rng.choice(sorted(ADMISSION_POLICIES)),
+                          max_num_tokens=rng.choice([None, 64, 256, 1024]),
+                          max_batch_size=rng.choice([2, 4, 8]),
+                          chunked_prefill=rng.choice([True, False]), stall_limit=50,
+                          enable_recompute_pause=rng.choice([True, True, False]))
+    result = simulate(scheduler, requests, max_steps=3000)
+    return (type(result.error).__name__ if result.error else None, result.status,
+            {i: (r.end_step, r.first_scheduled_step, r.first_token_step, r.num_generated,
+                 r.num_suspensions, r.num_recomputes, r.num_refusals, r.reason)
+             for i, r in result.requests.items()},
+            [(e.step, e.kind, e.request_id, e.detail) for e in result.trace.events],
+            result.trace.steps)
+
+
+@pytest.fixture
+def full_paths_only(monkeypatch):
+    """Both shortcuts off: every step and every pending chunk takes the full path."""
+    def switch_off():
+        monkeypatch.setattr(KVCache, "grow_within_pages", lambda cache, num_tokens: False)
+        monkeypatch.setattr(Scheduler, "_pending_refusal", lambda scheduler, budget: None)
+    return switch_off
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_fast_paths_decide_as_the_full_paths(seed, full_paths_only):
+    fast = _random_run(seed)
+    full_paths_only()
+    assert _random_run(seed) == fast
+
+
+def test_the_shortcuts_are_taken(monkeypatch):
+    """Not vacuous: on a workload with a pending pile both shortcuts fire."""
+    calls = {"grow": 0, "refused": 0}
+    grow, refuses = KVCache.grow_within_pages, _CertainRefusal.refuses_first_chunk
+
+    def counting_grow(cache, num_tokens):
+        answer = grow(cache, num_tokens)
+        calls["grow"] += answer
+        return answer
+
+    def counting_refuses(bound, request):
+        answer = refuses(bound, request)
+        calls["refused"] += answer
+        return answer
+
+    monkeypatch.setattr(KVCache, "grow_within_pages", counting_grow)
+    monkeypatch.setattr(_CertainRefusal, "refuses_first_chunk", counting_refuses)
+    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
+    manager = KVCacheManager(geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024,
+                             max_batch_size=16)
+    scheduler = Scheduler(manager, admission="capacity", max_batch_size=16, chunked_prefill=True)
+    requests = [Request(f"r{i}", 300, 40, 0) for i in range(16)]
+    result = simulate(scheduler, requests, max_steps=10_000)
+    assert result.summary()["finished"] == 16
+    assert calls["grow"] > 0 and calls["refused"] > 0
