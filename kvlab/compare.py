@@ -238,7 +238,7 @@ def outcome_table(results: Mapping[str, SimulationResult]):
 
 def check_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=150,
                      arrival_rate=0.05, seed=0, stall_limit=DEFAULT_STALL_LIMIT, grid=64,
-                     SMOKE=False) -> None:
+                     trace_minutes=60.0, seconds_per_iteration=0.05, SMOKE=False) -> None:
     """Validate notebook 04's parameters as papermill passes them; each error names the
     parameter, its value and the accepted range (docs/DESIGN.md, "Conventions")."""
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
@@ -249,6 +249,8 @@ def check_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=15
     check_int("seed", seed, low=0, high=2**63 - 1)
     check_int("stall_limit", stall_limit, low=1, high=1 << 30)
     check_int("grid", grid, low=2, high=512)
+    check_float("trace_minutes", trace_minutes, low=0.0, high=60.0, low_open=True)
+    check_float("seconds_per_iteration", seconds_per_iteration, low=0.001, high=10.0)
     if not isinstance(SMOKE, bool):
         raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})")
     EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)  # holds a page

@@ -521,11 +521,12 @@ class Scheduler:
         has_chunking = False
         caches = self.manager.caches
         refusal = self._pending_refusal(budget)
+        chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
         for request in pending:
             if budget.num_requests >= budget.max_num_requests:  # requests_full
                 break
-            if self.chunked_prefill and not self._has_context_chunk_budget(budget):
-                continue
+            if not chunk_budget_left:
+                break  # the real loop continues for encoder requests, which kvlab has none of
             if preempted and _contains(preempted, request):
                 continue
             if (refusal is not None and request.request_id not in caches
@@ -541,7 +542,8 @@ class Scheduler:
             has_chunking = has_chunking or not request.is_last_context_chunk
             batch.context_requests.append(request)
             budget.commit(tokens)
-            refusal = self._pending_refusal(budget)
+            refusal = self._pending_refusal(budget)  # the budget and the pool changed
+            chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
         if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
             batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         return preempted

@@ -579,6 +579,53 @@ def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLI
 
 policy_bars_figure = _as_figure(policy_bars_spec)
 
+#: Dash styles that tell apart policies sharing an outcome colour.
+POLICY_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+
+
+def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: float, *,
+                          max_points: int = 600, title: Optional[str] = None,
+                          subtitle: Optional[str] = None) -> dict:
+    """Requests arrived (grey) and finished, per policy, against the clock of a replayed trace
+    (steps times ``seconds_per_iteration``, in minutes); each policy's line in its outcome's
+    colour and ends where its engine did (an X where a crash or a stall stopped it). ``runs``:
+    policy -> SimulationResult of one workload. Traces: arrivals, then one line per policy."""
+    first = next(iter(runs.values()))
+    arrivals = sorted(r.arrival_step for r in first.requests.values())
+    scale = seconds_per_iteration / 60.0
+    end = max([arrivals[-1]] + [run.end_step for run in runs.values()])
+    stride = max(1, len(arrivals) // max_points)
+    data = [dict(type="scatter", mode="lines", name="arrived", line=dict(color=NEUTRAL_COLOR, width=1.5),
+                 x=[s * scale for s in arrivals[::stride]] + [end * scale],
+                 y=list(range(1, len(arrivals) + 1, stride)) + [len(arrivals)],
+                 hovertemplate="minute %{x:.1f}: %{y} arrived<extra></extra>")]
+    for k, (policy, run) in enumerate(runs.items()):
+        outcome = _engine_outcome(run)
+        steps = run.trace.steps
+        stride = max(1, len(steps) // max_points)
+        kept = list(steps[::stride]) + list(steps[-1:])
+        stopped = run.error is not None  # an X where the engine stopped
+        data.append(dict(type="scatter", mode="lines+markers",
+                         name=f"{policy}: {OUTCOME_LABELS.get(outcome, outcome)}",
+                         line=dict(color=outcome_color(outcome), width=2.5,
+                                   dash=POLICY_DASHES[k % len(POLICY_DASHES)]),
+                         marker=dict(symbol="x", size=[0] * (len(kept) - 1) + [14 if stopped else 0],
+                                     color=outcome_color(outcome)),
+                         x=[s.step * scale for s in kept], y=[s.finished_total for s in kept],
+                         hovertemplate=f"{policy}: minute %{{x:.1f}}, %{{y}} finished<extra></extra>"))
+    layout = _base_layout(title or "A replayed trace: requests served over time",
+                          subtitle or f"one scheduler iteration = {seconds_per_iteration * 1000:g} ms; "
+                                      "X: the engine stopped there",
+                          height=420, xaxis=dict(title="minutes since the trace's first request",
+                                                 rangemode="tozero"),
+                          yaxis=dict(title="requests", rangemode="tozero"),
+                          legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
+                          margin=dict(l=70, r=30, t=80, b=110))
+    return {"data": data, "layout": layout}
+
+
+served_over_time_figure = _as_figure(served_over_time_spec)
+
 
 # --- widgets: update in place; static display -------------------------------------------------
 

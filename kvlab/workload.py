@@ -155,20 +155,24 @@ def _seconds_since_midnight(timestamp: str) -> float:
 
 
 def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
-                limit: Optional[int] = None) -> List[Request]:
+                limit: Optional[int] = None, minutes: Optional[float] = None) -> List[Request]:
     """The requests of one service of Azure's LLM inference trace (Patel et al., "Splitwise",
     ISCA 2024; data/traces/README.md), as recorded: prompt and output lengths unchanged, and
     arrival steps ``floor((t - t_first) / seconds_per_iteration)``, one scheduler iteration
     taking ``seconds_per_iteration`` seconds (an assumption: state it with the results). Nothing
-    is drawn, so there is no seed. ``limit`` keeps the first N requests. Ids are
-    ``{service}-{row}``."""
+    is drawn, so there is no seed. ``limit`` keeps the first N requests, ``minutes`` those
+    arriving in the first that many minutes. Ids are ``{service}-{row}``."""
     path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
     check_float("seconds_per_iteration", seconds_per_iteration, low=0.0, high=3600.0, low_open=True)
     if limit is not None:
         check_int("limit", limit, low=1, high=10_000_000)
+    if minutes is not None:
+        check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
     with path.open(newline="", encoding="utf-8") as handle:
         rows = list(itertools.islice(csv.DictReader(handle), limit))
     start = _seconds_since_midnight(rows[0]["TIMESTAMP"])
+    seconds = [_seconds_since_midnight(row["TIMESTAMP"]) - start for row in rows]
     return [Request(f"{service}-{i}", int(row["ContextTokens"]), int(row["GeneratedTokens"]),
-                    int((_seconds_since_midnight(row["TIMESTAMP"]) - start) // seconds_per_iteration))
-            for i, row in enumerate(rows)]
+                    int(t // seconds_per_iteration))
+            for i, (row, t) in enumerate(zip(rows, seconds))
+            if minutes is None or t < minutes * 60]

@@ -39,9 +39,13 @@ arrival_rate: float = 0.05  # Poisson arrivals per scheduler step in the mixed w
 seed: int = 0  # the mixed workload's seed
 stall_limit: int = 1000  # passes without progress before SchedulerDeadlock; the real _DEADLOCK_STALL_ITERS
 grid: int = 64  # phase diagram resolution: grid pools x grid contexts per regime
-SMOKE: bool = False  # True (CI): a smaller workload and a coarser diagram
+trace_minutes: float = 60.0  # section 7 replays this much of Azure's code hour (all of it: 60)
+seconds_per_iteration: float = 0.05  # section 7: one scheduler iteration in seconds of the trace's clock
+SMOKE: bool = False  # True (CI): a smaller workload, a coarser diagram, ten minutes of the trace
 
 # %%
+import dataclasses
+
 import numpy as np
 import pandas as pd
 from IPython.display import display
@@ -54,13 +58,14 @@ from kvlab.compare import (PEER_POLICIES, POLICIES, TRTLLM_POLICIES, EngineConfi
 from kvlab.findings import Finding, report_findings
 from kvlab.phase import REGIMES, VERDICTS, PhaseSetup, phase_diagram, phase_scenario, verdict_of
 from kvlab.widgets import admission_panel
-from kvlab.workload import LogNormal, poisson_workload
+from kvlab.workload import LogNormal, azure_trace, poisson_workload
 
 # Bad parameters stop here, with a message naming the parameter.
 check_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
-                 arrival_rate=arrival_rate, seed=seed, stall_limit=stall_limit, grid=grid, SMOKE=SMOKE)
+                 arrival_rate=arrival_rate, seed=seed, stall_limit=stall_limit, grid=grid,
+                 trace_minutes=trace_minutes, seconds_per_iteration=seconds_per_iteration, SMOKE=SMOKE)
 if SMOKE:
-    num_requests, grid = min(num_requests, 60), min(grid, 24)
+    num_requests, grid, trace_minutes = min(num_requests, 60), min(grid, 24), min(trace_minutes, 10.0)
 engine = EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)
 IS_SEED = (pool_mib, context) == (4.0, 8192)
 pd.set_option("display.max_colwidth", 120)
@@ -286,6 +291,75 @@ assert panel.outcome == table.loc["none/clamped", "outcome"] or num_small > 8
 panel
 
 # %% [markdown]
+# ## 7. A real hour: Azure's code traffic on a shrunk pool
+#
+# Everything so far ran workloads drawn for the purpose. Azure's public LLM inference trace
+# (2023, CC-BY 4.0; `data/traces/README.md`) records an hour of real production traffic: when each
+# request arrived, its prompt and its output length. Its code-completion hour has 8,819 requests,
+# prompts of a median 1,469 and at most 7,437 tokens, and short outputs (median 13). Replayed here
+# as recorded (`kvlab.workload.azure_trace`), one scheduler iteration taken as
+# `seconds_per_iteration` seconds of the trace's clock (an assumption: a real iteration's length
+# depends on the model, the batch and the GPU), with at most 16 sequences, 8,192 tokens a pass,
+# chunked prefill (as #21470's deployment ran) and `max_seq_len` configured at 16,384.
+#
+# First on a pool that holds every prompt of the hour (8,192 tokens), then on the same pool with
+# an eighth taken away (7,168 tokens), as the persistent MoE workspace took its share of #21470's
+# pool: a few hundred of the hour's contexts no longer fit. The pools use the seed's small
+# geometry (2 KiB a token), so each is a real tensor of 14 to 16 MiB; a Llama-3.1-8B-shaped pool of
+# the same tokens would be 128 KiB a token, 0.9 to 1 GiB. Only TensorRT-LLM's three regimes run
+# here: the peers' styles are simplified in kvlab exactly where this matters (SGLang's
+# `new_token_ratio` is kept constant, so a prompt close to the pool's size can wait for good;
+# `kvlab.admission` says so).
+
+# %%
+trace = azure_trace("code", seconds_per_iteration, minutes=trace_minutes)
+trace_engines = {"sized": EngineConfig(pool_mib=16.0, max_seq_len=16384, max_batch_size=16, max_num_tokens=8192,
+                                       chunked_prefill=True, stall_limit=stall_limit)}
+trace_engines["shrunk"] = dataclasses.replace(trace_engines["sized"], pool_mib=14.0)
+trace_runs = {name: run_policies(trace, TRTLLM_POLICIES, trace_engine, max_steps=10**9)  # each run ends by itself
+              for name, trace_engine in trace_engines.items()}
+trace_tables = {name: outcome_table(runs_) for name, runs_ in trace_runs.items()}
+print(f"{len(trace)} requests in {trace_minutes:g} minutes of the code hour, "
+      f"longest prompt {max(r.prompt_len for r in trace)} tokens")
+for name, trace_engine in trace_engines.items():
+    print(f"{name}: {trace_engine.describe()}")
+    display(trace_tables[name][["outcome", "finished", "rejected", "unfinished", "steps", "mean_queue_steps",
+                                "mean_wait_steps", "preemptions", "error"]])
+    viz.show(viz.served_over_time_figure(trace_runs[name], seconds_per_iteration,
+                                         title=f"Azure's code hour on the {name} pool ({trace_engine.pool_tokens} tokens)"))
+
+# %%
+shrunk_manager = trace_engines["shrunk"].manager("clamped")
+never_fits = sorted(r.request_id for r in trace if demand_blocks(r, shrunk_manager) > shrunk_manager.total_blocks)
+sized, shrunk = trace_tables["sized"], trace_tables["shrunk"]
+print(f"{len(never_fits)} of {len(trace)} requests can never fit the shrunk pool")
+for name, runs_ in trace_runs.items():
+    for policy, run in runs_.items():
+        if run.error is not None:
+            print(f"{name} pool, {policy}: stopped {run.end_step * seconds_per_iteration:.1f} s into the trace by "
+                  f"{type(run.error).__name__}, {run.summary()['finished']} requests finished by then")
+assert (sized.outcome == "ok").all() and (sized.finished == len(trace)).all()  # sized for the hour: no regime fails
+if never_fits:
+    assert shrunk.loc["none/clamped", "outcome"] == "crash"         # the first long context stops the engine
+    assert shrunk.loc["none/clamped", "finished"] < len(trace) - len(never_fits)
+    assert shrunk.loc["none/configured", "outcome"] == "stall"      # the one-line fix: starvation, then the deadlock
+    assert sorted(trace_runs["shrunk"]["capacity"].ids_with_status("rejected")) == never_fits
+    assert shrunk.loc["capacity", "finished"] == len(trace) - len(never_fits)  # everything else is served
+
+# %% [markdown]
+# On the pool sized for the hour the three regimes are the same engine: nothing reaches the
+# capacity check, and no context needs more entries than the row. Take an eighth of the pool and
+# the hour splits them (the printout above says when each engine stopped). The historical engine
+# (`none/clamped`) raises issue #21470's `ValueError` at the first context that needs more pages
+# than the row holds, a moment into the hour, and every request of the hour is lost with it. The
+# one-line fix (`none/configured`) survives that request and refuses it every pass; requests that
+# can never fit stay in the active set, and in the trace's first quiet stretch they are all that
+# is left: after 1000 passes without progress the deadlock detector stops the engine, and
+# everything still queued is lost. With admission control (`capacity`) exactly the requests that
+# can never fit are rejected when they arrive, with the numbers, and every other request of the
+# hour is served: the shrunk pool costs queueing time, not the engine.
+
+# %% [markdown]
 # ## Findings
 #
 # A resize's `False` is either "not yet" (temporary pressure: wait and retry) or "never" (demand
@@ -310,6 +384,13 @@ findings += [Finding(scenario=f"mixed workload ({len(mixed)} requests, seed {see
                               f"{mixed_table.loc[policy, 'preemptions']} preemptions, "
                               f"{mixed_table.loc[policy, 'rejected']} rejected, {mixed_table.loc[policy, 'unfinished']} unfinished"))
              for policy in POLICIES]
+findings += [Finding(scenario=(f"Azure code trace, {len(trace)} requests in {trace_minutes:g} min, pool shrunk to "
+                               f"{trace_engines['shrunk'].pool_tokens} tokens"), policy=policy,
+                     outcome=shrunk.loc[policy, "outcome"],
+                     numbers=(f"{shrunk.loc[policy, 'finished']} finished, {shrunk.loc[policy, 'rejected']} rejected, "
+                              f"{shrunk.loc[policy, 'unfinished']} unfinished; {len(never_fits)} can never fit; "
+                              f"mean queue {shrunk.loc[policy, 'mean_queue_steps']} steps"))
+             for policy in TRTLLM_POLICIES]
 findings = report_findings(findings)
 if IS_SEED:
     assert [f["outcome"] for f in findings[:3]] == ["crash", "stall", "reject"]

@@ -3,6 +3,7 @@ them (docs/DESIGN.md, "Conventions"); a failing cell becomes a test failure that
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,12 @@ NB02 = NOTEBOOKS / "02_single_gpu_repro_4mib.ipynb"
 NB03 = NOTEBOOKS / "03_the_one_line_fix.ipynb"
 NB04 = NOTEBOOKS / "04_admission_control.ipynb"
 
+
+def panels(nb) -> list:
+    """The widget outputs that are panels, not progress bars (kvlab.progress's tqdm bars, shown
+    after a second, stay in a saved notebook as widgets too)."""
+    return [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})
+            and not re.match(r"\S+: +\d+%\|", o["data"].get("text/plain", ""))]
 
 
 def outputs(nb, mime: str) -> list:
@@ -62,7 +69,7 @@ def test_notebook_02_holds_static_figures_and_the_live_panel(nb02):
     titles = [f["layout"]["title"]["text"] for f in figures]
     assert any(t.startswith("KV pool: 64 pages of 32 tokens; the request needs 256") for t in titles)
     assert any(t.startswith("Page-index row: 256 entries needed, 68 available") for t in titles)
-    panel = [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})]
+    panel = panels(nb)
     assert len(panel) == 1
     assert "kvlab-verdict" in panel[0]["data"]["text/html"]  # the fallback a frontend-less viewer shows
     assert "User-provided base page indices is too short" in panel[0]["data"]["text/plain"]
@@ -125,10 +132,15 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     assert trt == [("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject")]
     assert "6 finished, 1 rejected, 0 unfinished" in findings[2]["numbers"]
     assert "long request needs 257 pages of 64" in findings[2]["numbers"]
-    mixed = {f["policy"]: f for f in findings[3:]}
+    mixed = {f["policy"]: f for f in findings[3:8]}
     assert list(mixed) == ["none/clamped", "none/configured", "capacity", "vllm", "sglang"]
     assert [mixed[p]["outcome"] for p in mixed] == ["crash", "stall", "reject", "reject", "reject"]
     assert all("0 unfinished" in mixed[p]["numbers"] for p in ("capacity", "vllm", "sglang"))
+    hour = findings[8:]  # Azure's code trace, its first ten minutes with SMOKE, on the shrunk pool
+    assert [(f["policy"], f["outcome"]) for f in hour] == [
+        ("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject")]
+    assert "1482 requests in 10 min" in hour[0]["scenario"]
+    assert "1411 finished, 71 rejected, 0 unfinished; 71 can never fit" in hour[2]["numbers"]
     assert seconds < 30, f"notebook 04 took {seconds:.0f} s with SMOKE"
 
 
@@ -139,10 +151,11 @@ def test_notebook_04_holds_its_table_figures_and_panel(nb04):
     assert sum(t.startswith("Scheduler timeline") or ": the long request beside" in t for t in titles) >= 3
     assert any(t.startswith("TensorRT-LLM's regimes on a mixed workload") for t in titles)
     assert any(t.startswith("TensorRT-LLM none / capacity and the peers") for t in titles)
+    assert sum(t.startswith("Azure's code hour on the") for t in titles) == 2
     tables = outputs(nb, "text/html")
     assert any("never fits" in t and "temporarily blocked" in t for t in tables)  # not yet vs never
     assert any("goodput_tokens_per_step" in t for t in tables)  # the outcome table (a DataFrame)
-    panel = [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})]
+    panel = panels(nb)
     assert len(panel) == 1 and "PageIndexTooShort" in panel[0]["data"]["text/plain"]
 
 

@@ -91,12 +91,17 @@ def test_azure_trace_maps_seconds_to_steps_and_limits():
     coarse = azure_trace("conv", seconds_per_iteration=1.0, limit=3)
     assert [r.arrival_step for r in coarse] == [0, 4, 4]   # 18:15:46.68, :50.99, :51.22
     assert len(azure_trace("code", limit=10)) == 10
+    first_minutes = azure_trace("code", seconds_per_iteration=1.0, minutes=10)
+    assert 0 < len(first_minutes) < 8_819
+    assert max(r.arrival_step for r in first_minutes) < 600   # one step a second: 10 minutes
+    assert azure_trace("code", seconds_per_iteration=1.0)[len(first_minutes)].arrival_step >= 600
 
 
 @pytest.mark.parametrize("kwargs, error, text", [
     (dict(service="chat"), ValueError, "service must be one of"),
     (dict(seconds_per_iteration=0), ValueError, "seconds_per_iteration must be in"),
     (dict(limit=0), ValueError, "limit must be in [1, "),
+    (dict(minutes=0), ValueError, "minutes must be in (0"),
 ])
 def test_azure_trace_bad_arguments_name_the_parameter(kwargs, error, text):
     from kvlab.workload import azure_trace
