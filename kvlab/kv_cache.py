@@ -45,6 +45,9 @@ class PageIndexTooShort(ValueError):
 class KVCache:
     """The pages of one sequence, their page-index row, and its capacity in tokens."""
 
+    __slots__ = ("manager", "request_id", "slot", "tokens_per_block", "pages", "capacity",
+                 "history_length", "suspended", "_host_copy")
+
     def __init__(self, manager: "KVCacheManager", request_id: str, slot: int):
         self.manager = manager
         self.request_id = request_id

@@ -22,7 +22,7 @@ from ._validate import MAX_COUNT, check_int
 REQUEST_STATES = ("waiting", "running", "suspended", "finished", "rejected")
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """A request of ``prompt_len`` context tokens that generates up to ``max_new_tokens``.
 

@@ -99,7 +99,7 @@ class ScheduleAction(enum.Enum):
     STOP = "stop"
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledBatch:
     """What one pass decided (the real SchedulerOutput). A context request's chunk is its
     ``context_chunk_size``."""

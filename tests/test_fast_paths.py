@@ -5,7 +5,9 @@ generation step that grows within the pages its cache holds (``KVCache.grow_with
 a pending first chunk that is certainly refused (``_CertainRefusal``). Each run here is made
 twice, once as shipped and once with both shortcuts switched off so that every request takes the
 full path, and everything observable must agree: the engine's error, every request's status,
-steps and counters, and the trace of events and steps.
+steps and counters, and the trace of events and steps. (A shortcut that passes a request on to
+the full path where it need not only costs time and cannot fail here; one that decides
+otherwise than the full path does.)
 """
 
 import random
@@ -17,6 +19,29 @@ from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
 from kvlab.admission import ADMISSION_POLICIES
 from kvlab.kv_cache import KVCache
 from kvlab.scheduler import _CertainRefusal
+
+
+def _observed(result):
+    return (type(result.error).__name__ if result.error else None, result.status,
+            {i: (r.end_step, r.first_scheduled_step, r.first_token_step, r.num_generated,
+                 r.num_suspensions, r.num_recomputes, r.num_refusals, r.reason)
+             for i, r in result.requests.items()},
+            [(e.step, e.kind, e.request_id, e.detail) for e in result.trace.events],
+            result.trace.steps)
+
+
+def _boundary_run(prompt: int, drafts: int, chunked: bool, max_num_tokens: int):
+    """A hog holds 40 of 64 pages (16 tokens each) for 30 steps; a second request arrives at
+    step 1 with a prompt near the 24 free pages' 384 tokens, where one token, a draft token or
+    the rounding of a chunk decides whether its first chunk is refused."""
+    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
+    manager = KVCacheManager(geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024,
+                             max_batch_size=4)
+    scheduler = Scheduler(manager, admission="none", max_num_tokens=max_num_tokens, max_batch_size=4,
+                          chunked_prefill=chunked, chunk_unit_size=16)
+    requests = [Request("hog", 40 * 16 - 30, 30, 0),
+                Request("edge", prompt, 4, 1, num_draft_tokens=drafts)]
+    return _observed(simulate(scheduler, requests, max_steps=2000))
 
 
 def _random_run(seed: int):
@@ -31,18 +56,15 @@ def _random_run(seed: int):
         manager = KVCacheManager(geometry, quota_bytes=rng.randint(8, 200) * geometry.bytes_per_block,
                                  max_seq_len=tpb * 16, max_batch_size=rng.choice([2, 4, 8]),
                                  host_cache_size=rng.choice([None, 0, 1 << 15]))
-    scheduler = Scheduler(manager, admission=rng.choice(sorted(ADMISSION_POLICIES)),
-                          max_num_tokens=rng.choice([None, 64, 256, 1024]),
-                          max_batch_size=rng.choice([2, 4, 8]),
-                          chunked_prefill=rng.choice([True, False]), stall_limit=50,
-                          enable_recompute_pause=rng.choice([True, True, False]))
-    result = simulate(scheduler, requests, max_steps=3000)
-    return (type(result.error).__name__ if result.error else None, result.status,
-            {i: (r.end_step, r.first_scheduled_step, r.first_token_step, r.num_generated,
-                 r.num_suspensions, r.num_recomputes, r.num_refusals, r.reason)
-             for i, r in result.requests.items()},
-            [(e.step, e.kind, e.request_id, e.detail) for e in result.trace.events],
-            result.trace.steps)
+    try:
+        scheduler = Scheduler(manager, admission=rng.choice(sorted(ADMISSION_POLICIES)),
+                              max_num_tokens=rng.choice([None, 64, 256, 1024]),
+                              max_batch_size=rng.choice([2, 4, 8]),
+                              chunked_prefill=rng.choice([True, False]), stall_limit=50,
+                              enable_recompute_pause=rng.choice([True, True, False]))
+    except ValueError as exc:  # vLLM's start-up check refuses a pool this small
+        return str(exc)
+    return _observed(simulate(scheduler, requests, max_steps=3000))
 
 
 @pytest.fixture
@@ -59,6 +81,17 @@ def test_fast_paths_decide_as_the_full_paths(seed, full_paths_only):
     fast = _random_run(seed)
     full_paths_only()
     assert _random_run(seed) == fast
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+@pytest.mark.parametrize("drafts", [0, 2])
+@pytest.mark.parametrize("prompt", [381, 382, 383, 384, 385, 386, 400])
+@pytest.mark.parametrize("max_num_tokens", [390, 392, 400, 1024])
+def test_fast_paths_decide_as_the_full_paths_at_the_edge(prompt, drafts, chunked, max_num_tokens,
+                                                         full_paths_only):
+    fast = _boundary_run(prompt, drafts, chunked, max_num_tokens)
+    full_paths_only()
+    assert _boundary_run(prompt, drafts, chunked, max_num_tokens) == fast
 
 
 def test_the_shortcuts_are_taken(monkeypatch):

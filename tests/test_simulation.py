@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -140,10 +141,10 @@ def test_every_style_finishes_a_workload_under_pressure(admission, kwargs, preem
 def test_a_run_is_deterministic_and_leaves_the_callers_requests_alone():
     requests = poisson_workload(30, rate=0.5, prompt_len=64, max_new_tokens=LogNormal(40, 1.0),
                                 seed=3)
-    before = [vars(r).copy() for r in requests]
+    before = [dataclasses.asdict(r) for r in requests]
     first = simulate(pressure_scheduler("capacity"), requests, max_steps=5000)
     second = simulate(pressure_scheduler("capacity"), requests, max_steps=5000)
-    assert [vars(r) for r in requests] == before
+    assert [dataclasses.asdict(r) for r in requests] == before
     assert first.trace.steps == second.trace.steps and first.trace.events == second.trace.events
     assert first.status == second.status and first.reasons == second.reasons
 
