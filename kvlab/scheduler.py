@@ -175,7 +175,8 @@ class _CertainRefusal:
     operations per pending request, not an attempt each; it holds until the pass schedules
     something (the scheduler then builds another)."""
 
-    __slots__ = ("fit_tokens", "width_tokens", "chunk_limit", "chunk_unit", "budget_tokens")
+    __slots__ = ("fit_tokens", "width_tokens", "budget_tokens", "chunked", "chunk_limit",
+                 "chunk_unit")
 
     def __init__(self, manager: KVCacheManager, budget: Optional[_Budget] = None,
                  max_context_length: Optional[int] = None, chunk_unit: int = 1,
@@ -185,11 +186,10 @@ class _CertainRefusal:
         self.fit_tokens = allocatable * tokens_per_block - extra      # the most that fits
         self.width_tokens = manager.max_blocks_per_seq * tokens_per_block - extra
         self.budget_tokens = None if budget is None else budget.remaining_tokens
+        self.chunked = chunked
         limits = [n for n in (self.budget_tokens, max_context_length) if n is not None]
-        self.chunk_limit = min(limits, default=None) if chunked else None
+        self.chunk_limit = min(limits, default=None)  # None: no limit, a context is one chunk
         self.chunk_unit = chunk_unit
-        if chunked and self.chunk_limit is None:
-            self.chunk_limit = 1 << 62  # no limit: every context is one chunk
 
     def refuses_tokens(self, num_tokens: int) -> bool:
         return self.fit_tokens < num_tokens <= self.width_tokens
@@ -197,15 +197,13 @@ class _CertainRefusal:
     def refuses_first_chunk(self, request: Request) -> bool:
         """``request`` holds no cache (its context starts at 0)."""
         context = request.prompt_len + request.recomputed_tokens  # context_len
-        if self.chunk_limit is None:  # whole contexts; one over the budget STOPs the phase
-            tokens = context + request.num_draft_tokens
+        tokens = context + request.num_draft_tokens  # the whole context: its last chunk has the drafts
+        if not self.chunked:
             if self.budget_tokens is not None and tokens > self.budget_tokens:
-                return False
-        elif context <= self.chunk_limit:  # the last chunk carries the draft tokens
-            tokens = context + request.num_draft_tokens
-        else:
-            tokens = self.chunk_limit - self.chunk_limit % self.chunk_unit
-        return self.fit_tokens < tokens <= self.width_tokens
+                return False  # the attempt STOPs phase 2 on the budget
+        elif self.chunk_limit is not None and context > self.chunk_limit:
+            tokens = self.chunk_limit - self.chunk_limit % self.chunk_unit  # a first chunk, rounded
+        return self.refuses_tokens(tokens)
 
 
 def _contains(requests: Sequence[Request], request: Request) -> bool:
