@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from kvlab.phase import REGIMES, VERDICTS, phase_diagram
+from kvlab.phase import phase_diagram
+from kvlab.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES
 
 GRID = 64
 
@@ -31,12 +32,12 @@ def main() -> None:
         start = time.perf_counter()
         diagram = phase_diagram(pools, contexts)
         best = min(best, time.perf_counter() - start)
-    counts = {regime: {VERDICTS[code]: int(n) for code, n in
-                       enumerate(np.bincount(grid.ravel(), minlength=len(VERDICTS)))}
+    counts = {regime: {ENGINE_OUTCOMES[code]: int(n) for code, n in
+                       enumerate(np.bincount(grid.ravel(), minlength=len(ENGINE_OUTCOMES)))}
               for regime, grid in diagram.items()}
     print(json.dumps({"benchmark": "phase_diagram", "grid": [GRID, GRID],
-                      "regimes": list(REGIMES), "seconds": round(best, 6),
-                      "points_per_s": round(GRID * GRID * len(REGIMES) / best),
+                      "regimes": list(TRTLLM_POLICIES), "seconds": round(best, 6),
+                      "points_per_s": round(GRID * GRID * len(TRTLLM_POLICIES) / best),
                       "verdict_counts": counts}))
 
 

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
     walk.set_defaults(handler=_walkthrough, subparser=walk)
 
-    from .distributed import BACKENDS, MAX_RANKS, POLICIES
+    from .distributed import BACKENDS, MAX_RANKS
+    from .presets import RANK_POLICIES
 
     scen = sub.add_parser("scenario", help="run a multi-rank scenario (issue-21470) over torch.distributed",
                           description="Run NAME (a scenario with a deployment block, e.g. "
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path")
     scen.add_argument("--ranks", type=int, default=None,
                       help=f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)")
-    scen.add_argument("--policy", choices=sorted(POLICIES), default="clamped",
+    scen.add_argument("--policy", choices=sorted(RANK_POLICIES), default="clamped",
                       help="clamped (the report), configured (the one-line fix), admission "
                       "(PR #21720); default clamped")
     scen.add_argument("--backend", choices=BACKENDS, default="gloo",

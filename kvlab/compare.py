@@ -4,7 +4,8 @@ Notebooks 03 and 04 ask the same question many times: build the engine of the se
 pool), run these requests under this policy, and say in one word what happened. This module
 does that, so the notebooks only call it.
 
-Policies (:data:`POLICIES`): the admission policy and the page-index width policy together.
+Policies (:data:`kvlab.presets.POLICIES`): the admission policy and the page-index width policy
+together.
 
 - ``"none/clamped"``: the historical TensorRT-LLM V2 path (the #21470 crash);
 - ``"none/configured"``: the one-line fix (a wider row; the request is refused every pass);
@@ -16,8 +17,8 @@ Policies (:data:`POLICIES`): the admission policy and the page-index width polic
   (:func:`vllm_startup_error` gives the refusal itself);
 - ``"sglang"``: SGLang's style (:class:`kvlab.admission.SglangStyle`).
 
-The engine's outcome (:func:`engine_outcome`) is one of kvlab's outcome names (the colours of
-``kvlab.viz.OUTCOME_COLORS``): ``"crash"`` (a PageIndexTooShort stopped the engine), ``"stall"``
+The engine's outcome (:func:`kvlab.presets.engine_outcome`) is one of kvlab's outcome names (the
+colours of ``kvlab.viz.OUTCOME_COLORS``): ``"crash"`` (a PageIndexTooShort stopped the engine), ``"stall"``
 (the stall detector's SchedulerDeadlock, or requests still waiting or running when the run ran
 out of steps: starvation or a preemption livelock), ``"reject"`` (some requests were rejected
 and every other one finished), ``"ok"`` (every request finished).
@@ -34,32 +35,13 @@ from .progress import progress
 from ._validate import check_choice, check_float, check_int
 from .admission import SglangStyle, VllmStyle
 from .geometry import KVGeometry
-from .kv_cache import PageIndexTooShort
 from .manager import KVCacheManager, MaxSeqLenClampWarning
 from .memory import MIB
+from .presets import (ENGINE_OUTCOMES, PEER_POLICIES, POLICIES, TRTLLM_POLICIES, engine_outcome,
+                      seed_geometry)
 from .request import Request
-from .scheduler import DEFAULT_STALL_LIMIT, Scheduler, SchedulerDeadlock
+from .scheduler import DEFAULT_STALL_LIMIT, Scheduler
 from .simulation import SimulationResult, simulate
-
-
-#: Policy name -> (admission, page-index width policy).
-POLICIES: Dict[str, tuple] = {
-    "none/clamped": ("none", "clamped"),
-    "none/configured": ("none", "configured"),
-    "capacity": ("capacity", "clamped"),
-    "vllm": ("vllm", "clamped"),
-    "sglang": ("sglang", "clamped"),
-}
-#: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
-TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")
-PEER_POLICIES = ("vllm", "sglang")
-#: EngineConfig outcomes, worst first.
-ENGINE_OUTCOMES = ("crash", "stall", "reject", "ok")
-
-
-def _seed_geometry() -> KVGeometry:
-    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
-                      tokens_per_block=32)
 
 
 @dataclass(frozen=True)
@@ -73,7 +55,7 @@ class EngineConfig:
 
     pool_mib: float = 4.0
     max_seq_len: int = 8192
-    geometry: KVGeometry = field(default_factory=_seed_geometry)
+    geometry: KVGeometry = field(default_factory=seed_geometry)
     max_batch_size: int = 4
     max_num_tokens: int = 1 << 20
     stall_limit: int = DEFAULT_STALL_LIMIT
@@ -154,18 +136,6 @@ def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> Optional[str]:
     except ValueError as exc:
         return str(exc)
     return None
-
-
-def engine_outcome(result: SimulationResult) -> str:
-    """One of :data:`ENGINE_OUTCOMES` for a run (module docstring)."""
-    if isinstance(result.error, PageIndexTooShort):
-        return "crash"
-    if isinstance(result.error, SchedulerDeadlock):
-        return "stall"
-    statuses = set(result.status.values())
-    if statuses & {"waiting", "running"}:
-        return "stall"
-    return "reject" if "rejected" in statuses else "ok"
 
 
 def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(POLICIES),
@@ -294,7 +264,6 @@ def request_timeline(result: SimulationResult) -> List[dict]:
             for r in result.requests.values()]
 
 
-__all__ = ["ENGINE_OUTCOMES", "EngineConfig", "check_parameters", "PEER_POLICIES", "POLICIES", "TRTLLM_POLICIES",
-           "build_scheduler", "engine_outcome", "long_and_small", "not_yet_and_never",
+__all__ = ["EngineConfig", "check_parameters", "build_scheduler", "long_and_small", "not_yet_and_never",
            "outcome_row", "outcome_rows", "outcome_table", "request_timeline", "run_policies",
            "vllm_startup_error"]

@@ -76,18 +76,13 @@ from .geometry import KVGeometry
 from .manager import KVCacheManager, MaxSeqLenClampWarning
 from .memory import GIB, MemoryBudget
 from .page_index import check_table_size, max_blocks_per_seq, width_seq_len
+from .presets import POLICIES, RANK_POLICIES
 from .request import Request
 from .scheduler import Scheduler
 from .simulation import STATUS_OF_STATE, Engine
 
 BACKENDS = ("gloo", "nccl")
 MAX_RANKS = 128
-#: policy -> (page-index width policy, admission policy)
-POLICIES = {
-    "clamped": ("clamped", "none"),        # the report: row from the clamped max_seq_len
-    "configured": ("configured", "none"),  # the one-line fix: a wide row, no admission
-    "admission": ("clamped", "capacity"),  # PR #21720: reject what can never fit
-}
 FAULT_KINDS = ("die", "hang")
 #: Bytes each page stores per token (see "Storage" in the module docstring).
 STORAGE_BYTES_PER_TOKEN = 1
@@ -139,7 +134,7 @@ class RunConfig:
         check_int("ranks", len(self.budgets), low=1, high=MAX_RANKS)
         if not all(isinstance(b, MemoryBudget) for b in self.budgets):
             raise TypeError("budgets must hold one MemoryBudget per rank")
-        check_choice("policy", self.policy, POLICIES)
+        check_choice("policy", self.policy, RANK_POLICIES)
         check_int("max_steps", self.max_steps, low=1, high=1 << 30)
         ids = [r.request_id for r in self.requests]
         if len(set(ids)) != len(ids):
@@ -166,7 +161,7 @@ class RunConfig:
         tokens = min(blocks) * geo.tokens_per_block
         if tokens == 0:
             return blocks, 0, 0
-        width_policy = POLICIES[self.policy][0]
+        width_policy = POLICIES[RANK_POLICIES[self.policy]][1]
         width = max_blocks_per_seq(width_seq_len(width_policy, self.max_seq_len,
                                                  min(self.max_seq_len, tokens)),
                                    geo.tokens_per_block)
@@ -256,7 +251,7 @@ def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clampe
     if dep is None:
         raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no deployment block")
     ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
-    check_choice("policy", policy, POLICIES)
+    check_choice("policy", policy, RANK_POLICIES)
     requests, pins = scenario_requests(scenario, context_length)
     for request_id, rank in pins.items():
         if rank >= ranks:
@@ -499,7 +494,7 @@ class RankRunner:
                              f"(local quota {self.local_quota_bytes} B, {self.local_blocks} blocks)")
         storage = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=STORAGE_BYTES_PER_TOKEN,
                              dtype="fp8", tokens_per_block=geo.tokens_per_block, kv_factor=1)
-        page_policy, admission = POLICIES[cfg.policy]
+        admission, page_policy = POLICIES[RANK_POLICIES[cfg.policy]]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
             manager = KVCacheManager(storage, quota_bytes=self.blocks * storage.bytes_per_block,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Sequence
 
 import numpy as np
 
@@ -33,31 +33,17 @@ from ._validate import check_choice, check_int
 from .geometry import KVGeometry
 from .manager import KVCacheManager, MaxSeqLenClampWarning
 from .page_index import WIDTH_ALIGNMENT
+from .presets import ENGINE_OUTCOMES, POLICIES, TRTLLM_POLICIES, seed_geometry
 from .request import Request
-from .scheduler import Scheduler, SchedulerDeadlock
-from .kv_cache import PageIndexTooShort
+from .scheduler import Scheduler
 
-VERDICTS = ("ok", "reject", "stall", "crash")
-OK, REJECT, STALL, CRASH = range(len(VERDICTS))
-
-#: The three regimes of the diagram: (admission policy, page-index width policy).
-REGIMES: Dict[str, Tuple[str, str]] = {
-    "none/clamped": ("none", "clamped"),         # historical: the #21470 crash
-    "none/configured": ("none", "configured"),   # the one-line fix: stall instead
-    "capacity": ("capacity", "clamped"),         # PR #21720: reject what never fits
-}
-
-
-def _seed_geometry() -> KVGeometry:
-    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
-                      tokens_per_block=32)
-
+OK, REJECT, STALL, CRASH = range(len(ENGINE_OUTCOMES))  # the codes: indices into ENGINE_OUTCOMES
 
 @dataclass(frozen=True)
 class PhaseSetup:
     """Everything but the two axes; defaults are the seed's RTX 5080 experiment."""
 
-    geometry: KVGeometry = field(default_factory=_seed_geometry)
+    geometry: KVGeometry = field(default_factory=seed_geometry)
     max_seq_len: int = 8192          # configured
     max_new_tokens: int = 16
     max_num_tokens: int = 1 << 20    # the token budget (non-chunked: also the prompt limit)
@@ -78,8 +64,8 @@ def _blocks(tokens, tokens_per_block: int):
 
 def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regime: str,
                    setup: PhaseSetup = PhaseSetup()) -> np.ndarray:
-    """Verdict codes (indices into VERDICTS), shape (len(pool_blocks), len(context_lens))."""
-    admission, width_policy = REGIMES[check_choice("regime", regime, REGIMES)]
+    """Verdict codes (indices into ENGINE_OUTCOMES), shape (len(pool_blocks), len(context_lens))."""
+    admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
     pool = np.asarray(pool_blocks, dtype=np.int64)[:, None]
     context = np.asarray(context_lens, dtype=np.int64)[None, :]
     if pool.size and pool.min() < 1 or context.size and context.min() < 1:
@@ -104,7 +90,7 @@ def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regi
 
 
 def phase_diagram(pool_blocks: Sequence[int], context_lens: Sequence[int],
-                  regimes: Sequence[str] = tuple(REGIMES),
+                  regimes: Sequence[str] = TRTLLM_POLICIES,
                   setup: PhaseSetup = PhaseSetup()) -> Dict[str, np.ndarray]:
     """``phase_verdicts`` for each regime."""
     return {regime: phase_verdicts(pool_blocks, context_lens, regime, setup) for regime in regimes}
@@ -114,7 +100,7 @@ def phase_scenario(pool_blocks: int, context_len: int, regime: str,
                    setup: PhaseSetup = PhaseSetup(), stall_limit: int = 8):
     """The engine and the lone request one point of the diagram stands for: (scheduler,
     [request]), ready for ``simulate``."""
-    admission, width_policy = REGIMES[check_choice("regime", regime, REGIMES)]
+    admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
     check_int("pool_blocks", pool_blocks, low=1, high=1 << 30)
     check_int("context_len", context_len, low=1, high=1 << 30)
     with warnings.catch_warnings():
@@ -127,12 +113,3 @@ def phase_scenario(pool_blocks: int, context_len: int, regime: str,
                           max_batch_size=1, stall_limit=stall_limit)
     return scheduler, [Request("probe", context_len, setup.max_new_tokens)]
 
-
-def verdict_of(result) -> str:
-    """The verdict a SimulationResult of a ``phase_scenario`` shows."""
-    if isinstance(result.error, PageIndexTooShort):
-        return "crash"
-    if isinstance(result.error, SchedulerDeadlock):
-        return "stall"
-    status = result.status["probe"]
-    return {"finished": "ok", "rejected": "reject"}.get(status, "stall")

@@ -27,13 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-from .distributed import POLICIES, RunConfig, route
+from .distributed import RunConfig, route
 from .memory import MemoryBudget
-from .phase import REGIMES, VERDICTS, PhaseSetup, phase_verdicts
+from .phase import PhaseSetup, phase_verdicts
+from .presets import ENGINE_OUTCOMES, RANK_POLICIES
 
-#: distributed policy -> phase.py regime (the same page-index width and admission policies)
-REGIME_OF_POLICY = {policy: next(name for name, pair in REGIMES.items() if pair == (admission, width))
-                    for policy, (width, admission) in POLICIES.items()}
 #: What the real run's rank says when a request's verdict ends the run.
 ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too short",
                 "stall": "RuntimeError: V2 scheduler deadlock"}
@@ -128,7 +126,7 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
                            blocks * geo.bytes_per_block, clamped, width)
                   for rank, (budget, own) in enumerate(zip(config.budgets, local_blocks)))
     placement = _placement(config)
-    regime = REGIME_OF_POLICY[config.policy]
+    regime = RANK_POLICIES[config.policy]
     requests = []
     for request in sorted(config.requests, key=lambda q: q.arrival_step):
         setup = PhaseSetup(geometry=geo, max_seq_len=config.max_seq_len,
@@ -137,7 +135,7 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
         code = phase_verdicts([blocks], [request.prompt_len], regime, setup)[0, 0]
         tokens = request.prompt_len + request.max_new_tokens
         requests.append(RequestPlan(request.request_id, tokens, placement[request.request_id],
-                                    geo.blocks_for_tokens(tokens), VERDICTS[code]))
+                                    geo.blocks_for_tokens(tokens), ENGINE_OUTCOMES[code]))
     return RanksPlan(config.policy, config.max_seq_len, ranks, tuple(requests))
 
 
@@ -172,4 +170,4 @@ def _placement(config: RunConfig) -> Dict[str, int]:
     return placement
 
 
-__all__ = ["ENGINE_ERROR", "REGIME_OF_POLICY", "RankPlan", "RanksPlan", "RequestPlan", "outcome_of", "plan_ranks"]
+__all__ = ["ENGINE_ERROR", "RankPlan", "RanksPlan", "RequestPlan", "outcome_of", "plan_ranks"]

@@ -20,10 +20,9 @@ from .geometry import KVGeometry
 from .kv_cache import PageIndexTooShort
 from .manager import KVCacheManager, MaxSeqLenClampWarning
 from .memory import MIB
+from .presets import seed_geometry
 
 
-#: Allocator-level outcomes of one resize.
-OUTCOMES = ("ok", "refused", "crash")
 
 
 @dataclass(frozen=True)
@@ -81,12 +80,6 @@ class ReproResult:
                     f"({self.capacity_tokens} tokens); state preserved: {self.state_preserved}; "
                     f"{self.retry_tokens}-token retry {'succeeded' if self.retry_ok else 'failed'}")
         return f"allocated - {need} of {self.total_blocks} pages, row of {have} entries"
-
-
-def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:
-    """The seed's model shape: 2 layers, 2 KV heads, head_dim 128, fp16."""
-    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
-                      tokens_per_block=tokens_per_block)
 
 
 def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",

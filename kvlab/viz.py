@@ -27,6 +27,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import plotly.graph_objects as go
 
 from .memory import GIB, MIB
+from .presets import ENGINE_OUTCOMES, engine_outcome
 
 #: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
 #: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
@@ -366,12 +367,6 @@ TIMELINE_SERIES = ("running", "waiting", "suspended", "used_blocks", "free_block
 _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 
 
-def _engine_outcome(result) -> Optional[str]:
-    from .compare import engine_outcome  # kvlab.compare does not import viz
-
-    return engine_outcome(result)
-
-
 def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                             outcome: Optional[str] = None, title: Optional[str] = None,
                             subtitle: Optional[str] = None) -> dict:
@@ -381,10 +376,10 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
 
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
-    ``kvlab.compare.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`)."""
+    ``kvlab.presets.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`)."""
     trace = result.trace
     steps = trace.column("step")
-    outcome = outcome if outcome is not None else _engine_outcome(result)
+    outcome = outcome if outcome is not None else engine_outcome(result)
     total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
 
     def line(name, column, axis, color, **extra):
@@ -451,8 +446,6 @@ scheduler_timeline_figure = _as_figure(scheduler_timeline_spec)
 
 # --- the phase diagram: pool size x context length, one subplot per regime ----------------------
 
-#: Outcome names of kvlab.phase.VERDICTS, in code order.
-PHASE_VERDICTS = ("ok", "reject", "stall", "crash")
 
 
 def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
@@ -462,7 +455,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
                        subtitle: Optional[str] = None) -> dict:
     """``kvlab.phase.phase_diagram`` as one heatmap per regime, side by side: x the pool (MiB,
     log2 ticks), y the context length (log2 ticks), each cell in its verdict's colour
-    (:data:`OUTCOME_COLORS`; codes index :data:`PHASE_VERDICTS`). ``mark = (pool_blocks,
+    (:data:`OUTCOME_COLORS`; codes index :data:`ENGINE_OUTCOMES`). ``mark = (pool_blocks,
     context)`` puts a star on one point (the seed's) in every subplot. Traces: per regime a
     heatmap and a marker trace, then one legend entry per verdict."""
     pools = [int(p) for p in pool_blocks]
@@ -473,7 +466,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
     width = (1 - gap * (n - 1)) / n
     xs = [math.log2(p * bytes_per_block / (1 << 20)) for p in pools]
     ys = [math.log2(c) for c in contexts]
-    colors = [OUTCOME_COLORS[v] for v in PHASE_VERDICTS]
+    colors = [OUTCOME_COLORS[v] for v in ENGINE_OUTCOMES]
     colorscale = []
     for i, color in enumerate(colors):
         colorscale += [[i / len(colors), color], [(i + 1) / len(colors), color]]
@@ -483,7 +476,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
         z = [[grid[i][j] for i in range(len(pools))] for j in range(len(contexts))]
         text = [[f"pool {pools[i] * bytes_per_block / (1 << 20):.4g} MiB ({pools[i]} pages = "
                  f"{pools[i] * tokens_per_block} tokens)<br>context {contexts[j]}<br>"
-                 f"{regime}: {OUTCOME_LABELS[PHASE_VERDICTS[z[j][i]]]}"
+                 f"{regime}: {OUTCOME_LABELS[ENGINE_OUTCOMES[z[j][i]]]}"
                  for i in range(len(pools))] for j in range(len(contexts))]
         suffix = "" if k == 0 else str(k + 1)
         data.append(dict(type="heatmap", x=xs, y=ys, z=z, text=text, colorscale=colorscale, zmin=-0.5,
@@ -505,11 +498,11 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
                                       ticktext=[f"{2 ** t:g}" for t in yt], showgrid=False,
                                       showticklabels=k == 0,
                                       **({"title": dict(text="context length (tokens)")} if k == 0 else {}))
-        counts = {v: sum(row.count(i) for row in grid) for i, v in enumerate(PHASE_VERDICTS)}
+        counts = {v: sum(row.count(i) for row in grid) for i, v in enumerate(ENGINE_OUTCOMES)}
         annotations.append(dict(text=f"<b>{regime}</b><br><sup>" + ", ".join(
             f"{c} {v}" for v, c in counts.items() if c) + "</sup>", x=lo + width / 2, xref="paper",
             y=1.0, yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
-    for verdict, color in zip(PHASE_VERDICTS, colors):
+    for verdict, color in zip(ENGINE_OUTCOMES, colors):
         data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=OUTCOME_LABELS[verdict],
                          marker=dict(symbol="square", size=12, color=color), hoverinfo="skip"))
     if title is None:
@@ -600,7 +593,7 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
                  y=list(range(1, len(arrivals) + 1, stride)) + [len(arrivals)],
                  hovertemplate="minute %{x:.1f}: %{y} arrived<extra></extra>")]
     for k, (policy, run) in enumerate(runs.items()):
-        outcome = _engine_outcome(run)
+        outcome = engine_outcome(run)
         steps = run.trace.steps
         stride = max(1, len(steps) // max_points)
         kept = list(steps[::stride]) + list(steps[-1:])

@@ -41,8 +41,8 @@ import plotly.graph_objects as go
 from . import viz
 from .memory import GIB, MIB
 from .page_index import WIDTH_POLICIES
-from .repro import (ReproResult, check_repro_parameters, no_pool_reason, run_repro,
-                    seed_geometry)
+from .presets import seed_geometry
+from .repro import ReproResult, check_repro_parameters, no_pool_reason, run_repro
 
 #: Seconds within which changes are folded into one recompute (see Debouncer).
 DEFAULT_WAIT_S = 0.05
@@ -409,7 +409,7 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
 
 # --- notebook 04: admission control, live ----------------------------------------------------------
 
-#: Policies the admission panel offers (kvlab.compare.POLICIES).
+#: Policies the admission panel offers (kvlab.presets.POLICIES).
 ADMISSION_PANEL_POLICIES = ("none/clamped", "none/configured", "capacity", "vllm", "sglang")
 #: Pool slider range of the admission panel, as powers of two of MiB: 1/16 MiB (one 64 KiB page
 #: of the seed's geometry) to 256 MiB (4096 pages); it grows to include a value passed in.
@@ -436,8 +436,9 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
     """Run one long request of ``context`` tokens beside ``num_small`` small ones (256 + 32
     tokens, every 4 steps) on a pool of ``pool_mib`` MiB under ``policy``, with the real stall
     limit. The configured max_seq_len is the seed's 8192, or the context when that is longer."""
-    from .compare import EngineConfig, build_scheduler, engine_outcome, long_and_small
-    from .phase import REGIMES, VERDICTS, PhaseSetup, phase_verdicts
+    from .compare import EngineConfig, build_scheduler, long_and_small
+    from .phase import PhaseSetup, phase_verdicts
+    from .presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
     from .simulation import simulate
 
     pool_mib, context, policy = float(values["pool_mib"]), int(values["context"]), values["policy"]
@@ -448,9 +449,9 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
     requests = long_and_small(context, num_small=num_small)
     result = simulate(build_scheduler(policy, engine), requests, max_steps=50_000)
     phase = None
-    if policy in REGIMES:
+    if policy in TRTLLM_POLICIES:
         setup = PhaseSetup(max_seq_len=engine.max_seq_len, max_new_tokens=requests[0].max_new_tokens)
-        phase = VERDICTS[phase_verdicts([engine.total_blocks], [context], policy, setup)[0, 0]]
+        phase = ENGINE_OUTCOMES[phase_verdicts([engine.total_blocks], [context], policy, setup)[0, 0]]
     return AdmissionModel(pool_mib, context, policy, engine, result, engine_outcome(result), None,
                           phase, num_small)
 
@@ -458,7 +459,7 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
 def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     """The scheduler timeline of the run and the long request's pages against the pool and
     the page-index row (kvlab.viz specs)."""
-    from .compare import POLICIES
+    from .presets import POLICIES
     from .simulation import SimulationResult
     from .trace import Trace
 

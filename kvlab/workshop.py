@@ -35,7 +35,8 @@ from .admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPoli
 from .kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
 from .manager import KVCacheManager, MaxSeqLenClampWarning
 from .page_index import max_blocks_per_seq
-from .repro import MIB, OUTCOMES, run_repro, seed_geometry
+from .presets import RESIZE_OUTCOMES, seed_geometry
+from .repro import MIB, run_repro
 from .request import Request
 
 CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
@@ -296,8 +297,8 @@ def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = F
         guess = predictions.get(name)
         if guess is None:
             failures.append(f"{name} ({case}): no prediction yet")
-        elif guess not in OUTCOMES:
-            failures.append(f"{name} ({case}): {guess!r} is not an outcome; choose one of {list(OUTCOMES)}")
+        elif guess not in RESIZE_OUTCOMES:
+            failures.append(f"{name} ({case}): {guess!r} is not an outcome; choose one of {list(RESIZE_OUTCOMES)}")
         elif guess != result.outcome:
             failures.append(f"{name} ({case}): you predicted {guess!r}, the resize gave "
                             f"{result.outcome!r} - {_prediction_hint(result)}")

@@ -41,14 +41,13 @@ import inspect
 from kvlab import SchedulerDeadlock, simulate, viz
 import dataclasses
 
-from kvlab.compare import (TIERS, EngineConfig, build_scheduler, engine_outcome, long_and_small,
-                           outcome_table, tier_runs)
+from kvlab.compare import TIERS, EngineConfig, build_scheduler, long_and_small, outcome_table, tier_runs
 from kvlab.findings import Finding, report_findings
 from kvlab.measurements import load_measurements, measured_on
+from kvlab.presets import engine_outcome, seed_geometry
 from kvlab.paged_attention import paged_vs_contiguous
 from kvlab.page_index import max_blocks_per_seq, width_seq_len
-from kvlab.repro import (check_repro_parameters, no_pool_reason, page_index_price, run_repro, seed_geometry,
-                         sweep_repro)
+from kvlab.repro import check_repro_parameters, no_pool_reason, page_index_price, run_repro, sweep_repro
 from kvlab.scenarios import load_scenario
 
 # Bad parameters stop here, with a message naming the parameter.

@@ -52,11 +52,11 @@ from IPython.display import display
 
 from kvlab import Request, simulate, viz
 from kvlab.admission import FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, CapacityAdmission, demand_blocks
-from kvlab.compare import (PEER_POLICIES, POLICIES, TRTLLM_POLICIES, EngineConfig, check_parameters, engine_outcome,
-                           long_and_small, not_yet_and_never, outcome_rows, outcome_table, request_timeline,
-                           run_policies, vllm_startup_error)
+from kvlab.compare import (EngineConfig, check_parameters, long_and_small, not_yet_and_never, outcome_rows,
+                           outcome_table, request_timeline, run_policies, vllm_startup_error)
 from kvlab.findings import Finding, report_findings
-from kvlab.phase import REGIMES, VERDICTS, PhaseSetup, phase_diagram, phase_scenario, verdict_of
+from kvlab.phase import PhaseSetup, phase_diagram, phase_scenario
+from kvlab.presets import ENGINE_OUTCOMES, PEER_POLICIES, POLICIES, TRTLLM_POLICIES, engine_outcome
 from kvlab.widgets import admission_panel
 from kvlab.workload import LogNormal, azure_trace, poisson_workload
 
@@ -182,20 +182,20 @@ viz.show(viz.phase_diagram_figure(pool_blocks, context_lens, diagram, bytes_per_
                                   mark=(engine.total_blocks, context),
                                   subtitle=f"one request of context + 16 tokens, configured max_seq_len {context}; "
                                            f"{len(pool_blocks)} x {len(context_lens)} points per regime"))
-counts = pd.DataFrame({regime: {v: int((grid_ == i).sum()) for i, v in enumerate(VERDICTS)}
+counts = pd.DataFrame({regime: {v: int((grid_ == i).sum()) for i, v in enumerate(ENGINE_OUTCOMES)}
                        for regime, grid_ in diagram.items()})
 display(counts)
 assert counts.loc[["stall", "crash"], "capacity"].sum() == 0  # admission control never stalls or crashes
-assert (diagram["none/clamped"] == VERDICTS.index("ok")).sum() == (diagram["capacity"] == VERDICTS.index("ok")).sum()
+assert (diagram["none/clamped"] == ENGINE_OUTCOMES.index("ok")).sum() == (diagram["capacity"] == ENGINE_OUTCOMES.index("ok")).sum()
 checks = [(engine.total_blocks, context), (int(pool_blocks[-1]), int(context_lens[0])),
           (int(pool_blocks[len(pool_blocks) // 2]), 4096)]
 for pool_point, context_point in checks:  # a few points again, against full simulations
-    for regime in REGIMES:
+    for regime in TRTLLM_POLICIES:
         sched, requests = phase_scenario(pool_point, context_point, regime, setup)
-        closed = VERDICTS[phase_diagram([pool_point], [context_point], [regime], setup)[regime][0, 0]]
-        assert verdict_of(simulate(sched, requests, max_steps=4000)) == closed, (pool_point, context_point, regime)
-seed_point = {regime: VERDICTS[phase_diagram([engine.total_blocks], [context], [regime], setup)[regime][0, 0]]
-              for regime in REGIMES}
+        closed = ENGINE_OUTCOMES[phase_diagram([pool_point], [context_point], [regime], setup)[regime][0, 0]]
+        assert engine_outcome(simulate(sched, requests, max_steps=4000)) == closed, (pool_point, context_point, regime)
+seed_point = {regime: ENGINE_OUTCOMES[phase_diagram([engine.total_blocks], [context], [regime], setup)[regime][0, 0]]
+              for regime in TRTLLM_POLICIES}
 print("this engine's point:", seed_point)
 if IS_SEED:
     assert seed_point == {"none/clamped": "crash", "none/configured": "stall", "capacity": "reject"}

@@ -11,7 +11,8 @@ import warnings
 
 import pytest
 
-from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning
+from kvlab import KVCacheManager, MaxSeqLenClampWarning
+from kvlab.presets import seed_geometry
 
 SEED_QUOTA_BYTES = 4 * 2**20
 SEED_MAX_SEQ_LEN = 8192
@@ -33,11 +34,6 @@ def pytest_configure(config):
     for name, text in _MARKERS.items():
         if name not in declared:
             config.addinivalue_line("markers", f"{name}: {text}")
-
-
-def seed_geometry() -> KVGeometry:
-    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
-                      tokens_per_block=32)
 
 
 def make_seed_manager(policy: str = "clamped", device: str = "cpu", max_batch_size: int = 1,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kvlab import PageIndexTooShort, SchedulerDeadlock
-from kvlab.compare import (POLICIES, TRTLLM_POLICIES, EngineConfig, build_scheduler,
-                           check_parameters, engine_outcome, long_and_small, not_yet_and_never,
-                           outcome_table, request_timeline, run_policies, vllm_startup_error)
+from kvlab.compare import (EngineConfig, build_scheduler, check_parameters, long_and_small,
+                           not_yet_and_never, outcome_table, request_timeline, run_policies,
+                           vllm_startup_error)
+from kvlab.presets import POLICIES, TRTLLM_POLICIES, engine_outcome
 from kvlab.workload import LogNormal, poisson_workload
 
 

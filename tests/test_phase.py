@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 
 from kvlab import KVGeometry, simulate
-from kvlab.phase import (REGIMES, VERDICTS, PhaseSetup, phase_diagram, phase_scenario,
-                         phase_verdicts, verdict_of)
+from kvlab.phase import PhaseSetup, phase_diagram, phase_scenario, phase_verdicts
+from kvlab.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
 
 
 def verdict(pool_blocks, context_len, regime, setup=PhaseSetup()):
-    return VERDICTS[phase_verdicts([pool_blocks], [context_len], regime, setup)[0, 0]]
+    return ENGINE_OUTCOMES[phase_verdicts([pool_blocks], [context_len], regime, setup)[0, 0]]
 
 
 def test_the_seed_point():
     """4 MiB = 64 blocks, an 8192-token context: crash, stall, reject; 256 tokens: ok."""
-    assert [verdict(64, 8192, regime) for regime in REGIMES] == ["crash", "stall", "reject"]
-    assert [verdict(64, 256, regime) for regime in REGIMES] == ["ok", "ok", "ok"]
+    assert [verdict(64, 8192, regime) for regime in TRTLLM_POLICIES] == ["crash", "stall", "reject"]
+    assert [verdict(64, 256, regime) for regime in TRTLLM_POLICIES] == ["ok", "ok", "ok"]
 
 
 def test_growth_past_the_pool_stalls_and_past_the_row_crashes():
@@ -37,7 +37,7 @@ def test_a_64_by_64_grid_for_three_policies_is_fast():
     start = time.perf_counter()
     diagram = phase_diagram(pools, contexts)
     assert time.perf_counter() - start < 0.25
-    assert set(diagram) == set(REGIMES)
+    assert set(diagram) == set(TRTLLM_POLICIES)
     assert all(grid.shape == (64, 64) for grid in diagram.values())
 
 
@@ -56,21 +56,21 @@ def sample_points(setup, seed, n=15):
 
 
 @pytest.mark.parametrize("setup_index", range(len(SETUPS)))
-@pytest.mark.parametrize("regime", list(REGIMES))
+@pytest.mark.parametrize("regime", list(TRTLLM_POLICIES))
 def test_sampled_points_agree_with_full_simulations(regime, setup_index):
     setup = SETUPS[setup_index]
     for pool_blocks, context_len in sample_points(setup, seed=setup_index):
         expected = verdict(pool_blocks, context_len, regime, setup)
         scheduler, requests = phase_scenario(pool_blocks, context_len, regime, setup)
         result = simulate(scheduler, requests, max_steps=2000, check_invariants=True)
-        assert verdict_of(result) == expected, (pool_blocks, context_len, result.reasons)
+        assert engine_outcome(result) == expected, (pool_blocks, context_len, result.reasons)
 
 
 def test_the_sample_covers_every_verdict():
     seen = {verdict(pool, context, regime, setup)
-            for index, setup in enumerate(SETUPS) for regime in REGIMES
+            for index, setup in enumerate(SETUPS) for regime in TRTLLM_POLICIES
             for pool, context in sample_points(setup, seed=index)}
-    assert seen == set(VERDICTS)
+    assert seen == set(ENGINE_OUTCOMES)
 
 
 def test_bad_phase_arguments():

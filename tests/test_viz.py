@@ -168,7 +168,8 @@ def test_static_bundle_needs_no_frontend():
 # --- the scheduler timeline, the phase diagram, the policy bars (notebooks 03 and 04) -----------
 
 from kvlab.compare import EngineConfig, long_and_small, outcome_rows, run_policies  # noqa: E402
-from kvlab.phase import VERDICTS, phase_diagram  # noqa: E402
+from kvlab.phase import phase_diagram  # noqa: E402
+from kvlab.presets import ENGINE_OUTCOMES, OUTCOMES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -210,11 +211,11 @@ def test_phase_diagram_has_a_subplot_per_regime_in_outcome_colours():
     for heat, grid in zip(heatmaps, diagram.values()):
         # z is (contexts, pools): the transpose of kvlab.phase's (pools, contexts)
         assert [list(row) for row in heat.z] == [[int(grid[i][j]) for i in range(4)] for j in range(3)]
-    assert viz.PHASE_VERDICTS == VERDICTS
+    assert set(viz.OUTCOME_COLORS) == set(viz.OUTCOME_LABELS) == set(OUTCOMES)  # every outcome, once
     seed_cell = heatmaps[0].text[2][2]
     assert "pool 4 MiB (64 pages" in seed_cell and "crash" in seed_cell
     legend = [t for t in fig.data if t.type == "scatter" and t.x == (None,)]
-    assert [t.marker.color for t in legend] == [viz.OUTCOME_COLORS[v] for v in VERDICTS]
+    assert [t.marker.color for t in legend] == [viz.OUTCOME_COLORS[v] for v in ENGINE_OUTCOMES]
     assert [t.marker.symbol for t in fig.data if t.type == "scatter" and t.x != (None,)] == ["star"] * 3
     assert [heat.colorscale[-1][1] for heat in heatmaps] == [viz.OUTCOME_COLORS["crash"]] * 3
 

@@ -32,7 +32,7 @@ Policies: "clamped" runs the manager as shipped (its table is sized from the cla
 since PR #12306; an older build sizes it otherwise, and the comparison shows the width that
 build really has). "configured" applies the seed's one-line candidate fix from outside: before
 any cache exists, the table is rebuilt with rows sized from the configured ``max_seq_len``.
-Outcomes use :data:`kvlab.repro.OUTCOMES`: "ok" (resize True), "refused" (False), "crash"
+Outcomes use :data:`kvlab.presets.RESIZE_OUTCOMES`: "ok" (resize True), "refused" (False), "crash"
 (the ValueError, with its message).
 """
 
