@@ -27,7 +27,6 @@ and every other one finished), ``"ok"`` (every request finished).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -35,10 +34,9 @@ from .progress import progress
 from ._validate import check_choice, check_float, check_int
 from .admission import SglangStyle, VllmStyle
 from .geometry import KVGeometry
-from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .manager import KVCacheManager
 from .memory import MIB
-from .presets import (ENGINE_OUTCOMES, PEER_POLICIES, POLICIES, TRTLLM_POLICIES, engine_outcome,
-                      seed_geometry)
+from .presets import POLICIES, engine_outcome, seed_geometry
 from .request import Request
 from .scheduler import DEFAULT_STALL_LIMIT, Scheduler
 from .simulation import SimulationResult, simulate
@@ -92,12 +90,10 @@ class EngineConfig:
         return self.total_blocks * self.geometry.tokens_per_block
 
     def manager(self, width_policy: str = "clamped") -> KVCacheManager:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-            return KVCacheManager(self.geometry, self.quota_bytes, self.max_seq_len,
-                                  max_batch_size=self.max_batch_size,
-                                  page_index_policy=width_policy,
-                                  host_cache_size=self.host_cache_size)
+        return KVCacheManager.expecting_clamp(self.geometry, self.quota_bytes, self.max_seq_len,
+                                              max_batch_size=self.max_batch_size,
+                                              page_index_policy=width_policy,
+                                              host_cache_size=self.host_cache_size)
 
     def describe(self) -> str:
         return (f"{self.pool_mib:g} MiB pool = {self.total_blocks} pages of "

@@ -62,7 +62,6 @@ import socket
 import threading
 import time
 import traceback
-import warnings
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import PurePath
@@ -73,7 +72,7 @@ import torch
 from .progress import progress as progress_bar
 from ._validate import check_choice, check_float, check_int
 from .geometry import KVGeometry
-from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .manager import KVCacheManager
 from .memory import GIB, MemoryBudget
 from .page_index import check_table_size, max_blocks_per_seq, width_seq_len
 from .presets import POLICIES, RANK_POLICIES
@@ -495,11 +494,9 @@ class RankRunner:
         storage = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=STORAGE_BYTES_PER_TOKEN,
                              dtype="fp8", tokens_per_block=geo.tokens_per_block, kv_factor=1)
         admission, page_policy = POLICIES[RANK_POLICIES[cfg.policy]]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-            manager = KVCacheManager(storage, quota_bytes=self.blocks * storage.bytes_per_block,
-                                     max_seq_len=cfg.max_seq_len, max_batch_size=cfg.max_batch_size,
-                                     page_index_policy=page_policy, device=self.device)
+        manager = KVCacheManager.expecting_clamp(
+            storage, quota_bytes=self.blocks * storage.bytes_per_block, max_seq_len=cfg.max_seq_len,
+            max_batch_size=cfg.max_batch_size, page_index_policy=page_policy, device=self.device)
         scheduler = Scheduler(manager, admission=admission, max_num_tokens=cfg.max_num_tokens,
                               max_batch_size=cfg.max_batch_size, stall_limit=cfg.stall_limit,
                               chunked_prefill=cfg.chunked_prefill)

@@ -61,6 +61,15 @@ def _allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, devi
 class KVCacheManager:
     """A rank's paged KV cache: pool, page-index table and the caches of its sequences."""
 
+    @classmethod
+    def expecting_clamp(cls, *args, **kwargs) -> "KVCacheManager":
+        """A manager built where the max_seq_len clamp is the point (the seed's experiment,
+        sweeps over pools, the ranks): the clamp happens as always, without the
+        MaxSeqLenClampWarning that tells a user it did."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+            return cls(*args, **kwargs)
+
     def __init__(self, geometry: KVGeometry, quota_bytes: int, max_seq_len: int,
                  max_batch_size: int, page_index_policy: str = "clamped", device="cpu",
                  pp_size: int = 1, num_extra_kv_tokens: int = 0, reserved_draft_tokens: int = 0,

@@ -159,9 +159,7 @@ def pool_vs_workspace(geometry, weights_bytes: int, workspace_bytes: Sequence[in
     a real :class:`kvlab.KVCacheManager` built from its quota (the pool a real tensor). One row
     per size: the measured parts, the quota, the pool's blocks and bytes as allocated, the
     clamped max_seq_len and the row width."""
-    import warnings
-
-    from .manager import KVCacheManager, MaxSeqLenClampWarning
+    from .manager import KVCacheManager
 
     rows = []
     for ws in workspace_bytes:
@@ -169,10 +167,8 @@ def pool_vs_workspace(geometry, weights_bytes: int, workspace_bytes: Sequence[in
         try:
             budget = mem.budget(free_gpu_memory_fraction)
             before = torch.cuda.memory_allocated(mem.device)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-                manager = KVCacheManager(geometry, budget.kv_quota_bytes, max_seq_len,
-                                         max_batch_size=1, device=mem.device)
+            manager = KVCacheManager.expecting_clamp(geometry, budget.kv_quota_bytes, max_seq_len,
+                                                     max_batch_size=1, device=mem.device)
             torch.cuda.synchronize(mem.device)
             rows.append(dict(
                 workspace_bytes=ws, total_bytes=budget.total_bytes,

@@ -23,7 +23,6 @@ checks sampled points against full ``simulate`` runs.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Sequence
 
@@ -31,7 +30,7 @@ import numpy as np
 
 from ._validate import check_choice, check_int
 from .geometry import KVGeometry
-from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .manager import KVCacheManager
 from .page_index import WIDTH_ALIGNMENT
 from .presets import ENGINE_OUTCOMES, POLICIES, TRTLLM_POLICIES, seed_geometry
 from .request import Request
@@ -103,12 +102,10 @@ def phase_scenario(pool_blocks: int, context_len: int, regime: str,
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
     check_int("pool_blocks", pool_blocks, low=1, high=1 << 30)
     check_int("context_len", context_len, low=1, high=1 << 30)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        manager = KVCacheManager(setup.geometry, pool_blocks * setup.geometry.bytes_per_block,
-                                 setup.max_seq_len, max_batch_size=1,
-                                 page_index_policy=width_policy,
-                                 num_extra_kv_tokens=setup.num_extra_kv_tokens)
+    manager = KVCacheManager.expecting_clamp(
+        setup.geometry, pool_blocks * setup.geometry.bytes_per_block, setup.max_seq_len,
+        max_batch_size=1, page_index_policy=width_policy,
+        num_extra_kv_tokens=setup.num_extra_kv_tokens)
     scheduler = Scheduler(manager, admission=admission, max_num_tokens=setup.max_num_tokens,
                           max_batch_size=1, stall_limit=stall_limit)
     return scheduler, [Request("probe", context_len, setup.max_new_tokens)]

@@ -10,7 +10,6 @@ that raises (``"clamped"``: 256 entries needed, 68 available) or returns False (
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -18,7 +17,7 @@ from .progress import progress
 from ._validate import check_float, check_int
 from .geometry import KVGeometry
 from .kv_cache import PageIndexTooShort
-from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .manager import KVCacheManager
 from .memory import MIB
 from .presets import seed_geometry
 
@@ -96,11 +95,10 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
         raise ValueError(f"pool_mib={pool_mib:g} holds no page: one page of {geometry.tokens_per_block} "
                          f"tokens takes {geometry.bytes_per_block} B; accepted: pool_mib >= "
                          f"{geometry.bytes_per_block / MIB:g}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        mgr = KVCacheManager(geometry, quota_bytes=int(pool_mib * MIB), max_seq_len=max_seq_len,
-                             max_batch_size=1, page_index_policy=policy, device=device,
-                             host_cache_size=host_cache_size)
+    mgr = KVCacheManager.expecting_clamp(geometry, quota_bytes=int(pool_mib * MIB),
+                                         max_seq_len=max_seq_len, max_batch_size=1,
+                                         page_index_policy=policy, device=device,
+                                         host_cache_size=host_cache_size)
     cache = mgr.create_cache("repro")
     row_before = cache.page_indices.clone()
     error = state_preserved = retry_ok = None

@@ -26,14 +26,13 @@ kvlab's own Mamba residency is not built yet, so exercise 4 is self-contained he
 from __future__ import annotations
 
 import html
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy, CapacityAdmission,
                         demand_blocks)
 from .kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
-from .manager import KVCacheManager, MaxSeqLenClampWarning
+from .manager import KVCacheManager
 from .page_index import max_blocks_per_seq
 from .presets import RESIZE_OUTCOMES, seed_geometry
 from .repro import MIB, run_repro
@@ -104,13 +103,6 @@ def _call(fn: Callable, *args):
         return None, NOT_YET
     except Exception as exc:  # the learner's code: report it, never crash the notebook
         return None, f"raised {type(exc).__name__}: {exc}"
-
-
-def _quiet_manager(**kwargs) -> KVCacheManager:
-    """A KVCacheManager on the CPU with the clamp warning silenced (the exercises expect it)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        return KVCacheManager(**kwargs)
 
 
 # --- exercise 1: the page-index width ------------------------------------------------------------
@@ -357,7 +349,7 @@ def _seed_manager(policy: str = "configured", quota_mib: float = 4, max_batch_si
                   busy_blocks: int = 0, fill_slots: bool = False, **kwargs) -> KVCacheManager:
     """The seed's manager, with ``busy_blocks`` pages already held by another sequence, or
     (``fill_slots``) every page-index slot held by a one-page sequence."""
-    mgr = _quiet_manager(geometry=seed_geometry(), quota_bytes=int(quota_mib * MIB),
+    mgr = KVCacheManager.expecting_clamp(geometry=seed_geometry(), quota_bytes=int(quota_mib * MIB),
                          max_seq_len=SEED_MAX_SEQ_LEN, max_batch_size=max_batch_size,
                          page_index_policy=policy, **kwargs)
     for i in range(max_batch_size if fill_slots else 0):
