@@ -45,7 +45,7 @@ from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._validate import check_choice, check_int, check_subset
+from ._validate import check_choice, check_float, check_int, check_subset
 from .geometry import KVGeometry, MambaGeometry
 from .kv_cache import KVCache
 from .manager import KVCacheManager
@@ -384,6 +384,22 @@ PR_QUOTA_BYTES = int(24.86 * GIB)
 PR_MAX_BATCH_SIZE = 512
 #: The scaled-down Qwen3.5-27B (:func:`scaled_qwen3_5_27b`) is this many times smaller.
 SCALE = 256
+
+
+#: The SSM state dtypes notebook 05 and its panel offer: what the PR's numbers imply, and the
+#: config's.
+MAMBA_SSM_DTYPES = ("bfloat16", "float32")
+
+
+def check_parameters(*, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE, ssm_dtype="bfloat16",
+                     SMOKE=False) -> None:
+    """Validate notebook 05's parameters as papermill passes them; each error names the
+    parameter, its value and the accepted range."""
+    check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
+    check_int("max_batch_size", max_batch_size, low=1, high=4096)
+    check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
+    if not isinstance(SMOKE, bool):
+        raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r}")
 
 
 def qwen_plan(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,

@@ -39,6 +39,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from . import viz
+from .mamba import MAMBA_SSM_DTYPES
 from .memory import GIB, MIB
 from .page_index import WIDTH_POLICIES
 from .presets import seed_geometry
@@ -674,8 +675,6 @@ __all__ += ["RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model
 
 # --- notebook 05: recurrent-state residency (merged; proposals PR #17261, #18985), live ----------
 
-#: SSM state dtypes the residency panel offers.
-MAMBA_SSM_DTYPES = ("bfloat16", "float32")
 
 
 @dataclass(frozen=True)
@@ -782,5 +781,5 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
                  wait_s=wait_s)
 
 
-__all__ += ["MAMBA_SSM_DTYPES", "MambaModel", "mamba_figures", "mamba_model", "mamba_panel",
+__all__ += ["MambaModel", "mamba_figures", "mamba_model", "mamba_panel",
             "mamba_verdict"]

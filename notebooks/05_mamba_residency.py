@@ -41,19 +41,14 @@ SMOKE: bool = False  # True (CI): a coarser free_gpu_memory_fraction sweep
 import pandas as pd
 
 from kvlab import MambaHybridCacheManager, qwen3_5_27b_attention, qwen3_5_27b_mamba, viz
-from kvlab._validate import check_choice, check_float, check_int
 from kvlab.findings import Finding, report_findings
 from kvlab.mamba import (GENERIC_MAX_BATCH_SIZE, GIB, MIB, PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES, SCALE,
-                         dtype_rows, fraction_rows, implied_ssm_dtype, proposal_rows, qwen_plan,
+                         check_parameters, dtype_rows, fraction_rows, implied_ssm_dtype, proposal_rows, qwen_plan,
                          residency_bytes, run_review_findings, scaled_qwen3_5_27b)
-from kvlab.widgets import MAMBA_SSM_DTYPES, mamba_panel
+from kvlab.widgets import mamba_panel
 
 # Bad parameters stop here, with a message naming the parameter.
-check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
-check_int("max_batch_size", max_batch_size, low=1, high=4096)
-check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
-if not isinstance(SMOKE, bool):
-    raise TypeError(f"SMOKE must be a bool, got {SMOKE!r}")
+check_parameters(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype, SMOKE=SMOKE)
 
 quota = int(quota_gib * GIB)
 IS_PR = (quota, max_batch_size, ssm_dtype) == (PR_QUOTA_BYTES, PR_MAX_BATCH_SIZE, "bfloat16")

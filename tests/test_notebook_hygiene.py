@@ -79,6 +79,13 @@ def test_no_machine_specific_paths(path):
         assert not MACHINE_PATH.search(cell.source), f"cell {i} names a machine-specific path"
 
 
+@pytest.mark.parametrize("path", IPYNBS, ids=IDS)
+def test_imports_no_private_module(path):
+    """A notebook uses kvlab's public names, never a private module (``kvlab._validate``)."""
+    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert not re.search(r"(from|import)\s+kvlab(\.\w+)*\._", code)
+
+
 def test_every_percent_script_has_its_notebook():
     for script in NOTEBOOKS.rglob("*.py"):
         if "format_name: percent" in script.read_text(encoding="utf-8"):
