@@ -23,9 +23,9 @@ None) and no residency gate in the V2 scheduler.
   (anything with ``all_reduce_min(int) -> int``: kvlab.distributed's TorchComm or ThreadComm
   handles) and exposed through ``max_resident_sequences()`` (None when every requested sequence
   fits), which kvlab's Scheduler gates first context chunks on; ``warmup_batch_sizes`` are
-  truncated to it. ``residency_bugs={"attention_only_returns_none_first"}`` restores the
-  review's first finding: a rank with no local Mamba layers answers None before reading the
-  all-reduced cap (the scheduler holds the other two findings).
+  truncated to it. With the review's fix: every rank answers the all-reduced cap (its first
+  finding, a rank with no local Mamba layers answering None first, is
+  ``kvlab.case_studies.NoneFirstManager``; the other two are scheduler subclasses there).
 - ``quota_message="pr18985"`` and :func:`feasible_max_batch_size`: *proposal, PR #18985, open.*
   Instead of a clamp, pin a feasible ``max_batch_size`` default for the hybrid family (through
   ``get_model_defaults``; an explicit user value still wins) and make the quota error report GiB
@@ -41,11 +41,11 @@ DISAGG_GENERATION_INIT is admitted), keeps it while suspended, and gives it back
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from ._validate import check_choice, check_float, check_int, check_subset
+from ._validate import check_choice, check_float, check_int
 from .geometry import KVGeometry, MambaGeometry
 from .kv_cache import KVCache
 from .manager import KVCacheManager
@@ -59,7 +59,6 @@ MERGED_RESIDENCY = "raw"
 #: The quota error's wording: "merged" (the real message) or "pr18985" (PR #18985's proposal).
 QUOTA_MESSAGES = ("merged", "pr18985")
 #: The review finding this manager can reproduce (the scheduler holds the other two).
-MANAGER_RESIDENCY_BUGS = ("attention_only_returns_none_first",)
 #: The real message, raised by ``MambaHybridCacheManagerV2._build_cache_config``.
 QUOTA_TOO_SMALL = ("The V2 Mamba GPU cache quota is too small for live recurrent states and "
                    "attention pages: got {got} bytes, need at least {need} bytes.")
@@ -228,7 +227,7 @@ class MambaHybridCacheManager(KVCacheManager):
     ``residency="raw"`` (the default) is merged TensorRT-LLM: ``max_batch_size * pp_size``
     resident slots plus the dummies, or the real ValueError when they and one attention page do
     not fit; ``max_resident_sequences()`` is None. ``residency="clamped"`` is PR #17261's
-    proposal (closed without merging); ``comm`` and ``residency_bugs`` belong to it alone.
+    proposal (closed without merging); ``comm`` belongs to it alone.
     ``quota_message="pr18985"`` words the error as PR #18985 proposes.
 
     ``mamba=None`` (or zero layers) is an attention-only pipeline rank: no slots, yet in
@@ -239,7 +238,7 @@ class MambaHybridCacheManager(KVCacheManager):
                  max_seq_len: int, max_batch_size: int, *, pp_size: int = 1,
                  residency: str = MERGED_RESIDENCY, comm=None, cuda_graph_padding: bool = True,
                  attention_dp: bool = False, warmup_batch_sizes: Sequence[int] = (),
-                 residency_bugs: Iterable[str] = frozenset(), quota_message: str = "merged",
+                 quota_message: str = "merged",
                  device="cpu", **kwargs):
         if mamba is not None and not isinstance(mamba, MambaGeometry):
             raise TypeError(f"mamba must be a MambaGeometry or None, got {type(mamba).__name__}")
@@ -253,12 +252,10 @@ class MambaHybridCacheManager(KVCacheManager):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         if comm is not None and not callable(getattr(comm, "all_reduce_min", None)):
             raise TypeError(f"comm must have an all_reduce_min(int) method, got {type(comm).__name__}")
-        self.residency_bugs: FrozenSet[str] = check_subset("residency_bugs", residency_bugs,
-                                                           MANAGER_RESIDENCY_BUGS)
-        if residency == "raw" and (comm is not None or self.residency_bugs):
-            raise ValueError("comm and residency_bugs belong to residency='clamped' (PR #17261's "
-                             "proposal, closed without merging); merged TensorRT-LLM "
-                             "(residency='raw') does no all-reduce of the residency")
+        if residency == "raw" and comm is not None:
+            raise ValueError("comm belongs to residency='clamped' (PR #17261's proposal, closed "
+                             "without merging); merged TensorRT-LLM (residency='raw') does no "
+                             "all-reduce of the residency")
         warmup = tuple(check_int("warmup_batch_sizes[]", b, low=1, high=1 << 20)
                        for b in warmup_batch_sizes)
         self.mamba = mamba
@@ -305,10 +302,7 @@ class MambaHybridCacheManager(KVCacheManager):
     def max_resident_sequences(self) -> Optional[int]:
         """Sequences whose recurrent state may be resident at once; None = unbounded. Always
         None under merged residency ("raw": merged TensorRT-LLM has no such hook); under PR
-        #17261's clamp, the all-reduced cap (the review's fix: the cap first)."""
-        if "attention_only_returns_none_first" in self.residency_bugs:
-            if self.local_num_mamba_layers == 0:
-                return None
+        #17261's clamp, the all-reduced cap, on every rank (the review's fix)."""
         return self._resident_sequence_cap
 
     @property
@@ -545,160 +539,3 @@ def residency_bytes(plan: ResidencyPlan) -> dict:
         raw = dict(raw, pages=page, unused=0)
     cap = plan.local_cap
     return dict(raw=raw, clamped=split(cap, cap >= 1), raw_fits=plan.raw_fits)
-
-
-# Review-finding scenarios of PR #17261's clamp (a proposal, closed without merging; the review
-# found three holes in it). tests/test_mamba.py runs the same ones: a tiny hybrid model with
-# 2816-byte slots and 128-byte attention pages of 4 tokens.
-REVIEW_MAMBA = MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8,
-                             n_groups=2, d_conv=4, conv_dtype="bfloat16", ssm_dtype="float32")
-REVIEW_ATTN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
-                         tokens_per_block=4)
-#: The buggy switch of each finding (on Scheduler or MambaHybridCacheManager).
-FINDING_BUGS = {1: "attention_only_returns_none_first", 2: "disagg_bypasses_cap",
-                3: "break_on_cap"}
-
-
-@dataclass(frozen=True)
-class FindingRun:
-    """One review finding of PR #17261's clamp run once, with (``bug=True``) or without its fix."""
-
-    finding: int
-    bug: bool
-    metrics: Tuple[Tuple[str, int], ...]   # (label, value) for the figure
-    outcome: str                           # "ok", "stall" or "crash" (kvlab's outcome names)
-    detail: str
-
-    @property
-    def label(self) -> str:
-        return "bug" if self.bug else "fix"
-
-
-def _review_manager(affordable: int, max_batch_size: int, pages: int = 20, **kwargs):
-    """PR #17261's clamped manager (the findings are the review of that proposal)."""
-    quota = (affordable + 1) * REVIEW_MAMBA.bytes_per_slot + pages * REVIEW_ATTN.bytes_per_block
-    return MambaHybridCacheManager(REVIEW_ATTN, REVIEW_MAMBA, quota,
-                                   max_seq_len=pages * REVIEW_ATTN.tokens_per_block,
-                                   max_batch_size=max_batch_size, residency="clamped", **kwargs)
-
-
-def _finding_1(bug: bool) -> FindingRun:
-    """Rank 0 (Mamba, affords 3 of 8) and rank 1 (attention-only) MIN-reduce in two threads;
-    then each rank schedules 8 fresh requests once."""
-    import threading
-
-    from .distributed import ThreadComm
-    from .request import Request
-    from .scheduler import Scheduler
-
-    bugs = {FINDING_BUGS[1]} if bug else set()
-    comm = ThreadComm(2, timeout_s=30)
-    managers: list = [None, None]
-    errors: list = []
-
-    def build(rank):
-        try:
-            if rank == 0:
-                managers[0] = _review_manager(3, 8, comm=comm.for_rank(0), residency_bugs=bugs)
-            else:
-                managers[1] = MambaHybridCacheManager(
-                    REVIEW_ATTN, None, 64 * REVIEW_ATTN.bytes_per_block, max_seq_len=64,
-                    max_batch_size=8, residency="clamped", comm=comm.for_rank(1),
-                    residency_bugs=bugs)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-            comm.abort()
-
-    threads = [threading.Thread(target=build, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    caps = [m.max_resident_sequences() for m in managers]
-    admitted = []
-    for m in managers:
-        sched = Scheduler(m, max_num_tokens=256, max_batch_size=8)
-        for i in range(8):
-            sched.submit(Request(f"r{i}", prompt_len=8, max_new_tokens=4))
-        admitted.append(len(sched.schedule().context_requests))
-    agree = caps[0] == caps[1] and admitted[0] == admitted[1]
-    metrics = (("rank 0 cap", caps[0] or 0), ("rank 1 cap", caps[1] or 0),
-               ("rank 0 admitted", admitted[0]), ("rank 1 admitted", admitted[1]))
-    detail = (f"caps {caps} (None = unbounded); first chunks admitted in the first pass "
-              f"{admitted}: " + ("the ranks agree" if agree else
-                                 "the pipeline ranks would run different batches"))
-    return FindingRun(1, bug, metrics, "ok" if agree else "stall", detail)
-
-
-def _finding_2(bug: bool) -> FindingRun:
-    """Cap 1, two DISAGG_GENERATION_INIT requests, one scheduler pass."""
-    from .request import Request
-    from .scheduler import Scheduler
-
-    m = _review_manager(1, 4)
-    sched = Scheduler(m, residency_bugs={FINDING_BUGS[2]} if bug else set())
-    requests = [Request(f"d{i}", prompt_len=8, max_new_tokens=4, disagg_generation_init=True)
-                for i in range(2)]
-    for r in requests:
-        sched.submit(r)
-    try:
-        admitted = len(sched.schedule().fitting_disagg_gen_init_requests)
-        outcome, detail = "ok", f"{admitted} of 2 admitted; the other waits for the slot"
-    except StateSlotsExhausted as exc:
-        admitted = sum(r.request_id in m.caches for r in requests) + 1  # + the one that raised
-        outcome, detail = "crash", f"{admitted} of 2 admitted past the cap: {exc}"
-    metrics = (("cap", m.max_resident_sequences() or 0), ("admitted in one pass", admitted))
-    return FindingRun(2, bug, metrics, outcome, detail)
-
-
-def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
-    """Cap 1: B is mid-prefill and holds the slot; A, a first chunk, sits ahead of B. Run
-    passes until B's prefill is done or the stall detector fires."""
-    from .request import Request
-    from .scheduler import Scheduler, SchedulerDeadlock
-
-    m = _review_manager(1, 2, pages=21)
-    sched = Scheduler(m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True,
-                      chunk_unit_size=4, stall_limit=stall_limit,
-                      residency_bugs={FINDING_BUGS[3]} if bug else set())
-    b = Request("B", prompt_len=40, max_new_tokens=2)
-    sched.submit(b)
-    sched.schedule()
-    b.context_current_position += b.context_chunk_size  # the executor ran B's first chunk
-    sched.submit(Request("A", prompt_len=8, max_new_tokens=2))
-    sched._active.sort(key=lambda r: r.request_id)  # A ahead of B (priority sort, recompute pause)
-    scheduled = stalled = 0
-    error = None
-    try:
-        while not b.is_context_finished:
-            batch = sched.schedule()
-            if b in batch.context_requests:
-                scheduled += 1
-                b.context_current_position += b.context_chunk_size
-            else:
-                stalled += 1
-    except SchedulerDeadlock as exc:
-        error = exc
-        stalled = exc.stalled_passes  # the raising pass included
-    metrics = (("B chunks scheduled", scheduled), ("stalled passes", stalled))
-    if error is None:
-        return FindingRun(3, bug, metrics, "ok",
-                          f"A skipped (capped), B's remaining {scheduled} chunks scheduled")
-    return FindingRun(3, bug, metrics, "stall", f"B never advanced: {error}")
-
-
-def run_review_finding(finding: int, bug: bool) -> FindingRun:
-    """Run one of the review's findings on PR #17261's clamp (1, 2, 3) with its bug or its fix."""
-    runners = {1: _finding_1, 2: _finding_2, 3: _finding_3}
-    if finding not in runners:
-        raise ValueError(f"finding must be 1, 2 or 3, got {finding!r}")
-    if not isinstance(bug, bool):
-        raise TypeError(f"bug must be a bool, got {bug!r}")
-    return runners[finding](bug)
-
-
-def run_review_findings() -> List[FindingRun]:
-    """Every finding, bug then fix: six runs."""
-    return [run_review_finding(n, bug) for n in (1, 2, 3) for bug in (True, False)]

@@ -49,9 +49,9 @@ when ``manager.max_resident_sequences()``
 is not None, a request that would take a new state slot (a first context chunk, or a
 DISAGG_GENERATION_INIT) is admitted only while fewer sequences hold a slot than the cap; a
 suspended sequence keeps its slot and counts. A capped first chunk is skipped (``continue``).
-``residency_bugs`` restores the review's scheduler findings: "disagg_bypasses_cap" (the
-DISAGG_GENERATION_INIT path neither gated nor counted) and "break_on_cap" (``break``: the scan
-stops, so non-first chunks behind a capped first chunk are never scheduled).
+These are the review's fixes; its scheduler findings (DISAGG_GENERATION_INIT neither gated nor
+counted; ``break`` at a capped first chunk) are subclasses in kvlab.case_studies, each
+overriding one hook: ``_disagg_gen_init_under_cap`` and ``_residency_refusal``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
-from ._validate import check_int, check_subset
+from ._validate import check_int
 from .admission import AdmissionPolicy, Verdict, make_admission
 from .kv_cache import KVCache, PageIndexTooShort
 from .manager import KVCacheManager
@@ -73,7 +73,6 @@ DEADLOCK_REMEDY = ("Configure kv_cache_config.host_cache_size, increase kv_cache
                    "or lower max_batch_size.")
 LIVE_STATES = ("waiting", "running", "suspended")
 #: The review findings of PR #17261 the scheduler can reproduce (default: all fixed).
-SCHEDULER_RESIDENCY_BUGS = ("disagg_bypasses_cap", "break_on_cap")
 
 
 class SchedulerDeadlock(RuntimeError):
@@ -225,7 +224,7 @@ class Scheduler:
                  stall_limit: int = DEFAULT_STALL_LIMIT, *, chunked_prefill: bool = False,
                  max_context_length: Optional[int] = None, chunk_unit_size: Optional[int] = None,
                  scheduler_capacity: Optional[int] = None, enable_recompute_pause: bool = True,
-                 debug: bool = False, residency_bugs: Iterable[str] = frozenset()):
+                 debug: bool = False):
         if not isinstance(manager, KVCacheManager):
             raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
         self.manager = manager
@@ -254,8 +253,6 @@ class Scheduler:
                              f"{self.chunk_unit_size}")
         self.admission.check_startup(manager)
         self._admission_gates_starts = type(self.admission).may_start is not AdmissionPolicy.may_start
-        self.residency_bugs: FrozenSet[str] = check_subset("residency_bugs", residency_bugs,
-                                                           SCHEDULER_RESIDENCY_BUGS)
 
         self.iteration = 0
         self.stalled_passes = 0
@@ -341,8 +338,7 @@ class Scheduler:
                 continue
             if request.disagg_generation_init and request.is_disagg_generation_init:
                 # outside both budgets
-                if ("disagg_bypasses_cap" not in self.residency_bugs
-                        and self._residency_full(request)):
+                if self._disagg_gen_init_under_cap() and self._residency_full(request):
                     request.num_refusals += 1
                 elif self._prepare_disagg_gen_init(request):
                     batch.fitting_disagg_gen_init_requests.append(request)
@@ -568,9 +564,7 @@ class Scheduler:
                           preempted: List[Request]):
         first_chunk = request.is_first_context_chunk
         if first_chunk and self._residency_full(request):
-            # the real guard; the review's fix skips only this request
-            stop = "break_on_cap" in self.residency_bugs
-            return (ScheduleAction.STOP if stop else ScheduleAction.SKIP), 0
+            return self._residency_refusal(), 0
         if first_chunk and not self.admission.may_start(request, self.manager, self._active):
             return ScheduleAction.STOP, 0
         try:
@@ -638,6 +632,17 @@ class Scheduler:
         return False
 
     # -- recurrent-state residency ---------------------------------------------------------
+    def _residency_refusal(self) -> ScheduleAction:
+        """What a first chunk refused at the residency cap does to phase 2: SKIP, only this
+        request (the review's fix; kvlab.case_studies.BreakOnCapScheduler has the bug)."""
+        return ScheduleAction.SKIP
+
+    def _disagg_gen_init_under_cap(self) -> bool:
+        """Whether a DISAGG_GENERATION_INIT request is gated by the residency cap and, holding
+        a slot, counted toward it (the review's fix; kvlab.case_studies.DisaggBypassScheduler
+        has the bug)."""
+        return True
+
     def _residency_full(self, request: Request) -> bool:
         """True when ``request`` would take a new state slot and the manager's cap is reached."""
         cap = self.manager.max_resident_sequences()
@@ -646,12 +651,12 @@ class Scheduler:
         return self.num_resident_sequences() >= cap
 
     def num_resident_sequences(self) -> int:
-        """Live requests holding a cache, hence a state slot (suspended ones included). With
-        "disagg_bypasses_cap", a DISAGG_GENERATION_INIT holding one is not counted."""
+        """Live requests holding a cache, hence a state slot (suspended ones included); a
+        DISAGG_GENERATION_INIT one only while ``_disagg_gen_init_under_cap``."""
         caches = self.manager.caches
-        bypass = "disagg_bypasses_cap" in self.residency_bugs
+        counts_disagg = self._disagg_gen_init_under_cap()
         return sum(1 for r in self._active if r.state in LIVE_STATES and r.request_id in caches
-                   and not (bypass and r.is_disagg_generation_init))
+                   and (counts_disagg or not r.is_disagg_generation_init))
 
     # -- manager calls -------------------------------------------------------------------
     def _allocate_context(self, request: Request, num_tokens: int) -> Optional[bool]:

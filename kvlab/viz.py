@@ -805,7 +805,7 @@ BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
 
 def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict:
     """One panel per review finding of PR #17261 (a proposal, closed without merging), its
-    metrics as grouped bars, bug beside fix. ``runs``: ``kvlab.mamba.FindingRun`` objects (each
+    metrics as grouped bars, bug beside fix. ``runs``: ``kvlab.case_studies.FindingRun`` objects (each
     finding with bug=True and bug=False). Traces: two bar traces (bug, fix) per finding present."""
     findings = sorted({r.finding for r in runs})
     n = max(len(findings), 1)

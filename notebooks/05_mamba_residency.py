@@ -41,10 +41,11 @@ SMOKE: bool = False  # True (CI): a coarser free_gpu_memory_fraction sweep
 import pandas as pd
 
 from kvlab import MambaHybridCacheManager, qwen3_5_27b_attention, qwen3_5_27b_mamba, viz
+from kvlab.case_studies import run_review_findings
 from kvlab.findings import Finding, report_findings
 from kvlab.mamba import (GENERIC_MAX_BATCH_SIZE, GIB, MIB, PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES, SCALE,
                          check_parameters, dtype_rows, fraction_rows, implied_ssm_dtype, proposal_rows, qwen_plan,
-                         residency_bytes, run_review_findings, scaled_qwen3_5_27b)
+                         residency_bytes, scaled_qwen3_5_27b)
 from kvlab.widgets import mamba_panel
 
 # Bad parameters stop here, with a message naming the parameter.
@@ -211,8 +212,10 @@ if IS_PR:
 # ## 6. The review's three findings on the clamp, bug vs fix
 #
 # The clamp was never merged, but its review is a lesson in what a residency cap must get right.
-# Each finding runs on a tiny hybrid model under `residency="clamped"`, with its switch
-# (`residency_bugs` on the manager or the Scheduler) set to the buggy behaviour, then fixed:
+# Each finding runs on a tiny hybrid model under `residency="clamped"`, once with its bug and once
+# fixed. kvlab's manager and Scheduler hold only the fixed behaviour; each bug is a small
+# subclass in `kvlab.case_studies` that overrides one method (`NoneFirstManager`,
+# `DisaggBypassScheduler`, `BreakOnCapScheduler`):
 #
 # 1. **Attention-only pipeline rank returns None first** — a Mamba rank (affords 3 of 8) and an
 #    attention-only rank MIN-reduce in two threads; with the bug the attention-only rank reports

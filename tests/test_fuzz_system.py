@@ -31,7 +31,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, Request
 from kvlab.admission import ADMISSION_POLICIES, VllmStyle
-from kvlab.mamba import REVIEW_MAMBA, MambaHybridCacheManager, num_dummy_slots
+from kvlab.case_studies import REVIEW_MAMBA
+from kvlab.mamba import MambaHybridCacheManager, num_dummy_slots
 from kvlab.page_index import BAD_PAGE_INDEX, WIDTH_POLICIES
 from kvlab.request import REQUEST_STATES
 from kvlab.scheduler import LIVE_STATES, Scheduler, SchedulerDeadlock

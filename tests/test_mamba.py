@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MambaHybridCacheManager, Request,
                    Scheduler, SchedulerDeadlock, StateSlotsExhausted, plan_residency,
                    qwen3_5_27b_attention, qwen3_5_27b_mamba, simulate)
+from kvlab.case_studies import BreakOnCapScheduler, DisaggBypassScheduler, NoneFirstManager
 from kvlab.distributed import ThreadComm, TorchComm, free_port
 from kvlab.mamba import (GENERIC_MAX_BATCH_SIZE, QUOTA_TOO_SMALL, cache_size_per_token,
                          feasible_max_batch_size, proposed_quota_error)
@@ -179,11 +180,9 @@ def test_merged_residency_builds_every_requested_slot_or_raises(affordable, batc
     assert m.state_slots.nbytes + m.pool.nbytes <= quota
 
 
-def test_merged_residency_takes_no_comm_and_no_review_bugs():
+def test_merged_residency_takes_no_comm():
     with pytest.raises(ValueError, match="residency='clamped'"):
         manager(4, 4, comm=FixedComm(4))
-    with pytest.raises(ValueError, match="closed without merging"):
-        manager(4, 4, residency_bugs={"attention_only_returns_none_first"})
 
 
 def test_merged_residency_keeps_warmup_batch_sizes():
@@ -342,7 +341,6 @@ def test_warmup_batch_sizes_truncated_to_the_clamp():
 
 @pytest.mark.parametrize("kwargs, error, text", [
     (dict(residency="lazy"), ValueError, "residency"),
-    (dict(residency_bugs={"nope"}), ValueError, "residency_bugs"),
     (dict(comm=object()), TypeError, "all_reduce_min"),
     (dict(attention_dp=1), TypeError, "attention_dp"),
     (dict(warmup_batch_sizes=[0]), ValueError, "warmup_batch_sizes"),
@@ -433,24 +431,24 @@ def disagg_requests():
             for i in range(2)]
 
 
-@pytest.mark.parametrize("bugs, admitted", [(frozenset(), 1), ({"disagg_bypasses_cap"}, 2)])
-def test_finding_2_disagg_generation_init_is_gated(bugs, admitted):
+@pytest.mark.parametrize("scheduler_class, admitted", [(Scheduler, 1), (DisaggBypassScheduler, 2)])
+def test_finding_2_disagg_generation_init_is_gated(scheduler_class, admitted):
     m = CapOne(SMALL_ATTN, 64 * PAGE, max_seq_len=64, max_batch_size=4)
-    sched = Scheduler(m, residency_bugs=bugs)
+    sched = scheduler_class(m)
     for r in disagg_requests():
         sched.submit(r)
     batch = sched.schedule()
     assert len(batch.fitting_disagg_gen_init_requests) == admitted
 
 
-@pytest.mark.parametrize("bugs", [frozenset(), {"disagg_bypasses_cap"}])
-def test_finding_2_on_the_hybrid_manager(bugs):
+@pytest.mark.parametrize("scheduler_class", [Scheduler, DisaggBypassScheduler])
+def test_finding_2_on_the_hybrid_manager(scheduler_class):
     """With the bug, the second init takes a state slot the clamp never allocated."""
     m = manager(1, 4, residency="clamped")
-    sched = Scheduler(m, residency_bugs=bugs)
+    sched = scheduler_class(m)
     for r in disagg_requests():
         sched.submit(r)
-    if bugs:
+    if scheduler_class is DisaggBypassScheduler:
         with pytest.raises(StateSlotsExhausted):
             sched.schedule()
     else:
@@ -459,14 +457,14 @@ def test_finding_2_on_the_hybrid_manager(bugs):
         assert result.error is None and result.summary()["finished"] == 2
 
 
-@pytest.mark.parametrize("bugs", [frozenset(), {"break_on_cap"}])
-def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(bugs):
+@pytest.mark.parametrize("scheduler_class", [Scheduler, BreakOnCapScheduler])
+def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(scheduler_class):
     """B is mid-prefill and holds the only slot; A, a first chunk, sits ahead of B in
     active_requests (as after the real scheduler's priority sort or a recompute pause).
     ``break`` on A's cap stops the scan: B never advances and the stall detector fires."""
     m = manager(1, 2, pages=21, residency="clamped")
-    sched = Scheduler(m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True,
-                      chunk_unit_size=4, stall_limit=5, residency_bugs=bugs)
+    sched = scheduler_class(m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True,
+                            chunk_unit_size=4, stall_limit=5)
     b = Request("B", prompt_len=40, max_new_tokens=2)
     sched.submit(b)
     first = sched.schedule()
@@ -476,7 +474,7 @@ def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(bugs):
     sched.submit(a)
     sched._active.sort(key=lambda r: r.request_id)  # A ahead of B
     assert [r.request_id for r in sched.active_requests] == ["A", "B"]
-    if bugs:
+    if scheduler_class is BreakOnCapScheduler:
         with pytest.raises(SchedulerDeadlock):
             for _ in range(5):
                 assert sched.schedule().context_requests == []
@@ -486,32 +484,25 @@ def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(bugs):
         assert a.state == "waiting" and a.request_id not in m.caches
 
 
-def test_scheduler_rejects_unknown_bug_names():
-    with pytest.raises(ValueError, match="residency_bugs"):
-        Scheduler(manager(2, 2), residency_bugs={"break"})
-    with pytest.raises(TypeError, match="residency_bugs"):
-        Scheduler(manager(2, 2), residency_bugs="break_on_cap")
-
-
 # --- finding 1: a mixed pipeline, MIN across ranks (PR #17261's clamp) ------------------------------------------
 
-def build_rank(rank: int, comm, bugs):
+def build_rank(rank: int, comm, manager_class):
     """Rank 0 holds the Mamba layers (its quota affords 3 of 8); rank 1 is attention-only."""
     mamba = SMALL_MAMBA if rank == 0 else None
     quota = quota_for(3, 20) if rank == 0 else 64 * PAGE
-    return MambaHybridCacheManager(SMALL_ATTN, mamba, quota, max_seq_len=64, max_batch_size=8,
-                                   residency="clamped", comm=comm, residency_bugs=bugs)
+    return manager_class(SMALL_ATTN, mamba, quota, max_seq_len=64, max_batch_size=8,
+                         residency="clamped", comm=comm)
 
 
-@pytest.mark.parametrize("bugs, caps", [(frozenset(), [3, 3]),
-                                        ({"attention_only_returns_none_first"}, [3, None])])
-def test_finding_1_threads(bugs, caps):
+@pytest.mark.parametrize("manager_class, caps", [(MambaHybridCacheManager, [3, 3]),
+                                                 (NoneFirstManager, [3, None])])
+def test_finding_1_threads(manager_class, caps):
     import threading
     comm = ThreadComm(2, timeout_s=30)
     out = [None, None]
 
     def run(rank):
-        out[rank] = build_rank(rank, comm.for_rank(rank), bugs).max_resident_sequences()
+        out[rank] = build_rank(rank, comm.for_rank(rank), manager_class).max_resident_sequences()
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
     for t in threads:
@@ -521,27 +512,27 @@ def test_finding_1_threads(bugs, caps):
     assert out == caps
 
 
-def _gloo_rank(rank, port, bugs, queue):
+def _gloo_rank(rank, port, manager_class, queue):
     import torch.distributed as dist
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        m = build_rank(rank, TorchComm(torch.device("cpu")), bugs)
+        m = build_rank(rank, TorchComm(torch.device("cpu")), manager_class)
         queue.put((rank, m.max_resident_sequences()))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("bugs, caps", [(frozenset(), {0: 3, 1: 3}),
-                                        ({"attention_only_returns_none_first"}, {0: 3, 1: None})])
-def test_finding_1_two_gloo_processes(bugs, caps):
+@pytest.mark.parametrize("manager_class, caps", [(MambaHybridCacheManager, {0: 3, 1: 3}),
+                                                 (NoneFirstManager, {0: 3, 1: None})])
+def test_finding_1_two_gloo_processes(manager_class, caps):
     """Two real processes over gloo: with the bug the attention-only rank reports None while
     the Mamba rank reports 3, so the ranks would admit different batches."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_gloo_rank, args=(r, port, bugs, queue), daemon=True)
+    procs = [ctx.Process(target=_gloo_rank, args=(r, port, manager_class, queue), daemon=True)
              for r in range(2)]
     for p in procs:
         p.start()

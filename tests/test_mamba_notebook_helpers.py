@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from kvlab import MambaHybridCacheManager, viz
 from kvlab.mamba import (GIB, PR_QUOTA_BYTES, QUOTA_TOO_SMALL, SCALE, dtype_rows, fraction_rows,
                          implied_ssm_dtype, proposal_rows, proposed_quota_error, qwen_plan,
-                         residency_bytes, run_review_finding, run_review_findings,
-                         scaled_qwen3_5_27b)
+                         residency_bytes, scaled_qwen3_5_27b)
+from kvlab.case_studies import run_review_finding, run_review_findings
 
 
 def test_dtype_table_reconciles_the_pr():
