@@ -25,7 +25,9 @@ import torch
 from ._validate import MAX_COUNT, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .manager import KVCacheManager
+    from .host_tier import HostTier
+    from .page_index import PageIndexTable
+    from .pool import PagePool
 
 #: The native message, verbatim (issue #21470's traceback).
 PAGE_INDEX_TOO_SHORT_MESSAGE = "User-provided base page indices is too short"
@@ -43,16 +45,24 @@ class PageIndexTooShort(ValueError):
 
 
 class KVCache:
-    """The pages of one sequence, their page-index row, and its capacity in tokens."""
+    """The pages of one sequence, their page-index row, and its capacity in tokens. Built by
+    ``KVCacheManager.create_cache``, which hands it its collaborators: the pool its pages come
+    from, the page-index table its row is in, and the tier below the GPU."""
 
-    __slots__ = ("manager", "request_id", "slot", "tokens_per_block", "pages", "capacity",
-                 "history_length", "suspended", "_host_copy")
+    __slots__ = ("request_id", "slot", "pool", "page_index", "host_tier", "tokens_per_block",
+                 "max_util_for_resume", "pages", "capacity", "history_length", "suspended",
+                 "_host_copy")
 
-    def __init__(self, manager: "KVCacheManager", request_id: str, slot: int):
-        self.manager = manager
+    def __init__(self, request_id: str, slot: int, *, pool: "PagePool",
+                 page_index: "PageIndexTable", host_tier: "HostTier", tokens_per_block: int,
+                 max_util_for_resume: float):
         self.request_id = request_id
         self.slot = slot
-        self.tokens_per_block = manager.geometry.tokens_per_block
+        self.pool = pool
+        self.page_index = page_index
+        self.host_tier = host_tier
+        self.tokens_per_block = tokens_per_block
+        self.max_util_for_resume = max_util_for_resume
         self.pages: List[int] = []
         self.capacity = 0
         self.history_length = 0
@@ -67,7 +77,7 @@ class KVCache:
     @property
     def page_indices(self) -> torch.Tensor:
         """The user-provided base page indices: this cache's row of the host table."""
-        return self.manager.page_index.row(self.slot)
+        return self.page_index.row(self.slot)
 
     def grow_within_pages(self, num_tokens: int) -> bool:
         """Grow the capacity by ``num_tokens`` if the pages held already cover it (True), else
@@ -93,7 +103,7 @@ class KVCache:
             raise RuntimeError(f"cache {self.request_id!r} is suspended; resume it before resizing")
         new_blocks = -(-capacity // self.tokens_per_block)
         if new_blocks != self.num_blocks:
-            width = self.manager.page_index.width
+            width = self.page_index.width
             if new_blocks > width:
                 raise PageIndexTooShort(new_blocks, width)
             if new_blocks < self.num_blocks:
@@ -105,18 +115,18 @@ class KVCache:
         return True
 
     def _grow(self, count: int) -> bool:
-        pages = self.manager.allocate_pages(count)
+        pages = self.host_tier.allocate(self.pool, count)
         if pages is None:
             return False
-        self.manager.page_index.write(self.slot, self.num_blocks, pages)
+        self.page_index.write(self.slot, self.num_blocks, pages)
         self.pages.extend(pages)
         return True
 
     def _release_tail(self, keep: int) -> None:
         tail = self.pages[keep:]
         del self.pages[keep:]
-        self.manager.page_index.clear(self.slot, keep)
-        self.manager.pool.free(tail)
+        self.page_index.clear(self.slot, keep)
+        self.pool.free(tail)
 
     @property
     def is_active(self) -> bool:
@@ -131,12 +141,12 @@ class KVCache:
             return
         self.suspended = True
         if self.pages:
-            self.manager.host_tier.track(self)
+            self.host_tier.track(self)
 
     def move_to_lower_tier(self) -> None:
         """Copy a suspended cache's page bytes down and give the device pages back (called by
         ``HostTier.make_room``, which accounts for the tier's pages)."""
-        storage = self.manager.pool.storage
+        storage = self.pool.storage
         index = torch.tensor(self.pages, dtype=torch.long, device=storage.device)
         self._host_copy = storage.index_select(0, index).cpu()
         self._release_tail(0)
@@ -147,30 +157,30 @@ class KVCache:
         ``max_util_for_resume``, or when pages that moved down cannot come back."""
         if not self.suspended:
             return True
-        pool = self.manager.pool
-        if pool.used_blocks > self.manager.max_util_for_resume * pool.num_blocks:
+        pool = self.pool
+        if pool.used_blocks > self.max_util_for_resume * pool.num_blocks:
             return False
         if self._host_copy is not None:
             count = self._host_copy.shape[0]
-            pages = self.manager.allocate_pages(count)
+            pages = self.host_tier.allocate(self.pool, count)
             if pages is None:
                 return False
             storage = pool.storage
             index = torch.tensor(pages, dtype=torch.long, device=storage.device)
             storage.index_copy_(0, index, self._host_copy.to(storage.device))
-            self.manager.page_index.write(self.slot, 0, pages)
-            self.manager.host_tier.give_back(count)
+            self.page_index.write(self.slot, 0, pages)
+            self.host_tier.give_back(count)
             self.pages = pages
             self._host_copy = None
-        self.manager.host_tier.untrack(self)
+        self.host_tier.untrack(self)
         self.suspended = False
         return True
 
     def release(self) -> None:
         """Give back every page, on the device or in the tier below; the cache ends empty."""
-        self.manager.host_tier.untrack(self)
+        self.host_tier.untrack(self)
         self._release_tail(0)
-        self.manager.host_tier.give_back(self.suspended_blocks)
+        self.host_tier.give_back(self.suspended_blocks)
         self._host_copy = None
         self.suspended = False
         self.capacity = self.history_length = 0

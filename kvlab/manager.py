@@ -171,12 +171,9 @@ class KVCacheManager:
         return None
 
     def allocate_pages(self, count: int):
-        """``count`` pages of the pool, moving suspended caches' pages to the tier below
-        first where the pool alone has too few; None (and nothing moved) when that cannot
-        free enough."""
-        if count > self.pool.free_blocks:
-            self.host_tier.make_room(self.pool, count)
-        return self.pool.allocate(count)
+        """``count`` pages of the pool (``HostTier.allocate``: suspended caches' pages move
+        down first where the pool alone has too few)."""
+        return self.host_tier.allocate(self.pool, count)
 
     # -- caches -------------------------------------------------------------------------
     def create_cache(self, request_id: str) -> KVCache:
@@ -185,7 +182,10 @@ class KVCacheManager:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
         if request_id in self.caches:
             raise ValueError(f"request_id {request_id!r} already has a cache")
-        cache = KVCache(self, request_id, self.page_index.acquire_slot())
+        cache = KVCache(request_id, self.page_index.acquire_slot(), pool=self.pool,
+                        page_index=self.page_index, host_tier=self.host_tier,
+                        tokens_per_block=self.geometry.tokens_per_block,
+                        max_util_for_resume=self.max_util_for_resume)
         self.caches[request_id] = cache
         return cache
 
