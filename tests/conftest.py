@@ -7,11 +7,9 @@ max_seq_len 8192, batch size 1.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
-from kvlab import KVCacheManager, MaxSeqLenClampWarning
+from kvlab import KVCacheManager
 from kvlab.presets import seed_geometry
 
 SEED_QUOTA_BYTES = 4 * 2**20
@@ -36,18 +34,14 @@ def pytest_configure(config):
             config.addinivalue_line("markers", f"{name}: {text}")
 
 
-def make_seed_manager(policy: str = "clamped", device: str = "cpu", max_batch_size: int = 1,
-                      **kwargs) -> KVCacheManager:
-    """The seed's manager; the clamp warning it always emits is swallowed here (tests that
-    check the warning build the manager themselves)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        return KVCacheManager(seed_geometry(), quota_bytes=SEED_QUOTA_BYTES,
-                              max_seq_len=SEED_MAX_SEQ_LEN, max_batch_size=max_batch_size,
-                              page_index_policy=policy, device=device, **kwargs)
-
-
 @pytest.fixture
 def seed_manager():
-    """Factory: ``seed_manager("clamped")`` or ``seed_manager("configured", max_batch_size=2)``."""
-    return make_seed_manager
+    """Factory: ``seed_manager("clamped")`` or ``seed_manager("configured", max_batch_size=2)``:
+    the seed's manager, without the clamp warning it always emits (tests that check the warning
+    build the manager themselves)."""
+    def make(policy: str = "clamped", device: str = "cpu", max_batch_size: int = 1,
+             **kwargs) -> KVCacheManager:
+        return KVCacheManager.expecting_clamp(
+            seed_geometry(), quota_bytes=SEED_QUOTA_BYTES, max_seq_len=SEED_MAX_SEQ_LEN,
+            max_batch_size=max_batch_size, page_index_policy=policy, device=device, **kwargs)
+    return make

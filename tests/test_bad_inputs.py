@@ -12,7 +12,7 @@ import pytest
 from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, MemoryBudget, PageIndexTable,
                    PagePool, Request, max_blocks_per_seq)
 
-from conftest import make_seed_manager, seed_geometry
+from kvlab.presets import seed_geometry
 
 HUGE = 1 << 60  # beyond every accepted range
 
@@ -232,8 +232,8 @@ def test_nvfp4_head_dim():
 
 @pytest.mark.parametrize("value, exc", [(-1, ValueError), (HUGE, ValueError), (1.5, TypeError),
                                          ("32", TypeError), (True, TypeError), (None, TypeError)])
-def test_resize_capacity(value, exc):
-    mgr = make_seed_manager("clamped")
+def test_resize_capacity(value, exc, seed_manager):
+    mgr = seed_manager("clamped")
     cache = mgr.create_cache("r")
     with pytest.raises(exc, match=r"capacity.*\[0, \d+\]"):
         cache.resize(value)
@@ -242,16 +242,16 @@ def test_resize_capacity(value, exc):
 
 @pytest.mark.parametrize("value, exc", [(-1, ValueError), (1.5, TypeError), ("1", TypeError),
                                          (False, TypeError)])
-def test_resize_history_length(value, exc):
-    cache = make_seed_manager("clamped").create_cache("r")
+def test_resize_history_length(value, exc, seed_manager):
+    cache = seed_manager("clamped").create_cache("r")
     with pytest.raises(exc, match=r"history_length.*\[0, \d+\]"):
         cache.resize(32, value)
 
 
 @pytest.mark.parametrize("value, exc", [(-1, ValueError), (HUGE, ValueError), (2.5, TypeError),
                                          (None, TypeError)])
-def test_resize_context_num_tokens(value, exc):
-    mgr = make_seed_manager("configured")
+def test_resize_context_num_tokens(value, exc, seed_manager):
+    mgr = seed_manager("configured")
     req = Request("r", prompt_len=100, max_new_tokens=1)
     mgr.prepare_context(req)
     with pytest.raises(exc, match=r"num_tokens.*\[0, \d+\]"):

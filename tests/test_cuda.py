@@ -12,7 +12,7 @@ import kvlab.pool
 from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, PagePool
 from kvlab.memory import GIB, MIB, DeviceMemory, pool_vs_workspace
 
-from conftest import make_seed_manager, seed_geometry
+from kvlab.presets import seed_geometry
 
 _skip_without_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -25,9 +25,9 @@ def _gpu(fn):
 
 
 @pytest.fixture
-def cuda_seed():
+def cuda_seed(seed_manager):
     def make(policy, **kw):
-        return make_seed_manager(policy, device="cuda", **kw)
+        return seed_manager(policy, device="cuda", **kw)
     return make
 
 
@@ -162,9 +162,9 @@ def test_cuda_without_a_gpu_is_a_clear_valueerror(monkeypatch, device):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_cuda_on_this_cpu_machine_is_a_clear_valueerror():
+def test_cuda_on_this_cpu_machine_is_a_clear_valueerror(seed_manager):
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
-        make_seed_manager("clamped", device="cuda")
+        seed_manager("clamped", device="cuda")
 
 
 def test_device_memory_wants_a_cuda_device():
