@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence, Tuple
 
 import plotly.graph_objects as go
 
@@ -90,6 +90,13 @@ def _base_layout(title: str, subtitle: str = "", **extra) -> dict:
 
 AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, ticks="outside",
                   tickcolor="#B0B6BE", automargin=True)
+
+
+def _log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:
+    """Both axes logarithmic, each titled "quantity (unit, log scale)"; ``x`` and ``y`` are
+    (quantity, unit) (the sweeps over sizes)."""
+    return {f"{axis}axis": dict(title=dict(text=f"{name} ({unit}, log scale)"), type="log")
+            for axis, (name, unit) in (("x", x), ("y", y))}
 
 
 def _fmt_bytes(n: float) -> str:
@@ -315,8 +322,7 @@ def table_price_spec(rows: Sequence[Mapping], *, labels: Optional[Mapping[int, s
     layout = _base_layout(
         "The price of the wider row: host page-index table bytes", subtitle, height=460,
         annotations=annotations,
-        xaxis=dict(title=dict(text="max_batch_size (sequences, log scale)"), type="log"),
-        yaxis=dict(title=dict(text="table bytes (pinned host int32, log scale)"), type="log"),
+        **_log_log_axes(("max_batch_size", "sequences"), ("table bytes", "pinned host int32")),
         legend=dict(orientation="v", yanchor="top", y=0.98, x=0.02, bgcolor="rgba(255,255,255,0.8)"))
     return {"data": traces, "layout": layout}
 
@@ -347,8 +353,7 @@ def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
     layout = _base_layout(
         title, "max_seq_len = context (the configured length), one sequence, seed geometry",
         height=460,
-        xaxis=dict(title=dict(text="KV pool (MiB, log scale)"), type="log"),
-        yaxis=dict(title=dict(text="context (tokens, log scale)"), type="log"),
+        **_log_log_axes(("KV pool", "MiB"), ("context", "tokens")),
         legend=dict(orientation="h", yanchor="top", y=-0.15, x=0))
     return {"data": traces, "layout": layout}
 
@@ -965,8 +970,7 @@ def table_copy_spec(rows: Sequence[Mapping], *, device: str = "",
                         f"in {lo['median_us']:,.1f} us")
     layout = _base_layout(
         f"The page-index table's copy to the device, each step{_on(device)}", subtitle, height=460,
-        xaxis=dict(title=dict(text="max_batch_size (sequences, log scale)"), type="log"),
-        yaxis=dict(title=dict(text="host-to-device copy per step (us, log scale)"), type="log"),
+        **_log_log_axes(("max_batch_size", "sequences"), ("host-to-device copy per step", "us")),
         legend=dict(orientation="v", yanchor="top", y=0.98, x=0.02, bgcolor="rgba(255,255,255,0.8)"))
     return {"data": traces, "layout": layout}
 
@@ -1013,8 +1017,7 @@ def pool_allocation_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
     layout = _base_layout(
         f"Allocating the KV pool{_on(device)}", "median of cold allocations (allocator cache emptied first)",
         height=400, showlegend=False,
-        xaxis=dict(title=dict(text="pool size (GiB, log scale)"), type="log"),
-        yaxis=dict(title=dict(text="allocation time (ms, log scale)"), type="log"))
+        **_log_log_axes(("pool size", "GiB"), ("allocation time", "ms")))
     return {"data": [trace], "layout": layout}
 
 
