@@ -1,5 +1,6 @@
-"""The walkthrough notebooks run headless under papermill, with their findings asserted inside
-them (docs/DESIGN.md, "Conventions"); a failing cell becomes a test failure that names the cell."""
+"""The walkthrough notebooks (01-05) run headless under papermill, with their findings asserted
+inside them (docs/DESIGN.md, "Conventions"); a failing cell becomes a test failure that names the
+cell. (tests/test_notebook_hygiene.py checks how they are stored.)"""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ pytestmark = pytest.mark.notebook
 papermill = pytest.importorskip("papermill")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NB01 = NOTEBOOKS / "01_the_16_gpu_report.ipynb"
 NB02 = NOTEBOOKS / "02_single_gpu_repro_4mib.ipynb"
 NB03 = NOTEBOOKS / "03_the_one_line_fix.ipynb"
 NB04 = NOTEBOOKS / "04_admission_control.ipynb"
+NB05 = NOTEBOOKS / "05_mamba_residency.ipynb"
 
 
 def panels(nb) -> list:
@@ -165,3 +168,100 @@ def test_notebook_04_refuses_a_bad_parameter_by_name(tmp_path):
                                    kernel_name="python3", store_widget_state=False, progress_bar=False,
                                    cwd=str(NB04.parent))
     assert info.value.ename == "ValueError" and "stall_limit" in info.value.evalue
+
+
+# --- notebook 01: the 16-GPU report --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def nb01(tmp_path_factory):
+    return execute(NB01, tmp_path_factory.mktemp("nb01"))
+
+
+def test_notebook_01_reconstructs_the_report(nb01):
+    nb, seconds = nb01
+    findings = read_findings(nb)
+    assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
+        ("issue_21470_16x_gb300, automatic host tier", "clamped", "crash"),
+        ("issue_21470_16x_gb300, automatic host tier", "capacity", "reject"),
+        ("rtx5080-4mib", "clamped", "crash")]
+    assert "MIN 958,752 tokens = 29961 blocks; row 29964 entries" in findings[0]["numbers"]
+    assert "rank 0 raised ValueError: User-provided base page indices is too short" in findings[0]["numbers"]
+    assert seconds < 120, f"notebook 01 took {seconds:.0f} s"
+
+
+def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
+    nb, _ = nb01
+    titles = [o["data"][PLOTLY_MIME]["layout"]["title"]["text"] for c in nb.cells
+              for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
+    assert any(t.startswith("Per-rank memory: the MoE workspace shrinks the KV pool (16 ranks)") for t in titles)
+    streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert 'File "kvlab/manager.py"' in streams and "in resize_context" in streams
+    assert "kvlab.kv_cache.PageIndexTooShort: User-provided base page indices is too short" in streams
+    assert streams.count("shut down: rank 0 raised ValueError") >= 15
+    panel = panels(nb)
+    assert len(panel) == 1 and "kvlab-verdict" in panel[0]["data"]["text/html"]
+
+
+def test_notebook_01_follows_its_parameters(tmp_path):
+    """Four ranks and less workspace: the pool still clamps, but a 524,288-token context fits."""
+    nb, _ = execute(NB01, tmp_path, ranks=4, workspace_gib=10.0, context=524_288)
+    clamped, capacity, _ = read_findings(nb)
+    assert (clamped["scenario"], clamped["outcome"], capacity["outcome"]) == ("4x-10GiB-524288tok, automatic host tier", "ok", "ok")
+    assert "4 ranks" in clamped["numbers"] and "completed" in clamped["numbers"]
+
+
+# --- notebook 05: recurrent-state residency (merged code raises; proposals PR #17261, closed
+# without merging, and PR #18985, open) -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def nb05(tmp_path_factory):
+    return execute(NB05, tmp_path_factory.mktemp("nb05"))
+
+
+def outputs_text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            parts.append(str(out.get("data", {}).get("text/plain", "")))
+    return "\n".join(parts)
+
+
+CLAMP = "clamp (proposal, PR #17261, closed without merging)"
+DEFAULT = "feasible default (proposal, PR #18985, open)"
+
+
+def test_notebook_05_reconciles_the_pr_and_runs_the_findings(nb05):
+    nb, seconds = nb05
+    findings = read_findings(nb)
+    assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
+        ("qwen3.5-27b-h100", "merged", "crash"), ("qwen3.5-27b-h100", CLAMP, "ok"),
+        ("qwen3.5-27b-h100", DEFAULT, "ok"),
+        ("review finding 1", "bug", "stall"), ("review finding 1", "fix", "ok"),
+        ("review finding 2", "bug", "crash"), ("review finding 2", "fix", "ok"),
+        ("review finding 3", "bug", "stall"), ("review finding 3", "fix", "ok")]
+    assert "513 slots x 78,446,592 B + one page = 37.48 GiB vs quota 24.86 GiB" in findings[0]["numbers"]
+    assert findings[1]["numbers"].startswith("339 resident + 1 dummy, 173 queue")
+    assert "bfloat16 SSM state implied" in findings[1]["numbers"]
+    assert findings[2]["numbers"] == "max_batch_size default 339 fits; an explicit 512 still raises, in GiB"
+    assert "rank 1 admitted 8" in findings[3]["numbers"] and "rank 1 admitted 3" in findings[4]["numbers"]
+    text = outputs_text(nb)
+    assert "ValueError: The V2 Mamba GPU cache quota is too small for live recurrent states" in text
+    assert "got 24.86 GiB, need at least 37.48 GiB" in text  # PR #18985's proposed message
+    assert "largest max_batch_size whose floor fits 24.86 GiB: 339" in text
+    assert sum(PLOTLY_MIME in out.get("data", {}) for c in nb.cells for out in c.get("outputs", [])) >= 4
+    assert seconds < 30, f"notebook 05 (SMOKE) took {seconds:.0f} s"
+
+
+def test_notebook_05_float32_and_a_big_quota(tmp_path):
+    nb, _ = execute(NB05, tmp_path, ssm_dtype="float32", quota_gib=80.0)
+    findings = read_findings(nb)
+    assert findings[0]["policy"] == "merged" and findings[0]["outcome"] == "ok"
+    assert "73.55 GiB vs quota 80.00 GiB" in findings[0]["numbers"]
+    assert findings[1]["numbers"].startswith("512 resident + 1 dummy, 0 queue")
+    assert findings[2]["outcome"] == "ok" and findings[2]["numbers"].endswith("an explicit 512 builds")
+
+
+def test_notebook_05_rejects_bad_parameters(tmp_path):
+    with pytest.raises(papermill.PapermillExecutionError, match="ssm_dtype"):
+        execute(NB05, tmp_path, fail_on_error=False, ssm_dtype="fp8")

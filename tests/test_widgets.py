@@ -1,4 +1,5 @@
-"""kvlab.widgets, headless: set a control's value, read the FigureWidgets and the verdict."""
+"""kvlab.widgets, headless: set a control's value, read the FigureWidgets and the verdict; every
+panel (repro, admission, mamba, ranks) and the Panel pattern under them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import plotly.graph_objects as go
 import pytest
 
 from kvlab import viz
-from kvlab.widgets import Debouncer, Panel, context_choices, repro_panel, verdict_html
+from kvlab.widgets import (ADMISSION_PANEL_POLICIES, Debouncer, Panel, admission_panel, context_choices,
+                           mamba_panel, ranks_panel, repro_panel, verdict_html)
 
 HELD = 1
 
@@ -199,8 +201,6 @@ def test_context_choices_are_log_spaced_and_include_extras():
 
 # --- notebook 04: the admission panel ---------------------------------------------------------------
 
-from kvlab.widgets import ADMISSION_PANEL_POLICIES, admission_panel  # noqa: E402
-
 
 @pytest.fixture
 def adm():
@@ -265,3 +265,169 @@ def test_admission_panel_checks_its_arguments():
         admission_panel(policy="fifo")
     with pytest.raises(ValueError, match="pool_mib"):
         admission_panel(pool_mib=-1)
+
+
+# --- notebook 05's panel: mamba_panel ----------------------------------------------------------
+
+
+@pytest.fixture()
+def mamba():
+    return mamba_panel()  # the PR's: 24.86 GiB, 512 sequences, bf16 SSM state
+
+
+def mamba_bars(mamba):
+    fig = mamba.figures["stack"]
+    return {t.name: tuple(t.y) for t in fig.data}
+
+
+def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
+    assert mamba.outcome == "crash"
+    text = mamba.verdict_text
+    assert "Merged raises: 513 slots x 74.8 MiB + one page = 37.48 GiB > quota 24.86 GiB" in text
+    assert "ValueError at construction" in text
+    assert "Proposal PR #17261 (closed without merging), the clamp: 339 resident (+1 dummy)" in text
+    assert "173 sequences queue" in text
+    assert "Proposal PR #18985 (open): a max_batch_size default of at most 339 fits" in text
+    assert "an explicit 512 still raises" in text
+    assert mamba.model.feasible_max_batch_size == 339
+    assert [t.name for t in mamba.figures["stack"].data] == [lab for _, lab, _ in viz.RESIDENCY_PARTS]
+    assert list(mamba.figures["stack"].data[0].x) == ["merged (raises)", "PR #17261 clamp (proposal)"]
+    raw, clamped = zip(*mamba_bars(mamba).values())
+    assert sum(raw) > 24.86 > sum(clamped[:3])
+    quota_line = mamba.figures["stack"].layout.shapes[0]
+    assert abs(quota_line.y0 - 24.86) < 0.01
+
+
+def test_a_big_quota_lets_merged_code_build_and_the_figure_updates_in_place(mamba):
+    fig = mamba.figures["stack"]
+    before = mamba_bars(mamba)
+    mamba.set(quota_gib=40.0)
+    assert mamba.figures["stack"] is fig  # patched, not rebuilt
+    assert mamba.outcome == "ok" and "Merged builds" in mamba.verdict_text
+    assert list(fig.data[0].x) == ["merged", "PR #17261 clamp (proposal)"]
+    assert "all 512 sequences resident" in mamba.verdict_text
+    assert mamba_bars(mamba) != before
+    assert abs(fig.layout.shapes[0].y0 - 40.0) < 0.01
+
+
+def test_float32_halves_the_residency(mamba):
+    mamba.set(ssm_dtype="float32")
+    assert "73.55 GiB" in mamba.verdict_text and "the clamp: 172 resident" in mamba.verdict_text
+    assert "at most 172 fits" in mamba.verdict_text
+
+
+def test_a_smaller_batch_fits(mamba):
+    mamba.set(max_batch_size=300)
+    assert mamba.outcome == "ok" and "all 300 sequences resident" in mamba.verdict_text
+    mamba.controls["max_batch_size"].value = 400  # a single control change refreshes too
+    assert mamba.outcome == "crash" and "the clamp: 339 resident" in mamba.verdict_text
+
+
+def test_a_quota_below_one_slot_clamps_to_zero(mamba):
+    mamba.set(quota_gib=0.1, ssm_dtype="float32")  # 102 MiB: less than a dummy and a 147 MiB slot
+    assert "keeps 0: not even one sequence's state fits" in mamba.verdict_text
+    assert "no max_batch_size default fits" in mamba.verdict_text
+    assert mamba_bars(mamba)["resident state slots"][1] == 0
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="ssm_dtype"):
+        mamba_panel(ssm_dtype="fp8")
+    with pytest.raises(ValueError, match="quota_gib"):
+        mamba_panel(quota_gib=0.0)
+
+
+# --- notebook 01's panel: ranks_panel ----------------------------------------------------------
+
+
+NATIVE = "User-provided base page indices is too short"
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return ranks_panel()  # the scenario's assumptions: 28 GiB on rank 0, a 1,000,000-token context
+
+
+def ranks_fit(ranks):
+    bar = ranks.figures["requests"].data[0]
+    return dict(zip(bar.x, bar.y)), dict(zip(bar.x, bar.marker.color))
+
+
+def test_the_report_clamps_and_the_long_context_crashes(ranks):
+    ranks.set(workspace_gib=28.0, context=1_000_000)
+    assert ranks.outcome == "crash"
+    text = ranks.verdict_text
+    assert "max_seq_len 1,048,576 is clamped to 958,752" in text and "long-ctx (rank 0) would raise" in text
+    assert f"Predicted: shut down - rank 0 raises ValueError: {NATIVE} on long-ctx" in text
+    tokens, colors = ranks_fit(ranks)
+    assert tokens["long-ctx"] == 1_000_064 and colors["long-ctx"] == viz.OUTCOME_COLORS["crash"]
+    assert colors["bg-000"] == colors["bg-047"] == viz.OUTCOME_COLORS["ok"]
+    budget = ranks.figures["budget"]
+    assert [t.name for t in budget.data] == [label for _, label, _ in viz.BUDGET_PARTS]
+    pool = budget.data[4].y
+    assert len(pool) == 16 and len(set(round(v, 6) for v in pool)) == 1  # one pool after the MIN
+    lost = budget.data[5].y
+    assert lost[0] > lost[-1] == 0  # rank 0 lost the most to the MIN; the last rank set it
+
+
+def test_less_workspace_lifts_the_clamp_and_every_rank_finishes(ranks):
+    ranks.set(workspace_gib=0.0)
+    assert ranks.outcome == "ok"
+    assert "no clamp" in ranks.verdict_text and "Predicted: completed" in ranks.verdict_text
+    _, colors = ranks_fit(ranks)
+    assert colors["long-ctx"] == viz.OUTCOME_COLORS["ok"]
+
+
+def test_a_shorter_context_fits_the_clamped_row(ranks):
+    ranks.set(workspace_gib=28.0, context=524_288)
+    assert ranks.outcome == "ok" and "is clamped to 958,752" in ranks.verdict_text
+    assert "no request exceeds the row" in ranks.verdict_text
+
+
+def test_more_workspace_shrinks_every_pool(ranks):
+    ranks.set(workspace_gib=28.0, context=1_000_000)
+    before = ranks.model.plan.ranks[0].blocks
+    ranks.controls["workspace_gib"].value = 48.0
+    after = ranks.model.plan.ranks
+    assert {r.blocks for r in after} == {after[-1].local_blocks} and after[0].blocks < before
+    assert ranks.outcome == "crash"
+
+
+def test_figures_are_updated_in_place(ranks):
+    budget, requests = ranks.figures["budget"], ranks.figures["requests"]
+    traces = [len(budget.data), len(requests.data)]
+    ranks.set(workspace_gib=10.0, context=131_072)
+    assert ranks.figures["budget"] is budget and ranks.figures["requests"] is requests
+    assert [len(budget.data), len(requests.data)] == traces
+
+
+def test_ranks_panel_checks_its_arguments():
+    with pytest.raises(ValueError, match="workspace_gib"):
+        ranks_panel(workspace_gib=-1.0)
+    with pytest.raises(ValueError, match="ranks"):
+        ranks_panel(ranks=0)
+    small = ranks_panel(ranks=2, context=960_000)
+    assert len(small.model.plan.ranks) == 2 and small.values["context"] == 960_000
+
+
+@pytest.mark.parametrize("workspace, context, outcome, ended", [
+    (28.0, 1_000_000, "crash", f"shut down - rank 0 raised ValueError: {NATIVE}"),
+    (0.0, 1_000_000, "ok", "completed - every rank finished its work"),
+])
+def test_the_button_runs_the_ranks_and_agrees_with_the_plan(ranks, workspace, context, outcome, ended):
+    ranks.set(workspace_gib=workspace, context=context)
+    assert ranks.action_result is None and ranks.action_output.value == ""
+    ranks.action_button.click()  # what the reader's click does
+    result = ranks.action_result
+    assert result.world_size == 16 and result.mode == "in-process"
+    assert ranks.outcome == outcome and f"{result.ended} - {result.reason}".startswith(ended)
+    assert "As predicted." in ranks.action_output.value and "NOT as predicted" not in ranks.action_output.value
+    assert "pool after MIN" in ranks.action_output.value  # the per-rank table
+    ranks.set(context=524_288)  # the run described other values: it is cleared
+    assert ranks.action_result is None and ranks.action_output.value == ""
+
+
+def test_a_panel_without_an_action_says_so(ranks):
+    from kvlab.widgets import repro_panel
+    with pytest.raises(ValueError, match="no action"):
+        repro_panel().act()
