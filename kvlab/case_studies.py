@@ -14,11 +14,10 @@ fix (notebook 05, ``tests/test_mamba.py``).
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from .distributed import ThreadComm
+from .distributed import ThreadComm, in_threads
 from .geometry import KVGeometry, MambaGeometry
 from .mamba import MambaHybridCacheManager, StateSlotsExhausted
 from .request import Request
@@ -85,27 +84,16 @@ def _finding_1(bug: bool) -> FindingRun:
     manager_class = NoneFirstManager if bug else MambaHybridCacheManager
     comm = ThreadComm(2, timeout_s=30)
     managers: list = [None, None]
-    errors: list = []
 
     def build(rank):
-        try:
-            if rank == 0:
-                managers[0] = _review_manager(3, 8, manager_class, comm=comm.for_rank(0))
-            else:
-                managers[1] = manager_class(
-                    REVIEW_ATTN, None, 64 * REVIEW_ATTN.bytes_per_block, max_seq_len=64,
-                    max_batch_size=8, residency="clamped", comm=comm.for_rank(1))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-            comm.abort()
+        if rank == 0:
+            managers[0] = _review_manager(3, 8, manager_class, comm=comm.for_rank(0))
+        else:
+            managers[1] = manager_class(
+                REVIEW_ATTN, None, 64 * REVIEW_ATTN.bytes_per_block, max_seq_len=64,
+                max_batch_size=8, residency="clamped", comm=comm.for_rank(1))
 
-    threads = [threading.Thread(target=build, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    in_threads(comm, build)
     caps = [m.max_resident_sequences() for m in managers]
     admitted = []
     for m in managers:

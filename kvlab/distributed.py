@@ -65,7 +65,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import PurePath
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -700,34 +700,46 @@ def _ended(results: Sequence[RankResult]) -> Tuple[str, str]:
     return "completed", "every rank finished its work"
 
 
+def in_threads(comm: ThreadComm, target: Callable[[int], None]) -> None:
+    """Run ``target(rank)`` for every rank of ``comm``, each in its own thread, and wait for
+    all. A rank that raises aborts ``comm``, so that the others' collectives fail instead of
+    waiting; the first error is raised once every thread has stopped, a rank's own error before
+    the CollectiveFailed it caused elsewhere."""
+    errors: List[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            target(rank)
+        except BaseException as exc:
+            errors.append(exc)
+            comm.abort()
+
+    threads = [threading.Thread(target=run, args=(r,), name=f"kvlab-rank-{r}", daemon=True)
+               for r in range(comm.world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise next((e for e in errors if not isinstance(e, CollectiveFailed)), errors[0])
+
+
 def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> DistributedResult:
     start = time.monotonic()
     bar = _progress_bar(progress, config.world_size)
     comm = ThreadComm(config.world_size, timeout_s, on_gather=None if bar is None else bar.update)
     results: List[Optional[RankResult]] = [None] * config.world_size
-    errors: List[BaseException] = []
 
     def run(rank: int) -> None:
-        try:
-            results[rank] = rank_loop(RankRunner(rank, config), comm.for_rank(rank))
-        except CollectiveFailed as exc:
-            errors.append(TimeoutError(f"{exc} (timeout_s={timeout_s})"))
-        except BaseException as exc:  # a kvlab bug in one rank: stop the others, re-raise below
-            errors.append(exc)
-            comm.abort()
+        results[rank] = rank_loop(RankRunner(rank, config), comm.for_rank(rank))
 
-    threads = [threading.Thread(target=run, args=(r,), name=f"kvlab-rank-{r}", daemon=True)
-               for r in range(config.world_size)]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        in_threads(comm, run)
+    except CollectiveFailed as exc:  # no rank failed on its own: a collective timed out
+        raise TimeoutError(f"{exc} (timeout_s={timeout_s})") from None
     finally:
         if bar is not None:
             bar.close()
-    if errors:  # a kvlab bug first, else the timeout
-        raise next((e for e in errors if not isinstance(e, TimeoutError)), errors[0])
     wall = time.monotonic() - start
     ended, reason = _ended(results)
     return DistributedResult(tuple(results), ended, reason, "in-process", None, config.policy,

@@ -276,3 +276,26 @@ def test_the_in_process_result_states_its_timeout_too(scenario):
     result = run_ranks(scenario_config(scenario, 2, "admission"), in_process=True, timeout_s=30,
                        progress=False)
     assert result.timeout_s == 30 and result.explain().splitlines()[-1].endswith("timeout_s=30")
+
+
+def test_in_threads_stops_every_rank_and_raises_the_failing_ranks_own_error():
+    """Rank 1 fails before the collective; rank 0, waiting in it, is released (CollectiveFailed)
+    instead of waiting out the timeout, and the caller sees rank 1's error."""
+    from kvlab.distributed import CollectiveFailed, ThreadComm, in_threads
+
+    comm = ThreadComm(2, timeout_s=60)
+    seen = {}
+
+    def target(rank):
+        if rank == 1:
+            raise KeyError("rank 1 broke")
+        try:
+            comm.for_rank(0).all_reduce_min(5)
+        except CollectiveFailed as exc:
+            seen[0] = exc
+            raise
+
+    start = time.monotonic()
+    with pytest.raises(KeyError, match="rank 1 broke"):
+        in_threads(comm, target)
+    assert isinstance(seen[0], CollectiveFailed) and time.monotonic() - start < 30

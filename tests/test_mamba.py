@@ -16,7 +16,7 @@ from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MambaHybridCacheMa
                    Scheduler, SchedulerDeadlock, StateSlotsExhausted, plan_residency,
                    qwen3_5_27b_attention, qwen3_5_27b_mamba, simulate)
 from kvlab.case_studies import BreakOnCapScheduler, DisaggBypassScheduler, NoneFirstManager
-from kvlab.distributed import ThreadComm, TorchComm, free_port
+from kvlab.distributed import ThreadComm, TorchComm, free_port, in_threads
 from kvlab.mamba import (GENERIC_MAX_BATCH_SIZE, QUOTA_TOO_SMALL, cache_size_per_token,
                          feasible_max_batch_size, proposed_quota_error)
 
@@ -497,18 +497,13 @@ def build_rank(rank: int, comm, manager_class):
 @pytest.mark.parametrize("manager_class, caps", [(MambaHybridCacheManager, [3, 3]),
                                                  (NoneFirstManager, [3, None])])
 def test_finding_1_threads(manager_class, caps):
-    import threading
     comm = ThreadComm(2, timeout_s=30)
     out = [None, None]
 
     def run(rank):
         out[rank] = build_rank(rank, comm.for_rank(rank), manager_class).max_resident_sequences()
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(comm, run)
     assert out == caps
 
 
