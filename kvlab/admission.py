@@ -117,10 +117,10 @@ class CapacityAdmission(AdmissionPolicy):
                                 f"exceeds the page-index span of {manager.max_blocks_per_seq} "
                                 "entries" + detail)
         first = manager.geometry.blocks_for_tokens(request.prompt_len + manager.num_extra_kv_tokens)
-        if first <= manager.free_blocks and manager.page_index.free_slots > 0:
+        if first <= manager.free_blocks and manager.free_slots > 0:
             return FITS_NOW, ""
         return TEMPORARILY_BLOCKED, (f"its context needs {first} blocks, {manager.free_blocks} "
-                                     f"are free and {manager.page_index.free_slots} page-index "
+                                     f"are free and {manager.free_slots} page-index "
                                      "slots; retried as pages come back")
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:

@@ -149,6 +149,17 @@ class KVCacheManager:
         return self.pool.free_blocks
 
     @property
+    def allocatable_blocks(self) -> int:
+        """At most this many pages an allocation could get now: the free ones plus those
+        suspended caches could move to the tier below (an upper bound)."""
+        return self.pool.free_blocks + self.host_tier.movable_blocks
+
+    @property
+    def free_slots(self) -> int:
+        """Page-index rows free for a new cache."""
+        return self.page_index.free_slots
+
+    @property
     def tokens_per_block(self) -> int:
         return self.geometry.tokens_per_block
 

@@ -181,8 +181,7 @@ class _CertainRefusal:
                  max_context_length: Optional[int] = None, chunk_unit: int = 1,
                  chunked: bool = False):
         tokens_per_block, extra = manager.tokens_per_block, manager.num_extra_kv_tokens
-        allocatable = manager.free_blocks + manager.host_tier.movable_blocks
-        self.fit_tokens = allocatable * tokens_per_block - extra      # the most that fits
+        self.fit_tokens = manager.allocatable_blocks * tokens_per_block - extra  # the most that fits
         self.width_tokens = manager.max_blocks_per_seq * tokens_per_block - extra
         self.budget_tokens = None if budget is None else budget.remaining_tokens
         self.chunked = chunked
@@ -551,7 +550,7 @@ class Scheduler:
         manager = self.manager
         if (self._admission_gates_starts or manager.max_resident_sequences() is not None
                 or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
-                or manager.page_index.free_slots == 0):
+                or manager.free_slots == 0):
             return None
         return _CertainRefusal(manager, budget, self.max_context_length, self.chunk_unit_size,
                                self.chunked_prefill)
@@ -665,7 +664,7 @@ class Scheduler:
         resume), else the resize's answer."""
         cache = self.manager.caches.get(request.request_id)
         if cache is None:
-            if self.manager.page_index.free_slots == 0:
+            if self.manager.free_slots == 0:
                 return None
             if self._first_chunk_certainly_refused(num_tokens):
                 return False
@@ -687,7 +686,7 @@ class Scheduler:
         """The real ``prepare_disagg_gen_init``: a cache sized for the transferred context, its
         draft tokens and the extra KV tokens, with the prompt as its history."""
         if request.request_id not in self.manager.caches:
-            if self.manager.page_index.free_slots == 0:
+            if self.manager.free_slots == 0:
                 return False
             self.manager.create_cache(request.request_id)
             self._set_state(request, "running")
