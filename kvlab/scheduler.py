@@ -345,7 +345,7 @@ class Scheduler:
                     request.num_refusals += 1
                 index += 1
                 continue
-            if budget.num_requests >= budget.max_num_requests:  # requests_full
+            if budget.requests_full:
                 break
             if not request.is_context_finished:
                 pending_contexts.append(request)
@@ -516,7 +516,7 @@ class Scheduler:
         refusal = self._pending_refusal(budget)
         chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
         for request in pending:
-            if budget.num_requests >= budget.max_num_requests:  # requests_full
+            if budget.requests_full:
                 break
             if not chunk_budget_left:
                 break  # the real loop continues for encoder requests, which kvlab has none of
