@@ -107,6 +107,7 @@ class Request:
 
     @property
     def is_context_finished(self) -> bool:
+        # context_len, spelled out: the scheduler asks this of every active request each pass
         return self.context_current_position >= self.prompt_len + self.recomputed_tokens
 
     @property

@@ -194,7 +194,7 @@ class _CertainRefusal:
 
     def refuses_first_chunk(self, request: Request) -> bool:
         """``request`` holds no cache (its context starts at 0)."""
-        context = request.prompt_len + request.recomputed_tokens  # context_len
+        context = request.context_len
         tokens = context + request.num_draft_tokens  # the whole context: its last chunk has the drafts
         if not self.chunked:
             if self.budget_tokens is not None and tokens > self.budget_tokens:
