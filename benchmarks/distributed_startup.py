@@ -12,8 +12,8 @@ import json
 import os
 import statistics
 
-from kvlab.distributed import run_ranks, scenario_config
-from kvlab.scenarios import load_scenario
+from kvlab.run.distributed import run_ranks, scenario_config
+from kvlab.run.scenarios import load_scenario
 
 
 def main() -> None:

@@ -1,14 +1,14 @@
 """The paged KV path measured on a device; stores the figures and prints one JSON line.
 
-Measures (kvlab.measurements): the per-step host-to-device copy of the page-index table for row
+Measures (kvlab.analysis.measurements): the per-step host-to-device copy of the page-index table for row
 widths sized by max_seq_len 2048 (68 entries, the seed's clamp), 8192 (260, the one-line fix),
 32k, 128k and 1M tokens at 32 tokens a page, and max_batch_size 1 to 2048; the read bandwidth of
 a gather of pages through a shuffled row against a plain copy, for pages of 4 KiB to 1 MiB in a
 1 GiB pool; the pool's allocation (torch.empty, synchronized) from 1 GiB to 0.9 of the free
 memory (free_gpu_memory_fraction's default); on CUDA, the KV pool the creator's measurement
 leaves after real weights (22 GiB), a warm-up peak (10 GiB) and MoE workspaces of 0 to 56 GiB,
-each pool allocated for real (kvlab.memory.pool_vs_workspace, the issue-21470 scenario's KV
-geometry). First, kvlab.paged_attention's check that paged attention through the table equals
+each pool allocated for real (kvlab.core.memory.pool_vs_workspace, the issue-21470 scenario's KV
+geometry). First, kvlab.core.paged_attention's check that paged attention through the table equals
 attention over a contiguous cache on this device.
 
     python benchmarks/gpu_measurements.py            # CUDA: writes data/measurements/<device>.json
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from kvlab.distributed import scenario_geometry
-from kvlab.measurements import (device_info, device_slug, page_index_copy, paged_read,
+from kvlab.run.distributed import scenario_geometry
+from kvlab.analysis.measurements import (device_info, device_slug, page_index_copy, paged_read,
                                 pool_allocation, save_measurements)
-from kvlab.memory import pool_vs_workspace
-from kvlab.paged_attention import paged_vs_contiguous
-from kvlab.scenarios import load_scenario
+from kvlab.core.memory import pool_vs_workspace
+from kvlab.core.paged_attention import paged_vs_contiguous
+from kvlab.run.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "data" / "measurements"

@@ -1,7 +1,7 @@
 """Speed of the closed-form phase diagram; prints one JSON line.
 
 A 64 x 64 grid (pool sizes 1..256 blocks of 32 tokens, context lengths 32..16384 tokens)
-for the three regimes of kvlab.phase (none/clamped, none/configured, capacity), seed
+for the three regimes of kvlab.analysis.phase (none/clamped, none/configured, capacity), seed
 geometry, configured max_seq_len 8192, 16 new tokens.
 
     python benchmarks/phase_diagram.py [--repeat N]
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from kvlab.phase import phase_diagram
-from kvlab.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES
+from kvlab.analysis.phase import phase_diagram
+from kvlab.analysis.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES
 
 GRID = 64
 

@@ -11,7 +11,7 @@ Prints one JSON line per measurement:
   workload and prints the ratio of seconds (kvlab / nano-vllm).
 - ``scaling``: the same distributions at each of ``--sizes`` requests: seconds per 1,000
   requests at each size, and the ratio largest / smallest (flat: the cost is linear).
-- ``standard_mixed``: kvlab's own mixed workload (``kvlab.workload.standard_mixed_workload``).
+- ``standard_mixed``: kvlab's own mixed workload (``kvlab.run.workload.standard_mixed_workload``).
 - ``azure_hour`` (``--trace``): Azure's conversation hour (data/traces/, 19,366 requests), one
   scheduler iteration taken as ``--seconds-per-iteration`` seconds, replayed under each
   admission policy on one GPU's pool (``--pool-gib`` GiB of KV for a Llama-3.1-8B-shaped model in
@@ -68,8 +68,8 @@ import time
 from typing import List
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
-from kvlab.admission import ADMISSION_POLICIES, VllmStyle
-from kvlab.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
+from kvlab.sched.admission import ADMISSION_POLICIES, VllmStyle
+from kvlab.run.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
 
 #: nano-vllm's benchmark engine.
 PEER = dict(max_running=64, pool_tokens=65536, tokens_per_block=256, max_num_tokens=16384)

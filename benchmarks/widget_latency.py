@@ -1,5 +1,5 @@
 """Widget latency: time from setting a control's value to the panel's FigureWidgets and verdict
-being updated, headless, for every panel in kvlab.widgets (each ``*_panel`` factory), at its
+being updated, headless, for every panel in kvlab.notebook.widgets (each ``*_panel`` factory), at its
 defaults and at its largest setting (every slider at its maximum).
 
 Prints one JSON line: {"panels": {name: {"defaults": {p50_ms, p95_ms}, "largest": {...}}}}.
@@ -18,7 +18,7 @@ import warnings
 
 import ipywidgets as W
 
-from kvlab import widgets
+from kvlab.notebook import widgets
 
 SLIDERS = (W.FloatLogSlider, W.FloatSlider, W.IntSlider, W.SelectionSlider)
 

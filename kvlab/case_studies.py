@@ -1,6 +1,6 @@
 """Case studies: the three findings of the review of PR #17261's residency clamp (a proposal,
-closed without merging; docs/REFERENCE.md §5), outside the mechanism. kvlab.scheduler and
-kvlab.mamba hold the fixed behaviour only; each finding's bug is a small subclass here that
+closed without merging; docs/REFERENCE.md §5), outside the mechanism. kvlab.sched.scheduler and
+kvlab.core.mamba hold the fixed behaviour only; each finding's bug is a small subclass here that
 overrides one hook, and :func:`run_review_findings` runs each finding with its bug and with its
 fix (notebook 05, ``tests/test_mamba.py``).
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from .distributed import ThreadComm, in_threads
-from .geometry import KVGeometry, MambaGeometry
-from .mamba import MambaHybridCacheManager, StateSlotsExhausted
-from .request import Request
-from .scheduler import ScheduleAction, Scheduler, SchedulerDeadlock
+from kvlab.run.distributed import ThreadComm, in_threads
+from kvlab.core.geometry import KVGeometry, MambaGeometry
+from kvlab.core.mamba import MambaHybridCacheManager, StateSlotsExhausted
+from kvlab.core.request import Request
+from kvlab.sched.scheduler import ScheduleAction, Scheduler, SchedulerDeadlock
 
 
 class NoneFirstManager(MambaHybridCacheManager):

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from .page_index import WIDTH_POLICIES
+from kvlab.core.page_index import WIDTH_POLICIES
 
 #: Exit codes of ``kvlab repro``, one per allocator outcome.
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
     walk.set_defaults(handler=_walkthrough, subparser=walk)
 
-    from .distributed import BACKENDS, MAX_RANKS
-    from .presets import RANK_POLICIES
+    from kvlab.run.distributed import BACKENDS, MAX_RANKS
+    from kvlab.analysis.presets import RANK_POLICIES
 
     scen = sub.add_parser("scenario", help="run a multi-rank scenario (issue-21470) over torch.distributed",
                           description="Run NAME (a scenario with a deployment block, e.g. "
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _repro(args, parser) -> int:
-    from .repro import run_repro
+    from kvlab.analysis.repro import run_repro
 
     try:
         result = run_repro(pool_mib=args.pool_mib, context=args.context, policy=args.policy,
@@ -108,7 +108,7 @@ def _repro(args, parser) -> int:
 
 
 def _walkthrough(args, parser) -> int:
-    from .walkthrough import (NOTEBOOK_DIR, check_parameters, image_server, run_notebook,
+    from kvlab.notebook.walkthrough import (NOTEBOOK_DIR, check_parameters, image_server, run_notebook,
                               summary_table, walkthrough_notebooks)
 
     notebooks = [p for p in walkthrough_notebooks(args.notebook_dir or NOTEBOOK_DIR)
@@ -134,8 +134,8 @@ def _walkthrough(args, parser) -> int:
 
 
 def _scenario(args, parser) -> int:
-    from .distributed import run_ranks, scenario_config
-    from .scenarios import ScenarioError, load_scenario
+    from kvlab.run.distributed import run_ranks, scenario_config
+    from kvlab.run.scenarios import ScenarioError, load_scenario
 
     try:
         scenario = load_scenario(args.name)

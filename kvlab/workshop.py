@@ -9,11 +9,11 @@ naming the check, which is how the tests prove that starter code fails and solut
  ex.  check                                  mirrors
 ====  =====================================  ======================================================
  1    ``check_page_index_width(fn, seed)``   ``max_blocks_per_seq`` of ``KVCacheManagerV2.__init__``
-                                             (kvlab/page_index.py; docs/REFERENCE.md §2)
+                                             (kvlab/core/page_index.py; docs/REFERENCE.md §2)
  2    ``check_predictions(dict)``,           native ``KvCache::resize`` check order: the row is
-      ``check_trigger(fn)``                  checked before the pool (kvlab/kv_cache.py; §3)
+      ``check_trigger(fn)``                  checked before the pool (kvlab/core/kv_cache.py; §3)
  3    ``check_admission(classify)``,         PR #21720's per-request feasibility
-      ``check_admission_policy(policy)``     (kvlab/admission.py ``CapacityAdmission``; §4)
+      ``check_admission_policy(policy)``     (kvlab/sched/admission.py ``CapacityAdmission``; §4)
  4    ``check_resident_scan(fn)``            the phase-2 loop of ``KVCacheV2Scheduler`` in PR
                                              #17261 (scheduler_v2.py, the resident-sequence cap;
                                              §5): ``break`` where ``continue`` belongs
@@ -29,14 +29,14 @@ import html
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy, CapacityAdmission,
+from kvlab.sched.admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy, CapacityAdmission,
                         demand_blocks)
-from .kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
-from .manager import KVCacheManager
-from .page_index import max_blocks_per_seq
-from .presets import RESIZE_OUTCOMES, seed_geometry
-from .repro import MIB, run_repro
-from .request import Request
+from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.page_index import max_blocks_per_seq
+from kvlab.analysis.presets import RESIZE_OUTCOMES, seed_geometry
+from kvlab.analysis.repro import MIB, run_repro
+from kvlab.core.request import Request
 
 CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
 
@@ -279,7 +279,7 @@ def _prediction_hint(result) -> str:
 
 def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = False) -> CheckResult:
     """Exercise 2a: ``predictions`` maps each PREDICTION_CASES name to "ok", "refused" or
-    "crash"; each is checked against a real resize (kvlab.repro.run_repro)."""
+    "crash"; each is checked against a real resize (kvlab.analysis.repro.run_repro)."""
     failures, passes = [], []
     if not isinstance(predictions, dict):
         return _finish("check_predictions", [f"predictions must be a dict of case -> outcome, "
@@ -452,8 +452,8 @@ ADMISSION_WORKLOAD = [Request("s1", 1536, 32), Request("s2", 1536, 32, arrival_s
 def run_admission_workload(admission, policy: str = "configured", stall_limit: int = 1000):
     """ADMISSION_WORKLOAD through kvlab's Scheduler on the seed's pool under ``admission`` (a
     name or an AdmissionPolicy); returns the SimulationResult."""
-    from .scheduler import Scheduler
-    from .simulation import simulate
+    from kvlab.sched.scheduler import Scheduler
+    from kvlab.run.simulation import simulate
 
     mgr = _seed_manager(policy)
     sched = Scheduler(mgr, admission=admission, max_num_tokens=8192, max_batch_size=8,
@@ -462,7 +462,7 @@ def run_admission_workload(admission, policy: str = "configured", stall_limit: i
 
 
 def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False) -> CheckResult:
-    """Exercise 3b: ``policy`` plugged into the Scheduler (kvlab/admission.py's hooks) runs
+    """Exercise 3b: ``policy`` plugged into the Scheduler (kvlab/sched/admission.py's hooks) runs
     ADMISSION_WORKLOAD on the seed's pool under both row widths: "big" is rejected at arrival
     with the numbers, the engine never stops, everything else finishes."""
     failures, passes = [], []

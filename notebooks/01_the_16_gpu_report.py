@@ -41,12 +41,13 @@ import traceback
 
 import pandas as pd
 
-from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, Request, run_ranks, viz
-from kvlab.distributed import rank_budget, scenario_config
-from kvlab.findings import Finding, report_findings
-from kvlab.repro import run_repro
-from kvlab.scenarios import load_scenario
-from kvlab.widgets import ranks_panel
+from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, Request, run_ranks
+from kvlab.notebook import viz
+from kvlab.run.distributed import rank_budget, scenario_config
+from kvlab.notebook.findings import Finding, report_findings
+from kvlab.analysis.repro import run_repro
+from kvlab.run.scenarios import load_scenario
+from kvlab.notebook.widgets import ranks_panel
 
 sc = load_scenario("issue-21470")  # data/scenarios/issue_21470_16x_gb300.yaml
 dep, P = sc.deployment, sc.parameters
@@ -83,7 +84,7 @@ assumptions
 # raises a rank's own quota. Every rank ends up with the smallest pool.
 #
 # The run below is real: 16 ranks (threads of this kernel, the in-process mode of
-# `kvlab.distributed`; section 5 also starts real processes), each building its budget, its
+# `kvlab.run.distributed`; section 5 also starts real processes), each building its budget, its
 # KVCacheManager and its Scheduler, stepping together with an all_gather every iteration.
 
 # %%
@@ -121,7 +122,7 @@ expect_crash = needed > r0.max_blocks_per_seq
 #
 # Attention DP routes each new request to a rank: one pinned to a rank
 # (`attention_dp_rank`) goes there; the others are balanced, longest first, to the rank with
-# the fewest active tokens (`kvlab.distributed.route`, after TensorRT-LLM's
+# the fewest active tokens (`kvlab.run.distributed.route`, after TensorRT-LLM's
 # `balance_requests_across_ranks`). The report's long request was on rank 0.
 
 # %%
@@ -148,7 +149,7 @@ if expect_crash:
     frames = [line.split(", in ")[-1] for line in r0.traceback.splitlines() if ", in " in line]
     chain = ["schedule", "_resize_context", "resize_context", "resize"]
     assert [f for f in frames if f in chain] == chain, frames
-    assert r0.traceback.rstrip().splitlines()[-2] == "kvlab.kv_cache.PageIndexTooShort: User-provided base page indices is too short"
+    assert r0.traceback.rstrip().splitlines()[-2] == "kvlab.core.kv_cache.PageIndexTooShort: User-provided base page indices is too short"
 print(clamped.explain())
 if expect_crash:
     assert clamped.ended == "shut down" and r0.outcome == "raised"
@@ -269,7 +270,7 @@ assert str(local_error) == "User-provided base page indices is too short"
 #
 # Move rank 0's MoE workspace (the other ranks add the scenario's skew) and the long context's
 # length. The panel does not run the ranks on every move: it works out, in closed form
-# (`kvlab.rank_plan`), what each rank's start-up builds — own quota, MIN, clamp, row width —
+# (`kvlab.analysis.rank_plan`), what each rank's start-up builds — own quota, MIN, clamp, row width —
 # where each request lands and whether it outgrows the row (crash) or the pool (stall), in a few
 # milliseconds. The button **Run the ranks** then runs them for real (in-process threads, the
 # same `RankRunner` code as the processes above) and says whether the run ended as predicted.

@@ -39,11 +39,12 @@ SMOKE: bool = False  # True (CI): a coarser sweep
 # %%
 import warnings
 
-from kvlab import KVCacheManager, KVGeometry, MemoryBudget, PageIndexTooShort, Request, viz
-from kvlab.findings import Finding, report_findings
-from kvlab.repro import MIB, check_repro_parameters, no_pool_reason, run_repro, sweep_repro, traceback_chain
-from kvlab.scenarios import load_scenario
-from kvlab.widgets import repro_panel
+from kvlab import KVCacheManager, KVGeometry, MemoryBudget, PageIndexTooShort, Request
+from kvlab.notebook import viz
+from kvlab.notebook.findings import Finding, report_findings
+from kvlab.analysis.repro import MIB, check_repro_parameters, no_pool_reason, run_repro, sweep_repro, traceback_chain
+from kvlab.run.scenarios import load_scenario
+from kvlab.notebook.widgets import repro_panel
 
 # Bad parameters stop here, with a message naming the parameter.
 check_repro_parameters(pool_mib, context, tokens_per_block, SMOKE=SMOKE)
@@ -142,7 +143,7 @@ mgr.check_invariants()
 print(f"pages still free: {mgr.free_blocks} of {mgr.total_blocks}")
 
 # %% [markdown]
-# `kvlab.repro.run_repro` does the same resize on a fresh manager and keeps every number; the CLI
+# `kvlab.analysis.repro.run_repro` does the same resize on a fresh manager and keeps every number; the CLI
 # (`kvlab repro`) and the live panel below use it too.
 
 # %%

@@ -38,17 +38,18 @@ SMOKE: bool = False  # True (CI): coarser sweeps
 # %%
 import inspect
 
-from kvlab import SchedulerDeadlock, simulate, viz
+from kvlab import SchedulerDeadlock, simulate
+from kvlab.notebook import viz
 import dataclasses
 
-from kvlab.compare import TIERS, EngineConfig, build_scheduler, long_and_small, outcome_table, tier_runs
-from kvlab.findings import Finding, report_findings
-from kvlab.measurements import load_measurements, measured_on
-from kvlab.presets import engine_outcome, seed_geometry
-from kvlab.paged_attention import paged_vs_contiguous
-from kvlab.page_index import max_blocks_per_seq, width_seq_len
-from kvlab.repro import check_repro_parameters, no_pool_reason, page_index_price, run_repro, sweep_repro
-from kvlab.scenarios import load_scenario
+from kvlab.analysis.compare import TIERS, EngineConfig, build_scheduler, long_and_small, outcome_table, tier_runs
+from kvlab.notebook.findings import Finding, report_findings
+from kvlab.analysis.measurements import load_measurements, measured_on
+from kvlab.analysis.presets import engine_outcome, seed_geometry
+from kvlab.core.paged_attention import paged_vs_contiguous
+from kvlab.core.page_index import max_blocks_per_seq, width_seq_len
+from kvlab.analysis.repro import check_repro_parameters, no_pool_reason, page_index_price, run_repro, sweep_repro
+from kvlab.run.scenarios import load_scenario
 
 # Bad parameters stop here, with a message naming the parameter.
 check_repro_parameters(pool_mib, context, tokens_per_block, SMOKE=SMOKE, retry_tokens=retry_tokens,
@@ -182,7 +183,7 @@ if IS_SEED and max_batch_size == 512:
 #
 # Every row of that table is read on every step: the attention kernels find a sequence's K and V
 # through it. Token `t` of a sequence lives in page `row[t // tokens_per_block]`, at offset
-# `t % tokens_per_block`. `kvlab.paged_attention` is a reference in plain torch (not a kernel):
+# `t % tokens_per_block`. `kvlab.core.paged_attention` is a reference in plain torch (not a kernel):
 # three sequences grow a page at a time in turn, so their pages interleave in one pool; their K
 # and V are written through their rows and read back through them, and attention over what the
 # rows gather must equal attention over an ordinary contiguous cache.
@@ -233,7 +234,7 @@ assert all(0.5 < r <= 1.2 for r in ratios)
 # And the constraint of issue #21470 made with real allocations: 22 GiB of weights, a 10 GiB
 # warm-up peak and a growing MoE workspace as real tensors on the H200, the quota measured as
 # `KvCacheCreator` measures it (`torch.cuda.mem_get_info` and the allocator's peak, times
-# `free_gpu_memory_fraction` 0.9), then a real pool of that size (`kvlab.memory.DeviceMemory`,
+# `free_gpu_memory_fraction` 0.9), then a real pool of that size (`kvlab.core.memory.DeviceMemory`,
 # `pool_vs_workspace`). Every GiB of workspace costs 0.9 GiB of pool, and the clamped
 # `max_seq_len` with it. Allocating the pool itself is fast (last figure).
 

@@ -50,15 +50,16 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
-from kvlab import Request, simulate, viz
-from kvlab.admission import FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, CapacityAdmission, demand_blocks
-from kvlab.compare import (EngineConfig, check_parameters, long_and_small, not_yet_and_never, outcome_rows,
+from kvlab import Request, simulate
+from kvlab.notebook import viz
+from kvlab.sched.admission import FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, CapacityAdmission, demand_blocks
+from kvlab.analysis.compare import (EngineConfig, check_parameters, long_and_small, not_yet_and_never, outcome_rows,
                            outcome_table, request_timeline, run_policies, vllm_startup_error)
-from kvlab.findings import Finding, report_findings
-from kvlab.phase import PhaseSetup, phase_diagram, phase_scenario
-from kvlab.presets import ENGINE_OUTCOMES, PEER_POLICIES, POLICIES, TRTLLM_POLICIES, engine_outcome
-from kvlab.widgets import admission_panel
-from kvlab.workload import LogNormal, azure_trace, poisson_workload
+from kvlab.notebook.findings import Finding, report_findings
+from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
+from kvlab.analysis.presets import ENGINE_OUTCOMES, PEER_POLICIES, POLICIES, TRTLLM_POLICIES, engine_outcome
+from kvlab.notebook.widgets import admission_panel
+from kvlab.run.workload import LogNormal, azure_trace, poisson_workload
 
 # Bad parameters stop here, with a message naming the parameter.
 check_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
@@ -166,7 +167,7 @@ else:
 #
 # One request alone (`context` tokens + 16 new), every pool from one page up and every context
 # length, configured max_seq_len fixed at `context`. Each cell is the verdict of
-# `kvlab.phase.phase_verdicts`, in closed form: the native resize checks the row before the pool
+# `kvlab.analysis.phase.phase_verdicts`, in closed form: the native resize checks the row before the pool
 # (docs/REFERENCE.md §3), so the first limit the request's pages cross decides — past the row is a
 # crash, past the pool a stall. Admission control replaces both regions with a clean rejection.
 # The closed forms are not taken on trust: `tests/test_phase.py` checks a random sample of points
@@ -208,7 +209,7 @@ if IS_SEED:
 #
 # ## 4. What it costs: goodput and waiting time under a mixed workload
 #
-# A seeded Poisson workload (`kvlab.workload`): log-normal prompts (median 256, up to 8192 tokens)
+# A seeded Poisson workload (`kvlab.run.workload`): log-normal prompts (median 256, up to 8192 tokens)
 # and outputs (median 64), a few of which can never fit this pool. Goodput counts the tokens of
 # finished requests per scheduler pass; waiting time is arrival to first scheduled step, over the
 # requests that started (a starving request never does — see "unfinished"); queueing time is
@@ -247,7 +248,7 @@ if never:
 # %% [markdown]
 # ## 5. The peers, side by side
 #
-# The same workload under the peers' styles (docs/REFERENCE.md §6, simplified in `kvlab.admission`).
+# The same workload under the peers' styles (docs/REFERENCE.md §6, simplified in `kvlab.sched.admission`).
 # vLLM checks capacity at **start-up**: with the configured max length it refuses to start at all
 # — the message below. An operator then sets `max_model_len` to the estimate it prints (the pool's
 # tokens), which is the engine run here: it rejects prompts over that length at the door,
@@ -297,7 +298,7 @@ panel
 # (2023, CC-BY 4.0; `data/traces/README.md`) records an hour of real production traffic: when each
 # request arrived, its prompt and its output length. Its code-completion hour has 8,819 requests,
 # prompts of a median 1,469 and at most 7,437 tokens, and short outputs (median 13). Replayed here
-# as recorded (`kvlab.workload.azure_trace`), one scheduler iteration taken as
+# as recorded (`kvlab.run.workload.azure_trace`), one scheduler iteration taken as
 # `seconds_per_iteration` seconds of the trace's clock (an assumption: a real iteration's length
 # depends on the model, the batch and the GPU), with at most 16 sequences, 8,192 tokens a pass,
 # chunked prefill (as #21470's deployment ran) and `max_seq_len` configured at 16,384.
@@ -309,7 +310,7 @@ panel
 # the same tokens would be 128 KiB a token, 0.9 to 1 GiB. Only TensorRT-LLM's three regimes run
 # here: the peers' styles are simplified in kvlab exactly where this matters (SGLang's
 # `new_token_ratio` is kept constant, so a prompt close to the pool's size can wait for good;
-# `kvlab.admission` says so).
+# `kvlab.sched.admission` says so).
 
 # %%
 trace = azure_trace("code", seconds_per_iteration, minutes=trace_minutes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from kvlab import KVCacheManager
-from kvlab.presets import seed_geometry
+from kvlab.analysis.presets import seed_geometry
 
 SEED_QUOTA_BYTES = 4 * 2**20
 SEED_MAX_SEQ_LEN = 8192

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kvlab import (ADMISSION_POLICIES, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
                    Scheduler, SchedulerDeadlock, make_admission, simulate)
-from kvlab.admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy,
+from kvlab.sched.admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy,
                              CapacityAdmission, SglangStyle, VllmStyle, demand_blocks)
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)

@@ -16,7 +16,7 @@ import torch
 
 from kvlab.backends.trtllm import (BackendUnavailable, Comparison, TrtllmReproResult, available,
                                    compare_with_kvlab, parse_version, run_trtllm_repro)
-from kvlab.repro import run_repro
+from kvlab.analysis.repro import run_repro
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, MemoryBudget, PageIndexTable,
                    PagePool, Request, max_blocks_per_seq)
 
-from kvlab.presets import seed_geometry
+from kvlab.analysis.presets import seed_geometry
 
 HUGE = 1 << 60  # beyond every accepted range
 
@@ -273,7 +273,7 @@ def test_pool_allocate_count(value, exc):
 def test_page_index_table_size_limit_is_exact():
     """MAX_TABLE_BYTES is accepted, four bytes per row and plane more is refused, before torch
     is asked for the memory."""
-    from kvlab.page_index import MAX_TABLE_BYTES, check_table_size
+    from kvlab.core.page_index import MAX_TABLE_BYTES, check_table_size
 
     width = MAX_TABLE_BYTES // (4 * 2 * 4)  # max_batch_size 3: 4 slots x 2 planes x 4 bytes
     assert check_table_size(3, width) == MAX_TABLE_BYTES
@@ -298,7 +298,7 @@ def test_a_pool_torch_cannot_allocate_is_a_memory_error_naming_quota_bytes():
 
 
 def test_other_runtime_errors_of_the_pool_are_not_disguised(monkeypatch):
-    import kvlab.manager as manager_module
+    import kvlab.core.manager as manager_module
 
     def broken(*args):
         raise RuntimeError("something else")

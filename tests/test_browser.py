@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.distributed import free_port
+from kvlab.run.distributed import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")

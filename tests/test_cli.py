@@ -82,7 +82,7 @@ def test_walkthrough_runs_notebooks_and_summarises(tmp_path, capsys):
     nbdir = tmp_path / "nb"
     nbdir.mkdir()
     _notebook(nbdir / "01_good.ipynb",
-              "from kvlab.findings import Finding, report_findings\n"
+              "from kvlab.notebook.findings import Finding, report_findings\n"
               "report_findings([Finding('demo', 'none', 'ok', f'scale={scale} smoke={SMOKE}')])")
     _notebook(nbdir / "02_bad.ipynb", "assert scale == 2, 'claim no longer true'")
     build = tmp_path / "build"
@@ -153,7 +153,7 @@ def test_walkthrough_parameters_are_checked_before_any_notebook_runs(tmp_path, a
 
 
 def test_a_pool_the_machine_cannot_allocate_is_a_usage_error(monkeypatch, capsys):
-    import kvlab.manager as manager_module
+    import kvlab.core.manager as manager_module
 
     def refuse(num_blocks, bytes_per_block, device):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "

@@ -1,15 +1,15 @@
-"""kvlab.compare: one workload under several policies, the engine's outcome, the table."""
+"""kvlab.analysis.compare: one workload under several policies, the engine's outcome, the table."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvlab import PageIndexTooShort, SchedulerDeadlock
-from kvlab.compare import (EngineConfig, build_scheduler, check_parameters, long_and_small,
+from kvlab.analysis.compare import (EngineConfig, build_scheduler, check_parameters, long_and_small,
                            not_yet_and_never, outcome_table, request_timeline, run_policies,
                            vllm_startup_error)
-from kvlab.presets import POLICIES, TRTLLM_POLICIES, engine_outcome
-from kvlab.workload import LogNormal, poisson_workload
+from kvlab.analysis.presets import POLICIES, TRTLLM_POLICIES, engine_outcome
+from kvlab.run.workload import LogNormal, poisson_workload
 
 
 def test_the_seed_workload_crashes_stalls_or_is_rejected_cleanly():
@@ -63,7 +63,7 @@ def test_a_mixed_workload_rejects_exactly_what_never_fits_under_capacity():
     workload = poisson_workload(40, rate=0.05, prompt_len=LogNormal(256, 1.0, 16, 8192),
                                 max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=0)
     manager = engine.manager()
-    from kvlab.admission import demand_blocks
+    from kvlab.sched.admission import demand_blocks
     never = {r.request_id for r in workload if demand_blocks(r, manager) > engine.total_blocks}
     result = run_policies(workload, ["capacity"], engine)["capacity"]
     assert set(result.ids_with_status("rejected")) == never

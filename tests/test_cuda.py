@@ -8,11 +8,11 @@ import gc
 import pytest
 import torch
 
-import kvlab.pool
+import kvlab.core.pool
 from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, PagePool
-from kvlab.memory import GIB, MIB, DeviceMemory, pool_vs_workspace
+from kvlab.core.memory import GIB, MIB, DeviceMemory, pool_vs_workspace
 
-from kvlab.presets import seed_geometry
+from kvlab.analysis.presets import seed_geometry
 
 _skip_without_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -153,7 +153,7 @@ def test_the_pool_shrinks_as_the_workspace_grows_on_the_device():
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_cuda_without_a_gpu_is_a_clear_valueerror(monkeypatch, device):
-    monkeypatch.setattr(kvlab.pool.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(kvlab.core.pool.torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=r"needs a CUDA GPU.*device='cpu'"):
         KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=2048,
                        max_batch_size=1, device=device)

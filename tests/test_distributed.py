@@ -1,4 +1,4 @@
-"""kvlab.distributed: 16 (and 2, 4) gloo rank processes on CPU, the in-process mode, the MIN
+"""kvlab.run.distributed: 16 (and 2, 4) gloo rank processes on CPU, the in-process mode, the MIN
 all-reduce, attention-DP routing, failure propagation, and no process outliving a run."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import time
 import pytest
 import torch
 
-from kvlab import distributed as D
-from kvlab.distributed import Fault, RankRunner, route, run_ranks, scenario_config
-from kvlab.request import Request
-from kvlab.scenarios import load_scenario
+from kvlab.run import distributed as D
+from kvlab.run.distributed import Fault, RankRunner, route, run_ranks, scenario_config
+from kvlab.core.request import Request
+from kvlab.run.scenarios import load_scenario
 
 NATIVE = "User-provided base page indices is too short"
 SHUTDOWN = f"shut down: rank 0 raised ValueError: {NATIVE}"
@@ -67,7 +67,7 @@ def test_clamped_rank_0_raises_and_all_16_shut_down(clamped16):
     r0 = clamped16.ranks[0]
     assert r0.outcome == "raised" and r0.error == f"ValueError: {NATIVE}"
     assert r0.status["long-ctx"] == "running"
-    assert "kvlab/kv_cache.py" in r0.traceback and "resize_context" in r0.traceback
+    assert "kvlab/core/kv_cache.py" in r0.traceback and "resize_context" in r0.traceback
     assert r0.traceback.rstrip().splitlines()[-2].endswith(f"PageIndexTooShort: {NATIVE}")
     for r in clamped16.ranks[1:]:
         assert (r.outcome, r.error) == ("shut down", SHUTDOWN)
@@ -281,7 +281,7 @@ def test_the_in_process_result_states_its_timeout_too(scenario):
 def test_in_threads_stops_every_rank_and_raises_the_failing_ranks_own_error():
     """Rank 1 fails before the collective; rank 0, waiting in it, is released (CollectiveFailed)
     instead of waiting out the timeout, and the caller sees rank 1's error."""
-    from kvlab.distributed import CollectiveFailed, ThreadComm, in_threads
+    from kvlab.run.distributed import CollectiveFailed, ThreadComm, in_threads
 
     comm = ThreadComm(2, timeout_s=60)
     seen = {}

@@ -16,9 +16,9 @@ import warnings
 import pytest
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
-from kvlab.admission import ADMISSION_POLICIES
-from kvlab.kv_cache import KVCache
-from kvlab.scheduler import _CertainRefusal
+from kvlab.sched.admission import ADMISSION_POLICIES
+from kvlab.core.kv_cache import KVCache
+from kvlab.sched.scheduler import _CertainRefusal
 
 
 def _observed(result):

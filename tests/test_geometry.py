@@ -5,7 +5,7 @@ import math
 import pytest
 
 from kvlab import KVGeometry
-from kvlab.geometry import element_bytes
+from kvlab.core.geometry import element_bytes
 
 
 def test_seed_bytes_per_token_is_2048():

@@ -25,9 +25,9 @@ import yaml
 from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MaxSeqLenClampWarning, MemoryBudget,
                    PageIndexTable, Request, Scheduler, simulate)
 from kvlab.cli import main
-from kvlab.distributed import Fault, scenario_config
-from kvlab.scenarios import load_scenario
-from kvlab.workload import poisson_workload
+from kvlab.run.distributed import Fault, scenario_config
+from kvlab.run.scenarios import load_scenario
+from kvlab.run.workload import poisson_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -147,7 +147,7 @@ def papermill_run(notebook: str, **parameters):
 
 def widget_value(panel: str, **values):
     def attempt(_tmp):
-        from kvlab import widgets
+        from kvlab.notebook import widgets
 
         built = getattr(widgets, panel)(wait_s=0.0)
         try:
@@ -159,7 +159,7 @@ def widget_value(panel: str, **values):
 
 
 def panel(name: str, **kwargs):
-    from kvlab import widgets
+    from kvlab.notebook import widgets
 
     return getattr(widgets, name)(**kwargs)
 

@@ -1,4 +1,4 @@
-"""kvlab.mamba's helpers for notebook 05: the dtype table, the fraction sweep, the scaled-down
+"""kvlab.core.mamba's helpers for notebook 05: the dtype table, the fraction sweep, the scaled-down
 Qwen3.5-27B, the quota split, the proposals side by side (PR #17261's clamp, closed without
 merging; PR #18985's feasible default, open), and the clamp's review findings run with and
 without their fixes."""
@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab import MambaHybridCacheManager, viz
-from kvlab.mamba import (GIB, PR_QUOTA_BYTES, QUOTA_TOO_SMALL, SCALE, dtype_rows, fraction_rows,
+from kvlab import MambaHybridCacheManager
+from kvlab.notebook import viz
+from kvlab.core.mamba import (GIB, PR_QUOTA_BYTES, QUOTA_TOO_SMALL, SCALE, dtype_rows, fraction_rows,
                          implied_ssm_dtype, proposal_rows, proposed_quota_error, qwen_plan,
                          residency_bytes, scaled_qwen3_5_27b)
 from kvlab.case_studies import run_review_finding, run_review_findings

@@ -9,7 +9,7 @@ import kvlab
 from kvlab import (PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, KVCacheManager, KVGeometry,
                    MaxSeqLenClampWarning, PageIndexTooShort, Request)
 
-from kvlab.presets import seed_geometry
+from kvlab.analysis.presets import seed_geometry
 
 
 # -- docs/DESIGN.md's public contract, verbatim -----------------------------------------------------

@@ -1,4 +1,4 @@
-"""kvlab.measurements on the CPU with tiny sizes: the rows' structure, units and byte counts
+"""kvlab.analysis.measurements on the CPU with tiny sizes: the rows' structure, units and byte counts
 (the figures themselves are not asserted), JSON storage, the benchmark script's storing rule;
 and the same on CUDA where there is one."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvlab.measurements import (device_info, device_slug, load_measurements, page_index_copy,
+from kvlab.analysis.measurements import (device_info, device_slug, load_measurements, page_index_copy,
                                 paged_read, pool_allocation, save_measurements)
-from kvlab.page_index import max_blocks_per_seq
+from kvlab.core.page_index import max_blocks_per_seq
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_measurements.py"
 
@@ -137,7 +137,7 @@ def test_measurements_on_cuda():
 # -- the stored GPU figures ----------------------------------------------------------------------
 
 def test_the_stored_h200_figures_say_where_and_when_they_were_taken():
-    from kvlab.measurements import measured_on
+    from kvlab.analysis.measurements import measured_on
 
     h200 = load_measurements("h200")  # data/measurements/h200.json
     info = h200["device"]

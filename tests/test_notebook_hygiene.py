@@ -81,7 +81,7 @@ def test_no_machine_specific_paths(path):
 
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
 def test_imports_no_private_module(path):
-    """A notebook uses kvlab's public names, never a private module (``kvlab._validate``)."""
+    """A notebook uses kvlab's public names, never a private module (``kvlab.core.checks``)."""
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
     assert not re.search(r"(from|import)\s+kvlab(\.\w+)*\._", code)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.findings import read_findings
-from kvlab.walkthrough import PLOTLY_MIME, WIDGET_MIME
+from kvlab.notebook.findings import read_findings
+from kvlab.notebook.walkthrough import PLOTLY_MIME, WIDGET_MIME
 from notebook_runner import execute
 
 pytestmark = pytest.mark.notebook
@@ -26,7 +26,7 @@ NB05 = NOTEBOOKS / "05_mamba_residency.ipynb"
 
 
 def panels(nb) -> list:
-    """The widget outputs that are panels, not progress bars (kvlab.progress's tqdm bars, shown
+    """The widget outputs that are panels, not progress bars (kvlab.run.progress's tqdm bars, shown
     after a second, stay in a saved notebook as widgets too)."""
     return [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})
             and not re.match(r"\S+: +\d+%\|", o["data"].get("text/plain", ""))]
@@ -195,8 +195,8 @@ def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
               for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
     assert any(t.startswith("Per-rank memory: the MoE workspace shrinks the KV pool (16 ranks)") for t in titles)
     streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
-    assert 'File "kvlab/manager.py"' in streams and "in resize_context" in streams
-    assert "kvlab.kv_cache.PageIndexTooShort: User-provided base page indices is too short" in streams
+    assert 'File "kvlab/core/manager.py"' in streams and "in resize_context" in streams
+    assert "kvlab.core.kv_cache.PageIndexTooShort: User-provided base page indices is too short" in streams
     assert streams.count("shut down: rank 0 raised ValueError") >= 15
     panel = panels(nb)
     assert len(panel) == 1 and "kvlab-verdict" in panel[0]["data"]["text/html"]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab import PageIndexTable, max_blocks_per_seq
-from kvlab.page_index import BAD_PAGE_INDEX, num_slots, width_seq_len
+from kvlab.core.page_index import BAD_PAGE_INDEX, num_slots, width_seq_len
 
 
 @pytest.mark.parametrize("max_seq_len, tpb, extra, draft, width", [

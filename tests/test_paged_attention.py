@@ -1,4 +1,4 @@
-"""kvlab.paged_attention: K and V go into the pages the row names, and paged attention through
+"""kvlab.core.paged_attention: K and V go into the pages the row names, and paged attention through
 the row equals attention over a contiguous cache; the row's entries are really what is read."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from kvlab import KVCacheManager, KVGeometry
-from kvlab.paged_attention import (contiguous_attention, gather_kv, kv_pages, paged_attention,
+from kvlab.core.paged_attention import (contiguous_attention, gather_kv, kv_pages, paged_attention,
                                    paged_vs_contiguous, write_kv)
 
 LENGTHS = (5, 30, 17)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from kvlab import KVGeometry, simulate
-from kvlab.phase import PhaseSetup, phase_diagram, phase_scenario, phase_verdicts
-from kvlab.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
+from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario, phase_verdicts
+from kvlab.analysis.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
 
 
 def verdict(pool_blocks, context_len, regime, setup=PhaseSetup()):

@@ -1,14 +1,15 @@
-"""kvlab.presets: the one table of policies, the one vocabulary of outcomes, the one classifier;
+"""kvlab.analysis.presets: the one table of policies, the one vocabulary of outcomes, the one classifier;
 everything that names a policy or an outcome reads them from there."""
 
 import pytest
 
-from kvlab import simulate, viz
-from kvlab.admission import ADMISSION_POLICIES
-from kvlab.compare import EngineConfig, build_scheduler, long_and_small
-from kvlab.page_index import WIDTH_POLICIES
-from kvlab.phase import phase_diagram
-from kvlab.presets import (ENGINE_OUTCOMES, OUTCOMES, PEER_POLICIES, POLICIES, RANK_POLICIES,
+from kvlab import simulate
+from kvlab.notebook import viz
+from kvlab.sched.admission import ADMISSION_POLICIES
+from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+from kvlab.core.page_index import WIDTH_POLICIES
+from kvlab.analysis.phase import phase_diagram
+from kvlab.analysis.presets import (ENGINE_OUTCOMES, OUTCOMES, PEER_POLICIES, POLICIES, RANK_POLICIES,
                            RESIZE_OUTCOMES, TRTLLM_POLICIES, engine_outcome, seed_geometry)
 
 

@@ -1,12 +1,12 @@
-"""kvlab.rank_plan: the closed-form plan of a multi-rank run against real runs of the ranks."""
+"""kvlab.analysis.rank_plan: the closed-form plan of a multi-rank run against real runs of the ranks."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvlab.distributed import run_ranks, scenario_config
-from kvlab.rank_plan import outcome_of, plan_ranks
-from kvlab.scenarios import load_scenario
+from kvlab.run.distributed import run_ranks, scenario_config
+from kvlab.analysis.rank_plan import outcome_of, plan_ranks
+from kvlab.run.scenarios import load_scenario
 
 SC = load_scenario("issue-21470")
 

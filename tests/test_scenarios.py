@@ -1,4 +1,4 @@
-"""kvlab.scenarios: loading data/scenarios/*.yaml, and refusing broken files with clear errors."""
+"""kvlab.run.scenarios: loading data/scenarios/*.yaml, and refusing broken files with clear errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvlab.scenarios import (
+from kvlab.run.scenarios import (
     EXPECTED,
     SCENARIO_DIR,
     Scenario,
@@ -184,7 +184,7 @@ def test_python_object_tag_is_refused(tmp_path):
 
 
 def test_top_level_tag_is_refused(tmp_path):
-    err = _broken(tmp_path, "!!python/object:kvlab.scenarios.Scenario {name: x}\n")
+    err = _broken(tmp_path, "!!python/object:kvlab.run.scenarios.Scenario {name: x}\n")
     assert err.field == "" and "YAML tag" in str(err)
 
 
@@ -340,7 +340,7 @@ def test_nesting_deeper_than_the_parser_goes_is_refused(tmp_path):
 
 
 def test_a_file_over_max_file_bytes_is_not_read(tmp_path):
-    from kvlab.scenarios import MAX_FILE_BYTES
+    from kvlab.run.scenarios import MAX_FILE_BYTES
 
     err = _broken(tmp_path, RTX.read_text() + "#" * MAX_FILE_BYTES)
     assert f"larger than MAX_FILE_BYTES={MAX_FILE_BYTES}" in str(err)

@@ -12,7 +12,7 @@ import pytest
 
 from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, Request,
                    Scheduler, SchedulerDeadlock)
-from kvlab.scheduler import DEADLOCK_REMEDY
+from kvlab.sched.scheduler import DEADLOCK_REMEDY
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 

@@ -3,8 +3,8 @@
 import pytest
 
 from kvlab import KVGeometry
-from kvlab.repro import run_repro
-from kvlab.scenarios import load_scenario
+from kvlab.analysis.repro import run_repro
+from kvlab.run.scenarios import load_scenario
 
 
 @pytest.fixture(scope="module")

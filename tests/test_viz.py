@@ -1,4 +1,4 @@
-"""kvlab.viz: the figures carry the seed's numbers, keep their trace structure, update in place."""
+"""kvlab.notebook.viz: the figures carry the seed's numbers, keep their trace structure, update in place."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import re
 import plotly.graph_objects as go
 import pytest
 
-from kvlab import PageIndexTable, viz
-from kvlab.page_index import max_blocks_per_seq
-from kvlab.repro import page_index_price, run_repro, sweep_repro
+from kvlab import PageIndexTable
+from kvlab.notebook import viz
+from kvlab.core.page_index import max_blocks_per_seq
+from kvlab.analysis.repro import page_index_price, run_repro, sweep_repro
 
 FREE, HELD, WANTED, MISSING = range(4)  # viz.PAGE_STATES order
 
@@ -167,9 +168,9 @@ def test_static_bundle_needs_no_frontend():
 
 # --- the scheduler timeline, the phase diagram, the policy bars (notebooks 03 and 04) -----------
 
-from kvlab.compare import EngineConfig, long_and_small, outcome_rows, run_policies  # noqa: E402
-from kvlab.phase import phase_diagram  # noqa: E402
-from kvlab.presets import ENGINE_OUTCOMES, OUTCOMES  # noqa: E402
+from kvlab.analysis.compare import EngineConfig, long_and_small, outcome_rows, run_policies  # noqa: E402
+from kvlab.analysis.phase import phase_diagram  # noqa: E402
+from kvlab.analysis.presets import ENGINE_OUTCOMES, OUTCOMES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +210,7 @@ def test_phase_diagram_has_a_subplot_per_regime_in_outcome_colours():
     assert [h.name for h in heatmaps] == list(diagram)
     assert [h.xaxis for h in heatmaps] == ["x", "x2", "x3"]
     for heat, grid in zip(heatmaps, diagram.values()):
-        # z is (contexts, pools): the transpose of kvlab.phase's (pools, contexts)
+        # z is (contexts, pools): the transpose of kvlab.analysis.phase's (pools, contexts)
         assert [list(row) for row in heat.z] == [[int(grid[i][j]) for i in range(4)] for j in range(3)]
     assert set(viz.OUTCOME_COLORS) == set(viz.OUTCOME_LABELS) == set(OUTCOMES)  # every outcome, once
     seed_cell = heatmaps[0].text[2][2]

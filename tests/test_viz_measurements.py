@@ -1,12 +1,12 @@
-"""kvlab.viz figures of kvlab.measurements results: real CPU rows (tiny sizes) and fixed rows."""
+"""kvlab.notebook.viz figures of kvlab.analysis.measurements results: real CPU rows (tiny sizes) and fixed rows."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import pytest
 
-from kvlab import viz
-from kvlab.measurements import page_index_copy, paged_read, pool_allocation
+from kvlab.notebook import viz
+from kvlab.analysis.measurements import page_index_copy, paged_read, pool_allocation
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_pool_allocation_is_one_line_in_gib():
 
 
 def test_pool_vs_workspace_from_the_stored_h200_rows():
-    from kvlab.measurements import load_measurements
+    from kvlab.analysis.measurements import load_measurements
 
     rows = load_measurements("h200")["pool_vs_workspace"]
     spec = viz.pool_vs_workspace_spec(rows, device="NVIDIA H200")

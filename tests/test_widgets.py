@@ -1,4 +1,4 @@
-"""kvlab.widgets, headless: set a control's value, read the FigureWidgets and the verdict; every
+"""kvlab.notebook.widgets, headless: set a control's value, read the FigureWidgets and the verdict; every
 panel (repro, admission, mamba, ranks) and the Panel pattern under them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import ipywidgets as W
 import plotly.graph_objects as go
 import pytest
 
-from kvlab import viz
-from kvlab.widgets import (ADMISSION_PANEL_POLICIES, Debouncer, Panel, admission_panel, context_choices,
+from kvlab.notebook import viz
+from kvlab.notebook.widgets import (ADMISSION_PANEL_POLICIES, Debouncer, Panel, admission_panel, context_choices,
                            mamba_panel, ranks_panel, repro_panel, verdict_html)
 
 HELD = 1
@@ -428,6 +428,6 @@ def test_the_button_runs_the_ranks_and_agrees_with_the_plan(ranks, workspace, co
 
 
 def test_a_panel_without_an_action_says_so(ranks):
-    from kvlab.widgets import repro_panel
+    from kvlab.notebook.widgets import repro_panel
     with pytest.raises(ValueError, match="no action"):
         repro_panel().act()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvlab import Request
-from kvlab.workload import (STANDARD_MIXED, Constant, LogNormal, Uniform, fixed, poisson_arrivals,
+from kvlab.run.workload import (STANDARD_MIXED, Constant, LogNormal, Uniform, fixed, poisson_arrivals,
                             poisson_workload, standard_mixed_workload)
 
 
@@ -72,7 +72,7 @@ def test_bad_workload_arguments_name_the_parameter(call, error, text):
 # -- the real hour -------------------------------------------------------------------------------
 
 def test_azure_trace_has_every_request_with_its_recorded_lengths():
-    from kvlab.workload import azure_trace
+    from kvlab.run.workload import azure_trace
 
     conv = azure_trace("conv")
     assert len(conv) == 19_366 and len(azure_trace("code")) == 8_819
@@ -86,7 +86,7 @@ def test_azure_trace_has_every_request_with_its_recorded_lengths():
 
 
 def test_azure_trace_maps_seconds_to_steps_and_limits():
-    from kvlab.workload import azure_trace
+    from kvlab.run.workload import azure_trace
 
     coarse = azure_trace("conv", seconds_per_iteration=1.0, limit=3)
     assert [r.arrival_step for r in coarse] == [0, 4, 4]   # 18:15:46.68, :50.99, :51.22
@@ -104,7 +104,7 @@ def test_azure_trace_maps_seconds_to_steps_and_limits():
     (dict(minutes=0), ValueError, "minutes must be in (0"),
 ])
 def test_azure_trace_bad_arguments_name_the_parameter(kwargs, error, text):
-    from kvlab.workload import azure_trace
+    from kvlab.run.workload import azure_trace
 
     with pytest.raises(error) as info:
         azure_trace(**kwargs)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvlab import workshop
-from kvlab.admission import CapacityAdmission, NoAdmission
+from kvlab.sched.admission import CapacityAdmission, NoAdmission
 from kvlab import AdmissionPolicy, Verdict
 from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
 from notebook_runner import execute as run_notebook
@@ -85,7 +85,7 @@ def test_each_check_passes_on_the_solution(solutions, check):
 
 
 def test_checks_accept_kvlabs_own_answers():
-    from kvlab.page_index import max_blocks_per_seq
+    from kvlab.core.page_index import max_blocks_per_seq
 
     assert workshop.check_page_index_width(max_blocks_per_seq, {"clamped": 2048, "configured": 8192})
     assert workshop.check_admission(CapacityAdmission().classify)
@@ -160,7 +160,7 @@ def test_predictions_feedback_explains_the_row_of_each_policy():
 
 
 def test_trigger_feedback():
-    from kvlab.kv_cache import PageIndexTooShort
+    from kvlab.core.kv_cache import PageIndexTooShort
 
     def escaped():
         raise PageIndexTooShort(256, 68)

@@ -32,7 +32,7 @@ Policies: "clamped" runs the manager as shipped (its table is sized from the cla
 since PR #12306; an older build sizes it otherwise, and the comparison shows the width that
 build really has). "configured" applies the seed's one-line candidate fix from outside: before
 any cache exists, the table is rebuilt with rows sized from the configured ``max_seq_len``.
-Outcomes use :data:`kvlab.presets.RESIZE_OUTCOMES`: "ok" (resize True), "refused" (False), "crash"
+Outcomes use :data:`kvlab.analysis.presets.RESIZE_OUTCOMES`: "ok" (resize True), "refused" (False), "crash"
 (the ValueError, with its message).
 """
 
@@ -46,11 +46,11 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._validate import check_choice, check_int
-from ..geometry import KVGeometry
-from ..page_index import WIDTH_POLICIES, max_blocks_per_seq
-from ..repro import ReproResult, run_repro
-from ..scenarios import load_scenario
+from kvlab.core.checks import check_choice, check_int
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.page_index import WIDTH_POLICIES, max_blocks_per_seq
+from kvlab.analysis.repro import ReproResult, run_repro
+from kvlab.run.scenarios import load_scenario
 
 #: The oldest tensorrt_llm line this backend drives (its dev and rc builds included).
 MIN_VERSION = (1, 3)
@@ -135,7 +135,7 @@ def _real_api() -> SimpleNamespace:
 
 @dataclass(frozen=True)
 class TrtllmReproResult:
-    """What the real manager did; the fields shared with :class:`kvlab.repro.ReproResult` mean
+    """What the real manager did; the fields shared with :class:`kvlab.analysis.repro.ReproResult` mean
     the same there."""
 
     tensorrt_llm_version: str
@@ -240,7 +240,7 @@ def run_trtllm_repro(scenario="rtx5080-4mib", context: Optional[int] = None,
 
 def compare_with_kvlab(scenario="rtx5080-4mib", context: Optional[int] = None,
                        policy: str = "clamped", retry_tokens: int = 32) -> Comparison:
-    """:func:`run_trtllm_repro` and :func:`kvlab.repro.run_repro` on the same scenario."""
+    """:func:`run_trtllm_repro` and :func:`kvlab.analysis.repro.run_repro` on the same scenario."""
     params, context, _ = _arguments(scenario, context, policy, retry_tokens)
     real = run_trtllm_repro(scenario, context, policy, retry_tokens)
     geometry = KVGeometry(num_layers=params.num_layers, num_kv_heads=params.num_kv_heads,

@@ -70,7 +70,7 @@ print(type(run.error).__name__, ":", run.error)
 #
 # A "never fits" reason must state the numbers: the blocks needed and the limit exceeded. A
 # "fits now" request has its *context* pages free now and a free slot (its output grows later).
-# Don't peek at `kvlab/admission.py` yet.
+# Don't peek at `kvlab/sched/admission.py` yet.
 #
 # The starter below is a first attempt many of us make. Run the check, read what it says, fix it.
 
@@ -90,7 +90,7 @@ result
 # %% [markdown]
 # ## Part 2: plug it into the scheduler
 #
-# Open `kvlab/admission.py` and read its module docstring: how does an admission policy plug into
+# Open `kvlab/sched/admission.py` and read its module docstring: how does an admission policy plug into
 # the `Scheduler`? Which hook runs when a request arrives, and what does it return? Complete the
 # policy below so that a request your `classify` calls "never fits" is rejected, with its reason,
 # and everything else is admitted (temporary pressure is the scheduler's job: it retries).
@@ -111,7 +111,7 @@ result
 # %% [markdown]
 # ## Discuss
 #
-# * Now compare your `classify` with `CapacityAdmission.classify` in `kvlab/admission.py`.
+# * Now compare your `classify` with `CapacityAdmission.classify` in `kvlab/sched/admission.py`.
 # * Your policy rejects `big` under *both* row widths. Does admission control still need the
 #   one-line fix? What does the page-index span check protect?
 # * vLLM reserves the whole prompt before admitting; SGLang reserves part of the predicted output.

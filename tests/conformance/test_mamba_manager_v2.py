@@ -1,5 +1,5 @@
 """TensorRT-LLM's tests of the V2 hybrid Mamba manager's capacity, state slots, quota error and
-residency, ported onto kvlab's public API (``kvlab.mamba``; docs/REFERENCE.md §5).
+residency, ported onto kvlab's public API (``kvlab.core.mamba``; docs/REFERENCE.md §5).
 
 Upstream: NVIDIA/TensorRT-LLM, tests/unittest/_torch/executor/kv_cache/test_mamba_cache_manager.py
 at 70edebecc0b67fb163baf7386d2679abf4164dfa (inventory/mamba_manager_v2.txt lists every test
@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 from kvlab import KVGeometry, MambaGeometry, MambaHybridCacheManager, plan_residency
-from kvlab.mamba import cache_size_per_token
+from kvlab.core.mamba import cache_size_per_token
 
 #: What kvlab cannot express, with the reason.
 NOT_MODELLED = {

@@ -6,11 +6,11 @@ at commit 505d7c1bb4cc08ebffd7018973fb255d5893fdf2 (inventory:
 
 Upstream calls ``_compute_auto_host_tier_quota(quota, local_ranks, mem_available, memlock_limit,
 shares_device_memory=False)`` and ``_sync_host_tier_quota(local_quota, mapping)``; kvlab's
-counterparts are :func:`kvlab.host_tier.auto_host_tier_bytes` (``gpu_quota_bytes``,
+counterparts are :func:`kvlab.core.host_tier.auto_host_tier_bytes` (``gpu_quota_bytes``,
 ``local_ranks``, ``host_available_bytes``, ``memlock_limit_bytes``, ``shares_device_memory``;
 ``float("inf")`` is an unknown limit, as the real readers answer) and
-:func:`kvlab.host_tier.sync_host_tier_quota` (``local_quota``, ``world_size``, ``comm``). The
-cross-rank sync runs on kvlab's in-process communicator (:class:`kvlab.distributed.ThreadComm`,
+:func:`kvlab.core.host_tier.sync_host_tier_quota` (``local_quota``, ``world_size``, ``comm``). The
+cross-rank sync runs on kvlab's in-process communicator (:class:`kvlab.run.distributed.ThreadComm`,
 threads on the CPU) instead of an MPI pool.
 """
 
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kvlab.distributed import ThreadComm
-from kvlab.host_tier import auto_host_tier_bytes, sync_host_tier_quota
+from kvlab.run.distributed import ThreadComm
+from kvlab.core.host_tier import auto_host_tier_bytes, sync_host_tier_quota
 
 GiB = 1 << 30
 INF = float("inf")

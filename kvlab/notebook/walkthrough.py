@@ -4,7 +4,7 @@ Each notebook under notebooks/ named ``NN_*.ipynb`` runs with papermill in a fre
 (parameters overridable), the executed copy goes to ``build/notebooks/`` and a static HTML copy
 to ``build/html/``: plotly figures there are PNG images rendered by kaleido with the system
 Chromium, so the report reads anywhere, offline. The findings each notebook reported
-(kvlab.findings) are collected for the summary.
+(kvlab.notebook.findings) are collected for the summary.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .findings import read_findings
+from kvlab.core.paths import NOTEBOOK_DIR
+from kvlab.notebook.findings import read_findings
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 @dataclass

@@ -11,7 +11,7 @@ Mirrors ``KVCacheV2Scheduler._schedule_loop``
   draft tokens); when it cannot, room is made by the admission policy's preemption mode
   ("suspend", the real ladder: suspend started requests from the tail, then recompute-pause,
   then suspend itself and stop phase 1). Suspension asks nothing of the host tier: what a
-  suspension frees depends on the tier below the GPU (kvlab.kv_cache, ``KVCache.suspend``).
+  suspension frees depends on the tier below the GPU (kvlab.core.kv_cache, ``KVCache.suspend``).
 - Phase 2 walks the deferred contexts: batch budget full -> break; STOP -> break; SKIP ->
   continue. Non-chunked: the whole remaining context plus its draft tokens is one unit; a
   token-budget miss or a prepare failure STOPs later contexts. Chunked: chunk = min(token
@@ -60,11 +60,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
-from ._validate import check_int
-from .admission import AdmissionPolicy, Verdict, make_admission
-from .kv_cache import KVCache, PageIndexTooShort
-from .manager import KVCacheManager
-from .request import REQUEST_STATES, Request
+from kvlab.core.checks import check_int
+from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
+from kvlab.core.kv_cache import KVCache, PageIndexTooShort
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.request import REQUEST_STATES, Request
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000

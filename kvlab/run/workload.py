@@ -16,8 +16,9 @@ from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ._validate import MAX_COUNT, check_choice, check_float, check_int
-from .request import Request
+from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int
+from kvlab.core.request import Request
+from kvlab.core.paths import DATA_DIR
 
 
 class LengthDistribution:
@@ -142,7 +143,7 @@ def standard_mixed_workload(seed: int = 0) -> List[Request]:
 # --- a real hour: Azure's public LLM inference trace (data/traces/, CC-BY 4.0) --------------------
 
 #: The trace files under data/traces/ (Azure Public Dataset, 2023; attribution in its README).
-TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
+TRACE_DIR = DATA_DIR / "traces"
 AZURE_TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Optional
 
-from ._validate import MAX_COUNT, check_int
+from kvlab.core.checks import MAX_COUNT, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .kv_cache import KVCache
-    from .pool import PagePool
+    from kvlab.core.kv_cache import KVCache
+    from kvlab.core.pool import PagePool
 
 
 def _known(limit: Optional[float]) -> bool:
@@ -65,7 +65,7 @@ def auto_host_tier_bytes(gpu_quota_bytes: int, local_ranks: int = 1,
 def sync_host_tier_quota(local_quota: int, world_size: int, comm=None) -> int:
     """Every rank's host tier becomes the smallest (the real ``_sync_host_tier_quota``, MIN
     all-reduce, PR #17717); one rank touches no collective. ``comm``: anything with
-    ``all_reduce_min(int) -> int`` (kvlab.distributed's communicators)."""
+    ``all_reduce_min(int) -> int`` (kvlab.run.distributed's communicators)."""
     if world_size <= 1:
         return local_quota
     return comm.all_reduce_min(local_quota)

@@ -21,7 +21,7 @@ and propagates. The caller's Requests are not touched: the run works on copies
 (``result.requests``), so one workload can be replayed under several schedulers.
 
 :class:`Engine` is that loop one iteration at a time (``iterate``), for callers that drive
-several engines in lockstep (``kvlab.distributed``: one engine per rank, stepped together as
+several engines in lockstep (``kvlab.run.distributed``: one engine per rank, stepped together as
 the attention-DP executor steps its ranks); ``simulate`` runs one Engine to the end.
 """
 
@@ -32,11 +32,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Optional
 
-from ._validate import check_int
-from .kv_cache import PageIndexTooShort
-from .request import Request
-from .scheduler import LIVE_STATES, ScheduledBatch, Scheduler, SchedulerDeadlock
-from .trace import Event, StepRecord, Trace
+from kvlab.core.checks import check_int
+from kvlab.core.kv_cache import PageIndexTooShort
+from kvlab.core.request import Request
+from kvlab.sched.scheduler import LIVE_STATES, ScheduledBatch, Scheduler, SchedulerDeadlock
+from kvlab.run.trace import Event, StepRecord, Trace
 
 #: What ``result.status`` reports for each Request.state: a suspended request is admitted and
 #: keeps its KV (in the host tier), so it counts as running.

@@ -3,7 +3,7 @@
 Field names follow TensorRT-LLM's LlmRequest where one exists (context_current_position,
 is_first_context_chunk, context_chunk_size) so the real code can be read next to kvlab's.
 
-Lifecycle (``state``), set by the Scheduler and the executor loop (``kvlab.simulation``):
+Lifecycle (``state``), set by the Scheduler and the executor loop (``kvlab.run.simulation``):
 
 - ``"waiting"``: submitted, no KV cache (not started yet, or recompute-paused);
 - ``"running"``: holds a KV cache on the device (context chunks or generation);
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._validate import MAX_COUNT, check_int
+from kvlab.core.checks import MAX_COUNT, check_int
 
 #: Every value ``Request.state`` takes.
 REQUEST_STATES = ("waiting", "running", "suspended", "finished", "rejected")

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, List, Optional
 
 import torch
 
-from ._validate import MAX_COUNT, check_int
+from kvlab.core.checks import MAX_COUNT, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .host_tier import HostTier
-    from .page_index import PageIndexTable
-    from .pool import PagePool
+    from kvlab.core.host_tier import HostTier
+    from kvlab.core.page_index import PageIndexTable
+    from kvlab.core.pool import PagePool
 
 #: The native message, verbatim (issue #21470's traceback).
 PAGE_INDEX_TOO_SHORT_MESSAGE = "User-provided base page indices is too short"
@@ -136,7 +136,7 @@ class KVCache:
     def suspend(self) -> None:
         """Make the cache inactive (the native ``suspend``); capacity and history are kept.
         Its pages stay on the GPU, held, until an allocation needs them and the tier below has
-        room (kvlab.host_tier); with no tier below, suspending frees nothing."""
+        room (kvlab.core.host_tier); with no tier below, suspending frees nothing."""
         if self.suspended:
             return
         self.suspended = True

@@ -20,7 +20,7 @@ None) and no residency gate in the V2 scheduler.
 
 - ``residency="clamped"``: *proposal, PR #17261, closed without merging.* Residency is bounded
   by what the quota affords after one attention page, MIN-reduced across ranks through ``comm``
-  (anything with ``all_reduce_min(int) -> int``: kvlab.distributed's TorchComm or ThreadComm
+  (anything with ``all_reduce_min(int) -> int``: kvlab.run.distributed's TorchComm or ThreadComm
   handles) and exposed through ``max_resident_sequences()`` (None when every requested sequence
   fits), which kvlab's Scheduler gates first context chunks on; ``warmup_batch_sizes`` are
   truncated to it. With the review's fix: every rank answers the all-reduced cap (its first
@@ -45,12 +45,12 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from ._validate import check_choice, check_float, check_int
-from .geometry import KVGeometry, MambaGeometry
-from .kv_cache import KVCache
-from .manager import KVCacheManager
-from .memory import GIB, MIB
-from .pool import resolve_device
+from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.geometry import KVGeometry, MambaGeometry
+from kvlab.core.kv_cache import KVCache
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.memory import GIB, MIB
+from kvlab.core.pool import resolve_device
 
 #: "raw" is merged TensorRT-LLM; "clamped" is PR #17261's proposal (closed without merging).
 RESIDENCY_MODES = ("raw", "clamped")
@@ -399,7 +399,7 @@ def check_parameters(*, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE, ssm_d
 def qwen_plan(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
               ssm_dtype: str = "bfloat16", conv_dtype: str = "bfloat16") -> ResidencyPlan:
     """The residency plan of Qwen3.5-27B (one rank, CUDA-graph padding) for a quota."""
-    from .geometry import qwen3_5_27b_attention, qwen3_5_27b_mamba
+    from kvlab.core.geometry import qwen3_5_27b_attention, qwen3_5_27b_mamba
 
     return plan_residency(qwen3_5_27b_mamba(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype),
                           qwen3_5_27b_attention(), quota_bytes, max_batch_size)
@@ -427,7 +427,7 @@ def implied_ssm_dtype(slots_gib: float = 37.5, slots: int = PR_MAX_BATCH_SIZE + 
                       candidates: Sequence[str] = ("bfloat16", "float32"),
                       tolerance_gib: float = 0.05) -> Optional[str]:
     """The SSM state dtype whose ``slots`` slots come to ``slots_gib`` (the PR's 37.5 GiB)."""
-    from .geometry import qwen3_5_27b_mamba
+    from kvlab.core.geometry import qwen3_5_27b_mamba
 
     for dtype in candidates:
         gib = slots * qwen3_5_27b_mamba(ssm_dtype=dtype).bytes_per_slot / GIB
@@ -442,7 +442,7 @@ def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
     """The quota ``(total - peak) * free_gpu_memory_fraction`` (kvlab.MemoryBudget, peak =
     total - ``left_bytes``) for each fraction, the merged floor, whether merged code builds,
     PR #17261's clamped residency and PR #18985's largest feasible max_batch_size."""
-    from .memory import MemoryBudget
+    from kvlab.core.memory import MemoryBudget
 
     rows = []
     for fraction in fractions:

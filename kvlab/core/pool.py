@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from ._validate import MAX_COUNT, check_int
+from kvlab.core.checks import MAX_COUNT, check_int
 
 
 def resolve_device(device) -> torch.device:

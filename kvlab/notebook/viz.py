@@ -2,7 +2,7 @@
 
 Nothing here builds a widget or keeps state. Each figure comes twice: ``name_spec(...)`` returns
 the figure as a plain dict (``{"data": [...], "layout": {...}}``) and ``name_figure(...)`` the
-same as a ``go.Figure``. ``kvlab.widgets`` turns a spec into a ``FigureWidget`` once and then only
+same as a ``go.Figure``. ``kvlab.notebook.widgets`` turns a spec into a ``FigureWidget`` once and then only
 patches it with :func:`update_figure` (plain dicts skip plotly's validation of a whole new
 figure, which costs more than the rest of an update). Every figure function returns the same
 traces (count, order and types) whatever its input, so a widget is updated in place, never
@@ -26,8 +26,8 @@ from typing import Iterable, Mapping, Optional, Sequence, Tuple
 
 import plotly.graph_objects as go
 
-from .memory import GIB, MIB
-from .presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.core.memory import GIB, MIB
+from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 
 #: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
 #: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
@@ -260,13 +260,13 @@ index_row_figure = _as_figure(index_row_spec)
 
 
 def repro_page_map_spec(result) -> dict:
-    """:func:`page_map_spec` of a ``kvlab.repro.ReproResult``."""
+    """:func:`page_map_spec` of a ``kvlab.analysis.repro.ReproResult``."""
     return page_map_spec(result.total_blocks, result.entries_needed, result.outcome,
                          tokens_per_block=result.tokens_per_block)
 
 
 def repro_index_row_spec(result) -> dict:
-    """:func:`index_row_spec` of a ``kvlab.repro.ReproResult``."""
+    """:func:`index_row_spec` of a ``kvlab.analysis.repro.ReproResult``."""
     return index_row_spec(result.max_blocks_per_seq, result.entries_needed, result.total_blocks,
                           result.outcome, tokens_per_block=result.tokens_per_block,
                           policy=result.policy)
@@ -286,7 +286,7 @@ def table_price_spec(rows: Sequence[Mapping], *, labels: Optional[Mapping[int, s
                        compare: Optional[Sequence[int]] = None) -> dict:
     """Host page-index table bytes against max_batch_size, one line per row width (log axes).
 
-    ``rows`` are ``kvlab.repro.page_index_price`` dicts. ``labels`` names widths (e.g.
+    ``rows`` are ``kvlab.analysis.repro.page_index_price`` dicts. ``labels`` names widths (e.g.
     ``{68: "clamped, seed"}``). ``compare = (narrow, wide)`` annotates the ratio of the two
     widths' bytes at the largest batch size.
     """
@@ -333,7 +333,7 @@ table_price_figure = _as_figure(table_price_spec)
 # --- outcome map: one resize over pool sizes and context lengths ------------------------------
 
 def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
-    """Outcome of one resize for each (pool MiB, context) of ``kvlab.repro.sweep_repro``
+    """Outcome of one resize for each (pool MiB, context) of ``kvlab.analysis.repro.sweep_repro``
     results: a scatter of squares coloured by outcome, log axes. One trace per outcome in
     ``("crash", "refused", "ok")``, always (empty ones included), so widgets can update it."""
     results = list(results)
@@ -381,7 +381,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
 
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
-    ``kvlab.presets.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`)."""
+    ``kvlab.analysis.presets.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`)."""
     trace = result.trace
     steps = trace.column("step")
     outcome = outcome if outcome is not None else engine_outcome(result)
@@ -458,7 +458,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
                        bytes_per_block: int = 65536, tokens_per_block: int = 32,
                        mark: Optional[tuple] = None, title: Optional[str] = None,
                        subtitle: Optional[str] = None) -> dict:
-    """``kvlab.phase.phase_diagram`` as one heatmap per regime, side by side: x the pool (MiB,
+    """``kvlab.analysis.phase.phase_diagram`` as one heatmap per regime, side by side: x the pool (MiB,
     log2 ticks), y the context length (log2 ticks), each cell in its verdict's colour
     (:data:`OUTCOME_COLORS`; codes index :data:`ENGINE_OUTCOMES`). ``mark = (pool_blocks,
     context)`` puts a star on one point (the seed's) in every subplot. Traces: per regime a
@@ -513,7 +513,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
     if title is None:
         title = "Phase diagram: one request alone, every pool size and context length"
     if subtitle is None:
-        subtitle = f"{len(pools)} pools x {len(contexts)} contexts per regime (closed-form verdicts, kvlab.phase)"
+        subtitle = f"{len(pools)} pools x {len(contexts)} contexts per regime (closed-form verdicts, kvlab.analysis.phase)"
     layout = _base_layout(title, subtitle, height=470, width=max(FIGURE_WIDTH, 330 * n),
                           annotations=annotations, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
                           margin=dict(l=70, r=30, t=110, b=60), **axes)
@@ -525,7 +525,7 @@ phase_diagram_figure = _as_figure(phase_diagram_spec)
 
 # --- policies side by side: goodput, waiting time, preemptions ---------------------------------
 
-#: The panels of :func:`policy_bars_spec`: (column of kvlab.compare.outcome_rows, axis title).
+#: The panels of :func:`policy_bars_spec`: (column of kvlab.analysis.compare.outcome_rows, axis title).
 POLICY_METRICS = (("goodput_tokens_per_step", "goodput (tokens / step)"),
                   ("mean_wait_steps", "mean wait (steps)"),
                   ("preemptions", "preemptions"))
@@ -534,7 +534,7 @@ POLICY_METRICS = (("goodput_tokens_per_step", "goodput (tokens / step)"),
 def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLICY_METRICS,
                      title: Optional[str] = None, subtitle: Optional[str] = None) -> dict:
     """One bar per policy in each of the ``metrics`` panels (side by side), coloured by the
-    engine's outcome and labelled with it. ``rows`` are ``kvlab.compare.outcome_rows`` dicts.
+    engine's outcome and labelled with it. ``rows`` are ``kvlab.analysis.compare.outcome_rows`` dicts.
     Traces: one bar trace per metric, then one legend entry per outcome (always)."""
     policies = [r["policy"] for r in rows]
     outcomes = [r["outcome"] for r in rows]
@@ -741,7 +741,7 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None) -> dict:
     activation peak, non-torch memory, the KV pool it built after the MIN all-reduce, the KV
     quota the MIN took away (its own quota minus the pool) and the unused headroom.
 
-    ``ranks``: ``kvlab.distributed.RankResult`` (or ``kvlab.rank_plan.RankPlan``) objects.
+    ``ranks``: ``kvlab.run.distributed.RankResult`` (or ``kvlab.analysis.rank_plan.RankPlan``) objects.
     Traces: one bar per part, always 7.
     """
     lost = [(r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0)
@@ -861,7 +861,7 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
                          subtitle: str = "") -> dict:
     """Stacked bars (GiB) of what the quota goes to under merged residency and under PR #17261's
     clamp (a proposal): resident slots, dummy slots, attention pages, unused; the quota as a
-    dashed line. ``split``: ``kvlab.mamba.residency_bytes(plan)``. Traces: always 4 bars."""
+    dashed line. ``split``: ``kvlab.core.mamba.residency_bytes(plan)``. Traces: always 4 bars."""
     gib = GIB
     x = ["merged" + ("" if split["raw_fits"] else " (raises)"),
          "PR #17261 clamp (proposal)"]
@@ -895,7 +895,7 @@ PROPOSAL_PARTS = (("resident", "served at once (a state slot each)", "#332288"),
 
 def residency_proposals_spec(rows: Sequence[Mapping], *, title: Optional[str] = None,
                              subtitle: str = "") -> dict:
-    """One stacked bar per answer (``kvlab.mamba.proposal_rows``): of the concurrent requests,
+    """One stacked bar per answer (``kvlab.core.mamba.proposal_rows``): of the concurrent requests,
     how many are served at once and how many wait; an answer that raises at construction has
     no bar and says so. Traces: always 2 bars (served, waiting)."""
     import re
@@ -929,7 +929,7 @@ def residency_proposals_spec(rows: Sequence[Mapping], *, title: Optional[str] = 
 residency_proposals_figure = _as_figure(residency_proposals_spec)
 
 
-# --- measurements on a device (kvlab.measurements) ----------------------------------------------
+# --- measurements on a device (kvlab.analysis.measurements) ----------------------------------------------
 
 #: Bars of :func:`paged_read_spec`: the gather through the table, and the plain copy.
 READ_COLORS = {"gather": "#332288", "copy": "#999999"}
@@ -943,7 +943,7 @@ def _on(device: str) -> str:
 def table_copy_spec(rows: Sequence[Mapping], *, device: str = "",
                     labels: Optional[Mapping[int, str]] = None) -> dict:
     """Per-step host-to-device copy time of the page-index table against max_batch_size, one
-    line per row width (log axes). ``rows``: ``kvlab.measurements.page_index_copy`` dicts;
+    line per row width (log axes). ``rows``: ``kvlab.analysis.measurements.page_index_copy`` dicts;
     ``labels`` names widths (e.g. ``{68: "clamped", 260: "configured"}``). Traces: one per width."""
     labels = dict(labels or {})
     widths = sorted({r["width"] for r in rows})
@@ -981,7 +981,7 @@ table_copy_figure = _as_figure(table_copy_spec)
 def paged_read_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
     """Read bandwidth of a gather of pages through a shuffled page-index row beside a plain copy
     of the same bytes, by page size (grouped bars, GB/s). ``rows``:
-    ``kvlab.measurements.paged_read`` dicts. Traces: always 2 bars (gather, copy)."""
+    ``kvlab.analysis.measurements.paged_read`` dicts. Traces: always 2 bars (gather, copy)."""
     x = [_fmt_bytes(r["page_bytes"]) for r in rows]
     data = []
     for side, label in (("gather", "gather through the table"), ("copy", "plain copy")):
@@ -1007,7 +1007,7 @@ paged_read_figure = _as_figure(paged_read_spec)
 
 def pool_allocation_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
     """Time to allocate the pool's storage (``torch.empty``, synchronized, cold) against its
-    size, log axes. ``rows``: ``kvlab.measurements.pool_allocation`` dicts. Traces: always 1."""
+    size, log axes. ``rows``: ``kvlab.analysis.measurements.pool_allocation`` dicts. Traces: always 1."""
     rows = sorted(rows, key=lambda r: r["nbytes"])
     hover = [f"{_fmt_bytes(r['nbytes'])} ({r['num_blocks']:,} pages of {_fmt_bytes(r['bytes_per_block'])}): "
              f"{r['median_ms']:,.2f} ms" for r in rows]
@@ -1026,9 +1026,9 @@ pool_allocation_figure = _as_figure(pool_allocation_spec)
 
 def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
     """Stacked bars, one per MoE workspace size, of one GPU's memory as measured and the KV pool
-    allocated after it (GiB). ``rows``: ``kvlab.memory.pool_vs_workspace`` dicts. Traces: the 7
+    allocated after it (GiB). ``rows``: ``kvlab.core.memory.pool_vs_workspace`` dicts. Traces: the 7
     of :data:`BUDGET_PARTS` (nothing is lost to a MIN on one GPU)."""
-    from .memory import MemoryBudget
+    from kvlab.core.memory import MemoryBudget
 
     budgets = [MemoryBudget(total_bytes=r["total_bytes"], weights_bytes=r["weights_bytes"],
                             workspace_bytes=r["measured_workspace_bytes"],

@@ -10,7 +10,7 @@ Mirrors the construction of ``KVCacheManagerV2``
 4. the table of ``max_batch_size * pp_size + 1`` slots;
 5. the tier below the GPU (``host_cache_size``: None, the real default, provisions the
    automatic host tier; 0 leaves the GPU alone, ``can_evict`` False, unless a
-   ``disk_cache_size`` adds a disk tier; kvlab.host_tier), and
+   ``disk_cache_size`` adds a disk tier; kvlab.core.host_tier), and
    ``max_util_for_resume`` (``KvCacheConfig``'s 0.95): a suspended cache resumes only while
    the GPU's page utilization is at most that.
 
@@ -32,13 +32,13 @@ from typing import Dict, Optional, Union
 
 import torch
 
-from ._validate import MAX_COUNT, check_choice, check_int
-from .geometry import KVGeometry
-from .host_tier import HostTier, lower_tier_bytes
-from .kv_cache import KVCache
-from .page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
-from .pool import PagePool, resolve_device
-from .request import Request
+from kvlab.core.checks import MAX_COUNT, check_choice, check_int
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.host_tier import HostTier, lower_tier_bytes
+from kvlab.core.kv_cache import KVCache
+from kvlab.core.page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
+from kvlab.core.pool import PagePool, resolve_device
+from kvlab.core.request import Request
 
 
 class MaxSeqLenClampWarning(UserWarning):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from .geometry import KVGeometry
-from .kv_cache import PageIndexTooShort
-from .scheduler import SchedulerDeadlock
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.kv_cache import PageIndexTooShort
+from kvlab.sched.scheduler import SchedulerDeadlock
 
 
 def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:
@@ -27,8 +27,8 @@ POLICIES: Dict[str, Tuple[str, str]] = {
     "none/clamped": ("none", "clamped"),         # historical TensorRT-LLM V2: the #21470 crash
     "none/configured": ("none", "configured"),   # the one-line fix: a wider row, refused every pass
     "capacity": ("capacity", "clamped"),         # PR #21720 (a proposal): reject what never fits
-    "vllm": ("vllm", "clamped"),                 # vLLM v1's style (kvlab.admission.VllmStyle)
-    "sglang": ("sglang", "clamped"),             # SGLang's style (kvlab.admission.SglangStyle)
+    "vllm": ("vllm", "clamped"),                 # vLLM v1's style (kvlab.sched.admission.VllmStyle)
+    "sglang": ("sglang", "clamped"),             # SGLang's style (kvlab.sched.admission.SglangStyle)
 }
 #: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
 TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")
@@ -37,13 +37,13 @@ PEER_POLICIES = ("vllm", "sglang")
 RANK_POLICIES: Dict[str, str] = {"clamped": "none/clamped", "configured": "none/configured",
                                  "admission": "capacity"}
 
-#: Every outcome name, mildest first (kvlab.viz gives each its colour and label).
+#: Every outcome name, mildest first (kvlab.notebook.viz gives each its colour and label).
 OUTCOMES = ("ok", "refused", "reject", "stall", "crash")
 #: What a run can end in: every request finished; some rejected and the rest finished; no
 #: progress (SchedulerDeadlock, or requests left waiting or running); a PageIndexTooShort. The
 #: phase diagram's int8 codes index this tuple.
 ENGINE_OUTCOMES = ("ok", "reject", "stall", "crash")
-#: What one resize can do (kvlab.repro): allocate, return False, raise.
+#: What one resize can do (kvlab.analysis.repro): allocate, return False, raise.
 RESIZE_OUTCOMES = ("ok", "refused", "crash")
 
 

@@ -22,10 +22,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from ._validate import MAX_COUNT, check_choice, check_int
-from .geometry import KVGeometry
-from .kv_cache import KVCache
-from .manager import KVCacheManager
+from kvlab.core.checks import MAX_COUNT, check_choice, check_int
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.kv_cache import KVCache
+from kvlab.core.manager import KVCacheManager
 
 #: KV dtypes the reference handles (fp8 and nvfp4 need scales a teaching reference skips).
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -4,7 +4,7 @@ attention-DP routing, lockstep iterations, and one rank's exception taking every
 This is the 16-GPU deployment of TensorRT-LLM issue #21470 in miniature. Every rank (a real
 process, or a thread of the in-process mode) runs the same code, :class:`RankRunner`:
 
-1. **Budget.** The rank's own :class:`~kvlab.memory.MemoryBudget` gives its KV quota
+1. **Budget.** The rank's own :class:`~kvlab.core.memory.MemoryBudget` gives its KV quota
    (``KvCacheCreator._cal_max_memory``, tensorrt_llm/_torch/pyexecutor/_util.py) and so its
    local token capacity: whole blocks of the model's geometry.
 2. **MIN all-reduce.** The token capacity is all-reduced with MIN
@@ -16,7 +16,7 @@ process, or a thread of the in-process mode) runs the same code, :class:`RankRun
    (``PyExecutor._fetch_and_activate_new_requests``, tensorrt_llm/_torch/pyexecutor/py_executor.py).
    Then each rank routes the arrivals of this step (the same rule on every rank, from the same
    gathered numbers, so they agree without further messages), and runs one iteration of its
-   own :class:`~kvlab.simulation.Engine`.
+   own :class:`~kvlab.run.simulation.Engine`.
 4. **Failure.** An engine error (PageIndexTooShort from resize, SchedulerDeadlock) is not
    caught by the executor loop: the real ``_event_loop_wrapper`` logs "Error in event loop",
    re-raises and cleans up, and the deployment goes down with it. kvlab models the observable
@@ -69,16 +69,16 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from .progress import progress as progress_bar
-from ._validate import check_choice, check_float, check_int
-from .geometry import KVGeometry
-from .manager import KVCacheManager
-from .memory import GIB, MemoryBudget
-from .page_index import check_table_size, max_blocks_per_seq, width_seq_len
-from .presets import POLICIES, RANK_POLICIES
-from .request import Request
-from .scheduler import Scheduler
-from .simulation import STATUS_OF_STATE, Engine
+from kvlab.run.progress import progress as progress_bar
+from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.memory import GIB, MemoryBudget
+from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
+from kvlab.analysis.presets import POLICIES, RANK_POLICIES
+from kvlab.core.request import Request
+from kvlab.sched.scheduler import Scheduler
+from kvlab.run.simulation import STATUS_OF_STATE, Engine
 
 BACKENDS = ("gloo", "nccl")
 MAX_RANKS = 128
@@ -154,7 +154,7 @@ class RunConfig:
         """What the ranks will build, known before any starts: each rank's own blocks (from its
         budget's KV quota), the token capacity after allreduce(MIN), and the page-index width
         from it (0 when the MIN leaves no page). RankRunner and KVCacheManager compute the same
-        when they run; kvlab.rank_plan builds on it."""
+        when they run; kvlab.analysis.rank_plan builds on it."""
         geo = self.geometry
         blocks = tuple(geo.blocks_in(b.kv_quota_bytes) for b in self.budgets)
         tokens = min(blocks) * geo.tokens_per_block
@@ -243,7 +243,7 @@ def scenario_requests(scenario, context_length: Optional[int] = None) -> Tuple[L
 def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clamped", *,
                     workspace_gib: Optional[float] = None, context_length: Optional[int] = None,
                     stall_limit: Optional[int] = None, fault: Optional[Fault] = None) -> RunConfig:
-    """A RunConfig from a deployment scenario (``kvlab.scenarios.load_scenario``), for
+    """A RunConfig from a deployment scenario (``kvlab.run.scenarios.load_scenario``), for
     ``ranks`` ranks (default: the deployment's). The keyword overrides serve the widget
     (workspace, context length) and fast tests (stall_limit)."""
     dep = getattr(scenario, "deployment", None)
@@ -444,7 +444,7 @@ def error_name(exc: BaseException) -> str:
 
 def kvlab_traceback(exc: BaseException) -> str:
     """``traceback.format_exception`` of ``exc`` keeping only kvlab's frames, with paths from
-    the package down (``kvlab/kv_cache.py``), notes included."""
+    the package down (``kvlab/core/kv_cache.py``), notes included."""
     te = traceback.TracebackException.from_exception(exc)
     frames = []
     for frame in te.stack:

@@ -5,14 +5,14 @@ One pattern for every notebook (:class:`Panel`)::
     panel = Panel(
         controls={"pool_mib": FloatLogSlider(...), ...},   # ipywidgets with a .value
         compute=lambda values: model,                      # values: {name: control.value}
-        figures=lambda model: {"map": spec, ...},          # kvlab.viz *_spec (or go.Figure)
+        figures=lambda model: {"map": spec, ...},          # kvlab.notebook.viz *_spec (or go.Figure)
         verdict=lambda model: ("ok", "<b>html</b>"),       # (outcome or None, HTML)
         title="...")
     panel                                # display it (last expression of a cell)
     panel.set(pool_mib=32)               # set several controls, recompute once
 
 A change of any control recomputes the model and patches each FigureWidget in place with
-``kvlab.viz.update_figure`` inside ``batch_update`` (the widgets are built once, never rebuilt:
+``kvlab.notebook.viz.update_figure`` inside ``batch_update`` (the widgets are built once, never rebuilt:
 each figure function returns the same traces whatever the model). Changes are coalesced by a
 :class:`Debouncer`. A model that cannot be computed (``compute`` raises) leaves the figures as
 they were and says why in the verdict instead of printing a traceback.
@@ -38,12 +38,12 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from . import viz
-from .mamba import MAMBA_SSM_DTYPES
-from .memory import GIB, MIB
-from .page_index import WIDTH_POLICIES
-from .presets import seed_geometry
-from .repro import ReproResult, check_repro_parameters, no_pool_reason, run_repro
+from kvlab.notebook import viz
+from kvlab.core.mamba import MAMBA_SSM_DTYPES
+from kvlab.core.memory import GIB, MIB
+from kvlab.core.page_index import WIDTH_POLICIES
+from kvlab.analysis.presets import seed_geometry
+from kvlab.analysis.repro import ReproResult, check_repro_parameters, no_pool_reason, run_repro
 
 #: Seconds within which changes are folded into one recompute (see Debouncer).
 DEFAULT_WAIT_S = 0.05
@@ -363,7 +363,7 @@ def repro_model(values: Mapping[str, Any]) -> ReproModel:
 
 
 def repro_figures(model: ReproModel) -> Dict[str, dict]:
-    """The page map and the index-row figure (as kvlab.viz specs) of a repro model, a no-pool
+    """The page map and the index-row figure (as kvlab.notebook.viz specs) of a repro model, a no-pool
     model included."""
     if model.result is not None:
         return {"pool": viz.repro_page_map_spec(model.result),
@@ -410,7 +410,7 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
 
 # --- notebook 04: admission control, live ----------------------------------------------------------
 
-#: Policies the admission panel offers (kvlab.presets.POLICIES).
+#: Policies the admission panel offers (kvlab.analysis.presets.POLICIES).
 ADMISSION_PANEL_POLICIES = ("none/clamped", "none/configured", "capacity", "vllm", "sglang")
 #: Pool slider range of the admission panel, as powers of two of MiB: 1/16 MiB (one 64 KiB page
 #: of the seed's geometry) to 256 MiB (4096 pages); it grows to include a value passed in.
@@ -424,7 +424,7 @@ class AdmissionModel:
     pool_mib: float
     context: int
     policy: str
-    engine: Any                  # kvlab.compare.EngineConfig, or None when the pool holds no page
+    engine: Any                  # kvlab.analysis.compare.EngineConfig, or None when the pool holds no page
     result: Any                  # kvlab.SimulationResult, or None
     outcome: Optional[str]
     no_pool: Optional[str]
@@ -437,10 +437,10 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
     """Run one long request of ``context`` tokens beside ``num_small`` small ones (256 + 32
     tokens, every 4 steps) on a pool of ``pool_mib`` MiB under ``policy``, with the real stall
     limit. The configured max_seq_len is the seed's 8192, or the context when that is longer."""
-    from .compare import EngineConfig, build_scheduler, long_and_small
-    from .phase import PhaseSetup, phase_verdicts
-    from .presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
-    from .simulation import simulate
+    from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+    from kvlab.analysis.phase import PhaseSetup, phase_verdicts
+    from kvlab.analysis.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
+    from kvlab.run.simulation import simulate
 
     pool_mib, context, policy = float(values["pool_mib"]), int(values["context"]), values["policy"]
     reason = no_pool_reason(pool_mib, 32)
@@ -459,10 +459,10 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
 
 def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     """The scheduler timeline of the run and the long request's pages against the pool and
-    the page-index row (kvlab.viz specs)."""
-    from .presets import POLICIES
-    from .simulation import SimulationResult
-    from .trace import Trace
+    the page-index row (kvlab.notebook.viz specs)."""
+    from kvlab.analysis.presets import POLICIES
+    from kvlab.run.simulation import SimulationResult
+    from kvlab.run.trace import Trace
 
     if model.result is None:
         empty = SimulationResult({}, {}, None, Trace(), {}, 0, 0)
@@ -524,7 +524,7 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
     """Notebook 04's live panel: pool size (MiB, log slider), context length of the long
     request and the policy -> the scheduler timeline, the long request's pages against the
     pool and the row, and a verdict naming the outcome with the numbers."""
-    from ._validate import check_choice, check_float, check_int
+    from kvlab.core.checks import check_choice, check_float, check_int
 
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
@@ -567,12 +567,12 @@ RANKS_CONTEXT_CHOICES = tuple(sorted({2 ** k for k in range(17, 21)} | {3 * 2 **
 @dataclass(frozen=True)
 class RanksModel:
     """What the ranks panel shows: the inputs, the run's config and its closed-form plan
-    (:mod:`kvlab.rank_plan`); the real run is the panel's action."""
+    (:mod:`kvlab.analysis.rank_plan`); the real run is the panel's action."""
 
     workspace_gib: float
     context: int
-    config: Any  # kvlab.distributed.RunConfig
-    plan: Any  # kvlab.rank_plan.RanksPlan
+    config: Any  # kvlab.run.distributed.RunConfig
+    plan: Any  # kvlab.analysis.rank_plan.RanksPlan
 
     @property
     def outcome(self) -> str:
@@ -592,9 +592,9 @@ class RanksModel:
 def ranks_model(values: Mapping[str, Any], *, scenario: str = "issue-21470", ranks: int = 16) -> RanksModel:
     """The scenario's ranks (policy "clamped", the report) with rank 0's MoE workspace and the
     long context from ``values``, planned in closed form (no run: a slider move takes ms)."""
-    from .distributed import scenario_config
-    from .rank_plan import plan_ranks
-    from .scenarios import load_scenario
+    from kvlab.run.distributed import scenario_config
+    from kvlab.analysis.rank_plan import plan_ranks
+    from kvlab.run.scenarios import load_scenario
 
     workspace, context = float(values["workspace_gib"]), int(values["context"])
     config = scenario_config(load_scenario(scenario), ranks, "clamped", workspace_gib=workspace,
@@ -631,8 +631,8 @@ def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
 def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
     """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
     code as the processes) and say whether the run ended as the plan said."""
-    from .distributed import run_ranks
-    from .rank_plan import outcome_of
+    from kvlab.run.distributed import run_ranks
+    from kvlab.analysis.rank_plan import outcome_of
 
     result = run_ranks(model.config, in_process=True, progress=False)
     outcome = outcome_of(result)
@@ -648,8 +648,8 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
     """Notebook 01's live panel: rank 0's MoE workspace (GiB; the others add the scenario's
     skew) and the long context's length -> every rank's memory budget after the MIN, the
     requests against the pool and the row, and how the run will end (closed form,
-    :mod:`kvlab.rank_plan`); its button runs the ranks for real and compares."""
-    from ._validate import check_float, check_int
+    :mod:`kvlab.analysis.rank_plan`); its button runs the ranks for real and compares."""
+    from kvlab.core.checks import check_float, check_int
 
     check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
     check_int("context", context, low=1, high=1 << 24)
@@ -685,8 +685,8 @@ class MambaModel:
     quota_gib: float
     max_batch_size: int
     ssm_dtype: str
-    plan: Any            # kvlab.mamba.ResidencyPlan
-    split: dict          # kvlab.mamba.residency_bytes(plan)
+    plan: Any            # kvlab.core.mamba.ResidencyPlan
+    split: dict          # kvlab.core.mamba.residency_bytes(plan)
 
     @property
     def raw_fits(self) -> bool:
@@ -711,7 +711,7 @@ class MambaModel:
 
 def mamba_model(values: Mapping[str, Any]) -> MambaModel:
     """Qwen3.5-27B (one rank) for the panel's quota (GiB), max_batch_size and SSM dtype."""
-    from .mamba import GIB, qwen_plan, residency_bytes
+    from kvlab.core.mamba import GIB, qwen_plan, residency_bytes
 
     quota_gib, batch, dtype = float(values["quota_gib"]), int(values["max_batch_size"]), values["ssm_dtype"]
     plan = qwen_plan(int(quota_gib * GIB), batch, dtype)
@@ -719,7 +719,7 @@ def mamba_model(values: Mapping[str, Any]) -> MambaModel:
 
 
 def mamba_figures(model: MambaModel) -> Dict[str, dict]:
-    """The quota split, merged beside PR #17261's clamp (a kvlab.viz spec)."""
+    """The quota split, merged beside PR #17261's clamp (a kvlab.notebook.viz spec)."""
     return {"stack": viz.residency_stack_spec(
         model.split, model.plan.quota_bytes,
         subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size}, {model.ssm_dtype} SSM state, "
@@ -762,7 +762,7 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
     Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp (a proposal),
     and a verdict: merged builds or raises, the clamp's residency, PR #18985's feasible
     max_batch_size default."""
-    from ._validate import check_choice, check_float, check_int
+    from kvlab.core.checks import check_choice, check_float, check_int
 
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
     check_int("max_batch_size", max_batch_size, low=1, high=4096)

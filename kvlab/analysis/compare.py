@@ -4,21 +4,21 @@ Notebooks 03 and 04 ask the same question many times: build the engine of the se
 pool), run these requests under this policy, and say in one word what happened. This module
 does that, so the notebooks only call it.
 
-Policies (:data:`kvlab.presets.POLICIES`): the admission policy and the page-index width policy
+Policies (:data:`kvlab.analysis.presets.POLICIES`): the admission policy and the page-index width policy
 together.
 
 - ``"none/clamped"``: the historical TensorRT-LLM V2 path (the #21470 crash);
 - ``"none/configured"``: the one-line fix (a wider row; the request is refused every pass);
 - ``"capacity"``: PR #21720's admission control (clamped row, reject what can never fit);
-- ``"vllm"``: vLLM v1's style (:class:`kvlab.admission.VllmStyle`). With its default
+- ``"vllm"``: vLLM v1's style (:class:`kvlab.sched.admission.VllmStyle`). With its default
   ``max_model_len`` (the configured max_seq_len) vLLM refuses to *start* on a pool that cannot
   hold one such request; an operator then sets ``max_model_len`` to the estimated maximum its
   error message prints (the pool's tokens), and that is the engine run here
   (:func:`vllm_startup_error` gives the refusal itself);
-- ``"sglang"``: SGLang's style (:class:`kvlab.admission.SglangStyle`).
+- ``"sglang"``: SGLang's style (:class:`kvlab.sched.admission.SglangStyle`).
 
-The engine's outcome (:func:`kvlab.presets.engine_outcome`) is one of kvlab's outcome names (the
-colours of ``kvlab.viz.OUTCOME_COLORS``): ``"crash"`` (a PageIndexTooShort stopped the engine), ``"stall"``
+The engine's outcome (:func:`kvlab.analysis.presets.engine_outcome`) is one of kvlab's outcome names (the
+colours of ``kvlab.notebook.viz.OUTCOME_COLORS``): ``"crash"`` (a PageIndexTooShort stopped the engine), ``"stall"``
 (the stall detector's SchedulerDeadlock, or requests still waiting or running when the run ran
 out of steps: starvation or a preemption livelock), ``"reject"`` (some requests were rejected
 and every other one finished), ``"ok"`` (every request finished).
@@ -30,16 +30,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from .progress import progress
-from ._validate import check_choice, check_float, check_int
-from .admission import SglangStyle, VllmStyle
-from .geometry import KVGeometry
-from .manager import KVCacheManager
-from .memory import MIB
-from .presets import POLICIES, engine_outcome, seed_geometry
-from .request import Request
-from .scheduler import DEFAULT_STALL_LIMIT, Scheduler
-from .simulation import SimulationResult, simulate
+from kvlab.run.progress import progress
+from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.sched.admission import SglangStyle, VllmStyle
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.memory import MIB
+from kvlab.analysis.presets import POLICIES, engine_outcome, seed_geometry
+from kvlab.core.request import Request
+from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT, Scheduler
+from kvlab.run.simulation import SimulationResult, simulate
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class EngineConfig:
     (4 MiB pool, max_seq_len 8192, 32 tokens per block), with room for 4 sequences at once
     and a token budget large enough that no prompt is refused for it (non-chunked context).
     ``host_cache_size``: None (the real default) provisions the automatic host tier; 0 leaves
-    no tier below the GPU (kvlab.host_tier). ``chunked_prefill``: contexts go in chunks of at
+    no tier below the GPU (kvlab.core.host_tier). ``chunked_prefill``: contexts go in chunks of at
     most ``max_num_tokens`` (issue #21470's deployment ran chunked)."""
 
     pool_mib: float = 4.0

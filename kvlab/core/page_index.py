@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import MAX_COUNT, check_choice, check_int
+from kvlab.core.checks import MAX_COUNT, check_choice, check_int
 
 #: Value of an unused entry (the real table's BAD_PAGE_INDEX).
 BAD_PAGE_INDEX = -1

@@ -4,7 +4,7 @@ A scenario records one experiment from a source (a blog post, an issue, a pull r
 configuration it ran and the numbers it reported. Notebooks, the ``kvlab scenario`` command and the
 tests load it by name::
 
-    from kvlab.scenarios import load_scenario
+    from kvlab.run.scenarios import load_scenario
     sc = load_scenario("rtx5080-4mib")      # a name under data/scenarios/, or a path to a file
     sc.parameters.pool_mib, sc.expected["width_clamped"]   # 4, 68
 
@@ -42,11 +42,12 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from kvlab._validate import MAX_COUNT, check_choice, check_float, check_int
-from kvlab.geometry import DTYPE_BYTES
-from kvlab.memory import MIB
+from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int
+from kvlab.core.geometry import DTYPE_BYTES
+from kvlab.core.memory import MIB
+from kvlab.core.paths import DATA_DIR
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
+SCENARIO_DIR = DATA_DIR / "scenarios"
 
 MAX_TOKENS = 1 << 24  # 16 Mi tokens: far beyond any context window, small enough to catch typos
 MAX_SHAPE = 1 << 14  # layers, heads, head size, tokens per block
@@ -281,7 +282,7 @@ class ScenarioParameters:
     def pool_bytes(self) -> int:
         if self.pool_mib is None:
             raise ValueError("this scenario sets no pool_mib: its deployment's memory budget "
-                             "sets each rank's pool (kvlab.distributed.rank_budget)")
+                             "sets each rank's pool (kvlab.run.distributed.rank_budget)")
         return self.pool_mib * MIB
 
 

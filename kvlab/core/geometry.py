@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ._validate import check_choice, check_int
+from kvlab.core.checks import check_choice, check_int
 
 #: Bytes per element of each KV dtype. NVFP4 packs two elements per byte and adds one
 #: fp8 scale byte per 16 elements (handled in ``element_bytes``).

@@ -1,17 +1,17 @@
 """What every rank of a multi-rank run will build, and what each request will meet, without
-running it: the closed form of :mod:`kvlab.distributed`, fast enough for a slider.
+running it: the closed form of :mod:`kvlab.run.distributed`, fast enough for a slider.
 
-For a :class:`~kvlab.distributed.RunConfig`, in the order the real start-up goes:
+For a :class:`~kvlab.run.distributed.RunConfig`, in the order the real start-up goes:
 
 1. each rank's own KV quota and blocks from its budget (``KvCacheCreator._cal_max_memory``,
    docs/REFERENCE.md §1), as ``RankRunner`` computes them;
 2. ``allreduce(MIN)`` of the token capacity: every rank builds the smallest pool;
 3. the max_seq_len clamp and the page-index width (``KVCacheManagerV2.__init__``, §2);
    steps 1-3 are ``RunConfig.pool_plan``, which also checks a config before its ranks start;
-4. each request's rank by :func:`kvlab.distributed.route`, assuming every earlier request is
+4. each request's rank by :func:`kvlab.run.distributed.route`, assuming every earlier request is
    still live when it arrives (true while arrivals come faster than requests finish, as in the
    issue-21470 scenario);
-5. each request's verdict alone on that pool by :func:`kvlab.phase.phase_verdicts`: "crash"
+5. each request's verdict alone on that pool by :func:`kvlab.analysis.phase.phase_verdicts`: "crash"
    (a resize passes the row: ``ValueError``), "stall" (passes the pool first: refused every
    pass, ``SchedulerDeadlock`` after ``stall_limit`` passes), "reject" (admission) or "ok";
 6. the run's end: the first crash takes every rank down, else a stall does, else it completes.
@@ -19,7 +19,7 @@ For a :class:`~kvlab.distributed.RunConfig`, in the order the real start-up goes
 What it leaves out: other requests' pages (they only delay a request that fits), and, under
 chunked prefill, a chunk boundary landing in the few blocks (``width - pool`` <= 4 under the
 clamp) between the pool and the row end, which makes a stall of what is here a crash.
-tests/test_rank_plan.py checks the plan against real runs of :func:`kvlab.distributed.run_ranks`.
+tests/test_rank_plan.py checks the plan against real runs of :func:`kvlab.run.distributed.run_ranks`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-from .distributed import RunConfig, route
-from .memory import MemoryBudget
-from .phase import PhaseSetup, phase_verdicts
-from .presets import ENGINE_OUTCOMES, RANK_POLICIES
+from kvlab.run.distributed import RunConfig, route
+from kvlab.core.memory import MemoryBudget
+from kvlab.analysis.phase import PhaseSetup, phase_verdicts
+from kvlab.analysis.presets import ENGINE_OUTCOMES, RANK_POLICIES
 
 #: What the real run's rank says when a request's verdict ends the run.
 ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too short",
@@ -40,7 +40,7 @@ ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too sho
 @dataclass(frozen=True)
 class RankPlan:
     """One rank's pool, before and after the MIN (the fields ``viz.rank_budget_spec`` reads,
-    named as in ``kvlab.distributed.RankResult``)."""
+    named as in ``kvlab.run.distributed.RankResult``)."""
 
     rank: int
     budget: MemoryBudget
@@ -140,7 +140,7 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
 
 
 def outcome_of(result) -> Optional[str]:
-    """The outcome a real run (``kvlab.distributed.DistributedResult``) shows, in the plan's
+    """The outcome a real run (``kvlab.run.distributed.DistributedResult``) shows, in the plan's
     words: "crash" (a rank raised ValueError), "stall" (another error), "reject", "ok", or None
     (a rank died or hung)."""
     raised = next((r for r in result.ranks if r.outcome == "raised"), None)

@@ -1,7 +1,7 @@
 """Findings: what a notebook established, shown to the reader and readable by the walkthrough.
 
 A notebook ends with ``report_findings([...])``. In Jupyter it renders a table; in the executed
-notebook it also leaves a ``application/vnd.kvlab.findings+json`` output that
+notebook it also leaves a ``application/vnd.kvlab.notebook.findings+json`` output that
 ``read_findings`` collects, so ``kvlab walkthrough`` can print a summary of every notebook
 without re-running anything.
 """
@@ -12,7 +12,7 @@ import html
 from dataclasses import asdict, dataclass
 from typing import Iterable, List
 
-FINDINGS_MIME = "application/vnd.kvlab.findings+json"
+FINDINGS_MIME = "application/vnd.kvlab.notebook.findings+json"
 
 
 @dataclass(frozen=True)

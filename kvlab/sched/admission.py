@@ -25,10 +25,10 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Type, Union
 
-from ._validate import check_choice, check_float, check_int
-from .memory import GIB
-from .manager import KVCacheManager
-from .request import Request
+from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.memory import GIB
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.request import Request
 
 #: Feasibility classes of the capacity policy (PR #21720).
 FITS_NOW = "fits now"

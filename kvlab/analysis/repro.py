@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .progress import progress
-from ._validate import check_float, check_int
-from .geometry import KVGeometry
-from .kv_cache import PageIndexTooShort
-from .manager import KVCacheManager
-from .memory import MIB
-from .presets import seed_geometry
+from kvlab.run.progress import progress
+from kvlab.core.checks import check_float, check_int
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.kv_cache import PageIndexTooShort
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.memory import MIB
+from kvlab.analysis.presets import seed_geometry
 
 
 
@@ -124,14 +124,14 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
         free_blocks_after=mgr.free_blocks)
 
 
-# --- small helpers for the notebooks and the widget panel (kvlab.widgets, notebooks 02-03) ---------
+# --- small helpers for the notebooks and the widget panel (kvlab.notebook.widgets, notebooks 02-03) ---------
 
 def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str = "clamped",
                            SMOKE=False, retry_tokens=32, max_batch_size=1) -> None:
     """Validate a notebook's repro parameters, as papermill passes them; each error names the
     parameter, its value and the accepted range (docs/DESIGN.md, "Conventions")."""
-    from ._validate import check_choice
-    from .page_index import WIDTH_POLICIES
+    from kvlab.core.checks import check_choice
+    from kvlab.core.page_index import WIDTH_POLICIES
 
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
@@ -160,7 +160,7 @@ def page_index_price(max_seq_lens, batch_sizes, tokens_per_block: int = 32) -> l
     """Bytes of the host page-index table for each row-sizing max_seq_len and max_batch_size:
     real ``PageIndexTable`` objects, measured with ``nbytes``. One dict per pair: max_seq_len,
     width (max_blocks_per_seq), max_batch_size, slots, nbytes."""
-    from .page_index import PageIndexTable, max_blocks_per_seq
+    from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
 
     rows = []
     for seq_len in max_seq_lens:
@@ -191,7 +191,7 @@ def sweep_repro(pool_mibs, contexts, policy: str = "clamped", tokens_per_block: 
 
 def traceback_chain(exc: BaseException) -> str:
     """The calls an exception went through, one per line, innermost last, with file paths
-    shortened to the package (``kvlab/kv_cache.py``): the shape of the seed's chain
+    shortened to the package (``kvlab/core/kv_cache.py``): the shape of the seed's chain
     Scheduler -> resize_context -> native resize -> page-index check -> ValueError."""
     import traceback
     from pathlib import PurePath

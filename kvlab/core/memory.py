@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from ._validate import MAX_COUNT, check_float, check_int
+from kvlab.core.checks import MAX_COUNT, check_float, check_int
 
 #: Binary units, the ones GPU memory is reported in.
 MIB = 1 << 20
@@ -98,7 +98,7 @@ class DeviceMemory:
     ``peak_memory_bytes`` is the creator's."""
 
     def __init__(self, device="cuda"):
-        from .pool import resolve_device
+        from kvlab.core.pool import resolve_device
 
         self.device = resolve_device(device)
         if self.device.type != "cuda":
@@ -159,7 +159,7 @@ def pool_vs_workspace(geometry, weights_bytes: int, workspace_bytes: Sequence[in
     a real :class:`kvlab.KVCacheManager` built from its quota (the pool a real tensor). One row
     per size: the measured parts, the quota, the pool's blocks and bytes as allocated, the
     clamped max_seq_len and the row width."""
-    from .manager import KVCacheManager
+    from kvlab.core.manager import KVCacheManager
 
     rows = []
     for ws in workspace_bytes:

@@ -3,7 +3,7 @@
 Three costs the page-index width and the pool put on a real GPU (issue 8):
 
 - ``page_index_copy``: the per-step host-to-device copy of the page-index table, a pinned
-  int32 ``[1, slots, 2, width]`` tensor (``kvlab.page_index.PageIndexTable``, the shape of
+  int32 ``[1, slots, 2, width]`` tensor (``kvlab.core.page_index.PageIndexTable``, the shape of
   ``KVCacheManagerV2``'s table) copied with ``non_blocking=True`` into a device buffer, as the
   executor does before the attention kernels read the rows. The width is
   ``max_blocks_per_seq`` of the max_seq_len that sizes the row: the "one-line fix" sizes it by
@@ -33,9 +33,10 @@ from typing import Callable, List, Mapping, Sequence
 
 import torch
 
-from ._validate import MAX_COUNT, check_int
-from .page_index import PageIndexTable, max_blocks_per_seq
-from .pool import PagePool, resolve_device
+from kvlab.core.checks import MAX_COUNT, check_int
+from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
+from kvlab.core.pool import PagePool, resolve_device
+from kvlab.core.paths import DATA_DIR
 
 GB = 1e9  # bandwidths in decimal GB/s, as memory bandwidths are quoted
 
@@ -218,7 +219,7 @@ def save_measurements(results: Mapping, path) -> Path:
 
 
 #: Where measurements taken on real GPUs are kept (one JSON file per device).
-MEASUREMENTS_DIR = Path(__file__).resolve().parent.parent / "data" / "measurements"
+MEASUREMENTS_DIR = DATA_DIR / "measurements"
 
 
 def load_measurements(path) -> dict:
