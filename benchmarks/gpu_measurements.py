@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from kvlab.run.distributed import scenario_geometry
 from kvlab.analysis.measurements import (device_info, device_slug, page_index_copy, paged_read,
-                                pool_allocation, save_measurements)
+                                         pool_allocation, save_measurements)
 from kvlab.core.memory import pool_vs_workspace
 from kvlab.core.paged_attention import paged_vs_contiguous
+from kvlab.run.distributed import scenario_geometry
 from kvlab.run.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,8 @@ import time
 import numpy as np
 
 from kvlab.analysis.phase import phase_diagram
-from kvlab.analysis.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES
+from kvlab.analysis.presets import ENGINE_OUTCOMES
+from kvlab.sched.policies import TRTLLM_POLICIES
 
 GRID = 64
 

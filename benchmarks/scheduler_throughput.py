@@ -68,8 +68,8 @@ import time
 from typing import List
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
-from kvlab.sched.admission import ADMISSION_POLICIES, VllmStyle
 from kvlab.run.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
+from kvlab.sched.admission import ADMISSION_POLICIES, VllmStyle
 
 #: nano-vllm's benchmark engine.
 PEER = dict(max_running=64, pool_tokens=65536, tokens_per_block=256, max_num_tokens=16384)

@@ -2,18 +2,19 @@
 learning how serving engines run out of KV-cache memory and how they should fail."""
 
 from kvlab.core.geometry import KVGeometry, MambaGeometry, qwen3_5_27b_attention, qwen3_5_27b_mamba
-from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
+from kvlab.core.kv_cache import KVCache, PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
+from kvlab.core.mamba import (MambaHybridCacheManager, ResidencyPlan, StateSlotsExhausted,
+                              plan_residency)
 from kvlab.core.manager import KVCacheManager, MaxSeqLenClampWarning
 from kvlab.core.memory import MemoryBudget
 from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
 from kvlab.core.pool import PagePool
 from kvlab.core.request import Request
+from kvlab.run.distributed import DistributedResult, Fault, RankResult, RunConfig, run_ranks
+from kvlab.run.simulation import Engine, SimulationResult, simulate
+from kvlab.run.trace import Trace
 from kvlab.sched.admission import ADMISSION_POLICIES, AdmissionPolicy, Verdict, make_admission
 from kvlab.sched.scheduler import ScheduledBatch, Scheduler, SchedulerDeadlock
-from kvlab.run.simulation import Engine, SimulationResult, simulate
-from kvlab.run.distributed import DistributedResult, Fault, RankResult, RunConfig, run_ranks
-from kvlab.run.trace import Trace
-from kvlab.core.mamba import MambaHybridCacheManager, ResidencyPlan, StateSlotsExhausted, plan_residency
 
 __all__ = [
     "MambaGeometry", "MambaHybridCacheManager", "ResidencyPlan", "StateSlotsExhausted",

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from kvlab.run.distributed import ThreadComm, in_threads
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.mamba import MambaHybridCacheManager, StateSlotsExhausted
 from kvlab.core.request import Request
+from kvlab.run.distributed import ThreadComm, in_threads
 from kvlab.sched.scheduler import ScheduleAction, Scheduler, SchedulerDeadlock
 
 

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     walk.set_defaults(handler=_walkthrough, subparser=walk)
 
     from kvlab.run.distributed import BACKENDS, MAX_RANKS
-    from kvlab.analysis.presets import RANK_POLICIES
+    from kvlab.sched.policies import RANK_POLICIES
 
     scen = sub.add_parser("scenario", help="run a multi-rank scenario (issue-21470) over torch.distributed",
                           description="Run NAME (a scenario with a deployment block, e.g. "

@@ -29,14 +29,14 @@ import html
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence
 
-from kvlab.sched.admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy, CapacityAdmission,
-                        demand_blocks)
+from kvlab.analysis.presets import RESIZE_OUTCOMES, seed_geometry
+from kvlab.analysis.repro import MIB, run_repro
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.page_index import max_blocks_per_seq
-from kvlab.analysis.presets import RESIZE_OUTCOMES, seed_geometry
-from kvlab.analysis.repro import MIB, run_repro
 from kvlab.core.request import Request
+from kvlab.sched.admission import (AdmissionPolicy, CapacityAdmission, FITS_NOW, NEVER_FITS,
+                                   TEMPORARILY_BLOCKED, demand_blocks)
 
 CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
 

@@ -42,12 +42,12 @@ import traceback
 import pandas as pd
 
 from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, Request, run_ranks
-from kvlab.notebook import viz
-from kvlab.run.distributed import rank_budget, scenario_config
-from kvlab.notebook.findings import Finding, report_findings
 from kvlab.analysis.repro import run_repro
-from kvlab.run.scenarios import load_scenario
+from kvlab.notebook import viz
+from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.widgets import ranks_panel
+from kvlab.run.distributed import rank_budget, scenario_config
+from kvlab.run.scenarios import load_scenario
 
 sc = load_scenario("issue-21470")  # data/scenarios/issue_21470_16x_gb300.yaml
 dep, P = sc.deployment, sc.parameters

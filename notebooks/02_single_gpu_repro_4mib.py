@@ -40,11 +40,12 @@ SMOKE: bool = False  # True (CI): a coarser sweep
 import warnings
 
 from kvlab import KVCacheManager, KVGeometry, MemoryBudget, PageIndexTooShort, Request
+from kvlab.analysis.repro import MIB, no_pool_reason, run_repro, sweep_repro, traceback_chain
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
-from kvlab.analysis.repro import MIB, check_repro_parameters, no_pool_reason, run_repro, sweep_repro, traceback_chain
-from kvlab.run.scenarios import load_scenario
+from kvlab.notebook.parameters import check_repro_parameters
 from kvlab.notebook.widgets import repro_panel
+from kvlab.run.scenarios import load_scenario
 
 # Bad parameters stop here, with a message naming the parameter.
 check_repro_parameters(pool_mib, context, tokens_per_block, SMOKE=SMOKE)

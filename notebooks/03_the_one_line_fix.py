@@ -42,13 +42,15 @@ from kvlab import SchedulerDeadlock, simulate
 from kvlab.notebook import viz
 import dataclasses
 
-from kvlab.analysis.compare import TIERS, EngineConfig, build_scheduler, long_and_small, outcome_table, tier_runs
-from kvlab.notebook.findings import Finding, report_findings
+from kvlab.analysis.compare import (EngineConfig, TIERS, build_scheduler, long_and_small,
+                                    outcome_table, tier_runs)
 from kvlab.analysis.measurements import load_measurements, measured_on
 from kvlab.analysis.presets import engine_outcome, seed_geometry
-from kvlab.core.paged_attention import paged_vs_contiguous
+from kvlab.analysis.repro import no_pool_reason, page_index_price, run_repro, sweep_repro
 from kvlab.core.page_index import max_blocks_per_seq, width_seq_len
-from kvlab.analysis.repro import check_repro_parameters, no_pool_reason, page_index_price, run_repro, sweep_repro
+from kvlab.core.paged_attention import paged_vs_contiguous
+from kvlab.notebook.findings import Finding, report_findings
+from kvlab.notebook.parameters import check_repro_parameters
 from kvlab.run.scenarios import load_scenario
 
 # Bad parameters stop here, with a message naming the parameter.

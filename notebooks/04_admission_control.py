@@ -51,18 +51,22 @@ import pandas as pd
 from IPython.display import display
 
 from kvlab import Request, simulate
-from kvlab.notebook import viz
-from kvlab.sched.admission import FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, CapacityAdmission, demand_blocks
-from kvlab.analysis.compare import (EngineConfig, check_parameters, long_and_small, not_yet_and_never, outcome_rows,
-                           outcome_table, request_timeline, run_policies, vllm_startup_error)
-from kvlab.notebook.findings import Finding, report_findings
+from kvlab.analysis.compare import (EngineConfig, long_and_small, not_yet_and_never, outcome_rows,
+                                    outcome_table, request_timeline, run_policies,
+                                    vllm_startup_error)
 from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
-from kvlab.analysis.presets import ENGINE_OUTCOMES, PEER_POLICIES, POLICIES, TRTLLM_POLICIES, engine_outcome
+from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.notebook import viz
+from kvlab.notebook.findings import Finding, report_findings
+from kvlab.notebook.parameters import check_admission_parameters
 from kvlab.notebook.widgets import admission_panel
 from kvlab.run.workload import LogNormal, azure_trace, poisson_workload
+from kvlab.sched.admission import (CapacityAdmission, FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED,
+                                   demand_blocks)
+from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
 
 # Bad parameters stop here, with a message naming the parameter.
-check_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
+check_admission_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
                  arrival_rate=arrival_rate, seed=seed, stall_limit=stall_limit, grid=grid,
                  trace_minutes=trace_minutes, seconds_per_iteration=seconds_per_iteration, SMOKE=SMOKE)
 if SMOKE:

@@ -41,16 +41,19 @@ SMOKE: bool = False  # True (CI): a coarser free_gpu_memory_fraction sweep
 import pandas as pd
 
 from kvlab import MambaHybridCacheManager, qwen3_5_27b_attention, qwen3_5_27b_mamba
-from kvlab.notebook import viz
+from kvlab.analysis.mamba_residency import (PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES, SCALE, dtype_rows,
+                                            fraction_rows, implied_ssm_dtype, proposal_rows,
+                                            qwen_plan, residency_bytes, scaled_qwen3_5_27b)
 from kvlab.case_studies import run_review_findings
+from kvlab.core.mamba import GENERIC_MAX_BATCH_SIZE
+from kvlab.core.memory import GIB, MIB
+from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
-from kvlab.core.mamba import (GENERIC_MAX_BATCH_SIZE, GIB, MIB, PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES, SCALE,
-                         check_parameters, dtype_rows, fraction_rows, implied_ssm_dtype, proposal_rows, qwen_plan,
-                         residency_bytes, scaled_qwen3_5_27b)
+from kvlab.notebook.parameters import check_mamba_parameters
 from kvlab.notebook.widgets import mamba_panel
 
 # Bad parameters stop here, with a message naming the parameter.
-check_parameters(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype, SMOKE=SMOKE)
+check_mamba_parameters(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype, SMOKE=SMOKE)
 
 quota = int(quota_gib * GIB)
 IS_PR = (quota, max_batch_size, ssm_dtype) == (PR_QUOTA_BYTES, PR_MAX_BATCH_SIZE, "bfloat16")

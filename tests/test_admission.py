@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from kvlab import (ADMISSION_POLICIES, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
                    Scheduler, SchedulerDeadlock, make_admission, simulate)
-from kvlab.sched.admission import (FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED, AdmissionPolicy,
-                             CapacityAdmission, SglangStyle, VllmStyle, demand_blocks)
+from kvlab.sched.admission import (AdmissionPolicy, CapacityAdmission, FITS_NOW, NEVER_FITS,
+                                   SglangStyle, TEMPORARILY_BLOCKED, VllmStyle, demand_blocks)
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 

@@ -14,9 +14,9 @@ import types
 import pytest
 import torch
 
+from kvlab.analysis.repro import run_repro
 from kvlab.backends.trtllm import (BackendUnavailable, Comparison, TrtllmReproResult, available,
                                    compare_with_kvlab, parse_version, run_trtllm_repro)
-from kvlab.analysis.repro import run_repro
 
 
 @pytest.fixture

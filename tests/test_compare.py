@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kvlab import PageIndexTooShort, SchedulerDeadlock
-from kvlab.analysis.compare import (EngineConfig, build_scheduler, check_parameters, long_and_small,
-                           not_yet_and_never, outcome_table, request_timeline, run_policies,
-                           vllm_startup_error)
-from kvlab.analysis.presets import POLICIES, TRTLLM_POLICIES, engine_outcome
+from kvlab.analysis.compare import (EngineConfig, build_scheduler, long_and_small,
+                                    not_yet_and_never, outcome_table, request_timeline,
+                                    run_policies, vllm_startup_error)
+from kvlab.analysis.presets import engine_outcome
+from kvlab.notebook.parameters import check_admission_parameters
 from kvlab.run.workload import LogNormal, poisson_workload
+from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
 
 def test_the_seed_workload_crashes_stalls_or_is_rejected_cleanly():
@@ -87,7 +89,7 @@ def test_vllm_refuses_to_start_with_the_configured_length_and_starts_when_it_fit
 ])
 def test_check_parameters_names_the_bad_one(kwargs, error, text):
     with pytest.raises(error, match=text):
-        check_parameters(**kwargs)
+        check_admission_parameters(**kwargs)
 
 
 def test_bad_policy_is_named():

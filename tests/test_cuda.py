@@ -10,7 +10,7 @@ import torch
 
 import kvlab.core.pool
 from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, PagePool
-from kvlab.core.memory import GIB, MIB, DeviceMemory, pool_vs_workspace
+from kvlab.core.memory import DeviceMemory, GIB, MIB, pool_vs_workspace
 
 from kvlab.analysis.presets import seed_geometry
 

@@ -18,8 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Scheduler, simulate
-from kvlab.sched.admission import SglangStyle, VllmStyle
 from kvlab.run.workload import LogNormal, poisson_workload
+from kvlab.sched.admission import SglangStyle, VllmStyle
 
 #: Engines that between them suspend, recompute-pause, retract, abort, reject, finish and stop:
 #: name -> (page-index width policy, Scheduler arguments); every engine has the automatic host

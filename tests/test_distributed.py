@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
+from kvlab.core.request import Request
 from kvlab.run import distributed as D
 from kvlab.run.distributed import Fault, RankRunner, route, run_ranks, scenario_config
-from kvlab.core.request import Request
 from kvlab.run.scenarios import load_scenario
 
 NATIVE = "User-provided base page indices is too short"

@@ -16,8 +16,8 @@ import warnings
 import pytest
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
-from kvlab.sched.admission import ADMISSION_POLICIES
 from kvlab.core.kv_cache import KVCache
+from kvlab.sched.admission import ADMISSION_POLICIES
 from kvlab.sched.scheduler import _CertainRefusal
 
 

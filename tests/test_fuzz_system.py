@@ -30,14 +30,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, Request
-from kvlab.sched.admission import ADMISSION_POLICIES, VllmStyle
 from kvlab.case_studies import REVIEW_MAMBA
 from kvlab.core.mamba import MambaHybridCacheManager, num_dummy_slots
 from kvlab.core.page_index import BAD_PAGE_INDEX, WIDTH_POLICIES
 from kvlab.core.request import REQUEST_STATES
-from kvlab.sched.scheduler import LIVE_STATES, Scheduler, SchedulerDeadlock
 from kvlab.run.simulation import Engine
 from kvlab.run.trace import EVENT_KINDS
+from kvlab.sched.admission import ADMISSION_POLICIES, VllmStyle
+from kvlab.sched.scheduler import LIVE_STATES, Scheduler, SchedulerDeadlock
 
 ENDED_EVENTS = {"finished": {"finished"}, "rejected": {"rejected", "aborted"}}
 

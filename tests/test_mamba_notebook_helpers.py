@@ -10,11 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab import MambaHybridCacheManager
-from kvlab.notebook import viz
-from kvlab.core.mamba import (GIB, PR_QUOTA_BYTES, QUOTA_TOO_SMALL, SCALE, dtype_rows, fraction_rows,
-                         implied_ssm_dtype, proposal_rows, proposed_quota_error, qwen_plan,
-                         residency_bytes, scaled_qwen3_5_27b)
+from kvlab.analysis.mamba_residency import (PR_QUOTA_BYTES, SCALE, dtype_rows, fraction_rows,
+                                            implied_ssm_dtype, proposal_rows, qwen_plan,
+                                            residency_bytes, scaled_qwen3_5_27b)
 from kvlab.case_studies import run_review_finding, run_review_findings
+from kvlab.core.mamba import QUOTA_TOO_SMALL, proposed_quota_error
+from kvlab.core.memory import GIB
+from kvlab.notebook import viz
 
 
 def test_dtype_table_reconciles_the_pr():

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import kvlab
-from kvlab import (PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, KVCacheManager, KVGeometry,
-                   MaxSeqLenClampWarning, PageIndexTooShort, Request)
+from kvlab import (KVCache, KVCacheManager, KVGeometry, MaxSeqLenClampWarning,
+                   PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort, Request)
 
 from kvlab.analysis.presets import seed_geometry
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvlab.analysis.measurements import (device_info, device_slug, load_measurements, page_index_copy,
-                                paged_read, pool_allocation, save_measurements)
+from kvlab.analysis.measurements import (device_info, device_slug, load_measurements,
+                                         page_index_copy, paged_read, pool_allocation,
+                                         save_measurements)
 from kvlab.core.page_index import max_blocks_per_seq
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_measurements.py"

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from kvlab import KVCacheManager, KVGeometry
 from kvlab.core.paged_attention import (contiguous_attention, gather_kv, kv_pages, paged_attention,
-                                   paged_vs_contiguous, write_kv)
+                                        paged_vs_contiguous, write_kv)
 
 LENGTHS = (5, 30, 17)
 HEADS, KV_HEADS, HEAD_DIM, TPB, LAYERS = 6, 2, 16, 8, 3

@@ -10,7 +10,8 @@ import pytest
 
 from kvlab import KVGeometry, simulate
 from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario, phase_verdicts
-from kvlab.analysis.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
+from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.sched.policies import TRTLLM_POLICIES
 
 
 def verdict(pool_blocks, context_len, regime, setup=PhaseSetup()):

@@ -4,13 +4,14 @@ everything that names a policy or an outcome reads them from there."""
 import pytest
 
 from kvlab import simulate
+from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+from kvlab.analysis.phase import phase_diagram
+from kvlab.analysis.presets import (ENGINE_OUTCOMES, OUTCOMES, RESIZE_OUTCOMES, engine_outcome,
+                                    seed_geometry)
+from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.notebook import viz
 from kvlab.sched.admission import ADMISSION_POLICIES
-from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
-from kvlab.core.page_index import WIDTH_POLICIES
-from kvlab.analysis.phase import phase_diagram
-from kvlab.analysis.presets import (ENGINE_OUTCOMES, OUTCOMES, PEER_POLICIES, POLICIES, RANK_POLICIES,
-                           RESIZE_OUTCOMES, TRTLLM_POLICIES, engine_outcome, seed_geometry)
+from kvlab.sched.policies import PEER_POLICIES, POLICIES, RANK_POLICIES, TRTLLM_POLICIES
 
 
 def test_every_policy_names_a_real_admission_and_width_policy():

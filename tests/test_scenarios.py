@@ -9,15 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvlab.run.scenarios import (
-    EXPECTED,
-    SCENARIO_DIR,
-    Scenario,
-    ScenarioError,
-    ScenarioParameters,
-    list_scenarios,
-    load_scenario,
-)
+from kvlab.run.scenarios import (EXPECTED, SCENARIO_DIR, Scenario, ScenarioError,
+                                 ScenarioParameters, list_scenarios, load_scenario)
 
 RTX = SCENARIO_DIR / "rtx5080-4mib.yaml"
 

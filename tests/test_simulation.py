@@ -9,9 +9,9 @@ import pytest
 
 from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, Request,
                    Scheduler, SchedulerDeadlock, simulate)
-from kvlab.sched.admission import VllmStyle
 from kvlab.run.trace import StepRecord
 from kvlab.run.workload import LogNormal, poisson_workload
+from kvlab.sched.admission import VllmStyle
 
 SMALL = [Request(f"s{i}", prompt_len=256, max_new_tokens=32, arrival_step=i) for i in range(3)]
 

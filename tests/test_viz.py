@@ -8,9 +8,9 @@ import plotly.graph_objects as go
 import pytest
 
 from kvlab import PageIndexTable
-from kvlab.notebook import viz
-from kvlab.core.page_index import max_blocks_per_seq
 from kvlab.analysis.repro import page_index_price, run_repro, sweep_repro
+from kvlab.core.page_index import max_blocks_per_seq
+from kvlab.notebook import viz
 
 FREE, HELD, WANTED, MISSING = range(4)  # viz.PAGE_STATES order
 

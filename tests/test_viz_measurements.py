@@ -5,8 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from kvlab.notebook import viz
 from kvlab.analysis.measurements import page_index_copy, paged_read, pool_allocation
+from kvlab.notebook import viz
 
 
 @pytest.fixture(scope="module")

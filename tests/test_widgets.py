@@ -10,8 +10,9 @@ import plotly.graph_objects as go
 import pytest
 
 from kvlab.notebook import viz
-from kvlab.notebook.widgets import (ADMISSION_PANEL_POLICIES, Debouncer, Panel, admission_panel, context_choices,
-                           mamba_panel, ranks_panel, repro_panel, verdict_html)
+from kvlab.notebook.panel import Debouncer, Panel, verdict_html
+from kvlab.notebook.widgets import (ADMISSION_PANEL_POLICIES, admission_panel, context_choices,
+                                    mamba_panel, ranks_panel, repro_panel)
 
 HELD = 1
 

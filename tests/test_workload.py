@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from kvlab import Request
-from kvlab.run.workload import (STANDARD_MIXED, Constant, LogNormal, Uniform, fixed, poisson_arrivals,
-                            poisson_workload, standard_mixed_workload)
+from kvlab.run.workload import (Constant, LogNormal, STANDARD_MIXED, Uniform, fixed,
+                                poisson_arrivals, poisson_workload, standard_mixed_workload)
 
 
 def test_fixed_names_requests_in_order():

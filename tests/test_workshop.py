@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlab import workshop
+from kvlab import AdmissionPolicy, Verdict, workshop
 from kvlab.sched.admission import CapacityAdmission, NoAdmission
-from kvlab import AdmissionPolicy, Verdict
 from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
 from notebook_runner import execute as run_notebook
 

@@ -4,7 +4,7 @@ Notebooks 03 and 04 ask the same question many times: build the engine of the se
 pool), run these requests under this policy, and say in one word what happened. This module
 does that, so the notebooks only call it.
 
-Policies (:data:`kvlab.analysis.presets.POLICIES`): the admission policy and the page-index width policy
+Policies (:data:`kvlab.sched.policies.POLICIES`): the admission policy and the page-index width policy
 together.
 
 - ``"none/clamped"``: the historical TensorRT-LLM V2 path (the #21470 crash);
@@ -30,16 +30,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from kvlab.run.progress import progress
+from kvlab.analysis.presets import engine_outcome, seed_geometry
 from kvlab.core.checks import check_choice, check_float, check_int
-from kvlab.sched.admission import SglangStyle, VllmStyle
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
-from kvlab.analysis.presets import POLICIES, engine_outcome, seed_geometry
 from kvlab.core.request import Request
-from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT, Scheduler
+from kvlab.run.progress import progress
 from kvlab.run.simulation import SimulationResult, simulate
+from kvlab.sched.admission import SglangStyle, VllmStyle
+from kvlab.sched.policies import POLICIES
+from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT, Scheduler
 
 
 @dataclass(frozen=True)
@@ -202,26 +203,6 @@ def outcome_table(results: Mapping[str, SimulationResult]):
     return pd.DataFrame(outcome_rows(results)).set_index("policy")
 
 
-def check_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=150,
-                     arrival_rate=0.05, seed=0, stall_limit=DEFAULT_STALL_LIMIT, grid=64,
-                     trace_minutes=60.0, seconds_per_iteration=0.05, SMOKE=False) -> None:
-    """Validate notebook 04's parameters as papermill passes them; each error names the
-    parameter, its value and the accepted range (docs/DESIGN.md, "Conventions")."""
-    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
-    check_int("context", context, low=1, high=1 << 30)
-    check_int("num_small", num_small, low=0, high=10_000)
-    check_int("num_requests", num_requests, low=1, high=1_000_000)
-    check_float("arrival_rate", arrival_rate, low=0.0, high=1e6, low_open=True)
-    check_int("seed", seed, low=0, high=2**63 - 1)
-    check_int("stall_limit", stall_limit, low=1, high=1 << 30)
-    check_int("grid", grid, low=2, high=512)
-    check_float("trace_minutes", trace_minutes, low=0.0, high=60.0, low_open=True)
-    check_float("seconds_per_iteration", seconds_per_iteration, low=0.001, high=10.0)
-    if not isinstance(SMOKE, bool):
-        raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})")
-    EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)  # holds a page
-
-
 # --- the workloads of notebooks 03 and 04 ----------------------------------------------------------
 
 def long_and_small(context: int = 8192, max_new_tokens: int = 16, num_small: int = 6,
@@ -260,6 +241,6 @@ def request_timeline(result: SimulationResult) -> List[dict]:
             for r in result.requests.values()]
 
 
-__all__ = ["EngineConfig", "check_parameters", "build_scheduler", "long_and_small", "not_yet_and_never",
+__all__ = ["EngineConfig", "build_scheduler", "long_and_small", "not_yet_and_never",
            "outcome_row", "outcome_rows", "outcome_table", "request_timeline", "run_policies",
            "vllm_startup_error"]

@@ -35,8 +35,8 @@ import torch
 
 from kvlab.core.checks import MAX_COUNT, check_int
 from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
-from kvlab.core.pool import PagePool, resolve_device
 from kvlab.core.paths import DATA_DIR
+from kvlab.core.pool import PagePool, resolve_device
 
 GB = 1e9  # bandwidths in decimal GB/s, as memory bandwidths are quoted
 

@@ -28,12 +28,13 @@ from typing import Dict, Sequence
 
 import numpy as np
 
+from kvlab.analysis.presets import ENGINE_OUTCOMES, seed_geometry
 from kvlab.core.checks import check_choice, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.page_index import WIDTH_ALIGNMENT
-from kvlab.analysis.presets import ENGINE_OUTCOMES, POLICIES, TRTLLM_POLICIES, seed_geometry
 from kvlab.core.request import Request
+from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 from kvlab.sched.scheduler import Scheduler
 
 OK, REJECT, STALL, CRASH = range(len(ENGINE_OUTCOMES))  # the codes: indices into ENGINE_OUTCOMES

@@ -1,14 +1,9 @@
-"""The names kvlab's analyses share, each defined once: the seed's geometry, the policies (an
-admission policy with a page-index width policy), the outcomes a run or a resize can have, and
-the classifier that names a run's outcome.
-
-Adding a policy is one entry in :data:`POLICIES` (plus its test); the comparisons, the phase
-diagram's regimes, the multi-rank runs, the panels and the figures read it from here.
+"""The names kvlab's analyses share, each defined once: the seed's geometry, the outcomes a run
+or a resize can have, and the classifier that names a run's outcome. The policies' one table
+is :mod:`kvlab.sched.policies`.
 """
 
 from __future__ import annotations
-
-from typing import Dict, Tuple
 
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -21,21 +16,6 @@ def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:
     return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
                       tokens_per_block=tokens_per_block)
 
-
-#: Policy name -> (admission policy, page-index width policy).
-POLICIES: Dict[str, Tuple[str, str]] = {
-    "none/clamped": ("none", "clamped"),         # historical TensorRT-LLM V2: the #21470 crash
-    "none/configured": ("none", "configured"),   # the one-line fix: a wider row, refused every pass
-    "capacity": ("capacity", "clamped"),         # PR #21720 (a proposal): reject what never fits
-    "vllm": ("vllm", "clamped"),                 # vLLM v1's style (kvlab.sched.admission.VllmStyle)
-    "sglang": ("sglang", "clamped"),             # SGLang's style (kvlab.sched.admission.SglangStyle)
-}
-#: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
-TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")
-PEER_POLICIES = ("vllm", "sglang")
-#: The multi-rank runs' names for TensorRT-LLM's regimes (scenario files, ``kvlab scenario``).
-RANK_POLICIES: Dict[str, str] = {"clamped": "none/clamped", "configured": "none/configured",
-                                 "admission": "capacity"}
 
 #: Every outcome name, mildest first (kvlab.notebook.viz gives each its colour and label).
 OUTCOMES = ("ok", "refused", "reject", "stall", "crash")
@@ -59,5 +39,4 @@ def engine_outcome(result) -> str:
     return "reject" if "rejected" in statuses else "ok"
 
 
-__all__ = ["ENGINE_OUTCOMES", "OUTCOMES", "PEER_POLICIES", "POLICIES", "RANK_POLICIES",
-           "RESIZE_OUTCOMES", "TRTLLM_POLICIES", "engine_outcome", "seed_geometry"]
+__all__ = ["ENGINE_OUTCOMES", "OUTCOMES", "RESIZE_OUTCOMES", "engine_outcome", "seed_geometry"]

@@ -27,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-from kvlab.run.distributed import RunConfig, route
-from kvlab.core.memory import MemoryBudget
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
-from kvlab.analysis.presets import ENGINE_OUTCOMES, RANK_POLICIES
+from kvlab.analysis.presets import ENGINE_OUTCOMES
+from kvlab.core.memory import MemoryBudget
+from kvlab.run.distributed import RunConfig, route
+from kvlab.sched.policies import RANK_POLICIES
 
 #: What the real run's rank says when a request's verdict ends the run.
 ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too short",

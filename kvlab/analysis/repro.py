@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from kvlab.run.progress import progress
+from kvlab.analysis.presets import seed_geometry
 from kvlab.core.checks import check_float, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
-from kvlab.analysis.presets import seed_geometry
+from kvlab.run.progress import progress
 
 
 
@@ -125,23 +125,6 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
 
 
 # --- small helpers for the notebooks and the widget panel (kvlab.notebook.widgets, notebooks 02-03) ---------
-
-def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str = "clamped",
-                           SMOKE=False, retry_tokens=32, max_batch_size=1) -> None:
-    """Validate a notebook's repro parameters, as papermill passes them; each error names the
-    parameter, its value and the accepted range (docs/DESIGN.md, "Conventions")."""
-    from kvlab.core.checks import check_choice
-    from kvlab.core.page_index import WIDTH_POLICIES
-
-    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
-    check_int("context", context, low=1, high=1 << 30)
-    check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
-    check_choice("policy", policy, WIDTH_POLICIES)
-    check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
-    check_int("max_batch_size", max_batch_size, low=1, high=1 << 16)
-    if not isinstance(SMOKE, bool):
-        raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})")
-
 
 def no_pool_reason(pool_mib: float, tokens_per_block: int = 32,
                    geometry: Optional[KVGeometry] = None) -> Optional[str]:

@@ -46,10 +46,10 @@ from typing import Optional, Tuple
 
 import torch
 
+from kvlab.analysis.repro import ReproResult, run_repro
 from kvlab.core.checks import check_choice, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.page_index import WIDTH_POLICIES, max_blocks_per_seq
-from kvlab.analysis.repro import ReproResult, run_repro
 from kvlab.run.scenarios import load_scenario
 
 #: The oldest tensorrt_llm line this backend drives (its dev and rc builds included).

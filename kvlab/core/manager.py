@@ -36,7 +36,7 @@ from kvlab.core.checks import MAX_COUNT, check_choice, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache
-from kvlab.core.page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
+from kvlab.core.page_index import PageIndexTable, WIDTH_POLICIES, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import PagePool, resolve_device
 from kvlab.core.request import Request
 

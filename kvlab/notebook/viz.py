@@ -26,8 +26,8 @@ from typing import Iterable, Mapping, Optional, Sequence, Tuple
 
 import plotly.graph_objects as go
 
-from kvlab.core.memory import GIB, MIB
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.core.memory import GIB, MIB
 
 #: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
 #: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
@@ -861,7 +861,7 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
                          subtitle: str = "") -> dict:
     """Stacked bars (GiB) of what the quota goes to under merged residency and under PR #17261's
     clamp (a proposal): resident slots, dummy slots, attention pages, unused; the quota as a
-    dashed line. ``split``: ``kvlab.core.mamba.residency_bytes(plan)``. Traces: always 4 bars."""
+    dashed line. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``. Traces: always 4 bars."""
     gib = GIB
     x = ["merged" + ("" if split["raw_fits"] else " (raises)"),
          "PR #17261 clamp (proposal)"]
@@ -895,7 +895,7 @@ PROPOSAL_PARTS = (("resident", "served at once (a state slot each)", "#332288"),
 
 def residency_proposals_spec(rows: Sequence[Mapping], *, title: Optional[str] = None,
                              subtitle: str = "") -> dict:
-    """One stacked bar per answer (``kvlab.core.mamba.proposal_rows``): of the concurrent requests,
+    """One stacked bar per answer (``kvlab.analysis.mamba_residency.proposal_rows``): of the concurrent requests,
     how many are served at once and how many wait; an answer that raises at construction has
     no bar and says so. Traces: always 2 bars (served, waiting)."""
     import re

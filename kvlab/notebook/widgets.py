@@ -1,322 +1,37 @@
-"""Live panels for the notebooks: controls -> compute -> FigureWidgets updated in place.
+"""Each notebook's live panel, built on :class:`kvlab.notebook.panel.Panel`: a model computed
+from the controls' values, the figures drawn from it, and a verdict.
 
-One pattern for every notebook (:class:`Panel`)::
-
-    panel = Panel(
-        controls={"pool_mib": FloatLogSlider(...), ...},   # ipywidgets with a .value
-        compute=lambda values: model,                      # values: {name: control.value}
-        figures=lambda model: {"map": spec, ...},          # kvlab.notebook.viz *_spec (or go.Figure)
-        verdict=lambda model: ("ok", "<b>html</b>"),       # (outcome or None, HTML)
-        title="...")
-    panel                                # display it (last expression of a cell)
-    panel.set(pool_mib=32)               # set several controls, recompute once
-
-A change of any control recomputes the model and patches each FigureWidget in place with
-``kvlab.notebook.viz.update_figure`` inside ``batch_update`` (the widgets are built once, never rebuilt:
-each figure function returns the same traces whatever the model). Changes are coalesced by a
-:class:`Debouncer`. A model that cannot be computed (``compute`` raises) leaves the figures as
-they were and says why in the verdict instead of printing a traceback.
-
-Displayed where no widget frontend runs (papermill, nbconvert), a panel still shows: its display
-bundle carries, next to the widget view, a static copy of the figures (plotly's JSON mime type
-and an HTML copy) and the verdict, and a frontend that cannot show the widget falls back to them.
-
-:func:`repro_panel` is notebook 02's panel: the 4 MiB repro of issue #21470 with sliders.
-:func:`admission_panel` is notebook 04's: one long request beside small ones, under each policy.
+- :func:`repro_panel`, notebook 02: the 4 MiB repro of issue #21470 with sliders.
+- :func:`admission_panel`, notebook 04: one long request beside small ones, under each policy.
+- :func:`ranks_panel`, notebook 01: the 16 ranks' plan for a workspace and a context.
+- :func:`mamba_panel`, notebook 05: Qwen3.5-27B's state slots against a quota.
 """
 
 from __future__ import annotations
 
-import asyncio
-import html
 import math
-import re
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ipywidgets as W
-import plotly.graph_objects as go
 
-from kvlab.notebook import viz
-from kvlab.core.mamba import MAMBA_SSM_DTYPES
+from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, qwen_plan, residency_bytes
+from kvlab.analysis.phase import PhaseSetup, phase_verdicts
+from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome, seed_geometry
+from kvlab.analysis.rank_plan import outcome_of, plan_ranks
+from kvlab.analysis.repro import ReproResult, no_pool_reason, run_repro
+from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
 from kvlab.core.page_index import WIDTH_POLICIES
-from kvlab.analysis.presets import seed_geometry
-from kvlab.analysis.repro import ReproResult, check_repro_parameters, no_pool_reason, run_repro
-
-#: Seconds within which changes are folded into one recompute (see Debouncer).
-DEFAULT_WAIT_S = 0.05
-
-
-class Debouncer:
-    """Coalesce bursts of calls of ``fn`` (a function of no arguments that reads the current
-    state, e.g. the controls' values).
-
-    With a running asyncio event loop (a Jupyter kernel handling slider messages), the first
-    call of a burst runs ``fn`` at once (leading edge); calls within the next ``wait_s`` seconds
-    are folded into one more run at the end of that window (trailing edge), which sees the final
-    state. So a dragged slider recomputes at most once per ``wait_s`` and always ends on its last
-    value. With no running loop (plain Python, headless tests) or ``wait_s == 0``, every call
-    runs ``fn`` synchronously, so a test sees the update as soon as it sets a value.
-    """
-
-    def __init__(self, fn: Callable[[], Any], wait_s: float = DEFAULT_WAIT_S):
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r}")
-        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= 10:
-            raise ValueError(f"wait_s must be a number of seconds in [0, 10], got {wait_s!r}")
-        self.fn = fn
-        self.wait_s = float(wait_s)
-        self.calls = 0  # calls received
-        self.runs = 0  # times fn ran
-        self._handle: Optional[asyncio.TimerHandle] = None
-        self._last_run = float("-inf")
-
-    @property
-    def pending(self) -> bool:
-        """A trailing run is scheduled."""
-        return self._handle is not None
-
-    def __call__(self) -> None:
-        self.calls += 1
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None or self.wait_s == 0:
-            self._run()
-            return
-        if self._handle is not None:  # a trailing run is already due: fold this call into it
-            return
-        since = loop.time() - self._last_run
-        if since >= self.wait_s:
-            self._last_run = loop.time()
-            self._run()
-        else:
-            self._handle = loop.call_later(self.wait_s - since, self._trailing)
-
-    def _trailing(self) -> None:
-        self._handle = None
-        try:
-            self._last_run = asyncio.get_running_loop().time()
-        except RuntimeError:  # pragma: no cover - called by the loop, so it runs
-            pass
-        self._run()
-
-    def flush(self) -> bool:
-        """Run a pending trailing call now; True if there was one."""
-        if self._handle is None:
-            return False
-        self._handle.cancel()
-        self._handle = None
-        self._run()
-        return True
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _run(self) -> None:
-        self.runs += 1
-        self.fn()
-
-
-def _plain(markup: str) -> str:
-    return html.unescape(re.sub(r"<[^>]+>", " ", markup)).split("\n")[0] if markup else ""
-
-
-def verdict_html(outcome: Optional[str], headline: str, detail: str = "") -> str:
-    """The verdict box: a coloured bar and label for the outcome, a sentence, optional detail."""
-    color = viz.outcome_color(outcome)
-    label = viz.OUTCOME_LABELS.get(outcome or "", "no outcome")
-    body = (f'<div style="border-left:6px solid {color};padding:6px 10px;margin:4px 0;'
-            f'line-height:1.4">'
-            f'<div style="font-weight:700;color:{color};letter-spacing:.02em">{html.escape(label.upper())}</div>'
-            f'<div class="kvlab-verdict">{html.escape(headline)}</div>')
-    if detail:
-        body += (f'<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
-                 f'overflow-wrap:normal;margin:6px 0 0 0">{html.escape(detail)}</pre>')
-    return body + "</div>"
-
-
-def check_control_value(name: str, control: W.ValueWidget, value) -> None:
-    """ValueError naming ``name`` and the accepted values or range when ``control`` (a selection
-    or a slider) does not offer ``value``."""
-    options = getattr(control, "options", None)
-    if options is not None:  # SelectionSlider, Dropdown, ToggleButtons: (label, value) pairs
-        choices = [o[1] if isinstance(o, tuple) else o for o in options]
-        if value not in choices or isinstance(value, bool) != isinstance(choices[0], bool):
-            shown = (repr(choices) if len(choices) <= 8 else
-                     f"{len(choices)} values from {choices[0]!r} to {choices[-1]!r}")
-            raise ValueError(f"{name} must be one of the control's values ({shown}), got {value!r}")
-        return
-    if hasattr(control, "min") and hasattr(control, "max"):
-        base = getattr(control, "base", None)  # FloatLogSlider: min and max are exponents
-        low, high = (base ** control.min, base ** control.max) if base else (control.min, control.max)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
-
-
-class Panel:
-    """Controls, a compute function, figure functions and a verdict, wired together (module
-    docstring). Attributes: ``controls`` (name -> ipywidget), ``figures`` (name ->
-    go.FigureWidget), ``verdict`` (an ipywidgets.HTML), ``model`` (the last computed model),
-    ``error`` (the last compute error, or None), ``updates`` (refreshes done), ``widget`` (the
-    whole panel as one ipywidgets box).
-
-    ``action``: (button label, ``run(model) -> (result, HTML)``) for work too slow to redo on
-    every change (a real multi-rank run): a button runs it for the current model and shows the
-    HTML under the verdict until a control changes. :meth:`act` presses it from code."""
-
-    def __init__(self, controls: Mapping[str, W.ValueWidget], compute: Callable[[Dict[str, Any]], Any],
-                 figures: Callable[[Any], Mapping[str, Any]],
-                 verdict: Callable[[Any], Tuple[Optional[str], str]], *, title: str = "",
-                 wait_s: float = DEFAULT_WAIT_S, figure_width: int = 640,
-                 verdict_width: str = "320px",
-                 action: Optional[Tuple[str, Callable[[Any], Tuple[Any, str]]]] = None):
-        if not controls:
-            raise ValueError("controls must name at least one widget")
-        self.controls: Dict[str, W.ValueWidget] = dict(controls)
-        self._compute, self._figures, self._verdict = compute, figures, verdict
-        self.figure_width = figure_width
-        self.title = title
-        self.error: Optional[BaseException] = None
-        self.updates = 0
-        self.outcome: Optional[str] = None
-        self.model = compute(self.values)
-        self.figures: Dict[str, go.FigureWidget] = {
-            name: go.FigureWidget(fig) for name, fig in self._render(self.model).items()}
-        self.outcome, text = verdict(self.model)
-        self.verdict = W.HTML(value=text, layout=W.Layout(width=verdict_width))
-        self._action = action
-        self.action_result: Any = None
-        self.action_output = W.HTML(layout=W.Layout(width=verdict_width))
-        side = [self.verdict]
-        if action is not None:
-            self.action_button = W.Button(description=action[0], layout=W.Layout(width="auto"))
-            self.action_button.on_click(lambda _button: self.act())
-            side += [self.action_button, self.action_output]
-        self._debouncer = Debouncer(self.refresh, wait_s)
-        self._holding = False
-        for control in self.controls.values():
-            control.observe(self._on_change, names="value")
-        header = [W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title)}</h3>")] if title else []
-        control_rows = [W.HBox(list(self.controls.values())[i:i + 2])
-                        for i in range(0, len(self.controls), 2)]
-        self.widget = W.VBox([*header, *control_rows,
-                              W.HBox([W.VBox(list(self.figures.values())), W.VBox(side)])])
-
-    # -- state ------------------------------------------------------------------------------
-    @property
-    def values(self) -> Dict[str, Any]:
-        """The controls' current values, by name."""
-        return {name: control.value for name, control in self.controls.items()}
-
-    @property
-    def debouncer(self) -> Debouncer:
-        return self._debouncer
-
-    def _render(self, model) -> Dict[str, Any]:
-        figs = dict(self._figures(model))
-        for fig in figs.values():
-            if isinstance(fig, dict):
-                fig.setdefault("layout", {})["width"] = self.figure_width
-            else:
-                fig.layout.width = self.figure_width
-        return figs
-
-    def _on_change(self, change) -> None:
-        if not self._holding:
-            self._debouncer()
-
-    def refresh(self) -> None:
-        """Recompute the model from the controls and update the figures and the verdict in
-        place. A compute error is shown in the verdict; the figures keep their last state."""
-        self.updates += 1
-        try:
-            model = self._compute(self.values)
-            figs = self._render(model)
-        except Exception as exc:  # shown to the reader, not raised into the widget callback
-            self.error = exc
-            self.outcome = None
-            self.verdict.value = verdict_html(None, f"cannot compute: {type(exc).__name__}: {exc}")
-            return
-        self.error = None
-        self.model = model
-        self.action_result, self.action_output.value = None, ""  # it described other values
-        for name, fig in figs.items():
-            viz.update_figure(self.figures[name], fig)
-        self.outcome, self.verdict.value = self._verdict(model)
-
-    @contextmanager
-    def hold(self):
-        """Change several controls without recomputing in between; recompute once at the end."""
-        self._holding = True
-        try:
-            yield self
-        finally:
-            self._holding = False
-        self._debouncer.cancel()
-        self.refresh()
-
-    def set(self, **values) -> "Panel":
-        """Set controls by name and recompute once, at once (also inside a running kernel). A
-        value the control does not offer is a ValueError naming the control and what it
-        offers (a slider would clamp it silently; a selection raises ipywidgets' TraitError,
-        which names neither)."""
-        unknown = set(values) - set(self.controls)
-        if unknown:
-            raise ValueError(f"unknown control(s) {sorted(unknown)}; controls are {sorted(self.controls)}")
-        for name, value in values.items():
-            check_control_value(name, self.controls[name], value)
-        with self.hold():
-            for name, value in values.items():
-                self.controls[name].value = value
-        return self
-
-    def flush(self) -> bool:
-        """Apply a pending (debounced) update now."""
-        return self._debouncer.flush()
-
-    def act(self) -> Any:
-        """Run the panel's action for the current model (what its button does); returns its
-        result and shows its HTML under the verdict."""
-        if self._action is None:
-            raise ValueError("this panel has no action")
-        self.flush()
-        self.action_result, self.action_output.value = self._action[1](self.model)
-        return self.action_result
-
-    # -- display ----------------------------------------------------------------------------
-    @property
-    def verdict_text(self) -> str:
-        """The verdict's headline as plain text."""
-        match = re.search(r'class="kvlab-verdict">(.*?)</div>', self.verdict.value, re.S)
-        return html.unescape(match.group(1)) if match else _plain(self.verdict.value)
-
-    def static_bundle(self) -> dict:
-        """The panel without a widget frontend: verdict and figures as HTML, the first figure
-        as plotly JSON, the verdict as plain text."""
-        figs = [go.Figure(f) for f in self.figures.values()]
-        parts = [f"<h3>{html.escape(self.title)}</h3>"] if self.title else []
-        parts.append("<p><code>" + html.escape(", ".join(f"{k}={v!r}" for k, v in self.values.items()))
-                     + "</code></p>")
-        parts.append(self.verdict.value)
-        parts += [viz.figure_html(f) for f in figs]
-        bundle = {"text/html": "\n".join(parts), "text/plain": f"{self.title}: {self.verdict_text}"}
-        if figs:
-            bundle["application/vnd.plotly.v1+json"] = figs[0].to_plotly_json()
-        return bundle
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = self.static_bundle()
-        view = self.widget._repr_mimebundle_() or {}
-        view.pop("text/plain", None)
-        bundle.update(view)
-        return bundle
-
+from kvlab.notebook import viz
+from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.parameters import check_repro_parameters
+from kvlab.run.distributed import run_ranks, scenario_config
+from kvlab.run.scenarios import load_scenario
+from kvlab.run.simulation import SimulationResult, simulate
+from kvlab.run.trace import Trace
+from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
 # --- notebook 02: the 4 MiB repro ----------------------------------------------------------------
 
@@ -410,7 +125,7 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
 
 # --- notebook 04: admission control, live ----------------------------------------------------------
 
-#: Policies the admission panel offers (kvlab.analysis.presets.POLICIES).
+#: Policies the admission panel offers (kvlab.sched.policies.POLICIES).
 ADMISSION_PANEL_POLICIES = ("none/clamped", "none/configured", "capacity", "vllm", "sglang")
 #: Pool slider range of the admission panel, as powers of two of MiB: 1/16 MiB (one 64 KiB page
 #: of the seed's geometry) to 256 MiB (4096 pages); it grows to include a value passed in.
@@ -437,10 +152,6 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
     """Run one long request of ``context`` tokens beside ``num_small`` small ones (256 + 32
     tokens, every 4 steps) on a pool of ``pool_mib`` MiB under ``policy``, with the real stall
     limit. The configured max_seq_len is the seed's 8192, or the context when that is longer."""
-    from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
-    from kvlab.analysis.phase import PhaseSetup, phase_verdicts
-    from kvlab.analysis.presets import ENGINE_OUTCOMES, TRTLLM_POLICIES, engine_outcome
-    from kvlab.run.simulation import simulate
 
     pool_mib, context, policy = float(values["pool_mib"]), int(values["context"]), values["policy"]
     reason = no_pool_reason(pool_mib, 32)
@@ -460,9 +171,6 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
 def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     """The scheduler timeline of the run and the long request's pages against the pool and
     the page-index row (kvlab.notebook.viz specs)."""
-    from kvlab.analysis.presets import POLICIES
-    from kvlab.run.simulation import SimulationResult
-    from kvlab.run.trace import Trace
 
     if model.result is None:
         empty = SimulationResult({}, {}, None, Trace(), {}, 0, 0)
@@ -524,7 +232,6 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
     """Notebook 04's live panel: pool size (MiB, log slider), context length of the long
     request and the policy -> the scheduler timeline, the long request's pages against the
     pool and the row, and a verdict naming the outcome with the numbers."""
-    from kvlab.core.checks import check_choice, check_float, check_int
 
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
@@ -551,8 +258,8 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
                  wait_s=wait_s)
 
 
-__all__ = ["Debouncer", "Panel", "check_control_value", "ReproModel", "repro_figures", "repro_model", "repro_panel",
-           "repro_verdict", "verdict_html", "context_choices",
+__all__ = ["ReproModel", "repro_figures", "repro_model", "repro_panel", "repro_verdict",
+           "context_choices",
            "ADMISSION_PANEL_POLICIES", "AdmissionModel", "admission_figures", "admission_model",
            "admission_panel", "admission_verdict"]
 
@@ -592,9 +299,6 @@ class RanksModel:
 def ranks_model(values: Mapping[str, Any], *, scenario: str = "issue-21470", ranks: int = 16) -> RanksModel:
     """The scenario's ranks (policy "clamped", the report) with rank 0's MoE workspace and the
     long context from ``values``, planned in closed form (no run: a slider move takes ms)."""
-    from kvlab.run.distributed import scenario_config
-    from kvlab.analysis.rank_plan import plan_ranks
-    from kvlab.run.scenarios import load_scenario
 
     workspace, context = float(values["workspace_gib"]), int(values["context"])
     config = scenario_config(load_scenario(scenario), ranks, "clamped", workspace_gib=workspace,
@@ -631,8 +335,6 @@ def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
 def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
     """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
     code as the processes) and say whether the run ended as the plan said."""
-    from kvlab.run.distributed import run_ranks
-    from kvlab.analysis.rank_plan import outcome_of
 
     result = run_ranks(model.config, in_process=True, progress=False)
     outcome = outcome_of(result)
@@ -649,7 +351,6 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
     skew) and the long context's length -> every rank's memory budget after the MIN, the
     requests against the pool and the row, and how the run will end (closed form,
     :mod:`kvlab.analysis.rank_plan`); its button runs the ranks for real and compares."""
-    from kvlab.core.checks import check_float, check_int
 
     check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
     check_int("context", context, low=1, high=1 << 24)
@@ -686,7 +387,7 @@ class MambaModel:
     max_batch_size: int
     ssm_dtype: str
     plan: Any            # kvlab.core.mamba.ResidencyPlan
-    split: dict          # kvlab.core.mamba.residency_bytes(plan)
+    split: dict          # kvlab.analysis.mamba_residency.residency_bytes(plan)
 
     @property
     def raw_fits(self) -> bool:
@@ -711,7 +412,6 @@ class MambaModel:
 
 def mamba_model(values: Mapping[str, Any]) -> MambaModel:
     """Qwen3.5-27B (one rank) for the panel's quota (GiB), max_batch_size and SSM dtype."""
-    from kvlab.core.mamba import GIB, qwen_plan, residency_bytes
 
     quota_gib, batch, dtype = float(values["quota_gib"]), int(values["max_batch_size"]), values["ssm_dtype"]
     plan = qwen_plan(int(quota_gib * GIB), batch, dtype)
@@ -762,7 +462,6 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
     Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp (a proposal),
     and a verdict: merged builds or raises, the clamp's residency, PR #18985's feasible
     max_batch_size default."""
-    from kvlab.core.checks import check_choice, check_float, check_int
 
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
     check_int("max_batch_size", max_batch_size, low=1, high=4096)

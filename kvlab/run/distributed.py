@@ -69,16 +69,16 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from kvlab.run.progress import progress as progress_bar
 from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
-from kvlab.analysis.presets import POLICIES, RANK_POLICIES
 from kvlab.core.request import Request
+from kvlab.run.progress import progress as progress_bar
+from kvlab.run.simulation import Engine, STATUS_OF_STATE
+from kvlab.sched.policies import POLICIES, RANK_POLICIES
 from kvlab.sched.scheduler import Scheduler
-from kvlab.run.simulation import STATUS_OF_STATE, Engine
 
 BACKENDS = ("gloo", "nccl")
 MAX_RANKS = 128

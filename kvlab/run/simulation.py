@@ -35,8 +35,8 @@ from typing import Deque, Dict, Iterable, List, Optional
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import Request
-from kvlab.sched.scheduler import LIVE_STATES, ScheduledBatch, Scheduler, SchedulerDeadlock
 from kvlab.run.trace import Event, StepRecord, Trace
+from kvlab.sched.scheduler import LIVE_STATES, ScheduledBatch, Scheduler, SchedulerDeadlock
 
 #: What ``result.status`` reports for each Request.state: a suspended request is admitted and
 #: keeps its KV (in the host tier), so it counts as running.

@@ -11,14 +11,13 @@ import csv
 import itertools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
 from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int
-from kvlab.core.request import Request
 from kvlab.core.paths import DATA_DIR
+from kvlab.core.request import Request
 
 
 class LengthDistribution:

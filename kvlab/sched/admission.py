@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Type, Union
 
 from kvlab.core.checks import check_choice, check_float, check_int
-from kvlab.core.memory import GIB
 from kvlab.core.manager import KVCacheManager
+from kvlab.core.memory import GIB
 from kvlab.core.request import Request
 
 #: Feasibility classes of the capacity policy (PR #21720).

@@ -61,10 +61,10 @@ from dataclasses import dataclass, field
 from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from kvlab.core.checks import check_int
-from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import REQUEST_STATES, Request
+from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000

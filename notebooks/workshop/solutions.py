@@ -27,7 +27,8 @@ SMOKE: bool = False  # CI switch; the solutions are fast either way
 # %%
 import warnings
 
-from kvlab import AdmissionPolicy, KVCacheManager, KVGeometry, PageIndexTooShort, Request, Verdict, workshop
+from kvlab import (AdmissionPolicy, KVCacheManager, KVGeometry, PageIndexTooShort, Request, Verdict,
+                   workshop)
 from kvlab.workshop import PendingContext
 
 # %% [markdown]

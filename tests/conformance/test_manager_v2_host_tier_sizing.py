@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kvlab.run.distributed import ThreadComm
 from kvlab.core.host_tier import auto_host_tier_bytes, sync_host_tier_quota
+from kvlab.run.distributed import ThreadComm
 
 GiB = 1 << 30
 INF = float("inf")

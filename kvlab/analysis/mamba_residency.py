@@ -1,0 +1,164 @@
+"""Notebook 05's arithmetic: Qwen3.5-27B's recurrent-state slots against the quota PR #17261's
+H100 had left (24.86 GiB after the weights), what merged TensorRT-LLM and each proposal do with
+it, and a scaled-down model whose real manager fits in a laptop. The mechanism is
+:mod:`kvlab.core.mamba`.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+from kvlab.core.geometry import KVGeometry, MambaGeometry, qwen3_5_27b_attention, qwen3_5_27b_mamba
+from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, plan_residency, proposed_quota_error
+from kvlab.core.memory import GIB, MemoryBudget
+
+#: The PR's H100 and what it has left after Qwen3.5-27B's weights (the PR's "24.9 GiB").
+H100_BYTES = 80 * GIB
+PR_QUOTA_BYTES = int(24.86 * GIB)
+PR_MAX_BATCH_SIZE = 512
+#: The scaled-down Qwen3.5-27B (:func:`scaled_qwen3_5_27b`) is this many times smaller.
+SCALE = 256
+
+
+#: The SSM state dtypes notebook 05 and its panel offer: what the PR's numbers imply, and the
+#: config's.
+MAMBA_SSM_DTYPES = ("bfloat16", "float32")
+
+
+def qwen_plan(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
+              ssm_dtype: str = "bfloat16", conv_dtype: str = "bfloat16") -> ResidencyPlan:
+    """The residency plan of Qwen3.5-27B (one rank, CUDA-graph padding) for a quota."""
+    return plan_residency(qwen3_5_27b_mamba(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype),
+                          qwen3_5_27b_attention(), quota_bytes, max_batch_size)
+
+
+def dtype_rows(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
+               ssm_dtypes: Sequence[str] = ("bfloat16", "float32")) -> List[dict]:
+    """One row per SSM state dtype: bytes per slot, the merged slots (sequences + dummies), the
+    GiB they need, the quota, whether merged code builds, PR #17261's clamped residency and
+    PR #18985's largest feasible max_batch_size."""
+    rows = []
+    for dtype in ssm_dtypes:
+        plan = qwen_plan(quota_bytes, max_batch_size, dtype)
+        slots = plan.requested + plan.dummies
+        rows.append(dict(ssm_dtype=dtype, slot_bytes=plan.slot_bytes, slots=slots,
+                         slots_gib=round(slots * plan.slot_bytes / GIB, 2),
+                         quota_gib=round(quota_bytes / GIB, 2),
+                         merged_builds=plan.raw_fits,
+                         clamp_resident=max(plan.local_cap, 0),
+                         feasible_max_batch_size=plan.feasible_max_batch_size()))
+    return rows
+
+
+def implied_ssm_dtype(slots_gib: float = 37.5, slots: int = PR_MAX_BATCH_SIZE + 1,
+                      candidates: Sequence[str] = ("bfloat16", "float32"),
+                      tolerance_gib: float = 0.05) -> Optional[str]:
+    """The SSM state dtype whose ``slots`` slots come to ``slots_gib`` (the PR's 37.5 GiB)."""
+    for dtype in candidates:
+        gib = slots * qwen3_5_27b_mamba(ssm_dtype=dtype).bytes_per_slot / GIB
+        if abs(gib - slots_gib) <= tolerance_gib:
+            return dtype
+    return None
+
+
+def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
+                  total_bytes: int = H100_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
+                  ssm_dtype: str = "bfloat16") -> List[dict]:
+    """The quota ``(total - peak) * free_gpu_memory_fraction`` (kvlab.MemoryBudget, peak =
+    total - ``left_bytes``) for each fraction, the merged floor, whether merged code builds,
+    PR #17261's clamped residency and PR #18985's largest feasible max_batch_size."""
+    rows = []
+    for fraction in fractions:
+        budget = MemoryBudget(total_bytes=total_bytes, weights_bytes=total_bytes - left_bytes,
+                              free_gpu_memory_fraction=fraction)
+        plan = qwen_plan(budget.kv_quota_bytes, max_batch_size, ssm_dtype)
+        rows.append(dict(fraction=fraction, quota_gib=budget.kv_quota_bytes / GIB,
+                         merged_need_gib=plan.raw_need_bytes / GIB,
+                         merged_builds=plan.raw_fits,
+                         clamp_resident=max(plan.local_cap, 0),
+                         feasible_max_batch_size=plan.feasible_max_batch_size()))
+    return rows
+
+
+#: The policies of :func:`proposal_rows`, in order: (key, label, status).
+PROPOSALS = (
+    ("merged", "merged TensorRT-LLM", "merged"),
+    ("clamp", "PR #17261: the clamp", "proposal, PR #17261, closed without merging"),
+    ("default", "PR #18985: feasible default", "proposal, PR #18985, open"),
+    ("explicit", "PR #18985: explicit value", "proposal, PR #18985, open"),
+)
+
+
+def proposal_rows(plan: ResidencyPlan) -> List[dict]:
+    """What each answer does with ``plan.requested`` concurrent requests (one rank): merged code,
+    PR #17261's clamp, PR #18985's feasible ``max_batch_size`` default (when max_batch_size is
+    left unset), and PR #18985 with the explicit max_batch_size of ``plan`` (an explicit value
+    still wins, so it builds or raises exactly as merged code does, with the proposed message).
+
+    Each row: policy, label, status, max_batch_size (what the manager is built with), resident
+    (sequences served at once), waiting (of the concurrent requests, queued; 0 when it
+    raises: nothing runs), dummies,
+    state_gib (resident and dummy slots), outcome ("ok" or "crash": raises at construction),
+    error (the message, or "")."""
+    concurrent = plan.requested
+    feasible = plan.feasible_max_batch_size()
+    rows = []
+    for key, label, status in PROPOSALS:
+        if key in ("merged", "explicit"):
+            batch, resident = plan.max_batch_size, plan.requested if plan.raw_fits else 0
+            error = "" if plan.raw_fits else (
+                QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
+                if key == "merged" else proposed_quota_error(plan))
+        elif key == "clamp":
+            batch, resident = plan.max_batch_size, max(plan.local_cap, 0)
+            error = "" if resident else QUOTA_TOO_SMALL.format(
+                got=plan.quota_bytes, need=(1 + plan.dummies) * plan.slot_bytes + plan.page_bytes)
+        else:
+            batch = feasible
+            resident = min(feasible * plan.pp_size, concurrent)
+            error = "" if feasible else proposed_quota_error(ResidencyPlan(
+                plan.pp_size, plan.dummies, plan.slot_bytes, plan.page_bytes, plan.quota_bytes,
+                plan.pp_size))
+        slots = (resident + plan.dummies) if (resident and plan.slot_bytes) else 0
+        rows.append(dict(policy=key, label=label, status=status, max_batch_size=batch,
+                         resident=resident, waiting=concurrent - resident if resident else 0,
+                         dummies=plan.dummies if resident else 0,
+                         state_gib=slots * plan.slot_bytes / GIB,
+                         outcome="ok" if resident else "crash", error=error))
+    return rows
+
+
+def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> Tuple[KVGeometry, MambaGeometry]:
+    """Qwen3.5-27B with every byte divided by :data:`SCALE` (256), for a real manager that fits
+    in a laptop: the recurrent state split over tp 16 with 3 of 48 layers (slot / 256), and one
+    attention layer of one KV head with 8-token pages (page / 256). Divide the quota by SCALE
+    too and the slot counts stay the PR's."""
+    mamba = MambaGeometry(num_mamba_layers=3, mamba_num_heads=48, mamba_head_dim=128, d_state=128,
+                          n_groups=16, d_conv=4, conv_dtype="bfloat16", ssm_dtype=ssm_dtype,
+                          tp_size=16)
+    attention = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=256, dtype="bfloat16",
+                           tokens_per_block=8)
+    return attention, mamba
+
+
+def residency_bytes(plan: ResidencyPlan) -> dict:
+    """What the quota goes to, in bytes, under merged residency ("raw") and under PR #17261's
+    clamp ("clamped"): resident slots, dummy slots, attention pages (whole pages) and what is
+    left unused. Merged residency that does not fit shows its floor (one page) and overshoots
+    the quota; a clamp that cannot hold one sequence shows nothing."""
+    q, slot, page = plan.quota_bytes, plan.slot_bytes, plan.page_bytes
+
+    def split(resident: int, fits: bool) -> dict:
+        if not fits:
+            return dict(resident=0, dummies=0, pages=0, unused=q)
+        slots = resident * slot
+        dummies = plan.dummies * slot
+        pages = max(page, (q - slots - dummies) // page * page)
+        return dict(resident=slots, dummies=dummies, pages=pages,
+                    unused=max(0, q - slots - dummies - pages))
+
+    raw = split(plan.requested, True)
+    if not plan.raw_fits:
+        raw = dict(raw, pages=page, unused=0)
+    cap = plan.local_cap
+    return dict(raw=raw, clamped=split(cap, cap >= 1), raw_fits=plan.raw_fits)

@@ -1,0 +1,61 @@
+"""Each notebook's parameter check, run in its first code cell on the values papermill (or
+``kvlab walkthrough -p``) passes: each error names the parameter, its value and the accepted
+range (docs/DESIGN.md, "Conventions"). Notebook 01's parameters are checked by
+:func:`kvlab.run.distributed.scenario_config`, which builds its runs."""
+
+from __future__ import annotations
+
+from kvlab.analysis.compare import EngineConfig
+from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, PR_MAX_BATCH_SIZE
+from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.page_index import WIDTH_POLICIES
+from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT
+
+
+def check_smoke(SMOKE) -> None:
+    """``SMOKE`` (every notebook's: a shorter run for CI) is a bool."""
+    if not isinstance(SMOKE, bool):
+        raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})")
+
+
+def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str = "clamped",
+                           SMOKE=False, retry_tokens=32, max_batch_size=1) -> None:
+    """Notebooks 02 and 03, and the repro panel: one resize of one request on a small pool."""
+    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    check_int("context", context, low=1, high=1 << 30)
+    check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
+    check_choice("policy", policy, WIDTH_POLICIES)
+    check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    check_int("max_batch_size", max_batch_size, low=1, high=1 << 16)
+    check_smoke(SMOKE)
+
+
+def check_admission_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=150,
+                               arrival_rate=0.05, seed=0, stall_limit=DEFAULT_STALL_LIMIT, grid=64,
+                               trace_minutes=60.0, seconds_per_iteration=0.05, SMOKE=False) -> None:
+    """Notebook 04: the engines under each policy, the phase diagram, the Azure hour."""
+    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    check_int("context", context, low=1, high=1 << 30)
+    check_int("num_small", num_small, low=0, high=10_000)
+    check_int("num_requests", num_requests, low=1, high=1_000_000)
+    check_float("arrival_rate", arrival_rate, low=0.0, high=1e6, low_open=True)
+    check_int("seed", seed, low=0, high=2**63 - 1)
+    check_int("stall_limit", stall_limit, low=1, high=1 << 30)
+    check_int("grid", grid, low=2, high=512)
+    check_float("trace_minutes", trace_minutes, low=0.0, high=60.0, low_open=True)
+    check_float("seconds_per_iteration", seconds_per_iteration, low=0.001, high=10.0)
+    check_smoke(SMOKE)
+    EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)  # holds a page
+
+
+def check_mamba_parameters(*, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE, ssm_dtype="bfloat16",
+                           SMOKE=False) -> None:
+    """Notebook 05: Qwen3.5-27B's recurrent-state slots against a quota."""
+    check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
+    check_int("max_batch_size", max_batch_size, low=1, high=4096)
+    check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
+    check_smoke(SMOKE)
+
+
+__all__ = ["check_admission_parameters", "check_mamba_parameters", "check_repro_parameters",
+           "check_smoke"]

@@ -1,0 +1,27 @@
+"""The one table of policies: each name pairs an admission policy (:mod:`kvlab.sched.admission`)
+with a page-index width policy (:data:`kvlab.core.page_index.WIDTH_POLICIES`).
+
+Adding a policy is one entry in :data:`POLICIES` (plus its test); the comparisons, the phase
+diagram's regimes, the multi-rank runs, the panels and the figures read it from here.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+#: Policy name -> (admission policy, page-index width policy).
+POLICIES: Dict[str, Tuple[str, str]] = {
+    "none/clamped": ("none", "clamped"),         # historical TensorRT-LLM V2: the #21470 crash
+    "none/configured": ("none", "configured"),   # the one-line fix: a wider row, refused every pass
+    "capacity": ("capacity", "clamped"),         # PR #21720 (a proposal): reject what never fits
+    "vllm": ("vllm", "clamped"),                 # vLLM v1's style (kvlab.sched.admission.VllmStyle)
+    "sglang": ("sglang", "clamped"),             # SGLang's style (kvlab.sched.admission.SglangStyle)
+}
+#: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
+TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")
+PEER_POLICIES = ("vllm", "sglang")
+#: The multi-rank runs' names for TensorRT-LLM's regimes (scenario files, ``kvlab scenario``).
+RANK_POLICIES: Dict[str, str] = {"clamped": "none/clamped", "configured": "none/configured",
+                                 "admission": "capacity"}
+
+__all__ = ["PEER_POLICIES", "POLICIES", "RANK_POLICIES", "TRTLLM_POLICIES"]

@@ -1,0 +1,69 @@
+"""The layers of kvlab (README, "Design"): each module imports only from its own layer or the
+layers below it, at module level and inside functions alike."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kvlab"
+
+#: Bottom first. A layer is a package of kvlab or one module; the entry points sit on top.
+LAYERS = ("core", "sched", "run", "analysis", "backends", "case_studies", "notebook", "workshop",
+          "cli")
+TOP = ("__init__", "__main__", "cli")
+
+
+def layer_of(module: str) -> int:
+    """The rank of ``kvlab.<first>...`` in :data:`LAYERS`; the package itself is the top."""
+    parts = module.split(".")
+    assert parts[0] == "kvlab", module
+    first = parts[1] if len(parts) > 1 else "__init__"
+    return len(LAYERS) - 1 if first in TOP else LAYERS.index(first)
+
+
+def imported_modules(path: Path):
+    """Every kvlab module the file at ``path`` imports, with its line; relative imports are refused."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}:{node.lineno}: a relative import"
+            if node.module == "kvlab":
+                for alias in node.names:  # `from kvlab import x`: the top, unless x is a layer
+                    yield (f"kvlab.{alias.name}" if alias.name in LAYERS else "kvlab"), node.lineno
+            elif node.module and node.module.startswith("kvlab."):
+                yield node.module, node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "kvlab" or alias.name.startswith("kvlab."):
+                    yield alias.name, node.lineno
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+NAMES = [str(p.relative_to(PACKAGE.parent)) for p in MODULES]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def test_every_module_belongs_to_a_layer():
+    for path in MODULES:
+        layer_of(module_name(path))  # raises ValueError for a module outside every layer
+
+
+@pytest.mark.parametrize("path", MODULES, ids=NAMES)
+def test_no_import_points_upward(path):
+    here = layer_of(module_name(path))
+    upward = [f"line {line}: {target} ({LAYERS[layer_of(target)]})"
+              for target, line in imported_modules(path) if layer_of(target) > here]
+    assert not upward, f"{module_name(path)} ({LAYERS[here]}) imports upward: {upward}"
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """The walk finds a function-level import too: what the test above relies on."""
+    path = tmp_path / "probe.py"
+    path.write_text("def f():\n    from kvlab.notebook.viz import outcome_colour\n")
+    assert [(layer_of(t), line) for t, line in imported_modules(path)] == [(LAYERS.index("notebook"), 2)]
