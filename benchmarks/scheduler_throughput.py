@@ -41,7 +41,7 @@ Where the time went (cProfile and py-spy, peer workload, 2-core machine), round 
    contexts waiting for pages cost a whole refused attempt each, every pass (on a shrunk pool
    under real traffic, 40 refusals a pass and 8 of every 10 seconds). A first chunk that is
    certainly refused is now refused from one comparison (``_CertainRefusal``, decision-neutral
-   like the real ``_pending_ctx_certainly_blocked``; tests/test_fast_paths.py holds both paths
+   like the real ``_pending_ctx_certainly_blocked``; tests/sched/test_fast_paths.py holds both paths
    to the same decisions), and the host tier keeps its count of movable pages instead of summing
    them per refusal.
 5. ``Request``'s ``init=False`` fields lived on the class until first set, so instances split

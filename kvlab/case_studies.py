@@ -2,7 +2,7 @@
 closed without merging; docs/REFERENCE.md §5), outside the mechanism. kvlab.sched.scheduler and
 kvlab.core.mamba hold the fixed behaviour only; each finding's bug is a small subclass here that
 overrides one hook, and :func:`run_review_findings` runs each finding with its bug and with its
-fix (notebook 05, ``tests/test_mamba.py``).
+fix (notebook 05, ``tests/core/test_mamba.py``).
 
 1. :class:`NoneFirstManager`: a rank with no local Mamba layers answers None
    (``max_resident_sequences``) before reading the all-reduced cap, so pipeline ranks disagree.

@@ -174,7 +174,7 @@ else:
 # `kvlab.analysis.phase.phase_verdicts`, in closed form: the native resize checks the row before the pool
 # (docs/REFERENCE.md §3), so the first limit the request's pages cross decides — past the row is a
 # crash, past the pool a stall. Admission control replaces both regions with a clean rejection.
-# The closed forms are not taken on trust: `tests/test_phase.py` checks a random sample of points
+# The closed forms are not taken on trust: `tests/analysis/test_phase.py` checks a random sample of points
 # against full `simulate` runs for every regime (and a few are checked again below).
 
 # %%

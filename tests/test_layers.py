@@ -4,6 +4,7 @@ layers below it, at module level and inside functions alike."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,22 @@ def test_the_check_sees_an_upward_import(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("def f():\n    from kvlab.notebook.viz import outcome_colour\n")
     assert [(layer_of(t), line) for t, line in imported_modules(path)] == [(LAYERS.index("notebook"), 2)]
+
+
+def test_the_readme_module_map_matches_the_tree():
+    """Every module appears in the README's map under its layer, and the map names no module
+    that does not exist."""
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Design", 1)[1].split("```", 2)[1]
+    mapped, layer = set(), ""
+    for line in block.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):  # a layer, or a one-module layer
+            entry = line.split()[0]
+            layer = entry.rstrip("/") if entry.endswith("/") else ""
+            if entry.endswith(".py"):
+                mapped.add(entry)
+        if layer:
+            mapped.update(f"{layer}/{name}" for name in re.findall(r"\b(\w+\.py)\b", line))
+    modules = {str(p.relative_to(PACKAGE)) for p in MODULES if not p.name.startswith("__")}
+    assert modules - mapped == set(), "modules the README's map leaves out"
+    assert mapped - modules == set(), "the README's map names modules that do not exist"

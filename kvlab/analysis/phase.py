@@ -17,7 +17,7 @@ evict, so the tier below the GPU changes nothing): a lone request's cache grows 
 ``context_len + extra`` tokens, then by one token per generation step up to
 ``context_len + extra + max_new_tokens - 1``. Each resize checks the page-index width before
 the pool (docs/REFERENCE.md §3), so the first block count past ``min(width, pool)`` decides: past
-the width first (or both at once) is a crash, past the pool first is a stall. tests/test_phase.py
+the width first (or both at once) is a crash, past the pool first is a stall. tests/analysis/test_phase.py
 checks sampled points against full ``simulate`` runs.
 """
 

@@ -19,7 +19,7 @@ For a :class:`~kvlab.run.distributed.RunConfig`, in the order the real start-up 
 What it leaves out: other requests' pages (they only delay a request that fits), and, under
 chunked prefill, a chunk boundary landing in the few blocks (``width - pool`` <= 4 under the
 clamp) between the pool and the row end, which makes a stall of what is here a crash.
-tests/test_rank_plan.py checks the plan against real runs of :func:`kvlab.run.distributed.run_ranks`.
+tests/analysis/test_rank_plan.py checks the plan against real runs of :func:`kvlab.run.distributed.run_ranks`.
 """
 
 from __future__ import annotations

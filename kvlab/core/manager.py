@@ -28,7 +28,8 @@ engine, where it reaches the executor loop and takes every rank down.
 from __future__ import annotations
 
 import warnings
-from typing import Dict, Optional, Union
+from types import MappingProxyType
+from typing import Dict, Mapping, Optional, Union
 
 import torch
 
@@ -133,7 +134,9 @@ class KVCacheManager:
         self.max_util_for_resume = float(max_util_for_resume)
         self.host_tier = HostTier(lower_tier_bytes(host_cache_size, disk_cache_size, quota_bytes)
                                   // geometry.bytes_per_block)
-        self.caches: Dict[str, KVCache] = {}
+        self._caches: Dict[str, KVCache] = {}
+        #: The live caches by request id, read-only: they change only through this manager.
+        self.caches: Mapping[str, KVCache] = MappingProxyType(self._caches)
 
     # -- capacity -----------------------------------------------------------------------
     @property
@@ -191,26 +194,26 @@ class KVCacheManager:
         """A new, empty cache on a free page-index slot."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
-        if request_id in self.caches:
+        if request_id in self._caches:
             raise ValueError(f"request_id {request_id!r} already has a cache")
         cache = KVCache(request_id, self.page_index.acquire_slot(), pool=self.pool,
                         page_index=self.page_index, host_tier=self.host_tier,
                         tokens_per_block=self.geometry.tokens_per_block,
                         max_util_for_resume=self.max_util_for_resume)
-        self.caches[request_id] = cache
+        self._caches[request_id] = cache
         return cache
 
     def get_cache(self, request: Union[Request, str]) -> KVCache:
         request_id = request if isinstance(request, str) else request.request_id
         try:
-            return self.caches[request_id]
+            return self._caches[request_id]
         except KeyError:
             raise KeyError(f"no cache for request {request_id!r}") from None
 
     def prepare_context(self, request: Request) -> KVCache:
         """Create the request's cache if it has none (the real prepare_context)."""
-        if request.request_id in self.caches:
-            return self.caches[request.request_id]
+        if request.request_id in self._caches:
+            return self._caches[request.request_id]
         return self.create_cache(request.request_id)
 
     def resize_context(self, request: Request, num_tokens: int) -> bool:
@@ -227,18 +230,18 @@ class KVCacheManager:
     def free(self, request: Union[Request, KVCache, str]) -> None:
         """Release a cache: its pages (device or host) and its page-index slot."""
         cache = request if isinstance(request, KVCache) else self.get_cache(request)
-        if self.caches.get(cache.request_id) is not cache:
+        if self._caches.get(cache.request_id) is not cache:
             # a cache already freed (or another manager's): releasing its slot again would
             # clear the row of whichever cache holds that slot now
             raise KeyError(f"cache {cache.request_id!r} is not a live cache of this manager")
         cache.release()
         self.page_index.release_slot(cache.slot)
-        del self.caches[cache.request_id]
+        del self._caches[cache.request_id]
 
     def is_request_active(self, request: Union[Request, str]) -> bool:
         """The request holds an active (not suspended) cache."""
         request_id = request if isinstance(request, str) else request.request_id
-        cache = self.caches.get(request_id)
+        cache = self._caches.get(request_id)
         return cache is not None and cache.is_active
 
     def suspend(self, request: Union[Request, str]) -> None:
@@ -251,9 +254,9 @@ class KVCacheManager:
     def check_invariants(self) -> None:
         """Raise AssertionError unless: pages are conserved, no page is owned twice, and every
         row holds exactly its cache's pages followed by unused entries."""
-        owned = [page for cache in self.caches.values() for page in cache.pages]
+        owned = [page for cache in self._caches.values() for page in cache.pages]
         assert len(owned) == len(set(owned)), "a page is owned by two caches"
-        host = sum(cache.suspended_blocks for cache in self.caches.values())
+        host = sum(cache.suspended_blocks for cache in self._caches.values())
         assert host == self.host_tier.used_blocks <= self.host_tier.num_blocks, (
             f"the host tier holds {host} pages, accounted {self.host_tier!r}")
         self.host_tier.check_invariants()
@@ -261,7 +264,7 @@ class KVCacheManager:
             f"pages not conserved: {len(owned)} owned + {self.free_blocks} free "
             f"!= {self.total_blocks}")
         assert all(self.pool.is_allocated(page) for page in owned), "owned page marked free"
-        for cache in self.caches.values():
+        for cache in self._caches.values():
             row = cache.page_indices.tolist()
             n = cache.num_blocks
             assert row[:n] == cache.pages, f"row of {cache.request_id!r} disagrees with its pages"

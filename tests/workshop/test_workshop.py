@@ -14,7 +14,7 @@ from kvlab.sched.admission import CapacityAdmission, NoAdmission
 from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
 from notebook_runner import execute as run_notebook
 
-WORKSHOP = Path(__file__).resolve().parent.parent / "notebooks" / "workshop"
+WORKSHOP = Path(__file__).resolve().parents[2] / "notebooks" / "workshop"
 #: exercise notebook -> the checks it calls, in order
 EXERCISES = {
     "ex1_page_index_width": ["check_page_index_width"],

@@ -1,6 +1,6 @@
 """The walkthrough notebooks (01-05) run headless under papermill, with their findings asserted
 inside them (docs/DESIGN.md, "Conventions"); a failing cell becomes a test failure that names the
-cell. (tests/test_notebook_hygiene.py checks how they are stored.)"""
+cell. (tests/notebook/test_notebook_hygiene.py checks how they are stored.)"""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.notebook
 
 papermill = pytest.importorskip("papermill")
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NB01 = NOTEBOOKS / "01_the_16_gpu_report.ipynb"
 NB02 = NOTEBOOKS / "02_single_gpu_repro_4mib.ipynb"
 NB03 = NOTEBOOKS / "03_the_one_line_fix.ipynb"

@@ -13,7 +13,7 @@ import pytest
 
 jupytext = pytest.importorskip("jupytext")
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 IPYNBS = sorted(p for p in NOTEBOOKS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 IDS = [str(p.relative_to(NOTEBOOKS)) for p in IPYNBS]
 MACHINE_PATH = re.compile(r"(/work/|/root/|/home/|/tmp/|/Users/|[A-Za-z]:\\\\)")

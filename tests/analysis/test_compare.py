@@ -9,7 +9,6 @@ from kvlab.analysis.compare import (EngineConfig, build_scheduler, long_and_smal
                                     not_yet_and_never, outcome_table, request_timeline,
                                     run_policies, vllm_startup_error)
 from kvlab.analysis.presets import engine_outcome
-from kvlab.notebook.parameters import check_admission_parameters
 from kvlab.run.workload import LogNormal, poisson_workload
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
@@ -76,20 +75,6 @@ def test_vllm_refuses_to_start_with_the_configured_length_and_starts_when_it_fit
     assert "estimated maximum model length is 2048" in vllm_startup_error(EngineConfig())
     assert vllm_startup_error(EngineConfig(pool_mib=32.0)) is None
     assert build_scheduler("vllm", EngineConfig()).admission.max_model_len == 2048
-
-
-@pytest.mark.parametrize("kwargs, error, text", [
-    (dict(pool_mib=0), ValueError, "pool_mib"),
-    (dict(pool_mib=0.01), ValueError, "holds no page"),
-    (dict(stall_limit=0), ValueError, "stall_limit"),
-    (dict(grid=1), ValueError, "grid"),
-    (dict(arrival_rate=0), ValueError, "arrival_rate"),
-    (dict(SMOKE="yes"), TypeError, "SMOKE"),
-    (dict(num_requests=1.5), TypeError, "num_requests"),
-])
-def test_check_parameters_names_the_bad_one(kwargs, error, text):
-    with pytest.raises(error, match=text):
-        check_admission_parameters(**kwargs)
 
 
 def test_bad_policy_is_named():

@@ -23,7 +23,7 @@ import pytest
 
 from kvlab.run.distributed import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 NOTEBOOK = "02_single_gpu_repro_4mib.ipynb"
 ARTIFACTS = REPO / "build" / "test-artifacts"

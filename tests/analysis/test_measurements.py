@@ -19,7 +19,7 @@ from kvlab.analysis.measurements import (device_info, device_slug, load_measurem
                                          save_measurements)
 from kvlab.core.page_index import max_blocks_per_seq
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_measurements.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_measurements.py"
 
 
 def test_device_info_on_cpu_names_versions_and_date_but_no_host():
