@@ -30,14 +30,23 @@ REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
 SCENARIO_EXIT_CODES = {"completed": 0, "unfinished": 3, "shut down": 4, "died": 5, "hung": 5}
 
 
+#: The longest VALUE of ``-p NAME=VALUE``: every notebook parameter is a number, a bool or a
+#: short word.
+MAX_PARAMETER_CHARS = 200
+
+
 def _parameter(text: str):
     """NAME=VALUE with VALUE a Python literal (int, float, bool, str)."""
     name, sep, value = text.partition("=")
     if not sep or not name.isidentifier():
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+        shown = text if len(text) <= 60 else f"{text[:60]}... ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {shown!r}")
+    if len(value) > MAX_PARAMETER_CHARS:
+        raise argparse.ArgumentTypeError(f"the value of {name} must be at most {MAX_PARAMETER_CHARS} "
+                                         f"characters, got {len(value)}")
     try:
         return name, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return name, value
 
 
@@ -122,6 +131,11 @@ def _walkthrough(args, parser) -> int:
         check_parameters(parameters, notebooks)
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
+    try:
+        for folder in ("notebooks", "html"):
+            (args.build_dir / folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--build-dir {args.build_dir} cannot hold the output folders: {exc.strerror}")
     runs = []
     with image_server():
         for path in notebooks:

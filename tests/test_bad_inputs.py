@@ -292,9 +292,23 @@ def test_configured_width_times_batch_is_refused_by_the_manager():
 
 
 def test_a_pool_torch_cannot_allocate_is_a_memory_error_naming_quota_bytes():
-    with pytest.raises(MemoryError, match=r"quota_bytes=1125899906842624: the pool of "
-                                          r"17179869184 pages x 65536 B .*cannot be allocated"):
-        _manager(quota_bytes=1 << 50)  # 1 PiB: beyond any address space
+    with pytest.raises(MemoryError, match=r"quota_bytes=1099511627776: the pool of "
+                                          r"16777216 pages x 65536 B .*cannot be allocated"):
+        _manager(quota_bytes=1 << 40)  # 1 TiB in MAX_POOL_BLOCKS pages: beyond this machine
+
+
+def test_pages_per_pool_are_bounded_before_anything_is_allocated():
+    """1-byte pages and a 1 GiB quota would be a billion pages of bookkeeping."""
+    from kvlab.core.pool import MAX_POOL_BLOCKS
+
+    tiny = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="fp8", tokens_per_block=1,
+                      kv_factor=1)
+    assert tiny.bytes_per_block == 1
+    with pytest.raises(ValueError, match=rf"quota_bytes=1073741824 holds 1073741824 pages of 1 "
+                                         rf"bytes; a pool may have at most MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}"):
+        KVCacheManager(tiny, quota_bytes=1 << 30, max_seq_len=8, max_batch_size=1)
+    with pytest.raises(ValueError, match=r"num_blocks must be in \[1, 16777216\]"):
+        PagePool(MAX_POOL_BLOCKS + 1, 1)
 
 
 def test_other_runtime_errors_of_the_pool_are_not_disguised(monkeypatch):
@@ -306,3 +320,42 @@ def test_other_runtime_errors_of_the_pool_are_not_disguised(monkeypatch):
     monkeypatch.setattr(manager_module, "PagePool", broken)
     with pytest.raises(RuntimeError, match="something else"):
         _manager()
+
+
+def test_numpy_integers_are_stored_as_the_plain_ints_the_checks_return(seed_manager):
+    """np.uint64 and np.int8 pass the checks; what is kept must be the checked int, or the
+    arithmetic wraps (10 prompt tokens once demanded 13,835,058,055,282,163,716 blocks)."""
+    import numpy as np
+
+    from kvlab.sched.admission import CapacityAdmission, demand_blocks
+
+    mgr = seed_manager("clamped", max_batch_size=2)
+    wide = Request("a", np.uint64(10), np.uint64(5))
+    assert type(wide.prompt_len) is int and type(wide.max_new_tokens) is int
+    assert demand_blocks(wide, mgr) == 1
+    small, plain = Request("b", np.int8(100), np.int8(100)), Request("b", 100, 100)
+    policy = CapacityAdmission()
+    assert policy.classify(small, mgr) == policy.classify(plain, mgr)
+    geometry = KVGeometry(num_layers=np.int64(2), num_kv_heads=np.int16(2), head_dim=np.uint8(128))
+    assert geometry == KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128)
+    assert all(type(getattr(geometry, f)) is int for f in ("num_layers", "num_kv_heads", "head_dim"))
+    budget = MemoryBudget(np.int64(1 << 36), weights_bytes=np.uint32(1 << 30),
+                          free_gpu_memory_fraction=np.float32(0.5))
+    assert type(budget.weights_bytes) is int and type(budget.free_gpu_memory_fraction) is float
+    manager = KVCacheManager.expecting_clamp(seed_geometry(), quota_bytes=np.int64(4 << 20),
+                                             max_seq_len=np.int16(8192), max_batch_size=np.int8(2))
+    assert all(type(v) is int for v in (manager.quota_bytes, manager.configured_max_seq_len,
+                                        manager.max_batch_size))
+
+
+def test_a_scenario_error_never_quotes_the_file_it_refuses(tmp_path):
+    from kvlab.run.scenarios import ScenarioError, load_scenario
+
+    secret = "root:x:0:0:root:/root:/bin/bash"
+    for text in (f"{secret}\n", f"name: x\n{secret}: 1\n", f"name: x\ntitle: [{secret}]\n",
+                 f'name: "{secret}"\n'):
+        path = tmp_path / "x.yaml"
+        path.write_text(text)
+        with pytest.raises(ScenarioError) as info:
+            load_scenario(path)
+        assert "root:x" not in str(info.value) and "bin/bash" not in str(info.value), str(info.value)

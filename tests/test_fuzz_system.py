@@ -14,7 +14,11 @@ passes). After every rule, independently of the library's own checks:
 - nothing is lost (requests may still arrive after the engine stopped), and the engine stops
   only by PageIndexTooShort or SchedulerDeadlock (never PageIndexTooShort under "capacity");
 - under "capacity" admission, with recompute pause on and no outside tenant, 300 steps never
-  pass without progress (without admission control they can: see ``drain``).
+  pass without progress (without admission control they can: see ``drain``);
+- numbers arrive as numpy integers too, and every request keeps plain ints;
+- a handle the tenant freed raises when used, and changes nothing;
+- a token budget, chunk unit and context limit that can never schedule a chunk is refused at
+  construction with a message naming them; draft tokens may exceed the budget.
 
 ``benchmarks/fuzz_system.py`` runs the same machine for minutes; here a bounded run.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import collections
 import warnings
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -72,11 +77,14 @@ class SystemMachine(RuleBasedStateMachine):
                 width_policy=st.sampled_from(sorted(WIDTH_POLICIES)),
                 admission=st.sampled_from(sorted(ADMISSION_POLICIES)),
                 extra=st.integers(0, 3), hybrid=st.booleans(), resident=st.integers(1, 6),
-                max_num_tokens=st.integers(1, 600), batch=st.integers(1, 8),
-                stall_limit=st.integers(1, 40), chunked=st.booleans(),
-                host=st.sampled_from([0, 0, 4, 16, None]), recompute=st.booleans())
+                max_num_tokens=st.one_of(st.integers(1, 8), st.integers(1, 600)),
+                batch=st.integers(1, 8), stall_limit=st.integers(1, 40), chunked=st.booleans(),
+                host=st.sampled_from([0, 0, 4, 16, None]), recompute=st.booleans(),
+                chunk_unit=st.sampled_from([None, 1, 3, 16]),
+                max_context=st.sampled_from([None, 2, 64]))
     def build(self, tokens_per_block, blocks, max_seq_len, slots, width_policy, admission, extra,
-              hybrid, resident, max_num_tokens, batch, stall_limit, chunked, host, recompute):
+              hybrid, resident, max_num_tokens, batch, stall_limit, chunked, host, recompute,
+              chunk_unit, max_context):
         self.mgr = build_manager(tokens_per_block, blocks, max_seq_len, slots, width_policy,
                                  extra, hybrid, resident, host)
         self.hybrid = hybrid
@@ -84,8 +92,14 @@ class SystemMachine(RuleBasedStateMachine):
         self.recompute = recompute
         kwargs = dict(max_num_tokens=max_num_tokens, max_batch_size=batch,
                       stall_limit=stall_limit, chunked_prefill=chunked,
-                      enable_recompute_pause=recompute,
-                      chunk_unit_size=min(tokens_per_block, max_num_tokens))
+                      enable_recompute_pause=recompute, chunk_unit_size=chunk_unit,
+                      max_context_length=max_context)
+        unit = tokens_per_block if chunk_unit is None else chunk_unit
+        if chunked and unit > min(max_num_tokens, max_context or max_num_tokens):
+            with pytest.raises(ValueError, match=r"chunk_unit_size|max_num_tokens must be at least"):
+                Scheduler(self.mgr, admission=admission, **kwargs)  # no chunk could ever run
+            self.count("build refused: no chunk fits")
+            kwargs.update(chunk_unit_size=1, max_context_length=None)
         try:
             self.sched = Scheduler(self.mgr, admission=admission, **kwargs)
         except ValueError as exc:  # vLLM refuses to start when max_seq_len cannot fit
@@ -95,6 +109,7 @@ class SystemMachine(RuleBasedStateMachine):
         self.engine = Engine(self.sched)
         self.arrived = 0
         self.side = {}  # outside tenant: request_id -> suspended?
+        self.stale = []  # the tenant's freed handles
         self.tenant_seen = False
         self.counter = 0
         self.count("build")
@@ -111,15 +126,19 @@ class SystemMachine(RuleBasedStateMachine):
     # -- the engine ---------------------------------------------------------------------------
     @rule(n=st.integers(1, 4), prompt_pct=st.one_of(st.integers(1, 25), st.integers(1, 150)),
           new=st.one_of(st.integers(0, 8), st.integers(0, 200)),
-          disagg=st.booleans(), drafts=st.sampled_from([0, 0, 0, 1, 2]))
-    def arrive(self, n, prompt_pct, new, disagg, drafts):
+          disagg=st.booleans(), drafts=st.sampled_from([0, 0, 0, 1, 2, 9]),
+          number=st.sampled_from([int, int, np.int16, np.uint32, np.int64]))
+    def arrive(self, n, prompt_pct, new, disagg, drafts, number):
         pool_tokens = self.mgr.total_blocks * self.mgr.tokens_per_block
         prompt = max(1, pool_tokens * prompt_pct // 100)
-        requests = [Request(f"r{self.arrived + i}", prompt_len=max(1, prompt - 3 * i),
-                            max_new_tokens=max(new, 1) if disagg else new,
+        requests = [Request(f"r{self.arrived + i}", prompt_len=number(max(1, prompt - 3 * i)),
+                            max_new_tokens=number(max(new, 1) if disagg else new),
                             arrival_step=self.engine.step, disagg_generation_init=disagg,
-                            num_draft_tokens=drafts)
+                            num_draft_tokens=number(drafts))
                     for i in range(n)]
+        for r in requests:  # what the checks returned, not the numpy scalars
+            assert all(type(v) is int for v in (r.prompt_len, r.max_new_tokens, r.arrival_step,
+                                                 r.num_draft_tokens))
         self.engine.add_requests(requests)
         self.arrived += n
         self.count("arrive")
@@ -247,9 +266,24 @@ class SystemMachine(RuleBasedStateMachine):
         rid = self.pick(index)
         if rid is None:
             return
+        self.stale.append(self.mgr.caches[rid])
         self.mgr.free(rid)
         del self.side[rid]
         self.count("free")
+
+    @precondition(lambda self: bool(self.stale))
+    @rule(index=st.integers(0, 10), act=st.sampled_from(["resize", "grow", "suspend", "resume",
+                                                           "release", "row"]))
+    def use_stale(self, index, act):
+        """A freed handle, maybe sharing its slot with a live cache now: it raises, and the
+        invariants after this rule show it changed nothing."""
+        cache = self.stale[index % len(self.stale)]
+        calls = {"resize": lambda: cache.resize(self.mgr.tokens_per_block),
+                 "grow": lambda: cache.grow_within_pages(1), "suspend": cache.suspend,
+                 "resume": cache.resume, "release": cache.release, "row": lambda: cache.page_indices}
+        with pytest.raises(RuntimeError, match="was freed"):
+            calls[act]()
+        self.count("use stale handle")
 
     # -- invariants -------------------------------------------------------------------------
     @invariant()
@@ -257,7 +291,7 @@ class SystemMachine(RuleBasedStateMachine):
         mgr = self.mgr
         mgr.check_invariants()
         owned = [p for c in mgr.caches.values() for p in c.pages]
-        assert sorted(owned + mgr.pool._free) == list(range(mgr.total_blocks)), "pages lost"
+        assert sorted(owned + mgr.pool.free_pages()) == list(range(mgr.total_blocks)), "pages lost"
         slot_of = {c.slot: c for c in mgr.caches.values()}
         assert len(slot_of) == len(mgr.caches), "a page-index slot is held twice"
         table = mgr.page_index.table
@@ -344,6 +378,7 @@ def test_the_machine_reaches_every_rule_and_every_outcome():
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     ran = SystemMachine.rules_run
     expected = ["build", "arrive", "step", "drain", "create", "resize", "suspend", "resume", "free",
+                "use stale handle", "build refused: no chunk fits",
                 "engine stopped: PageIndexTooShort", "engine stopped: SchedulerDeadlock"]
     expected += [f"event: {kind}" for kind in EVENT_KINDS]
     expected += [f"build: {value}" for value in [*ADMISSION_POLICIES, *WIDTH_POLICIES, "hybrid",

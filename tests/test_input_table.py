@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MaxSeqLenClampWarning, MemoryBudget,
-                   PageIndexTable, Request, Scheduler, simulate)
+                   PageIndexTable, PagePool, Request, Scheduler, simulate)
 from kvlab.cli import main
 from kvlab.run.distributed import Fault, scenario_config
 from kvlab.run.scenarios import load_scenario
@@ -186,6 +186,28 @@ def _huge_table(data):
     del data["assumptions"]
 
 
+def _small_token_budget(data):
+    data["deployment"]["max_num_tokens"] = 16
+    del data["assumptions"]
+
+
+def _file_with(text: str):
+    """``kvlab scenario FILE`` on a file of ``text`` only."""
+    def attempt(tmp):
+        (tmp / "bad.yaml").write_text(text)
+        return cli("scenario", "{tmp}/bad.yaml")(tmp)
+    return attempt
+
+
+def _stale_handle():
+    """A cache handle after ``free``, its slot taken by a new cache."""
+    manager = _manager(max_batch_size=1)
+    stale = manager.create_cache("a")
+    manager.free("a")
+    manager.create_cache("b").resize(32)
+    return stale
+
+
 def _hostile_deployment(edit, stem):
     """A deployment scenario the loader accepts field by field, whose ranks would not fit."""
     def attempt(tmp):
@@ -220,9 +242,26 @@ CASES = [
          raises(lambda: _manager(max_seq_len=1 << 26, max_batch_size=1 << 12,
                                  page_index_policy="configured")),
          "ValueError", ("max_batch_size=4096", "width=2097156", "MAX_TABLE_BYTES=1073741824")),
-    Case(CONSTRUCTOR, "KVCacheManager(..., quota_bytes=2**50)  (a 1 PiB pool)",
-         raises(lambda: _manager(quota_bytes=1 << 50)), "MemoryError",
-         ("quota_bytes=1125899906842624", "cannot be allocated")),
+    Case(CONSTRUCTOR, "KVCacheManager(..., quota_bytes=2**40)  (a 1 TiB pool)",
+         raises(lambda: _manager(quota_bytes=1 << 40)), "MemoryError",
+         ("quota_bytes=1099511627776", "cannot be allocated")),
+    Case(CONSTRUCTOR, "KVCacheManager(<1-byte pages>, quota_bytes=2**30)  (a billion pages)",
+         raises(lambda: _manager(geometry=_geo(num_layers=1, num_kv_heads=1, head_dim=1, dtype="fp8",
+                                               tokens_per_block=1, kv_factor=1),
+                                 quota_bytes=1 << 30)),
+         "ValueError", ("quota_bytes=1073741824", "MAX_POOL_BLOCKS=16777216")),
+    Case(CONSTRUCTOR, "PagePool(4, 64).free([True])", raises(lambda: PagePool(4, 64).free([True])),
+         "TypeError", ("pages", "ints", "bool")),
+    Case(CONSTRUCTOR, "PagePool(4, 64).free([1.0])", raises(lambda: PagePool(4, 64).free([1.0])),
+         "TypeError", ("pages", "ints", "float")),
+    Case(CONSTRUCTOR, "cache.resize(20)  (cache: a handle after manager.free)",
+         raises(lambda: _stale_handle().resize(20)), "RuntimeError",
+         ("was freed", "KVCacheManager.free")),
+    Case(CONSTRUCTOR, "Scheduler(manager, max_num_tokens=16, chunked_prefill=True, "
+         "max_context_length=64)  (32-token pages)",
+         raises(lambda: Scheduler(_manager(), max_num_tokens=16, chunked_prefill=True,
+                                  max_context_length=64)), "ValueError",
+         ("max_num_tokens must be at least chunk_unit_size=32", "got 16")),
     Case(CONSTRUCTOR, "PageIndexTable(max_batch_size=2**20, width=2**26)",
          raises(lambda: PageIndexTable(1 << 20, 1 << 26)), "ValueError",
          ("max_batch_size=1048576", "MAX_TABLE_BYTES")),
@@ -251,6 +290,9 @@ CASES = [
          raises(lambda: MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8,
                                       d_state=8, n_groups=2, d_conv=1)),
          "ValueError", ("d_conv", "[2, ")),
+    Case(CONSTRUCTOR, "poisson_workload(3, rate=1e-300, ...)",
+         raises(lambda: poisson_workload(3, rate=1e-300, prompt_len=8, max_new_tokens=8)),
+         "ValueError", ("rate=1e-300", "raise rate")),
     Case(CONSTRUCTOR, "poisson_workload(10, rate=0, ...)",
          raises(lambda: poisson_workload(10, rate=0, prompt_len=8, max_new_tokens=8)),
          "ValueError", ("rate", "(0.0, ")),
@@ -303,6 +345,19 @@ CASES = [
          "exit 2", ("NAME=VALUE",)),
     Case(COMMAND, "kvlab walkthrough --only 99", cli("walkthrough", "--only", "99"), "exit 2",
          ("no notebook matches",)),
+    Case(COMMAND, "kvlab walkthrough --build-dir /dev/null",
+         cli("walkthrough", "--build-dir", "/dev/null"), "exit 2",
+         ("--build-dir /dev/null", "Not a directory")),
+    Case(COMMAND, "kvlab walkthrough -p x=------...1  (100,000 minus signs)",
+         cli("walkthrough", "-p", "x=" + "-" * 100_000 + "1"), "exit 2",
+         ("the value of x", "at most 200 characters")),
+    Case(COMMAND, "kvlab scenario aaa...a  (a 300-character name)", cli("scenario", "a" * 300),
+         "exit 2", ("a scenario name is 1 to 100", "a str of 300 character(s)")),
+    Case(COMMAND, "kvlab scenario FILE  (FILE: holds a NUL byte)", _file_with("\x00"), "exit 2",
+         ("not valid YAML", "#x0000")),
+    Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, max_num_tokens 16)",
+         _hostile_deployment(_small_token_budget, "small-budget"), "exit 2",
+         ("deployment.max_num_tokens", "chunk_unit_size")),
     # -- scenario files ------------------------------------------------------------------------------
     Case(SCENARIO, "parameters.pool_mib: four", scenario_data(_set("parameters.pool_mib", "four")),
          "ScenarioError", ("parameters.pool_mib", "[1, 1048576]")),
@@ -344,6 +399,15 @@ CASES = [
     Case(SCENARIO, "- a list\\n- not a mapping", scenario_text(lambda _: "- a list\n- not a mapping\n"),
          "ScenarioError", ("the document must be a mapping", "parameters")),
     Case(SCENARIO, "(an empty file)", scenario_text(lambda _: ""), "ScenarioError", ("empty",)),
+    Case(SCENARIO, "(a file of passwd-like lines)",
+         scenario_text(lambda _: "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/:/bin/sh\n"),
+         "ScenarioError", ("the document must be a mapping", "got a str of 55 character(s)")),
+    Case(SCENARIO, "parameters.pool_mib: 010  (YAML 1.1 octal: 8)",
+         scenario_text(_replace("pool_mib: 4 ", "pool_mib: 010 ")), "ScenarioError",
+         ("parameters.pool_mib is written 010", "base-8 or base-60")),
+    Case(SCENARIO, "parameters.max_batch_size: 1:00  (YAML 1.1 base 60: 60)",
+         scenario_text(_replace("max_batch_size: 1", "max_batch_size: 1:00")), "ScenarioError",
+         ("parameters.max_batch_size is written 1:00", "base-8 or base-60")),
     Case(SCENARIO, "(a 2 MiB file)", scenario_text(lambda _: "# padding\n" * (1 << 18)),
          "ScenarioError", ("MAX_FILE_BYTES=1048576",)),
     Case(SCENARIO, "(a folder named x.yaml)",

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from kvlab.analysis.presets import engine_outcome, seed_geometry
-from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.checks import check_choice, check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
@@ -64,13 +64,13 @@ class EngineConfig:
     def __post_init__(self):
         if not isinstance(self.geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
-        check_float("pool_mib", self.pool_mib, low=0.0, high=1 << 20, low_open=True)
-        check_int("max_seq_len", self.max_seq_len, low=1, high=1 << 30)
-        check_int("max_batch_size", self.max_batch_size, low=1, high=1 << 16)
-        check_int("max_num_tokens", self.max_num_tokens, low=1, high=1 << 30)
-        check_int("stall_limit", self.stall_limit, low=1, high=1 << 30)
+        store_checked(self, "pool_mib", check_float, low=0.0, high=1 << 20, low_open=True)
+        store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
+        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 16)
+        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
+        store_checked(self, "stall_limit", check_int, low=1, high=1 << 30)
         if self.host_cache_size is not None:
-            check_int("host_cache_size", self.host_cache_size, low=0, high=1 << 50)
+            store_checked(self, "host_cache_size", check_int, low=0, high=1 << 50)
         if not isinstance(self.chunked_prefill, bool):
             raise TypeError(f"chunked_prefill must be a bool, got {self.chunked_prefill!r}")
         if self.total_blocks < 1:
@@ -139,7 +139,7 @@ def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(PO
                  engine: EngineConfig = EngineConfig(), max_steps: int = 20_000) -> Dict[str, SimulationResult]:
     """``simulate`` the same requests under each policy, each on a fresh engine."""
     requests = list(requests)
-    check_int("max_steps", max_steps, low=1, high=1 << 40)
+    max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     return {policy: simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
             for policy in progress(list(policies), desc="policies", unit="policy")}
 
@@ -182,7 +182,7 @@ def tier_runs(requests: Sequence[Request], engine: EngineConfig = EngineConfig()
     """``simulate`` the same requests under ``policy`` with each of :data:`TIERS` (the rest of
     ``engine`` unchanged)."""
     requests = list(requests)
-    check_int("max_steps", max_steps, low=1, high=1 << 40)
+    max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     return {tier: simulate(build_scheduler(policy, dataclasses.replace(engine, host_cache_size=size)),
                            requests, max_steps=max_steps)
             for tier, size in TIERS.items()}
@@ -210,8 +210,8 @@ def long_and_small(context: int = 8192, max_new_tokens: int = 16, num_small: int
                    long_arrival: int = 0) -> List[Request]:
     """One long request ("long", ``context`` prompt tokens) and ``num_small`` small ones
     ("s0", "s1", ...) arriving every ``every`` steps from step 0."""
-    check_int("num_small", num_small, low=0, high=100_000)
-    check_int("every", every, low=0, high=1 << 20)
+    num_small = check_int("num_small", num_small, low=0, high=100_000)
+    every = check_int("every", every, low=0, high=1 << 20)
     return ([Request("long", context, max_new_tokens, long_arrival)]
             + [Request(f"s{i}", small_prompt, small_new_tokens, i * every) for i in range(num_small)])
 

@@ -128,7 +128,7 @@ def page_index_copy(max_seq_lens: Sequence[int], batch_sizes: Sequence[int], *,
     gb_per_s."""
     seq_lens = _ints("max_seq_lens", max_seq_lens, low=1, high=1 << 30)
     batches = _ints("batch_sizes", batch_sizes, low=1, high=1 << 20)
-    check_int("repeat", repeat, low=1, high=10_000)
+    repeat = check_int("repeat", repeat, low=1, high=10_000)
     dev = resolve_device(device)
     rows = []
     for seq_len in seq_lens:
@@ -152,9 +152,9 @@ def paged_read(page_bytes: Sequence[int], *, pool_bytes: int, device="cpu", repe
     num_pages, nbytes, gather_median_us, gather_min_us, gather_gb_per_s, copy_median_us,
     copy_min_us, copy_gb_per_s, gather_vs_copy (bandwidth ratio)."""
     sizes = _ints("page_bytes", page_bytes, low=8)
-    check_int("pool_bytes", pool_bytes, low=max(sizes), high=MAX_COUNT)
-    check_int("repeat", repeat, low=1, high=10_000)
-    check_int("seed", seed, low=0, high=(1 << 63) - 1)
+    pool_bytes = check_int("pool_bytes", pool_bytes, low=max(sizes), high=MAX_COUNT)
+    repeat = check_int("repeat", repeat, low=1, high=10_000)
+    seed = check_int("seed", seed, low=0, high=(1 << 63) - 1)
     bad = [s for s in sizes if s % 8]
     if bad:
         raise ValueError(f"page_bytes must be multiples of 8 (the gather moves 8-byte words), got {bad}")
@@ -183,8 +183,8 @@ def pool_allocation(pool_bytes: Sequence[int], *, bytes_per_block: int = 65536, 
     allocation, as at start-up). One dict per size: nbytes (whole pages), num_blocks,
     bytes_per_block, median_ms, min_ms."""
     sizes = _ints("pool_bytes", pool_bytes, low=1)
-    check_int("bytes_per_block", bytes_per_block, low=1, high=min(sizes))
-    check_int("repeat", repeat, low=1, high=1000)
+    bytes_per_block = check_int("bytes_per_block", bytes_per_block, low=1, high=min(sizes))
+    repeat = check_int("repeat", repeat, low=1, high=1000)
     dev = resolve_device(device)
     rows = []
     for size in sizes:

@@ -29,7 +29,7 @@ from typing import Dict, Sequence
 import numpy as np
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES, seed_geometry
-from kvlab.core.checks import check_choice, check_int
+from kvlab.core.checks import check_choice, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.page_index import WIDTH_ALIGNMENT
@@ -52,10 +52,10 @@ class PhaseSetup:
     def __post_init__(self):
         if not isinstance(self.geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
-        check_int("max_seq_len", self.max_seq_len, low=1, high=1 << 30)
-        check_int("max_new_tokens", self.max_new_tokens, low=0, high=1 << 30)
-        check_int("max_num_tokens", self.max_num_tokens, low=1, high=1 << 30)
-        check_int("num_extra_kv_tokens", self.num_extra_kv_tokens, low=0, high=1 << 20)
+        store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
+        store_checked(self, "max_new_tokens", check_int, low=0, high=1 << 30)
+        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
+        store_checked(self, "num_extra_kv_tokens", check_int, low=0, high=1 << 20)
 
 
 def _blocks(tokens, tokens_per_block: int):
@@ -101,8 +101,8 @@ def phase_scenario(pool_blocks: int, context_len: int, regime: str,
     """The engine and the lone request one point of the diagram stands for: (scheduler,
     [request]), ready for ``simulate``."""
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
-    check_int("pool_blocks", pool_blocks, low=1, high=1 << 30)
-    check_int("context_len", context_len, low=1, high=1 << 30)
+    pool_blocks = check_int("pool_blocks", pool_blocks, low=1, high=1 << 30)
+    context_len = check_int("context_len", context_len, low=1, high=1 << 30)
     manager = KVCacheManager.expecting_clamp(
         setup.geometry, pool_blocks * setup.geometry.bytes_per_block, setup.max_seq_len,
         max_batch_size=1, page_index_policy=width_policy,

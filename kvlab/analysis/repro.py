@@ -87,9 +87,9 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
               host_cache_size: Optional[int] = None) -> ReproResult:
     """Build a manager on a real pool of ``pool_mib`` MiB and resize one cache to ``context``
     (``host_cache_size``: the tier below the GPU, None = automatic; it changes no figure here)."""
-    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
-    check_int("context", context, low=1, high=1 << 30)
-    check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    pool_mib = check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    context = check_int("context", context, low=1, high=1 << 30)
+    retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
     geometry = geometry or seed_geometry(tokens_per_block)
     if int(pool_mib * MIB) < geometry.bytes_per_block:
         raise ValueError(f"pool_mib={pool_mib:g} holds no page: one page of {geometry.tokens_per_block} "

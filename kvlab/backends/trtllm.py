@@ -175,7 +175,7 @@ def _arguments(scenario, context, policy, retry_tokens):
     context = params.context_length if context is None else check_int(
         "context", context, low=1, high=1 << 30)
     check_choice("policy", policy, WIDTH_POLICIES)
-    check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
     return params, context, params.pool_bytes  # pool_bytes: ValueError where a deployment sets it
 
 

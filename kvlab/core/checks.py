@@ -33,6 +33,13 @@ def check_float(name: str, value, *, low: float, high: float, low_open: bool = F
     return value
 
 
+def store_checked(obj, name: str, check, **limits) -> None:
+    """Check the field ``name`` of ``obj`` (a dataclass, frozen or not) with ``check``
+    (:func:`check_int` or :func:`check_float`) and store what the check returns: a plain int
+    or float, also when the caller passed a numpy scalar, whose own arithmetic would wrap."""
+    object.__setattr__(obj, name, check(name, getattr(obj, name), **limits))
+
+
 def check_choice(name: str, value, choices) -> str:
     """Return ``value`` if it is one of ``choices``; raise ValueError listing them otherwise."""
     if not isinstance(value, str) or value not in choices:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from kvlab.core.checks import check_choice, check_int
+from kvlab.core.checks import check_choice, check_int, store_checked
 
 #: Bytes per element of each KV dtype. NVFP4 packs two elements per byte and adds one
 #: fp8 scale byte per 16 elements (handled in ``element_bytes``).
@@ -55,12 +55,12 @@ class KVGeometry:
     attention_dp: bool = False
 
     def __post_init__(self):
-        check_int("num_layers", self.num_layers, low=1, high=4096)
-        check_int("num_kv_heads", self.num_kv_heads, low=1, high=4096)
-        check_int("head_dim", self.head_dim, low=1, high=65536)
+        store_checked(self, "num_layers", check_int, low=1, high=4096)
+        store_checked(self, "num_kv_heads", check_int, low=1, high=4096)
+        store_checked(self, "head_dim", check_int, low=1, high=65536)
         check_choice("dtype", self.dtype, DTYPE_BYTES)
-        check_int("tokens_per_block", self.tokens_per_block, low=1, high=65536)
-        check_int("tp_size", self.tp_size, low=1, high=4096)
+        store_checked(self, "tokens_per_block", check_int, low=1, high=65536)
+        store_checked(self, "tp_size", check_int, low=1, high=4096)
         if isinstance(self.kv_factor, bool) or not isinstance(self.kv_factor, int):
             raise TypeError(f"kv_factor must be the int 2 (K and V) or 1 (MLA), "
                             f"got {self.kv_factor!r} ({type(self.kv_factor).__name__})")
@@ -140,15 +140,15 @@ class MambaGeometry:
     tp_size: int = 1
 
     def __post_init__(self):
-        check_int("num_mamba_layers", self.num_mamba_layers, low=0, high=4096)
-        check_int("mamba_num_heads", self.mamba_num_heads, low=1, high=1 << 16)
-        check_int("mamba_head_dim", self.mamba_head_dim, low=1, high=1 << 16)
-        check_int("d_state", self.d_state, low=1, high=1 << 16)
-        check_int("n_groups", self.n_groups, low=1, high=1 << 16)
-        check_int("d_conv", self.d_conv, low=2, high=1 << 10)
+        store_checked(self, "num_mamba_layers", check_int, low=0, high=4096)
+        store_checked(self, "mamba_num_heads", check_int, low=1, high=1 << 16)
+        store_checked(self, "mamba_head_dim", check_int, low=1, high=1 << 16)
+        store_checked(self, "d_state", check_int, low=1, high=1 << 16)
+        store_checked(self, "n_groups", check_int, low=1, high=1 << 16)
+        store_checked(self, "d_conv", check_int, low=2, high=1 << 10)
         check_choice("conv_dtype", self.conv_dtype, STATE_DTYPES)
         check_choice("ssm_dtype", self.ssm_dtype, STATE_DTYPES)
-        check_int("tp_size", self.tp_size, low=1, high=4096)
+        store_checked(self, "tp_size", check_int, low=1, high=4096)
         if self.mamba_num_heads % self.tp_size:
             raise ValueError(f"mamba_num_heads={self.mamba_num_heads} must be divisible by "
                              f"tp_size={self.tp_size}")

@@ -51,7 +51,7 @@ class KVCache:
 
     __slots__ = ("request_id", "slot", "pool", "page_index", "host_tier", "tokens_per_block",
                  "max_util_for_resume", "pages", "capacity", "history_length", "suspended",
-                 "_host_copy")
+                 "_host_copy", "freed")
 
     def __init__(self, request_id: str, slot: int, *, pool: "PagePool",
                  page_index: "PageIndexTable", host_tier: "HostTier", tokens_per_block: int,
@@ -68,6 +68,13 @@ class KVCache:
         self.history_length = 0
         self.suspended = False
         self._host_copy: Optional[torch.Tensor] = None  # page bytes while suspended
+        self.freed = False  # set by KVCacheManager.free: the handle may no longer act
+
+    def _check_live(self) -> None:
+        if self.freed:
+            raise RuntimeError(f"cache {self.request_id!r} was freed (KVCacheManager.free): its "
+                               f"page-index slot {self.slot} may belong to another cache now; "
+                               "ask the manager for the request's cache again")
 
     @property
     def num_blocks(self) -> int:
@@ -77,6 +84,7 @@ class KVCache:
     @property
     def page_indices(self) -> torch.Tensor:
         """The user-provided base page indices: this cache's row of the host table."""
+        self._check_live()
         return self.page_index.row(self.slot)
 
     def grow_within_pages(self, num_tokens: int) -> bool:
@@ -84,6 +92,8 @@ class KVCache:
         change nothing (False): ``resize(capacity + num_tokens)``'s answer whenever no page
         moves, without its checks (a generation step needs a new page once a page's worth of
         tokens). The executor's hot path."""
+        if self.freed:
+            self._check_live()
         capacity = self.capacity + num_tokens
         if self.suspended or capacity > len(self.pages) * self.tokens_per_block:
             return False
@@ -92,7 +102,8 @@ class KVCache:
 
     def resize(self, capacity: int, history_length: Optional[int] = None) -> bool:
         """Grow or shrink to ``capacity`` tokens in the native check order (module docstring)."""
-        check_int("capacity", capacity, low=0, high=MAX_COUNT)
+        self._check_live()
+        capacity = check_int("capacity", capacity, low=0, high=MAX_COUNT)
         history = self.history_length if history_length is None else check_int(
             "history_length", history_length, low=0, high=MAX_COUNT)
         if history < self.history_length or history > capacity:
@@ -137,6 +148,7 @@ class KVCache:
         """Make the cache inactive (the native ``suspend``); capacity and history are kept.
         Its pages stay on the GPU, held, until an allocation needs them and the tier below has
         room (kvlab.core.host_tier); with no tier below, suspending frees nothing."""
+        self._check_live()
         if self.suspended:
             return
         self.suspended = True
@@ -155,6 +167,7 @@ class KVCache:
         """Make a suspended cache active again (the native ``resume``): refused (False, still
         suspended) while the GPU's page utilization is above the manager's
         ``max_util_for_resume``, or when pages that moved down cannot come back."""
+        self._check_live()
         if not self.suspended:
             return True
         pool = self.pool
@@ -178,6 +191,7 @@ class KVCache:
 
     def release(self) -> None:
         """Give back every page, on the device or in the tier below; the cache ends empty."""
+        self._check_live()
         self.host_tier.untrack(self)
         self._release_tail(0)
         self.host_tier.give_back(self.suspended_blocks)

@@ -124,7 +124,7 @@ class ResidencyPlan:
     def feasible_max_batch_size(self, cap: int = GENERIC_MAX_BATCH_SIZE) -> int:
         """The largest ``max_batch_size`` (at most ``cap``) whose merged floor fits this quota:
         PR #18985's idea of a feasible default (0: not even max_batch_size=1 fits)."""
-        check_int("cap", cap, low=1, high=1 << 20)
+        cap = check_int("cap", cap, low=1, high=1 << 20)
         if self.page_bytes > self.quota_bytes:
             return 0
         affordable = self.affordable
@@ -137,9 +137,9 @@ def plan_residency(mamba: Optional[MambaGeometry], attention: KVGeometry, quota_
                    max_batch_size: int, pp_size: int = 1, *, cuda_graph_padding: bool = True,
                    attention_dp: bool = False) -> ResidencyPlan:
     """The plan for ``MambaHybridCacheManager``'s arguments (``mamba=None``: attention-only)."""
-    check_int("quota_bytes", quota_bytes, low=1)
-    check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
-    check_int("pp_size", pp_size, low=1, high=1024)
+    quota_bytes = check_int("quota_bytes", quota_bytes, low=1)
+    max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+    pp_size = check_int("pp_size", pp_size, low=1, high=1024)
     slot_bytes = 0 if mamba is None else mamba.bytes_per_slot
     dummies = num_dummy_slots(cuda_graph_padding, attention_dp) if slot_bytes else 0
     return ResidencyPlan(max_batch_size * pp_size, dummies, slot_bytes, attention.bytes_per_block,
@@ -191,9 +191,9 @@ class StateSlotPool:
     first ``num_dummies`` are reserved (CUDA-graph padding) and never handed out."""
 
     def __init__(self, num_slots: int, slot_bytes: int, num_dummies: int, device="cpu"):
-        check_int("num_slots", num_slots, low=0)
-        check_int("slot_bytes", slot_bytes, low=0)
-        check_int("num_dummies", num_dummies, low=0, high=num_slots)
+        num_slots = check_int("num_slots", num_slots, low=0)
+        slot_bytes = check_int("slot_bytes", slot_bytes, low=0)
+        num_dummies = check_int("num_dummies", num_dummies, low=0, high=num_slots)
         self.slot_bytes = slot_bytes
         self.num_dummies = num_dummies
         self.storage = torch.empty((num_slots, slot_bytes), dtype=torch.uint8,

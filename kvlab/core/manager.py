@@ -38,7 +38,7 @@ from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.page_index import PageIndexTable, WIDTH_POLICIES, max_blocks_per_seq, width_seq_len
-from kvlab.core.pool import PagePool, resolve_device
+from kvlab.core.pool import MAX_POOL_BLOCKS, PagePool, resolve_device
 from kvlab.core.request import Request
 
 
@@ -79,12 +79,12 @@ class KVCacheManager:
                  overlap_scheduler: bool = False, num_reserved_index_slots: int = 1):
         if not isinstance(geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
-        check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
-        check_int("max_seq_len", max_seq_len, low=1, high=1 << 30)
-        check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        quota_bytes = check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
+        max_seq_len = check_int("max_seq_len", max_seq_len, low=1, high=1 << 30)
+        max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
         # validated here, before the clamp warning, so a bad argument warns nothing
         width_policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
-        check_int("pp_size", pp_size, low=1, high=1024)
+        pp_size = check_int("pp_size", pp_size, low=1, high=1024)
         if not isinstance(disaggregated, bool):
             raise TypeError(f"disaggregated must be a bool, got {disaggregated!r}")
         self.geometry = geometry
@@ -99,6 +99,11 @@ class KVCacheManager:
         if total_blocks == 0:
             raise ValueError(f"quota_bytes={quota_bytes} holds no page: one page of "
                              f"{geometry.tokens_per_block} tokens takes {geometry.bytes_per_block} bytes")
+        if total_blocks > MAX_POOL_BLOCKS:  # before anything is allocated
+            raise ValueError(f"quota_bytes={quota_bytes} holds {total_blocks} pages of "
+                             f"{geometry.bytes_per_block} bytes; a pool may have at most "
+                             f"MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: lower quota_bytes or raise "
+                             "tokens_per_block")
         # 1. the longest single sequence the pool holds, in whole blocks, less the extra KV
         #    tokens (get_num_available_tokens; GPU pages only, whatever the comment there says)
         self.max_num_tokens = total_blocks * geometry.tokens_per_block - self.num_extra_kv_tokens
@@ -218,7 +223,7 @@ class KVCacheManager:
 
     def resize_context(self, request: Request, num_tokens: int) -> bool:
         """Grow the request's cache for its next ``num_tokens`` context tokens (module docstring)."""
-        check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
+        num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
         cache = self.get_cache(request)
         target = request.context_current_position + num_tokens + self.num_extra_kv_tokens
         if cache.resize(max(cache.capacity, target)):
@@ -235,6 +240,7 @@ class KVCacheManager:
             # clear the row of whichever cache holds that slot now
             raise KeyError(f"cache {cache.request_id!r} is not a live cache of this manager")
         cache.release()
+        cache.freed = True
         self.page_index.release_slot(cache.slot)
         del self._caches[cache.request_id]
 

@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from kvlab.core.checks import MAX_COUNT, check_float, check_int
+from kvlab.core.checks import MAX_COUNT, check_float, check_int, store_checked
 
 #: Binary units, the ones GPU memory is reported in.
 MIB = 1 << 20
@@ -45,14 +45,13 @@ class MemoryBudget:
     already_allocated_kv_bytes: int = 0
 
     def __post_init__(self):
-        check_int("total_bytes", self.total_bytes, low=1, high=MAX_COUNT)
+        store_checked(self, "total_bytes", check_int, low=1, high=MAX_COUNT)
         for name in ("weights_bytes", "workspace_bytes", "activation_peak_bytes",
                      "non_torch_bytes", "already_allocated_kv_bytes"):
-            check_int(name, getattr(self, name), low=0, high=MAX_COUNT)
-        check_float("free_gpu_memory_fraction", self.free_gpu_memory_fraction,
-                    low=0.0, high=1.0, low_open=True)
+            store_checked(self, name, check_int, low=0, high=MAX_COUNT)
+        store_checked(self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True)
         if self.max_gpu_total_bytes is not None:
-            check_int("max_gpu_total_bytes", self.max_gpu_total_bytes, low=1, high=MAX_COUNT)
+            store_checked(self, "max_gpu_total_bytes", check_int, low=1, high=MAX_COUNT)
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -112,7 +111,7 @@ class DeviceMemory:
 
     def _allocate(self, name: str, nbytes: int) -> torch.Tensor:
         free, _ = torch.cuda.mem_get_info(self.device)
-        check_int(name, nbytes, low=0, high=free)  # the accepted range: what the device has free
+        nbytes = check_int(name, nbytes, low=0, high=free)  # the range: what the device has free
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
     def load_weights(self, nbytes: int) -> "DeviceMemory":

@@ -43,10 +43,10 @@ MAX_TABLE_BYTES = 1 << 30
 def max_blocks_per_seq(max_seq_len: int, tokens_per_block: int, num_extra_kv_tokens: int = 0,
                        reserved_draft_tokens: int = 0) -> int:
     """Width of one page-index row, by docs/REFERENCE.md §2's formula."""
-    check_int("max_seq_len", max_seq_len, low=1, high=MAX_COUNT)
-    check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
-    check_int("num_extra_kv_tokens", num_extra_kv_tokens, low=0, high=MAX_COUNT)
-    check_int("reserved_draft_tokens", reserved_draft_tokens, low=0, high=MAX_COUNT)
+    max_seq_len = check_int("max_seq_len", max_seq_len, low=1, high=MAX_COUNT)
+    tokens_per_block = check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
+    num_extra_kv_tokens = check_int("num_extra_kv_tokens", num_extra_kv_tokens, high=MAX_COUNT)
+    reserved_draft_tokens = check_int("reserved_draft_tokens", reserved_draft_tokens, high=MAX_COUNT)
     tokens = max_seq_len + num_extra_kv_tokens + reserved_draft_tokens + 1
     blocks = -(-tokens // tokens_per_block)
     return -(-blocks // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
@@ -108,15 +108,15 @@ class PageIndexTable:
     def __init__(self, max_batch_size: int, width: int, pp_size: int = 1,
                  disaggregated: bool = False, num_pools: int = 1, beam_width: int = 1,
                  pin_memory: bool = False, overlap_scheduler: bool = False, num_reserved: int = 1):
-        check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
-        check_int("width (max_blocks_per_seq)", width, low=1, high=1 << 26)
-        check_int("pp_size", pp_size, low=1, high=1024)
-        check_int("num_pools", num_pools, low=1, high=64)
-        check_int("beam_width", beam_width, low=1, high=1024)
+        max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        width = check_int("width (max_blocks_per_seq)", width, low=1, high=1 << 26)
+        pp_size = check_int("pp_size", pp_size, low=1, high=1024)
+        num_pools = check_int("num_pools", num_pools, low=1, high=64)
+        beam_width = check_int("beam_width", beam_width, low=1, high=1024)
         for name, flag in (("disaggregated", disaggregated), ("overlap_scheduler", overlap_scheduler)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
-        check_int("num_reserved_index_slots", num_reserved, low=1, high=1 << 10)
+        num_reserved = check_int("num_reserved_index_slots", num_reserved, low=1, high=1 << 10)
         slot_options = dict(overlap_scheduler=overlap_scheduler, num_reserved=num_reserved)
         check_table_size(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width,
                          **slot_options)

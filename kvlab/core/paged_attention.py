@@ -189,7 +189,7 @@ def paged_vs_contiguous(device="cpu", dtype: str = "float16", lengths: Sequence[
     lengths = [check_int(f"lengths[{i}]", n, low=1, high=1 << 16) for i, n in enumerate(lengths)]
     if not lengths:
         raise ValueError("lengths must name at least one sequence")
-    check_int("num_heads", num_heads, low=2, high=256)
+    num_heads = check_int("num_heads", num_heads, low=2, high=256)
     if num_heads % 2:
         raise ValueError(f"num_heads must be a multiple of the 2 KV heads, got {num_heads}")
     geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=64, dtype=dtype, tokens_per_block=16)

@@ -1,4 +1,4 @@
-"""PagePool: the KV pool as one real torch tensor, a free list and counters.
+"""PagePool: the KV pool as one real torch tensor, a compact free stack and counters.
 
 The storage is exactly ``num_blocks * bytes_per_block`` bytes on the chosen device, like the
 page pools the TensorRT-LLM V2 manager allocates (cpp/tensorrt_llm/batch_manager/
@@ -9,9 +9,11 @@ side effects (docs/REFERENCE.md §3 step 4).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
+import numpy as np
 import torch
 
 from kvlab.core.checks import MAX_COUNT, check_int
@@ -45,19 +47,38 @@ class PoolCounters:
     peak_used: int = 0
 
 
+#: The most pages one pool may have: 2**24 (16,777,216). The bookkeeping costs 5 bytes a page
+#: (an int32 free stack and an owner byte), 80 MiB at the limit; real pools have tens of
+#: thousands of pages (a GB300's ~200 GB at 32 tokens x 160 KiB a token: ~40,000).
+MAX_POOL_BLOCKS = 1 << 24
+
+
+def check_page(name: str, page) -> int:
+    """A page number as given to ``free`` or ``is_allocated``: an int, never a bool or a float."""
+    if type(page) is int:
+        return page
+    if isinstance(page, bool) or not isinstance(page, numbers.Integral):
+        raise TypeError(f"{name} must hold page numbers (ints), got {page!r} ({type(page).__name__})")
+    return int(page)
+
+
 class PagePool:
-    """``num_blocks`` pages of ``bytes_per_block`` bytes each, backed by one uint8 tensor."""
+    """``num_blocks`` pages of ``bytes_per_block`` bytes each, backed by one uint8 tensor.
+
+    The free pages are a compact stack (an int32 array and its height), not a list of Python
+    ints, so the bookkeeping stays at 5 bytes a page whatever the pool's size."""
 
     def __init__(self, num_blocks: int, bytes_per_block: int, device="cpu"):
-        check_int("num_blocks", num_blocks, low=1, high=MAX_COUNT)
-        check_int("bytes_per_block", bytes_per_block, low=1, high=MAX_COUNT)
+        num_blocks = check_int("num_blocks", num_blocks, low=1, high=MAX_POOL_BLOCKS)
+        bytes_per_block = check_int("bytes_per_block", bytes_per_block, low=1, high=MAX_COUNT)
         self.device = resolve_device(device)
         self.num_blocks = num_blocks
         self.bytes_per_block = bytes_per_block
         self.storage = torch.empty((num_blocks, bytes_per_block), dtype=torch.uint8, device=self.device)
-        # Pop from the end: page 0 is handed out first, so small runs read naturally.
-        self._free: List[int] = list(range(num_blocks - 1, -1, -1))
-        self._owned = bytearray(num_blocks)  # 1 where a page is handed out
+        # Pop from the top: page 0 is handed out first, so small runs read naturally.
+        self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)
+        self._top = num_blocks  # pages free: self._stack[:self._top]
+        self._owned = np.zeros(num_blocks, dtype=np.bool_)  # True where a page is handed out
         self.counters = PoolCounters()
 
     @property
@@ -67,38 +88,48 @@ class PagePool:
 
     @property
     def free_blocks(self) -> int:
-        return len(self._free)
+        return self._top
 
     @property
     def used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self._top
 
     def allocate(self, count: int) -> Optional[List[int]]:
         """Hand out ``count`` pages, or return None and change nothing if fewer are free."""
-        check_int("count", count, low=0, high=MAX_COUNT)
-        if count > len(self._free):
+        count = check_int("count", count, low=0, high=MAX_COUNT)
+        top = self._top
+        if count > top:
             self.counters.failed_allocations += 1
             return None
-        pages = [self._free.pop() for _ in range(count)]
-        for page in pages:
-            self._owned[page] = 1
-        self.counters.allocations += 1
-        self.counters.pages_allocated += count
-        self.counters.peak_used = max(self.counters.peak_used, self.used_blocks)
-        return pages
+        taken = self._stack[top - count:top][::-1]
+        self._owned[taken] = True
+        self._top = top - count
+        counters = self.counters
+        counters.allocations += 1
+        counters.pages_allocated += count
+        if self.num_blocks - self._top > counters.peak_used:
+            counters.peak_used = self.num_blocks - self._top
+        return taken.tolist()
 
     def free(self, pages: Sequence[int]) -> None:
         """Return pages to the free list; freeing a page that is not handed out is an error."""
+        pages = [check_page("pages", page) for page in pages]
         if len(set(pages)) != len(pages):
-            raise ValueError(f"pages to free must be distinct, got {list(pages)}")
+            raise ValueError(f"pages must be distinct, got {len(pages)} with repeats")
         for page in pages:
             if not (0 <= page < self.num_blocks) or not self._owned[page]:
-                raise ValueError(f"page {page} is not allocated from this pool "
+                raise ValueError(f"pages: page {page} is not allocated from this pool "
                                  f"(pages are 0..{self.num_blocks - 1})")
-        for page in pages:
-            self._owned[page] = 0
-            self._free.append(page)
-        self.counters.pages_freed += len(pages)
+        count = len(pages)
+        self._owned[pages] = False
+        self._stack[self._top:self._top + count] = pages
+        self._top += count
+        self.counters.pages_freed += count
+
+    def free_pages(self) -> List[int]:
+        """The free pages, the next to be handed out last."""
+        return self._stack[:self._top].tolist()
 
     def is_allocated(self, page: int) -> bool:
+        page = check_page("page", page)
         return 0 <= page < self.num_blocks and bool(self._owned[page])

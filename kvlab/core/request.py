@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from kvlab.core.checks import MAX_COUNT, check_int
+from kvlab.core.checks import MAX_COUNT, check_int, store_checked
 
 #: Every value ``Request.state`` takes.
 REQUEST_STATES = ("waiting", "running", "suspended", "finished", "rejected")
@@ -72,19 +72,19 @@ class Request:
     def __post_init__(self):
         if not isinstance(self.request_id, str) or not self.request_id:
             raise ValueError(f"request_id must be a non-empty str, got {self.request_id!r}")
-        check_int("prompt_len", self.prompt_len, low=1, high=MAX_COUNT)
-        check_int("max_new_tokens", self.max_new_tokens, low=0, high=MAX_COUNT)
-        check_int("arrival_step", self.arrival_step, low=0, high=MAX_COUNT)
-        check_int("context_current_position", self.context_current_position, low=0, high=MAX_COUNT)
-        check_int("num_generated", self.num_generated, low=0, high=MAX_COUNT)
+        store_checked(self, "prompt_len", check_int, low=1, high=MAX_COUNT)
+        store_checked(self, "max_new_tokens", check_int, low=0, high=MAX_COUNT)
+        store_checked(self, "arrival_step", check_int, low=0, high=MAX_COUNT)
+        store_checked(self, "context_current_position", check_int, low=0, high=MAX_COUNT)
+        store_checked(self, "num_generated", check_int, low=0, high=MAX_COUNT)
         if not isinstance(self.disagg_generation_init, bool):
             raise TypeError(f"disagg_generation_init must be a bool, got {self.disagg_generation_init!r}")
         if self.disagg_generation_init and self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be in [1, {MAX_COUNT}] for a disagg_generation_init "
                              "request (its context server produced the first token), "
                              f"got {self.max_new_tokens}")
-        check_int("num_draft_tokens", self.num_draft_tokens, low=0, high=1 << 16)
-        check_int("beam_width", self.beam_width, low=1, high=1024)
+        store_checked(self, "num_draft_tokens", check_int, low=0, high=1 << 16)
+        store_checked(self, "beam_width", check_int, low=1, high=1024)
 
     @property
     def is_first_context_chunk(self) -> bool:

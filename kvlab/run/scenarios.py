@@ -46,6 +46,7 @@ from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int
 from kvlab.core.geometry import DTYPE_BYTES
 from kvlab.core.memory import MIB
 from kvlab.core.paths import DATA_DIR
+from kvlab.sched.scheduler import check_chunk_budget
 
 SCENARIO_DIR = DATA_DIR / "scenarios"
 
@@ -218,18 +219,36 @@ def spec(check, **kwargs):
     return field(metadata={"spec": check}, **kwargs)
 
 
+#: A field name as a scenario file spells it; any other key is described, never quoted.
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_. -]{0,63}")
+
+
 def _join(where: str, name) -> str:
+    if not (isinstance(name, str) and FIELD_NAME.fullmatch(name)):
+        name = f"<a key: {_shown(name)}>"
     return f"{where}.{name}" if where else str(name)
+
+
+def _shown(value) -> str:
+    """A value from the file as an error message shows it: numbers as they are, anything else
+    by its type and size, so that a message never quotes the content of the file it refuses."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return f"a str of {len(value)} character(s)"
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'mapping'} of {len(value)} item(s)"
+    return f"a {type(value).__name__}"
 
 
 def _parse(check, value, file, where: str):
     if isinstance(check, ListOf):
         if not isinstance(value, list) or len(value) < check.min_len:
-            raise ScenarioError(file, where, f"{where} must be {check}, got {value!r}")
+            raise ScenarioError(file, where, f"{where} must be {check}, got {_shown(value)}")
         return tuple(_parse(check.item, item, file, f"{where}[{i}]") for i, item in enumerate(value))
     if isinstance(check, MappingOf):
         if not isinstance(value, dict):
-            raise ScenarioError(file, where, f"{where} must be {check}, got {value!r}")
+            raise ScenarioError(file, where, f"{where} must be {check}, got {_shown(value)}")
         for key in value:
             _parse(check.key, key, file, _join(where, key))
         return {key: _parse(check.value, item, file, _join(where, key)) for key, item in value.items()}
@@ -237,10 +256,14 @@ def _parse(check, value, file, where: str):
         try:
             return check.check(where, value)
         except (TypeError, ValueError) as e:
-            raise ScenarioError(file, where, str(e)) from None
+            message = str(e)
+            if not isinstance(value, (bool, int, float)):  # the checks quote what they refuse
+                message = message.replace(f"{value!r} ({type(value).__name__})", _shown(value))
+                message = message.replace(repr(value), _shown(value))
+            raise ScenarioError(file, where, message) from None
     what = where or "the document"
     if not isinstance(value, dict):
-        raise ScenarioError(file, where, f"{what} must be {check}, got {type(value).__name__} {value!r}")
+        raise ScenarioError(file, where, f"{what} must be {check}, got {_shown(value)}")
     fields = check.fields()
     for key in value:
         if key not in fields:
@@ -370,6 +393,9 @@ class Scenario:
 #: Longer integer literals are refused before Python converts them (MAX_COUNT has 16 digits).
 MAX_INT_CHARS = 64
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")}
+_NUMBER_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+#: What PyYAML (YAML 1.1) silently converts: 010 -> 8 (octal), 1:00 -> 60 (base 60).
+_YAML11_NUMBER = re.compile(r"[-+]?(0[0-7_]+|[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?)")
 
 
 def _check_nodes(node, file, where: str = "", seen=None) -> None:
@@ -389,6 +415,11 @@ def _check_nodes(node, file, where: str = "", seen=None) -> None:
         raise ScenarioError(file, where, f"{what} is an integer of {len(node.value)} characters "
                             f"(line {node.start_mark.line + 1}); no scenario number is above "
                             f"{MAX_COUNT}")
+    if node.tag in _NUMBER_TAGS and _YAML11_NUMBER.fullmatch(node.value):
+        raise ScenarioError(file, where, f"{what} is written {node.value} (line "
+                            f"{node.start_mark.line + 1}), which YAML 1.1 reads as a base-8 or "
+                            "base-60 number; write it in decimal (a leading zero or a colon is "
+                            "refused), or quote it if it is text")
     if isinstance(node, yaml.MappingNode):
         names = set()
         for key, value in node.value:
@@ -410,6 +441,17 @@ def _check_nodes(node, file, where: str = "", seen=None) -> None:
 MAX_FILE_BYTES = 1 << 20
 
 
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """What the YAML parser found and where, without the snippet of the file it quotes."""
+    if isinstance(error, yaml.reader.ReaderError):
+        return f"{error.reason} #x{error.character:04x} at byte {error.position}"
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return f"{error.context + ', ' if error.context else ''}{error.problem}{where}"
+    return type(error).__name__
+
+
 def _read_yaml(path: Path):
     try:
         if not path.is_file():  # a folder, a device such as /dev/zero, a FIFO
@@ -422,7 +464,10 @@ def _read_yaml(path: Path):
         text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(path, "", f"cannot read the scenario file: {e}") from None
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # its reader refuses control characters at once
+    except yaml.YAMLError as e:
+        raise ScenarioError(path, "", f"not valid YAML: {_yaml_problem(e)}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -430,7 +475,7 @@ def _read_yaml(path: Path):
         _check_nodes(node, path)
         return loader.construct_document(node)
     except yaml.YAMLError as e:
-        raise ScenarioError(path, "", f"not valid YAML: {e}") from None
+        raise ScenarioError(path, "", f"not valid YAML: {_yaml_problem(e)}") from None
     except RecursionError:
         raise ScenarioError(path, "", "the document is nested too deeply; scenario files are "
                             "a few levels deep") from None
@@ -447,12 +492,19 @@ def list_scenarios() -> list[str]:
 ALIASES: Mapping[str, str] = {"issue-21470": "issue_21470_16x_gb300"}
 
 
+SCENARIO_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+
 def _locate(name_or_path) -> Path:
     if isinstance(name_or_path, str):
         name_or_path = ALIASES.get(name_or_path, name_or_path)
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
         return Path(name_or_path)
+    if not SCENARIO_NAME.fullmatch(text):
+        raise ScenarioError(SCENARIO_DIR, "name", f"a scenario name is 1 to 100 letters, digits, "
+                            f"'_', '-' or '.', got {_shown(text)}; known scenarios: "
+                            f"{list_scenarios()} (or pass a path to a .yaml file)")
     path = SCENARIO_DIR / f"{text}.yaml"
     if not path.is_file():
         raise ScenarioError(SCENARIO_DIR, "name", f"no scenario named {text!r}; known scenarios: "
@@ -491,6 +543,12 @@ def _check_cross_fields(scenario: Scenario, path: Path) -> None:
                 raise ScenarioError(path, f"{where}.rank", f"{where}.rank must be in "
                                     f"[0, {deployment.ranks - 1}] (deployment.ranks = "
                                     f"{deployment.ranks}), got {request.rank}")
+        if deployment.chunked_prefill:
+            try:  # what the ranks' schedulers would refuse, refused before any rank starts
+                check_chunk_budget(scenario.parameters.tokens_per_block, deployment.max_num_tokens)
+            except ValueError as e:
+                raise ScenarioError(path, "deployment.max_num_tokens", f"deployment.max_num_tokens "
+                                    f"and parameters.tokens_per_block: {e}") from None
         bg = deployment.background
         if bg is not None and bg.prompt_len_min > bg.prompt_len_max:
             raise ScenarioError(path, "deployment.background.prompt_len_min",

@@ -113,7 +113,7 @@ def simulate(scheduler: Scheduler, requests: Iterable[Request], max_steps: int =
         raise TypeError(f"scheduler must be a Scheduler, got {type(scheduler).__name__}")
     if scheduler.iteration or scheduler.submitted_requests:
         raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
-    check_int("max_steps", max_steps, low=1, high=1 << 40)
+    max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     if not isinstance(check_invariants, bool):
         raise TypeError(f"check_invariants must be a bool, got {check_invariants!r}")
     run = Engine(scheduler, requests, check_invariants=check_invariants,

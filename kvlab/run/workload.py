@@ -15,7 +15,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int
+from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int, store_checked
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.request import Request
 
@@ -34,7 +34,7 @@ class Constant(LengthDistribution):
     value: int
 
     def __post_init__(self):
-        check_int("value", self.value, low=0, high=MAX_COUNT)
+        store_checked(self, "value", check_int, low=0, high=MAX_COUNT)
 
     def sample(self, rng, n):
         return np.full(n, self.value, dtype=np.int64)
@@ -48,8 +48,8 @@ class Uniform(LengthDistribution):
     high: int
 
     def __post_init__(self):
-        check_int("low", self.low, low=0, high=MAX_COUNT)
-        check_int("high", self.high, low=self.low, high=MAX_COUNT)
+        store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
+        store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
 
     def sample(self, rng, n):
         return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
@@ -66,10 +66,10 @@ class LogNormal(LengthDistribution):
     high: int = 1 << 20
 
     def __post_init__(self):
-        check_float("median", self.median, low=0.0, high=float(MAX_COUNT), low_open=True)
-        check_float("sigma", self.sigma, low=0.0, high=10.0)
-        check_int("low", self.low, low=0, high=MAX_COUNT)
-        check_int("high", self.high, low=self.low, high=MAX_COUNT)
+        store_checked(self, "median", check_float, low=0.0, high=float(MAX_COUNT), low_open=True)
+        store_checked(self, "sigma", check_float, low=0.0, high=10.0)
+        store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
+        store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
 
     def sample(self, rng, n):
         values = rng.lognormal(math.log(self.median), self.sigma, size=n)
@@ -102,12 +102,15 @@ def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]
 
 def poisson_arrivals(num_requests: int, rate: float, seed: int) -> np.ndarray:
     """Arrival steps of a Poisson process of ``rate`` requests per step, starting at step 0."""
-    check_int("num_requests", num_requests, low=0, high=10_000_000)
-    check_float("rate", rate, low=0.0, high=1e6, low_open=True)
+    num_requests = check_int("num_requests", num_requests, low=0, high=10_000_000)
+    rate = check_float("rate", rate, low=0.0, high=1e6, low_open=True)
     rng = np.random.default_rng(check_int("seed", seed, low=0, high=2**63 - 1))
     times = np.cumsum(rng.exponential(1.0 / rate, size=num_requests))
     if num_requests:
         times -= times[0]
+        if not times[-1] <= MAX_COUNT:  # also inf: the steps would not fit an int64
+            raise ValueError(f"rate={rate:g} spreads {num_requests} arrivals over {times[-1]:.3g} "
+                             f"steps, beyond the last step kvlab counts ({MAX_COUNT}); raise rate")
     return np.floor(times).astype(np.int64)
 
 
@@ -163,11 +166,12 @@ def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
     is drawn, so there is no seed. ``limit`` keeps the first N requests, ``minutes`` those
     arriving in the first that many minutes. Ids are ``{service}-{row}``."""
     path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
-    check_float("seconds_per_iteration", seconds_per_iteration, low=0.0, high=3600.0, low_open=True)
+    seconds_per_iteration = check_float("seconds_per_iteration", seconds_per_iteration, low=0.0,
+                                        high=3600.0, low_open=True)
     if limit is not None:
-        check_int("limit", limit, low=1, high=10_000_000)
+        limit = check_int("limit", limit, low=1, high=10_000_000)
     if minutes is not None:
-        check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
+        minutes = check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
     with path.open(newline="", encoding="utf-8") as handle:
         rows = list(itertools.islice(csv.DictReader(handle), limit))
     start = _seconds_since_midnight(rows[0]["TIMESTAMP"])

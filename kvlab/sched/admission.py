@@ -64,6 +64,9 @@ class AdmissionPolicy:
 
     name = "base"
     preemption = "suspend"
+    #: The scheduler also rejects, at arrival, a request whose step its token budget can never
+    #: hold (``Scheduler._token_budget_verdict``).
+    rejects_never_schedulable = False
 
     def check_startup(self, manager: KVCacheManager) -> None:
         """Raise ValueError if the engine would refuse to start with this manager."""
@@ -100,6 +103,7 @@ class CapacityAdmission(AdmissionPolicy):
     """
 
     name = "capacity"
+    rejects_never_schedulable = True
 
     def classify(self, request: Request, manager: KVCacheManager) -> tuple:
         """(class, reason): one of FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS. Only NEVER_FITS
@@ -156,7 +160,7 @@ class VllmStyle(AdmissionPolicy):
 
     def __init__(self, max_model_len: Optional[int] = None, watermark: float = 0.01):
         if max_model_len is not None:
-            check_int("max_model_len", max_model_len, low=1, high=1 << 30)
+            max_model_len = check_int("max_model_len", max_model_len, low=1, high=1 << 30)
         self.max_model_len = max_model_len
         self.watermark = check_float("watermark", watermark, low=0.0, high=1.0)
 

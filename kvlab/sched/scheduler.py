@@ -204,6 +204,21 @@ class _CertainRefusal:
         return self.refuses_tokens(tokens)
 
 
+def check_chunk_budget(chunk_unit_size: int, max_num_tokens: Optional[int],
+                       max_context_length: Optional[int] = None) -> None:
+    """With chunked prefill, a chunk is a multiple of ``chunk_unit_size`` (the tokens per block)
+    and must fit both limits; raise ValueError when no chunk ever can. The first check is the
+    real constructor's; the second is kvlab's (the real scheduler would wait forever)."""
+    max_context_length = max_num_tokens if max_context_length is None else max_context_length
+    if max_context_length is not None and chunk_unit_size > max_context_length:
+        raise ValueError(f"chunk_unit_size must be in [1, max_context_length={max_context_length}] "
+                         f"with chunked_prefill, got {chunk_unit_size}")
+    if max_num_tokens is not None and chunk_unit_size > max_num_tokens:
+        raise ValueError(f"max_num_tokens must be at least chunk_unit_size={chunk_unit_size} (the "
+                         f"tokens per block) with chunked_prefill, or no context chunk is ever "
+                         f"scheduled; got {max_num_tokens}")
+
+
 def _contains(requests: Sequence[Request], request: Request) -> bool:
     return any(other is request for other in requests)
 
@@ -245,11 +260,8 @@ class Scheduler:
             "max_context_length", max_context_length, low=1, high=1 << 30))
         self.chunk_unit_size = (manager.tokens_per_block if chunk_unit_size is None else check_int(
             "chunk_unit_size", chunk_unit_size, low=1, high=1 << 30))
-        if (chunked_prefill and self.max_context_length is not None
-                and self.chunk_unit_size > self.max_context_length):
-            raise ValueError(f"chunk_unit_size must be in [1, max_context_length="
-                             f"{self.max_context_length}] with chunked_prefill, got "
-                             f"{self.chunk_unit_size}")
+        if chunked_prefill:
+            check_chunk_budget(self.chunk_unit_size, self.max_num_tokens, self.max_context_length)
         self.admission.check_startup(manager)
         self._admission_gates_starts = type(self.admission).may_start is not AdmissionPolicy.may_start
 
@@ -288,6 +300,8 @@ class Scheduler:
         verdict = self._front_door(request)
         if verdict.admitted:
             verdict = self.admission.admit(request, self.manager)
+        if verdict.admitted and self.admission.rejects_never_schedulable:
+            verdict = self._token_budget_verdict(request)
         if verdict.admitted:
             self._active.append(request)
         else:
@@ -302,6 +316,24 @@ class Scheduler:
                 and self.max_num_tokens is not None and request.prompt_len > self.max_num_tokens):
             return Verdict(False, f"The sum of prompt length ({float(request.prompt_len)}), query "
                                   f"length (0) should not exceed max_num_tokens ({self.max_num_tokens})")
+        return Verdict(True)
+
+    def _token_budget_verdict(self, request: Request) -> Verdict:
+        """For a policy that rejects what can never run: a step the token budget can never
+        hold (kvlab goes beyond the real scheduler, which would wait for it forever)."""
+        if self.max_num_tokens is None:
+            return Verdict(True)
+        step = 1 + request.num_draft_tokens
+        if step > self.max_num_tokens:
+            return Verdict(False, f"a generation step needs {step} tokens (1 + "
+                                  f"{request.num_draft_tokens} draft), more than max_num_tokens="
+                                  f"{self.max_num_tokens}: it would never be scheduled")
+        last = request.prompt_len + request.num_draft_tokens
+        if not self.chunked_prefill and not request.disagg_generation_init and last > self.max_num_tokens:
+            return Verdict(False, f"its context needs {last} tokens in one pass ({request.prompt_len} "
+                                  f"prompt + {request.num_draft_tokens} draft) without chunked "
+                                  f"prefill, more than max_num_tokens={self.max_num_tokens}: it "
+                                  "would never be scheduled")
         return Verdict(True)
 
     def finish(self, request: Request) -> None:

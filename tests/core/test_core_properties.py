@@ -111,7 +111,7 @@ def test_pool_random_ops_conserve_pages(num_blocks, ops):
         assert len(owned) == len(set(owned))
         assert pool.free_blocks + pool.used_blocks == num_blocks
         assert pool.used_blocks == len(owned)
-        assert sorted(owned + pool._free) == list(range(num_blocks))
+        assert sorted(owned + pool.free_pages()) == list(range(num_blocks))
         assert all(pool.is_allocated(p) for p in owned)
 
 
@@ -138,7 +138,7 @@ class ManagerMachine(RuleBasedStateMachine):
     # -- helpers ---------------------------------------------------------------------------
     def snapshot(self):
         mgr = self.mgr
-        return (mgr.free_blocks, list(mgr.pool._free), mgr.page_index.table.clone(),
+        return (mgr.free_blocks, mgr.pool.free_pages(), mgr.page_index.table.clone(),
                 {rid: (c.capacity, c.history_length, list(c.pages), c.suspended,
                        c.suspended_blocks) for rid, c in mgr.caches.items()},
                 mgr.pool.storage.clone())
@@ -262,7 +262,7 @@ class ManagerMachine(RuleBasedStateMachine):
         assert len(owned) == len(set(owned))
         assert mgr.free_blocks + len(owned) == mgr.total_blocks
         assert mgr.pool.free_blocks + mgr.pool.used_blocks == mgr.pool.num_blocks
-        assert sorted(owned + mgr.pool._free) == list(range(mgr.total_blocks))
+        assert sorted(owned + mgr.pool.free_pages()) == list(range(mgr.total_blocks))
 
     @invariant()
     def model_agrees(self):

@@ -9,7 +9,7 @@ from kvlab import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
 def snapshot(mgr, cache):
     """Everything a refused resize must leave alone."""
     return dict(capacity=cache.capacity, history=cache.history_length, pages=list(cache.pages),
-                free=mgr.free_blocks, free_list=list(mgr.pool._free),
+                free=mgr.free_blocks, free_list=mgr.pool.free_pages(),
                 table=mgr.page_index.table.clone(), storage=mgr.pool.storage.clone())
 
 
@@ -272,3 +272,23 @@ def test_release_returns_device_and_host_pages(seed_manager):
     cache.suspend()
     cache.release()
     assert not cache.suspended and cache.suspended_blocks == 0
+
+
+@pytest.mark.parametrize("act", ["resize", "grow", "suspend", "release", "resume", "row"])
+def test_a_freed_handle_raises_and_leaves_the_slots_new_owner_alone(seed_manager, act):
+    """After free("a") and a new cache in the same slot, the old handle may not take pages or
+    touch the row (it used to write pages no live cache owns into the new cache's row)."""
+    mgr = seed_manager("configured")
+    stale = mgr.create_cache("a")
+    assert stale.resize(64)
+    mgr.free("a")
+    new = mgr.create_cache("b")
+    assert new.slot == stale.slot and new.resize(96)
+    before = snapshot(mgr, new)
+    calls = {"resize": lambda: stale.resize(20), "grow": lambda: stale.grow_within_pages(1),
+             "suspend": stale.suspend, "release": stale.release, "resume": stale.resume,
+             "row": lambda: stale.page_indices}
+    with pytest.raises(RuntimeError, match="'a' was freed .*KVCacheManager.free"):
+        calls[act]()
+    assert_unchanged(mgr, new, before)
+    mgr.check_invariants()

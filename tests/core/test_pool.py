@@ -36,9 +36,9 @@ def test_allocate_hands_out_distinct_pages_in_range():
 def test_all_or_nothing():
     pool = PagePool(8, 128)
     held = pool.allocate(5)
-    free_before = list(pool._free)
+    free_before = pool.free_pages()
     assert pool.allocate(4) is None
-    assert pool.free_blocks == 3 and pool._free == free_before
+    assert pool.free_blocks == 3 and pool.free_pages() == free_before
     assert all(not pool.is_allocated(p) for p in range(8) if p not in held)
     assert pool.counters.failed_allocations == 1
     assert pool.allocate(3) is not None and pool.free_blocks == 0

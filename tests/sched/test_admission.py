@@ -179,3 +179,26 @@ def test_capacity_never_stalls_when_every_request_fits_alone(specs, blocks, widt
     result = simulate(scheduler, requests, max_steps=20_000, check_invariants=True)
     assert result.error is None
     assert set(result.status.values()) <= {"finished"}
+
+
+@pytest.mark.parametrize("chunked, draft, prompt, words", [
+    (True, 8, 1, "a generation step needs 9 tokens (1 + 8 draft), more than max_num_tokens=4"),
+    (False, 3, 3, "its context needs 6 tokens in one pass (3 prompt + 3 draft) without chunked"),
+])
+def test_capacity_rejects_a_step_the_token_budget_never_holds(chunked, draft, prompt, words):
+    """A lone request whose step never fits max_num_tokens used to be admitted and deadlock;
+    "capacity" rejects it at arrival and names the limit, "none" keeps the real behaviour."""
+    def run(admission):
+        scheduler = Scheduler(manager(64), admission, max_num_tokens=4, chunked_prefill=chunked,
+                              stall_limit=5)
+        return simulate(scheduler, [Request("r", prompt, 2, num_draft_tokens=draft)], max_steps=50)
+
+    result = run("capacity")
+    assert result.status["r"] == "rejected" and words in result.reasons["r"]
+    assert result.error is None
+    assert isinstance(run("none").error, SchedulerDeadlock)
+
+
+def test_a_chunk_budget_below_one_page_is_refused_at_construction():
+    with pytest.raises(ValueError, match="max_num_tokens must be at least chunk_unit_size=4"):
+        Scheduler(manager(64), max_num_tokens=3, chunked_prefill=True, max_context_length=64)
