@@ -73,6 +73,10 @@ print(type(run.error).__name__, ":", run.error)
 # Don't peek at `kvlab/sched/admission.py` yet.
 #
 # The starter below is a first attempt many of us make. Run the check, read what it says, fix it.
+# The first time a check fails it gives a hint per wrong case (a question, with the request's and
+# the pool's numbers) but not the demand formula; run it again after your next try, and if it
+# still fails it reveals the formula with each case's numbers. (`reveal=True` in the call reveals
+# at once; try without it first.)
 
 # %%
 def classify(request: Request, manager: KVCacheManager) -> tuple:

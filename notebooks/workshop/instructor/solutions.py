@@ -14,11 +14,13 @@
 # ---
 
 # %% [markdown]
-# # Workshop solutions
+# # Workshop solutions (instructors' copy)
 #
-# One solution per exercise, each passing its check. For instructors; participants open it after
-# their own attempt. With `STRICT = True` a failing check raises, so this notebook doubles as the
-# test that the checks accept a correct answer.
+# One solution per exercise, each passing its check. It lives in `notebooks/workshop/instructor/`,
+# apart from the exercises, so that participants browsing the workshop folder do not open it by
+# accident; hand it out after each exercise, or keep it (docs/INSTRUCTORS.md). With
+# `STRICT = True` a failing check raises, so this notebook doubles as the test that the checks
+# accept a correct answer.
 
 # %% tags=["parameters"]
 STRICT: bool = False  # True: a failed check raises (the tests run this notebook with True)
