@@ -9,6 +9,8 @@ import nbformat
 import papermill
 import pytest
 
+from kvlab.notebook import walkthrough
+
 
 def execute(src: Path, out_dir: Path, *, fail_on_error: bool = True, **parameters):
     """Run ``src`` (SMOKE on unless given) into ``out_dir``; return (executed notebook, seconds).
@@ -19,9 +21,7 @@ def execute(src: Path, out_dir: Path, *, fail_on_error: bool = True, **parameter
     out = Path(out_dir) / Path(src).name
     start = time.perf_counter()
     try:
-        papermill.execute_notebook(str(src), str(out), parameters=parameters, kernel_name="python3",
-                                   store_widget_state=False, progress_bar=False,
-                                   cwd=str(Path(src).parent))
+        walkthrough.execute(Path(src), out, parameters)
     except papermill.PapermillExecutionError as exc:
         if not fail_on_error:
             raise

@@ -134,11 +134,11 @@ def papermill_run(notebook: str, **parameters):
     def attempt(tmp):
         import papermill
 
+        from kvlab.notebook.walkthrough import execute
+
         path = ROOT / "notebooks" / notebook
         try:
-            papermill.execute_notebook(str(path), str(tmp / notebook), parameters=parameters,
-                                       kernel_name="python3", progress_bar=False,
-                                       store_widget_state=False, cwd=str(path.parent))
+            execute(path, tmp / notebook, parameters)
         except papermill.PapermillExecutionError as exc:
             return "PapermillExecutionError", f"{exc.ename}: {exc.evalue}"
         return "no error", ""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import re
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -35,6 +36,10 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from kvlab.notebook import viz
+
+#: The display bundle's copy of a whole panel (title, values, verdict HTML, every figure as
+#: plotly JSON), which the walkthrough's report draws as images (kvlab.notebook.walkthrough).
+PANEL_MIME = "application/vnd.kvlab.panel+json"
 
 #: Seconds within which changes are folded into one recompute (see Debouncer).
 DEFAULT_WAIT_S = 0.05
@@ -289,14 +294,17 @@ class Panel:
 
     def static_bundle(self) -> dict:
         """The panel without a widget frontend: verdict and figures as HTML, the first figure
-        as plotly JSON, the verdict as plain text."""
+        as plotly JSON, the verdict as plain text, and the whole panel (:data:`PANEL_MIME`)
+        for the walkthrough's report."""
         figs = [go.Figure(f) for f in self.figures.values()]
-        parts = [f"<h3>{html.escape(self.title)}</h3>"] if self.title else []
-        parts.append("<p><code>" + html.escape(", ".join(f"{k}={v!r}" for k, v in self.values.items()))
-                     + "</code></p>")
-        parts.append(self.verdict.value)
-        parts += [viz.figure_html(f) for f in figs]
-        bundle = {"text/html": "\n".join(parts), "text/plain": f"{self.title}: {self.verdict_text}"}
+        title = f"<h3>{html.escape(self.title)}</h3>" if self.title else ""
+        values = ("<p><code>" + html.escape(", ".join(f"{k}={v!r}" for k, v in self.values.items()))
+                  + "</code></p>")
+        parts = [title, values, self.verdict.value] + [viz.figure_html(f) for f in figs]
+        bundle = {"text/html": "\n".join(p for p in parts if p),
+                  "text/plain": f"{self.title}: {self.verdict_text}",
+                  PANEL_MIME: {"title": title, "values": values, "verdict": self.verdict.value,
+                               "figures": [json.loads(f.to_json()) for f in figs]}}
         if figs:
             bundle["application/vnd.plotly.v1+json"] = figs[0].to_plotly_json()
         return bundle
@@ -309,4 +317,4 @@ class Panel:
         return bundle
 
 
-__all__ = ["DEFAULT_WAIT_S", "Debouncer", "Panel", "check_control_value", "verdict_html"]
+__all__ = ["DEFAULT_WAIT_S", "PANEL_MIME", "Debouncer", "Panel", "check_control_value", "verdict_html"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import html as html_lib
 import time
 import warnings
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from typing import Dict, List, Optional
 
 from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
+from kvlab.notebook.panel import PANEL_MIME
 
 
 
@@ -75,6 +75,30 @@ def check_parameters(parameters: Dict[str, object], notebooks: List[Path]) -> No
                             f"({type(value).__name__})")
 
 
+def execute(path: Path, executed: Path, parameters: Dict[str, object]) -> None:
+    """Execute the notebook at ``path`` into ``executed`` with papermill, in its own folder, its
+    kernel reached over IPC sockets (over TCP, ipykernel warns once per notebook that the
+    traffic is not encrypted). A failing cell raises papermill's PapermillExecutionError."""
+    import papermill
+
+    papermill.execute_notebook(str(path), str(executed), parameters=parameters,
+                               kernel_name="python3", store_widget_state=False, progress_bar=False,
+                               cwd=str(Path(path).parent), kernel_manager_class=_ipc_kernel_manager())
+
+
+def _ipc_kernel_manager():
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import Unicode
+
+    class IPCKernelManager(AsyncKernelManager):
+        """A kernel manager whose kernels listen on IPC sockets (files in Jupyter's runtime
+        folder, removed at shutdown), not on TCP ports."""
+
+        transport = Unicode("ipc")
+
+    return IPCKernelManager
+
+
 def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> NotebookRun:
     """Execute one notebook with papermill and export it to HTML."""
     import nbformat
@@ -90,9 +114,7 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
     start = time.perf_counter()
     error = None
     try:
-        papermill.execute_notebook(str(path), str(executed), parameters=own, kernel_name="python3",
-                                   store_widget_state=False, progress_bar=False,
-                                   cwd=str(path.parent))
+        execute(path, executed, own)
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     seconds = time.perf_counter() - start
@@ -126,7 +148,6 @@ def summary_table(runs: List[NotebookRun]) -> str:
 
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 @contextmanager
@@ -142,27 +163,30 @@ def image_server():
 
 
 def with_static_figures(notebook):
-    """A copy of an executed notebook whose plotly outputs are PNG images (and, for a live
-    panel, the image with the panel's verdict in text), for an offline HTML report."""
-    import plotly.io as pio
-
+    """A copy of an executed notebook whose plotly outputs are PNG images, and whose live
+    panels show their title, values, verdict and every figure, for an offline HTML report."""
     warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
     static = copy.deepcopy(notebook)
     for cell in static.cells:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
-            if PLOTLY_MIME not in data:
-                continue
-            png = base64.b64encode(pio.to_image(pio.from_json(_as_json(data[PLOTLY_MIME])),
-                                                format="png")).decode()
             text = data.get("text/plain", "")
-            if WIDGET_MIME in data:  # a live panel: keep its verdict beside the picture
-                output["data"] = {"text/html": f'<img src="data:image/png;base64,{png}"/>'
-                                               f"<pre>{html_lib.escape(text)}</pre>",
-                                  "text/plain": text}
-            else:
-                output["data"] = {"image/png": png, "text/plain": text}
+            if PANEL_MIME in data:  # a live panel: its title, values, verdict and every figure
+                panel = data[PANEL_MIME]
+                images = "".join(f'<img src="data:image/png;base64,{_png(f)}"/>'
+                                 for f in panel["figures"])
+                output["data"] = {"text/html": panel["title"] + panel["values"] + panel["verdict"]
+                                  + images, "text/plain": text}
+            elif PLOTLY_MIME in data:
+                output["data"] = {"image/png": _png(data[PLOTLY_MIME]), "text/plain": text}
     return static
+
+
+def _png(figure) -> str:
+    """A plotly figure (JSON text or a dict) as a base64 PNG."""
+    import plotly.io as pio
+
+    return base64.b64encode(pio.to_image(pio.from_json(_as_json(figure)), format="png")).decode()
 
 
 def _as_json(figure) -> str:

@@ -4,13 +4,13 @@ cell. (tests/notebook/test_notebook_hygiene.py checks how they are stored.)"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from kvlab.notebook.findings import read_findings
-from kvlab.notebook.walkthrough import PLOTLY_MIME, WIDGET_MIME
+from kvlab.notebook.panel import PANEL_MIME
+from kvlab.notebook.walkthrough import PLOTLY_MIME, execute as execute_notebook
 from notebook_runner import execute
 
 pytestmark = pytest.mark.notebook
@@ -26,10 +26,8 @@ NB05 = NOTEBOOKS / "05_mamba_residency.ipynb"
 
 
 def panels(nb) -> list:
-    """The widget outputs that are panels, not progress bars (kvlab.run.progress's tqdm bars, shown
-    after a second, stay in a saved notebook as widgets too)."""
-    return [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_MIME in o.get("data", {})
-            and not re.match(r"\S+: +\d+%\|", o["data"].get("text/plain", ""))]
+    """The outputs that are live panels (each carries its whole self as PANEL_MIME)."""
+    return [o for c in nb.cells for o in c.get("outputs", []) if PANEL_MIME in o.get("data", {})]
 
 
 def outputs(nb, mime: str) -> list:
@@ -81,6 +79,24 @@ def test_notebook_02_holds_static_figures_and_the_live_panel(nb02):
     assert "PageIndexTooShort: User-provided base page indices is too short" in streams
 
 
+def test_the_report_shows_every_figure_and_the_verdict_of_every_panel(nb02):
+    """The offline HTML report (kvlab walkthrough): each panel as its verdict box and one PNG
+    per figure, not the first figure with the verdict squeezed into plain text."""
+    from kvlab.notebook.walkthrough import image_server, with_static_figures
+
+    nb, _ = nb02
+    (panel,) = panels(nb)
+    count = len(panel["data"][PANEL_MIME]["figures"])
+    assert count >= 2
+    with image_server():
+        static = with_static_figures(nb)
+    (shown,) = [o for c in static.cells for o in c.get("outputs", [])
+                if o.get("data", {}).get("text/plain") == panel["data"]["text/plain"]]
+    page = shown["data"]["text/html"]
+    assert page.count('<img src="data:image/png;base64,') == count
+    assert "kvlab-verdict" in page and "<pre>" not in page
+
+
 def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     nb, seconds = nb03
     findings = read_findings(nb)
@@ -122,9 +138,7 @@ def test_notebook_02_follows_its_parameters(tmp_path):
 
 def test_notebook_02_refuses_a_bad_parameter_by_name(tmp_path):
     with pytest.raises(papermill.PapermillExecutionError) as info:
-        papermill.execute_notebook(str(NB02), str(tmp_path / "bad.ipynb"), parameters={"pool_mib": -1},
-                                   kernel_name="python3", store_widget_state=False, progress_bar=False,
-                                   cwd=str(NB02.parent))
+        execute_notebook(NB02, tmp_path / "bad.ipynb", {"pool_mib": -1})
     assert info.value.ename == "ValueError" and "pool_mib" in info.value.evalue
 
 
@@ -164,9 +178,7 @@ def test_notebook_04_holds_its_table_figures_and_panel(nb04):
 
 def test_notebook_04_refuses_a_bad_parameter_by_name(tmp_path):
     with pytest.raises(papermill.PapermillExecutionError) as info:
-        papermill.execute_notebook(str(NB04), str(tmp_path / "bad.ipynb"), parameters={"stall_limit": 0},
-                                   kernel_name="python3", store_widget_state=False, progress_bar=False,
-                                   cwd=str(NB04.parent))
+        execute_notebook(NB04, tmp_path / "bad.ipynb", {"stall_limit": 0})
     assert info.value.ename == "ValueError" and "stall_limit" in info.value.evalue
 
 
