@@ -60,7 +60,7 @@ class FindingRun:
 
     finding: int
     bug: bool
-    metrics: Tuple[Tuple[str, int], ...]   # (label, value) for the figure
+    metrics: Tuple[Tuple[str, Optional[int]], ...]   # (label, value) for the figure; None: no cap
     outcome: str                           # "ok", "stall" or "crash" (kvlab's outcome names)
     detail: str
 
@@ -102,7 +102,7 @@ def _finding_1(bug: bool) -> FindingRun:
             sched.submit(Request(f"r{i}", prompt_len=8, max_new_tokens=4))
         admitted.append(len(sched.schedule().context_requests))
     agree = caps[0] == caps[1] and admitted[0] == admitted[1]
-    metrics = (("rank 0 cap", caps[0] or 0), ("rank 1 cap", caps[1] or 0),
+    metrics = (("rank 0 cap", caps[0]), ("rank 1 cap", caps[1]),
                ("rank 0 admitted", admitted[0]), ("rank 1 admitted", admitted[1]))
     detail = (f"caps {caps} (None = unbounded); first chunks admitted in the first pass "
               f"{admitted}: " + ("the ranks agree" if agree else
@@ -124,7 +124,7 @@ def _finding_2(bug: bool) -> FindingRun:
     except StateSlotsExhausted as exc:
         admitted = sum(r.request_id in m.caches for r in requests) + 1  # + the one that raised
         outcome, detail = "crash", f"{admitted} of 2 admitted past the cap: {exc}"
-    metrics = (("cap", m.max_resident_sequences() or 0), ("admitted in one pass", admitted))
+    metrics = (("cap", m.max_resident_sequences()), ("admitted in one pass", admitted))
     return FindingRun(2, bug, metrics, outcome, detail)
 
 

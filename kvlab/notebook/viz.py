@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Iterable, Mapping, Optional, Sequence, Tuple
+import re
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import plotly.graph_objects as go
 
@@ -74,17 +75,38 @@ def outcome_color(outcome: Optional[str]) -> str:
     return OUTCOME_COLORS.get(outcome or "", NEUTRAL_COLOR)
 
 
+#: Characters of a 12 px subtitle line in a figure FIGURE_WIDTH wide (about 7 px a character).
+SUBTITLE_CHARS = 96
+
+
+def _wrap(text: str, chars: int) -> List[str]:
+    """``text`` in lines of at most ``chars`` characters, broken between words."""
+    lines: List[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
 def _base_layout(title: str, subtitle: str = "", **extra) -> dict:
     """Shared look. No plotly template: resolving one costs ~10 ms a figure, too slow for a
-    widget that redraws on every slider step, so the few settings that matter are explicit."""
-    text = f"{title}<br><sup>{subtitle}</sup>" if subtitle else title
-    layout = dict(title=dict(text=text, x=0.0, xanchor="left", font=dict(size=16)),
-                  font=FONT, template=None, width=FIGURE_WIDTH, paper_bgcolor="white",
-                  plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
+    widget that redraws on every slider step, so the few settings that matter are explicit.
+    The subtitle is 12 px, broken between words to the figure's width, below the title."""
+    width = extra.get("width", FIGURE_WIDTH)
+    lines = _wrap(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
+    title_spec = dict(text=title, x=0.0, xanchor="left", font=dict(size=16))
+    if lines:
+        title_spec["subtitle"] = dict(text="<br>".join(lines), font=dict(size=12, color="#444"))
+    layout = dict(title=title_spec, font=FONT, template=None, width=FIGURE_WIDTH,
+                  paper_bgcolor="white", plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
                   hoverlabel=dict(font_size=12, bgcolor="white"))
     for axis in ("xaxis", "yaxis"):
         extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
     layout.update(extra)
+    layout["margin"] = {**layout["margin"],
+                        "t": max(layout["margin"].get("t", 80), 56 + 17 * len(lines))}
     return layout
 
 
@@ -93,9 +115,10 @@ AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, tick
 
 
 def _log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:
-    """Both axes logarithmic, each titled "quantity (unit, log scale)"; ``x`` and ``y`` are
-    (quantity, unit) (the sweeps over sizes)."""
-    return {f"{axis}axis": dict(title=dict(text=f"{name} ({unit}, log scale)"), type="log")
+    """Both axes logarithmic, each titled "quantity (unit, log scale)", labelled at powers of
+    ten only (no bare minor digits); ``x`` and ``y`` are (quantity, unit) (the sweeps over
+    sizes)."""
+    return {f"{axis}axis": dict(title=dict(text=f"{name} ({unit}, log scale)"), type="log", dtick=1)
             for axis, (name, unit) in (("x", x), ("y", y))}
 
 
@@ -179,9 +202,10 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
     heat = dict(type="heatmap", z=z, text=text, hovertemplate="%{text}<extra></extra>", colorscale=colorscale,
                       zmin=-0.5, zmax=n - 0.5, showscale=False, xgap=1, ygap=1, name="pages",
                       showlegend=False)
+    shown = {code for zrow in z for code in zrow if code is not None}
     legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=PAGE_STATE_LABELS[state],
-                         marker=dict(symbol="square", size=12, color=color), hoverinfo="skip",
-                         showlegend=True)
+                   marker=dict(symbol="square", size=12, color=color), hoverinfo="skip",
+                   showlegend=codes[state] in shown)  # an entry only for what the map holds
               for state, color in zip(PAGE_STATES, colors)]
     beyond = max(0, needed_blocks - total_blocks)
     scale = f"one cell = {per_cell} pages" if per_cell > 1 else "one cell = one page"
@@ -335,7 +359,8 @@ table_price_figure = _as_figure(table_price_spec)
 def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
     """Outcome of one resize for each (pool MiB, context) of ``kvlab.analysis.repro.sweep_repro``
     results: a scatter of squares coloured by outcome, log axes. One trace per outcome in
-    ``("crash", "refused", "ok")``, always (empty ones included), so widgets can update it."""
+    ``("crash", "refused", "ok")``, always (empty ones included, without a legend entry), so
+    widgets can update it."""
     results = list(results)
     policies = sorted({r.policy for r in results})
     traces = []
@@ -346,6 +371,7 @@ def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
                  f"<br>{OUTCOME_LABELS[outcome]}" for r in mine]
         traces.append(dict(type="scatter", x=[r.pool_bytes / (1 << 20) for r in mine], y=[r.context for r in mine],
                                  mode="markers", name=f"{OUTCOME_LABELS[outcome]} ({len(mine)})",
+                                 showlegend=bool(mine),  # no legend entry for what is not there
                                  marker=dict(symbol="square", size=11, color=OUTCOME_COLORS[outcome]),
                                  hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
     if title is None:
@@ -419,9 +445,18 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
         color = outcome_color(outcome)
         shapes.append(dict(type="line", xref="x", x0=steps[-1], x1=steps[-1], yref="paper", y0=0, y1=1,
                            line=dict(color=color, width=2)))
-        annotations.append(dict(text=f"{type(error).__name__} at step {steps[-1]}", xref="x", x=steps[-1],
+        annotations.append(dict(text=f"{type(error).__name__} in pass {len(steps)} (step {steps[-1]})",
+                                xref="x", x=steps[-1],
                                 yref="paper", y=1.0, xanchor="right", yanchor="bottom", showarrow=False,
                                 font=dict(size=11, color=color)))
+    if len(steps) <= 1:  # one pass: points, not lines, and why there is nothing over time
+        for trace_spec in data:
+            trace_spec["mode"] = "markers"
+        annotations.append(dict(text=("the run ended in its first pass" + (
+            f" ({type(error).__name__})" if error is not None else "")
+            + ": one point per panel, nothing to draw over time"), xref="paper", x=0.5,
+            yref="paper", y=0.5, showarrow=False, font=dict(size=13, color="#444"),
+            bgcolor="rgba(255,255,255,0.85)"))
     counts = {s: sum(1 for v in result.status.values() if v == s)
               for s in ("finished", "rejected", "waiting", "running")}
     if title is None:
@@ -688,9 +723,16 @@ def figure_html(fig: go.Figure) -> str:
 
 
 def figure_title(fig: go.Figure) -> str:
-    """The figure's title without its subtitle or markup."""
-    text = fig.layout.title.text or ""
-    return text.split("<br>")[0]
+    """The figure's title without its subtitle."""
+    return fig.layout.title.text or ""
+
+
+def figure_text(fig) -> str:
+    """The figure's title and subtitle as plain text (markup removed, lines joined by spaces);
+    ``fig`` is a go.Figure or a spec."""
+    title = fig["layout"]["title"] if isinstance(fig, dict) else fig.layout.title.to_plotly_json()
+    text = " ".join(t for t in (title.get("text"), (title.get("subtitle") or {}).get("text")) if t)
+    return re.sub(r"<[^>]+>", "", text.replace("<br>", " "))
 
 
 def show(fig: go.Figure) -> None:
@@ -765,11 +807,12 @@ rank_budget_figure = _as_figure(rank_budget_spec)
 
 
 def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_tokens: int,
-                     title: Optional[str] = None) -> dict:
+                     title: Optional[str] = None, subtitle: Optional[str] = None) -> dict:
     """Each request's tokens (prompt + new) against the pool's capacity and the page-index
     row's span (width x tokens_per_block), coloured by its outcome. ``requests``: dicts with
     ``id``, ``tokens``, ``outcome`` (a key of :data:`OUTCOME_COLORS`) and optional ``rank``.
-    Traces: one bar trace (always one); the two limits are dashed lines."""
+    Traces: one bar trace, then two legend entries naming the limits (drawn as full-width
+    lines: dotted the pool, dashed the row), so the two stay apart even when they coincide."""
     ids = [str(r["id"]) for r in requests]
     tokens = [int(r["tokens"]) for r in requests]
     outcomes = [r.get("outcome") for r in requests]
@@ -777,24 +820,25 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
              + f": {int(r['tokens']):,} tokens<br>{OUTCOME_LABELS.get(r.get('outcome'), 'no outcome')}"
              for r in requests]
     bar = dict(type="bar", x=ids, y=tokens, marker=dict(color=[outcome_color(o) for o in outcomes]),
-               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", name="requests")
-    shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=row_tokens, y1=row_tokens,
-                   line=dict(color=ROW_COLOR, dash="dash", width=2)),
-              dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=capacity_tokens, y1=capacity_tokens,
-                   line=dict(color=POOL_COLOR, dash="dot", width=2))]
-    annotations = [dict(xref="paper", x=1, y=row_tokens, yref="y", xanchor="right", yanchor="bottom",
-                        showarrow=False, text=f"row span {row_tokens:,}", font=dict(color=ROW_COLOR, size=12)),
-                   dict(xref="paper", x=0, y=capacity_tokens, yref="y", xanchor="left", yanchor="top",
-                        showarrow=False, text=f"pool {capacity_tokens:,}", font=dict(color=POOL_COLOR, size=12))]
+               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", name="requests",
+               showlegend=False)
+    limits = (("pool", capacity_tokens, POOL_COLOR, "dot", "pool holds"),
+              ("row", row_tokens, ROW_COLOR, "dash", "row spans"))
+    shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=value, y1=value,
+                   line=dict(color=color, dash=dash, width=2)) for _, value, color, dash, _ in limits]
+    legend = [dict(type="scatter", x=[None], y=[None], mode="lines", name=f"{words} {value:,} tokens",
+                   line=dict(color=color, dash=dash, width=2), hoverinfo="skip")
+              for _, value, color, dash, words in limits]
     crashes = sum(1 for o in outcomes if o == "crash")
-    subtitle = (f"{crashes} request(s) beyond the row: ValueError" if crashes
-                else "no request beyond the row")
+    if subtitle is None:
+        subtitle = (f"{crashes} request(s) beyond the row: ValueError" if crashes
+                    else "no request beyond the row")
     layout = _base_layout(
-        title or "Requests against the pool and the page-index row", subtitle, height=380,
-        shapes=shapes, annotations=annotations, showlegend=False, bargap=0.3,
+        title or "Requests against the pool and the page-index row", subtitle, height=400,
+        shapes=shapes, bargap=0.3, legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
         xaxis=dict(title=None, type="category"),
-        yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log"))
-    return {"data": [bar], "layout": layout}
+        yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log", dtick=1))
+    return {"data": [bar, *legend], "layout": layout}
 
 
 request_fit_figure = _as_figure(request_fit_spec)
@@ -820,16 +864,22 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
     for k, finding in enumerate(findings):
         suffix = "" if k == 0 else str(k + 1)
         lo = k * (width + gap)
-        top = 0
-        for run in sorted((r for r in runs if r.finding == finding), key=lambda r: not r.bug):
+        mine = sorted((r for r in runs if r.finding == finding), key=lambda r: not r.bug)
+        top = max([1] + [v for r in mine for _, v in r.metrics if v is not None])
+        for run in mine:
             labels = [m[0] for m in run.metrics]
             values = [m[1] for m in run.metrics]
-            top = max([top, *values])
-            hover = [f"finding {finding}, {run.label}: {lab} = {v}<br>{OUTCOME_LABELS.get(run.outcome, run.outcome)}"
-                     for lab, v in zip(labels, values)]
-            data.append(dict(type="bar", x=labels, y=values, name=run.label, text=[str(v) for v in values],
-                             textposition="outside", cliponaxis=False, legendgroup=run.label,
-                             showlegend=k == 0, marker=dict(color=BUG_FIX_COLORS[run.label]),
+            hover = [f"finding {finding}, {run.label}: {lab} = "
+                     f"{'None (unbounded)' if v is None else v}<br>"
+                     f"{OUTCOME_LABELS.get(run.outcome, run.outcome)}" for lab, v in zip(labels, values)]
+            # a cap of None (no bound) is a hatched bar to the top, labelled, never a bar of 0
+            data.append(dict(type="bar", x=labels, y=[top if v is None else v for v in values],
+                             name=run.label, textposition="outside", cliponaxis=False,
+                             text=["None: unbounded" if v is None else str(v) for v in values],
+                             legendgroup=run.label, showlegend=k == 0,
+                             marker=dict(color=BUG_FIX_COLORS[run.label], pattern=dict(
+                                 shape=["/" if v is None else "" for v in values], fillmode="overlay",
+                                 fgcolor="white")),
                              hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
                              xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=-30)
@@ -838,7 +888,7 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
         annotations.append(dict(text=f"<b>finding {finding}</b>", x=lo + width / 2, xref="paper", y=1.0,
                                 yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
     layout = _base_layout(title or "The review findings of PR #17261's clamp (a proposal): bug vs fix",
-                          "1: caps and first chunks admitted per rank (cap 0 = None, unbounded); "
+                          "1: caps and first chunks admitted per rank (hatched: None, unbounded); "
                           "2: disagg inits admitted in one pass; 3: B's chunks scheduled vs stalled passes",
                           height=440, annotations=annotations, barmode="group",
                           legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),

@@ -131,7 +131,7 @@ def test_each_finding_fails_with_its_bug_and_passes_with_its_fix():
     runs = {(r.finding, r.bug): r for r in run_review_findings()}
     assert len(runs) == 6
     m = {k: dict(r.metrics) for k, r in runs.items()}
-    assert m[1, True] == {"rank 0 cap": 3, "rank 1 cap": 0, "rank 0 admitted": 3, "rank 1 admitted": 8}
+    assert m[1, True] == {"rank 0 cap": 3, "rank 1 cap": None, "rank 0 admitted": 3, "rank 1 admitted": 8}
     assert m[1, False] == {"rank 0 cap": 3, "rank 1 cap": 3, "rank 0 admitted": 3, "rank 1 admitted": 3}
     assert runs[1, True].outcome == "stall" and runs[1, False].outcome == "ok"
     assert m[2, True] == {"cap": 1, "admitted in one pass": 2} and runs[2, True].outcome == "crash"

@@ -4,6 +4,7 @@ cell. (tests/notebook/test_notebook_hygiene.py checks how they are stored.)"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,92 @@ def test_notebook_05_float32_and_a_big_quota(tmp_path):
 def test_notebook_05_rejects_bad_parameters(tmp_path):
     with pytest.raises(papermill.PapermillExecutionError, match="ssm_dtype"):
         execute(NB05, tmp_path, fail_on_error=False, ssm_dtype="fp8")
+
+
+# --- every figure of every notebook, rendered ------------------------------------------------------
+
+def notebook_figures(nb) -> list:
+    """(where, figure dict) for every figure a notebook shows: its plotly outputs and every
+    figure of every live panel."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if PANEL_MIME in data:
+                found += [(f"cell {i}, panel figure {k}", f) for k, f in enumerate(data[PANEL_MIME]["figures"])]
+            elif PLOTLY_MIME in data:
+                found.append((f"cell {i}", data[PLOTLY_MIME]))
+    return found
+
+
+def _points(trace: dict) -> int:
+    for key in ("x", "y", "z", "values"):
+        value = trace.get(key)
+        if value is not None:
+            return len(value) if isinstance(value, (list, tuple, str)) else 1
+    return 0
+
+
+def figure_problems(fig: dict) -> list:
+    """What a reader would see wrong in ``fig`` that can be told from its spec: an empty frame,
+    a legend entry for a trace with nothing in it, a title or subtitle line wider than the
+    figure, category labels too long for their slot that are not rotated."""
+    from kvlab.notebook.viz import FIGURE_WIDTH
+
+    layout, traces = fig.get("layout", {}), fig.get("data", [])
+    problems = []
+    if not any(_points(t) for t in traces) and not layout.get("shapes") and not layout.get("annotations"):
+        problems.append("an empty frame")
+    for t in traces:
+        if len(traces) > 1 and not _points(t) and t.get("showlegend", True) and t.get("name"):
+            problems.append(f"a legend entry for the empty trace {t['name']!r}")
+    width = layout.get("width", FIGURE_WIDTH)
+    title = layout.get("title", {})
+    for text, px in ((title.get("text", ""), 9.0), ((title.get("subtitle") or {}).get("text", ""), 6.7)):
+        for line in re.sub(r"<(?!br>)[^>]+>", "", text or "").split("<br>"):
+            if len(line) * px > width - 10:
+                problems.append(f"a title line clipped at {width} px: {line[:60]!r}...")
+    for axis_name, axis in layout.items():
+        if not axis_name.startswith("xaxis") or axis.get("tickangle") is not None:
+            continue
+        suffix = axis_name[5:]
+        labels = {str(x) for t in traces if t.get("type") == "bar" and t.get("xaxis", "x") == f"x{suffix}"
+                  for x in (t.get("x") or []) if isinstance(x, str)}
+        domain = axis.get("domain", [0, 1])
+        slot = (width - 100) * (domain[1] - domain[0]) / max(len(labels), 1)
+        if labels and max(len(x) for x in labels) * 7.5 > slot:
+            problems.append(f"{axis_name}'s labels overlap: {sorted(labels)}")
+    return problems
+
+
+@pytest.mark.parametrize("notebook", ["nb01", "nb02", "nb03", "nb04", "nb05"])
+def test_every_figure_renders_and_shows_what_it_says(notebook, request):
+    """Each figure of the notebook (SMOKE run) becomes a PNG through kaleido, and none has a
+    problem :func:`figure_problems` can see."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from kvlab.notebook.walkthrough import image_server
+
+    nb, _ = request.getfixturevalue(notebook)
+    figures = notebook_figures(nb)
+    assert figures, f"{notebook} shows no figure"
+    problems = [f"{where}: {p}" for where, fig in figures for p in figure_problems(fig)]
+    assert not problems, "\n".join(problems)
+    with image_server():
+        for where, fig in figures:
+            png = pio.to_image(go.Figure(fig), format="png")
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000, f"{where}: no image"
+
+
+def test_the_figure_check_sees_what_it_looks_for():
+    empty = {"data": [{"type": "scatter", "x": [], "y": []}], "layout": {}}
+    legend = {"data": [{"type": "bar", "x": ["a"], "y": [1], "name": "a"},
+                       {"type": "scatter", "x": [], "y": [], "name": "nothing"}], "layout": {}}
+    long_title = {"data": [{"type": "bar", "x": ["a"], "y": [1]}], "layout": {"title": {"text": "t" * 90}}}
+    crowded = {"data": [{"type": "bar", "x": [f"policy number {i}" for i in range(8)], "y": [1] * 8}],
+               "layout": {"xaxis": {}}}
+    assert figure_problems(empty) == ["an empty frame"]
+    assert figure_problems(legend) == ["a legend entry for the empty trace 'nothing'"]
+    assert "clipped" in figure_problems(long_title)[0]
+    assert "overlap" in figure_problems(crowded)[0]

@@ -34,7 +34,7 @@ def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs(
     assert len(z) == 256  # max(pool pages, pages needed)
     assert z.count(WANTED) == 64 and z.count(MISSING) == 192  # nothing allocated: it crashed
     assert z.count(HELD) == 0 and z.count(FREE) == 0
-    title = fig.layout.title.text
+    title = viz.figure_text(fig)
     assert "64 pages of 32 tokens" in title and "needs 256" in title
     assert "192 pages beyond the pool" in title and "one cell = one page" in title
     # the pages beyond the pool take the crash colour, in the colour scale and the legend
@@ -60,7 +60,7 @@ def test_page_map_groups_pages_beyond_max_cells():
     fig = viz.page_map_figure(65536, 16384, "ok", tokens_per_block=8)
     z = cells(fig)
     assert len(z) <= viz.MAX_PAGE_CELLS
-    assert "one cell = 32 pages" in fig.layout.title.text
+    assert "one cell = 32 pages" in viz.figure_text(fig)
     assert z.count(HELD) == 16384 // 32
 
 
@@ -75,10 +75,10 @@ def test_index_row_shows_68_available_and_256_needed_for_the_seed():
     bar = fig.data[0]
     assert list(bar.x) == [256, 64, 68]
     assert bar.marker.color[0] == viz.OUTCOME_COLORS["crash"]
-    assert "256 entries needed, 68 available" in fig.layout.title.text
+    assert "256 entries needed, 68 available" in viz.figure_text(fig)
     assert {s.x0 for s in fig.layout.shapes} == {68, 64}  # where the row and the pool end
     assert any("row ends: 68" == a.text for a in fig.layout.annotations)
-    assert "ValueError" in fig.layout.title.text  # the subtitle names the failure
+    assert "ValueError" in viz.figure_text(fig)  # the subtitle names the failure
 
 
 def test_index_row_of_the_one_line_fix_shows_260_and_a_refusal():
@@ -115,7 +115,7 @@ def test_table_price_figure_has_a_line_per_width_with_the_bytes_and_the_ratio():
     assert list(by_width[260].y) == [r["nbytes"] for r in rows if r["width"] == 260]
     assert "clamped" in by_width[68].name and "configured" in by_width[260].name
     assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
-    assert "x3.82" in fig.layout.title.text  # 260 / 68
+    assert "x3.82" in viz.figure_text(fig)  # 260 / 68
     assert {a.text for a in fig.layout.annotations} == {"68 entries: 272.5 KiB", "260 entries: 1.0 MiB"}
     assert "1,067,040 B" in by_width[260].hovertext[-1]
 
@@ -138,7 +138,7 @@ def test_update_figure_patches_a_figure_widget_in_place():
     viz.update_figure(widget, viz.repro_index_row_spec(run_repro(4, 8192, "configured")))
     assert widget.data[0] is bar and len(widget.data) == 1
     assert list(widget.data[0].x) == [256, 64, 260]
-    assert "260 available" in widget.layout.title.text
+    assert "260 available" in viz.figure_text(widget)
     viz.update_figure(widget, viz.repro_index_row(run_repro(32, 8192)))  # a go.Figure works too
     assert list(widget.data[0].x) == [256, 512, 260]
     with pytest.raises(ValueError, match="same traces"):
@@ -188,15 +188,27 @@ def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_r
     assert stalled.line.color == viz.OUTCOME_COLORS["stall"]
     assert [u + f for u, f in zip(fig.data[3].y, fig.data[4].y)] == [64] * len(result.trace)
     assert any(s.y0 == 40 and s.yref == "y3" for s in fig.layout.shapes)  # the stall limit, dashed
-    assert any(a.text == "SchedulerDeadlock at step %d" % result.trace[-1].step for a in fig.layout.annotations)
-    assert "stall" in fig.layout.title.text and "3 finished, 1 waiting" in fig.layout.title.text
+    last = result.trace[-1].step  # passes count from 1, steps from 0: the annotation says both
+    assert any(a.text == f"SchedulerDeadlock in pass {len(result.trace)} (step {last})"
+               for a in fig.layout.annotations)
+    assert "stall" in viz.figure_text(fig) and "3 finished, 1 waiting" in viz.figure_text(fig)
+
+
+def test_a_one_pass_timeline_says_why_it_draws_points(seed_runs):
+    """none/clamped crashes in its first pass: an empty-looking frame unless the figure says so."""
+    result = seed_runs["none/clamped"]
+    assert len(result.trace) == 1
+    spec = viz.scheduler_timeline_spec(result)
+    assert {t["mode"] for t in spec["data"]} == {"markers"}
+    assert any("ended in its first pass (PageIndexTooShort)" in a["text"]
+               for a in spec["layout"]["annotations"])
 
 
 def test_scheduler_timeline_keeps_its_traces_whatever_the_run(seed_runs):
     shapes = {tuple(t["type"] for t in viz.scheduler_timeline_spec(r)["data"]) for r in seed_runs.values()}
     assert shapes == {("scatter",) * 6}
     crash = viz.scheduler_timeline_figure(seed_runs["none/clamped"])
-    assert "crash" in crash.layout.title.text
+    assert "crash" in viz.figure_text(crash)
     assert any(s.line.color == viz.OUTCOME_COLORS["crash"] for s in crash.layout.shapes)
     ok = viz.scheduler_timeline_figure(seed_runs["capacity"])
     assert "rejected at admission" in ok.layout.title.text and max(ok.data[5].y) == 0

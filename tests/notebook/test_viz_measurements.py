@@ -23,7 +23,7 @@ def test_table_copy_has_one_line_per_width_over_the_batch_sizes(copies):
     for trace in fig.data:
         assert list(trace.x) == [1, 4, 16]
     assert list(fig.data[0].y) == [r["median_us"] for r in copies if r["width"] == 68]
-    title = fig.layout.title.text
+    title = viz.figure_text(fig)
     assert "measured on CPU" in title and "at max_batch_size 16: 1028 entries 136.5 KiB in" in title
     assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
 
@@ -32,7 +32,7 @@ def test_table_copy_of_one_width_explains_the_copy():
     rows = [{"max_seq_len": 2048, "width": 68, "max_batch_size": 1, "slots": 2, "nbytes": 1088,
              "median_us": 3.0, "min_us": 2.5, "gb_per_s": 0.363}]
     spec = viz.table_copy_spec(rows)
-    assert "non_blocking=True" in spec["layout"]["title"]["text"]
+    assert "non_blocking=True" in viz.figure_text(spec)
     assert "1.1 KiB a step in 3.0 us (0.36 GB/s)" in spec["data"][0]["hovertext"][0]
 
 
@@ -42,15 +42,15 @@ def test_paged_read_has_gather_and_copy_bars_by_page_size():
     assert [t.name for t in fig.data] == ["gather through the table", "plain copy"]
     assert list(fig.data[0].x) == ["64 B", "4.0 KiB"]
     assert list(fig.data[1].y) == [r["copy_gb_per_s"] for r in rows]
-    assert "of the copy's bandwidth" in fig.layout.title.text
+    assert "of the copy's bandwidth" in viz.figure_text(fig)
     empty = viz.paged_read_spec([])
-    assert len(empty["data"]) == 2 and "no measurement" in empty["layout"]["title"]["text"]
+    assert len(empty["data"]) == 2 and "no measurement" in viz.figure_text(empty)
 
 
 def test_paged_read_subtitle_gives_the_ratio_range():
     rows = [{"page_bytes": b, "num_pages": 1, "nbytes": b, "gather_gb_per_s": g, "copy_gb_per_s": 4000.0,
              "gather_vs_copy": g / 4000} for b, g in ((4096, 2000.0), (1 << 20, 3600.0))]
-    assert "at 50% to 90% of the copy's" in viz.paged_read_spec(rows)["layout"]["title"]["text"]
+    assert "at 50% to 90% of the copy's" in viz.figure_text(viz.paged_read_spec(rows))
 
 
 def test_pool_allocation_is_one_line_in_gib():
@@ -58,7 +58,7 @@ def test_pool_allocation_is_one_line_in_gib():
     fig = viz.pool_allocation_figure(rows, device="CPU")
     assert len(fig.data) == 1
     assert list(fig.data[0].x) == [1 / 1024, 4 / 1024]
-    assert "64.0 KiB" in fig.data[0].hovertext[0] and "Allocating the KV pool, measured on CPU" in fig.layout.title.text
+    assert "64.0 KiB" in fig.data[0].hovertext[0] and "Allocating the KV pool, measured on CPU" in viz.figure_text(fig)
 
 
 def test_pool_vs_workspace_from_the_stored_h200_rows():
@@ -74,4 +74,4 @@ def test_pool_vs_workspace_from_the_stored_h200_rows():
     total = rows[0]["total_bytes"] / 2**30
     for i in range(len(rows)):
         assert abs(sum(t["y"][i] for t in spec["data"]) - total) < 0.01
-    assert viz.pool_vs_workspace_spec([])["layout"]["title"]["text"]
+    assert viz.figure_text(viz.pool_vs_workspace_spec([]))
