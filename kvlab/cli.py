@@ -7,7 +7,9 @@
                        real rank processes over torch.distributed (``--in-process``: threads);
                        prints each rank's pool and outcome and how the run ended; exit 0 every
                        rank finished, 3 requests left unfinished at max_steps, 4 the engine went
-                       down (a rank raised; every rank shut down), 5 a rank died or hung
+                       down (a rank raised; every rank shut down), 5 a rank died or hung;
+                       a signal (SIGINT, SIGTERM, SIGHUP) stops every rank and exits 128 + its
+                       number (130, 143, 129), with no traceback
 
 Bad arguments exit 2 with a usage line and no traceback: a value outside its range, a pool the
 machine cannot allocate, a scenario file that does not validate, a ``-p`` parameter that no
@@ -166,8 +168,14 @@ def _scenario(args, parser) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from kvlab.run.signals import RunStopped
+
     args = build_parser().parse_args(argv)
-    return args.handler(args, args.subparser)
+    try:
+        return args.handler(args, args.subparser)
+    except RunStopped as stopped:  # every rank is already stopped and reaped
+        print(f"kvlab: {stopped}", file=sys.stderr)
+        return stopped.code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -186,6 +186,13 @@ def _huge_table(data):
     del data["assumptions"]
 
 
+def _one_token_pages(data):
+    data["parameters"].update(num_layers=1, num_kv_heads=1, head_dim=128, kv_dtype="fp8",
+                              tokens_per_block=1)
+    data["deployment"]["chunked_prefill"] = False
+    del data["assumptions"]
+
+
 def _small_token_budget(data):
     data["deployment"]["max_num_tokens"] = 16
     del data["assumptions"]
@@ -355,6 +362,9 @@ CASES = [
          "exit 2", ("a scenario name is 1 to 100", "a str of 300 character(s)")),
     Case(COMMAND, "kvlab scenario FILE  (FILE: holds a NUL byte)", _file_with("\x00"), "exit 2",
          ("not valid YAML", "#x0000")),
+    Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, 256 B a token, "
+         "1-token pages)", _hostile_deployment(_one_token_pages, "one-token-pages"), "exit 2",
+         ("766299340 pages", "MAX_POOL_BLOCKS=16777216")),
     Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, max_num_tokens 16)",
          _hostile_deployment(_small_token_budget, "small-budget"), "exit 2",
          ("deployment.max_num_tokens", "chunk_unit_size")),

@@ -48,9 +48,26 @@ CUDA), "spawn" for nccl (one GPU per rank, required). The parent collects every 
 accounted for ("died", "hung"), and no process outlives the run, a failure or an interrupt;
 the result states the ``timeout_s`` it was held to. The deadline: ``timeout_s`` from the start
 (or ``DEATH_GRACE_S`` after a rank is seen dead), then 1 s to exit, then terminate, then kill.
+
 ``in_process=True`` runs the same RankRunner in threads that meet at a barrier
 (:class:`ThreadComm`, the same ``all_reduce_min``/``all_gather`` as :class:`TorchComm`): the
 same per-rank results, without starting processes (notebooks and widgets).
+
+**Failures.** The ranks keep a :class:`RunMonitor` in shared memory (where each request was
+routed, its last state, each rank's step, whether it waits in a collective), which outlives a
+rank that dies. From it the parent names the rank that died or hung, the step and the time
+(:class:`RankFailure`; a hung rank is the one not waiting in the all_gather, the ranks waiting
+for it "shut down"), and gives every request a status and a reason: "lost: rank 2 died at step
+3, ..." on the failed rank, the same cause on the others, "not routed" for the ones that never
+arrived. The survivors' error names the failed rank, not gloo's message. A :class:`Fault` whose
+step the run never reached is reported as not fired. kvlab's own: the real executor leaves logs.
+
+**Signals.** Each rank ties itself to the parent (:func:`tie_to_parent`: Linux's
+``PR_SET_PDEATHSIG``, and a watch on ``os.getppid()``), so none outlives it, whatever ends it.
+While the ranks run, SIGTERM, SIGHUP and SIGINT to the parent (where Python's default handles
+them) stop the run in order: every rank killed and reaped, then :class:`RunStopped` (a
+SystemExit of 128 + the signal; SIGINT's is also a KeyboardInterrupt), which ends a program
+without a traceback.
 """
 
 from __future__ import annotations
@@ -58,24 +75,28 @@ from __future__ import annotations
 import heapq
 import os
 import queue as queue_mod
+import signal
 import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import PurePath
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.checks import check_choice, check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
+from kvlab.core.pool import MAX_POOL_BLOCKS
 from kvlab.core.request import Request
 from kvlab.run.progress import progress as progress_bar
+from kvlab.run.monitor import RunMonitor
+from kvlab.run.signals import StopOnSignal, tie_to_parent
 from kvlab.run.simulation import Engine, STATUS_OF_STATE
 from kvlab.sched.policies import POLICIES, RANK_POLICIES
 from kvlab.sched.scheduler import Scheduler
@@ -134,7 +155,7 @@ class RunConfig:
         if not all(isinstance(b, MemoryBudget) for b in self.budgets):
             raise TypeError("budgets must hold one MemoryBudget per rank")
         check_choice("policy", self.policy, RANK_POLICIES)
-        check_int("max_steps", self.max_steps, low=1, high=1 << 30)
+        store_checked(self, "max_steps", check_int, low=1, high=1 << 30)
         ids = [r.request_id for r in self.requests]
         if len(set(ids)) != len(ids):
             raise ValueError("requests must have distinct request ids")
@@ -144,10 +165,10 @@ class RunConfig:
             check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
         if self.fault is not None and self.fault.rank >= self.world_size:
             raise ValueError(f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}")
-        check_int("max_seq_len", self.max_seq_len, low=1, high=1 << 30)
-        check_int("max_batch_size", self.max_batch_size, low=1, high=1 << 20)
-        check_int("max_num_tokens", self.max_num_tokens, low=1, high=1 << 30)
-        check_int("stall_limit", self.stall_limit, low=1, high=1 << 30)
+        store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
+        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
+        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
+        store_checked(self, "stall_limit", check_int, low=1, high=1 << 30)
         self._check_sizes()
 
     def pool_plan(self) -> Tuple[Tuple[int, ...], int, int]:
@@ -168,8 +189,8 @@ class RunConfig:
 
     def _check_sizes(self) -> None:
         """What every rank will build, checked here, before any rank starts: a pool after the
-        MIN (at least one page, at most MAX_RANK_STORAGE_BYTES stored) and its page-index table
-        (at most page_index.MAX_TABLE_BYTES)."""
+        MIN (at least one page, at most MAX_POOL_BLOCKS pages and MAX_RANK_STORAGE_BYTES stored)
+        and its page-index table (at most page_index.MAX_TABLE_BYTES)."""
         geo = self.geometry
         blocks, tokens, width = self.pool_plan()
         if tokens == 0:
@@ -184,6 +205,11 @@ class RunConfig:
                              f"MAX_RANK_STORAGE_BYTES={MAX_RANK_STORAGE_BYTES}; the KV geometry "
                              f"({geo.bytes_per_token} bytes per token) is too small for the "
                              "memory budget")
+        pages = tokens // geo.tokens_per_block
+        if pages > MAX_POOL_BLOCKS:
+            raise ValueError(f"each rank's pool would have {pages} pages of {geo.tokens_per_block} "
+                             f"token(s), more than MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: raise "
+                             "tokens_per_block or lower the memory budget")
         check_table_size(self.max_batch_size, width)
 
     @property
@@ -412,7 +438,7 @@ class RankResult:
     quota_bytes: int  # the quota its pool uses after the MIN (model bytes)
     max_seq_len: int  # clamped
     max_blocks_per_seq: int
-    status: Dict[str, str]
+    status: Dict[str, str]  # id -> waiting, running, finished, rejected, lost (its rank died/hung)
     reasons: Dict[str, str]
     iterations: int
     end_step: int
@@ -469,6 +495,7 @@ class RankRunner:
         self.local_quota_bytes = self.budget.kv_quota_bytes
         self.local_blocks = geo.blocks_in(self.local_quota_bytes)
         self.engine: Optional[Engine] = None
+        self.monitor: Optional[RunMonitor] = None  # the process mode's shared record
         self.exception: Optional[BaseException] = None
         self.stop_reason: Optional[str] = None
         self.outcome = "finished"
@@ -501,6 +528,9 @@ class RankRunner:
                               max_batch_size=cfg.max_batch_size, stall_limit=cfg.stall_limit,
                               chunked_prefill=cfg.chunked_prefill)
         self.engine = Engine(scheduler)
+        if self.monitor is not None:
+            self.monitor.built(self.rank, self.blocks, capacity_tokens, manager.max_seq_len,
+                               manager.max_blocks_per_seq)
 
     def status(self) -> RankStatus:
         engine = self.engine
@@ -528,7 +558,12 @@ class RankRunner:
         if self.step >= cfg.max_steps:
             self.stop_reason = f"max_steps={cfg.max_steps} reached"
             return False
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.at_step(self.rank, self.step)
         if cfg.fault is not None and cfg.fault.rank == self.rank and cfg.fault.step == self.step:
+            if monitor is not None:
+                monitor.fault_fired()
             _inject(cfg.fault)
         new = []
         while self._next < len(self._arrivals) and self._arrivals[self._next].arrival_step <= self.step:
@@ -537,9 +572,13 @@ class RankRunner:
         if new:
             assignment = route(new, [s.live for s in statuses], [s.active_tokens for s in statuses],
                                cfg.pins)
+            if monitor is not None:
+                monitor.routed(assignment)
             self.engine.add_requests([r for r in new if assignment[r.request_id] == self.rank])
         self.engine.advance_to(self.step)
         self.engine.iterate()
+        if monitor is not None:
+            monitor.states(self.rank, self.engine.requests, self.step)
         if self.engine.error is not None and self.exception is None:
             self.exception = self.engine.error
         self.step += 1
@@ -582,9 +621,21 @@ def gather_statuses(comm, status: RankStatus) -> List[RankStatus]:
 
 
 def rank_loop(runner: RankRunner, comm, on_step=None) -> RankResult:
-    """The per-rank program: MIN all-reduce, build, then lockstep iterations."""
-    runner.build(comm.all_reduce_min(runner.local_capacity_tokens))
-    while runner.iterate(gather_statuses(comm, runner.status())):
+    """The per-rank program: MIN all-reduce, build, then lockstep iterations. With a monitor,
+    the rank marks when it waits in a collective (the parent names a hung rank by it)."""
+    monitor = runner.monitor
+    wait = (lambda waiting: None) if monitor is None else (
+        lambda waiting: monitor.waiting(runner.rank, waiting))
+    wait(True)
+    capacity = comm.all_reduce_min(runner.local_capacity_tokens)
+    wait(False)
+    runner.build(capacity)
+    while True:
+        wait(True)
+        statuses = gather_statuses(comm, runner.status())
+        wait(False)
+        if not runner.iterate(statuses):
+            break
         if on_step is not None:
             on_step(runner.step)
     return runner.result()
@@ -593,10 +644,30 @@ def rank_loop(runner: RankRunner, comm, on_step=None) -> RankResult:
 # --- the whole run -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class RankFailure:
+    """A rank that ended the run without a result: it "died" (its process exited) or "hung"
+    (it stopped answering and was killed), the last step it reached, and when."""
+
+    rank: int
+    kind: str  # "died" or "hung"
+    step: int  # the last step the rank reached
+    at_s: float  # seconds into the run: its exit seen (died), or last heard from (hung)
+    detail: str  # "exit code -9: SIGKILL", "no answer by timeout_s=4; killed", ...
+
+    def what(self) -> str:
+        return f"{self.kind} at step {self.step}, {self.at_s:.1f} s into the run ({self.detail})"
+
+    def describe(self) -> str:
+        return f"rank {self.rank} {self.what()}"
+
+
+@dataclass(frozen=True)
 class DistributedResult:
     """Every rank's result and how the run ended: "completed" (every rank finished), "shut
     down" (a rank raised; every rank went down), "died" (a rank process exited without a
-    result) or "hung" (ranks still running at the timeout were killed)."""
+    result) or "hung" (ranks still running at the timeout were killed). ``failures``: the
+    ranks that died or hung, with the step and time. ``unrouted``: request id -> why no rank
+    received it. ``fault_fired``: whether ``fault`` fired (None without one)."""
 
     ranks: Tuple[RankResult, ...]
     ended: str
@@ -609,6 +680,25 @@ class DistributedResult:
     work_s: float
     pids: Tuple[int, ...] = ()  # the rank processes (all ended when run_ranks returns)
     timeout_s: Optional[float] = None  # the deadline the run was held to
+    failures: Tuple[RankFailure, ...] = ()
+    unrouted: Mapping[str, str] = field(default_factory=dict)
+    fault: Optional[Fault] = None
+    fault_fired: Optional[bool] = None
+
+    @property
+    def failure(self) -> Optional[RankFailure]:
+        """The failure that ended the run (the first death, else the first hang), if any."""
+        return self.failures[0] if self.failures else None
+
+    def request_outcomes(self) -> Dict[str, Tuple[Optional[int], str, str]]:
+        """Every request of the run: id -> (rank it was routed to or None, status, reason)."""
+        outcomes: Dict[str, Tuple[Optional[int], str, str]] = {}
+        for r in self.ranks:
+            for request_id, status in r.status.items():
+                outcomes[request_id] = (r.rank, status, r.reasons.get(request_id, ""))
+        for request_id, why in self.unrouted.items():
+            outcomes[request_id] = (None, "not routed", why)
+        return outcomes
 
     @property
     def engine_down(self) -> bool:
@@ -640,7 +730,17 @@ class DistributedResult:
         timing = f"wall {self.wall_s:.2f} s (startup {self.startup_s:.2f} s, work {self.work_s:.2f} s)"
         if self.timeout_s is not None:
             timing += f", timeout_s={self.timeout_s:g}"
-        return "\n".join([head, self.table(), timing])
+        counts: Dict[str, int] = {}
+        for _, status, _ in self.request_outcomes().values():
+            counts[status] = counts.get(status, 0) + 1
+        lines = [head, self.table(),
+                 f"requests: {sum(counts.values())} ("
+                 + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")"]
+        lines += [f"  {request_id}: {why}" for request_id, why in sorted(self.unrouted.items())][:5]
+        if self.fault is not None:
+            lines.append(f"fault: {self.fault!r} " + ("fired" if self.fault_fired else
+                                                       "did not fire (the run never reached it)"))
+        return "\n".join(lines + [timing])
 
 
 def _outcome_text(r: RankResult, width: int = 100) -> str:
@@ -684,13 +784,12 @@ def _progress_bar(enabled: bool, world_size: int):
 
 
 def _ended(results: Sequence[RankResult]) -> Tuple[str, str]:
-    for outcome in ("raised", "died", "hung"):
-        bad = [r for r in results if r.outcome == outcome]
-        if bad:
-            first = bad[0]
-            if outcome == "raised":
-                return "shut down", f"rank {first.rank} raised {first.error}; every rank shut down"
-            return outcome, "; ".join(f"rank {r.rank} {r.error}" for r in bad)
+    raised = [r for r in results if r.outcome == "raised"]
+    if raised:
+        return "shut down", f"rank {raised[0].rank} raised {raised[0].error}; every rank shut down"
+    failed = ([r for r in results if r.outcome == "died"] + [r for r in results if r.outcome == "hung"])
+    if failed:
+        return failed[0].outcome, "; ".join(f"rank {r.rank} {r.error}" for r in failed)
     shut = [r for r in results if r.outcome == "shut down"]
     if shut:  # a peer failed a collective
         return "shut down", shut[0].error or "shut down"
@@ -743,7 +842,17 @@ def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> Distrib
     wall = time.monotonic() - start
     ended, reason = _ended(results)
     return DistributedResult(tuple(results), ended, reason, "in-process", None, config.policy,
-                             wall, 0.0, wall, timeout_s=timeout_s)
+                             wall, 0.0, wall, timeout_s=timeout_s,
+                             unrouted=_unrouted(config, results, reason))
+
+
+def _unrouted(config: RunConfig, ranks: Sequence[RankResult], cause: str) -> Dict[str, str]:
+    """Why each request that no rank received was not routed: the run ended first."""
+    routed = {request_id for r in ranks for request_id in r.status}
+    end = max((r.end_step for r in ranks), default=0)
+    return {r.request_id: f"not routed: the run ended at step {end} ({cause}); it arrives at step "
+                          f"{r.arrival_step}"
+            for r in config.requests if r.request_id not in routed}
 
 
 def free_port() -> int:
@@ -753,10 +862,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: float, out) -> None:
-    """A rank process: init_process_group, rank_loop, send the result, destroy the group."""
+def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: float, out,
+            parent_pid: int, monitor: RunMonitor) -> None:
+    """A rank process: tie it to its parent, init_process_group, rank_loop, send the result,
+    destroy the group."""
     import torch.distributed as dist
 
+    tie_to_parent(parent_pid)
     torch.set_num_threads(1)
     device = torch.device("cpu")
     if backend == "nccl":
@@ -770,11 +882,18 @@ def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: fl
         out.put(("ready", rank, time.monotonic()))
         on_step = (lambda step: out.put(("step", rank, step))) if rank == 0 else None
         runner = RankRunner(rank, config, device)
+        runner.monitor = monitor
         try:
             result = rank_loop(runner, TorchComm(device), on_step)
-        except CollectiveFailed as exc:  # a peer left (died): this rank goes down too
-            result = _not_reported(rank, "shut down", f"shut down: {exc}", config)
-        out.put(("result", rank, result))
+            peer_lost = False
+        except CollectiveFailed as exc:  # a peer left: this rank goes down too (the parent
+            peer_lost = True             # names the peer and replaces this text)
+            if runner.engine is None:
+                result = _not_reported(rank, "shut down", f"shut down: {exc}", config)
+            else:
+                runner.outcome, runner.stop_reason = "shut down", f"shut down: {exc}"
+                result = runner.result()
+        out.put(("result", rank, (result, peer_lost)))
         dist.destroy_process_group()
     except BaseException as exc:  # a kvlab bug: report it rather than dying silently
         out.put(("crash", rank, "".join(traceback.format_exception(exc))))
@@ -787,72 +906,172 @@ def _run_processes(config: RunConfig, backend: str, timeout_s: float, progress: 
     out = ctx.Queue()
     port = free_port()
     world = config.world_size
+    monitor = RunMonitor(ctx, config)
     start = time.monotonic()
     procs = []
     killed: set = set()
-    results: Dict[int, RankResult] = {}
+    results: Dict[int, Tuple[RankResult, bool]] = {}
     crashes: Dict[int, str] = {}
     ready: Dict[int, float] = {}
+    exited: Dict[int, float] = {}  # rank -> when it was seen to have exited
     bar = _progress_bar(progress, world)
-    try:
-        for rank in range(world):
-            p = ctx.Process(target=_worker, args=(rank, config, backend, port, timeout_s, out),
-                            name=f"kvlab-rank-{rank}", daemon=True)
-            p.start()
-            procs.append(p)
-        deadline = start + timeout_s
-        while len(results) + len(crashes) < world:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            try:
-                kind, rank, payload = out.get(timeout=min(0.2, deadline - now))
-            except queue_mod.Empty:
-                exited = [p.exitcode is not None for p in procs]
-                if all(exited):
+    with StopOnSignal() as stop:
+        try:
+            for rank in range(world):
+                if stop.signum is not None:
                     break
-                if any(e and r not in results and r not in crashes for r, e in enumerate(exited)):
-                    deadline = min(deadline, time.monotonic() + DEATH_GRACE_S)  # one died
-                continue
-            if kind == "ready":
-                ready[rank] = payload
-            elif kind == "step":
-                if bar is not None:
-                    bar.update(payload - bar.n)
-            elif kind == "result":
-                results[rank] = payload
-            else:
-                crashes[rank] = payload
-        end = time.monotonic()
-    finally:
-        killed = _stop(procs)
-        if bar is not None:
-            bar.close()
-        out.close()
-        out.join_thread()
+                p = ctx.Process(target=_worker, name=f"kvlab-rank-{rank}", daemon=True,
+                                args=(rank, config, backend, port, timeout_s, out, os.getpid(),
+                                      monitor))
+                p.start()
+                procs.append(p)
+            deadline = start + timeout_s
+            while stop.signum is None and len(results) + len(crashes) < world:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                try:
+                    kind, rank, payload = out.get(timeout=min(0.2, deadline - now))
+                except queue_mod.Empty:
+                    for rank, p in enumerate(procs):
+                        if p.exitcode is not None and rank not in exited:
+                            exited[rank] = time.monotonic()
+                            if rank not in results and rank not in crashes:  # one died
+                                deadline = min(deadline, exited[rank] + DEATH_GRACE_S)
+                    if len(exited) == world:
+                        break
+                    continue
+                if kind == "ready":
+                    ready[rank] = payload
+                elif kind == "step":
+                    if bar is not None:
+                        bar.update(payload - bar.n)
+                elif kind == "result":
+                    results[rank] = payload
+                else:
+                    crashes[rank] = payload
+            end = time.monotonic()
+        finally:
+            killed = _stop(procs, grace_s=1.0 if stop.signum is None else 0.0)
+            if bar is not None:
+                bar.close()
+            out.close()
+            out.join_thread()
+    stop.raise_if_signalled(len(procs))
     if crashes:
         rank, text = sorted(crashes.items())[0]
         raise RuntimeError(f"rank {rank} failed with a kvlab error:\n{text}")
-    final = []
-    for rank, p in enumerate(procs):
-        if rank in results:
-            final.append(results[rank])
-        elif rank in killed:
-            final.append(_not_reported(rank, "hung", f"hung: no result within timeout_s={timeout_s}; "
-                                       "killed", config))
-        else:
-            final.append(_not_reported(rank, "died", f"died (exit code {p.exitcode}) without a result",
-                                       config))
+    final, failures = _account(config, procs, results, exited, killed, monitor, start, end, timeout_s)
     ended, reason = _ended(final)
+    unrouted = _unrouted(config, final, failures[0].describe() if failures else reason)
+    fault, fired = config.fault, None
+    if fault is not None:
+        fired = monitor.fired
+        if not fired:
+            reason += (f"; {fault!r} did not fire: rank {fault.rank} never "
+                       f"ran step {fault.step} (the run ended at step "
+                       f"{max(r.end_step for r in final)})")
     startup = (max(ready.values()) - start) if len(ready) == world else end - start
     return DistributedResult(tuple(final), ended, reason, "process", backend, config.policy,
                              end - start, startup, end - start - startup,
-                             tuple(p.pid for p in procs), timeout_s)
+                             tuple(p.pid for p in procs), timeout_s, tuple(failures), unrouted,
+                             fault, fired)
+
+
+def _exit_text(exitcode: int, fault_fired_here: bool) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"exit code {exitcode}: {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    if exitcode == FAULT_EXIT_CODE and fault_fired_here:
+        return f"exit code {exitcode}: its Fault"
+    return f"exit code {exitcode}"
+
+
+def _account(config: RunConfig, procs, results, exited, killed, monitor: RunMonitor,
+             start: float, end: float, timeout_s: float) -> Tuple[List[RankResult], List[RankFailure]]:
+    """Every rank's result, and the ranks that failed (deaths first, by time; then hangs).
+    A rank killed while it waited in a collective was waiting for the one that failed: it
+    "shut down" (all were waiting: none can be named, all "hung"). The requests of a failed
+    rank are "lost"; those of the other ranks that went down keep their status, with a reason
+    naming the failed rank."""
+    fault = config.fault
+    died = sorted((r for r in range(len(procs)) if r not in results and r not in killed),
+                  key=lambda r: (exited.get(r, end), r))
+    failures = [RankFailure(r, "died", monitor.step(r), exited.get(r, end) - start,
+                            _exit_text(procs[r].exitcode, fault is not None and fault.rank == r
+                                       and monitor.fired)) for r in died]
+    stopped = sorted(r for r in killed if r not in results)
+    waiting = [r for r in stopped if monitor.is_waiting(r)]
+    hung = [r for r in stopped if r not in waiting]
+    if not hung and not died:
+        hung, waiting = waiting, []
+    why = (f"no answer by timeout_s={timeout_s:g}; killed" if not died else
+           f"no answer {DEATH_GRACE_S:g} s after rank {died[0]} died; killed")
+    for r in hung:
+        heard = monitor.heard(r)
+        failures.append(RankFailure(r, "hung", monitor.step(r), (heard or end) - start, why))
+    by_rank = {f.rank: f for f in failures}
+    cause = failures[0].describe() if failures else None
+    final = []
+    for rank in range(len(procs)):
+        if rank in results:
+            result, peer_lost = results[rank]
+            final.append(_blamed(result, cause) if peer_lost and cause else result)
+        elif rank in by_rank:
+            failure = by_rank[rank]
+            final.append(_from_monitor(config, monitor, rank, failure.kind, failure.what(),
+                                       f"lost: {failure.describe()}", lost=True))
+        else:  # killed while waiting in a collective for the failed rank
+            step = monitor.step(rank)
+            final.append(_from_monitor(config, monitor, rank, "shut down",
+                                       f"shut down: {cause}; killed waiting for it at step {step}",
+                                       f"shut down: {cause} (at step {step})", lost=False))
+    return final, failures
+
+
+def _blamed(result: RankResult, cause: str) -> RankResult:
+    """A rank that lost a peer in a collective: its error and its live requests' reasons name
+    the rank that failed, instead of the transport's message."""
+    text = f"shut down: {cause}"
+    reasons = dict(result.reasons)
+    for request_id, status in result.status.items():
+        if status in ("waiting", "running"):
+            reasons[request_id] = f"{text} (at step {result.end_step})"
+    return replace(result, error=text, reasons=reasons)
+
+
+def _from_monitor(config: RunConfig, monitor: RunMonitor, rank: int, outcome: str, error: str,
+                  live_reason: str, lost: bool) -> RankResult:
+    """The result of a rank that could not report one, from the shared record: its pool, and
+    each request routed to it with its last state; live ones get ``live_reason`` (and the status
+    "lost" when ``lost``)."""
+    blocks, capacity, max_seq_len, width = monitor.pool(rank)
+    status, reasons = {}, {}
+    for request in config.requests:
+        routed, state, step = monitor.request(request.request_id)
+        if routed != rank:
+            continue
+        rid = request.request_id
+        state = state or "waiting"
+        if state == "finished":
+            status[rid], reasons[rid] = state, f"finished at step {step}"
+        elif state == "rejected":
+            status[rid], reasons[rid] = state, (f"rejected at step {step} (its reason was lost "
+                                                f"with rank {rank})")
+        else:
+            status[rid], reasons[rid] = ("lost" if lost else state), live_reason
+    base = _not_reported(rank, outcome, error, config)
+    return replace(base, blocks=blocks, capacity_tokens=capacity,
+                   quota_bytes=blocks * config.geometry.bytes_per_block, max_seq_len=max_seq_len,
+                   max_blocks_per_seq=width, status=status, reasons=reasons,
+                   end_step=monitor.step(rank))
 
 
 def _stop(procs, grace_s: float = 1.0) -> set:
-    """Join every rank process; terminate, then kill, the ones still running. Returns the
-    ranks it had to stop."""
+    """Join every rank process for up to ``grace_s``; terminate, then (after 1 s) kill, the
+    ones still running. Returns the ranks it had to stop."""
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -860,7 +1079,7 @@ def _stop(procs, grace_s: float = 1.0) -> set:
     for r in stopped:
         procs[r].terminate()
     for r in stopped:
-        procs[r].join(grace_s)
+        procs[r].join(1.0)
         if procs[r].is_alive():
             procs[r].kill()
             procs[r].join()

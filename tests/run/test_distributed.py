@@ -127,27 +127,111 @@ def assert_accounted_for(result, ranks, timeout_s):
     assert result.timeout_s == timeout_s and f"timeout_s={timeout_s:g}" in result.explain()
 
 
-def test_a_rank_that_dies_ends_the_run_with_every_rank_accounted_for(scenario):
+def assert_every_request_has_a_status_and_a_reason(result, config):
+    """All the run's requests, each once, with a status and a reason (a rank's or "not routed")."""
+    kept = sum(len(r.status) for r in result.ranks) + len(getattr(result, "unrouted", {}))
+    assert kept == len(config.requests), f"{kept} of {len(config.requests)} requests kept a status"
+    outcomes = result.request_outcomes()
+    assert sorted(outcomes) == sorted(r.request_id for r in config.requests)
+    assert all(status and reason for _, status, reason in outcomes.values()), outcomes
+    assert all(set(r.reasons) == set(r.status) for r in result.ranks)
+    return outcomes
+
+
+def assert_no_transport_text(result):
+    """What a rank or request reports names ranks and steps, not gloo's internals."""
+    texts = [r.error or "" for r in result.ranks] + [why for r in result.ranks for why in r.reasons.values()]
+    assert not [t for t in texts if "gloo" in t or "pair.cc" in t or "Connection closed" in t]
+
+
+@pytest.fixture(scope="module")
+def died4(scenario):
     config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=2, step=3, kind="die"))
     start = time.monotonic()
     result = run_ranks(config, timeout_s=20, progress=False)
     assert time.monotonic() - start < 15
     assert_no_survivors(result)
+    return config, result
+
+
+@pytest.fixture(scope="module")
+def hung4(scenario):
+    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=1, step=2, kind="hang"))
+    start = time.monotonic()
+    result = run_ranks(config, timeout_s=4, progress=False)
+    assert time.monotonic() - start < 4 + 5  # the timeout, plus terminate/join grace
+    assert_no_survivors(result)
+    return config, result
+
+
+def test_a_rank_that_dies_ends_the_run_with_every_rank_accounted_for(died4):
+    _, result = died4
     assert_accounted_for(result, 4, 20)
     assert result.ended == "died" and result.engine_down
     assert result.ranks[2].outcome == "died" and f"exit code {D.FAULT_EXIT_CODE}" in result.ranks[2].error
     assert all(r.outcome in ("shut down", "hung") for i, r in enumerate(result.ranks) if i != 2)
 
 
-def test_a_rank_that_hangs_ends_the_run_within_the_timeout(scenario):
-    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=1, step=2, kind="hang"))
-    start = time.monotonic()
-    result = run_ranks(config, timeout_s=4, progress=False)
-    assert time.monotonic() - start < 4 + 5  # the timeout, plus terminate/join grace
-    assert_no_survivors(result)
+def test_after_a_death_every_request_has_a_status_and_a_reason_naming_the_rank(died4):
+    """Rank 2 dies at step 3: its live requests are "lost" with a reason naming it and the
+    step; the survivors' requests keep their status with the same cause; the request that had
+    not arrived is "not routed"; the survivors' error names rank 2, not gloo's message."""
+    config, result = died4
+    outcomes = assert_every_request_has_a_status_and_a_reason(result, config)
+    assert_no_transport_text(result)
+    failure = result.failure
+    assert (failure.rank, failure.kind, failure.step) == (2, "died", 3)
+    assert 0 < failure.at_s <= result.wall_s + 0.1
+    assert failure.describe().startswith("rank 2 died at step 3, ")
+    lost = {k: v for k, v in outcomes.items() if v[0] == 2}
+    assert lost and {v[1] for v in lost.values()} == {"lost"}
+    assert all(v[2] == f"lost: {failure.describe()}" for v in lost.values())
+    for r in result.ranks[:2] + result.ranks[3:]:
+        assert (r.outcome, r.error) == ("shut down", f"shut down: {failure.describe()}")
+        assert r.status and all(f"shut down: {failure.describe()}" in r.reasons[k]
+                                for k, s in r.status.items() if s in ("waiting", "running"))
+    assert {v[1] for k, v in outcomes.items() if v[0] is None} <= {"not routed"}
+    assert all(why.startswith("not routed: ") for why in result.unrouted.values())
+    assert_no_transport_text(result)
+    assert f"died - {failure.describe()}" in result.explain()
+    assert result.fault_fired is True and "fired" in result.explain()
+
+
+def test_a_rank_that_hangs_ends_the_run_within_the_timeout(hung4):
+    _, result = hung4
     assert_accounted_for(result, 4, 4)
     assert result.ended == "hung" and len(result.ranks) == 4
     assert result.ranks[1].outcome == "hung" and "timeout_s=4" in result.ranks[1].error
+
+
+def test_a_hung_rank_is_named_and_the_ranks_waiting_for_it_shut_down(hung4):
+    """Only rank 1 hung (the others waited for it in the all_gather): it is named, with the
+    step, in the result and the report; every request keeps a status and a reason."""
+    config, result = hung4
+    assert [r.outcome for r in result.ranks] == ["shut down", "hung", "shut down", "shut down"]
+    failure = result.failure
+    assert (failure.rank, failure.kind, failure.step) == (1, "hung", 2) and len(result.failures) == 1
+    assert 0 < failure.at_s < 4
+    assert result.reason == failure.describe() and "rank 1 hung at step 2" in result.explain()
+    for r in result.ranks[:1] + result.ranks[2:]:
+        assert r.error.startswith(f"shut down: {failure.describe()}; killed waiting for it")
+    outcomes = assert_every_request_has_a_status_and_a_reason(result, config)
+    assert {v[1] for v in outcomes.values() if v[0] == 1} == {"lost"}
+    assert all(v[2] == f"lost: {failure.describe()}" for v in outcomes.values() if v[0] == 1)
+    assert all(r.blocks == 29961 for r in result.ranks)  # the pool each rank built, from the record
+
+
+@pytest.mark.parametrize("policy, ended", [("admission", "completed"), ("clamped", "shut down")])
+def test_a_fault_at_a_step_the_run_never_reaches_is_reported_as_not_fired(scenario, policy, ended):
+    config = scenario_config(scenario, 2, policy, fault=Fault(rank=1, step=10**6, kind="die"))
+    result = run_ranks(config, timeout_s=30, progress=False)
+    assert_no_survivors(result)
+    assert result.ended == ended and "did not fire" in result.reason, result.reason
+    assert result.fault_fired is False
+    assert result.reason.endswith(f"; {config.fault!r} did not fire: rank 1 never ran step 1000000 "
+                                  f"(the run ended at step {max(r.end_step for r in result.ranks)})")
+    assert f"fault: {config.fault!r} did not fire" in result.explain()
+    assert_every_request_has_a_status_and_a_reason(result, config)
 
 
 def test_a_rank_killed_from_outside_while_another_hangs(scenario):
@@ -178,8 +262,12 @@ def test_a_rank_killed_from_outside_while_another_hangs(scenario):
     assert_no_survivors(result)
     assert_accounted_for(result, 4, 60)
     assert result.ended == "died" and result.pids[2] == killed["pid"]
-    assert result.ranks[2].outcome == "died" and f"exit code {-signal.SIGKILL}" in result.ranks[2].error
+    assert result.ranks[2].outcome == "died" and f"exit code {-signal.SIGKILL}: SIGKILL" in result.ranks[2].error
     assert result.ranks[1].outcome == "hung"
+    assert [(f.rank, f.kind) for f in result.failures] == [(2, "died"), (1, "hung")]
+    assert result.failures[1].step == 2
+    assert_every_request_has_a_status_and_a_reason(result, config)
+    assert_no_transport_text(result)
 
 
 def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
@@ -270,6 +358,15 @@ def test_a_run_no_rank_could_build_is_refused_before_any_rank_starts(scenario, m
     with pytest.raises(ValueError, match=match):
         make(scenario)
     assert multiprocessing.active_children() == before
+
+
+@pytest.mark.parametrize("policy", ["clamped", "admission"])
+def test_in_process_every_request_has_a_status_and_a_reason(scenario, policy):
+    config = scenario_config(scenario, 4, policy)
+    result = run_ranks(config, in_process=True, progress=False)
+    assert_every_request_has_a_status_and_a_reason(result, config)
+    assert result.failures == () and result.fault_fired is None and result.unrouted == {}
+    assert "requests: 49 (" in result.explain()
 
 
 def test_the_in_process_result_states_its_timeout_too(scenario):
