@@ -29,7 +29,8 @@ from hypothesis.stateful import run_state_machine_as_test
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_fuzz_system import SystemMachine  # noqa: E402
 
-RULES = ("build", "arrive", "step", "drain", "create", "resize", "suspend", "resume", "free")
+RULES = ("build", "arrive", "step", "drain", "create", "resize", "suspend", "resume", "free",
+         "use stale handle", "build refused: no chunk fits")
 
 
 def main() -> None:
