@@ -45,6 +45,7 @@ from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, Request, run_ra
 from kvlab.analysis.repro import run_repro
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
+from kvlab.notebook.tables import table
 from kvlab.notebook.widgets import ranks_panel
 from kvlab.run.distributed import rank_budget, scenario_config
 from kvlab.run.scenarios import load_scenario
@@ -71,7 +72,7 @@ print(f"{dep.ranks} x {sc.gpu}, attention DP = {dep.attention_dp}, expert parall
 print("KV per token per rank:", config.geometry.bytes_per_token_formula())
 assumptions = pd.DataFrame([dict(field=k, value=a.value, range=list(a.range), why=a.why)
                             for k, a in sc.assumptions.items()])
-assumptions
+table(assumptions, index="field")
 
 # %% [markdown]
 # ## 2. Sixteen memory budgets, one KV pool
@@ -132,7 +133,7 @@ placement = pd.DataFrame([dict(rank=r.rank, requests=len(r.status),
                                                   pd.Series(list(r.status.values())).value_counts().items()))
                           for r in clamped.ranks])
 assert "long-ctx" in r0.status and placement.requests.sum() == len(config.requests)
-placement
+table(placement, index="rank")
 
 # %% [markdown]
 # ## 5. The chain, from kvlab's own traceback, and the shutdown of every rank
@@ -150,7 +151,8 @@ if expect_crash:
     chain = ["schedule", "_resize_context", "resize_context", "resize"]
     assert [f for f in frames if f in chain] == chain, frames
     assert r0.traceback.rstrip().splitlines()[-2] == "kvlab.core.kv_cache.PageIndexTooShort: User-provided base page indices is too short"
-print(clamped.explain())
+print(clamped.headline)
+display(table(clamped.rank_rows(), index="rank"))
 if expect_crash:
     assert clamped.ended == "shut down" and r0.outcome == "raised"
     assert r0.error == "ValueError: User-provided base page indices is too short"
@@ -177,13 +179,13 @@ if expect_crash:
 
     crossing = int(re.search(r"it needs (\d+) page-index entries", r0.traceback).group(1))
     demand = -(-(context + 64) // tpb)
-    display(pd.DataFrame([
+    display(table([
         dict(count="the whole context (section 3)", entries=needed, formula=f"ceil({context:,} / {tpb})"),
         dict(count="the chunk that crossed the row (traceback)", entries=crossing,
              formula=f"ceil((position + chunk) / {tpb}), first above {r0.max_blocks_per_seq:,}"),
         dict(count="to completion (admission, section 6)", entries=demand,
              formula=f"ceil(({context:,} + 64) / {tpb})"),
-    ]).set_index("count"))
+    ], index="count"))
     assert r0.max_blocks_per_seq < crossing <= needed < demand
 
 # %% [markdown]
@@ -194,7 +196,8 @@ if expect_crash:
 # %%
 if not SMOKE:
     by_process = run_ranks(config, backend="gloo")
-    print(by_process.explain())
+    print(by_process.headline)
+    display(table(by_process.rank_rows(), index="rank"))
     assert [dataclasses.asdict(r) for r in by_process.ranks] == [dataclasses.asdict(r) for r in clamped.ranks]
     assert (by_process.ended, by_process.reason) == (clamped.ended, clamped.reason)
 
@@ -210,7 +213,8 @@ if not SMOKE:
 # %%
 admitted = run_ranks(scenario_config(sc, ranks, "admission", workspace_gib=workspace_gib,
                                      context_length=context), in_process=True)
-print(admitted.explain())
+print(admitted.headline)
+display(table(admitted.rank_rows(), index="rank"))
 print("long-ctx:", admitted.ranks[0].status["long-ctx"], "-", admitted.ranks[0].reasons["long-ctx"])
 assert admitted.ended == "completed" and all(r.outcome == "finished" for r in admitted.ranks)
 demand = -(-(context + 64) // tpb)
@@ -244,7 +248,7 @@ reduction = pd.DataFrame(rows)
 print(f"rank 0 alone (no MIN): {one.kv_quota_bytes / 2**30:.1f} GiB quota")
 assert seed.outcome == "crash" and seed.entries_needed > seed.max_blocks_per_seq
 assert seed.configured_max_seq_len > seed.capacity_tokens  # the seed clamps too
-reduction
+table(reduction, index="condition")
 
 # %% [markdown]
 # The same local conditions on one manager, at the seed's scale: a pool of rank 0's *shape*

@@ -50,6 +50,7 @@ from kvlab.analysis.repro import no_pool_reason, page_index_price, run_repro, sw
 from kvlab.core.page_index import max_blocks_per_seq, width_seq_len
 from kvlab.core.paged_attention import paged_vs_contiguous
 from kvlab.notebook.findings import Finding, report_findings
+from kvlab.notebook.tables import table
 from kvlab.notebook.parameters import check_repro_parameters
 from kvlab.run.scenarios import load_scenario
 
@@ -338,9 +339,9 @@ tiers_alone = outcome_table(tier_runs(long_and_small(context, num_small=0), engi
 tiers_beside = outcome_table(tier_runs(long_and_small(context, num_small=num_small), engine)).rename_axis("tier")
 TIER_COLUMNS = ["outcome", "finished", "unfinished", "iterations", "preemptions", "max_stalled_passes", "error"]
 print("Alone, configured row, non-chunked, under each tier configuration:")
-display(tiers_alone[TIER_COLUMNS])
+display(table(tiers_alone[TIER_COLUMNS]))
 print(f"Beside {num_small} small requests:")
-display(tiers_beside[TIER_COLUMNS])
+display(table(tiers_beside[TIER_COLUMNS]))
 if after.outcome == "refused":
     assert list(tiers_alone["outcome"]) == list(tiers_beside["outcome"]) == ["stall", "stall"]
     assert tiers_alone["preemptions"].sum() == tiers_beside["preemptions"].sum() == 0
@@ -366,7 +367,7 @@ chunked_steps = 600 if SMOKE else 3000
 chunked = tier_runs(long_and_small(context, num_small=num_small), chunked_engine, max_steps=max(chunked_steps, stall_limit + 100))
 chunked_table = outcome_table(chunked).rename_axis("tier")
 print(f"Chunked prefill ({chunk_tokens} tokens a pass), configured row, beside {num_small} small requests:")
-display(chunked_table[TIER_COLUMNS])
+display(table(chunked_table[TIER_COLUMNS]))
 livelock = chunked["none"]
 window = tier_runs(long_and_small(context, num_small=num_small), chunked_engine, max_steps=200)["none"]
 viz.show(viz.scheduler_timeline_figure(window, stall_limit=stall_limit,

@@ -58,6 +58,7 @@ from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
+from kvlab.notebook.tables import table
 from kvlab.notebook.parameters import check_admission_parameters
 from kvlab.notebook.widgets import admission_panel
 from kvlab.run.workload import LogNormal, azure_trace, poisson_workload
@@ -105,7 +106,7 @@ for request in [Request("tiny", 32, 1)] + trio[1:]:
                      demand_pages=demand_blocks(request, manager), free_pages=manager.free_blocks,
                      pool_pages=manager.total_blocks, verdict=verdict, reason=reason))
 classes = pd.DataFrame(rows).set_index("request")
-display(classes)
+display(table(classes))
 assert list(classes.verdict) == [FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS]
 assert classes.loc["never", "reason"].startswith(
     f"Request requires {classes.loc['never', 'demand_pages']} KV cache blocks to complete, which exceeds "
@@ -120,7 +121,7 @@ assert classes.loc["never", "reason"].startswith(
 
 # %%
 trio_runs = run_policies(trio, TRTLLM_POLICIES, engine)
-display(outcome_table(trio_runs)[["outcome", "finished", "rejected", "unfinished", "steps", "error", "reasons"]])
+display(table(outcome_table(trio_runs)[["outcome", "finished", "rejected", "unfinished", "steps", "error", "reasons"]]))
 for policy, result in trio_runs.items():
     print(f"{policy:16}", "; ".join(f"{r['request_id']}: {r['status']} (arrived {r['arrival']}, started "
                                     f"{r['started']}, ended {r['ended']})" for r in request_timeline(result)))
@@ -142,8 +143,8 @@ assert {p: engine_outcome(trio_runs[p]) for p in expected_none} == expected_none
 # %%
 workload = long_and_small(context, num_small=num_small)
 runs = run_policies(workload, TRTLLM_POLICIES, engine)
-table = outcome_table(runs)
-display(table[["outcome", "finished", "rejected", "unfinished", "steps", "max_stalled_passes", "error", "reasons"]])
+beside_table = outcome_table(runs)
+display(table(beside_table[["outcome", "finished", "rejected", "unfinished", "steps", "max_stalled_passes", "error", "reasons"]]))
 for policy, result in runs.items():
     viz.show(viz.scheduler_timeline_figure(result, stall_limit=stall_limit, title=f"{policy}: the long request "
                                            f"beside {num_small} small ones"))
@@ -155,16 +156,16 @@ if long_pages > engine.total_blocks:  # the long request can never fit this pool
     clamped = runs["none/clamped"]
     width = engine.manager("clamped").max_blocks_per_seq
     first_pages = -(-context // engine.geometry.tokens_per_block)
-    assert table.loc["none/clamped", "outcome"] == ("crash" if first_pages > width else "stall")
-    assert table.loc["none/configured", "outcome"] == "stall"     # starvation, then the deadlock
+    assert beside_table.loc["none/clamped", "outcome"] == ("crash" if first_pages > width else "stall")
+    assert beside_table.loc["none/configured", "outcome"] == "stall"     # starvation, then the deadlock
     assert runs["none/configured"].status["long"] == "waiting"
     assert all(runs["none/configured"].status[r] == "finished" for r in small)
-    assert table.loc["capacity", "outcome"] == "reject"
+    assert beside_table.loc["capacity", "outcome"] == "reject"
     assert runs["capacity"].status["long"] == "rejected"          # only the request that never fits
     assert all(runs["capacity"].status[r] == "finished" for r in small)   # everything else finishes
-    assert table.loc["capacity", "max_stalled_passes"] == 0
+    assert beside_table.loc["capacity", "max_stalled_passes"] == 0
 else:
-    assert set(table.outcome) == {"ok"}
+    assert set(beside_table.outcome) == {"ok"}
 
 # %% [markdown]
 # ## 3. The phase diagram: pool size × context length
@@ -189,7 +190,7 @@ viz.show(viz.phase_diagram_figure(pool_blocks, context_lens, diagram, bytes_per_
                                            f"{len(pool_blocks)} x {len(context_lens)} points per regime"))
 counts = pd.DataFrame({regime: {v: int((grid_ == i).sum()) for i, v in enumerate(ENGINE_OUTCOMES)}
                        for regime, grid_ in diagram.items()})
-display(counts)
+display(table(counts))
 assert counts.loc[["stall", "crash"], "capacity"].sum() == 0  # admission control never stalls or crashes
 assert (diagram["none/clamped"] == ENGINE_OUTCOMES.index("ok")).sum() == (diagram["capacity"] == ENGINE_OUTCOMES.index("ok")).sum()
 checks = [(engine.total_blocks, context), (int(pool_blocks[-1]), int(context_lens[0])),
@@ -231,9 +232,9 @@ mixed_runs = run_policies(mixed, POLICIES, engine, max_steps=100_000)
 mixed_rows = outcome_rows(mixed_runs)
 mixed_table = outcome_table(mixed_runs)
 print(f"{len(mixed)} requests, {len(never)} of them can never fit {engine.total_blocks} pages: {never}")
-display(mixed_table.loc[list(TRTLLM_POLICIES), ["outcome", "finished", "rejected", "unfinished", "steps",
+display(table(mixed_table.loc[list(TRTLLM_POLICIES), ["outcome", "finished", "rejected", "unfinished", "steps",
                                                  "goodput_tokens_per_step", "mean_wait_steps",
-                                                 "mean_queue_steps", "preemptions"]])
+                                                 "mean_queue_steps", "preemptions"]]))
 viz.show(viz.policy_bars_figure([r for r in mixed_rows if r["policy"] in TRTLLM_POLICIES],
                                 title="TensorRT-LLM's regimes on a mixed workload"))
 
@@ -266,7 +267,7 @@ print("vLLM at start-up:", startup or "starts")
 peers = mixed_table.loc[["none/clamped", "none/configured", "capacity", *PEER_POLICIES],
                         ["outcome", "finished", "rejected", "unfinished", "goodput_tokens_per_step",
                          "mean_wait_steps", "preemptions", "reasons"]]
-display(peers)
+display(table(peers))
 viz.show(viz.policy_bars_figure(mixed_rows, title="TensorRT-LLM none / capacity and the peers' styles, one workload"))
 for policy in PEER_POLICIES:
     assert mixed_table.loc[policy, "outcome"] in ("reject", "ok")  # no peer crashes or stalls on this workload
@@ -292,7 +293,7 @@ if IS_SEED:
 # %%
 panel = admission_panel(pool_mib=pool_mib, context=context, policy="none/clamped", num_small=min(num_small, 8),
                         stall_limit=stall_limit)
-assert panel.outcome == table.loc["none/clamped", "outcome"] or num_small > 8
+assert panel.outcome == beside_table.loc["none/clamped", "outcome"] or num_small > 8
 panel
 
 # %% [markdown]
@@ -328,8 +329,8 @@ print(f"{len(trace)} requests in {trace_minutes:g} minutes of the code hour, "
       f"longest prompt {max(r.prompt_len for r in trace)} tokens")
 for name, trace_engine in trace_engines.items():
     print(f"{name}: {trace_engine.describe()}")
-    display(trace_tables[name][["outcome", "finished", "rejected", "unfinished", "steps", "mean_queue_steps",
-                                "mean_wait_steps", "preemptions", "error"]])
+    display(table(trace_tables[name][["outcome", "finished", "rejected", "unfinished", "steps", "mean_queue_steps",
+                                "mean_wait_steps", "preemptions", "error"]]))
     viz.show(viz.served_over_time_figure(trace_runs[name], seconds_per_iteration,
                                          title=f"Azure's code hour on the {name} pool ({trace_engine.pool_tokens} tokens)"))
 
@@ -376,11 +377,11 @@ if never_fits:
 # %%
 scenario = "rtx5080-4mib" if IS_SEED else f"{pool_mib:g}MiB-{context}tok"
 findings = [Finding(scenario=f"{scenario}: long request + {num_small} small, {engine.tier_name}", policy=policy,
-                    outcome=table.loc[policy, "outcome"],
-                    numbers=(f"{table.loc[policy, 'finished']} finished, {table.loc[policy, 'rejected']} rejected, "
-                             f"{table.loc[policy, 'unfinished']} unfinished in {table.loc[policy, 'steps']} steps; "
+                    outcome=beside_table.loc[policy, "outcome"],
+                    numbers=(f"{beside_table.loc[policy, 'finished']} finished, {beside_table.loc[policy, 'rejected']} rejected, "
+                             f"{beside_table.loc[policy, 'unfinished']} unfinished in {beside_table.loc[policy, 'steps']} steps; "
                              f"long request needs {long_pages} pages of {engine.total_blocks}"
-                             + (f"; {table.loc[policy, 'error'][:60]}" if table.loc[policy, "error"] else "")))
+                             + (f"; {beside_table.loc[policy, 'error']}" if beside_table.loc[policy, "error"] else "")))
             for policy in TRTLLM_POLICIES]
 findings += [Finding(scenario=f"mixed workload ({len(mixed)} requests, seed {seed}), {engine.tier_name}", policy=policy,
                      outcome=mixed_table.loc[policy, "outcome"],

@@ -49,6 +49,7 @@ from kvlab.core.mamba import GENERIC_MAX_BATCH_SIZE
 from kvlab.core.memory import GIB, MIB
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
+from kvlab.notebook.tables import table
 from kvlab.notebook.parameters import check_mamba_parameters
 from kvlab.notebook.widgets import mamba_panel
 
@@ -75,13 +76,13 @@ print("parameters:", dict(quota_gib=quota_gib, max_batch_size=max_batch_size, ss
 # %%
 g = qwen3_5_27b_mamba(ssm_dtype="bfloat16")
 print(f"conv_dim = 48 x 128 + 2 x 16 x 128 = {g.conv_dim}; conv {g.conv_bytes:,} B + SSM {g.ssm_bytes:,} B a layer")
-table = pd.DataFrame(dtype_rows(PR_QUOTA_BYTES, PR_MAX_BATCH_SIZE)).set_index("ssm_dtype")
-display(table)
+by_dtype = pd.DataFrame(dtype_rows(PR_QUOTA_BYTES, PR_MAX_BATCH_SIZE)).set_index("ssm_dtype")
+display(table(by_dtype))
 implied = implied_ssm_dtype(37.5, PR_MAX_BATCH_SIZE + 1)
 print(f"513 slots = 37.5 GiB implies a {implied} SSM state")
 assert implied == "bfloat16"
-assert table.loc["bfloat16", "slots_gib"] == 37.48 and table.loc["float32", "slots_gib"] == 73.55
-assert table.loc["bfloat16", "slots"] == 513 == PR_MAX_BATCH_SIZE + 1
+assert by_dtype.loc["bfloat16", "slots_gib"] == 37.48 and by_dtype.loc["float32", "slots_gib"] == 73.55
+assert by_dtype.loc["bfloat16", "slots"] == 513 == PR_MAX_BATCH_SIZE + 1
 
 # %% [markdown]
 # ## 2. Merged code: construction raises, and no `free_gpu_memory_fraction` helps
@@ -96,7 +97,7 @@ assert table.loc["bfloat16", "slots"] == 513 == PR_MAX_BATCH_SIZE + 1
 # %%
 fractions = [0.5, 0.9, 1.0] if SMOKE else [0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0]
 sweep = pd.DataFrame(fraction_rows(fractions, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype))
-display(sweep.round(2))
+display(table(sweep.round(2)))
 plan = qwen_plan(quota, max_batch_size, ssm_dtype)
 print(f"merged floor {plan.raw_need_bytes / GIB:.2f} GiB = {plan.raw_need_bytes / PR_QUOTA_BYTES:.2f} x "
       f"what is left after the weights: the fraction would have to be above 1")
@@ -201,7 +202,7 @@ if IS_PR:
 
 # %%
 proposals = pd.DataFrame(proposal_rows(plan)).set_index("label")
-display(proposals[["status", "max_batch_size", "resident", "waiting", "state_gib", "outcome"]].round(2))
+display(table(proposals[["status", "max_batch_size", "resident", "waiting", "state_gib", "outcome"]].round(2)))
 viz.show(viz.residency_proposals_figure(
     proposal_rows(plan), subtitle=f"Qwen3.5-27B, {ssm_dtype} SSM state, {quota / GIB:.2f} GiB quota, "
                                   f"{plan.requested} concurrent requests"))

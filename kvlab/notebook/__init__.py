@@ -3,6 +3,6 @@ walkthrough that executes them. Imports every layer below; nothing below imports
 
 Reading order: ``viz`` (figures: pure functions to plotly specs, one colour per outcome) ->
 ``panel`` (the live-panel pattern) -> ``widgets`` (each notebook's panel) -> ``parameters``
-(each notebook's parameter check) -> ``findings`` (what a notebook established) ->
-``walkthrough`` (``kvlab walkthrough``: execute them all, summarise).
+(each notebook's parameter check) -> ``tables`` (tables as HTML) -> ``findings`` (what a
+notebook established) -> ``walkthrough`` (``kvlab walkthrough``: execute them all, summarise).
 """

@@ -8,9 +8,10 @@ without re-running anything.
 
 from __future__ import annotations
 
-import html
 from dataclasses import asdict, dataclass
 from typing import Iterable, List
+
+from kvlab.notebook.tables import table
 
 FINDINGS_MIME = "application/vnd.kvlab.notebook.findings+json"
 
@@ -30,10 +31,8 @@ def report_findings(findings: Iterable[Finding]):
     rows = [asdict(f) for f in findings]
     from IPython.display import display  # imported here: kvlab itself needs no IPython
 
-    head = "".join(f"<th>{k}</th>" for k in ("scenario", "policy", "outcome", "numbers"))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[k]))}</td>" for k in r) + "</tr>"
-                   for r in rows)
-    display({FINDINGS_MIME: rows, "text/html": f"<table><tr>{head}</tr>{body}</table>",
+    shown = table(rows).hide(axis="index").to_html() if rows else "<p>(no findings)</p>"
+    display({FINDINGS_MIME: rows, "text/html": shown,
              "text/plain": "\n".join(" | ".join(str(v) for v in r.values()) for r in rows)},
             raw=True)
     return rows

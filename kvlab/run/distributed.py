@@ -708,25 +708,43 @@ class DistributedResult:
     def world_size(self) -> int:
         return len(self.ranks)
 
-    def table(self) -> str:
-        """One line per rank: workspace, pool before/after the MIN, row width, outcome."""
-        lines = [f"{'rank':>4} {'workspace':>10} {'local pool':>22} {'pool after MIN':>24} "
-                 f"{'row':>6}  requests  outcome"]
+    def rank_rows(self) -> List[dict]:
+        """One dict per rank: its workspace, its own pool, the pool after the MIN, the row
+        width, its requests by status and how it ended (the notebooks show these as a table)."""
+        rows = []
         for r in self.ranks:
-            counts = {}
+            counts: Dict[str, int] = {}
             for status in r.status.values():
                 counts[status] = counts.get(status, 0) + 1
-            requests = " ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-"
+            rows.append({"rank": r.rank, "workspace (GiB)": r.workspace_bytes / GIB,
+                         "own pool (pages)": r.local_blocks,
+                         "own quota (GiB)": r.local_quota_bytes / GIB,
+                         "pool after MIN (pages)": r.blocks, "pool after MIN (tokens)": r.capacity_tokens,
+                         "row (entries)": r.max_blocks_per_seq,
+                         "requests": " ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-",
+                         "outcome": _outcome_text(r)})
+        return rows
+
+    def table(self) -> str:
+        """:meth:`rank_rows` as text, one line per rank (the command's report)."""
+        lines = [f"{'rank':>4} {'workspace':>10} {'local pool':>22} {'pool after MIN':>24} "
+                 f"{'row':>6}  requests  outcome"]
+        for row in self.rank_rows():
             lines.append(
-                f"{r.rank:>4} {r.workspace_bytes / GIB:>7.1f} GiB "
-                f"{r.local_blocks:>7} blk {r.local_quota_bytes / GIB:>7.1f} GiB "
-                f"{r.blocks:>7} blk = {r.capacity_tokens:>9} tok {r.max_blocks_per_seq:>6}  "
-                f"{requests}  {_outcome_text(r)}")
+                f"{row['rank']:>4} {row['workspace (GiB)']:>7.1f} GiB "
+                f"{row['own pool (pages)']:>7} blk {row['own quota (GiB)']:>7.1f} GiB "
+                f"{row['pool after MIN (pages)']:>7} blk = {row['pool after MIN (tokens)']:>9} tok "
+                f"{row['row (entries)']:>6}  {row['requests']}  {_outcome_text_cut(row['outcome'])}")
         return "\n".join(lines)
 
-    def explain(self) -> str:
-        head = (f"{self.world_size} ranks ({self.mode}{', ' + self.backend if self.backend else ''}), "
+    @property
+    def headline(self) -> str:
+        """How the run ended, in one line."""
+        return (f"{self.world_size} ranks ({self.mode}{', ' + self.backend if self.backend else ''}), "
                 f"policy {self.policy}: {self.ended} - {self.reason}")
+
+    def explain(self) -> str:
+        head = self.headline
         timing = f"wall {self.wall_s:.2f} s (startup {self.startup_s:.2f} s, work {self.work_s:.2f} s)"
         if self.timeout_s is not None:
             timing += f", timeout_s={self.timeout_s:g}"
@@ -743,11 +761,17 @@ class DistributedResult:
         return "\n".join(lines + [timing])
 
 
-def _outcome_text(r: RankResult, width: int = 100) -> str:
+def _outcome_text(r: RankResult) -> str:
     if not r.error:
         return r.outcome
-    text = r.error if r.error.startswith(r.outcome) else f"{r.outcome}: {r.error}"
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return r.error if r.error.startswith(r.outcome) else f"{r.outcome}: {r.error}"
+
+
+def _outcome_text_cut(text: str, width: int = 100) -> str:
+    """``text`` in at most ``width`` characters, cut between words."""
+    if len(text) <= width:
+        return text
+    return text[:width - 3].rsplit(" ", 1)[0] + "..."
 
 
 def check_run_arguments(config: RunConfig, backend: str, in_process: bool, timeout_s: float) -> None:

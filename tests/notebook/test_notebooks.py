@@ -210,7 +210,9 @@ def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
     streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert 'File "kvlab/core/manager.py"' in streams and "in resize_context" in streams
     assert "kvlab.core.kv_cache.PageIndexTooShort: User-provided base page indices is too short" in streams
-    assert streams.count("shut down: rank 0 raised ValueError") >= 15
+    rank_tables = [t for t in outputs(nb, "text/html") if "pool after MIN (pages)" in t]
+    assert rank_tables and rank_tables[0].count("shut down: rank 0 raised ValueError") >= 15
+    assert "958,752" in rank_tables[0]  # counts with thousands separators, in an HTML table
     panel = panels(nb)
     assert len(panel) == 1 and "kvlab-verdict" in panel[0]["data"]["text/html"]
 

@@ -1,0 +1,49 @@
+"""Tables as a notebook shows them: HTML (a pandas Styler), never wrapped text. Counts get
+thousands separators, fractions a fixed number of decimals, and text stays whole: a long cell
+wraps between words inside its column, never clipped with "..." (the DataFrame display's
+``max_colwidth``) and never broken mid-word. Units belong in the column names."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Optional
+
+#: The widest a text column grows before its cells wrap (between words).
+TEXT_COLUMN_WIDTH = "34em"
+
+_STYLES = [
+    dict(selector="th, td", props=[("white-space", "normal"), ("word-break", "normal"),
+                                    ("overflow-wrap", "normal"), ("vertical-align", "top"),
+                                    ("padding", "3px 8px")]),
+    dict(selector="th", props=[("text-align", "left")]),
+]
+
+
+def _cell(value, digits: int) -> str:
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):
+        return "" if value != value else f"{float(value):,.{digits}f}"
+    return str(value)
+
+
+def table(data, *, index: Optional[str] = None, digits: int = 2):
+    """``data`` (a DataFrame, or rows as dicts) as a Styler: ints as 1,234,567, reals with
+    ``digits`` decimals, text left-aligned and whole. ``index``: the column to index by."""
+    import pandas as pd
+
+    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(list(data))
+    if index is not None:
+        frame = frame.set_index(index)
+    text = [c for c in frame.columns if frame[c].dtype == object]
+    styler = frame.style.format(lambda v: _cell(v, digits)).format_index(
+        lambda v: _cell(v, digits)).set_table_styles(_STYLES)
+    if text:
+        styler = styler.set_properties(subset=text, **{"text-align": "left",
+                                                       "max-width": TEXT_COLUMN_WIDTH})
+    return styler
+
+
+__all__ = ["TEXT_COLUMN_WIDTH", "table"]

@@ -1,0 +1,22 @@
+"""kvlab.notebook.tables: counts with thousands separators, reals to fixed decimals, text whole
+and wrapped between words, in an HTML table."""
+
+from kvlab.notebook.tables import table
+
+
+def test_counts_reals_and_long_text_as_a_reader_should_see_them():
+    why = "the warm-up activation peak at max_num_tokens, which the report does not give " * 3
+    html = table([dict(field="memory", value=23622320128, fraction=0.123456, why=why)],
+                 index="field").to_html()
+    assert "23,622,320,128" in html and "23622320128" not in html
+    assert "0.12" in html and "0.123456" not in html
+    assert why.strip() in html and "..." not in html  # never clipped
+    assert "word-break: normal" in html and "white-space: normal" in html  # wraps between words
+
+
+def test_a_dataframe_keeps_its_index_and_integers_in_the_index_get_separators():
+    import pandas as pd
+
+    frame = pd.DataFrame({"pages": [29961, 64]}, index=pd.Index([958752, 2048], name="tokens"))
+    html = table(frame).to_html()
+    assert "958,752" in html and "29,961" in html and ">tokens<" in html
