@@ -123,6 +123,19 @@ assert mgr.max_seq_len == clamped_len and width == expected_width
 assert (len(caught) == 1) == (context > capacity_tokens)  # the clamp warns exactly when it clamps
 
 # %% [markdown]
+# What is the row for? The page-index table (host memory, int32) has one row per sequence the
+# engine may hold at once and one entry per page a sequence may own: entry *i* holds the number
+# of the pool page where tokens `i × tokens_per_block` to `(i + 1) × tokens_per_block − 1` live.
+# The attention kernel reads the K and V of a sequence by following its row (notebook 03 §5 times
+# that copy and that read). Pages come back to the pool in any order, so a row points all over the
+# pool. The row's width is fixed when the manager is built, and the native resize checks it
+# before it looks at the pool: a context that needs more entries than the row has is refused
+# with `ValueError`, however many pages are free.
+
+# %%
+viz.show(viz.page_table_figure(width, needed, mgr.total_blocks, tokens_per_block=tokens_per_block))
+
+# %% [markdown]
 # ## 4. The reproduced `ValueError`
 #
 # The request goes through `resize_context`, as in the engine. The native resize checks the row

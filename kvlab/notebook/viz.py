@@ -277,6 +277,93 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
     return {"data": [bar], "layout": layout}
 
 
+def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 3,
+                    tokens_per_block: int = 32, shown_links: int = 6) -> dict:
+    """What the page-index table is for: ``slots`` rows (one a sequence) of ``width`` entries
+    above the pool's ``total_blocks`` pages. Entry i of a row holds the pool page of the
+    sequence's tokens ``i * tokens_per_block`` to ``(i + 1) * tokens_per_block - 1``; arrows
+    follow the first ``shown_links`` entries of row 0 to their pages (drawn scattered, as pages
+    come back to the free list in any order: entry i holds page ``37 i mod total_blocks``,
+    an illustration, not a run). A request of ``needed``
+    entries: those past the row's end are drawn dotted in the crash colour, entries the row
+    does not have (the native check refuses them before looking at the pool). Past 256, a cell
+    stands for several entries or pages (the subtitle says how many). Traces: one
+    (legend-only) per part, always four; the picture is shapes and annotations."""
+    width, needed, total_blocks = int(width), int(needed), int(total_blocks)
+    tpb = tokens_per_block
+    unit = max(1, -(-max(width, needed, total_blocks) // 256))  # entries or pages a cell
+    width_c, needed_c, pool_c = (-(-n // unit) for n in (width, needed, total_blocks))
+    span = max(width_c, needed_c, pool_c)
+    shapes, annotations = [], []
+    held = min(needed, width, total_blocks)  # entries of row 0 that point at a page
+    for slot in range(slots):
+        y = 3.0 + slot
+        for cell in range(width_c):
+            filled = slot == 0 and cell * unit < held
+            shapes.append(dict(type="rect", x0=cell, x1=cell + 1, y0=y, y1=y + 0.8,
+                               fillcolor=PAGE_COLORS["held"] if filled else PAGE_COLORS["free"],
+                               line=dict(color="white", width=0.5)))
+        annotations.append(dict(x=-0.5, y=y + 0.4, xref="x", yref="y", xanchor="right",
+                                showarrow=False, text=f"row {slot}" + (" (request)" if slot == 0 else ""),
+                                font=dict(size=11)))
+    if needed > width:
+        shapes.append(dict(type="rect", x0=width_c, x1=needed_c, y0=3.0, y1=3.8,
+                           fillcolor="rgba(204,51,17,0.18)",
+                           line=dict(color=OUTCOME_COLORS["crash"], width=1.5, dash="dot")))
+        annotations.append(dict(x=(width_c + needed_c) / 2, y=3.4, xref="x", yref="y", showarrow=False,
+                                text=f"entries {width}..{needed - 1}: the row has none",
+                                font=dict(size=12, color=OUTCOME_COLORS["crash"]),
+                                bgcolor="rgba(255,255,255,0.85)"))
+    step = 37 if math.gcd(37, total_blocks) == 1 else 1
+    pages_held = {(entry * step) % total_blocks for entry in range(held)}
+    cells_held = {page // unit for page in pages_held}
+    for cell in range(pool_c):
+        used = cell in cells_held
+        shapes.append(dict(type="rect", x0=cell, x1=cell + 1, y0=0.0, y1=0.8,
+                           fillcolor=PAGE_COLORS["held"] if used else PAGE_COLORS["free"],
+                           line=dict(color="white", width=0.5)))
+    annotations.append(dict(x=-0.5, y=0.4, xref="x", yref="y", xanchor="right", showarrow=False,
+                            text="KV pool", font=dict(size=11)))
+    for entry in range(min(shown_links, held)):
+        page = (entry * step) % total_blocks
+        annotations.append(dict(x=page / unit + 0.5, y=0.85, ax=entry / unit + 0.5, ay=3.0, xref="x", yref="y",
+                                axref="x", ayref="y", showarrow=True, arrowhead=2, arrowsize=0.8,
+                                arrowwidth=1, arrowcolor=ROW_COLOR, text=""))
+    shapes.append(dict(type="line", x0=width_c, x1=width_c, y0=2.8, y1=3.0 + slots, xref="x", yref="y",
+                       line=dict(color=ROW_COLOR, dash="dash", width=2)))
+    annotations.append(dict(x=width_c, y=3.0 + slots, xref="x", yref="y", yanchor="bottom", showarrow=False,
+                            text=f"row width: {width} entries", font=dict(size=12, color=ROW_COLOR)))
+    annotations.append(dict(x=pool_c, y=0.8, xref="x", yref="y", xanchor="left", yanchor="bottom",
+                            showarrow=False, text=f" pool: {total_blocks} pages",
+                            font=dict(size=12, color=POOL_COLOR)))
+    legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                   marker=dict(symbol="square", size=12, color=color), showlegend=show)
+              for name, color, show in (
+                  ("an entry holding a page number (int32)", PAGE_COLORS["held"], held > 0),
+                  ("an empty entry, or a free page", PAGE_COLORS["free"], True),
+                  (f"entries the request needs past the row ({max(0, needed - width)})",
+                   OUTCOME_COLORS["crash"], needed > width),
+                  ("entry i -> the page of tokens i x {} .. (i + 1) x {} - 1".format(tpb, tpb),
+                   ROW_COLOR, held > 0))]
+    verdict = ("more entries than the row has: ValueError, before the pool is looked at"
+               if needed > width else "every entry fits the row")
+    scale = f"; one cell = {unit} entries or pages" if unit > 1 else ""
+    layout = _base_layout(
+        "The page-index table: one row per sequence, one entry per page",
+        f"the request needs {needed} entries (ceil(context / {tpb})); its row has {width}; the pool "
+        f"has {total_blocks} pages: {verdict}{scale}", height=380, shapes=shapes, annotations=annotations,
+        legend=dict(orientation="h", yanchor="top", y=-0.05, x=0),
+        xaxis=dict(range=[-0.2 * span, span * 1.04], showgrid=False, showticklabels=False, ticks="",
+                   showline=False),
+        yaxis=dict(range=[-0.4, 3.6 + slots], showgrid=False, showticklabels=False, ticks="",
+                   showline=False),
+        margin=dict(l=20, r=20, b=20))
+    return {"data": legend, "layout": layout}
+
+
+page_table_figure = _as_figure(page_table_spec)
+
+
 page_map_figure = _as_figure(page_map_spec)
 
 

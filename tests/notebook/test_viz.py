@@ -244,3 +244,21 @@ def test_policy_bars_colour_each_policy_by_its_outcome(seed_runs):
     assert list(bars[0].y) == [r["goodput_tokens_per_step"] for r in rows]
     assert bars[1].y[0] is None  # nothing started before the crash: no waiting time
     assert "outcome: crash" in bars[0].hovertext[0]
+
+
+def test_the_page_table_picture_points_rows_at_pages_and_marks_the_missing_entries():
+    """Notebook 02 §3: the seed's row of 68 entries above its 64 pages, an 8192-token request
+    needing 256: entries 68..255 drawn as missing, arrows from row 0 into the pool."""
+    spec = viz.page_table_spec(68, 256, 64)
+    layout = spec["layout"]
+    texts = [a["text"] for a in layout["annotations"]]
+    assert "entries 68..255: the row has none" in texts and "row width: 68 entries" in texts
+    arrows = [a for a in layout["annotations"] if a.get("showarrow")]
+    assert len(arrows) == 6 and len({a["x"] for a in arrows}) == 6  # six entries, six pages
+    assert all(a["ay"] == 3.0 and a["y"] < 1 for a in arrows)  # from row 0 down to the pool
+    cells = [s for s in layout["shapes"] if s["type"] == "rect"]
+    assert len(cells) == 3 * 68 + 1 + 64  # three rows, the missing span, the pool
+    assert "ValueError" in viz.figure_text(spec)
+    fits = viz.page_table_spec(260, 256, 1024)
+    assert not any("the row has none" in a["text"] for a in fits["layout"]["annotations"])
+    assert [t["showlegend"] for t in fits["data"]] == [True, True, False, True]
