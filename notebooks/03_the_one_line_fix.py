@@ -51,6 +51,7 @@ from kvlab.core.page_index import max_blocks_per_seq, width_seq_len
 from kvlab.core.paged_attention import paged_vs_contiguous
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.tables import table
+from kvlab.notebook.widgets import step_panel
 from kvlab.notebook.parameters import check_repro_parameters
 from kvlab.run.scenarios import load_scenario
 
@@ -273,6 +274,23 @@ viz.show(viz.pool_allocation_figure(h200["pool_allocation"], device=gpu))
 # share, and reuse never lets a request hold more tokens than the pages it has, so a request the
 # pool can never hold stays one with reuse on.
 #
+# ### Step through it: one pass at a time
+#
+# Before the long runs, watch the passes one by one. Click the `pass` slider and press → for the
+# next pass: the first figure shows what each request asked for this pass (the outline: its whole
+# context, or one token of generation) and what it got; the second, the run so far. Under
+# `none/configured` the long request is refused every pass while the small ones get on; once they
+# finish, nothing makes progress and the stall detector counts up to its limit (20 here, so that
+# it is a few key presses away; the real one, 1000, is what the runs below use). Switch the policy:
+# `none/clamped` stops in its first pass, `capacity` rejects the long request as it arrives.
+
+# %%
+stepper = step_panel("none/configured", passes=1)
+stepper.set(**{"pass": 45})  # where the small requests are done and the stall count climbs
+assert stepper.model.rows[0]["result"] == "refused" and stepper.model.stalled > 0
+stepper
+
+# %% [markdown]
 # ### 7. Alone: refused every pass, then the deadlock
 
 # %%

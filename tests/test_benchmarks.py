@@ -10,6 +10,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 QUICK_ARGS = {
+    "browser_latency.py": ["--presses", "2", "--panels", "mamba_panel"],  # JupyterLab + Chromium
     "distributed_startup.py": ["--ranks", "4", "--repeat", "1"],
     "fuzz_system.py": ["--seconds", "1", "--examples", "20"],
     "gpu_measurements.py": ["--device", "cpu", "--quick"],  # CPU: prints, stores nothing
@@ -24,8 +25,13 @@ def test_every_benchmark_is_listed():
     assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted(QUICK_ARGS)
 
 
+#: Benchmarks that drive JupyterLab in the system Chromium: marked ``ui`` as well.
+UI = {"browser_latency.py"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(QUICK_ARGS))
+@pytest.mark.parametrize("script", [pytest.param(name, marks=[pytest.mark.ui] if name in UI else [])
+                                    for name in sorted(QUICK_ARGS)])
 def test_benchmark_prints_its_figures(script):
     proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *QUICK_ARGS[script]],
                           capture_output=True, text=True, timeout=300)

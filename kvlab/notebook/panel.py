@@ -12,11 +12,13 @@ One pattern for every notebook's live panel (:class:`Panel`; each notebook's own
     panel                                # display it (last expression of a cell)
     panel.set(pool_mib=32)               # set several controls, recompute once
 
-A change of any control recomputes the model and patches each FigureWidget in place with
-``kvlab.notebook.viz.update_figure`` inside ``batch_update`` (the widgets are built once, never rebuilt:
-each figure function returns the same traces whatever the model). Changes are coalesced by a
-:class:`Debouncer`. A model that cannot be computed (``compute`` raises) leaves the figures as
-they were and says why in the verdict instead of printing a traceback.
+A change of any control recomputes the model, sets the verdict, then patches each FigureWidget
+in place with ``kvlab.notebook.viz.update_figure`` inside ``batch_update`` (the widgets are built
+once, never rebuilt: each figure function returns the same traces whatever the model). The
+verdict goes first because the browser shows it at once, whereas each figure costs it a plotly
+redraw (``benchmarks/browser_latency.py`` measures both in JupyterLab in Chromium). Changes are
+coalesced by a :class:`Debouncer`. A model that cannot be computed (``compute`` raises) leaves
+the figures as they were and says why in the verdict instead of printing a traceback.
 
 Displayed where no widget frontend runs (papermill, nbconvert), a panel still shows: its display
 bundle carries, next to the widget view, a static copy of the figures (plotly's JSON mime type
@@ -228,12 +230,14 @@ class Panel:
             self._debouncer()
 
     def refresh(self) -> None:
-        """Recompute the model from the controls and update the figures and the verdict in
-        place. A compute error is shown in the verdict; the figures keep their last state."""
+        """Recompute the model from the controls and update the verdict, then the figures, in
+        place. A compute error (in the model, the figures or the verdict) is shown in the
+        verdict; the figures keep their last state."""
         self.updates += 1
         try:
             model = self._compute(self.values)
             figs = self._render(model)
+            outcome, text = self._verdict(model)
         except Exception as exc:  # shown to the reader, not raised into the widget callback
             self.error = exc
             self.outcome = None
@@ -242,9 +246,11 @@ class Panel:
         self.error = None
         self.model = model
         self.action_result, self.action_output.value = None, ""  # it described other values
+        # The verdict first: it is one small message that the browser shows at once, while each
+        # figure costs the browser a plotly redraw (tens of ms on 2 cores) before the next message.
+        self.outcome, self.verdict.value = outcome, text
         for name, fig in figs.items():
             viz.update_figure(self.figures[name], fig)
-        self.outcome, self.verdict.value = self._verdict(model)
 
     @contextmanager
     def hold(self):

@@ -571,6 +571,39 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
 scheduler_timeline_figure = _as_figure(scheduler_timeline_spec)
 
 
+#: What a request got in one pass (:func:`pass_spec`), and its colour.
+PASS_RESULTS = {"scheduled": OUTCOME_COLORS["ok"], "refused": OUTCOME_COLORS["refused"],
+                "suspended": TIMELINE_COLORS["suspended"], "waiting": NEUTRAL_COLOR,
+                "crash": OUTCOME_COLORS["crash"], "finished": "#332288", "rejected": OUTCOME_COLORS["reject"]}
+
+
+def pass_spec(rows: Sequence[Mapping], *, title: str, subtitle: str = "") -> dict:
+    """One scheduling pass: for each request (``rows``: dicts with ``request``, ``asked``
+    tokens, ``got`` tokens, ``result``, a key of :data:`PASS_RESULTS`, and ``why``), the tokens
+    it asked for (outline) and got (filled, in the result's colour). Traces: two bars, always."""
+    names = [r["request"] for r in rows]
+    hover = [f"{r['request']}: asked {r['asked']:,} tokens, got {r['got']:,}<br>{r['result']}: {r['why']}"
+             for r in rows]
+    asked = dict(type="bar", orientation="h", y=names, x=[max(r["asked"], 1) for r in rows],
+                 name="asked (outline)", text=[r["result"] for r in rows], textposition="outside",
+                 cliponaxis=False, marker=dict(color="rgba(0,0,0,0)", line=dict(color="#555555", width=1.5)),
+                 hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
+    got = dict(type="bar", orientation="h", y=names, x=[r["got"] or None for r in rows],
+               name="got (filled, by result)", marker=dict(color=[PASS_RESULTS[r["result"]] for r in rows]),
+               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
+    top = max([1] + [r["asked"] for r in rows])
+    layout = _base_layout(title, subtitle, height=230 + 36 * max(len(rows), 1), barmode="overlay",
+                          legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"),
+                          margin=dict(l=70, r=80, t=100, b=60),
+                          xaxis=dict(title=dict(text="tokens this pass (log scale)"), type="log",
+                                     dtick=1, range=[-0.5, math.log10(top) + 0.6]),
+                          yaxis=dict(autorange="reversed", automargin=True))
+    return {"data": [asked, got], "layout": layout}
+
+
+pass_figure = _as_figure(pass_spec)
+
+
 # --- the phase diagram: pool size x context length, one subplot per regime ----------------------
 
 

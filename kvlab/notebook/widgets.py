@@ -10,6 +10,7 @@ from the controls' values, the figures drawn from it, and a verdict.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -27,9 +28,10 @@ from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.parameters import check_repro_parameters
+from kvlab.notebook.tables import table
 from kvlab.run.distributed import run_ranks, scenario_config
 from kvlab.run.scenarios import load_scenario
-from kvlab.run.simulation import SimulationResult, simulate
+from kvlab.run.simulation import Engine, SimulationResult, simulate
 from kvlab.run.trace import Trace
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
@@ -296,12 +298,15 @@ class RanksModel:
                      for q in background[:1] + background[-1:] + named)
 
 
-def ranks_model(values: Mapping[str, Any], *, scenario: str = "issue-21470", ranks: int = 16) -> RanksModel:
+def ranks_model(values: Mapping[str, Any], *, scenario: Any = "issue-21470", ranks: int = 16) -> RanksModel:
     """The scenario's ranks (policy "clamped", the report) with rank 0's MoE workspace and the
-    long context from ``values``, planned in closed form (no run: a slider move takes ms)."""
+    long context from ``values``, planned in closed form (no run: a slider move takes ms).
+    ``scenario``: a name or path for load_scenario, or a scenario it loaded (the panel loads
+    its scenario once: parsing the YAML took most of a slider move's time)."""
 
     workspace, context = float(values["workspace_gib"]), int(values["context"])
-    config = scenario_config(load_scenario(scenario), ranks, "clamped", workspace_gib=workspace,
+    loaded = load_scenario(scenario) if isinstance(scenario, (str, os.PathLike)) else scenario
+    config = scenario_config(loaded, ranks, "clamped", workspace_gib=workspace,
                              context_length=context)
     return RanksModel(workspace, context, config, plan_ranks(config))
 
@@ -314,8 +319,12 @@ def ranks_figures(model: RanksModel) -> Dict[str, dict]:
             "requests": viz.request_fit_spec(
                 model.shown_requests, capacity_tokens=r0.capacity_tokens,
                 row_tokens=r0.max_blocks_per_seq * tpb,
-                title=f"Requests against every rank's pool ({r0.blocks} blocks) and row "
-                      f"({r0.max_blocks_per_seq} entries)")}
+                title=f"Requests against each rank's pool ({r0.blocks} pages) and row",
+                subtitle=f"{len(model.shown_requests)} of {len(model.plan.requests)} requests: the "
+                         "shortest and longest background ones and the long context; "
+                         + (f"{crashes} beyond the row: ValueError" if (crashes := sum(
+                             q["outcome"] == "crash" for q in model.shown_requests))
+                            else "none beyond the row"))}
 
 
 def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
@@ -342,7 +351,7 @@ def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
     headline = (f"The run ({result.wall_s:.2f} s): {result.ended} - {result.reason}. "
                 + ("As predicted." if agrees else f"NOT as predicted ({model.plan.ended}: "
                                                   f"{model.plan.reason})."))
-    return result, verdict_html(outcome, headline, result.table())
+    return result, verdict_html(outcome, headline) + table(result.rank_rows(), index="rank").to_html()
 
 
 def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks: int = 16,
@@ -362,8 +371,10 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
                             value=int(context), description="context", continuous_update=False,
                             style={"description_width": "110px"}, layout=W.Layout(width="420px"))
 
+    loaded = load_scenario(scenario)  # once: each slider move plans from the parsed scenario
+
     def compute(values):
-        return ranks_model(values, scenario=scenario, ranks=ranks)
+        return ranks_model(values, scenario=loaded, ranks=ranks)
 
     return Panel({"workspace_gib": ws, "context": ctx}, compute, ranks_figures, ranks_verdict,
                  title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
@@ -482,3 +493,123 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
 
 __all__ += ["MambaModel", "mamba_figures", "mamba_model", "mamba_panel",
             "mamba_verdict"]
+
+
+# --- notebook 03: one scheduling pass at a time ------------------------------------------------
+
+#: The step-through's engine: the seed's pool, a stall limit of 20 passes so that the stall
+#: detector's end is a few key presses away (the real limit, 1000, is notebook 03's default).
+STEP_ENGINE = EngineConfig(stall_limit=20)
+#: The step-through's requests: the 8192-token one beside two small ones.
+STEP_WORKLOAD = tuple(long_and_small(num_small=2, every=2))
+STEP_MAX_PASSES = 60
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The engine after ``passes`` passes under ``policy``, and what the last one decided."""
+
+    policy: str
+    passes: int                 # passes run (fewer than asked when the run ended)
+    result: SimulationResult
+    rows: Tuple[dict, ...]      # the last pass, one dict a request (viz.pass_spec)
+    stalled: int                # the stall detector's count after the last pass
+    used_pages: int
+    total_pages: int
+
+
+def _asked(request) -> int:
+    """Tokens ``request`` needs from the next pass: the rest of its context (non-chunked) plus
+    its draft tokens, or one generation step (1 + draft)."""
+    if request.context_current_position < request.prompt_len:
+        return request.context_remaining_length + request.num_draft_tokens
+    return 1 + request.num_draft_tokens
+
+
+def step_model(values: Mapping[str, Any]) -> StepModel:
+    """Run :data:`STEP_WORKLOAD` under ``values["policy"]`` for ``values["pass"]`` scheduling
+    passes (from scratch: a pass is ms) and describe the last one."""
+    policy, wanted = values["policy"], int(values["pass"])
+    engine = Engine(build_scheduler(policy, STEP_ENGINE), STEP_WORKLOAD)
+    asked: Dict[str, int] = {}
+    while engine.iterations < wanted and engine.error is None:
+        if not engine.num_live:
+            if not engine.has_pending_arrivals:
+                break
+            engine.advance_to(engine.arrivals[engine.next_arrival].arrival_step)
+        live = [r for r in engine.requests if r.arrival_step <= engine.step
+                and r.state in ("waiting", "running", "suspended")]
+        asked = {r.request_id: _asked(r) for r in live}
+        engine.iterate()
+    batch = engine.last_batch
+    rows = []
+    for request in engine.requests:
+        if request.request_id not in asked:
+            continue
+        scheduled = ({r.request_id: r for r in batch.context_requests}
+                     | {r.request_id: r for r in batch.generation_requests}) if batch else {}
+        if engine.error is not None and getattr(engine.error, "request_id", "") == request.request_id:
+            result, why = "crash", f"{type(engine.error).__name__}: {engine.error}"
+        elif engine.error is not None:
+            result, why = "waiting", "the engine stopped before this pass reached it"
+        elif request.request_id in scheduled:
+            result, why = "scheduled", "the pages and the token budget were there"
+        elif request.state == "suspended":
+            result, why = "suspended", "its cache gave way (pages to the tier below, or kept)"
+        elif request.state in ("finished", "rejected"):
+            result, why = request.state, request.reason
+        elif request.state == "waiting" and asked[request.request_id] > 0:
+            result, why = "refused", ("not scheduled: the resize returned False or the budget "
+                                      "was spent; retried next pass")
+        else:
+            result, why = "waiting", "not reached this pass"
+        got = asked[request.request_id] if result == "scheduled" else 0
+        rows.append(dict(request=request.request_id, asked=asked[request.request_id], got=got,
+                         result=result, why=why))
+    manager = engine.scheduler.manager
+    return StepModel(policy, engine.iterations, engine.result(engine.step), tuple(rows),
+                     engine.scheduler.stalled_passes, manager.total_blocks - manager.free_blocks,
+                     manager.total_blocks)
+
+
+def step_figures(model: StepModel) -> Dict[str, dict]:
+    """This pass, request by request, and the run so far."""
+    return {"pass": viz.pass_spec(model.rows, title=f"Pass {model.passes}: what each request asked "
+                                  "for, and got", subtitle=f"policy {model.policy}; pool "
+                                  f"{model.used_pages} of {model.total_pages} pages in use"),
+            "timeline": viz.scheduler_timeline_spec(model.result, stall_limit=STEP_ENGINE.stall_limit,
+                                                    title=f"The run so far: {model.passes} passes")}
+
+
+def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): where the run stands after this pass."""
+    outcome = engine_outcome(model.result)
+    error = model.result.error
+    if error is not None:
+        headline = f"Pass {model.passes} ended the engine: {type(error).__name__}."
+    elif not any(s in ("waiting", "running") for s in model.result.status.values()):
+        headline = f"Every request is done after {model.passes} passes."
+    else:
+        headline = (f"Pass {model.passes}: the stall detector counts {model.stalled} of "
+                    f"{STEP_ENGINE.stall_limit} passes without progress. Press → for the next.")
+        outcome = None
+    return outcome, verdict_html(outcome, headline)
+
+
+def step_panel(policy: str = "none/configured", passes: int = 1, *,
+               wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 03's panel: one scheduling pass at a time. The pass slider is the "next pass"
+    control (its arrow keys step one pass); the policy picks the engine."""
+    policy = check_choice("policy", policy, TRTLLM_POLICIES)
+    passes = check_int("passes", passes, low=1, high=STEP_MAX_PASSES)
+    pick = W.ToggleButtons(options=list(TRTLLM_POLICIES), value=policy, description="policy",
+                           style={"button_width": "130px"})
+    step = W.IntSlider(value=passes, min=1, max=STEP_MAX_PASSES, description="pass",
+                       continuous_update=False, layout=W.Layout(width="420px"))
+    return Panel({"policy": pick, "pass": step}, step_model, step_figures, step_verdict,
+                 title="One scheduling pass at a time: the long request beside two small ones",
+                 wait_s=wait_s)
+
+
+__all__ += ["STEP_ENGINE", "STEP_MAX_PASSES", "STEP_WORKLOAD", "StepModel", "step_figures",
+            "step_model", "step_panel", "step_verdict"]

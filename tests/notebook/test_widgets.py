@@ -174,6 +174,23 @@ def test_panel_coalesces_slider_drags_inside_an_event_loop():
     asyncio.run(drag())
 
 
+def _sent_states(monkeypatch, widgets):
+    """The comm messages' states the widgets send while a test runs, in order, as (widget, state)."""
+    sent = []
+    for widget in widgets:
+        monkeypatch.setattr(widget, "_send", lambda msg, buffers=None, w=widget: sent.append(
+            (w, dict(msg.get("state", {})))))
+    return sent
+
+
+def test_a_move_sends_the_verdict_before_any_figure(panel, monkeypatch):
+    """The browser shows the verdict at once; each figure costs it a plotly redraw."""
+    sent = _sent_states(monkeypatch, [panel.verdict, *panel.figures.values()])
+    panel.controls["pool_mib"].value = 32.0
+    assert sent[0][0] is panel.verdict and "allocated" in sent[0][1]["value"]
+    assert {id(w) for w, _ in sent[1:]} <= {id(f) for f in panel.figures.values()} and len(sent) > 1
+
+
 def test_panel_displays_the_widget_with_a_static_fallback(panel):
     bundle = panel._repr_mimebundle_()
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == panel.widget.model_id
@@ -432,3 +449,27 @@ def test_a_panel_without_an_action_says_so(ranks):
     from kvlab.notebook.widgets import repro_panel
     with pytest.raises(ValueError, match="no action"):
         repro_panel().act()
+
+
+# --- notebook 03: one scheduling pass at a time -------------------------------------------------
+
+def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
+    from kvlab.notebook.widgets import STEP_ENGINE, step_model, step_panel
+
+    first = step_model({"policy": "none/configured", "pass": 1})
+    assert first.passes == 1
+    assert [(r["request"], r["asked"], r["result"]) for r in first.rows] == [
+        ("long", 8192, "refused"), ("s0", 256, "scheduled")]
+    assert first.rows[1]["got"] == 256 and first.rows[0]["got"] == 0
+    crash = step_model({"policy": "none/clamped", "pass": 10})
+    assert crash.passes == 1 and crash.rows[0]["result"] == "crash"  # the engine stopped in pass 1
+    assert crash.rows[1]["result"] == "waiting"                       # s0 was never reached
+    rejected = step_model({"policy": "capacity", "pass": 1})
+    assert rejected.rows[0]["result"] == "rejected" and "exceeds" in rejected.rows[0]["why"]
+    end = step_model({"policy": "none/configured", "pass": 60})  # past the small requests' end
+    assert end.stalled == STEP_ENGINE.stall_limit and type(end.result.error).__name__ == "SchedulerDeadlock"
+    panel = step_panel("none/configured", passes=1)
+    panel.set(**{"pass": 2})
+    assert panel.model.passes == 2 and panel.model.rows[1]["asked"] == 1  # s0's first generation step
+    assert "Press → for the next" in panel.verdict.value
+    assert [t.name for t in panel.figures["pass"].data] == ["asked (outline)", "got (filled, by result)"]
