@@ -233,7 +233,7 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
 
 def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional[str], *,
                      tokens_per_block: int = 32, policy: Optional[str] = None,
-                     title: Optional[str] = None) -> dict:
+                     title: Optional[str] = None, subtitle: Optional[str] = None) -> dict:
     """The request's page-index entries against the row's width and the pool's pages.
 
     Three horizontal bars in one trace (always one trace): the row (``width`` entries), the pool
@@ -267,7 +267,8 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
                         showarrow=False, yanchor="top", font=dict(color=POOL_COLOR, size=12))]
     if title is None:
         title = f"Page-index row: {needed} entries needed, {width} available"
-    subtitle = f"{OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}: {verdict}"
+    if subtitle is None:  # what the resize would do; a caller whose engine never got there says so
+        subtitle = f"{OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}: {verdict}"
     layout = _base_layout(
         title, subtitle, height=300, shapes=shapes, annotations=annotations, showlegend=False,
         bargap=0.35,
@@ -710,7 +711,8 @@ def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLI
                          hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", showlegend=False,
                          xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         lo = k * (width + gap)
-        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=-40)
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=0,
+                                      tickvals=policies, ticktext=[p.replace("/", "/<br>") for p in policies])
         top = max([v for v in values if v is not None] + [0])
         axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero",
                                       range=[0, (top or 1) * 1.2])
@@ -719,7 +721,7 @@ def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLI
     for outcome in ("crash", "stall", "reject", "ok"):
         data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=OUTCOME_LABELS[outcome],
                          marker=dict(symbol="square", size=12, color=OUTCOME_COLORS[outcome]),
-                         hoverinfo="skip"))
+                         hoverinfo="skip", showlegend=outcome in outcomes))
     if title is None:
         title = "Policies on one workload: goodput, waiting time, preemptions"
     if subtitle is None:

@@ -189,7 +189,9 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
         manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
         policy=POLICIES[model.policy][1],
         title=f"The long request: {needed} pages to complete; pool {engine.total_blocks}, "
-              f"row {manager.max_blocks_per_seq}")
+              f"row {manager.max_blocks_per_seq}",
+        subtitle=(f"{viz.OUTCOME_LABELS['reject']}: it never reaches "
+                  "the row or the pool" if result.status.get("long") == "rejected" else None))
     return {"timeline": timeline, "demand": demand}
 
 
@@ -250,7 +252,7 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
                             description="context", continuous_update=True,
                             style={"description_width": "90px"}, layout=W.Layout(width="420px"))
     pol = W.ToggleButtons(options=list(ADMISSION_PANEL_POLICIES), value=policy, description="policy",
-                          style={"description_width": "90px", "button_width": "120px"})
+                          style={"description_width": "90px", "button_width": "150px"})
 
     def compute(values):
         return admission_model(values, num_small=num_small, stall_limit=stall_limit)

@@ -473,3 +473,10 @@ def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     assert panel.model.passes == 2 and panel.model.rows[1]["asked"] == 1  # s0's first generation step
     assert "Press → for the next" in panel.verdict.value
     assert [t.name for t in panel.figures["pass"].data] == ["asked (outline)", "got (filled, by result)"]
+
+
+def test_under_a_rejecting_style_the_panels_parts_agree():
+    """The verdict says "rejected at admission"; the row figure must not say ValueError."""
+    panel = admission_panel(policy="sglang")
+    text = viz.figure_text(panel.figures["demand"])
+    assert panel.outcome == "reject" and "never reaches the row" in text and "ValueError" not in text
