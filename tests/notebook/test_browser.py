@@ -130,8 +130,9 @@ def test_notebook_02_panel_follows_its_sliders(jupyter_lab, request):
             verdict.scroll_into_view_if_needed()
             first = _verdict(page)
             assert "ValueError" in first, first
-            figure_before = _figure_data(page)
-            assert figure_before is not None, "the panel's figure did not render"
+            figure_before = _wait_change(page, _figure_data, None, timeout_s=90)  # rendered
+            if figure_before == "[]":  # the element is there, its data not yet (a loaded machine)
+                figure_before = _wait_change(page, _figure_data, "[]", timeout_s=90)
 
             # 4 MiB -> 32 MiB: three doublings at step 0.5 on a base-2 log slider
             _move_slider(page, "pool (MiB)", 6)

@@ -187,7 +187,8 @@ def test_after_a_death_every_request_has_a_status_and_a_reason_naming_the_rank(d
     assert lost and {v[1] for v in lost.values()} == {"lost"}
     assert all(v[2] == f"lost: {failure.describe()}" for v in lost.values())
     for r in result.ranks[:2] + result.ranks[3:]:
-        assert (r.outcome, r.error) == ("shut down", f"shut down: {failure.describe()}")
+        # a survivor that could not report within the grace period is killed: its error says so
+        assert r.outcome == "shut down" and r.error.startswith(f"shut down: {failure.describe()}")
         assert r.status and all(f"shut down: {failure.describe()}" in r.reasons[k]
                                 for k, s in r.status.items() if s in ("waiting", "running"))
     assert {v[1] for k, v in outcomes.items() if v[0] is None} <= {"not routed"}
