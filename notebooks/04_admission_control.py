@@ -90,8 +90,10 @@ print(engine.describe(), "(the seed's)" if IS_SEED else "(not the seed's: the as
 #
 # PR #21720 classifies each request at admission from its total demand (prompt + `max_new_tokens`
 # pages): *fits now*, *temporarily blocked*, or *never fits* — and only the last is rejected,
-# with the numbers. Three requests on this pool: "hog" takes three quarters of it for a while,
-# "later" needs half (it fits alone, not beside "hog"), "never" needs more than all of it.
+# with the numbers. "hog" takes three quarters of this pool for a while; beside it, the table
+# classifies three arrivals: "tiny" (one page: fits now), "later" (half the pool: it fits alone,
+# not beside "hog") and "never" (more than all of it). The runs below use "hog", "later" and
+# "never".
 
 # %%
 trio = not_yet_and_never(engine)

@@ -116,7 +116,8 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
                             style={"description_width": "90px"}, layout=W.Layout(width="420px"))
     tpb = W.Dropdown(options=sorted(set(TOKENS_PER_BLOCK_CHOICES) | {int(tokens_per_block)}),
                      value=int(tokens_per_block), description="tokens/block",
-                     style={"description_width": "90px"}, layout=W.Layout(width="200px"))
+                     style={"description_width": "90px"},
+                     layout=W.Layout(width="420px"))  # the sliders' width: "row width" heads its own column
     pol = W.ToggleButtons(options=[(name, name) for name in WIDTH_POLICIES], value=policy,
                           description="row width", tooltips=list(WIDTH_POLICIES.values()),
                           style={"description_width": "90px", "button_width": "100px"})
