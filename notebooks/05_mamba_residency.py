@@ -233,7 +233,7 @@ if IS_PR:
 # %%
 runs = run_review_findings()
 for run in runs:
-    print(f"finding {run.finding} {run.label}: {run.outcome:5} {run.detail[:150]}")
+    print(f"finding {run.finding} {run.label}: {run.outcome:5} {run.detail}")
 viz.show(viz.review_findings_figure(runs))
 by = {(r.finding, r.bug): r for r in runs}
 assert all(by[n, False].outcome == "ok" for n in (1, 2, 3))

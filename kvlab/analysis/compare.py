@@ -166,7 +166,7 @@ def outcome_row(policy: str, result: SimulationResult) -> dict:
                           else round(summary["mean_queue_steps"], 2)),
         preemptions=summary["suspensions"] + summary["recomputes"],
         max_stalled_passes=max(result.trace.column("stalled_passes"), default=0),
-        error=_error_text(result).split(" - ")[0][:160],
+        error=_error_text(result).split(" - ")[0],
         rejected_ids=", ".join(rejected),
         reasons=" | ".join(sorted({result.reasons[i] for i in rejected})),
     )

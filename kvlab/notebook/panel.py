@@ -190,12 +190,12 @@ class Panel:
         self.verdict = W.HTML(value=text, layout=W.Layout(width=verdict_width))
         self._action = action
         self.action_result: Any = None
-        self.action_output = W.HTML(layout=W.Layout(width=verdict_width))
+        self.action_output = W.HTML()  # below the figures, full width: it may hold a table
         side = [self.verdict]
         if action is not None:
             self.action_button = W.Button(description=action[0], layout=W.Layout(width="auto"))
             self.action_button.on_click(lambda _button: self.act())
-            side += [self.action_button, self.action_output]
+            side += [self.action_button]
         self._debouncer = Debouncer(self.refresh, wait_s)
         self._holding = False
         for control in self.controls.values():
@@ -204,7 +204,8 @@ class Panel:
         control_rows = [W.HBox(list(self.controls.values())[i:i + 2])
                         for i in range(0, len(self.controls), 2)]
         self.widget = W.VBox([*header, *control_rows,
-                              W.HBox([W.VBox(list(self.figures.values())), W.VBox(side)])])
+                              W.HBox([W.VBox(list(self.figures.values())), W.VBox(side)]),
+                              self.action_output])
 
     # -- state ------------------------------------------------------------------------------
     @property

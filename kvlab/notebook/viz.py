@@ -96,17 +96,20 @@ def _base_layout(title: str, subtitle: str = "", **extra) -> dict:
     The subtitle is 12 px, broken between words to the figure's width, below the title."""
     width = extra.get("width", FIGURE_WIDTH)
     lines = _wrap(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
-    title_spec = dict(text=title, x=0.0, xanchor="left", font=dict(size=16))
-    if lines:
-        title_spec["subtitle"] = dict(text="<br>".join(lines), font=dict(size=12, color="#444"))
-    layout = dict(title=title_spec, font=FONT, template=None, width=FIGURE_WIDTH,
-                  paper_bgcolor="white", plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
+    # The subtitle's lines go in the title's text (every plotly.js renders that alike; a
+    # FigureWidget drew ``title.subtitle`` above the title), anchored to the figure's top.
+    text = "<br>".join([title] + [f'<span style="font-size:12px;color:#444">{line}</span>'
+                                  for line in lines])
+    layout = dict(title=dict(text=text, x=0.0, xanchor="left", xref="container", y=1.0,
+                             yref="container", yanchor="top", pad=dict(t=26), font=dict(size=16)),
+                  font=FONT, template=None, width=FIGURE_WIDTH, paper_bgcolor="white",
+                  plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
                   hoverlabel=dict(font_size=12, bgcolor="white"))
     for axis in ("xaxis", "yaxis"):
         extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
     layout.update(extra)
     layout["margin"] = {**layout["margin"],
-                        "t": max(layout["margin"].get("t", 80), 56 + 17 * len(lines))}
+                        "t": max(layout["margin"].get("t", 80), 64 + 17 * len(lines))}
     return layout
 
 
@@ -711,8 +714,8 @@ def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLI
                          hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", showlegend=False,
                          xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         lo = k * (width + gap)
-        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=0,
-                                      tickvals=policies, ticktext=[p.replace("/", "/<br>") for p in policies])
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}",
+                                      tickangle=-90)  # upright: no name runs into its neighbour
         top = max([v for v in values if v is not None] + [0])
         axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero",
                                       range=[0, (top or 1) * 1.2])
@@ -845,15 +848,14 @@ def figure_html(fig: go.Figure) -> str:
 
 
 def figure_title(fig: go.Figure) -> str:
-    """The figure's title without its subtitle."""
-    return fig.layout.title.text or ""
+    """The figure's title without its subtitle or markup."""
+    return (fig.layout.title.text or "").split("<br>")[0]
 
 
 def figure_text(fig) -> str:
     """The figure's title and subtitle as plain text (markup removed, lines joined by spaces);
     ``fig`` is a go.Figure or a spec."""
-    title = fig["layout"]["title"] if isinstance(fig, dict) else fig.layout.title.to_plotly_json()
-    text = " ".join(t for t in (title.get("text"), (title.get("subtitle") or {}).get("text")) if t)
+    text = (fig["layout"]["title"]["text"] if isinstance(fig, dict) else fig.layout.title.text) or ""
     return re.sub(r"<[^>]+>", "", text.replace("<br>", " "))
 
 
@@ -1041,7 +1043,9 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
     for key, label, color in RESIDENCY_PARTS:
         values = [split["raw"][key] / gib, split["clamped"][key] / gib]
         hover = [f"{xi}: {label} {v:.2f} GiB" for xi, v in zip(x, values)]
-        data.append(dict(type="bar", x=x, y=values, name=label, marker=dict(color=color),
+        # the amounts in the legend: a part too thin to see in the bars is still named and sized
+        data.append(dict(type="bar", x=x, y=values, name=f"{label}: {values[0]:.2f} | {values[1]:.2f} GiB",
+                         marker=dict(color=color),
                          hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
     q = quota_bytes / gib
     raw_total = sum(split["raw"][k] for k in ("resident", "dummies", "pages")) / gib

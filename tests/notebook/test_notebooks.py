@@ -321,10 +321,11 @@ def figure_problems(fig: dict) -> list:
             problems.append(f"a legend entry for the empty trace {t['name']!r}")
     width = layout.get("width", FIGURE_WIDTH)
     title = layout.get("title", {})
-    for text, px in ((title.get("text", ""), 9.0), ((title.get("subtitle") or {}).get("text", ""), 6.7)):
-        for line in re.sub(r"<(?!br>)[^>]+>", "", text or "").split("<br>"):
-            if len(line) * px > width - 10:
-                problems.append(f"a title line clipped at {width} px: {line[:60]!r}...")
+    for line in (title.get("text") or "").split("<br>"):
+        px = 6.7 if "font-size:12px" in line else 9.0  # a subtitle line, or the title's
+        plain = re.sub(r"<[^>]+>", "", line)
+        if len(plain) * px > width - 10:
+            problems.append(f"a title line clipped at {width} px: {plain[:60]!r}...")
     for axis_name, axis in layout.items():
         if not axis_name.startswith("xaxis") or axis.get("tickangle") is not None:
             continue
