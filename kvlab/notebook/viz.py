@@ -729,9 +729,10 @@ def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLI
         title = "Policies on one workload: goodput, waiting time, preemptions"
     if subtitle is None:
         subtitle = "bars coloured by the engine's outcome; goodput = finished requests' tokens per scheduler pass"
-    layout = _base_layout(title, subtitle, height=440, annotations=annotations, barmode="group",
-                          legend=dict(orientation="h", yanchor="top", y=-0.32, x=0),
-                          margin=dict(l=60, r=30, t=100, b=60), **axes)
+    # the legend above the panels: the upright policy names take the space below them
+    layout = _base_layout(title, subtitle, height=500, annotations=annotations, barmode="group",
+                          legend=dict(orientation="h", yanchor="bottom", y=1.08, x=0),
+                          margin=dict(l=60, r=30, t=130, b=120), **axes)
     return {"data": data, "layout": layout}
 
 
