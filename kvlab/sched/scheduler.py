@@ -72,7 +72,6 @@ DEFAULT_STALL_LIMIT = 1000
 DEADLOCK_REMEDY = ("Configure kv_cache_config.host_cache_size, increase kv_cache_config.max_tokens, "
                    "or lower max_batch_size.")
 LIVE_STATES = ("waiting", "running", "suspended")
-#: The review findings of PR #17261 the scheduler can reproduce (default: all fixed).
 
 
 class SchedulerDeadlock(RuntimeError):
