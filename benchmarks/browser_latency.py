@@ -26,16 +26,14 @@ import argparse
 import json
 import os
 import platform
-import secrets
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from lab_server import start_lab, stop_lab  # noqa: E402  (the browser test's own server)
 
 CHROMIUM = Path("/usr/bin/chromium")
 PANELS = ("repro_panel", "admission_panel", "ranks_panel", "mamba_panel")
@@ -122,51 +120,6 @@ def make_notebook(path: Path, panels, trace: Optional[Path] = None) -> None:
     path.write_text(json.dumps({
         "cells": cells, "nbformat": 4, "nbformat_minor": 5,
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}))
-
-
-def _wait_for_server(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"jupyter lab did not answer within {timeout_s} s")
-
-
-def _free_port() -> int:
-    from kvlab.run.distributed import free_port
-    return free_port()
-
-
-def start_lab(tmp: Path, root: Path):
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.open_browser=False"],
-        stdout=subprocess.DEVNULL, stderr=(tmp / "lab.log").open("w"), env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_server(f"{base}/api/status?token={token}", proc)
-    except BaseException:
-        stop_lab(proc)
-        raise
-    return proc, base, token
-
-
-def stop_lab(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def summary(samples) -> dict:

@@ -9,19 +9,13 @@ build/test-artifacts/ when the test fails.
 
 from __future__ import annotations
 
-import os
-import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from kvlab.run.distributed import free_port
+from lab_server import start_lab, stop_lab
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -29,20 +23,6 @@ NOTEBOOK = "02_single_gpu_repro_4mib.ipynb"
 ARTIFACTS = REPO / "build" / "test-artifacts"
 
 pytestmark = [pytest.mark.ui, pytest.mark.timeout(300)]
-
-
-def _wait_for_server(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"jupyter lab did not answer within {timeout_s} s")
 
 
 @pytest.fixture
@@ -54,26 +34,11 @@ def jupyter_lab(tmp_path):
     root = tmp_path / "lab"
     root.mkdir()
     shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)
-    port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.open_browser=False"],
-        stdout=subprocess.DEVNULL, stderr=(tmp_path / "lab.log").open("w"), env=env,
-        start_new_session=True)
+    proc, base, token = start_lab(tmp_path, root)
     try:
-        base = f"http://127.0.0.1:{port}"
-        _wait_for_server(f"{base}/api/status?token={token}", proc)
         yield base, token
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_lab(proc)
 
 
 def _verdict(page) -> str:
