@@ -1,4 +1,4 @@
-"""Widget latency: time from setting a control's value to the panel's FigureWidgets and verdict
+"""Widget latency: time from setting a control's value to the panel's figure views and verdict
 being updated, headless, for every panel in kvlab.notebook.widgets (each ``*_panel`` factory), at its
 defaults and at its largest setting (every slider at its maximum).
 

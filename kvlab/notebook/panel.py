@@ -1,4 +1,4 @@
-"""The Panel pattern: controls -> compute -> FigureWidgets updated in place.
+"""The Panel pattern: controls -> compute -> figures redrawn in place.
 
 One pattern for every notebook's live panel (:class:`Panel`; each notebook's own is in
 :mod:`kvlab.notebook.widgets`)::
@@ -12,11 +12,11 @@ One pattern for every notebook's live panel (:class:`Panel`; each notebook's own
     panel                                # display it (last expression of a cell)
     panel.set(pool_mib=32)               # set several controls, recompute once
 
-A change of any control recomputes the model, sets the verdict, then patches each FigureWidget
-in place with ``kvlab.notebook.viz.update_figure`` inside ``batch_update`` (the widgets are built
-once, never rebuilt: each figure function returns the same traces whatever the model). The
-verdict goes first because the browser shows it at once, whereas each figure costs it a plotly
-redraw (``benchmarks/browser_latency.py`` measures both in JupyterLab in Chromium). Changes are
+A change of any control recomputes the model, sets the verdict, then hands each figure to its
+:class:`~kvlab.notebook.plot_view.PlotView` (built once, never rebuilt), which sends it only if
+it changed and redraws it with ``Plotly.react``. The verdict goes first because the browser
+shows it at once, whereas each figure costs it a plotly redraw (``benchmarks/browser_latency.py``
+measures both in JupyterLab in Chromium). Changes are
 coalesced by a :class:`Debouncer`. A model that cannot be computed (``compute`` raises) leaves
 the figures as they were and says why in the verdict instead of printing a traceback.
 
@@ -38,6 +38,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from kvlab.notebook import viz
+from kvlab.notebook.plot_view import PlotView
 
 #: The display bundle's copy of a whole panel (title, values, verdict HTML, every figure as
 #: plotly JSON), which the walkthrough's report draws as images (kvlab.notebook.walkthrough).
@@ -159,8 +160,8 @@ def check_control_value(name: str, control: W.ValueWidget, value) -> None:
 
 class Panel:
     """Controls, a compute function, figure functions and a verdict, wired together (module
-    docstring). Attributes: ``controls`` (name -> ipywidget), ``figures`` (name ->
-    go.FigureWidget), ``verdict`` (an ipywidgets.HTML), ``model`` (the last computed model),
+    docstring). Attributes: ``controls`` (name -> ipywidget), ``views`` (name -> PlotView, the
+    figures on screen), ``figures`` (name -> go.Figure, what they show), ``verdict`` (an ipywidgets.HTML), ``model`` (the last computed model),
     ``error`` (the last compute error, or None), ``updates`` (refreshes done), ``widget`` (the
     whole panel as one ipywidgets box).
 
@@ -184,8 +185,8 @@ class Panel:
         self.updates = 0
         self.outcome: Optional[str] = None
         self.model = compute(self.values)
-        self.figures: Dict[str, go.FigureWidget] = {
-            name: go.FigureWidget(fig) for name, fig in self._render(self.model).items()}
+        self.views: Dict[str, PlotView] = {
+            name: PlotView(fig) for name, fig in self._render(self.model).items()}
         self.outcome, text = verdict(self.model)
         self.verdict = W.HTML(value=text, layout=W.Layout(width=verdict_width))
         self._action = action
@@ -204,7 +205,7 @@ class Panel:
         control_rows = [W.HBox(list(self.controls.values())[i:i + 2])
                         for i in range(0, len(self.controls), 2)]
         self.widget = W.VBox([*header, *control_rows,
-                              W.HBox([W.VBox(list(self.figures.values())), W.VBox(side)]),
+                              W.HBox([W.VBox(list(self.views.values())), W.VBox(side)]),
                               self.action_output])
 
     # -- state ------------------------------------------------------------------------------
@@ -212,6 +213,11 @@ class Panel:
     def values(self) -> Dict[str, Any]:
         """The controls' current values, by name."""
         return {name: control.value for name, control in self.controls.items()}
+
+    @property
+    def figures(self) -> Dict[str, go.Figure]:
+        """What each view shows, by name, as new go.Figures."""
+        return {name: view.figure for name, view in self.views.items()}
 
     @property
     def debouncer(self) -> Debouncer:
@@ -251,7 +257,7 @@ class Panel:
         # figure costs the browser a plotly redraw (tens of ms on 2 cores) before the next message.
         self.outcome, self.verdict.value = outcome, text
         for name, fig in figs.items():
-            viz.update_figure(self.figures[name], fig)
+            self.views[name].show(fig)
 
     @contextmanager
     def hold(self):
@@ -303,7 +309,7 @@ class Panel:
         """The panel without a widget frontend: verdict and figures as HTML, the first figure
         as plotly JSON, the verdict as plain text, and the whole panel (:data:`PANEL_MIME`)
         for the walkthrough's report."""
-        figs = [go.Figure(f) for f in self.figures.values()]
+        figs = list(self.figures.values())
         title = f"<h3>{html.escape(self.title)}</h3>" if self.title else ""
         values = ("<p><code>" + html.escape(", ".join(f"{k}={v!r}" for k, v in self.values.items()))
                   + "</code></p>")

@@ -2,11 +2,10 @@
 
 Nothing here builds a widget or keeps state. Each figure comes twice: ``name_spec(...)`` returns
 the figure as a plain dict (``{"data": [...], "layout": {...}}``) and ``name_figure(...)`` the
-same as a ``go.Figure``. ``kvlab.notebook.widgets`` turns a spec into a ``FigureWidget`` once and then only
-patches it with :func:`update_figure` (plain dicts skip plotly's validation of a whole new
-figure, which costs more than the rest of an update). Every figure function returns the same
-traces (count, order and types) whatever its input, so a widget is updated in place, never
-rebuilt.
+same as a ``go.Figure``. A panel (``kvlab.notebook.panel``) hands a spec to its figure's
+``PlotView`` on every change (plain dicts skip plotly's validation of a whole new figure, which
+costs more than the rest of an update). Every figure function returns the same traces (count,
+order and types) whatever its input, so ``Plotly.react`` redraws a figure in place.
 
 One colour per outcome across every notebook (:data:`OUTCOME_COLORS`), from Paul Tol's
 colour-blind-safe "vibrant" and "high-contrast" sets; outcomes are also named in every label and
@@ -114,7 +113,7 @@ def _base_layout(title: str, subtitle: str = "", **extra) -> dict:
 
 
 AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, ticks="outside",
-                  tickcolor="#B0B6BE", automargin=True)
+                  tickcolor="#B0B6BE", automargin=True, ticklabeloverflow="allow")
 
 
 def _log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:
@@ -787,48 +786,6 @@ served_over_time_figure = _as_figure(served_over_time_spec)
 
 
 # --- widgets: update in place; static display -------------------------------------------------
-
-def update_figure(target: go.Figure, source) -> None:
-    """Make ``target`` (usually a FigureWidget on screen) show ``source``, in place.
-
-    ``source`` is a go.Figure or its ``to_plotly_json()`` dict. Only what changed since the last
-    update is sent (each trace's and the layout's top-level keys are compared with what this
-    function last applied to ``target``), all inside one ``batch_update`` (one message to the
-    frontend). The trace structure must match; every figure function here returns the same
-    traces whatever its input, so a widget never needs rebuilding. The template is left alone.
-    """
-    spec = source.to_plotly_json() if hasattr(source, "to_plotly_json") else source
-    data, layout = list(spec.get("data", [])), dict(spec.get("layout", {}))
-    target_types = [t.type for t in target.data]
-    source_types = [d.get("type", "scatter") for d in data]
-    if target_types != source_types:
-        raise ValueError("update_figure needs the same traces in the same order: target has "
-                         f"{target_types}, source {source_types}")
-    last = getattr(target, "_kvlab_applied", None) or {"data": [{} for _ in data], "layout": {}}
-    batch = target.batch_update() if hasattr(target, "batch_update") else _nullcontext()
-    with batch:
-        for trace, props, before in zip(target.data, data, last["data"]):
-            changed = {k: v for k, v in props.items()
-                       if k not in ("type", "uid") and before.get(k, _MISSING) != v}
-            if changed:
-                trace.update(changed, overwrite=True)
-        layout.pop("template", None)
-        changed = {k: v for k, v in layout.items() if last["layout"].get(k, _MISSING) != v}
-        if changed:
-            target.layout.update(changed, overwrite=True)
-    target._kvlab_applied = {"data": data, "layout": layout}
-
-
-_MISSING = object()
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
 
 def static_bundle(fig: go.Figure, *, html: bool = True) -> dict:
     """A display bundle that needs no widget frontend: plotly's JSON mime type (JupyterLab,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import plotly.graph_objects as go
 import pytest
 
 from kvlab import PageIndexTable
@@ -130,31 +129,6 @@ def test_outcome_map_counts_outcomes_with_three_fixed_traces():
     assert (4.0, 8192) in set(zip(crash.x, crash.y))  # the seed's cell crashes
     empty = viz.outcome_map_figure([])
     assert len(empty.data) == 3
-
-
-def test_update_figure_patches_a_figure_widget_in_place():
-    widget = go.FigureWidget(viz.repro_index_row(run_repro(4, 8192)))
-    bar = widget.data[0]
-    viz.update_figure(widget, viz.repro_index_row_spec(run_repro(4, 8192, "configured")))
-    assert widget.data[0] is bar and len(widget.data) == 1
-    assert list(widget.data[0].x) == [256, 64, 260]
-    assert "260 available" in viz.figure_text(widget)
-    viz.update_figure(widget, viz.repro_index_row(run_repro(32, 8192)))  # a go.Figure works too
-    assert list(widget.data[0].x) == [256, 512, 260]
-    with pytest.raises(ValueError, match="same traces"):
-        viz.update_figure(widget, viz.repro_page_map(run_repro(4, 8192)))
-
-
-def test_update_figure_sends_only_what_changed():
-    widget = go.FigureWidget(viz.repro_index_row(run_repro(4, 8192)))
-    spec = viz.repro_index_row_spec(run_repro(4, 8192, "configured"))
-    viz.update_figure(widget, spec)
-    sent = []
-    widget.data[0].on_change(lambda *args: sent.append(args), "x")
-    viz.update_figure(widget, spec)  # identical: nothing to send
-    assert sent == []
-    viz.update_figure(widget, viz.repro_index_row_spec(run_repro(32, 8192)))
-    assert len(sent) == 1  # the callback does see a real change
 
 
 def test_static_bundle_needs_no_frontend():

@@ -1,4 +1,4 @@
-"""kvlab.notebook.widgets, headless: set a control's value, read the FigureWidgets and the verdict; every
+"""kvlab.notebook.widgets, headless: set a control's value, read the figures and the verdict; every
 panel (repro, admission, mamba, ranks) and the Panel pattern under them."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 
 from kvlab.notebook import viz
 from kvlab.notebook.panel import Debouncer, Panel, verdict_html
+from kvlab.notebook.plot_view import PlotView
 from kvlab.notebook.widgets import (ADMISSION_PANEL_POLICIES, admission_panel, context_choices,
                                     mamba_panel, ranks_panel, repro_panel)
 
@@ -35,9 +36,8 @@ def test_the_seed_crashes_with_the_native_message(panel):
 
 
 def test_controls_drive_figures_and_verdict_as_the_model_says(panel):
-    pool_fig, row_fig = panel.figures["pool"], panel.figures["row"]
-    traces = [len(pool_fig.data), len(row_fig.data)]
-    bar = row_fig.data[0]
+    views = dict(panel.views)
+    traces = [len(f.data) for f in panel.figures.values()]
 
     panel.controls["policy"].value = "configured"  # the one-line fix
     assert panel.outcome == "refused"
@@ -47,15 +47,15 @@ def test_controls_drive_figures_and_verdict_as_the_model_says(panel):
     panel.controls["pool_mib"].value = 32.0  # 512 pages: the request fits
     assert panel.outcome == "ok" and panel.verdict_text.startswith("allocated")
     assert row(panel) == [256, 512, 260]
-    z = [v for r in pool_fig.data[0].z for v in r if v is not None]
+    z = [v for r in panel.figures["pool"].data[0].z for v in r if v is not None]
     assert z.count(HELD) == 256 and len(z) == 512
 
     panel.controls["context"].value = 131072  # 4096 pages: the row holds them, the pool does not
     assert panel.outcome == "refused"
     assert row(panel) == [4096, 512, 4100]
-    # updated in place: the same widgets, the same traces
-    assert panel.figures["pool"] is pool_fig and panel.figures["row"] is row_fig
-    assert [len(pool_fig.data), len(row_fig.data)] == traces and row_fig.data[0] is bar
+    # redrawn in place: the same views, the same traces
+    assert all(panel.views[name] is view for name, view in views.items())
+    assert [len(f.data) for f in panel.figures.values()] == traces
 
 
 def test_tokens_per_block_changes_the_page_arithmetic(panel):
@@ -185,10 +185,20 @@ def _sent_states(monkeypatch, widgets):
 
 def test_a_move_sends_the_verdict_before_any_figure(panel, monkeypatch):
     """The browser shows the verdict at once; each figure costs it a plotly redraw."""
-    sent = _sent_states(monkeypatch, [panel.verdict, *panel.figures.values()])
+    sent = _sent_states(monkeypatch, [panel.verdict, *panel.views.values()])
     panel.controls["pool_mib"].value = 32.0
     assert sent[0][0] is panel.verdict and "allocated" in sent[0][1]["value"]
-    assert {id(w) for w, _ in sent[1:]} <= {id(f) for f in panel.figures.values()} and len(sent) > 1
+    assert [w for w, _ in sent[1:]] == list(panel.views.values())  # each figure once
+    assert all(set(state) == {"figure_json"} for _, state in sent[1:])
+
+
+def test_a_view_sends_a_figure_only_when_it_changed(panel, monkeypatch):
+    sent = _sent_states(monkeypatch, list(panel.views.values()))
+    panel.controls["context"].value = 8192  # the value it has: no message at all
+    panel.refresh()  # same values again: nothing changed, nothing sent
+    assert sent == []
+    panel.controls["pool_mib"].value = 32.0
+    assert len(sent) == 2
 
 
 def test_panel_displays_the_widget_with_a_static_fallback(panel):
@@ -198,7 +208,8 @@ def test_panel_displays_the_widget_with_a_static_fallback(panel):
     assert "kvlab-verdict" in bundle["text/html"] and bundle["text/html"].count("Plotly.newPlot") == 2
     assert "ValueError" in bundle["text/plain"]
     assert isinstance(panel.widget, W.VBox)
-    assert all(isinstance(f, go.FigureWidget) for f in panel.figures.values())
+    assert all(isinstance(v, PlotView) for v in panel.views.values())
+    assert all(isinstance(f, go.Figure) for f in panel.figures.values())
 
 
 def test_repro_panel_checks_its_arguments_and_widens_the_pool_slider():
@@ -230,16 +241,20 @@ def stalled(panel):
 
 
 def test_admission_panel_names_each_outcome_with_the_numbers(adm):
-    timeline, demand = adm.figures["timeline"], adm.figures["demand"]
+    views = dict(adm.views)
+
+    def demand():
+        return adm.figures["demand"]
+
     assert adm.outcome == "crash"
     assert "PageIndexTooShort" in adm.verdict_text and "need 257 pages; the pool has 64" in adm.verdict_text
-    assert list(demand.data[0].x) == [257, 64, 68]
+    assert list(demand().data[0].x) == [257, 64, 68]
 
     adm.set(policy="none/configured")  # the one-line fix: starve, then deadlock
     assert adm.outcome == "stall"
     assert "3 of 3 small requests finished" in adm.verdict_text
     assert "SchedulerDeadlock after 50 passes" in adm.verdict_text
-    assert stalled(adm)[-1] == 50 and list(demand.data[0].x) == [257, 64, 260]
+    assert stalled(adm)[-1] == 50 and list(demand().data[0].x) == [257, 64, 260]
 
     adm.set(policy="capacity")  # PR #21720
     assert adm.outcome == "reject"
@@ -249,10 +264,10 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
 
     adm.set(pool_mib=32.0)  # 512 pages: everything fits
     assert adm.outcome == "ok" and adm.verdict_text.startswith("OK: all 4 requests finished")
-    assert list(demand.data[0].x)[:2] == [257, 512]
-    # updated in place: the same widgets, the same traces
-    assert adm.figures["timeline"] is timeline and adm.figures["demand"] is demand
-    assert len(timeline.data) == 6 and len(demand.data) == 1
+    assert list(demand().data[0].x)[:2] == [257, 512]
+    # redrawn in place: the same views, the same traces
+    assert adm.views == views
+    assert len(adm.figures["timeline"].data) == 6 and len(demand().data) == 1
 
 
 def test_admission_panel_controls_drive_the_model(adm):
@@ -319,11 +334,12 @@ def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
 
 
 def test_a_big_quota_lets_merged_code_build_and_the_figure_updates_in_place(mamba):
-    fig = mamba.figures["stack"]
+    view = mamba.views["stack"]
     before = mamba_bars(mamba)
     mamba.set(quota_gib=40.0)
-    assert mamba.figures["stack"] is fig  # patched, not rebuilt
+    assert mamba.views["stack"] is view  # redrawn, not rebuilt
     assert mamba.outcome == "ok" and "Merged builds" in mamba.verdict_text
+    fig = mamba.figures["stack"]
     assert list(fig.data[0].x) == ["merged", "PR #17261 clamp (proposal)"]
     assert "all 512 sequences resident" in mamba.verdict_text
     assert mamba_bars(mamba) != before
@@ -414,11 +430,11 @@ def test_more_workspace_shrinks_every_pool(ranks):
 
 
 def test_figures_are_updated_in_place(ranks):
-    budget, requests = ranks.figures["budget"], ranks.figures["requests"]
-    traces = [len(budget.data), len(requests.data)]
+    views = dict(ranks.views)
+    traces = [len(f.data) for f in ranks.figures.values()]
     ranks.set(workspace_gib=10.0, context=131_072)
-    assert ranks.figures["budget"] is budget and ranks.figures["requests"] is requests
-    assert [len(budget.data), len(requests.data)] == traces
+    assert ranks.views == views
+    assert [len(f.data) for f in ranks.figures.values()] == traces
 
 
 def test_ranks_panel_checks_its_arguments():
