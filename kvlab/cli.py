@@ -10,6 +10,11 @@
                        down (a rank raised; every rank shut down), 5 a rank died or hung;
                        a signal (SIGINT, SIGTERM, SIGHUP) stops every rank and exits 128 + its
                        number (130, 143, 129), with no traceback
+``kvlab plan``         preflight a deployment (a model preset or a local config.json, a GPU,
+                       parallelism, settings): each rank's quota, pool, clamp, row width and
+                       what each context length meets under each policy; ``--json`` for
+                       machines; exit 0 safe, 3 a context stalls, 4 a context or construction
+                       raises (issue #21470)
 
 Bad arguments exit 2 with a usage line and no traceback: a value outside its range, a pool the
 machine cannot allocate, a scenario file that does not validate, a ``-p`` parameter that no
@@ -102,7 +107,102 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("--timeout", type=float, default=120.0,
                       help="seconds before hung ranks are killed (default 120)")
     scen.set_defaults(handler=_scenario, subparser=scen)
+    _add_plan(sub)
     return parser
+
+
+#: ``kvlab plan``'s options: flag -> (Deployment field, type, help). Unset options keep the
+#: example's value, or Deployment's default.
+PLAN_OPTIONS = {
+    "--weights-gib": ("weights_gib", float, "weights per rank, GiB (default: parameters x dtype / (tp x pp))"),
+    "--weights-dtype": ("weights_dtype", str, "dtype to derive the weights in (default bfloat16)"),
+    "--workspace-gib": ("workspace_gib", float, "persistent workspace per rank, GiB (default 0)"),
+    "--workspace-skew-gib": ("workspace_skew_gib", float, "extra workspace growing to the last rank, GiB"),
+    "--activations-gib": ("activations_gib", float, "activation peak per rank, GiB (default 0)"),
+    "--non-torch-gib": ("non_torch_gib", float, "NCCL, CUDA graphs, context: GiB (default 0)"),
+    "--free-gpu-memory-fraction": ("free_gpu_memory_fraction", float, "default 0.9"),
+    "--kv-quota-gib": ("kv_quota_gib", float, "kv_cache_config.max_gpu_total_bytes, in GiB"),
+    "--tp-size": ("tp_size", int, "tensor parallelism (default 1)"),
+    "--pp-size": ("pp_size", int, "pipeline parallelism (default 1)"),
+    "--ranks": ("ranks", int, "ranks that build a pool (default tp x pp)"),
+    "--max-seq-len": ("max_seq_len", int, "default: the model's max_position_embeddings"),
+    "--max-batch-size": ("max_batch_size", int, "default 2048"),
+    "--max-new-tokens": ("max_new_tokens", int, "new tokens per request (default 64)"),
+    "--max-num-tokens": ("max_num_tokens", int, "token budget per pass (default 8192)"),
+    "--tokens-per-block": ("tokens_per_block", int, "default 32"),
+    "--kv-dtype": ("kv_dtype", str, "KV cache dtype (default: the model's)"),
+    "--mamba-ssm-dtype": ("mamba_ssm_dtype", str, "hybrids' SSM state dtype (default: the config's)"),
+    "--host-cache-gib": ("host_cache_gib", float, "host tier per rank, GiB (default 0: off)"),
+}
+
+
+def _add_plan(sub) -> None:
+    from kvlab.analysis.gpus import GPUS
+
+    plan = sub.add_parser("plan", help="preflight: will a deployment hit issue #21470?",
+                          description="Plan a deployment without running it: each rank's KV quota, "
+                          "pool, max_seq_len clamp, page-index row, and what every context length "
+                          "meets under each policy. Exit 0 safe, 3 a context stalls, 4 a context "
+                          "or the construction raises.")
+    what = plan.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
+    what.add_argument("--config", type=Path, metavar="PATH",
+                      help="a Hugging Face config.json, or a folder holding one (read offline; "
+                      "needs kvlab[models])")
+    what.add_argument("--example", metavar="NAME",
+                      help="a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261")
+    what.add_argument("--list", action="store_true", help="list the model, GPU and example presets")
+    gpu = plan.add_mutually_exclusive_group()
+    gpu.add_argument("--gpu", choices=sorted(GPUS), help="a GPU preset")
+    gpu.add_argument("--gpu-gib", type=float, help="the GPU's total memory, GiB")
+    for flag, (_field, kind, text) in PLAN_OPTIONS.items():
+        plan.add_argument(flag, type=kind, default=None, help=text)
+    plan.add_argument("--attention-dp", action="store_true", default=None,
+                      help="attention data parallelism (KV heads not split)")
+    plan.add_argument("--chunked-prefill", action="store_true", default=None,
+                      help="chunked prefill (default off)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(handler=_plan, subparser=plan)
+
+
+def _plan(args, parser) -> int:
+    import dataclasses
+    import json
+
+    from kvlab.analysis.deployment import Deployment, example_deployments, plan_deployment
+    from kvlab.analysis.gpus import GPUS
+    from kvlab.analysis.models import ConfigError, load_model, model_names, read_config
+    from kvlab.core.memory import GIB
+
+    examples = example_deployments()
+    if args.list:
+        print("models:   " + ", ".join(model_names()))
+        print("GPUs:     " + ", ".join(f"{n} ({b / GIB:,.1f} GiB)" for n, (b, _) in GPUS.items()))
+        print("examples: " + ", ".join(examples))
+        return 0
+    given = {field: getattr(args, flag[2:].replace("-", "_"))
+             for flag, (field, _kind, _text) in PLAN_OPTIONS.items()}
+    given.update(attention_dp=args.attention_dp, chunked_prefill=args.chunked_prefill)
+    given = {k: v for k, v in given.items() if v is not None}
+    if args.gpu is not None:
+        given["gpu_gib"] = GPUS[args.gpu][0] / GIB
+    elif args.gpu_gib is not None:
+        given["gpu_gib"] = args.gpu_gib
+    try:
+        if args.example is not None:
+            if args.example not in examples:
+                parser.error(f"--example must be one of {sorted(examples)}, got {args.example!r}")
+            deployment = dataclasses.replace(examples[args.example], **given)
+        else:
+            if "gpu_gib" not in given:
+                parser.error("--gpu or --gpu-gib is needed with --model or --config")
+            model = load_model(args.model) if args.model is not None else read_config(args.config)
+            deployment = Deployment(model=model, **given)
+        plan = plan_deployment(deployment)
+    except (ConfigError, ImportError, ValueError, TypeError) as exc:
+        parser.error(str(exc))
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.explain())
+    return plan.exit_code
 
 
 def _repro(args, parser) -> int:

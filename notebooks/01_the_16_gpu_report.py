@@ -37,6 +37,7 @@ SMOKE: bool = False  # True (CI): skip the run with real rank processes
 
 # %%
 import dataclasses
+import textwrap
 import traceback
 
 import pandas as pd
@@ -56,7 +57,7 @@ dep, P = sc.deployment, sc.parameters
 config = scenario_config(sc, ranks, "clamped", workspace_gib=workspace_gib, context_length=context)
 IS_REPORT = (ranks, workspace_gib, context) == (dep.ranks, dep.workspace_gib, P.context_length)
 print(sc.title)
-print("parameters:", dict(ranks=ranks, workspace_gib=workspace_gib, context=context),
+print(f"parameters: ranks={ranks}, workspace_gib={workspace_gib:g}, context={context:,}",
       "(the scenario's)" if IS_REPORT else "(not the scenario's: the asserts follow the arithmetic)")
 
 # %% [markdown]
@@ -93,7 +94,7 @@ clamped = run_ranks(config, in_process=True)
 local_tokens = [r.local_blocks * P.tokens_per_block for r in clamped.ranks]
 pool_blocks = clamped.ranks[0].blocks
 print(f"own capacities: {min(local_tokens):,} .. {max(local_tokens):,} tokens; after the MIN: "
-      f"{clamped.ranks[0].capacity_tokens:,} tokens = {pool_blocks} blocks on every rank")
+      f"{clamped.ranks[0].capacity_tokens:,} tokens = {pool_blocks:,} blocks on every rank")
 assert {r.capacity_tokens for r in clamped.ranks} == {min(local_tokens)}
 assert all(r.blocks <= r.local_blocks for r in clamped.ranks)  # the MIN never raises a quota
 viz.show(viz.rank_budget_figure(clamped.ranks))
@@ -112,8 +113,8 @@ tpb = P.tokens_per_block
 raw = -(-(r0.max_seq_len + 1) // tpb)
 needed = -(-context // tpb)
 print(f"max_seq_len: configured {config.max_seq_len:,}, clamped to {r0.max_seq_len:,}")
-print(f"row: ceil(({r0.max_seq_len:,} + 1) / {tpb}) = {raw} -> multiple of 4 = {r0.max_blocks_per_seq} entries")
-print(f"the long context: ceil({context:,} / {tpb}) = {needed} entries")
+print(f"row: ceil(({r0.max_seq_len:,} + 1) / {tpb}) = {raw:,} -> multiple of 4 = {r0.max_blocks_per_seq:,} entries")
+print(f"the long context: ceil({context:,} / {tpb}) = {needed:,} entries")
 assert r0.max_seq_len == min(config.max_seq_len, r0.capacity_tokens)
 assert r0.max_blocks_per_seq == -(-raw // 4) * 4
 expect_crash = needed > r0.max_blocks_per_seq
@@ -151,7 +152,7 @@ if expect_crash:
     chain = ["schedule", "_resize_context", "resize_context", "resize"]
     assert [f for f in frames if f in chain] == chain, frames
     assert r0.traceback.rstrip().splitlines()[-2] == "kvlab.core.kv_cache.PageIndexTooShort: User-provided base page indices is too short"
-print(clamped.headline)
+print(textwrap.fill(clamped.headline, 100, break_on_hyphens=False))  # between words: outputs break mid-word
 display(table(clamped.rank_rows(), index="rank"))
 if expect_crash:
     assert clamped.ended == "shut down" and r0.outcome == "raised"
@@ -196,7 +197,7 @@ if expect_crash:
 # %%
 if not SMOKE:
     by_process = run_ranks(config, backend="gloo")
-    print(by_process.headline)
+    print(textwrap.fill(by_process.headline, 100, break_on_hyphens=False))
     display(table(by_process.rank_rows(), index="rank"))
     assert [dataclasses.asdict(r) for r in by_process.ranks] == [dataclasses.asdict(r) for r in clamped.ranks]
     assert (by_process.ended, by_process.reason) == (clamped.ended, clamped.reason)
@@ -213,9 +214,10 @@ if not SMOKE:
 # %%
 admitted = run_ranks(scenario_config(sc, ranks, "admission", workspace_gib=workspace_gib,
                                      context_length=context), in_process=True)
-print(admitted.headline)
+print(textwrap.fill(admitted.headline, 100, break_on_hyphens=False))
 display(table(admitted.rank_rows(), index="rank"))
-print("long-ctx:", admitted.ranks[0].status["long-ctx"], "-", admitted.ranks[0].reasons["long-ctx"])
+print(textwrap.fill(f"long-ctx: {admitted.ranks[0].status['long-ctx']} - {admitted.ranks[0].reasons['long-ctx']}",
+                    100, break_on_hyphens=False))
 assert admitted.ended == "completed" and all(r.outcome == "finished" for r in admitted.ranks)
 demand = -(-(context + 64) // tpb)
 assert (admitted.ranks[0].status["long-ctx"] == "rejected") == (demand > pool_blocks)
@@ -299,8 +301,8 @@ panel
 # %%
 scenario = (sc.name if IS_REPORT else f"{ranks}x-{workspace_gib:g}GiB-{context}tok") + ", automatic host tier"
 numbers = (f"{ranks} ranks; own pools {min(local_tokens):,}-{max(local_tokens):,} tokens, MIN {r0.capacity_tokens:,} "
-           f"tokens = {pool_blocks} blocks; row {r0.max_blocks_per_seq} entries (clamped max_seq_len "
-           f"{r0.max_seq_len:,}); {context:,} tokens need {needed} entries")
+           f"tokens = {pool_blocks:,} blocks; row {r0.max_blocks_per_seq:,} entries (clamped max_seq_len "
+           f"{r0.max_seq_len:,}); {context:,} tokens need {needed:,} entries")
 if IS_REPORT:  # the scenario file's expected numbers
     exp = sc.expected
     assert (pool_blocks, r0.capacity_tokens, r0.max_blocks_per_seq, needed) == (
@@ -309,8 +311,8 @@ findings = report_findings([
     Finding(scenario=scenario, policy="clamped", outcome="crash" if expect_crash else "ok",
             numbers=numbers + f"; {clamped.ended}: {clamped.reason}"),
     Finding(scenario=scenario, policy="capacity", outcome="reject" if demand > pool_blocks else "ok",
-            numbers=f"demand {demand} blocks vs {pool_blocks}; {admitted.ended}: {admitted.reason}"),
+            numbers=f"demand {demand:,} blocks vs {pool_blocks:,}; {admitted.ended}: {admitted.reason}"),
     Finding(scenario="rtx5080-4mib", policy="clamped", outcome=seed.outcome,
-            numbers=f"the reduction: {seed.total_blocks} blocks, row {seed.max_blocks_per_seq}, "
-                    f"{seed.entries_needed} entries needed"),
+            numbers=f"the reduction: {seed.total_blocks:,} blocks, row {seed.max_blocks_per_seq:,}, "
+                    f"{seed.entries_needed:,} entries needed"),
 ])

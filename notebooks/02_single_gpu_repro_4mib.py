@@ -37,6 +37,7 @@ tokens_per_block: int = 32  # tokens per page (block); the seed's 32
 SMOKE: bool = False  # True (CI): a coarser sweep
 
 # %%
+import textwrap
 import warnings
 
 from kvlab import KVCacheManager, KVGeometry, MemoryBudget, PageIndexTooShort, Request
@@ -56,7 +57,7 @@ seed = load_scenario("rtx5080-4mib")  # data/scenarios/rtx5080-4mib.yaml: the se
 SEED = seed.parameters
 IS_SEED = (pool_mib, context, tokens_per_block) == (SEED.pool_mib, SEED.context_length, SEED.tokens_per_block)
 print(seed.title)
-print("parameters:", dict(pool_mib=pool_mib, context=context, tokens_per_block=tokens_per_block),
+print(f"parameters: pool_mib={pool_mib:g}, context={context:,}, tokens_per_block={tokens_per_block}",
       "(the seed's)" if IS_SEED else "(not the seed's: the asserts below follow the arithmetic)")
 
 # %% [markdown]
@@ -89,8 +90,8 @@ bytes_per_token = geo.bytes_per_token
 total_blocks = quota // geo.bytes_per_block
 capacity_tokens = total_blocks * tokens_per_block
 print("bytes per token :", geo.bytes_per_token_formula())
-print(f"pool            : {quota:,} B / {bytes_per_token} B = {quota // bytes_per_token:,} tokens")
-print(f"pages           : {quota:,} B / ({bytes_per_token} B x {tokens_per_block} tokens) = {total_blocks} pages "
+print(f"pool            : {quota:,} B / {bytes_per_token:,} B = {quota // bytes_per_token:,} tokens")
+print(f"pages           : {quota:,} B / ({bytes_per_token:,} B x {tokens_per_block} tokens) = {total_blocks:,} pages "
       f"= {capacity_tokens:,} tokens")
 assert bytes_per_token == 2 * 2 * 2 * 128 * 2 == 2048
 
@@ -109,7 +110,7 @@ with warnings.catch_warnings(record=True) as caught:
     mgr = KVCacheManager(geo, quota_bytes=quota, max_seq_len=context, max_batch_size=1,
                          page_index_policy="clamped")
 for w in caught:
-    print(f"{w.category.__name__}: {w.message}")
+    print(textwrap.fill(f"{w.category.__name__}: {w.message}", 100, break_on_hyphens=False))
 print(mgr)
 
 clamped_len = min(context, capacity_tokens)
@@ -117,8 +118,8 @@ width = mgr.max_blocks_per_seq
 needed = -(-context // tokens_per_block)
 raw = -(-(clamped_len + 1) // tokens_per_block)  # ceil((clamped_len + 1) / tokens_per_block)
 expected_width = -(-raw // 4) * 4  # rounded up to a multiple of 4
-print(f"row width: ceil(({clamped_len} + 1) / {tokens_per_block}) = {raw} -> multiple of 4 = {width} entries")
-print(f"a {context}-token context needs ceil({context} / {tokens_per_block}) = {needed} entries")
+print(f"row width: ceil(({clamped_len:,} + 1) / {tokens_per_block}) = {raw:,} -> multiple of 4 = {width:,} entries")
+print(f"a {context:,}-token context needs ceil({context:,} / {tokens_per_block}) = {needed:,} entries")
 assert mgr.max_seq_len == clamped_len and width == expected_width
 assert (len(caught) == 1) == (context > capacity_tokens)  # the clamp warns exactly when it clamps
 
@@ -154,7 +155,7 @@ except PageIndexTooShort as exc:
     error = exc
     print(traceback_chain(exc))
 mgr.check_invariants()
-print(f"pages still free: {mgr.free_blocks} of {mgr.total_blocks}")
+print(f"pages still free: {mgr.free_blocks:,} of {mgr.total_blocks:,}")
 
 # %% [markdown]
 # `kvlab.analysis.repro.run_repro` does the same resize on a fresh manager and keeps every number; the CLI
@@ -209,11 +210,11 @@ step = 1.0 if SMOKE else 0.5
 pools = [2 ** (k * step) for k in range(int(-2 / step), int(10 / step) + 1)]
 contexts = sorted({2 ** k for k in range(5, 18)} | ({3 * 2 ** k for k in range(4, 16)} if not SMOKE else set()))
 sweep = sweep_repro(pools, contexts, "clamped", tokens_per_block)
-viz.show(viz.outcome_map_figure(sweep, title=f"Clamped row: which (pool, context) pairs crash? ({len(sweep)} resizes)"))
+viz.show(viz.outcome_map_figure(sweep, title=f"Clamped row: which (pool, context) pairs crash? ({len(sweep):,} resizes)"))
 crashes = [r for r in sweep if r.outcome == "crash"]
 assert all(r.entries_needed > r.max_blocks_per_seq for r in crashes)
 assert all(r.context > r.capacity_tokens for r in crashes)  # only contexts the pool cannot hold crash
-print(f"{len(crashes)} of {len(sweep)} resizes crash; every one asks for more than its pool holds")
+print(f"{len(crashes):,} of {len(sweep):,} resizes crash; every one asks for more than its pool holds")
 
 # %% [markdown]
 # ## Findings
@@ -224,8 +225,8 @@ print(f"{len(crashes)} of {len(sweep)} resizes crash; every one asks for more th
 
 # %%
 scenario = (seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb") + ", any host tier"
-numbers = (f"{bytes_per_token} B/token; {quota / MIB:g} MiB -> {total_blocks} blocks = {capacity_tokens} tokens; "
-           f"row {width} entries (clamped max_seq_len {clamped_len}); {context} tokens need {needed} entries")
+numbers = (f"{bytes_per_token:,} B/token; {quota / MIB:g} MiB -> {total_blocks:,} blocks = {capacity_tokens:,} tokens; "
+           f"row {width:,} entries (clamped max_seq_len {clamped_len:,}); {context:,} tokens need {needed:,} entries")
 if IS_SEED:  # the seed's table, and the scenario file's expected numbers
     exp = seed.expected
     assert (bytes_per_token, capacity_tokens, total_blocks) == (exp["bytes_per_token"], exp["capacity_tokens"], exp["total_blocks"])

@@ -37,6 +37,7 @@ SMOKE: bool = False  # True (CI): coarser sweeps
 
 # %%
 import inspect
+import textwrap
 
 from kvlab import SchedulerDeadlock, simulate
 from kvlab.notebook import viz
@@ -71,8 +72,8 @@ seed = load_scenario("rtx5080-4mib")
 SEED = seed.parameters
 IS_SEED = ((pool_mib, context, tokens_per_block, retry_tokens)
            == (SEED.pool_mib, SEED.context_length, SEED.tokens_per_block, 32))
-print("parameters:", dict(pool_mib=pool_mib, context=context, tokens_per_block=tokens_per_block,
-                          retry_tokens=retry_tokens), "(the seed's)" if IS_SEED else "(not the seed's)")
+print(f"parameters: pool_mib={pool_mib:g}, context={context:,}, tokens_per_block={tokens_per_block}, "
+      f"retry_tokens={retry_tokens:,}", "(the seed's)" if IS_SEED else "(not the seed's)")
 
 # %% [markdown]
 # ## 1. The line
@@ -85,9 +86,9 @@ print(inspect.getsource(width_seq_len))
 before = run_repro(pool_mib, context, "clamped", tokens_per_block, max_seq_len=context, retry_tokens=retry_tokens)
 after = run_repro(pool_mib, context, "configured", tokens_per_block, max_seq_len=context, retry_tokens=retry_tokens)
 raw = -(-(context + 1) // tokens_per_block)
-print(f"clamped    : row from max_seq_len {before.capacity_tokens} -> {before.max_blocks_per_seq} entries")
-print(f"configured : row from max_seq_len {context}: ceil(({context} + 1) / {tokens_per_block}) = {raw} "
-      f"-> multiple of 4 = {after.max_blocks_per_seq} entries")
+print(f"clamped    : row from max_seq_len {before.capacity_tokens:,} -> {before.max_blocks_per_seq:,} entries")
+print(f"configured : row from max_seq_len {context:,}: ceil(({context:,} + 1) / {tokens_per_block}) = {raw:,} "
+      f"-> multiple of 4 = {after.max_blocks_per_seq:,} entries")
 assert after.max_blocks_per_seq == -(-raw // 4) * 4 == max_blocks_per_seq(context, tokens_per_block)
 assert after.max_blocks_per_seq >= after.entries_needed  # the configured row always holds the request
 
@@ -103,7 +104,7 @@ assert after.max_blocks_per_seq >= after.entries_needed  # the configured row al
 print(after.explain())
 print(f"state preserved after False: {after.state_preserved}")
 print(f"manual {after.retry_tokens}-token retry: {'succeeded' if after.retry_ok else 'failed'}; "
-      f"free pages after it: {after.free_blocks_after} of {after.total_blocks}")
+      f"free pages after it: {after.free_blocks_after:,} of {after.total_blocks:,}")
 needed, blocks = after.entries_needed, after.total_blocks
 expected_after = "refused" if needed > blocks else "ok"
 assert after.outcome == expected_after and after.error is None
@@ -119,15 +120,16 @@ if after.outcome == "refused":
 # %%
 rows = [("page-index width", before.max_blocks_per_seq, after.max_blocks_per_seq),
         ("physical token capacity", before.capacity_tokens, after.capacity_tokens),
-        (f"{context}-token allocation", "ValueError" if before.outcome == "crash" else before.outcome,
+        (f"{context:,}-token allocation", "ValueError" if before.outcome == "crash" else before.outcome,
          "returns False" if after.outcome == "refused" else after.outcome),
         ("cache state after refusal", "interrupted" if before.outcome == "crash" else before.state_preserved,
          "preserved" if after.state_preserved else after.state_preserved),
-        (f"manual {retry_tokens}-token retry", "not reached" if before.outcome == "crash" else before.retry_ok,
+        (f"manual {retry_tokens:,}-token retry", "not reached" if before.outcome == "crash" else before.retry_ok,
          "succeeded" if after.retry_ok else after.retry_ok)]
 print(f"{'observation':28} {'clamped (original)':>20} {'configured (fix)':>20}")
-for name, a, b in rows:
-    print(f"{name:28} {str(a):>20} {str(b):>20}")
+for name, a, b in rows:  # counts as 2,048; True, False and words as they are
+    a, b = (f"{v:,}" if type(v) is int else str(v) for v in (a, b))
+    print(f"{name:28} {a:>20} {b:>20}")
 
 # %% [markdown]
 # ## 3. The picture: same pool, wider row
@@ -146,14 +148,14 @@ pools = [2 ** (k * step) for k in range(int(-2 / step), int(10 / step) + 1)]
 contexts = sorted({2 ** k for k in range(5, 18)} | ({3 * 2 ** k for k in range(4, 16)} if not SMOKE else set()))
 sweeps = {policy: sweep_repro(pools, contexts, policy, tokens_per_block) for policy in ("clamped", "configured")}
 for policy, sweep in sweeps.items():
-    viz.show(viz.outcome_map_figure(sweep, title=f"{policy} row: one resize over {len(sweep)} (pool, context) pairs"))
+    viz.show(viz.outcome_map_figure(sweep, title=f"{policy} row: one resize over {len(sweep):,} (pool, context) pairs"))
 pairs = list(zip(sweeps["clamped"], sweeps["configured"]))
 assert all((a.pool_bytes, a.context) == (b.pool_bytes, b.context) for a, b in pairs)
 assert not any(b.outcome == "crash" for _, b in pairs)  # the fix removes every ValueError ...
 assert all(b.outcome == "refused" for a, b in pairs if a.outcome == "crash")  # ... into a False
 assert all(a.outcome == b.outcome == "ok" for a, b in pairs if "ok" in (a.outcome, b.outcome))  # and saves none
 changed = sum(a.outcome != b.outcome for a, b in pairs)
-print(f"{changed} of {len(pairs)} pairs change outcome, all from crash to refused; none becomes ok")
+print(f"{changed:,} of {len(pairs):,} pairs change outcome, all from crash to refused; none becomes ok")
 
 # %% [markdown]
 # ## 4. The price: a wider table for every slot
@@ -176,7 +178,7 @@ at = {(r["width"], r["max_batch_size"]): r["nbytes"] for r in price}
 for r in price:
     assert r["nbytes"] == (r["max_batch_size"] + 1) * 2 * r["width"] * 4  # slots x (K, V) x width x int32
 b_narrow, b_wide = at[(narrow, max_batch_size)], at[(wide, max_batch_size)]
-print(f"max_batch_size {max_batch_size}: {narrow} entries -> {b_narrow:,} B; {wide} entries -> {b_wide:,} B "
+print(f"max_batch_size {max_batch_size:,}: {narrow:,} entries -> {b_narrow:,} B; {wide:,} entries -> {b_wide:,} B "
       f"(x{b_wide / b_narrow:.2f} = {wide}/{narrow})")
 assert b_wide * narrow == b_narrow * wide  # bytes are proportional to the width
 if IS_SEED and max_batch_size == 512:
@@ -219,8 +221,8 @@ viz.show(viz.table_copy_figure(h200["page_index_copy"], device=gpu,
                                labels={68: "clamped (seed)", 260: "configured (seed)"}))
 copy_us = {(r["width"], r["max_batch_size"]): r["median_us"] for r in h200["page_index_copy"]}
 big = max(b for _, b in copy_us)
-print(f"per step at max_batch_size {big}: " + ", ".join(
-    f"{w} entries {copy_us[(w, big)]:,.0f} us" for w in sorted({w for w, _ in copy_us})))
+print(textwrap.fill(f"per step at max_batch_size {big:,}: " + ", ".join(
+    f"{w:,} entries {copy_us[(w, big)]:,.0f} us" for w in sorted({w for w, _ in copy_us})), 100))
 assert copy_us[(260, big)] > copy_us[(68, big)] and copy_us[(32772, big)] > 10 * copy_us[(260, big)]
 
 # %% [markdown]
@@ -297,11 +299,11 @@ stepper
 alone = simulate(build_scheduler("none/configured", engine), long_and_small(context, num_small=0),
                  max_steps=stall_limit + 10)
 long_req = alone.requests["long"]
-print(f"{alone.iterations} passes; the long request refused in {long_req.num_refusals} of them")
-print(f"{type(alone.error).__name__}: {alone.error}")
+print(f"{alone.iterations:,} passes; the long request refused in {long_req.num_refusals:,} of them")
+print(textwrap.fill(f"{type(alone.error).__name__}: {alone.error}", 100, break_on_hyphens=False))  # between words
 print("tier below the GPU:", engine.tier_name)
 viz.show(viz.scheduler_timeline_figure(alone, stall_limit=stall_limit,
-                                       title=f"Alone, configured row: refused every pass, deadlock at pass {stall_limit}"))
+                                       title=f"Alone, configured row: refused every pass, deadlock at pass {stall_limit:,}"))
 if after.outcome == "refused":  # the pool cannot hold the request: the scheduler can never place it
     assert isinstance(alone.error, SchedulerDeadlock) and isinstance(alone.error, RuntimeError)
     assert alone.iterations == stall_limit == alone.error.stalled_passes  # raised on the limit-th stalled pass
@@ -329,10 +331,11 @@ last_small = max((beside.requests[rid].end_step for rid in small_ids), default=-
 stalled = beside.trace.column("stalled_passes")
 steps = beside.trace.column("step")
 print(f"small requests finished: {sum(beside.status[r] == 'finished' for r in small_ids)} of {len(small_ids)}, "
-      f"the last at step {last_small}")
-print(f"long request: {beside.status['long']}, refused in {beside.requests['long'].num_refusals} of "
-      f"{beside.iterations} passes (the others had a full batch before reaching it)")
-print(f"{type(beside.error).__name__} at step {steps[-1]}: {beside.error}")
+      f"the last at step {last_small:,}")
+print(f"long request: {beside.status['long']}, refused in {beside.requests['long'].num_refusals:,} of "
+      f"{beside.iterations:,} passes (the others had a full batch before reaching it)")
+print(textwrap.fill(f"{type(beside.error).__name__} at step {steps[-1]:,}: {beside.error}", 100,
+                    break_on_hyphens=False))
 viz.show(viz.scheduler_timeline_figure(beside, stall_limit=stall_limit,
                                        title="Beside small requests: they finish, the long one starves"))
 if after.outcome == "refused" and small_ids:
@@ -353,9 +356,20 @@ if after.outcome == "refused" and small_ids:
 # with or without a host tier the long request is refused every pass, alone or not.
 
 # %%
-tiers_alone = outcome_table(tier_runs(long_and_small(context, num_small=0), engine, max_steps=stall_limit + 10)).rename_axis("tier")
-tiers_beside = outcome_table(tier_runs(long_and_small(context, num_small=num_small), engine)).rename_axis("tier")
-TIER_COLUMNS = ["outcome", "finished", "unfinished", "iterations", "preemptions", "max_stalled_passes", "error"]
+TIER_COLUMNS = ["outcome", "finished", "unfinished", "iterations", "preemptions", "max_stalled_passes", "stopped by"]
+
+
+def stopped_by(runs, max_steps: int):
+    """The outcome table of ``runs`` by tier, with what stopped each run: the error that stopped
+    the engine or, where nothing raised (a livelock never does), the step limit it ran to."""
+    outcomes = outcome_table(runs).rename_axis("tier")
+    limit = f"nothing raised: still running at max_steps ({max_steps:,} steps)"
+    return outcomes.assign(**{"stopped by": outcomes["error"].replace("", limit)})
+
+
+tiers_alone = stopped_by(tier_runs(long_and_small(context, num_small=0), engine, max_steps=stall_limit + 10),
+                         stall_limit + 10)
+tiers_beside = stopped_by(tier_runs(long_and_small(context, num_small=num_small), engine, max_steps=20_000), 20_000)
 print("Alone, configured row, non-chunked, under each tier configuration:")
 display(table(tiers_alone[TIER_COLUMNS]))
 print(f"Beside {num_small} small requests:")
@@ -381,9 +395,9 @@ if after.outcome == "refused":
 #   the stall detector counts as progress, so no error ever comes, and nothing finishes.
 
 # %%
-chunked_steps = 600 if SMOKE else 3000
-chunked = tier_runs(long_and_small(context, num_small=num_small), chunked_engine, max_steps=max(chunked_steps, stall_limit + 100))
-chunked_table = outcome_table(chunked).rename_axis("tier")
+chunked_steps = max(600 if SMOKE else 3000, stall_limit + 100)
+chunked = tier_runs(long_and_small(context, num_small=num_small), chunked_engine, max_steps=chunked_steps)
+chunked_table = stopped_by(chunked, chunked_steps)
 print(f"Chunked prefill ({chunk_tokens} tokens a pass), configured row, beside {num_small} small requests:")
 display(table(chunked_table[TIER_COLUMNS]))
 livelock = chunked["none"]
@@ -420,27 +434,27 @@ if after.outcome == "refused" and num_small and IS_SEED:
 scenario = seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb"
 findings = report_findings([
     Finding(scenario=scenario, policy="clamped", outcome=before.outcome,
-            numbers=f"row {narrow} entries; {context} tokens need {needed}; {blocks} pages"),
+            numbers=f"row {narrow:,} entries; {context:,} tokens need {needed:,}; {blocks:,} pages"),
     Finding(scenario=scenario, policy="configured", outcome=after.outcome,
-            numbers=(f"row {wide} entries; {needed} needed > {blocks} pages -> False, state preserved "
-                     f"{after.state_preserved}, {retry_tokens}-token retry "
+            numbers=(f"row {wide:,} entries; {needed:,} needed > {blocks:,} pages -> False, state preserved "
+                     f"{after.state_preserved}, {retry_tokens:,}-token retry "
                      f"{'ok' if after.retry_ok else 'failed'}; table x{wide / narrow:.2f} bytes "
-                     f"({b_narrow:,} -> {b_wide:,} B at batch {max_batch_size})")
-            if after.outcome == "refused" else f"row {wide} entries; {needed} of {blocks} pages allocated"),
+                     f"({b_narrow:,} -> {b_wide:,} B at batch {max_batch_size:,})")
+            if after.outcome == "refused" else f"row {wide:,} entries; {needed:,} of {blocks:,} pages allocated"),
     Finding(scenario=f"{scenario}, alone, through the scheduler, {engine.tier_name}", policy="configured",
             outcome=engine_outcome(alone),
-            numbers=(f"refused in {alone.requests['long'].num_refusals} of {alone.iterations} passes; "
-                     f"{type(alone.error).__name__ if alone.error else 'no error'} after {stall_limit} stalled passes")),
+            numbers=(f"refused in {alone.requests['long'].num_refusals:,} of {alone.iterations:,} passes; "
+                     f"{type(alone.error).__name__ if alone.error else 'no error'} after {stall_limit:,} stalled passes")),
     Finding(scenario=f"{scenario}, beside {len(small_ids)} small requests, {engine.tier_name}", policy="configured",
             outcome=engine_outcome(beside),
             numbers=(f"{sum(beside.status[r] == 'finished' for r in small_ids)} of {len(small_ids)} small finished by "
-                     f"step {last_small}; long request {beside.status['long']} (starved); "
-                     f"{type(beside.error).__name__ if beside.error else 'no error'} at step {steps[-1]}")),
+                     f"step {last_small:,}; long request {beside.status['long']} (starved); "
+                     f"{type(beside.error).__name__ if beside.error else 'no error'} at step {steps[-1]:,}")),
     *[Finding(scenario=f"{scenario}, chunked ({chunk_tokens} a pass), beside {num_small} small, "
                        f"{dataclasses.replace(engine, host_cache_size=TIERS[tier]).tier_name}",
               policy="configured", outcome=engine_outcome(result),
-              numbers=(f"{result.summary()['finished']} finished, {result.summary()['recomputes']} recompute "
-                       f"pauses in {result.iterations} passes; "
+              numbers=(f"{result.summary()['finished']:,} finished, {result.summary()['recomputes']:,} recompute "
+                       f"pauses in {result.iterations:,} passes; "
                        f"{type(result.error).__name__ if result.error else 'no error (livelock)'}"))
       for tier, result in chunked.items()],
 ])

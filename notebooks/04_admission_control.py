@@ -45,6 +45,7 @@ SMOKE: bool = False  # True (CI): a smaller workload, a coarser diagram, ten min
 
 # %%
 import dataclasses
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -75,7 +76,8 @@ if SMOKE:
 engine = EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)
 IS_SEED = (pool_mib, context) == (4.0, 8192)
 pd.set_option("display.max_colwidth", 120)
-print(engine.describe(), "(the seed's)" if IS_SEED else "(not the seed's: the asserts follow the arithmetic)")
+print(textwrap.fill(engine.describe() + (" (the seed's)" if IS_SEED else " (not the seed's: the asserts follow the "
+                                         "arithmetic)"), 100))  # between words: outputs break mid-word
 
 # %% [markdown]
 # ## 1. Two reasons a resize returns False
@@ -125,8 +127,9 @@ assert classes.loc["never", "reason"].startswith(
 trio_runs = run_policies(trio, TRTLLM_POLICIES, engine)
 display(table(outcome_table(trio_runs)[["outcome", "finished", "rejected", "unfinished", "steps", "error", "reasons"]]))
 for policy, result in trio_runs.items():
-    print(f"{policy:16}", "; ".join(f"{r['request_id']}: {r['status']} (arrived {r['arrival']}, started "
-                                    f"{r['started']}, ended {r['ended']})" for r in request_timeline(result)))
+    print(textwrap.fill(f"{policy:16} " + "; ".join(f"{r['request_id']}: {r['status']} (arrived {r['arrival']}, "
+                                                    f"started {r['started']}, ended {r['ended']})"
+                                                    for r in request_timeline(result)), 100, subsequent_indent=" " * 17))
 later = trio_runs["capacity"].requests["later"]
 assert trio_runs["capacity"].status == {"hog": "finished", "later": "finished", "never": "rejected"}
 assert later.first_scheduled_step > later.arrival_step  # not yet: it waited for pages ...
@@ -188,7 +191,7 @@ setup = PhaseSetup(max_seq_len=context, max_new_tokens=16)
 diagram = phase_diagram(pool_blocks, context_lens, setup=setup)
 viz.show(viz.phase_diagram_figure(pool_blocks, context_lens, diagram, bytes_per_block=engine.geometry.bytes_per_block,
                                   mark=(engine.total_blocks, context),
-                                  subtitle=f"one request of context + 16 tokens, configured max_seq_len {context}; "
+                                  subtitle=f"one request of context + 16 tokens, configured max_seq_len {context:,}; "
                                            f"{len(pool_blocks)} x {len(context_lens)} points per regime"))
 counts = pd.DataFrame({regime: {v: int((grid_ == i).sum()) for i, v in enumerate(ENGINE_OUTCOMES)}
                        for regime, grid_ in diagram.items()})
@@ -233,7 +236,7 @@ never = sorted(r.request_id for r in mixed if demand_blocks(r, manager) > engine
 mixed_runs = run_policies(mixed, POLICIES, engine, max_steps=100_000)
 mixed_rows = outcome_rows(mixed_runs)
 mixed_table = outcome_table(mixed_runs)
-print(f"{len(mixed)} requests, {len(never)} of them can never fit {engine.total_blocks} pages: {never}")
+print(f"{len(mixed):,} requests, {len(never):,} of them can never fit {engine.total_blocks:,} pages: {never}")
 display(table(mixed_table.loc[list(TRTLLM_POLICIES), ["outcome", "finished", "rejected", "unfinished", "steps",
                                                  "goodput_tokens_per_step", "mean_wait_steps",
                                                  "mean_queue_steps", "preemptions"]]))
@@ -265,7 +268,7 @@ if never:
 
 # %%
 startup = vllm_startup_error(engine)
-print("vLLM at start-up:", startup or "starts")
+print(textwrap.fill(f"vLLM at start-up: {startup or 'starts'}", 100, break_on_hyphens=False))
 peers = mixed_table.loc[["none/clamped", "none/configured", "capacity", *PEER_POLICIES],
                         ["outcome", "finished", "rejected", "unfinished", "goodput_tokens_per_step",
                          "mean_wait_steps", "preemptions", "reasons"]]
@@ -327,25 +330,26 @@ trace_engines["shrunk"] = dataclasses.replace(trace_engines["sized"], pool_mib=1
 trace_runs = {name: run_policies(trace, TRTLLM_POLICIES, trace_engine, max_steps=10**9)  # each run ends by itself
               for name, trace_engine in trace_engines.items()}
 trace_tables = {name: outcome_table(runs_) for name, runs_ in trace_runs.items()}
-print(f"{len(trace)} requests in {trace_minutes:g} minutes of the code hour, "
-      f"longest prompt {max(r.prompt_len for r in trace)} tokens")
+print(f"{len(trace):,} requests in {trace_minutes:g} minutes of the code hour, "
+      f"longest prompt {max(r.prompt_len for r in trace):,} tokens")
 for name, trace_engine in trace_engines.items():
-    print(f"{name}: {trace_engine.describe()}")
+    print(textwrap.fill(f"{name}: {trace_engine.describe()}", 100))
     display(table(trace_tables[name][["outcome", "finished", "rejected", "unfinished", "steps", "mean_queue_steps",
                                 "mean_wait_steps", "preemptions", "error"]]))
     viz.show(viz.served_over_time_figure(trace_runs[name], seconds_per_iteration,
-                                         title=f"Azure's code hour on the {name} pool ({trace_engine.pool_tokens} tokens)"))
+                                         title=f"Azure's code hour on the {name} pool ({trace_engine.pool_tokens:,} tokens)"))
 
 # %%
 shrunk_manager = trace_engines["shrunk"].manager("clamped")
 never_fits = sorted(r.request_id for r in trace if demand_blocks(r, shrunk_manager) > shrunk_manager.total_blocks)
 sized, shrunk = trace_tables["sized"], trace_tables["shrunk"]
-print(f"{len(never_fits)} of {len(trace)} requests can never fit the shrunk pool")
+print(f"{len(never_fits):,} of {len(trace):,} requests can never fit the shrunk pool")
 for name, runs_ in trace_runs.items():
     for policy, run in runs_.items():
         if run.error is not None:
-            print(f"{name} pool, {policy}: stopped {run.end_step * seconds_per_iteration:.1f} s into the trace by "
-                  f"{type(run.error).__name__}, {run.summary()['finished']} requests finished by then")
+            print(textwrap.fill(f"{name} pool, {policy}: {type(run.error).__name__} "
+                                f"{run.end_step * seconds_per_iteration:,.1f} s into the trace, "
+                                f"{run.summary()['finished']:,} requests finished", 100))
 assert (sized.outcome == "ok").all() and (sized.finished == len(trace)).all()  # sized for the hour: no regime fails
 if never_fits:
     assert shrunk.loc["none/clamped", "outcome"] == "crash"         # the first long context stops the engine
@@ -380,24 +384,24 @@ if never_fits:
 scenario = "rtx5080-4mib" if IS_SEED else f"{pool_mib:g}MiB-{context}tok"
 findings = [Finding(scenario=f"{scenario}: long request + {num_small} small, {engine.tier_name}", policy=policy,
                     outcome=beside_table.loc[policy, "outcome"],
-                    numbers=(f"{beside_table.loc[policy, 'finished']} finished, {beside_table.loc[policy, 'rejected']} rejected, "
-                             f"{beside_table.loc[policy, 'unfinished']} unfinished in {beside_table.loc[policy, 'steps']} steps; "
-                             f"long request needs {long_pages} pages of {engine.total_blocks}"
+                    numbers=(f"{beside_table.loc[policy, 'finished']:,} finished, {beside_table.loc[policy, 'rejected']:,} rejected, "
+                             f"{beside_table.loc[policy, 'unfinished']:,} unfinished in {beside_table.loc[policy, 'steps']:,} steps; "
+                             f"long request needs {long_pages:,} pages of {engine.total_blocks:,}"
                              + (f"; {beside_table.loc[policy, 'error']}" if beside_table.loc[policy, "error"] else "")))
             for policy in TRTLLM_POLICIES]
-findings += [Finding(scenario=f"mixed workload ({len(mixed)} requests, seed {seed}), {engine.tier_name}", policy=policy,
+findings += [Finding(scenario=f"mixed workload ({len(mixed):,} requests, seed {seed}), {engine.tier_name}", policy=policy,
                      outcome=mixed_table.loc[policy, "outcome"],
                      numbers=(f"goodput {mixed_table.loc[policy, 'goodput_tokens_per_step']:.3g} tokens/step, "
-                              f"mean wait {mixed_table.loc[policy, 'mean_wait_steps']} steps, "
-                              f"{mixed_table.loc[policy, 'preemptions']} preemptions, "
-                              f"{mixed_table.loc[policy, 'rejected']} rejected, {mixed_table.loc[policy, 'unfinished']} unfinished"))
+                              f"mean wait {mixed_table.loc[policy, 'mean_wait_steps']:,} steps, "
+                              f"{mixed_table.loc[policy, 'preemptions']:,} preemptions, "
+                              f"{mixed_table.loc[policy, 'rejected']:,} rejected, {mixed_table.loc[policy, 'unfinished']:,} unfinished"))
              for policy in POLICIES]
-findings += [Finding(scenario=(f"Azure code trace, {len(trace)} requests in {trace_minutes:g} min, pool shrunk to "
-                               f"{trace_engines['shrunk'].pool_tokens} tokens"), policy=policy,
+findings += [Finding(scenario=(f"Azure code trace, {len(trace):,} requests in {trace_minutes:g} min, pool shrunk to "
+                               f"{trace_engines['shrunk'].pool_tokens:,} tokens"), policy=policy,
                      outcome=shrunk.loc[policy, "outcome"],
-                     numbers=(f"{shrunk.loc[policy, 'finished']} finished, {shrunk.loc[policy, 'rejected']} rejected, "
-                              f"{shrunk.loc[policy, 'unfinished']} unfinished; {len(never_fits)} can never fit; "
-                              f"mean queue {shrunk.loc[policy, 'mean_queue_steps']} steps"))
+                     numbers=(f"{shrunk.loc[policy, 'finished']:,} finished, {shrunk.loc[policy, 'rejected']:,} rejected, "
+                              f"{shrunk.loc[policy, 'unfinished']:,} unfinished; {len(never_fits):,} can never fit; "
+                              f"mean queue {shrunk.loc[policy, 'mean_queue_steps']:,} steps"))
              for policy in TRTLLM_POLICIES]
 findings = report_findings(findings)
 if IS_SEED:

@@ -38,6 +38,8 @@ ssm_dtype: str = "bfloat16"  # SSM state dtype: "bfloat16" (what the PR's number
 SMOKE: bool = False  # True (CI): a coarser free_gpu_memory_fraction sweep
 
 # %%
+import textwrap
+
 import pandas as pd
 
 from kvlab import MambaHybridCacheManager, qwen3_5_27b_attention, qwen3_5_27b_mamba
@@ -58,7 +60,7 @@ check_mamba_parameters(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_d
 
 quota = int(quota_gib * GIB)
 IS_PR = (quota, max_batch_size, ssm_dtype) == (PR_QUOTA_BYTES, PR_MAX_BATCH_SIZE, "bfloat16")
-print("parameters:", dict(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype),
+print(f"parameters: quota_gib={quota_gib:g}, max_batch_size={max_batch_size:,}, ssm_dtype={ssm_dtype}",
       "(the PR's)" if IS_PR else "(not the PR's: the asserts below follow the arithmetic)")
 
 # %% [markdown]
@@ -75,7 +77,7 @@ print("parameters:", dict(quota_gib=quota_gib, max_batch_size=max_batch_size, ss
 
 # %%
 g = qwen3_5_27b_mamba(ssm_dtype="bfloat16")
-print(f"conv_dim = 48 x 128 + 2 x 16 x 128 = {g.conv_dim}; conv {g.conv_bytes:,} B + SSM {g.ssm_bytes:,} B a layer")
+print(f"conv_dim = 48 x 128 + 2 x 16 x 128 = {g.conv_dim:,}; conv {g.conv_bytes:,} B + SSM {g.ssm_bytes:,} B a layer")
 by_dtype = pd.DataFrame(dtype_rows(PR_QUOTA_BYTES, PR_MAX_BATCH_SIZE)).set_index("ssm_dtype")
 display(table(by_dtype))
 implied = implied_ssm_dtype(37.5, PR_MAX_BATCH_SIZE + 1)
@@ -113,7 +115,10 @@ try:
     print("merged residency built: the quota affords every requested slot")
 except ValueError as exc:
     raw_error = str(exc)
-    print(f"ValueError: {raw_error}")
+    print(textwrap.fill(f"ValueError: {raw_error}", 100, break_on_hyphens=False))  # between words, as it is
+    print(textwrap.fill(f"(TensorRT-LLM's words, unchanged; got {plan.quota_bytes:,} B = "
+                        f"{plan.quota_bytes / GIB:.2f} GiB, need at least {plan.raw_need_bytes:,} B = "
+                        f"{plan.raw_need_bytes / GIB:.2f} GiB)", 100))
 assert (raw_error is None) == plan.raw_fits
 if ssm_dtype == "bfloat16" and max_batch_size == PR_MAX_BATCH_SIZE:
     assert not sweep.merged_builds.any()  # not at any fraction, 1.0 included
@@ -161,10 +166,11 @@ viz.show(viz.residency_stack_figure(residency_bytes(plan), quota))
 # kvlab's wording of what the PR describes (`quota_message="pr18985"`).
 
 # %%
-print(f"PR #18985's arithmetic: {GENERIC_MAX_BATCH_SIZE + 1} slots x 25.1 MiB = "
-      f"{(GENERIC_MAX_BATCH_SIZE + 1) * 25.1 * MIB / GIB:.1f} GiB (the PR: ~50.3 GiB; its slot is a little over 25.1 MiB)")
+print(textwrap.fill(f"PR #18985's arithmetic: {GENERIC_MAX_BATCH_SIZE + 1:,} slots x 25.1 MiB = "
+                    f"{(GENERIC_MAX_BATCH_SIZE + 1) * 25.1 * MIB / GIB:.1f} GiB (the PR: ~50.3 GiB; its slot is a "
+                    f"little over 25.1 MiB)", 100))
 feasible = plan.feasible_max_batch_size()
-print(f"largest max_batch_size whose floor fits {quota / GIB:.2f} GiB: {feasible}")
+print(f"largest max_batch_size whose floor fits {quota / GIB:.2f} GiB: {feasible:,}")
 if feasible:  # merged code builds with it (scaled 256x: the same slot counts)
     fits = MambaHybridCacheManager(attn_s, mamba_s, quota // SCALE, max_seq_len=64,
                                    max_batch_size=feasible)
@@ -175,7 +181,7 @@ if feasible:  # merged code builds with it (scaled 256x: the same slot counts)
                                 max_batch_size=feasible + 1)
         raise AssertionError("one more sequence should not fit")
     except ValueError:
-        print(f"max_batch_size {feasible + 1}: ValueError")
+        print(f"max_batch_size {feasible + 1:,}: ValueError")
 proposed_error = None
 if not plan.raw_fits:  # an explicit max_batch_size still wins, so it still raises: with the new words
     try:
@@ -183,7 +189,8 @@ if not plan.raw_fits:  # an explicit max_batch_size still wins, so it still rais
                                 max_seq_len=4096, max_batch_size=max_batch_size, quota_message="pr18985")
     except ValueError as exc:
         proposed_error = str(exc)
-    print(f"explicit max_batch_size {max_batch_size}, PR #18985's message:\n  {proposed_error}")
+    print(f"explicit max_batch_size {max_batch_size:,}, PR #18985's message:")
+    print(textwrap.fill(proposed_error, 100, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False))
     assert f"at most {feasible} fits" in proposed_error and "GiB" in proposed_error
 if IS_PR:
     assert feasible == resident == 339
@@ -233,7 +240,8 @@ if IS_PR:
 # %%
 runs = run_review_findings()
 for run in runs:
-    print(f"finding {run.finding} {run.label}: {run.outcome:5} {run.detail}")
+    print(textwrap.fill(f"finding {run.finding} {run.label}: {run.outcome:5} {run.detail}", 100,
+                        subsequent_indent=" " * 21, break_on_hyphens=False))
 viz.show(viz.review_findings_figure(runs))
 by = {(r.finding, r.bug): r for r in runs}
 assert all(by[n, False].outcome == "ok" for n in (1, 2, 3))
@@ -268,16 +276,16 @@ panel
 scenario = "qwen3.5-27b-h100" if IS_PR else f"qwen3.5-27b-{quota_gib:g}GiB-{max_batch_size}seq-{ssm_dtype}"
 findings = [
     Finding(scenario=scenario, policy="merged", outcome="ok" if raw_error is None else "crash",
-            numbers=f"{plan.requested + plan.dummies} slots x {plan.slot_bytes:,} B + one page = "
+            numbers=f"{plan.requested + plan.dummies:,} slots x {plan.slot_bytes:,} B + one page = "
                     f"{plan.raw_need_bytes / GIB:.2f} GiB vs quota {quota / GIB:.2f} GiB"),
     Finding(scenario=scenario, policy="clamp (proposal, PR #17261, closed without merging)",
             outcome="ok" if resident >= 1 else "crash",
-            numbers=f"{max(resident, 0)} resident + {plan.dummies} dummy, "
-                    f"{max(plan.requested - max(resident, 0), 0)} queue; "
+            numbers=f"{max(resident, 0):,} resident + {plan.dummies:,} dummy, "
+                    f"{max(plan.requested - max(resident, 0), 0):,} queue; "
                     f"{implied} SSM state implied by the PR's 37.5 GiB"),
     Finding(scenario=scenario, policy="feasible default (proposal, PR #18985, open)",
             outcome="ok" if feasible >= 1 else "crash",
-            numbers=f"max_batch_size default {feasible} fits; an explicit {max_batch_size} "
+            numbers=f"max_batch_size default {feasible:,} fits; an explicit {max_batch_size:,} "
                     + ("builds" if plan.raw_fits else "still raises, in GiB")),
 ]
 findings += [Finding(scenario=f"review finding {r.finding}", policy=r.label, outcome=r.outcome,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -206,6 +207,14 @@ def _file_with(text: str):
     return attempt
 
 
+def _config_with(config):
+    """``kvlab plan --config FILE --gpu h200`` on a config.json of ``config`` (a dict, or text)."""
+    def attempt(tmp):
+        (tmp / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+        return cli("plan", "--config", "{tmp}/config.json", "--gpu", "h200")(tmp)
+    return attempt
+
+
 def _stale_handle():
     """A cache handle after ``free``, its slot taken by a new cache."""
     manager = _manager(max_batch_size=1)
@@ -368,6 +377,32 @@ CASES = [
     Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, max_num_tokens 16)",
          _hostile_deployment(_small_token_budget, "small-budget"), "exit 2",
          ("deployment.max_num_tokens", "chunk_unit_size")),
+    Case(COMMAND, "kvlab plan --model llama-3.1-8b --gpu h200 --tp-size 0",
+         cli("plan", "--model", "llama-3.1-8b", "--gpu", "h200", "--tp-size", "0"), "exit 2",
+         ("tp_size", "[1, 4096]")),
+    Case(COMMAND, "kvlab plan --model llama-3.1-8b --gpu-gib nan",
+         cli("plan", "--model", "llama-3.1-8b", "--gpu-gib", "nan"), "exit 2", ("gpu_gib",)),
+    Case(COMMAND, "kvlab plan --model llama-3.1-8b --gpu h200 --kv-dtype int4",
+         cli("plan", "--model", "llama-3.1-8b", "--gpu", "h200", "--kv-dtype", "int4"), "exit 2",
+         ("kv_dtype", "bfloat16")),
+    Case(COMMAND, "kvlab plan --model gpt-5 --gpu h200", cli("plan", "--model", "gpt-5", "--gpu", "h200"),
+         "exit 2", ("model must be one of", "llama-3.1-8b")),
+    Case(COMMAND, "kvlab plan --model llama-3.1-8b  (no GPU)", cli("plan", "--model", "llama-3.1-8b"),
+         "exit 2", ("--gpu or --gpu-gib",)),
+    Case(COMMAND, "kvlab plan --example issue-21470 --max-seq-len 0",
+         cli("plan", "--example", "issue-21470", "--max-seq-len", "0"), "exit 2",
+         ("max_seq_len", "[1, 1073741824]")),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: not JSON)", _config_with("{not json"),
+         "exit 2", ("config.json", "transformers cannot read it")),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: a pure Mamba-2 model)",
+         _config_with({"model_type": "mamba2", "num_hidden_layers": 64}), "exit 2",
+         ("mamba2 has no attention layer",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: llama without num_attention_heads)",
+         _config_with({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": None}),
+         "exit 2", ("transformers cannot read it", "num_attention_heads")),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: an unknown model_type)",
+         _config_with({"model_type": "no-such-arch", "num_hidden_layers": 2}), "exit 2",
+         ("transformers cannot read it", "no-such-arch")),
     # -- scenario files ------------------------------------------------------------------------------
     Case(SCENARIO, "parameters.pool_mib: four", scenario_data(_set("parameters.pool_mib", "four")),
          "ScenarioError", ("parameters.pool_mib", "[1, 1048576]")),

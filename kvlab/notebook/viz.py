@@ -113,7 +113,8 @@ def _base_layout(title: str, subtitle: str = "", **extra) -> dict:
 
 
 AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, ticks="outside",
-                  tickcolor="#B0B6BE", automargin=True, ticklabeloverflow="allow")
+                  tickcolor="#B0B6BE", automargin=True, ticklabeloverflow="allow",
+                  separatethousands=True)  # tick labels as 1,000, like the text around them
 
 
 def _log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:
@@ -189,8 +190,8 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
                 continue
             last = min(first + per_cell, pages) - 1
             state = _page_state(first, total_blocks, needed_blocks, allocated)
-            where = f"page {first}" if first == last else f"pages {first}-{last}"
-            tokens = f"tokens {first * tokens_per_block}-{(last + 1) * tokens_per_block - 1}"
+            where = f"page {first:,}" if first == last else f"pages {first:,}-{last:,}"
+            tokens = f"tokens {first * tokens_per_block:,}-{(last + 1) * tokens_per_block - 1:,}"
             zrow.append(codes[state])
             trow.append(f"{where} ({tokens})<br>{PAGE_STATE_LABELS[state]}")
         z.append(zrow)
@@ -210,14 +211,14 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
                    showlegend=codes[state] in shown)  # an entry only for what the map holds
               for state, color in zip(PAGE_STATES, colors)]
     beyond = max(0, needed_blocks - total_blocks)
-    scale = f"one cell = {per_cell} pages" if per_cell > 1 else "one cell = one page"
-    subtitle = (f"pool {total_blocks} pages = {total_blocks * tokens_per_block} tokens; request "
-                f"{needed_blocks} pages = {needed_blocks * tokens_per_block} tokens"
-                + (f"; {beyond} pages beyond the pool" if beyond else "") + f" ({scale})")
+    scale = f"one cell = {per_cell:,} pages" if per_cell > 1 else "one cell = one page"
+    subtitle = (f"pool {total_blocks:,} pages = {total_blocks * tokens_per_block:,} tokens; request "
+                f"{needed_blocks:,} pages = {needed_blocks * tokens_per_block:,} tokens"
+                + (f"; {beyond:,} pages beyond the pool" if beyond else "") + f" ({scale})")
     tick_step = max(1, math.ceil(rows / 8))
     if title is None:
-        title = (f"KV pool: {total_blocks} pages of {tokens_per_block} tokens; "
-                 f"the request needs {needed_blocks}")
+        title = (f"KV pool: {total_blocks:,} pages of {tokens_per_block} tokens; "
+                 f"the request needs {needed_blocks:,}")
     layout = _base_layout(
         title, subtitle, height=190 + rows * (19 if cols == 32 else 9.5),
         xaxis=dict(showgrid=False, showline=False, ticks="", range=[-0.5, cols - 0.5],
@@ -225,7 +226,7 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
         yaxis=dict(title=dict(text="first page of row"), showgrid=False, showline=False, ticks="",
                    autorange="reversed", scaleanchor="x", constrain="domain",
                    tickvals=list(range(0, rows, tick_step)),
-                   ticktext=[str(r * cols * per_cell) for r in range(0, rows, tick_step)]),
+                   ticktext=[f"{r * cols * per_cell:,}" for r in range(0, rows, tick_step)]),
         legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12)),
         margin=dict(l=70, r=30, t=100, b=50))
     return {"data": [heat, *legend], "layout": layout}
@@ -246,14 +247,14 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
     width, needed, total_blocks = int(width), int(needed), int(total_blocks)
     tpb = tokens_per_block
     row_label = f"page-index row [{policy}]" if policy else "page-index row"
-    labels = [f"request: {needed} entries", f"pool: {total_blocks} pages", f"{row_label}: {width}"]
+    labels = [f"request: {needed:,} entries", f"pool: {total_blocks:,} pages", f"{row_label}: {width:,}"]
     values = [needed, total_blocks, width]
     verdict = ("more than the row holds: ValueError" if needed > width else
                "fits the row, more than the pool: False" if needed > total_blocks else
                "fits the row and the pool")
-    hovers = [f"request: {needed} entries = ceil(context / {tpb}) = {needed * tpb} tokens<br>{verdict}",
-              f"pool: {total_blocks} pages of {tpb} tokens = {total_blocks * tpb} tokens",
-              f"row width (max_blocks_per_seq): {width} entries = {width * tpb} tokens"]
+    hovers = [f"request: {needed:,} entries = ceil(context / {tpb}) = {needed * tpb:,} tokens<br>{verdict}",
+              f"pool: {total_blocks:,} pages of {tpb} tokens = {total_blocks * tpb:,} tokens",
+              f"row width (max_blocks_per_seq): {width:,} entries = {width * tpb:,} tokens"]
     bar = dict(type="bar", y=labels, x=values, orientation="h",
                  marker=dict(color=[outcome_color(outcome), POOL_COLOR, ROW_COLOR]),
                  hovertext=hovers, hovertemplate="%{hovertext}<extra></extra>", name="entries",
@@ -263,12 +264,12 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
                    line=dict(color=ROW_COLOR, dash="dash", width=2)),
               dict(type="line", x0=total_blocks, x1=total_blocks, y0=-0.5, y1=1.5, xref="x",
                    yref="y", line=dict(color=POOL_COLOR, dash="dot", width=2))]
-    annotations = [dict(x=width, y=2.5, xref="x", yref="y", text=f"row ends: {width}",
+    annotations = [dict(x=width, y=2.5, xref="x", yref="y", text=f"row ends: {width:,}",
                         showarrow=False, yanchor="bottom", font=dict(color=ROW_COLOR, size=12)),
-                   dict(x=total_blocks, y=-0.5, xref="x", yref="y", text=f"pool ends: {total_blocks}",
+                   dict(x=total_blocks, y=-0.5, xref="x", yref="y", text=f"pool ends: {total_blocks:,}",
                         showarrow=False, yanchor="top", font=dict(color=POOL_COLOR, size=12))]
     if title is None:
-        title = f"Page-index row: {needed} entries needed, {width} available"
+        title = f"Page-index row: {needed:,} entries needed, {width:,} available"
     if subtitle is None:  # what the resize would do; a caller whose engine never got there says so
         subtitle = f"{OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}: {verdict}"
     layout = _base_layout(
@@ -314,7 +315,7 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
                            fillcolor="rgba(204,51,17,0.18)",
                            line=dict(color=OUTCOME_COLORS["crash"], width=1.5, dash="dot")))
         annotations.append(dict(x=(width_c + needed_c) / 2, y=3.4, xref="x", yref="y", showarrow=False,
-                                text=f"entries {width}..{needed - 1}: the row has none",
+                                text=f"entries {width:,}..{needed - 1:,}: the row has none",
                                 font=dict(size=12, color=OUTCOME_COLORS["crash"]),
                                 bgcolor="rgba(255,255,255,0.85)"))
     step = 37 if math.gcd(37, total_blocks) == 1 else 1
@@ -335,26 +336,26 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     shapes.append(dict(type="line", x0=width_c, x1=width_c, y0=2.8, y1=3.0 + slots, xref="x", yref="y",
                        line=dict(color=ROW_COLOR, dash="dash", width=2)))
     annotations.append(dict(x=width_c, y=3.0 + slots, xref="x", yref="y", yanchor="bottom", showarrow=False,
-                            text=f"row width: {width} entries", font=dict(size=12, color=ROW_COLOR)))
+                            text=f"row width: {width:,} entries", font=dict(size=12, color=ROW_COLOR)))
     annotations.append(dict(x=pool_c, y=0.8, xref="x", yref="y", xanchor="left", yanchor="bottom",
-                            showarrow=False, text=f" pool: {total_blocks} pages",
+                            showarrow=False, text=f" pool: {total_blocks:,} pages",
                             font=dict(size=12, color=POOL_COLOR)))
     legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
                    marker=dict(symbol="square", size=12, color=color), showlegend=show)
               for name, color, show in (
                   ("an entry holding a page number (int32)", PAGE_COLORS["held"], held > 0),
                   ("an empty entry, or a free page", PAGE_COLORS["free"], True),
-                  (f"entries the request needs past the row ({max(0, needed - width)})",
+                  (f"entries the request needs past the row ({max(0, needed - width):,})",
                    OUTCOME_COLORS["crash"], needed > width),
                   ("entry i -> the page of tokens i x {} .. (i + 1) x {} - 1".format(tpb, tpb),
                    ROW_COLOR, held > 0))]
     verdict = ("more entries than the row has: ValueError, before the pool is looked at"
                if needed > width else "every entry fits the row")
-    scale = f"; one cell = {unit} entries or pages" if unit > 1 else ""
+    scale = f"; one cell = {unit:,} entries or pages" if unit > 1 else ""
     layout = _base_layout(
         "The page-index table: one row per sequence, one entry per page",
-        f"the request needs {needed} entries (ceil(context / {tpb})); its row has {width}; the pool "
-        f"has {total_blocks} pages: {verdict}{scale}", height=380, shapes=shapes, annotations=annotations,
+        f"the request needs {needed:,} entries (ceil(context / {tpb})); its row has {width:,}; the pool "
+        f"has {total_blocks:,} pages: {verdict}{scale}", height=380, shapes=shapes, annotations=annotations,
         legend=dict(orientation="h", yanchor="top", y=-0.05, x=0),
         xaxis=dict(range=[-0.2 * span, span * 1.04], showgrid=False, showticklabels=False, ticks="",
                    showline=False),
@@ -410,9 +411,9 @@ def table_price_spec(rows: Sequence[Mapping], *, labels: Optional[Mapping[int, s
     for i, width in enumerate(widths):
         mine = sorted((r for r in rows if r["width"] == width), key=lambda r: r["max_batch_size"])
         seq = mine[0]["max_seq_len"]
-        name = f"{width} entries (max_seq_len {seq})" + (f" - {labels[width]}" if width in labels else "")
-        hover = [f"width {width} entries, max_batch_size {r['max_batch_size']} "
-                 f"({r['slots']} slots)<br>{r['nbytes']:,} B = {_fmt_bytes(r['nbytes'])}" for r in mine]
+        name = f"{width:,} entries (max_seq_len {seq:,})" + (f" - {labels[width]}" if width in labels else "")
+        hover = [f"width {width:,} entries, max_batch_size {r['max_batch_size']:,} "
+                 f"({r['slots']:,} slots)<br>{r['nbytes']:,} B = {_fmt_bytes(r['nbytes'])}" for r in mine]
         traces.append(dict(type="scatter", x=[r["max_batch_size"] for r in mine], y=[r["nbytes"] for r in mine],
                                  mode="lines+markers", name=name, hovertext=hover,
                                  hovertemplate="%{hovertext}<extra></extra>",
@@ -428,10 +429,10 @@ def table_price_spec(rows: Sequence[Mapping], *, labels: Optional[Mapping[int, s
             ratio = b / a
             for r, side in ((at[narrow], "right"), (at[wide], "left")):
                 annotations.append(dict(x=math.log10(big), y=math.log10(r["nbytes"]), xref="x",
-                                        yref="y", text=f"{r['width']} entries: {_fmt_bytes(r['nbytes'])}",
+                                        yref="y", text=f"{r['width']:,} entries: {_fmt_bytes(r['nbytes'])}",
                                         showarrow=True, arrowhead=2, ax=-60, ay=-25 if side == "left" else 25,
                                         font=dict(size=12)))
-            subtitle = (f"at max_batch_size {big}: {wide} vs {narrow} entries = {_fmt_bytes(b)} vs "
+            subtitle = (f"at max_batch_size {big:,}: {wide:,} vs {narrow:,} entries = {_fmt_bytes(b)} vs "
                         f"{_fmt_bytes(a)}, x{ratio:.2f} the bytes ({wide}/{narrow})")
     layout = _base_layout(
         "The price of the wider row: host page-index table bytes", subtitle, height=460,
@@ -456,11 +457,11 @@ def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
     traces = []
     for outcome in ("crash", "refused", "ok"):
         mine = [r for r in results if r.outcome == outcome]
-        hover = [f"pool {r.pool_bytes / (1 << 20):g} MiB ({r.total_blocks} pages), "
-                 f"context {r.context}<br>needs {r.entries_needed} entries, row {r.max_blocks_per_seq}"
+        hover = [f"pool {r.pool_bytes / (1 << 20):g} MiB ({r.total_blocks:,} pages), "
+                 f"context {r.context:,}<br>needs {r.entries_needed:,} entries, row {r.max_blocks_per_seq:,}"
                  f"<br>{OUTCOME_LABELS[outcome]}" for r in mine]
         traces.append(dict(type="scatter", x=[r.pool_bytes / (1 << 20) for r in mine], y=[r.context for r in mine],
-                                 mode="markers", name=f"{OUTCOME_LABELS[outcome]} ({len(mine)})",
+                                 mode="markers", name=f"{OUTCOME_LABELS[outcome]} ({len(mine):,})",
                                  showlegend=bool(mine),  # no legend entry for what is not there
                                  marker=dict(symbol="square", size=11, color=OUTCOME_COLORS[outcome]),
                                  hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
@@ -497,11 +498,13 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
 
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
-    ``kvlab.analysis.presets.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`)."""
+    ``kvlab.analysis.presets.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`);
+    the suspended line, and its legend entry, only show when the run suspended anything."""
     trace = result.trace
     steps = trace.column("step")
     outcome = outcome if outcome is not None else engine_outcome(result)
     total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
+    suspended = any(trace.column("suspended"))
 
     def line(name, column, axis, color, **extra):
         values = trace.column(column)
@@ -511,7 +514,10 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
 
     data = [line("running", "running", 1, TIMELINE_COLORS["running"]),
             line("waiting", "waiting", 1, TIMELINE_COLORS["waiting"]),
-            line("suspended (host tier)", "suspended", 1, TIMELINE_COLORS["suspended"]),
+            # drawn, with its legend entry, only when the run suspended anything (a run with no
+            # host tier never does): no entry for a line that holds nothing
+            line("suspended (host tier)", "suspended", 1, TIMELINE_COLORS["suspended"],
+                 visible=suspended, showlegend=suspended),
             line("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], stackgroup="pool"),
             line("free pages", "free_blocks", 2, "#AAAAAA", stackgroup="pool",
                  fillcolor=TIMELINE_COLORS["free"]),
@@ -519,7 +525,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     for trace_spec in data[3:5]:
         trace_spec["line"]["width"] = 1
     shapes, annotations = [], []
-    for axis, (text, domain) in enumerate(zip(("requests", f"KV pool ({total} pages)",
+    for axis, (text, domain) in enumerate(zip(("requests", f"KV pool ({total:,} pages)",
                                                "stall detector: passes without progress"),
                                               _TIMELINE_DOMAINS), start=1):
         annotations.append(dict(text=f"<b>{text}</b>", x=0, xref="paper", y=domain[1], yref="paper",
@@ -527,7 +533,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     if stall_limit is not None:
         shapes.append(dict(type="line", xref="x3 domain", x0=0, x1=1, yref="y3", y0=stall_limit,
                            y1=stall_limit, line=dict(color=OUTCOME_COLORS["stall"], dash="dash", width=1.5)))
-        annotations.append(dict(text=f"stall limit {stall_limit}", xref="x3 domain", x=1, yref="y3",
+        annotations.append(dict(text=f"stall limit {stall_limit:,}", xref="x3 domain", x=1, yref="y3",
                                 y=stall_limit, xanchor="right", yanchor="bottom", showarrow=False,
                                 font=dict(size=11, color=OUTCOME_COLORS["stall"])))
     error = getattr(result, "error", None)
@@ -535,24 +541,27 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
         color = outcome_color(outcome)
         shapes.append(dict(type="line", xref="x", x0=steps[-1], x1=steps[-1], yref="paper", y0=0, y1=1,
                            line=dict(color=color, width=2)))
-        annotations.append(dict(text=f"{type(error).__name__} in pass {len(steps)} (step {steps[-1]})",
+        annotations.append(dict(text=f"{type(error).__name__} in pass {len(steps):,} (step {steps[-1]:,})",
                                 xref="x", x=steps[-1],
                                 yref="paper", y=1.0, xanchor="right", yanchor="bottom", showarrow=False,
                                 font=dict(size=11, color=color)))
     if len(steps) <= 1:  # one pass: points, not lines, and why there is nothing over time
         for trace_spec in data:
             trace_spec["mode"] = "markers"
-        annotations.append(dict(text=("the run ended in its first pass" + (
-            f" ({type(error).__name__})" if error is not None else "")
-            + ": one point per panel, nothing to draw over time"), xref="paper", x=0.5,
-            yref="paper", y=0.5, showarrow=False, font=dict(size=13, color="#444"),
-            bgcolor="rgba(255,255,255,0.85)"))
+        # in the right half of the pool's panel, a few words a line: clear of the point (at
+        # the centre of the step axis) and of the axes' labels on the left
+        note = ("the run ended in its first pass" + (f" ({type(error).__name__})" if error is not None else "")
+                + ": one point per panel, nothing to draw over time")
+        annotations.append(dict(text="<br>".join(_wrap(note, 34)), xref="paper", x=1.0, xanchor="right",
+                                yref="paper", y=sum(_TIMELINE_DOMAINS[1]) / 2, yanchor="middle",
+                                align="left", showarrow=False, font=dict(size=12, color="#444"),
+                                bgcolor="rgba(255,255,255,0.85)"))
     counts = {s: sum(1 for v in result.status.values() if v == s)
               for s in ("finished", "rejected", "waiting", "running")}
     if title is None:
         title = f"Scheduler timeline: {OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}"
     if subtitle is None:
-        subtitle = (f"{len(steps)} passes; " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        subtitle = (f"{len(steps):,} pass{'' if len(steps) == 1 else 'es'}; " + ", ".join(f"{n:,} {s}" for s, n in counts.items() if n)
                     + (f"; stopped by {type(error).__name__}" if error is not None else ""))
     top = max(trace.column("stalled_passes") + [stall_limit or 0, 1])
     axes = {}
@@ -566,7 +575,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     axes["yaxis2"].update(title=dict(text="pages"), range=[0, max(total, 1) * 1.05])
     axes["yaxis3"].update(title=dict(text="passes"), range=[0, top * 1.1])
     layout = _base_layout(title, subtitle, height=560, shapes=shapes, annotations=annotations,
-                          legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
+                          legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, traceorder="normal"),
                           margin=dict(l=70, r=30, t=90, b=60), **axes)
     return {"data": data, "layout": layout}
 
@@ -637,8 +646,8 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
     for k, regime in enumerate(regimes):
         grid = [[int(v) for v in row] for row in diagram[regime]]  # (pools, contexts)
         z = [[grid[i][j] for i in range(len(pools))] for j in range(len(contexts))]
-        text = [[f"pool {pools[i] * bytes_per_block / (1 << 20):.4g} MiB ({pools[i]} pages = "
-                 f"{pools[i] * tokens_per_block} tokens)<br>context {contexts[j]}<br>"
+        text = [[f"pool {pools[i] * bytes_per_block / (1 << 20):.4g} MiB ({pools[i]:,} pages = "
+                 f"{pools[i] * tokens_per_block:,} tokens)<br>context {contexts[j]:,}<br>"
                  f"{regime}: {OUTCOME_LABELS[ENGINE_OUTCOMES[z[j][i]]]}"
                  for i in range(len(pools))] for j in range(len(contexts))]
         suffix = "" if k == 0 else str(k + 1)
@@ -663,7 +672,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
                                       **({"title": dict(text="context length (tokens)")} if k == 0 else {}))
         counts = {v: sum(row.count(i) for row in grid) for i, v in enumerate(ENGINE_OUTCOMES)}
         annotations.append(dict(text=f"<b>{regime}</b><br><sup>" + ", ".join(
-            f"{c} {v}" for v, c in counts.items() if c) + "</sup>", x=lo + width / 2, xref="paper",
+            f"{c:,} {v}" for v, c in counts.items() if c) + "</sup>", x=lo + width / 2, xref="paper",
             y=1.0, yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
     for verdict, color in zip(ENGINE_OUTCOMES, colors):
         data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=OUTCOME_LABELS[verdict],
@@ -747,7 +756,8 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
     """Requests arrived (grey) and finished, per policy, against the clock of a replayed trace
     (steps times ``seconds_per_iteration``, in minutes); each policy's line in its outcome's
     colour and ends where its engine did (an X where a crash or a stall stopped it). ``runs``:
-    policy -> SimulationResult of one workload. Traces: arrivals, then one line per policy."""
+    policy -> SimulationResult of one workload. Traces: arrivals, then one line per policy (policies
+    whose lines coincide share one legend entry)."""
     first = next(iter(runs.values()))
     arrivals = sorted(r.arrival_step for r in first.requests.values())
     scale = seconds_per_iteration / 60.0
@@ -771,6 +781,16 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
                                      color=outcome_color(outcome)),
                          x=[s.step * scale for s in kept], y=[s.finished_total for s in kept],
                          hovertemplate=f"{policy}: minute %{{x:.1f}}, %{{y}} finished<extra></extra>"))
+    # policies whose runs draw the same curve share one legend entry that names them all
+    curves = {}
+    for policy, line in zip(runs, data[1:]):
+        curves.setdefault((line["name"].split(": ", 1)[1], tuple(line["x"]), tuple(line["y"])), []).append(
+            (policy, line))
+    for (label, _, _), same in curves.items():
+        if len(same) > 1:
+            same[0][1]["name"] = f"{', '.join(p for p, _ in same)}: {label} (one curve, the runs coincide)"
+            for _, line in same[1:]:
+                line["showlegend"] = False
     layout = _base_layout(title or "A replayed trace: requests served over time",
                           subtitle or f"one scheduler iteration = {seconds_per_iteration * 1000:g} ms; "
                                       "X: the engine stopped there",
@@ -874,7 +894,7 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None) -> dict:
                            [r.quota_bytes for r in ranks], lost)
     own = [r.local_quota_bytes / GIB for r in ranks]
     subtitle = (f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
-                f"{', '.join(str(p) for p in sorted({r.blocks for r in ranks}))} blocks"
+                f"{', '.join(f'{p:,}' for p in sorted({r.blocks for r in ranks}))} blocks"
                 if ranks else "no ranks")
     layout = _base_layout(
         title or f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)", subtitle,
@@ -1084,9 +1104,9 @@ def table_copy_spec(rows: Sequence[Mapping], *, device: str = "",
     traces = []
     for i, width in enumerate(widths):
         mine = sorted((r for r in rows if r["width"] == width), key=lambda r: r["max_batch_size"])
-        name = (f"{width} entries (max_seq_len {mine[0]['max_seq_len']:,})"
+        name = (f"{width:,} entries (max_seq_len {mine[0]['max_seq_len']:,})"
                 + (f" - {labels[width]}" if width in labels else ""))
-        hover = [f"width {width}, max_batch_size {r['max_batch_size']} ({r['slots']} slots)<br>"
+        hover = [f"width {width:,}, max_batch_size {r['max_batch_size']:,} ({r['slots']:,} slots)<br>"
                  f"{_fmt_bytes(r['nbytes'])} a step in {r['median_us']:,.1f} us ({r['gb_per_s']:.2f} GB/s)"
                  for r in mine]
         traces.append(dict(type="scatter", x=[r["max_batch_size"] for r in mine],
@@ -1099,8 +1119,8 @@ def table_copy_spec(rows: Sequence[Mapping], *, device: str = "",
         at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
         lo, hi = at.get(widths[0]), at.get(widths[-1])
         if lo and hi:
-            subtitle = (f"at max_batch_size {big}: {widths[-1]} entries {_fmt_bytes(hi['nbytes'])} in "
-                        f"{hi['median_us']:,.1f} us vs {widths[0]} entries {_fmt_bytes(lo['nbytes'])} "
+            subtitle = (f"at max_batch_size {big:,}: {widths[-1]:,} entries {_fmt_bytes(hi['nbytes'])} in "
+                        f"{hi['median_us']:,.1f} us vs {widths[0]:,} entries {_fmt_bytes(lo['nbytes'])} "
                         f"in {lo['median_us']:,.1f} us")
     layout = _base_layout(
         f"The page-index table's copy to the device, each step{_on(device)}", subtitle, height=460,

@@ -175,11 +175,17 @@ def with_static_figures(notebook):
                 panel = data[PANEL_MIME]
                 images = "".join(f'<img src="data:image/png;base64,{_png(f)}"/>'
                                  for f in panel["figures"])
-                output["data"] = {"text/html": panel["title"] + panel["values"] + panel["verdict"]
-                                  + images, "text/plain": text}
+                output["data"] = {"text/html": panel["title"] + panel["values"]
+                                  + _monospace_detail(panel["verdict"]) + images, "text/plain": text}
             elif PLOTLY_MIME in data:
                 output["data"] = {"image/png": _png(data[PLOTLY_MIME]), "text/plain": text}
     return static
+
+
+def _monospace_detail(verdict: str) -> str:
+    """The verdict with its detail (a <pre> of arithmetic, aligned in columns) in the code font:
+    the report's stylesheet gives every <pre> of an output the text font."""
+    return verdict.replace('<pre style="', '<pre style="font-family:var(--jp-code-font-family, monospace);')
 
 
 def _png(figure) -> str:

@@ -145,6 +145,7 @@ def test_static_bundle_needs_no_frontend():
 from kvlab.analysis.compare import EngineConfig, long_and_small, outcome_rows, run_policies  # noqa: E402
 from kvlab.analysis.phase import phase_diagram  # noqa: E402
 from kvlab.analysis.presets import ENGINE_OUTCOMES, OUTCOMES  # noqa: E402
+from kvlab.run.workload import LogNormal, poisson_workload  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -168,13 +169,34 @@ def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_r
     assert "stall" in viz.figure_text(fig) and "3 finished, 1 waiting" in viz.figure_text(fig)
 
 
+def test_the_timeline_names_suspended_requests_only_when_a_run_suspended_any(seed_runs):
+    """No host tier, or none needed: no "suspended (host tier)" line or legend entry for nothing."""
+    quiet = viz.scheduler_timeline_spec(seed_runs["none/configured"])["data"][2]
+    assert max(seed_runs["none/configured"].trace.column("suspended")) == 0
+    assert quiet["name"] == "suspended (host tier)" and not quiet["showlegend"] and not quiet["visible"]
+    workload = poisson_workload(60, rate=0.05, prompt_len=LogNormal(256, 1.0, 16, 8192),
+                                max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=0)
+    busy = run_policies(workload, ["capacity"], EngineConfig(), max_steps=100_000)["capacity"]
+    assert max(busy.trace.column("suspended")) > 0
+    shown = viz.scheduler_timeline_spec(busy)["data"][2]
+    assert shown["showlegend"] and shown["visible"]
+
+
+def test_policies_that_draw_the_same_curve_share_one_legend_entry(seed_runs):
+    runs = {"a": seed_runs["capacity"], "b": seed_runs["capacity"], "c": seed_runs["none/configured"]}
+    data = viz.served_over_time_spec(runs, 0.05)["data"]
+    assert [t.get("showlegend", True) for t in data] == [True, True, False, True]
+    assert data[1]["name"] == "a, b: rejected at admission (one curve, the runs coincide)"
+    assert data[3]["name"] == "c: stall (no progress)"
+
+
 def test_a_one_pass_timeline_says_why_it_draws_points(seed_runs):
     """none/clamped crashes in its first pass: an empty-looking frame unless the figure says so."""
     result = seed_runs["none/clamped"]
     assert len(result.trace) == 1
     spec = viz.scheduler_timeline_spec(result)
     assert {t["mode"] for t in spec["data"]} == {"markers"}
-    assert any("ended in its first pass (PageIndexTooShort)" in a["text"]
+    assert any("ended in its first pass (PageIndexTooShort)" in a["text"].replace("<br>", " ")
                for a in spec["layout"]["annotations"])
 
 

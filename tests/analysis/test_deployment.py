@@ -1,0 +1,173 @@
+"""kvlab.analysis.deployment: the preflight plan reproduces notebooks 01, 02 and 05 from the
+shipped presets, its context ranges are exact, and it agrees with the multi-rank plan and with
+real engine runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from kvlab.analysis.deployment import (Deployment, _change_points, _segments, example_deployments,
+                                       plan_deployment)
+from kvlab.analysis.models import load_model
+from kvlab.analysis.phase import PhaseSetup, phase_scenario, phase_verdicts
+from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.analysis.rank_plan import plan_ranks
+from kvlab.cli import main
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.memory import GIB
+from kvlab.run.distributed import scenario_config
+from kvlab.run.scenarios import load_scenario
+from kvlab.run.simulation import simulate
+from kvlab.sched.policies import TRTLLM_POLICIES
+
+EXAMPLES = example_deployments()
+
+
+def verdict_at(plan, policy, context):
+    return next(s.verdict for s in plan.ranges[policy] if s.low <= context <= s.high)
+
+
+def test_issue_21470_as_notebook_01_and_the_scenario_state_it():
+    plan = plan_deployment(EXAMPLES["issue-21470"])
+    expected = load_scenario("issue-21470").expected
+    assert plan.bytes_per_token == expected["bytes_per_token"] == 192512
+    assert plan.blocks == expected["total_blocks"] == 29961
+    assert plan.capacity_tokens == expected["capacity_tokens"] == 958752
+    assert plan.clamped_max_seq_len == 958752 and plan.clamped
+    assert (plan.width_current, plan.width_fix) == (expected["width_clamped"],
+                                                    expected["width_configured"]) == (29964, 32772)
+    assert [verdict_at(plan, p, 1_000_000) for p in TRTLLM_POLICIES] == ["crash", "stall", "reject"]
+    assert plan.worst() == "crash" and plan.exit_code == 4
+    assert len(plan.quotas) == 16 and plan.local_blocks[0] > plan.local_blocks[-1] == plan.blocks
+
+
+def test_the_ranks_agree_with_the_multi_rank_plan():
+    """One arithmetic: the plan's ranks are what kvlab.analysis.rank_plan (and the real rank
+    processes it is tested against) build for the same scenario."""
+    ranks = plan_ranks(scenario_config(load_scenario("issue-21470"))).ranks
+    plan = plan_deployment(EXAMPLES["issue-21470"])
+    assert plan.local_blocks == tuple(r.local_blocks for r in ranks)
+    assert plan.quotas == tuple(r.local_quota_bytes for r in ranks)
+    assert {r.max_blocks_per_seq for r in ranks} == {plan.width_current}
+
+
+def test_the_4_mib_repro_as_notebook_02_states_it():
+    plan = plan_deployment(EXAMPLES["rtx5080-4mib"])
+    assert (plan.bytes_per_token, plan.blocks, plan.capacity_tokens) == (2048, 64, 2048)
+    assert (plan.width_current, plan.width_fix) == (68, 260)
+    assert [verdict_at(plan, p, 8192) for p in TRTLLM_POLICIES] == ["crash", "stall", "reject"]
+    assert plan.quotas == (4 * 2**20,)
+
+
+def test_pr_17261_as_notebook_05_states_it():
+    plan = plan_deployment(EXAMPLES["pr-17261"])
+    h = plan.hybrid
+    assert h["slots"] == 513 and round(h["need_bytes"] / GIB, 2) == 37.48
+    assert round(h["quota_bytes"] / GIB, 2) == 24.86 and not h["merged_builds"]
+    assert h["error"].startswith("ValueError: The V2 Mamba GPU cache quota is too small")
+    assert (h["clamp_resident"], h["feasible_max_batch_size"]) == (339, 339)
+    assert plan.worst() == "crash" and plan.worst("capacity") != "crash"
+    assert "merged TensorRT-LLM raises at construction" in plan.explain()
+
+
+@pytest.mark.parametrize("tpb, extra, new, mnt, max_len, pool", [
+    (32, 0, 16, 1 << 30, 8192, 64), (32, 0, 1, 1 << 30, 3000, 64), (16, 3, 0, 700, 2000, 40),
+    (8, 0, 64, 1 << 30, 1500, 70), (1, 0, 5, 100, 300, 150)])
+def test_the_ranges_are_exact_at_every_context_length(tpb, extra, new, mnt, max_len, pool):
+    geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=16, tokens_per_block=tpb)
+    setup = PhaseSetup(geometry=geo, max_seq_len=max_len, max_new_tokens=new, max_num_tokens=mnt,
+                       num_extra_kv_tokens=extra)
+    every = np.arange(1, max_len + 1)
+    for policy in TRTLLM_POLICIES:
+        brute = phase_verdicts([pool], every, policy, setup)[0]
+        segments = _segments(pool, policy, setup, _change_points(setup, max_len), max_len)
+        assert segments[0].low == 1 and segments[-1].high == max_len
+        assert all(a.high + 1 == b.low and a.verdict != b.verdict for a, b in zip(segments, segments[1:]))
+        spread = np.concatenate([[s.verdict] * (s.high - s.low + 1) for s in segments])
+        assert list(spread) == [ENGINE_OUTCOMES[c] for c in brute]
+
+
+@pytest.mark.parametrize("context", [2000, 2040, 2100, 8192])
+@pytest.mark.parametrize("policy", TRTLLM_POLICIES)
+def test_a_range_is_what_a_real_engine_run_ends_in(context, policy):
+    """The 4 MiB plan against kvlab's real manager and scheduler running the lone request."""
+    deployment = EXAMPLES["rtx5080-4mib"]
+    plan = plan_deployment(deployment)
+    setup = PhaseSetup(geometry=deployment.kv_geometry(), max_seq_len=8192, max_new_tokens=16,
+                       max_num_tokens=deployment.max_num_tokens)
+    scheduler, requests = phase_scenario(plan.blocks, context, policy, setup)
+    assert engine_outcome(simulate(scheduler, requests, max_steps=200)) == verdict_at(plan, policy, context)
+
+
+def test_a_deployment_that_stalls_but_never_crashes_exits_3(capsys):
+    """A configured max_seq_len just past the pool: the clamped row still covers it."""
+    plan = plan_deployment(dataclasses.replace(EXAMPLES["rtx5080-4mib"], max_seq_len=2100))
+    assert plan.worst() == "stall" and plan.exit_code == 3
+    assert main(["plan", "--example", "rtx5080-4mib", "--max-seq-len", "2100"]) == 3
+
+
+def test_a_roomy_deployment_is_safe():
+    plan = plan_deployment(Deployment(model=load_model("llama-3.1-8b"), gpu_gib=80.0,
+                                      max_batch_size=64, chunked_prefill=True))
+    assert not plan.clamped and plan.worst() == "ok" and plan.exit_code == 0
+    assert plan.longest() == 131072 and plan.first("crash") is None
+
+
+def test_what_the_plan_simplifies_is_said():
+    d = Deployment(model=load_model("mistral-7b-v0.1"), gpu_gib=80.0, pp_size=2, host_cache_gib=64.0)
+    plan = plan_deployment(d)
+    text = plan.explain()
+    assert "upper bound" in text and "largest stage" in text and "split evenly" in text
+    assert "Host tier: 64.0 GiB" in text and "no verdict below changes" in text
+    assert d.weights_bytes == 7241732096 * 2 // 2  # bf16 over pp 2
+
+
+def test_weights_derived_from_the_parameters_shrink_with_tp_and_pp():
+    model = load_model("llama-3.1-70b")
+    one = Deployment(model=model, gpu_gib=80.0).weights_bytes
+    assert Deployment(model=model, gpu_gib=80.0, tp_size=4, pp_size=2).weights_bytes == one // 8
+    assert Deployment(model=model, gpu_gib=80.0, weights_dtype="fp8").weights_bytes == one // 2
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(gpu_gib=0), "gpu_gib"), (dict(gpu_gib=80, tp_size=0), "tp_size"),
+    (dict(gpu_gib=80, pp_size=81), "pp_size must be in [1, 80]"),
+    (dict(gpu_gib=80, kv_dtype="int8"), "kv_dtype"),
+    (dict(gpu_gib=80, free_gpu_memory_fraction=1.5), "free_gpu_memory_fraction"),
+    (dict(gpu_gib=80, max_batch_size=0), "max_batch_size"),
+    (dict(gpu_gib=80, workspace_gib=-1), "workspace_gib"),
+    (dict(gpu_gib=80, kv_dtype="nvfp4", tokens_per_block=0), "tokens_per_block"),
+])
+def test_bad_deployments_name_the_parameter(kwargs, named):
+    with pytest.raises((ValueError, TypeError), match=named.replace("[", r"\[").replace("]", r"\]")):
+        Deployment(model=load_model("llama-3.1-70b"), **kwargs)
+
+
+def test_the_command_prints_json_with_the_exit_code(capsys):
+    assert main(["plan", "--example", "issue-21470", "--json"]) == 4
+    data = json.loads(capsys.readouterr().out)
+    assert data["blocks"] == 29961 and data["width"] == {"current": 29964, "one_line_fix": 32772}
+    assert data["policies"]["none/clamped"]["worst"] == "crash" and data["exit_code"] == 4
+    assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb"]) == 0
+    assert "Verdict: safe" in capsys.readouterr().out
+
+
+def test_the_command_overrides_an_example(capsys):
+    assert main(["plan", "--example", "issue-21470", "--workspace-gib", "0", "--workspace-skew-gib", "0",
+                 "--max-seq-len", "131072"]) == 0
+    assert "not clamped" in capsys.readouterr().out
+
+
+def test_the_command_reads_a_config(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from kvlab.analysis.models import load_preset
+    (tmp_path / "config.json").write_text(json.dumps(load_preset("deepseek-v3")["config"]))
+    code = main(["plan", "--config", str(tmp_path), "--gpu", "b200", "--tp-size", "8",
+                 "--weights-dtype", "fp8", "--max-seq-len", "163840"])
+    out = capsys.readouterr().out
+    assert "61 layers x 1 (K only, MLA) x 1 KV heads x 576 dims" in out
+    assert code in (0, 3, 4)

@@ -1,0 +1,134 @@
+"""kvlab.analysis.models: each preset's stated geometry is what its published config fields give,
+read by kvlab's rules and by transformers' configuration classes; configs kvlab cannot plan are
+refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvlab.analysis.models import (ConfigError, geometry_from_config, load_model, load_preset,
+                                   model_names, read_config)
+from kvlab.core.geometry import qwen3_5_27b_mamba
+
+PRESETS = model_names()
+
+
+def test_the_presets_the_issue_names_are_shipped():
+    assert {"llama-3.1-8b", "llama-3.1-70b", "qwen3.5-27b", "deepseek-v3", "mistral-7b-v0.1",
+            "qwen3-235b-a22b"} <= set(PRESETS)
+    for name in PRESETS:
+        preset = load_preset(name)
+        assert preset["source"] and preset["parameters"] > 0
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_preset_states_what_its_config_gives(name):
+    preset = load_preset(name)
+    assert load_model(name).facts() == preset["geometry"]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_transformers_reads_the_same_geometry_from_the_config(name, tmp_path):
+    pytest.importorskip("transformers")
+    preset = load_preset(name)
+    (tmp_path / "config.json").write_text(json.dumps(preset["config"]))
+    assert read_config(tmp_path).facts() == preset["geometry"]  # a folder
+    assert read_config(tmp_path / "config.json").facts() == preset["geometry"]  # the file
+
+
+def test_the_stated_bytes_per_token_are_the_hand_arithmetic():
+    """bf16, all attention layers, one rank: layers x kv_factor x kv heads x head_dim x 2 B."""
+    assert load_model("llama-3.1-8b").bytes_per_token_bf16 == 32 * 2 * 8 * 128 * 2 == 131072
+    assert load_model("llama-3.1-70b").bytes_per_token_bf16 == 80 * 2 * 8 * 128 * 2
+    assert load_model("deepseek-v3").bytes_per_token_bf16 == 61 * 1 * 1 * (512 + 64) * 2 == 70272
+    assert load_model("qwen3.5-27b").bytes_per_token_bf16 == 16 * 2 * 4 * 256 * 2
+    assert load_model("qwen3-235b-a22b").bytes_per_token_bf16 == 94 * 2 * 4 * 128 * 2 == 192512
+
+
+def test_mla_is_one_unsplit_k_only_head():
+    geo = load_model("deepseek-v3").kv_geometry(tp_size=8)
+    assert (geo.kv_factor, geo.num_kv_heads, geo.head_dim, geo.kv_heads_per_rank) == (1, 1, 576, 1)
+
+
+def test_the_hybrid_state_is_notebook_05s():
+    model = load_model("qwen3.5-27b")
+    assert (model.attention_layers, model.linear_layers, model.mamba_ssm_dtype) == (16, 48, "float32")
+    for dtype in ("bfloat16", "float32"):
+        assert model.mamba_geometry(ssm_dtype=dtype) == qwen3_5_27b_mamba(ssm_dtype=dtype)
+    assert model.mamba_geometry() == qwen3_5_27b_mamba("float32")  # the config's dtype
+
+
+def test_sliding_window_layers_are_counted_and_the_simplification_said():
+    model = load_model("mistral-7b-v0.1")
+    assert (model.sliding_layers, model.sliding_window) == (32, 4096)
+    assert any("upper bound" in note for note in model.notes)
+    assert not load_model("llama-3.1-8b").notes
+
+
+def test_pipeline_stages_and_tensor_parallelism_split_the_cache():
+    model = load_model("llama-3.1-70b")
+    geo = model.kv_geometry(tp_size=16, pp_size=3)
+    assert geo.num_layers == 27  # ceil(80 / 3): the largest stage
+    assert geo.kv_heads_per_rank == 1  # ceil(8 / 16)
+    assert model.kv_geometry(tp_size=16, attention_dp=True).kv_heads_per_rank == 8
+
+
+def _config(**fields):
+    from types import SimpleNamespace
+    return SimpleNamespace(**fields)
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(model_type="x", num_hidden_layers=0), "num_hidden_layers must be a positive int"),
+    (dict(model_type="x", num_hidden_layers=2, layer_types=["full_attention", "chunked_attention"],
+          num_attention_heads=2), "chunked_attention"),
+    (dict(model_type="x", num_hidden_layers=3, layer_types=["full_attention"], num_attention_heads=2),
+     "layer_types has 1 entries for num_hidden_layers=3"),
+    (dict(model_type="mamba2", num_hidden_layers=4, layer_types=["linear_attention"] * 4),
+     "mamba2 has no attention layer"),
+    (dict(model_type="x", num_hidden_layers=4, full_attention_interval=2, num_attention_heads=2,
+          head_dim=8), "linear_num_value_heads must be a positive int"),
+    (dict(model_type="x", num_hidden_layers=2, num_attention_heads=2),
+     "head_dim defaults to hidden_size // num_attention_heads"),
+    (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=512),
+     "qk_rope_head_dim must be a positive int"),
+])
+def test_a_config_kvlab_cannot_plan_is_refused_naming_the_field(fields, words):
+    with pytest.raises(ConfigError, match="cfg.json") as exc:
+        geometry_from_config(_config(**fields), name="m", source="s", where="cfg.json")
+    assert words in str(exc.value)
+
+
+def test_upstream_defaults_fill_what_a_config_leaves_out():
+    """num_key_value_heads defaults to num_attention_heads, head_dim to hidden // heads, and a
+    full_attention_interval makes every interval-th layer full attention (TensorRT-LLM's rules)."""
+    geo = geometry_from_config(_config(model_type="x", num_hidden_layers=8, num_attention_heads=4,
+                                       hidden_size=256, full_attention_interval=4,
+                                       linear_num_value_heads=4, linear_value_head_dim=8,
+                                       linear_key_head_dim=8, linear_num_key_heads=2,
+                                       linear_conv_kernel_dim=4, torch_dtype="float16"),
+                               name="m", source="s")
+    assert (geo.num_kv_heads, geo.head_dim, geo.attention_layers, geo.linear_layers) == (4, 64, 2, 6)
+    assert geo.dtype == "float16" and geo.mamba["d_conv"] == 4
+
+
+def test_read_config_counts_the_parameters_of_a_config_without_them(tmp_path):
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps(dict(
+        model_type="llama", num_hidden_layers=2, num_attention_heads=4, hidden_size=64,
+        intermediate_size=128, vocab_size=100, max_position_embeddings=512)))
+    model = read_config(tmp_path)
+    # embeddings + lm_head (100 x 64 each), 2 layers of attention (4 x 64 x 64) and MLP
+    # (3 x 64 x 128) and two norms, the final norm
+    assert model.parameters == 2 * 100 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64
+
+
+def test_read_config_refuses_what_is_not_a_config(tmp_path):
+    pytest.importorskip("transformers")
+    with pytest.raises(ConfigError, match="no config.json"):
+        read_config(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="transformers cannot read it"):
+        read_config(tmp_path)
