@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from lab_server import start_lab, stop_lab  # noqa: E402  (the browser test's own server)
 
 CHROMIUM = Path("/usr/bin/chromium")
-PANELS = ("repro_panel", "admission_panel", "ranks_panel", "mamba_panel", "step_panel")
+PANELS = ("repro_panel", "admission_panel", "ranks_panel", "mamba_panel", "step_panel", "plan_panel")
 NOTEBOOK = "browser_latency.ipynb"
 
 # Installed on the page once per panel: observers on the panel's figures and verdict, a keydown

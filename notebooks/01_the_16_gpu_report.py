@@ -71,7 +71,16 @@ print(f"parameters: ranks={ranks}, workspace_gib={workspace_gib:g}, context={con
 print(f"{dep.ranks} x {sc.gpu}, attention DP = {dep.attention_dp}, expert parallel = "
       f"{dep.expert_parallel_size}, TensorRT-LLM {dep.image}")
 print("KV per token per rank:", config.geometry.bytes_per_token_formula())
-assumptions = pd.DataFrame([dict(field=k, value=a.value, range=list(a.range), why=a.why)
+
+
+def span(values) -> str:
+    """An assumption's range with the table's separators (131,072 .. 1,048,576), or its choices."""
+    if all(isinstance(v, (int, float)) for v in values):
+        return " .. ".join(f"{v:,}" for v in values)
+    return ", ".join(map(str, values))
+
+
+assumptions = pd.DataFrame([dict(field=k, value=a.value, range=span(a.range), why=a.why)
                             for k, a in sc.assumptions.items()])
 table(assumptions, index="field")
 

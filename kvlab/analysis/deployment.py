@@ -37,6 +37,7 @@ from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.models import ModelGeometry, load_model
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
+from kvlab.analysis.rank_plan import RankPlan
 from kvlab.core.checks import check_choice, check_float, check_int, store_checked
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES
 from kvlab.core.mamba import QUOTA_TOO_SMALL, plan_residency
@@ -225,6 +226,15 @@ class DeploymentPlan:
     def exit_code(self) -> int:
         return PLAN_EXIT_CODES[self.worst()]
 
+    def rank_plans(self) -> Tuple[RankPlan, ...]:
+        """Each rank as :class:`kvlab.analysis.rank_plan.RankPlan` (what the per-rank memory
+        figure reads): its budget, own quota and blocks, and the pool after the MIN."""
+        return tuple(RankPlan(rank, budget, quota, own, self.blocks, self.capacity_tokens,
+                              self.blocks * self.bytes_per_block, self.clamped_max_seq_len,
+                              self.width_current)
+                     for rank, (budget, quota, own) in enumerate(zip(
+                         self.deployment.budgets(), self.quotas, self.local_blocks)))
+
     def to_dict(self) -> Dict[str, Any]:
         d = self.deployment
         return {
@@ -287,13 +297,20 @@ class DeploymentPlan:
         for policy, segments in self.ranges.items():
             parts = ", ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in segments)
             lines.append(f"  {POLICY_LABELS[policy]}: {parts}")
-        lines.append(f"Longest context that finishes now: {self.longest():,} tokens")
+        lines.append(f"Longest context that finishes now: {self.longest():,} tokens"
+                     + (" (no rank can build a pool)" if not self.blocks else ""))
         verdict = self.worst()
-        lines.append({"ok": "Verdict: safe, every context up to max_seq_len finishes or is refused cleanly",
-                      "reject": "Verdict: safe, contexts that cannot run are rejected with a reason",
-                      "stall": "Verdict: at risk, a long context stalls the engine (SchedulerDeadlock)",
-                      "crash": "Verdict: at risk of issue #21470, a long context or construction raises "
-                               "ValueError and takes every rank down"}[verdict])
+        if not self.blocks:
+            lines.append("Verdict: cannot start, no rank can build a KV pool")
+        elif self.hybrid is not None and not self.hybrid["merged_builds"]:
+            lines.append("Verdict: merged TensorRT-LLM raises ValueError at construction (the state "
+                         "slots do not fit); lower max_batch_size or give the caches more memory")
+        else:
+                lines.append({"ok": "Verdict: safe, every context up to max_seq_len finishes",
+                          "reject": "Verdict: safe, contexts that cannot run are rejected with a reason",
+                          "stall": "Verdict: at risk, a long context stalls the engine (SchedulerDeadlock)",
+                          "crash": "Verdict: at risk of issue #21470, a long context raises ValueError "
+                                   "and takes every rank down"}[verdict])
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -376,10 +393,14 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
                            max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens)
         points = _change_points(setup, configured)
         ranges = {p: _segments(blocks, p, setup, points, configured) for p in TRTLLM_POLICIES}
-    else:
-        notes.append("the quota holds no page after the MIN: no request can run on any rank")
-        ranges = {p: (Segment(1, configured, "stall" if p != "capacity" else "reject"),)
-                  for p in TRTLLM_POLICIES}
+    else:  # a rank's weights, workspace and the rest leave no page: nothing can start
+        rank = local.index(0)
+        notes.append(f"rank {rank}'s KV quota ({_size(quotas[rank])}) holds no "
+                     f"{_size(geo.bytes_per_block)} page after what else it holds "
+                     f"({_size(budgets[rank].peak_memory_bytes)} of {_size(budgets[rank].total_bytes)}): "
+                     "the executor cannot start under any policy (kvlab does not model the exact "
+                     "start-up error); give more ranks, a larger GPU or less memory to the rest")
+        ranges = {p: (Segment(1, configured, "crash"),) for p in TRTLLM_POLICIES}
     if d.chunked_prefill:
         notes.append("chunked prefill: a chunk boundary falling between the pool and the row end "
                      "can make a stall here a crash")

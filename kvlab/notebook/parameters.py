@@ -57,5 +57,21 @@ def check_mamba_parameters(*, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE,
     check_smoke(SMOKE)
 
 
-__all__ = ["check_admission_parameters", "check_mamba_parameters", "check_repro_parameters",
-           "check_smoke"]
+def check_plan_parameters(*, model="llama-3.1-70b", gpu="h100-80gb", weights_gib=None, tp_size=4,
+                          max_seq_len=131072, max_batch_size=256, chunked_prefill=True,
+                          SMOKE=False) -> None:
+    """Notebook 06: your deployment, planned (the rest is checked by its Deployment)."""
+    from kvlab.analysis.deployment import Deployment
+    from kvlab.analysis.gpus import GPUS
+    from kvlab.analysis.models import load_model, model_names
+
+    check_choice("model", model, model_names())
+    check_choice("gpu", gpu, GPUS)
+    check_smoke(SMOKE)
+    Deployment(model=load_model(model), gpu_gib=GPUS[gpu][0] / (1 << 30), weights_gib=weights_gib,
+               tp_size=tp_size, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
+               chunked_prefill=chunked_prefill)
+
+
+__all__ = ["check_admission_parameters", "check_mamba_parameters", "check_plan_parameters",
+           "check_repro_parameters", "check_smoke"]

@@ -37,7 +37,8 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
     frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(list(data))
     if index is not None:
         frame = frame.set_index(index)
-    text = [c for c in frame.columns if frame[c].dtype == object]
+    # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
+    text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
     styler = frame.style.format(lambda v: _cell(v, digits)).format_index(
         lambda v: _cell(v, digits)).set_table_styles(_STYLES)
     if text:

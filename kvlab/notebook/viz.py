@@ -575,8 +575,11 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     axes["yaxis2"].update(title=dict(text="pages"), range=[0, max(total, 1) * 1.05])
     axes["yaxis3"].update(title=dict(text="passes"), range=[0, top * 1.1])
     layout = _base_layout(title, subtitle, height=560, shapes=shapes, annotations=annotations,
-                          legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, traceorder="normal"),
-                          margin=dict(l=70, r=30, t=90, b=60), **axes)
+                          # the legend at the figure's foot, under the step axis's title whatever
+                          # the fonts (placed on the plot, a wider font ran it into the title)
+                          legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0,
+                                      traceorder="normal"),
+                          margin=dict(l=70, r=30, t=90, b=90), **axes)
     return {"data": data, "layout": layout}
 
 
@@ -862,7 +865,8 @@ BUDGET_PARTS = (
 def _budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],
                   lost_bytes: Sequence[int]) -> list:
     """The 7 stacked bar traces of :data:`BUDGET_PARTS`, one bar per ``x``: each budget's parts,
-    the pool built, the quota the MIN took away, and the rest of the GPU unused."""
+    the pool built, the quota the MIN took away, and the rest of the GPU unused (a part that is
+    zero in every bar, such as the MIN's share on one GPU, has no legend entry)."""
     values = {key: [] for key, _, _ in BUDGET_PARTS}
     for b, pool, lost in zip(budgets, pool_bytes, lost_bytes):
         values["weights"].append(b.weights_bytes / GIB)
@@ -876,7 +880,8 @@ def _budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int]
     for key, label, color in BUDGET_PARTS:
         hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
         traces.append(dict(type="bar", x=list(x), y=values[key], name=label, marker=dict(color=color),
-                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+                           showlegend=any(values[key])))  # no entry for a part no bar has
     return traces
 
 
@@ -978,6 +983,7 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
             data.append(dict(type="bar", x=labels, y=[top if v is None else v for v in values],
                              name=run.label, textposition="outside", cliponaxis=False,
                              text=["None: unbounded" if v is None else str(v) for v in values],
+                             constraintext="none",  # whole above its narrow bar, not shrunk to its width
                              legendgroup=run.label, showlegend=k == 0,
                              marker=dict(color=BUG_FIX_COLORS[run.label], pattern=dict(
                                  shape=["/" if v is None else "" for v in values], fillmode="overlay",
@@ -1205,3 +1211,79 @@ def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict
 
 
 pool_vs_workspace_figure = _as_figure(pool_vs_workspace_spec)
+
+
+# --- preflight: a deployment's plan ------------------------------------------------------------
+
+#: The plan figure's short name for each TensorRT-LLM policy (kvlab.analysis.deployment).
+PLAN_POLICY_NAMES = {"none/clamped": "current code", "none/configured": "one-line fix",
+                     "capacity": "admission (PR #21720)"}
+
+
+def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
+    """What a lone request of each context length meets under each policy, as horizontal bands
+    over the context axis (``plan``: a ``kvlab.analysis.deployment.DeploymentPlan``), with the
+    pool's capacity and the page-index row's span (now, and under the fix when it falls inside
+    the axis) drawn as vertical lines. A band too narrow to see at this scale is marked by a tick
+    of its colour (hover for its range). Traces: one bar per engine outcome (4), the ticks, two
+    legend entries for the lines: always 7."""
+    d = plan.deployment
+    top = d.configured_max_seq_len
+    tpb = d.tokens_per_block
+    names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
+    traces = []
+    ticks = dict(x=[], y=[], color=[], text=[])
+    for outcome in ENGINE_OUTCOMES:
+        ys, xs, bases, hover = [], [], [], []
+        for policy, segments in plan.ranges.items():
+            for s in segments:
+                if s.verdict != outcome:
+                    continue
+                ys.append(PLAN_POLICY_NAMES[policy])
+                xs.append(s.high - s.low + 1)
+                bases.append(s.low - 1)
+                hover.append(f"{PLAN_POLICY_NAMES[policy]}: {s.low:,}-{s.high:,} tokens<br>"
+                             f"{OUTCOME_LABELS[outcome]}")
+                if s.high - s.low + 1 < top / 100:
+                    ticks["x"].append((s.low + s.high) / 2)
+                    ticks["y"].append(PLAN_POLICY_NAMES[policy])
+                    ticks["color"].append(OUTCOME_COLORS[outcome])
+                    ticks["text"].append(hover[-1])
+        traces.append(dict(type="bar", orientation="h", x=xs, y=ys, base=bases,
+                           name=OUTCOME_LABELS[outcome], marker=dict(color=OUTCOME_COLORS[outcome]),
+                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+                           showlegend=bool(xs)))
+    traces.append(dict(type="scatter", mode="markers", x=ticks["x"], y=ticks["y"],
+                       marker=dict(symbol="line-ns", size=26, line=dict(width=4, color=ticks["color"])),
+                       hovertext=ticks["text"], hovertemplate="%{hovertext}<extra></extra>",
+                       name="narrow range", showlegend=False))
+    lines = [("pool holds", plan.capacity_tokens, POOL_COLOR, "dot"),
+             ("row spans now", plan.width_current * tpb, ROW_COLOR, "dash")]
+    if plan.width_fix * tpb <= top and plan.width_fix != plan.width_current:
+        lines.append(("row spans with the fix", plan.width_fix * tpb, ROW_COLOR, "dashdot"))
+    shapes = [dict(type="line", xref="x", x0=v, x1=v, yref="paper", y0=0, y1=1,
+                   line=dict(color=c, dash=dash, width=2)) for _, v, c, dash in lines if v <= top]
+    for words, value, color, dash in lines[:2]:
+        shown = value <= top
+        traces.append(dict(type="scatter", x=[None], y=[None], mode="lines",
+                           name=f"{words} {value:,} tokens" + ("" if shown else " (beyond the axis)"),
+                           line=dict(color=color, dash=dash, width=2), hoverinfo="skip"))
+    now = plan.ranges.get("none/clamped", ())
+    bad = [s for s in now if s.verdict in ("crash", "stall")]
+    subtitle = ("current code: " + "; ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in bad)
+                if bad else f"current code: every context up to {top:,} finishes or is rejected")
+    if plan.hybrid is not None and not plan.hybrid["merged_builds"]:
+        subtitle = ("merged code raises at construction (state slots), so nothing runs; the bands "
+                    "are for the pool PR #17261's clamp (a proposal) would leave")
+    layout = _base_layout(
+        title or f"{d.model.name}: what each context length meets", subtitle, barmode="overlay",
+        height=380, shapes=shapes, bargap=0.35,
+        xaxis=dict(title=dict(text="context length (prompt tokens)"), range=[0, top * 1.02],
+                   tickformat=","),
+        yaxis=dict(title=None, categoryorder="array", categoryarray=names[::-1], autorange=True),
+        legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, font=dict(size=11)))
+    layout["margin"] = {**layout["margin"], "l": 160, "b": 120}
+    return {"data": traces, "layout": layout}
+
+
+plan_ranges_figure = _as_figure(plan_ranges_spec)

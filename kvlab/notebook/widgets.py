@@ -9,6 +9,7 @@ from the controls' values, the figures drawn from it, and a verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import ipywidgets as W
 
 from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+from kvlab.analysis.deployment import Deployment, DeploymentPlan, example_deployments, plan_deployment
+from kvlab.analysis.gpus import GPUS
+from kvlab.analysis.models import load_model, model_names
 from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, qwen_plan, residency_bytes
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome, seed_geometry
@@ -26,7 +30,7 @@ from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
 from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.notebook import viz
-from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, verdict_html
 from kvlab.notebook.parameters import check_repro_parameters
 from kvlab.notebook.tables import table
 from kvlab.run.distributed import run_ranks, scenario_config
@@ -616,3 +620,87 @@ def step_panel(policy: str = "none/configured", passes: int = 1, *,
 
 __all__ += ["STEP_ENGINE", "STEP_MAX_PASSES", "STEP_WORKLOAD", "StepModel", "step_figures",
             "step_model", "step_panel", "step_verdict"]
+
+
+# --- notebook 06: preflight ------------------------------------------------------------------
+
+#: Context-length limits the plan panel offers (configured max_seq_len): powers of two.
+PLAN_MAX_SEQ_LENS = tuple(1 << k for k in range(12, 22))
+PLAN_BATCH_SIZES = tuple(1 << k for k in range(0, 12))
+PLAN_RANKS = (1, 2, 4, 8, 16, 32)
+
+
+def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) -> DeploymentPlan:
+    """The plan of ``base`` (default: issue #21470's deployment) with the panel's values: the
+    model and GPU presets, weights and workspace per rank, max_seq_len, max_batch_size and the
+    number of attention-DP ranks (tp = ranks, as in the report)."""
+    base = base or example_deployments()["issue-21470"]
+    deployment = dataclasses.replace(
+        base, model=load_model(values["model"]), gpu_gib=GPUS[values["gpu"]][0] / GIB,
+        weights_gib=values["weights_gib"], workspace_gib=values["workspace_gib"],
+        max_seq_len=values["max_seq_len"], max_batch_size=values["max_batch_size"],
+        ranks=values["ranks"], tp_size=values["ranks"], kv_dtype=None)
+    return plan_deployment(deployment)
+
+
+def plan_figures(plan: DeploymentPlan) -> Dict[str, dict]:
+    hybrid = plan.hybrid is not None
+    return {"ranges": viz.plan_ranges_spec(plan),
+            "ranks": viz.rank_budget_spec(plan.rank_plans(), title=(
+                f"Per-rank memory ({len(plan.quotas)} ranks)"
+                + ("; the recurrent-state slots count as unused" if hybrid else "")))}
+
+
+def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
+    now, admission = plan.worst(), plan.worst("capacity")
+    first = plan.first(now) if now in ("crash", "stall") else None
+    if not plan.blocks:
+        return now, verdict_html(now, "Cannot start under any policy: no rank can build a KV pool "
+                                 "(see the notes below).", plan.explain())
+    if plan.hybrid is not None and not plan.hybrid["merged_builds"]:
+        headline = (f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
+                    f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB.")
+    elif first is not None:
+        headline = (f"Current code: a context of {first:,} tokens or more "
+                    + ("raises ValueError and takes every rank down" if now == "crash"
+                       else "stalls the engine") + f" (pool {plan.capacity_tokens:,} tokens, "
+                    f"row {plan.width_current:,} entries).")
+    else:
+        headline = f"Current code: safe; the longest context that finishes is {plan.longest():,} tokens."
+    headline += (f" Admission control: {admission}, longest {plan.longest('capacity'):,} tokens."
+                 if admission != "crash" else " Admission control does not stop construction.")
+    return now, verdict_html(now, headline, plan.explain())
+
+
+def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, weights_gib: float = 22.0,
+               workspace_gib: float = 28.0, max_seq_len: int = 1 << 20, max_batch_size: int = 16,
+               ranks: int = 16, wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 06's panel: issue #21470's deployment (its other settings: workspace skew,
+    activations, attention DP, chunked prefill) with the model, GPU, weights, workspace,
+    max_seq_len, max_batch_size and ranks under the reader's hand."""
+    style, layout = {"description_width": "110px"}, W.Layout(width="420px")
+    controls = {
+        "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="workspace (GiB)"),
+        "max_seq_len": W.SelectionSlider(options=[(f"{v:,}", v) for v in PLAN_MAX_SEQ_LENS],
+                                         description="max_seq_len"),
+        "model": W.Dropdown(options=list(model_names()), description="model"),
+        "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
+        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights (GiB)"),
+        "max_batch_size": W.SelectionSlider(options=list(PLAN_BATCH_SIZES), description="batch size"),
+        "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (ADP)"),
+    }
+    values = dict(workspace_gib=workspace_gib, max_seq_len=max_seq_len, model=model, gpu=gpu,
+                  weights_gib=weights_gib, max_batch_size=max_batch_size, ranks=ranks)
+    for name, control in controls.items():
+        check_control_value(name, control, values[name])
+        control.value = values[name]
+        control.style, control.layout = style, layout
+        if hasattr(control, "continuous_update"):
+            control.continuous_update = False
+    base = example_deployments()["issue-21470"]
+    return Panel(controls, lambda values: plan_model(values, base=base), plan_figures, plan_verdict,
+                 title="Your deployment: will it hit issue #21470?", wait_s=wait_s)
+
+
+__all__ += ["PLAN_BATCH_SIZES", "PLAN_MAX_SEQ_LENS", "PLAN_RANKS", "plan_figures", "plan_model",
+            "plan_panel", "plan_verdict"]

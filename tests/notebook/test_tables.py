@@ -1,6 +1,8 @@
 """kvlab.notebook.tables: counts with thousands separators, reals to fixed decimals, text whole
 and wrapped between words, in an HTML table."""
 
+import re
+
 from kvlab.notebook.tables import table
 
 
@@ -20,3 +22,14 @@ def test_a_dataframe_keeps_its_index_and_integers_in_the_index_get_separators():
     frame = pd.DataFrame({"pages": [29961, 64]}, index=pd.Index([958752, 2048], name="tokens"))
     html = table(frame).to_html()
     assert "958,752" in html and "29,961" in html and ">tokens<" in html
+
+
+def test_every_text_column_is_left_aligned_whatever_its_dtype():
+    """A column of str is pandas' string dtype since pandas 3, not object: still text."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"value": [94, "bfloat16"], "why": ["a reason", "another reason"]})
+    frame["why"] = frame["why"].astype("string")
+    html = table(frame).to_html()
+    for col in (0, 1):  # each cell of both columns is in the rule that aligns text left
+        assert re.search(rf"_row1_col{col}\b[^{{]*\{{\s*text-align: left", html), col

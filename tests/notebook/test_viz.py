@@ -109,7 +109,7 @@ def test_table_price_figure_has_a_line_per_width_with_the_bytes_and_the_ratio():
     rows = page_index_price([2048, 8192, 131072], [1, 8, 64, 512])
     fig = viz.table_price_figure(rows, labels={68: "clamped", 260: "configured"}, compare=(68, 260))
     assert len(fig.data) == 3
-    by_width = {int(t.name.split()[0]): t for t in fig.data}
+    by_width = {int(t.name.split()[0].replace(",", "")): t for t in fig.data}
     assert set(by_width) == {68, 260, 4100}
     assert list(by_width[260].y) == [r["nbytes"] for r in rows if r["width"] == 260]
     assert "clamped" in by_width[68].name and "configured" in by_width[260].name

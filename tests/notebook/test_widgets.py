@@ -498,3 +498,41 @@ def test_under_a_rejecting_style_the_panels_parts_agree():
     panel = admission_panel(policy="sglang")
     text = viz.figure_text(panel.figures["demand"])
     assert panel.outcome == "reject" and "never reaches the row" in text and "ValueError" not in text
+
+
+# --- notebook 06: the plan panel ------------------------------------------------------------------
+
+def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
+    from kvlab.notebook.widgets import plan_panel
+
+    panel = plan_panel()
+    assert panel.outcome == "crash"
+    assert panel.verdict_text.startswith("Current code: a context of 958,849 tokens or more raises "
+                                         "ValueError and takes every rank down")
+    assert "Admission control: reject, longest 958,688 tokens" in panel.verdict_text
+    bands = panel.figures["ranges"]
+    crash = next(t for t in bands.data if t.name == viz.OUTCOME_LABELS["crash"])
+    assert list(crash.y) == ["current code"] and list(crash.base) == [958_848]
+    assert len(panel.figures["ranks"].data[0].x) == 16
+    views = dict(panel.views)
+
+    panel.set(workspace_gib=0.0)  # no workspace: the pool holds max_seq_len, no clamp
+    assert panel.outcome == "ok" and "longest context that finishes is 1,048,576" in panel.verdict_text
+    panel.set(model="qwen3.5-27b", gpu="h100-80gb", weights_gib=52.0, ranks=1,
+              max_batch_size=512, max_seq_len=32768)
+    assert panel.outcome == "crash" and panel.verdict_text.startswith(
+        "Current code raises at construction: 514 state slots")
+    panel.set(model="deepseek-v3", ranks=1, weights_gib=400.0)
+    assert panel.verdict_text.startswith("Cannot start under any policy")
+    assert panel.views == views  # redrawn, never rebuilt
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(model="gpt-5"), "model must be one of"), (dict(gpu="tpu"), "gpu must be one of"),
+    (dict(ranks=3), "ranks must be one of"), (dict(workspace_gib=100.0), "workspace_gib must be a number"),
+    (dict(max_seq_len=5000), "max_seq_len must be one of")])
+def test_the_plan_panel_names_a_bad_value(kwargs, named):
+    from kvlab.notebook.widgets import plan_panel
+
+    with pytest.raises(ValueError, match=named):
+        plan_panel(**kwargs)
