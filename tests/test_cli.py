@@ -12,25 +12,25 @@ from kvlab.cli import REPRO_EXIT_CODES, main
 def test_repro_clamped_crashes_with_the_native_message(capsys):
     assert main(["repro", "--pool-mib", "4", "--context", "8192", "--policy", "clamped"]) == 4
     out = capsys.readouterr().out
-    assert "= 2048 B" in out
+    assert "= 2,048 B" in out
     assert "64 blocks of 32 tokens" in out
-    assert "clamped to 2048" in out
-    assert "ceil((2048 + 1) / 32) = 65 -> 68 entries" in out
-    assert "ceil(8192 / 32) = 256 entries" in out
+    assert "clamped to 2,048" in out
+    assert "ceil((2,048 + 1) / 32) = 65 -> 68 entries" in out
+    assert "ceil(8,192 / 32) = 256 entries" in out
     assert "User-provided base page indices is too short" in out
 
 
 def test_repro_configured_is_refused_and_retry_succeeds(capsys):
     assert main(["repro", "--policy", "configured"]) == REPRO_EXIT_CODES["refused"] == 3
     out = capsys.readouterr().out
-    assert "ceil((8192 + 1) / 32) = 257 -> 260 entries" in out
+    assert "ceil((8,192 + 1) / 32) = 257 -> 260 entries" in out
     assert "resize returned False" in out and "state preserved: True" in out
     assert "32-token retry succeeded" in out
 
 
 def test_repro_big_pool_allocates(capsys):
     assert main(["repro", "--pool-mib", "64", "--policy", "clamped"]) == 0
-    assert "allocated - 256 of 1024 pages" in capsys.readouterr().out
+    assert "allocated - 256 of 1,024 pages" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, named", [

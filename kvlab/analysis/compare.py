@@ -97,9 +97,9 @@ class EngineConfig:
                                               host_cache_size=self.host_cache_size)
 
     def describe(self) -> str:
-        return (f"{self.pool_mib:g} MiB pool = {self.total_blocks} pages of "
-                f"{self.geometry.tokens_per_block} tokens ({self.pool_tokens} tokens); "
-                f"max_seq_len {self.max_seq_len}; up to {self.max_batch_size} sequences; "
+        return (f"{self.pool_mib:g} MiB pool = {self.total_blocks:,} pages of "
+                f"{self.geometry.tokens_per_block} tokens ({self.pool_tokens:,} tokens); "
+                f"max_seq_len {self.max_seq_len:,}; up to {self.max_batch_size} sequences; "
                 f"{self.tier_name}")
 
     @property

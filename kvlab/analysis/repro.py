@@ -52,18 +52,18 @@ class ReproResult:
         tpb, width_len = self.tokens_per_block, (
             self.capacity_tokens if self.policy == "clamped" else self.configured_max_seq_len)
         raw = -(-(width_len + 1) // tpb)
-        clamp = (f"clamped to {self.capacity_tokens}" if self.capacity_tokens < self.configured_max_seq_len
+        clamp = (f"clamped to {self.capacity_tokens:,}" if self.capacity_tokens < self.configured_max_seq_len
                  else "not clamped")
         return "\n".join([
             f"bytes per token : {self.bytes_per_token_formula}",
-            f"pool            : {self.pool_bytes} B / {self.bytes_per_token} B = "
-            f"{self.pool_bytes // self.bytes_per_token} tokens -> {self.total_blocks} blocks of {tpb} tokens "
-            f"({self.total_blocks * tpb} tokens)",
-            f"max_seq_len     : configured {self.configured_max_seq_len}, {clamp}",
-            f"page-index row  : [{self.policy}] ceil(({width_len} + 1) / {tpb}) = {raw} -> "
-            f"{self.max_blocks_per_seq} entries (table {self.page_index_bytes} B)",
-            f"request         : {self.context} tokens -> ceil({self.context} / {tpb}) = "
-            f"{self.entries_needed} entries",
+            f"pool            : {self.pool_bytes:,} B / {self.bytes_per_token:,} B = "
+            f"{self.pool_bytes // self.bytes_per_token:,} tokens -> {self.total_blocks:,} blocks of {tpb} tokens "
+            f"({self.total_blocks * tpb:,} tokens)",
+            f"max_seq_len     : configured {self.configured_max_seq_len:,}, {clamp}",
+            f"page-index row  : [{self.policy}] ceil(({width_len:,} + 1) / {tpb}) = {raw:,} -> "
+            f"{self.max_blocks_per_seq:,} entries (table {self.page_index_bytes:,} B)",
+            f"request         : {self.context:,} tokens -> ceil({self.context:,} / {tpb}) = "
+            f"{self.entries_needed:,} entries",
             f"outcome         : {self.verdict}",
         ])
 
@@ -72,13 +72,13 @@ class ReproResult:
         """The outcome in one sentence, with the numbers."""
         need, have = self.entries_needed, self.max_blocks_per_seq
         if self.outcome == "crash":
-            return (f"ValueError: {self.error} - {self.context} tokens need {need} page-index "
-                    f"entries, the row has {have}")
+            return (f"ValueError: {self.error} - {self.context:,} tokens need {need:,} page-index "
+                    f"entries, the row has {have:,}")
         if self.outcome == "refused":
-            return (f"resize returned False - {need} pages needed, {self.total_blocks} exist "
-                    f"({self.capacity_tokens} tokens); state preserved: {self.state_preserved}; "
+            return (f"resize returned False - {need:,} pages needed, {self.total_blocks:,} exist "
+                    f"({self.capacity_tokens:,} tokens); state preserved: {self.state_preserved}; "
                     f"{self.retry_tokens}-token retry {'succeeded' if self.retry_ok else 'failed'}")
-        return f"allocated - {need} of {self.total_blocks} pages, row of {have} entries"
+        return f"allocated - {need:,} of {self.total_blocks:,} pages, row of {have:,} entries"
 
 
 def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",

@@ -104,7 +104,7 @@ class KVGeometry:
                  if self.effective_tp_size > 1 else f"{self.kv_heads_per_rank}")
         return (f"{self.num_layers} layers x {self.kv_factor} ({kv}) x {heads} KV heads x "
                 f"{self.head_dim} dims x {float(per_element):g} B ({self.dtype}) = "
-                f"{self.bytes_per_token} B")
+                f"{self.bytes_per_token:,} B")
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Pages needed to hold ``num_tokens`` tokens: ceil(num_tokens / tokens_per_block)."""

@@ -49,6 +49,12 @@ CONTEXT_RANGE = (32, 131072)
 TOKENS_PER_BLOCK_CHOICES = (8, 16, 32, 64, 128)
 
 
+def labelled(values) -> list:
+    """(label, value) options for a SelectionSlider of counts: the label with thousands
+    separators (its readout shows 1,000,000, not 1000000)."""
+    return [(f"{v:,}", v) for v in values]
+
+
 def context_choices(extra=()) -> list:
     """Context lengths for the log-feel slider: 2**k and 1.5 * 2**k from 32 to 131072."""
     lo, hi = CONTEXT_RANGE
@@ -115,7 +121,7 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
                             step=0.5, description="pool (MiB)", readout_format=".4g",
                             continuous_update=True, style={"description_width": "90px"},
                             layout=W.Layout(width="420px"))
-    ctx = W.SelectionSlider(options=context_choices([context]), value=int(context),
+    ctx = W.SelectionSlider(options=labelled(context_choices([context])), value=int(context),
                             description="context", continuous_update=True,
                             style={"description_width": "90px"}, layout=W.Layout(width="420px"))
     tpb = W.Dropdown(options=sorted(set(TOKENS_PER_BLOCK_CHOICES) | {int(tokens_per_block)}),
@@ -253,7 +259,7 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
                             max=max(hi, math.ceil(exponent)), step=0.5, description="pool (MiB)",
                             readout_format=".4g", continuous_update=True,
                             style={"description_width": "90px"}, layout=W.Layout(width="420px"))
-    ctx = W.SelectionSlider(options=context_choices([context]), value=int(context),
+    ctx = W.SelectionSlider(options=labelled(context_choices([context])), value=int(context),
                             description="context", continuous_update=True,
                             style={"description_width": "90px"}, layout=W.Layout(width="420px"))
     pol = W.ToggleButtons(options=list(ADMISSION_PANEL_POLICIES), value=policy, description="policy",
@@ -268,7 +274,7 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
 
 
 __all__ = ["ReproModel", "repro_figures", "repro_model", "repro_panel", "repro_verdict",
-           "context_choices",
+           "context_choices", "labelled",
            "ADMISSION_PANEL_POLICIES", "AdmissionModel", "admission_figures", "admission_model",
            "admission_panel", "admission_verdict"]
 
@@ -326,7 +332,7 @@ def ranks_figures(model: RanksModel) -> Dict[str, dict]:
             "requests": viz.request_fit_spec(
                 model.shown_requests, capacity_tokens=r0.capacity_tokens,
                 row_tokens=r0.max_blocks_per_seq * tpb,
-                title=f"Requests against each rank's pool ({r0.blocks} pages) and row",
+                title=f"Requests against each rank's pool ({r0.blocks:,} pages) and row",
                 subtitle=f"{len(model.shown_requests)} of {len(model.plan.requests)} requests: the "
                          "shortest and longest background ones and the long context; "
                          + (f"{crashes} beyond the row: ValueError" if (crashes := sum(
@@ -374,7 +380,7 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
     ws = W.FloatSlider(value=float(workspace_gib), min=0.0, max=64.0, step=1.0,
                        description="workspace (GiB)", continuous_update=False,
                        style={"description_width": "110px"}, layout=W.Layout(width="420px"))
-    ctx = W.SelectionSlider(options=sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)}),
+    ctx = W.SelectionSlider(options=labelled(sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)})),
                             value=int(context), description="context", continuous_update=False,
                             style={"description_width": "110px"}, layout=W.Layout(width="420px"))
 
@@ -681,12 +687,12 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, weights_gi
     style, layout = {"description_width": "110px"}, W.Layout(width="420px")
     controls = {
         "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="workspace (GiB)"),
-        "max_seq_len": W.SelectionSlider(options=[(f"{v:,}", v) for v in PLAN_MAX_SEQ_LENS],
+        "max_seq_len": W.SelectionSlider(options=labelled(PLAN_MAX_SEQ_LENS),
                                          description="max_seq_len"),
         "model": W.Dropdown(options=list(model_names()), description="model"),
         "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
         "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights (GiB)"),
-        "max_batch_size": W.SelectionSlider(options=list(PLAN_BATCH_SIZES), description="batch size"),
+        "max_batch_size": W.SelectionSlider(options=labelled(PLAN_BATCH_SIZES), description="batch size"),
         "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (ADP)"),
     }
     values = dict(workspace_gib=workspace_gib, max_seq_len=max_seq_len, model=model, gpu=gpu,

@@ -110,7 +110,7 @@ class CapacityAdmission(AdmissionPolicy):
         depends on fixed capacity; the other two read the free pages of this moment and are
         reported, never acted on."""
         demand = demand_blocks(request, manager)
-        detail = (f" ({request.prompt_len} prompt + {request.max_new_tokens} new tokens at "
+        detail = (f" ({request.prompt_len:,} prompt + {request.max_new_tokens:,} new tokens at "
                   f"{manager.tokens_per_block} tokens per block)")
         if demand > manager.total_blocks:
             return NEVER_FITS, (f"Request requires {demand} KV cache blocks to complete, which "

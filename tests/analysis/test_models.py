@@ -132,3 +132,37 @@ def test_read_config_refuses_what_is_not_a_config(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="transformers cannot read it"):
         read_config(tmp_path)
+
+
+#: Small configs of the families the presets do not cover: Nemotron-H's pattern, Gemma 3's and
+#: gpt-oss's interleaved sliding-window layers.
+OTHER_FAMILIES = {
+    "nemotron_h": (dict(model_type="nemotron_h", num_hidden_layers=8, hybrid_override_pattern="M-M*-M-*",
+                        num_attention_heads=8, num_key_value_heads=2, head_dim=128, hidden_size=1024,
+                        mamba_num_heads=16, mamba_head_dim=64, ssm_state_size=128, n_groups=8,
+                        conv_kernel=4, vocab_size=1000), (2, 3, 0)),
+    "gemma3_text": (dict(model_type="gemma3_text", num_hidden_layers=6, num_attention_heads=8,
+                         num_key_value_heads=4, head_dim=256, hidden_size=1024, sliding_window=1024,
+                         vocab_size=1000, intermediate_size=2048), (6, 0, 5)),
+    "gpt_oss": (dict(model_type="gpt_oss", num_hidden_layers=4, num_attention_heads=8,
+                     num_key_value_heads=2, head_dim=64, hidden_size=512, sliding_window=128,
+                     vocab_size=1000, num_local_experts=4, intermediate_size=512), (4, 0, 2)),
+}
+
+
+@pytest.mark.parametrize("family", [*PRESETS, *OTHER_FAMILIES])
+def test_kvlab_plan_runs_on_a_config_of_each_supported_family(family, tmp_path, capsys):
+    """transformers reads the config (the layer kinds as the family defines them), kvlab plans it."""
+    pytest.importorskip("transformers")
+    from kvlab.cli import main
+
+    config, layers = (load_preset(family)["config"], None) if family in PRESETS else OTHER_FAMILIES[family]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if layers is not None:
+        model = read_config(tmp_path)
+        assert (model.attention_layers, model.linear_layers, model.sliding_layers) == layers
+        assert model.parameters > 0  # counted on the meta device
+    code = main(["plan", "--config", str(tmp_path), "--gpu", "b200", "--tp-size", "8",
+                 "--max-seq-len", "32768", "--max-batch-size", "64", "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == plan["exit_code"] in (0, 3, 4) and plan["bytes_per_token"] > 0
