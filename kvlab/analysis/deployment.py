@@ -43,6 +43,7 @@ from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES
 from kvlab.core.mamba import QUOTA_TOO_SMALL, plan_residency
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
+from kvlab.run.distributed import ramped_workspace_gib
 from kvlab.sched.policies import TRTLLM_POLICIES
 
 #: What each policy is, in the plan's words.
@@ -158,13 +159,13 @@ class Deployment:
             self.tp_size * self.pp_size)
 
     def budgets(self) -> Tuple[MemoryBudget, ...]:
-        """Every rank's budget; rank r's workspace is ``workspace + skew * r / (ranks - 1)``
-        (``kvlab.run.distributed.rank_budget``'s ramp)."""
+        """Every rank's budget, its workspace ramped as the scenarios' ranks have it
+        (:func:`kvlab.run.distributed.ramped_workspace_gib`)."""
         ranks = self.world_size
         return tuple(MemoryBudget(
             total_bytes=round(self.gpu_gib * GIB), weights_bytes=self.weights_bytes,
-            workspace_bytes=round((self.workspace_gib + (self.workspace_skew_gib * r / (ranks - 1)
-                                                         if ranks > 1 else 0.0)) * GIB),
+            workspace_bytes=round(ramped_workspace_gib(self.workspace_gib, self.workspace_skew_gib,
+                                                       r, ranks) * GIB),
             activation_peak_bytes=round(self.activations_gib * GIB),
             non_torch_bytes=round(self.non_torch_gib * GIB),
             free_gpu_memory_fraction=self.free_gpu_memory_fraction,

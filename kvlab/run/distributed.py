@@ -219,13 +219,19 @@ class RunConfig:
 
 # --- the scenario file -> a RunConfig ------------------------------------------------------------
 
+def ramped_workspace_gib(base_gib: float, skew_gib: float, rank: int, ranks: int) -> float:
+    """Rank ``rank``'s workspace when it grows linearly from ``base_gib`` on rank 0 to
+    ``base_gib + skew_gib`` on the last (per-rank MoE workspaces differ with expert load)."""
+    return base_gib + (skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
+
+
 def rank_budget(scenario, rank: int, ranks: int, workspace_gib: Optional[float] = None) -> MemoryBudget:
     """Rank ``rank``'s memory budget in a deployment scenario: weights, MoE workspace (``base +
     skew * rank / (ranks - 1)``), activation peak and non-torch memory, as
     ``KvCacheCreator._cal_max_memory`` counts them. ``workspace_gib`` overrides the base."""
     dep = scenario.deployment
     base = dep.workspace_gib if workspace_gib is None else workspace_gib
-    workspace = base + (dep.workspace_skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
+    workspace = ramped_workspace_gib(base, dep.workspace_skew_gib, rank, ranks)
     return MemoryBudget(total_bytes=round(dep.gpu_memory_gib * GIB),
                         weights_bytes=scenario.parameters.model_weights_bytes,
                         workspace_bytes=round(workspace * GIB),
