@@ -3,10 +3,9 @@ figures from the presets, follows its parameters and refuses bad ones by name.""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
 from notebook_runner import execute
@@ -14,12 +13,7 @@ from notebook_runner import execute
 pytestmark = pytest.mark.notebook
 papermill = pytest.importorskip("papermill")
 
-NB06 = Path(__file__).resolve().parents[2] / "notebooks" / "06_your_deployment.ipynb"
-
-
-@pytest.fixture(scope="module")
-def nb06(tmp_path_factory):
-    return execute(NB06, tmp_path_factory.mktemp("nb06"))
+NB06 = NOTEBOOK_DIR / "06_your_deployment.ipynb"  # nb06, executed once: tests/notebook/conftest.py
 
 
 def test_notebook_06_plans_the_walk_from_the_presets(nb06):

@@ -1,4 +1,4 @@
-"""The walkthrough notebooks (01-05) run headless under papermill, with their findings asserted
+"""The walkthrough notebooks (01-06; 06 also in test_notebook_06.py) run headless under papermill, with their findings asserted
 inside them (docs/DESIGN.md, "Conventions"); a failing cell becomes a test failure that names the
 cell. (tests/notebook/test_notebook_hygiene.py checks how they are stored.)"""
 
@@ -341,7 +341,7 @@ def figure_problems(fig: dict) -> list:
     return problems
 
 
-@pytest.mark.parametrize("notebook", ["nb01", "nb02", "nb03", "nb04", "nb05"])
+@pytest.mark.parametrize("notebook", ["nb01", "nb02", "nb03", "nb04", "nb05", "nb06"])
 def test_every_figure_renders_and_shows_what_it_says(notebook, request):
     """Each figure of the notebook (SMOKE run) becomes a PNG through kaleido, and none has a
     problem :func:`figure_problems` can see."""
