@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -276,6 +278,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except RunStopped as stopped:  # every rank is already stopped and reaped
         print(f"kvlab: {stopped}", file=sys.stderr)
         return stopped.code
+    except BrokenPipeError:  # the reader went away (`kvlab plan ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

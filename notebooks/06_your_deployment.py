@@ -102,8 +102,10 @@ findings.append(Finding(scenario="issue #21470 (16 x GB300)", policy="admission 
 # between the pool and the end of the clamped row stalls (its pages cannot all be had, but the
 # row holds them); everything past the row raises. The one-line fix turns the red band orange —
 # never served, never refused — and admission control turns it blue: rejected at the door with
-# a reason. The per-rank picture shows why the pool is what it is: the last rank's workspace sets
-# everyone's pool through the MIN.
+# a reason. (Admission control's last served context is one token shorter than the current
+# code's: it counts a page for every one of the 64 new tokens, while the last generated token
+# never needs its KV slot.) The per-rank picture shows why the pool is what it is: the last
+# rank's workspace sets everyone's pool through the MIN.
 
 # %%
 viz.show(viz.rank_budget_figure(plan.rank_plans(), title="Issue #21470: per-rank memory (16 ranks)"))
@@ -111,13 +113,14 @@ viz.show(viz.rank_budget_figure(plan.rank_plans(), title="Issue #21470: per-rank
 # %% [markdown]
 # ## 2. The panel: move your own deployment
 #
-# It starts at the #21470 deployment. Pick a model and a GPU, set the weights and the workspace
-# per rank, the configured `max_seq_len`, `max_batch_size` and the number of attention-DP ranks;
-# the rest (workspace skew, activations, non-torch memory, chunked prefill) stays the report's.
-# The verdict box says what the current code does next to admission control; its detail is the
-# whole plan. Try: workspace down to 0 (the clamp goes away and so does the crash), then
-# `qwen3.5-27b` (a hybrid: its state slots come first, and with `max_batch_size` 512 merged code
-# raises at construction).
+# It starts at the #21470 deployment. Pick a model and a GPU, set the weights per rank (0: the
+# model's parameter count in bf16 over the ranks) and rank 0's workspace (the others add the
+# report's 12 GiB spread), the configured `max_seq_len`, `max_batch_size` and the number of
+# attention-DP ranks; the rest (activations, non-torch memory, chunked prefill) stays the
+# report's. The verdict box says what the current code does next to admission control; its
+# detail is the whole plan. Try: rank 0's workspace down to 0 (the clamp goes away and so does
+# the crash), then `qwen3.5-27b` with batch size 2,048 (a hybrid: its recurrent-state slots come
+# out of the quota first, 2,050 of them do not fit, and merged code raises at construction).
 
 # %%
 plan_panel()
@@ -146,13 +149,16 @@ def preset_row(name):
                             max_seq_len=max_seq_len, max_batch_size=max_batch_size,
                             chunked_prefill=chunked_prefill)
     p = plan_deployment(deployment)
+    starts = bool(p.blocks)
     return {"model": name, "KV B/token/rank": p.bytes_per_token, "pool tokens": p.capacity_tokens,
-            "clamped": p.clamped, "row now": p.width_current, "row with fix": p.width_fix,
-            "longest ok": p.longest(), "verdict": p.worst() if p.blocks else "cannot start", "first crash": p.first("crash") or "-"}
+            "clamped": "yes" if p.clamped else "no", "row now": p.width_current,
+            "row with fix": p.width_fix, "longest ok": p.longest(),
+            "verdict": p.worst() if starts else "cannot start",
+            "first crash": p.first("crash") if starts and p.first("crash") else "-"}
 
 
 names = model_names()[:3] if SMOKE else model_names()
-table([preset_row(name) for name in names])
+table([preset_row(name) for name in names], index="model")
 
 # %% [markdown]
 # A big model on few GPUs leaves no quota at all: at this tensor parallelism the weights of
@@ -175,8 +181,10 @@ table([preset_row(name) for name in names])
 # written to a folder and read back the way your config would be.
 
 # %%
-with tempfile.TemporaryDirectory() as folder:
-    (Path(folder) / "config.json").write_text(json.dumps(load_preset("deepseek-v3")["config"]))
+with tempfile.TemporaryDirectory() as scratch:
+    folder = Path(scratch) / "deepseek-v3"  # the model is named after its folder
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(load_preset("deepseek-v3")["config"]))
     try:
         deepseek = read_config(folder)
     except ImportError as exc:  # transformers is the optional extra kvlab[models]
@@ -220,7 +228,8 @@ table([{"deployment": "4 MiB repro (notebook 02)", "pool blocks": repro.blocks,
         "8,192 tokens, current code": next(s.verdict for s in repro.ranges["none/clamped"] if s.high >= 8192)},
        {"deployment": "PR #17261 (notebook 05)", "pool blocks": qwen.blocks,
         "row now": qwen.width_current, "row with fix": qwen.width_fix,
-        "8,192 tokens, current code": "nothing runs: " + qwen.hybrid["error"][:60] + "..."}])
+        "8,192 tokens, current code": "nothing runs: construction raises (the pool and rows "
+                                      "are those PR #17261's clamp would leave)"}], index="deployment")
 
 # %%
 findings.append(Finding(scenario="4 MiB repro", policy="current code", outcome=repro.worst(),
@@ -229,7 +238,7 @@ findings.append(Finding(scenario="4 MiB repro", policy="current code", outcome=r
 findings.append(Finding(scenario="Qwen3.5-27B, PR #17261", policy="merged", outcome="crash",
                         numbers=f"{qwen.hybrid['slots']} slots need {qwen.hybrid['need_bytes'] / GIB:.2f} GiB "
                                 f"of {qwen.hybrid['quota_bytes'] / GIB:.2f} GiB"))
-report_findings(findings)
+findings = report_findings(findings)
 
 # %% [markdown]
 # ## What the plan leaves out

@@ -27,6 +27,7 @@ here, and the plan says so.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Dict, Optional, Tuple
@@ -53,6 +54,8 @@ POLICY_LABELS = {"none/clamped": "current TensorRT-LLM (row sized from the clamp
 #: ``kvlab plan``'s exit code for the current code's worst verdict.
 PLAN_EXIT_CODES = {"ok": 0, "reject": 0, "stall": 3, "crash": 4}
 MAX_RANKS = 4096
+#: Characters per line of :meth:`DeploymentPlan.explain`.
+EXPLAIN_WIDTH = 100
 MAX_GIB = 1 << 20  # a bound on every memory figure, in GiB
 
 
@@ -296,8 +299,8 @@ class DeploymentPlan:
         lines.append(f"A lone request of 1..{d.configured_max_seq_len:,} prompt tokens "
                      f"(+{d.max_new_tokens:,} new):")
         for policy, segments in self.ranges.items():
-            parts = ", ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in segments)
-            lines.append(f"  {POLICY_LABELS[policy]}: {parts}")
+            lines.append(f"  {POLICY_LABELS[policy]}:")
+            lines += [f"    {s.low:,}-{s.high:,} {s.verdict}" for s in segments]
         lines.append(f"Longest context that finishes now: {self.longest():,} tokens"
                      + (" (no rank can build a pool)" if not self.blocks else ""))
         verdict = self.worst()
@@ -313,7 +316,10 @@ class DeploymentPlan:
                           "crash": "Verdict: at risk of issue #21470, a long context raises ValueError "
                                    "and takes every rank down"}[verdict])
         lines += [f"Note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        # whole words on every line, in a terminal as in a notebook's narrow output
+        return "\n".join(textwrap.fill(line, EXPLAIN_WIDTH, subsequent_indent="    ",
+                                        break_long_words=False, break_on_hyphens=False)
+                          for line in lines)
 
 
 def _size(nbytes: int) -> str:
@@ -379,7 +385,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         slot_bytes = [(resident + plan.dummies) * plan.slot_bytes if resident else 0] * len(quotas)
         if not builds:
             notes.append("merged code raises at construction, so nothing runs; the context "
-                         "verdicts below are for the pool PR #17261's clamp (a proposal) would leave")
+                         "verdicts are for the pool PR #17261's clamp (a proposal) would leave")
     local = tuple(max(q - s, 0) // geo.bytes_per_block for q, s in zip(quotas, slot_bytes))
     blocks = min(local)
     capacity = blocks * geo.tokens_per_block
@@ -402,7 +408,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
                      "the executor cannot start under any policy (kvlab does not model the exact "
                      "start-up error); give more ranks, a larger GPU or less memory to the rest")
         ranges = {p: (Segment(1, configured, "crash"),) for p in TRTLLM_POLICIES}
-    if d.chunked_prefill:
+    if d.chunked_prefill and any(s.verdict == "stall" for s in ranges["none/clamped"]):
         notes.append("chunked prefill: a chunk boundary falling between the pool and the row end "
                      "can make a stall here a crash")
     return DeploymentPlan(d, quotas, local, blocks, geo.bytes_per_token, geo.bytes_per_block,

@@ -1281,8 +1281,9 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
         xaxis=dict(title=dict(text="context length (prompt tokens)"), range=[0, top * 1.02],
                    tickformat=","),
         yaxis=dict(title=None, categoryorder="array", categoryarray=names[::-1], autorange=True),
-        legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, font=dict(size=11)))
-    layout["margin"] = {**layout["margin"], "l": 160, "b": 120}
+        # at the figure's foot, under the axis title however many lines the subtitle takes
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0, font=dict(size=11)))
+    layout["margin"] = {**layout["margin"], "l": 160, "b": 130}
     return {"data": traces, "layout": layout}
 
 

@@ -638,12 +638,13 @@ PLAN_RANKS = (1, 2, 4, 8, 16, 32)
 
 def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) -> DeploymentPlan:
     """The plan of ``base`` (default: issue #21470's deployment) with the panel's values: the
-    model and GPU presets, weights and workspace per rank, max_seq_len, max_batch_size and the
-    number of attention-DP ranks (tp = ranks, as in the report)."""
+    model and GPU presets, weights per rank (0: the model's parameter count in bf16 over the
+    ranks), rank 0's workspace (the others add the base's skew), max_seq_len, max_batch_size and
+    the number of attention-DP ranks (tp = ranks, as in the report)."""
     base = base or example_deployments()["issue-21470"]
     deployment = dataclasses.replace(
         base, model=load_model(values["model"]), gpu_gib=GPUS[values["gpu"]][0] / GIB,
-        weights_gib=values["weights_gib"], workspace_gib=values["workspace_gib"],
+        weights_gib=values["weights_gib"] or None, workspace_gib=values["workspace_gib"],
         max_seq_len=values["max_seq_len"], max_batch_size=values["max_batch_size"],
         ranks=values["ranks"], tp_size=values["ranks"], kv_dtype=None)
     return plan_deployment(deployment)
@@ -673,8 +674,9 @@ def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
                     f"row {plan.width_current:,} entries).")
     else:
         headline = f"Current code: safe; the longest context that finishes is {plan.longest():,} tokens."
+    builds = plan.blocks and (plan.hybrid is None or plan.hybrid["merged_builds"])
     headline += (f" Admission control: {admission}, longest {plan.longest('capacity'):,} tokens."
-                 if admission != "crash" else " Admission control does not stop construction.")
+                 if builds else " Admission control does not help: nothing starts.")
     return now, verdict_html(now, headline, plan.explain())
 
 
@@ -684,14 +686,14 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, weights_gi
     """Notebook 06's panel: issue #21470's deployment (its other settings: workspace skew,
     activations, attention DP, chunked prefill) with the model, GPU, weights, workspace,
     max_seq_len, max_batch_size and ranks under the reader's hand."""
-    style, layout = {"description_width": "110px"}, W.Layout(width="420px")
+    style, layout = {"description_width": "140px"}, W.Layout(width="450px")
     controls = {
-        "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="workspace (GiB)"),
+        "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace"),
         "max_seq_len": W.SelectionSlider(options=labelled(PLAN_MAX_SEQ_LENS),
                                          description="max_seq_len"),
         "model": W.Dropdown(options=list(model_names()), description="model"),
         "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
-        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights (GiB)"),
+        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights (0: derived)"),
         "max_batch_size": W.SelectionSlider(options=labelled(PLAN_BATCH_SIZES), description="batch size"),
         "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (ADP)"),
     }
