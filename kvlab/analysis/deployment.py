@@ -205,6 +205,7 @@ class DeploymentPlan:
     ranges: Dict[str, Tuple[Segment, ...]]
     hybrid: Optional[Dict[str, Any]] = None
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    state_bytes: Tuple[int, ...] = ()  # each rank's recurrent-state slots (merged, else the clamp's)
 
     @property
     def clamped(self) -> bool:
@@ -413,7 +414,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
                      "can make a stall here a crash")
     return DeploymentPlan(d, quotas, local, blocks, geo.bytes_per_token, geo.bytes_per_block,
                           capacity, clamped, width_now, width_fix, table(width_now), table(width_fix),
-                          ranges, hybrid, tuple(notes))
+                          ranges, hybrid, tuple(notes), tuple(slot_bytes))
 
 
 def example_deployments() -> Dict[str, Deployment]:

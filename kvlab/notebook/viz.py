@@ -857,25 +857,29 @@ BUDGET_PARTS = (
     ("activations", "activations (peak)", "#88CCEE"),
     ("non-torch", "non-torch (NCCL, CUDA graphs)", "#999933"),
     ("KV pool", "KV pool (after the MIN)", OUTCOME_COLORS["ok"]),
+    ("state slots", "recurrent-state slots (hybrids)", "#DDCC77"),
     ("lost to MIN", "KV lost to the MIN all-reduce", "#BBBBBB"),
     ("unused", "unused (1 - free_gpu_memory_fraction)", "#EEEEEE"),
 )
 
 
 def _budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],
-                  lost_bytes: Sequence[int]) -> list:
-    """The 7 stacked bar traces of :data:`BUDGET_PARTS`, one bar per ``x``: each budget's parts,
-    the pool built, the quota the MIN took away, and the rest of the GPU unused (a part that is
-    zero in every bar, such as the MIN's share on one GPU, has no legend entry)."""
+                  lost_bytes: Sequence[int], state_bytes: Sequence[int] = ()) -> list:
+    """The 8 stacked bar traces of :data:`BUDGET_PARTS`, one bar per ``x``: each budget's parts,
+    the pool built, a hybrid's recurrent-state slots, the quota the MIN took away, and the rest
+    of the GPU unused (a part that is zero in every bar, such as the MIN's share on one GPU or
+    the slots of an attention-only model, has no legend entry)."""
     values = {key: [] for key, _, _ in BUDGET_PARTS}
-    for b, pool, lost in zip(budgets, pool_bytes, lost_bytes):
+    states = list(state_bytes) or [0] * len(budgets)
+    for b, pool, lost, state in zip(budgets, pool_bytes, lost_bytes, states):
         values["weights"].append(b.weights_bytes / GIB)
         values["workspace"].append(b.workspace_bytes / GIB)
         values["activations"].append(b.activation_peak_bytes / GIB)
         values["non-torch"].append(b.non_torch_bytes / GIB)
         values["KV pool"].append(pool / GIB)
+        values["state slots"].append(state / GIB)
         values["lost to MIN"].append(lost / GIB)
-        values["unused"].append(max(0, b.total_bytes - b.peak_memory_bytes - pool - lost) / GIB)
+        values["unused"].append(max(0, b.total_bytes - b.peak_memory_bytes - pool - state - lost) / GIB)
     traces = []
     for key, label, color in BUDGET_PARTS:
         hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
@@ -885,18 +889,20 @@ def _budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int]
     return traces
 
 
-def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None) -> dict:
+def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
+                     state_bytes: Sequence[int] = ()) -> dict:
     """Stacked bars, one per rank, of what its GPU memory goes to (GiB): weights, MoE workspace,
     activation peak, non-torch memory, the KV pool it built after the MIN all-reduce, the KV
     quota the MIN took away (its own quota minus the pool) and the unused headroom.
 
-    ``ranks``: ``kvlab.run.distributed.RankResult`` (or ``kvlab.analysis.rank_plan.RankPlan``) objects.
-    Traces: one bar per part, always 7.
+    ``ranks``: ``kvlab.run.distributed.RankResult`` (or ``kvlab.analysis.rank_plan.RankPlan``) objects;
+    ``state_bytes``: each rank's recurrent-state slots (a hybrid's, beside its pool).
+    Traces: one bar per part, always 8.
     """
     lost = [(r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0)
             for r in ranks]  # whole blocks the MIN took away
     traces = _budget_stack([f"rank {r.rank}" for r in ranks], [r.budget for r in ranks],
-                           [r.quota_bytes for r in ranks], lost)
+                           [r.quota_bytes for r in ranks], lost, state_bytes)
     own = [r.local_quota_bytes / GIB for r in ranks]
     subtitle = (f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
                 f"{', '.join(f'{p:,}' for p in sorted({r.blocks for r in ranks}))} blocks"
@@ -1186,7 +1192,7 @@ pool_allocation_figure = _as_figure(pool_allocation_spec)
 
 def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
     """Stacked bars, one per MoE workspace size, of one GPU's memory as measured and the KV pool
-    allocated after it (GiB). ``rows``: ``kvlab.core.memory.pool_vs_workspace`` dicts. Traces: the 7
+    allocated after it (GiB). ``rows``: ``kvlab.core.memory.pool_vs_workspace`` dicts. Traces: the 8
     of :data:`BUDGET_PARTS` (nothing is lost to a MIN on one GPU)."""
     from kvlab.core.memory import MemoryBudget
 

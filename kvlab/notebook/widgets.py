@@ -651,11 +651,9 @@ def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) 
 
 
 def plan_figures(plan: DeploymentPlan) -> Dict[str, dict]:
-    hybrid = plan.hybrid is not None
     return {"ranges": viz.plan_ranges_spec(plan),
-            "ranks": viz.rank_budget_spec(plan.rank_plans(), title=(
-                f"Per-rank memory ({len(plan.quotas)} ranks)"
-                + ("; the recurrent-state slots count as unused" if hybrid else "")))}
+            "ranks": viz.rank_budget_spec(plan.rank_plans(), state_bytes=plan.state_bytes,
+                                          title=f"Per-rank memory ({len(plan.quotas)} ranks)")}
 
 
 def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:

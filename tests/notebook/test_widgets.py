@@ -402,7 +402,7 @@ def test_the_report_clamps_and_the_long_context_crashes(ranks):
     assert [t.name for t in budget.data] == [label for _, label, _ in viz.BUDGET_PARTS]
     pool = budget.data[4].y
     assert len(pool) == 16 and len(set(round(v, 6) for v in pool)) == 1  # one pool after the MIN
-    lost = budget.data[5].y
+    lost = budget.data[6].y
     assert lost[0] > lost[-1] == 0  # rank 0 lost the most to the MIN; the last rank set it
 
 
@@ -514,6 +514,8 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
     crash = next(t for t in bands.data if t.name == viz.OUTCOME_LABELS["crash"])
     assert list(crash.y) == ["current code"] and list(crash.base) == [958_848]
     assert len(panel.figures["ranks"].data[0].x) == 16
+    slots = next(t for t in panel.figures["ranks"].data if t.name.startswith("recurrent-state slots"))
+    assert not slots.showlegend and max(slots.y) == 0  # an attention-only model has none
     views = dict(panel.views)
 
     panel.set(workspace_gib=0.0)  # no workspace: the pool holds max_seq_len, no clamp
@@ -522,6 +524,9 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
               max_batch_size=512, max_seq_len=32768)
     assert panel.outcome == "crash" and panel.verdict_text.startswith(
         "Current code raises at construction: 514 state slots")
+    assert "Admission control does not help: nothing starts" in panel.verdict_text
+    slots = next(t for t in panel.figures["ranks"].data if t.name.startswith("recurrent-state slots"))
+    assert slots.showlegend and min(slots.y) > 0  # the clamp's slots, beside its pool
     panel.set(model="deepseek-v3", ranks=1, weights_gib=400.0)
     assert panel.verdict_text.startswith("Cannot start under any policy")
     assert panel.views == views  # redrawn, never rebuilt
