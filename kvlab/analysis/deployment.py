@@ -394,8 +394,6 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     clamped = min(configured, capacity) if capacity else configured
     width_now = max_blocks_per_seq(clamped, geo.tokens_per_block)
     width_fix = max_blocks_per_seq(configured, geo.tokens_per_block)
-    table = lambda width: table_nbytes(d.max_batch_size, width, d.pp_size)  # noqa: E731
-    ranges: Dict[str, Tuple[Segment, ...]] = {}
     if blocks:
         setup = PhaseSetup(geometry=geo, max_seq_len=configured, max_new_tokens=d.max_new_tokens,
                            max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens)
@@ -413,7 +411,9 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         notes.append("chunked prefill: a chunk boundary falling between the pool and the row end "
                      "can make a stall here a crash")
     return DeploymentPlan(d, quotas, local, blocks, geo.bytes_per_token, geo.bytes_per_block,
-                          capacity, clamped, width_now, width_fix, table(width_now), table(width_fix),
+                          capacity, clamped, width_now, width_fix,
+                          table_nbytes(d.max_batch_size, width_now, d.pp_size),
+                          table_nbytes(d.max_batch_size, width_fix, d.pp_size),
                           ranges, hybrid, tuple(notes), tuple(slot_bytes))
 
 
