@@ -161,9 +161,9 @@ def check_control_value(name: str, control: W.ValueWidget, value) -> None:
 class Panel:
     """Controls, a compute function, figure functions and a verdict, wired together (module
     docstring). Attributes: ``controls`` (name -> ipywidget), ``views`` (name -> PlotView, the
-    figures on screen), ``figures`` (name -> go.Figure, what they show), ``verdict`` (an ipywidgets.HTML), ``model`` (the last computed model),
-    ``error`` (the last compute error, or None), ``updates`` (refreshes done), ``widget`` (the
-    whole panel as one ipywidgets box).
+    figures on screen), ``figures`` (name -> go.Figure, what they show), ``verdict`` (an
+    ipywidgets.HTML), ``model`` (the last computed model), ``error`` (the last compute error, or
+    None), ``updates`` (refreshes done), ``widget`` (the whole panel as one ipywidgets box).
 
     ``action``: (button label, ``run(model) -> (result, HTML)``) for work too slow to redo on
     every change (a real multi-rank run): a button runs it for the current model and shows the
