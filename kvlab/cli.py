@@ -176,11 +176,10 @@ def _plan(args, parser) -> int:
     from kvlab.analysis.models import ConfigError, load_model, model_names, read_config
     from kvlab.core.memory import GIB
 
-    examples = example_deployments()
     if args.list:
         print("models:   " + ", ".join(model_names()))
         print("GPUs:     " + ", ".join(f"{n} ({b / GIB:,.1f} GiB)" for n, (b, _) in GPUS.items()))
-        print("examples: " + ", ".join(examples))
+        print("examples: " + ", ".join(example_deployments()))
         return 0
     given = {field: getattr(args, flag[2:].replace("-", "_"))
              for flag, (field, _kind, _text) in PLAN_OPTIONS.items()}
@@ -192,6 +191,7 @@ def _plan(args, parser) -> int:
         given["gpu_gib"] = args.gpu_gib
     try:
         if args.example is not None:
+            examples = example_deployments()
             if args.example not in examples:
                 parser.error(f"--example must be one of {sorted(examples)}, got {args.example!r}")
             deployment = dataclasses.replace(examples[args.example], **given)

@@ -191,7 +191,7 @@ class DeploymentPlan:
     :meth:`explain` for people."""
 
     deployment: Deployment
-    quotas: Tuple[int, ...]  # each rank's KV quota, bytes
+    budgets: Tuple[MemoryBudget, ...]  # each rank's memory budget
     local_blocks: Tuple[int, ...]  # each rank's own pool (after any state slots), blocks
     blocks: int  # every rank's pool after the MIN
     bytes_per_token: int
@@ -206,6 +206,11 @@ class DeploymentPlan:
     hybrid: Optional[Dict[str, Any]] = None
     notes: Tuple[str, ...] = field(default_factory=tuple)
     state_bytes: Tuple[int, ...] = ()  # each rank's recurrent-state slots (merged, else the clamp's)
+
+    @property
+    def quotas(self) -> Tuple[int, ...]:
+        """Each rank's KV quota, bytes."""
+        return tuple(b.kv_quota_bytes for b in self.budgets)
 
     @property
     def clamped(self) -> bool:
@@ -238,7 +243,7 @@ class DeploymentPlan:
                               self.blocks * self.bytes_per_block, self.clamped_max_seq_len,
                               self.width_current)
                      for rank, (budget, quota, own) in enumerate(zip(
-                         self.deployment.budgets(), self.quotas, self.local_blocks)))
+                         self.budgets, self.quotas, self.local_blocks)))
 
     def to_dict(self) -> Dict[str, Any]:
         d = self.deployment
@@ -410,7 +415,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     if d.chunked_prefill and any(s.verdict == "stall" for s in ranges["none/clamped"]):
         notes.append("chunked prefill: a chunk boundary falling between the pool and the row end "
                      "can make a stall here a crash")
-    return DeploymentPlan(d, quotas, local, blocks, geo.bytes_per_token, geo.bytes_per_block,
+    return DeploymentPlan(d, budgets, local, blocks, geo.bytes_per_token, geo.bytes_per_block,
                           capacity, clamped, width_now, width_fix,
                           table_nbytes(d.max_batch_size, width_now, d.pp_size),
                           table_nbytes(d.max_batch_size, width_fix, d.pp_size),
