@@ -3,6 +3,9 @@
 #
 #   bash scripts/setup.sh [EXTRAS]     EXTRAS: extras of pyproject.toml, comma-separated
 #                                      (default "notebooks"; the tests use "test,ui")
+#   bash scripts/setup.sh vllm         the real vLLM 0.34.0 scheduler's own environment, for
+#                                      kvlab.backends.vllm (a cache folder, made once: about
+#                                      7 GB and a few minutes; see "vllm" below)
 #
 # pyproject.toml is the one source of truth for the dependencies; this script only decides how
 # torch is installed, fetches the system Chromium for the browser test, and registers the
@@ -10,6 +13,28 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 extras="${1:-notebooks}"
+
+if [ "$extras" = vllm ]; then
+    # vLLM pins its own torch (2.14.0), so it cannot share kvlab's environment: it gets a virtual
+    # environment of its own in a cache folder, made once and reused (kvlab.backends.vllm finds
+    # it at the same path and talks to it through a subprocess). The wheel is installed without
+    # its dependencies because it pins flashinfer-python 0.7.3, which the registry does not
+    # serve; scripts/vllm-requirements.txt lists the rest, less the GPU-only kernel packages.
+    env_dir="${KVLAB_VLLM_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kvlab/vllm-0.34.0}"
+    ready="$env_dir/kvlab-ready"
+    if [ -f "$ready" ] && cmp -s "$ready" scripts/vllm-requirements.txt; then
+        echo "setup.sh: the vLLM environment is ready (cached) in $env_dir"
+        exit 0
+    fi
+    rm -rf "$env_dir"
+    python3 -m venv "$env_dir"
+    "$env_dir/bin/python" -m pip install --quiet --no-deps "vllm==0.34.0"
+    "$env_dir/bin/python" -m pip install --quiet -r scripts/vllm-requirements.txt
+    "$env_dir/bin/python" -c "import vllm.v1.core.sched.scheduler" 2>/dev/null
+    cp scripts/vllm-requirements.txt "$ready"
+    echo "setup.sh: the vLLM environment is ready in $env_dir ($(du -sh "$env_dir" | cut -f1))"
+    exit 0
+fi
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
 has_torch() {  # a torch that meets pyproject's torch>=2.4 is already installed

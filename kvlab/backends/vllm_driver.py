@@ -1,0 +1,207 @@
+"""The real vLLM v1 scheduler, stepped on a kvlab workload: the program kvlab.backends.vllm runs
+in vLLM's own environment (``bash scripts/setup.sh vllm``). It imports vLLM and the standard
+library only, never kvlab.
+
+It reads one JSON document on stdin, ``{"runs": [RUN, ...]}``, and writes JSON lines on stdout,
+one run after another, each line flushed as it happens so that a crash keeps what came before:
+
+- ``{"kind": "hello", "vllm": VERSION, "torch": VERSION}`` once;
+- per run ``{"kind": "start", "run": i, "num_gpu_blocks": N, "free_blocks": F,
+  "max_model_len": M}``, or ``{"kind": "startup_error", "run": i, "message": ...}`` when vLLM
+  refuses to start (its config checks, or the KV cache memory check);
+- ``{"kind": "event", "run": i, "step": s, "id": ..., "event": E, ...}`` with E one of
+  "rejected" (``message``: vLLM's own validation error), "started", "first_token",
+  "preempted", "finished" (``finish_reason``, ``num_output_tokens``, ``cause``);
+- ``{"kind": "steps", "run": i, "rows": [[step, free_blocks, running, waiting, prefills,
+  decodes, tokens, preempted], ...]}`` every few hundred steps;
+- ``{"kind": "end", "run": i, "end_step": s, "iterations": n}``.
+
+A RUN is ``{"engine": {...}, "requests": [[id, prompt_len, max_tokens, arrival_step], ...],
+"max_steps": n}``; the engine's keys are those of ``kvlab.sched.vllm.VllmEngineArgs``.
+
+How vLLM 0.34.0 is made to run without a GPU, weights or a model hub (vllm/v1/engine/core.py,
+``EngineCore.__init__`` and ``_initialize_kv_caches``, done here by hand): the model is a folder
+holding only a config.json (offline, ``skip_tokenizer_init=True``); ``DeviceConfig(device="cpu")``
+with vLLM's platform left unset; one ``FullAttentionSpec`` per layer; the KV cache layout resolved
+(``resolve_kv_cache_layout``) before ``get_kv_cache_configs`` plans the pool from an available
+memory of exactly ``startup_num_gpu_blocks`` blocks, which runs vLLM's own start-up check; the
+scheduler's config then gets ``num_gpu_blocks`` (fewer when the pool is swapped smaller after
+start-up). The model runner is faked: one sampled token for every scheduled request whose prompt
+is fully computed (``ignore_eos``). The scheduler is the synchronous ``Scheduler``
+(vllm/v1/core/sched/scheduler.py), not the ``AsyncScheduler`` a GPU deployment may default to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+#: A layer-count-agnostic Llama config: only what ModelConfig reads; KV geometry is set per run.
+_MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                 "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 2,
+                 "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2,
+                 "vocab_size": 32000, "max_position_embeddings": 1 << 30,
+                 "torch_dtype": "float16", "rms_norm_eps": 1e-5}
+STEP_ROWS_PER_LINE = 500
+
+
+def emit(**fields) -> None:
+    sys.stdout.write(json.dumps(fields, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    import torch
+    import vllm
+
+    spec = json.load(sys.stdin)
+    emit(kind="hello", vllm=vllm.__version__, torch=torch.__version__)
+    with tempfile.TemporaryDirectory(prefix="kvlab-vllm-model-") as model_dir:
+        with open(os.path.join(model_dir, "config.json"), "w", encoding="utf-8") as handle:
+            json.dump(_MODEL_CONFIG, handle)
+        for index, run in enumerate(spec["runs"]):
+            run_one(index, run, model_dir)
+    return 0
+
+
+def build_scheduler(engine: dict, model_dir: str):
+    """vLLM's config and scheduler for ``engine``, as EngineCore builds them; raises vLLM's own
+    ValueError where vLLM refuses to start."""
+    import torch
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import (generate_scheduler_kv_cache_config,
+                                             resolve_kv_cache_block_sizes)
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.input_processor import InputProcessor
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+             "fp8": torch.float8_e4m3fn}[engine["dtype"]]
+    max_model_len = engine["max_model_len"]
+    model_config = ModelConfig(model=model_dir, skip_tokenizer_init=True,
+                               max_model_len=max_model_len, dtype="float16")
+    cache_config = CacheConfig(block_size=engine["block_size"],
+                               enable_prefix_caching=engine["enable_prefix_caching"])
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=engine["max_num_seqs"],
+        max_num_batched_tokens=engine["max_num_batched_tokens"],
+        enable_chunked_prefill=engine["enable_chunked_prefill"],
+        scheduler_reserve_full_isl=engine["scheduler_reserve_full_isl"],
+        watermark=engine["watermark"], async_scheduling=False,
+        max_model_len=max_model_len, is_encoder_decoder=False)
+    config = VllmConfig(model_config=model_config, cache_config=cache_config,
+                        scheduler_config=scheduler_config, device_config=DeviceConfig(device="cpu"))
+    specs = {f"model.layers.{layer}.self_attn.attn": FullAttentionSpec(
+                 block_size=engine["block_size"], num_kv_heads=engine["num_kv_heads"],
+                 head_size=engine["head_dim"], dtype=dtype)
+             for layer in range(engine["num_layers"])}
+    resolve_kv_cache_layout(config, [["NHD"]], list(specs.values()))
+    groups = get_global_kv_cache_groups(config, [specs])
+    bytes_per_block = sum(layer.page_size_bytes for layer in specs.values())
+    kv_configs = get_kv_cache_configs(
+        config, [specs], [engine["startup_num_gpu_blocks"] * bytes_per_block], groups)
+    kv_config = generate_scheduler_kv_cache_config(kv_configs)
+    kv_config.num_blocks = engine["num_gpu_blocks"]  # the pool the scheduler really gets
+    config.cache_config.num_gpu_blocks = kv_config.num_blocks
+    block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_config, config)
+    scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
+                          structured_output_manager=StructuredOutputManager(config),
+                          block_size=block_size, hash_block_size=hash_block_size)
+    return scheduler, InputProcessor(config)
+
+
+def run_one(index: int, run: dict, model_dir: str) -> None:
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    try:
+        scheduler, input_processor = build_scheduler(run["engine"], model_dir)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError too
+        emit(kind="startup_error", run=index, message=str(exc))
+        return
+    pool = scheduler.kv_cache_manager.block_pool
+    max_model_len = scheduler.max_model_len
+    emit(kind="start", run=index, num_gpu_blocks=pool.num_gpu_blocks,
+         free_blocks=pool.get_num_free_blocks(), max_model_len=max_model_len)
+
+    def event(step, request_id, name, **fields):
+        emit(kind="event", run=index, step=step, id=request_id, event=name, **fields)
+
+    arrivals = sorted(run["requests"], key=lambda r: r[3])  # stable: list order breaks ties
+    next_arrival, step, iterations, rows = 0, 0, 0, []
+    started, first_token = set(), set()
+    max_steps = run["max_steps"]
+    while step < max_steps:
+        # Nothing waiting or running: skip to the next arrival, as kvlab's Engine does (the real
+        # engine core would run one more empty step to tell its workers what finished).
+        if not scheduler.has_unfinished_requests():
+            if next_arrival == len(arrivals):
+                break
+            step = max(step, arrivals[next_arrival][3])
+            if step >= max_steps:
+                break
+        while next_arrival < len(arrivals) and arrivals[next_arrival][3] <= step:
+            request_id, prompt_len, max_tokens, _ = arrivals[next_arrival]
+            next_arrival += 1
+            try:  # the front door: vLLM's own validation of the prompt and its parameters
+                params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+                input_processor._validate_prompt_len(prompt_len, "decoder")
+            except (ValueError, VLLMValidationError) as exc:
+                event(step, request_id, "rejected", message=str(exc))
+                continue
+            first = next_arrival * 7919  # distinct prompts: no prefix is shared
+            tokens = [1 + (first + k) % 31999 for k in range(prompt_len)]
+            scheduler.add_request(Request(request_id, tokens, params, None, arrival_time=float(step)))
+        if not scheduler.has_unfinished_requests():
+            continue
+        output = scheduler.schedule()
+        counts = output.num_scheduled_tokens
+        scheduled = {request_id: scheduler.requests[request_id] for request_id in counts}
+        for new in output.scheduled_new_reqs:
+            if new.req_id not in started:
+                started.add(new.req_id)
+                event(step, new.req_id, "started")
+        preempted = sorted(output.preempted_req_ids or ())
+        for request_id in preempted:
+            event(step, request_id, "preempted")
+        # the fake model runner: a token for every request whose prompt is now computed
+        # (schedule() has advanced num_computed_tokens already)
+        sampled = [[7] if r.num_computed_tokens >= r.num_tokens else [] for r in scheduled.values()]
+        decodes = sum(1 for request_id, r in scheduled.items()  # one token past a computed prompt
+                      if r.num_output_tokens and r.num_computed_tokens - counts[request_id] == r.num_tokens - 1)
+        outputs = scheduler.update_from_output(output, ModelRunnerOutput(
+            req_ids=list(scheduled), sampled_token_ids=sampled))
+        for (request_id, request), tokens_out in zip(scheduled.items(), sampled):
+            if tokens_out and request_id not in first_token:
+                first_token.add(request_id)
+                event(step, request_id, "first_token")
+        for engine_outputs in outputs.values():
+            for out in engine_outputs.outputs:
+                if out.finish_reason is not None:
+                    request = scheduled[out.request_id]
+                    cause = ("max_tokens" if request.num_output_tokens >= request.max_tokens
+                             else "max_model_len")
+                    event(step, out.request_id, "finished", finish_reason=str(out.finish_reason),
+                          num_output_tokens=request.num_output_tokens, cause=cause)
+        iterations += 1
+        rows.append([step, pool.get_num_free_blocks(), len(scheduler.running), len(scheduler.waiting),
+                     len(scheduled) - decodes, decodes, output.total_num_scheduled_tokens,
+                     len(preempted)])
+        if len(rows) >= STEP_ROWS_PER_LINE:
+            emit(kind="steps", run=index, rows=rows)
+            rows = []
+        step += 1
+    if rows:
+        emit(kind="steps", run=index, rows=rows)
+    emit(kind="end", run=index, end_step=step, iterations=iterations)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
