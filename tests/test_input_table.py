@@ -24,7 +24,10 @@ import pytest
 import yaml
 
 from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MaxSeqLenClampWarning, MemoryBudget,
-                   PageIndexTable, PagePool, Request, Scheduler, simulate)
+                   PageIndexTable, PagePool, Request, Scheduler, VllmEngineArgs, VllmScheduler,
+                   simulate)
+from kvlab.analysis.presets import seed_geometry
+from kvlab.backends import vllm as vllm_backend
 from kvlab.cli import main
 from kvlab.run.distributed import Fault, scenario_config
 from kvlab.run.scenarios import load_scenario
@@ -235,8 +238,17 @@ def _hostile_deployment(edit, stem):
     return attempt
 
 
-CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET = (
-    "constructor", "`kvlab` command", "scenario file", "papermill parameter", "widget")
+CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET, VLLM = (
+    "constructor", "`kvlab` command", "scenario file", "papermill parameter", "widget",
+    "vLLM backend")
+
+
+def _without_vllm_environment(tmp: Path) -> Tuple[str, str]:
+    """The backend asked to run where vLLM's environment was never made (an empty folder)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KVLAB_VLLM_ENV", str(tmp / "no-vllm"))
+        return raises(lambda: vllm_backend.run(VllmEngineArgs(seed_geometry(), 64, 2016),
+                                               [Request("r", 8, 4)]))(tmp)
 
 CASES = [
     # -- the library's constructors ------------------------------------------------------------
@@ -289,7 +301,36 @@ CASES = [
          ("max_new_tokens", "[0, ")),
     Case(CONSTRUCTOR, "Scheduler(manager, admission='fifo')",
          raises(lambda: Scheduler(_manager(), admission="fifo")), "ValueError",
-         ("admission", "'capacity', 'none', 'sglang', 'vllm'")),
+         ("admission", "'capacity', 'none', 'sglang'")),
+    Case(CONSTRUCTOR, "VllmEngineArgs(geometry, num_gpu_blocks=0, max_model_len=2048)",
+         raises(lambda: VllmEngineArgs(seed_geometry(), 0, 2048)), "ValueError",
+         ("num_gpu_blocks", "[1, ")),
+    Case(CONSTRUCTOR, "VllmEngineArgs(..., watermark=1.0)",
+         raises(lambda: VllmEngineArgs(seed_geometry(), 64, 2016, watermark=1.0)), "ValueError",
+         ("watermark", "[0.0, 1.0)")),
+    Case(CONSTRUCTOR, "VllmScheduler(VllmEngineArgs(<64 blocks of 32 tokens>, max_model_len=2048))",
+         raises(lambda: VllmScheduler(VllmEngineArgs(seed_geometry(), 64, 2048))), "ValueError",
+         ("max seq len (2048)", "estimated maximum model length is 2016")),
+    Case(CONSTRUCTOR, "VllmScheduler(..., enable_chunked_prefill=False, max_num_batched_tokens=1024)",
+         raises(lambda: VllmScheduler(VllmEngineArgs(seed_geometry(), 64, 2016,
+                                                     enable_chunked_prefill=False,
+                                                     max_num_batched_tokens=1024))), "ValueError",
+         ("max_num_batched_tokens (1024)", "max_model_len (2016)")),
+    Case(CONSTRUCTOR, "VllmScheduler(...).submit(Request('r', 8, 4, num_draft_tokens=2))",
+         raises(lambda: VllmScheduler(VllmEngineArgs(seed_geometry(), 64, 2016)).submit(
+             Request("r", 8, 4, num_draft_tokens=2))), "ValueError",
+         ("num_draft_tokens=0", "vLLM peer")),
+    Case(VLLM, "run(args, requests) without `bash scripts/setup.sh vllm`",
+         lambda tmp: _without_vllm_environment(tmp), "VllmUnavailable",
+         ("bash scripts/setup.sh vllm",)),
+    Case(VLLM, "run(VllmEngineArgs(<an MLA geometry>, ...), requests)",
+         raises(lambda: vllm_backend.run(VllmEngineArgs(KVGeometry(4, 1, 576, kv_factor=1), 64, 2016),
+                                         [Request("r", 8, 4)])), "ValueError",
+         ("kv_factor 2", "kv_factor=1")),
+    Case(VLLM, "run(args, requests, timeout_s=0)",
+         raises(lambda: vllm_backend.run(VllmEngineArgs(seed_geometry(), 64, 2016),
+                                         [Request("r", 8, 4)], timeout_s=0)), "ValueError",
+         ("timeout_s", "(0.0, 86400.0]")),
     Case(CONSTRUCTOR, "Scheduler(manager, max_num_tokens=0)",
          raises(lambda: Scheduler(_manager(), max_num_tokens=0)), "ValueError",
          ("max_num_tokens", "[1, ")),
@@ -558,4 +599,4 @@ def test_readme_table_is_the_one_these_inputs_give(outcomes):
 
 
 def test_every_door_is_tried():
-    assert {case.door for case in CASES} == {CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET}
+    assert {case.door for case in CASES} == {CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET, VLLM}

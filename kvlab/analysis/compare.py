@@ -10,11 +10,12 @@ together.
 - ``"none/clamped"``: the historical TensorRT-LLM V2 path (the #21470 crash);
 - ``"none/configured"``: the one-line fix (a wider row; the request is refused every pass);
 - ``"capacity"``: PR #21720's admission control (clamped row, reject what can never fit);
-- ``"vllm"``: vLLM v1's style (:class:`kvlab.sched.admission.VllmStyle`). With its default
-  ``max_model_len`` (the configured max_seq_len) vLLM refuses to *start* on a pool that cannot
-  hold one such request; an operator then sets ``max_model_len`` to the estimated maximum its
-  error message prints (the pool's tokens), and that is the engine run here
-  (:func:`vllm_startup_error` gives the refusal itself);
+- ``"vllm"``: vLLM v1's own scheduling loop (:class:`kvlab.sched.vllm.VllmScheduler`, held to
+  the real vLLM 0.34.0 request by request: docs/CONFORMANCE.md). With ``max_model_len`` at the
+  configured max_seq_len vLLM refuses to *start* on a pool that cannot hold one such request; an
+  operator then sets ``max_model_len`` to the estimate its error message prints (the pool's
+  tokens less its null block), and that is the engine run here (:func:`vllm_startup_error` gives
+  the refusal itself). vLLM has no stall detector: ``stall_limit`` does not apply;
 - ``"sglang"``: SGLang's style (:class:`kvlab.sched.admission.SglangStyle`).
 
 The engine's outcome (:func:`kvlab.analysis.presets.engine_outcome`) is one of kvlab's outcome names (the
@@ -37,10 +38,12 @@ from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
 from kvlab.core.request import Request
 from kvlab.run.progress import progress
-from kvlab.run.simulation import SimulationResult, simulate
-from kvlab.sched.admission import SglangStyle, VllmStyle
+from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
+from kvlab.sched.admission import SglangStyle
+from kvlab.sched.base import SchedulerBase
 from kvlab.sched.policies import POLICIES
 from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT, Scheduler
+from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
 
 @dataclass(frozen=True)
@@ -112,35 +115,55 @@ class EngineConfig:
         return f"host tier of {self.host_cache_size:,} B"
 
 
-def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> Scheduler:
-    """A fresh Scheduler (and manager) for ``policy`` on ``engine`` (module docstring)."""
+def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> SchedulerBase:
+    """A fresh scheduler (and manager) for ``policy`` on ``engine`` (module docstring)."""
     admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
-    manager = engine.manager(width)
     if admission == "vllm":
-        admission = VllmStyle(max_model_len=min(engine.max_seq_len, engine.pool_tokens))
-    elif admission == "sglang":
+        estimate = estimated_max_model_len(engine.geometry, engine.total_blocks)
+        return VllmScheduler(vllm_args(engine).replace(
+            max_model_len=min(engine.max_seq_len, estimate) or engine.max_seq_len))
+    if admission == "sglang":
         admission = SglangStyle()
-    return Scheduler(manager, admission=admission, max_num_tokens=engine.max_num_tokens,
+    return Scheduler(engine.manager(width), admission=admission, max_num_tokens=engine.max_num_tokens,
                      max_batch_size=engine.max_batch_size, stall_limit=engine.stall_limit,
                      chunked_prefill=engine.chunked_prefill)
+
+
+def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
+    """``engine`` as vLLM's engine arguments: the same pool, ``max_model_len`` at the configured
+    max_seq_len, ``max_num_seqs`` its max_batch_size, ``max_num_batched_tokens`` its
+    max_num_tokens, chunked prefill as set."""
+    return VllmEngineArgs(engine.geometry, engine.total_blocks, engine.max_seq_len,
+                          max_num_seqs=engine.max_batch_size,
+                          max_num_batched_tokens=engine.max_num_tokens,
+                          enable_chunked_prefill=engine.chunked_prefill)
 
 
 def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> Optional[str]:
     """The message vLLM refuses to start with when ``max_model_len`` is left at the configured
     max_seq_len (None when it starts)."""
+    return startup_error(vllm_args(engine))
+
+
+def run_policy(policy: str, requests: Sequence[Request], engine: EngineConfig = EngineConfig(),
+               max_steps: int = 20_000) -> SimulationResult:
+    """``simulate`` the requests under ``policy`` on a fresh engine; an engine that refuses to
+    start (vLLM on a pool without room for one block) rejects every request with its message."""
     try:
-        VllmStyle().check_startup(engine.manager("clamped"))
+        scheduler = build_scheduler(policy, engine)
     except ValueError as exc:
-        return str(exc)
-    return None
+        if POLICIES[policy][0] != "vllm":
+            raise
+        return refused_to_start(requests, str(exc))
+    return simulate(scheduler, requests, max_steps=max_steps)
 
 
 def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(POLICIES),
                  engine: EngineConfig = EngineConfig(), max_steps: int = 20_000) -> Dict[str, SimulationResult]:
-    """``simulate`` the same requests under each policy, each on a fresh engine."""
+    """:func:`run_policy` for each policy, the same requests each time."""
     requests = list(requests)
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
-    return {policy: simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
+    return {policy: run_policy(policy, requests, engine, max_steps)
             for policy in progress(list(policies), desc="policies", unit="policy")}
 
 
@@ -243,4 +266,4 @@ def request_timeline(result: SimulationResult) -> List[dict]:
 
 __all__ = ["EngineConfig", "build_scheduler", "long_and_small", "not_yet_and_never",
            "outcome_row", "outcome_rows", "outcome_table", "request_timeline", "run_policies",
-           "vllm_startup_error"]
+           "run_policy", "vllm_args", "vllm_startup_error"]

@@ -115,6 +115,14 @@ def build_scheduler(engine: dict, model_dir: str):
     return scheduler, InputProcessor(config)
 
 
+def vllm_message(exc: ValueError) -> str:
+    """vLLM's own message: a config check raises a ValueError that pydantic wraps in a
+    ValidationError, whose text adds pydantic's framing around it."""
+    if hasattr(exc, "errors"):
+        return "; ".join(str(error.get("ctx", {}).get("error", error["msg"])) for error in exc.errors())
+    return str(exc)
+
+
 def run_one(index: int, run: dict, model_dir: str) -> None:
     from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import SamplingParams
@@ -123,8 +131,8 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
 
     try:
         scheduler, input_processor = build_scheduler(run["engine"], model_dir)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError too
-        emit(kind="startup_error", run=index, message=str(exc))
+    except ValueError as exc:
+        emit(kind="startup_error", run=index, message=vllm_message(exc))
         return
     pool = scheduler.kv_cache_manager.block_pool
     max_model_len = scheduler.max_model_len

@@ -21,15 +21,17 @@ def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
     return int(value)
 
 
-def check_float(name: str, value, *, low: float, high: float, low_open: bool = False) -> float:
+def check_float(name: str, value, *, low: float, high: float, low_open: bool = False,
+                high_open: bool = False) -> float:
     """Return ``value`` as float if it is a real number in the range; raise otherwise."""
+    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number in {'(' if low_open else '['}{low}, {high}], "
-                        f"got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be a number in {interval}, got {value!r} ({type(value).__name__})")
     value = float(value)
     bad_low = value <= low if low_open else value < low
-    if bad_low or value > high or value != value:
-        raise ValueError(f"{name} must be in {'(' if low_open else '['}{low}, {high}], got {value}")
+    bad_high = value >= high if high_open else value > high
+    if bad_low or bad_high or value != value:
+        raise ValueError(f"{name} must be in {interval}, got {value}")
     return value
 
 

@@ -68,6 +68,9 @@ class Request:
     first_scheduled_step: Optional[int] = field(default=None, init=False)
     first_token_step: Optional[int] = field(default=None, init=False)
     end_step: Optional[int] = field(default=None, init=False)
+    #: The most tokens it generates: max_new_tokens, unless the scheduler stops it sooner when it
+    #: arrives (vLLM stops a sequence at max_model_len, finish reason "length").
+    output_limit: int = field(default=0, init=False)
 
     def __post_init__(self):
         if not isinstance(self.request_id, str) or not self.request_id:
@@ -83,6 +86,7 @@ class Request:
             raise ValueError(f"max_new_tokens must be in [1, {MAX_COUNT}] for a disagg_generation_init "
                              "request (its context server produced the first token), "
                              f"got {self.max_new_tokens}")
+        self.output_limit = self.max_new_tokens
         store_checked(self, "num_draft_tokens", check_int, low=0, high=1 << 16)
         store_checked(self, "beam_width", check_int, low=1, high=1024)
 
@@ -117,7 +121,7 @@ class Request:
 
     @property
     def is_finished_generating(self) -> bool:
-        return self.is_context_finished and self.num_generated >= self.max_new_tokens
+        return self.is_context_finished and self.num_generated >= self.output_limit
 
     @property
     def is_started(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ipywidgets as W
 
-from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small, run_policy
 from kvlab.analysis.deployment import Deployment, DeploymentPlan, example_deployments, plan_deployment
 from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.models import load_model, model_names
@@ -172,7 +172,7 @@ def admission_model(values: Mapping[str, Any], *, num_small: int = 4,
         return AdmissionModel(pool_mib, context, policy, None, None, None, reason, None, num_small)
     engine = EngineConfig(pool_mib=pool_mib, max_seq_len=max(8192, context), stall_limit=stall_limit)
     requests = long_and_small(context, num_small=num_small)
-    result = simulate(build_scheduler(policy, engine), requests, max_steps=50_000)
+    result = run_policy(policy, requests, engine, max_steps=50_000)
     phase = None
     if policy in TRTLLM_POLICIES:
         setup = PhaseSetup(max_seq_len=engine.max_seq_len, max_new_tokens=requests[0].max_new_tokens)

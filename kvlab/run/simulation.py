@@ -36,7 +36,8 @@ from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import Request
 from kvlab.run.trace import Event, StepRecord, Trace
-from kvlab.sched.scheduler import LIVE_STATES, ScheduledBatch, Scheduler, SchedulerDeadlock
+from kvlab.sched.base import LIVE_STATES, SchedulerBase
+from kvlab.sched.scheduler import ScheduledBatch, SchedulerDeadlock
 
 #: What ``result.status`` reports for each Request.state: a suspended request is admitted and
 #: keeps its KV (in the host tier), so it counts as running.
@@ -103,14 +104,14 @@ class SimulationResult:
         return pd.DataFrame(rows)
 
 
-def simulate(scheduler: Scheduler, requests: Iterable[Request], max_steps: int = 10_000, *,
+def simulate(scheduler: SchedulerBase, requests: Iterable[Request], max_steps: int = 10_000, *,
              check_invariants: bool = False,
              max_num_active_requests: Optional[int] = None) -> SimulationResult:
     """Run ``requests`` through a fresh ``scheduler`` for steps 0 .. max_steps - 1 (module
     docstring). ``check_invariants`` checks the scheduler's and the run's invariants after
     every step; ``max_num_active_requests``: see :class:`Engine`."""
-    if not isinstance(scheduler, Scheduler):
-        raise TypeError(f"scheduler must be a Scheduler, got {type(scheduler).__name__}")
+    if not isinstance(scheduler, SchedulerBase):
+        raise TypeError(f"scheduler must be a Scheduler or a VllmScheduler, got {type(scheduler).__name__}")
     if scheduler.iteration or scheduler.submitted_requests:
         raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
@@ -120,6 +121,28 @@ def simulate(scheduler: Scheduler, requests: Iterable[Request], max_steps: int =
                  max_num_active_requests=max_num_active_requests)
     run.execute_until(max_steps)
     return run.result(max_steps)
+
+
+def refused_to_start(requests: Iterable[Request], message: str) -> SimulationResult:
+    """The result of an engine that refused to start (vLLM's start-up checks): every request
+    rejected with ``message``, nothing run, and a ValueError as the error."""
+    copies = {r.request_id: r for r in _fresh_copies(requests)}
+    for request in copies.values():
+        request.state, request.reason = "rejected", f"the engine refused to start: {message}"
+    return SimulationResult(status={i: "rejected" for i in copies},
+                            reasons={i: r.reason for i, r in copies.items()},
+                            error=ValueError(message), trace=Trace(), requests=copies,
+                            end_step=0, iterations=0)
+
+
+def finished_reason(request: Request, step: int) -> str:
+    """The reason a request that finished at ``step`` gives."""
+    reason = (f"finished at step {step}: {request.num_generated} tokens generated after a "
+              f"{request.prompt_len}-token prompt")
+    if request.output_limit < request.max_new_tokens:  # vLLM's stop at max_model_len
+        reason += (f", stopped at max_model_len={request.prompt_len + request.num_generated} "
+                   "(finish reason 'length')")
+    return reason
 
 
 def _fresh_copies(requests: Iterable[Request]) -> List[Request]:
@@ -148,11 +171,11 @@ class Engine:
     engine's max_batch_size for one pipeline stage). None: the scheduler's ``max_batch_size``.
     """
 
-    def __init__(self, scheduler: Scheduler, requests: Iterable[Request] = (), *,
+    def __init__(self, scheduler: SchedulerBase, requests: Iterable[Request] = (), *,
                  check_invariants: bool = False, max_num_active_requests: Optional[int] = None):
         self.scheduler = scheduler
         self.max_num_active_requests = (
-            scheduler.max_batch_size if max_num_active_requests is None else check_int(
+            scheduler.max_num_active_requests if max_num_active_requests is None else check_int(
                 "max_num_active_requests", max_num_active_requests, low=1, high=1 << 30))
         self.requests: List[Request] = []
         self._ids: set = set()
@@ -252,7 +275,8 @@ class Engine:
                and self.arrivals[self.next_arrival].arrival_step <= self.step):
             self.queue.append(self.arrivals[self.next_arrival])
             self.next_arrival += 1
-        while self.queue and self.num_active < self.max_num_active_requests:
+        limit = self.max_num_active_requests
+        while self.queue and (limit is None or self.num_active < limit):
             request = self.queue.popleft()
             request.activated_step = self.step
             verdict = self.scheduler.submit(request)
@@ -286,7 +310,7 @@ class Engine:
             if request.num_draft_tokens:
                 self._reject_drafts(request)
             if (request.first_token_step is None
-                    or request.num_generated + 1 >= request.max_new_tokens):
+                    or request.num_generated + 1 >= request.output_limit):
                 self._produce_token(request)  # a first or a last token: events to record
             else:
                 request.num_generated += 1
@@ -303,17 +327,16 @@ class Engine:
             self.trace.events.append(Event(self.step, "started", request.request_id))
 
     def _produce_token(self, request: Request) -> None:
-        if request.num_generated < request.max_new_tokens:
+        if request.num_generated < request.output_limit:
             request.num_generated += 1
             if request.first_token_step is None:
                 request.first_token_step = self.step
                 self.trace.events.append(Event(self.step, "first_token", request.request_id))
-        if request.num_generated >= request.max_new_tokens and request.is_context_finished:
+        if request.num_generated >= request.output_limit and request.is_context_finished:
             # is_finished_generating, its cheap half first
             self.scheduler.finish(request)
             request.end_step = self.step
-            request.reason = (f"finished at step {self.step}: {request.num_generated} tokens "
-                              f"generated after a {request.prompt_len}-token prompt")
+            request.reason = finished_reason(request, self.step)
             self.trace.events.append(Event(self.step, "finished", request.request_id))
 
     def _record(self, batch: ScheduledBatch) -> None:
@@ -335,7 +358,8 @@ class Engine:
         submitted = len(self.scheduler.submitted_requests)
         assert submitted + len(self.queue) == self.next_arrival, "an arrival was lost"
         assert all(r.state == "waiting" and r.activated_step is None for r in self.queue)
-        assert self.num_active <= self.max_num_active_requests, "more active requests than allowed"
+        assert (self.max_num_active_requests is None
+                or self.num_active <= self.max_num_active_requests), "more active requests than allowed"
         assert submitted == (counts["finished"] + counts["rejected"] + counts["waiting"]
                              + counts["running"] + counts["suspended"])
         unsubmitted = self.arrivals[self.next_arrival:]

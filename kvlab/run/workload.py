@@ -1,5 +1,5 @@
-"""Request generators: fixed lists, seeded Poisson arrivals and length distributions, and a real
-hour of production traffic (:func:`azure_trace`).
+"""Request generators: fixed lists, seeded Poisson arrivals and length distributions, and real
+production traffic (:func:`azure_trace`, :func:`mooncake_trace`).
 
 Every random choice goes through ``numpy.random.default_rng(seed)``: the same arguments and
 seed give the same requests, on every platform numpy supports.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import math
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Union
@@ -180,3 +181,30 @@ def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
                     int(t // seconds_per_iteration))
             for i, (row, t) in enumerate(zip(rows, seconds))
             if minutes is None or t < minutes * 60]
+
+
+# --- Mooncake's FAST'25 traces (data/traces/mooncake-fast25/, Apache-2.0) ------------------------
+
+MOONCAKE_TRACES = {"conversation": "conversation_trace.jsonl", "synthetic": "synthetic_trace.jsonl"}
+
+
+def mooncake_trace(trace: str = "conversation", seconds_per_iteration: float = 0.05,
+                   limit: Optional[int] = None, minutes: Optional[float] = None) -> List[Request]:
+    """The requests of one of Mooncake's traces (Qin et al., FAST 2025;
+    data/traces/mooncake-fast25/README.md): prompt and output lengths as recorded, arrival steps
+    ``floor(t / seconds_per_iteration)`` (``t``: the recorded millisecond timestamp, in seconds),
+    ``limit`` and ``minutes`` as in :func:`azure_trace`. Ids are ``mooncake-{trace}-{line}``. The
+    prompts' block hashes are not read (kvlab models no prefix reuse)."""
+    path = TRACE_DIR / "mooncake-fast25" / MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
+    seconds_per_iteration = check_float("seconds_per_iteration", seconds_per_iteration, low=0.0,
+                                        high=3600.0, low_open=True)
+    if limit is not None:
+        limit = check_int("limit", limit, low=1, high=10_000_000)
+    if minutes is not None:
+        minutes = check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
+    with path.open(encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in itertools.islice(handle, limit)]
+    return [Request(f"mooncake-{trace}-{i}", row["input_length"], row["output_length"],
+                    int(row["timestamp"] / 1000 // seconds_per_iteration))
+            for i, row in enumerate(rows)
+            if minutes is None or row["timestamp"] < minutes * 60_000]

@@ -1,21 +1,20 @@
 """Admission policies: what an engine checks before, and does while, a request runs.
 
 The Scheduler runs one loop (TensorRT-LLM's KVCacheV2Scheduler) for every policy; a policy
-plugs into it through four hooks, so styles differ only where the real engines differ:
+plugs into it through three hooks, so styles differ only where the real engines differ:
 
-- ``check_startup(manager)``: once, when the Scheduler is built; may raise ValueError (vLLM
-  refuses to start when one max-length request cannot fit).
 - ``admit(request, manager) -> Verdict``: when the request arrives; a rejection is for that
   request alone and its reason states the numbers.
 - ``may_start(request, manager, active) -> bool``: before a request's first context chunk
   (``active``: the requests in the engine, in arrival order).
   False keeps it waiting and ends this pass's context admission (first come, first served, as
-  vLLM and SGLang admit). "none" and "capacity" always say True: TensorRT-LLM tries and sees.
+  SGLang admits). "none" and "capacity" always say True: TensorRT-LLM tries and sees.
 - ``preemption``: how a generation step that cannot grow makes room: "suspend" (TensorRT-LLM
   V2: suspend victims from the tail, then recompute-pause, then suspend itself), "recompute"
-  (vLLM: recompute-preempt from the tail, itself last) or "retract" (SGLang: retract decodes,
-  abort the last one).
+  (recompute-preempt from the tail, itself last) or "retract" (SGLang: retract decodes, abort
+  the last one).
 
+vLLM's style is not a policy of this loop: vLLM's own loop is :mod:`kvlab.sched.vllm`.
 Reasons quote the real messages (docs/REFERENCE.md §4, §6) where the real engine has one.
 """
 
@@ -23,11 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Type, Union
+from typing import Dict, Sequence, Type, Union
 
-from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.checks import check_choice, check_float
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.memory import GIB
 from kvlab.core.request import Request
 
 #: Feasibility classes of the capacity policy (PR #21720).
@@ -67,9 +65,6 @@ class AdmissionPolicy:
     #: The scheduler also rejects, at arrival, a request whose step its token budget can never
     #: hold (``Scheduler._token_budget_verdict``).
     rejects_never_schedulable = False
-
-    def check_startup(self, manager: KVCacheManager) -> None:
-        """Raise ValueError if the engine would refuse to start with this manager."""
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:
         return ADMIT
@@ -132,73 +127,6 @@ class CapacityAdmission(AdmissionPolicy):
         return Verdict(False, reason) if feasibility == NEVER_FITS else ADMIT
 
 
-#: vLLM allocates block 0 as its null block; it is never handed to a request.
-VLLM_NULL_BLOCKS = 1
-
-
-class VllmStyle(AdmissionPolicy):
-    """"vllm": vLLM v1's style (docs/REFERENCE.md §6), run inside kvlab's V2 loop.
-
-    - Start-up: refuses to start when one request of ``max_model_len`` (default: the manager's
-      configured max_seq_len) needs more KV memory than the pool has, with vLLM's message and
-      its estimated maximum model length (adapted: sizes in GiB to 3 significant digits, so a
-      4 MiB pool does not read "0.00 GiB").
-    - Front door: a prompt longer than max_model_len is rejected with vLLM's message.
-    - Before the first chunk: the full context is reserved only if it leaves ``watermark`` of
-      the pool free, counting one null block that is never allocatable (vLLM's block 0); else
-      the queue waits behind it, which is how a prompt over the usable pool blocks the head
-      of the queue forever (vLLM issues #35541, #39734).
-    - Preemption by recompute from the tail of the running requests, itself last.
-
-    Simplified: vLLM's own scheduler has no stall detector (kvlab keeps the V2 one on), does
-    not cap outputs at max_model_len here, and chooses victims among the whole running list,
-    where kvlab takes them from the requests after the one that cannot grow.
-    """
-
-    name = "vllm"
-    preemption = "recompute"
-
-    def __init__(self, max_model_len: Optional[int] = None, watermark: float = 0.01):
-        if max_model_len is not None:
-            max_model_len = check_int("max_model_len", max_model_len, low=1, high=1 << 30)
-        self.max_model_len = max_model_len
-        self.watermark = check_float("watermark", watermark, low=0.0, high=1.0)
-
-    def model_len(self, manager: KVCacheManager) -> int:
-        return self.max_model_len or manager.configured_max_seq_len
-
-    def check_startup(self, manager: KVCacheManager) -> None:
-        max_model_len = self.model_len(manager)
-        bytes_per_block = manager.geometry.bytes_per_block
-        needed = manager.geometry.blocks_for_tokens(max_model_len) * bytes_per_block
-        available = manager.total_blocks * bytes_per_block
-        if needed > available:
-            estimated = manager.total_blocks * manager.tokens_per_block
-            raise ValueError(
-                f"To serve at least one request with the models's max seq len ({max_model_len}), "
-                f"({needed / GIB:.3g} GiB KV cache is needed, which is larger than the available "
-                f"KV cache memory ({available / GIB:.3g} GiB). Based on the available memory, the "
-                f"estimated maximum model length is {estimated}. Try increasing "
-                "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
-
-    def admit(self, request: Request, manager: KVCacheManager) -> Verdict:
-        max_model_len = self.model_len(manager)
-        if request.prompt_len > max_model_len:
-            return Verdict(False, f"The decoder prompt (length {request.prompt_len}) is longer than "
-                                  f"the maximum model length of {max_model_len}. Make sure that "
-                                  "`max_model_len` is no smaller than the number of text tokens.")
-        return ADMIT
-
-    def may_start(self, request: Request, manager: KVCacheManager,
-                  active: Sequence[Request]) -> bool:
-        need = manager.geometry.blocks_for_tokens(request.context_len + manager.num_extra_kv_tokens)
-        watermark_blocks = int(self.watermark * manager.total_blocks)
-        return manager.free_blocks - VLLM_NULL_BLOCKS - need >= watermark_blocks
-
-    def __repr__(self) -> str:
-        return f"VllmStyle(max_model_len={self.max_model_len}, watermark={self.watermark})"
-
-
 #: SGLang's margin below the request length limit (``max_req_input_len = max_req_len - 5``).
 SGLANG_INPUT_MARGIN = 5
 
@@ -255,16 +183,19 @@ class SglangStyle(AdmissionPolicy):
 
 
 ADMISSION_POLICIES: Dict[str, Type[AdmissionPolicy]] = {
-    policy.name: policy for policy in (NoAdmission, CapacityAdmission, VllmStyle, SglangStyle)
+    policy.name: policy for policy in (NoAdmission, CapacityAdmission, SglangStyle)
 }
 
 
 def make_admission(admission: Union[str, AdmissionPolicy]) -> AdmissionPolicy:
-    """A policy from its registry name ("none", "capacity", "vllm", "sglang") or an instance."""
+    """A policy from its registry name ("none", "capacity", "sglang") or an instance."""
     if isinstance(admission, AdmissionPolicy):
         if admission.preemption not in PREEMPTION_MODES:
             raise ValueError(f"{admission!r}.preemption must be one of {list(PREEMPTION_MODES)}, "
                              f"got {admission.preemption!r}")
         return admission
+    if admission == "vllm":
+        raise ValueError(f"admission must be one of {sorted(ADMISSION_POLICIES)}, got 'vllm': vLLM's "
+                         "scheduler is a loop of its own, kvlab.sched.vllm.VllmScheduler")
     check_choice("admission", admission, ADMISSION_POLICIES)
     return ADMISSION_POLICIES[admission]()

@@ -63,15 +63,15 @@ from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.request import REQUEST_STATES, Request
+from kvlab.core.request import Request
 from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
+from kvlab.sched.base import LIVE_STATES, SchedulerBase
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000
 #: The remedy the real deadlock message ends with (no KV connector attached).
 DEADLOCK_REMEDY = ("Configure kv_cache_config.host_cache_size, increase kv_cache_config.max_tokens, "
                    "or lower max_batch_size.")
-LIVE_STATES = ("waiting", "running", "suspended")
 
 
 class SchedulerDeadlock(RuntimeError):
@@ -222,7 +222,7 @@ def _contains(requests: Sequence[Request], request: Request) -> bool:
     return any(other is request for other in requests)
 
 
-class Scheduler:
+class Scheduler(SchedulerBase):
     """KVCacheV2Scheduler over a KVCacheManager, with an admission policy plugged in.
 
     ``submit`` a request when it arrives, call ``schedule`` once per iteration, execute the
@@ -238,74 +238,37 @@ class Scheduler:
                  max_context_length: Optional[int] = None, chunk_unit_size: Optional[int] = None,
                  scheduler_capacity: Optional[int] = None, enable_recompute_pause: bool = True,
                  debug: bool = False):
-        if not isinstance(manager, KVCacheManager):
-            raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
-        self.manager = manager
+        super().__init__(manager, max_batch_size, debug)
         self.admission = make_admission(admission)
         self.max_num_tokens = (None if max_num_tokens is None else check_int(
             "max_num_tokens", max_num_tokens, low=1, high=1 << 30))
-        self.max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
         self.max_num_requests = (self.max_batch_size if scheduler_capacity is None else check_int(
             "scheduler_capacity", scheduler_capacity, low=1, high=1 << 20))
         self.stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)
         for name, flag in (("chunked_prefill", chunked_prefill),
-                           ("enable_recompute_pause", enable_recompute_pause), ("debug", debug)):
+                           ("enable_recompute_pause", enable_recompute_pause)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.chunked_prefill = chunked_prefill
         self.enable_recompute_pause = enable_recompute_pause
-        self.debug = debug
         self.max_context_length = (max_num_tokens if max_context_length is None else check_int(
             "max_context_length", max_context_length, low=1, high=1 << 30))
         self.chunk_unit_size = (manager.tokens_per_block if chunk_unit_size is None else check_int(
             "chunk_unit_size", chunk_unit_size, low=1, high=1 << 30))
         if chunked_prefill:
             check_chunk_budget(self.chunk_unit_size, self.max_num_tokens, self.max_context_length)
-        self.admission.check_startup(manager)
         self._admission_gates_starts = type(self.admission).may_start is not AdmissionPolicy.may_start
-
-        self.iteration = 0
-        self.stalled_passes = 0
         self._inflight: FrozenSet[str] = frozenset()
-        self.counts = dict.fromkeys(REQUEST_STATES, 0)
-        self._active: List[Request] = []       # live requests, arrival order (active_requests)
-        self._submitted: List[Request] = []
-        self._submitted_ids: set = set()
-        self._has_retired = False
 
     # -- the executor's side ------------------------------------------------------------
-    @property
-    def active_requests(self) -> Tuple[Request, ...]:
-        """The live requests (waiting, running, suspended) in arrival order."""
-        return tuple(r for r in self._active if r.state in LIVE_STATES)
-
-    @property
-    def submitted_requests(self) -> Tuple[Request, ...]:
-        return tuple(self._submitted)
-
-    def submit(self, request: Request) -> Verdict:
-        """Take an arriving request: the front-door check, then the admission policy. A
-        rejected request gets state "rejected" and the verdict's reason."""
-        if not isinstance(request, Request):
-            raise TypeError(f"request must be a Request, got {type(request).__name__}")
-        if request.request_id in self._submitted_ids:
-            raise ValueError(f"request_id {request.request_id!r} was already submitted")
-        if request.state != "waiting":
-            raise ValueError(f"request {request.request_id!r} is {request.state!r}; submit a fresh "
-                             "Request (dataclasses.replace(request) makes one)")
-        self._submitted_ids.add(request.request_id)
-        self._submitted.append(request)
-        self.counts["waiting"] += 1
+    def _verdict(self, request: Request) -> Verdict:
+        """The front-door check, then the admission policy (and, for a policy that rejects
+        what can never run, the token budget)."""
         verdict = self._front_door(request)
         if verdict.admitted:
             verdict = self.admission.admit(request, self.manager)
         if verdict.admitted and self.admission.rejects_never_schedulable:
             verdict = self._token_budget_verdict(request)
-        if verdict.admitted:
-            self._active.append(request)
-        else:
-            self._set_state(request, "rejected")
-            request.reason = verdict.reason
         return verdict
 
     def _front_door(self, request: Request) -> Verdict:
@@ -335,12 +298,6 @@ class Scheduler:
                                   "would never be scheduled")
         return Verdict(True)
 
-    def finish(self, request: Request) -> None:
-        """A request generated its last token: free its cache and retire it."""
-        self.manager.free(request)
-        self._set_state(request, "finished")
-        self._has_retired = True
-
     # -- one scheduling pass -------------------------------------------------------------
     def schedule(self, inflight_request_ids: Iterable[str] = frozenset()) -> ScheduledBatch:
         """One iteration of ``_schedule_loop``; may raise PageIndexTooShort (from resize) or
@@ -348,9 +305,7 @@ class Scheduler:
         overlap executor still has in flight; they are skipped, count toward no budget, and
         are neither victims nor stall candidates (kvlab's own executor passes none)."""
         self._inflight = frozenset(inflight_request_ids)
-        if self._has_retired:
-            self._active = [r for r in self._active if r.state in LIVE_STATES]
-            self._has_retired = False
+        self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
         budget = _Budget(self.max_num_tokens, self.max_num_requests)
@@ -771,27 +726,6 @@ class Scheduler:
         self._set_state(request, "running")
         return True
 
-    def _release(self, request: Request) -> None:
-        """Free the request's cache, if it has one, wherever its pages are."""
-        cache = self.manager.caches.get(request.request_id)
-        if cache is None:
-            return
-        self.manager.free(cache)
-        self._set_state(request, "waiting")
-
-    def _recompute_pause(self, request: Request) -> None:
-        """Free the cache; the context restarts later as prompt + generated tokens (the real
-        ``reset_for_recompute``)."""
-        self._release(request)
-        request.recomputed_tokens = request.num_generated
-        request.context_current_position = 0
-        request.num_recomputes += 1
-
-    def _set_state(self, request: Request, state: str) -> None:
-        self.counts[request.state] -= 1
-        self.counts[state] += 1
-        request.state = state
-
     # -- stall detection -----------------------------------------------------------------
     def _detect_deadlock(self, requests: List[Request], pending: List[Request],
                          batch: ScheduledBatch) -> None:
@@ -808,34 +742,6 @@ class Scheduler:
         self.stalled_passes += 1
         if self.stalled_passes >= self.stall_limit:
             raise SchedulerDeadlock(num_generation, len(pending), self.stalled_passes)
-
-    # -- invariants ----------------------------------------------------------------------
-    def check_invariants(self) -> None:
-        """Raise AssertionError unless: the manager's pages are conserved and its rows
-        consistent; every submitted request is in exactly one state and the state counts
-        add up; a request holds an active cache iff "running", a suspended one iff
-        "suspended"; no cache outlives its request (the manager checks the host tier)."""
-        self.manager.check_invariants()
-        caches = self.manager.caches
-        seen = dict.fromkeys(REQUEST_STATES, 0)
-        for request in self._submitted:
-            assert request.state in REQUEST_STATES, f"{request.request_id!r}: state {request.state!r}"
-            seen[request.state] += 1
-            cache = caches.get(request.request_id)
-            if request.state == "running":
-                assert cache is not None and cache.is_active, (
-                    f"{request.request_id!r} is running without an active cache")
-            elif request.state == "suspended":
-                assert cache is not None and cache.suspended, (
-                    f"{request.request_id!r} is suspended without a suspended cache")
-            else:
-                assert cache is None, f"{request.request_id!r} is {request.state} yet holds a cache"
-        assert seen == self.counts, f"state counts drifted: counted {seen}, kept {self.counts}"
-        assert sum(seen.values()) == len(self._submitted)
-        live = [r.request_id for r in self._active if r.state in LIVE_STATES]
-        assert len(live) == len(set(live)) == sum(seen[s] for s in LIVE_STATES), (
-            "a live request is missing from, or twice in, the active list")
-        assert set(caches) <= set(live), f"caches without a live request: {set(caches) - set(live)}"
 
     def __repr__(self) -> str:
         return (f"Scheduler(admission={self.admission!r}, max_num_tokens={self.max_num_tokens}, "

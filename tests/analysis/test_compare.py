@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab import PageIndexTooShort, SchedulerDeadlock
+from kvlab import PageIndexTooShort, SchedulerDeadlock, VllmScheduler
 from kvlab.analysis.compare import (EngineConfig, build_scheduler, long_and_small,
                                     not_yet_and_never, outcome_table, request_timeline,
                                     run_policies, vllm_startup_error)
@@ -72,9 +72,13 @@ def test_a_mixed_workload_rejects_exactly_what_never_fits_under_capacity():
 
 
 def test_vllm_refuses_to_start_with_the_configured_length_and_starts_when_it_fits():
-    assert "estimated maximum model length is 2048" in vllm_startup_error(EngineConfig())
-    assert vllm_startup_error(EngineConfig(pool_mib=32.0)) is None
-    assert build_scheduler("vllm", EngineConfig()).admission.max_model_len == 2048
+    assert "estimated maximum model length is 2016" in vllm_startup_error(EngineConfig())
+    assert vllm_startup_error(EngineConfig(pool_mib=32.0)) is None     # 8,192 fits 511 blocks
+    scheduler = build_scheduler("vllm", EngineConfig())
+    assert isinstance(scheduler, VllmScheduler) and scheduler.max_model_len == 2016
+    assert build_scheduler("vllm", EngineConfig(pool_mib=32.0)).max_model_len == 8192
+    with pytest.raises(ValueError, match="No available memory for the cache blocks"):
+        build_scheduler("vllm", EngineConfig(pool_mib=0.0625))          # one block: the null one
 
 
 def test_bad_policy_is_named():

@@ -17,9 +17,10 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Scheduler, simulate
+from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Scheduler, VllmEngineArgs,
+                   VllmScheduler, simulate)
 from kvlab.run.workload import LogNormal, poisson_workload
-from kvlab.sched.admission import SglangStyle, VllmStyle
+from kvlab.sched.admission import SglangStyle
 
 #: Engines that between them suspend, recompute-pause, retract, abort, reject, finish and stop:
 #: name -> (page-index width policy, Scheduler arguments); every engine has the automatic host
@@ -29,7 +30,7 @@ CONFIGS = {
     "none/configured": ("configured", dict(admission="none", stall_limit=50)),
     "none/no lower tier": ("configured", dict(admission="none")),
     "capacity/chunked": ("clamped", dict(admission="capacity", chunked_prefill=True)),
-    "vllm": ("configured", dict(admission=VllmStyle(max_model_len=2048))),
+    "vllm": (None, None),  # vLLM's own loop (kvlab.sched.vllm)
     "sglang": ("configured", dict(admission=SglangStyle(new_token_ratio=0.0))),
 }
 
@@ -40,12 +41,16 @@ def run(seed: int, config: str):
     width_policy, args = CONFIGS[config]
     geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
                      tokens_per_block=16)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        manager = KVCacheManager(geo, quota_bytes=2048 * geo.bytes_per_token, max_seq_len=4096,
-                                 max_batch_size=8, page_index_policy=width_policy,
-                                 host_cache_size=0 if config == "none/no lower tier" else None)
-    scheduler = Scheduler(manager, **{"max_num_tokens": 4096, "max_batch_size": 8, **args})
+    if config == "vllm":
+        scheduler = VllmScheduler(VllmEngineArgs(geo, 128, 2032, max_num_seqs=8,
+                                                 max_num_batched_tokens=4096))
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+            manager = KVCacheManager(geo, quota_bytes=2048 * geo.bytes_per_token, max_seq_len=4096,
+                                     max_batch_size=8, page_index_policy=width_policy,
+                                     host_cache_size=0 if config == "none/no lower tier" else None)
+        scheduler = Scheduler(manager, **{"max_num_tokens": 4096, "max_batch_size": 8, **args})
     requests = poisson_workload(64, rate=0.6, seed=seed,
                                 prompt_len=LogNormal(median=160, sigma=1.1, low=8, high=3000),
                                 max_new_tokens=LogNormal(median=48, sigma=0.8, low=1, high=400))

@@ -8,10 +8,9 @@ import warnings
 import pytest
 
 from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, Request,
-                   Scheduler, SchedulerDeadlock, simulate)
+                   Scheduler, SchedulerDeadlock, VllmEngineArgs, VllmScheduler, simulate)
 from kvlab.run.trace import StepRecord
 from kvlab.run.workload import LogNormal, poisson_workload
-from kvlab.sched.admission import VllmStyle
 
 SMALL = [Request(f"s{i}", prompt_len=256, max_new_tokens=32, arrival_step=i) for i in range(3)]
 
@@ -88,19 +87,6 @@ def test_capacity_rejects_the_big_request_with_numbers_and_the_small_ones_finish
             "of 64 blocks")
 
 
-def test_vllm_style_refuses_to_start_then_rejects_over_its_max_model_len(seed_manager):
-    with pytest.raises(ValueError, match=r"max seq len \(8192\).*estimated maximum model length "
-                                         r"is 2048"):
-        seed_scheduler(seed_manager, "configured", admission="vllm")
-    scheduler = seed_scheduler(seed_manager, "configured", admission=VllmStyle(max_model_len=2048))
-    result = simulate(scheduler, [Request("big", 8192, 16)] + SMALL, max_steps=5000,
-                      check_invariants=True)
-    assert result.status["big"] == "rejected"
-    assert result.reasons["big"].startswith("The decoder prompt (length 8192) is longer than the "
-                                            "maximum model length of 2048.")
-    assert all(result.status[r.request_id] == "finished" for r in SMALL)
-
-
 def test_sglang_style_rejects_at_the_front_door(seed_manager):
     scheduler = seed_scheduler(seed_manager, "configured", admission="sglang")
     result = simulate(scheduler, [Request("big", 8192, 16)] + SMALL, max_steps=5000,
@@ -112,6 +98,9 @@ def test_sglang_style_rejects_at_the_front_door(seed_manager):
 
 def pressure_scheduler(admission, host_cache_size=None, **kwargs):
     geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=16)
+    if admission == "vllm":
+        return VllmScheduler(VllmEngineArgs(geometry, 64, 1008, max_num_seqs=16,
+                                            max_num_batched_tokens=1024, **kwargs))
     manager = KVCacheManager(geometry, 64 * geometry.bytes_per_block, 1024, max_batch_size=16,
                              host_cache_size=host_cache_size)
     return Scheduler(manager, admission=admission, max_num_tokens=1024, max_batch_size=16,

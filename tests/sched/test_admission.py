@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from kvlab import (ADMISSION_POLICIES, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
                    Scheduler, SchedulerDeadlock, make_admission, simulate)
 from kvlab.sched.admission import (AdmissionPolicy, CapacityAdmission, FITS_NOW, NEVER_FITS,
-                                   SglangStyle, TEMPORARILY_BLOCKED, VllmStyle, demand_blocks)
+                                   SglangStyle, TEMPORARILY_BLOCKED, demand_blocks)
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 
@@ -33,13 +33,16 @@ def test_the_default_is_the_merged_behaviour():
 
 
 def test_registry_and_instances():
-    assert set(ADMISSION_POLICIES) == {"none", "capacity", "vllm", "sglang"}
+    assert set(ADMISSION_POLICIES) == {"none", "capacity", "sglang"}
     assert isinstance(make_admission("capacity"), CapacityAdmission)
     policy = SglangStyle(new_token_ratio=0.5)
     assert make_admission(policy) is policy
     with pytest.raises(ValueError, match=r"admission must be one of \['capacity', 'none', "
-                                         r"'sglang', 'vllm'\], got 'fcfs'"):
+                                         r"'sglang'\], got 'fcfs'"):
         make_admission("fcfs")
+    with pytest.raises(ValueError, match=r"got 'vllm': vLLM's scheduler is a loop of its own, "
+                                         r"kvlab.sched.vllm.VllmScheduler"):
+        make_admission("vllm")
 
     class Broken(AdmissionPolicy):
         preemption = "swap"
@@ -89,31 +92,6 @@ def test_demand_counts_extra_and_draft_tokens():
     assert demand_blocks(Request("r", 10, 2, num_draft_tokens=2), mgr) == 5   # 17 tokens
 
 
-def test_vllm_start_up_message_and_reservation():
-    with pytest.raises(ValueError) as info:
-        VllmStyle().check_startup(manager(16, max_seq_len=100))
-    assert str(info.value).startswith(
-        "To serve at least one request with the models's max seq len (100), (2.98e-06 GiB KV "
-        "cache is needed, which is larger than the available KV cache memory (1.91e-06 GiB). "
-        "Based on the available memory, the estimated maximum model length is 64.")
-    policy = VllmStyle(max_model_len=64, watermark=0.0)
-    policy.check_startup(manager(16))                           # fits: no error
-    mgr = manager(16)
-    assert policy.may_start(Request("a", 60, 1), mgr, [])       # 15 blocks + the null block
-    assert not policy.may_start(Request("b", 64, 1), mgr, [])   # 16: the null block is missing
-    with pytest.raises(ValueError, match=r"max_model_len must be in \[1, "):
-        VllmStyle(max_model_len=0)
-
-
-def test_vllm_prompt_over_the_usable_pool_blocks_the_queue_head():
-    scheduler = Scheduler(manager(16), admission=VllmStyle(max_model_len=64), max_num_tokens=256,
-                          stall_limit=30)
-    requests = [Request("head", 64, 4), Request("behind", 8, 4, arrival_step=1)]
-    result = simulate(scheduler, requests, max_steps=1000, check_invariants=True)
-    assert result.status == {"head": "waiting", "behind": "waiting"}     # FCFS: both stuck
-    assert isinstance(result.error, SchedulerDeadlock)          # kvlab keeps the V2 detector on
-
-
 def test_sglang_front_door_and_reservation():
     mgr = manager(16, max_seq_len=4096)                         # 64 pool tokens
     policy = SglangStyle(new_token_ratio=0.5)
@@ -155,8 +133,7 @@ def workload(specs):
        chunked=st.booleans(), host=st.sampled_from([0, 6, None]), slots=st.integers(1, 4))
 def test_invariants_hold_under_every_policy(specs, blocks, admission, width, chunked, host, slots):
     mgr = manager(blocks, max_seq_len=96, width=width, slots=slots, host_blocks=host)
-    policy = VllmStyle(max_model_len=blocks * 4) if admission == "vllm" else admission
-    scheduler = Scheduler(mgr, admission=policy, max_num_tokens=64, max_batch_size=3,
+    scheduler = Scheduler(mgr, admission=admission, max_num_tokens=64, max_batch_size=3,
                           stall_limit=40, chunked_prefill=chunked)
     result = simulate(scheduler, workload(specs), max_steps=600, check_invariants=True)
     assert set(result.status) == {f"r{i}" for i in range(len(specs))}

@@ -1,0 +1,71 @@
+"""kvlab's vLLM peer against the real vLLM 0.34.0 scheduler, workload by workload; prints one JSON
+line per workload and a summary, and with ``--record`` stores the real runs.
+
+The workloads are ``kvlab.analysis.vllm_conformance.conformance_workloads()``. Each line gives the
+requests, what real vLLM did with them (finished, rejected, unfinished, preemptions, steps), the
+requests whose status, start step, finish step or preemptions differ in kvlab's peer, and the
+seconds each side took (real vLLM: its share of one process that ran them all, start-up apart).
+Needs vLLM's environment (``bash scripts/setup.sh vllm``); ``--stored`` compares against
+data/measurements/vllm-0.34.0.json instead.
+
+    python benchmarks/vllm_conformance.py [--only PREFIX ...] [--stored]
+    python benchmarks/vllm_conformance.py --record     # rewrites data/measurements/vllm-0.34.0.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from kvlab.analysis.vllm_conformance import conformance_workloads, differences
+from kvlab.backends import vllm as backend
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=[], help="workloads whose name starts so")
+    parser.add_argument("--stored", action="store_true", help="compare with the stored runs")
+    parser.add_argument("--record", action="store_true", help="store the real runs")
+    args = parser.parse_args()
+    workloads = [w for w in conformance_workloads()
+                 if not args.only or w.name.startswith(tuple(args.only))]
+    start = time.perf_counter()
+    if args.record:
+        backend.record(workloads, command="python benchmarks/vllm_conformance.py --record")
+    if args.stored or args.record:
+        stored = backend.stored_results()
+        real = [stored[w.name] for w in workloads]
+    else:
+        real = backend.run_workloads(workloads)
+    real_seconds = time.perf_counter() - start
+    total = dict(workloads=len(workloads), requests=0, differing_requests=0, real_iterations=0,
+                 peer_seconds=0.0)
+    for workload, result in zip(workloads, real):
+        start = time.perf_counter()
+        peer = workload.run_peer()
+        seconds = time.perf_counter() - start
+        rows = differences(peer, result)
+        summary = result.summary()
+        differing = sorted({row["request_id"] for row in rows})
+        print(json.dumps(dict(
+            benchmark="vllm_conformance", workload=workload.name, requests=len(workload.requests),
+            finished=summary["finished"], rejected=summary["rejected"],
+            unfinished=summary["waiting"] + summary["running"], preemptions=summary["recomputes"],
+            steps=result.end_step, iterations=result.iterations,
+            error=None if result.error is None else type(result.error).__name__,
+            differing_requests=len(differing), first_differences=rows[:3],
+            peer_seconds=round(seconds, 3))), flush=True)
+        total["requests"] += len(workload.requests)
+        total["differing_requests"] += len(differing)
+        total["real_iterations"] += result.iterations
+        total["peer_seconds"] += seconds
+    source = "stored" if args.stored else "recorded now" if args.record else "live vLLM"
+    total.update(peer_seconds=round(total["peer_seconds"], 2),
+                 real_seconds=None if args.stored else round(real_seconds, 2), source=source,
+                 vllm=backend.VLLM_VERSION)
+    print(json.dumps(dict(benchmark="vllm_conformance", measurement="summary", **total)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The workloads on which kvlab's vLLM peer is held to the real vLLM, and the comparison.
+
+Each :class:`VllmWorkload` is an engine (``VllmEngineArgs``: pool, ``max_model_len``,
+``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and requests with arrival steps.
+:func:`conformance_workloads` lists them: notebook 04's (the long request beside small ones,
+"not yet" and "never", three mixed Poisson workloads, with and without chunked prefill), a pool
+swapped smaller after start-up (the head-of-line wait, the chunked self-preemption loop), the
+first 10 minutes of Azure's code and conversation hours, the first minutes of Mooncake's
+conversation and synthetic traces, the front door's refusals and a start-up refusal.
+:func:`differences` compares two runs request by request on what docs/CONFORMANCE.md promises:
+status, start step, finish step and preemptions. ``kvlab.backends.vllm`` runs the same
+workloads on the real scheduler and stores its answers in data/measurements/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never
+from kvlab.analysis.presets import seed_geometry
+from kvlab.core.checks import check_int
+from kvlab.core.request import Request
+from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
+from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
+from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
+
+#: What :func:`differences` compares, per request.
+COMPARED = ("status", "first_scheduled_step", "end_step", "num_recomputes")
+
+
+@dataclass(frozen=True)
+class VllmWorkload:
+    """``requests`` on the engine ``args``, for at most ``max_steps`` steps."""
+
+    name: str
+    args: VllmEngineArgs
+    requests: Tuple[Request, ...]
+    max_steps: int = 100_000
+
+    def __post_init__(self):
+        if not isinstance(self.args, VllmEngineArgs):
+            raise TypeError(f"args must be a VllmEngineArgs, got {type(self.args).__name__}")
+        object.__setattr__(self, "requests", tuple(self.requests))
+        if not all(isinstance(r, Request) for r in self.requests):
+            raise TypeError("requests must hold Request objects")
+        check_int("max_steps", self.max_steps, low=1, high=1 << 30)
+
+    def run_peer(self) -> SimulationResult:
+        """kvlab's vLLM peer on this workload; a start-up refusal rejects every request with
+        vLLM's message, as :func:`kvlab.backends.vllm.run` reports it."""
+        refusal = startup_error(self.args)
+        if refusal is not None:
+            return refused_to_start(self.requests, refusal)
+        return simulate(VllmScheduler(self.args), self.requests, max_steps=self.max_steps)
+
+
+def differences(peer: SimulationResult, real: SimulationResult) -> List[dict]:
+    """One row per request and field of :data:`COMPARED` where the two runs differ."""
+    rows = []
+    for request_id, real_request in real.requests.items():
+        peer_request = peer.requests.get(request_id)
+        for field in COMPARED:
+            if field == "status":
+                theirs, ours = real.status[request_id], peer.status.get(request_id)
+            else:
+                theirs = getattr(real_request, field)
+                ours = None if peer_request is None else getattr(peer_request, field)
+            if theirs != ours:
+                rows.append(dict(request_id=request_id, field=field, vllm=theirs, kvlab=ours))
+    rows += [dict(request_id=request_id, field="status", vllm=None, kvlab=status)
+             for request_id, status in peer.status.items() if request_id not in real.requests]
+    return rows
+
+
+# --- the workloads --------------------------------------------------------------------------------
+
+#: Notebook 04's engine as vLLM: the seed's 64 blocks of 32 tokens, 4 sequences, no chunking,
+#: and the max_model_len vLLM's start-up refusal prints (what an operator then sets).
+NOTEBOOK_04 = VllmEngineArgs(seed_geometry(), 64, estimated_max_model_len(seed_geometry(), 64),
+                             max_num_seqs=4, max_num_batched_tokens=8192,
+                             enable_chunked_prefill=False)
+CHUNKED_512 = dict(enable_chunked_prefill=True, max_num_batched_tokens=512)
+#: The same engine with its pool swapped to 40 blocks after start-up (max_model_len stays 2,016).
+SHRUNK = NOTEBOOK_04.replace(num_gpu_blocks=40)
+
+
+def _mixed(rate: float, seed: int = 0) -> List[Request]:
+    """Notebook 04's mixed workload: 150 Poisson arrivals, log-normal prompts and outputs."""
+    return poisson_workload(150, rate=rate, prompt_len=LogNormal(256, 1.0, 16, 8192),
+                            max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=seed)
+
+
+def _trace_engine(num_gpu_blocks: int, **changes) -> VllmEngineArgs:
+    """A trace-sized engine: the seed's geometry, ``max_model_len`` at vLLM's estimate."""
+    geometry = seed_geometry()
+    fields = dict(max_model_len=estimated_max_model_len(geometry, num_gpu_blocks), max_num_seqs=16,
+                  max_num_batched_tokens=8192, enable_chunked_prefill=True)
+    fields.update(changes)
+    return VllmEngineArgs(geometry, num_gpu_blocks, **fields)
+
+
+def conformance_workloads() -> List[VllmWorkload]:
+    """The workloads of docs/CONFORMANCE.md's vLLM table (module docstring)."""
+    nb04_small = long_and_small()
+    hog = not_yet_and_never(EngineConfig(max_seq_len=NOTEBOOK_04.max_model_len))
+    chunked = NOTEBOOK_04.replace(**CHUNKED_512)
+    shrunk_small = long_and_small(context=1800)
+    front_door = [Request("no-output", 64, 0, 0), Request("prompt-at-max-model-len", 2016, 4, 0),
+                  Request("prompt-over-max-model-len", 2017, 4, 0),
+                  Request("stops-at-max-model-len", 1990, 100, 1), Request("fits", 100, 10, 2)]
+    azure_code, azure_conv = azure_trace("code", minutes=10), azure_trace("conv", minutes=10)
+    conversation = mooncake_trace("conversation", minutes=3)
+    workloads = [
+        VllmWorkload("nb04/long-and-small", NOTEBOOK_04, nb04_small, 20_000),
+        VllmWorkload("nb04/long-and-small/chunked", chunked, nb04_small, 20_000),
+        VllmWorkload("nb04/not-yet-and-never", NOTEBOOK_04, hog, 20_000),
+        VllmWorkload("front-door", NOTEBOOK_04, front_door, 1_000),
+        VllmWorkload("startup-refused", NOTEBOOK_04.replace(max_model_len=2048), nb04_small, 1_000),
+        VllmWorkload("shrunk/head-of-line", SHRUNK, shrunk_small, 3_000),
+        VllmWorkload("shrunk/head-of-line/chunked", SHRUNK.replace(**CHUNKED_512), shrunk_small, 3_000),
+        VllmWorkload("shrunk/self-preemption", SHRUNK.replace(
+            **CHUNKED_512, scheduler_reserve_full_isl=False), shrunk_small, 300),
+    ]
+    for rate in (0.04, 0.05, 0.1):
+        mixed = _mixed(rate)
+        workloads += [VllmWorkload(f"nb04/mixed-rate-{rate:g}", NOTEBOOK_04, mixed, 100_000),
+                      VllmWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000)]
+    workloads += [
+        VllmWorkload("nb04/mixed-rate-0.05/seed-1", NOTEBOOK_04, _mixed(0.05, seed=1), 100_000),
+        VllmWorkload("nb04/mixed-rate-0.05/watermark", NOTEBOOK_04.replace(watermark=0.1),
+                     _mixed(0.05), 100_000),
+        VllmWorkload("azure-code-10min", _trace_engine(256), azure_code),
+        VllmWorkload("azure-code-10min/shrunk", _trace_engine(224), azure_code),
+        VllmWorkload("azure-code-10min/no-chunking", _trace_engine(256, enable_chunked_prefill=False),
+                     azure_code),
+        VllmWorkload("azure-conv-10min", _trace_engine(512), azure_conv),
+        VllmWorkload("mooncake-conversation-3min", _trace_engine(2048, max_num_seqs=32), conversation),
+        VllmWorkload("mooncake-conversation-3min/shrunk", _trace_engine(1024, max_num_seqs=32),
+                     conversation),
+        VllmWorkload("mooncake-conversation-3min/no-chunking", _trace_engine(
+            2048, max_num_seqs=32, max_num_batched_tokens=65_504, enable_chunked_prefill=False),
+                     conversation),
+        VllmWorkload("mooncake-synthetic-1min", _trace_engine(2048, max_num_seqs=32),
+                     mooncake_trace("synthetic", minutes=1)),
+    ]
+    return workloads
+
+
+def workloads_by_name() -> Dict[str, VllmWorkload]:
+    return {workload.name: workload for workload in conformance_workloads()}
+
+
+__all__ = ["COMPARED", "NOTEBOOK_04", "VllmWorkload", "conformance_workloads", "differences",
+           "workloads_by_name"]

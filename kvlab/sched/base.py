@@ -1,0 +1,158 @@
+"""SchedulerBase: what every scheduler owes the executor loop, whatever its policy.
+
+The executor loop (:class:`kvlab.run.simulation.Engine`) hands a scheduler the arriving requests
+(``submit``), asks it for one batch per step (``schedule``), and tells it which requests
+finished (``finish``); it reads the state counts for its trace. Two loops implement it:
+TensorRT-LLM's V2 loop (:class:`kvlab.sched.scheduler.Scheduler`) and vLLM v1's
+(:class:`kvlab.sched.vllm.VllmScheduler`). The bookkeeping they share lives here: the requests in
+arrival order, one state each (``Request.state``) and the counts per state, the front door's
+verdict, freeing a cache, a recompute pause, and the invariants that tie the states to the
+manager's caches.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from kvlab.core.checks import check_int
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.request import REQUEST_STATES, Request
+from kvlab.sched.admission import Verdict
+
+#: States of a request that is still in the engine.
+LIVE_STATES = ("waiting", "running", "suspended")
+
+
+class SchedulerBase:
+    """The executor's side of a scheduler over ``manager`` (module docstring).
+
+    Subclasses define ``schedule()``, returning a :class:`kvlab.sched.scheduler.ScheduledBatch`,
+    and ``_verdict(request)``, the checks a request meets when it arrives. ``max_batch_size``
+    bounds the sequences scheduled together; ``max_num_active_requests`` is how many requests
+    the executor hands over at once (None: all of them, as vLLM's engine core does).
+    """
+
+    def __init__(self, manager: KVCacheManager, max_batch_size: int, debug: bool = False):
+        if not isinstance(manager, KVCacheManager):
+            raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug must be a bool, got {debug!r}")
+        self.manager = manager
+        self.max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        self.debug = debug
+        self.iteration = 0
+        #: consecutive passes without progress (only the V2 loop detects stalls)
+        self.stalled_passes = 0
+        self.counts = dict.fromkeys(REQUEST_STATES, 0)
+        self._active: List[Request] = []       # admitted requests, arrival order; pruned lazily
+        self._submitted: List[Request] = []
+        self._submitted_ids: set = set()
+        self._has_retired = False
+
+    @property
+    def max_num_active_requests(self) -> Optional[int]:
+        return self.max_batch_size
+
+    @property
+    def active_requests(self) -> Tuple[Request, ...]:
+        """The live requests (waiting, running, suspended) in arrival order."""
+        return tuple(r for r in self._active if r.state in LIVE_STATES)
+
+    @property
+    def submitted_requests(self) -> Tuple[Request, ...]:
+        return tuple(self._submitted)
+
+    def submit(self, request: Request) -> Verdict:
+        """Take an arriving request through ``_verdict``; a rejected request gets state
+        "rejected" and the verdict's reason."""
+        if not isinstance(request, Request):
+            raise TypeError(f"request must be a Request, got {type(request).__name__}")
+        if request.request_id in self._submitted_ids:
+            raise ValueError(f"request_id {request.request_id!r} was already submitted")
+        if request.state != "waiting":
+            raise ValueError(f"request {request.request_id!r} is {request.state!r}; submit a fresh "
+                             "Request (dataclasses.replace(request) makes one)")
+        verdict = self._verdict(request)
+        self._submitted_ids.add(request.request_id)
+        self._submitted.append(request)
+        self.counts["waiting"] += 1
+        if verdict.admitted:
+            self._active.append(request)
+            self._enqueue(request)
+        else:
+            self._set_state(request, "rejected")
+            request.reason = verdict.reason
+        return verdict
+
+    def _verdict(self, request: Request) -> Verdict:
+        raise NotImplementedError
+
+    def _enqueue(self, request: Request) -> None:
+        """An admitted request joins the scheduler's own queue (if it keeps one)."""
+
+    def schedule(self):
+        raise NotImplementedError
+
+    def finish(self, request: Request) -> None:
+        """A request generated its last token: free its cache and retire it."""
+        self.manager.free(request)
+        self._set_state(request, "finished")
+        self._has_retired = True
+
+    def _prune_retired(self) -> None:
+        if self._has_retired:
+            self._active = [r for r in self._active if r.state in LIVE_STATES]
+            self._has_retired = False
+
+    def _set_state(self, request: Request, state: str) -> None:
+        self.counts[request.state] -= 1
+        self.counts[state] += 1
+        request.state = state
+
+    def _release(self, request: Request) -> None:
+        """Free the request's cache, if it has one, wherever its pages are."""
+        cache = self.manager.caches.get(request.request_id)
+        if cache is None:
+            return
+        self.manager.free(cache)
+        self._set_state(request, "waiting")
+
+    def _recompute_pause(self, request: Request) -> None:
+        """Free the cache; the context restarts later as prompt + generated tokens (TensorRT-LLM's
+        ``reset_for_recompute``, vLLM's recompute preemption)."""
+        self._release(request)
+        request.recomputed_tokens = request.num_generated
+        request.context_current_position = 0
+        request.num_recomputes += 1
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless: the manager's pages are conserved and its rows
+        consistent; every submitted request is in exactly one state and the state counts
+        add up; a request holds an active cache iff "running", a suspended one iff
+        "suspended"; no cache outlives its request (``_own_caches`` excepted)."""
+        self.manager.check_invariants()
+        caches = self.manager.caches
+        seen = dict.fromkeys(REQUEST_STATES, 0)
+        for request in self._submitted:
+            assert request.state in REQUEST_STATES, f"{request.request_id!r}: state {request.state!r}"
+            seen[request.state] += 1
+            cache = caches.get(request.request_id)
+            if request.state == "running":
+                assert cache is not None and cache.is_active, (
+                    f"{request.request_id!r} is running without an active cache")
+            elif request.state == "suspended":
+                assert cache is not None and cache.suspended, (
+                    f"{request.request_id!r} is suspended without a suspended cache")
+            else:
+                assert cache is None, f"{request.request_id!r} is {request.state} yet holds a cache"
+        assert seen == self.counts, f"state counts drifted: counted {seen}, kept {self.counts}"
+        assert sum(seen.values()) == len(self._submitted)
+        live = [r.request_id for r in self._active if r.state in LIVE_STATES]
+        assert len(live) == len(set(live)) == sum(seen[s] for s in LIVE_STATES), (
+            "a live request is missing from, or twice in, the active list")
+        strays = set(caches) - set(live) - self._own_caches()
+        assert not strays, f"caches without a live request: {strays}"
+
+    def _own_caches(self) -> set:
+        """Caches the scheduler itself holds (vLLM's null block); none by default."""
+        return set()

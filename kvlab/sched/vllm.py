@@ -1,0 +1,316 @@
+"""VllmScheduler: vLLM v1's scheduler over kvlab's KV cache manager (the vLLM peer).
+
+Mirrors vLLM 0.34.0 (the version ``kvlab.backends.vllm`` runs; docs/CONFORMANCE.md compares the
+two request by request): ``Scheduler.schedule`` and ``update_from_output``
+(vllm/v1/core/sched/scheduler.py), ``KVCacheManager.allocate_slots``
+(vllm/v1/core/kv_cache_manager.py), the start-up checks (``SchedulerConfig.verify_max_model_len``,
+vllm/config/scheduler.py; ``get_kv_cache_configs``, vllm/v1/core/kv_cache_planning.py) and the
+front door (``SamplingParams``, ``InputProcessor._validate_prompt_len``,
+vllm/v1/engine/input_processor.py), with vLLM's messages:
+
+- Start-up, in vLLM's order: without chunked prefill ``max_num_batched_tokens`` must reach
+  ``max_model_len``; it must reach ``max_num_seqs``; then the KV memory check plans against the
+  pool less one block, the null block ``BlockPool`` holds back forever, and refuses when one
+  request of ``max_model_len`` needs more, printing its estimate of the longest length that fits
+  (64 blocks of 32 tokens: 2,016, not 2,048). kvlab keeps the null block as a one-page cache.
+- Front door: ``max_tokens`` of at least 1; a prompt longer than ``max_model_len``, or equal to
+  it, is rejected.
+- One step: first the RUNNING requests, in the order they were admitted, each as many tokens as
+  it still needs (a prompt chunk, or one decode token) within the token budget; when
+  ``allocate_slots`` refuses, the last running request is preempted (recompute: its blocks freed,
+  back to the HEAD of the waiting queue, where it must fit whole again), itself last. Then, only
+  in a step that preempted nothing, the WAITING queue from its head while fewer than
+  ``max_num_seqs`` run: without chunked prefill a prompt over the budget left stops admission;
+  with it, a chunk of what is left; with ``scheduler_reserve_full_isl`` (the default) the whole
+  prompt (prompt + generated tokens, after a preemption) must fit the free blocks, plus the
+  ``watermark``'s share of the pool once anything runs. A refused allocation stops admission:
+  a prompt larger than the usable pool (a pool shrunk after start-up: ``startup_num_gpu_blocks``)
+  waits at the head forever and everyone behind it waits too (vLLM issues #35541, #39734).
+- A sequence stops at ``max_tokens`` or at ``max_model_len`` (finish reason "length").
+
+Not modelled, so the conformance runs keep them off: prefix caching (vLLM's default is on; with
+distinct prompts it only changes a preempted request's recompute), speculative decoding, the
+priority policy, ``long_prefill_token_threshold``, KV connectors, LoRA, encoders, the
+AsyncScheduler. vLLM has no stall detector, and neither has this loop: a head-of-line wait lasts
+until the run's ``max_steps``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, List, Optional
+
+from kvlab.core.checks import check_float, check_int, store_checked
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.memory import GIB
+from kvlab.core.request import Request
+from kvlab.sched.admission import ADMIT, Verdict
+from kvlab.sched.base import SchedulerBase
+from kvlab.sched.scheduler import ScheduledBatch
+
+#: The version whose scheduler this module follows (and kvlab.backends.vllm runs).
+VLLM_VERSION = "0.34.0"
+#: kvlab's name for the one-page cache that holds vLLM's null block (block 0).
+NULL_BLOCK_ID = "<vLLM null block>"
+#: vLLM's hint after a KV memory refusal (``_more_kv_cache_memory_hint``, no extensible cache).
+MEMORY_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag "
+               "also controls CPU memory reservation on the CPU backend, despite its name).")
+CONSERVING_MEMORY = ("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+                     "for more details.")
+
+
+def format_gib(num_bytes: int) -> str:
+    """vLLM's ``format_gib`` (vllm/utils/mem_utils.py): GiB rounded to 2 decimals."""
+    return f"{round(num_bytes / GIB, 2)}"
+
+
+@dataclass(frozen=True)
+class VllmEngineArgs:
+    """The engine arguments a vLLM deployment sets that its scheduler reads, by vLLM's names.
+
+    ``geometry`` gives the bytes of a block (its ``tokens_per_block`` is vLLM's ``block_size``);
+    ``num_gpu_blocks`` is the pool the scheduler gets; ``startup_num_gpu_blocks`` the pool the
+    start-up check saw (default: the same; more models a pool swapped smaller after start-up).
+    Defaults are ``SchedulerConfig``'s (max_num_seqs 128, max_num_batched_tokens 2048, chunked
+    prefill on, full-prompt reservation on, watermark 0.0).
+    """
+
+    geometry: KVGeometry
+    num_gpu_blocks: int
+    max_model_len: int
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+    scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0
+    startup_num_gpu_blocks: Optional[int] = None
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, KVGeometry):
+            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        store_checked(self, "num_gpu_blocks", check_int, low=1, high=1 << 24)
+        store_checked(self, "max_model_len", check_int, low=1, high=1 << 30)
+        store_checked(self, "max_num_seqs", check_int, low=1, high=1 << 16)
+        store_checked(self, "max_num_batched_tokens", check_int, low=1, high=1 << 30)
+        for name in ("enable_chunked_prefill", "scheduler_reserve_full_isl"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        store_checked(self, "watermark", check_float, low=0.0, high=1.0, high_open=True)
+        if self.startup_num_gpu_blocks is None:
+            object.__setattr__(self, "startup_num_gpu_blocks", self.num_gpu_blocks)
+        store_checked(self, "startup_num_gpu_blocks", check_int, low=1, high=1 << 24)
+
+    @property
+    def block_size(self) -> int:
+        return self.geometry.tokens_per_block
+
+    def replace(self, **changes) -> "VllmEngineArgs":
+        return dataclasses.replace(self, **changes)
+
+
+def estimated_max_model_len(geometry: KVGeometry, num_gpu_blocks: int) -> int:
+    """vLLM's estimate of the longest ``max_model_len`` a pool of ``num_gpu_blocks`` serves
+    (``estimate_max_model_len``'s binary search, in closed form): every block but the null
+    block, in whole blocks; 0 when none is left."""
+    return (num_gpu_blocks - 1) * geometry.tokens_per_block
+
+
+def startup_error(args: VllmEngineArgs) -> Optional[str]:
+    """The message vLLM refuses to start with for ``args``, or None when it starts."""
+    if not args.enable_chunked_prefill and args.max_num_batched_tokens < args.max_model_len:
+        return (f"max_num_batched_tokens ({args.max_num_batched_tokens}) is smaller than "
+                f"max_model_len ({args.max_model_len}). This effectively limits the maximum "
+                "sequence length to max_num_batched_tokens and makes vLLM reject longer "
+                "sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        return (f"max_num_batched_tokens ({args.max_num_batched_tokens}) must be greater than "
+                f"or equal to max_num_seqs ({args.max_num_seqs}).")
+    bytes_per_block = args.geometry.bytes_per_block
+    available = (args.startup_num_gpu_blocks - 1) * bytes_per_block  # less the null block
+    if available <= 0:
+        return f"No available memory for the cache blocks. {MEMORY_HINT} {CONSERVING_MEMORY}"
+    needed = args.geometry.blocks_for_tokens(args.max_model_len) * bytes_per_block
+    if needed <= available:
+        return None
+    estimate = estimated_max_model_len(args.geometry, args.startup_num_gpu_blocks)
+    estimated = (f"Based on the available memory, the estimated maximum model length is "
+                 f"{estimate}. " if estimate > 0 else "")
+    return (f"To serve at least one request with the model's max seq len ({args.max_model_len}), "
+            f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
+            f"KV cache memory ({format_gib(available)} GiB). {estimated}{MEMORY_HINT} Decreasing "
+            f"`max_model_len` also reduces what is needed. {CONSERVING_MEMORY}")
+
+
+def front_door_error(request: Request, max_model_len: int) -> Optional[str]:
+    """vLLM's refusal of ``request`` when it arrives (``SamplingParams`` then
+    ``_validate_prompt_len``), or None."""
+    if request.max_new_tokens < 1:
+        return (f"max_tokens must be at least 1, got {request.max_new_tokens}. "
+                f"(parameter=max_tokens, value={request.max_new_tokens})")
+    if request.prompt_len > max_model_len:
+        return (f"The decoder prompt (length {request.prompt_len}) is longer than the maximum "
+                f"model length of {max_model_len}. Make sure that `max_model_len` is no smaller "
+                "than the number of text tokens.")
+    if request.prompt_len == max_model_len:
+        return (f"The decoder prompt (length {request.prompt_len}) plus the number of requested "
+                f"output tokens (at least 1) is longer than the maximum model length of "
+                f"{max_model_len}. Make sure that `max_model_len` is no smaller than the number "
+                "of text tokens (prompt + requested output tokens).")
+    return None
+
+
+class VllmScheduler(SchedulerBase):
+    """vLLM v1's scheduling loop (module docstring) on a pool built from ``args``: a real
+    ``KVCacheManager`` of ``num_gpu_blocks`` pages on ``device``, block 0 held as the null block.
+    Raises ValueError with vLLM's message where vLLM refuses to start."""
+
+    def __init__(self, args: VllmEngineArgs, device="cpu", debug: bool = False):
+        if not isinstance(args, VllmEngineArgs):
+            raise TypeError(f"args must be a VllmEngineArgs, got {type(args).__name__}")
+        refusal = startup_error(args)
+        if refusal is not None:
+            raise ValueError(refusal)
+        manager = KVCacheManager.expecting_clamp(
+            args.geometry, args.num_gpu_blocks * args.geometry.bytes_per_block, args.max_model_len,
+            max_batch_size=args.max_num_seqs + 1,  # one page-index row for the null block
+            page_index_policy="configured", device=device, host_cache_size=0)
+        super().__init__(manager, args.max_num_seqs, debug)
+        self.args = args
+        self.max_model_len = args.max_model_len
+        self.token_budget = args.max_num_batched_tokens
+        null = manager.create_cache(NULL_BLOCK_ID)
+        null.resize(1)  # page 0: the pool hands its pages out from 0
+        self.watermark_blocks = int(args.watermark * args.num_gpu_blocks)
+        self.running: List[Request] = []
+        self.waiting: Deque[Request] = deque()
+
+    @property
+    def max_num_active_requests(self) -> Optional[int]:
+        return None  # the engine core adds every request to the waiting queue
+
+    def _verdict(self, request: Request) -> Verdict:
+        if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
+            raise ValueError(f"request {request.request_id!r}: kvlab's vLLM peer models no draft "
+                             "tokens, beam search or disaggregated generation; give it "
+                             "num_draft_tokens=0, beam_width=1, disagg_generation_init=False")
+        refusal = front_door_error(request, self.max_model_len)
+        if refusal is not None:
+            return Verdict(False, refusal)
+        request.output_limit = min(request.max_new_tokens, self.max_model_len - request.prompt_len)
+        return ADMIT
+
+    def _enqueue(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def _own_caches(self) -> set:
+        return {NULL_BLOCK_ID}
+
+    # -- one step ---------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        """One ``Scheduler.schedule()`` (module docstring)."""
+        if self._has_retired:  # finished requests leave ``running`` (update_from_output)
+            self.running = [r for r in self.running if r.state == "running"]
+        self._prune_retired()
+        self.iteration += 1
+        batch = ScheduledBatch()
+        budget = self.token_budget
+        running, preempted = self.running, batch.recompute_paused_requests
+        index = 0
+        while index < len(running) and budget > 0:  # the RUNNING requests
+            request = running[index]
+            computed = self._num_computed_tokens(request)
+            num_new = self._num_tokens(request) - computed
+            num_new = min(num_new, budget, self.max_model_len - computed - 1)
+            if num_new == 0:
+                index += 1
+                continue
+            while not self._allocate(request, computed + num_new, admitting=False):
+                victim = running.pop()  # FCFS: the lowest priority is the last admitted
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if request.state != "running":
+                break
+            self._add_to_batch(batch, request, num_new)
+            budget -= num_new
+            index += 1
+        if not preempted:  # the WAITING requests, only in a step that preempted nothing
+            budget = self._admit_waiting(batch, budget)
+        batch.num_tokens = self.token_budget - budget
+        if self.debug:
+            self.check_invariants()
+        return batch
+
+    def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> int:
+        running, waiting = self.running, self.waiting
+        while waiting and len(running) < self.max_batch_size and budget > 0:
+            request = waiting[0]
+            num_new = self._num_tokens(request)  # it holds no block: everything is to compute
+            if not self.args.enable_chunked_prefill and num_new > budget:
+                break
+            num_new = min(num_new, budget)
+            if not self._allocate(request, num_new, admitting=True):
+                request.num_refusals += 1
+                break  # the head of the queue blocks everyone behind it
+            waiting.popleft()
+            running.append(request)
+            self._add_to_batch(batch, request, num_new)
+            budget -= num_new
+        return budget
+
+    def _allocate(self, request: Request, num_tokens: int, admitting: bool) -> bool:
+        """``allocate_slots``: blocks for the first ``num_tokens`` tokens (capped at
+        max_model_len), all or nothing; when ``admitting``, the whole sequence must fit first
+        (``scheduler_reserve_full_isl``) and the watermark is kept free once anything runs."""
+        manager = self.manager
+        geometry = manager.geometry
+        free = manager.free_blocks
+        watermark = self.watermark_blocks if admitting and self.running else 0
+        cache = manager.caches.get(request.request_id)
+        held = 0 if cache is None else cache.num_blocks
+        if admitting and self.args.scheduler_reserve_full_isl:
+            full = geometry.blocks_for_tokens(min(self._num_tokens(request), self.max_model_len))
+            if full - held + watermark > free:
+                return False
+        target = min(num_tokens, self.max_model_len)
+        if geometry.blocks_for_tokens(target) - held + watermark > free:
+            return False
+        if cache is None:
+            cache = manager.create_cache(request.request_id)
+            self._set_state(request, "running")
+        if not cache.resize(max(cache.capacity, target)):
+            raise AssertionError(f"{request.request_id!r}: the blocks counted free were refused")
+        return True
+
+    def _preempt(self, request: Request) -> None:
+        """``_preempt_request``: free the blocks, recompute later, back to the queue's head."""
+        self._recompute_pause(request)
+        self.waiting.appendleft(request)
+
+    @staticmethod
+    def _num_tokens(request: Request) -> int:
+        """vLLM's ``num_tokens``: prompt + output tokens (the newest not yet computed)."""
+        return request.prompt_len + request.num_generated
+
+    @staticmethod
+    def _num_computed_tokens(request: Request) -> int:
+        """vLLM's ``num_computed_tokens``: the context computed so far; once it is, every
+        token but the newest sampled one."""
+        if request.is_context_finished:
+            return request.prompt_len + request.num_generated - 1
+        return request.context_current_position
+
+    @staticmethod
+    def _add_to_batch(batch: ScheduledBatch, request: Request, num_new: int) -> None:
+        if request.is_context_finished:
+            batch.generation_requests.append(request)
+        else:
+            request.context_chunk_size = num_new
+            batch.context_requests.append(request)
+
+    def __repr__(self) -> str:
+        return f"VllmScheduler({self.args!r})"
