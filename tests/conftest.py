@@ -17,6 +17,7 @@ SEED_MAX_SEQ_LEN = 8192
 
 _MARKERS = {
     "gpu": "needs a CUDA GPU",
+    "vllm": "runs the real vLLM scheduler in its own environment (bash scripts/setup.sh vllm)",
     "ui": "drives JupyterLab in a real browser",
     "notebook": "executes a notebook with papermill",
     "slow": "takes more than a few seconds",

@@ -1,0 +1,115 @@
+"""kvlab.backends.vllm: the real vLLM scheduler as a subprocess. Live (marked ``vllm``, needs
+``bash scripts/setup.sh vllm``, which the README's test command runs): vLLM gives today what
+data/measurements/vllm-0.34.0.json stored. Without vLLM: a missing environment names the setup
+command, and a driver that dies, hangs or prints garbage loses no request."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kvlab import KVGeometry, Request, VllmEngineArgs
+from kvlab.analysis.vllm_conformance import NOTEBOOK_04, VllmWorkload, conformance_workloads
+from kvlab.backends import vllm as vllm_backend
+
+live = pytest.mark.skipif(not vllm_backend.is_available(),
+                          reason="vLLM's environment is not set up: bash scripts/setup.sh vllm")
+REQUESTS = [Request("done", 8, 2), Request("started", 8, 50), Request("queued", 8, 4, arrival_step=1)]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@live
+def test_live_vllm_gives_what_is_stored():
+    workloads = conformance_workloads()
+    stored = json.loads(vllm_backend.STORED.read_text(encoding="utf-8"))
+    keep = {w["name"]: w["steps"] is not None for w in stored["workloads"]}
+    records = vllm_backend._run(workloads, timeout_s=1800)
+    for record, expected in zip(records, stored["workloads"]):
+        assert record.to_json(keep[record.workload.name]) == expected, record.workload.name
+
+
+@pytest.mark.vllm
+@live
+def test_live_vllm_refuses_to_start_and_at_the_front_door_with_its_own_words():
+    refused, served = vllm_backend.run_workloads([
+        VllmWorkload("refused", NOTEBOOK_04.replace(max_model_len=2048), REQUESTS),
+        VllmWorkload("served", NOTEBOOK_04, [Request("zero", 8, 0), Request("fits", 8, 2)])])
+    assert isinstance(refused.error, ValueError)
+    assert "the estimated maximum model length is 2016" in str(refused.error)
+    assert set(refused.status.values()) == {"rejected"}
+    assert served.reasons["zero"] == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    assert served.status == {"zero": "rejected", "fits": "finished"} and served.error is None
+
+
+def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVLAB_VLLM_ENV", str(tmp_path / "missing"))
+    assert not vllm_backend.is_available()
+    with pytest.raises(vllm_backend.VllmUnavailable, match="bash scripts/setup.sh vllm"):
+        vllm_backend.run(NOTEBOOK_04, REQUESTS)
+
+
+def fake_driver(tmp_path, monkeypatch, body: str) -> None:
+    """Run a stand-in for vllm_driver.py (this Python, no vLLM) that prints the driver's
+    first lines for REQUESTS, then does ``body``."""
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent('''\
+        import json, os, signal, sys, time
+        json.load(sys.stdin)
+        def emit(**fields):
+            print(json.dumps(fields), flush=True)
+        emit(kind="hello", vllm="0.34.0", torch="x")
+        emit(kind="start", run=0, num_gpu_blocks=64, free_blocks=63, max_model_len=2016)
+        for request_id, event in (("done", "started"), ("done", "first_token"),
+                                  ("started", "started"), ("started", "first_token")):
+            emit(kind="event", run=0, step=0, id=request_id, event=event)
+        emit(kind="event", run=0, step=1, id="done", event="finished", finish_reason="length",
+             num_output_tokens=2, cause="max_tokens")
+        emit(kind="steps", run=0, rows=[[0, 61, 2, 0, 2, 0, 16, 0], [1, 61, 1, 1, 1, 2, 3, 0]])
+        sys.stderr.write("the driver's last words\\n")
+        sys.stderr.flush()
+    ''') + textwrap.dedent(body))
+    monkeypatch.setattr(vllm_backend, "vllm_python", lambda: Path(sys.executable))
+    monkeypatch.setattr(vllm_backend, "DRIVER", script)
+
+
+def assert_nothing_lost(result, error_words):
+    assert isinstance(result.error, vllm_backend.VllmBackendError)
+    for word in error_words:
+        assert word in str(result.error), str(result.error)
+    assert result.status == {"done": "finished", "started": "running", "queued": "waiting"}
+    assert result.reasons["done"].startswith("finished at step 1: 2 tokens generated")
+    for request_id in ("started", "queued"):
+        assert result.reasons[request_id].startswith("the vLLM process stopped at step 1 with this "
+                                                     "request"), result.reasons[request_id]
+    assert [step.step for step in result.trace.steps] == [0, 1]
+
+
+@pytest.mark.parametrize("how, words", [
+    ("sys.exit(3)", ("exit code 3", "the driver's last words")),
+    ("os.kill(os.getpid(), signal.SIGKILL)", ("signal 9",)),
+    ("print('Traceback (most recent call last):', flush=True)", ("not its protocol", "Traceback")),
+])
+def test_a_driver_that_dies_or_babbles_loses_no_request(tmp_path, monkeypatch, how, words):
+    fake_driver(tmp_path, monkeypatch, how + "\n")
+    assert_nothing_lost(vllm_backend.run(NOTEBOOK_04, REQUESTS), words)
+
+
+def test_a_driver_that_hangs_is_killed_at_the_timeout(tmp_path, monkeypatch):
+    fake_driver(tmp_path, monkeypatch, "time.sleep(60)\n")
+    assert_nothing_lost(vllm_backend.run(NOTEBOOK_04, REQUESTS, timeout_s=3),
+                        ("ran past timeout_s=3 s",))
+
+
+def test_what_the_driver_cannot_give_vllm_is_refused_before_it_starts():
+    mla = VllmEngineArgs(KVGeometry(4, 1, 576, kv_factor=1), 64, 2016)
+    with pytest.raises(ValueError, match="kv_factor 2"):
+        vllm_backend.run(mla, REQUESTS)
+    with pytest.raises(ValueError, match="no draft tokens"):
+        vllm_backend.run(NOTEBOOK_04, [Request("d", 8, 4, num_draft_tokens=1)])
+    with pytest.raises(TypeError, match="VllmWorkload"):
+        vllm_backend.run_workloads([NOTEBOOK_04])
