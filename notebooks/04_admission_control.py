@@ -41,6 +41,7 @@ stall_limit: int = 1000  # passes without progress before SchedulerDeadlock; the
 grid: int = 64  # phase diagram resolution: grid pools x grid contexts per regime
 trace_minutes: float = 60.0  # section 7 replays this much of Azure's code hour (all of it: 60)
 seconds_per_iteration: float = 0.05  # section 7: one scheduler iteration in seconds of the trace's clock
+live_vllm: bool = False  # section 5: run the real vLLM now (bash scripts/setup.sh vllm), not its stored runs
 SMOKE: bool = False  # True (CI): a smaller workload, a coarser diagram, ten minutes of the trace
 
 # %%
@@ -57,6 +58,8 @@ from kvlab.analysis.compare import (EngineConfig, long_and_small, not_yet_and_ne
                                     vllm_startup_error)
 from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.analysis.vllm_conformance import differences, workloads_by_name
+from kvlab.backends.vllm import real_runs
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.tables import table
@@ -70,7 +73,8 @@ from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
 # Bad parameters stop here, with a message naming the parameter.
 check_admission_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
                  arrival_rate=arrival_rate, seed=seed, stall_limit=stall_limit, grid=grid,
-                 trace_minutes=trace_minutes, seconds_per_iteration=seconds_per_iteration, SMOKE=SMOKE)
+                 trace_minutes=trace_minutes, seconds_per_iteration=seconds_per_iteration, live_vllm=live_vllm,
+                 SMOKE=SMOKE)
 if SMOKE:
     num_requests, grid, trace_minutes = min(num_requests, 60), min(grid, 24), min(trace_minutes, 10.0)
 engine = EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)
@@ -258,13 +262,18 @@ if never:
 # %% [markdown]
 # ## 5. The peers, side by side
 #
-# The same workload under the peers' styles (docs/REFERENCE.md §6, simplified in `kvlab.sched.admission`).
-# vLLM checks capacity at **start-up**: with the configured max length it refuses to start at all
-# — the message below. An operator then sets `max_model_len` to the estimate it prints (the pool's
-# tokens), which is the engine run here: it rejects prompts over that length at the door,
-# reserves the full prompt before starting one, and preempts by recompute. SGLang checks the
-# prompt against the pool at the door, reserves prompt + predicted output, and retracts (aborting
-# a request only when nothing is left to retract).
+# The same workload under the peers. vLLM's row is kvlab's model of vLLM 0.34.0's own scheduler
+# (`kvlab.sched.vllm`), which is held to the real one request by request (section 5b and
+# docs/CONFORMANCE.md); SGLang's is a style run inside TensorRT-LLM's loop
+# (`kvlab.sched.admission`, simplified). vLLM checks capacity at **start-up**: with the configured
+# max length it refuses to start at all — the message below. Its estimate is the pool less one
+# block: vLLM keeps block 0 back as its *null block*, never handed to a request. An operator then
+# sets `max_model_len` to that estimate, which is the engine run here: it rejects a prompt that
+# reaches that length at the door, admits a waiting prompt only when the whole of it fits the free
+# blocks, admits nothing in a step that preempted, and preempts by recompute, the last admitted
+# first, back to the head of the queue. SGLang checks the prompt against the pool at the door,
+# reserves prompt + predicted output, and retracts (aborting a request only when nothing is left
+# to retract).
 
 # %%
 startup = vllm_startup_error(engine)
@@ -273,19 +282,79 @@ peers = mixed_table.loc[["none/clamped", "none/configured", "capacity", *PEER_PO
                         ["outcome", "finished", "rejected", "unfinished", "goodput_tokens_per_step",
                          "mean_wait_steps", "preemptions", "reasons"]]
 display(table(peers))
-viz.show(viz.policy_bars_figure(mixed_rows, title="TensorRT-LLM none / capacity and the peers' styles, one workload"))
+viz.show(viz.policy_bars_figure(mixed_rows, title="TensorRT-LLM none / capacity and the peers, one workload",
+                                subtitle="all modelled in kvlab; vllm is kvlab's peer of vLLM 0.34.0 (section 5b)"))
 for policy in PEER_POLICIES:
     assert mixed_table.loc[policy, "outcome"] in ("reject", "ok")  # no peer crashes or stalls on this workload
     assert set(mixed_runs[policy].ids_with_status("rejected")) >= set(never) - {
         r.request_id for r in mixed if r.prompt_len <= engine.pool_tokens}  # prompts over the pool: rejected
 if IS_SEED:
-    assert startup and "estimated maximum model length is 2048" in startup
+    assert startup and "estimated maximum model length is 2016" in startup
 
 # %% [markdown]
-# Every style that checks capacity somewhere ends in "reject" with the rest finished; the
-# difference is *where* and *with what words*: TensorRT-LLM's capacity check and SGLang's front
-# door name the numbers of this request, vLLM needs its `max_model_len` lowered by hand first.
-# The reservation styles pay in waiting time what they save in preemptions.
+# ### 5b. What the real vLLM does
+#
+# vLLM's own scheduler (version 0.34.0, with its own KV cache manager and block pool) runs on a CPU
+# without a GPU or weights: `kvlab.backends.vllm` drives it in its own environment
+# (`bash scripts/setup.sh vllm`) and reads back what it did. This notebook shows the runs stored
+# in `data/measurements/` (set `live_vllm` to run them now). Beside each real run, kvlab's peer on
+# the same workload: the last column counts the requests whose status, start step, finish step or
+# number of preemptions differ. First this notebook's own workloads at the seed's pool: the long
+# request with small ones, "not yet" and "never", and the mixed workload (150 requests).
+
+# %%
+vllm_workloads = workloads_by_name()
+real_names = ["nb04/long-and-small", "nb04/not-yet-and-never", "nb04/mixed-rate-0.05",
+              "shrunk/head-of-line", "shrunk/self-preemption"]
+real, real_source = real_runs(real_names, live=live_vllm)
+modelled = {name: vllm_workloads[name].run_peer() for name in real_names}
+rows = []
+for name in real_names:
+    for source, result in ((real_source, real[name]), ("kvlab's peer (modelled)", modelled[name])):
+        summary = result.summary()
+        rows.append(dict(workload=name, source=source, finished=summary["finished"], rejected=summary["rejected"],
+                         unfinished=summary["waiting"] + summary["running"], preemptions=summary["recomputes"],
+                         steps=result.end_step,
+                         differing=len({d["request_id"] for d in differences(modelled[name], real[name])})))
+display(table(pd.DataFrame(rows).set_index(["workload", "source"])))
+long_rejection = real["nb04/long-and-small"].reasons["long"]
+print(textwrap.fill(f"the long request, at real vLLM's front door: {long_rejection}", 100))
+assert all(row["differing"] == 0 for row in rows)  # the peer does what vLLM did, request by request
+assert long_rejection.startswith("The decoder prompt (length 8192) is longer than the maximum model length of 2016")
+
+# %% [markdown]
+# Where vLLM checks capacity matters once the pool changes after start-up: the start-up check
+# passed on the seed's 64 blocks (`max_model_len` 2,016), then the pool the scheduler gets is 40
+# blocks (as a persistent workspace took #21470's). A prompt of 1,800 tokens is under
+# `max_model_len`, so the front door lets it in; it needs 57 blocks, more than the 39 usable ones.
+# Without chunked prefill (or with it and the default full-prompt reservation,
+# `scheduler_reserve_full_isl`), it waits at the head of the queue for good, and every small
+# request behind it waits too: nothing is rejected, nothing raises, nothing runs (vLLM has no
+# stall detector; the run ends at its step limit). With chunked prefill and no full-prompt
+# reservation it is admitted chunk by chunk: 512 tokens, then 1,024, and the third chunk does not
+# fit, so it preempts itself (it is the only request running), frees its blocks and starts over,
+# every three steps, for good. Both runs below are the real vLLM's.
+
+# %%
+for name, what in (("shrunk/head-of-line", "the head-of-line wait"),
+                   ("shrunk/self-preemption", "the chunked self-preemption loop")):
+    result = real[name]
+    viz.show(viz.scheduler_timeline_figure(result, title=f"{what}: {name}", stall_detector=False,
+                                           subtitle=f"{real_source}; 40-block pool, start-up on 64"))
+head_of_line, loop = real["shrunk/head-of-line"], real["shrunk/self-preemption"]
+assert set(head_of_line.status.values()) == {"waiting"} and max(head_of_line.trace.column("running")) == 0
+assert loop.requests["long"].num_recomputes == loop.end_step // 3 and loop.error is None
+print(f"head-of-line: {len(head_of_line.status)} requests waiting after {head_of_line.end_step:,} steps; "
+      f"self-preemption: the long request preempted {loop.requests['long'].num_recomputes:,} times in "
+      f"{loop.end_step:,} steps")
+
+# %% [markdown]
+# Every style that checks capacity somewhere ends in "reject" with the rest finished, on a pool
+# that did not change after start-up; the difference is *where* and *with what words*:
+# TensorRT-LLM's capacity check and SGLang's front door name the numbers of this request, vLLM
+# needs its `max_model_len` lowered by hand first, and a pool that shrinks after vLLM's start-up
+# check brings back the silent wait. The reservation styles pay in waiting time what they save in
+# preemptions.
 #
 # ## 6. Try it: the live panel
 #

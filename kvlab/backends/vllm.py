@@ -31,14 +31,14 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kvlab.analysis.vllm_conformance import VllmWorkload, refused_to_start
+from kvlab.analysis.vllm_conformance import VllmWorkload, workloads_by_name
 from kvlab.core.checks import check_float
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.request import Request
-from kvlab.run.simulation import SimulationResult, finished_reason
+from kvlab.run.simulation import SimulationResult, finished_reason, refused_to_start
 from kvlab.run.trace import EVENT_KINDS, Event, StepRecord, Trace
 from kvlab.sched.vllm import VLLM_VERSION, VllmEngineArgs
 
@@ -398,6 +398,22 @@ def stored_results(path: Path = STORED) -> Dict[str, SimulationResult]:
     return {name: record.result() for name, record in stored_records(path).items()}
 
 
+def real_runs(names: Sequence[str], live: bool = False) -> Tuple[Dict[str, SimulationResult], str]:
+    """Real vLLM's answers for the named conformance workloads, and where they come from: run
+    now in vLLM's environment when ``live`` (VllmUnavailable without it), else the stored runs."""
+    workloads = workloads_by_name()
+    unknown = [name for name in names if name not in workloads]
+    if unknown:
+        raise ValueError(f"names must be conformance workloads ({sorted(workloads)}), got {unknown}")
+    if live:
+        results = run_workloads([workloads[name] for name in names])
+        return dict(zip(names, results)), f"real vLLM {VLLM_VERSION}, run now"
+    stored = stored_results()
+    header = stored_header()
+    return ({name: stored[name] for name in names},
+            f"real vLLM {header['vllm']}, stored run of {header['recorded']}")
+
+
 def stored_header(path: Path = STORED) -> dict:
     """The stored file's header: vLLM's version, the command that made it, the date."""
     document = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -405,5 +421,5 @@ def stored_header(path: Path = STORED) -> dict:
 
 
 __all__ = ["DRIVER", "SETUP_COMMAND", "STORED", "RunRecord", "VllmBackendError", "VllmUnavailable",
-           "environment_dir", "is_available", "read_runs", "record", "run", "run_workloads",
-           "stored_header", "stored_records", "stored_results", "vllm_python"]
+           "environment_dir", "is_available", "read_runs", "real_runs", "record", "run",
+           "run_workloads", "stored_header", "stored_records", "stored_results", "vllm_python"]

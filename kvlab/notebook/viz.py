@@ -491,10 +491,12 @@ _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 
 def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                             outcome: Optional[str] = None, title: Optional[str] = None,
-                            subtitle: Optional[str] = None) -> dict:
+                            subtitle: Optional[str] = None, stall_detector: bool = True) -> dict:
     """A run over time, in three panels sharing the step axis: requests (running, waiting,
     suspended), the pool (used and free pages, stacked to the pool's size) and the stall
-    detector's counter of consecutive passes without progress, with the stall limit dashed.
+    detector's counter of consecutive passes without progress, with the stall limit dashed; for
+    a scheduler without a stall detector (``stall_detector=False``: vLLM's) the third panel
+    counts the preemptions of each step instead.
 
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
@@ -521,12 +523,14 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
             line("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], stackgroup="pool"),
             line("free pages", "free_blocks", 2, "#AAAAAA", stackgroup="pool",
                  fillcolor=TIMELINE_COLORS["free"]),
-            line("stalled passes", "stalled_passes", 3, OUTCOME_COLORS["stall"])]
+            line("stalled passes", "stalled_passes", 3, OUTCOME_COLORS["stall"]) if stall_detector
+            else line("preemptions", "num_recompute_paused", 3, OUTCOME_COLORS["stall"])]
     for trace_spec in data[3:5]:
         trace_spec["line"]["width"] = 1
     shapes, annotations = [], []
-    for axis, (text, domain) in enumerate(zip(("requests", f"KV pool ({total:,} pages)",
-                                               "stall detector: passes without progress"),
+    lowest = ("stall detector: passes without progress" if stall_detector
+              else "preemptions in the step (no stall detector)")
+    for axis, (text, domain) in enumerate(zip(("requests", f"KV pool ({total:,} pages)", lowest),
                                               _TIMELINE_DOMAINS), start=1):
         annotations.append(dict(text=f"<b>{text}</b>", x=0, xref="paper", y=domain[1], yref="paper",
                                 xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=12)))
@@ -563,7 +567,8 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     if subtitle is None:
         subtitle = (f"{len(steps):,} pass{'' if len(steps) == 1 else 'es'}; " + ", ".join(f"{n:,} {s}" for s, n in counts.items() if n)
                     + (f"; stopped by {type(error).__name__}" if error is not None else ""))
-    top = max(trace.column("stalled_passes") + [stall_limit or 0, 1])
+    top = max(trace.column("stalled_passes" if stall_detector else "num_recompute_paused")
+              + [stall_limit or 0, 1])
     axes = {}
     for axis, domain in enumerate(_TIMELINE_DOMAINS, start=1):
         suffix = "" if axis == 1 else str(axis)
@@ -573,7 +578,8 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
         axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", domain=domain, rangemode="tozero")
     axes["yaxis"]["title"] = dict(text="requests")
     axes["yaxis2"].update(title=dict(text="pages"), range=[0, max(total, 1) * 1.05])
-    axes["yaxis3"].update(title=dict(text="passes"), range=[0, top * 1.1])
+    axes["yaxis3"].update(title=dict(text="passes" if stall_detector else "requests"),
+                          range=[0, top * 1.1])
     layout = _base_layout(title, subtitle, height=560, shapes=shapes, annotations=annotations,
                           # the legend at the figure's foot, under the step axis's title whatever
                           # the fonts (placed on the plot, a wider font ran it into the title)

@@ -193,9 +193,10 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     engine, result = model.engine, model.result
     manager = engine.manager(POLICIES[model.policy][1])
     needed = engine.geometry.blocks_for_tokens(model.context + 16)
+    vllm = model.policy == "vllm"  # vLLM's own loop: no stall detector
     timeline = viz.scheduler_timeline_spec(
-        result, stall_limit=engine.stall_limit, outcome=model.outcome,
-        title=f"{model.policy}: {viz.OUTCOME_LABELS[model.outcome]}")
+        result, stall_limit=None if vllm else engine.stall_limit, outcome=model.outcome,
+        stall_detector=not vllm, title=f"{model.policy}: {viz.OUTCOME_LABELS[model.outcome]}")
     demand = viz.index_row_spec(
         manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
         policy=POLICIES[model.policy][1],
