@@ -8,13 +8,15 @@ Prints one JSON line per measurement:
   arriving at step 0; 64 requests at most running, a pool of 65,536 tokens in 256-token blocks,
   16,384 tokens a pass, admission "capacity", chunked prefill. ``--peer-bench PATH`` runs
   nano-vllm's timing script (its sources in ``NANO_VLLM_SRC``) in the same shell on the same
-  workload and prints the ratio of seconds (kvlab / nano-vllm).
+  workload and prints the ratio of seconds (kvlab / nano-vllm). The same line times kvlab's vLLM
+  peer (``VllmScheduler``, vLLM's own loop; nano-vllm follows vLLM's) on the same engine
+  (``vllm_peer``, and ``vllm_peer_ratio_to_peer`` beside nano-vllm).
 - ``scaling``: the same distributions at each of ``--sizes`` requests: seconds per 1,000
   requests at each size, and the ratio largest / smallest (flat: the cost is linear).
 - ``standard_mixed``: kvlab's own mixed workload (``kvlab.run.workload.standard_mixed_workload``).
 - ``azure_hour`` (``--trace``): Azure's conversation hour (data/traces/, 19,366 requests), one
   scheduler iteration taken as ``--seconds-per-iteration`` seconds, replayed under each
-  admission policy on one GPU's pool (``--pool-gib`` GiB of KV for a Llama-3.1-8B-shaped model in
+  admission policy and vLLM's peer on one GPU's pool (``--pool-gib`` GiB of KV for a Llama-3.1-8B-shaped model in
   bf16, 128 KiB a token, 32-token pages; 64 requests active, 8,192 tokens a pass, chunked): wall
   time, requests per second, goodput, waits and rejections per policy.
 
@@ -67,9 +69,11 @@ import sys
 import time
 from typing import List
 
-from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
+from kvlab import (KVCacheManager, KVGeometry, Request, Scheduler, VllmEngineArgs, VllmScheduler,
+                   simulate)
 from kvlab.run.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
-from kvlab.sched.admission import ADMISSION_POLICIES, VllmStyle
+from kvlab.sched.admission import ADMISSION_POLICIES
+from kvlab.sched.vllm import estimated_max_model_len
 
 #: nano-vllm's benchmark engine.
 PEER = dict(max_running=64, pool_tokens=65536, tokens_per_block=256, max_num_tokens=16384)
@@ -89,12 +93,26 @@ def peer_workload(num_requests: int, seed: int = 0) -> List[Request]:
     return requests
 
 
+def small(tokens_per_block: int) -> KVGeometry:
+    """A geometry of ``tokens_per_block`` tokens per page, stored at a few bytes a page."""
+    return KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16",
+                      tokens_per_block=tokens_per_block)
+
+
 def pool(geometry: KVGeometry, num_blocks: int, max_seq_len: int, max_batch_size: int) -> KVCacheManager:
     """A manager of ``num_blocks`` pages of ``geometry``'s tokens per page, stored small."""
-    storage = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16",
-                         tokens_per_block=geometry.tokens_per_block)
+    storage = small(geometry.tokens_per_block)
     return KVCacheManager(storage, quota_bytes=num_blocks * storage.bytes_per_block,
                           max_seq_len=max_seq_len, max_batch_size=max_batch_size)
+
+
+def vllm_engine(tokens_per_block: int, num_blocks: int, max_seq_len: int, max_num_seqs: int,
+                max_num_batched_tokens: int) -> VllmScheduler:
+    """kvlab's vLLM peer on such a pool, chunked, max_model_len at most vLLM's estimate."""
+    storage = small(tokens_per_block)
+    return VllmScheduler(VllmEngineArgs(
+        storage, num_blocks, min(max_seq_len, estimated_max_model_len(storage, num_blocks)),
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens))
 
 
 def peer_engine() -> Scheduler:
@@ -103,6 +121,12 @@ def peer_engine() -> Scheduler:
                    PEER["pool_tokens"], PEER["max_running"])
     return Scheduler(manager, admission="capacity", max_num_tokens=PEER["max_num_tokens"],
                      max_batch_size=PEER["max_running"], chunked_prefill=True)
+
+
+def vllm_peer_engine() -> VllmScheduler:
+    """kvlab's vLLM peer on nano-vllm's engine (nano-vllm's scheduler follows vLLM's)."""
+    return vllm_engine(PEER["tokens_per_block"], PEER["pool_tokens"] // PEER["tokens_per_block"],
+                       PEER["pool_tokens"], PEER["max_running"], PEER["max_num_tokens"])
 
 
 def timed(requests: List[Request], build, repeat: int):
@@ -129,14 +153,13 @@ def run_peer(peer_bench: str, num_requests: int, repeat: int) -> dict:
     return min(runs, key=lambda run: run["seconds"])
 
 
-def azure_engine(policy: str, pool_gib: float) -> Scheduler:
+def azure_engine(policy: str, pool_gib: float):
     geometry = KVGeometry(**LLAMA_8B)
-    max_seq_len = 131072
-    manager = pool(geometry, int(pool_gib * (1 << 30)) // geometry.bytes_per_block, max_seq_len, 64)
-    admission = (VllmStyle(max_model_len=min(max_seq_len, manager.max_num_tokens))
-                 if policy == "vllm" else policy)
-    return Scheduler(manager, admission=admission, max_num_tokens=8192, max_batch_size=64,
-                     chunked_prefill=True)
+    max_seq_len, blocks = 131072, int(pool_gib * (1 << 30)) // geometry.bytes_per_block
+    if policy == "vllm":
+        return vllm_engine(geometry.tokens_per_block, blocks, max_seq_len, 64, 8192)
+    return Scheduler(pool(geometry, blocks, max_seq_len, 64), admission=policy, max_num_tokens=8192,
+                     max_batch_size=64, chunked_prefill=True)
 
 
 def machine() -> dict:
@@ -163,9 +186,13 @@ def main() -> None:
             "finished": result.summary()["finished"], "seconds": round(seconds, 3),
             "requests_per_s": round(args.requests / seconds, 1),
             "iterations_per_s": round(result.iterations / seconds, 1), **machine()}
+    seconds_vllm, result_vllm = timed(requests, vllm_peer_engine, args.repeat)
+    line.update(vllm_peer=dict(seconds=round(seconds_vllm, 3), iterations=result_vllm.iterations,
+                               finished=result_vllm.summary()["finished"]))
     if args.peer_bench:
         peer = run_peer(args.peer_bench, args.requests, args.repeat)
-        line.update(peer=peer, ratio_to_peer=round(seconds / peer["seconds"], 2))
+        line.update(peer=peer, ratio_to_peer=round(seconds / peer["seconds"], 2),
+                    vllm_peer_ratio_to_peer=round(seconds_vllm / peer["seconds"], 2))
     print(json.dumps(line), flush=True)
 
     per_1000 = {}
@@ -187,7 +214,7 @@ def main() -> None:
     if args.trace:
         trace = azure_trace("conv", args.seconds_per_iteration, args.trace_limit)
         policies, total = {}, 0.0
-        for policy in ADMISSION_POLICIES:
+        for policy in [*ADMISSION_POLICIES, "vllm"]:
             seconds, result = timed(trace, lambda: azure_engine(policy, args.pool_gib), 1)
             total += seconds
             summary = result.summary()

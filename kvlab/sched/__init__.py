@@ -1,8 +1,9 @@
-"""Scheduling: one pass of TensorRT-LLM's ``KVCacheV2Scheduler`` at a time, and the policies
-passed into it. Imports only :mod:`kvlab.core`.
+"""Scheduling: one pass of TensorRT-LLM's ``KVCacheV2Scheduler`` at a time, the policies passed
+into it, and vLLM's own loop beside it. Imports only :mod:`kvlab.core`.
 
-Reading order: ``scheduler`` (the phases, the budget, eviction, recompute pause, the stall
-counter) -> ``admission`` (what to check at arrival and how to make room: none, capacity, the
-vLLM and SGLang styles) -> ``policies`` (the one table naming each admission policy with a
-page-index width policy).
+Reading order: ``base`` (what every scheduler owes the executor loop: submit, finish, the state
+counts, the invariants) -> ``scheduler`` (the phases, the budget, eviction, recompute pause, the
+stall counter) -> ``admission`` (what to check at arrival and how to make room: none, capacity,
+the SGLang style) -> ``vllm`` (vLLM 0.34.0's own scheduling loop, start-up and front door, held
+to the real one) -> ``policies`` (the one table naming each policy).
 """

@@ -218,9 +218,17 @@ class VllmScheduler(SchedulerBase):
         batch = ScheduledBatch()
         budget = self.token_budget
         running, preempted = self.running, batch.recompute_paused_requests
+        caches, generations = self.manager.caches, batch.generation_requests
         index = 0
         while index < len(running) and budget > 0:  # the RUNNING requests
             request = running[index]
+            if request.is_context_finished and caches[request.request_id].grow_within_pages(1):
+                # a decode step within the blocks it holds: allocate_slots takes no block, and
+                # the token fits under max_model_len (a sequence that reached it has stopped)
+                generations.append(request)
+                budget -= 1
+                index += 1
+                continue
             computed = self._num_computed_tokens(request)
             num_new = self._num_tokens(request) - computed
             num_new = min(num_new, budget, self.max_model_len - computed - 1)
