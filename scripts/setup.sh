@@ -30,7 +30,8 @@ if [ "$extras" = vllm ]; then
     python3 -m venv "$env_dir"
     "$env_dir/bin/python" -m pip install --quiet --no-deps "vllm==0.34.0"
     "$env_dir/bin/python" -m pip install --quiet -r scripts/vllm-requirements.txt
-    "$env_dir/bin/python" -c "import vllm.v1.core.sched.scheduler" 2>/dev/null
+    "$env_dir/bin/python" -c "import vllm.v1.core.sched.scheduler" 2>/dev/null \
+        || { echo "setup.sh: vLLM does not import in $env_dir" >&2; exit 1; }
     cp scripts/vllm-requirements.txt "$ready"
     echo "setup.sh: the vLLM environment is ready in $env_dir ($(du -sh "$env_dir" | cut -f1))"
     exit 0
