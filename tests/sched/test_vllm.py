@@ -5,6 +5,7 @@ holds it to the real vLLM, request by request.)"""
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,9 @@ from kvlab.sched.vllm import (NULL_BLOCK_ID, estimated_max_model_len, format_gib
                               front_door_error, startup_error)
 
 SEED = seed_geometry()          # 2,048 B a token, 32-token blocks
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA GPU on "
+                                          "this machine")])]
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
 
 
@@ -57,11 +61,18 @@ def test_a_pool_shrunk_after_start_up_keeps_the_max_model_len_it_started_with():
     assert VllmScheduler(args).manager.free_blocks == 39
 
 
-def test_block_zero_is_the_null_block():
-    scheduler = VllmScheduler(engine())
+@pytest.mark.parametrize("device", DEVICES)
+def test_block_zero_is_the_null_block_of_a_real_pool(device):
+    scheduler = VllmScheduler(engine(), device=device)
+    pool = scheduler.manager.pool
+    assert pool.storage.device.type == device and pool.nbytes == 64 * SEED.bytes_per_block
     assert scheduler.manager.caches[NULL_BLOCK_ID].pages == [0]
     assert scheduler.manager.free_blocks == 63
     scheduler.check_invariants()
+    result = simulate(scheduler, [Request("a", 1000, 8), Request("b", 1000, 8, arrival_step=1)],
+                      check_invariants=True)
+    assert result.status == {"a": "finished", "b": "finished"}
+    assert result.requests["b"].first_scheduled_step == result.requests["a"].end_step + 1
 
 
 def test_the_front_door_rejects_with_vllms_messages():
