@@ -119,9 +119,7 @@ def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> Sched
     """A fresh scheduler (and manager) for ``policy`` on ``engine`` (module docstring)."""
     admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
     if admission == "vllm":
-        estimate = estimated_max_model_len(engine.geometry, engine.total_blocks)
-        return VllmScheduler(vllm_args(engine).replace(
-            max_model_len=min(engine.max_seq_len, estimate) or engine.max_seq_len))
+        return VllmScheduler(vllm_args_as_run(engine))
     if admission == "sglang":
         admission = SglangStyle()
     return Scheduler(engine.manager(width), admission=admission, max_num_tokens=engine.max_num_tokens,
@@ -139,6 +137,13 @@ def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
                           enable_chunked_prefill=engine.chunked_prefill)
 
 
+def vllm_args_as_run(engine: EngineConfig) -> VllmEngineArgs:
+    """:func:`vllm_args` with ``max_model_len`` lowered to vLLM's estimate where the configured
+    one does not fit (what an operator does after the start-up refusal)."""
+    estimate = estimated_max_model_len(engine.geometry, engine.total_blocks)
+    return vllm_args(engine).replace(max_model_len=min(engine.max_seq_len, estimate) or engine.max_seq_len)
+
+
 def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> Optional[str]:
     """The message vLLM refuses to start with when ``max_model_len`` is left at the configured
     max_seq_len (None when it starts)."""
@@ -149,13 +154,11 @@ def run_policy(policy: str, requests: Sequence[Request], engine: EngineConfig = 
                max_steps: int = 20_000) -> SimulationResult:
     """``simulate`` the requests under ``policy`` on a fresh engine; an engine that refuses to
     start (vLLM on a pool without room for one block) rejects every request with its message."""
-    try:
-        scheduler = build_scheduler(policy, engine)
-    except ValueError as exc:
-        if POLICIES[policy][0] != "vllm":
-            raise
-        return refused_to_start(requests, str(exc))
-    return simulate(scheduler, requests, max_steps=max_steps)
+    if POLICIES[check_choice("policy", policy, POLICIES)][0] == "vllm":
+        refusal = startup_error(vllm_args_as_run(engine))
+        if refusal is not None:
+            return refused_to_start(requests, refusal)
+    return simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
 
 
 def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(POLICIES),

@@ -6,7 +6,8 @@ Each :class:`VllmWorkload` is an engine (``VllmEngineArgs``: pool, ``max_model_l
 "not yet" and "never", three mixed Poisson workloads, with and without chunked prefill), a pool
 swapped smaller after start-up (the head-of-line wait, the chunked self-preemption loop), the
 first 10 minutes of Azure's code and conversation hours, the first minutes of Mooncake's
-conversation and synthetic traces, the front door's refusals and a start-up refusal.
+conversation and synthetic traces, the front door's refusals, a start-up refusal, and a tiny
+pool whose preempted request recomputes its last token as a chunk of its own.
 :func:`differences` compares two runs request by request on what docs/CONFORMANCE.md promises:
 status, start step, finish step and preemptions. ``kvlab.backends.vllm`` runs the same
 workloads on the real scheduler and stores its answers in data/measurements/.
@@ -15,15 +16,17 @@ workloads on the real scheduler and stores its answers in data/measurements/.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.checks import check_int
+from kvlab.core.geometry import KVGeometry
 from kvlab.core.request import Request
 from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
 from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
-from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
+from kvlab.sched.vllm import (VllmEngineArgs, VllmScheduler, check_plain_request,
+                              estimated_max_model_len, startup_error)
 
 #: What :func:`differences` compares, per request.
 COMPARED = ("status", "first_scheduled_step", "end_step", "num_recomputes")
@@ -44,6 +47,12 @@ class VllmWorkload:
         object.__setattr__(self, "requests", tuple(self.requests))
         if not all(isinstance(r, Request) for r in self.requests):
             raise TypeError("requests must hold Request objects")
+        ids = [r.request_id for r in self.requests]
+        if len(set(ids)) != len(ids):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"requests must have distinct request_ids; given more than once: {twice}")
+        for request in self.requests:
+            check_plain_request(request)
         check_int("max_steps", self.max_steps, low=1, high=1 << 30)
 
     def run_peer(self) -> SimulationResult:
@@ -82,7 +91,7 @@ NOTEBOOK_04 = VllmEngineArgs(seed_geometry(), 64, estimated_max_model_len(seed_g
                              enable_chunked_prefill=False)
 CHUNKED_512 = dict(enable_chunked_prefill=True, max_num_batched_tokens=512)
 #: The same engine with its pool swapped to 40 blocks after start-up (max_model_len stays 2,016).
-SHRUNK = NOTEBOOK_04.replace(num_gpu_blocks=40)
+SHRUNK = NOTEBOOK_04.replace(num_gpu_blocks=40, startup_num_gpu_blocks=64)
 
 
 def _mixed(rate: float, seed: int = 0) -> List[Request]:
@@ -121,6 +130,12 @@ def conformance_workloads() -> List[VllmWorkload]:
         VllmWorkload("shrunk/head-of-line/chunked", SHRUNK.replace(**CHUNKED_512), shrunk_small, 3_000),
         VllmWorkload("shrunk/self-preemption", SHRUNK.replace(
             **CHUNKED_512, scheduler_reserve_full_isl=False), shrunk_small, 300),
+        VllmWorkload("shrunk/self-preemption/ends-running", SHRUNK.replace(
+            **CHUNKED_512, scheduler_reserve_full_isl=False), shrunk_small, 301),
+        VllmWorkload("tiny/one-token-recompute-chunk", VllmEngineArgs(
+            KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4), 9, 32,
+            max_num_seqs=4, max_num_batched_tokens=14), [Request("a", 14, 10), Request("b", 14, 10)],
+            1_000),
     ]
     for rate in (0.04, 0.05, 0.1):
         mixed = _mixed(rate)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -94,16 +95,11 @@ def driver_input(workload: VllmWorkload) -> dict:
         raise ValueError(f"workload {workload.name!r}: the vLLM backend runs K-and-V attention "
                          f"caches of {list(DRIVER_DTYPES)} (kv_factor 2), got kv_factor="
                          f"{geometry.kv_factor}, dtype={geometry.dtype!r}")
-    for request in workload.requests:
-        if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
-            raise ValueError(f"workload {workload.name!r}, request {request.request_id!r}: the vLLM "
-                             "backend runs plain requests (no draft tokens, beam search or "
-                             "disaggregated generation)")
     args = workload.args
     engine = dict(num_layers=geometry.num_layers, num_kv_heads=geometry.kv_heads_per_rank,
                   head_dim=geometry.head_dim, dtype=geometry.dtype, block_size=args.block_size,
                   num_gpu_blocks=args.num_gpu_blocks,
-                  startup_num_gpu_blocks=args.startup_num_gpu_blocks,
+                  startup_num_gpu_blocks=args.startup_blocks,
                   max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                   max_num_batched_tokens=args.max_num_batched_tokens,
                   enable_chunked_prefill=args.enable_chunked_prefill, enable_prefix_caching=False,
@@ -134,13 +130,15 @@ def _run(workloads: Sequence[VllmWorkload], timeout_s: Optional[float]) -> List[
     if timeout_s is not None:
         timeout_s = check_float("timeout_s", timeout_s, low=0.0, high=86_400.0, low_open=True)
     document = json.dumps({"runs": [driver_input(w) for w in workloads]})
-    python = vllm_python()
-    lines, failure = _communicate(python, document, timeout_s)
-    return read_runs(workloads, lines, failure)
+    output = _DriverOutput(workloads)
+    failure = _communicate(vllm_python(), document, timeout_s, output)
+    return output.records_after(failure)
 
 
-def _communicate(python: Path, document: str, timeout_s: Optional[float]):
-    """Run the driver; (its stdout lines, None) or (the lines it managed, a VllmBackendError)."""
+def _communicate(python: Path, document: str, timeout_s: Optional[float],
+                 output: "_DriverOutput") -> Optional[VllmBackendError]:
+    """Run the driver, handing ``output`` its lines as they come; None, or the VllmBackendError
+    that ended it (a timeout, a death, a line off the protocol: then it is killed)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_LOGGING_LEVEL="ERROR",
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
@@ -149,34 +147,43 @@ def _communicate(python: Path, document: str, timeout_s: Optional[float]):
                                    encoding="utf-8", start_new_session=True)
         timed_out = threading.Event()
 
-        def kill():
-            timed_out.set()
-            process.kill()
+        def kill():  # its whole process group: a child holding its stdout would keep us reading
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
-        timer = threading.Timer(timeout_s, kill) if timeout_s is not None else None
-        lines = []
+        def on_timeout():
+            timed_out.set()
+            kill()
+
+        timer = threading.Timer(timeout_s, on_timeout) if timeout_s is not None else None
         try:
             if timer is not None:
                 timer.start()
-            feeder = threading.Thread(target=_feed, args=(process, document), daemon=True)
-            feeder.start()
-            lines = [line for line in process.stdout]
+            threading.Thread(target=_feed, args=(process, document), daemon=True).start()
+            for line in process.stdout:
+                if not output.feed(line):
+                    kill()
+                    break
             returncode = process.wait()
         finally:
             if timer is not None:
                 timer.cancel()
-            if process.poll() is None:  # interrupted: take the process down with us
-                process.kill()
-                process.wait()
+            kill()  # nothing of it outlives the call, interrupted or not
+            process.wait()
+            process.stdout.close()
         stderr.seek(0)
         tail = "".join(stderr.readlines()[-STDERR_TAIL:]).strip()
+    if output.failure is not None:
+        return output.failure
     if timed_out.is_set():
-        return lines, VllmBackendError(f"the vLLM process ran past timeout_s={timeout_s:g} s and "
-                                       f"was killed; its stderr ended: {tail}")
+        return VllmBackendError(f"the vLLM process ran past timeout_s={timeout_s:g} s and was "
+                                f"killed; its stderr ended: {tail}")
     if returncode != 0:
         how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-        return lines, VllmBackendError(f"the vLLM process ended with {how}; its stderr ended: {tail}")
-    return lines, None
+        return VllmBackendError(f"the vLLM process ended with {how}; its stderr ended: {tail}")
+    return None
 
 
 def _feed(process: subprocess.Popen, document: str) -> None:
@@ -187,25 +194,41 @@ def _feed(process: subprocess.Popen, document: str) -> None:
         pass
 
 
-def read_runs(workloads: Sequence[VllmWorkload], lines: Sequence[str],
-              failure: Optional[BaseException] = None) -> List["RunRecord"]:
-    """Each workload's :class:`RunRecord`, read from the driver's ``lines``; a run the lines
-    do not finish ends with ``failure`` (or a VllmBackendError)."""
-    records = [RunRecord(w) for w in workloads]
-    for number, line in enumerate(lines, 1):
+class _DriverOutput:
+    """The driver's lines, read as they come into one :class:`RunRecord` per workload."""
+
+    def __init__(self, workloads: Sequence[VllmWorkload]):
+        self.records = [RunRecord(w) for w in workloads]
+        self.lines_read = 0
+        self.failure: Optional[VllmBackendError] = None
+
+    def feed(self, line: str) -> bool:
+        """Read one line; False (and ``failure`` set) when it is not the driver's protocol."""
+        self.lines_read += 1
         try:
             message = json.loads(line)
-            if message["kind"] != "hello":
-                records[message["run"]].read(message)
+            if message["kind"] == "hello":
+                if message["vllm"] != VLLM_VERSION:
+                    raise ValueError(f"the environment runs vLLM {message['vllm']}, not {VLLM_VERSION}")
+                return True
+            run = message["run"]
+            if type(run) is not int or not 0 <= run < len(self.records):
+                raise IndexError(f"no run {run!r}")
+            self.records[run].read(message)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            failure = VllmBackendError(f"line {number} of the vLLM driver's output is not its "
-                                       f"protocol ({type(exc).__name__}: {exc}): {line[:200]!r}")
-            break
-    for record in records:
-        if not record.ended and record.startup_error is None:
-            record.failure = failure or VllmBackendError(
-                "the vLLM driver's output ended before this run did")
-    return records
+            self.failure = VllmBackendError(
+                f"line {self.lines_read} of the vLLM driver's output is not its protocol "
+                f"({type(exc).__name__}: {exc}): {line[:200]!r}")
+            return False
+        return True
+
+    def records_after(self, failure: Optional[BaseException]) -> List["RunRecord"]:
+        """The records, each run the lines did not finish ending with ``failure``."""
+        for record in self.records:
+            if not record.ended and record.startup_error is None:
+                record.failure = failure or VllmBackendError(
+                    "the vLLM driver's output ended before this run did")
+        return self.records
 
 
 class RunRecord:
@@ -237,7 +260,7 @@ class RunRecord:
             self._event(message)
         elif kind == "steps":
             self.rows.extend(message["rows"])
-            self.end_step = self.rows[-1][0] + 1
+            self.end_step = max(self.end_step, self.rows[-1][0] + 1)
         elif kind == "end":
             self.end_step, self.iterations, self.ended = message["end_step"], message["iterations"], True
         elif kind != "start":
@@ -245,6 +268,7 @@ class RunRecord:
 
     def _event(self, message: dict) -> None:
         request, step, name = self.requests[message["id"]], message["step"], message["event"]
+        self.end_step = max(self.end_step, step + 1)
         if name == "rejected":
             request.state, request.reason = "rejected", message["message"]
             request.end_step = step
@@ -252,6 +276,8 @@ class RunRecord:
             request.state, request.first_scheduled_step = "running", step
         elif name == "first_token":
             request.first_token_step = step
+        elif name == "resumed":
+            request.state = "running"
         elif name == "preempted":
             request.state = "waiting"
             request.num_recomputes += 1
@@ -372,7 +398,7 @@ class RunRecord:
 
 #: Workloads whose stored runs keep every step row (notebook 04 draws them); the long traces
 #: keep their requests only, so the file stays small.
-STEP_ROWS_KEPT = ("nb04/", "shrunk/", "front-door", "startup-refused")
+STEP_ROWS_KEPT = ("nb04/", "shrunk/", "front-door", "startup-refused", "tiny/")
 
 
 def record(workloads: Sequence[VllmWorkload], path: Path = STORED, command: str = "",
@@ -421,5 +447,5 @@ def stored_header(path: Path = STORED) -> dict:
 
 
 __all__ = ["DRIVER", "SETUP_COMMAND", "STORED", "RunRecord", "VllmBackendError", "VllmUnavailable",
-           "environment_dir", "is_available", "read_runs", "real_runs", "record", "run",
+           "environment_dir", "is_available", "real_runs", "record", "run",
            "run_workloads", "stored_header", "stored_records", "stored_results", "vllm_python"]

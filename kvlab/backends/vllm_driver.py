@@ -10,10 +10,12 @@ one run after another, each line flushed as it happens so that a crash keeps wha
   "max_model_len": M}``, or ``{"kind": "startup_error", "run": i, "message": ...}`` when vLLM
   refuses to start (its config checks, or the KV cache memory check);
 - ``{"kind": "event", "run": i, "step": s, "id": ..., "event": E, ...}`` with E one of
-  "rejected" (``message``: vLLM's own validation error), "started", "first_token",
-  "preempted", "finished" (``finish_reason``, ``num_output_tokens``, ``cause``);
+  "rejected" (``message``: vLLM's own validation error), "started" (first admitted),
+  "first_token", "preempted", "resumed" (admitted again after a preemption), "finished"
+  (``finish_reason``, ``num_output_tokens``, ``cause``);
 - ``{"kind": "steps", "run": i, "rows": [[step, free_blocks, running, waiting, prefills,
-  decodes, tokens, preempted], ...]}`` every few hundred steps;
+  decodes, tokens, preempted], ...]}`` every 500 steps and at the end (a crash loses the rows
+  since the last such line, not the events);
 - ``{"kind": "end", "run": i, "end_step": s, "iterations": n}``.
 
 A RUN is ``{"engine": {...}, "requests": [[id, prompt_len, max_tokens, arrival_step], ...],
@@ -47,12 +49,18 @@ _MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
 STEP_ROWS_PER_LINE = 500
 
 
+#: The protocol's stream: the process's stdout, kept apart from sys.stdout, which main() points
+#: at stderr so that nothing vLLM prints (its logger writes to stdout) can break a line.
+PROTOCOL = sys.stdout
+
+
 def emit(**fields) -> None:
-    sys.stdout.write(json.dumps(fields, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    PROTOCOL.write(json.dumps(fields, separators=(",", ":")) + "\n")
+    PROTOCOL.flush()
 
 
 def main() -> int:
+    sys.stdout = sys.stderr
     import torch
     import vllm
 
@@ -144,7 +152,7 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
 
     arrivals = sorted(run["requests"], key=lambda r: r[3])  # stable: list order breaks ties
     next_arrival, step, iterations, rows = 0, 0, 0, []
-    started, first_token = set(), set()
+    started, first_token, prefilling = set(), set(), set()
     max_steps = run["max_steps"]
     while step < max_steps:
         # Nothing waiting or running: skip to the next arrival, as kvlab's Engine does (the real
@@ -170,20 +178,23 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
         if not scheduler.has_unfinished_requests():
             continue
         output = scheduler.schedule()
-        counts = output.num_scheduled_tokens
-        scheduled = {request_id: scheduler.requests[request_id] for request_id in counts}
-        for new in output.scheduled_new_reqs:
-            if new.req_id not in started:
-                started.add(new.req_id)
-                event(step, new.req_id, "started")
+        scheduled = {request_id: scheduler.requests[request_id]
+                     for request_id in output.num_scheduled_tokens}
+        for new in output.scheduled_new_reqs:  # admitted from the waiting queue
+            prefilling.add(new.req_id)
+            event(step, new.req_id, "resumed" if new.req_id in started else "started")
+            started.add(new.req_id)
         preempted = sorted(output.preempted_req_ids or ())
         for request_id in preempted:
             event(step, request_id, "preempted")
         # the fake model runner: a token for every request whose prompt is now computed
         # (schedule() has advanced num_computed_tokens already)
         sampled = [[7] if r.num_computed_tokens >= r.num_tokens else [] for r in scheduled.values()]
-        decodes = sum(1 for request_id, r in scheduled.items()  # one token past a computed prompt
-                      if r.num_output_tokens and r.num_computed_tokens - counts[request_id] == r.num_tokens - 1)
+        # a decode row: a request that sampled since its admission (its prompt, or after a
+        # preemption its prompt and outputs, computed), as kvlab counts generation steps
+        decodes = sum(1 for request_id in scheduled if request_id not in prefilling)
+        prefilling.difference_update(
+            request_id for request_id, tokens_out in zip(scheduled, sampled) if tokens_out)
         outputs = scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=list(scheduled), sampled_token_ids=sampled))
         for (request_id, request), tokens_out in zip(scheduled.items(), sampled):

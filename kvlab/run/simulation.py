@@ -36,8 +36,8 @@ from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import Request
 from kvlab.run.trace import Event, StepRecord, Trace
-from kvlab.sched.base import LIVE_STATES, SchedulerBase
-from kvlab.sched.scheduler import ScheduledBatch, SchedulerDeadlock
+from kvlab.sched.base import LIVE_STATES, ScheduledBatch, SchedulerBase
+from kvlab.sched.scheduler import SchedulerDeadlock
 
 #: What ``result.status`` reports for each Request.state: a suspended request is admitted and
 #: keeps its KV (in the host tier), so it counts as running.

@@ -12,6 +12,7 @@ manager's caches.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from kvlab.core.checks import check_int
@@ -23,10 +24,35 @@ from kvlab.sched.admission import Verdict
 LIVE_STATES = ("waiting", "running", "suspended")
 
 
+@dataclass(slots=True)
+class ScheduledBatch:
+    """What one pass decided (the real SchedulerOutput). A context request's chunk is its
+    ``context_chunk_size``."""
+
+    context_requests: List[Request] = field(default_factory=list)
+    generation_requests: List[Request] = field(default_factory=list)
+    #: suspended to the host tier this pass (evicted, or self-suspended)
+    paused_requests: List[Request] = field(default_factory=list)
+    #: cache freed this pass; their context (prompt + generated tokens) restarts later
+    recompute_paused_requests: List[Request] = field(default_factory=list)
+    fitting_disagg_gen_init_requests: List[Request] = field(default_factory=list)
+    #: aborted by SGLang-style retraction (state "rejected")
+    aborted_requests: List[Request] = field(default_factory=list)
+    num_tokens: int = 0
+    #: the beam width of the generation requests scheduled (0 before the first)
+    beam_width: int = 0
+
+    @property
+    def made_progress(self) -> bool:
+        return bool(self.context_requests or self.generation_requests or self.paused_requests
+                    or self.recompute_paused_requests or self.fitting_disagg_gen_init_requests
+                    or self.aborted_requests)
+
+
 class SchedulerBase:
     """The executor's side of a scheduler over ``manager`` (module docstring).
 
-    Subclasses define ``schedule()``, returning a :class:`kvlab.sched.scheduler.ScheduledBatch`,
+    Subclasses define ``schedule()``, returning a :class:`ScheduledBatch`,
     and ``_verdict(request)``, the checks a request meets when it arrives. ``max_batch_size``
     bounds the sequences scheduled together; ``max_num_active_requests`` is how many requests
     the executor hands over at once (None: all of them, as vLLM's engine core does).

@@ -57,15 +57,14 @@ overriding one hook: ``_disagg_gen_init_under_cap`` and ``_residency_refusal``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Union
 
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request
 from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
-from kvlab.sched.base import LIVE_STATES, SchedulerBase
+from kvlab.sched.base import LIVE_STATES, ScheduledBatch, SchedulerBase
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000
@@ -95,31 +94,6 @@ class ScheduleAction(enum.Enum):
     SCHEDULED = "scheduled"
     SKIP = "skip"
     STOP = "stop"
-
-
-@dataclass(slots=True)
-class ScheduledBatch:
-    """What one pass decided (the real SchedulerOutput). A context request's chunk is its
-    ``context_chunk_size``."""
-
-    context_requests: List[Request] = field(default_factory=list)
-    generation_requests: List[Request] = field(default_factory=list)
-    #: suspended to the host tier this pass (evicted, or self-suspended)
-    paused_requests: List[Request] = field(default_factory=list)
-    #: cache freed this pass; their context (prompt + generated tokens) restarts later
-    recompute_paused_requests: List[Request] = field(default_factory=list)
-    fitting_disagg_gen_init_requests: List[Request] = field(default_factory=list)
-    #: aborted by SGLang-style retraction (state "rejected")
-    aborted_requests: List[Request] = field(default_factory=list)
-    num_tokens: int = 0
-    #: the beam width of the generation requests scheduled (0 before the first)
-    beam_width: int = 0
-
-    @property
-    def made_progress(self) -> bool:
-        return bool(self.context_requests or self.generation_requests or self.paused_requests
-                    or self.recompute_paused_requests or self.fitting_disagg_gen_init_requests
-                    or self.aborted_requests)
 
 
 class _Budget:

@@ -48,8 +48,7 @@ from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB
 from kvlab.core.request import Request
 from kvlab.sched.admission import ADMIT, Verdict
-from kvlab.sched.base import SchedulerBase
-from kvlab.sched.scheduler import ScheduledBatch
+from kvlab.sched.base import ScheduledBatch, SchedulerBase
 
 #: The version whose scheduler this module follows (and kvlab.backends.vllm runs).
 VLLM_VERSION = "0.34.0"
@@ -73,7 +72,7 @@ class VllmEngineArgs:
 
     ``geometry`` gives the bytes of a block (its ``tokens_per_block`` is vLLM's ``block_size``);
     ``num_gpu_blocks`` is the pool the scheduler gets; ``startup_num_gpu_blocks`` the pool the
-    start-up check saw (default: the same; more models a pool swapped smaller after start-up).
+    start-up check saw (None: the same; more models a pool swapped smaller after start-up).
     Defaults are ``SchedulerConfig``'s (max_num_seqs 128, max_num_batched_tokens 2048, chunked
     prefill on, full-prompt reservation on, watermark 0.0).
     """
@@ -99,13 +98,17 @@ class VllmEngineArgs:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         store_checked(self, "watermark", check_float, low=0.0, high=1.0, high_open=True)
-        if self.startup_num_gpu_blocks is None:
-            object.__setattr__(self, "startup_num_gpu_blocks", self.num_gpu_blocks)
-        store_checked(self, "startup_num_gpu_blocks", check_int, low=1, high=1 << 24)
+        if self.startup_num_gpu_blocks is not None:
+            store_checked(self, "startup_num_gpu_blocks", check_int, low=1, high=1 << 24)
 
     @property
     def block_size(self) -> int:
         return self.geometry.tokens_per_block
+
+    @property
+    def startup_blocks(self) -> int:
+        """The pool vLLM's start-up check saw: ``startup_num_gpu_blocks``, else the pool."""
+        return self.num_gpu_blocks if self.startup_num_gpu_blocks is None else self.startup_num_gpu_blocks
 
     def replace(self, **changes) -> "VllmEngineArgs":
         return dataclasses.replace(self, **changes)
@@ -129,19 +132,28 @@ def startup_error(args: VllmEngineArgs) -> Optional[str]:
         return (f"max_num_batched_tokens ({args.max_num_batched_tokens}) must be greater than "
                 f"or equal to max_num_seqs ({args.max_num_seqs}).")
     bytes_per_block = args.geometry.bytes_per_block
-    available = (args.startup_num_gpu_blocks - 1) * bytes_per_block  # less the null block
+    available = (args.startup_blocks - 1) * bytes_per_block  # less the null block
     if available <= 0:
         return f"No available memory for the cache blocks. {MEMORY_HINT} {CONSERVING_MEMORY}"
     needed = args.geometry.blocks_for_tokens(args.max_model_len) * bytes_per_block
     if needed <= available:
         return None
-    estimate = estimated_max_model_len(args.geometry, args.startup_num_gpu_blocks)
+    estimate = estimated_max_model_len(args.geometry, args.startup_blocks)
     estimated = (f"Based on the available memory, the estimated maximum model length is "
                  f"{estimate}. " if estimate > 0 else "")
     return (f"To serve at least one request with the model's max seq len ({args.max_model_len}), "
             f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
             f"KV cache memory ({format_gib(available)} GiB). {estimated}{MEMORY_HINT} Decreasing "
             f"`max_model_len` also reduces what is needed. {CONSERVING_MEMORY}")
+
+
+def check_plain_request(request: Request) -> None:
+    """ValueError for what neither kvlab's vLLM peer nor the vLLM backend models: draft tokens,
+    beam search, disaggregated generation."""
+    if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
+        raise ValueError(f"request {request.request_id!r}: kvlab's vLLM peer and backend model no "
+                         "draft tokens, beam search or disaggregated generation; give it "
+                         "num_draft_tokens=0, beam_width=1, disagg_generation_init=False")
 
 
 def front_door_error(request: Request, max_model_len: int) -> Optional[str]:
@@ -192,10 +204,7 @@ class VllmScheduler(SchedulerBase):
         return None  # the engine core adds every request to the waiting queue
 
     def _verdict(self, request: Request) -> Verdict:
-        if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
-            raise ValueError(f"request {request.request_id!r}: kvlab's vLLM peer models no draft "
-                             "tokens, beam search or disaggregated generation; give it "
-                             "num_draft_tokens=0, beam_width=1, disagg_generation_init=False")
+        check_plain_request(request)
         refusal = front_door_error(request, self.max_model_len)
         if refusal is not None:
             return Verdict(False, refusal)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -99,10 +100,24 @@ def test_a_driver_that_dies_or_babbles_loses_no_request(tmp_path, monkeypatch, h
     assert_nothing_lost(vllm_backend.run(NOTEBOOK_04, REQUESTS), words)
 
 
-def test_a_driver_that_hangs_is_killed_at_the_timeout(tmp_path, monkeypatch):
-    fake_driver(tmp_path, monkeypatch, "time.sleep(60)\n")
+@pytest.mark.parametrize("hang", ["time.sleep(60)",
+                                  # a child that holds the driver's stdout open: killed with it
+                                  "import subprocess; subprocess.Popen(['sleep', '60']); time.sleep(60)"])
+def test_a_driver_that_hangs_is_killed_at_the_timeout(tmp_path, monkeypatch, hang):
+    fake_driver(tmp_path, monkeypatch, hang + "\n")
+    start = time.monotonic()
     assert_nothing_lost(vllm_backend.run(NOTEBOOK_04, REQUESTS, timeout_s=3),
                         ("ran past timeout_s=3 s",))
+    assert time.monotonic() - start < 20
+
+
+def test_a_driver_of_another_vllm_is_refused(tmp_path, monkeypatch):
+    fake_driver(tmp_path, monkeypatch, "")
+    script = vllm_backend.DRIVER
+    script.write_text(script.read_text().replace('vllm="0.34.0"', 'vllm="0.35.0"'))
+    result = vllm_backend.run(NOTEBOOK_04, REQUESTS)
+    assert "the environment runs vLLM 0.35.0, not 0.34.0" in str(result.error)
+    assert set(result.status.values()) == {"waiting"}
 
 
 def test_what_the_driver_cannot_give_vllm_is_refused_before_it_starts():
@@ -113,3 +128,5 @@ def test_what_the_driver_cannot_give_vllm_is_refused_before_it_starts():
         vllm_backend.run(NOTEBOOK_04, [Request("d", 8, 4, num_draft_tokens=1)])
     with pytest.raises(TypeError, match="VllmWorkload"):
         vllm_backend.run_workloads([NOTEBOOK_04])
+    with pytest.raises(ValueError, match=r"distinct request_ids; given more than once: \['r'\]"):
+        vllm_backend.run(NOTEBOOK_04, [Request("r", 8, 4), Request("r", 8, 4)])

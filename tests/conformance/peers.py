@@ -28,8 +28,8 @@ def _engine(args) -> str:
     chunking = (f"chunks of {args.max_num_batched_tokens:,}" if args.enable_chunked_prefill
                 else f"{args.max_num_batched_tokens:,} tokens, no chunking")
     pool = f"{args.num_gpu_blocks:,} x {args.block_size}"
-    if args.startup_num_gpu_blocks != args.num_gpu_blocks:
-        pool += f" (start-up saw {args.startup_num_gpu_blocks:,})"
+    if args.startup_blocks != args.num_gpu_blocks:
+        pool += f" (start-up saw {args.startup_blocks:,})"
     extras = [] if args.scheduler_reserve_full_isl else ["no full-prompt reservation"]
     extras += [f"watermark {args.watermark:g}"] if args.watermark else []
     return "; ".join([pool, f"max_model_len {args.max_model_len:,}", f"{args.max_num_seqs} seqs",
@@ -74,7 +74,9 @@ def render_vllm() -> List[str]:
         "(vLLM's default is on; kvlab models no prefix reuse, and with prompts that share no "
         "prefix it would only change a preempted request's recompute).",
         "",
-        "Remaining differences: none on these workloads. What kvlab's peer leaves out is named in "
+        ("Remaining differences: none on these workloads. " if differing == 0 else
+         f"Remaining differences: {differing:,} requests (the table's last column); each is a "
+         "bug to find. ") + "What kvlab's peer leaves out is named in "
         "`kvlab/sched/vllm.py`: speculative decoding, the priority policy, "
         "`long_prefill_token_threshold`, KV connectors, LoRA and encoders; vLLM's start-up "
         "refusal is reproduced for full-attention models only.", ""]

@@ -50,3 +50,7 @@ def test_the_peer_does_what_vllm_did(name):
         columns = [(real.trace.column(f), peer.trace.column(f)) for f in STEP_FIELDS]
         assert all(theirs == ours for theirs, ours in columns), [
             f for f, (theirs, ours) in zip(STEP_FIELDS, columns) if theirs != ours]
+        # the statuses read back from vLLM's events agree with its own last step row
+        last = real.trace.steps[-1]
+        assert (len(real.ids_with_status("running")), len(real.ids_with_status("waiting"))) == (
+            last.running, last.waiting)

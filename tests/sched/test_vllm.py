@@ -56,8 +56,10 @@ def test_start_up_checks_the_token_budget_first():
 
 
 def test_a_pool_shrunk_after_start_up_keeps_the_max_model_len_it_started_with():
-    args = engine().replace(num_gpu_blocks=40)               # start-up saw 64 blocks
-    assert args.startup_num_gpu_blocks == 64 and startup_error(args) is None
+    args = engine().replace(num_gpu_blocks=40, startup_num_gpu_blocks=64)
+    assert args.startup_blocks == 64 and startup_error(args) is None
+    assert startup_error(args.replace(startup_num_gpu_blocks=None)).startswith(   # a 40-block start
+        "To serve at least one request with the model's max seq len (2016)")
     assert VllmScheduler(args).manager.free_blocks == 39
 
 
@@ -96,7 +98,7 @@ def test_a_sequence_stops_at_max_model_len():
 
 
 def test_a_prompt_over_the_usable_pool_blocks_the_head_of_the_queue_forever():
-    scheduler = VllmScheduler(engine().replace(num_gpu_blocks=40))   # 39 usable blocks
+    scheduler = VllmScheduler(engine().replace(num_gpu_blocks=40, startup_num_gpu_blocks=64))
     requests = [Request("head", 1800, 4), Request("behind", 8, 4, arrival_step=1)]
     result = simulate(scheduler, requests, max_steps=500, check_invariants=True)
     assert result.status == {"head": "waiting", "behind": "waiting"}
@@ -106,7 +108,7 @@ def test_a_prompt_over_the_usable_pool_blocks_the_head_of_the_queue_forever():
 
 def test_chunked_prefill_without_full_prompt_reservation_preempts_itself_in_a_loop():
     args = engine(enable_chunked_prefill=True, max_num_batched_tokens=512).replace(
-        num_gpu_blocks=40, scheduler_reserve_full_isl=False)            # 39 usable blocks
+        num_gpu_blocks=40, startup_num_gpu_blocks=64, scheduler_reserve_full_isl=False)
     result = simulate(VllmScheduler(args), [Request("long", 1800, 4)], max_steps=40)
     recomputes = result.trace.column("num_recompute_paused")
     # chunks of 512 tokens take 16 and 32 blocks; the third would need 48: the request is the
