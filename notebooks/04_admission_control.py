@@ -58,8 +58,8 @@ from kvlab.analysis.compare import (EngineConfig, long_and_small, not_yet_and_ne
                                     vllm_startup_error)
 from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
-from kvlab.analysis.vllm_conformance import differences, workloads_by_name
-from kvlab.backends.vllm import real_runs
+from kvlab.analysis.peer_conformance import by_name, differences, vllm_workloads
+from kvlab.backends.vllm import VLLM
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.tables import table
@@ -295,7 +295,7 @@ if IS_SEED:
 # ### 5b. What the real vLLM does
 #
 # vLLM's own scheduler (version 0.34.0, with its own KV cache manager and block pool) runs on a CPU
-# without a GPU or weights: `kvlab.backends.vllm` drives it in its own environment
+# without a GPU or weights: `kvlab.backends.vllm.VLLM` drives it in its own environment
 # (`bash scripts/setup.sh vllm`) and reads back what it did. This notebook shows the runs stored
 # in `data/measurements/` (set `live_vllm` to run them now). Beside each real run, kvlab's peer on
 # the same workload: the last column counts the requests whose status, start step, finish step or
@@ -303,11 +303,11 @@ if IS_SEED:
 # request with small ones, "not yet" and "never", and the mixed workload (150 requests).
 
 # %%
-vllm_workloads = workloads_by_name()
+vllm_conformance = by_name(vllm_workloads())
 real_names = ["nb04/long-and-small", "nb04/not-yet-and-never", "nb04/mixed-rate-0.05",
               "shrunk/head-of-line", "shrunk/self-preemption"]
-real, real_source = real_runs(real_names, live=live_vllm)
-modelled = {name: vllm_workloads[name].run_peer() for name in real_names}
+real, real_source = VLLM.real_runs(vllm_conformance, real_names, live=live_vllm)
+modelled = {name: vllm_conformance[name].run_peer() for name in real_names}
 rows = []
 for name in real_names:
     for source, result in ((real_source, real[name]), ("kvlab's peer (modelled)", modelled[name])):

@@ -18,7 +18,7 @@ QUICK_ARGS = {
     "scheduler_throughput.py": ["--repeat", "1", "--requests", "200", "--sizes", "100", "200",
                                 "--trace", "--trace-limit", "300"],
     "widget_latency.py": ["--repeats", "4"],
-    "vllm_conformance.py": ["--stored", "--only", "nb04/long", "front-door"],  # no vLLM needed
+    "peer_conformance.py": ["--stored", "--only", "nb04/long", "front-door"],  # no vLLM needed
 }
 
 

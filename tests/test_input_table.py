@@ -27,7 +27,7 @@ from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MaxSeqLenClampWarn
                    PageIndexTable, PagePool, Request, Scheduler, VllmEngineArgs, VllmScheduler,
                    simulate)
 from kvlab.analysis.presets import seed_geometry
-from kvlab.backends import vllm as vllm_backend
+from kvlab.backends.vllm import VLLM
 from kvlab.cli import main
 from kvlab.run.distributed import Fault, scenario_config
 from kvlab.run.scenarios import load_scenario
@@ -238,7 +238,7 @@ def _hostile_deployment(edit, stem):
     return attempt
 
 
-CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET, VLLM = (
+CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET, VLLM_DOOR = (
     "constructor", "`kvlab` command", "scenario file", "papermill parameter", "widget",
     "vLLM backend")
 
@@ -247,7 +247,7 @@ def _without_vllm_environment(tmp: Path) -> Tuple[str, str]:
     """The backend asked to run where vLLM's environment was never made (an empty folder)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KVLAB_VLLM_ENV", str(tmp / "no-vllm"))
-        return raises(lambda: vllm_backend.run(VllmEngineArgs(seed_geometry(), 64, 2016),
+        return raises(lambda: VLLM.run(VllmEngineArgs(seed_geometry(), 64, 2016),
                                                [Request("r", 8, 4)]))(tmp)
 
 CASES = [
@@ -320,15 +320,15 @@ CASES = [
          raises(lambda: VllmScheduler(VllmEngineArgs(seed_geometry(), 64, 2016)).submit(
              Request("r", 8, 4, num_draft_tokens=2))), "ValueError",
          ("num_draft_tokens=0", "vLLM peer")),
-    Case(VLLM, "run(args, requests) without `bash scripts/setup.sh vllm`",
-         lambda tmp: _without_vllm_environment(tmp), "VllmUnavailable",
+    Case(VLLM_DOOR, "VLLM.run(args, requests) without `bash scripts/setup.sh vllm`",
+         lambda tmp: _without_vllm_environment(tmp), "EngineUnavailable",
          ("bash scripts/setup.sh vllm",)),
-    Case(VLLM, "run(VllmEngineArgs(<an MLA geometry>, ...), requests)",
-         raises(lambda: vllm_backend.run(VllmEngineArgs(KVGeometry(4, 1, 576, kv_factor=1), 64, 2016),
+    Case(VLLM_DOOR, "VLLM.run(VllmEngineArgs(<an MLA geometry>, ...), requests)",
+         raises(lambda: VLLM.run(VllmEngineArgs(KVGeometry(4, 1, 576, kv_factor=1), 64, 2016),
                                          [Request("r", 8, 4)])), "ValueError",
          ("kv_factor 2", "kv_factor=1")),
-    Case(VLLM, "run(args, requests, timeout_s=0)",
-         raises(lambda: vllm_backend.run(VllmEngineArgs(seed_geometry(), 64, 2016),
+    Case(VLLM_DOOR, "VLLM.run(args, requests, timeout_s=0)",
+         raises(lambda: VLLM.run(VllmEngineArgs(seed_geometry(), 64, 2016),
                                          [Request("r", 8, 4)], timeout_s=0)), "ValueError",
          ("timeout_s", "(0.0, 86400.0]")),
     Case(CONSTRUCTOR, "Scheduler(manager, max_num_tokens=0)",
@@ -599,4 +599,4 @@ def test_readme_table_is_the_one_these_inputs_give(outcomes):
 
 
 def test_every_door_is_tried():
-    assert {case.door for case in CASES} == {CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET, VLLM}
+    assert {case.door for case in CASES} == {CONSTRUCTOR, COMMAND, SCENARIO, PAPERMILL, WIDGET, VLLM_DOOR}

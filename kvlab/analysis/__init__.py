@@ -4,6 +4,6 @@ Reading order: ``presets`` (the seed geometry, the outcome names and the one cla
 ``repro`` (the 4 MiB single-GPU experiment) -> ``compare`` (one workload under every policy)
 -> ``phase`` (the phase diagram's closed forms) -> ``rank_plan`` (a multi-rank run without
 running it) -> ``mamba_residency`` (notebook 05's arithmetic) -> ``measurements`` (timings on a
-real device) -> ``models``, ``gpus``, ``deployment`` (the preflight plan) -> ``vllm_conformance``
-(the workloads kvlab's vLLM peer is held to).
+real device) -> ``models``, ``gpus``, ``deployment`` (the preflight plan) -> ``peer_conformance``
+(the workloads kvlab's peers are held to).
 """

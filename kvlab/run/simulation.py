@@ -139,8 +139,9 @@ def finished_reason(request: Request, step: int) -> str:
     """The reason a request that finished at ``step`` gives."""
     reason = (f"finished at step {step}: {request.num_generated} tokens generated after a "
               f"{request.prompt_len}-token prompt")
-    if request.output_limit < request.max_new_tokens:  # vLLM's stop at max_model_len
-        reason += (f", stopped at max_model_len={request.prompt_len + request.num_generated} "
+    if request.output_limit < request.max_new_tokens:  # vLLM's max_model_len, SGLang's clip
+        reason += (f", stopped short of max_new_tokens={request.max_new_tokens:,} by the engine's "
+                   f"length limit at {request.prompt_len + request.num_generated:,} tokens "
                    "(finish reason 'length')")
     return reason
 

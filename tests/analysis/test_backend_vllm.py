@@ -1,11 +1,11 @@
-"""kvlab.backends.vllm: the real vLLM scheduler as a subprocess. Live (marked ``vllm``, needs
+"""kvlab.backends.vllm.VLLM (a kvlab.backends.real_engine.RealEngine): the real vLLM scheduler as a
+subprocess. Live (marked ``vllm``, needs
 ``bash scripts/setup.sh vllm``, which the README's test command runs): vLLM gives today what
 data/measurements/vllm-0.34.0.json stored. Without vLLM: a missing environment names the setup
 command, and a driver that dies, hangs or prints garbage loses no request."""
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 import time
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from kvlab import KVGeometry, Request, VllmEngineArgs
-from kvlab.analysis.vllm_conformance import NOTEBOOK_04, VllmWorkload, conformance_workloads
-from kvlab.backends import vllm as vllm_backend
+from kvlab.analysis.peer_conformance import NOTEBOOK_04, PeerWorkload, vllm_workloads
+from kvlab.backends.real_engine import EngineProcessError, EngineUnavailable
+from kvlab.backends.vllm import VLLM
 
-live = pytest.mark.skipif(not vllm_backend.is_available(),
+live = pytest.mark.skipif(not VLLM.is_available(),
                           reason="vLLM's environment is not set up: bash scripts/setup.sh vllm")
 REQUESTS = [Request("done", 8, 2), Request("started", 8, 50), Request("queued", 8, 4, arrival_step=1)]
 
@@ -26,10 +27,10 @@ REQUESTS = [Request("done", 8, 2), Request("started", 8, 50), Request("queued", 
 @pytest.mark.slow
 @live
 def test_live_vllm_gives_what_is_stored():
-    workloads = conformance_workloads()
-    stored = json.loads(vllm_backend.STORED.read_text(encoding="utf-8"))
+    workloads = vllm_workloads()
+    stored = VLLM.stored_document()
     keep = {w["name"]: w["steps"] is not None for w in stored["workloads"]}
-    records = vllm_backend._run(workloads, timeout_s=1800)
+    records = VLLM.records(workloads, timeout_s=1800)
     for record, expected in zip(records, stored["workloads"]):
         assert record.to_json(keep[record.workload.name]) == expected, record.workload.name
 
@@ -37,9 +38,9 @@ def test_live_vllm_gives_what_is_stored():
 @pytest.mark.vllm
 @live
 def test_live_vllm_refuses_to_start_and_at_the_front_door_with_its_own_words():
-    refused, served = vllm_backend.run_workloads([
-        VllmWorkload("refused", NOTEBOOK_04.replace(max_model_len=2048), REQUESTS),
-        VllmWorkload("served", NOTEBOOK_04, [Request("zero", 8, 0), Request("fits", 8, 2)])])
+    refused, served = VLLM.run_workloads([
+        PeerWorkload("refused", NOTEBOOK_04.replace(max_model_len=2048), REQUESTS),
+        PeerWorkload("served", NOTEBOOK_04, [Request("zero", 8, 0), Request("fits", 8, 2)])])
     assert isinstance(refused.error, ValueError)
     assert "the estimated maximum model length is 2016" in str(refused.error)
     assert set(refused.status.values()) == {"rejected"}
@@ -49,13 +50,13 @@ def test_live_vllm_refuses_to_start_and_at_the_front_door_with_its_own_words():
 
 def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatch):
     monkeypatch.setenv("KVLAB_VLLM_ENV", str(tmp_path / "missing"))
-    assert not vllm_backend.is_available()
-    with pytest.raises(vllm_backend.VllmUnavailable, match="bash scripts/setup.sh vllm"):
-        vllm_backend.run(NOTEBOOK_04, REQUESTS)
+    assert not VLLM.is_available()
+    with pytest.raises(EngineUnavailable, match="bash scripts/setup.sh vllm"):
+        VLLM.run(NOTEBOOK_04, REQUESTS)
 
 
-def fake_driver(tmp_path, monkeypatch, body: str) -> None:
-    """Run a stand-in for vllm_driver.py (this Python, no vLLM) that prints the driver's
+def fake_driver(tmp_path, body: str, version: str = "0.34.0"):
+    """VLLM with a stand-in for vllm_driver.py (this Python, no vLLM) that prints the driver's
     first lines for REQUESTS, then does ``body``."""
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent('''\
@@ -63,7 +64,7 @@ def fake_driver(tmp_path, monkeypatch, body: str) -> None:
         json.load(sys.stdin)
         def emit(**fields):
             print(json.dumps(fields), flush=True)
-        emit(kind="hello", vllm="0.34.0", torch="x")
+        emit(kind="hello", vllm="VERSION", torch="x")
         emit(kind="start", run=0, num_gpu_blocks=64, free_blocks=63, max_model_len=2016)
         for request_id, event in (("done", "started"), ("done", "first_token"),
                                   ("started", "started"), ("started", "first_token")):
@@ -73,13 +74,12 @@ def fake_driver(tmp_path, monkeypatch, body: str) -> None:
         emit(kind="steps", run=0, rows=[[0, 61, 2, 0, 2, 0, 16, 0], [1, 61, 1, 1, 1, 2, 3, 0]])
         sys.stderr.write("the driver's last words\\n")
         sys.stderr.flush()
-    ''') + textwrap.dedent(body))
-    monkeypatch.setattr(vllm_backend, "vllm_python", lambda: Path(sys.executable))
-    monkeypatch.setattr(vllm_backend, "DRIVER", script)
+    ''').replace("VERSION", version) + textwrap.dedent(body))
+    return VLLM.with_driver(script, Path(sys.executable))
 
 
 def assert_nothing_lost(result, error_words):
-    assert isinstance(result.error, vllm_backend.VllmBackendError)
+    assert isinstance(result.error, EngineProcessError)
     for word in error_words:
         assert word in str(result.error), str(result.error)
     assert result.status == {"done": "finished", "started": "running", "queued": "waiting"}
@@ -95,27 +95,23 @@ def assert_nothing_lost(result, error_words):
     ("os.kill(os.getpid(), signal.SIGKILL)", ("signal 9",)),
     ("print('Traceback (most recent call last):', flush=True)", ("not its protocol", "Traceback")),
 ])
-def test_a_driver_that_dies_or_babbles_loses_no_request(tmp_path, monkeypatch, how, words):
-    fake_driver(tmp_path, monkeypatch, how + "\n")
-    assert_nothing_lost(vllm_backend.run(NOTEBOOK_04, REQUESTS), words)
+def test_a_driver_that_dies_or_babbles_loses_no_request(tmp_path, how, words):
+    assert_nothing_lost(fake_driver(tmp_path, how + "\n").run(NOTEBOOK_04, REQUESTS), words)
 
 
 @pytest.mark.parametrize("hang", ["time.sleep(60)",
                                   # a child that holds the driver's stdout open: killed with it
                                   "import subprocess; subprocess.Popen(['sleep', '60']); time.sleep(60)"])
-def test_a_driver_that_hangs_is_killed_at_the_timeout(tmp_path, monkeypatch, hang):
-    fake_driver(tmp_path, monkeypatch, hang + "\n")
+def test_a_driver_that_hangs_is_killed_at_the_timeout(tmp_path, hang):
+    engine = fake_driver(tmp_path, hang + "\n")
     start = time.monotonic()
-    assert_nothing_lost(vllm_backend.run(NOTEBOOK_04, REQUESTS, timeout_s=3),
+    assert_nothing_lost(engine.run(NOTEBOOK_04, REQUESTS, timeout_s=3),
                         ("ran past timeout_s=3 s",))
     assert time.monotonic() - start < 20
 
 
-def test_a_driver_of_another_vllm_is_refused(tmp_path, monkeypatch):
-    fake_driver(tmp_path, monkeypatch, "")
-    script = vllm_backend.DRIVER
-    script.write_text(script.read_text().replace('vllm="0.34.0"', 'vllm="0.35.0"'))
-    result = vllm_backend.run(NOTEBOOK_04, REQUESTS)
+def test_a_driver_of_another_vllm_is_refused(tmp_path):
+    result = fake_driver(tmp_path, "", version="0.35.0").run(NOTEBOOK_04, REQUESTS)
     assert "the environment runs vLLM 0.35.0, not 0.34.0" in str(result.error)
     assert set(result.status.values()) == {"waiting"}
 
@@ -123,10 +119,10 @@ def test_a_driver_of_another_vllm_is_refused(tmp_path, monkeypatch):
 def test_what_the_driver_cannot_give_vllm_is_refused_before_it_starts():
     mla = VllmEngineArgs(KVGeometry(4, 1, 576, kv_factor=1), 64, 2016)
     with pytest.raises(ValueError, match="kv_factor 2"):
-        vllm_backend.run(mla, REQUESTS)
+        VLLM.run(mla, REQUESTS)
     with pytest.raises(ValueError, match="no draft tokens"):
-        vllm_backend.run(NOTEBOOK_04, [Request("d", 8, 4, num_draft_tokens=1)])
-    with pytest.raises(TypeError, match="VllmWorkload"):
-        vllm_backend.run_workloads([NOTEBOOK_04])
+        VLLM.run(NOTEBOOK_04, [Request("d", 8, 4, num_draft_tokens=1)])
+    with pytest.raises(TypeError, match="PeerWorkload"):
+        VLLM.run_workloads([NOTEBOOK_04])
     with pytest.raises(ValueError, match=r"distinct request_ids; given more than once: \['r'\]"):
-        vllm_backend.run(NOTEBOOK_04, [Request("r", 8, 4), Request("r", 8, 4)])
+        VLLM.run(NOTEBOOK_04, [Request("r", 8, 4), Request("r", 8, 4)])

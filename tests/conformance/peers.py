@@ -6,17 +6,17 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Dict, List
 
-from kvlab.analysis.vllm_conformance import COMPARED, conformance_workloads, differences
-from kvlab.backends import vllm as vllm_backend
+from kvlab.analysis.peer_conformance import COMPARED, differences, vllm_workloads
+from kvlab.backends.vllm import VLLM
 
 
 @lru_cache(maxsize=1)
 def vllm_comparisons() -> Dict[str, dict]:
     """Per conformance workload: the workload, real vLLM's stored result, kvlab's peer's result
     and the rows where they differ."""
-    stored = vllm_backend.stored_results()
+    stored = VLLM.stored_results()
     comparisons = {}
-    for workload in conformance_workloads():
+    for workload in vllm_workloads():
         real = stored[workload.name]
         peer = workload.run_peer()
         comparisons[workload.name] = dict(workload=workload, real=real, peer=peer,
@@ -38,15 +38,15 @@ def _engine(args) -> str:
 
 def render_vllm() -> List[str]:
     """The vLLM section of docs/CONFORMANCE.md."""
-    header = vllm_backend.stored_header()
+    header = VLLM.stored_header()
     comparisons = vllm_comparisons()
     requests = sum(len(c["workload"].requests) for c in comparisons.values())
     differing = sum(len({row["request_id"] for row in c["differences"]}) for c in comparisons.values())
     lines = [
-        f"## vLLM {header['vllm']}: kvlab's `VllmScheduler` against vLLM's own scheduler", "",
+        f"## vLLM {header['version']}: kvlab's `VllmScheduler` against vLLM's own scheduler", "",
         f"**{len(comparisons)} workloads, {requests:,} requests: {differing:,} differ in "
         f"{', '.join(COMPARED)}.**", "",
-        f"The real runs are stored in `data/measurements/vllm-{header['vllm']}.json` (recorded "
+        f"The real runs are stored in `data/measurements/vllm-{header['version']}.json` (recorded "
         f"{header['recorded']} with `{header['command']}`); `tests/conformance/test_vllm_peer.py` "
         "holds kvlab's peer to them request by request, and `tests/analysis/test_backend_vllm.py` "
         "runs vLLM itself (`kvlab.backends.vllm`, in the environment `bash scripts/setup.sh vllm` "

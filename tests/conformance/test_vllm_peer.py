@@ -9,30 +9,30 @@ from __future__ import annotations
 import pytest
 from peers import vllm_comparisons
 
-from kvlab.analysis.vllm_conformance import conformance_workloads
-from kvlab.backends import vllm as vllm_backend
+from kvlab.analysis.peer_conformance import vllm_workloads
+from kvlab.backends.vllm import VLLM
 
-NAMES = [workload.name for workload in conformance_workloads()]
+NAMES = [workload.name for workload in vllm_workloads()]
 #: The step-record fields the real driver reports.
 STEP_FIELDS = ("step", "free_blocks", "running", "waiting", "num_context", "num_generation",
                "tokens_scheduled", "num_recompute_paused", "rejected_total", "finished_total")
 
 
 def test_the_stored_runs_are_of_todays_workloads():
-    stored = vllm_backend.stored_records()
+    stored = VLLM.stored_records()
     assert list(stored) == NAMES
-    for workload in conformance_workloads():
+    for workload in vllm_workloads():
         record = stored[workload.name]
-        assert vllm_backend.driver_input(record.workload) == vllm_backend.driver_input(workload), (
+        assert VLLM.driver_input(record.workload) == VLLM.driver_input(workload), (
             f"{workload.name}: its definition changed since the runs were stored; rerun "
-            "python benchmarks/vllm_conformance.py --record")
+            "python benchmarks/peer_conformance.py --engine vllm --record")
 
 
 def test_enough_workloads_of_every_kind():
     assert len(NAMES) >= 20
     for kind in ("nb04/", "shrunk/", "azure-", "mooncake-"):
         assert any(name.startswith(kind) for name in NAMES), kind
-    workloads = conformance_workloads()
+    workloads = vllm_workloads()
     assert {w.args.enable_chunked_prefill for w in workloads} == {True, False}
 
 

@@ -94,7 +94,8 @@ def test_a_sequence_stops_at_max_model_len():
     result = simulate(VllmScheduler(engine()), [Request("r", 2000, 100)], check_invariants=True)
     request = result.requests["r"]
     assert result.status["r"] == "finished" and request.num_generated == 16   # 2000 + 16 = 2016
-    assert result.reasons["r"].endswith("stopped at max_model_len=2016 (finish reason 'length')")
+    assert result.reasons["r"].endswith("stopped short of max_new_tokens=100 by the engine's length "
+                                        "limit at 2,016 tokens (finish reason 'length')")
 
 
 def test_a_prompt_over_the_usable_pool_blocks_the_head_of_the_queue_forever():

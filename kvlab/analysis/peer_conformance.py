@@ -1,16 +1,17 @@
-"""The workloads on which kvlab's vLLM peer is held to the real vLLM, and the comparison.
+"""The workloads on which kvlab's peers are held to the real engines, and the comparison.
 
-Each :class:`VllmWorkload` is an engine (``VllmEngineArgs``: pool, ``max_model_len``,
-``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and requests with arrival steps.
-:func:`conformance_workloads` lists them: notebook 04's (the long request beside small ones,
+Each :class:`PeerWorkload` is an engine's arguments (``VllmEngineArgs``: pool,
+``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and requests
+with arrival steps; ``run_peer`` runs kvlab's peer of that engine on it.
+:func:`vllm_workloads` lists vLLM's: notebook 04's (the long request beside small ones,
 "not yet" and "never", three mixed Poisson workloads, with and without chunked prefill), a pool
 swapped smaller after start-up (the head-of-line wait, the chunked self-preemption loop), the
 first 10 minutes of Azure's code and conversation hours, the first minutes of Mooncake's
 conversation and synthetic traces, the front door's refusals, a start-up refusal, and a tiny
 pool whose preempted request recomputes its last token as a chunk of its own.
 :func:`differences` compares two runs request by request on what docs/CONFORMANCE.md promises:
-status, start step, finish step and preemptions. ``kvlab.backends.vllm`` runs the same
-workloads on the real scheduler and stores its answers in data/measurements/.
+status, start step, finish step and preemptions. ``kvlab.backends`` runs the same workloads on
+the real schedulers and stores their answers in data/measurements/.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ from kvlab.sched.vllm import (VllmEngineArgs, VllmScheduler, check_plain_request
 
 #: What :func:`differences` compares, per request.
 COMPARED = ("status", "first_scheduled_step", "end_step", "num_recomputes")
+#: Each engine's arguments type -> (kvlab's peer scheduler, the engine's start-up check).
+PEERS = {VllmEngineArgs: (VllmScheduler, startup_error)}
 
 
 @dataclass(frozen=True)
-class VllmWorkload:
-    """``requests`` on the engine ``args``, for at most ``max_steps`` steps."""
+class PeerWorkload:
+    """``requests`` on an engine of arguments ``args`` (one of :data:`PEERS`' types), for at
+    most ``max_steps`` steps."""
 
     name: str
     args: VllmEngineArgs
@@ -42,8 +46,9 @@ class VllmWorkload:
     max_steps: int = 100_000
 
     def __post_init__(self):
-        if not isinstance(self.args, VllmEngineArgs):
-            raise TypeError(f"args must be a VllmEngineArgs, got {type(self.args).__name__}")
+        if type(self.args) not in PEERS:
+            raise TypeError(f"args must be one of {[t.__name__ for t in PEERS]}, got "
+                            f"{type(self.args).__name__}")
         object.__setattr__(self, "requests", tuple(self.requests))
         if not all(isinstance(r, Request) for r in self.requests):
             raise TypeError("requests must hold Request objects")
@@ -56,12 +61,13 @@ class VllmWorkload:
         check_int("max_steps", self.max_steps, low=1, high=1 << 30)
 
     def run_peer(self) -> SimulationResult:
-        """kvlab's vLLM peer on this workload; a start-up refusal rejects every request with
-        vLLM's message, as :func:`kvlab.backends.vllm.run` reports it."""
-        refusal = startup_error(self.args)
+        """kvlab's peer of the engine on this workload; a start-up refusal rejects every
+        request with the engine's message, as the real engine's backend reports it."""
+        scheduler_class, startup_check = PEERS[type(self.args)]
+        refusal = startup_check(self.args)
         if refusal is not None:
             return refused_to_start(self.requests, refusal)
-        return simulate(VllmScheduler(self.args), self.requests, max_steps=self.max_steps)
+        return simulate(scheduler_class(self.args), self.requests, max_steps=self.max_steps)
 
 
 def differences(peer: SimulationResult, real: SimulationResult) -> List[dict]:
@@ -109,7 +115,7 @@ def _trace_engine(num_gpu_blocks: int, **changes) -> VllmEngineArgs:
     return VllmEngineArgs(geometry, num_gpu_blocks, **fields)
 
 
-def conformance_workloads() -> List[VllmWorkload]:
+def vllm_workloads() -> List[PeerWorkload]:
     """The workloads of docs/CONFORMANCE.md's vLLM table (module docstring)."""
     nb04_small = long_and_small()
     hog = not_yet_and_never(EngineConfig(max_seq_len=NOTEBOOK_04.max_model_len))
@@ -121,50 +127,50 @@ def conformance_workloads() -> List[VllmWorkload]:
     azure_code, azure_conv = azure_trace("code", minutes=10), azure_trace("conv", minutes=10)
     conversation = mooncake_trace("conversation", minutes=3)
     workloads = [
-        VllmWorkload("nb04/long-and-small", NOTEBOOK_04, nb04_small, 20_000),
-        VllmWorkload("nb04/long-and-small/chunked", chunked, nb04_small, 20_000),
-        VllmWorkload("nb04/not-yet-and-never", NOTEBOOK_04, hog, 20_000),
-        VllmWorkload("front-door", NOTEBOOK_04, front_door, 1_000),
-        VllmWorkload("startup-refused", NOTEBOOK_04.replace(max_model_len=2048), nb04_small, 1_000),
-        VllmWorkload("shrunk/head-of-line", SHRUNK, shrunk_small, 3_000),
-        VllmWorkload("shrunk/head-of-line/chunked", SHRUNK.replace(**CHUNKED_512), shrunk_small, 3_000),
-        VllmWorkload("shrunk/self-preemption", SHRUNK.replace(
+        PeerWorkload("nb04/long-and-small", NOTEBOOK_04, nb04_small, 20_000),
+        PeerWorkload("nb04/long-and-small/chunked", chunked, nb04_small, 20_000),
+        PeerWorkload("nb04/not-yet-and-never", NOTEBOOK_04, hog, 20_000),
+        PeerWorkload("front-door", NOTEBOOK_04, front_door, 1_000),
+        PeerWorkload("startup-refused", NOTEBOOK_04.replace(max_model_len=2048), nb04_small, 1_000),
+        PeerWorkload("shrunk/head-of-line", SHRUNK, shrunk_small, 3_000),
+        PeerWorkload("shrunk/head-of-line/chunked", SHRUNK.replace(**CHUNKED_512), shrunk_small, 3_000),
+        PeerWorkload("shrunk/self-preemption", SHRUNK.replace(
             **CHUNKED_512, scheduler_reserve_full_isl=False), shrunk_small, 300),
-        VllmWorkload("shrunk/self-preemption/ends-running", SHRUNK.replace(
+        PeerWorkload("shrunk/self-preemption/ends-running", SHRUNK.replace(
             **CHUNKED_512, scheduler_reserve_full_isl=False), shrunk_small, 301),
-        VllmWorkload("tiny/one-token-recompute-chunk", VllmEngineArgs(
+        PeerWorkload("tiny/one-token-recompute-chunk", VllmEngineArgs(
             KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4), 9, 32,
             max_num_seqs=4, max_num_batched_tokens=14), [Request("a", 14, 10), Request("b", 14, 10)],
             1_000),
     ]
     for rate in (0.04, 0.05, 0.1):
         mixed = _mixed(rate)
-        workloads += [VllmWorkload(f"nb04/mixed-rate-{rate:g}", NOTEBOOK_04, mixed, 100_000),
-                      VllmWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000)]
+        workloads += [PeerWorkload(f"nb04/mixed-rate-{rate:g}", NOTEBOOK_04, mixed, 100_000),
+                      PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000)]
     workloads += [
-        VllmWorkload("nb04/mixed-rate-0.05/seed-1", NOTEBOOK_04, _mixed(0.05, seed=1), 100_000),
-        VllmWorkload("nb04/mixed-rate-0.05/watermark", NOTEBOOK_04.replace(watermark=0.1),
+        PeerWorkload("nb04/mixed-rate-0.05/seed-1", NOTEBOOK_04, _mixed(0.05, seed=1), 100_000),
+        PeerWorkload("nb04/mixed-rate-0.05/watermark", NOTEBOOK_04.replace(watermark=0.1),
                      _mixed(0.05), 100_000),
-        VllmWorkload("azure-code-10min", _trace_engine(256), azure_code),
-        VllmWorkload("azure-code-10min/shrunk", _trace_engine(224), azure_code),
-        VllmWorkload("azure-code-10min/no-chunking", _trace_engine(256, enable_chunked_prefill=False),
+        PeerWorkload("azure-code-10min", _trace_engine(256), azure_code),
+        PeerWorkload("azure-code-10min/shrunk", _trace_engine(224), azure_code),
+        PeerWorkload("azure-code-10min/no-chunking", _trace_engine(256, enable_chunked_prefill=False),
                      azure_code),
-        VllmWorkload("azure-conv-10min", _trace_engine(512), azure_conv),
-        VllmWorkload("mooncake-conversation-3min", _trace_engine(2048, max_num_seqs=32), conversation),
-        VllmWorkload("mooncake-conversation-3min/shrunk", _trace_engine(1024, max_num_seqs=32),
+        PeerWorkload("azure-conv-10min", _trace_engine(512), azure_conv),
+        PeerWorkload("mooncake-conversation-3min", _trace_engine(2048, max_num_seqs=32), conversation),
+        PeerWorkload("mooncake-conversation-3min/shrunk", _trace_engine(1024, max_num_seqs=32),
                      conversation),
-        VllmWorkload("mooncake-conversation-3min/no-chunking", _trace_engine(
+        PeerWorkload("mooncake-conversation-3min/no-chunking", _trace_engine(
             2048, max_num_seqs=32, max_num_batched_tokens=65_504, enable_chunked_prefill=False),
                      conversation),
-        VllmWorkload("mooncake-synthetic-1min", _trace_engine(2048, max_num_seqs=32),
+        PeerWorkload("mooncake-synthetic-1min", _trace_engine(2048, max_num_seqs=32),
                      mooncake_trace("synthetic", minutes=1)),
     ]
     return workloads
 
 
-def workloads_by_name() -> Dict[str, VllmWorkload]:
-    return {workload.name: workload for workload in conformance_workloads()}
+def by_name(workloads: List[PeerWorkload]) -> Dict[str, PeerWorkload]:
+    return {workload.name: workload for workload in workloads}
 
 
-__all__ = ["COMPARED", "NOTEBOOK_04", "VllmWorkload", "conformance_workloads", "differences",
-           "workloads_by_name"]
+__all__ = ["COMPARED", "NOTEBOOK_04", "PEERS", "PeerWorkload", "by_name", "differences",
+           "vllm_workloads"]
