@@ -1,14 +1,15 @@
 """kvlab's peers against the real engines' schedulers, workload by workload; prints one JSON line
 per workload and a summary, and with ``--record`` stores the real runs.
 
-The workloads are ``kvlab.analysis.peer_conformance``'s (``vllm_workloads()``). Each line gives
+The workloads are ``kvlab.analysis.peer_conformance``'s (``vllm_workloads()``,
+``sglang_workloads()``). Each line gives
 the requests, what the real engine did with them (finished, rejected, unfinished, preemptions,
 steps), the requests whose status, start step, finish step or preemptions differ in kvlab's
 peer, and the seconds each side took (the real engine: one process that ran them all, its
 start-up included). Needs the engine's environment (``bash scripts/setup.sh ENGINE``);
 ``--stored`` compares against data/measurements/ENGINE-VERSION.json instead.
 
-    python benchmarks/peer_conformance.py [--engine vllm] [--only PREFIX ...] [--stored]
+    python benchmarks/peer_conformance.py [--engine vllm|sglang] [--only PREFIX ...] [--stored]
     python benchmarks/peer_conformance.py --engine vllm --record   # rewrites the stored runs
 """
 
@@ -18,11 +19,12 @@ import argparse
 import json
 import time
 
-from kvlab.analysis.peer_conformance import differences, vllm_workloads
+from kvlab.analysis.peer_conformance import differences, sglang_workloads, vllm_workloads
+from kvlab.backends.sglang import SGLANG
 from kvlab.backends.vllm import VLLM
 
 #: Each engine's backend and its conformance workloads.
-ENGINES = {"vllm": (VLLM, vllm_workloads)}
+ENGINES = {"vllm": (VLLM, vllm_workloads), "sglang": (SGLANG, sglang_workloads)}
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from kvlab.run.simulation import Engine, SimulationResult, simulate
 from kvlab.run.trace import Trace
 from kvlab.sched.admission import ADMISSION_POLICIES, AdmissionPolicy, Verdict, make_admission
 from kvlab.sched.scheduler import ScheduledBatch, Scheduler, SchedulerDeadlock
+from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler
 
 __all__ = [
@@ -24,7 +25,8 @@ __all__ = [
     "PAGE_INDEX_TOO_SHORT_MESSAGE", "PageIndexTable", "PageIndexTooShort", "PagePool",
     "Request", "max_blocks_per_seq",
     "ADMISSION_POLICIES", "AdmissionPolicy", "ScheduledBatch", "Scheduler", "SchedulerDeadlock",
-    "SimulationResult", "Trace", "Verdict", "VllmEngineArgs", "VllmScheduler", "make_admission",
+    "SglangScheduler", "SglangServerArgs", "SimulationResult", "Trace", "Verdict", "VllmEngineArgs",
+    "VllmScheduler", "make_admission",
     "simulate",
     "Engine", "DistributedResult", "Fault", "RankResult", "RunConfig", "run_ranks",
 ]

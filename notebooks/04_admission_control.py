@@ -28,7 +28,7 @@
 # can never run?* PR #21720 answers it at admission. This notebook shows the distinction, runs
 # the same workloads under the historical engine (both row widths) and under admission control,
 # maps where each policy crashes, stalls, rejects or succeeds, measures what each costs in goodput
-# and waiting time, and puts vLLM's and SGLang's styles beside TensorRT-LLM's.
+# and waiting time, and puts vLLM's and SGLang's own schedulers beside TensorRT-LLM's.
 
 # %% tags=["parameters"]
 pool_mib: float = 4.0  # the KV pool (quota) in MiB; the seed's 4 (64 pages of 32 tokens)
@@ -41,7 +41,7 @@ stall_limit: int = 1000  # passes without progress before SchedulerDeadlock; the
 grid: int = 64  # phase diagram resolution: grid pools x grid contexts per regime
 trace_minutes: float = 60.0  # section 7 replays this much of Azure's code hour (all of it: 60)
 seconds_per_iteration: float = 0.05  # section 7: one scheduler iteration in seconds of the trace's clock
-live_vllm: bool = False  # section 5: run the real vLLM now (bash scripts/setup.sh vllm), not its stored runs
+live_engines: bool = False  # section 5b: run the real vLLM and SGLang now (scripts/setup.sh), not their stored runs
 SMOKE: bool = False  # True (CI): a smaller workload, a coarser diagram, ten minutes of the trace
 
 # %%
@@ -58,7 +58,8 @@ from kvlab.analysis.compare import (EngineConfig, long_and_small, not_yet_and_ne
                                     vllm_startup_error)
 from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
-from kvlab.analysis.peer_conformance import by_name, differences, vllm_workloads
+from kvlab.analysis.peer_conformance import by_name, differences, sglang_workloads, vllm_workloads
+from kvlab.backends.sglang import SGLANG
 from kvlab.backends.vllm import VLLM
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
@@ -73,7 +74,7 @@ from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
 # Bad parameters stop here, with a message naming the parameter.
 check_admission_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
                  arrival_rate=arrival_rate, seed=seed, stall_limit=stall_limit, grid=grid,
-                 trace_minutes=trace_minutes, seconds_per_iteration=seconds_per_iteration, live_vllm=live_vllm,
+                 trace_minutes=trace_minutes, seconds_per_iteration=seconds_per_iteration, live_engines=live_engines,
                  SMOKE=SMOKE)
 if SMOKE:
     num_requests, grid, trace_minutes = min(num_requests, 60), min(grid, 24), min(trace_minutes, 10.0)
@@ -262,18 +263,22 @@ if never:
 # %% [markdown]
 # ## 5. The peers, side by side
 #
-# The same workload under the peers. vLLM's row is kvlab's model of vLLM 0.34.0's own scheduler
-# (`kvlab.sched.vllm`), which is held to the real one request by request (section 5b and
-# docs/CONFORMANCE.md); SGLang's is a style run inside TensorRT-LLM's loop
-# (`kvlab.sched.admission`, simplified). vLLM checks capacity at **start-up**: with the configured
+# The same workload under the peers: kvlab's models of vLLM 0.34.0's and SGLang 0.5.23's own
+# schedulers (`kvlab.sched.vllm`, `kvlab.sched.sglang`), each held to the real one request by
+# request (section 5b and docs/CONFORMANCE.md). vLLM checks capacity at **start-up**: with the configured
 # max length it refuses to start at all — the message below. Its estimate is the pool less one
 # block: vLLM keeps block 0 back as its *null block*, never handed to a request. An operator then
 # sets `max_model_len` to that estimate, which is the engine run here: it rejects a prompt that
 # reaches that length at the door, admits a waiting prompt only when the whole of it fits the free
 # blocks, admits nothing in a step that preempted, and preempts by recompute, the last admitted
-# first, back to the head of the queue. SGLang checks the prompt against the pool at the door,
-# reserves prompt + predicted output, and retracts (aborting a request only when nothing is left
-# to retract).
+# first, back to the head of the queue. SGLang checks a prompt twice at the door: against the
+# model's context length (the configured max_seq_len here), and against the pool less six tokens
+# (a prompt over that is turned away by the next prefill); it clips each request's output to what
+# the pool holds beside its prompt. It admits a prompt while it fits beside a guess of what every
+# running request will still write: a share of their remaining output, the *new-token ratio*,
+# 0.7 at first and decaying step by step. When a decode step finds no room, it retracts the
+# request with the fewest output tokens to the back of the queue (to recompute later) and raises
+# the ratio again.
 
 # %%
 startup = vllm_startup_error(engine)
@@ -283,7 +288,8 @@ peers = mixed_table.loc[["none/clamped", "none/configured", "capacity", *PEER_PO
                          "mean_wait_steps", "preemptions", "reasons"]]
 display(table(peers))
 viz.show(viz.policy_bars_figure(mixed_rows, title="TensorRT-LLM none / capacity and the peers, one workload",
-                                subtitle="all modelled in kvlab; vllm is kvlab's peer of vLLM 0.34.0 (section 5b)"))
+                                subtitle="all modelled in kvlab; vllm and sglang are kvlab's peers of vLLM 0.34.0 "
+                                         "and SGLang 0.5.23 (section 5b)"))
 for policy in PEER_POLICIES:
     assert mixed_table.loc[policy, "outcome"] in ("reject", "ok")  # no peer crashes or stalls on this workload
     assert set(mixed_runs[policy].ids_with_status("rejected")) >= set(never) - {
@@ -292,35 +298,43 @@ if IS_SEED:
     assert startup and "estimated maximum model length is 2016" in startup
 
 # %% [markdown]
-# ### 5b. What the real vLLM does
+# ### 5b. What the real vLLM and SGLang do
 #
-# vLLM's own scheduler (version 0.34.0, with its own KV cache manager and block pool) runs on a CPU
-# without a GPU or weights: `kvlab.backends.vllm.VLLM` drives it in its own environment
-# (`bash scripts/setup.sh vllm`) and reads back what it did. This notebook shows the runs stored
-# in `data/measurements/` (set `live_vllm` to run them now). Beside each real run, kvlab's peer on
-# the same workload: the last column counts the requests whose status, start step, finish step or
-# number of preemptions differ. First this notebook's own workloads at the seed's pool: the long
-# request with small ones, "not yet" and "never", and the mixed workload (150 requests).
+# vLLM's own scheduler (version 0.34.0, with its own KV cache manager and block pool) and SGLang's
+# (version 0.5.23, its event loop and memory pools) run on a CPU without a GPU or weights:
+# `kvlab.backends.vllm.VLLM` and `kvlab.backends.sglang.SGLANG` drive each in its own environment
+# (`bash scripts/setup.sh vllm`, `... sglang`) and read back what it did. This notebook shows the
+# runs stored in `data/measurements/` (set `live_engines` to run them now). Beside each real run,
+# kvlab's peer on the same workload: the last column counts the requests whose status, start
+# step, finish step or number of preemptions differ. This notebook's own workloads at the seed's
+# pool: the long request with small ones, "not yet" and "never", and the mixed workload (150
+# requests); for vLLM also a pool shrunk after start-up (below).
 
 # %%
-vllm_conformance = by_name(vllm_workloads())
-real_names = ["nb04/long-and-small", "nb04/not-yet-and-never", "nb04/mixed-rate-0.05",
-              "shrunk/head-of-line", "shrunk/self-preemption"]
-real, real_source = VLLM.real_runs(vllm_conformance, real_names, live=live_vllm)
-modelled = {name: vllm_conformance[name].run_peer() for name in real_names}
-rows = []
-for name in real_names:
-    for source, result in ((real_source, real[name]), ("kvlab's peer (modelled)", modelled[name])):
-        summary = result.summary()
-        rows.append(dict(workload=name, source=source, finished=summary["finished"], rejected=summary["rejected"],
-                         unfinished=summary["waiting"] + summary["running"], preemptions=summary["recomputes"],
-                         steps=result.end_step,
-                         differing=len({d["request_id"] for d in differences(modelled[name], real[name])})))
+notebook_names = ["nb04/long-and-small", "nb04/not-yet-and-never", "nb04/mixed-rate-0.05"]
+engines = {"vLLM": (VLLM, by_name(vllm_workloads()), notebook_names + ["shrunk/head-of-line",
+                                                                         "shrunk/self-preemption"]),
+           "SGLang": (SGLANG, by_name(sglang_workloads()), notebook_names)}
+real, rows = {}, []
+for engine_name, (backend, workloads_, names) in engines.items():
+    real[engine_name], source = backend.real_runs(workloads_, names, live=live_engines)
+    for name in names:
+        modelled = workloads_[name].run_peer()
+        for label, result in ((source, real[engine_name][name]), (f"kvlab's {engine_name} peer (modelled)", modelled)):
+            summary = result.summary()
+            rows.append(dict(workload=name, source=label, finished=summary["finished"], rejected=summary["rejected"],
+                             unfinished=summary["waiting"] + summary["running"], preemptions=summary["recomputes"],
+                             steps=result.end_step,
+                             differing=len({d["request_id"] for d in differences(modelled, real[engine_name][name])})))
 display(table(pd.DataFrame(rows).set_index(["workload", "source"])))
-long_rejection = real["nb04/long-and-small"].reasons["long"]
-print(textwrap.fill(f"the long request, at real vLLM's front door: {long_rejection}", 100))
-assert all(row["differing"] == 0 for row in rows)  # the peer does what vLLM did, request by request
-assert long_rejection.startswith("The decoder prompt (length 8192) is longer than the maximum model length of 2016")
+for engine_name in engines:
+    print(textwrap.fill(f"the long request, at real {engine_name}'s front door: "
+                        f"{real[engine_name]['nb04/long-and-small'].reasons['long']}", 100))
+assert all(row["differing"] == 0 for row in rows)  # each peer does what its engine did, request by request
+assert real["vLLM"]["nb04/long-and-small"].reasons["long"].startswith(
+    "The decoder prompt (length 8192) is longer than the maximum model length of 2016")
+assert real["SGLang"]["nb04/long-and-small"].reasons["long"].startswith(
+    "The input (8192 tokens) is longer than the model's context length (8192 tokens)")
 
 # %% [markdown]
 # Where vLLM checks capacity matters once the pool changes after start-up: the start-up check
@@ -338,10 +352,10 @@ assert long_rejection.startswith("The decoder prompt (length 8192) is longer tha
 # %%
 for name, what in (("shrunk/head-of-line", "the head-of-line wait"),
                    ("shrunk/self-preemption", "the chunked self-preemption loop")):
-    result = real[name]
+    result = real["vLLM"][name]
     viz.show(viz.scheduler_timeline_figure(result, title=f"{what}: {name}", stall_detector=False,
-                                           subtitle=f"{real_source}; 40-block pool, start-up on 64"))
-head_of_line, loop = real["shrunk/head-of-line"], real["shrunk/self-preemption"]
+                                           subtitle=f"real vLLM {VLLM.version}; 40-block pool, start-up on 64"))
+head_of_line, loop = real["vLLM"]["shrunk/head-of-line"], real["vLLM"]["shrunk/self-preemption"]
 assert set(head_of_line.status.values()) == {"waiting"} and max(head_of_line.trace.column("running")) == 0
 assert loop.requests["long"].num_recomputes == loop.end_step // 3 and loop.error is None
 print(f"head-of-line: {len(head_of_line.status)} requests waiting after {head_of_line.end_step:,} steps; "
@@ -361,8 +375,9 @@ print(f"head-of-line: {len(head_of_line.status)} requests waiting after {head_of
 # Pool size (log slider, MiB), the long request's context and the policy: the scheduler timeline,
 # the long request's pages against the pool and the row, and the verdict follow. Things to find:
 # the pool at which the long request stops crashing under `none/clamped` but still stalls (the
-# row's spare entries); the pool from which every policy says ok; a context SGLang rejects although
-# the pool holds it (its door keeps room for the output).
+# row's spare entries); the pool from which every policy says ok; the context from which each peer
+# rejects the long request (vLLM: its `max_model_len`, the pool less one block; SGLang: the pool
+# less six tokens, or the context length).
 
 # %%
 panel = admission_panel(pool_mib=pool_mib, context=context, policy="none/clamped", num_small=min(num_small, 8),
@@ -386,17 +401,16 @@ panel
 # an eighth taken away (7,168 tokens), as the persistent MoE workspace took its share of #21470's
 # pool: a few hundred of the hour's contexts no longer fit. The pools use the seed's small
 # geometry (2 KiB a token), so each is a real tensor of 14 to 16 MiB; a Llama-3.1-8B-shaped pool of
-# the same tokens would be 128 KiB a token, 0.9 to 1 GiB. Only TensorRT-LLM's three regimes run
-# here: the peers' styles are simplified in kvlab exactly where this matters (SGLang's
-# `new_token_ratio` is kept constant, so a prompt close to the pool's size can wait for good;
-# `kvlab.sched.admission` says so).
+# the same tokens would be 128 KiB a token, 0.9 to 1 GiB. The peers run beside TensorRT-LLM's three
+# regimes: vLLM with `max_model_len` at its estimate for the pool, SGLang with the same context
+# length (kvlab.analysis.compare says how each engine is mapped).
 
 # %%
 trace = azure_trace("code", seconds_per_iteration, minutes=trace_minutes)
 trace_engines = {"sized": EngineConfig(pool_mib=16.0, max_seq_len=16384, max_batch_size=16, max_num_tokens=8192,
                                        chunked_prefill=True, stall_limit=stall_limit)}
 trace_engines["shrunk"] = dataclasses.replace(trace_engines["sized"], pool_mib=14.0)
-trace_runs = {name: run_policies(trace, TRTLLM_POLICIES, trace_engine, max_steps=10**9)  # each run ends by itself
+trace_runs = {name: run_policies(trace, POLICIES, trace_engine, max_steps=10**9)  # each run ends by itself
               for name, trace_engine in trace_engines.items()}
 trace_tables = {name: outcome_table(runs_) for name, runs_ in trace_runs.items()}
 print(f"{len(trace):,} requests in {trace_minutes:g} minutes of the code hour, "
@@ -426,6 +440,9 @@ if never_fits:
     assert shrunk.loc["none/configured", "outcome"] == "stall"      # the one-line fix: starvation, then the deadlock
     assert sorted(trace_runs["shrunk"]["capacity"].ids_with_status("rejected")) == never_fits
     assert shrunk.loc["capacity", "finished"] == len(trace) - len(never_fits)  # everything else is served
+for name, table_ in trace_tables.items():  # the peers reject at their doors and serve the rest
+    assert set(table_.loc[list(PEER_POLICIES), "outcome"]) <= {"ok", "reject"}, name
+    assert (table_.loc[list(PEER_POLICIES), "unfinished"] == 0).all(), name
 
 # %% [markdown]
 # On the pool sized for the hour the three regimes are the same engine: nothing reaches the
@@ -439,6 +456,13 @@ if never_fits:
 # everything still queued is lost. With admission control (`capacity`) exactly the requests that
 # can never fit are rejected when they arrive, with the numbers, and every other request of the
 # hour is served: the shrunk pool costs queueing time, not the engine.
+#
+# The peers, vLLM and SGLang, reject at their doors the prompts over their limits on the shrunk
+# pool (vLLM's `max_model_len`, the pool less one block; SGLang's, the pool less six tokens) and
+# serve the rest, a request whose output would overrun the pool stopped short at the engine's
+# length limit (finish reason "length"): neither crashes nor stalls. Their waiting
+# times count from arrival, as TensorRT-LLM's do, but they have no executor queue: every request
+# waits in the scheduler's own.
 
 # %% [markdown]
 # ## Findings

@@ -5,7 +5,8 @@
 #                                      (default "notebooks"; the tests use "test,ui")
 #   bash scripts/setup.sh vllm         the real vLLM 0.34.0 scheduler's own environment, for
 #                                      kvlab.backends.vllm (a cache folder, made once: about
-#                                      7 GB and a few minutes; see "vllm" below)
+#                                      7 GB and a few minutes; see engine_env below)
+#   bash scripts/setup.sh sglang       the same for SGLang 0.5.23 (about 6 GB, a minute or two)
 #
 # pyproject.toml is the one source of truth for the dependencies; this script only decides how
 # torch is installed, fetches the system Chromium for the browser test, and registers the
@@ -14,28 +15,35 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 extras="${1:-notebooks}"
 
-if [ "$extras" = vllm ]; then
-    # vLLM pins its own torch (2.14.0), so it cannot share kvlab's environment: it gets a virtual
-    # environment of its own in a cache folder, made once and reused (kvlab.backends.vllm finds
-    # it at the same path and talks to it through a subprocess). The wheel is installed without
-    # its dependencies because it pins flashinfer-python 0.7.3, which the registry does not
-    # serve; scripts/vllm-requirements.txt lists the rest, less the GPU-only kernel packages.
-    env_dir="${KVLAB_VLLM_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/kvlab/vllm-0.34.0}"
-    ready="$env_dir/kvlab-ready"
-    if [ -f "$ready" ] && cmp -s "$ready" scripts/vllm-requirements.txt; then
-        echo "setup.sh: the vLLM environment is ready (cached) in $env_dir"
-        exit 0
+# A real engine pins its own torch (vLLM 0.34.0 2.14.0, SGLang 0.5.23 2.14.1), so it cannot share
+# kvlab's environment: each gets a virtual environment of its own in a cache folder, made once and
+# reused (kvlab.backends.real_engine finds it at the same path and talks to it through a
+# subprocess). The engine's wheel is installed without its dependencies: they include GPU-only
+# kernel packages (vLLM pins flashinfer-python 0.7.3, which the registry does not serve);
+# scripts/NAME-requirements.txt lists the rest, pinned.
+engine_env() {  # NAME VERSION MODULE: make (or find cached) the environment of engine NAME
+    local name="$1" version="$2" module="$3"
+    local override="KVLAB_$(echo "$name" | tr '[:lower:]' '[:upper:]')_ENV"
+    local env_dir="${!override:-${XDG_CACHE_HOME:-$HOME/.cache}/kvlab/$name-$version}"
+    local requirements="scripts/$name-requirements.txt" ready="$env_dir/kvlab-ready"
+    if [ -f "$ready" ] && cmp -s "$ready" "$requirements"; then
+        echo "setup.sh: the $name environment is ready (cached) in $env_dir"
+        return
     fi
     rm -rf "$env_dir"
     python3 -m venv "$env_dir"
-    "$env_dir/bin/python" -m pip install --quiet --no-deps "vllm==0.34.0"
-    "$env_dir/bin/python" -m pip install --quiet -r scripts/vllm-requirements.txt
-    "$env_dir/bin/python" -c "import vllm.v1.core.sched.scheduler" 2>/dev/null \
-        || { echo "setup.sh: vLLM does not import in $env_dir" >&2; exit 1; }
-    cp scripts/vllm-requirements.txt "$ready"
-    echo "setup.sh: the vLLM environment is ready in $env_dir ($(du -sh "$env_dir" | cut -f1))"
-    exit 0
-fi
+    "$env_dir/bin/python" -m pip install --quiet --no-deps "$name==$version"
+    "$env_dir/bin/python" -m pip install --quiet -r "$requirements"
+    "$env_dir/bin/python" -c "import $module" 2>/dev/null \
+        || { echo "setup.sh: $name does not import in $env_dir" >&2; exit 1; }
+    cp "$requirements" "$ready"
+    echo "setup.sh: the $name environment is ready in $env_dir ($(du -sh "$env_dir" | cut -f1))"
+}
+
+case "$extras" in
+    vllm) engine_env vllm 0.34.0 vllm.v1.core.sched.scheduler; exit 0 ;;
+    sglang) engine_env sglang 0.5.23 sglang.srt.managers.scheduler; exit 0 ;;
+esac
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
 has_torch() {  # a torch that meets pyproject's torch>=2.4 is already installed

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Set up (with the test and browser extras, and the real vLLM scheduler's own environment) and
-# run the whole test suite, browser tests and the live vLLM tests included.
+# Set up (with the test and browser extras, and the real vLLM and SGLang schedulers' own
+# environments) and run the whole test suite, browser tests and the live engine tests included.
 #
 #   bash scripts/test.sh [PYTEST ARGS...]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh test,ui
 bash scripts/setup.sh vllm
+bash scripts/setup.sh sglang
 
 status=0
 python3 -m pytest -q -p no:cacheprovider "$@" || status=$?

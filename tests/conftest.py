@@ -18,6 +18,7 @@ SEED_MAX_SEQ_LEN = 8192
 _MARKERS = {
     "gpu": "needs a CUDA GPU",
     "vllm": "runs the real vLLM scheduler in its own environment (bash scripts/setup.sh vllm)",
+    "sglang": "runs the real SGLang scheduler in its own environment (bash scripts/setup.sh sglang)",
     "ui": "drives JupyterLab in a real browser",
     "notebook": "executes a notebook with papermill",
     "slow": "takes more than a few seconds",

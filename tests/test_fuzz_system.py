@@ -73,11 +73,12 @@ class SystemMachine(RuleBasedStateMachine):
     rules_run: collections.Counter = collections.Counter()
 
     # admission: every policy of ADMISSION_POLICIES (the coverage test names each), "none" first,
-    # where the derandomized coverage run's PageIndexTooShort comes from
+    # where the derandomized coverage run's PageIndexTooShort comes from (the peers' own loops,
+    # kvlab.sched.vllm and kvlab.sched.sglang, have property tests of their own)
     @initialize(tokens_per_block=st.sampled_from([1, 2, 4, 8, 16]), blocks=st.integers(1, 40),
                 max_seq_len=st.integers(1, 512), slots=st.integers(1, 6),
                 width_policy=st.sampled_from(sorted(WIDTH_POLICIES)),
-                admission=st.sampled_from(["none", "capacity", "sglang"]),
+                admission=st.sampled_from(["none", "capacity"]),
                 extra=st.integers(0, 3), hybrid=st.booleans(), resident=st.integers(1, 6),
                 max_num_tokens=st.one_of(st.integers(1, 8), st.integers(1, 600)),
                 batch=st.integers(1, 8), stall_limit=st.integers(1, 40), chunked=st.booleans(),
@@ -377,7 +378,8 @@ def test_the_machine_reaches_every_rule_and_every_outcome():
     expected = ["build", "arrive", "step", "drain", "create", "resize", "suspend", "resume", "free",
                 "use stale handle", "build refused: no chunk fits",
                 "engine stopped: PageIndexTooShort", "engine stopped: SchedulerDeadlock"]
-    expected += [f"event: {kind}" for kind in EVENT_KINDS]
+    # every event TensorRT-LLM's loop has (an abort is SGLang's: tests/sched/test_sglang.py)
+    expected += [f"event: {kind}" for kind in EVENT_KINDS if kind != "aborted"]
     expected += [f"build: {value}" for value in [*ADMISSION_POLICIES, *WIDTH_POLICIES, "hybrid",
                                                  "attention only"]]
     missing = [name for name in expected if not ran[name]]

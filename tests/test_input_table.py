@@ -301,7 +301,7 @@ CASES = [
          ("max_new_tokens", "[0, ")),
     Case(CONSTRUCTOR, "Scheduler(manager, admission='fifo')",
          raises(lambda: Scheduler(_manager(), admission="fifo")), "ValueError",
-         ("admission", "'capacity', 'none', 'sglang'")),
+         ("admission", "'capacity', 'none'")),
     Case(CONSTRUCTOR, "VllmEngineArgs(geometry, num_gpu_blocks=0, max_model_len=2048)",
          raises(lambda: VllmEngineArgs(seed_geometry(), 0, 2048)), "ValueError",
          ("num_gpu_blocks", "[1, ")),

@@ -16,7 +16,11 @@ together.
   operator then sets ``max_model_len`` to the estimate its error message prints (the pool's
   tokens less its null block), and that is the engine run here (:func:`vllm_startup_error` gives
   the refusal itself). vLLM has no stall detector: ``stall_limit`` does not apply;
-- ``"sglang"``: SGLang's style (:class:`kvlab.sched.admission.SglangStyle`).
+- ``"sglang"``: SGLang's own scheduling loop (:class:`kvlab.sched.sglang.SglangScheduler`, held
+  to the real SGLang 0.5.23 request by request): the same pool counted in tokens (page_size 1),
+  ``context_length`` the configured max_seq_len, ``max_running_requests`` the max_batch_size,
+  ``max_prefill_tokens`` the max_num_tokens, chunks of that size with chunked prefill; the
+  requests' ``ignore_eos`` off. SGLang has no stall detector either.
 
 The engine's outcome (:func:`kvlab.analysis.presets.engine_outcome`) is one of kvlab's outcome names (the
 colours of ``kvlab.notebook.viz.OUTCOME_COLORS``): ``"crash"`` (a PageIndexTooShort stopped the engine), ``"stall"``
@@ -39,10 +43,11 @@ from kvlab.core.memory import MIB
 from kvlab.core.request import Request
 from kvlab.run.progress import progress
 from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
-from kvlab.sched.admission import SglangStyle
 from kvlab.sched.base import SchedulerBase
 from kvlab.sched.policies import POLICIES
 from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT, Scheduler
+from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
+from kvlab.sched.sglang import startup_error as sglang_startup_error
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
 
@@ -121,7 +126,7 @@ def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> Sched
     if admission == "vllm":
         return VllmScheduler(vllm_args_as_run(engine))
     if admission == "sglang":
-        admission = SglangStyle()
+        return SglangScheduler(sglang_args(engine))
     return Scheduler(engine.manager(width), admission=admission, max_num_tokens=engine.max_num_tokens,
                      max_batch_size=engine.max_batch_size, stall_limit=engine.stall_limit,
                      chunked_prefill=engine.chunked_prefill)
@@ -144,6 +149,15 @@ def vllm_args_as_run(engine: EngineConfig) -> VllmEngineArgs:
     return vllm_args(engine).replace(max_model_len=min(engine.max_seq_len, estimate) or engine.max_seq_len)
 
 
+def sglang_args(engine: EngineConfig) -> SglangServerArgs:
+    """``engine`` as SGLang's server arguments (module docstring)."""
+    geometry = dataclasses.replace(engine.geometry, tokens_per_block=1)
+    return SglangServerArgs(geometry, engine.pool_tokens, engine.max_seq_len,
+                            max_running_requests=engine.max_batch_size,
+                            chunked_prefill_size=engine.max_num_tokens if engine.chunked_prefill else -1,
+                            max_prefill_tokens=engine.max_num_tokens)
+
+
 def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> Optional[str]:
     """The message vLLM refuses to start with when ``max_model_len`` is left at the configured
     max_seq_len (None when it starts)."""
@@ -154,10 +168,11 @@ def run_policy(policy: str, requests: Sequence[Request], engine: EngineConfig = 
                max_steps: int = 20_000) -> SimulationResult:
     """``simulate`` the requests under ``policy`` on a fresh engine; an engine that refuses to
     start (vLLM on a pool without room for one block) rejects every request with its message."""
-    if POLICIES[check_choice("policy", policy, POLICIES)][0] == "vllm":
-        refusal = startup_error(vllm_args_as_run(engine))
-        if refusal is not None:
-            return refused_to_start(requests, refusal)
+    admission = POLICIES[check_choice("policy", policy, POLICIES)][0]
+    refusal = (startup_error(vllm_args_as_run(engine)) if admission == "vllm" else
+               sglang_startup_error(sglang_args(engine)) if admission == "sglang" else None)
+    if refusal is not None:
+        return refused_to_start(requests, refusal)
     return simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
 
 
@@ -269,4 +284,4 @@ def request_timeline(result: SimulationResult) -> List[dict]:
 
 __all__ = ["EngineConfig", "build_scheduler", "long_and_small", "not_yet_and_never",
            "outcome_row", "outcome_rows", "outcome_table", "request_timeline", "run_policies",
-           "run_policy", "vllm_args", "vllm_startup_error"]
+           "run_policy", "sglang_args", "vllm_args", "vllm_startup_error"]

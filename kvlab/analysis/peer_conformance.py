@@ -3,7 +3,7 @@
 Each :class:`PeerWorkload` is an engine's arguments (``VllmEngineArgs``: pool,
 ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and requests
 with arrival steps; ``run_peer`` runs kvlab's peer of that engine on it.
-:func:`vllm_workloads` lists vLLM's: notebook 04's (the long request beside small ones,
+:func:`vllm_workloads` lists vLLM's (and :func:`sglang_workloads` SGLang's, of the same kinds): notebook 04's (the long request beside small ones,
 "not yet" and "never", three mixed Poisson workloads, with and without chunked prefill), a pool
 swapped smaller after start-up (the head-of-line wait, the chunked self-preemption loop), the
 first 10 minutes of Azure's code and conversation hours, the first minutes of Mooncake's
@@ -19,20 +19,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never
+from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never, sglang_args
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.checks import check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.request import Request
 from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
 from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
-from kvlab.sched.vllm import (VllmEngineArgs, VllmScheduler, check_plain_request,
-                              estimated_max_model_len, startup_error)
+from kvlab.sched.base import check_plain_request
+from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
+from kvlab.sched.sglang import startup_error as sglang_startup_error
+from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
 #: What :func:`differences` compares, per request.
 COMPARED = ("status", "first_scheduled_step", "end_step", "num_recomputes")
-#: Each engine's arguments type -> (kvlab's peer scheduler, the engine's start-up check).
-PEERS = {VllmEngineArgs: (VllmScheduler, startup_error)}
+#: Each engine's arguments type -> (kvlab's peer scheduler, the engine's start-up check, its name).
+PEERS = {VllmEngineArgs: (VllmScheduler, startup_error, "vLLM"),
+         SglangServerArgs: (SglangScheduler, sglang_startup_error, "SGLang")}
 
 
 @dataclass(frozen=True)
@@ -57,13 +60,13 @@ class PeerWorkload:
             twice = sorted({i for i in ids if ids.count(i) > 1})
             raise ValueError(f"requests must have distinct request_ids; given more than once: {twice}")
         for request in self.requests:
-            check_plain_request(request)
+            check_plain_request(request, PEERS[type(self.args)][2])
         check_int("max_steps", self.max_steps, low=1, high=1 << 30)
 
     def run_peer(self) -> SimulationResult:
         """kvlab's peer of the engine on this workload; a start-up refusal rejects every
         request with the engine's message, as the real engine's backend reports it."""
-        scheduler_class, startup_check = PEERS[type(self.args)]
+        scheduler_class, startup_check, _ = PEERS[type(self.args)]
         refusal = startup_check(self.args)
         if refusal is not None:
             return refused_to_start(self.requests, refusal)
@@ -168,9 +171,75 @@ def vllm_workloads() -> List[PeerWorkload]:
     return workloads
 
 
+#: Notebook 04's engine as SGLang: the same 2,048 tokens (4 MiB of the seed's geometry, one
+#: token a page), context length 8,192, 4 running requests, no chunking (compare.sglang_args).
+SGLANG_NOTEBOOK_04 = sglang_args(EngineConfig())
+SGLANG_CHUNKED_512 = dict(chunked_prefill_size=512, max_prefill_tokens=512)
+
+
+def _sglang_trace_engine(max_total_tokens: int, **changes) -> SglangServerArgs:
+    """A trace-sized SGLang engine: the seed's geometry, a context length of the pool's, 16
+    running requests, SGLang's default chunk and prefill budget."""
+    fields = dict(max_running_requests=16)
+    fields.update(changes)
+    return SglangServerArgs(seed_geometry(tokens_per_block=1), max_total_tokens,
+                            fields.pop("context_length", max_total_tokens), **fields)
+
+
+def sglang_workloads() -> List[PeerWorkload]:
+    """The workloads of docs/CONFORMANCE.md's SGLang table: vLLM's kinds, on SGLang's engines,
+    with the requests' ``ignore_eos`` off (SGLang then guesses each request's output with its
+    decaying new-token ratio and retracts when the guess falls short) but for one mixed run."""
+    small = long_and_small()
+    chunked = SGLANG_NOTEBOOK_04.replace(**SGLANG_CHUNKED_512)
+    hog = not_yet_and_never(EngineConfig())
+    front_door = [Request("prompt-at-context-length", 8192, 4, 0),
+                  Request("prompt-plus-output-over-context-length", 8000, 400, 0),
+                  Request("prompt-over-the-pool", 2042, 4, 1),
+                  Request("output-clipped-to-the-pool", 1000, 2000, 2), Request("fits", 100, 10, 3)]
+    azure_code, azure_conv = azure_trace("code", minutes=10), azure_trace("conv", minutes=10)
+    conversation = mooncake_trace("conversation", minutes=3)
+    tiny = SglangServerArgs(KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1),
+                            600, 4096, max_running_requests=8, chunked_prefill_size=128,
+                            max_prefill_tokens=128)
+    workloads = [
+        PeerWorkload("nb04/long-and-small", SGLANG_NOTEBOOK_04, small, 20_000),
+        PeerWorkload("nb04/long-and-small/chunked", chunked, small, 20_000),
+        PeerWorkload("nb04/not-yet-and-never", SGLANG_NOTEBOOK_04, hog, 20_000),
+        PeerWorkload("front-door", SGLANG_NOTEBOOK_04, front_door, 5_000),
+        PeerWorkload("startup-refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), small, 1_000),
+        PeerWorkload("tiny/retractions", tiny, [Request(f"r{i}", 20, 400, i) for i in range(8)], 5_000),
+        PeerWorkload("tiny/ignore-eos-stall", tiny.replace(max_total_tokens=1000, ignore_eos=True),
+                     [Request("a", 300, 900, 0), Request("b", 300, 900, 0)], 500),
+    ]
+    for rate in (0.04, 0.05, 0.1):
+        mixed = _mixed(rate)
+        workloads += [PeerWorkload(f"nb04/mixed-rate-{rate:g}", SGLANG_NOTEBOOK_04, mixed, 100_000),
+                      PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000)]
+    workloads += [
+        PeerWorkload("nb04/mixed-rate-0.05/seed-1", SGLANG_NOTEBOOK_04, _mixed(0.05, seed=1), 100_000),
+        PeerWorkload("nb04/mixed-rate-0.05/ignore-eos", SGLANG_NOTEBOOK_04.replace(ignore_eos=True),
+                     _mixed(0.05), 100_000),
+        PeerWorkload("azure-code-10min", _sglang_trace_engine(8192), azure_code),
+        PeerWorkload("azure-code-10min/shrunk", _sglang_trace_engine(7168), azure_code),
+        PeerWorkload("azure-code-10min/no-chunking", _sglang_trace_engine(8192, chunked_prefill_size=-1),
+                     azure_code),
+        PeerWorkload("azure-conv-10min", _sglang_trace_engine(16384), azure_conv),
+        PeerWorkload("mooncake-conversation-3min", _sglang_trace_engine(65536, max_running_requests=32),
+                     conversation),
+        PeerWorkload("mooncake-conversation-3min/shrunk",
+                     _sglang_trace_engine(32768, max_running_requests=32), conversation),
+        PeerWorkload("mooncake-conversation-3min/no-chunking", _sglang_trace_engine(
+            65536, max_running_requests=32, chunked_prefill_size=-1), conversation),
+        PeerWorkload("mooncake-synthetic-1min", _sglang_trace_engine(65536, max_running_requests=32),
+                     mooncake_trace("synthetic", minutes=1)),
+    ]
+    return workloads
+
+
 def by_name(workloads: List[PeerWorkload]) -> Dict[str, PeerWorkload]:
     return {workload.name: workload for workload in workloads}
 
 
-__all__ = ["COMPARED", "NOTEBOOK_04", "PEERS", "PeerWorkload", "by_name", "differences",
-           "vllm_workloads"]
+__all__ = ["COMPARED", "NOTEBOOK_04", "PEERS", "PeerWorkload", "SGLANG_NOTEBOOK_04", "by_name",
+           "differences", "sglang_workloads", "vllm_workloads"]

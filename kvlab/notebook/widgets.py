@@ -37,7 +37,7 @@ from kvlab.run.distributed import run_ranks, scenario_config
 from kvlab.run.scenarios import load_scenario
 from kvlab.run.simulation import Engine, SimulationResult, simulate
 from kvlab.run.trace import Trace
-from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
+from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
 
 # --- notebook 02: the 4 MiB repro ----------------------------------------------------------------
 
@@ -193,10 +193,10 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     engine, result = model.engine, model.result
     manager = engine.manager(POLICIES[model.policy][1])
     needed = engine.geometry.blocks_for_tokens(model.context + 16)
-    vllm = model.policy == "vllm"  # vLLM's own loop: no stall detector
+    peer = model.policy in PEER_POLICIES  # vLLM's and SGLang's own loops: no stall detector
     timeline = viz.scheduler_timeline_spec(
-        result, stall_limit=None if vllm else engine.stall_limit, outcome=model.outcome,
-        stall_detector=not vllm, title=f"{model.policy}: {viz.OUTCOME_LABELS[model.outcome]}")
+        result, stall_limit=None if peer else engine.stall_limit, outcome=model.outcome,
+        stall_detector=not peer, title=f"{model.policy}: {viz.OUTCOME_LABELS[model.outcome]}")
     demand = viz.index_row_spec(
         manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
         policy=POLICIES[model.policy][1],

@@ -111,7 +111,8 @@ def simulate(scheduler: SchedulerBase, requests: Iterable[Request], max_steps: i
     docstring). ``check_invariants`` checks the scheduler's and the run's invariants after
     every step; ``max_num_active_requests``: see :class:`Engine`."""
     if not isinstance(scheduler, SchedulerBase):
-        raise TypeError(f"scheduler must be a Scheduler or a VllmScheduler, got {type(scheduler).__name__}")
+        raise TypeError(f"scheduler must be a kvlab scheduler (Scheduler, VllmScheduler, "
+                        f"SglangScheduler), got {type(scheduler).__name__}")
     if scheduler.iteration or scheduler.submitted_requests:
         raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
@@ -347,7 +348,8 @@ class Engine:
             self.step, manager.free_blocks, manager.total_blocks - manager.free_blocks,
             manager.host_tier.used_blocks, counts["running"], counts["waiting"], len(self.queue),
             counts["suspended"],
-            len(batch.context_requests), len(batch.generation_requests), batch.num_tokens,
+            len(batch.context_requests) + batch.num_aborted_context_rows,
+            len(batch.generation_requests), batch.num_tokens,
             len(batch.paused_requests), len(batch.recompute_paused_requests),
             counts["rejected"], counts["finished"], scheduler.stalled_passes))
 

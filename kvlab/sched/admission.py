@@ -1,30 +1,19 @@
-"""Admission policies: what an engine checks before, and does while, a request runs.
+"""Admission policies of TensorRT-LLM's loop: what the engine checks when a request arrives.
 
-The Scheduler runs one loop (TensorRT-LLM's KVCacheV2Scheduler) for every policy; a policy
-plugs into it through three hooks, so styles differ only where the real engines differ:
-
-- ``admit(request, manager) -> Verdict``: when the request arrives; a rejection is for that
-  request alone and its reason states the numbers.
-- ``may_start(request, manager, active) -> bool``: before a request's first context chunk
-  (``active``: the requests in the engine, in arrival order).
-  False keeps it waiting and ends this pass's context admission (first come, first served, as
-  SGLang admits). "none" and "capacity" always say True: TensorRT-LLM tries and sees.
-- ``preemption``: how a generation step that cannot grow makes room: "suspend" (TensorRT-LLM
-  V2: suspend victims from the tail, then recompute-pause, then suspend itself), "recompute"
-  (recompute-preempt from the tail, itself last) or "retract" (SGLang: retract decodes, abort
-  the last one).
-
-vLLM's style is not a policy of this loop: vLLM's own loop is :mod:`kvlab.sched.vllm`.
-Reasons quote the real messages (docs/REFERENCE.md §4, §6) where the real engine has one.
+The Scheduler (TensorRT-LLM's KVCacheV2Scheduler) takes a policy through one hook,
+``admit(request, manager) -> Verdict``: a rejection is for that request alone and its reason
+states the numbers. "none" admits everything (the merged code: try and see); "capacity" is PR
+#21720's proposal. The peers are not policies of this loop: vLLM's and SGLang's own loops are
+:mod:`kvlab.sched.vllm` and :mod:`kvlab.sched.sglang`. Reasons quote the real messages
+(docs/REFERENCE.md §4) where the real engine has one.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Dict, Sequence, Type, Union
+from typing import Dict, Type, Union
 
-from kvlab.core.checks import check_choice, check_float
+from kvlab.core.checks import check_choice
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request
 
@@ -33,9 +22,6 @@ FITS_NOW = "fits now"
 TEMPORARILY_BLOCKED = "temporarily blocked"
 NEVER_FITS = "never fits"
 
-PREEMPTION_MODES = ("suspend", "recompute", "retract")
-#: Request states whose request holds a KV cache (on the device or in the host tier).
-HOLDS_CACHE = ("running", "suspended")
 
 
 @dataclass(frozen=True)
@@ -58,20 +44,15 @@ def demand_blocks(request: Request, manager: KVCacheManager) -> int:
 
 
 class AdmissionPolicy:
-    """Base policy: admits everything, never holds a context back, preempts by suspension."""
+    """Base policy: admits everything."""
 
     name = "base"
-    preemption = "suspend"
     #: The scheduler also rejects, at arrival, a request whose step its token budget can never
     #: hold (``Scheduler._token_budget_verdict``).
     rejects_never_schedulable = False
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:
         return ADMIT
-
-    def may_start(self, request: Request, manager: KVCacheManager,
-                  active: Sequence[Request]) -> bool:
-        return True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -127,75 +108,18 @@ class CapacityAdmission(AdmissionPolicy):
         return Verdict(False, reason) if feasibility == NEVER_FITS else ADMIT
 
 
-#: SGLang's margin below the request length limit (``max_req_input_len = max_req_len - 5``).
-SGLANG_INPUT_MARGIN = 5
-
-
-class SglangStyle(AdmissionPolicy):
-    """"sglang": SGLang's style (docs/REFERENCE.md §6), run inside kvlab's V2 loop.
-
-    - Front door: ``max_req_input_len = min(context_len - 1, pool tokens - 1) - 5`` (context_len
-      is the configured max_seq_len); a prompt at or over it is rejected with SGLang's message.
-    - Before the first chunk: the prompt plus ``new_token_ratio`` of its output must fit the
-      free tokens left after reserving the same ratio of every running request's remaining
-      output (SGLang's PrefillAdder); else the queue waits.
-    - Preemption by retraction: decodes with the fewest output tokens (then the longest
-      prompts) go back to the queue first; a request with nothing left to retract is aborted.
-
-    Simplified: SGLang decays new_token_ratio every step and raises it after a retraction;
-    kvlab keeps it constant. SGLang checks the memory of the whole decode batch at once; kvlab
-    handles each request as it fails to grow.
-    """
-
-    name = "sglang"
-    preemption = "retract"
-
-    def __init__(self, new_token_ratio: float = 0.7):
-        self.new_token_ratio = check_float("new_token_ratio", new_token_ratio, low=0.0, high=1.0)
-
-    @staticmethod
-    def max_input_len(manager: KVCacheManager) -> int:
-        pool_tokens = manager.total_blocks * manager.tokens_per_block
-        return min(manager.configured_max_seq_len - 1, pool_tokens - 1) - SGLANG_INPUT_MARGIN
-
-    def admit(self, request: Request, manager: KVCacheManager) -> Verdict:
-        limit = self.max_input_len(manager)
-        if request.prompt_len >= limit:
-            return Verdict(False, f"Input length ({request.prompt_len} tokens) exceeds the maximum "
-                                  f"allowed length ({limit} tokens). Use a shorter input or enable "
-                                  "--allow-auto-truncate.")
-        return ADMIT
-
-    def reserved_tokens(self, request: Request) -> int:
-        """Tokens held back for the request's predicted remaining output."""
-        return math.ceil((request.max_new_tokens - request.num_generated) * self.new_token_ratio)
-
-    def may_start(self, request: Request, manager: KVCacheManager,
-                  active: Sequence[Request]) -> bool:
-        reserved = sum(self.reserved_tokens(other) for other in active
-                       if other.state in HOLDS_CACHE)
-        free_tokens = manager.free_blocks * manager.tokens_per_block
-        need = request.context_len + manager.num_extra_kv_tokens + self.reserved_tokens(request)
-        return need <= free_tokens - reserved
-
-    def __repr__(self) -> str:
-        return f"SglangStyle(new_token_ratio={self.new_token_ratio})"
-
-
 ADMISSION_POLICIES: Dict[str, Type[AdmissionPolicy]] = {
-    policy.name: policy for policy in (NoAdmission, CapacityAdmission, SglangStyle)
+    policy.name: policy for policy in (NoAdmission, CapacityAdmission)
 }
 
 
 def make_admission(admission: Union[str, AdmissionPolicy]) -> AdmissionPolicy:
-    """A policy from its registry name ("none", "capacity", "sglang") or an instance."""
+    """A policy from its registry name ("none", "capacity") or an instance."""
     if isinstance(admission, AdmissionPolicy):
-        if admission.preemption not in PREEMPTION_MODES:
-            raise ValueError(f"{admission!r}.preemption must be one of {list(PREEMPTION_MODES)}, "
-                             f"got {admission.preemption!r}")
         return admission
-    if admission == "vllm":
-        raise ValueError(f"admission must be one of {sorted(ADMISSION_POLICIES)}, got 'vllm': vLLM's "
-                         "scheduler is a loop of its own, kvlab.sched.vllm.VllmScheduler")
+    if admission in ("vllm", "sglang"):
+        raise ValueError(f"admission must be one of {sorted(ADMISSION_POLICIES)}, got {admission!r}: "
+                         f"{'vLLM' if admission == 'vllm' else 'SGLang'}'s scheduler is a loop of "
+                         f"its own, kvlab.sched.{admission}")
     check_choice("admission", admission, ADMISSION_POLICIES)
     return ADMISSION_POLICIES[admission]()

@@ -36,8 +36,12 @@ class ScheduledBatch:
     #: cache freed this pass; their context (prompt + generated tokens) restarts later
     recompute_paused_requests: List[Request] = field(default_factory=list)
     fitting_disagg_gen_init_requests: List[Request] = field(default_factory=list)
-    #: aborted by SGLang-style retraction (state "rejected")
+    #: aborted by SGLang (a retraction that found nothing left, or a prompt its scheduler turned
+    #: away, finished by the prefill that runs its one token): state "rejected"
     aborted_requests: List[Request] = field(default_factory=list)
+    #: rows of the batch that only carried such an abort: counted among the step's context rows
+    #: (SGLang's prefill batch holds them), never executed
+    num_aborted_context_rows: int = 0
     num_tokens: int = 0
     #: the beam width of the generation requests scheduled (0 before the first)
     beam_width: int = 0
@@ -47,6 +51,15 @@ class ScheduledBatch:
         return bool(self.context_requests or self.generation_requests or self.paused_requests
                     or self.recompute_paused_requests or self.fitting_disagg_gen_init_requests
                     or self.aborted_requests)
+
+
+def check_plain_request(request: Request, peer: str) -> None:
+    """ValueError for what the real engines' peers (``peer``: "vLLM", "SGLang") model not:
+    draft tokens, beam search, disaggregated generation."""
+    if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
+        raise ValueError(f"request {request.request_id!r}: kvlab's {peer} peer and backend model no "
+                         "draft tokens, beam search or disaggregated generation; give it "
+                         "num_draft_tokens=0, beam_width=1, disagg_generation_init=False")
 
 
 class SchedulerBase:

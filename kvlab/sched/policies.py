@@ -1,6 +1,7 @@
 """The one table of policies: each name pairs an admission policy (:mod:`kvlab.sched.admission`)
 with a page-index width policy (:data:`kvlab.core.page_index.WIDTH_POLICIES`); "vllm" is vLLM's
-own scheduling loop (:mod:`kvlab.sched.vllm`, which sizes its block table itself).
+own scheduling loop (:mod:`kvlab.sched.vllm`) and "sglang" SGLang's (:mod:`kvlab.sched.sglang`),
+each sizing its table itself.
 
 Adding a policy is one entry in :data:`POLICIES` (plus its test); the comparisons, the phase
 diagram's regimes, the multi-rank runs, the panels and the figures read it from here.
@@ -16,7 +17,7 @@ POLICIES: Dict[str, Tuple[str, str]] = {
     "none/configured": ("none", "configured"),   # the one-line fix: a wider row, refused every pass
     "capacity": ("capacity", "clamped"),         # PR #21720 (a proposal): reject what never fits
     "vllm": ("vllm", "configured"),              # vLLM v1's own loop (kvlab.sched.vllm.VllmScheduler)
-    "sglang": ("sglang", "clamped"),             # SGLang's style (kvlab.sched.admission.SglangStyle)
+    "sglang": ("sglang", "configured"),          # SGLang's own loop (kvlab.sched.sglang.SglangScheduler)
 }
 #: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
 TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")

@@ -8,9 +8,8 @@ Mirrors ``KVCacheV2Scheduler._schedule_loop``
 - Phase 1 walks the active requests in arrival order. DISAGG_GENERATION_INIT requests go
   through ``prepare_disagg_gen_init`` outside the budgets (False = retry next iteration).
   Context requests are deferred to phase 2. A generation request grows by one token (+ its
-  draft tokens); when it cannot, room is made by the admission policy's preemption mode
-  ("suspend", the real ladder: suspend started requests from the tail, then recompute-pause,
-  then suspend itself and stop phase 1). Suspension asks nothing of the host tier: what a
+  draft tokens); when it cannot, room is made by the real ladder: suspend started requests
+  from the tail, then recompute-pause, then suspend itself and stop phase 1. Suspension asks nothing of the host tier: what a
   suspension frees depends on the tier below the GPU (kvlab.core.kv_cache, ``KVCache.suspend``).
 - Phase 2 walks the deferred contexts: batch budget full -> break; STOP -> break; SKIP ->
   continue. Non-chunked: the whole remaining context plus its draft tokens is one unit; a
@@ -231,7 +230,6 @@ class Scheduler(SchedulerBase):
             "chunk_unit_size", chunk_unit_size, low=1, high=1 << 30))
         if chunked_prefill:
             check_chunk_budget(self.chunk_unit_size, self.max_num_tokens, self.max_context_length)
-        self._admission_gates_starts = type(self.admission).may_start is not AdmissionPolicy.may_start
         self._inflight: FrozenSet[str] = frozenset()
 
     # -- the executor's side ------------------------------------------------------------
@@ -329,8 +327,6 @@ class Scheduler(SchedulerBase):
             index += 1
         preempted = self._schedule_contexts(pending_contexts, budget, batch)
         batch.num_tokens = budget.num_tokens
-        if batch.aborted_requests:
-            self._has_retired = True
         if preempted:
             pending_contexts = [r for r in pending_contexts if not _contains(preempted, r)]
         self._detect_deadlock(requests, pending_contexts, batch)
@@ -360,52 +356,20 @@ class Scheduler(SchedulerBase):
         return self._give_up_generation(request, batch), end
 
     def _make_room(self, request, requests, index, end, pause_state, batch):
-        """Free pages for a generation step, by the policy's preemption mode."""
-        mode = self.admission.preemption
-        if mode == "suspend":
-            success, end = self._evict_for_generation(request, requests, index, end, batch)
-            if not success and self.enable_recompute_pause:
-                success, end = self._recompute_pause_for_generation(request, requests, index, end,
-                                                                    pause_state, batch)
-            return success, end
-        victims = [i for i in range(index + 1, end)
-                   if i not in pause_state.victim_indices and requests[i].is_started
-                   and requests[i].state == "running"]
-        if mode == "retract":
-            # SGLang's order: most output tokens first, then shortest prompt; retract from the end
-            victims.sort(key=lambda i: (requests[i].num_generated, -requests[i].context_len),
-                         reverse=True)
-        while victims:  # "recompute" (vLLM) takes the tail first
-            victim_index = victims.pop()
-            self._recompute_pause(requests[victim_index])
-            batch.recompute_paused_requests.append(requests[victim_index])
-            pause_state.victim_indices.add(victim_index)
-            if self._try_allocate_generation(request):
-                return True, end
-        return False, end
+        """Free pages for a generation step: suspend started requests from the tail, then (with
+        recompute pause on) recompute-pause them."""
+        success, end = self._evict_for_generation(request, requests, index, end, batch)
+        if not success and self.enable_recompute_pause:
+            success, end = self._recompute_pause_for_generation(request, requests, index, end,
+                                                                pause_state, batch)
+        return success, end
 
     def _give_up_generation(self, request: Request, batch: ScheduledBatch) -> ScheduleAction:
-        """Nothing could make room: suspend itself (TensorRT-LLM), recompute itself (vLLM) or
-        abort (SGLang, with nothing left to retract)."""
-        mode = self.admission.preemption
-        if mode == "suspend":
-            if request.state == "running":
-                self._suspend(request)
-                batch.paused_requests.append(request)
-            return ScheduleAction.STOP
-        if mode == "recompute":
-            self._recompute_pause(request)
-            batch.recompute_paused_requests.append(request)
-            return ScheduleAction.STOP
-        cache = self.manager.get_cache(request)
-        request.reason = (f"aborted: out of KV cache memory with nothing left to retract (needs "
-                          f"{self.manager.geometry.blocks_for_tokens(cache.capacity + 1)} blocks; "
-                          f"{self.manager.free_blocks} free + {cache.num_blocks} its own of "
-                          f"{self.manager.total_blocks})")
-        self._release(request)
-        self._set_state(request, "rejected")
-        batch.aborted_requests.append(request)
-        return ScheduleAction.SKIP
+        """Nothing could make room: the request suspends itself and phase 1 stops."""
+        if request.state == "running":
+            self._suspend(request)
+            batch.paused_requests.append(request)
+        return ScheduleAction.STOP
 
     def _is_victim_candidate(self, request: Request) -> bool:
         """Started and not in flight (the real ``_is_recompute_pause_candidate``)."""
@@ -503,12 +467,12 @@ class Scheduler(SchedulerBase):
 
     def _pending_refusal(self, budget: _Budget) -> Optional[_CertainRefusal]:
         """The bound that refuses a pending first chunk before its attempt, or None when an
-        attempt could end otherwise than its refusal would: a residency cap or an admission
-        policy that withholds starts is checked first, a refusal may preempt
+        attempt could end otherwise than its refusal would: a residency cap is checked first, a
+        refusal may preempt
         (``_preempt_for_pages``: no tier below the GPU, recompute pause on), or no page-index
         slot is free (the attempt answers for the slot)."""
         manager = self.manager
-        if (self._admission_gates_starts or manager.max_resident_sequences() is not None
+        if (manager.max_resident_sequences() is not None
                 or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
                 or manager.free_slots == 0):
             return None
@@ -524,8 +488,6 @@ class Scheduler(SchedulerBase):
         first_chunk = request.is_first_context_chunk
         if first_chunk and self._residency_full(request):
             return self._residency_refusal(), 0
-        if first_chunk and not self.admission.may_start(request, self.manager, self._active):
-            return ScheduleAction.STOP, 0
         try:
             if self.chunked_prefill:
                 action, tokens = self._plan_context_chunk(request, budget)

@@ -48,7 +48,7 @@ from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB
 from kvlab.core.request import Request
 from kvlab.sched.admission import ADMIT, Verdict
-from kvlab.sched.base import ScheduledBatch, SchedulerBase
+from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
 
 #: The version whose scheduler this module follows (and kvlab.backends.vllm runs).
 VLLM_VERSION = "0.34.0"
@@ -147,15 +147,6 @@ def startup_error(args: VllmEngineArgs) -> Optional[str]:
             f"`max_model_len` also reduces what is needed. {CONSERVING_MEMORY}")
 
 
-def check_plain_request(request: Request) -> None:
-    """ValueError for what neither kvlab's vLLM peer nor the vLLM backend models: draft tokens,
-    beam search, disaggregated generation."""
-    if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
-        raise ValueError(f"request {request.request_id!r}: kvlab's vLLM peer and backend model no "
-                         "draft tokens, beam search or disaggregated generation; give it "
-                         "num_draft_tokens=0, beam_width=1, disagg_generation_init=False")
-
-
 def front_door_error(request: Request, max_model_len: int) -> Optional[str]:
     """vLLM's refusal of ``request`` when it arrives (``SamplingParams`` then
     ``_validate_prompt_len``), or None."""
@@ -204,7 +195,7 @@ class VllmScheduler(SchedulerBase):
         return None  # the engine core adds every request to the waiting queue
 
     def _verdict(self, request: Request) -> Verdict:
-        check_plain_request(request)
+        check_plain_request(request, "vLLM")
         refusal = front_door_error(request, self.max_model_len)
         if refusal is not None:
             return Verdict(False, refusal)

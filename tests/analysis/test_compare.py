@@ -52,7 +52,8 @@ def test_outcome_table_has_a_row_per_policy_with_reasons():
     table = outcome_table(runs)
     assert list(table.index) == list(POLICIES)
     assert table.loc["capacity", "reasons"].startswith("Request requires 257 KV cache blocks")
-    assert table.loc["sglang", "reasons"].startswith("Input length (8192 tokens) exceeds")
+    assert table.loc["sglang", "reasons"].startswith("The input (8192 tokens) is longer than the "
+                                                     "model's context length (8192 tokens).")
     assert table.loc["vllm", "reasons"].startswith("The decoder prompt (length 8192)")
     assert table.loc["none/configured", "max_stalled_passes"] == 20
     assert table.loc["none/clamped", "error"].startswith("PageIndexTooShort")

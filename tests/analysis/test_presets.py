@@ -3,7 +3,7 @@ everything that names a policy or an outcome reads them from there."""
 
 import pytest
 
-from kvlab import VllmScheduler, simulate
+from kvlab import SglangScheduler, VllmScheduler, simulate
 from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
 from kvlab.analysis.phase import phase_diagram
 from kvlab.analysis.presets import (ENGINE_OUTCOMES, OUTCOMES, RESIZE_OUTCOMES, engine_outcome,
@@ -18,7 +18,7 @@ def test_every_policy_names_a_real_admission_and_width_policy():
     assert set(TRTLLM_POLICIES) | set(PEER_POLICIES) == set(POLICIES)
     assert not set(TRTLLM_POLICIES) & set(PEER_POLICIES)
     for admission, width in POLICIES.values():
-        assert (admission in ADMISSION_POLICIES or admission == "vllm") and width in WIDTH_POLICIES
+        assert (admission in ADMISSION_POLICIES or admission in PEER_POLICIES) and width in WIDTH_POLICIES
     assert set(RANK_POLICIES.values()) == set(TRTLLM_POLICIES)
 
 
@@ -26,8 +26,8 @@ def test_every_policy_names_a_real_admission_and_width_policy():
 def test_each_policy_builds_the_engine_its_entry_names(policy):
     scheduler = build_scheduler(policy, EngineConfig())
     admission, width = POLICIES[policy]
-    if admission == "vllm":
-        assert isinstance(scheduler, VllmScheduler)
+    if admission in PEER_POLICIES:
+        assert isinstance(scheduler, {"vllm": VllmScheduler, "sglang": SglangScheduler}[admission])
     else:
         assert scheduler.admission.name == admission
     assert scheduler.manager.page_index_policy == width

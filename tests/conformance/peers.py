@@ -1,30 +1,36 @@
 """kvlab's peers against the real engines' stored runs: the comparison the conformance tests
-assert and the section of docs/CONFORMANCE.md that test_catalogue.py writes from it."""
+assert and the sections of docs/CONFORMANCE.md that test_catalogue.py writes from it."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Dict, List
 
-from kvlab.analysis.peer_conformance import COMPARED, differences, vllm_workloads
+from kvlab.analysis.peer_conformance import COMPARED, differences, sglang_workloads, vllm_workloads
+from kvlab.backends.sglang import SGLANG
 from kvlab.backends.vllm import VLLM
+from kvlab.sched.sglang import SglangServerArgs
+
+#: Each engine's backend and its conformance workloads, by the engine's name.
+ENGINES = {"vllm": (VLLM, vllm_workloads), "sglang": (SGLANG, sglang_workloads)}
 
 
-@lru_cache(maxsize=1)
-def vllm_comparisons() -> Dict[str, dict]:
-    """Per conformance workload: the workload, real vLLM's stored result, kvlab's peer's result
-    and the rows where they differ."""
-    stored = VLLM.stored_results()
-    comparisons = {}
-    for workload in vllm_workloads():
+@lru_cache(maxsize=None)
+def comparisons(engine: str) -> Dict[str, dict]:
+    """Per conformance workload of ``engine``: the workload, the real engine's stored result,
+    kvlab's peer's result and the rows where they differ."""
+    backend, workloads = ENGINES[engine]
+    stored = backend.stored_results()
+    found = {}
+    for workload in workloads():
         real = stored[workload.name]
         peer = workload.run_peer()
-        comparisons[workload.name] = dict(workload=workload, real=real, peer=peer,
-                                          differences=differences(peer, real))
-    return comparisons
+        found[workload.name] = dict(workload=workload, real=real, peer=peer,
+                                    differences=differences(peer, real))
+    return found
 
 
-def _engine(args) -> str:
+def _vllm_engine(args) -> str:
     chunking = (f"chunks of {args.max_num_batched_tokens:,}" if args.enable_chunked_prefill
                 else f"{args.max_num_batched_tokens:,} tokens, no chunking")
     pool = f"{args.num_gpu_blocks:,} x {args.block_size}"
@@ -36,48 +42,80 @@ def _engine(args) -> str:
                       chunking, *extras])
 
 
-def render_vllm() -> List[str]:
-    """The vLLM section of docs/CONFORMANCE.md."""
-    header = VLLM.stored_header()
-    comparisons = vllm_comparisons()
-    requests = sum(len(c["workload"].requests) for c in comparisons.values())
-    differing = sum(len({row["request_id"] for row in c["differences"]}) for c in comparisons.values())
+def _sglang_engine(args: SglangServerArgs) -> str:
+    chunking = ("no chunking" if args.chunk_size is None else f"chunks of {args.chunk_size:,}")
+    return "; ".join([f"{args.max_total_tokens:,} tokens", f"context {args.context_length:,}",
+                      f"{args.resolved_max_running_requests} running", chunking,
+                      f"prefill budget {args.max_prefill_tokens:,}",
+                      "ignore_eos" if args.ignore_eos else "new-token ratio"])
+
+
+#: Per engine: the section's title, how an engine is described, how the real scheduler ran.
+SECTIONS = {
+    "vllm": ("kvlab's `VllmScheduler` against vLLM's own scheduler", "engine (blocks x tokens)",
+             _vllm_engine,
+             "How the real scheduler runs here: vLLM's `Scheduler` (the synchronous one, not the "
+             "`AsyncScheduler` a GPU deployment may default to) with its own `KVCacheManager` and "
+             "`BlockPool`, built as its engine core builds them from a config.json-only model "
+             "folder, on the CPU, with the KV cache planned by vLLM's start-up functions from "
+             "exactly the pool's memory; the model runner is faked by one sampled token per "
+             "request whose prompt is computed. A step is one `schedule()` and one "
+             "`update_from_output()`; both sides skip the steps in which nothing is waiting or "
+             "running. Prefix caching is off on both sides (vLLM's default is on; kvlab models no "
+             "prefix reuse, and with prompts that share no prefix it would only change a "
+             "preempted request's recompute). What kvlab's peer leaves out is named in "
+             "`kvlab/sched/vllm.py`: speculative decoding, the priority policy, "
+             "`long_prefill_token_threshold`, KV connectors, LoRA and encoders; vLLM's start-up "
+             "refusal is reproduced for full-attention models only."),
+    "sglang": ("kvlab's `SglangScheduler` against SGLang's own scheduler", "engine",
+               _sglang_engine,
+               "How the real scheduler runs here: SGLang's own `Scheduler.event_loop_normal`, "
+               "unchanged, with its real memory pools on the CPU (page size 1), its "
+               "`TokenizerManager`'s request checks, and a model worker that loads no model and "
+               "samples one token per row; the sockets are replaced by the driver's hand-over "
+               "(`kvlab/backends/sglang_driver.py` names every stand-in). A step is one "
+               "iteration of the event loop that had a request to work on: a prefill batch or "
+               "a decode batch, never both (mixed chunks off). The radix cache and the overlap "
+               "scheduler are off on both sides (SGLang's defaults are on). What kvlab's peer "
+               "leaves out is named in `kvlab/sched/sglang.py`. Two details the comparison "
+               "does not count: a request whose max_new_tokens SGLang clips to 0 has a "
+               "'first token' in SGLang's trace (its sampler draws a token it never reports) "
+               "and none in kvlab's; and a retracted request still live at `max_steps` is "
+               "compared as running or waiting together (the driver's events cannot tell them "
+               "apart; the step rows' counts agree)."),
+}
+
+
+def render(engine: str) -> List[str]:
+    """The section of docs/CONFORMANCE.md for ``engine``."""
+    backend, _ = ENGINES[engine]
+    title, engine_column, describe, how = SECTIONS[engine]
+    header = backend.stored_header()
+    found = comparisons(engine)
+    requests = sum(len(c["workload"].requests) for c in found.values())
+    differing = sum(len({row["request_id"] for row in c["differences"]}) for c in found.values())
     lines = [
-        f"## vLLM {header['version']}: kvlab's `VllmScheduler` against vLLM's own scheduler", "",
-        f"**{len(comparisons)} workloads, {requests:,} requests: {differing:,} differ in "
+        f"## {backend.title} {header['version']}: {title}", "",
+        f"**{len(found)} workloads, {requests:,} requests: {differing:,} differ in "
         f"{', '.join(COMPARED)}.**", "",
-        f"The real runs are stored in `data/measurements/vllm-{header['version']}.json` (recorded "
-        f"{header['recorded']} with `{header['command']}`); `tests/conformance/test_vllm_peer.py` "
-        "holds kvlab's peer to them request by request, and `tests/analysis/test_backend_vllm.py` "
-        "runs vLLM itself (`kvlab.backends.vllm`, in the environment `bash scripts/setup.sh vllm` "
-        "makes) and fails if it no longer gives what is stored.", "",
-        "| workload | engine (blocks x tokens) | requests | finished | rejected | unfinished | "
+        f"The real runs are stored in `data/measurements/{backend.name}-{header['version']}.json` "
+        f"(recorded {header['recorded']} with `{header['command']}`); "
+        "`tests/conformance/test_real_peers.py` holds kvlab's peer to them request by request and "
+        f"step by step, and `tests/analysis/test_backend_{backend.name}.py` runs "
+        f"{backend.title} itself (`kvlab.backends.{backend.name}`, in the environment "
+        f"`{backend.setup_command}` makes) and fails if it no longer gives what is stored.", "",
+        f"| workload | {engine_column} | requests | finished | rejected | unfinished | "
         "preemptions | steps | differing |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, c in comparisons.items():
+    for name, c in found.items():
         summary = c["real"].summary()
         note = " (refuses to start)" if c["real"].error is not None else ""
         lines.append(
-            f"| `{name}` | {_engine(c['workload'].args)}{note} | {len(c['workload'].requests):,} | "
+            f"| `{name}` | {describe(c['workload'].args)}{note} | {len(c['workload'].requests):,} | "
             f"{summary['finished']:,} | {summary['rejected']:,} | "
             f"{summary['waiting'] + summary['running']:,} | {summary['recomputes']:,} | "
             f"{c['real'].end_step:,} | {len({r['request_id'] for r in c['differences']}):,} |")
-    lines += [
-        "",
-        "How the real scheduler runs here: vLLM's `Scheduler` (the synchronous one, not the "
-        "`AsyncScheduler` a GPU deployment may default to) with its own `KVCacheManager` and "
-        "`BlockPool`, built as its engine core builds them from a config.json-only model folder, "
-        "on the CPU, with the KV cache planned by vLLM's start-up functions from exactly the "
-        "pool's memory; the model runner is faked by one sampled token per request whose prompt is "
-        "computed. A step is one `schedule()` and one `update_from_output()`; both sides skip the "
-        "steps in which nothing is waiting or running. Prefix caching is off on both sides "
-        "(vLLM's default is on; kvlab models no prefix reuse, and with prompts that share no "
-        "prefix it would only change a preempted request's recompute).",
-        "",
-        ("Remaining differences: none on these workloads. " if differing == 0 else
-         f"Remaining differences: {differing:,} requests (the table's last column); each is a "
-         "bug to find. ") + "What kvlab's peer leaves out is named in "
-        "`kvlab/sched/vllm.py`: speculative decoding, the priority policy, "
-        "`long_prefill_token_threshold`, KV connectors, LoRA and encoders; vLLM's start-up "
-        "refusal is reproduced for full-attention models only.", ""]
-    return lines
+    remaining = ("Remaining differences: none on these workloads." if differing == 0 else
+                 f"Remaining differences: {differing:,} requests (the table's last column); "
+                 "each is a bug to find.")
+    return lines + ["", how, "", remaining, ""]

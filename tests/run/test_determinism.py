@@ -17,10 +17,9 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Scheduler, VllmEngineArgs,
-                   VllmScheduler, simulate)
+from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Scheduler, SglangScheduler,
+                   SglangServerArgs, VllmEngineArgs, VllmScheduler, simulate)
 from kvlab.run.workload import LogNormal, poisson_workload
-from kvlab.sched.admission import SglangStyle
 
 #: Engines that between them suspend, recompute-pause, retract, abort, reject, finish and stop:
 #: name -> (page-index width policy, Scheduler arguments); every engine has the automatic host
@@ -31,7 +30,7 @@ CONFIGS = {
     "none/no lower tier": ("configured", dict(admission="none")),
     "capacity/chunked": ("clamped", dict(admission="capacity", chunked_prefill=True)),
     "vllm": (None, None),  # vLLM's own loop (kvlab.sched.vllm)
-    "sglang": ("configured", dict(admission=SglangStyle(new_token_ratio=0.0))),
+    "sglang": (None, None),  # SGLang's own loop (kvlab.sched.sglang)
 }
 
 
@@ -44,6 +43,10 @@ def run(seed: int, config: str):
     if config == "vllm":
         scheduler = VllmScheduler(VllmEngineArgs(geo, 128, 2032, max_num_seqs=8,
                                                  max_num_batched_tokens=4096))
+    elif config == "sglang":
+        scheduler = SglangScheduler(SglangServerArgs(
+            KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1), 2048, 4096,
+            max_running_requests=8, max_prefill_tokens=4096))
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)

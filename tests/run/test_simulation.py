@@ -8,7 +8,9 @@ import warnings
 import pytest
 
 from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, Request,
-                   Scheduler, SchedulerDeadlock, VllmEngineArgs, VllmScheduler, simulate)
+                   Scheduler, SchedulerDeadlock, SglangScheduler, SglangServerArgs, VllmEngineArgs,
+                   VllmScheduler, simulate)
+from kvlab.analysis.presets import seed_geometry
 from kvlab.run.trace import StepRecord
 from kvlab.run.workload import LogNormal, poisson_workload
 
@@ -87,12 +89,16 @@ def test_capacity_rejects_the_big_request_with_numbers_and_the_small_ones_finish
             "of 64 blocks")
 
 
-def test_sglang_style_rejects_at_the_front_door(seed_manager):
-    scheduler = seed_scheduler(seed_manager, "configured", admission="sglang")
-    result = simulate(scheduler, [Request("big", 8192, 16)] + SMALL, max_steps=5000,
+def test_sglang_rejects_at_the_front_door():
+    scheduler = SglangScheduler(SglangServerArgs(seed_geometry(tokens_per_block=1), 2048, 8192,
+                                                 max_running_requests=4))
+    result = simulate(scheduler, [Request("big", 4096, 16)] + SMALL, max_steps=5000,
                       check_invariants=True)
-    assert result.reasons["big"].startswith("Input length (8192 tokens) exceeds the maximum "
+    # 4,096 fits the context length (8,192) but not SGLang's limit of the pool's 2,048 tokens
+    # less 6: its scheduler turns the request away as a one-token abort a prefill finishes
+    assert result.reasons["big"].startswith("Input length (4096 tokens) exceeds the maximum "
                                             "allowed length (2042 tokens).")
+    assert result.status["big"] == "rejected"
     assert all(result.status[r.request_id] == "finished" for r in SMALL)
 
 
@@ -101,6 +107,10 @@ def pressure_scheduler(admission, host_cache_size=None, **kwargs):
     if admission == "vllm":
         return VllmScheduler(VllmEngineArgs(geometry, 64, 1008, max_num_seqs=16,
                                             max_num_batched_tokens=1024, **kwargs))
+    if admission == "sglang":
+        return SglangScheduler(SglangServerArgs(KVGeometry(1, 1, 8, tokens_per_block=1), 1024,
+                                                1024, max_running_requests=16,
+                                                max_prefill_tokens=1024, **kwargs))
     manager = KVCacheManager(geometry, 64 * geometry.bytes_per_block, 1024, max_batch_size=16,
                              host_cache_size=host_cache_size)
     return Scheduler(manager, admission=admission, max_num_tokens=1024, max_batch_size=16,
@@ -116,7 +126,7 @@ PRESSURE = poisson_workload(60, rate=1.0, prompt_len=LogNormal(120, 0.6, 8, 400)
     ("none", dict(), "suspensions"),                      # the automatic host tier
     ("capacity", dict(chunked_prefill=True), "recomputes"),
     ("vllm", dict(), "recomputes"),
-    ("sglang", dict(), None),   # its reservation of predicted output kept the pool ahead
+    ("sglang", dict(), "recomputes"),   # its decaying guess of the output fell short: retractions
 ])
 def test_every_style_finishes_a_workload_under_pressure(admission, kwargs, preempted):
     result = simulate(pressure_scheduler(admission, **kwargs), PRESSURE, max_steps=20_000,
@@ -173,7 +183,7 @@ def test_draft_tokens_are_reserved_each_step_and_rewound():
     (lambda s: simulate(s, [Request("a", 4, 4), Request("a", 8, 4)]), ValueError, "appears twice"),
     (lambda s: simulate(s, [("a", 4, 4)]), TypeError, "requests must hold Request objects"),
     (lambda s: simulate(s, Request("a", 4, 4)), TypeError, "requests must be an iterable"),
-    (lambda s: simulate("scheduler", []), TypeError, "scheduler must be a Scheduler"),
+    (lambda s: simulate("scheduler", []), TypeError, r"scheduler must be a kvlab scheduler \(Scheduler"),
 ])
 def test_bad_simulate_arguments(call, error, text):
     with pytest.raises(error, match=text):

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from kvlab import (ADMISSION_POLICIES, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
                    Scheduler, SchedulerDeadlock, make_admission, simulate)
-from kvlab.sched.admission import (AdmissionPolicy, CapacityAdmission, FITS_NOW, NEVER_FITS,
-                                   SglangStyle, TEMPORARILY_BLOCKED, demand_blocks)
+from kvlab.sched.admission import (CapacityAdmission, FITS_NOW, NEVER_FITS,
+                                   TEMPORARILY_BLOCKED, demand_blocks)
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 
@@ -33,22 +33,16 @@ def test_the_default_is_the_merged_behaviour():
 
 
 def test_registry_and_instances():
-    assert set(ADMISSION_POLICIES) == {"none", "capacity", "sglang"}
+    assert set(ADMISSION_POLICIES) == {"none", "capacity"}
     assert isinstance(make_admission("capacity"), CapacityAdmission)
-    policy = SglangStyle(new_token_ratio=0.5)
+    policy = CapacityAdmission()
     assert make_admission(policy) is policy
-    with pytest.raises(ValueError, match=r"admission must be one of \['capacity', 'none', "
-                                         r"'sglang'\], got 'fcfs'"):
+    with pytest.raises(ValueError, match=r"admission must be one of \['capacity', 'none'\], got 'fcfs'"):
         make_admission("fcfs")
-    with pytest.raises(ValueError, match=r"got 'vllm': vLLM's scheduler is a loop of its own, "
-                                         r"kvlab.sched.vllm.VllmScheduler"):
-        make_admission("vllm")
-
-    class Broken(AdmissionPolicy):
-        preemption = "swap"
-
-    with pytest.raises(ValueError, match="preemption must be one of"):
-        make_admission(Broken())
+    for peer, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        with pytest.raises(ValueError, match=fr"got '{peer}': {name}'s scheduler is a loop of its "
+                                             fr"own, kvlab.sched.{peer}"):
+            make_admission(peer)
 
 
 def test_capacity_classifies_now_later_and_never():
@@ -90,31 +84,6 @@ def test_demand_counts_extra_and_draft_tokens():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         mgr = KVCacheManager(TOY, 16 * TOY.bytes_per_block, 64, 1, num_extra_kv_tokens=3)
     assert demand_blocks(Request("r", 10, 2, num_draft_tokens=2), mgr) == 5   # 17 tokens
-
-
-def test_sglang_front_door_and_reservation():
-    mgr = manager(16, max_seq_len=4096)                         # 64 pool tokens
-    policy = SglangStyle(new_token_ratio=0.5)
-    assert SglangStyle.max_input_len(mgr) == 63 - 5
-    verdict = policy.admit(Request("long", 58, 1), mgr)
-    assert verdict.reason == ("Input length (58 tokens) exceeds the maximum allowed length (58 "
-                              "tokens). Use a shorter input or enable --allow-auto-truncate.")
-    assert policy.admit(Request("short", 57, 1), mgr).admitted
-    running = Request("running", 8, 80)
-    running.state = "running"
-    assert policy.may_start(Request("a", 20, 20), mgr, [])      # 20 + 10 <= 64
-    assert not policy.may_start(Request("a", 20, 20), mgr, [running])   # 30 > 64 - 40 reserved
-    with pytest.raises(ValueError, match=r"new_token_ratio must be in \[0.0, 1.0\]"):
-        SglangStyle(new_token_ratio=1.5)
-
-
-def test_sglang_aborts_the_last_request_with_nothing_to_retract():
-    scheduler = Scheduler(manager(8), admission=SglangStyle(new_token_ratio=0.1),
-                          max_num_tokens=64)                    # 20 + 4 reserved <= 32 tokens
-    result = simulate(scheduler, [Request("grows", 20, 40)], max_steps=200, check_invariants=True)
-    assert result.status["grows"] == "rejected" and result.error is None
-    assert result.reasons["grows"].startswith("aborted: out of KV cache memory with nothing left "
-                                              "to retract (needs 9 blocks; 0 free + 8 its own of 8)")
 
 
 # -- properties -------------------------------------------------------------------------------

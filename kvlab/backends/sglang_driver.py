@@ -1,0 +1,539 @@
+"""The real SGLang 0.5.23 scheduler, stepped on a kvlab workload: a program that runs in SGLang's
+own environment (scripts/sglang-requirements.txt) and imports SGLang, torch and the standard
+library only, never kvlab.
+
+It reads one JSON document on stdin, ``{"runs": [RUN, ...]}``, and writes JSON lines on stdout,
+one run after another, each line flushed as it happens so that a crash keeps what came before:
+
+- ``{"kind": "hello", "sglang": VERSION, "torch": VERSION}`` once;
+- per run ``{"kind": "start", "run": i, "max_total_num_tokens": N, "free_tokens": F,
+  "max_running_requests": R, "max_req_len": L, "max_req_input_len": I, "context_length": C,
+  "chunked_prefill_size": K, "max_prefill_tokens": P}`` (the limits SGLang settled on; K is
+  null with chunking off), or ``{"kind": "startup_error", "run": i, "message": ...}`` when SGLang
+  refuses to start (e.g. "max_running_request is zero" for a pool of one token);
+- ``{"kind": "event", "run": i, "step": s, "id": ..., "event": E, ...}`` with E one of
+  "rejected" (``message``: SGLang's own words, see "The front doors"), "started" (the first step
+  a prefill batch holds the request, its first chunk; never again after a retraction),
+  "first_token" (the step its first output token is committed), "preempted" (each retraction),
+  "aborted" (``message``: SGLang gave up a request it had started, e.g. "Out of memory even after
+  retracting all other requests in the decode batch. Aborting the last request."), "finished"
+  (``finish_reason``: SGLang's finish reason as JSON, ``num_output_tokens``, ``cause``:
+  "max_new_tokens" when it produced the tokens asked for, else the reason's type, "length" when
+  SGLang clipped max_new_tokens at admission);
+- ``{"kind": "steps", "run": i, "rows": [[step, free_tokens, running, waiting, prefill_requests,
+  decode_requests, tokens_scheduled, retracted], ...]}`` every few hundred steps;
+- ``{"kind": "end", "run": i, "end_step": s, "iterations": n}`` (n: the steps run).
+
+Every request gets exactly one of rejected, aborted or finished, unless it is still live (or has
+not arrived) at ``max_steps``.
+
+A RUN is ``{"engine": {...}, "requests": [[id, prompt_len, max_new_tokens, arrival_step], ...],
+"max_steps": n}``. The engine's keys, each an SGLang server argument or request field:
+
+- ``max_total_tokens``: the KV pool in tokens (``--max-total-tokens``; page_size 1);
+- ``context_length``: the model's context length (``--context-length``);
+- ``max_running_requests`` (null: SGLang's default); SGLang caps it at max_total_tokens // 2;
+- ``chunked_prefill_size``: the tokens of one prefill chunk, -1 for chunking off;
+- ``max_prefill_tokens``: the token budget of one prefill batch (its last request may overrun it);
+- ``schedule_conservativeness`` (default 1.0): scales SGLang's initial new-token ratio;
+- ``enable_mixed_chunk`` (default false): decode rows ride along with a prefill batch;
+- ``ignore_eos`` (default true): every request's sampling parameter. The fake model never
+  samples EOS, so requests run to max_new_tokens either way, but SGLang admits an ignore_eos
+  request by reserving its whole max_new_tokens (``PrefillAdder.add_one_req_ignore_eos``,
+  schedule_policy.py:1241), and any other by the decaying new-token ratio (``add_one_req``,
+  :1395), which over-commits and so retracts.
+
+Fixed for every run: the radix (prefix) cache off (``disable_radix_cache``: kvlab models no
+prefix reuse, and each prompt is made of its own token ids), the FCFS policy, the overlap
+scheduler off, no speculative decoding, one rank. SGLang's environment variables are left at
+their defaults (sglang/srt/environ.py:646-651: SGLANG_INIT_NEW_TOKEN_RATIO 0.7,
+SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600,
+SGLANG_RETRACT_DECODE_STEPS 20, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 4096,
+SGLANG_MAX_NEW_TOKENS_LIMIT unset).
+
+Steps. One step is one iteration of ``Scheduler.event_loop_normal`` (sglang/srt/managers/
+scheduler.py:2026-2058) that began with a request in the scheduler: it ran a prefill or a decode
+batch, or, should SGLang admit nothing while requests wait (a stall: it happens, see below), it
+ran none and still counts, so that ``max_steps`` ends a stalled run. The requests of
+``arrival_step <= s`` are handed over at the start of step s, ahead of its
+``get_next_batch_to_run``. When the scheduler holds nothing and the next arrival is later, one
+idle iteration runs (``on_idle``: among others it resets the new-token ratio, as an idle server
+does) and the run skips to that arrival. A step row: ``free_tokens`` the allocator's
+``available_size()`` after the step; ``running`` the requests SGLang holds that are not in its
+waiting queue; ``waiting`` the length of its waiting queue (retracted requests included);
+``prefill_requests`` the prefill rows of the step's batch (a chunk counts); ``decode_requests``
+its decode rows (a decode batch, or those mixed into a prefill); ``tokens_scheduled`` the
+batch's tokens (``extend_num_tokens`` of a prefill, one per row of a decode); ``retracted`` the
+requests retracted in the step.
+
+What is real and what stands in. The driver calls SGLang's own ``Scheduler.event_loop_normal``,
+so each iteration runs, unchanged: ``ingest_requests`` (scheduler.py:2184) ->
+``process_input_requests`` (:2224) -> ``handle_generate_request`` (:2943, with
+``init_req_max_new_tokens`` :2693 and ``_add_request_to_queue`` :3480); then
+``get_next_batch_to_run`` (:3894: the prefill admission ``_get_new_batch_prefill_raw`` :4079,
+else the decode ``update_running_batch`` :4459 with ``ScheduleBatch.retract_decode``,
+schedule_batch.py:3451); then ``run_batch`` (:4614) and ``process_batch_result`` (:5074), or
+``on_idle`` (:5241); then ``last_batch``. Standing in for the rest of a server:
+
+- the TokenizerManager: each request is checked by SGLang's own
+  ``TokenizerManager._validate_one_request`` (tokenizer_manager.py:1307) on a TokenizerManager
+  that is never started, and made into a ``TokenizedGenerateReqInput`` whose SamplingParams are
+  normalized and verified as ``_create_tokenized_object`` (:1533) does;
+- the sockets: ``SchedulerRequestReceiver._pull_raw_reqs`` (scheduler_components/
+  request_receiver.py:112, a zmq read; patched on its class, a frozen dataclass) returns the
+  step's arrivals, and the ``send_output`` of the scheduler's two ``SenderWrapper``s
+  (scheduler_components/output_sender.py:12) keeps what the real ``stream_output`` and
+  ``send_abort_output`` (scheduler.py:2272) send: the finishes and aborts read here;
+- the model: ``Scheduler.init_tp_model_worker`` (scheduler.py:1018) is replaced, for the
+  construction only, to build a ``TpModelWorker`` (managers/tp_worker.py) subclass that loads no
+  model: its ``forward_batch_generation`` returns token 7 for every row of the batch, as a
+  sampler returns one per row (SGLang's ``process_batch_result_prefill``,
+  scheduler_components/batch_result_processor.py:258, drops the row of a non-final chunk), and
+  its model runner is a stub whose ``alloc_memory_pool`` builds real CPU pools (a
+  ``ReqToTokenPool``, a ``TokenToKVPoolAllocator`` over a one-layer ``MHATokenToKVPool``) of
+  ``max_total_tokens`` tokens, its ``max_running_requests`` settled by SGLang's own
+  ``KVCacheConfigurator.resolve_max_num_reqs`` (mem_cache/kv_cache_configurator.py:3119).
+  Everything else of the worker is SGLang's: ``alloc_memory_pool`` (tp_worker.py:394, reached
+  through the real ``Scheduler.init_memory_pools``) and ``get_worker_info`` (:550) give the
+  scheduler its limits (max_req_len = min(context_length, pool) - 1, max_req_input_len =
+  max_req_len - 5), and the real ``kv_cache_builder.build_kv_cache`` its cache (a ChunkCache,
+  the radix cache being off). Attention backends and CUDA graphs have nothing to set up.
+
+The front doors. A request that the TokenizerManager refuses ("The input (N tokens) is longer
+than the model's context length (C tokens).", or "Requested token count exceeds the model's
+maximum context length ..." when prompt + max_new_tokens > C) is "rejected" at its arrival step
+and never reaches the scheduler. The scheduler's own ``validate_input_length`` (managers/
+utils.py:259: "Input length (N tokens) exceeds the maximum allowed length (M tokens). Use a
+shorter input or enable --allow-auto-truncate.", for N >= max_req_input_len) makes the request a
+one-token abort that a prefill batch then finishes: it is "rejected" at that step (and counts in
+its prefill rows). ``init_req_max_new_tokens`` clips every max_new_tokens to
+min(max_req_len - prompt - 1, max_total_tokens - prompt - 2) at admission: such a request
+finishes with cause "length", or, under ignore_eos, never gets admitted when the clip leaves it
+exactly one token short of the adder's reserve (``IGNORE_EOS_RESERVE_TOKENS``,
+schedule_policy.py:122): a stall.
+
+Each run is stepped in a child process forked from the driver: SGLang builds its process groups
+once per process (distributed/bootstrap.py:103), and a Scheduler's watchdog thread keeps it,
+pools and all, alive for good. That watchdog SIGQUITs the process above it when a batch makes no
+progress for ``watchdog_timeout`` seconds (utils/watchdog.py:163), as happens while the driver's
+stdout is full, so that timeout is set out of reach: the caller's own timeout bounds a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+from array import array
+
+#: A Llama config with only what SGLang's ModelConfig reads; the KV geometry does not matter to
+#: a pool counted in tokens.
+_MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                 "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 1,
+                 "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 1,
+                 "vocab_size": 32000, "max_position_embeddings": 1 << 30,
+                 "torch_dtype": "float16", "rms_norm_eps": 1e-5, "bos_token_id": 1,
+                 "eos_token_id": 2}
+#: The token the fake model samples (not the EOS id, which ignore_eos makes moot anyway).
+SAMPLED_TOKEN = 7
+STEP_ROWS_PER_LINE = 500
+
+
+#: The protocol's stream: the process's stdout, kept apart from sys.stdout, which main() points
+#: at stderr so that nothing SGLang prints can break a line.
+PROTOCOL = sys.stdout
+
+
+def emit(**fields) -> None:
+    PROTOCOL.write(json.dumps(fields, separators=(",", ":")) + "\n")
+    PROTOCOL.flush()
+
+
+def main() -> int:
+    sys.stdout = sys.stderr
+    import sglang
+    import torch
+
+    import sglang.srt.managers.scheduler  # noqa: F401  (imported once, before the forks)
+    import sglang.srt.models.registry  # noqa: F401  (the model classes the ModelConfig looks up)
+
+    spec = json.load(sys.stdin)
+    emit(kind="hello", sglang=sglang.__version__, torch=torch.__version__)
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="kvlab-sglang-model-") as model_dir:
+        with open(os.path.join(model_dir, "config.json"), "w", encoding="utf-8") as handle:
+            json.dump(_MODEL_CONFIG, handle)
+        for index, run in enumerate(spec["runs"]):
+            failed |= not run_forked(Run(index, run, model_dir))
+    return 1 if failed else 0
+
+
+def run_forked(run: "Run") -> bool:
+    """``run`` in a child process: a Scheduler is built once per process (its process groups),
+    and its watchdog thread keeps it, pools and all, alive for good. Whether the child ended
+    well; a child that died has written its run's lines up to there, and its traceback."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            run.run()
+            code = 0
+        except BaseException:  # noqa: BLE001 - the parent reports it through the exit status
+            traceback.print_exc()
+        finally:
+            PROTOCOL.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return status == 0
+
+
+# --- the scheduler, its worker and its front door --------------------------------------------
+
+def server_args(engine: dict, model_dir: str):
+    from sglang.srt.server_args import ServerArgs
+
+    return ServerArgs(
+        model_path=model_dir, skip_tokenizer_init=True, device="cpu", dtype="float16",
+        load_format="dummy", attention_backend="torch_native", page_size=1,
+        max_total_tokens=engine["max_total_tokens"], context_length=engine["context_length"],
+        max_running_requests=engine.get("max_running_requests"),
+        chunked_prefill_size=engine["chunked_prefill_size"],
+        max_prefill_tokens=engine["max_prefill_tokens"],
+        schedule_conservativeness=engine.get("schedule_conservativeness", 1.0),
+        enable_mixed_chunk=engine.get("enable_mixed_chunk", False),
+        disable_radix_cache=True, schedule_policy="fcfs", disable_overlap_schedule=True,
+        disable_cuda_graph=True, watchdog_timeout=1e9)
+
+
+class ModelRunnerStub:
+    """What the scheduler reads of a ModelRunner, with no model: real CPU pools, built when the
+    worker's ``alloc_memory_pool`` asks (model_runner.py:971 is the real one)."""
+
+    model = None
+    is_hybrid_swa = prefill_aware_swa = False
+    canary_manager = forward_stream = None
+    device = "cpu"
+    preloaded_weights_bytes = 0
+    weight_load_time = weight_load_mem_usage = 0.0
+    graph_memory_usage = graph_time_usage = {}
+    mtp_draft_device_pools = mtp_draft_mamba_pools = ()
+    memory_pool_config = req_to_token_pool = token_to_kv_pool_allocator = token_to_kv_pool = None
+    attn_backend = None  # no Triton block size: the prefill adder takes its default
+
+    def __init__(self, model_config, max_total_tokens: int):
+        self.model_config = model_config
+        self.max_total_tokens = max_total_tokens
+
+    def alloc_memory_pool(self, memory_pool_config=None, *, draft_parallel_layout=None):
+        import torch
+        from types import SimpleNamespace
+        from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
+            NgramEmbeddingManager)
+
+        tokens = self.max_total_tokens
+        self.max_total_num_tokens = tokens
+        self.max_running_requests = KVCacheConfigurator.resolve_max_num_reqs(
+            SimpleNamespace(model_config=self.model_config, attn_dp_size=1, mambaish_config=None),
+            tokens)
+        self.req_to_token_pool = ReqToTokenPool(
+            size=self.max_running_requests,
+            max_context_len=self.model_config.context_len + get_req_to_token_extra_context_len(),
+            device="cpu", enable_memory_saver=False)
+        self.token_to_kv_pool = MHATokenToKVPool(
+            tokens, page_size=1, dtype=torch.float16, head_num=1, head_dim=1, layer_num=1,
+            device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+        self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(
+            tokens, dtype=torch.float16, device="cpu", kvcache=self.token_to_kv_pool,
+            need_sort=False)
+        self.memory_pool_config = SimpleNamespace(max_total_num_tokens=tokens,
+                                                  max_running_requests=self.max_running_requests)
+        self.ngram_embedding_manager = NgramEmbeddingManager.from_model(
+            model=None, model_config=self.model_config, req_to_token_pool=self.req_to_token_pool,
+            max_running_requests=self.max_running_requests, device="cpu")
+
+    @property
+    def logical_max_total_num_tokens(self) -> int:
+        return self.max_total_num_tokens
+
+    effective_logical_max_total_num_tokens = logical_max_total_num_tokens
+
+    def account_preloaded_weights(self, preloaded_weights_bytes: int) -> None:
+        pass
+
+    def init_attention_backends(self) -> None:
+        pass
+
+    def init_cuda_graphs(self, capture_decode_cuda_graph: bool = True) -> None:
+        pass
+
+    def prewarm_sampling(self) -> None:
+        pass
+
+
+def worker_class():
+    """A TpModelWorker without a model (module docstring): SGLang's own methods but for
+    ``__init__`` and ``forward_batch_generation``."""
+    import torch
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.managers.utils import GenerationBatchResult
+    from sglang.srt.runtime_context import get_device
+
+    class ModelFreeTpWorker(TpModelWorker):
+        def __init__(self, model_config, max_total_tokens: int):
+            self.model_config = model_config
+            self._model_runner = ModelRunnerStub(model_config, max_total_tokens)
+            self.model_runner_list = []
+            self.dllm_algorithm = None
+            self.random_seed = get_device().random_seed
+            self.device = "cpu"
+
+        def forward_batch_generation(self, batch, *args, **kwargs):
+            return GenerationBatchResult(next_token_ids=torch.full(
+                (batch.batch_size(),), SAMPLED_TOKEN, dtype=torch.int64))
+
+    return ModelFreeTpWorker
+
+
+def build_scheduler(engine: dict, model_dir: str):
+    """SGLang's Scheduler for ``engine`` (module docstring); raises SGLang's own exception where
+    it refuses to start."""
+    from unittest import mock
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.runtime_context import SpawnRanks, publish
+    from sglang.srt.server_args import PortArgs
+
+    args = server_args(engine, model_dir)
+    publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
+    worker = worker_class()
+
+    def init_tp_model_worker(scheduler):
+        scheduler.tp_worker = worker(scheduler.model_config, engine["max_total_tokens"])
+
+    with mock.patch.object(Scheduler, "init_tp_model_worker", init_tp_model_worker):
+        return Scheduler(args, PortArgs.init_new(args))
+
+
+def front_door(scheduler):
+    """SGLang's TokenizerManager check of one request (tokenizer_manager.py:1307), on a
+    TokenizerManager that is never started: a function of (input_ids, max_new_tokens) that
+    raises its ValueError."""
+    from sglang.srt.managers.io_struct import GenerateReqInput
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+    from sglang.srt.managers.utils import compute_num_reserved_tokens
+    from sglang.srt.runtime_context import get_serving
+
+    manager = TokenizerManager.__new__(TokenizerManager)
+    manager.model_config = scheduler.model_config
+    manager.context_len = scheduler.model_config.context_len
+    manager.num_reserved_tokens = compute_num_reserved_tokens()
+    manager.allow_auto_truncate = get_serving().allow_auto_truncate
+    manager.validate_total_tokens = True
+
+    def check(input_ids, max_new_tokens: int) -> None:
+        request = GenerateReqInput(input_ids=input_ids,
+                                   sampling_params={"max_new_tokens": max_new_tokens})
+        manager._validate_one_request(request, input_ids)
+
+    return check
+
+
+def tokenized_request(request_id, input_ids, max_new_tokens: int, ignore_eos: bool,
+                      vocab_size: int):
+    """The request as the TokenizerManager sends it (``_create_tokenized_object``,
+    tokenizer_manager.py:1541)."""
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos)
+    params.normalize(None)
+    params.verify(vocab_size)
+    return TokenizedGenerateReqInput(
+        rid=request_id, input_text=None, input_ids=array("q", input_ids), input_embeds=None,
+        mm_inputs=None, token_type_ids=None, sampling_params=params, return_logprob=False,
+        logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=False)
+
+
+# --- one run -----------------------------------------------------------------------------------
+
+def is_abort(req) -> bool:
+    """Whether SGLang has finished ``req`` with an abort (the one-token prefill of a request
+    ``validate_input_length`` turned away, or a request it could not keep running)."""
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    return isinstance(req.finished_reason, FINISH_ABORT)
+
+
+class RunOver(Exception):
+    """Raised from the request read to leave SGLang's event loop."""
+
+
+class Run:
+    """One workload on a fresh Scheduler: hands requests over, reads outputs, reports events."""
+
+    def __init__(self, index: int, run: dict, model_dir: str):
+        self.index, self.model_dir = index, model_dir
+        self.engine, self.max_steps = run["engine"], run["max_steps"]
+        self.arrivals = sorted(run["requests"], key=lambda r: r[3])  # stable: ties keep order
+        self.next_arrival = self.step = self.iterations = 0
+        self.step_open = False  # the current loop iteration counts as step self.step
+        self.idled = False  # the last iteration was the idle one of a gap between arrivals
+        self.live = {}  # request id -> requested max_new_tokens, for requests SGLang holds
+        self.started, self.first_token = set(), set()
+        self.retractions = {}  # request id -> retraction_count seen
+        self.outputs = []  # what SGLang sent towards the tokenizer in this iteration
+        self.rows = []
+
+    def event(self, request_id, name, **fields) -> None:
+        emit(kind="event", run=self.index, step=self.step, id=request_id, event=name, **fields)
+
+    def run(self) -> None:
+        from unittest import mock
+
+        try:
+            scheduler = build_scheduler(self.engine, self.model_dir)
+        except (ValueError, AssertionError, RuntimeError) as exc:
+            emit(kind="startup_error", run=self.index, message=str(exc))
+            return
+        self.scheduler = scheduler
+        self.check = front_door(scheduler)
+        allocator = scheduler.token_to_kv_pool_allocator
+        emit(kind="start", run=self.index, max_total_num_tokens=scheduler.max_total_num_tokens,
+             free_tokens=allocator.available_size(),
+             max_running_requests=scheduler.max_running_requests,
+             max_req_len=scheduler.max_req_len, max_req_input_len=scheduler.max_req_input_len,
+             context_length=scheduler.model_config.context_len,
+             chunked_prefill_size=scheduler.chunked_prefill_size,
+             max_prefill_tokens=scheduler.max_prefill_tokens)
+        scheduler.ipc_channels.send_to_tokenizer.send_output = self.keep_output
+        scheduler.ipc_channels.send_to_detokenizer.send_output = self.keep_output
+        receiver = type(scheduler.request_receiver)  # a frozen dataclass: patched on its class
+        try:
+            with mock.patch.object(receiver, "_pull_raw_reqs", lambda _: self.pull_requests()):
+                scheduler.event_loop_normal()
+        except RunOver:
+            pass
+        if self.rows:
+            emit(kind="steps", run=self.index, rows=self.rows)
+        emit(kind="end", run=self.index, end_step=self.step, iterations=self.iterations)
+
+    def keep_output(self, output, recv_obj=None) -> None:
+        self.outputs.append(output)
+
+    # The top of each loop iteration: close the one before, then hand over this one's arrivals.
+    def pull_requests(self) -> list:
+        if self.step_open:
+            self.close_step()
+        self.outputs = []
+        if not self.live:
+            if self.next_arrival == len(self.arrivals):
+                raise RunOver
+            arrival = self.arrivals[self.next_arrival][3]
+            if arrival > self.step and not self.idled:
+                self.idled = True  # a gap: one idle iteration (on_idle), then skip it
+                return []
+            self.step = max(self.step, arrival)
+        self.idled = False
+        if self.step >= self.max_steps:
+            raise RunOver
+        handed = self.hand_over()
+        self.step_open = bool(self.live)
+        return handed
+
+    def hand_over(self) -> list:
+        handed = []
+        while (self.next_arrival < len(self.arrivals)
+               and self.arrivals[self.next_arrival][3] <= self.step):
+            request_id, prompt_len, max_new_tokens, _ = self.arrivals[self.next_arrival]
+            self.next_arrival += 1
+            first = self.next_arrival * 7919  # distinct prompts: no prefix is shared
+            input_ids = [100 + (first + k) % 31000 for k in range(prompt_len)]
+            try:
+                self.check(input_ids, max_new_tokens)
+                handed.append(tokenized_request(request_id, input_ids, max_new_tokens,
+                                                self.engine.get("ignore_eos", True),
+                                                self.scheduler.model_config.vocab_size))
+            except ValueError as exc:
+                self.event(request_id, "rejected", message=str(exc))
+                continue
+            self.live[request_id] = max_new_tokens
+        return handed
+
+    def close_step(self) -> None:
+        """What the iteration that was step ``self.step`` did, read after it ended."""
+        scheduler = self.scheduler
+        batch = scheduler.last_batch
+        prefills = decodes = tokens = 0
+        if batch is not None:
+            if batch.forward_mode.is_extend():
+                decodes = len(batch.decoding_reqs or ())
+                prefills = len(batch.reqs) - decodes
+                tokens = batch.extend_num_tokens
+                for req in batch.reqs[:prefills]:
+                    if req.rid not in self.started and not is_abort(req):
+                        self.started.add(req.rid)
+                        self.event(req.rid, "started")
+            else:
+                decodes = tokens = len(batch.reqs)
+            for req in batch.reqs:
+                if req.output_ids and req.rid not in self.first_token and not is_abort(req):
+                    self.first_token.add(req.rid)
+                    self.event(req.rid, "first_token")
+        retracted = self.note_retractions()
+        self.note_outputs()
+        self.iterations += 1
+        waiting = len(scheduler.waiting_queue)
+        self.rows.append([self.step, scheduler.token_to_kv_pool_allocator.available_size(),
+                          len(self.live) - waiting, waiting, prefills, decodes, tokens,
+                          retracted])
+        if len(self.rows) >= STEP_ROWS_PER_LINE:
+            emit(kind="steps", run=self.index, rows=self.rows)
+            self.rows = []
+        self.step += 1
+        self.step_open = False
+
+    def note_retractions(self) -> int:
+        """Retracted requests wait again in the queue with their retraction_count raised."""
+        retracted = 0
+        for req in self.scheduler.waiting_queue:
+            if req.retraction_count > self.retractions.get(req.rid, 0):
+                self.retractions[req.rid] = req.retraction_count
+                retracted += 1
+                self.event(req.rid, "preempted")
+        return retracted
+
+    def note_outputs(self) -> None:
+        from sglang.srt.managers.io_struct import AbortReq, BatchTokenIDOutput
+
+        for output in self.outputs:
+            if isinstance(output, BatchTokenIDOutput):
+                for request_id, reason, tokens in zip(output.rids, output.finished_reasons,
+                                                      output.completion_tokens):
+                    if reason is not None:
+                        self.note_end(request_id, reason, tokens)
+            elif isinstance(output, AbortReq):
+                self.note_end(output.rid, output.finished_reason, None)
+
+    def note_end(self, request_id, reason: dict, num_output_tokens) -> None:
+        requested = self.live.pop(request_id, None)
+        if requested is None:
+            return  # reported already
+        if reason.get("type") == "abort":
+            # never run: SGLang turned it away at admission (its one-token abort prefill aside)
+            name = "aborted" if request_id in self.started else "rejected"
+            self.event(request_id, name, message=reason.get("message"))
+        else:
+            cause = ("max_new_tokens" if num_output_tokens == requested
+                     else reason.get("type", "other"))
+            self.event(request_id, "finished", finish_reason=json.dumps(reason),
+                       num_output_tokens=num_output_tokens, cause=cause)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

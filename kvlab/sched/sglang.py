@@ -1,0 +1,679 @@
+"""SglangScheduler: SGLang's scheduler over kvlab's KV cache manager (the SGLang peer).
+
+Mirrors SGLang 0.5.23 (the version ``kvlab.backends.sglang_driver`` runs) with the radix cache
+off, page_size 1, FCFS, the overlap scheduler off, no mixed chunk, no speculative decoding, one
+rank. Paths are under ``sglang/srt/``; one ``schedule()`` is one iteration of
+``Scheduler.event_loop_normal`` (managers/scheduler.py:2026) that had a request to work on:
+
+- Start-up (``SglangServerArgs``): ``max_running_requests`` is settled as
+  ``KVCacheConfigurator.resolve_max_num_reqs`` (mem_cache/kv_cache_configurator.py:3119) does:
+  the value given (at least 1), or ``max(min(int(T / C * 512), 4096), 2048)`` when None, either
+  way at most ``T // 2`` for a pool of T tokens and a context length C; then
+  ``TpModelWorker.alloc_memory_pool`` (managers/tp_worker.py:420) refuses "max_running_request
+  is zero" (T < 2) and "Memory pool size is too small" (``min(C, T) - 1 <= 0``).
+  ``get_worker_info`` (:550) gives ``max_req_len = min(C, T) - 1`` and ``max_req_input_len =
+  max_req_len - 5``. The pool is a real ``KVCacheManager`` of T one-token pages, so that its
+  free pages are SGLang's ``TokenToKVPoolAllocator.available_size()`` (mem_cache/allocator/
+  token.py:50) after every step.
+- Front door, the TokenizerManager's (``_validate_one_request``, managers/
+  tokenizer_manager.py:1338-1378): a prompt of C tokens or more, or a prompt plus max_new_tokens
+  over C, is rejected at arrival with SGLang's message. Then the scheduler's
+  ``handle_generate_request`` (managers/scheduler.py:2943): ``init_req_max_new_tokens`` (:2693)
+  clips max_new_tokens to ``min(max_req_len - P - 1, T - P - 2)`` (``max_new_tokens_for_memory``,
+  mem_cache/allocator/base.py:88), kept as ``Request.output_limit``; ``validate_input_length``
+  (managers/utils.py:259) turns a prompt of ``max_req_input_len`` tokens or more into a one-token
+  abort (``Req.set_finish_with_abort``, managers/schedule_batch.py:2221) that waits in the queue
+  like any request and is "rejected", with SGLang's message, by the prefill batch that runs its
+  one token (``batch.aborted_requests``).
+- One step (``get_next_batch_to_run``, managers/scheduler.py:3894): the last prefill batch,
+  less its finished requests and the chunked one, joins the running batch; then the prefill
+  admission (``_get_new_batch_prefill_raw``, :4079, and ``PrefillAdder``, managers/
+  schedule_policy.py:607): the chunked request's next chunk first (``add_chunked_req``, :1140),
+  then the waiting queue in order (``add_one_req``, :1395; ``add_one_req_ignore_eos``, :1241,
+  when the requests set ignore_eos) within the token budgets ``rem_total`` (free tokens less
+  what the running requests may still decode, ``min(max_new_tokens - output, 4096)`` times the
+  new-token ratio, or 1 under ignore_eos, and less what this batch reserves),
+  ``rem_input`` (max_prefill_tokens) and ``rem_chunk`` (chunked_prefill_size), and at most
+  ``max_running_requests - running`` requests (``get_num_allocatable_reqs``, :4027), with the
+  running batch's sticky ``batch_is_full`` flag. Without a prefill batch, a decode step
+  (``update_running_batch``, :4459): when the free tokens are fewer than the running requests
+  (``check_decode_mem``, managers/schedule_batch.py:3432), ``retract_decode`` (:3451) frees the
+  request with the fewest output tokens (the longest prompt among equals) until the rest fit,
+  always keeping one, which it aborts when even it does not fit; the retracted go to the BACK of
+  the waiting queue and later recompute prompt + output; the new-token ratio becomes
+  ``min(1, (output + 20 * n) / (max_new_tokens + 1))`` over the n requests left
+  (managers/scheduler_components/new_token_ratio_tracker.py:41); a step that retracts nothing
+  decays the ratio by ``(init - min) / 600`` down to ``min = 0.14 * init``, ``init = min(0.7 *
+  schedule_conservativeness, 1)`` (:21). ``on_idle`` (managers/scheduler.py:5241) resets it to
+  ``init`` when the scheduler runs empty: kvlab's Engine skips idle steps, so the reset happens
+  where SGLang's idle iteration would be, when a request arrives at a scheduler that emptied
+  before the previous step (and in a step that aborted the last request).
+- Allocation through the real pool exactly when SGLang allocates: a prefill batch's tokens in
+  ``prepare_for_extend`` (managers/schedule_batch.py:2847, ``alloc_for_extend``), one token per
+  running request in ``prepare_for_decode`` (:3736); a request's tokens are freed when it
+  finishes (the executor calls ``finish``), is retracted or aborted.
+
+A one-token abort rides SGLang's prefill batch as a row: its token is in ``tokens_scheduled`` and
+the row in ``ScheduledBatch.num_aborted_context_rows``, which the executor counts among the
+step's context rows without executing it. A request whose max_new_tokens is clipped to 0
+finishes at its prefill with 0 tokens, as in SGLang, whose sampler still draws the token it never
+reports (so SGLang's trace has a "first token" where kvlab's has none).
+
+The page-index table is ``max_running_requests`` rows of ``min(C, T)`` one-token entries, as large
+as SGLang's own ``ReqToTokenPool`` (``max_running_requests`` rows of ``context_len`` int32); kvlab
+refuses a table over 1 GiB (kvlab.core.page_index), e.g. SGLang's default of 2048 requests on a
+65,536-token context. The decode abort ("Out of memory even after retracting all other requests
+...") is kept as SGLang has it, though the clip keeps any one request within the pool, so that
+admission never reaches it.
+
+Left out: the radix (prefix) cache (kvlab models no prefix reuse; SGLang's default is on), page
+sizes above 1, the other schedule policies, priorities and priority preemption, mixed chunked
+prefill, the overlap scheduler (SGLang's default is on), speculative decoding, LoRA, beam search,
+disaggregation, grammars, streaming sessions, ``SGLANG_*`` environment overrides (the defaults
+of environ.py:646-651 are built in), several data-parallel or pipeline ranks, and hybrid SWA or
+Mamba pools. SGLang has no stall detector, and neither has this loop: a request the adder can
+never admit waits until the run's ``max_steps``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from kvlab.core.checks import check_float, check_int, store_checked
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.request import Request
+from kvlab.sched.admission import ADMIT, Verdict
+from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
+
+#: The version whose scheduler this module follows (and kvlab.backends.sglang_driver runs).
+SGLANG_VERSION = "0.5.23"
+
+# SGLang's environment defaults (sglang/srt/environ.py:646-651) and constants.
+INIT_NEW_TOKEN_RATIO = 0.7            # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14     # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600     # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20             # SGLANG_RETRACT_DECODE_STEPS
+#: ``CLIP_MAX_NEW_TOKENS`` (managers/schedule_policy.py:89): the most output tokens the
+#: admission reserves for one request, whatever its max_new_tokens.
+CLIP_MAX_NEW_TOKENS = 4096
+#: ``IGNORE_EOS_RESERVE_TOKENS`` (managers/schedule_policy.py:122).
+IGNORE_EOS_RESERVE_TOKENS = 1
+#: ``max_req_input_len = max_req_len - 5`` (managers/tp_worker.py:572).
+INPUT_LEN_MARGIN = 5
+#: ServerArgs' chunked_prefill_size when the device's memory is unknown
+#: (arg_groups/memory_hook.py:173-177; 2048 to 16384 by GPU memory otherwise).
+DEFAULT_CHUNKED_PREFILL_SIZE = 4096
+#: ServerArgs' max_prefill_tokens (arg_groups/fields/schedule.py:71).
+DEFAULT_MAX_PREFILL_TOKENS = 16384
+
+#: SGLang's messages.
+MAX_RUNNING_ZERO = "max_running_request is zero"                     # tp_worker.py:420
+POOL_TOO_SMALL = "Memory pool size is too small"                     # tp_worker.py:425
+DECODE_OOM_ABORT = ("Out of memory even after retracting all other requests in the decode "
+                    "batch. Aborting the last request.")             # schedule_batch.py:3516
+
+
+def input_too_long_message(prompt_len: int, context_length: int) -> str:
+    """The TokenizerManager's refusal of a prompt of ``context_length`` tokens or more
+    (tokenizer_manager.py:1349)."""
+    return (f"The input ({prompt_len} tokens) is longer than the model's context length "
+            f"({context_length} tokens).")
+
+
+def total_too_long_message(prompt_len: int, max_new_tokens: int, context_length: int) -> str:
+    """The TokenizerManager's refusal of prompt + max_new_tokens over the context length
+    (tokenizer_manager.py:1372)."""
+    return (f"Requested token count exceeds the model's maximum context length of "
+            f"{context_length} tokens. You requested a total of {prompt_len + max_new_tokens} "
+            f"tokens: {prompt_len} tokens from the input messages and {max_new_tokens} tokens "
+            "for the completion. Please reduce the number of tokens in the input messages or "
+            "the completion to fit within the limit.")
+
+
+def input_length_abort_message(prompt_len: int, max_req_input_len: int) -> str:
+    """The scheduler's ``validate_input_length`` (managers/utils.py:283)."""
+    return (f"Input length ({prompt_len} tokens) exceeds the maximum allowed length "
+            f"({max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
+
+
+@dataclass(frozen=True)
+class SglangServerArgs:
+    """The server arguments (and the one sampling parameter) SGLang's scheduler reads, by
+    SGLang's names.
+
+    ``geometry`` gives the bytes of a token (its ``tokens_per_block`` must be 1: SGLang's
+    page_size 1). ``max_total_tokens``: the KV pool in tokens (``--max-total-tokens``);
+    ``context_length``: the model's (``--context-length``). ``max_running_requests``: None takes
+    SGLang's default (``resolve_max_num_reqs``, see :attr:`resolved_max_running_requests`).
+    ``chunked_prefill_size``: the tokens of one prefill chunk, -1 for chunking off; the default
+    4096 is SGLang's for a device whose memory it cannot read (2048 to 16384 on GPUs by memory).
+    ``max_prefill_tokens``: the token budget of one prefill batch (SGLang's 16384; with chunking
+    off, the first request of a batch may overrun it). ``schedule_conservativeness`` scales the
+    initial new-token ratio (0.7). ``ignore_eos``: the requests' sampling parameter; False by
+    default, as a client rarely sets it: SGLang then reserves only a decaying fraction of each
+    request's remaining output and retracts when the guess proves short, where under ignore_eos
+    it reserves every token and never retracts.
+    """
+
+    geometry: KVGeometry
+    max_total_tokens: int
+    context_length: int
+    max_running_requests: Optional[int] = None
+    chunked_prefill_size: int = DEFAULT_CHUNKED_PREFILL_SIZE
+    max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS
+    schedule_conservativeness: float = 1.0
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, KVGeometry):
+            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        if self.geometry.tokens_per_block != 1:
+            raise ValueError("geometry.tokens_per_block must be 1 (SGLang's page_size 1), got "
+                             f"{self.geometry.tokens_per_block}")
+        store_checked(self, "max_total_tokens", check_int, low=1, high=1 << 24)
+        store_checked(self, "context_length", check_int, low=1, high=1 << 30)
+        if self.max_running_requests is not None:
+            store_checked(self, "max_running_requests", check_int, low=1, high=1 << 20)
+        if type(self.chunked_prefill_size) is not bool and self.chunked_prefill_size == -1:
+            object.__setattr__(self, "chunked_prefill_size", -1)   # a plain int, whatever came
+        else:
+            try:
+                store_checked(self, "chunked_prefill_size", check_int, low=1, high=1 << 30)
+            except ValueError:
+                raise ValueError(f"chunked_prefill_size must be -1 (chunking off) or in [1, "
+                                 f"{1 << 30}], got {self.chunked_prefill_size}") from None
+        store_checked(self, "max_prefill_tokens", check_int, low=1, high=1 << 30)
+        store_checked(self, "schedule_conservativeness", check_float, low=0.0, high=100.0)
+        if not isinstance(self.ignore_eos, bool):
+            raise TypeError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+
+    @property
+    def resolved_max_running_requests(self) -> int:
+        """``KVCacheConfigurator.resolve_max_num_reqs`` (mem_cache/kv_cache_configurator.py:
+        3119) for one rank: the value given, else ``max(min(int(T / C * 512), 4096), 2048)``,
+        at most ``T // 2`` either way (0 for a one-token pool)."""
+        tokens = self.max_total_tokens
+        if self.max_running_requests is not None:
+            return min(max(1, self.max_running_requests), tokens // 2)
+        estimated = int(tokens / self.context_length * 512)
+        estimated = max(min(estimated, 4096), 2048)
+        return min(estimated, tokens // 2)
+
+    @property
+    def max_req_len(self) -> int:
+        """``get_worker_info``'s ``min(context_length, max_total_tokens) - 1``."""
+        return min(self.context_length, self.max_total_tokens) - 1
+
+    @property
+    def max_req_input_len(self) -> int:
+        return self.max_req_len - INPUT_LEN_MARGIN
+
+    @property
+    def chunk_size(self) -> Optional[int]:
+        """The scheduler's ``chunked_prefill_size``: None with chunking off."""
+        return None if self.chunked_prefill_size == -1 else self.chunked_prefill_size
+
+    def replace(self, **changes) -> "SglangServerArgs":
+        return dataclasses.replace(self, **changes)
+
+
+def startup_error(args: SglangServerArgs) -> Optional[str]:
+    """The message SGLang refuses to start with for ``args`` (``TpModelWorker.alloc_memory_pool``,
+    managers/tp_worker.py:420-425), or None when it starts."""
+    if args.resolved_max_running_requests <= 0:
+        return MAX_RUNNING_ZERO
+    if args.max_req_len <= 0:
+        return POOL_TOO_SMALL
+    return None
+
+
+def front_door_error(request: Request, context_length: int) -> Optional[str]:
+    """The TokenizerManager's refusal of ``request`` when it arrives
+    (``_validate_one_request``, tokenizer_manager.py:1333-1378), or None."""
+    if request.prompt_len >= context_length:
+        return input_too_long_message(request.prompt_len, context_length)
+    if request.max_new_tokens + request.prompt_len > context_length:
+        return total_too_long_message(request.prompt_len, request.max_new_tokens, context_length)
+    return None
+
+
+def clipped_max_new_tokens(args: SglangServerArgs, prompt_len: int, max_new_tokens: int) -> int:
+    """``Scheduler.init_req_max_new_tokens`` (managers/scheduler.py:2693): the request's
+    max_new_tokens, at most ``max_req_len - P - 1`` and ``max_total_tokens - P - 2``
+    (``max_new_tokens_for_memory``, mem_cache/allocator/base.py:88), at least 0."""
+    clipped = max(0, min(max_new_tokens, args.max_req_len - prompt_len - 1))
+    return max(0, min(clipped, args.max_total_tokens - prompt_len - 1 - 1))
+
+
+class NewTokenRatio:
+    """SGLang's ``NewTokenRatioTracker`` (managers/scheduler_components/new_token_ratio_tracker.py):
+    the share of their remaining output the admission reserves for the running requests."""
+
+    __slots__ = ("init", "min", "decay", "current")
+
+    def __init__(self, schedule_conservativeness: float):
+        self.init = min(INIT_NEW_TOKEN_RATIO * schedule_conservativeness, 1.0)
+        self.min = min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.decay = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.current = self.init
+
+    def decay_step(self) -> None:
+        self.current = max(self.current - self.decay, self.min)
+
+    def reset(self) -> None:
+        self.current = self.init
+
+    @staticmethod
+    def after_retract(outputs: List[int], max_new_tokens: List[int]) -> float:
+        """``estimate_new_token_ratio_after_retract`` over the requests left."""
+        ratio = (sum(outputs) + RETRACT_DECODE_STEPS * len(outputs)) / (sum(max_new_tokens) + 1)
+        return min(1.0, ratio)
+
+    def __repr__(self) -> str:
+        return f"NewTokenRatio(current={self.current!r}, init={self.init!r}, min={self.min!r})"
+
+
+class _PrefillAdder:
+    """One pass of SGLang's ``PrefillAdder`` (managers/schedule_policy.py:607) with its
+    ``PrefillBudget`` (mem_cache/prefill_budget.py:62), page_size 1, the radix cache off:
+    nothing is evictable, ``per_req_token_overhead`` is one token."""
+
+    NO_TOKEN, OTHER, CONTINUE = "no_token", "other", "continue"
+
+    def __init__(self, scheduler: "SglangScheduler", running: List[Request]):
+        self.scheduler = scheduler
+        self.ratio = scheduler.new_token_ratio.current
+        self.rem_input_tokens = scheduler.args.max_prefill_tokens
+        self.rem_chunk_tokens = scheduler.args.chunk_size
+        self.total_offset = 0
+        self.current_offset = 0
+        self.can_run_list: List[Request] = []
+        self.extend_lens: List[int] = []
+        self.new_chunked_req: Optional[Request] = None
+        self.req_states: Optional[List[Tuple[float, int]]] = None
+        self.running = running
+        if running:  # the running requests' remaining output, by the ratio
+            self.total_offset += sum([self._running_offset(r) for r in running])
+
+    def _running_offset(self, request: Request):
+        ratio = 1.0 if self.scheduler.args.ignore_eos else self.ratio
+        return min(self.scheduler.max_new_tokens[request.request_id] - request.num_generated,
+                   CLIP_MAX_NEW_TOKENS) * ratio
+
+    def _available(self) -> int:
+        return self.scheduler.manager.free_blocks + 0  # + evictable: nothing, radix cache off
+
+    @property
+    def rem_total_tokens(self):
+        return self._available() - self.total_offset
+
+    @property
+    def cur_rem_tokens(self):
+        return self._available() - self.current_offset
+
+    def budget_state(self) -> str:
+        if not (self.rem_total_tokens > 0 and self.cur_rem_tokens > 0):
+            return self.NO_TOKEN
+        if self.rem_input_tokens <= 0:
+            return self.OTHER
+        if self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0:
+            return self.OTHER
+        return self.CONTINUE
+
+    def _update_prefill_budget(self, extend_len: int, max_new_tokens: int) -> None:
+        """``_update_prefill_budget`` and ``PrefillBudget.reserve``: the extend plus one page
+        now, the output later."""
+        immediate = extend_len + 1
+        self.total_offset += immediate + max_new_tokens
+        self.current_offset += immediate
+        self.rem_input_tokens -= extend_len
+        if self.rem_chunk_tokens is not None:
+            self.rem_chunk_tokens -= extend_len
+
+    def _commit(self, request: Request, extend_len: int, max_new_tokens: int,
+                chunked: bool) -> None:
+        self.can_run_list.append(request)
+        self.extend_lens.append(extend_len)
+        if chunked:
+            self.new_chunked_req = request
+        self._update_prefill_budget(extend_len, max_new_tokens)
+
+    def add_chunked_req(self, request: Request) -> Optional[Request]:
+        """``add_chunked_req`` (schedule_policy.py:1140): the next chunk of the request being
+        chunked; returns it while chunks remain, else None."""
+        rem_tokens = min(self.rem_chunk_tokens, int(self.rem_total_tokens))
+        if rem_tokens <= 0:  # ``available_chunk_tokens``: a continuation must make progress
+            rem_tokens = self.rem_chunk_tokens
+        cand = self.scheduler.fill_len(request) - request.context_current_position
+        truncated = cand > rem_tokens
+        new_len = min(cand, rem_tokens)
+        self.can_run_list.append(request)
+        self.extend_lens.append(new_len)
+        max_new = 0 if truncated else min(self.scheduler.max_new_tokens[request.request_id],
+                                          CLIP_MAX_NEW_TOKENS)
+        self._update_prefill_budget(new_len, max_new)
+        return request if truncated else None
+
+    def add_one_req(self, request: Request) -> str:
+        """``add_one_req`` (schedule_policy.py:1395) with ``_select_prefill_admission`` (:1592)
+        for a request from the waiting queue (no prefix: the radix cache is off)."""
+        if self.scheduler.args.ignore_eos:
+            return self.add_one_req_ignore_eos(request)
+        max_new_tokens = self.scheduler.max_new_tokens[request.request_id]
+        max_new = min(max(max_new_tokens - request.num_generated, 0), CLIP_MAX_NEW_TOKENS)
+        extend_len = self.scheduler.fill_len(request)
+        total_tokens = extend_len + max_new + 1
+        if not total_tokens < self.rem_total_tokens:  # PrefillBudget.check_prefill
+            return self.NO_TOKEN
+        # without chunking, the first request may overrun the input budget, the others not
+        if (self.rem_chunk_tokens is None and self.can_run_list
+                and extend_len >= self.rem_input_tokens):
+            return self.OTHER
+        reserve = min(max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        chunked = False
+        if self.rem_chunk_tokens is not None and extend_len > self.rem_chunk_tokens:
+            extend_len = self.rem_chunk_tokens
+            if extend_len <= 0:
+                return self.OTHER
+            chunked, reserve = True, 0
+        self._commit(request, extend_len, reserve, chunked)
+        return self.budget_state()
+
+    def add_one_req_ignore_eos(self, request: Request) -> str:
+        """``add_one_req_ignore_eos`` (schedule_policy.py:1241): the whole prompt must fit now,
+        and every request's whole remaining output must fit as the requests finish, shortest
+        remaining output first."""
+        scheduler = self.scheduler
+        cand = scheduler.fill_len(request)
+        paged_input = cand + 1
+        if not paged_input <= min(self.cur_rem_tokens, self.rem_total_tokens):
+            return self.NO_TOKEN
+
+        def add_req_state(r: Request, insert_sort: bool = False) -> None:
+            tokens_left = scheduler.max_new_tokens[r.request_id] * 1.0 - r.num_generated
+            tokens_occupied = scheduler.origin_len(r) + r.num_generated
+            if tokens_left <= 0:
+                return
+            if not insert_sort:
+                self.req_states.append((tokens_left, tokens_occupied))
+            else:
+                i = 0
+                for i in range(len(self.req_states)):  # (SGLang's loop: ``i`` stays at the last
+                    if tokens_left <= self.req_states[i][0]:  # index when none is larger)
+                        break
+                self.req_states.insert(i, (tokens_left, tokens_occupied))
+
+        if self.req_states is None:
+            self.req_states = []
+            add_req_state(request)
+            for r in self.running:
+                add_req_state(r)
+            for r in self.can_run_list:
+                add_req_state(r)
+            self.req_states.sort(key=lambda x: x[0])
+        else:
+            add_req_state(request, insert_sort=True)
+
+        cur_rem_tokens = self.cur_rem_tokens - paged_input
+        tokens_freed = 0
+        for i, (tokens_left, tokens_occupied) in enumerate(self.req_states):
+            bs = len(self.req_states) - i
+            min_free_tokens = cur_rem_tokens + tokens_freed - tokens_left * bs
+            if min_free_tokens <= IGNORE_EOS_RESERVE_TOKENS * bs:
+                return self.NO_TOKEN
+            tokens_freed += tokens_occupied
+
+        if self.rem_chunk_tokens is None or cand <= self.rem_chunk_tokens:
+            self._commit(request, cand, min(scheduler.max_new_tokens[request.request_id],
+                                            CLIP_MAX_NEW_TOKENS), chunked=False)
+        else:
+            if self.rem_chunk_tokens <= 0:
+                return self.OTHER
+            self._commit(request, self.rem_chunk_tokens, 0, chunked=True)
+        return self.budget_state()
+
+
+class SglangScheduler(SchedulerBase):
+    """SGLang's scheduling loop (module docstring) on a pool built from ``args``: a real
+    ``KVCacheManager`` of ``max_total_tokens`` one-token pages on ``device``. Raises ValueError
+    with SGLang's message where SGLang refuses to start."""
+
+    def __init__(self, args: SglangServerArgs, device="cpu", debug: bool = False):
+        if not isinstance(args, SglangServerArgs):
+            raise TypeError(f"args must be a SglangServerArgs, got {type(args).__name__}")
+        refusal = startup_error(args)
+        if refusal is not None:
+            raise ValueError(refusal)
+        max_running = args.resolved_max_running_requests
+        # One page-index row per request SGLang's ReqToTokenPool holds (its size is
+        # max_running_requests), each as wide as the longest sequence: min(C, T) tokens.
+        manager = KVCacheManager.expecting_clamp(
+            args.geometry, args.max_total_tokens * args.geometry.bytes_per_block,
+            min(args.context_length, args.max_total_tokens), max_batch_size=max_running,
+            page_index_policy="configured", device=device, host_cache_size=0)
+        super().__init__(manager, max_running, debug)
+        self.args = args
+        self.max_running_requests = max_running
+        self.new_token_ratio = NewTokenRatio(args.schedule_conservativeness)
+        #: SGLang's ``waiting_queue``, ``running_batch.reqs`` and ``chunked_req``
+        self.waiting: List[Request] = []
+        self.running: List[Request] = []
+        self.chunked_req: Optional[Request] = None
+        #: ``running_batch.batch_is_full``: admission stays shut until a request leaves
+        self.batch_is_full = False
+        #: the requests of the last step's prefill batch (SGLang's ``last_batch``), or None
+        self.last_prefill: Optional[List[Request]] = None
+        #: per request: SGLang's (clipped) ``sampling_params.max_new_tokens``
+        self.max_new_tokens: Dict[str, int] = {}
+        #: requests ``validate_input_length`` turned into a one-token abort: the message
+        self.abort_messages: Dict[str, str] = {}
+        self._last_step: Optional[int] = None   # the step of the latest schedule()
+        self._submit_step = 0                   # the step of the latest arrival
+
+    @property
+    def max_num_active_requests(self) -> Optional[int]:
+        return None  # every arrival goes to the scheduler's waiting queue
+
+    # -- the front door ---------------------------------------------------------------
+    def _verdict(self, request: Request) -> Verdict:
+        check_plain_request(request, "SGLang")
+        step = request.arrival_step if request.activated_step is None else request.activated_step
+        self._submit_step = step
+        refusal = front_door_error(request, self.args.context_length)
+        if refusal is not None:
+            return Verdict(False, refusal)
+        if (not (self.counts["waiting"] or self.counts["running"])
+                and (self._last_step is None or step > self._last_step + 1)):
+            # an idle server's iteration ran before this arrival: ``on_idle`` resets the ratio
+            self.new_token_ratio.reset()
+        clipped = clipped_max_new_tokens(self.args, request.prompt_len, request.max_new_tokens)
+        self.max_new_tokens[request.request_id] = clipped
+        request.output_limit = clipped
+        if request.prompt_len >= self.args.max_req_input_len:
+            self.abort_messages[request.request_id] = input_length_abort_message(
+                request.prompt_len, self.args.max_req_input_len)
+        return ADMIT
+
+    def _enqueue(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    # -- what SGLang's Req knows --------------------------------------------------------
+    def origin_len(self, request: Request) -> int:
+        """``len(origin_input_ids)``: the prompt, one token for an abort."""
+        return 1 if request.request_id in self.abort_messages else request.prompt_len
+
+    def fill_len(self, request: Request) -> int:
+        """``len(full_untruncated_fill_ids)``: prompt + output tokens."""
+        return self.origin_len(request) + request.num_generated
+
+    # -- one step -----------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        """One iteration of ``event_loop_normal`` (module docstring)."""
+        step = self._submit_step if self._last_step is None else max(self._last_step + 1,
+                                                                      self._submit_step)
+        self._last_step = step
+        self._prune_retired()
+        self.iteration += 1
+        batch = ScheduledBatch()
+        self._merge_last_prefill()
+        made_batch = self._get_new_batch_prefill(batch)  # sets last_prefill when it made one
+        if not made_batch and self.running:
+            self._update_running_batch(batch)
+            made_batch = bool(batch.generation_requests)
+        if not made_batch and not (self.running or self.waiting or self.chunked_req):
+            self.new_token_ratio.reset()  # on_idle of a server that ran empty
+        if self.debug:
+            self.check_invariants()
+        return batch
+
+    def _merge_last_prefill(self) -> None:
+        """``get_next_batch_to_run``'s merge (managers/scheduler.py:3905-3970): the last prefill
+        batch, less its finished requests and the chunked one, joins the running batch."""
+        last = self.last_prefill
+        if last is not None:
+            kept = [r for r in last if r.state == "running" and r is not self.chunked_req]
+            if len(kept) < len(last):
+                self.batch_is_full = False
+            if kept:
+                if not self.running:
+                    self.running = kept
+                    self.batch_is_full = False  # the prefill batch's own flag
+                else:
+                    self.running.extend(kept)
+        self.last_prefill = None
+        before = len(self.running)
+        self.running = [r for r in self.running if r.state == "running"]
+        if len(self.running) < before:
+            self.batch_is_full = False
+
+    def _num_allocatable_reqs(self) -> int:
+        """``get_num_allocatable_reqs`` (managers/scheduler.py:4027): request slots left; the
+        chunked request holds one outside the running batch, and gives it back as a member of
+        the batch being built."""
+        return self.max_running_requests - len(self.running)
+
+    def _get_new_batch_prefill(self, batch: ScheduledBatch) -> bool:
+        """``_get_new_batch_prefill_raw`` (managers/scheduler.py:4079); whether it made a batch."""
+        if not self.running:
+            self.batch_is_full = False
+        if (self.batch_is_full or not self.waiting) and self.chunked_req is None:
+            return False
+        if self._num_allocatable_reqs() <= 0 and self.chunked_req is None:
+            self.batch_is_full = True
+            return False
+        adder = _PrefillAdder(self, self.running)
+        if self.chunked_req is not None:
+            self.chunked_req = adder.add_chunked_req(self.chunked_req)
+        for request in self.waiting:
+            if adder.budget_state() == adder.OTHER:
+                break
+            if len(adder.can_run_list) >= self._num_allocatable_reqs():
+                self.batch_is_full = True
+            if self.batch_is_full:
+                break
+            result = adder.add_one_req(request)
+            if result != adder.CONTINUE:
+                if result == adder.NO_TOKEN:
+                    self.batch_is_full = bool(adder.can_run_list) or bool(self.running)
+                break
+        if not adder.can_run_list:
+            return False
+        admitted = set(id(r) for r in adder.can_run_list)
+        self.waiting = [r for r in self.waiting if id(r) not in admitted]
+        if adder.new_chunked_req is not None:
+            self.chunked_req = adder.new_chunked_req
+        self._prepare_for_extend(batch, adder.can_run_list, adder.extend_lens)
+        return True
+
+    def _prepare_for_extend(self, batch: ScheduledBatch, requests: List[Request],
+                            extend_lens: List[int]) -> None:
+        """``prepare_for_extend``: the batch's tokens from the pool (``alloc_for_extend``), all
+        or nothing; a one-token abort's prefill finishes it (``process_batch_result_prefill``
+        frees its token in the same step)."""
+        manager = self.manager
+        total = sum(extend_lens)
+        if total > manager.free_blocks:  # alloc_token_slots (mem_cache/allocation.py:152)
+            raise RuntimeError(f"Out of memory. Try to lower your batch size.\nTry to allocate "
+                               f"{total} tokens.\nAvailable tokens: {manager.free_blocks}")
+        for request, extend_len in zip(requests, extend_lens):
+            cache = manager.caches.get(request.request_id)
+            if cache is None:
+                cache = manager.create_cache(request.request_id)
+                self._set_state(request, "running")
+            if not cache.resize(cache.capacity + extend_len):
+                raise AssertionError(f"{request.request_id!r}: the free tokens were refused")
+        for request, extend_len in zip(requests, extend_lens):
+            message = self.abort_messages.get(request.request_id)
+            if message is not None:
+                manager.free(request)
+                self._set_state(request, "rejected")
+                request.reason = message
+                self._has_retired = True
+                batch.aborted_requests.append(request)
+            else:
+                request.context_chunk_size = extend_len
+                batch.context_requests.append(request)
+        batch.num_tokens = total
+        batch.num_aborted_context_rows = len(batch.aborted_requests)
+        self.last_prefill = list(requests)
+
+    def _update_running_batch(self, batch: ScheduledBatch) -> None:
+        """``update_running_batch`` (managers/scheduler.py:4459): retract when the next decode
+        does not fit (``check_decode_mem``: one token per request), else decay the ratio; then
+        ``prepare_for_decode``."""
+        initial_bs = len(self.running)
+        if len(self.running) > self.manager.free_blocks:
+            self._retract_decode(batch)
+        else:
+            self.new_token_ratio.decay_step()
+        if len(self.running) < initial_bs:
+            self.batch_is_full = False
+        if not self.running:
+            return
+        for request in self.running:  # prepare_for_decode: alloc_for_decode, one token each
+            cache = self.manager.caches[request.request_id]
+            if not cache.resize(cache.capacity + 1):
+                raise AssertionError(f"{request.request_id!r}: the free tokens were refused")
+        batch.generation_requests.extend(self.running)
+        batch.num_tokens = len(self.running)
+
+    def _retract_decode(self, batch: ScheduledBatch) -> None:
+        """``ScheduleBatch.retract_decode`` (managers/schedule_batch.py:3451): free the least
+        preferred request (fewest output tokens, then the longest prompt, then the last in the
+        batch: ``_get_decode_retraction_order``, :3542) until the others' next tokens fit,
+        keeping one; abort that one when even it does not fit. The retracted recompute later,
+        from the back of the queue."""
+        reqs = self.running
+        order = sorted(range(len(reqs)), key=lambda i: (reqs[i].num_generated,
+                                                        -self.origin_len(reqs[i])), reverse=True)
+        manager = self.manager
+        retracted: List[Request] = []
+        first_iter = True
+        while first_iter or not manager.free_blocks >= len(order):
+            if len(order) == 1:
+                break
+            first_iter = False
+            request = reqs[order.pop()]
+            self._recompute_pause(request)  # release_req: its tokens freed, reset_for_retract
+            retracted.append(request)
+        if len(order) <= 1 and not manager.free_blocks >= len(order):
+            request = reqs[order.pop()]
+            manager.free(request)
+            self._set_state(request, "rejected")
+            request.reason = DECODE_OOM_ABORT
+            self._has_retired = True
+            batch.aborted_requests.append(request)
+        if len(order) != len(reqs):  # filter_batch(keep_indices=...) keeps the sorted order
+            self.running = [reqs[i] for i in order]
+        self.new_token_ratio.current = NewTokenRatio.after_retract(
+            [r.num_generated for r in self.running],
+            [self.max_new_tokens[r.request_id] for r in self.running])
+        for request in retracted:  # _add_request_to_queue(is_retracted=True): the back
+            self.waiting.append(request)
+            batch.recompute_paused_requests.append(request)
+
+    def __repr__(self) -> str:
+        return f"SglangScheduler({self.args!r})"

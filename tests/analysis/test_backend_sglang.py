@@ -1,0 +1,50 @@
+"""kvlab.backends.sglang.SGLANG: the real SGLang 0.5.23 scheduler as a subprocess (the process's
+edges, shared with vLLM's, are tested in test_backend_vllm.py). Live (marked ``sglang``, needs
+``bash scripts/setup.sh sglang``, which the README's test command runs): SGLang gives today
+what data/measurements/sglang-0.5.23.json stored, and its own words at its doors."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab import Request
+from kvlab.analysis.peer_conformance import SGLANG_NOTEBOOK_04, PeerWorkload, sglang_workloads
+from kvlab.backends.real_engine import EngineUnavailable
+from kvlab.backends.sglang import SGLANG
+
+live = pytest.mark.skipif(not SGLANG.is_available(),
+                          reason="SGLang's environment is not set up: bash scripts/setup.sh sglang")
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+@live
+def test_live_sglang_gives_what_is_stored():
+    stored = SGLANG.stored_document()
+    keep = {w["name"]: w["steps"] is not None for w in stored["workloads"]}
+    records = SGLANG.records(sglang_workloads(), timeout_s=1800)
+    for record, expected in zip(records, stored["workloads"]):
+        assert record.to_json(keep[record.workload.name]) == expected, record.workload.name
+
+
+@pytest.mark.sglang
+@live
+def test_live_sglang_refuses_to_start_and_at_its_doors_with_its_own_words():
+    refused, served = SGLANG.run_workloads([
+        PeerWorkload("refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), [Request("a", 8, 4)]),
+        PeerWorkload("served", SGLANG_NOTEBOOK_04, [Request("long", 8192, 4), Request("big", 2042, 4),
+                                                    Request("fits", 8, 2)])])
+    assert str(refused.error) == "max_running_request is zero"
+    assert refused.status == {"a": "rejected"}
+    assert served.reasons["long"] == ("The input (8192 tokens) is longer than the model's context "
+                                      "length (8192 tokens).")
+    assert served.reasons["big"].startswith("Input length (2042 tokens) exceeds the maximum allowed "
+                                            "length (2042 tokens).")
+    assert served.status == {"long": "rejected", "big": "rejected", "fits": "finished"}
+
+
+def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVLAB_SGLANG_ENV", str(tmp_path / "missing"))
+    assert not SGLANG.is_available()
+    with pytest.raises(EngineUnavailable, match="bash scripts/setup.sh sglang"):
+        SGLANG.run(SGLANG_NOTEBOOK_04, [Request("a", 8, 4)])
