@@ -16,7 +16,7 @@ Prints one JSON line per measurement:
 - ``standard_mixed``: kvlab's own mixed workload (``kvlab.run.workload.standard_mixed_workload``).
 - ``azure_hour`` (``--trace``): Azure's conversation hour (data/traces/, 19,366 requests), one
   scheduler iteration taken as ``--seconds-per-iteration`` seconds, replayed under each
-  admission policy and vLLM's peer on one GPU's pool (``--pool-gib`` GiB of KV for a Llama-3.1-8B-shaped model in
+  admission policy and vLLM's and SGLang's peers on one GPU's pool (``--pool-gib`` GiB of KV for a Llama-3.1-8B-shaped model in
   bf16, 128 KiB a token, 32-token pages; 64 requests active, 8,192 tokens a pass, chunked): wall
   time, requests per second, goodput, waits and rejections per policy.
 
@@ -69,8 +69,8 @@ import sys
 import time
 from typing import List
 
-from kvlab import (KVCacheManager, KVGeometry, Request, Scheduler, VllmEngineArgs, VllmScheduler,
-                   simulate)
+from kvlab import (KVCacheManager, KVGeometry, Request, Scheduler, SglangScheduler, SglangServerArgs,
+                   VllmEngineArgs, VllmScheduler, simulate)
 from kvlab.run.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
 from kvlab.sched.admission import ADMISSION_POLICIES
 from kvlab.sched.vllm import estimated_max_model_len
@@ -158,6 +158,10 @@ def azure_engine(policy: str, pool_gib: float):
     max_seq_len, blocks = 131072, int(pool_gib * (1 << 30)) // geometry.bytes_per_block
     if policy == "vllm":
         return vllm_engine(geometry.tokens_per_block, blocks, max_seq_len, 64, 8192)
+    if policy == "sglang":  # the same pool in one-token pages; SGLang's default chunk, 8,192 a pass
+        return SglangScheduler(SglangServerArgs(small(1), blocks * geometry.tokens_per_block,
+                                                max_seq_len, max_running_requests=64,
+                                                max_prefill_tokens=8192))
     return Scheduler(pool(geometry, blocks, max_seq_len, 64), admission=policy, max_num_tokens=8192,
                      max_batch_size=64, chunked_prefill=True)
 
@@ -214,7 +218,7 @@ def main() -> None:
     if args.trace:
         trace = azure_trace("conv", args.seconds_per_iteration, args.trace_limit)
         policies, total = {}, 0.0
-        for policy in [*ADMISSION_POLICIES, "vllm"]:
+        for policy in [*ADMISSION_POLICIES, "vllm", "sglang"]:
             seconds, result = timed(trace, lambda: azure_engine(policy, args.pool_gib), 1)
             total += seconds
             summary = result.summary()
