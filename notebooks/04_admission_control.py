@@ -495,7 +495,7 @@ findings += [Finding(scenario=(f"Azure code trace, {len(trace):,} requests in {t
                      numbers=(f"{shrunk.loc[policy, 'finished']:,} finished, {shrunk.loc[policy, 'rejected']:,} rejected, "
                               f"{shrunk.loc[policy, 'unfinished']:,} unfinished; {len(never_fits):,} can never fit; "
                               f"mean queue {shrunk.loc[policy, 'mean_queue_steps']:,} steps"))
-             for policy in TRTLLM_POLICIES]
+             for policy in POLICIES]
 findings = report_findings(findings)
 if IS_SEED:
     assert [f["outcome"] for f in findings[:3]] == ["crash", "stall", "reject"]
