@@ -158,9 +158,13 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     assert all("0 unfinished" in mixed[p]["numbers"] for p in ("capacity", "vllm", "sglang"))
     hour = findings[8:]  # Azure's code trace, its first ten minutes with SMOKE, on the shrunk pool
     assert [(f["policy"], f["outcome"]) for f in hour] == [
-        ("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject")]
+        ("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject"),
+        ("vllm", "reject"), ("sglang", "reject")]
     assert "1,482 requests in 10 min" in hour[0]["scenario"]
     assert "1,411 finished, 71 rejected, 0 unfinished; 71 can never fit" in hour[2]["numbers"]
+    # the peers' doors: vLLM's max_model_len (7,136), SGLang's pool less six tokens (7,162)
+    assert "1,413 finished, 69 rejected, 0 unfinished" in hour[3]["numbers"]
+    assert "1,413 finished, 69 rejected, 0 unfinished" in hour[4]["numbers"]
     assert seconds < 30, f"notebook 04 took {seconds:.0f} s with SMOKE"
 
 
