@@ -129,9 +129,12 @@ class KVCache:
         pages = self.host_tier.allocate(self.pool, count)
         if pages is None:
             return False
+        self._append(pages)
+        return True
+
+    def _append(self, pages: List[int]) -> None:
         self.page_index.write(self.slot, self.num_blocks, pages)
         self.pages.extend(pages)
-        return True
 
     def _release_tail(self, keep: int) -> None:
         tail = self.pages[keep:]

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import warnings
 from types import MappingProxyType
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, Mapping, Optional, Sequence, Union
 
 import torch
 
 from kvlab.core.checks import MAX_COUNT, check_choice, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
-from kvlab.core.kv_cache import KVCache
+from kvlab.core.kv_cache import KVCache, PageIndexTooShort
 from kvlab.core.page_index import PageIndexTable, WIDTH_POLICIES, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS, PagePool, resolve_device
 from kvlab.core.request import Request
@@ -243,6 +243,34 @@ class KVCacheManager:
         cache.freed = True
         self.page_index.release_slot(cache.slot)
         del self._caches[cache.request_id]
+
+    def grow_each(self, caches: Sequence[KVCache], num_tokens: int = 1) -> bool:
+        """Grow every one of ``caches`` (active, this manager's) by ``num_tokens`` tokens, taking
+        the pages they need in one allocation from the pool, all or none: False, and nothing
+        changed, when the pool has too few. Each cache ends as ``resize(capacity + num_tokens)``
+        leaves it (PageIndexTooShort, before anything is taken, when a row is too short). A
+        decode batch's growth, as SGLang's ``prepare_for_decode`` allocates it
+        (``alloc_token_slots`` for the whole batch, sglang/srt/managers/schedule_batch.py)."""
+        num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
+        tokens_per_block, width = self.geometry.tokens_per_block, self.max_blocks_per_seq
+        needs = []
+        for cache in caches:
+            if self._caches.get(cache.request_id) is not cache or cache.suspended:
+                raise ValueError(f"caches: {cache.request_id!r} is not an active cache of this manager")
+            blocks = -(-(cache.capacity + num_tokens) // tokens_per_block)
+            if blocks > width:
+                raise PageIndexTooShort(blocks, width)
+            needs.append(blocks - cache.num_blocks)
+        pages = self.pool.allocate(sum(needs))
+        if pages is None:
+            return False
+        start = 0
+        for cache, need in zip(caches, needs):
+            if need:
+                cache._append(pages[start:start + need])
+                start += need
+            cache.capacity += num_tokens
+        return True
 
     def is_request_active(self, request: Union[Request, str]) -> bool:
         """The request holds an active (not suspended) cache."""

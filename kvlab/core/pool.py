@@ -113,13 +113,17 @@ class PagePool:
 
     def free(self, pages: Sequence[int]) -> None:
         """Return pages to the free list; freeing a page that is not handed out is an error."""
-        pages = [check_page("pages", page) for page in pages]
-        if len(set(pages)) != len(pages):
-            raise ValueError(f"pages must be distinct, got {len(pages)} with repeats")
-        for page in pages:
-            if not (0 <= page < self.num_blocks) or not self._owned[page]:
-                raise ValueError(f"pages: page {page} is not allocated from this pool "
-                                 f"(pages are 0..{self.num_blocks - 1})")
+        if not all(type(page) is int for page in pages):  # the checks, where not plain ints
+            pages = [check_page("pages", page) for page in pages]
+        taken = np.asarray(pages, dtype=np.int64)
+        if len(np.unique(taken)) != len(taken):
+            raise ValueError(f"pages must be distinct, got {len(taken)} with repeats")
+        inside = (taken >= 0) & (taken < self.num_blocks)
+        if not (inside.all() and self._owned[taken].all()):
+            page = next(int(p) for p, ok in zip(taken, inside) if not ok or not self._owned[p])
+            raise ValueError(f"pages: page {page} is not allocated from this pool "
+                             f"(pages are 0..{self.num_blocks - 1})")
+        pages = taken
         count = len(pages)
         self._owned[pages] = False
         self._stack[self._top:self._top + count] = pages

@@ -633,10 +633,9 @@ class SglangScheduler(SchedulerBase):
             self.batch_is_full = False
         if not self.running:
             return
-        for request in self.running:  # prepare_for_decode: alloc_for_decode, one token each
-            cache = self.manager.caches[request.request_id]
-            if not cache.resize(cache.capacity + 1):
-                raise AssertionError(f"{request.request_id!r}: the free tokens were refused")
+        caches = self.manager.caches  # prepare_for_decode: one token each, one allocation
+        if not self.manager.grow_each([caches[r.request_id] for r in self.running]):
+            raise AssertionError("the free tokens counted for the decode batch were refused")
         batch.generation_requests.extend(self.running)
         batch.num_tokens = len(self.running)
 

@@ -335,3 +335,21 @@ def test_quota_that_holds_no_page_is_an_error():
 def test_repr_mentions_the_numbers(seed_manager):
     text = repr(seed_manager("configured"))
     assert "64 blocks" in text and "2048" in text and "8192" in text and "260" in text
+
+
+def test_grow_each_takes_one_allocation_all_or_none(seed_manager):
+    mgr = seed_manager("configured", max_batch_size=3)
+    caches = [mgr.create_cache(f"r{i}") for i in range(3)]
+    for cache, tokens in zip(caches, (32, 40, 64)):
+        assert cache.resize(tokens)
+    allocations = mgr.pool.counters.allocations
+    assert mgr.grow_each(caches)                         # 33 and 41 need a page, 65 too
+    assert [c.capacity for c in caches] == [33, 41, 65] and [c.num_blocks for c in caches] == [2, 2, 3]
+    assert mgr.pool.counters.allocations == allocations + 1
+    mgr.check_invariants()
+    assert caches[0].resize(mgr.free_blocks * 32 + 33)   # the pool is full now
+    assert not mgr.grow_each(caches[1:], 32) and [c.capacity for c in caches[1:]] == [41, 65]
+    mgr.check_invariants()
+    mgr.free(caches[2])
+    with pytest.raises(ValueError, match="'r2' is not an active cache of this manager"):
+        mgr.grow_each(caches)
