@@ -19,12 +19,8 @@ import argparse
 import json
 import time
 
-from kvlab.analysis.peer_conformance import differences, sglang_workloads, vllm_workloads
-from kvlab.backends.sglang import SGLANG
-from kvlab.backends.vllm import VLLM
-
-#: Each engine's backend and its conformance workloads.
-ENGINES = {"vllm": (VLLM, vllm_workloads), "sglang": (SGLANG, sglang_workloads)}
+from kvlab.analysis.peer_conformance import differences
+from kvlab.backends.engines import ENGINES
 
 
 def main() -> None:
@@ -34,6 +30,8 @@ def main() -> None:
     parser.add_argument("--stored", action="store_true", help="compare with the stored runs")
     parser.add_argument("--record", action="store_true", help="store the real runs")
     args = parser.parse_args()
+    if args.record and args.only:
+        parser.error("--record stores every workload of the engine: leave out --only")
     engine, listed = ENGINES[args.engine]
     workloads = [w for w in listed() if not args.only or w.name.startswith(tuple(args.only))]
     start = time.perf_counter()

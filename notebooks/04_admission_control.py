@@ -272,9 +272,10 @@ if never:
 # reaches that length at the door, admits a waiting prompt only when the whole of it fits the free
 # blocks, admits nothing in a step that preempted, and preempts by recompute, the last admitted
 # first, back to the head of the queue. SGLang checks a prompt twice at the door: against the
-# model's context length (the configured max_seq_len here), and against the pool less six tokens
-# (a prompt over that is turned away by the next prefill); it clips each request's output to what
-# the pool holds beside its prompt. It admits a prompt while it fits beside a guess of what every
+# model's context length (the configured max_seq_len here: the prompt, and the prompt with its
+# max_new_tokens, must stay under it), and against the smaller of that length and the pool, less
+# six tokens (a prompt that reaches it is turned away by the next prefill); it clips each
+# request's output to what the pool holds beside its prompt. It admits a prompt while it fits beside a guess of what every
 # running request will still write: a share of their remaining output, the *new-token ratio*,
 # 0.7 at first and decaying step by step. When a decode step finds no room, it retracts the
 # request with the fewest output tokens to the back of the queue (to recompute later) and raises

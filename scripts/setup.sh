@@ -30,7 +30,11 @@ engine_env() {  # NAME VERSION MODULE: make (or find cached) the environment of 
         echo "setup.sh: the $name environment is ready (cached) in $env_dir"
         return
     fi
-    rm -rf "$env_dir"
+    if [ -e "$env_dir" ] && [ ! -f "$env_dir/pyvenv.cfg" ]; then
+        echo "setup.sh: $env_dir exists and is not a virtual environment; not replacing it" >&2
+        exit 1
+    fi
+    rm -rf "$env_dir"  # an environment made before, or half made: made anew
     python3 -m venv "$env_dir"
     "$env_dir/bin/python" -m pip install --quiet --no-deps "$name==$version"
     "$env_dir/bin/python" -m pip install --quiet -r "$requirements"

@@ -17,7 +17,7 @@ the real schedulers and stores their answers in data/measurements/.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Tuple, Union
 
 from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never, sglang_args
 from kvlab.analysis.presets import seed_geometry
@@ -44,7 +44,7 @@ class PeerWorkload:
     most ``max_steps`` steps."""
 
     name: str
-    args: VllmEngineArgs
+    args: Union[VllmEngineArgs, SglangServerArgs]
     requests: Tuple[Request, ...]
     max_steps: int = 100_000
 
@@ -85,8 +85,8 @@ def differences(peer: SimulationResult, real: SimulationResult) -> List[dict]:
                 theirs = getattr(real_request, field)
                 ours = None if peer_request is None else getattr(peer_request, field)
             if theirs != ours:
-                rows.append(dict(request_id=request_id, field=field, vllm=theirs, kvlab=ours))
-    rows += [dict(request_id=request_id, field="status", vllm=None, kvlab=status)
+                rows.append(dict(request_id=request_id, field=field, real=theirs, kvlab=ours))
+    rows += [dict(request_id=request_id, field="status", real=None, kvlab=status)
              for request_id, status in peer.status.items() if request_id not in real.requests]
     return rows
 
@@ -202,13 +202,15 @@ def sglang_workloads() -> List[PeerWorkload]:
     tiny = SglangServerArgs(KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1),
                             600, 4096, max_running_requests=8, chunked_prefill_size=128,
                             max_prefill_tokens=128)
+    retracted = [Request(f"r{i}", 20, 400, i) for i in range(8)]
     workloads = [
         PeerWorkload("nb04/long-and-small", SGLANG_NOTEBOOK_04, small, 20_000),
         PeerWorkload("nb04/long-and-small/chunked", chunked, small, 20_000),
         PeerWorkload("nb04/not-yet-and-never", SGLANG_NOTEBOOK_04, hog, 20_000),
         PeerWorkload("front-door", SGLANG_NOTEBOOK_04, front_door, 5_000),
         PeerWorkload("startup-refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), small, 1_000),
-        PeerWorkload("tiny/retractions", tiny, [Request(f"r{i}", 20, 400, i) for i in range(8)], 5_000),
+        PeerWorkload("tiny/retractions", tiny, retracted, 5_000),
+        PeerWorkload("tiny/retractions/ends-running", tiny, retracted, 2_100),  # one admitted again
         PeerWorkload("tiny/ignore-eos-stall", tiny.replace(max_total_tokens=1000, ignore_eos=True),
                      [Request("a", 300, 900, 0), Request("b", 300, 900, 0)], 500),
     ]

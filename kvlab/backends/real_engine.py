@@ -5,7 +5,7 @@ by ``bash scripts/setup.sh NAME`` in a cache folder (``$KVLAB_<NAME>_ENV``, else
 ``$XDG_CACHE_HOME/kvlab/NAME-VERSION``, else ``~/.cache/kvlab/NAME-VERSION``). A
 :class:`RealEngine` starts that environment's Python on the engine's driver (a program beside this
 file that imports the engine, never kvlab), sends the workloads as one JSON document and reads
-back JSON lines as they come (the protocol in ``vllm_driver.py``'s docstring): per request its
+back JSON lines as they come (the protocol in each driver's docstring): per request its
 start, first token, preemptions, rejection, abort or finish, and per step the pool and queues.
 Each workload comes back as what ``kvlab.simulate`` returns, a
 :class:`~kvlab.run.simulation.SimulationResult`, so tables and figures take either.

@@ -13,8 +13,9 @@ one run after another, each line flushed as it happens so that a crash keeps wha
   refuses to start (e.g. "max_running_request is zero" for a pool of one token);
 - ``{"kind": "event", "run": i, "step": s, "id": ..., "event": E, ...}`` with E one of
   "rejected" (``message``: SGLang's own words, see "The front doors"), "started" (the first step
-  a prefill batch holds the request, its first chunk; never again after a retraction),
-  "first_token" (the step its first output token is committed), "preempted" (each retraction),
+  a prefill batch holds the request, its first chunk), "first_token" (the step its first output
+  token is committed), "preempted" (each retraction), "resumed" (the first prefill of a
+  retracted request admitted again),
   "aborted" (``message``: SGLang gave up a request it had started, e.g. "Out of memory even after
   retracting all other requests in the decode batch. Aborting the last request."), "finished"
   (``finish_reason``: SGLang's finish reason as JSON, ``num_output_tokens``, ``cause``:
@@ -37,7 +38,7 @@ A RUN is ``{"engine": {...}, "requests": [[id, prompt_len, max_new_tokens, arriv
 - ``max_prefill_tokens``: the token budget of one prefill batch (its last request may overrun it);
 - ``schedule_conservativeness`` (default 1.0): scales SGLang's initial new-token ratio;
 - ``enable_mixed_chunk`` (default false): decode rows ride along with a prefill batch;
-- ``ignore_eos`` (default true): every request's sampling parameter. The fake model never
+- ``ignore_eos`` (default false, as kvlab's SglangServerArgs): every request's sampling parameter. The fake model never
   samples EOS, so requests run to max_new_tokens either way, but SGLang admits an ignore_eos
   request by reserving its whole max_new_tokens (``PrefillAdder.add_one_req_ignore_eos``,
   schedule_policy.py:1241), and any other by the decaying new-token ratio (``add_one_req``,
@@ -387,6 +388,7 @@ class Run:
         self.live = {}  # request id -> requested max_new_tokens, for requests SGLang holds
         self.started, self.first_token = set(), set()
         self.retractions = {}  # request id -> retraction_count seen
+        self.requeued = set()  # retracted, not yet admitted again
         self.outputs = []  # what SGLang sent towards the tokenizer in this iteration
         self.rows = []
 
@@ -457,7 +459,7 @@ class Run:
             try:
                 self.check(input_ids, max_new_tokens)
                 handed.append(tokenized_request(request_id, input_ids, max_new_tokens,
-                                                self.engine.get("ignore_eos", True),
+                                                self.engine.get("ignore_eos", False),
                                                 self.scheduler.model_config.vocab_size))
             except ValueError as exc:
                 self.event(request_id, "rejected", message=str(exc))
@@ -479,6 +481,9 @@ class Run:
                     if req.rid not in self.started and not is_abort(req):
                         self.started.add(req.rid)
                         self.event(req.rid, "started")
+                    elif req.rid in self.requeued:  # a retracted request admitted again
+                        self.requeued.discard(req.rid)
+                        self.event(req.rid, "resumed")
             else:
                 decodes = tokens = len(batch.reqs)
             for req in batch.reqs:
@@ -504,6 +509,7 @@ class Run:
         for req in self.scheduler.waiting_queue:
             if req.retraction_count > self.retractions.get(req.rid, 0):
                 self.retractions[req.rid] = req.retraction_count
+                self.requeued.add(req.rid)
                 retracted += 1
                 self.event(req.rid, "preempted")
         return retracted

@@ -35,7 +35,7 @@ from kvlab.notebook.parameters import check_repro_parameters
 from kvlab.notebook.tables import table
 from kvlab.run.distributed import run_ranks, scenario_config
 from kvlab.run.scenarios import load_scenario
-from kvlab.run.simulation import Engine, SimulationResult, simulate
+from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.run.trace import Trace
 from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
 

@@ -294,9 +294,10 @@ class Engine:
         for request in batch.recompute_paused_requests:
             events.append(Event(step, "recompute_paused", request.request_id,
                                 f"{request.context_len} context tokens to recompute"))
-        for request in batch.aborted_requests:
+        for request in batch.aborted_requests:  # one that never started was turned away
             request.end_step = step
-            events.append(Event(step, "aborted", request.request_id, request.reason))
+            kind = "rejected" if request.first_scheduled_step is None else "aborted"
+            events.append(Event(step, kind, request.request_id, request.reason))
         for request in batch.fitting_disagg_gen_init_requests:
             self._mark_started(request)
             request.context_current_position = request.prompt_len

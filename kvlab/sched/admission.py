@@ -23,7 +23,6 @@ TEMPORARILY_BLOCKED = "temporarily blocked"
 NEVER_FITS = "never fits"
 
 
-
 @dataclass(frozen=True)
 class Verdict:
     """The answer of ``admit``: admitted, or rejected with a reason."""

@@ -2,9 +2,10 @@
 
 The executor loop (:class:`kvlab.run.simulation.Engine`) hands a scheduler the arriving requests
 (``submit``), asks it for one batch per step (``schedule``), and tells it which requests
-finished (``finish``); it reads the state counts for its trace. Two loops implement it:
-TensorRT-LLM's V2 loop (:class:`kvlab.sched.scheduler.Scheduler`) and vLLM v1's
-(:class:`kvlab.sched.vllm.VllmScheduler`). The bookkeeping they share lives here: the requests in
+finished (``finish``); it reads the state counts for its trace. Three loops implement it:
+TensorRT-LLM's V2 loop (:class:`kvlab.sched.scheduler.Scheduler`), vLLM v1's
+(:class:`kvlab.sched.vllm.VllmScheduler`) and SGLang's (:class:`kvlab.sched.sglang.SglangScheduler`).
+The bookkeeping they share lives here: the requests in
 arrival order, one state each (``Request.state``) and the counts per state, the front door's
 verdict, freeing a cache, a recompute pause, and the invariants that tie the states to the
 manager's caches.

@@ -8,8 +8,8 @@ Mirrors ``KVCacheV2Scheduler._schedule_loop``
 - Phase 1 walks the active requests in arrival order. DISAGG_GENERATION_INIT requests go
   through ``prepare_disagg_gen_init`` outside the budgets (False = retry next iteration).
   Context requests are deferred to phase 2. A generation request grows by one token (+ its
-  draft tokens); when it cannot, room is made by the real ladder: suspend started requests
-  from the tail, then recompute-pause, then suspend itself and stop phase 1. Suspension asks nothing of the host tier: what a
+  draft tokens); when it cannot, room is made by the real ladder: suspend started
+  requests from the tail, then recompute-pause, then suspend itself and stop phase 1. Suspension asks nothing of the host tier: what a
   suspension frees depends on the tier below the GPU (kvlab.core.kv_cache, ``KVCache.suspend``).
 - Phase 2 walks the deferred contexts: batch budget full -> break; STOP -> break; SKIP ->
   continue. Non-chunked: the whole remaining context plus its draft tokens is one unit; a

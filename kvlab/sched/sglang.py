@@ -78,7 +78,6 @@ never admit waits until the run's ``max_steps``.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from kvlab.core.checks import check_float, check_int, store_checked
@@ -139,7 +138,7 @@ def input_length_abort_message(prompt_len: int, max_req_input_len: int) -> str:
             f"({max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class SglangServerArgs:
     """The server arguments (and the one sampling parameter) SGLang's scheduler reads, by
     SGLang's names.
@@ -295,16 +294,16 @@ class _PrefillAdder:
         self.new_chunked_req: Optional[Request] = None
         self.req_states: Optional[List[Tuple[float, int]]] = None
         self.running = running
-        if running:  # the running requests' remaining output, by the ratio
-            self.total_offset += sum([self._running_offset(r) for r in running])
+        # the running requests' remaining output, by the ratio
+        self.total_offset += sum(self._running_offset(r) for r in running)
 
     def _running_offset(self, request: Request):
         ratio = 1.0 if self.scheduler.args.ignore_eos else self.ratio
-        return min(self.scheduler.max_new_tokens[request.request_id] - request.num_generated,
+        return min(request.output_limit - request.num_generated,
                    CLIP_MAX_NEW_TOKENS) * ratio
 
     def _available(self) -> int:
-        return self.scheduler.manager.free_blocks + 0  # + evictable: nothing, radix cache off
+        return self.scheduler.manager.free_blocks  # no evictable tokens: the radix cache is off
 
     @property
     def rem_total_tokens(self):
@@ -352,7 +351,7 @@ class _PrefillAdder:
         new_len = min(cand, rem_tokens)
         self.can_run_list.append(request)
         self.extend_lens.append(new_len)
-        max_new = 0 if truncated else min(self.scheduler.max_new_tokens[request.request_id],
+        max_new = 0 if truncated else min(request.output_limit,
                                           CLIP_MAX_NEW_TOKENS)
         self._update_prefill_budget(new_len, max_new)
         return request if truncated else None
@@ -362,7 +361,7 @@ class _PrefillAdder:
         for a request from the waiting queue (no prefix: the radix cache is off)."""
         if self.scheduler.args.ignore_eos:
             return self.add_one_req_ignore_eos(request)
-        max_new_tokens = self.scheduler.max_new_tokens[request.request_id]
+        max_new_tokens = request.output_limit
         max_new = min(max(max_new_tokens - request.num_generated, 0), CLIP_MAX_NEW_TOKENS)
         extend_len = self.scheduler.fill_len(request)
         total_tokens = extend_len + max_new + 1
@@ -393,7 +392,7 @@ class _PrefillAdder:
             return self.NO_TOKEN
 
         def add_req_state(r: Request, insert_sort: bool = False) -> None:
-            tokens_left = scheduler.max_new_tokens[r.request_id] * 1.0 - r.num_generated
+            tokens_left = r.output_limit * 1.0 - r.num_generated
             tokens_occupied = scheduler.origin_len(r) + r.num_generated
             if tokens_left <= 0:
                 return
@@ -427,7 +426,7 @@ class _PrefillAdder:
             tokens_freed += tokens_occupied
 
         if self.rem_chunk_tokens is None or cand <= self.rem_chunk_tokens:
-            self._commit(request, cand, min(scheduler.max_new_tokens[request.request_id],
+            self._commit(request, cand, min(request.output_limit,
                                             CLIP_MAX_NEW_TOKENS), chunked=False)
         else:
             if self.rem_chunk_tokens <= 0:
@@ -466,8 +465,6 @@ class SglangScheduler(SchedulerBase):
         self.batch_is_full = False
         #: the requests of the last step's prefill batch (SGLang's ``last_batch``), or None
         self.last_prefill: Optional[List[Request]] = None
-        #: per request: SGLang's (clipped) ``sampling_params.max_new_tokens``
-        self.max_new_tokens: Dict[str, int] = {}
         #: requests ``validate_input_length`` turned into a one-token abort: the message
         self.abort_messages: Dict[str, str] = {}
         self._last_step: Optional[int] = None   # the step of the latest schedule()
@@ -489,9 +486,9 @@ class SglangScheduler(SchedulerBase):
                 and (self._last_step is None or step > self._last_step + 1)):
             # an idle server's iteration ran before this arrival: ``on_idle`` resets the ratio
             self.new_token_ratio.reset()
-        clipped = clipped_max_new_tokens(self.args, request.prompt_len, request.max_new_tokens)
-        self.max_new_tokens[request.request_id] = clipped
-        request.output_limit = clipped
+        # SGLang's (clipped) ``sampling_params.max_new_tokens``
+        request.output_limit = clipped_max_new_tokens(self.args, request.prompt_len,
+                                                      request.max_new_tokens)
         if request.prompt_len >= self.args.max_req_input_len:
             self.abort_messages[request.request_id] = input_length_abort_message(
                 request.prompt_len, self.args.max_req_input_len)
@@ -606,7 +603,7 @@ class SglangScheduler(SchedulerBase):
             if not cache.resize(cache.capacity + extend_len):
                 raise AssertionError(f"{request.request_id!r}: the free tokens were refused")
         for request, extend_len in zip(requests, extend_lens):
-            message = self.abort_messages.get(request.request_id)
+            message = self.abort_messages.pop(request.request_id, None)
             if message is not None:
                 manager.free(request)
                 self._set_state(request, "rejected")
@@ -669,7 +666,7 @@ class SglangScheduler(SchedulerBase):
             self.running = [reqs[i] for i in order]
         self.new_token_ratio.current = NewTokenRatio.after_retract(
             [r.num_generated for r in self.running],
-            [self.max_new_tokens[r.request_id] for r in self.running])
+            [r.output_limit for r in self.running])
         for request in retracted:  # _add_request_to_queue(is_retracted=True): the back
             self.waiting.append(request)
             batch.recompute_paused_requests.append(request)

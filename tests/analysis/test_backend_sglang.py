@@ -5,11 +5,15 @@ what data/measurements/sglang-0.5.23.json stored, and its own words at its doors
 
 from __future__ import annotations
 
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from kvlab import Request
 from kvlab.analysis.peer_conformance import SGLANG_NOTEBOOK_04, PeerWorkload, sglang_workloads
-from kvlab.backends.real_engine import EngineUnavailable
+from kvlab.backends.real_engine import EngineUnavailable, RunRecord
 from kvlab.backends.sglang import SGLANG
 
 live = pytest.mark.skipif(not SGLANG.is_available(),
@@ -23,6 +27,7 @@ def test_live_sglang_gives_what_is_stored():
     stored = SGLANG.stored_document()
     keep = {w["name"]: w["steps"] is not None for w in stored["workloads"]}
     records = SGLANG.records(sglang_workloads(), timeout_s=1800)
+    assert [r.workload.name for r in records] == [w["name"] for w in stored["workloads"]]
     for record, expected in zip(records, stored["workloads"]):
         assert record.to_json(keep[record.workload.name]) == expected, record.workload.name
 
@@ -48,3 +53,35 @@ def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatc
     assert not SGLANG.is_available()
     with pytest.raises(EngineUnavailable, match="bash scripts/setup.sh sglang"):
         SGLANG.run(SGLANG_NOTEBOOK_04, [Request("a", 8, 4)])
+
+
+def test_an_abort_is_read_and_stored_and_read_back(tmp_path):
+    """SGLang's "aborted" (a started request given up: no workload of the stored runs has one)
+    through the reader, to_json and from_json, with a stand-in driver (no SGLang needed)."""
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent('''\
+        import json, sys
+        json.load(sys.stdin)
+        def emit(**fields):
+            print(json.dumps(fields), flush=True)
+        emit(kind="hello", sglang="0.5.23", torch="x")
+        emit(kind="start", run=0)
+        for request_id, event in (("a", "started"), ("a", "first_token"), ("b", "started")):
+            emit(kind="event", run=0, step=0, id=request_id, event=event)
+        emit(kind="event", run=0, step=1, id="a", event="aborted", message="Out of memory")
+        emit(kind="event", run=0, step=2, id="b", event="finished", finish_reason="length",
+             num_output_tokens=2, cause="max_new_tokens")
+        emit(kind="steps", run=0, rows=[[0, 10, 2, 0, 2, 0, 16, 0], [1, 20, 1, 0, 0, 1, 1, 0],
+                                        [2, 30, 0, 0, 0, 1, 1, 0]])
+        emit(kind="end", run=0, end_step=3, iterations=3)
+    '''))
+    engine = SGLANG.with_driver(script, Path(sys.executable))
+    workload = PeerWorkload("w", SGLANG_NOTEBOOK_04, [Request("a", 8, 4), Request("b", 8, 2)], 10)
+    record, = engine.records([workload])
+    again = RunRecord.from_json(engine, record.to_json())
+    for result in (record.result(), again.result()):
+        assert result.status == {"a": "rejected", "b": "finished"}
+        assert result.reasons["a"] == "Out of memory"
+        assert (1, "aborted", "a") in [(e.step, e.kind, e.request_id) for e in result.trace.events]
+        assert result.trace.column("rejected_total") == [0, 1, 1]
+    assert record.to_json()["requests"][0][4] == "aborted"

@@ -31,6 +31,7 @@ def test_live_vllm_gives_what_is_stored():
     stored = VLLM.stored_document()
     keep = {w["name"]: w["steps"] is not None for w in stored["workloads"]}
     records = VLLM.records(workloads, timeout_s=1800)
+    assert [r.workload.name for r in records] == [w["name"] for w in stored["workloads"]]
     for record, expected in zip(records, stored["workloads"]):
         assert record.to_json(keep[record.workload.name]) == expected, record.workload.name
 

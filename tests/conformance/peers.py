@@ -6,13 +6,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Dict, List
 
-from kvlab.analysis.peer_conformance import COMPARED, differences, sglang_workloads, vllm_workloads
-from kvlab.backends.sglang import SGLANG
-from kvlab.backends.vllm import VLLM
+from kvlab.analysis.peer_conformance import COMPARED, differences
+from kvlab.backends.engines import ENGINES
 from kvlab.sched.sglang import SglangServerArgs
-
-#: Each engine's backend and its conformance workloads, by the engine's name.
-ENGINES = {"vllm": (VLLM, vllm_workloads), "sglang": (SGLANG, sglang_workloads)}
 
 
 @lru_cache(maxsize=None)
@@ -77,12 +73,10 @@ SECTIONS = {
                "iteration of the event loop that had a request to work on: a prefill batch or "
                "a decode batch, never both (mixed chunks off). The radix cache and the overlap "
                "scheduler are off on both sides (SGLang's defaults are on). What kvlab's peer "
-               "leaves out is named in `kvlab/sched/sglang.py`. Two details the comparison "
+               "leaves out is named in `kvlab/sched/sglang.py`. One detail the comparison "
                "does not count: a request whose max_new_tokens SGLang clips to 0 has a "
                "'first token' in SGLang's trace (its sampler draws a token it never reports) "
-               "and none in kvlab's; and a retracted request still live at `max_steps` is "
-               "compared as running or waiting together (the driver's events cannot tell them "
-               "apart; the step rows' counts agree)."),
+               "and none in kvlab's."),
 }
 
 

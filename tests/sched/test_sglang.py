@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvlab import Engine, KVGeometry, Request, simulate
-from kvlab.sched.base import ScheduledBatch
 from kvlab.sched.sglang import (CLIP_MAX_NEW_TOKENS, DECODE_OOM_ABORT, DEFAULT_CHUNKED_PREFILL_SIZE,
                                 DEFAULT_MAX_PREFILL_TOKENS, MAX_RUNNING_ZERO, POOL_TOO_SMALL,
                                 NewTokenRatio, SglangScheduler, SglangServerArgs,
@@ -131,8 +130,7 @@ def test_the_tokenizer_manager_rejects_at_arrival_with_sglangs_messages():
 
 def test_an_input_over_max_req_input_len_is_a_one_token_abort_that_a_prefill_batch_rejects():
     # SGLang: ok and pool share the step-0 prefill batch (2 rows, 301 tokens), edge runs alone at
-    # step 1 (1 row, 1 token); kvlab's trace counts an abort's row only where ScheduledBatch has
-    # num_aborted_context_rows (the Engine counts the context requests it executes)
+    # step 1 (1 row, 1 token); the trace counts the abort's row (num_aborted_context_rows)
     requests = [Request("ok", 300, 50), Request("pool", 2100, 10), Request("edge", 1994, 1, 1),
                 Request("edge-1", 1993, 1, 1)]
     result = simulate(SglangScheduler(server(), debug=True), requests, check_invariants=True)
@@ -140,10 +138,9 @@ def test_an_input_over_max_req_input_len_is_a_one_token_abort_that_a_prefill_bat
                "shorter input or enable --allow-auto-truncate.")
     assert result.reasons["pool"] == message.format(2100)
     assert result.reasons["edge"] == message.format(1994)
-    abort_row = int("num_aborted_context_rows" in ScheduledBatch.__dataclass_fields__)
-    assert rows(result, 0, 2) == [[0, 1700, 1, 0, 1 + abort_row, 0, 301, 0],
-                                  [1, 1700, 1, 1, abort_row, 0, 1, 0]]
-    assert events(result) == [(0, "aborted", "pool"), (0, "started", "ok"), (1, "aborted", "edge"),
+    assert rows(result, 0, 2) == [[0, 1700, 1, 0, 2, 0, 301, 0],  # the abort is a context row
+                                  [1, 1700, 1, 1, 1, 0, 1, 0]]
+    assert events(result) == [(0, "rejected", "pool"), (0, "started", "ok"), (1, "rejected", "edge"),
                               (50, "finished", "ok"), (51, "started", "edge-1"),
                               (54, "finished", "edge-1")]
     assert result.status["pool"] == result.status["edge"] == "rejected"

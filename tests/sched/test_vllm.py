@@ -1,5 +1,5 @@
 """kvlab.sched.vllm: vLLM 0.34.0's scheduling loop, its start-up and front-door checks with
-vLLM's messages, and the invariants under random workloads. (tests/conformance/test_vllm_peer.py
+vLLM's messages, and the invariants under random workloads. (tests/conformance/test_real_peers.py
 holds it to the real vLLM, request by request.)"""
 
 from __future__ import annotations
