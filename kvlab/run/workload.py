@@ -158,6 +158,17 @@ def _seconds_since_midnight(timestamp: str) -> float:
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
+def _check_replay(seconds_per_iteration: float, limit: Optional[int], minutes: Optional[float]):
+    """A trace replay's arguments, checked: (seconds_per_iteration, limit, minutes)."""
+    seconds_per_iteration = check_float("seconds_per_iteration", seconds_per_iteration, low=0.0,
+                                        high=3600.0, low_open=True)
+    if limit is not None:
+        limit = check_int("limit", limit, low=1, high=10_000_000)
+    if minutes is not None:
+        minutes = check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
+    return seconds_per_iteration, limit, minutes
+
+
 def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
                 limit: Optional[int] = None, minutes: Optional[float] = None) -> List[Request]:
     """The requests of one service of Azure's LLM inference trace (Patel et al., "Splitwise",
@@ -167,12 +178,7 @@ def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
     is drawn, so there is no seed. ``limit`` keeps the first N requests, ``minutes`` those
     arriving in the first that many minutes. Ids are ``{service}-{row}``."""
     path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
-    seconds_per_iteration = check_float("seconds_per_iteration", seconds_per_iteration, low=0.0,
-                                        high=3600.0, low_open=True)
-    if limit is not None:
-        limit = check_int("limit", limit, low=1, high=10_000_000)
-    if minutes is not None:
-        minutes = check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
+    seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
     with path.open(newline="", encoding="utf-8") as handle:
         rows = list(itertools.islice(csv.DictReader(handle), limit))
     start = _seconds_since_midnight(rows[0]["TIMESTAMP"])
@@ -196,12 +202,7 @@ def mooncake_trace(trace: str = "conversation", seconds_per_iteration: float = 0
     ``limit`` and ``minutes`` as in :func:`azure_trace`. Ids are ``mooncake-{trace}-{line}``. The
     prompts' block hashes are not read (kvlab models no prefix reuse)."""
     path = TRACE_DIR / "mooncake-fast25" / MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
-    seconds_per_iteration = check_float("seconds_per_iteration", seconds_per_iteration, low=0.0,
-                                        high=3600.0, low_open=True)
-    if limit is not None:
-        limit = check_int("limit", limit, low=1, high=10_000_000)
-    if minutes is not None:
-        minutes = check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
+    seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
     with path.open(encoding="utf-8") as handle:
         rows = [json.loads(line) for line in itertools.islice(handle, limit)]
     return [Request(f"mooncake-{trace}-{i}", row["input_length"], row["output_length"],

@@ -83,8 +83,9 @@ def test_same_seed_same_trace_in_one_process():
 def test_the_traces_cover_every_kind_of_outcome():
     """Determinism is only tested where the runs go: every preemption path and verdict."""
     kinds = Counter(event.kind for config in CONFIGS for event in run(7, config).trace.events)
-    for kind in ("rejected", "finished", "suspended", "recompute_paused", "aborted",
-                 "engine_stopped"):
+    # every kind but "aborted": SGLang gives up a started request only when even one alone cannot
+    # grow, which its clip of max_new_tokens prevents (kvlab.sched.sglang)
+    for kind in ("rejected", "finished", "suspended", "recompute_paused", "engine_stopped"):
         assert kinds[kind] > 0, f"no {kind!r} event in {dict(kinds)}"
 
 
