@@ -178,7 +178,7 @@ def _plan(args, parser) -> int:
 
     if args.list:
         print("models:   " + ", ".join(model_names()))
-        print("GPUs:     " + ", ".join(f"{n} ({b / GIB:,.1f} GiB)" for n, (b, _) in GPUS.items()))
+        print("GPUs:\n" + "\n".join(f"  {n}: {g.describe()}" for n, g in GPUS.items()))
         print("examples: " + ", ".join(example_deployments()))
         return 0
     given = {field: getattr(args, flag[2:].replace("-", "_"))
@@ -186,7 +186,7 @@ def _plan(args, parser) -> int:
     given.update(attention_dp=args.attention_dp, chunked_prefill=args.chunked_prefill)
     given = {k: v for k, v in given.items() if v is not None}
     if args.gpu is not None:
-        given["gpu_gib"] = GPUS[args.gpu][0] / GIB
+        given["gpu_gib"] = GPUS[args.gpu].gib
     elif args.gpu_gib is not None:
         given["gpu_gib"] = args.gpu_gib
     try:

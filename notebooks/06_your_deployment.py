@@ -134,7 +134,7 @@ plan_panel()
 # preset on that GPU at the same settings: where does each stop, and how?
 
 # %%
-mine = plan_deployment(Deployment(model=load_model(model), gpu_gib=GPUS[gpu][0] / GIB,
+mine = plan_deployment(Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib,
                                   weights_gib=weights, tp_size=tp_size, max_seq_len=max_seq_len,
                                   max_batch_size=max_batch_size, chunked_prefill=chunked_prefill))
 print(mine.explain())
@@ -145,7 +145,7 @@ findings.append(Finding(scenario=f"{model} on {gpu}, tp {tp_size}", policy="curr
 
 # %%
 def preset_row(name):
-    deployment = Deployment(model=load_model(name), gpu_gib=GPUS[gpu][0] / GIB, tp_size=tp_size,
+    deployment = Deployment(model=load_model(name), gpu_gib=GPUS[gpu].gib, tp_size=tp_size,
                             max_seq_len=max_seq_len, max_batch_size=max_batch_size,
                             chunked_prefill=chunked_prefill)
     p = plan_deployment(deployment)
@@ -194,7 +194,7 @@ if deepseek is not None:
     print(deepseek.kv_geometry().bytes_per_token_formula())
     print(f"{deepseek.parameters:,} parameters counted on the meta device")
     assert deepseek.facts() == load_preset("deepseek-v3")["geometry"]
-    on_b200 = plan_deployment(Deployment(model=deepseek, gpu_gib=GPUS["b200"][0] / GIB, tp_size=8,
+    on_b200 = plan_deployment(Deployment(model=deepseek, gpu_gib=GPUS["b200"].gib, tp_size=8,
                                          weights_dtype="fp8", max_seq_len=163840, max_batch_size=64,
                                          chunked_prefill=True))
     print(on_b200.explain())

@@ -451,12 +451,12 @@ def example_deployments() -> Dict[str, Deployment]:
         name="seed-repro", source="the seed's repro model: 2 layers, 2 KV heads of 128, fp16",
         where="data/scenarios/rtx5080-4mib.yaml")
     examples["rtx5080-4mib"] = Deployment(
-        model=seed, gpu_gib=GPUS["rtx-5080"][0] / GIB, weights_gib=repro.model_weights_bytes / GIB,
+        model=seed, gpu_gib=GPUS["rtx-5080"].gib, weights_gib=repro.model_weights_bytes / GIB,
         kv_quota_gib=repro.pool_mib / 1024, max_seq_len=repro.configured_max_seq_len,
         max_batch_size=repro.max_batch_size, max_new_tokens=16, tokens_per_block=repro.tokens_per_block,
         kv_dtype=repro.kv_dtype)
     examples["pr-17261"] = Deployment(
-        model=load_model("qwen3.5-27b"), gpu_gib=GPUS["h100-80gb"][0] / GIB,
+        model=load_model("qwen3.5-27b"), gpu_gib=GPUS["h100-80gb"].gib,
         kv_quota_gib=PR_QUOTA_BYTES / GIB, max_batch_size=PR_MAX_BATCH_SIZE,
         max_seq_len=32768, mamba_ssm_dtype="bfloat16")
     return examples

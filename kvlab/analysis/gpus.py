@@ -1,27 +1,51 @@
-"""GPU presets for ``kvlab plan``: the total memory each reports, in bytes.
+"""GPU presets for ``kvlab plan``: the total memory each reports, in bytes, and where it comes from.
 
-``KvCacheCreator`` starts from ``torch.cuda.mem_get_info``'s total. The H200's is measured
-(150,109,880,320 B = 139.80 GiB on an H200 with driver 580.159.04, 2026-12-03; nvidia-smi says
-143,771 MiB there, about 0.6 GiB more). The others are nvidia-smi's totals for the common boards,
-so they may be that much high; GB300 is what kvlab's issue-21470 scenario assumes (268.0 GiB of
-its 288 GB, data/scenarios/issue_21470_16x_gb300.yaml). Any other GPU: pass its memory in GiB.
+``KvCacheCreator._cal_max_memory`` starts from ``torch.cuda.mem_get_info``'s total (docs/REFERENCE.md
+§1). Only the H200's is measured that way here (150,109,880,320 B = 139.80 GiB, driver 580.159.04,
+2026-12-03; nvidia-smi says 143,771 MiB there, 0.6 GiB more). The others are nvidia-smi's totals
+for the common boards and say so: ``mem_get_info`` reports about 0.5-0.9 GiB less, so a plan on
+them is that much optimistic; pass ``--gpu-gib`` with your own board's measured total for an exact
+plan. GB300 is what kvlab's issue-21470 scenario assumes (268.0 GiB of its 288 GB,
+data/scenarios/issue_21470_16x_gb300.yaml).
 """
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from dataclasses import dataclass
+from typing import Dict
 
 from kvlab.core.memory import GIB, MIB
 
-#: name -> (total bytes, what it is)
-GPUS: Dict[str, Tuple[int, str]] = {
-    "rtx-5080": (16303 * MIB, "GeForce RTX 5080, 16 GB GDDR7 (the seed's repro)"),
-    "a100-80gb": (81920 * MIB, "A100 SXM 80 GB HBM2e"),
-    "h100-80gb": (81559 * MIB, "H100 SXM 80 GB HBM3"),
-    "h200": (150_109_880_320, "H200 SXM 141 GB HBM3e (torch.cuda.mem_get_info's total, measured)"),
-    "b200": (183359 * MIB, "B200 180 GB HBM3e"),
-    "gb300": (round(268.0 * GIB), "GB300 288 GB HBM3e, as issue #21470's scenario assumes"),
+#: How a preset's total was obtained.
+MEASURED = "measured: torch.cuda.mem_get_info's total"
+NVIDIA_SMI = "nvidia-smi's total; torch.cuda.mem_get_info reports about 0.5-0.9 GiB less"
+ASSUMED = "assumed by issue #21470's scenario"
+
+
+@dataclass(frozen=True)
+class GpuPreset:
+    """A board's total memory (bytes), its name and where the total comes from."""
+
+    total_bytes: int
+    title: str
+    source: str
+
+    @property
+    def gib(self) -> float:
+        return self.total_bytes / GIB
+
+    def describe(self) -> str:
+        return f"{self.title}: {self.gib:,.2f} GiB ({self.source})"
+
+
+GPUS: Dict[str, GpuPreset] = {
+    "rtx-5080": GpuPreset(16303 * MIB, "GeForce RTX 5080 16 GB GDDR7 (the seed's repro)", NVIDIA_SMI),
+    "a100-80gb": GpuPreset(81920 * MIB, "A100 SXM 80 GB HBM2e", NVIDIA_SMI),
+    "h100-80gb": GpuPreset(81559 * MIB, "H100 SXM 80 GB HBM3", NVIDIA_SMI),
+    "h200": GpuPreset(150_109_880_320, "H200 SXM 141 GB HBM3e", MEASURED),
+    "b200": GpuPreset(183359 * MIB, "B200 192 GB HBM3e (179 GiB usable)", NVIDIA_SMI),
+    "gb300": GpuPreset(round(268.0 * GIB), "GB300 288 GB HBM3e", ASSUMED),
 }
 
 
-__all__ = ["GPUS"]
+__all__ = ["ASSUMED", "GPUS", "GpuPreset", "MEASURED", "NVIDIA_SMI"]

@@ -72,7 +72,7 @@ def check_plan_parameters(*, model="llama-3.1-70b", gpu="h100-80gb", weights_gib
     check_choice("model", model, model_names())
     check_choice("gpu", gpu, GPUS)
     check_smoke(SMOKE)
-    Deployment(model=load_model(model), gpu_gib=GPUS[gpu][0] / (1 << 30), weights_gib=weights_gib,
+    Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib, weights_gib=weights_gib,
                tp_size=tp_size, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
                chunked_prefill=chunked_prefill)
 

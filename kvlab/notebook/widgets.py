@@ -644,7 +644,7 @@ def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) 
     the number of attention-DP ranks (tp = ranks, as in the report)."""
     base = base or example_deployments()["issue-21470"]
     deployment = dataclasses.replace(
-        base, model=load_model(values["model"]), gpu_gib=GPUS[values["gpu"]][0] / GIB,
+        base, model=load_model(values["model"]), gpu_gib=GPUS[values["gpu"]].gib,
         weights_gib=values["weights_gib"] or None, workspace_gib=values["workspace_gib"],
         max_seq_len=values["max_seq_len"], max_batch_size=values["max_batch_size"],
         ranks=values["ranks"], tp_size=values["ranks"], kv_dtype=None)
