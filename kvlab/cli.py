@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: example's value, or Deployment's default.
 PLAN_OPTIONS = {
     "--weights-gib": ("weights_gib", float, "weights per rank, GiB (default: parameters x dtype / (tp x pp))"),
-    "--weights-dtype": ("weights_dtype", str, "dtype to derive the weights in (default bfloat16)"),
+    "--weights-dtype": ("weights_dtype", str, "dtype to derive the weights in (default: the "
+                        "checkpoint's quantization, else the model's dtype)"),
     "--workspace-gib": ("workspace_gib", float, "persistent workspace per rank, GiB (default 0)"),
     "--workspace-skew-gib": ("workspace_skew_gib", float, "extra workspace growing to the last rank, GiB"),
     "--activations-gib": ("activations_gib", float, "activation peak per rank, GiB (default 0)"),
@@ -126,15 +127,24 @@ PLAN_OPTIONS = {
     "--kv-quota-gib": ("kv_quota_gib", float, "kv_cache_config.max_gpu_total_bytes, in GiB"),
     "--tp-size": ("tp_size", int, "tensor parallelism (default 1)"),
     "--pp-size": ("pp_size", int, "pipeline parallelism (default 1)"),
-    "--ranks": ("ranks", int, "ranks that build a pool (default tp x pp)"),
-    "--max-seq-len": ("max_seq_len", int, "default: the model's max_position_embeddings"),
+    "--ranks": ("ranks", int, "ranks that build a pool; must be tp x pp (the default)"),
+    "--max-seq-len": ("max_seq_len", int, "default, and upper bound: what the executor infers "
+                      "from the config (max_position_embeddings x the rope factor)"),
     "--max-batch-size": ("max_batch_size", int, "default 2048"),
     "--max-new-tokens": ("max_new_tokens", int, "new tokens per request (default 64)"),
     "--max-num-tokens": ("max_num_tokens", int, "token budget per pass (default 8192)"),
     "--tokens-per-block": ("tokens_per_block", int, "default 32"),
-    "--kv-dtype": ("kv_dtype", str, "KV cache dtype (default: the model's)"),
-    "--mamba-ssm-dtype": ("mamba_ssm_dtype", str, "hybrids' SSM state dtype (default: the config's)"),
-    "--host-cache-gib": ("host_cache_gib", float, "host tier per rank, GiB (default 0: off)"),
+    "--kv-dtype": ("kv_dtype", str, "KV cache dtype (default: the checkpoint's KV quantization, "
+                   "else the model's dtype)"),
+    "--mamba-ssm-dtype": ("mamba_ssm_dtype", str, "hybrids' SSM state dtype (default: the "
+                          "model's dtype, as mamba_ssm_cache_dtype='auto')"),
+    "--host-cache-gib": ("host_cache_gib", float, "host tier per rank, GiB (default: none under "
+                         "V1, an automatic tier under V2)"),
+    "--manager": ("manager", str, "KV cache manager: auto (the default: V2 only for the "
+                  "architectures that declare it), v1 or v2"),
+    "--max-beam-width": ("max_beam_width", int, "beam width (default 1; above 1 V2 falls back to V1)"),
+    "--spec-mode": ("spec_mode", str, "speculative decoding: mtp or eagle3 (default none)"),
+    "--max-draft-len": ("max_draft_len", int, "draft tokens per step with --spec-mode"),
 }
 
 
@@ -144,8 +154,9 @@ def _add_plan(sub) -> None:
     plan = sub.add_parser("plan", help="preflight: will a deployment hit issue #21470?",
                           description="Plan a deployment without running it: each rank's KV quota, "
                           "pool, max_seq_len clamp, page-index row, and what every context length "
-                          "meets under each policy. Exit 0 safe, 3 a context stalls, 4 a context "
-                          "or the construction raises.")
+                          "meets under each policy, for the KV cache manager it gets (V1 or V2). "
+                          "Exit 0 safe, 3 a context stalls, 4 a context or the construction "
+                          "raises, 5 max_num_tokens refuses most contexts up to max_seq_len.")
     what = plan.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
     what.add_argument("--config", type=Path, metavar="PATH",
@@ -163,6 +174,9 @@ def _add_plan(sub) -> None:
                       help="attention data parallelism (KV heads not split)")
     plan.add_argument("--chunked-prefill", action="store_true", default=None,
                       help="chunked prefill (default off)")
+    plan.add_argument("--allow-long-max-model-len", action="store_true", default=None,
+                      help="keep a --max-seq-len past the model's own limit "
+                      "(TLLM_ALLOW_LONG_MAX_MODEL_LEN)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(handler=_plan, subparser=plan)
 
@@ -183,7 +197,8 @@ def _plan(args, parser) -> int:
         return 0
     given = {field: getattr(args, flag[2:].replace("-", "_"))
              for flag, (field, _kind, _text) in PLAN_OPTIONS.items()}
-    given.update(attention_dp=args.attention_dp, chunked_prefill=args.chunked_prefill)
+    given.update(attention_dp=args.attention_dp, chunked_prefill=args.chunked_prefill,
+                 allow_long_max_model_len=args.allow_long_max_model_len)
     given = {k: v for k, v in given.items() if v is not None}
     if args.gpu is not None:
         given["gpu_gib"] = GPUS[args.gpu].gib

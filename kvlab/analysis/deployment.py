@@ -3,30 +3,39 @@
 A :class:`Deployment` is a model (:mod:`kvlab.analysis.models`), a GPU's memory, what else each
 rank holds (weights, workspace, activations, memory torch does not see), the parallelism and
 the executor's settings. :func:`plan_deployment` answers, in closed form and in the order the
-real start-up goes (docs/REFERENCE.md §1-§5):
+real start-up goes (docs/REFERENCE.md §1-§5, §8):
 
-1. each rank's KV quota (``KvCacheCreator._cal_max_memory``, :class:`kvlab.core.memory.MemoryBudget`);
-   for a hybrid model, the recurrent-state slots come out of it first
-   (``MambaHybridCacheManagerV2``, :func:`kvlab.core.mamba.plan_residency`): merged code raises
-   at construction when they do not fit;
-2. each rank's pool blocks, then ``allreduce(MIN)`` of the token capacity;
-3. the max_seq_len clamp and the page-index row width, under the current code (the clamped
-   max_seq_len) and under the one-line fix (the configured one), and the table's bytes;
-4. what a lone request of each context (prompt) length from 1 to the configured max_seq_len
-   meets under each TensorRT-LLM policy (:func:`kvlab.analysis.phase.phase_verdicts`: "ok",
-   "reject", "stall", "crash"), as ranges.
+1. which KV cache manager the deployment gets (:attr:`Deployment.resolved_manager`:
+   ``use_kv_cache_manager_v2="auto"`` gives V2 only to the architectures that declare it, and
+   V1 to a beam width above 1);
+2. each rank's pool, per pipeline stage (a stage's own attention and recurrent layers,
+   :meth:`ModelGeometry.stage`): V2 from the creator's budget (``KvCacheCreator._cal_max_memory``,
+   :class:`kvlab.core.memory.MemoryBudget`), the recurrent-state slots first for a hybrid (merged
+   ``MambaHybridCacheManagerV2`` raises at construction when they do not fit, on any stage; the
+   V2 manager's own per-token cost is its real one, so its quota is the budget); V1
+   from the creator's per-token estimate and the free memory at construction
+   (:func:`v1_tokens`); then ``allreduce(MIN)`` of the token capacity;
+3. the max_seq_len clamp, and V2's page-index row width and table (one row set per pool, the
+   reserved rows included) under the current code and under the one-line fix;
+4. what a lone request of each context (prompt) length from 1 to max_seq_len meets
+   (:func:`kvlab.analysis.phase.phase_verdicts` for V2's policies: "ok", "reject", "stall",
+   "crash"; V1's worker rejects a prompt of the clamped max_seq_len or more and trims the
+   output of the rest, so V1 has only "ok" and "reject"), as ranges. When construction raises
+   or no rank holds a page, nothing runs under any current policy: no ranges, only the
+   proposals' (PR #17261's clamp) under their own key.
 
 What it simplifies, and says in :attr:`DeploymentPlan.notes`: weights derived from a parameter
 count are split evenly over tp x pp (experts under expert parallelism and attention replicated
-under attention DP are not: give ``weights_gib``); a pipeline stage holds ``ceil(layers / pp)``
-attention layers; sliding-window layers count as full attention; other requests' pages are not
-counted (they only delay a request that fits). The host tier (``host_cache_gib``) holds pages
-evicted from the GPU; the clamp and the row width count GPU pages only, so it changes no verdict
-here, and the plan says so.
+under attention DP are not: give ``weights_gib``); sliding-window layers count as full attention
+(as the executor sizes them unless ``max_attention_window`` is set); a hybrid's quota goes to its
+slots first and the rest to pages (the runtime splits it by a typical batch's byte ratio); other
+requests' pages are not counted (they only delay a request that fits). The host tier holds pages
+evicted from the GPU; the clamp and the row width count GPU pages only, so it changes no verdict.
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -40,19 +49,33 @@ from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.analysis.rank_plan import RankPlan
 from kvlab.core.checks import check_choice, check_float, check_int, store_checked
-from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES
-from kvlab.core.mamba import QUOTA_TOO_SMALL, plan_residency
+from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
+from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, num_dummy_slots
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
 from kvlab.run.distributed import ramped_workspace_gib
 from kvlab.sched.policies import TRTLLM_POLICIES
 
+#: The managers :attr:`Deployment.manager` names ("auto": the architecture's choice).
+MANAGERS = ("auto", "v1", "v2")
+#: The key of a plan's ranges under current TensorRT-LLM, per manager.
+CURRENT_POLICY = {"v1": "v1", "v2": "none/clamped"}
+#: PR #17261's clamp (a proposal): the ranges of the pool it would leave when merged code raises.
+CLAMP_PROPOSAL = "pr-17261"
 #: What each policy is, in the plan's words.
 POLICY_LABELS = {"none/clamped": "current TensorRT-LLM (row sized from the clamped max_seq_len)",
                  "none/configured": "the one-line fix (row sized from the configured max_seq_len)",
-                 "capacity": "admission control (PR #21720, a proposal)"}
-#: ``kvlab plan``'s exit code for the current code's worst verdict.
+                 "capacity": "admission control (PR #21720, a proposal)",
+                 "v1": "current TensorRT-LLM, V1 KVCacheManager (the worker rejects a prompt of "
+                       "the clamped max_seq_len or more)",
+                 CLAMP_PROPOSAL: "PR #17261's clamp (a proposal, closed without merging): the "
+                                 "pool it would leave"}
+#: Speculative decoding modes whose extra KV tokens and draft layers the plan counts (one-model).
+SPEC_MODES = ("mtp", "eagle3")
+#: ``kvlab plan``'s exit codes: the current code's worst verdict; 5 when max_num_tokens refuses
+#: most context lengths up to max_seq_len (chunked prefill off).
 PLAN_EXIT_CODES = {"ok": 0, "reject": 0, "stall": 3, "crash": 4}
+MOSTLY_REFUSED_EXIT = 5
 MAX_RANKS = 4096
 #: Characters per line of :meth:`DeploymentPlan.explain`.
 EXPLAIN_WIDTH = 100
@@ -66,16 +89,20 @@ def _gib(name: str, value, low: float = 0.0) -> float:
 @dataclass(frozen=True)
 class Deployment:
     """One deployment, per rank. Memory figures in GiB; ``weights_gib=None`` derives the weights
-    from the model's parameter count in ``weights_dtype``; ``max_seq_len=None`` is the model's
-    ``max_position_embeddings`` (TensorRT-LLM's default); ``workspace_skew_gib`` is extra
+    from the model's parameter count (the checkpoint's quantization, or ``weights_dtype``);
+    ``max_seq_len=None`` is what the executor infers from the config, and a larger value is
+    lowered to it unless ``allow_long_max_model_len``; ``workspace_skew_gib`` is extra
     workspace growing linearly to the last rank (issue #21470's scenario); ``kv_quota_gib`` is
-    ``kv_cache_config.max_gpu_total_bytes``; ``max_num_tokens`` 8192 and chunked prefill off are
-    TensorRT-LLM's defaults."""
+    ``kv_cache_config.max_gpu_total_bytes``; ``host_cache_gib=None`` is upstream's default (V1:
+    no host tier; V2: an automatic one sized from the host's memory); ``max_num_tokens`` 8192,
+    chunked prefill off, beam width 1 and ``manager="auto"`` are TensorRT-LLM's defaults;
+    ``spec_mode`` ("mtp", "eagle3") with ``max_draft_len`` adds speculative decoding's draft
+    tokens and layers; ``ranks``, when given, must be tp x pp."""
 
     model: ModelGeometry
     gpu_gib: float
     weights_gib: Optional[float] = None
-    weights_dtype: str = "bfloat16"
+    weights_dtype: Optional[str] = None
     workspace_gib: float = 0.0
     workspace_skew_gib: float = 0.0
     activations_gib: float = 0.0
@@ -87,6 +114,7 @@ class Deployment:
     attention_dp: bool = False
     ranks: Optional[int] = None
     max_seq_len: Optional[int] = None
+    allow_long_max_model_len: bool = False
     max_batch_size: int = 2048
     max_new_tokens: int = 64
     max_num_tokens: int = 8192
@@ -94,36 +122,49 @@ class Deployment:
     tokens_per_block: int = 32
     kv_dtype: Optional[str] = None
     mamba_ssm_dtype: Optional[str] = None
-    host_cache_gib: float = 0.0
+    host_cache_gib: Optional[float] = None
+    manager: str = "auto"
+    max_beam_width: int = 1
+    spec_mode: Optional[str] = None
+    max_draft_len: int = 0
 
     def __post_init__(self):
         if not isinstance(self.model, ModelGeometry):
             raise TypeError(f"model must be a ModelGeometry, got {type(self.model).__name__}")
         store_checked(self, "gpu_gib", _gib, low=0.001)
-        if self.weights_gib is None:
-            if not self.model.parameters:
-                raise ValueError(f"weights_gib is needed: model {self.model.name!r} states no "
-                                 "parameter count to derive the weights from")
-        else:
+        if self.weights_dtype is not None:
+            check_choice("weights_dtype", self.weights_dtype, DTYPE_BYTES)
+        if self.weights_gib is not None:
             store_checked(self, "weights_gib", _gib)
-        check_choice("weights_dtype", self.weights_dtype, DTYPE_BYTES)
-        for name in ("workspace_gib", "workspace_skew_gib", "activations_gib", "non_torch_gib",
-                     "host_cache_gib"):
+        elif self.model.weights_bytes(self.weights_dtype) is None:
+            why = (f"its checkpoint's quantization {self.model.quantization.weights_algo!r} is "
+                   "not one kvlab derives weights for" if self.model.parameters else
+                   "it states no parameter count to derive the weights from")
+            raise ValueError(f"weights_gib is needed for model {self.model.name!r}: {why}")
+        for name in ("workspace_gib", "workspace_skew_gib", "activations_gib", "non_torch_gib"):
             store_checked(self, name, _gib)
+        if self.host_cache_gib is not None:
+            store_checked(self, "host_cache_gib", _gib)
         store_checked(self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True)
         if self.kv_quota_gib is not None:
             store_checked(self, "kv_quota_gib", _gib, low=1e-6)
         store_checked(self, "tp_size", check_int, low=1, high=MAX_RANKS)
         store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
-        if not isinstance(self.attention_dp, bool) or not isinstance(self.chunked_prefill, bool):
-            raise TypeError("attention_dp and chunked_prefill must be bools")
+        for name in ("attention_dp", "chunked_prefill", "allow_long_max_model_len"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.ranks is not None:
             store_checked(self, "ranks", check_int, low=1, high=MAX_RANKS)
+            if self.ranks != self.tp_size * self.pp_size:
+                raise ValueError(f"ranks must be tp_size x pp_size = {self.tp_size * self.pp_size} "
+                                 f"(TensorRT-LLM's world size; attention DP runs on the tp ranks), "
+                                 f"got {self.ranks}")
+        heads = self.model.num_attention_heads
+        if not self.attention_dp and heads and heads % self.tp_size:
+            raise ValueError(f"tp_size must divide num_attention_heads ({heads}) unless attention_dp "
+                             f"is on, got {self.tp_size}")
         if self.max_seq_len is not None:
             store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
-        elif not self.model.max_position_embeddings:
-            raise ValueError(f"max_seq_len is needed: model {self.model.name!r} states no "
-                             "max_position_embeddings")
         store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
         store_checked(self, "max_new_tokens", check_int, low=0, high=1 << 30)
         store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
@@ -132,48 +173,136 @@ class Deployment:
             check_choice("kv_dtype", self.kv_dtype, DTYPE_BYTES)
         if self.mamba_ssm_dtype is not None:
             check_choice("mamba_ssm_dtype", self.mamba_ssm_dtype, STATE_DTYPES)
-        self.kv_geometry()  # head and dtype constraints, named
-        if self.model.linear_layers:
-            self.mamba_geometry()
+        check_choice("manager", self.manager, MANAGERS)
+        store_checked(self, "max_beam_width", check_int, low=1, high=256)
+        if self.spec_mode is None:
+            store_checked(self, "max_draft_len", check_int, low=0, high=0)
+        else:
+            check_choice("spec_mode", self.spec_mode, SPEC_MODES)
+            store_checked(self, "max_draft_len", check_int, low=1, high=64)
+            if self.spec_mode == "mtp" and not self.model.draft_layers:
+                raise ValueError(f"spec_mode 'mtp' needs MTP layers: model {self.model.name!r} "
+                                 "states no num_nextn_predict_layers")
+        if self.model.linear_layers and self.resolved_manager == "v1":
+            raise ValueError("a hybrid (recurrent-state) model on the V1 manager is "
+                             "MambaHybridCacheManager, which kvlab does not plan: manager must be "
+                             "'auto' or 'v2', and max_beam_width 1")
+        if self.resolved_manager == "v1" and self.free_gpu_memory_fraction >= 1.0:
+            raise ValueError("free_gpu_memory_fraction must be in (0, 1) for the V1 manager "
+                             "(calculate_max_num_blocks asserts it is below 1.0), got 1.0")
+        for stage in range(self.pp_size):
+            self.kv_geometry(stage)  # head and dtype constraints, named
+            if self.model.linear_layers:
+                self.mamba_geometry(stage)
 
     @property
     def world_size(self) -> int:
-        """Ranks that each build a KV pool: ``ranks``, else tp x pp."""
-        return self.ranks if self.ranks is not None else self.tp_size * self.pp_size
+        """Ranks that each build a KV pool: tp x pp."""
+        return self.tp_size * self.pp_size
+
+    @property
+    def resolved_manager(self) -> str:
+        """"v1" or "v2": ``manager``, "auto" resolved by the architecture
+        (:attr:`ModelGeometry.preferred_manager`); V2 falls back to V1 at a beam width above 1
+        ("KVCacheManagerV2 is not supported with beam_width > 1. Falling back to
+        KVCacheManager.", py_executor_creator.py)."""
+        want = self.model.preferred_manager if self.manager == "auto" else self.manager
+        return "v1" if want == "v2" and self.max_beam_width > 1 else want
+
+    @property
+    def requested_max_seq_len(self) -> int:
+        return self.max_seq_len if self.max_seq_len is not None else self.model.max_seq_len_limit
 
     @property
     def configured_max_seq_len(self) -> int:
-        return self.max_seq_len if self.max_seq_len is not None else self.model.max_position_embeddings
+        """The max_seq_len the executor runs with: the requested one, lowered to the model's
+        inferred limit unless ``allow_long_max_model_len``."""
+        if self.allow_long_max_model_len:
+            return self.requested_max_seq_len
+        return min(self.requested_max_seq_len, self.model.max_seq_len_limit)
 
-    def kv_geometry(self):
+    @property
+    def num_extra_kv_tokens(self) -> int:
+        """Speculative decoding's extra KV tokens per sequence, ``max_draft_len - 1`` for the
+        one-model modes (``get_num_extra_kv_tokens``, speculative/utils.py)."""
+        return self.max_draft_len - 1 if self.spec_mode else 0
+
+    @property
+    def draft_layers(self) -> int:
+        """Draft layers on the last pipeline stage: MTP's ``num_nextn_predict_layers``, Eagle3's
+        one layer (``num_eagle_layers``' default), each with the target's KV geometry."""
+        return {"mtp": self.model.draft_layers, "eagle3": 1}.get(self.spec_mode, 0)
+
+    def stage_of(self, rank: int) -> int:
+        """The pipeline stage of ``rank`` (``Mapping``: pp is the outer dimension)."""
+        return rank // self.tp_size
+
+    def kv_geometry(self, stage: Optional[int] = None) -> KVGeometry:
+        """Stage ``stage``'s KV geometry (None: the most attention layers of any stage)."""
+        last = stage == self.pp_size - 1 or (stage is None and self.pp_size == 1)
         return self.model.kv_geometry(self.kv_dtype, self.tokens_per_block, self.tp_size,
-                                      self.pp_size, self.attention_dp)
+                                      self.pp_size, self.attention_dp, stage,
+                                      extra_layers=self.draft_layers if last else 0)
 
-    def mamba_geometry(self):
+    def mamba_geometry(self, stage: Optional[int] = None):
+        """Stage ``stage``'s recurrent-state geometry; the SSM state in ``mamba_ssm_dtype``, else
+        the model's dtype (``mamba_ssm_cache_dtype="auto"``: the checkpoint's own state dtype
+        is not read upstream)."""
         return self.model.mamba_geometry(1 if self.attention_dp else self.tp_size, self.pp_size,
-                                         self.mamba_ssm_dtype)
+                                         self.mamba_ssm_dtype or self.model.dtype, stage)
 
     @property
     def weights_bytes(self) -> int:
-        """Per rank: ``weights_gib``, else parameters x dtype bytes / (tp x pp)."""
+        """Per rank: ``weights_gib``, else the model's weights (:meth:`ModelGeometry.weights_bytes`)
+        over tp x pp."""
         if self.weights_gib is not None:
             return round(self.weights_gib * GIB)
-        return int(DTYPE_BYTES[self.weights_dtype] * self.model.parameters) // (
-            self.tp_size * self.pp_size)
+        return self.model.weights_bytes(self.weights_dtype) // (self.tp_size * self.pp_size)
 
     def budgets(self) -> Tuple[MemoryBudget, ...]:
         """Every rank's budget, its workspace ramped as the scenarios' ranks have it
-        (:func:`kvlab.run.distributed.ramped_workspace_gib`)."""
+        (:func:`kvlab.run.distributed.ramped_workspace_gib`); V1 reads no
+        ``max_gpu_total_bytes`` (:func:`v1_tokens`)."""
         ranks = self.world_size
+        cap = None if self.kv_quota_gib is None or self.resolved_manager == "v1" else \
+            round(self.kv_quota_gib * GIB)
         return tuple(MemoryBudget(
             total_bytes=round(self.gpu_gib * GIB), weights_bytes=self.weights_bytes,
             workspace_bytes=round(ramped_workspace_gib(self.workspace_gib, self.workspace_skew_gib,
                                                        r, ranks) * GIB),
             activation_peak_bytes=round(self.activations_gib * GIB),
             non_torch_bytes=round(self.non_torch_gib * GIB),
-            free_gpu_memory_fraction=self.free_gpu_memory_fraction,
-            max_gpu_total_bytes=None if self.kv_quota_gib is None else round(self.kv_quota_gib * GIB))
+            free_gpu_memory_fraction=self.free_gpu_memory_fraction, max_gpu_total_bytes=cap)
             for r in range(ranks))
+
+
+def estimated_bytes_per_token(deployment: Deployment, stage: int) -> int:
+    """The creator's per-token estimate (``KVCacheManager.get_cache_size_per_token``,
+    resource_manager.py at d2a5560): 1 byte for an fp8 KV cache, else 2 (nvfp4 and fp32
+    included); the stage's share of the attention layers (``pp_layers`` of their count, at
+    least 1); MLA's ``kv_lora_rank + qk_rope_head_dim`` with kv_factor 1, else
+    ``head_dim * num_key_value_heads // tp`` (a floor over all heads, tp 1 under attention DP)
+    with kv_factor 2."""
+    model, pp = deployment.model, deployment.pp_size
+    base, extra = divmod(model.attention_layers, pp)
+    layers = max(base + (stage < extra), 1)
+    tp = 1 if deployment.attention_dp else deployment.tp_size
+    dtype = deployment.kv_dtype or model.kv_dtype
+    width = model.head_dim if model.kv_factor == 1 else model.head_dim * model.num_kv_heads // tp
+    return (1 if dtype == "fp8" else 2) * layers * width * model.kv_factor
+
+
+def v1_tokens(deployment: Deployment, budget: MemoryBudget, stage: int) -> float:
+    """One rank's V1 token capacity before the MIN all-reduce: the creator sets
+    ``kv_cache_config.max_tokens`` to its budget over :func:`estimated_bytes_per_token`, and
+    ``KVCacheManager.calculate_max_num_blocks`` (resource_manager.py at d2a5560) takes the
+    smaller of that and ``free_gpu_memory_fraction`` of the free memory at construction (the
+    activations freed) over the real bytes per token (``ceil(heads / tp)`` per layer)."""
+    estimate = estimated_bytes_per_token(deployment, stage)
+    creator = budget.available_bytes // estimate if estimate else math.inf
+    free = budget.total_bytes - budget.peak_memory_bytes + budget.activation_peak_bytes
+    real = deployment.kv_geometry(stage).bytes_per_token
+    return min(creator, deployment.free_gpu_memory_fraction * max(free, 0) / real)
 
 
 @dataclass(frozen=True)
@@ -188,53 +317,80 @@ class Segment:
 @dataclass(frozen=True)
 class DeploymentPlan:
     """The answers of :func:`plan_deployment` (module docstring); :meth:`to_dict` for JSON,
-    :meth:`explain` for people."""
+    :meth:`explain` for people. ``width_fix`` and the table bytes are V2's (None under V1)."""
 
     deployment: Deployment
     budgets: Tuple[MemoryBudget, ...]  # each rank's memory budget
+    quotas: Tuple[int, ...]  # each rank's KV quota (V2) or KV memory at construction (V1)
     local_blocks: Tuple[int, ...]  # each rank's own pool (after any state slots), blocks
     blocks: int  # every rank's pool after the MIN
-    bytes_per_token: int
+    bytes_per_token: int  # the stage with the most attention layers
     bytes_per_block: int
     capacity_tokens: int
     clamped_max_seq_len: int
     width_current: int
-    width_fix: int
-    table_bytes_current: int
-    table_bytes_fix: int
+    width_fix: Optional[int]
+    table_bytes_current: Optional[int]
+    table_bytes_fix: Optional[int]
     ranges: Dict[str, Tuple[Segment, ...]]
     hybrid: Optional[Dict[str, Any]] = None
     notes: Tuple[str, ...] = field(default_factory=tuple)
     state_bytes: Tuple[int, ...] = ()  # each rank's recurrent-state slots (merged, else the clamp's)
+    estimated_bytes_per_token: int = 0  # V1: the creator's estimate, the same stage
 
     @property
-    def quotas(self) -> Tuple[int, ...]:
-        """Each rank's KV quota, bytes."""
-        return tuple(b.kv_quota_bytes for b in self.budgets)
+    def manager(self) -> str:
+        return self.deployment.resolved_manager
+
+    @property
+    def current_policy(self) -> str:
+        return CURRENT_POLICY[self.manager]
+
+    @property
+    def starts(self) -> bool:
+        """Merged TensorRT-LLM builds its caches and every rank holds a page."""
+        return bool(self.blocks) and (self.hybrid is None or self.hybrid["merged_builds"])
 
     @property
     def clamped(self) -> bool:
         return self.clamped_max_seq_len < self.deployment.configured_max_seq_len
 
-    def worst(self, policy: str = "none/clamped") -> str:
-        """The worst verdict any context length meets under ``policy`` (construction raising
-        counts as "crash" for the current code and the fix, which both keep merged slots)."""
-        if self.hybrid is not None and not self.hybrid["merged_builds"] and policy != "capacity":
+    def worst(self, policy: Optional[str] = None) -> str:
+        """The worst verdict any context length meets under ``policy`` (default: the current
+        code's); "crash" where the engine cannot start (construction raises, or no page), for
+        every policy but the proposal that changes construction."""
+        policy = policy or self.current_policy
+        if not self.starts and policy != CLAMP_PROPOSAL:
             return "crash"
-        order = {v: i for i, v in enumerate(("ok", "reject", "stall", "crash"))}
-        return max((s.verdict for s in self.ranges[policy]), key=order.__getitem__, default="ok")
+        order = {v: i for i, v in enumerate(ENGINE_OUTCOMES)}
+        return max((s.verdict for s in self.ranges.get(policy, ())), key=order.__getitem__,
+                   default="ok")
 
-    def longest(self, policy: str = "none/clamped") -> int:
+    def longest(self, policy: Optional[str] = None) -> int:
         """The longest context length that finishes under ``policy`` (0: none)."""
-        return max((s.high for s in self.ranges[policy] if s.verdict == "ok"), default=0)
+        segments = self.ranges.get(policy or self.current_policy, ())
+        return max((s.high for s in segments if s.verdict == "ok"), default=0)
 
-    def first(self, verdict: str, policy: str = "none/clamped") -> Optional[int]:
+    def first(self, verdict: str, policy: Optional[str] = None) -> Optional[int]:
         """The shortest context length meeting ``verdict`` under ``policy``, or None."""
-        return min((s.low for s in self.ranges[policy] if s.verdict == verdict), default=None)
+        segments = self.ranges.get(policy or self.current_policy, ())
+        return min((s.low for s in segments if s.verdict == verdict), default=None)
+
+    @property
+    def refused_by_max_num_tokens(self) -> int:
+        """Context lengths up to max_seq_len that ``max_num_tokens`` refuses at the door
+        (chunked prefill off: "The sum of prompt length ... should not exceed max_num_tokens")."""
+        d = self.deployment
+        return 0 if d.chunked_prefill else max(0, d.configured_max_seq_len - d.max_num_tokens)
+
+    @property
+    def mostly_refused(self) -> bool:
+        return self.starts and 2 * self.refused_by_max_num_tokens > self.deployment.configured_max_seq_len
 
     @property
     def exit_code(self) -> int:
-        return PLAN_EXIT_CODES[self.worst()]
+        code = PLAN_EXIT_CODES[self.worst()]
+        return MOSTLY_REFUSED_EXIT if code == 0 and self.mostly_refused else code
 
     def rank_plans(self) -> Tuple[RankPlan, ...]:
         """Each rank as :class:`kvlab.analysis.rank_plan.RankPlan` (what the per-rank memory
@@ -247,80 +403,122 @@ class DeploymentPlan:
 
     def to_dict(self) -> Dict[str, Any]:
         d = self.deployment
+        pool = {"local_blocks": list(self.local_blocks), "blocks": self.blocks,
+                "capacity_tokens": self.capacity_tokens,
+                "clamped_max_seq_len": self.clamped_max_seq_len, "clamped": self.clamped,
+                "width": {"current": self.width_current, "one_line_fix": self.width_fix},
+                "table_bytes": {"current": self.table_bytes_current,
+                                "one_line_fix": self.table_bytes_fix}}
         return {
-            "model": d.model.name, "architecture": d.model.architecture,
+            "model": d.model.name, "architecture": d.model.architecture, "manager": self.manager,
             "ranks": d.world_size, "tp_size": d.tp_size, "pp_size": d.pp_size,
             "attention_dp": d.attention_dp, "gpu_bytes": round(d.gpu_gib * GIB),
-            "weights_bytes_per_rank": d.weights_bytes,
-            "kv_quota_bytes": list(self.quotas), "local_blocks": list(self.local_blocks),
-            "blocks": self.blocks, "bytes_per_token": self.bytes_per_token,
-            "bytes_per_block": self.bytes_per_block, "capacity_tokens": self.capacity_tokens,
-            "configured_max_seq_len": d.configured_max_seq_len,
-            "clamped_max_seq_len": self.clamped_max_seq_len, "clamped": self.clamped,
-            "width": {"current": self.width_current, "one_line_fix": self.width_fix},
-            "table_bytes": {"current": self.table_bytes_current, "one_line_fix": self.table_bytes_fix},
+            "weights_bytes_per_rank": d.weights_bytes, "kv_dtype": d.kv_geometry().dtype,
+            ("kv_quota_bytes" if self.manager == "v2" else "kv_free_bytes_at_construction"):
+                list(self.quotas),
+            "bytes_per_token": self.bytes_per_token,
+            "estimated_bytes_per_token": self.estimated_bytes_per_token or None,
+            "bytes_per_block": self.bytes_per_block,
+            "requested_max_seq_len": d.requested_max_seq_len,
+            "configured_max_seq_len": d.configured_max_seq_len, "starts": self.starts,
+            # the pool and what follows from it exist only where the engine starts; where
+            # merged code raises they are PR #17261's clamp's, under its own key
+            **(pool if self.starts else {**{k: None for k in pool}, "proposals": {CLAMP_PROPOSAL: pool}}),
             "policies": {p: {"label": POLICY_LABELS[p], "worst": self.worst(p),
                              "longest_ok": self.longest(p),
                              "ranges": [[s.low, s.high, s.verdict] for s in self.ranges[p]]}
                          for p in self.ranges},
-            "hybrid": self.hybrid, "host_cache_bytes": round(d.host_cache_gib * GIB),
-            "verdict": self.worst(), "exit_code": self.exit_code, "notes": list(self.notes)}
+            "refused_by_max_num_tokens": self.refused_by_max_num_tokens,
+            "hybrid": self.hybrid, "host_cache": _host_tier(d),
+            "verdict": self.verdict, "exit_code": self.exit_code, "notes": list(self.notes)}
+
+    @property
+    def verdict(self) -> str:
+        """The current code's answer in a few words."""
+        if not self.blocks:
+            return "cannot start, no rank can build a KV pool"
+        if not self.starts:
+            return ("merged TensorRT-LLM raises ValueError at construction (the state slots do "
+                    "not fit); lower max_batch_size or give the caches more memory")
+        if self.mostly_refused:
+            d = self.deployment
+            return (f"most contexts refused: max_num_tokens ({d.max_num_tokens:,}) refuses every "
+                    f"prompt over it, {self.refused_by_max_num_tokens:,} of the "
+                    f"{d.configured_max_seq_len:,} lengths up to max_seq_len; turn on chunked "
+                    "prefill or raise max_num_tokens")
+        return {"ok": "safe, every context up to max_seq_len finishes",
+                "reject": "safe, contexts that cannot run are rejected with a reason",
+                "stall": "at risk, a long context stalls the engine (SchedulerDeadlock)",
+                "crash": "at risk of issue #21470, a long context raises ValueError and takes "
+                         "every rank down"}[self.worst()]
 
     def explain(self) -> str:
         """The plan in words, one fact a line."""
         d, geo = self.deployment, self.deployment.kv_geometry()
+        manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
         lines = [f"{d.model.name} ({d.model.architecture}) on {d.world_size} rank(s) of "
                  f"{d.gpu_gib:,.1f} GiB: tp {d.tp_size}, pp {d.pp_size}"
-                 f"{', attention DP' if d.attention_dp else ''}",
+                 f"{', attention DP' if d.attention_dp else ''}; {manager}",
                  f"KV per token per rank: {geo.bytes_per_token_formula()}; one page of "
                  f"{d.tokens_per_block} tokens = {self.bytes_per_block:,} B"]
+        if self.manager == "v1" and self.estimated_bytes_per_token != self.bytes_per_token:
+            lines.append(f"The creator's estimate: {self.estimated_bytes_per_token:,} B per token "
+                         f"(head_dim x KV heads // tp, a floor over all heads), "
+                         f"{self.bytes_per_token / max(self.estimated_bytes_per_token, 1):.2f}x "
+                         "below the real bytes")
         q = sorted(set(self.quotas))
-        lines.append("KV quota per rank: " + (_size(q[0]) if len(q) == 1 else
-                     f"{_size(q[0])} to {_size(q[-1])}") +
-                     f" ({_size(d.weights_bytes)} weights per rank)")
+        what = "KV quota per rank" if self.manager == "v2" else "Free at construction per rank"
+        lines.append(f"{what}: " + (_size(q[0]) if len(q) == 1 else f"{_size(q[0])} to {_size(q[-1])}")
+                     + f" ({_size(d.weights_bytes)} weights per rank)")
         if self.hybrid is not None:
             h = self.hybrid
-            lines.append(f"Recurrent state: {h['slots']:,} slots ({h['requested']:,} sequences + "
-                         f"{h['dummies']} reserved) x {h['slot_bytes'] / MIB:,.1f} MiB = "
-                         f"{h['need_bytes'] / GIB:,.2f} GiB with one page, against "
-                         f"{h['quota_bytes'] / GIB:,.2f} GiB: "
+            lines.append(f"Recurrent state (stage {h['stage']}): {h['slots']:,} slots "
+                         f"({h['requested']:,} sequences + {h['dummies']} reserved) x "
+                         f"{h['slot_bytes'] / MIB:,.1f} MiB = {h['need_bytes'] / GIB:,.2f} GiB with "
+                         f"one page, against {h['quota_bytes'] / GIB:,.2f} GiB: "
                          + ("merged TensorRT-LLM builds" if h["merged_builds"] else
                             "merged TensorRT-LLM raises at construction: " + h["error"]))
+            if len(h["stages"]) > 1:
+                lines.append("  per stage (attention/recurrent layers, need of quota): " + "; ".join(
+                    f"{st['stage']}: {st['attention_layers']}/{st['recurrent_layers']}, "
+                    f"{st['need_bytes'] / GIB:,.2f} of {st['quota_bytes'] / GIB:,.2f} GiB"
+                    for st in h["stages"]))
             if not h["merged_builds"]:
                 lines.append(f"  PR #17261's clamp (a proposal, closed without merging) keeps "
                              f"{h['clamp_resident']:,} resident; PR #18985 (a proposal, open) "
                              f"would default max_batch_size to {h['feasible_max_batch_size']:,}")
-        blocks = sorted(set(self.local_blocks))
-        lines.append(f"Pool: {self.blocks:,} blocks = {self.capacity_tokens:,} tokens per rank after "
-                     "the MIN all-reduce" + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})"
-                                              if len(blocks) > 1 else ""))
-        lines.append(f"max_seq_len {d.configured_max_seq_len:,}: " +
-                     (f"clamped to {self.clamped_max_seq_len:,}" if self.clamped else "not clamped"))
-        lines.append(f"Page-index row: {self.width_current:,} entries now, {self.width_fix:,} "
-                     f"under the one-line fix; table {self.table_bytes_current:,} B now, "
-                     f"{self.table_bytes_fix:,} B under the fix")
-        if d.host_cache_gib:
-            lines.append(f"Host tier: {d.host_cache_gib:,.1f} GiB; it holds evicted pages, and the "
-                         "clamp and the row count GPU pages only, so no verdict below changes")
-        lines.append(f"A lone request of 1..{d.configured_max_seq_len:,} prompt tokens "
-                     f"(+{d.max_new_tokens:,} new):")
-        for policy, segments in self.ranges.items():
-            lines.append(f"  {POLICY_LABELS[policy]}:")
-            lines += [f"    {s.low:,}-{s.high:,} {s.verdict}" for s in segments]
-        lines.append(f"Longest context that finishes now: {self.longest():,} tokens"
-                     + (" (no rank can build a pool)" if not self.blocks else ""))
-        verdict = self.worst()
-        if not self.blocks:
-            lines.append("Verdict: cannot start, no rank can build a KV pool")
-        elif self.hybrid is not None and not self.hybrid["merged_builds"]:
-            lines.append("Verdict: merged TensorRT-LLM raises ValueError at construction (the state "
-                         "slots do not fit); lower max_batch_size or give the caches more memory")
-        else:
-                lines.append({"ok": "Verdict: safe, every context up to max_seq_len finishes",
-                          "reject": "Verdict: safe, contexts that cannot run are rejected with a reason",
-                          "stall": "Verdict: at risk, a long context stalls the engine (SchedulerDeadlock)",
-                          "crash": "Verdict: at risk of issue #21470, a long context raises ValueError "
-                                   "and takes every rank down"}[verdict])
+        if self.blocks:
+            blocks = sorted(set(self.local_blocks))
+            lines.append(f"Pool: {self.blocks:,} blocks = {self.capacity_tokens:,} tokens per rank "
+                         "after the MIN all-reduce" + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})"
+                                                      if len(blocks) > 1 else "")
+                         + ("" if self.starts else ", under PR #17261's clamp"))
+            lines.append(f"max_seq_len {d.configured_max_seq_len:,}: " +
+                         (f"clamped to {self.clamped_max_seq_len:,}" if self.clamped else "not clamped"))
+            if not self.starts:
+                pass  # no table exists where construction raises
+            elif self.manager == "v2":
+                lines.append(f"Page-index row: {self.width_current:,} entries now, {self.width_fix:,} "
+                             f"under the one-line fix; table {self.table_bytes_current:,} B now, "
+                             f"{self.table_bytes_fix:,} B under the fix")
+            else:
+                lines.append(f"Blocks per sequence: {self.width_current:,} (ceil of the clamped "
+                             "max_seq_len over the block size)")
+        lines.append(f"Host tier: {_host_tier(d)['text']}")
+        if self.ranges:
+            lines.append(f"A lone request of 1..{d.configured_max_seq_len:,} prompt tokens "
+                         f"(+{d.max_new_tokens:,} new):")
+            for policy, segments in self.ranges.items():
+                lines.append(f"  {POLICY_LABELS[policy]}:")
+                lines += [f"    {s.low:,}-{s.high:,} {s.verdict}" for s in segments]
+        if self.starts:
+            lines.append(f"Longest context that finishes now: {self.longest():,} tokens")
+        if self.mostly_refused:
+            lines.append(f"WARNING: max_num_tokens ({d.max_num_tokens:,}) refuses every prompt "
+                         f"over {d.max_num_tokens:,} tokens with chunked prefill off: "
+                         f"{self.refused_by_max_num_tokens:,} of the {d.configured_max_seq_len:,} "
+                         "context lengths up to max_seq_len")
+        lines.append(f"Verdict: {self.verdict}")
         lines += [f"Note: {n}" for n in self.notes]
         # whole words on every line, in a terminal as in a notebook's narrow output
         return "\n".join(textwrap.fill(line, EXPLAIN_WIDTH, subsequent_indent="    ",
@@ -328,9 +526,17 @@ class DeploymentPlan:
                           for line in lines)
 
 
-def _size(nbytes: int) -> str:
-    """Bytes in GiB, or MiB below one GiB."""
-    return f"{nbytes / GIB:,.2f} GiB" if nbytes >= GIB else f"{nbytes / MIB:,.2f} MiB"
+def _host_tier(d: Deployment) -> Dict[str, Any]:
+    """The host tier as configured: its bytes, or upstream's default for the manager."""
+    if d.host_cache_gib is not None:
+        return {"bytes": round(d.host_cache_gib * GIB),
+                "text": f"{d.host_cache_gib:,.1f} GiB per rank; it holds evicted pages, and the "
+                        "clamp and the row count GPU pages only, so no verdict changes"}
+    if d.resolved_manager == "v1":
+        return {"bytes": 0, "text": "none (V1's default host_cache_size)"}
+    return {"bytes": None, "text": "automatic (V2's default: min(the quota, half the host's "
+                                   "available memory per rank on the node, 80 % of the "
+                                   "memlock limit)); it changes no verdict here"}
 
 
 def _change_points(setup: PhaseSetup, max_len: int) -> np.ndarray:
@@ -355,77 +561,201 @@ def _segments(pool_blocks: int, regime: str, setup: PhaseSetup, points: np.ndarr
                  for s, e in zip(starts, ends))
 
 
+def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> Tuple[Segment, ...]:
+    """A lone request under V1: a prompt over ``max_num_tokens`` (chunked prefill off) is
+    refused at the door, one of the clamped max_seq_len or more by the worker
+    (``_deduce_max_tokens``: "`default_max_tokens` (...) must be greater than 0"); the rest
+    run, their output trimmed to what the clamped max_seq_len leaves, in a pool that holds it."""
+    d = deployment
+    limit = clamped_max_seq_len - 1
+    if not d.chunked_prefill:
+        limit = min(limit, d.max_num_tokens)
+    end = d.configured_max_seq_len
+    if limit >= end:
+        return (Segment(1, end, "ok"),)
+    if limit < 1:
+        return (Segment(1, end, "reject"),)
+    return Segment(1, limit, "ok"), Segment(limit + 1, end, "reject")
+
+
+def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
+    """Per pipeline stage: its layers, slot bytes, merged floor against its smallest quota, and
+    PR #17261's clamp's resident count there (``MambaHybridCacheManagerV2``, docs/REFERENCE.md §5)."""
+    dummies = num_dummy_slots(True, d.attention_dp)
+    stages = []
+    for stage in range(d.pp_size):
+        attention, recurrent = d.model.stage(d.pp_size, stage)
+        mamba = d.mamba_geometry(stage)
+        quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
+        page = d.kv_geometry(stage).bytes_per_block if attention else 0
+        plan = ResidencyPlan(d.max_batch_size * d.pp_size, dummies if mamba else 0,
+                             mamba.bytes_per_slot if mamba else 0, page, max(quota, 1), d.pp_size)
+        stages.append(dict(stage=stage, attention_layers=attention, recurrent_layers=recurrent,
+                           num_pools=int(bool(attention)) + int(bool(mamba)), quota_bytes=quota,
+                           slot_bytes=plan.slot_bytes, need_bytes=plan.raw_need_bytes,
+                           builds=plan.raw_fits, plan=plan))
+    return tuple(stages)
+
+
 def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     """The plan of ``deployment`` (module docstring): nothing allocated, nothing run."""
     if not isinstance(deployment, Deployment):
         raise TypeError(f"deployment must be a Deployment, got {type(deployment).__name__}")
     d = deployment
-    geo = d.kv_geometry()
+    manager = d.resolved_manager
     budgets = d.budgets()
-    quotas = tuple(b.kv_quota_bytes for b in budgets)
+    stages = [d.stage_of(r) for r in range(d.world_size)]
+    tpb = d.tokens_per_block
     notes = list(d.model.notes)
-    if d.weights_gib is None:
-        notes.append(f"weights: {d.model.parameters:,} parameters in {d.weights_dtype} split evenly "
-                     f"over tp {d.tp_size} x pp {d.pp_size} (experts and replicated attention are "
-                     "not modelled; give weights_gib for them)")
-    if d.pp_size > 1:
-        notes.append(f"pipeline: each stage planned with the largest stage's "
-                     f"{geo.num_layers} attention layer(s)")
-    hybrid = None
-    mamba = d.mamba_geometry() if d.model.linear_layers else None
-    slot_bytes = [0] * len(quotas)
-    if mamba is not None:
-        smallest = min(quotas)
-        plan = plan_residency(mamba, geo, max(smallest, 1), d.max_batch_size, d.pp_size,
-                              attention_dp=d.attention_dp)
-        slots = plan.requested + plan.dummies
-        builds = plan.raw_fits
-        hybrid = dict(slot_bytes=plan.slot_bytes, requested=plan.requested, dummies=plan.dummies,
-                      slots=slots, need_bytes=plan.raw_need_bytes, quota_bytes=smallest,
-                      merged_builds=builds, clamp_resident=max(plan.local_cap, 0),
-                      feasible_max_batch_size=plan.feasible_max_batch_size(),
-                      ssm_dtype=mamba.ssm_dtype,
-                      error="" if builds else "ValueError: " + QUOTA_TOO_SMALL.format(
-                          got=plan.quota_bytes, need=plan.raw_need_bytes))
-        resident = plan.requested if builds else max(plan.local_cap, 0)
-        slot_bytes = [(resident + plan.dummies) * plan.slot_bytes if resident else 0] * len(quotas)
-        if not builds:
-            notes.append("merged code raises at construction, so nothing runs; the context "
-                         "verdicts are for the pool PR #17261's clamp (a proposal) would leave")
-    local = tuple(max(q - s, 0) // geo.bytes_per_block for q, s in zip(quotas, slot_bytes))
-    blocks = min(local)
-    capacity = blocks * geo.tokens_per_block
+    notes += _setting_notes(d)
+
+    hybrid, slot_bytes = None, [0] * d.world_size
+    has_pages = [d.model.stage(d.pp_size, s)[0] + (d.draft_layers if s == d.pp_size - 1 else 0) > 0
+                 or manager == "v1" for s in stages]  # V1 allocates a layer even for none
+    if manager == "v1":
+        quotas = tuple(b.total_bytes - b.peak_memory_bytes + b.activation_peak_bytes for b in budgets)
+        tokens = [v1_tokens(d, b, s) for b, s in zip(budgets, stages)]
+        local = tuple(int(t // tpb) for t in tokens)
+    else:
+        quotas = tuple(b.kv_quota_bytes for b in budgets)
+        builds = True
+        if d.model.linear_layers:
+            per_stage = _hybrid_stages(d, quotas)
+            failing = [h for h in per_stage if not h["builds"]]
+            builds = not failing
+            worst = failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
+            plan = worst["plan"]
+            clamp = min(max(h["plan"].local_cap, 0) for h in per_stage)  # MIN-reduced across ranks
+            hybrid = dict(slot_bytes=plan.slot_bytes, requested=plan.requested, dummies=plan.dummies,
+                          slots=plan.requested + plan.dummies, need_bytes=plan.raw_need_bytes,
+                          quota_bytes=plan.quota_bytes, stage=worst["stage"], merged_builds=builds,
+                          clamp_resident=clamp, feasible_max_batch_size=min(
+                              h["plan"].feasible_max_batch_size() for h in per_stage),
+                          ssm_dtype=d.mamba_ssm_dtype or d.model.dtype,
+                          error="" if builds else "ValueError: " + QUOTA_TOO_SMALL.format(
+                              got=plan.quota_bytes, need=plan.raw_need_bytes),
+                          stages=[{k: v for k, v in h.items() if k != "plan"} for h in per_stage])
+            resident = d.max_batch_size * d.pp_size if builds else clamp
+            slot_bytes = [(resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"]
+                          if resident else 0 for s in stages]
+            if not builds:
+                notes.append(f"merged code raises at construction on pipeline stage {worst['stage']}, "
+                             "so nothing runs under any current policy; the ranges given are for "
+                             "the pool PR #17261's clamp (a proposal) would leave")
+        local = tuple(max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
+                      for q, sb, s in zip(quotas, slot_bytes, stages))
+    paged = [b for b, pages in zip(local, has_pages) if pages]
+    blocks = min(paged) if paged else 0
+    geo = d.kv_geometry()
+    capacity = blocks * tpb
     configured = d.configured_max_seq_len
-    clamped = min(configured, capacity) if capacity else configured
-    width_now = max_blocks_per_seq(clamped, geo.tokens_per_block)
-    width_fix = max_blocks_per_seq(configured, geo.tokens_per_block)
-    if blocks:
-        setup = PhaseSetup(geometry=geo, max_seq_len=configured, max_new_tokens=d.max_new_tokens,
-                           max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens)
+    beam = d.max_beam_width
+    if manager == "v1":  # the window's upper bound for the blocks (KVCacheManager.__init__)
+        bound = (blocks // beam) * tpb - (tpb if beam > 1 else 0)
+    else:
+        bound = capacity
+    clamped = min(configured, bound) if bound > 0 else configured
+    extra = d.num_extra_kv_tokens
+    if manager == "v1":
+        width_now, width_fix, table_now, table_fix = -(-clamped // tpb), None, None, None
+    else:
+        pools = max((h["num_pools"] for h in hybrid["stages"]), default=1) if hybrid else 1
+        reserved = hybrid["dummies"] if hybrid else 1
+        width_now, width_fix = (max_blocks_per_seq(n, tpb, extra, d.max_draft_len)
+                                for n in (clamped, configured))
+        table_now, table_fix = (table_nbytes(d.max_batch_size, w, d.pp_size, num_pools=pools,
+                                             num_reserved=reserved) for w in (width_now, width_fix))
+
+    starts = bool(blocks) and (hybrid is None or hybrid["merged_builds"])
+    setup = PhaseSetup(geometry=geo, max_seq_len=configured, max_new_tokens=d.max_new_tokens,
+                       max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens,
+                       num_extra_kv_tokens=extra + d.max_draft_len)
+    if manager == "v1":
+        ranges = {"v1": v1_segments(d, clamped)} if blocks else {}
+    elif starts:
         points = _change_points(setup, configured)
         ranges = {p: _segments(blocks, p, setup, points, configured) for p in TRTLLM_POLICIES}
-    else:  # a rank's weights, workspace and the rest leave no page: nothing can start
-        rank = local.index(0)
-        notes.append(f"rank {rank}'s KV quota ({_size(quotas[rank])}) holds no "
-                     f"{_size(geo.bytes_per_block)} page after what else it holds "
-                     f"({_size(budgets[rank].peak_memory_bytes)} of {_size(budgets[rank].total_bytes)}): "
-                     "the executor cannot start under any policy (kvlab does not model the exact "
-                     "start-up error); give more ranks, a larger GPU or less memory to the rest")
-        ranges = {p: (Segment(1, configured, "crash"),) for p in TRTLLM_POLICIES}
-    if d.chunked_prefill and any(s.verdict == "stall" for s in ranges["none/clamped"]):
+    elif blocks:  # construction raises: only the proposal that changes it runs
+        points = _change_points(setup, configured)
+        ranges = {CLAMP_PROPOSAL: _segments(blocks, "none/clamped", setup, points, configured)}
+    else:
+        ranges = {}
+    if not blocks:
+        rank = min(range(len(local)), key=lambda r: (not has_pages[r], local[r]))
+        notes.append(f"rank {rank}'s KV memory ({_size(quotas[rank])}) holds no "
+                     f"{_size(d.kv_geometry(stages[rank]).bytes_per_block)} page after what else it "
+                     f"holds ({_size(budgets[rank].peak_memory_bytes)} of "
+                     f"{_size(budgets[rank].total_bytes)}): the executor cannot start (kvlab does "
+                     "not model the exact start-up error); give more ranks, a larger GPU or less "
+                     "memory to the rest")
+    if d.chunked_prefill and any(s.verdict == "stall" for s in ranges.get("none/clamped", ())):
         notes.append("chunked prefill: a chunk boundary falling between the pool and the row end "
                      "can make a stall here a crash")
-    return DeploymentPlan(d, budgets, local, blocks, geo.bytes_per_token, geo.bytes_per_block,
-                          capacity, clamped, width_now, width_fix,
-                          table_nbytes(d.max_batch_size, width_now, d.pp_size),
-                          table_nbytes(d.max_batch_size, width_fix, d.pp_size),
-                          ranges, hybrid, tuple(notes), tuple(slot_bytes))
+    biggest = max(range(d.pp_size), key=lambda s: d.kv_geometry(s).bytes_per_token)
+    return DeploymentPlan(d, budgets, quotas, local, blocks, d.kv_geometry(biggest).bytes_per_token,
+                          d.kv_geometry(biggest).bytes_per_block, capacity, clamped, width_now,
+                          width_fix, table_now, table_fix, ranges, hybrid, tuple(notes),
+                          tuple(slot_bytes),
+                          estimated_bytes_per_token(d, biggest) if manager == "v1" else 0)
+
+
+def _setting_notes(d: Deployment) -> list:
+    """What the executor does to the settings before any cache exists, said in the plan."""
+    notes = []
+    m = d.model
+    if d.manager == "auto":
+        notes.append(f"manager: use_kv_cache_manager_v2='auto' gives {m.architecture} the "
+                     f"{m.preferred_manager.upper()} manager"
+                     + (" (its model class declares V2)" if m.preferred_manager == "v2" else ""))
+    if d.max_beam_width > 1 and (m.preferred_manager == "v2" if d.manager == "auto" else d.manager == "v2"):
+        notes.append("KVCacheManagerV2 is not supported with beam_width > 1. Falling back to "
+                     "KVCacheManager.")
+    if d.requested_max_seq_len > m.max_seq_len_limit:
+        notes.append(f"Specified max_seq_len={d.requested_max_seq_len} is larger than what the model "
+                     f"can support ({m.max_seq_len_limit}). "
+                     + ("allow_long_max_model_len keeps it" if d.allow_long_max_model_len else
+                        f"Setting max_seq_len to {m.max_seq_len_limit}."))
+    if d.weights_gib is None:
+        quant = m.quantization.weights_algo if m.quantization and not d.weights_dtype else None
+        how = (f"{quant} (from {m.quantization.source}), embeddings and lm_head in {m.dtype}"
+               if quant else d.weights_dtype or m.dtype)
+        notes.append(f"weights: {m.parameters:,} parameters in {how}, split evenly over tp "
+                     f"{d.tp_size} x pp {d.pp_size} (experts and replicated attention are not "
+                     "modelled; give weights_gib for them)")
+    if d.kv_dtype is None and m.kv_dtype != m.dtype:
+        notes.append(f"KV cache in {m.kv_dtype}: the checkpoint's kv_cache_quant_algo "
+                     f"({m.quantization.source})")
+    if d.pp_size > 1:
+        layout = ", ".join(f"{a}/{r}" if m.linear_layers else f"{a}"
+                           for a, r in (m.stage(d.pp_size, s) for s in range(d.pp_size)))
+        notes.append(f"pipeline: each stage planned with its own layers (Mapping.pp_layers), "
+                     f"attention{'/recurrent' if m.linear_layers else ''} per stage: {layout}"
+                     + (f", plus {d.draft_layers} draft layer(s) on the last" if d.draft_layers else ""))
+    if m.linear_layers and d.mamba_ssm_dtype is None and m.mamba_ssm_dtype not in (None, m.dtype):
+        notes.append(f"SSM state in {m.dtype}: mamba_ssm_cache_dtype 'auto' is the model's dtype, "
+                     f"the config's mamba_ssm_dtype ({m.mamba_ssm_dtype}) is not read (give "
+                     f"mamba_ssm_dtype={m.mamba_ssm_dtype} to plan that)")
+    if d.resolved_manager == "v1" and d.kv_quota_gib is not None:
+        notes.append("kv_cache_config.max_gpu_total_bytes: the V1 manager's "
+                     "calculate_max_num_blocks does not read it (resource_manager.py at d2a5560)")
+    if d.spec_mode:
+        notes.append(f"speculative decoding ({d.spec_mode}, max_draft_len {d.max_draft_len}): "
+                     f"{d.num_extra_kv_tokens} extra KV token(s) and {d.max_draft_len} draft "
+                     "token(s) per sequence in the cache and the row; the draft layers take the "
+                     "target's KV geometry")
+    return notes
+
+
+def _size(nbytes: int) -> str:
+    """Bytes in GiB, or MiB below one GiB."""
+    return f"{nbytes / GIB:,.2f} GiB" if nbytes >= GIB else f"{nbytes / MIB:,.2f} MiB"
 
 
 def example_deployments() -> Dict[str, Deployment]:
     """The walk's three deployments from the shipped presets: issue #21470 as kvlab's scenario
-    assumes it (notebook 01), the seed's 4 MiB repro (notebook 02) and PR #17261's Qwen3.5-27B on
-    an H100 with 24.86 GiB for the caches (notebook 05)."""
+    assumes it (notebook 01: the V2 manager, and a max_seq_len past the model's 40,960, which
+    the deployment must have allowed), the seed's 4 MiB repro on V2 (notebook 02) and PR
+    #17261's Qwen3.5-27B on an H100 with 24.86 GiB for the caches (notebook 05)."""
     from kvlab.analysis.mamba_residency import PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES
     from kvlab.analysis.models import geometry_from_config
     from kvlab.run.scenarios import load_scenario
@@ -442,7 +772,7 @@ def example_deployments() -> Dict[str, Deployment]:
         max_seq_len=p.configured_max_seq_len, max_batch_size=p.max_batch_size,
         max_new_tokens=dep.requests[0].max_new_tokens, max_num_tokens=dep.max_num_tokens,
         chunked_prefill=dep.chunked_prefill, tokens_per_block=p.tokens_per_block,
-        kv_dtype=p.kv_dtype)
+        kv_dtype=p.kv_dtype, manager="v2", allow_long_max_model_len=True)
     repro = load_scenario("rtx5080-4mib").parameters
     seed = geometry_from_config(
         SimpleNamespace(model_type="seed", num_hidden_layers=repro.num_layers, num_attention_heads=repro.num_kv_heads,
@@ -454,7 +784,7 @@ def example_deployments() -> Dict[str, Deployment]:
         model=seed, gpu_gib=GPUS["rtx-5080"].gib, weights_gib=repro.model_weights_bytes / GIB,
         kv_quota_gib=repro.pool_mib / 1024, max_seq_len=repro.configured_max_seq_len,
         max_batch_size=repro.max_batch_size, max_new_tokens=16, tokens_per_block=repro.tokens_per_block,
-        kv_dtype=repro.kv_dtype)
+        kv_dtype=repro.kv_dtype, manager="v2")
     examples["pr-17261"] = Deployment(
         model=load_model("qwen3.5-27b"), gpu_gib=GPUS["h100-80gb"].gib,
         kv_quota_gib=PR_QUOTA_BYTES / GIB, max_batch_size=PR_MAX_BATCH_SIZE,
@@ -462,5 +792,7 @@ def example_deployments() -> Dict[str, Deployment]:
     return examples
 
 
-__all__ = ["Deployment", "DeploymentPlan", "PLAN_EXIT_CODES", "POLICY_LABELS", "Segment",
-           "example_deployments", "plan_deployment"]
+__all__ = ["CLAMP_PROPOSAL", "CURRENT_POLICY", "Deployment", "DeploymentPlan", "MANAGERS",
+           "MOSTLY_REFUSED_EXIT", "PLAN_EXIT_CODES", "POLICY_LABELS", "SPEC_MODES", "Segment",
+           "estimated_bytes_per_token", "example_deployments", "plan_deployment", "v1_segments",
+           "v1_tokens"]

@@ -14,11 +14,22 @@ at commit d8ae02c, and its later branch for Qwen3-Next-style hybrids), in that o
 - otherwise ``num_key_value_heads`` (default ``num_attention_heads``) heads of ``head_dim``
   (default ``hidden_size // num_attention_heads``) on every layer.
 
+Every decoder layer's kind is kept in order (:attr:`ModelGeometry.layout`), because a pipeline
+stage takes a contiguous share of the whole layer list, MLP-only layers included
+(``Mapping.pp_layers``, :meth:`ModelGeometry.stage`).
+
 Sliding-window layers are counted and their window kept, but planned as full-attention layers:
-TensorRT-LLM keeps only the window for them when ``max_attention_window`` is set, which a config
-does not do by itself, so kvlab's pages for them are an upper bound (:attr:`ModelGeometry.notes`
-says so for every such model). A config whose architecture is none of these is refused, naming
-what is missing; nothing is guessed.
+for gpt-oss, Gemma 3 and the other ``layer_types`` configs the PyTorch executor sizes every layer
+by ``kv_cache_config.max_attention_window`` and, unset, by max_seq_len (it derives per-layer
+windows only for Gemma 4's hybrid, draft models and AutoDeploy), so kvlab's pages for them are
+what runs unless you set that window (:attr:`ModelGeometry.notes` says so for every such model).
+A config whose architecture is none of these is refused, naming what is missing; nothing is
+guessed.
+
+Also read, as the executor reads them: the longest sequence the model supports
+(:func:`inferred_max_seq_len`), the checkpoint's quantization (:func:`read_quantization`: the
+weights' and the KV cache's), the MTP draft layers (``num_nextn_predict_layers``) and which KV
+cache manager the architecture asks for (:data:`V2_ARCHITECTURES`).
 
 :func:`read_config` reads a local folder or file with transformers' configuration classes and no
 network (the optional extra ``kvlab[models]``); :func:`load_model` reads a preset from
@@ -30,17 +41,38 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from fractions import Fraction
 from typing import Any, Dict, Optional, Tuple
 
 from kvlab.core.checks import check_choice
-from kvlab.core.geometry import STATE_DTYPES, KVGeometry, MambaGeometry
+from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry, MambaGeometry
 from kvlab.core.paths import DATA_DIR
 
 MODELS_DIR = DATA_DIR / "models"
+#: One character per decoder layer in :attr:`ModelGeometry.layout`.
+ATTENTION, SLIDING, RECURRENT, NO_CACHE = "A", "S", "M", "-"
+#: Model types whose TensorRT-LLM model class declares the V2 KV cache manager
+#: (``get_preferred_kv_cache_manager_version``; ``KvCacheConfig.use_kv_cache_manager_v2="auto"``
+#: resolves to it, llm_args.py at 0004396720): Nemotron-H, Qwen3-Next and Qwen3.5. Every other
+#: architecture (Llama, Qwen3-MoE, DeepSeek-V3, gpt-oss, Mixtral, ...) gets the V1 manager.
+V2_ARCHITECTURES = frozenset({"nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                              "qwen3_5_moe_text"})
+#: Rope types whose factor does not lengthen the inferred max_seq_len
+#: (``PyTorchModelEngine._infer_max_seq_len_from_config``, model_engine.py at 001e670).
+ROPE_TYPES_NOT_SCALED = ("su", "longrope", "llama3", "yarn")
+#: The max_seq_len inferred when a config states no max_position_embeddings (same function).
+DEFAULT_MAX_POSITION_EMBEDDINGS = 2048
+#: Bytes per quantized weight, scales included: FP8 per tensor; FP8 with one fp32 scale per
+#: 128 x 128 block; NVFP4, 4 bits with one fp8 scale per 16 weights.
+QUANT_WEIGHT_BYTES = {"FP8": Fraction(1), "FP8_BLOCK_SCALES": 1 + Fraction(4, 128 * 128),
+                      "NVFP4": Fraction(1, 2) + Fraction(1, 16)}
+#: kv_cache_quant_algo -> kvlab's KV dtype.
+KV_QUANT_DTYPES = {"FP8": "fp8", "NVFP4": "nvfp4"}
 #: The config.json field a model's weights dtype is in (``torch_dtype``; ``dtype`` since
 #: transformers 5), mapped to kvlab's dtype names.
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
@@ -49,6 +81,17 @@ _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
 
 class ConfigError(ValueError):
     """A config kvlab cannot plan for: the message names the file, the field and why."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """A checkpoint's quantization as the executor reads it (``ModelConfig``'s
+    ``load_hf_quant_config`` / ``load_quant_config_from_config_json``, model_config.py at
+    008e0af): the weights' algorithm, the KV cache's, and where they were read."""
+
+    weights_algo: Optional[str]
+    kv_algo: Optional[str]
+    source: str
 
 
 @dataclass(frozen=True)
@@ -73,29 +116,85 @@ class ModelGeometry:
     dtype: str = "bfloat16"  # the weights' dtype, the KV cache's default
     parameters: Optional[int] = None
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    layout: str = ""  # one of ATTENTION, SLIDING, RECURRENT, NO_CACHE per decoder layer
+    num_attention_heads: Optional[int] = None
+    max_seq_len_limit: Optional[int] = None  # inferred_max_seq_len of the config
+    draft_layers: int = 0  # MTP layers (num_nextn_predict_layers)
+    quantization: Optional["Quantization"] = None
+    embedding_parameters: int = 0  # the input embeddings and lm_head: never quantized
+
+    def stage(self, pp_size: int = 1, pp_rank: Optional[int] = None) -> Tuple[int, int]:
+        """(attention layers, recurrent layers) of pipeline stage ``pp_rank``: its contiguous
+        share of every decoder layer, the first ``layers % pp_size`` stages one layer more
+        (``Mapping.pp_layers``: ``torch.tensor_split(range(layers), pp_size)``, mapping.py).
+        ``pp_rank=None``: the most of each over the stages."""
+        layout = self.layout or ATTENTION * self.num_layers
+        base, extra = divmod(len(layout), pp_size)
+        counts = []
+        for rank in range(pp_size):
+            start = rank * base + min(rank, extra)
+            part = layout[start:start + base + (rank < extra)]
+            counts.append((len(part) - part.count(RECURRENT) - part.count(NO_CACHE),
+                           part.count(RECURRENT)))
+        if pp_rank is None:
+            return max(c[0] for c in counts), max(c[1] for c in counts)
+        return counts[pp_rank]
 
     def kv_geometry(self, kv_dtype: Optional[str] = None, tokens_per_block: int = 32,
-                    tp_size: int = 1, pp_size: int = 1, attention_dp: bool = False) -> KVGeometry:
-        """One rank's KV geometry: its share of the attention layers (the largest pipeline
-        stage's, ``ceil(layers / pp_size)``) and of the heads (``ceil(heads / tp)``, not split
-        under attention DP; MLA's one head is never split)."""
-        layers = -(-self.attention_layers // pp_size)
+                    tp_size: int = 1, pp_size: int = 1, attention_dp: bool = False,
+                    pp_rank: Optional[int] = None, extra_layers: int = 0) -> KVGeometry:
+        """One rank's KV geometry: its stage's attention layers (:meth:`stage`; at least one, as
+        the V1 manager allocates one for a stage without any) plus ``extra_layers`` (draft
+        layers), and its share of the heads (``ceil(heads / tp)``, not split under attention
+        DP; MLA's one head is never split)."""
+        layers = max(self.stage(pp_size, pp_rank)[0] + extra_layers, 1)
         return KVGeometry(num_layers=layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-                          dtype=kv_dtype or self.dtype, tokens_per_block=tokens_per_block,
+                          dtype=kv_dtype or self.kv_dtype, tokens_per_block=tokens_per_block,
                           tp_size=1 if self.kv_factor == 1 else tp_size, kv_factor=self.kv_factor,
                           attention_dp=attention_dp)
 
-    def mamba_geometry(self, tp_size: int = 1, pp_size: int = 1,
-                       ssm_dtype: Optional[str] = None) -> Optional[MambaGeometry]:
-        """One rank's recurrent-state geometry (None for attention-only models): its pipeline
-        stage's share of the linear layers; conv state in the weights' dtype, SSM state in
-        ``ssm_dtype`` (default: the config's ``mamba_ssm_dtype``, else the weights' dtype)."""
-        if not self.linear_layers:
+    def mamba_geometry(self, tp_size: int = 1, pp_size: int = 1, ssm_dtype: Optional[str] = None,
+                       pp_rank: Optional[int] = None) -> Optional[MambaGeometry]:
+        """One rank's recurrent-state geometry (None where its stage has no recurrent layer):
+        its stage's recurrent layers (:meth:`stage`); conv state in the weights' dtype, SSM
+        state in ``ssm_dtype`` (default: the config's ``mamba_ssm_dtype``, else the weights')."""
+        layers = self.stage(pp_size, pp_rank)[1] if self.linear_layers else 0
+        if not layers:
             return None
         conv = self.dtype if self.dtype in STATE_DTYPES else "bfloat16"
-        return MambaGeometry(num_mamba_layers=-(-self.linear_layers // pp_size), **self.mamba,
+        return MambaGeometry(num_mamba_layers=layers, **self.mamba,
                              conv_dtype=conv, ssm_dtype=ssm_dtype or self.mamba_ssm_dtype or conv,
                              tp_size=tp_size)
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's dtype when none is given: the checkpoint's KV quantization, else the
+        weights' dtype (``kv_cache_config.dtype="auto"``)."""
+        if self.quantization is not None and self.quantization.kv_algo in KV_QUANT_DTYPES:
+            return KV_QUANT_DTYPES[self.quantization.kv_algo]
+        return self.dtype
+
+    @property
+    def preferred_manager(self) -> str:
+        """"v2" where the architecture declares the V2 manager, else "v1"."""
+        return "v2" if self.architecture in V2_ARCHITECTURES else "v1"
+
+    def weights_bytes(self, dtype: Optional[str] = None) -> Optional[int]:
+        """All the weights, bytes: the quantized ones at :data:`QUANT_WEIGHT_BYTES` (the
+        checkpoint's algorithm) and the embeddings and lm_head in the model's dtype; or every
+        parameter in ``dtype`` when given. None without a parameter count, or for a
+        quantization kvlab does not model. Norms, routers and excluded modules count as
+        quantized: a few tenths of a percent."""
+        if not self.parameters:
+            return None
+        algo = self.quantization.weights_algo if self.quantization else None
+        if dtype is not None or algo is None:
+            return int(DTYPE_BYTES[dtype or self.dtype] * self.parameters)
+        if algo not in QUANT_WEIGHT_BYTES:
+            return None
+        kept = min(self.embedding_parameters, self.parameters)
+        return int(DTYPE_BYTES[self.dtype] * kept
+                   + QUANT_WEIGHT_BYTES[algo] * (self.parameters - kept))
 
     @property
     def bytes_per_token_bf16(self) -> int:
@@ -146,10 +245,20 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
                   max_position_embeddings=_get(config, "max_position_embeddings"), dtype=dtype,
                   parameters=parameters)
 
+    hidden, vocab = _get(config, "hidden_size"), _get(top, "vocab_size") or _get(config, "vocab_size")
+    embeddings = (hidden * vocab * (1 if _get(top, "tie_word_embeddings", False) else 2)
+                  if isinstance(hidden, int) and isinstance(vocab, int) else 0)
+    draft = _get(config, "num_nextn_predict_layers") or 0
+    common.update(max_seq_len_limit=inferred_max_seq_len(config), embedding_parameters=embeddings,
+                  draft_layers=draft if isinstance(draft, int) and draft > 0 else 0,
+                  quantization=quantization_from_config(_get(top, "quantization_config"), where),
+                  num_attention_heads=_get(config, "num_attention_heads"))
+
     if _get(config, "kv_lora_rank"):  # MLA
         rope = _require(config, "qk_rope_head_dim", where, "MLA caches kv_lora_rank + qk_rope_head_dim")
         return ModelGeometry(**common, attention_layers=layers, num_kv_heads=1,
-                             head_dim=config.kv_lora_rank + rope, kv_factor=1, notes=tuple(notes))
+                             head_dim=config.kv_lora_rank + rope, kv_factor=1, notes=tuple(notes),
+                             layout=ATTENTION * layers)
 
     pattern = _get(config, "hybrid_override_pattern")
     layer_types = _get(config, "layer_types")
@@ -158,7 +267,12 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
         layer_types = ["full_attention" if i % interval == interval - 1 else "linear_attention"
                        for i in range(layers)]
     fields = {}  # MambaGeometry field -> (config field, what it is)
-    if pattern:  # Nemotron-H
+    if pattern:  # Nemotron-H: "M" Mamba, "*" attention, "-" MLP, "E" MoE
+        if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-E"):
+            raise ConfigError(f"{where}: hybrid_override_pattern must be {layers} characters "
+                              "(num_hidden_layers) of M, *, - and E, got "
+                              f"{str(pattern)[:80]!r} ({len(str(pattern))} characters)")
+        layout = pattern.replace("*", ATTENTION).replace("E", NO_CACHE)
         attention, linear, sliding = pattern.count("*"), pattern.count("M"), 0
         fields = dict(mamba_num_heads=("mamba_num_heads", "Mamba heads"),
                       mamba_head_dim=("mamba_head_dim", "Mamba head size"),
@@ -176,6 +290,9 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
         sliding = layer_types.count("sliding_attention")
         attention = layer_types.count("full_attention") + sliding
         linear = layer_types.count("linear_attention")
+        kinds = {"full_attention": ATTENTION, "sliding_attention": SLIDING,
+                 "linear_attention": RECURRENT}
+        layout = "".join(kinds[kind] for kind in layer_types)
         fields = dict(mamba_num_heads=("linear_num_value_heads", "linear-attention value heads"),
                       mamba_head_dim=("linear_value_head_dim", "linear-attention value head size"),
                       d_state=("linear_key_head_dim", "linear-attention key head size"),
@@ -185,6 +302,7 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
         window = _get(config, "sliding_window")
         uses_window = window and _get(config, "use_sliding_window", True) is not False
         attention, linear, sliding = layers, 0, (layers if uses_window else 0)
+        layout = (SLIDING if uses_window else ATTENTION) * layers
     if attention < 1:
         raise ConfigError(f"{where}: {architecture} has no attention layer, so it has no KV pool "
                           "to plan (kvlab plans paged attention caches)")
@@ -199,8 +317,8 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     window = _get(config, "sliding_window") if sliding else None
     if sliding:
         notes.append(f"{sliding} sliding-window layer(s) (window {window}) planned as full "
-                     "attention: an upper bound (TensorRT-LLM keeps only the window when "
-                     "kv_cache_config.max_attention_window is set)")
+                     "attention, as the executor sizes them unless kv_cache_config."
+                     "max_attention_window is set (then only the window is kept: an upper bound)")
     ssm_dtype = _get(config, "mamba_ssm_dtype") if mamba else None
     if mamba and ssm_dtype not in STATE_DTYPES:
         notes.append(f"the config gives no SSM state dtype ({ssm_dtype!r}); the weights' dtype is used")
@@ -208,7 +326,53 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     return ModelGeometry(**common, attention_layers=attention, num_kv_heads=kv_heads,
                          head_dim=head_dim, sliding_layers=sliding, sliding_window=window,
                          linear_layers=linear if mamba else 0, mamba=mamba,
-                         mamba_ssm_dtype=ssm_dtype, notes=tuple(notes))
+                         mamba_ssm_dtype=ssm_dtype, notes=tuple(notes), layout=layout)
+
+
+def inferred_max_seq_len(config) -> int:
+    """The longest sequence the executor lets a model run (``_infer_max_seq_len_from_config``,
+    model_engine.py at 001e670): ``max_position_embeddings`` (2048 when absent), times the rope
+    scaling factor unless the rope type is one of :data:`ROPE_TYPES_NOT_SCALED`, rounded up.
+    A larger configured max_seq_len is lowered to it, with a warning, unless
+    ``TLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set."""
+    base = _get(config, "max_position_embeddings")
+    base = base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else \
+        DEFAULT_MAX_POSITION_EMBEDDINGS
+    rope = _get(config, "rope_scaling")
+    if isinstance(rope, SimpleNamespace):
+        rope = vars(rope)
+    if isinstance(rope, dict):
+        kind = rope.get("type", rope.get("rope_type"))
+        factor = rope.get("factor", 1.0)
+        if kind not in ROPE_TYPES_NOT_SCALED and isinstance(factor, (int, float)) and factor > 0:
+            return math.ceil(base * factor)
+    return base
+
+
+def quantization_from_config(fields, where: str = "config") -> Optional[Quantization]:
+    """The quantization a ``quantization_config`` (config.json) or a ``quantization`` block
+    (hf_quant_config.json, ModelOpt's) states, as the executor maps it: Hugging Face's "fp8"
+    with a ``weight_block_size`` is FP8_BLOCK_SCALES, without one FP8; ModelOpt's ``quant_algo``
+    and ``kv_cache_quant_algo`` as written; any other method is named, and its weights are not
+    derived (:meth:`ModelGeometry.weights_bytes` answers None). None when there is none."""
+    if fields is None:
+        return None
+    if isinstance(fields, SimpleNamespace):
+        fields = vars(fields)
+    if not isinstance(fields, dict):
+        fields = getattr(fields, "to_dict", lambda: {})()
+    method = str(fields.get("quant_method", "")).lower()
+    if fields.get("quant_algo") is not None or fields.get("kv_cache_quant_algo") is not None \
+            or method == "modelopt":
+        weights, kv = fields.get("quant_algo"), fields.get("kv_cache_quant_algo")
+    elif method == "fp8":
+        weights, kv = ("FP8_BLOCK_SCALES" if fields.get("weight_block_size") else "FP8"), None
+    else:  # AWQ, GPTQ, compressed-tensors, ...: named, its weights not derived
+        weights, kv = method or "unknown", None
+    if kv is not None and kv not in KV_QUANT_DTYPES:
+        raise ConfigError(f"{where}: kv_cache_quant_algo {kv!r} is not one kvlab models "
+                          f"({', '.join(KV_QUANT_DTYPES)})")
+    return Quantization(weights, kv, where)
 
 
 def _namespace(value):
@@ -248,6 +412,15 @@ def read_config(path) -> ModelGeometry:
                           f"{' '.join(lines)[:300]}") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
+    modelopt = file.parent / "hf_quant_config.json"
+    if modelopt.is_file():  # ModelOpt's file comes first, as the executor reads it
+        try:
+            block = json.loads(modelopt.read_text(encoding="utf-8")).get("quantization")
+        except (ValueError, AttributeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{modelopt}: not a ModelOpt quantization file ({exc})") from None
+        if block is not None:
+            geometry = dataclasses.replace(
+                geometry, quantization=quantization_from_config(block, str(modelopt)))
     if isinstance(counted, str):
         return dataclasses.replace(geometry, notes=geometry.notes + (counted,))
     return dataclasses.replace(geometry, parameters=counted)
@@ -288,5 +461,7 @@ def load_model(name: str) -> ModelGeometry:
                                 parameters=preset.get("parameters"))
 
 
-__all__ = ["ConfigError", "MODELS_DIR", "ModelGeometry", "count_parameters", "geometry_from_config", "load_model",
-           "load_preset", "model_names", "read_config"]
+__all__ = ["ATTENTION", "ConfigError", "MODELS_DIR", "ModelGeometry", "NO_CACHE", "Quantization", "RECURRENT",
+           "SLIDING", "V2_ARCHITECTURES", "count_parameters", "geometry_from_config",
+           "inferred_max_seq_len", "load_model", "load_preset", "model_names",
+           "quantization_from_config", "read_config"]

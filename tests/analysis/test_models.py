@@ -165,4 +165,9 @@ def test_kvlab_plan_runs_on_a_config_of_each_supported_family(family, tmp_path, 
     code = main(["plan", "--config", str(tmp_path), "--gpu", "b200", "--tp-size", "8",
                  "--max-seq-len", "32768", "--max-batch-size", "64", "--json"])
     plan = json.loads(capsys.readouterr().out)
-    assert code == plan["exit_code"] in (0, 3, 4) and plan["bytes_per_token"] > 0
+    assert code == plan["exit_code"] in (0, 3, 4, 5) and plan["bytes_per_token"] > 0
+    assert plan["manager"] == load_model_or_read(family, tmp_path).preferred_manager
+
+
+def load_model_or_read(family, tmp_path):
+    return load_model(family) if family in PRESETS else read_config(tmp_path)
