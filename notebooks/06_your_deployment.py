@@ -20,20 +20,28 @@
 # before: for *this* model on *this* GPU with *these* settings, does some context length make a
 # rank raise `ValueError: User-provided base page indices is too short`, stall the engine, or
 # get rejected with a reason? Everything needed is arithmetic the walk has already checked
-# against real runs:
+# against real runs, done in the order the real start-up does it:
 #
-# 1. each rank's KV quota, `(total − peak) × free_gpu_memory_fraction` (notebook 01);
-# 2. for a hybrid model, the recurrent-state slots taken from it first (notebook 05);
-# 3. each rank's pool, then the MIN all-reduce across ranks (notebook 01);
-# 4. the `max_seq_len` clamp and the page-index row sized from it, or from the configured value
-#    under the one-line fix (notebooks 02 and 03);
+# 1. **which KV cache manager** the deployment gets. `KvCacheConfig.use_kv_cache_manager_v2`
+#    defaults to `"auto"`, which gives the newer V2 manager (the one the walk has studied) only
+#    to models whose class declares it: Nemotron-H, Qwen3-Next, Qwen3.5. Llama, Qwen3-MoE,
+#    DeepSeek-V3, Mistral get the older V1 `KVCacheManager`, and so does any beam width above 1;
+# 2. each rank's KV memory: under V2 the quota `(total − peak) × free_gpu_memory_fraction`
+#    (notebook 01), with a hybrid's recurrent-state slots taken from it first (notebook 05);
+#    under V1 the smaller of the creator's token estimate and 90 % of the memory free when the
+#    manager is built;
+# 3. each rank's pool, per pipeline stage (a stage holds its own share of the layers), then the
+#    MIN all-reduce across ranks (notebook 01);
+# 4. the `max_seq_len` clamp and, under V2, the page-index row sized from it, or from the
+#    configured value under the one-line fix (notebooks 02 and 03);
 # 5. what a lone request of each context length meets under each policy (notebook 04's phase
 #    diagram, here along one line).
 #
-# `kvlab.analysis.deployment.plan_deployment` does the five steps in closed form; `kvlab plan`
-# is the same from the command line. Models come from the presets in `data/models/` (each with
-# its source and the published config fields its numbers come from) or from any local
-# `config.json`, read by transformers' configuration classes with no network.
+# `kvlab.analysis.deployment.plan_deployment` does these steps in closed form; `kvlab plan` is
+# the same from the command line. Models come from the presets in `data/models/` (each with its
+# source and the published config fields its numbers come from) or from any local
+# `config.json`, read by transformers' configuration classes with no network; the checkpoint's
+# quantization (fp8, nvfp4) sets the weights and the KV cache's dtype, as it does upstream.
 
 # %% tags=["parameters"]
 model: str = "llama-3.1-70b"  # a preset of data/models/ for section 3
@@ -43,6 +51,7 @@ tp_size: int = 4  # tensor parallelism
 max_seq_len: int = 131072  # configured max_seq_len
 max_batch_size: int = 256  # max_batch_size
 chunked_prefill: bool = True  # TensorRT-LLM's default is off: then a prompt past max_num_tokens (8,192) is rejected
+manager: str = "auto"  # the KV cache manager: auto (TensorRT-LLM's default), v1 or v2
 SMOKE: bool = False  # True (CI): fewer rows in the preset table
 
 # %%
@@ -65,7 +74,7 @@ from kvlab.notebook.widgets import plan_panel
 weights = weights_gib or None  # None: derived from the parameter count
 check_plan_parameters(model=model, gpu=gpu, weights_gib=weights, tp_size=tp_size,
                       max_seq_len=max_seq_len, max_batch_size=max_batch_size,
-                      chunked_prefill=chunked_prefill, SMOKE=SMOKE)
+                      chunked_prefill=chunked_prefill, manager=manager, SMOKE=SMOKE)
 EXAMPLES = example_deployments()
 findings = []
 
@@ -75,10 +84,12 @@ findings = []
 # The report's deployment as kvlab's scenario assumes it (notebook 01): 16 GB300 ranks with
 # attention data parallelism, a model of Qwen3-235B-A22B's geometry (94 layers, 4 KV heads of
 # 128, bf16), 22 GiB of weights per rank, a MoE workspace of 28 GiB on rank 0 growing to 40 GiB
-# on the last, `max_seq_len` 1,048,576 and a 1,000,000-token context. The plan names every
-# number notebook 01 found by running the ranks: the last rank's 29,961 blocks become everyone's
-# pool, `max_seq_len` is clamped to 958,752 and the row is 29,964 entries wide, while the
-# one-line fix would size it 32,772.
+# on the last, `max_seq_len` 1,048,576 and a 1,000,000-token context. The crash came from the
+# V2 manager's native resize, so the deployment ran V2 (its model class does not ask for it:
+# the operator turned it on), and it allowed a `max_seq_len` past the model's own 40,960. The
+# plan names every number notebook 01 found by running the ranks: the last rank's 29,961 blocks
+# become everyone's pool, `max_seq_len` is clamped to 958,752 and the row is 29,964 entries
+# wide, while the one-line fix would size it 32,772.
 
 # %%
 plan = plan_deployment(EXAMPLES["issue-21470"])
@@ -111,16 +122,48 @@ findings.append(Finding(scenario="issue #21470 (16 x GB300)", policy="admission 
 viz.show(viz.rank_budget_figure(plan.rank_plans(), title="Issue #21470: per-rank memory (16 ranks)"))
 
 # %% [markdown]
+# ### The same deployment on the manager it gets by default
+#
+# Left at `"auto"`, Qwen3-235B gets the V1 manager. V1 sizes its pool differently: the creator
+# estimates the bytes per token as `head_dim × KV heads // tp` — a floor over all the heads —
+# and the manager then takes the smaller of that estimate's token count and 90 % of the memory
+# free at construction over the real bytes (`ceil(KV heads / tp)` whole heads per layer).
+# Under this deployment's attention DP every rank holds all four heads and the two agree, so
+# the pool is the same 29,961 blocks; at tp 16 without it the estimate is 128 × 4 // 16 = 32
+# values per layer where each rank really holds one whole head of 128, four times too few, and
+# the free memory sets the pool. V1 clamps `max_seq_len` too, but the clamped value reaches
+# the request door: a prompt as long as the clamped `max_seq_len` is refused there
+# ("`default_max_tokens` ... must be greater than 0"), a shorter one has its output trimmed to
+# fit. Nothing crashes; the long context is rejected with a reason.
+
+# %%
+v1 = plan_deployment(dataclasses.replace(EXAMPLES["issue-21470"], manager="auto"))
+print(v1.explain())
+assert v1.manager == "v1" and v1.worst() == "reject" and v1.first("crash") is None
+assert v1.blocks == plan.blocks and v1.estimated_bytes_per_token == v1.bytes_per_token
+no_dp = plan_deployment(dataclasses.replace(EXAMPLES["issue-21470"], manager="auto", attention_dp=False))
+print(f"without attention DP: estimate {no_dp.estimated_bytes_per_token:,} B per token, "
+      f"real {no_dp.bytes_per_token:,} B")
+assert no_dp.bytes_per_token == 4 * no_dp.estimated_bytes_per_token
+findings.append(Finding(scenario="issue #21470 (16 x GB300)", policy="V1 manager (the default)",
+                        outcome=v1.worst(),
+                        numbers=f"prompts from {v1.clamped_max_seq_len:,} tokens are rejected; "
+                                f"pool {v1.capacity_tokens:,} tokens"))
+
+# %% [markdown]
 # ## 2. The panel: move your own deployment
 #
-# It starts at the #21470 deployment. Pick a model and a GPU, set the weights per rank (0: the
-# model's parameter count in bf16 over the ranks) and rank 0's workspace (the others add the
-# report's 12 GiB spread), the configured `max_seq_len`, `max_batch_size` and the number of
-# attention-DP ranks; the rest (activations, non-torch memory, chunked prefill) stays the
-# report's. The verdict box says what the current code does next to admission control; its
-# detail is the whole plan. Try: rank 0's workspace down to 0 (the clamp goes away and so does
-# the crash), then `qwen3.5-27b` with batch size 2,048 (a hybrid: its recurrent-state slots come
-# out of the quota first, 2,050 of them do not fit, and merged code raises at construction).
+# It starts at the #21470 deployment, on V2. Pick a model, a GPU and the KV cache manager
+# (`auto` is what the model gets by default), set the weights per rank (0: derived from the
+# model's parameter count and checkpoint over the ranks) and rank 0's workspace (the others add
+# the report's 12 GiB spread), the configured `max_seq_len`, `max_batch_size` and the number of
+# attention-DP ranks; the rest (activations, non-torch memory, chunked prefill, a `max_seq_len`
+# allowed past the model's own) stays the report's. The verdict box says what the current code
+# does next to admission control (a V2 proposal); its detail is the whole plan. Try: the
+# manager to `auto` (V1: the crash becomes a rejection), back to `v2` and rank 0's workspace
+# down to 0 (the clamp goes away and so does the crash), then `qwen3.5-27b` with batch size
+# 2,048 (a hybrid: its recurrent-state slots come out of the quota first, 2,050 of them do not
+# fit, and merged code raises at construction).
 
 # %%
 plan_panel()
@@ -128,15 +171,18 @@ plan_panel()
 # %% [markdown]
 # ## 3. A model of your own
 #
-# The parameters cell picks a preset, a GPU and the parallelism. Weights not given are derived
-# from the preset's parameter count in bf16, split evenly over the tensor-parallel ranks (an
-# approximation the plan says it makes). The table below runs the same question over every
-# preset on that GPU at the same settings: where does each stop, and how?
+# The parameters cell picks a preset, a GPU, the parallelism and the manager (`auto` by
+# default, as upstream). Weights not given are derived from the preset's parameter count in the
+# checkpoint's format (bf16, or DeepSeek-V3's fp8 blocks), split evenly over the
+# tensor-parallel ranks (an approximation the plan says it makes). The table below runs the
+# same question over every preset on that GPU at the same settings: which manager each gets,
+# where it stops, and how?
 
 # %%
 mine = plan_deployment(Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib,
                                   weights_gib=weights, tp_size=tp_size, max_seq_len=max_seq_len,
-                                  max_batch_size=max_batch_size, chunked_prefill=chunked_prefill))
+                                  max_batch_size=max_batch_size, chunked_prefill=chunked_prefill,
+                                  manager=manager))
 print(mine.explain())
 viz.show(viz.plan_ranges_figure(mine))
 findings.append(Finding(scenario=f"{model} on {gpu}, tp {tp_size}", policy="current code",
@@ -145,16 +191,21 @@ findings.append(Finding(scenario=f"{model} on {gpu}, tp {tp_size}", policy="curr
 
 # %%
 def preset_row(name):
-    deployment = Deployment(model=load_model(name), gpu_gib=GPUS[gpu].gib, tp_size=tp_size,
-                            max_seq_len=max_seq_len, max_batch_size=max_batch_size,
-                            chunked_prefill=chunked_prefill)
+    try:
+        deployment = Deployment(model=load_model(name), gpu_gib=GPUS[gpu].gib, tp_size=tp_size,
+                                max_seq_len=max_seq_len, max_batch_size=max_batch_size,
+                                chunked_prefill=chunked_prefill, manager=manager)
+    except ValueError as exc:  # e.g. a tp that does not divide the model's heads
+        return {"model": name, "verdict": f"refused: {exc}"}
     p = plan_deployment(deployment)
-    starts = bool(p.blocks)
-    return {"model": name, "KV B/token/rank": p.bytes_per_token, "pool tokens": p.capacity_tokens,
-            "clamped": "yes" if p.clamped else "no", "row now": p.width_current,
-            "row with fix": p.width_fix, "longest ok": p.longest(),
-            "verdict": p.worst() if starts else "cannot start",
-            "first crash": p.first("crash") if starts and p.first("crash") else "-"}
+    verdict = p.worst() if p.starts else ("construction raises" if p.blocks else "cannot start")
+    return {"model": name, "manager": p.manager.upper(), "KV B/token/rank": p.bytes_per_token,
+            "pool tokens": p.capacity_tokens if p.starts else "-",
+            "clamped": ("yes" if p.clamped else "no") if p.starts else "-",
+            "row now": p.width_current if p.starts and p.manager == "v2" else "-",
+            "row with fix": p.width_fix if p.starts and p.manager == "v2" else "-",
+            "longest ok": p.longest(), "verdict": verdict,
+            "first crash": p.first("crash") or "-"}
 
 
 names = model_names()[:3] if SMOKE else model_names()
@@ -163,22 +214,52 @@ table([preset_row(name) for name in names], index="model")
 # %% [markdown]
 # A big model on few GPUs leaves no quota at all: at this tensor parallelism the weights of
 # DeepSeek-V3 or Qwen3-235B alone exceed the GPU, and the plan says the executor cannot start
-# (a red band from the first token) rather than drawing a pool of nothing. A model whose quota
-# holds fewer tokens than its `max_seq_len` is clamped, and then the current code crashes for
-# the contexts between the clamped row and `max_seq_len`. With TensorRT-LLM's default of
-# chunked prefill off, a prompt longer than `max_num_tokens` (8,192) is rejected first: set
-# `chunked_prefill = False` above to see it.
+# rather than drawing a pool of nothing. Most presets get V1, where a clamped `max_seq_len`
+# means rejections, not crashes; on V2 the contexts between the clamped row and `max_seq_len`
+# crash. The hybrids get V2, and with a large `max_batch_size` their state slots may not fit:
+# then construction raises and nothing runs. With TensorRT-LLM's default of chunked prefill
+# off, a prompt longer than `max_num_tokens` (8,192) is refused at the door before any of this:
+# set `chunked_prefill = False` above to see `kvlab plan` warn that most context lengths are
+# refused (its exit code is then 5).
 
 # %% [markdown]
-# ## 4. From a `config.json`
+# ## 4. A hybrid, stage by stage
+#
+# A pipeline stage holds a contiguous share of **every** decoder layer — `Mapping.pp_layers`
+# splits the whole list, MLP-only layers included, the first stages one layer longer — so the
+# stages of a hybrid differ. Nemotron-Nano-9B-v2 has 56 layers: 27 Mamba, 25 MLP-only and 4
+# attention. At pp 4 its stages hold (attention, Mamba) layers (0, 8), (2, 6), (2, 6), (0, 7):
+# the first stage has no KV pool at all and the most recurrent state, so it is the one that
+# raises when the slots do not fit, and its page-index table has one pool where the middle
+# stages have two (attention pages and SSM slots).
+
+# %%
+nemotron = Deployment(model=load_model("nemotron-nano-9b-v2"), gpu_gib=GPUS["h100-80gb"].gib,
+                      pp_size=4, max_batch_size=512, chunked_prefill=True, max_seq_len=32768)
+stages = plan_deployment(nemotron).hybrid["stages"]
+table([{"stage": st["stage"], "attention layers": st["attention_layers"],
+        "Mamba layers": st["recurrent_layers"], "pools": st["num_pools"],
+        "slot MiB": round(st["slot_bytes"] / 2**20, 1), "slots need GiB": round(st["need_bytes"] / GIB, 2),
+        "quota GiB": round(st["quota_bytes"] / GIB, 2), "builds": st["builds"]} for st in stages],
+      index="stage")
+assert [(st["attention_layers"], st["recurrent_layers"]) for st in stages] == [(0, 8), (2, 6), (2, 6), (0, 7)]
+
+# %% [markdown]
+# ## 5. From a `config.json`
 #
 # `kvlab plan --config PATH` (or `read_config(PATH)`) reads any local Hugging Face config with
 # transformers' configuration classes — offline — and counts the parameters by building the model
 # on PyTorch's meta device (no memory). It knows GQA/MHA models, MLA (DeepSeek: a K-only cache of
 # `kv_lora_rank + qk_rope_head_dim`), sliding-window layers (counted, planned as full attention:
-# an upper bound), linear-attention hybrids (Qwen3.5, Qwen3-Next) and Nemotron-H; anything else
-# is refused naming the field and why. Here the DeepSeek-V3 preset's published fields are
-# written to a folder and read back the way your config would be.
+# as the executor sizes them unless `max_attention_window` is set), linear-attention hybrids
+# (Qwen3.5, Qwen3-Next) and Nemotron-H; anything else is refused naming the field and why. It
+# reads what the executor reads besides: the longest sequence the model supports
+# (`max_position_embeddings` times the rope factor, for rope types other than su, longrope,
+# llama3 and yarn; a longer `max_seq_len` is lowered to it), the checkpoint's quantization
+# (`hf_quant_config.json` first, then `quantization_config`: the weights' format and the KV
+# cache's dtype) and MTP draft layers. Here the DeepSeek-V3 preset's published fields are
+# written to a folder and read back the way your config would be: its fp8 weights fit eight
+# H200s, which bf16 weights would not.
 
 # %%
 with tempfile.TemporaryDirectory() as scratch:
@@ -194,27 +275,32 @@ if deepseek is not None:
     print(deepseek.kv_geometry().bytes_per_token_formula())
     print(f"{deepseek.parameters:,} parameters counted on the meta device")
     assert deepseek.facts() == load_preset("deepseek-v3")["geometry"]
-    on_b200 = plan_deployment(Deployment(model=deepseek, gpu_gib=GPUS["b200"].gib, tp_size=8,
-                                         weights_dtype="fp8", max_seq_len=163840, max_batch_size=64,
-                                         chunked_prefill=True))
-    print(on_b200.explain())
+    print(f"quantization: {deepseek.quantization.weights_algo}, {deepseek.weights_bytes() / GIB:,.1f} GiB "
+          f"of weights ({deepseek.weights_bytes('bfloat16') / GIB:,.1f} GiB in bf16)")
+    on_h200 = plan_deployment(Deployment(model=deepseek, gpu_gib=GPUS["h200"].gib, tp_size=8,
+                                         max_batch_size=64, chunked_prefill=True,
+                                         spec_mode="mtp", max_draft_len=3))
+    print(on_h200.explain())
+    assert on_h200.starts and deepseek.quantization.weights_algo == "FP8_BLOCK_SCALES"
 
 # %% [markdown]
-# The same from a shell — the exit code says whether the plan is safe (0), a context stalls (3)
-# or a context or the construction raises (4):
+# The same from a shell — the exit code says whether the plan is safe (0), a context stalls (3),
+# a context or the construction raises (4), or `max_num_tokens` refuses most contexts (5):
 #
 # ```
-# kvlab plan --model llama-3.1-70b --gpu h100-80gb --tp-size 4 --max-seq-len 131072
-# kvlab plan --config path/to/model --gpu b200 --tp-size 8 --weights-dtype fp8 --json
-# kvlab plan --example issue-21470
+# kvlab plan --model llama-3.1-70b --gpu h100-80gb --tp-size 4 --chunked-prefill
+# kvlab plan --config path/to/model --gpu h200 --tp-size 8 --spec-mode mtp --max-draft-len 3 --json
+# kvlab plan --example issue-21470 --manager auto
 # ```
 
 # %% [markdown]
-# ## 5. The rest of the walk, from the presets
+# ## 6. The rest of the walk, from the presets
 #
 # The 4 MiB repro of notebook 02 (64 blocks, rows of 68 and 260 entries, an 8,192-token context
-# that raises) and PR #17261's Qwen3.5-27B of notebook 05 (513 slots of 74.8 MiB, 37.48 GiB
-# against a 24.86 GiB quota: merged code raises at construction).
+# that raises; the seed ran V2) and PR #17261's Qwen3.5-27B of notebook 05 (513 slots of 74.8
+# MiB, 37.48 GiB against a 24.86 GiB quota: merged code raises at construction, so there is no
+# pool, no row and no verdict per context under any current policy — only the pool PR #17261's
+# clamp, a proposal, would leave).
 
 # %%
 repro = plan_deployment(EXAMPLES["rtx5080-4mib"])
@@ -222,14 +308,12 @@ qwen = plan_deployment(EXAMPLES["pr-17261"])
 assert (repro.blocks, repro.width_current, repro.width_fix) == (64, 68, 260)
 assert repro.first("crash") <= 8192
 assert qwen.hybrid["slots"] == 513 and round(qwen.hybrid["need_bytes"] / GIB, 2) == 37.48
-assert not qwen.hybrid["merged_builds"]
+assert not qwen.starts and set(qwen.ranges) == {"pr-17261"}
 table([{"deployment": "4 MiB repro (notebook 02)", "pool blocks": repro.blocks,
         "row now": repro.width_current, "row with fix": repro.width_fix,
         "8,192 tokens, current code": next(s.verdict for s in repro.ranges["none/clamped"] if s.high >= 8192)},
-       {"deployment": "PR #17261 (notebook 05)", "pool blocks": qwen.blocks,
-        "row now": qwen.width_current, "row with fix": qwen.width_fix,
-        "8,192 tokens, current code": "nothing runs: construction raises (the pool and rows "
-                                      "are those PR #17261's clamp would leave)"}], index="deployment")
+       {"deployment": "PR #17261 (notebook 05)", "pool blocks": "-", "row now": "-", "row with fix": "-",
+        "8,192 tokens, current code": "nothing runs: construction raises"}], index="deployment")
 
 # %%
 findings.append(Finding(scenario="4 MiB repro", policy="current code", outcome=repro.worst(),
@@ -248,6 +332,12 @@ findings = report_findings(findings)
 # boundary can land in the few blocks between the pool and the row's end and make a stall a
 # crash (the plan says so when chunked prefill is on). Weights derived from a parameter count are
 # split evenly over tp x pp: experts under expert parallelism and attention replicated under
-# attention DP are not modelled (give the weights). Sliding-window layers are planned as full
-# attention. The host tier holds evicted pages; the clamp and the row count GPU pages only, so it
-# changes no verdict here.
+# attention DP are not modelled (give the weights); norms and routers count as quantized.
+# Sliding-window layers are planned as full attention, as the executor sizes them unless
+# `max_attention_window` is set (then V1 builds a pool per window, which kvlab does not plan).
+# A hybrid's quota goes to its state slots first and the rest to pages; the runtime splits it by
+# a typical batch's byte ratio instead. A hybrid on the V1 manager (beam search) is a different
+# class, not planned. The host tier holds evicted pages; the clamp and the row count GPU pages
+# only, so it changes no verdict here. GPU totals other than the H200's are nvidia-smi's, about
+# 0.5-0.9 GiB above what `torch.cuda.mem_get_info` reports: give `--gpu-gib` with your own
+# board's measured total for an exact plan.

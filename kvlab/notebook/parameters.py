@@ -63,7 +63,7 @@ def check_mamba_parameters(*, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE,
 
 def check_plan_parameters(*, model="llama-3.1-70b", gpu="h100-80gb", weights_gib=None, tp_size=4,
                           max_seq_len=131072, max_batch_size=256, chunked_prefill=True,
-                          SMOKE=False) -> None:
+                          manager="auto", SMOKE=False) -> None:
     """Notebook 06: your deployment, planned (the rest is checked by its Deployment)."""
     from kvlab.analysis.deployment import Deployment
     from kvlab.analysis.gpus import GPUS
@@ -74,7 +74,7 @@ def check_plan_parameters(*, model="llama-3.1-70b", gpu="h100-80gb", weights_gib
     check_smoke(SMOKE)
     Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib, weights_gib=weights_gib,
                tp_size=tp_size, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
-               chunked_prefill=chunked_prefill)
+               chunked_prefill=chunked_prefill, manager=manager)
 
 
 __all__ = ["check_admission_parameters", "check_mamba_parameters", "check_plan_parameters",

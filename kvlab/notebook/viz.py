@@ -1229,16 +1229,18 @@ pool_vs_workspace_figure = _as_figure(pool_vs_workspace_spec)
 
 #: The plan figure's short name for each TensorRT-LLM policy (kvlab.analysis.deployment).
 PLAN_POLICY_NAMES = {"none/clamped": "current code", "none/configured": "one-line fix",
-                     "capacity": "admission (PR #21720)"}
+                     "capacity": "admission (PR #21720)", "v1": "current code (V1)",
+                     "pr-17261": "PR #17261's clamp"}
 
 
 def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
     """What a lone request of each context length meets under each policy, as horizontal bands
     over the context axis (``plan``: a ``kvlab.analysis.deployment.DeploymentPlan``), with the
-    pool's capacity and the page-index row's span (now, and under the fix when it falls inside
-    the axis) drawn as vertical lines. A band too narrow to see at this scale is marked by a tick
-    of its colour (hover for its range). Traces: one bar per engine outcome (4), the ticks, two
-    legend entries for the lines: always 7."""
+    pool's capacity and, under V2, the page-index row's span (now, and under the fix when it
+    falls inside the axis), under V1 the clamped max_seq_len, drawn as vertical lines. A band
+    too narrow to see at this scale is marked by a tick of its colour (hover for its range).
+    Traces: one bar per engine outcome (4), the ticks, two legend entries for the lines: always
+    7."""
     d = plan.deployment
     top = d.configured_max_seq_len
     tpb = d.tokens_per_block
@@ -1269,9 +1271,10 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                        marker=dict(symbol="line-ns", size=26, line=dict(width=4, color=ticks["color"])),
                        hovertext=ticks["text"], hovertemplate="%{hovertext}<extra></extra>",
                        name="narrow range", showlegend=False))
-    lines = [("pool holds", plan.capacity_tokens, POOL_COLOR, "dot"),
-             ("row spans now", plan.width_current * tpb, ROW_COLOR, "dash")]
-    if plan.width_fix * tpb <= top and plan.width_fix != plan.width_current:
+    second = (("row spans now", plan.width_current * tpb) if plan.manager == "v2" else
+              ("max_seq_len clamped to", plan.clamped_max_seq_len))
+    lines = [("pool holds", plan.capacity_tokens, POOL_COLOR, "dot"), (*second, ROW_COLOR, "dash")]
+    if plan.width_fix is not None and plan.width_fix * tpb <= top and plan.width_fix != plan.width_current:
         lines.append(("row spans with the fix", plan.width_fix * tpb, ROW_COLOR, "dashdot"))
     shapes = [dict(type="line", xref="x", x0=v, x1=v, yref="paper", y0=0, y1=1,
                    line=dict(color=c, dash=dash, width=2)) for _, v, c, dash in lines if v <= top]
@@ -1280,11 +1283,15 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
         traces.append(dict(type="scatter", x=[None], y=[None], mode="lines",
                            name=f"{words} {value:,} tokens" + ("" if shown else " (beyond the axis)"),
                            line=dict(color=color, dash=dash, width=2), hoverinfo="skip"))
-    now = plan.ranges.get("none/clamped", ())
+    now = plan.ranges.get(plan.current_policy, ())
     bad = [s for s in now if s.verdict in ("crash", "stall")]
     subtitle = ("current code: " + "; ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in bad)
                 if bad else f"current code: every context up to {top:,} finishes or is rejected")
-    if plan.hybrid is not None and not plan.hybrid["merged_builds"]:
+    if plan.manager == "v1":
+        subtitle = f"V1 manager, {subtitle}"
+    if not plan.blocks:
+        subtitle = "no rank can build a KV pool: nothing starts under any policy"
+    elif not plan.starts:
         subtitle = ("merged code raises at construction (state slots), so nothing runs; the bands "
                     "are for the pool PR #17261's clamp (a proposal) would leave")
     layout = _base_layout(

@@ -18,7 +18,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import ipywidgets as W
 
 from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small, run_policy
-from kvlab.analysis.deployment import Deployment, DeploymentPlan, example_deployments, plan_deployment
+from kvlab.analysis.deployment import (MANAGERS, Deployment, DeploymentPlan, example_deployments,
+                                       plan_deployment)
 from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.models import load_model, model_names
 from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, qwen_plan, residency_bytes
@@ -639,15 +640,16 @@ PLAN_RANKS = (1, 2, 4, 8, 16, 32)
 
 def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) -> DeploymentPlan:
     """The plan of ``base`` (default: issue #21470's deployment) with the panel's values: the
-    model and GPU presets, weights per rank (0: the model's parameter count in bf16 over the
-    ranks), rank 0's workspace (the others add the base's skew), max_seq_len, max_batch_size and
-    the number of attention-DP ranks (tp = ranks, as in the report)."""
+    model and GPU presets, the KV cache manager (auto, v1, v2), weights per rank (0: derived from
+    the model's parameter count and checkpoint over the ranks), rank 0's workspace (the others
+    add the base's skew), max_seq_len, max_batch_size and the number of attention-DP ranks (tp =
+    ranks, as in the report)."""
     base = base or example_deployments()["issue-21470"]
     deployment = dataclasses.replace(
         base, model=load_model(values["model"]), gpu_gib=GPUS[values["gpu"]].gib,
         weights_gib=values["weights_gib"] or None, workspace_gib=values["workspace_gib"],
         max_seq_len=values["max_seq_len"], max_batch_size=values["max_batch_size"],
-        ranks=values["ranks"], tp_size=values["ranks"], kv_dtype=None)
+        ranks=values["ranks"], tp_size=values["ranks"], kv_dtype=None, manager=values["manager"])
     return plan_deployment(deployment)
 
 
@@ -658,12 +660,12 @@ def plan_figures(plan: DeploymentPlan) -> Dict[str, dict]:
 
 
 def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
-    now, admission = plan.worst(), plan.worst("capacity")
+    now = plan.worst()
     first = plan.first(now) if now in ("crash", "stall") else None
     if not plan.blocks:
         return now, verdict_html(now, "Cannot start under any policy: no rank can build a KV pool "
                                  "(see the notes below).", plan.explain())
-    if plan.hybrid is not None and not plan.hybrid["merged_builds"]:
+    if not plan.starts:
         headline = (f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
                     f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB.")
     elif first is not None:
@@ -671,32 +673,42 @@ def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
                     + ("raises ValueError and takes every rank down" if now == "crash"
                        else "stalls the engine") + f" (pool {plan.capacity_tokens:,} tokens, "
                     f"row {plan.width_current:,} entries).")
+    elif plan.manager == "v1":
+        headline = (f"Current code (V1 manager): nothing crashes; prompts of "
+                    f"{plan.clamped_max_seq_len:,} tokens or more are rejected, the longest that "
+                    f"finishes is {plan.longest():,} tokens.")
     else:
         headline = f"Current code: safe; the longest context that finishes is {plan.longest():,} tokens."
-    builds = plan.blocks and (plan.hybrid is None or plan.hybrid["merged_builds"])
-    headline += (f" Admission control: {admission}, longest {plan.longest('capacity'):,} tokens."
-                 if builds else " Admission control does not help: nothing starts.")
+    if not plan.starts:
+        headline += " Admission control does not help: nothing starts."
+    elif plan.manager == "v2":
+        headline += (f" Admission control: {plan.worst('capacity')}, longest "
+                     f"{plan.longest('capacity'):,} tokens.")
     return now, verdict_html(now, headline, plan.explain())
 
 
-def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, weights_gib: float = 22.0,
+def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: str = "v2",
+               weights_gib: float = 22.0,
                workspace_gib: float = 28.0, max_seq_len: int = 1 << 20, max_batch_size: int = 16,
                ranks: int = 16, wait_s: float = DEFAULT_WAIT_S) -> Panel:
     """Notebook 06's panel: issue #21470's deployment (its other settings: workspace skew,
-    activations, attention DP, chunked prefill) with the model, GPU, weights, workspace,
-    max_seq_len, max_batch_size and ranks under the reader's hand."""
+    activations, attention DP, chunked prefill, a max_seq_len past the model's own limit
+    allowed) with the model, GPU, KV cache manager (the issue's V2 by default), weights,
+    workspace, max_seq_len, max_batch_size and ranks under the reader's hand."""
     style, layout = {"description_width": "140px"}, W.Layout(width="450px")
     controls = {
         "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace"),
         "max_seq_len": W.SelectionSlider(options=labelled(PLAN_MAX_SEQ_LENS),
                                          description="max_seq_len"),
         "model": W.Dropdown(options=list(model_names()), description="model"),
+        "manager": W.Dropdown(options=list(MANAGERS), description="KV cache manager"),
         "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
         "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights (0: derived)"),
         "max_batch_size": W.SelectionSlider(options=labelled(PLAN_BATCH_SIZES), description="batch size"),
         "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (ADP)"),
     }
     values = dict(workspace_gib=workspace_gib, max_seq_len=max_seq_len, model=model, gpu=gpu,
+                  manager=manager,
                   weights_gib=weights_gib, max_batch_size=max_batch_size, ranks=ranks)
     for name, control in controls.items():
         check_control_value(name, control, values[name])

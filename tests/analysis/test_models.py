@@ -94,6 +94,10 @@ def _config(**fields):
      "head_dim defaults to hidden_size // num_attention_heads"),
     (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=512),
      "qk_rope_head_dim must be a positive int"),
+    (dict(model_type="nemotron_h", num_hidden_layers=4, hybrid_override_pattern="M*"),
+     "hybrid_override_pattern must be 4 characters"),
+    (dict(model_type="nemotron_h", num_hidden_layers=2, hybrid_override_pattern="MX"),
+     "of M, *, - and E"),
 ])
 def test_a_config_kvlab_cannot_plan_is_refused_naming_the_field(fields, words):
     with pytest.raises(ConfigError, match="cfg.json") as exc:

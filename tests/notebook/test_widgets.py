@@ -518,6 +518,13 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
     assert not slots.showlegend and max(slots.y) == 0  # an attention-only model has none
     views = dict(panel.views)
 
+    panel.set(manager="auto")  # what Qwen3-MoE gets by default: V1, which clamps and rejects
+    assert panel.outcome == "reject" and panel.verdict_text.startswith(
+        "Current code (V1 manager): nothing crashes; prompts of ")
+    assert "Admission control" not in panel.verdict_text
+    assert [t.y[0] for t in panel.figures["ranges"].data if t.type == "bar" and len(t.y)] == \
+        ["current code (V1)"] * 2
+    panel.set(manager="v2")
     panel.set(workspace_gib=0.0)  # no workspace: the pool holds max_seq_len, no clamp
     assert panel.outcome == "ok" and "longest context that finishes is 1,048,576" in panel.verdict_text
     panel.set(model="qwen3.5-27b", gpu="h100-80gb", weights_gib=52.0, ranks=1,
