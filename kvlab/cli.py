@@ -174,6 +174,9 @@ def _add_plan(sub) -> None:
                       help="attention data parallelism (KV heads not split)")
     plan.add_argument("--chunked-prefill", action="store_true", default=None,
                       help="chunked prefill (default off)")
+    plan.add_argument("--disable-overlap-scheduler", action="store_true", default=None,
+                      help="the overlap scheduler off (on by default: the KV manager's max_seq_len "
+                      "is one more)")
     plan.add_argument("--allow-long-max-model-len", action="store_true", default=None,
                       help="keep a --max-seq-len past the model's own limit "
                       "(TLLM_ALLOW_LONG_MAX_MODEL_LEN)")
@@ -198,7 +201,8 @@ def _plan(args, parser) -> int:
     given = {field: getattr(args, flag[2:].replace("-", "_"))
              for flag, (field, _kind, _text) in PLAN_OPTIONS.items()}
     given.update(attention_dp=args.attention_dp, chunked_prefill=args.chunked_prefill,
-                 allow_long_max_model_len=args.allow_long_max_model_len)
+                 allow_long_max_model_len=args.allow_long_max_model_len,
+                 disable_overlap_scheduler=args.disable_overlap_scheduler)
     given = {k: v for k, v in given.items() if v is not None}
     if args.gpu is not None:
         given["gpu_gib"] = GPUS[args.gpu].gib

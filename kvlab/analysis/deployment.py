@@ -97,7 +97,8 @@ class Deployment:
     no host tier; V2: an automatic one sized from the host's memory); ``max_num_tokens`` 8192,
     chunked prefill off, beam width 1 and ``manager="auto"`` are TensorRT-LLM's defaults;
     ``spec_mode`` ("mtp", "eagle3") with ``max_draft_len`` adds speculative decoding's draft
-    tokens and layers; ``ranks``, when given, must be tp x pp."""
+    tokens and layers; ``ranks``, when given, must be tp x pp; the overlap scheduler is on, as
+    upstream's ``disable_overlap_scheduler=False``."""
 
     model: ModelGeometry
     gpu_gib: float
@@ -127,6 +128,7 @@ class Deployment:
     max_beam_width: int = 1
     spec_mode: Optional[str] = None
     max_draft_len: int = 0
+    disable_overlap_scheduler: bool = False
 
     def __post_init__(self):
         if not isinstance(self.model, ModelGeometry):
@@ -150,7 +152,8 @@ class Deployment:
             store_checked(self, "kv_quota_gib", _gib, low=1e-6)
         store_checked(self, "tp_size", check_int, low=1, high=MAX_RANKS)
         store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
-        for name in ("attention_dp", "chunked_prefill", "allow_long_max_model_len"):
+        for name in ("attention_dp", "chunked_prefill", "allow_long_max_model_len",
+                     "disable_overlap_scheduler"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.ranks is not None:
@@ -204,8 +207,8 @@ class Deployment:
     def resolved_manager(self) -> str:
         """"v1" or "v2": ``manager``, "auto" resolved by the architecture
         (:attr:`ModelGeometry.preferred_manager`); V2 falls back to V1 at a beam width above 1
-        ("KVCacheManagerV2 is not supported with beam_width > 1. Falling back to
-        KVCacheManager.", py_executor_creator.py)."""
+        ("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to
+        KVCacheManager.", ``_validate_or_fallback_kv_cache_manager_v2`` in _util.py)."""
         want = self.model.preferred_manager if self.manager == "auto" else self.manager
         return "v1" if want == "v2" and self.max_beam_width > 1 else want
 
@@ -220,6 +223,15 @@ class Deployment:
         if self.allow_long_max_model_len:
             return self.requested_max_seq_len
         return min(self.requested_max_seq_len, self.model.max_seq_len_limit)
+
+    @property
+    def kv_max_seq_len(self) -> int:
+        """The max_seq_len the KV cache manager is built with (``py_executor_creator``): the
+        configured one, plus 1 + max_draft_len under the overlap scheduler, plus the extra KV
+        tokens and max_draft_len under speculative decoding."""
+        overlap = 0 if self.disable_overlap_scheduler else 1 + self.max_draft_len
+        spec = self.num_extra_kv_tokens + self.max_draft_len if self.spec_mode else 0
+        return self.configured_max_seq_len + overlap + spec
 
     @property
     def num_extra_kv_tokens(self) -> int:
@@ -278,24 +290,28 @@ class Deployment:
 
 def estimated_bytes_per_token(deployment: Deployment, stage: int) -> int:
     """The creator's per-token estimate (``KVCacheManager.get_cache_size_per_token``,
-    resource_manager.py at d2a5560): 1 byte for an fp8 KV cache, else 2 (nvfp4 and fp32
-    included); the stage's share of the attention layers (``pp_layers`` of their count, at
-    least 1); MLA's ``kv_lora_rank + qk_rope_head_dim`` with kv_factor 1, else
-    ``head_dim * num_key_value_heads // tp`` (a floor over all heads, tp 1 under attention DP)
-    with kv_factor 2."""
+    resource_manager.py at 001541bad): for ``m`` values a token, 1 byte each for an fp8 KV
+    cache, ``ceil(m / 2) + ceil(m / 16)`` for nvfp4 (its scales), else 2; ``m`` counts the
+    stage's share of the attention layers (``pp_layers`` of their count, at least 1) times
+    MLA's ``kv_lora_rank + qk_rope_head_dim`` with kv_factor 1, or ``head_dim *
+    num_key_value_heads // tp`` (a floor over all heads, tp 1 under attention DP) with
+    kv_factor 2."""
     model, pp = deployment.model, deployment.pp_size
     base, extra = divmod(model.attention_layers, pp)
     layers = max(base + (stage < extra), 1)
     tp = 1 if deployment.attention_dp else deployment.tp_size
     dtype = deployment.kv_dtype or model.kv_dtype
     width = model.head_dim if model.kv_factor == 1 else model.head_dim * model.num_kv_heads // tp
-    return (1 if dtype == "fp8" else 2) * layers * width * model.kv_factor
+    values = layers * width * model.kv_factor
+    if dtype == "nvfp4":
+        return -(-values // 2) + -(-values // 16)
+    return (1 if dtype == "fp8" else 2) * values
 
 
 def v1_tokens(deployment: Deployment, budget: MemoryBudget, stage: int) -> float:
     """One rank's V1 token capacity before the MIN all-reduce: the creator sets
     ``kv_cache_config.max_tokens`` to its budget over :func:`estimated_bytes_per_token`, and
-    ``KVCacheManager.calculate_max_num_blocks`` (resource_manager.py at d2a5560) takes the
+    ``KVCacheManager.calculate_max_num_blocks`` (resource_manager.py at 001541bad) takes the
     smaller of that and ``free_gpu_memory_fraction`` of the free memory at construction (the
     activations freed) over the real bytes per token (``ceil(heads / tp)`` per layer)."""
     estimate = estimated_bytes_per_token(deployment, stage)
@@ -353,7 +369,7 @@ class DeploymentPlan:
 
     @property
     def clamped(self) -> bool:
-        return self.clamped_max_seq_len < self.deployment.configured_max_seq_len
+        return self.clamped_max_seq_len < self.deployment.kv_max_seq_len
 
     def worst(self, policy: Optional[str] = None) -> str:
         """The worst verdict any context length meets under ``policy`` (default: the current
@@ -420,7 +436,8 @@ class DeploymentPlan:
             "estimated_bytes_per_token": self.estimated_bytes_per_token or None,
             "bytes_per_block": self.bytes_per_block,
             "requested_max_seq_len": d.requested_max_seq_len,
-            "configured_max_seq_len": d.configured_max_seq_len, "starts": self.starts,
+            "configured_max_seq_len": d.configured_max_seq_len,
+            "kv_max_seq_len": d.kv_max_seq_len, "starts": self.starts,
             # the pool and what follows from it exist only where the engine starts; where
             # merged code raises they are PR #17261's clamp's, under its own key
             **(pool if self.starts else {**{k: None for k in pool}, "proposals": {CLAMP_PROPOSAL: pool}}),
@@ -493,7 +510,8 @@ class DeploymentPlan:
                          "after the MIN all-reduce" + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})"
                                                       if len(blocks) > 1 else "")
                          + ("" if self.starts else ", under PR #17261's clamp"))
-            lines.append(f"max_seq_len {d.configured_max_seq_len:,}: " +
+            lines.append(f"max_seq_len {d.configured_max_seq_len:,} (the KV manager's "
+                         f"{d.kv_max_seq_len:,}: {_kv_len_terms(d)}): " +
                          (f"clamped to {self.clamped_max_seq_len:,}" if self.clamped else "not clamped"))
             if not self.starts:
                 pass  # no table exists where construction raises
@@ -524,6 +542,13 @@ class DeploymentPlan:
         return "\n".join(textwrap.fill(line, EXPLAIN_WIDTH, subsequent_indent="    ",
                                         break_long_words=False, break_on_hyphens=False)
                           for line in lines)
+
+
+def _kv_len_terms(d: Deployment) -> str:
+    terms = [] if d.disable_overlap_scheduler else [f"+{1 + d.max_draft_len} overlap scheduler"]
+    if d.spec_mode:
+        terms.append(f"+{d.num_extra_kv_tokens + d.max_draft_len} speculative decoding")
+    return ", ".join(terms) or "as configured"
 
 
 def _host_tier(d: Deployment) -> Dict[str, Any]:
@@ -585,6 +610,7 @@ def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
     stages = []
     for stage in range(d.pp_size):
         attention, recurrent = d.model.stage(d.pp_size, stage)
+        attention += d.draft_layers if stage == d.pp_size - 1 else 0
         mamba = d.mamba_geometry(stage)
         quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
         page = d.kv_geometry(stage).bytes_per_block if attention else 0
@@ -648,26 +674,28 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     blocks = min(paged) if paged else 0
     geo = d.kv_geometry()
     capacity = blocks * tpb
-    configured = d.configured_max_seq_len
+    configured, kv_len = d.configured_max_seq_len, d.kv_max_seq_len
     beam = d.max_beam_width
-    if manager == "v1":  # the window's upper bound for the blocks (KVCacheManager.__init__)
-        bound = (blocks // beam) * tpb - (tpb if beam > 1 else 0)
+    extra = d.num_extra_kv_tokens
+    if manager == "v1":  # the window's upper bound (get_max_atten_window_upper_bound)
+        bound = (blocks // beam) * tpb
+        bound -= tpb if beam > 1 and kv_len > bound else 0
     else:
         bound = capacity
-    clamped = min(configured, bound) if bound > 0 else configured
-    extra = d.num_extra_kv_tokens
-    if manager == "v1":
-        width_now, width_fix, table_now, table_fix = -(-clamped // tpb), None, None, None
+    clamped = min(kv_len, max(bound, 0)) if blocks else kv_len
+    if manager == "v1":  # C++ ceilDiv(window + (one more block under a beam clamp), tpb)
+        width_now = -(-clamped // tpb) + (1 if beam > 1 and clamped < kv_len else 0)
+        width_fix = table_now = table_fix = None
     else:
         pools = max((h["num_pools"] for h in hybrid["stages"]), default=1) if hybrid else 1
         reserved = hybrid["dummies"] if hybrid else 1
         width_now, width_fix = (max_blocks_per_seq(n, tpb, extra, d.max_draft_len)
-                                for n in (clamped, configured))
+                                for n in (clamped, kv_len))
         table_now, table_fix = (table_nbytes(d.max_batch_size, w, d.pp_size, num_pools=pools,
                                              num_reserved=reserved) for w in (width_now, width_fix))
 
     starts = bool(blocks) and (hybrid is None or hybrid["merged_builds"])
-    setup = PhaseSetup(geometry=geo, max_seq_len=configured, max_new_tokens=d.max_new_tokens,
+    setup = PhaseSetup(geometry=geo, max_seq_len=kv_len, max_new_tokens=d.max_new_tokens,
                        max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens,
                        num_extra_kv_tokens=extra + d.max_draft_len)
     if manager == "v1":
@@ -708,10 +736,10 @@ def _setting_notes(d: Deployment) -> list:
                      f"{m.preferred_manager.upper()} manager"
                      + (" (its model class declares V2)" if m.preferred_manager == "v2" else ""))
     if d.max_beam_width > 1 and (m.preferred_manager == "v2" if d.manager == "auto" else d.manager == "v2"):
-        notes.append("KVCacheManagerV2 is not supported with beam_width > 1. Falling back to "
+        notes.append("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to "
                      "KVCacheManager.")
     if d.requested_max_seq_len > m.max_seq_len_limit:
-        notes.append(f"Specified max_seq_len={d.requested_max_seq_len} is larger than what the model "
+        notes.append(f"Specified self.max_seq_len={d.requested_max_seq_len} is larger than what the model "
                      f"can support ({m.max_seq_len_limit}). "
                      + ("allow_long_max_model_len keeps it" if d.allow_long_max_model_len else
                         f"Setting max_seq_len to {m.max_seq_len_limit}."))
@@ -737,7 +765,11 @@ def _setting_notes(d: Deployment) -> list:
                      f"mamba_ssm_dtype={m.mamba_ssm_dtype} to plan that)")
     if d.resolved_manager == "v1" and d.kv_quota_gib is not None:
         notes.append("kv_cache_config.max_gpu_total_bytes: the V1 manager's "
-                     "calculate_max_num_blocks does not read it (resource_manager.py at d2a5560)")
+                     "calculate_max_num_blocks does not read it (resource_manager.py at 001541bad)")
+    if m.kv_factor == 1 and d.tokens_per_block != 64:
+        notes.append("MLA: on Hopper (SM90) with the TRTLLM attention backend the executor sets "
+                     "tokens_per_block to 64 for FlashMLA (\"Change tokens_per_block to: 64 for "
+                     "using FlashMLA\"); give tokens_per_block 64 to plan that")
     if d.spec_mode:
         notes.append(f"speculative decoding ({d.spec_mode}, max_draft_len {d.max_draft_len}): "
                      f"{d.num_extra_kv_tokens} extra KV token(s) and {d.max_draft_len} draft "

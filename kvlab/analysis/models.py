@@ -352,7 +352,8 @@ def inferred_max_seq_len(config) -> int:
 def quantization_from_config(fields, where: str = "config") -> Optional[Quantization]:
     """The quantization a ``quantization_config`` (config.json) or a ``quantization`` block
     (hf_quant_config.json, ModelOpt's) states, as the executor maps it: Hugging Face's "fp8"
-    with a ``weight_block_size`` is FP8_BLOCK_SCALES, without one FP8; ModelOpt's ``quant_algo``
+    with a ``weight_block_size`` or static activations is FP8_BLOCK_SCALES, dynamic without one
+    maps to nothing (named, not derived); ModelOpt's ``quant_algo``
     and ``kv_cache_quant_algo`` as written; any other method is named, and its weights are not
     derived (:meth:`ModelGeometry.weights_bytes` answers None). None when there is none."""
     if fields is None:
@@ -365,8 +366,9 @@ def quantization_from_config(fields, where: str = "config") -> Optional[Quantiza
     if fields.get("quant_algo") is not None or fields.get("kv_cache_quant_algo") is not None \
             or method == "modelopt":
         weights, kv = fields.get("quant_algo"), fields.get("kv_cache_quant_algo")
-    elif method == "fp8":
-        weights, kv = ("FP8_BLOCK_SCALES" if fields.get("weight_block_size") else "FP8"), None
+    elif method == "fp8":  # dynamic activations without blocks: the executor maps no algorithm
+        blocks = fields.get("weight_block_size") or fields.get("activation_scheme") == "static"
+        weights, kv = ("FP8_BLOCK_SCALES" if blocks else "fp8 (dynamic, no weight_block_size)"), None
     else:  # AWQ, GPTQ, compressed-tensors, ...: named, its weights not derived
         weights, kv = method or "unknown", None
     if kv is not None and kv not in KV_QUANT_DTYPES:
@@ -418,7 +420,7 @@ def read_config(path) -> ModelGeometry:
             block = json.loads(modelopt.read_text(encoding="utf-8")).get("quantization")
         except (ValueError, AttributeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{modelopt}: not a ModelOpt quantization file ({exc})") from None
-        if block is not None:
+        if isinstance(block, dict) and block.get("quant_algo") is not None:  # else config.json's
             geometry = dataclasses.replace(
                 geometry, quantization=quantization_from_config(block, str(modelopt)))
     if isinstance(counted, str):

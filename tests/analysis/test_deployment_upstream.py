@@ -46,7 +46,7 @@ def test_an_explicit_manager_wins_and_beam_search_falls_back_to_v1():
         Deployment(model=load_model("qwen3.5-27b"), gpu_gib=H200, max_beam_width=2)
 
 
-# -- KVCacheManager.get_cache_size_per_token (resource_manager.py at d2a5560) --
+# -- KVCacheManager.get_cache_size_per_token (resource_manager.py at 001541bad) --
 
 def test_the_creators_estimate_floors_over_all_heads():
     """head_dim * num_key_value_heads // tp, 2 bytes, K and V, the stage's attention layers."""
@@ -58,14 +58,15 @@ def test_the_creators_estimate_floors_over_all_heads():
     fp8 = dataclasses.replace(d, kv_dtype="fp8")
     assert estimated_bytes_per_token(fp8, 0) == 1 * 80 * 64 * 2
     nvfp4 = dataclasses.replace(d, kv_dtype="nvfp4")
-    assert estimated_bytes_per_token(nvfp4, 0) == 2 * 80 * 64 * 2  # nvfp4 counts 2 bytes
+    values = 80 * 64 * 2
+    assert estimated_bytes_per_token(nvfp4, 0) == math.ceil(values / 2) + math.ceil(values / 16)
     mla = Deployment(model=load_model("deepseek-v3"), gpu_gib=H200, tp_size=8)
     assert estimated_bytes_per_token(mla, 0) == 2 * 61 * 576 * 1  # MLA: one head, never split
     pp = Deployment(model=load_model("llama-3.1-70b"), gpu_gib=H200, tp_size=8, pp_size=3)
     assert [estimated_bytes_per_token(pp, s) // (2 * 128 * 2) for s in range(3)] == [27, 27, 26]
 
 
-# -- KVCacheManager.calculate_max_num_blocks (resource_manager.py at d2a5560) --
+# -- KVCacheManager.calculate_max_num_blocks (resource_manager.py at 001541bad) --
 
 def test_v1_takes_the_smaller_of_the_creators_tokens_and_the_free_memory_at_construction():
     d = Deployment(model=load_model("llama-3.1-70b"), gpu_gib=H200, tp_size=16, activations_gib=3.0,
@@ -91,8 +92,9 @@ def test_v1_ignores_max_gpu_total_bytes_and_v2_obeys_it():
 
 
 def test_v1_clamps_to_the_blocks_and_its_worker_rejects_from_the_clamped_length():
-    """KVCacheManager's window bound floor(blocks / beam) * tpb (a block less under beam search);
-    the worker's _deduce_max_tokens refuses a prompt of the clamped max_seq_len or more."""
+    """get_max_atten_window_upper_bound: floor(blocks / beam) * tpb (a block less when beam
+    search clamps); the worker's _deduce_max_tokens refuses a prompt of the clamped max_seq_len
+    or more. The KV manager's max_seq_len is the configured one + 1 (the overlap scheduler)."""
     d = Deployment(model=load_model("llama-3.1-8b"), gpu_gib=17.0, chunked_prefill=True,
                    max_seq_len=131072)
     plan = plan_deployment(d)
@@ -102,6 +104,10 @@ def test_v1_clamps_to_the_blocks_and_its_worker_rejects_from_the_clamped_length(
     assert plan.worst() == "reject" and plan.exit_code == 0 and plan.width_fix is None
     beam = plan_deployment(dataclasses.replace(d, max_beam_width=2))
     assert beam.clamped_max_seq_len == (beam.blocks // 2) * 32 - 32
+    assert beam.width_current == beam.clamped_max_seq_len // 32 + 1  # useOneMoreBlock
+    roomy = plan_deployment(dataclasses.replace(d, gpu_gib=H200, max_seq_len=32768))
+    assert d.kv_max_seq_len == 131073 and not roomy.clamped and roomy.worst() == "ok"
+    assert roomy.longest() == 32768  # a prompt of max_seq_len still gets its one token
 
 
 # -- Mapping.pp_layers: torch.tensor_split over every decoder layer --
@@ -160,7 +166,7 @@ def test_a_longer_max_seq_len_is_lowered_unless_allowed():
     d = Deployment(model=model, gpu_gib=H200, max_seq_len=1_000_000, chunked_prefill=True)
     plan = plan_deployment(d)
     assert d.configured_max_seq_len == 131072
-    assert ("Specified max_seq_len=1000000 is larger than what the model can support (131072). "
+    assert ("Specified self.max_seq_len=1000000 is larger than what the model can support (131072). "
             "Setting max_seq_len to 131072.") in plan.notes
     assert dataclasses.replace(d, allow_long_max_model_len=True).configured_max_seq_len == 1_000_000
 
@@ -170,7 +176,14 @@ def test_a_longer_max_seq_len_is_lowered_unless_allowed():
 def test_the_checkpoints_quantization_sets_the_weights_and_the_kv_dtype(tmp_path):
     assert quantization_from_config({"quant_method": "fp8", "weight_block_size": [128, 128]}).weights_algo \
         == "FP8_BLOCK_SCALES"
-    assert quantization_from_config({"quant_method": "fp8"}).weights_algo == "FP8"
+    assert quantization_from_config({"quant_method": "fp8", "activation_scheme": "static"}).weights_algo \
+        == "FP8_BLOCK_SCALES"
+    dynamic = load_model("llama-3.1-8b")
+    dynamic = dataclasses.replace(dynamic, quantization=quantization_from_config(
+        {"quant_method": "fp8", "activation_scheme": "dynamic"}))
+    assert dynamic.weights_bytes() is None  # the executor maps no algorithm: not derived
+    with pytest.raises(ValueError, match="weights_gib is needed"):
+        Deployment(model=dynamic, gpu_gib=H200)
     q = quantization_from_config({"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"})
     assert (q.weights_algo, q.kv_algo) == ("NVFP4", "FP8")
     with pytest.raises(ConfigError, match="kv_cache_quant_algo 'INT8'"):
@@ -194,6 +207,9 @@ def test_read_config_takes_modelopts_file_first(tmp_path):
     model = read_config(tmp_path)
     assert model.quantization.weights_algo == "NVFP4" and model.kv_dtype == "fp8"
     assert Deployment(model=model, gpu_gib=1.0).kv_geometry().dtype == "fp8"
+    # a ModelOpt file without a global quant_algo leaves config.json's quantization in force
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"exclude_modules": []}}))
+    assert read_config(tmp_path).quantization.weights_algo == "fp8 (dynamic, no weight_block_size)"
 
 
 # -- the front door: _check_arguments' max_num_tokens (chunked prefill off) --
@@ -214,9 +230,10 @@ def test_speculative_decoding_adds_extra_tokens_and_draft_layers():
                       chunked_prefill=True, manager="v2", pp_size=1)
     mtp = dataclasses.replace(base, spec_mode="mtp", max_draft_len=3)
     assert mtp.num_extra_kv_tokens == 2 and mtp.draft_layers == 1
+    assert mtp.kv_max_seq_len == 32768 + (1 + 3) + (2 + 3)  # overlap, then speculative
     assert mtp.kv_geometry(0).num_layers == 62 and base.kv_geometry(0).num_layers == 61
     plan = plan_deployment(mtp)
-    assert plan.width_fix == max_blocks_per_seq(32768, 32, 2, 3)
+    assert plan.width_fix == max_blocks_per_seq(32768 + 9, 32, 2, 3)  # the extras counted twice
     staged = dataclasses.replace(mtp, pp_size=2, tp_size=4)
     assert [staged.kv_geometry(s).num_layers for s in range(2)] == [31, 31]  # 31 + 30 + 1 draft
     with pytest.raises(ValueError, match="num_nextn_predict_layers"):
