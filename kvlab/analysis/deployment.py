@@ -480,7 +480,8 @@ class DeploymentPlan:
                  f"{d.tokens_per_block} tokens = {self.bytes_per_block:,} B"]
         if self.manager == "v1" and self.estimated_bytes_per_token != self.bytes_per_token:
             lines.append(f"The creator's estimate: {self.estimated_bytes_per_token:,} B per token "
-                         f"(head_dim x KV heads // tp, a floor over all heads), "
+                         f"(get_cache_size_per_token: the model's own attention layers, "
+                         f"head_dim x KV heads // tp, a floor over all heads), "
                          f"{self.bytes_per_token / max(self.estimated_bytes_per_token, 1):.2f}x "
                          "below the real bytes")
         q = sorted(set(self.quotas))
@@ -623,6 +624,31 @@ def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
     return tuple(stages)
 
 
+def _hybrid_plan(d: Deployment, quotas, stages):
+    """The hybrid summary (the stage that raises, else the tightest) and each rank's
+    recurrent-state bytes: every requested sequence's slot where merged code builds, else the
+    slots PR #17261's clamp would keep (its resident count MIN-reduced across ranks)."""
+    per_stage = _hybrid_stages(d, quotas)
+    failing = [h for h in per_stage if not h["builds"]]
+    worst = failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
+    plan = worst["plan"]
+    clamp = min(max(h["plan"].local_cap, 0) for h in per_stage)
+    hybrid = dict(slot_bytes=plan.slot_bytes, requested=plan.requested, dummies=plan.dummies,
+                  slots=plan.requested + plan.dummies, need_bytes=plan.raw_need_bytes,
+                  quota_bytes=plan.quota_bytes, stage=worst["stage"], merged_builds=not failing,
+                  clamp_resident=clamp,
+                  feasible_max_batch_size=min(h["plan"].feasible_max_batch_size() for h in per_stage),
+                  ssm_dtype=d.mamba_ssm_dtype or d.model.dtype,
+                  error="ValueError: " + QUOTA_TOO_SMALL.format(got=plan.quota_bytes,
+                                                                need=plan.raw_need_bytes)
+                  if failing else "",
+                  stages=[{k: v for k, v in h.items() if k != "plan"} for h in per_stage])
+    resident = clamp if failing else d.max_batch_size * d.pp_size
+    slot_bytes = [(resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"]
+                  if resident else 0 for s in stages]
+    return hybrid, slot_bytes
+
+
 def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     """The plan of ``deployment`` (module docstring): nothing allocated, nothing run."""
     if not isinstance(deployment, Deployment):
@@ -644,30 +670,12 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         local = tuple(int(t // tpb) for t in tokens)
     else:
         quotas = tuple(b.kv_quota_bytes for b in budgets)
-        builds = True
         if d.model.linear_layers:
-            per_stage = _hybrid_stages(d, quotas)
-            failing = [h for h in per_stage if not h["builds"]]
-            builds = not failing
-            worst = failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
-            plan = worst["plan"]
-            clamp = min(max(h["plan"].local_cap, 0) for h in per_stage)  # MIN-reduced across ranks
-            hybrid = dict(slot_bytes=plan.slot_bytes, requested=plan.requested, dummies=plan.dummies,
-                          slots=plan.requested + plan.dummies, need_bytes=plan.raw_need_bytes,
-                          quota_bytes=plan.quota_bytes, stage=worst["stage"], merged_builds=builds,
-                          clamp_resident=clamp, feasible_max_batch_size=min(
-                              h["plan"].feasible_max_batch_size() for h in per_stage),
-                          ssm_dtype=d.mamba_ssm_dtype or d.model.dtype,
-                          error="" if builds else "ValueError: " + QUOTA_TOO_SMALL.format(
-                              got=plan.quota_bytes, need=plan.raw_need_bytes),
-                          stages=[{k: v for k, v in h.items() if k != "plan"} for h in per_stage])
-            resident = d.max_batch_size * d.pp_size if builds else clamp
-            slot_bytes = [(resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"]
-                          if resident else 0 for s in stages]
-            if not builds:
-                notes.append(f"merged code raises at construction on pipeline stage {worst['stage']}, "
-                             "so nothing runs under any current policy; the ranges given are for "
-                             "the pool PR #17261's clamp (a proposal) would leave")
+            hybrid, slot_bytes = _hybrid_plan(d, quotas, stages)
+            if not hybrid["merged_builds"]:
+                notes.append(f"merged code raises at construction on pipeline stage "
+                             f"{hybrid['stage']}, so nothing runs under any current policy; the "
+                             "ranges given are for the pool PR #17261's clamp (a proposal) would leave")
         local = tuple(max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
                       for q, sb, s in zip(quotas, slot_bytes, stages))
     paged = [b for b, pages in zip(local, has_pages) if pages]
