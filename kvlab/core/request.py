@@ -14,7 +14,7 @@ Lifecycle (``state``), set by the Scheduler and the executor loop (``kvlab.run.s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Tuple
 
 from kvlab.core.checks import MAX_COUNT, check_int, store_checked
 
@@ -37,6 +37,8 @@ class Request:
     ``beam_width``: beams searched; a generation step takes that many tokens of the budget,
     and one pass schedules one beam width (kvlab keeps one set of pages per sequence whatever
     the width).
+    ``prefix_hashes``: the prompt's block hashes from a trace that records them (Mooncake's,
+    one per 512 tokens, each standing for its whole prefix: vLLM's ``Request.block_hashes``).
 
     The fields after these are runtime bookkeeping (not constructor arguments); a copy made
     with ``dataclasses.replace`` starts them afresh.
@@ -51,6 +53,7 @@ class Request:
     disagg_generation_init: bool = False
     num_draft_tokens: int = 0
     beam_width: int = 1
+    prefix_hashes: Tuple[int, ...] = ()
 
     state: str = field(default="waiting", init=False)
     reason: str = field(default="", init=False)
@@ -89,6 +92,9 @@ class Request:
         self.output_limit = self.max_new_tokens
         store_checked(self, "num_draft_tokens", check_int, low=0, high=1 << 16)
         store_checked(self, "beam_width", check_int, low=1, high=1024)
+        if not isinstance(self.prefix_hashes, tuple) or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in self.prefix_hashes):
+            raise TypeError(f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}")
 
     @property
     def is_first_context_chunk(self) -> bool:

@@ -199,13 +199,14 @@ def mooncake_trace(trace: str = "conversation", seconds_per_iteration: float = 0
     """The requests of one of Mooncake's traces (Qin et al., FAST 2025;
     data/traces/mooncake-fast25/README.md): prompt and output lengths as recorded, arrival steps
     ``floor(t / seconds_per_iteration)`` (``t``: the recorded millisecond timestamp, in seconds),
-    ``limit`` and ``minutes`` as in :func:`azure_trace`. Ids are ``mooncake-{trace}-{line}``. The
-    prompts' block hashes are not read (kvlab models no prefix reuse)."""
+    ``limit`` and ``minutes`` as in :func:`azure_trace`, each prompt's 512-token block hashes in
+    ``Request.prefix_hashes``. Ids are ``mooncake-{trace}-{line}``."""
     path = TRACE_DIR / "mooncake-fast25" / MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
     seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
     with path.open(encoding="utf-8") as handle:
         rows = [json.loads(line) for line in itertools.islice(handle, limit)]
     return [Request(f"mooncake-{trace}-{i}", row["input_length"], row["output_length"],
-                    int(row["timestamp"] / 1000 // seconds_per_iteration))
+                    int(row["timestamp"] / 1000 // seconds_per_iteration),
+                    prefix_hashes=tuple(row["hash_ids"]))
             for i, row in enumerate(rows)
             if minutes is None or row["timestamp"] < minutes * 60_000]

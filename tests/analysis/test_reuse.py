@@ -1,0 +1,32 @@
+"""kvlab.analysis.reuse: the unbounded-cache ceiling of Mooncake's traces is what their README
+states, and hashes that are not prefix-chained are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab.analysis.reuse import reuse_ceiling
+from kvlab.core.request import Request
+from kvlab.run.workload import mooncake_trace
+
+
+@pytest.mark.parametrize("trace, blocks, distinct, ratio", [
+    ("conversation", 288_500, 182_790, 0.366), ("synthetic", 121_877, 43_924, 0.640)])
+def test_the_mooncake_ceilings_are_the_readmes(trace, blocks, distinct, ratio):
+    requests = mooncake_trace(trace)
+    ceiling = reuse_ceiling(requests)
+    assert ceiling.blocks == blocks and ceiling.blocks - ceiling.cached == distinct
+    assert round(ceiling.hit_ratio, 3) == ratio
+    # every prompt's hashes cover it in 512-token blocks, the last one possibly partial
+    assert all(len(r.prefix_hashes) == -(-r.prompt_len // 512) for r in requests)
+
+
+def test_a_shared_prefix_is_counted_once_and_a_broken_chain_refused():
+    a = Request("a", 1024, 1, prefix_hashes=(1, 2))
+    b = Request("b", 1536, 1, prefix_hashes=(1, 2, 3))
+    c = Request("c", 1024, 1, prefix_hashes=(4, 5))
+    assert (reuse_ceiling([a, b, c]).blocks, reuse_ceiling([a, b, c]).cached) == (7, 2)
+    with pytest.raises(ValueError, match="not prefix-chained"):
+        reuse_ceiling([a, Request("d", 1024, 1, prefix_hashes=(9, 2))])
+    with pytest.raises(TypeError, match="prefix_hashes"):
+        Request("e", 10, 1, prefix_hashes=[1, 2])
