@@ -3,7 +3,8 @@
 Mirrors native ``KvCache::resize(capacity, history)``
 (cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp), docs/REFERENCE.md §3:
 
-1. history shrinking, or history > capacity: ValueError;
+1. history shrinking, then history > capacity: ValueError with the native text
+   ("History length cannot be decreased", "History length cannot exceed capacity");
 2. same number of blocks as now: True;
 3. ``_checkPageIndexBufferCapacity``: a row shorter than ceil(capacity / tokens_per_block)
    raises PageIndexTooShort, BEFORE any allocation, so it raises even when the pool could
@@ -31,6 +32,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The native message, verbatim (issue #21470's traceback).
 PAGE_INDEX_TOO_SHORT_MESSAGE = "User-provided base page indices is too short"
+#: The native resize's history checks, verbatim (``std::invalid_argument``, a ValueError in Python).
+HISTORY_DECREASED_MESSAGE = "History length cannot be decreased"
+HISTORY_ABOVE_CAPACITY_MESSAGE = "History length cannot exceed capacity"
 
 
 class PageIndexTooShort(ValueError):
@@ -106,10 +110,10 @@ class KVCache:
         capacity = check_int("capacity", capacity, low=0, high=MAX_COUNT)
         history = self.history_length if history_length is None else check_int(
             "history_length", history_length, low=0, high=MAX_COUNT)
-        if history < self.history_length or history > capacity:
-            raise ValueError(f"invalid history_length {history} for capacity {capacity} "
-                             f"(history may not shrink below {self.history_length} "
-                             "nor exceed the capacity)")
+        if history < self.history_length:
+            raise ValueError(HISTORY_DECREASED_MESSAGE)
+        if history > capacity:
+            raise ValueError(HISTORY_ABOVE_CAPACITY_MESSAGE)
         if self.suspended:
             raise RuntimeError(f"cache {self.request_id!r} is suspended; resume it before resizing")
         new_blocks = -(-capacity // self.tokens_per_block)

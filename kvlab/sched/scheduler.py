@@ -179,8 +179,9 @@ class _CertainRefusal:
 def check_chunk_budget(chunk_unit_size: int, max_num_tokens: Optional[int],
                        max_context_length: Optional[int] = None) -> None:
     """With chunked prefill, a chunk is a multiple of ``chunk_unit_size`` (the tokens per block)
-    and must fit both limits; raise ValueError when no chunk ever can. The first check is the
-    real constructor's; the second is kvlab's (the real scheduler would wait forever)."""
+    and must fit both limits; raise ValueError when no chunk ever can. Both checks are kvlab's:
+    the real constructor accepts any chunk_unit_size, and its scheduler would then never
+    schedule a context chunk."""
     max_context_length = max_num_tokens if max_context_length is None else max_context_length
     if max_context_length is not None and chunk_unit_size > max_context_length:
         raise ValueError(f"chunk_unit_size must be in [1, max_context_length={max_context_length}] "

@@ -3,11 +3,12 @@
 The inventory (``inventory/*.txt``) lists every test function of each upstream test file, as
 ``TestClass::test_name`` under a header naming the file and the commit read. Each conformance
 module marks a ported test ``@pytest.mark.upstream("TestClass::test_name", adaptation=...)``
-and lists what it cannot express in a module-level ``NOT_MODELLED = {name: reason}``. This test
-checks that every inventoried upstream test is ported or listed (never both, never neither),
-runs the ported ones in a subprocess to count what passes, and compares docs/CONFORMANCE.md
-and the README's headline with what it found. ``KVLAB_WRITE_DOCS=1 pytest
-tests/conformance/test_catalogue.py`` rewrites both.
+and lists what it cannot express in a module-level ``NOT_MODELLED = {name: reason}``. A port
+without an adaptation is counted as faithful, one with an adaptation as adapted (the
+adaptation is printed under the test). This test checks that every inventoried upstream test
+is ported or listed (never both, never neither), runs the ported ones in a subprocess to count
+what passes, and compares docs/CONFORMANCE.md and the README's headline with what it found.
+``KVLAB_WRITE_DOCS=1 pytest tests/conformance/test_catalogue.py`` rewrites both.
 """
 
 from __future__ import annotations
@@ -132,6 +133,11 @@ def run_ported():
         report.unlink(missing_ok=True)
 
 
+def is_adapted(where) -> bool:
+    """A port is adapted when one of its kvlab tests says an adaptation, else faithful."""
+    return any(adaptation for _, _, adaptation in where)
+
+
 def render(inventory, ported, not_modelled, outcomes):
     lines = ["# Conformance: kvlab against TensorRT-LLM's own tests and vLLM's and SGLang's own "
              "schedulers", "",
@@ -140,28 +146,33 @@ def render(inventory, ported, not_modelled, outcomes):
              "do not edit by hand.", "",
              "The upstream tests mock the KV cache manager and script each allocation's answer. "
              "kvlab's ports run on a real pool, manager and scheduler and make the same answers "
-             "happen physically (`tests/conformance/support.py`); where that needed an "
-             "adaptation, it is listed under the test. A scenario kvlab cannot express is "
-             "listed as not modelled, with the reason.", ""]
+             "happen physically (`tests/conformance/support.py`). A port is *faithful* when it "
+             "builds upstream's scenario and checks upstream's assertions; *adapted* when "
+             "something had to change, and the adaptation is listed under the test. A test "
+             "kvlab cannot express, or whose port would test something else, is listed as "
+             "*not modelled*, with the reason.", ""]
     totals = collections.Counter()
     details = []
     # the file with the most tests first (the scheduler's)
     for upstream, entry in sorted(inventory.items(), key=lambda item: -len(item[1]["tests"])):
         commits = ", ".join(f"`{c}`" for c in sorted(entry["commits"]))
         lines += [f"## `{upstream}`", "", f"NVIDIA/TensorRT-LLM at {commits}.", "",
-                  "| upstream class | tests | ported | passing | not modelled |",
-                  "|---|---:|---:|---:|---:|"]
+                  "| upstream class | tests | faithful | adapted | not modelled | passing |",
+                  "|---|---:|---:|---:|---:|---:|"]
         by_class = collections.OrderedDict()
         for name in entry["tests"]:
             by_class.setdefault(name.split("::")[0], []).append(name)
         for cls, names in by_class.items():
             n_ported = [n for n in names if n in ported]
+            n_adapted = [n for n in n_ported if is_adapted(ported[n])]
             passing = [n for n in n_ported
                        if all(outcomes.get((m, f), False) for m, f, _ in ported[n])]
             n_not = [n for n in names if n in not_modelled]
-            lines.append(f"| {cls} | {len(names)} | {len(n_ported)} | {len(passing)} | {len(n_not)} |")
-            totals.update(tests=len(names), ported=len(n_ported), passing=len(passing),
-                          not_modelled=len(n_not))
+            counts = dict(tests=len(names), faithful=len(n_ported) - len(n_adapted),
+                          adapted=len(n_adapted), not_modelled=len(n_not), passing=len(passing))
+            lines.append(f"| {cls} | {counts['tests']} | {counts['faithful']} | "
+                         f"{counts['adapted']} | {counts['not_modelled']} | {counts['passing']} |")
+            totals.update(counts)
         lines.append("")
         rows = []
         for name in entry["tests"]:
@@ -172,11 +183,14 @@ def render(inventory, ported, not_modelled, outcomes):
                                   for m, f, a in ported[name])
                 state = ("passing" if all(outcomes.get((m, f), False) for m, f, _ in ported[name])
                          else "FAILING")
-                rows.append(f"| `{name}` | {state} | {where} |")
+                kind = "adapted" if is_adapted(ported[name]) else "faithful"
+                rows.append(f"| `{name}` | {kind}, {state} | {where} |")
         details += [f"### Every test of `{upstream}`", "", "| upstream test | kvlab | where, or why not |",
                     "|---|---|---|", *rows, ""]
-    headline = (f"{totals['tests']} upstream tests: {totals['ported']} ported, "
-                f"{totals['passing']} passing, {totals['not_modelled']} not modelled")
+    n_ported = totals["faithful"] + totals["adapted"]
+    headline = (f"{totals['tests']} upstream tests: {totals['faithful']} ported faithfully, "
+                f"{totals['adapted']} adapted (each adaptation said), {totals['not_modelled']} "
+                f"not modelled; {totals['passing']} of the {n_ported} ports pass")
     lines[4:4] = [f"**{headline}.**", ""]
     peers = [line for engine in ENGINES for line in render_peer(engine)]
     return "\n".join(lines + peers + details), headline

@@ -13,12 +13,14 @@ executor still has in flight: kvlab's ``Scheduler.schedule(inflight_request_ids=
 ScheduledBatch has no ``num_fitting_requests``; it is counted as upstream counts it, context
 plus generation requests (``support.num_fitting``).
 
-kvlab requests have no LlmRequestState value: a request outside upstream's state window
-[CONTEXT_INIT, GENERATION_TO_COMPLETE) is, physically, one that is not live. Before the window
-(UNKNOWN) stands a request the front door rejected (a prompt over max_num_tokens without
-chunked prefill); at or past its end (GENERATION_TO_COMPLETE, GENERATION_COMPLETE) one that
-generated its last token, which kvlab's executor finishes and retires in that same step.
-Neither is offered to the scheduler again.
+kvlab requests have no LlmRequestState value. The one request outside upstream's state window
+[CONTEXT_INIT, GENERATION_TO_COMPLETE) that a kvlab pass is handed is one that generated its
+last token in the pass before: the executor finishes it then (``Scheduler.finish``: state
+"finished", cache freed, upstream's GENERATION_COMPLETE) and it stays in the scheduler's
+active list until the next pass, which drops it. kvlab has no state before the window (a
+request is "waiting" from its submission, and one the front door rejects never joins the
+active list) and no GENERATION_TO_COMPLETE (no request keeps its cache past its last token):
+the tests built on those states are listed as not modelled.
 """
 
 from __future__ import annotations
@@ -26,33 +28,16 @@ from __future__ import annotations
 import pytest
 from support import Bench, ids, num_fitting
 
-#: The adaptation of the tests whose requests upstream puts outside the state window.
-NOT_LIVE = ("kvlab requests have no LlmRequestState value (module docstring): upstream's "
-            "UNKNOWN request is one the front door rejected, its GENERATION_TO_COMPLETE and "
-            "GENERATION_COMPLETE ones have finished; neither is offered to the scheduler again")
 
-
-def rejected_at_front_door(bench, request_id):
-    """Upstream's UNKNOWN-state request: a 2000-token prompt the front door rejects."""
-    request = bench.context(request_id, 2000)
-    bench.schedule()
-    assert request.state == "rejected"
-    return request
-
-
-def schedules_nothing(bench) -> bool:
-    """One pass schedules no context and no generation request."""
-    out = bench.schedule()
-    return not out.context_requests and not out.generation_requests
-
-
-def finished(bench, request_id):
-    """Upstream's GENERATION_TO_COMPLETE / GENERATION_COMPLETE request: one that generated
-    its only token in a set-up pass."""
+def finished_in_last_pass(bench, request_id):
+    """A request that generates its only token in a set-up pass: the executor finishes it after
+    it (upstream's GENERATION_COMPLETE), and it is still in the scheduler's active list, which
+    upstream's tests hand the scheduler, when the next pass begins."""
     with bench.set_up_budget():
         request = bench.context(request_id, 64, max_new_tokens=1)
         bench.schedule()
-    assert request.state == "finished"
+    assert request.state == "finished" and request_id not in bench.manager.caches
+    assert any(r is request for r in bench.scheduler._active), "set-up: it left the active list"
     return request
 
 
@@ -112,33 +97,14 @@ def test_context_init_passes():
     assert len(out.context_requests) == 1
 
 
-@pytest.mark.upstream("TestStateFiltering::test_unknown_state_filtered", adaptation=NOT_LIVE)
-def test_unknown_state_filtered():
-    bench = Bench(max_num_tokens=100)
-    rejected_at_front_door(bench, "0")
-    assert schedules_nothing(bench)
-
-
-@pytest.mark.upstream("TestStateFiltering::test_gen_to_complete_filtered", adaptation=NOT_LIVE)
-def test_gen_to_complete_filtered():
-    bench = Bench(max_num_tokens=100)
-    finished(bench, "0")
-    assert schedules_nothing(bench)
-
-
-@pytest.mark.upstream("TestStateFiltering::test_gen_complete_filtered", adaptation=NOT_LIVE)
+@pytest.mark.upstream(
+    "TestStateFiltering::test_gen_complete_filtered",
+    adaptation="upstream's GENERATION_COMPLETE request is one that generated its only token in "
+               "the pass before (kvlab's executor finishes it and frees its cache then); it is "
+               "still in the scheduler's active list, and the pass drops it")
 def test_gen_complete_filtered():
     bench = Bench(max_num_tokens=100)
-    request = finished(bench, "0")
-    assert "0" not in bench.manager.caches and request.end_step is not None
-    assert schedules_nothing(bench)
-
-
-@pytest.mark.upstream("TestStateFiltering::test_all_requests_filtered", adaptation=NOT_LIVE)
-def test_all_requests_filtered():
-    bench = Bench(max_num_tokens=100)
-    rejected_at_front_door(bench, "0")
-    finished(bench, "1")
+    finished_in_last_pass(bench, "0")
     out = bench.schedule()
     assert num_fitting(out) == 0
 
@@ -171,21 +137,6 @@ def test_empty_active_requests():
     assert num_fitting(out) == 0
 
 
-@pytest.mark.upstream(
-    "TestEdgeCases::test_single_request_each_type",
-    adaptation="the encoder part (a widened-state scheduler scheduling an ENCODER_INIT "
-               "request) is left out: kvlab has no encoder. In the second pass the generation "
-               "request of the first is live too, as it would be in an engine")
-def test_single_request_each_type():
-    bench = Bench(max_num_tokens=1000)
-    bench.generations("0")
-    out = bench.schedule()
-    assert len(out.generation_requests) == 1
-    bench.context("1", 100)
-    out = bench.schedule()
-    assert len(out.context_requests) == 1
-
-
 @pytest.mark.upstream("TestEdgeCases::test_all_inflight")
 def test_all_inflight():
     bench = Bench(max_num_tokens=100)
@@ -214,10 +165,7 @@ def test_max_batch_size_zero():
     bench = Bench(max_num_tokens=1000)
     bench.generations("0")
     bench.context("1", 50)
-    scheduler = bench.scheduler
-    scheduler.max_batch_size = 0
-    if hasattr(scheduler, "max_num_requests"):
-        scheduler.max_num_requests = 0
+    bench.scheduler.max_batch_size = bench.scheduler.max_num_requests = 0
     out = bench.schedule()
     assert num_fitting(out) == 0
 
@@ -230,14 +178,27 @@ def test_very_large_batch():
     assert len(out.generation_requests) == 1000
 
 
-@pytest.mark.upstream("TestEdgeCases::test_interleaved_states", adaptation=NOT_LIVE)
+@pytest.mark.upstream(
+    "TestEdgeCases::test_interleaved_states",
+    adaptation="kvlab has neither UNKNOWN nor GENERATION_TO_COMPLETE: the filtered requests 0 "
+               "and 3 are requests that generated their only token in a set-up pass, still in "
+               "the scheduler's active list (kvlab's one state outside the window). That pass "
+               "runs the contexts of 0, 2 and 3; an outside tenant leaves their 3 pages free, so "
+               "request 1's 256-token transfer (4 pages) is refused and it stays "
+               "DISAGG_GENERATION_INIT")
 def test_interleaved_states():
     bench = Bench(max_num_tokens=1000)
-    gen = bench.generation("2")
-    finished(bench, "3")
-    rejected_at_front_door(bench, "0")
-    assert gen.state == "running"
-    bench.disagg("1")
+    filtered = [bench.context("0", 64, max_new_tokens=1)]
+    bench.disagg("1", 256)
+    gen = bench.context("2", 64)
+    filtered.append(bench.context("3", 64, max_new_tokens=1))
+    bench.hold_all_but(3)
+    setup = bench.schedule()
+    bench.release_held()
+    assert ids(setup.context_requests) == ["0", "2", "3"]
+    assert setup.fitting_disagg_gen_init_requests == [] and gen.state == "running"
+    assert all(r.state == "finished" for r in filtered)
+    assert ids(bench.scheduler._active) == ["0", "1", "2", "3"]  # 4 joins them at the pass
     bench.context("4", 100)
     out = bench.schedule()
     assert ids(out.fitting_disagg_gen_init_requests) == ["1"]
@@ -246,6 +207,23 @@ def test_interleaved_states():
 
 
 NOT_MODELLED = {
+    "TestStateFiltering::test_unknown_state_filtered":
+        "a request in state UNKNOWN, before the scheduler's state window, handed to the pass: "
+        "kvlab has no state before the window (a request is waiting from its submission, and "
+        "one the front door rejects never joins the active list), so no pass is handed one",
+    "TestStateFiltering::test_gen_to_complete_filtered":
+        "the state window's exclusive end, GENERATION_TO_COMPLETE: kvlab has no such state (its "
+        "executor finishes a request and frees its cache in the step of its last token); a "
+        "finished request still in the active list is test_gen_complete_filtered's port",
+    "TestStateFiltering::test_all_requests_filtered":
+        "its requests are in UNKNOWN and GENERATION_TO_COMPLETE, neither of which kvlab has (see "
+        "those two tests); with kvlab's one filtered state it would repeat "
+        "test_gen_complete_filtered",
+    "TestEdgeCases::test_single_request_each_type":
+        "encoder-decoder: one of its three passes schedules an ENCODER_INIT request on a "
+        "scheduler whose state window is widened to ENCODER_INIT; kvlab has no encoder. Its "
+        "generation and context passes are test_gen_in_progress_passes' and "
+        "test_context_init_passes' ports",
     "TestStateFiltering::test_context_init_waiting_on_encoder_event_is_filtered":
         "encoder-decoder / cross-attention: a context request waiting on its encoder output "
         "event; kvlab has no encoder",

@@ -1,15 +1,13 @@
 """TensorRT-LLM's KVCacheV2Scheduler tests of chunked context, ported onto kvlab.
 
-Mirrors the upstream classes TestChunkedContext, TestPartialReuse and
-TestMultimodalAwareChunkingV2 of NVIDIA/TensorRT-LLM
-``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py`` at commit
-0046b12caeb6c565d87675ced31951b62b9abd25 (inventory: ``inventory/v2_scheduler_2.txt``).
+Mirrors the upstream classes TestChunkedContext and TestMultimodalAwareChunkingV2 of
+NVIDIA/TensorRT-LLM ``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py``
+at commit 0046b12caeb6c565d87675ced31951b62b9abd25 (inventory: ``inventory/v2_scheduler_2.txt``).
 
-Upstream's ``ctx_chunk_config=(policy, unit)`` is ``Bench(chunked_prefill=True,
-chunk_unit_size=unit)``; its max_context_length is max_num_tokens, as kvlab's default. A
-resize upstream checks with ``resize_context.assert_called_once_with(req, n)`` is checked on
-the cache's capacity (position + n). An allocation that upstream's mock refuses is refused
-here because an outside tenant holds the pages.
+Upstream's ``ctx_chunk_config=(None, unit)`` is ``Bench(chunked_prefill=True,
+chunk_unit_size=unit)``; its max_context_length is max_num_tokens, as kvlab's default. An
+allocation that upstream's mock refuses is refused here because an outside tenant holds the
+pages.
 """
 
 from __future__ import annotations
@@ -26,20 +24,6 @@ def test_budget_enough_for_all():
     out = bench.schedule()
     assert ids(out.context_requests) == ["0"]
     assert req.context_chunk_size == 100  # last chunk, no rounding
-
-
-@pytest.mark.upstream(
-    "TestChunkedContext::test_budget_limits_chunk",
-    adaptation="upstream also passes a draft KV cache manager (joint reuse) and checks "
-               "try_allocate_draft_context(req, 256) on it: kvlab has no separate draft pool, "
-               "so only the target pool's resize to 256 tokens is checked")
-def test_budget_limits_chunk():
-    bench = Bench(chunked_prefill=True, max_num_tokens=300, chunk_unit_size=64)
-    req = bench.context("0", 1000)
-    out = bench.schedule()
-    assert ids(out.context_requests) == ["0"]
-    assert req.context_chunk_size == 256  # 300 // 64 * 64
-    assert bench.manager.get_cache(req).capacity == 256  # resize_context(req, 256)
 
 
 @pytest.mark.upstream(
@@ -72,18 +56,6 @@ def test_has_chunking_flag_set():
     out = bench.schedule()
     assert len(out.context_requests) == 1
     assert req.context_chunk_size == 64  # 64 < 1000: not the last chunk
-
-
-@pytest.mark.upstream(
-    "TestChunkedContext::test_force_chunk_defaults_to_remaining_context_without_snapshot_points",
-    adaptation="kvlab has no ContextChunkingPolicy; without snapshot points FORCE_CHUNK "
-               "chunks as the default policy does, which is what runs here")
-def test_force_chunk_defaults_to_remaining_context_without_snapshot_points():
-    bench = Bench(chunked_prefill=True, tokens_per_block=32, max_num_tokens=8192, chunk_unit_size=256)
-    req = bench.context("0", 1176)
-    out = bench.schedule()
-    assert ids(out.context_requests) == ["0"]
-    assert req.context_chunk_size == 1176
 
 
 @pytest.mark.upstream("TestChunkedContext::test_multiple_ctx_share_budget")
@@ -165,83 +137,17 @@ def test_subsequent_chunk_non_first():
     assert ids(out.context_requests) == ["0"]
 
 
-# == TestPartialReuse ========================================================================
-
-@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_no_block_alignment",
-                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
-                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
-                      "request reached position 50 by computing a first chunk of 50 tokens in an "
-                      "earlier pass (and is not a first chunk here). The chunk computed from a "
-                      "position that is not block-aligned is what is tested")
-def test_partial_reuse_no_block_alignment():
-    bench = Bench(chunked_prefill=True, max_num_tokens=128, chunk_unit_size=64)
-    req = bench.started_context("0", 1000, 50)
-    out = bench.schedule()
-    assert ids(out.context_requests) == ["0"]
-    assert req.context_chunk_size == 128
-
-
-@pytest.mark.upstream("TestPartialReuse::test_block_aligned_position_no_change",
-                      adaptation="upstream's prepare_context moves the position to 128 by a partial "
-                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
-                      "request reached position 128 by computing a first chunk of 128 tokens in an "
-                      "earlier pass (and is not a first chunk here). The chunk computed from a "
-                      "block-aligned position is what is tested")
-def test_block_aligned_position_no_change():
-    bench = Bench(chunked_prefill=True, max_num_tokens=300, chunk_unit_size=64)
-    req = bench.started_context("0", 1000, 128)
-    out = bench.schedule()
-    assert ids(out.context_requests) == ["0"]
-    assert req.context_chunk_size == 256  # 300 // 64 * 64
-
-
-@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_last_chunk_no_alignment",
-                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
-                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
-                      "request reached position 50 by computing a first chunk of 50 tokens in an "
-                      "earlier pass (and is not a first chunk here). The chunk computed from a "
-                      "position that is not block-aligned is what is tested")
-def test_partial_reuse_last_chunk_no_alignment():
-    bench = Bench(chunked_prefill=True, max_num_tokens=500, chunk_unit_size=64)
-    req = bench.started_context("0", 130, 50)
-    out = bench.schedule()
-    assert ids(out.context_requests) == ["0"]
-    assert req.context_chunk_size == 80
-
-
-@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_resize_uses_chunk_size",
-                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
-                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
-                      "request reached position 50 by computing a first chunk of 50 tokens in an "
-                      "earlier pass (and is not a first chunk here). The chunk computed from a "
-                      "position that is not block-aligned is what is tested; "
-                      "resize_context(req, 128) is checked on the cache's capacity, 50 + 128")
-def test_partial_reuse_resize_uses_chunk_size():
-    bench = Bench(chunked_prefill=True, max_num_tokens=128, chunk_unit_size=64)
-    req = bench.started_context("0", 1000, 50)
-    bench.schedule()
-    assert req.context_chunk_size == 128
-    assert bench.manager.get_cache(req).capacity == 50 + 128
-
-
-@pytest.mark.upstream("TestPartialReuse::test_partial_reuse_budget_accounting",
-                      adaptation="upstream's prepare_context moves the position to 50 by a partial "
-                      "prefix-reuse match in the same pass; kvlab has no prefix reuse, so the "
-                      "request reached position 50 by computing a first chunk of 50 tokens in an "
-                      "earlier pass (and is not a first chunk here). The chunk computed from a "
-                      "position that is not block-aligned is what is tested; "
-                      "the generation request is built first (its context runs in a set-up pass)")
-def test_partial_reuse_budget_accounting():
-    bench = Bench(chunked_prefill=True, max_num_tokens=80, chunk_unit_size=64)
-    bench.generations("1")
-    ctx = bench.started_context("0", 1000, 50)
-    out = bench.schedule()
-    assert ids(out.context_requests) == ["0"]
-    assert ctx.context_chunk_size == 64
-    assert ids(out.generation_requests) == ["1"]
-
-
 NOT_MODELLED = {
+    "TestChunkedContext::test_budget_limits_chunk":
+        "upstream builds the scheduler with a draft KV cache manager (joint target/draft reuse) "
+        "and checks that the draft pool is given the same 256-token chunk "
+        "(try_allocate_draft_context); kvlab has one pool and no draft KV cache manager. The "
+        "budget-limited, unit-rounded chunk is test_chunk_rounding_non_last's and "
+        "test_max_context_length_caps_chunk's port",
+    "TestChunkedContext::test_force_chunk_defaults_to_remaining_context_without_snapshot_points":
+        "FORCE_CHUNK's fallback without snapshot points (the whole remaining context): kvlab has "
+        "no ContextChunkingPolicy, and its one chunking rule taking a whole context that fits "
+        "the budget is test_budget_enough_for_all's port",
     "TestChunkedContext::test_force_chunk_uses_expected_snapshot_points":
         "FORCE_CHUNK with expect_snapshot_points ends chunks at the recurrent-state snapshot "
         "points kept for block reuse (prefix reuse of SSM states); kvlab has no chunking "

@@ -15,7 +15,12 @@ tests give the bench a host tier (``can_evict``).
 import pytest
 from support import Bench, ids
 
-NOT_MODELLED = {}
+NOT_MODELLED = {
+    "TestEviction::test_eviction_clears_request_runtime_state":
+        "the request's per-batch runtime state (py_batch_idx) cleared when it is evicted: kvlab's "
+        "Request keeps no batch index, so there is nothing to clear; the self-eviction it also "
+        "checks is test_self_eviction_on_alloc_fail's port",
+}
 
 
 @pytest.mark.upstream("TestEviction::test_evict_gen_from_tail",
@@ -88,20 +93,6 @@ def test_suspend_called_on_victim():
     assert not bench.manager.is_request_active(victim)
 
 
-@pytest.mark.upstream("TestEviction::test_eviction_clears_request_runtime_state",
-                      adaptation="kvlab keeps no per-batch index (py_batch_idx) on a request; "
-                                 "the port checks the self-eviction and that the request left "
-                                 "the batch (not stepped)")
-def test_eviction_clears_request_runtime_state():
-    bench = Bench(max_num_tokens=100)
-    (request,) = bench.generations_at_page_end("0")
-    generated = request.num_generated
-    bench.hold_all_but(0)
-    batch = bench.schedule()
-    assert ids(batch.paused_requests) == ["0"]
-    assert request.state == "suspended" and request.num_generated == generated
-
-
 @pytest.mark.upstream("TestEviction::test_multiple_evictions_order",
                       adaptation="kvlab's suspension frees device pages only into a tier below "
                                  "the GPU, so the bench has a host tier (can_evict) where "
@@ -168,9 +159,10 @@ def test_self_eviction_no_started_in_range():
 
 #: kvlab requests have no LlmRequestState value; what stands for an UNKNOWN-state request.
 RETIRED = ("upstream's UNKNOWN-state request at the tail, outside the scheduler's state window, "
-           "is one that generated its only token in a set-up pass, which kvlab's executor "
-           "finishes and retires; it is neither scheduled nor a victim, so request 0 suspends "
-           "itself")
+           "is one that generated its only token in the set-up pass (kvlab has no state before "
+           "the window; a finished request is its one state outside it), still in the "
+           "scheduler's active list. Its context is started, so only the filter keeps it from "
+           "being a victim: the port checks it is neither suspended nor recompute-paused")
 
 
 @pytest.mark.upstream("TestEviction::test_unknown_state_not_evictable", adaptation=RETIRED)
@@ -181,7 +173,11 @@ def test_unknown_state_not_evictable():
         retired = bench.context("99", 64, max_new_tokens=1)
         bench.schedule()  # also steps request 0 by one token, within its page
     assert retired.state == "finished"
+    assert any(r is retired for r in bench.scheduler._active)  # handed to the next pass
     assert bench.step_pages(gen0) == 1
     bench.hold_all_but(0)
     batch = bench.schedule()
-    assert ids(batch.paused_requests) == ["0"] and batch.generation_requests == []
+    assert len(batch.generation_requests) == 0
+    # gen0 self-evicts; the filtered tail is neither evicted nor scheduled
+    assert ids(batch.paused_requests) == ["0"]
+    assert batch.recompute_paused_requests == [] and retired.num_recomputes == 0

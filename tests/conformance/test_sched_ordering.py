@@ -58,7 +58,6 @@ def test_output_fields_correct():
     bench.context("1", 100)
     bench.disagg("2")
     out = bench.schedule()
-    assert not hasattr(out, "encoder_requests") or len(out.encoder_requests) == 0
     assert len(out.context_requests) == 1
     assert len(out.generation_requests) == 1
     assert len(out.fitting_disagg_gen_init_requests) == 1

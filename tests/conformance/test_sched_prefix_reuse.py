@@ -1,19 +1,40 @@
 """TensorRT-LLM's KVCacheV2Scheduler tests of prefix reuse in scheduling: none is expressible
 in kvlab, each is listed with the reason.
 
-Mirrors the upstream classes TestPrepareBeforeBudget and TestPrefixAwareSkip of
-NVIDIA/TensorRT-LLM ``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py``
+Mirrors the upstream classes TestPrepareBeforeBudget, TestPartialReuse and TestPrefixAwareSkip
+of NVIDIA/TensorRT-LLM ``tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py``
 at commit 0046b12caeb6c565d87675ced31951b62b9abd25 (inventory: ``inventory/v2_scheduler_2.txt``).
 
-Both classes test what block reuse does to scheduling: ``prepare_context`` shortening the
-remaining context before the budget is charged, and the prefix-aware skip (v1's
+The three classes test what block reuse does to scheduling: ``prepare_context`` shortening the
+remaining context before the budget is charged, the chunk planned in that same pass from the
+position a partial reuse match moved (TestPartialReuse), and the prefix-aware skip (v1's
 ``beneficialToSkip``) that admits one of several requests sharing a not-yet-cached block per
-iteration. kvlab has no prefix reuse (no block keys, no radix tree, no reuse probe), so
-neither can arise; the chunking behaviour at a position that is not block-aligned, which
-TestPartialReuse covers, is ported in test_sched_chunked_context.py.
+iteration. kvlab has no prefix reuse (no block keys, no radix tree, no reuse probe) and plans
+a chunk before ``prepare_context``, so none of them can arise. A chunk planned from a position
+an earlier chunk reached is another scenario, not a port of TestPartialReuse.
 """
 
 NOT_MODELLED = {
+    "TestPartialReuse::test_partial_reuse_no_block_alignment":
+        "prefix reuse / block reuse: prepare_context moves a first chunk's position by a "
+        "partial reuse match in the pass that plans the chunk from it; kvlab has no prefix "
+        "reuse, so no pass plans a first chunk from a position past 0",
+    "TestPartialReuse::test_block_aligned_position_no_change":
+        "prefix reuse / block reuse: prepare_context moves a first chunk's position by a "
+        "partial reuse match in the pass that plans the chunk from it; kvlab has no prefix "
+        "reuse, so no pass plans a first chunk from a position past 0",
+    "TestPartialReuse::test_partial_reuse_last_chunk_no_alignment":
+        "prefix reuse / block reuse: prepare_context moves a first chunk's position by a "
+        "partial reuse match in the pass that plans the chunk from it; kvlab has no prefix "
+        "reuse, so no pass plans a first chunk from a position past 0",
+    "TestPartialReuse::test_partial_reuse_resize_uses_chunk_size":
+        "prefix reuse / block reuse: prepare_context moves a first chunk's position by a "
+        "partial reuse match in the pass that plans the chunk from it; kvlab has no prefix "
+        "reuse, so no pass plans a first chunk from a position past 0",
+    "TestPartialReuse::test_partial_reuse_budget_accounting":
+        "prefix reuse / block reuse: prepare_context moves a first chunk's position by a "
+        "partial reuse match in the pass that plans the chunk from it; kvlab has no prefix "
+        "reuse, so no pass plans a first chunk from a position past 0",
     "TestPrepareBeforeBudget::test_block_reuse_reduces_budget":
         "prefix reuse / block reuse: prepare_context shortens the remaining context by a "
         "reuse match before the budget is charged; kvlab has no prefix reuse",

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kvlab import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
+from kvlab.core.kv_cache import HISTORY_ABOVE_CAPACITY_MESSAGE, HISTORY_DECREASED_MESSAGE
 
 
 def snapshot(mgr, cache):
@@ -39,7 +40,8 @@ def test_history_above_capacity_raises_plain_valueerror_before_index_check(seed_
     with pytest.raises(ValueError) as info:
         cache.resize(8192, history_length=9000)
     assert not isinstance(info.value, PageIndexTooShort)
-    assert "history" in str(info.value)
+    assert str(info.value) == HISTORY_ABOVE_CAPACITY_MESSAGE
+    assert HISTORY_ABOVE_CAPACITY_MESSAGE == "History length cannot exceed capacity"  # native text
     assert_unchanged(mgr, cache, before)
 
 
@@ -48,12 +50,19 @@ def test_history_may_not_shrink(seed_manager):
     cache = mgr.create_cache("r")
     assert cache.resize(64, history_length=40)
     before = snapshot(mgr, cache)
-    with pytest.raises(ValueError, match="history"):
+    with pytest.raises(ValueError) as info:
         cache.resize(64, history_length=39)
-    with pytest.raises(ValueError, match="history"):
+    assert str(info.value) == HISTORY_DECREASED_MESSAGE
+    assert HISTORY_DECREASED_MESSAGE == "History length cannot be decreased"  # native text
+    with pytest.raises(ValueError) as info:
         cache.resize(32)  # below the 40 tokens of history already held
+    assert str(info.value) == HISTORY_ABOVE_CAPACITY_MESSAGE
+    with pytest.raises(ValueError) as info:
+        cache.resize(32, history_length=39)  # both wrong: the native order checks the shrink first
+    assert str(info.value) == HISTORY_DECREASED_MESSAGE
     with pytest.raises(ValueError) as info:
         cache.resize(8192, history_length=10)  # shrinking history beats the index check
+    assert str(info.value) == HISTORY_DECREASED_MESSAGE
     assert not isinstance(info.value, PageIndexTooShort)
     assert_unchanged(mgr, cache, before)
 
