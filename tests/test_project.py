@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the test extra installs tomli on Python 3.10
-    import tomli as tomllib
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_START = ["bash scripts/walkthrough.sh", "bash scripts/test.sh"]
