@@ -231,7 +231,9 @@ table([preset_row(name) for name in names], index="model")
 # attention. At pp 4 its stages hold (attention, Mamba) layers (0, 8), (2, 6), (2, 6), (0, 7):
 # the first stage has no KV pool at all and the most recurrent state, so it is the one that
 # raises when the slots do not fit, and its page-index table has one pool where the middle
-# stages have two (attention pages and SSM slots).
+# stages have two (attention pages and SSM slots). Where it builds, the runtime cuts each rank's
+# quota in granules (32 MiB past 16 GiB), gives the state pools the granules of every live slot
+# first and the attention pool the rest.
 
 # %%
 nemotron = Deployment(model=load_model("nemotron-nano-9b-v2"), gpu_gib=GPUS["h100-80gb"].gib,
@@ -240,7 +242,8 @@ stages = plan_deployment(nemotron).hybrid["stages"]
 table([{"stage": st["stage"], "attention layers": st["attention_layers"],
         "Mamba layers": st["recurrent_layers"], "pools": st["num_pools"],
         "slot MiB": round(st["slot_bytes"] / 2**20, 1), "slots need GiB": round(st["need_bytes"] / GIB, 2),
-        "quota GiB": round(st["quota_bytes"] / GIB, 2), "builds": st["builds"]} for st in stages],
+        "quota GiB": round(st["quota_bytes"] / GIB, 2), "builds": st["builds"],
+        "attention pages": st["pages"], "state slots": st["state_slots"]} for st in stages],
       index="stage")
 assert [(st["attention_layers"], st["recurrent_layers"]) for st in stages] == [(0, 8), (2, 6), (2, 6), (0, 7)]
 
@@ -335,8 +338,8 @@ findings = report_findings(findings)
 # attention DP are not modelled (give the weights); norms and routers count as quantized.
 # Sliding-window layers are planned as full attention, as the executor sizes them unless
 # `max_attention_window` is set (then V1 builds a pool per window, which kvlab does not plan).
-# A hybrid's quota goes to its state slots first and the rest to pages; the runtime splits it by
-# a typical batch's byte ratio instead. A hybrid on the V1 manager (beam search) is a different
+# A hybrid's quota is split as the runtime splits it where the state slots' floor binds (from
+# about two dozen slots); below that, kvlab's rounding is an assumption. A hybrid on the V1 manager (beam search) is a different
 # class, not planned. The host tier holds evicted pages; the clamp and the row count GPU pages
 # only, so it changes no verdict here. GPU totals other than the H200's are nvidia-smi's, about
 # 0.5-0.9 GiB above what `torch.cuda.mem_get_info` reports: give `--gpu-gib` with your own

@@ -27,9 +27,9 @@ real start-up goes (docs/REFERENCE.md §1-§5, §8):
 What it simplifies, and says in :attr:`DeploymentPlan.notes`: weights derived from a parameter
 count are split evenly over tp x pp (experts under expert parallelism and attention replicated
 under attention DP are not: give ``weights_gib``); sliding-window layers count as full attention
-(as the executor sizes them unless ``max_attention_window`` is set); a hybrid's quota goes to its
-slots first and the rest to pages (the runtime splits it by a typical batch's byte ratio); other
-requests' pages are not counted (they only delay a request that fits). The host tier holds pages
+(as the executor sizes them unless ``max_attention_window`` is set); a hybrid's split of the
+quota is the runtime's where the state floor binds (:func:`v2_hybrid_split`); other requests'
+pages are not counted (they only delay a request that fits). The host tier holds pages
 evicted from the GPU; the clamp and the row width count GPU pages only, so it changes no verdict.
 """
 
@@ -604,6 +604,44 @@ def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> Tuple[Segme
     return Segment(1, limit, "ok"), Segment(limit + 1, end, "reject")
 
 
+#: The V2 storage's page, the unit its pool granules are counted in (2 MiB).
+STORAGE_PAGE_BYTES = 2 * MIB
+
+
+def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[int, ...],
+                    live_slots: int, sequences: int, typical_len: int,
+                    tokens_per_block: int) -> Tuple[int, int]:
+    """(attention pages, recurrent-state slots) that merged ``MambaHybridCacheManagerV2`` builds
+    from one rank's quota (mamba_cache_manager_v2.py at 28295084, the storage manager at
+    2cdb452). The quota is cut in granules of 2 MiB, doubled per doubling of the quota past
+    1 GiB up to 32 MiB; each state pool (SSM, conv) takes whole granules. A "typical step"
+    (``sequences`` requests of ``typical_len`` tokens, ``kv_cache_config.avg_seq_len`` or
+    max_seq_len // 2, plus the live slots) proposes the state pools' share; they get at least
+    their floor, the granules of ``live_slots`` slots (max_batch_size x pp + dummies), which
+    binds from about two dozen slots; the attention pool gets the granules left, and the state
+    pools as many slots as their granules hold (all of them on a stage without attention:
+    ``page_bytes`` 0). [kvlab] Above the floor, the share is rounded
+    down to whole granules (upstream's rounding there was not read); ``avg_seq_len`` set (extra
+    attention floors) is not modelled."""
+    granule = STORAGE_PAGE_BYTES << min(4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512)))))
+    granules = -(-quota_bytes // granule)
+
+    def state_granules(slots: int) -> int:
+        return sum(-(-slots * size // granule) for size in state_pool_bytes)
+
+    def rounded(nbytes: int) -> int:
+        return -(-nbytes // granule) * granule
+
+    typical_attention = rounded(sequences * -(-typical_len // tokens_per_block) * page_bytes)
+    typical_state = sum(rounded(live_slots * size) for size in state_pool_bytes)
+    share = typical_state / (typical_attention + typical_state) if typical_state else 0.0
+    state = max(state_granules(live_slots), int(granules * share)) if typical_state else 0
+    slots = live_slots if typical_state else 0
+    while typical_state and state_granules(slots + 1) <= state:
+        slots += 1
+    return ((granules - state) * granule // page_bytes if page_bytes else 0), slots
+
+
 def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
     """Per pipeline stage: its layers, slot bytes, merged floor against its smallest quota, and
     PR #17261's clamp's resident count there (``MambaHybridCacheManagerV2``, docs/REFERENCE.md §5)."""
@@ -617,17 +655,25 @@ def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
         page = d.kv_geometry(stage).bytes_per_block if attention else 0
         plan = ResidencyPlan(d.max_batch_size * d.pp_size, dummies if mamba else 0,
                              mamba.bytes_per_slot if mamba else 0, page, max(quota, 1), d.pp_size)
+        pools = (mamba.num_mamba_layers * mamba.ssm_bytes,
+                 mamba.num_mamba_layers * mamba.conv_bytes) if mamba else ()
+        split = {r: v2_hybrid_split(q, page, pools, plan.requested + plan.dummies, plan.requested,
+                                    max(1, d.kv_max_seq_len // 2), d.tokens_per_block)
+                 if plan.raw_fits else (0, 0)
+                 for r, q in enumerate(quotas) if d.stage_of(r) == stage}
         stages.append(dict(stage=stage, attention_layers=attention, recurrent_layers=recurrent,
                            num_pools=int(bool(attention)) + int(bool(mamba)), quota_bytes=quota,
                            slot_bytes=plan.slot_bytes, need_bytes=plan.raw_need_bytes,
-                           builds=plan.raw_fits, plan=plan))
+                           builds=plan.raw_fits, pages=min(p for p, _ in split.values()),
+                           state_slots=min(n for _, n in split.values()), plan=plan, split=split))
     return tuple(stages)
 
 
 def _hybrid_plan(d: Deployment, quotas, stages):
-    """The hybrid summary (the stage that raises, else the tightest) and each rank's
-    recurrent-state bytes: every requested sequence's slot where merged code builds, else the
-    slots PR #17261's clamp would keep (its resident count MIN-reduced across ranks)."""
+    """The hybrid summary (the stage that raises, else the tightest), each rank's recurrent-state
+    bytes (every requested sequence's slot where merged code builds, else the slots PR #17261's
+    clamp would keep, its resident count MIN-reduced across ranks) and, where merged code
+    builds, each rank's attention pages (:func:`v2_hybrid_split`)."""
     per_stage = _hybrid_stages(d, quotas)
     failing = [h for h in per_stage if not h["builds"]]
     worst = failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
@@ -642,11 +688,12 @@ def _hybrid_plan(d: Deployment, quotas, stages):
                   error="ValueError: " + QUOTA_TOO_SMALL.format(got=plan.quota_bytes,
                                                                 need=plan.raw_need_bytes)
                   if failing else "",
-                  stages=[{k: v for k, v in h.items() if k != "plan"} for h in per_stage])
+                  stages=[{k: v for k, v in h.items() if k not in ("plan", "split")} for h in per_stage])
     resident = clamp if failing else d.max_batch_size * d.pp_size
     slot_bytes = [(resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"]
                   if resident else 0 for s in stages]
-    return hybrid, slot_bytes
+    pages = None if failing else [per_stage[s]["split"][r][0] for r, s in enumerate(stages)]
+    return hybrid, slot_bytes, pages
 
 
 def plan_deployment(deployment: Deployment) -> DeploymentPlan:
@@ -670,14 +717,16 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         local = tuple(int(t // tpb) for t in tokens)
     else:
         quotas = tuple(b.kv_quota_bytes for b in budgets)
+        pages = None
         if d.model.linear_layers:
-            hybrid, slot_bytes = _hybrid_plan(d, quotas, stages)
+            hybrid, slot_bytes, pages = _hybrid_plan(d, quotas, stages)
             if not hybrid["merged_builds"]:
                 notes.append(f"merged code raises at construction on pipeline stage "
                              f"{hybrid['stage']}, so nothing runs under any current policy; the "
                              "ranges given are for the pool PR #17261's clamp (a proposal) would leave")
-        local = tuple(max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
-                      for q, sb, s in zip(quotas, slot_bytes, stages))
+        local = tuple(pages) if pages is not None else tuple(
+            max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
+            for q, sb, s in zip(quotas, slot_bytes, stages))
     paged = [b for b, pages in zip(local, has_pages) if pages]
     blocks = min(paged) if paged else 0
     geo = d.kv_geometry()
@@ -835,4 +884,4 @@ def example_deployments() -> Dict[str, Deployment]:
 __all__ = ["CLAMP_PROPOSAL", "CURRENT_POLICY", "Deployment", "DeploymentPlan", "MANAGERS",
            "MOSTLY_REFUSED_EXIT", "PLAN_EXIT_CODES", "POLICY_LABELS", "SPEC_MODES", "Segment",
            "estimated_bytes_per_token", "example_deployments", "plan_deployment", "v1_segments",
-           "v1_tokens"]
+           "v1_tokens", "v2_hybrid_split"]

@@ -267,3 +267,24 @@ def test_gpu_presets_say_where_their_totals_come_from():
 def test_the_walks_examples_keep_their_figures_on_v2():
     examples = example_deployments()
     assert {n: d.resolved_manager for n, d in examples.items()} == dict.fromkeys(examples, "v2")
+
+
+# -- MambaHybridCacheManagerV2's split of the quota (mamba_cache_manager_v2.py at 28295084) --
+
+@pytest.mark.parametrize("max_batch_size, pages, slots", [(339, 16, 340), (256, 3104, 257)])
+def test_a_hybrid_quota_is_split_in_granules_with_the_state_floor_first(max_batch_size, pages, slots):
+    """PR #17261's Qwen3.5-27B quota (24.86 GiB, bf16 state): 32 MiB granules (the quota is over
+    16 GiB), 796 of them; the state pools (SSM, conv) take the granules of max_batch_size + 1
+    slots, each pool rounded up on its own, and the attention pool the rest."""
+    from kvlab.analysis.mamba_residency import PR_QUOTA_BYTES
+
+    d = dataclasses.replace(example_deployments()["pr-17261"], max_batch_size=max_batch_size)
+    plan = plan_deployment(d)
+    mamba, granule = d.mamba_geometry(0), 32 << 20
+    assert -(-PR_QUOTA_BYTES // granule) == 796
+    state = sum(-(-(max_batch_size + 1) * mamba.num_mamba_layers * b // granule)
+                for b in (mamba.ssm_bytes, mamba.conv_bytes))
+    assert (796 - state) * granule // (2 << 20) == pages
+    stage = plan.hybrid["stages"][0]
+    assert plan.starts and (stage["pages"], stage["state_slots"]) == (pages, slots)
+    assert plan.blocks == pages and plan.clamped_max_seq_len == min(pages * 32, d.kv_max_seq_len)
