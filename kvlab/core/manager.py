@@ -23,13 +23,21 @@ tier on or off (docs/REFERENCE.md §4a).
 ``kv_cache.resize(max(capacity, target))``; on False a first context chunk is suspended and
 False returned. It catches nothing: a PageIndexTooShort goes up to the caller, as in the
 engine, where it reaches the executor loop and takes every rank down.
+
+The scheduler asks the manager, and only the manager, for pages: :meth:`allocate_context`
+(prepare then resize), :meth:`try_allocate_generation`, :meth:`prepare_disagg_gen_init`,
+:meth:`suspend` and :meth:`resume`, the real manager's methods of those names; each answers
+whether it got the pages (:class:`Allocation` where there are three answers, as vLLM's
+``KVCacheManager.allocate_slots`` answers blocks or None). The request's state is the
+scheduler's to set from the answer and :meth:`is_request_active`.
 """
 
 from __future__ import annotations
 
+import enum
 import warnings
 from types import MappingProxyType
-from typing import Dict, Mapping, Optional, Sequence, Union
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -44,6 +52,26 @@ from kvlab.core.request import Request
 
 class MaxSeqLenClampWarning(UserWarning):
     """max_seq_len was larger than the pool can hold and was clamped."""
+
+
+class Allocation(enum.Enum):
+    """What :meth:`KVCacheManager.allocate_context` answers."""
+
+    GRANTED = "granted"  # the cache holds the tokens
+    REFUSED = "refused"  # too few pages (a first chunk's cache is left suspended)
+    NO_SLOT = "no slot"  # prepare failed: no free page-index row, or a suspended cache stays down
+
+
+def _tagged(request: Request, resize) -> bool:
+    """Run a resize; a PageIndexTooShort goes on up, tagged with the request it hit (the native
+    message stays ``str(exc)``)."""
+    try:
+        return resize()
+    except PageIndexTooShort as exc:
+        exc.request_id = request.request_id
+        exc.add_note(f"kvlab: while resizing request {request.request_id!r}: it needs "
+                     f"{exc.needed_entries} page-index entries, the row has {exc.available_entries}")
+        raise
 
 
 def _allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, device) -> PagePool:
@@ -271,6 +299,67 @@ class KVCacheManager:
                 start += need
             cache.capacity += num_tokens
         return True
+
+    # -- allocation steps: what the scheduler asks -------------------------------------
+    def refusal_window(self) -> Tuple[int, int]:
+        """(fit, span): a new cache of ``num_tokens`` tokens with ``fit < num_tokens <= span`` is
+        certainly refused and leaves nothing behind: it needs more pages than are free plus all
+        that suspended caches could move down (an upper bound), yet no more than a row holds
+        (more would raise PageIndexTooShort). Like the real ``_pending_ctx_certainly_blocked``:
+        only the pool's failed_allocations counter misses the skipped attempt."""
+        extra = self.num_extra_kv_tokens
+        return (self.allocatable_blocks * self.tokens_per_block - extra,
+                self.page_index_span_tokens - extra)
+
+    def certainly_refuses(self, num_tokens: int) -> bool:
+        fit, span = self.refusal_window()
+        return fit < num_tokens <= span
+
+    def allocate_context(self, request: Request, num_tokens: int) -> Allocation:
+        """``prepare_context`` then ``resize_context`` for the request's next ``num_tokens``
+        context tokens: NO_SLOT when prepare fails (no free page-index row, as the real
+        IndexMapper answers, or a suspended cache that cannot resume), else the resize's
+        answer. A first chunk :meth:`certainly_refuses` is REFUSED without the round trip."""
+        cache = self._caches.get(request.request_id)
+        if cache is None:
+            if self.page_index.free_slots == 0:
+                return Allocation.NO_SLOT
+            if self.certainly_refuses(num_tokens):
+                return Allocation.REFUSED
+            self.create_cache(request.request_id)
+        elif cache.suspended and not cache.resume():
+            return Allocation.NO_SLOT
+        if _tagged(request, lambda: self.resize_context(request, num_tokens)):
+            return Allocation.GRANTED
+        return Allocation.REFUSED
+
+    def try_allocate_generation(self, request: Request) -> bool:
+        """The real ``try_allocate_generation``: resume the cache if suspended, then grow it by
+        one token plus the draft tokens."""
+        cache = self.get_cache(request)
+        if cache.suspended and not cache.resume():
+            return False
+        return _tagged(request, lambda: cache.resize(cache.capacity + 1 + request.num_draft_tokens))
+
+    def prepare_disagg_gen_init(self, request: Request) -> bool:
+        """The real ``prepare_disagg_gen_init``: a cache sized for the transferred context, its
+        draft tokens and the extra KV tokens, with the prompt as its history. Refused (False)
+        or raising, the cache is freed: the request is retried from scratch, or never ran."""
+        if request.request_id not in self._caches:
+            if self.page_index.free_slots == 0:
+                return False
+            self.create_cache(request.request_id)
+        cache = self._caches[request.request_id]
+        target = request.prompt_len + request.num_draft_tokens + self.num_extra_kv_tokens
+        try:
+            fitted = _tagged(request, lambda: cache.resize(max(cache.capacity, target),
+                                                           request.prompt_len))
+        except PageIndexTooShort:
+            self.free(cache)
+            raise
+        if not fitted:
+            self.free(cache)
+        return fitted
 
     def is_request_active(self, request: Union[Request, str]) -> bool:
         """The request holds an active (not suspended) cache."""

@@ -3,8 +3,10 @@
 Mirrors ``KVCacheV2Scheduler._schedule_loop``
 (tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py), docs/REFERENCE.md §4:
 
-- Try and see: no free-pages query decides anything; the scheduler calls resize and reacts
-  to False. A PageIndexTooShort from resize is not caught: it reaches the executor loop.
+- Try and see: no free-pages query decides anything; the scheduler asks the manager
+  (``allocate_context``, ``try_allocate_generation``, ``prepare_disagg_gen_init``, ``suspend``:
+  kvlab.core.manager) and reacts to its answer. A PageIndexTooShort from a resize is not
+  caught: it reaches the executor loop.
 - Phase 1 walks the active requests in arrival order. DISAGG_GENERATION_INIT requests go
   through ``prepare_disagg_gen_init`` outside the budgets (False = retry next iteration).
   Context requests are deferred to phase 2. A generation request grows by one token (+ its
@@ -59,8 +61,8 @@ import enum
 from typing import FrozenSet, Iterable, List, Optional, Sequence, Union
 
 from kvlab.core.checks import check_int
-from kvlab.core.kv_cache import KVCache, PageIndexTooShort
-from kvlab.core.manager import KVCacheManager
+from kvlab.core.kv_cache import PageIndexTooShort
+from kvlab.core.manager import Allocation, KVCacheManager
 from kvlab.core.request import Request
 from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
 from kvlab.sched.base import LIVE_STATES, ScheduledBatch, SchedulerBase
@@ -134,12 +136,11 @@ class _RecomputePauseState:
 
 
 class _CertainRefusal:
-    """When a first context chunk is certainly refused, with no trace left: it needs more
-    pages than are free plus all that suspended caches could move down (an upper bound), but
-    no more than a page-index row holds (more would raise PageIndexTooShort). The attempt
-    would create the cache, be refused by resize (False, not a raise) and free it again; only
-    the pool's failed_allocations counter and the request's context_chunk_size (set by the
-    plan, read only once scheduled) tell the two apart.
+    """When a first context chunk is certainly refused, with no trace left
+    (``KVCacheManager.refusal_window``). The attempt would create the cache, be refused by
+    resize (False, not a raise) and free it again; only the pool's failed_allocations counter
+    and the request's context_chunk_size (set by the plan, read only once scheduled) tell the
+    two apart.
 
     With ``budget``, :meth:`refuses_first_chunk` plans the chunk as ``_plan_context_chunk``
     (or ``_plan_context_full``) would from one comparison per request, so a pass costs a few
@@ -152,9 +153,7 @@ class _CertainRefusal:
     def __init__(self, manager: KVCacheManager, budget: Optional[_Budget] = None,
                  max_context_length: Optional[int] = None, chunk_unit: int = 1,
                  chunked: bool = False):
-        tokens_per_block, extra = manager.tokens_per_block, manager.num_extra_kv_tokens
-        self.fit_tokens = manager.allocatable_blocks * tokens_per_block - extra  # the most that fits
-        self.width_tokens = manager.max_blocks_per_seq * tokens_per_block - extra
+        self.fit_tokens, self.width_tokens = manager.refusal_window()
         self.budget_tokens = None if budget is None else budget.remaining_tokens
         self.chunked = chunked
         limits = [n for n in (self.budget_tokens, max_context_length) if n is not None]
@@ -496,9 +495,9 @@ class Scheduler(SchedulerBase):
                 action, tokens = self._plan_context_full(request, budget)
             if action is ScheduleAction.SCHEDULED:
                 allocated = self._allocate_context(request, tokens)
-                if allocated is None:  # prepare failed
+                if allocated is Allocation.NO_SLOT:  # prepare failed
                     action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
-                elif not allocated:
+                elif allocated is Allocation.REFUSED:
                     action = (ScheduleAction.STOP if self._preempt_for_pages(request, batch, preempted)
                               else ScheduleAction.SKIP)
         except PageIndexTooShort:
@@ -581,87 +580,34 @@ class Scheduler(SchedulerBase):
                    and (counts_disagg or not r.is_disagg_generation_init))
 
     # -- manager calls -------------------------------------------------------------------
-    def _allocate_context(self, request: Request, num_tokens: int) -> Optional[bool]:
-        """``prepare_context`` then ``resize_context``: None when prepare fails (no free
-        page-index slot, as the real IndexMapper answers, or a suspended cache that cannot
-        resume), else the resize's answer."""
-        cache = self.manager.caches.get(request.request_id)
-        if cache is None:
-            if self.manager.free_slots == 0:
-                return None
-            if self._first_chunk_certainly_refused(num_tokens):
-                return False
-            self.manager.create_cache(request.request_id)
-            self._set_state(request, "running")
-        elif cache.suspended and not self._resume(request, cache):
-            return None
-        return self._resize_context(request, num_tokens)
-
-    def _first_chunk_certainly_refused(self, num_tokens: int) -> bool:
-        """Decision-neutral fast path, like the real ``_pending_ctx_certainly_blocked``: a
-        first chunk needing more pages than are free plus all that suspended caches could move
-        down (an upper bound), within the row width, would be created, refused by resize
-        (False, not a raise), suspended and freed, leaving nothing behind; skip the round trip.
-        Only the pool's failed_allocations counter misses it."""
-        return _CertainRefusal(self.manager).refuses_tokens(num_tokens)
+    def _allocate_context(self, request: Request, num_tokens: int) -> Allocation:
+        """The manager's ``allocate_context``; a cache it created or resumed makes the request
+        running."""
+        result = self.manager.allocate_context(request, num_tokens)
+        self._sync_running(request)
+        return result
 
     def _prepare_disagg_gen_init(self, request: Request) -> bool:
-        """The real ``prepare_disagg_gen_init``: a cache sized for the transferred context, its
-        draft tokens and the extra KV tokens, with the prompt as its history."""
-        if request.request_id not in self.manager.caches:
-            if self.manager.free_slots == 0:
-                return False
-            self.manager.create_cache(request.request_id)
-            self._set_state(request, "running")
-        cache = self.manager.get_cache(request)
-        target = request.prompt_len + request.num_draft_tokens + self.manager.num_extra_kv_tokens
-        try:
-            fitted = self._resize(request, lambda: cache.resize(max(cache.capacity, target),
-                                                                request.prompt_len))
-        except PageIndexTooShort:
-            self._release(request)  # the engine stops; the request never ran
-            raise
-        if not fitted:
-            self._release(request)  # retried next iteration
-        return fitted
+        if not self.manager.prepare_disagg_gen_init(request):
+            return False
+        self._sync_running(request)
+        return True
 
     def _try_allocate_generation(self, request: Request) -> bool:
-        """The real manager's ``try_allocate_generation``: resume if suspended, then grow the
-        capacity by one token plus the draft tokens."""
-        cache = self.manager.get_cache(request)
-        num_tokens = 1 + request.num_draft_tokens
-        if cache.suspended and not self._resume(request, cache):
-            return False
-        return self._resize(request, lambda: cache.resize(cache.capacity + num_tokens))
+        fitted = self.manager.try_allocate_generation(request)
+        self._sync_running(request)  # resumed, even when the growth was refused
+        return fitted
 
-    def _resize_context(self, request: Request, num_tokens: int) -> bool:
-        return self._resize(request, lambda: self.manager.resize_context(request, num_tokens))
-
-    @staticmethod
-    def _resize(request: Request, resize) -> bool:
-        """Run a resize; a PageIndexTooShort goes on up, tagged with the request it hit (the
-        native message stays ``str(exc)``)."""
-        try:
-            return resize()
-        except PageIndexTooShort as exc:
-            exc.request_id = request.request_id
-            exc.add_note(f"kvlab: while resizing request {request.request_id!r}: it needs "
-                         f"{exc.needed_entries} page-index entries, the row has "
-                         f"{exc.available_entries}")
-            raise
+    def _sync_running(self, request: Request) -> None:
+        if request.state != "running" and self.manager.is_request_active(request):
+            self._set_state(request, "running")
 
     def _suspend(self, request: Request) -> None:
         """The real ``suspend_request``: make the cache inactive; what that frees depends on
         the tier below the GPU (``KVCache.suspend``)."""
-        self.manager.get_cache(request).suspend()
+        self.manager.suspend(request)
         request.num_suspensions += 1
         self._set_state(request, "suspended")
-
-    def _resume(self, request: Request, cache: KVCache) -> bool:
-        if not cache.resume():
-            return False
-        self._set_state(request, "running")
-        return True
 
     # -- stall detection -----------------------------------------------------------------
     def _detect_deadlock(self, requests: List[Request], pending: List[Request],

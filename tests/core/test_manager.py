@@ -353,3 +353,47 @@ def test_grow_each_takes_one_allocation_all_or_none(seed_manager):
     mgr.free(caches[2])
     with pytest.raises(ValueError, match="'r2' is not an active cache of this manager"):
         mgr.grow_each(caches)
+
+
+# -- the allocation steps the scheduler asks for -------------------------------------------------
+
+def test_allocate_context_answers_granted_refused_or_no_slot(seed_manager):
+    from kvlab.core.manager import Allocation
+    mgr = seed_manager("configured", max_batch_size=1)  # 64 pages of 32 tokens, one row
+    first = Request("a", 8192, 1)
+    assert mgr.allocate_context(first, 1000) is Allocation.GRANTED
+    assert mgr.get_cache(first).capacity == 1000 and mgr.is_request_active(first)
+    # no free row for a second request: prepare fails, nothing is created
+    assert mgr.allocate_context(Request("b", 10, 1), 10) is Allocation.NO_SLOT
+    assert "b" not in mgr.caches
+    mgr.free(first)
+    # certainly refused (more than the pool, within the row): no cache is left behind
+    fit, span = mgr.refusal_window()
+    assert (fit, span) == (64 * 32, 260 * 32) and mgr.certainly_refuses(fit + 1)
+    assert mgr.allocate_context(Request("c", 8192, 1), fit + 1) is Allocation.REFUSED
+    assert "c" not in mgr.caches and mgr.free_blocks == 64
+    mgr.check_invariants()
+
+
+def test_try_allocate_generation_resumes_then_grows(seed_manager):
+    mgr = seed_manager("configured", max_batch_size=2, host_cache_size=4 * 2**20)
+    request = Request("a", 64, 8)
+    mgr.allocate_context(request, 64)
+    mgr.suspend(request)
+    assert not mgr.is_request_active(request)
+    assert mgr.try_allocate_generation(request)
+    assert mgr.is_request_active(request) and mgr.get_cache(request).capacity == 65
+    mgr.check_invariants()
+
+
+def test_prepare_disagg_gen_init_frees_what_it_could_not_fill(seed_manager):
+    mgr = seed_manager("configured", max_batch_size=2)
+    fits = Request("a", 1000, 4, disagg_generation_init=True)
+    assert mgr.prepare_disagg_gen_init(fits) and mgr.get_cache(fits).history_length == 1000
+    too_big = Request("b", 2000, 4, disagg_generation_init=True)  # 1,048 tokens left
+    assert not mgr.prepare_disagg_gen_init(too_big)
+    assert "b" not in mgr.caches and mgr.free_slots == 1
+    with pytest.raises(PageIndexTooShort) as info:
+        mgr.prepare_disagg_gen_init(Request("c", 9000, 4, disagg_generation_init=True))
+    assert info.value.request_id == "c" and "c" not in mgr.caches
+    mgr.check_invariants()
