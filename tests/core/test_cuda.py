@@ -81,30 +81,6 @@ def test_configured_false_preserves_state_then_retry_on_cuda(cuda_seed):
 
 
 @_gpu
-def test_suspend_resume_round_trips_bytes_on_cuda(cuda_seed):
-    mgr = cuda_seed("configured", max_batch_size=2)
-    cache = mgr.create_cache("r")
-    assert cache.resize(96)
-    gen = torch.Generator().manual_seed(1)
-    pattern = torch.randint(0, 256, (3, mgr.pool.bytes_per_block), dtype=torch.uint8,
-                            generator=gen).cuda()
-    mgr.pool.storage[cache.pages] = pattern
-    old_pages = list(cache.pages)
-    cache.suspend()
-    assert cache.suspended and mgr.free_blocks == 64
-    thief = mgr.create_cache("thief")
-    assert thief.resize(2048)
-    mgr.pool.storage.fill_(0xAB)
-    assert cache.resume() is False
-    thief.resize(32 * 32)
-    assert set(old_pages) <= set(thief.pages)
-    assert cache.resume() is True
-    assert not set(cache.pages) & set(old_pages)
-    assert torch.equal(mgr.pool.storage[cache.pages], pattern)
-    mgr.check_invariants()
-
-
-@_gpu
 def test_explicit_cuda_index_and_out_of_range_index():
     pool = PagePool(2, 16, device="cuda:0")
     assert pool.storage.device == torch.device("cuda", 0)

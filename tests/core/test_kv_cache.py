@@ -171,12 +171,16 @@ def test_shrink_frees_tail_pages(seed_manager):
 
 # -- suspend / resume --------------------------------------------------------------------------
 
-def test_suspend_resume_round_trips_page_bytes(seed_manager):
-    mgr = seed_manager("configured", max_batch_size=2)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")])])
+def test_suspend_resume_round_trips_page_bytes(seed_manager, device):
+    """The same test on the CPU and, where there is one, on a CUDA GPU (``pytest -m gpu``)."""
+    mgr = seed_manager("configured", max_batch_size=2, device=device)
     cache = mgr.create_cache("r")
     assert cache.resize(96, history_length=90)  # 3 pages
     gen = torch.Generator().manual_seed(0)
-    pattern = torch.randint(0, 256, (3, mgr.pool.bytes_per_block), dtype=torch.uint8, generator=gen)
+    pattern = torch.randint(0, 256, (3, mgr.pool.bytes_per_block), dtype=torch.uint8,
+                            generator=gen).to(mgr.device)
     for i, page in enumerate(cache.pages):
         mgr.pool.storage[page] = pattern[i]
     old_pages = list(cache.pages)
