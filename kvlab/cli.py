@@ -12,9 +12,10 @@
                        number (130, 143, 129), with no traceback
 ``kvlab plan``         preflight a deployment (a model preset or a local config.json, a GPU,
                        parallelism, settings): each rank's quota, pool, clamp, row width and
-                       what each context length meets under each policy; ``--json`` for
-                       machines; exit 0 safe, 3 a context stalls, 4 a context or construction
-                       raises (issue #21470)
+                       what each context length meets under each policy, for the KV cache
+                       manager it gets (V1 or V2); ``--json`` for machines; exit 0 safe, 3 a
+                       context stalls, 4 a context or construction raises (issue #21470), 5
+                       max_num_tokens refuses most contexts
 
 Bad arguments exit 2 with a usage line and no traceback: a value outside its range, a pool the
 machine cannot allocate, a scenario file that does not validate, a ``-p`` parameter that no
@@ -61,7 +62,7 @@ def _parameter(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvlab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough,scenario}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough,scenario,plan}")
 
     repro = sub.add_parser("repro", help="the 4 MiB single-GPU repro of issue #21470",
                            description="Resize one cache to --context tokens on a pool of "

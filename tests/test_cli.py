@@ -179,3 +179,13 @@ def test_a_hostile_scenario_file_prints_no_traceback(tmp_path, text, named):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "usage:" in proc.stderr and named in proc.stderr
+
+
+def test_help_names_every_command(capsys):
+    from kvlab.cli import build_parser
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and set(commands) == {"repro", "walkthrough", "scenario", "plan"}
+    assert out.startswith("usage: kvlab [-h] {repro,walkthrough,scenario,plan}")

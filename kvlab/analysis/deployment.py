@@ -77,6 +77,9 @@ SPEC_MODES = ("mtp", "eagle3")
 PLAN_EXIT_CODES = {"ok": 0, "reject": 0, "stall": 3, "crash": 4}
 MOSTLY_REFUSED_EXIT = 5
 MAX_RANKS = 4096
+#: The most pages one sequence may span in a plan (max_seq_len over tokens_per_block): the
+#: ranges are found by evaluating every block boundary, so this bounds the plan's memory.
+MAX_PLAN_BLOCKS = 1 << 22
 #: Characters per line of :meth:`DeploymentPlan.explain`.
 EXPLAIN_WIDTH = 100
 MAX_GIB = 1 << 20  # a bound on every memory figure, in GiB
@@ -193,6 +196,11 @@ class Deployment:
         if self.resolved_manager == "v1" and self.free_gpu_memory_fraction >= 1.0:
             raise ValueError("free_gpu_memory_fraction must be in (0, 1) for the V1 manager "
                              "(calculate_max_num_blocks asserts it is below 1.0), got 1.0")
+        span = (self.kv_max_seq_len + self.max_new_tokens) // self.tokens_per_block
+        if span > MAX_PLAN_BLOCKS:
+            raise ValueError(f"max_seq_len / tokens_per_block must be at most {MAX_PLAN_BLOCKS:,} "
+                             f"blocks, got {self.configured_max_seq_len:,} / {self.tokens_per_block} "
+                             f"(about {span:,}): raise tokens_per_block or lower max_seq_len")
         for stage in range(self.pp_size):
             self.kv_geometry(stage)  # head and dtype constraints, named
             if self.model.linear_layers:

@@ -218,11 +218,41 @@ def _get(config, name: str, default=None):
     return getattr(config, name, default)
 
 
-def _require(config, name: str, where: str, why: str) -> int:
+#: The most decoder layers kvlab plans (KVGeometry's bound), checked on the raw config before
+#: transformers builds anything from it.
+MAX_LAYERS = 4096
+#: The largest config.json kvlab reads.
+MAX_CONFIG_BYTES = 16 << 20
+
+
+def _require(config, name: str, where: str, why: str, high: int = 1 << 30) -> int:
     value = _get(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: {name} must be a positive int ({why}), got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ConfigError(f"{where}: {name} must be an int in [1, {high}] ({why}), got {value!r:.80}")
     return value
+
+
+def _check_raw_config(text: str, where: str) -> None:
+    """Bounds on the raw config.json, before transformers builds anything from it: a config
+    class may build a list per layer (``layer_types``) or more from a huge layer count."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return  # transformers names what it cannot parse
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
+    for part in (raw, raw.get("text_config")):
+        if not isinstance(part, dict):
+            continue
+        layers = part.get("num_hidden_layers")
+        if layers is not None:
+            _require(SimpleNamespace(num_hidden_layers=layers), "num_hidden_layers", where,
+                     "the decoder's layer count", MAX_LAYERS)
+        for field_name in ("hybrid_override_pattern", "layer_types"):
+            value = part.get(field_name)
+            if value is not None and len(value) > MAX_LAYERS:
+                raise ConfigError(f"{where}: {field_name} must have at most {MAX_LAYERS} entries "
+                                  f"(one per layer), got {len(value)}")
 
 
 def geometry_from_config(config, *, name: str, source: str, where: str = "config",
@@ -236,7 +266,7 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     elif isinstance(_get(config, "text_config"), SimpleNamespace):
         config = config.text_config
     architecture = str(_get(config, "model_type") or _get(top, "model_type") or "unknown")
-    layers = _require(config, "num_hidden_layers", where, "the decoder's layer count")
+    layers = _require(config, "num_hidden_layers", where, "the decoder's layer count", MAX_LAYERS)
     dtype_field = _get(config, "dtype") or _get(config, "torch_dtype") or _get(top, "torch_dtype")
     dtype = _DTYPES.get(str(dtype_field), "bfloat16")
     notes = [] if str(dtype_field) in _DTYPES else [
@@ -309,7 +339,8 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     mamba = ({key: _require(config, name, where, what) for key, (name, what) in fields.items()}
              if linear else None)
     heads = _require(config, "num_attention_heads", where, "attention heads")
-    kv_heads = _get(config, "num_key_value_heads") or heads
+    kv_heads = (heads if _get(config, "num_key_value_heads") is None else
+                _require(config, "num_key_value_heads", where, "KV heads"))
     head_dim = _get(config, "head_dim")
     if not isinstance(head_dim, int) or isinstance(head_dim, bool):
         hidden = _require(config, "hidden_size", where, "head_dim defaults to hidden_size // num_attention_heads")
@@ -391,6 +422,11 @@ def read_config(path) -> ModelGeometry:
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise ConfigError(f"config: no config.json at {path}")
+    size = file.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{file}: a config.json must be at most {MAX_CONFIG_BYTES:,} bytes, "
+                          f"got {size:,}")
+    _check_raw_config(file.read_text(encoding="utf-8", errors="replace"), str(file))
     try:
         from transformers import AutoConfig
     except ImportError as exc:

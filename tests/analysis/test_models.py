@@ -5,6 +5,7 @@ refused by name."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -81,7 +82,7 @@ def _config(**fields):
 
 
 @pytest.mark.parametrize("fields, words", [
-    (dict(model_type="x", num_hidden_layers=0), "num_hidden_layers must be a positive int"),
+    (dict(model_type="x", num_hidden_layers=0), "num_hidden_layers must be an int in [1, 4096]"),
     (dict(model_type="x", num_hidden_layers=2, layer_types=["full_attention", "chunked_attention"],
           num_attention_heads=2), "chunked_attention"),
     (dict(model_type="x", num_hidden_layers=3, layer_types=["full_attention"], num_attention_heads=2),
@@ -89,11 +90,14 @@ def _config(**fields):
     (dict(model_type="mamba2", num_hidden_layers=4, layer_types=["linear_attention"] * 4),
      "mamba2 has no attention layer"),
     (dict(model_type="x", num_hidden_layers=4, full_attention_interval=2, num_attention_heads=2,
-          head_dim=8), "linear_num_value_heads must be a positive int"),
+          head_dim=8), "linear_num_value_heads must be an int in"),
     (dict(model_type="x", num_hidden_layers=2, num_attention_heads=2),
      "head_dim defaults to hidden_size // num_attention_heads"),
     (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=512),
-     "qk_rope_head_dim must be a positive int"),
+     "qk_rope_head_dim must be an int in"),
+    (dict(model_type="x", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=0,
+          head_dim=8), "num_key_value_heads must be an int in"),
+    (dict(model_type="x", num_hidden_layers=10**9), "num_hidden_layers must be an int in [1, 4096]"),
     (dict(model_type="nemotron_h", num_hidden_layers=4, hybrid_override_pattern="M*"),
      "hybrid_override_pattern must be 4 characters"),
     (dict(model_type="nemotron_h", num_hidden_layers=2, hybrid_override_pattern="MX"),
@@ -103,6 +107,20 @@ def test_a_config_kvlab_cannot_plan_is_refused_naming_the_field(fields, words):
     with pytest.raises(ConfigError, match="cfg.json") as exc:
         geometry_from_config(_config(**fields), name="m", source="s", where="cfg.json")
     assert words in str(exc.value)
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"model_type": "llama", "num_hidden_layers": 10**9}, "num_hidden_layers must be an int in [1, 4096]"),
+    ({"model_type": "gemma3", "text_config": {"num_hidden_layers": 10**12}}, "num_hidden_layers"),
+    ({"model_type": "nemotron_h", "num_hidden_layers": 8, "hybrid_override_pattern": "M" * 5000},
+     "hybrid_override_pattern must have at most 4096 entries"),
+])
+def test_a_huge_config_is_refused_before_transformers_builds_it(config, words, tmp_path):
+    """Bounds from the raw fields, at once: transformers' config classes would otherwise build a
+    list per layer, and the parameter count a model on the meta device."""
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        read_config(tmp_path)
 
 
 def test_upstream_defaults_fill_what_a_config_leaves_out():
