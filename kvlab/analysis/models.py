@@ -293,6 +293,9 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     pattern = _get(config, "hybrid_override_pattern")
     layer_types = _get(config, "layer_types")
     interval = _get(config, "full_attention_interval")
+    if interval is not None:
+        interval = _require(config, "full_attention_interval", where,
+                            "every interval-th layer is full attention", layers)
     if layer_types is None and interval:
         layer_types = ["full_attention" if i % interval == interval - 1 else "linear_attention"
                        for i in range(layers)]

@@ -154,6 +154,9 @@ class MambaGeometry:
                              f"tp_size={self.tp_size}")
         if self.n_groups % self.tp_size:
             raise ValueError(f"n_groups={self.n_groups} must be divisible by tp_size={self.tp_size}")
+        if self.mamba_num_heads % self.n_groups:
+            raise ValueError(f"mamba_num_heads={self.mamba_num_heads} must be a multiple of "
+                             f"n_groups={self.n_groups} (each group serves whole heads)")
 
     @property
     def conv_dim(self) -> int:

@@ -134,6 +134,7 @@ class PageIndexTable:
         #: slots a cache may take (the rest are reserved)
         self.cache_slots = self.slots - num_reserved
         self._free_slots = list(range(self.cache_slots - 1, -1, -1))
+        self._acquired = set()
 
     @property
     def nbytes(self) -> int:
@@ -149,27 +150,41 @@ class PageIndexTable:
         if not self._free_slots:
             raise RuntimeError(f"all {self.cache_slots} page-index slots are in use "
                                "(max_batch_size * pp_size sequences)")
-        return self._free_slots.pop()
+        slot = self._free_slots.pop()
+        self._acquired.add(slot)
+        return slot
 
     def release_slot(self, slot: int) -> None:
         """Give a row back; releasing a slot that is not handed out is an error (it would
         otherwise be handed to two caches at once)."""
-        if (isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.cache_slots
-                or slot in self._free_slots):
-            raise ValueError(f"slot {slot!r} is not an acquired page-index slot "
-                             f"(slots are 0..{self.cache_slots - 1})")
+        self._check_acquired(slot)
         self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width] = BAD_PAGE_INDEX
+        self._acquired.discard(slot)
         self._free_slots.append(slot)
+
+    def _check_acquired(self, slot) -> None:
+        if isinstance(slot, bool) or slot not in self._acquired:
+            raise ValueError(f"slot {slot!r} is not an acquired page-index slot "
+                             f"(slots are 0..{self.cache_slots - 1}; the reserved ones are never "
+                             "handed out)")
 
     def row(self, slot: int) -> torch.Tensor:
         """A cache's base page indices: a zero-copy view, pool 0, beam 0, K plane."""
         return self.table[0, slot * self.beam_width, 0]
 
     def write(self, slot: int, start: int, pages) -> None:
-        """Write page ids into entries [start, start + len(pages)) of the slot's row."""
+        """Write page ids into entries [start, start + len(pages)) of an acquired slot's row;
+        ValueError for a slot not handed out or entries outside the row."""
+        self._check_acquired(slot)
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= self.width - len(pages):
+            raise ValueError(f"start must be in [0, {self.width - len(pages)}] to write "
+                             f"{len(pages)} entries into a row of {self.width}, got {start!r}")
         rows = self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width]
         rows[..., start:start + len(pages)] = pages
 
     def clear(self, slot: int, start: int) -> None:
-        """Mark entries from ``start`` to the end of the slot's row unused."""
+        """Mark entries from ``start`` to the end of an acquired slot's row unused."""
+        self._check_acquired(slot)
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= self.width:
+            raise ValueError(f"start must be in [0, {self.width}], got {start!r}")
         self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width, :, start:] = BAD_PAGE_INDEX

@@ -89,6 +89,12 @@ class Request:
             raise ValueError(f"max_new_tokens must be in [1, {MAX_COUNT}] for a disagg_generation_init "
                              "request (its context server produced the first token), "
                              f"got {self.max_new_tokens}")
+        if self.context_current_position > self.prompt_len:
+            raise ValueError(f"context_current_position must be in [0, prompt_len={self.prompt_len}], "
+                             f"got {self.context_current_position}")
+        if self.num_generated > self.max_new_tokens:
+            raise ValueError(f"num_generated must be in [0, max_new_tokens={self.max_new_tokens}], "
+                             f"got {self.num_generated}")
         self.output_limit = self.max_new_tokens
         store_checked(self, "num_draft_tokens", check_int, low=0, high=1 << 16)
         store_checked(self, "beam_width", check_int, low=1, high=1024)

@@ -61,9 +61,10 @@ def independent_slot_bytes(g: MambaGeometry) -> int:
 
 
 geometries = st.builds(
-    lambda layers, heads_per, head_dim, d_state, groups_per, d_conv, cd, sd, tp: MambaGeometry(
-        layers, heads_per * tp, head_dim, d_state, groups_per * tp, d_conv, cd, sd, tp),
-    st.integers(0, 64), st.integers(1, 16), st.integers(1, 256), st.integers(1, 256),
+    # heads: whole groups of heads_per_group each, both split over tp
+    lambda layers, heads_per_group, head_dim, d_state, groups_per, d_conv, cd, sd, tp: MambaGeometry(
+        layers, heads_per_group * groups_per * tp, head_dim, d_state, groups_per * tp, d_conv, cd, sd, tp),
+    st.integers(0, 64), st.integers(1, 4), st.integers(1, 256), st.integers(1, 256),
     st.integers(1, 8), st.integers(2, 8), st.sampled_from(list(TORCH_DTYPES)),
     st.sampled_from(list(TORCH_DTYPES)), st.sampled_from([1, 2, 4, 8]))
 

@@ -130,3 +130,19 @@ def test_release_slot_twice_is_an_error():
     with pytest.raises(ValueError, match="slot"):
         table.release_slot(table.dummy_slot)
     assert table.free_slots == 2
+
+
+def test_only_acquired_rows_are_written_and_only_inside_the_row():
+    table = PageIndexTable(2, 8)  # slots 0 and 1 for caches, slot 2 the CUDA-graph dummy
+    slot = table.acquire_slot()
+    table.write(slot, 6, [1, 2])
+    assert table.row(slot).tolist()[6:] == [1, 2]
+    for bad_slot in (table.dummy_slot, 99, 1 - slot, True):
+        with pytest.raises(ValueError, match="not an acquired page-index slot"):
+            table.write(bad_slot, 0, [3])
+    for start in (-3, 7, 2.0):
+        with pytest.raises(ValueError, match=r"start must be in \[0, 6\]"):
+            table.write(slot, start, [4, 5])
+    with pytest.raises(ValueError, match=r"start must be in \[0, 8\]"):
+        table.clear(slot, -1)
+    assert table.row(slot).tolist()[6:] == [1, 2]  # nothing written by a refused call
