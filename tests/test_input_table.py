@@ -31,7 +31,12 @@ from kvlab.backends.vllm import VLLM
 from kvlab.cli import main
 from kvlab.run.distributed import Fault, scenario_config
 from kvlab.run.scenarios import load_scenario
-from kvlab.run.workload import poisson_workload
+from kvlab.analysis.compare import run_policies
+from kvlab.analysis.phase import phase_diagram
+from kvlab.analysis.repro import run_repro, sweep_repro
+from kvlab.core.mamba import plan_residency
+from kvlab.run.simulation import Engine
+from kvlab.run.workload import fixed, poisson_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -308,6 +313,27 @@ CASES = [
     Case(CONSTRUCTOR, "PageIndexTable(4, 8).write(99, 0, [1])",
          raises(lambda: PageIndexTable(4, 8).write(99, 0, [1])), "ValueError",
          ("slot 99 is not an acquired page-index slot",)),
+    Case(CONSTRUCTOR, "phase_diagram(['64'], [100])",
+         raises(lambda: phase_diagram(["64"], [100])), "TypeError", ("pool_blocks[0]", "[1, ")),
+    Case(CONSTRUCTOR, "sweep_repro(['4'], [8])",
+         raises(lambda: sweep_repro(["4"], [8])), "TypeError", ("pool_mibs[0]", "(0.0, ")),
+    Case(CONSTRUCTOR, "sweep_repro(None, [8])",
+         raises(lambda: sweep_repro(None, [8])), "TypeError", ("pool_mibs must be a sequence",)),
+    Case(CONSTRUCTOR, "run_repro(geometry='seed')",
+         raises(lambda: run_repro(geometry="seed")), "TypeError", ("geometry must be a KVGeometry",)),
+    Case(CONSTRUCTOR, "plan_residency('x', geometry, 100, 1)",
+         raises(lambda: plan_residency("x", seed_geometry(), 100, 1)), "TypeError",
+         ("mamba must be a MambaGeometry",)),
+    Case(CONSTRUCTOR, "PagePool(4, 16).free(None)",
+         raises(lambda: PagePool(4, 16).free(None)), "TypeError", ("pages must be a list",)),
+    Case(CONSTRUCTOR, "fixed(None)", raises(lambda: fixed(None)), "TypeError", ("specs must be",)),
+    Case(CONSTRUCTOR, "Engine(scheduler).advance_to(-1)",
+         raises(lambda: Engine(Scheduler(_manager())).advance_to(-1)), "ValueError", ("step", "[0, ")),
+    Case(CONSTRUCTOR, "run_policies(None)", raises(lambda: run_policies(None)), "TypeError",
+         ("requests must be a sequence of Request",)),
+    Case(CONSTRUCTOR, "scenario_config(issue-21470, workspace_gib=nan)",
+         raises(lambda: scenario_config(load_scenario("issue-21470"), workspace_gib=float("nan"))),
+         "ValueError", ("workspace_gib", "[0.0, ")),
     Case(CONSTRUCTOR, "Scheduler(manager, admission='fifo')",
          raises(lambda: Scheduler(_manager(), admission="fifo")), "ValueError",
          ("admission", "'capacity', 'none'")),

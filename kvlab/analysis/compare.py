@@ -179,7 +179,14 @@ def run_policy(policy: str, requests: Sequence[Request], engine: EngineConfig = 
 def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(POLICIES),
                  engine: EngineConfig = EngineConfig(), max_steps: int = 20_000) -> Dict[str, SimulationResult]:
     """:func:`run_policy` for each policy, the same requests each time."""
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        raise TypeError(f"requests must be a sequence of Request, got {requests!r:.60}")
     requests = list(requests)
+    if not all(isinstance(r, Request) for r in requests):
+        raise TypeError("requests must be a sequence of Request, got "
+                        f"{next(type(r).__name__ for r in requests if not isinstance(r, Request))}")
+    if isinstance(policies, str):
+        raise TypeError(f"policies must be a sequence of policy names, got the str {policies!r}")
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     return {policy: run_policy(policy, requests, engine, max_steps)
             for policy in progress(list(policies), desc="policies", unit="policy")}

@@ -29,7 +29,7 @@ from typing import Dict, Sequence
 import numpy as np
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES, seed_geometry
-from kvlab.core.checks import check_choice, check_int, store_checked
+from kvlab.core.checks import check_choice, check_int, check_sequence, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.page_index import WIDTH_ALIGNMENT
@@ -62,14 +62,23 @@ def _blocks(tokens, tokens_per_block: int):
     return -(-tokens // tokens_per_block)
 
 
+def _counts(name: str, values) -> np.ndarray:
+    """``values`` as int64, each an int in [1, 2^30] (an int array passes whole, fast)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        if values.size and (values.min() < 1 or values.max() > 1 << 30):
+            raise ValueError(f"{name} must hold ints in [1, {1 << 30}], got {values.min()}..{values.max()}")
+        return values.astype(np.int64, copy=False)
+    return np.asarray(check_sequence(name, values, check_int, low=1, high=1 << 30), dtype=np.int64)
+
+
 def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regime: str,
                    setup: PhaseSetup = PhaseSetup()) -> np.ndarray:
     """Verdict codes (indices into ENGINE_OUTCOMES), shape (len(pool_blocks), len(context_lens))."""
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
-    pool = np.asarray(pool_blocks, dtype=np.int64)[:, None]
-    context = np.asarray(context_lens, dtype=np.int64)[None, :]
-    if pool.size and pool.min() < 1 or context.size and context.min() < 1:
-        raise ValueError("pool_blocks and context_lens must hold ints >= 1")
+    if not isinstance(setup, PhaseSetup):
+        raise TypeError(f"setup must be a PhaseSetup, got {type(setup).__name__}")
+    pool = _counts("pool_blocks", pool_blocks)[:, None]
+    context = _counts("context_lens", context_lens)[None, :]
     tpb, extra, new = setup.geometry.tokens_per_block, setup.num_extra_kv_tokens, setup.max_new_tokens
 
     clamped = np.minimum(setup.max_seq_len, pool * tpb)

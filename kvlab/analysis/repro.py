@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from kvlab.analysis.presets import seed_geometry
-from kvlab.core.checks import check_float, check_int
+from kvlab.core.checks import check_float, check_int, check_sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
@@ -90,6 +90,8 @@ def run_repro(pool_mib: float = 4, context: int = 8192, policy: str = "clamped",
     pool_mib = check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     context = check_int("context", context, low=1, high=1 << 30)
     retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    if geometry is not None and not isinstance(geometry, KVGeometry):
+        raise TypeError(f"geometry must be a KVGeometry or None (the seed's), got {geometry!r:.60}")
     geometry = geometry or seed_geometry(tokens_per_block)
     if int(pool_mib * MIB) < geometry.bytes_per_block:
         raise ValueError(f"pool_mib={pool_mib:g} holds no page: one page of {geometry.tokens_per_block} "
@@ -130,6 +132,8 @@ def no_pool_reason(pool_mib: float, tokens_per_block: int = 32,
                    geometry: Optional[KVGeometry] = None) -> Optional[str]:
     """None when a pool of ``pool_mib`` MiB holds at least one page; otherwise why it holds none,
     with the numbers (the manager would refuse to build such a pool)."""
+    if geometry is not None and not isinstance(geometry, KVGeometry):
+        raise TypeError(f"geometry must be a KVGeometry or None (the seed's), got {geometry!r:.60}")
     geometry = geometry or seed_geometry(tokens_per_block)
     quota = int(pool_mib * MIB)
     if geometry.blocks_in(quota) > 0:
@@ -160,7 +164,8 @@ def sweep_repro(pool_mibs, contexts, policy: str = "clamped", tokens_per_block: 
     """``run_repro`` over a grid, with the configured max_seq_len equal to the context (as in the
     seed, where both are 8192). Cells whose pool holds no page are skipped. Returns ReproResults."""
     results = []
-    pool_mibs, contexts = list(pool_mibs), list(contexts)
+    pool_mibs = check_sequence("pool_mibs", pool_mibs, check_float, low=0.0, high=1 << 20, low_open=True)
+    contexts = check_sequence("contexts", contexts, check_int, low=1, high=1 << 30)
     cells = progress(total=len(pool_mibs) * len(contexts), desc="repro sweep", unit="cell")
     for context in contexts:
         for pool_mib in pool_mibs:

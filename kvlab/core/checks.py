@@ -35,6 +35,15 @@ def check_float(name: str, value, *, low: float, high: float, low_open: bool = F
     return value
 
 
+def check_sequence(name: str, values, check, **limits) -> list:
+    """Return ``values`` (a list, tuple, range or 1-D array, not a str) as a list, each item
+    checked by ``check`` (:func:`check_int` or :func:`check_float`) under ``name``."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or hasattr(values, "keys"):
+        raise TypeError(f"{name} must be a sequence of numbers, got {values!r:.80} "
+                        f"({type(values).__name__})")
+    return [check(f"{name}[{i}]", value, **limits) for i, value in enumerate(values)]
+
+
 def store_checked(obj, name: str, check, **limits) -> None:
     """Check the field ``name`` of ``obj`` (a dataclass, frozen or not) with ``check``
     (:func:`check_int` or :func:`check_float`) and store what the check returns: a plain int

@@ -137,6 +137,10 @@ def plan_residency(mamba: Optional[MambaGeometry], attention: KVGeometry, quota_
                    max_batch_size: int, pp_size: int = 1, *, cuda_graph_padding: bool = True,
                    attention_dp: bool = False) -> ResidencyPlan:
     """The plan for ``MambaHybridCacheManager``'s arguments (``mamba=None``: attention-only)."""
+    if mamba is not None and not isinstance(mamba, MambaGeometry):
+        raise TypeError(f"mamba must be a MambaGeometry or None, got {mamba!r:.60}")
+    if not isinstance(attention, KVGeometry):
+        raise TypeError(f"attention must be a KVGeometry, got {attention!r:.60}")
     quota_bytes = check_int("quota_bytes", quota_bytes, low=1)
     max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
     pp_size = check_int("pp_size", pp_size, low=1, high=1024)

@@ -113,6 +113,8 @@ class PagePool:
 
     def free(self, pages: Sequence[int]) -> None:
         """Return pages to the free list; freeing a page that is not handed out is an error."""
+        if not isinstance(pages, (list, tuple, np.ndarray)):
+            raise TypeError(f"pages must be a list of page ids, got {pages!r:.80} ({type(pages).__name__})")
         if not all(type(page) is int for page in pages):  # the checks, where not plain ints
             pages = [check_page("pages", page) for page in pages]
         taken = np.asarray(pages, dtype=np.int64)

@@ -283,6 +283,8 @@ def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clampe
         raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no deployment block")
     ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
     check_choice("policy", policy, RANK_POLICIES)
+    if workspace_gib is not None:
+        workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
     requests, pins = scenario_requests(scenario, context_length)
     for request_id, rank in pins.items():
         if rank >= ranks:

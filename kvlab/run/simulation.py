@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Optional
 
-from kvlab.core.checks import check_int
+from kvlab.core.checks import MAX_COUNT, check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import Request
 from kvlab.run.trace import Event, StepRecord, Trace
@@ -227,8 +227,9 @@ class Engine:
         return self.next_arrival < len(self.arrivals)
 
     def advance_to(self, step: int) -> None:
-        """Move the engine's clock forward to ``step`` (idle steps are skipped, never run)."""
-        self.step = max(self.step, step)
+        """Move the engine's clock forward to ``step`` (idle steps are skipped, never run; an
+        earlier step leaves the clock where it is)."""
+        self.step = max(self.step, check_int("step", step, low=0, high=MAX_COUNT))
 
     def iterate(self) -> bool:
         """Step ``step``: submit the requests arriving by then and, if any request is live,

@@ -92,9 +92,12 @@ def _distribution(name: str, lengths: Lengths) -> LengthDistribution:
 def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]:
     """Requests from (prompt_len, max_new_tokens[, arrival_step]) tuples, named
     ``{id_prefix}0``, ``{id_prefix}1``, ..."""
+    if isinstance(specs, (str, bytes)) or not hasattr(specs, "__iter__"):
+        raise TypeError(f"specs must be an iterable of (prompt_len, max_new_tokens[, arrival_step]) "
+                        f"tuples, got {specs!r:.60}")
     requests = []
     for i, spec in enumerate(specs):
-        if not 2 <= len(spec) <= 3:
+        if not hasattr(spec, "__len__") or not 2 <= len(spec) <= 3:
             raise ValueError(f"specs[{i}] must be (prompt_len, max_new_tokens[, arrival_step]), "
                              f"got {spec!r}")
         requests.append(Request(f"{id_prefix}{i}", *spec))

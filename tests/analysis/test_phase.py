@@ -77,7 +77,11 @@ def test_the_sample_covers_every_verdict():
 def test_bad_phase_arguments():
     with pytest.raises(ValueError, match="regime must be one of"):
         phase_verdicts([8], [8], "vllm")
-    with pytest.raises(ValueError, match="pool_blocks and context_lens must hold ints >= 1"):
+    with pytest.raises(ValueError, match=r"pool_blocks\[0\] must be in \[1, "):
         phase_verdicts([0], [8], "capacity")
+    with pytest.raises(ValueError, match=r"context_lens must hold ints in \[1, "):
+        phase_verdicts([8], np.array([8, 0]), "capacity")
+    with pytest.raises(TypeError, match=r"context_lens\[0\] must be an int"):
+        phase_verdicts([8], ["8"], "capacity")
     with pytest.raises(ValueError, match="max_new_tokens must be in"):
         PhaseSetup(max_new_tokens=-1)
