@@ -118,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
 #: example's value, or Deployment's default.
 PLAN_OPTIONS = {
     "--weights-gib": ("weights_gib", float, "weights per rank, GiB (default: parameters x dtype / (tp x pp))"),
-    "--weights-dtype": ("weights_dtype", str, "dtype to derive the weights in (default: the "
-                        "checkpoint's quantization, else the model's dtype)"),
+    "--weights-dtype": ("weights_dtype", str, "dtype to derive the weights in; fp8 and nvfp4 keep "
+                        "the embeddings in the model's dtype (default: the checkpoint's "
+                        "quantization, else the model's dtype)"),
     "--workspace-gib": ("workspace_gib", float, "persistent workspace per rank, GiB (default 0)"),
     "--workspace-skew-gib": ("workspace_skew_gib", float, "extra workspace growing to the last rank, GiB"),
     "--activations-gib": ("activations_gib", float, "activation peak per rank, GiB (default 0)"),
@@ -157,7 +158,8 @@ def _add_plan(sub) -> None:
                           "pool, max_seq_len clamp, page-index row, and what every context length "
                           "meets under each policy, for the KV cache manager it gets (V1 or V2). "
                           "Exit 0 safe, 3 a context stalls, 4 a context or the construction "
-                          "raises, 5 max_num_tokens refuses most contexts up to max_seq_len.")
+                          "raises, 5 most contexts up to max_seq_len are refused (max_num_tokens, "
+                          "or no room).")
     what = plan.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
     what.add_argument("--config", type=Path, metavar="PATH",
@@ -177,7 +179,7 @@ def _add_plan(sub) -> None:
                       help="chunked prefill (default off)")
     plan.add_argument("--disable-overlap-scheduler", action="store_true", default=None,
                       help="the overlap scheduler off (on by default: the KV manager's max_seq_len "
-                      "is one more)")
+                      "is 1 + max_draft_len more)")
     plan.add_argument("--allow-long-max-model-len", action="store_true", default=None,
                       help="keep a --max-seq-len past the model's own limit "
                       "(TLLM_ALLOW_LONG_MAX_MODEL_LEN)")
@@ -192,7 +194,6 @@ def _plan(args, parser) -> int:
     from kvlab.analysis.deployment import Deployment, example_deployments, plan_deployment
     from kvlab.analysis.gpus import GPUS
     from kvlab.analysis.models import ConfigError, load_model, model_names, read_config
-    from kvlab.core.memory import GIB
 
     if args.list:
         print("models:   " + ", ".join(model_names()))

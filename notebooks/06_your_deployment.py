@@ -46,7 +46,7 @@
 # %% tags=["parameters"]
 model: str = "llama-3.1-70b"  # a preset of data/models/ for section 3
 gpu: str = "h100-80gb"  # a GPU preset (kvlab.analysis.gpus.GPUS)
-weights_gib: float = 0.0  # weights per rank in GiB; 0: the parameter count x bf16 / tp
+weights_gib: float = 0.0  # weights per rank in GiB; 0: the parameter count in the checkpoint's format / tp
 tp_size: int = 4  # tensor parallelism
 max_seq_len: int = 131072  # configured max_seq_len
 max_batch_size: int = 256  # max_batch_size

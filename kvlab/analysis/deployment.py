@@ -35,6 +35,7 @@ evicted from the GPU; the clamp and the row width count GPU pages only, so it ch
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from kvlab.analysis.gpus import GPUS
-from kvlab.analysis.models import ModelGeometry, load_model
+from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry, load_model
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.analysis.rank_plan import RankPlan
@@ -72,8 +73,8 @@ POLICY_LABELS = {"none/clamped": "current TensorRT-LLM (row sized from the clamp
                                  "pool it would leave"}
 #: Speculative decoding modes whose extra KV tokens and draft layers the plan counts (one-model).
 SPEC_MODES = ("mtp", "eagle3")
-#: ``kvlab plan``'s exit codes: the current code's worst verdict; 5 when max_num_tokens refuses
-#: most context lengths up to max_seq_len (chunked prefill off).
+#: ``kvlab plan``'s exit codes: the current code's worst verdict; 5 when most context lengths up
+#: to max_seq_len are refused (max_num_tokens with chunked prefill off, or no room at all).
 PLAN_EXIT_CODES = {"ok": 0, "reject": 0, "stall": 3, "crash": 4}
 MOSTLY_REFUSED_EXIT = 5
 MAX_RANKS = 4096
@@ -155,6 +156,9 @@ class Deployment:
             store_checked(self, "kv_quota_gib", _gib, low=1e-6)
         store_checked(self, "tp_size", check_int, low=1, high=MAX_RANKS)
         store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
+        if self.tp_size * self.pp_size > MAX_RANKS:
+            raise ValueError(f"tp_size x pp_size must be at most {MAX_RANKS} ranks, got "
+                             f"{self.tp_size} x {self.pp_size} = {self.tp_size * self.pp_size}")
         for name in ("attention_dp", "chunked_prefill", "allow_long_max_model_len",
                      "disable_overlap_scheduler"):
             if not isinstance(getattr(self, name), bool):
@@ -222,13 +226,14 @@ class Deployment:
 
     @property
     def requested_max_seq_len(self) -> int:
-        return self.max_seq_len if self.max_seq_len is not None else self.model.max_seq_len_limit
+        limit = self.model.max_seq_len_limit or DEFAULT_MAX_POSITION_EMBEDDINGS
+        return self.max_seq_len if self.max_seq_len is not None else limit
 
     @property
     def configured_max_seq_len(self) -> int:
         """The max_seq_len the executor runs with: the requested one, lowered to the model's
         inferred limit unless ``allow_long_max_model_len``."""
-        if self.allow_long_max_model_len:
+        if self.allow_long_max_model_len or self.model.max_seq_len_limit is None:
             return self.requested_max_seq_len
         return min(self.requested_max_seq_len, self.model.max_seq_len_limit)
 
@@ -324,9 +329,16 @@ def v1_tokens(deployment: Deployment, budget: MemoryBudget, stage: int) -> float
     activations freed) over the real bytes per token (``ceil(heads / tp)`` per layer)."""
     estimate = estimated_bytes_per_token(deployment, stage)
     creator = budget.available_bytes // estimate if estimate else math.inf
-    free = budget.total_bytes - budget.peak_memory_bytes + budget.activation_peak_bytes
     real = deployment.kv_geometry(stage).bytes_per_token
-    return min(creator, deployment.free_gpu_memory_fraction * max(free, 0) / real)
+    return min(creator, deployment.free_gpu_memory_fraction * free_at_construction(budget) / real)
+
+
+def free_at_construction(budget: MemoryBudget) -> int:
+    """The memory free when the V1 manager is built: the total less the weights, the workspace
+    and what torch does not see (the estimation run's activations are freed by then), never
+    below zero. [kvlab] Upstream the estimation run's CUDA graphs are released only after the
+    managers are built, so the real figure is somewhat lower."""
+    return max(0, budget.total_bytes - budget.peak_memory_bytes + budget.activation_peak_bytes)
 
 
 @dataclass(frozen=True)
@@ -361,6 +373,8 @@ class DeploymentPlan:
     notes: Tuple[str, ...] = field(default_factory=tuple)
     state_bytes: Tuple[int, ...] = ()  # each rank's recurrent-state slots (merged, else the clamp's)
     estimated_bytes_per_token: int = 0  # V1: the creator's estimate, the same stage
+    stage: int = 0  # the pipeline stage bytes_per_token and the explanation are of (the largest)
+    paged: Tuple[bool, ...] = ()  # each rank holds KV pages (a stage of Mamba layers only does not)
 
     @property
     def manager(self) -> str:
@@ -414,7 +428,8 @@ class DeploymentPlan:
     @property
     def exit_code(self) -> int:
         code = PLAN_EXIT_CODES[self.worst()]
-        return MOSTLY_REFUSED_EXIT if code == 0 and self.mostly_refused else code
+        refused = self.mostly_refused or (self.starts and self.longest() == 0)
+        return MOSTLY_REFUSED_EXIT if code == 0 and refused else code
 
     def rank_plans(self) -> Tuple[RankPlan, ...]:
         """Each rank as :class:`kvlab.analysis.rank_plan.RankPlan` (what the per-rank memory
@@ -465,6 +480,9 @@ class DeploymentPlan:
         if not self.starts:
             return ("merged TensorRT-LLM raises ValueError at construction (the state slots do "
                     "not fit); lower max_batch_size or give the caches more memory")
+        if self.longest() == 0:
+            return ("every context refused: no prompt fits what the pool and the settings leave "
+                    f"(max_seq_len clamped to {self.clamped_max_seq_len:,}); see the ranges")
         if self.mostly_refused:
             d = self.deployment
             return (f"most contexts refused: max_num_tokens ({d.max_num_tokens:,}) refuses every "
@@ -479,7 +497,8 @@ class DeploymentPlan:
 
     def explain(self) -> str:
         """The plan in words, one fact a line."""
-        d, geo = self.deployment, self.deployment.kv_geometry()
+        d = self.deployment
+        geo = d.kv_geometry(self.stage)
         manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
         lines = [f"{d.model.name} ({d.model.architecture}) on {d.world_size} rank(s) of "
                  f"{d.gpu_gib:,.1f} GiB: tp {d.tp_size}, pp {d.pp_size}"
@@ -514,7 +533,7 @@ class DeploymentPlan:
                              f"{h['clamp_resident']:,} resident; PR #18985 (a proposal, open) "
                              f"would default max_batch_size to {h['feasible_max_batch_size']:,}")
         if self.blocks:
-            blocks = sorted(set(self.local_blocks))
+            blocks = sorted({b for b, paged in zip(self.local_blocks, self.paged) if paged})
             lines.append(f"Pool: {self.blocks:,} blocks = {self.capacity_tokens:,} tokens per rank "
                          "after the MIN all-reduce" + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})"
                                                       if len(blocks) > 1 else "")
@@ -530,7 +549,9 @@ class DeploymentPlan:
                              f"{self.table_bytes_fix:,} B under the fix")
             else:
                 lines.append(f"Blocks per sequence: {self.width_current:,} (ceil of the clamped "
-                             "max_seq_len over the block size)")
+                             "max_seq_len over the block size"
+                             + (", one more after a beam-search clamp)" if d.max_beam_width > 1
+                                and self.clamped else ")"))
         lines.append(f"Host tier: {_host_tier(d)['text']}")
         if self.ranges:
             lines.append(f"A lone request of 1..{d.configured_max_seq_len:,} prompt tokens "
@@ -616,6 +637,7 @@ def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> Tuple[Segme
 STORAGE_PAGE_BYTES = 2 * MIB
 
 
+@functools.lru_cache(maxsize=1024)  # ranks of a stage share their inputs
 def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[int, ...],
                     live_slots: int, sequences: int, typical_len: int,
                     tokens_per_block: int) -> Tuple[int, int]:
@@ -643,11 +665,14 @@ def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[i
     typical_attention = rounded(sequences * -(-typical_len // tokens_per_block) * page_bytes)
     typical_state = sum(rounded(live_slots * size) for size in state_pool_bytes)
     share = typical_state / (typical_attention + typical_state) if typical_state else 0.0
-    state = max(state_granules(live_slots), int(granules * share)) if typical_state else 0
-    slots = live_slots if typical_state else 0
-    while typical_state and state_granules(slots + 1) <= state:
-        slots += 1
-    return ((granules - state) * granule // page_bytes if page_bytes else 0), slots
+    if not typical_state:
+        return (granules * granule // page_bytes if page_bytes else 0), 0
+    state = max(state_granules(live_slots), int(granules * share))
+    low, high = live_slots, state * granule // min(state_pool_bytes) + 1  # fits, does not fit
+    while high - low > 1:  # the most slots the state granules hold
+        middle = (low + high) // 2
+        low, high = (middle, high) if state_granules(middle) <= state else (low, middle)
+    return ((granules - state) * granule // page_bytes if page_bytes else 0), low
 
 
 def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
@@ -720,7 +745,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     has_pages = [d.model.stage(d.pp_size, s)[0] + (d.draft_layers if s == d.pp_size - 1 else 0) > 0
                  or manager == "v1" for s in stages]  # V1 allocates a layer even for none
     if manager == "v1":
-        quotas = tuple(b.total_bytes - b.peak_memory_bytes + b.activation_peak_bytes for b in budgets)
+        quotas = tuple(free_at_construction(b) for b in budgets)
         tokens = [v1_tokens(d, b, s) for b, s in zip(budgets, stages)]
         local = tuple(int(t // tpb) for t in tokens)
     else:
@@ -789,7 +814,8 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
                           d.kv_geometry(biggest).bytes_per_block, capacity, clamped, width_now,
                           width_fix, table_now, table_fix, ranges, hybrid, tuple(notes),
                           tuple(slot_bytes),
-                          estimated_bytes_per_token(d, biggest) if manager == "v1" else 0)
+                          estimated_bytes_per_token(d, biggest) if manager == "v1" else 0,
+                          biggest, tuple(has_pages))
 
 
 def _setting_notes(d: Deployment) -> list:
@@ -803,7 +829,7 @@ def _setting_notes(d: Deployment) -> list:
     if d.max_beam_width > 1 and (m.preferred_manager == "v2" if d.manager == "auto" else d.manager == "v2"):
         notes.append("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to "
                      "KVCacheManager.")
-    if d.requested_max_seq_len > m.max_seq_len_limit:
+    if m.max_seq_len_limit is not None and d.requested_max_seq_len > m.max_seq_len_limit:
         notes.append(f"Specified self.max_seq_len={d.requested_max_seq_len} is larger than what the model "
                      f"can support ({m.max_seq_len_limit}). "
                      + ("allow_long_max_model_len keeps it" if d.allow_long_max_model_len else
@@ -892,4 +918,4 @@ def example_deployments() -> Dict[str, Deployment]:
 __all__ = ["CLAMP_PROPOSAL", "CURRENT_POLICY", "Deployment", "DeploymentPlan", "MANAGERS",
            "MOSTLY_REFUSED_EXIT", "PLAN_EXIT_CODES", "POLICY_LABELS", "SPEC_MODES", "Segment",
            "estimated_bytes_per_token", "example_deployments", "plan_deployment", "v1_segments",
-           "v1_tokens", "v2_hybrid_split"]
+           "free_at_construction", "v1_tokens", "v2_hybrid_split"]

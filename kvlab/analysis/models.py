@@ -181,15 +181,19 @@ class ModelGeometry:
 
     def weights_bytes(self, dtype: Optional[str] = None) -> Optional[int]:
         """All the weights, bytes: the quantized ones at :data:`QUANT_WEIGHT_BYTES` (the
-        checkpoint's algorithm) and the embeddings and lm_head in the model's dtype; or every
-        parameter in ``dtype`` when given. None without a parameter count, or for a
+        checkpoint's algorithm, or ``dtype``'s when it is fp8 or nvfp4) and the embeddings and
+        lm_head in the model's dtype; every parameter in ``dtype`` when it is a float dtype. None without a parameter count, or for a
         quantization kvlab does not model. Norms, routers and excluded modules count as
         quantized: a few tenths of a percent."""
         if not self.parameters:
             return None
         algo = self.quantization.weights_algo if self.quantization else None
-        if dtype is not None or algo is None:
-            return int(DTYPE_BYTES[dtype or self.dtype] * self.parameters)
+        if dtype is not None:  # a quantized dtype is that format, embeddings kept
+            algo = {"fp8": "FP8", "nvfp4": "NVFP4"}.get(dtype)
+            if algo is None:
+                return int(DTYPE_BYTES[dtype] * self.parameters)
+        if algo is None:
+            return int(DTYPE_BYTES[self.dtype] * self.parameters)
         if algo not in QUANT_WEIGHT_BYTES:
             return None
         kept = min(self.embedding_parameters, self.parameters)
@@ -248,8 +252,11 @@ def _check_raw_config(text: str, where: str) -> None:
         if layers is not None:
             _require(SimpleNamespace(num_hidden_layers=layers), "num_hidden_layers", where,
                      "the decoder's layer count", MAX_LAYERS)
-        for field_name in ("hybrid_override_pattern", "layer_types"):
+        for field_name, kind in (("hybrid_override_pattern", str), ("layer_types", list)):
             value = part.get(field_name)
+            if value is not None and not isinstance(value, kind):
+                raise ConfigError(f"{where}: {field_name} must be a {kind.__name__} (one entry per "
+                                  f"layer), got {type(value).__name__}")
             if value is not None and len(value) > MAX_LAYERS:
                 raise ConfigError(f"{where}: {field_name} must have at most {MAX_LAYERS} entries "
                                   f"(one per layer), got {len(value)}")
@@ -312,6 +319,9 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
                       d_state=("ssm_state_size", "the SSM state size"),
                       n_groups=("n_groups", "Mamba groups"), d_conv=("conv_kernel", "the conv kernel"))
     elif layer_types is not None:
+        if not isinstance(layer_types, (list, tuple)) or not all(isinstance(k, str) for k in layer_types):
+            raise ConfigError(f"{where}: layer_types must be a list of layer kinds (one a layer), "
+                              f"got {layer_types!r:.80}")
         known = {"full_attention", "sliding_attention", "linear_attention"}
         unknown = sorted(set(layer_types) - known)
         if unknown:

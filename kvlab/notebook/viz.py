@@ -26,6 +26,7 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import plotly.graph_objects as go
 
+from kvlab.analysis.deployment import CLAMP_PROPOSAL
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.core.memory import GIB, MIB
 
@@ -1230,7 +1231,7 @@ pool_vs_workspace_figure = _as_figure(pool_vs_workspace_spec)
 #: The plan figure's short name for each TensorRT-LLM policy (kvlab.analysis.deployment).
 PLAN_POLICY_NAMES = {"none/clamped": "current code", "none/configured": "one-line fix",
                      "capacity": "admission (PR #21720)", "v1": "current code (V1)",
-                     "pr-17261": "PR #17261's clamp"}
+                     CLAMP_PROPOSAL: "PR #17261's clamp"}
 
 
 def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:

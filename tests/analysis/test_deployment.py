@@ -134,7 +134,10 @@ def test_weights_derived_from_the_parameters_shrink_with_tp_and_pp():
     model = load_model("llama-3.1-70b")
     one = Deployment(model=model, gpu_gib=80.0).weights_bytes
     assert Deployment(model=model, gpu_gib=80.0, tp_size=4, pp_size=2).weights_bytes == one // 8
-    assert Deployment(model=model, gpu_gib=80.0, weights_dtype="fp8").weights_bytes == one // 2
+    # fp8 weights, the embeddings and lm_head kept in bf16 (2 x 128,256 x 8,192 parameters)
+    kept = 2 * 128256 * 8192
+    assert Deployment(model=model, gpu_gib=80.0, weights_dtype="fp8").weights_bytes == \
+        2 * kept + (model.parameters - kept)
 
 
 @pytest.mark.parametrize("kwargs, named", [

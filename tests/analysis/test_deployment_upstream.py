@@ -12,8 +12,8 @@ import pytest
 from kvlab.analysis.deployment import (Deployment, estimated_bytes_per_token, example_deployments,
                                        plan_deployment, v1_tokens)
 from kvlab.analysis.gpus import GPUS, MEASURED, NVIDIA_SMI
-from kvlab.analysis.models import (ConfigError, geometry_from_config, inferred_max_seq_len,
-                                   load_model, quantization_from_config, read_config)
+from kvlab.analysis.models import (ConfigError, inferred_max_seq_len, load_model,
+                                   quantization_from_config, read_config)
 from kvlab.cli import main
 from kvlab.core.memory import GIB
 from kvlab.core.page_index import max_blocks_per_seq
@@ -173,7 +173,7 @@ def test_a_longer_max_seq_len_is_lowered_unless_allowed():
 
 # -- ModelConfig's quantization reading (model_config.py at 008e0af) --
 
-def test_the_checkpoints_quantization_sets_the_weights_and_the_kv_dtype(tmp_path):
+def test_the_checkpoints_quantization_sets_the_weights_and_the_kv_dtype():
     assert quantization_from_config({"quant_method": "fp8", "weight_block_size": [128, 128]}).weights_algo \
         == "FP8_BLOCK_SCALES"
     assert quantization_from_config({"quant_method": "fp8", "activation_scheme": "static"}).weights_algo \
@@ -288,3 +288,26 @@ def test_a_hybrid_quota_is_split_in_granules_with_the_state_floor_first(max_batc
     stage = plan.hybrid["stages"][0]
     assert plan.starts and (stage["pages"], stage["state_slots"]) == (pages, slots)
     assert plan.blocks == pages and plan.clamped_max_seq_len == min(pages * 32, d.kv_max_seq_len)
+
+
+def test_the_explanation_is_of_the_stage_it_sizes_and_counts_paged_ranks_only():
+    """With MTP the last stage holds the draft layer: the per-token line and the page size are
+    that stage's; a Mamba-only stage holds no pages and is no 'rank alone'."""
+    mtp = plan_deployment(Deployment(model=load_model("deepseek-v3"), gpu_gib=H200, pp_size=61,
+                                     spec_mode="mtp", max_draft_len=1, chunked_prefill=True))
+    text = " ".join(mtp.explain().split())
+    assert mtp.stage == 60 and f"2 layers x 1 (K only, MLA)" in text
+    assert mtp.bytes_per_block == 32 * mtp.bytes_per_token
+    nemotron = plan_deployment(Deployment(model=load_model("nemotron-nano-9b-v2"),
+                                          gpu_gib=GPUS["h100-80gb"].gib, pp_size=4, max_batch_size=64))
+    assert nemotron.paged == (False, True, True, False)
+    assert "ranks alone" not in nemotron.explain()  # stages 1 and 2 hold the same pool
+
+
+def test_a_plan_where_nothing_fits_says_so_and_exits_5():
+    plan = plan_deployment(Deployment(model=load_model("llama-3.1-8b"), gpu_gib=17.0,
+                                      max_beam_width=256, chunked_prefill=True))
+    assert plan.starts and plan.longest() == 0 and plan.exit_code == 5
+    assert plan.verdict.startswith("every context refused")
+    low = plan_deployment(Deployment(model=load_model("llama-3.1-8b"), gpu_gib=1.0))  # 15 GiB weights
+    assert low.quotas == (0,) and low.blocks == 0 and low.to_dict()["kv_free_bytes_at_construction"] == [0]

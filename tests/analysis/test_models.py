@@ -98,6 +98,8 @@ def _config(**fields):
     (dict(model_type="x", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=0,
           head_dim=8), "num_key_value_heads must be an int in"),
     (dict(model_type="x", num_hidden_layers=10**9), "num_hidden_layers must be an int in [1, 4096]"),
+    (dict(model_type="x", num_hidden_layers=2, layer_types=5, num_attention_heads=2, head_dim=8),
+     "layer_types must be a list of layer kinds"),
     (dict(model_type="x", num_hidden_layers=8, full_attention_interval=-4, num_attention_heads=2,
           head_dim=8), "full_attention_interval must be an int in [1, 8]"),
     (dict(model_type="nemotron_h", num_hidden_layers=4, hybrid_override_pattern="M*"),
