@@ -279,7 +279,11 @@ def _scenario(args, parser) -> int:
     try:
         scenario = load_scenario(args.name)
         config = scenario_config(scenario, args.ranks, args.policy)
-        print(f"{scenario.title}\n{scenario.gpu} x {config.world_size}, policy {args.policy}", flush=True)
+        reported = scenario.deployment.ranks
+        changed = (f" (the scenario's {reported} ranks changed to {config.world_size})"
+                   if config.world_size != reported else "")
+        print(f"{scenario.title}{changed}\n{scenario.gpu} x {config.world_size}, policy {args.policy}",
+              flush=True)
         result = run_ranks(config, backend=args.backend, in_process=args.in_process,
                            timeout_s=args.timeout)
     except (ScenarioError, ValueError, TypeError, MemoryError) as exc:

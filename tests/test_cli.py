@@ -189,3 +189,9 @@ def test_help_names_every_command(capsys):
     out = capsys.readouterr().out
     assert exc.value.code == 0 and set(commands) == {"repro", "walkthrough", "scenario", "plan"}
     assert out.startswith("usage: kvlab [-h] {repro,walkthrough,scenario,plan}")
+
+
+def test_a_scenario_run_on_other_ranks_says_so(capsys):
+    assert main(["scenario", "issue-21470", "--ranks", "2", "--in-process", "--policy", "admission"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("(the scenario's 16 ranks changed to 2)")

@@ -285,6 +285,8 @@ def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clampe
     check_choice("policy", policy, RANK_POLICIES)
     if workspace_gib is not None:
         workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
+    if context_length is not None:
+        context_length = check_int("context_length", context_length, low=1, high=1 << 30)
     requests, pins = scenario_requests(scenario, context_length)
     for request_id, rank in pins.items():
         if rank >= ranks:
