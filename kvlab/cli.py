@@ -242,8 +242,8 @@ def _repro(args, parser) -> int:
 
 
 def _walkthrough(args, parser) -> int:
-    from kvlab.notebook.walkthrough import (NOTEBOOK_DIR, check_parameters, image_server, run_notebook,
-                              summary_table, walkthrough_notebooks)
+    from kvlab.notebook.walkthrough import (NOTEBOOK_DIR, check_parameters, image_failure, image_server,
+                                            run_notebook, summary_table, walkthrough_notebooks)
 
     notebooks = [p for p in walkthrough_notebooks(args.notebook_dir or NOTEBOOK_DIR)
                  if not args.only or any(p.name.startswith(o) for o in args.only)]
@@ -269,6 +269,8 @@ def _walkthrough(args, parser) -> int:
     print()
     print(summary_table(runs))
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
+    if image_failure() is not None:
+        print(f"figures: not rendered as images ({image_failure()}); the HTML says so in their place")
     return 1 if any(run.error for run in runs) else 0
 
 

@@ -3,14 +3,19 @@
 Each notebook under notebooks/ named ``NN_*.ipynb`` runs with papermill in a fresh kernel
 (parameters overridable), the executed copy goes to ``build/notebooks/`` and a static HTML copy
 to ``build/html/``: plotly figures there are PNG images rendered by kaleido with the system
-Chromium, so the report reads anywhere, offline. The findings each notebook reported
-(kvlab.notebook.findings) are collected for the summary.
+Chromium, so the report reads anywhere, offline. When Chromium cannot start, or an image does
+not come within ``IMAGE_TIMEOUT_S``, the rest of the report is written without images, each
+figure replaced by a line saying why (:func:`image_failure`). The findings each notebook
+reported (kvlab.notebook.findings) are collected for the summary.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import html as html_text
+import sys
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -150,6 +155,37 @@ def summary_table(runs: List[NotebookRun]) -> str:
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
+#: Seconds one figure's image may take (kaleido waits for ever on a browser that failed).
+IMAGE_TIMEOUT_S = 60.0
+_image_failure: Optional[str] = None  # why this process renders no more images
+
+
+def image_failure() -> Optional[str]:
+    """Why figures stopped being rendered as images in this process (None: they were not)."""
+    return _image_failure
+
+
+def _with_deadline(call, seconds: float):
+    """``call()`` in a daemon thread: its value, its exception, or TimeoutError after
+    ``seconds`` (the thread is left behind; it does not keep the process alive)."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = call()
+        except Exception as exc:  # handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True, name="kvlab-image")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no image within {seconds:g} s: the browser (Chromium) did not answer")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 @contextmanager
 def image_server():
     """Keep one kaleido browser (the system Chromium) for every figure of a run."""
@@ -159,7 +195,10 @@ def image_server():
     try:
         yield
     finally:
-        kaleido.stop_sync_server(silence_warnings=True)
+        try:
+            _with_deadline(lambda: kaleido.stop_sync_server(silence_warnings=True), IMAGE_TIMEOUT_S)
+        except Exception:  # a browser that never started has nothing to stop
+            pass
 
 
 def with_static_figures(notebook):
@@ -173,13 +212,23 @@ def with_static_figures(notebook):
             text = data.get("text/plain", "")
             if PANEL_MIME in data:  # a live panel: its title, values, verdict and every figure
                 panel = data[PANEL_MIME]
-                images = "".join(f'<img src="data:image/png;base64,{_png(f)}"/>'
-                                 for f in panel["figures"])
+                images = "".join(_img(f) for f in panel["figures"])
                 output["data"] = {"text/html": panel["title"] + panel["values"]
                                   + _monospace_detail(panel["verdict"]) + images, "text/plain": text}
             elif PLOTLY_MIME in data:
-                output["data"] = {"image/png": _png(data[PLOTLY_MIME]), "text/plain": text}
+                png = _png(data[PLOTLY_MIME])
+                output["data"] = ({"image/png": png, "text/plain": text} if png is not None else
+                                  {"text/html": _no_image(), "text/plain": text})
     return static
+
+
+def _img(figure) -> str:
+    png = _png(figure)
+    return f'<img src="data:image/png;base64,{png}"/>' if png is not None else _no_image()
+
+
+def _no_image() -> str:
+    return f"<p><em>figure not rendered as an image: {html_text.escape(_image_failure or '')}</em></p>"
 
 
 def _monospace_detail(verdict: str) -> str:
@@ -188,11 +237,22 @@ def _monospace_detail(verdict: str) -> str:
     return verdict.replace('<pre style="', '<pre style="font-family:var(--jp-code-font-family, monospace);')
 
 
-def _png(figure) -> str:
-    """A plotly figure (JSON text or a dict) as a base64 PNG."""
+def _png(figure) -> Optional[str]:
+    """A plotly figure (JSON text or a dict) as a base64 PNG; None once images have failed."""
+    global _image_failure
     import plotly.io as pio
 
-    return base64.b64encode(pio.to_image(pio.from_json(_as_json(figure)), format="png")).decode()
+    if _image_failure is not None:
+        return None
+    try:
+        png = _with_deadline(lambda: pio.to_image(pio.from_json(_as_json(figure)), format="png"),
+                             IMAGE_TIMEOUT_S)
+    except Exception as exc:  # Chromium missing, dead or hung: the report goes on without images
+        _image_failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        print(f"walkthrough: figures are not rendered as images ({_image_failure}); the HTML "
+              "report is written without them", file=sys.stderr, flush=True)
+        return None
+    return base64.b64encode(png).decode()
 
 
 def _as_json(figure) -> str:
