@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import copy
 import html as html_text
+import os
 import sys
 import threading
 import time
@@ -118,15 +119,22 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
     own = {k: v for k, v in parameters.items() if k in accepted}
     start = time.perf_counter()
     error = None
+    # Each output is written under a temporary name and renamed once whole: a run stopped half
+    # way (a signal, a full disk) leaves the earlier notebook and HTML as they were, side by side.
+    running = executed.with_name(f".{executed.name}.running")
     try:
-        execute(path, executed, own)
+        execute(path, running, own)
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     seconds = time.perf_counter() - start
+    if running.exists():
+        os.replace(running, executed)
     notebook = nbformat.read(executed, as_version=4) if executed.exists() else None
     if notebook is not None:
         body, _ = HTMLExporter().from_notebook_node(with_static_figures(notebook))
-        html.write_text(body, encoding="utf-8")
+        writing = html.with_name(f".{html.name}.writing")
+        writing.write_text(body, encoding="utf-8")
+        os.replace(writing, html)
     return NotebookRun(path.stem, seconds, executed, html if notebook is not None else None,
                        read_findings(notebook) if notebook is not None else [], error)
 

@@ -1,0 +1,30 @@
+"""The walkthrough writes each notebook and report under a temporary name and renames it once
+whole: a run stopped half way leaves the earlier complete pair as it was (issue 28)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab.notebook import walkthrough
+
+
+def test_a_run_stopped_half_way_leaves_the_earlier_outputs_whole(tmp_path, monkeypatch):
+    source = tmp_path / "src" / "02_demo.ipynb"
+    source.parent.mkdir()
+    source.write_text("{}")
+    executed = tmp_path / "build" / "notebooks" / "02_demo.ipynb"
+    report = tmp_path / "build" / "html" / "02_demo.html"
+    for path, text in ((executed, "earlier notebook"), (report, "earlier report")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    def stopped(path, output, parameters):  # papermill writes as it goes, then the run is killed
+        output.write_text('{"cells": [half')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(walkthrough, "_notebook_parameters", lambda path: {})
+    monkeypatch.setattr(walkthrough, "execute", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        walkthrough.run_notebook(source, tmp_path / "build", {})
+    assert executed.read_text() == "earlier notebook" and report.read_text() == "earlier report"
+    assert (executed.parent / ".02_demo.ipynb.running").read_text() == '{"cells": [half'
