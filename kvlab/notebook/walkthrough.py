@@ -121,7 +121,7 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
     error = None
     # Each output is written under a temporary name and renamed once whole: a run stopped half
     # way (a signal, a full disk) leaves the earlier notebook and HTML as they were, side by side.
-    running = executed.with_name(f".{executed.name}.running")
+    running = executed.with_name(f".{executed.stem}.running.ipynb")
     try:
         execute(path, running, own)
     except papermill.PapermillExecutionError as exc:
