@@ -15,7 +15,7 @@
                        what each context length meets under each policy, for the KV cache
                        manager it gets (V1 or V2); ``--json`` for machines; exit 0 safe, 3 a
                        context stalls, 4 a context or construction raises (issue #21470), 5
-                       max_num_tokens refuses most contexts
+                       most contexts are refused (max_num_tokens, or no room)
 
 Bad arguments exit 2 with a usage line and no traceback: a value outside its range, a pool the
 machine cannot allocate, a scenario file that does not validate, a ``-p`` parameter that no

@@ -262,6 +262,12 @@ class Deployment:
         """The pipeline stage of ``rank`` (``Mapping``: pp is the outer dimension)."""
         return rank // self.tp_size
 
+    def attention_layers(self, stage: int) -> int:
+        """Stage ``stage``'s layers with a KV cache: its share of the model's, plus the draft
+        layers on the last stage."""
+        return (self.model.stage(self.pp_size, stage)[0]
+                + (self.draft_layers if stage == self.pp_size - 1 else 0))
+
     def kv_geometry(self, stage: Optional[int] = None) -> KVGeometry:
         """Stage ``stage``'s KV geometry (None: the most attention layers of any stage)."""
         last = stage == self.pp_size - 1 or (stage is None and self.pp_size == 1)
@@ -681,8 +687,7 @@ def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
     dummies = num_dummy_slots(True, d.attention_dp)
     stages = []
     for stage in range(d.pp_size):
-        attention, recurrent = d.model.stage(d.pp_size, stage)
-        attention += d.draft_layers if stage == d.pp_size - 1 else 0
+        attention, recurrent = d.attention_layers(stage), d.model.stage(d.pp_size, stage)[1]
         mamba = d.mamba_geometry(stage)
         quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
         page = d.kv_geometry(stage).bytes_per_block if attention else 0
@@ -742,8 +747,8 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     notes += _setting_notes(d)
 
     hybrid, slot_bytes = None, [0] * d.world_size
-    has_pages = [d.model.stage(d.pp_size, s)[0] + (d.draft_layers if s == d.pp_size - 1 else 0) > 0
-                 or manager == "v1" for s in stages]  # V1 allocates a layer even for none
+    # V1 allocates a layer even for a stage with none
+    has_pages = [manager == "v1" or d.attention_layers(s) > 0 for s in stages]
     if manager == "v1":
         quotas = tuple(free_at_construction(b) for b in budgets)
         tokens = [v1_tokens(d, b, s) for b, s in zip(budgets, stages)]
