@@ -163,7 +163,7 @@ class PageIndexTable:
         self._free_slots.append(slot)
 
     def _check_acquired(self, slot) -> None:
-        if isinstance(slot, bool) or slot not in self._acquired:
+        if type(slot) is not int or slot not in self._acquired:
             raise ValueError(f"slot {slot!r} is not an acquired page-index slot "
                              f"(slots are 0..{self.cache_slots - 1}; the reserved ones are never "
                              "handed out)")
@@ -175,8 +175,9 @@ class PageIndexTable:
     def write(self, slot: int, start: int, pages) -> None:
         """Write page ids into entries [start, start + len(pages)) of an acquired slot's row;
         ValueError for a slot not handed out or entries outside the row."""
-        self._check_acquired(slot)
-        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= self.width - len(pages):
+        if not (type(slot) is int and slot in self._acquired  # one test for the common case
+                and type(start) is int and 0 <= start <= self.width - len(pages)):
+            self._check_acquired(slot)
             raise ValueError(f"start must be in [0, {self.width - len(pages)}] to write "
                              f"{len(pages)} entries into a row of {self.width}, got {start!r}")
         rows = self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width]
@@ -184,7 +185,8 @@ class PageIndexTable:
 
     def clear(self, slot: int, start: int) -> None:
         """Mark entries from ``start`` to the end of an acquired slot's row unused."""
-        self._check_acquired(slot)
-        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= self.width:
+        if not (type(slot) is int and slot in self._acquired
+                and type(start) is int and 0 <= start <= self.width):
+            self._check_acquired(slot)
             raise ValueError(f"start must be in [0, {self.width}], got {start!r}")
         self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width, :, start:] = BAD_PAGE_INDEX
