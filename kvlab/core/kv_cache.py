@@ -26,9 +26,8 @@ import torch
 from kvlab.core.checks import MAX_COUNT, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kvlab.core.host_tier import HostTier
     from kvlab.core.page_index import PageIndexTable
-    from kvlab.core.pool import PagePool
+    from kvlab.core.prefix_cache import PrefixCache
 
 #: The native message, verbatim (issue #21470's traceback).
 PAGE_INDEX_TOO_SHORT_MESSAGE = "User-provided base page indices is too short"
@@ -50,24 +49,28 @@ class PageIndexTooShort(ValueError):
 
 class KVCache:
     """The pages of one sequence, their page-index row, and its capacity in tokens. Built by
-    ``KVCacheManager.create_cache``, which hands it its collaborators: the pool its pages come
-    from, the page-index table its row is in, and the tier below the GPU."""
+    ``KVCacheManager.create_cache``, which hands it its collaborators: the prefix cache its
+    pages come from and go back to (with the pool and the tier below the GPU behind it) and
+    the page-index table its row is in. Its first ``committed`` pages are held in the prefix
+    cache, possibly shared with other caches; the rest are its own."""
 
-    __slots__ = ("request_id", "slot", "pool", "page_index", "host_tier", "tokens_per_block",
-                 "max_util_for_resume", "pages", "capacity", "history_length", "suspended",
-                 "_host_copy", "freed")
+    __slots__ = ("request_id", "slot", "pool", "page_index", "host_tier", "prefix_cache",
+                 "tokens_per_block", "max_util_for_resume", "pages", "committed", "capacity",
+                 "history_length", "suspended", "_host_copy", "freed")
 
-    def __init__(self, request_id: str, slot: int, *, pool: "PagePool",
-                 page_index: "PageIndexTable", host_tier: "HostTier", tokens_per_block: int,
-                 max_util_for_resume: float):
+    def __init__(self, request_id: str, slot: int, *, prefix_cache: "PrefixCache",
+                 page_index: "PageIndexTable", tokens_per_block: int, max_util_for_resume: float):
         self.request_id = request_id
         self.slot = slot
-        self.pool = pool
+        self.prefix_cache = prefix_cache
+        self.pool = prefix_cache.pool
         self.page_index = page_index
-        self.host_tier = host_tier
+        self.host_tier = prefix_cache.host_tier
         self.tokens_per_block = tokens_per_block
         self.max_util_for_resume = max_util_for_resume
         self.pages: List[int] = []
+        #: the leading pages committed to the prefix cache, held there, not owned
+        self.committed = 0
         self.capacity = 0
         self.history_length = 0
         self.suspended = False
@@ -130,7 +133,7 @@ class KVCache:
         return True
 
     def _grow(self, count: int) -> bool:
-        pages = self.host_tier.allocate(self.pool, count)
+        pages = self.prefix_cache.allocate(count)
         if pages is None:
             return False
         self._append(pages)
@@ -141,9 +144,16 @@ class KVCache:
         self.pages.extend(pages)
 
     def _release_tail(self, keep: int) -> None:
+        """Give back the pages from ``keep`` on: committed ones to the prefix cache (held no
+        more), the others to the pool."""
         tail = self.pages[keep:]
         del self.pages[keep:]
         self.page_index.clear(self.slot, keep)
+        held = self.committed - keep
+        if held > 0:
+            self.prefix_cache.release(tail[:held])
+            tail = tail[held:]
+            self.committed = keep
         self.pool.free(tail)
 
     @property
@@ -182,7 +192,7 @@ class KVCache:
             return False
         if self._host_copy is not None:
             count = self._host_copy.shape[0]
-            pages = self.host_tier.allocate(self.pool, count)
+            pages = self.prefix_cache.allocate(count)
             if pages is None:
                 return False
             storage = pool.storage

@@ -47,7 +47,12 @@ from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
 from kvlab.core.page_index import PageIndexTable, WIDTH_POLICIES, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS, PagePool, resolve_device
+from kvlab.core.prefix_cache import PrefixCache
 from kvlab.core.request import Request
+
+
+#: ``BlockReuseConfig.policy`` values: when a context's pages are committed for reuse.
+BLOCK_REUSE_POLICIES = ("all_reusable", "per_request")
 
 
 class MaxSeqLenClampWarning(UserWarning):
@@ -104,7 +109,9 @@ class KVCacheManager:
                  pp_size: int = 1, num_extra_kv_tokens: int = 0, reserved_draft_tokens: int = 0,
                  disaggregated: bool = False, host_cache_size: Optional[int] = None,
                  disk_cache_size: Optional[int] = None, max_util_for_resume: float = 0.95,
-                 overlap_scheduler: bool = False, num_reserved_index_slots: int = 1):
+                 overlap_scheduler: bool = False, num_reserved_index_slots: int = 1,
+                 enable_block_reuse: bool = True, enable_partial_reuse: bool = True,
+                 block_reuse_policy: str = "all_reusable"):
         if not isinstance(geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
         quota_bytes = check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
@@ -113,8 +120,13 @@ class KVCacheManager:
         # validated here, before the clamp warning, so a bad argument warns nothing
         width_policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
         pp_size = check_int("pp_size", pp_size, low=1, high=1024)
-        if not isinstance(disaggregated, bool):
-            raise TypeError(f"disaggregated must be a bool, got {disaggregated!r}")
+        for name, flag in (("disaggregated", disaggregated), ("enable_block_reuse", enable_block_reuse),
+                           ("enable_partial_reuse", enable_partial_reuse)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        self.enable_block_reuse = enable_block_reuse
+        self.block_reuse_policy = check_choice("block_reuse_policy", block_reuse_policy,
+                                               BLOCK_REUSE_POLICIES)
         self.geometry = geometry
         self.quota_bytes = quota_bytes
         self.page_index_policy = width_policy
@@ -167,6 +179,9 @@ class KVCacheManager:
         self.max_util_for_resume = float(max_util_for_resume)
         self.host_tier = HostTier(lower_tier_bytes(host_cache_size, disk_cache_size, quota_bytes)
                                   // geometry.bytes_per_block)
+        # 6. block reuse: every allocation goes through the prefix cache (empty with reuse off)
+        self.prefix_cache = PrefixCache(self.pool, self.host_tier, geometry.tokens_per_block,
+                                        enable_partial_reuse and enable_block_reuse)
         self._caches: Dict[str, KVCache] = {}
         #: The live caches by request id, read-only: they change only through this manager.
         self.caches: Mapping[str, KVCache] = MappingProxyType(self._caches)
@@ -182,7 +197,9 @@ class KVCacheManager:
 
     @property
     def free_blocks(self) -> int:
-        return self.pool.free_blocks
+        """Pages an allocation may take without moving a cache: free ones and cached ones no
+        cache holds (evictable; the real manager counts them as available too)."""
+        return self.pool.free_blocks + self.prefix_cache.evictable_blocks
 
     @property
     def allocatable_blocks(self) -> int:
@@ -220,7 +237,7 @@ class KVCacheManager:
     def allocate_pages(self, count: int):
         """``count`` pages of the pool (``HostTier.allocate``: suspended caches' pages move
         down first where the pool alone has too few)."""
-        return self.host_tier.allocate(self.pool, count)
+        return self.prefix_cache.allocate(count)
 
     # -- caches -------------------------------------------------------------------------
     def create_cache(self, request_id: str) -> KVCache:
@@ -229,9 +246,8 @@ class KVCacheManager:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
         if request_id in self._caches:
             raise ValueError(f"request_id {request_id!r} already has a cache")
-        cache = KVCache(request_id, self.page_index.acquire_slot(), pool=self.pool,
-                        page_index=self.page_index, host_tier=self.host_tier,
-                        tokens_per_block=self.geometry.tokens_per_block,
+        cache = KVCache(request_id, self.page_index.acquire_slot(), prefix_cache=self.prefix_cache,
+                        page_index=self.page_index, tokens_per_block=self.geometry.tokens_per_block,
                         max_util_for_resume=self.max_util_for_resume)
         self._caches[request_id] = cache
         return cache
@@ -244,10 +260,49 @@ class KVCacheManager:
             raise KeyError(f"no cache for request {request_id!r}") from None
 
     def prepare_context(self, request: Request) -> KVCache:
-        """Create the request's cache if it has none (the real prepare_context)."""
-        if request.request_id in self._caches:
-            return self._caches[request.request_id]
-        return self.create_cache(request.request_id)
+        """The request's cache, created if it has none (the real ``prepare_context``). With
+        block reuse, a new cache starts holding the longest cached prefix of the prompt less
+        its last token (the last is always computed), a partially matched page copied into a
+        page of its own; the request's context then starts after it
+        (``prepopulated_prompt_len``)."""
+        cache = self._caches.get(request.request_id)
+        if cache is not None:
+            return cache
+        cache = self.create_cache(request.request_id)
+        if self.enable_block_reuse and request.prefix_hashes and request.context_current_position == 0:
+            self._reuse_prefix(cache, request)
+        return cache
+
+    def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
+        prefix_cache = self.prefix_cache
+        match = prefix_cache.match(request, request.context_len - 1)
+        pages = prefix_cache.hold(match.nodes)
+        cache.committed = len(pages)
+        tokens = match.tokens
+        if match.partial is not None:
+            copy = prefix_cache.allocate(1)
+            if copy is None:  # no page to copy into: the whole pages only
+                tokens -= match.partial_tokens
+            else:
+                storage = self.pool.storage
+                storage[copy[0]].copy_(storage[match.partial.page])
+                pages += copy
+        if pages:
+            cache._append(pages)
+            cache.capacity = cache.history_length = tokens
+        request.context_current_position = request.prepopulated_prompt_len = tokens
+
+    def commit_context(self, request: Request) -> None:
+        """The request's context ran up to ``context_current_position``: commit the pages it
+        computed so other prompts can reuse them. Under the "all_reusable" policy (the real
+        default) after every chunk, else once the context is complete; only prompt tokens
+        (generated ones never), and the prompt's partial last page with its last chunk."""
+        if not (self.enable_block_reuse and request.prefix_hashes):
+            return
+        finished = request.is_context_finished
+        if finished or self.block_reuse_policy == "all_reusable":
+            self.prefix_cache.commit(self.get_cache(request), request,
+                                     request.context_current_position, finished)
 
     def resize_context(self, request: Request, num_tokens: int) -> bool:
         """Grow the request's cache for its next ``num_tokens`` context tokens (module docstring)."""
@@ -289,7 +344,7 @@ class KVCacheManager:
             if blocks > width:
                 raise PageIndexTooShort(blocks, width)
             needs.append(blocks - cache.num_blocks)
-        pages = self.pool.allocate(sum(needs))
+        pages = self.prefix_cache.allocate(sum(needs))
         if pages is None:
             return False
         start = 0
@@ -377,15 +432,23 @@ class KVCacheManager:
     def check_invariants(self) -> None:
         """Raise AssertionError unless: pages are conserved, no page is owned twice, and every
         row holds exactly its cache's pages followed by unused entries."""
-        owned = [page for cache in self._caches.values() for page in cache.pages]
+        owned, holders = [], {}
+        for cache in self._caches.values():
+            owned += cache.pages[cache.committed:]
+            for page in cache.pages[:cache.committed]:
+                holders[page] = holders.get(page, 0) + 1
         assert len(owned) == len(set(owned)), "a page is owned by two caches"
+        prefix_cache = self.prefix_cache
+        prefix_cache.check_invariants(holders)
+        assert not any(prefix_cache.is_committed(page) for page in owned), "an owned page is committed"
         host = sum(cache.suspended_blocks for cache in self._caches.values())
         assert host == self.host_tier.used_blocks <= self.host_tier.num_blocks, (
             f"the host tier holds {host} pages, accounted {self.host_tier!r}")
         self.host_tier.check_invariants()
-        assert len(owned) + self.free_blocks == self.total_blocks, (
-            f"pages not conserved: {len(owned)} owned + {self.free_blocks} free "
-            f"!= {self.total_blocks}")
+        free = self.pool.free_blocks
+        assert len(owned) + prefix_cache.committed_blocks + free == self.total_blocks, (
+            f"pages not conserved: {len(owned)} owned + {prefix_cache.committed_blocks} committed "
+            f"+ {free} free != {self.total_blocks}")
         assert all(self.pool.is_allocated(page) for page in owned), "owned page marked free"
         for cache in self._caches.values():
             row = cache.page_indices.tolist()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from kvlab.core.checks import MAX_COUNT, check_int, store_checked
+from kvlab.core.prefix_cache import MOONCAKE_TOKENS_PER_HASH
 
 #: Every value ``Request.state`` takes.
 REQUEST_STATES = ("waiting", "running", "suspended", "finished", "rejected")
@@ -37,8 +38,11 @@ class Request:
     ``beam_width``: beams searched; a generation step takes that many tokens of the budget,
     and one pass schedules one beam width (kvlab keeps one set of pages per sequence whatever
     the width).
-    ``prefix_hashes``: the prompt's block hashes from a trace that records them (Mooncake's,
-    one per 512 tokens, each standing for its whole prefix: vLLM's ``Request.block_hashes``).
+    ``prefix_hashes``: the prompt's block hashes, one per ``tokens_per_hash`` tokens (the last
+    block may be shorter), each standing for its whole prefix (vLLM's ``Request.block_hashes``):
+    what block reuse matches (kvlab.core.prefix_cache). Mooncake's traces record one per 512
+    tokens; ``prefix_cache.chain_hashes`` makes them from token ids. Empty: a prompt that shares
+    nothing.
 
     The fields after these are runtime bookkeeping (not constructor arguments); a copy made
     with ``dataclasses.replace`` starts them afresh.
@@ -54,12 +58,16 @@ class Request:
     num_draft_tokens: int = 0
     beam_width: int = 1
     prefix_hashes: Tuple[int, ...] = ()
+    tokens_per_hash: int = MOONCAKE_TOKENS_PER_HASH
 
     state: str = field(default="waiting", init=False)
     reason: str = field(default="", init=False)
     #: Generated tokens folded back into the context by a recompute pause (the real
     #: ``reset_for_recompute`` rewrites the prompt as prompt + generated tokens).
     recomputed_tokens: int = field(default=0, init=False)
+    #: Leading context tokens a reused prefix provided, not computed (LlmRequest's
+    #: ``prepopulated_prompt_len``); the context starts there.
+    prepopulated_prompt_len: int = field(default=0, init=False)
     #: Tokens of the context chunk scheduled this iteration (LlmRequest.context_chunk_size).
     context_chunk_size: int = field(default=0, init=False)
     num_suspensions: int = field(default=0, init=False)
@@ -101,10 +109,13 @@ class Request:
         if not isinstance(self.prefix_hashes, tuple) or not all(
                 isinstance(h, int) and not isinstance(h, bool) for h in self.prefix_hashes):
             raise TypeError(f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}")
+        store_checked(self, "tokens_per_hash", check_int, low=1, high=1 << 20)
 
     @property
     def is_first_context_chunk(self) -> bool:
-        return self.context_current_position == 0
+        """At the start of its context: nothing computed past the reused prefix (the real
+        ``isFirstContextChunk``, cpp/include/tensorrt_llm/batch_manager/llmRequest.h)."""
+        return self.context_current_position == self.prepopulated_prompt_len
 
     @property
     def context_len(self) -> int:
@@ -139,7 +150,7 @@ class Request:
     def is_started(self) -> bool:
         """Started, hence evictable (the real ``_is_started_request``): a context past its
         first chunk, or a generation request."""
-        return self.context_current_position > 0
+        return self.context_current_position > self.prepopulated_prompt_len
 
     @property
     def num_tokens(self) -> int:
