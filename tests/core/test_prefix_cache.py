@@ -1,0 +1,185 @@
+"""Block reuse in the manager: committed pages, holders, eviction, partial matches, rebasing."""
+
+import pytest
+import torch
+
+from kvlab import KVCacheManager, KVGeometry, Request
+from kvlab.core.prefix_cache import chain_hashes, prefix_key
+
+T = 4  # tokens per page
+
+
+def manager(num_blocks=16, **kwargs):
+    geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=2, dtype="float16", tokens_per_block=T)
+    kwargs.setdefault("host_cache_size", 0)
+    return KVCacheManager.expecting_clamp(geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
+                                          max_seq_len=num_blocks * T, max_batch_size=8, **kwargs)
+
+
+def request(rid, tokens, **kwargs):
+    return Request(rid, len(tokens), 4, prefix_hashes=chain_hashes(tokens), tokens_per_hash=1, **kwargs)
+
+
+def run_context(mgr, req):
+    """prepare, resize for the rest of the context, run it, commit: what a scheduled context does."""
+    cache = mgr.prepare_context(req)
+    assert mgr.resize_context(req, req.context_remaining_length)
+    req.context_current_position = req.context_len
+    mgr.commit_context(req)
+    mgr.check_invariants()
+    return cache
+
+
+def test_chain_hashes_stand_for_the_whole_prefix():
+    a, b = chain_hashes([1, 2, 3, 4]), chain_hashes([9, 2, 3, 4])
+    assert len(a) == 4 and all(x != y for x, y in zip(a, b))
+    assert chain_hashes([1, 2, 3, 4, 5], 2) == chain_hashes([1, 2, 3, 4, 5], 2)
+    assert len(chain_hashes(range(5), 2)) == 3
+    assert prefix_key(a, 1, 3) == (a[2], 3)
+
+
+def test_second_prompt_reuses_the_committed_prefix_and_computes_its_last_token():
+    mgr = manager()
+    first = request("a", list(range(10)))
+    cache_a = run_context(mgr, first)
+    assert cache_a.committed == 3  # two full pages and the partial last one (10 = 4 + 4 + 2)
+    second = request("b", list(range(8)) + [50, 51, 52])
+    cache_b = mgr.prepare_context(second)
+    assert second.prepopulated_prompt_len == second.context_current_position == 8
+    assert cache_b.pages == cache_a.pages[:2] and cache_b.committed == 2
+    assert cache_b.capacity == cache_b.history_length == 8
+    assert second.is_first_context_chunk and not second.is_started
+    mgr.check_invariants()
+    # the same prompt again: prompt[:-1] is matched, so the last token is computed (one whole
+    # page, then three tokens of the next copied)
+    again = request("c", list(range(8)))
+    mgr.prepare_context(again)
+    assert again.context_current_position == 7
+
+
+def test_partial_match_copies_the_shared_tokens_into_a_page_of_its_own():
+    mgr = manager()
+    cache_a = run_context(mgr, request("a", list(range(8))))
+    mgr.pool.storage[cache_a.pages[1]] = 7
+    other = request("b", [0, 1, 2, 3, 4, 5, 99, 98, 97])  # shares 6 tokens: 1 page + 2
+    cache_b = mgr.prepare_context(other)
+    assert other.context_current_position == 6
+    assert cache_b.pages[0] == cache_a.pages[0] and cache_b.committed == 1
+    assert cache_b.pages[1] not in cache_a.pages
+    assert torch.equal(mgr.pool.storage[cache_b.pages[1]], mgr.pool.storage[cache_a.pages[1]])
+    mgr.check_invariants()
+
+
+def test_partial_reuse_off_takes_whole_pages_only():
+    mgr = manager(enable_partial_reuse=False)
+    run_context(mgr, request("a", list(range(8))))
+    other = request("b", [0, 1, 2, 3, 4, 5, 99, 98, 97])
+    mgr.prepare_context(other)
+    assert other.context_current_position == 4
+
+
+def test_reuse_off_matches_and_commits_nothing():
+    mgr = manager(enable_block_reuse=False)
+    run_context(mgr, request("a", list(range(10))))
+    assert mgr.prefix_cache.committed_blocks == 0
+    other = request("b", list(range(10)))
+    mgr.prepare_context(other)
+    assert other.context_current_position == 0
+
+
+def test_freed_pages_stay_cached_evictable_and_count_as_free():
+    mgr = manager(num_blocks=6)
+    first = request("a", list(range(9)))  # 3 pages, all committed at the end of its context
+    run_context(mgr, first)
+    mgr.free(first)
+    assert mgr.pool.free_blocks == 3 and mgr.prefix_cache.evictable_blocks == 3
+    assert mgr.free_blocks == 6
+    mgr.check_invariants()
+    # a later prompt with the same prefix finds it
+    again = request("b", list(range(9)) + [7])
+    mgr.prepare_context(again)
+    assert again.context_current_position == 9
+    assert mgr.prefix_cache.evictable_blocks == 1  # the partial last page is copied, not held
+    mgr.check_invariants()
+
+
+def test_eviction_takes_the_least_recently_released_and_a_caches_last_page_first():
+    mgr = manager(num_blocks=6)
+    old = request("old", list(range(8)))
+    new = request("new", list(range(100, 108)))
+    run_context(mgr, old)
+    run_context(mgr, new)
+    old_pages, new_pages = list(mgr.get_cache(old).pages), list(mgr.get_cache(new).pages)
+    mgr.free(old)
+    mgr.free(new)
+    stranger = request("x", list(range(200, 209)))  # 3 pages: 2 free, 1 evicted
+    mgr.prepare_context(stranger)
+    assert mgr.resize_context(stranger, 9)
+    assert mgr.prefix_cache.evicted_blocks == 1
+    assert old_pages[1] in mgr.get_cache(stranger).pages  # old's last page went first
+    # old's first page is still matched; its second is gone
+    probe = request("p", list(range(8)) + [1])
+    mgr.prepare_context(probe)
+    assert probe.context_current_position == 4
+    assert all(mgr.prefix_cache.is_committed(p) for p in new_pages)
+    mgr.check_invariants()
+
+
+def test_a_refused_allocation_evicts_nothing():
+    mgr = manager(num_blocks=4)
+    cached = request("a", list(range(8)))
+    run_context(mgr, cached)
+    mgr.free(cached)
+    big = request("b", list(range(300, 320)))  # 5 pages > 4
+    mgr.prepare_context(big)
+    failed = mgr.pool.counters.failed_allocations
+    assert not mgr.resize_context(big, 20)
+    assert mgr.prefix_cache.evictable_blocks == 2 and mgr.prefix_cache.evicted_blocks == 0
+    assert mgr.pool.counters.failed_allocations == failed + 1
+
+
+def test_a_page_computed_twice_is_given_up_for_the_committed_one():
+    mgr = manager()
+    a, b = request("a", list(range(9))), request("b", list(range(9)))
+    cache_a, cache_b = mgr.prepare_context(a), mgr.prepare_context(b)  # nothing cached yet
+    for req in (a, b):
+        assert mgr.resize_context(req, 9)
+    free = mgr.pool.free_blocks
+    for req in (a, b):
+        req.context_current_position = 9
+        mgr.commit_context(req)
+    assert cache_b.pages[:2] == cache_a.pages[:2]  # rebased onto a's pages
+    assert cache_b.pages[2] != cache_a.pages[2]  # the partial last page stays b's own
+    assert mgr.pool.free_blocks == free + 2
+    assert mgr.get_cache(b).page_indices.tolist()[:3] == cache_b.pages
+    mgr.check_invariants()
+
+
+def test_per_request_policy_commits_at_the_end_of_the_context_only():
+    for policy, committed in (("all_reusable", 1), ("per_request", 0)):
+        mgr = manager(block_reuse_policy=policy)
+        req = request("a", list(range(10)))
+        mgr.prepare_context(req)
+        assert mgr.resize_context(req, 5)
+        req.context_current_position = 5  # a first chunk ran
+        mgr.commit_context(req)
+        assert mgr.get_cache(req).committed == committed
+
+
+def test_generated_and_unhashed_tokens_are_never_committed():
+    mgr = manager()
+    req = Request("a", 10, 4, prefix_hashes=chain_hashes(range(6)), tokens_per_hash=1)
+    run_context(mgr, req)
+    assert mgr.get_cache(req).committed == 1  # the hashes cover 6 tokens: one whole page
+    plain = Request("p", 10, 4)
+    run_context(mgr, plain)
+    assert mgr.get_cache(plain).committed == 0
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="block_reuse_policy"):
+        manager(block_reuse_policy="sometimes")
+    with pytest.raises(TypeError, match="enable_block_reuse"):
+        manager(enable_block_reuse=1)
+    with pytest.raises(ValueError, match="tokens_per_hash"):
+        Request("a", 4, 1, tokens_per_hash=0)
