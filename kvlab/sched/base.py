@@ -155,6 +155,10 @@ class SchedulerBase:
         if cache is None:
             return
         self.manager.free(cache)
+        if request.prepopulated_prompt_len:  # the reused prefix goes with the cache
+            if request.is_first_context_chunk:
+                request.context_current_position = 0
+            request.prepopulated_prompt_len = 0
         self._set_state(request, "waiting")
 
     def _recompute_pause(self, request: Request) -> None:
