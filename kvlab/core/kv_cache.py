@@ -183,12 +183,14 @@ class KVCache:
     def resume(self) -> bool:
         """Make a suspended cache active again (the native ``resume``): refused (False, still
         suspended) while the GPU's page utilization is above the manager's
-        ``max_util_for_resume``, or when pages that moved down cannot come back."""
+        ``max_util_for_resume`` (cached pages no cache holds count as free), or when pages
+        that moved down cannot come back (they come back into pages of its own)."""
         self._check_live()
         if not self.suspended:
             return True
         pool = self.pool
-        if pool.used_blocks > self.max_util_for_resume * pool.num_blocks:
+        used = pool.used_blocks - self.prefix_cache.evictable_blocks
+        if used > self.max_util_for_resume * pool.num_blocks:
             return False
         if self._host_copy is not None:
             count = self._host_copy.shape[0]

@@ -28,6 +28,7 @@ into private pages.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from kvlab.core.checks import check_int
@@ -65,19 +66,23 @@ def hashed_tokens(request: "Request") -> int:
 
 
 class _Node:
-    """A committed page: the prefix it ends (``key``, ``end`` tokens), the hashes that made
-    it, and how many caches hold it."""
+    """A committed page: the prefix it ends (``key``: a hash and the prefix's length in
+    tokens), the hashes that made it, and how many caches hold it."""
 
-    __slots__ = ("page", "key", "end", "hashes", "tokens_per_hash", "holders", "first_block")
+    __slots__ = ("page", "key", "hashes", "tokens_per_hash", "holders")
 
-    def __init__(self, page, key, end, hashes, tokens_per_hash, first_block):
+    def __init__(self, page, key, hashes, tokens_per_hash):
         self.page = page
         self.key = key
-        self.end = end
         self.hashes = hashes
         self.tokens_per_hash = tokens_per_hash
         self.holders = 1
-        self.first_block = first_block  # the partial-match index's key
+
+    def first_block(self, tokens_per_block: int) -> tuple:
+        """The partial-match index's key: the hash of the block holding the page's first token,
+        and where the page starts."""
+        start = (self.key[1] - 1) // tokens_per_block * tokens_per_block
+        return self.hashes[start // self.tokens_per_hash], start
 
 
 class Match:
@@ -106,8 +111,8 @@ class PrefixCache:
         self.enable_partial_reuse = enable_partial_reuse
         self._nodes: Dict[tuple, _Node] = {}
         self._by_page: Dict[int, _Node] = {}
-        #: pages no cache holds, least recently released first (a dict keeps insertion order)
-        self._evictable: Dict[int, _Node] = {}
+        #: pages no cache holds, least recently released first
+        self._evictable: "OrderedDict[int, _Node]" = OrderedDict()
         #: partial-match candidates: (hash of the block holding a page's first token, its start)
         self._by_first_block: Dict[tuple, List[_Node]] = {}
         self.evicted_blocks = 0
@@ -142,21 +147,21 @@ class PrefixCache:
     def _evict(self, count: int) -> None:
         if count <= 0:
             return
-        evictable, freed = self._evictable, []
-        while len(freed) < count:
-            node = evictable.pop(next(iter(evictable)))
-            self._drop(node)
-            freed.append(node.page)
-        self.evicted_blocks += len(freed)
+        popitem, nodes, by_page, by_first_block = (self._evictable.popitem, self._nodes,
+                                                   self._by_page, self._by_first_block)
+        tokens_per_block, freed = self.tokens_per_block, []
+        for _ in range(count):
+            page, node = popitem(last=False)
+            del nodes[node.key], by_page[page]
+            first_block = node.first_block(tokens_per_block)
+            candidates = by_first_block[first_block]
+            if len(candidates) == 1:
+                del by_first_block[first_block]
+            else:
+                candidates.remove(node)
+            freed.append(page)
+        self.evicted_blocks += count
         self.pool.free(freed)
-
-    def _drop(self, node: _Node) -> None:
-        del self._nodes[node.key]
-        del self._by_page[node.page]
-        candidates = self._by_first_block[node.first_block]
-        candidates.remove(node)
-        if not candidates:
-            del self._by_first_block[node.first_block]
 
     # -- lookup ------------------------------------------------------------------------
     def match(self, request: "Request", limit: int) -> Match:
@@ -206,40 +211,41 @@ class PrefixCache:
         """Commit the cache's pages holding the request's first ``end`` prompt tokens (full
         pages; with ``last``, the partial page that ends the prompt too). A page whose key is
         committed already is given up for the tree's ("rebasing"), its row entry rewritten."""
-        tokens_per_block = self.tokens_per_block
+        tokens_per_block, pages = self.tokens_per_block, cache.pages
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
-        end = min(end, hashed_tokens(request))
+        end = min(end, hashed_tokens(request), len(pages) * tokens_per_block)
         index = cache.committed
-        while (index + 1) * tokens_per_block <= end and index < len(cache.pages):
-            self._commit_page(cache, index, hashes, per_hash, (index + 1) * tokens_per_block)
+        page_end = (index + 1) * tokens_per_block
+        get = self._nodes.get
+        while page_end <= end:  # the hot loop of a replay: one page a turn
+            key = (hashes[(page_end - 1) // per_hash], page_end)
+            node = get(key)
+            if node is None:
+                self._add(pages[index], key, hashes, per_hash)
+            elif node.page != pages[index]:  # computed twice: rebase onto the tree's page
+                self.hold([node])
+                self.pool.free([pages[index]])
+                pages[index] = node.page
+                cache.page_index.write(cache.slot, index, [node.page])
             index += 1
-        if last and end == request.prompt_len and index * tokens_per_block < end and index < len(cache.pages):
+            page_end += tokens_per_block
+        cache.committed = index
+        if last and end == request.prompt_len and index * tokens_per_block < end:
             key = prefix_key(hashes, per_hash, end)
-            if key in self._nodes:
-                return  # the same partial page is cached already: this one stays private
-            self._add(cache.pages[index], key, end, hashes, per_hash)
-            cache.committed = index + 1
+            if key not in self._nodes:  # else the same partial page is cached: this one stays its own
+                self._add(pages[index], key, hashes, per_hash)
+                cache.committed = index + 1
 
-    def _commit_page(self, cache, index, hashes, per_hash, end) -> None:
-        key = prefix_key(hashes, per_hash, end)
-        node = self._nodes.get(key)
-        page = cache.pages[index]
-        if node is None:
-            self._add(page, key, end, hashes, per_hash)
-        elif node.page != page:  # rebase onto the tree's page
-            self.hold([node])
-            cache.pages[index] = node.page
-            cache.page_index.write(cache.slot, index, [node.page])
-            self.pool.free([page])
-        cache.committed = index + 1
-
-    def _add(self, page, key, end, hashes, per_hash) -> None:
-        start = (end - 1) // self.tokens_per_block * self.tokens_per_block
-        first_block = (hashes[start // per_hash], start)
-        node = _Node(page, key, end, hashes, per_hash, first_block)
+    def _add(self, page, key, hashes, per_hash) -> None:
+        node = _Node(page, key, hashes, per_hash)
         self._nodes[key] = node
         self._by_page[page] = node
-        self._by_first_block.setdefault(first_block, []).append(node)
+        first_block = node.first_block(self.tokens_per_block)
+        candidates = self._by_first_block.get(first_block)
+        if candidates is None:
+            self._by_first_block[first_block] = [node]
+        else:
+            candidates.append(node)
 
     # -- checks ------------------------------------------------------------------------
     def check_invariants(self, holders: Dict[int, int]) -> None:
@@ -262,7 +268,7 @@ def _shared_tokens(node: _Node, hashes, per_hash: int, start: int, usable: int) 
     (both agree before it), within ``usable`` tokens: whole hash blocks only."""
     if node.tokens_per_hash != per_hash:
         return start
-    other, end = node.hashes, min(node.end, usable)
+    other, end = node.hashes, min(node.key[1], usable)
     for block in range(start // per_hash, (end - 1) // per_hash + 1):
         if block >= len(other) or other[block] != hashes[block]:
             return max(start, block * per_hash)

@@ -66,7 +66,8 @@ refuses a table over 1 GiB (kvlab.core.page_index), e.g. SGLang's default of 204
 ...") is kept as SGLang has it, though the clip keeps any one request within the pool, so that
 admission never reaches it.
 
-Left out: the radix (prefix) cache (kvlab models no prefix reuse; SGLang's default is on), page
+Left out: the radix (prefix) cache (SGLang's default is on; the pool's manager runs with block
+reuse off), page
 sizes above 1, the other schedule policies, priorities and priority preemption, mixed chunked
 prefill, the overlap scheduler (SGLang's default is on), speculative decoding, LoRA, beam search,
 disaggregation, grammars, streaming sessions, ``SGLANG_*`` environment overrides (the defaults
@@ -452,7 +453,8 @@ class SglangScheduler(SchedulerBase):
         manager = KVCacheManager.expecting_clamp(
             args.geometry, args.max_total_tokens * args.geometry.bytes_per_block,
             min(args.context_length, args.max_total_tokens), max_batch_size=max_running,
-            page_index_policy="configured", device=device, host_cache_size=0)
+            page_index_policy="configured", device=device, host_cache_size=0,
+            enable_block_reuse=False)  # prefix caching is not modelled (module docstring)
         super().__init__(manager, max_running, debug)
         self.args = args
         self.max_running_requests = max_running

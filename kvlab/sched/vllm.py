@@ -179,7 +179,8 @@ class VllmScheduler(SchedulerBase):
         manager = KVCacheManager.expecting_clamp(
             args.geometry, args.num_gpu_blocks * args.geometry.bytes_per_block, args.max_model_len,
             max_batch_size=args.max_num_seqs + 1,  # one page-index row for the null block
-            page_index_policy="configured", device=device, host_cache_size=0)
+            page_index_policy="configured", device=device, host_cache_size=0,
+            enable_block_reuse=False)  # prefix caching is not modelled (module docstring)
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
