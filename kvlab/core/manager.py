@@ -276,7 +276,8 @@ class KVCacheManager:
     def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
         prefix_cache = self.prefix_cache
         match = prefix_cache.match(request, request.context_len - 1)
-        pages = prefix_cache.hold(match.nodes)
+        pages = match.pages
+        prefix_cache.hold(pages)
         cache.committed = len(pages)
         tokens = match.tokens
         if match.partial is not None:
@@ -285,8 +286,8 @@ class KVCacheManager:
                 tokens -= match.partial_tokens
             else:
                 storage = self.pool.storage
-                storage[copy[0]].copy_(storage[match.partial.page])
-                pages += copy
+                storage[copy[0]].copy_(storage[match.partial])
+                pages = pages + copy
         if pages:
             cache._append(pages)
             cache.capacity = cache.history_length = tokens

@@ -65,43 +65,27 @@ def hashed_tokens(request: "Request") -> int:
     return min(request.prompt_len, len(request.prefix_hashes) * request.tokens_per_hash)
 
 
-class _Node:
-    """A committed page: the prefix it ends (``key``: a hash and the prefix's length in
-    tokens), the hashes that made it, and how many caches hold it."""
-
-    __slots__ = ("page", "key", "hashes", "tokens_per_hash", "holders")
-
-    def __init__(self, page, key, hashes, tokens_per_hash):
-        self.page = page
-        self.key = key
-        self.hashes = hashes
-        self.tokens_per_hash = tokens_per_hash
-        self.holders = 1
-
-    def first_block(self, tokens_per_block: int) -> tuple:
-        """The partial-match index's key: the hash of the block holding the page's first token,
-        and where the page starts."""
-        start = (self.key[1] - 1) // tokens_per_block * tokens_per_block
-        return self.hashes[start // self.tokens_per_hash], start
-
-
 class Match:
-    """What :meth:`PrefixCache.match` found: committed pages to hold, and a page to copy
-    ``partial_tokens`` leading tokens from (None: no partial match)."""
+    """What :meth:`PrefixCache.match` found: committed ``pages`` to hold, and a ``partial``
+    page to copy ``partial_tokens`` leading tokens from (None: no partial match)."""
 
-    __slots__ = ("nodes", "partial", "partial_tokens", "tokens")
+    __slots__ = ("pages", "partial", "partial_tokens", "tokens")
 
-    def __init__(self, nodes: List[_Node], partial: Optional[_Node], partial_tokens: int,
+    def __init__(self, pages: List[int], partial: Optional[int], partial_tokens: int,
                  tokens_per_block: int):
-        self.nodes = nodes
+        self.pages = pages
         self.partial = partial
         self.partial_tokens = partial_tokens
-        self.tokens = len(nodes) * tokens_per_block + partial_tokens
+        self.tokens = len(pages) * tokens_per_block + partial_tokens
 
 
 class PrefixCache:
     """The committed pages of one pool (module docstring) and the door every allocation of
-    that pool goes through (:meth:`allocate`)."""
+    that pool goes through (:meth:`allocate`).
+
+    A committed page is an entry of ``_pages`` (its key -> the page) and, by page number, its
+    key, the hashes that made it and its holders; no object per page, so a replay's millions
+    of commits cost a dict entry each and nothing for the garbage collector."""
 
     def __init__(self, pool: "PagePool", host_tier: "HostTier", tokens_per_block: int,
                  enable_partial_reuse: bool = True):
@@ -109,25 +93,29 @@ class PrefixCache:
         self.host_tier = host_tier
         self.tokens_per_block = tokens_per_block
         self.enable_partial_reuse = enable_partial_reuse
-        self._nodes: Dict[tuple, _Node] = {}
-        self._by_page: Dict[int, _Node] = {}
+        self._pages: Dict[tuple, int] = {}  # key -> committed page
+        blocks = pool.num_blocks
+        self._key: List[Optional[tuple]] = [None] * blocks  # page -> its key, None if uncommitted
+        self._source: List[Optional[tuple]] = [None] * blocks  # page -> (hashes, tokens_per_hash)
+        self._holders: List[int] = [0] * blocks
         #: pages no cache holds, least recently released first
-        self._evictable: "OrderedDict[int, _Node]" = OrderedDict()
-        #: partial-match candidates: (hash of the block holding a page's first token, its start)
-        self._by_first_block: Dict[tuple, List[_Node]] = {}
+        self._evictable: "OrderedDict[int, None]" = OrderedDict()
+        #: the partial-match candidates a key lookup cannot find (see :meth:`_indexed`), by
+        #: (hash of the block holding the page's first token, the page's start)
+        self._by_first_block: Dict[tuple, List[int]] = {}
         self.evicted_blocks = 0
 
     # -- counts ------------------------------------------------------------------------
     @property
     def committed_blocks(self) -> int:
-        return len(self._by_page)
+        return len(self._pages)
 
     @property
     def evictable_blocks(self) -> int:
         return len(self._evictable)
 
     def is_committed(self, page: int) -> bool:
-        return page in self._by_page
+        return self._key[page] is not None
 
     # -- allocation: the pool's one door -----------------------------------------------
     def allocate(self, count: int) -> Optional[List[int]]:
@@ -147,21 +135,40 @@ class PrefixCache:
     def _evict(self, count: int) -> None:
         if count <= 0:
             return
-        popitem, nodes, by_page, by_first_block = (self._evictable.popitem, self._nodes,
-                                                   self._by_page, self._by_first_block)
-        tokens_per_block, freed = self.tokens_per_block, []
+        popitem, pages, keys = self._evictable.popitem, self._pages, self._key
+        freed = []
         for _ in range(count):
-            page, node = popitem(last=False)
-            del nodes[node.key], by_page[page]
-            first_block = node.first_block(tokens_per_block)
-            candidates = by_first_block[first_block]
-            if len(candidates) == 1:
-                del by_first_block[first_block]
-            else:
-                candidates.remove(node)
+            page = popitem(last=False)[0]
+            key = keys[page]
+            del pages[key]
+            if self._indexed(page):
+                self._unindex(page)
+            keys[page] = self._source[page] = None
             freed.append(page)
         self.evicted_blocks += count
         self.pool.free(freed)
+
+    # -- the partial-match index -------------------------------------------------------
+    def _indexed(self, page: int) -> bool:
+        """Whether ``page`` is in the partial-match index: a partial page (its prefix ends
+        inside it), or one whose tokens span hash blocks. A whole page inside one hash block
+        is found by key: a prompt agreeing with it in that block has that page's key."""
+        per_hash = self._source[page][1]
+        return self._key[page][1] % self.tokens_per_block != 0 or per_hash % self.tokens_per_block != 0
+
+    def _first_block(self, page: int) -> tuple:
+        tokens_per_block = self.tokens_per_block
+        hashes, per_hash = self._source[page]
+        start = (self._key[page][1] - 1) // tokens_per_block * tokens_per_block
+        return hashes[start // per_hash], start
+
+    def _unindex(self, page: int) -> None:
+        first_block = self._first_block(page)
+        candidates = self._by_first_block[first_block]
+        if len(candidates) == 1:
+            del self._by_first_block[first_block]
+        else:
+            candidates.remove(page)
 
     # -- lookup ------------------------------------------------------------------------
     def match(self, request: "Request", limit: int) -> Match:
@@ -170,41 +177,56 @@ class PrefixCache:
         tokens_per_block = self.tokens_per_block
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
         usable = min(limit, hashed_tokens(request))
-        nodes, get = [], self._nodes.get
+        found, get = [], self._pages.get
         end = tokens_per_block
         while end <= usable:
-            node = get((hashes[(end - 1) // per_hash], end))
-            if node is None:
+            page = get((hashes[(end - 1) // per_hash], end))
+            if page is None:
                 break
-            nodes.append(node)
+            found.append(page)
             end += tokens_per_block
         start = end - tokens_per_block
         partial, partial_tokens = None, 0
         if self.enable_partial_reuse and start < usable:
-            for candidate in self._by_first_block.get((hashes[start // per_hash], start), ()):
-                shared = _shared_tokens(candidate, hashes, per_hash, start, usable) - start
+            candidates = list(self._by_first_block.get((hashes[start // per_hash], start), ()))
+            if per_hash % tokens_per_block == 0:  # the whole page inside one hash block
+                whole = get((hashes[start // per_hash], end))
+                if whole is not None:
+                    candidates.append(whole)
+            for candidate in candidates:
+                shared = self._shared_tokens(candidate, hashes, per_hash, start, usable) - start
                 if shared > partial_tokens:
                     partial, partial_tokens = candidate, shared
-        return Match(nodes, partial, partial_tokens, tokens_per_block)
+        return Match(found, partial, partial_tokens, tokens_per_block)
 
-    def hold(self, nodes: Sequence[_Node]) -> List[int]:
-        """A new cache holds ``nodes`` (evictable ones stop being): their pages."""
-        evictable = self._evictable
-        for node in nodes:
-            if node.holders == 0:
-                del evictable[node.page]
-            node.holders += 1
-        return [node.page for node in nodes]
+    def _shared_tokens(self, page: int, hashes, per_hash: int, start: int, usable: int) -> int:
+        """How far the prompt of ``hashes`` agrees with the prefix ``page`` ends, from
+        ``start`` (both agree before it), within ``usable`` tokens: whole hash blocks only."""
+        other, other_per_hash = self._source[page]
+        if other_per_hash != per_hash:
+            return start
+        end = min(self._key[page][1], usable)
+        for block in range(start // per_hash, (end - 1) // per_hash + 1):
+            if block >= len(other) or other[block] != hashes[block]:
+                return max(start, block * per_hash)
+        return end
+
+    def hold(self, pages: Sequence[int]) -> None:
+        """A cache holds committed ``pages`` (evictable ones stop being)."""
+        evictable, holders = self._evictable, self._holders
+        for page in pages:
+            if holders[page] == 0:
+                del evictable[page]
+            holders[page] += 1
 
     def release(self, pages: Sequence[int]) -> None:
         """A cache lets go of committed ``pages``; those no cache holds become evictable, the
         last page first."""
-        by_page, evictable = self._by_page, self._evictable
+        evictable, holders = self._evictable, self._holders
         for page in reversed(pages):
-            node = by_page[page]
-            node.holders -= 1
-            if node.holders == 0:
-                evictable[page] = node
+            holders[page] -= 1
+            if holders[page] == 0:
+                evictable[page] = None
 
     # -- commit ------------------------------------------------------------------------
     def commit(self, cache: "KVCache", request: "Request", end: int, last: bool) -> None:
@@ -216,63 +238,62 @@ class PrefixCache:
         end = min(end, hashed_tokens(request), len(pages) * tokens_per_block)
         index = cache.committed
         page_end = (index + 1) * tokens_per_block
-        get = self._nodes.get
+        committed, keys, sources, holders = self._pages, self._key, self._source, self._holders
+        source, indexed = (hashes, per_hash), per_hash % tokens_per_block != 0
         while page_end <= end:  # the hot loop of a replay: one page a turn
             key = (hashes[(page_end - 1) // per_hash], page_end)
-            node = get(key)
-            if node is None:
-                self._add(pages[index], key, hashes, per_hash)
-            elif node.page != pages[index]:  # computed twice: rebase onto the tree's page
-                self.hold([node])
-                self.pool.free([pages[index]])
-                pages[index] = node.page
-                cache.page_index.write(cache.slot, index, [node.page])
+            page = committed.get(key)
+            mine = pages[index]
+            if page is None:
+                committed[key] = mine
+                keys[mine], sources[mine], holders[mine] = key, source, 1
+                if indexed:
+                    self._index(mine)
+            elif page != mine:  # computed twice: rebase onto the tree's page
+                self.hold([page])
+                self.pool.free([mine])
+                pages[index] = page
+                cache.page_index.write(cache.slot, index, [page])
             index += 1
             page_end += tokens_per_block
         cache.committed = index
         if last and end == request.prompt_len and index * tokens_per_block < end:
             key = prefix_key(hashes, per_hash, end)
-            if key not in self._nodes:  # else the same partial page is cached: this one stays its own
-                self._add(pages[index], key, hashes, per_hash)
+            if key not in committed:  # else the same partial page is cached: this one stays its own
+                mine = pages[index]
+                committed[key] = mine
+                keys[mine], sources[mine], holders[mine] = key, source, 1
+                self._index(mine)
                 cache.committed = index + 1
 
-    def _add(self, page, key, hashes, per_hash) -> None:
-        node = _Node(page, key, hashes, per_hash)
-        self._nodes[key] = node
-        self._by_page[page] = node
-        first_block = node.first_block(self.tokens_per_block)
+    def _index(self, page: int) -> None:
+        first_block = self._first_block(page)
         candidates = self._by_first_block.get(first_block)
         if candidates is None:
-            self._by_first_block[first_block] = [node]
+            self._by_first_block[first_block] = [page]
         else:
-            candidates.append(node)
+            candidates.append(page)
 
     # -- checks ------------------------------------------------------------------------
     def check_invariants(self, holders: Dict[int, int]) -> None:
         """``holders``: committed page -> caches holding it, counted by the manager."""
-        for page, node in self._by_page.items():
+        assert len(self._pages) == sum(key is not None for key in self._key)
+        for key, page in self._pages.items():
+            assert self._key[page] == key, f"committed page {page}: key disagrees"
             assert self.pool.is_allocated(page), f"committed page {page} is free in the pool"
-            assert node.holders == holders.get(page, 0), (
-                f"committed page {page}: {node.holders} holders counted, {holders.get(page, 0)} found")
-            assert (node.holders == 0) == (page in self._evictable), (
-                f"committed page {page}: holders {node.holders}, evictable {page in self._evictable}")
-        assert set(holders) <= set(self._by_page), "a cache holds a page the tree does not have"
+            assert self._holders[page] == holders.get(page, 0), (
+                f"committed page {page}: {self._holders[page]} holders counted, "
+                f"{holders.get(page, 0)} found")
+            assert (self._holders[page] == 0) == (page in self._evictable), (
+                f"committed page {page}: holders {self._holders[page]}, evictable "
+                f"{page in self._evictable}")
+            assert self._indexed(page) == (page in self._by_first_block.get(self._first_block(page), ()))
+        assert all(self._key[page] is not None for page in holders), (
+            "a cache holds a page the tree does not have")
 
     def __repr__(self) -> str:
         return (f"PrefixCache({self.committed_blocks} committed pages, {self.evictable_blocks} "
                 f"evictable, {self.evicted_blocks} evicted)")
-
-
-def _shared_tokens(node: _Node, hashes, per_hash: int, start: int, usable: int) -> int:
-    """How far the prompt of ``hashes`` agrees with the prefix ``node`` ends, from ``start``
-    (both agree before it), within ``usable`` tokens: whole hash blocks only."""
-    if node.tokens_per_hash != per_hash:
-        return start
-    other, end = node.hashes, min(node.key[1], usable)
-    for block in range(start // per_hash, (end - 1) // per_hash + 1):
-        if block >= len(other) or other[block] != hashes[block]:
-            return max(start, block * per_hash)
-    return end
 
 
 __all__ = ["MOONCAKE_TOKENS_PER_HASH", "Match", "PrefixCache", "chain_hashes", "hashed_tokens",
