@@ -58,7 +58,10 @@ class EngineConfig:
     and a token budget large enough that no prompt is refused for it (non-chunked context).
     ``host_cache_size``: None (the real default) provisions the automatic host tier; 0 leaves
     no tier below the GPU (kvlab.core.host_tier). ``chunked_prefill``: contexts go in chunks of at
-    most ``max_num_tokens`` (issue #21470's deployment ran chunked)."""
+    most ``max_num_tokens`` (issue #21470's deployment ran chunked). ``enable_block_reuse``: the
+    TensorRT-LLM policies' managers reuse cached prefixes (the real default; prompts without
+    ``prefix_hashes`` share nothing either way); vLLM's and SGLang's loops run without their
+    prefix caches."""
 
     pool_mib: float = 4.0
     max_seq_len: int = 8192
@@ -68,6 +71,7 @@ class EngineConfig:
     stall_limit: int = DEFAULT_STALL_LIMIT
     host_cache_size: Optional[int] = None
     chunked_prefill: bool = False
+    enable_block_reuse: bool = True
 
     def __post_init__(self):
         if not isinstance(self.geometry, KVGeometry):
@@ -79,8 +83,9 @@ class EngineConfig:
         store_checked(self, "stall_limit", check_int, low=1, high=1 << 30)
         if self.host_cache_size is not None:
             store_checked(self, "host_cache_size", check_int, low=0, high=1 << 50)
-        if not isinstance(self.chunked_prefill, bool):
-            raise TypeError(f"chunked_prefill must be a bool, got {self.chunked_prefill!r}")
+        for name in ("chunked_prefill", "enable_block_reuse"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.total_blocks < 1:
             raise ValueError(f"pool_mib={self.pool_mib:g} holds no page: one page of "
                              f"{self.geometry.tokens_per_block} tokens takes "
@@ -102,7 +107,8 @@ class EngineConfig:
         return KVCacheManager.expecting_clamp(self.geometry, self.quota_bytes, self.max_seq_len,
                                               max_batch_size=self.max_batch_size,
                                               page_index_policy=width_policy,
-                                              host_cache_size=self.host_cache_size)
+                                              host_cache_size=self.host_cache_size,
+                                              enable_block_reuse=self.enable_block_reuse)
 
     def describe(self) -> str:
         return (f"{self.pool_mib:g} MiB pool = {self.total_blocks:,} pages of "

@@ -259,19 +259,26 @@ class KVCacheManager:
         except KeyError:
             raise KeyError(f"no cache for request {request_id!r}") from None
 
-    def prepare_context(self, request: Request) -> KVCache:
-        """The request's cache, created if it has none (the real ``prepare_context``). With
-        block reuse, a new cache starts holding the longest cached prefix of the prompt less
-        its last token (the last is always computed), a partially matched page copied into a
-        page of its own; the request's context then starts after it
-        (``prepopulated_prompt_len``)."""
+    def prepare_context(self, request: Request) -> bool:
+        """The real ``prepare_context``: the request's cache, created if it has none, active.
+        False when no page-index row is free (the real IndexMapper's answer) or a suspended
+        cache cannot resume. With block reuse, a new cache starts holding the longest cached
+        prefix of the prompt less its last token (the last is always computed), a partially
+        matched page copied into a page of its own; the request's context then starts after
+        it (``prepopulated_prompt_len``)."""
         cache = self._caches.get(request.request_id)
         if cache is not None:
-            return cache
+            return not cache.suspended or cache.resume()
+        if self.page_index.free_slots == 0:
+            return False
         cache = self.create_cache(request.request_id)
-        if self.enable_block_reuse and request.prefix_hashes and request.context_current_position == 0:
+        if self.reuses(request) and request.context_current_position == 0:
             self._reuse_prefix(cache, request)
-        return cache
+        return True
+
+    def reuses(self, request: Request) -> bool:
+        """Block reuse is on and the request's prompt has an identity to match."""
+        return self.enable_block_reuse and bool(request.prefix_hashes)
 
     def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
         prefix_cache = self.prefix_cache
@@ -372,18 +379,14 @@ class KVCacheManager:
         return fit < num_tokens <= span
 
     def allocate_context(self, request: Request, num_tokens: int) -> Allocation:
-        """``prepare_context`` then ``resize_context`` for the request's next ``num_tokens``
-        context tokens: NO_SLOT when prepare fails (no free page-index row, as the real
-        IndexMapper answers, or a suspended cache that cannot resume), else the resize's
-        answer. A first chunk :meth:`certainly_refuses` is REFUSED without the round trip."""
-        cache = self._caches.get(request.request_id)
-        if cache is None:
-            if self.page_index.free_slots == 0:
-                return Allocation.NO_SLOT
-            if self.certainly_refuses(num_tokens):
-                return Allocation.REFUSED
-            self.create_cache(request.request_id)
-        elif cache.suspended and not cache.resume():
+        """:meth:`prepare_context` then :meth:`resize_context` for the request's next
+        ``num_tokens`` context tokens: NO_SLOT when prepare fails, else the resize's answer. A
+        new cache that cannot reuse anything and :meth:`certainly_refuses` is REFUSED without
+        the round trip."""
+        if (request.request_id not in self._caches and self.page_index.free_slots
+                and not self.reuses(request) and self.certainly_refuses(num_tokens)):
+            return Allocation.REFUSED
+        if not self.prepare_context(request):
             return Allocation.NO_SLOT
         if _tagged(request, lambda: self.resize_context(request, num_tokens)):
             return Allocation.GRANTED

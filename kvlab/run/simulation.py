@@ -65,7 +65,8 @@ class SimulationResult:
 
     def summary(self) -> dict:
         """Counts per status, goodput and latencies in steps (means over the requests they
-        apply to; None where none does)."""
+        apply to; None where none does), and ``reused_tokens``: context tokens a cached prefix
+        provided (block reuse), summed over the requests' last contexts."""
         finished = [self.requests[i] for i in self.ids_with_status("finished")]
         started = [r for r in self.requests.values() if r.first_scheduled_step is not None]
         with_token = [r for r in self.requests.values() if r.first_token_step is not None]
@@ -87,6 +88,7 @@ class SimulationResult:
             mean_latency_steps=mean([r.end_step - r.arrival_step for r in finished]),
             suspensions=sum(r.num_suspensions for r in self.requests.values()),
             recomputes=sum(r.num_recomputes for r in self.requests.values()),
+            reused_tokens=sum(r.prepopulated_prompt_len for r in self.requests.values()),
         )
         return summary
 
@@ -100,7 +102,7 @@ class SimulationResult:
                      arrival_step=r.arrival_step, first_scheduled_step=r.first_scheduled_step,
                      first_token_step=r.first_token_step, end_step=r.end_step,
                      num_suspensions=r.num_suspensions, num_recomputes=r.num_recomputes,
-                     num_refusals=r.num_refusals)
+                     num_refusals=r.num_refusals, reused_tokens=r.prepopulated_prompt_len)
                 for r in self.requests.values()]
         return pd.DataFrame(rows)
 

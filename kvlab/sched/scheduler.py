@@ -436,7 +436,7 @@ class Scheduler(SchedulerBase):
         """Phase 2; returns the requests ``preempt_for_pages`` recompute-paused."""
         preempted: List[Request] = []
         has_chunking = False
-        caches = self.manager.caches
+        caches, reuses = self.manager.caches, self.manager.reuses
         refusal = self._pending_refusal(budget)
         chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
         for request in pending:
@@ -447,7 +447,7 @@ class Scheduler(SchedulerBase):
             if preempted and _contains(preempted, request):
                 continue
             if (refusal is not None and request.request_id not in caches
-                    and refusal.refuses_first_chunk(request)):
+                    and not reuses(request) and refusal.refuses_first_chunk(request)):
                 request.num_refusals += 1
                 continue
             action, tokens = self._schedule_context(request, budget, batch, preempted)
@@ -489,7 +489,14 @@ class Scheduler(SchedulerBase):
         if first_chunk and self._residency_full(request):
             return self._residency_refusal(), 0
         try:
-            if self.chunked_prefill:
+            action, tokens = ScheduleAction.SCHEDULED, 0
+            if first_chunk and self.manager.reuses(request):
+                # prepare before the budget: the reused prefix is neither charged nor resized
+                if not self._prepare_context(request):
+                    action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
+            if action is not ScheduleAction.SCHEDULED:
+                pass
+            elif self.chunked_prefill:
                 action, tokens = self._plan_context_chunk(request, budget)
             else:
                 action, tokens = self._plan_context_full(request, budget)
@@ -586,6 +593,12 @@ class Scheduler(SchedulerBase):
         result = self.manager.allocate_context(request, num_tokens)
         self._sync_running(request)
         return result
+
+    def _prepare_context(self, request: Request) -> bool:
+        """The manager's ``prepare_context`` (block reuse may move the context's start)."""
+        prepared = self.manager.prepare_context(request)
+        self._sync_running(request)
+        return prepared
 
     def _prepare_disagg_gen_init(self, request: Request) -> bool:
         if not self.manager.prepare_disagg_gen_init(request):

@@ -140,7 +140,8 @@ def test_extra_tokens_are_in_context_capacity():
     manager = _manager(_tiny(128), quota_bytes=64 * _tiny(128).bytes_per_block, max_seq_len=264,
                        num_extra_kv_tokens=2, reserved_draft_tokens=3)
     request = Request("0", prompt_len=264, max_new_tokens=1)
-    cache = manager.prepare_context(request)
+    assert manager.prepare_context(request)
+    cache = manager.get_cache(request)
     assert manager.resize_context(request, num_tokens=256)  # max_num_tokens
     assert cache.capacity == 258
     manager.check_invariants()

@@ -182,7 +182,8 @@ def test_resize_context_raises_page_index_too_short_uncaught(seed_manager):
 def test_resize_context_first_chunk_is_suspended_on_false(seed_manager):
     mgr = seed_manager("configured")
     req = Request("big", prompt_len=8192, max_new_tokens=16)
-    cache = mgr.prepare_context(req)
+    assert mgr.prepare_context(req)
+    cache = mgr.get_cache(req)
     assert mgr.resize_context(req, 8192) is False
     assert cache.suspended
     assert mgr.free_blocks == 64 and cache.capacity == 0
@@ -191,7 +192,8 @@ def test_resize_context_first_chunk_is_suspended_on_false(seed_manager):
 def test_resize_context_later_chunk_is_not_suspended_on_false(seed_manager):
     mgr = seed_manager("configured")
     req = Request("big", prompt_len=8192, max_new_tokens=16)
-    cache = mgr.prepare_context(req)
+    assert mgr.prepare_context(req)
+    cache = mgr.get_cache(req)
     assert mgr.resize_context(req, 1024) is True
     req.context_current_position = 1024
     assert mgr.resize_context(req, 2048) is False
@@ -200,11 +202,15 @@ def test_resize_context_later_chunk_is_not_suspended_on_false(seed_manager):
     mgr.check_invariants()
 
 
-def test_prepare_context_is_idempotent(seed_manager):
+def test_prepare_context_is_idempotent_and_answers_for_the_slot(seed_manager):
     mgr = seed_manager("clamped")
     req = Request("r", prompt_len=10, max_new_tokens=1)
-    assert mgr.prepare_context(req) is mgr.prepare_context(req)
-    assert mgr.get_cache("r") is mgr.get_cache(req)
+    assert mgr.prepare_context(req) is True
+    cache = mgr.get_cache(req)
+    assert mgr.prepare_context(req) is True and mgr.get_cache("r") is cache
+    while mgr.free_slots:
+        mgr.create_cache(f"filler-{mgr.free_slots}")
+    assert mgr.prepare_context(Request("late", prompt_len=10, max_new_tokens=1)) is False
 
 
 # -- caches: create, free, suspend, resume -----------------------------------------------------

@@ -22,7 +22,8 @@ def request(rid, tokens, **kwargs):
 
 def run_context(mgr, req):
     """prepare, resize for the rest of the context, run it, commit: what a scheduled context does."""
-    cache = mgr.prepare_context(req)
+    assert mgr.prepare_context(req)
+    cache = mgr.get_cache(req)
     assert mgr.resize_context(req, req.context_remaining_length)
     req.context_current_position = req.context_len
     mgr.commit_context(req)
@@ -44,7 +45,8 @@ def test_second_prompt_reuses_the_committed_prefix_and_computes_its_last_token()
     cache_a = run_context(mgr, first)
     assert cache_a.committed == 3  # two full pages and the partial last one (10 = 4 + 4 + 2)
     second = request("b", list(range(8)) + [50, 51, 52])
-    cache_b = mgr.prepare_context(second)
+    assert mgr.prepare_context(second)
+    cache_b = mgr.get_cache(second)
     assert second.prepopulated_prompt_len == second.context_current_position == 8
     assert cache_b.pages == cache_a.pages[:2] and cache_b.committed == 2
     assert cache_b.capacity == cache_b.history_length == 8
@@ -62,7 +64,8 @@ def test_partial_match_copies_the_shared_tokens_into_a_page_of_its_own():
     cache_a = run_context(mgr, request("a", list(range(8))))
     mgr.pool.storage[cache_a.pages[1]] = 7
     other = request("b", [0, 1, 2, 3, 4, 5, 99, 98, 97])  # shares 6 tokens: 1 page + 2
-    cache_b = mgr.prepare_context(other)
+    assert mgr.prepare_context(other)
+    cache_b = mgr.get_cache(other)
     assert other.context_current_position == 6
     assert cache_b.pages[0] == cache_a.pages[0] and cache_b.committed == 1
     assert cache_b.pages[1] not in cache_a.pages
@@ -141,7 +144,8 @@ def test_a_refused_allocation_evicts_nothing():
 def test_a_page_computed_twice_is_given_up_for_the_committed_one():
     mgr = manager()
     a, b = request("a", list(range(9))), request("b", list(range(9)))
-    cache_a, cache_b = mgr.prepare_context(a), mgr.prepare_context(b)  # nothing cached yet
+    assert mgr.prepare_context(a) and mgr.prepare_context(b)  # nothing cached yet
+    cache_a, cache_b = mgr.get_cache(a), mgr.get_cache(b)
     for req in (a, b):
         assert mgr.resize_context(req, 9)
     free = mgr.pool.free_blocks
