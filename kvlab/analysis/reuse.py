@@ -7,23 +7,37 @@ that never evicts. That share of all blocks is the ceiling any real reuse (Tenso
 ``enable_block_reuse``, on by default; vLLM's and SGLang's prefix caches) stays under: a real
 pool evicts. The hashes are chained (a block's hash stands for its prefix), so "seen before"
 and "its whole prefix seen before" are the same count; :func:`reuse_ceiling` checks that.
+
+:func:`replay_with_reuse` replays such a trace under the policies with block reuse on (the
+real default) and off, on :data:`MOONCAKE_ENGINE`, and :func:`reuse_table` sets what each run
+reused against the ceiling.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Dict, Iterable, List, Sequence, Tuple
 
+from kvlab.analysis.compare import EngineConfig, run_policy
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.memory import MIB
 from kvlab.core.request import Request
+from kvlab.run.simulation import SimulationResult
+from kvlab.sched.policies import TRTLLM_POLICIES
 
 
 @dataclass(frozen=True)
 class ReuseCeiling:
     """Blocks in the trace's prompts, and how many of them a never-evicting cache would hold
-    already when they arrive."""
+    already when they arrive; in tokens, the prompts' tokens and the most of them such a cache
+    could serve (its blocks' tokens, less each prompt's last token, which is always computed:
+    what ``KVCacheManager.prepare_context`` matches is the prompt less its last token)."""
 
     blocks: int
     cached: int
+    tokens: int = 0
+    cached_tokens: int = 0
 
     @property
     def hit_ratio(self) -> float:
@@ -33,7 +47,7 @@ class ReuseCeiling:
 def reuse_ceiling(requests: Iterable[Request]) -> ReuseCeiling:
     """The ceiling over ``requests`` in arrival order (module docstring). ValueError when a
     request's hashes are not prefix-chained (a block seen before after one that was not)."""
-    seen, blocks, cached = set(), 0, 0
+    seen, blocks, cached, tokens, cached_tokens = set(), 0, 0, 0, 0
     for request in requests:
         hashes = request.prefix_hashes
         hits = next((i for i, h in enumerate(hashes) if h not in seen), len(hashes))
@@ -42,8 +56,52 @@ def reuse_ceiling(requests: Iterable[Request]) -> ReuseCeiling:
                              "chained: a cached block follows an uncached one")
         blocks += len(hashes)
         cached += hits
+        tokens += request.prompt_len
+        cached_tokens += min(hits * request.tokens_per_hash, request.prompt_len - 1)
         seen.update(hashes)
-    return ReuseCeiling(blocks, cached)
+    return ReuseCeiling(blocks, cached, tokens, cached_tokens)
 
 
-__all__ = ["ReuseCeiling", "reuse_ceiling"]
+#: Pages of Mooncake's replay engine: 42,800 of 32 tokens, 1,369,600 tokens, about what eight
+#: 80 GB GPUs keep for Llama-3.1-70B's KV cache (327,680 B a token in fp16) after its fp16
+#: weights at ``free_gpu_memory_fraction`` 0.9: (8 x 80e9 - 141.1e9) x 0.9 / 327,680.
+MOONCAKE_POOL_PAGES = 42_800
+_TINY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16", tokens_per_block=32)
+#: The engine Mooncake's traces are replayed on: that pool (in a tiny geometry, 4 B a token, so
+#: the real tensor stays 5.2 MiB; scheduling depends on the page count only), max_seq_len
+#: 131,072 (Llama-3.1's), up to 128 sequences, max_num_tokens 8,192 (TensorRT-LLM's default)
+#: in chunks (chunked prefill), the automatic host tier.
+MOONCAKE_ENGINE = EngineConfig(pool_mib=MOONCAKE_POOL_PAGES * _TINY.bytes_per_block / MIB,
+                               max_seq_len=131_072, geometry=_TINY, max_batch_size=128,
+                               max_num_tokens=8192, chunked_prefill=True)
+
+
+def replay_with_reuse(requests: Sequence[Request], policies: Sequence[str] = TRTLLM_POLICIES,
+                      engine: EngineConfig = MOONCAKE_ENGINE, reuse: Sequence[bool] = (True, False),
+                      max_steps: int = 1_000_000) -> Dict[Tuple[str, bool], SimulationResult]:
+    """Each policy with block reuse on and off (``reuse``): {(policy, reuse): result}."""
+    return {(policy, on): run_policy(policy, requests, dataclasses.replace(engine, enable_block_reuse=on),
+                                     max_steps)
+            for policy in policies for on in reuse}
+
+
+def reuse_table(results: Dict[Tuple[str, bool], SimulationResult], ceiling: ReuseCeiling) -> List[dict]:
+    """One row a run: outcome counts, latencies in steps, and the prompt tokens a cached prefix
+    served, as a share of all prompt tokens and of what the unbounded cache could serve."""
+    rows = []
+    for (policy, on), result in results.items():
+        summary = result.summary()
+        reused = summary["reused_tokens"]
+        rows.append(dict(
+            policy=policy, block_reuse=on, finished=summary["finished"],
+            rejected=summary["rejected"], unfinished=summary["waiting"] + summary["running"],
+            error=summary["error"], mean_ttft_steps=summary["mean_ttft_steps"],
+            mean_latency_steps=summary["mean_latency_steps"], suspensions=summary["suspensions"],
+            recomputes=summary["recomputes"], reused_tokens=reused,
+            reused_share=reused / ceiling.tokens if ceiling.tokens else 0.0,
+            of_ceiling=reused / ceiling.cached_tokens if ceiling.cached_tokens else 0.0))
+    return rows
+
+
+__all__ = ["MOONCAKE_ENGINE", "MOONCAKE_POOL_PAGES", "ReuseCeiling", "replay_with_reuse",
+           "reuse_ceiling", "reuse_table"]

@@ -25,7 +25,11 @@ def test_a_shared_prefix_is_counted_once_and_a_broken_chain_refused():
     a = Request("a", 1024, 1, prefix_hashes=(1, 2))
     b = Request("b", 1536, 1, prefix_hashes=(1, 2, 3))
     c = Request("c", 1024, 1, prefix_hashes=(4, 5))
-    assert (reuse_ceiling([a, b, c]).blocks, reuse_ceiling([a, b, c]).cached) == (7, 2)
+    ceiling = reuse_ceiling([a, b, c])
+    assert (ceiling.blocks, ceiling.cached) == (7, 2)
+    assert (ceiling.tokens, ceiling.cached_tokens) == (3584, 1024)
+    again = reuse_ceiling([a, Request("a2", 1024, 1, prefix_hashes=(1, 2))])
+    assert again.cached_tokens == 1023  # the last prompt token is always computed
     with pytest.raises(ValueError, match="not prefix-chained"):
         reuse_ceiling([a, Request("d", 1024, 1, prefix_hashes=(9, 2))])
     with pytest.raises(TypeError, match="prefix_hashes"):
