@@ -21,9 +21,9 @@
 # engine with `SchedulerDeadlock` after 1000 passes (with chunked prefill and no tier below the
 # GPU, a preemption livelock that never raises). Every engine here runs the real default tier
 # configuration, the automatic host tier (`host_cache_size=None`), non-chunked; notebook 03
-# §8b shows these workloads end the same way without it. Block reuse (prefix caching, on by
-# default upstream) is not modelled; the prompts here share no prefix, so it would change none of
-# the outcomes. The review of that fix (seed, section 5)
+# §8b shows these workloads end the same way without it. Block reuse (prefix caching) is on, as
+# upstream's default; sections 1 to 7 draw prompts that share no prefix, so it changes none of
+# their outcomes, and section 8 turns to real prompts that do. The review of that fix (seed, section 5)
 # named the real question: *how do we distinguish a request that cannot run yet from one that
 # can never run?* PR #21720 answers it at admission. This notebook shows the distinction, runs
 # the same workloads under the historical engine (both row widths) and under admission control,
@@ -42,7 +42,8 @@ grid: int = 64  # phase diagram resolution: grid pools x grid contexts per regim
 trace_minutes: float = 60.0  # section 7 replays this much of Azure's code hour (all of it: 60)
 seconds_per_iteration: float = 0.05  # section 7: one scheduler iteration in seconds of the trace's clock
 live_engines: bool = False  # section 5b: run the real vLLM and SGLang now (scripts/setup.sh), not their stored runs
-SMOKE: bool = False  # True (CI): a smaller workload, a coarser diagram, ten minutes of the trace
+mooncake_minutes: float = 60.0  # section 8 replays this much of Mooncake's conversation hour (all of it: 60)
+SMOKE: bool = False  # True (CI): a smaller workload, a coarser diagram, ten minutes of the trace, five of Mooncake's
 
 # %%
 import dataclasses
@@ -53,12 +54,14 @@ import pandas as pd
 from IPython.display import display
 
 from kvlab import Request, simulate
-from kvlab.analysis.compare import (EngineConfig, long_and_small, not_yet_and_never, outcome_rows,
-                                    outcome_table, request_timeline, run_policies,
+from kvlab.analysis.compare import (EngineConfig, build_scheduler, long_and_small, not_yet_and_never,
+                                    outcome_rows, outcome_table, request_timeline, run_policies,
                                     vllm_startup_error)
 from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.analysis.peer_conformance import by_name, differences, sglang_workloads, vllm_workloads
+from kvlab.analysis.reuse import (MOONCAKE_ENGINE, replay_with_reuse, reuse_ceiling, reuse_table,
+                                  shared_prefix_story)
 from kvlab.backends.sglang import SGLANG
 from kvlab.backends.vllm import VLLM
 from kvlab.notebook import viz
@@ -66,7 +69,7 @@ from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.tables import table
 from kvlab.notebook.parameters import check_admission_parameters
 from kvlab.notebook.widgets import admission_panel
-from kvlab.run.workload import LogNormal, azure_trace, poisson_workload
+from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
 from kvlab.sched.admission import (CapacityAdmission, FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED,
                                    demand_blocks)
 from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
@@ -75,9 +78,10 @@ from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
 check_admission_parameters(pool_mib=pool_mib, context=context, num_small=num_small, num_requests=num_requests,
                  arrival_rate=arrival_rate, seed=seed, stall_limit=stall_limit, grid=grid,
                  trace_minutes=trace_minutes, seconds_per_iteration=seconds_per_iteration, live_engines=live_engines,
-                 SMOKE=SMOKE)
+                 mooncake_minutes=mooncake_minutes, SMOKE=SMOKE)
 if SMOKE:
     num_requests, grid, trace_minutes = min(num_requests, 60), min(grid, 24), min(trace_minutes, 10.0)
+    mooncake_minutes = min(mooncake_minutes, 5.0)
 engine = EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)
 IS_SEED = (pool_mib, context) == (4.0, 8192)
 pd.set_option("display.max_colwidth", 120)
@@ -466,6 +470,85 @@ for name, table_ in trace_tables.items():  # the peers reject at their doors and
 # waits in the scheduler's own.
 
 # %% [markdown]
+# ## 8. Real prompts share prefixes: block reuse, "not yet" and "never"
+#
+# TensorRT-LLM reuses KV blocks by default (`KvCacheConfig.enable_block_reuse=True`; kvlab's
+# manager models the V2 manager's way, docs/REFERENCE.md §10): a page whose tokens are computed is
+# *committed* under a key standing for the whole prefix it ends; a later prompt with the same
+# prefix *holds* it instead of computing it (the prompt less its last token is matched; a page
+# shared only in part is copied); when no request holds a committed page it stays cached and
+# evictable, counted as free, and an allocation that finds too few free pages evicts the least
+# recently released first. The scheduler prepares a context before it charges the budget, so a
+# reused prefix is neither computed nor charged.
+#
+# First the smallest story, on this notebook's pool, under admission control: "first" runs a
+# while; "follow-up" repeats its prompt and adds an eighth of the pool; "too-long" repeats it
+# too but asks for more pages than the pool has; "stranger", unrelated, comes once both are
+# done; "late" repeats first's prompt while "stranger" runs.
+
+# %%
+story_runs, story_caches = {}, {}
+for reuse in (True, False):
+    story_engine = dataclasses.replace(engine, enable_block_reuse=reuse)
+    story_scheduler = build_scheduler("capacity", story_engine)
+    story_runs[reuse] = simulate(story_scheduler, shared_prefix_story(story_engine))
+    story_caches[reuse] = story_scheduler.manager.prefix_cache
+story = pd.DataFrame([dict(row, block_reuse=reuse, reused_tokens=story_runs[reuse].requests[row["request_id"]].prepopulated_prompt_len)
+                      for reuse in (True, False) for row in request_timeline(story_runs[reuse])])
+display(table(story.set_index(["block_reuse", "request_id"])[["prompt_len", "arrival", "started", "ended", "status",
+                                                              "refusals", "reused_tokens"]]))
+print(f"pages evicted from the cache with reuse on: {story_caches[True].evicted_blocks:,}")
+started = story.set_index(["block_reuse", "request_id"])["started"]
+reused = story.set_index(["block_reuse", "request_id"])["reused_tokens"]
+first_prompt = story_runs[True].requests["first"].prompt_len
+assert started[True, "follow-up"] == 1 < started[False, "follow-up"]  # fits at once, only because its prefix is cached
+assert reused[True, "follow-up"] == first_prompt                       # every page of first's prompt held, none computed
+assert all(story_runs[r].status["too-long"] == "rejected" for r in (True, False))  # never: held pages are its pages too
+assert story_caches[True].evicted_blocks > 0 and 0 < reused[True, "late"] < first_prompt  # the stranger evicted some
+
+# %% [markdown]
+# With reuse, "follow-up" starts the pass after it arrives: the pages of first's prompt are
+# already there, and it needs only its own eighth. Without reuse it needs all its pages beside
+# "first" and waits until "first" finishes: reuse turned a "not yet" into "now". It cannot turn a
+# "never" into anything: a held page is still one of the request's pages, so "too-long" needs more
+# pages than the pool has either way, and admission control rejects it either way (`demand_blocks`
+# counts every page of a request, shared or not). "stranger" finds first's pages cached, counted
+# as free, and evicts the least recently released of them to make room; "late" then reuses only
+# what survived (the table's `reused_tokens`) and computes the rest.
+#
+# Now real traffic. Mooncake's FAST'25 conversation trace (Apache-2.0; data/traces/) records an
+# hour of 12,031 requests with 512-token block hashes that stand for each prompt's prefix: a
+# never-evicting cache could serve at most the share computed by `reuse_ceiling` below. It is
+# replayed on `MOONCAKE_ENGINE`, 1.37 M tokens of KV (about what eight 80 GB GPUs keep for
+# Llama-3.1-70B), under admission control with reuse on and off (the three regimes are the same
+# engine on a pool that holds every prompt, as section 7 showed for Azure's hour).
+
+# %%
+mooncake = mooncake_trace("conversation", minutes=mooncake_minutes)
+ceiling = reuse_ceiling(mooncake)
+mooncake_runs = replay_with_reuse(mooncake, ("capacity",))
+mooncake_table = pd.DataFrame(reuse_table(mooncake_runs, ceiling)).set_index(["policy", "block_reuse"])
+print(f"{len(mooncake):,} requests in {mooncake_minutes:g} minutes, {ceiling.tokens:,} prompt tokens; "
+      f"a never-evicting cache could serve {ceiling.cached_tokens:,} ({ceiling.cached_tokens / ceiling.tokens:.1%})")
+print(textwrap.fill(MOONCAKE_ENGINE.describe(), 100))
+display(table(mooncake_table[["finished", "rejected", "unfinished", "mean_ttft_steps", "reused_tokens", "reused_share",
+                              "of_ceiling"]]))
+on, off = mooncake_table.loc[("capacity", True)], mooncake_table.loc[("capacity", False)]
+assert on.finished == off.finished == len(mooncake) and off.reused_tokens == 0
+assert 0 < on.reused_tokens <= ceiling.cached_tokens and on.mean_ttft_steps <= off.mean_ttft_steps
+
+# %% [markdown]
+# Every request finishes either way: the pool holds every prompt of the hour. Reuse serves a
+# share of the prompt tokens from the cache (the table's `reused_share`), and first tokens come
+# sooner, since a reused prefix takes nothing of a pass's token budget. The share stays well
+# below the ceiling (`of_ceiling`): the cache is the pool, and at this hour's rate the pool holds
+# only the last minute or so of prompts, while a conversation's next turn comes later than
+# that. Upstream moves an evicted page to the host tier first and keeps it in the tree (with the
+# automatic host tier, as much memory again); kvlab drops it (docs/REFERENCE.md §10), so these
+# shares are a lower bound of what TensorRT-LLM would reuse on this pool. `python
+# benchmarks/mooncake_replay.py` replays the hour under every regime, with reuse on and off.
+
+# %% [markdown]
 # ## Findings
 #
 # A resize's `False` is either "not yet" (temporary pressure: wait and retry) or "never" (demand
@@ -497,6 +580,12 @@ findings += [Finding(scenario=(f"Azure code trace, {len(trace):,} requests in {t
                               f"{shrunk.loc[policy, 'unfinished']:,} unfinished; {len(never_fits):,} can never fit; "
                               f"mean queue {shrunk.loc[policy, 'mean_queue_steps']:,} steps"))
              for policy in POLICIES]
+findings += [Finding(scenario=(f"Mooncake conversation trace, {len(mooncake):,} requests in {mooncake_minutes:g} min, "
+                               f"{MOONCAKE_ENGINE.pool_tokens:,}-token pool"), policy=f"capacity, block reuse {'on' if reuse else 'off'}",
+                     outcome="ok" if row.finished == len(mooncake) else "stall",
+                     numbers=(f"{row.reused_tokens:,} prompt tokens reused ({row.reused_share:.1%}; {row.of_ceiling:.1%} of the "
+                              f"unbounded cache's); mean TTFT {row.mean_ttft_steps:.2f} steps"))
+             for (policy, reuse), row in mooncake_table.iterrows()]
 findings = report_findings(findings)
 if IS_SEED:
     assert [f["outcome"] for f in findings[:3]] == ["crash", "stall", "reject"]

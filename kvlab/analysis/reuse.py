@@ -22,6 +22,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 from kvlab.analysis.compare import EngineConfig, run_policy
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import MIB
+from kvlab.core.prefix_cache import chain_hashes
 from kvlab.core.request import Request
 from kvlab.run.simulation import SimulationResult
 from kvlab.sched.policies import TRTLLM_POLICIES
@@ -76,6 +77,33 @@ MOONCAKE_ENGINE = EngineConfig(pool_mib=MOONCAKE_POOL_PAGES * _TINY.bytes_per_bl
                                max_num_tokens=8192, chunked_prefill=True)
 
 
+def shared_prefix_story(engine: EngineConfig = EngineConfig(), max_new_tokens: int = 16) -> List[Request]:
+    """"Not yet" and "never" when prompts share a prefix, on ``engine``'s pool (at least 16
+    pages): "first" (five eighths of the pool) runs a while; "follow-up" repeats its prompt
+    and adds an eighth of the pool: beside "first" it does not fit on its own pages (not yet)
+    but fits holding first's cached pages; "too-long" repeats it too and adds more than the
+    pool (never, reuse or not: held pages are still its pages); "stranger" (five eighths,
+    unrelated) comes once both are done and must evict cached pages; "late" repeats first's
+    prompt while "stranger" runs and finds only what survived. Hashes per page
+    (``tokens_per_hash`` = the engine's tokens per block)."""
+    tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
+    if blocks < 16:
+        raise ValueError(f"the example needs a pool of at least 16 pages, got {blocks}")
+    first = list(range(blocks * 5 // 8 * tpb))
+    own = list(range(10**6, 10**6 + blocks // 8 * tpb))
+
+    def request(request_id, tokens, max_new, arrival):
+        return Request(request_id, len(tokens), max_new, arrival,
+                       prefix_hashes=chain_hashes(tokens, tpb), tokens_per_hash=tpb)
+
+    done = 8 * max_new_tokens + 8  # "first" and "follow-up" have finished by then
+    return [request("first", first, 4 * max_new_tokens, 0),
+            request("follow-up", first + own, max_new_tokens, 1),
+            request("too-long", first + list(range(2 * 10**6, 2 * 10**6 + blocks * tpb)), max_new_tokens, 2),
+            request("stranger", list(range(3 * 10**6, 3 * 10**6 + len(first))), 4 * max_new_tokens, done),
+            request("late", first + own, max_new_tokens, done + 2)]
+
+
 def replay_with_reuse(requests: Sequence[Request], policies: Sequence[str] = TRTLLM_POLICIES,
                       engine: EngineConfig = MOONCAKE_ENGINE, reuse: Sequence[bool] = (True, False),
                       max_steps: int = 1_000_000) -> Dict[Tuple[str, bool], SimulationResult]:
@@ -104,4 +132,4 @@ def reuse_table(results: Dict[Tuple[str, bool], SimulationResult], ceiling: Reus
 
 
 __all__ = ["MOONCAKE_ENGINE", "MOONCAKE_POOL_PAGES", "ReuseCeiling", "replay_with_reuse",
-           "reuse_ceiling", "reuse_table"]
+           "reuse_ceiling", "reuse_table", "shared_prefix_story"]

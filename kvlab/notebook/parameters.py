@@ -33,8 +33,9 @@ def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str =
 def check_admission_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=150,
                                arrival_rate=0.05, seed=0, stall_limit=DEFAULT_STALL_LIMIT, grid=64,
                                trace_minutes=60.0, seconds_per_iteration=0.05, live_engines=False,
-                               SMOKE=False) -> None:
-    """Notebook 04: the engines under each policy, the phase diagram, the Azure hour."""
+                               mooncake_minutes=60.0, SMOKE=False) -> None:
+    """Notebook 04: the engines under each policy, the phase diagram, the Azure hour, the
+    Mooncake hour with block reuse."""
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
     check_int("num_small", num_small, low=0, high=10_000)
@@ -45,6 +46,7 @@ def check_admission_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_r
     check_int("grid", grid, low=2, high=512)
     check_float("trace_minutes", trace_minutes, low=0.0, high=60.0, low_open=True)
     check_float("seconds_per_iteration", seconds_per_iteration, low=0.001, high=10.0)
+    check_float("mooncake_minutes", mooncake_minutes, low=0.0, high=60.0, low_open=True)
     if not isinstance(live_engines, bool):
         raise TypeError(f"live_engines must be a bool (True or False), got {live_engines!r} "
                         f"({type(live_engines).__name__})")

@@ -156,7 +156,7 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     assert list(mixed) == ["none/clamped", "none/configured", "capacity", "vllm", "sglang"]
     assert [mixed[p]["outcome"] for p in mixed] == ["crash", "stall", "reject", "reject", "reject"]
     assert all("0 unfinished" in mixed[p]["numbers"] for p in ("capacity", "vllm", "sglang"))
-    hour = findings[8:]  # Azure's code trace, its first ten minutes with SMOKE, on the shrunk pool
+    hour = findings[8:13]  # Azure's code trace, its first ten minutes with SMOKE, on the shrunk pool
     assert [(f["policy"], f["outcome"]) for f in hour] == [
         ("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject"),
         ("vllm", "reject"), ("sglang", "reject")]
@@ -165,6 +165,11 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     # the peers' doors: vLLM's max_model_len (7,136), SGLang's pool less six tokens (7,162)
     assert "1,413 finished, 69 rejected, 0 unfinished" in hour[3]["numbers"]
     assert "1,413 finished, 69 rejected, 0 unfinished" in hour[4]["numbers"]
+    reuse_on, reuse_off = findings[13:]  # Mooncake's conversation trace, five minutes with SMOKE
+    assert "918 requests in 5 min" in reuse_on["scenario"]
+    assert reuse_on["policy"] == "capacity, block reuse on" and reuse_on["outcome"] == "ok"
+    assert "632,775 prompt tokens reused (5.1%; 24.6% of the unbounded cache's)" in reuse_on["numbers"]
+    assert reuse_off["numbers"].startswith("0 prompt tokens reused")
     assert seconds < 30, f"notebook 04 took {seconds:.0f} s with SMOKE"
 
 
@@ -179,6 +184,8 @@ def test_notebook_04_holds_its_table_figures_and_panel(nb04):
     tables = outputs(nb, "text/html")
     assert any("never fits" in t and "temporarily blocked" in t for t in tables)  # not yet vs never
     assert any("goodput_tokens_per_step" in t for t in tables)  # the outcome table (a DataFrame)
+    assert any("follow-up" in t and "reused_tokens" in t for t in tables)  # the shared-prefix story
+    assert any("of_ceiling" in t for t in tables)  # the Mooncake replay against the ceiling
     panel = panels(nb)
     assert len(panel) == 1 and "PageIndexTooShort" in panel[0]["data"]["text/plain"]
 
