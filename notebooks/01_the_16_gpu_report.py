@@ -306,6 +306,11 @@ panel
 # all-reduce gave every rank the smallest pool, the clamp sized rank 0's row from it, a context
 # beyond the row raised in the native resize, and every rank shut down. Admission control keeps
 # every rank alive. The local conditions reproduce on one GPU with a 4 MiB pool (notebook 02).
+#
+# Block reuse is on here, as TensorRT-LLM's default (notebook 04 §8), and changes none of this:
+# the pools, the clamp and the row are fixed when the managers are built, before any page is
+# cached, and a page a request shares is still one of its pages, so the context that overruns
+# rank 0's row overruns it with reuse on or off.
 
 # %%
 scenario = (sc.name if IS_REPORT else f"{ranks}x-{workspace_gib:g}GiB-{context}tok") + ", automatic host tier"

@@ -222,6 +222,10 @@ print(f"{len(crashes):,} of {len(sweep):,} resizes crash; every one asks for mor
 # The exception is local and arithmetic: the row was sized for what the pool holds (the clamped
 # length), and the request was sized for what the engine was configured for. Notebook 03 widens
 # the row — and finds that the pool is still too small.
+#
+# Block reuse (on, as upstream's default) changes nothing here: the request is the first in an
+# empty pool, so there is nothing cached to reuse, and the row check counts every page the new
+# capacity needs, whether the cache would hold a shared page or its own.
 
 # %%
 scenario = (seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb") + ", any host tier"

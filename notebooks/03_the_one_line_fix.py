@@ -271,10 +271,10 @@ viz.show(viz.pool_allocation_figure(h200["pool_allocation"], device=gpu))
 #
 # The runs below use the tier named in the parameters; section 8b runs both.
 #
-# One real default kvlab leaves out: block reuse (prefix caching, `enable_block_reuse=True`).
-# Nothing here depends on it: these prompts share no prefix, so reuse would find nothing to
-# share, and reuse never lets a request hold more tokens than the pages it has, so a request the
-# pool can never hold stays one with reuse on.
+# Block reuse (prefix caching, `enable_block_reuse=True`, upstream's default) is on here too
+# (notebook 04 §8 shows what it does). It changes none of this notebook's findings: these
+# prompts share no prefix, so reuse finds nothing to share, and a page a request shares is still
+# one of its pages, so a request the pool can never hold stays one with reuse on.
 #
 # ### Step through it: one pass at a time
 #

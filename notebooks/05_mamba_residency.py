@@ -271,6 +271,10 @@ panel
 # would have turned it back into a ceiling, at the price of a cap every rank and every admission
 # path must respect; the feasible default (PR #18985, open) keeps `max_batch_size` a floor and
 # chooses it so that it fits.
+#
+# Block reuse (on by default, notebook 04 §8) does not touch these findings: kvlab reuses
+# attention pages, while everything here is the state slots' fixed size against the quota,
+# decided when the manager is built, before anything could be cached.
 
 # %%
 scenario = "qwen3.5-27b-h100" if IS_PR else f"qwen3.5-27b-{quota_gib:g}GiB-{max_batch_size}seq-{ssm_dtype}"

@@ -331,7 +331,10 @@ findings = report_findings(findings)
 # ## What the plan leaves out
 #
 # It plans a **lone** request per context length: other requests' pages only delay a request
-# that fits, they do not change which contexts can never run. Under chunked prefill a chunk
+# that fits, they do not change which contexts can never run. Block reuse (on by default) does
+# not change a verdict either: a page a request shares is still one of its pages; it lets
+# requests that share prefixes be resident together sooner (notebook 04 §8), which a plan of a
+# lone request does not count. Under chunked prefill a chunk
 # boundary can land in the few blocks between the pool and the row's end and make a stall a
 # crash (the plan says so when chunked prefill is on). Weights derived from a parameter count are
 # split evenly over tp x pp: experts under expert parallelism and attention replicated under
