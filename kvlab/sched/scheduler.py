@@ -14,7 +14,9 @@ Mirrors ``KVCacheV2Scheduler._schedule_loop``
   requests from the tail, then recompute-pause, then suspend itself and stop phase 1. Suspension asks nothing of the host tier: what a
   suspension frees depends on the tier below the GPU (kvlab.core.kv_cache, ``KVCache.suspend``).
 - Phase 2 walks the deferred contexts: batch budget full -> break; STOP -> break; SKIP ->
-  continue. Non-chunked: the whole remaining context plus its draft tokens is one unit; a
+  continue. A first chunk that may reuse cached blocks is prepared first (``prepare_context``
+  before the budget, the real order): the reused prefix moves the context's start, and only
+  what is left is planned, charged and resized. Non-chunked: the whole remaining context plus its draft tokens is one unit; a
   token-budget miss or a prepare failure STOPs later contexts. Chunked: chunk = min(token
   budget left, context remaining, max_context_length), rounded down to ``chunk_unit_size``
   unless it is the last; the last chunk carries the draft tokens (in the budget and the
@@ -37,13 +39,11 @@ has ``preempt_for_pages`` and the 1000-pass stall detector; both came with PR #1
 whether they had landed in the seed's 1.4.0rc3 build cannot be told from the public sources
 (docs/REFERENCE.md §4a). Simplified, and said where it matters: a beam width counts in the token budget and in the rule
 that one pass schedules one beam width, but a sequence's pages are not multiplied by it; no PEFT, encoder,
-cross-attention, prefix reuse or KV connector; budget checks precede ``prepare_context`` (the
-real default prepares first for prefix reuse; without reuse the outcome is the same). The
-tier below the GPU belongs to the manager (``host_cache_size``; None, the real default, is
-the automatic host tier; 0 is none, and then ``preempt_for_pages`` runs). The manager calls
-the real code has and kvlab's KVCacheManager lacks (``try_allocate_generation``,
-``prepare_disagg_gen_init``) are written here from the manager's public
-resize/suspend/resume/free.
+cross-attention or KV connector. A request that cannot reuse (reuse off, or a prompt without
+``prefix_hashes``) has its budget checked before ``prepare_context``, which then decides
+nothing the budget could. The tier below the GPU belongs to the manager (``host_cache_size``;
+None, the real default, is the automatic host tier; 0 is none, and then ``preempt_for_pages``
+runs).
 
 Recurrent-state residency (PR #17261, a proposal closed without merging; docs/REFERENCE.md §5):
 when ``manager.max_resident_sequences()``
