@@ -287,6 +287,10 @@ class MambaHybridCacheManager(KVCacheManager):
         self._resident_sequence_cap = cap
         num_slots = (resident + plan.dummies) if plan.slot_bytes else 0
         slots_bytes = num_slots * plan.slot_bytes
+        # Block reuse is not modelled for hybrids: upstream downgrades "all_reusable" to
+        # "per_request" with any Mamba layer and matches only up to a block that carries a state
+        # snapshot (kv_cache/mamba_cache_manager.py, _block_radix_tree.py ``_prune_match``).
+        kwargs.setdefault("enable_block_reuse", False)
         super().__init__(attention, quota_bytes - slots_bytes, max_seq_len, max_batch_size,
                          device=device, pp_size=pp_size, **kwargs)
         #: the whole quota (``quota_bytes`` is what the attention pages got after the slots)

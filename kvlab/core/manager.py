@@ -280,6 +280,14 @@ class KVCacheManager:
         """Block reuse is on and the request's prompt has an identity to match."""
         return self.enable_block_reuse and bool(request.prefix_hashes)
 
+    def probe_first_new_block_key(self, request: Request) -> Optional[tuple]:
+        """The key of the first whole page of the prompt that is not committed yet, the block
+        the request would commit next (None: reuse off, no hashes, or no whole page left): the
+        real probe the prefix-aware skip asks (``KVCacheManagerV2.probe_first_new_block_key``)."""
+        if not self.reuses(request):
+            return None
+        return self.prefix_cache.first_new_key(request)
+
     def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
         prefix_cache = self.prefix_cache
         match = prefix_cache.match(request, request.context_len - 1)

@@ -199,6 +199,20 @@ class PrefixCache:
                     partial, partial_tokens = candidate, shared
         return Match(found, partial, partial_tokens, tokens_per_block)
 
+    def first_new_key(self, request: "Request") -> Optional[tuple]:
+        """The key of the request's first whole prompt page not committed, or None when every
+        whole page is."""
+        tokens_per_block = self.tokens_per_block
+        hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
+        usable, pages = hashed_tokens(request), self._pages
+        end = tokens_per_block
+        while end <= usable:
+            key = (hashes[(end - 1) // per_hash], end)
+            if key not in pages:
+                return key
+            end += tokens_per_block
+        return None
+
     def _shared_tokens(self, page: int, hashes, per_hash: int, start: int, usable: int) -> int:
         """How far the prompt of ``hashes`` agrees with the prefix ``page`` ends, from
         ``start`` (both agree before it), within ``usable`` tokens: whole hash blocks only."""

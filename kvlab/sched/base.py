@@ -46,12 +46,15 @@ class ScheduledBatch:
     num_tokens: int = 0
     #: the beam width of the generation requests scheduled (0 before the first)
     beam_width: int = 0
+    #: a first chunk was deferred behind a request that commits its first new block this pass
+    #: (the prefix-aware skip): progress, though nothing of it is scheduled
+    deferred_behind_contributor: bool = False
 
     @property
     def made_progress(self) -> bool:
         return bool(self.context_requests or self.generation_requests or self.paused_requests
                     or self.recompute_paused_requests or self.fitting_disagg_gen_init_requests
-                    or self.aborted_requests)
+                    or self.aborted_requests or self.deferred_behind_contributor)
 
 
 def check_plain_request(request: Request, peer: str) -> None:

@@ -210,7 +210,7 @@ class Scheduler(SchedulerBase):
                  stall_limit: int = DEFAULT_STALL_LIMIT, *, chunked_prefill: bool = False,
                  max_context_length: Optional[int] = None, chunk_unit_size: Optional[int] = None,
                  scheduler_capacity: Optional[int] = None, enable_recompute_pause: bool = True,
-                 debug: bool = False):
+                 enable_prefix_aware_scheduling: bool = True, debug: bool = False):
         super().__init__(manager, max_batch_size, debug)
         self.admission = make_admission(admission)
         self.max_num_tokens = (None if max_num_tokens is None else check_int(
@@ -219,11 +219,16 @@ class Scheduler(SchedulerBase):
             "scheduler_capacity", scheduler_capacity, low=1, high=1 << 20))
         self.stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)
         for name, flag in (("chunked_prefill", chunked_prefill),
-                           ("enable_recompute_pause", enable_recompute_pause)):
+                           ("enable_recompute_pause", enable_recompute_pause),
+                           ("enable_prefix_aware_scheduling", enable_prefix_aware_scheduling)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.chunked_prefill = chunked_prefill
         self.enable_recompute_pause = enable_recompute_pause
+        self.enable_prefix_aware_scheduling = enable_prefix_aware_scheduling
+        # the real ``_prefix_skip_enabled``: the flag, block reuse, and per-block commits
+        self._prefix_skip_enabled = (enable_prefix_aware_scheduling and manager.enable_block_reuse
+                                     and manager.block_reuse_policy == "all_reusable")
         self.max_context_length = (max_num_tokens if max_context_length is None else check_int(
             "max_context_length", max_context_length, low=1, high=1 << 30))
         self.chunk_unit_size = (manager.tokens_per_block if chunk_unit_size is None else check_int(
@@ -436,9 +441,11 @@ class Scheduler(SchedulerBase):
         """Phase 2; returns the requests ``preempt_for_pages`` recompute-paused."""
         preempted: List[Request] = []
         has_chunking = False
-        caches, reuses = self.manager.caches, self.manager.reuses
+        manager = self.manager
+        caches, reuses = manager.caches, manager.reuses
         refusal = self._pending_refusal(budget)
         chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
+        contributed = self._collect_contributed_blocks(pending)
         for request in pending:
             if budget.requests_full:
                 break
@@ -450,6 +457,13 @@ class Scheduler(SchedulerBase):
                     and not reuses(request) and refusal.refuses_first_chunk(request)):
                 request.num_refusals += 1
                 continue
+            first_new_block = None
+            if contributed is not None:  # the prefix-aware skip, before any cache work
+                first_new_block = manager.probe_first_new_block_key(request)
+                if (request.is_first_context_chunk and first_new_block is not None
+                        and first_new_block in contributed):
+                    batch.deferred_behind_contributor = True
+                    continue
             action, tokens = self._schedule_context(request, budget, batch, preempted)
             if action is not ScheduleAction.SCHEDULED:
                 request.num_refusals += 1
@@ -459,11 +473,29 @@ class Scheduler(SchedulerBase):
             has_chunking = has_chunking or not request.is_last_context_chunk
             batch.context_requests.append(request)
             budget.commit(tokens)
+            if first_new_block is not None:  # registered once it runs this pass
+                contributed.add(first_new_block)
             refusal = self._pending_refusal(budget)  # the budget and the pool changed
             chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
         if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
             batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         return preempted
+
+    def _collect_contributed_blocks(self, pending: List[Request]) -> Optional[set]:
+        """The real ``_collect_contributed_blocks``: the first new blocks of the context
+        continuations in flight, or None when the skip cannot fire this pass (off, no first
+        chunk pending, or one alone with nothing in flight or continuing), so no probe is paid."""
+        if not self._prefix_skip_enabled:
+            return None
+        candidates = sum(1 for r in pending if r.is_first_context_chunk)
+        if candidates == 0:
+            return None
+        in_flight = [r for r in self._active if r.request_id in self._inflight
+                     and not r.is_context_finished and not r.is_first_context_chunk]
+        if not in_flight and candidates < 2 and all(r.is_first_context_chunk for r in pending):
+            return None
+        probe = self.manager.probe_first_new_block_key
+        return {key for key in map(probe, in_flight) if key is not None}
 
     def _pending_refusal(self, budget: _Budget) -> Optional[_CertainRefusal]:
         """The bound that refuses a pending first chunk before its attempt, or None when an
@@ -491,11 +523,7 @@ class Scheduler(SchedulerBase):
         try:
             action, tokens = ScheduleAction.SCHEDULED, 0
             if first_chunk and self.manager.reuses(request):
-                # prepare before the budget: the reused prefix is neither charged nor resized
-                if not self._prepare_context(request):
-                    action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
-            if action is not ScheduleAction.SCHEDULED:
-                pass
+                action, tokens = self._prepare_then_plan(request, budget)
             elif self.chunked_prefill:
                 action, tokens = self._plan_context_chunk(request, budget)
             else:
@@ -515,6 +543,27 @@ class Scheduler(SchedulerBase):
             self._release(request)  # retried from scratch next iteration
         return action, tokens
 
+    def _prepare_then_plan(self, request: Request, budget: _Budget):
+        """A first chunk that may reuse: ``prepare_context`` first, so the reused prefix moves
+        the context's start, then the plan from what is left (the real
+        ``_try_schedule_context_full`` / ``_chunked``). With prefix-aware scheduling off the
+        budget sees the context as it was before prepare: non-chunked, checked and charged
+        whole before prepare; chunked, the chunk sized from it."""
+        before = request.context_remaining_length
+        if not self.enable_prefix_aware_scheduling and not self.chunked_prefill:
+            if not budget.can_fit_tokens(before + request.num_draft_tokens):
+                return ScheduleAction.STOP, 0
+        if not self._prepare_context(request):
+            return (ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP), 0
+        if self.enable_prefix_aware_scheduling:
+            if self.chunked_prefill:
+                return self._plan_context_chunk(request, budget)
+            return self._plan_context_full(request, budget)
+        if not self.chunked_prefill:
+            request.context_chunk_size = request.context_remaining_length
+            return ScheduleAction.SCHEDULED, before + request.num_draft_tokens
+        return self._plan_context_chunk(request, budget, before)
+
     def _plan_context_full(self, request: Request, budget: _Budget):
         """The whole remaining context plus the draft tokens, as one unit: (action, tokens
         for the budget and the resize)."""
@@ -524,11 +573,25 @@ class Scheduler(SchedulerBase):
         request.context_chunk_size = request.context_remaining_length
         return ScheduleAction.SCHEDULED, tokens
 
-    def _plan_context_chunk(self, request: Request, budget: _Budget):
+    def _plan_context_chunk(self, request: Request, budget: _Budget, budget_remaining: Optional[int] = None):
         """The next chunk (never 0: the chunk budget is >= chunk_unit_size here); the last
         chunk carries the draft tokens, added after the budget check as the real code adds
-        them: (action, tokens for the budget and the resize)."""
+        them: (action, tokens for the budget and the resize). ``budget_remaining``: the context
+        the budget sizes the chunk from, when not what remains (prefix-aware scheduling off:
+        the context before a reused prefix); the chunk run is at most what remains."""
         remaining = request.context_remaining_length
+        if budget_remaining is not None:
+            chunk = budget_remaining
+            if budget.max_num_tokens is not None:
+                chunk = min(chunk, budget.remaining_tokens)
+            if self.max_context_length is not None:
+                chunk = min(chunk, self.max_context_length)
+            if chunk < budget_remaining:
+                chunk -= chunk % self.chunk_unit_size
+            request.context_chunk_size = min(chunk, remaining)
+            if request.is_last_context_chunk:
+                chunk += request.num_draft_tokens
+            return ScheduleAction.SCHEDULED, chunk
         chunk = remaining
         if budget.max_num_tokens is not None:
             chunk = min(chunk, budget.remaining_tokens)
