@@ -391,10 +391,11 @@ class KVCacheManager:
         ``num_tokens`` context tokens: NO_SLOT when prepare fails, else the resize's answer. A
         new cache that cannot reuse anything and :meth:`certainly_refuses` is REFUSED without
         the round trip."""
-        if (request.request_id not in self._caches and self.page_index.free_slots
-                and not self.reuses(request) and self.certainly_refuses(num_tokens)):
+        cache = self._caches.get(request.request_id)
+        if (cache is None and self.page_index.free_slots and not self.reuses(request)
+                and self.certainly_refuses(num_tokens)):
             return Allocation.REFUSED
-        if not self.prepare_context(request):
+        if (cache is None or cache.suspended) and not self.prepare_context(request):
             return Allocation.NO_SLOT
         if _tagged(request, lambda: self.resize_context(request, num_tokens)):
             return Allocation.GRANTED

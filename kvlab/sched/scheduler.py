@@ -529,7 +529,11 @@ class Scheduler(SchedulerBase):
             else:
                 action, tokens = self._plan_context_full(request, budget)
             if action is ScheduleAction.SCHEDULED:
-                allocated = self._allocate_context(request, tokens)
+                # the resize takes the chunk run (and the drafts with the last), which the
+                # budget's tokens may exceed (prefix-aware scheduling off charges the prefix)
+                resize = request.context_chunk_size + (
+                    request.num_draft_tokens if request.is_last_context_chunk else 0)
+                allocated = self._allocate_context(request, resize)
                 if allocated is Allocation.NO_SLOT:  # prepare failed
                     action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
                 elif allocated is Allocation.REFUSED:

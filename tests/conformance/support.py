@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Sequence
 
 from kvlab import (Engine, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
                    ScheduledBatch, Scheduler)
+from kvlab.core.prefix_cache import chain_hashes
 
 #: Tokens a conformance request may still generate: never reached in these short runs.
 NEVER_DONE = 1 << 20
@@ -47,8 +48,12 @@ class Bench:
     automatic host tier below the GPU (as large as the pool: the upstream mock's
     ``can_evict``); ``host_blocks`` a tier of exactly that many pages; with neither,
     ``host_cache_size=0`` (no tier). ``slots`` is the manager's max_batch_size (its page-index
-    slots), the scheduler's ``max_batch_size`` unless given. Other keyword arguments go to the
-    Scheduler.
+    slots), the scheduler's ``max_batch_size`` unless given. ``enable_block_reuse`` and
+    ``block_reuse_policy`` are the manager's (reuse on, "all_reusable": the real defaults).
+    Other keyword arguments go to the Scheduler.
+
+    Requests given ``tokens`` carry their prompt's identity (one hash a token), so block reuse
+    can match them; without, a prompt shares nothing.
     """
 
     def __init__(self, *, tokens_per_block: int = 64, num_blocks: int = 4096,
@@ -56,6 +61,7 @@ class Bench:
                  max_seq_len: Optional[int] = None, slots: Optional[int] = None,
                  can_evict: bool = False, host_blocks: Optional[int] = None,
                  admission: str = "none", page_index_policy: str = "clamped",
+                 enable_block_reuse: bool = True, block_reuse_policy: str = "all_reusable",
                  **scheduler_kwargs):
         geometry = tiny_geometry(tokens_per_block)
         if host_blocks is not None:
@@ -68,7 +74,8 @@ class Bench:
                 geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
                 max_seq_len=max_seq_len or num_blocks * tokens_per_block,
                 max_batch_size=slots or max_batch_size, page_index_policy=page_index_policy,
-                host_cache_size=host_cache_size)
+                host_cache_size=host_cache_size, enable_block_reuse=enable_block_reuse,
+                block_reuse_policy=block_reuse_policy)
         self.scheduler = Scheduler(self.manager, admission=admission,
                                    max_num_tokens=max_num_tokens, max_batch_size=max_batch_size,
                                    **scheduler_kwargs)
@@ -78,14 +85,31 @@ class Bench:
         self._tenants = 0
 
     # -- requests ------------------------------------------------------------------------
-    def context(self, request_id: str, length: int, *, draft: int = 0,
-                max_new_tokens: int = NEVER_DONE, beam: int = 1) -> Request:
-        """A context request of ``length`` prompt tokens (``beam``: its beam width), submitted
-        at the next pass; returns the live Request the scheduler sees."""
-        (request,) = self.engine.add_requests([Request(
-            request_id, length, max_new_tokens, arrival_step=self.engine.step,
-            num_draft_tokens=draft, beam_width=beam)])
+    def context(self, request_id: str, length: Optional[int] = None, *, draft: int = 0,
+                max_new_tokens: int = NEVER_DONE, beam: int = 1,
+                tokens: Optional[Sequence[int]] = None) -> Request:
+        """A context request of ``length`` prompt tokens, or of the prompt ``tokens`` (``beam``:
+        its beam width), submitted at the next pass; returns the live Request the scheduler
+        sees."""
+        (request,) = self.engine.add_requests([self._request(
+            request_id, length, tokens, max_new_tokens=max_new_tokens, num_draft_tokens=draft,
+            beam_width=beam)])
         return request
+
+    def _request(self, request_id: str, length: Optional[int], tokens: Optional[Sequence[int]],
+                 max_new_tokens: int = NEVER_DONE, **kwargs) -> Request:
+        if tokens is not None:
+            length = len(tokens)
+            kwargs.update(prefix_hashes=chain_hashes(tokens), tokens_per_hash=1)
+        return Request(request_id, length, max_new_tokens, arrival_step=self.engine.step, **kwargs)
+
+    def cached(self, request_id: str, tokens: Sequence[int]) -> None:
+        """A request of the prompt ``tokens`` runs its context alone in a set-up pass and
+        finishes: its prompt's pages stay committed in the prefix cache, held by no one."""
+        with self.set_up_budget(1 << 30, 1 << 20):
+            request = self.context(request_id, tokens=tokens, max_new_tokens=1)
+            self.schedule()
+        assert request.state == "finished", f"set-up: {request_id!r} did not finish"
 
     def disagg(self, request_id: str, prompt_len: int = 100) -> Request:
         """A DISAGG_GENERATION_INIT request of a ``prompt_len``-token transferred context
@@ -95,7 +119,8 @@ class Bench:
             disagg_generation_init=True)])
         return request
 
-    def submit_past_front_door(self, request_id: str, length: int, *, draft: int = 0) -> Request:
+    def submit_past_front_door(self, request_id: str, length: Optional[int] = None, *,
+                               draft: int = 0, tokens: Optional[Sequence[int]] = None) -> Request:
         """A context request that reaches the pass although its prompt is over the token
         budget: the front door (``Scheduler.submit``, the LLM API's check) sees no budget, the
         pass sees the test's."""
@@ -103,8 +128,7 @@ class Bench:
         saved = scheduler.max_num_tokens
         scheduler.max_num_tokens = None
         try:
-            request = Request(request_id, length, NEVER_DONE, arrival_step=self.engine.step,
-                              num_draft_tokens=draft)
+            request = self._request(request_id, length, tokens, num_draft_tokens=draft)
             assert scheduler.submit(request).admitted
         finally:
             scheduler.max_num_tokens = saved
@@ -153,7 +177,8 @@ class Bench:
         finally:
             self.release_held()
 
-    def started_context(self, request_id: str, length: int, first_chunk: int) -> Request:
+    def started_context(self, request_id: str, length: Optional[int], first_chunk: int, *,
+                        tokens: Optional[Sequence[int]] = None) -> Request:
         """A chunked context past a first chunk of exactly ``first_chunk`` tokens (a "started"
         request, hence evictable), run in a set-up pass of its own whose chunk unit is 1 and
         whose token budget is that chunk plus the steps of the requests already generating.
@@ -165,7 +190,7 @@ class Bench:
         scheduler.chunk_unit_size = 1
         try:
             with self.set_up_budget(first_chunk + steps, 1 << 20):
-                request = self.context(request_id, length)
+                request = self.context(request_id, length, tokens=tokens)
                 batch = self.schedule()
         finally:
             scheduler.chunk_unit_size = saved
