@@ -205,7 +205,7 @@ class KVCacheManager:
     def allocatable_blocks(self) -> int:
         """At most this many pages an allocation could get now: the free ones plus those
         suspended caches could move to the tier below (an upper bound)."""
-        return self.free_blocks + self.host_tier.movable_blocks
+        return self.pool.free_blocks + self.prefix_cache.evictable_blocks + self.host_tier.movable_blocks
 
     @property
     def free_slots(self) -> int:

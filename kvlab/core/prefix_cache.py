@@ -100,6 +100,8 @@ class PrefixCache:
         self._holders: List[int] = [0] * blocks
         #: pages no cache holds, least recently released first
         self._evictable: "OrderedDict[int, None]" = OrderedDict()
+        #: how many (a plain count: the pool's availability reads it on every pass)
+        self.evictable_blocks = 0
         #: the partial-match candidates a key lookup cannot find (see :meth:`_indexed`), by
         #: (hash of the block holding the page's first token, the page's start)
         self._by_first_block: Dict[tuple, List[int]] = {}
@@ -109,10 +111,6 @@ class PrefixCache:
     @property
     def committed_blocks(self) -> int:
         return len(self._pages)
-
-    @property
-    def evictable_blocks(self) -> int:
-        return len(self._evictable)
 
     def is_committed(self, page: int) -> bool:
         return self._key[page] is not None
@@ -125,11 +123,11 @@ class PrefixCache:
         pool = self.pool
         shortfall = count - pool.free_blocks
         if shortfall > 0:
-            evictable = len(self._evictable)
+            evictable = self.evictable_blocks
             if shortfall > evictable and not self.host_tier.make_room(pool, count - evictable):
                 return pool.allocate(count)  # None, counted as a failed allocation
             # a cache that moved down may have freed less than counted (pages it shared)
-            self._evict(min(count - pool.free_blocks, len(self._evictable)))
+            self._evict(min(count - pool.free_blocks, self.evictable_blocks))
         return pool.allocate(count)
 
     def _evict(self, count: int) -> None:
@@ -146,6 +144,7 @@ class PrefixCache:
             keys[page] = self._source[page] = None
             freed.append(page)
         self.evicted_blocks += count
+        self.evictable_blocks -= count
         self.pool.free(freed)
 
     # -- the partial-match index -------------------------------------------------------
@@ -231,6 +230,7 @@ class PrefixCache:
         for page in pages:
             if holders[page] == 0:
                 del evictable[page]
+                self.evictable_blocks -= 1
             holders[page] += 1
 
     def release(self, pages: Sequence[int]) -> None:
@@ -241,6 +241,7 @@ class PrefixCache:
             holders[page] -= 1
             if holders[page] == 0:
                 evictable[page] = None
+                self.evictable_blocks += 1
 
     # -- commit ------------------------------------------------------------------------
     def commit(self, cache: "KVCache", request: "Request", end: int, last: bool) -> None:
@@ -292,6 +293,7 @@ class PrefixCache:
     def check_invariants(self, holders: Dict[int, int]) -> None:
         """``holders``: committed page -> caches holding it, counted by the manager."""
         assert len(self._pages) == sum(key is not None for key in self._key)
+        assert self.evictable_blocks == len(self._evictable), "the evictable count drifted"
         for key, page in self._pages.items():
             assert self._key[page] == key, f"committed page {page}: key disagrees"
             assert self.pool.is_allocated(page), f"committed page {page} is free in the pool"

@@ -109,7 +109,8 @@ class Request:
         if not isinstance(self.prefix_hashes, tuple) or not all(
                 isinstance(h, int) and not isinstance(h, bool) for h in self.prefix_hashes):
             raise TypeError(f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}")
-        store_checked(self, "tokens_per_hash", check_int, low=1, high=1 << 20)
+        if not (type(self.tokens_per_hash) is int and 1 <= self.tokens_per_hash <= 1 << 20):
+            store_checked(self, "tokens_per_hash", check_int, low=1, high=1 << 20)
 
     @property
     def is_first_context_chunk(self) -> bool:

@@ -311,7 +311,8 @@ class Engine:
         for request in batch.context_requests:
             self._mark_started(request)
             request.context_current_position += request.context_chunk_size
-            commit(request)
+            if request.prefix_hashes:  # a prompt without hashes has nothing to commit
+                commit(request)
             if request.is_context_finished:
                 self._reject_drafts(request)
                 self._produce_token(request)

@@ -229,6 +229,8 @@ class Scheduler(SchedulerBase):
         # the real ``_prefix_skip_enabled``: the flag, block reuse, and per-block commits
         self._prefix_skip_enabled = (enable_prefix_aware_scheduling and manager.enable_block_reuse
                                      and manager.block_reuse_policy == "all_reusable")
+        #: a request with prefix hashes was admitted: before, no probe can find a key
+        self._admitted_hashes = False
         self.max_context_length = (max_num_tokens if max_context_length is None else check_int(
             "max_context_length", max_context_length, low=1, high=1 << 30))
         self.chunk_unit_size = (manager.tokens_per_block if chunk_unit_size is None else check_int(
@@ -274,6 +276,10 @@ class Scheduler(SchedulerBase):
                                   f"prefill, more than max_num_tokens={self.max_num_tokens}: it "
                                   "would never be scheduled")
         return Verdict(True)
+
+    def _enqueue(self, request: Request) -> None:
+        if request.prefix_hashes:
+            self._admitted_hashes = True
 
     # -- one scheduling pass -------------------------------------------------------------
     def schedule(self, inflight_request_ids: Iterable[str] = frozenset()) -> ScheduledBatch:
@@ -454,7 +460,8 @@ class Scheduler(SchedulerBase):
             if preempted and _contains(preempted, request):
                 continue
             if (refusal is not None and request.request_id not in caches
-                    and not reuses(request) and refusal.refuses_first_chunk(request)):
+                    and refusal.refuses_first_chunk(request)
+                    and not (request.prefix_hashes and reuses(request))):
                 request.num_refusals += 1
                 continue
             first_new_block = None
@@ -485,13 +492,14 @@ class Scheduler(SchedulerBase):
         """The real ``_collect_contributed_blocks``: the first new blocks of the context
         continuations in flight, or None when the skip cannot fire this pass (off, no first
         chunk pending, or one alone with nothing in flight or continuing), so no probe is paid."""
-        if not self._prefix_skip_enabled:
-            return None
+        if not (self._prefix_skip_enabled and self._admitted_hashes):
+            return None  # (kvlab's shortcut: a prompt without hashes has no key to probe)
         candidates = sum(1 for r in pending if r.is_first_context_chunk)
         if candidates == 0:
             return None
-        in_flight = [r for r in self._active if r.request_id in self._inflight
-                     and not r.is_context_finished and not r.is_first_context_chunk]
+        inflight = self._inflight
+        in_flight = [r for r in self._active if r.request_id in inflight
+                     and not r.is_context_finished and not r.is_first_context_chunk] if inflight else []
         if not in_flight and candidates < 2 and all(r.is_first_context_chunk for r in pending):
             return None
         probe = self.manager.probe_first_new_block_key
@@ -522,7 +530,7 @@ class Scheduler(SchedulerBase):
             return self._residency_refusal(), 0
         try:
             action, tokens = ScheduleAction.SCHEDULED, 0
-            if first_chunk and self.manager.reuses(request):
+            if first_chunk and request.prefix_hashes and self.manager.reuses(request):
                 action, tokens = self._prepare_then_plan(request, budget)
             elif self.chunked_prefill:
                 action, tokens = self._plan_context_chunk(request, budget)
