@@ -112,6 +112,10 @@ class PrefixCache:
     def committed_blocks(self) -> int:
         return len(self._pages)
 
+    def key_of(self, page: int) -> Optional[tuple]:
+        """The key a committed page is stored under (the prefix it ends), None if uncommitted."""
+        return self._key[page]
+
     def is_committed(self, page: int) -> bool:
         return self._key[page] is not None
 

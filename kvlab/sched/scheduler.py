@@ -592,27 +592,16 @@ class Scheduler(SchedulerBase):
         the budget sizes the chunk from, when not what remains (prefix-aware scheduling off:
         the context before a reused prefix); the chunk run is at most what remains."""
         remaining = request.context_remaining_length
-        if budget_remaining is not None:
-            chunk = budget_remaining
-            if budget.max_num_tokens is not None:
-                chunk = min(chunk, budget.remaining_tokens)
-            if self.max_context_length is not None:
-                chunk = min(chunk, self.max_context_length)
-            if chunk < budget_remaining:
-                chunk -= chunk % self.chunk_unit_size
-            request.context_chunk_size = min(chunk, remaining)
-            if request.is_last_context_chunk:
-                chunk += request.num_draft_tokens
-            return ScheduleAction.SCHEDULED, chunk
-        chunk = remaining
+        sized_from = remaining if budget_remaining is None else budget_remaining
+        chunk = sized_from
         if budget.max_num_tokens is not None:
             chunk = min(chunk, budget.remaining_tokens)
         if self.max_context_length is not None:
             chunk = min(chunk, self.max_context_length)
-        if chunk < remaining:
+        if chunk < sized_from:
             chunk -= chunk % self.chunk_unit_size
-        request.context_chunk_size = chunk
-        if chunk == remaining:  # the last chunk (is_last_context_chunk)
+        request.context_chunk_size = min(chunk, remaining)
+        if request.context_chunk_size == remaining:  # the last chunk (is_last_context_chunk)
             chunk += request.num_draft_tokens
         return ScheduleAction.SCHEDULED, chunk
 

@@ -205,18 +205,18 @@ NOT_MODELLED = {
         'construction and never handed to a request, and it has no add_dummy_requests',
     'test_mamba_cache_manager::test_v2_hybrid_prepare_expect_snapshot_points':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_prepare_expect_snapshot_points_without_periodic_snapshots':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_mamba_snapshot_rule_count_deduplicates_and_filters_unreachable_points':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_snapshot_sizing_scales_with_pp_and_explicit_rules':
-        'kvlab has no prefix reuse, hence no recurrent-state snapshots (periodic or at explicit '
+        'kvlab runs its hybrid manager with block reuse off, hence no recurrent-state snapshots (periodic or at explicit '
         'offsets) to size per request lineage',
     'test_mamba_cache_manager::test_cpp_mamba_estimator_handles_disabled_snapshots_without_attention':
         "the V1 (Cpp) manager's linear-attention block sizing with snapshots disabled "
@@ -231,7 +231,7 @@ NOT_MODELLED = {
         'has no speculative decoding and no draft manager',
     'test_mamba_cache_manager::test_v2_hybrid_attention_bound_is_snapshot_alignment_agnostic':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_typical_batch_splits_capacity_across_ssm_states_and_dummies':
         'kvlab sizes its pools from the quota directly; it has no runtime KVCacheManagerConfig, '
@@ -245,30 +245,30 @@ NOT_MODELLED = {
         'built',
     'test_mamba_cache_manager::test_cpp_hybrid_prepare_expect_snapshot_points':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_cpp_hybrid_state_indices_skip_context_placeholders':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_block_reuse_commit_saves_ssm_snapshot_at_snapshot_point':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_add_dummy_requests_forwards_encoder_output_lens':
         'add_dummy_requests forwarding encoder_output_lens: kvlab has no encoder-decoder models '
         'and no add_dummy_requests',
     'test_mamba_cache_manager::test_hybrid_prepare_expect_snapshot_points_clears_when_reuse_disabled':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_cpp_hybrid_prepare_expect_snapshot_points_clears_for_disabled_interval':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_expect_snapshot_points_binding_round_trip':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_pool_ratio_controls_allocated_memory':
         'kvlab has no pool_ratio: the state slots take what the residency needs and the attention '
@@ -293,7 +293,7 @@ NOT_MODELLED = {
         'length, and no add_dummy_requests to hand the dummies to requests',
     'test_mamba_cache_manager::test_v2_hybrid_uses_upstream_min_snapshot_policy':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_debug_logs_prefix_reuse_only_on_rank_zero':
         'recurrent-cache iteration statistics and rank-0 debug/status logging: kvlab keeps only '
@@ -303,15 +303,15 @@ NOT_MODELLED = {
         'PoolCounters and has no logger',
     'test_mamba_cache_manager::test_v2_hybrid_preserves_per_conversation_and_disables_periodic_snapshots':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_retains_configured_number_of_conversation_turns':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_saves_conversation_plan_only_after_final_context_chunk':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_v2_hybrid_mamba_state_views_use_logical_slots':
         "kvlab stores a slot as one uint8 row for all local layers; upstream's per-layer strided "
@@ -372,11 +372,11 @@ NOT_MODELLED = {
         'speculative decoding, and its state slots are bytes no kernel computes on',
     'test_mamba_cache_manager::test_cpp_hybrid_recurrent_pool_floor_with_block_reuse':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_cpp_hybrid_dry_run_recurrent_pool_additive_with_block_reuse':
         'recurrent-state snapshots for prefix reuse (expect_snapshot_points, snapshot rules, '
-        'commits, conversation turns, reuse policies): kvlab has no prefix reuse, hence no '
+        'commits, conversation turns, reuse policies): kvlab runs its hybrid manager with block reuse off, hence no '
         'snapshots',
     'test_mamba_cache_manager::test_cpp_hybrid_zero_local_mamba_layers':
         "the V1 (Cpp) manager's early-exit constructor on a rank without Mamba layers (impl, "

@@ -165,13 +165,13 @@ NOT_MODELLED = {
     "test_kv_cache_manager_v2::test_draft_token_relocation_uses_local_cache_layout": (
         'the update_kv_cache_draft_token_location CUDA op and the arguments the manager passes it: kvlab runs no attention kernels'),
     "test_kv_cache_manager_v2::test_commit_min_snapshot_follows_block_reuse_policy": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "a flag of the native core's config derived from the reuse policy (commit_min_snapshot, for SSM snapshots): kvlab has no separate core config, and no SSM reuse"),
     "test_kv_cache_manager_v2::test_propagates_partial_reuse_config": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "propagation of enable_partial_reuse into the native core's config object: kvlab has no separate core config (the switch is KVCacheManager's own argument, tested in tests/core/test_prefix_cache.py)"),
     "test_kv_cache_manager_v2::test_one_model_prompt_lookahead_configures_reuse_backoff": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the one-model speculative lookahead's reuse backoff and SWA window extension: kvlab has no speculative draft model or sliding windows"),
     "test_kv_cache_manager_v2::test_prepare_context_cache_records_lookup_without_mutating_cursor": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the cursor-free prepare_context_cache split and the SSM branch-snapshot bookkeeping: kvlab's prepare_context moves the cursor itself and has no SSM reuse"),
     "test_kv_cache_manager_v2::test_extend_swa_windows_for_reuse_preserves_non_attention_windows": (
         'sliding-window attention (per-layer windows, VSWA pool groups, reuse-widened windows): kvlab models full attention only, one window for every layer'),
     "test_kv_cache_manager_v2::test_pool_ratio_overrides_constraints": (
@@ -203,7 +203,7 @@ NOT_MODELLED = {
     "test_kv_cache_manager_v2::test_cold_codec_provider_receives_draft_role": (
         "cold-page codecs for the tiers below the GPU (cold_page_codec_provider): kvlab copies a suspended cache's page bytes verbatim"),
     "test_kv_cache_manager_v2::test_try_commit_blocks_commits_partial_block_at_context_end": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "expressible in part (the partial last page is committed at the context's end, commit_context), but the assertions read the committed token list of a fake core cache and its stop_committing flag, which kvlab does not keep (it counts committed pages); not ported yet"),
     "test_kv_cache_manager_v2::test_prepare_draft_disagg_gen_init_reserves_full_context": (
         'a separate draft-model KV cache manager (is_draft, KVCacheManagerV2Pair, draft disagg admission, shared draft progress): kvlab has one manager per rank and draft tokens only as a reserve in its rows'),
     "test_kv_cache_manager_v2::test_prepare_draft_disagg_gen_init_resize_failure_is_retryable": (
@@ -224,40 +224,38 @@ NOT_MODELLED = {
         "revert_allocate_context is the overlap executor's undo of an iteration's context allocation, and kvlab's executor has no overlap; this case (history past the pre-resize capacity, a sliding window's) also rewinds reuse bookkeeping (set_prepopulated_prompt_len, estimated_reusable_tokens) kvlab does not have"),
     "test_kv_cache_manager_v2::test_draft_manager_keeps_shared_progress_across_context_and_generation": (
         'a separate draft-model KV cache manager (is_draft, KVCacheManagerV2Pair, draft disagg admission, shared draft progress): kvlab has one manager per rank and draft tokens only as a reserve in its rows'),
-    "test_kv_cache_manager_v2::test_chunking_does_not_change_what_a_prefill_publishes": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
     "test_kv_cache_manager_v2::test_context_publishes_the_whole_prompt_at_history_length": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "kvlab's executor does not advance a context cache's history_length as chunks run, and keeps no stop_committing flag; only the committed count (12 tokens, three pages) would carry over"),
     "test_kv_cache_manager_v2::test_draft_pool_commits_every_chunk_it_computes": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the draft pool's unconditional per-chunk commit: kvlab has no draft pool"),
     "test_kv_cache_manager_v2::test_external_draft_estimated_quota_supports_allocation_and_resume": (
         'external-draft (DFlash / PARD) quota estimation, get_cache_size_per_token and a sliding window on a real CUDA pool: kvlab has neither the draft pool nor windows'),
     "test_kv_cache_manager_v2::test_per_conversation_policy_delays_commit_until_last_context_chunk": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the per_conversation reuse policy (conversation parameters, turns): kvlab's block_reuse_policy has all_reusable and per_request only, and its context caches' history_length does not advance by chunk"),
     "test_kv_cache_manager_v2::test_per_conversation_policy_without_params_uses_per_request_commit": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the per_conversation reuse policy: kvlab's block_reuse_policy has all_reusable and per_request only (its per_request commit matches the count), and its context caches' history_length does not advance by chunk"),
     "test_kv_cache_manager_v2::test_per_conversation_policy_releases_cancelled_request": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the per_conversation reuse policy's bookkeeping of a cancelled request: kvlab has no conversations"),
     "test_kv_cache_manager_v2::test_per_conversation_policy_drops_previous_divergent_blocks": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the per_conversation reuse policy drops an earlier turn's divergent blocks: kvlab has no conversations, and would reuse them"),
     "test_kv_cache_manager_v2::test_per_conversation_policy_retains_configured_number_of_turns": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the per_conversation reuse policy's retained turns: kvlab has no conversations"),
     "test_kv_cache_manager_v2::test_per_conversation_policy_ignores_overlapping_request": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        "the per_conversation reuse policy's warning for an overlapping request: kvlab has no conversations"),
     "test_kv_cache_manager_v2::test_iteration_stats_reports_physical_pool_groups_without_window_metadata": (
         'native per-iteration and per-pool-group statistics (cold pool groups, life-cycle metadata, snapshot hit rates, disk prefetch): kvlab keeps only PoolCounters'),
     "test_kv_cache_manager_v2::test_prepare_context_keeps_cached_token_attribution_staged_by_the_core": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        'cached-token attribution (statistics the native core stages): kvlab keeps no cached-token statistics'),
     "test_kv_cache_manager_v2::test_prepare_context_drops_cached_token_attribution_while_estimating": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        'cached-token attribution dropped during the capacity estimation run: kvlab keeps no cached-token statistics and has no estimation run'),
     "test_kv_cache_manager_v2::test_disagg_gen_init_drops_only_the_partial_block": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        'cached-token attribution of a DISAGG_GENERATION_INIT cache (prepare_context_cache, partial-block drop): kvlab keeps no cached-token statistics'),
     "test_kv_cache_manager_v2::test_disagg_partial_attribution_survives_admission_retry": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        'cached-token attribution across a disaggregated admission retry: kvlab keeps no cached-token statistics'),
     "test_kv_cache_manager_v2::test_disagg_gen_init_drops_everything_when_the_transfer_overwrites_the_prefix": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        'cached-token attribution when a KV transfer overwrites a reused prefix: kvlab keeps no cached-token statistics and models no transfer'),
     "test_kv_cache_manager_v2::test_disagg_gen_init_drops_everything_in_gen_only_benchmark_mode": (
-        'block reuse / prefix caching (radix tree, commit and publish of blocks, reuse policies, conversation turns, cached-token attribution): kvlab never shares or reuses pages across requests'),
+        'cached-token attribution in the generation-only benchmark mode: kvlab keeps no cached-token statistics'),
     "test_kv_cache_manager_v2::test_cold_pool_group_iteration_stats_sum_all_cold_levels": (
         'native per-iteration and per-pool-group statistics (cold pool groups, life-cycle metadata, snapshot hit rates, disk prefetch): kvlab keeps only PoolCounters'),
     "test_kv_cache_manager_v2::test_disagg_role_mapper_kinds_default_to_indexed": (
@@ -311,3 +309,32 @@ NOT_MODELLED = {
     "test_kv_cache_manager_v2::test_window_crossing_survives_unreadable_page_indices": (
         "window-crossing debug logging for sliding-window layer groups and the logger's per-module levels: kvlab has no sliding windows and no logger"),
 }
+
+
+# -- block reuse -------------------------------------------------------------------------
+
+@pytest.mark.upstream(
+    "test_kv_cache_manager_v2::test_chunking_does_not_change_what_a_prefill_publishes",
+    adaptation="upstream compares the token lists its fake core cache is asked to commit; kvlab's "
+               "unit of publication is a committed page, so the keys its pages are stored under "
+               "are compared (tokens_per_block 4, one hash a token)")
+@pytest.mark.parametrize("boundaries", [[12], [4, 12], [4, 9, 12], [7, 12], [11, 12]])
+def test_chunking_does_not_change_what_a_prefill_publishes(boundaries):
+    from kvlab.core.prefix_cache import chain_hashes
+
+    prompt = list(range(12))
+
+    def prefill(chunk_ends):
+        manager = _manager(_tiny(TOKENS_PER_BLOCK), quota_bytes=64 * _tiny(TOKENS_PER_BLOCK).bytes_per_block,
+                           max_seq_len=MAX_SEQ_LEN, block_reuse_policy="all_reusable")
+        request = Request("0", len(prompt), 1, prefix_hashes=chain_hashes(prompt), tokens_per_hash=1)
+        assert manager.prepare_context(request)
+        for end in chunk_ends:
+            assert manager.resize_context(request, end - request.context_current_position)
+            request.context_current_position = end
+            manager.commit_context(request)
+        cache = manager.get_cache(request)
+        return [manager.prefix_cache.key_of(page) for page in cache.pages]
+
+    chunked, unchunked = prefill(boundaries), prefill([len(prompt)])
+    assert chunked == unchunked and None not in unchunked and len(unchunked) == 3
