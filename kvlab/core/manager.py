@@ -296,6 +296,7 @@ class KVCacheManager:
         cache.committed = len(pages)
         tokens = match.tokens
         if match.partial is not None:
+            prefix_cache.hold([match.partial])  # not evicted to make room for its own copy
             copy = prefix_cache.allocate(1)
             if copy is None:  # no page to copy into: the whole pages only
                 tokens -= match.partial_tokens
@@ -303,6 +304,7 @@ class KVCacheManager:
                 storage = self.pool.storage
                 storage[copy[0]].copy_(storage[match.partial])
                 pages = pages + copy
+            prefix_cache.release([match.partial])
         if pages:
             cache._append(pages)
             cache.capacity = cache.history_length = tokens

@@ -187,3 +187,27 @@ def test_bad_arguments_are_named():
         manager(enable_block_reuse=1)
     with pytest.raises(ValueError, match="tokens_per_hash"):
         Request("a", 4, 1, tokens_per_hash=0)
+
+
+def test_a_partial_match_in_a_full_pool_does_not_evict_the_page_it_copies():
+    mgr = manager(num_blocks=3)
+    first = request("a", list(range(6)))  # a whole page and a partial one (2 tokens)
+    run_context(mgr, first)
+    mgr.free(first)
+    filler = Request("f", 4, 1)  # takes the last free page
+    assert mgr.prepare_context(filler) and mgr.resize_context(filler, 4)
+    source = mgr.prefix_cache._pages[prefix_key(first.prefix_hashes, 1, 6)]
+    again = request("b", list(range(6)) + [50])
+    assert mgr.prepare_context(again)
+    # the only page an allocation could evict is the one to copy from: no copy, the whole page only
+    assert again.context_current_position == 4
+    assert mgr.prefix_cache.is_committed(source) and mgr.prefix_cache.evicted_blocks == 0
+    mgr.check_invariants()
+    # with a free page, the copy is made
+    mgr.free(filler)
+    later = request("c", list(range(6)) + [60])
+    mgr.pool.storage[source] = 9
+    assert mgr.prepare_context(later) and later.context_current_position == 6
+    copy = mgr.get_cache(later).pages[1]
+    assert copy != source and bool((mgr.pool.storage[copy] == 9).all())
+    mgr.check_invariants()
