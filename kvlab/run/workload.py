@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
@@ -153,12 +154,53 @@ TRACE_DIR = DATA_DIR / "traces"
 AZURE_TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
 
 
-def _seconds_since_midnight(timestamp: str) -> float:
-    """``2023-11-16 18:15:46.6805900`` -> seconds since that day's midnight (7 fractional
-    digits, more than ``datetime.fromisoformat`` of Python 3.10 reads)."""
-    clock = timestamp.split(" ")[1]
-    hours, minutes, seconds = clock.split(":")
-    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+class TraceFormatError(ValueError):
+    """A trace file that cannot be read as its format says: the file, the line and what is
+    wrong are in the message."""
+
+
+def _trace_error(path, line: int, what: str) -> TraceFormatError:
+    return TraceFormatError(f"{path.name}, line {line}: {what}")
+
+
+def _count(path, line: int, name: str, value, low: int) -> int:
+    """A token count of a trace row: an int (or its decimal text) of at least ``low``."""
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.lstrip("-").isdigit():
+            raise _trace_error(path, line, f"{name} must be a whole number, got {value!r:.40}")
+        value = int(value)
+    if type(value) is not int or not low <= value <= MAX_COUNT:
+        raise _trace_error(path, line, f"{name} must be an int in [{low}, {MAX_COUNT}], got {value!r:.40}")
+    return value
+
+
+def _read_azure_rows(path, limit: Optional[int]) -> List[tuple]:
+    """(seconds since the epoch, prompt, output) of each row of an Azure trace file; the
+    timestamp keeps its date, so an hour that crosses midnight reads in order."""
+    rows = []
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # a BOM is tolerated
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            columns = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+            if header is None or [c.strip() for c in header[:3]] != list(columns):
+                raise _trace_error(path, 1, f"the header must be {','.join(columns)}, got {header!r:.80}")
+            for line, row in enumerate(itertools.islice(reader, limit), start=2):
+                if len(row) < 3:
+                    raise _trace_error(path, line, f"3 fields expected, got {len(row)}")
+                try:
+                    moment = datetime.fromisoformat(row[0].strip()).replace(tzinfo=timezone.utc).timestamp()
+                except ValueError as exc:
+                    raise _trace_error(path, line, f"TIMESTAMP {row[0]!r:.40} is not a date and "
+                                                   f"time ({exc})") from None
+                rows.append((moment, _count(path, line, "ContextTokens", row[1], 1),
+                             _count(path, line, "GeneratedTokens", row[2], 0)))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise TraceFormatError(f"{path.name}: not a CSV file in UTF-8 ({exc})") from None
+    if not rows:
+        raise TraceFormatError(f"{path.name}: no requests (a header and no rows)")
+    return rows
 
 
 def _check_replay(seconds_per_iteration: float, limit: Optional[int], minutes: Optional[float]):
@@ -182,14 +224,11 @@ def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
     arriving in the first that many minutes. Ids are ``{service}-{row}``."""
     path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
     seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(itertools.islice(csv.DictReader(handle), limit))
-    start = _seconds_since_midnight(rows[0]["TIMESTAMP"])
-    seconds = [_seconds_since_midnight(row["TIMESTAMP"]) - start for row in rows]
-    return [Request(f"{service}-{i}", int(row["ContextTokens"]), int(row["GeneratedTokens"]),
-                    int(t // seconds_per_iteration))
-            for i, (row, t) in enumerate(zip(rows, seconds))
-            if minutes is None or t < minutes * 60]
+    rows = _read_azure_rows(path, limit)
+    start = rows[0][0]
+    return [Request(f"{service}-{i}", prompt, output, int((t - start) // seconds_per_iteration))
+            for i, (t, prompt, output) in enumerate(rows)
+            if minutes is None or t - start < minutes * 60]
 
 
 # --- Mooncake's FAST'25 traces (data/traces/mooncake-fast25/, Apache-2.0) ------------------------
@@ -206,10 +245,41 @@ def mooncake_trace(trace: str = "conversation", seconds_per_iteration: float = 0
     ``Request.prefix_hashes``. Ids are ``mooncake-{trace}-{line}``."""
     path = TRACE_DIR / "mooncake-fast25" / MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
     seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
-    with path.open(encoding="utf-8") as handle:
-        rows = [json.loads(line) for line in itertools.islice(handle, limit)]
-    return [Request(f"mooncake-{trace}-{i}", row["input_length"], row["output_length"],
-                    int(row["timestamp"] / 1000 // seconds_per_iteration),
-                    prefix_hashes=tuple(row["hash_ids"]))
-            for i, row in enumerate(rows)
-            if minutes is None or row["timestamp"] < minutes * 60_000]
+    requests = []
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            for line, text in enumerate(itertools.islice(handle, limit), start=1):
+                row = _mooncake_row(path, line, text)
+                if minutes is None or row["timestamp"] < minutes * 60_000:
+                    requests.append(Request(
+                        f"mooncake-{trace}-{line - 1}", _count(path, line, "input_length", row["input_length"], 1),
+                        _count(path, line, "output_length", row["output_length"], 0),
+                        int(row["timestamp"] / 1000 // seconds_per_iteration),
+                        prefix_hashes=row["hash_ids"]))
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path.name}: not UTF-8 text ({exc})") from None
+    if limit is None and minutes is None and not requests:
+        raise TraceFormatError(f"{path.name}: no requests")
+    return requests
+
+
+def _mooncake_row(path, line: int, text: str) -> dict:
+    """One JSON line of a Mooncake trace, checked: a millisecond timestamp (>= 0, finite), the
+    two lengths, and the block hashes (ints)."""
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _trace_error(path, line, f"not a JSON object ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise _trace_error(path, line, f"not a JSON object, got {type(row).__name__}")
+    missing = [key for key in ("timestamp", "input_length", "output_length", "hash_ids") if key not in row]
+    if missing:
+        raise _trace_error(path, line, f"missing {', '.join(missing)}")
+    stamp = row["timestamp"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < float("inf"):
+        raise _trace_error(path, line, f"timestamp must be a number of milliseconds >= 0, got {stamp!r:.40}")
+    hashes = row["hash_ids"]
+    if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
+        raise _trace_error(path, line, f"hash_ids must be a list of ints, got {hashes!r:.60}")
+    row["hash_ids"] = tuple(hashes)
+    return row

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,62 @@ def test_azure_trace_bad_arguments_name_the_parameter(kwargs, error, text):
     with pytest.raises(error) as info:
         azure_trace(**kwargs)
     assert text in str(info.value)
+
+
+# -- malformed trace files: a clear error naming the file and the line --------------------------
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "the header must be"),
+    (AZURE_HEADER, "no requests"),
+    ("when,prompt,output\n", "the header must be"),
+    (AZURE_HEADER + "2023-11-16 18:17:03.97,4808\n", "line 2: 3 fields expected, got 2"),
+    (AZURE_HEADER + "2023-11-16 99:17:03.97,4808,10\n", "line 2: TIMESTAMP"),
+    (AZURE_HEADER + "yesterday,4808,10\n", "line 2: TIMESTAMP"),
+    (AZURE_HEADER + "2023-11-16 18:17:03.97,many,10\n", "line 2: ContextTokens must be a whole number"),
+    (AZURE_HEADER + "2023-11-16 18:17:03.97,0,10\n", "line 2: ContextTokens must be an int in [1, "),
+    (AZURE_HEADER + "2023-11-16 18:17:03.97,5,nan\n", "line 2: GeneratedTokens must be a whole number"),
+    (AZURE_HEADER + "2023-11-16 18:17:03.97,5,-1\n", "line 2: GeneratedTokens must be an int in [0, "),
+])
+def test_a_malformed_azure_trace_is_refused_by_line(tmp_path, monkeypatch, text, message):
+    from kvlab.run import workload
+
+    (tmp_path / workload.AZURE_TRACES["code"]).write_text(text, encoding="utf-8")
+    monkeypatch.setattr(workload, "TRACE_DIR", tmp_path)
+    with pytest.raises(workload.TraceFormatError, match=re.escape(message)) as caught:
+        workload.azure_trace("code")
+    assert workload.AZURE_TRACES["code"] in str(caught.value)
+
+
+def test_an_azure_trace_across_midnight_keeps_its_order_and_a_bom_is_read(tmp_path, monkeypatch):
+    from kvlab.run import workload
+
+    (tmp_path / workload.AZURE_TRACES["conv"]).write_bytes(
+        ("\ufeff" + AZURE_HEADER + "2023-11-16 23:59:59.5,10,1\n2023-11-17 00:00:00.5,20,2\n").encode("utf-8"))
+    monkeypatch.setattr(workload, "TRACE_DIR", tmp_path)
+    first, second = workload.azure_trace("conv", seconds_per_iteration=0.5)
+    assert (first.arrival_step, second.arrival_step) == (0, 2)
+    (tmp_path / workload.AZURE_TRACES["conv"]).write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(workload.TraceFormatError, match="not a CSV file in UTF-8"):
+        workload.azure_trace("conv")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("not json", "line 1: not a JSON object"),
+    ("[1, 2]", "line 1: not a JSON object, got list"),
+    ('{"timestamp": 0, "input_length": 5}', "line 1: missing output_length, hash_ids"),
+    ('{"timestamp": -5, "input_length": 5, "output_length": 1, "hash_ids": []}', "timestamp must be"),
+    ('{"timestamp": 0, "input_length": 5.5, "output_length": 1, "hash_ids": []}', "input_length must be an int"),
+    ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": ["a"]}', "hash_ids must be a list of ints"),
+])
+def test_a_malformed_mooncake_trace_is_refused_by_line(tmp_path, monkeypatch, line, message):
+    from kvlab.run import workload
+
+    folder = tmp_path / "mooncake-fast25"
+    folder.mkdir()
+    (folder / workload.MOONCAKE_TRACES["synthetic"]).write_text(line + "\n", encoding="utf-8")
+    monkeypatch.setattr(workload, "TRACE_DIR", tmp_path)
+    with pytest.raises(workload.TraceFormatError, match=re.escape(message)):
+        workload.mooncake_trace("synthetic")
