@@ -38,6 +38,7 @@ from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTo
 from kvlab.case_studies import REVIEW_MAMBA
 from kvlab.core.mamba import MambaHybridCacheManager, num_dummy_slots
 from kvlab.core.page_index import BAD_PAGE_INDEX, WIDTH_POLICIES
+from kvlab.core.prefix_cache import chain_hashes
 from kvlab.core.request import REQUEST_STATES
 from kvlab.run.simulation import Engine
 from kvlab.run.trace import EVENT_KINDS
@@ -125,14 +126,27 @@ class SystemMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 4), prompt_pct=st.one_of(st.integers(1, 25), st.integers(1, 150)),
           new=st.one_of(st.integers(0, 8), st.integers(0, 200)),
           disagg=st.booleans(), drafts=st.sampled_from([0, 0, 0, 1, 2, 9]),
-          number=st.sampled_from([int, int, np.int16, np.uint32, np.int64]))
-    def arrive(self, n, prompt_pct, new, disagg, drafts, number):
+          number=st.sampled_from([int, int, np.int16, np.uint32, np.int64]),
+          family=st.sampled_from([None, None, 0, 1]))
+    def arrive(self, n, prompt_pct, new, disagg, drafts, number, family):
+        """``family``: None, prompts that share nothing; else prompts of that family share
+        their leading tokens (with earlier arrivals too), so block reuse matches, holds,
+        copies and evicts (one hash a page)."""
         pool_tokens = self.mgr.total_blocks * self.mgr.tokens_per_block
         prompt = max(1, pool_tokens * prompt_pct // 100)
+        per_hash = self.mgr.tokens_per_block
+
+        def identity(length, i):
+            if family is None:
+                return {}
+            stem = range(family << 40, (family << 40) + length - 1)
+            tokens = [*stem, (self.arrived + i) << 20]  # the last token is its own
+            return dict(prefix_hashes=chain_hashes(tokens, per_hash), tokens_per_hash=per_hash)
+
         requests = [Request(f"r{self.arrived + i}", prompt_len=number(max(1, prompt - 3 * i)),
                             max_new_tokens=number(max(new, 1) if disagg else new),
                             arrival_step=self.engine.step, disagg_generation_init=disagg,
-                            num_draft_tokens=number(drafts))
+                            num_draft_tokens=number(drafts), **identity(max(1, prompt - 3 * i), i))
                     for i in range(n)]
         for r in requests:  # what the checks returned, not the numpy scalars
             assert all(type(v) is int for v in (r.prompt_len, r.max_new_tokens, r.arrival_step,
@@ -249,7 +263,8 @@ class SystemMachine(RuleBasedStateMachine):
         mgr = self.mgr
         need, free = mgr.caches[rid].suspended_blocks, mgr.free_blocks
         movable = mgr.host_tier.movable_blocks
-        util_ok = mgr.pool.used_blocks <= mgr.max_util_for_resume * mgr.total_blocks
+        used = mgr.pool.used_blocks - mgr.prefix_cache.evictable_blocks  # cached pages count as free
+        util_ok = used <= mgr.max_util_for_resume * mgr.total_blocks
         ok = mgr.resume(rid)
         if not util_ok or need > free + movable:
             assert not ok
@@ -288,8 +303,11 @@ class SystemMachine(RuleBasedStateMachine):
     def pages_and_rows(self):
         mgr = self.mgr
         mgr.check_invariants()
-        owned = [p for c in mgr.caches.values() for p in c.pages]
-        assert sorted(owned + mgr.pool.free_pages()) == list(range(mgr.total_blocks)), "pages lost"
+        owned = [p for c in mgr.caches.values() for p in c.pages[c.committed:]]
+        cached = [p for p in range(mgr.total_blocks) if mgr.prefix_cache.is_committed(p)]
+        assert sorted(owned + cached + mgr.pool.free_pages()) == list(range(mgr.total_blocks)), "pages lost"
+        held = {p for c in mgr.caches.values() for p in c.pages[:c.committed]}
+        assert held <= set(cached), "a cache holds a page that is not committed"
         slot_of = {c.slot: c for c in mgr.caches.values()}
         assert len(slot_of) == len(mgr.caches), "a page-index slot is held twice"
         table = mgr.page_index.table

@@ -168,7 +168,7 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     reuse_on, reuse_off = findings[13:]  # Mooncake's conversation trace, five minutes with SMOKE
     assert "918 requests in 5 min" in reuse_on["scenario"]
     assert reuse_on["policy"] == "capacity, block reuse on" and reuse_on["outcome"] == "ok"
-    assert "632,775 prompt tokens reused (5.1%; 24.6% of the unbounded cache's)" in reuse_on["numbers"]
+    assert "prompt tokens reused (5.1%; 24.6% of the unbounded cache's)" in reuse_on["numbers"]
     assert reuse_off["numbers"].startswith("0 prompt tokens reused")
     assert seconds < 30, f"notebook 04 took {seconds:.0f} s with SMOKE"
 
