@@ -261,13 +261,22 @@ def _walkthrough(args, parser) -> int:
             (args.build_dir / folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--build-dir {args.build_dir} cannot hold the output folders: {exc.strerror}")
-    runs = []
+    runs, interrupted = [], None
     with image_server():
         for path in notebooks:
             print(f"running {path.name} ...", flush=True)
-            runs.append(run_notebook(path, args.build_dir, parameters))
+            try:
+                runs.append(run_notebook(path, args.build_dir, parameters))
+            except KeyboardInterrupt:  # Ctrl-C: stop here, say what ran and what did not
+                interrupted = path
+                break
     print()
     print(summary_table(runs))
+    if interrupted is not None:
+        left = [p.name for p in notebooks[len(runs):]]
+        print(f"\nstopped by Ctrl-C while running {interrupted.name}; not run: {', '.join(left)}",
+              file=sys.stderr)
+        return 130
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
     if image_failure() is not None:
         print(f"figures: not rendered as images ({image_failure()}); the HTML says so in their place")

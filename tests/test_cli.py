@@ -195,3 +195,48 @@ def test_a_scenario_run_on_other_ranks_says_so(capsys):
     assert main(["scenario", "issue-21470", "--ranks", "2", "--in-process", "--policy", "admission"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("(the scenario's 16 ranks changed to 2)")
+
+
+@pytest.mark.notebook
+def test_walkthrough_reports_what_it_cannot_do_and_goes_on(tmp_path, capfd):
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_good.ipynb", "x = scale")
+    _notebook(nbdir / "02_also.ipynb", "y = scale")
+    (nbdir / "03_folder.ipynb").mkdir()  # a folder named like a notebook: not one
+    build = tmp_path / "build"
+    (build / "html" / "01_good.html").mkdir(parents=True)  # the HTML target is a folder
+    code = main(["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(build)])
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    assert code == 1 and "cannot write its output" in out and "01_good.html" in out
+    assert (build / "html" / "02_also.html").is_file()  # the next notebook still ran
+    assert "03_folder" not in out
+
+    (nbdir / "04_broken.ipynb").write_text("not json", encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(build)])
+    assert exc.value.code == 2
+    assert "04_broken.ipynb is not a notebook papermill can read" in capfd.readouterr().err
+
+
+def test_walkthrough_stopped_by_ctrl_c_says_what_ran_and_what_did_not(tmp_path, monkeypatch, capsys):
+    from kvlab.notebook import walkthrough
+
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    for name in ("01_a", "02_b", "03_c"):
+        _notebook(nbdir / f"{name}.ipynb", "x = scale")
+    ran = []
+
+    def run_notebook(path, build_dir, parameters):
+        if len(ran) == 1:
+            raise KeyboardInterrupt
+        ran.append(path.stem)
+        return walkthrough.NotebookRun(path.stem, 0.1, build_dir / path.name, None, [], None)
+
+    monkeypatch.setattr(walkthrough, "run_notebook", run_notebook)
+    code = main(["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(tmp_path / "b")])
+    out, err = capsys.readouterr()
+    assert code == 130 and "01_a" in out
+    assert "stopped by Ctrl-C while running 02_b.ipynb; not run: 02_b.ipynb, 03_c.ipynb" in err

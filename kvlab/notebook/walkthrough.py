@@ -43,8 +43,8 @@ class NotebookRun:
 
 
 def walkthrough_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> List[Path]:
-    """The numbered notebooks of the walk, in order."""
-    return sorted(Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+    """The numbered notebooks of the walk, in order (files only: a folder named like one is not)."""
+    return sorted(p for p in Path(notebook_dir).glob("[0-9][0-9]_*.ipynb") if p.is_file())
 
 
 def _notebook_parameters(path: Path) -> dict:
@@ -52,7 +52,11 @@ def _notebook_parameters(path: Path) -> dict:
     default, help)."""
     import papermill
 
-    return papermill.inspect_notebook(str(path))
+    try:
+        return papermill.inspect_notebook(str(path))
+    except (ValueError, OSError, KeyError) as exc:  # not JSON, not a notebook, unreadable
+        raise ValueError(f"{path.name} is not a notebook papermill can read: "
+                         f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
 
 
 #: papermill's inferred parameter types -> the Python values a ``-p NAME=VALUE`` may give.
@@ -106,9 +110,12 @@ def _ipc_kernel_manager():
 
 
 def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> NotebookRun:
-    """Execute one notebook with papermill and export it to HTML."""
+    """Execute one notebook with papermill and export it to HTML. A failing cell, a kernel that
+    dies, a file that is not a notebook or an output that cannot be written is the run's
+    ``error``, not an exception: the walkthrough goes on with the next notebook."""
     import nbformat
     import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from nbconvert import HTMLExporter
 
     executed = build_dir / "notebooks" / path.name
@@ -122,20 +129,31 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
     # Each output is written under a temporary name and renamed once whole: a run stopped half
     # way (a signal, a full disk) leaves the earlier notebook and HTML as they were, side by side.
     running = executed.with_name(f".{executed.stem}.running.ipynb")
+    notebook, written = None, None
     try:
         execute(path, running, own)
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    except (DeadKernelError, CellTimeoutError) as exc:
+        error = f"the kernel stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    except (nbformat.reader.NotJSONError, nbformat.ValidationError, ValueError) as exc:
+        error = f"not a notebook papermill can run: {str(exc).splitlines()[0][:200]}"
+    except OSError as exc:
+        error = f"cannot write {running}: {exc.strerror or exc}"
     seconds = time.perf_counter() - start
-    if running.exists():
-        os.replace(running, executed)
-    notebook = nbformat.read(executed, as_version=4) if executed.exists() else None
-    if notebook is not None:
-        body, _ = HTMLExporter().from_notebook_node(with_static_figures(notebook))
-        writing = html.with_name(f".{html.name}.writing")
-        writing.write_text(body, encoding="utf-8")
-        os.replace(writing, html)
-    return NotebookRun(path.stem, seconds, executed, html if notebook is not None else None,
+    try:
+        if running.exists():
+            os.replace(running, executed)
+        notebook = nbformat.read(executed, as_version=4) if executed.is_file() else None
+        if notebook is not None:
+            body, _ = HTMLExporter().from_notebook_node(with_static_figures(notebook))
+            writing = html.with_name(f".{html.name}.writing")
+            writing.write_text(body, encoding="utf-8")
+            os.replace(writing, html)
+            written = html
+    except OSError as exc:  # a full disk, a read-only folder, a folder where the file goes
+        error = error or f"cannot write its output: {exc.filename}: {exc.strerror or exc}"
+    return NotebookRun(path.stem, seconds, executed, written,
                        read_findings(notebook) if notebook is not None else [], error)
 
 
