@@ -310,17 +310,24 @@ class KVCacheManager:
             cache.capacity = cache.history_length = tokens
         request.context_current_position = request.prepopulated_prompt_len = tokens
 
-    def commit_context(self, request: Request) -> None:
-        """The request's context ran up to ``context_current_position``: commit the pages it
-        computed so other prompts can reuse them. Under the "all_reusable" policy (the real
-        default) after every chunk, else once the context is complete; only prompt tokens
-        (generated ones never), and the prompt's partial last page with its last chunk."""
+    def update_context(self, request: Request) -> None:
+        """The request's context ran up to ``context_current_position`` (the real
+        ``update_context_resources``): its cache's history advances there, and with block reuse
+        the pages it computed are committed so other prompts can reuse them: under the
+        "all_reusable" policy (the real default) after every chunk, else once the context is
+        complete; only prompt tokens (generated ones never), the prompt's partial last page with
+        its last chunk, and nothing after that (the real ``stop_committing``)."""
+        cache = self._caches.get(request.request_id)
+        if cache is None or cache.suspended:  # suspended since it ran: the next pass resumes it
+            return
+        position = request.context_current_position
+        if position > cache.history_length:
+            cache.history_length = position
         if not (self.enable_block_reuse and request.prefix_hashes):
             return
         finished = request.is_context_finished
         if finished or self.block_reuse_policy == "all_reusable":
-            self.prefix_cache.commit(self.get_cache(request), request,
-                                     request.context_current_position, finished)
+            self.prefix_cache.commit(cache, request, position, finished)
 
     def resize_context(self, request: Request, num_tokens: int) -> bool:
         """Grow the request's cache for its next ``num_tokens`` context tokens (module docstring)."""

@@ -5,8 +5,8 @@ handed to the scheduler while fewer than ``max_num_active_requests`` requests ar
 real ``PyExecutor._fetch_and_activate_new_requests``: the executor keeps the backlog, the
 scheduler only ever walks the active set; the request is validated, here by the Scheduler's
 front door and admission policy, as it is activated). Then one scheduling pass, then "execute" the
-batch: a context chunk advances ``context_current_position`` and commits the pages it
-filled for reuse (``KVCacheManager.commit_context``); a context that completes
+batch: a context chunk advances ``context_current_position`` and its cache's history, and
+commits the pages it filled for reuse (``KVCacheManager.update_context``); a context that completes
 produces the first token; a generation step produces one token (draft tokens, reserved with a
 last context chunk, a DISAGG_GENERATION_INIT or a generation step, are all rejected, so their
 pages are rewound); a fitted DISAGG_GENERATION_INIT request receives its
@@ -307,12 +307,11 @@ class Engine:
             request.context_current_position = request.prompt_len
             self._reject_drafts(request)
             self._produce_token(request)  # the context server's first token
-        commit = self.scheduler.manager.commit_context
+        update = self.scheduler.manager.update_context
         for request in batch.context_requests:
             self._mark_started(request)
             request.context_current_position += request.context_chunk_size
-            if request.prefix_hashes:  # a prompt without hashes has nothing to commit
-                commit(request)
+            update(request)
             if request.is_context_finished:
                 self._reject_drafts(request)
                 self._produce_token(request)

@@ -202,8 +202,6 @@ NOT_MODELLED = {
         "cold-page codecs for the tiers below the GPU (cold_page_codec_provider): kvlab copies a suspended cache's page bytes verbatim"),
     "test_kv_cache_manager_v2::test_cold_codec_provider_receives_draft_role": (
         "cold-page codecs for the tiers below the GPU (cold_page_codec_provider): kvlab copies a suspended cache's page bytes verbatim"),
-    "test_kv_cache_manager_v2::test_try_commit_blocks_commits_partial_block_at_context_end": (
-        "expressible in part (the partial last page is committed at the context's end, commit_context), but the assertions read the committed token list of a fake core cache and its stop_committing flag, which kvlab does not keep (it counts committed pages); not ported yet"),
     "test_kv_cache_manager_v2::test_prepare_draft_disagg_gen_init_reserves_full_context": (
         'a separate draft-model KV cache manager (is_draft, KVCacheManagerV2Pair, draft disagg admission, shared draft progress): kvlab has one manager per rank and draft tokens only as a reserve in its rows'),
     "test_kv_cache_manager_v2::test_prepare_draft_disagg_gen_init_resize_failure_is_retryable": (
@@ -224,8 +222,6 @@ NOT_MODELLED = {
         "revert_allocate_context is the overlap executor's undo of an iteration's context allocation, and kvlab's executor has no overlap; this case (history past the pre-resize capacity, a sliding window's) also rewinds reuse bookkeeping (set_prepopulated_prompt_len, estimated_reusable_tokens) kvlab does not have"),
     "test_kv_cache_manager_v2::test_draft_manager_keeps_shared_progress_across_context_and_generation": (
         'a separate draft-model KV cache manager (is_draft, KVCacheManagerV2Pair, draft disagg admission, shared draft progress): kvlab has one manager per rank and draft tokens only as a reserve in its rows'),
-    "test_kv_cache_manager_v2::test_context_publishes_the_whole_prompt_at_history_length": (
-        "kvlab's executor does not advance a context cache's history_length as chunks run, and keeps no stop_committing flag; only the committed count (12 tokens, three pages) would carry over"),
     "test_kv_cache_manager_v2::test_draft_pool_commits_every_chunk_it_computes": (
         "the draft pool's unconditional per-chunk commit: kvlab has no draft pool"),
     "test_kv_cache_manager_v2::test_external_draft_estimated_quota_supports_allocation_and_resume": (
@@ -332,9 +328,62 @@ def test_chunking_does_not_change_what_a_prefill_publishes(boundaries):
         for end in chunk_ends:
             assert manager.resize_context(request, end - request.context_current_position)
             request.context_current_position = end
-            manager.commit_context(request)
+            manager.update_context(request)
         cache = manager.get_cache(request)
         return [manager.prefix_cache.key_of(page) for page in cache.pages]
 
     chunked, unchunked = prefill(boundaries), prefill([len(prompt)])
     assert chunked == unchunked and None not in unchunked and len(unchunked) == 3
+
+
+def _publishing_manager(policy: str) -> KVCacheManager:
+    """Reuse on, ``policy``, tokens_per_block 4 (the module's), room for a 12-token prompt."""
+    return _manager(_tiny(TOKENS_PER_BLOCK), quota_bytes=64 * _tiny(TOKENS_PER_BLOCK).bytes_per_block,
+                    max_seq_len=MAX_SEQ_LEN, block_reuse_policy=policy)
+
+
+def _run_chunks(manager: KVCacheManager, prompt, chunk_ends):
+    from kvlab.core.prefix_cache import chain_hashes
+
+    request = Request("1", len(prompt), 1, prefix_hashes=chain_hashes(prompt), tokens_per_hash=1)
+    assert manager.prepare_context(request)
+    for end in chunk_ends:
+        assert manager.resize_context(request, end - request.context_current_position)
+        request.context_current_position = end
+        manager.update_context(request)
+    return request, manager.get_cache(request)
+
+
+@pytest.mark.upstream(
+    "test_kv_cache_manager_v2::test_try_commit_blocks_commits_partial_block_at_context_end",
+    adaptation="the four tokens upstream's fake cache starts with committed are committed by a real "
+               "first chunk; kvlab commits pages, so the tokens of this commit are read as the keys "
+               "of the pages it added (prefixes ending at 8 and 10: tokens 4..9, the partial last "
+               "page included); stop_committing has no counterpart, so 'stopped' is read as a "
+               "further update committing nothing")
+def test_try_commit_blocks_commits_partial_block_at_context_end():
+    manager = _publishing_manager("all_reusable")
+    request, cache = _run_chunks(manager, list(range(10)), [4])
+    assert cache.committed == 1
+    assert manager.resize_context(request, 6)  # the last chunk: tokens 4..9
+    request.context_current_position = 10
+    manager.update_context(request)
+    keys = [manager.prefix_cache.key_of(page) for page in cache.pages[1:cache.committed]]
+    assert [key[1] for key in keys] == [8, 10]  # the committed tokens: 4..9
+    assert cache.committed == 3  # num_committed_tokens == 10: two whole pages and the partial one
+    manager.update_context(request)
+    assert cache.committed == 3
+
+
+@pytest.mark.upstream(
+    "test_kv_cache_manager_v2::test_context_publishes_the_whole_prompt_at_history_length",
+    adaptation="kvlab counts committed pages (three of four tokens: the 12 tokens); "
+               "stop_committing has no counterpart, so 'stopped' is read as a further update "
+               "committing nothing")
+def test_context_publishes_the_whole_prompt_at_history_length():
+    manager = _publishing_manager("per_request")
+    request, cache = _run_chunks(manager, list(range(12)), [4, 12])
+    assert cache.history_length == 12
+    assert cache.committed * TOKENS_PER_BLOCK == 12
+    manager.update_context(request)
+    assert cache.committed == 3

@@ -26,7 +26,7 @@ def run_context(mgr, req):
     cache = mgr.get_cache(req)
     assert mgr.resize_context(req, req.context_remaining_length)
     req.context_current_position = req.context_len
-    mgr.commit_context(req)
+    mgr.update_context(req)
     mgr.check_invariants()
     return cache
 
@@ -151,7 +151,7 @@ def test_a_page_computed_twice_is_given_up_for_the_committed_one():
     free = mgr.pool.free_blocks
     for req in (a, b):
         req.context_current_position = 9
-        mgr.commit_context(req)
+        mgr.update_context(req)
     assert cache_b.pages[:2] == cache_a.pages[:2]  # rebased onto a's pages
     assert cache_b.pages[2] != cache_a.pages[2]  # the partial last page stays b's own
     assert mgr.pool.free_blocks == free + 2
@@ -166,7 +166,7 @@ def test_per_request_policy_commits_at_the_end_of_the_context_only():
         mgr.prepare_context(req)
         assert mgr.resize_context(req, 5)
         req.context_current_position = 5  # a first chunk ran
-        mgr.commit_context(req)
+        mgr.update_context(req)
         assert mgr.get_cache(req).committed == committed
 
 
@@ -211,3 +211,20 @@ def test_a_partial_match_in_a_full_pool_does_not_evict_the_page_it_copies():
     copy = mgr.get_cache(later).pages[1]
     assert copy != source and bool((mgr.pool.storage[copy] == 9).all())
     mgr.check_invariants()
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_update_context_advances_the_history_by_chunk(reuse):
+    mgr = manager(enable_block_reuse=reuse)
+    req = request("a", list(range(10)))
+    assert mgr.prepare_context(req) and mgr.resize_context(req, 4)
+    req.context_current_position = 4
+    mgr.update_context(req)
+    cache = mgr.get_cache(req)
+    assert cache.history_length == 4 and cache.committed == (1 if reuse else 0)
+    assert mgr.resize_context(req, 6)
+    req.context_current_position = 10
+    mgr.update_context(req)
+    assert cache.history_length == 10 and cache.capacity == 10
+    with pytest.raises(ValueError, match="History length cannot exceed capacity"):
+        cache.resize(8)  # the computed context cannot be given back
