@@ -119,13 +119,6 @@ class HostTier:
             f"{self!r} counts {self.blocks_on_gpu} pages on the GPU")
         assert all(c.suspended for c in self._on_gpu.values()), "a tracked cache is active"
 
-    def allocate(self, pool: "PagePool", count: int):
-        """``count`` pages of ``pool``, moving suspended caches' pages down first where the pool
-        alone has too few; None (and nothing moved) when that cannot free enough."""
-        if count > pool.free_blocks:
-            self.make_room(pool, count)
-        return pool.allocate(count)
-
     def make_room(self, pool: "PagePool", count: int) -> bool:
         """Move suspended caches' pages down, oldest first, until ``count`` pages of ``pool``
         are free; False, moving nothing, when the tier cannot take enough of them."""

@@ -205,7 +205,7 @@ class KVCacheManager:
     def allocatable_blocks(self) -> int:
         """At most this many pages an allocation could get now: the free ones plus those
         suspended caches could move to the tier below (an upper bound)."""
-        return self.pool.free_blocks + self.prefix_cache.evictable_blocks + self.host_tier.movable_blocks
+        return self.free_blocks + self.host_tier.movable_blocks
 
     @property
     def free_slots(self) -> int:
@@ -235,8 +235,8 @@ class KVCacheManager:
         return None
 
     def allocate_pages(self, count: int):
-        """``count`` pages of the pool (``HostTier.allocate``: suspended caches' pages move
-        down first where the pool alone has too few)."""
+        """``count`` pages of the pool through its one door (``PrefixCache.allocate``: cached
+        pages are evicted, then suspended caches' pages move down, where too few are free)."""
         return self.prefix_cache.allocate(count)
 
     # -- caches -------------------------------------------------------------------------
@@ -323,7 +323,7 @@ class KVCacheManager:
         position = request.context_current_position
         if position > cache.history_length:
             cache.history_length = position
-        if not (self.enable_block_reuse and request.prefix_hashes):
+        if not self.reuses(request):
             return
         finished = request.is_context_finished
         if finished or self.block_reuse_policy == "all_reusable":

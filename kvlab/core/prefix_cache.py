@@ -180,15 +180,9 @@ class PrefixCache:
         tokens_per_block = self.tokens_per_block
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
         usable = min(limit, hashed_tokens(request))
-        found, get = [], self._pages.get
-        end = tokens_per_block
-        while end <= usable:
-            page = get((hashes[(end - 1) // per_hash], end))
-            if page is None:
-                break
-            found.append(page)
-            end += tokens_per_block
-        start = end - tokens_per_block
+        found = self._committed_prefix(hashes, per_hash, usable)
+        start = len(found) * tokens_per_block
+        end, get = start + tokens_per_block, self._pages.get
         partial, partial_tokens = None, 0
         if self.enable_partial_reuse and start < usable:
             candidates = list(self._by_first_block.get((hashes[start // per_hash], start), ()))
@@ -205,16 +199,23 @@ class PrefixCache:
     def first_new_key(self, request: "Request") -> Optional[tuple]:
         """The key of the request's first whole prompt page not committed, or None when every
         whole page is."""
-        tokens_per_block = self.tokens_per_block
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
-        usable, pages = hashed_tokens(request), self._pages
-        end = tokens_per_block
+        usable = hashed_tokens(request)
+        end = (len(self._committed_prefix(hashes, per_hash, usable)) + 1) * self.tokens_per_block
+        return prefix_key(hashes, per_hash, end) if end <= usable else None
+
+    def _committed_prefix(self, hashes, per_hash: int, usable: int) -> List[int]:
+        """The committed pages holding a prompt's first whole pages, in order, within ``usable``
+        tokens (the walk stops at the first page not committed)."""
+        tokens_per_block, get = self.tokens_per_block, self._pages.get
+        found, end = [], tokens_per_block
         while end <= usable:
-            key = (hashes[(end - 1) // per_hash], end)
-            if key not in pages:
-                return key
+            page = get((hashes[(end - 1) // per_hash], end))
+            if page is None:
+                break
+            found.append(page)
             end += tokens_per_block
-        return None
+        return found
 
     def _shared_tokens(self, page: int, hashes, per_hash: int, start: int, usable: int) -> int:
         """How far the prompt of ``hashes`` agrees with the prefix ``page`` ends, from

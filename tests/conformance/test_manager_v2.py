@@ -20,6 +20,7 @@ import warnings
 import pytest
 
 from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request
+from kvlab.core.prefix_cache import chain_hashes
 
 #: The upstream module's constants.
 TOKENS_PER_BLOCK = 4
@@ -309,33 +310,6 @@ NOT_MODELLED = {
 
 # -- block reuse -------------------------------------------------------------------------
 
-@pytest.mark.upstream(
-    "test_kv_cache_manager_v2::test_chunking_does_not_change_what_a_prefill_publishes",
-    adaptation="upstream compares the token lists its fake core cache is asked to commit; kvlab's "
-               "unit of publication is a committed page, so the keys its pages are stored under "
-               "are compared (tokens_per_block 4, one hash a token)")
-@pytest.mark.parametrize("boundaries", [[12], [4, 12], [4, 9, 12], [7, 12], [11, 12]])
-def test_chunking_does_not_change_what_a_prefill_publishes(boundaries):
-    from kvlab.core.prefix_cache import chain_hashes
-
-    prompt = list(range(12))
-
-    def prefill(chunk_ends):
-        manager = _manager(_tiny(TOKENS_PER_BLOCK), quota_bytes=64 * _tiny(TOKENS_PER_BLOCK).bytes_per_block,
-                           max_seq_len=MAX_SEQ_LEN, block_reuse_policy="all_reusable")
-        request = Request("0", len(prompt), 1, prefix_hashes=chain_hashes(prompt), tokens_per_hash=1)
-        assert manager.prepare_context(request)
-        for end in chunk_ends:
-            assert manager.resize_context(request, end - request.context_current_position)
-            request.context_current_position = end
-            manager.update_context(request)
-        cache = manager.get_cache(request)
-        return [manager.prefix_cache.key_of(page) for page in cache.pages]
-
-    chunked, unchunked = prefill(boundaries), prefill([len(prompt)])
-    assert chunked == unchunked and None not in unchunked and len(unchunked) == 3
-
-
 def _publishing_manager(policy: str) -> KVCacheManager:
     """Reuse on, ``policy``, tokens_per_block 4 (the module's), room for a 12-token prompt."""
     return _manager(_tiny(TOKENS_PER_BLOCK), quota_bytes=64 * _tiny(TOKENS_PER_BLOCK).bytes_per_block,
@@ -343,8 +317,6 @@ def _publishing_manager(policy: str) -> KVCacheManager:
 
 
 def _run_chunks(manager: KVCacheManager, prompt, chunk_ends):
-    from kvlab.core.prefix_cache import chain_hashes
-
     request = Request("1", len(prompt), 1, prefix_hashes=chain_hashes(prompt), tokens_per_hash=1)
     assert manager.prepare_context(request)
     for end in chunk_ends:
@@ -353,6 +325,23 @@ def _run_chunks(manager: KVCacheManager, prompt, chunk_ends):
         manager.update_context(request)
     return request, manager.get_cache(request)
 
+
+@pytest.mark.upstream(
+    "test_kv_cache_manager_v2::test_chunking_does_not_change_what_a_prefill_publishes",
+    adaptation="upstream compares the token lists its fake core cache is asked to commit; kvlab's "
+               "unit of publication is a committed page, so the keys its pages are stored under "
+               "are compared (tokens_per_block 4, one hash a token)")
+@pytest.mark.parametrize("boundaries", [[12], [4, 12], [4, 9, 12], [7, 12], [11, 12]])
+def test_chunking_does_not_change_what_a_prefill_publishes(boundaries):
+    prompt = list(range(12))
+
+    def published(chunk_ends):
+        manager = _publishing_manager("all_reusable")
+        _, cache = _run_chunks(manager, prompt, chunk_ends)
+        return [manager.prefix_cache.key_of(page) for page in cache.pages]
+
+    chunked, unchunked = published(boundaries), published([len(prompt)])
+    assert chunked == unchunked and None not in unchunked and len(unchunked) == 3
 
 @pytest.mark.upstream(
     "test_kv_cache_manager_v2::test_try_commit_blocks_commits_partial_block_at_context_end",
