@@ -495,6 +495,7 @@ for reuse in (True, False):
     story_caches[reuse] = story_scheduler.manager.prefix_cache
 story = pd.DataFrame([dict(row, block_reuse=reuse, reused_tokens=story_runs[reuse].requests[row["request_id"]].prepopulated_prompt_len)
                       for reuse in (True, False) for row in request_timeline(story_runs[reuse])])
+story["started"] = story["started"].astype("Int64")  # whole steps; blank for the rejected request
 display(table(story.set_index(["block_reuse", "request_id"])[["prompt_len", "arrival", "started", "ended", "status",
                                                               "refusals", "reused_tokens"]]))
 print(f"pages evicted from the cache with reuse on: {story_caches[True].evicted_blocks:,}")
