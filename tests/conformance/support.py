@@ -199,6 +199,14 @@ class Bench:
         assert request.context_current_position == first_chunk
         return request
 
+    def arrange(self, *request_ids: str) -> None:
+        """Put the active list in the order upstream's test hands it to the pass (kvlab's list
+        is in arrival order, and a test builds its requests in the order their set-up needs)."""
+        active = self.scheduler._active
+        by_id = {r.request_id: r for r in active}
+        assert sorted(request_ids) == sorted(by_id), f"set-up: the active list is {list(by_id)}"
+        active[:] = [by_id[i] for i in request_ids]
+
     @contextlib.contextmanager
     def set_up_budget(self, max_num_tokens: int = 1 << 30, max_num_requests: int = 1 << 20):
         """Budgets of a set-up pass (the test's are restored after it)."""

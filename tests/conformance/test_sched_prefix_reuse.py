@@ -27,14 +27,17 @@ NOT_MODELLED = {
     "TestPrefixAwareSkip::test_vswa_still_skips":
         "variable sliding-window attention: kvlab's manager has one window for every layer (no "
         "VSWA manager to check that the skip is not gated on it)",
-    "TestPrefixAwareSkip::test_registered_contributor_cannot_be_evicted":
-        "expressible (an in-flight continuation beside generation requests whose first "
-        "allocation fails), not ported yet",
     "TestPrefixAwareSkip::test_evicted_continuation_does_not_defer_duplicate":
-        "expressible (a continuation evicted from the tail in phase 1), not ported yet",
-    "TestPrefixAwareSkip::test_recompute_paused_request_does_not_defer_duplicate":
-        "expressible (a continuation recompute-paused in phase 1), not ported yet",
+        "not expressible on a real pool: for the duplicate's first new page to be the evicted "
+        "continuation's next one, the duplicate must match every page the continuation "
+        "committed, and then no page is left for it (moving the continuation down frees at most "
+        "its one uncommitted page, which the generation step takes), while upstream's mock "
+        "admits it",
 }
+
+IN_FLIGHT_CONTINUATION = (
+    "the scheduler is chunked (kvlab makes a context continuation by running its first chunk); "
+    "the pass is called with the continuation in flight, as the overlap executor would")
 
 A = list(range(1000))  # a prompt; others share its leading tokens or not
 B = list(range(5000, 6000))
@@ -249,9 +252,7 @@ def test_disabled_without_block_reuse():
 
 
 @pytest.mark.upstream("TestPrefixAwareSkip::test_in_flight_chunked_context_seeds_the_set",
-                      adaptation="the scheduler is chunked (kvlab makes a context continuation by "
-                                 "running its first chunk); the pass is called with request 0 in "
-                                 "flight, as the overlap executor would")
+                      adaptation=IN_FLIGHT_CONTINUATION)
 def test_in_flight_chunked_context_seeds_the_set():
     bench = Bench(max_num_tokens=10000, chunked_prefill=True)
     bench.started_context("0", None, 128, tokens=A[:500])
@@ -337,3 +338,44 @@ def test_deferral_never_empties_the_batch_alone():
     bench.hold_all_but(0)
     assert ids(bench.schedule().context_requests) == []
     assert resized == ["0", "1"]  # both attempted, neither deferred behind a failed contributor
+
+
+@pytest.mark.upstream("TestPrefixAwareSkip::test_registered_contributor_cannot_be_evicted",
+                      adaptation=IN_FLIGHT_CONTINUATION + "; generation 0's first allocation "
+                      "fails because an outside tenant holds every free page, and the retry "
+                      "succeeds because request 99's pages really move down (a host tier)")
+def test_registered_contributor_cannot_be_evicted():
+    bench = Bench(max_num_tokens=1000, can_evict=True, chunked_prefill=True)
+    gen0 = bench.generation("0", 62)  # stepped by the next two set-up passes: at a page's end
+    bench.generation("99", 640)  # 11 pages, which moving it down frees
+    bench.started_context("5", None, 64, tokens=A[:164])  # its next page is A's second
+    duplicate = bench.submit_past_front_door("1", tokens=A[:500])  # the same first new page
+    bench.arrange("0", "1", "5", "99")
+    assert bench.step_pages(gen0) == 1
+    bench.hold_all_but(0)
+    batch = bench.scheduler.schedule(inflight_request_ids=frozenset({"5"}))
+    assert ids(batch.paused_requests) == ["99"]  # set-up: the eviction freed room for 1 too
+    assert bench.manager.free_blocks >= bench.manager.geometry.blocks_for_tokens(500) - 1
+    assert ids(batch.context_requests) == []  # duplicate deferred behind the contributor
+    assert "5" not in ids(batch.paused_requests)  # ... which could not be evicted
+    assert duplicate.state == "waiting"
+
+
+@pytest.mark.upstream("TestPrefixAwareSkip::test_recompute_paused_request_does_not_defer_duplicate",
+                      adaptation="a continuation needs a chunked scheduler (its first chunk "
+                                 "really ran); upstream scripts every generation allocation to "
+                                 "fail, here a host tier of one page cannot take the "
+                                 "continuation's two, so suspending it frees nothing, the "
+                                 "recompute pause frees them and generation 0's retry succeeds")
+def test_recompute_paused_request_does_not_defer_duplicate():
+    bench = Bench(max_num_tokens=1000, chunked_prefill=True, host_blocks=1)
+    gen0 = bench.generation("0", 63)  # stepped by the next set-up pass: at a page's end
+    bench.started_context("5", None, 100, tokens=A[:200])  # 2 pages, its next page A's third
+    bench.submit_past_front_door("1", tokens=A[:500])
+    bench.arrange("0", "1", "5")
+    assert bench.step_pages(gen0) == 1
+    bench.hold_all_but(0)
+    batch = bench.schedule()
+    assert ids(batch.recompute_paused_requests) == ["5"]  # set-up: 5 was the victim
+    assert "1" not in ids(batch.paused_requests)
+    assert ids(batch.context_requests) in (["1"], [])
