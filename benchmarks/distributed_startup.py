@@ -12,7 +12,9 @@ import json
 import os
 import statistics
 
-from kvlab.run.distributed import run_ranks, scenario_config
+from kvlab.run.distributed import run_ranks
+
+from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
 
 

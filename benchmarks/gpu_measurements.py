@@ -32,7 +32,7 @@ from kvlab.analysis.measurements import (device_info, device_slug, page_index_co
                                          pool_allocation, save_measurements)
 from kvlab.core.memory import pool_vs_workspace
 from kvlab.core.paged_attention import paged_vs_contiguous
-from kvlab.run.distributed import scenario_geometry
+from kvlab.run.rank_config import scenario_geometry
 from kvlab.run.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,10 @@ from kvlab.core.memory import MemoryBudget
 from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
 from kvlab.core.pool import PagePool
 from kvlab.core.request import Request
-from kvlab.run.distributed import DistributedResult, Fault, RankResult, RunConfig, run_ranks
+from kvlab.run.distributed import run_ranks
+from kvlab.run.rank import RankResult
+from kvlab.run.rank_config import Fault, RunConfig
+from kvlab.run.run_result import DistributedResult
 from kvlab.run.simulation import Engine, SimulationResult, simulate
 from kvlab.run.trace import Trace
 from kvlab.sched.admission import ADMISSION_POLICIES, AdmissionPolicy, Verdict, make_admission

@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.mamba import MambaHybridCacheManager, StateSlotsExhausted
 from kvlab.core.request import Request
-from kvlab.run.distributed import ThreadComm, in_threads
+from kvlab.run.comm import ThreadComm, in_threads
 from kvlab.sched.scheduler import ScheduleAction, Scheduler, SchedulerDeadlock
 
 

@@ -7,7 +7,9 @@
                        real rank processes over torch.distributed (``--in-process``: threads);
                        prints each rank's pool and outcome and how the run ended; exit 0 every
                        rank finished, 3 requests left unfinished at max_steps, 4 the engine went
-                       down (a rank raised; every rank shut down), 5 a rank died or hung;
+                       down (a rank raised; every rank shut down), 5 a rank died or hung (no
+                       rank made progress for ``--timeout`` seconds), 6 the run passed
+                       ``--deadline``;
                        a signal (SIGINT, SIGTERM, SIGHUP) stops every rank and exits 128 + its
                        number (130, 143, 129), with no traceback
 ``kvlab plan``         preflight a deployment (a model preset or a local config.json, a GPU,
@@ -37,7 +39,8 @@ from kvlab.core.page_index import WIDTH_POLICIES
 #: Exit codes of ``kvlab repro``, one per allocator outcome.
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
 #: Exit codes of ``kvlab scenario``, one per way a multi-rank run ends.
-SCENARIO_EXIT_CODES = {"completed": 0, "unfinished": 3, "shut down": 4, "died": 5, "hung": 5}
+SCENARIO_EXIT_CODES = {"completed": 0, "unfinished": 3, "shut down": 4, "died": 5, "hung": 5,
+                       "deadline": 6}
 
 
 #: The longest VALUE of ``-p NAME=VALUE``: every notebook parameter is a number, a bool or a
@@ -90,13 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
     walk.set_defaults(handler=_walkthrough, subparser=walk)
 
-    from kvlab.run.distributed import BACKENDS, MAX_RANKS
+    from kvlab.run.distributed import BACKENDS
+    from kvlab.run.rank_config import MAX_RANKS
     from kvlab.sched.policies import RANK_POLICIES
 
     scen = sub.add_parser("scenario", help="run a multi-rank scenario (issue-21470) over torch.distributed",
                           description="Run NAME (a scenario with a deployment block, e.g. "
                           "issue-21470) on --ranks rank processes; exit 0 every rank finished, "
-                          "3 requests unfinished, 4 the engine went down, 5 a rank died or hung.")
+                          "3 requests unfinished, 4 the engine went down, 5 a rank died or hung, 6 the "
+                          "run passed --deadline.")
     scen.add_argument("name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path")
     scen.add_argument("--ranks", type=int, default=None,
                       help=f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)")
@@ -108,7 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("--in-process", action="store_true",
                       help="run the ranks as threads of this process (no torch.distributed)")
     scen.add_argument("--timeout", type=float, default=120.0,
-                      help="seconds before hung ranks are killed (default 120)")
+                      help="seconds without progress (no rank stepping) before the ranks are "
+                      "called hung and killed; slow ranks that keep stepping are not (default 120)")
+    scen.add_argument("--deadline", type=float, default=None,
+                      help="seconds the whole run may take; past them every rank is stopped and "
+                      "the run says so (default: none)")
     scen.set_defaults(handler=_scenario, subparser=scen)
     _add_plan(sub)
     return parser
@@ -284,7 +293,8 @@ def _walkthrough(args, parser) -> int:
 
 
 def _scenario(args, parser) -> int:
-    from kvlab.run.distributed import run_ranks, scenario_config
+    from kvlab.run.distributed import run_ranks
+    from kvlab.run.rank_config import scenario_config
     from kvlab.run.scenarios import ScenarioError, load_scenario
 
     try:
@@ -296,7 +306,7 @@ def _scenario(args, parser) -> int:
         print(f"{scenario.title}{changed}\n{scenario.gpu} x {config.world_size}, policy {args.policy}",
               flush=True)
         result = run_ranks(config, backend=args.backend, in_process=args.in_process,
-                           timeout_s=args.timeout)
+                           timeout_s=args.timeout, deadline_s=args.deadline)
     except (ScenarioError, ValueError, TypeError, MemoryError) as exc:
         parser.error(str(exc))
     print(result.explain())

@@ -48,7 +48,7 @@ from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.tables import table
 from kvlab.notebook.widgets import ranks_panel
-from kvlab.run.distributed import rank_budget, scenario_config
+from kvlab.run.rank_config import rank_budget, scenario_config
 from kvlab.run.scenarios import load_scenario
 
 sc = load_scenario("issue-21470")  # data/scenarios/issue_21470_16x_gb300.yaml
@@ -133,7 +133,7 @@ expect_crash = needed > r0.max_blocks_per_seq
 #
 # Attention DP routes each new request to a rank: one pinned to a rank
 # (`attention_dp_rank`) goes there; the others are balanced, longest first, to the rank with
-# the fewest active tokens (`kvlab.run.distributed.route`, after TensorRT-LLM's
+# the fewest active tokens (`kvlab.run.routing.route`, after TensorRT-LLM's
 # `balance_requests_across_ranks`). The report's long request was on rank 0.
 
 # %%

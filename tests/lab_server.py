@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from kvlab.run.distributed import free_port
+from kvlab.run.supervisor import free_port
 
 
 def _wait_for_server(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:

@@ -114,6 +114,13 @@ def test_scenario_runs_rank_processes_and_exits_by_how_the_run_ended(policy, cod
     assert "31844 blk" in out  # rank 0's own pool, before it
 
 
+def test_scenario_past_its_deadline_exits_6_and_says_so(capsys):
+    assert main(["scenario", "issue-21470", "--ranks", "16", "--deadline", "0.05"]) == 6
+    out = capsys.readouterr().out
+    assert "policy clamped: deadline - the run passed its deadline_s=0.05" in out
+    assert "deadline_s=0.05" in out.splitlines()[-1]
+
+
 def test_scenario_in_process_by_file_stem(capsys):
     assert main(["scenario", "issue_21470_16x_gb300", "--in-process"]) == SCENARIO_EXIT_CODES["shut down"]
     out = capsys.readouterr().out

@@ -29,7 +29,7 @@ from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MaxSeqLenClampWarn
 from kvlab.analysis.presets import seed_geometry
 from kvlab.backends.vllm import VLLM
 from kvlab.cli import main
-from kvlab.run.distributed import Fault, scenario_config
+from kvlab.run.rank_config import Fault, scenario_config
 from kvlab.run.scenarios import load_scenario
 from kvlab.analysis.compare import run_policies
 from kvlab.analysis.phase import phase_diagram
@@ -436,6 +436,12 @@ CASES = [
          cli("scenario", "issue-21470", "--ranks", "0"), "exit 2", ("ranks", "[1, 128]")),
     Case(COMMAND, "kvlab scenario issue-21470 --timeout 0",
          cli("scenario", "issue-21470", "--timeout", "0"), "exit 2", ("timeout_s", "(0.0, 86400.0]")),
+    Case(COMMAND, "kvlab scenario issue-21470 --deadline -1",
+         cli("scenario", "issue-21470", "--deadline", "-1"), "exit 2",
+         ("deadline_s", "(0.0, 604800.0]")),
+    Case(COMMAND, "kvlab scenario issue-21470 --in-process --deadline 5",
+         cli("scenario", "issue-21470", "--in-process", "--deadline", "5"), "exit 2",
+         ("deadline_s needs the process mode",)),
     Case(COMMAND, "kvlab scenario issue-21470 --backend mpi",
          cli("scenario", "issue-21470", "--backend", "mpi"), "exit 2", ("--backend", "'gloo', 'nccl'")),
     Case(COMMAND, "kvlab scenario no-such", cli("scenario", "no-such"), "exit 2",

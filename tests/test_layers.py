@@ -87,3 +87,23 @@ def test_the_readme_module_map_matches_the_tree():
     modules = {str(p.relative_to(PACKAGE)) for p in MODULES if not p.name.startswith("__")}
     assert modules - mapped == set(), "modules the README's map leaves out"
     assert mapped - modules == set(), "the README's map names modules that do not exist"
+
+
+def test_the_design_layer_table_matches_the_tree():
+    """docs/DESIGN.md's layer table names every module of each layer, and no other."""
+    design = (PACKAGE.parent / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    rows = [line for line in design.splitlines() if re.match(r"\| `\w+/?` \|", line)]
+    assert rows, "DESIGN.md has no layer table"
+    for row in rows:
+        layer_cell, modules_cell = row.split("|")[1:3]
+        layer = layer_cell.strip().strip("`")
+        if not layer.endswith("/"):
+            assert (PACKAGE / f"{layer}.py").exists(), f"DESIGN.md names a layer {layer} that is not a module"
+            continue
+        named = set(re.findall(r"`(\w+)`", modules_cell.split("(with", 1)[0]))
+        named |= set(re.findall(r"`(\w+)`", modules_cell.split("(with", 1)[1])) if "(with" in modules_cell else set()
+        tree = {p.stem for p in (PACKAGE / layer).glob("*.py") if not p.name.startswith("__")}
+        assert named == tree, f"{layer}: DESIGN.md names {sorted(named - tree)} not in the tree, " \
+                              f"leaves out {sorted(tree - named)}"
+    layers = {row.split("|")[1].strip().strip("`").rstrip("/") for row in rows}
+    assert set(LAYERS) - {"cli"} <= layers, "DESIGN.md's table leaves out a layer"

@@ -54,7 +54,7 @@ from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
 from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, num_dummy_slots
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
-from kvlab.run.distributed import ramped_workspace_gib
+from kvlab.run.rank_config import ramped_workspace_gib
 from kvlab.sched.policies import TRTLLM_POLICIES
 
 #: The managers :attr:`Deployment.manager` names ("auto": the architecture's choice).
@@ -292,7 +292,7 @@ class Deployment:
 
     def budgets(self) -> Tuple[MemoryBudget, ...]:
         """Every rank's budget, its workspace ramped as the scenarios' ranks have it
-        (:func:`kvlab.run.distributed.ramped_workspace_gib`); V1 reads no
+        (:func:`kvlab.run.rank_config.ramped_workspace_gib`); V1 reads no
         ``max_gpu_total_bytes`` (:func:`v1_tokens`)."""
         ranks = self.world_size
         cap = None if self.kv_quota_gib is None or self.resolved_manager == "v1" else \

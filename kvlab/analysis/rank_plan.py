@@ -1,14 +1,14 @@
 """What every rank of a multi-rank run will build, and what each request will meet, without
 running it: the closed form of :mod:`kvlab.run.distributed`, fast enough for a slider.
 
-For a :class:`~kvlab.run.distributed.RunConfig`, in the order the real start-up goes:
+For a :class:`~kvlab.run.rank_config.RunConfig`, in the order the real start-up goes:
 
 1. each rank's own KV quota and blocks from its budget (``KvCacheCreator._cal_max_memory``,
    docs/REFERENCE.md §1), as ``RankRunner`` computes them;
 2. ``allreduce(MIN)`` of the token capacity: every rank builds the smallest pool;
 3. the max_seq_len clamp and the page-index width (``KVCacheManagerV2.__init__``, §2);
    steps 1-3 are ``RunConfig.pool_plan``, which also checks a config before its ranks start;
-4. each request's rank by :func:`kvlab.run.distributed.route`, assuming every earlier request is
+4. each request's rank by :func:`kvlab.run.routing.route`, assuming every earlier request is
    still live when it arrives (true while arrivals come faster than requests finish, as in the
    issue-21470 scenario);
 5. each request's verdict alone on that pool by :func:`kvlab.analysis.phase.phase_verdicts`: "crash"
@@ -30,7 +30,8 @@ from typing import Dict, Optional, Tuple
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.memory import MemoryBudget
-from kvlab.run.distributed import RunConfig, route
+from kvlab.run.rank_config import RunConfig
+from kvlab.run.routing import route
 from kvlab.sched.policies import RANK_POLICIES
 
 #: What the real run's rank says when a request's verdict ends the run.
@@ -41,7 +42,7 @@ ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too sho
 @dataclass(frozen=True)
 class RankPlan:
     """One rank's pool, before and after the MIN (the fields ``viz.rank_budget_spec`` reads,
-    named as in ``kvlab.run.distributed.RankResult``)."""
+    named as in ``kvlab.run.rank.RankResult``)."""
 
     rank: int
     budget: MemoryBudget
@@ -141,7 +142,7 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
 
 
 def outcome_of(result) -> Optional[str]:
-    """The outcome a real run (``kvlab.run.distributed.DistributedResult``) shows, in the plan's
+    """The outcome a real run (``kvlab.run.run_result.DistributedResult``) shows, in the plan's
     words: "crash" (a rank raised ValueError), "stall" (another error), "reject", "ok", or None
     (a rank died or hung)."""
     raised = next((r for r in result.ranks if r.outcome == "raised"), None)

@@ -65,7 +65,7 @@ def auto_host_tier_bytes(gpu_quota_bytes: int, local_ranks: int = 1,
 def sync_host_tier_quota(local_quota: int, world_size: int, comm=None) -> int:
     """Every rank's host tier becomes the smallest (the real ``_sync_host_tier_quota``, MIN
     all-reduce, PR #17717); one rank touches no collective. ``comm``: anything with
-    ``all_reduce_min(int) -> int`` (kvlab.run.distributed's communicators)."""
+    ``all_reduce_min(int) -> int`` (kvlab.run.comm)."""
     if world_size <= 1:
         return local_quota
     return comm.all_reduce_min(local_quota)

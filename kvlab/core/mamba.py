@@ -20,7 +20,7 @@ None) and no residency gate in the V2 scheduler.
 
 - ``residency="clamped"``: *proposal, PR #17261, closed without merging.* Residency is bounded
   by what the quota affords after one attention page, MIN-reduced across ranks through ``comm``
-  (anything with ``all_reduce_min(int) -> int``: kvlab.run.distributed's TorchComm or ThreadComm
+  (anything with ``all_reduce_min(int) -> int``: kvlab.run.comm's TorchComm or ThreadComm
   handles) and exposed through ``max_resident_sequences()`` (None when every requested sequence
   fits), which kvlab's Scheduler gates first context chunks on; ``warmup_batch_sizes`` are
   truncated to it. With the review's fix: every rank answers the all-reduced cap (its first

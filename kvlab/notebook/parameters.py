@@ -1,7 +1,7 @@
 """Each notebook's parameter check, run in its first code cell on the values papermill (or
 ``kvlab walkthrough -p``) passes: each error names the parameter, its value and the accepted
 range (docs/DESIGN.md, "Conventions"). Notebook 01's parameters are checked by
-:func:`kvlab.run.distributed.scenario_config`, which builds its runs."""
+:func:`kvlab.run.rank_config.scenario_config`, which builds its runs."""
 
 from __future__ import annotations
 

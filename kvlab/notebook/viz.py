@@ -902,7 +902,7 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
     activation peak, non-torch memory, the KV pool it built after the MIN all-reduce, the KV
     quota the MIN took away (its own quota minus the pool) and the unused headroom.
 
-    ``ranks``: ``kvlab.run.distributed.RankResult`` (or ``kvlab.analysis.rank_plan.RankPlan``) objects;
+    ``ranks``: ``kvlab.run.rank.RankResult`` (or ``kvlab.analysis.rank_plan.RankPlan``) objects;
     ``state_bytes``: each rank's recurrent-state slots (a hybrid's, beside its pool).
     Traces: one bar per part, always 8.
     """

@@ -34,7 +34,8 @@ from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, verdict_html
 from kvlab.notebook.parameters import check_repro_parameters
 from kvlab.notebook.tables import table
-from kvlab.run.distributed import run_ranks, scenario_config
+from kvlab.run.distributed import run_ranks
+from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
 from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.run.trace import Trace
@@ -295,7 +296,7 @@ class RanksModel:
 
     workspace_gib: float
     context: int
-    config: Any  # kvlab.run.distributed.RunConfig
+    config: Any  # kvlab.run.rank_config.RunConfig
     plan: Any  # kvlab.analysis.rank_plan.RanksPlan
 
     @property

@@ -1,6 +1,6 @@
 """RunMonitor: what a multi-rank run's ranks record as they go, in shared memory, so that the
 parent can still say where every request was and what each rank did when a rank dies, is
-killed or hangs (kvlab.run.distributed reads it). kvlab's own: the real executor has no such
+killed or hangs (kvlab.run.supervisor reads it). kvlab's own: the real executor has no such
 record; its ranks' logs are what a failure leaves."""
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ class RunMonitor:
 
     def heard(self, rank: int) -> float:
         return self._heard[rank]
+
+    def last_heard(self) -> float:
+        """When any rank was last heard from (0.0 before the first): the watchdog's clock."""
+        return max(self._heard)
 
     @property
     def fired(self) -> bool:

@@ -12,3 +12,8 @@ def progress(iterable: Optional[Iterable] = None, desc: str = "", total: Optiona
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, total=total, unit=unit, delay=1.0, leave=False)
+
+
+def rank_progress(enabled: bool, world_size: int):
+    """The bar of a multi-rank run's lockstep iterations, or None when not ``enabled``."""
+    return progress(desc=f"{world_size} ranks, lockstep iterations", unit="it") if enabled else None

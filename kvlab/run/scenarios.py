@@ -305,7 +305,7 @@ class ScenarioParameters:
     def pool_bytes(self) -> int:
         if self.pool_mib is None:
             raise ValueError("this scenario sets no pool_mib: its deployment's memory budget "
-                             "sets each rank's pool (kvlab.run.distributed.rank_budget)")
+                             "sets each rank's pool (kvlab.run.rank_config.rank_budget)")
         return self.pool_mib * MIB
 
 

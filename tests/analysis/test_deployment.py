@@ -19,7 +19,7 @@ from kvlab.analysis.rank_plan import plan_ranks
 from kvlab.cli import main
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import GIB
-from kvlab.run.distributed import scenario_config
+from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
 from kvlab.run.simulation import simulate
 from kvlab.sched.policies import TRTLLM_POLICIES

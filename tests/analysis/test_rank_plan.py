@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvlab.analysis.rank_plan import outcome_of, plan_ranks
-from kvlab.run.distributed import run_ranks, scenario_config
+from kvlab.run.distributed import run_ranks
+from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
 
 SC = load_scenario("issue-21470")

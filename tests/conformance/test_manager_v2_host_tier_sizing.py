@@ -10,7 +10,7 @@ counterparts are :func:`kvlab.core.host_tier.auto_host_tier_bytes` (``gpu_quota_
 ``local_ranks``, ``host_available_bytes``, ``memlock_limit_bytes``, ``shares_device_memory``;
 ``float("inf")`` is an unknown limit, as the real readers answer) and
 :func:`kvlab.core.host_tier.sync_host_tier_quota` (``local_quota``, ``world_size``, ``comm``). The
-cross-rank sync runs on kvlab's in-process communicator (:class:`kvlab.run.distributed.ThreadComm`,
+cross-rank sync runs on kvlab's in-process communicator (:class:`kvlab.run.comm.ThreadComm`,
 threads on the CPU) instead of an MPI pool.
 """
 
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kvlab.core.host_tier import auto_host_tier_bytes, sync_host_tier_quota
-from kvlab.run.distributed import ThreadComm
+from kvlab.run.comm import ThreadComm
 
 GiB = 1 << 30
 INF = float("inf")

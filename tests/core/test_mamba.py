@@ -18,7 +18,8 @@ from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MambaHybridCacheMa
 from kvlab.case_studies import BreakOnCapScheduler, DisaggBypassScheduler, NoneFirstManager
 from kvlab.core.mamba import (GENERIC_MAX_BATCH_SIZE, QUOTA_TOO_SMALL, cache_size_per_token,
                               feasible_max_batch_size, proposed_quota_error)
-from kvlab.run.distributed import ThreadComm, TorchComm, free_port, in_threads
+from kvlab.run.comm import ThreadComm, TorchComm, in_threads
+from kvlab.run.supervisor import free_port
 
 GIB = 2**30
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -1,4 +1,4 @@
-"""kvlab.run.distributed: 16 (and 2, 4) gloo rank processes on CPU, the in-process mode, the MIN
+"""kvlab.run (distributed, supervisor, rank): 16 (and 2, 4) gloo rank processes on CPU, the in-process mode, the MIN
 all-reduce, attention-DP routing, failure propagation, and no process outliving a run."""
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ import pytest
 import torch
 
 from kvlab.core.request import Request
-from kvlab.run import distributed as D
-from kvlab.run.distributed import Fault, RankRunner, route, run_ranks, scenario_config
+from kvlab.run import supervisor
+from kvlab.run.distributed import run_ranks
+from kvlab.run.rank import FAULT_EXIT_CODE, RankRunner
+from kvlab.run.rank_config import Fault, scenario_config
+from kvlab.run.routing import route
 from kvlab.run.scenarios import load_scenario
 
 NATIVE = "User-provided base page indices is too short"
@@ -168,7 +171,7 @@ def test_a_rank_that_dies_ends_the_run_with_every_rank_accounted_for(died4):
     _, result = died4
     assert_accounted_for(result, 4, 20)
     assert result.ended == "died" and result.engine_down
-    assert result.ranks[2].outcome == "died" and f"exit code {D.FAULT_EXIT_CODE}" in result.ranks[2].error
+    assert result.ranks[2].outcome == "died" and f"exit code {FAULT_EXIT_CODE}" in result.ranks[2].error
     assert all(r.outcome in ("shut down", "hung") for i, r in enumerate(result.ranks) if i != 2)
 
 
@@ -259,7 +262,7 @@ def test_a_rank_killed_from_outside_while_another_hangs(scenario):
     result = run_ranks(config, timeout_s=60, progress=False)
     killer.join()
     assert "pid" in killed, "the rank processes never showed up"
-    assert time.monotonic() - killed["at"] < D.DEATH_GRACE_S + 5  # not the 60 s timeout
+    assert time.monotonic() - killed["at"] < supervisor.DEATH_GRACE_S + 5  # not the 60 s timeout
     assert_no_survivors(result)
     assert_accounted_for(result, 4, 60)
     assert result.ended == "died" and result.pids[2] == killed["pid"]
@@ -281,7 +284,7 @@ def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(D, "_progress_bar", lambda enabled, world: Interrupting())
+    monkeypatch.setattr(supervisor, "rank_progress", lambda enabled, world: Interrupting())
     with pytest.raises(KeyboardInterrupt):
         run_ranks(scenario_config(scenario, 4, "clamped"), progress=True)
     assert multiprocessing.active_children() == []
@@ -379,7 +382,7 @@ def test_the_in_process_result_states_its_timeout_too(scenario):
 def test_in_threads_stops_every_rank_and_raises_the_failing_ranks_own_error():
     """Rank 1 fails before the collective; rank 0, waiting in it, is released (CollectiveFailed)
     instead of waiting out the timeout, and the caller sees rank 1's error."""
-    from kvlab.run.distributed import CollectiveFailed, ThreadComm, in_threads
+    from kvlab.run.comm import CollectiveFailed, ThreadComm, in_threads
 
     comm = ThreadComm(2, timeout_s=60)
     seen = {}
@@ -397,3 +400,46 @@ def test_in_threads_stops_every_rank_and_raises_the_failing_ranks_own_error():
     with pytest.raises(KeyError, match="rank 1 broke"):
         in_threads(comm, target)
     assert isinstance(seen[0], CollectiveFailed) and time.monotonic() - start < 30
+
+
+@pytest.fixture
+def slow_steps(monkeypatch):
+    """Every rank takes 50 ms a step (the forked ranks inherit the patch): slow but healthy."""
+    iterate = RankRunner.iterate
+
+    def slow(self, statuses):
+        time.sleep(0.05)
+        return iterate(self, statuses)
+
+    monkeypatch.setattr(RankRunner, "iterate", slow)
+
+
+def test_slow_ranks_that_keep_stepping_are_not_hung(scenario, slow_steps):
+    """The watchdog: timeout_s is the time without progress, not a deadline for the run."""
+    result = run_ranks(scenario_config(scenario, 2, "clamped"), timeout_s=1.0, progress=False)
+    assert result.wall_s > 2.0  # twice the timeout, and no rank was called hung
+    assert result.ended == "shut down" and not result.failures
+    assert result.ranks[0].outcome == "raised"
+
+
+def test_a_run_past_its_deadline_says_so(scenario, slow_steps):
+    result = run_ranks(scenario_config(scenario, 2, "clamped"), timeout_s=10.0, deadline_s=1.0,
+                       progress=False)
+    assert result.ended == "deadline" and not result.failures
+    assert result.reason.startswith("the run passed its deadline_s=1")
+    assert "still making progress" in result.reason
+    assert [r.outcome for r in result.ranks] == ["stopped", "stopped"]
+    outcomes = result.request_outcomes()
+    assert len(outcomes) == len(scenario_config(scenario, 2, "clamped").requests)
+    lost = [why for _, status, why in outcomes.values() if status == "lost"]
+    assert lost and all("deadline_s=1" in why for why in lost)
+    assert all(why for _, _, why in outcomes.values())  # every request says why
+    assert "deadline_s=1" in result.explain()
+    assert multiprocessing.active_children() == []
+
+
+def test_deadline_needs_the_process_mode(scenario):
+    with pytest.raises(ValueError, match="deadline_s needs the process mode"):
+        run_ranks(scenario_config(scenario, 2, "clamped"), in_process=True, deadline_s=5)
+    with pytest.raises(ValueError, match="deadline_s"):
+        run_ranks(scenario_config(scenario, 2, "clamped"), deadline_s=-1)

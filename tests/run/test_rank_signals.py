@@ -1,4 +1,4 @@
-"""kvlab.run.distributed: no rank process outlives the process that started it, whatever signal
+"""kvlab.run.supervisor: no rank process outlives the process that started it, whatever signal
 that process gets. Each test runs the real ``kvlab scenario`` command (``kvlab.cli.main``) in a
 child Python process, with a Fault that hangs rank 1 so that the run lasts until its timeout (60 s),
 signals that process mid-run, and looks for its rank processes in /proc."""
@@ -25,7 +25,7 @@ RANKS = 4
 CLI_WITH_A_HUNG_RANK = textwrap.dedent(f"""
     import sys
     from kvlab import cli
-    from kvlab.run import distributed as D
+    from kvlab.run import rank_config as D
     made = D.scenario_config
     D.scenario_config = lambda *a, **k: made(*a, fault=D.Fault(1, 2, "hang"), **k)
     sys.exit(cli.main(["scenario", "issue-21470", "--ranks", "{RANKS}", "--timeout", "60"]))

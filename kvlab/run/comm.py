@@ -1,0 +1,123 @@
+"""The collectives the ranks use: :class:`TorchComm` (torch.distributed, gloo or nccl) and
+:class:`ThreadComm` (ranks that are threads of one process, meeting at a barrier), with the same
+``all_reduce_min`` / ``all_gather_ints`` / ``all_gather``; :func:`in_threads` runs one target per
+thread rank."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, List, Sequence
+
+import torch
+
+
+class CollectiveFailed(RuntimeError):
+    """A collective did not complete: a peer died, hung past the timeout, or failed."""
+
+
+class TorchComm:
+    """torch.distributed collectives of one rank: MIN all-reduce of an int, all_gather of a
+    few ints (one int64 tensor: the per-iteration status, cheap) and of a picklable object
+    (only to spread an error's text)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def all_reduce_min(self, value: int) -> int:
+        import torch.distributed as dist
+
+        tensor = torch.tensor([value], dtype=torch.int64, device=self.device)
+        try:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        except RuntimeError as exc:
+            raise CollectiveFailed(f"all_reduce(MIN) failed: {str(exc).splitlines()[0]}") from exc
+        return int(tensor.item())
+
+    def all_gather_ints(self, values: Sequence[int]) -> List[List[int]]:
+        import torch.distributed as dist
+
+        tensor = torch.tensor(list(values), dtype=torch.int64, device=self.device)
+        gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        try:
+            dist.all_gather(gathered, tensor)
+        except RuntimeError as exc:
+            raise CollectiveFailed(f"all_gather failed: {str(exc).splitlines()[0]}") from exc
+        return [t.tolist() for t in gathered]
+
+    def all_gather(self, obj) -> list:
+        import torch.distributed as dist
+
+        gathered = [None] * dist.get_world_size()
+        try:
+            dist.all_gather_object(gathered, obj)
+        except RuntimeError as exc:
+            raise CollectiveFailed(f"all_gather failed: {str(exc).splitlines()[0]}") from exc
+        return gathered
+
+
+class ThreadComm:
+    """The same collectives for ranks that are threads of one process: they meet at a barrier.
+    ``for_rank(r)`` is rank r's handle. A barrier that times out or is aborted (a rank failed)
+    raises CollectiveFailed in every waiting rank."""
+
+    def __init__(self, world_size: int, timeout_s: float, on_gather=None):
+        self.world_size = world_size
+        self._slots: list = [None] * world_size
+        self._barrier = threading.Barrier(world_size, timeout=timeout_s)
+        self._on_gather = on_gather
+
+    def for_rank(self, rank: int) -> "_ThreadRankComm":
+        return _ThreadRankComm(self, rank)
+
+    def abort(self) -> None:
+        self._barrier.abort()
+
+    def _gather(self, rank: int, obj) -> list:
+        self._slots[rank] = obj
+        try:
+            if self._barrier.wait() == 0 and self._on_gather is not None:
+                self._on_gather()
+            gathered = list(self._slots)
+            self._barrier.wait()  # nobody overwrites a slot before everyone has read it
+        except threading.BrokenBarrierError:
+            raise CollectiveFailed("the in-process ranks did not all meet at the barrier "
+                                   "(a rank failed, or the timeout passed)") from None
+        return gathered
+
+
+class _ThreadRankComm:
+    def __init__(self, comm: ThreadComm, rank: int):
+        self._comm, self._rank = comm, rank
+
+    def all_reduce_min(self, value: int) -> int:
+        return min(self._comm._gather(self._rank, value))
+
+    def all_gather_ints(self, values: Sequence[int]) -> List[List[int]]:
+        return self._comm._gather(self._rank, [int(v) for v in values])
+
+    def all_gather(self, obj) -> list:
+        return self._comm._gather(self._rank, obj)
+
+
+def in_threads(comm: ThreadComm, target: Callable[[int], None]) -> None:
+    """Run ``target(rank)`` for every rank of ``comm``, each in its own thread, and wait for
+    all. A rank that raises aborts ``comm``, so that the others' collectives fail instead of
+    waiting; the first error is raised once every thread has stopped, a rank's own error before
+    the CollectiveFailed it caused elsewhere."""
+    errors: List[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            target(rank)
+        except BaseException as exc:
+            errors.append(exc)
+            comm.abort()
+
+    threads = [threading.Thread(target=run, args=(r,), name=f"kvlab-rank-{r}", daemon=True)
+               for r in range(comm.world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise next((e for e in errors if not isinstance(e, CollectiveFailed)), errors[0])

@@ -1,0 +1,218 @@
+"""What every rank of a multi-rank run needs, checked before any rank starts (:class:`RunConfig`,
+:class:`Fault`), and how a deployment scenario file becomes one (:func:`scenario_config`).
+
+**Storage.** The page arithmetic (blocks, clamp, row widths, resizes) uses the model's geometry;
+the pages themselves are stored at one byte per token (:data:`STORAGE_BYTES_PER_TOKEN`), because
+a GB300's 170 GiB pool cannot be allocated 16 times on a laptop. Every count a learner reads
+(blocks, tokens, entries, quota bytes) is the model's. A RunConfig whose ranks would store more
+than :data:`MAX_RANK_STORAGE_BYTES`, hold no page, or build a page-index table over
+``page_index.MAX_TABLE_BYTES`` is refused when it is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from kvlab.core.checks import check_choice, check_float, check_int, store_checked
+from kvlab.core.geometry import KVGeometry
+from kvlab.core.memory import GIB, MemoryBudget
+from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
+from kvlab.core.pool import MAX_POOL_BLOCKS
+from kvlab.core.request import Request
+from kvlab.sched.policies import POLICIES, RANK_POLICIES
+
+MAX_RANKS = 128
+FAULT_KINDS = ("die", "hang")
+#: Bytes each page stores per token (see "Storage" above).
+STORAGE_BYTES_PER_TOKEN = 1
+#: The most page storage one rank allocates (see "Storage" above): 1 GiB.
+MAX_RANK_STORAGE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Make ``rank`` die (exit without a result) or hang (stop answering) at ``step``:
+    robustness checks of the process mode."""
+
+    rank: int
+    step: int
+    kind: str
+
+    def __post_init__(self):
+        check_int("fault.rank", self.rank, low=0, high=MAX_RANKS - 1)
+        check_int("fault.step", self.step, low=0, high=1 << 30)
+        check_choice("fault.kind", self.kind, FAULT_KINDS)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything every rank needs (picklable): the model's KV geometry, one memory budget per
+    rank, the manager and scheduler settings, the policy and the workload. ``pins`` maps a
+    request id to the rank it is pinned to."""
+
+    geometry: KVGeometry
+    budgets: Tuple[MemoryBudget, ...]
+    policy: str
+    max_seq_len: int
+    max_batch_size: int
+    max_num_tokens: int
+    chunked_prefill: bool
+    stall_limit: int
+    max_steps: int
+    requests: Tuple[Request, ...]
+    pins: Mapping[str, int] = field(default_factory=dict)
+    fault: Optional[Fault] = None
+
+    def __post_init__(self):
+        if not isinstance(self.geometry, KVGeometry):
+            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        check_int("ranks", len(self.budgets), low=1, high=MAX_RANKS)
+        if not all(isinstance(b, MemoryBudget) for b in self.budgets):
+            raise TypeError("budgets must hold one MemoryBudget per rank")
+        check_choice("policy", self.policy, RANK_POLICIES)
+        store_checked(self, "max_steps", check_int, low=1, high=1 << 30)
+        ids = [r.request_id for r in self.requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("requests must have distinct request ids")
+        for request_id, rank in self.pins.items():
+            if request_id not in ids:
+                raise ValueError(f"pins names {request_id!r}, which is not among the requests")
+            check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
+        if self.fault is not None and self.fault.rank >= self.world_size:
+            raise ValueError(f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}")
+        store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
+        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
+        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
+        store_checked(self, "stall_limit", check_int, low=1, high=1 << 30)
+        self._check_sizes()
+
+    def pool_plan(self) -> Tuple[Tuple[int, ...], int, int]:
+        """What the ranks will build, known before any starts: each rank's own blocks (from its
+        budget's KV quota), the token capacity after allreduce(MIN), and the page-index width
+        from it (0 when the MIN leaves no page). RankRunner and KVCacheManager compute the same
+        when they run; kvlab.analysis.rank_plan builds on it."""
+        geo = self.geometry
+        blocks = tuple(geo.blocks_in(b.kv_quota_bytes) for b in self.budgets)
+        tokens = min(blocks) * geo.tokens_per_block
+        if tokens == 0:
+            return blocks, 0, 0
+        width_policy = POLICIES[RANK_POLICIES[self.policy]][1]
+        width = max_blocks_per_seq(width_seq_len(width_policy, self.max_seq_len,
+                                                 min(self.max_seq_len, tokens)),
+                                   geo.tokens_per_block)
+        return blocks, tokens, width
+
+    def _check_sizes(self) -> None:
+        """What every rank will build, checked here, before any rank starts: a pool after the
+        MIN (at least one page, at most MAX_POOL_BLOCKS pages and MAX_RANK_STORAGE_BYTES stored)
+        and its page-index table (at most page_index.MAX_TABLE_BYTES)."""
+        geo = self.geometry
+        blocks, tokens, width = self.pool_plan()
+        if tokens == 0:
+            rank = blocks.index(0)
+            raise ValueError(f"rank {rank}'s KV quota of {self.budgets[rank].kv_quota_bytes} bytes "
+                             f"holds no page of {geo.bytes_per_block} bytes, so after the MIN "
+                             "all-reduce no rank has a pool: lower the workspace, activations or "
+                             "weights, or raise gpu_memory_gib")
+        if tokens * STORAGE_BYTES_PER_TOKEN > MAX_RANK_STORAGE_BYTES:
+            raise ValueError(f"each rank's pool would hold {tokens} tokens, stored at "
+                             f"{STORAGE_BYTES_PER_TOKEN} byte per token: more than "
+                             f"MAX_RANK_STORAGE_BYTES={MAX_RANK_STORAGE_BYTES}; the KV geometry "
+                             f"({geo.bytes_per_token} bytes per token) is too small for the "
+                             "memory budget")
+        pages = tokens // geo.tokens_per_block
+        if pages > MAX_POOL_BLOCKS:
+            raise ValueError(f"each rank's pool would have {pages} pages of {geo.tokens_per_block} "
+                             f"token(s), more than MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: raise "
+                             "tokens_per_block or lower the memory budget")
+        check_table_size(self.max_batch_size, width)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.budgets)
+
+
+# --- the scenario file -> a RunConfig ------------------------------------------------------------
+
+def ramped_workspace_gib(base_gib: float, skew_gib: float, rank: int, ranks: int) -> float:
+    """Rank ``rank``'s workspace when it grows linearly from ``base_gib`` on rank 0 to
+    ``base_gib + skew_gib`` on the last (per-rank MoE workspaces differ with expert load)."""
+    return base_gib + (skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
+
+
+def rank_budget(scenario, rank: int, ranks: int, workspace_gib: Optional[float] = None) -> MemoryBudget:
+    """Rank ``rank``'s memory budget in a deployment scenario: weights, MoE workspace (``base +
+    skew * rank / (ranks - 1)``), activation peak and non-torch memory, as
+    ``KvCacheCreator._cal_max_memory`` counts them. ``workspace_gib`` overrides the base."""
+    dep = scenario.deployment
+    base = dep.workspace_gib if workspace_gib is None else workspace_gib
+    workspace = ramped_workspace_gib(base, dep.workspace_skew_gib, rank, ranks)
+    return MemoryBudget(total_bytes=round(dep.gpu_memory_gib * GIB),
+                        weights_bytes=scenario.parameters.model_weights_bytes,
+                        workspace_bytes=round(workspace * GIB),
+                        activation_peak_bytes=round(dep.activations_gib * GIB),
+                        non_torch_bytes=round(dep.non_torch_gib * GIB),
+                        free_gpu_memory_fraction=dep.free_gpu_memory_fraction)
+
+
+def scenario_geometry(scenario) -> KVGeometry:
+    """The KV geometry of a scenario's parameters (attention DP: heads are not split)."""
+    p = scenario.parameters
+    attention_dp = bool(scenario.deployment and scenario.deployment.attention_dp)
+    return KVGeometry(num_layers=p.num_layers, num_kv_heads=p.num_kv_heads, head_dim=p.head_dim,
+                      dtype=p.kv_dtype, tokens_per_block=p.tokens_per_block,
+                      attention_dp=attention_dp)
+
+
+def scenario_requests(scenario, context_length: Optional[int] = None) -> Tuple[List[Request], Dict[str, int]]:
+    """The deployment's requests (background ones generated deterministically) and their pins.
+    ``context_length`` replaces the prompt of the request of ``parameters.context_length``."""
+    dep = scenario.deployment
+    requests, pins = [], {}
+    bg = dep.background
+    if bg is not None:
+        for i in range(bg.count):
+            span = bg.prompt_len_max - bg.prompt_len_min
+            prompt = bg.prompt_len_min + (span * i // (bg.count - 1) if bg.count > 1 else 0)
+            requests.append(Request(f"bg-{i:03d}", prompt_len=prompt, max_new_tokens=bg.max_new_tokens,
+                                    arrival_step=i // bg.per_step))
+    for spec in dep.requests:
+        prompt = spec.prompt_len
+        if context_length is not None and spec.prompt_len == scenario.parameters.context_length:
+            prompt = context_length
+        requests.append(Request(spec.id, prompt_len=prompt, max_new_tokens=spec.max_new_tokens,
+                                arrival_step=spec.arrival_step))
+        if spec.rank is not None:
+            pins[spec.id] = spec.rank
+    return requests, pins
+
+
+def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clamped", *,
+                    workspace_gib: Optional[float] = None, context_length: Optional[int] = None,
+                    stall_limit: Optional[int] = None, fault: Optional[Fault] = None) -> RunConfig:
+    """A RunConfig from a deployment scenario (``kvlab.run.scenarios.load_scenario``), for
+    ``ranks`` ranks (default: the deployment's). The keyword overrides serve the widget
+    (workspace, context length) and fast tests (stall_limit)."""
+    dep = getattr(scenario, "deployment", None)
+    if dep is None:
+        raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no deployment block")
+    ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
+    check_choice("policy", policy, RANK_POLICIES)
+    if workspace_gib is not None:
+        workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
+    if context_length is not None:
+        context_length = check_int("context_length", context_length, low=1, high=1 << 30)
+    requests, pins = scenario_requests(scenario, context_length)
+    for request_id, rank in pins.items():
+        if rank >= ranks:
+            raise ValueError(f"request {request_id!r} is pinned to rank {rank}, which a world of "
+                             f"ranks={ranks} lacks")
+    p = scenario.parameters
+    return RunConfig(
+        geometry=scenario_geometry(scenario),
+        budgets=tuple(rank_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),
+        policy=policy, max_seq_len=p.configured_max_seq_len, max_batch_size=p.max_batch_size,
+        max_num_tokens=dep.max_num_tokens, chunked_prefill=dep.chunked_prefill,
+        stall_limit=dep.stall_limit if stall_limit is None else stall_limit,
+        max_steps=dep.max_steps, requests=tuple(requests), pins=pins, fault=fault)
