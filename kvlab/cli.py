@@ -251,8 +251,9 @@ def _repro(args, parser) -> int:
 
 
 def _walkthrough(args, parser) -> int:
-    from kvlab.notebook.walkthrough import (NOTEBOOK_DIR, check_parameters, image_failure, image_server,
-                                            run_notebook, summary_table, walkthrough_notebooks)
+    from kvlab.notebook.walkthrough import (NOTEBOOK_DIR, Stopped, check_parameters, image_failure,
+                                            image_server, private_files, run_notebook, stop_signals,
+                                            summary_table, walkthrough_notebooks)
 
     notebooks = [p for p in walkthrough_notebooks(args.notebook_dir or NOTEBOOK_DIR)
                  if not args.only or any(p.name.startswith(o) for o in args.only)]
@@ -270,22 +271,24 @@ def _walkthrough(args, parser) -> int:
             (args.build_dir / folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--build-dir {args.build_dir} cannot hold the output folders: {exc.strerror}")
-    runs, interrupted = [], None
-    with image_server():
+    runs, interrupted, signum = [], None, signal.SIGINT
+    with stop_signals(), private_files(), image_server():
         for path in notebooks:
             print(f"running {path.name} ...", flush=True)
             try:
                 runs.append(run_notebook(path, args.build_dir, parameters))
-            except KeyboardInterrupt:  # Ctrl-C: stop here, say what ran and what did not
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say what ran and what not
                 interrupted = path
+                signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
                 break
     print()
     print(summary_table(runs))
     if interrupted is not None:
         left = [p.name for p in notebooks[len(runs):]]
-        print(f"\nstopped by Ctrl-C while running {interrupted.name}; not run: {', '.join(left)}",
+        how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\nstopped by {how} while running {interrupted.name}; not run: {', '.join(left)}",
               file=sys.stderr)
-        return 130
+        return 128 + signum
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
     if image_failure() is not None:
         print(f"figures: not rendered as images ({image_failure()}); the HTML says so in their place")

@@ -1,7 +1,12 @@
 """The kvlab command: repro arithmetic and exit codes, usage errors, the walkthrough job."""
 
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -247,3 +252,74 @@ def test_walkthrough_stopped_by_ctrl_c_says_what_ran_and_what_did_not(tmp_path, 
     out, err = capsys.readouterr()
     assert code == 130 and "01_a" in out
     assert "stopped by Ctrl-C while running 02_b.ipynb; not run: 02_b.ipynb, 03_c.ipynb" in err
+
+
+def _walkthrough_process(tmp_path, body):
+    """A walkthrough of one notebook running ``body``, in a process of its own whose Jupyter
+    runtime folder and temporary folder are under ``tmp_path``."""
+    nbdir, tmp = tmp_path / "nb", tmp_path / "tmp"
+    runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: socket paths fit
+    for folder in (nbdir, tmp):
+        folder.mkdir()
+    _notebook(nbdir / "01_slow.ipynb", body)
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "kvlab", "walkthrough", "--notebook-dir",
+                             str(nbdir), "--build-dir", str(tmp_path / "build")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return proc, nbdir, runtime, tmp
+
+
+def _left_behind(nbdir, runtime, tmp):
+    return (sorted(p.name for p in nbdir.iterdir() if not p.name.endswith(".ipynb"))
+            + sorted(p.name for p in runtime.iterdir())
+            + sorted(p.name for p in tmp.rglob("*.json")))
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_walkthrough_stopped_by_a_signal_leaves_no_kernel_file(tmp_path, signum):
+    """The kernels' connection files (with their HMAC key) and IPC sockets live in a private
+    folder of Jupyter's runtime folder and go with the walkthrough, whatever ends it; SIGTERM
+    and SIGHUP end it as Ctrl-C does (the summary, exit 128 + n, no traceback)."""
+    proc, nbdir, runtime, tmp = _walkthrough_process(tmp_path, "import time\ntime.sleep(120)")
+    deadline = time.monotonic() + 60
+    while not list(runtime.glob("kvlab-*/k-*.json")):
+        assert time.monotonic() < deadline and proc.poll() is None, "the kernel never started"
+        time.sleep(0.2)
+    time.sleep(1.0)  # the first cells are running
+    assert not list(nbdir.glob("kernel-ipc*")) and not list(tmp.rglob("*.json"))
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    if signum == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 10  # the reaper removes the folder once the walkthrough is gone
+        while _left_behind(nbdir, runtime, tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    else:
+        assert proc.returncode == 128 + signum and "Traceback" not in out + err, out + err
+        assert f"stopped by {signal.Signals(signum).name} while running 01_slow.ipynb" in err
+    assert _left_behind(nbdir, runtime, tmp) == []
+    runtime.rmdir()
+
+
+@pytest.mark.notebook
+def test_a_run_the_kernel_did_not_finish_is_marked_partial(tmp_path):
+    import nbformat
+
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    _notebook(nbdir / "01_dies.ipynb", "import os\nos._exit(1)")
+    nb = nbformat.read(nbdir / "01_dies.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("never = 1"))
+    nbformat.write(nb, nbdir / "01_dies.ipynb")
+    build = tmp_path / "build"
+    proc = subprocess.run([sys.executable, "-m", "kvlab", "walkthrough", "--notebook-dir",
+                           str(nbdir), "--build-dir", str(build)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "the kernel stopped" in proc.stdout
+    executed = nbformat.read(build / "notebooks" / "01_dies.ipynb", as_version=4)
+    assert executed.metadata["kvlab"]["partial"] is True
+    assert "the kernel stopped" in executed.metadata["kvlab"]["error"]
+    assert executed.cells[0].source.startswith("**Partial run.**")
+    assert executed.cells[-1].metadata.papermill["status"] == "pending"  # papermill said completed
+    assert "Partial run." in (build / "html" / "01_dies.html").read_text(encoding="utf-8")

@@ -7,6 +7,12 @@ Chromium, so the report reads anywhere, offline. When Chromium cannot start, or 
 not come within ``IMAGE_TIMEOUT_S``, the rest of the report is written without images, each
 figure replaced by a line saying why (:func:`image_failure`). The findings each notebook
 reported (kvlab.notebook.findings) are collected for the summary.
+
+Nothing is left behind, and nothing looks complete that is not: each output is written under a
+temporary name and renamed once whole; a run the kernel did not finish is marked partial (its
+never-run cells "pending", a banner at the top); the kernels' connection files and IPC sockets
+live in a private folder under Jupyter's runtime folder (:func:`private_files`), removed when the
+walkthrough ends, whatever ends it; SIGTERM and SIGHUP stop it as Ctrl-C does (:func:`stop_signals`).
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ import base64
 import copy
 import html as html_text
 import os
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -28,7 +38,24 @@ from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
 
-
+#: The code of the process that removes the kernel files' folder once the walkthrough is gone
+#: (standard library only; it ignores the signals that stop the walkthrough, so it outlives it).
+_REAPER = ("import os, shutil, signal, sys, time\n"
+           "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+           "folder, parent = sys.argv[1], int(sys.argv[2])\n"
+           "while os.getppid() == parent: time.sleep(0.2)\n"
+           "gone = 0\n"
+           "for _ in range(50):  # the browser may still write as it goes: until gone twice\n"
+           "    shutil.rmtree(folder, ignore_errors=True)\n"
+           "    gone = gone + 1 if not os.path.exists(folder) else 0\n"
+           "    if gone == 2: break\n"
+           "    time.sleep(0.2)\n")
+#: The longest Unix socket path kernels are given (``sun_path`` holds 108 bytes on Linux, 104
+#: on macOS): a runtime folder deeper than that leaves room for none, and the kernel files go
+#: in a private folder of /tmp instead.
+MAX_SOCKET_PATH = 100
+#: The folder :func:`private_files` gives the kernels (None outside it: the kernels' default).
+_KERNEL_DIR: Optional[Path] = None
 
 @dataclass
 class NotebookRun:
@@ -85,10 +112,65 @@ def check_parameters(parameters: Dict[str, object], notebooks: List[Path]) -> No
                             f"({type(value).__name__})")
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the walkthrough is, as Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def stop_signals():
+    """While inside, SIGTERM and SIGHUP (where their handler is the default) raise
+    :class:`Stopped`, so that the kernel is shut down and the summary printed as for Ctrl-C."""
+    def handle(signum, frame):
+        raise Stopped(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                previous[signum] = signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def private_files():
+    """A private folder (mode 0700) under Jupyter's runtime folder for the kernels' connection
+    files (they hold the HMAC key) and IPC sockets, and for this process's temporary files (the
+    image renderer's browser profile), removed on the way out; a small process removes it too
+    once this one is gone, when nothing here could (SIGKILL)."""
+    global _KERNEL_DIR
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    parent = Path(jupyter_runtime_dir())
+    if len(str(parent / "kvlab-12345678" / "k-123456789abc-ipc-5")) > MAX_SOCKET_PATH:
+        parent = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder = Path(tempfile.mkdtemp(prefix="kvlab-", dir=parent))
+    reaper = subprocess.Popen([sys.executable, "-c", _REAPER, str(folder), str(os.getpid())],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    _KERNEL_DIR, saved_tempdir, tempfile.tempdir = folder, tempfile.tempdir, str(folder)
+    try:
+        yield folder
+    finally:
+        _KERNEL_DIR, tempfile.tempdir = None, saved_tempdir
+        shutil.rmtree(folder, ignore_errors=True)
+        reaper.kill()
+        reaper.wait()
+
+
 def execute(path: Path, executed: Path, parameters: Dict[str, object]) -> None:
     """Execute the notebook at ``path`` into ``executed`` with papermill, in its own folder, its
     kernel reached over IPC sockets (over TCP, ipykernel warns once per notebook that the
-    traffic is not encrypted). A failing cell raises papermill's PapermillExecutionError."""
+    traffic is not encrypted) whose files go in :func:`private_files`' folder when inside it. A
+    failing cell raises papermill's PapermillExecutionError."""
     import papermill
 
     papermill.execute_notebook(str(path), str(executed), parameters=parameters,
@@ -97,14 +179,29 @@ def execute(path: Path, executed: Path, parameters: Dict[str, object]) -> None:
 
 
 def _ipc_kernel_manager():
+    import uuid
+
     from jupyter_client.manager import AsyncKernelManager
-    from traitlets import Unicode
+    from traitlets import Unicode, default
 
     class IPCKernelManager(AsyncKernelManager):
-        """A kernel manager whose kernels listen on IPC sockets (files in Jupyter's runtime
-        folder, removed at shutdown), not on TCP ports."""
+        """A kernel manager whose kernels listen on IPC sockets, not on TCP ports; its
+        connection file (and so its sockets, named after it) in :func:`private_files`' folder,
+        removed at shutdown. The kernel process's own stderr (its log, not the cells' output,
+        which comes over the sockets) is dropped: a kernel shut down mid-cell by a stop logs a
+        traceback there that is no error of the run."""
 
         transport = Unicode("ipc")
+
+        async def start_kernel(self, **kw) -> None:
+            kw.setdefault("stderr", subprocess.DEVNULL)
+            await super().start_kernel(**kw)
+
+        @default("connection_file")
+        def _connection_file_default(self) -> str:
+            if _KERNEL_DIR is None:
+                return ""  # jupyter_client's own choice
+            return str(_KERNEL_DIR / f"k-{uuid.uuid4().hex[:12]}.json")
 
     return IPCKernelManager
 
@@ -132,6 +229,9 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
     notebook, written = None, None
     try:
         execute(path, running, own)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: the earlier outputs stay as they were
+        running.unlink(missing_ok=True)
+        raise
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     except (DeadKernelError, CellTimeoutError) as exc:
@@ -143,6 +243,8 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
     seconds = time.perf_counter() - start
     try:
         if running.exists():
+            if error is not None:
+                mark_partial(running, error)
             os.replace(running, executed)
         notebook = nbformat.read(executed, as_version=4) if executed.is_file() else None
         if notebook is not None:
@@ -155,6 +257,28 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
         error = error or f"cannot write its output: {exc.filename}: {exc.strerror or exc}"
     return NotebookRun(path.stem, seconds, executed, written,
                        read_findings(notebook) if notebook is not None else [], error)
+
+
+def mark_partial(path: Path, error: str) -> None:
+    """Mark the executed notebook at ``path`` as a partial run: papermill ends a run the kernel
+    did not finish by marking every cell still pending "completed"; here the code cells that
+    never started are "pending" again, the notebook's metadata says ``kvlab.partial`` with the
+    error, and a banner at the top says so to whoever reads it."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    not_run = 0
+    for cell in notebook.cells:
+        meta = cell.metadata.get("papermill")
+        if cell.cell_type == "code" and meta is not None and meta.get("start_time") is None:
+            meta["status"] = "pending"
+            not_run += 1
+    notebook.metadata["kvlab"] = {"partial": True, "error": error, "cells_not_run": not_run}
+    banner = nbformat.v4.new_markdown_cell(
+        f"**Partial run.** {html_text.escape(error)}. {not_run} code cell(s) after it did not "
+        "run; what follows is what ran.", metadata={"tags": ["kvlab-partial"]})
+    notebook.cells.insert(0, banner)
+    nbformat.write(notebook, path)
 
 
 def summary_table(runs: List[NotebookRun]) -> str:
@@ -193,7 +317,8 @@ def image_failure() -> Optional[str]:
 
 def _with_deadline(call, seconds: float):
     """``call()`` in a daemon thread: its value, its exception, or TimeoutError after
-    ``seconds`` (the thread is left behind; it does not keep the process alive)."""
+    ``seconds`` (the thread is left behind; it does not keep the process alive); RuntimeError
+    at once when images have failed meanwhile (the browser died: nothing will answer)."""
     box = {}
 
     def run():
@@ -204,20 +329,47 @@ def _with_deadline(call, seconds: float):
 
     worker = threading.Thread(target=run, daemon=True, name="kvlab-image")
     worker.start()
-    worker.join(seconds)
+    deadline = time.monotonic() + seconds
+    while worker.is_alive() and time.monotonic() < deadline and _image_failure is None:
+        worker.join(0.2)
     if worker.is_alive():
+        if _image_failure is not None:
+            raise RuntimeError(_image_failure)
         raise TimeoutError(f"no image within {seconds:g} s: the browser (Chromium) did not answer")
     if "error" in box:
         raise box["error"]
     return box.get("value")
 
 
+def _images_failed(why: str) -> None:
+    """From now on no figure is rendered as an image in this process; say why, once."""
+    global _image_failure
+    if _image_failure is None:
+        _image_failure = why[:300]
+        print(f"walkthrough: figures are not rendered as images ({_image_failure}); the HTML "
+              "report is written without them", file=sys.stderr, flush=True)
+
+
 @contextmanager
 def image_server():
-    """Keep one kaleido browser (the system Chromium) for every figure of a run."""
+    """Keep one kaleido browser (the system Chromium) for every figure of a run. A browser that
+    cannot start ends kaleido's server thread with an exception: it is said in one line, not a
+    traceback, and no figure waits for it."""
     import kaleido
 
+    before = set(threading.enumerate())
     kaleido.start_sync_server(silence_warnings=True)
+    server = set(threading.enumerate()) - before
+    previous = threading.excepthook
+
+    def hook(args):
+        if args.thread in server:
+            text = str(args.exc_value).split("', '")[0].strip("('")
+            _images_failed(f"the browser (Chromium) did not start: {args.exc_type.__name__}: {text}")
+        else:
+            previous(args)
+
+    threading.excepthook = hook
     try:
         yield
     finally:
@@ -225,6 +377,7 @@ def image_server():
             _with_deadline(lambda: kaleido.stop_sync_server(silence_warnings=True), IMAGE_TIMEOUT_S)
         except Exception:  # a browser that never started has nothing to stop
             pass
+        threading.excepthook = previous
 
 
 def with_static_figures(notebook):
@@ -265,7 +418,6 @@ def _monospace_detail(verdict: str) -> str:
 
 def _png(figure) -> Optional[str]:
     """A plotly figure (JSON text or a dict) as a base64 PNG; None once images have failed."""
-    global _image_failure
     import plotly.io as pio
 
     if _image_failure is not None:
@@ -274,9 +426,7 @@ def _png(figure) -> Optional[str]:
         png = _with_deadline(lambda: pio.to_image(pio.from_json(_as_json(figure)), format="png"),
                              IMAGE_TIMEOUT_S)
     except Exception as exc:  # Chromium missing, dead or hung: the report goes on without images
-        _image_failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        print(f"walkthrough: figures are not rendered as images ({_image_failure}); the HTML "
-              "report is written without them", file=sys.stderr, flush=True)
+        _images_failed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None
     return base64.b64encode(png).decode()
 

@@ -23,9 +23,6 @@ PARENT_POLL_S = 0.5
 #: The signals that stop a run in an orderly way: every rank killed and reaped, then
 #: :class:`RunStopped` (exit status 128 + the signal's number).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-#: The signals that stop a run in an orderly way: every rank killed and reaped, then
-#: :class:`RunStopped` (exit status 128 + the signal's number).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class RunStopped(SystemExit):
