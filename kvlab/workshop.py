@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from kvlab.analysis.presets import RESIZE_OUTCOMES, seed_geometry
 from kvlab.analysis.repro import MIB, run_repro
+from kvlab.core.arith import div_ceil
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.page_index import max_blocks_per_seq
@@ -195,16 +196,12 @@ SEED_POOL_BYTES = 4 * MIB
 SEED_MAX_SEQ_LEN = 8192
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _width_mistakes(L: int, t: int, e: int, d: int, expected: int) -> List[tuple]:
     """(value a typical mistake gives, the slip's name (the hint), the worked numbers (the
     reveal)). Ordered: the first match is the one shown."""
-    raw = _ceil(L + e + d + 1, t)
-    up4 = lambda n: _ceil(n, 4) * 4  # noqa: E731
-    no_one = _ceil(L + e + d, t)
+    raw = div_ceil(L + e + d + 1, t)
+    up4 = lambda n: div_ceil(n, 4) * 4  # noqa: E731
+    no_one = div_ceil(L + e + d, t)
     return [
         (up4(no_one), "you forgot the +1 decode token",
          f": ceil(({L}+{e}+{d})/{t})={no_one} -> {up4(no_one)}, expected "
@@ -213,13 +210,13 @@ def _width_mistakes(L: int, t: int, e: int, d: int, expected: int) -> List[tuple
          f": ceil(({L}+{e}+{d}+1)/{t})={raw}, rounded up to a multiple of 4 = {expected}"),
         (no_one, "you forgot both the +1 decode token and the rounding up to a multiple of 4",
          f": ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
-        (_ceil(raw, 8) * 8, "you rounded up to a multiple of 8; the row is padded to a multiple of 4",
+        (div_ceil(raw, 8) * 8, "you rounded up to a multiple of 8; the row is padded to a multiple of 4",
          f": {raw} -> {expected}"),
         (up4((L + e + d + 1) // t), "you rounded the division down: a partly filled block still "
          "needs an entry", f", so ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
-        (up4(_ceil(L + d + 1, t)), f"you left out the extra KV tokens ({e})",
+        (up4(div_ceil(L + d + 1, t)), f"you left out the extra KV tokens ({e})",
          f": ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
-        (up4(_ceil(L + e + 1, t)), f"you left out the draft tokens ({d})",
+        (up4(div_ceil(L + e + 1, t)), f"you left out the draft tokens ({d})",
          f": ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
     ]
 

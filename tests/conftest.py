@@ -8,6 +8,7 @@ max_seq_len 8192, batch size 1.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from kvlab import KVCacheManager
 from kvlab.analysis.presets import seed_geometry
@@ -34,6 +35,14 @@ def pytest_configure(config):
     for name, text in _MARKERS.items():
         if name not in declared:
             config.addinivalue_line("markers", f"{name}: {text}")
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")])])
+def device(request) -> str:
+    """A test that takes ``device`` runs on the CPU and, with ``pytest -m gpu`` where there is
+    one, on a CUDA GPU: one test, its logic checked by CPU CI."""
+    return request.param
 
 
 @pytest.fixture

@@ -49,6 +49,7 @@ from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.analysis.rank_plan import RankPlan
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_choice, check_float, check_int, store_checked
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
 from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, num_dummy_slots
@@ -323,7 +324,7 @@ def estimated_bytes_per_token(deployment: Deployment, stage: int) -> int:
     width = model.head_dim if model.kv_factor == 1 else model.head_dim * model.num_kv_heads // tp
     values = layers * width * model.kv_factor
     if dtype == "nvfp4":
-        return -(-values // 2) + -(-values // 16)
+        return div_ceil(values, 2) + div_ceil(values, 16)
     return (1 if dtype == "fp8" else 2) * values
 
 
@@ -660,15 +661,15 @@ def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[i
     down to whole granules (upstream's rounding there was not read); ``avg_seq_len`` set (extra
     attention floors) is not modelled."""
     granule = STORAGE_PAGE_BYTES << min(4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512)))))
-    granules = -(-quota_bytes // granule)
+    granules = div_ceil(quota_bytes, granule)
 
     def state_granules(slots: int) -> int:
-        return sum(-(-slots * size // granule) for size in state_pool_bytes)
+        return sum(div_ceil(slots * size, granule) for size in state_pool_bytes)
 
     def rounded(nbytes: int) -> int:
-        return -(-nbytes // granule) * granule
+        return div_ceil(nbytes, granule) * granule
 
-    typical_attention = rounded(sequences * -(-typical_len // tokens_per_block) * page_bytes)
+    typical_attention = rounded(sequences * div_ceil(typical_len, tokens_per_block) * page_bytes)
     typical_state = sum(rounded(live_slots * size) for size in state_pool_bytes)
     share = typical_state / (typical_attention + typical_state) if typical_state else 0.0
     if not typical_state:
@@ -779,7 +780,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         bound = capacity
     clamped = min(kv_len, max(bound, 0)) if blocks else kv_len
     if manager == "v1":  # C++ ceilDiv(window + (one more block under a beam clamp), tpb)
-        width_now = -(-clamped // tpb) + (1 if beam > 1 and clamped < kv_len else 0)
+        width_now = div_ceil(clamped, tpb) + (1 if beam > 1 and clamped < kv_len else 0)
         width_fix = table_now = table_fix = None
     else:
         pools = max((h["num_pools"] for h in hybrid["stages"]), default=1) if hybrid else 1

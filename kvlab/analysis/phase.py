@@ -29,6 +29,7 @@ from typing import Dict, Sequence
 import numpy as np
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES, seed_geometry
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_choice, check_int, check_sequence, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
@@ -59,7 +60,7 @@ class PhaseSetup:
 
 
 def _blocks(tokens, tokens_per_block: int):
-    return -(-tokens // tokens_per_block)
+    return div_ceil(tokens, tokens_per_block)
 
 
 def _counts(name: str, values) -> np.ndarray:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from kvlab.analysis.presets import seed_geometry
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_float, check_int, check_sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -51,7 +52,7 @@ class ReproResult:
         """The arithmetic from bytes per token to the outcome, one step a line."""
         tpb, width_len = self.tokens_per_block, (
             self.capacity_tokens if self.policy == "clamped" else self.configured_max_seq_len)
-        raw = -(-(width_len + 1) // tpb)
+        raw = div_ceil(width_len + 1, tpb)
         clamp = (f"clamped to {self.capacity_tokens:,}" if self.capacity_tokens < self.configured_max_seq_len
                  else "not clamped")
         return "\n".join([

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_choice, check_int, store_checked
 
 #: Bytes per element of each KV dtype. NVFP4 packs two elements per byte and adds one
@@ -108,7 +109,7 @@ class KVGeometry:
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Pages needed to hold ``num_tokens`` tokens: ceil(num_tokens / tokens_per_block)."""
-        return -(-num_tokens // self.tokens_per_block)
+        return div_ceil(num_tokens, self.tokens_per_block)
 
     def blocks_in(self, quota_bytes: int) -> int:
         """Whole pages a quota holds: floor(quota / bytes_per_block)."""

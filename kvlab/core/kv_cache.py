@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import torch
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import MAX_COUNT, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,7 +120,7 @@ class KVCache:
             raise ValueError(HISTORY_ABOVE_CAPACITY_MESSAGE)
         if self.suspended:
             raise RuntimeError(f"cache {self.request_id!r} is suspended; resume it before resizing")
-        new_blocks = -(-capacity // self.tokens_per_block)
+        new_blocks = div_ceil(capacity, self.tokens_per_block)
         if new_blocks != self.num_blocks:
             width = self.page_index.width
             if new_blocks > width:

@@ -41,6 +41,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import MAX_COUNT, check_choice, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
@@ -365,7 +366,7 @@ class KVCacheManager:
         for cache in caches:
             if self._caches.get(cache.request_id) is not cache or cache.suspended:
                 raise ValueError(f"caches: {cache.request_id!r} is not an active cache of this manager")
-            blocks = -(-(cache.capacity + num_tokens) // tokens_per_block)
+            blocks = div_ceil(cache.capacity + num_tokens, tokens_per_block)
             if blocks > width:
                 raise PageIndexTooShort(blocks, width)
             needs.append(blocks - cache.num_blocks)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import MAX_COUNT, check_choice, check_int
 
 #: Value of an unused entry (the real table's BAD_PAGE_INDEX).
@@ -48,8 +49,7 @@ def max_blocks_per_seq(max_seq_len: int, tokens_per_block: int, num_extra_kv_tok
     num_extra_kv_tokens = check_int("num_extra_kv_tokens", num_extra_kv_tokens, high=MAX_COUNT)
     reserved_draft_tokens = check_int("reserved_draft_tokens", reserved_draft_tokens, high=MAX_COUNT)
     tokens = max_seq_len + num_extra_kv_tokens + reserved_draft_tokens + 1
-    blocks = -(-tokens // tokens_per_block)
-    return -(-blocks // WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+    return div_ceil(div_ceil(tokens, tokens_per_block), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
 
 
 #: Width policies: which max_seq_len sizes the table.

@@ -22,6 +22,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import MAX_COUNT, check_choice, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import KVCache
@@ -120,7 +121,7 @@ def gather_kv(manager: KVCacheManager, cache: KVCache, layer: int,
     layer = _check_layer(manager, layer)
     length = cache.capacity if length is None else check_int(
         "length", length, low=0, high=cache.capacity)
-    num_blocks = -(-length // manager.tokens_per_block)
+    num_blocks = div_ceil(length, manager.tokens_per_block)
     pages = _row_pages(manager, cache, torch.arange(num_blocks))
     kv = pages_view[pages, layer]  # [blocks, 2, tokens_per_block, heads, head_dim]
     kv = kv.transpose(0, 1).flatten(1, 2)[:, :length]

@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 
 from kvlab.analysis.deployment import CLAMP_PROPOSAL
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.core.arith import div_ceil
 from kvlab.core.memory import GIB, MIB
 
 #: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
@@ -172,11 +173,11 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
     total_blocks, needed_blocks = int(total_blocks), int(needed_blocks)
     pages = max(total_blocks, needed_blocks, 1)
     per_cell = 1
-    while math.ceil(pages / per_cell) > max_cells:
+    while div_ceil(pages, per_cell) > max_cells:
         per_cell *= 2
-    cells = math.ceil(pages / per_cell)
+    cells = div_ceil(pages, per_cell)
     cols = 32 if cells <= 512 else 64
-    rows = math.ceil(cells / cols)
+    rows = div_ceil(cells, cols)
     allocated = outcome == "ok"
     codes = {state: i for i, state in enumerate(PAGE_STATES)}
     z, text = [], []
@@ -216,7 +217,7 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
     subtitle = (f"pool {total_blocks:,} pages = {total_blocks * tokens_per_block:,} tokens; request "
                 f"{needed_blocks:,} pages = {needed_blocks * tokens_per_block:,} tokens"
                 + (f"; {beyond:,} pages beyond the pool" if beyond else "") + f" ({scale})")
-    tick_step = max(1, math.ceil(rows / 8))
+    tick_step = max(1, div_ceil(rows, 8))
     if title is None:
         title = (f"KV pool: {total_blocks:,} pages of {tokens_per_block} tokens; "
                  f"the request needs {needed_blocks:,}")
@@ -296,8 +297,8 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     (legend-only) per part, always four; the picture is shapes and annotations."""
     width, needed, total_blocks = int(width), int(needed), int(total_blocks)
     tpb = tokens_per_block
-    unit = max(1, -(-max(width, needed, total_blocks) // 256))  # entries or pages a cell
-    width_c, needed_c, pool_c = (-(-n // unit) for n in (width, needed, total_blocks))
+    unit = max(1, div_ceil(max(width, needed, total_blocks), 256))  # entries or pages a cell
+    width_c, needed_c, pool_c = (div_ceil(n, unit) for n in (width, needed, total_blocks))
     span = max(width_c, needed_c, pool_c)
     shapes, annotations = [], []
     held = min(needed, width, total_blocks)  # entries of row 0 that point at a page

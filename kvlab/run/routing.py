@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from typing import Dict, Mapping, Sequence
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.request import Request
 
 
@@ -35,7 +36,7 @@ def route(new: Sequence[Request], active_requests: Sequence[int], active_tokens:
         tokens[rank] += request.prompt_len
     if not free:
         return assignment
-    expected = max(-(-(sum(counts) + len(free)) // ranks), max(counts))
+    expected = max(div_ceil(sum(counts) + len(free), ranks), max(counts))
     heap = [(tokens[r], counts[r], r) for r in range(ranks) if counts[r] < expected]
     heapq.heapify(heap)
     for request in sorted(free, key=lambda r: r.prompt_len, reverse=True):  # stable on ties

@@ -170,7 +170,6 @@ def test_the_command_overrides_an_example(capsys):
 
 
 def test_the_command_reads_a_config(tmp_path, capsys):
-    pytest.importorskip("transformers")
     from kvlab.analysis.models import load_preset
     (tmp_path / "config.json").write_text(json.dumps(load_preset("deepseek-v3")["config"]))
     code = main(["plan", "--config", str(tmp_path), "--gpu", "b200", "--tp-size", "8",

@@ -197,7 +197,6 @@ def test_the_checkpoints_quantization_sets_the_weights_and_the_kv_dtype():
 
 
 def test_read_config_takes_modelopts_file_first(tmp_path):
-    pytest.importorskip("transformers")
     config = dict(model_type="llama", num_hidden_layers=2, num_attention_heads=4, hidden_size=64,
                   intermediate_size=128, vocab_size=100, max_position_embeddings=512,
                   quantization_config={"quant_method": "fp8"})

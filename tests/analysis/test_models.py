@@ -32,7 +32,6 @@ def test_a_preset_states_what_its_config_gives(name):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_transformers_reads_the_same_geometry_from_the_config(name, tmp_path):
-    pytest.importorskip("transformers")
     preset = load_preset(name)
     (tmp_path / "config.json").write_text(json.dumps(preset["config"]))
     assert read_config(tmp_path).facts() == preset["geometry"]  # a folder
@@ -141,7 +140,6 @@ def test_upstream_defaults_fill_what_a_config_leaves_out():
 
 
 def test_read_config_counts_the_parameters_of_a_config_without_them(tmp_path):
-    pytest.importorskip("transformers")
     (tmp_path / "config.json").write_text(json.dumps(dict(
         model_type="llama", num_hidden_layers=2, num_attention_heads=4, hidden_size=64,
         intermediate_size=128, vocab_size=100, max_position_embeddings=512)))
@@ -152,7 +150,6 @@ def test_read_config_counts_the_parameters_of_a_config_without_them(tmp_path):
 
 
 def test_read_config_refuses_what_is_not_a_config(tmp_path):
-    pytest.importorskip("transformers")
     with pytest.raises(ConfigError, match="no config.json"):
         read_config(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
@@ -179,7 +176,6 @@ OTHER_FAMILIES = {
 @pytest.mark.parametrize("family", [*PRESETS, *OTHER_FAMILIES])
 def test_kvlab_plan_runs_on_a_config_of_each_supported_family(family, tmp_path, capsys):
     """transformers reads the config (the layer kinds as the family defines them), kvlab plans it."""
-    pytest.importorskip("transformers")
     from kvlab.cli import main
 
     config, layers = (load_preset(family)["config"], None) if family in PRESETS else OTHER_FAMILIES[family]

@@ -1,6 +1,8 @@
-"""The key checks with device="cuda": the pool is a real tensor on the GPU. Skipped without one.
-
-The last tests run everywhere: asking for CUDA where torch sees none is a clear ValueError.
+"""What only a CUDA device has: an explicit device index, measured device memory, the pool
+against a growing workspace on the device (skipped without a GPU); the page-index table pinned
+for a GPU. The tests of the pool, the caches and the manager take the ``device`` fixture
+(tests/conftest.py), so they run on the CPU and, with ``pytest -m gpu``, on a GPU. The last
+tests run everywhere: asking for CUDA where torch sees none is a clear ValueError.
 """
 
 import gc
@@ -9,7 +11,7 @@ import pytest
 import torch
 
 import kvlab.core.pool
-from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, PagePool
+from kvlab import KVCacheManager, KVGeometry, PagePool
 from kvlab.core.memory import DeviceMemory, GIB, MIB, pool_vs_workspace
 
 from kvlab.analysis.presets import seed_geometry
@@ -24,60 +26,13 @@ def _gpu(fn):
     return pytest.mark.gpu(_skip_without_cuda(fn))
 
 
-@pytest.fixture
-def cuda_seed(seed_manager):
-    def make(policy, **kw):
-        return seed_manager(policy, device="cuda", **kw)
-    return make
-
-
-@_gpu
-def test_pool_storage_is_on_cuda_with_exact_size(cuda_seed):
-    mgr = cuda_seed("clamped")
-    storage = mgr.pool.storage
-    assert storage.is_cuda and mgr.device.type == "cuda"
-    assert storage.dtype == torch.uint8
-    assert tuple(storage.shape) == (64, 65536)
-    assert mgr.pool.nbytes == 4 * 2**20
-    assert storage.untyped_storage().nbytes() == 4 * 2**20
-
-
-@_gpu
-def test_page_index_table_is_pinned_host_int32(cuda_seed):
-    mgr = cuda_seed("configured")
+def test_page_index_table_is_host_int32_pinned_for_a_gpu(seed_manager, device):
+    mgr = seed_manager("configured", device=device)
     table = mgr.page_index.table
     assert table.device.type == "cpu"
-    assert table.is_pinned()
+    assert table.is_pinned() == (device == "cuda")
     assert table.dtype == torch.int32
     assert mgr.page_index.nbytes == 2 * 2 * 260 * 4
-
-
-@_gpu
-def test_clamped_raises_native_error_on_cuda(cuda_seed):
-    mgr = cuda_seed("clamped")
-    cache = mgr.create_cache("req-0")
-    with pytest.raises(PageIndexTooShort) as info:
-        cache.resize(8192)
-    assert isinstance(info.value, ValueError)
-    assert str(info.value) == "User-provided base page indices is too short"
-    assert info.value.needed_entries == 256 and info.value.available_entries == 68
-    assert cache.capacity == 0 and mgr.free_blocks == 64
-
-
-@_gpu
-def test_configured_false_preserves_state_then_retry_on_cuda(cuda_seed):
-    mgr = cuda_seed("configured")
-    cache = mgr.create_cache("req-0")
-    table_before = mgr.page_index.table.clone()
-    storage_before = mgr.pool.storage.clone()
-    assert cache.resize(8192) is False
-    assert cache.capacity == 0 and cache.pages == [] and mgr.free_blocks == 64
-    assert torch.equal(mgr.page_index.table, table_before)
-    assert torch.equal(mgr.pool.storage, storage_before)
-    assert cache.resize(32) is True
-    assert mgr.free_blocks == 63
-    assert int(cache.page_indices[0]) == cache.pages[0]
-    mgr.check_invariants()
 
 
 @_gpu

@@ -84,8 +84,8 @@ def test_same_blocks_is_true_even_with_an_empty_pool(seed_manager):
 
 # -- 3. the index check runs before allocation -----------------------------------------------
 
-def test_index_check_raises_even_when_the_pool_is_empty(seed_manager):
-    mgr = seed_manager("clamped", max_batch_size=2)
+def test_index_check_raises_even_when_the_pool_is_empty(seed_manager, device):
+    mgr = seed_manager("clamped", max_batch_size=2, device=device)
     fill_pool(mgr)
     cache = mgr.create_cache("r")
     before = snapshot(mgr, cache)
@@ -171,10 +171,7 @@ def test_shrink_frees_tail_pages(seed_manager):
 
 # -- suspend / resume --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")])])
 def test_suspend_resume_round_trips_page_bytes(seed_manager, device):
-    """The same test on the CPU and, where there is one, on a CUDA GPU (``pytest -m gpu``)."""
     mgr = seed_manager("configured", max_batch_size=2, device=device)
     cache = mgr.create_cache("r")
     assert cache.resize(96, history_length=90)  # 3 pages

@@ -112,8 +112,8 @@ def test_seed_table(seed_manager, policy, width):
     assert mgr.page_index_policy == policy
 
 
-def test_seed_clamped_raises_native_valueerror(seed_manager):
-    mgr = seed_manager("clamped")
+def test_seed_clamped_raises_native_valueerror(seed_manager, device):
+    mgr = seed_manager("clamped", device=device)
     cache = mgr.create_cache("req-0")
     with pytest.raises(ValueError, match="^User-provided base page indices is too short$") as info:
         cache.resize(8192)
@@ -122,11 +122,12 @@ def test_seed_clamped_raises_native_valueerror(seed_manager):
     assert info.value.available_entries == 68
 
 
-def test_seed_configured_false_preserves_state_then_retry(seed_manager):
-    mgr = seed_manager("configured")
+def test_seed_configured_false_preserves_state_then_retry(seed_manager, device):
+    mgr = seed_manager("configured", device=device)
     cache = mgr.create_cache("req-0")
     row_before = cache.page_indices.clone()
     table_before = mgr.page_index.table.clone()
+    storage_before = mgr.pool.storage.clone()
     pages_before = list(cache.pages)
     assert cache.resize(8192) is False
     assert cache.capacity == 0
@@ -134,6 +135,7 @@ def test_seed_configured_false_preserves_state_then_retry(seed_manager):
     assert mgr.free_blocks == 64
     assert torch.equal(cache.page_indices, row_before)
     assert torch.equal(mgr.page_index.table, table_before)
+    assert torch.equal(mgr.pool.storage, storage_before)
     mgr.check_invariants()
     # the manual 32-token retry
     assert cache.resize(32) is True

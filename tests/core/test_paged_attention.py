@@ -83,9 +83,9 @@ def test_shorter_lengths_read_a_prefix():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_worked_check_matches_in_every_float_dtype(dtype):
-    result = paged_vs_contiguous(dtype=dtype)
-    assert result["max_abs_error"] <= 1e-3
+def test_worked_check_matches_in_every_float_dtype(dtype, device):
+    result = paged_vs_contiguous(device=device, dtype=dtype)
+    assert result["max_abs_error"] <= (1e-3 if device == "cpu" else 1e-2)  # GPU kernels round more
     assert result["pages"]["seq-0"] == [0, 3, 5]
 
 
@@ -236,11 +236,3 @@ def test_worked_check_validates_its_arguments():
         paged_vs_contiguous(num_heads=3)
     with pytest.raises(ValueError, match="at least one sequence"):
         paged_vs_contiguous(lengths=[])
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_paged_equals_contiguous_on_cuda(dtype):
-    assert paged_vs_contiguous(device="cuda", dtype=dtype)["max_abs_error"] <= 1e-2

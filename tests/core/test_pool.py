@@ -6,12 +6,12 @@ import torch
 from kvlab import PagePool
 
 
-def test_storage_is_a_real_tensor_of_exact_size():
-    pool = PagePool(64, 65536, device="cpu")
+def test_storage_is_a_real_tensor_of_exact_size(device):
+    pool = PagePool(64, 65536, device=device)
     assert isinstance(pool.storage, torch.Tensor)
     assert pool.storage.dtype == torch.uint8
     assert tuple(pool.storage.shape) == (64, 65536)
-    assert pool.storage.device.type == "cpu"
+    assert pool.storage.device.type == device
     assert pool.nbytes == 64 * 65536 == 4 * 2**20
     assert pool.storage.untyped_storage().nbytes() == 64 * 65536
 

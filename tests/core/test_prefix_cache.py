@@ -9,10 +9,6 @@ from kvlab.core.prefix_cache import chain_hashes, prefix_key
 T = 4  # tokens per page
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")])]
-
-
 def manager(num_blocks=16, **kwargs):
     geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=2, dtype="float16", tokens_per_block=T)
     kwargs.setdefault("host_cache_size", 0)
@@ -63,9 +59,7 @@ def test_second_prompt_reuses_the_committed_prefix_and_computes_its_last_token()
     assert again.context_current_position == 7
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_partial_match_copies_the_shared_tokens_into_a_page_of_its_own(device):
-    """The same test on the CPU and, where there is one, on a CUDA GPU (``pytest -m gpu``)."""
     mgr = manager(device=device)
     cache_a = run_context(mgr, request("a", list(range(8))))
     mgr.pool.storage[cache_a.pages[1]] = 7

@@ -10,7 +10,6 @@ from kvlab.core.paths import NOTEBOOK_DIR
 @pytest.fixture(scope="session")
 def nb06(tmp_path_factory):
     """Notebook 06 at its defaults with SMOKE on: (executed notebook, seconds)."""
-    pytest.importorskip("papermill")
     from notebook_runner import execute
 
     return execute(NOTEBOOK_DIR / "06_your_deployment.ipynb", tmp_path_factory.mktemp("nb06"))

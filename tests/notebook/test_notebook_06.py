@@ -11,7 +11,7 @@ from kvlab.notebook.panel import PANEL_MIME
 from notebook_runner import execute
 
 pytestmark = pytest.mark.notebook
-papermill = pytest.importorskip("papermill")
+import papermill  # noqa: E402
 
 NB06 = NOTEBOOK_DIR / "06_your_deployment.ipynb"  # nb06, executed once: tests/notebook/conftest.py
 

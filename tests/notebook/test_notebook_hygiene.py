@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-jupytext = pytest.importorskip("jupytext")
+import jupytext  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 IPYNBS = sorted(p for p in NOTEBOOKS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)

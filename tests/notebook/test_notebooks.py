@@ -16,7 +16,7 @@ from notebook_runner import execute
 
 pytestmark = pytest.mark.notebook
 
-papermill = pytest.importorskip("papermill")
+import papermill  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NB01 = NOTEBOOKS / "01_the_16_gpu_report.ipynb"

@@ -5,7 +5,6 @@ holds it to the real vLLM, request by request.)"""
 from __future__ import annotations
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,9 +14,6 @@ from kvlab.sched.vllm import (NULL_BLOCK_ID, estimated_max_model_len, format_gib
                               front_door_error, startup_error)
 
 SEED = seed_geometry()          # 2,048 B a token, 32-token blocks
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA GPU on "
-                                          "this machine")])]
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
 
 
@@ -63,7 +59,6 @@ def test_a_pool_shrunk_after_start_up_keeps_the_max_model_len_it_started_with():
     assert VllmScheduler(args).manager.free_blocks == 39
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_block_zero_is_the_null_block_of_a_real_pool(device):
     scheduler = VllmScheduler(engine(), device=device)
     pool = scheduler.manager.pool

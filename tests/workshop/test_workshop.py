@@ -39,7 +39,8 @@ def notebook_path(name: str, suffix: str) -> Path:
 def run_in_process(name: str, **parameters) -> dict:
     """Execute a workshop notebook's code cells here (no kernel) and return its namespace: the
     learner's functions as the notebook defines them, and the checks' results."""
-    jupytext = pytest.importorskip("jupytext")
+    import jupytext
+
     nb = jupytext.read(notebook_path(name, ".py"))
     namespace: dict = {}
     for cell in nb.cells:
@@ -489,7 +490,8 @@ def test_starter_notebook_runs_to_the_end_and_reports_failure(name, tmp_path):
 
 @pytest.mark.notebook
 def test_starter_notebook_raises_with_strict(tmp_path):
-    papermill = pytest.importorskip("papermill")
+    import papermill
+
     with pytest.raises(papermill.PapermillExecutionError) as info:
         execute("ex1_page_index_width", tmp_path, STRICT=True)
     assert info.value.ename == "CheckFailed" and "check_page_index_width: FAILED" in info.value.evalue
@@ -497,7 +499,8 @@ def test_starter_notebook_raises_with_strict(tmp_path):
 
 @pytest.mark.notebook
 def test_solutions_notebook_passes_every_check_with_strict(tmp_path):
-    papermill = pytest.importorskip("papermill")
+    import papermill
+
     try:
         nb, seconds = execute("solutions", tmp_path, STRICT=True)
     except papermill.PapermillExecutionError as exc:
