@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from kvlab.core.page_index import WIDTH_POLICIES
+from kvlab.core.request import UNFINISHED_STATUSES
 
 #: Exit codes of ``kvlab repro``, one per allocator outcome.
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
@@ -313,7 +314,7 @@ def _scenario(args, parser) -> int:
     except (ScenarioError, ValueError, TypeError, MemoryError) as exc:
         parser.error(str(exc))
     print(result.explain())
-    unfinished = any(s in ("waiting", "running") for r in result.ranks for s in r.status.values())
+    unfinished = any(s in UNFINISHED_STATUSES for r in result.ranks for s in r.status.values())
     ended = "unfinished" if result.ended == "completed" and unfinished else result.ended
     return SCENARIO_EXIT_CODES[ended]
 

@@ -39,11 +39,11 @@ from kvlab.case_studies import REVIEW_MAMBA
 from kvlab.core.mamba import MambaHybridCacheManager, num_dummy_slots
 from kvlab.core.page_index import BAD_PAGE_INDEX, WIDTH_POLICIES
 from kvlab.core.prefix_cache import chain_hashes
-from kvlab.core.request import REQUEST_STATES
+from kvlab.core.request import LIVE_STATES, REQUEST_STATES
 from kvlab.run.simulation import Engine
 from kvlab.run.trace import EVENT_KINDS
 from kvlab.sched.admission import ADMISSION_POLICIES
-from kvlab.sched.scheduler import LIVE_STATES, Scheduler, SchedulerDeadlock
+from kvlab.sched.scheduler import Scheduler, SchedulerDeadlock
 
 ENDED_EVENTS = {"finished": {"finished"}, "rejected": {"rejected", "aborted"}}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
+from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.sched.scheduler import SchedulerDeadlock
 
 
@@ -34,7 +35,7 @@ def engine_outcome(result) -> str:
     if isinstance(result.error, SchedulerDeadlock):
         return "stall"
     statuses = set(result.status.values())
-    if statuses & {"waiting", "running"}:
+    if statuses & set(UNFINISHED_STATUSES):
         return "stall"
     return "reject" if "rejected" in statuses else "ok"
 

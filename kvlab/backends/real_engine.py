@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from kvlab.analysis.peer_conformance import PeerWorkload
 from kvlab.core.checks import check_float
 from kvlab.core.paths import DATA_DIR
-from kvlab.core.request import Request
+from kvlab.core.request import Request, RequestState
 from kvlab.run.simulation import SimulationResult, finished_reason, refused_to_start
 from kvlab.run.trace import EVENT_KINDS, Event, StepRecord, Trace
 
@@ -338,13 +338,13 @@ class RunRecord:
             if name == "aborted":
                 self.aborted.add(request.request_id)
         elif name == "started":
-            request.state, request.first_scheduled_step = "running", step
+            request.state, request.first_scheduled_step = RequestState.RUNNING, step
         elif name == "first_token":
             request.first_token_step = step
         elif name == "resumed":
-            request.state = "running"
+            request.state = RequestState.RUNNING
         elif name == "preempted":
-            request.state = "waiting"
+            request.state = RequestState.WAITING
             request.num_recomputes += 1
             self.preemptions[request.request_id].append(step)
         elif name == "finished":
@@ -446,7 +446,7 @@ class RunRecord:
             request = record.requests[row[0]]
             (state, request.first_scheduled_step, request.first_token_step,
              request.end_step, request.num_generated) = row[4:9]
-            request.state = "rejected" if state == "aborted" else state
+            request.state = RequestState("rejected" if state == "aborted" else state)
             if state == "aborted":
                 record.aborted.add(request.request_id)
             if row[9]:

@@ -3,24 +3,45 @@
 Field names follow TensorRT-LLM's LlmRequest where one exists (context_current_position,
 is_first_context_chunk, context_chunk_size) so the real code can be read next to kvlab's.
 
-Lifecycle (``state``), set by the Scheduler and the executor loop (``kvlab.run.simulation``):
-
-- ``"waiting"``: submitted, no KV cache (not started yet, or recompute-paused);
-- ``"running"``: holds a KV cache on the device (context chunks or generation);
-- ``"suspended"``: its KV pages were moved to the host tier by an eviction;
-- ``"finished"`` / ``"rejected"``: done; ``reason`` says why, with the numbers.
+Its lifecycle is :class:`RequestState` (``Request.state``), set by the Scheduler and the
+executor loop (``kvlab.run.simulation``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Optional, Tuple
 
 from kvlab.core.checks import MAX_COUNT, check_int, store_checked
 from kvlab.core.prefix_cache import MOONCAKE_TOKENS_PER_HASH
 
-#: Every value ``Request.state`` takes.
-REQUEST_STATES = ("waiting", "running", "suspended", "finished", "rejected")
+class RequestState(StrEnum):
+    """A request's lifecycle. Live (the scheduler's): WAITING (submitted, no KV cache: not
+    started yet, or recompute-paused), RUNNING (holds a KV cache on the device: context chunks
+    or generation), SUSPENDED (evicted: its KV pages stay held until they move to the host
+    tier); done: FINISHED, REJECTED (``Request.reason`` says why, with the numbers). A member
+    equals its text ("running")."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+    @property
+    def status(self) -> "RequestState":
+        """What a run's result reports: a suspended request is admitted and keeps its KV, so it
+        counts as running."""
+        return RequestState.RUNNING if self is RequestState.SUSPENDED else self
+
+
+#: Every state, and the live ones: still the scheduler's.
+REQUEST_STATES = tuple(RequestState)
+LIVE_STATES = frozenset((RequestState.WAITING, RequestState.RUNNING, RequestState.SUSPENDED))
+#: The statuses of a request a run left unfinished (a result's ``status`` values, which also
+#: count "lost" and "not routed" in a multi-rank run).
+UNFINISHED_STATUSES = (RequestState.WAITING, RequestState.RUNNING)
 
 
 @dataclass(slots=True)
@@ -60,7 +81,7 @@ class Request:
     prefix_hashes: Tuple[int, ...] = ()
     tokens_per_hash: int = MOONCAKE_TOKENS_PER_HASH
 
-    state: str = field(default="waiting", init=False)
+    state: RequestState = field(default=RequestState.WAITING, init=False)
     reason: str = field(default="", init=False)
     #: Generated tokens folded back into the context by a recompute pause (the real
     #: ``reset_for_recompute`` rewrites the prompt as prompt + generated tokens).

@@ -30,6 +30,7 @@ from kvlab.analysis.repro import ReproResult, no_pool_reason, run_repro
 from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
 from kvlab.core.page_index import WIDTH_POLICIES
+from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, verdict_html
 from kvlab.notebook.parameters import check_repro_parameters
@@ -554,7 +555,7 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
                 break
             engine.advance_to(engine.arrivals[engine.next_arrival].arrival_step)
         live = [r for r in engine.requests if r.arrival_step <= engine.step
-                and r.state in ("waiting", "running", "suspended")]
+                and r.state in LIVE_STATES]
         asked = {r.request_id: _asked(r) for r in live}
         engine.iterate()
     batch = engine.last_batch
@@ -603,7 +604,7 @@ def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
     error = model.result.error
     if error is not None:
         headline = f"Pass {model.passes} ended the engine: {type(error).__name__}."
-    elif not any(s in ("waiting", "running") for s in model.result.status.values()):
+    elif not any(s in UNFINISHED_STATUSES for s in model.result.status.values()):
         headline = f"Every request is done after {model.passes} passes."
     else:
         headline = (f"Pass {model.passes}: the stall detector counts {model.stalled} of "

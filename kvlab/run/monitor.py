@@ -8,10 +8,11 @@ from __future__ import annotations
 import time
 from typing import Mapping, Optional, Tuple
 
-from kvlab.run.simulation import STATUS_OF_STATE
+from kvlab.core.request import RequestState
 
 #: A request's state as :class:`RunMonitor` stores it (1 + the index; 0: none recorded yet).
-MONITOR_STATES = ("waiting", "running", "finished", "rejected")
+MONITOR_STATES = (RequestState.WAITING, RequestState.RUNNING, RequestState.FINISHED,
+                  RequestState.REJECTED)
 
 
 class RunMonitor:
@@ -58,7 +59,7 @@ class RunMonitor:
     def states(self, rank: int, requests, step: int) -> None:
         for request in requests:
             i = 3 * self._index[request.request_id]
-            code = 1 + MONITOR_STATES.index(STATUS_OF_STATE[request.state])
+            code = 1 + MONITOR_STATES.index(request.state.status)
             if self._requests[i + 1] != code:
                 self._requests[i + 1], self._requests[i + 2] = code, step
         self._heard[rank] = time.monotonic()

@@ -33,10 +33,11 @@ from typing import Dict, List, Optional, Sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MemoryBudget
+from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
 from kvlab.run.monitor import RunMonitor
 from kvlab.run.rank_config import STORAGE_BYTES_PER_TOKEN, Fault, RunConfig
 from kvlab.run.routing import route
-from kvlab.run.simulation import Engine, STATUS_OF_STATE
+from kvlab.run.simulation import Engine
 from kvlab.sched.policies import POLICIES, RANK_POLICIES
 from kvlab.sched.scheduler import Scheduler
 
@@ -162,7 +163,7 @@ class RankRunner:
 
     def status(self) -> RankStatus:
         engine = self.engine
-        live = [r for r in engine.requests if STATUS_OF_STATE[r.state] in ("waiting", "running")]
+        live = [r for r in engine.requests if r.state in LIVE_STATES]
         error = None if engine.error is None else error_name(engine.error)
         return RankStatus(self.rank, len(live), sum(r.prompt_len for r in live), error)
 
@@ -218,7 +219,7 @@ class RankRunner:
         reasons = dict(sim.reasons)
         if self.outcome == "shut down":
             for request_id, status in sim.status.items():
-                if status in ("waiting", "running"):
+                if status in UNFINISHED_STATUSES:
                     reasons[request_id] = f"{self.stop_reason} (at step {self.step})"
         manager = engine.scheduler.manager
         geo = self.config.geometry

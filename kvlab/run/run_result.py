@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kvlab.core.memory import GIB
+from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.run.rank import RankResult
 from kvlab.run.rank_config import Fault, RunConfig
 
@@ -164,7 +165,7 @@ def ending(results: Sequence[RankResult]) -> Tuple[str, str]:
     shut = [r for r in results if r.outcome == "shut down"]
     if shut:  # a peer failed a collective
         return "shut down", shut[0].error or "shut down"
-    unfinished = sum(1 for r in results for s in r.status.values() if s in ("waiting", "running"))
+    unfinished = sum(1 for r in results for s in r.status.values() if s in UNFINISHED_STATUSES)
     if unfinished:
         return "completed", f"{unfinished} request(s) unfinished: {results[0].error}"
     return "completed", "every rank finished its work"

@@ -35,15 +35,11 @@ from typing import Deque, Dict, Iterable, List, Optional
 
 from kvlab.core.checks import MAX_COUNT, check_int
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.request import Request
+from kvlab.core.request import LIVE_STATES, Request
 from kvlab.run.trace import Event, StepRecord, Trace
-from kvlab.sched.base import LIVE_STATES, ScheduledBatch, SchedulerBase
+from kvlab.sched.base import ScheduledBatch, SchedulerBase
 from kvlab.sched.scheduler import SchedulerDeadlock
 
-#: What ``result.status`` reports for each Request.state: a suspended request is admitted and
-#: keeps its KV (in the host tier), so it counts as running.
-STATUS_OF_STATE = {"waiting": "waiting", "running": "running", "suspended": "running",
-                   "finished": "finished", "rejected": "rejected"}
 ENGINE_ERRORS = (PageIndexTooShort, SchedulerDeadlock)
 
 
@@ -382,7 +378,7 @@ class Engine:
             if request.state in LIVE_STATES:
                 request.reason = self._unfinished_reason(request, max_steps)
         return SimulationResult(
-            status={r.request_id: STATUS_OF_STATE[r.state] for r in self.requests},
+            status={r.request_id: r.state.status for r in self.requests},
             reasons={r.request_id: r.reason for r in self.requests},
             error=self.error, trace=self.trace, requests={r.request_id: r for r in self.requests},
             end_step=end_step, iterations=self.iterations)

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.run.comm import CollectiveFailed, TorchComm
 from kvlab.run.monitor import RunMonitor
 from kvlab.run.progress import rank_progress
@@ -265,7 +266,7 @@ def _blamed(result: RankResult, cause: str) -> RankResult:
     text = f"shut down: {cause}"
     reasons = dict(result.reasons)
     for request_id, status in result.status.items():
-        if status in ("waiting", "running"):
+        if status in UNFINISHED_STATUSES:
             reasons[request_id] = f"{text} (at step {result.end_step})"
     return replace(result, error=text, reasons=reasons)
 

@@ -18,11 +18,8 @@ from typing import List, Optional, Tuple
 
 from kvlab.core.checks import check_int
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.request import REQUEST_STATES, Request
+from kvlab.core.request import LIVE_STATES, REQUEST_STATES, Request, RequestState
 from kvlab.sched.admission import Verdict
-
-#: States of a request that is still in the engine.
-LIVE_STATES = ("waiting", "running", "suspended")
 
 
 @dataclass(slots=True)
@@ -123,7 +120,7 @@ class SchedulerBase:
             self._active.append(request)
             self._enqueue(request)
         else:
-            self._set_state(request, "rejected")
+            self._set_state(request, RequestState.REJECTED)
             request.reason = verdict.reason
         return verdict
 
@@ -139,7 +136,7 @@ class SchedulerBase:
     def finish(self, request: Request) -> None:
         """A request generated its last token: free its cache and retire it."""
         self.manager.free(request)
-        self._set_state(request, "finished")
+        self._set_state(request, RequestState.FINISHED)
         self._has_retired = True
 
     def _prune_retired(self) -> None:
@@ -147,7 +144,7 @@ class SchedulerBase:
             self._active = [r for r in self._active if r.state in LIVE_STATES]
             self._has_retired = False
 
-    def _set_state(self, request: Request, state: str) -> None:
+    def _set_state(self, request: Request, state: RequestState) -> None:
         self.counts[request.state] -= 1
         self.counts[state] += 1
         request.state = state
@@ -162,7 +159,7 @@ class SchedulerBase:
             if request.is_first_context_chunk:
                 request.context_current_position = 0
             request.prepopulated_prompt_len = 0
-        self._set_state(request, "waiting")
+        self._set_state(request, RequestState.WAITING)
 
     def _recompute_pause(self, request: Request) -> None:
         """Free the cache; the context restarts later as prompt + generated tokens (TensorRT-LLM's

@@ -63,9 +63,9 @@ from typing import FrozenSet, Iterable, List, Optional, Sequence, Union
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import Allocation, KVCacheManager
-from kvlab.core.request import Request
+from kvlab.core.request import LIVE_STATES, Request, RequestState
 from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
-from kvlab.sched.base import LIVE_STATES, ScheduledBatch, SchedulerBase
+from kvlab.sched.base import ScheduledBatch, SchedulerBase
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000
@@ -677,14 +677,14 @@ class Scheduler(SchedulerBase):
 
     def _sync_running(self, request: Request) -> None:
         if request.state != "running" and self.manager.is_request_active(request):
-            self._set_state(request, "running")
+            self._set_state(request, RequestState.RUNNING)
 
     def _suspend(self, request: Request) -> None:
         """The real ``suspend_request``: make the cache inactive; what that frees depends on
         the tier below the GPU (``KVCache.suspend``)."""
         self.manager.suspend(request)
         request.num_suspensions += 1
-        self._set_state(request, "suspended")
+        self._set_state(request, RequestState.SUSPENDED)
 
     # -- stall detection -----------------------------------------------------------------
     def _detect_deadlock(self, requests: List[Request], pending: List[Request],

@@ -84,7 +84,7 @@ from typing import Dict, List, Optional, Tuple
 from kvlab.core.checks import check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.request import Request
+from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
 
@@ -601,14 +601,14 @@ class SglangScheduler(SchedulerBase):
             cache = manager.caches.get(request.request_id)
             if cache is None:
                 cache = manager.create_cache(request.request_id)
-                self._set_state(request, "running")
+                self._set_state(request, RequestState.RUNNING)
             if not cache.resize(cache.capacity + extend_len):
                 raise AssertionError(f"{request.request_id!r}: the free tokens were refused")
         for request, extend_len in zip(requests, extend_lens):
             message = self.abort_messages.pop(request.request_id, None)
             if message is not None:
                 manager.free(request)
-                self._set_state(request, "rejected")
+                self._set_state(request, RequestState.REJECTED)
                 request.reason = message
                 self._has_retired = True
                 batch.aborted_requests.append(request)
@@ -660,7 +660,7 @@ class SglangScheduler(SchedulerBase):
         if len(order) <= 1 and not manager.free_blocks >= len(order):
             request = reqs[order.pop()]
             manager.free(request)
-            self._set_state(request, "rejected")
+            self._set_state(request, RequestState.REJECTED)
             request.reason = DECODE_OOM_ABORT
             self._has_retired = True
             batch.aborted_requests.append(request)

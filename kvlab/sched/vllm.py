@@ -46,7 +46,7 @@ from kvlab.core.checks import check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB
-from kvlab.core.request import Request
+from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
 
@@ -290,7 +290,7 @@ class VllmScheduler(SchedulerBase):
             return False
         if cache is None:
             cache = manager.create_cache(request.request_id)
-            self._set_state(request, "running")
+            self._set_state(request, RequestState.RUNNING)
         if not cache.resize(max(cache.capacity, target)):
             raise AssertionError(f"{request.request_id!r}: the blocks counted free were refused")
         return True
