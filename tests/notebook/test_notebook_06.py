@@ -17,7 +17,7 @@ NB06 = NOTEBOOK_DIR / "06_your_deployment.ipynb"  # nb06, executed once: tests/n
 
 
 def test_notebook_06_plans_the_walk_from_the_presets(nb06):
-    nb, seconds = nb06
+    nb, _ = nb06
     findings = read_findings(nb)
     assert [(f["scenario"], f["outcome"]) for f in findings] == [
         ("issue #21470 (16 x GB300)", "crash"), ("issue #21470 (16 x GB300)", "reject"),
@@ -30,7 +30,6 @@ def test_notebook_06_plans_the_walk_from_the_presets(nb06):
     assert findings[5]["numbers"] == "513 slots need 37.48 GiB of 24.86 GiB"
     panels = [o for c in nb.cells for o in c.get("outputs", []) if PANEL_MIME in o.get("data", {})]
     assert len(panels) == 1 and len(panels[0]["data"][PANEL_MIME]["figures"]) == 2
-    assert seconds < 60, f"notebook 06 (SMOKE) took {seconds:.0f} s"
 
 
 def test_notebook_06_follows_its_parameters(tmp_path):

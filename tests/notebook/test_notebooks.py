@@ -54,14 +54,13 @@ def nb04(tmp_path_factory):
 
 
 def test_notebook_02_reproduces_the_crash(nb02):
-    nb, seconds = nb02
+    nb, _ = nb02
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
         ("rtx5080-4mib, any host tier", "clamped", "crash")]
     numbers = findings[0]["numbers"]
     for text in ("2,048 B/token", "64 blocks = 2,048 tokens", "row 68 entries", "need 256 entries"):
         assert text in numbers
-    assert seconds < 120, f"notebook 02 took {seconds:.0f} s"
 
 
 def test_notebook_02_holds_static_figures_and_the_live_panel(nb02):
@@ -101,7 +100,7 @@ def test_the_report_shows_every_figure_and_the_verdict_of_every_panel(nb02):
 
 
 def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
-    nb, seconds = nb03
+    nb, _ = nb03
     findings = read_findings(nb)
     assert [(f["policy"], f["outcome"]) for f in findings] == [
         ("clamped", "crash"), ("configured", "refused")] + [("configured", "stall")] * 4
@@ -128,7 +127,6 @@ def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
         names = [t["name"] for t in fig["data"]]
         assert "stalled passes" in names and "free pages" in names and "used pages" in names
         assert fig["data"][names.index("stalled passes")]["y"][-1] == 1000
-    assert seconds < 30, f"notebook 03 took {seconds:.0f} s with SMOKE"
 
 
 def test_notebook_02_follows_its_parameters(tmp_path):
@@ -146,7 +144,7 @@ def test_notebook_02_refuses_a_bad_parameter_by_name(tmp_path):
 
 
 def test_notebook_04_separates_not_yet_from_never(nb04):
-    nb, seconds = nb04
+    nb, _ = nb04
     findings = read_findings(nb)
     trt = [(f["policy"], f["outcome"]) for f in findings[:3]]
     assert trt == [("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject")]
@@ -170,7 +168,6 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     assert reuse_on["policy"] == "capacity, block reuse on" and reuse_on["outcome"] == "ok"
     assert "prompt tokens reused (5.1%; 24.6% of the unbounded cache's)" in reuse_on["numbers"]
     assert reuse_off["numbers"].startswith("0 prompt tokens reused")
-    assert seconds < 30, f"notebook 04 took {seconds:.0f} s with SMOKE"
 
 
 def test_notebook_04_holds_its_table_figures_and_panel(nb04):
@@ -204,7 +201,7 @@ def nb01(tmp_path_factory):
 
 
 def test_notebook_01_reconstructs_the_report(nb01):
-    nb, seconds = nb01
+    nb, _ = nb01
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
         ("issue_21470_16x_gb300, automatic host tier", "clamped", "crash"),
@@ -212,7 +209,6 @@ def test_notebook_01_reconstructs_the_report(nb01):
         ("rtx5080-4mib", "clamped", "crash")]
     assert "MIN 958,752 tokens = 29,961 blocks; row 29,964 entries" in findings[0]["numbers"]
     assert "rank 0 raised ValueError: User-provided base page indices is too short" in findings[0]["numbers"]
-    assert seconds < 120, f"notebook 01 took {seconds:.0f} s"
 
 
 def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
@@ -260,7 +256,7 @@ DEFAULT = "feasible default (proposal, PR #18985, open)"
 
 
 def test_notebook_05_reconciles_the_pr_and_runs_the_findings(nb05):
-    nb, seconds = nb05
+    nb, _ = nb05
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
         ("qwen3.5-27b-h100", "merged", "crash"), ("qwen3.5-27b-h100", CLAMP, "ok"),
@@ -278,7 +274,6 @@ def test_notebook_05_reconciles_the_pr_and_runs_the_findings(nb05):
     assert "got 24.86 GiB, need at least 37.48 GiB" in text  # PR #18985's proposed message
     assert "largest max_batch_size whose floor fits 24.86 GiB: 339" in text
     assert sum(PLOTLY_MIME in out.get("data", {}) for c in nb.cells for out in c.get("outputs", [])) >= 4
-    assert seconds < 30, f"notebook 05 (SMOKE) took {seconds:.0f} s"
 
 
 def test_notebook_05_float32_and_a_big_quota(tmp_path):
