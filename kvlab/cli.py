@@ -34,9 +34,12 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.core.request import UNFINISHED_STATUSES
+from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
+#: ``kvlab repro``'s policies: one resize, no admission check, so the two "none/" ones of
+#: kvlab.sched.policies (whose names every command uses).
+REPRO_POLICIES = tuple(p for p in TRTLLM_POLICIES if POLICIES[p][0] == "none")
 #: Exit codes of ``kvlab repro``, one per allocator outcome.
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
 #: Exit codes of ``kvlab scenario``, one per way a multi-rank run ends.
@@ -74,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "3 refused (False), 4 crashed (ValueError).")
     repro.add_argument("--pool-mib", type=float, default=4.0, help="KV pool size in MiB (default 4)")
     repro.add_argument("--context", type=int, default=8192, help="context length in tokens (default 8192)")
-    repro.add_argument("--policy", choices=sorted(WIDTH_POLICIES), default="clamped",
-                       help="page-index width policy (default clamped)")
+    repro.add_argument("--policy", choices=REPRO_POLICIES, default="none/clamped",
+                       help="none/clamped (the report's row) or none/configured (the one-line "
+                       "fix's); one resize, so no admission check (default none/clamped)")
     repro.add_argument("--tokens-per-block", type=int, default=32, help="tokens per page (default 32)")
     repro.add_argument("--max-seq-len", type=int, default=8192, help="configured max_seq_len (default 8192)")
     repro.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -96,7 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     from kvlab.run.distributed import BACKENDS
     from kvlab.run.rank_config import MAX_RANKS
-    from kvlab.sched.policies import RANK_POLICIES
 
     scen = sub.add_parser("scenario", help="run a multi-rank scenario (issue-21470) over torch.distributed",
                           description="Run NAME (a scenario with a deployment block, e.g. "
@@ -106,9 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path")
     scen.add_argument("--ranks", type=int, default=None,
                       help=f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)")
-    scen.add_argument("--policy", choices=sorted(RANK_POLICIES), default="clamped",
-                      help="clamped (the report), configured (the one-line fix), admission "
-                      "(PR #21720); default clamped")
+    scen.add_argument("--policy", choices=TRTLLM_POLICIES, default="none/clamped",
+                      help="none/clamped (the report), none/configured (the one-line fix), "
+                      "capacity (PR #21720's admission control); default none/clamped")
     scen.add_argument("--backend", choices=BACKENDS, default="gloo",
                       help="gloo (CPU) or nccl (one GPU per rank); default gloo")
     scen.add_argument("--in-process", action="store_true",
@@ -242,7 +245,8 @@ def _repro(args, parser) -> int:
     from kvlab.analysis.repro import run_repro
 
     try:
-        result = run_repro(pool_mib=args.pool_mib, context=args.context, policy=args.policy,
+        width = POLICIES[args.policy][1]
+        result = run_repro(pool_mib=args.pool_mib, context=args.context, policy=width,
                            tokens_per_block=args.tokens_per_block, max_seq_len=args.max_seq_len,
                            device=args.device)
     except (ValueError, TypeError, MemoryError) as exc:

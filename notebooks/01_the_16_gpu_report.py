@@ -54,7 +54,7 @@ from kvlab.run.scenarios import load_scenario
 sc = load_scenario("issue-21470")  # data/scenarios/issue_21470_16x_gb300.yaml
 dep, P = sc.deployment, sc.parameters
 # Bad parameters stop here, with a message naming the parameter.
-config = scenario_config(sc, ranks, "clamped", workspace_gib=workspace_gib, context_length=context)
+config = scenario_config(sc, ranks, "none/clamped", workspace_gib=workspace_gib, context_length=context)
 IS_REPORT = (ranks, workspace_gib, context) == (dep.ranks, dep.workspace_gib, P.context_length)
 print(sc.title)
 print(f"parameters: ranks={ranks}, workspace_gib={workspace_gib:g}, context={context:,}",
@@ -217,11 +217,11 @@ if not SMOKE:
 # PR #21720's direction: a request whose demand exceeds the pool's total capacity is rejected at
 # admission, on its rank, for that request alone. Rank 0 rejects the long context, and all
 # ranks finish their work. (The one-line fix of notebook 03, a row sized from the configured
-# length, is the policy "configured": no crash, but the request is refused every pass and the
-# stall detector takes the engine down instead.)
+# length, is the policy "none/configured" (no admission check, the configured width): no crash,
+# but the request is refused every pass and the stall detector takes the engine down instead.)
 
 # %%
-admitted = run_ranks(scenario_config(sc, ranks, "admission", workspace_gib=workspace_gib,
+admitted = run_ranks(scenario_config(sc, ranks, "capacity", workspace_gib=workspace_gib,
                                      context_length=context), in_process=True)
 print(textwrap.fill(admitted.headline, 100, break_on_hyphens=False))
 display(table(admitted.rank_rows(), index="rank"))
@@ -322,11 +322,11 @@ if IS_REPORT:  # the scenario file's expected numbers
     assert (pool_blocks, r0.capacity_tokens, r0.max_blocks_per_seq, needed) == (
         exp["total_blocks"], exp["capacity_tokens"], exp["width_clamped"], exp["entries_needed"])
 findings = report_findings([
-    Finding(scenario=scenario, policy="clamped", outcome="crash" if expect_crash else "ok",
+    Finding(scenario=scenario, policy="none/clamped", outcome="crash" if expect_crash else "ok",
             numbers=numbers + f"; {clamped.ended}: {clamped.reason}"),
     Finding(scenario=scenario, policy="capacity", outcome="reject" if demand > pool_blocks else "ok",
             numbers=f"demand {demand:,} blocks vs {pool_blocks:,}; {admitted.ended}: {admitted.reason}"),
-    Finding(scenario="rtx5080-4mib", policy="clamped", outcome=seed.outcome,
+    Finding(scenario="rtx5080-4mib", policy="none/clamped", outcome=seed.outcome,
             numbers=f"the reduction: {seed.total_blocks:,} blocks, row {seed.max_blocks_per_seq:,}, "
                     f"{seed.entries_needed:,} entries needed"),
 ])

@@ -433,26 +433,26 @@ if after.outcome == "refused" and num_small and IS_SEED:
 # %%
 scenario = seed.name if IS_SEED else f"{pool_mib:g}MiB-{context}tok-{tokens_per_block}tpb"
 findings = report_findings([
-    Finding(scenario=scenario, policy="clamped", outcome=before.outcome,
+    Finding(scenario=scenario, policy="none/clamped", outcome=before.outcome,
             numbers=f"row {narrow:,} entries; {context:,} tokens need {needed:,}; {blocks:,} pages"),
-    Finding(scenario=scenario, policy="configured", outcome=after.outcome,
+    Finding(scenario=scenario, policy="none/configured", outcome=after.outcome,
             numbers=(f"row {wide:,} entries; {needed:,} needed > {blocks:,} pages -> False, state preserved "
                      f"{after.state_preserved}, {retry_tokens:,}-token retry "
                      f"{'ok' if after.retry_ok else 'failed'}; table x{wide / narrow:.2f} bytes "
                      f"({b_narrow:,} -> {b_wide:,} B at batch {max_batch_size:,})")
             if after.outcome == "refused" else f"row {wide:,} entries; {needed:,} of {blocks:,} pages allocated"),
-    Finding(scenario=f"{scenario}, alone, through the scheduler, {engine.tier_name}", policy="configured",
+    Finding(scenario=f"{scenario}, alone, through the scheduler, {engine.tier_name}", policy="none/configured",
             outcome=engine_outcome(alone),
             numbers=(f"refused in {alone.requests['long'].num_refusals:,} of {alone.iterations:,} passes; "
                      f"{type(alone.error).__name__ if alone.error else 'no error'} after {stall_limit:,} stalled passes")),
-    Finding(scenario=f"{scenario}, beside {len(small_ids)} small requests, {engine.tier_name}", policy="configured",
+    Finding(scenario=f"{scenario}, beside {len(small_ids)} small requests, {engine.tier_name}", policy="none/configured",
             outcome=engine_outcome(beside),
             numbers=(f"{sum(beside.status[r] == 'finished' for r in small_ids)} of {len(small_ids)} small finished by "
                      f"step {last_small:,}; long request {beside.status['long']} (starved); "
                      f"{type(beside.error).__name__ if beside.error else 'no error'} at step {steps[-1]:,}")),
     *[Finding(scenario=f"{scenario}, chunked ({chunk_tokens} a pass), beside {num_small} small, "
                        f"{dataclasses.replace(engine, host_cache_size=TIERS[tier]).tier_name}",
-              policy="configured", outcome=engine_outcome(result),
+              policy="none/configured", outcome=engine_outcome(result),
               numbers=(f"{result.summary()['finished']:,} finished, {result.summary()['recomputes']:,} recompute "
                        f"pauses in {result.iterations:,} passes; "
                        f"{type(result.error).__name__ if result.error else 'no error (livelock)'}"))

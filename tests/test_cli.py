@@ -15,7 +15,7 @@ from kvlab.cli import REPRO_EXIT_CODES, main
 
 
 def test_repro_clamped_crashes_with_the_native_message(capsys):
-    assert main(["repro", "--pool-mib", "4", "--context", "8192", "--policy", "clamped"]) == 4
+    assert main(["repro", "--pool-mib", "4", "--context", "8192", "--policy", "none/clamped"]) == 4
     out = capsys.readouterr().out
     assert "= 2,048 B" in out
     assert "64 blocks of 32 tokens" in out
@@ -26,7 +26,7 @@ def test_repro_clamped_crashes_with_the_native_message(capsys):
 
 
 def test_repro_configured_is_refused_and_retry_succeeds(capsys):
-    assert main(["repro", "--policy", "configured"]) == REPRO_EXIT_CODES["refused"] == 3
+    assert main(["repro", "--policy", "none/configured"]) == REPRO_EXIT_CODES["refused"] == 3
     out = capsys.readouterr().out
     assert "ceil((8,192 + 1) / 32) = 257 -> 260 entries" in out
     assert "resize returned False" in out and "state preserved: True" in out
@@ -34,7 +34,7 @@ def test_repro_configured_is_refused_and_retry_succeeds(capsys):
 
 
 def test_repro_big_pool_allocates(capsys):
-    assert main(["repro", "--pool-mib", "64", "--policy", "clamped"]) == 0
+    assert main(["repro", "--pool-mib", "64", "--policy", "none/clamped"]) == 0
     assert "allocated - 256 of 1,024 pages" in capsys.readouterr().out
 
 
@@ -108,8 +108,8 @@ from kvlab.cli import SCENARIO_EXIT_CODES  # noqa: E402
 
 
 @pytest.mark.parametrize("policy, code, ended", [
-    ("clamped", 4, "shut down - rank 0 raised ValueError: User-provided base page indices is too short"),
-    ("admission", 0, "completed - every rank finished its work"),
+    ("none/clamped", 4, "shut down - rank 0 raised ValueError: User-provided base page indices is too short"),
+    ("capacity", 0, "completed - every rank finished its work"),
 ])
 def test_scenario_runs_rank_processes_and_exits_by_how_the_run_ended(policy, code, ended, capsys):
     assert main(["scenario", "issue-21470", "--ranks", "4", "--policy", policy]) == code
@@ -122,14 +122,14 @@ def test_scenario_runs_rank_processes_and_exits_by_how_the_run_ended(policy, cod
 def test_scenario_past_its_deadline_exits_6_and_says_so(capsys):
     assert main(["scenario", "issue-21470", "--ranks", "16", "--deadline", "0.05"]) == 6
     out = capsys.readouterr().out
-    assert "policy clamped: deadline - the run passed its deadline_s=0.05" in out
+    assert "policy none/clamped: deadline - the run passed its deadline_s=0.05" in out
     assert "deadline_s=0.05" in out.splitlines()[-1]
 
 
 def test_scenario_in_process_by_file_stem(capsys):
     assert main(["scenario", "issue_21470_16x_gb300", "--in-process"]) == SCENARIO_EXIT_CODES["shut down"]
     out = capsys.readouterr().out
-    assert "16 ranks (in-process), policy clamped: shut down" in out
+    assert "16 ranks (in-process), policy none/clamped: shut down" in out
     assert out.count("shut down: rank 0 raised ValueError") == 15
 
 
@@ -204,7 +204,7 @@ def test_help_names_every_command(capsys):
 
 
 def test_a_scenario_run_on_other_ranks_says_so(capsys):
-    assert main(["scenario", "issue-21470", "--ranks", "2", "--in-process", "--policy", "admission"]) == 0
+    assert main(["scenario", "issue-21470", "--ranks", "2", "--in-process", "--policy", "capacity"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("(the scenario's 16 ranks changed to 2)")
 

@@ -32,7 +32,6 @@ from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.memory import MemoryBudget
 from kvlab.run.rank_config import RunConfig
 from kvlab.run.routing import route
-from kvlab.sched.policies import RANK_POLICIES
 
 #: What the real run's rank says when a request's verdict ends the run.
 ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too short",
@@ -128,7 +127,7 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
                            blocks * geo.bytes_per_block, clamped, width)
                   for rank, (budget, own) in enumerate(zip(config.budgets, local_blocks)))
     placement = _placement(config)
-    regime = RANK_POLICIES[config.policy]
+    regime = config.policy
     requests = []
     for request in sorted(config.requests, key=lambda q: q.arrival_step):
         setup = PhaseSetup(geometry=geo, max_seq_len=config.max_seq_len,

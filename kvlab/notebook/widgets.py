@@ -323,7 +323,7 @@ def ranks_model(values: Mapping[str, Any], *, scenario: Any = "issue-21470", ran
 
     workspace, context = float(values["workspace_gib"]), int(values["context"])
     loaded = load_scenario(scenario) if isinstance(scenario, (str, os.PathLike)) else scenario
-    config = scenario_config(loaded, ranks, "clamped", workspace_gib=workspace,
+    config = scenario_config(loaded, ranks, "none/clamped", workspace_gib=workspace,
                              context_length=context)
     return RanksModel(workspace, context, config, plan_ranks(config))
 

@@ -38,7 +38,7 @@ from kvlab.run.monitor import RunMonitor
 from kvlab.run.rank_config import STORAGE_BYTES_PER_TOKEN, Fault, RunConfig
 from kvlab.run.routing import route
 from kvlab.run.simulation import Engine
-from kvlab.sched.policies import POLICIES, RANK_POLICIES
+from kvlab.sched.policies import POLICIES
 from kvlab.sched.scheduler import Scheduler
 
 #: Exit code of a rank process that a Fault(kind="die") ends.
@@ -149,7 +149,7 @@ class RankRunner:
                              f"(local quota {self.local_quota_bytes} B, {self.local_blocks} blocks)")
         storage = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=STORAGE_BYTES_PER_TOKEN,
                              dtype="fp8", tokens_per_block=geo.tokens_per_block, kv_factor=1)
-        admission, page_policy = POLICIES[RANK_POLICIES[cfg.policy]]
+        admission, page_policy = POLICIES[cfg.policy]
         manager = KVCacheManager.expecting_clamp(
             storage, quota_bytes=self.blocks * storage.bytes_per_block, max_seq_len=cfg.max_seq_len,
             max_batch_size=cfg.max_batch_size, page_index_policy=page_policy, device=self.device)

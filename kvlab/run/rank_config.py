@@ -20,7 +20,7 @@ from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS
 from kvlab.core.request import Request
-from kvlab.sched.policies import POLICIES, RANK_POLICIES
+from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
 MAX_RANKS = 128
 FAULT_KINDS = ("die", "hang")
@@ -70,7 +70,7 @@ class RunConfig:
         check_int("ranks", len(self.budgets), low=1, high=MAX_RANKS)
         if not all(isinstance(b, MemoryBudget) for b in self.budgets):
             raise TypeError("budgets must hold one MemoryBudget per rank")
-        check_choice("policy", self.policy, RANK_POLICIES)
+        check_choice("policy", self.policy, TRTLLM_POLICIES)
         store_checked(self, "max_steps", check_int, low=1, high=1 << 30)
         ids = [r.request_id for r in self.requests]
         if len(set(ids)) != len(ids):
@@ -97,7 +97,7 @@ class RunConfig:
         tokens = min(blocks) * geo.tokens_per_block
         if tokens == 0:
             return blocks, 0, 0
-        width_policy = POLICIES[RANK_POLICIES[self.policy]][1]
+        width_policy = POLICIES[self.policy][1]
         width = max_blocks_per_seq(width_seq_len(width_policy, self.max_seq_len,
                                                  min(self.max_seq_len, tokens)),
                                    geo.tokens_per_block)
@@ -188,7 +188,7 @@ def scenario_requests(scenario, context_length: Optional[int] = None) -> Tuple[L
     return requests, pins
 
 
-def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clamped", *,
+def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "none/clamped", *,
                     workspace_gib: Optional[float] = None, context_length: Optional[int] = None,
                     stall_limit: Optional[int] = None, fault: Optional[Fault] = None) -> RunConfig:
     """A RunConfig from a deployment scenario (``kvlab.run.scenarios.load_scenario``), for
@@ -198,7 +198,7 @@ def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "clampe
     if dep is None:
         raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no deployment block")
     ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
-    check_choice("policy", policy, RANK_POLICIES)
+    check_choice("policy", policy, TRTLLM_POLICIES)
     if workspace_gib is not None:
         workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
     if context_length is not None:

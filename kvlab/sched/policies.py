@@ -22,8 +22,5 @@ POLICIES: Dict[str, Tuple[str, str]] = {
 #: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
 TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")
 PEER_POLICIES = ("vllm", "sglang")
-#: The multi-rank runs' names for TensorRT-LLM's regimes (scenario files, ``kvlab scenario``).
-RANK_POLICIES: Dict[str, str] = {"clamped": "none/clamped", "configured": "none/configured",
-                                 "admission": "capacity"}
 
-__all__ = ["PEER_POLICIES", "POLICIES", "RANK_POLICIES", "TRTLLM_POLICIES"]
+__all__ = ["PEER_POLICIES", "POLICIES", "TRTLLM_POLICIES"]

@@ -11,7 +11,7 @@ from kvlab.analysis.presets import (ENGINE_OUTCOMES, OUTCOMES, RESIZE_OUTCOMES, 
 from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.notebook import viz
 from kvlab.sched.admission import ADMISSION_POLICIES
-from kvlab.sched.policies import PEER_POLICIES, POLICIES, RANK_POLICIES, TRTLLM_POLICIES
+from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
 
 
 def test_every_policy_names_a_real_admission_and_width_policy():
@@ -19,7 +19,6 @@ def test_every_policy_names_a_real_admission_and_width_policy():
     assert not set(TRTLLM_POLICIES) & set(PEER_POLICIES)
     for admission, width in POLICIES.values():
         assert (admission in ADMISSION_POLICIES or admission in PEER_POLICIES) and width in WIDTH_POLICIES
-    assert set(RANK_POLICIES.values()) == set(TRTLLM_POLICIES)
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))

@@ -13,14 +13,14 @@ SC = load_scenario("issue-21470")
 
 # (policy, rank 0's workspace GiB, long context): every outcome appears
 CASES = [
-    ("clamped", 28.0, 1_000_000),    # the report: rank 0 raises
-    ("clamped", 28.0, 524_288),      # clamped, yet the context fits the row
-    ("clamped", 0.0, 1_000_000),     # no clamp
-    ("clamped", 64.0, 786_432),      # a smaller pool still crashes
-    ("configured", 28.0, 1_000_000),  # the one-line fix: refused every pass, then the deadlock
-    ("configured", 10.0, 960_000),
-    ("admission", 28.0, 1_000_000),  # PR #21720: rejected alone
-    ("admission", 40.0, 393_216),
+    ("none/clamped", 28.0, 1_000_000),    # the report: rank 0 raises
+    ("none/clamped", 28.0, 524_288),      # clamped, yet the context fits the row
+    ("none/clamped", 0.0, 1_000_000),     # no clamp
+    ("none/clamped", 64.0, 786_432),      # a smaller pool still crashes
+    ("none/configured", 28.0, 1_000_000),  # the one-line fix: refused every pass, then the deadlock
+    ("none/configured", 10.0, 960_000),
+    ("capacity", 28.0, 1_000_000),  # PR #21720: rejected alone
+    ("capacity", 40.0, 393_216),
 ]
 
 
@@ -55,7 +55,7 @@ def test_the_cases_cover_every_outcome():
 
 
 def test_the_report_numbers_match_the_scenario_file():
-    plan = plan_ranks(config("clamped", 28.0, 1_000_000))
+    plan = plan_ranks(config("none/clamped", 28.0, 1_000_000))
     exp = SC.expected
     r0 = plan.ranks[0]
     assert (r0.blocks, r0.capacity_tokens, r0.max_blocks_per_seq) == (
@@ -64,12 +64,12 @@ def test_the_report_numbers_match_the_scenario_file():
     long_ctx = next(q for q in plan.requests if q.request_id == "long-ctx")
     assert long_ctx.rank == 0 and long_ctx.verdict == "crash" and long_ctx.blocks > r0.max_blocks_per_seq
     assert plan.reason.startswith("rank 0 raises ValueError: User-provided base page indices is too short")
-    wide = plan_ranks(config("configured", 28.0, 1_000_000)).ranks[0]
+    wide = plan_ranks(config("none/configured", 28.0, 1_000_000)).ranks[0]
     assert wide.max_blocks_per_seq == exp["width_configured"]
 
 
 def test_one_rank_has_no_min_and_its_own_pool_holds_the_context():
-    plan = plan_ranks(config("clamped", 28.0, 1_000_000, ranks=1))
+    plan = plan_ranks(config("none/clamped", 28.0, 1_000_000, ranks=1))
     assert plan.ranks[0].blocks == plan.ranks[0].local_blocks and plan.outcome == "ok"
 
 

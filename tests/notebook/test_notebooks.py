@@ -57,7 +57,7 @@ def test_notebook_02_reproduces_the_crash(nb02):
     nb, _ = nb02
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
-        ("rtx5080-4mib, any host tier", "clamped", "crash")]
+        ("rtx5080-4mib, any host tier", "none/clamped", "crash")]
     numbers = findings[0]["numbers"]
     for text in ("2,048 B/token", "64 blocks = 2,048 tokens", "row 68 entries", "need 256 entries"):
         assert text in numbers
@@ -103,7 +103,7 @@ def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     nb, _ = nb03
     findings = read_findings(nb)
     assert [(f["policy"], f["outcome"]) for f in findings] == [
-        ("clamped", "crash"), ("configured", "refused")] + [("configured", "stall")] * 4
+        ("none/clamped", "crash"), ("none/configured", "refused")] + [("none/configured", "stall")] * 4
     # each scheduler finding names the tier configuration it describes
     assert all("automatic host tier" in f["scenario"] for f in findings[2:5])
     assert "no tier below the GPU" in findings[5]["scenario"] and "chunked" in findings[5]["scenario"]
@@ -204,9 +204,9 @@ def test_notebook_01_reconstructs_the_report(nb01):
     nb, _ = nb01
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
-        ("issue_21470_16x_gb300, automatic host tier", "clamped", "crash"),
+        ("issue_21470_16x_gb300, automatic host tier", "none/clamped", "crash"),
         ("issue_21470_16x_gb300, automatic host tier", "capacity", "reject"),
-        ("rtx5080-4mib", "clamped", "crash")]
+        ("rtx5080-4mib", "none/clamped", "crash")]
     assert "MIN 958,752 tokens = 29,961 blocks; row 29,964 entries" in findings[0]["numbers"]
     assert "rank 0 raised ValueError: User-provided base page indices is too short" in findings[0]["numbers"]
 

@@ -39,14 +39,14 @@ def assert_no_survivors(result):
 
 @pytest.fixture(scope="module")
 def clamped16(scenario):
-    result = run_ranks(scenario_config(scenario, 16, "clamped"), progress=False)
+    result = run_ranks(scenario_config(scenario, 16, "none/clamped"), progress=False)
     assert_no_survivors(result)
     return result
 
 
 @pytest.fixture(scope="module")
 def admission16(scenario):
-    result = run_ranks(scenario_config(scenario, 16, "admission"), progress=False)
+    result = run_ranks(scenario_config(scenario, 16, "capacity"), progress=False)
     assert_no_survivors(result)
     return result
 
@@ -93,9 +93,9 @@ def test_background_requests_are_balanced_over_the_ranks(admission16):
     assert [sum(1 for k in r.status if k.startswith("bg-")) for r in admission16.ranks] == [3] * 16
 
 
-@pytest.mark.parametrize("policy", ["clamped", "admission"])
+@pytest.mark.parametrize("policy", ["none/clamped", "capacity"])
 def test_in_process_gives_the_same_per_rank_results(scenario, clamped16, admission16, policy):
-    by_process = {"clamped": clamped16, "admission": admission16}[policy]
+    by_process = {"none/clamped": clamped16, "capacity": admission16}[policy]
     in_process = run_ranks(scenario_config(scenario, 16, policy), in_process=True, progress=False)
     assert in_process.mode == "in-process" and in_process.pids == ()
     assert [dataclasses.asdict(r) for r in in_process.ranks] == [dataclasses.asdict(r) for r in by_process.ranks]
@@ -104,7 +104,7 @@ def test_in_process_gives_the_same_per_rank_results(scenario, clamped16, admissi
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_smaller_worlds(scenario, ranks):
-    result = run_ranks(scenario_config(scenario, ranks, "clamped"), progress=False)
+    result = run_ranks(scenario_config(scenario, ranks, "none/clamped"), progress=False)
     assert_no_survivors(result)
     assert len(result.ranks) == ranks and result.ended == "shut down"
     assert [r.outcome for r in result.ranks] == ["raised"] + ["shut down"] * (ranks - 1)
@@ -113,7 +113,7 @@ def test_smaller_worlds(scenario, ranks):
 
 
 def test_configured_row_turns_the_crash_into_a_stall_that_still_takes_every_rank_down(scenario):
-    result = run_ranks(scenario_config(scenario, 4, "configured", stall_limit=20), in_process=True,
+    result = run_ranks(scenario_config(scenario, 4, "none/configured", stall_limit=20), in_process=True,
                        progress=False)
     r0 = result.ranks[0]
     assert r0.outcome == "raised" and r0.error.startswith("RuntimeError: V2 scheduler deadlock")
@@ -149,7 +149,7 @@ def assert_no_transport_text(result):
 
 @pytest.fixture(scope="module")
 def died4(scenario):
-    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=2, step=3, kind="die"))
+    config = scenario_config(scenario, 4, "none/clamped", fault=Fault(rank=2, step=3, kind="die"))
     start = time.monotonic()
     result = run_ranks(config, timeout_s=20, progress=False)
     assert time.monotonic() - start < 15
@@ -159,7 +159,7 @@ def died4(scenario):
 
 @pytest.fixture(scope="module")
 def hung4(scenario):
-    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=1, step=2, kind="hang"))
+    config = scenario_config(scenario, 4, "none/clamped", fault=Fault(rank=1, step=2, kind="hang"))
     start = time.monotonic()
     result = run_ranks(config, timeout_s=4, progress=False)
     assert time.monotonic() - start < 4 + 5  # the timeout, plus terminate/join grace
@@ -225,7 +225,7 @@ def test_a_hung_rank_is_named_and_the_ranks_waiting_for_it_shut_down(hung4):
     assert all(r.blocks == 29961 for r in result.ranks)  # the pool each rank built, from the record
 
 
-@pytest.mark.parametrize("policy, ended", [("admission", "completed"), ("clamped", "shut down")])
+@pytest.mark.parametrize("policy, ended", [("capacity", "completed"), ("none/clamped", "shut down")])
 def test_a_fault_at_a_step_the_run_never_reaches_is_reported_as_not_fired(scenario, policy, ended):
     config = scenario_config(scenario, 2, policy, fault=Fault(rank=1, step=10**6, kind="die"))
     result = run_ranks(config, timeout_s=30, progress=False)
@@ -242,7 +242,7 @@ def test_a_rank_killed_from_outside_while_another_hangs(scenario):
     """SIGKILL (the OOM killer's signal) to rank 2 while rank 1 hangs: the run ends
     DEATH_GRACE_S after the death is seen, long before its timeout, with every rank accounted
     for and no process left."""
-    config = scenario_config(scenario, 4, "clamped", fault=Fault(rank=1, step=2, kind="hang"))
+    config = scenario_config(scenario, 4, "none/clamped", fault=Fault(rank=1, step=2, kind="hang"))
     killed = {}
 
     def kill_rank_2():
@@ -286,7 +286,7 @@ def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
 
     monkeypatch.setattr(supervisor, "rank_progress", lambda enabled, world: Interrupting())
     with pytest.raises(KeyboardInterrupt):
-        run_ranks(scenario_config(scenario, 4, "clamped"), progress=True)
+        run_ranks(scenario_config(scenario, 4, "none/clamped"), progress=True)
     assert multiprocessing.active_children() == []
 
 
@@ -297,11 +297,11 @@ def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
 ])
 def test_bad_rank_counts(scenario, ranks, error, match):
     with pytest.raises(error, match=match):
-        scenario_config(scenario, ranks, "clamped")
+        scenario_config(scenario, ranks, "none/clamped")
 
 
 def test_bad_backend_policy_and_arguments(scenario):
-    config = scenario_config(scenario, 2, "clamped")
+    config = scenario_config(scenario, 2, "none/clamped")
     with pytest.raises(ValueError, match=r"backend must be one of \['gloo', 'nccl'\], got 'mpi'"):
         run_ranks(config, backend="mpi")
     with pytest.raises(ValueError, match="policy must be one of"):
@@ -311,9 +311,9 @@ def test_bad_backend_policy_and_arguments(scenario):
     with pytest.raises(TypeError, match="config must be a RunConfig"):
         run_ranks({"ranks": 2})
     with pytest.raises(ValueError, match="fault needs the process mode"):
-        run_ranks(scenario_config(scenario, 2, "clamped", fault=Fault(1, 0, "die")), in_process=True)
+        run_ranks(scenario_config(scenario, 2, "none/clamped", fault=Fault(1, 0, "die")), in_process=True)
     with pytest.raises(ValueError, match=r"fault.rank must be in \[0, 1\]"):
-        scenario_config(scenario, 2, "clamped", fault=Fault(3, 0, "die"))
+        scenario_config(scenario, 2, "none/clamped", fault=Fault(3, 0, "die"))
     with pytest.raises(ValueError, match="has no deployment block"):
         scenario_config(load_scenario("rtx5080-4mib"))
 
@@ -324,11 +324,11 @@ def test_nccl_without_a_gpu_per_rank_names_backend_and_gpu_count(scenario):
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(ValueError, match=rf"backend='nccl' needs one CUDA GPU per rank: ranks=16, "
                                          rf"torch sees {gpus} GPU\(s\)"):
-        run_ranks(scenario_config(scenario, 16, "clamped"), backend="nccl")
+        run_ranks(scenario_config(scenario, 16, "none/clamped"), backend="nccl")
 
 
 def test_allreduce_min_must_never_raise_the_local_capacity(scenario):
-    runner = RankRunner(0, scenario_config(scenario, 2, "clamped"))
+    runner = RankRunner(0, scenario_config(scenario, 2, "none/clamped"))
     with pytest.raises(AssertionError, match="allreduce\\(MIN\\) raised the local capacity"):
         runner.build(runner.local_capacity_tokens + 32)
 
@@ -349,7 +349,7 @@ def _with_parameters(scenario, **changes):
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda sc: scenario_config(sc, 2, "clamped", workspace_gib=4000.0),
+    (lambda sc: scenario_config(sc, 2, "none/clamped", workspace_gib=4000.0),
      r"rank 0's KV quota of 0 bytes holds no page of \d+ bytes"),
     (lambda sc: scenario_config(_with_parameters(sc, num_layers=1, num_kv_heads=1, head_dim=1,
                                                  kv_dtype="fp8"), 2),
@@ -364,7 +364,7 @@ def test_a_run_no_rank_could_build_is_refused_before_any_rank_starts(scenario, m
     assert multiprocessing.active_children() == before
 
 
-@pytest.mark.parametrize("policy", ["clamped", "admission"])
+@pytest.mark.parametrize("policy", ["none/clamped", "capacity"])
 def test_in_process_every_request_has_a_status_and_a_reason(scenario, policy):
     config = scenario_config(scenario, 4, policy)
     result = run_ranks(config, in_process=True, progress=False)
@@ -374,7 +374,7 @@ def test_in_process_every_request_has_a_status_and_a_reason(scenario, policy):
 
 
 def test_the_in_process_result_states_its_timeout_too(scenario):
-    result = run_ranks(scenario_config(scenario, 2, "admission"), in_process=True, timeout_s=30,
+    result = run_ranks(scenario_config(scenario, 2, "capacity"), in_process=True, timeout_s=30,
                        progress=False)
     assert result.timeout_s == 30 and result.explain().splitlines()[-1].endswith("timeout_s=30")
 
@@ -416,21 +416,21 @@ def slow_steps(monkeypatch):
 
 def test_slow_ranks_that_keep_stepping_are_not_hung(scenario, slow_steps):
     """The watchdog: timeout_s is the time without progress, not a deadline for the run."""
-    result = run_ranks(scenario_config(scenario, 2, "clamped"), timeout_s=1.0, progress=False)
+    result = run_ranks(scenario_config(scenario, 2, "none/clamped"), timeout_s=1.0, progress=False)
     assert result.wall_s > 2.0  # twice the timeout, and no rank was called hung
     assert result.ended == "shut down" and not result.failures
     assert result.ranks[0].outcome == "raised"
 
 
 def test_a_run_past_its_deadline_says_so(scenario, slow_steps):
-    result = run_ranks(scenario_config(scenario, 2, "clamped"), timeout_s=10.0, deadline_s=1.0,
+    result = run_ranks(scenario_config(scenario, 2, "none/clamped"), timeout_s=10.0, deadline_s=1.0,
                        progress=False)
     assert result.ended == "deadline" and not result.failures
     assert result.reason.startswith("the run passed its deadline_s=1")
     assert "still making progress" in result.reason
     assert [r.outcome for r in result.ranks] == ["stopped", "stopped"]
     outcomes = result.request_outcomes()
-    assert len(outcomes) == len(scenario_config(scenario, 2, "clamped").requests)
+    assert len(outcomes) == len(scenario_config(scenario, 2, "none/clamped").requests)
     lost = [why for _, status, why in outcomes.values() if status == "lost"]
     assert lost and all("deadline_s=1" in why for why in lost)
     assert all(why for _, _, why in outcomes.values())  # every request says why
@@ -440,6 +440,6 @@ def test_a_run_past_its_deadline_says_so(scenario, slow_steps):
 
 def test_deadline_needs_the_process_mode(scenario):
     with pytest.raises(ValueError, match="deadline_s needs the process mode"):
-        run_ranks(scenario_config(scenario, 2, "clamped"), in_process=True, deadline_s=5)
+        run_ranks(scenario_config(scenario, 2, "none/clamped"), in_process=True, deadline_s=5)
     with pytest.raises(ValueError, match="deadline_s"):
-        run_ranks(scenario_config(scenario, 2, "clamped"), deadline_s=-1)
+        run_ranks(scenario_config(scenario, 2, "none/clamped"), deadline_s=-1)
