@@ -223,6 +223,15 @@ def _config_with(config):
     return attempt
 
 
+_LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 4096, "num_attention_heads": 32,
+          "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+
+
+def _llama_with(**fields):
+    """A small llama config.json with ``fields`` changed (its raw text when given ``raw``)."""
+    return _config_with({**_LLAMA, **fields})
+
+
 def _stale_handle():
     """A cache handle after ``free``, its slot taken by a new cache."""
     manager = _manager(max_batch_size=1)
@@ -512,6 +521,28 @@ CASES = [
     Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: num_hidden_layers 10**9)",
          _config_with({"model_type": "llama", "num_hidden_layers": 10**9}), "exit 2",
          ("num_hidden_layers must be an int in [1, 4096]",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: llama with num_key_value_heads 7 for 32 heads)",
+         _llama_with(num_key_value_heads=7), "exit 2",
+         ("num_key_value_heads must divide num_attention_heads (32)", "got 7")),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: llama with head_dim 0)",
+         _llama_with(head_dim=0), "exit 2", ("head_dim must be an int in [1, 16384]",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: llama with vocab_size 10**15)",
+         _llama_with(vocab_size=10**15), "exit 2", ("vocab_size must be an int in [1, 16777216]",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: llama with max_position_embeddings -5)",
+         _llama_with(max_position_embeddings=-5), "exit 2",
+         ("max_position_embeddings must be an int in [1, 1073741824]",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: llama with a rope_scaling factor of NaN)",
+         _llama_with(rope_scaling={"type": "linear", "factor": float("nan")}), "exit 2",
+         ("rope_scaling must be an object whose factor is a finite number > 0",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: llama with quant_algo [\"FP8\"])",
+         _llama_with(quantization_config={"quant_algo": ["FP8"]}), "exit 2",
+         ("quant_algo must be an algorithm's name",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: num_hidden_layers of 5,000 digits)",
+         _config_with('{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}"), "exit 2",
+         ("num_hidden_layers is an integer of 5000 digits",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: a list nested 100,000 deep)",
+         _config_with('{"model_type": "llama", "x": ' + "[" * 100000 + "]" * 100000 + "}"), "exit 2",
+         ("nested deeper than MAX_CONFIG_DEPTH=32 levels",)),
     Case(COMMAND, "kvlab plan --model llama-3.1-8b --gpu h200 --ranks 3 --tp-size 2",
          cli("plan", "--model", "llama-3.1-8b", "--gpu", "h200", "--ranks", "3", "--tp-size", "2"),
          "exit 2", ("ranks must be tp_size x pp_size = 2",)),

@@ -236,15 +236,71 @@ def _require(config, name: str, where: str, why: str, high: int = 1 << 30) -> in
     return value
 
 
+#: Bounds on a config.json's own fields, checked before transformers reads it (field: (high,
+#: what it is)); a present field must be an int in [1, high].
+RAW_FIELD_BOUNDS = {
+    "hidden_size": (1 << 20, "the hidden size"),
+    "num_attention_heads": (1 << 14, "attention heads"),
+    "num_key_value_heads": (1 << 14, "KV heads"),
+    "head_dim": (1 << 14, "the head size"),
+    "intermediate_size": (1 << 22, "the MLP's inner size"),
+    "vocab_size": (1 << 24, "the vocabulary"),
+    "max_position_embeddings": (1 << 30, "the longest position the model was trained for"),
+}
+#: The deepest nesting a config.json may have (real ones nest three or four levels).
+MAX_CONFIG_DEPTH = 32
+#: The most digits an integer of a config.json may have.
+MAX_INT_DIGITS = 30
+
+
+class _LongInt:
+    """An integer literal of more than MAX_INT_DIGITS digits, as the raw check parses it: no
+    field accepts it, and its repr says what it was."""
+
+    def __init__(self, digits: str):
+        self.length = len(digits.lstrip("-"))
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.length} digits"
+
+
+def _parse_json(text: str, where: str):
+    """A config file's JSON, with integers of more than MAX_INT_DIGITS digits kept as _LongInt
+    (Python refuses to convert past 4,300) and nesting bounded (its parser recurses)."""
+    try:
+        raw = json.loads(text, parse_int=lambda s: int(s) if len(s) <= MAX_INT_DIGITS else _LongInt(s))
+    except RecursionError:
+        raise ConfigError(f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} "
+                          "levels") from None
+    stack = [(raw, 1, "")]
+    while stack:
+        value, depth, key = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} "
+                              f"levels (at {key[:80]})")
+        if isinstance(value, _LongInt):
+            raise ConfigError(f"{where}: {key or 'the document'} is {value!r}; an integer of a "
+                              f"config has at most {MAX_INT_DIGITS}")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, f"{key}.{k}" if key else str(k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, f"{key}[{i}]") for i, v in enumerate(value))
+    return raw
+
+
 def _check_raw_config(text: str, where: str) -> None:
     """Bounds on the raw config.json, before transformers builds anything from it: a config
-    class may build a list per layer (``layer_types``) or more from a huge layer count."""
+    class may build a list per layer (``layer_types``) or more from a huge layer count, and a
+    field out of range would reach the arithmetic as nonsense."""
     try:
-        raw = json.loads(text)
-    except ValueError:
+        raw = _parse_json(text, where)
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
         return  # transformers names what it cannot parse
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
+    _check_quantization(raw.get("quantization_config"), where)
     for part in (raw, raw.get("text_config")):
         if not isinstance(part, dict):
             continue
@@ -252,6 +308,26 @@ def _check_raw_config(text: str, where: str) -> None:
         if layers is not None:
             _require(SimpleNamespace(num_hidden_layers=layers), "num_hidden_layers", where,
                      "the decoder's layer count", MAX_LAYERS)
+        for field_name, (high, what) in RAW_FIELD_BOUNDS.items():
+            if part.get(field_name) is not None:
+                _require(SimpleNamespace(**{field_name: part[field_name]}), field_name, where, what, high)
+        heads, kv_heads = part.get("num_attention_heads"), part.get("num_key_value_heads")
+        if heads is not None and kv_heads is not None and heads % kv_heads:
+            raise ConfigError(f"{where}: num_key_value_heads must divide num_attention_heads "
+                              f"({heads}): each KV head serves a whole group of query heads, "
+                              f"got {kv_heads}")
+        for field_name in ("torch_dtype", "dtype"):
+            if part.get(field_name) is not None and not isinstance(part[field_name], str):
+                raise ConfigError(f"{where}: {field_name} must be a dtype's name, got "
+                                  f"{part[field_name]!r:.80}")
+        rope = part.get("rope_scaling")
+        if rope is not None:
+            factor = rope.get("factor") if isinstance(rope, dict) else None
+            if not isinstance(rope, dict) or (factor is not None and (
+                    isinstance(factor, bool) or not isinstance(factor, (int, float))
+                    or not math.isfinite(factor) or factor <= 0)):
+                raise ConfigError(f"{where}: rope_scaling must be an object whose factor is a "
+                                  f"finite number > 0, got {rope!r:.80}")
         for field_name, kind in (("hybrid_override_pattern", str), ("layer_types", list)):
             value = part.get(field_name)
             if value is not None and not isinstance(value, kind):
@@ -260,6 +336,18 @@ def _check_raw_config(text: str, where: str) -> None:
             if value is not None and len(value) > MAX_LAYERS:
                 raise ConfigError(f"{where}: {field_name} must have at most {MAX_LAYERS} entries "
                                   f"(one per layer), got {len(value)}")
+
+
+def _check_quantization(block, where: str) -> None:
+    """A quantization block's algorithm names are strings (or absent)."""
+    if block is None:
+        return
+    if not isinstance(block, dict):
+        raise ConfigError(f"{where}: a quantization block must be an object, got {block!r:.80}")
+    for field_name in ("quant_method", "quant_algo", "kv_cache_quant_algo"):
+        if block.get(field_name) is not None and not isinstance(block[field_name], str):
+            raise ConfigError(f"{where}: {field_name} must be an algorithm's name, got "
+                              f"{block[field_name]!r:.80}")
 
 
 def geometry_from_config(config, *, name: str, source: str, where: str = "config",
@@ -465,10 +553,16 @@ def read_config(path) -> ModelGeometry:
         transformers.logging.set_verbosity(verbosity)
     modelopt = file.parent / "hf_quant_config.json"
     if modelopt.is_file():  # ModelOpt's file comes first, as the executor reads it
+        if modelopt.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{modelopt}: a quantization file must be at most "
+                              f"{MAX_CONFIG_BYTES:,} bytes")
         try:
-            block = json.loads(modelopt.read_text(encoding="utf-8")).get("quantization")
+            block = _parse_json(modelopt.read_text(encoding="utf-8"), str(modelopt)).get("quantization")
+        except ConfigError:
+            raise
         except (ValueError, AttributeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{modelopt}: not a ModelOpt quantization file ({exc})") from None
+        _check_quantization(block, str(modelopt))
         if isinstance(block, dict) and block.get("quant_algo") is not None:  # else config.json's
             geometry = dataclasses.replace(
                 geometry, quantization=quantization_from_config(block, str(modelopt)))
