@@ -332,8 +332,10 @@ stalled = beside.trace.column("stalled_passes")
 steps = beside.trace.column("step")
 print(f"small requests finished: {sum(beside.status[r] == 'finished' for r in small_ids)} of {len(small_ids)}, "
       f"the last at step {last_small:,}")
-print(f"long request: {beside.status['long']}, refused in {beside.requests['long'].num_refusals:,} of "
-      f"{beside.iterations:,} passes (the others had a full batch before reaching it)")
+refused = beside.requests["long"].num_refusals
+print(f"long request: {beside.status['long']}, refused in "
+      + (f"every one of the {beside.iterations:,} passes" if refused == beside.iterations else
+         f"{refused:,} of {beside.iterations:,} passes (in the others a full batch came before it)"))
 print(textwrap.fill(f"{type(beside.error).__name__} at step {steps[-1]:,}: {beside.error}", 100,
                     break_on_hyphens=False))
 viz.show(viz.scheduler_timeline_figure(beside, stall_limit=stall_limit,

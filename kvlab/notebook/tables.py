@@ -48,3 +48,21 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
 
 
 __all__ = ["TEXT_COLUMN_WIDTH", "table"]
+
+
+def counted(n: int, noun: str, plural: Optional[str] = None) -> str:
+    """``n`` and ``noun`` agreeing: "1 pass", "2 passes", "1,072 requests"."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {plural or (noun + 'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else noun + 's')}"
+
+
+def gib_pair(a_bytes: int, b_bytes: int, digits: int = 2) -> tuple:
+    """Two byte counts in GiB with as many decimals (from ``digits``, at most 6) as it takes for
+    unequal values to read unequal: never "37.48 GiB > quota 37.48 GiB"."""
+    while True:
+        a, b = (f"{n / 2**30:.{digits}f}" for n in (a_bytes, b_bytes))
+        if a != b or a_bytes == b_bytes or digits >= 6:
+            return a, b
+        digits += 1
+

@@ -30,6 +30,7 @@ from kvlab.analysis.deployment import CLAMP_PROPOSAL
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.core.arith import div_ceil
 from kvlab.core.memory import GIB, MIB
+from kvlab.notebook.tables import counted
 
 #: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
 #: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
@@ -567,7 +568,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     if title is None:
         title = f"Scheduler timeline: {OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}"
     if subtitle is None:
-        subtitle = (f"{len(steps):,} pass{'' if len(steps) == 1 else 'es'}; " + ", ".join(f"{n:,} {s}" for s, n in counts.items() if n)
+        subtitle = (f"{counted(len(steps), 'pass')}; " + ", ".join(f"{n:,} {s}" for s, n in counts.items() if n)
                     + (f"; stopped by {type(error).__name__}" if error is not None else ""))
     top = max(trace.column("stalled_passes" if stall_detector else "num_recompute_paused")
               + [stall_limit or 0, 1])

@@ -34,7 +34,7 @@ from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, verdict_html
 from kvlab.notebook.parameters import check_repro_parameters
-from kvlab.notebook.tables import table
+from kvlab.notebook.tables import counted, gib_pair, table
 from kvlab.run.distributed import run_ranks
 from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
@@ -460,15 +460,15 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
     max_batch_size default)."""
     plan, gib = model.plan, GIB
     slots = plan.requested + plan.dummies
-    raw = (f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = "
-           f"{plan.raw_need_bytes / gib:.2f} GiB")
+    need_gib, quota_gib = gib_pair(plan.raw_need_bytes, plan.quota_bytes)
+    raw = f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = {need_gib} GiB"
     fits = model.feasible_max_batch_size
     if model.raw_fits:
-        headline = (f"Merged builds: {raw} <= quota {model.quota_gib:.2f} GiB; all {plan.requested} "
+        headline = (f"Merged builds: {raw} <= quota {quota_gib} GiB; all {plan.requested} "
                     f"sequences resident (merged code has no cap). The proposals change nothing here.")
     elif model.resident >= 1:
         used = (model.resident + plan.dummies) * plan.slot_bytes / gib
-        headline = (f"Merged raises: {raw} > quota {model.quota_gib:.2f} GiB (ValueError at "
+        headline = (f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
                     f"construction). Proposal PR #17261 (closed without merging), the clamp: "
                     f"{model.resident} resident (+{plan.dummies} dummy) = {used:.2f} GiB of slots; "
                     f"{model.split['clamped']['pages'] // plan.page_bytes} attention pages; "
@@ -476,7 +476,7 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
                     f"a max_batch_size default of at most {fits} fits; an explicit "
                     f"{model.max_batch_size} still raises, with a message in GiB.")
     else:
-        headline = (f"Merged raises: {raw} > quota {model.quota_gib:.2f} GiB; the clamp (PR #17261) "
+        headline = (f"Merged raises: {raw} > quota {quota_gib} GiB; the clamp (PR #17261) "
                     f"keeps 0: not even one sequence's state fits, so it raises too, and no "
                     f"max_batch_size default fits (PR #18985).")
     detail = (f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
@@ -595,7 +595,7 @@ def step_figures(model: StepModel) -> Dict[str, dict]:
                                   "for, and got", subtitle=f"policy {model.policy}; pool "
                                   f"{model.used_pages} of {model.total_pages} pages in use"),
             "timeline": viz.scheduler_timeline_spec(model.result, stall_limit=STEP_ENGINE.stall_limit,
-                                                    title=f"The run so far: {model.passes} passes")}
+                                                    title=f"The run so far: {counted(model.passes, 'pass')}")}
 
 
 def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
@@ -605,7 +605,7 @@ def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
     if error is not None:
         headline = f"Pass {model.passes} ended the engine: {type(error).__name__}."
     elif not any(s in UNFINISHED_STATUSES for s in model.result.status.values()):
-        headline = f"Every request is done after {model.passes} passes."
+        headline = f"Every request is done after {counted(model.passes, 'pass')}."
     else:
         headline = (f"Pass {model.passes}: the stall detector counts {model.stalled} of "
                     f"{STEP_ENGINE.stall_limit} passes without progress. Press → for the next.")

@@ -3,7 +3,7 @@ and wrapped between words, in an HTML table."""
 
 import re
 
-from kvlab.notebook.tables import table
+from kvlab.notebook.tables import counted, gib_pair, table
 
 
 def test_counts_reals_and_long_text_as_a_reader_should_see_them():
@@ -33,3 +33,16 @@ def test_every_text_column_is_left_aligned_whatever_its_dtype():
     html = table(frame).to_html()
     for col in (0, 1):  # each cell of both columns is in the rule that aligns text left
         assert re.search(rf"_row1_col{col}\b[^{{]*\{{\s*text-align: left", html), col
+
+
+def test_counted_agrees_number_and_noun():
+    assert [counted(1, "pass"), counted(2, "pass"), counted(1072, "request"), counted(0, "page")] == [
+        "1 pass", "2 passes", "1,072 requests", "0 pages"]
+    assert counted(3, "query", "queries") == "3 queries"
+
+
+def test_gib_pair_never_shows_unequal_sizes_as_equal():
+    need, quota = round(37.4812 * 2**30), round(37.4809 * 2**30)
+    assert gib_pair(need, quota) == ("37.4812", "37.4809")  # at 2 decimals both read 37.48
+    assert gib_pair(10 * 2**30, 20 * 2**30) == ("10.00", "20.00")
+    assert gib_pair(5 * 2**30, 5 * 2**30) == ("5.00", "5.00")
