@@ -445,6 +445,7 @@ if never_fits:
     assert shrunk.loc["none/configured", "outcome"] == "stall"      # the one-line fix: starvation, then the deadlock
     assert sorted(trace_runs["shrunk"]["capacity"].ids_with_status("rejected")) == never_fits
     assert shrunk.loc["capacity", "finished"] == len(trace) - len(never_fits)  # everything else is served
+    assert shrunk.loc["capacity", "mean_queue_steps"] <= sized.loc["capacity", "mean_queue_steps"]  # and waits less
 for name, table_ in trace_tables.items():  # the peers reject at their doors and serve the rest
     assert set(table_.loc[list(PEER_POLICIES), "outcome"]) <= {"ok", "reject"}, name
     assert (table_.loc[list(PEER_POLICIES), "unfinished"] == 0).all(), name
@@ -460,7 +461,9 @@ for name, table_ in trace_tables.items():  # the peers reject at their doors and
 # is left: after 1000 passes without progress the deadlock detector stops the engine, and
 # everything still queued is lost. With admission control (`capacity`) exactly the requests that
 # can never fit are rejected when they arrive, with the numbers, and every other request of the
-# hour is served: the shrunk pool costs queueing time, not the engine.
+# hour is served: the shrunk pool costs those requests, not the engine. It does not cost the
+# others queueing time: their mean queue (`mean_queue_steps`) is shorter than on the sized pool,
+# because the longest contexts, rejected at arrival, no longer take their turn.
 #
 # The peers, vLLM and SGLang, reject at their doors the prompts over their limits on the shrunk
 # pool (vLLM's `max_model_len`, the pool less one block; SGLang's, the pool less six tokens) and
