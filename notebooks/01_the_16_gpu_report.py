@@ -23,6 +23,12 @@
 # `resize_context` on rank 0 and the native allocator raised
 # `ValueError: User-provided base page indices is too short`. The executor took all 16 ranks down.
 #
+# The report was followed by an investigation, which this kit calls **the seed**: it reproduced
+# the crash on one consumer GPU (an RTX 5080) with no model weights and a 4 MiB KV pool, found a
+# one-line fix, showed why that fix is not enough, and arrived at admission control. "The seed's"
+# numbers (2 layers, 2 KV heads, 4 MiB, 8,192 tokens) are that reproduction's; the notebooks
+# walk its road. `docs/GLOSSARY.md` explains every term they use.
+#
 # This notebook rebuilds that deployment with kvlab — 16 ranks, each with its own memory budget,
 # KV-cache manager and scheduler, stepping in lockstep — and then makes the reduction the
 # investigation made: which conditions on **one** GPU reproduce the local failure (notebook 02).
