@@ -225,7 +225,15 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
                     f"stops the engine; {done} of {len(small)} small requests finished, the rest "
                     f"are lost. {where}.")
     elif model.outcome == "stall":
-        if isinstance(result.error, RuntimeError):
+        if isinstance(result.error, RuntimeError) and result.status["long"] == "running":
+            headline = (f"Stall: the long request was admitted, and its context took "
+                        f"{engine.geometry.blocks_for_tokens(model.context)} of "
+                        f"the pool's {engine.total_blocks} pages; its next tokens need more, which "
+                        f"nobody frees, so it holds the pool while the small requests starved "
+                        f"({done} of {len(small)} finished), then SchedulerDeadlock after "
+                        f"{engine.stall_limit} passes without progress (step {result.end_step - 1}). "
+                        f"{where}.")
+        elif isinstance(result.error, RuntimeError):
             headline = (f"Stall: refused every pass, the long request starved while {done} of "
                         f"{len(small)} small requests finished, then SchedulerDeadlock after "
                         f"{engine.stall_limit} passes without progress (step {result.end_step - 1}). "
@@ -238,11 +246,21 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     else:
         headline = (f"OK: all {len(result.status)} requests finished in {result.end_step} steps. "
                     f"{where}.")
-    detail = "\n".join(f"{rid}: {result.status[rid]} - {result.reasons[rid][:200]}"
+    detail = "\n".join(f"{rid}: {result.status[rid]} - {_reason_without_error(result, rid)}"
                        for rid in ["long", *small])
     if model.phase_verdict is not None:
         detail = (f"phase diagram (the long request alone): {model.phase_verdict}\n" + detail)
     return model.outcome, verdict_html(model.outcome, headline, detail)
+
+
+def _reason_without_error(result, request_id: str, width: int = 200) -> str:
+    """A request's reason without the engine error's text the headline already gives, cut
+    between words to ``width`` characters."""
+    why = result.reasons[request_id]
+    error = "" if result.error is None else str(result.error)
+    if error and why.endswith(f": {error}"):
+        why = why[:-len(error) - 2]
+    return why if len(why) <= width else why[:width - 1].rsplit(" ", 1)[0] + "…"
 
 
 def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "none/clamped", *,

@@ -387,7 +387,9 @@ class Engine:
         submitted = request.activated_step is not None
         if request.state == "waiting" and submitted:
             geometry = self.scheduler.manager.geometry
-            detail = (f"refused in {request.num_refusals} scheduling passes; its context of "
+            passes = "1 scheduling pass" if request.num_refusals == 1 else \
+                f"{request.num_refusals:,} scheduling passes"
+            detail = (f"refused in {passes}; its context of "
                       f"{request.context_len} tokens needs "
                       f"{geometry.blocks_for_tokens(request.context_len)} blocks, the pool has "
                       f"{self.scheduler.manager.total_blocks}")

@@ -12,8 +12,9 @@ import pytest
 from kvlab.notebook import viz
 from kvlab.notebook.panel import Debouncer, Panel, verdict_html
 from kvlab.notebook.plot_view import PlotView
-from kvlab.notebook.widgets import (ADMISSION_PANEL_POLICIES, admission_panel, context_choices,
-                                    mamba_panel, ranks_panel, repro_panel)
+from kvlab.notebook.widgets import (ADMISSION_PANEL_POLICIES, admission_model, admission_panel,
+                                    admission_verdict, context_choices, mamba_panel, ranks_panel,
+                                    repro_panel)
 
 HELD = 1
 
@@ -548,3 +549,19 @@ def test_the_plan_panel_names_a_bad_value(kwargs, named):
 
     with pytest.raises(ValueError, match=named):
         plan_panel(**kwargs)
+
+
+@pytest.mark.parametrize("pool_mib, who_starved", [
+    (16.0, "it holds the pool while the small requests starved (0 of 6 finished)"),
+    (4.0, "refused every pass, the long request starved while 6 of 6 small requests finished"),
+])
+def test_admission_verdict_says_who_starved(pool_mib, who_starved):
+    """At 16 MiB the long context is admitted and takes the whole pool (its next token needs one
+    more page): the small requests starve, not the long one; at 4 MiB it is refused every pass."""
+    model = admission_model({"pool_mib": pool_mib, "context": 8192, "policy": "none/configured"},
+                            num_small=6)
+    outcome, html = admission_verdict(model)
+    assert outcome == "stall" and who_starved in html
+    long_line = next(line for line in html.split("\n") if line.startswith("long: "))
+    assert long_line.startswith("long: running" if pool_mib == 16.0 else "long: waiting")
+    assert "V2 scheduler deadlock" not in html.split("</b>", 1)[-1].split("phase diagram", 1)[-1]
