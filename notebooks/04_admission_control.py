@@ -380,9 +380,12 @@ print(f"head-of-line: {len(head_of_line.status)} requests waiting after {head_of
 # Pool size (log slider, MiB), the long request's context and the policy: the scheduler timeline,
 # the long request's pages against the pool and the row, and the verdict follow. Things to find:
 # the pool at which the long request stops crashing under `none/clamped` but still stalls (the
-# row's spare entries); the pool from which every policy says ok; the context from which each peer
-# rejects the long request (vLLM: its `max_model_len`, the pool less one block; SGLang: the pool
-# less six tokens, or the context length).
+# row's spare entries); the pool from which TensorRT-LLM's three policies all say ok; why the
+# peers reject this context at every pool (a prompt as long as their context length leaves no
+# room for its output), and, with a shorter context, the pool from which they say ok too; at the
+# default pool, the context from which each peer rejects the long request (vLLM: its
+# `max_model_len`, the pool less one block; SGLang: the pool less six tokens, or the context
+# length). `tests/notebook/test_widgets.py` checks that each of these can be found on the sliders.
 
 # %%
 panel = admission_panel(pool_mib=pool_mib, context=context, policy="none/clamped", num_small=min(num_small, 8),

@@ -565,3 +565,47 @@ def test_admission_verdict_says_who_starved(pool_mib, who_starved):
     long_line = next(line for line in html.split("\n") if line.startswith("long: "))
     assert long_line.startswith("long: running" if pool_mib == 16.0 else "long: waiting")
     assert "V2 scheduler deadlock" not in html.split("</b>", 1)[-1].split("phase diagram", 1)[-1]
+
+
+# -- notebook 04's panel hints: each can be found on the sliders --------------------------------
+
+def _admission_outcomes(policy, *, pools=None, contexts=None, pool_mib=4.0, context=8192):
+    """The panel's outcome at each slider position of the pool (or of the context)."""
+    if pools is None and contexts is None:
+        raise ValueError("pools or contexts")
+    if pools is not None:
+        return {p: admission_model({"pool_mib": p, "context": context, "policy": policy},
+                                   num_small=4).outcome for p in pools}
+    return {c: admission_model({"pool_mib": pool_mib, "context": c, "policy": policy},
+                               num_small=4).outcome for c in contexts}
+
+
+POOL_STEPS = [2 ** (k / 2) for k in range(-8, 17)]  # the pool slider: 2**-4 to 2**8 MiB, half steps
+
+
+def test_hint_a_pool_where_clamped_stops_crashing_but_still_stalls():
+    outcomes = _admission_outcomes("none/clamped", pools=POOL_STEPS)
+    assert "crash" in outcomes.values() and "stall" in outcomes.values()
+    first_stall = min(p for p, o in outcomes.items() if o == "stall")
+    assert all(outcomes[p] == "crash" for p in POOL_STEPS if p < first_stall)
+
+
+def test_hint_a_pool_from_which_trtllms_three_policies_say_ok():
+    ok = [p for p in POOL_STEPS if all(_admission_outcomes(policy, pools=[p])[p] == "ok"
+                                      for policy in ("none/clamped", "none/configured", "capacity"))]
+    assert ok and all(p in ok for p in POOL_STEPS if p >= ok[0])
+
+
+def test_hint_the_peers_reject_the_default_context_at_every_pool_and_a_shorter_one_fits():
+    for policy in ("vllm", "sglang"):
+        assert set(_admission_outcomes(policy, pools=POOL_STEPS).values()) == {"reject"}
+        shorter = _admission_outcomes(policy, pools=POOL_STEPS, context=4096)
+        assert "ok" in shorter.values(), policy
+
+
+def test_hint_the_context_from_which_each_peer_rejects_at_the_default_pool():
+    for policy in ("vllm", "sglang"):
+        outcomes = _admission_outcomes(policy, contexts=context_choices([8192]))
+        first_reject = min(c for c, o in outcomes.items() if o == "reject")
+        assert outcomes[min(outcomes)] == "ok" and all(
+            o == "reject" for c, o in outcomes.items() if c >= first_reject), policy
