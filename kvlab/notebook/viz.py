@@ -793,6 +793,15 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
                                      color=outcome_color(outcome)),
                          x=[s.step * scale for s in kept], y=[s.finished_total for s in kept],
                          hovertemplate=f"{policy}: minute %{{x:.1f}}, %{{y}} finished<extra></extra>"))
+    # an engine that stopped a moment into an hour is a speck at the origin: say where, in words
+    stops = [(policy, run) for policy, run in runs.items() if run.error is not None]
+    annotations = [dict(x=run.end_step * scale, y=run.trace.steps[-1].finished_total if run.trace.steps else 0,
+                        xref="x", yref="y", showarrow=True, arrowhead=2, ax=50, ay=-150 + 30 * i,
+                        bgcolor="rgba(255,255,255,0.9)",
+                        text=f"{policy}: {OUTCOME_LABELS.get(engine_outcome(run), engine_outcome(run))} "
+                             f"at minute {run.end_step * scale:.1f}",
+                        font=dict(size=12, color=outcome_color(engine_outcome(run))), xanchor="left")
+                   for i, (policy, run) in enumerate(stops)]
     # policies whose runs draw the same curve share one legend entry that names them all
     curves = {}
     for policy, line in zip(runs, data[1:]):
@@ -810,7 +819,7 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
                                                  rangemode="tozero"),
                           yaxis=dict(title="requests", rangemode="tozero"),
                           legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
-                          margin=dict(l=70, r=30, t=80, b=110))
+                          margin=dict(l=70, r=30, t=80, b=110), annotations=annotations)
     return {"data": data, "layout": layout}
 
 

@@ -190,6 +190,15 @@ def test_policies_that_draw_the_same_curve_share_one_legend_entry(seed_runs):
     assert data[3]["name"] == "c: stall (no progress)"
 
 
+def test_an_engine_that_stopped_is_named_where_it_stopped(seed_runs):
+    """A crash a moment into an hour is a speck at the origin: an annotation names it."""
+    runs = {p: seed_runs[p] for p in ("none/clamped", "none/configured", "capacity")}
+    notes = viz.served_over_time_spec(runs, 0.05)["layout"]["annotations"]
+    assert [n["text"].split(":")[0] for n in notes] == ["none/clamped", "none/configured"]
+    assert notes[0]["text"].startswith("none/clamped: crash (ValueError) at minute 0.0")
+    assert notes[0]["x"] == runs["none/clamped"].end_step * 0.05 / 60
+
+
 def test_a_one_pass_timeline_says_why_it_draws_points(seed_runs):
     """none/clamped crashes in its first pass: an empty-looking frame unless the figure says so."""
     result = seed_runs["none/clamped"]
