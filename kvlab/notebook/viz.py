@@ -676,10 +676,10 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
         yt = list(range(math.ceil(min(ys, default=0)), math.floor(max(ys, default=0)) + 1))
         axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}",
                                       tickvals=xt[::2] if len(xt) > 8 else xt,
-                                      ticktext=[f"{2 ** t:g}" for t in (xt[::2] if len(xt) > 8 else xt)],
+                                      ticktext=[f"{2 ** t:,}" for t in (xt[::2] if len(xt) > 8 else xt)],
                                       title=dict(text="KV pool (MiB)"), showgrid=False)
         axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", tickvals=yt,
-                                      ticktext=[f"{2 ** t:g}" for t in yt], showgrid=False,
+                                      ticktext=[f"{2 ** t:,}" for t in yt], showgrid=False,
                                       showticklabels=k == 0,
                                       **({"title": dict(text="context length (tokens)")} if k == 0 else {}))
         counts = {v: sum(row.count(i) for row in grid) for i, v in enumerate(ENGINE_OUTCOMES)}
