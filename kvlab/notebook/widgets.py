@@ -714,16 +714,17 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: s
     """Notebook 06's panel: issue #21470's deployment (its other settings: workspace skew,
     activations, attention DP, chunked prefill, a max_seq_len past the model's own limit
     allowed) with the model, GPU, KV cache manager (the issue's V2 by default), weights,
-    workspace, max_seq_len, max_batch_size and ranks under the reader's hand."""
+    workspace, max_seq_len, max_batch_size and ranks under the reader's hand. Weights of 0 are
+    derived from the model; changing the model sets them to 0."""
     style, layout = {"description_width": "140px"}, W.Layout(width="450px")
     controls = {
-        "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace"),
+        "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace (GiB)"),
         "max_seq_len": W.SelectionSlider(options=labelled(PLAN_MAX_SEQ_LENS),
                                          description="max_seq_len"),
         "model": W.Dropdown(options=list(model_names()), description="model"),
         "manager": W.Dropdown(options=list(MANAGERS), description="KV cache manager"),
         "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
-        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights (0: derived)"),
+        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights/rank (GiB)"),
         "max_batch_size": W.SelectionSlider(options=labelled(PLAN_BATCH_SIZES), description="batch size"),
         "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (ADP)"),
     }
@@ -736,6 +737,9 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: s
         control.style, control.layout = style, layout
         if hasattr(control, "continuous_update"):
             control.continuous_update = False
+    # the weights given belong to a model: another model's are derived (0) until set again
+    controls["model"].observe(lambda change: setattr(controls["weights_gib"], "value", 0.0),
+                              names="value")
     base = example_deployments()["issue-21470"]
     return Panel(controls, lambda values: plan_model(values, base=base), plan_figures, plan_verdict,
                  title="Your deployment: will it hit issue #21470?", wait_s=wait_s)

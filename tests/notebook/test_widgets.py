@@ -535,6 +535,8 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
     assert "Admission control does not help: nothing starts" in panel.verdict_text
     slots = next(t for t in panel.figures["ranks"].data if t.name.startswith("recurrent-state slots"))
     assert slots.showlegend and min(slots.y) > 0  # the clamp's slots, beside its pool
+    panel.set(model="llama-3.1-8b")  # another model's weights are derived, not the last ones
+    assert panel.controls["weights_gib"].value == 0.0
     panel.set(model="deepseek-v3", ranks=1, weights_gib=400.0)
     assert panel.verdict_text.startswith("Cannot start under any policy")
     assert panel.views == views  # redrawn, never rebuilt
