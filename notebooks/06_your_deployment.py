@@ -209,14 +209,19 @@ def preset_row(name):
 
 
 names = model_names()[:3] if SMOKE else model_names()
-table([preset_row(name) for name in names], index="model")
+rows = [preset_row(name) for name in names]
+clamped = [r["model"] for r in rows if r.get("clamped") == "yes"]
+print(f"clamped at these settings: {', '.join(clamped)}" if clamped else
+      "no preset is clamped at these settings (each pool holds max_seq_len): raise max_seq_len "
+      "or lower tp_size in the parameters cell to see one")
+table(rows, index="model")
 
 # %% [markdown]
 # A big model on few GPUs leaves no quota at all: at this tensor parallelism the weights of
 # DeepSeek-V3 or Qwen3-235B alone exceed the GPU, and the plan says the executor cannot start
-# rather than drawing a pool of nothing. Most presets get V1, where a clamped `max_seq_len`
-# means rejections, not crashes; on V2 the contexts between the clamped row and `max_seq_len`
-# crash. The hybrids get V2, and with a large `max_batch_size` their state slots may not fit:
+# rather than drawing a pool of nothing. Most presets get V1. Where a pool is too small for
+# `max_seq_len` (the table's "clamped" column, and the line above it), V1 rejects the prompts past
+# the clamped length, while on V2 the contexts between the clamped row and `max_seq_len` crash. The hybrids get V2, and with a large `max_batch_size` their state slots may not fit:
 # then construction raises and nothing runs. With TensorRT-LLM's default of chunked prefill
 # off, a prompt longer than `max_num_tokens` (8,192) is refused at the door before any of this:
 # set `chunked_prefill = False` above to see `kvlab plan` warn that most context lengths are
