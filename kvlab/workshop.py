@@ -447,10 +447,13 @@ def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
         failures.append(f"returned {type(got).__name__}: {got}; expected the native "
                         f"{PAGE_INDEX_TOO_SHORT_MESSAGE!r}")
     elif got is False:
-        refused = "returned False: that is the configured row's answer"
-        failures.append(_Hint(f"{refused}; which row, and which page_index_policy, does the crash need?",
-                              f"{refused} (260 entries fit 256, then the pool has only 64 pages); "
-                              "the crash needs page_index_policy='clamped'"))
+        refused = ("returned False: the resize was refused, so the row had room for the context "
+                   "and only the pool had not")
+        failures.append(_Hint(f"{refused}; which row is too short for an 8192-token context, and "
+                              "which page_index_policy sizes it?",
+                              f"{refused}; the crash needs a row shorter than the 256 entries the "
+                              "context needs: page_index_policy='clamped' (68 entries), and the "
+                              "seed's resize to 8192 tokens"))
     elif got is True:
         failures.append("returned True: the resize succeeded, so the pool or the context is not the "
                         "seed's (4 MiB, 8192 tokens)")
@@ -741,6 +744,19 @@ def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
     return None, log
 
 
+def _scan_overrun(got: List[str], expected: List[str], resident: int, cap, budget: int) -> Optional[str]:
+    """What a scan did wrong when it scheduled what the budget or a full cap forbids (the cases'
+    own questions are about the other slips), or None."""
+    if len(got) > budget:
+        return f"{len(got)} scheduled: more than max_num_requests={budget}, the batch budget"
+    extra = [r for r in got if r not in expected and r.startswith("new")]
+    if extra and cap is not None and resident >= cap:  # every slot was taken from the start
+        return (f"{', '.join(repr(r) for r in extra)} started a new sequence with no resident "
+                f"slot free (cap {cap}): a fix must keep the cap, and hold a first chunk back when "
+                "every slot is taken")
+    return None
+
+
 def check_resident_scan(fn: Callable[..., List[str]], *, strict: bool = False,
                         reveal: Optional[bool] = None) -> CheckResult:
     """Exercise 4: ``fn(pending_ctx, num_resident, max_resident, max_num_requests)`` returns the
@@ -756,7 +772,9 @@ def check_resident_scan(fn: Callable[..., List[str]], *, strict: bool = False,
             failures.append(f"{label} ({where}): {error}")
         elif list(got or []) != expected:
             wrong = f"{label} ({where}): scheduled {list(got or [])}, expected {expected}"
-            failures.append(_Hint(f"{wrong} - {question}", f"{wrong} - {lesson}"))
+            overrun = _scan_overrun(list(got or []), expected, resident, cap, budget)
+            failures.append(f"{wrong} - {overrun}" if overrun else
+                            _Hint(f"{wrong} - {question}", f"{wrong} - {lesson}"))
         else:
             passes.append(f"{label}: {expected}")
     try:

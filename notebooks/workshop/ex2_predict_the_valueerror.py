@@ -89,8 +89,8 @@ result
 # %% [markdown]
 # ## Discuss
 #
-# * Case D is refused, case E crashes, and both ask for more than the pool's 64 pages. What
+# * Cases D and E both ask for more than the pool's 64 pages, yet they end differently. What
 #   separates them?
-# * Case B: the one-line fix turns the crash into `False`. Is the request now served? Who retries
-#   it, and with what? (Notebook 03, part 2: through the scheduler.)
+# * Case B runs the one-line fix. After its outcome, is the request served? Who retries it, and
+#   with what? (Notebook 03, part 2: through the scheduler.)
 # * The exception is raised on one rank. Why did all 16 ranks of issue #21470 stop?

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # Workshop 4 · `break` or `continue`?
+# # Workshop 4 · The resident cap's scan
 #
 # *Follows notebook 05 (Mamba residency, PR #17261). About 25 minutes.*
 #

@@ -188,7 +188,7 @@ def test_trigger_feedback():
         raise PageIndexTooShort(256, 68)
 
     assert "escaped your function" in feedback(workshop.check_trigger(escaped))
-    assert "configured row's answer" in feedback(workshop.check_trigger(lambda: False))
+    assert "the row had room for the context" in feedback(workshop.check_trigger(lambda: False))
     assert "256 and 68" in feedback(workshop.check_trigger(lambda: PageIndexTooShort(300, 132), reveal=True))
     assert workshop.check_trigger(lambda: PageIndexTooShort(256, 68))
 
@@ -248,14 +248,14 @@ def test_admission_policy_feedback():
 
 # --- exercise 4 ----------------------------------------------------------------------------------
 
-def scan(on_cap="continue", count_new=True, cap_all=False):
+def scan(on_cap="continue", count_new=True, cap_all=False, no_cap=False):
     def fn(pending_ctx, num_resident, max_resident, max_num_requests):
         scheduled = []
         for req in pending_ctx:
             if len(scheduled) >= max_num_requests:
                 break
             starts_new = max_resident is not None and (cap_all or req.is_first_context_chunk)
-            if starts_new and num_resident >= max_resident:
+            if starts_new and num_resident >= max_resident and not no_cap:
                 if on_cap == "break":
                     break
                 continue
@@ -280,6 +280,9 @@ def test_scan_feedback_other_slips():
                                                                                   reveal=True))
     assert "the cap gates only first chunks" in feedback(workshop.check_resident_scan(scan(cap_all=True),
                                                                                       reveal=True))
+    dropped = feedback(workshop.check_resident_scan(scan(no_cap=True)))  # a "fix" that drops the cap
+    assert "'new-a' started a new sequence with no resident slot free (cap 1)" in dropped
+    assert "why did your scan never reach" not in dropped  # it did: it scheduled too much
     steps, log = workshop.run_resident_iterations(scan())
     assert steps == 4 and len(log) == 4
     assert workshop.run_resident_iterations(workshop.schedule_pending_contexts_buggy)[0] is None
