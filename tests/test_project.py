@@ -111,3 +111,25 @@ def test_ci_runs_the_readme_test_command():
 def test_scripts_are_valid_bash(script):
     result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_instructors_plan_adds_up_and_keeps_to_the_exercises_estimates():
+    """docs/INSTRUCTORS.md's timed plan: each row starts where the one before ended, each
+    exercise gets the minutes its notebook states, and every notebook 01 to 06 has a slot."""
+    text = (ROOT / "docs" / "INSTRUCTORS.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+):(\d\d) \| (\d+) \| ([^|]+) \|", text, re.M)
+    assert rows, "no timed plan"
+    clock = 0
+    for hours, minutes, length, what in rows:
+        assert int(hours) * 60 + int(minutes) == clock, f"{what.strip()} starts at {hours}:{minutes}"
+        clock += int(length)
+    title = re.search(r"^## A (\d+(?:\.\d+)?)-hour plan", text, re.M)
+    assert title and float(title.group(1)) * 60 == clock, "the plan's title and its rows disagree"
+    slots = {what.strip(): int(length) for _, _, length, what in rows}
+    for path in sorted((ROOT / "notebooks" / "workshop").glob("ex*.py")):
+        stated = int(re.search(r"About (\d+) minutes", path.read_text(encoding="utf-8")).group(1))
+        number = path.name[2]
+        slot = next(minutes for what, minutes in slots.items() if what.startswith(f"Exercise {number} "))
+        assert slot == stated, f"exercise {number}: {slot} min in the plan, {stated} in its notebook"
+    for number in ("01", "02", "03", "04", "05", "06"):
+        assert any(what.startswith(f"{number} ·") for what in slots), f"notebook {number} has no slot"
