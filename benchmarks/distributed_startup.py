@@ -1,6 +1,6 @@
 """Where the wall time of a 16-rank run goes: process start + init_process_group versus work.
 
-Runs the issue-21470 scenario (policy "clamped": rank 0 raises, every rank shuts down) as gloo
+Runs the issue-21470 scenario (policy "none/clamped": rank 0 raises, every rank shuts down) as gloo
 rank processes ``--repeat`` times, and once in-process for comparison; prints JSON. Usage:
 ``python benchmarks/distributed_startup.py [--ranks 16] [--repeat 3]``.
 """
@@ -22,7 +22,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--policy", default="clamped")
+    parser.add_argument("--policy", default="none/clamped")
     args = parser.parse_args()
     config = scenario_config(load_scenario("issue-21470"), args.ranks, args.policy)
     runs = [run_ranks(config, progress=False) for _ in range(args.repeat)]

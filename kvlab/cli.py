@@ -260,8 +260,13 @@ def _walkthrough(args, parser) -> int:
                                             image_server, private_files, run_notebook, stop_signals,
                                             summary_table, walkthrough_notebooks)
 
-    notebooks = [p for p in walkthrough_notebooks(args.notebook_dir or NOTEBOOK_DIR)
+    notebook_dir = args.notebook_dir or NOTEBOOK_DIR
+    if not Path(notebook_dir).is_dir():
+        parser.error(f"--notebook-dir {notebook_dir} is not a folder")
+    notebooks = [p for p in walkthrough_notebooks(notebook_dir)
                  if not args.only or any(p.name.startswith(o) for o in args.only)]
+    if not notebooks and not args.only:
+        parser.error(f"--notebook-dir {notebook_dir} holds no notebook named NN_*.ipynb")
     if not notebooks:
         parser.error(f"no notebook matches --only {args.only}")
     parameters = dict(args.parameter)
@@ -318,7 +323,8 @@ def _scenario(args, parser) -> int:
     except (ScenarioError, ValueError, TypeError, MemoryError) as exc:
         parser.error(str(exc))
     print(result.explain())
-    unfinished = any(s in UNFINISHED_STATUSES for r in result.ranks for s in r.status.values())
+    unfinished = result.unrouted or any(s in UNFINISHED_STATUSES for r in result.ranks
+                                        for s in r.status.values())
     ended = "unfinished" if result.ended == "completed" and unfinished else result.ended
     return SCENARIO_EXIT_CODES[ended]
 

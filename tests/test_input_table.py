@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import warnings
@@ -111,8 +112,9 @@ def _load(tmp: Path, stem: str, text: str):
 
 
 def _set(path: str, value):
+    """Set the field at ``path`` (dotted; a number indexes a list) to ``value``."""
     def edit(data):
-        *parents, leaf = path.split(".")
+        *parents, leaf = [int(p) if p.isdigit() else p for p in path.split(".")]
         for part in parents:
             data = data[part]
         data[leaf] = value
@@ -230,6 +232,15 @@ _LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 4096, "n
 def _llama_with(**fields):
     """A small llama config.json with ``fields`` changed (its raw text when given ``raw``)."""
     return _config_with({**_LLAMA, **fields})
+
+
+def _notebook_dir_with(text: str):
+    """``kvlab walkthrough --notebook-dir DIR`` on a folder of one file, 01_x.ipynb, of ``text``."""
+    def attempt(tmp):
+        (tmp / "nb").mkdir()
+        (tmp / "nb" / "01_x.ipynb").write_text(text)
+        return cli("walkthrough", "--notebook-dir", "{tmp}/nb", "--build-dir", "{tmp}/b")(tmp)
+    return attempt
 
 
 def _stale_handle():
@@ -444,7 +455,7 @@ CASES = [
     Case(COMMAND, "kvlab scenario issue-21470 --ranks 0",
          cli("scenario", "issue-21470", "--ranks", "0"), "exit 2", ("ranks", "[1, 128]")),
     Case(COMMAND, "kvlab scenario issue-21470 --timeout 0",
-         cli("scenario", "issue-21470", "--timeout", "0"), "exit 2", ("timeout_s", "(0.0, 86400.0]")),
+         cli("scenario", "issue-21470", "--timeout", "0"), "exit 2", ("timeout_s", "[1.0, 86400.0]")),
     Case(COMMAND, "kvlab scenario issue-21470 --deadline -1",
          cli("scenario", "issue-21470", "--deadline", "-1"), "exit 2",
          ("deadline_s", "(0.0, 604800.0]")),
@@ -517,7 +528,7 @@ CASES = [
                   "--tokens-per-block 1 --allow-long-max-model-len",
          cli("plan", "--model", "llama-3.1-8b", "--gpu", "h200", "--max-seq-len", "1073741824",
              "--tokens-per-block", "1", "--allow-long-max-model-len"), "exit 2",
-         ("max_seq_len / tokens_per_block must be at most 4,194,304 blocks",)),
+         ("(max_seq_len + max_new_tokens) / tokens_per_block must be at most 4,194,304 blocks",)),
     Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: num_hidden_layers 10**9)",
          _config_with({"model_type": "llama", "num_hidden_layers": 10**9}), "exit 2",
          ("num_hidden_layers must be an int in [1, 4096]",)),
@@ -543,6 +554,33 @@ CASES = [
     Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: a list nested 100,000 deep)",
          _config_with('{"model_type": "llama", "x": ' + "[" * 100000 + "]" * 100000 + "}"), "exit 2",
          ("nested deeper than MAX_CONFIG_DEPTH=32 levels",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: qwen3-next with full_attention_interval 0)",
+         _config_with({"model_type": "qwen3_next", "num_hidden_layers": 8, "full_attention_interval": 0}),
+         "exit 2", ("full_attention_interval must be an int in [1, 4096]",)),
+    Case(COMMAND, "kvlab plan --config FILE --gpu h200  (FILE: nemotron_h, a 55-layer pattern for 56 layers)",
+         _config_with({"model_type": "nemotron_h", "num_hidden_layers": 56,
+                       "hybrid_override_pattern": "M*" * 27 + "M"}), "exit 2",
+         ("hybrid_override_pattern must be num_hidden_layers (56) characters",)),
+    Case(COMMAND, "kvlab walkthrough --notebook-dir DIR  (DIR: a notebook of JSON nested 100,000 deep)",
+         _notebook_dir_with('{"cells": ' + "[" * 100000 + "]" * 100000 + "}"), "exit 2",
+         ("01_x.ipynb is not a notebook papermill can read",)),
+    Case(COMMAND, "kvlab walkthrough --notebook-dir DIR  (DIR: a notebook that is a JSON list)",
+         _notebook_dir_with("[1, 2]"), "exit 2", ("01_x.ipynb is not a notebook papermill can read",)),
+    Case(COMMAND, "kvlab walkthrough --notebook-dir /no/such/folder",
+         cli("walkthrough", "--notebook-dir", "/no/such/folder"), "exit 2",
+         ("--notebook-dir /no/such/folder is not a folder",)),
+    Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, a request arriving at step 2**20)",
+         _hostile_deployment(_set("deployment.requests.0.arrival_step", 1 << 20), "late"), "exit 2",
+         ("deployment.requests[0].arrival_step must be in [0, 4999]",)),
+    Case(CONSTRUCTOR, "simulate(scheduler, [Request('r', 8, 4, context_current_position=8)])",
+         raises(lambda: run_policies([Request("r", 8, 4, context_current_position=8)], ["capacity"])),
+         "ValueError", ("context_current_position", "must be 0")),
+    Case(CONSTRUCTOR, "sweep_repro(itertools.repeat(4.0), [8])  (an endless iterator)",
+         raises(lambda: sweep_repro(itertools.repeat(4.0), [8])), "ValueError",
+         ("pool_mibs must hold at most 1,048,576 numbers",)),
+    Case(CONSTRUCTOR, "phase_diagram(range(1, 8001), range(1, 8001))",
+         raises(lambda: phase_diagram(range(1, 8001), range(1, 8001))), "ValueError",
+         ("at most 4,194,304 cells",)),
     Case(COMMAND, "kvlab plan --model llama-3.1-8b --gpu h200 --ranks 3 --tp-size 2",
          cli("plan", "--model", "llama-3.1-8b", "--gpu", "h200", "--ranks", "3", "--tp-size", "2"),
          "exit 2", ("ranks must be tp_size x pp_size = 2",)),

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from kvlab.analysis.presets import engine_outcome, seed_geometry
-from kvlab.core.checks import check_choice, check_float, check_int, store_checked
+from kvlab.core.checks import check_choice, check_float, check_int, check_items, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
@@ -185,9 +185,7 @@ def run_policy(policy: str, requests: Sequence[Request], engine: EngineConfig = 
 def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(POLICIES),
                  engine: EngineConfig = EngineConfig(), max_steps: int = 20_000) -> Dict[str, SimulationResult]:
     """:func:`run_policy` for each policy, the same requests each time."""
-    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
-        raise TypeError(f"requests must be a sequence of Request, got {requests!r:.60}")
-    requests = list(requests)
+    requests = check_items("requests", requests, "Request objects")
     if not all(isinstance(r, Request) for r in requests):
         raise TypeError("requests must be a sequence of Request, got "
                         f"{next(type(r).__name__ for r in requests if not isinstance(r, Request))}")
@@ -235,7 +233,7 @@ def tier_runs(requests: Sequence[Request], engine: EngineConfig = EngineConfig()
               policy: str = "none/configured", max_steps: int = 20_000) -> Dict[str, SimulationResult]:
     """``simulate`` the same requests under ``policy`` with each of :data:`TIERS` (the rest of
     ``engine`` unchanged)."""
-    requests = list(requests)
+    requests = check_items("requests", requests, "Request objects")
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     return {tier: simulate(build_scheduler(policy, dataclasses.replace(engine, host_cache_size=size)),
                            requests, max_steps=max_steps)

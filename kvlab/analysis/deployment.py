@@ -203,9 +203,10 @@ class Deployment:
                              "(calculate_max_num_blocks asserts it is below 1.0), got 1.0")
         span = (self.kv_max_seq_len + self.max_new_tokens) // self.tokens_per_block
         if span > MAX_PLAN_BLOCKS:
-            raise ValueError(f"max_seq_len / tokens_per_block must be at most {MAX_PLAN_BLOCKS:,} "
-                             f"blocks, got {self.configured_max_seq_len:,} / {self.tokens_per_block} "
-                             f"(about {span:,}): raise tokens_per_block or lower max_seq_len")
+            raise ValueError(f"(max_seq_len + max_new_tokens) / tokens_per_block must be at most "
+                             f"{MAX_PLAN_BLOCKS:,} blocks, got ({self.configured_max_seq_len:,} + "
+                             f"{self.max_new_tokens:,}) / {self.tokens_per_block} (about {span:,}): "
+                             "raise tokens_per_block or lower max_seq_len or max_new_tokens")
         for stage in range(self.pp_size):
             self.kv_geometry(stage)  # head and dtype constraints, named
             if self.model.linear_layers:

@@ -328,6 +328,16 @@ def _check_raw_config(text: str, where: str) -> None:
                     or not math.isfinite(factor) or factor <= 0)):
                 raise ConfigError(f"{where}: rope_scaling must be an object whose factor is a "
                                   f"finite number > 0, got {rope!r:.80}")
+        interval = part.get("full_attention_interval")
+        if interval is not None:
+            _require(SimpleNamespace(full_attention_interval=interval), "full_attention_interval",
+                     where, "every interval-th layer is full attention", MAX_LAYERS)
+        pattern = part.get("hybrid_override_pattern")
+        if isinstance(pattern, str) and (set(pattern) - set("M*-E") or (
+                isinstance(layers, int) and len(pattern) != layers)):
+            raise ConfigError(f"{where}: hybrid_override_pattern must be num_hidden_layers "
+                              f"({layers}) characters of M, *, - and E, got {pattern[:80]!r} "
+                              f"({len(pattern)} characters)")
         for field_name, kind in (("hybrid_override_pattern", str), ("layer_types", list)):
             value = part.get(field_name)
             if value is not None and not isinstance(value, kind):

@@ -72,6 +72,10 @@ def _counts(name: str, values) -> np.ndarray:
     return np.asarray(check_sequence(name, values, check_int, low=1, high=1 << 30), dtype=np.int64)
 
 
+#: The most cells one diagram computes: 2^22, about 200 MB of temporaries at the peak.
+MAX_PHASE_CELLS = 1 << 22
+
+
 def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regime: str,
                    setup: PhaseSetup = PhaseSetup()) -> np.ndarray:
     """Verdict codes (indices into ENGINE_OUTCOMES), shape (len(pool_blocks), len(context_lens))."""
@@ -80,6 +84,9 @@ def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regi
         raise TypeError(f"setup must be a PhaseSetup, got {type(setup).__name__}")
     pool = _counts("pool_blocks", pool_blocks)[:, None]
     context = _counts("context_lens", context_lens)[None, :]
+    if pool.size * context.size > MAX_PHASE_CELLS:
+        raise ValueError(f"pool_blocks x context_lens must be at most {MAX_PHASE_CELLS:,} cells "
+                         f"(each a few int64 temporaries), got {pool.size:,} x {context.size:,}")
     tpb, extra, new = setup.geometry.tokens_per_block, setup.num_extra_kv_tokens, setup.max_new_tokens
 
     clamped = np.minimum(setup.max_seq_len, pool * tpb)

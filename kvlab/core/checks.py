@@ -3,11 +3,16 @@ its value and the accepted range (docs/DESIGN.md, "Conventions")."""
 
 from __future__ import annotations
 
+import itertools
+
 import numbers
 
 # Upper bound for counts and byte sizes: far beyond any real GPU (1 PiB) yet small
 # enough that arithmetic on it stays exact in Python ints and torch int64.
 MAX_COUNT = 1 << 50
+#: The most items a list argument may hold (requests, pool sizes, contexts): more is a mistake
+#: (an endless iterator, a sweep of millions), and taking it would not end or not fit memory.
+MAX_ITEMS = 1 << 20
 
 
 def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
@@ -35,13 +40,23 @@ def check_float(name: str, value, *, low: float, high: float, low_open: bool = F
     return value
 
 
+def check_items(name: str, values, what: str = "items", max_items: int = MAX_ITEMS) -> list:
+    """``values`` (an iterable, not a str or a mapping) as a list of at most ``max_items``,
+    taken without reading past that (an endless iterator is refused, not followed)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or hasattr(values, "keys"):
+        raise TypeError(f"{name} must be a sequence of {what}, got {values!r:.80} "
+                        f"({type(values).__name__})")
+    items = list(itertools.islice(values, max_items + 1))
+    if len(items) > max_items:
+        raise ValueError(f"{name} must hold at most {max_items:,} {what}, got more")
+    return items
+
+
 def check_sequence(name: str, values, check, **limits) -> list:
     """Return ``values`` (a list, tuple, range or 1-D array, not a str) as a list, each item
     checked by ``check`` (:func:`check_int` or :func:`check_float`) under ``name``."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or hasattr(values, "keys"):
-        raise TypeError(f"{name} must be a sequence of numbers, got {values!r:.80} "
-                        f"({type(values).__name__})")
-    return [check(f"{name}[{i}]", value, **limits) for i, value in enumerate(values)]
+    items = check_items(name, values, "numbers")
+    return [check(f"{name}[{i}]", value, **limits) for i, value in enumerate(items)]
 
 
 def store_checked(obj, name: str, check, **limits) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import copy
 import html as html_text
+import logging
 import os
 import shutil
 import signal
@@ -81,7 +82,8 @@ def _notebook_parameters(path: Path) -> dict:
 
     try:
         return papermill.inspect_notebook(str(path))
-    except (ValueError, OSError, KeyError) as exc:  # not JSON, not a notebook, unreadable
+    # not JSON, not a notebook (a list, a number where a dict goes), nested past the parser, unreadable
+    except (ValueError, OSError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(f"{path.name} is not a notebook papermill can read: "
                          f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
 
@@ -127,6 +129,10 @@ def stop_signals():
     def handle(signum, frame):
         raise Stopped(signum)
 
+    # the kernel's pending tasks, failed by the stop, are reported when their loop is collected,
+    # after this block: as "Task exception was never retrieved" and a traceback; say nothing
+    logging.getLogger("asyncio").addFilter(
+        lambda record: not record.getMessage().startswith("Task exception was never retrieved"))
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -255,6 +261,8 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
             written = html
     except OSError as exc:  # a full disk, a read-only folder, a folder where the file goes
         error = error or f"cannot write its output: {exc.filename}: {exc.strerror or exc}"
+    except nbformat.ValidationError as exc:  # it ran, but nbconvert cannot export what it holds
+        error = error or f"not a valid notebook, so no HTML: {str(exc).splitlines()[0][:200]}"
     return NotebookRun(path.stem, seconds, executed, written,
                        read_findings(notebook) if notebook is not None else [], error)
 

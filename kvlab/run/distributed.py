@@ -41,7 +41,7 @@ def check_run_arguments(config: RunConfig, backend: str, in_process: bool, timeo
     check_choice("backend", backend, BACKENDS)
     if not isinstance(in_process, bool):
         raise TypeError(f"in_process must be a bool, got {in_process!r}")
-    check_float("timeout_s", timeout_s, low=0.0, high=24 * 3600.0, low_open=True)
+    check_float("timeout_s", timeout_s, low=1.0, high=24 * 3600.0)  # the watchdog samples at 0.2 s
     if deadline_s is not None:
         check_float("deadline_s", deadline_s, low=0.0, high=7 * 24 * 3600.0, low_open=True)
         if in_process:

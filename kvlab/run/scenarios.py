@@ -543,6 +543,10 @@ def _check_cross_fields(scenario: Scenario, path: Path) -> None:
                 raise ScenarioError(path, f"{where}.rank", f"{where}.rank must be in "
                                     f"[0, {deployment.ranks - 1}] (deployment.ranks = "
                                     f"{deployment.ranks}), got {request.rank}")
+            if request.arrival_step >= deployment.max_steps:  # it would never arrive
+                raise ScenarioError(path, f"{where}.arrival_step", f"{where}.arrival_step must be "
+                                    f"in [0, {deployment.max_steps - 1}] (deployment.max_steps = "
+                                    f"{deployment.max_steps}), got {request.arrival_step}")
         if deployment.chunked_prefill:
             try:  # what the ranks' schedulers would refuse, refused before any rank starts
                 check_chunk_budget(scenario.parameters.tokens_per_block, deployment.max_num_tokens)
@@ -550,6 +554,11 @@ def _check_cross_fields(scenario: Scenario, path: Path) -> None:
                 raise ScenarioError(path, "deployment.max_num_tokens", f"deployment.max_num_tokens "
                                     f"and parameters.tokens_per_block: {e}") from None
         bg = deployment.background
+        if bg is not None and bg.count and (bg.count - 1) // bg.per_step >= deployment.max_steps:
+            raise ScenarioError(path, "deployment.background.count",
+                                f"deployment.background: {bg.count} requests at {bg.per_step} a step "
+                                f"arrive until step {(bg.count - 1) // bg.per_step}, past "
+                                f"deployment.max_steps ({deployment.max_steps}): the last would never arrive")
         if bg is not None and bg.prompt_len_min > bg.prompt_len_max:
             raise ScenarioError(path, "deployment.background.prompt_len_min",
                                 f"deployment.background.prompt_len_min ({bg.prompt_len_min}) must "

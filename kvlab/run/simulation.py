@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Optional
 
-from kvlab.core.checks import MAX_COUNT, check_int
+from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import LIVE_STATES, Request
 from kvlab.run.trace import Event, StepRecord, Trace
@@ -151,7 +151,7 @@ def _fresh_copies(requests: Iterable[Request]) -> List[Request]:
         raise TypeError("requests must be an iterable of Request")
     copies = []
     seen = set()
-    for request in requests:
+    for request in check_items("requests", requests, "Request objects"):
         if not isinstance(request, Request):
             raise TypeError(f"requests must hold Request objects, got {type(request).__name__}")
         if request.request_id in seen:

@@ -113,6 +113,18 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
     exited: Dict[int, float] = {}  # rank -> when it was seen to have exited
     stopped_by: Optional[str] = None  # "hang" or "deadline" when the watchdog ended the run
     bar = rank_progress(progress, world)
+
+    def take(kind: str, rank: int, payload) -> None:
+        if kind == "ready":
+            ready[rank] = payload
+        elif kind == "step":
+            if bar is not None:
+                bar.update(payload - bar.n)
+        elif kind == "result":
+            results[rank] = payload
+        else:
+            crashes[rank] = payload
+
     with StopOnSignal() as stop:
         try:
             for rank in range(world):
@@ -138,7 +150,7 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
                     stopped_by = "deadline"
                     break
                 try:
-                    kind, rank, payload = out.get(timeout=0.2)
+                    message = out.get(timeout=0.2)
                 except queue_mod.Empty:
                     for rank, p in enumerate(procs):
                         if p.exitcode is not None and rank not in exited:
@@ -149,15 +161,16 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
                         break
                     continue
                 heard = time.monotonic()
-                if kind == "ready":
-                    ready[rank] = payload
-                elif kind == "step":
-                    if bar is not None:
-                        bar.update(payload - bar.n)
-                elif kind == "result":
-                    results[rank] = payload
-                else:
-                    crashes[rank] = payload
+                take(*message)
+            # a rank that ended on its own sent its result first: read what is there for it
+            while any(p.exitcode == 0 and r not in results and r not in crashes
+                      for r, p in enumerate(procs)):
+                try:
+                    take(*out.get(timeout=0.2))
+                except queue_mod.Empty:
+                    break
+            if len(results) + len(crashes) == world:
+                stopped_by = None  # every rank had reported: nothing was cut short
             end = time.monotonic()
         finally:
             killed = _stop(procs, grace_s=1.0 if stop.signum is None else 0.0)

@@ -17,7 +17,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int, store_checked
+from kvlab.core.checks import MAX_COUNT, MAX_ITEMS, check_choice, check_float, check_int, check_items, store_checked
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.request import Request
 
@@ -93,9 +93,7 @@ def _distribution(name: str, lengths: Lengths) -> LengthDistribution:
 def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]:
     """Requests from (prompt_len, max_new_tokens[, arrival_step]) tuples, named
     ``{id_prefix}0``, ``{id_prefix}1``, ..."""
-    if isinstance(specs, (str, bytes)) or not hasattr(specs, "__iter__"):
-        raise TypeError(f"specs must be an iterable of (prompt_len, max_new_tokens[, arrival_step]) "
-                        f"tuples, got {specs!r:.60}")
+    specs = check_items("specs", specs, "(prompt_len, max_new_tokens[, arrival_step]) tuples")
     requests = []
     for i, spec in enumerate(specs):
         if not hasattr(spec, "__len__") or not 2 <= len(spec) <= 3:
@@ -107,7 +105,7 @@ def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]
 
 def poisson_arrivals(num_requests: int, rate: float, seed: int) -> np.ndarray:
     """Arrival steps of a Poisson process of ``rate`` requests per step, starting at step 0."""
-    num_requests = check_int("num_requests", num_requests, low=0, high=10_000_000)
+    num_requests = check_int("num_requests", num_requests, low=0, high=MAX_ITEMS)
     rate = check_float("rate", rate, low=0.0, high=1e6, low_open=True)
     rng = np.random.default_rng(check_int("seed", seed, low=0, high=2**63 - 1))
     times = np.cumsum(rng.exponential(1.0 / rate, size=num_requests))

@@ -112,6 +112,12 @@ class SchedulerBase:
         if request.state != "waiting":
             raise ValueError(f"request {request.request_id!r} is {request.state!r}; submit a fresh "
                              "Request (dataclasses.replace(request) makes one)")
+        if (request.context_current_position or request.num_generated) and \
+                not request.disagg_generation_init:
+            raise ValueError(f"request {request.request_id!r}: a submitted request has computed "
+                             "nothing yet (the engine computes its context): context_current_position "
+                             f"and num_generated must be 0, got {request.context_current_position} "
+                             f"and {request.num_generated}")
         verdict = self._verdict(request)
         self._submitted_ids.add(request.request_id)
         self._submitted.append(request)
