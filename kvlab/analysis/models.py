@@ -333,7 +333,7 @@ def _check_raw_config(text: str, where: str) -> None:
             _require(SimpleNamespace(full_attention_interval=interval), "full_attention_interval",
                      where, "every interval-th layer is full attention", MAX_LAYERS)
         pattern = part.get("hybrid_override_pattern")
-        if isinstance(pattern, str) and (set(pattern) - set("M*-E") or (
+        if isinstance(pattern, str) and len(pattern) <= MAX_LAYERS and (set(pattern) - set("M*-E") or (
                 isinstance(layers, int) and len(pattern) != layers)):
             raise ConfigError(f"{where}: hybrid_override_pattern must be num_hidden_layers "
                               f"({layers}) characters of M, *, - and E, got {pattern[:80]!r} "
@@ -487,6 +487,9 @@ def inferred_max_seq_len(config) -> int:
         kind = rope.get("type", rope.get("rope_type"))
         factor = rope.get("factor", 1.0)
         if kind not in ROPE_TYPES_NOT_SCALED and isinstance(factor, (int, float)) and factor > 0:
+            if not math.isfinite(factor) or base * factor > 1 << 40:
+                raise ConfigError(f"config: rope_scaling's factor must be a finite number that keeps "
+                                  f"max_position_embeddings x factor within {1 << 40:,}, got {factor!r}")
             return math.ceil(base * factor)
     return base
 

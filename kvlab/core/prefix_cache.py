@@ -47,6 +47,8 @@ def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> Tuple[int, 
     """One hash per ``tokens_per_hash`` tokens (the last block may be shorter), each chained
     on the one before, so that it stands for the whole prefix it ends."""
     tokens_per_hash = check_int("tokens_per_hash", tokens_per_hash, low=1, high=1 << 20)
+    if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__"):
+        raise TypeError(f"tokens must be a sequence of token ids, got {tokens!r:.60}")
     hashes, previous = [], 0
     for start in range(0, len(tokens), tokens_per_hash):
         previous = hash((previous, tuple(tokens[start:start + tokens_per_hash])))

@@ -23,6 +23,9 @@ def route(new: Sequence[Request], active_requests: Sequence[int], active_tokens:
     rank. ``active_requests``/``active_tokens``: each rank's live requests and their prompt
     tokens, as all-gathered."""
     ranks = len(active_requests)
+    if ranks == 0 or len(active_tokens) != ranks:
+        raise ValueError(f"active_requests and active_tokens must give one number per rank (at "
+                         f"least one), got {ranks} and {len(active_tokens)}")
     counts, tokens = list(active_requests), list(active_tokens)
     assignment: Dict[str, int] = {}
     free = []
@@ -31,6 +34,8 @@ def route(new: Sequence[Request], active_requests: Sequence[int], active_tokens:
         if rank is None:
             free.append(request)
             continue
+        if not 0 <= rank < ranks:
+            raise ValueError(f"pins[{request.request_id!r}] must be a rank in [0, {ranks - 1}], got {rank}")
         assignment[request.request_id] = rank
         counts[rank] += 1
         tokens[rank] += request.prompt_len

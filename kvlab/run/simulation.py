@@ -174,6 +174,10 @@ class Engine:
 
     def __init__(self, scheduler: SchedulerBase, requests: Iterable[Request] = (), *,
                  check_invariants: bool = False, max_num_active_requests: Optional[int] = None):
+        if not isinstance(scheduler, SchedulerBase):
+            raise TypeError(f"scheduler must be a Scheduler (or a peer's), got {scheduler!r:.60}")
+        if not isinstance(check_invariants, bool):
+            raise TypeError(f"check_invariants must be a bool, got {check_invariants!r:.60}")
         self.scheduler = scheduler
         self.max_num_active_requests = (
             scheduler.max_num_active_requests if max_num_active_requests is None else check_int(
