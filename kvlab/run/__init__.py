@@ -3,8 +3,10 @@ over torch.distributed. Imports :mod:`kvlab.core` and :mod:`kvlab.sched`.
 
 Reading order: ``simulation`` (``simulate`` and ``Engine``: arrivals, the executor's queue, one
 iteration a step) -> ``trace`` (per-step records and events) -> ``workload`` (seeded generators
-and Azure's public trace) -> ``distributed`` (per-rank budgets, the MIN all-reduce, routing,
-failure across ranks; ``monitor``, the ranks' shared record, and ``signals``, no rank
-outliving its parent) -> ``scenarios`` (the YAML files that describe such runs). ``progress``
-draws the bars of anything slow.
+and Azure's and Mooncake's public traces) -> ``distributed`` (``run_ranks``, the door to the
+ranks), then ``rank_config`` (what every rank needs), ``rank`` (one rank: budget, MIN
+all-reduce, lockstep iterations), ``routing``, ``comm`` (the collectives), ``supervisor`` (the
+processes, the watchdog; ``monitor``, the ranks' shared record, and ``signals``, no rank
+outliving its parent) and ``run_result`` (how a run ended) -> ``scenarios`` (the YAML files
+that describe such runs). ``progress`` draws the bars of anything slow.
 """
