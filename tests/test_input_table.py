@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Tuple
 
+import numpy as np
 import pytest
 import yaml
 
@@ -35,7 +36,7 @@ from kvlab.run.scenarios import load_scenario
 from kvlab.analysis.compare import run_policies
 from kvlab.analysis.phase import phase_diagram
 from kvlab.analysis.repro import run_repro, sweep_repro
-from kvlab.core.mamba import plan_residency
+from kvlab.core.mamba import ResidencyPlan, plan_residency
 from kvlab.run.simulation import Engine
 from kvlab.run.workload import fixed, poisson_workload
 
@@ -315,6 +316,21 @@ CASES = [
                                                tokens_per_block=1, kv_factor=1),
                                  quota_bytes=1 << 30)),
          "ValueError", ("quota_bytes=1073741824", "MAX_POOL_BLOCKS=16777216")),
+    Case(CONSTRUCTOR, "PagePool(4, 64).free([2**63])", raises(lambda: PagePool(4, 64).free([2**63])),
+         "ValueError", ("pages: page ids are 0..3",)),
+    Case(CONSTRUCTOR, "PageIndexTable(4, 8, pin_memory='4')",
+         raises(lambda: PageIndexTable(4, 8, pin_memory="4")), "TypeError", ("pin_memory must be a bool",)),
+    Case(CONSTRUCTOR, "Engine(None)", raises(lambda: Engine(None)), "TypeError",
+         ("scheduler must be a Scheduler",)),
+    Case(CONSTRUCTOR, "ResidencyPlan(512, 1, 10, 10, 100, pp_size=0)",
+         raises(lambda: ResidencyPlan(512, 1, 10, 10, 100, pp_size=0)), "ValueError",
+         ("pp_size must be in [1, 1024]",)),
+    Case(CONSTRUCTOR, "sweep_repro([4], [8], policy='bogus')",
+         raises(lambda: sweep_repro([4], [8], policy="bogus")), "ValueError",
+         ("policy must be one of", "'clamped'")),
+    Case(CONSTRUCTOR, "phase_diagram(np.array([[4, 8]]), [8])",
+         raises(lambda: phase_diagram(np.array([[4, 8]]), [8])), "ValueError",
+         ("pool_blocks must be one-dimensional",)),
     Case(CONSTRUCTOR, "PagePool(4, 64).free([True])", raises(lambda: PagePool(4, 64).free([True])),
          "TypeError", ("pages", "ints", "bool")),
     Case(CONSTRUCTOR, "PagePool(4, 64).free([1.0])", raises(lambda: PagePool(4, 64).free([1.0])),

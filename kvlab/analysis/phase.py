@@ -65,6 +65,8 @@ def _blocks(tokens, tokens_per_block: int):
 
 def _counts(name: str, values) -> np.ndarray:
     """``values`` as int64, each an int in [1, 2^30] (an int array passes whole, fast)."""
+    if isinstance(values, np.ndarray) and values.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got an array of shape {values.shape}")
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
         if values.size and (values.min() < 1 or values.max() > 1 << 30):
             raise ValueError(f"{name} must hold ints in [1, {1 << 30}], got {values.min()}..{values.max()}")

@@ -15,11 +15,12 @@ from typing import Optional
 
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_float, check_int, check_sequence
+from kvlab.core.checks import check_choice, check_float, check_int, check_sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
+from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.run.progress import progress
 
 
@@ -136,6 +137,7 @@ def no_pool_reason(pool_mib: float, tokens_per_block: int = 32,
     if geometry is not None and not isinstance(geometry, KVGeometry):
         raise TypeError(f"geometry must be a KVGeometry or None (the seed's), got {geometry!r:.60}")
     geometry = geometry or seed_geometry(tokens_per_block)
+    pool_mib = check_float("pool_mib", pool_mib, low=0.0, high=1 << 20)
     quota = int(pool_mib * MIB)
     if geometry.blocks_in(quota) > 0:
         return None
@@ -165,6 +167,7 @@ def sweep_repro(pool_mibs, contexts, policy: str = "clamped", tokens_per_block: 
     """``run_repro`` over a grid, with the configured max_seq_len equal to the context (as in the
     seed, where both are 8192). Cells whose pool holds no page are skipped. Returns ReproResults."""
     results = []
+    check_choice("policy", policy, WIDTH_POLICIES)
     pool_mibs = check_sequence("pool_mibs", pool_mibs, check_float, low=0.0, high=1 << 20, low_open=True)
     contexts = check_sequence("contexts", contexts, check_int, low=1, high=1 << 30)
     cells = progress(total=len(pool_mibs) * len(contexts), desc="repro sweep", unit="cell")

@@ -45,7 +45,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from kvlab.core.checks import check_choice, check_int
+from kvlab.core.checks import MAX_COUNT, check_choice, check_int, store_checked
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
@@ -73,6 +73,9 @@ class StateSlotsExhausted(RuntimeError):
 def num_dummy_slots(cuda_graph_padding: bool = True, attention_dp: bool = False) -> int:
     """Reserved slots no sequence owns: one for CUDA-graph padding, one more under attention DP
     (the real count without speculative decoding; draft-length schedules add more upstream)."""
+    for name, flag in (("cuda_graph_padding", cuda_graph_padding), ("attention_dp", attention_dp)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {flag!r:.60}")
     return int(cuda_graph_padding) + int(attention_dp)
 
 
@@ -86,6 +89,11 @@ class ResidencyPlan:
     page_bytes: int         # one attention page
     quota_bytes: int
     pp_size: int = 1
+
+    def __post_init__(self):
+        for name in ("requested", "dummies", "slot_bytes", "page_bytes", "quota_bytes"):
+            store_checked(self, name, check_int, low=0, high=MAX_COUNT)
+        store_checked(self, "pp_size", check_int, low=1, high=1 << 10)
 
     @property
     def max_batch_size(self) -> int:

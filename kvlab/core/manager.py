@@ -175,7 +175,8 @@ class KVCacheManager:
         self.pool = _allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
         # 5. the tier below the GPU: None provisions the automatic host tier (the real default)
         self.host_cache_size = host_cache_size
-        if not (isinstance(max_util_for_resume, (int, float)) and 0 < max_util_for_resume <= 1):
+        if isinstance(max_util_for_resume, bool) or not (
+                isinstance(max_util_for_resume, (int, float)) and 0 < max_util_for_resume <= 1):
             raise ValueError(f"max_util_for_resume must be in (0, 1], got {max_util_for_resume!r}")
         self.max_util_for_resume = float(max_util_for_resume)
         self.host_tier = HostTier(lower_tier_bytes(host_cache_size, disk_cache_size, quota_bytes)

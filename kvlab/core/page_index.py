@@ -113,7 +113,8 @@ class PageIndexTable:
         pp_size = check_int("pp_size", pp_size, low=1, high=1024)
         num_pools = check_int("num_pools", num_pools, low=1, high=64)
         beam_width = check_int("beam_width", beam_width, low=1, high=1024)
-        for name, flag in (("disaggregated", disaggregated), ("overlap_scheduler", overlap_scheduler)):
+        for name, flag in (("disaggregated", disaggregated), ("overlap_scheduler", overlap_scheduler),
+                           ("pin_memory", pin_memory)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         num_reserved = check_int("num_reserved_index_slots", num_reserved, low=1, high=1 << 10)

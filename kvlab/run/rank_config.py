@@ -71,6 +71,8 @@ class RunConfig:
         if not all(isinstance(b, MemoryBudget) for b in self.budgets):
             raise TypeError("budgets must hold one MemoryBudget per rank")
         check_choice("policy", self.policy, TRTLLM_POLICIES)
+        if not isinstance(self.chunked_prefill, bool):
+            raise TypeError(f"chunked_prefill must be a bool, got {self.chunked_prefill!r:.60}")
         store_checked(self, "max_steps", check_int, low=1, high=1 << 30)
         ids = [r.request_id for r in self.requests]
         if len(set(ids)) != len(ids):

@@ -266,6 +266,7 @@ class Engine:
 
     def execute_until(self, max_steps: int) -> None:
         """Iterate until the engine stops, has nothing left to do, or reaches ``max_steps``."""
+        max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
         while self.step < max_steps and self.error is None:
             if not self.num_live:
                 if not self.has_pending_arrivals:
@@ -377,6 +378,7 @@ class Engine:
         assert self.next_arrival + len(unsubmitted) == len(self.requests), "a request was lost"
 
     def result(self, max_steps: int) -> SimulationResult:
+        max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
         end_step = self.step
         for request in self.requests:
             if request.state in LIVE_STATES:
