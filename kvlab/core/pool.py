@@ -117,9 +117,11 @@ class PagePool:
             raise TypeError(f"pages must be a list of page ids, got {pages!r:.80} ({type(pages).__name__})")
         if not all(type(page) is int for page in pages):  # the checks, where not plain ints
             pages = [check_page("pages", page) for page in pages]
-        if pages and max(pages) >= 1 << 62 or pages and min(pages) < -(1 << 62):  # past int64
-            raise ValueError(f"pages: page ids are 0..{self.num_blocks - 1}, got {max(pages, key=abs)}")
-        taken = np.asarray(pages, dtype=np.int64)
+        try:
+            taken = np.asarray(pages, dtype=np.int64)
+        except OverflowError:  # an id past int64
+            raise ValueError(f"pages: page ids are 0..{self.num_blocks - 1}, got "
+                             f"{max(pages, key=abs)}") from None
         if len(np.unique(taken)) != len(taken):
             raise ValueError(f"pages must be distinct, got {len(taken)} with repeats")
         inside = (taken >= 0) & (taken < self.num_blocks)
