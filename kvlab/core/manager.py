@@ -255,6 +255,8 @@ class KVCacheManager:
         return cache
 
     def get_cache(self, request: Union[Request, str]) -> KVCache:
+        if not isinstance(request, (Request, str)):
+            raise TypeError(f"request must be a Request or a request id, got {request!r:.60}")
         request_id = request if isinstance(request, str) else request.request_id
         try:
             return self._caches[request_id]

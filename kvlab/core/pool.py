@@ -24,9 +24,9 @@ def resolve_device(device) -> torch.device:
     CUDA is asked for but absent."""
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}") from exc
-    if dev.type not in ("cpu", "cuda"):
+    except (RuntimeError, TypeError, ValueError, OverflowError):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r:.60}") from None
+    if dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index):
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} needs a CUDA GPU, and torch sees none; use device='cpu'")
