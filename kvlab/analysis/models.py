@@ -230,7 +230,10 @@ MAX_CONFIG_BYTES = 16 << 20
 
 
 def _require(config, name: str, where: str, why: str, high: int = 1 << 30) -> int:
-    value = _get(config, name)
+    return _check_field(name, _get(config, name), where, why, high)
+
+
+def _check_field(name: str, value, where: str, why: str, high: int = 1 << 30) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
         raise ConfigError(f"{where}: {name} must be an int in [1, {high}] ({why}), got {value!r:.80}")
     return value
@@ -306,11 +309,10 @@ def _check_raw_config(text: str, where: str) -> None:
             continue
         layers = part.get("num_hidden_layers")
         if layers is not None:
-            _require(SimpleNamespace(num_hidden_layers=layers), "num_hidden_layers", where,
-                     "the decoder's layer count", MAX_LAYERS)
+            _check_field("num_hidden_layers", layers, where, "the decoder's layer count", MAX_LAYERS)
         for field_name, (high, what) in RAW_FIELD_BOUNDS.items():
             if part.get(field_name) is not None:
-                _require(SimpleNamespace(**{field_name: part[field_name]}), field_name, where, what, high)
+                _check_field(field_name, part[field_name], where, what, high)
         heads, kv_heads = part.get("num_attention_heads"), part.get("num_key_value_heads")
         if heads is not None and kv_heads is not None and heads % kv_heads:
             raise ConfigError(f"{where}: num_key_value_heads must divide num_attention_heads "
@@ -330,8 +332,8 @@ def _check_raw_config(text: str, where: str) -> None:
                                   f"finite number > 0, got {rope!r:.80}")
         interval = part.get("full_attention_interval")
         if interval is not None:
-            _require(SimpleNamespace(full_attention_interval=interval), "full_attention_interval",
-                     where, "every interval-th layer is full attention", MAX_LAYERS)
+            _check_field("full_attention_interval", interval, where,
+                         "every interval-th layer is full attention", MAX_LAYERS)
         pattern = part.get("hybrid_override_pattern")
         if isinstance(pattern, str) and len(pattern) <= MAX_LAYERS and (set(pattern) - set("M*-E") or (
                 isinstance(layers, int) and len(pattern) != layers)):

@@ -38,6 +38,7 @@ from kvlab.notebook.tables import counted, gib_pair, table
 from kvlab.run.distributed import run_ranks
 from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
+from kvlab.run.run_result import cut_between_words
 from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.run.trace import Trace
 from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
@@ -255,12 +256,12 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
 
 def _reason_without_error(result, request_id: str, width: int = 200) -> str:
     """A request's reason without the engine error's text the headline already gives, cut
-    between words to ``width`` characters."""
+    between words to ``width`` characters (as a run's rank table cuts its outcomes)."""
     why = result.reasons[request_id]
     error = "" if result.error is None else str(result.error)
     if error and why.endswith(f": {error}"):
         why = why[:-len(error) - 2]
-    return why if len(why) <= width else why[:width - 1].rsplit(" ", 1)[0] + "…"
+    return cut_between_words(why, width)
 
 
 def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "none/clamped", *,

@@ -105,7 +105,7 @@ class DistributedResult:
                 f"{row['rank']:>4} {row['workspace (GiB)']:>7.1f} GiB "
                 f"{row['own pool (pages)']:>7} blk {row['own quota (GiB)']:>7.1f} GiB "
                 f"{row['pool after MIN (pages)']:>7} blk = {row['pool after MIN (tokens)']:>9} tok "
-                f"{row['row (entries)']:>6}  {row['requests']}  {_outcome_text_cut(row['outcome'])}")
+                f"{row['row (entries)']:>6}  {row['requests']}  {cut_between_words(row['outcome'])}")
         return "\n".join(lines)
 
     @property
@@ -140,7 +140,7 @@ def _outcome_text(r: RankResult) -> str:
     return r.error if r.error.startswith(r.outcome) else f"{r.outcome}: {r.error}"
 
 
-def _outcome_text_cut(text: str, width: int = 100) -> str:
+def cut_between_words(text: str, width: int = 100) -> str:
     """``text`` in at most ``width`` characters, cut between words."""
     if len(text) <= width:
         return text
