@@ -28,12 +28,14 @@ import yaml
 from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MaxSeqLenClampWarning, MemoryBudget,
                    PageIndexTable, PagePool, Request, Scheduler, VllmEngineArgs, VllmScheduler,
                    simulate)
-from kvlab.analysis.presets import seed_geometry
 from kvlab.backends.vllm import VLLM
 from kvlab.cli import main
 from kvlab.run.rank_config import Fault, scenario_config
 from kvlab.run.scenarios import load_scenario
-from kvlab.analysis.compare import run_policies
+from kvlab.analysis.compare import outcome_table, run_policies
+from kvlab.analysis.mamba_residency import dtype_rows
+from kvlab.analysis.presets import engine_outcome, seed_geometry
+from kvlab.analysis.reuse import replay_with_reuse
 from kvlab.analysis.phase import phase_diagram
 from kvlab.analysis.repro import run_repro, sweep_repro
 from kvlab.core.mamba import ResidencyPlan, plan_residency
@@ -259,6 +261,7 @@ def _hostile_deployment(edit, stem):
         data = yaml.safe_load(GB300.read_text())
         edit(data)
         data["name"] = stem
+        del data["expected"]  # the file's numbers; these edits change them
         (tmp / f"{stem}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         return cli("scenario", f"{{tmp}}/{stem}.yaml", "--ranks", "1")(tmp)
     return attempt
@@ -595,6 +598,28 @@ CASES = [
     Case(COMMAND, "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, a request arriving at step 2**20)",
          _hostile_deployment(_set("deployment.requests.0.arrival_step", 1 << 20), "late"), "exit 2",
          ("deployment.requests[0].arrival_step must be in [0, 4999]",)),
+    Case(SCENARIO, "expected.total_blocks: 65  (the parameters give 64)", scenario_data(_set("expected.total_blocks", 65)),
+         "ScenarioError", ("expected.total_blocks is 65, but the parameters give 64",)),
+    Case(CONSTRUCTOR, "seed_geometry().blocks_for_tokens(float('nan'))",
+         raises(lambda: seed_geometry().blocks_for_tokens(float("nan"))), "TypeError",
+         ("num_tokens must be an int in [0, ",)),
+    Case(CONSTRUCTOR, "seed_geometry().blocks_in(-1)", raises(lambda: seed_geometry().blocks_in(-1)),
+         "ValueError", ("quota_bytes must be in [0, ",)),
+    Case(CONSTRUCTOR, "cache.grow_within_pages(-5)",
+         raises(lambda: _manager().create_cache("r").grow_within_pages(-5)), "ValueError",
+         ("num_tokens must be in [0, ",)),
+    Case(CONSTRUCTOR, "poisson_workload(5, 1.0, prompt_len=0, max_new_tokens=8)",
+         raises(lambda: poisson_workload(5, 1.0, prompt_len=0, max_new_tokens=8)), "ValueError",
+         ("prompt_len must draw lengths of at least 1",)),
+    Case(CONSTRUCTOR, "outcome_table({})", raises(lambda: outcome_table({})), "ValueError",
+         ("results must be a non-empty mapping (policy -> SimulationResult)",)),
+    Case(CONSTRUCTOR, "engine_outcome(None)", raises(lambda: engine_outcome(None)), "TypeError",
+         ("result must be a SimulationResult, got None",)),
+    Case(CONSTRUCTOR, "replay_with_reuse(requests, policies='capacity')",
+         raises(lambda: replay_with_reuse([Request("r", 8, 4)], policies="capacity")), "TypeError",
+         ("policies must be a sequence of policy names, got 'capacity'",)),
+    Case(CONSTRUCTOR, "dtype_rows(ssm_dtypes='bfloat16')", raises(lambda: dtype_rows(ssm_dtypes="bfloat16")),
+         "TypeError", ("ssm_dtypes must be a sequence of dtype names, got 'bfloat16'",)),
     Case(CONSTRUCTOR, "simulate(scheduler, [Request('r', 8, 4, context_current_position=8)])",
          raises(lambda: run_policies([Request("r", 8, 4, context_current_position=8)], ["capacity"])),
          "ValueError", ("context_current_position", "must be 0")),

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from kvlab.analysis.presets import engine_outcome, seed_geometry
-from kvlab.core.checks import check_choice, check_float, check_int, check_items, store_checked
+from kvlab.core.checks import (check_choice, check_float, check_instance, check_int, check_items, check_mapping,
+                               store_checked)
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
@@ -142,6 +143,7 @@ def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
     """``engine`` as vLLM's engine arguments: the same pool, ``max_model_len`` at the configured
     max_seq_len, ``max_num_seqs`` its max_batch_size, ``max_num_batched_tokens`` its
     max_num_tokens, chunked prefill as set."""
+    check_instance("engine", engine, EngineConfig)
     return VllmEngineArgs(engine.geometry, engine.total_blocks, engine.max_seq_len,
                           max_num_seqs=engine.max_batch_size,
                           max_num_batched_tokens=engine.max_num_tokens,
@@ -151,12 +153,14 @@ def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
 def vllm_args_as_run(engine: EngineConfig) -> VllmEngineArgs:
     """:func:`vllm_args` with ``max_model_len`` lowered to vLLM's estimate where the configured
     one does not fit (what an operator does after the start-up refusal)."""
+    check_instance("engine", engine, EngineConfig)
     estimate = estimated_max_model_len(engine.geometry, engine.total_blocks)
     return vllm_args(engine).replace(max_model_len=min(engine.max_seq_len, estimate) or engine.max_seq_len)
 
 
 def sglang_args(engine: EngineConfig) -> SglangServerArgs:
     """``engine`` as SGLang's server arguments (module docstring)."""
+    check_instance("engine", engine, EngineConfig)
     geometry = dataclasses.replace(engine.geometry, tokens_per_block=1)
     return SglangServerArgs(geometry, engine.pool_tokens, engine.max_seq_len,
                             max_running_requests=engine.max_batch_size,
@@ -241,6 +245,7 @@ def tier_runs(requests: Sequence[Request], engine: EngineConfig = EngineConfig()
 
 
 def outcome_rows(results: Mapping[str, SimulationResult]) -> List[dict]:
+    check_mapping("results", results, SimulationResult, "policy -> SimulationResult")
     return [outcome_row(policy, result) for policy, result in results.items()]
 
 
@@ -287,6 +292,7 @@ def not_yet_and_never(engine: EngineConfig = EngineConfig(), max_new_tokens: int
 def request_timeline(result: SimulationResult) -> List[dict]:
     """Per request: arrival, first scheduled step, end step and status (for a Gantt-like
     table)."""
+    check_instance("result", result, SimulationResult)
     return [dict(request_id=r.request_id, prompt_len=r.prompt_len, arrival=r.arrival_step,
                  started=r.first_scheduled_step, ended=r.end_step,
                  status=result.status[r.request_id], refusals=r.num_refusals)

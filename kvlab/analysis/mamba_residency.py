@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+from kvlab.core.checks import check_float, check_instance, check_items, check_sequence
 from kvlab.core.geometry import KVGeometry, MambaGeometry, qwen3_5_27b_attention, qwen3_5_27b_mamba
 from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, plan_residency, proposed_quota_error
 from kvlab.core.memory import GIB, MemoryBudget
@@ -38,7 +39,7 @@ def dtype_rows(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_B
     GiB they need, the quota, whether merged code builds, PR #17261's clamped residency and
     PR #18985's largest feasible max_batch_size."""
     rows = []
-    for dtype in ssm_dtypes:
+    for dtype in check_items("ssm_dtypes", ssm_dtypes, "dtype names"):
         plan = qwen_plan(quota_bytes, max_batch_size, dtype)
         slots = plan.requested + plan.dummies
         rows.append(dict(ssm_dtype=dtype, slot_bytes=plan.slot_bytes, slots=slots,
@@ -68,7 +69,7 @@ def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
     total - ``left_bytes``) for each fraction, the merged floor, whether merged code builds,
     PR #17261's clamped residency and PR #18985's largest feasible max_batch_size."""
     rows = []
-    for fraction in fractions:
+    for fraction in check_sequence("fractions", fractions, check_float, low=0.0, high=1.0, low_open=True):
         budget = MemoryBudget(total_bytes=total_bytes, weights_bytes=total_bytes - left_bytes,
                               free_gpu_memory_fraction=fraction)
         plan = qwen_plan(budget.kv_quota_bytes, max_batch_size, ssm_dtype)
@@ -100,7 +101,7 @@ def proposal_rows(plan: ResidencyPlan) -> List[dict]:
     raises: nothing runs), dummies,
     state_gib (resident and dummy slots), outcome ("ok" or "crash": raises at construction),
     error (the message, or "")."""
-    concurrent = plan.requested
+    concurrent = check_instance("plan", plan, ResidencyPlan).requested
     feasible = plan.feasible_max_batch_size()
     rows = []
     for key, label, status in PROPOSALS:
@@ -146,6 +147,7 @@ def residency_bytes(plan: ResidencyPlan) -> dict:
     clamp ("clamped"): resident slots, dummy slots, attention pages (whole pages) and what is
     left unused. Merged residency that does not fit shows its floor (one page) and overshoots
     the quota; a clamp that cannot hold one sequence shows nothing."""
+    check_instance("plan", plan, ResidencyPlan)
     q, slot, page = plan.quota_bytes, plan.slot_bytes, plan.page_bytes
 
     def split(resident: int, fits: bool) -> dict:

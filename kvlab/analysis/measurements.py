@@ -33,7 +33,7 @@ from typing import Callable, List, Mapping, Sequence
 
 import torch
 
-from kvlab.core.checks import MAX_COUNT, check_int
+from kvlab.core.checks import MAX_COUNT, check_instance, check_int
 from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.pool import PagePool, resolve_device
@@ -239,6 +239,10 @@ def load_measurements(path) -> dict:
 def measured_on(info: Mapping) -> str:
     """A label for figures from ``device_info``: "measured on NVIDIA H200 (driver ..., CUDA
     ..., torch ..., YYYY-MM-DD)"."""
+    check_instance("info", info, Mapping)
+    missing = [key for key in ("name", "torch", "date") if key not in info]
+    if missing:
+        raise ValueError(f"info must hold the keys name, torch and date (device_info's), missing {missing}")
     parts = [f"driver {info['driver']}" if info.get("driver") else None,
              f"CUDA {info['cuda']}" if info.get("cuda") else None,
              f"torch {info['torch']}", info["date"]]

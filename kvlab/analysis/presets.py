@@ -5,9 +5,11 @@ is :mod:`kvlab.sched.policies`.
 
 from __future__ import annotations
 
+from kvlab.core.checks import check_instance
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import UNFINISHED_STATUSES
+from kvlab.run.simulation import SimulationResult
 from kvlab.sched.scheduler import SchedulerDeadlock
 
 
@@ -30,6 +32,7 @@ RESIZE_OUTCOMES = ("ok", "refused", "crash")
 
 def engine_outcome(result) -> str:
     """One of :data:`ENGINE_OUTCOMES` for a ``kvlab.simulate`` result."""
+    check_instance("result", result, SimulationResult)
     if isinstance(result.error, PageIndexTooShort):
         return "crash"
     if isinstance(result.error, SchedulerDeadlock):

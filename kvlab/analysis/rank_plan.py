@@ -29,8 +29,10 @@ from typing import Dict, Optional, Tuple
 
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
+from kvlab.core.checks import check_instance
 from kvlab.core.memory import MemoryBudget
 from kvlab.run.rank_config import RunConfig
+from kvlab.run.run_result import DistributedResult
 from kvlab.run.routing import route
 
 #: What the real run's rank says when a request's verdict ends the run.
@@ -144,6 +146,7 @@ def outcome_of(result) -> Optional[str]:
     """The outcome a real run (``kvlab.run.run_result.DistributedResult``) shows, in the plan's
     words: "crash" (a rank raised ValueError), "stall" (another error), "reject", "ok", or None
     (a rank died or hung)."""
+    check_instance("result", result, DistributedResult)
     raised = next((r for r in result.ranks if r.outcome == "raised"), None)
     if raised is not None:
         return "crash" if raised.error.startswith("ValueError") else "stall"

@@ -15,7 +15,7 @@ from typing import Optional
 
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_float, check_int, check_sequence
+from kvlab.core.checks import check_choice, check_float, check_instance, check_int, check_sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
@@ -189,7 +189,7 @@ def traceback_chain(exc: BaseException) -> str:
     from pathlib import PurePath
 
     lines = []
-    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+    for frame, lineno in traceback.walk_tb(check_instance("exc", exc, BaseException).__traceback__):
         code = frame.f_code
         name = getattr(code, "co_qualname", code.co_name)  # qualified names: Python 3.11+
         parts = PurePath(code.co_filename).parts

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Sequence, Tuple
 
 from kvlab.analysis.compare import EngineConfig, run_policy
+from kvlab.core.checks import check_choice, check_instance, check_items
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import MIB
 from kvlab.core.prefix_cache import chain_hashes
@@ -49,8 +50,8 @@ def reuse_ceiling(requests: Iterable[Request]) -> ReuseCeiling:
     """The ceiling over ``requests`` in arrival order (module docstring). ValueError when a
     request's hashes are not prefix-chained (a block seen before after one that was not)."""
     seen, blocks, cached, tokens, cached_tokens = set(), 0, 0, 0, 0
-    for request in requests:
-        hashes = request.prefix_hashes
+    for request in check_items("requests", requests, "Requests"):
+        hashes = check_instance("requests[...]", request, Request).prefix_hashes
         hits = next((i for i, h in enumerate(hashes) if h not in seen), len(hashes))
         if any(h in seen for h in hashes[hits:]):
             raise ValueError(f"prefix_hashes of request {request.request_id!r} are not prefix-"
@@ -108,6 +109,11 @@ def replay_with_reuse(requests: Sequence[Request], policies: Sequence[str] = TRT
                       engine: EngineConfig = MOONCAKE_ENGINE, reuse: Sequence[bool] = (True, False),
                       max_steps: int = 1_000_000) -> Dict[Tuple[str, bool], SimulationResult]:
     """Each policy with block reuse on and off (``reuse``): {(policy, reuse): result}."""
+    requests = check_items("requests", requests, "Requests")
+    policies = [check_choice(f"policies[{i}]", policy, TRTLLM_POLICIES)
+                for i, policy in enumerate(check_items("policies", policies, "policy names"))]
+    reuse = [check_instance(f"reuse[{i}]", on, bool) for i, on in enumerate(check_items("reuse", reuse, "bools"))]
+    check_instance("engine", engine, EngineConfig)
     return {(policy, on): run_policy(policy, requests, dataclasses.replace(engine, enable_block_reuse=on),
                                      max_steps)
             for policy in policies for on in reuse}

@@ -4,6 +4,7 @@ its value and the accepted range (docs/DESIGN.md, "Conventions")."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 import numbers
 
@@ -64,6 +65,27 @@ def store_checked(obj, name: str, check, **limits) -> None:
     (:func:`check_int` or :func:`check_float`) and store what the check returns: a plain int
     or float, also when the caller passed a numpy scalar, whose own arithmetic would wrap."""
     object.__setattr__(obj, name, check(name, getattr(obj, name), **limits))
+
+
+def check_instance(name: str, value, kind):
+    """Return ``value`` if it is a ``kind`` (a class or a tuple of classes); raise TypeError
+    naming the parameter, the class wanted and what came otherwise."""
+    if not isinstance(value, kind):
+        wanted = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+        article = "an" if wanted[0] in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {wanted}, got {value!r:.60} ({type(value).__name__})")
+    return value
+
+
+def check_mapping(name: str, value, kind, what: str):
+    """Return ``value`` if it is a non-empty mapping whose values are ``kind``s; raise TypeError or
+    ValueError naming the parameter and the first bad entry otherwise."""
+    check_instance(name, value, Mapping)
+    if not value:
+        raise ValueError(f"{name} must be a non-empty mapping ({what}), got an empty one")
+    for key, item in value.items():
+        check_instance(f"{name}[{key!r:.40}]", item, kind)
+    return value
 
 
 def check_choice(name: str, value, choices) -> str:

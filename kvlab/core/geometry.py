@@ -109,11 +109,11 @@ class KVGeometry:
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Pages needed to hold ``num_tokens`` tokens: ceil(num_tokens / tokens_per_block)."""
-        return div_ceil(num_tokens, self.tokens_per_block)
+        return div_ceil(check_int("num_tokens", num_tokens), self.tokens_per_block)
 
     def blocks_in(self, quota_bytes: int) -> int:
         """Whole pages a quota holds: floor(quota / bytes_per_block)."""
-        return quota_bytes // self.bytes_per_block
+        return check_int("quota_bytes", quota_bytes) // self.bytes_per_block
 
 
 #: dtypes a recurrent state (conv or SSM) may take.

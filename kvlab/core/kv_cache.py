@@ -102,6 +102,8 @@ class KVCache:
         tokens). The executor's hot path."""
         if self.freed:
             self._check_live()
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = check_int("num_tokens", num_tokens)
         capacity = self.capacity + num_tokens
         if self.suspended or capacity > len(self.pages) * self.tokens_per_block:
             return False

@@ -45,7 +45,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from kvlab.core.checks import MAX_COUNT, check_choice, check_int, store_checked
+from kvlab.core.checks import MAX_COUNT, check_choice, check_instance, check_int, store_checked
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
@@ -186,7 +186,7 @@ def proposed_quota_error(plan: ResidencyPlan) -> str:
     """*Proposal, PR #18985 (open):* the quota error in GiB, naming the resident-sequence and
     reserved-slot counts and the settings to change. kvlab's wording (the PR's own text was not
     read); the "at most N fits" hint is kvlab's :meth:`ResidencyPlan.feasible_max_batch_size`."""
-    fits = plan.feasible_max_batch_size()
+    fits = check_instance("plan", plan, ResidencyPlan).feasible_max_batch_size()
     hint = (f"lower max_batch_size (at most {fits} fits this quota) or raise "
             f"free_gpu_memory_fraction / max_gpu_total_bytes" if fits else
             "not even max_batch_size=1 fits: raise free_gpu_memory_fraction / max_gpu_total_bytes")

@@ -69,6 +69,9 @@ def num_slots(max_batch_size: int, pp_size: int = 1, disaggregated: bool = False
               overlap_scheduler: bool = False, num_reserved: int = 1) -> int:
     """Rows of the table: max_batch_size * pp_size, twice over when disaggregated or (at
     pp_size 1) under the overlap scheduler, plus the reserved slots."""
+    max_batch_size = check_int("max_batch_size", max_batch_size, low=1)
+    pp_size = check_int("pp_size", pp_size, low=1, high=1 << 16)
+    num_reserved = check_int("num_reserved", num_reserved)
     doubled = disaggregated or (overlap_scheduler and pp_size == 1)
     return max_batch_size * pp_size * (2 if doubled else 1) + num_reserved
 

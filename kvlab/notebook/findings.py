@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, List
 
+from kvlab.core.checks import check_instance, check_items
 from kvlab.notebook.tables import table
 
 FINDINGS_MIME = "application/vnd.kvlab.notebook.findings+json"
@@ -28,7 +29,8 @@ class Finding:
 
 def report_findings(findings: Iterable[Finding]):
     """Display the findings (HTML table + machine-readable JSON) and return them as dicts."""
-    rows = [asdict(f) for f in findings]
+    rows = [asdict(check_instance(f"findings[{i}]", finding, Finding))
+            for i, finding in enumerate(check_items("findings", findings, "Findings"))]
     from IPython.display import display  # imported here: kvlab itself needs no IPython
 
     shown = table(rows).hide(axis="index").to_html() if rows else "<p>(no findings)</p>"
@@ -40,6 +42,8 @@ def report_findings(findings: Iterable[Finding]):
 
 def read_findings(notebook) -> List[dict]:
     """The findings a notebook (an nbformat NotebookNode) reported, in order."""
+    if not hasattr(notebook, "cells"):
+        raise TypeError(f"notebook must be an nbformat notebook (nbformat.read's), got {notebook!r:.60}")
     found = []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):

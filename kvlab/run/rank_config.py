@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_choice, check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
-from kvlab.core.memory import GIB, MemoryBudget
+from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS
 from kvlab.core.request import Request
@@ -165,6 +166,25 @@ def scenario_geometry(scenario) -> KVGeometry:
     return KVGeometry(num_layers=p.num_layers, num_kv_heads=p.num_kv_heads, head_dim=p.head_dim,
                       dtype=p.kv_dtype, tokens_per_block=p.tokens_per_block,
                       attention_dp=attention_dp)
+
+
+def scenario_numbers(scenario) -> Dict[str, int]:
+    """What kvlab computes for each quantity a scenario's ``expected`` block may state
+    (``kvlab.run.scenarios.EXPECTED``): one rank's pool from ``parameters.pool_mib``, or the
+    deployment's pool after the MIN over its ranks, widths under both policies."""
+    p, geo = scenario.parameters, scenario_geometry(scenario)
+    if scenario.deployment is None:
+        blocks = geo.blocks_in(p.pool_mib * MIB)
+    else:
+        blocks = min(scenario_config(scenario).pool_plan()[0])
+    capacity = blocks * geo.tokens_per_block
+    width = {policy: max_blocks_per_seq(width_seq_len(policy, p.configured_max_seq_len,
+                                                      min(p.configured_max_seq_len, capacity)),
+                                        geo.tokens_per_block)
+             for policy in ("clamped", "configured")}
+    return dict(bytes_per_token=geo.bytes_per_token, capacity_tokens=capacity, total_blocks=blocks,
+                width_clamped=width["clamped"], width_configured=width["configured"],
+                entries_needed=div_ceil(p.context_length, geo.tokens_per_block))
 
 
 def scenario_requests(scenario, context_length: Optional[int] = None) -> Tuple[List[Request], Dict[str, int]]:

@@ -46,6 +46,7 @@ from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int
 from kvlab.core.geometry import DTYPE_BYTES
 from kvlab.core.memory import MIB
 from kvlab.core.paths import DATA_DIR
+from kvlab.run.rank_config import scenario_numbers
 from kvlab.sched.scheduler import check_chunk_budget
 
 SCENARIO_DIR = DATA_DIR / "scenarios"
@@ -526,14 +527,22 @@ def load_scenario(name_or_path) -> Scenario:
 
 
 def _check_cross_fields(scenario: Scenario, path: Path) -> None:
-    """What one field cannot check alone: the pool's source, the deployment's requests, and
-    that each assumption matches the field it names."""
+    """What one field cannot check alone: the pool's source, the deployment's requests, that
+    each assumption matches the field it names, and that the expected numbers are what the
+    parameters give."""
     if scenario.parameters.pool_mib is None and scenario.deployment is None:
         where = "parameters.pool_mib"
         raise ScenarioError(path, where, f"{where} is missing; it must be {Int(1, 1 << 20)} "
                             "(only a scenario with a `deployment` block may leave it out)")
     deployment = scenario.deployment
     if deployment is not None:
+        if scenario.parameters.pool_mib is not None:
+            raise ScenarioError(path, "parameters.pool_mib", "parameters.pool_mib must be left out "
+                                "beside a `deployment` block, whose memory budget sets each rank's pool")
+        if deployment.expert_parallel_size > deployment.ranks:
+            raise ScenarioError(path, "deployment.expert_parallel_size", f"deployment.expert_parallel_size "
+                                f"must be in [1, {deployment.ranks}] (deployment.ranks), got "
+                                f"{deployment.expert_parallel_size}")
         ids = [r.id for r in deployment.requests]
         for i, request in enumerate(deployment.requests):
             where = f"deployment.requests[{i}]"
@@ -576,6 +585,21 @@ def _check_cross_fields(scenario: Scenario, path: Path) -> None:
             raise ScenarioError(path, f"{where}.value", f"{where}.value is {assumption.value!r}, "
                                 f"but {name} is {target!r}; they must agree")
         _check_range(assumption, path, where)
+    if scenario.expected:
+        _check_expected(scenario, path)
+
+
+def _check_expected(scenario: Scenario, path: Path) -> None:
+    """Each number of ``expected`` is what kvlab computes from the parameters (and deployment)."""
+    try:
+        computed = scenario_numbers(scenario)
+    except ValueError as e:
+        raise ScenarioError(path, "expected", f"expected cannot be checked: the parameters and "
+                            f"deployment give no pool ({e})") from None
+    for name, value in scenario.expected.items():
+        if computed[name] != value:
+            raise ScenarioError(path, f"expected.{name}", f"expected.{name} is {value}, but the "
+                                f"parameters give {computed[name]} ({EXPECTED[name]})")
 
 
 def _check_range(assumption: Assumption, path: Path, where: str) -> None:

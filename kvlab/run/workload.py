@@ -23,7 +23,9 @@ from kvlab.core.request import Request
 
 
 class LengthDistribution:
-    """A distribution of token counts; ``sample(rng, n)`` returns n ints >= 0."""
+    """A distribution of token counts; ``sample(rng, n)`` returns n ints >= ``lowest``."""
+
+    lowest: int
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         raise NotImplementedError
@@ -37,6 +39,10 @@ class Constant(LengthDistribution):
 
     def __post_init__(self):
         store_checked(self, "value", check_int, low=0, high=MAX_COUNT)
+
+    @property
+    def lowest(self) -> int:
+        return self.value
 
     def sample(self, rng, n):
         return np.full(n, self.value, dtype=np.int64)
@@ -52,6 +58,10 @@ class Uniform(LengthDistribution):
     def __post_init__(self):
         store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
         store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
+
+    @property
+    def lowest(self) -> int:
+        return self.low
 
     def sample(self, rng, n):
         return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
@@ -73,6 +83,10 @@ class LogNormal(LengthDistribution):
         store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
         store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
 
+    @property
+    def lowest(self) -> int:
+        return self.low
+
     def sample(self, rng, n):
         values = rng.lognormal(math.log(self.median), self.sigma, size=n)
         return np.clip(np.rint(values), self.low, self.high).astype(np.int64)
@@ -81,13 +95,16 @@ class LogNormal(LengthDistribution):
 Lengths = Union[int, LengthDistribution]
 
 
-def _distribution(name: str, lengths: Lengths) -> LengthDistribution:
-    if isinstance(lengths, LengthDistribution):
-        return lengths
-    if isinstance(lengths, bool) or not isinstance(lengths, int):
+def _distribution(name: str, lengths: Lengths, low: int) -> LengthDistribution:
+    """``lengths`` as a distribution none of whose draws is below ``low``."""
+    if isinstance(lengths, bool) or not isinstance(lengths, (int, LengthDistribution)):
         raise TypeError(f"{name} must be an int or a LengthDistribution (Constant, Uniform, "
-                        f"LogNormal), got {lengths!r}")
-    return Constant(lengths)
+                        f"LogNormal), got {lengths!r:.60}")
+    distribution = lengths if isinstance(lengths, LengthDistribution) else Constant(lengths)
+    if distribution.lowest < low:
+        raise ValueError(f"{name} must draw lengths of at least {low}, got {distribution!r:.80} "
+                         f"(lowest {distribution.lowest})")
+    return distribution
 
 
 def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]:
@@ -120,13 +137,13 @@ def poisson_arrivals(num_requests: int, rate: float, seed: int) -> np.ndarray:
 def poisson_workload(num_requests: int, rate: float, prompt_len: Lengths,
                      max_new_tokens: Lengths, seed: int = 0, id_prefix: str = "r") -> List[Request]:
     """``num_requests`` requests arriving as a Poisson process of ``rate`` per step, with
-    lengths drawn from the given distributions (an int means a constant). Prompt lengths are
-    at least 1."""
-    prompts_dist = _distribution("prompt_len", prompt_len)
-    outputs_dist = _distribution("max_new_tokens", max_new_tokens)
+    lengths drawn from the given distributions (an int means a constant): prompts of at least
+    one token, outputs of at least none."""
+    prompts_dist = _distribution("prompt_len", prompt_len, low=1)
+    outputs_dist = _distribution("max_new_tokens", max_new_tokens, low=0)
     arrivals = poisson_arrivals(num_requests, rate, seed)
     rng = np.random.default_rng([seed, 1])  # independent of the arrival stream
-    prompts = np.maximum(prompts_dist.sample(rng, num_requests), 1)
+    prompts = prompts_dist.sample(rng, num_requests)
     outputs = outputs_dist.sample(rng, num_requests)
     return [Request(f"{id_prefix}{i}", int(p), int(g), int(a))
             for i, (p, g, a) in enumerate(zip(prompts, outputs, arrivals))]
@@ -174,8 +191,9 @@ def _count(path, line: int, name: str, value, low: int) -> int:
 
 
 def _read_azure_rows(path, limit: Optional[int]) -> List[tuple]:
-    """(seconds since the epoch, prompt, output) of each row of an Azure trace file; the
-    timestamp keeps its date, so an hour that crosses midnight reads in order."""
+    """(seconds since the epoch, prompt, output) of each row of an Azure trace file, in the
+    recorded (time) order; the timestamp keeps its date, so an hour that crosses midnight reads
+    in order, and its UTC offset where it has one (UTC where it has none)."""
     rows = []
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:  # a BOM is tolerated
@@ -188,10 +206,14 @@ def _read_azure_rows(path, limit: Optional[int]) -> List[tuple]:
                 if len(row) < 3:
                     raise _trace_error(path, line, f"3 fields expected, got {len(row)}")
                 try:
-                    moment = datetime.fromisoformat(row[0].strip()).replace(tzinfo=timezone.utc).timestamp()
+                    stamp = datetime.fromisoformat(row[0].strip())
                 except ValueError as exc:
                     raise _trace_error(path, line, f"TIMESTAMP {row[0]!r:.40} is not a date and "
                                                    f"time ({exc})") from None
+                moment = (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
+                if rows and moment < rows[-1][0]:
+                    raise _trace_error(path, line, f"TIMESTAMP {row[0].strip()!r:.40} is earlier than "
+                                                   "the row before; the rows must be in time order")
                 rows.append((moment, _count(path, line, "ContextTokens", row[1], 1),
                              _count(path, line, "GeneratedTokens", row[2], 0)))
     except (UnicodeDecodeError, csv.Error) as exc:
@@ -273,6 +295,9 @@ def _mooncake_row(path, line: int, text: str) -> dict:
     missing = [key for key in ("timestamp", "input_length", "output_length", "hash_ids") if key not in row]
     if missing:
         raise _trace_error(path, line, f"missing {', '.join(missing)}")
+    for key in ("input_length", "output_length"):
+        if isinstance(row[key], str):  # a JSON trace records numbers; text is a different file
+            raise _trace_error(path, line, f"{key} must be a JSON number, got the text {row[key]!r:.40}")
     stamp = row["timestamp"]
     if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < float("inf"):
         raise _trace_error(path, line, f"timestamp must be a number of milliseconds >= 0, got {stamp!r:.40}")

@@ -141,6 +141,7 @@ def test_expected_block_is_optional(tmp_path):
     ("parameters.kv_dtype", 16, "bfloat16"),
     ("expected.total_blocks", -64, "[0, "),
     ("expected.width_clamped", "68", "[0, "),
+    ("expected.total_blocks", 65, "is 65, but the parameters give 64 (pages in the pool"),
     ("title", 5, "non-empty string"),
     ("title", "   ", "non-empty string"),
     ("name", "RTX 5080!", "lower-case file stem"),
@@ -303,6 +304,14 @@ def _gb300() -> dict:
     (lambda d: d["deployment"].update(gpus=16), "deployment.gpus", "not a known field"),
     (lambda d: d["deployment"]["background"].update(prompt_len_min=9000),
      "deployment.background.prompt_len_min", "must not exceed prompt_len_max"),
+    (lambda d: d["deployment"].update(expert_parallel_size=17),
+     "deployment.expert_parallel_size", "must be in [1, 16] (deployment.ranks), got 17"),
+    (lambda d: d["parameters"].update(pool_mib=4), "parameters.pool_mib", "must be left out beside"),
+    (lambda d: d["expected"].update(width_clamped=29962),  # before the rounding to a multiple of 4
+     "expected.width_clamped", "expected.width_clamped is 29962, but the parameters give 29964"),
+    (lambda d: (d["deployment"].update(workspace_gib=240.0),
+                d["assumptions"]["deployment.workspace_gib"].update(value=240.0, range=[0.0, 256.0])),
+     "expected", "expected cannot be checked: the parameters and deployment give no pool"),
 ])
 def test_issue_21470_broken_copies_name_the_field(tmp_path, edit, field, message):
     data = _gb300()

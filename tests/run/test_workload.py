@@ -43,9 +43,12 @@ def test_distributions_respect_their_bounds():
 
 
 def test_prompts_are_at_least_one_token_and_ints_mean_constants():
-    requests = poisson_workload(50, 1.0, prompt_len=Uniform(0, 3), max_new_tokens=9, seed=2)
+    requests = poisson_workload(50, 1.0, prompt_len=Uniform(1, 3), max_new_tokens=9, seed=2)
     assert min(r.prompt_len for r in requests) == 1
     assert {r.max_new_tokens for r in requests} == {9}
+    for empty in (0, Uniform(0, 3), LogNormal(100, 1.0, low=0)):  # refused, not raised to 1
+        with pytest.raises(ValueError, match="prompt_len must draw lengths of at least 1"):
+            poisson_workload(5, 1.0, prompt_len=empty, max_new_tokens=9)
 
 
 def test_standard_mixed_workload_is_the_stated_one():
@@ -148,6 +151,14 @@ def test_an_azure_trace_across_midnight_keeps_its_order_and_a_bom_is_read(tmp_pa
     monkeypatch.setattr(workload, "TRACE_DIR", tmp_path)
     first, second = workload.azure_trace("conv", seconds_per_iteration=0.5)
     assert (first.arrival_step, second.arrival_step) == (0, 2)
+    (tmp_path / workload.AZURE_TRACES["conv"]).write_text(  # offsets are honoured: 1 h apart, not 0
+        AZURE_HEADER + "2023-11-16 10:00:00+00:00,10,1\n2023-11-16 12:00:00+01:00,20,2\n", encoding="utf-8")
+    first, second = workload.azure_trace("conv", seconds_per_iteration=60)
+    assert (first.arrival_step, second.arrival_step) == (0, 60)
+    (tmp_path / workload.AZURE_TRACES["conv"]).write_text(
+        AZURE_HEADER + "2023-11-16 10:00:01,10,1\n2023-11-16 10:00:00,20,2\n", encoding="utf-8")
+    with pytest.raises(workload.TraceFormatError, match="line 3: TIMESTAMP .* is earlier than the row before"):
+        workload.azure_trace("conv")
     (tmp_path / workload.AZURE_TRACES["conv"]).write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(workload.TraceFormatError, match="not a CSV file in UTF-8"):
         workload.azure_trace("conv")
@@ -160,6 +171,7 @@ def test_an_azure_trace_across_midnight_keeps_its_order_and_a_bom_is_read(tmp_pa
     ('{"timestamp": -5, "input_length": 5, "output_length": 1, "hash_ids": []}', "timestamp must be"),
     ('{"timestamp": 0, "input_length": 5.5, "output_length": 1, "hash_ids": []}', "input_length must be an int"),
     ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": ["a"]}', "hash_ids must be a list of ints"),
+    ('{"timestamp": 0, "input_length": "5", "output_length": 1, "hash_ids": []}', "input_length must be a JSON number"),
 ])
 def test_a_malformed_mooncake_trace_is_refused_by_line(tmp_path, monkeypatch, line, message):
     from kvlab.run import workload
