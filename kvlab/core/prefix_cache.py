@@ -59,6 +59,9 @@ def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> Tuple[int, 
 def prefix_key(hashes: Tuple[int, ...], tokens_per_hash: int, end: int) -> tuple:
     """The identity of a prompt's first ``end`` tokens (module docstring); ``end`` is within
     the tokens the hashes cover."""
+    if not 0 < end <= len(hashes) * tokens_per_hash:
+        raise ValueError(f"end must be in [1, {len(hashes) * tokens_per_hash}] (the tokens "
+                         f"{len(hashes)} hashes of {tokens_per_hash} tokens cover), got {end!r:.40}")
     return hashes[(end - 1) // tokens_per_hash], end
 
 
