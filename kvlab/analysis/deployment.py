@@ -1,8 +1,9 @@
 """Preflight: will a deployment hit issue #21470? ``kvlab plan`` and notebook 06.
 
-A :class:`Deployment` is a model (:mod:`kvlab.analysis.models`), a GPU's memory, what else each
-rank holds (weights, workspace, activations, memory torch does not see), the parallelism and
-the executor's settings. :func:`plan_deployment` answers, in closed form and in the order the
+A :class:`Deployment` (:mod:`kvlab.analysis.deployment_spec`) is a model
+(:mod:`kvlab.analysis.models`), a GPU's memory, what else each rank holds (weights, workspace,
+activations, memory torch does not see), the parallelism and the executor's settings.
+:func:`plan_deployment` answers, in closed form and in the order the
 real start-up goes (docs/REFERENCE.md §1-§5, §8):
 
 1. which KV cache manager the deployment gets (:attr:`Deployment.resolved_manager`:
@@ -14,13 +15,14 @@ real start-up goes (docs/REFERENCE.md §1-§5, §8):
    ``MambaHybridCacheManagerV2`` raises at construction when they do not fit, on any stage; the
    V2 manager's own per-token cost is its real one, so its quota is the budget); V1
    from the creator's per-token estimate and the free memory at construction
-   (:func:`v1_tokens`); then ``allreduce(MIN)`` of the token capacity;
+   (:mod:`kvlab.analysis.v1_capacity`); then ``allreduce(MIN)`` of the token capacity;
 3. the max_seq_len clamp, and V2's page-index row width and table (one row set per pool, the
    reserved rows included) under the current code and under the one-line fix;
 4. what a lone request of each context (prompt) length from 1 to max_seq_len meets
    (:func:`kvlab.analysis.phase.phase_verdicts` for V2's policies: "ok", "reject", "stall",
    "crash"; V1's worker rejects a prompt of the clamped max_seq_len or more and trims the
-   output of the rest, so V1 has only "ok" and "reject"), as ranges. When construction raises
+   output of the rest, so V1 has only "ok" and "reject"), as ranges
+   (:mod:`kvlab.analysis.context_ranges`). When construction raises
    or no rank holds a page, nothing runs under any current policy: no ranges, only the
    proposals' (PR #17261's clamp) under their own key.
 
@@ -28,38 +30,32 @@ What it simplifies, and says in :attr:`DeploymentPlan.notes`: weights derived fr
 count are split evenly over tp x pp (experts under expert parallelism and attention replicated
 under attention DP are not: give ``weights_gib``); sliding-window layers count as full attention
 (as the executor sizes them unless ``max_attention_window`` is set); a hybrid's split of the
-quota is the runtime's where the state floor binds (:func:`v2_hybrid_split`); other requests'
-pages are not counted (they only delay a request that fits). The host tier holds pages
+quota is the runtime's where the state floor binds (:mod:`kvlab.analysis.hybrid_split`); other
+requests' pages are not counted (they only delay a request that fits). The host tier holds pages
 evicted from the GPU; the clamp and the row width count GPU pages only, so it changes no verdict.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import textwrap
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Dict, Optional, Tuple
 
-import numpy as np
-
+from kvlab.analysis.context_ranges import Segment, change_points, v1_segments, v2_segments
+from kvlab.analysis.deployment_spec import MANAGERS, Deployment
 from kvlab.analysis.gpus import GPUS
-from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry, load_model
-from kvlab.analysis.phase import PhaseSetup, phase_verdicts
+from kvlab.analysis.hybrid_split import hybrid_plan
+from kvlab.analysis.models import load_model
+from kvlab.analysis.phase import PhaseSetup
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.analysis.rank_plan import RankPlan
+from kvlab.analysis.v1_capacity import estimated_bytes_per_token, free_at_construction, v1_tokens
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_float, check_int, store_checked
-from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
-from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, num_dummy_slots
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
-from kvlab.run.rank_config import ramped_workspace_gib
 from kvlab.sched.policies import TRTLLM_POLICIES
 
-#: The managers :attr:`Deployment.manager` names ("auto": the architecture's choice).
-MANAGERS = ("auto", "v1", "v2")
 #: The key of a plan's ranges under current TensorRT-LLM, per manager.
 CURRENT_POLICY = {"v1": "v1", "v2": "none/clamped"}
 #: PR #17261's clamp (a proposal): the ranges of the pool it would leave when merged code raises.
@@ -72,290 +68,12 @@ POLICY_LABELS = {"none/clamped": "current TensorRT-LLM (row sized from the clamp
                        "the clamped max_seq_len or more)",
                  CLAMP_PROPOSAL: "PR #17261's clamp (a proposal, closed without merging): the "
                                  "pool it would leave"}
-#: Speculative decoding modes whose extra KV tokens and draft layers the plan counts (one-model).
-SPEC_MODES = ("mtp", "eagle3")
 #: ``kvlab plan``'s exit codes: the current code's worst verdict; 5 when most context lengths up
 #: to max_seq_len are refused (max_num_tokens with chunked prefill off, or no room at all).
 PLAN_EXIT_CODES = {"ok": 0, "reject": 0, "stall": 3, "crash": 4}
 MOSTLY_REFUSED_EXIT = 5
-MAX_RANKS = 4096
-#: The most pages one sequence may span in a plan (max_seq_len over tokens_per_block): the
-#: ranges are found by evaluating every block boundary, so this bounds the plan's memory.
-MAX_PLAN_BLOCKS = 1 << 22
 #: Characters per line of :meth:`DeploymentPlan.explain`.
 EXPLAIN_WIDTH = 100
-MAX_GIB = 1 << 20  # a bound on every memory figure, in GiB
-
-
-def _gib(name: str, value, low: float = 0.0) -> float:
-    return check_float(name, value, low=low, high=MAX_GIB)
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """One deployment, per rank. Memory figures in GiB; ``weights_gib=None`` derives the weights
-    from the model's parameter count (the checkpoint's quantization, or ``weights_dtype``);
-    ``max_seq_len=None`` is what the executor infers from the config, and a larger value is
-    lowered to it unless ``allow_long_max_model_len``; ``workspace_skew_gib`` is extra
-    workspace growing linearly to the last rank (issue #21470's scenario); ``kv_quota_gib`` is
-    ``kv_cache_config.max_gpu_total_bytes``; ``host_cache_gib=None`` is upstream's default (V1:
-    no host tier; V2: an automatic one sized from the host's memory); ``max_num_tokens`` 8192,
-    chunked prefill off, beam width 1 and ``manager="auto"`` are TensorRT-LLM's defaults;
-    ``spec_mode`` ("mtp", "eagle3") with ``max_draft_len`` adds speculative decoding's draft
-    tokens and layers; ``ranks``, when given, must be tp x pp; the overlap scheduler is on, as
-    upstream's ``disable_overlap_scheduler=False``."""
-
-    model: ModelGeometry
-    gpu_gib: float
-    weights_gib: Optional[float] = None
-    weights_dtype: Optional[str] = None
-    workspace_gib: float = 0.0
-    workspace_skew_gib: float = 0.0
-    activations_gib: float = 0.0
-    non_torch_gib: float = 0.0
-    free_gpu_memory_fraction: float = 0.9
-    kv_quota_gib: Optional[float] = None
-    tp_size: int = 1
-    pp_size: int = 1
-    attention_dp: bool = False
-    ranks: Optional[int] = None
-    max_seq_len: Optional[int] = None
-    allow_long_max_model_len: bool = False
-    max_batch_size: int = 2048
-    max_new_tokens: int = 64
-    max_num_tokens: int = 8192
-    chunked_prefill: bool = False
-    tokens_per_block: int = 32
-    kv_dtype: Optional[str] = None
-    mamba_ssm_dtype: Optional[str] = None
-    host_cache_gib: Optional[float] = None
-    manager: str = "auto"
-    max_beam_width: int = 1
-    spec_mode: Optional[str] = None
-    max_draft_len: int = 0
-    disable_overlap_scheduler: bool = False
-
-    def __post_init__(self):
-        if not isinstance(self.model, ModelGeometry):
-            raise TypeError(f"model must be a ModelGeometry, got {type(self.model).__name__}")
-        store_checked(self, "gpu_gib", _gib, low=0.001)
-        if self.weights_dtype is not None:
-            check_choice("weights_dtype", self.weights_dtype, DTYPE_BYTES)
-        if self.weights_gib is not None:
-            store_checked(self, "weights_gib", _gib)
-        elif self.model.weights_bytes(self.weights_dtype) is None:
-            why = (f"its checkpoint's quantization {self.model.quantization.weights_algo!r} is "
-                   "not one kvlab derives weights for" if self.model.parameters else
-                   "it states no parameter count to derive the weights from")
-            raise ValueError(f"weights_gib is needed for model {self.model.name!r}: {why}")
-        for name in ("workspace_gib", "workspace_skew_gib", "activations_gib", "non_torch_gib"):
-            store_checked(self, name, _gib)
-        if self.host_cache_gib is not None:
-            store_checked(self, "host_cache_gib", _gib)
-        store_checked(self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True)
-        if self.kv_quota_gib is not None:
-            store_checked(self, "kv_quota_gib", _gib, low=1e-6)
-        store_checked(self, "tp_size", check_int, low=1, high=MAX_RANKS)
-        store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
-        if self.tp_size * self.pp_size > MAX_RANKS:
-            raise ValueError(f"tp_size x pp_size must be at most {MAX_RANKS} ranks, got "
-                             f"{self.tp_size} x {self.pp_size} = {self.tp_size * self.pp_size}")
-        for name in ("attention_dp", "chunked_prefill", "allow_long_max_model_len",
-                     "disable_overlap_scheduler"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.ranks is not None:
-            store_checked(self, "ranks", check_int, low=1, high=MAX_RANKS)
-            if self.ranks != self.tp_size * self.pp_size:
-                raise ValueError(f"ranks must be tp_size x pp_size = {self.tp_size * self.pp_size} "
-                                 f"(TensorRT-LLM's world size; attention DP runs on the tp ranks), "
-                                 f"got {self.ranks}")
-        heads = self.model.num_attention_heads
-        if not self.attention_dp and heads and heads % self.tp_size:
-            raise ValueError(f"tp_size must divide num_attention_heads ({heads}) unless attention_dp "
-                             f"is on, got {self.tp_size}")
-        if self.max_seq_len is not None:
-            store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
-        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
-        store_checked(self, "max_new_tokens", check_int, low=0, high=1 << 30)
-        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
-        store_checked(self, "tokens_per_block", check_int, low=1, high=65536)
-        if self.kv_dtype is not None:
-            check_choice("kv_dtype", self.kv_dtype, DTYPE_BYTES)
-        if self.mamba_ssm_dtype is not None:
-            check_choice("mamba_ssm_dtype", self.mamba_ssm_dtype, STATE_DTYPES)
-        check_choice("manager", self.manager, MANAGERS)
-        store_checked(self, "max_beam_width", check_int, low=1, high=256)
-        if self.spec_mode is None:
-            store_checked(self, "max_draft_len", check_int, low=0, high=0)
-        else:
-            check_choice("spec_mode", self.spec_mode, SPEC_MODES)
-            store_checked(self, "max_draft_len", check_int, low=1, high=64)
-            if self.spec_mode == "mtp" and not self.model.draft_layers:
-                raise ValueError(f"spec_mode 'mtp' needs MTP layers: model {self.model.name!r} "
-                                 "states no num_nextn_predict_layers")
-        if self.model.linear_layers and self.resolved_manager == "v1":
-            raise ValueError("a hybrid (recurrent-state) model on the V1 manager is "
-                             "MambaHybridCacheManager, which kvlab does not plan: manager must be "
-                             "'auto' or 'v2', and max_beam_width 1")
-        if self.resolved_manager == "v1" and self.free_gpu_memory_fraction >= 1.0:
-            raise ValueError("free_gpu_memory_fraction must be in (0, 1) for the V1 manager "
-                             "(calculate_max_num_blocks asserts it is below 1.0), got 1.0")
-        span = (self.kv_max_seq_len + self.max_new_tokens) // self.tokens_per_block
-        if span > MAX_PLAN_BLOCKS:
-            raise ValueError(f"(max_seq_len + max_new_tokens) / tokens_per_block must be at most "
-                             f"{MAX_PLAN_BLOCKS:,} blocks, got ({self.configured_max_seq_len:,} + "
-                             f"{self.max_new_tokens:,}) / {self.tokens_per_block} (about {span:,}): "
-                             "raise tokens_per_block or lower max_seq_len or max_new_tokens")
-        for stage in range(self.pp_size):
-            self.kv_geometry(stage)  # head and dtype constraints, named
-            if self.model.linear_layers:
-                self.mamba_geometry(stage)
-
-    @property
-    def world_size(self) -> int:
-        """Ranks that each build a KV pool: tp x pp."""
-        return self.tp_size * self.pp_size
-
-    @property
-    def resolved_manager(self) -> str:
-        """"v1" or "v2": ``manager``, "auto" resolved by the architecture
-        (:attr:`ModelGeometry.preferred_manager`); V2 falls back to V1 at a beam width above 1
-        ("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to
-        KVCacheManager.", ``_validate_or_fallback_kv_cache_manager_v2`` in _util.py)."""
-        want = self.model.preferred_manager if self.manager == "auto" else self.manager
-        return "v1" if want == "v2" and self.max_beam_width > 1 else want
-
-    @property
-    def requested_max_seq_len(self) -> int:
-        limit = self.model.max_seq_len_limit or DEFAULT_MAX_POSITION_EMBEDDINGS
-        return self.max_seq_len if self.max_seq_len is not None else limit
-
-    @property
-    def configured_max_seq_len(self) -> int:
-        """The max_seq_len the executor runs with: the requested one, lowered to the model's
-        inferred limit unless ``allow_long_max_model_len``."""
-        if self.allow_long_max_model_len or self.model.max_seq_len_limit is None:
-            return self.requested_max_seq_len
-        return min(self.requested_max_seq_len, self.model.max_seq_len_limit)
-
-    @property
-    def kv_max_seq_len(self) -> int:
-        """The max_seq_len the KV cache manager is built with (``py_executor_creator``): the
-        configured one, plus 1 + max_draft_len under the overlap scheduler, plus the extra KV
-        tokens and max_draft_len under speculative decoding."""
-        overlap = 0 if self.disable_overlap_scheduler else 1 + self.max_draft_len
-        spec = self.num_extra_kv_tokens + self.max_draft_len if self.spec_mode else 0
-        return self.configured_max_seq_len + overlap + spec
-
-    @property
-    def num_extra_kv_tokens(self) -> int:
-        """Speculative decoding's extra KV tokens per sequence, ``max_draft_len - 1`` for the
-        one-model modes (``get_num_extra_kv_tokens``, speculative/utils.py)."""
-        return self.max_draft_len - 1 if self.spec_mode else 0
-
-    @property
-    def draft_layers(self) -> int:
-        """Draft layers on the last pipeline stage: MTP's ``num_nextn_predict_layers``, Eagle3's
-        one layer (``num_eagle_layers``' default), each with the target's KV geometry."""
-        return {"mtp": self.model.draft_layers, "eagle3": 1}.get(self.spec_mode, 0)
-
-    def stage_of(self, rank: int) -> int:
-        """The pipeline stage of ``rank`` (``Mapping``: pp is the outer dimension)."""
-        return rank // self.tp_size
-
-    def attention_layers(self, stage: int) -> int:
-        """Stage ``stage``'s layers with a KV cache: its share of the model's, plus the draft
-        layers on the last stage."""
-        return (self.model.stage(self.pp_size, stage)[0]
-                + (self.draft_layers if stage == self.pp_size - 1 else 0))
-
-    def kv_geometry(self, stage: Optional[int] = None) -> KVGeometry:
-        """Stage ``stage``'s KV geometry (None: the most attention layers of any stage)."""
-        last = stage == self.pp_size - 1 or (stage is None and self.pp_size == 1)
-        return self.model.kv_geometry(self.kv_dtype, self.tokens_per_block, self.tp_size,
-                                      self.pp_size, self.attention_dp, stage,
-                                      extra_layers=self.draft_layers if last else 0)
-
-    def mamba_geometry(self, stage: Optional[int] = None):
-        """Stage ``stage``'s recurrent-state geometry; the SSM state in ``mamba_ssm_dtype``, else
-        the model's dtype (``mamba_ssm_cache_dtype="auto"``: the checkpoint's own state dtype
-        is not read upstream)."""
-        return self.model.mamba_geometry(1 if self.attention_dp else self.tp_size, self.pp_size,
-                                         self.mamba_ssm_dtype or self.model.dtype, stage)
-
-    @property
-    def weights_bytes(self) -> int:
-        """Per rank: ``weights_gib``, else the model's weights (:meth:`ModelGeometry.weights_bytes`)
-        over tp x pp."""
-        if self.weights_gib is not None:
-            return round(self.weights_gib * GIB)
-        return self.model.weights_bytes(self.weights_dtype) // (self.tp_size * self.pp_size)
-
-    def budgets(self) -> Tuple[MemoryBudget, ...]:
-        """Every rank's budget, its workspace ramped as the scenarios' ranks have it
-        (:func:`kvlab.run.rank_config.ramped_workspace_gib`); V1 reads no
-        ``max_gpu_total_bytes`` (:func:`v1_tokens`)."""
-        ranks = self.world_size
-        cap = None if self.kv_quota_gib is None or self.resolved_manager == "v1" else \
-            round(self.kv_quota_gib * GIB)
-        return tuple(MemoryBudget(
-            total_bytes=round(self.gpu_gib * GIB), weights_bytes=self.weights_bytes,
-            workspace_bytes=round(ramped_workspace_gib(self.workspace_gib, self.workspace_skew_gib,
-                                                       r, ranks) * GIB),
-            activation_peak_bytes=round(self.activations_gib * GIB),
-            non_torch_bytes=round(self.non_torch_gib * GIB),
-            free_gpu_memory_fraction=self.free_gpu_memory_fraction, max_gpu_total_bytes=cap)
-            for r in range(ranks))
-
-
-def estimated_bytes_per_token(deployment: Deployment, stage: int) -> int:
-    """The creator's per-token estimate (``KVCacheManager.get_cache_size_per_token``,
-    resource_manager.py at 001541bad): for ``m`` values a token, 1 byte each for an fp8 KV
-    cache, ``ceil(m / 2) + ceil(m / 16)`` for nvfp4 (its scales), else 2; ``m`` counts the
-    stage's share of the attention layers (``pp_layers`` of their count, at least 1) times
-    MLA's ``kv_lora_rank + qk_rope_head_dim`` with kv_factor 1, or ``head_dim *
-    num_key_value_heads // tp`` (a floor over all heads, tp 1 under attention DP) with
-    kv_factor 2."""
-    model, pp = deployment.model, deployment.pp_size
-    base, extra = divmod(model.attention_layers, pp)
-    layers = max(base + (stage < extra), 1)
-    tp = 1 if deployment.attention_dp else deployment.tp_size
-    dtype = deployment.kv_dtype or model.kv_dtype
-    width = model.head_dim if model.kv_factor == 1 else model.head_dim * model.num_kv_heads // tp
-    values = layers * width * model.kv_factor
-    if dtype == "nvfp4":
-        return div_ceil(values, 2) + div_ceil(values, 16)
-    return (1 if dtype == "fp8" else 2) * values
-
-
-def v1_tokens(deployment: Deployment, budget: MemoryBudget, stage: int) -> float:
-    """One rank's V1 token capacity before the MIN all-reduce: the creator sets
-    ``kv_cache_config.max_tokens`` to its budget over :func:`estimated_bytes_per_token`, and
-    ``KVCacheManager.calculate_max_num_blocks`` (resource_manager.py at 001541bad) takes the
-    smaller of that and ``free_gpu_memory_fraction`` of the free memory at construction (the
-    activations freed) over the real bytes per token (``ceil(heads / tp)`` per layer)."""
-    estimate = estimated_bytes_per_token(deployment, stage)
-    creator = budget.available_bytes // estimate if estimate else math.inf
-    real = deployment.kv_geometry(stage).bytes_per_token
-    return min(creator, deployment.free_gpu_memory_fraction * free_at_construction(budget) / real)
-
-
-def free_at_construction(budget: MemoryBudget) -> int:
-    """The memory free when the V1 manager is built: the total less the weights, the workspace
-    and what torch does not see (the estimation run's activations are freed by then), never
-    below zero. [kvlab] Upstream the estimation run's CUDA graphs are released only after the
-    managers are built, so the real figure is somewhat lower."""
-    return max(0, budget.total_bytes - budget.peak_memory_bytes + budget.activation_peak_bytes)
-
-
-@dataclass(frozen=True)
-class Segment:
-    """Context lengths ``low..high`` (prompt tokens) and what each meets alone."""
-
-    low: int
-    high: int
-    verdict: str
 
 
 @dataclass(frozen=True)
@@ -602,140 +320,6 @@ def _host_tier(d: Deployment) -> Dict[str, Any]:
                                    "memlock limit)); it changes no verdict here"}
 
 
-def _change_points(setup: PhaseSetup, max_len: int) -> np.ndarray:
-    """The context lengths in 1..max_len where a lone request's verdict can change: where a block
-    count does (context, context + new - 1, context + new, each with the extra tokens) and past
-    max_num_tokens. Evaluating these is exact (:func:`phase_verdicts` counts blocks)."""
-    tpb, extra, new = setup.geometry.tokens_per_block, setup.num_extra_kv_tokens, setup.max_new_tokens
-    ks = np.arange(0, (max_len + extra + new) // tpb + 2, dtype=np.int64) * tpb
-    points = np.sort(np.concatenate([[1, setup.max_num_tokens + 1], ks - extra + 1,
-                                     ks - extra - max(new - 1, 0) + 1, ks - extra - new + 1]))
-    points = points[(points >= 1) & (points <= max_len)]
-    return points[np.concatenate([[True], np.diff(points) != 0])]
-
-
-def _segments(pool_blocks: int, regime: str, setup: PhaseSetup, points: np.ndarray,
-              max_len: int) -> Tuple[Segment, ...]:
-    """The verdicts of context lengths 1..max_len as ranges (``points``: :func:`_change_points`)."""
-    codes = phase_verdicts([pool_blocks], points, regime, setup)[0]
-    starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
-    ends = np.concatenate([points[starts[1:]] - 1, [max_len]])
-    return tuple(Segment(int(points[s]), int(e), ENGINE_OUTCOMES[codes[s]])
-                 for s, e in zip(starts, ends))
-
-
-def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> Tuple[Segment, ...]:
-    """A lone request under V1: a prompt over ``max_num_tokens`` (chunked prefill off) is
-    refused at the door, one of the clamped max_seq_len or more by the worker
-    (``_deduce_max_tokens``: "`default_max_tokens` (...) must be greater than 0"); the rest
-    run, their output trimmed to what the clamped max_seq_len leaves, in a pool that holds it."""
-    d = deployment
-    limit = clamped_max_seq_len - 1
-    if not d.chunked_prefill:
-        limit = min(limit, d.max_num_tokens)
-    end = d.configured_max_seq_len
-    if limit >= end:
-        return (Segment(1, end, "ok"),)
-    if limit < 1:
-        return (Segment(1, end, "reject"),)
-    return Segment(1, limit, "ok"), Segment(limit + 1, end, "reject")
-
-
-#: The V2 storage's page, the unit its pool granules are counted in (2 MiB).
-STORAGE_PAGE_BYTES = 2 * MIB
-
-
-@functools.lru_cache(maxsize=1024)  # ranks of a stage share their inputs
-def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[int, ...],
-                    live_slots: int, sequences: int, typical_len: int,
-                    tokens_per_block: int) -> Tuple[int, int]:
-    """(attention pages, recurrent-state slots) that merged ``MambaHybridCacheManagerV2`` builds
-    from one rank's quota (mamba_cache_manager_v2.py at 28295084, the storage manager at
-    2cdb452). The quota is cut in granules of 2 MiB, doubled per doubling of the quota past
-    1 GiB up to 32 MiB; each state pool (SSM, conv) takes whole granules. A "typical step"
-    (``sequences`` requests of ``typical_len`` tokens, ``kv_cache_config.avg_seq_len`` or
-    max_seq_len // 2, plus the live slots) proposes the state pools' share; they get at least
-    their floor, the granules of ``live_slots`` slots (max_batch_size x pp + dummies), which
-    binds from about two dozen slots; the attention pool gets the granules left, and the state
-    pools as many slots as their granules hold (all of them on a stage without attention:
-    ``page_bytes`` 0). [kvlab] Above the floor, the share is rounded
-    down to whole granules (upstream's rounding there was not read); ``avg_seq_len`` set (extra
-    attention floors) is not modelled."""
-    granule = STORAGE_PAGE_BYTES << min(4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512)))))
-    granules = div_ceil(quota_bytes, granule)
-
-    def state_granules(slots: int) -> int:
-        return sum(div_ceil(slots * size, granule) for size in state_pool_bytes)
-
-    def rounded(nbytes: int) -> int:
-        return div_ceil(nbytes, granule) * granule
-
-    typical_attention = rounded(sequences * div_ceil(typical_len, tokens_per_block) * page_bytes)
-    typical_state = sum(rounded(live_slots * size) for size in state_pool_bytes)
-    share = typical_state / (typical_attention + typical_state) if typical_state else 0.0
-    if not typical_state:
-        return (granules * granule // page_bytes if page_bytes else 0), 0
-    state = max(state_granules(live_slots), int(granules * share))
-    low, high = live_slots, state * granule // min(state_pool_bytes) + 1  # fits, does not fit
-    while high - low > 1:  # the most slots the state granules hold
-        middle = (low + high) // 2
-        low, high = (middle, high) if state_granules(middle) <= state else (low, middle)
-    return ((granules - state) * granule // page_bytes if page_bytes else 0), low
-
-
-def _hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
-    """Per pipeline stage: its layers, slot bytes, merged floor against its smallest quota, and
-    PR #17261's clamp's resident count there (``MambaHybridCacheManagerV2``, docs/REFERENCE.md §5)."""
-    dummies = num_dummy_slots(True, d.attention_dp)
-    stages = []
-    for stage in range(d.pp_size):
-        attention, recurrent = d.attention_layers(stage), d.model.stage(d.pp_size, stage)[1]
-        mamba = d.mamba_geometry(stage)
-        quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
-        page = d.kv_geometry(stage).bytes_per_block if attention else 0
-        plan = ResidencyPlan(d.max_batch_size * d.pp_size, dummies if mamba else 0,
-                             mamba.bytes_per_slot if mamba else 0, page, max(quota, 1), d.pp_size)
-        pools = (mamba.num_mamba_layers * mamba.ssm_bytes,
-                 mamba.num_mamba_layers * mamba.conv_bytes) if mamba else ()
-        split = {r: v2_hybrid_split(q, page, pools, plan.requested + plan.dummies, plan.requested,
-                                    max(1, d.kv_max_seq_len // 2), d.tokens_per_block)
-                 if plan.raw_fits else (0, 0)
-                 for r, q in enumerate(quotas) if d.stage_of(r) == stage}
-        stages.append(dict(stage=stage, attention_layers=attention, recurrent_layers=recurrent,
-                           num_pools=int(bool(attention)) + int(bool(mamba)), quota_bytes=quota,
-                           slot_bytes=plan.slot_bytes, need_bytes=plan.raw_need_bytes,
-                           builds=plan.raw_fits, pages=min(p for p, _ in split.values()),
-                           state_slots=min(n for _, n in split.values()), plan=plan, split=split))
-    return tuple(stages)
-
-
-def _hybrid_plan(d: Deployment, quotas, stages):
-    """The hybrid summary (the stage that raises, else the tightest), each rank's recurrent-state
-    bytes (every requested sequence's slot where merged code builds, else the slots PR #17261's
-    clamp would keep, its resident count MIN-reduced across ranks) and, where merged code
-    builds, each rank's attention pages (:func:`v2_hybrid_split`)."""
-    per_stage = _hybrid_stages(d, quotas)
-    failing = [h for h in per_stage if not h["builds"]]
-    worst = failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
-    plan = worst["plan"]
-    clamp = min(max(h["plan"].local_cap, 0) for h in per_stage)
-    hybrid = dict(slot_bytes=plan.slot_bytes, requested=plan.requested, dummies=plan.dummies,
-                  slots=plan.requested + plan.dummies, need_bytes=plan.raw_need_bytes,
-                  quota_bytes=plan.quota_bytes, stage=worst["stage"], merged_builds=not failing,
-                  clamp_resident=clamp,
-                  feasible_max_batch_size=min(h["plan"].feasible_max_batch_size() for h in per_stage),
-                  ssm_dtype=d.mamba_ssm_dtype or d.model.dtype,
-                  error="ValueError: " + QUOTA_TOO_SMALL.format(got=plan.quota_bytes,
-                                                                need=plan.raw_need_bytes)
-                  if failing else "",
-                  stages=[{k: v for k, v in h.items() if k not in ("plan", "split")} for h in per_stage])
-    resident = clamp if failing else d.max_batch_size * d.pp_size
-    slot_bytes = [(resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"]
-                  if resident else 0 for s in stages]
-    pages = None if failing else [per_stage[s]["split"][r][0] for r, s in enumerate(stages)]
-    return hybrid, slot_bytes, pages
-
-
 def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     """The plan of ``deployment`` (module docstring): nothing allocated, nothing run."""
     if not isinstance(deployment, Deployment):
@@ -759,7 +343,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         quotas = tuple(b.kv_quota_bytes for b in budgets)
         pages = None
         if d.model.linear_layers:
-            hybrid, slot_bytes, pages = _hybrid_plan(d, quotas, stages)
+            hybrid, slot_bytes, pages = hybrid_plan(d, quotas, stages)
             if not hybrid["merged_builds"]:
                 notes.append(f"merged code raises at construction on pipeline stage "
                              f"{hybrid['stage']}, so nothing runs under any current policy; the "
@@ -798,11 +382,11 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     if manager == "v1":
         ranges = {"v1": v1_segments(d, clamped)} if blocks else {}
     elif starts:
-        points = _change_points(setup, configured)
-        ranges = {p: _segments(blocks, p, setup, points, configured) for p in TRTLLM_POLICIES}
+        points = change_points(setup, configured)
+        ranges = {p: v2_segments(blocks, p, setup, points, configured) for p in TRTLLM_POLICIES}
     elif blocks:  # construction raises: only the proposal that changes it runs
-        points = _change_points(setup, configured)
-        ranges = {CLAMP_PROPOSAL: _segments(blocks, "none/clamped", setup, points, configured)}
+        points = change_points(setup, configured)
+        ranges = {CLAMP_PROPOSAL: v2_segments(blocks, "none/clamped", setup, points, configured)}
     else:
         ranges = {}
     if not blocks:
@@ -923,6 +507,5 @@ def example_deployments() -> Dict[str, Deployment]:
 
 
 __all__ = ["CLAMP_PROPOSAL", "CURRENT_POLICY", "Deployment", "DeploymentPlan", "MANAGERS",
-           "MOSTLY_REFUSED_EXIT", "PLAN_EXIT_CODES", "POLICY_LABELS", "SPEC_MODES", "Segment",
-           "estimated_bytes_per_token", "example_deployments", "plan_deployment", "v1_segments",
-           "free_at_construction", "v1_tokens", "v2_hybrid_split"]
+           "MOSTLY_REFUSED_EXIT", "PLAN_EXIT_CODES", "POLICY_LABELS", "example_deployments",
+           "plan_deployment"]

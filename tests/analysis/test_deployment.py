@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from kvlab.analysis.deployment import (Deployment, _change_points, _segments, example_deployments,
-                                       plan_deployment)
+from kvlab.analysis.context_ranges import change_points, v2_segments
+from kvlab.analysis.deployment import Deployment, example_deployments, plan_deployment
 from kvlab.analysis.models import load_model
 from kvlab.analysis.phase import PhaseSetup, phase_scenario, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
@@ -88,7 +88,7 @@ def test_the_ranges_are_exact_at_every_context_length(tpb, extra, new, mnt, max_
     every = np.arange(1, max_len + 1)
     for policy in TRTLLM_POLICIES:
         brute = phase_verdicts([pool], every, policy, setup)[0]
-        segments = _segments(pool, policy, setup, _change_points(setup, max_len), max_len)
+        segments = v2_segments(pool, policy, setup, change_points(setup, max_len), max_len)
         assert segments[0].low == 1 and segments[-1].high == max_len
         assert all(a.high + 1 == b.low and a.verdict != b.verdict for a, b in zip(segments, segments[1:]))
         spread = np.concatenate([[s.verdict] * (s.high - s.low + 1) for s in segments])

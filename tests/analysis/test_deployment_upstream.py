@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from kvlab.analysis.deployment import (Deployment, estimated_bytes_per_token, example_deployments,
-                                       plan_deployment, v1_tokens)
+from kvlab.analysis.deployment import Deployment, example_deployments, plan_deployment
 from kvlab.analysis.gpus import GPUS, MEASURED, NVIDIA_SMI
 from kvlab.analysis.models import (ConfigError, inferred_max_seq_len, load_model,
                                    quantization_from_config, read_config)
+from kvlab.analysis.v1_capacity import estimated_bytes_per_token, v1_tokens
 from kvlab.cli import main
 from kvlab.core.memory import GIB
 from kvlab.core.page_index import max_blocks_per_seq
@@ -295,7 +295,7 @@ def test_the_explanation_is_of_the_stage_it_sizes_and_counts_paged_ranks_only():
     mtp = plan_deployment(Deployment(model=load_model("deepseek-v3"), gpu_gib=H200, pp_size=61,
                                      spec_mode="mtp", max_draft_len=1, chunked_prefill=True))
     text = " ".join(mtp.explain().split())
-    assert mtp.stage == 60 and f"2 layers x 1 (K only, MLA)" in text
+    assert mtp.stage == 60 and "2 layers x 1 (K only, MLA)" in text
     assert mtp.bytes_per_block == 32 * mtp.bytes_per_token
     nemotron = plan_deployment(Deployment(model=load_model("nemotron-nano-9b-v2"),
                                           gpu_gib=GPUS["h100-80gb"].gib, pp_size=4, max_batch_size=64))

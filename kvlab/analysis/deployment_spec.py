@@ -1,0 +1,253 @@
+"""What a deployment is, per rank, checked at construction: a model
+(:mod:`kvlab.analysis.models`), a GPU's memory, what else each rank holds (weights, workspace,
+activations, memory torch does not see), the parallelism and the executor's settings; and what
+they resolve to before any cache exists: the KV cache manager (``use_kv_cache_manager_v2``),
+the max_seq_len the executor and the KV manager run with, each pipeline stage's layers and
+geometry, and each rank's memory budget (``KvCacheCreator._cal_max_memory``,
+:class:`kvlab.core.memory.MemoryBudget`). :mod:`kvlab.analysis.deployment` plans it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry
+from kvlab.core.checks import check_choice, check_float, check_instance, check_int, store_checked
+from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
+from kvlab.core.memory import GIB, MemoryBudget
+from kvlab.run.rank_config import ramped_workspace_gib
+
+#: The managers :attr:`Deployment.manager` names ("auto": the architecture's choice).
+MANAGERS = ("auto", "v1", "v2")
+#: Speculative decoding modes whose extra KV tokens and draft layers the plan counts (one-model).
+SPEC_MODES = ("mtp", "eagle3")
+MAX_RANKS = 4096
+#: The most pages one sequence may span in a plan (max_seq_len over tokens_per_block): the
+#: ranges are found by evaluating every block boundary, so this bounds the plan's memory.
+MAX_PLAN_BLOCKS = 1 << 22
+MAX_GIB = 1 << 20  # a bound on every memory figure, in GiB
+
+
+def _gib(name: str, value, low: float = 0.0) -> float:
+    return check_float(name, value, low=low, high=MAX_GIB)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment, per rank. Memory figures in GiB; ``weights_gib=None`` derives the weights
+    from the model's parameter count (the checkpoint's quantization, or ``weights_dtype``);
+    ``max_seq_len=None`` is what the executor infers from the config, and a larger value is
+    lowered to it unless ``allow_long_max_model_len``; ``workspace_skew_gib`` is extra
+    workspace growing linearly to the last rank (issue #21470's scenario); ``kv_quota_gib`` is
+    ``kv_cache_config.max_gpu_total_bytes``; ``host_cache_gib=None`` is upstream's default (V1:
+    no host tier; V2: an automatic one sized from the host's memory); ``max_num_tokens`` 8192,
+    chunked prefill off, beam width 1 and ``manager="auto"`` are TensorRT-LLM's defaults;
+    ``spec_mode`` ("mtp", "eagle3") with ``max_draft_len`` adds speculative decoding's draft
+    tokens and layers; ``ranks``, when given, must be tp x pp; the overlap scheduler is on, as
+    upstream's ``disable_overlap_scheduler=False``."""
+
+    model: ModelGeometry
+    gpu_gib: float
+    weights_gib: Optional[float] = None
+    weights_dtype: Optional[str] = None
+    workspace_gib: float = 0.0
+    workspace_skew_gib: float = 0.0
+    activations_gib: float = 0.0
+    non_torch_gib: float = 0.0
+    free_gpu_memory_fraction: float = 0.9
+    kv_quota_gib: Optional[float] = None
+    tp_size: int = 1
+    pp_size: int = 1
+    attention_dp: bool = False
+    ranks: Optional[int] = None
+    max_seq_len: Optional[int] = None
+    allow_long_max_model_len: bool = False
+    max_batch_size: int = 2048
+    max_new_tokens: int = 64
+    max_num_tokens: int = 8192
+    chunked_prefill: bool = False
+    tokens_per_block: int = 32
+    kv_dtype: Optional[str] = None
+    mamba_ssm_dtype: Optional[str] = None
+    host_cache_gib: Optional[float] = None
+    manager: str = "auto"
+    max_beam_width: int = 1
+    spec_mode: Optional[str] = None
+    max_draft_len: int = 0
+    disable_overlap_scheduler: bool = False
+
+    def __post_init__(self):
+        check_instance("model", self.model, ModelGeometry)
+        store_checked(self, "gpu_gib", _gib, low=0.001)
+        if self.weights_dtype is not None:
+            check_choice("weights_dtype", self.weights_dtype, DTYPE_BYTES)
+        if self.weights_gib is not None:
+            store_checked(self, "weights_gib", _gib)
+        elif self.model.weights_bytes(self.weights_dtype) is None:
+            why = (f"its checkpoint's quantization {self.model.quantization.weights_algo!r} is "
+                   "not one kvlab derives weights for" if self.model.parameters else
+                   "it states no parameter count to derive the weights from")
+            raise ValueError(f"weights_gib is needed for model {self.model.name!r}: {why}")
+        for name in ("workspace_gib", "workspace_skew_gib", "activations_gib", "non_torch_gib"):
+            store_checked(self, name, _gib)
+        if self.host_cache_gib is not None:
+            store_checked(self, "host_cache_gib", _gib)
+        store_checked(self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True)
+        if self.kv_quota_gib is not None:
+            store_checked(self, "kv_quota_gib", _gib, low=1e-6)
+        store_checked(self, "tp_size", check_int, low=1, high=MAX_RANKS)
+        store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
+        if self.tp_size * self.pp_size > MAX_RANKS:
+            raise ValueError(f"tp_size x pp_size must be at most {MAX_RANKS} ranks, got "
+                             f"{self.tp_size} x {self.pp_size} = {self.tp_size * self.pp_size}")
+        for name in ("attention_dp", "chunked_prefill", "allow_long_max_model_len",
+                     "disable_overlap_scheduler"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.ranks is not None:
+            store_checked(self, "ranks", check_int, low=1, high=MAX_RANKS)
+            if self.ranks != self.tp_size * self.pp_size:
+                raise ValueError(f"ranks must be tp_size x pp_size = {self.tp_size * self.pp_size} "
+                                 f"(TensorRT-LLM's world size; attention DP runs on the tp ranks), "
+                                 f"got {self.ranks}")
+        heads = self.model.num_attention_heads
+        if not self.attention_dp and heads and heads % self.tp_size:
+            raise ValueError(f"tp_size must divide num_attention_heads ({heads}) unless attention_dp "
+                             f"is on, got {self.tp_size}")
+        if self.max_seq_len is not None:
+            store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
+        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
+        store_checked(self, "max_new_tokens", check_int, low=0, high=1 << 30)
+        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
+        store_checked(self, "tokens_per_block", check_int, low=1, high=65536)
+        if self.kv_dtype is not None:
+            check_choice("kv_dtype", self.kv_dtype, DTYPE_BYTES)
+        if self.mamba_ssm_dtype is not None:
+            check_choice("mamba_ssm_dtype", self.mamba_ssm_dtype, STATE_DTYPES)
+        check_choice("manager", self.manager, MANAGERS)
+        store_checked(self, "max_beam_width", check_int, low=1, high=256)
+        if self.spec_mode is None:
+            store_checked(self, "max_draft_len", check_int, low=0, high=0)
+        else:
+            check_choice("spec_mode", self.spec_mode, SPEC_MODES)
+            store_checked(self, "max_draft_len", check_int, low=1, high=64)
+            if self.spec_mode == "mtp" and not self.model.draft_layers:
+                raise ValueError(f"spec_mode 'mtp' needs MTP layers: model {self.model.name!r} "
+                                 "states no num_nextn_predict_layers")
+        if self.model.linear_layers and self.resolved_manager == "v1":
+            raise ValueError("a hybrid (recurrent-state) model on the V1 manager is "
+                             "MambaHybridCacheManager, which kvlab does not plan: manager must be "
+                             "'auto' or 'v2', and max_beam_width 1")
+        if self.resolved_manager == "v1" and self.free_gpu_memory_fraction >= 1.0:
+            raise ValueError("free_gpu_memory_fraction must be in (0, 1) for the V1 manager "
+                             "(calculate_max_num_blocks asserts it is below 1.0), got 1.0")
+        span = (self.kv_max_seq_len + self.max_new_tokens) // self.tokens_per_block
+        if span > MAX_PLAN_BLOCKS:
+            raise ValueError(f"(max_seq_len + max_new_tokens) / tokens_per_block must be at most "
+                             f"{MAX_PLAN_BLOCKS:,} blocks, got ({self.configured_max_seq_len:,} + "
+                             f"{self.max_new_tokens:,}) / {self.tokens_per_block} (about {span:,}): "
+                             "raise tokens_per_block or lower max_seq_len or max_new_tokens")
+        for stage in range(self.pp_size):
+            self.kv_geometry(stage)  # head and dtype constraints, named
+            if self.model.linear_layers:
+                self.mamba_geometry(stage)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks that each build a KV pool: tp x pp."""
+        return self.tp_size * self.pp_size
+
+    @property
+    def resolved_manager(self) -> str:
+        """"v1" or "v2": ``manager``, "auto" resolved by the architecture
+        (:attr:`ModelGeometry.preferred_manager`); V2 falls back to V1 at a beam width above 1
+        ("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to
+        KVCacheManager.", ``_validate_or_fallback_kv_cache_manager_v2`` in _util.py)."""
+        want = self.model.preferred_manager if self.manager == "auto" else self.manager
+        return "v1" if want == "v2" and self.max_beam_width > 1 else want
+
+    @property
+    def requested_max_seq_len(self) -> int:
+        limit = self.model.max_seq_len_limit or DEFAULT_MAX_POSITION_EMBEDDINGS
+        return self.max_seq_len if self.max_seq_len is not None else limit
+
+    @property
+    def configured_max_seq_len(self) -> int:
+        """The max_seq_len the executor runs with: the requested one, lowered to the model's
+        inferred limit unless ``allow_long_max_model_len``."""
+        if self.allow_long_max_model_len or self.model.max_seq_len_limit is None:
+            return self.requested_max_seq_len
+        return min(self.requested_max_seq_len, self.model.max_seq_len_limit)
+
+    @property
+    def kv_max_seq_len(self) -> int:
+        """The max_seq_len the KV cache manager is built with (``py_executor_creator``): the
+        configured one, plus 1 + max_draft_len under the overlap scheduler, plus the extra KV
+        tokens and max_draft_len under speculative decoding."""
+        overlap = 0 if self.disable_overlap_scheduler else 1 + self.max_draft_len
+        spec = self.num_extra_kv_tokens + self.max_draft_len if self.spec_mode else 0
+        return self.configured_max_seq_len + overlap + spec
+
+    @property
+    def num_extra_kv_tokens(self) -> int:
+        """Speculative decoding's extra KV tokens per sequence, ``max_draft_len - 1`` for the
+        one-model modes (``get_num_extra_kv_tokens``, speculative/utils.py)."""
+        return self.max_draft_len - 1 if self.spec_mode else 0
+
+    @property
+    def draft_layers(self) -> int:
+        """Draft layers on the last pipeline stage: MTP's ``num_nextn_predict_layers``, Eagle3's
+        one layer (``num_eagle_layers``' default), each with the target's KV geometry."""
+        return {"mtp": self.model.draft_layers, "eagle3": 1}.get(self.spec_mode, 0)
+
+    def stage_of(self, rank: int) -> int:
+        """The pipeline stage of ``rank`` (``Mapping``: pp is the outer dimension)."""
+        return rank // self.tp_size
+
+    def attention_layers(self, stage: int) -> int:
+        """Stage ``stage``'s layers with a KV cache: its share of the model's, plus the draft
+        layers on the last stage."""
+        return (self.model.stage(self.pp_size, stage)[0]
+                + (self.draft_layers if stage == self.pp_size - 1 else 0))
+
+    def kv_geometry(self, stage: Optional[int] = None) -> KVGeometry:
+        """Stage ``stage``'s KV geometry (None: the most attention layers of any stage)."""
+        last = stage == self.pp_size - 1 or (stage is None and self.pp_size == 1)
+        return self.model.kv_geometry(self.kv_dtype, self.tokens_per_block, self.tp_size,
+                                      self.pp_size, self.attention_dp, stage,
+                                      extra_layers=self.draft_layers if last else 0)
+
+    def mamba_geometry(self, stage: Optional[int] = None):
+        """Stage ``stage``'s recurrent-state geometry; the SSM state in ``mamba_ssm_dtype``, else
+        the model's dtype (``mamba_ssm_cache_dtype="auto"``: the checkpoint's own state dtype
+        is not read upstream)."""
+        return self.model.mamba_geometry(1 if self.attention_dp else self.tp_size, self.pp_size,
+                                         self.mamba_ssm_dtype or self.model.dtype, stage)
+
+    @property
+    def weights_bytes(self) -> int:
+        """Per rank: ``weights_gib``, else the model's weights (:meth:`ModelGeometry.weights_bytes`)
+        over tp x pp."""
+        if self.weights_gib is not None:
+            return round(self.weights_gib * GIB)
+        return self.model.weights_bytes(self.weights_dtype) // (self.tp_size * self.pp_size)
+
+    def budgets(self) -> Tuple[MemoryBudget, ...]:
+        """Every rank's budget, its workspace ramped as the scenarios' ranks have it
+        (:func:`kvlab.run.rank_config.ramped_workspace_gib`); V1 reads no
+        ``max_gpu_total_bytes`` (:func:`kvlab.analysis.v1_capacity.v1_tokens`)."""
+        ranks = self.world_size
+        cap = None if self.kv_quota_gib is None or self.resolved_manager == "v1" else \
+            round(self.kv_quota_gib * GIB)
+        return tuple(MemoryBudget(
+            total_bytes=round(self.gpu_gib * GIB), weights_bytes=self.weights_bytes,
+            workspace_bytes=round(ramped_workspace_gib(self.workspace_gib, self.workspace_skew_gib,
+                                                       r, ranks) * GIB),
+            activation_peak_bytes=round(self.activations_gib * GIB),
+            non_torch_bytes=round(self.non_torch_gib * GIB),
+            free_gpu_memory_fraction=self.free_gpu_memory_fraction, max_gpu_total_bytes=cap)
+            for r in range(ranks))
+
+
+__all__ = ["Deployment", "MANAGERS", "MAX_RANKS", "SPEC_MODES"]

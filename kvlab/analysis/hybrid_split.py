@@ -1,0 +1,113 @@
+"""A hybrid (recurrent-state) model's pools on the V2 manager: how merged
+``MambaHybridCacheManagerV2`` splits one rank's quota between attention pages and
+recurrent-state slots (:func:`v2_hybrid_split`), and per pipeline stage whether its slots fit
+at all and what PR #17261's clamp would keep (docs/REFERENCE.md §5).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Dict, Tuple
+
+from kvlab.analysis.deployment_spec import Deployment
+from kvlab.core.arith import div_ceil
+from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, num_dummy_slots
+from kvlab.core.memory import MIB
+
+#: The V2 storage's page, the unit its pool granules are counted in (2 MiB).
+STORAGE_PAGE_BYTES = 2 * MIB
+
+
+@functools.lru_cache(maxsize=1024)  # ranks of a stage share their inputs
+def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[int, ...],
+                    live_slots: int, sequences: int, typical_len: int,
+                    tokens_per_block: int) -> Tuple[int, int]:
+    """(attention pages, recurrent-state slots) that merged ``MambaHybridCacheManagerV2`` builds
+    from one rank's quota (mamba_cache_manager_v2.py at 28295084, the storage manager at
+    2cdb452). The quota is cut in granules of 2 MiB, doubled per doubling of the quota past
+    1 GiB up to 32 MiB; each state pool (SSM, conv) takes whole granules. A "typical step"
+    (``sequences`` requests of ``typical_len`` tokens, ``kv_cache_config.avg_seq_len`` or
+    max_seq_len // 2, plus the live slots) proposes the state pools' share; they get at least
+    their floor, the granules of ``live_slots`` slots (max_batch_size x pp + dummies), which
+    binds from about two dozen slots; the attention pool gets the granules left, and the state
+    pools as many slots as their granules hold (all of them on a stage without attention:
+    ``page_bytes`` 0). [kvlab] Above the floor, the share is rounded
+    down to whole granules (upstream's rounding there was not read); ``avg_seq_len`` set (extra
+    attention floors) is not modelled."""
+    granule = STORAGE_PAGE_BYTES << min(4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512)))))
+    granules = div_ceil(quota_bytes, granule)
+
+    def state_granules(slots: int) -> int:
+        return sum(div_ceil(slots * size, granule) for size in state_pool_bytes)
+
+    def rounded(nbytes: int) -> int:
+        return div_ceil(nbytes, granule) * granule
+
+    typical_attention = rounded(sequences * div_ceil(typical_len, tokens_per_block) * page_bytes)
+    typical_state = sum(rounded(live_slots * size) for size in state_pool_bytes)
+    share = typical_state / (typical_attention + typical_state) if typical_state else 0.0
+    if not typical_state:
+        return (granules * granule // page_bytes if page_bytes else 0), 0
+    state = max(state_granules(live_slots), int(granules * share))
+    low, high = live_slots, state * granule // min(state_pool_bytes) + 1  # fits, does not fit
+    while high - low > 1:  # the most slots the state granules hold
+        middle = (low + high) // 2
+        low, high = (middle, high) if state_granules(middle) <= state else (low, middle)
+    return ((granules - state) * granule // page_bytes if page_bytes else 0), low
+
+
+def hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
+    """Per pipeline stage: its layers, slot bytes, merged floor against its smallest quota, and
+    PR #17261's clamp's resident count there (``MambaHybridCacheManagerV2``, docs/REFERENCE.md §5)."""
+    dummies = num_dummy_slots(True, d.attention_dp)
+    stages = []
+    for stage in range(d.pp_size):
+        attention, recurrent = d.attention_layers(stage), d.model.stage(d.pp_size, stage)[1]
+        mamba = d.mamba_geometry(stage)
+        quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
+        page = d.kv_geometry(stage).bytes_per_block if attention else 0
+        plan = ResidencyPlan(d.max_batch_size * d.pp_size, dummies if mamba else 0,
+                             mamba.bytes_per_slot if mamba else 0, page, max(quota, 1), d.pp_size)
+        pools = (mamba.num_mamba_layers * mamba.ssm_bytes,
+                 mamba.num_mamba_layers * mamba.conv_bytes) if mamba else ()
+        split = {r: v2_hybrid_split(q, page, pools, plan.requested + plan.dummies, plan.requested,
+                                    max(1, d.kv_max_seq_len // 2), d.tokens_per_block)
+                 if plan.raw_fits else (0, 0)
+                 for r, q in enumerate(quotas) if d.stage_of(r) == stage}
+        stages.append(dict(stage=stage, attention_layers=attention, recurrent_layers=recurrent,
+                           num_pools=int(bool(attention)) + int(bool(mamba)), quota_bytes=quota,
+                           slot_bytes=plan.slot_bytes, need_bytes=plan.raw_need_bytes,
+                           builds=plan.raw_fits, pages=min(p for p, _ in split.values()),
+                           state_slots=min(n for _, n in split.values()), plan=plan, split=split))
+    return tuple(stages)
+
+
+def hybrid_plan(d: Deployment, quotas, stages):
+    """The hybrid summary (the stage that raises, else the tightest), each rank's recurrent-state
+    bytes (every requested sequence's slot where merged code builds, else the slots PR #17261's
+    clamp would keep, its resident count MIN-reduced across ranks) and, where merged code
+    builds, each rank's attention pages (:func:`v2_hybrid_split`)."""
+    per_stage = hybrid_stages(d, quotas)
+    failing = [h for h in per_stage if not h["builds"]]
+    worst = failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
+    plan = worst["plan"]
+    clamp = min(max(h["plan"].local_cap, 0) for h in per_stage)
+    hybrid = dict(slot_bytes=plan.slot_bytes, requested=plan.requested, dummies=plan.dummies,
+                  slots=plan.requested + plan.dummies, need_bytes=plan.raw_need_bytes,
+                  quota_bytes=plan.quota_bytes, stage=worst["stage"], merged_builds=not failing,
+                  clamp_resident=clamp,
+                  feasible_max_batch_size=min(h["plan"].feasible_max_batch_size() for h in per_stage),
+                  ssm_dtype=d.mamba_ssm_dtype or d.model.dtype,
+                  error="ValueError: " + QUOTA_TOO_SMALL.format(got=plan.quota_bytes,
+                                                                need=plan.raw_need_bytes)
+                  if failing else "",
+                  stages=[{k: v for k, v in h.items() if k not in ("plan", "split")} for h in per_stage])
+    resident = clamp if failing else d.max_batch_size * d.pp_size
+    slot_bytes = [(resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"]
+                  if resident else 0 for s in stages]
+    pages = None if failing else [per_stage[s]["split"][r][0] for r, s in enumerate(stages)]
+    return hybrid, slot_bytes, pages
+
+
+__all__ = ["STORAGE_PAGE_BYTES", "hybrid_plan", "hybrid_stages", "v2_hybrid_split"]
