@@ -12,6 +12,11 @@
                        ``--deadline``;
                        a signal (SIGINT, SIGTERM, SIGHUP) stops every rank and exits 128 + its
                        number (130, 143, 129), with no traceback
+``kvlab doctor``       the pre-day check of a participant's laptop: one line per check (ok, warn,
+                       FAIL with the fix); ``--json`` for collecting a room's results; exit 0
+                       when every required check passes, 1 otherwise
+``kvlab slides``       an HTML slide deck per notebook (one slide per heading, with the executed
+                       copy's first figure of each section) into build/slides/, offline
 ``kvlab plan``         preflight a deployment (a model preset or a local config.json, a GPU,
                        parallelism, settings): each rank's quota, pool, clamp, row width and
                        what each context length meets under each policy, for the KV cache
@@ -69,7 +74,7 @@ def _parameter(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvlab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough,scenario,plan}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough,scenario,plan,doctor,slides}")
 
     repro = sub.add_parser("repro", help="the 4 MiB single-GPU repro of issue #21470",
                            description="Resize one cache to --context tokens on a pool of "
@@ -124,6 +129,27 @@ def build_parser() -> argparse.ArgumentParser:
                       "the run says so (default: none)")
     scen.set_defaults(handler=_scenario, subparser=scen)
     _add_plan(sub)
+
+    doctor = sub.add_parser("doctor", help="check this laptop for the workshop (run it the day before)",
+                            description="One line per check: ok, warn or FAIL with the fix. Exit 0 "
+                            "when every required check passes (warnings allowed), 1 otherwise.")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON (collect a room's results)")
+    doctor.set_defaults(handler=_doctor, subparser=doctor)
+
+    slides = sub.add_parser("slides", help="an HTML slide deck per notebook, offline",
+                            description="Write OUT/<notebook>.html for each notebook (the walk, then "
+                            "the exercises): one slide per heading with its first paragraph, and the "
+                            "first figure of the section where an executed copy is in EXECUTED "
+                            "(kvlab walkthrough's build/notebooks); OUT/index.html links them.")
+    slides.add_argument("--only", action="append", default=[], metavar="PREFIX",
+                        help="only notebooks whose name starts with PREFIX (e.g. 02, ex1)")
+    slides.add_argument("--notebook-dir", type=Path, default=None,
+                        help="folder of NN_*.ipynb notebooks and workshop/ (default: the kit's notebooks/)")
+    slides.add_argument("--executed-dir", type=Path, default=Path("build") / "notebooks",
+                        help="executed copies, for the figures (default build/notebooks)")
+    slides.add_argument("--out", type=Path, default=Path("build") / "slides",
+                        help="output folder (default build/slides)")
+    slides.set_defaults(handler=_slides, subparser=slides)
     return parser
 
 
@@ -303,6 +329,38 @@ def _walkthrough(args, parser) -> int:
     if image_failure() is not None:
         print(f"figures: not rendered as images ({image_failure()}); the HTML says so in their place")
     return 1 if any(run.error for run in runs) else 0
+
+
+def _doctor(args, parser) -> int:
+    from kvlab.doctor import as_json, ready, report, run_checks
+
+    results = run_checks()
+    print(as_json(results) if args.json else report(results))
+    return 0 if ready(results) else 1
+
+
+def _slides(args, parser) -> int:
+    from kvlab.core.paths import NOTEBOOK_DIR
+    from kvlab.slides import build_deck, build_index, deck_notebooks
+
+    notebook_dir = args.notebook_dir or NOTEBOOK_DIR
+    if not Path(notebook_dir).is_dir():
+        parser.error(f"--notebook-dir {notebook_dir} is not a folder")
+    notebooks = [p for p in deck_notebooks(notebook_dir)
+                 if not args.only or any(p.name.startswith(o) for o in args.only)]
+    if not notebooks:
+        parser.error(f"no notebook in {notebook_dir} matches --only {args.only}" if args.only
+                     else f"--notebook-dir {notebook_dir} holds no notebook")
+    try:
+        decks = [build_deck(path, args.out, args.executed_dir) for path in notebooks]
+        index = build_index(decks, args.out)
+    except OSError as exc:
+        parser.error(f"--out {args.out} cannot hold the decks: {exc.strerror or exc}")
+    for deck in decks:
+        print(f"{deck.path}: {len(deck.slides)} slides, {sum(s.figure is not None for s in deck.slides)} "
+              f"figures ({deck.note})")
+    print(f"open {index} in a browser (arrow keys move between slides)")
+    return 0
 
 
 def _scenario(args, parser) -> int:

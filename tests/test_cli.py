@@ -199,8 +199,9 @@ def test_help_names_every_command(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     out = capsys.readouterr().out
-    assert exc.value.code == 0 and set(commands) == {"repro", "walkthrough", "scenario", "plan"}
-    assert out.startswith("usage: kvlab [-h] {repro,walkthrough,scenario,plan}")
+    assert exc.value.code == 0 and set(commands) == {"repro", "walkthrough", "scenario", "plan",
+                                                     "doctor", "slides"}
+    assert out.startswith("usage: kvlab [-h] {repro,walkthrough,scenario,plan,doctor,slides}")
 
 
 def test_a_scenario_run_on_other_ranks_says_so(capsys):
@@ -323,3 +324,37 @@ def test_a_run_the_kernel_did_not_finish_is_marked_partial(tmp_path):
     assert executed.cells[0].source.startswith("**Partial run.**")
     assert executed.cells[-1].metadata.papermill["status"] == "pending"  # papermill said completed
     assert "Partial run." in (build / "html" / "01_dies.html").read_text(encoding="utf-8")
+
+
+# --- kvlab doctor and kvlab slides: the workshop's pre-day check and its decks ---------------------
+
+@pytest.mark.parametrize("argv, named", [
+    (["doctor", "--jsn"], "unrecognized arguments: --jsn"),
+    (["doctor", "extra"], "unrecognized arguments: extra"),
+    (["slides", "--only", "99"], "no notebook"),
+    (["slides", "--notebook-dir", "/no/such/folder"], "is not a folder"),
+])
+def test_doctor_and_slides_bad_arguments_exit_2_with_usage(argv, named, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and named in err
+
+
+def test_doctor_bad_flag_prints_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "kvlab", "doctor", "--bogus"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "unrecognized arguments: --bogus" in proc.stderr
+
+
+def test_slides_writes_one_deck_per_selected_notebook_and_an_index(tmp_path, capsys):
+    assert main(["slides", "--only", "02", "--only", "ex1", "--out", str(tmp_path),
+                 "--executed-dir", str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "02_single_gpu_repro_4mib.html", "ex1_page_index_width.html", "index.html"]
+    assert "text only: no executed copy" in out and "index.html" in out
+    index = (tmp_path / "index.html").read_text()
+    assert 'href="02_single_gpu_repro_4mib.html"' in index and 'href="ex1_page_index_width.html"' in index
+

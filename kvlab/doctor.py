@@ -1,0 +1,221 @@
+"""``kvlab doctor``: is this laptop ready for the workshop? Run it the day before.
+
+One line per check, ``ok``, ``warn`` or ``FAIL``, each warning and failure with its fix; the
+command exits 0 when every required check passes (warnings allowed) and 1 otherwise. ``--json``
+prints the same as one JSON object, for an instructor collecting a room's results. The checks:
+the Python version, the kvlab install, torch and its device, the notebook packages and the
+``python3`` kernel the notebooks name, the notebooks themselves, the seed's 4 MiB repro on a real
+pool (``kvlab.analysis.repro.run_repro``: 64 blocks, a 68-entry row, the ValueError), free disk,
+and (optional) a Chromium-based browser for the walkthrough's static report.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Callable, List, Optional, Sequence
+
+from kvlab.core.paths import NOTEBOOK_DIR, REPOSITORY
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+#: The oldest Python kvlab supports (pyproject.toml's requires-python).
+MIN_PYTHON = (3, 11)
+#: The oldest torch kvlab supports (pyproject.toml's dependencies).
+MIN_TORCH = (2, 4)
+#: Packages the notebooks need beyond kvlab's own imports (the ``notebooks`` extra and plotly).
+NOTEBOOK_PACKAGES = ("jupyterlab", "ipywidgets", "anywidget", "plotly", "papermill", "ipykernel")
+#: The walk's notebooks and the exercises a participant opens.
+WALK = ("01", "02", "03", "04", "05", "06")
+EXERCISES = ("ex1", "ex2", "ex3", "ex4")
+#: The seed repro is a resize on a 4 MiB pool: well under a second; slower means a very slow
+#: or very busy machine.
+REPRO_BUDGET_S = 1.0
+#: Free disk below which the walkthrough's build/ and a notebook's checkpoints may not fit (FAIL),
+#: and below which the day gets tight (warn).
+DISK_FAIL_BYTES = 200 * 2**20
+DISK_WARN_BYTES = 2 * 2**30
+SETUP = "bash scripts/setup.sh notebooks"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what was checked, ok / warn / FAIL, what was found, the fix."""
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        fix = f"  -> fix: {self.fix}" if self.status != OK and self.fix else ""
+        return f"{self.status:<4}  {self.name:<10}  {self.detail}{fix}"
+
+
+def _version(text: str) -> tuple:
+    """The leading numbers of a version string: "2.13.0+cpu" -> (2, 13, 0)."""
+    numbers = []
+    for part in text.split("+")[0].split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        if not digits or digits != part:
+            break
+        numbers.append(int(digits))
+    return tuple(numbers)
+
+
+def check_python() -> Check:
+    found = platform.python_version()
+    if sys.version_info[:2] >= MIN_PYTHON:
+        return Check("python", OK, f"{found} on {platform.system()} {platform.machine()}")
+    need = ".".join(map(str, MIN_PYTHON))
+    return Check("python", FAIL, f"{found}; kvlab needs {need} or newer",
+                 f"install Python {need}+ (python.org, pyenv or conda), then {SETUP}")
+
+
+def check_kvlab() -> Check:
+    from kvlab import KVCacheManager  # noqa: F401  the public names import
+
+    try:
+        where = f"{importlib.metadata.version('kvlab')} from {REPOSITORY}"
+    except importlib.metadata.PackageNotFoundError:
+        return Check("kvlab", FAIL, f"imported from {REPOSITORY} but not installed", SETUP)
+    if shutil.which("kvlab") is None:
+        return Check("kvlab", WARN, f"{where}; the `kvlab` command is not on PATH",
+                     "use `python -m kvlab`, or activate the environment that ran setup.sh")
+    return Check("kvlab", OK, where)
+
+
+def check_torch() -> Check:
+    try:
+        import torch
+    except ImportError as exc:
+        return Check("torch", FAIL, f"does not import: {exc}", SETUP)
+    if _version(torch.__version__)[:2] < MIN_TORCH:
+        return Check("torch", FAIL, f"{torch.__version__}; kvlab needs {'.'.join(map(str, MIN_TORCH))}+",
+                     SETUP)
+    device = (f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available()
+              else "cpu (every notebook runs on the CPU)")
+    return Check("torch", OK, f"{torch.__version__}, device {device}")
+
+
+def check_packages() -> Check:
+    found, missing = [], []
+    for name in NOTEBOOK_PACKAGES:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        return Check("packages", FAIL, f"missing: {', '.join(missing)}", SETUP)
+    return Check("packages", OK, ", ".join(found))
+
+
+def check_kernel() -> Check:
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+    except ImportError:
+        return Check("kernel", FAIL, "jupyter_client is not installed", SETUP)
+    if "python3" in KernelSpecManager().find_kernel_specs():
+        return Check("kernel", OK, "python3 (the kernel the notebooks name) is registered")
+    return Check("kernel", FAIL, "no Jupyter kernel named python3",
+                 f"{SETUP} (it registers the kernel)")
+
+
+def check_notebooks() -> Check:
+    names = [p.name for p in NOTEBOOK_DIR.glob("*.ipynb")]
+    exercises = [p.name for p in (NOTEBOOK_DIR / "workshop").glob("ex*.ipynb")]
+    missing = ([n for n in WALK if not any(name.startswith(f"{n}_") for name in names)]
+               + [n for n in EXERCISES if not any(name.startswith(f"{n}_") for name in exercises)])
+    if missing:
+        return Check("notebooks", FAIL, f"{NOTEBOOK_DIR} lacks {', '.join(missing)}",
+                     "use a full clone of the repository (git clone), not an installed wheel")
+    return Check("notebooks", OK, f"{len(WALK)} notebooks and {len(EXERCISES)} exercises in {NOTEBOOK_DIR}")
+
+
+def check_seed_repro() -> Check:
+    from kvlab.analysis.repro import run_repro
+
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the manager warns that it clamps max_seq_len: the point
+        result = run_repro(pool_mib=4, context=8192, policy="clamped")
+    seconds = time.perf_counter() - start
+    found = (f"{result.pool_bytes // 2**20} MiB pool: {result.total_blocks} blocks, row "
+             f"{result.max_blocks_per_seq} entries, outcome {result.outcome}, {seconds * 1000:.0f} ms")
+    if (result.total_blocks, result.max_blocks_per_seq, result.outcome) != (64, 68, "crash"):
+        return Check("seed repro", FAIL, f"{found}; expected 64 blocks, 68 entries, crash",
+                     "reinstall from a clean checkout (git status shows local edits?), then " + SETUP)
+    if seconds > REPRO_BUDGET_S:
+        return Check("seed repro", WARN, f"{found} (over {REPRO_BUDGET_S:g} s)",
+                     "close other programs; the notebooks will be slow on this machine")
+    return Check("seed repro", OK, found)
+
+
+def check_disk() -> Check:
+    free = shutil.disk_usage(REPOSITORY).free
+    found = f"{free / 2**30:.1f} GiB free where build/ goes"
+    if free < DISK_FAIL_BYTES:
+        return Check("disk", FAIL, found, f"free at least {DISK_WARN_BYTES // 2**30} GiB")
+    if free < DISK_WARN_BYTES:
+        return Check("disk", WARN, found, f"free at least {DISK_WARN_BYTES // 2**30} GiB")
+    return Check("disk", OK, found)
+
+
+def check_browser() -> Check:
+    """Optional: kaleido renders the walkthrough report's figures with a Chromium-based browser;
+    the notebooks in JupyterLab need none of it."""
+    try:
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:
+        return Check("browser", WARN, "kaleido is not installed: the static report has no images",
+                     SETUP)
+    path = Chromium.find_browser(skip_local=False)
+    if path is None:
+        return Check("browser", WARN, "no Chromium or Chrome found: the walkthrough's HTML report "
+                     "will show no figure images (JupyterLab is not affected)",
+                     "install Chromium or Google Chrome (Linux: apt-get install chromium)")
+    return Check("browser", OK, f"{path} (figures of the static report)")
+
+
+CHECKS: Sequence[Callable[[], Check]] = (check_python, check_kvlab, check_torch, check_packages,
+                                         check_kernel, check_notebooks, check_seed_repro,
+                                         check_disk, check_browser)
+
+
+def run_checks(checks: Optional[Sequence[Callable[[], Check]]] = None) -> List[Check]:
+    """Every check (default :data:`CHECKS`), in order; a check that raises is a FAIL naming the
+    exception."""
+    results = []
+    for check in CHECKS if checks is None else checks:
+        try:
+            results.append(check())
+        except Exception as exc:  # a broken install shows up here: say so, check the rest
+            name = check.__name__.removeprefix("check_").replace("_", " ")
+            results.append(Check(name, FAIL, f"{type(exc).__name__}: {exc}", SETUP))
+    return results
+
+
+def ready(results: Sequence[Check]) -> bool:
+    return all(r.status != FAIL for r in results)
+
+
+def report(results: Sequence[Check]) -> str:
+    failed = sum(r.status == FAIL for r in results)
+    warned = sum(r.status == WARN for r in results)
+    verdict = (f"ready for the workshop ({warned} warning{'s' * (warned != 1)})" if not failed
+               else f"NOT ready: {failed} check{'s' * (failed != 1)} failed; fix and run `kvlab doctor` again")
+    return "\n".join([r.line() for r in results] + [verdict])
+
+
+def as_json(results: Sequence[Check]) -> str:
+    return json.dumps({"ready": ready(results), "host": platform.node(),
+                       "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+                       "checks": [asdict(r) for r in results]}, indent=2)
+
+
+__all__ = ["CHECKS", "Check", "FAIL", "OK", "WARN", "as_json", "ready", "report", "run_checks"]
