@@ -78,8 +78,12 @@ def check_python() -> Check:
 
 
 def check_kvlab() -> Check:
-    from kvlab import KVCacheManager  # noqa: F401  the public names import
+    import kvlab
 
+    missing = [name for name in kvlab.__all__ if not hasattr(kvlab, name)]
+    if missing:
+        return Check("kvlab", FAIL, f"public names missing: {', '.join(missing)}",
+                     f"update the checkout (git pull), then {SETUP}")
     try:
         where = f"{importlib.metadata.version('kvlab')} from {REPOSITORY}"
     except importlib.metadata.PackageNotFoundError:
