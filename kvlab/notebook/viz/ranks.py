@@ -1,0 +1,117 @@
+"""Multi-rank memory (notebooks 01 and 06): what each rank's GPU memory goes to after the MIN
+all-reduce, and the requests against the pool and the page-index row."""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from kvlab.core.memory import GIB
+from kvlab.notebook.viz.style import (OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR, ROW_COLOR,
+                                      as_figure, base_layout, outcome_color)
+
+#: Parts of a rank's memory, bottom to top, with their colours (Tol "muted"; the KV pool in the
+#: "ok" colour, the share the MIN took away hatched in grey).
+BUDGET_PARTS = (
+    ("weights", "weights", "#332288"),
+    ("workspace", "MoE workspace", "#AA4499"),
+    ("activations", "activations (peak)", "#88CCEE"),
+    ("non-torch", "non-torch (NCCL, CUDA graphs)", "#999933"),
+    ("KV pool", "KV pool (after the MIN)", OUTCOME_COLORS["ok"]),
+    ("state slots", "recurrent-state slots (hybrids)", "#DDCC77"),
+    ("lost to MIN", "KV lost to the MIN all-reduce", "#BBBBBB"),
+    ("unused", "unused (1 - free_gpu_memory_fraction)", "#EEEEEE"),
+)
+
+
+def budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],
+                 lost_bytes: Sequence[int], state_bytes: Sequence[int] = ()) -> list:
+    """The 8 stacked bar traces of :data:`BUDGET_PARTS`, one bar per ``x``: each budget's parts,
+    the pool built, a hybrid's recurrent-state slots, the quota the MIN took away, and the rest
+    of the GPU unused (a part that is zero in every bar, such as the MIN's share on one GPU or
+    the slots of an attention-only model, has no legend entry)."""
+    values = {key: [] for key, _, _ in BUDGET_PARTS}
+    states = list(state_bytes) or [0] * len(budgets)
+    for b, pool, lost, state in zip(budgets, pool_bytes, lost_bytes, states):
+        values["weights"].append(b.weights_bytes / GIB)
+        values["workspace"].append(b.workspace_bytes / GIB)
+        values["activations"].append(b.activation_peak_bytes / GIB)
+        values["non-torch"].append(b.non_torch_bytes / GIB)
+        values["KV pool"].append(pool / GIB)
+        values["state slots"].append(state / GIB)
+        values["lost to MIN"].append(lost / GIB)
+        values["unused"].append(max(0, b.total_bytes - b.peak_memory_bytes - pool - state - lost) / GIB)
+    traces = []
+    for key, label, color in BUDGET_PARTS:
+        hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
+        traces.append(dict(type="bar", x=list(x), y=values[key], name=label, marker=dict(color=color),
+                           hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+                           showlegend=any(values[key])))  # no entry for a part no bar has
+    return traces
+
+
+def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
+                     state_bytes: Sequence[int] = ()) -> dict:
+    """Stacked bars, one per rank, of what its GPU memory goes to (GiB): weights, MoE workspace,
+    activation peak, non-torch memory, the KV pool it built after the MIN all-reduce, the KV
+    quota the MIN took away (its own quota minus the pool) and the unused headroom.
+
+    ``ranks``: ``kvlab.run.rank.RankResult`` (or ``kvlab.analysis.rank_plan.RankPlan``) objects;
+    ``state_bytes``: each rank's recurrent-state slots (a hybrid's, beside its pool).
+    Traces: one bar per part, always 8.
+    """
+    lost = [(r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0)
+            for r in ranks]  # whole blocks the MIN took away
+    traces = budget_stack([f"rank {r.rank}" for r in ranks], [r.budget for r in ranks],
+                          [r.quota_bytes for r in ranks], lost, state_bytes)
+    own = [r.local_quota_bytes / GIB for r in ranks]
+    subtitle = (f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
+                f"{', '.join(f'{p:,}' for p in sorted({r.blocks for r in ranks}))} blocks"
+                if ranks else "no ranks")
+    layout = base_layout(
+        title or f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)", subtitle,
+        barmode="stack", height=460, bargap=0.15,
+        xaxis=dict(title=None, tickangle=-45 if len(ranks) > 8 else 0),
+        yaxis=dict(title=dict(text="GiB per GPU")),
+        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=11)))
+    return {"data": traces, "layout": layout}
+
+
+rank_budget_figure = as_figure(rank_budget_spec)
+
+
+def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_tokens: int,
+                     title: Optional[str] = None, subtitle: Optional[str] = None) -> dict:
+    """Each request's tokens (prompt + new) against the pool's capacity and the page-index
+    row's span (width x tokens_per_block), coloured by its outcome. ``requests``: dicts with
+    ``id``, ``tokens``, ``outcome`` (a key of :data:`OUTCOME_COLORS`) and optional ``rank``.
+    Traces: one bar trace, then two legend entries naming the limits (drawn as full-width
+    lines: dotted the pool, dashed the row), so the two stay apart even when they coincide."""
+    ids = [str(r["id"]) for r in requests]
+    tokens = [int(r["tokens"]) for r in requests]
+    outcomes = [r.get("outcome") for r in requests]
+    hover = [f"{r['id']}" + (f" on rank {r['rank']}" if r.get("rank") is not None else "")
+             + f": {int(r['tokens']):,} tokens<br>{OUTCOME_LABELS.get(r.get('outcome'), 'no outcome')}"
+             for r in requests]
+    bar = dict(type="bar", x=ids, y=tokens, marker=dict(color=[outcome_color(o) for o in outcomes]),
+               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", name="requests",
+               showlegend=False)
+    limits = (("pool", capacity_tokens, POOL_COLOR, "dot", "pool holds"),
+              ("row", row_tokens, ROW_COLOR, "dash", "row spans"))
+    shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=value, y1=value,
+                   line=dict(color=color, dash=dash, width=2)) for _, value, color, dash, _ in limits]
+    legend = [dict(type="scatter", x=[None], y=[None], mode="lines", name=f"{words} {value:,} tokens",
+                   line=dict(color=color, dash=dash, width=2), hoverinfo="skip")
+              for _, value, color, dash, words in limits]
+    crashes = sum(1 for o in outcomes if o == "crash")
+    if subtitle is None:
+        subtitle = (f"{crashes} request(s) beyond the row: ValueError" if crashes
+                    else "no request beyond the row")
+    layout = base_layout(
+        title or "Requests against the pool and the page-index row", subtitle, height=400,
+        shapes=shapes, bargap=0.3, legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
+        xaxis=dict(title=None, type="category"),
+        yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log", dtick=1))
+    return {"data": [bar, *legend], "layout": layout}
+
+
+request_fit_figure = as_figure(request_fit_spec)

@@ -1,0 +1,146 @@
+"""Recurrent-state residency (notebook 05): the review findings of PR #17261, bug beside fix;
+what a quota goes to under merged residency and under the clamp; what each answer would serve.
+
+Merged TensorRT-LLM raises when the recurrent-state slots do not fit; PR #17261's clamp (closed
+without merging) and PR #18985's feasible max_batch_size default (open) are proposals.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from kvlab.core.memory import GIB
+from kvlab.notebook.viz.style import AXIS_STYLE, OUTCOME_COLORS, OUTCOME_LABELS, as_figure, base_layout
+
+#: Bug and fix bars of :func:`review_findings_spec`.
+BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
+
+
+def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict:
+    """One panel per review finding of PR #17261 (a proposal, closed without merging), its
+    metrics as grouped bars, bug beside fix. ``runs``: ``kvlab.case_studies.FindingRun`` objects (each
+    finding with bug=True and bug=False). Traces: two bar traces (bug, fix) per finding present."""
+    findings = sorted({r.finding for r in runs})
+    n = max(len(findings), 1)
+    gap = 0.08
+    width = (1 - gap * (n - 1)) / n
+    data, axes, annotations = [], {}, []
+    for k, finding in enumerate(findings):
+        suffix = "" if k == 0 else str(k + 1)
+        lo = k * (width + gap)
+        mine = sorted((r for r in runs if r.finding == finding), key=lambda r: not r.bug)
+        top = max([1] + [v for r in mine for _, v in r.metrics if v is not None])
+        for run in mine:
+            labels = [m[0] for m in run.metrics]
+            values = [m[1] for m in run.metrics]
+            hover = [f"finding {finding}, {run.label}: {lab} = "
+                     f"{'None (unbounded)' if v is None else v}<br>"
+                     f"{OUTCOME_LABELS.get(run.outcome, run.outcome)}" for lab, v in zip(labels, values)]
+            # a cap of None (no bound) is a hatched bar to the top, labelled, never a bar of 0
+            data.append(dict(type="bar", x=labels, y=[top if v is None else v for v in values],
+                             name=run.label, textposition="outside", cliponaxis=False,
+                             text=["None: unbounded" if v is None else str(v) for v in values],
+                             constraintext="none",  # whole above its narrow bar, not shrunk to its width
+                             legendgroup=run.label, showlegend=k == 0,
+                             marker=dict(color=BUG_FIX_COLORS[run.label], pattern=dict(
+                                 shape=["/" if v is None else "" for v in values], fillmode="overlay",
+                                 fgcolor="white")),
+                             hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+                             xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=-30)
+        axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero",
+                                      range=[0, (top or 1) * 1.25])
+        annotations.append(dict(text=f"<b>finding {finding}</b>", x=lo + width / 2, xref="paper", y=1.0,
+                                yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
+    layout = base_layout(title or "The review findings of PR #17261's clamp (a proposal): bug vs fix",
+                         "1: caps and first chunks admitted per rank (hatched: None, unbounded); "
+                         "2: disagg inits admitted in one pass; 3: B's chunks scheduled vs stalled passes",
+                         height=440, annotations=annotations, barmode="group",
+                         legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
+                         margin=dict(l=60, r=30, t=100, b=60), **axes)
+    return {"data": data, "layout": layout}
+
+
+review_findings_figure = as_figure(review_findings_spec)
+
+#: The parts of a quota in :func:`residency_stack_spec`, bottom to top.
+RESIDENCY_PARTS = (
+    ("resident", "resident state slots", "#332288"),
+    ("dummies", "dummy slots (CUDA-graph padding)", "#88CCEE"),
+    ("pages", "attention pages", OUTCOME_COLORS["ok"]),
+    ("unused", "unused", "#EEEEEE"),
+)
+
+
+def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[str] = None,
+                         subtitle: str = "") -> dict:
+    """Stacked bars (GiB) of what the quota goes to under merged residency and under PR #17261's
+    clamp (a proposal): resident slots, dummy slots, attention pages, unused; the quota as a
+    dashed line. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``. Traces: always 4 bars."""
+    gib = GIB
+    x = ["merged" + ("" if split["raw_fits"] else " (raises)"),
+         "PR #17261 clamp (proposal)"]
+    data = []
+    for key, label, color in RESIDENCY_PARTS:
+        values = [split["raw"][key] / gib, split["clamped"][key] / gib]
+        hover = [f"{xi}: {label} {v:.2f} GiB" for xi, v in zip(x, values)]
+        # the amounts in the legend: a part too thin to see in the bars is still named and sized
+        data.append(dict(type="bar", x=x, y=values, name=f"{label}: {values[0]:.2f} | {values[1]:.2f} GiB",
+                         marker=dict(color=color),
+                         hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    q = quota_bytes / gib
+    raw_total = sum(split["raw"][k] for k in ("resident", "dummies", "pages")) / gib
+    shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=q, y1=q,
+                   line=dict(color=OUTCOME_COLORS["crash"], dash="dash", width=2))]
+    annotations = [dict(xref="paper", x=1, y=q, yref="y", xanchor="right", yanchor="bottom",
+                        showarrow=False, text=f"quota {q:.2f} GiB",
+                        font=dict(color=OUTCOME_COLORS["crash"], size=12))]
+    layout = base_layout(title or "Recurrent-state slots vs attention pages vs the quota", subtitle,
+                         barmode="stack", height=420, bargap=0.35, shapes=shapes,
+                         annotations=annotations,
+                         yaxis=dict(title=dict(text="GiB"), range=[0, max(q, raw_total) * 1.12]),
+                         legend=dict(orientation="h", yanchor="top", y=-0.15, x=0, font=dict(size=11)))
+    return {"data": data, "layout": layout}
+
+
+residency_stack_figure = as_figure(residency_stack_spec)
+
+#: Bars of :func:`residency_proposals_spec`: served at once, and queued.
+PROPOSAL_PARTS = (("resident", "served at once (a state slot each)", "#332288"),
+                  ("waiting", "waiting in the queue", "#BBBBBB"))
+
+
+def residency_proposals_spec(rows: Sequence[Mapping], *, title: Optional[str] = None,
+                             subtitle: str = "") -> dict:
+    """One stacked bar per answer (``kvlab.analysis.mamba_residency.proposal_rows``): of the concurrent requests,
+    how many are served at once and how many wait; an answer that raises at construction has
+    no bar and says so. Traces: always 2 bars (served, waiting)."""
+    import re
+
+    status = [re.sub(r", PR #\d+", "", r["status"]) for r in rows]  # the label names the PR
+    x = [f"<b>{r['label']}</b><br><i>{st}</i><br>max_batch_size {r['max_batch_size']}"
+         for r, st in zip(rows, status)]
+    data = []
+    for key, label, color in PROPOSAL_PARTS:
+        values = [r[key] for r in rows]
+        hover = [f"{r['label']} ({r['status']}): {label} {v}" for r, v in zip(rows, values)]
+        data.append(dict(type="bar", x=x, y=values, name=label, marker=dict(color=color),
+                         text=[str(v) if v else "" for v in values], textposition="inside",
+                         insidetextanchor="middle", hovertext=hover,
+                         hovertemplate="%{hovertext}<extra></extra>"))
+    top = max([r["resident"] + r["waiting"] for r in rows] + [1])
+    annotations = [dict(x=xi, y=0, xref="x", yref="y", yanchor="bottom", showarrow=False,
+                        text="ValueError at<br>construction:<br>nothing served",
+                        font=dict(color=OUTCOME_COLORS["crash"], size=12))
+                   for xi, r in zip(x, rows) if r["outcome"] == "crash"]
+    layout = base_layout(title or "Merged code raises; what each proposal would serve", subtitle,
+                         barmode="stack", height=480, bargap=0.3, annotations=annotations,
+                         xaxis=dict(type="category", tickangle=0, tickfont=dict(size=11)),
+                         yaxis=dict(title=dict(text="concurrent requests"), range=[0, top * 1.1]),
+                         legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1,
+                                     xanchor="right", traceorder="normal", font=dict(size=11)),
+                         margin=dict(l=70, r=30, t=110, b=90))
+    return {"data": data, "layout": layout}
+
+
+residency_proposals_figure = as_figure(residency_proposals_spec)

@@ -1,0 +1,124 @@
+"""The figures' look: one colour and one label per outcome, the shared layout, and each
+``name_figure`` made from its ``name_spec``.
+
+One colour per outcome across every notebook (:data:`OUTCOME_COLORS`), from Paul Tol's
+colour-blind-safe "vibrant" and "high-contrast" sets; outcomes are also named in every label and
+hover text, so colour is never the only cue.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import List, Optional, Tuple
+
+import plotly.graph_objects as go
+
+from kvlab.core.memory import GIB, MIB
+
+#: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
+#: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
+OUTCOME_COLORS = {
+    "crash": "#CC3311",
+    "stall": "#EE7733",
+    "refused": "#DDAA33",
+    "reject": "#0077BB",
+    "ok": "#009988",
+}
+#: What each outcome means, for legends and hover text.
+OUTCOME_LABELS = {
+    "crash": "crash (ValueError)",
+    "stall": "stall (no progress)",
+    "refused": "refused (resize returned False)",
+    "reject": "rejected at admission",
+    "ok": "ok",
+}
+#: Colour for "not applicable" (no pool, no outcome).
+NEUTRAL_COLOR = "#BBBBBB"
+
+#: The page-index row and the pool, wherever a figure draws them (they are not outcomes).
+ROW_COLOR = "#555555"
+POOL_COLOR = "#999999"
+#: Line colours for row widths: kept clear of the outcome colours (Tol "muted" set).
+WIDTH_LINE_COLORS = ("#332288", "#AA4499", "#88CCEE", "#999933", "#555555", "#CC6677")
+
+FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13)
+FIGURE_WIDTH = 720
+
+
+def outcome_color(outcome: Optional[str]) -> str:
+    """The colour of an outcome; neutral grey for None or an unknown name."""
+    return OUTCOME_COLORS.get(outcome or "", NEUTRAL_COLOR)
+
+
+#: Characters of a 12 px subtitle line in a figure FIGURE_WIDTH wide (about 7 px a character).
+SUBTITLE_CHARS = 96
+
+
+def wrap_words(text: str, chars: int) -> List[str]:
+    """``text`` in lines of at most ``chars`` characters, broken between words."""
+    lines: List[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def base_layout(title: str, subtitle: str = "", **extra) -> dict:
+    """Shared look. No plotly template: resolving one costs ~10 ms a figure, too slow for a
+    widget that redraws on every slider step, so the few settings that matter are explicit.
+    The subtitle is 12 px, broken between words to the figure's width, below the title."""
+    width = extra.get("width", FIGURE_WIDTH)
+    lines = wrap_words(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
+    # The subtitle's lines go in the title's text (every plotly.js renders that alike; a
+    # FigureWidget drew ``title.subtitle`` above the title), anchored to the figure's top.
+    text = "<br>".join([title] + [f'<span style="font-size:12px;color:#444">{line}</span>'
+                                  for line in lines])
+    layout = dict(title=dict(text=text, x=0.0, xanchor="left", xref="container", y=1.0,
+                             yref="container", yanchor="top", pad=dict(t=26), font=dict(size=16)),
+                  font=FONT, template=None, width=FIGURE_WIDTH, paper_bgcolor="white",
+                  plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
+                  hoverlabel=dict(font_size=12, bgcolor="white"))
+    for axis in ("xaxis", "yaxis"):
+        extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
+    layout.update(extra)
+    layout["margin"] = {**layout["margin"],
+                        "t": max(layout["margin"].get("t", 80), 64 + 17 * len(lines))}
+    return layout
+
+
+AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, ticks="outside",
+                  tickcolor="#B0B6BE", automargin=True, ticklabeloverflow="allow",
+                  separatethousands=True)  # tick labels as 1,000, like the text around them
+
+
+def log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:
+    """Both axes logarithmic, each titled "quantity (unit, log scale)", labelled at powers of
+    ten only (no bare minor digits); ``x`` and ``y`` are (quantity, unit) (the sweeps over
+    sizes)."""
+    return {f"{axis}axis": dict(title=dict(text=f"{name} ({unit}, log scale)"), type="log", dtick=1)
+            for axis, (name, unit) in (("x", x), ("y", y))}
+
+
+def format_bytes(n: float) -> str:
+    """1088 B, 272.5 KiB, 16.0 MiB: binary units, as the seed counts MiB."""
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def as_figure(spec_fn, name=None):
+    """``name_figure`` from ``name_spec``: the same arguments, a go.Figure instead of the plain
+    dict. Widgets use the ``_spec`` functions directly (no plotly validation on every update)."""
+
+    @functools.wraps(spec_fn)
+    def figure(*args, **kwargs) -> go.Figure:
+        return go.Figure(spec_fn(*args, **kwargs))
+
+    figure.__name__ = figure.__qualname__ = name or spec_fn.__name__.replace("_spec", "_figure")
+    figure.__signature__ = inspect.signature(spec_fn).replace(return_annotation="go.Figure")
+    figure.__doc__ = f"``{spec_fn.__name__}`` as a go.Figure (same arguments).\n\n{spec_fn.__doc__}"
+    return figure
