@@ -1,0 +1,122 @@
+"""Notebook 05's live panel: Qwen3.5-27B's recurrent-state slots against a quota, under merged
+residency beside the proposals (PR #17261's clamp, PR #18985's feasible max_batch_size
+default)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import ipywidgets as W
+
+from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, qwen_plan, residency_bytes
+from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.memory import GIB, MIB
+from kvlab.notebook import viz
+from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.tables import gib_pair
+
+
+@dataclass(frozen=True)
+class MambaModel:
+    """What the residency panel shows: Qwen3.5-27B's plan for a quota under merged residency,
+    beside PR #17261's clamp and PR #18985's feasible max_batch_size default (proposals)."""
+
+    quota_gib: float
+    max_batch_size: int
+    ssm_dtype: str
+    plan: Any            # kvlab.core.mamba.ResidencyPlan
+    split: dict          # kvlab.analysis.mamba_residency.residency_bytes(plan)
+
+    @property
+    def raw_fits(self) -> bool:
+        """Merged TensorRT-LLM builds (its floor fits the quota)."""
+        return self.split["raw_fits"]
+
+    @property
+    def resident(self) -> int:
+        """Sequences resident under PR #17261's clamp (0: not even one fits)."""
+        return max(self.plan.local_cap, 0)
+
+    @property
+    def feasible_max_batch_size(self) -> int:
+        """PR #18985: the largest max_batch_size default that fits this quota (0: none)."""
+        return self.plan.feasible_max_batch_size()
+
+    @property
+    def outcome(self) -> str:
+        """Merged TensorRT-LLM's outcome: "ok" (builds) or "crash" (ValueError)."""
+        return "ok" if self.raw_fits else "crash"
+
+
+def mamba_model(values: Mapping[str, Any]) -> MambaModel:
+    """Qwen3.5-27B (one rank) for the panel's quota (GiB), max_batch_size and SSM dtype."""
+
+    quota_gib, batch, dtype = float(values["quota_gib"]), int(values["max_batch_size"]), values["ssm_dtype"]
+    plan = qwen_plan(int(quota_gib * GIB), batch, dtype)
+    return MambaModel(quota_gib, batch, dtype, plan, residency_bytes(plan))
+
+
+def mamba_figures(model: MambaModel) -> Dict[str, dict]:
+    """The quota split, merged beside PR #17261's clamp (a kvlab.notebook.viz spec)."""
+    return {"stack": viz.residency_stack_spec(
+        model.split, model.plan.quota_bytes,
+        subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size}, {model.ssm_dtype} SSM state, "
+                 f"{model.plan.slot_bytes / MIB:.1f} MiB a slot")}
+
+
+def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): does merged TensorRT-LLM build, and what the two proposals would do
+    (PR #17261's clamp: how many sequences stay resident; PR #18985: the largest feasible
+    max_batch_size default)."""
+    plan, gib = model.plan, GIB
+    slots = plan.requested + plan.dummies
+    need_gib, quota_gib = gib_pair(plan.raw_need_bytes, plan.quota_bytes)
+    raw = f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = {need_gib} GiB"
+    fits = model.feasible_max_batch_size
+    if model.raw_fits:
+        headline = (f"Merged builds: {raw} <= quota {quota_gib} GiB; all {plan.requested} "
+                    f"sequences resident (merged code has no cap). The proposals change nothing here.")
+    elif model.resident >= 1:
+        used = (model.resident + plan.dummies) * plan.slot_bytes / gib
+        headline = (f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
+                    f"construction). Proposal PR #17261 (closed without merging), the clamp: "
+                    f"{model.resident} resident (+{plan.dummies} dummy) = {used:.2f} GiB of slots; "
+                    f"{model.split['clamped']['pages'] // plan.page_bytes} attention pages; "
+                    f"{plan.requested - model.resident} sequences queue. Proposal PR #18985 (open): "
+                    f"a max_batch_size default of at most {fits} fits; an explicit "
+                    f"{model.max_batch_size} still raises, with a message in GiB.")
+    else:
+        headline = (f"Merged raises: {raw} > quota {quota_gib} GiB; the clamp (PR #17261) "
+                    f"keeps 0: not even one sequence's state fits, so it raises too, and no "
+                    f"max_batch_size default fits (PR #18985).")
+    detail = (f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
+              f"merged floor {plan.raw_need_bytes:,} B")
+    return model.outcome, verdict_html(model.outcome, headline, detail)
+
+
+def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: str = "bfloat16", *,
+                wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 05's live panel: the quota (GiB), max_batch_size and the SSM state dtype of
+    Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp (a proposal),
+    and a verdict: merged builds or raises, the clamp's residency, PR #18985's feasible
+    max_batch_size default."""
+
+    check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
+    check_int("max_batch_size", max_batch_size, low=1, high=4096)
+    check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
+    quota = W.FloatSlider(value=float(quota_gib), min=min(0.1, float(quota_gib)), max=max(80.0, float(quota_gib)), step=0.01,
+                          description="quota (GiB)", readout_format=".2f", continuous_update=True,
+                          style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    batch = W.IntSlider(value=int(max_batch_size), min=1, max=max(1024, int(max_batch_size)),
+                        description="max_batch_size", continuous_update=True,
+                        style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    dtype = W.ToggleButtons(options=list(MAMBA_SSM_DTYPES), value=ssm_dtype, description="SSM dtype",
+                            style={"description_width": "110px", "button_width": "90px"})
+    return Panel({"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype}, mamba_model,
+                 mamba_figures, mamba_verdict,
+                 title="Qwen3.5-27B: merged residency, or the proposals (PR #17261, PR #18985)",
+                 wait_s=wait_s)
+
+
+__all__ = ["MambaModel", "mamba_figures", "mamba_model", "mamba_panel", "mamba_verdict"]

@@ -1,0 +1,136 @@
+"""Notebook 01's live panel: the 16 ranks' plan for rank 0's MoE workspace and a long context
+(closed form), with a button that runs the ranks for real and compares."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import ipywidgets as W
+
+from kvlab.analysis.rank_plan import outcome_of, plan_ranks
+from kvlab.core.checks import check_float, check_int
+from kvlab.notebook import viz
+from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.tables import table
+from kvlab.notebook.widgets.controls import labelled
+from kvlab.run.distributed import run_ranks
+from kvlab.run.rank_config import scenario_config
+from kvlab.run.scenarios import load_scenario
+
+#: Context lengths the ranks panel offers (tokens): 128 Ki to 1 Mi, the report's 1,000,000 included.
+RANKS_CONTEXT_CHOICES = tuple(sorted({2 ** k for k in range(17, 21)} | {3 * 2 ** 17, 3 * 2 ** 18,
+                                                                        896_000, 960_000, 1_000_000}))
+
+
+@dataclass(frozen=True)
+class RanksModel:
+    """What the ranks panel shows: the inputs, the run's config and its closed-form plan
+    (:mod:`kvlab.analysis.rank_plan`); the real run is the panel's action."""
+
+    workspace_gib: float
+    context: int
+    config: Any  # kvlab.run.rank_config.RunConfig
+    plan: Any  # kvlab.analysis.rank_plan.RanksPlan
+
+    @property
+    def outcome(self) -> str:
+        return self.plan.outcome
+
+    @property
+    def shown_requests(self) -> Tuple[dict, ...]:
+        """request_fit_spec rows: the shortest and longest background requests, then the named
+        ones (the long context)."""
+        by_size = sorted(self.plan.requests, key=lambda q: q.tokens)
+        background = [q for q in by_size if q.request_id.startswith("bg-")]
+        named = [q for q in by_size if not q.request_id.startswith("bg-")]
+        return tuple(dict(id=q.request_id, tokens=q.tokens, outcome=q.verdict, rank=q.rank)
+                     for q in background[:1] + background[-1:] + named)
+
+
+def ranks_model(values: Mapping[str, Any], *, scenario: Any = "issue-21470", ranks: int = 16) -> RanksModel:
+    """The scenario's ranks (policy "clamped", the report) with rank 0's MoE workspace and the
+    long context from ``values``, planned in closed form (no run: a slider move takes ms).
+    ``scenario``: a name or path for load_scenario, or a scenario it loaded (the panel loads
+    its scenario once: parsing the YAML took most of a slider move's time)."""
+
+    workspace, context = float(values["workspace_gib"]), int(values["context"])
+    loaded = load_scenario(scenario) if isinstance(scenario, (str, os.PathLike)) else scenario
+    config = scenario_config(loaded, ranks, "none/clamped", workspace_gib=workspace,
+                             context_length=context)
+    return RanksModel(workspace, context, config, plan_ranks(config))
+
+
+def ranks_figures(model: RanksModel) -> Dict[str, dict]:
+    """The per-rank memory budget and the requests against the pool and the row."""
+    r0 = model.plan.ranks[0]
+    tpb = model.config.geometry.tokens_per_block
+    return {"budget": viz.rank_budget_spec(model.plan.ranks),
+            "requests": viz.request_fit_spec(
+                model.shown_requests, capacity_tokens=r0.capacity_tokens,
+                row_tokens=r0.max_blocks_per_seq * tpb,
+                title=f"Requests against each rank's pool ({r0.blocks:,} pages) and row",
+                subtitle=f"{len(model.shown_requests)} of {len(model.plan.requests)} requests: the "
+                         "shortest and longest background ones and the long context; "
+                         + (f"{crashes} beyond the row: ValueError" if (crashes := sum(
+                             q["outcome"] == "crash" for q in model.shown_requests))
+                            else "none beyond the row"))}
+
+
+def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): does the pool clamp, which requests would crash, how the run will end."""
+    plan, r0 = model.plan, model.plan.ranks[0]
+    clamp = (f"the pool holds {r0.capacity_tokens:,} tokens after the MIN, so max_seq_len "
+             f"{plan.configured_max_seq_len:,} is clamped to {r0.max_seq_len:,}"
+             if r0.max_seq_len < plan.configured_max_seq_len else
+             f"the pool holds {r0.capacity_tokens:,} tokens: no clamp")
+    crash = [f"{q.request_id} (rank {q.rank})" for q in plan.requests if q.verdict == "crash"]
+    headline = (f"{len(plan.ranks)} ranks, rank 0's workspace {model.workspace_gib:g} GiB: {clamp}; "
+                + (f"{', '.join(crash)} would raise. " if crash else "no request exceeds the row. ")
+                + f"Predicted: {plan.ended} - {plan.reason}.")
+    return plan.outcome, verdict_html(plan.outcome, headline)
+
+
+def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
+    """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
+    code as the processes) and say whether the run ended as the plan said."""
+
+    result = run_ranks(model.config, in_process=True, progress=False)
+    outcome = outcome_of(result)
+    agrees = outcome == model.plan.outcome and result.ended == model.plan.ended
+    headline = (f"The run ({result.wall_s:.2f} s): {result.ended} - {result.reason}. "
+                + ("As predicted." if agrees else f"NOT as predicted ({model.plan.ended}: "
+                                                  f"{model.plan.reason})."))
+    return result, verdict_html(outcome, headline) + table(result.rank_rows(), index="rank").to_html()
+
+
+def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks: int = 16,
+                scenario: str = "issue-21470", wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 01's live panel: rank 0's MoE workspace (GiB; the others add the scenario's
+    skew) and the long context's length -> every rank's memory budget after the MIN, the
+    requests against the pool and the row, and how the run will end (closed form,
+    :mod:`kvlab.analysis.rank_plan`); its button runs the ranks for real and compares."""
+
+    check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
+    check_int("context", context, low=1, high=1 << 24)
+    check_int("ranks", ranks, low=1, high=128)
+    ws = W.FloatSlider(value=float(workspace_gib), min=0.0, max=64.0, step=1.0,
+                       description="workspace (GiB)", continuous_update=False,
+                       style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    ctx = W.SelectionSlider(options=labelled(sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)})),
+                            value=int(context), description="context", continuous_update=False,
+                            style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+
+    loaded = load_scenario(scenario)  # once: each slider move plans from the parsed scenario
+
+    def compute(values):
+        return ranks_model(values, scenario=loaded, ranks=ranks)
+
+    return Panel({"workspace_gib": ws, "context": ctx}, compute, ranks_figures, ranks_verdict,
+                 title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
+                 wait_s=wait_s, action=(f"Run the {ranks} ranks", run_planned_ranks))
+
+
+__all__ = ["RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",
+           "ranks_verdict", "run_planned_ranks"]

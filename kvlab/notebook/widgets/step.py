@@ -1,0 +1,136 @@
+"""Notebook 03's panel: one scheduling pass at a time, the long request beside two small ones
+(the pass slider is the "next pass" control; the policy picks the engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import ipywidgets as W
+
+from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+from kvlab.analysis.presets import engine_outcome
+from kvlab.core.checks import check_choice, check_int
+from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
+from kvlab.notebook import viz
+from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.tables import counted
+from kvlab.run.simulation import Engine, SimulationResult
+from kvlab.sched.policies import TRTLLM_POLICIES
+
+#: The step-through's engine: the seed's pool, a stall limit of 20 passes so that the stall
+#: detector's end is a few key presses away (the real limit, 1000, is notebook 03's default).
+STEP_ENGINE = EngineConfig(stall_limit=20)
+#: The step-through's requests: the 8192-token one beside two small ones.
+STEP_WORKLOAD = tuple(long_and_small(num_small=2, every=2))
+STEP_MAX_PASSES = 60
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The engine after ``passes`` passes under ``policy``, and what the last one decided."""
+
+    policy: str
+    passes: int                 # passes run (fewer than asked when the run ended)
+    result: SimulationResult
+    rows: Tuple[dict, ...]      # the last pass, one dict a request (viz.pass_spec)
+    stalled: int                # the stall detector's count after the last pass
+    used_pages: int
+    total_pages: int
+
+
+def _asked(request) -> int:
+    """Tokens ``request`` needs from the next pass: the rest of its context (non-chunked) plus
+    its draft tokens, or one generation step (1 + draft)."""
+    if request.context_current_position < request.prompt_len:
+        return request.context_remaining_length + request.num_draft_tokens
+    return 1 + request.num_draft_tokens
+
+
+def step_model(values: Mapping[str, Any]) -> StepModel:
+    """Run :data:`STEP_WORKLOAD` under ``values["policy"]`` for ``values["pass"]`` scheduling
+    passes (from scratch: a pass is ms) and describe the last one."""
+    policy, wanted = values["policy"], int(values["pass"])
+    engine = Engine(build_scheduler(policy, STEP_ENGINE), STEP_WORKLOAD)
+    asked: Dict[str, int] = {}
+    while engine.iterations < wanted and engine.error is None:
+        if not engine.num_live:
+            if not engine.has_pending_arrivals:
+                break
+            engine.advance_to(engine.arrivals[engine.next_arrival].arrival_step)
+        live = [r for r in engine.requests if r.arrival_step <= engine.step
+                and r.state in LIVE_STATES]
+        asked = {r.request_id: _asked(r) for r in live}
+        engine.iterate()
+    batch = engine.last_batch
+    rows = []
+    for request in engine.requests:
+        if request.request_id not in asked:
+            continue
+        scheduled = ({r.request_id: r for r in batch.context_requests}
+                     | {r.request_id: r for r in batch.generation_requests}) if batch else {}
+        if engine.error is not None and getattr(engine.error, "request_id", "") == request.request_id:
+            result, why = "crash", f"{type(engine.error).__name__}: {engine.error}"
+        elif engine.error is not None:
+            result, why = "waiting", "the engine stopped before this pass reached it"
+        elif request.request_id in scheduled:
+            result, why = "scheduled", "the pages and the token budget were there"
+        elif request.state == "suspended":
+            result, why = "suspended", "its cache gave way (pages to the tier below, or kept)"
+        elif request.state in ("finished", "rejected"):
+            result, why = request.state, request.reason
+        elif request.state == "waiting" and asked[request.request_id] > 0:
+            result, why = "refused", ("not scheduled: the resize returned False or the budget "
+                                      "was spent; retried next pass")
+        else:
+            result, why = "waiting", "not reached this pass"
+        got = asked[request.request_id] if result == "scheduled" else 0
+        rows.append(dict(request=request.request_id, asked=asked[request.request_id], got=got,
+                         result=result, why=why))
+    manager = engine.scheduler.manager
+    return StepModel(policy, engine.iterations, engine.result(engine.step), tuple(rows),
+                     engine.scheduler.stalled_passes, manager.total_blocks - manager.free_blocks,
+                     manager.total_blocks)
+
+
+def step_figures(model: StepModel) -> Dict[str, dict]:
+    """This pass, request by request, and the run so far."""
+    return {"pass": viz.pass_spec(model.rows, title=f"Pass {model.passes}: what each request asked "
+                                  "for, and got", subtitle=f"policy {model.policy}; pool "
+                                  f"{model.used_pages} of {model.total_pages} pages in use"),
+            "timeline": viz.scheduler_timeline_spec(model.result, stall_limit=STEP_ENGINE.stall_limit,
+                                                    title=f"The run so far: {counted(model.passes, 'pass')}")}
+
+
+def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): where the run stands after this pass."""
+    outcome = engine_outcome(model.result)
+    error = model.result.error
+    if error is not None:
+        headline = f"Pass {model.passes} ended the engine: {type(error).__name__}."
+    elif not any(s in UNFINISHED_STATUSES for s in model.result.status.values()):
+        headline = f"Every request is done after {counted(model.passes, 'pass')}."
+    else:
+        headline = (f"Pass {model.passes}: the stall detector counts {model.stalled} of "
+                    f"{STEP_ENGINE.stall_limit} passes without progress. Press → for the next.")
+        outcome = None
+    return outcome, verdict_html(outcome, headline)
+
+
+def step_panel(policy: str = "none/configured", passes: int = 1, *,
+               wait_s: float = DEFAULT_WAIT_S) -> Panel:
+    """Notebook 03's panel: one scheduling pass at a time. The pass slider is the "next pass"
+    control (its arrow keys step one pass); the policy picks the engine."""
+    policy = check_choice("policy", policy, TRTLLM_POLICIES)
+    passes = check_int("passes", passes, low=1, high=STEP_MAX_PASSES)
+    pick = W.ToggleButtons(options=list(TRTLLM_POLICIES), value=policy, description="policy",
+                           style={"button_width": "130px"})
+    step = W.IntSlider(value=passes, min=1, max=STEP_MAX_PASSES, description="pass",
+                       continuous_update=False, layout=W.Layout(width="420px"))
+    return Panel({"policy": pick, "pass": step}, step_model, step_figures, step_verdict,
+                 title="One scheduling pass at a time: the long request beside two small ones",
+                 wait_s=wait_s)
+
+
+__all__ = ["STEP_ENGINE", "STEP_MAX_PASSES", "STEP_WORKLOAD", "StepModel", "step_figures",
+           "step_model", "step_panel", "step_verdict"]
