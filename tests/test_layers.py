@@ -43,6 +43,9 @@ def imported_modules(path: Path):
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
 NAMES = [str(p.relative_to(PACKAGE.parent)) for p in MODULES]
+#: Packages inside a layer (``notebook/viz``), each a folder with an ``__init__.py``.
+SUBPACKAGES = {str(p.parent.relative_to(PACKAGE)) for p in MODULES
+               if p.name == "__init__.py" and p.parent.parent != PACKAGE}
 
 
 def module_name(path: Path) -> str:
@@ -71,26 +74,33 @@ def test_the_check_sees_an_upward_import(tmp_path):
 
 
 def test_the_readme_module_map_matches_the_tree():
-    """Every module appears in the README's map under its layer, and the map names no module
-    that does not exist."""
+    """Every module appears in the README's map under its layer (a package of a layer, ``viz/``,
+    with its modules indented below it), and the map names no module or package that does not
+    exist."""
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("## Design", 1)[1].split("```", 2)[1]
-    mapped, layer = set(), ""
+    mapped, packages, layer, package = set(), set(), "", ""
     for line in block.splitlines():
-        if line.startswith("  ") and not line.startswith("   "):  # a layer, or a one-module layer
-            entry = line.split()[0]
-            layer = entry.rstrip("/") if entry.endswith("/") else ""
+        indent, entry = len(line) - len(line.lstrip(" ")), (line.split() or [""])[0]
+        if indent == 2:  # a layer, or a one-module layer
+            layer, package = (entry.rstrip("/") if entry.endswith("/") else ""), ""
             if entry.endswith(".py"):
                 mapped.add(entry)
+        elif indent == 4 and layer:  # a module of the layer, or a package of it
+            package = f"{layer}/{entry.rstrip('/')}" if entry.endswith("/") else ""
+            packages.update([package] if package else [])
         if layer:
-            mapped.update(f"{layer}/{name}" for name in re.findall(r"\b(\w+\.py)\b", line))
+            folder = package if package and indent > 4 else layer
+            mapped.update(f"{folder}/{name}" for name in re.findall(r"\b(\w+\.py)\b", line))
     modules = {str(p.relative_to(PACKAGE)) for p in MODULES if not p.name.startswith("__")}
     assert modules - mapped == set(), "modules the README's map leaves out"
     assert mapped - modules == set(), "the README's map names modules that do not exist"
+    assert packages == SUBPACKAGES, "the README's map and the tree disagree on the packages of a layer"
 
 
 def test_the_design_layer_table_matches_the_tree():
-    """docs/DESIGN.md's layer table names every module of each layer, and no other."""
+    """docs/DESIGN.md's layer table names every module of each layer, and no other; a package of
+    a layer as `` `viz/` (`style`, `pages`, ...) ``, naming each of its modules."""
     design = (PACKAGE.parent / "docs" / "DESIGN.md").read_text(encoding="utf-8")
     rows = [line for line in design.splitlines() if re.match(r"\| `\w+/?` \|", line)]
     assert rows, "DESIGN.md has no layer table"
@@ -100,9 +110,12 @@ def test_the_design_layer_table_matches_the_tree():
         if not layer.endswith("/"):
             assert (PACKAGE / f"{layer}.py").exists(), f"DESIGN.md names a layer {layer} that is not a module"
             continue
-        named = set(re.findall(r"`(\w+)`", modules_cell.split("(with", 1)[0]))
-        named |= set(re.findall(r"`(\w+)`", modules_cell.split("(with", 1)[1])) if "(with" in modules_cell else set()
-        tree = {p.stem for p in (PACKAGE / layer).glob("*.py") if not p.name.startswith("__")}
+        package_pattern = r"`(\w+)/` \(([^)]*)\)"
+        named = {f"{package}/{module}" for package, inner in re.findall(package_pattern, modules_cell)
+                 for module in re.findall(r"`(\w+)`", inner)}
+        named |= set(re.findall(r"`(\w+)`", re.sub(package_pattern, "", modules_cell)))
+        tree = {str(p.relative_to(PACKAGE / layer).with_suffix("")) for p in MODULES
+                if p.is_relative_to(PACKAGE / layer) and not p.name.startswith("__")}
         assert named == tree, f"{layer}: DESIGN.md names {sorted(named - tree)} not in the tree, " \
                               f"leaves out {sorted(tree - named)}"
     layers = {row.split("|")[1].strip().strip("`").rstrip("/") for row in rows}
