@@ -1,7 +1,11 @@
 """Rank processes and their supervision: :func:`run_processes` starts one process per rank with
-torch.multiprocessing on 127.0.0.1 and a free port ("fork" for gloo: the parent never initialises
-a process group or CUDA; "spawn" for nccl: one GPU per rank), collects every rank's
-:class:`~kvlab.run.rank.RankResult`, and accounts for the ranks that cannot report one.
+torch's ``start_processes(..., join=False)`` on 127.0.0.1 and a free port ("fork" for gloo: the
+parent never initialises a process group or CUDA; "spawn" for nccl: one GPU per rank), collects
+every rank's :class:`~kvlab.run.rank.RankResult`, and accounts for the ranks that cannot report
+one. A rank that raises (a kvlab bug) leaves its traceback in torch's error file, which the
+parent raises as a RuntimeError. The watching is kvlab's own, not ``ProcessContext.join``: join
+stops every rank at the first death, while the others' results still wait in the queue unread,
+and it knows nothing of progress, hangs or deadlines.
 
 **Watchdog.** A run is hung when no rank has made progress (stepped, entered or left a
 collective, sent a message) for ``timeout_s``: slow ranks that keep stepping are never called
@@ -26,16 +30,17 @@ order: every rank killed and reaped, then :class:`~kvlab.run.signals.RunStopped`
 from __future__ import annotations
 
 import os
+import pickle
 import queue as queue_mod
 import signal
 import socket
 import time
-import traceback
 from dataclasses import replace
 from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
 
 import torch
+from torch.multiprocessing import start_processes
 
 from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.run.comm import CollectiveFailed, TorchComm
@@ -60,7 +65,7 @@ def free_port() -> int:
 def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: float, out,
             parent_pid: int, monitor: RunMonitor) -> None:
     """A rank process: tie it to its parent, init_process_group, rank_loop, send the result,
-    destroy the group."""
+    destroy the group. What it raises, torch's wrapper writes to the rank's error file."""
     import torch.distributed as dist
 
     tie_to_parent(parent_pid)
@@ -69,29 +74,38 @@ def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: fl
     if backend == "nccl":
         device = torch.device("cuda", rank)
         torch.cuda.set_device(device)
+    # the group's own timeout outlasts the parent's deadline: the parent decides "hung"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=config.world_size, timeout=timedelta(seconds=timeout_s + 30))
+    out.put(("ready", rank, time.monotonic()))
+    on_step = (lambda step: out.put(("step", rank, step))) if rank == 0 else None
+    runner = RankRunner(rank, config, device)
+    runner.monitor = monitor
     try:
-        # the group's own timeout outlasts the parent's deadline: the parent decides "hung"
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=config.world_size,
-                                timeout=timedelta(seconds=timeout_s + 30))
-        out.put(("ready", rank, time.monotonic()))
-        on_step = (lambda step: out.put(("step", rank, step))) if rank == 0 else None
-        runner = RankRunner(rank, config, device)
-        runner.monitor = monitor
+        result = rank_loop(runner, TorchComm(device), on_step)
+        peer_lost = False
+    except CollectiveFailed as exc:  # a peer left: this rank goes down too (the parent
+        peer_lost = True             # names the peer and replaces this text)
+        if runner.engine is None:
+            result = not_reported(rank, "shut down", f"shut down: {exc}", config)
+        else:
+            runner.outcome, runner.stop_reason = "shut down", f"shut down: {exc}"
+            result = runner.result()
+    out.put(("result", rank, (result, peer_lost)))
+    dist.destroy_process_group()
+
+
+def _raised(context) -> Dict[int, str]:
+    """The traceback of each rank that raised, from torch's error files (then removed)."""
+    raised = {}
+    for rank, path in enumerate(context.error_files if context is not None else ()):
         try:
-            result = rank_loop(runner, TorchComm(device), on_step)
-            peer_lost = False
-        except CollectiveFailed as exc:  # a peer left: this rank goes down too (the parent
-            peer_lost = True             # names the peer and replaces this text)
-            if runner.engine is None:
-                result = not_reported(rank, "shut down", f"shut down: {exc}", config)
-            else:
-                runner.outcome, runner.stop_reason = "shut down", f"shut down: {exc}"
-                result = runner.result()
-        out.put(("result", rank, (result, peer_lost)))
-        dist.destroy_process_group()
-    except BaseException as exc:  # a kvlab bug: report it rather than dying silently
-        out.put(("crash", rank, "".join(traceback.format_exception(exc))))
+            with open(path, "rb") as handle:
+                raised[rank] = pickle.load(handle)
+            os.unlink(path)
+        except FileNotFoundError:  # the rank raised nothing
+            pass
+    return raised
 
 
 def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s: Optional[float],
@@ -99,16 +113,16 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
     """Run every rank in its own process under the watchdog (module docstring)."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn" if backend == "nccl" else "fork")
+    method = "spawn" if backend == "nccl" else "fork"
+    ctx = mp.get_context(method)
     out = ctx.Queue()
     port = free_port()
     world = config.world_size
     monitor = RunMonitor(ctx, config)
     start = time.monotonic()
-    procs = []
+    procs, context = [], None
     killed: set = set()
     results: Dict[int, Tuple[RankResult, bool]] = {}
-    crashes: Dict[int, str] = {}
     ready: Dict[int, float] = {}
     exited: Dict[int, float] = {}  # rank -> when it was seen to have exited
     stopped_by: Optional[str] = None  # "hang" or "deadline" when the watchdog ended the run
@@ -120,25 +134,22 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
         elif kind == "step":
             if bar is not None:
                 bar.update(payload - bar.n)
-        elif kind == "result":
-            results[rank] = payload
         else:
-            crashes[rank] = payload
+            results[rank] = payload
 
     with StopOnSignal() as stop:
         try:
-            for rank in range(world):
-                if stop.signum is not None:
-                    break
-                p = ctx.Process(target=_worker, name=f"kvlab-rank-{rank}", daemon=True,
-                                args=(rank, config, backend, port, timeout_s, out, os.getpid(),
-                                      monitor))
-                p.start()
-                procs.append(p)
+            if stop.signum is None:
+                context = start_processes(_worker, (config, backend, port, timeout_s, out, os.getpid(),
+                                                    monitor), nprocs=world, join=False, daemon=True,
+                                          start_method=method)
+                procs = context.processes
+                for rank, p in enumerate(procs):
+                    p.name = f"kvlab-rank-{rank}"  # torch leaves them "Process-N"
             heard = time.monotonic()  # the last sign of progress
             deadline = None if deadline_s is None else start + deadline_s
             grace_end = None  # DEATH_GRACE_S after the first death seen
-            while stop.signum is None and len(results) + len(crashes) < world:
+            while stop.signum is None and len(results) < world:
                 now = time.monotonic()
                 heard = max(heard, monitor.last_heard())
                 if grace_end is not None and now >= grace_end:
@@ -155,7 +166,7 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
                     for rank, p in enumerate(procs):
                         if p.exitcode is not None and rank not in exited:
                             exited[rank] = time.monotonic()
-                            if rank not in results and rank not in crashes and grace_end is None:
+                            if rank not in results and grace_end is None:
                                 grace_end = exited[rank] + DEATH_GRACE_S  # one died
                     if len(exited) == world:
                         break
@@ -163,13 +174,12 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
                 heard = time.monotonic()
                 take(*message)
             # a rank that ended on its own sent its result first: read what is there for it
-            while any(p.exitcode == 0 and r not in results and r not in crashes
-                      for r, p in enumerate(procs)):
+            while any(p.exitcode == 0 and r not in results for r, p in enumerate(procs)):
                 try:
                     take(*out.get(timeout=0.2))
                 except queue_mod.Empty:
                     break
-            if len(results) + len(crashes) == world:
+            if len(results) == world:
                 stopped_by = None  # every rank had reported: nothing was cut short
             end = time.monotonic()
         finally:
@@ -178,9 +188,10 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
                 bar.close()
             out.close()
             out.join_thread()
+            raised = _raised(context)
     stop.raise_if_signalled(len(procs))
-    if crashes:
-        rank, text = sorted(crashes.items())[0]
+    if raised:
+        rank, text = sorted(raised.items())[0]
         raise RuntimeError(f"rank {rank} failed with a kvlab error:\n{text}")
     if stopped_by == "deadline" and len(results) < world:
         final, failures = _at_deadline(config, results, killed, monitor, deadline_s), []

@@ -290,6 +290,24 @@ def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
     assert multiprocessing.active_children() == []
 
 
+def test_a_rank_that_raises_brings_its_traceback_home_and_leaves_no_error_file(scenario, monkeypatch,
+                                                                                tmp_path):
+    def broken_loop(runner, comm, on_step):  # a kvlab bug inside one rank (forked: inherited)
+        if runner.rank == 1:
+            raise RuntimeError("boom in rank 1")
+        return real_loop(runner, comm, on_step)
+
+    real_loop = supervisor.rank_loop
+    monkeypatch.setattr(supervisor, "rank_loop", broken_loop)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where torch's error files go
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed with a kvlab error:.*boom in rank 1"):
+        run_ranks(scenario_config(scenario, 2, "capacity"), progress=False, timeout_s=30)
+    assert multiprocessing.active_children() == []
+    assert list(tmp_path.iterdir()) == []  # the error file was read and removed
+
+
 @pytest.mark.parametrize("ranks, error, match", [
     (0, ValueError, r"ranks must be in \[1, 128\], got 0"),
     (129, ValueError, r"ranks must be in \[1, 128\], got 129"),
