@@ -27,12 +27,13 @@ A config whose architecture is none of these is refused, naming what is missing;
 guessed.
 
 Also read, as the executor reads them: the longest sequence the model supports
-(:func:`inferred_max_seq_len`), the checkpoint's quantization (:func:`read_quantization`: the
+(:func:`inferred_max_seq_len`), the checkpoint's quantization (:func:`quantization_from_config`: the
 weights' and the KV cache's), the MTP draft layers (``num_nextn_predict_layers``) and which KV
 cache manager the architecture asks for (:data:`V2_ARCHITECTURES`).
 
 :func:`read_config` reads a local folder or file with transformers' configuration classes and no
-network (the optional extra ``kvlab[models]``); :func:`load_model` reads a preset from
+network (the optional extra ``kvlab[models]``), after :mod:`kvlab.analysis.model_config_checks`
+has bounded the raw file (every field read is checked there too); :func:`load_model` reads a preset from
 ``data/models/``: the geometry facts and the published config fields they come from, with their
 source (tests/analysis/test_models.py checks one against the other).
 """
@@ -49,6 +50,10 @@ from types import SimpleNamespace
 from fractions import Fraction
 from typing import Any, Dict, Optional, Tuple
 
+from kvlab.analysis.model_config_checks import (MAX_CONFIG_BYTES, MAX_LAYERS, RAW_FIELD_BOUNDS,
+                                                ConfigError, check_bounded, check_field,
+                                                check_kv_groups, check_quantization_block,
+                                                check_raw_config, parse_config_json, require_field)
 from kvlab.core.checks import check_choice
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry, MambaGeometry
 from kvlab.core.paths import DATA_DIR
@@ -77,10 +82,6 @@ KV_QUANT_DTYPES = {"FP8": "fp8", "NVFP4": "nvfp4"}
 #: transformers 5), mapped to kvlab's dtype names.
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
            "torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
-
-
-class ConfigError(ValueError):
-    """A config kvlab cannot plan for: the message names the file, the field and why."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,31 @@ class ModelGeometry:
     quantization: Optional["Quantization"] = None
     embedding_parameters: int = 0  # the input embeddings and lm_head: never quantized
 
+    def __post_init__(self):
+        """The fields the cache arithmetic reads, each named with its range when it is out of it
+        (a geometry built by hand, not read from a config, is checked here first)."""
+        where = f"ModelGeometry {self.name!r}"
+        check_field("num_layers", self.num_layers, where, "the decoder's layer count", MAX_LAYERS)
+        check_field("attention_layers", self.attention_layers, where,
+                    "layers with a KV cache, at most num_layers", self.num_layers)
+        check_field("sliding_layers", self.sliding_layers, where,
+                    "sliding-window layers, at most attention_layers", self.attention_layers, low=0)
+        check_field("linear_layers", self.linear_layers, where,
+                    "recurrent-state layers, at most num_layers", self.num_layers, low=0)
+        check_field("num_kv_heads", self.num_kv_heads, where, "KV heads",
+                    RAW_FIELD_BOUNDS["num_key_value_heads"][1])
+        check_field("head_dim", self.head_dim, where, "the head size", RAW_FIELD_BOUNDS["head_dim"][1])
+        check_field("kv_factor", self.kv_factor, where, "2: K and V; 1: MLA's K only", 2)
+        check_field("draft_layers", self.draft_layers, where, "MTP draft layers", MAX_LAYERS, low=0)
+        if self.num_attention_heads is not None:
+            check_field("num_attention_heads", self.num_attention_heads, where, "attention heads",
+                        RAW_FIELD_BOUNDS["num_attention_heads"][1])
+            if self.kv_factor == 2:
+                check_kv_groups(self.num_attention_heads, self.num_kv_heads, where, "num_kv_heads")
+        check_choice("dtype", self.dtype, STATE_DTYPES)
+        if self.mamba_ssm_dtype is not None:
+            check_choice("mamba_ssm_dtype", self.mamba_ssm_dtype, STATE_DTYPES)
+
     def stage(self, pp_size: int = 1, pp_rank: Optional[int] = None) -> Tuple[int, int]:
         """(attention layers, recurrent layers) of pipeline stage ``pp_rank``: its contiguous
         share of every decoder layer, the first ``layers % pp_size`` stages one layer more
@@ -161,9 +187,8 @@ class ModelGeometry:
         layers = self.stage(pp_size, pp_rank)[1] if self.linear_layers else 0
         if not layers:
             return None
-        conv = self.dtype if self.dtype in STATE_DTYPES else "bfloat16"
-        return MambaGeometry(num_mamba_layers=layers, **self.mamba,
-                             conv_dtype=conv, ssm_dtype=ssm_dtype or self.mamba_ssm_dtype or conv,
+        return MambaGeometry(num_mamba_layers=layers, **self.mamba, conv_dtype=self.dtype,
+                             ssm_dtype=ssm_dtype or self.mamba_ssm_dtype or self.dtype,
                              tp_size=tp_size)
 
     @property
@@ -222,146 +247,6 @@ def _get(config, name: str, default=None):
     return getattr(config, name, default)
 
 
-#: The most decoder layers kvlab plans (KVGeometry's bound), checked on the raw config before
-#: transformers builds anything from it.
-MAX_LAYERS = 4096
-#: The largest config.json kvlab reads.
-MAX_CONFIG_BYTES = 16 << 20
-
-
-def _require(config, name: str, where: str, why: str, high: int = 1 << 30) -> int:
-    return _check_field(name, _get(config, name), where, why, high)
-
-
-def _check_field(name: str, value, where: str, why: str, high: int = 1 << 30) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise ConfigError(f"{where}: {name} must be an int in [1, {high}] ({why}), got {value!r:.80}")
-    return value
-
-
-#: Bounds on a config.json's own fields, checked before transformers reads it (field: (high,
-#: what it is)); a present field must be an int in [1, high].
-RAW_FIELD_BOUNDS = {
-    "hidden_size": (1 << 20, "the hidden size"),
-    "num_attention_heads": (1 << 14, "attention heads"),
-    "num_key_value_heads": (1 << 14, "KV heads"),
-    "head_dim": (1 << 14, "the head size"),
-    "intermediate_size": (1 << 22, "the MLP's inner size"),
-    "vocab_size": (1 << 24, "the vocabulary"),
-    "max_position_embeddings": (1 << 30, "the longest position the model was trained for"),
-}
-#: The deepest nesting a config.json may have (real ones nest three or four levels).
-MAX_CONFIG_DEPTH = 32
-#: The most digits an integer of a config.json may have.
-MAX_INT_DIGITS = 30
-
-
-class _LongInt:
-    """An integer literal of more than MAX_INT_DIGITS digits, as the raw check parses it: no
-    field accepts it, and its repr says what it was."""
-
-    def __init__(self, digits: str):
-        self.length = len(digits.lstrip("-"))
-
-    def __repr__(self) -> str:
-        return f"an integer of {self.length} digits"
-
-
-def _parse_json(text: str, where: str):
-    """A config file's JSON, with integers of more than MAX_INT_DIGITS digits kept as _LongInt
-    (Python refuses to convert past 4,300) and nesting bounded (its parser recurses)."""
-    try:
-        raw = json.loads(text, parse_int=lambda s: int(s) if len(s) <= MAX_INT_DIGITS else _LongInt(s))
-    except RecursionError:
-        raise ConfigError(f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} "
-                          "levels") from None
-    stack = [(raw, 1, "")]
-    while stack:
-        value, depth, key = stack.pop()
-        if depth > MAX_CONFIG_DEPTH:
-            raise ConfigError(f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} "
-                              f"levels (at {key[:80]})")
-        if isinstance(value, _LongInt):
-            raise ConfigError(f"{where}: {key or 'the document'} is {value!r}; an integer of a "
-                              f"config has at most {MAX_INT_DIGITS}")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1, f"{key}.{k}" if key else str(k)) for k, v in value.items())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1, f"{key}[{i}]") for i, v in enumerate(value))
-    return raw
-
-
-def _check_raw_config(text: str, where: str) -> None:
-    """Bounds on the raw config.json, before transformers builds anything from it: a config
-    class may build a list per layer (``layer_types``) or more from a huge layer count, and a
-    field out of range would reach the arithmetic as nonsense."""
-    try:
-        raw = _parse_json(text, where)
-    except ValueError as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        return  # transformers names what it cannot parse
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
-    _check_quantization(raw.get("quantization_config"), where)
-    for part in (raw, raw.get("text_config")):
-        if not isinstance(part, dict):
-            continue
-        layers = part.get("num_hidden_layers")
-        if layers is not None:
-            _check_field("num_hidden_layers", layers, where, "the decoder's layer count", MAX_LAYERS)
-        for field_name, (high, what) in RAW_FIELD_BOUNDS.items():
-            if part.get(field_name) is not None:
-                _check_field(field_name, part[field_name], where, what, high)
-        heads, kv_heads = part.get("num_attention_heads"), part.get("num_key_value_heads")
-        if heads is not None and kv_heads is not None and heads % kv_heads:
-            raise ConfigError(f"{where}: num_key_value_heads must divide num_attention_heads "
-                              f"({heads}): each KV head serves a whole group of query heads, "
-                              f"got {kv_heads}")
-        for field_name in ("torch_dtype", "dtype"):
-            if part.get(field_name) is not None and not isinstance(part[field_name], str):
-                raise ConfigError(f"{where}: {field_name} must be a dtype's name, got "
-                                  f"{part[field_name]!r:.80}")
-        rope = part.get("rope_scaling")
-        if rope is not None:
-            factor = rope.get("factor") if isinstance(rope, dict) else None
-            if not isinstance(rope, dict) or (factor is not None and (
-                    isinstance(factor, bool) or not isinstance(factor, (int, float))
-                    or not math.isfinite(factor) or factor <= 0)):
-                raise ConfigError(f"{where}: rope_scaling must be an object whose factor is a "
-                                  f"finite number > 0, got {rope!r:.80}")
-        interval = part.get("full_attention_interval")
-        if interval is not None:
-            _check_field("full_attention_interval", interval, where,
-                         "every interval-th layer is full attention", MAX_LAYERS)
-        pattern = part.get("hybrid_override_pattern")
-        if isinstance(pattern, str) and len(pattern) <= MAX_LAYERS and (set(pattern) - set("M*-E") or (
-                isinstance(layers, int) and len(pattern) != layers)):
-            raise ConfigError(f"{where}: hybrid_override_pattern must be num_hidden_layers "
-                              f"({layers}) characters of M, *, - and E, got {pattern[:80]!r} "
-                              f"({len(pattern)} characters)")
-        for field_name, kind in (("hybrid_override_pattern", str), ("layer_types", list)):
-            value = part.get(field_name)
-            if value is not None and not isinstance(value, kind):
-                raise ConfigError(f"{where}: {field_name} must be a {kind.__name__} (one entry per "
-                                  f"layer), got {type(value).__name__}")
-            if value is not None and len(value) > MAX_LAYERS:
-                raise ConfigError(f"{where}: {field_name} must have at most {MAX_LAYERS} entries "
-                                  f"(one per layer), got {len(value)}")
-
-
-def _check_quantization(block, where: str) -> None:
-    """A quantization block's algorithm names are strings (or absent)."""
-    if block is None:
-        return
-    if not isinstance(block, dict):
-        raise ConfigError(f"{where}: a quantization block must be an object, got {block!r:.80}")
-    for field_name in ("quant_method", "quant_algo", "kv_cache_quant_algo"):
-        if block.get(field_name) is not None and not isinstance(block[field_name], str):
-            raise ConfigError(f"{where}: {field_name} must be an algorithm's name, got "
-                              f"{block[field_name]!r:.80}")
-
-
 def geometry_from_config(config, *, name: str, source: str, where: str = "config",
                          parameters: Optional[int] = None) -> ModelGeometry:
     """The geometry of ``config``: a transformers ``PretrainedConfig`` or any object with a
@@ -370,10 +255,13 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     top = config
     if callable(_get(config, "get_text_config")):
         config = config.get_text_config()
-    elif isinstance(_get(config, "text_config"), SimpleNamespace):
+    elif _get(config, "text_config") is not None:
+        if not isinstance(config.text_config, SimpleNamespace):
+            raise ConfigError(f"{where}: text_config must be an object (the language model's "
+                              f"fields), got {type(config.text_config).__name__}")
         config = config.text_config
     architecture = str(_get(config, "model_type") or _get(top, "model_type") or "unknown")
-    layers = _require(config, "num_hidden_layers", where, "the decoder's layer count", MAX_LAYERS)
+    layers = require_field(config, "num_hidden_layers", where, "the decoder's layer count", MAX_LAYERS)
     dtype_field = _get(config, "dtype") or _get(config, "torch_dtype") or _get(top, "torch_dtype")
     dtype = _DTYPES.get(str(dtype_field), "bfloat16")
     notes = [] if str(dtype_field) in _DTYPES else [
@@ -385,23 +273,28 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     hidden, vocab = _get(config, "hidden_size"), _get(top, "vocab_size") or _get(config, "vocab_size")
     embeddings = (hidden * vocab * (1 if _get(top, "tie_word_embeddings", False) else 2)
                   if isinstance(hidden, int) and isinstance(vocab, int) else 0)
-    draft = _get(config, "num_nextn_predict_layers") or 0
+    draft = _get(config, "num_nextn_predict_layers")
+    draft = 0 if draft is None else check_bounded("num_nextn_predict_layers", draft, where)
+    heads = _get(config, "num_attention_heads")
+    if heads is not None:
+        check_bounded("num_attention_heads", heads, where)
     common.update(max_seq_len_limit=inferred_max_seq_len(config), embedding_parameters=embeddings,
-                  draft_layers=draft if isinstance(draft, int) and draft > 0 else 0,
-                  quantization=quantization_from_config(_get(top, "quantization_config"), where),
-                  num_attention_heads=_get(config, "num_attention_heads"))
+                  draft_layers=draft, num_attention_heads=heads,
+                  quantization=quantization_from_config(_get(top, "quantization_config"), where))
 
-    if _get(config, "kv_lora_rank"):  # MLA
-        rope = _require(config, "qk_rope_head_dim", where, "MLA caches kv_lora_rank + qk_rope_head_dim")
+    if hasattr(config, "kv_lora_rank"):  # MLA
+        why = "MLA caches kv_lora_rank + qk_rope_head_dim"
+        rank, rope = (require_field(config, name, where, why, RAW_FIELD_BOUNDS[name][1])
+                      for name in ("kv_lora_rank", "qk_rope_head_dim"))
         return ModelGeometry(**common, attention_layers=layers, num_kv_heads=1,
-                             head_dim=config.kv_lora_rank + rope, kv_factor=1, notes=tuple(notes),
+                             head_dim=rank + rope, kv_factor=1, notes=tuple(notes),
                              layout=ATTENTION * layers)
 
     pattern = _get(config, "hybrid_override_pattern")
     layer_types = _get(config, "layer_types")
     interval = _get(config, "full_attention_interval")
     if interval is not None:
-        interval = _require(config, "full_attention_interval", where,
+        interval = require_field(config, "full_attention_interval", where,
                             "every interval-th layer is full attention", layers)
     if layer_types is None and interval:
         layer_types = ["full_attention" if i % interval == interval - 1 else "linear_attention"
@@ -449,15 +342,18 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
     if attention < 1:
         raise ConfigError(f"{where}: {architecture} has no attention layer, so it has no KV pool "
                           "to plan (kvlab plans paged attention caches)")
-    mamba = ({key: _require(config, name, where, what) for key, (name, what) in fields.items()}
+    mamba = ({key: require_field(config, name, where, what) for key, (name, what) in fields.items()}
              if linear else None)
-    heads = _require(config, "num_attention_heads", where, "attention heads")
+    heads = require_field(config, "num_attention_heads", where, "attention heads",
+                          RAW_FIELD_BOUNDS["num_attention_heads"][1])
     kv_heads = (heads if _get(config, "num_key_value_heads") is None else
-                _require(config, "num_key_value_heads", where, "KV heads"))
+                check_bounded("num_key_value_heads", config.num_key_value_heads, where))
+    check_kv_groups(heads, kv_heads, where, "num_key_value_heads")
     head_dim = _get(config, "head_dim")
     if not isinstance(head_dim, int) or isinstance(head_dim, bool):
-        hidden = _require(config, "hidden_size", where, "head_dim defaults to hidden_size // num_attention_heads")
+        hidden = require_field(config, "hidden_size", where, "head_dim defaults to hidden_size // num_attention_heads")
         head_dim = hidden // heads
+    check_bounded("head_dim", head_dim, where)
     window = _get(config, "sliding_window") if sliding else None
     if sliding:
         notes.append(f"{sliding} sliding-window layer(s) (window {window}) planned as full "
@@ -542,7 +438,7 @@ def read_config(path) -> ModelGeometry:
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{file}: a config.json must be at most {MAX_CONFIG_BYTES:,} bytes, "
                           f"got {size:,}")
-    _check_raw_config(file.read_text(encoding="utf-8", errors="replace"), str(file))
+    check_raw_config(file.read_text(encoding="utf-8", errors="replace"), str(file))
     try:
         from transformers import AutoConfig
     except ImportError as exc:
@@ -572,12 +468,12 @@ def read_config(path) -> ModelGeometry:
             raise ConfigError(f"{modelopt}: a quantization file must be at most "
                               f"{MAX_CONFIG_BYTES:,} bytes")
         try:
-            block = _parse_json(modelopt.read_text(encoding="utf-8"), str(modelopt)).get("quantization")
+            block = parse_config_json(modelopt.read_text(encoding="utf-8"), str(modelopt)).get("quantization")
         except ConfigError:
             raise
         except (ValueError, AttributeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{modelopt}: not a ModelOpt quantization file ({exc})") from None
-        _check_quantization(block, str(modelopt))
+        check_quantization_block(block, str(modelopt))
         if isinstance(block, dict) and block.get("quant_algo") is not None:  # else config.json's
             geometry = dataclasses.replace(
                 geometry, quantization=quantization_from_config(block, str(modelopt)))

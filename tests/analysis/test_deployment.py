@@ -154,6 +154,14 @@ def test_bad_deployments_name_the_parameter(kwargs, named):
         Deployment(model=load_model("llama-3.1-70b"), **kwargs)
 
 
+@pytest.mark.parametrize("model", [None, {"name": "llama-3.1-70b"}, "llama-3.1-70b"])
+def test_a_model_that_is_not_a_geometry_is_named(model):
+    """A dict, a name or None is not a ModelGeometry: the parameter is named, not an
+    AttributeError from deep in the checks."""
+    with pytest.raises(TypeError, match=r"model must be a ModelGeometry, got .*\(" + type(model).__name__):
+        Deployment(model=model, gpu_gib=80)
+
+
 def test_the_command_prints_json_with_the_exit_code(capsys):
     assert main(["plan", "--example", "issue-21470", "--json"]) == 4
     data = json.loads(capsys.readouterr().out)

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from kvlab.analysis.models import (ConfigError, geometry_from_config, load_model, load_preset,
-                                   model_names, read_config)
+from kvlab.analysis.models import (ConfigError, ModelGeometry, geometry_from_config, load_model,
+                                   load_preset, model_names, read_config)
 from kvlab.core.geometry import qwen3_5_27b_mamba
 
 PRESETS = model_names()
@@ -105,6 +105,27 @@ def _config(**fields):
      "hybrid_override_pattern must be 4 characters"),
     (dict(model_type="nemotron_h", num_hidden_layers=2, hybrid_override_pattern="MX"),
      "of M, *, - and E"),
+    # MLA's fields, and the MTP layers: stated but bad is named, not taken as "no MLA" or 0
+    (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=None, qk_rope_head_dim=64),
+     "kv_lora_rank must be an int in [1, 8192] (MLA caches kv_lora_rank + qk_rope_head_dim), got None"),
+    (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank="512", qk_rope_head_dim=64),
+     "kv_lora_rank must be an int in [1, 8192]"),
+    (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=0, qk_rope_head_dim=64),
+     "kv_lora_rank must be an int in [1, 8192]"),
+    (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=1 << 20, qk_rope_head_dim=64),
+     "kv_lora_rank must be an int in [1, 8192]"),
+    (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=512, qk_rope_head_dim=64,
+          num_nextn_predict_layers=-1), "num_nextn_predict_layers must be an int in [0, 4096]"),
+    (dict(model_type="dsv", num_hidden_layers=2, kv_lora_rank=512, qk_rope_head_dim=64,
+          num_nextn_predict_layers="1"), "num_nextn_predict_layers must be an int in [0, 4096]"),
+    (dict(model_type="x", num_hidden_layers=2, num_attention_heads=4, head_dim=8,
+          num_nextn_predict_layers=True), "num_nextn_predict_layers must be an int in [0, 4096]"),
+    (dict(model_type="gemma3", text_config=[{"num_hidden_layers": 2}]),
+     "text_config must be an object (the language model's fields), got list"),
+    (dict(model_type="x", num_hidden_layers=2, num_attention_heads=4, head_dim=0),
+     "head_dim must be an int in [1, 16384]"),
+    (dict(model_type="x", num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=7,
+          head_dim=8), "num_key_value_heads must divide num_attention_heads (32)"),
 ])
 def test_a_config_kvlab_cannot_plan_is_refused_naming_the_field(fields, words):
     with pytest.raises(ConfigError, match="cfg.json") as exc:
@@ -117,6 +138,12 @@ def test_a_config_kvlab_cannot_plan_is_refused_naming_the_field(fields, words):
     ({"model_type": "gemma3", "text_config": {"num_hidden_layers": 10**12}}, "num_hidden_layers"),
     ({"model_type": "nemotron_h", "num_hidden_layers": 8, "hybrid_override_pattern": "M" * 5000},
      "hybrid_override_pattern must have at most 4096 entries"),
+    ({"model_type": "gemma3", "text_config": [{"num_hidden_layers": 2}]},
+     "text_config must be an object (the language model's fields), got list"),
+    ({"model_type": "deepseek_v3", "num_hidden_layers": 2, "kv_lora_rank": -512},
+     "kv_lora_rank must be an int in [1, 8192]"),
+    ({"model_type": "deepseek_v3", "num_hidden_layers": 2, "num_nextn_predict_layers": -1},
+     "num_nextn_predict_layers must be an int in [0, 4096]"),
 ])
 def test_a_huge_config_is_refused_before_transformers_builds_it(config, words, tmp_path):
     """Bounds from the raw fields, at once: transformers' config classes would otherwise build a
@@ -124,6 +151,58 @@ def test_a_huge_config_is_refused_before_transformers_builds_it(config, words, t
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match=re.escape(words)):
         read_config(tmp_path)
+
+
+def test_an_mla_config_reads_its_rank_and_draft_layers():
+    """kv_lora_rank + qk_rope_head_dim is MLA's one head; num_nextn_predict_layers 0 is no MTP."""
+    geo = geometry_from_config(_config(model_type="dsv", num_hidden_layers=2, kv_lora_rank=512,
+                                       qk_rope_head_dim=64, num_nextn_predict_layers=0),
+                               name="m", source="s")
+    assert (geo.head_dim, geo.num_kv_heads, geo.kv_factor, geo.draft_layers) == (576, 1, 1, 0)
+
+
+def _geometry(**fields):
+    """A geometry built by hand: Llama-3.1-8B's fields, ``fields`` changed."""
+    base = dict(name="m", source="s", architecture="llama", num_layers=32, attention_layers=32,
+                num_kv_heads=8, head_dim=128, num_attention_heads=32)
+    return ModelGeometry(**{**base, **fields})
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(dtype="int8"), "dtype must be one of ['bfloat16', 'float16', 'float32'], got 'int8'"),
+    (dict(mamba_ssm_dtype="fp8"), "mamba_ssm_dtype must be one of ['bfloat16', 'float16', 'float32']"),
+    (dict(num_layers=0), "num_layers must be an int in [1, 4096] (the decoder's layer count), got 0"),
+    (dict(num_layers=-3), "num_layers must be an int in [1, 4096]"),
+    (dict(num_layers="32"), "num_layers must be an int in [1, 4096]"),
+    (dict(attention_layers=0), "attention_layers must be an int in [1, 32]"),
+    (dict(attention_layers=33), "attention_layers must be an int in [1, 32]"),
+    (dict(sliding_layers=-1), "sliding_layers must be an int in [0, 32]"),
+    (dict(linear_layers=40), "linear_layers must be an int in [0, 32]"),
+    (dict(num_kv_heads=0), "num_kv_heads must be an int in [1, 16384] (KV heads), got 0"),
+    (dict(num_kv_heads=-8), "num_kv_heads must be an int in [1, 16384]"),
+    (dict(head_dim=0), "head_dim must be an int in [1, 16384] (the head size), got 0"),
+    (dict(head_dim=-128), "head_dim must be an int in [1, 16384]"),
+    (dict(head_dim=128.0), "head_dim must be an int in [1, 16384]"),
+    (dict(kv_factor=3), "kv_factor must be an int in [1, 2]"),
+    (dict(num_attention_heads=0), "num_attention_heads must be an int in [1, 16384]"),
+    (dict(num_kv_heads=7), "num_kv_heads must divide num_attention_heads (32): each KV head serves "
+                           "a whole group of query heads, got 7"),
+    (dict(draft_layers=-1), "draft_layers must be an int in [0, 4096]"),
+])
+def test_a_geometry_built_by_hand_with_a_bad_field_is_refused_naming_it(fields, words):
+    """A bad field is refused where the geometry is built (ModelGeometry names itself), not as
+    a KeyError or nonsense in the plan later."""
+    with pytest.raises(ValueError) as exc:
+        _geometry(**fields)
+    assert words in str(exc.value)
+
+
+def test_a_geometry_built_by_hand_with_good_fields_plans():
+    """MLA's one KV head need not divide the query heads' count: kv heads are checked against
+    the heads for K and V caches only."""
+    geo = _geometry()
+    assert geo.kv_geometry().bytes_per_token == 32 * 2 * 8 * 128 * 2
+    assert _geometry(num_kv_heads=1, head_dim=576, kv_factor=1, num_attention_heads=128).kv_factor == 1
 
 
 def test_upstream_defaults_fill_what_a_config_leaves_out():
