@@ -1,0 +1,158 @@
+"""Exercise 2: predict, then trigger, the ValueError. Native ``KvCache::resize`` checks the
+page-index row before the pool (kvlab/core/kv_cache.py; docs/REFERENCE.md §3): the learner
+predicts what each resize does, then makes the seed's resize raise it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+from kvlab.analysis.presets import RESIZE_OUTCOMES
+from kvlab.analysis.repro import run_repro
+from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
+from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, finish, learner_name
+
+
+@dataclass(frozen=True)
+class PredictionCase:
+    """One resize on the seed's model shape (2 layers, 2 KV heads, head_dim 128, fp16, 32 tokens
+    per block), configured max_seq_len 8192, batch size 1."""
+
+    pool_mib: float
+    context: int
+    policy: str
+
+    def __str__(self) -> str:
+        return f"{self.pool_mib:g} MiB pool, resize to {self.context} tokens, {self.policy} row"
+
+
+PREDICTION_CASES: Dict[str, PredictionCase] = {
+    "A": PredictionCase(4, 8192, "clamped"),
+    "B": PredictionCase(4, 8192, "configured"),
+    "C": PredictionCase(4, 2048, "clamped"),
+    "D": PredictionCase(4, 2100, "clamped"),
+    "E": PredictionCase(4, 2200, "clamped"),
+    "F": PredictionCase(8, 8192, "clamped"),
+    "G": PredictionCase(16, 8192, "clamped"),
+}
+
+OUTCOME_WORDS = {"ok": "allocated (True)", "refused": "refused (resize returns False)",
+                 "crash": "ValueError (User-provided base page indices is too short)"}
+
+
+def describe_prediction_cases() -> str:
+    """The cases of exercise 2, one a line, and the three outcomes to choose from."""
+    lines = [f"{name}: {case}" for name, case in PREDICTION_CASES.items()]
+    lines += ["", "outcomes: " + "; ".join(f"{k!r} = {v}" for k, v in OUTCOME_WORDS.items())]
+    return "\n".join(lines)
+
+
+def _prediction_hint(result) -> str:
+    need, width, pages = result.entries_needed, result.max_blocks_per_seq, result.total_blocks
+    sized = result.capacity_tokens if result.policy == "clamped" else result.configured_max_seq_len
+    row = (f"the {result.policy} row is sized from max_seq_len {sized}: "
+           f"ceil(({sized}+1)/32) -> {width} entries; the pool has {pages} pages")
+    if result.outcome == "crash":
+        return f"{row}; {need} entries needed > {width}: the row is checked BEFORE the pool, so it raises"
+    if result.outcome == "refused":
+        return f"{row}; {need} entries fit the row ({need} <= {width}) but {need} pages > {pages}: False, nothing changes"
+    return f"{row}; {need} entries fit the row and {need} <= {pages} free pages: allocated"
+
+
+def _prediction_question(case: PredictionCase) -> str:
+    """The first failure's hint: the steps to redo, not the outcome."""
+    return (f"redo the steps: the pages a {case.pool_mib:g} MiB pool holds, the max_seq_len the "
+            f"{case.policy} row is sized from and its width (exercise 1), the entries a resize to "
+            f"{case.context} tokens needs; then the check order above: the row before the pool")
+
+
+def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = False,
+                      reveal: Optional[bool] = None) -> CheckResult:
+    """Exercise 2a: ``predictions`` maps each PREDICTION_CASES name to "ok", "refused" or
+    "crash"; each is checked against a real resize (kvlab.analysis.repro.run_repro). A wrong
+    prediction gets the steps to redo, then (hint, then reveal) the outcome and its arithmetic."""
+    failures, passes = [], []
+    if not isinstance(predictions, dict):
+        return finish("check_predictions", [f"predictions must be a dict of case -> outcome, "
+                                             f"got {type(predictions).__name__}"], [], strict,
+                       reveal=reveal)
+    missing = [name for name in PREDICTION_CASES if predictions.get(name) is None]
+    if missing:  # one line, not one per case
+        failures.append(f"no prediction yet for {', '.join(missing)}: write 'ok', 'refused' or "
+                        "'crash' for each case in `predictions`")
+    for name, case in PREDICTION_CASES.items():
+        result = run_repro(case.pool_mib, case.context, case.policy)
+        guess = predictions.get(name)
+        if guess is None:
+            continue
+        elif guess not in RESIZE_OUTCOMES:
+            failures.append(f"{name} ({case}): {guess!r} is not an outcome; choose one of {list(RESIZE_OUTCOMES)}")
+        elif guess != result.outcome:
+            failures.append(Hint(f"{name} ({case}): you predicted {guess!r}, but the resize does "
+                                  f"something else - {_prediction_question(case)}",
+                                  f"{name} ({case}): you predicted {guess!r}, the resize gave "
+                                  f"{result.outcome!r} - {_prediction_hint(result)}"))
+        else:
+            passes.append(f"{name} ({case}): {result.outcome!r} - {_prediction_hint(result)}")
+    extra = sorted(set(predictions) - set(PREDICTION_CASES))
+    if extra:
+        failures.append(f"unknown case names {extra}; the cases are {list(PREDICTION_CASES)}")
+    return finish("check_predictions", failures, passes, strict, reveal=reveal,
+                   cases=len(PREDICTION_CASES))
+
+
+def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
+                  reveal: Optional[bool] = None) -> CheckResult:
+    """Exercise 2b: ``fn()`` builds the seed's KVCacheManager (clamped row), resizes a cache to
+    8192 tokens, catches the ValueError and returns it."""
+    failures, passes = [], []
+    try:
+        got = fn()
+    except NotImplementedError:
+        got = None
+        failures.append(NOT_YET)
+    except PageIndexTooShort as exc:
+        got = None
+        escaped = f"the ValueError escaped your function ({exc})"
+        failures.append(Hint(f"{escaped}: catch it inside the function and return it",
+                              f"{escaped}: wrap the resize in "
+                              "`try: ... except ValueError as exc: return exc`"))
+    except Exception as exc:
+        got = None
+        failures.append(f"your function raised {type(exc).__name__}: {exc}")
+    if failures:
+        pass
+    elif isinstance(got, PageIndexTooShort):
+        numbers = f"{got.needed_entries} entries needed, the row has {got.available_entries}"
+        if (got.needed_entries, got.available_entries) == (256, 68):
+            passes.append(f"caught {type(got).__name__} (a ValueError): {got} - {numbers}, as in "
+                          "issue #21470")
+        else:
+            wrong = f"caught the right error, but {numbers}"
+            failures.append(Hint(f"{wrong}; compare your manager and resize with the seed's, "
+                                  "as Part 2 gives them",
+                                  f"{wrong}; the seed's numbers are 256 and 68: a 4 MiB pool, "
+                                  "max_seq_len 8192, 32 tokens per block, a resize to 8192"))
+    elif isinstance(got, BaseException):
+        failures.append(f"returned {type(got).__name__}: {got}; expected the native "
+                        f"{PAGE_INDEX_TOO_SHORT_MESSAGE!r}")
+    elif got is False:
+        refused = ("returned False: the resize was refused, so the row had room for the context "
+                   "and only the pool had not")
+        failures.append(Hint(f"{refused}; which row is too short for an 8192-token context, and "
+                              "which page_index_policy sizes it?",
+                              f"{refused}; the crash needs a row shorter than the 256 entries the "
+                              "context needs: page_index_policy='clamped' (68 entries), and the "
+                              "seed's resize to 8192 tokens"))
+    elif got is True:
+        failures.append("returned True: the resize succeeded, so the pool or the context is not the "
+                        "seed's (4 MiB, 8192 tokens)")
+    else:
+        failures.append(f"returned {got!r}; return the caught exception object (`except ValueError as "
+                        "exc: return exc`)")
+    return finish("check_trigger", failures, passes, strict, reveal=reveal, learner=learner_name(fn))
+
+
+__all__ = ["OUTCOME_WORDS", "PREDICTION_CASES", "PredictionCase", "check_predictions", "check_trigger",
+           "describe_prediction_cases"]

@@ -1,0 +1,213 @@
+"""Exercise 3: an admission check. PR #21720's per-request feasibility
+(kvlab/sched/admission.py ``CapacityAdmission``; docs/REFERENCE.md §4): the learner classifies a
+request against the seed's manager, then plugs the classifier into the Scheduler as a policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Optional
+
+from kvlab.analysis.presets import seed_geometry
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.memory import MIB
+from kvlab.core.request import Request
+from kvlab.sched.admission import (AdmissionPolicy, CapacityAdmission, FITS_NOW, NEVER_FITS,
+                                   TEMPORARILY_BLOCKED, demand_blocks)
+from kvlab.workshop.ex1_page_index_width import SEED_MAX_SEQ_LEN
+from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, call_learner, finish, learner_name
+
+
+def _seed_manager(policy: str = "configured", quota_mib: float = 4, max_batch_size: int = 4,
+                  busy_blocks: int = 0, fill_slots: bool = False, **kwargs) -> KVCacheManager:
+    """The seed's manager, with ``busy_blocks`` pages already held by another sequence, or
+    (``fill_slots``) every page-index slot held by a one-page sequence."""
+    mgr = KVCacheManager.expecting_clamp(geometry=seed_geometry(), quota_bytes=int(quota_mib * MIB),
+                         max_seq_len=SEED_MAX_SEQ_LEN, max_batch_size=max_batch_size,
+                         page_index_policy=policy, **kwargs)
+    for i in range(max_batch_size if fill_slots else 0):
+        mgr.create_cache(f"other-{i}").resize(mgr.tokens_per_block)
+    if busy_blocks:
+        assert mgr.create_cache("other").resize(busy_blocks * mgr.tokens_per_block)
+    return mgr
+
+
+#: (label, manager settings, request, the hint a first failure gets (a question: no formula),
+#:  what the case teaches (shown from the second failure on, with the worked numbers))
+ADMISSION_CASES = [
+    ("the seed's 8192-token request", dict(policy="clamped"), Request("big", 8192, 16),
+     "can any amount of waiting make this request fit this pool?",
+     "demand beyond the pool's total pages can never fit"),
+    ("the prompt fits, the whole request does not", {}, Request("long-output", 2000, 100),
+     "a request keeps growing after its prompt: what does it hold when it completes?",
+     "demand counts every token the request holds when it completes: prompt + max_new_tokens"),
+    ("exactly the whole pool", {}, Request("exact", 2048, 0),
+     "look at the boundary: is a request that needs exactly what the pool has too big?",
+     "a request that needs exactly the total pages fits (> total, not >=)"),
+    ("one token over the pool", {}, Request("over", 2048, 1),
+     "look at the boundary from the other side, and count pages, not tokens",
+     "one token more than the pool's 2048 needs a 65th page"),
+    ("the pool is busy", dict(busy_blocks=40), Request("busy", 1024, 64),
+     "pages held by other requests come back when they finish: is this a 'never'?",
+     "pages held by others are temporary pressure: never-fits is judged against the TOTAL pages"),
+    ("the pool is busy, but it fits in what is free", dict(busy_blocks=40), Request("small", 512, 64),
+     "which part of the request must find its pages free right now, and which comes later?",
+     "fits now: the context's pages are free now (the output grows later)"),
+    ("every page-index slot is taken", dict(max_batch_size=1, fill_slots=True),
+     Request("no-slot", 256, 32),
+     "pages are not all a new sequence takes from the manager: what else must be free for it?",
+     "no free page-index slot is temporary too: one comes back when a sequence ends"),
+    ("a big pool, a request past the row", dict(quota_mib=64), Request("past-row", 8192, 300),
+     "the pool is big enough here: is there another fixed limit on the pages one sequence can address?",
+     "the page-index span (max_blocks_per_seq) is a fixed budget too: demand beyond it never fits"),
+    ("extra KV tokens", dict(num_extra_kv_tokens=32), Request("extra", 2016, 16),
+     "this manager adds something to every sequence's tokens: look again at what you may read",
+     "demand includes the manager's num_extra_kv_tokens"),
+    ("draft tokens", {}, Request("draft", 2000, 40, num_draft_tokens=16),
+     "this request carries more than prompt and output: look again at what you may read",
+     "demand includes the request's num_draft_tokens"),
+]
+
+CLASSES = (FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS)
+
+
+def _manager_facts(mgr: KVCacheManager) -> str:
+    """What the learner can read off the manager (no demand, no formula): the first failure's numbers."""
+    return (f"pool {mgr.total_blocks} total, {mgr.free_blocks} free; row {mgr.max_blocks_per_seq} "
+            f"entries; {mgr.page_index.free_slots} free slots")
+
+
+def _admission_numbers(request: Request, mgr: KVCacheManager) -> str:
+    """The worked demand with the manager's numbers: shown on a pass, and from a second failure on."""
+    tokens = request.prompt_len + request.max_new_tokens + mgr.num_extra_kv_tokens + request.num_draft_tokens
+    return (f"demand ceil(({request.prompt_len} prompt + {request.max_new_tokens} new + "
+            f"{mgr.num_extra_kv_tokens} extra + {request.num_draft_tokens} draft) / {mgr.tokens_per_block}) = "
+            f"{mgr.geometry.blocks_for_tokens(tokens)} blocks; {_manager_facts(mgr)}")
+
+
+def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
+                    strict: bool = False, reveal: Optional[bool] = None) -> CheckResult:
+    """Exercise 3a: ``classify(request, manager) -> (class, reason)``, class one of "fits now",
+    "temporarily blocked", "never fits", against ``CapacityAdmission.classify`` on
+    ADMISSION_CASES. A "never fits" reason must state the numbers (demand and the limit); the
+    manager must be left as it was. A wrong class gets a question first; the demand formula
+    with the case's numbers only from the check's second failure on (hint, then reveal)."""
+    reference = CapacityAdmission()
+    failures, passes = [], []
+    for label, settings, request, question, lesson in ADMISSION_CASES:
+        mgr = _seed_manager(**settings)
+        expected, _ = reference.classify(request, mgr)
+        free_before, caches_before = mgr.free_blocks, len(mgr.caches)
+        facts = _manager_facts(mgr)
+        got, error = call_learner(classify, replace(request), mgr)
+        numbers = _admission_numbers(request, mgr)
+        if error is NOT_YET:
+            failures.append(NOT_YET)
+            continue
+        if error:
+            failures.append(f"{label}: classify {error}")
+            continue
+        if not (isinstance(got, tuple) and len(got) == 2):
+            failures.append(f"{label}: classify returned {got!r}; return a pair (class, reason)")
+            continue
+        verdict, reason = got
+        if mgr.free_blocks != free_before or len(mgr.caches) != caches_before:
+            failures.append(f"{label}: classify changed the manager ({free_before} -> {mgr.free_blocks} "
+                            "free blocks); an admission check only reads")
+        elif verdict not in CLASSES:
+            failures.append(f"{label}: class {verdict!r} is not one of {list(CLASSES)}")
+        elif verdict != expected:
+            wrong = f"{label}: expected {expected!r}, got {verdict!r}"
+            given = (f"{request.prompt_len} prompt, {request.max_new_tokens} max_new_tokens, "
+                     f"{request.num_draft_tokens} draft; {mgr.num_extra_kv_tokens} extra KV tokens, {facts}")
+            failures.append(Hint(f"{wrong} - {question} ({given})", f"{wrong} - {lesson} ({numbers})"))
+        elif verdict == NEVER_FITS and not _states_numbers(reason, request, mgr):
+            demand = demand_blocks(request, mgr)
+            wrong = f"{label}: right class, but the reason {reason!r} should state the numbers"
+            failures.append(Hint(f"{wrong}: the blocks the request needs and the limit it exceeds",
+                                  f"{wrong}: {demand} blocks needed and the limit it exceeds "
+                                  f"({mgr.total_blocks} total blocks or a {mgr.max_blocks_per_seq}-entry row)"))
+        elif verdict != FITS_NOW and not (isinstance(reason, str) and reason.strip()):
+            failures.append(f"{label}: right class, but give a reason: why must it wait?")
+        else:
+            passes.append(f"{label}: {verdict!r} ({numbers})")
+    return finish("check_admission", failures, passes, strict, reveal=reveal,
+                   learner=learner_name(classify))
+
+
+def _states_numbers(reason, request: Request, mgr: KVCacheManager) -> bool:
+    if not isinstance(reason, str):
+        return False
+    limits = (str(mgr.total_blocks), str(mgr.max_blocks_per_seq))
+    return str(demand_blocks(request, mgr)) in reason and any(limit in reason for limit in limits)
+
+
+#: The scheduler workload of exercise 3b: two requests that do not fit together (the second
+#: waits), one that can never fit, and a small one after it.
+ADMISSION_WORKLOAD = [Request("s1", 1536, 32), Request("s2", 1536, 32, arrival_step=1),
+                      Request("big", 8192, 16, arrival_step=2), Request("s3", 256, 32, arrival_step=3)]
+
+
+def run_admission_workload(admission, policy: str = "configured", stall_limit: int = 1000):
+    """ADMISSION_WORKLOAD through kvlab's Scheduler on the seed's pool under ``admission`` (a
+    name or an AdmissionPolicy); returns the SimulationResult."""
+    from kvlab.sched.scheduler import Scheduler
+    from kvlab.run.simulation import simulate
+
+    mgr = _seed_manager(policy)
+    sched = Scheduler(mgr, admission=admission, max_num_tokens=8192, max_batch_size=8,
+                      stall_limit=stall_limit)
+    return simulate(sched, ADMISSION_WORKLOAD, max_steps=5000)
+
+
+def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False,
+                           reveal: Optional[bool] = None) -> CheckResult:
+    """Exercise 3b: ``policy`` plugged into the Scheduler (kvlab/sched/admission.py's hooks) runs
+    ADMISSION_WORKLOAD on the seed's pool under both row widths: "big" is rejected at arrival
+    with the numbers, the engine never stops, everything else finishes. A failure points to the
+    module docstring first; which hook and which Verdict only from the second failure on."""
+    failures, passes = [], []
+    if not isinstance(policy, AdmissionPolicy):
+        return finish("check_admission_policy", [f"pass an instance of your AdmissionPolicy subclass, "
+                                                  f"got {type(policy).__name__}"], [], strict,
+                       reveal=reveal)
+    find_the_hook = ("which hook of an AdmissionPolicy runs when a request arrives, and what can it "
+                     "return? (kvlab/sched/admission.py's module docstring)")
+    the_hook = "in admit(), return Verdict(False, reason) when classify says 'never fits'"
+    for width in ("clamped", "configured"):
+        try:
+            result = run_admission_workload(policy, width)
+        except NotImplementedError:
+            failures.append(NOT_YET)
+            continue
+        except Exception as exc:
+            failures.append(f"{width} row: the run raised {type(exc).__name__}: {exc}")
+            continue
+        status = ", ".join(f"{k} {v}" for k, v in result.status.items())
+        if result.error is not None:
+            stopped = (f"{width} row: the engine stopped at step {result.end_step - 1} with "
+                       f"{type(result.error).__name__} ({status})")
+            failures.append(Hint(f"{stopped} - 'big' can never fit this pool and should have been "
+                                  f"rejected when it arrived: {find_the_hook}",
+                                  f"{stopped} - 'big' needs 257 blocks of 64 and should have been "
+                                  f"rejected when it arrived: {the_hook}"))
+        elif result.status["big"] != "rejected":
+            not_rejected = f"{width} row: 'big' is {result.status['big']!r} ({status})"
+            failures.append(Hint(f"{not_rejected}; it can never fit: reject it when it arrives - "
+                                  f"{find_the_hook}", f"{not_rejected}; reject it {the_hook}"))
+        elif any(result.status[r] != "finished" for r in ("s1", "s2", "s3")):
+            failures.append(f"{width} row: {status} - only 'big' can never fit; 's2' is only "
+                            "temporarily blocked behind 's1' and must wait, not be rejected")
+        elif not ("257" in result.reasons["big"] and "64" in result.reasons["big"]):
+            unnamed = f"{width} row: 'big' was rejected, but its reason {result.reasons['big']!r}"
+            failures.append(Hint(f"{unnamed} should state the numbers: the blocks it needs and "
+                                  "the limit it exceeds",
+                                  f"{unnamed} should name 257 blocks and the 64 there are"))
+        else:
+            passes.append(f"{width} row: {status}; 'big': {result.reasons['big']}")
+    return finish("check_admission_policy", failures, passes, strict, reveal=reveal,
+                   learner=f"{type(policy).__name__}.admit")
+
+
+__all__ = ["ADMISSION_CASES", "ADMISSION_WORKLOAD", "CLASSES", "check_admission",
+           "check_admission_policy", "run_admission_workload"]

@@ -1,0 +1,140 @@
+"""What every workshop check shares: its result (:class:`CheckResult`, shown green or red in
+Jupyter; :class:`CheckFailed` under ``strict=True``), the two levels of feedback on a failed case
+(a hint on a check's first failed run, the worked arithmetic from its second; the count is per
+check, in this module, and :func:`reset_hints` starts it over), and calling the learner's code
+so that a raise is reported, never a crash (``NotImplementedError``: one line, not one per case).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
+
+
+class CheckFailed(AssertionError):
+    """A check failed under ``strict=True``; the message names the check and every failed case."""
+
+
+@dataclass
+class CheckResult:
+    """What a check found: ``passed`` and one feedback line per case (failures first).
+    ``revealed``: the failure lines show the worked arithmetic, not only hints."""
+
+    check: str
+    passed: bool
+    lines: List[str] = field(default_factory=list)
+    revealed: bool = False
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def headline(self) -> str:
+        return f"{self.check}: {'PASSED' if self.passed else 'FAILED'}"
+
+    def __str__(self) -> str:
+        return "\n".join([self.headline] + [f"  {line}" for line in self.lines])
+
+    def _repr_html_(self) -> str:
+        colour, mark = ("#1a7f37", "&#10004;") if self.passed else ("#cf222e", "&#10008;")
+        items = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in self.lines)
+        return (f'<div class="kvlab-check" style="border-left:4px solid {colour};padding-left:8px">'
+                f'<b style="color:{colour}">{mark} {html.escape(self.headline)}</b><ul>{items}</ul></div>')
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/plain": str(self), "text/html": self._repr_html_(),
+                CHECK_MIME: {"check": self.check, "passed": self.passed, "lines": self.lines,
+                             "revealed": self.revealed}}
+
+    def raise_if_failed(self) -> "CheckResult":
+        if not self.passed:
+            raise CheckFailed(str(self))
+        return self
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A failed case's feedback at two levels: ``hint`` on a check's first failed run (what is
+    wrong, without the answer), ``reveal`` from its second on (the worked arithmetic)."""
+
+    hint: str
+    reveal: str
+
+
+#: failed runs with hints, per check, in this kernel session (the second one reveals)
+_FAILED_RUNS: Dict[str, int] = {}
+
+
+class _NotYet:
+    """The marker of a case whose learner code raised NotImplementedError."""
+
+    def __repr__(self) -> str:
+        return "NOT_YET"
+
+
+NOT_YET = _NotYet()
+HINTS_ONLY = ("hints only so far: if this check fails again, it shows the worked arithmetic "
+              "(or call it with reveal=True)")
+
+
+def reset_hints(check: Optional[str] = None) -> None:
+    """Forget the failed runs of ``check`` (all checks if None): its next failure gives hints again."""
+    if check is None:
+        _FAILED_RUNS.clear()
+    else:
+        _FAILED_RUNS.pop(check, None)
+
+
+def _not_yet_line(learner: str) -> str:
+    return (f"`{learner}` is not implemented yet (it raised NotImplementedError): replace its "
+            "`raise NotImplementedError` with your code, run that cell, then run this check again")
+
+
+def learner_name(fn) -> str:
+    name = getattr(fn, "__name__", None)
+    return name if name and "<" not in name else "your function"
+
+
+def finish(check: str, failures: list, passes: List[str], strict: bool, *,
+            reveal: Optional[bool] = None, learner: str = "your function",
+            cases: Optional[int] = None) -> CheckResult:
+    """The result of a check. ``failures``: a line per failed case, a str (the same at both
+    levels), a :class:`Hint`, or ``NOT_YET`` (the learner's code raised NotImplementedError:
+    all of those become one line). ``cases``: how many cases were checked, where one failure
+    line stands for several."""
+    not_yet = [f for f in failures if f is NOT_YET]
+    others = [f for f in failures if f is not NOT_YET]
+    hinted = any(isinstance(f, Hint) for f in others)
+    if reveal is None:
+        reveal = _FAILED_RUNS.get(check, 0) >= 1
+    lines = [_not_yet_line(learner)] if not_yet else []
+    lines += [(f.reveal if reveal else f.hint) if isinstance(f, Hint) else f for f in others]
+    if failures and (passes or not not_yet):
+        lines.append(f"({len(passes)} of {cases or len(passes) + len(failures)} cases pass)")
+    if hinted and not reveal:
+        lines.append(HINTS_ONLY)
+    if not failures:
+        lines = list(passes)
+        reset_hints(check)
+    elif hinted:
+        _FAILED_RUNS[check] = _FAILED_RUNS.get(check, 0) + 1
+    result = CheckResult(check, not failures, lines, revealed=bool(reveal and hinted))
+    return result.raise_if_failed() if strict else result
+
+
+def call_learner(fn: Callable, *args):
+    """(value, None), (None, NOT_YET) if the learner's code raised NotImplementedError, or
+    (None, words for the exception it raised)."""
+    try:
+        return fn(*args), None
+    except NotImplementedError:
+        return None, NOT_YET
+    except Exception as exc:  # the learner's code: report it, never crash the notebook
+        return None, f"raised {type(exc).__name__}: {exc}"
+
+
+__all__ = ["CHECK_MIME", "CheckFailed", "CheckResult", "HINTS_ONLY", "Hint", "NOT_YET", "call_learner",
+           "finish", "learner_name", "reset_hints"]
