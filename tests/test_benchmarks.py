@@ -14,6 +14,7 @@ QUICK_ARGS = {
     "distributed_startup.py": ["--ranks", "4", "--repeat", "1"],
     "fuzz_system.py": ["--seconds", "1", "--examples", "20"],
     "gpu_measurements.py": ["--device", "cpu", "--quick"],  # CPU: prints, stores nothing
+    "hostile_inputs.py": ["--limit", "20", "--jobs", "2"],
     "mooncake_replay.py": ["--minutes", "1"],
     "phase_diagram.py": ["--repeat", "2"],
     "scheduler_throughput.py": ["--repeat", "1", "--requests", "200", "--sizes", "100", "200",

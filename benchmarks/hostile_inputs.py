@@ -1,0 +1,604 @@
+"""Hostile inputs against kvlab's public doors, kept as a corpus that can be re-run; JSON lines.
+
+The corpus is generated, not listed: (a) the command line, every option of every subcommand given
+each of CLI_VALUES (empty, negative, zero, nan, inf, 1e309, 10**30, 5,000 digits, text, a folder,
+/dev/zero, a missing file, garbage, a 10 MB file, unicode), ``kvlab plan --config`` on a preset's
+config.json with one field mutated (or removed) at a time, and ``kvlab scenario`` on each
+data/scenarios/*.yaml with one field mutated at a time; (b) the library: each parameter of each
+callable in ``kvlab.__all__`` and of each kvlab function the notebooks import (``from kvlab...``,
+``viz.X``, ``workshop.X``) given each of API_VALUES, the other parameters at a known good value.
+
+Bounds: each input runs in its own process group (a fork, which execs ``python -m kvlab`` for
+the command line), under RLIMIT_AS of 4 GiB and RLIMIT_FSIZE of 256 MiB, with a wall-clock limit
+of 20 s (CLI; 60 s for ``walkthrough``, which starts a kernel) or 10 s (API), after which the
+group is killed. Each input is classified: clean (CLI exit 2 with a short message; API a
+TypeError, ValueError, KeyError or kvlab error naming the parameter), traceback, raw-error
+(another exception, or one that does not name the parameter), accepted (no error: for a human
+to judge), hang, memory (MemoryError or killed by a signal under the bound), leak (files left in
+the input's TMPDIR, new entries in the repository's top level or notebooks/, or processes left
+in its group), undocumented-exit (CLI) and long-message (an error over 4 KiB). New entries in
+/tmp while an input ran are shown (``tmp_new``) but not counted: other users share /tmp. One
+JSON line per non-clean input (or one with ``tmp_new``), then a summary line. A full corpus
+(about 9,400 inputs) takes hours on two cores: ``--seconds`` bounds a run, on a shuffled order.
+
+    python benchmarks/hostile_inputs.py [--only cli|api] [--limit N] [--jobs J] [--seconds S] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import dataclasses
+import importlib
+import inspect
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_BOUND = 4 << 30
+FILE_BOUND = 256 << 20
+CLI_SECONDS, WALKTHROUGH_SECONDS, API_SECONDS = 20.0, 60.0, 10.0
+LONG_MESSAGE = 4096
+CLASSES = ("clean", "traceback", "raw-error", "accepted", "hang", "memory", "leak",
+           "undocumented-exit", "long-message")
+
+#: Exit codes each subcommand documents besides 2 (bad arguments).
+DOCUMENTED_EXITS = {"repro": {0, 3, 4}, "walkthrough": {0, 1}, "scenario": {0, 3, 4, 5, 6},
+                    "plan": {0, 3, 4, 5}, "doctor": {0, 1}, "slides": {0}}
+
+#: Hostile option values; a callable gets the fixtures folder.
+CLI_VALUES = {
+    "empty": "", "negative": "-1", "zero": "0", "nan": "nan", "inf": "inf", "1e309": "1e309",
+    "10**30": str(10**30), "huge-int": "9" * 5000, "text": "x",
+    "folder": lambda fx: str(fx), "dev-zero": "/dev/zero",
+    "missing-file": lambda fx: str(fx / "missing.json"), "garbage-file": lambda fx: str(fx / "garbage.bin"),
+    "10mb-file": lambda fx: str(fx / "ten_mb.txt"), "unicode": "ü€😀\u202e",
+}
+
+#: Hostile Python values: factories, so each input gets a fresh generator.
+API_VALUES = {
+    "None": lambda: None, "nan": lambda: math.nan, "inf": lambda: math.inf, "-1": lambda: -1,
+    "0": lambda: 0, "2**63": lambda: 2**63, "10**30": lambda: 10**30, "''": lambda: "",
+    "'x'": lambda: "x", "[]": lambda: [], "{}": lambda: {}, "generator": lambda: (i for i in range(3)),
+    "ndarray-2d": lambda: __import__("numpy").zeros((2, 2)), "True": lambda: True,
+}
+
+#: Hostile values written into config.json and scenario YAML fields; DELETE removes the field.
+DELETE = object()
+FIELD_VALUES = {"null": None, "-1": -1, "0": 0, "nan": math.nan, "inf": math.inf, "10**30": 10**30,
+                "'x'": "x", "''": "", "[]": [], "{}": {}, "true": True, "deleted": DELETE}
+
+
+# ---------------------------------------------------------------- fixtures and the CLI corpus
+
+def make_fixtures(root: Path) -> Path:
+    fx = root / "fixtures"
+    (fx / "notebooks").mkdir(parents=True)
+    (fx / "garbage.bin").write_bytes(bytes(random.Random(0).randrange(256) for _ in range(4096)))
+    (fx / "ten_mb.txt").write_bytes(b"9" * (10 << 20))
+    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None,
+            "outputs": [], "source": "SMOKE: bool = False\npool_mib: float = 4.0\n"}
+    title = {"cell_type": "markdown", "metadata": {}, "source": "# tiny"}
+    notebook = {"cells": [title, cell], "nbformat": 4, "nbformat_minor": 5,
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                            "language": "python"}}}
+    (fx / "notebooks" / "00_tiny.ipynb").write_text(json.dumps(notebook))
+    return fx
+
+
+def cli_options():
+    """(subcommand, option, takes a value, base arguments) for every option of every subcommand."""
+    from kvlab.cli import build_parser
+
+    bases = {"repro": [], "doctor": [], "slides": ["--only", "02"],
+             "walkthrough": ["--only", "00", "--notebook-dir", "{fx}/notebooks"],
+             "scenario": ["issue-21470", "--in-process"], "plan": ["--model", "llama-3.1-8b"]}
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, subparser in sub.choices.items():
+        for action in subparser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            option = action.option_strings[-1] if action.option_strings else None
+            base = list(bases[name])
+            if option in base:  # the hostile value replaces the base's value for this option
+                i = base.index(option)
+                del base[i:i + 2]
+            if option is None and name == "scenario":
+                base = ["--in-process"]
+            if option in ("--model", "--config", "--example", "--list"):
+                base = []
+            yield name, option, action.nargs != 0, base
+
+
+def cli_corpus(fx: Path):
+    cases = []
+    for name, option, takes_value, base in cli_options():
+        values = CLI_VALUES.items() if takes_value else [("text", "x")]
+        for label, value in values:
+            value = value(fx) if callable(value) else value
+            hostile = [value] if option is None else [f"{option}={value}"]
+            if option == "--parameter":  # NAME=VALUE: hostile as the whole and as the value
+                cases.append(_cli(name, option, f"whole {label}", base + hostile, fx))
+                hostile = [f"{option}=pool_mib={value}"]
+            cases.append(_cli(name, option, label, base + hostile, fx))
+    cases += config_corpus(fx)
+    cases += scenario_corpus(fx)
+    return cases
+
+
+def _cli(sub, target, label, argv, fx):
+    argv = [a.replace("{fx}", str(fx)) for a in [sub, *argv]]
+    return {"door": "cli", "target": f"{sub} {target or 'NAME'}", "label": label, "argv": argv}
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, path + (key,))
+    elif isinstance(node, list) and node:
+        for i, value in enumerate(node):
+            yield from _leaves(value, path + (i,))
+    if path:
+        yield path
+
+
+def _mutated(doc, path, value):
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is DELETE:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return doc
+
+
+def config_corpus(fx: Path):
+    """``kvlab plan --config`` on presets' config.json, one field mutated at a time, and whole
+    files that are not a config at all."""
+    from kvlab.analysis.models import load_preset
+
+    cases, folder = [], fx / "configs"
+    folder.mkdir()
+    for preset in ("llama-3.1-8b", "qwen3.5-27b"):
+        config = load_preset(preset)["config"]
+        for path in _leaves(config):
+            if len(path) > 2:
+                continue
+            for label, value in FIELD_VALUES.items():
+                file = folder / f"{preset}-{len(cases)}.json"
+                file.write_text(json.dumps(_mutated(config, path, value)))
+                cases.append({"door": "cli", "target": f"plan --config {preset}:{'.'.join(map(str, path))}",
+                              "label": label, "argv": ["plan", "--config", str(file), "--gpu", "h200"]})
+    wholes = {"empty": "", "list": "[]", "nested-100k": "[" * 100_000 + "]" * 100_000,
+              "number": "1e309", "not-json": "{'a': 1}", "bom": "\ufeff{}"}
+    for label, text in wholes.items():
+        file = folder / f"whole-{label}.json"
+        file.write_text(text)
+        cases.append({"door": "cli", "target": "plan --config <whole file>", "label": label,
+                      "argv": ["plan", "--config", str(file), "--gpu", "h200"]})
+    return cases
+
+
+def scenario_corpus(fx: Path):
+    """``kvlab scenario`` on each shipped scenario with one field mutated (or removed) at a time
+    (of ``assumptions``, only the first entry's fields and each entry whole)."""
+    cases, folder = [], fx / "scenarios"
+    folder.mkdir()
+    for source in sorted((REPO / "data" / "scenarios").glob("*.yaml")):
+        doc = yaml.safe_load(source.read_text())
+        first = next(iter(doc.get("assumptions", {})), None)
+        for path in _leaves(doc):
+            if path[0] == "assumptions" and len(path) > 2 and path[1] != first:
+                continue
+            for label, value in FIELD_VALUES.items():
+                file = folder / f"{source.stem}-{len(cases)}.yaml"
+                text = yaml.safe_dump(_mutated(doc, path, value), allow_unicode=True)
+                file.write_text(text)
+                cases.append({"door": "cli", "target": f"scenario {source.stem}:{'.'.join(map(str, path))}",
+                              "label": label, "argv": ["scenario", str(file), "--in-process"]})
+    return cases
+
+
+# ---------------------------------------------------------------- the API corpus
+
+def notebook_imports():
+    """Qualified names of the kvlab callables the notebooks use."""
+    names = set()
+    for file in sorted((REPO / "notebooks").glob("*.py")) + sorted((REPO / "notebooks" / "workshop").glob("*.py")):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvlab"):
+                names.update(f"{node.module}:{a.name}" for a in node.names)
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in ("viz", "workshop")):
+                module = {"viz": "kvlab.notebook.viz", "workshop": "kvlab.workshop"}[node.value.id]
+                names.add(f"{module}:{node.attr}")
+    return names
+
+
+def resolve(qualname):
+    module, name = qualname.split(":")
+    obj = getattr(importlib.import_module(module), name, None)
+    return obj if obj is not None else importlib.import_module(f"{module}.{name}")
+
+
+def api_targets():
+    import kvlab
+
+    names = {f"kvlab:{n}" for n in kvlab.__all__} | notebook_imports()
+    for qualname in sorted(names):
+        obj = resolve(qualname)
+        if callable(obj) and not inspect.ismodule(obj) and not (
+                isinstance(obj, type) and issubclass(obj, BaseException)):
+            yield qualname, obj
+
+
+def good_values(fx: Path):
+    """A known good value per parameter name; ``callable:param`` keys override for one callable."""
+    from kvlab import (KVCacheManager, Request, Scheduler, SglangServerArgs, VllmEngineArgs,
+                       run_ranks, simulate)
+    from kvlab.analysis.compare import long_and_small, run_policies
+    from kvlab.analysis.deployment import example_deployments, plan_deployment
+    from kvlab.analysis.mamba_residency import qwen_plan, scaled_qwen3_5_27b
+    from kvlab.analysis.measurements import load_measurements
+    from kvlab.analysis.models import load_model, load_preset, read_config
+    from kvlab.analysis.peer_conformance import vllm_workloads
+    from kvlab.analysis.presets import seed_geometry
+    from kvlab.analysis.repro import run_repro, sweep_repro
+    from kvlab.analysis.reuse import replay_with_reuse, reuse_ceiling, shared_prefix_story
+    from kvlab.notebook.findings import Finding
+    from kvlab.run.rank_config import scenario_config
+    from kvlab.run.scenarios import load_scenario
+    from kvlab.sched.admission import CapacityAdmission
+
+    measurements = REPO / "data" / "measurements" / "h200.json"
+    config_file = fx / "config.json"
+    config_file.write_text(json.dumps(load_preset("llama-3.1-8b")["config"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        geometry = seed_geometry()
+        attention, mamba = scaled_qwen3_5_27b()
+        manager = KVCacheManager(geometry, 4 << 20, 2048, 1)
+        requests = [Request("r", 10, 5)]
+        result = simulate(Scheduler(KVCacheManager(geometry, 4 << 20, 2048, 1)), requests)
+        scenario = load_scenario("issue-21470")
+        config = scenario_config(scenario, 2)
+        distributed = run_ranks(config, in_process=True, progress=False)
+        deployment = example_deployments()["rtx5080-4mib"]
+        policies = run_policies(long_and_small(num_small=1), policies=("capacity",))
+        story = shared_prefix_story()
+        plan = qwen_plan()
+        read_config(config_file)  # also loads transformers once, before the forks
+        good = {
+            "geometry": geometry, "attention": attention, "mamba": mamba, "quota_bytes": 4 << 20,
+            "max_seq_len": 2048, "request_id": "r", "prompt_len": 10, "max_new_tokens": 5,
+            "num_blocks": 4, "bytes_per_block": 64, "width": 68, "max_batch_size": 1,
+            "total_bytes": 80 << 30, "needed_entries": 256, "available_entries": 68,
+            "num_generation": 1, "num_context": 1, "stalled_passes": 1, "rank": 0, "step": 1,
+            "kind": "die", "admitted": True, "manager": manager, "requests": requests,
+            "scheduler": Scheduler(manager),
+            "args": VllmEngineArgs(geometry, 64, 2016, 4, 8192, False),
+            "SglangScheduler:args": SglangServerArgs(seed_geometry(tokens_per_block=1), 2048, 2048),
+            "num_gpu_blocks": 64, "max_model_len": 2016, "max_total_tokens": 2048,
+            "context_length": 2048, "config": config, "model": load_model("llama-3.1-8b"),
+            "gpu_gib": 80.0, "deployment": deployment, "plan": plan,
+            "plan_ranges_figure:plan": plan_deployment(deployment), "result": result,
+            "repro_page_map:result": run_repro(), "repro_index_row:result": run_repro(),
+            "results": policies, "outcome_map_figure:results": sweep_repro([4], [8192]),
+            "reuse_table:results": replay_with_reuse(story, policies=("capacity",), reuse=(True,)),
+            "ceiling": reuse_ceiling(story), "workloads": vllm_workloads(), "peer": result,
+            "real": result, "exc": ValueError("x"), "findings": [Finding("s", "p", "o", "n")],
+            "scenario": scenario, "ranks": 16, "name": "llama-3.1-8b",
+            "load_scenario:name_or_path": "rtx5080-4mib",
+            "path": measurements,
+            "fractions": [0.5], "median": 100.0, "sigma": 0.5, "num_requests": 5, "rate": 0.5,
+            "pool_blocks": [64], "context_lens": [2048], "phase_scenario:pool_blocks": 64,
+            "context_len": 2048, "regime": "capacity", "policy": "capacity",
+            "width_seq_len:policy": "clamped", "configured_max_seq_len": 8192,
+            "clamped_max_seq_len": 2048, "max_seq_lens": [8192], "batch_sizes": [1],
+            "pool_mibs": [4], "contexts": [8192], "pool_mib": 4.0, "request": Request("r", 10, 5),
+            "admission": "capacity", "data": [{"a": 1}], "is_first_context_chunk": True,
+            "check_admission_policy:policy": CapacityAdmission(),
+            "rank_budget:ranks": 16, "distributed": distributed,
+            "rank_budget_figure:ranks": distributed.ranks, "review_findings_figure:runs": [],
+            "predictions": {}, "classify": lambda request, manager: ("fits_now", ""),
+            "SglangServerArgs:geometry": seed_geometry(tokens_per_block=1), "tokens_per_block": 32,
+            "Finding:outcome": "o", "Finding:numbers": "n", "context": 8192, "needed": 256,
+            "total_blocks": 64, "info": load_measurements(measurements)["device"],
+            "read_config:path": config_file,
+        }
+        for cls, instance in (("RunConfig", config), ("DistributedResult", distributed),
+                              ("RankResult", distributed.ranks[0]), ("SimulationResult", result),
+                              ("Deployment", deployment), ("ResidencyPlan", plan),
+                              ("KVGeometry", geometry), ("MambaGeometry", mamba)):
+            for field in dataclasses.fields(instance):
+                good.setdefault(f"{cls}:{field.name}", getattr(instance, field.name))
+    return good
+
+
+def api_corpus(good):
+    cases, skipped = [], {}
+    for qualname, obj in api_targets():
+        short = qualname.split(":")[1]
+        try:
+            params = [p for p in inspect.signature(obj).parameters.values()
+                      if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        except (TypeError, ValueError):
+            continue
+        missing = [p.name for p in params if p.default is p.empty
+                   and f"{short}:{p.name}" not in good and p.name not in good]
+        if missing:
+            skipped[qualname] = missing
+            continue
+        for p in params:
+            for label in API_VALUES:
+                cases.append({"door": "api", "target": f"{qualname}({p.name})", "label": label,
+                              "callable": qualname, "param": p.name})
+    return cases, skipped
+
+
+def call_case(case, good):
+    """Run one API input in this (forked) process; returns what happened, as a dict."""
+    obj = resolve(case["callable"])
+    short = case["callable"].split(":")[1]
+    kwargs, args = {}, []
+    for p in inspect.signature(obj).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name == case["param"]:
+            value = API_VALUES[case["label"]]()
+        elif f"{short}:{p.name}" in good or (p.default is p.empty and p.name in good):
+            value = good.get(f"{short}:{p.name}", good.get(p.name))
+        else:
+            continue
+        (args.append(value) if p.kind is p.POSITIONAL_ONLY else kwargs.__setitem__(p.name, value))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            returned = obj(*args, **kwargs)
+        return {"outcome": "returned", "repr": repr(returned)[:200]}
+    except BaseException as exc:  # the classification needs every kind
+        return {"outcome": "raised", "type": type(exc).__name__,
+                "kvlab_error": type(exc).__module__.startswith("kvlab"),
+                "family": [c.__name__ for c in type(exc).__mro__],
+                "message": str(exc)[:LONG_MESSAGE + 1],
+                "where": _where(exc)}
+
+
+def _where(exc):
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/kvlab/" in f.filename]
+    frame = frames[-1] if frames else (traceback.extract_tb(exc.__traceback__) or [None])[-1]
+    return f"{os.path.relpath(frame.filename, REPO)}:{frame.lineno}" if frame else None
+
+
+# ---------------------------------------------------------------- running and classifying
+
+def _listing():
+    tmp = set(os.listdir("/tmp"))
+    repo = set(os.listdir(REPO))
+    notebooks = {str(p.relative_to(REPO)) for p in (REPO / "notebooks").rglob("*")}
+    return tmp, repo | notebooks
+
+
+def start(case, case_dir: Path, good):
+    """Fork the input's process (its own group, bounded); returns its pid."""
+    (case_dir / "tmp").mkdir(parents=True)
+    (case_dir / "work").mkdir()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BOUND, MEMORY_BOUND))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BOUND, FILE_BOUND))
+        os.chdir(case_dir / "work")
+        os.environ["TMPDIR"] = str(case_dir / "tmp")
+        tempfile.tempdir = None
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            os.dup2(os.open(case_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        if case["door"] == "cli":
+            os.execv(sys.executable, [sys.executable, "-m", "kvlab", *case["argv"]])
+        result = call_case(case, good)
+        (case_dir / "result.json").write_text(json.dumps(result))
+    finally:
+        os._exit(0)
+
+
+def _tail(path: Path, size=LONG_MESSAGE * 4):
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - size))
+        return f.read().decode("utf-8", "replace")
+
+
+def classify(case, case_dir: Path, status, timed_out, left, stray):
+    """The input's class and what to show a human."""
+    record = {k: case[k] for k in ("door", "target", "label")}
+    if case["door"] == "cli":
+        record["argv"] = [a if len(a) < 200 else a[:60] + f"...({len(a)} chars)" for a in case["argv"]]
+    err = _tail(case_dir / "stderr")
+    out = _tail(case_dir / "stdout")
+    if timed_out:
+        kind = "hang"
+    elif os.WIFSIGNALED(status):
+        kind, record["signal"] = "memory", os.WTERMSIG(status)
+    elif case["door"] == "cli":
+        code = os.WEXITSTATUS(status)
+        record["exit"] = code
+        lines = [line for line in (err or out).splitlines() if line.strip()]
+        record["message"] = lines[-1][:300] if lines else ""
+        if "MemoryError" in err:
+            kind = "memory"
+        elif "Traceback (most recent call last)" in err + out:
+            kind = "traceback"
+            record["where"] = _cli_where(err + out)
+        elif code == 2:
+            kind = "long-message" if (case_dir / "stderr").stat().st_size > LONG_MESSAGE else "clean"
+        elif code in DOCUMENTED_EXITS[case["argv"][0]]:
+            kind = "accepted"
+        else:
+            kind = "undocumented-exit"
+    else:
+        path = case_dir / "result.json"
+        if not path.exists():
+            kind, record["exit"] = "raw-error", os.WEXITSTATUS(status)
+            record["message"] = err.strip()[-300:]
+        else:
+            result = json.loads(path.read_text())
+            record.update({k: v for k, v in result.items() if k not in ("outcome", "family", "kvlab_error")})
+            if "message" in record:
+                record["message"] = record["message"][:300]
+            kind = _api_class(case["param"], result)
+    if left or stray:
+        record["left"] = sorted(left)[:10] + (["processes left in the group"] if stray else [])
+        if kind in ("clean", "accepted"):
+            kind = "leak"
+    record["class"] = kind
+    return record
+
+
+def _api_class(param, result):
+    if result["outcome"] == "returned":
+        return "accepted"
+    if "MemoryError" in result["family"]:
+        return "memory"
+    message = result["message"]
+    if len(message) > LONG_MESSAGE:
+        return "long-message"
+    expected = result["kvlab_error"] or {"TypeError", "ValueError", "KeyError"} & set(result["family"])
+    named = any(n in message for n in (param, param.replace("_", " "), param.replace("_", "-")))
+    return "clean" if expected and named else "raw-error"
+
+
+def _cli_where(text):
+    frames = [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
+    kvlab_frames = [f for f in frames if "/kvlab/" in f]
+    frame = (kvlab_frames or frames or [""])[-1]
+    last = [line for line in text.splitlines() if line.strip()][-1:]
+    return f"{frame.replace(str(REPO) + '/', '')} -> {last[0][:200] if last else ''}"
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def run(cases, jobs, seconds, good, root: Path, report):
+    """Run the cases, ``jobs`` at a time, until done or ``seconds`` have passed."""
+    counts = dict.fromkeys(CLASSES, 0)
+    queue, running, started = list(enumerate(cases)), {}, time.monotonic()
+    stopped_early = False
+    while queue or running:
+        while queue and len(running) < jobs:
+            if seconds is not None and time.monotonic() - started > seconds:
+                stopped_early, queue = True, []
+                break
+            index, case = queue.pop(0)
+            case_dir = root / f"case-{index}"
+            before = _listing()
+            limit = API_SECONDS if case["door"] == "api" else (
+                WALKTHROUGH_SECONDS if case["argv"][0] == "walkthrough" else CLI_SECONDS)
+            pid = start(case, case_dir, good)
+            running[pid] = (case, case_dir, time.monotonic() + limit, before, False)
+        if not running:
+            continue
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            now = time.monotonic()
+            for child, (case, case_dir, deadline, before, killed) in list(running.items()):
+                if now > deadline and not killed:
+                    _kill_group(child)
+                    running[child] = (case, case_dir, deadline, before, True)
+            time.sleep(0.01)
+            continue
+        if pid not in running:
+            continue
+        case, case_dir, _, before, timed_out = running.pop(pid)
+        stray = _group_alive(pid)
+        _kill_group(pid)
+        after = _listing()
+        left = {f"TMPDIR/{p.relative_to(case_dir / 'tmp')}" for p in (case_dir / "tmp").rglob("*")}
+        left |= {f"repo/{n}" for n in after[1] - before[1]}
+        record = classify(case, case_dir, status, timed_out, left, stray and not timed_out)
+        if after[0] - before[0]:  # /tmp is shared with other users: shown, not counted
+            record["tmp_new"] = sorted(after[0] - before[0])[:10]
+        counts[record["class"]] += 1
+        if record["class"] != "clean" or "tmp_new" in record:
+            report(record)
+        shutil.rmtree(case_dir, ignore_errors=True)
+    return counts, stopped_early, time.monotonic() - started
+
+
+def _kill_group(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("cli", "api"), help="one door only")
+    parser.add_argument("--limit", type=int, help="run only the first N inputs of the shuffled corpus")
+    parser.add_argument("--jobs", type=int, default=1, help="inputs at a time (default 1)")
+    parser.add_argument("--seconds", type=float, help="stop starting new inputs after S seconds")
+    parser.add_argument("--out", type=Path, help="also write the JSON lines to FILE")
+    parser.add_argument("--seed", type=int, default=0, help="the corpus order's shuffle (default 0)")
+    args = parser.parse_args()
+    if args.jobs < 1 or (args.limit is not None and args.limit < 0):
+        parser.error("--jobs must be >= 1 and --limit >= 0")
+    root = Path(tempfile.mkdtemp(prefix="kvlab-hostile-"))
+    out = open(args.out, "w", buffering=1) if args.out else None
+
+    def report(record):
+        line = json.dumps(record, ensure_ascii=True)
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+
+    try:
+        fx = make_fixtures(root)
+        cases, skipped, good = [], {}, {}
+        if args.only != "api":
+            cases += cli_corpus(fx)
+        if args.only != "cli":
+            good = good_values(fx)
+            api_cases, skipped = api_corpus(good)
+            cases += api_cases
+        corpus = len(cases)
+        random.Random(args.seed).shuffle(cases)
+        cases = cases[:args.limit] if args.limit is not None else cases
+        counts, stopped_early, elapsed = run(cases, args.jobs, args.seconds, good, root / "cases", report)
+        summary = {"benchmark": "hostile_inputs", "corpus": corpus, "inputs": sum(counts.values()),
+                   **counts, "stopped_by_seconds": stopped_early, "seconds": round(elapsed, 1),
+                   "jobs": args.jobs, "memory_bound_gib": MEMORY_BOUND / 2**30,
+                   "skipped_callables": len(skipped), "skipped": skipped}
+        report(summary)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        if out:
+            out.close()
+
+
+if __name__ == "__main__":
+    main()
