@@ -1,37 +1,10 @@
 """The real vLLM v1 scheduler, stepped on a kvlab workload: the program kvlab.backends.vllm runs
 in vLLM's own environment (``bash scripts/setup.sh vllm``). It imports vLLM and the standard
-library only, never kvlab.
-
-It reads one JSON document on stdin, ``{"runs": [RUN, ...]}``, and writes JSON lines on stdout,
-one run after another, each line flushed as it happens so that a crash keeps what came before:
-
-- ``{"kind": "hello", "vllm": VERSION, "torch": VERSION}`` once;
-- per run ``{"kind": "start", "run": i, "num_gpu_blocks": N, "free_blocks": F,
-  "max_model_len": M}``, or ``{"kind": "startup_error", "run": i, "message": ...}`` when vLLM
-  refuses to start (its config checks, or the KV cache memory check);
-- ``{"kind": "event", "run": i, "step": s, "id": ..., "event": E, ...}`` with E one of
-  "rejected" (``message``: vLLM's own validation error), "started" (first admitted),
-  "first_token", "preempted", "resumed" (admitted again after a preemption), "finished"
-  (``finish_reason``, ``num_output_tokens``, ``cause``);
-- ``{"kind": "steps", "run": i, "rows": [[step, free_blocks, running, waiting, prefills,
-  decodes, tokens, preempted], ...]}`` every 500 steps and at the end (a crash loses the rows
-  since the last such line, not the events);
-- ``{"kind": "end", "run": i, "end_step": s, "iterations": n}``.
-
-A RUN is ``{"engine": {...}, "requests": [[id, prompt_len, max_tokens, arrival_step], ...],
-"max_steps": n}``; the engine's keys are those of ``kvlab.sched.vllm.VllmEngineArgs``.
-
-How vLLM 0.34.0 is made to run without a GPU, weights or a model hub (vllm/v1/engine/core.py,
-``EngineCore.__init__`` and ``_initialize_kv_caches``, done here by hand): the model is a folder
-holding only a config.json (offline, ``skip_tokenizer_init=True``); ``DeviceConfig(device="cpu")``
-with vLLM's platform left unset; one ``FullAttentionSpec`` per layer; the KV cache layout resolved
-(``resolve_kv_cache_layout``) before ``get_kv_cache_configs`` plans the pool from an available
-memory of exactly ``startup_num_gpu_blocks`` blocks, which runs vLLM's own start-up check; the
-scheduler's config then gets ``num_gpu_blocks`` (fewer when the pool is swapped smaller after
-start-up). The model runner is faked: one sampled token for every scheduled request whose prompt
-is fully computed (``ignore_eos``). The scheduler is the synchronous ``Scheduler``
-(vllm/v1/core/sched/scheduler.py), not the ``AsyncScheduler`` a GPU deployment may default to.
-"""
+library only, never kvlab. It reads ``{"runs": [RUN, ...]}`` on stdin and writes one JSON line
+per event on stdout, flushed as it happens. docs/ENGINES.md gives the protocol and how vLLM
+0.34.0 runs here without a GPU, weights or a model hub (``EngineCore.__init__`` and
+``_initialize_kv_caches`` of vllm/v1/engine/core.py, done by hand; the synchronous
+``Scheduler`` of vllm/v1/core/sched/scheduler.py, a faked model runner)."""
 
 from __future__ import annotations
 

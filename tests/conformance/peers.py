@@ -69,7 +69,7 @@ SECTIONS = {
                "unchanged, with its real memory pools on the CPU (page size 1), its "
                "`TokenizerManager`'s request checks, and a model worker that loads no model and "
                "samples one token per row; the sockets are replaced by the driver's hand-over "
-               "(`kvlab/backends/sglang_driver.py` names every stand-in). A step is one "
+               "(`docs/ENGINES.md` names every stand-in). A step is one "
                "iteration of the event loop that had a request to work on: a prefill batch or "
                "a decode batch, never both (mixed chunks off). The radix cache and the overlap "
                "scheduler are off on both sides (SGLang's defaults are on). What kvlab's peer "
