@@ -25,7 +25,7 @@ SLIDERS = (W.FloatLogSlider, W.FloatSlider, W.IntSlider, W.SelectionSlider)
 
 def panel_factories():
     return {name: fn for name, fn in inspect.getmembers(widgets, inspect.isfunction)
-            if name.endswith("_panel") and fn.__module__ == widgets.__name__}
+            if name.endswith("_panel") and fn.__module__.startswith(f"{widgets.__name__}.")}
 
 
 def _values(control):

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kvlab"
 #: Bottom first. A layer is a package of kvlab or one module; the entry points sit on top.
 LAYERS = ("core", "sched", "run", "analysis", "backends", "case_studies", "notebook", "workshop",
           "cli")
-TOP = ("__init__", "__main__", "cli")
+TOP = ("__init__", "__main__", "cli", "doctor", "slides")
 
 
 def layer_of(module: str) -> int:

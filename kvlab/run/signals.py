@@ -22,7 +22,7 @@ PARENT_GONE_EXIT_CODE = 18
 PARENT_POLL_S = 0.5
 #: The signals that stop a run in an orderly way: every rank killed and reaped, then
 #: :class:`RunStopped` (exit status 128 + the signal's number).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class RunStopped(SystemExit):
