@@ -58,7 +58,7 @@ overriding one hook: ``_disagg_gen_init_under_cap`` and ``_residency_refusal``.
 from __future__ import annotations
 
 import enum
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Union
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -135,44 +135,73 @@ class _RecomputePauseState:
         self.victim_indices: set = set()
 
 
+#: The next chunk of a context as one pass would schedule it: (chunk, budget tokens, resize
+#: tokens): ``chunk`` context tokens (the request's ``context_chunk_size``), the tokens charged to
+#: the token budget and those the cache grows by (the chunk, plus the draft tokens with the
+#: last). A plain tuple: the certain refusal plans every pending first chunk every pass.
+ContextPlan = Tuple[int, int, int]
+
+
+def plan_context(request: Request, budget_left: Optional[int], chunked: bool,
+                 max_context_length: Optional[int], chunk_unit: int,
+                 sized_from: Optional[int] = None) -> Optional[ContextPlan]:
+    """The plan of ``request``'s next context chunk against ``budget_left`` tokens (None: no
+    token limit), changing nothing; None when the budget cannot hold it (phase 2 STOPs).
+
+    Non-chunked: the whole remaining context plus its draft tokens is one unit, checked
+    against the budget. Chunked: chunk = min(budget left, context remaining,
+    ``max_context_length``), rounded down to ``chunk_unit`` unless it is the last (never 0: the
+    chunk budget is >= chunk_unit in phase 2); the last chunk carries the draft tokens, added
+    after the budget check as the real code adds them. ``sized_from``: the context the budget
+    sizes and charges, when not what remains (prefix-aware scheduling off: the context before
+    a reused prefix); the chunk run is at most what remains."""
+    remaining = request.context_remaining_length
+    drafts = request.num_draft_tokens
+    sized = remaining if sized_from is None else sized_from
+    if not chunked:
+        if budget_left is not None and sized + drafts > budget_left:
+            return None
+        return remaining, sized + drafts, remaining + drafts
+    chunk = sized
+    if budget_left is not None and budget_left < chunk:
+        chunk = budget_left
+    if max_context_length is not None and max_context_length < chunk:
+        chunk = max_context_length
+    if chunk < sized:
+        chunk -= chunk % chunk_unit
+    if chunk < remaining:
+        return chunk, chunk, chunk
+    return remaining, chunk + drafts, remaining + drafts  # the last chunk
+
+
 class _CertainRefusal:
     """When a first context chunk is certainly refused, with no trace left
     (``KVCacheManager.refusal_window``). The attempt would create the cache, be refused by
     resize (False, not a raise) and free it again; only the pool's failed_allocations counter
-    and the request's context_chunk_size (set by the plan, read only once scheduled) tell the
+    and the request's context_chunk_size (set from the plan, read only once scheduled) tell the
     two apart.
 
-    With ``budget``, :meth:`refuses_first_chunk` plans the chunk as ``_plan_context_chunk``
-    (or ``_plan_context_full``) would from one comparison per request, so a pass costs a few
-    operations per pending request, not an attempt each; it holds until the pass schedules
-    something (the scheduler then builds another)."""
+    :meth:`refuses_first_chunk` asks :func:`plan_context` what the attempt would resize by, with
+    the budget left and the window read once, so a pass costs a plan and a comparison per
+    pending request, not an attempt each; it holds until the pass schedules something (the
+    scheduler then builds another)."""
 
-    __slots__ = ("fit_tokens", "width_tokens", "budget_tokens", "chunked", "chunk_limit",
+    __slots__ = ("fit_tokens", "width_tokens", "budget_left", "chunked", "max_context_length",
                  "chunk_unit")
 
-    def __init__(self, manager: KVCacheManager, budget: Optional[_Budget] = None,
-                 max_context_length: Optional[int] = None, chunk_unit: int = 1,
-                 chunked: bool = False):
+    def __init__(self, manager: KVCacheManager, budget_left: Optional[int], chunked: bool,
+                 max_context_length: Optional[int], chunk_unit: int):
         self.fit_tokens, self.width_tokens = manager.refusal_window()
-        self.budget_tokens = None if budget is None else budget.remaining_tokens
+        self.budget_left = budget_left
         self.chunked = chunked
-        limits = [n for n in (self.budget_tokens, max_context_length) if n is not None]
-        self.chunk_limit = min(limits, default=None)  # None: no limit, a context is one chunk
+        self.max_context_length = max_context_length
         self.chunk_unit = chunk_unit
 
-    def refuses_tokens(self, num_tokens: int) -> bool:
-        return self.fit_tokens < num_tokens <= self.width_tokens
-
     def refuses_first_chunk(self, request: Request) -> bool:
-        """``request`` holds no cache (its context starts at 0)."""
-        context = request.context_len
-        tokens = context + request.num_draft_tokens  # the whole context: its last chunk has the drafts
-        if not self.chunked:
-            if self.budget_tokens is not None and tokens > self.budget_tokens:
-                return False  # the attempt STOPs phase 2 on the budget
-        elif self.chunk_limit is not None and context > self.chunk_limit:
-            tokens = self.chunk_limit - self.chunk_limit % self.chunk_unit  # a first chunk, rounded
-        return self.refuses_tokens(tokens)
+        """``request`` holds no cache; a plan the budget STOPs is not a refusal."""
+        plan = plan_context(request, self.budget_left, self.chunked, self.max_context_length,
+                            self.chunk_unit)
+        return plan is not None and self.fit_tokens < plan[2] <= self.width_tokens
 
 
 def check_chunk_budget(chunk_unit_size: int, max_num_tokens: Optional[int],
@@ -292,6 +321,27 @@ class Scheduler(SchedulerBase):
         self.iteration += 1
         batch = ScheduledBatch()
         budget = _Budget(self.max_num_tokens, self.max_num_requests)
+        pending_contexts = self._schedule_generations(budget, batch)
+        preempted = self._schedule_contexts(pending_contexts, budget, batch)
+        batch.num_tokens = budget.num_tokens
+        if preempted:
+            pending_contexts = [r for r in pending_contexts if not _contains(preempted, r)]
+        self._detect_deadlock(self._active, pending_contexts, batch)
+        if self.debug:
+            self.check_invariants()
+        return batch
+
+    # -- phase 1: generation -------------------------------------------------------------
+    def _schedule_generations(self, budget: _Budget, batch: ScheduledBatch) -> List[Request]:
+        """Phase 1; returns the context requests it deferred to phase 2.
+
+        Each generation step is the real ``_try_schedule_generation``, written once and inline
+        (a call per step would cost a quarter of the pass): ``beam_width`` + draft tokens from
+        the budget (STOP when they do not fit); a beam width other than the first scheduled
+        one's SKIPs; then the step grows within the pages its cache holds
+        (``KVCache.grow_within_pages``: resize's answer, without its checks; 255 steps of 256 at
+        256 tokens a page) or takes the allocation and its room-making ladder
+        (:meth:`_allocate_generation`)."""
         requests = self._active
         pending_contexts: List[Request] = []
         end = len(requests)
@@ -299,7 +349,7 @@ class Scheduler(SchedulerBase):
         victim_indices, inflight = pause_state.victim_indices, self._inflight
         caches, max_num_tokens = self.manager.caches, budget.max_num_tokens
         index = 0
-        while index < end:  # phase 1: generation and disagg
+        while index < end:
             request = requests[index]
             if index in victim_indices or request.request_id in inflight:
                 index += 1
@@ -320,51 +370,34 @@ class Scheduler(SchedulerBase):
                 pending_contexts.append(request)
                 index += 1
                 continue
-            # The common generation step, decided as _schedule_generation decides it: it fits
-            # the budget, has the batch's beam width and grows within the pages it holds.
             tokens = request.beam_width + request.num_draft_tokens
-            if ((max_num_tokens is None or budget.num_tokens + tokens <= max_num_tokens)
-                    and (not batch.beam_width or request.beam_width == batch.beam_width)
-                    and caches[request.request_id].grow_within_pages(1 + request.num_draft_tokens)):
-                batch.generation_requests.append(request)
-                batch.beam_width = request.beam_width
-                budget.num_tokens += tokens
-                budget.num_requests += 1
-            else:
-                action, end = self._schedule_generation(request, budget, requests, index, end,
+            if max_num_tokens is not None and budget.num_tokens + tokens > max_num_tokens:
+                break  # STOP
+            if batch.beam_width and request.beam_width != batch.beam_width:
+                index += 1
+                continue  # SKIP
+            if not caches[request.request_id].grow_within_pages(1 + request.num_draft_tokens):
+                fitted, end = self._allocate_generation(request, requests, index, end,
                                                         pause_state, batch)
-                if action is ScheduleAction.STOP:
-                    break
-            index += 1
-        preempted = self._schedule_contexts(pending_contexts, budget, batch)
-        batch.num_tokens = budget.num_tokens
-        if preempted:
-            pending_contexts = [r for r in pending_contexts if not _contains(preempted, r)]
-        self._detect_deadlock(requests, pending_contexts, batch)
-        if self.debug:
-            self.check_invariants()
-        return batch
-
-    # -- phase 1: generation -------------------------------------------------------------
-    def _schedule_generation(self, request, budget, requests, index, end, pause_state, batch):
-        """The real ``_try_schedule_generation``: ``beam_width`` + draft tokens from the budget
-        (STOP when they do not fit); a beam width other than the first scheduled one's SKIPs;
-        then the allocation and, failing it, the room-making ladder."""
-        tokens = request.beam_width + request.num_draft_tokens
-        if not budget.can_fit_tokens(tokens):
-            return ScheduleAction.STOP, end
-        if batch.beam_width and request.beam_width != batch.beam_width:
-            return ScheduleAction.SKIP, end
-        success = self._try_allocate_generation(request)
-        if not success:
-            success, end = self._make_room(request, requests, index, end, pause_state, batch)
-        if success:
+                if not fitted:
+                    break  # STOP: the request suspended itself
             batch.generation_requests.append(request)
             batch.beam_width = request.beam_width
             budget.commit(tokens)
-            return ScheduleAction.SCHEDULED, end
-        request.num_refusals += 1
-        return self._give_up_generation(request, batch), end
+            index += 1
+        return pending_contexts
+
+    def _allocate_generation(self, request, requests, index, end, pause_state, batch):
+        """A step beyond the pages its cache holds: the allocation and, failing it, the
+        room-making ladder; when nothing makes room, the request suspends itself (and phase 1
+        stops). Returns (fitted, the new end of the walk)."""
+        fitted = self._try_allocate_generation(request)
+        if not fitted:
+            fitted, end = self._make_room(request, requests, index, end, pause_state, batch)
+        if not fitted:
+            request.num_refusals += 1
+            self._give_up_generation(request, batch)
+        return fitted, end
 
     def _make_room(self, request, requests, index, end, pause_state, batch):
         """Free pages for a generation step: suspend started requests from the tail, then (with
@@ -375,12 +408,11 @@ class Scheduler(SchedulerBase):
                                                                 pause_state, batch)
         return success, end
 
-    def _give_up_generation(self, request: Request, batch: ScheduledBatch) -> ScheduleAction:
-        """Nothing could make room: the request suspends itself and phase 1 stops."""
+    def _give_up_generation(self, request: Request, batch: ScheduledBatch) -> None:
+        """Nothing could make room: the request suspends itself."""
         if request.state == "running":
             self._suspend(request)
             batch.paused_requests.append(request)
-        return ScheduleAction.STOP
 
     def _is_victim_candidate(self, request: Request) -> bool:
         """Started and not in flight (the real ``_is_recompute_pause_candidate``)."""
@@ -460,8 +492,8 @@ class Scheduler(SchedulerBase):
             if preempted and _contains(preempted, request):
                 continue
             if (refusal is not None and request.request_id not in caches
-                    and refusal.refuses_first_chunk(request)
-                    and not (request.prefix_hashes and reuses(request))):
+                    and not (request.prefix_hashes and reuses(request))
+                    and refusal.refuses_first_chunk(request)):
                 request.num_refusals += 1
                 continue
             first_new_block = None
@@ -516,8 +548,8 @@ class Scheduler(SchedulerBase):
                 or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
                 or manager.free_slots == 0):
             return None
-        return _CertainRefusal(manager, budget, self.max_context_length, self.chunk_unit_size,
-                               self.chunked_prefill)
+        return _CertainRefusal(manager, budget.remaining_tokens, self.chunked_prefill,
+                               self.max_context_length, self.chunk_unit_size)
 
     def _has_context_chunk_budget(self, budget: _Budget) -> bool:
         remaining = budget.remaining_tokens
@@ -525,23 +557,19 @@ class Scheduler(SchedulerBase):
 
     def _schedule_context(self, request: Request, budget: _Budget, batch: ScheduledBatch,
                           preempted: List[Request]):
+        """One context attempt: (action, tokens for the budget when SCHEDULED)."""
         first_chunk = request.is_first_context_chunk
         if first_chunk and self._residency_full(request):
             return self._residency_refusal(), 0
         try:
-            action, tokens = ScheduleAction.SCHEDULED, 0
             if first_chunk and request.prefix_hashes and self.manager.reuses(request):
-                action, tokens = self._prepare_then_plan(request, budget)
-            elif self.chunked_prefill:
-                action, tokens = self._plan_context_chunk(request, budget)
+                action, plan = self._prepare_then_plan(request, budget)
             else:
-                action, tokens = self._plan_context_full(request, budget)
-            if action is ScheduleAction.SCHEDULED:
-                # the resize takes the chunk run (and the drafts with the last), which the
-                # budget's tokens may exceed (prefix-aware scheduling off charges the prefix)
-                resize = request.context_chunk_size + (
-                    request.num_draft_tokens if request.is_last_context_chunk else 0)
-                allocated = self._allocate_context(request, resize)
+                plan = self._plan_context(request, budget.remaining_tokens)
+                action = ScheduleAction.STOP if plan is None else ScheduleAction.SCHEDULED
+            if plan is not None:
+                request.context_chunk_size, budget_tokens, resize_tokens = plan
+                allocated = self._allocate_context(request, resize_tokens)
                 if allocated is Allocation.NO_SLOT:  # prepare failed
                     action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
                 elif allocated is Allocation.REFUSED:
@@ -551,59 +579,33 @@ class Scheduler(SchedulerBase):
             if first_chunk:  # the engine stops; the request never ran
                 self._release(request)
             raise
-        if first_chunk and action is not ScheduleAction.SCHEDULED:
-            self._release(request)  # retried from scratch next iteration
-        return action, tokens
+        if action is not ScheduleAction.SCHEDULED:
+            if first_chunk:
+                self._release(request)  # retried from scratch next iteration
+            return action, 0
+        return action, budget_tokens
 
     def _prepare_then_plan(self, request: Request, budget: _Budget):
         """A first chunk that may reuse: ``prepare_context`` first, so the reused prefix moves
         the context's start, then the plan from what is left (the real
-        ``_try_schedule_context_full`` / ``_chunked``). With prefix-aware scheduling off the
-        budget sees the context as it was before prepare: non-chunked, checked and charged
-        whole before prepare; chunked, the chunk sized from it."""
-        before = request.context_remaining_length
-        if not self.enable_prefix_aware_scheduling and not self.chunked_prefill:
-            if not budget.can_fit_tokens(before + request.num_draft_tokens):
-                return ScheduleAction.STOP, 0
+        ``_try_schedule_context_full`` / ``_chunked``): (action, plan or None). With
+        prefix-aware scheduling off the budget sees the context as it was before prepare:
+        non-chunked, checked and charged whole before prepare; chunked, the chunk sized from
+        it."""
+        sized_from = None if self.enable_prefix_aware_scheduling else request.context_remaining_length
+        if (sized_from is not None and not self.chunked_prefill
+                and self._plan_context(request, budget.remaining_tokens) is None):
+            return ScheduleAction.STOP, None
         if not self._prepare_context(request):
-            return (ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP), 0
-        if self.enable_prefix_aware_scheduling:
-            if self.chunked_prefill:
-                return self._plan_context_chunk(request, budget)
-            return self._plan_context_full(request, budget)
-        if not self.chunked_prefill:
-            request.context_chunk_size = request.context_remaining_length
-            return ScheduleAction.SCHEDULED, before + request.num_draft_tokens
-        return self._plan_context_chunk(request, budget, before)
+            return (ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP), None
+        plan = self._plan_context(request, budget.remaining_tokens, sized_from)
+        return (ScheduleAction.STOP if plan is None else ScheduleAction.SCHEDULED), plan
 
-    def _plan_context_full(self, request: Request, budget: _Budget):
-        """The whole remaining context plus the draft tokens, as one unit: (action, tokens
-        for the budget and the resize)."""
-        tokens = request.context_remaining_length + request.num_draft_tokens
-        if not budget.can_fit_tokens(tokens):
-            return ScheduleAction.STOP, 0
-        request.context_chunk_size = request.context_remaining_length
-        return ScheduleAction.SCHEDULED, tokens
-
-    def _plan_context_chunk(self, request: Request, budget: _Budget, budget_remaining: Optional[int] = None):
-        """The next chunk (never 0: the chunk budget is >= chunk_unit_size here); the last
-        chunk carries the draft tokens, added after the budget check as the real code adds
-        them: (action, tokens for the budget and the resize). ``budget_remaining``: the context
-        the budget sizes the chunk from, when not what remains (prefix-aware scheduling off:
-        the context before a reused prefix); the chunk run is at most what remains."""
-        remaining = request.context_remaining_length
-        sized_from = remaining if budget_remaining is None else budget_remaining
-        chunk = sized_from
-        if budget.max_num_tokens is not None:
-            chunk = min(chunk, budget.remaining_tokens)
-        if self.max_context_length is not None:
-            chunk = min(chunk, self.max_context_length)
-        if chunk < sized_from:
-            chunk -= chunk % self.chunk_unit_size
-        request.context_chunk_size = min(chunk, remaining)
-        if request.context_chunk_size == remaining:  # the last chunk (is_last_context_chunk)
-            chunk += request.num_draft_tokens
-        return ScheduleAction.SCHEDULED, chunk
+    def _plan_context(self, request: Request, budget_left: Optional[int],
+                      sized_from: Optional[int] = None) -> Optional[ContextPlan]:
+        """:func:`plan_context` under this scheduler's chunking settings."""
+        return plan_context(request, budget_left, self.chunked_prefill, self.max_context_length,
+                            self.chunk_unit_size, sized_from)
 
     def _preempt_for_pages(self, request: Request, batch: ScheduledBatch,
                            preempted: List[Request]) -> bool:

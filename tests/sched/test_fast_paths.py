@@ -14,6 +14,8 @@ import random
 import warnings
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
 from kvlab.core.kv_cache import KVCache
@@ -67,31 +69,27 @@ def _random_run(seed: int):
     return _observed(simulate(scheduler, requests, max_steps=3000))
 
 
-@pytest.fixture
-def full_paths_only(monkeypatch):
-    """Both shortcuts off: every step and every pending chunk takes the full path."""
-    def switch_off():
-        monkeypatch.setattr(KVCache, "grow_within_pages", lambda cache, num_tokens: False)
-        monkeypatch.setattr(Scheduler, "_pending_refusal", lambda scheduler, budget: None)
-    return switch_off
+def _switch_off_the_shortcuts(patch):
+    """Every step and every pending chunk takes the full path."""
+    patch.setattr(KVCache, "grow_within_pages", lambda cache, num_tokens: False)
+    patch.setattr(Scheduler, "_pending_refusal", lambda scheduler, budget: None)
 
 
 @pytest.mark.parametrize("seed", range(400))
-def test_fast_paths_decide_as_the_full_paths(seed, full_paths_only):
+def test_fast_paths_decide_as_the_full_paths(seed, monkeypatch):
     fast = _random_run(seed)
-    full_paths_only()
+    _switch_off_the_shortcuts(monkeypatch)
     assert _random_run(seed) == fast
 
 
-@pytest.mark.parametrize("chunked", [True, False])
-@pytest.mark.parametrize("drafts", [0, 2])
-@pytest.mark.parametrize("prompt", [381, 382, 383, 384, 385, 386, 400])
-@pytest.mark.parametrize("max_num_tokens", [390, 392, 400, 1024])
-def test_fast_paths_decide_as_the_full_paths_at_the_edge(prompt, drafts, chunked, max_num_tokens,
-                                                         full_paths_only):
+@settings(max_examples=150, deadline=None)
+@given(prompt=st.integers(378, 390) | st.integers(391, 420), drafts=st.integers(0, 3),
+       chunked=st.booleans(), max_num_tokens=st.integers(384, 408) | st.sampled_from([400, 1024]))
+def test_fast_paths_decide_as_the_full_paths_at_the_edge(prompt, drafts, chunked, max_num_tokens):
     fast = _boundary_run(prompt, drafts, chunked, max_num_tokens)
-    full_paths_only()
-    assert _boundary_run(prompt, drafts, chunked, max_num_tokens) == fast
+    with pytest.MonkeyPatch.context() as patch:
+        _switch_off_the_shortcuts(patch)
+        assert _boundary_run(prompt, drafts, chunked, max_num_tokens) == fast
 
 
 def test_the_shortcuts_are_taken(monkeypatch):
