@@ -14,7 +14,7 @@ is optional. To extend the schema, add a field with a spec and a default at the 
 dataclass, and name any new expected quantity in :data:`EXPECTED`. Nothing else changes.
 
 Two optional blocks carry a multi-rank deployment (``issue_21470_16x_gb300.yaml``):
-``deployment`` (:class:`Deployment`: ranks, per-rank memory budget, scheduler settings and the
+``deployment`` (:class:`ScenarioDeployment`: ranks, per-rank memory budget, scheduler settings and the
 requests; its memory budget replaces ``parameters.pool_mib``, which is required otherwise), and
 ``assumptions``: for every number the source leaves unstated, ``field.path: {value, range,
 why}``. An assumption must name a field the file sets, repeat its value, and keep it inside its
@@ -338,7 +338,7 @@ class BackgroundRequests:
 
 
 @dataclass(frozen=True)
-class Deployment:
+class ScenarioDeployment:
     """A multi-rank deployment: topology, one rank's memory budget, scheduler settings and the
     workload. Memory in GiB per rank; the budget follows ``KvCacheCreator._cal_max_memory``
     (docs/REFERENCE.md §1): weights (``parameters.model_weights_bytes``) + MoE workspace +
@@ -385,7 +385,7 @@ class Scenario:
     gpu: str = spec(Text())
     parameters: ScenarioParameters = spec(Record(ScenarioParameters))
     expected: dict = spec(Table(EXPECTED, Int(0)), default_factory=dict)
-    deployment: Optional[Deployment] = spec(Record(Deployment), default=None)
+    deployment: Optional[ScenarioDeployment] = spec(Record(ScenarioDeployment), default=None)
     assumptions: dict = spec(MappingOf(FIELD_PATH, Record(Assumption)), default_factory=dict)
 
 
