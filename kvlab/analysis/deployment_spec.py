@@ -16,7 +16,7 @@ from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry
 from kvlab.core.checks import check_choice, check_float, check_instance, check_int, store_checked
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
 from kvlab.core.memory import GIB, MemoryBudget
-from kvlab.run.rank_config import ramped_workspace_gib
+from kvlab.run.rank_config import ramped_budget
 
 #: The managers :attr:`Deployment.manager` names ("auto": the architecture's choice).
 MANAGERS = ("auto", "v1", "v2")
@@ -235,19 +235,16 @@ class Deployment:
 
     def budgets(self) -> Tuple[MemoryBudget, ...]:
         """Every rank's budget, its workspace ramped as the scenarios' ranks have it
-        (:func:`kvlab.run.rank_config.ramped_workspace_gib`); V1 reads no
-        ``max_gpu_total_bytes`` (:func:`kvlab.analysis.v1_capacity.v1_tokens`)."""
-        ranks = self.world_size
+        (:func:`kvlab.run.rank_config.ramped_budget`); V1 reads no ``max_gpu_total_bytes``
+        (:func:`kvlab.analysis.v1_capacity.v1_tokens`)."""
         cap = None if self.kv_quota_gib is None or self.resolved_manager == "v1" else \
             round(self.kv_quota_gib * GIB)
-        return tuple(MemoryBudget(
-            total_bytes=round(self.gpu_gib * GIB), weights_bytes=self.weights_bytes,
-            workspace_bytes=round(ramped_workspace_gib(self.workspace_gib, self.workspace_skew_gib,
-                                                       r, ranks) * GIB),
-            activation_peak_bytes=round(self.activations_gib * GIB),
-            non_torch_bytes=round(self.non_torch_gib * GIB),
+        return tuple(ramped_budget(
+            r, self.world_size, gpu_gib=self.gpu_gib, weights_bytes=self.weights_bytes,
+            workspace_gib=self.workspace_gib, workspace_skew_gib=self.workspace_skew_gib,
+            activations_gib=self.activations_gib, non_torch_gib=self.non_torch_gib,
             free_gpu_memory_fraction=self.free_gpu_memory_fraction, max_gpu_total_bytes=cap)
-            for r in range(ranks))
+            for r in range(self.world_size))
 
 
 __all__ = ["Deployment", "MANAGERS", "MAX_RANKS", "SPEC_MODES"]

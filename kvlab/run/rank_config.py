@@ -138,25 +138,32 @@ class RunConfig:
 
 # --- the scenario file -> a RunConfig ------------------------------------------------------------
 
-def ramped_workspace_gib(base_gib: float, skew_gib: float, rank: int, ranks: int) -> float:
-    """Rank ``rank``'s workspace when it grows linearly from ``base_gib`` on rank 0 to
-    ``base_gib + skew_gib`` on the last (per-rank MoE workspaces differ with expert load)."""
-    return base_gib + (skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
+def ramped_budget(rank: int, ranks: int, *, gpu_gib: float, weights_bytes: int, workspace_gib: float,
+                  workspace_skew_gib: float, activations_gib: float, non_torch_gib: float,
+                  free_gpu_memory_fraction: float, max_gpu_total_bytes: Optional[int] = None) -> MemoryBudget:
+    """Rank ``rank``'s memory budget of ``ranks``, as ``KvCacheCreator._cal_max_memory`` counts it:
+    weights, an MoE workspace growing linearly from ``workspace_gib`` on rank 0 to
+    ``workspace_gib + workspace_skew_gib`` on the last (per-rank workspaces differ with expert
+    load), activation peak and non-torch memory. kvlab plan and the scenarios' ranks both use it."""
+    workspace = workspace_gib + (workspace_skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
+    return MemoryBudget(total_bytes=round(gpu_gib * GIB), weights_bytes=weights_bytes,
+                        workspace_bytes=round(workspace * GIB),
+                        activation_peak_bytes=round(activations_gib * GIB),
+                        non_torch_bytes=round(non_torch_gib * GIB),
+                        free_gpu_memory_fraction=free_gpu_memory_fraction,
+                        max_gpu_total_bytes=max_gpu_total_bytes)
 
 
 def rank_budget(scenario, rank: int, ranks: int, workspace_gib: Optional[float] = None) -> MemoryBudget:
-    """Rank ``rank``'s memory budget in a deployment scenario: weights, MoE workspace (``base +
-    skew * rank / (ranks - 1)``), activation peak and non-torch memory, as
-    ``KvCacheCreator._cal_max_memory`` counts them. ``workspace_gib`` overrides the base."""
+    """Rank ``rank``'s :func:`ramped_budget` in a deployment scenario; ``workspace_gib``
+    overrides the scenario's base workspace."""
     dep = scenario.deployment
-    base = dep.workspace_gib if workspace_gib is None else workspace_gib
-    workspace = ramped_workspace_gib(base, dep.workspace_skew_gib, rank, ranks)
-    return MemoryBudget(total_bytes=round(dep.gpu_memory_gib * GIB),
-                        weights_bytes=scenario.parameters.model_weights_bytes,
-                        workspace_bytes=round(workspace * GIB),
-                        activation_peak_bytes=round(dep.activations_gib * GIB),
-                        non_torch_bytes=round(dep.non_torch_gib * GIB),
-                        free_gpu_memory_fraction=dep.free_gpu_memory_fraction)
+    return ramped_budget(rank, ranks, gpu_gib=dep.gpu_memory_gib,
+                         weights_bytes=scenario.parameters.model_weights_bytes,
+                         workspace_gib=dep.workspace_gib if workspace_gib is None else workspace_gib,
+                         workspace_skew_gib=dep.workspace_skew_gib, activations_gib=dep.activations_gib,
+                         non_torch_gib=dep.non_torch_gib,
+                         free_gpu_memory_fraction=dep.free_gpu_memory_fraction)
 
 
 def scenario_geometry(scenario) -> KVGeometry:
