@@ -25,7 +25,10 @@ from kvlab.core.request import Request
 class LengthDistribution:
     """A distribution of token counts; ``sample(rng, n)`` returns n ints >= ``lowest``."""
 
-    lowest: int
+    @property
+    def lowest(self) -> int:
+        """The smallest count a draw can give: the lower bound ``low``."""
+        return self.low
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         raise NotImplementedError
@@ -59,10 +62,6 @@ class Uniform(LengthDistribution):
         store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
         store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
 
-    @property
-    def lowest(self) -> int:
-        return self.low
-
     def sample(self, rng, n):
         return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
 
@@ -82,10 +81,6 @@ class LogNormal(LengthDistribution):
         store_checked(self, "sigma", check_float, low=0.0, high=10.0)
         store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
         store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
-
-    @property
-    def lowest(self) -> int:
-        return self.low
 
     def sample(self, rng, n):
         values = rng.lognormal(math.log(self.median), self.sigma, size=n)
