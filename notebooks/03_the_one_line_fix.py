@@ -362,11 +362,13 @@ TIER_COLUMNS = ["outcome", "finished", "unfinished", "iterations", "preemptions"
 
 
 def stopped_by(runs, max_steps: int):
-    """The outcome table of ``runs`` by tier, with what stopped each run: the error that stopped
-    the engine or, where nothing raised (a livelock never does), the step limit it ran to."""
+    """The outcome table of ``runs`` by tier, each outcome as the figures name it (a livelock is
+    not a stall), with what stopped each run: the error that stopped the engine or, where
+    nothing raised (a livelock never does), the step limit it ran to."""
     outcomes = outcome_table(runs).rename_axis("tier")
     limit = f"nothing raised: still running at max_steps ({max_steps:,} steps)"
-    return outcomes.assign(**{"stopped by": outcomes["error"].replace("", limit)})
+    return outcomes.assign(**{"outcome": [viz.run_outcome(run) for run in runs.values()],
+                              "stopped by": outcomes["error"].replace("", limit)})
 
 
 tiers_alone = stopped_by(tier_runs(long_and_small(context, num_small=0), engine, max_steps=stall_limit + 10),
@@ -410,6 +412,7 @@ if after.outcome == "refused" and num_small and IS_SEED:
     held = chunked["automatic"]
     assert isinstance(held.error, SchedulerDeadlock) and held.summary()["finished"] == 0
     assert livelock.error is None and livelock.summary()["finished"] == 0
+    assert list(chunked_table["outcome"]) == ["stall", "livelock"]  # (automatic, none): deadlock, livelock
     assert livelock.summary()["recomputes"] > 10 and max(livelock.trace.column("stalled_passes")) < stall_limit
 
 # %% [markdown]
@@ -454,11 +457,11 @@ findings = report_findings([
                      f"{type(beside.error).__name__ if beside.error else 'no error'} at step {steps[-1]:,}")),
     *[Finding(scenario=f"{scenario}, chunked ({chunk_tokens} a pass), beside {num_small} small, "
                        f"{dataclasses.replace(engine, host_cache_size=TIERS[tier]).tier_name}",
-              policy="none/configured", outcome=engine_outcome(result),
+              policy="none/configured", outcome=viz.run_outcome(result),
               numbers=(f"{result.summary()['finished']:,} finished, {result.summary()['recomputes']:,} recompute "
                        f"pauses in {result.iterations:,} passes; "
                        f"{type(result.error).__name__ if result.error else 'no error (livelock)'}"))
       for tier, result in chunked.items()],
 ])
 if IS_SEED:
-    assert [f["outcome"] for f in findings] == ["crash", "refused", "stall", "stall", "stall", "stall"]
+    assert [f["outcome"] for f in findings] == ["crash", "refused", "stall", "stall", "stall", "livelock"]

@@ -103,7 +103,8 @@ def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     nb, _ = nb03
     findings = read_findings(nb)
     assert [(f["policy"], f["outcome"]) for f in findings] == [
-        ("none/clamped", "crash"), ("none/configured", "refused")] + [("none/configured", "stall")] * 4
+        ("none/clamped", "crash"), ("none/configured", "refused")] + [("none/configured", "stall")] * 3 + [
+        ("none/configured", "livelock")]
     # each scheduler finding names the tier configuration it describes
     assert all("automatic host tier" in f["scenario"] for f in findings[2:5])
     assert "no tier below the GPU" in findings[5]["scenario"] and "chunked" in findings[5]["scenario"]
@@ -261,9 +262,9 @@ def test_notebook_05_reconciles_the_pr_and_runs_the_findings(nb05):
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
         ("qwen3.5-27b-h100", "merged", "crash"), ("qwen3.5-27b-h100", CLAMP, "ok"),
         ("qwen3.5-27b-h100", DEFAULT, "ok"),
-        ("review finding 1", "bug", "stall"), ("review finding 1", "fix", "ok"),
-        ("review finding 2", "bug", "crash"), ("review finding 2", "fix", "ok"),
-        ("review finding 3", "bug", "stall"), ("review finding 3", "fix", "ok")]
+        ("review finding 1", "bug", "ranks disagree"), ("review finding 1", "fix", "ok"),
+        ("review finding 2", "bug", "crash (StateSlotsExhausted)"), ("review finding 2", "fix", "ok"),
+        ("review finding 3", "bug", "stall (SchedulerDeadlock)"), ("review finding 3", "fix", "ok")]
     assert "513 slots x 78,446,592 B + one page = 37.48 GiB vs quota 24.86 GiB" in findings[0]["numbers"]
     assert findings[1]["numbers"].startswith("339 resident + 1 dummy, 173 queue")
     assert "bfloat16 SSM state implied" in findings[1]["numbers"]

@@ -20,11 +20,62 @@ def cells(fig) -> list:
 
 
 def test_outcome_colors_are_distinct_hex_colours_for_every_outcome():
-    assert set(viz.OUTCOME_COLORS) == {"crash", "stall", "refused", "reject", "ok"}
-    assert len(set(viz.OUTCOME_COLORS.values())) == 5
+    engine = {"crash", "stall", "refused", "reject", "ok"}
+    assert set(viz.OUTCOME_COLORS) == engine | set(viz.UNRAISED_STALLS) == engine | {"livelock", "unfinished"}
+    assert len({viz.OUTCOME_COLORS[o] for o in engine}) == 5
+    # the stalls nothing raised keep the stall's colour; their labels say which they are
+    assert viz.OUTCOME_COLORS["livelock"] == viz.OUTCOME_COLORS["unfinished"] == viz.OUTCOME_COLORS["stall"]
     assert all(re.fullmatch(r"#[0-9A-F]{6}", c) for c in viz.OUTCOME_COLORS.values())
     assert set(viz.OUTCOME_LABELS) == set(viz.OUTCOME_COLORS)
+    assert "stall" not in viz.OUTCOME_LABELS["livelock"] + viz.OUTCOME_LABELS["unfinished"]
     assert viz.outcome_color(None) == viz.outcome_color("unknown") == viz.NEUTRAL_COLOR
+
+
+def test_a_livelock_is_not_labelled_a_stall():
+    """Notebook 03's chunked run with no tier below the GPU preempts the long request again and
+    again and never raises: engine_outcome files it under "stall", its figures say livelock."""
+    from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+    from kvlab.analysis.presets import engine_outcome
+    from kvlab.run.simulation import simulate
+
+    engine = EngineConfig(chunked_prefill=True, max_num_tokens=256, host_cache_size=0)  # 03 §9
+    run = simulate(build_scheduler("none/configured", engine), long_and_small(8192, num_small=6),
+                   max_steps=300)
+    assert run.error is None and engine_outcome(run) == "stall" and run.summary()["recomputes"] > 0
+    assert viz.run_outcome(run) == "livelock"
+    title = viz.scheduler_timeline_spec(run)["layout"]["title"]["text"]
+    assert "livelock" in title and "stall (no progress)" not in title
+    line = viz.served_over_time_spec({"none/configured": run}, 0.05)["data"][1]
+    assert line["name"] == f"none/configured: {viz.OUTCOME_LABELS['livelock']}"
+    assert line["line"]["color"] == viz.OUTCOME_COLORS["livelock"]
+
+
+def test_a_stall_that_raised_stays_a_stall_and_a_step_limit_is_unfinished():
+    from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+    from kvlab.run.simulation import simulate
+
+    deadlock = simulate(build_scheduler("none/configured", EngineConfig(stall_limit=20)),
+                        long_and_small(8192, num_small=0), max_steps=100)
+    assert viz.run_outcome(deadlock) == "stall"  # SchedulerDeadlock: the detector fired
+    cut = simulate(build_scheduler("none/configured", EngineConfig(stall_limit=20)),
+                   long_and_small(8192, num_small=0), max_steps=5)
+    assert cut.error is None and viz.run_outcome(cut) == "unfinished"
+
+
+def test_the_review_findings_say_what_each_bug_did():
+    """Finding 1's ranks build and raise nothing: they disagree; no label calls that a stall."""
+    from kvlab.case_studies import run_review_findings
+
+    runs = run_review_findings()
+    assert [viz.review_outcome(r) for r in runs] == [
+        "ranks disagree", "ok", "crash (StateSlotsExhausted)", "ok", "stall (SchedulerDeadlock)", "ok"]
+    spec = viz.review_findings_spec(runs)
+    first = [t for t in spec["data"] if t["xaxis"] == "x" and t["name"] == "bug"][0]
+    assert all(h.endswith("ranks disagree") and "stall" not in h for h in first["hovertext"])
+    headings = [a["text"] for a in spec["layout"]["annotations"]]
+    assert [h.replace("<br>", " ") for h in headings] == [
+        "<b>finding 1</b> bug: ranks disagree", "<b>finding 2</b> bug: crash (StateSlotsExhausted)",
+        "<b>finding 3</b> bug: stall (SchedulerDeadlock)"]
 
 
 def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs():
@@ -187,7 +238,7 @@ def test_policies_that_draw_the_same_curve_share_one_legend_entry(seed_runs):
     data = viz.served_over_time_spec(runs, 0.05)["data"]
     assert [t.get("showlegend", True) for t in data] == [True, True, False, True]
     assert data[1]["name"] == "a, b: rejected at admission (one curve, the runs coincide)"
-    assert data[3]["name"] == "c: stall (no progress)"
+    assert data[3]["name"] == "c: stall (no progress)"  # SchedulerDeadlock: a stall indeed
 
 
 def test_an_engine_that_stopped_is_named_where_it_stopped(seed_runs):
@@ -229,7 +280,8 @@ def test_phase_diagram_has_a_subplot_per_regime_in_outcome_colours():
     for heat, grid in zip(heatmaps, diagram.values()):
         # z is (contexts, pools): the transpose of kvlab.analysis.phase's (pools, contexts)
         assert [list(row) for row in heat.z] == [[int(grid[i][j]) for i in range(4)] for j in range(3)]
-    assert set(viz.OUTCOME_COLORS) == set(viz.OUTCOME_LABELS) == set(OUTCOMES)  # every outcome, once
+    # every outcome, once
+    assert set(viz.OUTCOME_COLORS) == set(viz.OUTCOME_LABELS) == set(OUTCOMES) | set(viz.UNRAISED_STALLS)
     seed_cell = heatmaps[0].text[2][2]
     assert "pool 4 MiB (64 pages" in seed_cell and "crash" in seed_cell
     legend = [t for t in fig.data if t.type == "scatter" and t.x == (None,)]

@@ -17,7 +17,7 @@ without a widget frontend, and its text). Every public name is importable from h
 
 from kvlab.notebook.viz.style import (AXIS_STYLE, FIGURE_WIDTH, FONT, NEUTRAL_COLOR, OUTCOME_COLORS,
                                       OUTCOME_LABELS, POOL_COLOR, ROW_COLOR, SUBTITLE_CHARS,
-                                      WIDTH_LINE_COLORS, outcome_color)
+                                      UNRAISED_STALLS, WIDTH_LINE_COLORS, outcome_color, run_outcome)
 from kvlab.notebook.viz.pages import (MAX_PAGE_CELLS, PAGE_COLORS, PAGE_STATE_LABELS, PAGE_STATES,
                                       index_row_figure, index_row_spec, outcome_map_figure,
                                       outcome_map_spec, page_map_figure, page_map_spec,
@@ -32,6 +32,7 @@ from kvlab.notebook.viz.comparison import (POLICY_DASHES, POLICY_METRICS, phase_
 from kvlab.notebook.viz.ranks import (BUDGET_PARTS, rank_budget_figure, rank_budget_spec,
                                       request_fit_figure, request_fit_spec)
 from kvlab.notebook.viz.residency import (BUG_FIX_COLORS, PROPOSAL_PARTS, RESIDENCY_PARTS,
+                                          REVIEW_BUG_OUTCOMES, review_outcome,
                                           residency_proposals_figure, residency_proposals_spec,
                                           residency_stack_figure, residency_stack_spec,
                                           review_findings_figure, review_findings_spec)
@@ -45,7 +46,8 @@ from kvlab.notebook.viz.display import figure_html, figure_text, figure_title, s
 __all__ = [
     # style
     "AXIS_STYLE", "FIGURE_WIDTH", "FONT", "NEUTRAL_COLOR", "OUTCOME_COLORS", "OUTCOME_LABELS",
-    "POOL_COLOR", "ROW_COLOR", "SUBTITLE_CHARS", "WIDTH_LINE_COLORS", "outcome_color",
+    "POOL_COLOR", "ROW_COLOR", "SUBTITLE_CHARS", "UNRAISED_STALLS", "WIDTH_LINE_COLORS",
+    "outcome_color", "run_outcome",
     # pages
     "MAX_PAGE_CELLS", "PAGE_COLORS", "PAGE_STATE_LABELS", "PAGE_STATES", "index_row_figure",
     "index_row_spec", "outcome_map_figure", "outcome_map_spec", "page_map_figure", "page_map_spec",
@@ -61,9 +63,9 @@ __all__ = [
     "BUDGET_PARTS", "rank_budget_figure", "rank_budget_spec", "request_fit_figure",
     "request_fit_spec",
     # residency
-    "BUG_FIX_COLORS", "PROPOSAL_PARTS", "RESIDENCY_PARTS", "residency_proposals_figure",
-    "residency_proposals_spec", "residency_stack_figure", "residency_stack_spec",
-    "review_findings_figure", "review_findings_spec",
+    "BUG_FIX_COLORS", "PROPOSAL_PARTS", "RESIDENCY_PARTS", "REVIEW_BUG_OUTCOMES",
+    "residency_proposals_figure", "residency_proposals_spec", "residency_stack_figure",
+    "residency_stack_spec", "review_findings_figure", "review_findings_spec", "review_outcome",
     # measurements
     "READ_COLORS", "paged_read_figure", "paged_read_spec", "pool_allocation_figure",
     "pool_allocation_spec", "pool_vs_workspace_figure", "pool_vs_workspace_spec",

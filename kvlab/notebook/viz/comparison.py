@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional, Sequence
 
-from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
+from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.notebook.viz.style import (AXIS_STYLE, FIGURE_WIDTH, NEUTRAL_COLOR, OUTCOME_COLORS,
-                                      OUTCOME_LABELS, as_figure, base_layout, outcome_color)
+                                      OUTCOME_LABELS, as_figure, base_layout, outcome_color,
+                                      run_outcome)
 
 
 # --- the phase diagram: pool size x context length, one subplot per regime ----------------------
@@ -162,7 +163,7 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
                  y=list(range(1, len(arrivals) + 1, stride)) + [len(arrivals)],
                  hovertemplate="minute %{x:.1f}: %{y} arrived<extra></extra>")]
     for k, (policy, run) in enumerate(runs.items()):
-        outcome = engine_outcome(run)
+        outcome = run_outcome(run)
         steps = run.trace.steps
         stride = max(1, len(steps) // max_points)
         kept = list(steps[::stride]) + list(steps[-1:])
@@ -180,9 +181,9 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
     annotations = [dict(x=run.end_step * scale, y=run.trace.steps[-1].finished_total if run.trace.steps else 0,
                         xref="x", yref="y", showarrow=True, arrowhead=2, ax=50, ay=-150 + 30 * i,
                         bgcolor="rgba(255,255,255,0.9)",
-                        text=f"{policy}: {OUTCOME_LABELS.get(engine_outcome(run), engine_outcome(run))} "
+                        text=f"{policy}: {OUTCOME_LABELS.get(run_outcome(run), run_outcome(run))} "
                              f"at minute {run.end_step * scale:.1f}",
-                        font=dict(size=12, color=outcome_color(engine_outcome(run))), xanchor="left")
+                        font=dict(size=12, color=outcome_color(run_outcome(run))), xanchor="left")
                    for i, (policy, run) in enumerate(stops)]
     # policies whose runs draw the same curve share one legend entry that names them all
     curves = {}

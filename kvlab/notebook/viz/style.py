@@ -14,13 +14,20 @@ from typing import List, Optional, Tuple
 
 import plotly.graph_objects as go
 
+from kvlab.analysis.presets import engine_outcome
 from kvlab.core.memory import GIB, MIB
 
+#: The names :func:`run_outcome` gives a "stall" that nothing raised (kvlab.analysis.presets
+#: counts both as stalls: requests unfinished, no error).
+UNRAISED_STALLS = ("livelock", "unfinished")
 #: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
 #: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
+#: The stalls that nothing raised (:data:`UNRAISED_STALLS`) keep the stall's orange.
 OUTCOME_COLORS = {
     "crash": "#CC3311",
     "stall": "#EE7733",
+    "livelock": "#EE7733",
+    "unfinished": "#EE7733",
     "refused": "#DDAA33",
     "reject": "#0077BB",
     "ok": "#009988",
@@ -29,10 +36,22 @@ OUTCOME_COLORS = {
 OUTCOME_LABELS = {
     "crash": "crash (ValueError)",
     "stall": "stall (no progress)",
+    "livelock": "livelock (preempted again and again, never raises)",
+    "unfinished": "unfinished when the steps ran out",
     "refused": "refused (resize returned False)",
     "reject": "rejected at admission",
     "ok": "ok",
 }
+
+
+def run_outcome(result) -> str:
+    """A run's outcome as figures and findings name it: ``engine_outcome(result)``, except a
+    "stall" that nothing raised (no SchedulerDeadlock: the steps ran out first), which is a
+    "livelock" when requests were preempted along the way and "unfinished" otherwise."""
+    outcome = engine_outcome(result)
+    if outcome != "stall" or result.error is not None:
+        return outcome
+    return "livelock" if result.summary()["recomputes"] else "unfinished"
 #: Colour for "not applicable" (no pool, no outcome).
 NEUTRAL_COLOR = "#BBBBBB"
 

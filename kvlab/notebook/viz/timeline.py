@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional, Sequence
 
-from kvlab.analysis.presets import engine_outcome
 from kvlab.notebook.tables import counted
 from kvlab.notebook.viz.style import (AXIS_STYLE, NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS,
-                                      as_figure, base_layout, outcome_color, wrap_words)
+                                      as_figure, base_layout, outcome_color, run_outcome, wrap_words)
 
 #: Line colours of the timeline's non-outcome series (Tol "muted"; clear of the outcome colours).
 TIMELINE_COLORS = {"running": "#332288", "waiting": "#AA4499", "suspended": "#88CCEE",
@@ -31,11 +30,11 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
 
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
-    ``kvlab.analysis.presets.engine_outcome``). Always six scatter traces (:data:`TIMELINE_SERIES`);
+    :func:`~kvlab.notebook.viz.style.run_outcome`: a livelock is not called a stall). Always six scatter traces (:data:`TIMELINE_SERIES`);
     the suspended line, and its legend entry, only show when the run suspended anything."""
     trace = result.trace
     steps = trace.column("step")
-    outcome = outcome if outcome is not None else engine_outcome(result)
+    outcome = outcome if outcome is not None else run_outcome(result)
     total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
     suspended = any(trace.column("suspended"))
 
