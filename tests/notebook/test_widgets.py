@@ -310,8 +310,13 @@ def mamba():
 
 
 def mamba_bars(mamba):
-    fig = mamba.figures["stack"]
-    return {t.name.split(":")[0]: tuple(t.y) for t in fig.data}  # names carry the amounts
+    """GiB per part and bar; a part of zero bytes is not drawn (None), read as 0 here."""
+    return {t.name: tuple(v or 0 for v in t.y) for t in mamba.figures["stack"].data}
+
+
+def bar_names(fig) -> list:
+    """Each bar's name: the first line of its category label (its parts follow, one a line)."""
+    return [x.split("<br>")[0].replace("<b>", "").replace("</b>", "") for x in fig.data[0].x]
 
 
 def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
@@ -324,10 +329,16 @@ def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
     assert "Proposal PR #18985 (open): a max_batch_size default of at most 339 fits" in text
     assert "an explicit 512 still raises" in text
     assert mamba.model.feasible_max_batch_size == 339
-    assert [t.name.split(":")[0] for t in mamba.figures["stack"].data] == [
-        lab for _, lab, _ in viz.RESIDENCY_PARTS]
-    assert all(t.name.endswith(" GiB") for t in mamba.figures["stack"].data)  # sized in the legend
-    assert list(mamba.figures["stack"].data[0].x) == ["merged (raises)", "PR #17261 clamp (proposal)"]
+    fig = mamba.figures["stack"]
+    # a legend entry names one part; its sizes are under each bar, one part a line, with units
+    assert [t.name for t in fig.data] == [lab for _, lab, _ in viz.RESIDENCY_PARTS]
+    assert bar_names(fig) == ["merged (raises)", "PR #17261 clamp (proposal)"]
+    merged, clamp = (x.split("<br>")[1:] for x in fig.data[0].x)
+    assert any("resident state slots 37.4 GiB" in line for line in merged)
+    assert any("dummy slots (CUDA-graph padding) 74.8 MiB" in line for line in clamp)
+    # merged leaves nothing unused: not drawn there, not listed under it; the clamp leaves 399 KiB
+    assert fig.data[3].y[0] is None and not any("unused" in line for line in merged)
+    assert any("unused 399.4 KiB" in line for line in clamp) and fig.data[3].showlegend
     raw, clamped = zip(*mamba_bars(mamba).values())
     assert sum(raw) > 24.86 > sum(clamped[:3])
     quota_line = mamba.figures["stack"].layout.shapes[0]
@@ -341,7 +352,7 @@ def test_a_big_quota_lets_merged_code_build_and_the_figure_updates_in_place(mamb
     assert mamba.views["stack"] is view  # redrawn, not rebuilt
     assert mamba.outcome == "ok" and "Merged builds" in mamba.verdict_text
     fig = mamba.figures["stack"]
-    assert list(fig.data[0].x) == ["merged", "PR #17261 clamp (proposal)"]
+    assert bar_names(fig) == ["merged", "PR #17261 clamp (proposal)"]
     assert "all 512 sequences resident" in mamba.verdict_text
     assert mamba_bars(mamba) != before
     assert abs(fig.layout.shapes[0].y0 - 40.0) < 0.01
@@ -365,6 +376,17 @@ def test_a_quota_below_one_slot_clamps_to_zero(mamba):
     assert "keeps 0: not even one sequence's state fits" in mamba.verdict_text
     assert "no max_batch_size default fits" in mamba.verdict_text
     assert mamba_bars(mamba)["resident state slots"][1] == 0
+    resident = mamba.figures["stack"].data[0]
+    assert resident.y[1] is None and "resident" not in resident.x[1]  # zero bytes: not drawn, not listed
+
+
+def test_a_part_no_bar_has_is_not_in_the_legend():
+    fit = {"resident": 30 * 2**30, "dummies": 2**26, "pages": 2**30, "unused": 0}
+    spec = viz.residency_stack_spec({"raw": fit, "clamped": fit, "raw_fits": True}, 32 * 2**30)
+    shown = [t["name"] for t in spec["data"] if t["showlegend"]]
+    assert shown == ["resident state slots", "dummy slots (CUDA-graph padding)", "attention pages"]
+    assert len(spec["data"]) == 4 and spec["data"][3]["y"] == [None, None]  # 4 traces, always
+    assert not any("|" in t["name"] for t in spec["data"])
 
 
 def test_bad_arguments_are_refused():

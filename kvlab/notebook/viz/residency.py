@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 from kvlab.core.memory import GIB
-from kvlab.notebook.viz.style import AXIS_STYLE, OUTCOME_COLORS, as_figure, base_layout, wrap_words
+from kvlab.notebook.viz.style import (AXIS_STYLE, OUTCOME_COLORS, as_figure, base_layout, format_bytes,
+                                      wrap_words)
 
 #: Bug and fix bars of :func:`review_findings_spec`.
 BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
@@ -92,17 +93,25 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
                          subtitle: str = "") -> dict:
     """Stacked bars (GiB) of what the quota goes to under merged residency and under PR #17261's
     clamp (a proposal): resident slots, dummy slots, attention pages, unused; the quota as a
-    dashed line. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``. Traces: always 4 bars."""
+    dashed line. Under each bar, its parts with their sizes (a part too thin to see is still
+    named and sized there); a part of zero bytes is neither drawn nor listed, nor in the legend
+    when both bars lack it. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``.
+    Traces: always 4 bars."""
     gib = GIB
-    x = ["merged" + ("" if split["raw_fits"] else " (raises)"),
-         "PR #17261 clamp (proposal)"]
+    names = ["merged" + ("" if split["raw_fits"] else " (raises)"), "PR #17261 clamp (proposal)"]
+    bars = [split["raw"], split["clamped"]]
+    x = []  # each bar's name over its parts, top of the stack first, as the bar shows them
+    for name, parts in zip(names, bars):
+        listed = [f"{label} {format_bytes(parts[key])}" for key, label, _ in reversed(RESIDENCY_PARTS)
+                  if parts[key]]
+        x.append(f"<b>{name}</b><br>" + "<br>".join(f'<span style="font-size:11px">{line}</span>'
+                                                     for line in listed))
     data = []
     for key, label, color in RESIDENCY_PARTS:
-        values = [split["raw"][key] / gib, split["clamped"][key] / gib]
-        hover = [f"{xi}: {label} {v:.2f} GiB" for xi, v in zip(x, values)]
-        # the amounts in the legend: a part too thin to see in the bars is still named and sized
-        data.append(dict(type="bar", x=x, y=values, name=f"{label}: {values[0]:.2f} | {values[1]:.2f} GiB",
-                         marker=dict(color=color),
+        sizes = [parts[key] for parts in bars]
+        hover = [f"{name}: {label} {format_bytes(b)}" for name, b in zip(names, sizes)]
+        data.append(dict(type="bar", x=x, y=[b / gib if b else None for b in sizes], name=label,
+                         showlegend=any(sizes), marker=dict(color=color),
                          hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
     q = quota_bytes / gib
     raw_total = sum(split["raw"][k] for k in ("resident", "dummies", "pages")) / gib
@@ -112,10 +121,12 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
                         showarrow=False, text=f"quota {q:.2f} GiB",
                         font=dict(color=OUTCOME_COLORS["crash"], size=12))]
     layout = base_layout(title or "Recurrent-state slots vs attention pages vs the quota", subtitle,
-                         barmode="stack", height=420, bargap=0.35, shapes=shapes,
-                         annotations=annotations,
+                         barmode="stack", height=500, bargap=0.35, shapes=shapes,
+                         annotations=annotations, xaxis=dict(type="category", tickangle=0),
                          yaxis=dict(title=dict(text="GiB"), range=[0, max(q, raw_total) * 1.12]),
-                         legend=dict(orientation="h", yanchor="top", y=-0.15, x=0, font=dict(size=11)))
+                         legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0,
+                                     font=dict(size=11)),
+                         margin=dict(l=70, r=30, t=80, b=150))
     return {"data": data, "layout": layout}
 
 
