@@ -389,6 +389,32 @@ def test_a_part_no_bar_has_is_not_in_the_legend():
     assert not any("|" in t["name"] for t in spec["data"])
 
 
+def test_the_quota_slider_steps_in_half_gib_and_offers_the_key_quotas():
+    """A slider a keyboard can use (0.5 GiB a press, not 0.01 over 80 GiB), on which the PR's
+    quota, the default, the quotas the notebook asks for and a panel's own quota all lie."""
+    from kvlab.analysis.mamba_residency import PR_QUOTA_BYTES
+    from kvlab.core.memory import GIB
+    from kvlab.notebook.widgets import MAMBA_QUOTA_STEP_GIB
+
+    panel = mamba_panel()
+    slider = panel.controls["quota_gib"]
+    offered = [v for _, v in slider.options]
+    assert MAMBA_QUOTA_STEP_GIB == 0.5 and len(offered) <= 200
+    assert slider.value == 24.86 and int(slider.value * GIB) == PR_QUOTA_BYTES  # the default, the PR's
+    steps = {round(b - a, 2) for a, b in zip(offered, offered[1:])}
+    assert max(steps) == 0.5
+    # less than one slot, where merged builds (37.48 GiB needed, bf16; 73.55 float32), an H100
+    assert {0.1, 37.5, 74.0, 80.0} <= set(offered) and dict(slider.options)["24.86"] == 24.86
+    for quota in (0.1, 24.86, 37.5, 74.0):
+        panel.set(quota_gib=quota)
+        assert panel.model.quota_gib == quota
+    assert panel.set(quota_gib=37.5).outcome == "ok" and panel.set(quota_gib=37.0).outcome == "crash"
+    own = mamba_panel(quota_gib=33.3)  # a notebook parameter off the grid is offered too
+    assert own.controls["quota_gib"].value == 33.3 and own.model.quota_gib == 33.3
+    with pytest.raises(ValueError, match="quota_gib"):
+        panel.set(quota_gib=24.87)  # not a position of the slider: said, not clamped
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="ssm_dtype"):
         mamba_panel(ssm_dtype="fp8")

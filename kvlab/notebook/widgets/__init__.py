@@ -23,8 +23,8 @@ from kvlab.notebook.widgets.admission import (ADMISSION_PANEL_POLICIES, ADMISSIO
                                               admission_panel, admission_verdict)
 from kvlab.notebook.widgets.ranks import (RANKS_CONTEXT_CHOICES, RanksModel, ranks_figures,
                                           ranks_model, ranks_panel, ranks_verdict, run_planned_ranks)
-from kvlab.notebook.widgets.mamba import (MambaModel, mamba_figures, mamba_model, mamba_panel,
-                                          mamba_verdict)
+from kvlab.notebook.widgets.mamba import (MAMBA_QUOTA_CHOICES_GIB, MAMBA_QUOTA_STEP_GIB, MambaModel,
+                                          mamba_figures, mamba_model, mamba_panel, mamba_verdict)
 from kvlab.notebook.widgets.plan import (PLAN_BATCH_SIZES, PLAN_MAX_SEQ_LENS, PLAN_RANKS,
                                          plan_figures, plan_model, plan_panel, plan_verdict)
 
@@ -37,6 +37,6 @@ __all__ = ["CONTEXT_RANGE", "context_choices", "labelled",
            "admission_figures", "admission_model", "admission_panel", "admission_verdict",
            "RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",
            "ranks_verdict", "run_planned_ranks",
-           "MambaModel", "mamba_figures", "mamba_model", "mamba_panel", "mamba_verdict",
+           "MAMBA_QUOTA_CHOICES_GIB", "MAMBA_QUOTA_STEP_GIB", "MambaModel", "mamba_figures", "mamba_model", "mamba_panel", "mamba_verdict",
            "PLAN_BATCH_SIZES", "PLAN_MAX_SEQ_LENS", "PLAN_RANKS", "plan_figures", "plan_model",
            "plan_panel", "plan_verdict"]

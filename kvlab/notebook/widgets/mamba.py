@@ -9,12 +9,20 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ipywidgets as W
 
-from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, qwen_plan, residency_bytes
+from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, PR_QUOTA_BYTES, qwen_plan, residency_bytes
 from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.tables import gib_pair
+
+
+#: The quota slider's step, GiB: 161 positions up to 80 GiB, a key press each.
+MAMBA_QUOTA_STEP_GIB = 0.5
+#: The quota slider's positions, GiB: every step up to 80 (an H100), 0.1 (less than one slot)
+#: and the PR's 24.86 (its H100 after the weights); a panel built for another quota adds it.
+MAMBA_QUOTA_CHOICES_GIB = tuple(sorted({0.1, round(PR_QUOTA_BYTES / GIB, 2)}
+                                       | {MAMBA_QUOTA_STEP_GIB * k for k in range(1, 161)}))
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,8 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
 
 def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: str = "bfloat16", *,
                 wait_s: float = DEFAULT_WAIT_S) -> Panel:
-    """Notebook 05's live panel: the quota (GiB), max_batch_size and the SSM state dtype of
+    """Notebook 05's live panel: the quota (GiB, :data:`MAMBA_QUOTA_CHOICES_GIB`, and
+    ``quota_gib``), max_batch_size and the SSM state dtype of
     Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp (a proposal),
     and a verdict: merged builds or raises, the clamp's residency, PR #18985's feasible
     max_batch_size default."""
@@ -105,9 +114,10 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
     check_int("max_batch_size", max_batch_size, low=1, high=4096)
     check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
-    quota = W.FloatSlider(value=float(quota_gib), min=min(0.1, float(quota_gib)), max=max(80.0, float(quota_gib)), step=0.01,
-                          description="quota (GiB)", readout_format=".2f", continuous_update=True,
-                          style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    quota = W.SelectionSlider(options=[(f"{v:g}", v) for v in sorted(set(MAMBA_QUOTA_CHOICES_GIB)
+                                                                      | {float(quota_gib)})],
+                              value=float(quota_gib), description="quota (GiB)", continuous_update=True,
+                              style={"description_width": "110px"}, layout=W.Layout(width="420px"))
     batch = W.IntSlider(value=int(max_batch_size), min=1, max=max(1024, int(max_batch_size)),
                         description="max_batch_size", continuous_update=True,
                         style={"description_width": "110px"}, layout=W.Layout(width="420px"))
@@ -119,4 +129,4 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
                  wait_s=wait_s)
 
 
-__all__ = ["MambaModel", "mamba_figures", "mamba_model", "mamba_panel", "mamba_verdict"]
+__all__ = ["MAMBA_QUOTA_CHOICES_GIB", "MAMBA_QUOTA_STEP_GIB", "MambaModel", "mamba_figures", "mamba_model", "mamba_panel", "mamba_verdict"]
