@@ -3,15 +3,17 @@
 The Scheduler (TensorRT-LLM's KVCacheV2Scheduler) takes a policy through one hook,
 ``admit(request, manager) -> Verdict``: a rejection is for that request alone and its reason
 states the numbers. "none" admits everything (the merged code: try and see); "capacity" is PR
-#21720's proposal. The peers are not policies of this loop: vLLM's and SGLang's own loops are
-:mod:`kvlab.sched.vllm` and :mod:`kvlab.sched.sglang`. Reasons quote the real messages
-(docs/REFERENCE.md §4) where the real engine has one.
+#21720's proposal. Around the policy, the Scheduler asks :func:`front_door_verdict` (the LLM
+API's check, first) and, for a policy that rejects what can never run,
+:func:`token_budget_verdict` (last). The peers are not policies of this loop: vLLM's and
+SGLang's own loops are :mod:`kvlab.sched.vllm` and :mod:`kvlab.sched.sglang`. Reasons quote the
+real messages (docs/REFERENCE.md §4) where the real engine has one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Type, Union
+from typing import Dict, Optional, Type, Union
 
 from kvlab.core.checks import check_choice
 from kvlab.core.manager import KVCacheManager
@@ -42,12 +44,41 @@ def demand_blocks(request: Request, manager: KVCacheManager) -> int:
     return manager.geometry.blocks_for_tokens(tokens)
 
 
+def front_door_verdict(request: Request, max_num_tokens: Optional[int], chunked_prefill: bool) -> Verdict:
+    """The LLM API's check (tensorrt_llm/llmapi/llm.py ``_check_arguments``), before any policy:
+    without chunked prefill a prompt must fit max_num_tokens. Generation-only requests skip it."""
+    if (not chunked_prefill and not request.disagg_generation_init
+            and max_num_tokens is not None and request.prompt_len > max_num_tokens):
+        return Verdict(False, f"The sum of prompt length ({float(request.prompt_len)}), query "
+                              f"length (0) should not exceed max_num_tokens ({max_num_tokens})")
+    return ADMIT
+
+
+def token_budget_verdict(request: Request, max_num_tokens: Optional[int], chunked_prefill: bool) -> Verdict:
+    """For a policy that rejects what can never run: a step the token budget can never hold
+    (kvlab goes beyond the real scheduler, which would wait for it forever)."""
+    if max_num_tokens is None:
+        return ADMIT
+    step = 1 + request.num_draft_tokens
+    if step > max_num_tokens:
+        return Verdict(False, f"a generation step needs {step} tokens (1 + "
+                              f"{request.num_draft_tokens} draft), more than max_num_tokens="
+                              f"{max_num_tokens}: it would never be scheduled")
+    last = request.prompt_len + request.num_draft_tokens
+    if not chunked_prefill and not request.disagg_generation_init and last > max_num_tokens:
+        return Verdict(False, f"its context needs {last} tokens in one pass ({request.prompt_len} "
+                              f"prompt + {request.num_draft_tokens} draft) without chunked "
+                              f"prefill, more than max_num_tokens={max_num_tokens}: it would "
+                              "never be scheduled")
+    return ADMIT
+
+
 class AdmissionPolicy:
     """Base policy: admits everything."""
 
     name = "base"
     #: The scheduler also rejects, at arrival, a request whose step its token budget can never
-    #: hold (``Scheduler._token_budget_verdict``).
+    #: hold (:func:`token_budget_verdict`).
     rejects_never_schedulable = False
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:

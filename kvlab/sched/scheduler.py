@@ -16,11 +16,9 @@ Mirrors ``KVCacheV2Scheduler._schedule_loop``
 - Phase 2 walks the deferred contexts: batch budget full -> break; STOP -> break; SKIP ->
   continue. A first chunk that may reuse cached blocks is prepared first (``prepare_context``
   before the budget, the real order): the reused prefix moves the context's start, and only
-  what is left is planned, charged and resized. Non-chunked: the whole remaining context plus its draft tokens is one unit; a
-  token-budget miss or a prepare failure STOPs later contexts. Chunked: chunk = min(token
-  budget left, context remaining, max_context_length), rounded down to ``chunk_unit_size``
-  unless it is the last; the last chunk carries the draft tokens (in the budget and the
-  resize, after the budget check); a prepare failure SKIPs. An allocation failure runs
+  what is left is planned, charged and resized (the plan: kvlab.sched.context_plan).
+  Non-chunked, a token-budget miss or a prepare failure STOPs later contexts; chunked, a
+  prepare failure SKIPs. An allocation failure runs
   ``preempt_for_pages``: with no tier below the GPU (and recompute pause on), the newest
   started request that is neither scheduled this pass nor the one asking, and holds an active
   cache, is recompute-paused, and phase 2 STOPs (the pages wait for the request that paid for
@@ -58,14 +56,17 @@ overriding one hook: ``_disagg_gen_init_under_cap`` and ``_residency_refusal``.
 from __future__ import annotations
 
 import enum
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Union
 
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import Allocation, KVCacheManager
 from kvlab.core.request import LIVE_STATES, Request, RequestState
-from kvlab.sched.admission import AdmissionPolicy, Verdict, make_admission
+from kvlab.sched.admission import (AdmissionPolicy, Verdict, front_door_verdict, make_admission,
+                                  token_budget_verdict)
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
+from kvlab.sched.context_plan import (CertainRefusal, ContextPlan, PassBudget, check_chunk_budget,
+                                      plan_context)
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000
@@ -97,34 +98,6 @@ class ScheduleAction(enum.Enum):
     STOP = "stop"
 
 
-class _Budget:
-    """Token and request budgets of one pass (the real BudgetTracker, without PEFT);
-    ``max_num_tokens=None`` is no token limit."""
-
-    __slots__ = ("max_num_tokens", "max_num_requests", "num_tokens", "num_requests")
-
-    def __init__(self, max_num_tokens: int, max_num_requests: int):
-        self.max_num_tokens = max_num_tokens
-        self.max_num_requests = max_num_requests
-        self.num_tokens = 0
-        self.num_requests = 0
-
-    @property
-    def requests_full(self) -> bool:
-        return self.num_requests >= self.max_num_requests
-
-    @property
-    def remaining_tokens(self) -> Optional[int]:
-        return None if self.max_num_tokens is None else self.max_num_tokens - self.num_tokens
-
-    def can_fit_tokens(self, num_tokens: int) -> bool:
-        return self.max_num_tokens is None or self.num_tokens + num_tokens <= self.max_num_tokens
-
-    def commit(self, num_tokens: int) -> None:
-        self.num_tokens += num_tokens
-        self.num_requests += 1
-
-
 class _RecomputePauseState:
     """Recompute-pause frontier and victims of one pass (the real _RecomputePauseState)."""
 
@@ -133,91 +106,6 @@ class _RecomputePauseState:
     def __init__(self, frontier: int):
         self.frontier = frontier
         self.victim_indices: set = set()
-
-
-#: The next chunk of a context as one pass would schedule it: (chunk, budget tokens, resize
-#: tokens): ``chunk`` context tokens (the request's ``context_chunk_size``), the tokens charged to
-#: the token budget and those the cache grows by (the chunk, plus the draft tokens with the
-#: last). A plain tuple: the certain refusal plans every pending first chunk every pass.
-ContextPlan = Tuple[int, int, int]
-
-
-def plan_context(request: Request, budget_left: Optional[int], chunked: bool,
-                 max_context_length: Optional[int], chunk_unit: int,
-                 sized_from: Optional[int] = None) -> Optional[ContextPlan]:
-    """The plan of ``request``'s next context chunk against ``budget_left`` tokens (None: no
-    token limit), changing nothing; None when the budget cannot hold it (phase 2 STOPs).
-
-    Non-chunked: the whole remaining context plus its draft tokens is one unit, checked
-    against the budget. Chunked: chunk = min(budget left, context remaining,
-    ``max_context_length``), rounded down to ``chunk_unit`` unless it is the last (never 0: the
-    chunk budget is >= chunk_unit in phase 2); the last chunk carries the draft tokens, added
-    after the budget check as the real code adds them. ``sized_from``: the context the budget
-    sizes and charges, when not what remains (prefix-aware scheduling off: the context before
-    a reused prefix); the chunk run is at most what remains."""
-    remaining = request.context_remaining_length
-    drafts = request.num_draft_tokens
-    sized = remaining if sized_from is None else sized_from
-    if not chunked:
-        if budget_left is not None and sized + drafts > budget_left:
-            return None
-        return remaining, sized + drafts, remaining + drafts
-    chunk = sized
-    if budget_left is not None and budget_left < chunk:
-        chunk = budget_left
-    if max_context_length is not None and max_context_length < chunk:
-        chunk = max_context_length
-    if chunk < sized:
-        chunk -= chunk % chunk_unit
-    if chunk < remaining:
-        return chunk, chunk, chunk
-    return remaining, chunk + drafts, remaining + drafts  # the last chunk
-
-
-class _CertainRefusal:
-    """When a first context chunk is certainly refused, with no trace left
-    (``KVCacheManager.refusal_window``). The attempt would create the cache, be refused by
-    resize (False, not a raise) and free it again; only the pool's failed_allocations counter
-    and the request's context_chunk_size (set from the plan, read only once scheduled) tell the
-    two apart.
-
-    :meth:`refuses_first_chunk` asks :func:`plan_context` what the attempt would resize by, with
-    the budget left and the window read once, so a pass costs a plan and a comparison per
-    pending request, not an attempt each; it holds until the pass schedules something (the
-    scheduler then builds another)."""
-
-    __slots__ = ("fit_tokens", "width_tokens", "budget_left", "chunked", "max_context_length",
-                 "chunk_unit")
-
-    def __init__(self, manager: KVCacheManager, budget_left: Optional[int], chunked: bool,
-                 max_context_length: Optional[int], chunk_unit: int):
-        self.fit_tokens, self.width_tokens = manager.refusal_window()
-        self.budget_left = budget_left
-        self.chunked = chunked
-        self.max_context_length = max_context_length
-        self.chunk_unit = chunk_unit
-
-    def refuses_first_chunk(self, request: Request) -> bool:
-        """``request`` holds no cache; a plan the budget STOPs is not a refusal."""
-        plan = plan_context(request, self.budget_left, self.chunked, self.max_context_length,
-                            self.chunk_unit)
-        return plan is not None and self.fit_tokens < plan[2] <= self.width_tokens
-
-
-def check_chunk_budget(chunk_unit_size: int, max_num_tokens: Optional[int],
-                       max_context_length: Optional[int] = None) -> None:
-    """With chunked prefill, a chunk is a multiple of ``chunk_unit_size`` (the tokens per block)
-    and must fit both limits; raise ValueError when no chunk ever can. Both checks are kvlab's:
-    the real constructor accepts any chunk_unit_size, and its scheduler would then never
-    schedule a context chunk."""
-    max_context_length = max_num_tokens if max_context_length is None else max_context_length
-    if max_context_length is not None and chunk_unit_size > max_context_length:
-        raise ValueError(f"chunk_unit_size must be in [1, max_context_length={max_context_length}] "
-                         f"with chunked_prefill, got {chunk_unit_size}")
-    if max_num_tokens is not None and chunk_unit_size > max_num_tokens:
-        raise ValueError(f"max_num_tokens must be at least chunk_unit_size={chunk_unit_size} (the "
-                         f"tokens per block) with chunked_prefill, or no context chunk is ever "
-                         f"scheduled; got {max_num_tokens}")
 
 
 def _contains(requests: Sequence[Request], request: Request) -> bool:
@@ -272,39 +160,12 @@ class Scheduler(SchedulerBase):
     def _verdict(self, request: Request) -> Verdict:
         """The front-door check, then the admission policy (and, for a policy that rejects
         what can never run, the token budget)."""
-        verdict = self._front_door(request)
+        verdict = front_door_verdict(request, self.max_num_tokens, self.chunked_prefill)
         if verdict.admitted:
             verdict = self.admission.admit(request, self.manager)
         if verdict.admitted and self.admission.rejects_never_schedulable:
-            verdict = self._token_budget_verdict(request)
+            verdict = token_budget_verdict(request, self.max_num_tokens, self.chunked_prefill)
         return verdict
-
-    def _front_door(self, request: Request) -> Verdict:
-        """The LLM API's check (tensorrt_llm/llmapi/llm.py ``_check_arguments``): without
-        chunked prefill a prompt must fit max_num_tokens. Generation-only requests skip it."""
-        if (not self.chunked_prefill and not request.disagg_generation_init
-                and self.max_num_tokens is not None and request.prompt_len > self.max_num_tokens):
-            return Verdict(False, f"The sum of prompt length ({float(request.prompt_len)}), query "
-                                  f"length (0) should not exceed max_num_tokens ({self.max_num_tokens})")
-        return Verdict(True)
-
-    def _token_budget_verdict(self, request: Request) -> Verdict:
-        """For a policy that rejects what can never run: a step the token budget can never
-        hold (kvlab goes beyond the real scheduler, which would wait for it forever)."""
-        if self.max_num_tokens is None:
-            return Verdict(True)
-        step = 1 + request.num_draft_tokens
-        if step > self.max_num_tokens:
-            return Verdict(False, f"a generation step needs {step} tokens (1 + "
-                                  f"{request.num_draft_tokens} draft), more than max_num_tokens="
-                                  f"{self.max_num_tokens}: it would never be scheduled")
-        last = request.prompt_len + request.num_draft_tokens
-        if not self.chunked_prefill and not request.disagg_generation_init and last > self.max_num_tokens:
-            return Verdict(False, f"its context needs {last} tokens in one pass ({request.prompt_len} "
-                                  f"prompt + {request.num_draft_tokens} draft) without chunked "
-                                  f"prefill, more than max_num_tokens={self.max_num_tokens}: it "
-                                  "would never be scheduled")
-        return Verdict(True)
 
     def _enqueue(self, request: Request) -> None:
         if request.prefix_hashes:
@@ -320,7 +181,7 @@ class Scheduler(SchedulerBase):
         self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
-        budget = _Budget(self.max_num_tokens, self.max_num_requests)
+        budget = PassBudget(self.max_num_tokens, self.max_num_requests)
         pending_contexts = self._schedule_generations(budget, batch)
         preempted = self._schedule_contexts(pending_contexts, budget, batch)
         batch.num_tokens = budget.num_tokens
@@ -332,7 +193,7 @@ class Scheduler(SchedulerBase):
         return batch
 
     # -- phase 1: generation -------------------------------------------------------------
-    def _schedule_generations(self, budget: _Budget, batch: ScheduledBatch) -> List[Request]:
+    def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> List[Request]:
         """Phase 1; returns the context requests it deferred to phase 2.
 
         Each generation step is the real ``_try_schedule_generation``, written once and inline
@@ -474,7 +335,7 @@ class Scheduler(SchedulerBase):
         return False, end
 
     # -- phase 2: contexts ---------------------------------------------------------------
-    def _schedule_contexts(self, pending: List[Request], budget: _Budget,
+    def _schedule_contexts(self, pending: List[Request], budget: PassBudget,
                            batch: ScheduledBatch) -> List[Request]:
         """Phase 2; returns the requests ``preempt_for_pages`` recompute-paused."""
         preempted: List[Request] = []
@@ -537,7 +398,7 @@ class Scheduler(SchedulerBase):
         probe = self.manager.probe_first_new_block_key
         return {key for key in map(probe, in_flight) if key is not None}
 
-    def _pending_refusal(self, budget: _Budget) -> Optional[_CertainRefusal]:
+    def _pending_refusal(self, budget: PassBudget) -> Optional[CertainRefusal]:
         """The bound that refuses a pending first chunk before its attempt, or None when an
         attempt could end otherwise than its refusal would: a residency cap is checked first, a
         refusal may preempt
@@ -548,14 +409,14 @@ class Scheduler(SchedulerBase):
                 or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
                 or manager.free_slots == 0):
             return None
-        return _CertainRefusal(manager, budget.remaining_tokens, self.chunked_prefill,
+        return CertainRefusal(manager, budget.remaining_tokens, self.chunked_prefill,
                                self.max_context_length, self.chunk_unit_size)
 
-    def _has_context_chunk_budget(self, budget: _Budget) -> bool:
+    def _has_context_chunk_budget(self, budget: PassBudget) -> bool:
         remaining = budget.remaining_tokens
         return remaining is None or (remaining > 0 and remaining >= self.chunk_unit_size)
 
-    def _schedule_context(self, request: Request, budget: _Budget, batch: ScheduledBatch,
+    def _schedule_context(self, request: Request, budget: PassBudget, batch: ScheduledBatch,
                           preempted: List[Request]):
         """One context attempt: (action, tokens for the budget when SCHEDULED)."""
         first_chunk = request.is_first_context_chunk
@@ -585,7 +446,7 @@ class Scheduler(SchedulerBase):
             return action, 0
         return action, budget_tokens
 
-    def _prepare_then_plan(self, request: Request, budget: _Budget):
+    def _prepare_then_plan(self, request: Request, budget: PassBudget):
         """A first chunk that may reuse: ``prepare_context`` first, so the reused prefix moves
         the context's start, then the plan from what is left (the real
         ``_try_schedule_context_full`` / ``_chunked``): (action, plan or None). With

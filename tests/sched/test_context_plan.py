@@ -1,6 +1,6 @@
-"""The context planner (``plan_context``) changes nothing and sizes a chunk as TensorRT-LLM's
-``_try_schedule_context_full`` / ``_chunked`` do, and the certain refusal built on it
-(``_CertainRefusal``) refuses only what the full attempt refuses, leaving no trace."""
+"""kvlab.sched.context_plan: the context planner (``plan_context``) changes nothing and sizes a
+chunk as TensorRT-LLM's ``_try_schedule_context_full`` / ``_chunked`` do, and the certain refusal
+built on it (``CertainRefusal``) refuses only what the full attempt refuses, leaving no trace."""
 
 import dataclasses
 import warnings
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.sched.base import ScheduledBatch
-from kvlab.sched.scheduler import ScheduleAction, _Budget, plan_context
+from kvlab.sched.context_plan import PassBudget, plan_context
+from kvlab.sched.scheduler import ScheduleAction
 
 
 def _fields(request):
@@ -77,7 +78,7 @@ def _pool(tokens_per_block, num_blocks, host_tier, hogs, suspended, **scheduler_
         hog = Request(f"hog{i}", prompt, 4)
         scheduler.submit(hog)
         try:
-            action, _ = scheduler._schedule_context(hog, _Budget(None, 6), ScheduledBatch(), [])
+            action, _ = scheduler._schedule_context(hog, PassBudget(None, 6), ScheduledBatch(), [])
         except PageIndexTooShort:  # longer than a row: it holds nothing
             continue
         if action is ScheduleAction.SCHEDULED:
@@ -96,7 +97,7 @@ def _refused_as_the_full_attempt(tokens_per_block, num_blocks, host_tier, hogs, 
     scheduler = _pool(tokens_per_block, num_blocks, host_tier, hogs, suspended,
                       max_num_tokens=max_num_tokens, chunked_prefill=chunked,
                       max_context_length=max_context_length, enable_recompute_pause=False)
-    budget = _Budget(max_num_tokens, 6)
+    budget = PassBudget(max_num_tokens, 6)
     if max_num_tokens is not None:  # part of the budget spent, a chunk's worth left when chunked
         budget.num_tokens = min(used, max_num_tokens - (tokens_per_block if chunked else 0))
     refusal = scheduler._pending_refusal(budget)

@@ -2,7 +2,7 @@
 
 Two shortcuts keep a pass cheap (benchmarks/scheduler_throughput.py says what they save): a
 generation step that grows within the pages its cache holds (``KVCache.grow_within_pages``) and
-a pending first chunk that is certainly refused (``_CertainRefusal``). Each run here is made
+a pending first chunk that is certainly refused (``CertainRefusal``). Each run here is made
 twice, once as shipped and once with both shortcuts switched off so that every request takes the
 full path, and everything observable must agree: the engine's error, every request's status,
 steps and counters, and the trace of events and steps. (A shortcut that passes a request on to
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
 from kvlab.core.kv_cache import KVCache
 from kvlab.sched.admission import ADMISSION_POLICIES
-from kvlab.sched.scheduler import _CertainRefusal
+from kvlab.sched.context_plan import CertainRefusal
 
 
 def _observed(result):
@@ -95,7 +95,7 @@ def test_fast_paths_decide_as_the_full_paths_at_the_edge(prompt, drafts, chunked
 def test_the_shortcuts_are_taken(monkeypatch):
     """Not vacuous: on a workload with a pending pile both shortcuts fire."""
     calls = {"grow": 0, "refused": 0}
-    grow, refuses = KVCache.grow_within_pages, _CertainRefusal.refuses_first_chunk
+    grow, refuses = KVCache.grow_within_pages, CertainRefusal.refuses_first_chunk
 
     def counting_grow(cache, num_tokens):
         answer = grow(cache, num_tokens)
@@ -108,7 +108,7 @@ def test_the_shortcuts_are_taken(monkeypatch):
         return answer
 
     monkeypatch.setattr(KVCache, "grow_within_pages", counting_grow)
-    monkeypatch.setattr(_CertainRefusal, "refuses_first_chunk", counting_refuses)
+    monkeypatch.setattr(CertainRefusal, "refuses_first_chunk", counting_refuses)
     geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
     manager = KVCacheManager(geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024,
                              max_batch_size=16)

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvlab import Engine, KVGeometry, Request, simulate
-from kvlab.sched.sglang import (CLIP_MAX_NEW_TOKENS, DECODE_OOM_ABORT, DEFAULT_CHUNKED_PREFILL_SIZE,
-                                DEFAULT_MAX_PREFILL_TOKENS, MAX_RUNNING_ZERO, POOL_TOO_SMALL,
-                                NewTokenRatio, SglangScheduler, SglangServerArgs,
+from kvlab.sched.sglang import (DECODE_OOM_ABORT, DEFAULT_CHUNKED_PREFILL_SIZE, DEFAULT_MAX_PREFILL_TOKENS,
+                                MAX_RUNNING_ZERO, POOL_TOO_SMALL, SglangScheduler, SglangServerArgs,
                                 clipped_max_new_tokens, front_door_error, startup_error)
+from kvlab.sched.sglang_prefill import CLIP_MAX_NEW_TOKENS, NewTokenRatio, PrefillAdder
 
 TOKEN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1)  # 32 B a token
 
@@ -306,8 +306,7 @@ def test_the_clip_of_the_reservation_is_4096_tokens():
     scheduler.submit(request)
     scheduler.schedule()
     request.context_current_position, request.num_generated = 512, 0    # first chunk done
-    from kvlab.sched.sglang import _PrefillAdder
-    adder = _PrefillAdder(scheduler, [request])
+    adder = PrefillAdder(scheduler, [request])
     assert adder.total_offset == 4096 * 1.0                             # not 9000
 
 
