@@ -533,13 +533,51 @@ def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     assert crash.rows[1]["result"] == "waiting"                       # s0 was never reached
     rejected = step_model({"policy": "capacity", "pass": 1})
     assert rejected.rows[0]["result"] == "rejected" and "exceeds" in rejected.rows[0]["why"]
-    end = step_model({"policy": "none/configured", "pass": 60})  # past the small requests' end
+    end = step_model({"policy": "none/configured", "pass": 54})  # past the small requests' end
     assert end.stalled == STEP_ENGINE.stall_limit and type(end.result.error).__name__ == "SchedulerDeadlock"
     panel = step_panel("none/configured", passes=1)
     panel.set(**{"pass": 2})
     assert panel.model.passes == 2 and panel.model.rows[1]["asked"] == 1  # s0's first generation step
     assert "Press → for the next" in panel.verdict.value
-    assert [t.name for t in panel.figures["pass"].data] == ["asked (outline)", "got (filled, by result)"]
+    assert [t.name for t in panel.figures["pass"].data][:2] == ["asked (outline)", "got (filled, by result)"]
+
+
+def test_the_step_panels_legend_shows_the_colours_it_draws():
+    """The filled bars' colours vary by request: one legend swatch per result filled this pass,
+    in the colour its bars are drawn in, and none for a result drawn as an outline only."""
+    from kvlab.notebook.widgets import step_panel
+
+    panel = step_panel("none/configured", passes=3)  # long refused (got 0), s0 and s1 scheduled
+    fig = panel.figures["pass"]
+    got = fig.data[1]
+    drawn = {c for c, x in zip(got.marker.color, got.x) if x}
+    legend = {t.name: t.marker.color for t in fig.data[2:] if t.showlegend}
+    assert got.showlegend is False and legend == {"scheduled": viz.PASS_RESULTS["scheduled"]}
+    assert set(legend.values()) == drawn
+    assert len(fig.data) == 2 + len(viz.PASS_RESULTS)  # the same traces whatever the pass
+
+
+def test_the_pass_slider_spans_the_passes_the_run_has():
+    """The slider's last position is the run's last pass, so "Pass N" is always the slider's N,
+    and the range follows the policy."""
+    from kvlab.notebook.widgets import step_panel, step_passes
+
+    assert [step_passes(p) for p in ("none/clamped", "none/configured", "capacity")] == [1, 54, 34]
+    panel = step_panel("none/configured", passes=1)
+    slider = panel.controls["pass"]
+    assert (slider.min, slider.max) == (1, 54)
+    for wanted in (1, 30, 54):
+        panel.set(**{"pass": wanted})
+        assert panel.model.passes == wanted
+        assert panel.figures["pass"].layout.title.text.startswith(f"Pass {wanted}:")
+    assert "SchedulerDeadlock" in panel.verdict_text  # the last position is where the engine stopped
+    panel.set(policy="capacity")  # 34 passes: the slider shrinks and its value with it
+    assert slider.max == 34 and slider.value == 34 == panel.model.passes
+    assert panel.figures["pass"].layout.title.text.startswith("Pass 34:")
+    panel.set(policy="none/clamped")
+    assert slider.max == slider.value == panel.model.passes == 1
+    with pytest.raises(ValueError, match="passes"):
+        step_panel("capacity", passes=40)  # past the run's end: said, not shown as "Pass 34"
 
 
 def test_under_a_rejecting_style_the_panels_parts_agree():

@@ -131,7 +131,9 @@ PASS_RESULTS = {"scheduled": OUTCOME_COLORS["ok"], "refused": OUTCOME_COLORS["re
 def pass_spec(rows: Sequence[Mapping], *, title: str, subtitle: str = "") -> dict:
     """One scheduling pass: for each request (``rows``: dicts with ``request``, ``asked``
     tokens, ``got`` tokens, ``result``, a key of :data:`PASS_RESULTS`, and ``why``), the tokens
-    it asked for (outline) and got (filled, in the result's colour). Traces: two bars, always."""
+    it asked for (outline) and got (filled, in the result's colour). The filled bars' colours
+    vary by request, so their legend is one swatch per result filled this pass, in its colour.
+    Traces: two bars, then one legend entry per :data:`PASS_RESULTS` key, always."""
     names = [r["request"] for r in rows]
     hover = [f"{r['request']}: asked {r['asked']:,} tokens, got {r['got']:,}<br>{r['result']}: {r['why']}"
              for r in rows]
@@ -141,7 +143,11 @@ def pass_spec(rows: Sequence[Mapping], *, title: str, subtitle: str = "") -> dic
                  hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
     got = dict(type="bar", orientation="h", y=names, x=[r["got"] or None for r in rows],
                name="got (filled, by result)", marker=dict(color=[PASS_RESULTS[r["result"]] for r in rows]),
-               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
+               showlegend=False, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>")
+    shown = {r["result"] for r in rows if r["got"]}  # drawn filled: a request that got 0 is an outline
+    swatches = [dict(type="bar", orientation="h", y=[None], x=[None], name=result,
+                     marker=dict(color=color), showlegend=result in shown, hoverinfo="skip")
+                for result, color in PASS_RESULTS.items()]
     top = max([1] + [r["asked"] for r in rows])
     layout = base_layout(title, subtitle, height=230 + 36 * max(len(rows), 1), barmode="overlay",
                          legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"),
@@ -149,7 +155,7 @@ def pass_spec(rows: Sequence[Mapping], *, title: str, subtitle: str = "") -> dic
                          xaxis=dict(title=dict(text="tokens this pass (log scale)"), type="log",
                                     dtick=1, range=[-0.5, math.log10(top) + 0.6]),
                          yaxis=dict(autorange="reversed", automargin=True))
-    return {"data": [asked, got], "layout": layout}
+    return {"data": [asked, got, *swatches], "layout": layout}
 
 
 pass_figure = as_figure(pass_spec)

@@ -17,7 +17,8 @@ from kvlab.notebook.widgets.controls import CONTEXT_RANGE, context_choices, labe
 from kvlab.notebook.widgets.repro import (POOL_MIB_RANGE, TOKENS_PER_BLOCK_CHOICES, ReproModel,
                                           repro_figures, repro_model, repro_panel, repro_verdict)
 from kvlab.notebook.widgets.step import (STEP_ENGINE, STEP_MAX_PASSES, STEP_WORKLOAD, StepModel,
-                                         step_figures, step_model, step_panel, step_verdict)
+                                         step_figures, step_model, step_panel, step_passes,
+                                         step_verdict)
 from kvlab.notebook.widgets.admission import (ADMISSION_PANEL_POLICIES, ADMISSION_POOL_EXPONENTS,
                                               AdmissionModel, admission_figures, admission_model,
                                               admission_panel, admission_verdict)
@@ -32,7 +33,7 @@ __all__ = ["CONTEXT_RANGE", "context_choices", "labelled",
            "POOL_MIB_RANGE", "TOKENS_PER_BLOCK_CHOICES", "ReproModel", "repro_figures", "repro_model",
            "repro_panel", "repro_verdict",
            "STEP_ENGINE", "STEP_MAX_PASSES", "STEP_WORKLOAD", "StepModel", "step_figures",
-           "step_model", "step_panel", "step_verdict",
+           "step_model", "step_panel", "step_passes", "step_verdict",
            "ADMISSION_PANEL_POLICIES", "ADMISSION_POOL_EXPONENTS", "AdmissionModel",
            "admission_figures", "admission_model", "admission_panel", "admission_verdict",
            "RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",

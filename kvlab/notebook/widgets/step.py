@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -23,6 +24,7 @@ from kvlab.sched.policies import TRTLLM_POLICIES
 STEP_ENGINE = EngineConfig(stall_limit=20)
 #: The step-through's requests: the 8192-token one beside two small ones.
 STEP_WORKLOAD = tuple(long_and_small(num_small=2, every=2))
+#: The most passes the step-through runs (every policy's run ends sooner: step_passes).
 STEP_MAX_PASSES = 60
 
 
@@ -93,6 +95,14 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
                      manager.total_blocks)
 
 
+@functools.lru_cache(maxsize=None)
+def step_passes(policy: str) -> int:
+    """The passes :data:`STEP_WORKLOAD`'s run has under ``policy`` (to the crash, the deadlock
+    or the last request's end; at most :data:`STEP_MAX_PASSES`): the pass slider's range."""
+    return step_model({"policy": check_choice("policy", policy, TRTLLM_POLICIES),
+                       "pass": STEP_MAX_PASSES}).passes
+
+
 def step_figures(model: StepModel) -> Dict[str, dict]:
     """This pass, request by request, and the run so far."""
     return {"pass": viz.pass_spec(model.rows, title=f"Pass {model.passes}: what each request asked "
@@ -120,17 +130,21 @@ def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
 def step_panel(policy: str = "none/configured", passes: int = 1, *,
                wait_s: float = DEFAULT_WAIT_S) -> Panel:
     """Notebook 03's panel: one scheduling pass at a time. The pass slider is the "next pass"
-    control (its arrow keys step one pass); the policy picks the engine."""
+    control (its arrow keys step one pass) and spans the passes the policy's run has
+    (:func:`step_passes`), so the pass shown is the slider's; the policy picks the engine."""
     policy = check_choice("policy", policy, TRTLLM_POLICIES)
-    passes = check_int("passes", passes, low=1, high=STEP_MAX_PASSES)
+    passes = check_int("passes", passes, low=1, high=step_passes(policy))
     pick = W.ToggleButtons(options=list(TRTLLM_POLICIES), value=policy, description="policy",
                            style={"button_width": "130px"})
-    step = W.IntSlider(value=passes, min=1, max=STEP_MAX_PASSES, description="pass",
+    step = W.IntSlider(value=passes, min=1, max=step_passes(policy), description="pass",
                        continuous_update=False, layout=W.Layout(width="420px"))
+    # before the panel observes the policy: the slider's range follows first (a pass past the
+    # new run's end moves back to its last), then the panel redraws
+    pick.observe(lambda change: setattr(step, "max", step_passes(change["new"])), names="value")
     return Panel({"policy": pick, "pass": step}, step_model, step_figures, step_verdict,
                  title="One scheduling pass at a time: the long request beside two small ones",
                  wait_s=wait_s)
 
 
 __all__ = ["STEP_ENGINE", "STEP_MAX_PASSES", "STEP_WORKLOAD", "StepModel", "step_figures",
-           "step_model", "step_panel", "step_verdict"]
+           "step_model", "step_panel", "step_passes", "step_verdict"]
