@@ -628,6 +628,26 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
     assert panel.views == views  # redrawn, never rebuilt
 
 
+def test_the_plan_panels_text_is_wrapped_once_and_its_sliders_name_their_units():
+    """explain() breaks its lines between words; the verdict keeps them (white-space: pre), so
+    the browser does not break them a second time. Every slider says its unit."""
+    import html
+    import re
+
+    from kvlab.notebook.widgets import plan_panel
+
+    panel = plan_panel()
+    blocks = re.findall(r'<pre style="([^"]*)">(.*?)</pre>', panel.verdict.value, re.S)
+    assert len(blocks) == 1
+    style, text = blocks[0]
+    assert "white-space:pre;" in style and "pre-wrap" not in style and "overflow-x:auto" in style
+    assert html.unescape(text) == panel.model.explain()  # the lines as explain() broke them
+    sliders = {n: c.description for n, c in panel.controls.items() if isinstance(c, (W.FloatSlider, W.SelectionSlider))}
+    assert sliders == {"workspace_gib": "rank 0 workspace (GiB)", "max_seq_len": "max_seq_len (tokens)",
+                       "weights_gib": "weights per rank (GiB)",
+                       "max_batch_size": "max_batch_size (sequences)", "ranks": "ranks (GPUs, attention DP)"}
+
+
 @pytest.mark.parametrize("kwargs, named", [
     (dict(model="gpt-5"), "model must be one of"), (dict(gpu="tpu"), "gpu must be one of"),
     (dict(ranks=3), "ranks must be one of"), (dict(workspace_gib=100.0), "workspace_gib must be a number"),

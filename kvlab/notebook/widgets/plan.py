@@ -5,6 +5,7 @@ each context length meets, every rank's memory, and a verdict."""
 from __future__ import annotations
 
 import dataclasses
+import html
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ipywidgets as W
@@ -45,12 +46,22 @@ def plan_figures(plan: DeploymentPlan) -> Dict[str, dict]:
                                           title=f"Per-rank memory ({len(plan.quotas)} ranks)")}
 
 
+def plan_in_words_html(plan: DeploymentPlan) -> str:
+    """``plan.explain()`` under the verdict, wrapped once: its lines are already broken between
+    words (EXPLAIN_WIDTH characters), so the browser keeps them as they are (``white-space:
+    pre``) and scrolls sideways where the panel is narrower, instead of breaking them again."""
+    return ('<pre style="font-size:11px;white-space:pre;overflow-x:auto;margin:6px 0 0 0">'
+            f"{html.escape(plan.explain())}</pre>")
+
+
 def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
+    """(outcome, HTML): what the current code does with the deployment, what admission control
+    would, and the plan in words (:func:`plan_in_words_html`)."""
     now = plan.worst()
     first = plan.first(now) if now in ("crash", "stall") else None
     if not plan.blocks:
         return now, verdict_html(now, "Cannot start under any policy: no rank can build a KV pool "
-                                 "(see the notes below).", plan.explain())
+                                 "(see the notes below).") + plan_in_words_html(plan)
     if not plan.starts:
         headline = (f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
                     f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB.")
@@ -70,7 +81,7 @@ def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
     elif plan.manager == "v2":
         headline += (f" Admission control: {plan.worst('capacity')}, longest "
                      f"{plan.longest('capacity'):,} tokens.")
-    return now, verdict_html(now, headline, plan.explain())
+    return now, verdict_html(now, headline) + plan_in_words_html(plan)
 
 
 def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: str = "v2",
@@ -82,17 +93,18 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: s
     allowed) with the model, GPU, KV cache manager (the issue's V2 by default), weights,
     workspace, max_seq_len, max_batch_size and ranks under the reader's hand. Weights of 0 are
     derived from the model; changing the model sets them to 0."""
-    style, layout = {"description_width": "140px"}, W.Layout(width="450px")
-    controls = {
+    style, layout = {"description_width": "170px"}, W.Layout(width="470px")
+    controls = {  # each slider's description names its unit
         "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace (GiB)"),
         "max_seq_len": W.SelectionSlider(options=labelled(PLAN_MAX_SEQ_LENS),
-                                         description="max_seq_len"),
+                                         description="max_seq_len (tokens)"),
         "model": W.Dropdown(options=list(model_names()), description="model"),
         "manager": W.Dropdown(options=list(MANAGERS), description="KV cache manager"),
         "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
-        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights/rank (GiB)"),
-        "max_batch_size": W.SelectionSlider(options=labelled(PLAN_BATCH_SIZES), description="batch size"),
-        "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (ADP)"),
+        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights per rank (GiB)"),
+        "max_batch_size": W.SelectionSlider(options=labelled(PLAN_BATCH_SIZES),
+                                            description="max_batch_size (sequences)"),
+        "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (GPUs, attention DP)"),
     }
     values = dict(workspace_gib=workspace_gib, max_seq_len=max_seq_len, model=model, gpu=gpu,
                   manager=manager,
@@ -108,8 +120,9 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: s
                               names="value")
     base = example_deployments()["issue-21470"]
     return Panel(controls, lambda values: plan_model(values, base=base), plan_figures, plan_verdict,
-                 title="Your deployment: will it hit issue #21470?", wait_s=wait_s)
+                 title="Your deployment: will it hit issue #21470?", wait_s=wait_s,
+                 verdict_width="360px")  # beside the 640 px figures: 1,000 px in all
 
 
-__all__ = ["PLAN_BATCH_SIZES", "PLAN_MAX_SEQ_LENS", "PLAN_RANKS", "plan_figures", "plan_model",
-           "plan_panel", "plan_verdict"]
+__all__ = ["PLAN_BATCH_SIZES", "PLAN_MAX_SEQ_LENS", "PLAN_RANKS", "plan_figures",
+           "plan_in_words_html", "plan_model", "plan_panel", "plan_verdict"]
