@@ -353,8 +353,8 @@ class Scheduler(SchedulerBase):
             if preempted and _contains(preempted, request):
                 continue
             if (refusal is not None and request.request_id not in caches
-                    and not (request.prefix_hashes and reuses(request))
-                    and refusal.refuses_first_chunk(request)):
+                    and refusal.refuses_first_chunk(request)
+                    and not (request.prefix_hashes and reuses(request))):
                 request.num_refusals += 1
                 continue
             first_new_block = None
@@ -410,7 +410,7 @@ class Scheduler(SchedulerBase):
                 or manager.free_slots == 0):
             return None
         return CertainRefusal(manager, budget.remaining_tokens, self.chunked_prefill,
-                               self.max_context_length, self.chunk_unit_size)
+                              self.max_context_length, self.chunk_unit_size)
 
     def _has_context_chunk_budget(self, budget: PassBudget) -> bool:
         remaining = budget.remaining_tokens
