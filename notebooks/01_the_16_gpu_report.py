@@ -47,13 +47,14 @@ import textwrap
 import traceback
 
 import pandas as pd
+from IPython.display import HTML
 
 from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, Request, run_ranks
 from kvlab.analysis.repro import run_repro
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.tables import table
-from kvlab.notebook.widgets import ranks_panel
+from kvlab.notebook.widgets import ranks_panel, ranks_run_html
 from kvlab.run.rank_config import rank_budget, scenario_config
 from kvlab.run.scenarios import load_scenario
 
@@ -301,9 +302,17 @@ assert str(local_error) == "User-provided base page indices is too short"
 # %%
 panel = ranks_panel(workspace_gib=workspace_gib, context=context, ranks=ranks)
 assert panel.outcome == ("crash" if expect_crash else "ok")
-checked = panel.act()  # the button, pressed here: the real run must end as the plan said
-assert checked.ended == panel.model.plan.ended and "As predicted." in panel.action_output.value
 panel
+
+# %% [markdown]
+# **Run the ranks**, pressed here once, at the panel's starting values: the real run must end as
+# the plan said. Its result is shown below as well as in the panel, so that a copy of this
+# notebook without a live kernel (the `kvlab walkthrough` report) has it too.
+
+# %%
+checked = panel.act()  # what the button does
+assert checked.ended == panel.model.plan.ended and "As predicted." in panel.action_output.value
+display(HTML(ranks_run_html(panel.model, checked)))
 
 # %% [markdown]
 # ## Findings

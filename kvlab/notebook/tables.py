@@ -19,7 +19,8 @@ _STYLES = [
 ]
 
 
-def _cell(value, digits: int) -> str:
+def cell_text(value, digits: int = 2) -> str:
+    """One table cell as :func:`table` writes it: 1,234,567; 0.25; text as it is."""
     if isinstance(value, bool) or value is None:
         return "" if value is None else str(value)
     if isinstance(value, numbers.Integral):
@@ -39,15 +40,15 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
         frame = frame.set_index(index)
     # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
     text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
-    styler = frame.style.format(lambda v: _cell(v, digits)).format_index(
-        lambda v: _cell(v, digits)).set_table_styles(_STYLES)
+    styler = frame.style.format(lambda v: cell_text(v, digits)).format_index(
+        lambda v: cell_text(v, digits)).set_table_styles(_STYLES)
     if text:
         styler = styler.set_properties(subset=text, **{"text-align": "left",
                                                        "max-width": TEXT_COLUMN_WIDTH})
     return styler
 
 
-__all__ = ["TEXT_COLUMN_WIDTH", "table"]
+__all__ = ["TEXT_COLUMN_WIDTH", "cell_text", "table"]
 
 
 def counted(n: int, noun: str, plural: Optional[str] = None) -> str:

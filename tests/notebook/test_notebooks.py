@@ -225,6 +225,10 @@ def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
     assert "958,752" in rank_tables[0]  # counts with thousands separators, in an HTML table
     panel = panels(nb)
     assert len(panel) == 1 and "kvlab-verdict" in panel[0]["data"]["text/html"]
+    # the button's run, pressed once in a cell of its own: its result outside the panel, so
+    # that the report without a kernel (kvlab walkthrough) has it
+    runs = [t for t in outputs(nb, "text/html") if "As predicted." in t and "Every rank: pool after MIN" in t]
+    assert len(runs) == 1 and runs[0].count("shut down: rank 0 raised ValueError") == 15
 
 
 def test_notebook_01_follows_its_parameters(tmp_path):

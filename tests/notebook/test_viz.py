@@ -31,6 +31,21 @@ def test_outcome_colors_are_distinct_hex_colours_for_every_outcome():
     assert viz.outcome_color(None) == viz.outcome_color("unknown") == viz.NEUTRAL_COLOR
 
 
+def test_the_on_screen_toolbar_stands_clear_of_the_title():
+    """plotly's modebar, across the top by default, covered the titles of the panels' figures."""
+    assert viz.style.base_layout("a title", "a subtitle")["modebar"] == {"orientation": "v"}
+    budget = viz.rank_budget_spec(ranks_plan_of_the_report().ranks)
+    assert budget["layout"]["modebar"]["orientation"] == "v"
+
+
+def ranks_plan_of_the_report():
+    from kvlab.analysis.rank_plan import plan_ranks
+    from kvlab.run.rank_config import scenario_config
+    from kvlab.run.scenarios import load_scenario
+
+    return plan_ranks(scenario_config(load_scenario("issue-21470"), 16, "none/clamped"))
+
+
 def test_a_livelock_is_not_labelled_a_stall():
     """Notebook 03's chunked run with no tier below the GPU preempts the long request again and
     again and never raises: engine_outcome files it under "stall", its figures say livelock."""

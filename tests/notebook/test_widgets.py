@@ -507,9 +507,27 @@ def test_the_button_runs_the_ranks_and_agrees_with_the_plan(ranks, workspace, co
     assert result.world_size == 16 and result.mode == "in-process"
     assert ranks.outcome == outcome and f"{result.ended} - {result.reason}".startswith(ended)
     assert "As predicted." in ranks.action_output.value and "NOT as predicted" not in ranks.action_output.value
-    assert "pool after MIN" in ranks.action_output.value  # the per-rank table
+    assert "pool after MIN" in ranks.action_output.value  # said once, above the per-rank table
     ranks.set(context=524_288)  # the run described other values: it is cleared
     assert ranks.action_result is None and ranks.action_output.value == ""
+
+
+def test_the_buttons_table_fits_under_the_panel(ranks):
+    """What every rank shares (the pool after the MIN, the row) is said once; the table keeps
+    what differs by rank, at most RANKS_RUN_TABLE_WIDTH px wide (the panel is ~1,000 px)."""
+    import re
+
+    from kvlab.notebook.widgets import RANKS_RUN_TABLE_WIDTH
+
+    ranks.set(workspace_gib=28.0, context=1_000_000)  # the report's (the fixture is shared)
+    ranks.act()
+    shown = ranks.action_output.value
+    assert "Every rank: pool after MIN (pages) 29,961; pool after MIN (tokens) 958,752; row (entries) 29,964" in shown
+    table_html = shown[shown.index("<table"):]
+    headers = re.findall(r'<th[^>]*class="col_heading[^"]*"[^>]*>(.*?)</th>', table_html)
+    assert headers == ["workspace (GiB)", "own pool (pages)", "own quota (GiB)", "requests", "outcome"]
+    assert f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"' in table_html and RANKS_RUN_TABLE_WIDTH <= 1000
+    assert table_html.count("shut down: rank 0 raised ValueError") == 15
 
 
 def test_a_panel_without_an_action_says_so(ranks):

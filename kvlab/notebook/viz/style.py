@@ -88,7 +88,8 @@ def wrap_words(text: str, chars: int) -> List[str]:
 def base_layout(title: str, subtitle: str = "", **extra) -> dict:
     """Shared look. No plotly template: resolving one costs ~10 ms a figure, too slow for a
     widget that redraws on every slider step, so the few settings that matter are explicit.
-    The subtitle is 12 px, broken between words to the figure's width, below the title."""
+    The subtitle is 12 px, broken between words to the figure's width, below the title; the
+    on-screen toolbar (plotly's modebar) is vertical, in the right margin, clear of both."""
     width = extra.get("width", FIGURE_WIDTH)
     lines = wrap_words(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
     # The subtitle's lines go in the title's text (every plotly.js renders that alike; a
@@ -99,7 +100,9 @@ def base_layout(title: str, subtitle: str = "", **extra) -> dict:
                              yref="container", yanchor="top", pad=dict(t=26), font=dict(size=16)),
                   font=FONT, template=None, width=FIGURE_WIDTH, paper_bgcolor="white",
                   plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
-                  hoverlabel=dict(font_size=12, bgcolor="white"))
+                  hoverlabel=dict(font_size=12, bgcolor="white"),
+                  # on screen, plotly's toolbar stands down the right edge, not across the title
+                  modebar=dict(orientation="v"))
     for axis in ("xaxis", "yaxis"):
         extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
     layout.update(extra)

@@ -22,8 +22,9 @@ from kvlab.notebook.widgets.step import (STEP_ENGINE, STEP_MAX_PASSES, STEP_WORK
 from kvlab.notebook.widgets.admission import (ADMISSION_PANEL_POLICIES, ADMISSION_POOL_EXPONENTS,
                                               AdmissionModel, admission_figures, admission_model,
                                               admission_panel, admission_verdict)
-from kvlab.notebook.widgets.ranks import (RANKS_CONTEXT_CHOICES, RanksModel, ranks_figures,
-                                          ranks_model, ranks_panel, ranks_verdict, run_planned_ranks)
+from kvlab.notebook.widgets.ranks import (RANKS_CONTEXT_CHOICES, RANKS_RUN_TABLE_WIDTH, RanksModel,
+                                          ranks_figures, ranks_model, ranks_panel, ranks_run_html,
+                                          ranks_verdict, run_planned_ranks)
 from kvlab.notebook.widgets.mamba import (MAMBA_QUOTA_CHOICES_GIB, MAMBA_QUOTA_STEP_GIB, MambaModel,
                                           mamba_figures, mamba_model, mamba_panel, mamba_verdict)
 from kvlab.notebook.widgets.plan import (PLAN_BATCH_SIZES, PLAN_MAX_SEQ_LENS, PLAN_RANKS,
@@ -36,8 +37,8 @@ __all__ = ["CONTEXT_RANGE", "context_choices", "labelled",
            "step_model", "step_panel", "step_passes", "step_verdict",
            "ADMISSION_PANEL_POLICIES", "ADMISSION_POOL_EXPONENTS", "AdmissionModel",
            "admission_figures", "admission_model", "admission_panel", "admission_verdict",
-           "RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",
-           "ranks_verdict", "run_planned_ranks",
+           "RANKS_CONTEXT_CHOICES", "RANKS_RUN_TABLE_WIDTH", "RanksModel", "ranks_figures", "ranks_model",
+           "ranks_panel", "ranks_run_html", "ranks_verdict", "run_planned_ranks",
            "MAMBA_QUOTA_CHOICES_GIB", "MAMBA_QUOTA_STEP_GIB", "MambaModel", "mamba_figures", "mamba_model", "mamba_panel", "mamba_verdict",
            "PLAN_BATCH_SIZES", "PLAN_MAX_SEQ_LENS", "PLAN_RANKS", "plan_figures", "plan_model",
            "plan_panel", "plan_verdict"]

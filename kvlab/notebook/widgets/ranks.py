@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -13,7 +14,7 @@ from kvlab.analysis.rank_plan import outcome_of, plan_ranks
 from kvlab.core.checks import check_float, check_int
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.notebook.tables import table
+from kvlab.notebook.tables import cell_text, table
 from kvlab.notebook.widgets.controls import labelled
 from kvlab.run.distributed import run_ranks
 from kvlab.run.rank_config import scenario_config
@@ -92,17 +93,34 @@ def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
     return plan.outcome, verdict_html(plan.outcome, headline)
 
 
-def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
-    """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
-    code as the processes) and say whether the run ended as the plan said."""
+#: The widest the run's table grows (px): under the panel's 640 px figures and 320 px verdict.
+RANKS_RUN_TABLE_WIDTH = 960
 
-    result = run_ranks(model.config, in_process=True, progress=False)
+
+def ranks_run_html(model: RanksModel, result) -> str:
+    """A ranks run (``kvlab.run.run_result`` of ``model.config``) against the plan: whether it
+    ended as predicted, what every rank shares said once (the pool after the MIN, the row),
+    then a table of what differs by rank, at most :data:`RANKS_RUN_TABLE_WIDTH` px wide."""
     outcome = outcome_of(result)
     agrees = outcome == model.plan.outcome and result.ended == model.plan.ended
     headline = (f"The run ({result.wall_s:.2f} s): {result.ended} - {result.reason}. "
                 + ("As predicted." if agrees else f"NOT as predicted ({model.plan.ended}: "
                                                   f"{model.plan.reason})."))
-    return result, verdict_html(outcome, headline) + table(result.rank_rows(), index="rank").to_html()
+    rows = result.rank_rows()
+    shared = [c for c in rows[0] if c != "rank" and len({r[c] for r in rows}) == 1]
+    said_once = ("<p>Every rank: " + html.escape("; ".join(f"{c} {cell_text(rows[0][c])}" for c in shared))
+                 + "</p>") if len(rows) > 1 and shared else ""
+    narrow = [{c: v for c, v in r.items() if c not in shared or len(rows) == 1} for r in rows]
+    shown = table(narrow, index="rank").set_table_attributes(
+        f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"').to_html()
+    return verdict_html(outcome, headline) + said_once + shown
+
+
+def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
+    """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
+    code as the processes) and say whether the run ended as the plan said (:func:`ranks_run_html`)."""
+    result = run_ranks(model.config, in_process=True, progress=False)
+    return result, ranks_run_html(model, result)
 
 
 def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks: int = 16,
@@ -132,5 +150,5 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
                  wait_s=wait_s, action=(f"Run the {ranks} ranks", run_planned_ranks))
 
 
-__all__ = ["RANKS_CONTEXT_CHOICES", "RanksModel", "ranks_figures", "ranks_model", "ranks_panel",
-           "ranks_verdict", "run_planned_ranks"]
+__all__ = ["RANKS_CONTEXT_CHOICES", "RANKS_RUN_TABLE_WIDTH", "RanksModel", "ranks_figures",
+           "ranks_model", "ranks_panel", "ranks_run_html", "ranks_verdict", "run_planned_ranks"]
