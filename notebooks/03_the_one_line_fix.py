@@ -22,6 +22,10 @@
 # line: size the row from the configured length instead. This notebook follows that fix through
 # the allocator — where it works — and prices it. Whether it is enough for the *engine* is
 # Part 2's question (it is not: the seed, section 5, "A buffer fix is not a scheduling fix").
+#
+# **Optional parts** (marked "(optional)"; skip them on a first pass, nothing after them needs
+# them): §5 what the table is for, §6 the price measured on an H200, §8b whether the tier below
+# the GPU changes Part 2's runs.
 
 # %% tags=["parameters"]
 pool_mib: float = 4.0  # the KV pool (quota) in MiB; the seed's 4
@@ -185,7 +189,7 @@ if IS_SEED and max_batch_size == 512:
     assert (narrow, wide, b_narrow, b_wide) == (68, 260, 279_072, 1_067_040)
 
 # %% [markdown]
-# ## 5. What the table is for
+# ## 5. What the table is for (optional)
 #
 # Every row of that table is read on every step: the attention kernels find a sequence's K and V
 # through it. Token `t` of a sequence lives in page `row[t // tokens_per_block]`, at offset
@@ -203,7 +207,7 @@ assert paged["max_abs_error"] < 1e-2
 assert paged["pages"]["seq-0"][:2] == [0, 3]  # interleaved: the pages are not contiguous
 
 # %% [markdown]
-# ## 6. The price, measured on an H200
+# ## 6. The price, measured on an H200 (optional)
 #
 # A wider row is not only host bytes: the executor copies the table to the GPU every step before
 # the kernels read it. These figures were measured on an NVIDIA H200 with
@@ -296,6 +300,21 @@ stepper
 # ### 7. Alone: refused every pass, then the deadlock
 
 # %%
+# Sections 8b and 9 tabulate runs by tier: their columns, and what stopped each run.
+TIER_COLUMNS = ["outcome", "finished", "unfinished", "iterations", "preemptions", "max_stalled_passes", "stopped by"]
+
+
+def stopped_by(runs, max_steps: int):
+    """The outcome table of ``runs`` by tier, each outcome as the figures name it (a livelock is
+    not a stall), with what stopped each run: the error that stopped the engine or, where
+    nothing raised (a livelock never does), the step limit it ran to."""
+    outcomes = outcome_table(runs).rename_axis("tier")
+    limit = f"nothing raised: still running at max_steps ({max_steps:,} steps)"
+    return outcomes.assign(**{"outcome": [viz.run_outcome(run) for run in runs.values()],
+                              "stopped by": outcomes["error"].replace("", limit)})
+
+
+# %%
 alone = simulate(build_scheduler("none/configured", engine), long_and_small(context, num_small=0),
                  max_steps=stall_limit + 10)
 long_req = alone.requests["long"]
@@ -350,7 +369,7 @@ if after.outcome == "refused" and small_ids:
     assert stall_limit < beside.requests["long"].num_refusals <= beside.iterations
 
 # %% [markdown]
-# ### 8b. Does the tier below the GPU change this?
+# ### 8b. Does the tier below the GPU change this? (optional)
 #
 # Not here. `preempt_for_pages` needs a *started* victim that this pass did not schedule: the
 # small requests are either first context chunks (never victims) or generating, and phase 1
@@ -358,19 +377,6 @@ if after.outcome == "refused" and small_ids:
 # with or without a host tier the long request is refused every pass, alone or not.
 
 # %%
-TIER_COLUMNS = ["outcome", "finished", "unfinished", "iterations", "preemptions", "max_stalled_passes", "stopped by"]
-
-
-def stopped_by(runs, max_steps: int):
-    """The outcome table of ``runs`` by tier, each outcome as the figures name it (a livelock is
-    not a stall), with what stopped each run: the error that stopped the engine or, where
-    nothing raised (a livelock never does), the step limit it ran to."""
-    outcomes = outcome_table(runs).rename_axis("tier")
-    limit = f"nothing raised: still running at max_steps ({max_steps:,} steps)"
-    return outcomes.assign(**{"outcome": [viz.run_outcome(run) for run in runs.values()],
-                              "stopped by": outcomes["error"].replace("", limit)})
-
-
 tiers_alone = stopped_by(tier_runs(long_and_small(context, num_small=0), engine, max_steps=stall_limit + 10),
                          stall_limit + 10)
 tiers_beside = stopped_by(tier_runs(long_and_small(context, num_small=num_small), engine, max_steps=20_000), 20_000)

@@ -99,6 +99,36 @@ def test_the_report_shows_every_figure_and_the_verdict_of_every_panel(nb02):
     assert '<pre style="font-family:var(--jp-code-font-family, monospace);' in page
 
 
+def test_notebook_03s_optional_parts_can_be_skipped():
+    """What the optional sections define, no later required cell reads (checked on the source,
+    no run): a learner who skips them can run everything else."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(NB03, as_version=4)
+    optional, defined_there, defined_elsewhere, read_elsewhere = False, set(), set(), set()
+    for cell in nb.cells:
+        first = cell.source.splitlines()[0] if cell.source else ""
+        if cell.cell_type == "markdown" and first.startswith("#"):
+            optional = first.endswith("(optional)")
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        bound = {n.id for stmt in tree.body for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                 and isinstance(n.ctx, ast.Store)} | {
+                 stmt.name for stmt in tree.body if isinstance(stmt, ast.FunctionDef)}
+        if optional:
+            defined_there |= bound
+        else:
+            defined_elsewhere |= bound
+            if defined_there:
+                read_elsewhere |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                                   and isinstance(n.ctx, ast.Load)}
+    assert defined_there, "no optional section found"
+    assert not (defined_there - defined_elsewhere) & read_elsewhere
+
+
 def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     nb, _ = nb03
     findings = read_findings(nb)
@@ -120,6 +150,12 @@ def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     assert "measured on NVIDIA H200 (driver " in text and "paged vs contiguous attention" in text
     headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
     assert "## Part 2: through the scheduler" in headings
+    # the parts a learner may skip say so in their headings, and the top of the notebook lists them
+    optional = [h for h in headings if h.endswith("(optional)")]
+    assert optional == ["## 5. What the table is for (optional)", "## 6. The price, measured on an H200 (optional)",
+                        "### 8b. Does the tier below the GPU change this? (optional)"]
+    intro = nb.cells[0].source
+    assert "**Optional parts**" in intro and all(f"§{n}" in intro for n in ("5", "6", "8b"))
     assert "refused in 1,000 of 1,000 passes; SchedulerDeadlock after 1,000 stalled passes" in findings[2]["numbers"]
     assert "6 of 6 small finished" in findings[3]["numbers"] and "(starved)" in findings[3]["numbers"]
     timelines = [f for f in outputs(nb, PLOTLY_MIME) if f["layout"]["title"]["text"].startswith(("Alone", "Beside"))]
