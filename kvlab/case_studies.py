@@ -62,6 +62,7 @@ class FindingRun:
     bug: bool
     metrics: Tuple[Tuple[str, Optional[int]], ...]   # (label, value) for the figure; None: no cap
     outcome: str                           # "ok", "stall" or "crash" (kvlab's outcome names)
+    what: str                              # what the run did, in words: "ok", "ranks disagree", ...
     detail: str
 
     @property
@@ -107,7 +108,8 @@ def _finding_1(bug: bool) -> FindingRun:
     detail = (f"caps {caps} (None = unbounded); first chunks admitted in the first pass "
               f"{admitted}: " + ("the ranks agree" if agree else
                                  "the pipeline ranks would run different batches"))
-    return FindingRun(1, bug, metrics, "ok" if agree else "stall", detail)
+    return FindingRun(1, bug, metrics, "ok" if agree else "stall", "ok" if agree else "ranks disagree",
+                      detail)
 
 
 def _finding_2(bug: bool) -> FindingRun:
@@ -120,12 +122,13 @@ def _finding_2(bug: bool) -> FindingRun:
         sched.submit(r)
     try:
         admitted = len(sched.schedule().fitting_disagg_gen_init_requests)
-        outcome, detail = "ok", f"{admitted} of 2 admitted; the other waits for the slot"
+        outcome, what, detail = "ok", "ok", f"{admitted} of 2 admitted; the other waits for the slot"
     except StateSlotsExhausted as exc:
         admitted = sum(r.request_id in m.caches for r in requests) + 1  # + the one that raised
-        outcome, detail = "crash", f"{admitted} of 2 admitted past the cap: {exc}"
+        outcome, what = "crash", "crash (StateSlotsExhausted)"
+        detail = f"{admitted} of 2 admitted past the cap: {exc}"
     metrics = (("cap", m.max_resident_sequences()), ("admitted in one pass", admitted))
-    return FindingRun(2, bug, metrics, outcome, detail)
+    return FindingRun(2, bug, metrics, outcome, what, detail)
 
 
 def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
@@ -156,9 +159,9 @@ def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
         stalled = exc.stalled_passes  # the raising pass included
     metrics = (("B chunks scheduled", scheduled), ("stalled passes", stalled))
     if error is None:
-        return FindingRun(3, bug, metrics, "ok",
+        return FindingRun(3, bug, metrics, "ok", "ok",
                           f"A skipped (capped), B's remaining {scheduled} chunks scheduled")
-    return FindingRun(3, bug, metrics, "stall", f"B never advanced: {error}")
+    return FindingRun(3, bug, metrics, "stall", "stall (SchedulerDeadlock)", f"B never advanced: {error}")
 
 
 def run_review_finding(finding: int, bug: bool) -> FindingRun:

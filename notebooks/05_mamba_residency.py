@@ -240,12 +240,12 @@ if IS_PR:
 # %%
 runs = run_review_findings()
 for run in runs:
-    print(textwrap.fill(f"finding {run.finding} {run.label}: {viz.review_outcome(run)}: {run.detail}", 100,
+    print(textwrap.fill(f"finding {run.finding} {run.label}: {run.what}: {run.detail}", 100,
                         subsequent_indent=" " * 20, break_on_hyphens=False))
 viz.show(viz.review_findings_figure(runs))
 by = {(r.finding, r.bug): r for r in runs}
 assert all(by[n, False].outcome == "ok" for n in (1, 2, 3))
-assert [viz.review_outcome(by[n, True]) for n in (1, 2, 3)] == [
+assert [by[n, True].what for n in (1, 2, 3)] == [
     "ranks disagree", "crash (StateSlotsExhausted)", "stall (SchedulerDeadlock)"]
 assert dict(by[1, True].metrics)["rank 1 admitted"] == 8 != dict(by[1, True].metrics)["rank 0 admitted"]
 assert dict(by[2, True].metrics)["admitted in one pass"] == 2 > dict(by[2, False].metrics)["admitted in one pass"] == 1
@@ -294,7 +294,7 @@ findings = [
             numbers=f"max_batch_size default {feasible:,} fits; an explicit {max_batch_size:,} "
                     + ("builds" if plan.raw_fits else "still raises, in GiB")),
 ]
-findings += [Finding(scenario=f"review finding {r.finding}", policy=r.label, outcome=viz.review_outcome(r),
+findings += [Finding(scenario=f"review finding {r.finding}", policy=r.label, outcome=r.what,
                      numbers=", ".join(f"{k} {v}" for k, v in r.metrics)
                      + ("; cap 0 = None (unbounded)" if r.finding == 1 else "")) for r in runs]
 if IS_PR:

@@ -221,8 +221,9 @@ class DeploymentPlan:
                 "crash": "at risk of issue #21470, a long context raises ValueError and takes "
                          "every rank down"}[self.worst()]
 
-    def explain(self) -> str:
-        """The plan in words, one fact a line."""
+    def explain(self, width: Optional[int] = EXPLAIN_WIDTH) -> str:
+        """The plan in words, one fact a line, each wrapped between words at ``width``
+        characters (None: not wrapped, for a page that wraps to its own width)."""
         d = self.deployment
         geo = d.kv_geometry(self.stage)
         manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
@@ -294,8 +295,10 @@ class DeploymentPlan:
                          "context lengths up to max_seq_len")
         lines.append(f"Verdict: {self.verdict}")
         lines += [f"Note: {n}" for n in self.notes]
+        if width is None:
+            return "\n".join(lines)
         # whole words on every line, in a terminal as in a notebook's narrow output
-        return "\n".join(textwrap.fill(line, EXPLAIN_WIDTH, subsequent_indent="    ",
+        return "\n".join(textwrap.fill(line, width, subsequent_indent="    ",
                                         break_long_words=False, break_on_hyphens=False)
                           for line in lines)
 

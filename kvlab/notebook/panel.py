@@ -202,10 +202,11 @@ class Panel:
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         header = [W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title)}</h3>")] if title else []
-        control_rows = [W.HBox(list(self.controls.values())[i:i + 2])
+        wrap = W.Layout(flex_flow="row wrap")  # a narrow page puts the next box below, not off screen
+        control_rows = [W.HBox(list(self.controls.values())[i:i + 2], layout=wrap)
                         for i in range(0, len(self.controls), 2)]
         self.widget = W.VBox([*header, *control_rows,
-                              W.HBox([W.VBox(list(self.views.values())), W.VBox(side)]),
+                              W.HBox([W.VBox(list(self.views.values())), W.VBox(side)], layout=wrap),
                               self.action_output])
 
     # -- state ------------------------------------------------------------------------------

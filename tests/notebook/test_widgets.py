@@ -647,8 +647,9 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
 
 
 def test_the_plan_panels_text_is_wrapped_once_and_its_sliders_name_their_units():
-    """explain() breaks its lines between words; the verdict keeps them (white-space: pre), so
-    the browser does not break them a second time. Every slider says its unit."""
+    """The verdict holds explain()'s facts unbroken, one a line, and the browser wraps them to the
+    panel (white-space: pre-wrap): wrapped once, not by explain() and again by the page. Every
+    slider says its unit."""
     import html
     import re
 
@@ -658,8 +659,11 @@ def test_the_plan_panels_text_is_wrapped_once_and_its_sliders_name_their_units()
     blocks = re.findall(r'<pre style="([^"]*)">(.*?)</pre>', panel.verdict.value, re.S)
     assert len(blocks) == 1
     style, text = blocks[0]
-    assert "white-space:pre;" in style and "pre-wrap" not in style and "overflow-x:auto" in style
-    assert html.unescape(text) == panel.model.explain()  # the lines as explain() broke them
+    assert "white-space:pre-wrap" in style
+    assert html.unescape(text) == panel.model.explain(width=None)
+    assert html.unescape(text) != panel.model.explain()  # a terminal's copy is wrapped, this one not
+    assert panel.model.explain().replace("\n    ", " ").replace("\n", " ") \
+        .startswith(html.unescape(text).split("\n")[0])
     sliders = {n: c.description for n, c in panel.controls.items() if isinstance(c, (W.FloatSlider, W.SelectionSlider))}
     assert sliders == {"workspace_gib": "rank 0 workspace (GiB)", "max_seq_len": "max_seq_len (tokens)",
                        "weights_gib": "weights per rank (GiB)",
@@ -735,3 +739,12 @@ def test_hint_the_context_from_which_each_peer_rejects_at_the_default_pool():
         first_reject = min(c for c, o in outcomes.items() if o == "reject")
         assert outcomes[min(outcomes)] == "ok" and all(
             o == "reject" for c, o in outcomes.items() if c >= first_reject), policy
+
+
+def test_a_panels_rows_wrap_on_a_narrow_page():
+    """Controls two a row, and figures beside the verdict: on a page narrower than both, the
+    second box goes below the first (flex wrap), not off the right edge."""
+    from kvlab.notebook.widgets import ranks_panel
+
+    rows = [child for child in ranks_panel().widget.children if isinstance(child, W.HBox)]
+    assert len(rows) >= 2 and all(row.layout.flex_flow == "row wrap" for row in rows)

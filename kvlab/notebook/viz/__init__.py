@@ -32,7 +32,6 @@ from kvlab.notebook.viz.comparison import (POLICY_DASHES, POLICY_METRICS, phase_
 from kvlab.notebook.viz.ranks import (BUDGET_PARTS, rank_budget_figure, rank_budget_spec,
                                       request_fit_figure, request_fit_spec)
 from kvlab.notebook.viz.residency import (BUG_FIX_COLORS, PROPOSAL_PARTS, RESIDENCY_PARTS,
-                                          REVIEW_BUG_OUTCOMES, review_outcome,
                                           residency_proposals_figure, residency_proposals_spec,
                                           residency_stack_figure, residency_stack_spec,
                                           review_findings_figure, review_findings_spec)
@@ -63,9 +62,9 @@ __all__ = [
     "BUDGET_PARTS", "rank_budget_figure", "rank_budget_spec", "request_fit_figure",
     "request_fit_spec",
     # residency
-    "BUG_FIX_COLORS", "PROPOSAL_PARTS", "RESIDENCY_PARTS", "REVIEW_BUG_OUTCOMES",
+    "BUG_FIX_COLORS", "PROPOSAL_PARTS", "RESIDENCY_PARTS",
     "residency_proposals_figure", "residency_proposals_spec", "residency_stack_figure",
-    "residency_stack_spec", "review_findings_figure", "review_findings_spec", "review_outcome",
+    "residency_stack_spec", "review_findings_figure", "review_findings_spec",
     # measurements
     "READ_COLORS", "paged_read_figure", "paged_read_spec", "pool_allocation_figure",
     "pool_allocation_spec", "pool_vs_workspace_figure", "pool_vs_workspace_spec",

@@ -19,21 +19,11 @@ BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
 #: nothing and stall nothing, they disagree (``FindingRun.outcome`` files that under "stall");
 #: 2 raises StateSlotsExhausted (a RuntimeError, not the ValueError of a "crash" elsewhere); 3's
 #: stall detector fires.
-REVIEW_BUG_OUTCOMES = {1: "ranks disagree", 2: "crash (StateSlotsExhausted)",
-                       3: "stall (SchedulerDeadlock)"}
-
-
-def review_outcome(run) -> str:
-    """What one run of a review finding (``kvlab.case_studies.FindingRun``) ended in, in words:
-    "ok", or what its bug did (:data:`REVIEW_BUG_OUTCOMES`)."""
-    return "ok" if run.outcome == "ok" else REVIEW_BUG_OUTCOMES[run.finding]
-
-
 def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict:
     """One panel per review finding of PR #17261 (a proposal, closed without merging), its
     metrics as grouped bars, bug beside fix. ``runs``: ``kvlab.case_studies.FindingRun`` objects (each
     finding with bug=True and bug=False); each panel's heading says what the bug did
-    (:func:`review_outcome`). Traces: two bar traces (bug, fix) per finding present."""
+    (``FindingRun.what``). Traces: two bar traces (bug, fix) per finding present."""
     findings = sorted({r.finding for r in runs})
     n = max(len(findings), 1)
     gap = 0.08
@@ -49,7 +39,7 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
             values = [m[1] for m in run.metrics]
             hover = [f"finding {finding}, {run.label}: {lab} = "
                      f"{'None (unbounded)' if v is None else v}<br>"
-                     f"{review_outcome(run)}" for lab, v in zip(labels, values)]
+                     f"{run.what}" for lab, v in zip(labels, values)]
             # a cap of None (no bound) is a hatched bar to the top, labelled, never a bar of 0
             data.append(dict(type="bar", x=labels, y=[top if v is None else v for v in values],
                              name=run.label, textposition="outside", cliponaxis=False,
@@ -66,7 +56,7 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
                                       range=[0, (top or 1) * 1.25])
         bug = next((r for r in mine if r.bug), None)  # what the bug did, under the heading
         heading = "<br>".join([f"<b>finding {finding}</b>"]
-                              + (wrap_words(f"bug: {review_outcome(bug)}", 22) if bug else []))
+                              + (wrap_words(f"bug: {bug.what}", 22) if bug else []))
         annotations.append(dict(text=heading, x=lo + width / 2, xref="paper", y=1.0,
                                 yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
     layout = base_layout(title or "The review findings of PR #17261's clamp (a proposal): bug vs fix",

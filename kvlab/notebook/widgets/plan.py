@@ -47,11 +47,10 @@ def plan_figures(plan: DeploymentPlan) -> Dict[str, dict]:
 
 
 def plan_in_words_html(plan: DeploymentPlan) -> str:
-    """``plan.explain()`` under the verdict, wrapped once: its lines are already broken between
-    words (EXPLAIN_WIDTH characters), so the browser keeps them as they are (``white-space:
-    pre``) and scrolls sideways where the panel is narrower, instead of breaking them again."""
-    return ('<pre style="font-size:11px;white-space:pre;overflow-x:auto;margin:6px 0 0 0">'
-            f"{html.escape(plan.explain())}</pre>")
+    """``plan.explain()`` under the verdict, wrapped once: its facts come unwrapped, one a
+    line, and the browser wraps each to the panel's width (``white-space: pre-wrap``)."""
+    return ('<pre style="font-size:11px;white-space:pre-wrap;margin:6px 0 0 0">'
+            f"{html.escape(plan.explain(width=None))}</pre>")
 
 
 def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
