@@ -43,7 +43,7 @@ from types import SimpleNamespace
 from typing import Any, Dict, Optional, Tuple
 
 from kvlab.analysis.context_ranges import Segment, change_points, v1_segments, v2_segments
-from kvlab.analysis.deployment_spec import MANAGERS, Deployment
+from kvlab.analysis.deployment_spec import Deployment
 from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.hybrid_split import hybrid_plan
 from kvlab.analysis.models import load_model
@@ -509,6 +509,6 @@ def example_deployments() -> Dict[str, Deployment]:
     return examples
 
 
-__all__ = ["CLAMP_PROPOSAL", "CURRENT_POLICY", "Deployment", "DeploymentPlan", "MANAGERS",
+__all__ = ["CLAMP_PROPOSAL", "CURRENT_POLICY", "Deployment", "DeploymentPlan",
            "MOSTLY_REFUSED_EXIT", "PLAN_EXIT_CODES", "POLICY_LABELS", "example_deployments",
            "plan_deployment"]

@@ -10,8 +10,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ipywidgets as W
 
-from kvlab.analysis.deployment import (MANAGERS, Deployment, DeploymentPlan, example_deployments,
-                                       plan_deployment)
+from kvlab.analysis.deployment import Deployment, DeploymentPlan, example_deployments, plan_deployment
+from kvlab.analysis.deployment_spec import MANAGERS
 from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.models import load_model, model_names
 from kvlab.core.memory import GIB
