@@ -21,7 +21,8 @@ in its group), undocumented-exit (CLI) and long-message (an error over 4 KiB). N
 JSON line per non-clean input (or one with ``tmp_new``), then a summary line. A full corpus
 (about 9,400 inputs) takes hours on two cores: ``--seconds`` bounds a run, on a shuffled order.
 
-    python benchmarks/hostile_inputs.py [--only cli|api] [--limit N] [--jobs J] [--seconds S] [--out FILE]
+    python benchmarks/hostile_inputs.py [--only cli|api] [--match TEXT] [--limit N] [--jobs J]
+                                        [--seconds S] [--out FILE]
 """
 
 from __future__ import annotations
@@ -506,6 +507,7 @@ def _group_alive(pgid):
 def run(cases, jobs, seconds, good, root: Path, report):
     """Run the cases, ``jobs`` at a time, until done or ``seconds`` have passed."""
     counts = dict.fromkeys(CLASSES, 0)
+    by_door = {"cli": dict.fromkeys(CLASSES, 0), "api": dict.fromkeys(CLASSES, 0)}
     queue, running, started = list(enumerate(cases)), {}, time.monotonic()
     stopped_early = False
     while queue or running:
@@ -543,10 +545,11 @@ def run(cases, jobs, seconds, good, root: Path, report):
         if after[0] - before[0]:  # /tmp is shared with other users: shown, not counted
             record["tmp_new"] = sorted(after[0] - before[0])[:10]
         counts[record["class"]] += 1
+        by_door[case["door"]][record["class"]] += 1
         if record["class"] != "clean" or "tmp_new" in record:
             report(record)
         shutil.rmtree(case_dir, ignore_errors=True)
-    return counts, stopped_early, time.monotonic() - started
+    return counts, by_door, stopped_early, time.monotonic() - started
 
 
 def _kill_group(pgid):
@@ -564,9 +567,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="stop starting new inputs after S seconds")
     parser.add_argument("--out", type=Path, help="also write the JSON lines to FILE")
     parser.add_argument("--seed", type=int, default=0, help="the corpus order's shuffle (default 0)")
+    parser.add_argument("--match", help="only inputs whose target contains this text")
     args = parser.parse_args()
     if args.jobs < 1 or (args.limit is not None and args.limit < 0):
         parser.error("--jobs must be >= 1 and --limit >= 0")
+    # Children are forks of this process: a thread pool started here (OpenMP's, torch's) would
+    # leave its locks held in them and hang them, so it stays one thread.
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    import torch
+    torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="kvlab-hostile-"))
     out = open(args.out, "w", buffering=1) if args.out else None
 
@@ -586,11 +595,12 @@ def main() -> None:
             api_cases, skipped = api_corpus(good)
             cases += api_cases
         corpus = len(cases)
+        cases = [c for c in cases if args.match is None or args.match in c["target"]]
         random.Random(args.seed).shuffle(cases)
         cases = cases[:args.limit] if args.limit is not None else cases
-        counts, stopped_early, elapsed = run(cases, args.jobs, args.seconds, good, root / "cases", report)
+        counts, by_door, stopped_early, elapsed = run(cases, args.jobs, args.seconds, good, root / "cases", report)
         summary = {"benchmark": "hostile_inputs", "corpus": corpus, "inputs": sum(counts.values()),
-                   **counts, "stopped_by_seconds": stopped_early, "seconds": round(elapsed, 1),
+                   **counts, "by_door": by_door, "stopped_by_seconds": stopped_early, "seconds": round(elapsed, 1),
                    "jobs": args.jobs, "memory_bound_gib": MEMORY_BOUND / 2**30,
                    "skipped_callables": len(skipped), "skipped": skipped}
         report(summary)
