@@ -42,9 +42,10 @@ Where the time went (cProfile and py-spy, peer workload, 2-core machine), round 
 4. Phase 2 then took about 30 %: TensorRT-LLM tries every pending context each pass, so a pile of
    contexts waiting for pages cost a whole refused attempt each, every pass (on a shrunk pool
    under real traffic, 40 refusals a pass and 8 of every 10 seconds). A first chunk that is
-   certainly refused is now refused from one comparison (``_CertainRefusal``, decision-neutral
-   like the real ``_pending_ctx_certainly_blocked``; tests/sched/test_fast_paths.py holds both paths
-   to the same decisions), and the host tier keeps its count of movable pages instead of summing
+   certainly refused is now refused from one comparison (``CertainRefusal`` in
+   kvlab.sched.context_plan, asking the context planner, decision-neutral like the real
+   ``_pending_ctx_certainly_blocked``; tests/sched/test_fast_paths.py holds both paths to the
+   same decisions), and the host tier keeps its count of movable pages instead of summing
    them per refusal.
 5. ``Request``'s ``init=False`` fields lived on the class until first set, so instances split
    their key-sharing dicts and every attribute load took the slow path: 2.5x slower per load on

@@ -45,7 +45,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 NAMES = [str(p.relative_to(PACKAGE.parent)) for p in MODULES]
 #: Packages inside a layer (``notebook/viz``), each a folder with an ``__init__.py``.
 SUBPACKAGES = {str(p.parent.relative_to(PACKAGE)) for p in MODULES
-               if p.name == "__init__.py" and p.parent.parent != PACKAGE}
+               if p.name == "__init__.py" and PACKAGE not in (p.parent, p.parent.parent)}
 
 
 def module_name(path: Path) -> str:
