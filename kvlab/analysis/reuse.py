@@ -26,7 +26,7 @@ from kvlab.core.memory import MIB
 from kvlab.core.prefix_cache import chain_hashes
 from kvlab.core.request import Request
 from kvlab.run.simulation import SimulationResult
-from kvlab.sched.policies import TRTLLM_POLICIES
+from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def replay_with_reuse(requests: Sequence[Request], policies: Sequence[str] = TRT
                       max_steps: int = 1_000_000) -> Dict[Tuple[str, bool], SimulationResult]:
     """Each policy with block reuse on and off (``reuse``): {(policy, reuse): result}."""
     requests = check_items("requests", requests, "Requests")
-    policies = [check_choice(f"policies[{i}]", policy, TRTLLM_POLICIES)
+    policies = [check_choice(f"policies[{i}]", policy, POLICIES)
                 for i, policy in enumerate(check_items("policies", policies, "policy names"))]
     reuse = [check_instance(f"reuse[{i}]", on, bool) for i, on in enumerate(check_items("reuse", reuse, "bools"))]
     check_instance("engine", engine, EngineConfig)
