@@ -72,8 +72,21 @@ def _parameter(text: str):
         return name, value
 
 
+#: The longest usage error printed: argparse quotes a bad value whole (a 5,000-digit number too).
+MAX_ERROR_CHARS = 300
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), whose usage error cuts a long message."""
+
+    def error(self, message):
+        if len(message) > MAX_ERROR_CHARS:
+            message = f"{message[:MAX_ERROR_CHARS]}... (cut: {len(message):,} characters)"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvlab", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="kvlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough,scenario,plan,doctor,slides}")
 
     repro = sub.add_parser("repro", help="the 4 MiB single-GPU repro of issue #21470",
