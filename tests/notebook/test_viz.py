@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from kvlab import PageIndexTable
+from kvlab.analysis.deployment import example_deployments, plan_deployment
 from kvlab.analysis.repro import page_index_price, run_repro, sweep_repro
 from kvlab.core.page_index import max_blocks_per_seq
 from kvlab.notebook import viz
@@ -334,3 +336,90 @@ def test_the_page_table_picture_points_rows_at_pages_and_marks_the_missing_entri
     fits = viz.page_table_spec(260, 256, 1024)
     assert not any("the row has none" in a["text"] for a in fits["layout"]["annotations"])
     assert [t["showlegend"] for t in fits["data"]] == [True, True, False, True]
+
+
+# --- bad arguments: each refused at the figure's door, naming the parameter -------------------
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(needed=float("inf")), "needed"), (dict(needed=-1), "needed"),
+    (dict(width="x"), "width"), (dict(width=10**30), "width"),
+    (dict(total_blocks=-1), "total_blocks"), (dict(total_blocks=0), "total_blocks"),
+    (dict(slots=np.zeros((2, 2))), "slots"), (dict(slots=-1), "slots"),
+    (dict(shown_links="x"), "shown_links"), (dict(shown_links=-1), "shown_links"),
+    (dict(shown_links=10**30), "shown_links"), (dict(tokens_per_block=""), "tokens_per_block"),
+    (dict(tokens_per_block=None), "tokens_per_block"), (dict(tokens_per_block=[]), "tokens_per_block"),
+    (dict(tokens_per_block=2**63), "tokens_per_block")])
+def test_the_page_table_picture_names_a_bad_argument(kwargs, named):
+    args = {**dict(width=68, needed=256, total_blocks=64), **kwargs}
+    with pytest.raises((TypeError, ValueError), match=rf"^{named} must"):
+        viz.page_table_figure(**args)
+
+
+def test_the_page_table_picture_of_a_huge_pool_is_as_quick_as_a_small_one():
+    """The pages row 0 holds are found lap by lap around the pool, not entry by entry."""
+    spec = viz.page_table_spec(2**40, 2**40, 2**40 + 1)
+    pool = [s for s in spec["layout"]["shapes"] if s["type"] == "rect" and s["y0"] == 0.0]
+    assert len(pool) == 256 and all(s["fillcolor"] == viz.PAGE_COLORS["held"] for s in pool[:-1])
+
+
+@pytest.mark.parametrize("figure", [viz.repro_page_map, viz.repro_index_row])
+@pytest.mark.parametrize("bad", [2**63, [], None, np.zeros((2, 2))])
+def test_a_repro_figure_takes_only_a_repro_result(figure, bad):
+    with pytest.raises(TypeError, match="^result must be a ReproResult"):
+        figure(bad)
+
+
+@pytest.mark.parametrize("bad, error", [((i for i in range(3)), TypeError), (-1, TypeError),
+                                        ("x", TypeError), ([run_repro()] * 2 + [3], TypeError)])
+def test_the_outcome_map_takes_repro_results(bad, error):
+    with pytest.raises(error, match=r"^results(\[\d+\])? must be"):
+        viz.outcome_map_figure(bad)
+
+
+def test_the_outcome_map_takes_a_generator_of_results():
+    assert viz.outcome_map_spec(r for r in sweep_repro([4], [8192]))["data"][0]["y"] == [8192]
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(result=0), "result"), (dict(stall_limit={}), "stall_limit"), (dict(stall_limit=2**63), "stall_limit"),
+    (dict(stall_limit=True), "stall_limit"), (dict(outcome={}), "outcome"), (dict(outcome=-1), "outcome"),
+    (dict(outcome=float("inf")), "outcome"), (dict(stall_detector="x"), "stall_detector"),
+    (dict(stall_detector=[]), "stall_detector"), (dict(subtitle=True), "subtitle"),
+    (dict(title=float("inf")), "title")])
+def test_the_timeline_names_a_bad_argument(seed_runs, kwargs, named):
+    args = {"result": seed_runs["none/clamped"], **kwargs}
+    with pytest.raises((TypeError, ValueError), match=rf"^{named} must"):
+        viz.scheduler_timeline_figure(**args)
+
+
+def test_every_figure_refuses_a_title_that_is_not_text(seed_runs):
+    """One check in the shared layout, and one where a figure falls back to its own title."""
+    deployment = example_deployments()["rtx5080-4mib"]
+    calls = [lambda t: viz.outcome_map_figure(sweep_repro([4], [8192]), title=t),
+             lambda t: viz.plan_ranges_figure(plan_deployment(deployment), title=t),
+             lambda t: viz.rank_budget_figure([], title=t),
+             lambda t: viz.review_findings_figure([], title=t),
+             lambda t: viz.page_map_figure(64, 256, "crash", title=t),
+             lambda t: viz.pass_figure([], title=t)]
+    for call in calls:
+        for bad in (float("inf"), np.zeros((2, 2)), True):
+            with pytest.raises(TypeError, match="^title must be a str"):
+                call(bad)
+
+
+def test_plan_rank_and_review_figures_name_a_bad_argument():
+    with pytest.raises(TypeError, match="^plan must be a DeploymentPlan"):
+        viz.plan_ranges_figure(True)
+    for bad in (np.zeros((2, 2)), 0):
+        with pytest.raises(TypeError, match=r"^ranks(\[0\])? must be"):
+            viz.rank_budget_figure(bad)
+    plan = plan_deployment(example_deployments()["issue-21470"])
+    for bad in (float("inf"), np.zeros((2, 2))):
+        with pytest.raises(TypeError, match=r"^state_bytes(\[0\])? must be"):
+            viz.rank_budget_figure(plan.rank_plans(), state_bytes=bad)
+    with pytest.raises(ValueError, match="^state_bytes must hold one count per rank"):
+        viz.rank_budget_figure(plan.rank_plans(), state_bytes=[0])
+    with pytest.raises(TypeError, match="^runs must be a sequence"):
+        viz.review_findings_figure(float("nan"))
+    with pytest.raises(TypeError, match=r"^runs\[0\] must be a FindingRun"):
+        viz.review_findings_figure(["x"])

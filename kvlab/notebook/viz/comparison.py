@@ -10,7 +10,7 @@ from typing import Mapping, Optional, Sequence
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.notebook.viz.style import (AXIS_STYLE, FIGURE_WIDTH, NEUTRAL_COLOR, OUTCOME_COLORS,
                                       OUTCOME_LABELS, as_figure, base_layout, outcome_color,
-                                      run_outcome)
+                                      run_outcome, titled)
 
 
 # --- the phase diagram: pool size x context length, one subplot per regime ----------------------
@@ -195,9 +195,9 @@ def served_over_time_spec(runs: Mapping[str, object], seconds_per_iteration: flo
             same[0][1]["name"] = f"{', '.join(p for p, _ in same)}: {label} (one curve, the runs coincide)"
             for _, line in same[1:]:
                 line["showlegend"] = False
-    layout = base_layout(title or "A replayed trace: requests served over time",
-                         subtitle or f"one scheduler iteration = {seconds_per_iteration * 1000:g} ms; "
-                                     "X: the engine stopped there",
+    layout = base_layout(titled(title, "A replayed trace: requests served over time"),
+                         titled(subtitle, f"one scheduler iteration = {seconds_per_iteration * 1000:g} ms; "
+                                          "X: the engine stopped there", "subtitle"),
                          height=420, xaxis=dict(title="minutes since the trace's first request",
                                                 rangemode="tozero"),
                          yaxis=dict(title="requests", rangemode="tozero"),

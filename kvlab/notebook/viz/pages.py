@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping, Optional, Sequence
 
+from kvlab.analysis.repro import ReproResult
 from kvlab.core.arith import div_ceil
+from kvlab.core.checks import check_instance, check_int, check_items
 from kvlab.notebook.viz.style import (NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR,
                                       ROW_COLOR, WIDTH_LINE_COLORS, as_figure, base_layout,
                                       format_bytes, log_log_axes, outcome_color)
@@ -25,6 +27,9 @@ PAGE_COLORS = {"free": "#E8E8E8", "held": OUTCOME_COLORS["ok"], "wanted": "#88CC
 
 #: Widths the page map stays readable at; beyond this one cell stands for several pages.
 MAX_PAGE_CELLS = 2048
+#: The most rows (sequences) and arrows the page-index table's picture draws: more stop reading.
+MAX_TABLE_SLOTS = 16
+MAX_TABLE_LINKS = 256
 
 
 # --- the pool as a page map -------------------------------------------------------------------
@@ -173,8 +178,11 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     does not have (the native check refuses them before looking at the pool). Past 256, a cell
     stands for several entries or pages (the subtitle says how many). Traces: one
     (legend-only) per part, always four; the picture is shapes and annotations."""
-    width, needed, total_blocks = int(width), int(needed), int(total_blocks)
-    tpb = tokens_per_block
+    width, total_blocks = check_int("width", width, low=1), check_int("total_blocks", total_blocks, low=1)
+    needed = check_int("needed", needed)
+    slots = check_int("slots", slots, low=1, high=MAX_TABLE_SLOTS)
+    shown_links = check_int("shown_links", shown_links, high=MAX_TABLE_LINKS)
+    tpb = check_int("tokens_per_block", tokens_per_block, low=1, high=65536)  # KVGeometry's range
     unit = max(1, div_ceil(max(width, needed, total_blocks), 256))  # entries or pages a cell
     width_c, needed_c, pool_c = (div_ceil(n, unit) for n in (width, needed, total_blocks))
     span = max(width_c, needed_c, pool_c)
@@ -199,8 +207,7 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
                                 font=dict(size=12, color=OUTCOME_COLORS["crash"]),
                                 bgcolor="rgba(255,255,255,0.85)"))
     step = 37 if math.gcd(37, total_blocks) == 1 else 1
-    pages_held = {(entry * step) % total_blocks for entry in range(held)}
-    cells_held = {page // unit for page in pages_held}
+    cells_held = _cells_held(held, total_blocks, step, unit)
     for cell in range(pool_c):
         used = cell in cells_held
         shapes.append(dict(type="rect", x0=cell, x1=cell + 1, y0=0.0, y1=0.8,
@@ -245,6 +252,24 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     return {"data": legend, "layout": layout}
 
 
+def _cells_held(held: int, total_blocks: int, step: int, unit: int) -> set:
+    """The cells of ``unit`` pages holding page ``entry * step % total_blocks`` of some entry
+    below ``held`` (at most ``total_blocks``), lap by lap around the pool: each lap is an
+    arithmetic progression of pages, and there are at most ``step`` laps, so a pool of 2**40
+    pages costs what one of 64 does."""
+    cells, entry = set(), 0
+    while entry < held:
+        first = entry * step % total_blocks
+        count = min(held - entry, (total_blocks - 1 - first) // step + 1)  # entries of this lap
+        last = first + (count - 1) * step
+        if step <= unit:  # no cell between first and last is skipped
+            cells.update(range(first // unit, last // unit + 1))
+        else:  # a cell narrower than a step: at most 256 x 37 pages in all
+            cells.update(page // unit for page in range(first, last + 1, step))
+        entry += count
+    return cells
+
+
 page_table_figure = as_figure(page_table_spec)
 
 
@@ -254,14 +279,16 @@ page_map_figure = as_figure(page_map_spec)
 index_row_figure = as_figure(index_row_spec)
 
 
-def repro_page_map_spec(result) -> dict:
+def repro_page_map_spec(result: ReproResult) -> dict:
     """:func:`page_map_spec` of a ``kvlab.analysis.repro.ReproResult``."""
+    check_instance("result", result, ReproResult)
     return page_map_spec(result.total_blocks, result.entries_needed, result.outcome,
                          tokens_per_block=result.tokens_per_block)
 
 
-def repro_index_row_spec(result) -> dict:
+def repro_index_row_spec(result: ReproResult) -> dict:
     """:func:`index_row_spec` of a ``kvlab.analysis.repro.ReproResult``."""
+    check_instance("result", result, ReproResult)
     return index_row_spec(result.max_blocks_per_seq, result.entries_needed, result.total_blocks,
                           result.outcome, tokens_per_block=result.tokens_per_block,
                           policy=result.policy)
@@ -328,7 +355,8 @@ def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
     results: a scatter of squares coloured by outcome, log axes. One trace per outcome in
     ``("crash", "refused", "ok")``, always (empty ones included, without a legend entry), so
     widgets can update it."""
-    results = list(results)
+    results = [check_instance(f"results[{i}]", r, ReproResult)
+               for i, r in enumerate(check_items("results", results, "ReproResult objects"))]
     policies = sorted({r.policy for r in results})
     traces = []
     for outcome in ("crash", "refused", "ok"):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from kvlab.analysis.deployment import CLAMP_PROPOSAL
+from kvlab.analysis.deployment import CLAMP_PROPOSAL, DeploymentPlan
 from kvlab.analysis.presets import ENGINE_OUTCOMES
+from kvlab.core.checks import check_instance
 from kvlab.notebook.viz.style import (OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR, ROW_COLOR,
-                                      as_figure, base_layout)
+                                      as_figure, base_layout, titled)
 
 #: The plan figure's short name for each TensorRT-LLM policy (kvlab.analysis.deployment).
 PLAN_POLICY_NAMES = {"none/clamped": "current code", "none/configured": "one-line fix",
@@ -24,7 +25,7 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
     too narrow to see at this scale is marked by a tick of its colour (hover for its range).
     Traces: one bar per engine outcome (4), the ticks, two legend entries for the lines: always
     7."""
-    d = plan.deployment
+    d = check_instance("plan", plan, DeploymentPlan).deployment
     top = d.configured_max_seq_len
     tpb = d.tokens_per_block
     names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
@@ -78,7 +79,7 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
         subtitle = ("merged code raises at construction (state slots), so nothing runs; the bands "
                     "are for the pool PR #17261's clamp (a proposal) would leave")
     layout = base_layout(
-        title or f"{d.model.name}: what each context length meets", subtitle, barmode="overlay",
+        titled(title, f"{d.model.name}: what each context length meets"), subtitle, barmode="overlay",
         height=380, shapes=shapes, bargap=0.35,
         xaxis=dict(title=dict(text="context length (prompt tokens)"), range=[0, top * 1.02],
                    tickformat=","),

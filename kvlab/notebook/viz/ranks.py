@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
+from kvlab.analysis.rank_plan import RankPlan
+from kvlab.core.checks import check_instance, check_int, check_items, check_sequence
 from kvlab.core.memory import GIB
+from kvlab.run.rank import RankResult
 from kvlab.notebook.viz.style import (OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR, ROW_COLOR,
-                                      as_figure, base_layout, outcome_color)
+                                      as_figure, base_layout, outcome_color, titled)
 
 #: Parts of a rank's memory, bottom to top, with their colours (Tol "muted"; the KV pool in the
 #: "ok" colour, the share the MIN took away hatched in grey).
@@ -59,6 +62,12 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
     ``state_bytes``: each rank's recurrent-state slots (a hybrid's, beside its pool).
     Traces: one bar per part, always 8.
     """
+    ranks = [check_instance(f"ranks[{i}]", r, (RankResult, RankPlan))
+             for i, r in enumerate(check_items("ranks", ranks, "RankResult or RankPlan objects"))]
+    state_bytes = check_sequence("state_bytes", state_bytes, check_int)
+    if state_bytes and len(state_bytes) != len(ranks):
+        raise ValueError(f"state_bytes must hold one count per rank ({len(ranks)}), "
+                         f"got {len(state_bytes)}")
     lost = [(r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0)
             for r in ranks]  # whole blocks the MIN took away
     traces = budget_stack([f"rank {r.rank}" for r in ranks], [r.budget for r in ranks],
@@ -68,7 +77,7 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
                 f"{', '.join(f'{p:,}' for p in sorted({r.blocks for r in ranks}))} blocks"
                 if ranks else "no ranks")
     layout = base_layout(
-        title or f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)", subtitle,
+        titled(title, f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)"), subtitle,
         barmode="stack", height=460, bargap=0.15,
         xaxis=dict(title=None, tickangle=-45 if len(ranks) > 8 else 0),
         yaxis=dict(title=dict(text="GiB per GPU")),
@@ -107,7 +116,7 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
         subtitle = (f"{crashes} request(s) beyond the row: ValueError" if crashes
                     else "no request beyond the row")
     layout = base_layout(
-        title or "Requests against the pool and the page-index row", subtitle, height=400,
+        titled(title, "Requests against the pool and the page-index row"), subtitle, height=400,
         shapes=shapes, bargap=0.3, legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
         xaxis=dict(title=None, type="category"),
         yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log", dtick=1))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
+from kvlab.case_studies import FindingRun
+from kvlab.core.checks import check_instance, check_items
 from kvlab.core.memory import GIB
 from kvlab.notebook.viz.style import (AXIS_STYLE, OUTCOME_COLORS, as_figure, base_layout, format_bytes,
-                                      wrap_words)
+                                      titled, wrap_words)
 
 #: Bug and fix bars of :func:`review_findings_spec`.
 BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
@@ -24,6 +26,8 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
     metrics as grouped bars, bug beside fix. ``runs``: ``kvlab.case_studies.FindingRun`` objects (each
     finding with bug=True and bug=False); each panel's heading says what the bug did
     (``FindingRun.what``). Traces: two bar traces (bug, fix) per finding present."""
+    runs = [check_instance(f"runs[{i}]", run, FindingRun)
+            for i, run in enumerate(check_items("runs", runs, "FindingRun objects"))]
     findings = sorted({r.finding for r in runs})
     n = max(len(findings), 1)
     gap = 0.08
@@ -59,7 +63,7 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
                               + (wrap_words(f"bug: {bug.what}", 22) if bug else []))
         annotations.append(dict(text=heading, x=lo + width / 2, xref="paper", y=1.0,
                                 yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
-    layout = base_layout(title or "The review findings of PR #17261's clamp (a proposal): bug vs fix",
+    layout = base_layout(titled(title, "The review findings of PR #17261's clamp (a proposal): bug vs fix"),
                          "1: caps and first chunks admitted per rank (hatched: None, unbounded); "
                          "2: disagg inits admitted in one pass; 3: B's chunks scheduled vs stalled passes",
                          height=440, annotations=annotations, barmode="group",
@@ -110,7 +114,7 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
     annotations = [dict(xref="paper", x=1, y=q, yref="y", xanchor="right", yanchor="bottom",
                         showarrow=False, text=f"quota {q:.2f} GiB",
                         font=dict(color=OUTCOME_COLORS["crash"], size=12))]
-    layout = base_layout(title or "Recurrent-state slots vs attention pages vs the quota", subtitle,
+    layout = base_layout(titled(title, "Recurrent-state slots vs attention pages vs the quota"), subtitle,
                          barmode="stack", height=500, bargap=0.35, shapes=shapes,
                          annotations=annotations, xaxis=dict(type="category", tickangle=0),
                          yaxis=dict(title=dict(text="GiB"), range=[0, max(q, raw_total) * 1.12]),
@@ -150,7 +154,7 @@ def residency_proposals_spec(rows: Sequence[Mapping], *, title: Optional[str] = 
                         text="ValueError at<br>construction:<br>nothing served",
                         font=dict(color=OUTCOME_COLORS["crash"], size=12))
                    for xi, r in zip(x, rows) if r["outcome"] == "crash"]
-    layout = base_layout(title or "Merged code raises; what each proposal would serve", subtitle,
+    layout = base_layout(titled(title, "Merged code raises; what each proposal would serve"), subtitle,
                          barmode="stack", height=480, bargap=0.3, annotations=annotations,
                          xaxis=dict(type="category", tickangle=0, tickfont=dict(size=11)),
                          yaxis=dict(title=dict(text="concurrent requests"), range=[0, top * 1.1]),

@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 import plotly.graph_objects as go
 
 from kvlab.analysis.presets import engine_outcome
+from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB, MIB
 
 #: The names :func:`run_outcome` gives a "stall" that nothing raised (kvlab.analysis.presets
@@ -85,11 +86,22 @@ def wrap_words(text: str, chars: int) -> List[str]:
     return lines
 
 
+def titled(title: Optional[str], default: str, name: str = "title") -> str:
+    """A figure's ``title`` (or subtitle, ``name``) argument, a str or None, resolved: ``default``
+    where it is empty or None; a TypeError naming it for anything else, before its truth value
+    is asked (a numpy array has none)."""
+    return check_instance(name, title, (str, type(None))) or default
+
+
 def base_layout(title: str, subtitle: str = "", **extra) -> dict:
     """Shared look. No plotly template: resolving one costs ~10 ms a figure, too slow for a
     widget that redraws on every slider step, so the few settings that matter are explicit.
     The subtitle is 12 px, broken between words to the figure's width, below the title; the
-    on-screen toolbar (plotly's modebar) is vertical, in the right margin, clear of both."""
+    on-screen toolbar (plotly's modebar) is vertical, in the right margin, clear of both. A
+    ``title`` or ``subtitle`` that is not a str is a TypeError naming it (every figure's own
+    ``title=`` and ``subtitle=`` arrive here)."""
+    check_instance("title", title, str)
+    check_instance("subtitle", subtitle, str)
     width = extra.get("width", FIGURE_WIDTH)
     lines = wrap_words(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
     # The subtitle's lines go in the title's text (every plotly.js renders that alike; a

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional, Sequence
 
+from kvlab.core.checks import check_choice, check_instance, check_int
 from kvlab.notebook.tables import counted
+from kvlab.run.simulation import SimulationResult
 from kvlab.notebook.viz.style import (AXIS_STYLE, NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS,
                                       as_figure, base_layout, outcome_color, run_outcome, wrap_words)
 
@@ -32,7 +34,12 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     marked in every panel in the outcome's colour (``outcome`` defaults to
     :func:`~kvlab.notebook.viz.style.run_outcome`: a livelock is not called a stall). Always six scatter traces (:data:`TIMELINE_SERIES`);
     the suspended line, and its legend entry, only show when the run suspended anything."""
-    trace = result.trace
+    trace = check_instance("result", result, SimulationResult).trace
+    if stall_limit is not None:
+        stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)  # Scheduler's range
+    if outcome is not None:
+        check_choice("outcome", outcome, OUTCOME_LABELS)
+    check_instance("stall_detector", stall_detector, bool)
     steps = trace.column("step")
     outcome = outcome if outcome is not None else run_outcome(result)
     total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
