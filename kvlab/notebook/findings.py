@@ -26,6 +26,10 @@ class Finding:
     outcome: str  # one of kvlab's outcome names: "crash", "stall", "reject", "ok", ...
     numbers: str  # the arithmetic, in words
 
+    def __post_init__(self):
+        for name in ("scenario", "policy", "outcome", "numbers"):
+            check_instance(name, getattr(self, name), str)
+
 
 def report_findings(findings: Iterable[Finding]):
     """Display the findings (HTML table + machine-readable JSON) and return them as dicts."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import numbers
 import re
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -142,11 +143,13 @@ def verdict_html(outcome: Optional[str], headline: str, detail: str = "") -> str
 
 def check_control_value(name: str, control: W.ValueWidget, value) -> None:
     """ValueError naming ``name`` and the accepted values or range when ``control`` (a selection
-    or a slider) does not offer ``value``."""
+    or a slider) does not offer ``value`` (a value that is not one number or str, such as a numpy
+    array, included: it is never compared, as an array has no one truth value)."""
     options = getattr(control, "options", None)
     if options is not None:  # SelectionSlider, Dropdown, ToggleButtons: (label, value) pairs
         choices = [o[1] if isinstance(o, tuple) else o for o in options]
-        if value not in choices or isinstance(value, bool) != isinstance(choices[0], bool):
+        if (not isinstance(value, (str, numbers.Number)) or value not in choices
+                or isinstance(value, bool) != isinstance(choices[0], bool)):
             shown = (repr(choices) if len(choices) <= 8 else
                      f"{len(choices)} values from {choices[0]!r} to {choices[-1]!r}")
             raise ValueError(f"{name} must be one of the control's values ({shown}), got {value!r}")

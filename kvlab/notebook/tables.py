@@ -6,10 +6,15 @@ wraps between words inside its column, never clipped with "..." (the DataFrame d
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Optional
+
+from kvlab.core.checks import check_instance, check_int, check_items
 
 #: The widest a text column grows before its cells wrap (between words).
 TEXT_COLUMN_WIDTH = "34em"
+#: The most decimals a table writes a real with (a float holds about 16 significant digits).
+MAX_DIGITS = 15
 
 _STYLES = [
     dict(selector="th, td", props=[("white-space", "normal"), ("word-break", "normal"),
@@ -35,8 +40,14 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
     ``digits`` decimals, text left-aligned and whole. ``index``: the column to index by."""
     import pandas as pd
 
-    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(list(data))
+    digits = check_int("digits", digits, high=MAX_DIGITS)
+    if not isinstance(data, pd.DataFrame):
+        data = [check_instance(f"data[{i}]", row, Mapping)
+                for i, row in enumerate(check_items("data", data, "rows (dicts), or a DataFrame"))]
+    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
     if index is not None:
+        if check_instance("index", index, str) not in frame.columns:
+            raise ValueError(f"index must name one of the columns {list(frame.columns)}, got {index!r:.60}")
         frame = frame.set_index(index)
     # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
     text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
@@ -48,7 +59,7 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
     return styler
 
 
-__all__ = ["TEXT_COLUMN_WIDTH", "cell_text", "table"]
+__all__ = ["MAX_DIGITS", "TEXT_COLUMN_WIDTH", "cell_text", "table"]
 
 
 def counted(n: int, noun: str, plural: Optional[str] = None) -> str:

@@ -1,7 +1,10 @@
 """kvlab.notebook.tables: counts with thousands separators, reals to fixed decimals, text whole
 and wrapped between words, in an HTML table."""
 
+import math
 import re
+
+import pytest
 
 from kvlab.notebook.tables import counted, gib_pair, table
 
@@ -46,3 +49,27 @@ def test_gib_pair_never_shows_unequal_sizes_as_equal():
     assert gib_pair(need, quota) == ("37.4812", "37.4809")  # at 2 decimals both read 37.48
     assert gib_pair(10 * 2**30, 20 * 2**30) == ("10.00", "20.00")
     assert gib_pair(5 * 2**30, 5 * 2**30) == ("5.00", "5.00")
+
+
+@pytest.mark.parametrize("kwargs, named, error", [
+    (dict(data=math.nan), "data", TypeError), (dict(data="x"), "data", TypeError),
+    (dict(data=[[1, 2]]), r"data\[0\]", TypeError),
+    (dict(index=True), "index", TypeError), (dict(index=[]), "index", TypeError),
+    (dict(index={}), "index", TypeError), (dict(index="b"), "index", ValueError),
+    (dict(digits="x"), "digits", TypeError), (dict(digits=-1), "digits", ValueError),
+    (dict(digits=None), "digits", TypeError), (dict(digits={}), "digits", TypeError),
+    (dict(digits=2**63), "digits", ValueError)])
+def test_a_bad_argument_is_refused_naming_it(kwargs, named, error):
+    args = {"data": [{"a": 1}], **kwargs}
+    with pytest.raises(error, match=rf"^{named} must"):
+        table(**args)
+
+
+def test_a_finding_holds_text_only():
+    from kvlab.notebook.findings import Finding
+
+    assert Finding("s", "p", "o", "n").numbers == "n"
+    for field, bad in (("scenario", 0), ("numbers", []), ("policy", None), ("outcome", True)):
+        fields = {**dict(scenario="s", policy="p", outcome="o", numbers="n"), field: bad}
+        with pytest.raises(TypeError, match=f"^{field} must be a str"):
+            Finding(**fields)

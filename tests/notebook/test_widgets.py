@@ -455,6 +455,14 @@ def test_the_report_clamps_and_the_long_context_crashes(ranks):
     assert lost[0] > lost[-1] == 0  # rank 0 lost the most to the MIN; the last rank set it
 
 
+def test_the_ranks_run_html_names_a_model_that_is_not_the_panels():
+    from kvlab.notebook.widgets.ranks import ranks_run_html
+
+    for bad in (None, "x", 0):
+        with pytest.raises(TypeError, match="^model must be a RanksModel"):
+            ranks_run_html(bad, None)
+
+
 def test_less_workspace_lifts_the_clamp_and_every_rank_finishes(ranks):
     ranks.set(workspace_gib=0.0)
     assert ranks.outcome == "ok"
@@ -748,3 +756,14 @@ def test_a_panels_rows_wrap_on_a_narrow_page():
 
     rows = [child for child in ranks_panel().widget.children if isinstance(child, W.HBox)]
     assert len(rows) >= 2 and all(row.layout.flex_flow == "row wrap" for row in rows)
+
+
+@pytest.mark.parametrize("control", ["model", "gpu", "ranks", "max_seq_len"])
+def test_the_plan_panel_names_an_array_given_for_a_control(control):
+    """An array has no one truth value: it is refused as a value the control does not offer."""
+    import numpy as np
+
+    from kvlab.notebook.widgets import plan_panel
+
+    with pytest.raises(ValueError, match=f"^{control} must be one of"):
+        plan_panel(**{control: np.zeros((2, 2))})

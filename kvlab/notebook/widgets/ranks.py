@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import ipywidgets as W
 
 from kvlab.analysis.rank_plan import outcome_of, plan_ranks
-from kvlab.core.checks import check_float, check_int
+from kvlab.core.checks import check_float, check_instance, check_int
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.tables import cell_text, table
@@ -101,6 +101,7 @@ def ranks_run_html(model: RanksModel, result) -> str:
     """A ranks run (``kvlab.run.run_result`` of ``model.config``) against the plan: whether it
     ended as predicted, what every rank shares said once (the pool after the MIN, the row),
     then a table of what differs by rank, at most :data:`RANKS_RUN_TABLE_WIDTH` px wide."""
+    check_instance("model", model, RanksModel)
     outcome = outcome_of(result)
     agrees = outcome == model.plan.outcome and result.ended == model.plan.ended
     headline = (f"The run ({result.wall_s:.2f} s): {result.ended} - {result.reason}. "
