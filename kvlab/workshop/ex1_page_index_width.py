@@ -11,7 +11,8 @@ from kvlab.analysis.presets import seed_geometry
 from kvlab.core.arith import div_ceil
 from kvlab.core.memory import MIB
 from kvlab.core.page_index import max_blocks_per_seq
-from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, call_learner, finish, learner_name
+from kvlab.workshop.feedback import (NOT_YET, CheckResult, Hint, check_flags, call_learner, finish,
+                                     learner_name)
 
 
 #: (label, max_seq_len, tokens_per_block, extra, draft)
@@ -98,6 +99,7 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
     ``max_blocks_per_seq`` on WIDTH_CASES; with ``seed_max_seq_len`` ({"clamped": ..,
     "configured": ..}: the max_seq_len each width policy feeds in for the seed's 4 MiB pool),
     also the seed's 68 and 260. ``reveal``: see the module docstring (hint, then reveal)."""
+    check_flags(strict, reveal)
     failures, passes = [], []
     slip = _width_slip(fn)
     for label, L, t, e, d in WIDTH_CASES:

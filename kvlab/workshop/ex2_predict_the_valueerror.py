@@ -11,7 +11,7 @@ from typing import Callable, Dict, Optional
 from kvlab.analysis.presets import RESIZE_OUTCOMES
 from kvlab.analysis.repro import run_repro
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
-from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, finish, learner_name
+from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, check_flags, finish, learner_name
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = F
     """Exercise 2a: ``predictions`` maps each PREDICTION_CASES name to "ok", "refused" or
     "crash"; each is checked against a real resize (kvlab.analysis.repro.run_repro). A wrong
     prediction gets the steps to redo, then (hint, then reveal) the outcome and its arithmetic."""
+    check_flags(strict, reveal)
     failures, passes = [], []
     if not isinstance(predictions, dict):
         return finish("check_predictions", [f"predictions must be a dict of case -> outcome, "
@@ -106,6 +107,7 @@ def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
                   reveal: Optional[bool] = None) -> CheckResult:
     """Exercise 2b: ``fn()`` builds the seed's KVCacheManager (clamped row), resizes a cache to
     8192 tokens, catches the ValueError and returns it."""
+    check_flags(strict, reveal)
     failures, passes = [], []
     try:
         got = fn()

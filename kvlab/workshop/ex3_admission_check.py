@@ -15,7 +15,8 @@ from kvlab.core.request import Request
 from kvlab.sched.admission import (AdmissionPolicy, CapacityAdmission, FITS_NOW, NEVER_FITS,
                                    TEMPORARILY_BLOCKED, demand_blocks)
 from kvlab.workshop.ex1_page_index_width import SEED_MAX_SEQ_LEN
-from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, call_learner, finish, learner_name
+from kvlab.workshop.feedback import (NOT_YET, CheckResult, Hint, check_flags, call_learner, finish,
+                                     learner_name)
 
 
 def _seed_manager(policy: str = "configured", quota_mib: float = 4, max_batch_size: int = 4,
@@ -92,6 +93,7 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
     ADMISSION_CASES. A "never fits" reason must state the numbers (demand and the limit); the
     manager must be left as it was. A wrong class gets a question first; the demand formula
     with the case's numbers only from the check's second failure on (hint, then reveal)."""
+    check_flags(strict, reveal)
     reference = CapacityAdmission()
     failures, passes = [], []
     for label, settings, request, question, lesson in ADMISSION_CASES:
@@ -166,6 +168,7 @@ def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False,
     ADMISSION_WORKLOAD on the seed's pool under both row widths: "big" is rejected at arrival
     with the numbers, the engine never stops, everything else finishes. A failure points to the
     module docstring first; which hook and which Verdict only from the second failure on."""
+    check_flags(strict, reveal)
     failures, passes = [], []
     if not isinstance(policy, AdmissionPolicy):
         return finish("check_admission_policy", [f"pass an instance of your AdmissionPolicy subclass, "

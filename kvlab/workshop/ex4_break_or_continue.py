@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
-from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, call_learner, finish, learner_name
+from kvlab.workshop.feedback import (NOT_YET, CheckResult, Hint, check_flags, call_learner, finish,
+                                     learner_name)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ def check_resident_scan(fn: Callable[..., List[str]], *, strict: bool = False,
     """Exercise 4: ``fn(pending_ctx, num_resident, max_resident, max_num_requests)`` returns the
     ids scheduled, on SCAN_CASES and over several iterations (run_resident_iterations). A wrong
     case gets a question first; the fix only from the check's second failure on."""
+    check_flags(strict, reveal)
     failures, passes = [], []
     for label, spec, resident, cap, budget, expected, question, lesson in SCAN_CASES:
         got, error = call_learner(fn, _ctx(spec), resident, cap, budget)

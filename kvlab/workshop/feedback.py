@@ -11,6 +11,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
+from kvlab.core.checks import check_instance
+
 CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
 
 
@@ -98,6 +100,13 @@ def learner_name(fn) -> str:
     return name if name and "<" not in name else "your function"
 
 
+def check_flags(strict, reveal) -> None:
+    """TypeError naming ``strict`` (a bool) or ``reveal`` (a bool, or None: hint first) when it
+    is another type: each check calls this first, before it runs the learner's code."""
+    check_instance("strict", strict, bool)
+    check_instance("reveal", reveal, (bool, type(None)))
+
+
 def finish(check: str, failures: list, passes: List[str], strict: bool, *,
             reveal: Optional[bool] = None, learner: str = "your function",
             cases: Optional[int] = None) -> CheckResult:
@@ -137,4 +146,4 @@ def call_learner(fn: Callable, *args):
 
 
 __all__ = ["CHECK_MIME", "CheckFailed", "CheckResult", "HINTS_ONLY", "Hint", "NOT_YET", "call_learner",
-           "finish", "learner_name", "reset_hints"]
+           "check_flags", "finish", "learner_name", "reset_hints"]

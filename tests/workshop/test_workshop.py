@@ -512,3 +512,17 @@ def test_solutions_notebook_passes_every_check_with_strict(tmp_path):
     assert [r["check"] for r in results] == ALL_CHECKS
     assert all(r["passed"] for r in results)
     assert seconds < 30
+
+
+@pytest.mark.parametrize("check, args", [
+    ("check_page_index_width", (lambda *a: 0,)), ("check_predictions", ({},)),
+    ("check_trigger", (lambda: None,)), ("check_admission", (CapacityAdmission().classify,)),
+    ("check_admission_policy", (CapacityAdmission(),)), ("check_resident_scan", (lambda *a: [],))])
+@pytest.mark.parametrize("flag, bad", [("strict", "x"), ("strict", None), ("reveal", "x"),
+                                       ("reveal", 0), ("reveal", "ndarray")])
+def test_each_check_names_a_flag_that_is_not_a_bool(check, args, flag, bad):
+    import numpy as np
+
+    bad = np.zeros((2, 2)) if bad == "ndarray" else bad
+    with pytest.raises(TypeError, match=f"^{flag} must be a bool"):
+        getattr(workshop, check)(*args, **{flag: bad})
