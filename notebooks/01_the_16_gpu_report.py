@@ -97,7 +97,8 @@ table(assumptions, index="field")
 # Each rank sizes its KV quota from what its warm-up left free
 # (`KvCacheCreator._cal_max_memory`): `(total − peak) × free_gpu_memory_fraction`, where the
 # peak counts the weights, the **MoE workspace**, the activation peak and memory torch does not
-# see. The workspace is assumed to differ a little between ranks (expert load); then the ranks
+# see. The workspace is assumed to differ between ranks with their experts' load (28 GiB on
+# rank 0 growing to 40 GiB on rank 15, so the last rank has the smallest pool); then the ranks
 # agree on one capacity: the token capacity is **all-reduced with MIN**, and the MIN never
 # raises a rank's own quota. Every rank ends up with the smallest pool.
 #

@@ -190,7 +190,8 @@ viz.show(viz.repro_index_row(result))
 # Move the pool size (a log slider, MiB), the context length, the page size and the row-width
 # policy; the page map, the row and the verdict follow. Things to find: the smallest pool that
 # holds an 8192-token context (does the crash disappear before the pool is big enough, and by
-# how many pages? the row is as wide as the clamped pool, rounded up to a multiple of 4);
+# how many pages? the row is as wide as the clamped pool, rounded up to a multiple of 4; the
+# slider's half steps jump from 11.3 to 16 MiB, so type sizes such as 15.75 into its readout);
 # a context just above the clamped capacity that is *refused* rather than crashing (the row's
 # rounding up to a multiple of 4 leaves a few spare entries); a pool too small to hold one page.
 # ("configured" is the one-line fix of notebook 03.)

@@ -355,7 +355,8 @@ refused = beside.requests["long"].num_refusals
 print(f"long request: {beside.status['long']}, refused in "
       + (f"every one of the {beside.iterations:,} passes" if refused == beside.iterations else
          f"{refused:,} of {beside.iterations:,} passes (in the others a full batch came before it)"))
-print(textwrap.fill(f"{type(beside.error).__name__} at step {steps[-1]:,}: {beside.error}", 100,
+print(textwrap.fill(f"{type(beside.error).__name__} at step {steps[-1]:,} (steps count from 0: "
+                    f"pass {steps[-1] + 1:,}): {beside.error}", 100,
                     break_on_hyphens=False))
 viz.show(viz.scheduler_timeline_figure(beside, stall_limit=stall_limit,
                                        title="Beside small requests: they finish, the long one starves"))

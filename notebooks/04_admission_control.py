@@ -528,7 +528,9 @@ assert story_caches[True].evicted_blocks > 0 and 0 < reused[True, "late"] < firs
 # never-evicting cache could serve at most the share computed by `reuse_ceiling` below. It is
 # replayed on `MOONCAKE_ENGINE`, 1.37 M tokens of KV (about what eight 80 GB GPUs keep for
 # Llama-3.1-70B), under admission control with reuse on and off (the three regimes are the same
-# engine on a pool that holds every prompt, as section 7 showed for Azure's hour).
+# engine on a pool that holds every prompt, as section 7 showed for Azure's hour). Its pages are
+# stored at 4 bytes a token, so the real tensor is 5.2 MiB, not 420 GiB: scheduling depends on
+# the count of pages only, and every count below is the real deployment's.
 
 # %%
 mooncake = mooncake_trace("conversation", minutes=mooncake_minutes)

@@ -156,8 +156,9 @@ viz.show(viz.residency_stack_figure(residency_bytes(plan), quota))
 # %% [markdown]
 # ## 4. Proposal, PR #18985 (open): a feasible `max_batch_size` default, and an error that says why
 #
-# PR #18985 starts from the generic default `max_batch_size=2048`: a hybrid model's ~25.1 MiB
-# slot then asks for ~50.3 GiB of live quota (2049 slots), more than the whole KV budget. Instead
+# PR #18985 starts from the generic default `max_batch_size=2048`: the PR's own example, a hybrid
+# whose slot is ~25.1 MiB (it does not name the model; Qwen3.5-27B's bf16 slot of §1 is 74.8
+# MiB), then asks for ~50.3 GiB of live quota (2049 slots), more than the whole KV budget. Instead
 # of a clamp it would pin a feasible default for the hybrid family through `get_model_defaults`
 # (an explicit user value still wins), and make the quota error report GiB and name
 # `max_batch_size` and `free_gpu_memory_fraction`. Its diff could not be read from the stored
@@ -296,7 +297,7 @@ findings = [
 ]
 findings += [Finding(scenario=f"review finding {r.finding}", policy=r.label, outcome=r.what,
                      numbers=", ".join(f"{k} {v}" for k, v in r.metrics)
-                     + ("; cap 0 = None (unbounded)" if r.finding == 1 else "")) for r in runs]
+                     + ("; a cap of None is no cap" if r.finding == 1 else "")) for r in runs]
 if IS_PR:
     assert [f.outcome for f in findings[:3]] == ["crash", "ok", "ok"] and resident == 339 == feasible
 findings = report_findings(findings)

@@ -162,8 +162,9 @@ findings.append(Finding(scenario="issue #21470 (16 x GB300)", policy="V1 manager
 # does next to admission control (a V2 proposal); its detail is the whole plan. Try: the
 # manager to `auto` (V1: the crash becomes a rejection), back to `v2` and rank 0's workspace
 # down to 0 (the clamp goes away and so does the crash), then `qwen3.5-27b` with batch size
-# 2,048 (a hybrid: its recurrent-state slots come out of the quota first, 2,050 of them do not
-# fit, and merged code raises at construction).
+# 2,048 (a hybrid: its recurrent-state slots come out of the quota first; 2,050 of them, 149.77
+# GiB, fit a GB300's quota) and the GPU to `h100-80gb` (its 44.55 GiB quota does not hold them,
+# and merged code raises at construction).
 
 # %%
 plan_panel()
@@ -244,12 +245,12 @@ table(rows, index="model")
 nemotron = Deployment(model=load_model("nemotron-nano-9b-v2"), gpu_gib=GPUS["h100-80gb"].gib,
                       pp_size=4, max_batch_size=512, chunked_prefill=True, max_seq_len=32768)
 stages = plan_deployment(nemotron).hybrid["stages"]
-table([{"stage": st["stage"], "attention layers": st["attention_layers"],
-        "Mamba layers": st["recurrent_layers"], "pools": st["num_pools"],
-        "slot MiB": round(st["slot_bytes"] / 2**20, 1), "slots need GiB": round(st["need_bytes"] / GIB, 2),
-        "quota GiB": round(st["quota_bytes"] / GIB, 2), "builds": st["builds"],
-        "attention pages": st["pages"], "state slots": st["state_slots"]} for st in stages],
-      index="stage")
+stage_rows = [{"stage": st["stage"], "attention layers": st["attention_layers"],
+               "Mamba layers": st["recurrent_layers"], "pools": st["num_pools"],
+               "slot MiB": round(st["slot_bytes"] / 2**20, 1), "slots need GiB": round(st["need_bytes"] / GIB, 2),
+               "quota GiB": round(st["quota_bytes"] / GIB, 2), "builds": st["builds"],
+               "attention pages": st["pages"], "state slots": st["state_slots"]} for st in stages]
+display(table(stage_rows, index="stage"))
 assert [(st["attention_layers"], st["recurrent_layers"]) for st in stages] == [(0, 8), (2, 6), (2, 6), (0, 7)]
 
 # %% [markdown]
