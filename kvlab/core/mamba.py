@@ -45,7 +45,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from kvlab.core.checks import MAX_COUNT, check_choice, check_instance, check_int, store_checked
+from kvlab.core.checks import (MAX_COUNT, check_choice, check_instance, check_int, check_sequence,
+                               store_checked)
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
@@ -268,8 +269,8 @@ class MambaHybridCacheManager(KVCacheManager):
             raise ValueError("comm belongs to residency='clamped' (PR #17261's proposal, closed "
                              "without merging); merged TensorRT-LLM (residency='raw') does no "
                              "all-reduce of the residency")
-        warmup = tuple(check_int("warmup_batch_sizes[]", b, low=1, high=1 << 20)
-                       for b in warmup_batch_sizes)
+        warmup = tuple(check_sequence("warmup_batch_sizes", warmup_batch_sizes, check_int,
+                                      low=1, high=1 << 20))
         self.mamba = mamba
         self.local_num_mamba_layers = 0 if mamba is None else mamba.num_mamba_layers
         self.plan = plan_residency(mamba if self.local_num_mamba_layers else None, attention,

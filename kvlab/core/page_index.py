@@ -62,6 +62,9 @@ WIDTH_POLICIES = {
 def width_seq_len(policy: str, configured_max_seq_len: int, clamped_max_seq_len: int) -> int:
     """The max_seq_len a width policy sizes the table from."""
     check_choice("page_index_policy", policy, WIDTH_POLICIES)
+    configured_max_seq_len = check_int("configured_max_seq_len", configured_max_seq_len, low=1,
+                                       high=MAX_COUNT)
+    clamped_max_seq_len = check_int("clamped_max_seq_len", clamped_max_seq_len, low=1, high=MAX_COUNT)
     return clamped_max_seq_len if policy == "clamped" else configured_max_seq_len
 
 

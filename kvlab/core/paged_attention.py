@@ -23,7 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import MAX_COUNT, check_choice, check_int
+from kvlab.core.checks import MAX_COUNT, check_choice, check_int, check_sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
@@ -187,12 +187,13 @@ def paged_vs_contiguous(device="cpu", dtype: str = "float16", lengths: Sequence[
     full prefill is compared with ``contiguous_attention`` over the same K and V.
     Returns max_abs_error (over every layer, sequence and mode), and each sequence's pages."""
     check_choice("dtype", dtype, TORCH_DTYPES)
-    lengths = [check_int(f"lengths[{i}]", n, low=1, high=1 << 16) for i, n in enumerate(lengths)]
+    lengths = check_sequence("lengths", lengths, check_int, low=1, high=1 << 16)
     if not lengths:
         raise ValueError("lengths must name at least one sequence")
     num_heads = check_int("num_heads", num_heads, low=2, high=256)
     if num_heads % 2:
         raise ValueError(f"num_heads must be a multiple of the 2 KV heads, got {num_heads}")
+    seed = check_int("seed", seed, low=0, high=2**64 - 1)  # torch.Generator.manual_seed's range
     geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=64, dtype=dtype, tokens_per_block=16)
     blocks = sum(geo.blocks_for_tokens(n) for n in lengths)
     manager = KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block, max_seq_len=max(lengths),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Type, Union
 
-from kvlab.core.checks import check_choice
+from kvlab.core.checks import check_choice, check_instance
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request
 
@@ -39,6 +39,8 @@ ADMIT = Verdict(True)
 def demand_blocks(request: Request, manager: KVCacheManager) -> int:
     """Pages the request holds when it completes: prompt + every new token (+ the manager's
     extra KV tokens and the request's draft tokens)."""
+    check_instance("request", request, Request)
+    check_instance("manager", manager, KVCacheManager)
     tokens = (request.prompt_len + request.max_new_tokens + manager.num_extra_kv_tokens
               + request.num_draft_tokens)
     return manager.geometry.blocks_for_tokens(tokens)

@@ -346,6 +346,9 @@ def test_warmup_batch_sizes_truncated_to_the_clamp():
     (dict(comm=object()), TypeError, "all_reduce_min"),
     (dict(attention_dp=1), TypeError, "attention_dp"),
     (dict(warmup_batch_sizes=[0]), ValueError, "warmup_batch_sizes"),
+    (dict(warmup_batch_sizes=2**63), TypeError, "warmup_batch_sizes must be a sequence"),
+    (dict(warmup_batch_sizes=""), TypeError, "warmup_batch_sizes must be a sequence"),
+    (dict(warmup_batch_sizes={}), TypeError, "warmup_batch_sizes must be a sequence"),
     (dict(quota_message="pr17261"), ValueError, "quota_message"),
 ])
 def test_manager_arguments_are_validated(kwargs, error, text):

@@ -236,3 +236,18 @@ def test_worked_check_validates_its_arguments():
         paged_vs_contiguous(num_heads=3)
     with pytest.raises(ValueError, match="at least one sequence"):
         paged_vs_contiguous(lengths=[])
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(lengths=10**30), TypeError, "lengths must be a sequence of numbers"),
+    (dict(lengths="45"), TypeError, "lengths must be a sequence of numbers"),
+    (dict(lengths=[45, 0]), ValueError, "lengths[1] must be in [1, "),
+    (dict(lengths=[]), ValueError, "lengths must name at least one sequence"),
+    (dict(seed=None), TypeError, "seed must be an int in [0, "),
+    (dict(seed=10**30), ValueError, "seed must be in [0, "),
+    (dict(seed=-1), ValueError, "seed must be in [0, "),
+])
+def test_paged_vs_contiguous_names_a_bad_argument(kwargs, error, text):
+    with pytest.raises(error) as info:
+        paged_vs_contiguous(**kwargs)
+    assert text in str(info.value)

@@ -86,6 +86,22 @@ def test_demand_counts_extra_and_draft_tokens():
     assert demand_blocks(Request("r", 10, 2, num_draft_tokens=2), mgr) == 5   # 17 tokens
 
 
+@pytest.mark.parametrize("request_arg, manager_arg, text", [
+    (-1, None, "request must be a Request, got -1 (int)"),
+    ("r", None, "request must be a Request"),
+    (None, {}, "manager must be a KVCacheManager, got {} (dict)"),
+    (None, "x", "manager must be a KVCacheManager"),
+])
+def test_demand_names_a_bad_request_or_manager(request_arg, manager_arg, text):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MaxSeqLenClampWarning)
+        mgr = KVCacheManager(TOY, 16 * TOY.bytes_per_block, 64, 1)
+    with pytest.raises(TypeError) as info:
+        demand_blocks(Request("r", 10, 2) if request_arg is None else request_arg,
+                      mgr if manager_arg is None else manager_arg)
+    assert text in str(info.value)
+
+
 # -- properties -------------------------------------------------------------------------------
 
 request_specs = st.lists(st.tuples(st.integers(1, 80), st.integers(0, 40), st.integers(0, 12)),
