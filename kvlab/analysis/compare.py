@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from kvlab.analysis.presets import engine_outcome, seed_geometry
-from kvlab.core.checks import (check_choice, check_float, check_instance, check_int, check_items, check_mapping,
-                               store_checked)
+from kvlab.core.checks import (MAX_COUNT, check_choice, check_float, check_instance, check_int, check_items,
+                               check_mapping, store_checked)
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
@@ -130,6 +130,7 @@ class EngineConfig:
 def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> SchedulerBase:
     """A fresh scheduler (and manager) for ``policy`` on ``engine`` (module docstring)."""
     admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
+    check_instance("engine", engine, EngineConfig)
     if admission == "vllm":
         return VllmScheduler(vllm_args_as_run(engine))
     if admission == "sglang":
@@ -193,11 +194,12 @@ def run_policies(requests: Sequence[Request], policies: Iterable[str] = tuple(PO
     if not all(isinstance(r, Request) for r in requests):
         raise TypeError("requests must be a sequence of Request, got "
                         f"{next(type(r).__name__ for r in requests if not isinstance(r, Request))}")
-    if isinstance(policies, str):
-        raise TypeError(f"policies must be a sequence of policy names, got the str {policies!r}")
+    policies = [check_choice(f"policies[{i}]", policy, POLICIES)
+                for i, policy in enumerate(check_items("policies", policies, "policy names"))]
+    check_instance("engine", engine, EngineConfig)
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     return {policy: run_policy(policy, requests, engine, max_steps)
-            for policy in progress(list(policies), desc="policies", unit="policy")}
+            for policy in progress(policies, desc="policies", unit="policy")}
 
 
 def _error_text(result: SimulationResult) -> str:
@@ -238,6 +240,7 @@ def tier_runs(requests: Sequence[Request], engine: EngineConfig = EngineConfig()
     """``simulate`` the same requests under ``policy`` with each of :data:`TIERS` (the rest of
     ``engine`` unchanged)."""
     requests = check_items("requests", requests, "Request objects")
+    check_instance("engine", engine, EngineConfig)
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     return {tier: simulate(build_scheduler(policy, dataclasses.replace(engine, host_cache_size=size)),
                            requests, max_steps=max_steps)
@@ -267,8 +270,13 @@ def long_and_small(context: int = 8192, max_new_tokens: int = 16, num_small: int
                    long_arrival: int = 0) -> List[Request]:
     """One long request ("long", ``context`` prompt tokens) and ``num_small`` small ones
     ("s0", "s1", ...) arriving every ``every`` steps from step 0."""
+    context = check_int("context", context, low=1, high=MAX_COUNT)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=MAX_COUNT)
     num_small = check_int("num_small", num_small, low=0, high=100_000)
+    small_prompt = check_int("small_prompt", small_prompt, low=1, high=MAX_COUNT)
+    small_new_tokens = check_int("small_new_tokens", small_new_tokens, low=0, high=MAX_COUNT)
     every = check_int("every", every, low=0, high=1 << 20)
+    long_arrival = check_int("long_arrival", long_arrival, low=0, high=MAX_COUNT)
     return ([Request("long", context, max_new_tokens, long_arrival)]
             + [Request(f"s{i}", small_prompt, small_new_tokens, i * every) for i in range(num_small)])
 
@@ -279,6 +287,8 @@ def not_yet_and_never(engine: EngineConfig = EngineConfig(), max_new_tokens: int
     "hog" (not yet: it waits for pages); "never" asks for the configured max_seq_len, more
     pages than the pool has (never: waiting cannot help), or one page more than the pool when
     max_seq_len fits it."""
+    check_instance("engine", engine, EngineConfig)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=1 << 30)
     tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
     if blocks < 4:
         raise ValueError(f"the example needs a pool of at least 4 pages, got {blocks}")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from kvlab.core.checks import check_float, check_instance, check_items, check_sequence
-from kvlab.core.geometry import KVGeometry, MambaGeometry, qwen3_5_27b_attention, qwen3_5_27b_mamba
+from kvlab.core.checks import (MAX_COUNT, check_choice, check_float, check_instance, check_int, check_items,
+                               check_sequence)
+from kvlab.core.geometry import (STATE_DTYPES, KVGeometry, MambaGeometry, qwen3_5_27b_attention,
+                                 qwen3_5_27b_mamba)
 from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, plan_residency, proposed_quota_error
 from kvlab.core.memory import GIB, MemoryBudget
 
@@ -55,6 +57,11 @@ def implied_ssm_dtype(slots_gib: float = 37.5, slots: int = PR_MAX_BATCH_SIZE + 
                       candidates: Sequence[str] = ("bfloat16", "float32"),
                       tolerance_gib: float = 0.05) -> Optional[str]:
     """The SSM state dtype whose ``slots`` slots come to ``slots_gib`` (the PR's 37.5 GiB)."""
+    slots_gib = check_float("slots_gib", slots_gib, low=0.0, high=1 << 20, low_open=True)
+    slots = check_int("slots", slots, low=1, high=MAX_COUNT)
+    candidates = [check_choice(f"candidates[{i}]", dtype, STATE_DTYPES)
+                  for i, dtype in enumerate(check_items("candidates", candidates, "dtype names"))]
+    tolerance_gib = check_float("tolerance_gib", tolerance_gib, low=0.0, high=slots_gib)
     for dtype in candidates:
         gib = slots * qwen3_5_27b_mamba(ssm_dtype=dtype).bytes_per_slot / GIB
         if abs(gib - slots_gib) <= tolerance_gib:
@@ -68,10 +75,15 @@ def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
     """The quota ``(total - peak) * free_gpu_memory_fraction`` (kvlab.MemoryBudget, peak =
     total - ``left_bytes``) for each fraction, the merged floor, whether merged code builds,
     PR #17261's clamped residency and PR #18985's largest feasible max_batch_size."""
+    total_bytes = check_int("total_bytes", total_bytes, low=1, high=MAX_COUNT)
+    left_bytes = check_int("left_bytes", left_bytes, low=0, high=total_bytes)
     rows = []
     for fraction in check_sequence("fractions", fractions, check_float, low=0.0, high=1.0, low_open=True):
         budget = MemoryBudget(total_bytes=total_bytes, weights_bytes=total_bytes - left_bytes,
                               free_gpu_memory_fraction=fraction)
+        if budget.kv_quota_bytes < 1:
+            raise ValueError(f"left_bytes={left_bytes} leaves no KV quota at fraction {fraction:g}: "
+                             "left_bytes must leave at least one byte")
         plan = qwen_plan(budget.kv_quota_bytes, max_batch_size, ssm_dtype)
         rows.append(dict(fraction=fraction, quota_gib=budget.kv_quota_bytes / GIB,
                          merged_need_gib=plan.raw_need_bytes / GIB,

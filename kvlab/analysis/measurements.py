@@ -21,6 +21,7 @@ bytes read (a copy reads each byte once and writes it once; both sides count it 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
@@ -225,10 +226,12 @@ MEASUREMENTS_DIR = DATA_DIR / "measurements"
 def load_measurements(path) -> dict:
     """Read results written by :func:`save_measurements`: a path, or the name of a file under
     data/measurements ("h200")."""
+    check_instance("path", path, (str, os.PathLike))
     if isinstance(path, str) and "/" not in path and not path.endswith(".json"):
         known = sorted(p.stem for p in MEASUREMENTS_DIR.glob("*.json"))
         if path not in known:
-            raise ValueError(f"no measurements named {path!r}; known: {known}")
+            raise ValueError(f"no measurements named {path!r}; known: {known} (path takes one of "
+                             "these names, or a .json file's path)")
         path = MEASUREMENTS_DIR / f"{path}.json"
     results = json.loads(Path(path).read_text())
     if not isinstance(results, dict):

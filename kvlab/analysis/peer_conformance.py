@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple, Union
 
 from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never, sglang_args
 from kvlab.analysis.presets import seed_geometry
-from kvlab.core.checks import check_int
+from kvlab.core.checks import check_instance, check_int, check_items
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.request import Request
 from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
@@ -75,6 +75,8 @@ class PeerWorkload:
 
 def differences(peer: SimulationResult, real: SimulationResult) -> List[dict]:
     """One row per request and field of :data:`COMPARED` where the two runs differ."""
+    check_instance("peer", peer, SimulationResult)
+    check_instance("real", real, SimulationResult)
     rows = []
     for request_id, real_request in real.requests.items():
         peer_request = peer.requests.get(request_id)
@@ -240,7 +242,10 @@ def sglang_workloads() -> List[PeerWorkload]:
 
 
 def by_name(workloads: List[PeerWorkload]) -> Dict[str, PeerWorkload]:
-    return {workload.name: workload for workload in workloads}
+    """``workloads`` keyed by their names."""
+    workloads = check_items("workloads", workloads, "PeerWorkloads")
+    return {check_instance(f"workloads[{i}]", workload, PeerWorkload).name: workload
+            for i, workload in enumerate(workloads)}
 
 
 __all__ = ["COMPARED", "NOTEBOOK_04", "PEERS", "PeerWorkload", "SGLANG_NOTEBOOK_04", "by_name",

@@ -30,7 +30,8 @@ import numpy as np
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES, seed_geometry
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_int, check_sequence, store_checked
+from kvlab.core.checks import (check_choice, check_instance, check_int, check_items, check_sequence,
+                               store_checked)
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.page_index import WIDTH_ALIGNMENT
@@ -82,8 +83,7 @@ def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regi
                    setup: PhaseSetup = PhaseSetup()) -> np.ndarray:
     """Verdict codes (indices into ENGINE_OUTCOMES), shape (len(pool_blocks), len(context_lens))."""
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
-    if not isinstance(setup, PhaseSetup):
-        raise TypeError(f"setup must be a PhaseSetup, got {type(setup).__name__}")
+    check_instance("setup", setup, PhaseSetup)
     pool = _counts("pool_blocks", pool_blocks)[:, None]
     context = _counts("context_lens", context_lens)[None, :]
     if pool.size * context.size > MAX_PHASE_CELLS:
@@ -112,6 +112,9 @@ def phase_diagram(pool_blocks: Sequence[int], context_lens: Sequence[int],
                   regimes: Sequence[str] = TRTLLM_POLICIES,
                   setup: PhaseSetup = PhaseSetup()) -> Dict[str, np.ndarray]:
     """``phase_verdicts`` for each regime."""
+    regimes = [check_choice(f"regimes[{i}]", regime, TRTLLM_POLICIES)
+               for i, regime in enumerate(check_items("regimes", regimes, "regime names"))]
+    pool_blocks, context_lens = _counts("pool_blocks", pool_blocks), _counts("context_lens", context_lens)
     return {regime: phase_verdicts(pool_blocks, context_lens, regime, setup) for regime in regimes}
 
 
@@ -122,6 +125,7 @@ def phase_scenario(pool_blocks: int, context_len: int, regime: str,
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
     pool_blocks = check_int("pool_blocks", pool_blocks, low=1, high=1 << 30)
     context_len = check_int("context_len", context_len, low=1, high=1 << 30)
+    check_instance("setup", setup, PhaseSetup)
     manager = KVCacheManager.expecting_clamp(
         setup.geometry, pool_blocks * setup.geometry.bytes_per_block, setup.max_seq_len,
         max_batch_size=1, page_index_policy=width_policy,

@@ -152,6 +152,8 @@ def page_index_price(max_seq_lens, batch_sizes, tokens_per_block: int = 32) -> l
     width (max_blocks_per_seq), max_batch_size, slots, nbytes."""
     from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
 
+    max_seq_lens = check_sequence("max_seq_lens", max_seq_lens, check_int, low=1, high=1 << 30)
+    batch_sizes = check_sequence("batch_sizes", batch_sizes, check_int, low=1, high=1 << 20)
     rows = []
     for seq_len in max_seq_lens:
         width = max_blocks_per_seq(seq_len, tokens_per_block)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Sequence, Tuple
 
 from kvlab.analysis.compare import EngineConfig, run_policy
-from kvlab.core.checks import check_choice, check_instance, check_items
+from kvlab.core.checks import check_choice, check_instance, check_int, check_items, check_mapping
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import MIB
 from kvlab.core.prefix_cache import chain_hashes
@@ -87,6 +87,8 @@ def shared_prefix_story(engine: EngineConfig = EngineConfig(), max_new_tokens: i
     unrelated) comes once both are done and must evict cached pages; "late" repeats first's
     prompt while "stranger" runs and finds only what survived. Hashes per page
     (``tokens_per_hash`` = the engine's tokens per block)."""
+    check_instance("engine", engine, EngineConfig)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=1 << 30)
     tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
     if blocks < 16:
         raise ValueError(f"the example needs a pool of at least 16 pages, got {blocks}")
@@ -122,8 +124,14 @@ def replay_with_reuse(requests: Sequence[Request], policies: Sequence[str] = TRT
 def reuse_table(results: Dict[Tuple[str, bool], SimulationResult], ceiling: ReuseCeiling) -> List[dict]:
     """One row a run: outcome counts, latencies in steps, and the prompt tokens a cached prefix
     served, as a share of all prompt tokens and of what the unbounded cache could serve."""
+    check_mapping("results", results, SimulationResult, "(policy, reuse) -> SimulationResult")
+    check_instance("ceiling", ceiling, ReuseCeiling)
     rows = []
-    for (policy, on), result in results.items():
+    for key, result in results.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise TypeError(f"results must be keyed by (policy, reuse) pairs (replay_with_reuse's), "
+                            f"got the key {key!r:.60}")
+        policy, on = key
         summary = result.summary()
         reused = summary["reused_tokens"]
         rows.append(dict(

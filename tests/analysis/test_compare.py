@@ -7,7 +7,7 @@ import pytest
 from kvlab import PageIndexTooShort, SchedulerDeadlock, VllmScheduler
 from kvlab.analysis.compare import (EngineConfig, build_scheduler, long_and_small,
                                     not_yet_and_never, outcome_table, request_timeline,
-                                    run_policies, vllm_startup_error)
+                                    run_policies, tier_runs, vllm_startup_error)
 from kvlab.analysis.presets import engine_outcome
 from kvlab.run.workload import LogNormal, poisson_workload
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
@@ -85,3 +85,29 @@ def test_vllm_refuses_to_start_with_the_configured_length_and_starts_when_it_fit
 def test_bad_policy_is_named():
     with pytest.raises(ValueError, match="policy must be one of"):
         build_scheduler("fifo")
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda: build_scheduler("capacity", engine=10**30), TypeError, "engine must be an EngineConfig"),
+    (lambda: run_policies(long_and_small(num_small=0), engine=None), TypeError,
+     "engine must be an EngineConfig"),
+    (lambda: run_policies(long_and_small(num_small=0), policies=-1), TypeError,
+     "policies must be a sequence of policy names"),
+    (lambda: run_policies(long_and_small(num_small=0), policies="capacity"), TypeError,
+     "policies must be a sequence of policy names"),
+    (lambda: run_policies(long_and_small(num_small=0), policies=(p for p in range(2))), ValueError,
+     "policies[0] must be one of"),
+    (lambda: tier_runs(long_and_small(num_small=0), engine=""), TypeError, "engine must be an EngineConfig"),
+    (lambda: not_yet_and_never(engine=""), TypeError, "engine must be an EngineConfig"),
+    (lambda: not_yet_and_never(max_new_tokens=""), TypeError, "max_new_tokens must be an int"),
+    (lambda: long_and_small(long_arrival={}), TypeError, "long_arrival must be an int"),
+    (lambda: long_and_small(long_arrival=-1), ValueError, "long_arrival must be in [0, "),
+    (lambda: long_and_small(small_prompt=0), ValueError, "small_prompt must be in [1, "),
+    (lambda: long_and_small(small_new_tokens=2**63), ValueError, "small_new_tokens must be in [0, "),
+    (lambda: long_and_small(context=float("nan")), TypeError, "context must be an int"),
+    (lambda: long_and_small(max_new_tokens=None), TypeError, "max_new_tokens must be an int"),
+])
+def test_bad_arguments_name_the_parameter(call, error, text):
+    with pytest.raises(error) as info:
+        call()
+    assert text in str(info.value)

@@ -149,3 +149,24 @@ def test_run_review_finding_validates():
         run_review_finding(4, True)
     with pytest.raises(TypeError, match="bug"):
         run_review_finding(1, 1)
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda: fraction_rows([0.5], total_bytes=[]), TypeError, "total_bytes must be an int"),
+    (lambda: fraction_rows([0.5], left_bytes="x"), TypeError, "left_bytes must be an int"),
+    (lambda: fraction_rows([0.5], left_bytes=81 * GIB), ValueError, "left_bytes must be in [0, "),
+    (lambda: fraction_rows([0.5], left_bytes=0), ValueError, "left_bytes=0 leaves no KV quota"),
+    (lambda: implied_ssm_dtype(slots="x"), TypeError, "slots must be an int"),
+    (lambda: implied_ssm_dtype(slots=-1), ValueError, "slots must be in [1, "),
+    (lambda: implied_ssm_dtype(slots=float("nan")), TypeError, "slots must be an int"),
+    (lambda: implied_ssm_dtype(slots=2**63), ValueError, "slots must be in [1, "),
+    (lambda: implied_ssm_dtype(slots_gib=0), ValueError, "slots_gib must be in (0.0, "),
+    (lambda: implied_ssm_dtype(tolerance_gib=float("nan")), ValueError, "tolerance_gib must be in [0.0, "),
+    (lambda: implied_ssm_dtype(tolerance_gib=10**30), ValueError, "tolerance_gib must be in [0.0, 37.5]"),
+    (lambda: implied_ssm_dtype(candidates="bfloat16"), TypeError, "candidates must be a sequence"),
+    (lambda: implied_ssm_dtype(candidates=["fp8"]), ValueError, "candidates[0] must be one of"),
+])
+def test_bad_arguments_name_the_parameter(call, error, text):
+    with pytest.raises(error) as info:
+        call()
+    assert text in str(info.value)

@@ -161,3 +161,14 @@ def test_the_stored_h200_figures_say_where_and_when_they_were_taken():
 def test_load_measurements_by_name_says_what_is_known():
     with pytest.raises(ValueError, match=r"no measurements named 'nope'; known: \[.*'h200'"):
         load_measurements("nope")
+
+
+@pytest.mark.parametrize("path, error, text", [
+    (0, TypeError, "path must be a str or PathLike, got 0"),
+    (None, TypeError, "path must be a str or PathLike"),
+    ("", ValueError, "path takes one of these names, or a .json file's path"),
+])
+def test_load_measurements_names_a_bad_path(path, error, text):
+    with pytest.raises(error) as info:
+        load_measurements(path)
+    assert text in str(info.value)

@@ -85,3 +85,24 @@ def test_bad_phase_arguments():
         phase_verdicts([8], ["8"], "capacity")
     with pytest.raises(ValueError, match="max_new_tokens must be in"):
         PhaseSetup(max_new_tokens=-1)
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda: phase_scenario(64, 8192, "capacity", setup=-1), TypeError, "setup must be a PhaseSetup"),
+    (lambda: phase_diagram([8], [8], setup="x"), TypeError, "setup must be a PhaseSetup"),
+    (lambda: phase_diagram([8], [8], regimes=2**63), TypeError, "regimes must be a sequence of regime names"),
+    (lambda: phase_diagram([8], [8], regimes="capacity"), TypeError, "regimes must be a sequence"),
+    (lambda: phase_diagram([8], [8], regimes=np.zeros((2, 2))), ValueError, "regimes[0] must be one of"),
+])
+def test_bad_arguments_name_the_parameter(call, error, text):
+    with pytest.raises(error) as info:
+        call()
+    assert text in str(info.value)
+
+
+def test_phase_diagram_reads_an_iterator_once_for_every_regime():
+    diagram = phase_diagram(iter([8, 64]), iter([256, 8192]))
+    assert list(diagram) == list(TRTLLM_POLICIES)
+    for regime in TRTLLM_POLICIES:
+        assert diagram[regime].shape == (2, 2)
+        assert np.array_equal(diagram[regime], phase_verdicts([8, 64], [256, 8192], regime))

@@ -1,11 +1,13 @@
 """kvlab.analysis.reuse: the unbounded-cache ceiling of Mooncake's traces is what their README
-states, and hashes that are not prefix-chained are refused."""
+states, hashes that are not prefix-chained are refused, the table sets a replay against the
+ceiling, and a bad argument is named."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from kvlab.analysis.reuse import reuse_ceiling
+from kvlab.analysis.reuse import replay_with_reuse, reuse_ceiling, reuse_table, shared_prefix_story
 from kvlab.core.request import Request
 from kvlab.run.workload import mooncake_trace
 
@@ -34,3 +36,31 @@ def test_a_shared_prefix_is_counted_once_and_a_broken_chain_refused():
         reuse_ceiling([a, Request("d", 1024, 1, prefix_hashes=(9, 2))])
     with pytest.raises(TypeError, match="prefix_hashes"):
         Request("e", 10, 1, prefix_hashes=[1, 2])
+
+
+
+def _story_results():
+    story = shared_prefix_story()
+    return replay_with_reuse(story, policies=("capacity",), reuse=(True,)), reuse_ceiling(story)
+
+
+def test_reuse_table_sets_each_run_against_the_ceiling():
+    results, ceiling = _story_results()
+    (row,) = reuse_table(results, ceiling)
+    assert (row["policy"], row["block_reuse"]) == ("capacity", True)
+    assert row["reused_share"] == row["reused_tokens"] / ceiling.tokens
+    assert row["of_ceiling"] == row["reused_tokens"] / ceiling.cached_tokens
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda: shared_prefix_story(engine=(i for i in range(3))), TypeError, "engine must be an EngineConfig"),
+    (lambda: shared_prefix_story(max_new_tokens=None), TypeError, "max_new_tokens must be an int"),
+    (lambda: reuse_table(np.zeros((2, 2)), _story_results()[1]), TypeError, "results must be a Mapping"),
+    (lambda: reuse_table({"capacity": _story_results()[0][("capacity", True)]}, _story_results()[1]),
+     TypeError, "results must be keyed by (policy, reuse) pairs"),
+    (lambda: reuse_table(_story_results()[0], float("inf")), TypeError, "ceiling must be a ReuseCeiling"),
+])
+def test_bad_arguments_name_the_parameter(call, error, text):
+    with pytest.raises(error) as info:
+        call()
+    assert text in str(info.value)
