@@ -21,7 +21,7 @@ from typing import List, Optional
 
 import torch
 
-from kvlab.core.checks import check_choice, check_float
+from kvlab.core.checks import check_choice, check_float, check_instance
 from kvlab.run.comm import CollectiveFailed, ThreadComm, in_threads
 from kvlab.run.progress import rank_progress
 from kvlab.run.rank import RankResult, RankRunner, rank_loop
@@ -64,6 +64,7 @@ def run_ranks(config: RunConfig, *, backend: str = "gloo", in_process: bool = Fa
     ``deadline_s``: the whole run's limit (process mode). ``progress`` shows a tqdm bar of
     lockstep iterations on runs longer than a second."""
     check_run_arguments(config, backend, in_process, timeout_s, deadline_s)
+    check_instance("progress", progress, bool)
     if in_process:
         return _run_threads(config, timeout_s, progress)
     return run_processes(config, backend, timeout_s, deadline_s, progress)

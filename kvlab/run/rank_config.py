@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_float, check_int, store_checked
+from kvlab.core.checks import check_choice, check_float, check_instance, check_int, check_items, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
@@ -68,21 +68,27 @@ class RunConfig:
     def __post_init__(self):
         if not isinstance(self.geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
-        check_int("ranks", len(self.budgets), low=1, high=MAX_RANKS)
-        if not all(isinstance(b, MemoryBudget) for b in self.budgets):
-            raise TypeError("budgets must hold one MemoryBudget per rank")
+        budgets = tuple(check_items("budgets", self.budgets, "MemoryBudgets (one per rank)"))
+        check_int("len(budgets)", len(budgets), low=1, high=MAX_RANKS)
+        for i, budget in enumerate(budgets):
+            check_instance(f"budgets[{i}]", budget, MemoryBudget)
+        object.__setattr__(self, "budgets", budgets)
         check_choice("policy", self.policy, TRTLLM_POLICIES)
         if not isinstance(self.chunked_prefill, bool):
             raise TypeError(f"chunked_prefill must be a bool, got {self.chunked_prefill!r:.60}")
         store_checked(self, "max_steps", check_int, low=1, high=1 << 30)
-        ids = [r.request_id for r in self.requests]
+        requests = tuple(check_items("requests", self.requests, "Request objects"))
+        for i, request in enumerate(requests):
+            check_instance(f"requests[{i}]", request, Request)
+        object.__setattr__(self, "requests", requests)
+        ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("requests must have distinct request ids")
-        for request_id, rank in self.pins.items():
+        for request_id, rank in check_instance("pins", self.pins, Mapping).items():
             if request_id not in ids:
                 raise ValueError(f"pins names {request_id!r}, which is not among the requests")
             check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
-        if self.fault is not None and self.fault.rank >= self.world_size:
+        if self.fault is not None and check_instance("fault", self.fault, Fault).rank >= self.world_size:
             raise ValueError(f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}")
         store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
         store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
@@ -154,10 +160,25 @@ def ramped_budget(rank: int, ranks: int, *, gpu_gib: float, weights_bytes: int, 
                         max_gpu_total_bytes=max_gpu_total_bytes)
 
 
+def _deployment(scenario):
+    """The deployment block of ``scenario`` (a ``kvlab.run.scenarios.Scenario``); TypeError or
+    ValueError naming ``scenario`` otherwise."""
+    from kvlab.run.scenarios import Scenario  # imported here: scenarios imports this module
+
+    dep = check_instance("scenario", scenario, Scenario).deployment
+    if dep is None:
+        raise ValueError(f"scenario {scenario.name!r} has no deployment block")
+    return dep
+
+
 def rank_budget(scenario, rank: int, ranks: int, workspace_gib: Optional[float] = None) -> MemoryBudget:
     """Rank ``rank``'s :func:`ramped_budget` in a deployment scenario; ``workspace_gib``
     overrides the scenario's base workspace."""
-    dep = scenario.deployment
+    dep = _deployment(scenario)
+    ranks = check_int("ranks", ranks, low=1, high=MAX_RANKS)
+    rank = check_int("rank", rank, low=0, high=ranks - 1)
+    if workspace_gib is not None:
+        workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
     return ramped_budget(rank, ranks, gpu_gib=dep.gpu_memory_gib,
                          weights_bytes=scenario.parameters.model_weights_bytes,
                          workspace_gib=dep.workspace_gib if workspace_gib is None else workspace_gib,
@@ -223,9 +244,7 @@ def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "none/c
     """A RunConfig from a deployment scenario (``kvlab.run.scenarios.load_scenario``), for
     ``ranks`` ranks (default: the deployment's). The keyword overrides serve the widget
     (workspace, context length) and fast tests (stall_limit)."""
-    dep = getattr(scenario, "deployment", None)
-    if dep is None:
-        raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no deployment block")
+    dep = _deployment(scenario)
     ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
     check_choice("policy", policy, TRTLLM_POLICIES)
     if workspace_gib is not None:

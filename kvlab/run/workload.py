@@ -17,7 +17,8 @@ from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from kvlab.core.checks import MAX_COUNT, MAX_ITEMS, check_choice, check_float, check_int, check_items, store_checked
+from kvlab.core.checks import (MAX_COUNT, MAX_ITEMS, check_choice, check_float, check_instance, check_int,
+                               check_items, store_checked)
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.request import Request
 
@@ -95,17 +96,20 @@ def _distribution(name: str, lengths: Lengths, low: int) -> LengthDistribution:
     if isinstance(lengths, bool) or not isinstance(lengths, (int, LengthDistribution)):
         raise TypeError(f"{name} must be an int or a LengthDistribution (Constant, Uniform, "
                         f"LogNormal), got {lengths!r:.60}")
-    distribution = lengths if isinstance(lengths, LengthDistribution) else Constant(lengths)
-    if distribution.lowest < low:
-        raise ValueError(f"{name} must draw lengths of at least {low}, got {distribution!r:.80} "
-                         f"(lowest {distribution.lowest})")
-    return distribution
+    lowest = lengths.lowest if isinstance(lengths, LengthDistribution) else lengths
+    if lowest < low:
+        raise ValueError(f"{name} must draw lengths of at least {low}, got {lengths!r:.80} "
+                         f"(lowest {lowest})")
+    if isinstance(lengths, LengthDistribution):
+        return lengths
+    return Constant(check_int(name, lengths, low=low, high=MAX_COUNT))
 
 
 def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]:
     """Requests from (prompt_len, max_new_tokens[, arrival_step]) tuples, named
     ``{id_prefix}0``, ``{id_prefix}1``, ..."""
     specs = check_items("specs", specs, "(prompt_len, max_new_tokens[, arrival_step]) tuples")
+    check_instance("id_prefix", id_prefix, str)
     requests = []
     for i, spec in enumerate(specs):
         if not hasattr(spec, "__len__") or not 2 <= len(spec) <= 3:
@@ -134,6 +138,7 @@ def poisson_workload(num_requests: int, rate: float, prompt_len: Lengths,
     """``num_requests`` requests arriving as a Poisson process of ``rate`` per step, with
     lengths drawn from the given distributions (an int means a constant): prompts of at least
     one token, outputs of at least none."""
+    check_instance("id_prefix", id_prefix, str)
     prompts_dist = _distribution("prompt_len", prompt_len, low=1)
     outputs_dist = _distribution("max_new_tokens", max_new_tokens, low=0)
     arrivals = poisson_arrivals(num_requests, rate, seed)

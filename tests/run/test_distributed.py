@@ -4,12 +4,14 @@ all-reduce, attention-DP routing, failure propagation, and no process outliving 
 from __future__ import annotations
 
 import dataclasses
+import math
 import multiprocessing
 import os
 import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,7 +19,7 @@ from kvlab.core.request import Request
 from kvlab.run import supervisor
 from kvlab.run.distributed import run_ranks
 from kvlab.run.rank import FAULT_EXIT_CODE, RankRunner
-from kvlab.run.rank_config import Fault, scenario_config
+from kvlab.run.rank_config import Fault, rank_budget, scenario_config
 from kvlab.run.routing import route
 from kvlab.run.scenarios import load_scenario
 
@@ -334,6 +336,49 @@ def test_bad_backend_policy_and_arguments(scenario):
         scenario_config(scenario, 2, "none/clamped", fault=Fault(3, 0, "die"))
     with pytest.raises(ValueError, match="has no deployment block"):
         scenario_config(load_scenario("rtx5080-4mib"))
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda sc: rank_budget((i for i in range(3)), 0, 2), TypeError, "scenario must be a Scenario"),
+    (lambda sc: rank_budget(load_scenario("rtx5080-4mib"), 0, 2), ValueError, "has no deployment block"),
+    (lambda sc: rank_budget(sc, math.inf, 2), TypeError, "rank must be an int in [0, 1]"),
+    (lambda sc: rank_budget(sc, math.nan, 2), TypeError, "rank must be an int"),
+    (lambda sc: rank_budget(sc, -1, 2), ValueError, "rank must be in [0, 1], got -1"),
+    (lambda sc: rank_budget(sc, True, 2), TypeError, "rank must be an int"),
+    (lambda sc: rank_budget(sc, 0, 2**63), ValueError, "ranks must be in [1, 128]"),
+    (lambda sc: rank_budget(sc, 0, 2, workspace_gib=(i for i in range(3))), TypeError,
+     "workspace_gib must be a number"),
+    (lambda sc: rank_budget(sc, 0, 2, workspace_gib=2**63), ValueError, "workspace_gib must be in [0.0, "),
+    (lambda sc: scenario_config(sc, 2, fault="x"), TypeError, "fault must be a Fault"),
+    (lambda sc: dataclasses.replace(scenario_config(sc, 2), pins=0), TypeError, "pins must be a Mapping"),
+    (lambda sc: dataclasses.replace(scenario_config(sc, 2), fault="x"), TypeError, "fault must be a Fault"),
+    (lambda sc: dataclasses.replace(scenario_config(sc, 2), requests=0), TypeError,
+     "requests must be a sequence of Request objects"),
+    (lambda sc: dataclasses.replace(scenario_config(sc, 2), requests=np.zeros((2, 2))), TypeError,
+     "requests[0] must be a Request"),
+    (lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=-1), TypeError,
+     "budgets must be a sequence"),
+    (lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=()), ValueError,
+     "len(budgets) must be in [1, 128]"),
+    (lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=("x",)), TypeError,
+     "budgets[0] must be a MemoryBudget"),
+])
+def test_bad_config_arguments_name_the_parameter(scenario, call, error, text):
+    with pytest.raises(error) as info:
+        call(scenario)
+    assert text in str(info.value)
+
+
+def test_a_config_takes_its_requests_and_budgets_from_any_iterable(scenario):
+    config = scenario_config(scenario, 2)
+    again = dataclasses.replace(config, requests=iter(config.requests), budgets=list(config.budgets))
+    assert again == config and again.requests == config.requests and isinstance(again.budgets, tuple)
+
+
+@pytest.mark.parametrize("progress", ["", 2**63, None, math.nan, np.zeros((2, 2))])
+def test_the_progress_flag_must_be_a_bool(scenario, progress):
+    with pytest.raises(TypeError, match="progress must be a bool"):
+        run_ranks(scenario_config(scenario, 2), in_process=True, progress=progress)
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() >= 16,

@@ -67,6 +67,11 @@ def test_standard_mixed_workload_is_the_stated_one():
     (lambda: Uniform(5, 3), ValueError, "high must be in [5, "),
     (lambda: LogNormal(median=0, sigma=1), ValueError, "median must be in (0.0, "),
     (lambda: Constant(-1), ValueError, "value must be in [0, "),
+    (lambda: poisson_workload(5, 1.0, 10**30, 8), ValueError, "prompt_len must be in [1, "),
+    (lambda: poisson_workload(5, 1.0, 8, -1), ValueError, "max_new_tokens must draw lengths of at least 0"),
+    (lambda: poisson_workload(5, 1.0, 8, 8, id_prefix=None), TypeError, "id_prefix must be a str"),
+    (lambda: poisson_workload(5, 1.0, 8, 8, id_prefix=-1), TypeError, "id_prefix must be a str"),
+    (lambda: fixed([(8, 8)], id_prefix=float("nan")), TypeError, "id_prefix must be a str"),
 ])
 def test_bad_workload_arguments_name_the_parameter(call, error, text):
     with pytest.raises(error) as info:
