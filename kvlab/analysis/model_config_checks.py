@@ -1,14 +1,19 @@
 """The checks on a model's config fields, and on a raw config.json before transformers reads it:
 every field kvlab plans from is an int in its range, named with the file when it is not
-(:class:`ConfigError`); a raw file's size, nesting and integer lengths are bounded, because a
-config class may build a list per layer from a huge layer count and Python's JSON parser
-recurses. :mod:`kvlab.analysis.models` reads the configs these checks pass.
+(:class:`ConfigError`), and the fields beside them are what they say (``architectures`` a list of
+class names, though kvlab finds the model by ``model_type``, a non-empty name; rope_scaling's
+numbers and ``rope_theta`` finite and positive; dtypes by name); a raw file's size, nesting
+and integer lengths are bounded, because a config class may build a list per layer from a huge
+layer count and Python's JSON parser recurses. :mod:`kvlab.analysis.models` reads the configs
+these checks pass.
 """
 
 from __future__ import annotations
 
 import json
 import math
+
+from kvlab.core.checks import check_float
 
 
 class ConfigError(ValueError):
@@ -33,6 +38,21 @@ def check_field(name: str, value, where: str, why: str, high: int = 1 << 30, low
 def require_field(config, name: str, where: str, why: str, high: int = 1 << 30) -> int:
     """The field ``name`` of ``config`` (an attribute), checked by :func:`check_field`."""
     return check_field(name, getattr(config, name, None), where, why, high)
+
+
+def check_positive(name: str, value, where: str, why: str) -> float:
+    """``value`` if it is a finite number > 0 (not a bool); ConfigError naming ``where``, the
+    field and ``why`` otherwise (:func:`kvlab.core.checks.check_float` words it)."""
+    try:
+        return check_float(name, value, low=0.0, high=math.inf, low_open=True, high_open=True)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc} ({why})") from None
+
+
+def check_name(name: str, value, where: str, why: str) -> None:
+    """ConfigError naming ``where`` and the field unless ``value`` is a non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {name} must be a non-empty string ({why}), got {value!r:.80}")
 
 
 def check_bounded(name: str, value, where: str) -> int:
@@ -132,10 +152,20 @@ def check_raw_config(text: str, where: str) -> None:
         heads, kv_heads = part.get("num_attention_heads"), part.get("num_key_value_heads")
         if heads is not None and kv_heads is not None:
             check_kv_groups(heads, kv_heads, where, "num_key_value_heads")
-        for field_name in ("torch_dtype", "dtype"):
+        for field_name in ("torch_dtype", "dtype", "mamba_ssm_dtype"):
             if part.get(field_name) is not None and not isinstance(part[field_name], str):
                 raise ConfigError(f"{where}: {field_name} must be a dtype's name, got "
                                   f"{part[field_name]!r:.80}")
+        if part.get("model_type") is not None:
+            check_name("model_type", part["model_type"], where, "how transformers finds the model")
+        architectures = part.get("architectures")
+        if architectures is not None and (not isinstance(architectures, list) or not architectures):
+            raise ConfigError(f"{where}: architectures must be a non-empty list of class names "
+                              f"(kvlab finds the model by model_type), got {architectures!r:.80}")
+        for i, name in enumerate(architectures or ()):
+            check_name(f"architectures[{i}]", name, where, "a model class's name")
+        if part.get("rope_theta") is not None:
+            check_positive("rope_theta", part["rope_theta"], where, "the rotary base")
         rope = part.get("rope_scaling")
         if rope is not None:
             factor = rope.get("factor") if isinstance(rope, dict) else None
@@ -144,6 +174,7 @@ def check_raw_config(text: str, where: str) -> None:
                     or not math.isfinite(factor) or factor <= 0)):
                 raise ConfigError(f"{where}: rope_scaling must be an object whose factor is a "
                                   f"finite number > 0, got {rope!r:.80}")
+            check_rope_fields(rope, where)
         interval = part.get("full_attention_interval")
         if interval is not None:
             check_field("full_attention_interval", interval, where,
@@ -164,6 +195,28 @@ def check_raw_config(text: str, where: str) -> None:
                                   f"(one per layer), got {len(value)}")
 
 
+#: rope_scaling's numeric fields besides ``factor``: (what each is, int or any number).
+ROPE_FIELDS = {
+    "original_max_position_embeddings": ("the context the model was trained at before scaling", int),
+    "low_freq_factor": ("Llama 3's low-frequency wavelength factor", float),
+    "high_freq_factor": ("Llama 3's high-frequency wavelength factor", float),
+    "rope_theta": ("the rotary base", float),
+}
+
+
+def check_rope_fields(rope: dict, where: str) -> None:
+    """rope_scaling's fields of :data:`ROPE_FIELDS`, where present: each an int in range or a
+    finite number > 0, named ``rope_scaling.FIELD``."""
+    for field_name, (why, kind) in ROPE_FIELDS.items():
+        value, name = rope.get(field_name), f"rope_scaling.{field_name}"
+        if value is None:
+            continue
+        if kind is int:
+            check_field(name, value, where, why, RAW_FIELD_BOUNDS["max_position_embeddings"][1])
+        else:
+            check_positive(name, value, where, why)
+
+
 def check_quantization_block(block, where: str) -> None:
     """A quantization block's algorithm names are strings (or absent)."""
     if block is None:
@@ -177,5 +230,6 @@ def check_quantization_block(block, where: str) -> None:
 
 
 __all__ = ["ConfigError", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_INT_DIGITS", "MAX_LAYERS",
-           "RAW_FIELD_BOUNDS", "check_bounded", "check_field", "check_kv_groups", "check_quantization_block",
-           "check_raw_config", "parse_config_json", "require_field"]
+           "RAW_FIELD_BOUNDS", "ROPE_FIELDS", "check_bounded", "check_field", "check_kv_groups", "check_name",
+           "check_positive", "check_quantization_block", "check_raw_config", "check_rope_fields",
+           "parse_config_json", "require_field"]

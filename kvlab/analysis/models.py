@@ -54,7 +54,7 @@ from kvlab.analysis.model_config_checks import (MAX_CONFIG_BYTES, MAX_LAYERS, RA
                                                 ConfigError, check_bounded, check_field,
                                                 check_kv_groups, check_quantization_block,
                                                 check_raw_config, parse_config_json, require_field)
-from kvlab.core.checks import check_choice
+from kvlab.core.checks import check_choice, check_instance
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry, MambaGeometry
 from kvlab.core.paths import DATA_DIR
 
@@ -430,7 +430,7 @@ def read_config(path) -> ModelGeometry:
     """A model's geometry from a local Hugging Face ``config.json`` (a file, or a folder holding
     one), read by transformers' configuration classes with no network. ImportError names the
     extra to install; ConfigError says what transformers or kvlab could not read."""
-    path = Path(path)
+    path = Path(check_instance("path", path, (str, os.PathLike)))
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise ConfigError(f"config: no config.json at {path}")

@@ -5,6 +5,7 @@ refused by name."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -272,3 +273,46 @@ def test_kvlab_plan_runs_on_a_config_of_each_supported_family(family, tmp_path, 
 
 def load_model_or_read(family, tmp_path):
     return load_model(family) if family in PRESETS else read_config(tmp_path)
+
+
+def _mutated(preset, path, value):
+    config = json.loads(json.dumps(load_preset(preset)["config"]))
+    part = config
+    for key in path[:-1]:
+        part = part[key]
+    part[path[-1]] = value
+    return config
+
+
+@pytest.mark.parametrize("preset, path, value, named", [
+    ("llama-3.1-8b", ("architectures",), 0, "architectures must be a non-empty list"),
+    ("llama-3.1-8b", ("architectures",), "x", "architectures must be a non-empty list"),
+    ("llama-3.1-8b", ("architectures",), [], "architectures must be a non-empty list"),
+    ("llama-3.1-8b", ("architectures", 0), 7, "architectures[0] must be a non-empty string"),
+    ("llama-3.1-8b", ("rope_scaling", "original_max_position_embeddings"), -1,
+     "rope_scaling.original_max_position_embeddings must be an int in [1, 1073741824]"),
+    ("llama-3.1-8b", ("rope_scaling", "original_max_position_embeddings"), math.nan,
+     "rope_scaling.original_max_position_embeddings must be an int"),
+    ("llama-3.1-8b", ("rope_scaling", "original_max_position_embeddings"), True,
+     "rope_scaling.original_max_position_embeddings must be an int"),
+    ("llama-3.1-8b", ("rope_scaling", "low_freq_factor"), math.inf,
+     "rope_scaling.low_freq_factor must be in (0.0, inf)"),
+    ("llama-3.1-8b", ("rope_scaling", "high_freq_factor"), math.nan,
+     "rope_scaling.high_freq_factor must be in (0.0, inf)"),
+    ("llama-3.1-8b", ("rope_theta",), True, "rope_theta must be a number in (0.0, inf)"),
+    ("qwen3.5-27b", ("text_config", "mamba_ssm_dtype"), math.inf, "mamba_ssm_dtype must be a dtype's name"),
+    ("qwen3.5-27b", ("text_config", "mamba_ssm_dtype"), [], "mamba_ssm_dtype must be a dtype's name"),
+    ("qwen3.5-27b", ("text_config", "model_type"), "", "model_type must be a non-empty string"),
+    ("qwen3.5-27b", ("text_config", "model_type"), [], "model_type must be a non-empty string"),
+])
+def test_a_malformed_field_of_a_real_config_is_refused_naming_it(preset, path, value, named, tmp_path):
+    """kvlab finds the model by model_type; the fields around it are checked for what they are."""
+    (tmp_path / "config.json").write_text(json.dumps(_mutated(preset, path, value)))
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        read_config(tmp_path)
+
+
+def test_read_config_takes_a_path():
+    for bad in (math.inf, None, 3):
+        with pytest.raises(TypeError, match="^path must be a str or PathLike"):
+            read_config(bad)
