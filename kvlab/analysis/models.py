@@ -433,7 +433,8 @@ def read_config(path) -> ModelGeometry:
     path = Path(check_instance("path", path, (str, os.PathLike)))
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
-        raise ConfigError(f"config: no config.json at {path}")
+        raise ConfigError(f"config: no config.json at {path} (path must be a config.json file "
+                          "or a folder holding one)")
     size = file.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{file}: a config.json must be at most {MAX_CONFIG_BYTES:,} bytes, "

@@ -316,3 +316,5 @@ def test_read_config_takes_a_path():
     for bad in (math.inf, None, 3):
         with pytest.raises(TypeError, match="^path must be a str or PathLike"):
             read_config(bad)
+    with pytest.raises(ConfigError, match=r"^config: no config.json at x \(path must be"):
+        read_config("x")
