@@ -96,13 +96,12 @@ def _distribution(name: str, lengths: Lengths, low: int) -> LengthDistribution:
     if isinstance(lengths, bool) or not isinstance(lengths, (int, LengthDistribution)):
         raise TypeError(f"{name} must be an int or a LengthDistribution (Constant, Uniform, "
                         f"LogNormal), got {lengths!r:.60}")
-    lowest = lengths.lowest if isinstance(lengths, LengthDistribution) else lengths
-    if lowest < low:
-        raise ValueError(f"{name} must draw lengths of at least {low}, got {lengths!r:.80} "
-                         f"(lowest {lowest})")
-    if isinstance(lengths, LengthDistribution):
-        return lengths
-    return Constant(check_int(name, lengths, low=low, high=MAX_COUNT))
+    distribution = (lengths if isinstance(lengths, LengthDistribution)
+                    else Constant(check_int(name, lengths, low=0, high=MAX_COUNT)))
+    if distribution.lowest < low:
+        raise ValueError(f"{name} must draw lengths of at least {low}, got {distribution!r:.80} "
+                         f"(lowest {distribution.lowest})")
+    return distribution
 
 
 def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]:
