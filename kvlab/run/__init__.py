@@ -7,6 +7,6 @@ and Azure's and Mooncake's public traces) -> ``distributed`` (``run_ranks``, the
 ranks), then ``rank_config`` (what every rank needs), ``rank`` (one rank: budget, MIN
 all-reduce, lockstep iterations), ``routing``, ``comm`` (the collectives), ``supervisor`` (the
 processes, the watchdog; ``monitor``, the ranks' shared record, and ``signals``, no rank
-outliving its parent) and ``run_result`` (how a run ended) -> ``scenarios`` (the YAML files
-that describe such runs). ``progress`` draws the bars of anything slow.
+outliving its parent) and ``run_result`` (how a run ended) -> ``scenario_fields`` (the field
+specs) and ``scenarios`` (the YAML files that describe such runs). ``progress`` draws the bars of anything slow.
 """
