@@ -264,6 +264,7 @@ def good_values(fx: Path):
     from kvlab.analysis.repro import run_repro, sweep_repro
     from kvlab.analysis.reuse import replay_with_reuse, reuse_ceiling, shared_prefix_story
     from kvlab.notebook.findings import Finding
+    from kvlab.notebook.widgets import ranks_model
     from kvlab.run.rank_config import scenario_config
     from kvlab.run.scenarios import load_scenario
     from kvlab.sched.admission import CapacityAdmission
@@ -320,7 +321,9 @@ def good_values(fx: Path):
             "rank_budget_figure:ranks": distributed.ranks, "review_findings_figure:runs": [],
             "predictions": {}, "classify": lambda request, manager: ("fits_now", ""),
             "SglangServerArgs:geometry": seed_geometry(tokens_per_block=1), "tokens_per_block": 32,
-            "Finding:outcome": "o", "Finding:numbers": "n", "context": 8192, "needed": 256,
+            "Finding:scenario": "s", "Finding:policy": "p", "Finding:outcome": "o", "Finding:numbers": "n",
+            "ranks_run_html:model": ranks_model({"workspace_gib": 28.0, "context": 1_000_000}, ranks=2), "ranks_run_html:result": distributed,
+            "context": 8192, "needed": 256,
             "total_blocks": 64, "info": load_measurements(measurements)["device"],
             "read_config:path": config_file,
         }

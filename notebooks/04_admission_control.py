@@ -242,7 +242,7 @@ if IS_SEED:
 mixed = poisson_workload(num_requests, rate=arrival_rate, prompt_len=LogNormal(256, 1.0, 16, 8192),
                          max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=seed)
 never = sorted(r.request_id for r in mixed if demand_blocks(r, manager) > engine.total_blocks)
-mixed_runs = run_policies(mixed, POLICIES, engine, max_steps=100_000)
+mixed_runs = run_policies(mixed, tuple(POLICIES), engine, max_steps=100_000)
 mixed_rows = outcome_rows(mixed_runs)
 mixed_table = outcome_table(mixed_runs)
 print(f"{len(mixed):,} requests, {len(never):,} of them can never fit {engine.total_blocks:,} pages: {never}")
@@ -418,7 +418,7 @@ trace = azure_trace("code", seconds_per_iteration, minutes=trace_minutes)
 trace_engines = {"sized": EngineConfig(pool_mib=16.0, max_seq_len=16384, max_batch_size=16, max_num_tokens=8192,
                                        chunked_prefill=True, stall_limit=stall_limit)}
 trace_engines["shrunk"] = dataclasses.replace(trace_engines["sized"], pool_mib=14.0)
-trace_runs = {name: run_policies(trace, POLICIES, trace_engine, max_steps=10**9)  # each run ends by itself
+trace_runs = {name: run_policies(trace, tuple(POLICIES), trace_engine, max_steps=10**9)  # each run ends by itself
               for name, trace_engine in trace_engines.items()}
 trace_tables = {name: outcome_table(runs_) for name, runs_ in trace_runs.items()}
 print(f"{len(trace):,} requests in {trace_minutes:g} minutes of the code hour, "
