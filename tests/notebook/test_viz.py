@@ -224,7 +224,7 @@ def seed_runs():
 def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_runs):
     result = seed_runs["none/configured"]
     fig = viz.scheduler_timeline_figure(result, stall_limit=40)
-    assert [t.name for t in fig.data] == ["running", "waiting", "suspended (host tier)", "used pages",
+    assert [t.name for t in fig.data] == ["running", "waiting in the scheduler", "suspended (host tier)", "used pages",
                                           "free pages", "stalled passes"]
     stalled = fig.data[5]
     assert list(stalled.y) == result.trace.column("stalled_passes") and stalled.y[-1] == 40
@@ -234,7 +234,29 @@ def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_r
     last = result.trace[-1].step  # passes count from 1, steps from 0: the annotation says both
     assert any(a.text == f"SchedulerDeadlock in pass {len(result.trace)} (step {last})"
                for a in fig.layout.annotations)
-    assert "stall" in viz.figure_text(fig) and "3 finished, 1 waiting" in viz.figure_text(fig)
+    assert "stall" in viz.figure_text(fig) and "at the end: 3 finished, 1 waiting in the scheduler" in viz.figure_text(fig)
+
+
+def test_the_timeline_subtitle_counts_what_its_waiting_line_counts(seed_runs):
+    """A result's status says "waiting" for requests still queued in the executor or not yet
+    arrived; the waiting line counts only the scheduler's: the subtitle tells them apart."""
+    from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
+    from kvlab.notebook.viz.timeline import end_counts
+    from kvlab.run.simulation import simulate
+
+    livelock = simulate(build_scheduler("none/configured", EngineConfig(
+        chunked_prefill=True, max_num_tokens=256, host_cache_size=0)),
+        long_and_small(8192, num_small=6), max_steps=200)  # notebook 03 section 9
+    for result in (livelock, seed_runs["none/clamped"]):
+        counts, last = end_counts(result), result.trace[-1]
+        assert counts["waiting in the scheduler"] == last.waiting
+        assert counts["queued in the executor"] == last.queued
+        assert counts["running"] == last.running
+        assert sum(counts.values()) == len(result.status)
+    assert "at the end: 1 running, 3 waiting in the scheduler, 3 queued in the executor" in \
+        viz.scheduler_timeline_spec(livelock)["layout"]["title"]["text"]
+    clamped = viz.scheduler_timeline_spec(seed_runs["none/clamped"])["layout"]["title"]["text"]
+    assert "at the end: 2 waiting in the scheduler, 2 not yet arrived; stopped by" in clamped
 
 
 def test_the_timeline_names_suspended_requests_only_when_a_run_suspended_any(seed_runs):

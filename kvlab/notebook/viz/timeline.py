@@ -21,6 +21,34 @@ TIMELINE_SERIES = ("running", "waiting", "suspended", "used_blocks", "free_block
 _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 
 
+#: Where a run left its requests (:func:`end_counts`), in the order a subtitle names them.
+END_PLACES = ("finished", "rejected", "running", "suspended (host tier)", "waiting in the scheduler",
+              "queued in the executor", "not yet arrived")
+
+
+def end_counts(result) -> dict:
+    """How many requests ``result`` left in each of :data:`END_PLACES`. A result's status says
+    "waiting" for any request not started, wherever it is; the timeline's waiting line counts
+    only those the scheduler holds, so the others are told apart as the run's reasons do:
+    never submitted and arrived before the run's end step (queued), or not arrived by then."""
+    counts = dict.fromkeys(END_PLACES, 0)
+    for request_id, status in result.status.items():
+        request = result.requests.get(request_id)
+        state = request.state if request is not None else status
+        if state == "suspended":
+            place = "suspended (host tier)"
+        elif state != "waiting" or request is None:
+            place = status
+        elif request.activated_step is not None:
+            place = "waiting in the scheduler"
+        elif request.arrival_step < result.end_step:
+            place = "queued in the executor"
+        else:
+            place = "not yet arrived"
+        counts[place] = counts.get(place, 0) + 1
+    return counts
+
+
 def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                             outcome: Optional[str] = None, title: Optional[str] = None,
                             subtitle: Optional[str] = None, stall_detector: bool = True) -> dict:
@@ -33,7 +61,9 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
     :func:`~kvlab.notebook.viz.style.run_outcome`: a livelock is not called a stall). Always six scatter traces (:data:`TIMELINE_SERIES`);
-    the suspended line, and its legend entry, only show when the run suspended anything."""
+    the suspended line, and its legend entry, only show when the run suspended anything. The
+    default subtitle counts where the run left its requests (:func:`end_counts`), in the words
+    the plot's legend uses."""
     trace = check_instance("result", result, SimulationResult).trace
     if stall_limit is not None:
         stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)  # Scheduler's range
@@ -52,7 +82,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                     hovertemplate=f"step %{{x}}<br>{name}: %{{y}}<extra></extra>", **extra)
 
     data = [line("running", "running", 1, TIMELINE_COLORS["running"]),
-            line("waiting", "waiting", 1, TIMELINE_COLORS["waiting"]),
+            line("waiting in the scheduler", "waiting", 1, TIMELINE_COLORS["waiting"]),
             # drawn, with its legend entry, only when the run suspended anything (a run with no
             # host tier never does): no entry for a line that holds nothing
             line("suspended (host tier)", "suspended", 1, TIMELINE_COLORS["suspended"],
@@ -97,12 +127,11 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                                 yref="paper", y=sum(_TIMELINE_DOMAINS[1]) / 2, yanchor="middle",
                                 align="left", showarrow=False, font=dict(size=12, color="#444"),
                                 bgcolor="rgba(255,255,255,0.85)"))
-    counts = {s: sum(1 for v in result.status.values() if v == s)
-              for s in ("finished", "rejected", "waiting", "running")}
     if title is None:
         title = f"Scheduler timeline: {OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}"
     if subtitle is None:
-        subtitle = (f"{counted(len(steps), 'pass')}; " + ", ".join(f"{n:,} {s}" for s, n in counts.items() if n)
+        subtitle = (f"{counted(len(steps), 'pass')}; at the end: "
+                    + ", ".join(f"{n:,} {where}" for where, n in end_counts(result).items() if n)
                     + (f"; stopped by {type(error).__name__}" if error is not None else ""))
     top = max(trace.column("stalled_passes" if stall_detector else "num_recompute_paused")
               + [stall_limit or 0, 1])
