@@ -127,10 +127,12 @@ def _plain(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", markup)).split("\n")[0] if markup else ""
 
 
-def verdict_html(outcome: Optional[str], headline: str, detail: str = "") -> str:
-    """The verdict box: a coloured bar and label for the outcome, a sentence, optional detail."""
+def verdict_html(outcome: Optional[str], headline: str, detail: str = "", *,
+                 label: Optional[str] = None) -> str:
+    """The verdict box: a coloured bar and label for the outcome, a sentence, optional detail.
+    ``label`` replaces the outcome's label: what a run with no outcome yet stands at."""
     color = viz.outcome_color(outcome)
-    label = viz.OUTCOME_LABELS.get(outcome or "", "no outcome")
+    label = label if label is not None else viz.OUTCOME_LABELS.get(outcome or "", "no outcome")
     body = (f'<div style="border-left:6px solid {color};padding:6px 10px;margin:4px 0;'
             f'line-height:1.4">'
             f'<div style="font-weight:700;color:{color};letter-spacing:.02em">{html.escape(label.upper())}</div>'

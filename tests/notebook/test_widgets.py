@@ -565,6 +565,9 @@ def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     panel.set(**{"pass": 2})
     assert panel.model.passes == 2 and panel.model.rows[1]["asked"] == 1  # s0's first generation step
     assert "Press → for the next" in panel.verdict.value
+    assert "IN PROGRESS: PASS 2 OF 54" in panel.verdict.value and "NO OUTCOME" not in panel.verdict.value
+    panel.set(**{"pass": 45})
+    assert "IN PROGRESS: PASS 45 OF 54" in panel.verdict.value
     assert [t.name for t in panel.figures["pass"].data][:2] == ["asked (outline)", "got (filled, by result)"]
 
 

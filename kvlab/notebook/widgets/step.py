@@ -113,7 +113,8 @@ def step_figures(model: StepModel) -> Dict[str, dict]:
 
 
 def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
-    """(outcome, HTML): where the run stands after this pass."""
+    """(outcome, HTML): where the run stands after this pass; before the run's last pass
+    (:func:`step_passes`) it has no outcome yet, and the label says "in progress: pass N of M"."""
     outcome = engine_outcome(model.result)
     error = model.result.error
     if error is not None:
@@ -123,7 +124,8 @@ def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
     else:
         headline = (f"Pass {model.passes}: the stall detector counts {model.stalled} of "
                     f"{STEP_ENGINE.stall_limit} passes without progress. Press → for the next.")
-        outcome = None
+        progress = f"in progress: pass {model.passes:,} of {step_passes(model.policy):,}"
+        return None, verdict_html(None, headline, label=progress)
     return outcome, verdict_html(outcome, headline)
 
 
