@@ -248,14 +248,19 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
         return adm.figures["demand"]
 
     assert adm.outcome == "crash"
-    assert "PageIndexTooShort" in adm.verdict_text and "need 257 pages; the pool has 64" in adm.verdict_text
-    assert list(demand().data[0].x) == [257, 64, 68]
+    assert "PageIndexTooShort" in adm.verdict_text
+    assert "context of 8192 tokens needs 256 pages, 257 with its 16 output tokens; the pool has 64" \
+        in adm.verdict_text
+    # the crash is the context's 256 entries against the row of 68, as notebook 02's figure says
+    assert list(demand().data[0].x) == [256, 64, 68]
+    assert list(demand().data[0].y)[0] == "request: 256 entries (257 with its output)"
+    assert "context 256 pages, 257 to complete" in demand().layout.title.text
 
     adm.set(policy="none/configured")  # the one-line fix: starve, then deadlock
     assert adm.outcome == "stall"
     assert "3 of 3 small requests finished" in adm.verdict_text
     assert "SchedulerDeadlock after 50 passes" in adm.verdict_text
-    assert stalled(adm)[-1] == 50 and list(demand().data[0].x) == [257, 64, 260]
+    assert stalled(adm)[-1] == 50 and list(demand().data[0].x) == [256, 64, 260]
 
     adm.set(policy="capacity")  # PR #21720
     assert adm.outcome == "reject"
@@ -265,7 +270,7 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
 
     adm.set(pool_mib=32.0)  # 512 pages: everything fits
     assert adm.outcome == "ok" and adm.verdict_text.startswith("OK: all 4 requests finished")
-    assert list(demand().data[0].x)[:2] == [257, 512]
+    assert list(demand().data[0].x)[:2] == [256, 512]
     # redrawn in place: the same views, the same traces
     assert adm.views == views
     assert len(adm.figures["timeline"].data) == 6 and len(demand().data) == 1

@@ -121,23 +121,32 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
 
 def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional[str], *,
                      tokens_per_block: int = 32, policy: Optional[str] = None,
+                     with_output: Optional[int] = None,
                      title: Optional[str] = None, subtitle: Optional[str] = None) -> dict:
     """The request's page-index entries against the row's width and the pool's pages.
 
     Three horizontal bars in one trace (always one trace): the row (``width`` entries), the pool
-    (``total_blocks`` pages) and the request (``needed`` entries, in the outcome's colour), with
-    a dashed line where the row ends and where the pool ends. The native resize checks the row
-    first: needed > width is the ValueError; then the pool: needed > pages is False.
+    (``total_blocks`` pages) and the request's context (``needed`` entries, in the outcome's
+    colour), with a dashed line where the row ends and where the pool ends. The native resize
+    checks the row first: needed > width is the ValueError; then the pool: needed > pages is
+    False. ``with_output``: the entries the request needs to complete (context and output),
+    named beside the context's when they differ.
     """
     width, needed, total_blocks = int(width), int(needed), int(total_blocks)
+    complete = needed if with_output is None else int(with_output)
     tpb = tokens_per_block
     row_label = f"page-index row [{policy}]" if policy else "page-index row"
-    labels = [f"request: {needed:,} entries", f"pool: {total_blocks:,} pages", f"{row_label}: {width:,}"]
+    request_label = f"request: {needed:,} entries" + (
+        f" ({complete:,} with its output)" if complete != needed else "")
+    labels = [request_label, f"pool: {total_blocks:,} pages", f"{row_label}: {width:,}"]
     values = [needed, total_blocks, width]
     verdict = ("more than the row holds: ValueError" if needed > width else
                "fits the row, more than the pool: False" if needed > total_blocks else
-               "fits the row and the pool")
-    hovers = [f"request: {needed:,} entries = ceil(context / {tpb}) = {needed * tpb:,} tokens<br>{verdict}",
+               "its context fits, its output runs past the row: ValueError" if complete > width else
+               "its context fits the row and the pool, its output not the pool: False"
+               if complete > total_blocks else "fits the row and the pool")
+    hovers = [f"request: {needed:,} entries = ceil(context / {tpb}) = {needed * tpb:,} tokens"
+              + (f"; {complete:,} entries with its output" if complete != needed else "") + f"<br>{verdict}",
               f"pool: {total_blocks:,} pages of {tpb} tokens = {total_blocks * tpb:,} tokens",
               f"row width (max_blocks_per_seq): {width:,} entries = {width * tpb:,} tokens"]
     bar = dict(type="bar", y=labels, x=values, orientation="h",

@@ -77,16 +77,17 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
                 "demand": viz.index_row_spec(0, needed, 0, None, title=f"No pool: {model.no_pool}")}
     engine, result = model.engine, model.result
     manager = engine.manager(POLICIES[model.policy][1])
-    needed = engine.geometry.blocks_for_tokens(model.context + 16)
+    needed = engine.geometry.blocks_for_tokens(model.context)  # what the first resize checks
+    complete = engine.geometry.blocks_for_tokens(model.context + 16)
     peer = model.policy in PEER_POLICIES  # vLLM's and SGLang's own loops: no stall detector
     timeline = viz.scheduler_timeline_spec(
         result, stall_limit=None if peer else engine.stall_limit, outcome=model.outcome,
         stall_detector=not peer, title=f"{model.policy}: {viz.OUTCOME_LABELS[model.outcome]}")
     demand = viz.index_row_spec(
         manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
-        policy=POLICIES[model.policy][1],
-        title=f"The long request: {needed} pages to complete; pool {engine.total_blocks}, "
-              f"row {manager.max_blocks_per_seq}",
+        policy=POLICIES[model.policy][1], with_output=complete,
+        title=f"The long request: context {needed} pages, {complete} to complete; pool "
+              f"{engine.total_blocks}, row {manager.max_blocks_per_seq}",
         subtitle=(f"{viz.OUTCOME_LABELS['reject']}: it never reaches "
                   "the row or the pool" if result.status.get("long") == "rejected" else None))
     return {"timeline": timeline, "demand": demand}
@@ -99,9 +100,10 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     result, engine = model.result, model.engine
     small = [i for i in result.status if i != "long"]
     done = sum(result.status[i] == "finished" for i in small)
-    need = engine.geometry.blocks_for_tokens(model.context + 16)
-    where = (f"{model.context} + 16 tokens need {need} pages; the pool has {engine.total_blocks} "
-             f"({engine.pool_mib:g} MiB)")
+    where = (f"Its context of {model.context} tokens needs "
+             f"{engine.geometry.blocks_for_tokens(model.context)} pages, "
+             f"{engine.geometry.blocks_for_tokens(model.context + 16)} with its 16 output tokens; "
+             f"the pool has {engine.total_blocks} ({engine.pool_mib:g} MiB)")
     if model.outcome == "crash":
         headline = (f"Crash at step {result.end_step - 1}: PageIndexTooShort ({result.error}) "
                     f"stops the engine; {done} of {len(small)} small requests finished, the rest "
