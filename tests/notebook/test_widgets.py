@@ -4,6 +4,7 @@ panel (repro, admission, mamba, ranks) and the Panel pattern under them."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -269,11 +270,22 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
     assert max(stalled(adm)) == 0
 
     adm.set(pool_mib=32.0)  # 512 pages: everything fits
-    assert adm.outcome == "ok" and adm.verdict_text.startswith("OK: all 4 requests finished")
+    assert adm.outcome == "ok" and adm.verdict_text.startswith("OK: 4 requests, all finished in ")
     assert list(demand().data[0].x)[:2] == [256, 512]
     # redrawn in place: the same views, the same traces
     assert adm.views == views
     assert len(adm.figures["timeline"].data) == 6 and len(demand().data) == 1
+
+
+def test_the_panels_verdicts_count_one_thing_in_the_singular():
+    """"1 request", "1 page", "1 sequence": never "1 requests" or "1 pages"."""
+    from kvlab.notebook.widgets import mamba_panel
+
+    alone = admission_panel(context=32, policy="capacity", num_small=0).verdict_text
+    assert alone.startswith("OK: 1 request, all finished in 16 steps.") and "needs 1 page, 2 with" in alone
+    one_left = mamba_panel(max_batch_size=340).verdict_text  # the clamp keeps 339 resident
+    assert "339 resident" in one_left and "the queue holds 1 sequence." in one_left
+    assert not re.search(r"\b1 (requests|pages|sequences|steps)\b", alone + one_left)
 
 
 def test_admission_panel_controls_drive_the_model(adm):
@@ -330,7 +342,7 @@ def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
     assert "Merged raises: 513 slots x 74.8 MiB + one page = 37.48 GiB > quota 24.86 GiB" in text
     assert "ValueError at construction" in text
     assert "Proposal PR #17261 (closed without merging), the clamp: 339 resident (+1 dummy)" in text
-    assert "173 sequences queue" in text
+    assert "the queue holds 173 sequences" in text
     assert "Proposal PR #18985 (open): a max_batch_size default of at most 339 fits" in text
     assert "an explicit 512 still raises" in text
     assert mamba.model.feasible_max_batch_size == 339
@@ -358,7 +370,7 @@ def test_a_big_quota_lets_merged_code_build_and_the_figure_updates_in_place(mamb
     assert mamba.outcome == "ok" and "Merged builds" in mamba.verdict_text
     fig = mamba.figures["stack"]
     assert bar_names(fig) == ["merged", "PR #17261 clamp (proposal)"]
-    assert "all 512 sequences resident" in mamba.verdict_text
+    assert "512 sequences, all resident" in mamba.verdict_text
     assert mamba_bars(mamba) != before
     assert abs(fig.layout.shapes[0].y0 - 40.0) < 0.01
 
@@ -371,7 +383,7 @@ def test_float32_halves_the_residency(mamba):
 
 def test_a_smaller_batch_fits(mamba):
     mamba.set(max_batch_size=300)
-    assert mamba.outcome == "ok" and "all 300 sequences resident" in mamba.verdict_text
+    assert mamba.outcome == "ok" and "300 sequences, all resident" in mamba.verdict_text
     mamba.controls["max_batch_size"].value = 400  # a single control change refreshes too
     assert mamba.outcome == "crash" and "the clamp: 339 resident" in mamba.verdict_text
 

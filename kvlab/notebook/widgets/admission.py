@@ -17,6 +17,7 @@ from kvlab.analysis.repro import no_pool_reason
 from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.tables import counted
 from kvlab.notebook.widgets.controls import context_choices, labelled
 from kvlab.run.run_result import cut_between_words
 from kvlab.run.simulation import SimulationResult
@@ -101,7 +102,7 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     small = [i for i in result.status if i != "long"]
     done = sum(result.status[i] == "finished" for i in small)
     where = (f"Its context of {model.context} tokens needs "
-             f"{engine.geometry.blocks_for_tokens(model.context)} pages, "
+             f"{counted(engine.geometry.blocks_for_tokens(model.context), 'page')}, "
              f"{engine.geometry.blocks_for_tokens(model.context + 16)} with its 16 output tokens; "
              f"the pool has {engine.total_blocks} ({engine.pool_mib:g} MiB)")
     if model.outcome == "crash":
@@ -128,7 +129,8 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
         headline = (f"Rejected: {result.reasons.get('long', '').rstrip('.')}. {done} of {len(small)} small "
                     f"requests finished.")
     else:
-        headline = (f"OK: all {len(result.status)} requests finished in {result.end_step} steps. "
+        headline = (f"OK: {counted(len(result.status), 'request')}, all finished in "
+                    f"{counted(result.end_step, 'step')}. "
                     f"{where}.")
     detail = "\n".join(f"{rid}: {result.status[rid]} - {_reason_without_error(result, rid)}"
                        for rid in ["long", *small])

@@ -14,7 +14,7 @@ from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.notebook.tables import gib_pair
+from kvlab.notebook.tables import counted, gib_pair
 
 
 #: The quota slider's step, GiB: 161 positions up to 80 GiB, a key press each.
@@ -83,15 +83,15 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
     raw = f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = {need_gib} GiB"
     fits = model.feasible_max_batch_size
     if model.raw_fits:
-        headline = (f"Merged builds: {raw} <= quota {quota_gib} GiB; all {plan.requested} "
-                    f"sequences resident (merged code has no cap). The proposals change nothing here.")
+        headline = (f"Merged builds: {raw} <= quota {quota_gib} GiB; {counted(plan.requested, 'sequence')}, "
+                    f"all resident (merged code has no cap). The proposals change nothing here.")
     elif model.resident >= 1:
         used = (model.resident + plan.dummies) * plan.slot_bytes / gib
         headline = (f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
                     f"construction). Proposal PR #17261 (closed without merging), the clamp: "
                     f"{model.resident} resident (+{plan.dummies} dummy) = {used:.2f} GiB of slots; "
-                    f"{model.split['clamped']['pages'] // plan.page_bytes} attention pages; "
-                    f"{plan.requested - model.resident} sequences queue. Proposal PR #18985 (open): "
+                    f"{counted(model.split['clamped']['pages'] // plan.page_bytes, 'attention page')}; "
+                    f"the queue holds {counted(plan.requested - model.resident, 'sequence')}. Proposal PR #18985 (open): "
                     f"a max_batch_size default of at most {fits} fits; an explicit "
                     f"{model.max_batch_size} still raises, with a message in GiB.")
     else:
