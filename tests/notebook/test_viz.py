@@ -108,6 +108,8 @@ def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs(
     assert fig.data[0].colorscale[-1][1] == viz.OUTCOME_COLORS["crash"]
     assert fig.data[4].marker.color == viz.OUTCOME_COLORS["crash"]
     assert "page 0 (tokens 0-31)" in fig.data[0].text[0][0]
+    # a line of 32 cells is not called a "row": notebook 02's row is the page-index row
+    assert fig.layout.yaxis.title.text == "first page of this line"
 
 
 def test_page_map_of_an_allocated_request_holds_its_pages():
