@@ -2,78 +2,12 @@
 
 Mirrors SGLang 0.5.23 (the version ``kvlab.backends.sglang_driver`` runs) with the radix cache
 off, page_size 1, FCFS, the overlap scheduler off, no mixed chunk, no speculative decoding, one
-rank. Paths are under ``sglang/srt/``; one ``schedule()`` is one iteration of
-``Scheduler.event_loop_normal`` (managers/scheduler.py:2026) that had a request to work on:
-
-- Start-up (``SglangServerArgs``): ``max_running_requests`` is settled as
-  ``KVCacheConfigurator.resolve_max_num_reqs`` (mem_cache/kv_cache_configurator.py:3119) does:
-  the value given (at least 1), or ``max(min(int(T / C * 512), 4096), 2048)`` when None, either
-  way at most ``T // 2`` for a pool of T tokens and a context length C; then
-  ``TpModelWorker.alloc_memory_pool`` (managers/tp_worker.py:420) refuses "max_running_request
-  is zero" (T < 2) and "Memory pool size is too small" (``min(C, T) - 1 <= 0``).
-  ``get_worker_info`` (:550) gives ``max_req_len = min(C, T) - 1`` and ``max_req_input_len =
-  max_req_len - 5``. The pool is a real ``KVCacheManager`` of T one-token pages, so that its
-  free pages are SGLang's ``TokenToKVPoolAllocator.available_size()`` (mem_cache/allocator/
-  token.py:50) after every step.
-- Front door, the TokenizerManager's (``_validate_one_request``, managers/
-  tokenizer_manager.py:1338-1378): a prompt of C tokens or more, or a prompt plus max_new_tokens
-  over C, is rejected at arrival with SGLang's message. Then the scheduler's
-  ``handle_generate_request`` (managers/scheduler.py:2943): ``init_req_max_new_tokens`` (:2693)
-  clips max_new_tokens to ``min(max_req_len - P - 1, T - P - 2)`` (``max_new_tokens_for_memory``,
-  mem_cache/allocator/base.py:88), kept as ``Request.output_limit``; ``validate_input_length``
-  (managers/utils.py:259) turns a prompt of ``max_req_input_len`` tokens or more into a one-token
-  abort (``Req.set_finish_with_abort``, managers/schedule_batch.py:2221) that waits in the queue
-  like any request and is "rejected", with SGLang's message, by the prefill batch that runs its
-  one token (``batch.aborted_requests``).
-- One step (``get_next_batch_to_run``, managers/scheduler.py:3894): the last prefill batch,
-  less its finished requests and the chunked one, joins the running batch; then the prefill
-  admission (``_get_new_batch_prefill_raw``, :4079, and ``PrefillAdder``, managers/
-  schedule_policy.py:607, kvlab.sched.sglang_prefill): the chunked request's next chunk first (``add_chunked_req``, :1140),
-  then the waiting queue in order (``add_one_req``, :1395; ``add_one_req_ignore_eos``, :1241,
-  when the requests set ignore_eos) within the token budgets ``rem_total`` (free tokens less
-  what the running requests may still decode, ``min(max_new_tokens - output, 4096)`` times the
-  new-token ratio, or 1 under ignore_eos, and less what this batch reserves),
-  ``rem_input`` (max_prefill_tokens) and ``rem_chunk`` (chunked_prefill_size), and at most
-  ``max_running_requests - running`` requests (``get_num_allocatable_reqs``, :4027), with the
-  running batch's sticky ``batch_is_full`` flag. Without a prefill batch, a decode step
-  (``update_running_batch``, :4459): when the free tokens are fewer than the running requests
-  (``check_decode_mem``, managers/schedule_batch.py:3432), ``retract_decode`` (:3451) frees the
-  request with the fewest output tokens (the longest prompt among equals) until the rest fit,
-  always keeping one, which it aborts when even it does not fit; the retracted go to the BACK of
-  the waiting queue and later recompute prompt + output; the new-token ratio becomes
-  ``min(1, (output + 20 * n) / (max_new_tokens + 1))`` over the n requests left
-  (managers/scheduler_components/new_token_ratio_tracker.py:41); a step that retracts nothing
-  decays the ratio by ``(init - min) / 600`` down to ``min = 0.14 * init``, ``init = min(0.7 *
-  schedule_conservativeness, 1)`` (:21). ``on_idle`` (managers/scheduler.py:5241) resets it to
-  ``init`` when the scheduler runs empty: kvlab's Engine skips idle steps, so the reset happens
-  where SGLang's idle iteration would be, when a request arrives at a scheduler that emptied
-  before the previous step (and in a step that aborted the last request).
-- Allocation through the real pool exactly when SGLang allocates: a prefill batch's tokens in
-  ``prepare_for_extend`` (managers/schedule_batch.py:2847, ``alloc_for_extend``), one token per
-  running request in ``prepare_for_decode`` (:3736); a request's tokens are freed when it
-  finishes (the executor calls ``finish``), is retracted or aborted.
-
-A one-token abort rides SGLang's prefill batch as a row: its token is in ``tokens_scheduled`` and
-the row in ``ScheduledBatch.num_aborted_context_rows``, which the executor counts among the
-step's context rows without executing it. A request whose max_new_tokens is clipped to 0
-finishes at its prefill with 0 tokens, as in SGLang, whose sampler still draws the token it never
-reports (so SGLang's trace has a "first token" where kvlab's has none).
-
-The page-index table is ``max_running_requests`` rows of ``min(C, T)`` one-token entries, as large
-as SGLang's own ``ReqToTokenPool`` (``max_running_requests`` rows of ``context_len`` int32); kvlab
-refuses a table over 1 GiB (kvlab.core.page_index), e.g. SGLang's default of 2048 requests on a
-65,536-token context. The decode abort ("Out of memory even after retracting all other requests
-...") is kept as SGLang has it, though the clip keeps any one request within the pool, so that
-admission never reaches it.
-
-Left out: the radix (prefix) cache (SGLang's default is on; the pool's manager runs with block
-reuse off), page
-sizes above 1, the other schedule policies, priorities and priority preemption, mixed chunked
-prefill, the overlap scheduler (SGLang's default is on), speculative decoding, LoRA, beam search,
-disaggregation, grammars, streaming sessions, ``SGLANG_*`` environment overrides (the defaults
-of environ.py:646-651 are built in), several data-parallel or pipeline ranks, and hybrid SWA or
-Mamba pools. SGLang has no stall detector, and neither has this loop: a request the adder can
-never admit waits until the run's ``max_steps``.
+rank: one ``schedule()`` is one iteration of ``Scheduler.event_loop_normal`` (sglang/srt/
+managers/scheduler.py:2026) that had a request to work on. Start-up (``SglangServerArgs``), the
+front doors, the prefill adder (kvlab.sched.sglang_prefill), retraction and the new-token ratio
+follow SGLang's lines as docs/ENGINES.md lists them one by one, with what is left out; the pool
+is a real ``KVCacheManager`` of one-token pages. SGLang has no stall detector, and neither has
+this loop: a request the adder can never admit waits until the run's ``max_steps``.
 """
 
 from __future__ import annotations
