@@ -186,6 +186,10 @@ def test_table_price_figure_has_a_line_per_width_with_the_bytes_and_the_ratio():
     assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
     assert "x3.82" in viz.figure_text(fig)  # 260 / 68
     assert {a.text for a in fig.layout.annotations} == {"68 entries: 272.5 KiB", "260 entries: 1.0 MiB"}
+    # the values sit right of their lines' last points, past every curve, not on top of one
+    for note in fig.layout.annotations:
+        assert note.xanchor == "left" and not note.showarrow and note.x == pytest.approx(max(fig.layout.xaxis.range) - 0.1)
+    assert fig.layout.legend.yref == "container"  # under the plot, not over the curves
     assert "1,067,040 B" in by_width[260].hovertext[-1]
 
 

@@ -339,18 +339,24 @@ def table_price_spec(rows: Sequence[Mapping], *, labels: Optional[Mapping[int, s
         if narrow in at and wide in at:
             a, b = at[narrow]["nbytes"], at[wide]["nbytes"]
             ratio = b / a
-            for r, side in ((at[narrow], "right"), (at[wide], "left")):
+            # right of each line's last point, in the margin: clear of every curve
+            for r in (at[narrow], at[wide]):
                 annotations.append(dict(x=math.log10(big), y=math.log10(r["nbytes"]), xref="x",
                                         yref="y", text=f"{r['width']:,} entries: {format_bytes(r['nbytes'])}",
-                                        showarrow=True, arrowhead=2, ax=-60, ay=-25 if side == "left" else 25,
-                                        font=dict(size=12)))
+                                        showarrow=False, xanchor="left", xshift=8, font=dict(
+                                            size=12, color=WIDTH_LINE_COLORS[widths.index(r["width"])
+                                                                             % len(WIDTH_LINE_COLORS)])))
             subtitle = (f"at max_batch_size {big:,}: {wide:,} vs {narrow:,} entries = {format_bytes(b)} vs "
                         f"{format_bytes(a)}, x{ratio:.2f} the bytes ({wide}/{narrow})")
     layout = base_layout(
-        "The price of the wider row: host page-index table bytes", subtitle, height=460,
-        annotations=annotations,
+        "The price of the wider row: host page-index table bytes", subtitle, height=560,
+        annotations=annotations, margin=dict(l=80, r=170 if annotations else 30, t=80, b=130),
         **log_log_axes(("max_batch_size", "sequences"), ("table bytes", "pinned host int32")),
-        legend=dict(orientation="v", yanchor="top", y=0.98, x=0.02, bgcolor="rgba(255,255,255,0.8)"))
+        # under the plot, clear of every curve
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0))
+    if rows:  # the points' span only: plotly's autorange would make room for the labels too
+        sizes = [r["max_batch_size"] for r in rows]
+        layout["xaxis"]["range"] = [math.log10(min(sizes)) - 0.1, math.log10(max(sizes)) + 0.1]
     return {"data": traces, "layout": layout}
 
 
