@@ -66,7 +66,14 @@ def test_pool_vs_workspace_from_the_stored_h200_rows():
 
     rows = load_measurements("h200")["pool_vs_workspace"]
     spec = viz.pool_vs_workspace_spec(rows, device="NVIDIA H200")
-    assert [t["name"] for t in spec["data"]] == [label for _, label, _ in viz.BUDGET_PARTS]
+    names = [t["name"] for t in spec["data"]]
+    assert len(names) == len(viz.BUDGET_PARTS)
+    assert all(name.startswith(label) for name, (_, label, _) in zip(names, viz.BUDGET_PARTS)
+               if not label.startswith("KV pool"))
+    # one GPU: no MIN, so the pool is not "after the MIN"; the 0.67 GiB of non-torch memory, a
+    # hairline on a 141 GiB bar, is sized in its legend entry
+    assert names[4] == "KV pool"
+    assert names[3] == "non-torch (NCCL, CUDA graphs): 0.67 GiB, too thin to see"
     pool = next(t for t in spec["data"] if t["name"].startswith("KV pool"))["y"]
     workspace = next(t for t in spec["data"] if t["name"] == "MoE workspace")["y"]
     assert pool == sorted(pool, reverse=True) and workspace == sorted(workspace)

@@ -466,6 +466,7 @@ def test_the_report_clamps_and_the_long_context_crashes(ranks):
     assert colors["bg-000"] == colors["bg-047"] == viz.OUTCOME_COLORS["ok"]
     budget = ranks.figures["budget"]
     assert [t.name for t in budget.data] == [label for _, label, _ in viz.BUDGET_PARTS]
+    assert budget.data[4].name == "KV pool (after the MIN)"  # 16 ranks: there is a MIN
     pool = budget.data[4].y
     assert len(pool) == 16 and len(set(round(v, 6) for v in pool)) == 1  # one pool after the MIN
     lost = budget.data[6].y

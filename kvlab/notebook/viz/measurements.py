@@ -107,7 +107,8 @@ pool_allocation_figure = as_figure(pool_allocation_spec)
 def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
     """Stacked bars, one per MoE workspace size, of one GPU's memory as measured and the KV pool
     allocated after it (GiB). ``rows``: ``kvlab.core.memory.pool_vs_workspace`` dicts. Traces: the 8
-    of :data:`BUDGET_PARTS` (nothing is lost to a MIN on one GPU)."""
+    of :data:`BUDGET_PARTS` (one GPU: no MIN, so the pool is not called "after the MIN" and
+    nothing is lost to one)."""
     from kvlab.core.memory import MemoryBudget
 
     budgets = [MemoryBudget(total_bytes=r["total_bytes"], weights_bytes=r["weights_bytes"],
@@ -115,7 +116,7 @@ def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict
                             activation_peak_bytes=r["activation_peak_bytes"],
                             non_torch_bytes=r["non_torch_bytes"]) for r in rows]
     traces = budget_stack([f"{r['workspace_bytes'] / GIB:g} GiB" for r in rows], budgets,
-                          [r["pool_bytes_allocated"] for r in rows], [0] * len(rows))
+                          [r["pool_bytes_allocated"] for r in rows], [0] * len(rows), after_min=False)
     if rows:
         first, last = rows[0], rows[-1]
         subtitle = (f"pool {first['pool_blocks']:,} -> {last['pool_blocks']:,} blocks; max_seq_len clamped to "
@@ -124,9 +125,10 @@ def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict
         subtitle = "no measurement (it needs a CUDA GPU)"
     layout = base_layout(
         f"The KV pool after a growing MoE workspace{_on(device)}", subtitle, barmode="stack",
-        height=460, bargap=0.2, xaxis=dict(title=dict(text="MoE workspace allocated at warm-up")),
+        height=560, bargap=0.2, xaxis=dict(title=dict(text="MoE workspace allocated at warm-up")),
         yaxis=dict(title=dict(text="GiB of the GPU")),
-        legend=dict(orientation="h", yanchor="top", y=-0.25, x=0, font=dict(size=11)))
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0, font=dict(size=11)),
+        margin=dict(l=70, r=30, t=80, b=150))
     return {"data": traces, "layout": layout}
 
 

@@ -26,12 +26,32 @@ BUDGET_PARTS = (
 )
 
 
+#: A part whose largest value is under this share of the tallest bar is too thin to see: its
+#: legend entry gives its size.
+THIN_SHARE = 0.01
+
+
+def budget_label(key: str, label: str, values: Sequence[float], tallest: float, *,
+                 after_min: bool) -> str:
+    """A part's legend entry: the KV pool is "after the MIN" only with ``after_min`` (more than
+    one rank); a part too thin to see (:data:`THIN_SHARE`) is named with its size in GiB."""
+    if key == "KV pool" and not after_min:
+        label = "KV pool"
+    top = max(values, default=0)
+    if 0 < top < THIN_SHARE * tallest:
+        size = f"{top:.2g} GiB" if min(values) == top else f"up to {top:.2g} GiB"
+        label = f"{label}: {size}, too thin to see"
+    return label
+
+
 def budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],
-                 lost_bytes: Sequence[int], state_bytes: Sequence[int] = ()) -> list:
+                 lost_bytes: Sequence[int], state_bytes: Sequence[int] = (), *,
+                 after_min: bool = True) -> list:
     """The 8 stacked bar traces of :data:`BUDGET_PARTS`, one bar per ``x``: each budget's parts,
     the pool built, a hybrid's recurrent-state slots, the quota the MIN took away, and the rest
     of the GPU unused (a part that is zero in every bar, such as the MIN's share on one GPU or
-    the slots of an attention-only model, has no legend entry)."""
+    the slots of an attention-only model, has no legend entry; one too thin to see is sized in
+    its entry: :func:`budget_label`). ``after_min``: the pools came out of a MIN all-reduce."""
     values = {key: [] for key, _, _ in BUDGET_PARTS}
     states = list(state_bytes) or [0] * len(budgets)
     for b, pool, lost, state in zip(budgets, pool_bytes, lost_bytes, states):
@@ -43,8 +63,10 @@ def budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],
         values["state slots"].append(state / GIB)
         values["lost to MIN"].append(lost / GIB)
         values["unused"].append(max(0, b.total_bytes - b.peak_memory_bytes - pool - state - lost) / GIB)
+    tallest = max((sum(column) for column in zip(*values.values())), default=0)
     traces = []
     for key, label, color in BUDGET_PARTS:
+        label = budget_label(key, label, values[key], tallest, after_min=after_min)
         hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
         traces.append(dict(type="bar", x=list(x), y=values[key], name=label, marker=dict(color=color),
                            hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
@@ -71,7 +93,7 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
     lost = [(r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0)
             for r in ranks]  # whole blocks the MIN took away
     traces = budget_stack([f"rank {r.rank}" for r in ranks], [r.budget for r in ranks],
-                          [r.quota_bytes for r in ranks], lost, state_bytes)
+                          [r.quota_bytes for r in ranks], lost, state_bytes, after_min=len(ranks) > 1)
     own = [r.local_quota_bytes / GIB for r in ranks]
     subtitle = (f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
                 f"{', '.join(f'{p:,}' for p in sorted({r.blocks for r in ranks}))} blocks"
