@@ -346,6 +346,16 @@ def test_policy_bars_colour_each_policy_by_its_outcome(seed_runs):
     assert list(bars[0].y) == [r["goodput_tokens_per_step"] for r in rows]
     assert bars[1].y[0] is None  # nothing started before the crash: no waiting time
     assert "outcome: crash" in bars[0].hovertext[0]
+    # the mean wait leaves out the requests that never started: its axis names the unfinished
+    wait_axis = fig.layout.xaxis2
+    unfinished = {r["policy"]: r["unfinished"] for r in rows}
+    assert unfinished["none/clamped"] == 4 and unfinished["capacity"] == 0
+    assert list(wait_axis.ticktext)[:3] == ["none/clamped<br>(4 unfinished)", "none/configured<br>(1 unfinished)",
+                                            "capacity"]
+    assert fig.layout.xaxis.ticktext is None  # goodput counts every pass: names only
+    # each panel's title within its panel: the unit on a line of its own
+    assert [a.text for a in fig.layout.annotations] == [
+        "<b>goodput</b><br>(tokens / step)", "<b>mean wait</b><br>(steps)", "<b>preemptions</b>"]
 
 
 def test_the_page_table_picture_points_rows_at_pages_and_marks_the_missing_entries():

@@ -93,11 +93,18 @@ POLICY_METRICS = (("goodput_tokens_per_step", "goodput (tokens / step)"),
                   ("preemptions", "preemptions"))
 
 
+#: The columns of :data:`POLICY_METRICS` that average over requests (not every request counts).
+MEAN_METRICS = ("mean_wait_steps",)
+
+
 def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLICY_METRICS,
                      title: Optional[str] = None, subtitle: Optional[str] = None) -> dict:
     """One bar per policy in each of the ``metrics`` panels (side by side), coloured by the
     engine's outcome and labelled with it. ``rows`` are ``kvlab.analysis.compare.outcome_rows`` dicts.
-    Traces: one bar trace per metric, then one legend entry per outcome (always)."""
+    A mean over requests (:data:`MEAN_METRICS`) covers only the requests it applies to: under
+    its bars the policies' names carry the runs' unfinished requests, so a crash that left most
+    of them unserved does not read as the shortest wait. Traces: one bar trace per metric, then one legend entry per
+    outcome (always)."""
     policies = [r["policy"] for r in rows]
     outcomes = [r["outcome"] for r in rows]
     n = len(metrics)
@@ -113,16 +120,23 @@ def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLI
                  f"finished {r.get('finished')}, rejected {r.get('rejected')}, unfinished {r.get('unfinished')}"
                  for p, o, t, r in zip(policies, outcomes, text, rows)]
         data.append(dict(type="bar", x=policies, y=values, name=label, text=text, textposition="outside",
-                         cliponaxis=False, marker=dict(color=[outcome_color(o) for o in outcomes]),
+                         cliponaxis=False, constraintext="none",  # full size, not shrunk to the bar
+                         marker=dict(color=[outcome_color(o) for o in outcomes]),
                          hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", showlegend=False,
                          xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
         lo = k * (width + gap)
         axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}",
                                       tickangle=-90)  # upright: no name runs into its neighbour
+        if column in MEAN_METRICS:  # under the bar, upright like its name: the requests left out
+            axes[f"xaxis{suffix}"].update(tickvals=policies, ticktext=[
+                p + (f"<br>({r['unfinished']:,} unfinished)" if r.get("unfinished") else "")
+                for p, r in zip(policies, rows)])
         top = max([v for v in values if v is not None] + [0])
         axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero",
                                       range=[0, (top or 1) * 1.2])
-        annotations.append(dict(text=f"<b>{label}</b>", x=lo + width / 2, xref="paper", y=1.0, yref="paper",
+        # the unit on a line of its own: a panel's title stays within its panel
+        annotations.append(dict(text="<b>" + label.replace(" (", "</b><br>(", 1) + ("" if " (" in label else "</b>"),
+                                x=lo + width / 2, xref="paper", y=1.0, yref="paper",
                                 yanchor="bottom", showarrow=False, font=dict(size=12)))
     for outcome in ("crash", "stall", "reject", "ok"):
         data.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=OUTCOME_LABELS[outcome],
@@ -131,11 +145,12 @@ def policy_bars_spec(rows: Sequence[Mapping], *, metrics: Sequence[tuple] = POLI
     if title is None:
         title = "Policies on one workload: goodput, waiting time, preemptions"
     if subtitle is None:
-        subtitle = "bars coloured by the engine's outcome; goodput = finished requests' tokens per scheduler pass"
+        subtitle = ("coloured by the engine's outcome; goodput = finished requests' tokens per "
+                    "pass; mean wait: arrival to first pass, over the requests that started")
     # the legend above the panels: the upright policy names take the space below them
-    layout = base_layout(title, subtitle, height=500, annotations=annotations, barmode="group",
-                         legend=dict(orientation="h", yanchor="bottom", y=1.08, x=0),
-                         margin=dict(l=60, r=30, t=130, b=120), **axes)
+    layout = base_layout(title, subtitle, height=560, annotations=annotations, barmode="group",
+                         legend=dict(orientation="h", yanchor="bottom", y=1.2, x=0),
+                         margin=dict(l=60, r=30, t=170, b=150), **axes)
     return {"data": data, "layout": layout}
 
 
