@@ -48,6 +48,20 @@ def ranks_plan_of_the_report():
     return plan_ranks(scenario_config(load_scenario("issue-21470"), 16, "none/clamped"))
 
 
+def test_request_fit_labels_values_a_log_axis_cannot_tell_apart():
+    """Notebook 01 section 8: 1,000,064 tokens against a pool of 958,752 and a row of 958,848
+    all sit at "1M" on the log axis; the labels say by how much the request overshoots each."""
+    requests = [dict(id="bg-000", tokens=2064, outcome="ok"),
+                dict(id="long-ctx", tokens=1_000_064, outcome="crash")]
+    spec = viz.request_fit_spec(requests, capacity_tokens=958_752, row_tokens=958_848)
+    bar = spec["data"][0]
+    assert bar["text"] == ["2,064", "1,000,064 tokens<br>41,312 past the pool<br>41,216 past the row"]
+    assert bar["textposition"] == ["outside", "inside"]
+    notes = {a["text"]: a["yanchor"] for a in spec["layout"]["annotations"]}
+    # the row, the larger, above its line; the pool below its own: apart though the lines coincide
+    assert notes == {"row spans 958,848 tokens": "bottom", "pool holds 958,752 tokens": "top"}
+
+
 def test_a_livelock_is_not_labelled_a_stall():
     """Notebook 03's chunked run with no tier below the GPU preempts the long request again and
     again and never raises: engine_outcome files it under "stall", its figures say livelock."""

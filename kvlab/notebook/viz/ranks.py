@@ -3,6 +3,8 @@ all-reduce, and the requests against the pool and the page-index row."""
 
 from __future__ import annotations
 
+import math
+
 from typing import Mapping, Optional, Sequence
 
 from kvlab.analysis.rank_plan import RankPlan
@@ -116,20 +118,35 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
     row's span (width x tokens_per_block), coloured by its outcome. ``requests``: dicts with
     ``id``, ``tokens``, ``outcome`` (a key of :data:`OUTCOME_COLORS`) and optional ``rank``.
     Traces: one bar trace, then two legend entries naming the limits (drawn as full-width
-    lines: dotted the pool, dashed the row), so the two stay apart even when they coincide."""
+    lines: dotted the pool, dashed the row), so the two stay apart even when they coincide.
+    On the log axis a request a few percent past a limit looks level with it, and the two
+    limits with each other: each bar is labelled with its tokens (one past a limit, inside it,
+    with how far past), and each line with its value, the larger above its line."""
     ids = [str(r["id"]) for r in requests]
     tokens = [int(r["tokens"]) for r in requests]
     outcomes = [r.get("outcome") for r in requests]
     hover = [f"{r['id']}" + (f" on rank {r['rank']}" if r.get("rank") is not None else "")
              + f": {int(r['tokens']):,} tokens<br>{OUTCOME_LABELS.get(r.get('outcome'), 'no outcome')}"
              for r in requests]
-    bar = dict(type="bar", x=ids, y=tokens, marker=dict(color=[outcome_color(o) for o in outcomes]),
-               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", name="requests",
-               showlegend=False)
     limits = (("pool", capacity_tokens, POOL_COLOR, "dot", "pool holds"),
               ("row", row_tokens, ROW_COLOR, "dash", "row spans"))
+    lowest = min(capacity_tokens, row_tokens)
+    text = [f"{t:,} tokens" + "".join(f"<br>{t - value:,} past the {name}" for name, value, *_ in limits
+                                      if t > value) if t > lowest else f"{t:,}" for t in tokens]
+    bar = dict(type="bar", x=ids, y=tokens, marker=dict(color=[outcome_color(o) for o in outcomes]),
+               text=text, textposition=["inside" if t > lowest else "outside" for t in tokens],
+               insidetextanchor="middle", constraintext="none", cliponaxis=False,
+               hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", name="requests",
+               showlegend=False)
     shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=value, y1=value,
                    line=dict(color=color, dash=dash, width=2)) for _, value, color, dash, _ in limits]
+    # at the left, over the shortest requests: the larger limit's value above its line, the
+    # smaller's below, so the two read apart when the lines coincide
+    larger = max(limits, key=lambda limit: limit[1])
+    annotations = [dict(xref="paper", x=0, xanchor="left", yref="y", y=math.log10(max(value, 1)),
+                        yanchor="bottom" if limit is larger else "top", showarrow=False,
+                        text=f"{words} {value:,} tokens", font=dict(color=color, size=12))
+                   for limit in limits for _, value, color, _, words in [limit]]
     legend = [dict(type="scatter", x=[None], y=[None], mode="lines", name=f"{words} {value:,} tokens",
                    line=dict(color=color, dash=dash, width=2), hoverinfo="skip")
               for _, value, color, dash, words in limits]
@@ -138,10 +155,13 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
         subtitle = (f"{crashes} request(s) beyond the row: ValueError" if crashes
                     else "no request beyond the row")
     layout = base_layout(
-        titled(title, "Requests against the pool and the page-index row"), subtitle, height=400,
-        shapes=shapes, bargap=0.3, legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
+        titled(title, "Requests against the pool and the page-index row"), subtitle, height=420,
+        shapes=shapes, annotations=annotations, bargap=0.3,
+        legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
         xaxis=dict(title=None, type="category"),
-        yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log", dtick=1))
+        yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log", dtick=1,
+                   range=[math.log10(max(1, min(tokens + [lowest]))) - 0.3,
+                          math.log10(max(tokens + [capacity_tokens, row_tokens, 1])) + 0.4]))
     return {"data": [bar, *legend], "layout": layout}
 
 
