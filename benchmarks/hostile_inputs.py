@@ -209,9 +209,9 @@ def scenario_corpus(fx: Path):
             if path[0] == "assumptions" and len(path) > 2 and path[1] != first:
                 continue
             for label, value in FIELD_VALUES.items():
-                file = folder / f"{source.stem}-{len(cases)}.yaml"
-                text = yaml.safe_dump(_mutated(doc, path, value), allow_unicode=True)
-                file.write_text(text)
+                file = folder / str(len(cases)) / source.name  # the stem is the scenario's name
+                file.parent.mkdir()
+                file.write_text(yaml.safe_dump(_mutated(doc, path, value), allow_unicode=True))
                 cases.append({"door": "cli", "target": f"scenario {source.stem}:{'.'.join(map(str, path))}",
                               "label": label, "argv": ["scenario", str(file), "--in-process"]})
     return cases

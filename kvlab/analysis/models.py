@@ -503,18 +503,19 @@ def model_names() -> Tuple[str, ...]:
     return tuple(sorted(p.stem for p in MODELS_DIR.glob("*.json")))
 
 
-def load_preset(name: str) -> Dict[str, Any]:
-    """A preset's file: name, title, source, parameters, geometry (facts), config (fields)."""
-    check_choice("model", name, model_names())
-    return json.loads((MODELS_DIR / f"{name}.json").read_text(encoding="utf-8"))
+def load_preset(model: str) -> Dict[str, Any]:
+    """A preset's file (``model``: its name): name, title, source, parameters, geometry (facts),
+    config (fields)."""
+    check_choice("model", model, model_names())
+    return json.loads((MODELS_DIR / f"{model}.json").read_text(encoding="utf-8"))
 
 
-def load_model(name: str) -> ModelGeometry:
-    """A preset's geometry, read from its published config fields by the same rules as
-    :func:`read_config` (no transformers needed)."""
-    preset = load_preset(name)
+def load_model(model: str) -> ModelGeometry:
+    """A preset's geometry (``model``: its name), read from its published config fields by the
+    same rules as :func:`read_config` (no transformers needed)."""
+    preset = load_preset(model)
     return geometry_from_config(_namespace(preset["config"]), name=preset["name"],
-                                source=preset["source"], where=f"data/models/{name}.json",
+                                source=preset["source"], where=f"data/models/{model}.json",
                                 parameters=preset.get("parameters"))
 
 
