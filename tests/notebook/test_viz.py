@@ -107,6 +107,15 @@ def test_the_review_findings_say_what_each_bug_did():
     assert [h.replace("<br>", " ") for h in headings] == [
         "<b>finding 1</b> bug: ranks disagree", "<b>finding 2</b> bug: crash (StateSlotsExhausted)",
         "<b>finding 3</b> bug: stall (SchedulerDeadlock)"]
+    # each panel as wide as its metrics need, with room between panels for the next one's labels
+    domains = [spec["layout"][f"xaxis{s}"]["domain"] for s in ("", "2", "3")]
+    widths = [hi - lo for lo, hi in domains]
+    assert widths[0] == pytest.approx(2 * widths[1]) and widths[1] == pytest.approx(widths[2])
+    assert all(b[0] - a[1] >= 0.1 for a, b in zip(domains, domains[1:]))
+    # the metrics' names level and broken between words, not rotated into each other
+    assert spec["layout"]["xaxis"]["tickangle"] == 0
+    assert list(spec["layout"]["xaxis"]["ticktext"]) == ["rank 0<br>cap", "rank 1<br>cap", "rank 0<br>admitted",
+                                                       "rank 1<br>admitted"]
 
 
 def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs():

@@ -349,8 +349,10 @@ def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
     fig = mamba.figures["stack"]
     # a legend entry names one part; its sizes are under each bar, one part a line, with units
     assert [t.name for t in fig.data] == [lab for _, lab, _ in viz.RESIDENCY_PARTS]
-    assert bar_names(fig) == ["merged (raises)", "PR #17261 clamp (proposal)"]
+    # merged raises at construction: its bar is what it would need, not slots it holds
+    assert bar_names(fig) == ["merged: needs 37.5 GiB, does not build", "PR #17261 clamp (proposal)"]
     merged, clamp = (x.split("<br>")[1:] for x in fig.data[0].x)
+    assert "it would need:" in merged[0]
     assert any("resident state slots 37.4 GiB" in line for line in merged)
     assert any("dummy slots (CUDA-graph padding) 74.8 MiB" in line for line in clamp)
     # merged leaves nothing unused: not drawn there, not listed under it; the clamp leaves 399 KiB
@@ -402,6 +404,8 @@ def test_a_part_no_bar_has_is_not_in_the_legend():
     spec = viz.residency_stack_spec({"raw": fit, "clamped": fit, "raw_fits": True}, 32 * 2**30)
     shown = [t["name"] for t in spec["data"] if t["showlegend"]]
     assert shown == ["resident state slots", "dummy slots (CUDA-graph padding)", "attention pages"]
+    assert bar_names(go.Figure(spec))[0] == "merged"  # it builds: no "would need"
+    assert "would need" not in spec["data"][0]["x"][0]
     assert len(spec["data"]) == 4 and spec["data"][3]["y"] == [None, None]  # 4 traces, always
     assert not any("|" in t["name"] for t in spec["data"])
 

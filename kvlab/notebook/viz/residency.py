@@ -30,12 +30,15 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
             for i, run in enumerate(check_items("runs", runs, "FindingRun objects"))]
     findings = sorted({r.finding for r in runs})
     n = max(len(findings), 1)
-    gap = 0.08
-    width = (1 - gap * (n - 1)) / n
+    gap = 0.12  # room for the next panel's tick labels: no heading runs into them
+    # each panel as wide as its metrics need: finding 1's four beside the others' two
+    counts = [max([len(r.metrics) for r in runs if r.finding == f] + [1]) for f in findings]
+    unit = (1 - gap * (n - 1)) / max(sum(counts), 1)
     data, axes, annotations = [], {}, []
+    lo = 0.0
     for k, finding in enumerate(findings):
         suffix = "" if k == 0 else str(k + 1)
-        lo = k * (width + gap)
+        width = unit * counts[k]
         mine = sorted((r for r in runs if r.finding == finding), key=lambda r: not r.bug)
         top = max([1] + [v for r in mine for _, v in r.metrics if v is not None])
         for run in mine:
@@ -55,20 +58,24 @@ def review_findings_spec(runs: Sequence, *, title: Optional[str] = None) -> dict
                                  fgcolor="white")),
                              hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
                              xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
-        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=-30)
+        # the metrics' names level, broken between words: rotated, they ran into each other
+        names = [m[0] for m in mine[0].metrics] if mine else []
+        axes[f"xaxis{suffix}"] = dict(AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=0,
+                                      tickvals=names, ticktext=["<br>".join(wrap_words(m, 7)) for m in names])
         axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero",
                                       range=[0, (top or 1) * 1.25])
         bug = next((r for r in mine if r.bug), None)  # what the bug did, under the heading
         heading = "<br>".join([f"<b>finding {finding}</b>"]
-                              + (wrap_words(f"bug: {bug.what}", 22) if bug else []))
+                              + (wrap_words(f"bug: {bug.what}", 18) if bug else []))
         annotations.append(dict(text=heading, x=lo + width / 2, xref="paper", y=1.0,
                                 yref="paper", yanchor="bottom", showarrow=False, font=dict(size=12)))
+        lo += width + gap
     layout = base_layout(titled(title, "The review findings of PR #17261's clamp (a proposal): bug vs fix"),
                          "1: caps and first chunks admitted per rank (hatched: None, unbounded); "
                          "2: disagg inits admitted in one pass; 3: B's chunks scheduled vs stalled passes",
-                         height=440, annotations=annotations, barmode="group",
-                         legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
-                         margin=dict(l=60, r=30, t=130, b=60), **axes)
+                         height=480, annotations=annotations, barmode="group",
+                         legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0),
+                         margin=dict(l=60, r=30, t=150, b=110), **axes)
     return {"data": data, "layout": layout}
 
 
@@ -89,15 +96,22 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
     clamp (a proposal): resident slots, dummy slots, attention pages, unused; the quota as a
     dashed line. Under each bar, its parts with their sizes (a part too thin to see is still
     named and sized there); a part of zero bytes is neither drawn nor listed, nor in the legend
-    when both bars lack it. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``.
+    when both bars lack it. Merged code that raises builds nothing: its bar is what it would
+    need, and says so. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``.
     Traces: always 4 bars."""
     gib = GIB
-    names = ["merged" + ("" if split["raw_fits"] else " (raises)"), "PR #17261 clamp (proposal)"]
+    builds = split["raw_fits"]
+    raw_need = sum(split["raw"][k] for k in ("resident", "dummies", "pages"))
+    # merged code that raises allocates nothing: its bar is what it would need
+    names = ["merged" if builds else f"merged: needs {format_bytes(raw_need)}, does not build",
+             "PR #17261 clamp (proposal)"]
     bars = [split["raw"], split["clamped"]]
     x = []  # each bar's name over its parts, top of the stack first, as the bar shows them
-    for name, parts in zip(names, bars):
+    for k, (name, parts) in enumerate(zip(names, bars)):
         listed = [f"{label} {format_bytes(parts[key])}" for key, label, _ in reversed(RESIDENCY_PARTS)
                   if parts[key]]
+        if k == 0 and not builds:
+            listed = ["it would need:"] + listed
         x.append(f"<b>{name}</b><br>" + "<br>".join(f'<span style="font-size:11px">{line}</span>'
                                                      for line in listed))
     data = []
@@ -108,7 +122,7 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
                          showlegend=any(sizes), marker=dict(color=color),
                          hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
     q = quota_bytes / gib
-    raw_total = sum(split["raw"][k] for k in ("resident", "dummies", "pages")) / gib
+    raw_total = raw_need / gib
     shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=q, y1=q,
                    line=dict(color=OUTCOME_COLORS["crash"], dash="dash", width=2))]
     annotations = [dict(xref="paper", x=1, y=q, yref="y", xanchor="right", yanchor="bottom",
