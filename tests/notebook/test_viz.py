@@ -62,6 +62,41 @@ def test_request_fit_labels_values_a_log_axis_cannot_tell_apart():
     assert notes == {"row spans 958,848 tokens": "bottom", "pool holds 958,752 tokens": "top"}
 
 
+def test_the_plan_bands_name_a_band_too_thin_to_see_and_lines_that_coincide():
+    """Notebook 06 section 1: current code stalls on 958,690-958,848 (159 tokens of a
+    1,048,576-token axis) between the pool (958,752) and the row's end (958,848)."""
+    spec = viz.plan_ranges_spec(plan_deployment(example_deployments()["issue-21470"]))
+    notes = [a["text"] for a in spec["layout"]["annotations"]]
+    assert "stall (no progress): 958,690-958,848 (159 tokens)" in notes
+    arrow = next(a for a in spec["layout"]["annotations"] if a["text"].startswith("stall"))
+    assert arrow["showarrow"] and arrow["y"] == "current code" and arrow["x"] == (958_690 + 958_848) / 2
+    assert "pool 958,752 and row 958,848: 96 tokens apart" in notes
+
+
+def test_the_plan_legend_says_clamped_only_when_the_plan_does():
+    """Notebook 06 section 3: llama-3.1-70b's KV manager gets 131,073 (131,072 plus the overlap
+    scheduler's token), which the pool does not clamp; the plan says "not clamped"."""
+    import dataclasses
+
+    from kvlab.analysis.gpus import GPUS
+    from kvlab.analysis.models import load_model
+    from kvlab.analysis.deployment import Deployment
+
+    llama = plan_deployment(Deployment(model=load_model("llama-3.1-70b"), gpu_gib=GPUS["h100-80gb"].gib,
+                                       tp_size=4, max_seq_len=131072, max_batch_size=256,
+                                       chunked_prefill=True, manager="auto"))
+    assert llama.manager == "v1" and not llama.clamped and "not clamped" in llama.explain()
+    names = [t["name"] for t in viz.plan_ranges_spec(llama)["data"]]
+    assert "KV manager's max_seq_len (not clamped) 131,073 tokens (beyond the axis)" in names
+    assert not any("clamped to" in n for n in names)
+    v1 = plan_deployment(dataclasses.replace(example_deployments()["issue-21470"], manager="auto"))
+    assert v1.manager == "v1" and v1.clamped
+    names = [t["name"] for t in viz.plan_ranges_spec(v1)["data"]]
+    assert f"max_seq_len clamped to {v1.clamped_max_seq_len:,} tokens" in names
+    notes = [a["text"] for a in viz.plan_ranges_spec(v1)["layout"]["annotations"]]
+    assert notes == ["pool and max_seq_len both 958,752 tokens"]  # the lines coincide: said so
+
+
 def test_a_livelock_is_not_labelled_a_stall():
     """Notebook 03's chunked run with no tier below the GPU preempts the long request again and
     again and never raises: engine_outcome files it under "stall", its figures say livelock."""

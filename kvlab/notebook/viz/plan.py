@@ -22,7 +22,9 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
     over the context axis (``plan``: a ``kvlab.analysis.deployment.DeploymentPlan``), with the
     pool's capacity and, under V2, the page-index row's span (now, and under the fix when it
     falls inside the axis), under V1 the clamped max_seq_len, drawn as vertical lines. A band
-    too narrow to see at this scale is marked by a tick of its colour (hover for its range).
+    too narrow to see at this scale is marked by a tick of its colour and named, with its range
+    and width, by an arrow; two lines closer than the eye can split are labelled with the tokens
+    between them.
     Traces: one bar per engine outcome (4), the ticks, two legend entries for the lines: always
     7."""
     d = check_instance("plan", plan, DeploymentPlan).deployment
@@ -31,6 +33,7 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
     names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
     traces = []
     ticks = dict(x=[], y=[], color=[], text=[])
+    annotations = []
     for outcome in ENGINE_OUTCOMES:
         ys, xs, bases, hover = [], [], [], []
         for policy, segments in plan.ranges.items():
@@ -47,6 +50,15 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                     ticks["y"].append(PLAN_POLICY_NAMES[policy])
                     ticks["color"].append(OUTCOME_COLORS[outcome])
                     ticks["text"].append(hover[-1])
+                    # named with an arrow: a tick on a million-token axis is easy to miss
+                    annotations.append(dict(
+                        x=(s.low + s.high) / 2, y=PLAN_POLICY_NAMES[policy], xref="x", yref="y",
+                        text=f"{OUTCOME_LABELS[outcome]}: {s.low:,}-{s.high:,} "
+                             f"({s.high - s.low + 1:,} tokens)",
+                        showarrow=True, arrowhead=2, arrowcolor=OUTCOME_COLORS[outcome], ax=-40,
+                        ay=-24 - 16 * (len(annotations) % 2), xanchor="right",
+                        font=dict(size=11, color=OUTCOME_COLORS[outcome]),
+                        bgcolor="rgba(255,255,255,0.9)"))
         traces.append(dict(type="bar", orientation="h", x=xs, y=ys, base=bases,
                            name=OUTCOME_LABELS[outcome], marker=dict(color=OUTCOME_COLORS[outcome]),
                            hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
@@ -55,8 +67,11 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                        marker=dict(symbol="line-ns", size=26, line=dict(width=4, color=ticks["color"])),
                        hovertext=ticks["text"], hovertemplate="%{hovertext}<extra></extra>",
                        name="narrow range", showlegend=False))
+    # V1: the KV manager's max_seq_len (the configured one plus the overlap scheduler's token),
+    # in the plan's own words: "clamped to" only when the pool clamped it
     second = (("row spans now", plan.width_current * tpb) if plan.manager == "v2" else
-              ("max_seq_len clamped to", plan.clamped_max_seq_len))
+              ("max_seq_len clamped to", plan.clamped_max_seq_len) if plan.clamped else
+              ("KV manager's max_seq_len (not clamped)", plan.clamped_max_seq_len))
     lines = [("pool holds", plan.capacity_tokens, POOL_COLOR, "dot"), (*second, ROW_COLOR, "dash")]
     if plan.width_fix is not None and plan.width_fix * tpb <= top and plan.width_fix != plan.width_current:
         lines.append(("row spans with the fix", plan.width_fix * tpb, ROW_COLOR, "dashdot"))
@@ -67,6 +82,15 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
         traces.append(dict(type="scatter", x=[None], y=[None], mode="lines",
                            name=f"{words} {value:,} tokens" + ("" if shown else " (beyond the axis)"),
                            line=dict(color=color, dash=dash, width=2), hoverinfo="skip"))
+    drawn = [(words, v) for words, v, _, _ in lines[:2] if v <= top]
+    if len(drawn) == 2 and abs(drawn[0][1] - drawn[1][1]) < top / 100:  # one line to the eye
+        (_, a), (_, b) = drawn
+        other = "row" if plan.manager == "v2" else "max_seq_len"
+        annotations.append(dict(
+            x=max(a, b), xref="x", y=1.0, yref="paper", yanchor="bottom", xanchor="right",
+            showarrow=False, font=dict(size=11, color="#444"),
+            text=(f"pool and {other} both {a:,} tokens" if a == b else
+                  f"pool {plan.capacity_tokens:,} and {other} {second[1]:,}: {abs(a - b):,} tokens apart")))
     now = plan.ranges.get(plan.current_policy, ())
     bad = [s for s in now if s.verdict in ("crash", "stall")]
     subtitle = ("current code: " + "; ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in bad)
@@ -80,7 +104,7 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                     "are for the pool PR #17261's clamp (a proposal) would leave")
     layout = base_layout(
         titled(title, f"{d.model.name}: what each context length meets"), subtitle, barmode="overlay",
-        height=380, shapes=shapes, bargap=0.35,
+        height=400, shapes=shapes, annotations=annotations, bargap=0.35,
         xaxis=dict(title=dict(text="context length (prompt tokens)"), range=[0, top * 1.02],
                    tickformat=","),
         yaxis=dict(title=None, categoryorder="array", categoryarray=names[::-1], autorange=True),
