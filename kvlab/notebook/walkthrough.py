@@ -57,6 +57,9 @@ _REAPER = ("import os, shutil, signal, sys, time\n"
 MAX_SOCKET_PATH = 100
 #: The folder :func:`private_files` gives the kernels (None outside it: the kernels' default).
 _KERNEL_DIR: Optional[Path] = None
+#: Set in the kernels' environment: progress bars off (tqdm reads TQDM_DISABLE), since an
+#: executed notebook keeps a bar as it last drew it ("policies: 20%"), never erased.
+KERNEL_ENV = {"TQDM_DISABLE": "1"}
 
 @dataclass
 class NotebookRun:
@@ -195,12 +198,14 @@ def _ipc_kernel_manager():
         connection file (and so its sockets, named after it) in :func:`private_files`' folder,
         removed at shutdown. The kernel process's own stderr (its log, not the cells' output,
         which comes over the sockets) is dropped: a kernel shut down mid-cell by a stop logs a
-        traceback there that is no error of the run."""
+        traceback there that is no error of the run. Its environment is this process's with
+        :data:`KERNEL_ENV`."""
 
         transport = Unicode("ipc")
 
         async def start_kernel(self, **kw) -> None:
             kw.setdefault("stderr", subprocess.DEVNULL)
+            kw["env"] = {**(kw.get("env") or os.environ), **KERNEL_ENV}
             await super().start_kernel(**kw)
 
         @default("connection_file")

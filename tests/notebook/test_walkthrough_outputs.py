@@ -28,3 +28,19 @@ def test_a_run_stopped_half_way_leaves_the_earlier_outputs_whole(tmp_path, monke
         walkthrough.run_notebook(source, tmp_path / "build", {})
     assert executed.read_text() == "earlier notebook" and report.read_text() == "earlier report"
     assert not (executed.parent / ".02_demo.running.ipynb").exists()  # the half-run is gone
+
+
+def test_the_walkthrough_kernels_run_with_progress_bars_off(tmp_path):
+    """An executed notebook keeps a tqdm bar as it last drew it ("policies: 20%"): the
+    walkthrough's kernels run with TQDM_DISABLE=1, which the installed tqdm's text bars honour
+    (its notebook bars pass ``disable`` themselves, so a bar maker reads the variable too)."""
+    import nbformat
+
+    source, executed = tmp_path / "bars.ipynb", tmp_path / "bars.out.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\nfrom tqdm.std import tqdm\nbar = tqdm(range(3), desc='policies')\n"
+        "print(os.environ.get('TQDM_DISABLE'), bar.disable)\nlist(bar)")]), source)
+    walkthrough.execute(source, executed, {})
+    outputs = nbformat.read(executed, as_version=4).cells[0].outputs
+    assert [o.get("text", "") for o in outputs if o.get("name") == "stdout"] == ["1 True\n"]
+    assert not any("policies" in str(o) for o in outputs)  # no bar drawn, on stderr or stdout
