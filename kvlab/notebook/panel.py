@@ -231,11 +231,9 @@ class Panel:
 
     def _render(self, model) -> Dict[str, Any]:
         figs = dict(self._figures(model))
-        for fig in figs.values():
-            if isinstance(fig, dict):
-                fig.setdefault("layout", {})["width"] = self.figure_width
-            else:
-                fig.layout.width = self.figure_width
+        for fig in figs.values():  # narrower than a notebook's figure: subtitles broken again
+            viz.style.resize_layout(fig.setdefault("layout", {}) if isinstance(fig, dict) else fig.layout,
+                                    self.figure_width)
         return figs
 
     def _on_change(self, change) -> None:

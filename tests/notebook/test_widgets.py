@@ -792,3 +792,18 @@ def test_the_plan_panel_names_an_array_given_for_a_control(control):
 
     with pytest.raises(ValueError, match=f"^{control} must be one of"):
         plan_panel(**{control: np.zeros((2, 2))})
+
+
+def test_a_panel_breaks_its_figures_subtitles_again_for_its_narrower_width():
+    """A figure's subtitle is broken for 720 px; a panel draws it 640 px wide: broken again, no
+    line runs past the figure's edge, and the words are all there."""
+    from kvlab.notebook.viz.style import FIGURE_WIDTH, SUBTITLE_CHARS
+
+    panel = admission_panel(policy="none/clamped", num_small=6)
+    fig = panel.figures["timeline"]
+    lines = [re.sub(r"<[^>]+>", "", line) for line in fig.layout.title.text.split("<br>")[1:]]
+    assert fig.layout.width == panel.figure_width == 640
+    assert len(lines) == 2 and all(len(line) <= SUBTITLE_CHARS * 640 // FIGURE_WIDTH for line in lines)
+    assert " ".join(lines) == ("1 pass; at the end: 2 waiting in the scheduler, 5 not yet arrived; "
+                               "stopped by PageIndexTooShort")
+    assert fig.layout.margin.t >= 64 + 17 * 2

@@ -93,6 +93,31 @@ def titled(title: Optional[str], default: str, name: str = "title") -> str:
     return check_instance(name, title, (str, type(None))) or default
 
 
+_SUBTITLE_LINE = '<span style="font-size:12px;color:#444">{}</span>'
+
+
+def _title_text(title: str, subtitle: str, width: int) -> tuple:
+    """The title's text and the subtitle's lines, broken between words to ``width`` px. The
+    subtitle's lines go in the title's text (every plotly.js renders that alike; a FigureWidget
+    drew ``title.subtitle`` above the title), anchored to the figure's top."""
+    lines = wrap_words(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
+    return "<br>".join([title] + [_SUBTITLE_LINE.format(line) for line in lines]), lines
+
+
+def resize_layout(layout, width: int) -> None:
+    """Set a :func:`base_layout` layout's (a dict or plotly's Layout) ``width``, its subtitle
+    broken again to fit it (a panel draws its figures narrower than :data:`FIGURE_WIDTH`)."""
+    layout["width"] = width
+    title = (layout["title"] or {})["text"] if "title" in layout else None
+    parts = (title or "").split("<br>")
+    prefix, suffix = _SUBTITLE_LINE.split("{}")
+    if len(parts) < 2 or not all(p.startswith(prefix) and p.endswith(suffix) for p in parts[1:]):
+        return  # no subtitle, or lines base_layout did not write
+    text, lines = _title_text(parts[0], " ".join(p[len(prefix):-len(suffix)] for p in parts[1:]), width)
+    layout["title"]["text"] = text
+    layout["margin"]["t"] = max(layout["margin"]["t"] or 0, 64 + 17 * len(lines))
+
+
 def base_layout(title: str, subtitle: str = "", **extra) -> dict:
     """Shared look. No plotly template: resolving one costs ~10 ms a figure, too slow for a
     widget that redraws on every slider step, so the few settings that matter are explicit.
@@ -103,11 +128,7 @@ def base_layout(title: str, subtitle: str = "", **extra) -> dict:
     check_instance("title", title, str)
     check_instance("subtitle", subtitle, str)
     width = extra.get("width", FIGURE_WIDTH)
-    lines = wrap_words(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
-    # The subtitle's lines go in the title's text (every plotly.js renders that alike; a
-    # FigureWidget drew ``title.subtitle`` above the title), anchored to the figure's top.
-    text = "<br>".join([title] + [f'<span style="font-size:12px;color:#444">{line}</span>'
-                                  for line in lines])
+    text, lines = _title_text(title, subtitle, width)
     layout = dict(title=dict(text=text, x=0.0, xanchor="left", xref="container", y=1.0,
                              yref="container", yanchor="top", pad=dict(t=26), font=dict(size=16)),
                   font=FONT, template=None, width=FIGURE_WIDTH, paper_bgcolor="white",
