@@ -294,14 +294,24 @@ def _repro(args, parser) -> int:
     return REPRO_EXIT_CODES[result.outcome]
 
 
+def _notebook_dir(folder, parser) -> Path:
+    """``--notebook-dir``'s folder, or a usage error (a name too long for the file system too)."""
+    try:
+        found = Path(folder).is_dir()
+    except OSError:
+        found = False
+    if not found:
+        shown = str(folder) if len(str(folder)) <= 200 else f"{str(folder)[:60]}... ({len(str(folder)):,} characters)"
+        parser.error(f"--notebook-dir {shown} is not a folder")
+    return Path(folder)
+
+
 def _walkthrough(args, parser) -> int:
     from kvlab.notebook.walkthrough import (NOTEBOOK_DIR, Stopped, check_parameters, image_failure,
                                             image_server, private_files, run_notebook, stop_signals,
                                             summary_table, walkthrough_notebooks)
 
-    notebook_dir = args.notebook_dir or NOTEBOOK_DIR
-    if not Path(notebook_dir).is_dir():
-        parser.error(f"--notebook-dir {notebook_dir} is not a folder")
+    notebook_dir = _notebook_dir(args.notebook_dir or NOTEBOOK_DIR, parser)
     notebooks = [p for p in walkthrough_notebooks(notebook_dir)
                  if not args.only or any(p.name.startswith(o) for o in args.only)]
     if not notebooks and not args.only:
@@ -356,9 +366,7 @@ def _slides(args, parser) -> int:
     from kvlab.core.paths import NOTEBOOK_DIR
     from kvlab.slides import build_deck, build_index, deck_notebooks
 
-    notebook_dir = args.notebook_dir or NOTEBOOK_DIR
-    if not Path(notebook_dir).is_dir():
-        parser.error(f"--notebook-dir {notebook_dir} is not a folder")
+    notebook_dir = _notebook_dir(args.notebook_dir or NOTEBOOK_DIR, parser)
     notebooks = [p for p in deck_notebooks(notebook_dir)
                  if not args.only or any(p.name.startswith(o) for o in args.only)]
     if not notebooks:

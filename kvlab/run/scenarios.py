@@ -35,6 +35,7 @@ non-editable install carries no scenario files; pass a path to ``load_scenario``
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from kvlab.core.checks import MAX_COUNT
+from kvlab.core.checks import MAX_COUNT, check_instance
 from kvlab.core.geometry import DTYPE_BYTES
 from kvlab.core.memory import MIB
 from kvlab.core.paths import DATA_DIR
@@ -286,6 +287,7 @@ SCENARIO_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
 def _locate(name_or_path) -> Path:
+    check_instance("name_or_path", name_or_path, (str, os.PathLike))
     if isinstance(name_or_path, str):
         name_or_path = ALIASES.get(name_or_path, name_or_path)
     text = str(name_or_path)

@@ -149,6 +149,7 @@ def make_admission(admission: Union[str, AdmissionPolicy]) -> AdmissionPolicy:
     """A policy from its registry name ("none", "capacity") or an instance."""
     if isinstance(admission, AdmissionPolicy):
         return admission
+    check_instance("admission", admission, (str, AdmissionPolicy))
     if admission in ("vllm", "sglang"):
         raise ValueError(f"admission must be one of {sorted(ADMISSION_POLICIES)}, got {admission!r}: "
                          f"{'vLLM' if admission == 'vllm' else 'SGLang'}'s scheduler is a loop of "
