@@ -66,7 +66,7 @@ from kvlab.backends.sglang import SGLANG
 from kvlab.backends.vllm import VLLM
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
-from kvlab.notebook.tables import table
+from kvlab.notebook.tables import counted, table
 from kvlab.notebook.parameters import check_admission_parameters
 from kvlab.notebook.widgets import admission_panel
 from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
@@ -571,7 +571,7 @@ scenario = "rtx5080-4mib" if IS_SEED else f"{pool_mib:g}MiB-{context}tok"
 findings = [Finding(scenario=f"{scenario}: long request + {num_small} small, {engine.tier_name}", policy=policy,
                     outcome=beside_table.loc[policy, "outcome"],
                     numbers=(f"{beside_table.loc[policy, 'finished']:,} finished, {beside_table.loc[policy, 'rejected']:,} rejected, "
-                             f"{beside_table.loc[policy, 'unfinished']:,} unfinished in {beside_table.loc[policy, 'steps']:,} steps; "
+                             f"{beside_table.loc[policy, 'unfinished']:,} unfinished in {counted(int(beside_table.loc[policy, 'steps']), 'step')}; "
                              f"long request needs {long_pages:,} pages of {engine.total_blocks:,}"
                              + (f"; {beside_table.loc[policy, 'error']}" if beside_table.loc[policy, "error"] else "")))
             for policy in TRTLLM_POLICIES]

@@ -336,8 +336,8 @@ class MambaHybridCacheManager(KVCacheManager):
             if slot is None:
                 raise StateSlotsExhausted(
                     f"no free recurrent-state slot for {request_id!r}: "
-                    f"{self.resident_sequences} sequences hold all "
-                    f"{self.state_slots.num_slots - self.state_slots.num_dummies} "
+                    f"the resident sequences ({self.resident_sequences}) hold every slot "
+                    f"({self.state_slots.num_slots - self.state_slots.num_dummies}) "
                     f"(max_resident_sequences={self.max_resident_sequences()})")
         try:
             cache = super().create_cache(request_id)

@@ -92,7 +92,7 @@ class DistributedResult:
                          "own quota (GiB)": r.local_quota_bytes / GIB,
                          "pool after MIN (pages)": r.blocks, "pool after MIN (tokens)": r.capacity_tokens,
                          "row (entries)": r.max_blocks_per_seq,
-                         "requests": " ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-",
+                         "requests": ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-",
                          "outcome": _outcome_text(r)})
         return rows
 
