@@ -294,7 +294,7 @@ peers = mixed_table.loc[["none/clamped", "none/configured", "capacity", *PEER_PO
 display(table(peers))
 viz.show(viz.policy_bars_figure(mixed_rows, title="TensorRT-LLM none / capacity and the peers, one workload",
                                 subtitle="all modelled in kvlab; vllm and sglang are kvlab's peers of vLLM 0.34.0 "
-                                         "and SGLang 0.5.23 (section 5b)"))
+                                         "and SGLang 0.5.23 (section 5b); mean wait over the requests that started"))
 for policy in PEER_POLICIES:
     assert mixed_table.loc[policy, "outcome"] in ("reject", "ok")  # no peer crashes or stalls on this workload
     assert set(mixed_runs[policy].ids_with_status("rejected")) >= set(never) - {
