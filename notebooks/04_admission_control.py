@@ -151,8 +151,8 @@ assert {p: engine_outcome(trio_runs[p]) for p in expected_none} == expected_none
 # ## 2. The same workload under each regime: crash, stall, clean rejection
 #
 # The long request of the seed (`context` tokens) and `num_small` small ones arriving every 4
-# steps, on the same pool. Three regimes of TensorRT-LLM: `none/clamped` (the code of issue
-# #21470), `none/configured` (the one-line fix), `capacity` (PR #21720).
+# steps, on the same pool. Three regimes of TensorRT-LLM: `none/clamped` (the code of
+# issue #21470), `none/configured` (the one-line fix), `capacity` (PR #21720).
 
 # %%
 workload = long_and_small(context, num_small=num_small)
@@ -579,7 +579,7 @@ findings += [Finding(scenario=f"mixed workload ({len(mixed):,} requests, seed {s
                      outcome=mixed_table.loc[policy, "outcome"],
                      numbers=(f"goodput {mixed_table.loc[policy, 'goodput_tokens_per_step']:.3g} tokens/step, "
                               f"mean wait {mixed_table.loc[policy, 'mean_wait_steps']:,} steps, "
-                              f"{mixed_table.loc[policy, 'preemptions']:,} preemptions, "
+                              f"{counted(int(mixed_table.loc[policy, 'preemptions']), 'preemption')}, "
                               f"{mixed_table.loc[policy, 'rejected']:,} rejected, {mixed_table.loc[policy, 'unfinished']:,} unfinished"))
              for policy in POLICIES]
 findings += [Finding(scenario=(f"Azure code trace, {len(trace):,} requests in {trace_minutes:g} min, pool shrunk to "

@@ -393,9 +393,11 @@ class Engine:
         submitted = request.activated_step is not None
         if request.state == "waiting" and submitted:
             geometry = self.scheduler.manager.geometry
-            passes = "1 scheduling pass" if request.num_refusals == 1 else \
-                f"{request.num_refusals:,} scheduling passes"
-            detail = (f"refused in {passes}; its context of "
+            refusals = request.num_refusals
+            passes = ("not refused by any scheduling pass before the run ended" if refusals == 0 else
+                      "refused in 1 scheduling pass" if refusals == 1 else
+                      f"refused in {refusals:,} scheduling passes")
+            detail = (f"{passes}; its context of "
                       f"{request.context_len} tokens needs "
                       f"{geometry.blocks_for_tokens(request.context_len)} blocks, the pool has "
                       f"{self.scheduler.manager.total_blocks}")

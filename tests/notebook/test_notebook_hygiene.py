@@ -80,6 +80,16 @@ def test_no_machine_specific_paths(path):
 
 
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
+def test_no_markdown_line_is_a_heading_by_accident(path):
+    """A wrapped sentence whose line starts with "#21470" renders as a heading; headings are
+    words ("## 2. The same workload ...")."""
+    for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        if cell.cell_type == "markdown":
+            stray = [line for line in cell.source.splitlines() if re.match(r"#\d", line)]
+            assert not stray, f"cell {i}: {stray}"
+
+
+@pytest.mark.parametrize("path", IPYNBS, ids=IDS)
 def test_imports_no_private_module(path):
     """A notebook uses kvlab's public names, never a private module (``kvlab.core.checks``)."""
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")

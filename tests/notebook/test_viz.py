@@ -48,9 +48,10 @@ def ranks_plan_of_the_report():
     return plan_ranks(scenario_config(load_scenario("issue-21470"), 16, "none/clamped"))
 
 
-def test_request_fit_labels_values_a_log_axis_cannot_tell_apart():
+def test_request_fit_shows_a_request_past_its_limits_and_labels_what_coincides():
     """Notebook 01 section 8: 1,000,064 tokens against a pool of 958,752 and a row of 958,848
-    all sit at "1M" on the log axis; the labels say by how much the request overshoots each."""
+    (on a log axis all three sat at "1M"): a linear axis shows the bar 4 % above the lines, and
+    the labels say by how much it overshoots each and which line is which."""
     requests = [dict(id="bg-000", tokens=2064, outcome="ok"),
                 dict(id="long-ctx", tokens=1_000_064, outcome="crash")]
     spec = viz.request_fit_spec(requests, capacity_tokens=958_752, row_tokens=958_848)
@@ -60,6 +61,8 @@ def test_request_fit_labels_values_a_log_axis_cannot_tell_apart():
     notes = {a["text"]: a["yanchor"] for a in spec["layout"]["annotations"]}
     # the row, the larger, above its line; the pool below its own: apart though the lines coincide
     assert notes == {"row spans 958,848 tokens": "bottom", "pool holds 958,752 tokens": "top"}
+    axis = spec["layout"]["yaxis"]
+    assert axis.get("type") in (None, "linear") and axis["range"][0] == 0 and axis["range"][1] > 1_000_064
 
 
 def test_the_plan_bands_name_a_band_too_thin_to_see_and_lines_that_coincide():

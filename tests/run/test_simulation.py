@@ -55,6 +55,15 @@ def test_clamped_width_crashes_the_engine_and_keeps_the_trace(seed_manager):
                                            "arrives at step 40): User-provided base page")
 
 
+def test_a_request_the_engine_stopped_before_any_refusal_says_so(seed_manager):
+    """Raising in its first pass, the request was never refused: its reason does not count
+    "0 scheduling passes"."""
+    result = simulate(seed_scheduler(seed_manager, "clamped"), [Request("big", 8192, 16)], max_steps=50)
+    assert result.reasons["big"].startswith("engine stopped at step 0 by PageIndexTooShort raised by "
+                                            "this request (not refused by any scheduling pass before "
+                                            "the run ended; its context of 8192 tokens")
+
+
 def test_configured_width_alone_deadlocks_at_the_stall_limit(seed_manager):
     scheduler = seed_scheduler(seed_manager, "configured", stall_limit=7)
     result = simulate(scheduler, [Request("big", 8192, 16)], max_steps=5000, check_invariants=True)

@@ -93,8 +93,10 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                   f"pool {plan.capacity_tokens:,} and {other} {second[1]:,}: {abs(a - b):,} tokens apart")))
     now = plan.ranges.get(plan.current_policy, ())
     bad = [s for s in now if s.verdict in ("crash", "stall")]
+    rejected = any(s.verdict == "reject" for s in now)
     subtitle = ("current code: " + "; ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in bad)
-                if bad else f"current code: every context up to {top:,} finishes or is rejected")
+                if bad else f"current code: every context up to {top:,} finishes"
+                + (" or is rejected" if rejected else ""))
     if plan.manager == "v1":
         subtitle = f"V1 manager, {subtitle}"
     if not plan.blocks:

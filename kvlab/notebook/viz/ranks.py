@@ -3,7 +3,6 @@ all-reduce, and the requests against the pool and the page-index row."""
 
 from __future__ import annotations
 
-import math
 
 from typing import Mapping, Optional, Sequence
 
@@ -119,9 +118,10 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
     ``id``, ``tokens``, ``outcome`` (a key of :data:`OUTCOME_COLORS`) and optional ``rank``.
     Traces: one bar trace, then two legend entries naming the limits (drawn as full-width
     lines: dotted the pool, dashed the row), so the two stay apart even when they coincide.
-    On the log axis a request a few percent past a limit looks level with it, and the two
-    limits with each other: each bar is labelled with its tokens (one past a limit, inside it,
-    with how far past), and each line with its value, the larger above its line."""
+    The axis is linear, so that a request a few percent past a limit stands visibly above it
+    (on a log axis it looked level); each bar is labelled with its tokens (one past a limit,
+    inside it, with how far past), and each line with its value, the larger above its line, as
+    the two limits may all but coincide."""
     ids = [str(r["id"]) for r in requests]
     tokens = [int(r["tokens"]) for r in requests]
     outcomes = [r.get("outcome") for r in requests]
@@ -143,7 +143,7 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
     # at the left, over the shortest requests: the larger limit's value above its line, the
     # smaller's below, so the two read apart when the lines coincide
     larger = max(limits, key=lambda limit: limit[1])
-    annotations = [dict(xref="paper", x=0, xanchor="left", yref="y", y=math.log10(max(value, 1)),
+    annotations = [dict(xref="paper", x=0, xanchor="left", yref="y", y=value,
                         yanchor="bottom" if limit is larger else "top", showarrow=False,
                         text=f"{words} {value:,} tokens", font=dict(color=color, size=12))
                    for limit in limits for _, value, color, _, words in [limit]]
@@ -159,9 +159,8 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
         shapes=shapes, annotations=annotations, bargap=0.3,
         legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
         xaxis=dict(title=None, type="category"),
-        yaxis=dict(title=dict(text="tokens (prompt + new, log scale)"), type="log", dtick=1,
-                   range=[math.log10(max(1, min(tokens + [lowest]))) - 0.3,
-                          math.log10(max(tokens + [capacity_tokens, row_tokens, 1])) + 0.4]))
+        yaxis=dict(title=dict(text="tokens (prompt + new)"), rangemode="tozero",
+                   range=[0, 1.12 * max(tokens + [capacity_tokens, row_tokens, 1])]))
     return {"data": [bar, *legend], "layout": layout}
 
 
