@@ -522,3 +522,12 @@ def test_plan_rank_and_review_figures_name_a_bad_argument():
         viz.review_findings_figure(float("nan"))
     with pytest.raises(TypeError, match=r"^runs\[0\] must be a FindingRun"):
         viz.review_findings_figure(["x"])
+
+
+def test_a_timeline_of_a_few_steps_ticks_whole_steps():
+    """A run that ended in its first pass: the step axis shows step 0, not -1, -0.5, 0, 0.5, 1."""
+    from kvlab.analysis.compare import long_and_small, run_policy
+
+    layout = viz.scheduler_timeline_spec(run_policy("none/clamped", long_and_small(num_small=2)))["layout"]
+    assert all(layout[axis]["dtick"] == 1 and layout[axis]["range"] == [-0.5, 0.5]
+               for axis in ("xaxis", "xaxis2", "xaxis3"))

@@ -390,7 +390,7 @@ def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
         title, "max_seq_len = context (the configured length), one sequence, seed geometry",
         height=460,
         **log_log_axes(("KV pool", "MiB"), ("context", "tokens")),
-        legend=dict(orientation="h", yanchor="top", y=-0.15, x=0))
+        legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))  # clear of the axis title
     return {"data": traces, "layout": layout}
 
 

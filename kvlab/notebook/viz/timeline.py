@@ -142,6 +142,10 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                                       showticklabels=axis == 3, **({} if axis == 1 else {"matches": "x"}),
                                       **({"title": dict(text="scheduler iteration (step)")} if axis == 3 else {}))
         axes[f"yaxis{suffix}"] = dict(AXIS_STYLE, anchor=f"x{suffix}", domain=domain, rangemode="tozero")
+    steps = trace.column("step")
+    if steps and steps[-1] - steps[0] < 10:  # a few steps: whole steps on the axis, not -1 ... 1
+        for name in ("xaxis", "xaxis2", "xaxis3"):
+            axes[name].update(range=[steps[0] - 0.5, steps[-1] + 0.5], dtick=1)
     axes["yaxis"]["title"] = dict(text="requests")
     axes["yaxis2"].update(title=dict(text="pages"), range=[0, max(total, 1) * 1.05])
     axes["yaxis3"].update(title=dict(text="passes" if stall_detector else "requests"),
