@@ -77,8 +77,9 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
     and the page-index width policy -> the pool page map, the index row and the verdict."""
     check_repro_parameters(pool_mib, context, tokens_per_block, policy)
     exponent = math.log2(pool_mib)  # the range grows to include the value given
-    pool = W.FloatLogSlider(value=float(pool_mib), base=2, min=min(-6, math.floor(exponent)),
-                            max=max(10, math.ceil(exponent)),
+    low, high = (int(math.log2(end)) for end in POOL_MIB_RANGE)
+    pool = W.FloatLogSlider(value=float(pool_mib), base=2, min=min(low, math.floor(exponent)),
+                            max=max(high, math.ceil(exponent)),
                             step=0.5, description="pool (MiB)", readout_format=".4g",
                             continuous_update=True, style={"description_width": "90px"},
                             layout=W.Layout(width="420px"))
