@@ -93,15 +93,3 @@ def check_choice(name: str, value, choices) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
     return value
-
-
-def check_subset(name: str, values, choices) -> frozenset:
-    """Return ``values`` (an iterable of names, not one str) as a frozenset if every name is
-    one of ``choices``; raise TypeError/ValueError naming the unknown ones otherwise."""
-    if isinstance(values, str):
-        raise TypeError(f"{name} must be a set of names, got the str {values!r}")
-    chosen = frozenset(values)
-    unknown = chosen - set(choices)
-    if unknown:
-        raise ValueError(f"{name} must be a subset of {list(choices)}, got unknown {sorted(unknown)}")
-    return chosen
