@@ -108,10 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "and print what each found.")
     walk.add_argument("-p", "--parameter", type=_parameter, action="append", default=[],
                       metavar="NAME=VALUE", help="papermill parameter for every notebook that has it")
-    walk.add_argument("--only", action="append", default=[], metavar="PREFIX",
-                      help="run only notebooks whose name starts with PREFIX (e.g. 02)")
-    walk.add_argument("--notebook-dir", type=Path, default=None,
-                      help="folder of NN_*.ipynb notebooks (default: the kit's notebooks/)")
+    _add_notebook_choice(walk, "02", "NN_*.ipynb notebooks")
     walk.add_argument("--build-dir", type=Path, default=Path("build"), help="output folder (default build)")
     walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
     walk.set_defaults(handler=_walkthrough, subparser=walk)
@@ -154,16 +151,22 @@ def build_parser() -> argparse.ArgumentParser:
                             "the exercises): one slide per heading with its first paragraph, and the "
                             "first figure of the section where an executed copy is in EXECUTED "
                             "(kvlab walkthrough's build/notebooks); OUT/index.html links them.")
-    slides.add_argument("--only", action="append", default=[], metavar="PREFIX",
-                        help="only notebooks whose name starts with PREFIX (e.g. 02, ex1)")
-    slides.add_argument("--notebook-dir", type=Path, default=None,
-                        help="folder of NN_*.ipynb notebooks and workshop/ (default: the kit's notebooks/)")
+    _add_notebook_choice(slides, "02, ex1", "NN_*.ipynb notebooks and workshop/")
     slides.add_argument("--executed-dir", type=Path, default=Path("build") / "notebooks",
                         help="executed copies, for the figures (default build/notebooks)")
     slides.add_argument("--out", type=Path, default=Path("build") / "slides",
                         help="output folder (default build/slides)")
     slides.set_defaults(handler=_slides, subparser=slides)
     return parser
+
+
+def _add_notebook_choice(parser: argparse.ArgumentParser, example: str, holds: str) -> None:
+    """``--only`` and ``--notebook-dir``, as walkthrough and slides both take them (checked by
+    :func:`_notebook_dir`)."""
+    parser.add_argument("--only", action="append", default=[], metavar="PREFIX",
+                        help=f"only notebooks whose name starts with PREFIX (e.g. {example})")
+    parser.add_argument("--notebook-dir", type=Path, default=None,
+                        help=f"folder of {holds} (default: the kit's notebooks/)")
 
 
 #: ``kvlab plan``'s options: flag -> (Deployment field, type, help). Unset options keep the
