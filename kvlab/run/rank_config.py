@@ -21,6 +21,7 @@ from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS
 from kvlab.core.request import Request
+from kvlab.run.scenario_schema import Scenario
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
 MAX_RANKS = 128
@@ -161,10 +162,8 @@ def ramped_budget(rank: int, ranks: int, *, gpu_gib: float, weights_bytes: int, 
 
 
 def _deployment(scenario):
-    """The deployment block of ``scenario`` (a ``kvlab.run.scenarios.Scenario``); TypeError or
+    """The deployment block of ``scenario`` (a ``kvlab.run.scenario_schema.Scenario``); TypeError or
     ValueError naming ``scenario`` otherwise."""
-    from kvlab.run.scenarios import Scenario  # imported here: scenarios imports this module
-
     dep = check_instance("scenario", scenario, Scenario).deployment
     if dep is None:
         raise ValueError(f"scenario {scenario.name!r} has no deployment block")
@@ -198,7 +197,7 @@ def scenario_geometry(scenario) -> KVGeometry:
 
 def scenario_numbers(scenario) -> Dict[str, int]:
     """What kvlab computes for each quantity a scenario's ``expected`` block may state
-    (``kvlab.run.scenarios.EXPECTED``): one rank's pool from ``parameters.pool_mib``, or the
+    (``kvlab.run.scenario_schema.EXPECTED``): one rank's pool from ``parameters.pool_mib``, or the
     deployment's pool after the MIN over its ranks, widths under both policies."""
     p, geo = scenario.parameters, scenario_geometry(scenario)
     if scenario.deployment is None:

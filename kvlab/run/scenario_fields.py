@@ -2,7 +2,7 @@
 and :func:`parse_field` walks a document against a dataclass whose fields carry their specs
 (``metadata["spec"]``). Every problem is a :class:`ScenarioError` naming the file, the dotted
 field path and what the field accepts; a message never quotes the file's own text
-(:func:`shown`). :mod:`kvlab.run.scenarios` declares the schema with these."""
+(:func:`shown`). :mod:`kvlab.run.scenario_schema` declares the schema with these."""
 
 from __future__ import annotations
 

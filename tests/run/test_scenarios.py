@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvlab.run.scenarios import (EXPECTED, SCENARIO_DIR, Scenario, ScenarioError,
-                                 ScenarioParameters, list_scenarios, load_scenario)
+from kvlab.run.scenario_schema import EXPECTED, Scenario, ScenarioParameters
+from kvlab.run.scenarios import SCENARIO_DIR, ScenarioError, list_scenarios, load_scenario
 
 RTX = SCENARIO_DIR / "rtx5080-4mib.yaml"
 
@@ -178,7 +178,7 @@ def test_python_object_tag_is_refused(tmp_path):
 
 
 def test_top_level_tag_is_refused(tmp_path):
-    err = _broken(tmp_path, "!!python/object:kvlab.run.scenarios.Scenario {name: x}\n")
+    err = _broken(tmp_path, "!!python/object:kvlab.run.scenario_schema.Scenario {name: x}\n")
     assert err.field == "" and "YAML tag" in str(err)
 
 
