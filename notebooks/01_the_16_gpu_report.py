@@ -294,11 +294,13 @@ assert str(local_error) == "User-provided base page indices is too short"
 # Move rank 0's MoE workspace (the other ranks add the scenario's skew) and the long context's
 # length. The panel does not run the ranks on every move: it works out, in closed form
 # (`kvlab.analysis.rank_plan`), what each rank's start-up builds — own quota, MIN, clamp, row width —
-# where each request lands and whether it outgrows the row (crash) or the pool (stall), in a few
-# milliseconds. The button **Run the ranks** then runs them for real (in-process threads, the
-# same `RankRunner` code as the processes above) and says whether the run ended as predicted.
-# Things to find: the workspace below which the pool no longer clamps; a context that is
-# clamped yet still fits the row; how much of rank 0's own pool the MIN takes away.
+# where each request lands and whether it outgrows its row (crash), in a few milliseconds. Under
+# the clamp the row is as long as the pool, give or take the few entries of its rounding, so a
+# context the pool cannot hold outgrows the row too. The button **Run the ranks** then runs them
+# for real (in-process threads, the same `RankRunner` code as the processes above) and says
+# whether the run ended as predicted. Things to find: the workspace below which the pool no
+# longer clamps; a workspace at which the pool clamps and the long context still fits, so the
+# clamp alone does no harm; how much of rank 0's own pool the MIN takes away.
 
 # %%
 panel = ranks_panel(workspace_gib=workspace_gib, context=context, ranks=ranks)

@@ -177,8 +177,9 @@ if error is not None:
 # ## 5. The picture: the pool, and the row
 #
 # The page map lays out the pool's pages and, past them, the pages the request would need that
-# do not exist. The row figure puts the three numbers side by side: the request's entries, the
-# pool's pages, the row's width. The resize checks them in that order — row first.
+# do not exist. The row figure puts three numbers side by side: the row's width, the pool's
+# pages and the request's entries. The resize checks the request against the row first, and
+# only then against the pool.
 
 # %%
 viz.show(viz.repro_page_map(result))
@@ -188,13 +189,13 @@ viz.show(viz.repro_index_row(result))
 # ## 6. Try it: the live panel
 #
 # Move the pool size (a log slider, MiB), the context length, the page size and the row-width
-# policy; the page map, the row and the verdict follow. Things to find: the smallest pool that
-# holds an 8192-token context (does the crash disappear before the pool is big enough, and by
-# how many pages? the row is as wide as the clamped pool, rounded up to a multiple of 4; the
-# slider's half steps jump from 11.3 to 16 MiB, so type sizes such as 15.75 into its readout);
-# a context just above the clamped capacity that is *refused* rather than crashing (the row's
-# rounding up to a multiple of 4 leaves a few spare entries); a pool too small to hold one page.
-# ("configured" is the one-line fix of notebook 03.)
+# policy; the page map, the row and the verdict follow. Things to find: the smallest pool on
+# the slider that holds an 8,192-token context (its half steps jump from 11.31 MiB, which still
+# crashes, to 16 MiB); a context just above the clamped capacity that is *refused* rather than
+# crashing — so the crash stops a little before the pool is big enough (the row has one entry
+# more than the clamped pool's pages, for the decode token, rounded up to a multiple of 4: try
+# pools between 2 and 4 MiB with contexts of 1,536 or 3,072 tokens); a pool too small to hold
+# one page. ("configured" is the one-line fix of notebook 03.)
 
 # %%
 panel = repro_panel(pool_mib=quota / MIB, context=context, tokens_per_block=tokens_per_block, policy="clamped")

@@ -18,7 +18,7 @@
 #
 # Notebook 02 reproduced issue #21470's `ValueError` on one GPU: the page-index row was sized
 # from the **clamped** `max_seq_len` (68 entries for 2048 tokens), the request from the
-# **configured** one (256 entries for 8192 tokens). The seed's first candidate fix changed one
+# **configured** one (256 entries for 8,192 tokens). The seed's first candidate fix changed one
 # line: size the row from the configured length instead. This notebook follows that fix through
 # the allocator — where it works — and prices it. Whether it is enough for the *engine* is
 # Part 2's question (it is not: the seed, section 5, "A buffer fix is not a scheduling fix").
@@ -213,7 +213,7 @@ assert paged["pages"]["seq-0"][:2] == [0, 3]  # interleaved: the pages are not c
 # the kernels read it. These figures were measured on an NVIDIA H200 with
 # `benchmarks/gpu_measurements.py` and stored in `data/measurements/h200.json` (device, driver,
 # CUDA, torch and date inside); this notebook only reads them, so it shows the same figures on a
-# laptop. Widths 68 and 260 are the seed's clamped and configured rows; 1028 to 32772 are the
+# laptop. Widths 68 and 260 are the seed's clamped and configured rows; 1,028 to 32,772 are the
 # rows of 32k to 1M-token contexts at 32 tokens a page, which is what the one-line fix makes
 # every slot pay when the engine is configured for long contexts.
 
@@ -397,7 +397,7 @@ if after.outcome == "refused":
 # refused. From there the two configurations part:
 #
 # - **automatic host tier**: nothing preempts anything. The long request holds the whole pool, no
-#   small request can start, and 1000 passes later the stall detector stops the engine with
+#   small request can start, and 1,000 passes later the stall detector stops the engine with
 #   every request unfinished.
 # - **no tier below the GPU**: a small request's first chunk fails, and `preempt_for_pages`
 #   recompute-pauses the newest started request it did not schedule: the long one. Its pages
@@ -426,7 +426,7 @@ if after.outcome == "refused" and num_small and IS_SEED:
 # The buffer fix moved the failure from the allocator to the scheduler: instead of a `ValueError`
 # at once, a request that can never fit occupies a queue position, makes its client wait
 # indefinitely while other work is served, and — as soon as nothing else is left — stops the
-# engine anyway, 1000 passes later. With chunked prefill and no tier below the GPU it is worse:
+# engine anyway, 1,000 passes later. With chunked prefill and no tier below the GPU it is worse:
 # the engine churns forever and says nothing. Telling "not yet" from "never" is admission
 # control's job (PR #21720): notebook 04.
 

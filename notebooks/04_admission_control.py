@@ -18,7 +18,7 @@
 #
 # Notebook 03 ended with the one-line fix turning issue #21470's `ValueError` into a refusal that
 # the scheduler repeats every pass: the request starves beside others and, alone, stops the
-# engine with `SchedulerDeadlock` after 1000 passes (with chunked prefill and no tier below the
+# engine with `SchedulerDeadlock` after 1,000 passes (with chunked prefill and no tier below the
 # GPU, a preemption livelock that never raises). Every engine here runs the real default tier
 # configuration, the automatic host tier (`host_cache_size=None`), non-chunked; notebook 03
 # §8b shows these workloads end the same way without it. Block reuse (prefix caching) is on, as
@@ -228,7 +228,7 @@ if IS_SEED:
 #
 # ## 4. What it costs: goodput and waiting time under a mixed workload
 #
-# A seeded Poisson workload (`kvlab.run.workload`): log-normal prompts (median 256, up to 8192 tokens)
+# A seeded Poisson workload (`kvlab.run.workload`): log-normal prompts (median 256, up to 8,192 tokens)
 # and outputs (median 64), a few of which can never fit this pool. Goodput counts the tokens of
 # finished requests per scheduler pass; waiting time is arrival to first scheduled step, over the
 # requests that started (a starving request never does — see "unfinished"); queueing time is
@@ -461,12 +461,13 @@ for name, table_ in trace_tables.items():  # the peers reject at their doors and
 # than the row holds, a moment into the hour, and every request of the hour is lost with it. The
 # one-line fix (`none/configured`) survives that request and refuses it every pass; requests that
 # can never fit stay in the active set, and in the trace's first quiet stretch they are all that
-# is left: after 1000 passes without progress the deadlock detector stops the engine, and
+# is left: after 1,000 passes without progress the deadlock detector stops the engine, and
 # everything still queued is lost. With admission control (`capacity`) exactly the requests that
-# can never fit are rejected when they arrive, with the numbers, and every other request of the
-# hour is served: the shrunk pool costs those requests, not the engine. It does not cost the
-# others queueing time: their mean queue (`mean_queue_steps`) is shorter than on the sized pool,
-# because the longest contexts, rejected at arrival, no longer take their turn.
+# can never fit are rejected, with the numbers, as soon as they reach the scheduler (most first
+# wait in the executor's queue, as every request does), and every other request of the hour is
+# served: the shrunk pool costs those requests, not the engine. It does not cost the others
+# queueing time: the mean queue (`mean_queue_steps`) is shorter than on the sized pool, because
+# the longest contexts, rejected once they reach the scheduler, no longer take their turn.
 #
 # The peers, vLLM and SGLang, reject at their doors the prompts over their limits on the shrunk
 # pool (vLLM's `max_model_len`, the pool less one block; SGLang's, the pool less six tokens) and

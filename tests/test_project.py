@@ -113,6 +113,11 @@ def test_scripts_are_valid_bash(script):
     assert result.returncode == 0, result.stderr
 
 
+def rows_minutes(rows):
+    """(what, minutes) of each row of the plan, in order (two breaks share a name)."""
+    return [(what.strip(), int(length)) for _, _, length, what in rows]
+
+
 def test_the_instructors_plan_adds_up_and_keeps_to_the_exercises_estimates():
     """docs/INSTRUCTORS.md's timed plan: each row starts where the one before ended, each
     exercise gets the minutes its notebook states, and every notebook 01 to 06 has a slot."""
@@ -133,3 +138,11 @@ def test_the_instructors_plan_adds_up_and_keeps_to_the_exercises_estimates():
         assert slot == stated, f"exercise {number}: {slot} min in the plan, {stated} in its notebook"
     for number in ("01", "02", "03", "04", "05", "06"):
         assert any(what.startswith(f"{number} ·") for what in slots), f"notebook {number} has no slot"
+    # the shorter day: what it drops is what those rows take, and what is left is what it says
+    short = re.search(r"^Short on time \((\d+) h (\d+) min\): drop 05, exercise 4 and 06 \(−(\d+) min\) "
+                      r"and the second break \(−(\d+) min\)", text, re.M)
+    assert short, "no shorter plan"
+    left, dropped, breaks = int(short[1]) * 60 + int(short[2]), int(short[3]), int(short[4])
+    assert dropped == sum(m for what, m in slots.items() if what.startswith(("05 ·", "Exercise 4 ", "06 ·")))
+    assert breaks == [m for what, m in rows_minutes(rows) if what == "Break"][1]
+    assert left == clock - dropped - breaks

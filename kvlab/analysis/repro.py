@@ -141,9 +141,9 @@ def no_pool_reason(pool_mib: float, tokens_per_block: int = 32,
     quota = int(pool_mib * MIB)
     if geometry.blocks_in(quota) > 0:
         return None
-    return (f"no pool: {quota} B ({pool_mib:g} MiB) holds no page - one page of "
-            f"{geometry.tokens_per_block} tokens x {geometry.bytes_per_token} B takes "
-            f"{geometry.bytes_per_block} B")
+    return (f"no pool: {quota:,} B ({pool_mib:.4g} MiB) holds no page - one page of "
+            f"{geometry.tokens_per_block:,} tokens x {geometry.bytes_per_token:,} B takes "
+            f"{geometry.bytes_per_block:,} B")
 
 
 def page_index_price(max_seq_lens, batch_sizes, tokens_per_block: int = 32) -> list:

@@ -76,7 +76,7 @@ def _tagged(request: Request, resize) -> bool:
     except PageIndexTooShort as exc:
         exc.request_id = request.request_id
         exc.add_note(f"kvlab: while resizing request {request.request_id!r}: it needs "
-                     f"{exc.needed_entries} page-index entries, the row has {exc.available_entries}")
+                     f"{exc.needed_entries:,} page-index entries, the row has {exc.available_entries:,}")
         raise
 
 
@@ -157,8 +157,8 @@ class KVCacheManager:
         self.max_seq_len = max_seq_len
         if max_seq_len > self.max_num_tokens:
             warnings.warn(f"max_seq_len={max_seq_len} is larger than the KV cache can hold "
-                          f"({self.max_num_tokens} tokens in {total_blocks} blocks); "
-                          f"clamping max_seq_len to {self.max_num_tokens}",
+                          f"({self.max_num_tokens:,} tokens in {total_blocks:,} blocks); "
+                          f"clamping max_seq_len to {self.max_num_tokens:,}",
                           MaxSeqLenClampWarning, stacklevel=2)
             self.max_seq_len = self.max_num_tokens
         # 3. the page-index width, by policy

@@ -133,13 +133,14 @@ def verdict_html(outcome: Optional[str], headline: str, detail: str = "", *,
     ``label`` replaces the outcome's label: what a run with no outcome yet stands at."""
     color = viz.outcome_color(outcome)
     label = label if label is not None else viz.OUTCOME_LABELS.get(outcome or "", "no outcome")
+    # overflow-wrap: a word longer than the box (an engine's URL) is broken rather than cut off
     body = (f'<div style="border-left:6px solid {color};padding:6px 10px;margin:4px 0;'
-            f'line-height:1.4">'
+            f'line-height:1.4;overflow-wrap:anywhere">'
             f'<div style="font-weight:700;color:{color};letter-spacing:.02em">{html.escape(label.upper())}</div>'
             f'<div class="kvlab-verdict">{html.escape(headline)}</div>')
     if detail:
         body += (f'<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
-                 f'overflow-wrap:normal;margin:6px 0 0 0">{html.escape(detail)}</pre>')
+                 f'overflow-wrap:anywhere;margin:6px 0 0 0">{html.escape(detail)}</pre>')
     return body + "</div>"
 
 

@@ -81,11 +81,15 @@ class DistributedResult:
 
     def rank_rows(self) -> List[dict]:
         """One dict per rank: its workspace, its own pool, the pool after the MIN, the row
-        width, its requests by status and how it ended (the notebooks show these as a table)."""
+        width, its requests by status and how it ended (the notebooks show these as a table).
+        In a run that went down, an unfinished status is what the request was doing when the run
+        stopped, and says so ("1 running when the run stopped")."""
         rows = []
         for r in self.ranks:
             counts: Dict[str, int] = {}
             for status in r.status.values():
+                if self.engine_down and status in UNFINISHED_STATUSES:
+                    status = f"{status} when the run stopped"
                 counts[status] = counts.get(status, 0) + 1
             rows.append({"rank": r.rank, "workspace (GiB)": r.workspace_bytes / GIB,
                          "own pool (pages)": r.local_blocks,

@@ -398,19 +398,20 @@ class Engine:
                       "refused in 1 scheduling pass" if refusals == 1 else
                       f"refused in {refusals:,} scheduling passes")
             detail = (f"{passes}; its context of "
-                      f"{request.context_len} tokens needs "
-                      f"{geometry.blocks_for_tokens(request.context_len)} blocks, the pool has "
-                      f"{self.scheduler.manager.total_blocks}")
-        elif submitted:
-            detail = f"{request.num_generated} of {request.max_new_tokens} tokens generated"
+                      f"{request.context_len:,} tokens needs "
+                      f"{geometry.blocks_for_tokens(request.context_len):,} blocks, the pool has "
+                      f"{self.scheduler.manager.total_blocks:,}")
+        elif submitted:  # running, or suspended (reported as running: it keeps its KV)
+            detail = (("suspended, its pages held, after " if request.state == "suspended" else "")
+                      + f"{request.num_generated:,} of {request.max_new_tokens:,} tokens generated")
         elif request.arrival_step < self.step:
-            detail = (f"in the executor's queue since step {request.arrival_step}, behind "
-                      f"{self.max_num_active_requests} active requests (max_num_active_requests)")
+            detail = (f"in the executor's queue since step {request.arrival_step:,}, behind "
+                      f"{self.max_num_active_requests:,} active requests (max_num_active_requests)")
         else:
             detail = f"it arrives at step {request.arrival_step}"
         if self.error is not None:
             culprit = getattr(self.error, "request_id", None) == request.request_id
-            return (f"engine stopped at step {self.step - 1} by {type(self.error).__name__}"
+            return (f"engine stopped at step {self.step - 1:,} by {type(self.error).__name__}"
                     f"{' raised by this request' if culprit else ''} ({detail}): {self.error}")
         if not submitted and request.arrival_step < self.step:
             return f"still queued when the run ended at max_steps={max_steps}: {detail}"

@@ -131,8 +131,8 @@ class CapacityAdmission(AdmissionPolicy):
         first = manager.geometry.blocks_for_tokens(request.prompt_len + manager.num_extra_kv_tokens)
         if first <= manager.free_blocks and manager.free_slots > 0:
             return FITS_NOW, ""
-        return TEMPORARILY_BLOCKED, (f"its context needs {first} blocks, {manager.free_blocks} "
-                                     f"are free and {manager.free_slots} page-index "
+        return TEMPORARILY_BLOCKED, (f"its context needs {first:,} blocks, {manager.free_blocks:,} "
+                                     f"are free and {manager.free_slots:,} page-index "
                                      "slots; retried as pages come back")
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:

@@ -149,7 +149,7 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
                     failures.append(NOT_YET)
                 elif got == width:
                     passes.append(f"seed, {policy}: max_seq_len {length} -> {width} entries "
-                                  f"(an 8192-token context needs 256)")
+                                  f"(an 8,192-token context needs 256)")
                 else:
                     failures.append(f"seed, {policy}: max_seq_len {length} is right, but your "
                                     f"width is {error or got}, expected {width}")

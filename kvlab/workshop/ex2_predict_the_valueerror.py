@@ -142,7 +142,7 @@ def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
     elif got is False:
         refused = ("returned False: the resize was refused, so the row had room for the context "
                    "and only the pool had not")
-        failures.append(Hint(f"{refused}; which row is too short for an 8192-token context, and "
+        failures.append(Hint(f"{refused}; which row is too short for an 8,192-token context, and "
                               "which page_index_policy sizes it?",
                               f"{refused}; the crash needs a row shorter than the 256 entries the "
                               "context needs: page_index_policy='clamped' (68 entries), and the "

@@ -36,7 +36,7 @@ def _seed_manager(policy: str = "configured", quota_mib: float = 4, max_batch_si
 #: (label, manager settings, request, the hint a first failure gets (a question: no formula),
 #:  what the case teaches (shown from the second failure on, with the worked numbers))
 ADMISSION_CASES = [
-    ("the seed's 8192-token request", dict(policy="clamped"), Request("big", 8192, 16),
+    ("the seed's 8,192-token request", dict(policy="clamped"), Request("big", 8192, 16),
      "can any amount of waiting make this request fit this pool?",
      "demand beyond the pool's total pages can never fit"),
     ("the prompt fits, the whole request does not", {}, Request("long-output", 2000, 100),

@@ -83,7 +83,7 @@ def test_seed_clamp_warning_with_the_numbers():
         mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
                              max_batch_size=1)
     message = str(record[0].message)
-    assert "8192" in message and "2048" in message and "64 blocks" in message
+    assert "max_seq_len=8192" in message and "2,048 tokens in 64 blocks" in message and message.endswith("to 2,048")
     assert mgr.max_num_tokens == 2048
     assert mgr.max_seq_len == 2048
     assert mgr.configured_max_seq_len == 8192

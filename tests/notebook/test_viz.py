@@ -57,7 +57,7 @@ def test_request_fit_shows_a_request_past_its_limits_and_labels_what_coincides()
     spec = viz.request_fit_spec(requests, capacity_tokens=958_752, row_tokens=958_848)
     bar = spec["data"][0]
     assert bar["text"] == ["2,064", "1,000,064 tokens<br>41,312 past the pool<br>41,216 past the row"]
-    assert bar["textposition"] == ["outside", "inside"]
+    assert bar["textposition"] == ["auto", "inside"] and bar["textangle"] == 0  # level, inside if it fits
     notes = {a["text"]: a["yanchor"] for a in spec["layout"]["annotations"]}
     # the row, the larger, above its line; the pool below its own: apart though the lines coincide
     assert notes == {"row spans 958,848 tokens": "bottom", "pool holds 958,752 tokens": "top"}
@@ -169,8 +169,9 @@ def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs(
     assert fig.data[0].colorscale[-1][1] == viz.OUTCOME_COLORS["crash"]
     assert fig.data[4].marker.color == viz.OUTCOME_COLORS["crash"]
     assert "page 0 (tokens 0-31)" in fig.data[0].text[0][0]
-    # a line of 32 cells is not called a "row": notebook 02's row is the page-index row
-    assert fig.layout.yaxis.title.text == "first page of this line"
+    # a line of 32 cells is labelled by its first page, not called a "row" (notebook 02's row is
+    # the page-index row), and no axis title outgrows a map of two lines
+    assert fig.layout.yaxis.ticktext[:2] == ("page 0", "page 32") and fig.layout.yaxis.title.text is None
 
 
 def test_page_map_of_an_allocated_request_holds_its_pages():
@@ -292,7 +293,7 @@ def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_r
     result = seed_runs["none/configured"]
     fig = viz.scheduler_timeline_figure(result, stall_limit=40)
     assert [t.name for t in fig.data] == ["running", "waiting in the scheduler", "suspended (host tier)", "used pages",
-                                          "free pages", "stalled passes"]
+                                          "free pages", "stalled passes", "queued in the executor"]
     stalled = fig.data[5]
     assert list(stalled.y) == result.trace.column("stalled_passes") and stalled.y[-1] == 40
     assert stalled.line.color == viz.OUTCOME_COLORS["stall"]
@@ -320,8 +321,14 @@ def test_the_timeline_subtitle_counts_what_its_waiting_line_counts(seed_runs):
         assert counts["queued in the executor"] == last.queued
         assert counts["running"] == last.running
         assert sum(counts.values()) == len(result.status)
+    livelock_spec = viz.scheduler_timeline_spec(livelock)
     assert "at the end: 1 running, 3 waiting in the scheduler, 3 queued in the executor" in \
-        viz.scheduler_timeline_spec(livelock)["layout"]["title"]["text"]
+        livelock_spec["layout"]["title"]["text"]
+    # the queue the subtitle counts has its line, and its legend entry, when it holds anything
+    queue = livelock_spec["data"][6]
+    assert queue["name"] == "queued in the executor" and queue["y"] == livelock.trace.column("queued")
+    assert queue["visible"] and queue["showlegend"]
+    assert not viz.scheduler_timeline_spec(seed_runs["none/configured"])["data"][6]["showlegend"]
     clamped = viz.scheduler_timeline_spec(seed_runs["none/clamped"])["layout"]["title"]["text"]
     assert "at the end: 2 waiting in the scheduler, 2 not yet arrived; stopped by" in clamped
 
@@ -368,7 +375,7 @@ def test_a_one_pass_timeline_says_why_it_draws_points(seed_runs):
 
 def test_scheduler_timeline_keeps_its_traces_whatever_the_run(seed_runs):
     shapes = {tuple(t["type"] for t in viz.scheduler_timeline_spec(r)["data"]) for r in seed_runs.values()}
-    assert shapes == {("scatter",) * 6}
+    assert shapes == {("scatter",) * 7}
     crash = viz.scheduler_timeline_figure(seed_runs["none/clamped"])
     assert "crash" in viz.figure_text(crash)
     assert any(s.line.color == viz.OUTCOME_COLORS["crash"] for s in crash.layout.shapes)
@@ -435,6 +442,13 @@ def test_the_page_table_picture_points_rows_at_pages_and_marks_the_missing_entri
     fits = viz.page_table_spec(260, 256, 1024)
     assert not any("the row has none" in a["text"] for a in fits["layout"]["annotations"])
     assert [t["showlegend"] for t in fits["data"]] == [True, True, False, True]
+    # what row 0 holds: pages it points at when it fits; when it raises, pages requested and
+    # never taken (the ValueError comes first), in the page map's "requested" colour
+    assert fits["data"][0]["marker"]["color"] == viz.PAGE_COLORS["held"]
+    assert spec["data"][0]["marker"]["color"] == viz.PAGE_COLORS["wanted"]
+    assert "none is taken" in spec["data"][0]["name"]
+    pool = [c["fillcolor"] for c in cells if c["y0"] == 0.0]
+    assert pool.count(viz.PAGE_COLORS["wanted"]) == 64 and viz.PAGE_COLORS["held"] not in pool
 
 
 # --- bad arguments: each refused at the figure's door, naming the parameter -------------------

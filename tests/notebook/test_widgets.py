@@ -69,7 +69,7 @@ def test_tokens_per_block_changes_the_page_arithmetic(panel):
 def test_a_pool_below_one_page_gets_a_verdict_not_a_traceback(panel):
     panel.controls["pool_mib"].value = 2.0 ** -6  # 16 KiB < one 64 KiB page
     assert panel.error is None and panel.outcome is None
-    assert panel.verdict_text.startswith("no pool: 16384 B")
+    assert panel.verdict_text.startswith("no pool: 16,384 B")
     assert row(panel) == [256, 0, 0]
     assert panel.figures["pool"].layout.title.text.startswith("No pool")
     panel.controls["tokens_per_block"].value = 8  # 16 KiB now holds one page of 8 tokens
@@ -250,7 +250,7 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
 
     assert adm.outcome == "crash"
     assert "PageIndexTooShort" in adm.verdict_text
-    assert "context of 8192 tokens needs 256 pages, 257 with its 16 output tokens; the pool has 64" \
+    assert "context of 8,192 tokens needs 256 pages, 257 with its 16 output tokens; the pool has 64" \
         in adm.verdict_text
     # the crash is the context's 256 entries against the row of 68, as notebook 02's figure says
     assert list(demand().data[0].x) == [256, 64, 68]
@@ -274,7 +274,7 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
     assert list(demand().data[0].x)[:2] == [256, 512]
     # redrawn in place: the same views, the same traces
     assert adm.views == views
-    assert len(adm.figures["timeline"].data) == 6 and len(demand().data) == 1
+    assert len(adm.figures["timeline"].data) == 7 and len(demand().data) == 1
 
 
 def test_the_panels_verdicts_count_one_thing_in_the_singular():
@@ -728,6 +728,86 @@ def test_admission_verdict_says_who_starved(pool_mib, who_starved):
     long_line = next(line for line in html.split("\n") if line.startswith("long: "))
     assert long_line.startswith("long: running" if pool_mib == 16.0 else "long: waiting")
     assert "V2 scheduler deadlock" not in html.split("</b>", 1)[-1].split("phase diagram", 1)[-1]
+
+
+# -- notebook 01's panel hints: each can be found on the sliders --------------------------------
+
+def _ranks_positions():
+    """The ranks panel's loaded scenario, workspace slider positions and context options."""
+    from kvlab.run.scenarios import load_scenario
+
+    controls = ranks_panel().controls
+    ws, ctx = controls["workspace_gib"], controls["context"]
+    steps = round((ws.max - ws.min) / ws.step)
+    return (load_scenario("issue-21470"), [ws.min + k * ws.step for k in range(steps + 1)],
+            [value for _, value in ctx.options])
+
+
+def _ranks_plan(scenario, workspace_gib, context):
+    from kvlab.notebook.widgets.ranks import ranks_model
+
+    return ranks_model(dict(workspace_gib=workspace_gib, context=context), scenario=scenario,
+                       ranks=16).plan
+
+
+def test_hint_01_a_workspace_below_which_the_pool_no_longer_clamps():
+    scenario, workspaces, contexts = _ranks_positions()
+    clamps = {w: _ranks_plan(scenario, w, 1_000_000).ranks[0].max_seq_len
+              < _ranks_plan(scenario, w, 1_000_000).configured_max_seq_len for w in workspaces}
+    assert not all(clamps.values()) and any(clamps.values())
+    first = min(w for w, c in clamps.items() if c)
+    assert all(clamps[w] for w in workspaces if w >= first)  # "below which": one threshold
+
+
+def test_hint_01_the_pool_clamps_and_the_long_context_still_fits():
+    scenario, workspaces, contexts = _ranks_positions()
+    found = [(w, c) for w in workspaces[::4] for c in contexts
+             if (plan := _ranks_plan(scenario, w, c)).ranks[0].max_seq_len < plan.configured_max_seq_len
+             and plan.outcome == "ok"]
+    assert found
+
+
+# -- notebook 02's panel hints: each can be found on the sliders --------------------------------
+
+def _repro_positions():
+    """Every (pool MiB, context) the repro panel's sliders can take: the log slider's half
+    steps of the exponent, and the context slider's options."""
+    controls = repro_panel().controls
+    pool, ctx = controls["pool_mib"], controls["context"]
+    steps = round((pool.max - pool.min) / pool.step)
+    return ([2.0 ** (pool.min + k * pool.step) for k in range(steps + 1)],
+            [value for _, value in ctx.options])
+
+
+def _repro_outcome(pool_mib, context):
+    from kvlab.notebook.widgets.repro import repro_model
+
+    return repro_model(dict(pool_mib=pool_mib, context=context, tokens_per_block=32, policy="clamped"))
+
+
+def test_hint_02_the_smallest_pool_on_the_slider_that_holds_8192_tokens():
+    """"its half steps jump from 11.31 MiB, which still crashes, to 16 MiB"."""
+    pools, _ = _repro_positions()
+    outcomes = {p: _repro_outcome(p, 8192).outcome for p in pools}
+    smallest = min(p for p, o in outcomes.items() if o == "ok")
+    below = max(p for p in pools if p < smallest)
+    assert smallest == 16.0 and f"{below:.4g}" == "11.31" and outcomes[below] == "crash"
+
+
+def test_hint_02_a_context_just_above_the_clamped_capacity_is_refused():
+    """"try pools between 2 and 4 MiB with contexts of 1,536 or 3,072 tokens": one of them is
+    refused (the row's spare entries), not a crash."""
+    pools, contexts = _repro_positions()
+    assert {1536, 3072} <= set(contexts)
+    refused = [(p, c) for p in pools if 2 <= p <= 4 for c in (1536, 3072)
+               if _repro_outcome(p, c).outcome == "refused"]
+    assert refused and all(_repro_outcome(p, c).result.context > _repro_outcome(p, c).result.capacity_tokens
+                           for p, c in refused)
+
+
+def test_hint_02_a_pool_too_small_to_hold_one_page():
+    pools, _ = _repro_positions()
+    assert any(_repro_outcome(p, 8192).no_pool for p in pools)
 
 
 # -- notebook 04's panel hints: each can be found on the sliders --------------------------------

@@ -11,6 +11,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from kvlab.analysis.repro import ReproResult
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_instance, check_int, check_items
+from kvlab.notebook.tables import counted
 from kvlab.notebook.viz.style import (NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR,
                                       ROW_COLOR, WIDTH_LINE_COLORS, as_figure, base_layout,
                                       format_bytes, log_log_axes, outcome_color)
@@ -108,12 +109,13 @@ def page_map_spec(total_blocks: int, needed_blocks: int, outcome: Optional[str],
         title, subtitle, height=190 + rows * (19 if cols == 32 else 9.5),
         xaxis=dict(showgrid=False, showline=False, ticks="", range=[-0.5, cols - 0.5],
                    constrain="domain", side="top", tickfont=dict(size=10), title=None),
-        yaxis=dict(title=dict(text="first page of this line"), showgrid=False, showline=False, ticks="",
+        # each line labelled with its first page: an axis title would outgrow a map of few lines
+        yaxis=dict(title=None, showgrid=False, showline=False, ticks="",
                    autorange="reversed", scaleanchor="x", constrain="domain",
                    tickvals=list(range(0, rows, tick_step)),
-                   ticktext=[f"{r * cols * per_cell:,}" for r in range(0, rows, tick_step)]),
+                   ticktext=[f"page {r * cols * per_cell:,}" for r in range(0, rows, tick_step)]),
         legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12)),
-        margin=dict(l=70, r=30, t=100, b=50))
+        margin=dict(l=70, r=50, t=100, b=50))  # r: room for the toolbar beside the last column
     return {"data": [heat, *legend], "layout": layout}
 
 
@@ -138,7 +140,7 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
     row_label = f"page-index row [{policy}]" if policy else "page-index row"
     request_label = f"request: {needed:,} entries" + (
         f" ({complete:,} with its output)" if complete != needed else "")
-    labels = [request_label, f"pool: {total_blocks:,} pages", f"{row_label}: {width:,}"]
+    labels = [request_label, f"pool: {counted(total_blocks, 'page')}", f"{row_label}: {width:,}"]
     values = [needed, total_blocks, width]
     verdict = ("more than the row holds: ValueError" if needed > width else
                "fits the row, more than the pool: False" if needed > total_blocks else
@@ -184,7 +186,8 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     come back to the free list in any order: entry i holds page ``37 i mod total_blocks``,
     an illustration, not a run). A request of ``needed``
     entries: those past the row's end are drawn dotted in the crash colour, entries the row
-    does not have (the native check refuses them before looking at the pool). Past 256, a cell
+    does not have (the native check refuses them before looking at the pool), and then the
+    entries and pages row 0 would fill are drawn as requested, not allocated (none is taken). Past 256, a cell
     stands for several entries or pages (the subtitle says how many). Traces: one
     (legend-only) per part, always four; the picture is shapes and annotations."""
     width, total_blocks = check_int("width", width, low=1), check_int("total_blocks", total_blocks, low=1)
@@ -197,17 +200,19 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     span = max(width_c, needed_c, pool_c)
     shapes, annotations = [], []
     held = min(needed, width, total_blocks)  # entries of row 0 that point at a page
+    raises = needed > width  # then no entry is filled: they are drawn as requested, not allocated
+    fill = PAGE_COLORS["wanted" if raises else "held"]
     for slot in range(slots):
         y = 3.0 + slot
         for cell in range(width_c):
             filled = slot == 0 and cell * unit < held
             shapes.append(dict(type="rect", x0=cell, x1=cell + 1, y0=y, y1=y + 0.8,
-                               fillcolor=PAGE_COLORS["held"] if filled else PAGE_COLORS["free"],
+                               fillcolor=fill if filled else PAGE_COLORS["free"],
                                line=dict(color="white", width=0.5)))
         annotations.append(dict(x=-0.5, y=y + 0.4, xref="x", yref="y", xanchor="right",
                                 showarrow=False, text=f"row {slot}" + (" (request)" if slot == 0 else ""),
                                 font=dict(size=11)))
-    if needed > width:
+    if raises:
         shapes.append(dict(type="rect", x0=width_c, x1=needed_c, y0=3.0, y1=3.8,
                            fillcolor="rgba(204,51,17,0.18)",
                            line=dict(color=OUTCOME_COLORS["crash"], width=1.5, dash="dot")))
@@ -220,7 +225,7 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     for cell in range(pool_c):
         used = cell in cells_held
         shapes.append(dict(type="rect", x0=cell, x1=cell + 1, y0=0.0, y1=0.8,
-                           fillcolor=PAGE_COLORS["held"] if used else PAGE_COLORS["free"],
+                           fillcolor=fill if used else PAGE_COLORS["free"],
                            line=dict(color="white", width=0.5)))
     annotations.append(dict(x=-0.5, y=0.4, xref="x", yref="y", xanchor="right", showarrow=False,
                             text="KV pool", font=dict(size=11)))
@@ -239,14 +244,16 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     legend = [dict(type="scatter", x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
                    marker=dict(symbol="square", size=12, color=color), showlegend=show)
               for name, color, show in (
-                  ("an entry holding a page number (int32)", PAGE_COLORS["held"], held > 0),
+                  ("an entry the request would fill, and its page: none is taken, the ValueError "
+                   "comes first" if raises else "an entry holding a page number (int32), and its page",
+                   fill, held > 0),
                   ("an empty entry, or a free page", PAGE_COLORS["free"], True),
                   (f"entries the request needs past the row ({max(0, needed - width):,})",
-                   OUTCOME_COLORS["crash"], needed > width),
+                   OUTCOME_COLORS["crash"], raises),
                   ("entry i -> the page of tokens i x {} .. (i + 1) x {} - 1".format(tpb, tpb),
                    ROW_COLOR, held > 0))]
     verdict = ("more entries than the row has: ValueError, before the pool is looked at"
-               if needed > width else "every entry fits the row")
+               if raises else "every entry fits the row")
     scale = f"; one cell = {unit:,} entries or pages" if unit > 1 else ""
     layout = base_layout(
         "The page-index table: one row per sequence, one entry per page",

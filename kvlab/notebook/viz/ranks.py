@@ -119,8 +119,8 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
     Traces: one bar trace, then two legend entries naming the limits (drawn as full-width
     lines: dotted the pool, dashed the row), so the two stay apart even when they coincide.
     The axis is linear, so that a request a few percent past a limit stands visibly above it
-    (on a log axis it looked level); each bar is labelled with its tokens (one past a limit,
-    inside it, with how far past), and each line with its value, the larger above its line, as
+    (on a log axis it looked level); each bar is labelled level with its tokens, inside where it
+    fits (one past a limit, always inside, with how far past), and each line with its value, the larger above its line, as
     the two limits may all but coincide."""
     ids = [str(r["id"]) for r in requests]
     tokens = [int(r["tokens"]) for r in requests]
@@ -134,8 +134,10 @@ def request_fit_spec(requests: Sequence[Mapping], *, capacity_tokens: int, row_t
     text = [f"{t:,} tokens" + "".join(f"<br>{t - value:,} past the {name}" for name, value, *_ in limits
                                       if t > value) if t > lowest else f"{t:,}" for t in tokens]
     bar = dict(type="bar", x=ids, y=tokens, marker=dict(color=[outcome_color(o) for o in outcomes]),
-               text=text, textposition=["inside" if t > lowest else "outside" for t in tokens],
-               insidetextanchor="middle", constraintext="none", cliponaxis=False,
+               # inside a bar that holds its label, half way up, clear of the limits' lines above;
+               # level, never turned on its side; outside only a bar too short to hold it
+               text=text, textposition=["inside" if t > lowest else "auto" for t in tokens],
+               insidetextanchor="middle", textangle=0, constraintext="none", cliponaxis=False,
                hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", name="requests",
                showlegend=False)
     shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=value, y1=value,

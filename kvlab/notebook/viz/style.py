@@ -151,9 +151,10 @@ AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, tick
 
 def log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:
     """Both axes logarithmic, each titled "quantity (unit, log scale)", labelled at powers of
-    ten only (no bare minor digits); ``x`` and ``y`` are (quantity, unit) (the sweeps over
-    sizes)."""
-    return {f"{axis}axis": dict(title=dict(text=f"{name} ({unit}, log scale)"), type="log", dtick=1)
+    ten only (no bare minor digits), written out with separators (100,000, never 100k); ``x``
+    and ``y`` are (quantity, unit) (the sweeps over sizes)."""
+    return {f"{axis}axis": dict(title=dict(text=f"{name} ({unit}, log scale)"), type="log", dtick=1,
+                                exponentformat="none")
             for axis, (name, unit) in (("x", x), ("y", y))}
 
 

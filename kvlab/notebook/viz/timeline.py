@@ -7,6 +7,7 @@ import math
 from typing import Mapping, Optional, Sequence
 
 from kvlab.core.checks import check_choice, check_instance, check_int
+from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.notebook.tables import counted
 from kvlab.run.simulation import SimulationResult
 from kvlab.notebook.viz.style import (AXIS_STYLE, NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS,
@@ -14,10 +15,11 @@ from kvlab.notebook.viz.style import (AXIS_STYLE, NEUTRAL_COLOR, OUTCOME_COLORS,
 
 #: Line colours of the timeline's non-outcome series (Tol "muted"; clear of the outcome colours).
 TIMELINE_COLORS = {"running": "#332288", "waiting": "#AA4499", "suspended": "#88CCEE",
-                   "used": "#999933", "free": "#DDDDDD"}
-#: The timeline's traces, in order (always all six).
+                   "queued": "#882255", "used": "#999933", "free": "#DDDDDD"}
+#: The timeline's traces, in order (always all seven; the queue's last, so that the others keep
+#: their places).
 TIMELINE_SERIES = ("running", "waiting", "suspended", "used_blocks", "free_blocks",
-                   "stalled_passes")
+                   "stalled_passes", "queued")
 _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 
 
@@ -60,8 +62,9 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
 
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
-    :func:`~kvlab.notebook.viz.style.run_outcome`: a livelock is not called a stall). Always six scatter traces (:data:`TIMELINE_SERIES`);
-    the suspended line, and its legend entry, only show when the run suspended anything. The
+    :func:`~kvlab.notebook.viz.style.run_outcome`: a livelock is not called a stall). Always seven scatter traces (:data:`TIMELINE_SERIES`);
+    the suspended and the executor's queue lines, and their legend entries, only show when they
+    hold anything, and "used pages" has a legend entry only when a page was used. The
     default subtitle counts where the run left its requests (:func:`end_counts`), in the words
     the plot's legend uses."""
     trace = check_instance("result", result, SimulationResult).trace
@@ -74,6 +77,8 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     outcome = outcome if outcome is not None else run_outcome(result)
     total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
     suspended = any(trace.column("suspended"))
+    queued = any(trace.column("queued"))
+    used = any(trace.column("used_blocks"))
 
     def line(name, column, axis, color, **extra):
         values = trace.column(column)
@@ -87,17 +92,22 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
             # host tier never does): no entry for a line that holds nothing
             line("suspended (host tier)", "suspended", 1, TIMELINE_COLORS["suspended"],
                  visible=suspended, showlegend=suspended),
-            line("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], stackgroup="pool"),
+            line("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], stackgroup="pool", showlegend=used),
             line("free pages", "free_blocks", 2, "#AAAAAA", stackgroup="pool",
                  fillcolor=TIMELINE_COLORS["free"]),
             line("stalled passes", "stalled_passes", 3, OUTCOME_COLORS["stall"]) if stall_detector
-            else line("preemptions", "num_recompute_paused", 3, OUTCOME_COLORS["stall"])]
+            else line("preemptions", "num_recompute_paused", 3, OUTCOME_COLORS["stall"]),
+            # arrived, not yet let in by the executor (max_num_active_requests), which the
+            # subtitle counts too
+            line("queued in the executor", "queued", 1, TIMELINE_COLORS["queued"],
+                 visible=queued, showlegend=queued)]
     for trace_spec in data[3:5]:
         trace_spec["line"]["width"] = 1
     shapes, annotations = [], []
     lowest = ("stall detector: passes without progress" if stall_detector
               else "preemptions in the step (no stall detector)")
-    for axis, (text, domain) in enumerate(zip(("requests", f"KV pool ({total:,} pages)", lowest),
+    pool = f"KV pool ({total:,} pages)" if len(trace) else "KV pool"  # no pass, no pool to read
+    for axis, (text, domain) in enumerate(zip(("requests", pool, lowest),
                                               _TIMELINE_DOMAINS), start=1):
         annotations.append(dict(text=f"<b>{text}</b>", x=0, xref="paper", y=domain[1], yref="paper",
                                 xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=12)))
@@ -121,8 +131,11 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
             trace_spec["mode"] = "markers"
         # in the right half of the pool's panel, a few words a line: clear of the point (at
         # the centre of the step axis) and of the axes' labels on the left
-        note = ("the run ended in its first pass" + (f" ({type(error).__name__})" if error is not None else "")
-                + ": one point per panel, nothing to draw over time")
+        ended = error is not None or not any(s in UNFINISHED_STATUSES for s in result.status.values())
+        note = ("no scheduling pass ran: nothing to draw over time" if not steps else
+                "the run ended in its first pass" + (f" ({type(error).__name__})" if error is not None else "")
+                + ": one point per panel, nothing to draw over time" if ended else
+                "one pass so far: one point per panel, nothing to draw over time yet")
         annotations.append(dict(text="<br>".join(wrap_words(note, 34)), xref="paper", x=1.0, xanchor="right",
                                 yref="paper", y=sum(_TIMELINE_DOMAINS[1]) / 2, yanchor="middle",
                                 align="left", showarrow=False, font=dict(size=12, color="#444"),

@@ -83,15 +83,44 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     peer = model.policy in PEER_POLICIES  # vLLM's and SGLang's own loops: no stall detector
     timeline = viz.scheduler_timeline_spec(
         result, stall_limit=None if peer else engine.stall_limit, outcome=model.outcome,
-        stall_detector=not peer, title=f"{model.policy}: {viz.OUTCOME_LABELS[model.outcome]}")
+        stall_detector=not peer, title=f"{model.policy}: {_label(model)}")
     demand = viz.index_row_spec(
         manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
         policy=POLICIES[model.policy][1], with_output=complete,
         title=f"The long request: context {needed} pages, {complete} to complete; pool "
               f"{engine.total_blocks}, row {manager.max_blocks_per_seq}",
-        subtitle=(f"{viz.OUTCOME_LABELS['reject']}: it never reaches "
-                  "the row or the pool" if result.status.get("long") == "rejected" else None))
+        subtitle=_demand_subtitle(model, peer))
     return {"timeline": timeline, "demand": demand}
+
+
+#: What the demand figure's row and pool are for a peer, which has no page-index row.
+PEER_ROW_NOTES = {
+    "vllm": "vLLM has no page-index row (the row drawn is TensorRT-LLM's, for comparison) and "
+            "keeps one of the pool's pages as its null block",
+    "sglang": "SGLang has no page-index row (the row drawn is TensorRT-LLM's, for comparison)",
+}
+
+
+def _demand_subtitle(model: AdmissionModel, peer: bool) -> Optional[str]:
+    """The demand figure's subtitle: the figure's own verdict (None) unless the long request
+    never reached the row or the pool, or the policy is a peer's."""
+    rejected = model.result.status.get("long") == "rejected"
+    if not rejected and not peer:
+        return None
+    said = (f"{_label(model)}: it never reaches the row or the pool" if rejected
+            else viz.OUTCOME_LABELS[model.outcome])
+    return f"{said}; {PEER_ROW_NOTES[model.policy]}" if peer else said
+
+
+def _refused_to_start(model: AdmissionModel) -> bool:
+    """The engine raised before any pass (vLLM's start-up check: no room for one block), so
+    every request was rejected without being looked at."""
+    return model.outcome == "reject" and model.result.error is not None
+
+
+def _label(model: AdmissionModel) -> str:
+    """The outcome's label; an engine that refused to start rejected nothing at admission."""
+    return "the engine refused to start" if _refused_to_start(model) else viz.OUTCOME_LABELS[model.outcome]
 
 
 def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
@@ -101,30 +130,41 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     result, engine = model.result, model.engine
     small = [i for i in result.status if i != "long"]
     done = sum(result.status[i] == "finished" for i in small)
-    where = (f"Its context of {model.context} tokens needs "
+    where = (f"Its context of {model.context:,} tokens needs "
              f"{counted(engine.geometry.blocks_for_tokens(model.context), 'page')}, "
-             f"{engine.geometry.blocks_for_tokens(model.context + 16)} with its 16 output tokens; "
-             f"the pool has {engine.total_blocks} ({engine.pool_mib:g} MiB)")
+             f"{engine.geometry.blocks_for_tokens(model.context + 16):,} with its 16 output tokens; "
+             f"the pool has {engine.total_blocks:,} ({engine.pool_mib:.4g} MiB)")
     if model.outcome == "crash":
-        headline = (f"Crash at step {result.end_step - 1}: PageIndexTooShort ({result.error}) "
+        headline = (f"Crash at step {result.end_step - 1:,}: PageIndexTooShort ({result.error}) "
                     f"stops the engine; {done} of {len(small)} small requests finished, the rest "
                     f"are lost. {where}.")
     elif model.outcome == "stall":
         if isinstance(result.error, RuntimeError) and result.status["long"] == "running":
+            suspended = result.requests["long"].state == "suspended"
+            held = ("so the scheduler suspended it; a suspended request's pages stay on the GPU "
+                    "until an allocation moves them to the host tier, "
+                    + ("and they did move, yet nothing else fits" if max(result.trace.column("host_blocks"))
+                       else "and none did")
+                    if suspended else "which nobody frees")
             headline = (f"Stall: the long request was admitted, and its context took "
-                        f"{engine.geometry.blocks_for_tokens(model.context)} of "
-                        f"the pool's {engine.total_blocks} pages; its next tokens need more, which "
-                        f"nobody frees, so it holds the pool while the small requests starved "
+                        f"{engine.geometry.blocks_for_tokens(model.context):,} of "
+                        f"the pool's {engine.total_blocks:,} pages; its next tokens need more, "
+                        f"{held}: it holds the pool while the small requests starved "
                         f"({done} of {len(small)} finished), then SchedulerDeadlock after "
-                        f"{engine.stall_limit} passes without progress (step {result.end_step - 1}). "
+                        f"{engine.stall_limit:,} passes without progress (step {result.end_step - 1:,}). "
                         f"{where}.")
         elif isinstance(result.error, RuntimeError):
             headline = (f"Stall: refused every pass, the long request starved while {done} of "
                         f"{len(small)} small requests finished, then SchedulerDeadlock after "
-                        f"{engine.stall_limit} passes without progress (step {result.end_step - 1}). "
+                        f"{engine.stall_limit:,} passes without progress (step {result.end_step - 1:,}). "
                         f"{where}.")
         else:
             headline = f"Stall: requests still unfinished when the run ended. {where}."
+    elif _refused_to_start(model):
+        headline = (f"The engine refused to start ({type(result.error).__name__}: "
+                    f"{str(result.error).rstrip('.')}), so no request ran: all "
+                    f"{len(result.status)} were rejected unseen. {where}.")
+        return model.outcome, verdict_html(model.outcome, headline, label=_label(model))
     elif model.outcome == "reject":
         headline = (f"Rejected: {result.reasons.get('long', '').rstrip('.')}. {done} of {len(small)} small "
                     f"requests finished.")

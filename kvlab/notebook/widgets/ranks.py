@@ -148,7 +148,7 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
 
     return Panel({"workspace_gib": ws, "context": ctx}, compute, ranks_figures, ranks_verdict,
                  title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
-                 wait_s=wait_s, action=(f"Run the {ranks} ranks", run_planned_ranks))
+                 wait_s=wait_s, action=("Run the ranks", run_planned_ranks))
 
 
 __all__ = ["RANKS_CONTEXT_CHOICES", "RANKS_RUN_TABLE_WIDTH", "RanksModel", "ranks_figures",

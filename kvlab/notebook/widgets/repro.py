@@ -61,7 +61,9 @@ def repro_figures(model: ReproModel) -> Dict[str, dict]:
                                       title=f"No pool: {model.pool_mib:g} MiB holds no page"),
             "row": viz.index_row_spec(0, needed, 0, None, tokens_per_block=model.tokens_per_block,
                                       policy=model.policy,
-                                      title="No pool, so no manager and no page-index row")}
+                                      title="No pool, so no manager and no page-index row",
+                                      subtitle=f"nothing is checked: the request would need "
+                                      f"{needed:,} entries of a row that is never built")}
 
 
 def repro_verdict(model: ReproModel) -> Tuple[Optional[str], str]:

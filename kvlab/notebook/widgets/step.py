@@ -18,6 +18,7 @@ from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.tables import counted
 from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.sched.policies import TRTLLM_POLICIES
+from kvlab.sched.scheduler import SchedulerDeadlock
 
 #: The step-through's engine: the seed's pool, a stall limit of 20 passes so that the stall
 #: detector's end is a few key presses away (the real limit, 1000, is notebook 03's default).
@@ -73,7 +74,8 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
                      | {r.request_id: r for r in batch.generation_requests}) if batch else {}
         if engine.error is not None and getattr(engine.error, "request_id", "") == request.request_id:
             result, why = "crash", f"{type(engine.error).__name__}: {engine.error}"
-        elif engine.error is not None:
+        elif engine.error is not None and not isinstance(engine.error, SchedulerDeadlock):
+            # an error inside the pass; the deadlock is raised after a whole pass
             result, why = "waiting", "the engine stopped before this pass reached it"
         elif request.request_id in scheduled:
             result, why = "scheduled", "the pages and the token budget were there"
@@ -109,7 +111,9 @@ def step_figures(model: StepModel) -> Dict[str, dict]:
                                   "for, and got", subtitle=f"policy {model.policy}; pool "
                                   f"{model.used_pages} of {model.total_pages} pages in use"),
             "timeline": viz.scheduler_timeline_spec(model.result, stall_limit=STEP_ENGINE.stall_limit,
-                                                    title=f"The run so far: {counted(model.passes, 'pass')}")}
+                                                    title=f"The run so far: {counted(model.passes, 'pass')}"
+                                                    + (f", steps 0 to {model.passes - 1:,}" if model.passes > 1
+                                                       else ", step 0"))}
 
 
 def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
