@@ -347,8 +347,10 @@ def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
     assert "an explicit 512 still raises" in text
     assert mamba.model.feasible_max_batch_size == 339
     fig = mamba.figures["stack"]
-    # a legend entry names one part; its sizes are under each bar, one part a line, with units
-    assert [t.name for t in fig.data] == [lab for _, lab, _ in viz.RESIDENCY_PARTS]
+    # a legend entry names one part, and says so when the part is too thin to see on a 37 GiB
+    # axis; its sizes are under each bar, one part a line, with units
+    assert [t.name.split(":")[0] for t in fig.data] == [lab for _, lab, _ in viz.RESIDENCY_PARTS]
+    assert [t.name.endswith("too thin to see") for t in fig.data] == [False, True, True, True]
     # merged raises at construction: its bar is what it would need, not slots it holds
     assert bar_names(fig) == ["merged: needs 37.5 GiB, does not build", "PR #17261 clamp (proposal)"]
     merged, clamp = (x.split("<br>")[1:] for x in fig.data[0].x)
@@ -373,6 +375,8 @@ def test_a_big_quota_lets_merged_code_build_and_the_figure_updates_in_place(mamb
     fig = mamba.figures["stack"]
     assert bar_names(fig) == ["merged", "PR #17261 clamp (proposal)"]
     assert "512 sequences, all resident" in mamba.verdict_text
+    mamba.set(max_batch_size=1)
+    assert "1 sequence, resident (merged" in mamba.verdict_text
     assert mamba_bars(mamba) != before
     assert abs(fig.layout.shapes[0].y0 - 40.0) < 0.01
 
@@ -403,7 +407,9 @@ def test_a_part_no_bar_has_is_not_in_the_legend():
     fit = {"resident": 30 * 2**30, "dummies": 2**26, "pages": 2**30, "unused": 0}
     spec = viz.residency_stack_spec({"raw": fit, "clamped": fit, "raw_fits": True}, 32 * 2**30)
     shown = [t["name"] for t in spec["data"] if t["showlegend"]]
-    assert shown == ["resident state slots", "dummy slots (CUDA-graph padding)", "attention pages"]
+    # a part under 1 % of the tallest bar says so, with its size: the bar alone does not show it
+    assert shown == ["resident state slots", "dummy slots (CUDA-graph padding): 64.0 MiB, too thin to see",
+                     "attention pages"]
     assert bar_names(go.Figure(spec))[0] == "merged"  # it builds: no "would need"
     assert "would need" not in spec["data"][0]["x"][0]
     assert len(spec["data"]) == 4 and spec["data"][3]["y"] == [None, None]  # 4 traces, always

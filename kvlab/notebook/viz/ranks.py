@@ -11,7 +11,7 @@ from kvlab.core.checks import check_instance, check_int, check_items, check_sequ
 from kvlab.core.memory import GIB
 from kvlab.run.rank import RankResult
 from kvlab.notebook.viz.style import (OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR, ROW_COLOR,
-                                      as_figure, base_layout, outcome_color, titled)
+                                      as_figure, base_layout, outcome_color, thin_label, titled)
 
 #: Parts of a rank's memory, bottom to top, with their colours (Tol "muted"; the KV pool in the
 #: "ok" colour, the share the MIN took away hatched in grey).
@@ -27,22 +27,14 @@ BUDGET_PARTS = (
 )
 
 
-#: A part whose largest value is under this share of the tallest bar is too thin to see: its
-#: legend entry gives its size.
-THIN_SHARE = 0.01
-
-
 def budget_label(key: str, label: str, values: Sequence[float], tallest: float, *,
                  after_min: bool) -> str:
     """A part's legend entry: the KV pool is "after the MIN" only with ``after_min`` (more than
-    one rank); a part too thin to see (:data:`THIN_SHARE`) is named with its size in GiB."""
+    one rank); a part too thin to see (:func:`~kvlab.notebook.viz.style.thin_label`) is named
+    with its size in GiB."""
     if key == "KV pool" and not after_min:
         label = "KV pool"
-    top = max(values, default=0)
-    if 0 < top < THIN_SHARE * tallest:
-        size = f"{top:.2g} GiB" if min(values) == top else f"up to {top:.2g} GiB"
-        label = f"{label}: {size}, too thin to see"
-    return label
+    return thin_label(label, values, tallest, lambda gib: f"{gib:.2g} GiB")
 
 
 def budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],

@@ -13,7 +13,7 @@ from kvlab.case_studies import FindingRun
 from kvlab.core.checks import check_instance, check_items
 from kvlab.core.memory import GIB
 from kvlab.notebook.viz.style import (AXIS_STYLE, OUTCOME_COLORS, as_figure, base_layout, format_bytes,
-                                      titled, wrap_words)
+                                      thin_label, titled, wrap_words)
 
 #: Bug and fix bars of :func:`review_findings_spec`.
 BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
@@ -94,9 +94,9 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
                          subtitle: str = "") -> dict:
     """Stacked bars (GiB) of what the quota goes to under merged residency and under PR #17261's
     clamp (a proposal): resident slots, dummy slots, attention pages, unused; the quota as a
-    dashed line. Under each bar, its parts with their sizes (a part too thin to see is still
-    named and sized there); a part of zero bytes is neither drawn nor listed, nor in the legend
-    when both bars lack it. Merged code that raises builds nothing: its bar is what it would
+    dashed line. Under each bar, its parts with their sizes; a part too thin to see says so in
+    its legend entry (:func:`~kvlab.notebook.viz.style.thin_label`); a part of zero bytes is
+    neither drawn nor listed, nor in the legend when both bars lack it. Merged code that raises builds nothing: its bar is what it would
     need, and says so. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``.
     Traces: always 4 bars."""
     gib = GIB
@@ -115,10 +115,12 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
         x.append(f"<b>{name}</b><br>" + "<br>".join(f'<span style="font-size:11px">{line}</span>'
                                                      for line in listed))
     data = []
+    tallest = max(sum(parts[key] for key, _, _ in RESIDENCY_PARTS) for parts in bars)
     for key, label, color in RESIDENCY_PARTS:
         sizes = [parts[key] for parts in bars]
         hover = [f"{name}: {label} {format_bytes(b)}" for name, b in zip(names, sizes)]
-        data.append(dict(type="bar", x=x, y=[b / gib if b else None for b in sizes], name=label,
+        data.append(dict(type="bar", x=x, y=[b / gib if b else None for b in sizes],
+                         name=thin_label(label, sizes, tallest, format_bytes),
                          showlegend=any(sizes), marker=dict(color=color),
                          hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
     q = quota_bytes / gib

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import plotly.graph_objects as go
 
@@ -147,6 +147,21 @@ def base_layout(title: str, subtitle: str = "", **extra) -> dict:
 AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, ticks="outside",
                   tickcolor="#B0B6BE", automargin=True, ticklabeloverflow="allow",
                   separatethousands=True)  # tick labels as 1,000, like the text around them
+
+
+#: A part whose largest value is under this share of the tallest bar is too thin to see: its
+#: legend entry gives its size (:func:`thin_label`).
+THIN_SHARE = 0.01
+
+
+def thin_label(label: str, values: Sequence[float], tallest: float, size: Callable[[float], str]) -> str:
+    """A stacked part's legend entry: ``label``, and for a part too thin to see (its largest
+    value under :data:`THIN_SHARE` of ``tallest``) its size, "label: 2 MiB, too thin to see"
+    ("up to" when its bars differ). ``size`` writes a value in the figure's unit."""
+    top = max(values, default=0)
+    if not 0 < top < THIN_SHARE * tallest:
+        return label
+    return f"{label}: {'' if min(values) == top else 'up to '}{size(top)}, too thin to see"
 
 
 def log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:

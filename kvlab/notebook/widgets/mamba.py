@@ -83,8 +83,9 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
     raw = f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = {need_gib} GiB"
     fits = model.feasible_max_batch_size
     if model.raw_fits:
+        resident = "resident" if plan.requested == 1 else "all resident"
         headline = (f"Merged builds: {raw} <= quota {quota_gib} GiB; {counted(plan.requested, 'sequence')}, "
-                    f"all resident (merged code has no cap). The proposals change nothing here.")
+                    f"{resident} (merged code has no cap). The proposals change nothing here.")
     elif model.resident >= 1:
         used = (model.resident + plan.dummies) * plan.slot_bytes / gib
         headline = (f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
