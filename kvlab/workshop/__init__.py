@@ -26,12 +26,12 @@ naming the function, not once per case.
       ``check_admission_policy(policy)``     (kvlab/sched/admission.py ``CapacityAdmission``; §4)
  4    ``check_resident_scan(fn)``            the phase-2 loop of ``KVCacheV2Scheduler`` in PR
                                              #17261 (scheduler_v2.py, the resident-sequence cap;
-                                             §5): ``break`` where ``continue`` belongs
+                                             §5), with the bug the review found
 ====  =====================================  ======================================================
 
 Reading order: ``feedback`` (the result, the hints, calling the learner's code) ->
 ``ex1_page_index_width`` -> ``ex2_predict_the_valueerror`` -> ``ex3_admission_check`` ->
-``ex4_break_or_continue``: one module per exercise, named as its notebook. Exercise 4 is
+``ex4_the_resident_cap``: one module per exercise, named as its notebook. Exercise 4 is
 self-contained: :func:`schedule_pending_contexts_buggy` is the PR's loop, reduced to the cap
 (notebook 05 runs the same bug on kvlab's Scheduler, as ``kvlab.case_studies.BreakOnCapScheduler``).
 """
@@ -41,9 +41,9 @@ from kvlab.workshop.ex2_predict_the_valueerror import (check_predictions, check_
                                                        describe_prediction_cases)
 from kvlab.workshop.ex3_admission_check import (check_admission, check_admission_policy,
                                                 run_admission_workload)
-from kvlab.workshop.ex4_break_or_continue import (PendingContext, check_resident_scan,
-                                                  run_resident_iterations,
-                                                  schedule_pending_contexts_buggy)
+from kvlab.workshop.ex4_the_resident_cap import (PendingContext, check_resident_scan,
+                                                 run_resident_iterations,
+                                                 schedule_pending_contexts_buggy)
 from kvlab.workshop.feedback import CHECK_MIME, HINTS_ONLY, CheckFailed, CheckResult, reset_hints
 
 __all__ = ["CHECK_MIME", "CheckFailed", "CheckResult", "HINTS_ONLY", "PendingContext",

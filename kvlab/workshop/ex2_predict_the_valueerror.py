@@ -5,26 +5,28 @@ predicts what each resize does, then makes the seed's resize raise it.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from kvlab.analysis.presets import RESIZE_OUTCOMES
 from kvlab.analysis.repro import run_repro
-from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
+from kvlab.core.arith import div_ceil
+from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
 from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, check_flags, finish, learner_name
 
 
 @dataclass(frozen=True)
 class PredictionCase:
     """One resize on the seed's model shape (2 layers, 2 KV heads, head_dim 128, fp16, 32 tokens
-    per block), configured max_seq_len 8192, batch size 1."""
+    per block), configured max_seq_len 8,192, batch size 1."""
 
     pool_mib: float
     context: int
     policy: str
 
     def __str__(self) -> str:
-        return f"{self.pool_mib:g} MiB pool, resize to {self.context} tokens, {self.policy} row"
+        return f"{self.pool_mib:g} MiB pool, resize to {self.context:,} tokens, {self.policy} row"
 
 
 PREDICTION_CASES: Dict[str, PredictionCase] = {
@@ -51,8 +53,8 @@ def describe_prediction_cases() -> str:
 def _prediction_hint(result) -> str:
     need, width, pages = result.entries_needed, result.max_blocks_per_seq, result.total_blocks
     sized = result.capacity_tokens if result.policy == "clamped" else result.configured_max_seq_len
-    row = (f"the {result.policy} row is sized from max_seq_len {sized}: "
-           f"ceil(({sized}+1)/32) -> {width} entries; the pool has {pages} pages")
+    row = (f"the {result.policy} row is sized from max_seq_len {sized:,}: "
+           f"ceil(({sized:,}+1)/32) -> {width} entries; the pool has {pages} pages")
     if result.outcome == "crash":
         return f"{row}; {need} entries needed > {width}: the row is checked BEFORE the pool, so it raises"
     if result.outcome == "refused":
@@ -64,7 +66,7 @@ def _prediction_question(case: PredictionCase) -> str:
     """The first failure's hint: the steps to redo, not the outcome."""
     return (f"redo the steps: the pages a {case.pool_mib:g} MiB pool holds, the max_seq_len the "
             f"{case.policy} row is sized from and its width (exercise 1), the entries a resize to "
-            f"{case.context} tokens needs; then the check order above: the row before the pool")
+            f"{case.context:,} tokens needs; then the check order above: the row before the pool")
 
 
 def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = False,
@@ -103,26 +105,100 @@ def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = F
                    cases=len(PREDICTION_CASES))
 
 
+@dataclass(frozen=True)
+class _Resize:
+    """One ``KVCache.resize`` made by the learner's function: its capacity, the page size and the
+    entries it needs, the row's width, the pool's pages, and what it did (True, False, or the
+    exception raised)."""
+
+    capacity: int
+    tokens_per_block: int
+    needed: int
+    width: int
+    pages: int
+    outcome: object
+
+
+@contextmanager
+def _watching_resizes() -> Iterator[List[_Resize]]:
+    """Record every KVCache.resize made inside the block (the learner's code), in order."""
+    resize, made = KVCache.resize, []
+
+    def watched(cache, capacity, *args, **kwargs):
+        def record(outcome):
+            tpb = cache.tokens_per_block
+            made.append(_Resize(capacity, tpb, div_ceil(capacity, tpb), cache.page_index.width,
+                                cache.pool.num_blocks, outcome))
+        try:
+            outcome = resize(cache, capacity, *args, **kwargs)
+        except Exception as exc:
+            record(exc)
+            raise
+        record(outcome)
+        return outcome
+
+    KVCache.resize = watched
+    try:
+        yield made
+    finally:
+        KVCache.resize = resize
+
+
+SEED_CRASH = ("the seed's crash needs the clamped row (page_index_policy='clamped': 68 entries) and a "
+              "resize to 8,192 tokens (256 entries): 4 MiB, max_seq_len 8,192, 32 tokens per block")
+
+
+def _no_value_error(got, made: List[_Resize]):
+    """What happened when fn returned ``got``, not a ValueError: read off the resizes it made."""
+    returned = f"returned {got!r}"
+    caught = [r for r in made if isinstance(r.outcome, BaseException)]
+    if caught:
+        exc = caught[-1].outcome
+        return (f"{returned}: your resize raised {type(exc).__name__} ({exc}) and your function "
+                "caught it, but did not return it: `except ValueError as exc: return exc`")
+    if not made:
+        return (f"{returned} and resized no cache: create one (`mgr.create_cache(\"req-0\")`) and "
+                "resize it to 8,192 tokens")
+    last = made[-1]
+    fits_row = (f"your row has {last.width} entries and a resize to {last.capacity:,} tokens needs "
+                f"ceil({last.capacity:,}/{last.tokens_per_block}) = {last.needed} <= {last.width}, so it "
+                "passed the row check")
+    if last.outcome is False:
+        head = (f"{returned}: no ValueError was raised - your resize to {last.capacity:,} tokens "
+                "returned False (refused)")
+        return Hint(f"{head}: which row did you build? A row wide enough for the context passes "
+                    "the row check, and only the pool refuses",
+                    f"{head}: {fits_row}, and only the pool said no ({last.needed} pages needed, "
+                    f"{last.pages} in the pool); {SEED_CRASH}")
+    head = (f"{returned}: no ValueError was raised - your resize to {last.capacity:,} tokens "
+            "returned True (allocated)")
+    return Hint(f"{head}: which row, which pool and which resize did you build? Compare them with "
+                "the seed's, as Part 2 gives them",
+                f"{head}: {fits_row}, and the pool's {last.pages} pages hold {last.needed}; {SEED_CRASH}")
+
+
 def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
                   reveal: Optional[bool] = None) -> CheckResult:
     """Exercise 2b: ``fn()`` builds the seed's KVCacheManager (clamped row), resizes a cache to
-    8192 tokens, catches the ValueError and returns it."""
+    8,192 tokens, catches the ValueError and returns it. When it returns anything else, the
+    feedback says what its resizes did (recorded while it runs)."""
     check_flags(strict, reveal)
     failures, passes = [], []
-    try:
-        got = fn()
-    except NotImplementedError:
-        got = None
-        failures.append(NOT_YET)
-    except PageIndexTooShort as exc:
-        got = None
-        escaped = f"the ValueError escaped your function ({exc})"
-        failures.append(Hint(f"{escaped}: catch it inside the function and return it",
-                              f"{escaped}: wrap the resize in "
-                              "`try: ... except ValueError as exc: return exc`"))
-    except Exception as exc:
-        got = None
-        failures.append(f"your function raised {type(exc).__name__}: {exc}")
+    with _watching_resizes() as made:
+        try:
+            got = fn()
+        except NotImplementedError:
+            got = None
+            failures.append(NOT_YET)
+        except PageIndexTooShort as exc:
+            got = None
+            escaped = f"the ValueError escaped your function ({exc})"
+            failures.append(Hint(f"{escaped}: catch it inside the function and return it",
+                                  f"{escaped}: wrap the resize in "
+                                  "`try: ... except ValueError as exc: return exc`"))
+        except Exception as exc:
+            got = None
+            failures.append(f"your function raised {type(exc).__name__}: {exc}")
     if failures:
         pass
     elif isinstance(got, PageIndexTooShort):
@@ -135,24 +211,12 @@ def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
             failures.append(Hint(f"{wrong}; compare your manager and resize with the seed's, "
                                   "as Part 2 gives them",
                                   f"{wrong}; the seed's numbers are 256 and 68: a 4 MiB pool, "
-                                  "max_seq_len 8192, 32 tokens per block, a resize to 8192"))
+                                  "max_seq_len 8,192, 32 tokens per block, a resize to 8,192"))
     elif isinstance(got, BaseException):
         failures.append(f"returned {type(got).__name__}: {got}; expected the native "
                         f"{PAGE_INDEX_TOO_SHORT_MESSAGE!r}")
-    elif got is False:
-        refused = ("returned False: the resize was refused, so the row had room for the context "
-                   "and only the pool had not")
-        failures.append(Hint(f"{refused}; which row is too short for an 8,192-token context, and "
-                              "which page_index_policy sizes it?",
-                              f"{refused}; the crash needs a row shorter than the 256 entries the "
-                              "context needs: page_index_policy='clamped' (68 entries), and the "
-                              "seed's resize to 8192 tokens"))
-    elif got is True:
-        failures.append("returned True: the resize succeeded, so the pool or the context is not the "
-                        "seed's (4 MiB, 8192 tokens)")
     else:
-        failures.append(f"returned {got!r}; return the caught exception object (`except ValueError as "
-                        "exc: return exc`)")
+        failures.append(_no_value_error(got, made))
     return finish("check_trigger", failures, passes, strict, reveal=reveal, learner=learner_name(fn))
 
 

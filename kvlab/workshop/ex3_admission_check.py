@@ -33,40 +33,67 @@ def _seed_manager(policy: str = "configured", quota_mib: float = 4, max_batch_si
     return mgr
 
 
-#: (label, manager settings, request, the hint a first failure gets (a question: no formula),
-#:  what the case teaches (shown from the second failure on, with the worked numbers))
+#: The hint for a request called "never fits" that only waits for pages or slots others hold.
+PRESSURE_AS_NEVER = ("pages and page-index slots held by other requests come back when they finish: "
+                     "is this a 'never'?",
+                     "pages and slots held by others are temporary pressure: never-fits is judged "
+                     "against the TOTAL pages and the row's span")
+
+#: (label, manager settings, request, {the wrong class returned: (the hint a first failure gets
+#:  (a question: no formula), what the case teaches (shown from the second failure on, with the
+#:  worked numbers))}; None: any other wrong class)
 ADMISSION_CASES = [
     ("the seed's 8,192-token request", dict(policy="clamped"), Request("big", 8192, 16),
-     "can any amount of waiting make this request fit this pool?",
-     "demand beyond the pool's total pages can never fit"),
+     {None: ("can any amount of waiting make this request fit this pool?",
+             "demand beyond the pool's total pages can never fit")}),
     ("the prompt fits, the whole request does not", {}, Request("long-output", 2000, 100),
-     "a request keeps growing after its prompt: what does it hold when it completes?",
-     "demand counts every token the request holds when it completes: prompt + max_new_tokens"),
+     {None: ("a request keeps growing after its prompt: what does it hold when it completes?",
+             "demand counts every token the request holds when it completes: prompt + max_new_tokens")}),
     ("exactly the whole pool", {}, Request("exact", 2048, 0),
-     "look at the boundary: is a request that needs exactly what the pool has too big?",
-     "a request that needs exactly the total pages fits (> total, not >=)"),
+     {NEVER_FITS: ("look at the boundary: is a request that needs exactly what the pool has too big?",
+                   "a request that needs exactly the total pages fits (> total, not >=)"),
+      TEMPORARILY_BLOCKED: ("look at the boundary: must a request whose pages are exactly the free "
+                            "ones wait?",
+                            "a context that needs exactly the free pages fits now (<= free, not <)")}),
     ("one token over the pool", {}, Request("over", 2048, 1),
-     "look at the boundary from the other side, and count pages, not tokens",
-     "one token more than the pool's 2048 needs a 65th page"),
+     {None: ("look at the boundary from the other side, and count pages, not tokens",
+             "one token more than the pool's 2,048 needs a 65th page")}),
     ("the pool is busy", dict(busy_blocks=40), Request("busy", 1024, 64),
-     "pages held by other requests come back when they finish: is this a 'never'?",
-     "pages held by others are temporary pressure: never-fits is judged against the TOTAL pages"),
+     {NEVER_FITS: ("pages held by other requests come back when they finish: is this a 'never'?",
+                   "pages held by others are temporary pressure: never-fits is judged against the "
+                   "TOTAL pages"),
+      FITS_NOW: ("look at the free pages: can this request's context start right now?",
+                 "fits now needs the context's pages free now; they are not, so it waits")}),
     ("the pool is busy, but it fits in what is free", dict(busy_blocks=40), Request("small", 512, 64),
-     "which part of the request must find its pages free right now, and which comes later?",
-     "fits now: the context's pages are free now (the output grows later)"),
+     {TEMPORARILY_BLOCKED: ("which part of the request must find its pages free right now, and which "
+                            "comes later?",
+                            "fits now: the context's pages are free now (the output grows later)"),
+      NEVER_FITS: PRESSURE_AS_NEVER}),
+    ("the pool is busy: its context fits in what is free, its output not yet", dict(busy_blocks=40),
+     Request("grows-later", 512, 320),
+     {TEMPORARILY_BLOCKED: ("its context fits in the free pages now, its output not yet: must the "
+                            "output's pages be free before the request starts?",
+                            "you compared the whole request (context and output) with the free "
+                            "pages: only the context's pages must be free now, the output grows "
+                            "later as pages come back"),
+      NEVER_FITS: PRESSURE_AS_NEVER}),
     ("every page-index slot is taken", dict(max_batch_size=1, fill_slots=True),
      Request("no-slot", 256, 32),
-     "pages are not all a new sequence takes from the manager: what else must be free for it?",
-     "no free page-index slot is temporary too: one comes back when a sequence ends"),
+     {FITS_NOW: ("pages are not all a new sequence takes from the manager: what else must be free "
+                 "for it?",
+                 "no free page-index slot is temporary too: one comes back when a sequence ends"),
+      NEVER_FITS: PRESSURE_AS_NEVER}),
     ("a big pool, a request past the row", dict(quota_mib=64), Request("past-row", 8192, 300),
-     "the pool is big enough here: is there another fixed limit on the pages one sequence can address?",
-     "the page-index span (max_blocks_per_seq) is a fixed budget too: demand beyond it never fits"),
+     {None: ("the pool is big enough here: is there another fixed limit on the pages one sequence "
+             "can address?",
+             "the page-index span (max_blocks_per_seq) is a fixed budget too: demand beyond it "
+             "never fits")}),
     ("extra KV tokens", dict(num_extra_kv_tokens=32), Request("extra", 2016, 16),
-     "this manager adds something to every sequence's tokens: look again at what you may read",
-     "demand includes the manager's num_extra_kv_tokens"),
+     {None: ("this manager adds something to every sequence's tokens: look again at what you may read",
+             "demand includes the manager's num_extra_kv_tokens")}),
     ("draft tokens", {}, Request("draft", 2000, 40, num_draft_tokens=16),
-     "this request carries more than prompt and output: look again at what you may read",
-     "demand includes the request's num_draft_tokens"),
+     {None: ("this request carries more than prompt and output: look again at what you may read",
+             "demand includes the request's num_draft_tokens")}),
 ]
 
 CLASSES = (FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS)
@@ -74,16 +101,17 @@ CLASSES = (FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS)
 
 def _manager_facts(mgr: KVCacheManager) -> str:
     """What the learner can read off the manager (no demand, no formula): the first failure's numbers."""
-    return (f"pool {mgr.total_blocks} total, {mgr.free_blocks} free; row {mgr.max_blocks_per_seq} "
-            f"entries; {mgr.page_index.free_slots} free slots")
+    return (f"pool {mgr.total_blocks:,} total, {mgr.free_blocks:,} free; row {mgr.max_blocks_per_seq:,} "
+            f"entries; {mgr.page_index.free_slots:,} free slots")
 
 
 def _admission_numbers(request: Request, mgr: KVCacheManager) -> str:
     """The worked demand with the manager's numbers: shown on a pass, and from a second failure on."""
     tokens = request.prompt_len + request.max_new_tokens + mgr.num_extra_kv_tokens + request.num_draft_tokens
-    return (f"demand ceil(({request.prompt_len} prompt + {request.max_new_tokens} new + "
-            f"{mgr.num_extra_kv_tokens} extra + {request.num_draft_tokens} draft) / {mgr.tokens_per_block}) = "
-            f"{mgr.geometry.blocks_for_tokens(tokens)} blocks; {_manager_facts(mgr)}")
+    return (f"demand ceil(({request.prompt_len:,} prompt + {request.max_new_tokens:,} new + "
+            f"{mgr.num_extra_kv_tokens:,} extra + {request.num_draft_tokens:,} draft) / "
+            f"{mgr.tokens_per_block}) = {mgr.geometry.blocks_for_tokens(tokens):,} blocks; "
+            f"{_manager_facts(mgr)}")
 
 
 def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
@@ -96,7 +124,7 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
     check_flags(strict, reveal)
     reference = CapacityAdmission()
     failures, passes = [], []
-    for label, settings, request, question, lesson in ADMISSION_CASES:
+    for label, settings, request, hints in ADMISSION_CASES:
         mgr = _seed_manager(**settings)
         expected, _ = reference.classify(request, mgr)
         free_before, caches_before = mgr.free_blocks, len(mgr.caches)
@@ -120,15 +148,18 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
             failures.append(f"{label}: class {verdict!r} is not one of {list(CLASSES)}")
         elif verdict != expected:
             wrong = f"{label}: expected {expected!r}, got {verdict!r}"
-            given = (f"{request.prompt_len} prompt, {request.max_new_tokens} max_new_tokens, "
-                     f"{request.num_draft_tokens} draft; {mgr.num_extra_kv_tokens} extra KV tokens, {facts}")
+            question, lesson = hints.get(verdict) or hints[None]
+            given = (f"{request.prompt_len:,} prompt, {request.max_new_tokens:,} max_new_tokens, "
+                     f"{request.num_draft_tokens:,} draft; {mgr.num_extra_kv_tokens:,} extra KV tokens, "
+                     f"{facts}")
             failures.append(Hint(f"{wrong} - {question} ({given})", f"{wrong} - {lesson} ({numbers})"))
         elif verdict == NEVER_FITS and not _states_numbers(reason, request, mgr):
             demand = demand_blocks(request, mgr)
             wrong = f"{label}: right class, but the reason {reason!r} should state the numbers"
             failures.append(Hint(f"{wrong}: the blocks the request needs and the limit it exceeds",
-                                  f"{wrong}: {demand} blocks needed and the limit it exceeds "
-                                  f"({mgr.total_blocks} total blocks or a {mgr.max_blocks_per_seq}-entry row)"))
+                                  f"{wrong}: {demand:,} blocks needed and the limit it exceeds "
+                                  f"({mgr.total_blocks:,} total blocks or a {mgr.max_blocks_per_seq:,}-entry "
+                                  "row)"))
         elif verdict != FITS_NOW and not (isinstance(reason, str) and reason.strip()):
             failures.append(f"{label}: right class, but give a reason: why must it wait?")
         else:
@@ -140,8 +171,10 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
 def _states_numbers(reason, request: Request, mgr: KVCacheManager) -> bool:
     if not isinstance(reason, str):
         return False
-    limits = (str(mgr.total_blocks), str(mgr.max_blocks_per_seq))
-    return str(demand_blocks(request, mgr)) in reason and any(limit in reason for limit in limits)
+    def named(n: int) -> bool:  # with or without a thousands separator
+        return str(n) in reason or f"{n:,}" in reason
+
+    return named(demand_blocks(request, mgr)) and (named(mgr.total_blocks) or named(mgr.max_blocks_per_seq))
 
 
 #: The scheduler workload of exercise 3b: two requests that do not fit together (the second
@@ -192,8 +225,8 @@ def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False,
                        f"{type(result.error).__name__} ({status})")
             failures.append(Hint(f"{stopped} - 'big' can never fit this pool and should have been "
                                   f"rejected when it arrived: {find_the_hook}",
-                                  f"{stopped} - 'big' needs 257 blocks of 64 and should have been "
-                                  f"rejected when it arrived: {the_hook}"))
+                                  f"{stopped} - 'big' needs 257 blocks, the pool has 64: it should "
+                                  f"have been rejected when it arrived: {the_hook}"))
         elif result.status["big"] != "rejected":
             not_rejected = f"{width} row: 'big' is {result.status['big']!r} ({status})"
             failures.append(Hint(f"{not_rejected}; it can never fit: reject it when it arrives - "
@@ -205,7 +238,7 @@ def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False,
             unnamed = f"{width} row: 'big' was rejected, but its reason {result.reasons['big']!r}"
             failures.append(Hint(f"{unnamed} should state the numbers: the blocks it needs and "
                                   "the limit it exceeds",
-                                  f"{unnamed} should name 257 blocks and the 64 there are"))
+                                  f"{unnamed} should name the 257 blocks it needs and the pool's 64"))
         else:
             passes.append(f"{width} row: {status}; 'big': {result.reasons['big']}")
     return finish("check_admission_policy", failures, passes, strict, reveal=reveal,

@@ -56,7 +56,7 @@ def page_index_width(max_seq_len: int, tokens_per_block: int, extra: int, draft:
 # ## Part 2: the seed's two rows
 #
 # The seed's experiment: 2 layers × 2 (K and V) × 2 KV heads × head_dim 128 × 2 bytes (fp16) =
-# 2048 bytes per token, a **4 MiB** KV pool, 32 tokens per block, configured `max_seq_len` 8192.
+# 2,048 bytes per token, a **4 MiB** KV pool, 32 tokens per block, configured `max_seq_len` 8,192.
 # The manager clamps `max_seq_len` to the longest sequence the pool holds (in whole blocks).
 # Fill in the `max_seq_len` each width policy sizes the row from.
 
@@ -81,8 +81,7 @@ result
 # %% [markdown]
 # ## Discuss
 #
-# * A request for 8192 tokens needs `ceil(8192 / 32) = 256` entries. Which row holds it?
+# * A request for 8,192 tokens needs `ceil(8192 / 32) = 256` entries. Which row holds it?
 # * The clamped row has 68 entries but the pool only 64 pages. What do the 4 spare entries buy?
-#   (Exercise 2, case D.)
 # * The configured row is 260 entries for *every* slot of the table, whatever the pool holds. What
 #   does that cost at `max_batch_size` 512? (Notebook 03, "the price of the wider row".)

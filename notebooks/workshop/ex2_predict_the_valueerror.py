@@ -44,8 +44,8 @@ print(workshop.describe_prediction_cases())
 # %% [markdown]
 # ## Part 1: predict
 #
-# Every case uses the seed's model shape (2048 bytes per token, 32 tokens per block), a configured
-# `max_seq_len` of 8192 and batch size 1. For each, work out: the pages in the pool, the clamped
+# Every case uses the seed's model shape (2,048 bytes per token, 32 tokens per block), a configured
+# `max_seq_len` of 8,192 and batch size 1. For each, work out: the pages in the pool, the clamped
 # `max_seq_len`, the row width under the case's policy (exercise 1), and the entries the resize
 # needs. Then write `"ok"`, `"refused"` or `"crash"`. Predict before you run anything.
 #
@@ -73,7 +73,7 @@ result
 # Build the seed's manager with kvlab — `KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128,
 # dtype="float16", tokens_per_block=32)`, `KVCacheManager(geo, quota_bytes=4 * 2**20,
 # max_seq_len=8192, max_batch_size=1, page_index_policy="clamped")` — create a cache with
-# `mgr.create_cache("req-0")` and resize it to 8192 tokens. Catch the `ValueError` and **return**
+# `mgr.create_cache("req-0")` and resize it to 8,192 tokens. Catch the `ValueError` and **return**
 # it. (The manager warns that it clamps `max_seq_len`; `warnings.catch_warnings()` quiets it.)
 
 # %%
@@ -89,8 +89,11 @@ result
 # %% [markdown]
 # ## Discuss
 #
-# * Cases D and E both ask for more than the pool's 64 pages, yet they end differently. What
-#   separates them?
+# Answer these after your predictions pass.
+#
+# * Cases C, D and E differ only in the context's length. Which of the four checks above decides
+#   each one, and at which lengths does a resize on this clamped row switch from one outcome to
+#   another?
 # * Case B runs the one-line fix. After its outcome, is the request served? Who retries it, and
 #   with what? (Notebook 03, part 2: through the scheduler.)
 # * The exception is raised on one rank. Why did all 16 ranks of issue #21470 stop?

@@ -37,6 +37,8 @@ STRICT: bool = False  # True: a failed check raises (the tests use it); False: i
 SMOKE: bool = False  # True (CI): the no-admission run stops after 50 stalled passes, not 1000
 
 # %%
+import textwrap
+
 from kvlab import AdmissionPolicy, KVCacheManager, Request, Verdict, workshop
 
 stall_limit = 50 if SMOKE else 1000
@@ -45,13 +47,15 @@ stall_limit = 50 if SMOKE else 1000
 # ## The problem
 #
 # Four requests on the seed's 4 MiB pool (64 pages of 32 tokens), configured row: `s1` and `s2`
-# (1536 + 32 tokens each) do not fit together, `big` (8192 + 16) can never fit, `s3` is small.
+# (1,536 + 32 tokens each) do not fit together, `big` (8,192 + 16) can never fit, `s3` is small.
 # With no admission control (`"none"`, TensorRT-LLM today):
 
 # %%
 run = workshop.run_admission_workload("none", "configured", stall_limit=stall_limit)
-print(run.status)
-print(type(run.error).__name__, ":", run.error)
+for request_id, state in run.status.items():
+    print(f"{request_id}: {state}")
+print(f"\nthe engine stopped with {type(run.error).__name__}:")
+print(textwrap.fill(str(run.error), width=80))
 
 # %% [markdown]
 # ## Part 1: classify

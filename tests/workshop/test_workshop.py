@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 
-from kvlab import AdmissionPolicy, Verdict, workshop
+from kvlab import AdmissionPolicy, KVCacheManager, KVGeometry, Verdict, workshop
 from kvlab.sched.admission import CapacityAdmission, NoAdmission
 from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
 from notebook_runner import execute as run_notebook
@@ -27,7 +28,7 @@ EXERCISES = {
     "ex1_page_index_width": ["check_page_index_width"],
     "ex2_predict_the_valueerror": ["check_predictions", "check_trigger"],
     "ex3_admission_check": ["check_admission", "check_admission_policy"],
-    "ex4_break_or_continue": ["check_resident_scan"],
+    "ex4_the_resident_cap": ["check_resident_scan"],
 }
 ALL_CHECKS = [name for checks in EXERCISES.values() for name in checks]
 
@@ -175,10 +176,29 @@ def test_predictions_feedback_explains_the_row_of_each_policy():
     # thinking the clamped row is as wide as the configured one: A and F "refused"
     text = feedback(workshop.check_predictions({**right, "A": "refused", "D": "crash", "X": "ok", "C": "fine"},
                                                reveal=True))
-    assert ("A (4 MiB pool, resize to 8192 tokens, clamped row): you predicted 'refused', the resize gave "
-            "'crash' - the clamped row is sized from max_seq_len 2048: ceil((2048+1)/32) -> 68 entries") in text
+    assert ("A (4 MiB pool, resize to 8,192 tokens, clamped row): you predicted 'refused', the resize gave "
+            "'crash' - the clamped row is sized from max_seq_len 2,048: ceil((2,048+1)/32) -> 68 entries") in text
     assert "66 entries fit the row (66 <= 68) but 66 pages > 64" in text
     assert "'fine' is not an outcome" in text and "unknown case names ['X']" in text
+
+
+def seed_trigger(policy="clamped", returns="exc", context=8192):
+    """A learner's trigger_the_value_error: the seed's manager under ``policy``, a resize to
+    ``context``; ``returns`` "exc" (the caught ValueError, else None), "result" (the resize's),
+    or "nothing" (catches the ValueError, returns None)."""
+    def trigger():
+        geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mgr = KVCacheManager(geo, quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1,
+                                 page_index_policy=policy)
+        cache = mgr.create_cache("req-0")
+        try:
+            done = cache.resize(context)
+        except ValueError as exc:
+            return None if returns == "nothing" else exc
+        return done if returns == "result" else None
+    return trigger
 
 
 def test_trigger_feedback():
@@ -188,9 +208,34 @@ def test_trigger_feedback():
         raise PageIndexTooShort(256, 68)
 
     assert "escaped your function" in feedback(workshop.check_trigger(escaped))
-    assert "the row had room for the context" in feedback(workshop.check_trigger(lambda: False))
+    assert ("returned False: no ValueError was raised - your resize to 8,192 tokens returned False "
+            "(refused)") in feedback(workshop.check_trigger(seed_trigger("configured", "result")))
     assert "256 and 68" in feedback(workshop.check_trigger(lambda: PageIndexTooShort(300, 132), reveal=True))
     assert workshop.check_trigger(lambda: PageIndexTooShort(256, 68))
+
+
+def test_trigger_says_what_the_resize_did_when_no_value_error_came_back():
+    """Learner pass C: a correct try/except on the configured row returned None (the resize
+    returned False: no ValueError at all), and was told to return the caught exception."""
+    from kvlab.core.kv_cache import KVCache
+
+    resize = KVCache.resize
+    first = feedback(workshop.check_trigger(seed_trigger("configured")))
+    assert ("returned None: no ValueError was raised - your resize to 8,192 tokens returned False "
+            "(refused): which row did you build?") in first
+    assert "return the caught exception" not in first and "260" not in first
+    second = feedback(workshop.check_trigger(seed_trigger("configured")))
+    assert ("your row has 260 entries and a resize to 8,192 tokens needs ceil(8,192/32) = 256 <= 260, "
+            "so it passed the row check, and only the pool said no (256 pages needed, 64 in the pool)") in second
+    assert "page_index_policy='clamped': 68 entries" in second
+    allocated = feedback(workshop.check_trigger(seed_trigger("clamped", context=2048), reveal=True))
+    assert "your resize to 2,048 tokens returned True (allocated)" in allocated
+    swallowed = feedback(workshop.check_trigger(seed_trigger("clamped", returns="nothing")))
+    assert ("returned None: your resize raised PageIndexTooShort (User-provided base page indices is too "
+            "short) and your function caught it, but did not return it") in swallowed
+    assert "resized no cache" in feedback(workshop.check_trigger(lambda: None))
+    assert workshop.check_trigger(seed_trigger("clamped"))
+    assert KVCache.resize is resize  # the check's watch on resize is gone after it
 
 
 # --- exercise 3 ----------------------------------------------------------------------------------
@@ -222,6 +267,73 @@ def test_admission_feedback_on_typical_mistakes():
                                              else CapacityAdmission().classify(r, m), reveal=True))
     assert "should state the numbers: 257 blocks needed" in text
     assert "return a pair" in feedback(workshop.check_admission(lambda r, m: "fits now"))
+
+
+def whole_request_now(request, manager):
+    """Right about "never fits", but waits until the whole request's pages are free."""
+    verdict, reason = CapacityAdmission().classify(request, manager)
+    demand = manager.geometry.blocks_for_tokens(request.prompt_len + request.max_new_tokens
+                                                + manager.num_extra_kv_tokens + request.num_draft_tokens)
+    if verdict == "never fits" or (demand <= manager.free_blocks and manager.page_index.free_slots):
+        return verdict, reason
+    return "temporarily blocked", f"needs {demand} blocks, {manager.free_blocks} free"
+
+
+def test_admission_catches_waiting_for_the_whole_request():
+    """Learner pass C: comparing the whole demand with the free pages passed all ten cases."""
+    first = workshop.check_admission(whole_request_now)
+    assert not first.passed
+    assert [line.split(":")[0] for line in first.lines[:-2]] == ["the pool is busy"]
+    assert ("expected 'fits now', got 'temporarily blocked' - its context fits in the free pages now, "
+            "its output not yet: must the output's pages be free before the request starts?") in feedback(first)
+    second = feedback(workshop.check_admission(whole_request_now))
+    assert "you compared the whole request (context and output) with the free pages" in second
+    assert "demand ceil((512 prompt + 320 new + 0 extra + 0 draft) / 32) = 26 blocks; pool 64 total, 24 free" in second
+
+
+def test_admission_hints_follow_the_class_returned():
+    """A wrong class gets the hint for that class: calling temporary pressure 'never' is not
+    asked whether the context fits, and each case has a hint for every wrong class."""
+    from kvlab.workshop.ex3_admission_check import (ADMISSION_CASES, CLASSES, PRESSURE_AS_NEVER,
+                                                    _seed_manager)
+
+    for label, settings, request, hints in ADMISSION_CASES:
+        expected = CapacityAdmission().classify(request, _seed_manager(**settings))[0]
+        assert expected not in hints, label  # a hint for the right class would never be shown
+        assert all(hints.get(c) or hints.get(None) for c in CLASSES if c != expected), label
+    pressure_is_never = classify_like(total_attr="free_blocks")
+    text = feedback(workshop.check_admission(pressure_is_never, reveal=False))
+    assert ("the pool is busy: its context fits in what is free, its output not yet: expected 'fits now', "
+            f"got 'never fits' - {PRESSURE_AS_NEVER[0]}") in text
+
+    def ignores_free_pages(request, manager):
+        verdict, reason = CapacityAdmission().classify(request, manager)
+        return ("fits now", "") if verdict == "temporarily blocked" else (verdict, reason)
+
+    text = feedback(workshop.check_admission(ignores_free_pages, reveal=False))
+    assert ("the pool is busy: expected 'temporarily blocked', got 'fits now' - look at the free pages: "
+            "can this request's context start right now?") in text
+
+
+def test_admission_numbers_have_separators():
+    result = workshop.check_admission(CapacityAdmission().classify)
+    text = feedback(result)
+    assert "demand ceil((8,192 prompt + 16 new + 0 extra + 0 draft) / 32) = 257 blocks" in text
+    assert "pool 1,024 total, 1,024 free" in text
+    assert not re.search(r"\b\d{4,}\b", text), text
+
+
+def test_admission_policy_asks_for_the_numbers_in_plain_words():
+    class Unnamed(AdmissionPolicy):
+        def admit(self, request, manager):
+            verdict, _ = CapacityAdmission().classify(request, manager)
+            return Verdict(False, "too big") if verdict == "never fits" else Verdict(True)
+
+    text = feedback(workshop.check_admission_policy(Unnamed(), reveal=True))
+    assert "reason 'too big' should name the 257 blocks it needs and the pool's 64" in text
+    assert "there are" not in text
+    assert "'big' needs 257 blocks, the pool has 64" in feedback(
+        workshop.check_admission_policy(NoAdmission(), reveal=True))
 
 
 def test_admission_feedback_when_classify_allocates():
@@ -265,6 +377,11 @@ def scan(on_cap="continue", count_new=True, cap_all=False, no_cap=False):
     return fn
 
 
+def scan_line(fn, label: str, **kw) -> str:
+    """The feedback line of the SCAN_CASES case ``label`` on ``fn``."""
+    return next(line for line in workshop.check_resident_scan(fn, **kw).lines if line.startswith(label))
+
+
 def test_scan_feedback_break_instead_of_continue():
     result = workshop.check_resident_scan(workshop.schedule_pending_contexts_buggy, reveal=True)
     assert not result.passed
@@ -275,17 +392,54 @@ def test_scan_feedback_break_instead_of_continue():
     assert workshop.check_resident_scan(scan())
 
 
+def test_scan_feedback_says_what_the_loop_returned_not_what_the_case_is_about():
+    """Learner pass C: the starter (`break`) returned ['new-a'] on "room for one more new
+    sequence" and was asked whether it counts the slot, which it does; a loop that forgets the
+    count returned ['new-a', 'new-b', 'old-c'] and got the same words."""
+    room = "room for one more new sequence"
+    broke = scan_line(workshop.schedule_pending_contexts_buggy, room, reveal=False)
+    assert "scheduled ['new-a'], expected ['new-a', 'old-c']" in broke
+    assert "your scan ended at 'new-b', which must wait, so it never reached 'old-c'" in broke
+    assert "slot is taken" not in broke and "count" not in broke
+    assert "num_resident += 1" not in scan_line(workshop.schedule_pending_contexts_buggy, room, reveal=True)
+    uncounted = scan_line(scan(count_new=False), room, reveal=False)
+    assert "scheduled ['new-a', 'new-b', 'old-c']" in uncounted
+    assert ("your loop started 2 new sequences ('new-a', 'new-b') with 1 resident slot free (1 of 2 "
+            "taken): does it count the slot") in uncounted
+    assert "ended at" not in uncounted
+    assert "count it (num_resident += 1)" in scan_line(scan(count_new=False), room, reveal=True)
+    # a "fix" that drops the cap returns the same ids here, and is told so: its other cases show it
+    assert "does it still hold a first chunk back" in scan_line(scan(no_cap=True), room, reveal=False)
+
+
 def test_scan_feedback_other_slips():
-    assert "count it: num_resident += 1" in feedback(workshop.check_resident_scan(scan(count_new=False),
-                                                                                  reveal=True))
     assert "the cap gates only first chunks" in feedback(workshop.check_resident_scan(scan(cap_all=True),
                                                                                       reveal=True))
     dropped = feedback(workshop.check_resident_scan(scan(no_cap=True)))  # a "fix" that drops the cap
     assert "'new-a' started a new sequence with no resident slot free (cap 1)" in dropped
-    assert "why did your scan never reach" not in dropped  # it did: it scheduled too much
+    assert "never reached" not in dropped  # it did: it scheduled too much
+
+    def none_as_zero(pending_ctx, num_resident, max_resident, max_num_requests):
+        return scan()(pending_ctx, num_resident, max_resident or 0, max_num_requests)
+
+    assert "what does None mean" in feedback(workshop.check_resident_scan(none_as_zero, reveal=False))
+    assert "return the list of the ids scheduled" in feedback(workshop.check_resident_scan(lambda *a: None))
+    assert workshop.check_resident_scan(lambda *a: tuple(scan()(*a)))  # a tuple is a list of ids too
     steps, log = workshop.run_resident_iterations(scan())
     assert steps == 4 and len(log) == 4
     assert workshop.run_resident_iterations(workshop.schedule_pending_contexts_buggy)[0] is None
+
+
+def test_the_scan_slips_are_each_one_wrong_loop():
+    """The slips the feedback matches against: the loop without a slip gives every case's
+    expected ids, and each slip gets at least one case wrong (else it could never be named)."""
+    from kvlab.workshop.ex4_the_resident_cap import SCAN_CASES, SLIPS, _ctx, _scan
+
+    for _, spec, resident, cap, budget, expected in SCAN_CASES:
+        assert _scan(_ctx(spec), resident, cap, budget) == expected == scan()(_ctx(spec), resident, cap, budget)
+    for keyword, value, _ in SLIPS:
+        assert any(_scan(_ctx(spec), resident, cap, budget, **{keyword: value}) != expected
+                   for _, spec, resident, cap, budget, expected in SCAN_CASES), keyword
 
 
 # --- a function not implemented yet: one line, not one per case ----------------------------------
@@ -364,14 +518,14 @@ WRONG = {
         ["ceil((2048+0+0+1)/32)=65 -> 68", "expected 2048", "4 MiB / 2048 B per token"]),
     "check_predictions": (lambda **kw: workshop.check_predictions({**RIGHT_PREDICTIONS, "A": "refused"}, **kw),
                           ["the resize gave 'crash'", "256 entries needed > 68"]),
-    "check_trigger": (lambda **kw: workshop.check_trigger(lambda: False, **kw),
-                      ["page_index_policy='clamped'"]),
+    "check_trigger": (lambda **kw: workshop.check_trigger(seed_trigger("configured"), **kw),
+                      ["page_index_policy='clamped'", "256 <= 260"]),
     "check_admission": (lambda **kw: workshop.check_admission(classify_like(count_output=False), **kw),
                         ["ceil(", "prompt + max_new_tokens", "demand"]),
     "check_admission_policy": (lambda **kw: workshop.check_admission_policy(NoAdmission(), **kw),
                                ["Verdict(False, reason)", "in admit()", "257 blocks"]),
     "check_resident_scan": (lambda **kw: workshop.check_resident_scan(
-        workshop.schedule_pending_contexts_buggy, **kw), ["`continue`", "num_resident += 1"]),
+        workshop.schedule_pending_contexts_buggy, **kw), ["`continue`", "`break` ended the scan"]),
 }
 
 
@@ -397,7 +551,7 @@ def test_the_ex3_starter_is_not_told_the_demand_formula(starters):
     assert "expected 'never fits', got 'fits now'" in first
     assert not re.search(r"ceil|demand|prompt \+|\+ max_new_tokens", first), first
     second = feedback(workshop.check_admission(classify))
-    assert "demand ceil((2000 prompt + 100 new + 0 extra + 0 draft) / 32) = 66 blocks" in second
+    assert "demand ceil((2,000 prompt + 100 new + 0 extra + 0 draft) / 32) = 66 blocks" in second
     assert "prompt + max_new_tokens" in second
 
 
@@ -418,6 +572,65 @@ def test_reveal_argument_and_what_counts_as_a_failure():
     workshop.reset_hints()
     NOT_IMPLEMENTED["check_admission"][0]()
     assert not run().revealed and run().revealed
+
+
+# --- what a learner reads in the exercise notebooks ----------------------------------------------
+
+def markdown(name: str) -> list:
+    import jupytext
+
+    return [c.source for c in jupytext.read(notebook_path(name, ".py")).cells if c.cell_type == "markdown"]
+
+
+def discuss(name: str) -> str:
+    return next(cell for cell in markdown(name) if cell.startswith("## Discuss"))
+
+
+def test_nothing_on_screen_gives_away_the_predictions_of_exercise_2():
+    """Learner pass C: ex1's Discuss pointed at "Exercise 2, case D", and ex2's said cases D and E
+    both exceed the pool yet "end differently", on screen while the predictions are made."""
+    assert not re.search(r"[Ee]xercise 2|case [A-G]\b", "\n".join(markdown("ex1_page_index_width")))
+    text = "\n".join(markdown("ex2_predict_the_valueerror"))
+    assert "differently" not in text
+    for sentence in re.split(r"(?<=[.?!])\s", text):  # no sentence names a case and an outcome
+        if re.search(r"\b[Cc]ases? [A-G]\b", sentence):
+            assert not re.search(r"refused|crash|raises|allocat|False|True|more than the pool", sentence), sentence
+    assert discuss("ex2_predict_the_valueerror").splitlines()[2] == "Answer these after your predictions pass."
+
+
+def test_exercise_4_names_neither_the_bug_nor_its_fix_before_the_check_passes():
+    """Learner pass C: the file was ex4_break_or_continue, and the Discuss below the check asked
+    why `break` is wrong for the cap."""
+    names = [p.name for p in (*WORKSHOP.glob("ex4_*"), *(ROOT / "kvlab" / "workshop").glob("ex4_*"))]
+    assert len(names) == 3 and not [n for n in names if re.search("break|continue", n)], names
+    for cell in markdown("ex4_the_resident_cap"):
+        assert not re.search(r"\bbreak\b|\bcontinue\b", cell), cell
+    assert discuss("ex4_the_resident_cap").splitlines()[2] == "Once the check passes:"
+
+
+def test_the_ex4_starter_says_it_never_finishes(capsys):
+    run_in_process("ex4_the_resident_cap", SMOKE=True)
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "never finishes (stalled)"
+    assert "None" not in out
+
+
+def test_the_ex3_problem_prints_plain_statuses_in_short_lines(capsys):
+    run_in_process("ex3_admission_check", SMOKE=True)
+    out = capsys.readouterr().out
+    assert out.splitlines()[:4] == ["s1: finished", "s2: finished", "big: waiting", "s3: finished"]
+    assert "RequestState" not in out and "<" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "the engine stopped with SchedulerDeadlock:" in out
+
+
+def test_the_ex2_cases_and_exercise_prose_use_separators():
+    cases = workshop.describe_prediction_cases()
+    assert "A: 4 MiB pool, resize to 8,192 tokens, clamped row" in cases
+    assert "D: 4 MiB pool, resize to 2,100 tokens, clamped row" in cases
+    for name in EXERCISES:  # outside code, a number of 4 digits or more has its separator
+        prose = "\n".join(re.sub(r"`[^`]*`", "", cell) for cell in markdown(name))
+        assert not re.findall(r"(?<![#\d,.])\d{4,}\b", prose), name
 
 
 # --- the solutions notebook: apart from the exercises, still clean and passing -------------------

@@ -132,7 +132,7 @@ workshop.check_admission_policy(ClassifyAdmission(), strict=STRICT)
 
 
 # %% [markdown]
-# ## 4 · `break` or `continue`
+# ## 4 · The resident cap's scan: `continue`, not `break`
 #
 # The cap gates only the request it applies to: `continue` skips the capped first chunk and lets
 # the scan reach later chunks of started sequences, which need no new slot. With `break`, a

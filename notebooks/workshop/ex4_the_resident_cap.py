@@ -83,7 +83,7 @@ schedule_pending_contexts([PendingContext("new-a", True), PendingContext("old-b"
 # %%
 steps, log = workshop.run_resident_iterations(schedule_pending_contexts)
 print("\n".join(log[:4]))
-print("finished in", steps, "iterations" if steps is not None else "(stalled: never finishes)")
+print(f"finished in {steps} iterations" if steps is not None else "never finishes (stalled)")
 
 # %%
 result = workshop.check_resident_scan(schedule_pending_contexts, strict=STRICT)
@@ -92,8 +92,11 @@ result
 # %% [markdown]
 # ## Discuss
 #
-# * Why is `break` right for the batch budget and wrong for the cap?
-# * The stall detector would end this run with "V2 scheduler deadlock" after 1000 passes. Would
+# Once the check passes:
+#
+# * The loop checks two limits, the batch budget and the resident cap. When each one binds, which
+#   requests later in the list could still run this iteration, and what does your loop do with them?
+# * The stall detector would end this run with "V2 scheduler deadlock" after 1,000 passes. Would
 #   a user see a bug in the scheduler, or "the KV cache pool is likely exhausted"?
 # * The review found two more holes in the same PR: attention-only pipeline ranks that report no
 #   cap (ranks disagree on admission), and the DISAGG_GENERATION_INIT path that bypasses the cap.
