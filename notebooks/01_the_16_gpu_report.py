@@ -195,7 +195,7 @@ else:
 if expect_crash:
     import re
 
-    crossing = int(re.search(r"it needs (\d+) page-index entries", r0.traceback).group(1))
+    crossing = int(re.search(r"it needs ([\d,]+) page-index entries", r0.traceback).group(1).replace(",", ""))
     demand = -(-(context + 64) // tpb)
     display(table([
         dict(count="the whole context (section 3)", entries=needed, formula=f"ceil({context:,} / {tpb})"),

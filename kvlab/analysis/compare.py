@@ -112,7 +112,7 @@ class EngineConfig:
                                               enable_block_reuse=self.enable_block_reuse)
 
     def describe(self) -> str:
-        return (f"{self.pool_mib:g} MiB pool = {self.total_blocks:,} pages of "
+        return (f"{self.pool_mib:.4g} MiB pool = {self.total_blocks:,} pages of "
                 f"{self.geometry.tokens_per_block} tokens ({self.pool_tokens:,} tokens); "
                 f"max_seq_len {self.max_seq_len:,}; up to {self.max_batch_size} sequences; "
                 f"{self.tier_name}")

@@ -381,7 +381,7 @@ class MambaHybridCacheManager(KVCacheManager):
     def __repr__(self) -> str:
         mode = ("raw, merged" if self.residency == "raw"
                 else "clamped, proposal PR #17261 (closed without merging)")
-        return (f"MambaHybridCacheManager({mode}: {self.state_slots.num_slots} state "
-                f"slots x {self.plan.slot_bytes} B ({self.plan.dummies} dummy), "
+        return (f"MambaHybridCacheManager({mode}: {self.state_slots.num_slots:,} state "
+                f"slots x {self.plan.slot_bytes:,} B ({self.plan.dummies:,} dummy), "
                 f"max_resident_sequences={self.max_resident_sequences()}, "
-                f"{self.total_blocks} blocks x {self.geometry.bytes_per_block} B)")
+                f"{self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B)")

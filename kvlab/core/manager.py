@@ -483,7 +483,7 @@ class KVCacheManager:
             assert all(v == -1 for v in row[n:]), f"row of {cache.request_id!r} has stale entries"
 
     def __repr__(self) -> str:
-        return (f"KVCacheManager({self.total_blocks} blocks x {self.geometry.bytes_per_block} B, "
-                f"max_seq_len={self.max_seq_len} (configured {self.configured_max_seq_len}), "
+        return (f"KVCacheManager({self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B, "
+                f"max_seq_len={self.max_seq_len} (configured {self.configured_max_seq_len:,}), "
                 f"max_blocks_per_seq={self.max_blocks_per_seq} [{self.page_index_policy}], "
                 f"device={self.device})")
