@@ -175,9 +175,14 @@ plan_panel()
 # The parameters cell picks a preset, a GPU, the parallelism and the manager (`auto` by
 # default, as upstream). Weights not given are derived from the preset's parameter count in the
 # checkpoint's format (bf16, or DeepSeek-V3's fp8 blocks), split evenly over the
-# tensor-parallel ranks (an approximation the plan says it makes). The table below runs the
-# same question over every preset on that GPU at the same settings: which manager each gets,
-# where it stops, and how?
+# tensor-parallel ranks (an approximation the plan says it makes). Unlike §1's deployment, these
+# do not allow a `max_seq_len` past the model's own limit (its `max_position_embeddings` times
+# the rope factor, §5): a longer one is lowered to it before anything else, as the executor does
+# ("Specified self.max_seq_len=... is larger than what the model can support"). So at the
+# 131,072 of the parameters cell mistral-7b-v0.1 plans for its own 32,768: its longest context
+# that finishes is 32,768 and it is not clamped, for the pool was never asked for more. The
+# table below runs the same question over every preset on that GPU at the same settings: which
+# manager each gets, the `max_seq_len` it plans for, where it stops, and how?
 
 # %%
 mine = plan_deployment(Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib,
@@ -200,7 +205,9 @@ def preset_row(name):
         return {"model": name, "verdict": f"refused: {exc}"}
     p = plan_deployment(deployment)
     verdict = p.worst() if p.starts else ("construction raises" if p.blocks else "cannot start")
-    return {"model": name, "manager": p.manager.upper(), "KV B/token/rank": p.bytes_per_token,
+    return {"model": name, "manager": p.manager.upper(),
+            "max_seq_len": p.deployment.configured_max_seq_len,  # lowered to the model's own
+            "KV B/token/rank": p.bytes_per_token,
             "pool tokens": p.capacity_tokens if p.starts else "-",
             "clamped": ("yes" if p.clamped else "no") if p.starts else "-",
             "row now": p.width_current if p.starts and p.manager == "v2" else "-",

@@ -275,8 +275,10 @@ class DeploymentPlan:
                              f"under the one-line fix; table {self.table_bytes_current:,} B now, "
                              f"{self.table_bytes_fix:,} B under the fix")
             else:
-                lines.append(f"Blocks per sequence: {self.width_current:,} (ceil of the clamped "
-                             "max_seq_len over the block size"
+                # the KV manager's max_seq_len, clamped or not: the words fit either
+                lines.append(f"Blocks per sequence: {self.width_current:,} (ceil of the KV manager's "
+                             f"max_seq_len{', as clamped,' if self.clamped else ''} "
+                             f"{self.clamped_max_seq_len:,} over {d.tokens_per_block:,} tokens a block"
                              + (", one more after a beam-search clamp)" if d.max_beam_width > 1
                                 and self.clamped else ")"))
         lines.append(f"Host tier: {_host_tier(d)['text']}")

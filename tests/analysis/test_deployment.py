@@ -121,6 +121,21 @@ def test_a_roomy_deployment_is_safe():
     assert plan.worst() == "ok" and plan.longest() == 131072 and plan.first("crash") is None
 
 
+def test_the_blocks_per_sequence_name_the_max_seq_len_they_come_from():
+    """V1's blocks per sequence come from the KV manager's max_seq_len: "as clamped" only where
+    the pool clamped it (notebook 06 section 3's llama-3.1-70b is not clamped)."""
+    for plan in (plan_deployment(Deployment(model=load_model("llama-3.1-70b"), gpu_gib=79.6,
+                                            tp_size=4, max_batch_size=256, chunked_prefill=True)),
+                 plan_deployment(dataclasses.replace(EXAMPLES["issue-21470"], manager="auto"))):
+        tpb = plan.deployment.tokens_per_block
+        line = next(x for x in plan.explain(width=None).splitlines() if x.startswith("Blocks per sequence"))
+        assert plan.manager == "v1" and plan.width_current == -(-plan.clamped_max_seq_len // tpb)
+        assert line == (f"Blocks per sequence: {plan.width_current:,} (ceil of the KV manager's "
+                        f"max_seq_len{', as clamped,' if plan.clamped else ''} "
+                        f"{plan.clamped_max_seq_len:,} over {tpb} tokens a block)")
+        assert ("clamped" in line) == plan.clamped
+
+
 def test_what_the_plan_simplifies_is_said():
     d = Deployment(model=load_model("mistral-7b-v0.1"), gpu_gib=80.0, pp_size=2, host_cache_gib=64.0)
     plan = plan_deployment(d)

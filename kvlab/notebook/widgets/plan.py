@@ -17,6 +17,7 @@ from kvlab.analysis.models import load_model, model_names
 from kvlab.core.memory import GIB
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, verdict_html
+from kvlab.notebook.viz.plan import plan_ranks_spec
 from kvlab.notebook.widgets.controls import labelled
 
 #: Context-length limits the plan panel offers (configured max_seq_len): powers of two.
@@ -41,26 +42,29 @@ def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) 
 
 
 def plan_figures(plan: DeploymentPlan) -> Dict[str, dict]:
-    return {"ranges": viz.plan_ranges_spec(plan),
-            "ranks": viz.rank_budget_spec(plan.rank_plans(), state_bytes=plan.state_bytes,
-                                          title=f"Per-rank memory ({len(plan.quotas)} ranks)")}
+    return {"ranges": viz.plan_ranges_spec(plan), "ranks": plan_ranks_spec(plan)}
 
 
 def plan_in_words_html(plan: DeploymentPlan) -> str:
     """``plan.explain()`` under the verdict, wrapped once: its facts come unwrapped, one a
-    line, and the browser wraps each to the panel's width (``white-space: pre-wrap``)."""
-    return ('<pre style="font-size:11px;white-space:pre-wrap;margin:6px 0 0 0">'
+    line, and the browser wraps each to the panel's width between words (``white-space:
+    pre-wrap; word-break: normal``; JupyterLab's own ``pre`` breaks anywhere), a word longer
+    than the line anywhere (``overflow-wrap: anywhere``)."""
+    return ('<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
+            'overflow-wrap:anywhere;margin:6px 0 0 0">'
             f"{html.escape(plan.explain(width=None))}</pre>")
 
 
 def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
     """(outcome, HTML): what the current code does with the deployment, what admission control
-    would, and the plan in words (:func:`plan_in_words_html`)."""
+    would, and the plan in words (:func:`plan_in_words_html`). A deployment with no KV pool is
+    a failure, in the crash's colour as ``kvlab plan``'s exit code 4 counts it, labelled "cannot
+    start": kvlab does not model the error the executor raises then."""
     now = plan.worst()
     first = plan.first(now) if now in ("crash", "stall") else None
     if not plan.blocks:
         return now, verdict_html(now, "Cannot start under any policy: no rank can build a KV pool "
-                                 "(see the notes below).") + plan_in_words_html(plan)
+                                 "(see the notes below).", label="cannot start") + plan_in_words_html(plan)
     if not plan.starts:
         headline = (f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
                     f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB.")
@@ -92,7 +96,8 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: s
     allowed) with the model, GPU, KV cache manager (the issue's V2 by default), weights,
     workspace, max_seq_len, max_batch_size and ranks under the reader's hand. Weights of 0 are
     derived from the model; changing the model sets them to 0."""
-    style, layout = {"description_width": "170px"}, W.Layout(width="470px")
+    # descriptions whole: the longest, "max_batch_size (sequences)", takes about 187 px
+    style, layout = {"description_width": "200px"}, W.Layout(width="500px")
     controls = {  # each slider's description names its unit
         "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace (GiB)"),
         "max_seq_len": W.SelectionSlider(options=labelled(PLAN_MAX_SEQ_LENS),
