@@ -194,8 +194,7 @@ viz.show(viz.repro_index_row(result))
 # crashes, to 16 MiB); a context just above the clamped capacity that is *refused* rather than
 # crashing — so the crash stops a little before the pool is big enough (the row has one entry
 # more than the clamped pool's pages, for the decode token, rounded up to a multiple of 4: try
-# pools between 2 and 4 MiB with contexts of 1,536 or 3,072 tokens); a pool too small to hold
-# one page. ("configured" is the one-line fix of notebook 03.)
+# pools between 2 and 4 MiB with a context of 1,536 tokens); a pool too small to hold one page. ("configured" is the one-line fix of notebook 03.)
 
 # %%
 panel = repro_panel(pool_mib=quota / MIB, context=context, tokens_per_block=tokens_per_block, policy="clamped")

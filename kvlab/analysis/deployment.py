@@ -227,7 +227,8 @@ class DeploymentPlan:
         d = self.deployment
         geo = d.kv_geometry(self.stage)
         manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
-        lines = [f"{d.model.name} ({d.model.architecture}) on {d.world_size} rank(s) of "
+        ranks = "1 rank" if d.world_size == 1 else f"{d.world_size:,} ranks"
+        lines = [f"{d.model.name} ({d.model.architecture}) on {ranks} of "
                  f"{d.gpu_gib:,.1f} GiB: tp {d.tp_size}, pp {d.pp_size}"
                  f"{', attention DP' if d.attention_dp else ''}; {manager}",
                  f"KV per token per rank: {geo.bytes_per_token_formula()}; one page of "
@@ -261,8 +262,9 @@ class DeploymentPlan:
                              f"would default max_batch_size to {h['feasible_max_batch_size']:,}")
         if self.blocks:
             blocks = sorted({b for b, paged in zip(self.local_blocks, self.paged) if paged})
-            lines.append(f"Pool: {self.blocks:,} blocks = {self.capacity_tokens:,} tokens per rank "
-                         "after the MIN all-reduce" + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})"
+            lines.append(f"Pool: {self.blocks:,} blocks = {self.capacity_tokens:,} tokens "
+                         + ("per rank after the MIN all-reduce" if d.world_size > 1 else "on its one rank")
+                         + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})"
                                                       if len(blocks) > 1 else "")
                          + ("" if self.starts else ", under PR #17261's clamp"))
             lines.append(f"max_seq_len {d.configured_max_seq_len:,} (the KV manager's "

@@ -43,6 +43,11 @@ OUTCOME_WORDS = {"ok": "allocated (True)", "refused": "refused (resize returns F
                  "crash": "ValueError (User-provided base page indices is too short)"}
 
 
+
+def _a_or_an(pool_mib: float) -> str:
+    """The article before a pool size as it is read aloud: "an 8 MiB pool", "a 4 MiB pool"."""
+    return "an" if f"{pool_mib:g}".startswith(("8", "11", "18")) else "a"
+
 def describe_prediction_cases() -> str:
     """The cases of exercise 2, one a line, and the three outcomes to choose from."""
     lines = [f"{name}: {case}" for name, case in PREDICTION_CASES.items()]
@@ -64,7 +69,7 @@ def _prediction_hint(result) -> str:
 
 def _prediction_question(case: PredictionCase) -> str:
     """The first failure's hint: the steps to redo, not the outcome."""
-    return (f"redo the steps: the pages a {case.pool_mib:g} MiB pool holds, the max_seq_len the "
+    return (f"redo the steps: the pages {_a_or_an(case.pool_mib)} {case.pool_mib:g} MiB pool holds, the max_seq_len the "
             f"{case.policy} row is sized from and its width (exercise 1), the entries a resize to "
             f"{case.context:,} tokens needs; then the check order above: the row before the pool")
 

@@ -122,7 +122,8 @@ def finish(check: str, failures: list, passes: List[str], strict: bool, *,
     lines = [_not_yet_line(learner)] if not_yet else []
     lines += [(f.reveal if reveal else f.hint) if isinstance(f, Hint) else f for f in others]
     if failures and (passes or not not_yet):
-        lines.append(f"({len(passes)} of {cases or len(passes) + len(failures)} cases pass)")
+        total = cases or len(passes) + len(failures)
+        lines.append(f"({len(passes)} of {total} {'case passes' if total == 1 else 'cases pass'})")
     if hinted and not reveal:
         lines.append(HINTS_ONLY)
     if not failures:

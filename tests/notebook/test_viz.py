@@ -292,7 +292,7 @@ def seed_runs():
 def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_runs):
     result = seed_runs["none/configured"]
     fig = viz.scheduler_timeline_figure(result, stall_limit=40)
-    assert [t.name for t in fig.data] == ["running", "waiting in the scheduler", "suspended (host tier)", "used pages",
+    assert [t.name for t in fig.data] == ["running", "waiting in the scheduler", "suspended", "used pages",
                                           "free pages", "stalled passes", "queued in the executor"]
     stalled = fig.data[5]
     assert list(stalled.y) == result.trace.column("stalled_passes") and stalled.y[-1] == 40
@@ -334,10 +334,10 @@ def test_the_timeline_subtitle_counts_what_its_waiting_line_counts(seed_runs):
 
 
 def test_the_timeline_names_suspended_requests_only_when_a_run_suspended_any(seed_runs):
-    """No host tier, or none needed: no "suspended (host tier)" line or legend entry for nothing."""
+    """No host tier, or none needed: no "suspended" line or legend entry for nothing."""
     quiet = viz.scheduler_timeline_spec(seed_runs["none/configured"])["data"][2]
     assert max(seed_runs["none/configured"].trace.column("suspended")) == 0
-    assert quiet["name"] == "suspended (host tier)" and not quiet["showlegend"] and not quiet["visible"]
+    assert quiet["name"] == "suspended" and not quiet["showlegend"] and not quiet["visible"]
     workload = poisson_workload(60, rate=0.05, prompt_len=LogNormal(256, 1.0, 16, 8192),
                                 max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=0)
     busy = run_policies(workload, ["capacity"], EngineConfig(), max_steps=100_000)["capacity"]

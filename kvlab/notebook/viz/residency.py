@@ -155,7 +155,7 @@ def residency_proposals_spec(rows: Sequence[Mapping], *, title: Optional[str] = 
     import re
 
     status = [re.sub(r", PR #\d+", "", r["status"]) for r in rows]  # the label names the PR
-    x = [f"<b>{r['label']}</b><br><i>{st}</i><br>max_batch_size {r['max_batch_size']}"
+    x = [f"<b>{r['label']}</b><br><i>{st}</i><br>max_batch_size {r['max_batch_size']:,}"
          for r, st in zip(rows, status)]
     data = []
     for key, label, color in PROPOSAL_PARTS:

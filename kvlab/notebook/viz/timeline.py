@@ -24,7 +24,7 @@ _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 
 
 #: Where a run left its requests (:func:`end_counts`), in the order a subtitle names them.
-END_PLACES = ("finished", "rejected", "running", "suspended (host tier)", "waiting in the scheduler",
+END_PLACES = ("finished", "rejected", "running", "suspended", "waiting in the scheduler",
               "queued in the executor", "not yet arrived")
 
 
@@ -38,7 +38,7 @@ def end_counts(result) -> dict:
         request = result.requests.get(request_id)
         state = request.state if request is not None else status
         if state == "suspended":
-            place = "suspended (host tier)"
+            place = "suspended"
         elif state != "waiting" or request is None:
             place = status
         elif request.activated_step is not None:
@@ -86,11 +86,13 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                     yaxis=f"y{axis}" if axis > 1 else "y", mode="lines", line=dict(color=color, width=2, shape="hv"),
                     hovertemplate=f"step %{{x}}<br>{name}: %{{y}}<extra></extra>", **extra)
 
-    data = [line("running", "running", 1, TIMELINE_COLORS["running"]),
-            line("waiting in the scheduler", "waiting", 1, TIMELINE_COLORS["waiting"]),
+    # a line that stays at zero all run has no legend entry (it lies on the axis)
+    data = [line("running", "running", 1, TIMELINE_COLORS["running"], showlegend=any(trace.column("running"))),
+            line("waiting in the scheduler", "waiting", 1, TIMELINE_COLORS["waiting"],
+                 showlegend=any(trace.column("waiting"))),
             # drawn, with its legend entry, only when the run suspended anything (a run with no
             # host tier never does): no entry for a line that holds nothing
-            line("suspended (host tier)", "suspended", 1, TIMELINE_COLORS["suspended"],
+            line("suspended", "suspended", 1, TIMELINE_COLORS["suspended"],
                  visible=suspended, showlegend=suspended),
             line("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], stackgroup="pool", showlegend=used),
             line("free pages", "free_blocks", 2, "#AAAAAA", stackgroup="pool",

@@ -97,7 +97,8 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
 PEER_ROW_NOTES = {
     "vllm": "vLLM has no page-index row (the row drawn is TensorRT-LLM's, for comparison) and "
             "keeps one of the pool's pages as its null block",
-    "sglang": "SGLang has no page-index row (the row drawn is TensorRT-LLM's, for comparison)",
+    "sglang": "SGLang has no page-index row (the row drawn is TensorRT-LLM's, for comparison), and "
+              "its pool's pages hold one token each, so its timeline counts tokens",
 }
 
 

@@ -69,7 +69,7 @@ def mamba_figures(model: MambaModel) -> Dict[str, dict]:
     """The quota split, merged beside PR #17261's clamp (a kvlab.notebook.viz spec)."""
     return {"stack": viz.residency_stack_spec(
         model.split, model.plan.quota_bytes,
-        subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size}, {model.ssm_dtype} SSM state, "
+        subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size:,}, {model.ssm_dtype} SSM state, "
                  f"{model.plan.slot_bytes / MIB:.1f} MiB a slot")}
 
 
@@ -80,7 +80,7 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
     plan, gib = model.plan, GIB
     slots = plan.requested + plan.dummies
     need_gib, quota_gib = gib_pair(plan.raw_need_bytes, plan.quota_bytes)
-    raw = f"{slots} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = {need_gib} GiB"
+    raw = f"{slots:,} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = {need_gib} GiB"
     fits = model.feasible_max_batch_size
     if model.raw_fits:
         resident = "resident" if plan.requested == 1 else "all resident"
@@ -90,14 +90,16 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
         used = (model.resident + plan.dummies) * plan.slot_bytes / gib
         headline = (f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
                     f"construction). Proposal PR #17261 (closed without merging), the clamp: "
-                    f"{model.resident} resident (+{plan.dummies} dummy) = {used:.2f} GiB of slots; "
+                    f"{model.resident:,} resident (+{plan.dummies:,} dummy) = {used:.2f} GiB of slots; "
                     f"{counted(model.split['clamped']['pages'] // plan.page_bytes, 'attention page')}; "
                     f"the queue holds {counted(plan.requested - model.resident, 'sequence')}. Proposal PR #18985 (open): "
-                    f"a max_batch_size default of at most {fits} fits; an explicit "
-                    f"{model.max_batch_size} still raises, with a message in GiB.")
+                    f"a max_batch_size default of at most {fits:,} fits; an explicit "
+                    f"{model.max_batch_size:,} still raises, with a message in GiB.")
     else:
         headline = (f"Merged raises: {raw} > quota {quota_gib} GiB; the clamp (PR #17261) "
-                    f"keeps 0: not even one sequence's state fits, so it raises too, and no "
+                    f"keeps 0: one sequence's slot with {counted(plan.dummies, 'dummy slot')} and one "
+                    f"page needs {((1 + plan.dummies) * plan.slot_bytes + plan.page_bytes) / MIB:,.1f} "
+                    f"MiB, more than the quota, so it raises too, and no "
                     f"max_batch_size default fits (PR #18985).")
     detail = (f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
               f"merged floor {plan.raw_need_bytes:,} B")

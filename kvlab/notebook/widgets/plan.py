@@ -70,7 +70,8 @@ def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
                     f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB.")
     elif first is not None:
         headline = (f"Current code: a context of {first:,} tokens or more "
-                    + ("raises ValueError and takes every rank down" if now == "crash"
+                    + (("raises ValueError and takes every rank down" if plan.deployment.world_size > 1
+                        else "raises ValueError and takes the engine down") if now == "crash"
                        else "stalls the engine") + f" (pool {plan.capacity_tokens:,} tokens, "
                     f"row {plan.width_current:,} entries).")
     elif plan.manager == "v1":
