@@ -342,7 +342,7 @@ def test_quota_that_holds_no_page_is_an_error():
 
 def test_repr_mentions_the_numbers(seed_manager):
     text = repr(seed_manager("configured"))
-    assert "64 blocks" in text and "2048" in text and "8192" in text and "260" in text
+    assert "64 blocks x 65,536 B" in text and "max_seq_len=2048" in text and "(configured 8,192)" in text and "260" in text
 
 
 def test_grow_each_takes_one_allocation_all_or_none(seed_manager):

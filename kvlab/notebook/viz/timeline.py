@@ -64,7 +64,8 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     marked in every panel in the outcome's colour (``outcome`` defaults to
     :func:`~kvlab.notebook.viz.style.run_outcome`: a livelock is not called a stall). Always seven scatter traces (:data:`TIMELINE_SERIES`);
     the suspended and the executor's queue lines, and their legend entries, only show when they
-    hold anything, and "used pages" has a legend entry only when a page was used. The
+    hold anything, and "running", "waiting" and "used pages" have a legend entry only when
+    they rise above zero. The
     default subtitle counts where the run left its requests (:func:`end_counts`), in the words
     the plot's legend uses."""
     trace = check_instance("result", result, SimulationResult).trace

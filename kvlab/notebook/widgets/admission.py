@@ -142,15 +142,17 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     elif model.outcome == "stall":
         if isinstance(result.error, RuntimeError) and result.status["long"] == "running":
             suspended = result.requests["long"].state == "suspended"
-            held = ("so the scheduler suspended it; a suspended request's pages stay on the GPU "
-                    "until an allocation moves them to the host tier, "
-                    + ("and they did move, yet nothing else fits" if max(result.trace.column("host_blocks"))
-                       else "and none did")
-                    if suspended else "which nobody frees")
+            moved = max(result.trace.column("host_blocks")) > 0
+            held = ("so the scheduler suspended it and its pages moved to the host tier, yet "
+                    "nothing else was scheduled, and the small requests starved" if suspended and moved
+                    else "so the scheduler suspended it; a suspended request's pages stay on the GPU "
+                    "until an allocation moves them to the host tier, and none did: it holds the "
+                    "pool while the small requests starved" if suspended
+                    else "which nobody frees, so it holds the pool while the small requests starved")
             headline = (f"Stall: the long request was admitted, and its context took "
                         f"{engine.geometry.blocks_for_tokens(model.context):,} of "
                         f"the pool's {engine.total_blocks:,} pages; its next tokens need more, "
-                        f"{held}: it holds the pool while the small requests starved "
+                        f"{held} "
                         f"({done} of {len(small)} finished), then SchedulerDeadlock after "
                         f"{engine.stall_limit:,} passes without progress (step {result.end_step - 1:,}). "
                         f"{where}.")
