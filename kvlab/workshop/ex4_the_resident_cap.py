@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
+from kvlab.notebook.tables import counted
 from kvlab.workshop.feedback import (NOT_YET, CheckResult, Hint, check_flags, call_learner, finish,
                                      learner_name)
 
@@ -97,7 +98,7 @@ def _stopped_at_cap(spec: str, got: List[str], expected: List[str], resident: in
 
 def _slots(resident: int, cap: int) -> str:
     free = cap - resident
-    return f"{free} resident slot{'' if free == 1 else 's'} free ({resident} of {cap} taken)"
+    return f"{counted(free, 'resident slot')} free ({resident} of {cap} taken)"
 
 
 def _uncounted(spec: str, got: List[str], expected: List[str], resident: int, cap) -> Hint:

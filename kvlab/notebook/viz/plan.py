@@ -9,6 +9,7 @@ from kvlab.analysis.deployment import CLAMP_PROPOSAL, DeploymentPlan
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB
+from kvlab.notebook.tables import counted
 from kvlab.notebook.viz.ranks import BUDGET_PARTS, rank_budget_spec
 from kvlab.notebook.viz.style import (OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR, ROW_COLOR,
                                       as_figure, base_layout, titled)
@@ -173,7 +174,7 @@ def plan_ranks_spec(plan, *, title: Optional[str] = None) -> dict:
     part = {key: trace["y"] for (key, _, _), trace in zip(BUDGET_PARTS, traces)}
     own = [sum(values) for values in zip(part["KV pool"], part["lost to MIN"], part["state slots"])]
     gpu = plan.deployment.gpu_gib
-    blocks = (f"{plan.blocks:,} block{'' if plan.blocks == 1 else 's'} "
+    blocks = (f"{counted(plan.blocks, 'block')} "
               f"({plan.blocks * plan.bytes_per_block / GIB:,.1f} GiB)")
     # where merged code raises at construction, the bars are the pool PR #17261's clamp would leave
     proposal = "" if plan.starts else " under PR #17261's clamp (a proposal)"
@@ -198,7 +199,7 @@ def plan_ranks_spec(plan, *, title: Optional[str] = None) -> dict:
     rows = -(-len(names) // columns)
     bottom = TICKS_PX[n > 8] + LEGEND_ROW_PX * rows + 16
     layout = base_layout(
-        titled(title, f"Per-rank memory ({n:,} rank{'' if n == 1 else 's'})"), subtitle,
+        titled(title, f"Per-rank memory ({counted(n, 'rank')})"), subtitle,
         barmode="stack", bargap=0.15,
         shapes=[dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=gpu, y1=gpu,
                      line=dict(color=GPU_COLOR, dash="dash", width=2))],
