@@ -435,6 +435,13 @@ shrunk_manager = trace_engines["shrunk"].manager("clamped")
 never_fits = sorted(r.request_id for r in trace if demand_blocks(r, shrunk_manager) > shrunk_manager.total_blocks)
 sized, shrunk = trace_tables["sized"], trace_tables["shrunk"]
 print(f"{len(never_fits):,} of {len(trace):,} requests can never fit the shrunk pool")
+capacity_run = trace_runs["shrunk"]["capacity"]
+queued_steps = pd.Series([capacity_run.requests[i].activated_step - capacity_run.requests[i].arrival_step
+                          for i in never_fits if capacity_run.requests[i].activated_step is not None], dtype=float)
+if len(queued_steps):
+    print(f"capacity rejects them as they reach its scheduler: {(queued_steps > 0).sum():,} of them first waited in "
+          f"the executor's queue, a median {queued_steps.median():,.0f} steps "
+          f"({queued_steps.median() * seconds_per_iteration:,.0f} s of the trace)")
 for name, runs_ in trace_runs.items():
     for policy, run in runs_.items():
         if run.error is not None:
@@ -449,25 +456,26 @@ if never_fits:
     assert sorted(trace_runs["shrunk"]["capacity"].ids_with_status("rejected")) == never_fits
     assert shrunk.loc["capacity", "finished"] == len(trace) - len(never_fits)  # everything else is served
     assert shrunk.loc["capacity", "mean_queue_steps"] <= sized.loc["capacity", "mean_queue_steps"]  # and waits less
+    assert (queued_steps > 0).mean() > 0.5  # most never-fits first waited in the executor's queue, as the prose says
 for name, table_ in trace_tables.items():  # the peers reject at their doors and serve the rest
     assert set(table_.loc[list(PEER_POLICIES), "outcome"]) <= {"ok", "reject"}, name
     assert (table_.loc[list(PEER_POLICIES), "unfinished"] == 0).all(), name
 
 # %% [markdown]
-# On the pool sized for the hour the three regimes are the same engine: nothing reaches the
-# capacity check, and no context needs more entries than the row. Take an eighth of the pool and
-# the hour splits them (the printout above says when each engine stopped). The historical engine
+# On the pool sized for the hour the three regimes are the same engine: nothing reaches the capacity
+# check, and no context needs more entries than the row. Take an eighth of the pool and the hour
+# splits them (the printout above says when each engine stopped). The historical engine
 # (`none/clamped`) raises issue #21470's `ValueError` at the first context that needs more pages
 # than the row holds, a moment into the hour, and every request of the hour is lost with it. The
 # one-line fix (`none/configured`) survives that request and refuses it every pass; requests that
-# can never fit stay in the active set, and in the trace's first quiet stretch they are all that
-# is left: after 1,000 passes without progress the deadlock detector stops the engine, and
-# everything still queued is lost. With admission control (`capacity`) exactly the requests that
-# can never fit are rejected, with the numbers, as soon as they reach the scheduler (most first
-# wait in the executor's queue, as every request does), and every other request of the hour is
-# served: the shrunk pool costs those requests, not the engine. It does not cost the others
-# queueing time: the mean queue (`mean_queue_steps`) is shorter than on the sized pool, because
-# the longest contexts, rejected once they reach the scheduler, no longer take their turn.
+# can never fit stay in the active set, and in the trace's first quiet stretch they are all that is
+# left: after 1,000 passes without progress the deadlock detector stops the engine, and everything
+# still queued is lost. With admission control (`capacity`) exactly the requests that can never fit
+# are rejected, with the numbers, as soon as they reach the scheduler (most first wait in the
+# executor's queue, as every request does: the printout counts them), and every other request of the
+# hour is served: the shrunk pool costs those requests, not the engine. It does not cost the others
+# queueing time: the mean queue (`mean_queue_steps`) is shorter than on the sized pool, because the
+# longest contexts, rejected once they reach the scheduler, no longer take their turn.
 #
 # The peers, vLLM and SGLang, reject at their doors the prompts over their limits on the shrunk
 # pool (vLLM's `max_model_len`, the pool less one block; SGLang's, the pool less six tokens) and

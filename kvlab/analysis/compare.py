@@ -40,7 +40,7 @@ from kvlab.core.checks import (MAX_COUNT, check_choice, check_float, check_insta
                                check_mapping, store_checked)
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.memory import MIB
+from kvlab.core.memory import MIB, readout_mib
 from kvlab.core.request import Request
 from kvlab.run.progress import progress
 from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
@@ -112,7 +112,7 @@ class EngineConfig:
                                               enable_block_reuse=self.enable_block_reuse)
 
     def describe(self) -> str:
-        return (f"{self.pool_mib:.4g} MiB pool = {self.total_blocks:,} pages of "
+        return (f"{readout_mib(self.pool_mib)} MiB pool = {self.total_blocks:,} pages of "
                 f"{self.geometry.tokens_per_block} tokens ({self.pool_tokens:,} tokens); "
                 f"max_seq_len {self.max_seq_len:,}; up to {self.max_batch_size} sequences; "
                 f"{self.tier_name}")

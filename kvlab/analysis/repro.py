@@ -19,7 +19,7 @@ from kvlab.core.checks import check_choice, check_float, check_instance, check_i
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.memory import MIB
+from kvlab.core.memory import MIB, readout_mib
 from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.run.progress import progress
 
@@ -141,7 +141,7 @@ def no_pool_reason(pool_mib: float, tokens_per_block: int = 32,
     quota = int(pool_mib * MIB)
     if geometry.blocks_in(quota) > 0:
         return None
-    return (f"no pool: {quota:,} B ({pool_mib:.4g} MiB) holds no page - one page of "
+    return (f"no pool: {quota:,} B ({readout_mib(pool_mib)} MiB) holds no page - one page of "
             f"{geometry.tokens_per_block:,} tokens x {geometry.bytes_per_token:,} B takes "
             f"{geometry.bytes_per_block:,} B")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import List, Optional, Sequence
 
 import torch
@@ -29,6 +30,17 @@ from kvlab.core.checks import MAX_COUNT, check_float, check_int, store_checked
 #: Binary units, the ones GPU memory is reported in.
 MIB = 1 << 20
 GIB = 1 << 30
+
+
+def readout_mib(mib: float) -> str:
+    """``mib`` to 4 significant digits, as the panels' pool slider reads it out: a tie rounds up
+    there (JavaScript's toPrecision), where Python's format rounds it to even (2^-6 MiB =
+    0.015625: 0.01563 there, 0.01562 here)."""
+    exact = Decimal(mib)
+    if not exact:
+        return "0"
+    digits = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 3), rounding=ROUND_HALF_UP)
+    return f"{float(digits):.4g}"
 
 
 @dataclass(frozen=True)

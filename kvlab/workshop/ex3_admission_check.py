@@ -5,6 +5,7 @@ request against the seed's manager, then plugs the classifier into the Scheduler
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Callable, Optional
 
@@ -154,12 +155,7 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
                      f"{facts}")
             failures.append(Hint(f"{wrong} - {question} ({given})", f"{wrong} - {lesson} ({numbers})"))
         elif verdict == NEVER_FITS and not _states_numbers(reason, request, mgr):
-            demand = demand_blocks(request, mgr)
-            wrong = f"{label}: right class, but the reason {reason!r} should state the numbers"
-            failures.append(Hint(f"{wrong}: the blocks the request needs and the limit it exceeds",
-                                  f"{wrong}: {demand:,} blocks needed and the limit it exceeds "
-                                  f"({mgr.total_blocks:,} total blocks or a {mgr.max_blocks_per_seq:,}-entry "
-                                  "row)"))
+            failures.append(_reason_feedback(label, reason, request, mgr))
         elif verdict != FITS_NOW and not (isinstance(reason, str) and reason.strip()):
             failures.append(f"{label}: right class, but give a reason: why must it wait?")
         else:
@@ -168,13 +164,37 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
                    learner=learner_name(classify))
 
 
-def _states_numbers(reason, request: Request, mgr: KVCacheManager) -> bool:
-    if not isinstance(reason, str):
-        return False
-    def named(n: int) -> bool:  # with or without a thousands separator
-        return str(n) in reason or f"{n:,}" in reason
+def _numbers_in(reason) -> set:
+    """The whole numbers a reason names, with or without thousands separators."""
+    text = reason if isinstance(reason, str) else ""
+    return {int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", text)}
 
-    return named(demand_blocks(request, mgr)) and (named(mgr.total_blocks) or named(mgr.max_blocks_per_seq))
+
+def _states_numbers(reason, request: Request, mgr: KVCacheManager) -> bool:
+    named = _numbers_in(reason)
+    return demand_blocks(request, mgr) in named and bool(named & {mgr.total_blocks, mgr.max_blocks_per_seq})
+
+
+def _reason_feedback(label: str, reason, request: Request, mgr: KVCacheManager) -> Hint:
+    """A right "never fits" whose reason lacks the numbers: what its numbers are instead (the
+    prompt's blocks alone; what is free now) as a question, the numbers from the second failure on."""
+    named, demand = _numbers_in(reason), demand_blocks(request, mgr)
+    prompt_blocks = mgr.geometry.blocks_for_tokens(request.prompt_len)
+    wrong = (f"{label}: right class, but the reason {reason!r} should give the blocks the request "
+             "needs and the fixed limit it exceeds")
+    questions = []
+    if demand not in named:
+        questions.append(f"{prompt_blocks:,} blocks are what the prompt alone takes: what does the request "
+                         "hold when it completes?" if prompt_blocks in named else
+                         "how many blocks does the request need when it completes?")
+    if isinstance(reason, str) and "free" in reason.lower():
+        questions.append("is what is free now the limit a 'never' is judged against?")
+    elif not named & {mgr.total_blocks, mgr.max_blocks_per_seq}:
+        questions.append("which fixed limit does it exceed?")
+    return Hint(f"{wrong} - " + " ".join(q[0].upper() + q[1:] for q in questions),
+                f"{wrong}: {demand:,} blocks when it completes ({_admission_numbers(request, mgr)}), "
+                f"and {mgr.total_blocks:,} total blocks or a {mgr.max_blocks_per_seq:,}-entry row, not "
+                "what is free now")
 
 
 #: The scheduler workload of exercise 3b: two requests that do not fit together (the second

@@ -103,11 +103,14 @@ def _slots(resident: int, cap: int) -> str:
 
 def _uncounted(spec: str, got: List[str], expected: List[str], resident: int, cap) -> Hint:
     started = [r for r in got if r.startswith("new")]
+    takers = [r for r in started if r in expected]
     waits = [r for r in got if r not in expected]
+    takes = "takes the last free slot" if cap - resident == 1 else "take the free slots"
+    must = "must wait" if len(waits) == 1 else "must all wait"
     return Hint(f"your loop started {len(started)} new sequences ({_names(started)}) with "
                 f"{_slots(resident, cap)}: does it count the slot each scheduled first chunk takes?",
-                f"each first chunk scheduled takes a slot: count it (num_resident += 1), so with "
-                f"{_slots(resident, cap)} {_names(waits)} must wait")
+                f"each first chunk scheduled takes a slot: count it (num_resident += 1). With "
+                f"{_slots(resident, cap)}, {_names(takers)} {takes} and {_names(waits)} {must}")
 
 
 def _uncapped(spec: str, got: List[str], expected: List[str], resident: int, cap) -> Hint:
@@ -156,6 +159,7 @@ def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
         pending = [PendingContext(r, not started[r]) for r in ("waiter", "runner") if chunks_left[r]]
         if not pending:
             return step, log
+        before = resident
         scheduled = list(fn(pending, resident, 1, 8))
         for r in scheduled:
             resident += 0 if started[r] else 1
@@ -163,8 +167,8 @@ def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
             chunks_left[r] -= 1
             if chunks_left[r] == 0:
                 resident -= 1
-        log.append(f"iteration {step}: pending {[p.request_id for p in pending]}, scheduled {scheduled}, "
-                   f"resident {resident}/1")
+        log.append(f"iteration {step}: {before}/1 resident, pending {[p.request_id for p in pending]}, "
+                   f"scheduled {scheduled}, then {resident}/1 resident")
     return None, log
 
 

@@ -81,7 +81,10 @@ result
 # %% [markdown]
 # ## Discuss
 #
-# * A request for 8,192 tokens needs `ceil(8192 / 32) = 256` entries. Which row holds it?
-# * The clamped row has 68 entries but the pool only 64 pages. What do the 4 spare entries buy?
-# * The configured row is 260 entries for *every* slot of the table, whatever the pool holds. What
-#   does that cost at `max_batch_size` 512? (Notebook 03, "the price of the wider row".)
+# Once the check passes:
+#
+# * A request for 8,192 tokens needs `ceil(8192 / 32) = 256` entries. Which of your two rows
+#   holds it?
+# * Your clamped row has a few more entries than the pool has pages. What do the spare entries buy?
+# * The configured row has the same width in *every* slot of the table, whatever the pool holds.
+#   What does that cost at `max_batch_size` 512? (Notebook 03, "the price of the wider row".)

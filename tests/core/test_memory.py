@@ -87,3 +87,12 @@ def test_breakdown_sums_to_total_when_feasible(kwargs):
     assert parts["KV pool"] == b.kv_quota_bytes
     assert all(v >= 0 for v in parts.values())
     assert sum(parts.values()) == b.total_bytes
+
+
+@pytest.mark.parametrize("mib, shown", [(2 ** -6, "0.01563"), (2 ** -7, "0.007813"), (2 ** 1.5, "2.828"),
+                                        (2 ** 3.5, "11.31"), (4, "4"), (1024, "1024"), (0, "0")])
+def test_readout_mib_writes_what_the_slider_reads_out(mib, shown):
+    """A tie rounds up, as the slider's readout does; Python's format would give 0.01562."""
+    from kvlab.core.memory import readout_mib
+
+    assert readout_mib(mib) == shown

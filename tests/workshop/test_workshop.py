@@ -265,8 +265,34 @@ def test_admission_feedback_on_typical_mistakes():
     text = feedback(workshop.check_admission(lambda r, m: ("never fits", "too big")
                                              if CapacityAdmission().classify(r, m)[0] == "never fits"
                                              else CapacityAdmission().classify(r, m), reveal=True))
-    assert "should state the numbers: 257 blocks needed" in text
+    assert "the fixed limit it exceeds: 257 blocks when it completes" in text
     assert "return a pair" in feedback(workshop.check_admission(lambda r, m: "fits now"))
+
+
+def test_admission_reason_feedback_names_the_starters_slips():
+    """Verification pass: the starter's reason 'needs 256 blocks, 64 are free' has numbers; its
+    first failure must name what is wrong with them (256 is the prompt alone; free is no limit),
+    not ask for numbers it already gives."""
+    def starter(request, manager):
+        needed = manager.geometry.blocks_for_tokens(request.prompt_len)
+        if needed > manager.free_blocks:
+            return "never fits", f"needs {needed} blocks, {manager.free_blocks} are free"
+        return "fits now", ""
+
+    workshop.reset_hints()
+    first = workshop.check_admission(starter).lines[0]
+    assert first.startswith("the seed's 8,192-token request: right class, but the reason 'needs 256 "
+                            "blocks, 64 are free'")
+    assert ("256 blocks are what the prompt alone takes: what does the request hold when it "
+            "completes? Is what is free now the limit a 'never' is judged against?") in first
+    assert "257" not in first  # the number is the second failure's
+    second = workshop.check_admission(starter).lines[0]
+    assert "257 blocks when it completes" in second and "not what is free now" in second
+    workshop.reset_hints()
+    no_limit = workshop.check_admission(lambda r, m: ("never fits", "needs 257 blocks")
+                                        if CapacityAdmission().classify(r, m)[0] == "never fits"
+                                        else CapacityAdmission().classify(r, m)).lines[0]
+    assert no_limit.endswith("- Which fixed limit does it exceed?")
 
 
 def whole_request_now(request, manager):
@@ -407,7 +433,10 @@ def test_scan_feedback_says_what_the_loop_returned_not_what_the_case_is_about():
     assert ("your loop started 2 new sequences ('new-a', 'new-b') with 1 resident slot free (1 of 2 "
             "taken): does it count the slot") in uncounted
     assert "ended at" not in uncounted
-    assert "count it (num_resident += 1)" in scan_line(scan(count_new=False), room, reveal=True)
+    revealed = scan_line(scan(count_new=False), room, reveal=True)
+    assert "count it (num_resident += 1)" in revealed
+    # verification pass: the last free slot goes to 'new-a'; only 'new-b' waits
+    assert "'new-a' takes the last free slot and 'new-b' must wait" in revealed
     # a "fix" that drops the cap returns the same ids here, and is told so: its other cases show it
     assert "does it still hold a first chunk back" in scan_line(scan(no_cap=True), room, reveal=False)
 
@@ -427,6 +456,9 @@ def test_scan_feedback_other_slips():
     assert workshop.check_resident_scan(lambda *a: tuple(scan()(*a)))  # a tuple is a list of ids too
     steps, log = workshop.run_resident_iterations(scan())
     assert steps == 4 and len(log) == 4
+    # each line gives the count the pass saw beside its pending list, then the count after it
+    assert log[1] == ("iteration 1: 1/1 resident, pending ['waiter', 'runner'], scheduled ['runner'], "
+                      "then 0/1 resident")
     assert workshop.run_resident_iterations(workshop.schedule_pending_contexts_buggy)[0] is None
 
 

@@ -8,6 +8,7 @@ import math
 from typing import Mapping, Optional, Sequence
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES
+from kvlab.core.memory import MIB, readout_mib
 from kvlab.notebook.viz.style import (AXIS_STYLE, FIGURE_WIDTH, NEUTRAL_COLOR, OUTCOME_COLORS,
                                       OUTCOME_LABELS, as_figure, base_layout, outcome_color,
                                       run_outcome, titled)
@@ -31,7 +32,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
     n = max(len(regimes), 1)
     gap = 0.04
     width = (1 - gap * (n - 1)) / n
-    xs = [math.log2(p * bytes_per_block / (1 << 20)) for p in pools]
+    xs = [math.log2(p * bytes_per_block / MIB) for p in pools]
     ys = [math.log2(c) for c in contexts]
     colors = [OUTCOME_COLORS[v] for v in ENGINE_OUTCOMES]
     colorscale = []
@@ -41,7 +42,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
     for k, regime in enumerate(regimes):
         grid = [[int(v) for v in row] for row in diagram[regime]]  # (pools, contexts)
         z = [[grid[i][j] for i in range(len(pools))] for j in range(len(contexts))]
-        text = [[f"pool {pools[i] * bytes_per_block / (1 << 20):.4g} MiB ({pools[i]:,} pages = "
+        text = [[f"pool {readout_mib(pools[i] * bytes_per_block / MIB)} MiB ({pools[i]:,} pages = "
                  f"{pools[i] * tokens_per_block:,} tokens)<br>context {contexts[j]:,}<br>"
                  f"{regime}: {OUTCOME_LABELS[ENGINE_OUTCOMES[z[j][i]]]}"
                  for i in range(len(pools))] for j in range(len(contexts))]
@@ -49,7 +50,7 @@ def phase_diagram_spec(pool_blocks: Sequence[int], context_lens: Sequence[int],
         data.append(dict(type="heatmap", x=xs, y=ys, z=z, text=text, colorscale=colorscale, zmin=-0.5,
                          zmax=len(colors) - 0.5, showscale=False, name=regime,
                          hovertemplate="%{text}<extra></extra>", xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
-        mx, my = ([math.log2(mark[0] * bytes_per_block / (1 << 20))], [math.log2(mark[1])]) if mark else ([], [])
+        mx, my = ([math.log2(mark[0] * bytes_per_block / MIB)], [math.log2(mark[1])]) if mark else ([], [])
         data.append(dict(type="scatter", x=mx, y=my, mode="markers", name="the seed's point",
                          showlegend=k == 0 and bool(mark), xaxis=f"x{suffix}", yaxis=f"y{suffix}",
                          marker=dict(symbol="star", size=14, color="white", line=dict(color="black", width=1.5)),

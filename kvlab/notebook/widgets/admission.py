@@ -15,6 +15,7 @@ from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome, seed_geometry
 from kvlab.analysis.repro import no_pool_reason
 from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.memory import readout_mib
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.tables import counted
@@ -134,7 +135,7 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     where = (f"Its context of {model.context:,} tokens needs "
              f"{counted(engine.geometry.blocks_for_tokens(model.context), 'page')}, "
              f"{engine.geometry.blocks_for_tokens(model.context + 16):,} with its 16 output tokens; "
-             f"the pool has {engine.total_blocks:,} ({engine.pool_mib:.4g} MiB)")
+             f"the pool has {engine.total_blocks:,} ({readout_mib(engine.pool_mib)} MiB)")
     if model.outcome == "crash":
         headline = (f"Crash at step {result.end_step - 1:,}: PageIndexTooShort ({result.error}) "
                     f"stops the engine; {done} of {len(small)} small requests finished, the rest "

@@ -12,6 +12,7 @@ import ipywidgets as W
 
 from kvlab.analysis.presets import seed_geometry
 from kvlab.analysis.repro import ReproResult, no_pool_reason, run_repro
+from kvlab.core.memory import readout_mib
 from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
@@ -58,7 +59,7 @@ def repro_figures(model: ReproModel) -> Dict[str, dict]:
                 "row": viz.repro_index_row_spec(model.result)}
     needed = seed_geometry(model.tokens_per_block).blocks_for_tokens(model.context)
     return {"pool": viz.page_map_spec(0, needed, None, tokens_per_block=model.tokens_per_block,
-                                      title=f"No pool: {model.pool_mib:.4g} MiB holds no page"),
+                                      title=f"No pool: {readout_mib(model.pool_mib)} MiB holds no page"),
             "row": viz.index_row_spec(0, needed, 0, None, tokens_per_block=model.tokens_per_block,
                                       policy=model.policy,
                                       title="No pool, so no manager and no page-index row",
