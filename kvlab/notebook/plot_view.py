@@ -12,31 +12,47 @@ uses) redraw what changed. The plotly.js it runs is the one the plotly package s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Optional, Union
 
 import anywidget
 import plotly
 import plotly.graph_objects as go
 import plotly.io.json as plotly_json
 import traitlets
+from ipywidgets import widget_serialization
 
 _PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
-# plotly.min.js sets window.Plotly when evaluated (its UMD wrapper falls back to a global in
-# a module); the view draws once its element is in the page, so text is measured right.
+# The view's module is small: anywidget gives a model 2 s to load its module, and evaluating
+# plotly.min.js (4.6 MB) in every view's module missed that on 2 busy cores ("[anywidget] Failed
+# to initialize model": a blank figure). The page evaluates plotly.min.js once, from the one
+# PlotlyLibrary model every view names; it sets window.Plotly (its UMD wrapper falls back to a
+# global in a module). A view draws once its element is in the page, so text is measured right.
 _VIEW_JS = """
+function plotly(model) {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  window.__kvlabPlotly ??= (async () => {
+    const library = await model.widget_manager.get_model(model.get("library").replace("IPY_MODEL_", ""));
+    const url = URL.createObjectURL(new Blob([library.get("source")], { type: "text/javascript" }));
+    try { await import(url); } finally { URL.revokeObjectURL(url); }
+    return window.Plotly;
+  })().catch((error) => { window.__kvlabPlotly = undefined; throw error; });
+  return window.__kvlabPlotly;
+}
+
 export default {
-  render({ model, el }) {
+  async render({ model, el }) {
     const div = document.createElement("div");
     el.appendChild(div);
+    const Plotly = await plotly(model);
     const draw = () => {
       if (!div.isConnected) { requestAnimationFrame(draw); return; }
       const fig = JSON.parse(model.get("figure_json"));
-      window.Plotly.react(div, fig.data || [], fig.layout || {}, fig.config || {});
+      Plotly.react(div, fig.data || [], fig.layout || {}, fig.config || {});
     };
     draw();
     model.on("change:figure_json", draw);
-    return () => { model.off("change:figure_json", draw); window.Plotly.purge(div); };
+    return () => { model.off("change:figure_json", draw); Plotly.purge(div); };
   }
 };
 """
@@ -45,16 +61,34 @@ export default {
 CONFIG = {"displaylogo": False}
 
 
+class PlotlyLibrary(anywidget.AnyWidget):
+    """The plotly.js the plotly package ships, sent to the page once: every :class:`PlotView`
+    names the one instance :meth:`shared` returns, and the page evaluates it once."""
+
+    _esm = traitlets.Unicode("export default {};").tag(sync=True)
+    source = traitlets.Unicode().tag(sync=True)
+
+    _shared: Optional["PlotlyLibrary"] = None
+
+    @classmethod
+    def shared(cls) -> "PlotlyLibrary":
+        """The one instance (a new one once the last was closed)."""
+        if cls._shared is None or cls._shared.comm is None:
+            cls._shared = cls(source=_PLOTLY_JS.read_text(encoding="utf-8"))
+        return cls._shared
+
+
 class PlotView(anywidget.AnyWidget):
     """One figure on screen. :meth:`show` replaces what it shows (a go.Figure or a figure
     dict, as ``kvlab.notebook.viz``'s ``*_spec`` functions return); an unchanged figure is not
     sent again. :attr:`figure` is what it shows, as a go.Figure."""
 
-    _esm = traitlets.Unicode(_PLOTLY_JS.read_text(encoding="utf-8") + _VIEW_JS).tag(sync=True)
+    _esm = traitlets.Unicode(_VIEW_JS).tag(sync=True)
     figure_json = traitlets.Unicode("{}").tag(sync=True)
+    library = traitlets.Instance(PlotlyLibrary).tag(sync=True, **widget_serialization)
 
     def __init__(self, figure: Union[go.Figure, Mapping[str, Any]], **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(library=PlotlyLibrary.shared(), **kwargs)
         self._spec: Mapping[str, Any] = {}
         self.show(figure)
 
@@ -79,4 +113,4 @@ class PlotView(anywidget.AnyWidget):
         return go.Figure(self._spec)
 
 
-__all__ = ["CONFIG", "PlotView"]
+__all__ = ["CONFIG", "PlotView", "PlotlyLibrary"]

@@ -4,11 +4,12 @@ changed, and runs the plotly.js the plotly package ships."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
 
-from kvlab.notebook.plot_view import CONFIG, PlotView
+from kvlab.notebook.plot_view import CONFIG, PlotlyLibrary, PlotView
 
 
 def test_a_view_shows_a_figure_or_its_dict_and_reads_it_back():
@@ -31,9 +32,21 @@ def test_an_unchanged_figure_is_not_sent_again():
     assert len(sent) == 1
 
 
-def test_the_view_runs_the_packaged_plotly_js():
-    assert "window.Plotly = Plotly" in PlotView._esm.default_value
-    assert "Plotly.react" in PlotView._esm.default_value
+def test_the_views_share_one_copy_of_the_packaged_plotly_js():
+    """plotly.js goes to the page once, in the library every view names; a view's own module
+    stays small, since anywidget gives a model 2 s to load it (a 4.6 MB module per view left
+    06's figures blank on a busy machine)."""
+    import plotly
+
+    first, second = PlotView({"data": [], "layout": {}}), PlotView({"data": [], "layout": {}})
+    assert first.library is second.library is PlotlyLibrary.shared()
+    packaged = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    assert first.library.source == packaged.read_text(encoding="utf-8")
+    assert "window.Plotly = Plotly" in first.library.source
+    assert first.get_state()["library"] == f"IPY_MODEL_{first.library.model_id}"
+    assert len(PlotView._esm.default_value) < 4096 and "Plotly.react" in PlotView._esm.default_value
+    first.library.close()  # a closed library (Widget.close_all) is replaced, not named again
+    assert PlotView({"data": [], "layout": {}}).library is not first.library
 
 
 def test_a_view_refuses_what_is_not_a_figure():
