@@ -38,22 +38,26 @@ def _width_mistakes(L: int, t: int, e: int, d: int, expected: int) -> List[tuple
     raw = div_ceil(L + e + d + 1, t)
     up4 = lambda n: div_ceil(n, 4) * 4  # noqa: E731
     no_one = div_ceil(L + e + d, t)
+    tokens = f"{L:,}+{e:,}+{d:,}"
+    right = f"ceil(({tokens}+1)/{t})={raw:,}"
     return [
         (up4(no_one), "you forgot the +1 decode token",
-         f": ceil(({L}+{e}+{d})/{t})={no_one} -> {up4(no_one)}, expected "
-         f"ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
+         f": ceil(({tokens})/{t})={no_one:,} -> {up4(no_one):,}, expected {right} -> {expected:,}"),
         (raw, "you did not round up to a multiple of 4 (the copy_block_offsets kernel)",
-         f": ceil(({L}+{e}+{d}+1)/{t})={raw}, rounded up to a multiple of 4 = {expected}"),
+         f": {right}, rounded up to a multiple of 4 = {expected:,}"),
         (no_one, "you forgot both the +1 decode token and the rounding up to a multiple of 4",
-         f": ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
+         f": {right} -> {expected:,}"),
         (div_ceil(raw, 8) * 8, "you rounded up to a multiple of 8; the row is padded to a multiple of 4",
-         f": {raw} -> {expected}"),
+         f": {raw:,} -> {expected:,}"),
+        (raw // 4 * 4, "you padded down to a multiple of 4: the padding only adds entries",
+         f": {right}, rounded UP to a multiple of 4 = {expected:,}, not down to {raw // 4 * 4:,}"),
+        (round(raw / 4) * 4, "you padded to the nearest multiple of 4: the padding only adds entries",
+         f": {right}, rounded UP to a multiple of 4 = {expected:,}, not to the nearest, "
+         f"{round(raw / 4) * 4:,}"),
         (up4((L + e + d + 1) // t), "you rounded the division down: a partly filled block still "
-         "needs an entry", f", so ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
-        (up4(div_ceil(L + d + 1, t)), f"you left out the extra KV tokens ({e})",
-         f": ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
-        (up4(div_ceil(L + e + 1, t)), f"you left out the draft tokens ({d})",
-         f": ceil(({L}+{e}+{d}+1)/{t})={raw} -> {expected}"),
+         "needs an entry", f", so {right} -> {expected:,}"),
+        (up4(div_ceil(L + d + 1, t)), f"you left out the extra KV tokens ({e:,})", f": {right} -> {expected:,}"),
+        (up4(div_ceil(L + e + 1, t)), f"you left out the draft tokens ({d:,})", f": {right} -> {expected:,}"),
     ]
 
 
@@ -76,7 +80,7 @@ def _width_case(fn, label, L, t, e, d, slip: Optional[int]):
         mistakes = [mistakes[slip]] + mistakes
     name, worked = next(((n, w) for value, n, w in mistakes if value == got),
                         ("none of the usual slips gives this: check each of Part 1's three rules",
-                         f"; expected round_up_to_multiple_of_4(ceil(({L}+{e}+{d}+1)/{t})) = {expected}"))
+                         f"; expected round_up_to_multiple_of_4(ceil(({L:,}+{e:,}+{d:,}+1)/{t})) = {expected:,}"))
     head = f"{label}: {call} returned {got}, expected {expected} - {name}"
     return Hint(head, head + worked)
 
@@ -112,9 +116,9 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
         geo = seed_geometry()
         blocks = SEED_POOL_BYTES // geo.bytes_per_block
         clamped = blocks * geo.tokens_per_block
-        why = (f"4 MiB / {geo.bytes_per_token} B per token = {SEED_POOL_BYTES // geo.bytes_per_token} "
+        why = (f"4 MiB / {geo.bytes_per_token:,} B per token = {SEED_POOL_BYTES // geo.bytes_per_token:,} "
                f"tokens = {blocks} blocks of {geo.tokens_per_block}, so max_seq_len is clamped "
-               f"from {SEED_MAX_SEQ_LEN} to {clamped}")
+               f"from {SEED_MAX_SEQ_LEN:,} to {clamped:,}")
         want = {"clamped": (clamped, 68), "configured": (SEED_MAX_SEQ_LEN, 260)}
         empty = [policy for policy in want if seed_max_seq_len.get(policy) is None]
         if empty:  # one line for what is not filled in yet
@@ -125,7 +129,7 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
             if given is None:
                 continue
             elif given != length:
-                wrong = f"seed, {policy}: seed_max_seq_len[{policy!r}] = {given}"
+                wrong = f"seed, {policy}: seed_max_seq_len[{policy!r}] = {given!r}"
                 if policy == "clamped" and given == SEED_MAX_SEQ_LEN:
                     mistake = ("you used the configured max_seq_len for the clamped row; since PR "
                                "#12306 the row is sized from the clamped one")
@@ -140,18 +144,18 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
                     hint = ("the configured row uses the max_seq_len the engine was configured with, "
                             "not the clamped one")
                     reveal_text = (f"the configured row uses the max_seq_len the engine was configured "
-                                   f"with, {SEED_MAX_SEQ_LEN}, not the clamped {clamped}")
+                                   f"with, {SEED_MAX_SEQ_LEN:,}, not the clamped {clamped:,}")
                 failures.append(Hint(f"{wrong} is not the length this row is sized from - {hint}",
-                                      f"{wrong}, expected {length} - {reveal_text}"))
+                                      f"{wrong}, expected {length:,} - {reveal_text}"))
             else:
                 got, error = call_learner(fn, length, geo.tokens_per_block, 0, 0)
                 if error is NOT_YET:
                     failures.append(NOT_YET)
                 elif got == width:
-                    passes.append(f"seed, {policy}: max_seq_len {length} -> {width} entries "
+                    passes.append(f"seed, {policy}: max_seq_len {length:,} -> {width} entries "
                                   f"(an 8,192-token context needs 256)")
                 else:
-                    failures.append(f"seed, {policy}: max_seq_len {length} is right, but your "
+                    failures.append(f"seed, {policy}: max_seq_len {length:,} is right, but your "
                                     f"width is {error or got}, expected {width}")
     return finish("check_page_index_width", failures, passes, strict, reveal=reveal,
                    learner=learner_name(fn),

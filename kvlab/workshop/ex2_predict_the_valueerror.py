@@ -63,14 +63,15 @@ def _prediction_hint(result) -> str:
     if result.outcome == "crash":
         return f"{row}; {need} entries needed > {width}: the row is checked BEFORE the pool, so it raises"
     if result.outcome == "refused":
-        return f"{row}; {need} entries fit the row ({need} <= {width}) but {need} pages > {pages}: False, nothing changes"
+        return (f"{row}; {need} entries fit the row ({need} <= {width}) but {need} pages > {pages}: "
+                "the resize returns False, and nothing changes")
     return f"{row}; {need} entries fit the row and {need} <= {pages} free pages: allocated"
 
 
 def _prediction_question(case: PredictionCase) -> str:
     """The first failure's hint: the steps to redo, not the outcome."""
-    return (f"redo the steps: the pages {_a_or_an(case.pool_mib)} {case.pool_mib:g} MiB pool holds, the max_seq_len the "
-            f"{case.policy} row is sized from and its width (exercise 1), the entries a resize to "
+    return (f"redo the steps: the pages {_a_or_an(case.pool_mib)} {case.pool_mib:g} MiB pool holds, the "
+            f"max_seq_len the {case.policy} row is sized from and its width (exercise 1), the entries a resize to "
             f"{case.context:,} tokens needs; then the check order above: the row before the pool")
 
 
@@ -159,8 +160,10 @@ def _no_value_error(got, made: List[_Resize]):
     caught = [r for r in made if isinstance(r.outcome, BaseException)]
     if caught:
         exc = caught[-1].outcome
-        return (f"{returned}: your resize raised {type(exc).__name__} ({exc}) and your function "
-                "caught it, but did not return it: `except ValueError as exc: return exc`")
+        what = f"its message as a str ({got!r})" if got == str(exc) else repr(got)
+        return (f"your resize raised {type(exc).__name__} (a ValueError) and your function caught it, "
+                f"but returned {what}: return the exception object itself, "
+                "`except ValueError as exc: return exc`")
     if not made:
         return (f"{returned} and resized no cache: create one (`mgr.create_cache(\"req-0\")`) and "
                 "resize it to 8,192 tokens")
@@ -218,8 +221,11 @@ def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
                                   f"{wrong}; the seed's numbers are 256 and 68: a 4 MiB pool, "
                                   "max_seq_len 8,192, 32 tokens per block, a resize to 8,192"))
     elif isinstance(got, BaseException):
-        failures.append(f"returned {type(got).__name__}: {got}; expected the native "
-                        f"{PAGE_INDEX_TOO_SHORT_MESSAGE!r}")
+        raised = any(r.outcome is got for r in made)
+        source = "a resize raised it" if raised else "no resize raised it: your own code made it"
+        failures.append(f"returned {type(got).__name__}: {got} ({source}); expected the "
+                        f"{PageIndexTooShort.__name__} a resize to 8,192 tokens raises on the seed's clamped "
+                        f"row, {PAGE_INDEX_TOO_SHORT_MESSAGE!r}")
     else:
         failures.append(_no_value_error(got, made))
     return finish("check_trigger", failures, passes, strict, reveal=reveal, learner=learner_name(fn))

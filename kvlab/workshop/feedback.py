@@ -78,8 +78,8 @@ class _NotYet:
 
 
 NOT_YET = _NotYet()
-HINTS_ONLY = ("hints only so far: if this check fails again, it shows the worked arithmetic "
-              "(or call it with reveal=True)")
+HINTS_ONLY = ("hints only so far: if this check fails again, it shows the answer's working (the "
+              "arithmetic, or the code to write); or call it with reveal=True")
 
 
 def reset_hints(check: Optional[str] = None) -> None:

@@ -125,7 +125,7 @@ def width(plus_one=1, align=4, ceil=True, use_extra=True, use_draft=True):
 def test_width_feedback_missing_plus_one():
     text = feedback(workshop.check_page_index_width(width(plus_one=0), reveal=True))
     assert ("the seed, clamped row: page_index_width(2048, 32, 0, 0) returned 64, expected 68 - "
-            "you forgot the +1 decode token: ceil((2048+0+0)/32)=64 -> 64") in text
+            "you forgot the +1 decode token: ceil((2,048+0+0)/32)=64 -> 64") in text
 
 
 def test_width_feedback_no_rounding_to_4():
@@ -139,6 +139,19 @@ def test_width_feedback_rounding_to_8():
     assert "returned 72, expected 68 - you rounded up to a multiple of 8" in text
 
 
+@pytest.mark.parametrize("pad, named", [(lambda n: n // 4 * 4, "you padded down to a multiple of 4"),
+                                        (lambda n: round(n / 4) * 4, "you padded to the nearest multiple of 4")])
+def test_width_feedback_padding_the_wrong_way(pad, named):
+    """Learner pass A: a row padded down (or to the nearest) was told it forgot the +1, rounded
+    the division down and left out extra and draft tokens, all of which it had."""
+    def fn(L, t, e, d):
+        return pad(-(-(L + e + d + 1) // t))
+
+    text = feedback(workshop.check_page_index_width(fn))
+    assert "returned 64, expected 68 - " + named in text
+    assert "forgot" not in text and "left out" not in text and "division down" not in text
+
+
 def test_width_feedback_floor_and_left_out_tokens():
     assert "rounded the division down" in feedback(workshop.check_page_index_width(width(ceil=False)))
     assert "left out the extra KV tokens (100)" in feedback(workshop.check_page_index_width(width(use_extra=False)))
@@ -148,11 +161,11 @@ def test_width_feedback_floor_and_left_out_tokens():
 def test_width_feedback_configured_instead_of_clamped():
     result = workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192}, reveal=True)
     assert not result.passed
-    assert ("seed_max_seq_len['clamped'] = 8192, expected 2048 - you used the configured max_seq_len "
+    assert ("seed_max_seq_len['clamped'] = 8192, expected 2,048 - you used the configured max_seq_len "
             "for the clamped row") in feedback(result)
-    assert "4 MiB / 2048 B per token = 2048 tokens = 64 blocks of 32" in feedback(result)
+    assert "4 MiB / 2,048 B per token = 2,048 tokens = 64 blocks of 32" in feedback(result)
     swapped = workshop.check_page_index_width(width(), {"clamped": 2048, "configured": 2048}, reveal=True)
-    assert "not the clamped 2048" in feedback(swapped)
+    assert "not the clamped 2,048" in feedback(swapped)
 
 
 def test_width_feedback_wrong_type_and_not_implemented_once():
@@ -231,8 +244,16 @@ def test_trigger_says_what_the_resize_did_when_no_value_error_came_back():
     allocated = feedback(workshop.check_trigger(seed_trigger("clamped", context=2048), reveal=True))
     assert "your resize to 2,048 tokens returned True (allocated)" in allocated
     swallowed = feedback(workshop.check_trigger(seed_trigger("clamped", returns="nothing")))
-    assert ("returned None: your resize raised PageIndexTooShort (User-provided base page indices is too "
-            "short) and your function caught it, but did not return it") in swallowed
+    assert ("your resize raised PageIndexTooShort (a ValueError) and your function caught it, but "
+            "returned None: return the exception object itself") in swallowed
+    # learner pass A: returning str(exc) was told it "returned" and "did not return it" at once
+    as_text = feedback(workshop.check_trigger(lambda: str(seed_trigger("clamped")())))
+    assert "but returned its message as a str ('User-provided base page indices is too short')" in as_text
+
+    def made_by_hand():
+        return ValueError("User-provided base page indices is too short")
+
+    assert "(no resize raised it: your own code made it)" in feedback(workshop.check_trigger(made_by_hand))
     assert "resized no cache" in feedback(workshop.check_trigger(lambda: None))
     assert workshop.check_trigger(seed_trigger("clamped"))
     assert KVCache.resize is resize  # the check's watch on resize is gone after it
@@ -547,7 +568,7 @@ RIGHT_PREDICTIONS = {"A": "crash", "B": "refused", "C": "ok", "D": "refused", "E
 WRONG = {
     "check_page_index_width": (lambda **kw: workshop.check_page_index_width(
         width(plus_one=0), {"clamped": 8192, "configured": 8192}, **kw),
-        ["ceil((2048+0+0+1)/32)=65 -> 68", "expected 2048", "4 MiB / 2048 B per token"]),
+        ["ceil((2,048+0+0+1)/32)=65 -> 68", "expected 2,048", "4 MiB / 2,048 B per token"]),
     "check_predictions": (lambda **kw: workshop.check_predictions({**RIGHT_PREDICTIONS, "A": "refused"}, **kw),
                           ["the resize gave 'crash'", "256 entries needed > 68"]),
     "check_trigger": (lambda **kw: workshop.check_trigger(seed_trigger("configured"), **kw),
