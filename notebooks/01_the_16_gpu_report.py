@@ -242,16 +242,18 @@ assert (admitted.ranks[0].status["long-ctx"] == "rejected") == (demand > pool_bl
 # %% [markdown]
 # ## 7. The reduction: what one GPU needs to reproduce the local failure
 #
-# Nothing in the exception depends on the other 15 ranks. They only decided the pool's size
-# (through the MIN) and they went down afterwards. The local failure needs three things:
+# The other 15 ranks decided the pool's size (through the MIN) and went down afterwards; nothing
+# else in the exception depends on them. Here the MIN decided a lot: rank 0's own pool, printed
+# below, would have held the long context, and the MIN gave it the smallest rank's pool instead.
+# But once the pool is what it is, the local failure needs three things:
 #
 # 1. a KV pool smaller than the configured `max_seq_len` (so the manager clamps),
 # 2. a page-index row sized from the clamped length (the code since PR #12306),
 # 3. a context needing more pages than that row has entries.
 #
-# So a single KVCacheManager with rank 0's pool, and no ranks at all, raises the same error; and
-# so does the seed's RTX 5080 with no weights and a 4 MiB pool — the same inequality at 1/470th
-# the scale. Notebook 02 takes it from there.
+# So a single KVCacheManager with the pool rank 0 ended up with, and no ranks at all, raises the
+# same error; and so does the seed's RTX 5080 with no weights and a 4 MiB pool — the same
+# inequality at 1/470th the scale. Notebook 02 takes it from there.
 
 # %%
 one = rank_budget(sc, 0, 1)  # rank 0's budget alone (a world of one rank: no MIN, no skew)
@@ -264,7 +266,10 @@ rows = [
     dict(condition="context entries needed", rank0_of_16=needed, seed_rtx5080=seed.entries_needed),
 ]
 reduction = pd.DataFrame(rows)
-print(f"rank 0 alone (no MIN): {one.kv_quota_bytes / 2**30:.1f} GiB quota")
+own_holds = r0.local_blocks >= needed
+print(f"rank 0 alone (no MIN): {one.kv_quota_bytes / 2**30:.1f} GiB quota = {r0.local_blocks:,} blocks, "
+      f"{'enough' if own_holds else 'not enough'} for the long context's {needed:,}; after the MIN "
+      f"{r0.blocks:,} blocks")
 assert seed.outcome == "crash" and seed.entries_needed > seed.max_blocks_per_seq
 assert seed.configured_max_seq_len > seed.capacity_tokens  # the seed clamps too
 table(reduction, index="condition")
@@ -296,7 +301,8 @@ assert str(local_error) == "User-provided base page indices is too short"
 # (`kvlab.analysis.rank_plan`), what each rank's start-up builds — own quota, MIN, clamp, row width —
 # where each request lands and whether it outgrows its row (crash), in a few milliseconds. Under
 # the clamp the row is as long as the pool, give or take the few entries of its rounding, so a
-# context the pool cannot hold outgrows the row too. The button **Run the ranks** then runs them
+# context the pool cannot hold outgrows the row too, unless it needs no more than those few
+# entries (notebook 02 §6 finds one that is refused instead). The button **Run the ranks** then runs them
 # for real (in-process threads, the same `RankRunner` code as the processes above) and says
 # whether the run ended as predicted. Things to find: the workspace below which the pool no
 # longer clamps; a workspace at which the pool clamps and the long context still fits, so the

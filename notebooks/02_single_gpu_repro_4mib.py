@@ -45,6 +45,7 @@ from kvlab.analysis.repro import MIB, no_pool_reason, run_repro, sweep_repro, tr
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.parameters import check_repro_parameters
+from kvlab.notebook.tables import a_or_an
 from kvlab.notebook.widgets import repro_panel
 from kvlab.run.scenarios import load_scenario
 
@@ -119,13 +120,14 @@ needed = -(-context // tokens_per_block)
 raw = -(-(clamped_len + 1) // tokens_per_block)  # ceil((clamped_len + 1) / tokens_per_block)
 expected_width = -(-raw // 4) * 4  # rounded up to a multiple of 4
 print(f"row width: ceil(({clamped_len:,} + 1) / {tokens_per_block}) = {raw:,} -> multiple of 4 = {width:,} entries")
-print(f"a {context:,}-token context needs ceil({context:,} / {tokens_per_block}) = {needed:,} entries")
+print(f"{a_or_an(f'{context:,}')} {context:,}-token context needs ceil({context:,} / {tokens_per_block}) = {needed:,} entries")
 assert mgr.max_seq_len == clamped_len and width == expected_width
 assert (len(caught) == 1) == (context > capacity_tokens)  # the clamp warns exactly when it clamps
 
 # %% [markdown]
 # What is the row for? The page-index table (host memory, int32) has one row per sequence the
-# engine may hold at once and one entry per page a sequence may own: entry *i* holds the number
+# engine may hold at once (here `max_batch_size` 1), plus one reserved dummy row no sequence gets,
+# and one entry per page a sequence may own: entry *i* holds the number
 # of the pool page where tokens `i × tokens_per_block` to `(i + 1) × tokens_per_block − 1` live.
 # The attention kernel reads the K and V of a sequence by following its row (notebook 03 §5 times
 # that copy and that read). Pages come back to the pool in any order, so a row points all over the
@@ -134,7 +136,8 @@ assert (len(caught) == 1) == (context > capacity_tokens)  # the clamp warns exac
 # with `ValueError`, however many pages are free.
 
 # %%
-viz.show(viz.page_table_figure(width, needed, mgr.total_blocks, tokens_per_block=tokens_per_block))
+viz.show(viz.page_table_figure(width, needed, mgr.total_blocks, slots=mgr.page_index.slots,
+                               dummy_slot=mgr.page_index.dummy_slot, tokens_per_block=tokens_per_block))
 
 # %% [markdown]
 # ## 4. The reproduced `ValueError`

@@ -13,6 +13,7 @@ from kvlab.analysis.presets import RESIZE_OUTCOMES
 from kvlab.analysis.repro import run_repro
 from kvlab.core.arith import div_ceil
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
+from kvlab.notebook.tables import a_or_an
 from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, check_flags, finish, learner_name
 
 
@@ -44,9 +45,6 @@ OUTCOME_WORDS = {"ok": "allocated (True)", "refused": "refused (resize returns F
 
 
 
-def _a_or_an(pool_mib: float) -> str:
-    """The article before a pool size as it is read aloud: "an 8 MiB pool", "a 4 MiB pool"."""
-    return "an" if f"{pool_mib:g}".startswith(("8", "11", "18")) else "a"
 
 def describe_prediction_cases() -> str:
     """The cases of exercise 2, one a line, and the three outcomes to choose from."""
@@ -70,7 +68,7 @@ def _prediction_hint(result) -> str:
 
 def _prediction_question(case: PredictionCase) -> str:
     """The first failure's hint: the steps to redo, not the outcome."""
-    return (f"redo the steps: the pages {_a_or_an(case.pool_mib)} {case.pool_mib:g} MiB pool holds, the "
+    return (f"redo the steps: the pages {a_or_an(f'{case.pool_mib:g}')} {case.pool_mib:g} MiB pool holds, the "
             f"max_seq_len the {case.policy} row is sized from and its width (exercise 1), the entries a resize to "
             f"{case.context:,} tokens needs; then the check order above: the row before the pool")
 

@@ -73,3 +73,13 @@ def test_a_finding_holds_text_only():
         fields = {**dict(scenario="s", policy="p", outcome="o", numbers="n"), field: bad}
         with pytest.raises(TypeError, match=f"^{field} must be a str"):
             Finding(**fields)
+
+
+@pytest.mark.parametrize("number, article", [("8,192", "an"), ("80", "an"), ("11.31", "an"), ("18", "an"),
+                                             ("11,000", "an"), ("4", "a"), ("110", "a"), ("1,024", "a"),
+                                             ("0.5", "a")])
+def test_a_or_an_reads_the_number_aloud(number, article):
+    """Learner pass A: 02 printed "a 8,192-token context"."""
+    from kvlab.notebook.tables import a_or_an
+
+    assert a_or_an(number) == article

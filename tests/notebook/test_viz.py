@@ -545,3 +545,20 @@ def test_a_timeline_of_a_few_steps_ticks_whole_steps():
     layout = viz.scheduler_timeline_spec(run_policy("none/clamped", long_and_small(num_small=2)))["layout"]
     assert all(layout[axis]["dtick"] == 1 and layout[axis]["range"] == [-0.5, 0.5]
                for axis in ("xaxis", "xaxis2", "xaxis3"))
+
+
+def test_an_empty_row_or_pool_draws_no_end_line():
+    """Learner pass A: 02's no-pool figure drew 'row ends: 0' and 'pool ends: 0' on the axis."""
+    texts = lambda spec: [a["text"] for a in spec["layout"]["annotations"]]  # noqa: E731
+    empty = viz.index_row_spec(0, 256, 0, None, policy="clamped")
+    assert not [t for t in texts(empty) if "ends" in t] and not empty["layout"]["shapes"]
+    assert "page-index row [clamped]: not built" in empty["data"][0]["y"]
+    assert texts(viz.index_row_spec(68, 256, 64, "crash")) == ["row ends: 68", "pool ends: 64"]
+
+
+def test_the_page_table_labels_the_dummy_row():
+    spec = viz.page_table_spec(68, 256, 64, slots=2, dummy_slot=1)
+    rows = [a["text"] for a in spec["layout"]["annotations"] if re.fullmatch(r"row \d+( \(.*\))?", a["text"])]
+    assert rows == ["row 0 (request)", "row 1 (dummy)"]
+    with pytest.raises(ValueError, match="dummy_slot"):
+        viz.page_table_spec(68, 256, 64, slots=2, dummy_slot=2)

@@ -140,7 +140,8 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
     row_label = f"page-index row [{policy}]" if policy else "page-index row"
     request_label = f"request: {needed:,} entries" + (
         f" ({complete:,} with its output)" if complete != needed else "")
-    labels = [request_label, f"pool: {counted(total_blocks, 'page')}", f"{row_label}: {width:,}"]
+    labels = [request_label, f"pool: {counted(total_blocks, 'page')}",
+              f"{row_label}: {width:,}" if width else f"{row_label}: not built"]
     values = [needed, total_blocks, width]
     verdict = ("more than the row holds: ValueError" if needed > width else
                "fits the row, more than the pool: False" if needed > total_blocks else
@@ -156,14 +157,18 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
                  hovertext=hovers, hovertemplate="%{hovertext}<extra></extra>", name="entries",
                  cliponaxis=False)
     top = max(values) * 1.12 or 1
-    shapes = [dict(type="line", x0=width, x1=width, y0=-0.5, y1=2.5, xref="x", yref="y",
-                   line=dict(color=ROW_COLOR, dash="dash", width=2)),
-              dict(type="line", x0=total_blocks, x1=total_blocks, y0=-0.5, y1=1.5, xref="x",
-                   yref="y", line=dict(color=POOL_COLOR, dash="dot", width=2))]
-    annotations = [dict(x=width, y=2.5, xref="x", yref="y", text=f"row ends: {width:,}",
-                        showarrow=False, yanchor="bottom", font=dict(color=ROW_COLOR, size=12)),
-                   dict(x=total_blocks, y=-0.5, xref="x", yref="y", text=f"pool ends: {total_blocks:,}",
-                        showarrow=False, yanchor="top", font=dict(color=POOL_COLOR, size=12))]
+    shapes, annotations = [], []  # where the row and the pool end: none for one that is empty
+    if width:
+        shapes.append(dict(type="line", x0=width, x1=width, y0=-0.5, y1=2.5, xref="x", yref="y",
+                           line=dict(color=ROW_COLOR, dash="dash", width=2)))
+        annotations.append(dict(x=width, y=2.5, xref="x", yref="y", text=f"row ends: {width:,}",
+                                showarrow=False, yanchor="bottom", font=dict(color=ROW_COLOR, size=12)))
+    if total_blocks:
+        shapes.append(dict(type="line", x0=total_blocks, x1=total_blocks, y0=-0.5, y1=1.5, xref="x",
+                           yref="y", line=dict(color=POOL_COLOR, dash="dot", width=2)))
+        annotations.append(dict(x=total_blocks, y=-0.5, xref="x", yref="y",
+                                text=f"pool ends: {total_blocks:,}", showarrow=False, yanchor="top",
+                                font=dict(color=POOL_COLOR, size=12)))
     if title is None:
         title = f"Page-index row: {needed:,} entries needed, {width:,} available"
     if subtitle is None:  # what the resize would do; a caller whose engine never got there says so
@@ -178,9 +183,11 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
 
 
 def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 3,
-                    tokens_per_block: int = 32, shown_links: int = 6) -> dict:
-    """What the page-index table is for: ``slots`` rows (one a sequence) of ``width`` entries
-    above the pool's ``total_blocks`` pages. Entry i of a row holds the pool page of the
+                    dummy_slot: Optional[int] = None, tokens_per_block: int = 32,
+                    shown_links: int = 6) -> dict:
+    """What the page-index table is for: ``slots`` rows (one a sequence; ``dummy_slot``, if
+    given, labelled as the reserved dummy row) of ``width`` entries above the pool's
+    ``total_blocks`` pages. Entry i of a row holds the pool page of the
     sequence's tokens ``i * tokens_per_block`` to ``(i + 1) * tokens_per_block - 1``; arrows
     follow the first ``shown_links`` entries of row 0 to their pages (drawn scattered, as pages
     come back to the free list in any order: entry i holds page ``37 i mod total_blocks``,
@@ -193,6 +200,8 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
     width, total_blocks = check_int("width", width, low=1), check_int("total_blocks", total_blocks, low=1)
     needed = check_int("needed", needed)
     slots = check_int("slots", slots, low=1, high=MAX_TABLE_SLOTS)
+    if dummy_slot is not None:
+        dummy_slot = check_int("dummy_slot", dummy_slot, low=1, high=slots - 1)
     shown_links = check_int("shown_links", shown_links, high=MAX_TABLE_LINKS)
     tpb = check_int("tokens_per_block", tokens_per_block, low=1, high=65536)  # KVGeometry's range
     unit = max(1, div_ceil(max(width, needed, total_blocks), 256))  # entries or pages a cell
@@ -210,7 +219,7 @@ def page_table_spec(width: int, needed: int, total_blocks: int, *, slots: int = 
                                fillcolor=fill if filled else PAGE_COLORS["free"],
                                line=dict(color="white", width=0.5)))
         annotations.append(dict(x=-0.5, y=y + 0.4, xref="x", yref="y", xanchor="right",
-                                showarrow=False, text=f"row {slot}" + (" (request)" if slot == 0 else ""),
+                                showarrow=False, text=f"row {slot}" + (" (request)" if slot == 0 else " (dummy)" if slot == dummy_slot else ""),
                                 font=dict(size=11)))
     if raises:
         shapes.append(dict(type="rect", x0=width_c, x1=needed_c, y0=3.0, y1=3.8,

@@ -210,12 +210,12 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
     pool = W.FloatLogSlider(value=float(pool_mib), base=2, min=min(lo, math.floor(exponent)),
                             max=max(hi, math.ceil(exponent)), step=0.5, description="pool (MiB)",
                             readout_format=".4g", continuous_update=True,
-                            style={"description_width": "90px"}, layout=W.Layout(width="420px"))
+                            style={"description_width": "110px"}, layout=W.Layout(width="420px"))
     ctx = W.SelectionSlider(options=labelled(context_choices([context])), value=int(context),
-                            description="context", continuous_update=True,
-                            style={"description_width": "90px"}, layout=W.Layout(width="420px"))
+                            description="context (tokens)", continuous_update=True,
+                            style={"description_width": "110px"}, layout=W.Layout(width="420px"))
     pol = W.ToggleButtons(options=list(ADMISSION_PANEL_POLICIES), value=policy, description="policy",
-                          style={"description_width": "90px", "button_width": "150px"})
+                          style={"description_width": "110px", "button_width": "150px"})
 
     def compute(values):
         return admission_model(values, num_small=num_small, stall_limit=stall_limit)

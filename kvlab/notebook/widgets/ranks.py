@@ -138,7 +138,7 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
                        description="workspace (GiB)", continuous_update=False,
                        style={"description_width": "110px"}, layout=W.Layout(width="420px"))
     ctx = W.SelectionSlider(options=labelled(sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)})),
-                            value=int(context), description="context", continuous_update=False,
+                            value=int(context), description="context (tokens)", continuous_update=False,
                             style={"description_width": "110px"}, layout=W.Layout(width="420px"))
 
     loaded = load_scenario(scenario)  # once: each slider move plans from the parsed scenario

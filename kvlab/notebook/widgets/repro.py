@@ -84,18 +84,18 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
     pool = W.FloatLogSlider(value=float(pool_mib), base=2, min=min(low, math.floor(exponent)),
                             max=max(high, math.ceil(exponent)),
                             step=0.5, description="pool (MiB)", readout_format=".4g",
-                            continuous_update=True, style={"description_width": "90px"},
+                            continuous_update=True, style={"description_width": "110px"},
                             layout=W.Layout(width="420px"))
     ctx = W.SelectionSlider(options=labelled(context_choices([context])), value=int(context),
-                            description="context", continuous_update=True,
-                            style={"description_width": "90px"}, layout=W.Layout(width="420px"))
+                            description="context (tokens)", continuous_update=True,
+                            style={"description_width": "110px"}, layout=W.Layout(width="420px"))
     tpb = W.Dropdown(options=sorted(set(TOKENS_PER_BLOCK_CHOICES) | {int(tokens_per_block)}),
                      value=int(tokens_per_block), description="tokens/block",
-                     style={"description_width": "90px"},
+                     style={"description_width": "110px"},
                      layout=W.Layout(width="420px"))  # the sliders' width: "row width" heads its own column
     pol = W.ToggleButtons(options=[(name, name) for name in WIDTH_POLICIES], value=policy,
                           description="row width", tooltips=list(WIDTH_POLICIES.values()),
-                          style={"description_width": "90px", "button_width": "100px"})
+                          style={"description_width": "110px", "button_width": "100px"})
     return Panel({"pool_mib": pool, "context": ctx, "tokens_per_block": tpb, "policy": pol},
                  repro_model, repro_figures, repro_verdict,
                  title="Issue #21470 on one GPU: one resize against a tiny pool", wait_s=wait_s)
