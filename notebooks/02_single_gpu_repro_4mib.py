@@ -45,7 +45,7 @@ from kvlab.analysis.repro import MIB, no_pool_reason, run_repro, sweep_repro, tr
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.parameters import check_repro_parameters
-from kvlab.notebook.tables import a_or_an
+from kvlab.core.words import a_or_an
 from kvlab.notebook.widgets import repro_panel
 from kvlab.run.scenarios import load_scenario
 

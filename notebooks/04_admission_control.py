@@ -66,7 +66,8 @@ from kvlab.backends.sglang import SGLANG
 from kvlab.backends.vllm import VLLM
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
-from kvlab.notebook.tables import counted, table
+from kvlab.core.words import counted
+from kvlab.notebook.tables import table
 from kvlab.notebook.parameters import check_admission_parameters
 from kvlab.notebook.widgets import admission_panel
 from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload

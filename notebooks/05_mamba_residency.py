@@ -237,6 +237,8 @@ if IS_PR:
 #    the bug both are admitted and the second finds no state slot (`StateSlotsExhausted`).
 # 3. **`break` instead of `continue`** — B is mid-prefill holding the only slot, A (a first chunk)
 #    sits ahead of it: `break` on A's cap stops the scan, B never advances, the stall detector fires.
+#    Here it fires after 5 passes without progress (`stall_limit=5`, to keep the run short); the
+#    engine's own detector waits 1,000.
 
 # %%
 runs = run_review_findings()

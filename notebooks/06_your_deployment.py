@@ -109,9 +109,10 @@ findings.append(Finding(scenario="issue #21470 (16 x GB300)", policy="admission 
                         numbers=f"contexts past {plan.longest('capacity'):,} tokens are rejected with a reason"))
 
 # %% [markdown]
-# The bands read left to right: every context up to the pool's capacity finishes; a thin band
-# between the pool and the end of the clamped row stalls (its pages cannot all be had, but the
-# row holds them); everything past the row raises. The one-line fix turns the red band orange —
+# The bands read left to right: every request that fits the pool whole finishes; a thin band
+# stalls, from the contexts whose 64 new tokens no longer fit the pool (so it starts just short of
+# the pool's capacity) to the end of the clamped row (its pages cannot all be had, but the row
+# holds them); everything past the row raises. The one-line fix turns the red band orange —
 # never served, never refused — and admission control turns it blue: rejected at the door with
 # a reason. (Admission control's last served context is one token shorter than the current
 # code's: it counts a page for every one of the 64 new tokens, while the last generated token
@@ -153,18 +154,18 @@ findings.append(Finding(scenario="issue #21470 (16 x GB300)", policy="V1 manager
 # %% [markdown]
 # ## 2. The panel: move your own deployment
 #
-# It starts at the #21470 deployment, on V2. Pick a model, a GPU and the KV cache manager
-# (`auto` is what the model gets by default), set the weights per rank (0: derived from the
-# model's parameter count and checkpoint over the ranks) and rank 0's workspace (the others add
-# the report's 12 GiB spread), the configured `max_seq_len`, `max_batch_size` and the number of
-# attention-DP ranks; the rest (activations, non-torch memory, chunked prefill, a `max_seq_len`
-# allowed past the model's own) stays the report's. The verdict box says what the current code
-# does next to admission control (a V2 proposal); its detail is the whole plan. Try: the
-# manager to `auto` (V1: the crash becomes a rejection), back to `v2` and rank 0's workspace
-# down to 0 (the clamp goes away and so does the crash), then `qwen3.5-27b` with batch size
-# 2,048 (a hybrid: its recurrent-state slots come out of the quota first; 2,050 of them, 149.77
-# GiB, fit a GB300's quota) and the GPU to `h100-80gb` (its 44.55 GiB quota does not hold them,
-# and merged code raises at construction).
+# It starts at the #21470 deployment, on V2. Pick a model, a GPU and the KV cache manager (`auto` is
+# what the model gets by default), set the weights per rank (0: derived from the model's parameter
+# count and checkpoint over the ranks; picking another model sets it back to 0, so the report's 22
+# GiB must be set again after a round trip) and rank 0's workspace (the others add the report's 12
+# GiB spread), the configured `max_seq_len`, `max_batch_size` and the number of attention-DP ranks;
+# the rest (activations, non-torch memory, chunked prefill, a `max_seq_len` allowed past the model's
+# own) stays the report's. The verdict box says what the current code does next to admission control
+# (a V2 proposal); its detail is the whole plan. Try: the manager to `auto` (V1: the crash becomes a
+# rejection), back to `v2` and rank 0's workspace down to 0 (the clamp goes away and so does the
+# crash), then `qwen3.5-27b` with batch size 2,048 (a hybrid: its recurrent-state slots come out of
+# the quota first; 2,050 of them, 149.77 GiB, fit a GB300's quota) and the GPU to `h100-80gb` (its
+# 44.55 GiB quota does not hold them, and merged code raises at construction).
 
 # %%
 plan_panel()
@@ -246,7 +247,9 @@ table(rows, index="model")
 # raises when the slots do not fit, and its page-index table has one pool where the middle
 # stages have two (attention pages and SSM slots). Where it builds, the runtime cuts each rank's
 # quota in granules (32 MiB past 16 GiB), gives the state pools the granules of every live slot
-# first and the attention pool the rest.
+# first and the attention pool the rest. A stage without attention layers (the first and the last
+# here) has no attention pool, so its state pools take the whole quota: its "state slots" are more
+# than the live slots that "slots need GiB" counts.
 
 # %%
 nemotron = Deployment(model=load_model("nemotron-nano-9b-v2"), gpu_gib=GPUS["h100-80gb"].gib,

@@ -54,6 +54,7 @@ from kvlab.analysis.v1_capacity import estimated_bytes_per_token, free_at_constr
 from kvlab.core.arith import div_ceil
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
+from kvlab.core.words import counted
 from kvlab.sched.policies import TRTLLM_POLICIES
 
 #: The key of a plan's ranges under current TensorRT-LLM, per manager.
@@ -227,7 +228,7 @@ class DeploymentPlan:
         d = self.deployment
         geo = d.kv_geometry(self.stage)
         manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
-        ranks = "1 rank" if d.world_size == 1 else f"{d.world_size:,} ranks"
+        ranks = counted(d.world_size, "rank")
         lines = [f"{d.model.name} ({d.model.architecture}) on {ranks} of "
                  f"{d.gpu_gib:,.1f} GiB: tp {d.tp_size}, pp {d.pp_size}"
                  f"{', attention DP' if d.attention_dp else ''}; {manager}",
@@ -461,8 +462,9 @@ def _setting_notes(d: Deployment) -> list:
                      "using FlashMLA\"); give tokens_per_block 64 to plan that")
     if d.spec_mode:
         notes.append(f"speculative decoding ({d.spec_mode}, max_draft_len {d.max_draft_len}): "
-                     f"{d.num_extra_kv_tokens} extra KV token(s) and {d.max_draft_len} draft "
-                     "token(s) per sequence in the cache and the row; the draft layers take the "
+                     f"{counted(d.num_extra_kv_tokens, 'extra KV token')} and "
+                     f"{counted(d.max_draft_len, 'draft token')} per sequence in the cache and the row; "
+                     "the draft layers take the "
                      "target's KV geometry")
     return notes
 

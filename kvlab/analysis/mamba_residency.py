@@ -158,7 +158,7 @@ def residency_bytes(plan: ResidencyPlan) -> dict:
     """What the quota goes to, in bytes, under merged residency ("raw") and under PR #17261's
     clamp ("clamped"): resident slots, dummy slots, attention pages (whole pages) and what is
     left unused. Merged residency that does not fit shows its floor (one page) and overshoots
-    the quota; a clamp that cannot hold one sequence shows nothing."""
+    the quota; a clamp that cannot hold one sequence shows nothing (``clamp_fits`` False)."""
     check_instance("plan", plan, ResidencyPlan)
     q, slot, page = plan.quota_bytes, plan.slot_bytes, plan.page_bytes
 
@@ -175,4 +175,4 @@ def residency_bytes(plan: ResidencyPlan) -> dict:
     if not plan.raw_fits:
         raw = dict(raw, pages=page, unused=0)
     cap = plan.local_cap
-    return dict(raw=raw, clamped=split(cap, cap >= 1), raw_fits=plan.raw_fits)
+    return dict(raw=raw, clamped=split(cap, cap >= 1), raw_fits=plan.raw_fits, clamp_fits=cap >= 1)

@@ -62,20 +62,6 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
 __all__ = ["MAX_DIGITS", "TEXT_COLUMN_WIDTH", "cell_text", "table"]
 
 
-def counted(n: int, noun: str, plural: Optional[str] = None) -> str:
-    """``n`` and ``noun`` agreeing: "1 pass", "2 passes", "1,072 requests"."""
-    if n == 1:
-        return f"1 {noun}"
-    return f"{n:,} {plural or (noun + 'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else noun + 's')}"
-
-
-def a_or_an(number: str) -> str:
-    """The article before ``number`` (as written, e.g. "8,192" or "11.31") read aloud: "an" for
-    eight..., eleven... and eighteen... ("an 8,192-token context", "an 11.31 MiB pool"), else "a"."""
-    lead = number.split(",")[0].split(".")[0]
-    return "an" if lead.startswith("8") or lead in ("11", "18") else "a"
-
-
 def gib_pair(a_bytes: int, b_bytes: int, digits: int = 2) -> tuple:
     """Two byte counts in GiB with as many decimals (from ``digits``, at most 6) as it takes for
     unequal values to read unequal: never "37.48 GiB > quota 37.48 GiB"."""

@@ -13,7 +13,7 @@ from kvlab.analysis.presets import RESIZE_OUTCOMES
 from kvlab.analysis.repro import run_repro
 from kvlab.core.arith import div_ceil
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
-from kvlab.notebook.tables import a_or_an
+from kvlab.core.words import a_or_an
 from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, check_flags, finish, learner_name
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
-from kvlab.notebook.tables import counted
+from kvlab.core.words import counted
 from kvlab.workshop.feedback import (NOT_YET, CheckResult, Hint, check_flags, call_learner, finish,
                                      learner_name)
 
@@ -172,14 +172,19 @@ def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
     return None, log
 
 
-def _scan_overrun(got: List[str], expected: List[str], resident: int, cap, budget: int) -> Optional[str]:
-    """What a scan did wrong when it scheduled what the budget or a full cap forbids, or None."""
+def _scan_overrun(got: List[str], expected: List[str], resident: int, cap, budget: int) -> Optional[Hint]:
+    """What a scan did wrong when it scheduled what the budget or a full cap forbids (a question,
+    then the fix), or None."""
     if len(got) > budget:
-        return f"{len(got)} scheduled: more than max_num_requests={budget}, the batch budget"
+        over = f"{len(got)} scheduled: more than max_num_requests={budget}, the batch budget"
+        return Hint(over, over)
     extra = [r for r in got if r not in expected and r.startswith("new")]
     if extra and cap is not None and resident >= cap:  # every slot was taken from the start
-        return (f"{_names(extra)} started a new sequence with no resident slot free (cap {cap}): a fix "
-                "must keep the cap, and hold a first chunk back when every slot is taken")
+        started = (f"{_names(extra)} {'started a new sequence' if len(extra) == 1 else 'started new sequences'} "
+                   f"with no resident slot free (cap {cap})")
+        return Hint(f"{started}: does your loop still hold a first chunk back when every slot is taken?",
+                    f"{started}: a fix must keep the cap, and hold a first chunk back when every slot "
+                    "is taken")
     return None
 
 
@@ -223,7 +228,7 @@ def _scan_feedback(case, got: List[str], slip):
     wrong = f"{label} ({where}): scheduled {got}, expected {expected}"
     overrun = _scan_overrun(got, expected, resident, cap, budget)
     if overrun:
-        return f"{wrong} - {overrun}"
+        return Hint(f"{wrong} - {overrun.hint}", f"{wrong} - {overrun.reveal}")
     candidates = ([slip] if slip else []) + SLIPS
     explain = next((describe for keyword, value, describe in candidates
                     if got == _scan(_ctx(spec), resident, cap, budget, **{keyword: value})), None)

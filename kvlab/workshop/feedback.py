@@ -8,6 +8,7 @@ so that a raise is reported, never a crash (``NotImplementedError``: one line, n
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
@@ -18,6 +19,13 @@ CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
 
 class CheckFailed(AssertionError):
     """A check failed under ``strict=True``; the message names the check and every failed case."""
+
+
+def _unbroken_quotes(line: str) -> str:
+    """``line`` as HTML, a quoted word ('new-a') kept on one line: the browser breaks after a
+    hyphen, and "'new-" over "a'" reads as two ids."""
+    return re.sub(r"'[^'\s]+'", lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>',
+                  html.escape(line, quote=False))
 
 
 @dataclass
@@ -42,7 +50,7 @@ class CheckResult:
 
     def _repr_html_(self) -> str:
         colour, mark = ("#1a7f37", "&#10004;") if self.passed else ("#cf222e", "&#10008;")
-        items = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in self.lines)
+        items = "".join(f"<li><code>{_unbroken_quotes(line)}</code></li>" for line in self.lines)
         return (f'<div class="kvlab-check" style="border-left:4px solid {colour};padding-left:8px">'
                 f'<b style="color:{colour}">{mark} {html.escape(self.headline)}</b><ul>{items}</ul></div>')
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kvlab.notebook.tables import counted, gib_pair, table
+from kvlab.notebook.tables import gib_pair, table
 
 
 def test_counts_reals_and_long_text_as_a_reader_should_see_them():
@@ -38,12 +38,6 @@ def test_every_text_column_is_left_aligned_whatever_its_dtype():
         assert re.search(rf"_row1_col{col}\b[^{{]*\{{\s*text-align: left", html), col
 
 
-def test_counted_agrees_number_and_noun():
-    assert [counted(1, "pass"), counted(2, "pass"), counted(1072, "request"), counted(0, "page")] == [
-        "1 pass", "2 passes", "1,072 requests", "0 pages"]
-    assert counted(3, "query", "queries") == "3 queries"
-
-
 def test_gib_pair_never_shows_unequal_sizes_as_equal():
     need, quota = round(37.4812 * 2**30), round(37.4809 * 2**30)
     assert gib_pair(need, quota) == ("37.4812", "37.4809")  # at 2 decimals both read 37.48
@@ -73,13 +67,3 @@ def test_a_finding_holds_text_only():
         fields = {**dict(scenario="s", policy="p", outcome="o", numbers="n"), field: bad}
         with pytest.raises(TypeError, match=f"^{field} must be a str"):
             Finding(**fields)
-
-
-@pytest.mark.parametrize("number, article", [("8,192", "an"), ("80", "an"), ("11.31", "an"), ("18", "an"),
-                                             ("11,000", "an"), ("4", "a"), ("110", "a"), ("1,024", "a"),
-                                             ("0.5", "a")])
-def test_a_or_an_reads_the_number_aloud(number, article):
-    """Learner pass A: 02 printed "a 8,192-token context"."""
-    from kvlab.notebook.tables import a_or_an
-
-    assert a_or_an(number) == article

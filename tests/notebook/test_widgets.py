@@ -402,6 +402,8 @@ def test_a_quota_below_one_slot_clamps_to_zero(mamba):
     assert mamba_bars(mamba)["resident state slots"][1] == 0
     resident = mamba.figures["stack"].data[0]
     assert resident.y[1] is None and "resident" not in resident.x[1]  # zero bytes: not drawn, not listed
+    # learner pass C: the clamp's bar says it raises too, not "unused 102.4 MiB" as if it built
+    assert "no sequence fits: it raises too" in resident.x[1] and "unused" not in resident.x[1]
 
 
 def test_a_part_no_bar_has_is_not_in_the_legend():
@@ -669,6 +671,9 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
     assert "Admission control" not in panel.verdict_text
     assert [t.y[0] for t in panel.figures["ranges"].data if t.type == "bar" and len(t.y)] == \
         ["current code (V1)"] * 2
+    # learner pass C: V1 has no admission control; its request checks reject at the door
+    assert "REJECTED AT THE REQUEST DOOR" in panel.verdict.value and "ADMISSION" not in panel.verdict.value
+    assert "rejected at the request door" in [t.name for t in panel.figures["ranges"].data if t.showlegend]
     panel.set(manager="v2")
     panel.set(workspace_gib=0.0)  # no workspace: the pool holds max_seq_len, no clamp
     assert panel.outcome == "ok" and "longest context that finishes is 1,048,576" in panel.verdict_text

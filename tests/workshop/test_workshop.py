@@ -465,9 +465,14 @@ def test_scan_feedback_says_what_the_loop_returned_not_what_the_case_is_about():
 def test_scan_feedback_other_slips():
     assert "the cap gates only first chunks" in feedback(workshop.check_resident_scan(scan(cap_all=True),
                                                                                       reveal=True))
+    workshop.reset_hints()
     dropped = feedback(workshop.check_resident_scan(scan(no_cap=True)))  # a "fix" that drops the cap
     assert "'new-a' started a new sequence with no resident slot free (cap 1)" in dropped
     assert "never reached" not in dropped  # it did: it scheduled too much
+    # learner pass C: a first failure asks (the fix comes on the second); two ids, a plural verb
+    assert "'new-a', 'new-b' started new sequences with no resident slot free (cap 2)" in dropped
+    assert "does your loop still hold a first chunk back when every slot is taken?" in dropped
+    assert "a fix must keep the cap" not in dropped
 
     def none_as_zero(pending_ctx, num_resident, max_resident, max_num_requests):
         return scan()(pending_ctx, num_resident, max_resident or 0, max_num_requests)
@@ -729,6 +734,9 @@ def test_check_result_strict_display_and_truth():
     assert isinstance(info.value, AssertionError)
     html = workshop.check_predictions({"A": "<b>"})._repr_html_()
     assert "&lt;b&gt;" in html and "<b>" not in html.replace('<b style', '')
+    # learner pass C: a quoted id stays whole on screen ('new-' over 'a' read as two ids)
+    scan_html = workshop.check_resident_scan(workshop.schedule_pending_contexts_buggy)._repr_html_()
+    assert """<span style="white-space:nowrap">'new-a'</span>""" in scan_html
     bundle = failed._repr_mimebundle_()
     assert bundle[CHECK_MIME]["passed"] is False and bundle["text/plain"] == str(failed)
 

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from kvlab.analysis.repro import ReproResult
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_instance, check_int, check_items
-from kvlab.notebook.tables import counted
+from kvlab.core.words import counted
 from kvlab.notebook.viz.style import (NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR,
                                       ROW_COLOR, WIDTH_LINE_COLORS, as_figure, base_layout,
                                       format_bytes, log_log_axes, outcome_color)

@@ -9,8 +9,8 @@ from kvlab.analysis.deployment import CLAMP_PROPOSAL, DeploymentPlan
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB
-from kvlab.notebook.tables import counted
-from kvlab.notebook.viz.ranks import BUDGET_PARTS, rank_budget_spec
+from kvlab.core.words import counted
+from kvlab.notebook.viz.ranks import BUDGET_PARTS, rank_axis, rank_budget_spec
 from kvlab.notebook.viz.style import (OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR, ROW_COLOR,
                                       as_figure, base_layout, titled)
 
@@ -37,6 +37,10 @@ def _beside(fraction: float, text: str, gap: int) -> dict:
     return dict(ax=0, xanchor="center")
 
 
+#: The legend's words for a V1 plan's rejections (V1 has no admission control).
+V1_REJECT_LABEL = "rejected at the request door"
+
+
 def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
     """What a lone request of each context length meets under each policy, as horizontal bands
     over the context axis (``plan``: a ``kvlab.analysis.deployment.DeploymentPlan``), with the
@@ -51,6 +55,8 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
     top = d.configured_max_seq_len
     tpb = d.tokens_per_block
     names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
+    # V1 has no admission control: what it rejects, the request checks reject at the door
+    labels = {**OUTCOME_LABELS, **({"reject": V1_REJECT_LABEL} if plan.manager == "v1" else {})}
     traces = []
     ticks = dict(x=[], y=[], color=[], text=[])
     annotations = []
@@ -64,7 +70,7 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                 xs.append(s.high - s.low + 1)
                 bases.append(s.low - 1)
                 hover.append(f"{PLAN_POLICY_NAMES[policy]}: {s.low:,}-{s.high:,} tokens<br>"
-                             f"{OUTCOME_LABELS[outcome]}")
+                             f"{labels[outcome]}")
                 if s.high - s.low + 1 < top / 100:
                     ticks["x"].append((s.low + s.high) / 2)
                     ticks["y"].append(PLAN_POLICY_NAMES[policy])
@@ -72,7 +78,7 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                     ticks["text"].append(hover[-1])
                     # named with an arrow: a tick on a million-token axis is easy to miss; its
                     # words on the side where they stay inside the plot, clear of the axis labels
-                    text = (f"{OUTCOME_LABELS[outcome]}: {s.low:,}-{s.high:,} "
+                    text = (f"{labels[outcome]}: {s.low:,}-{s.high:,} "
                             f"({s.high - s.low + 1:,} tokens)")
                     annotations.append(dict(
                         x=(s.low + s.high) / 2, y=PLAN_POLICY_NAMES[policy], xref="x", yref="y",
@@ -82,7 +88,7 @@ def plan_ranges_spec(plan, *, title: Optional[str] = None) -> dict:
                         font=dict(size=11, color=OUTCOME_COLORS[outcome]),
                         bgcolor="rgba(255,255,255,0.9)"))
         traces.append(dict(type="bar", orientation="h", x=xs, y=ys, base=bases,
-                           name=OUTCOME_LABELS[outcome], marker=dict(color=OUTCOME_COLORS[outcome]),
+                           name=labels[outcome], marker=dict(color=OUTCOME_COLORS[outcome]),
                            hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
                            showlegend=bool(xs)))
     traces.append(dict(type="scatter", mode="markers", x=ticks["x"], y=ticks["y"],
@@ -206,7 +212,7 @@ def plan_ranks_spec(plan, *, title: Optional[str] = None) -> dict:
         annotations=[dict(xref="paper", x=1, xanchor="right", yref="y", y=gpu, yanchor="bottom",
                           showarrow=False, text=f"the GPU's memory: {gpu:,.1f} GiB",
                           font=dict(size=11, color=GPU_COLOR), bgcolor="rgba(255,255,255,0.9)")],
-        xaxis=dict(title=None, tickangle=-45 if n > 8 else 0),
+        xaxis=rank_axis(traces[0]["x"]),
         yaxis=dict(title=dict(text="GiB per GPU"), range=[0, tallest * 1.08]),
         legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0,
                     entrywidth=LEGEND_TEXT_PX * (3 - columns), entrywidthmode="pixels",

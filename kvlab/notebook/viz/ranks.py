@@ -37,6 +37,15 @@ def budget_label(key: str, label: str, values: Sequence[float], tallest: float, 
     return thin_label(label, values, tallest, lambda gib: f"{gib:.2g} GiB")
 
 
+def rank_axis(labels: Sequence[str]) -> dict:
+    """The x axis of bars labelled "rank N": level up to 8 ranks, slanted up to 16; past 16 the
+    slanted labels would touch, so the ticks give the numbers alone under the title "rank"."""
+    if len(labels) > 16:
+        return dict(title=dict(text="rank"), tickangle=0, tickvals=list(labels),
+                    ticktext=[label.removeprefix("rank ") for label in labels])
+    return dict(title=None, tickangle=-45 if len(labels) > 8 else 0)
+
+
 def budget_stack(x: Sequence[str], budgets: Sequence, pool_bytes: Sequence[int],
                  lost_bytes: Sequence[int], state_bytes: Sequence[int] = (), *,
                  after_min: bool = True) -> list:
@@ -85,7 +94,8 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
                          f"got {len(state_bytes)}")
     lost = [(r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0)
             for r in ranks]  # whole blocks the MIN took away
-    traces = budget_stack([f"rank {r.rank}" for r in ranks], [r.budget for r in ranks],
+    labels = [f"rank {r.rank}" for r in ranks]
+    traces = budget_stack(labels, [r.budget for r in ranks],
                           [r.quota_bytes for r in ranks], lost, state_bytes, after_min=len(ranks) > 1)
     own = [r.local_quota_bytes / GIB for r in ranks]
     subtitle = (f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
@@ -94,7 +104,7 @@ def rank_budget_spec(ranks: Sequence, *, title: Optional[str] = None,
     layout = base_layout(
         titled(title, f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)"), subtitle,
         barmode="stack", height=460, bargap=0.15,
-        xaxis=dict(title=None, tickangle=-45 if len(ranks) > 8 else 0),
+        xaxis=rank_axis(labels),
         yaxis=dict(title=dict(text="GiB per GPU")),
         legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=11)))
     return {"data": traces, "layout": layout}

@@ -103,6 +103,7 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
     builds = split["raw_fits"]
     raw_need = sum(split["raw"][k] for k in ("resident", "dummies", "pages"))
     # merged code that raises allocates nothing: its bar is what it would need
+    clamp_builds = split.get("clamp_fits", True)
     names = ["merged" if builds else f"merged: needs {format_bytes(raw_need)}, does not build",
              "PR #17261 clamp (proposal)"]
     bars = [split["raw"], split["clamped"]]
@@ -112,6 +113,8 @@ def residency_stack_spec(split: Mapping, quota_bytes: int, *, title: Optional[st
                   if parts[key]]
         if k == 0 and not builds:
             listed = ["it would need:"] + listed
+        if k == 1 and not clamp_builds:
+            listed = ["no sequence fits: it raises too", "and builds nothing"]
         x.append(f"<b>{name}</b><br>" + "<br>".join(f'<span style="font-size:11px">{line}</span>'
                                                      for line in listed))
     data = []

@@ -8,7 +8,7 @@ from typing import Mapping, Optional, Sequence
 
 from kvlab.core.checks import check_choice, check_instance, check_int
 from kvlab.core.request import UNFINISHED_STATUSES
-from kvlab.notebook.tables import counted
+from kvlab.core.words import counted
 from kvlab.run.simulation import SimulationResult
 from kvlab.notebook.viz.style import (AXIS_STYLE, NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS,
                                       as_figure, base_layout, outcome_color, run_outcome, wrap_words)

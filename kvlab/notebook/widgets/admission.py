@@ -18,7 +18,7 @@ from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import readout_mib
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.notebook.tables import counted
+from kvlab.core.words import counted
 from kvlab.notebook.widgets.controls import context_choices, labelled
 from kvlab.run.run_result import cut_between_words
 from kvlab.run.simulation import SimulationResult

@@ -14,7 +14,8 @@ from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.notebook.tables import counted, gib_pair
+from kvlab.core.words import counted
+from kvlab.notebook.tables import gib_pair
 
 
 #: The quota slider's step, GiB: 161 positions up to 80 GiB, a key press each.
@@ -120,12 +121,13 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
     quota = W.SelectionSlider(options=[(f"{v:g}", v) for v in sorted(set(MAMBA_QUOTA_CHOICES_GIB)
                                                                       | {float(quota_gib)})],
                               value=float(quota_gib), description="quota (GiB)", continuous_update=True,
-                              style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+                              style={"description_width": "200px"}, layout=W.Layout(width="510px"))
+    # descriptions whole: "max_batch_size (sequences)" takes about 187 px; readouts with separators
     batch = W.IntSlider(value=int(max_batch_size), min=1, max=max(1024, int(max_batch_size)),
-                        description="max_batch_size", continuous_update=True,
-                        style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+                        description="max_batch_size (sequences)", continuous_update=True, readout_format=",d",
+                        style={"description_width": "200px"}, layout=W.Layout(width="510px"))
     dtype = W.ToggleButtons(options=list(MAMBA_SSM_DTYPES), value=ssm_dtype, description="SSM dtype",
-                            style={"description_width": "110px", "button_width": "90px"})
+                            style={"description_width": "200px", "button_width": "90px"})
     return Panel({"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype}, mamba_model,
                  mamba_figures, mamba_verdict,
                  title="Qwen3.5-27B: merged residency, or the proposals (PR #17261, PR #18985)",

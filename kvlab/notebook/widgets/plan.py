@@ -17,7 +17,7 @@ from kvlab.analysis.models import load_model, model_names
 from kvlab.core.memory import GIB
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, verdict_html
-from kvlab.notebook.viz.plan import plan_ranks_spec
+from kvlab.notebook.viz.plan import V1_REJECT_LABEL, plan_ranks_spec
 from kvlab.notebook.widgets.controls import labelled
 
 #: Context-length limits the plan panel offers (configured max_seq_len): powers of two.
@@ -85,7 +85,8 @@ def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
     elif plan.manager == "v2":
         headline += (f" Admission control: {plan.worst('capacity')}, longest "
                      f"{plan.longest('capacity'):,} tokens.")
-    return now, verdict_html(now, headline) + plan_in_words_html(plan)
+    label = V1_REJECT_LABEL if plan.manager == "v1" and now == "reject" else None
+    return now, verdict_html(now, headline, label=label) + plan_in_words_html(plan)
 
 
 def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: str = "v2",

@@ -15,7 +15,7 @@ from kvlab.core.checks import check_choice, check_int
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.notebook.tables import counted
+from kvlab.core.words import counted
 from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.sched.policies import TRTLLM_POLICIES
 from kvlab.sched.scheduler import SchedulerDeadlock
