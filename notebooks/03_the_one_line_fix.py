@@ -17,7 +17,7 @@
 # # 03 · The one-line fix: a wider row, and a pool that is still too small
 #
 # Notebook 02 reproduced issue #21470's `ValueError` on one GPU: the page-index row was sized
-# from the **clamped** `max_seq_len` (68 entries for 2048 tokens), the request from the
+# from the **clamped** `max_seq_len` (68 entries for 2,048 tokens), the request from the
 # **configured** one (256 entries for 8,192 tokens). The seed's first candidate fix changed one
 # line: size the row from the configured length instead. This notebook follows that fix through
 # the allocator — where it works — and prices it. Whether it is enough for the *engine* is
@@ -451,7 +451,7 @@ findings = report_findings([
             numbers=(f"row {wide:,} entries; {needed:,} needed > {blocks:,} pages -> False, state preserved "
                      f"{after.state_preserved}, {retry_tokens:,}-token retry "
                      f"{'ok' if after.retry_ok else 'failed'}; table x{wide / narrow:.2f} bytes "
-                     f"({b_narrow:,} -> {b_wide:,} B at batch {max_batch_size:,})")
+                     f"({b_narrow:,} → {b_wide:,} B at batch {max_batch_size:,})")
             if after.outcome == "refused" else f"row {wide:,} entries; {needed:,} of {blocks:,} pages allocated"),
     Finding(scenario=f"{scenario}, alone, through the scheduler, {engine.tier_name}", policy="none/configured",
             outcome=engine_outcome(alone),

@@ -17,18 +17,19 @@
 # # 04 · Admission control: "not yet" versus "never"
 #
 # Notebook 03 ended with the one-line fix turning issue #21470's `ValueError` into a refusal that
-# the scheduler repeats every pass: the request starves beside others and, alone, stops the
-# engine with `SchedulerDeadlock` after 1,000 passes (with chunked prefill and no tier below the
-# GPU, a preemption livelock that never raises). Every engine here runs the real default tier
-# configuration, the automatic host tier (`host_cache_size=None`), non-chunked; notebook 03
-# §8b shows these workloads end the same way without it. Block reuse (prefix caching) is on, as
-# upstream's default; sections 1 to 7 draw prompts that share no prefix, so it changes none of
-# their outcomes, and section 8 turns to real prompts that do. The review of that fix (seed, section 5)
-# named the real question: *how do we distinguish a request that cannot run yet from one that
-# can never run?* PR #21720 answers it at admission. This notebook shows the distinction, runs
-# the same workloads under the historical engine (both row widths) and under admission control,
-# maps where each policy crashes, stalls, rejects or succeeds, measures what each costs in goodput
-# and waiting time, and puts vLLM's and SGLang's own schedulers beside TensorRT-LLM's.
+# the scheduler repeats every pass: the request starves beside others and, alone, stops the engine
+# with `SchedulerDeadlock` after 1,000 passes (with chunked prefill and no tier below the GPU, a
+# preemption livelock that never raises). Every engine here runs the real default tier
+# configuration, the automatic host tier (`host_cache_size=None`), non-chunked (but for the real
+# traffic of sections 7 and 8, which chunks as #21470's deployment did); notebook 03 §8b shows these
+# workloads end the same way without it. Block reuse (prefix caching) is on, as upstream's default;
+# sections 1 to 7 draw prompts that share no prefix, so it changes none of their outcomes, and
+# section 8 turns to real prompts that do. The review of that fix (seed, section 5) named the real
+# question: *how do we distinguish a request that cannot run yet from one that can never run?* PR
+# #21720 answers it at admission. This notebook shows the distinction, runs the same workloads under
+# the historical engine (both row widths) and under admission control, maps where each policy
+# crashes, stalls, rejects or succeeds, measures what each costs in goodput and waiting time, and
+# puts vLLM's and SGLang's own schedulers beside TensorRT-LLM's.
 
 # %% tags=["parameters"]
 pool_mib: float = 4.0  # the KV pool (quota) in MiB; the seed's 4 (64 pages of 32 tokens)
@@ -379,14 +380,15 @@ print(f"head-of-line: {len(head_of_line.status)} requests waiting after {head_of
 # ## 6. Try it: the live panel
 #
 # Pool size (log slider, MiB), the long request's context and the policy: the scheduler timeline,
-# the long request's pages against the pool and the row, and the verdict follow. Things to find:
-# the pool at which the long request stops crashing under `none/clamped` but still stalls (the
-# row's spare entries); the pool from which TensorRT-LLM's three policies all say ok; why the
-# peers reject this context at every pool (a prompt as long as their context length leaves no
-# room for its output), and, with a shorter context, the pool from which they say ok too; at the
-# default pool, the context from which each peer rejects the long request (vLLM: its
-# `max_model_len`, the pool less one block; SGLang: the pool less six tokens, or the context
-# length). `tests/notebook/test_widgets.py` checks that each of these can be found on the sliders.
+# the long request's pages against the pool and the row, and the verdict follow. Things to find: the
+# pool at which the long request stops crashing under `none/clamped` but still stalls (the row's
+# spare entries); the pool from which TensorRT-LLM's three policies all say ok; why the peers reject
+# this context at every pool (a prompt as long as their context length leaves no room for its
+# output), and, with a shorter context, the pool from which they say ok too; at the default pool,
+# that both peers serve 1,536 tokens and reject 2,048, and the limits between the two steps that the
+# verdict gives (vLLM: its `max_model_len`, the pool less one block, 2,016 tokens; SGLang: the pool
+# less six tokens, 2,042, or the context length). `tests/notebook/test_widgets.py` checks that each
+# of these can be found on the sliders.
 
 # %%
 panel = admission_panel(pool_mib=pool_mib, context=context, policy="none/clamped", num_small=min(num_small, 8),
@@ -440,9 +442,9 @@ capacity_run = trace_runs["shrunk"]["capacity"]
 queued_steps = pd.Series([capacity_run.requests[i].activated_step - capacity_run.requests[i].arrival_step
                           for i in never_fits if capacity_run.requests[i].activated_step is not None], dtype=float)
 if len(queued_steps):
-    print(f"capacity rejects them as they reach its scheduler: {(queued_steps > 0).sum():,} of them first waited in "
-          f"the executor's queue, a median {queued_steps.median():,.0f} steps "
-          f"({queued_steps.median() * seconds_per_iteration:,.0f} s of the trace)")
+    print(textwrap.fill(f"capacity rejects them as they reach its scheduler: {(queued_steps > 0).sum():,} of "
+                        f"them first waited in the executor's queue, a median {queued_steps.median():,.0f} steps "
+                        f"({queued_steps.median() * seconds_per_iteration:,.0f} s of the trace)", 100))
 for name, runs_ in trace_runs.items():
     for policy, run in runs_.items():
         if run.error is not None:
@@ -473,10 +475,11 @@ for name, table_ in trace_tables.items():  # the peers reject at their doors and
 # left: after 1,000 passes without progress the deadlock detector stops the engine, and everything
 # still queued is lost. With admission control (`capacity`) exactly the requests that can never fit
 # are rejected, with the numbers, as soon as they reach the scheduler (most first wait in the
-# executor's queue, as every request does: the printout counts them), and every other request of the
-# hour is served: the shrunk pool costs those requests, not the engine. It does not cost the others
-# queueing time: the mean queue (`mean_queue_steps`) is shorter than on the sized pool, because the
-# longest contexts, rejected once they reach the scheduler, no longer take their turn.
+# executor's queue behind the requests ahead of them: the printout counts them), and every other
+# request of the hour is served: the shrunk pool costs those requests, not the engine. It does not
+# cost the others queueing time: the mean queue (`mean_queue_steps`) is shorter than on the sized
+# pool, because the longest contexts, rejected once they reach the scheduler, no longer take their
+# turn.
 #
 # The peers, vLLM and SGLang, reject at their doors the prompts over their limits on the shrunk
 # pool (vLLM's `max_model_len`, the pool less one block; SGLang's, the pool less six tokens) and
@@ -524,7 +527,7 @@ assert all(story_runs[r].status["too-long"] == "rejected" for r in (True, False)
 assert story_caches[True].evicted_blocks > 0 and 0 < reused[True, "late"] < first_prompt  # the stranger evicted some
 
 # %% [markdown]
-# With reuse, "follow-up" starts the pass after it arrives: the pages of first's prompt are
+# With reuse, "follow-up" starts in the pass it arrives: the pages of first's prompt are
 # already there, and it needs only its own eighth. Without reuse it needs all its pages beside
 # "first" and waits until "first" finishes: reuse turned a "not yet" into "now". It cannot turn a
 # "never" into anything: a held page is still one of the request's pages, so "too-long" needs more

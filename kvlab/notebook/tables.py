@@ -5,6 +5,7 @@ wraps between words inside its column, never clipped with "..." (the DataFrame d
 
 from __future__ import annotations
 
+import html
 import numbers
 from collections.abc import Mapping
 from typing import Optional
@@ -35,6 +36,12 @@ def cell_text(value, digits: int = 2) -> str:
     return str(value)
 
 
+def _breakable_header(name) -> str:
+    """A column name as HTML that may wrap after each underscore ("mean_queue_steps"): a table of
+    long names stays inside the notebook's width."""
+    return html.escape(cell_text(name)).replace("_", "_<wbr>")
+
+
 def table(data, *, index: Optional[str] = None, digits: int = 2):
     """``data`` (a DataFrame, or rows as dicts) as a Styler: ints as 1,234,567, reals with
     ``digits`` decimals, text left-aligned and whole. ``index``: the column to index by."""
@@ -52,7 +59,7 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
     # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
     text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
     styler = frame.style.format(lambda v: cell_text(v, digits)).format_index(
-        lambda v: cell_text(v, digits)).set_table_styles(_STYLES)
+        lambda v: cell_text(v, digits)).format_index(_breakable_header, axis=1).set_table_styles(_STYLES)
     if text:
         styler = styler.set_properties(subset=text, **{"text-align": "left",
                                                        "max-width": TEXT_COLUMN_WIDTH})

@@ -400,7 +400,8 @@ class Engine:
             detail = (f"{passes}; its context of "
                       f"{request.context_len:,} tokens needs "
                       f"{geometry.blocks_for_tokens(request.context_len):,} blocks, the pool has "
-                      f"{self.scheduler.manager.total_blocks:,}")
+                      f"{self.scheduler.manager.total_blocks:,}, {self.scheduler.manager.free_blocks:,} of them "
+                      "free when the run ended")
         elif submitted:  # running, or suspended (reported as running: it keeps its KV)
             detail = (("suspended, its pages held, after " if request.state == "suspended" else "")
                       + f"{request.num_generated:,} of {request.max_new_tokens:,} tokens generated")

@@ -57,7 +57,8 @@ ADMISSION_CASES = [
                             "ones wait?",
                             "a context that needs exactly the free pages fits now (<= free, not <)")}),
     ("one token over the pool", {}, Request("over", 2048, 1),
-     {None: ("look at the boundary from the other side, and count pages, not tokens",
+     {None: ("its prompt fills the pool's pages exactly: what does it hold when it completes, and how "
+             "many pages does one token more take?",
              "one token more than the pool's 2,048 needs a 65th page")}),
     ("the pool is busy", dict(busy_blocks=40), Request("busy", 1024, 64),
      {NEVER_FITS: ("pages held by other requests come back when they finish: is this a 'never'?",
@@ -241,7 +242,7 @@ def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False,
             continue
         status = ", ".join(f"{k} {v}" for k, v in result.status.items())
         if result.error is not None:
-            stopped = (f"{width} row: the engine stopped at step {result.end_step - 1} with "
+            stopped = (f"{width} row: the engine stopped at step {result.end_step - 1:,} with "
                        f"{type(result.error).__name__} ({status})")
             failures.append(Hint(f"{stopped} - 'big' can never fit this pool and should have been "
                                   f"rejected when it arrived: {find_the_hook}",

@@ -67,3 +67,9 @@ def test_a_finding_holds_text_only():
         fields = {**dict(scenario="s", policy="p", outcome="o", numbers="n"), field: bad}
         with pytest.raises(TypeError, match=f"^{field} must be a str"):
             Finding(**fields)
+
+
+def test_a_long_column_name_may_wrap_at_its_underscores():
+    """Learner pass B: 04's outcome tables ran past the notebook's width on their headers."""
+    html = table([{"mean_queue_steps": 1, "a<b": 2}]).to_html()
+    assert "mean_<wbr>queue_<wbr>steps" in html and "a&lt;b" in html

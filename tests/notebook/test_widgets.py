@@ -899,3 +899,12 @@ def test_a_panel_breaks_its_figures_subtitles_again_for_its_narrower_width():
     assert " ".join(lines) == ("1 pass; at the end: 2 waiting in the scheduler, 5 not yet arrived; "
                                "stopped by PageIndexTooShort")
     assert fig.layout.margin.t >= 64 + 17 * 2
+
+
+def test_a_verdict_keeps_a_command_line_flag_whole():
+    """Learner pass B: SGLang's "enable --allow-auto-truncate" broke as "--" over the flag."""
+    from kvlab.notebook.panel import verdict_html
+
+    shown = verdict_html("reject", "enable --allow-auto-truncate, or a shorter prompt (a-b)")
+    assert '<span style="white-space:nowrap">--allow-auto-truncate</span>' in shown
+    assert "nowrap\">a-b" not in shown  # only flags are held together

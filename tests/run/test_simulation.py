@@ -31,7 +31,7 @@ def test_the_design_contract(seed_manager):
                               Request("s1", prompt_len=256, max_new_tokens=32)], max_steps=5000)
     assert result.status["s1"] == "finished"
     assert result.status["big"] == "waiting"
-    assert "8,192 tokens needs 256 blocks, the pool has 64" in result.reasons["big"]
+    assert "8,192 tokens needs 256 blocks, the pool has 64, 64 of them free when the run ended" in result.reasons["big"]
     assert isinstance(result.error, SchedulerDeadlock) and isinstance(result.error, RuntimeError)
     assert len(result.trace) == result.iterations
     assert list(result.trace.to_pandas().columns) == list(StepRecord._fields)

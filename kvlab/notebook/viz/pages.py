@@ -138,15 +138,15 @@ def index_row_spec(width: int, needed: int, total_blocks: int, outcome: Optional
     complete = needed if with_output is None else int(with_output)
     tpb = tokens_per_block
     row_label = f"page-index row [{policy}]" if policy else "page-index row"
-    request_label = f"request: {needed:,} entries" + (
+    request_label = f"request: {counted(needed, 'entry', 'entries')}" + (
         f" ({complete:,} with its output)" if complete != needed else "")
     labels = [request_label, f"pool: {counted(total_blocks, 'page')}",
               f"{row_label}: {width:,}" if width else f"{row_label}: not built"]
     values = [needed, total_blocks, width]
     verdict = ("more than the row holds: ValueError" if needed > width else
-               "fits the row, more than the pool: False" if needed > total_blocks else
+               "fits the row, more than the pool: the resize returns False" if needed > total_blocks else
                "its context fits, its output runs past the row: ValueError" if complete > width else
-               "its context fits the row and the pool, its output not the pool: False"
+               "its context fits the row and the pool, its output not the pool: a resize returns False"
                if complete > total_blocks else "fits the row and the pool")
     hovers = [f"request: {needed:,} entries = ceil(context / {tpb}) = {needed * tpb:,} tokens"
               + (f"; {complete:,} entries with its output" if complete != needed else "") + f"<br>{verdict}",

@@ -88,8 +88,8 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     demand = viz.index_row_spec(
         manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
         policy=POLICIES[model.policy][1], with_output=complete,
-        title=f"The long request: context {needed} pages, {complete} to complete; pool "
-              f"{engine.total_blocks}, row {manager.max_blocks_per_seq}",
+        title=f"The long request: context {counted(needed, 'page')}, {complete:,} to complete; pool "
+              f"{engine.total_blocks:,}, row {manager.max_blocks_per_seq:,}",
         subtitle=_demand_subtitle(model, peer))
     return {"timeline": timeline, "demand": demand}
 

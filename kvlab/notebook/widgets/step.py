@@ -108,8 +108,8 @@ def step_passes(policy: str) -> int:
 def step_figures(model: StepModel) -> Dict[str, dict]:
     """This pass, request by request, and the run so far."""
     return {"pass": viz.pass_spec(model.rows, title=f"Pass {model.passes}: what each request asked "
-                                  "for, and got", subtitle=f"policy {model.policy}; pool "
-                                  f"{model.used_pages} of {model.total_pages} pages in use"),
+                                  "for, and got", subtitle=f"policy {model.policy}; after the pass, "
+                                  f"{model.used_pages:,} of {model.total_pages:,} pool pages in use"),
             "timeline": viz.scheduler_timeline_spec(model.result, stall_limit=STEP_ENGINE.stall_limit,
                                                     title=f"The run so far: {counted(model.passes, 'pass')}"
                                                     + (f", steps 0 to {model.passes - 1:,}" if model.passes > 1
