@@ -33,14 +33,14 @@ GIB = 1 << 30
 
 
 def readout_mib(mib: float) -> str:
-    """``mib`` to 4 significant digits, as the panels' pool slider reads it out: a tie rounds up
-    there (JavaScript's toPrecision), where Python's format rounds it to even (2^-6 MiB =
-    0.015625: 0.01563 there, 0.01562 here)."""
+    """``mib`` to 4 significant digits with thousands separated, as the panels' pool slider
+    reads it out (1,024): a tie rounds up there (JavaScript's toPrecision), where Python's format
+    rounds it to even (2^-6 MiB = 0.015625: 0.01563 there, 0.01562 here)."""
     exact = Decimal(mib)
     if not exact:
         return "0"
     digits = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 3), rounding=ROUND_HALF_UP)
-    return f"{float(digits):.4g}"
+    return f"{float(digits):,.4g}"
 
 
 @dataclass(frozen=True)

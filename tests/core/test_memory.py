@@ -90,7 +90,7 @@ def test_breakdown_sums_to_total_when_feasible(kwargs):
 
 
 @pytest.mark.parametrize("mib, shown", [(2 ** -6, "0.01563"), (2 ** -7, "0.007813"), (2 ** 1.5, "2.828"),
-                                        (2 ** 3.5, "11.31"), (4, "4"), (1024, "1024"), (0, "0")])
+                                        (2 ** 3.5, "11.31"), (4, "4"), (1024, "1,024"), (0, "0")])
 def test_readout_mib_writes_what_the_slider_reads_out(mib, shown):
     """A tie rounds up, as the slider's readout does; Python's format would give 0.01562."""
     from kvlab.core.memory import readout_mib

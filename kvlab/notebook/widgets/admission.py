@@ -209,7 +209,7 @@ def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "n
     lo, hi = ADMISSION_POOL_EXPONENTS
     pool = W.FloatLogSlider(value=float(pool_mib), base=2, min=min(lo, math.floor(exponent)),
                             max=max(hi, math.ceil(exponent)), step=0.5, description="pool (MiB)",
-                            readout_format=".4g", continuous_update=True,
+                            readout_format=",.4g", continuous_update=True,
                             style={"description_width": "110px"}, layout=W.Layout(width="420px"))
     ctx = W.SelectionSlider(options=labelled(context_choices([context])), value=int(context),
                             description="context (tokens)", continuous_update=True,

@@ -83,7 +83,7 @@ def repro_panel(pool_mib: float = 4.0, context: int = 8192, tokens_per_block: in
     low, high = (int(math.log2(end)) for end in POOL_MIB_RANGE)
     pool = W.FloatLogSlider(value=float(pool_mib), base=2, min=min(low, math.floor(exponent)),
                             max=max(high, math.ceil(exponent)),
-                            step=0.5, description="pool (MiB)", readout_format=".4g",
+                            step=0.5, description="pool (MiB)", readout_format=",.4g",
                             continuous_update=True, style={"description_width": "110px"},
                             layout=W.Layout(width="420px"))
     ctx = W.SelectionSlider(options=labelled(context_choices([context])), value=int(context),
