@@ -141,7 +141,7 @@ def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     assert "SchedulerDeadlock" in findings[4]["numbers"] and "0 finished" in findings[4]["numbers"]
     assert "no error (livelock)" in findings[5]["numbers"] and "0 finished" in findings[5]["numbers"]
     assert "row 260 entries" in findings[1]["numbers"] and "x3.82" in findings[1]["numbers"]
-    assert "279,072 -> 1,067,040 B at batch 512" in findings[1]["numbers"]
+    assert "279,072 → 1,067,040 B at batch 512" in findings[1]["numbers"]
     titles = [f["layout"]["title"]["text"] for f in outputs(nb, PLOTLY_MIME)]
     assert any(t.startswith("The price of the wider row") for t in titles)
     measured = [t for t in titles if ", measured on NVIDIA H200" in t]  # data/measurements/h200.json
