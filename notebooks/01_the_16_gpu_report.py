@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 01 · The 16-GPU report: ranks, memory budgets, and one rank taking all of them down
 #
+# *About 15 minutes.*
+#
 # TensorRT-LLM issue #21470: 16 NVIDIA GB300 GPUs, **attention data parallelism** (every rank
 # keeps its own KV cache and serves its own requests) with **expert parallelism** (the MoE
 # experts are split across the 16 ranks). A persistent MoE workspace shrank the memory left for

@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 02 · Issue #21470 on one GPU: a 4 MiB pool, no weights
 #
+# *About 25 minutes.*
+#
 # TensorRT-LLM issue #21470 was a crash on 16 GB300 GPUs: a long context reached
 # `resize_context`, the native allocator raised
 # `ValueError: User-provided base page indices is too short` on rank 0, and the executor took

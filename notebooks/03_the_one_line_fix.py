@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 03 · The one-line fix: a wider row, and a pool that is still too small
 #
+# *About 30 minutes.*
+#
 # Notebook 02 reproduced issue #21470's `ValueError` on one GPU: the page-index row was sized
 # from the **clamped** `max_seq_len` (68 entries for 2,048 tokens), the request from the
 # **configured** one (256 entries for 8,192 tokens). The seed's first candidate fix changed one
@@ -287,7 +289,7 @@ viz.show(viz.pool_allocation_figure(h200["pool_allocation"], device=gpu))
 # context, or one token of generation) and what it got; the second, the run so far. Under
 # `none/configured` the long request is refused every pass while the small ones get on; once they
 # finish, nothing makes progress and the stall detector counts up to its limit (20 here, so that
-# it is a few key presses away; the real one, 1000, is what the runs below use). Switch the policy:
+# it is a few key presses away; the real one, 1,000, is what the runs below use). Switch the policy:
 # `none/clamped` stops in its first pass, `capacity` rejects the long request as it arrives.
 
 # %%
@@ -373,9 +375,10 @@ if after.outcome == "refused" and small_ids:
 # ### 8b. Does the tier below the GPU change this? (optional)
 #
 # Not here. `preempt_for_pages` needs a *started* victim that this pass did not schedule: the
-# small requests are either first context chunks (never victims) or generating, and phase 1
-# schedules every generating request before phase 2 tries the long one, which protects them. So
-# with or without a host tier the long request is refused every pass, alone or not.
+# small requests are either first context chunks (never victims) or generating, and a pass walks
+# twice: phase 1 schedules every generating request, then phase 2 walks the waiting contexts and
+# tries the long one, when every generating request is already scheduled in this pass and so no
+# victim. So with or without a host tier the long request is refused every pass, alone or not.
 
 # %%
 tiers_alone = stopped_by(tier_runs(long_and_small(context, num_small=0), engine, max_steps=stall_limit + 10),
@@ -448,7 +451,7 @@ findings = report_findings([
     Finding(scenario=scenario, policy="none/clamped", outcome=before.outcome,
             numbers=f"row {narrow:,} entries; {context:,} tokens need {needed:,}; {blocks:,} pages"),
     Finding(scenario=scenario, policy="none/configured", outcome=after.outcome,
-            numbers=(f"row {wide:,} entries; {needed:,} needed > {blocks:,} pages -> False, state preserved "
+            numbers=(f"row {wide:,} entries; {needed:,} needed > {blocks:,} pages → False, state preserved "
                      f"{after.state_preserved}, {retry_tokens:,}-token retry "
                      f"{'ok' if after.retry_ok else 'failed'}; table x{wide / narrow:.2f} bytes "
                      f"({b_narrow:,} → {b_wide:,} B at batch {max_batch_size:,})")

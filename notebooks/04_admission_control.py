@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 04 · Admission control: "not yet" versus "never"
 #
+# *About 25 minutes.*
+#
 # Notebook 03 ended with the one-line fix turning issue #21470's `ValueError` into a refusal that
 # the scheduler repeats every pass: the request starves beside others and, alone, stops the engine
 # with `SchedulerDeadlock` after 1,000 passes (with chunked prefill and no tier below the GPU, a
@@ -25,8 +27,8 @@
 # workloads end the same way without it. Block reuse (prefix caching) is on, as upstream's default;
 # sections 1 to 7 draw prompts that share no prefix, so it changes none of their outcomes, and
 # section 8 turns to real prompts that do. The review of that fix (seed, section 5) named the real
-# question: *how do we distinguish a request that cannot run yet from one that can never run?* PR
-# #21720 answers it at admission. This notebook shows the distinction, runs the same workloads under
+# question: *how do we distinguish a request that cannot run yet from one that can never run?*
+# PR #21720 answers it at admission. This notebook shows the distinction, runs the same workloads under
 # the historical engine (both row widths) and under admission control, maps where each policy
 # crashes, stalls, rejects or succeeds, measures what each costs in goodput and waiting time, and
 # puts vLLM's and SGLang's own schedulers beside TensorRT-LLM's.
@@ -503,7 +505,7 @@ for name, table_ in trace_tables.items():  # the peers reject at their doors and
 # First the smallest story, on this notebook's pool, under admission control: "first" runs a
 # while; "follow-up" repeats its prompt and adds an eighth of the pool; "too-long" repeats it
 # too but asks for more pages than the pool has; "stranger", unrelated, comes once both are
-# done; "late" repeats first's prompt while "stranger" runs.
+# done; "late" repeats follow-up's prompt (first's and its eighth) while "stranger" runs.
 
 # %%
 story_runs, story_caches = {}, {}

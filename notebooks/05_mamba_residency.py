@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 05 · Recurrent-state residency: Qwen3.5-27B's 513 slots (merged code, and two proposals)
 #
+# *About 15 minutes.*
+#
 # A hybrid model such as Qwen3.5-27B keeps, beside its attention KV pages, one **fixed-size
 # recurrent (Mamba / linear-attention) state per live sequence**. Merged TensorRT-LLM's
 # `MambaHybridCacheManagerV2` carves `max_batch_size × pp_size` such slots (plus a dummy for
@@ -158,7 +160,7 @@ viz.show(viz.residency_stack_figure(residency_bytes(plan), quota))
 #
 # PR #18985 starts from the generic default `max_batch_size=2048`: the PR's own example, a hybrid
 # whose slot is ~25.1 MiB (it does not name the model; Qwen3.5-27B's bf16 slot of §1 is 74.8
-# MiB), then asks for ~50.3 GiB of live quota (2049 slots), more than the whole KV budget. Instead
+# MiB), then asks for ~50.3 GiB of live quota (2,049 slots), more than the whole KV budget. Instead
 # of a clamp it would pin a feasible default for the hybrid family through `get_model_defaults`
 # (an explicit user value still wins), and make the quota error report GiB and name
 # `max_batch_size` and `free_gpu_memory_fraction`. Its diff could not be read from the stored
@@ -204,7 +206,7 @@ if IS_PR:
 # queueing the rest behind its scheduler gate — which needs the MIN all-reduce and the gate the
 # review found holes in (section 6). The feasible default (PR #18985) serves the same number at
 # once through plain `max_batch_size`, with no new mechanism — but only when `max_batch_size` is
-# left unset. The PR's 512 is not the generic default (2048), so it came from the run's
+# left unset. The PR's 512 is not the generic default (2,048), so it came from the run's
 # configuration, and under PR #18985 an explicit value still wins: it still raises, now with a
 # message that says what to change.
 

@@ -16,6 +16,8 @@
 # %% [markdown]
 # # 06 · Your deployment: will it hit issue #21470?
 #
+# *About 20 minutes.*
+#
 # Notebooks 01-05 explain a crash after the fact. An engineer about to deploy wants the answer
 # before: for *this* model on *this* GPU with *these* settings, does some context length make a
 # rank raise `ValueError: User-provided base page indices is too short`, stall the engine, or
@@ -221,8 +223,9 @@ names = model_names()[:3] if SMOKE else model_names()
 rows = [preset_row(name) for name in names]
 clamped = [r["model"] for r in rows if r.get("clamped") == "yes"]
 print(f"clamped at these settings: {', '.join(clamped)}" if clamped else
-      "no preset is clamped at these settings (each pool holds max_seq_len): raise max_seq_len "
-      "or lower tp_size in the parameters cell to see one")
+      "no preset is clamped at these settings (each pool holds its max_seq_len, already lowered to "
+      "the model's own limit): change tp_size or gpu in the parameters cell to see one (on the "
+      "h100-80gb, tp_size 1, 2 and 8 each clamp a preset)")
 table(rows, index="model")
 
 # %% [markdown]

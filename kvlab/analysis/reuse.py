@@ -84,8 +84,8 @@ def shared_prefix_story(engine: EngineConfig = EngineConfig(), max_new_tokens: i
     and adds an eighth of the pool: beside "first" it does not fit on its own pages (not yet)
     but fits holding first's cached pages; "too-long" repeats it too and adds more than the
     pool (never, reuse or not: held pages are still its pages); "stranger" (five eighths,
-    unrelated) comes once both are done and must evict cached pages; "late" repeats first's
-    prompt while "stranger" runs and finds only what survived. Hashes per page
+    unrelated) comes once both are done and must evict cached pages; "late" repeats follow-up's
+    prompt (first's and its eighth) while "stranger" runs and finds only what survived. Hashes per page
     (``tokens_per_hash`` = the engine's tokens per block)."""
     check_instance("engine", engine, EngineConfig)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=1 << 30)

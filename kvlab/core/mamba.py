@@ -52,6 +52,7 @@ from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB, MIB
 from kvlab.core.pool import resolve_device
+from kvlab.core.words import counted
 
 #: "raw" is merged TensorRT-LLM; "clamped" is PR #17261's proposal (closed without merging).
 RESIDENCY_MODES = ("raw", "clamped")
@@ -188,14 +189,14 @@ def proposed_quota_error(plan: ResidencyPlan) -> str:
     reserved-slot counts and the settings to change. kvlab's wording (the PR's own text was not
     read); the "at most N fits" hint is kvlab's :meth:`ResidencyPlan.feasible_max_batch_size`."""
     fits = check_instance("plan", plan, ResidencyPlan).feasible_max_batch_size()
-    hint = (f"lower max_batch_size (at most {fits} fits this quota) or raise "
+    hint = (f"lower max_batch_size (at most {fits:,} fits this quota) or raise "
             f"free_gpu_memory_fraction / max_gpu_total_bytes" if fits else
             "not even max_batch_size=1 fits: raise free_gpu_memory_fraction / max_gpu_total_bytes")
     return (f"The V2 Mamba GPU cache quota is too small for live recurrent states and attention "
             f"pages: got {plan.quota_bytes / GIB:.2f} GiB, need at least "
-            f"{plan.raw_need_bytes / GIB:.2f} GiB ({plan.requested} resident sequences "
-            f"(max_batch_size {plan.max_batch_size} x pp_size {plan.pp_size}) + {plan.dummies} "
-            f"reserved slots of {plan.slot_bytes / MIB:.1f} MiB, plus one "
+            f"{plan.raw_need_bytes / GIB:.2f} GiB ({counted(plan.requested, 'resident sequence')} "
+            f"(max_batch_size {plan.max_batch_size:,} x pp_size {plan.pp_size}) + "
+            f"{counted(plan.dummies, 'reserved slot')} of {plan.slot_bytes / MIB:.1f} MiB, plus one "
             f"{plan.page_bytes / MIB:.1f} MiB attention page); {hint}.")
 
 

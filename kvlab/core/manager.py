@@ -156,7 +156,7 @@ class KVCacheManager:
         self.configured_max_seq_len = max_seq_len
         self.max_seq_len = max_seq_len
         if max_seq_len > self.max_num_tokens:
-            warnings.warn(f"max_seq_len={max_seq_len} is larger than the KV cache can hold "
+            warnings.warn(f"max_seq_len={max_seq_len:,} is larger than the KV cache can hold "
                           f"({self.max_num_tokens:,} tokens in {total_blocks:,} blocks); "
                           f"clamping max_seq_len to {self.max_num_tokens:,}",
                           MaxSeqLenClampWarning, stacklevel=2)
@@ -484,6 +484,6 @@ class KVCacheManager:
 
     def __repr__(self) -> str:
         return (f"KVCacheManager({self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B, "
-                f"max_seq_len={self.max_seq_len} (configured {self.configured_max_seq_len:,}), "
-                f"max_blocks_per_seq={self.max_blocks_per_seq} [{self.page_index_policy}], "
+                f"max_seq_len={self.max_seq_len:,} (configured {self.configured_max_seq_len:,}), "
+                f"max_blocks_per_seq={self.max_blocks_per_seq:,} [{self.page_index_policy}], "
                 f"device={self.device})")

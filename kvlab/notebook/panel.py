@@ -146,7 +146,7 @@ def verdict_html(outcome: Optional[str], headline: str, detail: str = "", *,
             f'<div class="kvlab-verdict">{_flags_whole(html.escape(headline))}</div>')
     if detail:
         body += (f'<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
-                 f'overflow-wrap:anywhere;margin:6px 0 0 0">{html.escape(detail)}</pre>')
+                 f'overflow-wrap:anywhere;margin:6px 0 0 0">{_flags_whole(html.escape(detail))}</pre>')
     return body + "</div>"
 
 

@@ -36,6 +36,7 @@ from typing import Deque, Dict, Iterable, List, Optional
 from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import LIVE_STATES, Request
+from kvlab.core.words import a_or_an, counted
 from kvlab.run.trace import Event, StepRecord, Trace
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
 from kvlab.sched.scheduler import SchedulerDeadlock
@@ -137,8 +138,9 @@ def refused_to_start(requests: Iterable[Request], message: str) -> SimulationRes
 
 def finished_reason(request: Request, step: int) -> str:
     """The reason a request that finished at ``step`` gives."""
-    reason = (f"finished at step {step}: {request.num_generated} tokens generated after a "
-              f"{request.prompt_len}-token prompt")
+    prompt = f"{request.prompt_len:,}"
+    reason = (f"finished at step {step:,}: {counted(request.num_generated, 'token')} generated after "
+              f"{a_or_an(prompt)} {prompt}-token prompt")
     if request.output_limit < request.max_new_tokens:  # vLLM's max_model_len, SGLang's clip
         reason += (f", stopped short of max_new_tokens={request.max_new_tokens:,} by the engine's "
                    f"length limit at {request.prompt_len + request.num_generated:,} tokens "
@@ -399,7 +401,7 @@ class Engine:
                       f"refused in {refusals:,} scheduling passes")
             detail = (f"{passes}; its context of "
                       f"{request.context_len:,} tokens needs "
-                      f"{geometry.blocks_for_tokens(request.context_len):,} blocks, the pool has "
+                      f"{geometry.blocks_for_tokens(request.context_len):,} pages, the pool has "
                       f"{self.scheduler.manager.total_blocks:,}, {self.scheduler.manager.free_blocks:,} of them "
                       "free when the run ended")
         elif submitted:  # running, or suspended (reported as running: it keeps its KV)

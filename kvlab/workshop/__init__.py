@@ -5,11 +5,11 @@ own answer, and returns a :class:`CheckResult` (it displays as a green or red li
 A check never raises on a wrong answer unless ``strict=True``; then it raises :class:`CheckFailed`
 naming the check, which is how the tests prove that starter code fails and solutions pass.
 
-Hint, then reveal. The first failed run of a check gives, per failed case, what is wrong and a
-hint that does not give the answer away (a question, the slip's name); if the same check fails
-again in the same kernel session, it shows the worked arithmetic (the formula with the case's
-numbers). The count is per check, in :mod:`kvlab.workshop.feedback` (``reset_hints()`` starts it
-over; a pass resets it too); a run that only says "not implemented yet" does not count.
+Hint, then reveal. A failed case first gives what is wrong and a hint that does not give the
+answer away (a question, the slip's name); when the same case fails the same way again in the
+same kernel session, it shows the worked arithmetic (the formula with the case's numbers). A new
+slip gets its own hint first. :mod:`kvlab.workshop.feedback` remembers the hints each check has
+shown (``reset_hints()`` forgets them; a pass does too).
 ``reveal=True`` shows the arithmetic at once, ``reveal=False`` keeps to hints.
 
 A learner's function that still raises ``NotImplementedError`` is reported once, in one line

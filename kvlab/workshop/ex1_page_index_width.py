@@ -51,9 +51,9 @@ def _width_mistakes(L: int, t: int, e: int, d: int, expected: int) -> List[tuple
          f": {raw:,} -> {expected:,}"),
         (raw // 4 * 4, "you padded down to a multiple of 4: the padding only adds entries",
          f": {right}, rounded UP to a multiple of 4 = {expected:,}, not down to {raw // 4 * 4:,}"),
-        (round(raw / 4) * 4, "you padded to the nearest multiple of 4: the padding only adds entries",
-         f": {right}, rounded UP to a multiple of 4 = {expected:,}, not to the nearest, "
-         f"{round(raw / 4) * 4:,}"),
+        *[(nearest, "you padded to the nearest multiple of 4: the padding only adds entries",
+           f": {right}, rounded UP to a multiple of 4 = {expected:,}, not to the nearest, {nearest:,}")
+          for nearest in (round(raw / 4) * 4, (raw + 2) // 4 * 4)],  # ties to even (round), or up
         (up4((L + e + d + 1) // t), "you rounded the division down: a partly filled block still "
          "needs an entry", f", so {right} -> {expected:,}"),
         (up4(div_ceil(L + d + 1, t)), f"you left out the extra KV tokens ({e:,})", f": {right} -> {expected:,}"),
@@ -81,7 +81,7 @@ def _width_case(fn, label, L, t, e, d, slip: Optional[int]):
     name, worked = next(((n, w) for value, n, w in mistakes if value == got),
                         ("none of the usual slips gives this: check each of Part 1's three rules",
                          f"; expected round_up_to_multiple_of_4(ceil(({L:,}+{e:,}+{d:,}+1)/{t})) = {expected:,}"))
-    head = f"{label}: {call} returned {got}, expected {expected} - {name}"
+    head = f"{label}: {call} returned {got:,}, expected {expected:,} - {name}"
     return Hint(head, head + worked)
 
 

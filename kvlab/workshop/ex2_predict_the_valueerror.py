@@ -207,6 +207,10 @@ def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
             failures.append(f"your function raised {type(exc).__name__}: {exc}")
     if failures:
         pass
+    elif isinstance(got, PageIndexTooShort) and not any(r.outcome is got for r in made):
+        failures.append(f"returned {type(got).__name__}: {got} (no resize raised it: your own code "
+                        "made it); build the seed's manager, resize a cache to 8,192 tokens and return "
+                        "the error that resize raises")
     elif isinstance(got, PageIndexTooShort):
         numbers = f"{got.needed_entries} entries needed, the row has {got.available_entries}"
         if (got.needed_entries, got.available_entries) == (256, 68):

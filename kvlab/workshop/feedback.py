@@ -1,7 +1,7 @@
 """What every workshop check shares: its result (:class:`CheckResult`, shown green or red in
 Jupyter; :class:`CheckFailed` under ``strict=True``), the two levels of feedback on a failed case
-(a hint on a check's first failed run, the worked arithmetic from its second; the count is per
-check, in this module, and :func:`reset_hints` starts it over), and calling the learner's code
+(a hint the first time a case fails with it, the worked arithmetic when the same hint would be
+shown again; this module remembers the hints shown, per check, and :func:`reset_hints` forgets them), and calling the learner's code
 so that a raise is reported, never a crash (``NotImplementedError``: one line, not one per case).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 from kvlab.core.checks import check_instance
 
@@ -67,15 +67,16 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Hint:
-    """A failed case's feedback at two levels: ``hint`` on a check's first failed run (what is
-    wrong, without the answer), ``reveal`` from its second on (the worked arithmetic)."""
+    """A failed case's feedback at two levels: ``hint`` the first time the check shows it (what
+    is wrong, without the answer), ``reveal`` when the same hint is due again (the worked
+    arithmetic): a learner who fixes one slip and makes another gets the new slip's hint first."""
 
     hint: str
     reveal: str
 
 
-#: failed runs with hints, per check, in this kernel session (the second one reveals)
-_FAILED_RUNS: Dict[str, int] = {}
+#: the hints each check has shown in this kernel session (the same hint again reveals)
+_HINTS_SHOWN: Dict[str, Set[str]] = {}
 
 
 class _NotYet:
@@ -86,16 +87,16 @@ class _NotYet:
 
 
 NOT_YET = _NotYet()
-HINTS_ONLY = ("hints only so far: if this check fails again, it shows the answer's working (the "
-              "arithmetic, or the code to write); or call it with reveal=True")
+HINTS_ONLY = ("hints only so far: if a case fails the same way again, the check shows the answer's "
+              "working (the arithmetic, or the code to write); or call it with reveal=True")
 
 
 def reset_hints(check: Optional[str] = None) -> None:
-    """Forget the failed runs of ``check`` (all checks if None): its next failure gives hints again."""
+    """Forget the hints ``check`` (all checks if None) has shown: its next failure gives hints again."""
     if check is None:
-        _FAILED_RUNS.clear()
+        _HINTS_SHOWN.clear()
     else:
-        _FAILED_RUNS.pop(check, None)
+        _HINTS_SHOWN.pop(check, None)
 
 
 def _not_yet_line(learner: str) -> str:
@@ -124,22 +125,21 @@ def finish(check: str, failures: list, passes: List[str], strict: bool, *,
     line stands for several."""
     not_yet = [f for f in failures if f is NOT_YET]
     others = [f for f in failures if f is not NOT_YET]
-    hinted = any(isinstance(f, Hint) for f in others)
-    if reveal is None:
-        reveal = _FAILED_RUNS.get(check, 0) >= 1
+    hints = [f for f in others if isinstance(f, Hint)]
+    shown = _HINTS_SHOWN.setdefault(check, set())
+    revealed = {f for f in hints if (f.hint in shown if reveal is None else reveal)}
     lines = [_not_yet_line(learner)] if not_yet else []
-    lines += [(f.reveal if reveal else f.hint) if isinstance(f, Hint) else f for f in others]
+    lines += [(f.reveal if f in revealed else f.hint) if isinstance(f, Hint) else f for f in others]
     if failures and (passes or not not_yet):
         total = cases or len(passes) + len(failures)
         lines.append(f"({len(passes)} of {total} {'case passes' if total == 1 else 'cases pass'})")
-    if hinted and not reveal:
+    if len(revealed) < len(hints):
         lines.append(HINTS_ONLY)
+    shown.update(f.hint for f in hints)
     if not failures:
         lines = list(passes)
         reset_hints(check)
-    elif hinted:
-        _FAILED_RUNS[check] = _FAILED_RUNS.get(check, 0) + 1
-    result = CheckResult(check, not failures, lines, revealed=bool(reveal and hinted))
+    result = CheckResult(check, not failures, lines, revealed=bool(revealed))
     return result.raise_if_failed() if strict else result
 
 

@@ -24,11 +24,13 @@
 # claims a state slot for the rest of its life; a later chunk of a started sequence already has
 # its slot.
 #
-# Below is the phase-2 loop of `KVCacheV2Scheduler` from that PR
+# A scheduling pass of `KVCacheV2Scheduler` walks twice: phase 1 schedules the generating
+# requests, phase 2 the waiting contexts. Below is that PR's phase-2 loop
 # (`tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py`), reduced to the cap. It walks the
 # pending context requests in order and returns the ids it schedules this iteration. The review
 # found a bug in it. Find it, fix it, and say what it does to a running engine. The check's first
-# failure asks a question about each wrong case; a second failure says what the fix is.
+# failure asks a question about each wrong case; the same failure a second time says what the
+# fix is.
 
 # %% tags=["parameters"]
 STRICT: bool = False  # True: a failed check raises (the tests use it); False: it only reports

@@ -257,7 +257,7 @@ def test_pr18985_quota_message_is_in_gib_and_names_the_settings():
     assert text == proposed_quota_error(plan)
     assert text.startswith("The V2 Mamba GPU cache quota is too small for live recurrent states")
     assert "got 24.86 GiB, need at least 37.48 GiB" in text
-    assert "512 resident sequences (max_batch_size 512 x pp_size 1) + 1 reserved slots" in text
+    assert "512 resident sequences (max_batch_size 512 x pp_size 1) + 1 reserved slot of" in text
     assert "lower max_batch_size (at most 339 fits this quota)" in text
     assert "free_gpu_memory_fraction" in text
     tiny = plan_residency(mamba, attn, 3 * 2**20, 1)

@@ -83,7 +83,7 @@ def test_seed_clamp_warning_with_the_numbers():
         mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
                              max_batch_size=1)
     message = str(record[0].message)
-    assert "max_seq_len=8192" in message and "2,048 tokens in 64 blocks" in message and message.endswith("to 2,048")
+    assert "max_seq_len=8,192 is larger" in message and "2,048 tokens in 64 blocks" in message and message.endswith("to 2,048")
     assert mgr.max_num_tokens == 2048
     assert mgr.max_seq_len == 2048
     assert mgr.configured_max_seq_len == 8192
@@ -342,7 +342,7 @@ def test_quota_that_holds_no_page_is_an_error():
 
 def test_repr_mentions_the_numbers(seed_manager):
     text = repr(seed_manager("configured"))
-    assert "64 blocks x 65,536 B" in text and "max_seq_len=2048" in text and "(configured 8,192)" in text and "260" in text
+    assert "64 blocks x 65,536 B" in text and "max_seq_len=2,048" in text and "(configured 8,192)" in text and "260" in text
 
 
 def test_grow_each_takes_one_allocation_all_or_none(seed_manager):

@@ -118,7 +118,7 @@ def test_notebook_02_panel_follows_its_sliders(jupyter_lab, request):
             figure_after_pool = _wait_change(page, _figure_data, figure_before)
 
             # a longer context than 32 MiB holds (16384 tokens) is refused again
-            _move_slider(page, "context", 6)
+            _move_slider(page, "context (tokens)", 6)
             _wait_for(page, _verdict, lambda v: v != second and "allocated" not in v)
             _wait_change(page, _figure_data, figure_after_pool)
         except BaseException:

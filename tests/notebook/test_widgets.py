@@ -9,6 +9,7 @@ import re
 import ipywidgets as W
 import plotly.graph_objects as go
 import pytest
+from html import escape as html_escape
 
 from kvlab.notebook import viz
 from kvlab.notebook.panel import Debouncer, Panel, verdict_html
@@ -592,6 +593,8 @@ def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     assert rejected.rows[0]["result"] == "rejected" and "exceeds" in rejected.rows[0]["why"]
     end = step_model({"policy": "none/configured", "pass": 54})  # past the small requests' end
     assert end.stalled == STEP_ENGINE.stall_limit and type(end.result.error).__name__ == "SchedulerDeadlock"
+    assert end.rows[0]["why"].endswith("the engine stopped after this pass")  # no next pass to retry in
+    assert first.rows[0]["why"].endswith("retried next pass")
     panel = step_panel("none/configured", passes=1)
     panel.set(**{"pass": 2})
     assert panel.model.passes == 2 and panel.model.rows[1]["asked"] == 1  # s0's first generation step
@@ -740,6 +743,20 @@ def test_admission_verdict_says_who_starved(pool_mib, who_starved):
     long_line = next(line for line in html.split("\n") if line.startswith("long: "))
     assert long_line.startswith("long: running" if pool_mib == 16.0 else "long: waiting")
     assert "V2 scheduler deadlock" not in html.split("</b>", 1)[-1].split("phase diagram", 1)[-1]
+
+
+@pytest.mark.parametrize("pool_mib, policy", [(4.0, "none/clamped"), (16.0, "none/clamped"),
+                                              (16.0, "none/configured"), (2 ** 4.5, "vllm"),
+                                              (2 ** 4.5, "none/clamped")])
+def test_admission_detail_gives_each_reason_whole(pool_mib, policy):
+    """Learner pass: detail lines were cut at 200 characters ("... 64 of..."), and a finished
+    request read "after a 8192-token prompt"."""
+    model = admission_model({"pool_mib": pool_mib, "context": 8192, "policy": policy})
+    _, html = admission_verdict(model)
+    for rid, reason in model.result.reasons.items():
+        error = "" if model.result.error is None else f": {model.result.error}"
+        assert html_escape(reason.removesuffix(error)) in html, rid
+    assert "..." not in html and "a 8" not in html
 
 
 # -- notebook 01's panel hints: each can be found on the sliders --------------------------------

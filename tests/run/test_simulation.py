@@ -31,7 +31,7 @@ def test_the_design_contract(seed_manager):
                               Request("s1", prompt_len=256, max_new_tokens=32)], max_steps=5000)
     assert result.status["s1"] == "finished"
     assert result.status["big"] == "waiting"
-    assert "8,192 tokens needs 256 blocks, the pool has 64, 64 of them free when the run ended" in result.reasons["big"]
+    assert "8,192 tokens needs 256 pages, the pool has 64, 64 of them free when the run ended" in result.reasons["big"]
     assert isinstance(result.error, SchedulerDeadlock) and isinstance(result.error, RuntimeError)
     assert len(result.trace) == result.iterations
     assert list(result.trace.to_pandas().columns) == list(StepRecord._fields)
@@ -50,7 +50,7 @@ def test_clamped_width_crashes_the_engine_and_keeps_the_trace(seed_manager):
     assert result.trace.events[-1][:3] == (32, "engine_stopped", "big")
     assert result.reasons["big"].startswith("engine stopped at step 32 by PageIndexTooShort "
                                             "raised by this request (refused in 32 scheduling "
-                                            "passes; its context of 8,192 tokens needs 256 blocks")
+                                            "passes; its context of 8,192 tokens needs 256 pages")
     assert result.reasons["s1"].startswith("engine stopped at step 32 by PageIndexTooShort (it "
                                            "arrives at step 40): User-provided base page")
 

@@ -140,7 +140,8 @@ def test_width_feedback_rounding_to_8():
 
 
 @pytest.mark.parametrize("pad, named", [(lambda n: n // 4 * 4, "you padded down to a multiple of 4"),
-                                        (lambda n: round(n / 4) * 4, "you padded to the nearest multiple of 4")])
+                                        (lambda n: round(n / 4) * 4, "you padded to the nearest multiple of 4"),
+                                        (lambda n: int(n / 4 + 0.5) * 4, "you padded to the nearest multiple of 4")])
 def test_width_feedback_padding_the_wrong_way(pad, named):
     """Learner pass A: a row padded down (or to the nearest) was told it forgot the +1, rounded
     the division down and left out extra and draft tokens, all of which it had."""
@@ -223,8 +224,10 @@ def test_trigger_feedback():
     assert "escaped your function" in feedback(workshop.check_trigger(escaped))
     assert ("returned False: no ValueError was raised - your resize to 8,192 tokens returned False "
             "(refused)") in feedback(workshop.check_trigger(seed_trigger("configured", "result")))
-    assert "256 and 68" in feedback(workshop.check_trigger(lambda: PageIndexTooShort(300, 132), reveal=True))
-    assert workshop.check_trigger(lambda: PageIndexTooShort(256, 68))
+    assert "256 and 68" in feedback(workshop.check_trigger(seed_trigger(context=12_000), reveal=True))
+    assert workshop.check_trigger(seed_trigger())
+    made = workshop.check_trigger(lambda: PageIndexTooShort(256, 68))  # no resize raised it
+    assert not made and "your own code made it" in feedback(made)
 
 
 def test_trigger_says_what_the_resize_did_when_no_value_error_came_back():
@@ -626,6 +629,12 @@ def test_reveal_argument_and_what_counts_as_a_failure():
     run()
     assert workshop.check_admission(CapacityAdmission().classify)
     assert not run().revealed
+    # a new slip gets its own hint first (learner pass: fixing ex1's Part 1 revealed Part 2)
+    workshop.reset_hints()
+    workshop.check_page_index_width(width(align=1))
+    part2 = workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192})
+    assert not part2.revealed and "2,048" not in feedback(part2) and part2.lines[-1] == workshop.HINTS_ONLY
+    assert workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192}).revealed
     # a run that only says "not implemented yet" has no hint to give, so it does not count
     workshop.reset_hints()
     NOT_IMPLEMENTED["check_admission"][0]()

@@ -11,6 +11,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from kvlab.analysis.repro import ReproResult
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_instance, check_int, check_items
+from kvlab.core.memory import readout_mib
 from kvlab.core.words import counted
 from kvlab.notebook.viz.style import (NEUTRAL_COLOR, OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR,
                                       ROW_COLOR, WIDTH_LINE_COLORS, as_figure, base_layout,
@@ -392,7 +393,7 @@ def outcome_map_spec(results: Iterable, *, title: Optional[str] = None) -> dict:
     traces = []
     for outcome in ("crash", "refused", "ok"):
         mine = [r for r in results if r.outcome == outcome]
-        hover = [f"pool {r.pool_bytes / (1 << 20):g} MiB ({r.total_blocks:,} pages), "
+        hover = [f"pool {readout_mib(r.pool_bytes / (1 << 20))} MiB ({r.total_blocks:,} pages), "
                  f"context {r.context:,}<br>needs {r.entries_needed:,} entries, row {r.max_blocks_per_seq:,}"
                  f"<br>{OUTCOME_LABELS[outcome]}" for r in mine]
         traces.append(dict(type="scatter", x=[r.pool_bytes / (1 << 20) for r in mine], y=[r.context for r in mine],

@@ -10,7 +10,7 @@ from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB
 from kvlab.core.words import counted
-from kvlab.notebook.viz.ranks import BUDGET_PARTS, rank_axis, rank_budget_spec
+from kvlab.notebook.viz.ranks import BUDGET_PARTS, gib_text, rank_axis, rank_budget_spec
 from kvlab.notebook.viz.style import (OUTCOME_COLORS, OUTCOME_LABELS, POOL_COLOR, ROW_COLOR,
                                       as_figure, base_layout, titled)
 
@@ -180,8 +180,7 @@ def plan_ranks_spec(plan, *, title: Optional[str] = None) -> dict:
     part = {key: trace["y"] for (key, _, _), trace in zip(BUDGET_PARTS, traces)}
     own = [sum(values) for values in zip(part["KV pool"], part["lost to MIN"], part["state slots"])]
     gpu = plan.deployment.gpu_gib
-    blocks = (f"{counted(plan.blocks, 'block')} "
-              f"({plan.blocks * plan.bytes_per_block / GIB:,.1f} GiB)")
+    blocks = f"{counted(plan.blocks, 'block')} ({gib_text(plan.blocks * plan.bytes_per_block / GIB)})"
     # where merged code raises at construction, the bars are the pool PR #17261's clamp would leave
     proposal = "" if plan.starts else " under PR #17261's clamp (a proposal)"
     if not plan.blocks:

@@ -27,6 +27,12 @@ BUDGET_PARTS = (
 )
 
 
+def gib_text(gib: float) -> str:
+    """A rank's memory as its figures write it: "37.5 GiB", and two significant digits under
+    1 GiB ("0.061 GiB"), where one decimal would round a pool to 0.1 or 0.0."""
+    return f"{gib:,.1f} GiB" if gib >= 1 else f"{gib:.2g} GiB"
+
+
 def budget_label(key: str, label: str, values: Sequence[float], tallest: float, *,
                  after_min: bool) -> str:
     """A part's legend entry: the KV pool is "after the MIN" only with ``after_min`` (more than
@@ -34,7 +40,7 @@ def budget_label(key: str, label: str, values: Sequence[float], tallest: float, 
     with its size in GiB."""
     if key == "KV pool" and not after_min:
         label = "KV pool"
-    return thin_label(label, values, tallest, lambda gib: f"{gib:.2g} GiB")
+    return thin_label(label, values, tallest, gib_text)
 
 
 def rank_axis(labels: Sequence[str]) -> dict:

@@ -106,6 +106,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                  visible=queued, showlegend=queued)]
     for trace_spec in data[3:5]:
         trace_spec["line"]["width"] = 1
+    data[6]["line"]["dash"] = "dot"  # the waiting line shows through where the two counts agree
     shapes, annotations = [], []
     lowest = ("stall detector: passes without progress" if stall_detector
               else "preemptions in the step (no stall detector)")

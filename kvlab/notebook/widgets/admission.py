@@ -20,7 +20,6 @@ from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.core.words import counted
 from kvlab.notebook.widgets.controls import context_choices, labelled
-from kvlab.run.run_result import cut_between_words
 from kvlab.run.simulation import SimulationResult
 from kvlab.run.trace import Trace
 from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
@@ -183,14 +182,13 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     return model.outcome, verdict_html(model.outcome, headline, detail)
 
 
-def _reason_without_error(result, request_id: str, width: int = 200) -> str:
-    """A request's reason without the engine error's text the headline already gives, cut
-    between words to ``width`` characters (as a run's rank table cuts its outcomes)."""
+def _reason_without_error(result, request_id: str) -> str:
+    """A request's reason, whole, without the engine error's text the headline already gives."""
     why = result.reasons[request_id]
     error = "" if result.error is None else str(result.error)
     if error and why.endswith(f": {error}"):
         why = why[:-len(error) - 2]
-    return cut_between_words(why, width)
+    return why
 
 
 def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "none/clamped", *,

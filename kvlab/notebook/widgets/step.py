@@ -85,7 +85,8 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
             result, why = request.state, request.reason
         elif request.state == "waiting" and asked[request.request_id] > 0:
             result, why = "refused", ("not scheduled: the resize returned False or the budget "
-                                      "was spent; retried next pass")
+                                      "was spent; " + ("the engine stopped after this pass"
+                                                       if engine.error is not None else "retried next pass"))
         else:
             result, why = "waiting", "not reached this pass"
         got = asked[request.request_id] if result == "scheduled" else 0
