@@ -411,7 +411,7 @@ class Engine:
             detail = (f"in the executor's queue since step {request.arrival_step:,}, behind "
                       f"{self.max_num_active_requests:,} active requests (max_num_active_requests)")
         else:
-            detail = f"it arrives at step {request.arrival_step}"
+            detail = f"it arrives at step {request.arrival_step:,}"
         if self.error is not None:
             culprit = getattr(self.error, "request_id", None) == request.request_id
             return (f"engine stopped at step {self.step - 1:,} by {type(self.error).__name__}"

@@ -753,10 +753,13 @@ def test_admission_detail_gives_each_reason_whole(pool_mib, policy):
     request read "after a 8192-token prompt"."""
     model = admission_model({"pool_mib": pool_mib, "context": 8192, "policy": policy})
     _, html = admission_verdict(model)
+    detail = html.split("<pre", 1)[1]
     for rid, reason in model.result.reasons.items():
-        error = "" if model.result.error is None else f": {model.result.error}"
-        assert html_escape(reason.removesuffix(error)) in html, rid
-    assert "..." not in html and "a 8" not in html
+        if model.result.error is not None:  # the headline gives where and why the engine stopped
+            reason = reason.split(" (", 1)[1].removesuffix(f"): {model.result.error}")
+        assert html_escape(reason) in detail, rid
+    assert "..." not in html and "a 8" not in html and "engine stopped" not in detail
+    assert ("long: waiting - raised the error; " in detail) == (model.outcome == "crash")
 
 
 # -- notebook 01's panel hints: each can be found on the sliders --------------------------------

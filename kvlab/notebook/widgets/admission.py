@@ -5,6 +5,7 @@ the row, and a verdict naming the outcome with the numbers."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -183,12 +184,17 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
 
 
 def _reason_without_error(result, request_id: str) -> str:
-    """A request's reason, whole, without the engine error's text the headline already gives."""
+    """A request's reason, whole, without what the headline already gives: where the engine
+    stopped, "engine stopped at step N by X (...): message" (kvlab.run.simulation), is the
+    parenthesis alone, after "raised the error; " for the request that raised it."""
     why = result.reasons[request_id]
-    error = "" if result.error is None else str(result.error)
-    if error and why.endswith(f": {error}"):
-        why = why[:-len(error) - 2]
-    return why
+    if result.error is None:
+        return why
+    stopped = re.fullmatch(rf"engine stopped at step [\d,]+ by {type(result.error).__name__}"
+                           rf"( raised by this request)? \((.*)\): {re.escape(str(result.error))}", why, re.S)
+    if stopped is None:
+        return why
+    return ("raised the error; " if stopped[1] else "") + stopped[2]
 
 
 def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "none/clamped", *,
