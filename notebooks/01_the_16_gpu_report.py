@@ -336,7 +336,9 @@ display(HTML(ranks_run_html(panel.model, checked)))
 # Block reuse is on here, as TensorRT-LLM's default (notebook 04 §8), and changes none of this:
 # the pools, the clamp and the row are fixed when the managers are built, before any page is
 # cached, and a page a request shares is still one of its pages, so the context that overruns
-# rank 0's row overruns it with reuse on or off.
+# rank 0's row overruns it with reuse on or off. So does the tier below the GPU: the engines here
+# keep TensorRT-LLM's default, an automatic host tier (pages a suspended request holds may move
+# to host memory; notebook 03 §8b), which the table below names with the scenario.
 
 # %%
 scenario = (sc.name if IS_REPORT else f"{ranks}x-{workspace_gib:g}GiB-{context}tok") + ", automatic host tier"

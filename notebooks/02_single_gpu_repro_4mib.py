@@ -129,9 +129,10 @@ assert (len(caught) == 1) == (context > capacity_tokens)  # the clamp warns exac
 # %% [markdown]
 # What is the row for? The page-index table (host memory, int32) has one row per sequence the
 # engine may hold at once (here `max_batch_size` 1), plus one reserved dummy row no sequence gets,
-# and one entry per page a sequence may own: entry *i* holds the number
-# of the pool page where tokens `i × tokens_per_block` to `(i + 1) × tokens_per_block − 1` live.
-# The attention kernel reads the K and V of a sequence by following its row (notebook 03 §5 times
+# and one entry per page a sequence may own: entry *i* holds the number of the pool page where
+# tokens `i × tokens_per_block` to `(i + 1) × tokens_per_block − 1` live. Each row is stored
+# twice, for the K and the V plane: the seed's table is 2 rows × 2 planes × 68 entries × 4 B =
+# 1,088 B, the "table" size the repro prints. The attention kernel reads the K and V of a sequence by following its row (notebook 03 §5 times
 # that copy and that read). Pages come back to the pool in any order, so a row points all over the
 # pool. The row's width is fixed when the manager is built, and the native resize checks it
 # before it looks at the pool: a context that needs more entries than the row has is refused

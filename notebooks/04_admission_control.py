@@ -117,7 +117,7 @@ hog = trio[0]
 manager.create_cache(hog.request_id).resize(hog.max_total_tokens)  # "hog" holds its pages
 capacity = CapacityAdmission()
 rows = []
-for request in [Request("tiny", 32, 1)] + trio[1:]:
+for request in [Request("tiny", 31, 1)] + trio[1:]:
     verdict, reason = capacity.classify(request, manager)
     rows.append(dict(request=request.request_id, prompt=request.prompt_len, new=request.max_new_tokens,
                      demand_pages=demand_blocks(request, manager), free_pages=manager.free_blocks,
@@ -139,9 +139,16 @@ assert classes.loc["never", "reason"].startswith(
 # %%
 trio_runs = run_policies(trio, TRTLLM_POLICIES, engine)
 display(table(outcome_table(trio_runs)[["outcome", "finished", "rejected", "unfinished", "steps", "error", "reasons"]]))
+
+
+def when(r):
+    """When a request arrived, started and ended ("never started" where it did not)."""
+    started = "never started" if r["started"] is None else f"started {r['started']:,}"
+    return f"arrived {r['arrival']:,}, {started}" + ("" if r["ended"] is None else f", ended {r['ended']:,}")
+
+
 for policy, result in trio_runs.items():
-    print(textwrap.fill(f"{policy:16} " + "; ".join(f"{r['request_id']}: {r['status']} (arrived {r['arrival']}, "
-                                                    f"started {r['started']}, ended {r['ended']})"
+    print(textwrap.fill(f"{policy:16} " + "; ".join(f"{r['request_id']}: {r['status']} ({when(r)})"
                                                     for r in request_timeline(result)), 100, subsequent_indent=" " * 17))
 later = trio_runs["capacity"].requests["later"]
 assert trio_runs["capacity"].status == {"hog": "finished", "later": "finished", "never": "rejected"}

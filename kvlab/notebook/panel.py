@@ -40,6 +40,7 @@ import plotly.graph_objects as go
 
 from kvlab.notebook import viz
 from kvlab.notebook.plot_view import PlotView
+from kvlab.notebook.tables import keep_whole
 
 #: The display bundle's copy of a whole panel (title, values, verdict HTML, every figure as
 #: plotly JSON), which the walkthrough's report draws as images (kvlab.notebook.walkthrough).
@@ -127,12 +128,6 @@ def _plain(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", markup)).split("\n")[0] if markup else ""
 
 
-def _flags_whole(text: str) -> str:
-    """``text`` (HTML) with each command-line flag ("--allow-auto-truncate") kept on one line:
-    the browser breaks after a hyphen, and "--" over "allow-auto-truncate" reads as two words."""
-    return re.sub(r"(?<![\w-])--[\w-]+", lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>', text)
-
-
 def verdict_html(outcome: Optional[str], headline: str, detail: str = "", *,
                  label: Optional[str] = None) -> str:
     """The verdict box: a coloured bar and label for the outcome, a sentence, optional detail.
@@ -143,10 +138,10 @@ def verdict_html(outcome: Optional[str], headline: str, detail: str = "", *,
     body = (f'<div style="border-left:6px solid {color};padding:6px 10px;margin:4px 0;'
             f'line-height:1.4;overflow-wrap:anywhere">'
             f'<div style="font-weight:700;color:{color};letter-spacing:.02em">{html.escape(label.upper())}</div>'
-            f'<div class="kvlab-verdict">{_flags_whole(html.escape(headline))}</div>')
+            f'<div class="kvlab-verdict">{keep_whole(html.escape(headline))}</div>')
     if detail:
         body += (f'<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
-                 f'overflow-wrap:anywhere;margin:6px 0 0 0">{_flags_whole(html.escape(detail))}</pre>')
+                 f'overflow-wrap:anywhere;margin:6px 0 0 0">{keep_whole(html.escape(detail))}</pre>')
     return body + "</div>"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import numbers
+import re
 from collections.abc import Mapping
 from typing import Optional
 
@@ -36,6 +37,16 @@ def cell_text(value, digits: int = 2) -> str:
     return str(value)
 
 
+#: A command-line flag ("--allow-auto-truncate"), for :func:`keep_whole`.
+FLAG_PATTERN = r"(?<![\w-])--[\w-]+"
+
+
+def keep_whole(markup: str, pattern: str = FLAG_PATTERN) -> str:
+    """``markup`` (HTML) with each match of ``pattern`` kept on one line: the browser breaks
+    after a hyphen, and "--" over "allow-auto-truncate" (or "'new-" over "a'") reads as two words."""
+    return re.sub(pattern, lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>', markup)
+
+
 def _breakable_header(name) -> str:
     """A column name as HTML that may wrap after each underscore ("mean_queue_steps"): a table of
     long names stays inside the notebook's width."""
@@ -58,7 +69,7 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
         frame = frame.set_index(index)
     # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
     text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
-    styler = frame.style.format(lambda v: cell_text(v, digits)).format_index(
+    styler = frame.style.format(lambda v: keep_whole(cell_text(v, digits))).format_index(
         lambda v: cell_text(v, digits)).format_index(_breakable_header, axis=1).set_table_styles(_STYLES)
     if text:
         styler = styler.set_properties(subset=text, **{"text-align": "left",
@@ -66,7 +77,7 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
     return styler
 
 
-__all__ = ["MAX_DIGITS", "TEXT_COLUMN_WIDTH", "cell_text", "table"]
+__all__ = ["FLAG_PATTERN", "MAX_DIGITS", "TEXT_COLUMN_WIDTH", "cell_text", "keep_whole", "table"]
 
 
 def gib_pair(a_bytes: int, b_bytes: int, digits: int = 2) -> tuple:

@@ -128,9 +128,17 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
             given = seed_max_seq_len.get(policy)
             if given is None:
                 continue
+            elif isinstance(given, bool) or not isinstance(given, int):
+                failures.append(f"seed, {policy}: seed_max_seq_len[{policy!r}] = {given!r} "
+                                f"({type(given).__name__}); give an int number of tokens")
             elif given != length:
-                wrong = f"seed, {policy}: seed_max_seq_len[{policy!r}] = {given!r}"
-                if policy == "clamped" and given == SEED_MAX_SEQ_LEN:
+                wrong = f"seed, {policy}: seed_max_seq_len[{policy!r}] = {given:,}"
+                if policy == "clamped" and given == blocks:
+                    mistake = (f"{blocks} is the pool's pages (blocks of {geo.tokens_per_block} "
+                               "tokens); max_seq_len counts tokens")
+                    hint = f"{mistake}: how many tokens do they hold?"
+                    reveal_text = f"{mistake}: {why}"
+                elif policy == "clamped" and given == SEED_MAX_SEQ_LEN:
                     mistake = ("you used the configured max_seq_len for the clamped row; since PR "
                                "#12306 the row is sized from the clamped one")
                     hint = (f"{mistake}: how many tokens, in whole blocks of {geo.tokens_per_block}, "

@@ -8,24 +8,19 @@ so that a raise is reported, never a crash (``NotImplementedError``: one line, n
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set
 
 from kvlab.core.checks import check_instance
+from kvlab.notebook.tables import keep_whole
 
 CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
+#: A quoted request id ('new-a'), kept on one line in a check's HTML.
+QUOTED_ID = r"'[^'\s]+'"
 
 
 class CheckFailed(AssertionError):
     """A check failed under ``strict=True``; the message names the check and every failed case."""
-
-
-def _unbroken_quotes(line: str) -> str:
-    """``line`` as HTML, a quoted word ('new-a') kept on one line: the browser breaks after a
-    hyphen, and "'new-" over "a'" reads as two ids."""
-    return re.sub(r"'[^'\s]+'", lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>',
-                  html.escape(line, quote=False))
 
 
 @dataclass
@@ -50,7 +45,7 @@ class CheckResult:
 
     def _repr_html_(self) -> str:
         colour, mark = ("#1a7f37", "&#10004;") if self.passed else ("#cf222e", "&#10008;")
-        items = "".join(f"<li><code>{_unbroken_quotes(line)}</code></li>" for line in self.lines)
+        items = "".join(f"<li><code>{keep_whole(html.escape(line, quote=False), QUOTED_ID)}</code></li>" for line in self.lines)
         return (f'<div class="kvlab-check" style="border-left:4px solid {colour};padding-left:8px">'
                 f'<b style="color:{colour}">{mark} {html.escape(self.headline)}</b><ul>{items}</ul></div>')
 

@@ -72,15 +72,17 @@ print(textwrap.fill(str(run.error), width=80))
 # | `manager.page_index.free_slots` | page-index rows free for a new sequence |
 # | `manager.geometry.blocks_for_tokens(n)` | `ceil(n / tokens_per_block)` |
 #
-# A "never fits" reason must state the numbers: the blocks needed and the limit exceeded. A
-# "fits now" request has its *context* pages free now and a free slot (its output grows later).
+# Every class but "fits now" needs a reason: a "temporarily blocked" one says why it must wait
+# (the pool is busy, or every page-index slot is taken), and a "never fits" one states the
+# numbers: the blocks needed and the limit exceeded. A "fits now" request has its *context*
+# pages free now and a free slot (its output grows later).
 # Don't peek at `kvlab/sched/admission.py` yet.
 #
 # The starter below is a first attempt many of us make. Run the check, read what it says, fix it.
 # The first time a check fails it gives a hint per wrong case (a question, with the request's and
-# the pool's numbers) but not the demand formula; run it again after your next try, and if it
-# still fails it reveals the formula with each case's numbers. (`reveal=True` in the call reveals
-# at once; try without it first.)
+# the pool's numbers) but not the demand formula; run it again after your next try, and a case
+# that still fails the same way reveals the formula with its numbers. (`reveal=True` in the call
+# reveals at once; try without it first.)
 
 # %%
 def classify(request: Request, manager: KVCacheManager) -> tuple:

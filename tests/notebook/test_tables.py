@@ -73,3 +73,9 @@ def test_a_long_column_name_may_wrap_at_its_underscores():
     """Learner pass B: 04's outcome tables ran past the notebook's width on their headers."""
     html = table([{"mean_queue_steps": 1, "a<b": 2}]).to_html()
     assert "mean_<wbr>queue_<wbr>steps" in html and "a&lt;b" in html
+
+
+def test_a_command_line_flag_in_a_cell_stays_on_one_line():
+    """Learner pass: 04 §5's peers table broke "--allow-auto-" over "truncate."."""
+    html = table([{"reasons": "Use a shorter input or enable --allow-auto-truncate."}]).to_html()
+    assert '<span style="white-space:nowrap">--allow-auto-truncate</span>.' in html

@@ -741,7 +741,7 @@ def test_admission_verdict_says_who_starved(pool_mib, who_starved):
     outcome, html = admission_verdict(model)
     assert outcome == "stall" and who_starved in html
     long_line = next(line for line in html.split("\n") if line.startswith("long: "))
-    assert long_line.startswith("long: running" if pool_mib == 16.0 else "long: waiting")
+    assert long_line.startswith("long: suspended" if pool_mib == 16.0 else "long: waiting in the scheduler")
     assert "V2 scheduler deadlock" not in html.split("</b>", 1)[-1].split("phase diagram", 1)[-1]
 
 
@@ -759,7 +759,9 @@ def test_admission_detail_gives_each_reason_whole(pool_mib, policy):
             reason = reason.split(" (", 1)[1].removesuffix(f"): {model.result.error}")
         assert html_escape(reason) in detail, rid
     assert "..." not in html and "a 8" not in html and "engine stopped" not in detail
-    assert ("long: waiting - raised the error; " in detail) == (model.outcome == "crash")
+    assert ("long: waiting in the scheduler - raised the error; " in detail) == (model.outcome == "crash")
+    for rid in model.result.status:  # each where the timeline's subtitle counts it
+        assert f"{rid}: {viz.end_place(model.result, rid)} - " in detail
 
 
 # -- notebook 01's panel hints: each can be found on the sliders --------------------------------

@@ -159,10 +159,20 @@ def test_width_feedback_floor_and_left_out_tokens():
     assert "left out the draft tokens (100)" in feedback(workshop.check_page_index_width(width(use_draft=False)))
 
 
+def test_width_feedback_pages_or_text_for_the_clamped_length():
+    """Learner pass: 64 (the pool's pages) was told to go through bytes, tokens and blocks,
+    which ends where it started; "2048" (a str) was told it is not the length."""
+    pages = feedback(workshop.check_page_index_width(width(), {"clamped": 64, "configured": 8192}))
+    assert "64 is the pool's pages (blocks of 32 tokens); max_seq_len counts tokens" in pages
+    assert "2,048" not in pages
+    text = feedback(workshop.check_page_index_width(width(), {"clamped": "2048", "configured": 8192}))
+    assert "seed_max_seq_len['clamped'] = '2048' (str); give an int number of tokens" in text
+
+
 def test_width_feedback_configured_instead_of_clamped():
     result = workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192}, reveal=True)
     assert not result.passed
-    assert ("seed_max_seq_len['clamped'] = 8192, expected 2,048 - you used the configured max_seq_len "
+    assert ("seed_max_seq_len['clamped'] = 8,192, expected 2,048 - you used the configured max_seq_len "
             "for the clamped row") in feedback(result)
     assert "4 MiB / 2,048 B per token = 2,048 tokens = 64 blocks of 32" in feedback(result)
     swapped = workshop.check_page_index_width(width(), {"clamped": 2048, "configured": 2048}, reveal=True)

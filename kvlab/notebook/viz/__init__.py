@@ -24,8 +24,9 @@ from kvlab.notebook.viz.pages import (MAX_PAGE_CELLS, PAGE_COLORS, PAGE_STATE_LA
                                       page_table_figure, page_table_spec, repro_index_row,
                                       repro_index_row_spec, repro_page_map, repro_page_map_spec,
                                       table_price_figure, table_price_spec)
-from kvlab.notebook.viz.timeline import (PASS_RESULTS, TIMELINE_COLORS, TIMELINE_SERIES, pass_figure,
-                                         pass_spec, scheduler_timeline_figure, scheduler_timeline_spec)
+from kvlab.notebook.viz.timeline import (PASS_RESULTS, TIMELINE_COLORS, TIMELINE_SERIES, end_place,
+                                         pass_figure, pass_spec, scheduler_timeline_figure,
+                                         scheduler_timeline_spec)
 from kvlab.notebook.viz.comparison import (POLICY_DASHES, POLICY_METRICS, phase_diagram_figure,
                                            phase_diagram_spec, policy_bars_figure, policy_bars_spec,
                                            served_over_time_figure, served_over_time_spec)
@@ -53,7 +54,7 @@ __all__ = [
     "page_table_figure", "page_table_spec", "repro_index_row", "repro_index_row_spec",
     "repro_page_map", "repro_page_map_spec", "table_price_figure", "table_price_spec",
     # timeline
-    "PASS_RESULTS", "TIMELINE_COLORS", "TIMELINE_SERIES", "pass_figure", "pass_spec",
+    "PASS_RESULTS", "TIMELINE_COLORS", "TIMELINE_SERIES", "end_place", "pass_figure", "pass_spec",
     "scheduler_timeline_figure", "scheduler_timeline_spec",
     # comparison
     "POLICY_DASHES", "POLICY_METRICS", "phase_diagram_figure", "phase_diagram_spec",

@@ -28,25 +28,29 @@ END_PLACES = ("finished", "rejected", "running", "suspended", "waiting in the sc
               "queued in the executor", "not yet arrived")
 
 
+def end_place(result, request_id: str) -> str:
+    """Where ``result`` left one request, one of :data:`END_PLACES` (or its status where kvlab
+    has no request to read). A result's status says "waiting" for any request not started,
+    wherever it is; the timeline's waiting line counts only those the scheduler holds, so the
+    others are told apart as the run's reasons do: never submitted and arrived before the run's
+    end step (queued), or not arrived by then."""
+    status = result.status[request_id]
+    request = result.requests.get(request_id)
+    state = request.state if request is not None else status
+    if state == "suspended":
+        return "suspended"
+    if state != "waiting" or request is None:
+        return status
+    if request.activated_step is not None:
+        return "waiting in the scheduler"
+    return "queued in the executor" if request.arrival_step < result.end_step else "not yet arrived"
+
+
 def end_counts(result) -> dict:
-    """How many requests ``result`` left in each of :data:`END_PLACES`. A result's status says
-    "waiting" for any request not started, wherever it is; the timeline's waiting line counts
-    only those the scheduler holds, so the others are told apart as the run's reasons do:
-    never submitted and arrived before the run's end step (queued), or not arrived by then."""
+    """How many requests ``result`` left in each of :data:`END_PLACES` (:func:`end_place`)."""
     counts = dict.fromkeys(END_PLACES, 0)
-    for request_id, status in result.status.items():
-        request = result.requests.get(request_id)
-        state = request.state if request is not None else status
-        if state == "suspended":
-            place = "suspended"
-        elif state != "waiting" or request is None:
-            place = status
-        elif request.activated_step is not None:
-            place = "waiting in the scheduler"
-        elif request.arrival_step < result.end_step:
-            place = "queued in the executor"
-        else:
-            place = "not yet arrived"
+    for request_id in result.status:
+        place = end_place(result, request_id)
         counts[place] = counts.get(place, 0) + 1
     return counts
 

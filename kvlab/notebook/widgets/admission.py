@@ -176,7 +176,8 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
         headline = (f"OK: {counted(len(result.status), 'request')}, all finished in "
                     f"{counted(result.end_step, 'step')}. "
                     f"{where}.")
-    detail = "\n".join(f"{rid}: {result.status[rid]} - {_reason_without_error(result, rid)}"
+    # each request where the timeline's subtitle counts it ("not yet arrived", not "waiting")
+    detail = "\n".join(f"{rid}: {viz.end_place(result, rid)} - {_reason_without_error(result, rid)}"
                        for rid in ["long", *small])
     if model.phase_verdict is not None:
         detail = (f"phase diagram (the long request alone): {model.phase_verdict}\n" + detail)
