@@ -261,8 +261,8 @@ assert dict(by[3, True].metrics)["B chunks scheduled"] == 0 < dict(by[3, False].
 #
 # Things to find: the smallest quota at which merged code builds for 512 sequences (bf16, then
 # float32); the largest max_batch_size the PR's 24.86 GiB affords (PR #18985's feasible default);
-# what float32 does to the clamp's residency. The quota slider moves 0.5 GiB a key press (arrow
-# keys once it has focus), and the PR's 24.86 GiB is one of its positions.
+# what float32 does to the clamp's residency. Each key press moves the quota slider to the next
+# half GiB (arrow keys once it has focus), and the PR's 24.86 GiB is one of its positions.
 
 # %%
 panel = mamba_panel(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype)

@@ -60,6 +60,7 @@ SMOKE: bool = False  # True (CI): fewer rows in the preset table
 import dataclasses
 import json
 import tempfile
+import textwrap
 from pathlib import Path
 
 from kvlab.analysis.deployment import Deployment, example_deployments, plan_deployment
@@ -222,10 +223,10 @@ def preset_row(name):
 names = model_names()[:3] if SMOKE else model_names()
 rows = [preset_row(name) for name in names]
 clamped = [r["model"] for r in rows if r.get("clamped") == "yes"]
-print(f"clamped at these settings: {', '.join(clamped)}" if clamped else
-      "no preset is clamped at these settings (each pool holds its max_seq_len, already lowered to "
-      "the model's own limit): change tp_size or gpu in the parameters cell to see one (on the "
-      "h100-80gb, tp_size 1, 2 and 8 each clamp a preset)")
+print(textwrap.fill(f"clamped at these settings: {', '.join(clamped)}" if clamped else
+                    "no preset is clamped at these settings (each pool holds its max_seq_len, already "
+                    "lowered to the model's own limit): change tp_size or gpu in the parameters cell "
+                    "to see one (on the h100-80gb, tp_size 1, 2 and 8 each clamp a preset)", 100))
 table(rows, index="model")
 
 # %% [markdown]

@@ -6,10 +6,11 @@ A check never raises on a wrong answer unless ``strict=True``; then it raises :c
 naming the check, which is how the tests prove that starter code fails and solutions pass.
 
 Hint, then reveal. A failed case first gives what is wrong and a hint that does not give the
-answer away (a question, the slip's name); when the same case fails the same way again in the
-same kernel session, it shows the worked arithmetic (the formula with the case's numbers). A new
-slip gets its own hint first. :mod:`kvlab.workshop.feedback` remembers the hints each check has
-shown (``reset_hints()`` forgets them; a pass does too).
+answer away (a question, the slip's name); when the case still fails the same way after the
+learner changed their answer, in the same kernel session, it shows the worked arithmetic (the
+formula with the case's numbers). Running the check again unchanged shows the hint again, and a
+new slip gets its own hint first. :mod:`kvlab.workshop.feedback` remembers the hints each check
+has shown and for which answers (``reset_hints()`` forgets them; a pass does too).
 ``reveal=True`` shows the arithmetic at once, ``reveal=False`` keeps to hints.
 
 A learner's function that still raises ``NotImplementedError`` is reported once, in one line

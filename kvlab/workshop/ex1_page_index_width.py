@@ -165,9 +165,9 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
                 else:
                     failures.append(f"seed, {policy}: max_seq_len {length:,} is right, but your "
                                     f"width is {error or got}, expected {width}")
-    return finish("check_page_index_width", failures, passes, strict, reveal=reveal,
-                   learner=learner_name(fn),
-                   cases=len(WIDTH_CASES) + (2 if seed_max_seq_len is not None else 0))
+    return finish("check_page_index_width", failures, passes, strict, answer=(fn, seed_max_seq_len),
+                  reveal=reveal, learner=learner_name(fn),
+                  cases=len(WIDTH_CASES) + (2 if seed_max_seq_len is not None else 0))
 
 
 __all__ = ["SEED_MAX_SEQ_LEN", "SEED_POOL_BYTES", "WIDTH_CASES", "check_page_index_width"]

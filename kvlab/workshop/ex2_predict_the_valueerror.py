@@ -83,7 +83,7 @@ def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = F
     if not isinstance(predictions, dict):
         return finish("check_predictions", [f"predictions must be a dict of case -> outcome, "
                                              f"got {type(predictions).__name__}"], [], strict,
-                       reveal=reveal)
+                      answer=predictions, reveal=reveal)
     missing = [name for name in PREDICTION_CASES if predictions.get(name) is None]
     if missing:  # one line, not one per case
         failures.append(f"no prediction yet for {', '.join(missing)}: write 'ok', 'refused' or "
@@ -105,7 +105,7 @@ def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = F
     extra = sorted(set(predictions) - set(PREDICTION_CASES))
     if extra:
         failures.append(f"unknown case names {extra}; the cases are {list(PREDICTION_CASES)}")
-    return finish("check_predictions", failures, passes, strict, reveal=reveal,
+    return finish("check_predictions", failures, passes, strict, answer=predictions, reveal=reveal,
                    cases=len(PREDICTION_CASES))
 
 
@@ -230,7 +230,8 @@ def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,
                         f"row, {PAGE_INDEX_TOO_SHORT_MESSAGE!r}")
     else:
         failures.append(_no_value_error(got, made))
-    return finish("check_trigger", failures, passes, strict, reveal=reveal, learner=learner_name(fn))
+    return finish("check_trigger", failures, passes, strict, answer=fn, reveal=reveal,
+                  learner=learner_name(fn))
 
 
 __all__ = ["OUTCOME_WORDS", "PREDICTION_CASES", "PredictionCase", "check_predictions", "check_trigger",

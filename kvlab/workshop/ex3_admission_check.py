@@ -41,7 +41,7 @@ PRESSURE_AS_NEVER = ("pages and page-index slots held by other requests come bac
                      "against the TOTAL pages and the row's span")
 
 #: (label, manager settings, request, {the wrong class returned: (the hint a first failure gets
-#:  (a question: no formula), what the case teaches (shown from the second failure on, with the
+#:  (a question: no formula), what the case teaches (shown when the case still fails after a change, with the
 #:  worked numbers))}; None: any other wrong class)
 ADMISSION_CASES = [
     ("the seed's 8,192-token request", dict(policy="clamped"), Request("big", 8192, 16),
@@ -108,7 +108,7 @@ def _manager_facts(mgr: KVCacheManager) -> str:
 
 
 def _admission_numbers(request: Request, mgr: KVCacheManager) -> str:
-    """The worked demand with the manager's numbers: shown on a pass, and from a second failure on."""
+    """The worked demand with the manager's numbers: shown on a pass, and when a case still fails after a change."""
     tokens = request.prompt_len + request.max_new_tokens + mgr.num_extra_kv_tokens + request.num_draft_tokens
     return (f"demand ceil(({request.prompt_len:,} prompt + {request.max_new_tokens:,} new + "
             f"{mgr.num_extra_kv_tokens:,} extra + {request.num_draft_tokens:,} draft) / "
@@ -122,7 +122,7 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
     "temporarily blocked", "never fits", against ``CapacityAdmission.classify`` on
     ADMISSION_CASES. A "never fits" reason must state the numbers (demand and the limit); the
     manager must be left as it was. A wrong class gets a question first; the demand formula
-    with the case's numbers only from the check's second failure on (hint, then reveal)."""
+    with the case's numbers only when a case still fails after a change (hint, then reveal)."""
     check_flags(strict, reveal)
     reference = CapacityAdmission()
     failures, passes = [], []
@@ -161,7 +161,7 @@ def check_admission(classify: Callable[[Request, KVCacheManager], tuple], *,
             failures.append(f"{label}: right class, but give a reason: why must it wait?")
         else:
             passes.append(f"{label}: {verdict!r} ({numbers})")
-    return finish("check_admission", failures, passes, strict, reveal=reveal,
+    return finish("check_admission", failures, passes, strict, answer=classify, reveal=reveal,
                    learner=learner_name(classify))
 
 
@@ -178,7 +178,7 @@ def _states_numbers(reason, request: Request, mgr: KVCacheManager) -> bool:
 
 def _reason_feedback(label: str, reason, request: Request, mgr: KVCacheManager) -> Hint:
     """A right "never fits" whose reason lacks the numbers: what its numbers are instead (the
-    prompt's blocks alone; what is free now) as a question, the numbers from the second failure on."""
+    prompt's blocks alone; what is free now) as a question, the numbers once it still fails after a change."""
     named, demand = _numbers_in(reason), demand_blocks(request, mgr)
     prompt_blocks = mgr.geometry.blocks_for_tokens(request.prompt_len)
     wrong = (f"{label}: right class, but the reason {reason!r} should give the blocks the request "
@@ -221,13 +221,13 @@ def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False,
     """Exercise 3b: ``policy`` plugged into the Scheduler (kvlab/sched/admission.py's hooks) runs
     ADMISSION_WORKLOAD on the seed's pool under both row widths: "big" is rejected at arrival
     with the numbers, the engine never stops, everything else finishes. A failure points to the
-    module docstring first; which hook and which Verdict only from the second failure on."""
+    module docstring first; which hook and which Verdict only once it still fails after a change."""
     check_flags(strict, reveal)
     failures, passes = [], []
     if not isinstance(policy, AdmissionPolicy):
         return finish("check_admission_policy", [f"pass an instance of your AdmissionPolicy subclass, "
                                                   f"got {type(policy).__name__}"], [], strict,
-                       reveal=reveal)
+                      answer=policy, reveal=reveal)
     find_the_hook = ("which hook of an AdmissionPolicy runs when a request arrives, and what can it "
                      "return? (kvlab/sched/admission.py's module docstring)")
     the_hook = "in admit(), return Verdict(False, reason) when classify says 'never fits'"
@@ -262,7 +262,7 @@ def check_admission_policy(policy: AdmissionPolicy, *, strict: bool = False,
                                   f"{unnamed} should name the 257 blocks it needs and the pool's 64"))
         else:
             passes.append(f"{width} row: {status}; 'big': {result.reasons['big']}")
-    return finish("check_admission_policy", failures, passes, strict, reveal=reveal,
+    return finish("check_admission_policy", failures, passes, strict, answer=policy, reveal=reveal,
                    learner=f"{type(policy).__name__}.admit")
 
 

@@ -64,7 +64,8 @@ SCAN_CASES = [
 
 def _scan(pending_ctx: Sequence[PendingContext], num_resident: int, max_resident: Optional[int],
           max_num_requests: int, *, stop_at_cap: bool = False, count_new: bool = True,
-          gate_started: bool = False, none_as_zero: bool = False, ignore_cap: bool = False) -> List[str]:
+          gate_started: bool = False, none_as_zero: bool = False, ignore_cap: bool = False,
+          past_cap: bool = False) -> List[str]:
     """The loop as the fix has it, or with one of the slips in SLIPS (a keyword set True, or
     ``count_new`` False): what a learner's loop with that slip returns."""
     scheduled = []
@@ -73,7 +74,7 @@ def _scan(pending_ctx: Sequence[PendingContext], num_resident: int, max_resident
         if len(scheduled) >= max_num_requests:
             break
         gated = cap is not None and (req.is_first_context_chunk or gate_started)
-        if gated and num_resident >= cap and not ignore_cap:
+        if gated and (num_resident > cap if past_cap else num_resident >= cap) and not ignore_cap:
             if stop_at_cap:
                 break
             continue
@@ -121,6 +122,14 @@ def _uncapped(spec: str, got: List[str], expected: List[str], resident: int, cap
                 f"a fix must keep the cap: with {_slots(resident, cap)}, {_names(waits)} must wait")
 
 
+def _past_cap(spec: str, got: List[str], expected: List[str], resident: int, cap) -> Hint:
+    waits = [r for r in got if r not in expected]
+    return Hint(f"your loop let {_names(waits)} start with {_slots(resident, cap)}, one sequence past "
+                "the cap: which comparison lets a first chunk in when num_resident equals max_resident?",
+                "a first chunk starts only while num_resident < max_resident: hold it back when "
+                f"num_resident >= max_resident (not >), so {_names(waits)} must wait")
+
+
 def _gated_started(spec: str, got: List[str], expected: List[str], resident: int, cap) -> Hint:
     held = [r for r in expected if r not in got]
     started = "it continues a started sequence" if len(held) == 1 else "they continue started sequences"
@@ -143,33 +152,47 @@ SLIPS = [
     ("count_new", False, _uncounted),
     ("gate_started", True, _gated_started),
     ("none_as_zero", True, _none_as_capped),
+    ("past_cap", True, _past_cap),
     ("ignore_cap", True, _uncapped),
 ]
+
+
+def _iterate(fn, max_steps: int = 12) -> tuple:
+    """:func:`run_resident_iterations`, and the first log line where more sequences were
+    resident than the cap (1) allows, or None."""
+    chunks_left = {"waiter": 2, "runner": 2}
+    started = {"waiter": False, "runner": True}
+    resident, log, over_cap = 1, [], None
+    for step in range(max_steps):
+        pending = [PendingContext(r, not started[r]) for r in ("waiter", "runner") if chunks_left[r]]
+        if not pending:
+            return step, log, over_cap
+        before, peak = resident, resident
+        scheduled = list(fn(pending, resident, 1, 8))
+        for r in scheduled:
+            resident += 0 if started[r] else 1
+            peak = max(peak, resident)
+            started[r] = True
+            chunks_left[r] -= 1
+            if chunks_left[r] == 0:
+                resident -= 1
+        log.append(f"iteration {step}: {before}/1 resident, pending {[p.request_id for p in pending]}, "
+                   f"scheduled {scheduled}, then {resident}/1 resident"
+                   + ("" if peak <= 1 else " (over the cap)" if peak == resident
+                      else f" ({peak}/1 during it: over the cap)"))
+        if peak > 1 and over_cap is None:
+            over_cap = log[-1]
+    return None, log, over_cap
 
 
 def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
     """Drive ``fn`` as the scheduler would, one call per iteration: 'waiter' arrived first but
     could not start; 'runner' started and holds the only resident slot (cap 1), with two chunks
     to go; a scheduled chunk completes in its iteration, and a finished request frees its slot.
-    Returns (steps to finish everything or None if it stalls, one log line per iteration)."""
-    chunks_left = {"waiter": 2, "runner": 2}
-    started = {"waiter": False, "runner": True}
-    resident, log = 1, []
-    for step in range(max_steps):
-        pending = [PendingContext(r, not started[r]) for r in ("waiter", "runner") if chunks_left[r]]
-        if not pending:
-            return step, log
-        before = resident
-        scheduled = list(fn(pending, resident, 1, 8))
-        for r in scheduled:
-            resident += 0 if started[r] else 1
-            started[r] = True
-            chunks_left[r] -= 1
-            if chunks_left[r] == 0:
-                resident -= 1
-        log.append(f"iteration {step}: {before}/1 resident, pending {[p.request_id for p in pending]}, "
-                   f"scheduled {scheduled}, then {resident}/1 resident")
-    return None, log
+    Returns (steps to finish everything or None if it stalls, one log line per iteration; a line
+    says when more than the cap were resident during its iteration)."""
+    steps, log, _ = _iterate(fn, max_steps)
+    return steps, log
 
 
 def _scan_overrun(got: List[str], expected: List[str], resident: int, cap, budget: int) -> Optional[Hint]:
@@ -226,12 +249,13 @@ def _scan_feedback(case, got: List[str], slip):
     label, spec, resident, cap, budget, expected = case
     where = f"pending [{spec}], {resident} resident, cap {cap}, max {budget} requests"
     wrong = f"{label} ({where}): scheduled {got}, expected {expected}"
-    overrun = _scan_overrun(got, expected, resident, cap, budget)
-    if overrun:
-        return Hint(f"{wrong} - {overrun.hint}", f"{wrong} - {overrun.reveal}")
     candidates = ([slip] if slip else []) + SLIPS
     explain = next((describe for keyword, value, describe in candidates
                     if got == _scan(_ctx(spec), resident, cap, budget, **{keyword: value})), None)
+    overrun = _scan_overrun(got, expected, resident, cap, budget)
+    # an off-by-one cap lets one too many in everywhere: its comparison is the question, not the cap
+    if overrun and not (explain is _past_cap and len(got) <= budget):
+        return Hint(f"{wrong} - {overrun.hint}", f"{wrong} - {overrun.reveal}")
     if explain is None:
         return f"{wrong} - {_unexplained(got, expected)}"
     hint = explain(spec, got, expected, resident, cap)
@@ -243,7 +267,7 @@ def check_resident_scan(fn: Callable[..., List[str]], *, strict: bool = False,
     """Exercise 4: ``fn(pending_ctx, num_resident, max_resident, max_num_requests)`` returns the
     ids scheduled, on SCAN_CASES and over several iterations (run_resident_iterations). A wrong
     case's feedback says what its returned ids show: a question first; the fix only from the
-    check's second failure on."""
+    same failure after the learner's change on (:func:`~kvlab.workshop.feedback.finish`)."""
     check_flags(strict, reveal)
     failures, passes = [], []
     answers = _case_answers(fn)
@@ -261,19 +285,25 @@ def check_resident_scan(fn: Callable[..., List[str]], *, strict: bool = False,
         else:
             passes.append(f"{label}: {expected}")
     try:
-        steps, log = run_resident_iterations(fn)
+        steps, log, over_cap = _iterate(fn)
     except NotImplementedError:
         failures.append(NOT_YET)
     except Exception as exc:
         failures.append(f"over several iterations: raised {type(exc).__name__}: {exc}")
     else:
-        if steps is None:
+        if over_cap is not None:
+            wrong = f"over several iterations: {over_cap}"
+            failures.append(Hint(f"{wrong} - does your loop still hold a first chunk back when every "
+                                 "slot is taken?",
+                                 f"{wrong} - a fix must keep the cap: a first chunk starts only while "
+                                 "num_resident < max_resident, and each one started counts"))
+        elif steps is None:
             failures.append("over several iterations: the scheduler stalls - 'runner' holds the only slot "
                             "and never gets its next chunk, so it never frees the slot 'waiter' waits for: "
                             + " | ".join(log[:3]) + " | ...")
         else:
             passes.append(f"over several iterations: everything finishes in {steps} iterations")
-    return finish("check_resident_scan", failures, passes, strict, reveal=reveal,
+    return finish("check_resident_scan", failures, passes, strict, answer=fn, reveal=reveal,
                    learner=learner_name(fn))
 
 

@@ -1,14 +1,16 @@
 """What every workshop check shares: its result (:class:`CheckResult`, shown green or red in
 Jupyter; :class:`CheckFailed` under ``strict=True``), the two levels of feedback on a failed case
-(a hint the first time a case fails with it, the worked arithmetic when the same hint would be
-shown again; this module remembers the hints shown, per check, and :func:`reset_hints` forgets them), and calling the learner's code
-so that a raise is reported, never a crash (``NotImplementedError``: one line, not one per case).
+(a hint the first time a case fails with it, the worked arithmetic when the same hint is due for
+an answer changed since; this module remembers the hints shown, per check, and
+:func:`reset_hints` forgets them), and calling the learner's code so that a raise is reported,
+never a crash (``NotImplementedError``: one line, not one per case).
 """
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
+from types import CodeType, MethodType
 from typing import Callable, Dict, List, Optional, Set
 
 from kvlab.core.checks import check_instance
@@ -45,7 +47,8 @@ class CheckResult:
 
     def _repr_html_(self) -> str:
         colour, mark = ("#1a7f37", "&#10004;") if self.passed else ("#cf222e", "&#10008;")
-        items = "".join(f"<li><code>{keep_whole(html.escape(line, quote=False), QUOTED_ID)}</code></li>" for line in self.lines)
+        items = "".join(f"<li><code>{keep_whole(html.escape(line, quote=False), QUOTED_ID)}</code></li>"
+                        for line in self.lines)
         return (f'<div class="kvlab-check" style="border-left:4px solid {colour};padding-left:8px">'
                 f'<b style="color:{colour}">{mark} {html.escape(self.headline)}</b><ul>{items}</ul></div>')
 
@@ -63,15 +66,53 @@ class CheckResult:
 @dataclass(frozen=True)
 class Hint:
     """A failed case's feedback at two levels: ``hint`` the first time the check shows it (what
-    is wrong, without the answer), ``reveal`` when the same hint is due again (the worked
-    arithmetic): a learner who fixes one slip and makes another gets the new slip's hint first."""
+    is wrong, without the answer), ``reveal`` when the same hint is due again for an answer the
+    learner has changed since (the worked arithmetic): a learner who fixes one slip and makes
+    another gets the new slip's hint first, and running the check again unchanged reveals nothing."""
 
     hint: str
     reveal: str
 
 
-#: the hints each check has shown in this kernel session (the same hint again reveals)
-_HINTS_SHOWN: Dict[str, Set[str]] = {}
+#: per check, the hints it has shown in this kernel session and, per hint, the answers (their
+#: :func:`answer_key`) it was shown for: the same hint for another answer reveals
+_HINTS_SHOWN: Dict[str, Dict[str, Set[tuple]]] = {}
+
+
+def _code_key(code: CodeType) -> tuple:
+    return (code.co_code, code.co_names,
+            tuple(_code_key(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts))
+
+
+def answer_key(answer, depth: int = 0) -> tuple:
+    """What the learner's answer is made of, to tell an edit from running the check again: a
+    function's code, defaults and closure; a bound method's function and object; a dict's or
+    a sequence's items; an object's class methods and attributes; else its repr."""
+    if depth > 4:
+        return (type(answer).__qualname__,)
+    if isinstance(answer, (str, bytes, int, float, bool, type(None))):
+        return (repr(answer),)
+    if isinstance(answer, MethodType):
+        return (answer_key(answer.__func__, depth + 1), answer_key(answer.__self__, depth + 1))
+    code = getattr(answer, "__code__", None)
+    if isinstance(code, CodeType):
+        cells = []
+        for cell in answer.__closure__ or ():
+            try:
+                cells.append(answer_key(cell.cell_contents, depth + 1))
+            except ValueError:  # an empty cell
+                cells.append(())
+        return (_code_key(code), repr(getattr(answer, "__defaults__", None)), tuple(cells))
+    if isinstance(answer, dict):  # at most 64 items each: a key, not a copy
+        return (len(answer),) + tuple((repr(k), answer_key(v, depth + 1)) for k, v in list(answer.items())[:64])
+    if isinstance(answer, (list, tuple)):
+        return (len(answer),) + tuple(answer_key(v, depth + 1) for v in answer[:64])
+    methods = tuple((cls.__qualname__, name, _code_key(f.__code__))
+                    for cls in type(answer).__mro__ for name, f in vars(cls).items()
+                    if isinstance(getattr(f, "__code__", None), CodeType))
+    state = tuple((name, answer_key(v, depth + 1))
+                  for name, v in sorted(getattr(answer, "__dict__", {}).items()))
+    return (methods, state)
 
 
 class _NotYet:
@@ -82,8 +123,11 @@ class _NotYet:
 
 
 NOT_YET = _NotYet()
-HINTS_ONLY = ("hints only so far: if a case fails the same way again, the check shows the answer's "
-              "working (the arithmetic, or the code to write); or call it with reveal=True")
+HINTS_ONLY = ("hints only so far: if a case still fails the same way after you change your code, "
+              "the check shows the answer's working (the arithmetic, or the code to write); or call "
+              "it with reveal=True")
+SOME_HINTS_ONLY = ("the cases without their working show hints only so far (their first failure that "
+                   "way); or call the check with reveal=True")
 
 
 def reset_hints(check: Optional[str] = None) -> None:
@@ -111,26 +155,29 @@ def check_flags(strict, reveal) -> None:
     check_instance("reveal", reveal, (bool, type(None)))
 
 
-def finish(check: str, failures: list, passes: List[str], strict: bool, *,
-            reveal: Optional[bool] = None, learner: str = "your function",
-            cases: Optional[int] = None) -> CheckResult:
+def finish(check: str, failures: list, passes: List[str], strict: bool, *, answer,
+           reveal: Optional[bool] = None, learner: str = "your function",
+           cases: Optional[int] = None) -> CheckResult:
     """The result of a check. ``failures``: a line per failed case, a str (the same at both
     levels), a :class:`Hint`, or ``NOT_YET`` (the learner's code raised NotImplementedError:
-    all of those become one line). ``cases``: how many cases were checked, where one failure
-    line stands for several."""
+    all of those become one line). ``answer``: what the learner gave the check (their function,
+    dict or object), to tell an edit from a run of the unchanged answer. ``cases``: how many
+    cases were checked, where one failure line stands for several."""
     not_yet = [f for f in failures if f is NOT_YET]
     others = [f for f in failures if f is not NOT_YET]
     hints = [f for f in others if isinstance(f, Hint)]
-    shown = _HINTS_SHOWN.setdefault(check, set())
-    revealed = {f for f in hints if (f.hint in shown if reveal is None else reveal)}
+    shown = _HINTS_SHOWN.setdefault(check, {})
+    key = answer_key(answer)
+    revealed = {f for f in hints if (bool(shown.get(f.hint, set()) - {key}) if reveal is None else reveal)}
     lines = [_not_yet_line(learner)] if not_yet else []
     lines += [(f.reveal if f in revealed else f.hint) if isinstance(f, Hint) else f for f in others]
     if failures and (passes or not not_yet):
         total = cases or len(passes) + len(failures)
         lines.append(f"({len(passes)} of {total} {'case passes' if total == 1 else 'cases pass'})")
     if len(revealed) < len(hints):
-        lines.append(HINTS_ONLY)
-    shown.update(f.hint for f in hints)
+        lines.append(HINTS_ONLY if not revealed else SOME_HINTS_ONLY)
+    for f in hints:
+        shown.setdefault(f.hint, set()).add(key)
     if not failures:
         lines = list(passes)
         reset_hints(check)

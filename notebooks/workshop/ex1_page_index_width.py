@@ -71,8 +71,8 @@ seed_max_seq_len = {
 #
 # The check runs your function on a handful of cases and tells you which one failed, what it
 # expected, and the likely slip. Run it, fix, run again. The first time a case fails it only
-# names the slip (a hint); if it fails the same way again, it shows the arithmetic with the case's
-# numbers. Want the arithmetic at once? Add `reveal=True` to the call.
+# names the slip (a hint); if it still fails the same way after you change your code, it shows the
+# arithmetic with the case's numbers. Want the arithmetic at once? Add `reveal=True` to the call.
 
 # %%
 result = workshop.check_page_index_width(page_index_width, seed_max_seq_len, strict=STRICT)

@@ -81,7 +81,7 @@ print(textwrap.fill(str(run.error), width=80))
 # The starter below is a first attempt many of us make. Run the check, read what it says, fix it.
 # The first time a check fails it gives a hint per wrong case (a question, with the request's and
 # the pool's numbers) but not the demand formula; run it again after your next try, and a case
-# that still fails the same way reveals the formula with its numbers. (`reveal=True` in the call
+# that still fails the same way after your change reveals the formula with its numbers. (`reveal=True` in the call
 # reveals at once; try without it first.)
 
 # %%

@@ -29,8 +29,8 @@
 # (`tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py`), reduced to the cap. It walks the
 # pending context requests in order and returns the ids it schedules this iteration. The review
 # found a bug in it. Find it, fix it, and say what it does to a running engine. The check's first
-# failure asks a question about each wrong case; the same failure a second time says what the
-# fix is.
+# failure asks a question about each wrong case; the same failure after you change your code
+# says what the fix is.
 
 # %% tags=["parameters"]
 STRICT: bool = False  # True: a failed check raises (the tests use it); False: it only reports

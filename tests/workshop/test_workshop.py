@@ -7,6 +7,7 @@ run to the end under papermill, a failed check raising only with STRICT=True."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import re
 import warnings
@@ -17,6 +18,25 @@ import pytest
 from kvlab import AdmissionPolicy, KVCacheManager, KVGeometry, Verdict, workshop
 from kvlab.sched.admission import CapacityAdmission, NoAdmission
 from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
+
+
+_EDITS = itertools.count(1)
+
+
+def edited(answer):
+    """``answer`` after an edit of the learner's that changes its code, not what it does: a
+    check shows a hint's working only for an answer changed since it gave the hint."""
+    edit = next(_EDITS)
+    if isinstance(answer, AdmissionPolicy):  # a policy object: an attribute set in the edit
+        policy = type(answer)()
+        policy.edit = edit
+        return policy
+
+    def again(*args, **kwargs):
+        return answer(*args, **kwargs)
+    again.__code__ = again.__code__.replace(co_consts=again.__code__.co_consts + (f"edit {edit}",))
+    again.__name__ = getattr(answer, "__name__", "again")
+    return again
 from notebook_runner import execute as run_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,7 +270,7 @@ def test_trigger_says_what_the_resize_did_when_no_value_error_came_back():
     assert ("returned None: no ValueError was raised - your resize to 8,192 tokens returned False "
             "(refused): which row did you build?") in first
     assert "return the caught exception" not in first and "260" not in first
-    second = feedback(workshop.check_trigger(seed_trigger("configured")))
+    second = feedback(workshop.check_trigger(edited(seed_trigger("configured"))))
     assert ("your row has 260 entries and a resize to 8,192 tokens needs ceil(8,192/32) = 256 <= 260, "
             "so it passed the row check, and only the pool said no (256 pages needed, 64 in the pool)") in second
     assert "page_index_policy='clamped': 68 entries" in second
@@ -320,7 +340,8 @@ def test_admission_reason_feedback_names_the_starters_slips():
     assert ("256 blocks are what the prompt alone takes: what does the request hold when it "
             "completes? Is what is free now the limit a 'never' is judged against?") in first
     assert "257" not in first  # the number is the second failure's
-    second = workshop.check_admission(starter).lines[0]
+    assert workshop.check_admission(starter).lines[0] == first  # run again unchanged: the hint again
+    second = workshop.check_admission(edited(starter)).lines[0]
     assert "257 blocks when it completes" in second and "not what is free now" in second
     workshop.reset_hints()
     no_limit = workshop.check_admission(lambda r, m: ("never fits", "needs 257 blocks")
@@ -346,7 +367,7 @@ def test_admission_catches_waiting_for_the_whole_request():
     assert [line.split(":")[0] for line in first.lines[:-2]] == ["the pool is busy"]
     assert ("expected 'fits now', got 'temporarily blocked' - its context fits in the free pages now, "
             "its output not yet: must the output's pages be free before the request starts?") in feedback(first)
-    second = feedback(workshop.check_admission(whole_request_now))
+    second = feedback(workshop.check_admission(edited(whole_request_now)))
     assert "you compared the whole request (context and output) with the free pages" in second
     assert "demand ceil((512 prompt + 320 new + 0 extra + 0 draft) / 32) = 26 blocks; pool 64 total, 24 free" in second
 
@@ -581,23 +602,30 @@ def test_partly_implemented_is_one_line_beside_the_other_cases():
 
 RIGHT_PREDICTIONS = {"A": "crash", "B": "refused", "C": "ok", "D": "refused", "E": "crash", "F": "crash",
                      "G": "ok"}
-#: check -> (the check on a typical wrong answer, texts that give the answer away: absent from the
-#: first failure, present from the second)
+#: check -> (the check on a typical wrong answer, ``edit=True``: the same slip after an edit;
+#: texts that give the answer away: absent from the first failure, present after the edit)
 WRONG = {
-    "check_page_index_width": (lambda **kw: workshop.check_page_index_width(
-        width(plus_one=0), {"clamped": 8192, "configured": 8192}, **kw),
+    "check_page_index_width": (lambda edit=False, **kw: workshop.check_page_index_width(
+        maybe_edited(width(plus_one=0), edit), {"clamped": 8192, "configured": 8192}, **kw),
         ["ceil((2,048+0+0+1)/32)=65 -> 68", "expected 2,048", "4 MiB / 2,048 B per token"]),
-    "check_predictions": (lambda **kw: workshop.check_predictions({**RIGHT_PREDICTIONS, "A": "refused"}, **kw),
-                          ["the resize gave 'crash'", "256 entries needed > 68"]),
-    "check_trigger": (lambda **kw: workshop.check_trigger(seed_trigger("configured"), **kw),
-                      ["page_index_policy='clamped'", "256 <= 260"]),
-    "check_admission": (lambda **kw: workshop.check_admission(classify_like(count_output=False), **kw),
-                        ["ceil(", "prompt + max_new_tokens", "demand"]),
-    "check_admission_policy": (lambda **kw: workshop.check_admission_policy(NoAdmission(), **kw),
-                               ["Verdict(False, reason)", "in admit()", "257 blocks"]),
-    "check_resident_scan": (lambda **kw: workshop.check_resident_scan(
-        workshop.schedule_pending_contexts_buggy, **kw), ["`continue`", "`break` ended the scan"]),
+    # the edit: B set right, A still wrong
+    "check_predictions": (lambda edit=False, **kw: workshop.check_predictions(
+        {**RIGHT_PREDICTIONS, "A": "refused", **({} if edit else {"B": "crash"})}, **kw),
+        ["the resize gave 'crash'", "256 entries needed > 68"]),
+    "check_trigger": (lambda edit=False, **kw: workshop.check_trigger(
+        maybe_edited(seed_trigger("configured"), edit), **kw), ["page_index_policy='clamped'", "256 <= 260"]),
+    "check_admission": (lambda edit=False, **kw: workshop.check_admission(
+        maybe_edited(classify_like(count_output=False), edit), **kw), ["ceil(", "prompt + max_new_tokens", "demand"]),
+    "check_admission_policy": (lambda edit=False, **kw: workshop.check_admission_policy(
+        maybe_edited(NoAdmission(), edit), **kw), ["Verdict(False, reason)", "in admit()", "257 blocks"]),
+    "check_resident_scan": (lambda edit=False, **kw: workshop.check_resident_scan(
+        maybe_edited(workshop.schedule_pending_contexts_buggy, edit), **kw),
+        ["`continue`", "`break` ended the scan"]),
 }
+
+
+def maybe_edited(answer, edit: bool):
+    return edited(answer) if edit else answer
 
 
 @pytest.mark.parametrize("check", list(WRONG))
@@ -608,11 +636,12 @@ def test_first_failure_hints_second_failure_reveals(check):
     assert first.lines[-1] == workshop.HINTS_ONLY
     for answer in answers:
         assert answer not in feedback(first), f"the first failure gives away {answer!r}"
-    second = run()
+    again = run()  # run again unchanged: the same hints, nothing revealed
+    assert again.lines == first.lines and not again.revealed
+    second = run(edit=True)
     assert not second.passed and second.revealed and workshop.HINTS_ONLY not in second.lines
     for answer in answers:
-        assert answer in feedback(second), f"the second failure does not reveal {answer!r}"
-    assert len(second.lines) == len(first.lines) - 1  # the same cases, now worked out
+        assert answer in feedback(second), f"the failure after an edit does not reveal {answer!r}"
     assert second._repr_mimebundle_()[CHECK_MIME]["revealed"] is True
 
 
@@ -621,7 +650,7 @@ def test_the_ex3_starter_is_not_told_the_demand_formula(starters):
     first = feedback(workshop.check_admission(classify))
     assert "expected 'never fits', got 'fits now'" in first
     assert not re.search(r"ceil|demand|prompt \+|\+ max_new_tokens", first), first
-    second = feedback(workshop.check_admission(classify))
+    second = feedback(workshop.check_admission(edited(classify)))
     assert "demand ceil((2,000 prompt + 100 new + 0 extra + 0 draft) / 32) = 66 blocks" in second
     assert "prompt + max_new_tokens" in second
 
@@ -644,11 +673,11 @@ def test_reveal_argument_and_what_counts_as_a_failure():
     workshop.check_page_index_width(width(align=1))
     part2 = workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192})
     assert not part2.revealed and "2,048" not in feedback(part2) and part2.lines[-1] == workshop.HINTS_ONLY
-    assert workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192}).revealed
+    assert workshop.check_page_index_width(edited(width()), {"clamped": 8192, "configured": 8192}).revealed
     # a run that only says "not implemented yet" has no hint to give, so it does not count
     workshop.reset_hints()
     NOT_IMPLEMENTED["check_admission"][0]()
-    assert not run().revealed and run().revealed
+    assert not run().revealed and run(edit=True).revealed
 
 
 # --- what a learner reads in the exercise notebooks ----------------------------------------------
@@ -819,3 +848,27 @@ def test_each_check_names_a_flag_that_is_not_a_bool(check, args, flag, bad):
     bad = np.zeros((2, 2)) if bad == "ndarray" else bad
     with pytest.raises(TypeError, match=f"^{flag} must be a bool"):
         getattr(workshop, check)(*args, **{flag: bad})
+
+
+def test_an_off_by_one_cap_is_asked_about_its_comparison_and_fails_the_iterations():
+    """Learner pass W2: `num_resident > max_resident` was asked whether it counts the slots it
+    does count, and the several-iterations case passed with 2 of 1 slots resident."""
+    def past_cap(pending_ctx, num_resident, max_resident, max_num_requests):
+        scheduled = []
+        for req in pending_ctx:
+            if len(scheduled) >= max_num_requests:
+                break
+            if req.is_first_context_chunk and max_resident is not None and num_resident > max_resident:
+                continue
+            scheduled.append(req.request_id)
+            num_resident += req.is_first_context_chunk
+        return scheduled
+
+    workshop.reset_hints()
+    text = feedback(workshop.check_resident_scan(past_cap))
+    assert text.count("which comparison lets a first chunk in when num_resident equals max_resident?") == 3
+    assert "does it count the slot" not in text and "(not >)" not in text
+    assert "then 2/1 resident (over the cap) - does your loop still hold a first chunk back" in text
+    steps, log = workshop.run_resident_iterations(past_cap)
+    assert log[0].endswith("then 2/1 resident (over the cap)")
+    assert "(not >)" in feedback(workshop.check_resident_scan(edited(past_cap)))

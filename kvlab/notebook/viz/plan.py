@@ -183,6 +183,9 @@ def plan_ranks_spec(plan, *, title: Optional[str] = None) -> dict:
     blocks = f"{counted(plan.blocks, 'block')} ({gib_text(plan.blocks * plan.bytes_per_block / GIB)})"
     # where merged code raises at construction, the bars are the pool PR #17261's clamp would leave
     proposal = "" if plan.starts else " under PR #17261's clamp (a proposal)"
+    for (key, _, _), trace in zip(BUDGET_PARTS, traces):
+        if key == "KV pool" and proposal:  # the legend says so too, not only the subtitle
+            trace["name"] = trace["name"].replace("KV pool", "KV pool under PR #17261's clamp", 1)
     if not plan.blocks:
         peaks = [r.budget.peak_memory_bytes / GIB for r in ranks]
         subtitle = (f"no KV pool: weights, workspace, activations and non-torch memory take "
