@@ -39,6 +39,9 @@ def cell_text(value, digits: int = 2) -> str:
 
 #: A command-line flag ("--allow-auto-truncate"), for :func:`keep_whole`.
 FLAG_PATTERN = r"(?<![\w-])--[\w-]+"
+#: A flag or a hyphenated name ("mistral-7b-v0.1") of at most 40 characters, which a table cell
+#: keeps whole.
+NAME_PATTERN = r"(?<![\w.-])(?=[\w.-]{1,40}(?![\w.-]))(?:--)?[\w.]+(?:-[\w.]+)+"
 
 
 def keep_whole(markup: str, pattern: str = FLAG_PATTERN) -> str:
@@ -69,15 +72,16 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
         frame = frame.set_index(index)
     # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
     text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
-    styler = frame.style.format(lambda v: keep_whole(cell_text(v, digits))).format_index(
-        lambda v: cell_text(v, digits)).format_index(_breakable_header, axis=1).set_table_styles(_STYLES)
+    whole = lambda v: keep_whole(cell_text(v, digits), NAME_PATTERN)  # noqa: E731
+    styler = frame.style.format(whole).format_index(whole).format_index(
+        _breakable_header, axis=1).set_table_styles(_STYLES)
     if text:
         styler = styler.set_properties(subset=text, **{"text-align": "left",
                                                        "max-width": TEXT_COLUMN_WIDTH})
     return styler
 
 
-__all__ = ["FLAG_PATTERN", "MAX_DIGITS", "TEXT_COLUMN_WIDTH", "cell_text", "keep_whole", "table"]
+__all__ = ["FLAG_PATTERN", "MAX_DIGITS", "NAME_PATTERN", "TEXT_COLUMN_WIDTH", "cell_text", "keep_whole", "table"]
 
 
 def gib_pair(a_bytes: int, b_bytes: int, digits: int = 2) -> tuple:
