@@ -99,7 +99,7 @@ def _stopped_at_cap(spec: str, got: List[str], expected: List[str], resident: in
 
 def _slots(resident: int, cap: int) -> str:
     free = cap - resident
-    return f"{counted(free, 'resident slot')} free ({resident} of {cap} taken)"
+    return f"{counted(free, 'resident slot') if free else 'no resident slot'} free ({resident} of {cap} taken)"
 
 
 def _uncounted(spec: str, got: List[str], expected: List[str], resident: int, cap) -> Hint:
@@ -124,8 +124,9 @@ def _uncapped(spec: str, got: List[str], expected: List[str], resident: int, cap
 
 def _past_cap(spec: str, got: List[str], expected: List[str], resident: int, cap) -> Hint:
     waits = [r for r in got if r not in expected]
-    return Hint(f"your loop let {_names(waits)} start with {_slots(resident, cap)}, one sequence past "
-                "the cap: which comparison lets a first chunk in when num_resident equals max_resident?",
+    return Hint(f"your loop let {_names(waits)} start past the cap ({resident} of {cap} slots taken "
+                "before the scan): which comparison lets a first chunk in when num_resident equals "
+                "max_resident?",
                 "a first chunk starts only while num_resident < max_resident: hold it back when "
                 f"num_resident >= max_resident (not >), so {_names(waits)} must wait")
 
@@ -291,7 +292,13 @@ def check_resident_scan(fn: Callable[..., List[str]], *, strict: bool = False,
     except Exception as exc:
         failures.append(f"over several iterations: raised {type(exc).__name__}: {exc}")
     else:
-        if over_cap is not None:
+        if over_cap is not None and slip is not None and slip[2] is _past_cap:
+            wrong = f"over several iterations: {over_cap}"
+            failures.append(Hint(f"{wrong} - which comparison lets a first chunk in when num_resident "
+                                 "equals max_resident?",
+                                 f"{wrong} - hold a first chunk back when num_resident >= max_resident "
+                                 "(not >)"))
+        elif over_cap is not None:
             wrong = f"over several iterations: {over_cap}"
             failures.append(Hint(f"{wrong} - does your loop still hold a first chunk back when every "
                                  "slot is taken?",

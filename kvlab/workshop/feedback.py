@@ -9,6 +9,7 @@ never a crash (``NotImplementedError``: one line, not one per case).
 from __future__ import annotations
 
 import html
+import inspect
 from dataclasses import dataclass, field
 from types import CodeType, MethodType
 from typing import Callable, Dict, List, Optional, Set
@@ -80,8 +81,17 @@ _HINTS_SHOWN: Dict[str, Dict[str, Set[tuple]]] = {}
 
 
 def _code_key(code: CodeType) -> tuple:
-    return (code.co_code, code.co_names,
+    return (code.co_code, code.co_names, code.co_varnames,
             tuple(_code_key(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts))
+
+
+def _source(function) -> str:
+    """A function's source text where Python has it (a notebook cell's too), else "": an edit
+    of a comment changes the answer as much as an edit of the code."""
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
 
 
 def answer_key(answer, depth: int = 0) -> tuple:
@@ -102,7 +112,7 @@ def answer_key(answer, depth: int = 0) -> tuple:
                 cells.append(answer_key(cell.cell_contents, depth + 1))
             except ValueError:  # an empty cell
                 cells.append(())
-        return (_code_key(code), repr(getattr(answer, "__defaults__", None)), tuple(cells))
+        return (_code_key(code), _source(answer), repr(getattr(answer, "__defaults__", None)), tuple(cells))
     if isinstance(answer, dict):  # at most 64 items each: a key, not a copy
         return (len(answer),) + tuple((repr(k), answer_key(v, depth + 1)) for k, v in list(answer.items())[:64])
     if isinstance(answer, (list, tuple)):
@@ -123,11 +133,11 @@ class _NotYet:
 
 
 NOT_YET = _NotYet()
-HINTS_ONLY = ("hints only so far: if a case still fails the same way after you change your code, "
-              "the check shows the answer's working (the arithmetic, or the code to write); or call "
-              "it with reveal=True")
-SOME_HINTS_ONLY = ("the cases without their working show hints only so far (their first failure that "
-                   "way); or call the check with reveal=True")
+HINTS_ONLY = ("hints only so far: if a case still fails the same way after you change your answer, "
+              "the check shows its working (the arithmetic, the outcome, or the code to write); or "
+              "call it with reveal=True")
+SOME_HINTS_ONLY = ("the other cases show hints only so far: if one still fails the same way after you "
+                   "change your answer, the check shows its working too; or call it with reveal=True")
 
 
 def reset_hints(check: Optional[str] = None) -> None:

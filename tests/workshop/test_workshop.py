@@ -23,6 +23,20 @@ from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
 _EDITS = itertools.count(1)
 
 
+def test_an_edit_of_a_comment_or_a_name_is_a_change_of_answer():
+    """Verification pass X1: a comment or a renamed local left the bytecode as it was, so the
+    same slip after that edit never revealed its working."""
+    from kvlab.workshop.feedback import answer_key
+
+    namespace = {}
+    exec("def f(x):\n    y = x + 1\n    return y\n", namespace)
+    first = answer_key(namespace["f"])
+    exec("def f(x):\n    z = x + 1\n    return z\n", namespace)
+    assert answer_key(namespace["f"]) != first
+    exec("def f(x):\n    y = x + 1\n    return y\n", namespace)
+    assert answer_key(namespace["f"]) == first  # the same cell run again: the same answer
+
+
 def edited(answer):
     """``answer`` after an edit of the learner's that changes its code, not what it does: a
     check shows a hint's working only for an answer changed since it gave the hint."""
@@ -866,9 +880,10 @@ def test_an_off_by_one_cap_is_asked_about_its_comparison_and_fails_the_iteration
 
     workshop.reset_hints()
     text = feedback(workshop.check_resident_scan(past_cap))
-    assert text.count("which comparison lets a first chunk in when num_resident equals max_resident?") == 3
-    assert "does it count the slot" not in text and "(not >)" not in text
-    assert "then 2/1 resident (over the cap) - does your loop still hold a first chunk back" in text
+    assert text.count("which comparison lets a first chunk in when num_resident equals max_resident?") == 4
+    assert "does it count the slot" not in text and "(not >)" not in text and "hold a first chunk back" not in text
+    assert "then 2/1 resident (over the cap) - which comparison" in text
+    assert "'new-b' start past the cap (1 of 2 slots taken before the scan)" in text
     steps, log = workshop.run_resident_iterations(past_cap)
     assert log[0].endswith("then 2/1 resident (over the cap)")
     assert "(not >)" in feedback(workshop.check_resident_scan(edited(past_cap)))
