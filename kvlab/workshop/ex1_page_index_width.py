@@ -153,8 +153,11 @@ def check_page_index_width(fn: Callable[[int, int, int, int], int],
                             "not the clamped one")
                     reveal_text = (f"the configured row uses the max_seq_len the engine was configured "
                                    f"with, {SEED_MAX_SEQ_LEN:,}, not the clamped {clamped:,}")
-                failures.append(Hint(f"{wrong} is not the length this row is sized from - {hint}",
-                                      f"{wrong}, expected {length:,} - {reveal_text}"))
+                # the hint names the entry, not its value: another wrong length of the same kind is
+                # the same slip after a change, and reveals; the function beside it is not its part
+                failures.append(Hint(f"seed, {policy}: seed_max_seq_len[{policy!r}] is not the length "
+                                     f"this row is sized from - {hint}",
+                                     f"{wrong}, expected {length:,} - {reveal_text}", part=given))
             else:
                 got, error = call_learner(fn, length, geo.tokens_per_block, 0, 0)
                 if error is NOT_YET:

@@ -73,6 +73,9 @@ class Hint:
 
     hint: str
     reveal: str
+    #: the part of the learner's answer this case reads, where it is not the whole answer the
+    #: check was given (ex1's seed lengths, beside its function): only a change of it counts
+    part: object = field(default=None, compare=False, hash=False)
 
 
 #: per check, the hints it has shown in this kernel session and, per hint, the answers (their
@@ -177,8 +180,8 @@ def finish(check: str, failures: list, passes: List[str], strict: bool, *, answe
     others = [f for f in failures if f is not NOT_YET]
     hints = [f for f in others if isinstance(f, Hint)]
     shown = _HINTS_SHOWN.setdefault(check, {})
-    key = answer_key(answer)
-    revealed = {f for f in hints if (bool(shown.get(f.hint, set()) - {key}) if reveal is None else reveal)}
+    keys = {f: answer_key(answer if f.part is None else f.part) for f in hints}
+    revealed = {f for f in hints if (bool(shown.get(f.hint, set()) - {keys[f]}) if reveal is None else reveal)}
     lines = [_not_yet_line(learner)] if not_yet else []
     lines += [(f.reveal if f in revealed else f.hint) if isinstance(f, Hint) else f for f in others]
     if failures and (passes or not not_yet):
@@ -187,7 +190,7 @@ def finish(check: str, failures: list, passes: List[str], strict: bool, *, answe
     if len(revealed) < len(hints):
         lines.append(HINTS_ONLY if not revealed else SOME_HINTS_ONLY)
     for f in hints:
-        shown.setdefault(f.hint, set()).add(key)
+        shown.setdefault(f.hint, set()).add(keys[f])
     if not failures:
         lines = list(passes)
         reset_hints(check)

@@ -621,7 +621,7 @@ RIGHT_PREDICTIONS = {"A": "crash", "B": "refused", "C": "ok", "D": "refused", "E
 WRONG = {
     "check_page_index_width": (lambda edit=False, **kw: workshop.check_page_index_width(
         maybe_edited(width(plus_one=0), edit), {"clamped": 8192, "configured": 8192}, **kw),
-        ["ceil((2,048+0+0+1)/32)=65 -> 68", "expected 2,048", "4 MiB / 2,048 B per token"]),
+        ["ceil((2,048+0+0+1)/32)=65 -> 68"]),  # Part 2's lengths are not the part edited
     # the edit: B set right, A still wrong
     "check_predictions": (lambda edit=False, **kw: workshop.check_predictions(
         {**RIGHT_PREDICTIONS, "A": "refused", **({} if edit else {"B": "crash"})}, **kw),
@@ -687,7 +687,11 @@ def test_reveal_argument_and_what_counts_as_a_failure():
     workshop.check_page_index_width(width(align=1))
     part2 = workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192})
     assert not part2.revealed and "2,048" not in feedback(part2) and part2.lines[-1] == workshop.HINTS_ONLY
-    assert workshop.check_page_index_width(edited(width()), {"clamped": 8192, "configured": 8192}).revealed
+    assert not workshop.check_page_index_width(edited(width()), {"clamped": 8192, "configured": 8192}).revealed
+    # Part 2's part is its length: another wrong length of the same kind reveals the arithmetic
+    workshop.check_page_index_width(width(), {"clamped": 1000, "configured": 8192})
+    revealed = feedback(workshop.check_page_index_width(width(), {"clamped": 3000, "configured": 8192}))
+    assert "seed_max_seq_len['clamped'] = 3,000, expected 2,048 - the clamped length is what the pool holds" in revealed
     # a run that only says "not implemented yet" has no hint to give, so it does not count
     workshop.reset_hints()
     NOT_IMPLEMENTED["check_admission"][0]()
