@@ -195,7 +195,7 @@ mine = plan_deployment(Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib
                                   manager=manager))
 print(mine.explain())
 viz.show(viz.plan_ranges_figure(mine))
-findings.append(Finding(scenario=f"{model} on {gpu}, tp {tp_size}", policy="current code",
+findings.append(Finding(scenario=f"{model} on {gpu}, tp\u00a0{tp_size}", policy="current code",
                         outcome=mine.worst(), numbers=f"longest context that finishes: {mine.longest():,} tokens"))
 
 
@@ -231,14 +231,15 @@ table(rows, index="model")
 
 # %% [markdown]
 # A big model on few GPUs leaves no quota at all: at this tensor parallelism the weights of
-# DeepSeek-V3 or Qwen3-235B alone exceed the GPU, and the plan says the executor cannot start
-# rather than drawing a pool of nothing. Most presets get V1. Where a pool is too small for
-# `max_seq_len` (the table's "clamped" column, and the line above it), V1 rejects the prompts past
-# the clamped length, while on V2 the contexts between the clamped row and `max_seq_len` crash. The hybrids get V2, and with a large `max_batch_size` their state slots may not fit:
-# then construction raises and nothing runs. With TensorRT-LLM's default of chunked prefill
-# off, a prompt longer than `max_num_tokens` (8,192) is refused at the door before any of this:
-# set `chunked_prefill = False` above to see `kvlab plan` warn that most context lengths are
-# refused (its exit code is then 5).
+# DeepSeek-V3 or Qwen3-235B alone exceed the GPU (at a lower tp_size, more presets' do), and the
+# plan says the executor cannot start rather than drawing a pool of nothing. Most presets get V1.
+# Where a pool is too small for `max_seq_len` (the table's "clamped" column, and the line above
+# it), V1 rejects the prompts past the clamped length, while on V2 the contexts between the
+# clamped row and `max_seq_len` crash. The hybrids get V2, and with a large `max_batch_size` their
+# state slots may not fit: then construction raises and nothing runs. With TensorRT-LLM's default
+# of chunked prefill off, a prompt longer than `max_num_tokens` (8,192) is refused at the door
+# before any of this: set `chunked_prefill = False` above to see `kvlab plan` warn that most
+# context lengths are refused (its exit code is then 5).
 
 # %% [markdown]
 # ## 4. A hybrid, stage by stage

@@ -50,6 +50,12 @@ def keep_whole(markup: str, pattern: str = FLAG_PATTERN) -> str:
     return re.sub(pattern, lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>', markup)
 
 
+def _breakable_words(text: str) -> str:
+    """``text`` with a word longer than a narrow column ("kv_cache_config.host_cache_size")
+    allowed to wrap after each "." and "_" in it, never elsewhere."""
+    return re.sub(r"[\w.]{25,}", lambda m: re.sub(r"(?<=[._])(?=\w)", "<wbr>", m.group(0)), text)
+
+
 def _breakable_header(name) -> str:
     """A column name as HTML that may wrap after each underscore ("mean_queue_steps"): a table of
     long names stays inside the notebook's width."""
@@ -72,7 +78,7 @@ def table(data, *, index: Optional[str] = None, digits: int = 2):
         frame = frame.set_index(index)
     # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
     text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
-    whole = lambda v: keep_whole(cell_text(v, digits), NAME_PATTERN)  # noqa: E731
+    whole = lambda v: keep_whole(_breakable_words(cell_text(v, digits)), NAME_PATTERN)  # noqa: E731
     styler = frame.style.format(whole).format_index(whole).format_index(
         _breakable_header, axis=1).set_table_styles(_STYLES)
     if text:

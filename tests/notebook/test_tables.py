@@ -84,3 +84,10 @@ def test_a_flag_or_a_hyphenated_name_in_a_cell_stays_on_one_line():
     assert '<span style="white-space:nowrap">mistral-7b-v0.1</span>' in html
     long_name = "x" * 50 + "-y"  # longer than a column: it may still break
     assert "nowrap" not in table([{"name": long_name}]).to_html()
+
+
+def test_a_word_longer_than_a_column_wraps_at_its_dots_and_underscores():
+    """Verification pass X2: 04 §7's error column ran past the notebook on
+    "kv_cache_config.host_cache_size"."""
+    html = table([{"error": "Configure kv_cache_config.host_cache_size, or lower max_batch_size."}]).to_html()
+    assert "kv_<wbr>cache_<wbr>config.<wbr>host_<wbr>cache_<wbr>size" in html and "max_batch_size" in html

@@ -757,9 +757,12 @@ def test_admission_detail_gives_each_reason_whole(pool_mib, policy):
     for rid, reason in model.result.reasons.items():
         if model.result.error is not None:  # the headline gives where and why the engine stopped
             reason = reason.split(" (", 1)[1].removesuffix(f"): {model.result.error}")
+            if "raised by this request" in model.result.reasons[rid]:  # it raised in a pass: no refusal count
+                reason = reason.split("; ", 1)[1]
         assert html_escape(reason) in detail, rid
     assert "..." not in html and "a 8" not in html and "engine stopped" not in detail
-    assert ("long: waiting in the scheduler - raised the error; " in detail) == (model.outcome == "crash")
+    assert ("long: waiting in the scheduler - raised the error; its context of 8,192 tokens" in detail
+            ) == (model.outcome == "crash")
     for rid in model.result.status:  # each where the timeline's subtitle counts it
         assert f"{rid}: {viz.end_place(model.result, rid)} - " in detail
 
@@ -930,3 +933,13 @@ def test_a_verdict_keeps_a_command_line_flag_whole():
     shown = verdict_html("reject", "enable --allow-auto-truncate, or a shorter prompt (a-b)")
     assert '<span style="white-space:nowrap">--allow-auto-truncate</span>' in shown
     assert "nowrap\">a-b" not in shown  # only flags are held together
+
+
+def test_sglangs_timeline_counts_one_token_pages():
+    """Verification pass X2: SGLang's timeline said "KV pool (2,048 pages)" over the demand
+    figure's 64 pages of 32 tokens."""
+    panel = admission_panel(policy="sglang")
+    titles = [a["text"] for a in panel.figures["timeline"].layout.annotations]
+    assert "<b>KV pool (2,048 one-token pages)</b>" in titles
+    panel.set(policy="capacity")
+    assert "<b>KV pool (64 pages)</b>" in [a["text"] for a in panel.figures["timeline"].layout.annotations]

@@ -57,12 +57,14 @@ def end_counts(result) -> dict:
 
 def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
                             outcome: Optional[str] = None, title: Optional[str] = None,
-                            subtitle: Optional[str] = None, stall_detector: bool = True) -> dict:
+                            subtitle: Optional[str] = None, stall_detector: bool = True,
+                            page: str = "page") -> dict:
     """A run over time, in three panels sharing the step axis: requests (running, waiting,
     suspended), the pool (used and free pages, stacked to the pool's size) and the stall
     detector's counter of consecutive passes without progress, with the stall limit dashed; for
     a scheduler without a stall detector (``stall_detector=False``: vLLM's) the third panel
-    counts the preemptions of each step instead.
+    counts the preemptions of each step instead. ``page``: what the pool's title counts (SGLang's
+    pages hold one token each: "one-token page").
 
     ``result`` is a ``kvlab.SimulationResult``. The step at which an error stopped the engine is
     marked in every panel in the outcome's colour (``outcome`` defaults to
@@ -114,7 +116,7 @@ def scheduler_timeline_spec(result, *, stall_limit: Optional[int] = None,
     shapes, annotations = [], []
     lowest = ("stall detector: passes without progress" if stall_detector
               else "preemptions in the step (no stall detector)")
-    pool = f"KV pool ({total:,} pages)" if len(trace) else "KV pool"  # no pass, no pool to read
+    pool = f"KV pool ({counted(total, page)})" if len(trace) else "KV pool"  # no pass, no pool to read
     for axis, (text, domain) in enumerate(zip(("requests", pool, lowest),
                                               _TIMELINE_DOMAINS), start=1):
         annotations.append(dict(text=f"<b>{text}</b>", x=0, xref="paper", y=domain[1], yref="paper",

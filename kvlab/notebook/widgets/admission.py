@@ -84,7 +84,8 @@ def admission_figures(model: AdmissionModel) -> Dict[str, dict]:
     peer = model.policy in PEER_POLICIES  # vLLM's and SGLang's own loops: no stall detector
     timeline = viz.scheduler_timeline_spec(
         result, stall_limit=None if peer else engine.stall_limit, outcome=model.outcome,
-        stall_detector=not peer, title=f"{model.policy}: {_label(model)}")
+        stall_detector=not peer, title=f"{model.policy}: {_label(model)}",
+        page="one-token page" if model.policy == "sglang" else "page")
     demand = viz.index_row_spec(
         manager.max_blocks_per_seq, needed, engine.total_blocks, model.outcome,
         policy=POLICIES[model.policy][1], with_output=complete,
@@ -132,7 +133,7 @@ def admission_verdict(model: AdmissionModel) -> Tuple[Optional[str], str]:
     result, engine = model.result, model.engine
     small = [i for i in result.status if i != "long"]
     done = sum(result.status[i] == "finished" for i in small)
-    where = (f"Its context of {model.context:,} tokens needs "
+    where = (f"The long request's context of {model.context:,} tokens needs "
              f"{counted(engine.geometry.blocks_for_tokens(model.context), 'page')}, "
              f"{engine.geometry.blocks_for_tokens(model.context + 16):,} with its 16 output tokens; "
              f"the pool has {engine.total_blocks:,} ({readout_mib(engine.pool_mib)} MiB)")
@@ -195,7 +196,9 @@ def _reason_without_error(result, request_id: str) -> str:
                            rf"( raised by this request)? \((.*)\): {re.escape(str(result.error))}", why, re.S)
     if stopped is None:
         return why
-    return ("raised the error; " if stopped[1] else "") + stopped[2]
+    if stopped[1]:  # it raised in a pass, so "not refused by any pass" is not its story
+        return "raised the error; " + re.sub(r"^(not refused|refused in)[^;]*; ", "", stopped[2])
+    return stopped[2]
 
 
 def admission_panel(pool_mib: float = 4.0, context: int = 8192, policy: str = "none/clamped", *,
