@@ -96,10 +96,12 @@ def check_predictions(predictions: Dict[str, Optional[str]], *, strict: bool = F
         elif guess not in RESIZE_OUTCOMES:
             failures.append(f"{name} ({case}): {guess!r} is not an outcome; choose one of {list(RESIZE_OUTCOMES)}")
         elif guess != result.outcome:
-            failures.append(Hint(f"{name} ({case}): you predicted {guess!r}, but the resize does "
-                                  f"something else - {_prediction_question(case)}",
-                                  f"{name} ({case}): you predicted {guess!r}, the resize gave "
-                                  f"{result.outcome!r} - {_prediction_hint(result)}"))
+            # the hint does not name the guess: another wrong guess for this case is the same
+            # slip after a change, and reveals; a change of another case's guess does not
+            failures.append(Hint(f"{name} ({case}): your prediction is not what the resize does - "
+                                 f"{_prediction_question(case)}",
+                                 f"{name} ({case}): you predicted {guess!r}, the resize gave "
+                                 f"{result.outcome!r} - {_prediction_hint(result)}", part=guess))
         else:
             passes.append(f"{name} ({case}): {result.outcome!r} - {_prediction_hint(result)}")
     extra = sorted(set(predictions) - set(PREDICTION_CASES))

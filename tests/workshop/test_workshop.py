@@ -622,9 +622,9 @@ WRONG = {
     "check_page_index_width": (lambda edit=False, **kw: workshop.check_page_index_width(
         maybe_edited(width(plus_one=0), edit), {"clamped": 8192, "configured": 8192}, **kw),
         ["ceil((2,048+0+0+1)/32)=65 -> 68"]),  # Part 2's lengths are not the part edited
-    # the edit: B set right, A still wrong
+    # the edit: A's other wrong guess (a change of another case's guess reveals nothing for A)
     "check_predictions": (lambda edit=False, **kw: workshop.check_predictions(
-        {**RIGHT_PREDICTIONS, "A": "refused", **({} if edit else {"B": "crash"})}, **kw),
+        {**RIGHT_PREDICTIONS, "A": "ok" if edit else "refused"}, **kw),
         ["the resize gave 'crash'", "256 entries needed > 68"]),
     "check_trigger": (lambda edit=False, **kw: workshop.check_trigger(
         maybe_edited(seed_trigger("configured"), edit), **kw), ["page_index_policy='clamped'", "256 <= 260"]),
@@ -891,3 +891,13 @@ def test_an_off_by_one_cap_is_asked_about_its_comparison_and_fails_the_iteration
     steps, log = workshop.run_resident_iterations(past_cap)
     assert log[0].endswith("then 2/1 resident (over the cap)")
     assert "(not >)" in feedback(workshop.check_resident_scan(edited(past_cap)))
+
+
+def test_a_prediction_reveals_only_after_a_change_of_its_own():
+    """Verification pass X1: fixing D revealed A's outcome, and a second wrong guess for A did not."""
+    workshop.reset_hints()
+    workshop.check_predictions({**RIGHT_PREDICTIONS, "A": "refused", "D": "crash"})
+    fixed_d = feedback(workshop.check_predictions({**RIGHT_PREDICTIONS, "A": "refused"}))
+    assert "the resize gave 'crash'" not in fixed_d and "A (" in fixed_d
+    other_guess = feedback(workshop.check_predictions({**RIGHT_PREDICTIONS, "A": "ok"}))
+    assert "A (" in other_guess and "you predicted 'ok', the resize gave 'crash'" in other_guess
