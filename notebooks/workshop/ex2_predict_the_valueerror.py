@@ -49,9 +49,9 @@ print(workshop.describe_prediction_cases())
 # `max_seq_len`, the row width under the case's policy (exercise 1), and the entries the resize
 # needs. Then write `"ok"`, `"refused"` or `"crash"`. Predict before you run anything.
 #
-# A wrong prediction first gets the steps to redo, not the outcome; if it is still wrong after you
-# change your predictions, the check shows that case's outcome and arithmetic (`reveal=True` shows
-# them at once).
+# A wrong prediction first gets the steps to redo, not the outcome; if you change it and it is
+# still wrong, the check shows that case's outcome and arithmetic (`reveal=True` shows them at
+# once).
 
 # %%
 predictions = {
