@@ -195,7 +195,7 @@ mine = plan_deployment(Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib
                                   manager=manager))
 print(mine.explain())
 viz.show(viz.plan_ranges_figure(mine))
-findings.append(Finding(scenario=f"{model} on {gpu}, tp\u00a0{tp_size}", policy="current code",
+findings.append(Finding(scenario=f"{model} on {gpu}, tp {tp_size}", policy="current code",
                         outcome=mine.worst(), numbers=f"longest context that finishes: {mine.longest():,} tokens"))
 
 
