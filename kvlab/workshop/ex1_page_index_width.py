@@ -82,7 +82,7 @@ def _width_case(fn, label, L, t, e, d, slip: Optional[int]):
                         ("none of the usual slips gives this: check each of Part 1's three rules",
                          f"; expected round_up_to_multiple_of_4(ceil(({L:,}+{e:,}+{d:,}+1)/{t})) = {expected:,}"))
     head = f"{label}: {call} returned {got:,}, expected {expected:,} - {name}"
-    return Hint(head, head + worked)
+    return Hint(head, head + worked, part=fn)  # the function, not the seed lengths beside it
 
 
 def _width_slip(fn) -> Optional[int]:

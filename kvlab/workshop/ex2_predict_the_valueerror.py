@@ -171,18 +171,19 @@ def _no_value_error(got, made: List[_Resize]):
     fits_row = (f"your row has {last.width} entries and a resize to {last.capacity:,} tokens needs "
                 f"ceil({last.capacity:,}/{last.tokens_per_block}) = {last.needed} <= {last.width}, so it "
                 "passed the row check")
+    # the hint names what the resize did, not what the function returned: returning the resize's
+    # result instead of None is the same slip after a change, and reveals
     if last.outcome is False:
-        head = (f"{returned}: no ValueError was raised - your resize to {last.capacity:,} tokens "
-                "returned False (refused)")
+        head = f"no ValueError was raised - your resize to {last.capacity:,} tokens returned False (refused)"
         return Hint(f"{head}: which row did you build? A row wide enough for the context passes "
                     "the row check, and only the pool refuses",
-                    f"{head}: {fits_row}, and only the pool said no ({last.needed} pages needed, "
-                    f"{last.pages} in the pool); {SEED_CRASH}")
-    head = (f"{returned}: no ValueError was raised - your resize to {last.capacity:,} tokens "
-            "returned True (allocated)")
+                    f"{returned}: {head}: {fits_row}, and only the pool said no ({last.needed} pages "
+                    f"needed, {last.pages} in the pool); {SEED_CRASH}")
+    head = f"no ValueError was raised - your resize to {last.capacity:,} tokens returned True (allocated)"
     return Hint(f"{head}: which row, which pool and which resize did you build? Compare them with "
                 "the seed's, as Part 2 gives them",
-                f"{head}: {fits_row}, and the pool's {last.pages} pages hold {last.needed}; {SEED_CRASH}")
+                f"{returned}: {head}: {fits_row}, and the pool's {last.pages} pages hold {last.needed}; "
+                f"{SEED_CRASH}")
 
 
 def check_trigger(fn: Callable[[], BaseException], *, strict: bool = False,

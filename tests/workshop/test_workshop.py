@@ -266,7 +266,7 @@ def test_trigger_feedback():
         raise PageIndexTooShort(256, 68)
 
     assert "escaped your function" in feedback(workshop.check_trigger(escaped))
-    assert ("returned False: no ValueError was raised - your resize to 8,192 tokens returned False "
+    assert ("no ValueError was raised - your resize to 8,192 tokens returned False "
             "(refused)") in feedback(workshop.check_trigger(seed_trigger("configured", "result")))
     assert "256 and 68" in feedback(workshop.check_trigger(seed_trigger(context=12_000), reveal=True))
     assert workshop.check_trigger(seed_trigger())
@@ -281,8 +281,10 @@ def test_trigger_says_what_the_resize_did_when_no_value_error_came_back():
 
     resize = KVCache.resize
     first = feedback(workshop.check_trigger(seed_trigger("configured")))
-    assert ("returned None: no ValueError was raised - your resize to 8,192 tokens returned False "
+    assert ("no ValueError was raised - your resize to 8,192 tokens returned False "
             "(refused): which row did you build?") in first
+    # returning the resize's False instead of None is the same slip after a change: its working
+    assert "returned False: no ValueError" in feedback(workshop.check_trigger(seed_trigger("configured", "result")))
     assert "return the caught exception" not in first and "260" not in first
     second = feedback(workshop.check_trigger(edited(seed_trigger("configured"))))
     assert ("your row has 260 entries and a resize to 8,192 tokens needs ceil(8,192/32) = 256 <= 260, "
@@ -901,3 +903,13 @@ def test_a_prediction_reveals_only_after_a_change_of_its_own():
     assert "the resize gave 'crash'" not in fixed_d and "A (" in fixed_d
     other_guess = feedback(workshop.check_predictions({**RIGHT_PREDICTIONS, "A": "ok"}))
     assert "A (" in other_guess and "you predicted 'ok', the resize gave 'crash'" in other_guess
+
+
+def test_filling_in_part_2_does_not_reveal_part_1():
+    """Closing pass Y1: filling in the seed lengths beside an unchanged function revealed the
+    function's arithmetic."""
+    workshop.reset_hints()
+    slip = width(plus_one=0)
+    workshop.check_page_index_width(slip)
+    filled = workshop.check_page_index_width(slip, {"clamped": 2048, "configured": 8192})
+    assert not filled.revealed and "expected ceil(" not in feedback(filled)
