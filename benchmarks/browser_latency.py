@@ -30,13 +30,19 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from lab_server import start_lab, stop_lab  # noqa: E402  (the browser test's own server)
 
 CHROMIUM = Path("/usr/bin/chromium")
-PANELS = ("repro_panel", "admission_panel", "ranks_panel", "mamba_panel", "step_panel", "plan_panel")
+PANELS = (
+    "repro_panel",
+    "admission_panel",
+    "ranks_panel",
+    "mamba_panel",
+    "step_panel",
+    "plan_panel",
+)
 NOTEBOOK = "browser_latency.ipynb"
 
 # Installed on the page once per panel: observers on the panel's figures and verdict, a keydown
@@ -110,25 +116,56 @@ _kvlat_wrap("refresh")
 """
 
 
-def make_notebook(path: Path, panels, trace: Optional[Path] = None) -> None:
-    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-              "source": [f"from kvlab.notebook.widgets import {name}\n", f"{name}()"]}
-             for name in panels]
+def make_notebook(path: Path, panels, trace: Path | None = None) -> None:
+    cells = [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": [f"from kvlab.notebook.widgets import {name}\n", f"{name}()"],
+        }
+        for name in panels
+    ]
     if trace is not None:
-        cells.insert(0, {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                         "source": TRACE_CELL.format(path=str(trace))})
-    path.write_text(json.dumps({
-        "cells": cells, "nbformat": 4, "nbformat_minor": 5,
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}))
+        cells.insert(
+            0,
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": TRACE_CELL.format(path=str(trace)),
+            },
+        )
+    path.write_text(
+        json.dumps(
+            {
+                "cells": cells,
+                "nbformat": 4,
+                "nbformat_minor": 5,
+                "metadata": {
+                    "kernelspec": {
+                        "name": "python3",
+                        "display_name": "Python 3",
+                        "language": "python",
+                    }
+                },
+            }
+        )
+    )
 
 
 def summary(samples) -> dict:
     if not samples:
         return {"p50_ms": None, "p95_ms": None, "max_ms": None, "samples": 0}
     s = sorted(samples)
-    return {"p50_ms": round(statistics.median(s), 1),
-            "p95_ms": round(s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))], 1),
-            "max_ms": round(s[-1], 1), "samples": len(s)}
+    return {
+        "p50_ms": round(statistics.median(s), 1),
+        "p95_ms": round(s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))], 1),
+        "max_ms": round(s[-1], 1),
+        "samples": len(s),
+    }
 
 
 def measure_panel(page, cell_index: int, presses: int, quiet_ms: int, timeout_ms: int):
@@ -142,7 +179,9 @@ def measure_panel(page, cell_index: int, presses: int, quiet_ms: int, timeout_ms
     for i in range(presses):
         handle.focus()
         handle.press("ArrowRight" if i % 2 == 0 else "ArrowLeft")
-        records.append(page.evaluate("([q, t]) => window.__kvlat.wait(q, t)", [quiet_ms, timeout_ms]))
+        records.append(
+            page.evaluate("([q, t]) => window.__kvlat.wait(q, t)", [quiet_ms, timeout_ms])
+        )
     page.evaluate("() => window.__kvlat.disconnect()")
     return records
 
@@ -151,8 +190,15 @@ def breakdown(records, trace_lines) -> dict:
     """Median ms from the key press to: the kernel seeing the change, the refresh's start and
     end, the first and the last figure mutation (--trace)."""
     events = [json.loads(line) for line in trace_lines if line.strip()]
-    parts = {"to_kernel_change": [], "to_refresh_start": [], "refresh_ms": [], "to_refresh_end": [],
-             "to_first_figure": [], "to_last_figure": [], "refreshes_per_press": []}
+    parts = {
+        "to_kernel_change": [],
+        "to_refresh_start": [],
+        "refresh_ms": [],
+        "to_refresh_end": [],
+        "to_first_figure": [],
+        "to_last_figure": [],
+        "refreshes_per_press": [],
+    }
     ordered = sorted(records, key=lambda r: r["key_epoch"])
     for r, after in zip(ordered, ordered[1:] + [None]):
         key = r["key_epoch"]
@@ -175,14 +221,25 @@ def breakdown(records, trace_lines) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presses", type=int, default=30, help="key presses per panel and round (default 30)")
+    parser.add_argument(
+        "--presses", type=int, default=30, help="key presses per panel and round (default 30)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="rounds over all panels (default 1)")
     parser.add_argument("--panels", nargs="+", default=list(PANELS), choices=PANELS)
-    parser.add_argument("--quiet-ms", type=int, default=250,
-                        help="no DOM change for this long after a press: it has landed (default 250)")
-    parser.add_argument("--timeout-ms", type=int, default=5000, help="give up on a press after this long")
-    parser.add_argument("--trace", action="store_true",
-                        help="also log kernel-side times and print where the time goes (median ms)")
+    parser.add_argument(
+        "--quiet-ms",
+        type=int,
+        default=250,
+        help="no DOM change for this long after a press: it has landed (default 250)",
+    )
+    parser.add_argument(
+        "--timeout-ms", type=int, default=5000, help="give up on a press after this long"
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also log kernel-side times and print where the time goes (median ms)",
+    )
     args = parser.parse_args()
     import playwright.sync_api as playwright_sync
 
@@ -195,29 +252,43 @@ def main() -> int:
         proc, base, token = start_lab(tmp, root)
         try:
             with playwright_sync.sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
-                    "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                    "--disable-background-networking", "--disable-component-update", "--no-first-run"])
+                browser = pw.chromium.launch(
+                    executable_path=str(CHROMIUM),
+                    args=[
+                        "--no-sandbox",
+                        "--disable-dev-shm-usage",
+                        "--disable-gpu",
+                        "--disable-background-networking",
+                        "--disable-component-update",
+                        "--no-first-run",
+                    ],
+                )
                 try:
                     page = browser.new_page(viewport={"width": 1600, "height": 1200})
                     page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
                     page.wait_for_function(
                         "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
                         " return w && w.sessionContext && w.sessionContext.session"
-                        " && w.sessionContext.session.kernel; }", timeout=90_000)
-                    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+                        " && w.sessionContext.session.kernel; }",
+                        timeout=90_000,
+                    )
+                    page.evaluate(
+                        "() => window.jupyterapp.commands.execute('notebook:run-all-cells')"
+                    )
                     page.wait_for_function(
                         "() => document.querySelectorAll('.jp-Notebook .jp-Cell .kvlab-verdict').length"
                         f" >= {len(args.panels)}"
                         f" && document.querySelectorAll('.jp-Notebook .jp-Cell .js-plotly-plot').length >= {len(args.panels)}",
-                        timeout=180_000)
+                        timeout=180_000,
+                    )
                     page.wait_for_timeout(1000)
                     results = {name: [] for name in args.panels}
                     first = 1 if trace is not None else 0
                     for _ in range(args.repeat):
                         for index, name in enumerate(args.panels):
-                            results[name] += measure_panel(page, first + index, args.presses,
-                                                           args.quiet_ms, args.timeout_ms)
+                            results[name] += measure_panel(
+                                page, first + index, args.presses, args.quiet_ms, args.timeout_ms
+                            )
                     chromium = browser.version
                     trace_lines = trace.read_text().splitlines() if trace is not None else []
                 finally:
@@ -228,17 +299,31 @@ def main() -> int:
     import ipywidgets
     import jupyterlab
     import plotly
-    machine = {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
-               "python": platform.python_version(), "chromium": chromium, "jupyterlab": jupyterlab.__version__,
-               "ipywidgets": ipywidgets.__version__, "plotly": plotly.__version__, "headless": True}
+
+    machine = {
+        "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "chromium": chromium,
+        "jupyterlab": jupyterlab.__version__,
+        "ipywidgets": ipywidgets.__version__,
+        "plotly": plotly.__version__,
+        "headless": True,
+    }
     for name in args.panels:
         records = results[name]
-        line = {"benchmark": "browser_latency", "panel": name, "slider": "first",
-                "presses": args.presses * args.repeat, "repeat": args.repeat,
-                "figure": summary([r["figure"] for r in records if r["figure"] is not None]),
-                "verdict": summary([r["verdict"] for r in records if r["verdict"] is not None]),
-                "no_figure_change": sum(r["figure"] is None for r in records),
-                "target": {"p50_ms": 100, "p95_ms": 250}, "machine": machine}
+        line = {
+            "benchmark": "browser_latency",
+            "panel": name,
+            "slider": "first",
+            "presses": args.presses * args.repeat,
+            "repeat": args.repeat,
+            "figure": summary([r["figure"] for r in records if r["figure"] is not None]),
+            "verdict": summary([r["verdict"] for r in records if r["verdict"] is not None]),
+            "no_figure_change": sum(r["figure"] is None for r in records),
+            "target": {"p50_ms": 100, "p95_ms": 250},
+            "machine": machine,
+        }
         if trace is not None:
             line["breakdown_median_ms"] = breakdown(records, trace_lines)
         print(json.dumps(line))

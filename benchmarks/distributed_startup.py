@@ -13,7 +13,6 @@ import os
 import statistics
 
 from kvlab.run.distributed import run_ranks
-
 from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
 
@@ -32,16 +31,30 @@ def main() -> None:
     def median(attr):
         return round(statistics.median(getattr(r, attr) for r in runs), 3)
 
-    print(json.dumps({
-        "benchmark": "distributed_startup", "ranks": args.ranks, "policy": args.policy,
-        "backend": "gloo", "start_method": "fork", "cpus": os.cpu_count(), "repeat": args.repeat,
-        "ended": runs[0].ended, "lockstep_iterations": iterations,
-        "process": {"wall_s": median("wall_s"),
+    print(
+        json.dumps(
+            {
+                "benchmark": "distributed_startup",
+                "ranks": args.ranks,
+                "policy": args.policy,
+                "backend": "gloo",
+                "start_method": "fork",
+                "cpus": os.cpu_count(),
+                "repeat": args.repeat,
+                "ended": runs[0].ended,
+                "lockstep_iterations": iterations,
+                "process": {
+                    "wall_s": median("wall_s"),
                     "startup_s": median("startup_s"),  # process start + init_process_group
                     "work_s": median("work_s"),  # MIN all-reduce + lockstep iterations + results
-                    "work_ms_per_iteration": round(1000 * statistics.median(r.work_s for r in runs) / iterations, 2)},
-        "in_process": {"wall_s": round(threads.wall_s, 3)},
-    }))
+                    "work_ms_per_iteration": round(
+                        1000 * statistics.median(r.work_s for r in runs) / iterations, 2
+                    ),
+                },
+                "in_process": {"wall_s": round(threads.wall_s, 3)},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -54,49 +54,107 @@ MEMORY_BOUND = 4 << 30
 FILE_BOUND = 256 << 20
 CLI_SECONDS, WALKTHROUGH_SECONDS, API_SECONDS = 20.0, 60.0, 10.0
 LONG_MESSAGE = 4096
-CLASSES = ("clean", "traceback", "raw-error", "accepted", "hang", "memory", "leak",
-           "undocumented-exit", "long-message")
+CLASSES = (
+    "clean",
+    "traceback",
+    "raw-error",
+    "accepted",
+    "hang",
+    "memory",
+    "leak",
+    "undocumented-exit",
+    "long-message",
+)
 
 #: Exit codes each subcommand documents besides 2 (bad arguments).
-DOCUMENTED_EXITS = {"repro": {0, 3, 4}, "walkthrough": {0, 1}, "scenario": {0, 3, 4, 5, 6},
-                    "plan": {0, 3, 4, 5}, "doctor": {0, 1}, "slides": {0}}
+DOCUMENTED_EXITS = {
+    "repro": {0, 3, 4},
+    "walkthrough": {0, 1},
+    "scenario": {0, 3, 4, 5, 6},
+    "plan": {0, 3, 4, 5},
+    "doctor": {0, 1},
+    "slides": {0},
+}
 
 #: Hostile option values; a callable gets the fixtures folder.
 CLI_VALUES = {
-    "empty": "", "negative": "-1", "zero": "0", "nan": "nan", "inf": "inf", "1e309": "1e309",
-    "10**30": str(10**30), "huge-int": "9" * 5000, "text": "x",
-    "folder": lambda fx: str(fx), "dev-zero": "/dev/zero",
-    "missing-file": lambda fx: str(fx / "missing.json"), "garbage-file": lambda fx: str(fx / "garbage.bin"),
-    "10mb-file": lambda fx: str(fx / "ten_mb.txt"), "unicode": "ü€😀\u202e",
+    "empty": "",
+    "negative": "-1",
+    "zero": "0",
+    "nan": "nan",
+    "inf": "inf",
+    "1e309": "1e309",
+    "10**30": str(10**30),
+    "huge-int": "9" * 5000,
+    "text": "x",
+    "folder": lambda fx: str(fx),
+    "dev-zero": "/dev/zero",
+    "missing-file": lambda fx: str(fx / "missing.json"),
+    "garbage-file": lambda fx: str(fx / "garbage.bin"),
+    "10mb-file": lambda fx: str(fx / "ten_mb.txt"),
+    "unicode": "ü€😀\u202e",
 }
 
 #: Hostile Python values: factories, so each input gets a fresh generator.
 API_VALUES = {
-    "None": lambda: None, "nan": lambda: math.nan, "inf": lambda: math.inf, "-1": lambda: -1,
-    "0": lambda: 0, "2**63": lambda: 2**63, "10**30": lambda: 10**30, "''": lambda: "",
-    "'x'": lambda: "x", "[]": lambda: [], "{}": lambda: {}, "generator": lambda: (i for i in range(3)),
-    "ndarray-2d": lambda: __import__("numpy").zeros((2, 2)), "True": lambda: True,
+    "None": lambda: None,
+    "nan": lambda: math.nan,
+    "inf": lambda: math.inf,
+    "-1": lambda: -1,
+    "0": lambda: 0,
+    "2**63": lambda: 2**63,
+    "10**30": lambda: 10**30,
+    "''": lambda: "",
+    "'x'": lambda: "x",
+    "[]": lambda: [],
+    "{}": lambda: {},
+    "generator": lambda: (i for i in range(3)),
+    "ndarray-2d": lambda: __import__("numpy").zeros((2, 2)),
+    "True": lambda: True,
 }
 
 #: Hostile values written into config.json and scenario YAML fields; DELETE removes the field.
 DELETE = object()
-FIELD_VALUES = {"null": None, "-1": -1, "0": 0, "nan": math.nan, "inf": math.inf, "10**30": 10**30,
-                "'x'": "x", "''": "", "[]": [], "{}": {}, "true": True, "deleted": DELETE}
+FIELD_VALUES = {
+    "null": None,
+    "-1": -1,
+    "0": 0,
+    "nan": math.nan,
+    "inf": math.inf,
+    "10**30": 10**30,
+    "'x'": "x",
+    "''": "",
+    "[]": [],
+    "{}": {},
+    "true": True,
+    "deleted": DELETE,
+}
 
 
 # ---------------------------------------------------------------- fixtures and the CLI corpus
+
 
 def make_fixtures(root: Path) -> Path:
     fx = root / "fixtures"
     (fx / "notebooks").mkdir(parents=True)
     (fx / "garbage.bin").write_bytes(bytes(random.Random(0).randrange(256) for _ in range(4096)))
     (fx / "ten_mb.txt").write_bytes(b"9" * (10 << 20))
-    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None,
-            "outputs": [], "source": "SMOKE: bool = False\npool_mib: float = 4.0\n"}
+    cell = {
+        "cell_type": "code",
+        "metadata": {"tags": ["parameters"]},
+        "execution_count": None,
+        "outputs": [],
+        "source": "SMOKE: bool = False\npool_mib: float = 4.0\n",
+    }
     title = {"cell_type": "markdown", "metadata": {}, "source": "# tiny"}
-    notebook = {"cells": [title, cell], "nbformat": 4, "nbformat_minor": 5,
-                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                            "language": "python"}}}
+    notebook = {
+        "cells": [title, cell],
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    }
     (fx / "notebooks" / "00_tiny.ipynb").write_text(json.dumps(notebook))
     return fx
 
@@ -105,9 +163,14 @@ def cli_options():
     """(subcommand, option, takes a value, base arguments) for every option of every subcommand."""
     from kvlab.cli import build_parser
 
-    bases = {"repro": [], "doctor": [], "slides": ["--only", "02"],
-             "walkthrough": ["--only", "00", "--notebook-dir", "{fx}/notebooks"],
-             "scenario": ["issue-21470", "--in-process"], "plan": ["--model", "llama-3.1-8b"]}
+    bases = {
+        "repro": [],
+        "doctor": [],
+        "slides": ["--only", "02"],
+        "walkthrough": ["--only", "00", "--notebook-dir", "{fx}/notebooks"],
+        "scenario": ["issue-21470", "--in-process"],
+        "plan": ["--model", "llama-3.1-8b"],
+    }
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, subparser in sub.choices.items():
@@ -118,7 +181,7 @@ def cli_options():
             base = list(bases[name])
             if option in base:  # the hostile value replaces the base's value for this option
                 i = base.index(option)
-                del base[i:i + 2]
+                del base[i : i + 2]
             if option is None and name == "scenario":
                 base = ["--in-process"]
             if option in ("--model", "--config", "--example", "--list"):
@@ -185,15 +248,33 @@ def config_corpus(fx: Path):
             for label, value in FIELD_VALUES.items():
                 file = folder / f"{preset}-{len(cases)}.json"
                 file.write_text(json.dumps(_mutated(config, path, value)))
-                cases.append({"door": "cli", "target": f"plan --config {preset}:{'.'.join(map(str, path))}",
-                              "label": label, "argv": ["plan", "--config", str(file), "--gpu", "h200"]})
-    wholes = {"empty": "", "list": "[]", "nested-100k": "[" * 100_000 + "]" * 100_000,
-              "number": "1e309", "not-json": "{'a': 1}", "bom": "\ufeff{}"}
+                cases.append(
+                    {
+                        "door": "cli",
+                        "target": f"plan --config {preset}:{'.'.join(map(str, path))}",
+                        "label": label,
+                        "argv": ["plan", "--config", str(file), "--gpu", "h200"],
+                    }
+                )
+    wholes = {
+        "empty": "",
+        "list": "[]",
+        "nested-100k": "[" * 100_000 + "]" * 100_000,
+        "number": "1e309",
+        "not-json": "{'a': 1}",
+        "bom": "\ufeff{}",
+    }
     for label, text in wholes.items():
         file = folder / f"whole-{label}.json"
         file.write_text(text)
-        cases.append({"door": "cli", "target": "plan --config <whole file>", "label": label,
-                      "argv": ["plan", "--config", str(file), "--gpu", "h200"]})
+        cases.append(
+            {
+                "door": "cli",
+                "target": "plan --config <whole file>",
+                "label": label,
+                "argv": ["plan", "--config", str(file), "--gpu", "h200"],
+            }
+        )
     return cases
 
 
@@ -212,22 +293,34 @@ def scenario_corpus(fx: Path):
                 file = folder / str(len(cases)) / source.name  # the stem is the scenario's name
                 file.parent.mkdir()
                 file.write_text(yaml.safe_dump(_mutated(doc, path, value), allow_unicode=True))
-                cases.append({"door": "cli", "target": f"scenario {source.stem}:{'.'.join(map(str, path))}",
-                              "label": label, "argv": ["scenario", str(file), "--in-process"]})
+                cases.append(
+                    {
+                        "door": "cli",
+                        "target": f"scenario {source.stem}:{'.'.join(map(str, path))}",
+                        "label": label,
+                        "argv": ["scenario", str(file), "--in-process"],
+                    }
+                )
     return cases
 
 
 # ---------------------------------------------------------------- the API corpus
 
+
 def notebook_imports():
     """Qualified names of the kvlab callables the notebooks use."""
     names = set()
-    for file in sorted((REPO / "notebooks").glob("*.py")) + sorted((REPO / "notebooks" / "workshop").glob("*.py")):
+    for file in sorted((REPO / "notebooks").glob("*.py")) + sorted(
+        (REPO / "notebooks" / "workshop").glob("*.py")
+    ):
         for node in ast.walk(ast.parse(file.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvlab"):
                 names.update(f"{node.module}:{a.name}" for a in node.names)
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                    and node.value.id in ("viz", "workshop")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("viz", "workshop")
+            ):
                 module = {"viz": "kvlab.notebook.viz", "workshop": "kvlab.workshop"}[node.value.id]
                 names.add(f"{module}:{node.attr}")
     return names
@@ -245,15 +338,25 @@ def api_targets():
     names = {f"kvlab:{n}" for n in kvlab.__all__} | notebook_imports()
     for qualname in sorted(names):
         obj = resolve(qualname)
-        if callable(obj) and not inspect.ismodule(obj) and not (
-                isinstance(obj, type) and issubclass(obj, BaseException)):
+        if (
+            callable(obj)
+            and not inspect.ismodule(obj)
+            and not (isinstance(obj, type) and issubclass(obj, BaseException))
+        ):
             yield qualname, obj
 
 
 def good_values(fx: Path):
     """A known good value per parameter name; ``callable:param`` keys override for one callable."""
-    from kvlab import (KVCacheManager, Request, Scheduler, SglangServerArgs, VllmEngineArgs,
-                       run_ranks, simulate)
+    from kvlab import (
+        KVCacheManager,
+        Request,
+        Scheduler,
+        SglangServerArgs,
+        VllmEngineArgs,
+        run_ranks,
+        simulate,
+    )
     from kvlab.analysis.compare import long_and_small, run_policies
     from kvlab.analysis.deployment import example_deployments, plan_deployment
     from kvlab.analysis.mamba_residency import qwen_plan, scaled_qwen3_5_27b
@@ -288,49 +391,116 @@ def good_values(fx: Path):
         plan = qwen_plan()
         read_config(config_file)  # also loads transformers once, before the forks
         good = {
-            "geometry": geometry, "attention": attention, "mamba": mamba, "quota_bytes": 4 << 20,
-            "max_seq_len": 2048, "request_id": "r", "prompt_len": 10, "max_new_tokens": 5,
-            "num_blocks": 4, "bytes_per_block": 64, "width": 68, "max_batch_size": 1,
-            "total_bytes": 80 << 30, "needed_entries": 256, "available_entries": 68,
-            "num_generation": 1, "num_context": 1, "stalled_passes": 1, "rank": 0, "step": 1,
-            "kind": "die", "admitted": True, "manager": manager, "requests": requests,
+            "geometry": geometry,
+            "attention": attention,
+            "mamba": mamba,
+            "quota_bytes": 4 << 20,
+            "max_seq_len": 2048,
+            "request_id": "r",
+            "prompt_len": 10,
+            "max_new_tokens": 5,
+            "num_blocks": 4,
+            "bytes_per_block": 64,
+            "width": 68,
+            "max_batch_size": 1,
+            "total_bytes": 80 << 30,
+            "needed_entries": 256,
+            "available_entries": 68,
+            "num_generation": 1,
+            "num_context": 1,
+            "stalled_passes": 1,
+            "rank": 0,
+            "step": 1,
+            "kind": "die",
+            "admitted": True,
+            "manager": manager,
+            "requests": requests,
             "scheduler": Scheduler(manager),
             "args": VllmEngineArgs(geometry, 64, 2016, 4, 8192, False),
             "SglangScheduler:args": SglangServerArgs(seed_geometry(tokens_per_block=1), 2048, 2048),
-            "num_gpu_blocks": 64, "max_model_len": 2016, "max_total_tokens": 2048,
-            "context_length": 2048, "config": config, "model": load_model("llama-3.1-8b"),
-            "gpu_gib": 80.0, "deployment": deployment, "plan": plan,
-            "plan_ranges_figure:plan": plan_deployment(deployment), "result": result,
-            "repro_page_map:result": run_repro(), "repro_index_row:result": run_repro(),
-            "results": policies, "outcome_map_figure:results": sweep_repro([4], [8192]),
+            "num_gpu_blocks": 64,
+            "max_model_len": 2016,
+            "max_total_tokens": 2048,
+            "context_length": 2048,
+            "config": config,
+            "model": load_model("llama-3.1-8b"),
+            "gpu_gib": 80.0,
+            "deployment": deployment,
+            "plan": plan,
+            "plan_ranges_figure:plan": plan_deployment(deployment),
+            "result": result,
+            "repro_page_map:result": run_repro(),
+            "repro_index_row:result": run_repro(),
+            "results": policies,
+            "outcome_map_figure:results": sweep_repro([4], [8192]),
             "reuse_table:results": replay_with_reuse(story, policies=("capacity",), reuse=(True,)),
-            "ceiling": reuse_ceiling(story), "workloads": vllm_workloads(), "peer": result,
-            "real": result, "exc": ValueError("x"), "findings": [Finding("s", "p", "o", "n")],
-            "scenario": scenario, "ranks": 16, "name": "llama-3.1-8b",
+            "ceiling": reuse_ceiling(story),
+            "workloads": vllm_workloads(),
+            "peer": result,
+            "real": result,
+            "exc": ValueError("x"),
+            "findings": [Finding("s", "p", "o", "n")],
+            "scenario": scenario,
+            "ranks": 16,
+            "name": "llama-3.1-8b",
             "load_scenario:name_or_path": "rtx5080-4mib",
             "path": measurements,
-            "fractions": [0.5], "median": 100.0, "sigma": 0.5, "num_requests": 5, "rate": 0.5,
-            "pool_blocks": [64], "context_lens": [2048], "phase_scenario:pool_blocks": 64,
-            "context_len": 2048, "regime": "capacity", "policy": "capacity",
-            "width_seq_len:policy": "clamped", "configured_max_seq_len": 8192,
-            "clamped_max_seq_len": 2048, "max_seq_lens": [8192], "batch_sizes": [1],
-            "pool_mibs": [4], "contexts": [8192], "pool_mib": 4.0, "request": Request("r", 10, 5),
-            "admission": "capacity", "data": [{"a": 1}], "is_first_context_chunk": True,
+            "fractions": [0.5],
+            "median": 100.0,
+            "sigma": 0.5,
+            "num_requests": 5,
+            "rate": 0.5,
+            "pool_blocks": [64],
+            "context_lens": [2048],
+            "phase_scenario:pool_blocks": 64,
+            "context_len": 2048,
+            "regime": "capacity",
+            "policy": "capacity",
+            "width_seq_len:policy": "clamped",
+            "configured_max_seq_len": 8192,
+            "clamped_max_seq_len": 2048,
+            "max_seq_lens": [8192],
+            "batch_sizes": [1],
+            "pool_mibs": [4],
+            "contexts": [8192],
+            "pool_mib": 4.0,
+            "request": Request("r", 10, 5),
+            "admission": "capacity",
+            "data": [{"a": 1}],
+            "is_first_context_chunk": True,
             "check_admission_policy:policy": CapacityAdmission(),
-            "rank_budget:ranks": 16, "distributed": distributed,
-            "rank_budget_figure:ranks": distributed.ranks, "review_findings_figure:runs": [],
-            "predictions": {}, "classify": lambda request, manager: ("fits_now", ""),
-            "SglangServerArgs:geometry": seed_geometry(tokens_per_block=1), "tokens_per_block": 32,
-            "Finding:scenario": "s", "Finding:policy": "p", "Finding:outcome": "o", "Finding:numbers": "n",
-            "ranks_run_html:model": ranks_model({"workspace_gib": 28.0, "context": 1_000_000}, ranks=2), "ranks_run_html:result": distributed,
-            "context": 8192, "needed": 256,
-            "total_blocks": 64, "info": load_measurements(measurements)["device"],
+            "rank_budget:ranks": 16,
+            "distributed": distributed,
+            "rank_budget_figure:ranks": distributed.ranks,
+            "review_findings_figure:runs": [],
+            "predictions": {},
+            "classify": lambda request, manager: ("fits_now", ""),
+            "SglangServerArgs:geometry": seed_geometry(tokens_per_block=1),
+            "tokens_per_block": 32,
+            "Finding:scenario": "s",
+            "Finding:policy": "p",
+            "Finding:outcome": "o",
+            "Finding:numbers": "n",
+            "ranks_run_html:model": ranks_model(
+                {"workspace_gib": 28.0, "context": 1_000_000}, ranks=2
+            ),
+            "ranks_run_html:result": distributed,
+            "context": 8192,
+            "needed": 256,
+            "total_blocks": 64,
+            "info": load_measurements(measurements)["device"],
             "read_config:path": config_file,
         }
-        for cls, instance in (("RunConfig", config), ("DistributedResult", distributed),
-                              ("RankResult", distributed.ranks[0]), ("SimulationResult", result),
-                              ("Deployment", deployment), ("ResidencyPlan", plan),
-                              ("KVGeometry", geometry), ("MambaGeometry", mamba)):
+        for cls, instance in (
+            ("RunConfig", config),
+            ("DistributedResult", distributed),
+            ("RankResult", distributed.ranks[0]),
+            ("SimulationResult", result),
+            ("Deployment", deployment),
+            ("ResidencyPlan", plan),
+            ("KVGeometry", geometry),
+            ("MambaGeometry", mamba),
+        ):
             for field in dataclasses.fields(instance):
                 good.setdefault(f"{cls}:{field.name}", getattr(instance, field.name))
     return good
@@ -341,19 +511,32 @@ def api_corpus(good):
     for qualname, obj in api_targets():
         short = qualname.split(":")[1]
         try:
-            params = [p for p in inspect.signature(obj).parameters.values()
-                      if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            params = [
+                p
+                for p in inspect.signature(obj).parameters.values()
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            ]
         except (TypeError, ValueError):
             continue
-        missing = [p.name for p in params if p.default is p.empty
-                   and f"{short}:{p.name}" not in good and p.name not in good]
+        missing = [
+            p.name
+            for p in params
+            if p.default is p.empty and f"{short}:{p.name}" not in good and p.name not in good
+        ]
         if missing:
             skipped[qualname] = missing
             continue
         for p in params:
             for label in API_VALUES:
-                cases.append({"door": "api", "target": f"{qualname}({p.name})", "label": label,
-                              "callable": qualname, "param": p.name})
+                cases.append(
+                    {
+                        "door": "api",
+                        "target": f"{qualname}({p.name})",
+                        "label": label,
+                        "callable": qualname,
+                        "param": p.name,
+                    }
+                )
     return cases, skipped
 
 
@@ -378,11 +561,14 @@ def call_case(case, good):
             returned = obj(*args, **kwargs)
         return {"outcome": "returned", "repr": repr(returned)[:200]}
     except BaseException as exc:  # the classification needs every kind
-        return {"outcome": "raised", "type": type(exc).__name__,
-                "kvlab_error": type(exc).__module__.startswith("kvlab"),
-                "family": [c.__name__ for c in type(exc).__mro__],
-                "message": str(exc)[:LONG_MESSAGE + 1],
-                "where": _where(exc)}
+        return {
+            "outcome": "raised",
+            "type": type(exc).__name__,
+            "kvlab_error": type(exc).__module__.startswith("kvlab"),
+            "family": [c.__name__ for c in type(exc).__mro__],
+            "message": str(exc)[: LONG_MESSAGE + 1],
+            "where": _where(exc),
+        }
 
 
 def _where(exc):
@@ -392,6 +578,7 @@ def _where(exc):
 
 
 # ---------------------------------------------------------------- running and classifying
+
 
 def _listing():
     tmp = set(os.listdir("/tmp"))
@@ -436,7 +623,9 @@ def classify(case, case_dir: Path, status, timed_out, left, stray):
     """The input's class and what to show a human."""
     record = {k: case[k] for k in ("door", "target", "label")}
     if case["door"] == "cli":
-        record["argv"] = [a if len(a) < 200 else a[:60] + f"...({len(a)} chars)" for a in case["argv"]]
+        record["argv"] = [
+            a if len(a) < 200 else a[:60] + f"...({len(a)} chars)" for a in case["argv"]
+        ]
     err = _tail(case_dir / "stderr")
     out = _tail(case_dir / "stdout")
     if timed_out:
@@ -454,7 +643,9 @@ def classify(case, case_dir: Path, status, timed_out, left, stray):
             kind = "traceback"
             record["where"] = _cli_where(err + out)
         elif code == 2:
-            kind = "long-message" if (case_dir / "stderr").stat().st_size > LONG_MESSAGE else "clean"
+            kind = (
+                "long-message" if (case_dir / "stderr").stat().st_size > LONG_MESSAGE else "clean"
+            )
         elif code in DOCUMENTED_EXITS[case["argv"][0]]:
             kind = "accepted"
         else:
@@ -466,7 +657,9 @@ def classify(case, case_dir: Path, status, timed_out, left, stray):
             record["message"] = err.strip()[-300:]
         else:
             result = json.loads(path.read_text())
-            record.update({k: v for k, v in result.items() if k not in ("outcome", "family", "kvlab_error")})
+            record.update(
+                {k: v for k, v in result.items() if k not in ("outcome", "family", "kvlab_error")}
+            )
             if "message" in record:
                 record["message"] = record["message"][:300]
             kind = _api_class(case["param"], result)
@@ -486,7 +679,9 @@ def _api_class(param, result):
     message = result["message"]
     if len(message) > LONG_MESSAGE:
         return "long-message"
-    expected = result["kvlab_error"] or {"TypeError", "ValueError", "KeyError"} & set(result["family"])
+    expected = result["kvlab_error"] or {"TypeError", "ValueError", "KeyError"} & set(
+        result["family"]
+    )
     named = any(n in message for n in (param, param.replace("_", " "), param.replace("_", "-")))
     return "clean" if expected and named else "raw-error"
 
@@ -521,8 +716,11 @@ def run(cases, jobs, seconds, good, root: Path, report):
             index, case = queue.pop(0)
             case_dir = root / f"case-{index}"
             before = _listing()
-            limit = API_SECONDS if case["door"] == "api" else (
-                WALKTHROUGH_SECONDS if case["argv"][0] == "walkthrough" else CLI_SECONDS)
+            limit = (
+                API_SECONDS
+                if case["door"] == "api"
+                else (WALKTHROUGH_SECONDS if case["argv"][0] == "walkthrough" else CLI_SECONDS)
+            )
             pid = start(case, case_dir, good)
             running[pid] = (case, case_dir, time.monotonic() + limit, before, False)
         if not running:
@@ -565,11 +763,15 @@ def _kill_group(pgid):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("cli", "api"), help="one door only")
-    parser.add_argument("--limit", type=int, help="run only the first N inputs of the shuffled corpus")
+    parser.add_argument(
+        "--limit", type=int, help="run only the first N inputs of the shuffled corpus"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="inputs at a time (default 1)")
     parser.add_argument("--seconds", type=float, help="stop starting new inputs after S seconds")
     parser.add_argument("--out", type=Path, help="also write the JSON lines to FILE")
-    parser.add_argument("--seed", type=int, default=0, help="the corpus order's shuffle (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the corpus order's shuffle (default 0)"
+    )
     parser.add_argument("--match", help="only inputs whose target contains this text")
     args = parser.parse_args()
     if args.jobs < 1 or (args.limit is not None and args.limit < 0):
@@ -578,6 +780,7 @@ def main() -> None:
     # leave its locks held in them and hang them, so it stays one thread.
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     import torch
+
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="kvlab-hostile-"))
     out = open(args.out, "w", buffering=1) if args.out else None
@@ -600,12 +803,23 @@ def main() -> None:
         corpus = len(cases)
         cases = [c for c in cases if args.match is None or args.match in c["target"]]
         random.Random(args.seed).shuffle(cases)
-        cases = cases[:args.limit] if args.limit is not None else cases
-        counts, by_door, stopped_early, elapsed = run(cases, args.jobs, args.seconds, good, root / "cases", report)
-        summary = {"benchmark": "hostile_inputs", "corpus": corpus, "inputs": sum(counts.values()),
-                   **counts, "by_door": by_door, "stopped_by_seconds": stopped_early, "seconds": round(elapsed, 1),
-                   "jobs": args.jobs, "memory_bound_gib": MEMORY_BOUND / 2**30,
-                   "skipped_callables": len(skipped), "skipped": skipped}
+        cases = cases[: args.limit] if args.limit is not None else cases
+        counts, by_door, stopped_early, elapsed = run(
+            cases, args.jobs, args.seconds, good, root / "cases", report
+        )
+        summary = {
+            "benchmark": "hostile_inputs",
+            "corpus": corpus,
+            "inputs": sum(counts.values()),
+            **counts,
+            "by_door": by_door,
+            "stopped_by_seconds": stopped_early,
+            "seconds": round(elapsed, 1),
+            "jobs": args.jobs,
+            "memory_bound_gib": MEMORY_BOUND / 2**30,
+            "skipped_callables": len(skipped),
+            "skipped": skipped,
+        }
         report(summary)
     finally:
         shutil.rmtree(root, ignore_errors=True)

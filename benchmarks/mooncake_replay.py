@@ -24,27 +24,44 @@ from kvlab.sched.policies import TRTLLM_POLICIES
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", choices=("conversation", "synthetic"), default="conversation")
-    parser.add_argument("--minutes", type=float, default=None, help="the trace's first minutes only")
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="the trace's first minutes only"
+    )
     args = parser.parse_args()
     requests = mooncake_trace(args.trace, minutes=args.minutes)
     ceiling = reuse_ceiling(requests)
     runs, seconds = [], {}
-    for policy, reuse in [(p, on) for p in TRTLLM_POLICIES for on in (True, False)] + [("vllm", False)]:
+    for policy, reuse in [(p, on) for p in TRTLLM_POLICIES for on in (True, False)] + [
+        ("vllm", False)
+    ]:
         start = time.perf_counter()
         results = replay_with_reuse(requests, (policy,), reuse=(reuse,))
         seconds[(policy, reuse)] = time.perf_counter() - start
         (row,) = reuse_table(results, ceiling)
         runs.append(dict(row, seconds=round(seconds[(policy, reuse)], 2)))
     default_four = [seconds[(p, True)] for p in TRTLLM_POLICIES] + [seconds[("vllm", False)]]
-    print(json.dumps({
-        "benchmark": "mooncake_replay", "trace": args.trace, "requests": len(requests),
-        "engine": MOONCAKE_ENGINE.describe(),
-        "ceiling": {"blocks": ceiling.blocks, "cached_blocks": ceiling.cached,
-                    "prompt_tokens": ceiling.tokens, "cached_tokens": ceiling.cached_tokens,
-                    "cached_share": round(ceiling.cached_tokens / ceiling.tokens, 4)},
-        "four_policies_seconds": round(sum(default_four), 2),
-        "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in run.items()}
-                 for run in runs]}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "mooncake_replay",
+                "trace": args.trace,
+                "requests": len(requests),
+                "engine": MOONCAKE_ENGINE.describe(),
+                "ceiling": {
+                    "blocks": ceiling.blocks,
+                    "cached_blocks": ceiling.cached,
+                    "prompt_tokens": ceiling.tokens,
+                    "cached_tokens": ceiling.cached_tokens,
+                    "cached_share": round(ceiling.cached_tokens / ceiling.tokens, 4),
+                },
+                "four_policies_seconds": round(sum(default_four), 2),
+                "runs": [
+                    {k: (round(v, 4) if isinstance(v, float) else v) for k, v in run.items()}
+                    for run in runs
+                ],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

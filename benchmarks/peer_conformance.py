@@ -36,16 +36,23 @@ def main() -> None:
     workloads = [w for w in listed() if not args.only or w.name.startswith(tuple(args.only))]
     start = time.perf_counter()
     if args.record:
-        engine.record(workloads, command=f"python benchmarks/peer_conformance.py --engine "
-                                         f"{args.engine} --record")
+        engine.record(
+            workloads,
+            command=f"python benchmarks/peer_conformance.py --engine {args.engine} --record",
+        )
     if args.stored or args.record:
         stored = engine.stored_results()
         real = [stored[w.name] for w in workloads]
     else:
         real = engine.run_workloads(workloads)
     real_seconds = time.perf_counter() - start
-    total = dict(workloads=len(workloads), requests=0, differing_requests=0, real_iterations=0,
-                 peer_seconds=0.0)
+    total = dict(
+        workloads=len(workloads),
+        requests=0,
+        differing_requests=0,
+        real_iterations=0,
+        peer_seconds=0.0,
+    )
     for workload, result in zip(workloads, real):
         start = time.perf_counter()
         peer = workload.run_peer()
@@ -53,24 +60,43 @@ def main() -> None:
         rows = differences(peer, result)
         summary = result.summary()
         differing = sorted({row["request_id"] for row in rows})
-        print(json.dumps(dict(
-            benchmark="peer_conformance", engine=args.engine, workload=workload.name,
-            requests=len(workload.requests), finished=summary["finished"],
-            rejected=summary["rejected"], unfinished=summary["waiting"] + summary["running"],
-            preemptions=summary["recomputes"], steps=result.end_step, iterations=result.iterations,
-            error=None if result.error is None else type(result.error).__name__,
-            differing_requests=len(differing), first_differences=rows[:3],
-            peer_seconds=round(seconds, 3))), flush=True)
+        print(
+            json.dumps(
+                dict(
+                    benchmark="peer_conformance",
+                    engine=args.engine,
+                    workload=workload.name,
+                    requests=len(workload.requests),
+                    finished=summary["finished"],
+                    rejected=summary["rejected"],
+                    unfinished=summary["waiting"] + summary["running"],
+                    preemptions=summary["recomputes"],
+                    steps=result.end_step,
+                    iterations=result.iterations,
+                    error=None if result.error is None else type(result.error).__name__,
+                    differing_requests=len(differing),
+                    first_differences=rows[:3],
+                    peer_seconds=round(seconds, 3),
+                )
+            ),
+            flush=True,
+        )
         total["requests"] += len(workload.requests)
         total["differing_requests"] += len(differing)
         total["real_iterations"] += result.iterations
         total["peer_seconds"] += seconds
     source = "stored" if args.stored else "recorded now" if args.record else "live"
-    total.update(peer_seconds=round(total["peer_seconds"], 2), source=source, engine=args.engine,
-                 version=engine.version)
+    total.update(
+        peer_seconds=round(total["peer_seconds"], 2),
+        source=source,
+        engine=args.engine,
+        version=engine.version,
+    )
     if not args.stored:
         total.update(real_seconds=round(real_seconds, 2))
-    print(json.dumps(dict(benchmark="peer_conformance", measurement="summary", **total)), flush=True)
+    print(
+        json.dumps(dict(benchmark="peer_conformance", measurement="summary", **total)), flush=True
+    )
 
 
 if __name__ == "__main__":

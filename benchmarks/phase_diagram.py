@@ -33,13 +33,25 @@ def main() -> None:
         start = time.perf_counter()
         diagram = phase_diagram(pools, contexts)
         best = min(best, time.perf_counter() - start)
-    counts = {regime: {ENGINE_OUTCOMES[code]: int(n) for code, n in
-                       enumerate(np.bincount(grid.ravel(), minlength=len(ENGINE_OUTCOMES)))}
-              for regime, grid in diagram.items()}
-    print(json.dumps({"benchmark": "phase_diagram", "grid": [GRID, GRID],
-                      "regimes": list(TRTLLM_POLICIES), "seconds": round(best, 6),
-                      "points_per_s": round(GRID * GRID * len(TRTLLM_POLICIES) / best),
-                      "verdict_counts": counts}))
+    counts = {
+        regime: {
+            ENGINE_OUTCOMES[code]: int(n)
+            for code, n in enumerate(np.bincount(grid.ravel(), minlength=len(ENGINE_OUTCOMES)))
+        }
+        for regime, grid in diagram.items()
+    }
+    print(
+        json.dumps(
+            {
+                "benchmark": "phase_diagram",
+                "grid": [GRID, GRID],
+                "regimes": list(TRTLLM_POLICIES),
+                "seconds": round(best, 6),
+                "points_per_s": round(GRID * GRID * len(TRTLLM_POLICIES) / best),
+                "verdict_counts": counts,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

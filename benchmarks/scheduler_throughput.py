@@ -68,10 +68,19 @@ import random
 import subprocess
 import sys
 import time
-from typing import List
+from functools import partial
 
-from kvlab import (KVCacheManager, KVGeometry, Request, Scheduler, SglangScheduler, SglangServerArgs,
-                   VllmEngineArgs, VllmScheduler, simulate)
+from kvlab import (
+    KVCacheManager,
+    KVGeometry,
+    Request,
+    Scheduler,
+    SglangScheduler,
+    SglangServerArgs,
+    VllmEngineArgs,
+    VllmScheduler,
+    simulate,
+)
 from kvlab.run.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
 from kvlab.sched.admission import ADMISSION_POLICIES
 from kvlab.sched.vllm import estimated_max_model_len
@@ -82,7 +91,7 @@ PEER = dict(max_running=64, pool_tokens=65536, tokens_per_block=256, max_num_tok
 LLAMA_8B = dict(num_layers=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", tokens_per_block=32)
 
 
-def peer_workload(num_requests: int, seed: int = 0) -> List[Request]:
+def peer_workload(num_requests: int, seed: int = 0) -> list[Request]:
     """nano-vllm's benchmark requests, drawn as its script draws them (module docstring)."""
     rng = random.Random(seed)
     requests = []
@@ -96,41 +105,73 @@ def peer_workload(num_requests: int, seed: int = 0) -> List[Request]:
 
 def small(tokens_per_block: int) -> KVGeometry:
     """A geometry of ``tokens_per_block`` tokens per page, stored at a few bytes a page."""
-    return KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16",
-                      tokens_per_block=tokens_per_block)
+    return KVGeometry(
+        num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16", tokens_per_block=tokens_per_block
+    )
 
 
-def pool(geometry: KVGeometry, num_blocks: int, max_seq_len: int, max_batch_size: int) -> KVCacheManager:
+def pool(
+    geometry: KVGeometry, num_blocks: int, max_seq_len: int, max_batch_size: int
+) -> KVCacheManager:
     """A manager of ``num_blocks`` pages of ``geometry``'s tokens per page, stored small."""
     storage = small(geometry.tokens_per_block)
-    return KVCacheManager(storage, quota_bytes=num_blocks * storage.bytes_per_block,
-                          max_seq_len=max_seq_len, max_batch_size=max_batch_size)
+    return KVCacheManager(
+        storage,
+        quota_bytes=num_blocks * storage.bytes_per_block,
+        max_seq_len=max_seq_len,
+        max_batch_size=max_batch_size,
+    )
 
 
-def vllm_engine(tokens_per_block: int, num_blocks: int, max_seq_len: int, max_num_seqs: int,
-                max_num_batched_tokens: int) -> VllmScheduler:
+def vllm_engine(
+    tokens_per_block: int,
+    num_blocks: int,
+    max_seq_len: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+) -> VllmScheduler:
     """kvlab's vLLM peer on such a pool, chunked, max_model_len at most vLLM's estimate."""
     storage = small(tokens_per_block)
-    return VllmScheduler(VllmEngineArgs(
-        storage, num_blocks, min(max_seq_len, estimated_max_model_len(storage, num_blocks)),
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens))
+    return VllmScheduler(
+        VllmEngineArgs(
+            storage,
+            num_blocks,
+            min(max_seq_len, estimated_max_model_len(storage, num_blocks)),
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+    )
 
 
 def peer_engine() -> Scheduler:
     tpb = PEER["tokens_per_block"]
-    manager = pool(KVGeometry(1, 1, 1, tokens_per_block=tpb), PEER["pool_tokens"] // tpb,
-                   PEER["pool_tokens"], PEER["max_running"])
-    return Scheduler(manager, admission="capacity", max_num_tokens=PEER["max_num_tokens"],
-                     max_batch_size=PEER["max_running"], chunked_prefill=True)
+    manager = pool(
+        KVGeometry(1, 1, 1, tokens_per_block=tpb),
+        PEER["pool_tokens"] // tpb,
+        PEER["pool_tokens"],
+        PEER["max_running"],
+    )
+    return Scheduler(
+        manager,
+        admission="capacity",
+        max_num_tokens=PEER["max_num_tokens"],
+        max_batch_size=PEER["max_running"],
+        chunked_prefill=True,
+    )
 
 
 def vllm_peer_engine() -> VllmScheduler:
     """kvlab's vLLM peer on nano-vllm's engine (nano-vllm's scheduler follows vLLM's)."""
-    return vllm_engine(PEER["tokens_per_block"], PEER["pool_tokens"] // PEER["tokens_per_block"],
-                       PEER["pool_tokens"], PEER["max_running"], PEER["max_num_tokens"])
+    return vllm_engine(
+        PEER["tokens_per_block"],
+        PEER["pool_tokens"] // PEER["tokens_per_block"],
+        PEER["pool_tokens"],
+        PEER["max_running"],
+        PEER["max_num_tokens"],
+    )
 
 
-def timed(requests: List[Request], build, repeat: int):
+def timed(requests: list[Request], build, repeat: int):
     """The fastest of ``repeat`` runs: (seconds, result)."""
     best = None
     for _ in range(repeat):
@@ -148,8 +189,13 @@ def run_peer(peer_bench: str, num_requests: int, repeat: int) -> dict:
     runs, as kvlab's own figure is."""
     runs = []
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, peer_bench, str(num_requests)], capture_output=True,
-                              text=True, check=True, env=dict(os.environ))
+        proc = subprocess.run(
+            [sys.executable, peer_bench, str(num_requests)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ),
+        )
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return min(runs, key=lambda run: run["seconds"])
 
@@ -160,16 +206,30 @@ def azure_engine(policy: str, pool_gib: float):
     if policy == "vllm":
         return vllm_engine(geometry.tokens_per_block, blocks, max_seq_len, 64, 8192)
     if policy == "sglang":  # the same pool in one-token pages; SGLang's default chunk, 8,192 a pass
-        return SglangScheduler(SglangServerArgs(small(1), blocks * geometry.tokens_per_block,
-                                                max_seq_len, max_running_requests=64,
-                                                max_prefill_tokens=8192))
-    return Scheduler(pool(geometry, blocks, max_seq_len, 64), admission=policy, max_num_tokens=8192,
-                     max_batch_size=64, chunked_prefill=True)
+        return SglangScheduler(
+            SglangServerArgs(
+                small(1),
+                blocks * geometry.tokens_per_block,
+                max_seq_len,
+                max_running_requests=64,
+                max_prefill_tokens=8192,
+            )
+        )
+    return Scheduler(
+        pool(geometry, blocks, max_seq_len, 64),
+        admission=policy,
+        max_num_tokens=8192,
+        max_batch_size=64,
+        chunked_prefill=True,
+    )
 
 
 def machine() -> dict:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(),
-            "machine": platform.machine()}
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+    }
 
 
 def main() -> None:
@@ -186,56 +246,106 @@ def main() -> None:
 
     requests = peer_workload(args.requests)
     seconds, result = timed(requests, peer_engine, args.repeat)
-    line = {"benchmark": "scheduler_throughput", "measurement": "peer_workload",
-            "requests": args.requests, "engine": PEER, "iterations": result.iterations,
-            "finished": result.summary()["finished"], "seconds": round(seconds, 3),
-            "requests_per_s": round(args.requests / seconds, 1),
-            "iterations_per_s": round(result.iterations / seconds, 1), **machine()}
+    line = {
+        "benchmark": "scheduler_throughput",
+        "measurement": "peer_workload",
+        "requests": args.requests,
+        "engine": PEER,
+        "iterations": result.iterations,
+        "finished": result.summary()["finished"],
+        "seconds": round(seconds, 3),
+        "requests_per_s": round(args.requests / seconds, 1),
+        "iterations_per_s": round(result.iterations / seconds, 1),
+        **machine(),
+    }
     seconds_vllm, result_vllm = timed(requests, vllm_peer_engine, args.repeat)
-    line.update(vllm_peer=dict(seconds=round(seconds_vllm, 3), iterations=result_vllm.iterations,
-                               finished=result_vllm.summary()["finished"]))
+    line.update(
+        vllm_peer=dict(
+            seconds=round(seconds_vllm, 3),
+            iterations=result_vllm.iterations,
+            finished=result_vllm.summary()["finished"],
+        )
+    )
     if args.peer_bench:
         peer = run_peer(args.peer_bench, args.requests, args.repeat)
-        line.update(peer=peer, ratio_to_peer=round(seconds / peer["seconds"], 2),
-                    vllm_peer_ratio_to_peer=round(seconds_vllm / peer["seconds"], 2))
+        line.update(
+            peer=peer,
+            ratio_to_peer=round(seconds / peer["seconds"], 2),
+            vllm_peer_ratio_to_peer=round(seconds_vllm / peer["seconds"], 2),
+        )
     print(json.dumps(line), flush=True)
 
     per_1000 = {}
     for size in args.sizes:
         seconds, _ = timed(peer_workload(size), peer_engine, 1)
         per_1000[size] = round(seconds / size * 1000, 3)
-    print(json.dumps({"benchmark": "scheduler_throughput", "measurement": "scaling",
-                      "seconds_per_1000_requests": per_1000,
-                      "largest_over_smallest": round(per_1000[max(per_1000)] / per_1000[min(per_1000)], 2),
-                      **machine()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": "scheduler_throughput",
+                "measurement": "scaling",
+                "seconds_per_1000_requests": per_1000,
+                "largest_over_smallest": round(
+                    per_1000[max(per_1000)] / per_1000[min(per_1000)], 2
+                ),
+                **machine(),
+            }
+        ),
+        flush=True,
+    )
 
     mixed = standard_mixed_workload()
     seconds, result = timed(mixed, peer_engine, 1)
-    print(json.dumps({"benchmark": "scheduler_throughput", "measurement": "standard_mixed",
-                      "requests": STANDARD_MIXED["num_requests"], "iterations": result.iterations,
-                      "seconds": round(seconds, 3),
-                      "requests_per_s": round(len(mixed) / seconds, 1)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "benchmark": "scheduler_throughput",
+                "measurement": "standard_mixed",
+                "requests": STANDARD_MIXED["num_requests"],
+                "iterations": result.iterations,
+                "seconds": round(seconds, 3),
+                "requests_per_s": round(len(mixed) / seconds, 1),
+            }
+        ),
+        flush=True,
+    )
 
     if args.trace:
         trace = azure_trace("conv", args.seconds_per_iteration, args.trace_limit)
         policies, total = {}, 0.0
         for policy in [*ADMISSION_POLICIES, "vllm", "sglang"]:
-            seconds, result = timed(trace, lambda: azure_engine(policy, args.pool_gib), 1)
+            seconds, result = timed(trace, partial(azure_engine, policy, args.pool_gib), 1)
             total += seconds
             summary = result.summary()
             policies[policy] = {
-                "seconds": round(seconds, 2), "requests_per_s": round(len(trace) / seconds, 1),
-                "finished": summary["finished"], "rejected": summary["rejected"],
+                "seconds": round(seconds, 2),
+                "requests_per_s": round(len(trace) / seconds, 1),
+                "finished": summary["finished"],
+                "rejected": summary["rejected"],
                 "unfinished": summary["waiting"] + summary["running"],
                 "goodput_tokens_per_step": round(summary["goodput_tokens_per_step"], 2),
-                "mean_wait_steps": summary["mean_wait_steps"] and round(summary["mean_wait_steps"], 1),
-                "mean_queue_steps": summary["mean_queue_steps"] and round(summary["mean_queue_steps"], 1),
-                "error": None if result.error is None else type(result.error).__name__}
-        print(json.dumps({"benchmark": "scheduler_throughput", "measurement": "azure_hour",
-                          "requests": len(trace), "seconds_per_iteration": args.seconds_per_iteration,
-                          "model": "Llama-3.1-8B KV geometry, bf16", "pool_gib": args.pool_gib,
-                          "seconds_all_policies": round(total, 1), "policies": policies,
-                          **machine()}), flush=True)
+                "mean_wait_steps": summary["mean_wait_steps"]
+                and round(summary["mean_wait_steps"], 1),
+                "mean_queue_steps": summary["mean_queue_steps"]
+                and round(summary["mean_queue_steps"], 1),
+                "error": None if result.error is None else type(result.error).__name__,
+            }
+        print(
+            json.dumps(
+                {
+                    "benchmark": "scheduler_throughput",
+                    "measurement": "azure_hour",
+                    "requests": len(trace),
+                    "seconds_per_iteration": args.seconds_per_iteration,
+                    "model": "Llama-3.1-8B KV geometry, bf16",
+                    "pool_gib": args.pool_gib,
+                    "seconds_all_policies": round(total, 1),
+                    "policies": policies,
+                    **machine(),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,11 @@ SLIDERS = (W.FloatLogSlider, W.FloatSlider, W.IntSlider, W.SelectionSlider)
 
 
 def panel_factories():
-    return {name: fn for name, fn in inspect.getmembers(widgets, inspect.isfunction)
-            if name.endswith("_panel") and fn.__module__.startswith(f"{widgets.__name__}.")}
+    return {
+        name: fn
+        for name, fn in inspect.getmembers(widgets, inspect.isfunction)
+        if name.endswith("_panel") and fn.__module__.startswith(f"{widgets.__name__}.")
+    }
 
 
 def _values(control):
@@ -66,9 +69,11 @@ def measure(panel, repeats):
             assert panel.updates > before, "the panel did not update"
             samples.append(elapsed * 1000)
     samples.sort()
-    return {"p50_ms": round(statistics.median(samples), 2),
-            "p95_ms": round(samples[min(len(samples) - 1, int(0.95 * len(samples)))], 2),
-            "samples": len(samples)}
+    return {
+        "p50_ms": round(statistics.median(samples), 2),
+        "p95_ms": round(samples[min(len(samples) - 1, int(0.95 * len(samples)))], 2),
+        "samples": len(samples),
+    }
 
 
 def main():
@@ -82,8 +87,15 @@ def main():
         defaults = measure(panel, args.repeats)
         _largest(panel)
         results[name] = {"defaults": defaults, "largest": measure(panel, max(4, args.repeats // 4))}
-    print(json.dumps({"benchmark": "widget_latency", "panels": results,
-                      "target": {"defaults_p50_ms": 20, "defaults_p95_ms": 50}}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "widget_latency",
+                "panels": results,
+                "target": {"defaults_p50_ms": 20, "defaults_p95_ms": 50},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

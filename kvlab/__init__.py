@@ -2,9 +2,13 @@
 learning how serving engines run out of KV-cache memory and how they should fail."""
 
 from kvlab.core.geometry import KVGeometry, MambaGeometry, qwen3_5_27b_attention, qwen3_5_27b_mamba
-from kvlab.core.kv_cache import KVCache, PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort
-from kvlab.core.mamba import (MambaHybridCacheManager, ResidencyPlan, StateSlotsExhausted,
-                              plan_residency)
+from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
+from kvlab.core.mamba import (
+    MambaHybridCacheManager,
+    ResidencyPlan,
+    StateSlotsExhausted,
+    plan_residency,
+)
 from kvlab.core.manager import KVCacheManager, MaxSeqLenClampWarning
 from kvlab.core.memory import MemoryBudget
 from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
@@ -22,14 +26,42 @@ from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler
 
 __all__ = [
-    "MambaGeometry", "MambaHybridCacheManager", "ResidencyPlan", "StateSlotsExhausted",
-    "plan_residency", "qwen3_5_27b_attention", "qwen3_5_27b_mamba",
-    "KVGeometry", "KVCache", "KVCacheManager", "MaxSeqLenClampWarning", "MemoryBudget",
-    "PAGE_INDEX_TOO_SHORT_MESSAGE", "PageIndexTable", "PageIndexTooShort", "PagePool",
-    "Request", "max_blocks_per_seq",
-    "ADMISSION_POLICIES", "AdmissionPolicy", "ScheduledBatch", "Scheduler", "SchedulerDeadlock",
-    "SglangScheduler", "SglangServerArgs", "SimulationResult", "Trace", "Verdict", "VllmEngineArgs",
-    "VllmScheduler", "make_admission",
+    "MambaGeometry",
+    "MambaHybridCacheManager",
+    "ResidencyPlan",
+    "StateSlotsExhausted",
+    "plan_residency",
+    "qwen3_5_27b_attention",
+    "qwen3_5_27b_mamba",
+    "KVGeometry",
+    "KVCache",
+    "KVCacheManager",
+    "MaxSeqLenClampWarning",
+    "MemoryBudget",
+    "PAGE_INDEX_TOO_SHORT_MESSAGE",
+    "PageIndexTable",
+    "PageIndexTooShort",
+    "PagePool",
+    "Request",
+    "max_blocks_per_seq",
+    "ADMISSION_POLICIES",
+    "AdmissionPolicy",
+    "ScheduledBatch",
+    "Scheduler",
+    "SchedulerDeadlock",
+    "SglangScheduler",
+    "SglangServerArgs",
+    "SimulationResult",
+    "Trace",
+    "Verdict",
+    "VllmEngineArgs",
+    "VllmScheduler",
+    "make_admission",
     "simulate",
-    "Engine", "DistributedResult", "Fault", "RankResult", "RunConfig", "run_ranks",
+    "Engine",
+    "DistributedResult",
+    "Fault",
+    "RankResult",
+    "RunConfig",
+    "run_ranks",
 ]

@@ -15,7 +15,6 @@ fix (notebook 05, ``tests/core/test_mamba.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
 
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.mamba import MambaHybridCacheManager, StateSlotsExhausted
@@ -27,7 +26,7 @@ from kvlab.sched.scheduler import ScheduleAction, Scheduler, SchedulerDeadlock
 class NoneFirstManager(MambaHybridCacheManager):
     """Finding 1's bug: an attention-only rank returns None before the all-reduced cap."""
 
-    def max_resident_sequences(self) -> Optional[int]:
+    def max_resident_sequences(self) -> int | None:
         if self.local_num_mamba_layers == 0:
             return None
         return super().max_resident_sequences()
@@ -48,10 +47,19 @@ class BreakOnCapScheduler(Scheduler):
 
 
 # The scenarios: a tiny hybrid model with 2816-byte slots and 128-byte attention pages of 4 tokens.
-REVIEW_MAMBA = MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8,
-                             n_groups=2, d_conv=4, conv_dtype="bfloat16", ssm_dtype="float32")
-REVIEW_ATTN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
-                         tokens_per_block=4)
+REVIEW_MAMBA = MambaGeometry(
+    num_mamba_layers=2,
+    mamba_num_heads=4,
+    mamba_head_dim=8,
+    d_state=8,
+    n_groups=2,
+    d_conv=4,
+    conv_dtype="bfloat16",
+    ssm_dtype="float32",
+)
+REVIEW_ATTN = KVGeometry(
+    num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4
+)
 
 
 @dataclass(frozen=True)
@@ -60,9 +68,9 @@ class FindingRun:
 
     finding: int
     bug: bool
-    metrics: Tuple[Tuple[str, Optional[int]], ...]   # (label, value) for the figure; None: no cap
-    outcome: str                           # "ok", "stall" or "crash" (kvlab's outcome names)
-    what: str                              # what the run did, in words: "ok", "ranks disagree", ...
+    metrics: tuple[tuple[str, int | None], ...]  # (label, value) for the figure; None: no cap
+    outcome: str  # "ok", "stall" or "crash" (kvlab's outcome names)
+    what: str  # what the run did, in words: "ok", "ranks disagree", ...
     detail: str
 
     @property
@@ -70,13 +78,24 @@ class FindingRun:
         return "bug" if self.bug else "fix"
 
 
-def _review_manager(affordable: int, max_batch_size: int,
-                    manager_class=MambaHybridCacheManager, pages: int = 20, **kwargs):
+def _review_manager(
+    affordable: int,
+    max_batch_size: int,
+    manager_class=MambaHybridCacheManager,
+    pages: int = 20,
+    **kwargs,
+):
     """PR #17261's clamped manager (the findings are the review of that proposal)."""
     quota = (affordable + 1) * REVIEW_MAMBA.bytes_per_slot + pages * REVIEW_ATTN.bytes_per_block
-    return manager_class(REVIEW_ATTN, REVIEW_MAMBA, quota,
-                         max_seq_len=pages * REVIEW_ATTN.tokens_per_block,
-                         max_batch_size=max_batch_size, residency="clamped", **kwargs)
+    return manager_class(
+        REVIEW_ATTN,
+        REVIEW_MAMBA,
+        quota,
+        max_seq_len=pages * REVIEW_ATTN.tokens_per_block,
+        max_batch_size=max_batch_size,
+        residency="clamped",
+        **kwargs,
+    )
 
 
 def _finding_1(bug: bool) -> FindingRun:
@@ -91,8 +110,14 @@ def _finding_1(bug: bool) -> FindingRun:
             managers[0] = _review_manager(3, 8, manager_class, comm=comm.for_rank(0))
         else:
             managers[1] = manager_class(
-                REVIEW_ATTN, None, 64 * REVIEW_ATTN.bytes_per_block, max_seq_len=64,
-                max_batch_size=8, residency="clamped", comm=comm.for_rank(1))
+                REVIEW_ATTN,
+                None,
+                64 * REVIEW_ATTN.bytes_per_block,
+                max_seq_len=64,
+                max_batch_size=8,
+                residency="clamped",
+                comm=comm.for_rank(1),
+            )
 
     in_threads(comm, build)
     caps = [m.max_resident_sequences() for m in managers]
@@ -103,26 +128,39 @@ def _finding_1(bug: bool) -> FindingRun:
             sched.submit(Request(f"r{i}", prompt_len=8, max_new_tokens=4))
         admitted.append(len(sched.schedule().context_requests))
     agree = caps[0] == caps[1] and admitted[0] == admitted[1]
-    metrics = (("rank 0 cap", caps[0]), ("rank 1 cap", caps[1]),
-               ("rank 0 admitted", admitted[0]), ("rank 1 admitted", admitted[1]))
-    detail = (f"caps {caps} (None = unbounded); first chunks admitted in the first pass "
-              f"{admitted}: " + ("the ranks agree" if agree else
-                                 "the pipeline ranks would run different batches"))
-    return FindingRun(1, bug, metrics, "ok" if agree else "stall", "ok" if agree else "ranks disagree",
-                      detail)
+    metrics = (
+        ("rank 0 cap", caps[0]),
+        ("rank 1 cap", caps[1]),
+        ("rank 0 admitted", admitted[0]),
+        ("rank 1 admitted", admitted[1]),
+    )
+    detail = (
+        f"caps {caps} (None = unbounded); first chunks admitted in the first pass "
+        f"{admitted}: "
+        + ("the ranks agree" if agree else "the pipeline ranks would run different batches")
+    )
+    return FindingRun(
+        1, bug, metrics, "ok" if agree else "stall", "ok" if agree else "ranks disagree", detail
+    )
 
 
 def _finding_2(bug: bool) -> FindingRun:
     """Cap 1, two DISAGG_GENERATION_INIT requests, one scheduler pass."""
     m = _review_manager(1, 4)
     sched = (DisaggBypassScheduler if bug else Scheduler)(m)
-    requests = [Request(f"d{i}", prompt_len=8, max_new_tokens=4, disagg_generation_init=True)
-                for i in range(2)]
+    requests = [
+        Request(f"d{i}", prompt_len=8, max_new_tokens=4, disagg_generation_init=True)
+        for i in range(2)
+    ]
     for r in requests:
         sched.submit(r)
     try:
         admitted = len(sched.schedule().fitting_disagg_gen_init_requests)
-        outcome, what, detail = "ok", "ok", f"{admitted} of 2 admitted; the other waits for the slot"
+        outcome, what, detail = (
+            "ok",
+            "ok",
+            f"{admitted} of 2 admitted; the other waits for the slot",
+        )
     except StateSlotsExhausted as exc:
         admitted = sum(r.request_id in m.caches for r in requests) + 1  # + the one that raised
         outcome, what = "crash", "crash (StateSlotsExhausted)"
@@ -136,8 +174,13 @@ def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
     passes until B's prefill is done or the stall detector fires."""
     m = _review_manager(1, 2, pages=21)
     sched = (BreakOnCapScheduler if bug else Scheduler)(
-        m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True, chunk_unit_size=4,
-        stall_limit=stall_limit)
+        m,
+        max_num_tokens=16,
+        max_batch_size=4,
+        chunked_prefill=True,
+        chunk_unit_size=4,
+        stall_limit=stall_limit,
+    )
     b = Request("B", prompt_len=40, max_new_tokens=2)
     sched.submit(b)
     sched.schedule()
@@ -159,9 +202,17 @@ def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
         stalled = exc.stalled_passes  # the raising pass included
     metrics = (("B chunks scheduled", scheduled), ("stalled passes", stalled))
     if error is None:
-        return FindingRun(3, bug, metrics, "ok", "ok",
-                          f"A skipped (capped), B's remaining {scheduled} chunks scheduled")
-    return FindingRun(3, bug, metrics, "stall", "stall (SchedulerDeadlock)", f"B never advanced: {error}")
+        return FindingRun(
+            3,
+            bug,
+            metrics,
+            "ok",
+            "ok",
+            f"A skipped (capped), B's remaining {scheduled} chunks scheduled",
+        )
+    return FindingRun(
+        3, bug, metrics, "stall", "stall (SchedulerDeadlock)", f"B never advanced: {error}"
+    )
 
 
 def run_review_finding(finding: int, bug: bool) -> FindingRun:
@@ -174,6 +225,6 @@ def run_review_finding(finding: int, bug: bool) -> FindingRun:
     return runners[finding](bug)
 
 
-def run_review_findings() -> List[FindingRun]:
+def run_review_findings() -> list[FindingRun]:
     """Every finding, bug then fix: six runs."""
     return [run_review_finding(n, bug) for n in (1, 2, 3) for bug in (True, False)]

@@ -37,7 +37,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
@@ -48,8 +47,14 @@ REPRO_POLICIES = tuple(p for p in TRTLLM_POLICIES if POLICIES[p][0] == "none")
 #: Exit codes of ``kvlab repro``, one per allocator outcome.
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
 #: Exit codes of ``kvlab scenario``, one per way a multi-rank run ends.
-SCENARIO_EXIT_CODES = {"completed": 0, "unfinished": 3, "shut down": 4, "died": 5, "hung": 5,
-                       "deadline": 6}
+SCENARIO_EXIT_CODES = {
+    "completed": 0,
+    "unfinished": 3,
+    "shut down": 4,
+    "died": 5,
+    "hung": 5,
+    "deadline": 6,
+}
 
 
 #: The longest VALUE of ``-p NAME=VALUE``: every notebook parameter is a number, a bool or a
@@ -64,8 +69,10 @@ def _parameter(text: str):
         shown = text if len(text) <= 60 else f"{text[:60]}... ({len(text)} characters)"
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {shown!r}")
     if len(value) > MAX_PARAMETER_CHARS:
-        raise argparse.ArgumentTypeError(f"the value of {name} must be at most {MAX_PARAMETER_CHARS} "
-                                         f"characters, got {len(value)}")
+        raise argparse.ArgumentTypeError(
+            f"the value of {name} must be at most {MAX_PARAMETER_CHARS} "
+            f"characters, got {len(value)}"
+        )
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -87,75 +94,148 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvlab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{repro,walkthrough,scenario,plan,doctor,slides}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{repro,walkthrough,scenario,plan,doctor,slides}"
+    )
 
-    repro = sub.add_parser("repro", help="the 4 MiB single-GPU repro of issue #21470",
-                           description="Resize one cache to --context tokens on a pool of "
-                           "--pool-mib MiB (the seed's model shape). Exit 0 allocated, "
-                           "3 refused (False), 4 crashed (ValueError).")
-    repro.add_argument("--pool-mib", type=float, default=4.0, help="KV pool size in MiB (default 4)")
-    repro.add_argument("--context", type=int, default=8192, help="context length in tokens (default 8192)")
-    repro.add_argument("--policy", choices=REPRO_POLICIES, default="none/clamped",
-                       help="none/clamped (the report's row) or none/configured (the one-line "
-                       "fix's); one resize, so no admission check (default none/clamped)")
-    repro.add_argument("--tokens-per-block", type=int, default=32, help="tokens per page (default 32)")
-    repro.add_argument("--max-seq-len", type=int, default=8192, help="configured max_seq_len (default 8192)")
+    repro = sub.add_parser(
+        "repro",
+        help="the 4 MiB single-GPU repro of issue #21470",
+        description="Resize one cache to --context tokens on a pool of "
+        "--pool-mib MiB (the seed's model shape). Exit 0 allocated, "
+        "3 refused (False), 4 crashed (ValueError).",
+    )
+    repro.add_argument(
+        "--pool-mib", type=float, default=4.0, help="KV pool size in MiB (default 4)"
+    )
+    repro.add_argument(
+        "--context", type=int, default=8192, help="context length in tokens (default 8192)"
+    )
+    repro.add_argument(
+        "--policy",
+        choices=REPRO_POLICIES,
+        default="none/clamped",
+        help="none/clamped (the report's row) or none/configured (the one-line "
+        "fix's); one resize, so no admission check (default none/clamped)",
+    )
+    repro.add_argument(
+        "--tokens-per-block", type=int, default=32, help="tokens per page (default 32)"
+    )
+    repro.add_argument(
+        "--max-seq-len", type=int, default=8192, help="configured max_seq_len (default 8192)"
+    )
     repro.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     repro.set_defaults(handler=_repro, subparser=repro)
 
-    walk = sub.add_parser("walkthrough", help="execute the notebooks and summarise the findings",
-                          description="Execute notebooks/NN_*.ipynb with papermill into BUILD "
-                          "and print what each found.")
-    walk.add_argument("-p", "--parameter", type=_parameter, action="append", default=[],
-                      metavar="NAME=VALUE", help="papermill parameter for every notebook that has it")
+    walk = sub.add_parser(
+        "walkthrough",
+        help="execute the notebooks and summarise the findings",
+        description="Execute notebooks/NN_*.ipynb with papermill into BUILD "
+        "and print what each found.",
+    )
+    walk.add_argument(
+        "-p",
+        "--parameter",
+        type=_parameter,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="papermill parameter for every notebook that has it",
+    )
     _add_notebook_choice(walk, "02", "NN_*.ipynb notebooks")
-    walk.add_argument("--build-dir", type=Path, default=Path("build"), help="output folder (default build)")
+    walk.add_argument(
+        "--build-dir", type=Path, default=Path("build"), help="output folder (default build)"
+    )
     walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
     walk.set_defaults(handler=_walkthrough, subparser=walk)
 
     from kvlab.run.distributed import BACKENDS
     from kvlab.run.rank_config import MAX_RANKS
 
-    scen = sub.add_parser("scenario", help="run a multi-rank scenario (issue-21470) over torch.distributed",
-                          description="Run NAME (a scenario with a deployment block, e.g. "
-                          "issue-21470) on --ranks rank processes; exit 0 every rank finished, "
-                          "3 requests unfinished, 4 the engine went down, 5 a rank died or hung, 6 the "
-                          "run passed --deadline.")
-    scen.add_argument("name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path")
-    scen.add_argument("--ranks", type=int, default=None,
-                      help=f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)")
-    scen.add_argument("--policy", choices=TRTLLM_POLICIES, default="none/clamped",
-                      help="none/clamped (the report), none/configured (the one-line fix), "
-                      "capacity (PR #21720's admission control); default none/clamped")
-    scen.add_argument("--backend", choices=BACKENDS, default="gloo",
-                      help="gloo (CPU) or nccl (one GPU per rank); default gloo")
-    scen.add_argument("--in-process", action="store_true",
-                      help="run the ranks as threads of this process (no torch.distributed)")
-    scen.add_argument("--timeout", type=float, default=120.0,
-                      help="seconds without progress (no rank stepping) before the ranks are "
-                      "called hung and killed; slow ranks that keep stepping are not (default 120)")
-    scen.add_argument("--deadline", type=float, default=None,
-                      help="seconds the whole run may take; past them every rank is stopped and "
-                      "the run says so (default: none)")
+    scen = sub.add_parser(
+        "scenario",
+        help="run a multi-rank scenario (issue-21470) over torch.distributed",
+        description="Run NAME (a scenario with a deployment block, e.g. "
+        "issue-21470) on --ranks rank processes; exit 0 every rank finished, "
+        "3 requests unfinished, 4 the engine went down, 5 a rank died or hung, 6 the "
+        "run passed --deadline.",
+    )
+    scen.add_argument(
+        "name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path"
+    )
+    scen.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        help=f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)",
+    )
+    scen.add_argument(
+        "--policy",
+        choices=TRTLLM_POLICIES,
+        default="none/clamped",
+        help="none/clamped (the report), none/configured (the one-line fix), "
+        "capacity (PR #21720's admission control); default none/clamped",
+    )
+    scen.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="gloo",
+        help="gloo (CPU) or nccl (one GPU per rank); default gloo",
+    )
+    scen.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the ranks as threads of this process (no torch.distributed)",
+    )
+    scen.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds without progress (no rank stepping) before the ranks are "
+        "called hung and killed; slow ranks that keep stepping are not (default 120)",
+    )
+    scen.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds the whole run may take; past them every rank is stopped and "
+        "the run says so (default: none)",
+    )
     scen.set_defaults(handler=_scenario, subparser=scen)
     _add_plan(sub)
 
-    doctor = sub.add_parser("doctor", help="check this laptop for the workshop (run it the day before)",
-                            description="One line per check: ok, warn or FAIL with the fix. Exit 0 "
-                            "when every required check passes (warnings allowed), 1 otherwise.")
-    doctor.add_argument("--json", action="store_true", help="print the checks as JSON (collect a room's results)")
+    doctor = sub.add_parser(
+        "doctor",
+        help="check this laptop for the workshop (run it the day before)",
+        description="One line per check: ok, warn or FAIL with the fix. Exit 0 "
+        "when every required check passes (warnings allowed), 1 otherwise.",
+    )
+    doctor.add_argument(
+        "--json", action="store_true", help="print the checks as JSON (collect a room's results)"
+    )
     doctor.set_defaults(handler=_doctor, subparser=doctor)
 
-    slides = sub.add_parser("slides", help="an HTML slide deck per notebook, offline",
-                            description="Write OUT/<notebook>.html for each notebook (the walk, then "
-                            "the exercises): one slide per heading with its first paragraph, and the "
-                            "first figure of the section where an executed copy is in EXECUTED "
-                            "(kvlab walkthrough's build/notebooks); OUT/index.html links them.")
+    slides = sub.add_parser(
+        "slides",
+        help="an HTML slide deck per notebook, offline",
+        description="Write OUT/<notebook>.html for each notebook (the walk, then "
+        "the exercises): one slide per heading with its first paragraph, and the "
+        "first figure of the section where an executed copy is in EXECUTED "
+        "(kvlab walkthrough's build/notebooks); OUT/index.html links them.",
+    )
     _add_notebook_choice(slides, "02, ex1", "NN_*.ipynb notebooks and workshop/")
-    slides.add_argument("--executed-dir", type=Path, default=Path("build") / "notebooks",
-                        help="executed copies, for the figures (default build/notebooks)")
-    slides.add_argument("--out", type=Path, default=Path("build") / "slides",
-                        help="output folder (default build/slides)")
+    slides.add_argument(
+        "--executed-dir",
+        type=Path,
+        default=Path("build") / "notebooks",
+        help="executed copies, for the figures (default build/notebooks)",
+    )
+    slides.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build") / "slides",
+        help="output folder (default build/slides)",
+    )
     slides.set_defaults(handler=_slides, subparser=slides)
     return parser
 
@@ -163,21 +243,42 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_notebook_choice(parser: argparse.ArgumentParser, example: str, holds: str) -> None:
     """``--only`` and ``--notebook-dir``, as walkthrough and slides both take them (checked by
     :func:`_notebook_dir`)."""
-    parser.add_argument("--only", action="append", default=[], metavar="PREFIX",
-                        help=f"only notebooks whose name starts with PREFIX (e.g. {example})")
-    parser.add_argument("--notebook-dir", type=Path, default=None,
-                        help=f"folder of {holds} (default: the kit's notebooks/)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help=f"only notebooks whose name starts with PREFIX (e.g. {example})",
+    )
+    parser.add_argument(
+        "--notebook-dir",
+        type=Path,
+        default=None,
+        help=f"folder of {holds} (default: the kit's notebooks/)",
+    )
 
 
 #: ``kvlab plan``'s options: flag -> (Deployment field, type, help). Unset options keep the
 #: example's value, or Deployment's default.
 PLAN_OPTIONS = {
-    "--weights-gib": ("weights_gib", float, "weights per rank, GiB (default: parameters x dtype / (tp x pp))"),
-    "--weights-dtype": ("weights_dtype", str, "dtype to derive the weights in; fp8 and nvfp4 keep "
-                        "the embeddings in the model's dtype (default: the checkpoint's "
-                        "quantization, else the model's dtype)"),
+    "--weights-gib": (
+        "weights_gib",
+        float,
+        "weights per rank, GiB (default: parameters x dtype / (tp x pp))",
+    ),
+    "--weights-dtype": (
+        "weights_dtype",
+        str,
+        "dtype to derive the weights in; fp8 and nvfp4 keep "
+        "the embeddings in the model's dtype (default: the checkpoint's "
+        "quantization, else the model's dtype)",
+    ),
     "--workspace-gib": ("workspace_gib", float, "persistent workspace per rank, GiB (default 0)"),
-    "--workspace-skew-gib": ("workspace_skew_gib", float, "extra workspace growing to the last rank, GiB"),
+    "--workspace-skew-gib": (
+        "workspace_skew_gib",
+        float,
+        "extra workspace growing to the last rank, GiB",
+    ),
     "--activations-gib": ("activations_gib", float, "activation peak per rank, GiB (default 0)"),
     "--non-torch-gib": ("non_torch_gib", float, "NCCL, CUDA graphs, context: GiB (default 0)"),
     "--free-gpu-memory-fraction": ("free_gpu_memory_fraction", float, "default 0.9"),
@@ -185,21 +286,42 @@ PLAN_OPTIONS = {
     "--tp-size": ("tp_size", int, "tensor parallelism (default 1)"),
     "--pp-size": ("pp_size", int, "pipeline parallelism (default 1)"),
     "--ranks": ("ranks", int, "ranks that build a pool; must be tp x pp (the default)"),
-    "--max-seq-len": ("max_seq_len", int, "default, and upper bound: what the executor infers "
-                      "from the config (max_position_embeddings x the rope factor)"),
+    "--max-seq-len": (
+        "max_seq_len",
+        int,
+        "default, and upper bound: what the executor infers "
+        "from the config (max_position_embeddings x the rope factor)",
+    ),
     "--max-batch-size": ("max_batch_size", int, "default 2048"),
     "--max-new-tokens": ("max_new_tokens", int, "new tokens per request (default 64)"),
     "--max-num-tokens": ("max_num_tokens", int, "token budget per pass (default 8192)"),
     "--tokens-per-block": ("tokens_per_block", int, "default 32"),
-    "--kv-dtype": ("kv_dtype", str, "KV cache dtype (default: the checkpoint's KV quantization, "
-                   "else the model's dtype)"),
-    "--mamba-ssm-dtype": ("mamba_ssm_dtype", str, "hybrids' SSM state dtype (default: the "
-                          "model's dtype, as mamba_ssm_cache_dtype='auto')"),
-    "--host-cache-gib": ("host_cache_gib", float, "host tier per rank, GiB (default: none under "
-                         "V1, an automatic tier under V2)"),
-    "--manager": ("manager", str, "KV cache manager: auto (the default: V2 only for the "
-                  "architectures that declare it), v1 or v2"),
-    "--max-beam-width": ("max_beam_width", int, "beam width (default 1; above 1 V2 falls back to V1)"),
+    "--kv-dtype": (
+        "kv_dtype",
+        str,
+        "KV cache dtype (default: the checkpoint's KV quantization, else the model's dtype)",
+    ),
+    "--mamba-ssm-dtype": (
+        "mamba_ssm_dtype",
+        str,
+        "hybrids' SSM state dtype (default: the model's dtype, as mamba_ssm_cache_dtype='auto')",
+    ),
+    "--host-cache-gib": (
+        "host_cache_gib",
+        float,
+        "host tier per rank, GiB (default: none under V1, an automatic tier under V2)",
+    ),
+    "--manager": (
+        "manager",
+        str,
+        "KV cache manager: auto (the default: V2 only for the "
+        "architectures that declare it), v1 or v2",
+    ),
+    "--max-beam-width": (
+        "max_beam_width",
+        int,
+        "beam width (default 1; above 1 V2 falls back to V1)",
+    ),
     "--spec-mode": ("spec_mode", str, "speculative decoding: mtp or eagle3 (default none)"),
     "--max-draft-len": ("max_draft_len", int, "draft tokens per step with --spec-mode"),
 }
@@ -208,36 +330,58 @@ PLAN_OPTIONS = {
 def _add_plan(sub) -> None:
     from kvlab.analysis.gpus import GPUS
 
-    plan = sub.add_parser("plan", help="preflight: will a deployment hit issue #21470?",
-                          description="Plan a deployment without running it: each rank's KV quota, "
-                          "pool, max_seq_len clamp, page-index row, and what every context length "
-                          "meets under each policy, for the KV cache manager it gets (V1 or V2). "
-                          "Exit 0 safe, 3 a context stalls, 4 a context or the construction "
-                          "raises, 5 most contexts up to max_seq_len are refused (max_num_tokens, "
-                          "or no room).")
+    plan = sub.add_parser(
+        "plan",
+        help="preflight: will a deployment hit issue #21470?",
+        description="Plan a deployment without running it: each rank's KV quota, "
+        "pool, max_seq_len clamp, page-index row, and what every context length "
+        "meets under each policy, for the KV cache manager it gets (V1 or V2). "
+        "Exit 0 safe, 3 a context stalls, 4 a context or the construction "
+        "raises, 5 most contexts up to max_seq_len are refused (max_num_tokens, "
+        "or no room).",
+    )
     what = plan.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
-    what.add_argument("--config", type=Path, metavar="PATH",
-                      help="a Hugging Face config.json, or a folder holding one (read offline; "
-                      "needs kvlab[models])")
-    what.add_argument("--example", metavar="NAME",
-                      help="a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261")
+    what.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="a Hugging Face config.json, or a folder holding one (read offline; "
+        "needs kvlab[models])",
+    )
+    what.add_argument(
+        "--example",
+        metavar="NAME",
+        help="a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261",
+    )
     what.add_argument("--list", action="store_true", help="list the model, GPU and example presets")
     gpu = plan.add_mutually_exclusive_group()
     gpu.add_argument("--gpu", choices=sorted(GPUS), help="a GPU preset")
     gpu.add_argument("--gpu-gib", type=float, help="the GPU's total memory, GiB")
     for flag, (_field, kind, text) in PLAN_OPTIONS.items():
         plan.add_argument(flag, type=kind, default=None, help=text)
-    plan.add_argument("--attention-dp", action="store_true", default=None,
-                      help="attention data parallelism (KV heads not split)")
-    plan.add_argument("--chunked-prefill", action="store_true", default=None,
-                      help="chunked prefill (default off)")
-    plan.add_argument("--disable-overlap-scheduler", action="store_true", default=None,
-                      help="the overlap scheduler off (on by default: the KV manager's max_seq_len "
-                      "is 1 + max_draft_len more)")
-    plan.add_argument("--allow-long-max-model-len", action="store_true", default=None,
-                      help="keep a --max-seq-len past the model's own limit "
-                      "(TLLM_ALLOW_LONG_MAX_MODEL_LEN)")
+    plan.add_argument(
+        "--attention-dp",
+        action="store_true",
+        default=None,
+        help="attention data parallelism (KV heads not split)",
+    )
+    plan.add_argument(
+        "--chunked-prefill", action="store_true", default=None, help="chunked prefill (default off)"
+    )
+    plan.add_argument(
+        "--disable-overlap-scheduler",
+        action="store_true",
+        default=None,
+        help="the overlap scheduler off (on by default: the KV manager's max_seq_len "
+        "is 1 + max_draft_len more)",
+    )
+    plan.add_argument(
+        "--allow-long-max-model-len",
+        action="store_true",
+        default=None,
+        help="keep a --max-seq-len past the model's own limit (TLLM_ALLOW_LONG_MAX_MODEL_LEN)",
+    )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(handler=_plan, subparser=plan)
 
@@ -255,11 +399,16 @@ def _plan(args, parser) -> int:
         print("GPUs:\n" + "\n".join(f"  {n}: {g.describe()}" for n, g in GPUS.items()))
         print("examples: " + ", ".join(example_deployments()))
         return 0
-    given = {field: getattr(args, flag[2:].replace("-", "_"))
-             for flag, (field, _kind, _text) in PLAN_OPTIONS.items()}
-    given.update(attention_dp=args.attention_dp, chunked_prefill=args.chunked_prefill,
-                 allow_long_max_model_len=args.allow_long_max_model_len,
-                 disable_overlap_scheduler=args.disable_overlap_scheduler)
+    given = {
+        field: getattr(args, flag[2:].replace("-", "_"))
+        for flag, (field, _kind, _text) in PLAN_OPTIONS.items()
+    }
+    given.update(
+        attention_dp=args.attention_dp,
+        chunked_prefill=args.chunked_prefill,
+        allow_long_max_model_len=args.allow_long_max_model_len,
+        disable_overlap_scheduler=args.disable_overlap_scheduler,
+    )
     given = {k: v for k, v in given.items() if v is not None}
     if args.gpu is not None:
         given["gpu_gib"] = GPUS[args.gpu].gib
@@ -288,9 +437,14 @@ def _repro(args, parser) -> int:
 
     try:
         width = POLICIES[args.policy][1]
-        result = run_repro(pool_mib=args.pool_mib, context=args.context, policy=width,
-                           tokens_per_block=args.tokens_per_block, max_seq_len=args.max_seq_len,
-                           device=args.device)
+        result = run_repro(
+            pool_mib=args.pool_mib,
+            context=args.context,
+            policy=width,
+            tokens_per_block=args.tokens_per_block,
+            max_seq_len=args.max_seq_len,
+            device=args.device,
+        )
     except (ValueError, TypeError, MemoryError) as exc:
         parser.error(str(exc))
     print(result.explain())
@@ -304,19 +458,35 @@ def _notebook_dir(folder, parser) -> Path:
     except OSError:
         found = False
     if not found:
-        shown = str(folder) if len(str(folder)) <= 200 else f"{str(folder)[:60]}... ({len(str(folder)):,} characters)"
+        shown = (
+            str(folder)
+            if len(str(folder)) <= 200
+            else f"{str(folder)[:60]}... ({len(str(folder)):,} characters)"
+        )
         parser.error(f"--notebook-dir {shown} is not a folder")
     return Path(folder)
 
 
 def _walkthrough(args, parser) -> int:
-    from kvlab.notebook.walkthrough import (NOTEBOOK_DIR, Stopped, check_parameters, image_failure,
-                                            image_server, private_files, run_notebook, stop_signals,
-                                            summary_table, walkthrough_notebooks)
+    from kvlab.notebook.walkthrough import (
+        NOTEBOOK_DIR,
+        Stopped,
+        check_parameters,
+        image_failure,
+        image_server,
+        private_files,
+        run_notebook,
+        stop_signals,
+        summary_table,
+        walkthrough_notebooks,
+    )
 
     notebook_dir = _notebook_dir(args.notebook_dir or NOTEBOOK_DIR, parser)
-    notebooks = [p for p in walkthrough_notebooks(notebook_dir)
-                 if not args.only or any(p.name.startswith(o) for o in args.only)]
+    notebooks = [
+        p
+        for p in walkthrough_notebooks(notebook_dir)
+        if not args.only or any(p.name.startswith(o) for o in args.only)
+    ]
     if not notebooks and not args.only:
         parser.error(f"--notebook-dir {notebook_dir} holds no notebook named NN_*.ipynb")
     if not notebooks:
@@ -346,14 +516,18 @@ def _walkthrough(args, parser) -> int:
     print()
     print(summary_table(runs))
     if interrupted is not None:
-        left = [p.name for p in notebooks[len(runs):]]
+        left = [p.name for p in notebooks[len(runs) :]]
         how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        print(f"\nstopped by {how} while running {interrupted.name}; not run: {', '.join(left)}",
-              file=sys.stderr)
+        print(
+            f"\nstopped by {how} while running {interrupted.name}; not run: {', '.join(left)}",
+            file=sys.stderr,
+        )
         return 128 + signum
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
     if image_failure() is not None:
-        print(f"figures: not rendered as images ({image_failure()}); the HTML says so in their place")
+        print(
+            f"figures: not rendered as images ({image_failure()}); the HTML says so in their place"
+        )
     return 1 if any(run.error for run in runs) else 0
 
 
@@ -370,19 +544,27 @@ def _slides(args, parser) -> int:
     from kvlab.slides import build_deck, build_index, deck_notebooks
 
     notebook_dir = _notebook_dir(args.notebook_dir or NOTEBOOK_DIR, parser)
-    notebooks = [p for p in deck_notebooks(notebook_dir)
-                 if not args.only or any(p.name.startswith(o) for o in args.only)]
+    notebooks = [
+        p
+        for p in deck_notebooks(notebook_dir)
+        if not args.only or any(p.name.startswith(o) for o in args.only)
+    ]
     if not notebooks:
-        parser.error(f"no notebook in {notebook_dir} matches --only {args.only}" if args.only
-                     else f"--notebook-dir {notebook_dir} holds no notebook")
+        parser.error(
+            f"no notebook in {notebook_dir} matches --only {args.only}"
+            if args.only
+            else f"--notebook-dir {notebook_dir} holds no notebook"
+        )
     try:
         decks = [build_deck(path, args.out, args.executed_dir) for path in notebooks]
         index = build_index(decks, args.out)
     except OSError as exc:
         parser.error(f"--out {args.out} cannot hold the decks: {exc.strerror or exc}")
     for deck in decks:
-        print(f"{deck.path}: {len(deck.slides)} slides, {sum(s.figure is not None for s in deck.slides)} "
-              f"figures ({deck.note})")
+        print(
+            f"{deck.path}: {len(deck.slides)} slides, {sum(s.figure is not None for s in deck.slides)} "
+            f"figures ({deck.note})"
+        )
     print(f"open {index} in a browser (arrow keys move between slides)")
     return 0
 
@@ -396,22 +578,33 @@ def _scenario(args, parser) -> int:
         scenario = load_scenario(args.name)
         config = scenario_config(scenario, args.ranks, args.policy)
         reported = scenario.deployment.ranks
-        changed = (f" (the scenario's {reported} ranks changed to {config.world_size})"
-                   if config.world_size != reported else "")
-        print(f"{scenario.title}{changed}\n{scenario.gpu} x {config.world_size}, policy {args.policy}",
-              flush=True)
-        result = run_ranks(config, backend=args.backend, in_process=args.in_process,
-                           timeout_s=args.timeout, deadline_s=args.deadline)
+        changed = (
+            f" (the scenario's {reported} ranks changed to {config.world_size})"
+            if config.world_size != reported
+            else ""
+        )
+        print(
+            f"{scenario.title}{changed}\n{scenario.gpu} x {config.world_size}, policy {args.policy}",
+            flush=True,
+        )
+        result = run_ranks(
+            config,
+            backend=args.backend,
+            in_process=args.in_process,
+            timeout_s=args.timeout,
+            deadline_s=args.deadline,
+        )
     except (ScenarioError, ValueError, TypeError, MemoryError) as exc:
         parser.error(str(exc))
     print(result.explain())
-    unfinished = result.unrouted or any(s in UNFINISHED_STATUSES for r in result.ranks
-                                        for s in r.status.values())
+    unfinished = result.unrouted or any(
+        s in UNFINISHED_STATUSES for r in result.ranks for s in r.status.values()
+    )
     ended = "unfinished" if result.ended == "completed" and unfinished else result.ended
     return SCENARIO_EXIT_CODES[ended]
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from kvlab.run.signals import RunStopped
 
     args = build_parser().parse_args(argv)

@@ -18,8 +18,8 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, List, Optional, Sequence
 
 from kvlab.core.paths import NOTEBOOK_DIR, REPOSITORY
 
@@ -73,8 +73,12 @@ def check_python() -> Check:
     if sys.version_info[:2] >= MIN_PYTHON:
         return Check("python", OK, f"{found} on {platform.system()} {platform.machine()}")
     need = ".".join(map(str, MIN_PYTHON))
-    return Check("python", FAIL, f"{found}; kvlab needs {need} or newer",
-                 f"install Python {need}+ (python.org, pyenv or conda), then {SETUP}")
+    return Check(
+        "python",
+        FAIL,
+        f"{found}; kvlab needs {need} or newer",
+        f"install Python {need}+ (python.org, pyenv or conda), then {SETUP}",
+    )
 
 
 def check_kvlab() -> Check:
@@ -82,15 +86,23 @@ def check_kvlab() -> Check:
 
     missing = [name for name in kvlab.__all__ if not hasattr(kvlab, name)]
     if missing:
-        return Check("kvlab", FAIL, f"public names missing: {', '.join(missing)}",
-                     f"update the checkout (git pull), then {SETUP}")
+        return Check(
+            "kvlab",
+            FAIL,
+            f"public names missing: {', '.join(missing)}",
+            f"update the checkout (git pull), then {SETUP}",
+        )
     try:
         where = f"{importlib.metadata.version('kvlab')} from {REPOSITORY}"
     except importlib.metadata.PackageNotFoundError:
         return Check("kvlab", FAIL, f"imported from {REPOSITORY} but not installed", SETUP)
     if shutil.which("kvlab") is None:
-        return Check("kvlab", WARN, f"{where}; the `kvlab` command is not on PATH",
-                     "use `python -m kvlab`, or activate the environment that ran setup.sh")
+        return Check(
+            "kvlab",
+            WARN,
+            f"{where}; the `kvlab` command is not on PATH",
+            "use `python -m kvlab`, or activate the environment that ran setup.sh",
+        )
     return Check("kvlab", OK, where)
 
 
@@ -100,10 +112,17 @@ def check_torch() -> Check:
     except ImportError as exc:
         return Check("torch", FAIL, f"does not import: {exc}", SETUP)
     if _version(torch.__version__)[:2] < MIN_TORCH:
-        return Check("torch", FAIL, f"{torch.__version__}; kvlab needs {'.'.join(map(str, MIN_TORCH))}+",
-                     SETUP)
-    device = (f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available()
-              else "cpu (every notebook runs on the CPU)")
+        return Check(
+            "torch",
+            FAIL,
+            f"{torch.__version__}; kvlab needs {'.'.join(map(str, MIN_TORCH))}+",
+            SETUP,
+        )
+    device = (
+        f"cuda ({torch.cuda.get_device_name(0)})"
+        if torch.cuda.is_available()
+        else "cpu (every notebook runs on the CPU)"
+    )
     return Check("torch", OK, f"{torch.__version__}, device {device}")
 
 
@@ -126,19 +145,27 @@ def check_kernel() -> Check:
         return Check("kernel", FAIL, "jupyter_client is not installed", SETUP)
     if "python3" in KernelSpecManager().find_kernel_specs():
         return Check("kernel", OK, "python3 (the kernel the notebooks name) is registered")
-    return Check("kernel", FAIL, "no Jupyter kernel named python3",
-                 f"{SETUP} (it registers the kernel)")
+    return Check(
+        "kernel", FAIL, "no Jupyter kernel named python3", f"{SETUP} (it registers the kernel)"
+    )
 
 
 def check_notebooks() -> Check:
     names = [p.name for p in NOTEBOOK_DIR.glob("*.ipynb")]
     exercises = [p.name for p in (NOTEBOOK_DIR / "workshop").glob("ex*.ipynb")]
-    missing = ([n for n in WALK if not any(name.startswith(f"{n}_") for name in names)]
-               + [n for n in EXERCISES if not any(name.startswith(f"{n}_") for name in exercises)])
+    missing = [n for n in WALK if not any(name.startswith(f"{n}_") for name in names)] + [
+        n for n in EXERCISES if not any(name.startswith(f"{n}_") for name in exercises)
+    ]
     if missing:
-        return Check("notebooks", FAIL, f"{NOTEBOOK_DIR} lacks {', '.join(missing)}",
-                     "use a full clone of the repository (git clone), not an installed wheel")
-    return Check("notebooks", OK, f"{len(WALK)} notebooks and {len(EXERCISES)} exercises in {NOTEBOOK_DIR}")
+        return Check(
+            "notebooks",
+            FAIL,
+            f"{NOTEBOOK_DIR} lacks {', '.join(missing)}",
+            "use a full clone of the repository (git clone), not an installed wheel",
+        )
+    return Check(
+        "notebooks", OK, f"{len(WALK)} notebooks and {len(EXERCISES)} exercises in {NOTEBOOK_DIR}"
+    )
 
 
 def check_seed_repro() -> Check:
@@ -149,14 +176,24 @@ def check_seed_repro() -> Check:
         warnings.simplefilter("ignore")  # the manager warns that it clamps max_seq_len: the point
         result = run_repro(pool_mib=4, context=8192, policy="clamped")
     seconds = time.perf_counter() - start
-    found = (f"{result.pool_bytes // 2**20} MiB pool: {result.total_blocks} blocks, row "
-             f"{result.max_blocks_per_seq} entries, outcome {result.outcome}, {seconds * 1000:.0f} ms")
+    found = (
+        f"{result.pool_bytes // 2**20} MiB pool: {result.total_blocks} blocks, row "
+        f"{result.max_blocks_per_seq} entries, outcome {result.outcome}, {seconds * 1000:.0f} ms"
+    )
     if (result.total_blocks, result.max_blocks_per_seq, result.outcome) != (64, 68, "crash"):
-        return Check("seed repro", FAIL, f"{found}; expected 64 blocks, 68 entries, crash",
-                     "reinstall from a clean checkout (git status shows local edits?), then " + SETUP)
+        return Check(
+            "seed repro",
+            FAIL,
+            f"{found}; expected 64 blocks, 68 entries, crash",
+            "reinstall from a clean checkout (git status shows local edits?), then " + SETUP,
+        )
     if seconds > REPRO_BUDGET_S:
-        return Check("seed repro", WARN, f"{found} (over {REPRO_BUDGET_S:g} s)",
-                     "close other programs; the notebooks will be slow on this machine")
+        return Check(
+            "seed repro",
+            WARN,
+            f"{found} (over {REPRO_BUDGET_S:g} s)",
+            "close other programs; the notebooks will be slow on this machine",
+        )
     return Check("seed repro", OK, found)
 
 
@@ -176,22 +213,35 @@ def check_browser() -> Check:
     try:
         from choreographer.browsers.chromium import Chromium
     except ImportError:
-        return Check("browser", WARN, "kaleido is not installed: the static report has no images",
-                     SETUP)
+        return Check(
+            "browser", WARN, "kaleido is not installed: the static report has no images", SETUP
+        )
     path = Chromium.find_browser(skip_local=False)
     if path is None:
-        return Check("browser", WARN, "no Chromium or Chrome found: the walkthrough's HTML report "
-                     "will show no figure images (JupyterLab is not affected)",
-                     "install Chromium or Google Chrome (Linux: apt-get install chromium)")
+        return Check(
+            "browser",
+            WARN,
+            "no Chromium or Chrome found: the walkthrough's HTML report "
+            "will show no figure images (JupyterLab is not affected)",
+            "install Chromium or Google Chrome (Linux: apt-get install chromium)",
+        )
     return Check("browser", OK, f"{path} (figures of the static report)")
 
 
-CHECKS: Sequence[Callable[[], Check]] = (check_python, check_kvlab, check_torch, check_packages,
-                                         check_kernel, check_notebooks, check_seed_repro,
-                                         check_disk, check_browser)
+CHECKS: Sequence[Callable[[], Check]] = (
+    check_python,
+    check_kvlab,
+    check_torch,
+    check_packages,
+    check_kernel,
+    check_notebooks,
+    check_seed_repro,
+    check_disk,
+    check_browser,
+)
 
 
-def run_checks(checks: Optional[Sequence[Callable[[], Check]]] = None) -> List[Check]:
+def run_checks(checks: Sequence[Callable[[], Check]] | None = None) -> list[Check]:
     """Every check (default :data:`CHECKS`), in order; a check that raises is a FAIL naming the
     exception."""
     results = []
@@ -211,15 +261,24 @@ def ready(results: Sequence[Check]) -> bool:
 def report(results: Sequence[Check]) -> str:
     failed = sum(r.status == FAIL for r in results)
     warned = sum(r.status == WARN for r in results)
-    verdict = (f"ready for the workshop ({warned} warning{'s' * (warned != 1)})" if not failed
-               else f"NOT ready: {failed} check{'s' * (failed != 1)} failed; fix and run `kvlab doctor` again")
+    verdict = (
+        f"ready for the workshop ({warned} warning{'s' * (warned != 1)})"
+        if not failed
+        else f"NOT ready: {failed} check{'s' * (failed != 1)} failed; fix and run `kvlab doctor` again"
+    )
     return "\n".join([r.line() for r in results] + [verdict])
 
 
 def as_json(results: Sequence[Check]) -> str:
-    return json.dumps({"ready": ready(results), "host": platform.node(),
-                       "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
-                       "checks": [asdict(r) for r in results]}, indent=2)
+    return json.dumps(
+        {
+            "ready": ready(results),
+            "host": platform.node(),
+            "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+            "checks": [asdict(r) for r in results],
+        },
+        indent=2,
+    )
 
 
 __all__ = ["CHECKS", "Check", "FAIL", "OK", "WARN", "as_json", "ready", "report", "run_checks"]

@@ -16,14 +16,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
 
 from kvlab.notebook.panel import PANEL_MIME
 from kvlab.notebook.walkthrough import PLOTLY_MIME
 
 #: The heading levels that start a slide: the title and the notebook's sections and subsections.
 MAX_LEVEL = 3
-HEADING = re.compile(r"^(#{1,%d})\s+(.+?)\s*#*\s*$" % MAX_LEVEL)
+HEADING = re.compile(rf"^(#{{1,{MAX_LEVEL}}})\s+(.+?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 PLOTLY_JS = "plotly.min.js"
 
@@ -33,7 +32,7 @@ class Deck:
     """A written deck: its file, its slides, and where its figures came from (or why none)."""
 
     path: Path
-    slides: List["Slide"]
+    slides: list[Slide]
     note: str
 
 
@@ -44,7 +43,7 @@ class Slide:
     level: int
     title: str
     paragraph: str
-    figure: Optional[dict] = None
+    figure: dict | None = None
 
 
 def _blocks(source: str):
@@ -63,13 +62,13 @@ def _blocks(source: str):
     yield level, title, lines
 
 
-def _first_paragraph(lines: List[str]) -> str:
+def _first_paragraph(lines: list[str]) -> str:
     """The first run of non-blank lines."""
     text = "\n".join(lines).strip()
     return text.split("\n\n", 1)[0].strip() if text else ""
 
 
-def _figure(output) -> Optional[dict]:
+def _figure(output) -> dict | None:
     data = output.get("data", {})
     if PANEL_MIME in data and data[PANEL_MIME].get("figures"):
         return data[PANEL_MIME]["figures"][0]
@@ -77,9 +76,9 @@ def _figure(output) -> Optional[dict]:
     return json.loads(figure) if isinstance(figure, str) else figure
 
 
-def slides_of(notebook) -> List[Slide]:
+def slides_of(notebook) -> list[Slide]:
     """The slides of a notebook (an nbformat node): one per heading; figures from its outputs."""
-    slides: List[Slide] = []
+    slides: list[Slide] = []
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             for level, title, lines in _blocks(cell.source):
@@ -92,7 +91,7 @@ def slides_of(notebook) -> List[Slide]:
     return slides
 
 
-def _executed_slides(path: Path, executed_dir: Optional[Path], slides: List[Slide]):
+def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide]):
     """The executed copy's slides if it exists and has the same headings, and why not if not."""
     import nbformat
 
@@ -110,7 +109,7 @@ def _inline(rendered: str) -> str:
     return re.sub(r"^\s*<p>|</p>\s*$", "", rendered)
 
 
-def deck_html(title: str, slides: List[Slide], note: str) -> str:
+def deck_html(title: str, slides: list[Slide], note: str) -> str:
     """A self-contained deck (but for plotly.min.js beside it, loaded only if a slide has a figure)."""
     from nbconvert.filters import markdown2html
 
@@ -119,17 +118,25 @@ def deck_html(title: str, slides: List[Slide], note: str) -> str:
         tag = f"h{slide.level}"
         figure = ""
         if slide.figure is not None:
-            spec = json.dumps({"data": slide.figure.get("data", []),
-                               "layout": slide.figure.get("layout", {})}).replace("</", "<\\/")
-            figure = (f'<div class="figure" id="figure-{number}"></div>\n<script>{{ const f = {spec};\n'
-                      f'Plotly.newPlot("figure-{number}", f.data, f.layout, '
-                      '{responsive: true, displaylogo: false}); }</script>')
-        sections.append(f'<section class="slide level-{slide.level}" id="slide-{number}">\n'
-                        f"<{tag}>{_inline(markdown2html(slide.title))}</{tag}>\n"
-                        f"{markdown2html(slide.paragraph) if slide.paragraph else ''}\n{figure}\n"
-                        f'<footer>{html.escape(title)} · {number}/{len(slides)}</footer>\n</section>')
-    plotly = (f'<script src="{PLOTLY_JS}"></script>\n'
-              if any(s.figure is not None for s in slides) else "")
+            spec = json.dumps(
+                {"data": slide.figure.get("data", []), "layout": slide.figure.get("layout", {})}
+            ).replace("</", "<\\/")
+            figure = (
+                f'<div class="figure" id="figure-{number}"></div>\n<script>{{ const f = {spec};\n'
+                f'Plotly.newPlot("figure-{number}", f.data, f.layout, '
+                "{responsive: true, displaylogo: false}); }</script>"
+            )
+        sections.append(
+            f'<section class="slide level-{slide.level}" id="slide-{number}">\n'
+            f"<{tag}>{_inline(markdown2html(slide.title))}</{tag}>\n"
+            f"{markdown2html(slide.paragraph) if slide.paragraph else ''}\n{figure}\n"
+            f"<footer>{html.escape(title)} · {number}/{len(slides)}</footer>\n</section>"
+        )
+    plotly = (
+        f'<script src="{PLOTLY_JS}"></script>\n'
+        if any(s.figure is not None for s in slides)
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 {plotly}<style>
@@ -160,7 +167,7 @@ document.addEventListener("keydown", e => {{
 """
 
 
-def build_deck(path: Path, out_dir: Path, executed_dir: Optional[Path] = None) -> Deck:
+def build_deck(path: Path, out_dir: Path, executed_dir: Path | None = None) -> Deck:
     """Write ``out_dir/<notebook>.html`` (and plotly.min.js once, if a slide has a figure)."""
     import nbformat
 
@@ -180,23 +187,30 @@ def build_deck(path: Path, out_dir: Path, executed_dir: Optional[Path] = None) -
     return Deck(deck, slides, note)
 
 
-def build_index(decks: List[Deck], out_dir: Path) -> Path:
+def build_index(decks: list[Deck], out_dir: Path) -> Path:
     """``out_dir/index.html``: a link to each deck."""
-    items = "\n".join(f'<li><a href="{html.escape(d.path.name)}">{html.escape(d.path.stem)}</a> '
-                      f"({len(d.slides)} slides)</li>" for d in decks)
+    items = "\n".join(
+        f'<li><a href="{html.escape(d.path.name)}">{html.escape(d.path.stem)}</a> '
+        f"({len(d.slides)} slides)</li>"
+        for d in decks
+    )
     index = Path(out_dir) / "index.html"
-    index.write_text(f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>kvlab '
-                     f'slides</title></head><body style="font: 20px system-ui, sans-serif">\n'
-                     f"<h1>kvlab workshop: slides</h1>\n<ul>\n{items}\n</ul>\n</body></html>\n",
-                     encoding="utf-8")
+    index.write_text(
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>kvlab '
+        f'slides</title></head><body style="font: 20px system-ui, sans-serif">\n'
+        f"<h1>kvlab workshop: slides</h1>\n<ul>\n{items}\n</ul>\n</body></html>\n",
+        encoding="utf-8",
+    )
     return index
 
 
-def deck_notebooks(notebook_dir: Path) -> List[Path]:
+def deck_notebooks(notebook_dir: Path) -> list[Path]:
     """The walk's notebooks (NN_*), then the exercises (workshop/ex*), in order."""
     from kvlab.notebook.walkthrough import walkthrough_notebooks
 
-    return walkthrough_notebooks(notebook_dir) + sorted(Path(notebook_dir).glob("workshop/ex*.ipynb"))
+    return walkthrough_notebooks(notebook_dir) + sorted(
+        Path(notebook_dir).glob("workshop/ex*.ipynb")
+    )
 
 
 __all__ = ["Deck", "Slide", "build_deck", "build_index", "deck_html", "deck_notebooks", "slides_of"]

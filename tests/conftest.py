@@ -24,7 +24,7 @@ _MARKERS = {
     "notebook": "executes a notebook with papermill",
     "slow": "takes more than a few seconds",
     "upstream": "names the upstream TensorRT-LLM test a conformance test mirrors "
-                "(tests/conformance/test_catalogue.py reads it)",
+    "(tests/conformance/test_catalogue.py reads it)",
 }
 
 
@@ -37,8 +37,21 @@ def pytest_configure(config):
             config.addinivalue_line("markers", f"{name}: {text}")
 
 
-@pytest.fixture(params=["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")])])
+@pytest.fixture(
+    params=[
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(
+                    not torch.cuda.is_available(),
+                    reason="torch.cuda.is_available() is False: no CUDA GPU on this machine",
+                ),
+            ],
+        ),
+    ]
+)
 def device(request) -> str:
     """A test that takes ``device`` runs on the CPU and, with ``pytest -m gpu`` where there is
     one, on a CUDA GPU: one test, its logic checked by CPU CI."""
@@ -50,9 +63,18 @@ def seed_manager():
     """Factory: ``seed_manager("clamped")`` or ``seed_manager("configured", max_batch_size=2)``:
     the seed's manager, without the clamp warning it always emits (tests that check the warning
     build the manager themselves)."""
-    def make(policy: str = "clamped", device: str = "cpu", max_batch_size: int = 1,
-             **kwargs) -> KVCacheManager:
+
+    def make(
+        policy: str = "clamped", device: str = "cpu", max_batch_size: int = 1, **kwargs
+    ) -> KVCacheManager:
         return KVCacheManager.expecting_clamp(
-            seed_geometry(), quota_bytes=SEED_QUOTA_BYTES, max_seq_len=SEED_MAX_SEQ_LEN,
-            max_batch_size=max_batch_size, page_index_policy=policy, device=device, **kwargs)
+            seed_geometry(),
+            quota_bytes=SEED_QUOTA_BYTES,
+            max_seq_len=SEED_MAX_SEQ_LEN,
+            max_batch_size=max_batch_size,
+            page_index_policy=policy,
+            device=device,
+            **kwargs,
+        )
+
     return make

@@ -34,12 +34,29 @@ def start_lab(tmp: Path, root: Path):
     """JupyterLab over the folder ``root`` (its log in ``tmp/lab.log``), answering; returns
     (process, base URL, token)."""
     port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"))
+    env = dict(
+        os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime")
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.open_browser=False"],
-        stdout=subprocess.DEVNULL, stderr=(tmp / "lab.log").open("w"), env=env, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",
+            "--ServerApp.open_browser=False",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / "lab.log").open("w"),
+        env=env,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(f"{base}/api/status?token={token}", proc)

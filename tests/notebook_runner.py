@@ -26,7 +26,10 @@ def execute(src: Path, out_dir: Path, *, fail_on_error: bool = True, **parameter
         if not fail_on_error:
             raise
         source = (exc.source or "").strip().splitlines()
-        pytest.fail(f"{Path(src).name} with {parameters}: cell {exc.cell_index} (execution count "
-                    f"{exc.exec_count}, starting {source[0] if source else ''!r}) raised "
-                    f"{exc.ename}: {exc.evalue}", pytrace=False)
+        pytest.fail(
+            f"{Path(src).name} with {parameters}: cell {exc.cell_index} (execution count "
+            f"{exc.exec_count}, starting {source[0] if source else ''!r}) raised "
+            f"{exc.ename}: {exc.evalue}",
+            pytrace=False,
+        )
     return nbformat.read(out, as_version=4), time.perf_counter() - start

@@ -17,8 +17,18 @@ QUICK_ARGS = {
     "hostile_inputs.py": ["--limit", "20", "--jobs", "2"],
     "mooncake_replay.py": ["--minutes", "1"],
     "phase_diagram.py": ["--repeat", "2"],
-    "scheduler_throughput.py": ["--repeat", "1", "--requests", "200", "--sizes", "100", "200",
-                                "--trace", "--trace-limit", "300"],
+    "scheduler_throughput.py": [
+        "--repeat",
+        "1",
+        "--requests",
+        "200",
+        "--sizes",
+        "100",
+        "200",
+        "--trace",
+        "--trace-limit",
+        "300",
+    ],
     "widget_latency.py": ["--repeats", "4"],
     "peer_conformance.py": ["--stored", "--only", "nb04/long", "front-door"],  # no vLLM needed
 }
@@ -33,11 +43,20 @@ UI = {"browser_latency.py"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", [pytest.param(name, marks=[pytest.mark.ui] if name in UI else [])
-                                    for name in sorted(QUICK_ARGS)])
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(name, marks=[pytest.mark.ui] if name in UI else [])
+        for name in sorted(QUICK_ARGS)
+    ],
+)
 def test_benchmark_prints_its_figures(script):
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), *QUICK_ARGS[script]],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *QUICK_ARGS[script]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, proc.stdout[-2000:]

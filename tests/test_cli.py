@@ -38,26 +38,29 @@ def test_repro_big_pool_allocates(capsys):
     assert "allocated - 256 of 1,024 pages" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["repro", "--policy", "wide"], "--policy"),
-    (["repro", "--context", "-1"], "context"),
-    (["repro", "--context", "abc"], "--context"),
-    (["repro", "--pool-mib", "0.001"], "pool_mib"),
-    (["repro", "--pool-mib", "nan"], "pool_mib"),
-    (["repro", "--tokens-per-block", "0"], "tokens_per_block"),
-    (["repro", "--device", "tpu"], "device"),
-    (["frobnicate"], "invalid choice"),
-    ([], "required"),
-    (["walkthrough", "--only", "99"], "no notebook"),
-    (["walkthrough", "-p", "not-a-pair"], "NAME=VALUE"),
-    (["scenario", "issue-21470", "--ranks", "0"], "ranks must be in [1, 128]"),
-    (["scenario", "issue-21470", "--ranks", "999"], "ranks must be in [1, 128]"),
-    (["scenario", "issue-21470", "--ranks", "two"], "--ranks"),
-    (["scenario", "issue-21470", "--backend", "mpi"], "--backend"),
-    (["scenario", "issue-21470", "--policy", "wide"], "--policy"),
-    (["scenario", "no-such"], "no scenario named 'no-such'"),
-    (["scenario", "rtx5080-4mib"], "has no deployment block"),
-])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["repro", "--policy", "wide"], "--policy"),
+        (["repro", "--context", "-1"], "context"),
+        (["repro", "--context", "abc"], "--context"),
+        (["repro", "--pool-mib", "0.001"], "pool_mib"),
+        (["repro", "--pool-mib", "nan"], "pool_mib"),
+        (["repro", "--tokens-per-block", "0"], "tokens_per_block"),
+        (["repro", "--device", "tpu"], "device"),
+        (["frobnicate"], "invalid choice"),
+        ([], "required"),
+        (["walkthrough", "--only", "99"], "no notebook"),
+        (["walkthrough", "-p", "not-a-pair"], "NAME=VALUE"),
+        (["scenario", "issue-21470", "--ranks", "0"], "ranks must be in [1, 128]"),
+        (["scenario", "issue-21470", "--ranks", "999"], "ranks must be in [1, 128]"),
+        (["scenario", "issue-21470", "--ranks", "two"], "--ranks"),
+        (["scenario", "issue-21470", "--backend", "mpi"], "--backend"),
+        (["scenario", "issue-21470", "--policy", "wide"], "--policy"),
+        (["scenario", "no-such"], "no scenario named 'no-such'"),
+        (["scenario", "rtx5080-4mib"], "has no deployment block"),
+    ],
+)
 def test_bad_arguments_exit_2_with_usage(argv, named, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -67,8 +70,9 @@ def test_bad_arguments_exit_2_with_usage(argv, named, capsys):
 
 
 def test_bad_arguments_print_no_traceback():
-    proc = subprocess.run([sys.executable, "-m", "kvlab", "repro", "--pool-mib", "-3"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvlab", "repro", "--pool-mib", "-3"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "usage:" in proc.stderr
 
@@ -78,7 +82,11 @@ def _notebook(path, body):
     params = nbformat.v4.new_code_cell("scale: int = 2\nSMOKE: bool = False")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
 
 
@@ -86,13 +94,25 @@ def _notebook(path, body):
 def test_walkthrough_runs_notebooks_and_summarises(tmp_path, capfd):
     nbdir = tmp_path / "nb"
     nbdir.mkdir()
-    _notebook(nbdir / "01_good.ipynb",
-              "from kvlab.notebook.findings import Finding, report_findings\n"
-              "report_findings([Finding('demo', 'none', 'ok', f'scale={scale} smoke={SMOKE}')])")
+    _notebook(
+        nbdir / "01_good.ipynb",
+        "from kvlab.notebook.findings import Finding, report_findings\n"
+        "report_findings([Finding('demo', 'none', 'ok', f'scale={scale} smoke={SMOKE}')])",
+    )
     _notebook(nbdir / "02_bad.ipynb", "assert scale == 2, 'claim no longer true'")
     build = tmp_path / "build"
-    code = main(["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(build),
-                 "-p", "scale=3", "--smoke"])
+    code = main(
+        [
+            "walkthrough",
+            "--notebook-dir",
+            str(nbdir),
+            "--build-dir",
+            str(build),
+            "-p",
+            "scale=3",
+            "--smoke",
+        ]
+    )
     out, err = capfd.readouterr()  # the kernels' own output too (file descriptors)
     assert "without encryption" not in err  # the kernels listen on IPC sockets, not TCP
     assert code == 1  # the second notebook's claim failed
@@ -107,10 +127,17 @@ def test_walkthrough_runs_notebooks_and_summarises(tmp_path, capfd):
 from kvlab.cli import SCENARIO_EXIT_CODES  # noqa: E402
 
 
-@pytest.mark.parametrize("policy, code, ended", [
-    ("none/clamped", 4, "shut down - rank 0 raised ValueError: User-provided base page indices is too short"),
-    ("capacity", 0, "completed - every rank finished its work"),
-])
+@pytest.mark.parametrize(
+    "policy, code, ended",
+    [
+        (
+            "none/clamped",
+            4,
+            "shut down - rank 0 raised ValueError: User-provided base page indices is too short",
+        ),
+        ("capacity", 0, "completed - every rank finished its work"),
+    ],
+)
 def test_scenario_runs_rank_processes_and_exits_by_how_the_run_ended(policy, code, ended, capsys):
     assert main(["scenario", "issue-21470", "--ranks", "4", "--policy", policy]) == code
     out = capsys.readouterr().out
@@ -127,7 +154,10 @@ def test_scenario_past_its_deadline_exits_6_and_says_so(capsys):
 
 
 def test_scenario_in_process_by_file_stem(capsys):
-    assert main(["scenario", "issue_21470_16x_gb300", "--in-process"]) == SCENARIO_EXIT_CODES["shut down"]
+    assert (
+        main(["scenario", "issue_21470_16x_gb300", "--in-process"])
+        == SCENARIO_EXIT_CODES["shut down"]
+    )
     out = capsys.readouterr().out
     assert "16 ranks (in-process), policy none/clamped: shut down" in out
     assert out.count("shut down: rank 0 raised ValueError") == 15
@@ -146,19 +176,28 @@ def test_scenario_nccl_without_gpus_is_a_usage_error(capsys):
 
 # --- bad input the parser cannot see -----------------------------------------------------------
 
-@pytest.mark.parametrize("argv, named", [
-    (["-p", "scal=3"], "parameter 'scal' is not a parameter of the selected notebooks (01_good); "
-                       "they accept SMOKE: bool, scale: int"),
-    (["-p", "scale=3.5"], "parameter scale must be int, got 3.5 (float)"),
-    (["-p", "scale=True"], "parameter scale must be int, got True (bool)"),
-    (["-p", "SMOKE=1"], "parameter SMOKE must be bool, got 1 (int)"),
-])
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (
+            ["-p", "scal=3"],
+            "parameter 'scal' is not a parameter of the selected notebooks (01_good); "
+            "they accept SMOKE: bool, scale: int",
+        ),
+        (["-p", "scale=3.5"], "parameter scale must be int, got 3.5 (float)"),
+        (["-p", "scale=True"], "parameter scale must be int, got True (bool)"),
+        (["-p", "SMOKE=1"], "parameter SMOKE must be bool, got 1 (int)"),
+    ],
+)
 def test_walkthrough_parameters_are_checked_before_any_notebook_runs(tmp_path, argv, named, capsys):
     nbdir = tmp_path / "nb"
     nbdir.mkdir()
     _notebook(nbdir / "01_good.ipynb", "raise RuntimeError('must not run')")
     with pytest.raises(SystemExit) as exc:
-        main(["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(tmp_path / "b"), *argv])
+        main(
+            ["walkthrough", "--notebook-dir", str(nbdir), "--build-dir", str(tmp_path / "b"), *argv]
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "usage:" in err and named in err
@@ -169,8 +208,10 @@ def test_a_pool_the_machine_cannot_allocate_is_a_usage_error(monkeypatch, capsys
     import kvlab.core.manager as manager_module
 
     def refuse(num_blocks, bytes_per_block, device):
-        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
-                           f"{num_blocks * bytes_per_block} bytes")
+        raise RuntimeError(
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+            f"{num_blocks * bytes_per_block} bytes"
+        )
 
     monkeypatch.setattr(manager_module, "PagePool", refuse)
     with pytest.raises(SystemExit) as exc:
@@ -180,32 +221,49 @@ def test_a_pool_the_machine_cannot_allocate_is_a_usage_error(monkeypatch, capsys
     assert "usage:" in err and "quota_bytes=68719476736" in err and "cannot be allocated" in err
 
 
-@pytest.mark.parametrize("text, named", [
-    ("[" * 20000 + "]" * 20000, "nested too deeply"),
-    ("name: x\ntitle: " + "9" * 5000 + "\n", "title is an integer of 5000 characters"),
-])
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("[" * 20000 + "]" * 20000, "nested too deeply"),
+        ("name: x\ntitle: " + "9" * 5000 + "\n", "title is an integer of 5000 characters"),
+    ],
+)
 def test_a_hostile_scenario_file_prints_no_traceback(tmp_path, text, named):
     path = tmp_path / "x.yaml"
     path.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "kvlab", "scenario", str(path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvlab", "scenario", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "usage:" in proc.stderr and named in proc.stderr
 
 
 def test_help_names_every_command(capsys):
     from kvlab.cli import build_parser
+
     commands = next(a for a in build_parser()._actions if a.dest == "command").choices
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     out = capsys.readouterr().out
-    assert exc.value.code == 0 and set(commands) == {"repro", "walkthrough", "scenario", "plan",
-                                                     "doctor", "slides"}
+    assert exc.value.code == 0 and set(commands) == {
+        "repro",
+        "walkthrough",
+        "scenario",
+        "plan",
+        "doctor",
+        "slides",
+    }
     assert out.startswith("usage: kvlab [-h] {repro,walkthrough,scenario,plan,doctor,slides}")
 
 
 def test_a_scenario_run_on_other_ranks_says_so(capsys):
-    assert main(["scenario", "issue-21470", "--ranks", "2", "--in-process", "--policy", "capacity"]) == 0
+    assert (
+        main(["scenario", "issue-21470", "--ranks", "2", "--in-process", "--policy", "capacity"])
+        == 0
+    )
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("(the scenario's 16 ranks changed to 2)")
 
@@ -233,7 +291,9 @@ def test_walkthrough_reports_what_it_cannot_do_and_goes_on(tmp_path, capfd):
     assert "04_broken.ipynb is not a notebook papermill can read" in capfd.readouterr().err
 
 
-def test_walkthrough_stopped_by_ctrl_c_says_what_ran_and_what_did_not(tmp_path, monkeypatch, capsys):
+def test_walkthrough_stopped_by_ctrl_c_says_what_ran_and_what_did_not(
+    tmp_path, monkeypatch, capsys
+):
     from kvlab.notebook import walkthrough
 
     nbdir = tmp_path / "nb"
@@ -264,16 +324,31 @@ def _walkthrough_process(tmp_path, body):
         folder.mkdir()
     _notebook(nbdir / "01_slow.ipynb", body)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), TMPDIR=str(tmp))
-    proc = subprocess.Popen([sys.executable, "-m", "kvlab", "walkthrough", "--notebook-dir",
-                             str(nbdir), "--build-dir", str(tmp_path / "build")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvlab",
+            "walkthrough",
+            "--notebook-dir",
+            str(nbdir),
+            "--build-dir",
+            str(tmp_path / "build"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     return proc, nbdir, runtime, tmp
 
 
 def _left_behind(nbdir, runtime, tmp):
-    return (sorted(p.name for p in nbdir.iterdir() if not p.name.endswith(".ipynb"))
-            + sorted(p.name for p in runtime.iterdir())
-            + sorted(p.name for p in tmp.rglob("*.json")))
+    return (
+        sorted(p.name for p in nbdir.iterdir() if not p.name.endswith(".ipynb"))
+        + sorted(p.name for p in runtime.iterdir())
+        + sorted(p.name for p in tmp.rglob("*.json"))
+    )
 
 
 @pytest.mark.notebook
@@ -293,7 +368,9 @@ def test_walkthrough_stopped_by_a_signal_leaves_no_kernel_file(tmp_path, signum)
     out, err = proc.communicate(timeout=60)
     if signum == signal.SIGKILL:
         assert proc.returncode == -signal.SIGKILL
-        deadline = time.monotonic() + 10  # the reaper removes the folder once the walkthrough is gone
+        deadline = (
+            time.monotonic() + 10
+        )  # the reaper removes the folder once the walkthrough is gone
         while _left_behind(nbdir, runtime, tmp) and time.monotonic() < deadline:
             time.sleep(0.2)
     else:
@@ -314,9 +391,21 @@ def test_a_run_the_kernel_did_not_finish_is_marked_partial(tmp_path):
     nb.cells.append(nbformat.v4.new_code_cell("never = 1"))
     nbformat.write(nb, nbdir / "01_dies.ipynb")
     build = tmp_path / "build"
-    proc = subprocess.run([sys.executable, "-m", "kvlab", "walkthrough", "--notebook-dir",
-                           str(nbdir), "--build-dir", str(build)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvlab",
+            "walkthrough",
+            "--notebook-dir",
+            str(nbdir),
+            "--build-dir",
+            str(build),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and "the kernel stopped" in proc.stdout
     executed = nbformat.read(build / "notebooks" / "01_dies.ipynb", as_version=4)
     assert executed.metadata["kvlab"]["partial"] is True
@@ -328,12 +417,16 @@ def test_a_run_the_kernel_did_not_finish_is_marked_partial(tmp_path):
 
 # --- kvlab doctor and kvlab slides: the workshop's pre-day check and its decks ---------------------
 
-@pytest.mark.parametrize("argv, named", [
-    (["doctor", "--jsn"], "unrecognized arguments: --jsn"),
-    (["doctor", "extra"], "unrecognized arguments: extra"),
-    (["slides", "--only", "99"], "no notebook"),
-    (["slides", "--notebook-dir", "/no/such/folder"], "is not a folder"),
-])
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["doctor", "--jsn"], "unrecognized arguments: --jsn"),
+        (["doctor", "extra"], "unrecognized arguments: extra"),
+        (["slides", "--only", "99"], "no notebook"),
+        (["slides", "--notebook-dir", "/no/such/folder"], "is not a folder"),
+    ],
+)
 def test_doctor_and_slides_bad_arguments_exit_2_with_usage(argv, named, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -343,18 +436,39 @@ def test_doctor_and_slides_bad_arguments_exit_2_with_usage(argv, named, capsys):
 
 
 def test_doctor_bad_flag_prints_no_traceback():
-    proc = subprocess.run([sys.executable, "-m", "kvlab", "doctor", "--bogus"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvlab", "doctor", "--bogus"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "unrecognized arguments: --bogus" in proc.stderr
 
 
 def test_slides_writes_one_deck_per_selected_notebook_and_an_index(tmp_path, capsys):
-    assert main(["slides", "--only", "02", "--only", "ex1", "--out", str(tmp_path),
-                 "--executed-dir", str(tmp_path / "none")]) == 0
+    assert (
+        main(
+            [
+                "slides",
+                "--only",
+                "02",
+                "--only",
+                "ex1",
+                "--out",
+                str(tmp_path),
+                "--executed-dir",
+                str(tmp_path / "none"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "02_single_gpu_repro_4mib.html", "ex1_page_index_width.html", "index.html"]
+        "02_single_gpu_repro_4mib.html",
+        "ex1_page_index_width.html",
+        "index.html",
+    ]
     assert "text only: no executed copy" in out and "index.html" in out
     index = (tmp_path / "index.html").read_text()
-    assert 'href="02_single_gpu_repro_4mib.html"' in index and 'href="ex1_page_index_width.html"' in index
-
+    assert (
+        'href="02_single_gpu_repro_4mib.html"' in index
+        and 'href="ex1_page_index_width.html"' in index
+    )

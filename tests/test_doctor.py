@@ -40,17 +40,31 @@ def test_the_seed_repro_runs_well_under_a_second():
 
 
 def test_a_failing_check_is_a_FAIL_line_with_its_fix_and_exit_1(monkeypatch, capsys):
-    _replace(monkeypatch, "torch", Check("torch", FAIL, "does not import: No module named 'torch'",
-                                         "bash scripts/setup.sh notebooks"))
+    _replace(
+        monkeypatch,
+        "torch",
+        Check(
+            "torch",
+            FAIL,
+            "does not import: No module named 'torch'",
+            "bash scripts/setup.sh notebooks",
+        ),
+    )
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
-    assert ("FAIL  torch       does not import: No module named 'torch'  -> fix: bash scripts/setup.sh "
-            "notebooks") in out.splitlines()
+    assert (
+        "FAIL  torch       does not import: No module named 'torch'  -> fix: bash scripts/setup.sh "
+        "notebooks"
+    ) in out.splitlines()
     assert out.splitlines()[-1].startswith("NOT ready: 1 check failed")
 
 
 def test_a_warning_alone_keeps_exit_0(monkeypatch, capsys):
-    _replace(monkeypatch, "browser", Check("browser", WARN, "no Chromium or Chrome found", "install Chromium"))
+    _replace(
+        monkeypatch,
+        "browser",
+        Check("browser", WARN, "no Chromium or Chrome found", "install Chromium"),
+    )
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "warn  browser     no Chromium or Chrome found  -> fix: install Chromium" in out
@@ -60,6 +74,7 @@ def test_a_warning_alone_keeps_exit_0(monkeypatch, capsys):
 def test_a_check_that_raises_is_a_FAIL_not_a_traceback(monkeypatch, capsys):
     def check_notebooks():
         raise PermissionError("notebooks/ is not readable")
+
     monkeypatch.setattr(doctor, "CHECKS", (doctor.check_python, check_notebooks))
     assert main(["doctor"]) == 1
     out = capsys.readouterr().out
@@ -67,18 +82,37 @@ def test_a_check_that_raises_is_a_FAIL_not_a_traceback(monkeypatch, capsys):
 
 
 def test_json_carries_every_check_and_the_verdict(monkeypatch, capsys):
-    _replace(monkeypatch, "disk", Check("disk", FAIL, "0.1 GiB free where build/ goes", "free at least 2 GiB"))
+    _replace(
+        monkeypatch,
+        "disk",
+        Check("disk", FAIL, "0.1 GiB free where build/ goes", "free at least 2 GiB"),
+    )
     assert main(["doctor", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ready"] is False and report["host"] and report["platform"]
-    assert [c["name"] for c in report["checks"]] == ["python", "kvlab", "torch", "packages", "kernel",
-                                                    "notebooks", "seed repro", "disk", "browser"]
+    assert [c["name"] for c in report["checks"]] == [
+        "python",
+        "kvlab",
+        "torch",
+        "packages",
+        "kernel",
+        "notebooks",
+        "seed repro",
+        "disk",
+        "browser",
+    ]
     disk = next(c for c in report["checks"] if c["name"] == "disk")
-    assert disk == {"name": "disk", "status": "FAIL", "detail": "0.1 GiB free where build/ goes",
-                    "fix": "free at least 2 GiB"}
+    assert disk == {
+        "name": "disk",
+        "status": "FAIL",
+        "detail": "0.1 GiB free where build/ goes",
+        "fix": "free at least 2 GiB",
+    }
 
 
-@pytest.mark.parametrize("version, below", [((3, 10, 14), True), ((3, 11, 0), False), ((3, 13, 1), False)])
+@pytest.mark.parametrize(
+    "version, below", [((3, 10, 14), True), ((3, 11, 0), False), ((3, 13, 1), False)]
+)
 def test_python_below_3_11_fails(monkeypatch, version, below):
     monkeypatch.setattr(sys, "version_info", version)
     assert doctor.check_python().status == (FAIL if below else OK)
@@ -97,15 +131,18 @@ def test_missing_notebook_packages_and_kernel_fail(monkeypatch):
     import importlib.metadata
 
     real = importlib.metadata.version
+
     def version(name):
         if name == "papermill":
             raise importlib.metadata.PackageNotFoundError(name)
         return real(name)
+
     monkeypatch.setattr(importlib.metadata, "version", version)
     check = doctor.check_packages()
     assert check.status == FAIL and check.detail == "missing: papermill"
 
     from jupyter_client.kernelspec import KernelSpecManager
+
     monkeypatch.setattr(KernelSpecManager, "find_kernel_specs", lambda self: {"julia": "/k"})
     assert doctor.check_kernel().status == FAIL
 
@@ -121,7 +158,11 @@ def test_low_disk_warns_then_fails(monkeypatch):
 
 
 def test_the_command_runs_as_a_participant_types_it():
-    proc = subprocess.run([sys.executable, "-m", "kvlab", "doctor", "--json"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvlab", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["ready"] is True

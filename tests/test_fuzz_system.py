@@ -49,22 +49,29 @@ from kvlab.sched.scheduler import Scheduler, SchedulerDeadlock
 ENDED_EVENTS = {"finished": {"finished"}, "rejected": {"rejected", "aborted"}}
 
 
-def build_manager(tokens_per_block, blocks, max_seq_len, slots, width_policy, extra, hybrid,
-                  resident, host=None):
+def build_manager(
+    tokens_per_block, blocks, max_seq_len, slots, width_policy, extra, hybrid, resident, host=None
+):
     """A small manager; ``hybrid``: recurrent-state slots capped at ``resident`` sequences
     (PR #17261's clamp); ``host``: pages of the tier below the GPU (None: automatic)."""
-    geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
-                     tokens_per_block=tokens_per_block)
+    geo = KVGeometry(
+        num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=tokens_per_block
+    )
     blocks = max(blocks, extra // tokens_per_block + 1)  # the pool must hold more than the extra
-    common = dict(max_seq_len=max_seq_len, max_batch_size=slots, page_index_policy=width_policy,
-                  num_extra_kv_tokens=extra,
-                  host_cache_size=None if host is None else host * geo.bytes_per_block)
+    common = dict(
+        max_seq_len=max_seq_len,
+        max_batch_size=slots,
+        page_index_policy=width_policy,
+        num_extra_kv_tokens=extra,
+        host_cache_size=None if host is None else host * geo.bytes_per_block,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         if not hybrid:
             return KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block, **common)
-        quota = ((min(resident, slots) + num_dummy_slots()) * REVIEW_MAMBA.bytes_per_slot
-                 + blocks * geo.bytes_per_block)
+        quota = (
+            min(resident, slots) + num_dummy_slots()
+        ) * REVIEW_MAMBA.bytes_per_slot + blocks * geo.bytes_per_block
         return MambaHybridCacheManager(geo, REVIEW_MAMBA, quota, residency="clamped", **common)
 
 
@@ -77,31 +84,73 @@ class SystemMachine(RuleBasedStateMachine):
     # admission: every policy of ADMISSION_POLICIES (the coverage test names each), "none" first,
     # where the derandomized coverage run's PageIndexTooShort comes from (the peers' own loops,
     # kvlab.sched.vllm and kvlab.sched.sglang, have property tests of their own)
-    @initialize(tokens_per_block=st.sampled_from([1, 2, 4, 8, 16]), blocks=st.integers(1, 40),
-                max_seq_len=st.integers(1, 512), slots=st.integers(1, 6),
-                width_policy=st.sampled_from(sorted(WIDTH_POLICIES)),
-                admission=st.sampled_from(["none", "capacity"]),
-                extra=st.integers(0, 3), hybrid=st.booleans(), resident=st.integers(1, 6),
-                max_num_tokens=st.one_of(st.integers(1, 8), st.integers(1, 600)),
-                batch=st.integers(1, 8), stall_limit=st.integers(1, 40), chunked=st.booleans(),
-                host=st.sampled_from([0, 0, 4, 16, None]), recompute=st.booleans(),
-                chunk_unit=st.sampled_from([None, 1, 3, 16]),
-                max_context=st.sampled_from([None, 2, 64]))
-    def build(self, tokens_per_block, blocks, max_seq_len, slots, width_policy, admission, extra,
-              hybrid, resident, max_num_tokens, batch, stall_limit, chunked, host, recompute,
-              chunk_unit, max_context):
-        self.mgr = build_manager(tokens_per_block, blocks, max_seq_len, slots, width_policy,
-                                 extra, hybrid, resident, host)
+    @initialize(
+        tokens_per_block=st.sampled_from([1, 2, 4, 8, 16]),
+        blocks=st.integers(1, 40),
+        max_seq_len=st.integers(1, 512),
+        slots=st.integers(1, 6),
+        width_policy=st.sampled_from(sorted(WIDTH_POLICIES)),
+        admission=st.sampled_from(["none", "capacity"]),
+        extra=st.integers(0, 3),
+        hybrid=st.booleans(),
+        resident=st.integers(1, 6),
+        max_num_tokens=st.one_of(st.integers(1, 8), st.integers(1, 600)),
+        batch=st.integers(1, 8),
+        stall_limit=st.integers(1, 40),
+        chunked=st.booleans(),
+        host=st.sampled_from([0, 0, 4, 16, None]),
+        recompute=st.booleans(),
+        chunk_unit=st.sampled_from([None, 1, 3, 16]),
+        max_context=st.sampled_from([None, 2, 64]),
+    )
+    def build(
+        self,
+        tokens_per_block,
+        blocks,
+        max_seq_len,
+        slots,
+        width_policy,
+        admission,
+        extra,
+        hybrid,
+        resident,
+        max_num_tokens,
+        batch,
+        stall_limit,
+        chunked,
+        host,
+        recompute,
+        chunk_unit,
+        max_context,
+    ):
+        self.mgr = build_manager(
+            tokens_per_block,
+            blocks,
+            max_seq_len,
+            slots,
+            width_policy,
+            extra,
+            hybrid,
+            resident,
+            host,
+        )
         self.hybrid = hybrid
         self.admission = admission
         self.recompute = recompute
-        kwargs = dict(max_num_tokens=max_num_tokens, max_batch_size=batch,
-                      stall_limit=stall_limit, chunked_prefill=chunked,
-                      enable_recompute_pause=recompute, chunk_unit_size=chunk_unit,
-                      max_context_length=max_context)
+        kwargs = dict(
+            max_num_tokens=max_num_tokens,
+            max_batch_size=batch,
+            stall_limit=stall_limit,
+            chunked_prefill=chunked,
+            enable_recompute_pause=recompute,
+            chunk_unit_size=chunk_unit,
+            max_context_length=max_context,
+        )
         unit = tokens_per_block if chunk_unit is None else chunk_unit
         if chunked and unit > min(max_num_tokens, max_context or max_num_tokens):
-            with pytest.raises(ValueError, match=r"chunk_unit_size|max_num_tokens must be at least"):
+            with pytest.raises(
+                ValueError, match=r"chunk_unit_size|max_num_tokens must be at least"
+            ):
                 Scheduler(self.mgr, admission=admission, **kwargs)  # no chunk could ever run
             self.count("build refused: no chunk fits")
             kwargs.update(chunk_unit_size=1, max_context_length=None)
@@ -124,11 +173,15 @@ class SystemMachine(RuleBasedStateMachine):
         return self.mgr.page_index_span_tokens
 
     # -- the engine ---------------------------------------------------------------------------
-    @rule(n=st.integers(1, 4), prompt_pct=st.one_of(st.integers(1, 25), st.integers(1, 150)),
-          new=st.one_of(st.integers(0, 8), st.integers(0, 200)),
-          disagg=st.booleans(), drafts=st.sampled_from([0, 0, 0, 1, 2, 9]),
-          number=st.sampled_from([int, int, np.int16, np.uint32, np.int64]),
-          family=st.sampled_from([None, None, 0, 1]))
+    @rule(
+        n=st.integers(1, 4),
+        prompt_pct=st.one_of(st.integers(1, 25), st.integers(1, 150)),
+        new=st.one_of(st.integers(0, 8), st.integers(0, 200)),
+        disagg=st.booleans(),
+        drafts=st.sampled_from([0, 0, 0, 1, 2, 9]),
+        number=st.sampled_from([int, int, np.int16, np.uint32, np.int64]),
+        family=st.sampled_from([None, None, 0, 1]),
+    )
     def arrive(self, n, prompt_pct, new, disagg, drafts, number, family):
         """``family``: None, prompts that share nothing; else prompts of that family share
         their leading tokens (with earlier arrivals too), so block reuse matches, holds,
@@ -144,14 +197,23 @@ class SystemMachine(RuleBasedStateMachine):
             tokens = [*stem, (self.arrived + i) << 20]  # the last token is its own
             return dict(prefix_hashes=chain_hashes(tokens, per_hash), tokens_per_hash=per_hash)
 
-        requests = [Request(f"r{self.arrived + i}", prompt_len=number(max(1, prompt - 3 * i)),
-                            max_new_tokens=number(max(new, 1) if disagg else new),
-                            arrival_step=self.engine.step, disagg_generation_init=disagg,
-                            num_draft_tokens=number(drafts), **identity(max(1, prompt - 3 * i), i))
-                    for i in range(n)]
+        requests = [
+            Request(
+                f"r{self.arrived + i}",
+                prompt_len=number(max(1, prompt - 3 * i)),
+                max_new_tokens=number(max(new, 1) if disagg else new),
+                arrival_step=self.engine.step,
+                disagg_generation_init=disagg,
+                num_draft_tokens=number(drafts),
+                **identity(max(1, prompt - 3 * i), i),
+            )
+            for i in range(n)
+        ]
         for r in requests:  # what the checks returned, not the numpy scalars
-            assert all(type(v) is int for v in (r.prompt_len, r.max_new_tokens, r.arrival_step,
-                                                 r.num_draft_tokens))
+            assert all(
+                type(v) is int
+                for v in (r.prompt_len, r.max_new_tokens, r.arrival_step, r.num_draft_tokens)
+            )
         self.engine.add_requests(requests)
         self.arrived += n
         self.count("arrive")
@@ -180,14 +242,16 @@ class SystemMachine(RuleBasedStateMachine):
             # recompute pause off, as on a disaggregated generation server, and a host tier
             # smaller than a request, the head request suspends and resumes every pass while
             # the one behind it holds the pages: the real scheduler spins the same way.)
-            assert not (self.admission == "capacity" and self.recompute
-                        and not self.tenant_seen), (
-                "capacity admission let the engine spin without progress")
+            assert not (self.admission == "capacity" and self.recompute and not self.tenant_seen), (
+                "capacity admission let the engine spin without progress"
+            )
         self.count("drain")
 
     def progress(self):
-        return sum(r.context_current_position + r.num_generated + (r.state in ENDED_EVENTS)
-                   for r in self.engine.requests)
+        return sum(
+            r.context_current_position + r.num_generated + (r.state in ENDED_EVENTS)
+            for r in self.engine.requests
+        )
 
     def check_engine_error(self):
         error = self.engine.error
@@ -264,7 +328,9 @@ class SystemMachine(RuleBasedStateMachine):
         mgr = self.mgr
         need, free = mgr.caches[rid].suspended_blocks, mgr.free_blocks
         movable = mgr.host_tier.movable_blocks
-        used = mgr.pool.used_blocks - mgr.prefix_cache.evictable_blocks  # cached pages count as free
+        used = (
+            mgr.pool.used_blocks - mgr.prefix_cache.evictable_blocks
+        )  # cached pages count as free
         util_ok = used <= mgr.max_util_for_resume * mgr.total_blocks
         ok = mgr.resume(rid)
         if not util_ok or need > free + movable:
@@ -286,15 +352,22 @@ class SystemMachine(RuleBasedStateMachine):
         self.count("free")
 
     @precondition(lambda self: bool(self.stale))
-    @rule(index=st.integers(0, 10), act=st.sampled_from(["resize", "grow", "suspend", "resume",
-                                                           "release", "row"]))
+    @rule(
+        index=st.integers(0, 10),
+        act=st.sampled_from(["resize", "grow", "suspend", "resume", "release", "row"]),
+    )
     def use_stale(self, index, act):
         """A freed handle, maybe sharing its slot with a live cache now: it raises, and the
         invariants after this rule show it changed nothing."""
         cache = self.stale[index % len(self.stale)]
-        calls = {"resize": lambda: cache.resize(self.mgr.tokens_per_block),
-                 "grow": lambda: cache.grow_within_pages(1), "suspend": cache.suspend,
-                 "resume": cache.resume, "release": cache.release, "row": lambda: cache.page_indices}
+        calls = {
+            "resize": lambda: cache.resize(self.mgr.tokens_per_block),
+            "grow": lambda: cache.grow_within_pages(1),
+            "suspend": cache.suspend,
+            "resume": cache.resume,
+            "release": cache.release,
+            "row": lambda: cache.page_indices,
+        }
         with pytest.raises(RuntimeError, match="was freed"):
             calls[act]()
         self.count("use stale handle")
@@ -304,10 +377,12 @@ class SystemMachine(RuleBasedStateMachine):
     def pages_and_rows(self):
         mgr = self.mgr
         mgr.check_invariants()
-        owned = [p for c in mgr.caches.values() for p in c.pages[c.committed:]]
+        owned = [p for c in mgr.caches.values() for p in c.pages[c.committed :]]
         cached = [p for p in range(mgr.total_blocks) if mgr.prefix_cache.is_committed(p)]
-        assert sorted(owned + cached + mgr.pool.free_pages()) == list(range(mgr.total_blocks)), "pages lost"
-        held = {p for c in mgr.caches.values() for p in c.pages[:c.committed]}
+        assert sorted(owned + cached + mgr.pool.free_pages()) == list(range(mgr.total_blocks)), (
+            "pages lost"
+        )
+        held = {p for c in mgr.caches.values() for p in c.pages[: c.committed]}
         assert held <= set(cached), "a cache holds a page that is not committed"
         slot_of = {c.slot: c for c in mgr.caches.values()}
         assert len(slot_of) == len(mgr.caches), "a page-index slot is held twice"
@@ -324,7 +399,7 @@ class SystemMachine(RuleBasedStateMachine):
     def requests_accounted_for(self):
         engine, sched, mgr = self.engine, self.sched, self.mgr
         assert len(engine.requests) == self.arrived, "a request was lost"
-        unsubmitted = engine.arrivals[engine.next_arrival:] + list(engine.queue)  # not yet active
+        unsubmitted = engine.arrivals[engine.next_arrival :] + list(engine.queue)  # not yet active
         submitted = sched.submitted_requests
         places = collections.Counter(r.request_id for r in list(unsubmitted) + list(submitted))
         assert set(places) == {r.request_id for r in engine.requests}
@@ -384,17 +459,39 @@ def test_the_machine_holds_its_invariants_and_reaches_every_rule_and_every_outco
     from hypothesis.stateful import run_state_machine_as_test
 
     SystemMachine.rules_run.clear()
-    run_state_machine_as_test(SystemMachine, settings=settings(
-        max_examples=300, stateful_step_count=50, deadline=None, database=None, derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    run_state_machine_as_test(
+        SystemMachine,
+        settings=settings(
+            max_examples=300,
+            stateful_step_count=50,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
     ran = SystemMachine.rules_run
-    expected = ["build", "arrive", "step", "drain", "create", "resize", "suspend", "resume", "free",
-                "use stale handle", "build refused: no chunk fits",
-                "engine stopped: PageIndexTooShort", "engine stopped: SchedulerDeadlock"]
+    expected = [
+        "build",
+        "arrive",
+        "step",
+        "drain",
+        "create",
+        "resize",
+        "suspend",
+        "resume",
+        "free",
+        "use stale handle",
+        "build refused: no chunk fits",
+        "engine stopped: PageIndexTooShort",
+        "engine stopped: SchedulerDeadlock",
+    ]
     # every event TensorRT-LLM's loop has (an abort is SGLang's: tests/sched/test_sglang.py)
     expected += [f"event: {kind}" for kind in EVENT_KINDS if kind != "aborted"]
-    expected += [f"build: {value}" for value in [*ADMISSION_POLICIES, *WIDTH_POLICIES, "hybrid",
-                                                 "attention only"]]
+    expected += [
+        f"build: {value}"
+        for value in [*ADMISSION_POLICIES, *WIDTH_POLICIES, "hybrid", "attention only"]
+    ]
     missing = [name for name in expected if not ran[name]]
     assert not missing, f"never reached: {missing}; reached: {dict(ran)}"
 
@@ -408,10 +505,25 @@ def test_found_by_the_fuzzer_capacity_admission_without_recompute_pause_deadlock
     with both requests alive."""
     from kvlab import simulate
 
-    mgr = build_manager(tokens_per_block=1, blocks=8, max_seq_len=3, slots=2,
-                        width_policy="clamped", extra=1, hybrid=False, resident=1, host=4)
-    sched = Scheduler(mgr, admission="capacity", max_num_tokens=5, max_batch_size=2,
-                      stall_limit=1, enable_recompute_pause=False)
+    mgr = build_manager(
+        tokens_per_block=1,
+        blocks=8,
+        max_seq_len=3,
+        slots=2,
+        width_policy="clamped",
+        extra=1,
+        hybrid=False,
+        resident=1,
+        host=4,
+    )
+    sched = Scheduler(
+        mgr,
+        admission="capacity",
+        max_num_tokens=5,
+        max_batch_size=2,
+        stall_limit=1,
+        enable_recompute_pause=False,
+    )
     result = simulate(sched, [Request("r0", 1, 3), Request("r1", 4, 2)], max_steps=300)
     assert isinstance(result.error, SchedulerDeadlock) and result.iterations == 4
     assert result.status == {"r0": "running", "r1": "running"}

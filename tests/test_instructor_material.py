@@ -33,6 +33,7 @@ def _words(text: str) -> str:
 
 # --- Discuss questions and their answers -----------------------------------------------------------
 
+
 def discuss_questions(path: Path) -> dict:
     """``{"<notebook>.<n>": question}`` for the bullets under a "## Discuss" heading of the
     notebook at ``path``; <notebook> is its name up to the first "_" ("ex1", "03")."""
@@ -56,7 +57,9 @@ def answer_entries(text: str) -> dict:
     """``{key: quoted question}`` for each "### key" entry of ANSWERS.md and its "> " quote."""
     entries = {}
     for key, body in re.findall(r"^### (\S+)\n(.*?)(?=^#{2,3} |\Z)", text, re.M | re.S):
-        entries[key] = _words(" ".join(line[1:] for line in body.splitlines() if line.startswith(">")))
+        entries[key] = _words(
+            " ".join(line[1:] for line in body.splitlines() if line.startswith(">"))
+        )
     return entries
 
 
@@ -72,13 +75,21 @@ def test_every_discuss_question_has_an_answer_that_quotes_it():
     questions, answers = all_questions(), answer_entries(ANSWERS.read_text(encoding="utf-8"))
     assert {key.split(".")[0] for key in questions} >= {"ex1", "ex2", "ex3", "ex4"}
     assert sorted(set(questions) - set(answers)) == [], "Discuss questions without an answer entry"
-    assert sorted(set(answers) - set(questions)) == [], "answer entries for questions no notebook asks"
+    assert sorted(set(answers) - set(questions)) == [], (
+        "answer entries for questions no notebook asks"
+    )
     changed = [key for key in questions if answers[key] != questions[key]]
-    assert changed == [], f"the question changed in the notebook; update its quote and answer: {changed}"
+    assert changed == [], (
+        f"the question changed in the notebook; update its quote and answer: {changed}"
+    )
     text = ANSWERS.read_text(encoding="utf-8")
     for key in questions:  # each has an answer below its quote, not only the quote
-        body = re.search(rf"^### {re.escape(key)}\n(.*?)(?=^#{{2,3}} |\Z)", text, re.M | re.S).group(1)
-        assert len([line for line in body.splitlines() if line and not line.startswith(">")]) >= 2, key
+        body = re.search(
+            rf"^### {re.escape(key)}\n(.*?)(?=^#{{2,3}} |\Z)", text, re.M | re.S
+        ).group(1)
+        assert (
+            len([line for line in body.splitlines() if line and not line.startswith(">")]) >= 2
+        ), key
 
 
 def test_a_new_question_without_an_answer_is_found(tmp_path):
@@ -99,19 +110,36 @@ def test_the_answers_numbers_are_kvlabs():
     text = _words(ANSWERS.read_text(encoding="utf-8"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for context, outcome in ((2100, "refused"), (2200, "crash"), (2176, "refused"), (2177, "crash")):
+        for context, outcome in (
+            (2100, "refused"),
+            (2200, "crash"),
+            (2176, "refused"),
+            (2177, "crash"),
+        ):
             assert run_repro(4, context, "clamped").outcome == outcome, context
         assert f"--context 2176` exits {REPRO_EXIT_CODES['refused']}" in text
         assert f"`--context 2177` exits {REPRO_EXIT_CODES['crash']}" in text
-        nbytes = {p: KVCacheManager(seed_geometry(), quota_bytes=4 * MIB, max_seq_len=8192, max_batch_size=512,
-                                    page_index_policy=p).page_index.nbytes for p in ("clamped", "configured")}
+        nbytes = {
+            p: KVCacheManager(
+                seed_geometry(),
+                quota_bytes=4 * MIB,
+                max_seq_len=8192,
+                max_batch_size=512,
+                page_index_policy=p,
+            ).page_index.nbytes
+            for p in ("clamped", "configured")
+        }
     assert f"513 x 2 x 68 x 4 = {nbytes['clamped']:,} B" in text
     assert f"513 x 2 x 260 x 4 = {nbytes['configured']:,} B" in text
     big = div_ceil(8192 + 16, 32)
-    assert f"Request requires {big} KV cache blocks to complete, which exceeds the total capacity of 64" in text
+    assert (
+        f"Request requires {big} KV cache blocks to complete, which exceeds the total capacity of 64"
+        in text
+    )
 
 
 # --- the handout --------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def handout() -> str:
@@ -129,8 +157,12 @@ def test_the_handout_numbers_are_kvlabs(handout):
     g = seed_geometry()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mgr = {p: KVCacheManager(g, quota_bytes=4 * MIB, max_seq_len=8192, max_batch_size=512,
-                                 page_index_policy=p) for p in ("clamped", "configured")}
+        mgr = {
+            p: KVCacheManager(
+                g, quota_bytes=4 * MIB, max_seq_len=8192, max_batch_size=512, page_index_policy=p
+            )
+            for p in ("clamped", "configured")
+        }
         pools = {mib: run_repro(mib, 8192, "clamped") for mib in (8, 16)}
     clamped, configured = mgr["clamped"], mgr["configured"]
     tpb = g.tokens_per_block
@@ -149,7 +181,11 @@ def test_the_handout_numbers_are_kvlabs(handout):
         f"8 MiB still crashes (row {pools[8].max_blocks_per_seq} entries, {pools[8].entries_needed} needed)",
         f"16 MiB holds 8,192 tokens exactly ({pools[16].total_blocks} pages, row {pools[16].max_blocks_per_seq}): allocated",
     ]
-    assert (clamped.total_blocks, clamped.max_blocks_per_seq, configured.max_blocks_per_seq) == (64, 68, 260)
+    assert (clamped.total_blocks, clamped.max_blocks_per_seq, configured.max_blocks_per_seq) == (
+        64,
+        68,
+        260,
+    )
     assert pools[8].outcome == "crash" and pools[16].outcome == "ok"
     assert max_blocks_per_seq(clamped.max_seq_len, tpb) == clamped.max_blocks_per_seq
     missing = [p for p in phrases if p not in handout]
@@ -165,12 +201,17 @@ def test_the_handout_commands_exist_and_exit_as_it_says(handout):
             assert words[1] in commands, line
         elif words[0] == "bash":
             assert (ROOT / words[1]).is_file(), line
-    for flags, outcome in (("", "crash"), ("--policy none/configured", "refused"), ("--pool-mib 16", "ok")):
+    for flags, outcome in (
+        ("", "crash"),
+        ("--policy none/configured", "refused"),
+        ("--pool-mib 16", "ok"),
+    ):
         stated = re.search(rf"^kvlab repro {re.escape(flags)}\s*# .*?exit (\d)", block, re.M)
         assert stated and int(stated.group(1)) == REPRO_EXIT_CODES[outcome], flags
 
 
 # --- the slides ---------------------------------------------------------------------------------
+
 
 def _headings(path: Path) -> list:
     """The headings (# to ###) of the notebook's markdown, outside code fences."""
@@ -185,11 +226,17 @@ def _headings(path: Path) -> list:
     return titles
 
 
-@pytest.mark.parametrize("name, bare", [
-    ("02_single_gpu_repro_4mib", []),
-    ("03_the_one_line_fix", ["7. Alone: refused every pass, then the deadlock"]),  # heading, then code
-    ("ex3_admission_check", []),
-])
+@pytest.mark.parametrize(
+    "name, bare",
+    [
+        ("02_single_gpu_repro_4mib", []),
+        (
+            "03_the_one_line_fix",
+            ["7. Alone: refused every pass, then the deadlock"],
+        ),  # heading, then code
+        ("ex3_admission_check", []),
+    ],
+)
 def test_a_deck_has_one_slide_per_heading(name, bare, tmp_path):
     path = next(NOTEBOOKS.rglob(f"{name}.ipynb"))
     deck = build_deck(path, tmp_path, executed_dir=tmp_path / "none")
@@ -199,19 +246,33 @@ def test_a_deck_has_one_slide_per_heading(name, bare, tmp_path):
     assert page.count('<section class="slide') == len(headings) >= 4
     assert "text only: no executed copy" in page and "plotly.min.js" not in page
     assert not (tmp_path / "plotly.min.js").exists()
-    assert [s.title for s in deck.slides if not s.paragraph] == bare, "a slide without its first paragraph"
+    assert [s.title for s in deck.slides if not s.paragraph] == bare, (
+        "a slide without its first paragraph"
+    )
 
 
 def _executed(path: Path, figure_after: str, headings=None) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     for title in headings or ["Deck", "One", "Two"]:
-        nb.cells.append(nbformat.v4.new_markdown_cell(f"{'#' if title == 'Deck' else '##'} {title}\n\nAbout {title}."))
+        nb.cells.append(
+            nbformat.v4.new_markdown_cell(
+                f"{'#' if title == 'Deck' else '##'} {title}\n\nAbout {title}."
+            )
+        )
         code = nbformat.v4.new_code_cell("show()")
         if title == figure_after:
-            code.outputs = [nbformat.v4.new_output("display_data", data={
-                "application/vnd.plotly.v1+json": {"data": [{"type": "bar", "y": [1, 2]}],
-                                                   "layout": {"title": {"text": "</script> pages"}}},
-                "text/plain": "<Figure>"})]
+            code.outputs = [
+                nbformat.v4.new_output(
+                    "display_data",
+                    data={
+                        "application/vnd.plotly.v1+json": {
+                            "data": [{"type": "bar", "y": [1, 2]}],
+                            "layout": {"title": {"text": "</script> pages"}},
+                        },
+                        "text/plain": "<Figure>",
+                    },
+                )
+            ]
         nb.cells.append(code)
     nbformat.write(nb, path)
     return nb
@@ -226,7 +287,9 @@ def test_a_deck_takes_each_sections_first_figure_from_the_executed_copy(tmp_path
     page = deck.path.read_text(encoding="utf-8")
     assert page.count('class="figure"') == 1 and '<script src="plotly.min.js">' in page
     assert "<\\/script> pages" in page  # a title cannot end the script early
-    assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000  # plotly.js itself: offline
+    assert (
+        tmp_path / "out" / "plotly.min.js"
+    ).stat().st_size > 1_000_000  # plotly.js itself: offline
     assert "figures from" in deck.note
 
 
@@ -241,40 +304,80 @@ def test_an_executed_copy_with_other_headings_is_not_used(tmp_path):
 
 def test_slides_of_never_reads_a_heading_inside_a_code_fence():
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# Title\n\nText.\n\n```bash\n# a comment\n```\n\n## Next\n\nMore.")]
-    assert [(s.level, s.title, s.paragraph) for s in slides_of(nb)] == [(1, "Title", "Text."), (2, "Next", "More.")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(
+            "# Title\n\nText.\n\n```bash\n# a comment\n```\n\n## Next\n\nMore."
+        )
+    ]
+    assert [(s.level, s.title, s.paragraph) for s in slides_of(nb)] == [
+        (1, "Title", "Text."),
+        (2, "Next", "More."),
+    ]
 
 
 # --- the wheelhouse and the guide -----------------------------------------------------------------
 
+
 def test_the_wheelhouse_script_is_valid_bash_and_pins_torch_as_setup_does():
     assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "wheelhouse.sh")]).returncode == 0
-    dry = subprocess.run(["bash", str(ROOT / "scripts" / "wheelhouse.sh"), "--dry-run"],
-                         capture_output=True, text=True, timeout=60)
+    dry = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "wheelhouse.sh"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dry.returncode == 0, dry.stderr
-    pin = re.search(r'pip install "(torch==[\d.]+)"', (ROOT / "scripts" / "setup.sh").read_text()).group(1)
+    pin = re.search(
+        r'pip install "(torch==[\d.]+)"', (ROOT / "scripts" / "setup.sh").read_text()
+    ).group(1)
     downloads = [line for line in dry.stdout.splitlines() if " pip download " in line]
     assert len(downloads) == 2 and all(pin in line for line in downloads)
     assert not re.search(r"torch\\?>=", dry.stdout), "an unpinned torch would fetch a second build"
-    for name in ("numpy", "plotly", "jupyterlab", "papermill", "ipykernel", "pytest", "playwright", "setuptools"):
+    for name in (
+        "numpy",
+        "plotly",
+        "jupyterlab",
+        "papermill",
+        "ipykernel",
+        "pytest",
+        "playwright",
+        "setuptools",
+    ):
         assert re.search(rf"\b{name}\b", downloads[1]), name
     offline = [line.strip() for line in dry.stdout.splitlines() if "--no-index" in line]
-    assert offline == [f'python3 -m pip install --no-index --find-links build/wheelhouse "{pin}"',
-                       'python3 -m pip install --no-index --find-links build/wheelhouse -e ".[notebooks,test,ui]"']
+    assert offline == [
+        f'python3 -m pip install --no-index --find-links build/wheelhouse "{pin}"',
+        'python3 -m pip install --no-index --find-links build/wheelhouse -e ".[notebooks,test,ui]"',
+    ]
     guide = GUIDE.read_text(encoding="utf-8")
-    assert all(line in guide for line in offline), "INSTRUCTORS.md's offline install differs from the script's"
-    bad = subprocess.run(["bash", str(ROOT / "scripts" / "wheelhouse.sh"), "--dry-run", "--extras", "nope"],
-                         capture_output=True, text=True, timeout=60)
+    assert all(line in guide for line in offline), (
+        "INSTRUCTORS.md's offline install differs from the script's"
+    )
+    bad = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "wheelhouse.sh"), "--dry-run", "--extras", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0 and "no extra 'nope'" in bad.stderr
 
 
 def test_the_guide_links_the_material_and_covers_macos_and_windows():
     guide = GUIDE.read_text(encoding="utf-8")
-    for target in ("../notebooks/workshop/instructor/ANSWERS.md", "HANDOUT.md", "GLOSSARY.md",
-                   "../scripts/wheelhouse.sh"):
+    for target in (
+        "../notebooks/workshop/instructor/ANSWERS.md",
+        "HANDOUT.md",
+        "GLOSSARY.md",
+        "../scripts/wheelhouse.sh",
+    ):
         assert f"]({target})" in guide, target
         assert (GUIDE.parent / target).resolve().is_file(), target
-    for command in ("kvlab doctor", "kvlab doctor --json", "kvlab slides", "bash scripts/wheelhouse.sh"):
+    for command in (
+        "kvlab doctor",
+        "kvlab doctor --json",
+        "kvlab slides",
+        "bash scripts/wheelhouse.sh",
+    ):
         assert command in guide, command
     for heading in ("### macOS", "### Windows", "## The room checklist"):
         assert re.search(rf"^{heading}", guide, re.M), heading

@@ -12,8 +12,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "kvlab"
 
 #: Bottom first. A layer is a package of kvlab or one module; the entry points sit on top.
-LAYERS = ("core", "sched", "run", "analysis", "backends", "case_studies", "notebook", "workshop",
-          "cli")
+LAYERS = (
+    "core",
+    "sched",
+    "run",
+    "analysis",
+    "backends",
+    "case_studies",
+    "notebook",
+    "workshop",
+    "cli",
+)
 TOP = ("__init__", "__main__", "cli", "doctor", "slides")
 
 
@@ -44,8 +53,11 @@ def imported_modules(path: Path):
 MODULES = sorted(PACKAGE.rglob("*.py"))
 NAMES = [str(p.relative_to(PACKAGE.parent)) for p in MODULES]
 #: Packages inside a layer (``notebook/viz``), each a folder with an ``__init__.py``.
-SUBPACKAGES = {str(p.parent.relative_to(PACKAGE)) for p in MODULES
-               if p.name == "__init__.py" and PACKAGE not in (p.parent, p.parent.parent)}
+SUBPACKAGES = {
+    str(p.parent.relative_to(PACKAGE))
+    for p in MODULES
+    if p.name == "__init__.py" and PACKAGE not in (p.parent, p.parent.parent)
+}
 
 
 def module_name(path: Path) -> str:
@@ -61,8 +73,11 @@ def test_every_module_belongs_to_a_layer():
 @pytest.mark.parametrize("path", MODULES, ids=NAMES)
 def test_no_import_points_upward(path):
     here = layer_of(module_name(path))
-    upward = [f"line {line}: {target} ({LAYERS[layer_of(target)]})"
-              for target, line in imported_modules(path) if layer_of(target) > here]
+    upward = [
+        f"line {line}: {target} ({LAYERS[layer_of(target)]})"
+        for target, line in imported_modules(path)
+        if layer_of(target) > here
+    ]
     assert not upward, f"{module_name(path)} ({LAYERS[here]}) imports upward: {upward}"
 
 
@@ -70,7 +85,9 @@ def test_the_check_sees_an_upward_import(tmp_path):
     """The walk finds a function-level import too: what the test above relies on."""
     path = tmp_path / "probe.py"
     path.write_text("def f():\n    from kvlab.notebook.viz import outcome_colour\n")
-    assert [(layer_of(t), line) for t, line in imported_modules(path)] == [(LAYERS.index("notebook"), 2)]
+    assert [(layer_of(t), line) for t, line in imported_modules(path)] == [
+        (LAYERS.index("notebook"), 2)
+    ]
 
 
 def test_the_readme_module_map_matches_the_tree():
@@ -95,7 +112,9 @@ def test_the_readme_module_map_matches_the_tree():
     modules = {str(p.relative_to(PACKAGE)) for p in MODULES if not p.name.startswith("__")}
     assert modules - mapped == set(), "modules the README's map leaves out"
     assert mapped - modules == set(), "the README's map names modules that do not exist"
-    assert packages == SUBPACKAGES, "the README's map and the tree disagree on the packages of a layer"
+    assert packages == SUBPACKAGES, (
+        "the README's map and the tree disagree on the packages of a layer"
+    )
 
 
 def test_the_design_layer_table_matches_the_tree():
@@ -108,15 +127,25 @@ def test_the_design_layer_table_matches_the_tree():
         layer_cell, modules_cell = row.split("|")[1:3]
         layer = layer_cell.strip().strip("`")
         if not layer.endswith("/"):
-            assert (PACKAGE / f"{layer}.py").exists(), f"DESIGN.md names a layer {layer} that is not a module"
+            assert (PACKAGE / f"{layer}.py").exists(), (
+                f"DESIGN.md names a layer {layer} that is not a module"
+            )
             continue
         package_pattern = r"`(\w+)/` \(([^)]*)\)"
-        named = {f"{package}/{module}" for package, inner in re.findall(package_pattern, modules_cell)
-                 for module in re.findall(r"`(\w+)`", inner)}
+        named = {
+            f"{package}/{module}"
+            for package, inner in re.findall(package_pattern, modules_cell)
+            for module in re.findall(r"`(\w+)`", inner)
+        }
         named |= set(re.findall(r"`(\w+)`", re.sub(package_pattern, "", modules_cell)))
-        tree = {str(p.relative_to(PACKAGE / layer).with_suffix("")) for p in MODULES
-                if p.is_relative_to(PACKAGE / layer) and not p.name.startswith("__")}
-        assert named == tree, f"{layer}: DESIGN.md names {sorted(named - tree)} not in the tree, " \
-                              f"leaves out {sorted(tree - named)}"
+        tree = {
+            str(p.relative_to(PACKAGE / layer).with_suffix(""))
+            for p in MODULES
+            if p.is_relative_to(PACKAGE / layer) and not p.name.startswith("__")
+        }
+        assert named == tree, (
+            f"{layer}: DESIGN.md names {sorted(named - tree)} not in the tree, "
+            f"leaves out {sorted(tree - named)}"
+        )
     layers = {row.split("|")[1].strip().strip("`").rstrip("/") for row in rows}
     assert set(LAYERS) - {"cli"} <= layers, "DESIGN.md's table leaves out a layer"

@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
-
-import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_START = ["bash scripts/walkthrough.sh", "bash scripts/test.sh"]
@@ -50,7 +49,16 @@ def test_pyproject_requirements_parse_and_self_references_exist(project):
 
 def test_core_dependencies(project):
     reqs = {Requirement(t).name: Requirement(t) for t in project["dependencies"]}
-    assert {"torch", "numpy", "pyyaml", "plotly", "ipywidgets", "anywidget", "tqdm", "pandas"} <= set(reqs)
+    assert {
+        "torch",
+        "numpy",
+        "pyyaml",
+        "plotly",
+        "ipywidgets",
+        "anywidget",
+        "tqdm",
+        "pandas",
+    } <= set(reqs)
     # scripts/setup.sh installs torch 2.13.0 (the CPU build) on machines without a GPU.
     assert reqs["torch"].specifier.contains(Version("2.13.0"))
     setup = (ROOT / "scripts" / "setup.sh").read_text()
@@ -59,7 +67,9 @@ def test_core_dependencies(project):
 
 def test_test_extra_holds_the_notebooks_extra(project):
     assert _expand(project, "notebooks") <= _expand(project, "test")
-    assert {"pytest", "hypothesis", "pytest-timeout", "papermill", "kaleido"} <= _expand(project, "test")
+    assert {"pytest", "hypothesis", "pytest-timeout", "papermill", "kaleido"} <= _expand(
+        project, "test"
+    )
     assert _expand(project, "dev") >= _expand(project, "test") | _expand(project, "ui")
 
 
@@ -73,7 +83,9 @@ def test_environment_yml_installs_this_package_with_existing_extras(project):
     deps = env["dependencies"]
     python = next(d for d in deps if isinstance(d, str) and d.startswith("python="))
     major_minor = python.split("=", 1)[1]
-    assert Requirement(f"python{project['requires-python']}").specifier.contains(Version(major_minor))
+    assert Requirement(f"python{project['requires-python']}").specifier.contains(
+        Version(major_minor)
+    )
     pip = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
     assert len(pip) == 1, "pyproject.toml is the source of truth: environment.yml lists no packages"
     match = re.fullmatch(r"-e \.\[([\w,-]+)\]", pip[0])
@@ -88,7 +100,9 @@ def _quick_start_commands() -> list[str]:
     assert section, "README.md has no '## Quick start' section"
     blocks = re.findall(r"^```(?:bash|sh)?\n(.*?)^```", section.group(1), re.M | re.S)
     assert len(blocks) == 1, "the Quick start holds one code block"
-    return [line.strip() for line in blocks[0].splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        line.strip() for line in blocks[0].splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def test_readme_quick_start_is_exactly_the_two_commands():
@@ -107,7 +121,9 @@ def test_ci_runs_the_readme_test_command():
     assert test_command in lines
 
 
-@pytest.mark.parametrize("script", ["scripts/setup.sh", "scripts/test.sh", "scripts/walkthrough.sh", ".ci/run"])
+@pytest.mark.parametrize(
+    "script", ["scripts/setup.sh", "scripts/test.sh", "scripts/walkthrough.sh", ".ci/run"]
+)
 def test_scripts_are_valid_bash(script):
     result = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -126,7 +142,9 @@ def test_the_instructors_plan_adds_up_and_keeps_to_the_notebooks_estimates():
     assert rows, "no timed plan"
     clock = 0
     for hours, minutes, length, what in rows:
-        assert int(hours) * 60 + int(minutes) == clock, f"{what.strip()} starts at {hours}:{minutes}"
+        assert int(hours) * 60 + int(minutes) == clock, (
+            f"{what.strip()} starts at {hours}:{minutes}"
+        )
         clock += int(length)
     title = re.search(r"^## A (\d+(?:\.\d+)?)-hour plan", text, re.M)
     assert title and float(title.group(1)) * 60 == clock, "the plan's title and its rows disagree"
@@ -134,18 +152,32 @@ def test_the_instructors_plan_adds_up_and_keeps_to_the_notebooks_estimates():
     for path in sorted((ROOT / "notebooks" / "workshop").glob("ex*.py")):
         stated = int(re.search(r"About (\d+) minutes", path.read_text(encoding="utf-8")).group(1))
         number = path.name[2]
-        slot = next(minutes for what, minutes in slots.items() if what.startswith(f"Exercise {number} "))
-        assert slot == stated, f"exercise {number}: {slot} min in the plan, {stated} in its notebook"
+        slot = next(
+            minutes for what, minutes in slots.items() if what.startswith(f"Exercise {number} ")
+        )
+        assert slot == stated, (
+            f"exercise {number}: {slot} min in the plan, {stated} in its notebook"
+        )
     for path in sorted((ROOT / "notebooks").glob("0*.py")):
         stated = int(re.search(r"About (\d+) minutes", path.read_text(encoding="utf-8")).group(1))
         number = path.name[:2]
-        slot = next((minutes for what, minutes in slots.items() if what.startswith(f"{number} ·")), None)
-        assert slot == stated, f"notebook {number}: {slot} min in the plan, {stated} in the notebook"
+        slot = next(
+            (minutes for what, minutes in slots.items() if what.startswith(f"{number} ·")), None
+        )
+        assert slot == stated, (
+            f"notebook {number}: {slot} min in the plan, {stated} in the notebook"
+        )
     # the shorter day: what it drops is what those rows take, and what is left is what it says
-    short = re.search(r"^Short on time \((\d+) h (\d+) min\): drop 05, exercise 4 and 06 \(−(\d+) min\) "
-                      r"and the second break \(−(\d+) min\)", text, re.M)
+    short = re.search(
+        r"^Short on time \((\d+) h (\d+) min\): drop 05, exercise 4 and 06 \(−(\d+) min\) "
+        r"and the second break \(−(\d+) min\)",
+        text,
+        re.M,
+    )
     assert short, "no shorter plan"
     left, dropped, breaks = int(short[1]) * 60 + int(short[2]), int(short[3]), int(short[4])
-    assert dropped == sum(m for what, m in slots.items() if what.startswith(("05 ·", "Exercise 4 ", "06 ·")))
+    assert dropped == sum(
+        m for what, m in slots.items() if what.startswith(("05 ·", "Exercise 4 ", "06 ·"))
+    )
     assert breaks == [m for what, m in rows_minutes(rows) if what == "Break"][1]
     assert left == clock - dropped - breaks

@@ -7,7 +7,6 @@ clamped max_seq_len).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
 
 import numpy as np
 
@@ -29,25 +28,39 @@ def change_points(setup: PhaseSetup, max_len: int) -> np.ndarray:
     """The context lengths in 1..max_len where a lone request's verdict can change: where a block
     count does (context, context + new - 1, context + new, each with the extra tokens) and past
     max_num_tokens. Evaluating these is exact (:func:`phase_verdicts` counts blocks)."""
-    tpb, extra, new = setup.geometry.tokens_per_block, setup.num_extra_kv_tokens, setup.max_new_tokens
+    tpb, extra, new = (
+        setup.geometry.tokens_per_block,
+        setup.num_extra_kv_tokens,
+        setup.max_new_tokens,
+    )
     ks = np.arange(0, (max_len + extra + new) // tpb + 2, dtype=np.int64) * tpb
-    points = np.sort(np.concatenate([[1, setup.max_num_tokens + 1], ks - extra + 1,
-                                     ks - extra - max(new - 1, 0) + 1, ks - extra - new + 1]))
+    points = np.sort(
+        np.concatenate(
+            [
+                [1, setup.max_num_tokens + 1],
+                ks - extra + 1,
+                ks - extra - max(new - 1, 0) + 1,
+                ks - extra - new + 1,
+            ]
+        )
+    )
     points = points[(points >= 1) & (points <= max_len)]
     return points[np.concatenate([[True], np.diff(points) != 0])]
 
 
-def v2_segments(pool_blocks: int, regime: str, setup: PhaseSetup, points: np.ndarray,
-                max_len: int) -> Tuple[Segment, ...]:
+def v2_segments(
+    pool_blocks: int, regime: str, setup: PhaseSetup, points: np.ndarray, max_len: int
+) -> tuple[Segment, ...]:
     """The verdicts of context lengths 1..max_len as ranges (``points``: :func:`change_points`)."""
     codes = phase_verdicts([pool_blocks], points, regime, setup)[0]
     starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
     ends = np.concatenate([points[starts[1:]] - 1, [max_len]])
-    return tuple(Segment(int(points[s]), int(e), ENGINE_OUTCOMES[codes[s]])
-                 for s, e in zip(starts, ends))
+    return tuple(
+        Segment(int(points[s]), int(e), ENGINE_OUTCOMES[codes[s]]) for s, e in zip(starts, ends)
+    )
 
 
-def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> Tuple[Segment, ...]:
+def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> tuple[Segment, ...]:
     """A lone request under V1: a prompt over ``max_num_tokens`` (chunked prefill off) is
     refused at the door, one of the clamped max_seq_len or more by the worker
     (``_deduce_max_tokens``: "`default_max_tokens` (...) must be greater than 0"); the rest

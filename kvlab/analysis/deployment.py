@@ -40,7 +40,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from kvlab.analysis.context_ranges import Segment, change_points, v1_segments, v2_segments
 from kvlab.analysis.deployment_spec import Deployment
@@ -62,13 +62,15 @@ CURRENT_POLICY = {"v1": "v1", "v2": "none/clamped"}
 #: PR #17261's clamp (a proposal): the ranges of the pool it would leave when merged code raises.
 CLAMP_PROPOSAL = "pr-17261"
 #: What each policy is, in the plan's words.
-POLICY_LABELS = {"none/clamped": "current TensorRT-LLM (row sized from the clamped max_seq_len)",
-                 "none/configured": "the one-line fix (row sized from the configured max_seq_len)",
-                 "capacity": "admission control (PR #21720, a proposal)",
-                 "v1": "current TensorRT-LLM, V1 KVCacheManager (the worker rejects a prompt of "
-                       "the clamped max_seq_len or more)",
-                 CLAMP_PROPOSAL: "PR #17261's clamp (a proposal, closed without merging): the "
-                                 "pool it would leave"}
+POLICY_LABELS = {
+    "none/clamped": "current TensorRT-LLM (row sized from the clamped max_seq_len)",
+    "none/configured": "the one-line fix (row sized from the configured max_seq_len)",
+    "capacity": "admission control (PR #21720, a proposal)",
+    "v1": "current TensorRT-LLM, V1 KVCacheManager (the worker rejects a prompt of "
+    "the clamped max_seq_len or more)",
+    CLAMP_PROPOSAL: "PR #17261's clamp (a proposal, closed without merging): the "
+    "pool it would leave",
+}
 #: ``kvlab plan``'s exit codes: the current code's worst verdict; 5 when most context lengths up
 #: to max_seq_len are refused (max_num_tokens with chunked prefill off, or no room at all).
 PLAN_EXIT_CODES = {"ok": 0, "reject": 0, "stall": 3, "crash": 4}
@@ -83,25 +85,27 @@ class DeploymentPlan:
     :meth:`explain` for people. ``width_fix`` and the table bytes are V2's (None under V1)."""
 
     deployment: Deployment
-    budgets: Tuple[MemoryBudget, ...]  # each rank's memory budget
-    quotas: Tuple[int, ...]  # each rank's KV quota (V2) or KV memory at construction (V1)
-    local_blocks: Tuple[int, ...]  # each rank's own pool (after any state slots), blocks
+    budgets: tuple[MemoryBudget, ...]  # each rank's memory budget
+    quotas: tuple[int, ...]  # each rank's KV quota (V2) or KV memory at construction (V1)
+    local_blocks: tuple[int, ...]  # each rank's own pool (after any state slots), blocks
     blocks: int  # every rank's pool after the MIN
     bytes_per_token: int  # the stage with the most attention layers
     bytes_per_block: int
     capacity_tokens: int
     clamped_max_seq_len: int
     width_current: int
-    width_fix: Optional[int]
-    table_bytes_current: Optional[int]
-    table_bytes_fix: Optional[int]
-    ranges: Dict[str, Tuple[Segment, ...]]
-    hybrid: Optional[Dict[str, Any]] = None
-    notes: Tuple[str, ...] = field(default_factory=tuple)
-    state_bytes: Tuple[int, ...] = ()  # each rank's recurrent-state slots (merged, else the clamp's)
+    width_fix: int | None
+    table_bytes_current: int | None
+    table_bytes_fix: int | None
+    ranges: dict[str, tuple[Segment, ...]]
+    hybrid: dict[str, Any] | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    state_bytes: tuple[
+        int, ...
+    ] = ()  # each rank's recurrent-state slots (merged, else the clamp's)
     estimated_bytes_per_token: int = 0  # V1: the creator's estimate, the same stage
     stage: int = 0  # the pipeline stage bytes_per_token and the explanation are of (the largest)
-    paged: Tuple[bool, ...] = ()  # each rank holds KV pages (a stage of Mamba layers only does not)
+    paged: tuple[bool, ...] = ()  # each rank holds KV pages (a stage of Mamba layers only does not)
 
     @property
     def manager(self) -> str:
@@ -120,7 +124,7 @@ class DeploymentPlan:
     def clamped(self) -> bool:
         return self.clamped_max_seq_len < self.deployment.kv_max_seq_len
 
-    def worst(self, policy: Optional[str] = None) -> str:
+    def worst(self, policy: str | None = None) -> str:
         """The worst verdict any context length meets under ``policy`` (default: the current
         code's); "crash" where the engine cannot start (construction raises, or no page), for
         every policy but the proposal that changes construction."""
@@ -128,15 +132,16 @@ class DeploymentPlan:
         if not self.starts and policy != CLAMP_PROPOSAL:
             return "crash"
         order = {v: i for i, v in enumerate(ENGINE_OUTCOMES)}
-        return max((s.verdict for s in self.ranges.get(policy, ())), key=order.__getitem__,
-                   default="ok")
+        return max(
+            (s.verdict for s in self.ranges.get(policy, ())), key=order.__getitem__, default="ok"
+        )
 
-    def longest(self, policy: Optional[str] = None) -> int:
+    def longest(self, policy: str | None = None) -> int:
         """The longest context length that finishes under ``policy`` (0: none)."""
         segments = self.ranges.get(policy or self.current_policy, ())
         return max((s.high for s in segments if s.verdict == "ok"), default=0)
 
-    def first(self, verdict: str, policy: Optional[str] = None) -> Optional[int]:
+    def first(self, verdict: str, policy: str | None = None) -> int | None:
         """The shortest context length meeting ``verdict`` under ``policy``, or None."""
         segments = self.ranges.get(policy or self.current_policy, ())
         return min((s.low for s in segments if s.verdict == verdict), default=None)
@@ -150,7 +155,10 @@ class DeploymentPlan:
 
     @property
     def mostly_refused(self) -> bool:
-        return self.starts and 2 * self.refused_by_max_num_tokens > self.deployment.configured_max_seq_len
+        return (
+            self.starts
+            and 2 * self.refused_by_max_num_tokens > self.deployment.configured_max_seq_len
+        )
 
     @property
     def exit_code(self) -> int:
@@ -158,46 +166,84 @@ class DeploymentPlan:
         refused = self.mostly_refused or (self.starts and self.longest() == 0)
         return MOSTLY_REFUSED_EXIT if code == 0 and refused else code
 
-    def rank_plans(self) -> Tuple[RankPlan, ...]:
+    def rank_plans(self) -> tuple[RankPlan, ...]:
         """Each rank as :class:`kvlab.analysis.rank_plan.RankPlan` (what the per-rank memory
         figure reads): its budget, own quota and blocks, and the pool after the MIN."""
-        return tuple(RankPlan(rank, budget, quota, own, self.blocks, self.capacity_tokens,
-                              self.blocks * self.bytes_per_block, self.clamped_max_seq_len,
-                              self.width_current)
-                     for rank, (budget, quota, own) in enumerate(zip(
-                         self.budgets, self.quotas, self.local_blocks)))
+        return tuple(
+            RankPlan(
+                rank,
+                budget,
+                quota,
+                own,
+                self.blocks,
+                self.capacity_tokens,
+                self.blocks * self.bytes_per_block,
+                self.clamped_max_seq_len,
+                self.width_current,
+            )
+            for rank, (budget, quota, own) in enumerate(
+                zip(self.budgets, self.quotas, self.local_blocks)
+            )
+        )
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = self.deployment
-        pool = {"local_blocks": list(self.local_blocks), "blocks": self.blocks,
-                "capacity_tokens": self.capacity_tokens,
-                "clamped_max_seq_len": self.clamped_max_seq_len, "clamped": self.clamped,
-                "width": {"current": self.width_current, "one_line_fix": self.width_fix},
-                "table_bytes": {"current": self.table_bytes_current,
-                                "one_line_fix": self.table_bytes_fix}}
+        pool = {
+            "local_blocks": list(self.local_blocks),
+            "blocks": self.blocks,
+            "capacity_tokens": self.capacity_tokens,
+            "clamped_max_seq_len": self.clamped_max_seq_len,
+            "clamped": self.clamped,
+            "width": {"current": self.width_current, "one_line_fix": self.width_fix},
+            "table_bytes": {
+                "current": self.table_bytes_current,
+                "one_line_fix": self.table_bytes_fix,
+            },
+        }
         return {
-            "model": d.model.name, "architecture": d.model.architecture, "manager": self.manager,
-            "ranks": d.world_size, "tp_size": d.tp_size, "pp_size": d.pp_size,
-            "attention_dp": d.attention_dp, "gpu_bytes": round(d.gpu_gib * GIB),
-            "weights_bytes_per_rank": d.weights_bytes, "kv_dtype": d.kv_geometry().dtype,
-            ("kv_quota_bytes" if self.manager == "v2" else "kv_free_bytes_at_construction"):
-                list(self.quotas),
+            "model": d.model.name,
+            "architecture": d.model.architecture,
+            "manager": self.manager,
+            "ranks": d.world_size,
+            "tp_size": d.tp_size,
+            "pp_size": d.pp_size,
+            "attention_dp": d.attention_dp,
+            "gpu_bytes": round(d.gpu_gib * GIB),
+            "weights_bytes_per_rank": d.weights_bytes,
+            "kv_dtype": d.kv_geometry().dtype,
+            ("kv_quota_bytes" if self.manager == "v2" else "kv_free_bytes_at_construction"): list(
+                self.quotas
+            ),
             "bytes_per_token": self.bytes_per_token,
             "estimated_bytes_per_token": self.estimated_bytes_per_token or None,
             "bytes_per_block": self.bytes_per_block,
             "requested_max_seq_len": d.requested_max_seq_len,
             "configured_max_seq_len": d.configured_max_seq_len,
-            "kv_max_seq_len": d.kv_max_seq_len, "starts": self.starts,
+            "kv_max_seq_len": d.kv_max_seq_len,
+            "starts": self.starts,
             # the pool and what follows from it exist only where the engine starts; where
             # merged code raises they are PR #17261's clamp's, under its own key
-            **(pool if self.starts else {**{k: None for k in pool}, "proposals": {CLAMP_PROPOSAL: pool}}),
-            "policies": {p: {"label": POLICY_LABELS[p], "worst": self.worst(p),
-                             "longest_ok": self.longest(p),
-                             "ranges": [[s.low, s.high, s.verdict] for s in self.ranges[p]]}
-                         for p in self.ranges},
+            **(
+                pool
+                if self.starts
+                else {**dict.fromkeys(pool), "proposals": {CLAMP_PROPOSAL: pool}}
+            ),
+            "policies": {
+                p: {
+                    "label": POLICY_LABELS[p],
+                    "worst": self.worst(p),
+                    "longest_ok": self.longest(p),
+                    "ranges": [[s.low, s.high, s.verdict] for s in self.ranges[p]],
+                }
+                for p in self.ranges
+            },
             "refused_by_max_num_tokens": self.refused_by_max_num_tokens,
-            "hybrid": self.hybrid, "host_cache": _host_tier(d),
-            "verdict": self.verdict, "exit_code": self.exit_code, "notes": list(self.notes)}
+            "hybrid": self.hybrid,
+            "host_cache": _host_tier(d),
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "notes": list(self.notes),
+        }
 
     @property
     def verdict(self) -> str:
@@ -205,107 +251,154 @@ class DeploymentPlan:
         if not self.blocks:
             return "cannot start, no rank can build a KV pool"
         if not self.starts:
-            return ("merged TensorRT-LLM raises ValueError at construction (the state slots do "
-                    "not fit); lower max_batch_size or give the caches more memory")
+            return (
+                "merged TensorRT-LLM raises ValueError at construction (the state slots do "
+                "not fit); lower max_batch_size or give the caches more memory"
+            )
         if self.longest() == 0:
-            return ("every context refused: no prompt fits what the pool and the settings leave "
-                    f"(max_seq_len clamped to {self.clamped_max_seq_len:,}); see the ranges")
+            return (
+                "every context refused: no prompt fits what the pool and the settings leave "
+                f"(max_seq_len clamped to {self.clamped_max_seq_len:,}); see the ranges"
+            )
         if self.mostly_refused:
             d = self.deployment
-            return (f"most contexts refused: max_num_tokens ({d.max_num_tokens:,}) refuses every "
-                    f"prompt over it, {self.refused_by_max_num_tokens:,} of the "
-                    f"{d.configured_max_seq_len:,} lengths up to max_seq_len; turn on chunked "
-                    "prefill or raise max_num_tokens")
-        return {"ok": "safe, every context up to max_seq_len finishes",
-                "reject": "safe, contexts that cannot run are rejected with a reason",
-                "stall": "at risk, a long context stalls the engine (SchedulerDeadlock)",
-                "crash": "at risk of issue #21470, a long context raises ValueError and takes "
-                         "every rank down"}[self.worst()]
+            return (
+                f"most contexts refused: max_num_tokens ({d.max_num_tokens:,}) refuses every "
+                f"prompt over it, {self.refused_by_max_num_tokens:,} of the "
+                f"{d.configured_max_seq_len:,} lengths up to max_seq_len; turn on chunked "
+                "prefill or raise max_num_tokens"
+            )
+        return {
+            "ok": "safe, every context up to max_seq_len finishes",
+            "reject": "safe, contexts that cannot run are rejected with a reason",
+            "stall": "at risk, a long context stalls the engine (SchedulerDeadlock)",
+            "crash": "at risk of issue #21470, a long context raises ValueError and takes "
+            "every rank down",
+        }[self.worst()]
 
-    def explain(self, width: Optional[int] = EXPLAIN_WIDTH) -> str:
+    def explain(self, width: int | None = EXPLAIN_WIDTH) -> str:
         """The plan in words, one fact a line, each wrapped between words at ``width``
         characters (None: not wrapped, for a page that wraps to its own width)."""
         d = self.deployment
         geo = d.kv_geometry(self.stage)
         manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
         ranks = counted(d.world_size, "rank")
-        lines = [f"{d.model.name} ({d.model.architecture}) on {ranks} of "
-                 f"{d.gpu_gib:,.1f} GiB: tp {d.tp_size}, pp {d.pp_size}"
-                 f"{', attention DP' if d.attention_dp else ''}; {manager}",
-                 f"KV per token per rank: {geo.bytes_per_token_formula()}; one page of "
-                 f"{d.tokens_per_block} tokens = {self.bytes_per_block:,} B"]
+        lines = [
+            f"{d.model.name} ({d.model.architecture}) on {ranks} of "
+            f"{d.gpu_gib:,.1f} GiB: tp {d.tp_size}, pp {d.pp_size}"
+            f"{', attention DP' if d.attention_dp else ''}; {manager}",
+            f"KV per token per rank: {geo.bytes_per_token_formula()}; one page of "
+            f"{d.tokens_per_block} tokens = {self.bytes_per_block:,} B",
+        ]
         if self.manager == "v1" and self.estimated_bytes_per_token != self.bytes_per_token:
-            lines.append(f"The creator's estimate: {self.estimated_bytes_per_token:,} B per token "
-                         f"(get_cache_size_per_token: the model's own attention layers, "
-                         f"head_dim x KV heads // tp, a floor over all heads), "
-                         f"{self.bytes_per_token / max(self.estimated_bytes_per_token, 1):.2f}x "
-                         "below the real bytes")
+            lines.append(
+                f"The creator's estimate: {self.estimated_bytes_per_token:,} B per token "
+                f"(get_cache_size_per_token: the model's own attention layers, "
+                f"head_dim x KV heads // tp, a floor over all heads), "
+                f"{self.bytes_per_token / max(self.estimated_bytes_per_token, 1):.2f}x "
+                "below the real bytes"
+            )
         q = sorted(set(self.quotas))
         what = "KV quota per rank" if self.manager == "v2" else "Free at construction per rank"
-        lines.append(f"{what}: " + (_size(q[0]) if len(q) == 1 else f"{_size(q[0])} to {_size(q[-1])}")
-                     + f" ({_size(d.weights_bytes)} weights per rank)")
+        lines.append(
+            f"{what}: "
+            + (_size(q[0]) if len(q) == 1 else f"{_size(q[0])} to {_size(q[-1])}")
+            + f" ({_size(d.weights_bytes)} weights per rank)"
+        )
         if self.hybrid is not None:
             h = self.hybrid
-            lines.append(f"Recurrent state (stage {h['stage']}): {h['slots']:,} slots "
-                         f"({h['requested']:,} sequences + {h['dummies']} reserved) x "
-                         f"{h['slot_bytes'] / MIB:,.1f} MiB = {h['need_bytes'] / GIB:,.2f} GiB with "
-                         f"one page, against {h['quota_bytes'] / GIB:,.2f} GiB: "
-                         + ("merged TensorRT-LLM builds" if h["merged_builds"] else
-                            "merged TensorRT-LLM raises at construction: " + h["error"]))
+            lines.append(
+                f"Recurrent state (stage {h['stage']}): {h['slots']:,} slots "
+                f"({h['requested']:,} sequences + {h['dummies']} reserved) x "
+                f"{h['slot_bytes'] / MIB:,.1f} MiB = {h['need_bytes'] / GIB:,.2f} GiB with "
+                f"one page, against {h['quota_bytes'] / GIB:,.2f} GiB: "
+                + (
+                    "merged TensorRT-LLM builds"
+                    if h["merged_builds"]
+                    else "merged TensorRT-LLM raises at construction: " + h["error"]
+                )
+            )
             if len(h["stages"]) > 1:
-                lines.append("  per stage (attention/recurrent layers, need of quota): " + "; ".join(
-                    f"{st['stage']}: {st['attention_layers']}/{st['recurrent_layers']}, "
-                    f"{st['need_bytes'] / GIB:,.2f} of {st['quota_bytes'] / GIB:,.2f} GiB"
-                    for st in h["stages"]))
+                lines.append(
+                    "  per stage (attention/recurrent layers, need of quota): "
+                    + "; ".join(
+                        f"{st['stage']}: {st['attention_layers']}/{st['recurrent_layers']}, "
+                        f"{st['need_bytes'] / GIB:,.2f} of {st['quota_bytes'] / GIB:,.2f} GiB"
+                        for st in h["stages"]
+                    )
+                )
             if not h["merged_builds"]:
-                lines.append(f"  PR #17261's clamp (a proposal, closed without merging) keeps "
-                             f"{h['clamp_resident']:,} resident; PR #18985 (a proposal, open) "
-                             f"would default max_batch_size to {h['feasible_max_batch_size']:,}")
+                lines.append(
+                    f"  PR #17261's clamp (a proposal, closed without merging) keeps "
+                    f"{h['clamp_resident']:,} resident; PR #18985 (a proposal, open) "
+                    f"would default max_batch_size to {h['feasible_max_batch_size']:,}"
+                )
         if self.blocks:
             blocks = sorted({b for b, paged in zip(self.local_blocks, self.paged) if paged})
-            lines.append(f"Pool: {self.blocks:,} blocks = {self.capacity_tokens:,} tokens "
-                         + ("per rank after the MIN all-reduce" if d.world_size > 1 else "on its one rank")
-                         + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})"
-                                                      if len(blocks) > 1 else "")
-                         + ("" if self.starts else ", under PR #17261's clamp"))
-            lines.append(f"max_seq_len {d.configured_max_seq_len:,} (the KV manager's "
-                         f"{d.kv_max_seq_len:,}: {_kv_len_terms(d)}): " +
-                         (f"clamped to {self.clamped_max_seq_len:,}" if self.clamped else "not clamped"))
+            lines.append(
+                f"Pool: {self.blocks:,} blocks = {self.capacity_tokens:,} tokens "
+                + ("per rank after the MIN all-reduce" if d.world_size > 1 else "on its one rank")
+                + (f" (ranks alone: {blocks[0]:,} to {blocks[-1]:,})" if len(blocks) > 1 else "")
+                + ("" if self.starts else ", under PR #17261's clamp")
+            )
+            lines.append(
+                f"max_seq_len {d.configured_max_seq_len:,} (the KV manager's "
+                f"{d.kv_max_seq_len:,}: {_kv_len_terms(d)}): "
+                + (f"clamped to {self.clamped_max_seq_len:,}" if self.clamped else "not clamped")
+            )
             if not self.starts:
                 pass  # no table exists where construction raises
             elif self.manager == "v2":
-                lines.append(f"Page-index row: {self.width_current:,} entries now, {self.width_fix:,} "
-                             f"under the one-line fix; table {self.table_bytes_current:,} B now, "
-                             f"{self.table_bytes_fix:,} B under the fix")
+                lines.append(
+                    f"Page-index row: {self.width_current:,} entries now, {self.width_fix:,} "
+                    f"under the one-line fix; table {self.table_bytes_current:,} B now, "
+                    f"{self.table_bytes_fix:,} B under the fix"
+                )
             else:
                 # the KV manager's max_seq_len, clamped or not: the words fit either
-                lines.append(f"Blocks per sequence: {self.width_current:,} (ceil of the KV manager's "
-                             f"max_seq_len{', as clamped,' if self.clamped else ''} "
-                             f"{self.clamped_max_seq_len:,} over {d.tokens_per_block:,} tokens a block"
-                             + (", one more after a beam-search clamp)" if d.max_beam_width > 1
-                                and self.clamped else ")"))
+                lines.append(
+                    f"Blocks per sequence: {self.width_current:,} (ceil of the KV manager's "
+                    f"max_seq_len{', as clamped,' if self.clamped else ''} "
+                    f"{self.clamped_max_seq_len:,} over {d.tokens_per_block:,} tokens a block"
+                    + (
+                        ", one more after a beam-search clamp)"
+                        if d.max_beam_width > 1 and self.clamped
+                        else ")"
+                    )
+                )
         lines.append(f"Host tier: {_host_tier(d)['text']}")
         if self.ranges:
-            lines.append(f"A lone request of 1..{d.configured_max_seq_len:,} prompt tokens "
-                         f"(+{d.max_new_tokens:,} new):")
+            lines.append(
+                f"A lone request of 1..{d.configured_max_seq_len:,} prompt tokens "
+                f"(+{d.max_new_tokens:,} new):"
+            )
             for policy, segments in self.ranges.items():
                 lines.append(f"  {POLICY_LABELS[policy]}:")
                 lines += [f"    {s.low:,}-{s.high:,} {s.verdict}" for s in segments]
         if self.starts:
             lines.append(f"Longest context that finishes now: {self.longest():,} tokens")
         if self.mostly_refused:
-            lines.append(f"WARNING: max_num_tokens ({d.max_num_tokens:,}) refuses every prompt "
-                         f"over {d.max_num_tokens:,} tokens with chunked prefill off: "
-                         f"{self.refused_by_max_num_tokens:,} of the {d.configured_max_seq_len:,} "
-                         "context lengths up to max_seq_len")
+            lines.append(
+                f"WARNING: max_num_tokens ({d.max_num_tokens:,}) refuses every prompt "
+                f"over {d.max_num_tokens:,} tokens with chunked prefill off: "
+                f"{self.refused_by_max_num_tokens:,} of the {d.configured_max_seq_len:,} "
+                "context lengths up to max_seq_len"
+            )
         lines.append(f"Verdict: {self.verdict}")
         lines += [f"Note: {n}" for n in self.notes]
         if width is None:
             return "\n".join(lines)
         # whole words on every line, in a terminal as in a notebook's narrow output
-        return "\n".join(textwrap.fill(line, width, subsequent_indent="    ",
-                                        break_long_words=False, break_on_hyphens=False)
-                          for line in lines)
+        return "\n".join(
+            textwrap.fill(
+                line,
+                width,
+                subsequent_indent="    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            for line in lines
+        )
 
 
 def _kv_len_terms(d: Deployment) -> str:
@@ -315,17 +408,22 @@ def _kv_len_terms(d: Deployment) -> str:
     return ", ".join(terms) or "as configured"
 
 
-def _host_tier(d: Deployment) -> Dict[str, Any]:
+def _host_tier(d: Deployment) -> dict[str, Any]:
     """The host tier as configured: its bytes, or upstream's default for the manager."""
     if d.host_cache_gib is not None:
-        return {"bytes": round(d.host_cache_gib * GIB),
-                "text": f"{d.host_cache_gib:,.1f} GiB per rank; it holds evicted pages, and the "
-                        "clamp and the row count GPU pages only, so no verdict changes"}
+        return {
+            "bytes": round(d.host_cache_gib * GIB),
+            "text": f"{d.host_cache_gib:,.1f} GiB per rank; it holds evicted pages, and the "
+            "clamp and the row count GPU pages only, so no verdict changes",
+        }
     if d.resolved_manager == "v1":
         return {"bytes": 0, "text": "none (V1's default host_cache_size)"}
-    return {"bytes": None, "text": "automatic (V2's default: min(the quota, half the host's "
-                                   "available memory per rank on the node, 80 % of the "
-                                   "memlock limit)); it changes no verdict here"}
+    return {
+        "bytes": None,
+        "text": "automatic (V2's default: min(the quota, half the host's "
+        "available memory per rank on the node, 80 % of the "
+        "memlock limit)); it changes no verdict here",
+    }
 
 
 def plan_deployment(deployment: Deployment) -> DeploymentPlan:
@@ -353,12 +451,19 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         if d.model.linear_layers:
             hybrid, slot_bytes, pages = hybrid_plan(d, quotas, stages)
             if not hybrid["merged_builds"]:
-                notes.append(f"merged code raises at construction on pipeline stage "
-                             f"{hybrid['stage']}, so nothing runs under any current policy; the "
-                             "ranges given are for the pool PR #17261's clamp (a proposal) would leave")
-        local = tuple(pages) if pages is not None else tuple(
-            max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
-            for q, sb, s in zip(quotas, slot_bytes, stages))
+                notes.append(
+                    f"merged code raises at construction on pipeline stage "
+                    f"{hybrid['stage']}, so nothing runs under any current policy; the "
+                    "ranges given are for the pool PR #17261's clamp (a proposal) would leave"
+                )
+        local = (
+            tuple(pages)
+            if pages is not None
+            else tuple(
+                max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
+                for q, sb, s in zip(quotas, slot_bytes, stages)
+            )
+        )
     paged = [b for b, pages in zip(local, has_pages) if pages]
     blocks = min(paged) if paged else 0
     geo = d.kv_geometry()
@@ -378,15 +483,22 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     else:
         pools = max((h["num_pools"] for h in hybrid["stages"]), default=1) if hybrid else 1
         reserved = hybrid["dummies"] if hybrid else 1
-        width_now, width_fix = (max_blocks_per_seq(n, tpb, extra, d.max_draft_len)
-                                for n in (clamped, kv_len))
-        table_now, table_fix = (table_nbytes(d.max_batch_size, w, d.pp_size, num_pools=pools,
-                                             num_reserved=reserved) for w in (width_now, width_fix))
+        width_now, width_fix = (
+            max_blocks_per_seq(n, tpb, extra, d.max_draft_len) for n in (clamped, kv_len)
+        )
+        table_now, table_fix = (
+            table_nbytes(d.max_batch_size, w, d.pp_size, num_pools=pools, num_reserved=reserved)
+            for w in (width_now, width_fix)
+        )
 
     starts = bool(blocks) and (hybrid is None or hybrid["merged_builds"])
-    setup = PhaseSetup(geometry=geo, max_seq_len=kv_len, max_new_tokens=d.max_new_tokens,
-                       max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens,
-                       num_extra_kv_tokens=extra + d.max_draft_len)
+    setup = PhaseSetup(
+        geometry=geo,
+        max_seq_len=kv_len,
+        max_new_tokens=d.max_new_tokens,
+        max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens,
+        num_extra_kv_tokens=extra + d.max_draft_len,
+    )
     if manager == "v1":
         ranges = {"v1": v1_segments(d, clamped)} if blocks else {}
     elif starts:
@@ -399,22 +511,42 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         ranges = {}
     if not blocks:
         rank = min(range(len(local)), key=lambda r: (not has_pages[r], local[r]))
-        notes.append(f"rank {rank}'s KV memory ({_size(quotas[rank])}) holds no "
-                     f"{_size(d.kv_geometry(stages[rank]).bytes_per_block)} page after what else it "
-                     f"holds ({_size(budgets[rank].peak_memory_bytes)} of "
-                     f"{_size(budgets[rank].total_bytes)}): the executor cannot start (kvlab does "
-                     "not model the exact start-up error); give more ranks, a larger GPU or less "
-                     "memory to the rest")
+        notes.append(
+            f"rank {rank}'s KV memory ({_size(quotas[rank])}) holds no "
+            f"{_size(d.kv_geometry(stages[rank]).bytes_per_block)} page after what else it "
+            f"holds ({_size(budgets[rank].peak_memory_bytes)} of "
+            f"{_size(budgets[rank].total_bytes)}): the executor cannot start (kvlab does "
+            "not model the exact start-up error); give more ranks, a larger GPU or less "
+            "memory to the rest"
+        )
     if d.chunked_prefill and any(s.verdict == "stall" for s in ranges.get("none/clamped", ())):
-        notes.append("chunked prefill: a chunk boundary falling between the pool and the row end "
-                     "can make a stall here a crash")
+        notes.append(
+            "chunked prefill: a chunk boundary falling between the pool and the row end "
+            "can make a stall here a crash"
+        )
     biggest = max(range(d.pp_size), key=lambda s: d.kv_geometry(s).bytes_per_token)
-    return DeploymentPlan(d, budgets, quotas, local, blocks, d.kv_geometry(biggest).bytes_per_token,
-                          d.kv_geometry(biggest).bytes_per_block, capacity, clamped, width_now,
-                          width_fix, table_now, table_fix, ranges, hybrid, tuple(notes),
-                          tuple(slot_bytes),
-                          estimated_bytes_per_token(d, biggest) if manager == "v1" else 0,
-                          biggest, tuple(has_pages))
+    return DeploymentPlan(
+        d,
+        budgets,
+        quotas,
+        local,
+        blocks,
+        d.kv_geometry(biggest).bytes_per_token,
+        d.kv_geometry(biggest).bytes_per_block,
+        capacity,
+        clamped,
+        width_now,
+        width_fix,
+        table_now,
+        table_fix,
+        ranges,
+        hybrid,
+        tuple(notes),
+        tuple(slot_bytes),
+        estimated_bytes_per_token(d, biggest) if manager == "v1" else 0,
+        biggest,
+        tuple(has_pages),
+    )
 
 
 def _setting_notes(d: Deployment) -> list:
@@ -422,50 +554,80 @@ def _setting_notes(d: Deployment) -> list:
     notes = []
     m = d.model
     if d.manager == "auto":
-        notes.append(f"manager: use_kv_cache_manager_v2='auto' gives {m.architecture} the "
-                     f"{m.preferred_manager.upper()} manager"
-                     + (" (its model class declares V2)" if m.preferred_manager == "v2" else ""))
-    if d.max_beam_width > 1 and (m.preferred_manager == "v2" if d.manager == "auto" else d.manager == "v2"):
-        notes.append("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to "
-                     "KVCacheManager.")
+        notes.append(
+            f"manager: use_kv_cache_manager_v2='auto' gives {m.architecture} the "
+            f"{m.preferred_manager.upper()} manager"
+            + (" (its model class declares V2)" if m.preferred_manager == "v2" else "")
+        )
+    if d.max_beam_width > 1 and (
+        m.preferred_manager == "v2" if d.manager == "auto" else d.manager == "v2"
+    ):
+        notes.append(
+            "KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to "
+            "KVCacheManager."
+        )
     if m.max_seq_len_limit is not None and d.requested_max_seq_len > m.max_seq_len_limit:
-        notes.append(f"Specified self.max_seq_len={d.requested_max_seq_len} is larger than what the model "
-                     f"can support ({m.max_seq_len_limit}). "
-                     + ("allow_long_max_model_len keeps it" if d.allow_long_max_model_len else
-                        f"Setting max_seq_len to {m.max_seq_len_limit}."))
+        notes.append(
+            f"Specified self.max_seq_len={d.requested_max_seq_len} is larger than what the model "
+            f"can support ({m.max_seq_len_limit}). "
+            + (
+                "allow_long_max_model_len keeps it"
+                if d.allow_long_max_model_len
+                else f"Setting max_seq_len to {m.max_seq_len_limit}."
+            )
+        )
     if d.weights_gib is None:
         quant = m.quantization.weights_algo if m.quantization and not d.weights_dtype else None
-        how = (f"{quant} (from {m.quantization.source}), embeddings and lm_head in {m.dtype}"
-               if quant else d.weights_dtype or m.dtype)
-        notes.append(f"weights: {m.parameters:,} parameters in {how}, split evenly over tp "
-                     f"{d.tp_size} x pp {d.pp_size} (experts and replicated attention are not "
-                     "modelled; give weights_gib for them)")
+        how = (
+            f"{quant} (from {m.quantization.source}), embeddings and lm_head in {m.dtype}"
+            if quant
+            else d.weights_dtype or m.dtype
+        )
+        notes.append(
+            f"weights: {m.parameters:,} parameters in {how}, split evenly over tp "
+            f"{d.tp_size} x pp {d.pp_size} (experts and replicated attention are not "
+            "modelled; give weights_gib for them)"
+        )
     if d.kv_dtype is None and m.kv_dtype != m.dtype:
-        notes.append(f"KV cache in {m.kv_dtype}: the checkpoint's kv_cache_quant_algo "
-                     f"({m.quantization.source})")
+        notes.append(
+            f"KV cache in {m.kv_dtype}: the checkpoint's kv_cache_quant_algo "
+            f"({m.quantization.source})"
+        )
     if d.pp_size > 1:
-        layout = ", ".join(f"{a}/{r}" if m.linear_layers else f"{a}"
-                           for a, r in (m.stage(d.pp_size, s) for s in range(d.pp_size)))
-        notes.append(f"pipeline: each stage planned with its own layers (Mapping.pp_layers), "
-                     f"attention{'/recurrent' if m.linear_layers else ''} per stage: {layout}"
-                     + (f", plus {d.draft_layers} draft layer(s) on the last" if d.draft_layers else ""))
+        layout = ", ".join(
+            f"{a}/{r}" if m.linear_layers else f"{a}"
+            for a, r in (m.stage(d.pp_size, s) for s in range(d.pp_size))
+        )
+        notes.append(
+            f"pipeline: each stage planned with its own layers (Mapping.pp_layers), "
+            f"attention{'/recurrent' if m.linear_layers else ''} per stage: {layout}"
+            + (f", plus {d.draft_layers} draft layer(s) on the last" if d.draft_layers else "")
+        )
     if m.linear_layers and d.mamba_ssm_dtype is None and m.mamba_ssm_dtype not in (None, m.dtype):
-        notes.append(f"SSM state in {m.dtype}: mamba_ssm_cache_dtype 'auto' is the model's dtype, "
-                     f"the config's mamba_ssm_dtype ({m.mamba_ssm_dtype}) is not read (give "
-                     f"mamba_ssm_dtype={m.mamba_ssm_dtype} to plan that)")
+        notes.append(
+            f"SSM state in {m.dtype}: mamba_ssm_cache_dtype 'auto' is the model's dtype, "
+            f"the config's mamba_ssm_dtype ({m.mamba_ssm_dtype}) is not read (give "
+            f"mamba_ssm_dtype={m.mamba_ssm_dtype} to plan that)"
+        )
     if d.resolved_manager == "v1" and d.kv_quota_gib is not None:
-        notes.append("kv_cache_config.max_gpu_total_bytes: the V1 manager's "
-                     "calculate_max_num_blocks does not read it (resource_manager.py at 001541bad)")
+        notes.append(
+            "kv_cache_config.max_gpu_total_bytes: the V1 manager's "
+            "calculate_max_num_blocks does not read it (resource_manager.py at 001541bad)"
+        )
     if m.kv_factor == 1 and d.tokens_per_block != 64:
-        notes.append("MLA: on Hopper (SM90) with the TRTLLM attention backend the executor sets "
-                     "tokens_per_block to 64 for FlashMLA (\"Change tokens_per_block to: 64 for "
-                     "using FlashMLA\"); give tokens_per_block 64 to plan that")
+        notes.append(
+            "MLA: on Hopper (SM90) with the TRTLLM attention backend the executor sets "
+            'tokens_per_block to 64 for FlashMLA ("Change tokens_per_block to: 64 for '
+            'using FlashMLA"); give tokens_per_block 64 to plan that'
+        )
     if d.spec_mode:
-        notes.append(f"speculative decoding ({d.spec_mode}, max_draft_len {d.max_draft_len}): "
-                     f"{counted(d.num_extra_kv_tokens, 'extra KV token')} and "
-                     f"{counted(d.max_draft_len, 'draft token')} per sequence in the cache and the row; "
-                     "the draft layers take the "
-                     "target's KV geometry")
+        notes.append(
+            f"speculative decoding ({d.spec_mode}, max_draft_len {d.max_draft_len}): "
+            f"{counted(d.num_extra_kv_tokens, 'extra KV token')} and "
+            f"{counted(d.max_draft_len, 'draft token')} per sequence in the cache and the row; "
+            "the draft layers take the "
+            "target's KV geometry"
+        )
     return notes
 
 
@@ -474,7 +636,7 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / GIB:,.2f} GiB" if nbytes >= GIB else f"{nbytes / MIB:,.2f} MiB"
 
 
-def example_deployments() -> Dict[str, Deployment]:
+def example_deployments() -> dict[str, Deployment]:
     """The walk's three deployments from the shipped presets: issue #21470 as kvlab's scenario
     assumes it (notebook 01: the V2 manager, and a max_seq_len past the model's 40,960, which
     the deployment must have allowed), the seed's 4 MiB repro on V2 (notebook 02) and PR
@@ -487,34 +649,73 @@ def example_deployments() -> Dict[str, Deployment]:
     scenario = load_scenario("issue-21470")
     p, dep = scenario.parameters, scenario.deployment
     examples["issue-21470"] = Deployment(
-        model=load_model("qwen3-235b-a22b"), gpu_gib=dep.gpu_memory_gib,
-        weights_gib=p.model_weights_bytes / GIB, workspace_gib=dep.workspace_gib,
-        workspace_skew_gib=dep.workspace_skew_gib, activations_gib=dep.activations_gib,
-        non_torch_gib=dep.non_torch_gib, free_gpu_memory_fraction=dep.free_gpu_memory_fraction,
-        attention_dp=dep.attention_dp, ranks=dep.ranks, tp_size=dep.ranks,
-        max_seq_len=p.configured_max_seq_len, max_batch_size=p.max_batch_size,
-        max_new_tokens=dep.requests[0].max_new_tokens, max_num_tokens=dep.max_num_tokens,
-        chunked_prefill=dep.chunked_prefill, tokens_per_block=p.tokens_per_block,
-        kv_dtype=p.kv_dtype, manager="v2", allow_long_max_model_len=True)
+        model=load_model("qwen3-235b-a22b"),
+        gpu_gib=dep.gpu_memory_gib,
+        weights_gib=p.model_weights_bytes / GIB,
+        workspace_gib=dep.workspace_gib,
+        workspace_skew_gib=dep.workspace_skew_gib,
+        activations_gib=dep.activations_gib,
+        non_torch_gib=dep.non_torch_gib,
+        free_gpu_memory_fraction=dep.free_gpu_memory_fraction,
+        attention_dp=dep.attention_dp,
+        ranks=dep.ranks,
+        tp_size=dep.ranks,
+        max_seq_len=p.configured_max_seq_len,
+        max_batch_size=p.max_batch_size,
+        max_new_tokens=dep.requests[0].max_new_tokens,
+        max_num_tokens=dep.max_num_tokens,
+        chunked_prefill=dep.chunked_prefill,
+        tokens_per_block=p.tokens_per_block,
+        kv_dtype=p.kv_dtype,
+        manager="v2",
+        allow_long_max_model_len=True,
+    )
     repro = load_scenario("rtx5080-4mib").parameters
     seed = geometry_from_config(
-        SimpleNamespace(model_type="seed", num_hidden_layers=repro.num_layers, num_attention_heads=repro.num_kv_heads,
-                num_key_value_heads=repro.num_kv_heads, head_dim=repro.head_dim,
-                torch_dtype=repro.kv_dtype, max_position_embeddings=repro.configured_max_seq_len),
-        name="seed-repro", source="the seed's repro model: 2 layers, 2 KV heads of 128, fp16",
-        where="data/scenarios/rtx5080-4mib.yaml")
+        SimpleNamespace(
+            model_type="seed",
+            num_hidden_layers=repro.num_layers,
+            num_attention_heads=repro.num_kv_heads,
+            num_key_value_heads=repro.num_kv_heads,
+            head_dim=repro.head_dim,
+            torch_dtype=repro.kv_dtype,
+            max_position_embeddings=repro.configured_max_seq_len,
+        ),
+        name="seed-repro",
+        source="the seed's repro model: 2 layers, 2 KV heads of 128, fp16",
+        where="data/scenarios/rtx5080-4mib.yaml",
+    )
     examples["rtx5080-4mib"] = Deployment(
-        model=seed, gpu_gib=GPUS["rtx-5080"].gib, weights_gib=repro.model_weights_bytes / GIB,
-        kv_quota_gib=repro.pool_mib / 1024, max_seq_len=repro.configured_max_seq_len,
-        max_batch_size=repro.max_batch_size, max_new_tokens=16, tokens_per_block=repro.tokens_per_block,
-        kv_dtype=repro.kv_dtype, manager="v2")
+        model=seed,
+        gpu_gib=GPUS["rtx-5080"].gib,
+        weights_gib=repro.model_weights_bytes / GIB,
+        kv_quota_gib=repro.pool_mib / 1024,
+        max_seq_len=repro.configured_max_seq_len,
+        max_batch_size=repro.max_batch_size,
+        max_new_tokens=16,
+        tokens_per_block=repro.tokens_per_block,
+        kv_dtype=repro.kv_dtype,
+        manager="v2",
+    )
     examples["pr-17261"] = Deployment(
-        model=load_model("qwen3.5-27b"), gpu_gib=GPUS["h100-80gb"].gib,
-        kv_quota_gib=PR_QUOTA_BYTES / GIB, max_batch_size=PR_MAX_BATCH_SIZE,
-        max_seq_len=32768, mamba_ssm_dtype="bfloat16")
+        model=load_model("qwen3.5-27b"),
+        gpu_gib=GPUS["h100-80gb"].gib,
+        kv_quota_gib=PR_QUOTA_BYTES / GIB,
+        max_batch_size=PR_MAX_BATCH_SIZE,
+        max_seq_len=32768,
+        mamba_ssm_dtype="bfloat16",
+    )
     return examples
 
 
-__all__ = ["CLAMP_PROPOSAL", "CURRENT_POLICY", "Deployment", "DeploymentPlan",
-           "MOSTLY_REFUSED_EXIT", "PLAN_EXIT_CODES", "POLICY_LABELS", "example_deployments",
-           "plan_deployment"]
+__all__ = [
+    "CLAMP_PROPOSAL",
+    "CURRENT_POLICY",
+    "Deployment",
+    "DeploymentPlan",
+    "MOSTLY_REFUSED_EXIT",
+    "PLAN_EXIT_CODES",
+    "POLICY_LABELS",
+    "example_deployments",
+    "plan_deployment",
+]

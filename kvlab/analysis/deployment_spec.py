@@ -10,7 +10,6 @@ geometry, and each rank's memory budget (``KvCacheCreator._cal_max_memory``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry
 from kvlab.core.checks import check_choice, check_float, check_instance, check_int, store_checked
@@ -49,31 +48,31 @@ class Deployment:
 
     model: ModelGeometry
     gpu_gib: float
-    weights_gib: Optional[float] = None
-    weights_dtype: Optional[str] = None
+    weights_gib: float | None = None
+    weights_dtype: str | None = None
     workspace_gib: float = 0.0
     workspace_skew_gib: float = 0.0
     activations_gib: float = 0.0
     non_torch_gib: float = 0.0
     free_gpu_memory_fraction: float = 0.9
-    kv_quota_gib: Optional[float] = None
+    kv_quota_gib: float | None = None
     tp_size: int = 1
     pp_size: int = 1
     attention_dp: bool = False
-    ranks: Optional[int] = None
-    max_seq_len: Optional[int] = None
+    ranks: int | None = None
+    max_seq_len: int | None = None
     allow_long_max_model_len: bool = False
     max_batch_size: int = 2048
     max_new_tokens: int = 64
     max_num_tokens: int = 8192
     chunked_prefill: bool = False
     tokens_per_block: int = 32
-    kv_dtype: Optional[str] = None
-    mamba_ssm_dtype: Optional[str] = None
-    host_cache_gib: Optional[float] = None
+    kv_dtype: str | None = None
+    mamba_ssm_dtype: str | None = None
+    host_cache_gib: float | None = None
     manager: str = "auto"
     max_beam_width: int = 1
-    spec_mode: Optional[str] = None
+    spec_mode: str | None = None
     max_draft_len: int = 0
     disable_overlap_scheduler: bool = False
 
@@ -85,36 +84,51 @@ class Deployment:
         if self.weights_gib is not None:
             store_checked(self, "weights_gib", _gib)
         elif self.model.weights_bytes(self.weights_dtype) is None:
-            why = (f"its checkpoint's quantization {self.model.quantization.weights_algo!r} is "
-                   "not one kvlab derives weights for" if self.model.parameters else
-                   "it states no parameter count to derive the weights from")
+            why = (
+                f"its checkpoint's quantization {self.model.quantization.weights_algo!r} is "
+                "not one kvlab derives weights for"
+                if self.model.parameters
+                else "it states no parameter count to derive the weights from"
+            )
             raise ValueError(f"weights_gib is needed for model {self.model.name!r}: {why}")
         for name in ("workspace_gib", "workspace_skew_gib", "activations_gib", "non_torch_gib"):
             store_checked(self, name, _gib)
         if self.host_cache_gib is not None:
             store_checked(self, "host_cache_gib", _gib)
-        store_checked(self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True)
+        store_checked(
+            self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True
+        )
         if self.kv_quota_gib is not None:
             store_checked(self, "kv_quota_gib", _gib, low=1e-6)
         store_checked(self, "tp_size", check_int, low=1, high=MAX_RANKS)
         store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
         if self.tp_size * self.pp_size > MAX_RANKS:
-            raise ValueError(f"tp_size x pp_size must be at most {MAX_RANKS} ranks, got "
-                             f"{self.tp_size} x {self.pp_size} = {self.tp_size * self.pp_size}")
-        for name in ("attention_dp", "chunked_prefill", "allow_long_max_model_len",
-                     "disable_overlap_scheduler"):
+            raise ValueError(
+                f"tp_size x pp_size must be at most {MAX_RANKS} ranks, got "
+                f"{self.tp_size} x {self.pp_size} = {self.tp_size * self.pp_size}"
+            )
+        for name in (
+            "attention_dp",
+            "chunked_prefill",
+            "allow_long_max_model_len",
+            "disable_overlap_scheduler",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.ranks is not None:
             store_checked(self, "ranks", check_int, low=1, high=MAX_RANKS)
             if self.ranks != self.tp_size * self.pp_size:
-                raise ValueError(f"ranks must be tp_size x pp_size = {self.tp_size * self.pp_size} "
-                                 f"(TensorRT-LLM's world size; attention DP runs on the tp ranks), "
-                                 f"got {self.ranks}")
+                raise ValueError(
+                    f"ranks must be tp_size x pp_size = {self.tp_size * self.pp_size} "
+                    f"(TensorRT-LLM's world size; attention DP runs on the tp ranks), "
+                    f"got {self.ranks}"
+                )
         heads = self.model.num_attention_heads
         if not self.attention_dp and heads and heads % self.tp_size:
-            raise ValueError(f"tp_size must divide num_attention_heads ({heads}) unless attention_dp "
-                             f"is on, got {self.tp_size}")
+            raise ValueError(
+                f"tp_size must divide num_attention_heads ({heads}) unless attention_dp "
+                f"is on, got {self.tp_size}"
+            )
         if self.max_seq_len is not None:
             store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
         store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
@@ -133,21 +147,29 @@ class Deployment:
             check_choice("spec_mode", self.spec_mode, SPEC_MODES)
             store_checked(self, "max_draft_len", check_int, low=1, high=64)
             if self.spec_mode == "mtp" and not self.model.draft_layers:
-                raise ValueError(f"spec_mode 'mtp' needs MTP layers: model {self.model.name!r} "
-                                 "states no num_nextn_predict_layers")
+                raise ValueError(
+                    f"spec_mode 'mtp' needs MTP layers: model {self.model.name!r} "
+                    "states no num_nextn_predict_layers"
+                )
         if self.model.linear_layers and self.resolved_manager == "v1":
-            raise ValueError("a hybrid (recurrent-state) model on the V1 manager is "
-                             "MambaHybridCacheManager, which kvlab does not plan: manager must be "
-                             "'auto' or 'v2', and max_beam_width 1")
+            raise ValueError(
+                "a hybrid (recurrent-state) model on the V1 manager is "
+                "MambaHybridCacheManager, which kvlab does not plan: manager must be "
+                "'auto' or 'v2', and max_beam_width 1"
+            )
         if self.resolved_manager == "v1" and self.free_gpu_memory_fraction >= 1.0:
-            raise ValueError("free_gpu_memory_fraction must be in (0, 1) for the V1 manager "
-                             "(calculate_max_num_blocks asserts it is below 1.0), got 1.0")
+            raise ValueError(
+                "free_gpu_memory_fraction must be in (0, 1) for the V1 manager "
+                "(calculate_max_num_blocks asserts it is below 1.0), got 1.0"
+            )
         span = (self.kv_max_seq_len + self.max_new_tokens) // self.tokens_per_block
         if span > MAX_PLAN_BLOCKS:
-            raise ValueError(f"(max_seq_len + max_new_tokens) / tokens_per_block must be at most "
-                             f"{MAX_PLAN_BLOCKS:,} blocks, got ({self.configured_max_seq_len:,} + "
-                             f"{self.max_new_tokens:,}) / {self.tokens_per_block} (about {span:,}): "
-                             "raise tokens_per_block or lower max_seq_len or max_new_tokens")
+            raise ValueError(
+                f"(max_seq_len + max_new_tokens) / tokens_per_block must be at most "
+                f"{MAX_PLAN_BLOCKS:,} blocks, got ({self.configured_max_seq_len:,} + "
+                f"{self.max_new_tokens:,}) / {self.tokens_per_block} (about {span:,}): "
+                "raise tokens_per_block or lower max_seq_len or max_new_tokens"
+            )
         for stage in range(self.pp_size):
             self.kv_geometry(stage)  # head and dtype constraints, named
             if self.model.linear_layers:
@@ -160,7 +182,7 @@ class Deployment:
 
     @property
     def resolved_manager(self) -> str:
-        """"v1" or "v2": ``manager``, "auto" resolved by the architecture
+        """ "v1" or "v2": ``manager``, "auto" resolved by the architecture
         (:attr:`ModelGeometry.preferred_manager`); V2 falls back to V1 at a beam width above 1
         ("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to
         KVCacheManager.", ``_validate_or_fallback_kv_cache_manager_v2`` in _util.py)."""
@@ -208,22 +230,33 @@ class Deployment:
     def attention_layers(self, stage: int) -> int:
         """Stage ``stage``'s layers with a KV cache: its share of the model's, plus the draft
         layers on the last stage."""
-        return (self.model.stage(self.pp_size, stage)[0]
-                + (self.draft_layers if stage == self.pp_size - 1 else 0))
+        return self.model.stage(self.pp_size, stage)[0] + (
+            self.draft_layers if stage == self.pp_size - 1 else 0
+        )
 
-    def kv_geometry(self, stage: Optional[int] = None) -> KVGeometry:
+    def kv_geometry(self, stage: int | None = None) -> KVGeometry:
         """Stage ``stage``'s KV geometry (None: the most attention layers of any stage)."""
         last = stage == self.pp_size - 1 or (stage is None and self.pp_size == 1)
-        return self.model.kv_geometry(self.kv_dtype, self.tokens_per_block, self.tp_size,
-                                      self.pp_size, self.attention_dp, stage,
-                                      extra_layers=self.draft_layers if last else 0)
+        return self.model.kv_geometry(
+            self.kv_dtype,
+            self.tokens_per_block,
+            self.tp_size,
+            self.pp_size,
+            self.attention_dp,
+            stage,
+            extra_layers=self.draft_layers if last else 0,
+        )
 
-    def mamba_geometry(self, stage: Optional[int] = None):
+    def mamba_geometry(self, stage: int | None = None):
         """Stage ``stage``'s recurrent-state geometry; the SSM state in ``mamba_ssm_dtype``, else
         the model's dtype (``mamba_ssm_cache_dtype="auto"``: the checkpoint's own state dtype
         is not read upstream)."""
-        return self.model.mamba_geometry(1 if self.attention_dp else self.tp_size, self.pp_size,
-                                         self.mamba_ssm_dtype or self.model.dtype, stage)
+        return self.model.mamba_geometry(
+            1 if self.attention_dp else self.tp_size,
+            self.pp_size,
+            self.mamba_ssm_dtype or self.model.dtype,
+            stage,
+        )
 
     @property
     def weights_bytes(self) -> int:
@@ -233,18 +266,30 @@ class Deployment:
             return round(self.weights_gib * GIB)
         return self.model.weights_bytes(self.weights_dtype) // (self.tp_size * self.pp_size)
 
-    def budgets(self) -> Tuple[MemoryBudget, ...]:
+    def budgets(self) -> tuple[MemoryBudget, ...]:
         """Every rank's budget, its workspace ramped as the scenarios' ranks have it
         (:func:`kvlab.run.rank_config.ramped_budget`); V1 reads no ``max_gpu_total_bytes``
         (:func:`kvlab.analysis.v1_capacity.v1_tokens`)."""
-        cap = None if self.kv_quota_gib is None or self.resolved_manager == "v1" else \
-            round(self.kv_quota_gib * GIB)
-        return tuple(ramped_budget(
-            r, self.world_size, gpu_gib=self.gpu_gib, weights_bytes=self.weights_bytes,
-            workspace_gib=self.workspace_gib, workspace_skew_gib=self.workspace_skew_gib,
-            activations_gib=self.activations_gib, non_torch_gib=self.non_torch_gib,
-            free_gpu_memory_fraction=self.free_gpu_memory_fraction, max_gpu_total_bytes=cap)
-            for r in range(self.world_size))
+        cap = (
+            None
+            if self.kv_quota_gib is None or self.resolved_manager == "v1"
+            else round(self.kv_quota_gib * GIB)
+        )
+        return tuple(
+            ramped_budget(
+                r,
+                self.world_size,
+                gpu_gib=self.gpu_gib,
+                weights_bytes=self.weights_bytes,
+                workspace_gib=self.workspace_gib,
+                workspace_skew_gib=self.workspace_skew_gib,
+                activations_gib=self.activations_gib,
+                non_torch_gib=self.non_torch_gib,
+                free_gpu_memory_fraction=self.free_gpu_memory_fraction,
+                max_gpu_total_bytes=cap,
+            )
+            for r in range(self.world_size)
+        )
 
 
 __all__ = ["Deployment", "MANAGERS", "MAX_RANKS", "SPEC_MODES"]

@@ -12,7 +12,6 @@ data/scenarios/issue_21470_16x_gb300.yaml).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
 
 from kvlab.core.memory import GIB, MIB
 
@@ -38,8 +37,10 @@ class GpuPreset:
         return f"{self.title}: {self.gib:,.2f} GiB ({self.source})"
 
 
-GPUS: Dict[str, GpuPreset] = {
-    "rtx-5080": GpuPreset(16303 * MIB, "GeForce RTX 5080 16 GB GDDR7 (the seed's repro)", NVIDIA_SMI),
+GPUS: dict[str, GpuPreset] = {
+    "rtx-5080": GpuPreset(
+        16303 * MIB, "GeForce RTX 5080 16 GB GDDR7 (the seed's repro)", NVIDIA_SMI
+    ),
     "a100-80gb": GpuPreset(81920 * MIB, "A100 SXM 80 GB HBM2e", NVIDIA_SMI),
     "h100-80gb": GpuPreset(81559 * MIB, "H100 SXM 80 GB HBM3", NVIDIA_SMI),
     "h200": GpuPreset(150_109_880_320, "H200 SXM 141 GB HBM3e", MEASURED),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Dict, Tuple
+from typing import Any
 
 from kvlab.analysis.deployment_spec import Deployment
 from kvlab.core.arith import div_ceil
@@ -20,9 +20,15 @@ STORAGE_PAGE_BYTES = 2 * MIB
 
 
 @functools.lru_cache(maxsize=1024)  # ranks of a stage share their inputs
-def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[int, ...],
-                    live_slots: int, sequences: int, typical_len: int,
-                    tokens_per_block: int) -> Tuple[int, int]:
+def v2_hybrid_split(
+    quota_bytes: int,
+    page_bytes: int,
+    state_pool_bytes: tuple[int, ...],
+    live_slots: int,
+    sequences: int,
+    typical_len: int,
+    tokens_per_block: int,
+) -> tuple[int, int]:
     """(attention pages, recurrent-state slots) that merged ``MambaHybridCacheManagerV2`` builds
     from one rank's quota (mamba_cache_manager_v2.py at 28295084, the storage manager at
     2cdb452). The quota is cut in granules of 2 MiB, doubled per doubling of the quota past
@@ -35,7 +41,9 @@ def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[i
     ``page_bytes`` 0). [kvlab] Above the floor, the share is rounded
     down to whole granules (upstream's rounding there was not read); ``avg_seq_len`` set (extra
     attention floors) is not modelled."""
-    granule = STORAGE_PAGE_BYTES << min(4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512)))))
+    granule = STORAGE_PAGE_BYTES << min(
+        4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512))))
+    )
     granules = div_ceil(quota_bytes, granule)
 
     def state_granules(slots: int) -> int:
@@ -57,7 +65,7 @@ def v2_hybrid_split(quota_bytes: int, page_bytes: int, state_pool_bytes: Tuple[i
     return ((granules - state) * granule // page_bytes if page_bytes else 0), low
 
 
-def hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
+def hybrid_stages(d: Deployment, quotas) -> tuple[dict[str, Any], ...]:
     """Per pipeline stage: its layers, slot bytes, merged floor against its smallest quota, and
     PR #17261's clamp's resident count there (``MambaHybridCacheManagerV2``, docs/REFERENCE.md §5)."""
     dummies = num_dummy_slots(True, d.attention_dp)
@@ -67,19 +75,50 @@ def hybrid_stages(d: Deployment, quotas) -> Tuple[Dict[str, Any], ...]:
         mamba = d.mamba_geometry(stage)
         quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
         page = d.kv_geometry(stage).bytes_per_block if attention else 0
-        plan = ResidencyPlan(d.max_batch_size * d.pp_size, dummies if mamba else 0,
-                             mamba.bytes_per_slot if mamba else 0, page, max(quota, 1), d.pp_size)
-        pools = (mamba.num_mamba_layers * mamba.ssm_bytes,
-                 mamba.num_mamba_layers * mamba.conv_bytes) if mamba else ()
-        split = {r: v2_hybrid_split(q, page, pools, plan.requested + plan.dummies, plan.requested,
-                                    max(1, d.kv_max_seq_len // 2), d.tokens_per_block)
-                 if plan.raw_fits else (0, 0)
-                 for r, q in enumerate(quotas) if d.stage_of(r) == stage}
-        stages.append(dict(stage=stage, attention_layers=attention, recurrent_layers=recurrent,
-                           num_pools=int(bool(attention)) + int(bool(mamba)), quota_bytes=quota,
-                           slot_bytes=plan.slot_bytes, need_bytes=plan.raw_need_bytes,
-                           builds=plan.raw_fits, pages=min(p for p, _ in split.values()),
-                           state_slots=min(n for _, n in split.values()), plan=plan, split=split))
+        plan = ResidencyPlan(
+            d.max_batch_size * d.pp_size,
+            dummies if mamba else 0,
+            mamba.bytes_per_slot if mamba else 0,
+            page,
+            max(quota, 1),
+            d.pp_size,
+        )
+        pools = (
+            (mamba.num_mamba_layers * mamba.ssm_bytes, mamba.num_mamba_layers * mamba.conv_bytes)
+            if mamba
+            else ()
+        )
+        split = {
+            r: v2_hybrid_split(
+                q,
+                page,
+                pools,
+                plan.requested + plan.dummies,
+                plan.requested,
+                max(1, d.kv_max_seq_len // 2),
+                d.tokens_per_block,
+            )
+            if plan.raw_fits
+            else (0, 0)
+            for r, q in enumerate(quotas)
+            if d.stage_of(r) == stage
+        }
+        stages.append(
+            dict(
+                stage=stage,
+                attention_layers=attention,
+                recurrent_layers=recurrent,
+                num_pools=int(bool(attention)) + int(bool(mamba)),
+                quota_bytes=quota,
+                slot_bytes=plan.slot_bytes,
+                need_bytes=plan.raw_need_bytes,
+                builds=plan.raw_fits,
+                pages=min(p for p, _ in split.values()),
+                state_slots=min(n for _, n in split.values()),
+                plan=plan,
+                split=split,
+            )
+        )
     return tuple(stages)
 
 
@@ -90,22 +129,34 @@ def hybrid_plan(d: Deployment, quotas, stages):
     builds, each rank's attention pages (:func:`v2_hybrid_split`)."""
     per_stage = hybrid_stages(d, quotas)
     failing = [h for h in per_stage if not h["builds"]]
-    worst = failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
+    worst = (
+        failing[0] if failing else max(per_stage, key=lambda h: h["need_bytes"] / h["quota_bytes"])
+    )
     plan = worst["plan"]
     clamp = min(max(h["plan"].local_cap, 0) for h in per_stage)
-    hybrid = dict(slot_bytes=plan.slot_bytes, requested=plan.requested, dummies=plan.dummies,
-                  slots=plan.requested + plan.dummies, need_bytes=plan.raw_need_bytes,
-                  quota_bytes=plan.quota_bytes, stage=worst["stage"], merged_builds=not failing,
-                  clamp_resident=clamp,
-                  feasible_max_batch_size=min(h["plan"].feasible_max_batch_size() for h in per_stage),
-                  ssm_dtype=d.mamba_ssm_dtype or d.model.dtype,
-                  error="ValueError: " + QUOTA_TOO_SMALL.format(got=plan.quota_bytes,
-                                                                need=plan.raw_need_bytes)
-                  if failing else "",
-                  stages=[{k: v for k, v in h.items() if k not in ("plan", "split")} for h in per_stage])
+    hybrid = dict(
+        slot_bytes=plan.slot_bytes,
+        requested=plan.requested,
+        dummies=plan.dummies,
+        slots=plan.requested + plan.dummies,
+        need_bytes=plan.raw_need_bytes,
+        quota_bytes=plan.quota_bytes,
+        stage=worst["stage"],
+        merged_builds=not failing,
+        clamp_resident=clamp,
+        feasible_max_batch_size=min(h["plan"].feasible_max_batch_size() for h in per_stage),
+        ssm_dtype=d.mamba_ssm_dtype or d.model.dtype,
+        error="ValueError: "
+        + QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
+        if failing
+        else "",
+        stages=[{k: v for k, v in h.items() if k not in ("plan", "split")} for h in per_stage],
+    )
     resident = clamp if failing else d.max_batch_size * d.pp_size
-    slot_bytes = [(resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"]
-                  if resident else 0 for s in stages]
+    slot_bytes = [
+        (resident + per_stage[s]["plan"].dummies) * per_stage[s]["slot_bytes"] if resident else 0
+        for s in stages
+    ]
     pages = None if failing else [per_stage[s]["split"][r][0] for r, s in enumerate(stages)]
     return hybrid, slot_bytes, pages
 

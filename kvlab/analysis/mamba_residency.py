@@ -6,12 +6,24 @@ it, and a scaled-down model whose real manager fits in a laptop. The mechanism i
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
-from kvlab.core.checks import (MAX_COUNT, check_choice, check_float, check_instance, check_int, check_items,
-                               check_sequence)
-from kvlab.core.geometry import (STATE_DTYPES, KVGeometry, MambaGeometry, qwen3_5_27b_attention,
-                                 qwen3_5_27b_mamba)
+from kvlab.core.checks import (
+    MAX_COUNT,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_items,
+    check_sequence,
+)
+from kvlab.core.geometry import (
+    STATE_DTYPES,
+    KVGeometry,
+    MambaGeometry,
+    qwen3_5_27b_attention,
+    qwen3_5_27b_mamba,
+)
 from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, plan_residency, proposed_quota_error
 from kvlab.core.memory import GIB, MemoryBudget
 
@@ -28,15 +40,26 @@ SCALE = 256
 MAMBA_SSM_DTYPES = ("bfloat16", "float32")
 
 
-def qwen_plan(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
-              ssm_dtype: str = "bfloat16", conv_dtype: str = "bfloat16") -> ResidencyPlan:
+def qwen_plan(
+    quota_bytes: int = PR_QUOTA_BYTES,
+    max_batch_size: int = PR_MAX_BATCH_SIZE,
+    ssm_dtype: str = "bfloat16",
+    conv_dtype: str = "bfloat16",
+) -> ResidencyPlan:
     """The residency plan of Qwen3.5-27B (one rank, CUDA-graph padding) for a quota."""
-    return plan_residency(qwen3_5_27b_mamba(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype),
-                          qwen3_5_27b_attention(), quota_bytes, max_batch_size)
+    return plan_residency(
+        qwen3_5_27b_mamba(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype),
+        qwen3_5_27b_attention(),
+        quota_bytes,
+        max_batch_size,
+    )
 
 
-def dtype_rows(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
-               ssm_dtypes: Sequence[str] = ("bfloat16", "float32")) -> List[dict]:
+def dtype_rows(
+    quota_bytes: int = PR_QUOTA_BYTES,
+    max_batch_size: int = PR_MAX_BATCH_SIZE,
+    ssm_dtypes: Sequence[str] = ("bfloat16", "float32"),
+) -> list[dict]:
     """One row per SSM state dtype: bytes per slot, the merged slots (sequences + dummies), the
     GiB they need, the quota, whether merged code builds, PR #17261's clamped residency and
     PR #18985's largest feasible max_batch_size."""
@@ -44,23 +67,34 @@ def dtype_rows(quota_bytes: int = PR_QUOTA_BYTES, max_batch_size: int = PR_MAX_B
     for dtype in check_items("ssm_dtypes", ssm_dtypes, "dtype names"):
         plan = qwen_plan(quota_bytes, max_batch_size, dtype)
         slots = plan.requested + plan.dummies
-        rows.append(dict(ssm_dtype=dtype, slot_bytes=plan.slot_bytes, slots=slots,
-                         slots_gib=round(slots * plan.slot_bytes / GIB, 2),
-                         quota_gib=round(quota_bytes / GIB, 2),
-                         merged_builds=plan.raw_fits,
-                         clamp_resident=max(plan.local_cap, 0),
-                         feasible_max_batch_size=plan.feasible_max_batch_size()))
+        rows.append(
+            dict(
+                ssm_dtype=dtype,
+                slot_bytes=plan.slot_bytes,
+                slots=slots,
+                slots_gib=round(slots * plan.slot_bytes / GIB, 2),
+                quota_gib=round(quota_bytes / GIB, 2),
+                merged_builds=plan.raw_fits,
+                clamp_resident=max(plan.local_cap, 0),
+                feasible_max_batch_size=plan.feasible_max_batch_size(),
+            )
+        )
     return rows
 
 
-def implied_ssm_dtype(slots_gib: float = 37.5, slots: int = PR_MAX_BATCH_SIZE + 1,
-                      candidates: Sequence[str] = ("bfloat16", "float32"),
-                      tolerance_gib: float = 0.05) -> Optional[str]:
+def implied_ssm_dtype(
+    slots_gib: float = 37.5,
+    slots: int = PR_MAX_BATCH_SIZE + 1,
+    candidates: Sequence[str] = ("bfloat16", "float32"),
+    tolerance_gib: float = 0.05,
+) -> str | None:
     """The SSM state dtype whose ``slots`` slots come to ``slots_gib`` (the PR's 37.5 GiB)."""
     slots_gib = check_float("slots_gib", slots_gib, low=0.0, high=1 << 20, low_open=True)
     slots = check_int("slots", slots, low=1, high=MAX_COUNT)
-    candidates = [check_choice(f"candidates[{i}]", dtype, STATE_DTYPES)
-                  for i, dtype in enumerate(check_items("candidates", candidates, "dtype names"))]
+    candidates = [
+        check_choice(f"candidates[{i}]", dtype, STATE_DTYPES)
+        for i, dtype in enumerate(check_items("candidates", candidates, "dtype names"))
+    ]
     tolerance_gib = check_float("tolerance_gib", tolerance_gib, low=0.0, high=slots_gib)
     for dtype in candidates:
         gib = slots * qwen3_5_27b_mamba(ssm_dtype=dtype).bytes_per_slot / GIB
@@ -69,27 +103,43 @@ def implied_ssm_dtype(slots_gib: float = 37.5, slots: int = PR_MAX_BATCH_SIZE + 
     return None
 
 
-def fraction_rows(fractions: Sequence[float], left_bytes: int = PR_QUOTA_BYTES,
-                  total_bytes: int = H100_BYTES, max_batch_size: int = PR_MAX_BATCH_SIZE,
-                  ssm_dtype: str = "bfloat16") -> List[dict]:
+def fraction_rows(
+    fractions: Sequence[float],
+    left_bytes: int = PR_QUOTA_BYTES,
+    total_bytes: int = H100_BYTES,
+    max_batch_size: int = PR_MAX_BATCH_SIZE,
+    ssm_dtype: str = "bfloat16",
+) -> list[dict]:
     """The quota ``(total - peak) * free_gpu_memory_fraction`` (kvlab.MemoryBudget, peak =
     total - ``left_bytes``) for each fraction, the merged floor, whether merged code builds,
     PR #17261's clamped residency and PR #18985's largest feasible max_batch_size."""
     total_bytes = check_int("total_bytes", total_bytes, low=1, high=MAX_COUNT)
     left_bytes = check_int("left_bytes", left_bytes, low=0, high=total_bytes)
     rows = []
-    for fraction in check_sequence("fractions", fractions, check_float, low=0.0, high=1.0, low_open=True):
-        budget = MemoryBudget(total_bytes=total_bytes, weights_bytes=total_bytes - left_bytes,
-                              free_gpu_memory_fraction=fraction)
+    for fraction in check_sequence(
+        "fractions", fractions, check_float, low=0.0, high=1.0, low_open=True
+    ):
+        budget = MemoryBudget(
+            total_bytes=total_bytes,
+            weights_bytes=total_bytes - left_bytes,
+            free_gpu_memory_fraction=fraction,
+        )
         if budget.kv_quota_bytes < 1:
-            raise ValueError(f"left_bytes={left_bytes} leaves no KV quota at fraction {fraction:g}: "
-                             "left_bytes must leave at least one byte")
+            raise ValueError(
+                f"left_bytes={left_bytes} leaves no KV quota at fraction {fraction:g}: "
+                "left_bytes must leave at least one byte"
+            )
         plan = qwen_plan(budget.kv_quota_bytes, max_batch_size, ssm_dtype)
-        rows.append(dict(fraction=fraction, quota_gib=budget.kv_quota_bytes / GIB,
-                         merged_need_gib=plan.raw_need_bytes / GIB,
-                         merged_builds=plan.raw_fits,
-                         clamp_resident=max(plan.local_cap, 0),
-                         feasible_max_batch_size=plan.feasible_max_batch_size()))
+        rows.append(
+            dict(
+                fraction=fraction,
+                quota_gib=budget.kv_quota_bytes / GIB,
+                merged_need_gib=plan.raw_need_bytes / GIB,
+                merged_builds=plan.raw_fits,
+                clamp_resident=max(plan.local_cap, 0),
+                feasible_max_batch_size=plan.feasible_max_batch_size(),
+            )
+        )
     return rows
 
 
@@ -102,7 +152,7 @@ PROPOSALS = (
 )
 
 
-def proposal_rows(plan: ResidencyPlan) -> List[dict]:
+def proposal_rows(plan: ResidencyPlan) -> list[dict]:
     """What each answer does with ``plan.requested`` concurrent requests (one rank): merged code,
     PR #17261's clamp, PR #18985's feasible ``max_batch_size`` default (when max_batch_size is
     left unset), and PR #18985 with the explicit max_batch_size of ``plan`` (an explicit value
@@ -119,38 +169,79 @@ def proposal_rows(plan: ResidencyPlan) -> List[dict]:
     for key, label, status in PROPOSALS:
         if key in ("merged", "explicit"):
             batch, resident = plan.max_batch_size, plan.requested if plan.raw_fits else 0
-            error = "" if plan.raw_fits else (
-                QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
-                if key == "merged" else proposed_quota_error(plan))
+            error = (
+                ""
+                if plan.raw_fits
+                else (
+                    QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
+                    if key == "merged"
+                    else proposed_quota_error(plan)
+                )
+            )
         elif key == "clamp":
             batch, resident = plan.max_batch_size, max(plan.local_cap, 0)
-            error = "" if resident else QUOTA_TOO_SMALL.format(
-                got=plan.quota_bytes, need=(1 + plan.dummies) * plan.slot_bytes + plan.page_bytes)
+            error = (
+                ""
+                if resident
+                else QUOTA_TOO_SMALL.format(
+                    got=plan.quota_bytes,
+                    need=(1 + plan.dummies) * plan.slot_bytes + plan.page_bytes,
+                )
+            )
         else:
             batch = feasible
             resident = min(feasible * plan.pp_size, concurrent)
-            error = "" if feasible else proposed_quota_error(ResidencyPlan(
-                plan.pp_size, plan.dummies, plan.slot_bytes, plan.page_bytes, plan.quota_bytes,
-                plan.pp_size))
+            error = (
+                ""
+                if feasible
+                else proposed_quota_error(
+                    ResidencyPlan(
+                        plan.pp_size,
+                        plan.dummies,
+                        plan.slot_bytes,
+                        plan.page_bytes,
+                        plan.quota_bytes,
+                        plan.pp_size,
+                    )
+                )
+            )
         slots = (resident + plan.dummies) if (resident and plan.slot_bytes) else 0
-        rows.append(dict(policy=key, label=label, status=status, max_batch_size=batch,
-                         resident=resident, waiting=concurrent - resident if resident else 0,
-                         dummies=plan.dummies if resident else 0,
-                         state_gib=slots * plan.slot_bytes / GIB,
-                         outcome="ok" if resident else "crash", error=error))
+        rows.append(
+            dict(
+                policy=key,
+                label=label,
+                status=status,
+                max_batch_size=batch,
+                resident=resident,
+                waiting=concurrent - resident if resident else 0,
+                dummies=plan.dummies if resident else 0,
+                state_gib=slots * plan.slot_bytes / GIB,
+                outcome="ok" if resident else "crash",
+                error=error,
+            )
+        )
     return rows
 
 
-def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> Tuple[KVGeometry, MambaGeometry]:
+def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> tuple[KVGeometry, MambaGeometry]:
     """Qwen3.5-27B with every byte divided by :data:`SCALE` (256), for a real manager that fits
     in a laptop: the recurrent state split over tp 16 with 3 of 48 layers (slot / 256), and one
     attention layer of one KV head with 8-token pages (page / 256). Divide the quota by SCALE
     too and the slot counts stay the PR's."""
-    mamba = MambaGeometry(num_mamba_layers=3, mamba_num_heads=48, mamba_head_dim=128, d_state=128,
-                          n_groups=16, d_conv=4, conv_dtype="bfloat16", ssm_dtype=ssm_dtype,
-                          tp_size=16)
-    attention = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=256, dtype="bfloat16",
-                           tokens_per_block=8)
+    mamba = MambaGeometry(
+        num_mamba_layers=3,
+        mamba_num_heads=48,
+        mamba_head_dim=128,
+        d_state=128,
+        n_groups=16,
+        d_conv=4,
+        conv_dtype="bfloat16",
+        ssm_dtype=ssm_dtype,
+        tp_size=16,
+    )
+    attention = KVGeometry(
+        num_layers=1, num_kv_heads=1, head_dim=256, dtype="bfloat16", tokens_per_block=8
+    )
     return attention, mamba
 
 
@@ -168,8 +259,9 @@ def residency_bytes(plan: ResidencyPlan) -> dict:
         slots = resident * slot
         dummies = plan.dummies * slot
         pages = max(page, (q - slots - dummies) // page * page)
-        return dict(resident=slots, dummies=dummies, pages=pages,
-                    unused=max(0, q - slots - dummies - pages))
+        return dict(
+            resident=slots, dummies=dummies, pages=pages, unused=max(0, q - slots - dummies - pages)
+        )
 
     raw = split(plan.requested, True)
     if not plan.raw_fits:

@@ -28,9 +28,10 @@ import shutil
 import statistics
 import subprocess
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Callable, List, Mapping, Sequence
 
 import torch
 
@@ -47,14 +48,23 @@ def device_info(device="cpu") -> dict:
     nvidia-smi, None where absent), cuda (torch's CUDA version, None on a CPU build), torch,
     date (UTC); on CUDA also compute_capability, memory_bytes and multiprocessors. No host name."""
     dev = resolve_device(device)
-    info = {"name": platform.processor() or platform.machine(), "device_type": dev.type,
-            "driver": None, "cuda": torch.version.cuda, "torch": torch.__version__,
-            "date": datetime.now(timezone.utc).date().isoformat()}
+    info = {
+        "name": platform.processor() or platform.machine(),
+        "device_type": dev.type,
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "date": datetime.now(UTC).date().isoformat(),
+    }
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
-        info.update(name=props.name, driver=_nvidia_driver(),
-                    compute_capability=f"{props.major}.{props.minor}",
-                    memory_bytes=props.total_memory, multiprocessors=props.multi_processor_count)
+        info.update(
+            name=props.name,
+            driver=_nvidia_driver(),
+            compute_capability=f"{props.major}.{props.minor}",
+            memory_bytes=props.total_memory,
+            multiprocessors=props.multi_processor_count,
+        )
     return info
 
 
@@ -63,8 +73,13 @@ def _nvidia_driver():
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout.split()
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return None
     return out[0] if out else None
@@ -77,7 +92,7 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "device"
 
 
-def _ints(name: str, values, low: int, high: int = MAX_COUNT) -> List[int]:
+def _ints(name: str, values, low: int, high: int = MAX_COUNT) -> list[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
         raise TypeError(f"{name} must be a non-empty sequence of ints, got {values!r}")
     return [check_int(f"{name}[{i}]", v, low=low, high=high) for i, v in enumerate(values)]
@@ -88,7 +103,7 @@ def _synchronize(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def _time_device(fn: Callable[[], object], dev: torch.device, repeat: int) -> List[float]:
+def _time_device(fn: Callable[[], object], dev: torch.device, repeat: int) -> list[float]:
     """Seconds of each of ``repeat`` calls after one warm-up: CUDA events on the device's
     current stream, or the wall clock on the CPU."""
     fn()
@@ -115,14 +130,23 @@ def _figure(value: float) -> float:
     return float(f"{value:.4g}")
 
 
-def _summary(prefix: str, samples: List[float], nbytes: int) -> dict:
+def _summary(prefix: str, samples: list[float], nbytes: int) -> dict:
     median = statistics.median(samples)
-    return {f"{prefix}median_us": _figure(median * 1e6), f"{prefix}min_us": _figure(min(samples) * 1e6),
-            f"{prefix}gb_per_s": _figure(nbytes / median / GB)}
+    return {
+        f"{prefix}median_us": _figure(median * 1e6),
+        f"{prefix}min_us": _figure(min(samples) * 1e6),
+        f"{prefix}gb_per_s": _figure(nbytes / median / GB),
+    }
 
 
-def page_index_copy(max_seq_lens: Sequence[int], batch_sizes: Sequence[int], *,
-                    tokens_per_block: int = 32, device="cpu", repeat: int = 20) -> List[dict]:
+def page_index_copy(
+    max_seq_lens: Sequence[int],
+    batch_sizes: Sequence[int],
+    *,
+    tokens_per_block: int = 32,
+    device="cpu",
+    repeat: int = 20,
+) -> list[dict]:
     """Per-step host-to-device copy of the whole page-index table for each (row-sizing
     max_seq_len, max_batch_size). One dict per pair: max_seq_len, width (max_blocks_per_seq),
     max_batch_size, slots (batch + 1 dummy), nbytes (slots * 2 * width * 4), median_us, min_us,
@@ -138,15 +162,23 @@ def page_index_copy(max_seq_lens: Sequence[int], batch_sizes: Sequence[int], *,
             table = PageIndexTable(batch, width, pin_memory=dev.type == "cuda")
             host = table.table
             target = torch.empty(host.shape, dtype=host.dtype, device=dev)
-            samples = _time_device(lambda: target.copy_(host, non_blocking=True), dev, repeat)
-            rows.append({"max_seq_len": seq_len, "width": width, "max_batch_size": batch,
-                         "slots": table.slots, "nbytes": table.nbytes,
-                         **_summary("", samples, table.nbytes)})
+            samples = _time_device(partial(target.copy_, host, non_blocking=True), dev, repeat)
+            rows.append(
+                {
+                    "max_seq_len": seq_len,
+                    "width": width,
+                    "max_batch_size": batch,
+                    "slots": table.slots,
+                    "nbytes": table.nbytes,
+                    **_summary("", samples, table.nbytes),
+                }
+            )
     return rows
 
 
-def paged_read(page_bytes: Sequence[int], *, pool_bytes: int, device="cpu", repeat: int = 20,
-               seed: int = 0) -> List[dict]:
+def paged_read(
+    page_bytes: Sequence[int], *, pool_bytes: int, device="cpu", repeat: int = 20, seed: int = 0
+) -> list[dict]:
     """Read bandwidth of a gather of every page of a ``pool_bytes`` pool through a shuffled
     page-index row (int32 page ids on the device, ``index_select`` of 8-byte words) against a
     plain copy of the same bytes, for each page size. One dict per page size: page_bytes,
@@ -158,7 +190,9 @@ def paged_read(page_bytes: Sequence[int], *, pool_bytes: int, device="cpu", repe
     seed = check_int("seed", seed, low=0, high=(1 << 63) - 1)
     bad = [s for s in sizes if s % 8]
     if bad:
-        raise ValueError(f"page_bytes must be multiples of 8 (the gather moves 8-byte words), got {bad}")
+        raise ValueError(
+            f"page_bytes must be multiples of 8 (the gather moves 8-byte words), got {bad}"
+        )
     dev = resolve_device(device)
     generator = torch.Generator().manual_seed(seed)
     rows = []
@@ -168,17 +202,23 @@ def paged_read(page_bytes: Sequence[int], *, pool_bytes: int, device="cpu", repe
         index = row.to(dev)
         source = pool.storage.view(torch.int64)
         out = torch.empty_like(source)
-        gather = _time_device(lambda: torch.index_select(source, 0, index, out=out), dev, repeat)
-        copy = _time_device(lambda: out.copy_(source), dev, repeat)
-        result = {"page_bytes": size, "num_pages": pool.num_blocks, "nbytes": pool.nbytes,
-                  **_summary("gather_", gather, pool.nbytes), **_summary("copy_", copy, pool.nbytes)}
+        gather = _time_device(partial(torch.index_select, source, 0, index, out=out), dev, repeat)
+        copy = _time_device(partial(out.copy_, source), dev, repeat)
+        result = {
+            "page_bytes": size,
+            "num_pages": pool.num_blocks,
+            "nbytes": pool.nbytes,
+            **_summary("gather_", gather, pool.nbytes),
+            **_summary("copy_", copy, pool.nbytes),
+        }
         result["gather_vs_copy"] = _figure(statistics.median(copy) / statistics.median(gather))
         rows.append(result)
     return rows
 
 
-def pool_allocation(pool_bytes: Sequence[int], *, bytes_per_block: int = 65536, device="cpu",
-                    repeat: int = 3) -> List[dict]:
+def pool_allocation(
+    pool_bytes: Sequence[int], *, bytes_per_block: int = 65536, device="cpu", repeat: int = 3
+) -> list[dict]:
     """Wall time of ``torch.empty`` of the pool's ``[num_blocks, bytes_per_block]`` uint8
     storage, synchronized, with the allocator's cache emptied before each try (a cold
     allocation, as at start-up). One dict per size: nbytes (whole pages), num_blocks,
@@ -200,10 +240,15 @@ def pool_allocation(pool_bytes: Sequence[int], *, bytes_per_block: int = 65536, 
             _synchronize(dev)
             samples.append(time.perf_counter() - t0)
             del storage
-        rows.append({"nbytes": num_blocks * bytes_per_block, "num_blocks": num_blocks,
-                     "bytes_per_block": bytes_per_block,
-                     "median_ms": _figure(statistics.median(samples) * 1e3),
-                     "min_ms": _figure(min(samples) * 1e3)})
+        rows.append(
+            {
+                "nbytes": num_blocks * bytes_per_block,
+                "num_blocks": num_blocks,
+                "bytes_per_block": bytes_per_block,
+                "median_ms": _figure(statistics.median(samples) * 1e3),
+                "min_ms": _figure(min(samples) * 1e3),
+            }
+        )
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return rows
@@ -230,8 +275,10 @@ def load_measurements(path) -> dict:
     if isinstance(path, str) and "/" not in path and not path.endswith(".json"):
         known = sorted(p.stem for p in MEASUREMENTS_DIR.glob("*.json"))
         if path not in known:
-            raise ValueError(f"no measurements named {path!r}; known: {known} (path takes one of "
-                             "these names, or a .json file's path)")
+            raise ValueError(
+                f"no measurements named {path!r}; known: {known} (path takes one of "
+                "these names, or a .json file's path)"
+            )
         path = MEASUREMENTS_DIR / f"{path}.json"
     results = json.loads(Path(path).read_text())
     if not isinstance(results, dict):
@@ -245,8 +292,13 @@ def measured_on(info: Mapping) -> str:
     check_instance("info", info, Mapping)
     missing = [key for key in ("name", "torch", "date") if key not in info]
     if missing:
-        raise ValueError(f"info must hold the keys name, torch and date (device_info's), missing {missing}")
-    parts = [f"driver {info['driver']}" if info.get("driver") else None,
-             f"CUDA {info['cuda']}" if info.get("cuda") else None,
-             f"torch {info['torch']}", info["date"]]
+        raise ValueError(
+            f"info must hold the keys name, torch and date (device_info's), missing {missing}"
+        )
+    parts = [
+        f"driver {info['driver']}" if info.get("driver") else None,
+        f"CUDA {info['cuda']}" if info.get("cuda") else None,
+        f"torch {info['torch']}",
+        info["date"],
+    ]
     return f"measured on {info['name']} ({', '.join(p for p in parts if p)})"

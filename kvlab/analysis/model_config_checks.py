@@ -31,7 +31,9 @@ def check_field(name: str, value, where: str, why: str, high: int = 1 << 30, low
     """``value`` if it is an int in [low, high]; ConfigError naming ``where``, the field, the
     range and ``why`` (what the field is) otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{where}: {name} must be an int in [{low}, {high}] ({why}), got {value!r:.80}")
+        raise ConfigError(
+            f"{where}: {name} must be an int in [{low}, {high}] ({why}), got {value!r:.80}"
+        )
     return value
 
 
@@ -64,8 +66,10 @@ def check_bounded(name: str, value, where: str) -> int:
 def check_kv_groups(heads: int, kv_heads: int, where: str, kv_name: str) -> None:
     """``kv_heads`` (the field ``kv_name``) divides ``heads``, as grouped-query attention needs."""
     if heads % kv_heads:
-        raise ConfigError(f"{where}: {kv_name} must divide num_attention_heads ({heads}): each KV "
-                          f"head serves a whole group of query heads, got {kv_heads}")
+        raise ConfigError(
+            f"{where}: {kv_name} must divide num_attention_heads ({heads}): each KV "
+            f"head serves a whole group of query heads, got {kv_heads}"
+        )
 
 
 #: Bounds on a config.json's own fields, checked before transformers reads it (field: (low,
@@ -103,19 +107,26 @@ def parse_config_json(text: str, where: str):
     """A config file's JSON, with integers of more than MAX_INT_DIGITS digits kept as _LongInt
     (Python refuses to convert past 4,300) and nesting bounded (its parser recurses)."""
     try:
-        raw = json.loads(text, parse_int=lambda s: int(s) if len(s) <= MAX_INT_DIGITS else _LongInt(s))
+        raw = json.loads(
+            text, parse_int=lambda s: int(s) if len(s) <= MAX_INT_DIGITS else _LongInt(s)
+        )
     except RecursionError:
-        raise ConfigError(f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} "
-                          "levels") from None
+        raise ConfigError(
+            f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} levels"
+        ) from None
     stack = [(raw, 1, "")]
     while stack:
         value, depth, key = stack.pop()
         if depth > MAX_CONFIG_DEPTH:
-            raise ConfigError(f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} "
-                              f"levels (at {key[:80]})")
+            raise ConfigError(
+                f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} "
+                f"levels (at {key[:80]})"
+            )
         if isinstance(value, _LongInt):
-            raise ConfigError(f"{where}: {key or 'the document'} is {value!r}; an integer of a "
-                              f"config has at most {MAX_INT_DIGITS}")
+            raise ConfigError(
+                f"{where}: {key or 'the document'} is {value!r}; an integer of a "
+                f"config has at most {MAX_INT_DIGITS}"
+            )
         if isinstance(value, dict):
             stack.extend((v, depth + 1, f"{key}.{k}" if key else str(k)) for k, v in value.items())
         elif isinstance(value, list):
@@ -138,8 +149,10 @@ def check_raw_config(text: str, where: str) -> None:
     check_quantization_block(raw.get("quantization_config"), where)
     text_config = raw.get("text_config")
     if text_config is not None and not isinstance(text_config, dict):
-        raise ConfigError(f"{where}: text_config must be an object (the language model's fields), "
-                          f"got {type(text_config).__name__}")
+        raise ConfigError(
+            f"{where}: text_config must be an object (the language model's fields), "
+            f"got {type(text_config).__name__}"
+        )
     for part in (raw, text_config):
         if part is None:
             continue
@@ -154,14 +167,17 @@ def check_raw_config(text: str, where: str) -> None:
             check_kv_groups(heads, kv_heads, where, "num_key_value_heads")
         for field_name in ("torch_dtype", "dtype", "mamba_ssm_dtype"):
             if part.get(field_name) is not None and not isinstance(part[field_name], str):
-                raise ConfigError(f"{where}: {field_name} must be a dtype's name, got "
-                                  f"{part[field_name]!r:.80}")
+                raise ConfigError(
+                    f"{where}: {field_name} must be a dtype's name, got {part[field_name]!r:.80}"
+                )
         if part.get("model_type") is not None:
             check_name("model_type", part["model_type"], where, "how transformers finds the model")
         architectures = part.get("architectures")
         if architectures is not None and (not isinstance(architectures, list) or not architectures):
-            raise ConfigError(f"{where}: architectures must be a non-empty list of class names "
-                              f"(kvlab finds the model by model_type), got {architectures!r:.80}")
+            raise ConfigError(
+                f"{where}: architectures must be a non-empty list of class names "
+                f"(kvlab finds the model by model_type), got {architectures!r:.80}"
+            )
         for i, name in enumerate(architectures or ()):
             check_name(f"architectures[{i}]", name, where, "a model class's name")
         if part.get("rope_theta") is not None:
@@ -169,35 +185,60 @@ def check_raw_config(text: str, where: str) -> None:
         rope = part.get("rope_scaling")
         if rope is not None:
             factor = rope.get("factor") if isinstance(rope, dict) else None
-            if not isinstance(rope, dict) or (factor is not None and (
-                    isinstance(factor, bool) or not isinstance(factor, (int, float))
-                    or not math.isfinite(factor) or factor <= 0)):
-                raise ConfigError(f"{where}: rope_scaling must be an object whose factor is a "
-                                  f"finite number > 0, got {rope!r:.80}")
+            if not isinstance(rope, dict) or (
+                factor is not None
+                and (
+                    isinstance(factor, bool)
+                    or not isinstance(factor, (int, float))
+                    or not math.isfinite(factor)
+                    or factor <= 0
+                )
+            ):
+                raise ConfigError(
+                    f"{where}: rope_scaling must be an object whose factor is a "
+                    f"finite number > 0, got {rope!r:.80}"
+                )
             check_rope_fields(rope, where)
         interval = part.get("full_attention_interval")
         if interval is not None:
-            check_field("full_attention_interval", interval, where,
-                        "every interval-th layer is full attention", MAX_LAYERS)
+            check_field(
+                "full_attention_interval",
+                interval,
+                where,
+                "every interval-th layer is full attention",
+                MAX_LAYERS,
+            )
         pattern = part.get("hybrid_override_pattern")
-        if isinstance(pattern, str) and len(pattern) <= MAX_LAYERS and (set(pattern) - set("M*-E") or (
-                isinstance(layers, int) and len(pattern) != layers)):
-            raise ConfigError(f"{where}: hybrid_override_pattern must be num_hidden_layers "
-                              f"({layers}) characters of M, *, - and E, got {pattern[:80]!r} "
-                              f"({len(pattern)} characters)")
+        if (
+            isinstance(pattern, str)
+            and len(pattern) <= MAX_LAYERS
+            and (set(pattern) - set("M*-E") or (isinstance(layers, int) and len(pattern) != layers))
+        ):
+            raise ConfigError(
+                f"{where}: hybrid_override_pattern must be num_hidden_layers "
+                f"({layers}) characters of M, *, - and E, got {pattern[:80]!r} "
+                f"({len(pattern)} characters)"
+            )
         for field_name, kind in (("hybrid_override_pattern", str), ("layer_types", list)):
             value = part.get(field_name)
             if value is not None and not isinstance(value, kind):
-                raise ConfigError(f"{where}: {field_name} must be a {kind.__name__} (one entry per "
-                                  f"layer), got {type(value).__name__}")
+                raise ConfigError(
+                    f"{where}: {field_name} must be a {kind.__name__} (one entry per "
+                    f"layer), got {type(value).__name__}"
+                )
             if value is not None and len(value) > MAX_LAYERS:
-                raise ConfigError(f"{where}: {field_name} must have at most {MAX_LAYERS} entries "
-                                  f"(one per layer), got {len(value)}")
+                raise ConfigError(
+                    f"{where}: {field_name} must have at most {MAX_LAYERS} entries "
+                    f"(one per layer), got {len(value)}"
+                )
 
 
 #: rope_scaling's numeric fields besides ``factor``: (what each is, int or any number).
 ROPE_FIELDS = {
-    "original_max_position_embeddings": ("the context the model was trained at before scaling", int),
+    "original_max_position_embeddings": (
+        "the context the model was trained at before scaling",
+        int,
+    ),
     "low_freq_factor": ("Llama 3's low-frequency wavelength factor", float),
     "high_freq_factor": ("Llama 3's high-frequency wavelength factor", float),
     "rope_theta": ("the rotary base", float),
@@ -225,11 +266,27 @@ def check_quantization_block(block, where: str) -> None:
         raise ConfigError(f"{where}: a quantization block must be an object, got {block!r:.80}")
     for field_name in ("quant_method", "quant_algo", "kv_cache_quant_algo"):
         if block.get(field_name) is not None and not isinstance(block[field_name], str):
-            raise ConfigError(f"{where}: {field_name} must be an algorithm's name, got "
-                              f"{block[field_name]!r:.80}")
+            raise ConfigError(
+                f"{where}: {field_name} must be an algorithm's name, got {block[field_name]!r:.80}"
+            )
 
 
-__all__ = ["ConfigError", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_INT_DIGITS", "MAX_LAYERS",
-           "RAW_FIELD_BOUNDS", "ROPE_FIELDS", "check_bounded", "check_field", "check_kv_groups", "check_name",
-           "check_positive", "check_quantization_block", "check_raw_config", "check_rope_fields",
-           "parse_config_json", "require_field"]
+__all__ = [
+    "ConfigError",
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_INT_DIGITS",
+    "MAX_LAYERS",
+    "RAW_FIELD_BOUNDS",
+    "ROPE_FIELDS",
+    "check_bounded",
+    "check_field",
+    "check_kv_groups",
+    "check_name",
+    "check_positive",
+    "check_quantization_block",
+    "check_raw_config",
+    "check_rope_fields",
+    "parse_config_json",
+    "require_field",
+]

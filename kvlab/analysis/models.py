@@ -45,15 +45,24 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
-from fractions import Fraction
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
-from kvlab.analysis.model_config_checks import (MAX_CONFIG_BYTES, MAX_LAYERS, RAW_FIELD_BOUNDS,
-                                                ConfigError, check_bounded, check_field,
-                                                check_kv_groups, check_quantization_block,
-                                                check_raw_config, parse_config_json, require_field)
+from kvlab.analysis.model_config_checks import (
+    MAX_CONFIG_BYTES,
+    MAX_LAYERS,
+    RAW_FIELD_BOUNDS,
+    ConfigError,
+    check_bounded,
+    check_field,
+    check_kv_groups,
+    check_quantization_block,
+    check_raw_config,
+    parse_config_json,
+    require_field,
+)
 from kvlab.core.checks import check_choice, check_instance
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry, MambaGeometry
 from kvlab.core.paths import DATA_DIR
@@ -65,8 +74,9 @@ ATTENTION, SLIDING, RECURRENT, NO_CACHE = "A", "S", "M", "-"
 #: (``get_preferred_kv_cache_manager_version``; ``KvCacheConfig.use_kv_cache_manager_v2="auto"``
 #: resolves to it, llm_args.py at 0004396720): Nemotron-H, Qwen3-Next and Qwen3.5. Every other
 #: architecture (Llama, Qwen3-MoE, DeepSeek-V3, gpt-oss, Mixtral, ...) gets the V1 manager.
-V2_ARCHITECTURES = frozenset({"nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
-                              "qwen3_5_moe_text"})
+V2_ARCHITECTURES = frozenset(
+    {"nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+)
 #: Rope types whose factor does not lengthen the inferred max_seq_len
 #: (``PyTorchModelEngine._infer_max_seq_len_from_config``, model_engine.py at 001e670).
 ROPE_TYPES_NOT_SCALED = ("su", "longrope", "llama3", "yarn")
@@ -74,14 +84,23 @@ ROPE_TYPES_NOT_SCALED = ("su", "longrope", "llama3", "yarn")
 DEFAULT_MAX_POSITION_EMBEDDINGS = 2048
 #: Bytes per quantized weight, scales included: FP8 per tensor; FP8 with one fp32 scale per
 #: 128 x 128 block; NVFP4, 4 bits with one fp8 scale per 16 weights.
-QUANT_WEIGHT_BYTES = {"FP8": Fraction(1), "FP8_BLOCK_SCALES": 1 + Fraction(4, 128 * 128),
-                      "NVFP4": Fraction(1, 2) + Fraction(1, 16)}
+QUANT_WEIGHT_BYTES = {
+    "FP8": Fraction(1),
+    "FP8_BLOCK_SCALES": 1 + Fraction(4, 128 * 128),
+    "NVFP4": Fraction(1, 2) + Fraction(1, 16),
+}
 #: kv_cache_quant_algo -> kvlab's KV dtype.
 KV_QUANT_DTYPES = {"FP8": "fp8", "NVFP4": "nvfp4"}
 #: The config.json field a model's weights dtype is in (``torch_dtype``; ``dtype`` since
 #: transformers 5), mapped to kvlab's dtype names.
-_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
-           "torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+_DTYPES = {
+    "float32": "float32",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "torch.float32": "float32",
+    "torch.float16": "float16",
+    "torch.bfloat16": "bfloat16",
+}
 
 
 @dataclass(frozen=True)
@@ -90,8 +109,8 @@ class Quantization:
     ``load_hf_quant_config`` / ``load_quant_config_from_config_json``, model_config.py at
     008e0af): the weights' algorithm, the KV cache's, and where they were read."""
 
-    weights_algo: Optional[str]
-    kv_algo: Optional[str]
+    weights_algo: str | None
+    kv_algo: str | None
     source: str
 
 
@@ -109,19 +128,19 @@ class ModelGeometry:
     head_dim: int
     kv_factor: int = 2  # 1: MLA, K only
     sliding_layers: int = 0
-    sliding_window: Optional[int] = None
+    sliding_window: int | None = None
     linear_layers: int = 0  # recurrent-state (Mamba / linear-attention) layers
-    mamba: Optional[Dict[str, int]] = None  # MambaGeometry's fields but layers, tp and dtypes
-    mamba_ssm_dtype: Optional[str] = None
-    max_position_embeddings: Optional[int] = None
+    mamba: dict[str, int] | None = None  # MambaGeometry's fields but layers, tp and dtypes
+    mamba_ssm_dtype: str | None = None
+    max_position_embeddings: int | None = None
     dtype: str = "bfloat16"  # the weights' dtype, the KV cache's default
-    parameters: Optional[int] = None
-    notes: Tuple[str, ...] = field(default_factory=tuple)
+    parameters: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
     layout: str = ""  # one of ATTENTION, SLIDING, RECURRENT, NO_CACHE per decoder layer
-    num_attention_heads: Optional[int] = None
-    max_seq_len_limit: Optional[int] = None  # inferred_max_seq_len of the config
+    num_attention_heads: int | None = None
+    max_seq_len_limit: int | None = None  # inferred_max_seq_len of the config
     draft_layers: int = 0  # MTP layers (num_nextn_predict_layers)
-    quantization: Optional["Quantization"] = None
+    quantization: Quantization | None = None
     embedding_parameters: int = 0  # the input embeddings and lm_head: never quantized
 
     def __post_init__(self):
@@ -129,27 +148,56 @@ class ModelGeometry:
         (a geometry built by hand, not read from a config, is checked here first)."""
         where = f"ModelGeometry {self.name!r}"
         check_field("num_layers", self.num_layers, where, "the decoder's layer count", MAX_LAYERS)
-        check_field("attention_layers", self.attention_layers, where,
-                    "layers with a KV cache, at most num_layers", self.num_layers)
-        check_field("sliding_layers", self.sliding_layers, where,
-                    "sliding-window layers, at most attention_layers", self.attention_layers, low=0)
-        check_field("linear_layers", self.linear_layers, where,
-                    "recurrent-state layers, at most num_layers", self.num_layers, low=0)
-        check_field("num_kv_heads", self.num_kv_heads, where, "KV heads",
-                    RAW_FIELD_BOUNDS["num_key_value_heads"][1])
-        check_field("head_dim", self.head_dim, where, "the head size", RAW_FIELD_BOUNDS["head_dim"][1])
+        check_field(
+            "attention_layers",
+            self.attention_layers,
+            where,
+            "layers with a KV cache, at most num_layers",
+            self.num_layers,
+        )
+        check_field(
+            "sliding_layers",
+            self.sliding_layers,
+            where,
+            "sliding-window layers, at most attention_layers",
+            self.attention_layers,
+            low=0,
+        )
+        check_field(
+            "linear_layers",
+            self.linear_layers,
+            where,
+            "recurrent-state layers, at most num_layers",
+            self.num_layers,
+            low=0,
+        )
+        check_field(
+            "num_kv_heads",
+            self.num_kv_heads,
+            where,
+            "KV heads",
+            RAW_FIELD_BOUNDS["num_key_value_heads"][1],
+        )
+        check_field(
+            "head_dim", self.head_dim, where, "the head size", RAW_FIELD_BOUNDS["head_dim"][1]
+        )
         check_field("kv_factor", self.kv_factor, where, "2: K and V; 1: MLA's K only", 2)
         check_field("draft_layers", self.draft_layers, where, "MTP draft layers", MAX_LAYERS, low=0)
         if self.num_attention_heads is not None:
-            check_field("num_attention_heads", self.num_attention_heads, where, "attention heads",
-                        RAW_FIELD_BOUNDS["num_attention_heads"][1])
+            check_field(
+                "num_attention_heads",
+                self.num_attention_heads,
+                where,
+                "attention heads",
+                RAW_FIELD_BOUNDS["num_attention_heads"][1],
+            )
             if self.kv_factor == 2:
                 check_kv_groups(self.num_attention_heads, self.num_kv_heads, where, "num_kv_heads")
         check_choice("dtype", self.dtype, STATE_DTYPES)
         if self.mamba_ssm_dtype is not None:
             check_choice("mamba_ssm_dtype", self.mamba_ssm_dtype, STATE_DTYPES)
 
-    def stage(self, pp_size: int = 1, pp_rank: Optional[int] = None) -> Tuple[int, int]:
+    def stage(self, pp_size: int = 1, pp_rank: int | None = None) -> tuple[int, int]:
         """(attention layers, recurrent layers) of pipeline stage ``pp_rank``: its contiguous
         share of every decoder layer, the first ``layers % pp_size`` stages one layer more
         (``Mapping.pp_layers``: ``torch.tensor_split(range(layers), pp_size)``, mapping.py).
@@ -159,37 +207,60 @@ class ModelGeometry:
         counts = []
         for rank in range(pp_size):
             start = rank * base + min(rank, extra)
-            part = layout[start:start + base + (rank < extra)]
-            counts.append((len(part) - part.count(RECURRENT) - part.count(NO_CACHE),
-                           part.count(RECURRENT)))
+            part = layout[start : start + base + (rank < extra)]
+            counts.append(
+                (len(part) - part.count(RECURRENT) - part.count(NO_CACHE), part.count(RECURRENT))
+            )
         if pp_rank is None:
             return max(c[0] for c in counts), max(c[1] for c in counts)
         return counts[pp_rank]
 
-    def kv_geometry(self, kv_dtype: Optional[str] = None, tokens_per_block: int = 32,
-                    tp_size: int = 1, pp_size: int = 1, attention_dp: bool = False,
-                    pp_rank: Optional[int] = None, extra_layers: int = 0) -> KVGeometry:
+    def kv_geometry(
+        self,
+        kv_dtype: str | None = None,
+        tokens_per_block: int = 32,
+        tp_size: int = 1,
+        pp_size: int = 1,
+        attention_dp: bool = False,
+        pp_rank: int | None = None,
+        extra_layers: int = 0,
+    ) -> KVGeometry:
         """One rank's KV geometry: its stage's attention layers (:meth:`stage`; at least one, as
         the V1 manager allocates one for a stage without any) plus ``extra_layers`` (draft
         layers), and its share of the heads (``ceil(heads / tp)``, not split under attention
         DP; MLA's one head is never split)."""
         layers = max(self.stage(pp_size, pp_rank)[0] + extra_layers, 1)
-        return KVGeometry(num_layers=layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-                          dtype=kv_dtype or self.kv_dtype, tokens_per_block=tokens_per_block,
-                          tp_size=1 if self.kv_factor == 1 else tp_size, kv_factor=self.kv_factor,
-                          attention_dp=attention_dp)
+        return KVGeometry(
+            num_layers=layers,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            dtype=kv_dtype or self.kv_dtype,
+            tokens_per_block=tokens_per_block,
+            tp_size=1 if self.kv_factor == 1 else tp_size,
+            kv_factor=self.kv_factor,
+            attention_dp=attention_dp,
+        )
 
-    def mamba_geometry(self, tp_size: int = 1, pp_size: int = 1, ssm_dtype: Optional[str] = None,
-                       pp_rank: Optional[int] = None) -> Optional[MambaGeometry]:
+    def mamba_geometry(
+        self,
+        tp_size: int = 1,
+        pp_size: int = 1,
+        ssm_dtype: str | None = None,
+        pp_rank: int | None = None,
+    ) -> MambaGeometry | None:
         """One rank's recurrent-state geometry (None where its stage has no recurrent layer):
         its stage's recurrent layers (:meth:`stage`); conv state in the weights' dtype, SSM
         state in ``ssm_dtype`` (default: the config's ``mamba_ssm_dtype``, else the weights')."""
         layers = self.stage(pp_size, pp_rank)[1] if self.linear_layers else 0
         if not layers:
             return None
-        return MambaGeometry(num_mamba_layers=layers, **self.mamba, conv_dtype=self.dtype,
-                             ssm_dtype=ssm_dtype or self.mamba_ssm_dtype or self.dtype,
-                             tp_size=tp_size)
+        return MambaGeometry(
+            num_mamba_layers=layers,
+            **self.mamba,
+            conv_dtype=self.dtype,
+            ssm_dtype=ssm_dtype or self.mamba_ssm_dtype or self.dtype,
+            tp_size=tp_size,
+        )
 
     @property
     def kv_dtype(self) -> str:
@@ -201,10 +272,10 @@ class ModelGeometry:
 
     @property
     def preferred_manager(self) -> str:
-        """"v2" where the architecture declares the V2 manager, else "v1"."""
+        """ "v2" where the architecture declares the V2 manager, else "v1"."""
         return "v2" if self.architecture in V2_ARCHITECTURES else "v1"
 
-    def weights_bytes(self, dtype: Optional[str] = None) -> Optional[int]:
+    def weights_bytes(self, dtype: str | None = None) -> int | None:
         """All the weights, bytes: the quantized ones at :data:`QUANT_WEIGHT_BYTES` (the
         checkpoint's algorithm, or ``dtype``'s when it is fp8 or nvfp4) and the embeddings and
         lm_head in the model's dtype; every parameter in ``dtype`` when it is a float dtype. None without a parameter count, or for a
@@ -222,22 +293,30 @@ class ModelGeometry:
         if algo not in QUANT_WEIGHT_BYTES:
             return None
         kept = min(self.embedding_parameters, self.parameters)
-        return int(DTYPE_BYTES[self.dtype] * kept
-                   + QUANT_WEIGHT_BYTES[algo] * (self.parameters - kept))
+        return int(
+            DTYPE_BYTES[self.dtype] * kept + QUANT_WEIGHT_BYTES[algo] * (self.parameters - kept)
+        )
 
     @property
     def bytes_per_token_bf16(self) -> int:
         """All attention layers, one token, one rank, bf16: the number a preset states."""
         return self.kv_geometry("bfloat16").bytes_per_token
 
-    def facts(self) -> Dict[str, Any]:
+    def facts(self) -> dict[str, Any]:
         """The geometry as a preset's ``geometry`` block states it."""
-        facts = dict(num_layers=self.num_layers, attention_layers=self.attention_layers,
-                     sliding_layers=self.sliding_layers, sliding_window=self.sliding_window,
-                     num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-                     kv_factor=self.kv_factor, linear_layers=self.linear_layers,
-                     max_position_embeddings=self.max_position_embeddings, dtype=self.dtype,
-                     bytes_per_token_bf16=self.bytes_per_token_bf16)
+        facts = dict(
+            num_layers=self.num_layers,
+            attention_layers=self.attention_layers,
+            sliding_layers=self.sliding_layers,
+            sliding_window=self.sliding_window,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            kv_factor=self.kv_factor,
+            linear_layers=self.linear_layers,
+            max_position_embeddings=self.max_position_embeddings,
+            dtype=self.dtype,
+            bytes_per_token_bf16=self.bytes_per_token_bf16,
+        )
         if self.mamba:
             facts.update(self.mamba, mamba_ssm_dtype=self.mamba_ssm_dtype)
         return facts
@@ -247,8 +326,9 @@ def _get(config, name: str, default=None):
     return getattr(config, name, default)
 
 
-def geometry_from_config(config, *, name: str, source: str, where: str = "config",
-                         parameters: Optional[int] = None) -> ModelGeometry:
+def geometry_from_config(
+    config, *, name: str, source: str, where: str = "config", parameters: int | None = None
+) -> ModelGeometry:
     """The geometry of ``config``: a transformers ``PretrainedConfig`` or any object with a
     config.json's fields as attributes (module docstring for the rules). ``where`` names the
     file in errors."""
@@ -257,116 +337,202 @@ def geometry_from_config(config, *, name: str, source: str, where: str = "config
         config = config.get_text_config()
     elif _get(config, "text_config") is not None:
         if not isinstance(config.text_config, SimpleNamespace):
-            raise ConfigError(f"{where}: text_config must be an object (the language model's "
-                              f"fields), got {type(config.text_config).__name__}")
+            raise ConfigError(
+                f"{where}: text_config must be an object (the language model's "
+                f"fields), got {type(config.text_config).__name__}"
+            )
         config = config.text_config
     architecture = str(_get(config, "model_type") or _get(top, "model_type") or "unknown")
-    layers = require_field(config, "num_hidden_layers", where, "the decoder's layer count", MAX_LAYERS)
+    layers = require_field(
+        config, "num_hidden_layers", where, "the decoder's layer count", MAX_LAYERS
+    )
     dtype_field = _get(config, "dtype") or _get(config, "torch_dtype") or _get(top, "torch_dtype")
     dtype = _DTYPES.get(str(dtype_field), "bfloat16")
-    notes = [] if str(dtype_field) in _DTYPES else [
-        f"the config gives no float weights dtype ({dtype_field!r}); bfloat16 assumed for the KV cache"]
-    common = dict(name=name, source=source, architecture=architecture, num_layers=layers,
-                  max_position_embeddings=_get(config, "max_position_embeddings"), dtype=dtype,
-                  parameters=parameters)
+    notes = (
+        []
+        if str(dtype_field) in _DTYPES
+        else [
+            f"the config gives no float weights dtype ({dtype_field!r}); bfloat16 assumed for the KV cache"
+        ]
+    )
+    common = dict(
+        name=name,
+        source=source,
+        architecture=architecture,
+        num_layers=layers,
+        max_position_embeddings=_get(config, "max_position_embeddings"),
+        dtype=dtype,
+        parameters=parameters,
+    )
 
-    hidden, vocab = _get(config, "hidden_size"), _get(top, "vocab_size") or _get(config, "vocab_size")
-    embeddings = (hidden * vocab * (1 if _get(top, "tie_word_embeddings", False) else 2)
-                  if isinstance(hidden, int) and isinstance(vocab, int) else 0)
+    hidden, vocab = (
+        _get(config, "hidden_size"),
+        _get(top, "vocab_size") or _get(config, "vocab_size"),
+    )
+    embeddings = (
+        hidden * vocab * (1 if _get(top, "tie_word_embeddings", False) else 2)
+        if isinstance(hidden, int) and isinstance(vocab, int)
+        else 0
+    )
     draft = _get(config, "num_nextn_predict_layers")
     draft = 0 if draft is None else check_bounded("num_nextn_predict_layers", draft, where)
     heads = _get(config, "num_attention_heads")
     if heads is not None:
         check_bounded("num_attention_heads", heads, where)
-    common.update(max_seq_len_limit=inferred_max_seq_len(config), embedding_parameters=embeddings,
-                  draft_layers=draft, num_attention_heads=heads,
-                  quantization=quantization_from_config(_get(top, "quantization_config"), where))
+    common.update(
+        max_seq_len_limit=inferred_max_seq_len(config),
+        embedding_parameters=embeddings,
+        draft_layers=draft,
+        num_attention_heads=heads,
+        quantization=quantization_from_config(_get(top, "quantization_config"), where),
+    )
 
     if hasattr(config, "kv_lora_rank"):  # MLA
         why = "MLA caches kv_lora_rank + qk_rope_head_dim"
-        rank, rope = (require_field(config, name, where, why, RAW_FIELD_BOUNDS[name][1])
-                      for name in ("kv_lora_rank", "qk_rope_head_dim"))
-        return ModelGeometry(**common, attention_layers=layers, num_kv_heads=1,
-                             head_dim=rank + rope, kv_factor=1, notes=tuple(notes),
-                             layout=ATTENTION * layers)
+        rank, rope = (
+            require_field(config, name, where, why, RAW_FIELD_BOUNDS[name][1])
+            for name in ("kv_lora_rank", "qk_rope_head_dim")
+        )
+        return ModelGeometry(
+            **common,
+            attention_layers=layers,
+            num_kv_heads=1,
+            head_dim=rank + rope,
+            kv_factor=1,
+            notes=tuple(notes),
+            layout=ATTENTION * layers,
+        )
 
     pattern = _get(config, "hybrid_override_pattern")
     layer_types = _get(config, "layer_types")
     interval = _get(config, "full_attention_interval")
     if interval is not None:
-        interval = require_field(config, "full_attention_interval", where,
-                            "every interval-th layer is full attention", layers)
+        interval = require_field(
+            config,
+            "full_attention_interval",
+            where,
+            "every interval-th layer is full attention",
+            layers,
+        )
     if layer_types is None and interval:
-        layer_types = ["full_attention" if i % interval == interval - 1 else "linear_attention"
-                       for i in range(layers)]
+        layer_types = [
+            "full_attention" if i % interval == interval - 1 else "linear_attention"
+            for i in range(layers)
+        ]
     fields = {}  # MambaGeometry field -> (config field, what it is)
     if pattern:  # Nemotron-H: "M" Mamba, "*" attention, "-" MLP, "E" MoE
         if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-E"):
-            raise ConfigError(f"{where}: hybrid_override_pattern must be {layers} characters "
-                              "(num_hidden_layers) of M, *, - and E, got "
-                              f"{str(pattern)[:80]!r} ({len(str(pattern))} characters)")
+            raise ConfigError(
+                f"{where}: hybrid_override_pattern must be {layers} characters "
+                "(num_hidden_layers) of M, *, - and E, got "
+                f"{str(pattern)[:80]!r} ({len(str(pattern))} characters)"
+            )
         layout = pattern.replace("*", ATTENTION).replace("E", NO_CACHE)
         attention, linear, sliding = pattern.count("*"), pattern.count("M"), 0
-        fields = dict(mamba_num_heads=("mamba_num_heads", "Mamba heads"),
-                      mamba_head_dim=("mamba_head_dim", "Mamba head size"),
-                      d_state=("ssm_state_size", "the SSM state size"),
-                      n_groups=("n_groups", "Mamba groups"), d_conv=("conv_kernel", "the conv kernel"))
+        fields = dict(
+            mamba_num_heads=("mamba_num_heads", "Mamba heads"),
+            mamba_head_dim=("mamba_head_dim", "Mamba head size"),
+            d_state=("ssm_state_size", "the SSM state size"),
+            n_groups=("n_groups", "Mamba groups"),
+            d_conv=("conv_kernel", "the conv kernel"),
+        )
     elif layer_types is not None:
-        if not isinstance(layer_types, (list, tuple)) or not all(isinstance(k, str) for k in layer_types):
-            raise ConfigError(f"{where}: layer_types must be a list of layer kinds (one a layer), "
-                              f"got {layer_types!r:.80}")
+        if not isinstance(layer_types, (list, tuple)) or not all(
+            isinstance(k, str) for k in layer_types
+        ):
+            raise ConfigError(
+                f"{where}: layer_types must be a list of layer kinds (one a layer), "
+                f"got {layer_types!r:.80}"
+            )
         known = {"full_attention", "sliding_attention", "linear_attention"}
         unknown = sorted(set(layer_types) - known)
         if unknown:
-            raise ConfigError(f"{where}: layer_types holds {unknown}, which kvlab cannot plan "
-                              f"(it knows {sorted(known)})")
+            raise ConfigError(
+                f"{where}: layer_types holds {unknown}, which kvlab cannot plan "
+                f"(it knows {sorted(known)})"
+            )
         if len(layer_types) != layers:
-            raise ConfigError(f"{where}: layer_types has {len(layer_types)} entries for "
-                              f"num_hidden_layers={layers}")
+            raise ConfigError(
+                f"{where}: layer_types has {len(layer_types)} entries for "
+                f"num_hidden_layers={layers}"
+            )
         sliding = layer_types.count("sliding_attention")
         attention = layer_types.count("full_attention") + sliding
         linear = layer_types.count("linear_attention")
-        kinds = {"full_attention": ATTENTION, "sliding_attention": SLIDING,
-                 "linear_attention": RECURRENT}
+        kinds = {
+            "full_attention": ATTENTION,
+            "sliding_attention": SLIDING,
+            "linear_attention": RECURRENT,
+        }
         layout = "".join(kinds[kind] for kind in layer_types)
-        fields = dict(mamba_num_heads=("linear_num_value_heads", "linear-attention value heads"),
-                      mamba_head_dim=("linear_value_head_dim", "linear-attention value head size"),
-                      d_state=("linear_key_head_dim", "linear-attention key head size"),
-                      n_groups=("linear_num_key_heads", "linear-attention key heads"),
-                      d_conv=("linear_conv_kernel_dim", "the conv kernel"))
+        fields = dict(
+            mamba_num_heads=("linear_num_value_heads", "linear-attention value heads"),
+            mamba_head_dim=("linear_value_head_dim", "linear-attention value head size"),
+            d_state=("linear_key_head_dim", "linear-attention key head size"),
+            n_groups=("linear_num_key_heads", "linear-attention key heads"),
+            d_conv=("linear_conv_kernel_dim", "the conv kernel"),
+        )
     else:
         window = _get(config, "sliding_window")
         uses_window = window and _get(config, "use_sliding_window", True) is not False
         attention, linear, sliding = layers, 0, (layers if uses_window else 0)
         layout = (SLIDING if uses_window else ATTENTION) * layers
     if attention < 1:
-        raise ConfigError(f"{where}: {architecture} has no attention layer, so it has no KV pool "
-                          "to plan (kvlab plans paged attention caches)")
-    mamba = ({key: require_field(config, name, where, what) for key, (name, what) in fields.items()}
-             if linear else None)
-    heads = require_field(config, "num_attention_heads", where, "attention heads",
-                          RAW_FIELD_BOUNDS["num_attention_heads"][1])
-    kv_heads = (heads if _get(config, "num_key_value_heads") is None else
-                check_bounded("num_key_value_heads", config.num_key_value_heads, where))
+        raise ConfigError(
+            f"{where}: {architecture} has no attention layer, so it has no KV pool "
+            "to plan (kvlab plans paged attention caches)"
+        )
+    mamba = (
+        {key: require_field(config, name, where, what) for key, (name, what) in fields.items()}
+        if linear
+        else None
+    )
+    heads = require_field(
+        config,
+        "num_attention_heads",
+        where,
+        "attention heads",
+        RAW_FIELD_BOUNDS["num_attention_heads"][1],
+    )
+    kv_heads = (
+        heads
+        if _get(config, "num_key_value_heads") is None
+        else check_bounded("num_key_value_heads", config.num_key_value_heads, where)
+    )
     check_kv_groups(heads, kv_heads, where, "num_key_value_heads")
     head_dim = _get(config, "head_dim")
     if not isinstance(head_dim, int) or isinstance(head_dim, bool):
-        hidden = require_field(config, "hidden_size", where, "head_dim defaults to hidden_size // num_attention_heads")
+        hidden = require_field(
+            config, "hidden_size", where, "head_dim defaults to hidden_size // num_attention_heads"
+        )
         head_dim = hidden // heads
     check_bounded("head_dim", head_dim, where)
     window = _get(config, "sliding_window") if sliding else None
     if sliding:
-        notes.append(f"{sliding} sliding-window layer(s) (window {window}) planned as full "
-                     "attention, as the executor sizes them unless kv_cache_config."
-                     "max_attention_window is set (then only the window is kept: an upper bound)")
+        notes.append(
+            f"{sliding} sliding-window layer(s) (window {window}) planned as full "
+            "attention, as the executor sizes them unless kv_cache_config."
+            "max_attention_window is set (then only the window is kept: an upper bound)"
+        )
     ssm_dtype = _get(config, "mamba_ssm_dtype") if mamba else None
     if mamba and ssm_dtype not in STATE_DTYPES:
-        notes.append(f"the config gives no SSM state dtype ({ssm_dtype!r}); the weights' dtype is used")
+        notes.append(
+            f"the config gives no SSM state dtype ({ssm_dtype!r}); the weights' dtype is used"
+        )
         ssm_dtype = None
-    return ModelGeometry(**common, attention_layers=attention, num_kv_heads=kv_heads,
-                         head_dim=head_dim, sliding_layers=sliding, sliding_window=window,
-                         linear_layers=linear if mamba else 0, mamba=mamba,
-                         mamba_ssm_dtype=ssm_dtype, notes=tuple(notes), layout=layout)
+    return ModelGeometry(
+        **common,
+        attention_layers=attention,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        sliding_layers=sliding,
+        sliding_window=window,
+        linear_layers=linear if mamba else 0,
+        mamba=mamba,
+        mamba_ssm_dtype=ssm_dtype,
+        notes=tuple(notes),
+        layout=layout,
+    )
 
 
 def inferred_max_seq_len(config) -> int:
@@ -376,8 +542,11 @@ def inferred_max_seq_len(config) -> int:
     A larger configured max_seq_len is lowered to it, with a warning, unless
     ``TLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set."""
     base = _get(config, "max_position_embeddings")
-    base = base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else \
-        DEFAULT_MAX_POSITION_EMBEDDINGS
+    base = (
+        base
+        if isinstance(base, int) and not isinstance(base, bool) and base > 0
+        else DEFAULT_MAX_POSITION_EMBEDDINGS
+    )
     rope = _get(config, "rope_scaling")
     if isinstance(rope, SimpleNamespace):
         rope = vars(rope)
@@ -386,13 +555,15 @@ def inferred_max_seq_len(config) -> int:
         factor = rope.get("factor", 1.0)
         if kind not in ROPE_TYPES_NOT_SCALED and isinstance(factor, (int, float)) and factor > 0:
             if not math.isfinite(factor) or base * factor > 1 << 40:
-                raise ConfigError(f"config: rope_scaling's factor must be a finite number that keeps "
-                                  f"max_position_embeddings x factor within {1 << 40:,}, got {factor!r}")
+                raise ConfigError(
+                    f"config: rope_scaling's factor must be a finite number that keeps "
+                    f"max_position_embeddings x factor within {1 << 40:,}, got {factor!r}"
+                )
             return math.ceil(base * factor)
     return base
 
 
-def quantization_from_config(fields, where: str = "config") -> Optional[Quantization]:
+def quantization_from_config(fields, where: str = "config") -> Quantization | None:
     """The quantization a ``quantization_config`` (config.json) or a ``quantization`` block
     (hf_quant_config.json, ModelOpt's) states, as the executor maps it: Hugging Face's "fp8"
     with a ``weight_block_size`` or static activations is FP8_BLOCK_SCALES, dynamic without one
@@ -406,17 +577,25 @@ def quantization_from_config(fields, where: str = "config") -> Optional[Quantiza
     if not isinstance(fields, dict):
         fields = getattr(fields, "to_dict", lambda: {})()
     method = str(fields.get("quant_method", "")).lower()
-    if fields.get("quant_algo") is not None or fields.get("kv_cache_quant_algo") is not None \
-            or method == "modelopt":
+    if (
+        fields.get("quant_algo") is not None
+        or fields.get("kv_cache_quant_algo") is not None
+        or method == "modelopt"
+    ):
         weights, kv = fields.get("quant_algo"), fields.get("kv_cache_quant_algo")
     elif method == "fp8":  # dynamic activations without blocks: the executor maps no algorithm
         blocks = fields.get("weight_block_size") or fields.get("activation_scheme") == "static"
-        weights, kv = ("FP8_BLOCK_SCALES" if blocks else "fp8 (dynamic, no weight_block_size)"), None
+        weights, kv = (
+            ("FP8_BLOCK_SCALES" if blocks else "fp8 (dynamic, no weight_block_size)"),
+            None,
+        )
     else:  # AWQ, GPTQ, compressed-tensors, ...: named, its weights not derived
         weights, kv = method or "unknown", None
     if kv is not None and kv not in KV_QUANT_DTYPES:
-        raise ConfigError(f"{where}: kv_cache_quant_algo {kv!r} is not one kvlab models "
-                          f"({', '.join(KV_QUANT_DTYPES)})")
+        raise ConfigError(
+            f"{where}: kv_cache_quant_algo {kv!r} is not one kvlab models "
+            f"({', '.join(KV_QUANT_DTYPES)})"
+        )
     return Quantization(weights, kv, where)
 
 
@@ -433,43 +612,57 @@ def read_config(path) -> ModelGeometry:
     path = Path(check_instance("path", path, (str, os.PathLike)))
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
-        raise ConfigError(f"config: no config.json at {path} (path must be a config.json file "
-                          "or a folder holding one)")
+        raise ConfigError(
+            f"config: no config.json at {path} (path must be a config.json file "
+            "or a folder holding one)"
+        )
     size = file.stat().st_size
     if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{file}: a config.json must be at most {MAX_CONFIG_BYTES:,} bytes, "
-                          f"got {size:,}")
+        raise ConfigError(
+            f"{file}: a config.json must be at most {MAX_CONFIG_BYTES:,} bytes, got {size:,}"
+        )
     check_raw_config(file.read_text(encoding="utf-8", errors="replace"), str(file))
     try:
         from transformers import AutoConfig
     except ImportError as exc:
-        raise ImportError("reading a config.json needs transformers: pip install 'kvlab[models]'") from exc
+        raise ImportError(
+            "reading a config.json needs transformers: pip install 'kvlab[models]'"
+        ) from exc
     import transformers
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # its deprecation notes are not the user's concern
     try:
-        config = AutoConfig.from_pretrained(str(file.parent if file.name == "config.json" else file),
-                                            local_files_only=True)
-        geometry = geometry_from_config(config, name=file.parent.name or file.stem,
-                                        source=f"{file} (read by transformers)", where=str(file))
+        config = AutoConfig.from_pretrained(
+            str(file.parent if file.name == "config.json" else file), local_files_only=True
+        )
+        geometry = geometry_from_config(
+            config,
+            name=file.parent.name or file.stem,
+            source=f"{file} (read by transformers)",
+            where=str(file),
+        )
         counted = count_parameters(config)
     except ConfigError:
         raise
     except Exception as exc:  # any failure of a third-party parser on an untrusted file
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:2]
-        raise ConfigError(f"{file}: transformers cannot read it: {type(exc).__name__}: "
-                          f"{' '.join(lines)[:300]}") from None
+        raise ConfigError(
+            f"{file}: transformers cannot read it: {type(exc).__name__}: {' '.join(lines)[:300]}"
+        ) from None
     finally:
         transformers.logging.set_verbosity(verbosity)
     modelopt = file.parent / "hf_quant_config.json"
     if modelopt.is_file():  # ModelOpt's file comes first, as the executor reads it
         if modelopt.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{modelopt}: a quantization file must be at most "
-                              f"{MAX_CONFIG_BYTES:,} bytes")
+            raise ConfigError(
+                f"{modelopt}: a quantization file must be at most {MAX_CONFIG_BYTES:,} bytes"
+            )
         try:
-            block = parse_config_json(modelopt.read_text(encoding="utf-8"), str(modelopt)).get("quantization")
+            block = parse_config_json(modelopt.read_text(encoding="utf-8"), str(modelopt)).get(
+                "quantization"
+            )
         except ConfigError:
             raise
         except (ValueError, AttributeError, UnicodeDecodeError) as exc:
@@ -477,7 +670,8 @@ def read_config(path) -> ModelGeometry:
         check_quantization_block(block, str(modelopt))
         if isinstance(block, dict) and block.get("quant_algo") is not None:  # else config.json's
             geometry = dataclasses.replace(
-                geometry, quantization=quantization_from_config(block, str(modelopt)))
+                geometry, quantization=quantization_from_config(block, str(modelopt))
+            )
     if isinstance(counted, str):
         return dataclasses.replace(geometry, notes=geometry.notes + (counted,))
     return dataclasses.replace(geometry, parameters=counted)
@@ -493,17 +687,19 @@ def count_parameters(config):
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # an architecture transformers cannot build as a causal LM
-        return (f"the parameter count could not be derived ({type(exc).__name__}): "
-                "give the weights per rank")
+        return (
+            f"the parameter count could not be derived ({type(exc).__name__}): "
+            "give the weights per rank"
+        )
     return sum(p.numel() for p in model.parameters())
 
 
-def model_names() -> Tuple[str, ...]:
+def model_names() -> tuple[str, ...]:
     """The presets in data/models/."""
     return tuple(sorted(p.stem for p in MODELS_DIR.glob("*.json")))
 
 
-def load_preset(model: str) -> Dict[str, Any]:
+def load_preset(model: str) -> dict[str, Any]:
     """A preset's file (``model``: its name): name, title, source, parameters, geometry (facts),
     config (fields)."""
     check_choice("model", model, model_names())
@@ -514,12 +710,31 @@ def load_model(model: str) -> ModelGeometry:
     """A preset's geometry (``model``: its name), read from its published config fields by the
     same rules as :func:`read_config` (no transformers needed)."""
     preset = load_preset(model)
-    return geometry_from_config(_namespace(preset["config"]), name=preset["name"],
-                                source=preset["source"], where=f"data/models/{model}.json",
-                                parameters=preset.get("parameters"))
+    return geometry_from_config(
+        _namespace(preset["config"]),
+        name=preset["name"],
+        source=preset["source"],
+        where=f"data/models/{model}.json",
+        parameters=preset.get("parameters"),
+    )
 
 
-__all__ = ["ATTENTION", "ConfigError", "MODELS_DIR", "ModelGeometry", "NO_CACHE", "Quantization", "RECURRENT",
-           "SLIDING", "V2_ARCHITECTURES", "count_parameters", "geometry_from_config",
-           "inferred_max_seq_len", "load_model", "load_preset", "model_names",
-           "quantization_from_config", "read_config"]
+__all__ = [
+    "ATTENTION",
+    "ConfigError",
+    "MODELS_DIR",
+    "ModelGeometry",
+    "NO_CACHE",
+    "Quantization",
+    "RECURRENT",
+    "SLIDING",
+    "V2_ARCHITECTURES",
+    "count_parameters",
+    "geometry_from_config",
+    "inferred_max_seq_len",
+    "load_model",
+    "load_preset",
+    "model_names",
+    "quantization_from_config",
+    "read_config",
+]

@@ -17,7 +17,6 @@ the real schedulers and stores their answers in data/measurements/.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple, Union
 
 from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never, sglang_args
 from kvlab.analysis.presets import seed_geometry
@@ -34,8 +33,10 @@ from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_
 #: What :func:`differences` compares, per request.
 COMPARED = ("status", "first_scheduled_step", "end_step", "num_recomputes")
 #: Each engine's arguments type -> (kvlab's peer scheduler, the engine's start-up check, its name).
-PEERS = {VllmEngineArgs: (VllmScheduler, startup_error, "vLLM"),
-         SglangServerArgs: (SglangScheduler, sglang_startup_error, "SGLang")}
+PEERS = {
+    VllmEngineArgs: (VllmScheduler, startup_error, "vLLM"),
+    SglangServerArgs: (SglangScheduler, sglang_startup_error, "SGLang"),
+}
 
 
 @dataclass(frozen=True)
@@ -44,21 +45,24 @@ class PeerWorkload:
     most ``max_steps`` steps."""
 
     name: str
-    args: Union[VllmEngineArgs, SglangServerArgs]
-    requests: Tuple[Request, ...]
+    args: VllmEngineArgs | SglangServerArgs
+    requests: tuple[Request, ...]
     max_steps: int = 100_000
 
     def __post_init__(self):
         if type(self.args) not in PEERS:
-            raise TypeError(f"args must be one of {[t.__name__ for t in PEERS]}, got "
-                            f"{type(self.args).__name__}")
+            raise TypeError(
+                f"args must be one of {[t.__name__ for t in PEERS]}, got {type(self.args).__name__}"
+            )
         object.__setattr__(self, "requests", tuple(self.requests))
         if not all(isinstance(r, Request) for r in self.requests):
             raise TypeError("requests must hold Request objects")
         ids = [r.request_id for r in self.requests]
         if len(set(ids)) != len(ids):
             twice = sorted({i for i in ids if ids.count(i) > 1})
-            raise ValueError(f"requests must have distinct request_ids; given more than once: {twice}")
+            raise ValueError(
+                f"requests must have distinct request_ids; given more than once: {twice}"
+            )
         for request in self.requests:
             check_plain_request(request, PEERS[type(self.args)][2])
         check_int("max_steps", self.max_steps, low=1, high=1 << 30)
@@ -73,7 +77,7 @@ class PeerWorkload:
         return simulate(scheduler_class(self.args), self.requests, max_steps=self.max_steps)
 
 
-def differences(peer: SimulationResult, real: SimulationResult) -> List[dict]:
+def differences(peer: SimulationResult, real: SimulationResult) -> list[dict]:
     """One row per request and field of :data:`COMPARED` where the two runs differ."""
     check_instance("peer", peer, SimulationResult)
     check_instance("real", real, SimulationResult)
@@ -88,8 +92,11 @@ def differences(peer: SimulationResult, real: SimulationResult) -> List[dict]:
                 ours = None if peer_request is None else getattr(peer_request, field)
             if theirs != ours:
                 rows.append(dict(request_id=request_id, field=field, real=theirs, kvlab=ours))
-    rows += [dict(request_id=request_id, field="status", real=None, kvlab=status)
-             for request_id, status in peer.status.items() if request_id not in real.requests]
+    rows += [
+        dict(request_id=request_id, field="status", real=None, kvlab=status)
+        for request_id, status in peer.status.items()
+        if request_id not in real.requests
+    ]
     return rows
 
 
@@ -97,38 +104,56 @@ def differences(peer: SimulationResult, real: SimulationResult) -> List[dict]:
 
 #: Notebook 04's engine as vLLM: the seed's 64 blocks of 32 tokens, 4 sequences, no chunking,
 #: and the max_model_len vLLM's start-up refusal prints (what an operator then sets).
-NOTEBOOK_04 = VllmEngineArgs(seed_geometry(), 64, estimated_max_model_len(seed_geometry(), 64),
-                             max_num_seqs=4, max_num_batched_tokens=8192,
-                             enable_chunked_prefill=False)
+NOTEBOOK_04 = VllmEngineArgs(
+    seed_geometry(),
+    64,
+    estimated_max_model_len(seed_geometry(), 64),
+    max_num_seqs=4,
+    max_num_batched_tokens=8192,
+    enable_chunked_prefill=False,
+)
 CHUNKED_512 = dict(enable_chunked_prefill=True, max_num_batched_tokens=512)
 #: The same engine with its pool swapped to 40 blocks after start-up (max_model_len stays 2,016).
 SHRUNK = NOTEBOOK_04.replace(num_gpu_blocks=40, startup_num_gpu_blocks=64)
 
 
-def _mixed(rate: float, seed: int = 0) -> List[Request]:
+def _mixed(rate: float, seed: int = 0) -> list[Request]:
     """Notebook 04's mixed workload: 150 Poisson arrivals, log-normal prompts and outputs."""
-    return poisson_workload(150, rate=rate, prompt_len=LogNormal(256, 1.0, 16, 8192),
-                            max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=seed)
+    return poisson_workload(
+        150,
+        rate=rate,
+        prompt_len=LogNormal(256, 1.0, 16, 8192),
+        max_new_tokens=LogNormal(64, 0.8, 1, 512),
+        seed=seed,
+    )
 
 
 def _trace_engine(num_gpu_blocks: int, **changes) -> VllmEngineArgs:
     """A trace-sized engine: the seed's geometry, ``max_model_len`` at vLLM's estimate."""
     geometry = seed_geometry()
-    fields = dict(max_model_len=estimated_max_model_len(geometry, num_gpu_blocks), max_num_seqs=16,
-                  max_num_batched_tokens=8192, enable_chunked_prefill=True)
+    fields = dict(
+        max_model_len=estimated_max_model_len(geometry, num_gpu_blocks),
+        max_num_seqs=16,
+        max_num_batched_tokens=8192,
+        enable_chunked_prefill=True,
+    )
     fields.update(changes)
     return VllmEngineArgs(geometry, num_gpu_blocks, **fields)
 
 
-def vllm_workloads() -> List[PeerWorkload]:
+def vllm_workloads() -> list[PeerWorkload]:
     """The workloads of docs/CONFORMANCE.md's vLLM table (module docstring)."""
     nb04_small = long_and_small()
     hog = not_yet_and_never(EngineConfig(max_seq_len=NOTEBOOK_04.max_model_len))
     chunked = NOTEBOOK_04.replace(**CHUNKED_512)
     shrunk_small = long_and_small(context=1800)
-    front_door = [Request("no-output", 64, 0, 0), Request("prompt-at-max-model-len", 2016, 4, 0),
-                  Request("prompt-over-max-model-len", 2017, 4, 0),
-                  Request("stops-at-max-model-len", 1990, 100, 1), Request("fits", 100, 10, 2)]
+    front_door = [
+        Request("no-output", 64, 0, 0),
+        Request("prompt-at-max-model-len", 2016, 4, 0),
+        Request("prompt-over-max-model-len", 2017, 4, 0),
+        Request("stops-at-max-model-len", 1990, 100, 1),
+        Request("fits", 100, 10, 2),
+    ]
     azure_code, azure_conv = azure_trace("code", minutes=10), azure_trace("conv", minutes=10)
     conversation = mooncake_trace("conversation", minutes=3)
     workloads = [
@@ -138,37 +163,74 @@ def vllm_workloads() -> List[PeerWorkload]:
         PeerWorkload("front-door", NOTEBOOK_04, front_door, 1_000),
         PeerWorkload("startup-refused", NOTEBOOK_04.replace(max_model_len=2048), nb04_small, 1_000),
         PeerWorkload("shrunk/head-of-line", SHRUNK, shrunk_small, 3_000),
-        PeerWorkload("shrunk/head-of-line/chunked", SHRUNK.replace(**CHUNKED_512), shrunk_small, 3_000),
-        PeerWorkload("shrunk/self-preemption", SHRUNK.replace(
-            **CHUNKED_512, scheduler_reserve_full_isl=False), shrunk_small, 300),
-        PeerWorkload("shrunk/self-preemption/ends-running", SHRUNK.replace(
-            **CHUNKED_512, scheduler_reserve_full_isl=False), shrunk_small, 301),
-        PeerWorkload("tiny/one-token-recompute-chunk", VllmEngineArgs(
-            KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4), 9, 32,
-            max_num_seqs=4, max_num_batched_tokens=14), [Request("a", 14, 10), Request("b", 14, 10)],
-            1_000),
+        PeerWorkload(
+            "shrunk/head-of-line/chunked", SHRUNK.replace(**CHUNKED_512), shrunk_small, 3_000
+        ),
+        PeerWorkload(
+            "shrunk/self-preemption",
+            SHRUNK.replace(**CHUNKED_512, scheduler_reserve_full_isl=False),
+            shrunk_small,
+            300,
+        ),
+        PeerWorkload(
+            "shrunk/self-preemption/ends-running",
+            SHRUNK.replace(**CHUNKED_512, scheduler_reserve_full_isl=False),
+            shrunk_small,
+            301,
+        ),
+        PeerWorkload(
+            "tiny/one-token-recompute-chunk",
+            VllmEngineArgs(
+                KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4),
+                9,
+                32,
+                max_num_seqs=4,
+                max_num_batched_tokens=14,
+            ),
+            [Request("a", 14, 10), Request("b", 14, 10)],
+            1_000,
+        ),
     ]
     for rate in (0.04, 0.05, 0.1):
         mixed = _mixed(rate)
-        workloads += [PeerWorkload(f"nb04/mixed-rate-{rate:g}", NOTEBOOK_04, mixed, 100_000),
-                      PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000)]
+        workloads += [
+            PeerWorkload(f"nb04/mixed-rate-{rate:g}", NOTEBOOK_04, mixed, 100_000),
+            PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000),
+        ]
     workloads += [
         PeerWorkload("nb04/mixed-rate-0.05/seed-1", NOTEBOOK_04, _mixed(0.05, seed=1), 100_000),
-        PeerWorkload("nb04/mixed-rate-0.05/watermark", NOTEBOOK_04.replace(watermark=0.1),
-                     _mixed(0.05), 100_000),
+        PeerWorkload(
+            "nb04/mixed-rate-0.05/watermark",
+            NOTEBOOK_04.replace(watermark=0.1),
+            _mixed(0.05),
+            100_000,
+        ),
         PeerWorkload("azure-code-10min", _trace_engine(256), azure_code),
         PeerWorkload("azure-code-10min/shrunk", _trace_engine(224), azure_code),
-        PeerWorkload("azure-code-10min/no-chunking", _trace_engine(256, enable_chunked_prefill=False),
-                     azure_code),
+        PeerWorkload(
+            "azure-code-10min/no-chunking",
+            _trace_engine(256, enable_chunked_prefill=False),
+            azure_code,
+        ),
         PeerWorkload("azure-conv-10min", _trace_engine(512), azure_conv),
-        PeerWorkload("mooncake-conversation-3min", _trace_engine(2048, max_num_seqs=32), conversation),
-        PeerWorkload("mooncake-conversation-3min/shrunk", _trace_engine(1024, max_num_seqs=32),
-                     conversation),
-        PeerWorkload("mooncake-conversation-3min/no-chunking", _trace_engine(
-            2048, max_num_seqs=32, max_num_batched_tokens=65_504, enable_chunked_prefill=False),
-                     conversation),
-        PeerWorkload("mooncake-synthetic-1min", _trace_engine(2048, max_num_seqs=32),
-                     mooncake_trace("synthetic", minutes=1)),
+        PeerWorkload(
+            "mooncake-conversation-3min", _trace_engine(2048, max_num_seqs=32), conversation
+        ),
+        PeerWorkload(
+            "mooncake-conversation-3min/shrunk", _trace_engine(1024, max_num_seqs=32), conversation
+        ),
+        PeerWorkload(
+            "mooncake-conversation-3min/no-chunking",
+            _trace_engine(
+                2048, max_num_seqs=32, max_num_batched_tokens=65_504, enable_chunked_prefill=False
+            ),
+            conversation,
+        ),
+        PeerWorkload(
+            "mooncake-synthetic-1min",
+            _trace_engine(2048, max_num_seqs=32),
+            mooncake_trace("synthetic", minutes=1),
+        ),
     ]
     return workloads
 
@@ -184,69 +246,121 @@ def _sglang_trace_engine(max_total_tokens: int, **changes) -> SglangServerArgs:
     running requests, SGLang's default chunk and prefill budget."""
     fields = dict(max_running_requests=16)
     fields.update(changes)
-    return SglangServerArgs(seed_geometry(tokens_per_block=1), max_total_tokens,
-                            fields.pop("context_length", max_total_tokens), **fields)
+    return SglangServerArgs(
+        seed_geometry(tokens_per_block=1),
+        max_total_tokens,
+        fields.pop("context_length", max_total_tokens),
+        **fields,
+    )
 
 
-def sglang_workloads() -> List[PeerWorkload]:
+def sglang_workloads() -> list[PeerWorkload]:
     """The workloads of docs/CONFORMANCE.md's SGLang table: vLLM's kinds, on SGLang's engines,
     with the requests' ``ignore_eos`` off (SGLang then guesses each request's output with its
     decaying new-token ratio and retracts when the guess falls short) but for one mixed run."""
     small = long_and_small()
     chunked = SGLANG_NOTEBOOK_04.replace(**SGLANG_CHUNKED_512)
     hog = not_yet_and_never(EngineConfig())
-    front_door = [Request("prompt-at-context-length", 8192, 4, 0),
-                  Request("prompt-plus-output-over-context-length", 8000, 400, 0),
-                  Request("prompt-over-the-pool", 2042, 4, 1),
-                  Request("output-clipped-to-the-pool", 1000, 2000, 2), Request("fits", 100, 10, 3)]
+    front_door = [
+        Request("prompt-at-context-length", 8192, 4, 0),
+        Request("prompt-plus-output-over-context-length", 8000, 400, 0),
+        Request("prompt-over-the-pool", 2042, 4, 1),
+        Request("output-clipped-to-the-pool", 1000, 2000, 2),
+        Request("fits", 100, 10, 3),
+    ]
     azure_code, azure_conv = azure_trace("code", minutes=10), azure_trace("conv", minutes=10)
     conversation = mooncake_trace("conversation", minutes=3)
-    tiny = SglangServerArgs(KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1),
-                            600, 4096, max_running_requests=8, chunked_prefill_size=128,
-                            max_prefill_tokens=128)
+    tiny = SglangServerArgs(
+        KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1),
+        600,
+        4096,
+        max_running_requests=8,
+        chunked_prefill_size=128,
+        max_prefill_tokens=128,
+    )
     retracted = [Request(f"r{i}", 20, 400, i) for i in range(8)]
     workloads = [
         PeerWorkload("nb04/long-and-small", SGLANG_NOTEBOOK_04, small, 20_000),
         PeerWorkload("nb04/long-and-small/chunked", chunked, small, 20_000),
         PeerWorkload("nb04/not-yet-and-never", SGLANG_NOTEBOOK_04, hog, 20_000),
         PeerWorkload("front-door", SGLANG_NOTEBOOK_04, front_door, 5_000),
-        PeerWorkload("startup-refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), small, 1_000),
+        PeerWorkload(
+            "startup-refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), small, 1_000
+        ),
         PeerWorkload("tiny/retractions", tiny, retracted, 5_000),
         PeerWorkload("tiny/retractions/ends-running", tiny, retracted, 2_100),  # one admitted again
-        PeerWorkload("tiny/ignore-eos-stall", tiny.replace(max_total_tokens=1000, ignore_eos=True),
-                     [Request("a", 300, 900, 0), Request("b", 300, 900, 0)], 500),
+        PeerWorkload(
+            "tiny/ignore-eos-stall",
+            tiny.replace(max_total_tokens=1000, ignore_eos=True),
+            [Request("a", 300, 900, 0), Request("b", 300, 900, 0)],
+            500,
+        ),
     ]
     for rate in (0.04, 0.05, 0.1):
         mixed = _mixed(rate)
-        workloads += [PeerWorkload(f"nb04/mixed-rate-{rate:g}", SGLANG_NOTEBOOK_04, mixed, 100_000),
-                      PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000)]
+        workloads += [
+            PeerWorkload(f"nb04/mixed-rate-{rate:g}", SGLANG_NOTEBOOK_04, mixed, 100_000),
+            PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000),
+        ]
     workloads += [
-        PeerWorkload("nb04/mixed-rate-0.05/seed-1", SGLANG_NOTEBOOK_04, _mixed(0.05, seed=1), 100_000),
-        PeerWorkload("nb04/mixed-rate-0.05/ignore-eos", SGLANG_NOTEBOOK_04.replace(ignore_eos=True),
-                     _mixed(0.05), 100_000),
+        PeerWorkload(
+            "nb04/mixed-rate-0.05/seed-1", SGLANG_NOTEBOOK_04, _mixed(0.05, seed=1), 100_000
+        ),
+        PeerWorkload(
+            "nb04/mixed-rate-0.05/ignore-eos",
+            SGLANG_NOTEBOOK_04.replace(ignore_eos=True),
+            _mixed(0.05),
+            100_000,
+        ),
         PeerWorkload("azure-code-10min", _sglang_trace_engine(8192), azure_code),
         PeerWorkload("azure-code-10min/shrunk", _sglang_trace_engine(7168), azure_code),
-        PeerWorkload("azure-code-10min/no-chunking", _sglang_trace_engine(8192, chunked_prefill_size=-1),
-                     azure_code),
+        PeerWorkload(
+            "azure-code-10min/no-chunking",
+            _sglang_trace_engine(8192, chunked_prefill_size=-1),
+            azure_code,
+        ),
         PeerWorkload("azure-conv-10min", _sglang_trace_engine(16384), azure_conv),
-        PeerWorkload("mooncake-conversation-3min", _sglang_trace_engine(65536, max_running_requests=32),
-                     conversation),
-        PeerWorkload("mooncake-conversation-3min/shrunk",
-                     _sglang_trace_engine(32768, max_running_requests=32), conversation),
-        PeerWorkload("mooncake-conversation-3min/no-chunking", _sglang_trace_engine(
-            65536, max_running_requests=32, chunked_prefill_size=-1), conversation),
-        PeerWorkload("mooncake-synthetic-1min", _sglang_trace_engine(65536, max_running_requests=32),
-                     mooncake_trace("synthetic", minutes=1)),
+        PeerWorkload(
+            "mooncake-conversation-3min",
+            _sglang_trace_engine(65536, max_running_requests=32),
+            conversation,
+        ),
+        PeerWorkload(
+            "mooncake-conversation-3min/shrunk",
+            _sglang_trace_engine(32768, max_running_requests=32),
+            conversation,
+        ),
+        PeerWorkload(
+            "mooncake-conversation-3min/no-chunking",
+            _sglang_trace_engine(65536, max_running_requests=32, chunked_prefill_size=-1),
+            conversation,
+        ),
+        PeerWorkload(
+            "mooncake-synthetic-1min",
+            _sglang_trace_engine(65536, max_running_requests=32),
+            mooncake_trace("synthetic", minutes=1),
+        ),
     ]
     return workloads
 
 
-def by_name(workloads: List[PeerWorkload]) -> Dict[str, PeerWorkload]:
+def by_name(workloads: list[PeerWorkload]) -> dict[str, PeerWorkload]:
     """``workloads`` keyed by their names."""
     workloads = check_items("workloads", workloads, "PeerWorkloads")
-    return {check_instance(f"workloads[{i}]", workload, PeerWorkload).name: workload
-            for i, workload in enumerate(workloads)}
+    return {
+        check_instance(f"workloads[{i}]", workload, PeerWorkload).name: workload
+        for i, workload in enumerate(workloads)
+    }
 
 
-__all__ = ["COMPARED", "NOTEBOOK_04", "PEERS", "PeerWorkload", "SGLANG_NOTEBOOK_04", "by_name",
-           "differences", "sglang_workloads", "vllm_workloads"]
+__all__ = [
+    "COMPARED",
+    "NOTEBOOK_04",
+    "PEERS",
+    "PeerWorkload",
+    "SGLANG_NOTEBOOK_04",
+    "by_name",
+    "differences",
+    "sglang_workloads",
+    "vllm_workloads",
+]

@@ -23,15 +23,21 @@ checks sampled points against full ``simulate`` runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, Sequence
 
 import numpy as np
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES, seed_geometry
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import (check_choice, check_instance, check_int, check_items, check_sequence,
-                               store_checked)
+from kvlab.core.checks import (
+    check_choice,
+    check_instance,
+    check_int,
+    check_items,
+    check_sequence,
+    store_checked,
+)
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.page_index import WIDTH_ALIGNMENT
@@ -41,14 +47,15 @@ from kvlab.sched.scheduler import Scheduler
 
 OK, REJECT, STALL, CRASH = range(len(ENGINE_OUTCOMES))  # the codes: indices into ENGINE_OUTCOMES
 
+
 @dataclass(frozen=True)
 class PhaseSetup:
     """Everything but the two axes; defaults are the seed's RTX 5080 experiment."""
 
     geometry: KVGeometry = field(default_factory=seed_geometry)
-    max_seq_len: int = 8192          # configured
+    max_seq_len: int = 8192  # configured
     max_new_tokens: int = 16
-    max_num_tokens: int = 1 << 20    # the token budget (non-chunked: also the prompt limit)
+    max_num_tokens: int = 1 << 20  # the token budget (non-chunked: also the prompt limit)
     num_extra_kv_tokens: int = 0
 
     def __post_init__(self):
@@ -70,7 +77,9 @@ def _counts(name: str, values) -> np.ndarray:
         raise ValueError(f"{name} must be one-dimensional, got an array of shape {values.shape}")
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
         if values.size and (values.min() < 1 or values.max() > 1 << 30):
-            raise ValueError(f"{name} must hold ints in [1, {1 << 30}], got {values.min()}..{values.max()}")
+            raise ValueError(
+                f"{name} must hold ints in [1, {1 << 30}], got {values.min()}..{values.max()}"
+            )
         return values.astype(np.int64, copy=False)
     return np.asarray(check_sequence(name, values, check_int, low=1, high=1 << 30), dtype=np.int64)
 
@@ -79,17 +88,27 @@ def _counts(name: str, values) -> np.ndarray:
 MAX_PHASE_CELLS = 1 << 22
 
 
-def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regime: str,
-                   setup: PhaseSetup = PhaseSetup()) -> np.ndarray:
+def phase_verdicts(
+    pool_blocks: Sequence[int],
+    context_lens: Sequence[int],
+    regime: str,
+    setup: PhaseSetup = PhaseSetup(),
+) -> np.ndarray:
     """Verdict codes (indices into ENGINE_OUTCOMES), shape (len(pool_blocks), len(context_lens))."""
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
     check_instance("setup", setup, PhaseSetup)
     pool = _counts("pool_blocks", pool_blocks)[:, None]
     context = _counts("context_lens", context_lens)[None, :]
     if pool.size * context.size > MAX_PHASE_CELLS:
-        raise ValueError(f"pool_blocks x context_lens must be at most {MAX_PHASE_CELLS:,} cells "
-                         f"(each a few int64 temporaries), got {pool.size:,} x {context.size:,}")
-    tpb, extra, new = setup.geometry.tokens_per_block, setup.num_extra_kv_tokens, setup.max_new_tokens
+        raise ValueError(
+            f"pool_blocks x context_lens must be at most {MAX_PHASE_CELLS:,} cells "
+            f"(each a few int64 temporaries), got {pool.size:,} x {context.size:,}"
+        )
+    tpb, extra, new = (
+        setup.geometry.tokens_per_block,
+        setup.num_extra_kv_tokens,
+        setup.max_new_tokens,
+    )
 
     clamped = np.minimum(setup.max_seq_len, pool * tpb)
     width_len = clamped if width_policy == "clamped" else np.full_like(pool, setup.max_seq_len)
@@ -108,18 +127,31 @@ def phase_verdicts(pool_blocks: Sequence[int], context_lens: Sequence[int], regi
     return verdict.astype(np.int8)
 
 
-def phase_diagram(pool_blocks: Sequence[int], context_lens: Sequence[int],
-                  regimes: Sequence[str] = TRTLLM_POLICIES,
-                  setup: PhaseSetup = PhaseSetup()) -> Dict[str, np.ndarray]:
+def phase_diagram(
+    pool_blocks: Sequence[int],
+    context_lens: Sequence[int],
+    regimes: Sequence[str] = TRTLLM_POLICIES,
+    setup: PhaseSetup = PhaseSetup(),
+) -> dict[str, np.ndarray]:
     """``phase_verdicts`` for each regime."""
-    regimes = [check_choice(f"regimes[{i}]", regime, TRTLLM_POLICIES)
-               for i, regime in enumerate(check_items("regimes", regimes, "regime names"))]
-    pool_blocks, context_lens = _counts("pool_blocks", pool_blocks), _counts("context_lens", context_lens)
+    regimes = [
+        check_choice(f"regimes[{i}]", regime, TRTLLM_POLICIES)
+        for i, regime in enumerate(check_items("regimes", regimes, "regime names"))
+    ]
+    pool_blocks, context_lens = (
+        _counts("pool_blocks", pool_blocks),
+        _counts("context_lens", context_lens),
+    )
     return {regime: phase_verdicts(pool_blocks, context_lens, regime, setup) for regime in regimes}
 
 
-def phase_scenario(pool_blocks: int, context_len: int, regime: str,
-                   setup: PhaseSetup = PhaseSetup(), stall_limit: int = 8):
+def phase_scenario(
+    pool_blocks: int,
+    context_len: int,
+    regime: str,
+    setup: PhaseSetup = PhaseSetup(),
+    stall_limit: int = 8,
+):
     """The engine and the lone request one point of the diagram stands for: (scheduler,
     [request]), ready for ``simulate``."""
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
@@ -127,10 +159,18 @@ def phase_scenario(pool_blocks: int, context_len: int, regime: str,
     context_len = check_int("context_len", context_len, low=1, high=1 << 30)
     check_instance("setup", setup, PhaseSetup)
     manager = KVCacheManager.expecting_clamp(
-        setup.geometry, pool_blocks * setup.geometry.bytes_per_block, setup.max_seq_len,
-        max_batch_size=1, page_index_policy=width_policy,
-        num_extra_kv_tokens=setup.num_extra_kv_tokens)
-    scheduler = Scheduler(manager, admission=admission, max_num_tokens=setup.max_num_tokens,
-                          max_batch_size=1, stall_limit=stall_limit)
+        setup.geometry,
+        pool_blocks * setup.geometry.bytes_per_block,
+        setup.max_seq_len,
+        max_batch_size=1,
+        page_index_policy=width_policy,
+        num_extra_kv_tokens=setup.num_extra_kv_tokens,
+    )
+    scheduler = Scheduler(
+        manager,
+        admission=admission,
+        max_num_tokens=setup.max_num_tokens,
+        max_batch_size=1,
+        stall_limit=stall_limit,
+    )
     return scheduler, [Request("probe", context_len, setup.max_new_tokens)]
-

@@ -16,8 +16,13 @@ from kvlab.sched.scheduler import SchedulerDeadlock
 def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:
     """The seed's model shape (docs/SEEDS.md §1): 2 layers, 2 KV heads, head_dim 128, fp16;
     2048 bytes a token, so a 4 MiB pool holds 2048 tokens."""
-    return KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
-                      tokens_per_block=tokens_per_block)
+    return KVGeometry(
+        num_layers=2,
+        num_kv_heads=2,
+        head_dim=128,
+        dtype="float16",
+        tokens_per_block=tokens_per_block,
+    )
 
 
 #: Every outcome name, mildest first (kvlab.notebook.viz gives each its colour and label).

@@ -25,19 +25,20 @@ tests/analysis/test_rank_plan.py checks the plan against real runs of :func:`kvl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
 
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import MemoryBudget
 from kvlab.run.rank_config import RunConfig
-from kvlab.run.run_result import DistributedResult
 from kvlab.run.routing import route
+from kvlab.run.run_result import DistributedResult
 
 #: What the real run's rank says when a request's verdict ends the run.
-ENGINE_ERROR = {"crash": "ValueError: User-provided base page indices is too short",
-                "stall": "RuntimeError: V2 scheduler deadlock"}
+ENGINE_ERROR = {
+    "crash": "ValueError: User-provided base page indices is too short",
+    "stall": "RuntimeError: V2 scheduler deadlock",
+}
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,11 @@ class RanksPlan:
 
     policy: str
     configured_max_seq_len: int
-    ranks: Tuple[RankPlan, ...]
-    requests: Tuple[RequestPlan, ...]
+    ranks: tuple[RankPlan, ...]
+    requests: tuple[RequestPlan, ...]
 
     @property
-    def first_failure(self) -> Optional[RequestPlan]:
+    def first_failure(self) -> RequestPlan | None:
         """The request whose verdict ends the run: the first crash, else the first stall."""
         for verdict in ("crash", "stall"):
             hit = next((r for r in self.requests if r.verdict == verdict), None)
@@ -91,7 +92,7 @@ class RanksPlan:
 
     @property
     def outcome(self) -> str:
-        """"crash" or "stall" (the run shuts down), "reject" (it completes with rejections)
+        """ "crash" or "stall" (the run shuts down), "reject" (it completes with rejections)
         or "ok"."""
         failure = self.first_failure
         if failure is not None:
@@ -108,13 +109,18 @@ class RanksPlan:
         failure = self.first_failure
         if failure is None:
             rejected = sum(r.verdict == "reject" for r in self.requests)
-            return (f"{rejected} request(s) rejected, the rest finish" if rejected
-                    else "every request fits its rank's pool and row")
-        return (f"rank {failure.rank} raises {ENGINE_ERROR[failure.verdict]} on {failure.request_id}; "
-                "every rank shuts down")
+            return (
+                f"{rejected} request(s) rejected, the rest finish"
+                if rejected
+                else "every request fits its rank's pool and row"
+            )
+        return (
+            f"rank {failure.rank} raises {ENGINE_ERROR[failure.verdict]} on {failure.request_id}; "
+            "every rank shuts down"
+        )
 
     @property
-    def placement(self) -> Dict[str, int]:
+    def placement(self) -> dict[str, int]:
         return {r.request_id: r.rank for r in self.requests}
 
 
@@ -125,24 +131,45 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
     geo = config.geometry
     local_blocks, capacity, width = config.pool_plan()  # steps 1-3
     blocks, clamped = capacity // geo.tokens_per_block, min(config.max_seq_len, capacity)
-    ranks = tuple(RankPlan(rank, budget, budget.kv_quota_bytes, own, blocks, capacity,
-                           blocks * geo.bytes_per_block, clamped, width)
-                  for rank, (budget, own) in enumerate(zip(config.budgets, local_blocks)))
+    ranks = tuple(
+        RankPlan(
+            rank,
+            budget,
+            budget.kv_quota_bytes,
+            own,
+            blocks,
+            capacity,
+            blocks * geo.bytes_per_block,
+            clamped,
+            width,
+        )
+        for rank, (budget, own) in enumerate(zip(config.budgets, local_blocks))
+    )
     placement = _placement(config)
     regime = config.policy
     requests = []
     for request in sorted(config.requests, key=lambda q: q.arrival_step):
-        setup = PhaseSetup(geometry=geo, max_seq_len=config.max_seq_len,
-                           max_new_tokens=request.max_new_tokens,
-                           max_num_tokens=(1 << 30) if config.chunked_prefill else config.max_num_tokens)
+        setup = PhaseSetup(
+            geometry=geo,
+            max_seq_len=config.max_seq_len,
+            max_new_tokens=request.max_new_tokens,
+            max_num_tokens=(1 << 30) if config.chunked_prefill else config.max_num_tokens,
+        )
         code = phase_verdicts([blocks], [request.prompt_len], regime, setup)[0, 0]
         tokens = request.prompt_len + request.max_new_tokens
-        requests.append(RequestPlan(request.request_id, tokens, placement[request.request_id],
-                                    geo.blocks_for_tokens(tokens), ENGINE_OUTCOMES[code]))
+        requests.append(
+            RequestPlan(
+                request.request_id,
+                tokens,
+                placement[request.request_id],
+                geo.blocks_for_tokens(tokens),
+                ENGINE_OUTCOMES[code],
+            )
+        )
     return RanksPlan(config.policy, config.max_seq_len, ranks, tuple(requests))
 
 
-def outcome_of(result) -> Optional[str]:
+def outcome_of(result) -> str | None:
     """The outcome a real run (``kvlab.run.run_result.DistributedResult``) shows, in the plan's
     words: "crash" (a rank raised ValueError), "stall" (another error), "reject", "ok", or None
     (a rank died or hung)."""
@@ -156,11 +183,11 @@ def outcome_of(result) -> Optional[str]:
     return "reject" if "rejected" in statuses else "ok"
 
 
-def _placement(config: RunConfig) -> Dict[str, int]:
+def _placement(config: RunConfig) -> dict[str, int]:
     """Route each arrival step's requests as the ranks do, with every earlier request live."""
     live, tokens = [0] * config.world_size, [0] * config.world_size
-    placement: Dict[str, int] = {}
-    by_step: Dict[int, list] = {}
+    placement: dict[str, int] = {}
+    by_step: dict[int, list] = {}
     for request in config.requests:
         by_step.setdefault(request.arrival_step, []).append(request)
     for step in sorted(by_step):

@@ -16,8 +16,8 @@ reused against the ceiling.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Sequence, Tuple
 
 from kvlab.analysis.compare import EngineConfig, run_policy
 from kvlab.core.checks import check_choice, check_instance, check_int, check_items, check_mapping
@@ -54,8 +54,10 @@ def reuse_ceiling(requests: Iterable[Request]) -> ReuseCeiling:
         hashes = check_instance("requests[...]", request, Request).prefix_hashes
         hits = next((i for i, h in enumerate(hashes) if h not in seen), len(hashes))
         if any(h in seen for h in hashes[hits:]):
-            raise ValueError(f"prefix_hashes of request {request.request_id!r} are not prefix-"
-                             "chained: a cached block follows an uncached one")
+            raise ValueError(
+                f"prefix_hashes of request {request.request_id!r} are not prefix-"
+                "chained: a cached block follows an uncached one"
+            )
         blocks += len(hashes)
         cached += hits
         tokens += request.prompt_len
@@ -73,13 +75,23 @@ _TINY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16", to
 #: the real tensor stays 5.2 MiB; scheduling depends on the page count only), max_seq_len
 #: 131,072 (Llama-3.1's), up to 128 sequences, max_num_tokens 8,192 (TensorRT-LLM's default)
 #: in chunks (chunked prefill), the automatic host tier.
-MOONCAKE_ENGINE = EngineConfig(pool_mib=MOONCAKE_POOL_PAGES * _TINY.bytes_per_block / MIB,
-                               max_seq_len=131_072, geometry=_TINY, max_batch_size=128,
-                               max_num_tokens=8192, chunked_prefill=True)
+MOONCAKE_ENGINE = EngineConfig(
+    pool_mib=MOONCAKE_POOL_PAGES * _TINY.bytes_per_block / MIB,
+    max_seq_len=131_072,
+    geometry=_TINY,
+    max_batch_size=128,
+    max_num_tokens=8192,
+    chunked_prefill=True,
+)
 
 
-def shared_prefix_story(engine: EngineConfig = EngineConfig(), max_new_tokens: int = 16) -> List[Request]:
-    """"Not yet" and "never" when prompts share a prefix, on ``engine``'s pool (at least 16
+_DEFAULT_ENGINE = EngineConfig()
+
+
+def shared_prefix_story(
+    engine: EngineConfig = _DEFAULT_ENGINE, max_new_tokens: int = 16
+) -> list[Request]:
+    """ "Not yet" and "never" when prompts share a prefix, on ``engine``'s pool (at least 16
     pages): "first" (five eighths of the pool) runs a while; "follow-up" repeats its prompt
     and adds an eighth of the pool: beside "first" it does not fit on its own pages (not yet)
     but fits holding first's cached pages; "too-long" repeats it too and adds more than the
@@ -96,32 +108,59 @@ def shared_prefix_story(engine: EngineConfig = EngineConfig(), max_new_tokens: i
     own = list(range(10**6, 10**6 + blocks // 8 * tpb))
 
     def request(request_id, tokens, max_new, arrival):
-        return Request(request_id, len(tokens), max_new, arrival,
-                       prefix_hashes=chain_hashes(tokens, tpb), tokens_per_hash=tpb)
+        return Request(
+            request_id,
+            len(tokens),
+            max_new,
+            arrival,
+            prefix_hashes=chain_hashes(tokens, tpb),
+            tokens_per_hash=tpb,
+        )
 
     done = 8 * max_new_tokens + 8  # "first" and "follow-up" have finished by then
-    return [request("first", first, 4 * max_new_tokens, 0),
-            request("follow-up", first + own, max_new_tokens, 1),
-            request("too-long", first + list(range(2 * 10**6, 2 * 10**6 + blocks * tpb)), max_new_tokens, 2),
-            request("stranger", list(range(3 * 10**6, 3 * 10**6 + len(first))), 4 * max_new_tokens, done),
-            request("late", first + own, max_new_tokens, done + 2)]
+    return [
+        request("first", first, 4 * max_new_tokens, 0),
+        request("follow-up", first + own, max_new_tokens, 1),
+        request(
+            "too-long", first + list(range(2 * 10**6, 2 * 10**6 + blocks * tpb)), max_new_tokens, 2
+        ),
+        request(
+            "stranger", list(range(3 * 10**6, 3 * 10**6 + len(first))), 4 * max_new_tokens, done
+        ),
+        request("late", first + own, max_new_tokens, done + 2),
+    ]
 
 
-def replay_with_reuse(requests: Sequence[Request], policies: Sequence[str] = TRTLLM_POLICIES,
-                      engine: EngineConfig = MOONCAKE_ENGINE, reuse: Sequence[bool] = (True, False),
-                      max_steps: int = 1_000_000) -> Dict[Tuple[str, bool], SimulationResult]:
+def replay_with_reuse(
+    requests: Sequence[Request],
+    policies: Sequence[str] = TRTLLM_POLICIES,
+    engine: EngineConfig = MOONCAKE_ENGINE,
+    reuse: Sequence[bool] = (True, False),
+    max_steps: int = 1_000_000,
+) -> dict[tuple[str, bool], SimulationResult]:
     """Each policy with block reuse on and off (``reuse``): {(policy, reuse): result}."""
     requests = check_items("requests", requests, "Requests")
-    policies = [check_choice(f"policies[{i}]", policy, POLICIES)
-                for i, policy in enumerate(check_items("policies", policies, "policy names"))]
-    reuse = [check_instance(f"reuse[{i}]", on, bool) for i, on in enumerate(check_items("reuse", reuse, "bools"))]
+    policies = [
+        check_choice(f"policies[{i}]", policy, POLICIES)
+        for i, policy in enumerate(check_items("policies", policies, "policy names"))
+    ]
+    reuse = [
+        check_instance(f"reuse[{i}]", on, bool)
+        for i, on in enumerate(check_items("reuse", reuse, "bools"))
+    ]
     check_instance("engine", engine, EngineConfig)
-    return {(policy, on): run_policy(policy, requests, dataclasses.replace(engine, enable_block_reuse=on),
-                                     max_steps)
-            for policy in policies for on in reuse}
+    return {
+        (policy, on): run_policy(
+            policy, requests, dataclasses.replace(engine, enable_block_reuse=on), max_steps
+        )
+        for policy in policies
+        for on in reuse
+    }
 
 
-def reuse_table(results: Dict[Tuple[str, bool], SimulationResult], ceiling: ReuseCeiling) -> List[dict]:
+def reuse_table(
+    results: dict[tuple[str, bool], SimulationResult], ceiling: ReuseCeiling
+) -> list[dict]:
     """One row a run: outcome counts, latencies in steps, and the prompt tokens a cached prefix
     served, as a share of all prompt tokens and of what the unbounded cache could serve."""
     check_mapping("results", results, SimulationResult, "(policy, reuse) -> SimulationResult")
@@ -129,21 +168,39 @@ def reuse_table(results: Dict[Tuple[str, bool], SimulationResult], ceiling: Reus
     rows = []
     for key, result in results.items():
         if not (isinstance(key, tuple) and len(key) == 2):
-            raise TypeError(f"results must be keyed by (policy, reuse) pairs (replay_with_reuse's), "
-                            f"got the key {key!r:.60}")
+            raise TypeError(
+                f"results must be keyed by (policy, reuse) pairs (replay_with_reuse's), "
+                f"got the key {key!r:.60}"
+            )
         policy, on = key
         summary = result.summary()
         reused = summary["reused_tokens"]
-        rows.append(dict(
-            policy=policy, block_reuse=on, finished=summary["finished"],
-            rejected=summary["rejected"], unfinished=summary["waiting"] + summary["running"],
-            error=summary["error"], mean_ttft_steps=summary["mean_ttft_steps"],
-            mean_latency_steps=summary["mean_latency_steps"], suspensions=summary["suspensions"],
-            recomputes=summary["recomputes"], reused_tokens=reused,
-            reused_share=reused / ceiling.tokens if ceiling.tokens else 0.0,
-            of_ceiling=reused / ceiling.cached_tokens if ceiling.cached_tokens else 0.0))
+        rows.append(
+            dict(
+                policy=policy,
+                block_reuse=on,
+                finished=summary["finished"],
+                rejected=summary["rejected"],
+                unfinished=summary["waiting"] + summary["running"],
+                error=summary["error"],
+                mean_ttft_steps=summary["mean_ttft_steps"],
+                mean_latency_steps=summary["mean_latency_steps"],
+                suspensions=summary["suspensions"],
+                recomputes=summary["recomputes"],
+                reused_tokens=reused,
+                reused_share=reused / ceiling.tokens if ceiling.tokens else 0.0,
+                of_ceiling=reused / ceiling.cached_tokens if ceiling.cached_tokens else 0.0,
+            )
+        )
     return rows
 
 
-__all__ = ["MOONCAKE_ENGINE", "MOONCAKE_POOL_PAGES", "ReuseCeiling", "replay_with_reuse",
-           "reuse_ceiling", "reuse_table", "shared_prefix_story"]
+__all__ = [
+    "MOONCAKE_ENGINE",
+    "MOONCAKE_POOL_PAGES",
+    "ReuseCeiling",
+    "replay_with_reuse",
+    "reuse_ceiling",
+    "reuse_table",
+    "shared_prefix_story",
+]

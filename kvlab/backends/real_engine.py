@@ -33,9 +33,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any
 
 from kvlab.analysis.peer_conformance import PeerWorkload
 from kvlab.core.checks import check_float
@@ -74,8 +75,8 @@ class RealEngine:
     engine_input: Callable[[Any], dict]
     args_from_input: Callable[[dict], Any]
     pool_blocks: Callable[[Any], int]
-    step_rows_kept: Tuple[str, ...] = ()
-    python: Optional[Path] = None
+    step_rows_kept: tuple[str, ...] = ()
+    python: Path | None = None
 
     # -- the environment ------------------------------------------------------------------
     @property
@@ -102,9 +103,11 @@ class RealEngine:
         env = self.environment_dir()
         python = env / "bin" / "python"
         if not (env / "kvlab-ready").is_file() or not python.is_file():
-            raise EngineUnavailable(f"{self.title} {self.version}'s environment is not set up at "
-                                    f"{env}: run `{self.setup_command}` once (several GB and a "
-                                    "few minutes; it is cached after that)")
+            raise EngineUnavailable(
+                f"{self.title} {self.version}'s environment is not set up at "
+                f"{env}: run `{self.setup_command}` once (several GB and a "
+                "few minutes; it is cached after that)"
+            )
         return python
 
     def is_available(self) -> bool:
@@ -117,25 +120,38 @@ class RealEngine:
     # -- runs -----------------------------------------------------------------------------
     def driver_input(self, workload: PeerWorkload) -> dict:
         """One workload as the driver reads it."""
-        return dict(name=workload.name, engine=self.engine_input(workload.args),
-                    requests=[[r.request_id, r.prompt_len, r.max_new_tokens, r.arrival_step]
-                              for r in workload.requests],
-                    max_steps=workload.max_steps)
+        return dict(
+            name=workload.name,
+            engine=self.engine_input(workload.args),
+            requests=[
+                [r.request_id, r.prompt_len, r.max_new_tokens, r.arrival_step]
+                for r in workload.requests
+            ],
+            max_steps=workload.max_steps,
+        )
 
-    def run(self, args, requests: Iterable[Request], max_steps: int = 100_000,
-            timeout_s: Optional[float] = None) -> SimulationResult:
+    def run(
+        self,
+        args,
+        requests: Iterable[Request],
+        max_steps: int = 100_000,
+        timeout_s: float | None = None,
+    ) -> SimulationResult:
         """The real scheduler on one workload (module docstring)."""
-        return self.run_workloads([PeerWorkload("run", args, tuple(requests), max_steps)],
-                                  timeout_s)[0]
+        return self.run_workloads(
+            [PeerWorkload("run", args, tuple(requests), max_steps)], timeout_s
+        )[0]
 
-    def run_workloads(self, workloads: Sequence[PeerWorkload],
-                      timeout_s: Optional[float] = None) -> List[SimulationResult]:
+    def run_workloads(
+        self, workloads: Sequence[PeerWorkload], timeout_s: float | None = None
+    ) -> list[SimulationResult]:
         """The real scheduler on each workload, all in one process (its start-up takes
         seconds); ``timeout_s`` bounds the whole process (None: no bound)."""
         return [record.result() for record in self.records(workloads, timeout_s)]
 
-    def records(self, workloads: Sequence[PeerWorkload],
-                timeout_s: Optional[float] = None) -> List["RunRecord"]:
+    def records(
+        self, workloads: Sequence[PeerWorkload], timeout_s: float | None = None
+    ) -> list[RunRecord]:
         """What the engine did on each workload, as :class:`RunRecord`s."""
         workloads = list(workloads)
         if not all(isinstance(w, PeerWorkload) for w in workloads):
@@ -148,17 +164,28 @@ class RealEngine:
         return output.records_after(failure)
 
     # -- stored runs ----------------------------------------------------------------------
-    def record(self, workloads: Sequence[PeerWorkload], command: str = "",
-               timeout_s: Optional[float] = None, path: Optional[Path] = None) -> dict:
+    def record(
+        self,
+        workloads: Sequence[PeerWorkload],
+        command: str = "",
+        timeout_s: float | None = None,
+        path: Path | None = None,
+    ) -> dict:
         """Run ``workloads`` and store them (module docstring); a run that failed is not
         stored (its EngineProcessError is raised)."""
-        document = dict(engine=self.name, version=self.version,
-                        command=command or " ".join(sys.argv),
-                        recorded=datetime.date.today().isoformat(),
-                        workloads=[record.to_json(record.workload.name.startswith(self.step_rows_kept))
-                                   for record in self.records(workloads, timeout_s)])
-        Path(path or self.stored_path).write_text(json.dumps(document, separators=(",", ":")) + "\n",
-                                                  encoding="utf-8")
+        document = dict(
+            engine=self.name,
+            version=self.version,
+            command=command or " ".join(sys.argv),
+            recorded=datetime.date.today().isoformat(),
+            workloads=[
+                record.to_json(record.workload.name.startswith(self.step_rows_kept))
+                for record in self.records(workloads, timeout_s)
+            ],
+        )
+        Path(path or self.stored_path).write_text(
+            json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8"
+        )
         return document
 
     def stored_document(self) -> dict:
@@ -169,45 +196,66 @@ class RealEngine:
         document = self.stored_document()
         return {key: document[key] for key in ("version", "command", "recorded")}
 
-    def stored_records(self) -> Dict[str, "RunRecord"]:
+    def stored_records(self) -> dict[str, RunRecord]:
         """The stored runs by workload name."""
-        return {stored["name"]: RunRecord.from_json(self, stored)
-                for stored in self.stored_document()["workloads"]}
+        return {
+            stored["name"]: RunRecord.from_json(self, stored)
+            for stored in self.stored_document()["workloads"]
+        }
 
-    def stored_results(self) -> Dict[str, SimulationResult]:
+    def stored_results(self) -> dict[str, SimulationResult]:
         """The stored runs by workload name, as :meth:`run_workloads` returns them."""
         return {name: record.result() for name, record in self.stored_records().items()}
 
-    def real_runs(self, workloads: Dict[str, PeerWorkload], names: Sequence[str],
-                  live: bool = False) -> Tuple[Dict[str, SimulationResult], str]:
+    def real_runs(
+        self, workloads: dict[str, PeerWorkload], names: Sequence[str], live: bool = False
+    ) -> tuple[dict[str, SimulationResult], str]:
         """The engine's answers for the named ``workloads``, and where they come from: run now
         in its environment when ``live`` (EngineUnavailable without it), else the stored runs."""
         unknown = [name for name in names if name not in workloads]
         if unknown:
-            raise ValueError(f"names must be conformance workloads ({sorted(workloads)}), got {unknown}")
+            raise ValueError(
+                f"names must be conformance workloads ({sorted(workloads)}), got {unknown}"
+            )
         if live:
             results = self.run_workloads([workloads[name] for name in names])
             return dict(zip(names, results)), f"real {self.title} {self.version}, run now"
         stored, header = self.stored_results(), self.stored_header()
-        return ({name: stored[name] for name in names},
-                f"real {self.title} {header['version']}, stored run of {header['recorded']}")
+        return (
+            {name: stored[name] for name in names},
+            f"real {self.title} {header['version']}, stored run of {header['recorded']}",
+        )
 
-    def with_driver(self, driver: Path, python: Path) -> "RealEngine":
+    def with_driver(self, driver: Path, python: Path) -> RealEngine:
         """This engine with another driver and interpreter (for tests of the process's edges)."""
         return dataclasses.replace(self, driver=driver, python=python)
 
 
-def _communicate(engine: RealEngine, document: str, timeout_s: Optional[float],
-                 output: "_DriverOutput") -> Optional[EngineProcessError]:
+def _communicate(
+    engine: RealEngine, document: str, timeout_s: float | None, output: _DriverOutput
+) -> EngineProcessError | None:
     """Run the driver, handing ``output`` its lines as they come; None, or the
     EngineProcessError that ended it (a timeout, a death, a line off the protocol: then it is
     killed, with its whole process group)."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_LOGGING_LEVEL="ERROR",
-               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_LOGGING_LEVEL="ERROR",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+    )
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
-        process = subprocess.Popen([str(engine.interpreter()), "-I", str(engine.driver)],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                   env=env, text=True, encoding="utf-8", start_new_session=True)
+        process = subprocess.Popen(
+            [str(engine.interpreter()), "-I", str(engine.driver)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            text=True,
+            encoding="utf-8",
+            start_new_session=True,
+        )
         timed_out = threading.Event()
 
         def kill():  # the whole group: a child holding its stdout would keep us reading
@@ -242,8 +290,9 @@ def _communicate(engine: RealEngine, document: str, timeout_s: Optional[float],
     if output.failure is not None:
         return output.failure
     if timed_out.is_set():
-        return EngineProcessError(f"{what} ran past timeout_s={timeout_s:g} s and was killed; its "
-                                  f"stderr ended: {tail}")
+        return EngineProcessError(
+            f"{what} ran past timeout_s={timeout_s:g} s and was killed; its stderr ended: {tail}"
+        )
     if returncode != 0:
         how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
         return EngineProcessError(f"{what} ended with {how}; its stderr ended: {tail}")
@@ -265,7 +314,7 @@ class _DriverOutput:
         self.engine = engine
         self.records = [RunRecord(engine, w) for w in workloads]
         self.lines_read = 0
-        self.failure: Optional[EngineProcessError] = None
+        self.failure: EngineProcessError | None = None
 
     def feed(self, line: str) -> bool:
         """Read one line; False (and ``failure`` set) when it is not the driver's protocol."""
@@ -274,8 +323,10 @@ class _DriverOutput:
             message = json.loads(line)
             if message["kind"] == "hello":
                 if message[self.engine.name] != self.engine.version:
-                    raise ValueError(f"the environment runs {self.engine.title} "
-                                     f"{message[self.engine.name]}, not {self.engine.version}")
+                    raise ValueError(
+                        f"the environment runs {self.engine.title} "
+                        f"{message[self.engine.name]}, not {self.engine.version}"
+                    )
                 return True
             run = message["run"]
             if type(run) is not int or not 0 <= run < len(self.records):
@@ -284,16 +335,18 @@ class _DriverOutput:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             self.failure = EngineProcessError(
                 f"line {self.lines_read} of the {self.engine.title} driver's output is not its "
-                f"protocol ({type(exc).__name__}: {exc}): {line[:200]!r}")
+                f"protocol ({type(exc).__name__}: {exc}): {line[:200]!r}"
+            )
             return False
         return True
 
-    def records_after(self, failure: Optional[BaseException]) -> List["RunRecord"]:
+    def records_after(self, failure: BaseException | None) -> list[RunRecord]:
         """The records, each run the lines did not finish ending with ``failure``."""
         for record in self.records:
             if not record.ended and record.startup_error is None:
                 record.failure = failure or EngineProcessError(
-                    f"the {self.engine.title} driver's output ended before this run did")
+                    f"the {self.engine.title} driver's output ended before this run did"
+                )
         return self.records
 
 
@@ -306,15 +359,17 @@ class RunRecord:
     def __init__(self, engine: RealEngine, workload: PeerWorkload):
         self.engine = engine
         self.workload = workload
-        self.requests = {r.request_id: Request(r.request_id, r.prompt_len, r.max_new_tokens,
-                                               r.arrival_step) for r in workload.requests}
-        self.preemptions: Dict[str, List[int]] = {i: [] for i in self.requests}
+        self.requests = {
+            r.request_id: Request(r.request_id, r.prompt_len, r.max_new_tokens, r.arrival_step)
+            for r in workload.requests
+        }
+        self.preemptions: dict[str, list[int]] = {i: [] for i in self.requests}
         self.aborted: set = set()
-        self.rows: Optional[List[list]] = []
-        self.startup_error: Optional[str] = None
+        self.rows: list[list] | None = []
+        self.startup_error: str | None = None
         self.end_step = self.iterations = 0
         self.ended = False
-        self.failure: Optional[BaseException] = None
+        self.failure: BaseException | None = None
 
     def read(self, message: dict) -> None:
         kind = message["kind"]
@@ -326,7 +381,11 @@ class RunRecord:
             self.rows.extend(message["rows"])
             self.end_step = max(self.end_step, self.rows[-1][0] + 1)
         elif kind == "end":
-            self.end_step, self.iterations, self.ended = message["end_step"], message["iterations"], True
+            self.end_step, self.iterations, self.ended = (
+                message["end_step"],
+                message["iterations"],
+                True,
+            )
         elif kind != "start":
             raise ValueError(f"unknown kind {kind!r}")
 
@@ -368,19 +427,29 @@ class RunRecord:
                 request.reason = self._unfinished_reason(request, error)
         return SimulationResult(
             status={i: r.state for i, r in self.requests.items()},
-            reasons={i: r.reason for i, r in self.requests.items()}, error=error,
-            trace=self._trace(), requests=self.requests, end_step=self.end_step,
-            iterations=self.iterations if self.ended else len(self.rows or ()))
+            reasons={i: r.reason for i, r in self.requests.items()},
+            error=error,
+            trace=self._trace(),
+            requests=self.requests,
+            end_step=self.end_step,
+            iterations=self.iterations if self.ended else len(self.rows or ()),
+        )
 
     def _unfinished_reason(self, request: Request, error) -> str:
         if error is not None:
-            return (f"the {self.engine.title} process stopped at step {self.end_step - 1} with "
-                    f"this request {request.state}: {error}")
+            return (
+                f"the {self.engine.title} process stopped at step {self.end_step - 1} with "
+                f"this request {request.state}: {error}"
+            )
         if request.arrival_step >= self.end_step:
-            return (f"not submitted: it arrives at step {request.arrival_step}, and the run ended "
-                    f"at max_steps={self.workload.max_steps}")
-        return (f"still {request.state} when the run ended at max_steps={self.workload.max_steps} "
-                f"({self.engine.title} has no stall detector)")
+            return (
+                f"not submitted: it arrives at step {request.arrival_step}, and the run ended "
+                f"at max_steps={self.workload.max_steps}"
+            )
+        return (
+            f"still {request.state} when the run ended at max_steps={self.workload.max_steps} "
+            f"({self.engine.title} has no stall detector)"
+        )
 
     def _trace(self) -> Trace:
         """The step records (none when the record kept no rows) and the requests' events."""
@@ -393,24 +462,46 @@ class RunRecord:
                 events.append(Event(request.first_scheduled_step, "started", request.request_id))
             if request.first_token_step is not None:
                 events.append(Event(request.first_token_step, "first_token", request.request_id))
-            events += [Event(step, "recompute_paused", request.request_id)
-                       for step in self.preemptions[request.request_id]]
+            events += [
+                Event(step, "recompute_paused", request.request_id)
+                for step in self.preemptions[request.request_id]
+            ]
             if request.state == "finished":
                 events.append(Event(request.end_step, "finished", request.request_id))
         trace = Trace()
         trace.events = sorted(events, key=lambda e: (e.step, EVENT_KINDS.index(e.kind)))
-        ended = sorted((e.step, e.kind) for e in trace.events
-                       if e.kind in ("rejected", "aborted", "finished"))
+        ended = sorted(
+            (e.step, e.kind) for e in trace.events if e.kind in ("rejected", "aborted", "finished")
+        )
         pool = self.engine.pool_blocks(self.workload.args)
         rejected = finished = position = 0
-        for step, free, running, waiting, contexts, generations, tokens, preempted in self.rows or ():
+        for step, free, running, waiting, contexts, generations, tokens, preempted in (
+            self.rows or ()
+        ):
             while position < len(ended) and ended[position][0] <= step:
                 rejected += ended[position][1] != "finished"
                 finished += ended[position][1] == "finished"
                 position += 1
-            trace.steps.append(StepRecord(step, free, pool - free, 0, running, waiting, 0, 0,
-                                          contexts, generations, tokens, 0, preempted, rejected,
-                                          finished, 0))
+            trace.steps.append(
+                StepRecord(
+                    step,
+                    free,
+                    pool - free,
+                    0,
+                    running,
+                    waiting,
+                    0,
+                    0,
+                    contexts,
+                    generations,
+                    tokens,
+                    0,
+                    preempted,
+                    rejected,
+                    finished,
+                    0,
+                )
+            )
         return trace
 
     # -- storing -----------------------------------------------------------------------
@@ -423,29 +514,59 @@ class RunRecord:
             raise self.failure
         stored = self.engine.driver_input(self.workload)
         stored.pop("requests")
-        stored.update(startup_error=self.startup_error, end_step=self.end_step,
-                      iterations=self.iterations, steps=self.rows if keep_steps else None,
-                      requests=[[r.request_id, r.prompt_len, r.max_new_tokens, r.arrival_step,
-                                 "aborted" if r.request_id in self.aborted else r.state,
-                                 r.first_scheduled_step, r.first_token_step, r.end_step,
-                                 r.num_generated, r.output_limit < r.max_new_tokens,
-                                 self.preemptions[r.request_id],
-                                 r.reason if r.state == "rejected" else None]
-                                for r in self.requests.values()])
+        stored.update(
+            startup_error=self.startup_error,
+            end_step=self.end_step,
+            iterations=self.iterations,
+            steps=self.rows if keep_steps else None,
+            requests=[
+                [
+                    r.request_id,
+                    r.prompt_len,
+                    r.max_new_tokens,
+                    r.arrival_step,
+                    "aborted" if r.request_id in self.aborted else r.state,
+                    r.first_scheduled_step,
+                    r.first_token_step,
+                    r.end_step,
+                    r.num_generated,
+                    r.output_limit < r.max_new_tokens,
+                    self.preemptions[r.request_id],
+                    r.reason if r.state == "rejected" else None,
+                ]
+                for r in self.requests.values()
+            ],
+        )
         return stored
 
     @classmethod
-    def from_json(cls, engine: RealEngine, stored: dict) -> "RunRecord":
+    def from_json(cls, engine: RealEngine, stored: dict) -> RunRecord:
         rows = stored["requests"]
-        record = cls(engine, PeerWorkload(stored["name"], engine.args_from_input(stored["engine"]),
-                                          [Request(*row[:4]) for row in rows], stored["max_steps"]))
+        record = cls(
+            engine,
+            PeerWorkload(
+                stored["name"],
+                engine.args_from_input(stored["engine"]),
+                [Request(*row[:4]) for row in rows],
+                stored["max_steps"],
+            ),
+        )
         record.startup_error = stored["startup_error"]
-        record.end_step, record.iterations, record.ended = stored["end_step"], stored["iterations"], True
+        record.end_step, record.iterations, record.ended = (
+            stored["end_step"],
+            stored["iterations"],
+            True,
+        )
         record.rows = stored["steps"]
         for row in rows:
             request = record.requests[row[0]]
-            (state, request.first_scheduled_step, request.first_token_step,
-             request.end_step, request.num_generated) = row[4:9]
+            (
+                state,
+                request.first_scheduled_step,
+                request.first_token_step,
+                request.end_step,
+                request.num_generated,
+            ) = row[4:9]
             request.state = RequestState("rejected" if state == "aborted" else state)
             if state == "aborted":
                 record.aborted.add(request.request_id)

@@ -20,24 +20,41 @@ def engine_input(args: SglangServerArgs) -> dict:
     """``args`` as the driver reads them (the geometry rides along for the stored runs; the
     driver's pool counts tokens)."""
     geometry = args.geometry
-    return dict(num_layers=geometry.num_layers, num_kv_heads=geometry.num_kv_heads,
-                head_dim=geometry.head_dim, dtype=geometry.dtype,
-                max_total_tokens=args.max_total_tokens, context_length=args.context_length,
-                max_running_requests=args.max_running_requests,
-                chunked_prefill_size=args.chunked_prefill_size,
-                max_prefill_tokens=args.max_prefill_tokens,
-                schedule_conservativeness=args.schedule_conservativeness,
-                enable_mixed_chunk=False, ignore_eos=args.ignore_eos)
+    return dict(
+        num_layers=geometry.num_layers,
+        num_kv_heads=geometry.num_kv_heads,
+        head_dim=geometry.head_dim,
+        dtype=geometry.dtype,
+        max_total_tokens=args.max_total_tokens,
+        context_length=args.context_length,
+        max_running_requests=args.max_running_requests,
+        chunked_prefill_size=args.chunked_prefill_size,
+        max_prefill_tokens=args.max_prefill_tokens,
+        schedule_conservativeness=args.schedule_conservativeness,
+        enable_mixed_chunk=False,
+        ignore_eos=args.ignore_eos,
+    )
 
 
 def args_from_input(engine: dict) -> SglangServerArgs:
     """The arguments :func:`engine_input` wrote."""
-    geometry = KVGeometry(engine["num_layers"], engine["num_kv_heads"], engine["head_dim"],
-                          engine["dtype"], tokens_per_block=1)
-    return SglangServerArgs(geometry, engine["max_total_tokens"], engine["context_length"],
-                            engine["max_running_requests"], engine["chunked_prefill_size"],
-                            engine["max_prefill_tokens"], engine["schedule_conservativeness"],
-                            engine["ignore_eos"])
+    geometry = KVGeometry(
+        engine["num_layers"],
+        engine["num_kv_heads"],
+        engine["head_dim"],
+        engine["dtype"],
+        tokens_per_block=1,
+    )
+    return SglangServerArgs(
+        geometry,
+        engine["max_total_tokens"],
+        engine["context_length"],
+        engine["max_running_requests"],
+        engine["chunked_prefill_size"],
+        engine["max_prefill_tokens"],
+        engine["schedule_conservativeness"],
+        engine["ignore_eos"],
+    )
 
 
 def pool_blocks(args: SglangServerArgs) -> int:
@@ -45,9 +62,14 @@ def pool_blocks(args: SglangServerArgs) -> int:
 
 
 SGLANG = RealEngine(
-    name="sglang", title="SGLang", version=SGLANG_VERSION,
-    driver=Path(__file__).with_name("sglang_driver.py"), engine_input=engine_input,
-    args_from_input=args_from_input, pool_blocks=pool_blocks,
-    step_rows_kept=("nb04/", "front-door", "startup-refused", "tiny/"))
+    name="sglang",
+    title="SGLang",
+    version=SGLANG_VERSION,
+    driver=Path(__file__).with_name("sglang_driver.py"),
+    engine_input=engine_input,
+    args_from_input=args_from_input,
+    pool_blocks=pool_blocks,
+    step_rows_kept=("nb04/", "front-door", "startup-refused", "tiny/"),
+)
 
 __all__ = ["SGLANG", "args_from_input", "engine_input", "pool_blocks"]

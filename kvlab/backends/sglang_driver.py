@@ -17,12 +17,22 @@ from array import array
 
 #: A Llama config with only what SGLang's ModelConfig reads; the KV geometry does not matter to
 #: a pool counted in tokens.
-_MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                 "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 1,
-                 "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 1,
-                 "vocab_size": 32000, "max_position_embeddings": 1 << 30,
-                 "torch_dtype": "float16", "rms_norm_eps": 1e-5, "bos_token_id": 1,
-                 "eos_token_id": 2}
+_MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 1,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "num_hidden_layers": 1,
+    "vocab_size": 32000,
+    "max_position_embeddings": 1 << 30,
+    "torch_dtype": "float16",
+    "rms_norm_eps": 1e-5,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 #: The token the fake model samples (not the EOS id, which ignore_eos makes moot anyway).
 SAMPLED_TOKEN = 7
 STEP_ROWS_PER_LINE = 500
@@ -41,10 +51,9 @@ def emit(**fields) -> None:
 def main() -> int:
     sys.stdout = sys.stderr
     import sglang
-    import torch
-
     import sglang.srt.managers.scheduler  # noqa: F401  (imported once, before the forks)
     import sglang.srt.models.registry  # noqa: F401  (the model classes the ModelConfig looks up)
+    import torch
 
     spec = json.load(sys.stdin)
     emit(kind="hello", sglang=sglang.__version__, torch=torch.__version__)
@@ -57,7 +66,7 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def run_forked(run: "Run") -> bool:
+def run_forked(run: Run) -> bool:
     """``run`` in a child process: a Scheduler is built once per process (its process groups),
     and its watchdog thread keeps it, pools and all, alive for good. Whether the child ended
     well; a child that died has written its run's lines up to there, and its traceback."""
@@ -79,20 +88,31 @@ def run_forked(run: "Run") -> bool:
 
 # --- the scheduler, its worker and its front door --------------------------------------------
 
+
 def server_args(engine: dict, model_dir: str):
     from sglang.srt.server_args import ServerArgs
 
     return ServerArgs(
-        model_path=model_dir, skip_tokenizer_init=True, device="cpu", dtype="float16",
-        load_format="dummy", attention_backend="torch_native", page_size=1,
-        max_total_tokens=engine["max_total_tokens"], context_length=engine["context_length"],
+        model_path=model_dir,
+        skip_tokenizer_init=True,
+        device="cpu",
+        dtype="float16",
+        load_format="dummy",
+        attention_backend="torch_native",
+        page_size=1,
+        max_total_tokens=engine["max_total_tokens"],
+        context_length=engine["context_length"],
         max_running_requests=engine.get("max_running_requests"),
         chunked_prefill_size=engine["chunked_prefill_size"],
         max_prefill_tokens=engine["max_prefill_tokens"],
         schedule_conservativeness=engine.get("schedule_conservativeness", 1.0),
         enable_mixed_chunk=engine.get("enable_mixed_chunk", False),
-        disable_radix_cache=True, schedule_policy="fcfs", disable_overlap_schedule=True,
-        disable_cuda_graph=True, watchdog_timeout=1e9)
+        disable_radix_cache=True,
+        schedule_policy="fcfs",
+        disable_overlap_schedule=True,
+        disable_cuda_graph=True,
+        watchdog_timeout=1e9,
+    )
 
 
 class ModelRunnerStub:
@@ -115,35 +135,57 @@ class ModelRunnerStub:
         self.max_total_tokens = max_total_tokens
 
     def alloc_memory_pool(self, memory_pool_config=None, *, draft_parallel_layout=None):
-        import torch
         from types import SimpleNamespace
+
+        import torch
         from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len
         from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
         from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
-            NgramEmbeddingManager)
+            NgramEmbeddingManager,
+        )
 
         tokens = self.max_total_tokens
         self.max_total_num_tokens = tokens
         self.max_running_requests = KVCacheConfigurator.resolve_max_num_reqs(
             SimpleNamespace(model_config=self.model_config, attn_dp_size=1, mambaish_config=None),
-            tokens)
+            tokens,
+        )
         self.req_to_token_pool = ReqToTokenPool(
             size=self.max_running_requests,
             max_context_len=self.model_config.context_len + get_req_to_token_extra_context_len(),
-            device="cpu", enable_memory_saver=False)
+            device="cpu",
+            enable_memory_saver=False,
+        )
         self.token_to_kv_pool = MHATokenToKVPool(
-            tokens, page_size=1, dtype=torch.float16, head_num=1, head_dim=1, layer_num=1,
-            device="cpu", enable_memory_saver=False, enable_alt_stream=False)
+            tokens,
+            page_size=1,
+            dtype=torch.float16,
+            head_num=1,
+            head_dim=1,
+            layer_num=1,
+            device="cpu",
+            enable_memory_saver=False,
+            enable_alt_stream=False,
+        )
         self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(
-            tokens, dtype=torch.float16, device="cpu", kvcache=self.token_to_kv_pool,
-            need_sort=False)
-        self.memory_pool_config = SimpleNamespace(max_total_num_tokens=tokens,
-                                                  max_running_requests=self.max_running_requests)
+            tokens,
+            dtype=torch.float16,
+            device="cpu",
+            kvcache=self.token_to_kv_pool,
+            need_sort=False,
+        )
+        self.memory_pool_config = SimpleNamespace(
+            max_total_num_tokens=tokens, max_running_requests=self.max_running_requests
+        )
         self.ngram_embedding_manager = NgramEmbeddingManager.from_model(
-            model=None, model_config=self.model_config, req_to_token_pool=self.req_to_token_pool,
-            max_running_requests=self.max_running_requests, device="cpu")
+            model=None,
+            model_config=self.model_config,
+            req_to_token_pool=self.req_to_token_pool,
+            max_running_requests=self.max_running_requests,
+            device="cpu",
+        )
 
     @property
     def logical_max_total_num_tokens(self) -> int:
@@ -182,8 +224,9 @@ def worker_class():
             self.device = "cpu"
 
         def forward_batch_generation(self, batch, *args, **kwargs):
-            return GenerationBatchResult(next_token_ids=torch.full(
-                (batch.batch_size(),), SAMPLED_TOKEN, dtype=torch.int64))
+            return GenerationBatchResult(
+                next_token_ids=torch.full((batch.batch_size(),), SAMPLED_TOKEN, dtype=torch.int64)
+            )
 
     return ModelFreeTpWorker
 
@@ -192,6 +235,7 @@ def build_scheduler(engine: dict, model_dir: str):
     """SGLang's Scheduler for ``engine`` (module docstring); raises SGLang's own exception where
     it refuses to start."""
     from unittest import mock
+
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import PortArgs
@@ -224,15 +268,17 @@ def front_door(scheduler):
     manager.validate_total_tokens = True
 
     def check(input_ids, max_new_tokens: int) -> None:
-        request = GenerateReqInput(input_ids=input_ids,
-                                   sampling_params={"max_new_tokens": max_new_tokens})
+        request = GenerateReqInput(
+            input_ids=input_ids, sampling_params={"max_new_tokens": max_new_tokens}
+        )
         manager._validate_one_request(request, input_ids)
 
     return check
 
 
-def tokenized_request(request_id, input_ids, max_new_tokens: int, ignore_eos: bool,
-                      vocab_size: int):
+def tokenized_request(
+    request_id, input_ids, max_new_tokens: int, ignore_eos: bool, vocab_size: int
+):
     """The request as the TokenizerManager sends it (``_create_tokenized_object``,
     tokenizer_manager.py:1541)."""
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
@@ -242,12 +288,23 @@ def tokenized_request(request_id, input_ids, max_new_tokens: int, ignore_eos: bo
     params.normalize(None)
     params.verify(vocab_size)
     return TokenizedGenerateReqInput(
-        rid=request_id, input_text=None, input_ids=array("q", input_ids), input_embeds=None,
-        mm_inputs=None, token_type_ids=None, sampling_params=params, return_logprob=False,
-        logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=False)
+        rid=request_id,
+        input_text=None,
+        input_ids=array("q", input_ids),
+        input_embeds=None,
+        mm_inputs=None,
+        token_type_ids=None,
+        sampling_params=params,
+        return_logprob=False,
+        logprob_start_len=-1,
+        top_logprobs_num=0,
+        token_ids_logprob=None,
+        stream=False,
+    )
 
 
 # --- one run -----------------------------------------------------------------------------------
+
 
 def is_abort(req) -> bool:
     """Whether SGLang has finished ``req`` with an abort (the one-token prefill of a request
@@ -292,13 +349,18 @@ class Run:
         self.scheduler = scheduler
         self.check = front_door(scheduler)
         allocator = scheduler.token_to_kv_pool_allocator
-        emit(kind="start", run=self.index, max_total_num_tokens=scheduler.max_total_num_tokens,
-             free_tokens=allocator.available_size(),
-             max_running_requests=scheduler.max_running_requests,
-             max_req_len=scheduler.max_req_len, max_req_input_len=scheduler.max_req_input_len,
-             context_length=scheduler.model_config.context_len,
-             chunked_prefill_size=scheduler.chunked_prefill_size,
-             max_prefill_tokens=scheduler.max_prefill_tokens)
+        emit(
+            kind="start",
+            run=self.index,
+            max_total_num_tokens=scheduler.max_total_num_tokens,
+            free_tokens=allocator.available_size(),
+            max_running_requests=scheduler.max_running_requests,
+            max_req_len=scheduler.max_req_len,
+            max_req_input_len=scheduler.max_req_input_len,
+            context_length=scheduler.model_config.context_len,
+            chunked_prefill_size=scheduler.chunked_prefill_size,
+            max_prefill_tokens=scheduler.max_prefill_tokens,
+        )
         scheduler.ipc_channels.send_to_tokenizer.send_output = self.keep_output
         scheduler.ipc_channels.send_to_detokenizer.send_output = self.keep_output
         receiver = type(scheduler.request_receiver)  # a frozen dataclass: patched on its class
@@ -336,17 +398,25 @@ class Run:
 
     def hand_over(self) -> list:
         handed = []
-        while (self.next_arrival < len(self.arrivals)
-               and self.arrivals[self.next_arrival][3] <= self.step):
+        while (
+            self.next_arrival < len(self.arrivals)
+            and self.arrivals[self.next_arrival][3] <= self.step
+        ):
             request_id, prompt_len, max_new_tokens, _ = self.arrivals[self.next_arrival]
             self.next_arrival += 1
             first = self.next_arrival * 7919  # distinct prompts: no prefix is shared
             input_ids = [100 + (first + k) % 31000 for k in range(prompt_len)]
             try:
                 self.check(input_ids, max_new_tokens)
-                handed.append(tokenized_request(request_id, input_ids, max_new_tokens,
-                                                self.engine.get("ignore_eos", False),
-                                                self.scheduler.model_config.vocab_size))
+                handed.append(
+                    tokenized_request(
+                        request_id,
+                        input_ids,
+                        max_new_tokens,
+                        self.engine.get("ignore_eos", False),
+                        self.scheduler.model_config.vocab_size,
+                    )
+                )
             except ValueError as exc:
                 self.event(request_id, "rejected", message=str(exc))
                 continue
@@ -380,9 +450,18 @@ class Run:
         self.note_outputs()
         self.iterations += 1
         waiting = len(scheduler.waiting_queue)
-        self.rows.append([self.step, scheduler.token_to_kv_pool_allocator.available_size(),
-                          len(self.live) - waiting, waiting, prefills, decodes, tokens,
-                          retracted])
+        self.rows.append(
+            [
+                self.step,
+                scheduler.token_to_kv_pool_allocator.available_size(),
+                len(self.live) - waiting,
+                waiting,
+                prefills,
+                decodes,
+                tokens,
+                retracted,
+            ]
+        )
         if len(self.rows) >= STEP_ROWS_PER_LINE:
             emit(kind="steps", run=self.index, rows=self.rows)
             self.rows = []
@@ -405,8 +484,9 @@ class Run:
 
         for output in self.outputs:
             if isinstance(output, BatchTokenIDOutput):
-                for request_id, reason, tokens in zip(output.rids, output.finished_reasons,
-                                                      output.completion_tokens):
+                for request_id, reason, tokens in zip(
+                    output.rids, output.finished_reasons, output.completion_tokens
+                ):
                     if reason is not None:
                         self.note_end(request_id, reason, tokens)
             elif isinstance(output, AbortReq):
@@ -421,10 +501,16 @@ class Run:
             name = "aborted" if request_id in self.started else "rejected"
             self.event(request_id, name, message=reason.get("message"))
         else:
-            cause = ("max_new_tokens" if num_output_tokens == requested
-                     else reason.get("type", "other"))
-            self.event(request_id, "finished", finish_reason=json.dumps(reason),
-                       num_output_tokens=num_output_tokens, cause=cause)
+            cause = (
+                "max_new_tokens" if num_output_tokens == requested else reason.get("type", "other")
+            )
+            self.event(
+                request_id,
+                "finished",
+                finish_reason=json.dumps(reason),
+                num_output_tokens=num_output_tokens,
+                cause=cause,
+            )
 
 
 if __name__ == "__main__":

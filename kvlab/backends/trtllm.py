@@ -42,7 +42,6 @@ import importlib
 import re
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Optional, Tuple
 
 import torch
 
@@ -58,15 +57,27 @@ MIN_VERSION = (1, 3)
 INSTALL_HINT = (
     "kvlab's TensorRT-LLM backend needs tensorrt_llm>=1.3 with a CUDA GPU; install it from "
     "NVIDIA's package index (pip install 'kvlab[trtllm]' with that index added through "
-    "--extra-index-url), or run kvlab inside one of NVIDIA's TensorRT-LLM container images")
+    "--extra-index-url), or run kvlab inside one of NVIDIA's TensorRT-LLM container images"
+)
 
 #: kvlab dtype names -> tensorrt_llm.bindings.DataType member names.
-_DATA_TYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BF16", "fp8": "FP8",
-               "nvfp4": "NVFP4"}
+_DATA_TYPES = {
+    "float32": "FLOAT",
+    "float16": "HALF",
+    "bfloat16": "BF16",
+    "fp8": "FP8",
+    "nvfp4": "NVFP4",
+}
 
 #: The fields on which the two results must agree.
-COMPARED = ("capacity_tokens", "max_blocks_per_seq", "outcome", "error", "state_preserved",
-            "retry_ok")
+COMPARED = (
+    "capacity_tokens",
+    "max_blocks_per_seq",
+    "outcome",
+    "error",
+    "state_preserved",
+    "retry_ok",
+)
 
 
 class BackendUnavailable(RuntimeError):
@@ -77,7 +88,7 @@ class BackendUnavailable(RuntimeError):
         self.reason = reason
 
 
-def parse_version(version) -> Tuple[int, int]:
+def parse_version(version) -> tuple[int, int]:
     """(major, minor) of a version string such as "1.4.0rc3.dev202610300406"."""
     match = re.match(r"(\d+)\.(\d+)", version) if isinstance(version, str) else None
     if match is None:
@@ -85,7 +96,7 @@ def parse_version(version) -> Tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def available() -> Tuple[bool, str]:
+def available() -> tuple[bool, str]:
     """(True, what was found) where this backend can run; (False, why not) elsewhere."""
     try:
         trtllm = importlib.import_module("tensorrt_llm")
@@ -126,11 +137,19 @@ def _real_api() -> SimpleNamespace:
         from tensorrt_llm.sampling_params import SamplingParams
     except ImportError as exc:
         raise BackendUnavailable(
-            f"this tensorrt_llm build lacks a part kvlab drives ({exc})") from exc
+            f"this tensorrt_llm build lacks a part kvlab drives ({exc})"
+        ) from exc
     return SimpleNamespace(
-        KVCacheManagerV2=KVCacheManagerV2, LlmRequest=LlmRequest, DataType=DataType,
-        SamplingConfig=SamplingConfig, CacheType=CacheType, KvCacheConfig=KvCacheConfig,
-        Mapping=Mapping, init_cuda_once=init_cuda_once, SamplingParams=SamplingParams)
+        KVCacheManagerV2=KVCacheManagerV2,
+        LlmRequest=LlmRequest,
+        DataType=DataType,
+        SamplingConfig=SamplingConfig,
+        CacheType=CacheType,
+        KvCacheConfig=KvCacheConfig,
+        Mapping=Mapping,
+        init_cuda_once=init_cuda_once,
+        SamplingParams=SamplingParams,
+    )
 
 
 @dataclass(frozen=True)
@@ -146,10 +165,10 @@ class TrtllmReproResult:
     configured_max_seq_len: int
     max_blocks_per_seq: int  # the width of the cache's row in host_kv_cache_block_offsets
     outcome: str  # "ok", "refused" or "crash"
-    error: Optional[str]
-    state_preserved: Optional[bool]  # after "refused": capacity 0 and the row unchanged
+    error: str | None
+    state_preserved: bool | None  # after "refused": capacity 0 and the row unchanged
     retry_tokens: int
-    retry_ok: Optional[bool]  # after "refused": did the smaller retry succeed?
+    retry_ok: bool | None  # after "refused": did the smaller retry succeed?
 
 
 @dataclass(frozen=True)
@@ -172,15 +191,22 @@ class Comparison:
 
 def _arguments(scenario, context, policy, retry_tokens):
     params = load_scenario(scenario).parameters
-    context = params.context_length if context is None else check_int(
-        "context", context, low=1, high=1 << 30)
+    context = (
+        params.context_length
+        if context is None
+        else check_int("context", context, low=1, high=1 << 30)
+    )
     check_choice("policy", policy, WIDTH_POLICIES)
     retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
     return params, context, params.pool_bytes  # pool_bytes: ValueError where a deployment sets it
 
 
-def run_trtllm_repro(scenario="rtx5080-4mib", context: Optional[int] = None,
-                     policy: str = "clamped", retry_tokens: int = 32) -> TrtllmReproResult:
+def run_trtllm_repro(
+    scenario="rtx5080-4mib",
+    context: int | None = None,
+    policy: str = "clamped",
+    retry_tokens: int = 32,
+) -> TrtllmReproResult:
     """Build the real KVCacheManagerV2 for ``scenario`` and resize one request's cache to
     ``context`` tokens (the scenario's context length by default) through ``resize_context``;
     after a refusal, resume the cache and retry ``retry_tokens`` tokens, as the seed did."""
@@ -188,30 +214,42 @@ def run_trtllm_repro(scenario="rtx5080-4mib", context: Optional[int] = None,
     api = _require()
     api.init_cuda_once()
     mgr = api.KVCacheManagerV2(
-        api.KvCacheConfig(max_gpu_total_bytes=pool_bytes, host_cache_size=0,
-                          enable_block_reuse=False),
+        api.KvCacheConfig(
+            max_gpu_total_bytes=pool_bytes, host_cache_size=0, enable_block_reuse=False
+        ),
         api.CacheType.SELF,
-        num_layers=params.num_layers, num_kv_heads=params.num_kv_heads,
-        head_dim=params.head_dim, tokens_per_block=params.tokens_per_block,
-        max_seq_len=params.configured_max_seq_len, max_batch_size=params.max_batch_size,
+        num_layers=params.num_layers,
+        num_kv_heads=params.num_kv_heads,
+        head_dim=params.head_dim,
+        tokens_per_block=params.tokens_per_block,
+        max_seq_len=params.configured_max_seq_len,
+        max_batch_size=params.max_batch_size,
         mapping=api.Mapping(world_size=1, rank=0, tp_size=1, pp_size=1),
-        dtype=getattr(api.DataType, _DATA_TYPES[params.kv_dtype]))
+        dtype=getattr(api.DataType, _DATA_TYPES[params.kv_dtype]),
+    )
     req = None
     try:
         if policy == "configured":  # the one-line fix: rows sized from max_seq_len as configured
             table = mgr.host_kv_cache_block_offsets
             mgr.max_blocks_per_seq = max_blocks_per_seq(
-                params.configured_max_seq_len, params.tokens_per_block, mgr.num_extra_kv_tokens)
+                params.configured_max_seq_len, params.tokens_per_block, mgr.num_extra_kv_tokens
+            )
             mgr.host_kv_cache_block_offsets = torch.zeros(
-                (*table.shape[:-1], mgr.max_blocks_per_seq), dtype=table.dtype,
-                pin_memory=table.is_pinned())
+                (*table.shape[:-1], mgr.max_blocks_per_seq),
+                dtype=table.dtype,
+                pin_memory=table.is_pinned(),
+            )
         req = api.LlmRequest(
-            request_id=0, max_new_tokens=1, input_tokens=[1] * context,
+            request_id=0,
+            max_new_tokens=1,
+            input_tokens=[1] * context,
             sampling_config=api.SamplingConfig(api.SamplingParams()._get_sampling_config()),
-            is_streaming=False)
+            is_streaming=False,
+        )
         if not mgr.prepare_context(req):
-            raise RuntimeError("KVCacheManagerV2.prepare_context refused a first request on an "
-                               "empty pool")
+            raise RuntimeError(
+                "KVCacheManagerV2.prepare_context refused a first request on an empty pool"
+            )
         cache = mgr.kv_cache_map[req.py_request_id]
         row = mgr.host_kv_cache_block_offsets[0, mgr.index_mapper.get_index(req.py_request_id), 0]
         row_before = row.clone()
@@ -223,31 +261,53 @@ def run_trtllm_repro(scenario="rtx5080-4mib", context: Optional[int] = None,
         if outcome == "refused":
             state_preserved = cache.capacity == 0 and torch.equal(row, row_before)
             # _resume_and_restore: what prepare_context uses to resume (present in every build read)
-            retry_ok = bool(mgr._resume_and_restore(req.py_request_id, cache)
-                            and mgr.resize_context(req, retry_tokens))
+            retry_ok = bool(
+                mgr._resume_and_restore(req.py_request_id, cache)
+                and mgr.resize_context(req, retry_tokens)
+            )
         return TrtllmReproResult(
             tensorrt_llm_version=importlib.import_module("tensorrt_llm").__version__,
             kv_cache_class=f"{type(cache).__module__}.{type(cache).__qualname__}",
-            policy=policy, context=context, capacity_tokens=int(mgr.max_seq_len),
+            policy=policy,
+            context=context,
+            capacity_tokens=int(mgr.max_seq_len),
             configured_max_seq_len=params.configured_max_seq_len,
-            max_blocks_per_seq=int(row.numel()), outcome=outcome, error=error,
-            state_preserved=state_preserved, retry_tokens=retry_tokens, retry_ok=retry_ok)
+            max_blocks_per_seq=int(row.numel()),
+            outcome=outcome,
+            error=error,
+            state_preserved=state_preserved,
+            retry_tokens=retry_tokens,
+            retry_ok=retry_ok,
+        )
     finally:
         if req is not None:
             mgr.free_resources(req)
         mgr.shutdown()
 
 
-def compare_with_kvlab(scenario="rtx5080-4mib", context: Optional[int] = None,
-                       policy: str = "clamped", retry_tokens: int = 32) -> Comparison:
+def compare_with_kvlab(
+    scenario="rtx5080-4mib",
+    context: int | None = None,
+    policy: str = "clamped",
+    retry_tokens: int = 32,
+) -> Comparison:
     """:func:`run_trtllm_repro` and :func:`kvlab.analysis.repro.run_repro` on the same scenario."""
     params, context, _ = _arguments(scenario, context, policy, retry_tokens)
     real = run_trtllm_repro(scenario, context, policy, retry_tokens)
-    geometry = KVGeometry(num_layers=params.num_layers, num_kv_heads=params.num_kv_heads,
-                          head_dim=params.head_dim, dtype=params.kv_dtype,
-                          tokens_per_block=params.tokens_per_block)
-    model = run_repro(pool_mib=params.pool_mib, context=context, policy=policy,
-                      tokens_per_block=params.tokens_per_block,
-                      max_seq_len=params.configured_max_seq_len, retry_tokens=retry_tokens,
-                      geometry=geometry)
+    geometry = KVGeometry(
+        num_layers=params.num_layers,
+        num_kv_heads=params.num_kv_heads,
+        head_dim=params.head_dim,
+        dtype=params.kv_dtype,
+        tokens_per_block=params.tokens_per_block,
+    )
+    model = run_repro(
+        pool_mib=params.pool_mib,
+        context=context,
+        policy=policy,
+        tokens_per_block=params.tokens_per_block,
+        max_seq_len=params.configured_max_seq_len,
+        retry_tokens=retry_tokens,
+        geometry=geometry,
+    )
     return Comparison(kvlab=model, trtllm=real)

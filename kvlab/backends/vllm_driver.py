@@ -14,11 +14,20 @@ import sys
 import tempfile
 
 #: A layer-count-agnostic Llama config: only what ModelConfig reads; KV geometry is set per run.
-_MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                 "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 2,
-                 "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2,
-                 "vocab_size": 32000, "max_position_embeddings": 1 << 30,
-                 "torch_dtype": "float16", "rms_norm_eps": 1e-5}
+_MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 1 << 30,
+    "torch_dtype": "float16",
+    "rms_norm_eps": 1e-5,
+}
 STEP_ROWS_PER_LINE = 500
 
 
@@ -54,45 +63,70 @@ def build_scheduler(engine: dict, model_dir: str):
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-    from vllm.v1.core.kv_cache_utils import (generate_scheduler_kv_cache_config,
-                                             resolve_kv_cache_block_sizes)
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        resolve_kv_cache_block_sizes,
+    )
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.engine.input_processor import InputProcessor
     from vllm.v1.kv_cache_interface import FullAttentionSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-             "fp8": torch.float8_e4m3fn}[engine["dtype"]]
+    dtype = {
+        "float32": torch.float32,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "fp8": torch.float8_e4m3fn,
+    }[engine["dtype"]]
     max_model_len = engine["max_model_len"]
-    model_config = ModelConfig(model=model_dir, skip_tokenizer_init=True,
-                               max_model_len=max_model_len, dtype="float16")
-    cache_config = CacheConfig(block_size=engine["block_size"],
-                               enable_prefix_caching=engine["enable_prefix_caching"])
+    model_config = ModelConfig(
+        model=model_dir, skip_tokenizer_init=True, max_model_len=max_model_len, dtype="float16"
+    )
+    cache_config = CacheConfig(
+        block_size=engine["block_size"], enable_prefix_caching=engine["enable_prefix_caching"]
+    )
     scheduler_config = SchedulerConfig(
         max_num_seqs=engine["max_num_seqs"],
         max_num_batched_tokens=engine["max_num_batched_tokens"],
         enable_chunked_prefill=engine["enable_chunked_prefill"],
         scheduler_reserve_full_isl=engine["scheduler_reserve_full_isl"],
-        watermark=engine["watermark"], async_scheduling=False,
-        max_model_len=max_model_len, is_encoder_decoder=False)
-    config = VllmConfig(model_config=model_config, cache_config=cache_config,
-                        scheduler_config=scheduler_config, device_config=DeviceConfig(device="cpu"))
-    specs = {f"model.layers.{layer}.self_attn.attn": FullAttentionSpec(
-                 block_size=engine["block_size"], num_kv_heads=engine["num_kv_heads"],
-                 head_size=engine["head_dim"], dtype=dtype)
-             for layer in range(engine["num_layers"])}
+        watermark=engine["watermark"],
+        async_scheduling=False,
+        max_model_len=max_model_len,
+        is_encoder_decoder=False,
+    )
+    config = VllmConfig(
+        model_config=model_config,
+        cache_config=cache_config,
+        scheduler_config=scheduler_config,
+        device_config=DeviceConfig(device="cpu"),
+    )
+    specs = {
+        f"model.layers.{layer}.self_attn.attn": FullAttentionSpec(
+            block_size=engine["block_size"],
+            num_kv_heads=engine["num_kv_heads"],
+            head_size=engine["head_dim"],
+            dtype=dtype,
+        )
+        for layer in range(engine["num_layers"])
+    }
     resolve_kv_cache_layout(config, [["NHD"]], list(specs.values()))
     groups = get_global_kv_cache_groups(config, [specs])
     bytes_per_block = sum(layer.page_size_bytes for layer in specs.values())
     kv_configs = get_kv_cache_configs(
-        config, [specs], [engine["startup_num_gpu_blocks"] * bytes_per_block], groups)
+        config, [specs], [engine["startup_num_gpu_blocks"] * bytes_per_block], groups
+    )
     kv_config = generate_scheduler_kv_cache_config(kv_configs)
     kv_config.num_blocks = engine["num_gpu_blocks"]  # the pool the scheduler really gets
     config.cache_config.num_gpu_blocks = kv_config.num_blocks
     block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_config, config)
-    scheduler = Scheduler(vllm_config=config, kv_cache_config=kv_config,
-                          structured_output_manager=StructuredOutputManager(config),
-                          block_size=block_size, hash_block_size=hash_block_size)
+    scheduler = Scheduler(
+        vllm_config=config,
+        kv_cache_config=kv_config,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=block_size,
+        hash_block_size=hash_block_size,
+    )
     return scheduler, InputProcessor(config)
 
 
@@ -100,7 +134,9 @@ def vllm_message(exc: ValueError) -> str:
     """vLLM's own message: a config check raises a ValueError that pydantic wraps in a
     ValidationError, whose text adds pydantic's framing around it."""
     if hasattr(exc, "errors"):
-        return "; ".join(str(error.get("ctx", {}).get("error", error["msg"])) for error in exc.errors())
+        return "; ".join(
+            str(error.get("ctx", {}).get("error", error["msg"])) for error in exc.errors()
+        )
     return str(exc)
 
 
@@ -117,8 +153,13 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
         return
     pool = scheduler.kv_cache_manager.block_pool
     max_model_len = scheduler.max_model_len
-    emit(kind="start", run=index, num_gpu_blocks=pool.num_gpu_blocks,
-         free_blocks=pool.get_num_free_blocks(), max_model_len=max_model_len)
+    emit(
+        kind="start",
+        run=index,
+        num_gpu_blocks=pool.num_gpu_blocks,
+        free_blocks=pool.get_num_free_blocks(),
+        max_model_len=max_model_len,
+    )
 
     def event(step, request_id, name, **fields):
         emit(kind="event", run=index, step=step, id=request_id, event=name, **fields)
@@ -147,12 +188,15 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
                 continue
             first = next_arrival * 7919  # distinct prompts: no prefix is shared
             tokens = [1 + (first + k) % 31999 for k in range(prompt_len)]
-            scheduler.add_request(Request(request_id, tokens, params, None, arrival_time=float(step)))
+            scheduler.add_request(
+                Request(request_id, tokens, params, None, arrival_time=float(step))
+            )
         if not scheduler.has_unfinished_requests():
             continue
         output = scheduler.schedule()
-        scheduled = {request_id: scheduler.requests[request_id]
-                     for request_id in output.num_scheduled_tokens}
+        scheduled = {
+            request_id: scheduler.requests[request_id] for request_id in output.num_scheduled_tokens
+        }
         for new in output.scheduled_new_reqs:  # admitted from the waiting queue
             prefilling.add(new.req_id)
             event(step, new.req_id, "resumed" if new.req_id in started else "started")
@@ -167,10 +211,12 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
         # preemption its prompt and outputs, computed), as kvlab counts generation steps
         decodes = sum(1 for request_id in scheduled if request_id not in prefilling)
         prefilling.difference_update(
-            request_id for request_id, tokens_out in zip(scheduled, sampled) if tokens_out)
-        outputs = scheduler.update_from_output(output, ModelRunnerOutput(
-            req_ids=list(scheduled), sampled_token_ids=sampled))
-        for (request_id, request), tokens_out in zip(scheduled.items(), sampled):
+            request_id for request_id, tokens_out in zip(scheduled, sampled) if tokens_out
+        )
+        outputs = scheduler.update_from_output(
+            output, ModelRunnerOutput(req_ids=list(scheduled), sampled_token_ids=sampled)
+        )
+        for request_id, tokens_out in zip(scheduled, sampled):
             if tokens_out and request_id not in first_token:
                 first_token.add(request_id)
                 event(step, request_id, "first_token")
@@ -178,14 +224,32 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
             for out in engine_outputs.outputs:
                 if out.finish_reason is not None:
                     request = scheduled[out.request_id]
-                    cause = ("max_tokens" if request.num_output_tokens >= request.max_tokens
-                             else "max_model_len")
-                    event(step, out.request_id, "finished", finish_reason=str(out.finish_reason),
-                          num_output_tokens=request.num_output_tokens, cause=cause)
+                    cause = (
+                        "max_tokens"
+                        if request.num_output_tokens >= request.max_tokens
+                        else "max_model_len"
+                    )
+                    event(
+                        step,
+                        out.request_id,
+                        "finished",
+                        finish_reason=str(out.finish_reason),
+                        num_output_tokens=request.num_output_tokens,
+                        cause=cause,
+                    )
         iterations += 1
-        rows.append([step, pool.get_num_free_blocks(), len(scheduler.running), len(scheduler.waiting),
-                     len(scheduled) - decodes, decodes, output.total_num_scheduled_tokens,
-                     len(preempted)])
+        rows.append(
+            [
+                step,
+                pool.get_num_free_blocks(),
+                len(scheduler.running),
+                len(scheduler.waiting),
+                len(scheduled) - decodes,
+                decodes,
+                output.total_num_scheduled_tokens,
+                len(preempted),
+            ]
+        )
         if len(rows) >= STEP_ROWS_PER_LINE:
             emit(kind="steps", run=index, rows=rows)
             rows = []

@@ -4,9 +4,8 @@ its value and the accepted range (docs/DESIGN.md, "Conventions")."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-
 import numbers
+from collections.abc import Mapping
 
 # Upper bound for counts and byte sizes: far beyond any real GPU (1 PiB) yet small
 # enough that arithmetic on it stays exact in Python ints and torch int64.
@@ -21,18 +20,23 @@ def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
     if type(value) is int and low <= value <= high:  # the common case, without the ABC check
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int in [{low}, {high}], got {value!r} ({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be an int in [{low}, {high}], got {value!r} ({type(value).__name__})"
+        )
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
     return int(value)
 
 
-def check_float(name: str, value, *, low: float, high: float, low_open: bool = False,
-                high_open: bool = False) -> float:
+def check_float(
+    name: str, value, *, low: float, high: float, low_open: bool = False, high_open: bool = False
+) -> float:
     """Return ``value`` as float if it is a real number in the range; raise otherwise."""
     interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number in {interval}, got {value!r} ({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be a number in {interval}, got {value!r} ({type(value).__name__})"
+        )
     value = float(value)
     bad_low = value <= low if low_open else value < low
     bad_high = value >= high if high_open else value > high
@@ -44,9 +48,14 @@ def check_float(name: str, value, *, low: float, high: float, low_open: bool = F
 def check_items(name: str, values, what: str = "items", max_items: int = MAX_ITEMS) -> list:
     """``values`` (an iterable, not a str or a mapping) as a list of at most ``max_items``,
     taken without reading past that (an endless iterator is refused, not followed)."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or hasattr(values, "keys"):
-        raise TypeError(f"{name} must be a sequence of {what}, got {values!r:.80} "
-                        f"({type(values).__name__})")
+    if (
+        isinstance(values, (str, bytes))
+        or not hasattr(values, "__iter__")
+        or hasattr(values, "keys")
+    ):
+        raise TypeError(
+            f"{name} must be a sequence of {what}, got {values!r:.80} ({type(values).__name__})"
+        )
     items = list(itertools.islice(values, max_items + 1))
     if len(items) > max_items:
         raise ValueError(f"{name} must hold at most {max_items:,} {what}, got more")
@@ -73,7 +82,9 @@ def check_instance(name: str, value, kind):
     if not isinstance(value, kind):
         wanted = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
         article = "an" if wanted[0] in "AEIOU" else "a"
-        raise TypeError(f"{name} must be {article} {wanted}, got {value!r:.60} ({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be {article} {wanted}, got {value!r:.60} ({type(value).__name__})"
+        )
     return value
 
 

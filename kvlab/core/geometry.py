@@ -63,15 +63,18 @@ class KVGeometry:
         store_checked(self, "tokens_per_block", check_int, low=1, high=65536)
         store_checked(self, "tp_size", check_int, low=1, high=4096)
         if isinstance(self.kv_factor, bool) or not isinstance(self.kv_factor, int):
-            raise TypeError(f"kv_factor must be the int 2 (K and V) or 1 (MLA), "
-                            f"got {self.kv_factor!r} ({type(self.kv_factor).__name__})")
+            raise TypeError(
+                f"kv_factor must be the int 2 (K and V) or 1 (MLA), "
+                f"got {self.kv_factor!r} ({type(self.kv_factor).__name__})"
+            )
         if self.kv_factor not in (1, 2):
             raise ValueError(f"kv_factor must be 2 (K and V) or 1 (MLA), got {self.kv_factor!r}")
         if not isinstance(self.attention_dp, bool):
             raise TypeError(f"attention_dp must be a bool, got {self.attention_dp!r}")
         if self.dtype == "nvfp4" and self.head_dim % NVFP4_SCALE_BLOCK:
-            raise ValueError(f"head_dim must be a multiple of {NVFP4_SCALE_BLOCK} for nvfp4, "
-                             f"got {self.head_dim}")
+            raise ValueError(
+                f"head_dim must be a multiple of {NVFP4_SCALE_BLOCK} for nvfp4, got {self.head_dim}"
+            )
 
     @property
     def effective_tp_size(self) -> int:
@@ -101,11 +104,16 @@ class KVGeometry:
         """The product behind bytes_per_token, in words (the seed's arithmetic)."""
         per_element = Fraction(element_bytes(self.dtype, self.head_dim), self.head_dim)
         kv = "K and V" if self.kv_factor == 2 else "K only, MLA"
-        heads = (f"ceil({self.num_kv_heads} / tp {self.effective_tp_size}) = {self.kv_heads_per_rank}"
-                 if self.effective_tp_size > 1 else f"{self.kv_heads_per_rank}")
-        return (f"{self.num_layers} layers x {self.kv_factor} ({kv}) x {heads} KV heads x "
-                f"{self.head_dim} dims x {float(per_element):g} B ({self.dtype}) = "
-                f"{self.bytes_per_token:,} B")
+        heads = (
+            f"ceil({self.num_kv_heads} / tp {self.effective_tp_size}) = {self.kv_heads_per_rank}"
+            if self.effective_tp_size > 1
+            else f"{self.kv_heads_per_rank}"
+        )
+        return (
+            f"{self.num_layers} layers x {self.kv_factor} ({kv}) x {heads} KV heads x "
+            f"{self.head_dim} dims x {float(per_element):g} B ({self.dtype}) = "
+            f"{self.bytes_per_token:,} B"
+        )
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Pages needed to hold ``num_tokens`` tokens: ceil(num_tokens / tokens_per_block)."""
@@ -151,19 +159,26 @@ class MambaGeometry:
         check_choice("ssm_dtype", self.ssm_dtype, STATE_DTYPES)
         store_checked(self, "tp_size", check_int, low=1, high=4096)
         if self.mamba_num_heads % self.tp_size:
-            raise ValueError(f"mamba_num_heads={self.mamba_num_heads} must be divisible by "
-                             f"tp_size={self.tp_size}")
+            raise ValueError(
+                f"mamba_num_heads={self.mamba_num_heads} must be divisible by "
+                f"tp_size={self.tp_size}"
+            )
         if self.n_groups % self.tp_size:
-            raise ValueError(f"n_groups={self.n_groups} must be divisible by tp_size={self.tp_size}")
+            raise ValueError(
+                f"n_groups={self.n_groups} must be divisible by tp_size={self.tp_size}"
+            )
         if self.mamba_num_heads % self.n_groups:
-            raise ValueError(f"mamba_num_heads={self.mamba_num_heads} must be a multiple of "
-                             f"n_groups={self.n_groups} (each group serves whole heads)")
+            raise ValueError(
+                f"mamba_num_heads={self.mamba_num_heads} must be a multiple of "
+                f"n_groups={self.n_groups} (each group serves whole heads)"
+            )
 
     @property
     def conv_dim(self) -> int:
         """Conv channels per rank: (head_dim * heads + 2 * n_groups * d_state) / tp."""
-        return (self.mamba_head_dim * self.mamba_num_heads
-                + 2 * self.n_groups * self.d_state) // self.tp_size
+        return (
+            self.mamba_head_dim * self.mamba_num_heads + 2 * self.n_groups * self.d_state
+        ) // self.tp_size
 
     @property
     def conv_bytes(self) -> int:
@@ -173,8 +188,10 @@ class MambaGeometry:
     @property
     def ssm_bytes(self) -> int:
         """One layer's SSM state: (heads / tp) * head_dim * d_state elements of ssm_dtype."""
-        return element_bytes(self.ssm_dtype, (self.mamba_num_heads // self.tp_size)
-                             * self.mamba_head_dim * self.d_state)
+        return element_bytes(
+            self.ssm_dtype,
+            (self.mamba_num_heads // self.tp_size) * self.mamba_head_dim * self.d_state,
+        )
 
     @property
     def bytes_per_slot(self) -> int:
@@ -182,18 +199,28 @@ class MambaGeometry:
         return self.num_mamba_layers * (self.conv_bytes + self.ssm_bytes)
 
     @classmethod
-    def qwen3_5_27b(cls, ssm_dtype: str = "float32", conv_dtype: str = "bfloat16",
-                    tp_size: int = 1) -> "MambaGeometry":
+    def qwen3_5_27b(
+        cls, ssm_dtype: str = "float32", conv_dtype: str = "bfloat16", tp_size: int = 1
+    ) -> MambaGeometry:
         """Qwen3.5-27B's 48 linear-attention layers from its published config (docs/REFERENCE.md §5):
         48 value heads of 128, key head dim 128 (d_state), 16 key heads (n_groups), kernel 4.
         The config's mamba_ssm_dtype is float32; the PR's 37.5 GiB implies bfloat16."""
-        return cls(num_mamba_layers=48, mamba_num_heads=48, mamba_head_dim=128, d_state=128,
-                   n_groups=16, d_conv=4, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
-                   tp_size=tp_size)
+        return cls(
+            num_mamba_layers=48,
+            mamba_num_heads=48,
+            mamba_head_dim=128,
+            d_state=128,
+            n_groups=16,
+            d_conv=4,
+            conv_dtype=conv_dtype,
+            ssm_dtype=ssm_dtype,
+            tp_size=tp_size,
+        )
 
 
-def qwen3_5_27b_mamba(ssm_dtype: str = "float32", conv_dtype: str = "bfloat16",
-                      tp_size: int = 1) -> MambaGeometry:
+def qwen3_5_27b_mamba(
+    ssm_dtype: str = "float32", conv_dtype: str = "bfloat16", tp_size: int = 1
+) -> MambaGeometry:
     """Qwen3.5-27B's recurrent-state geometry (``MambaGeometry.qwen3_5_27b``)."""
     return MambaGeometry.qwen3_5_27b(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype, tp_size=tp_size)
 
@@ -201,5 +228,11 @@ def qwen3_5_27b_mamba(ssm_dtype: str = "float32", conv_dtype: str = "bfloat16",
 def qwen3_5_27b_attention(tokens_per_block: int = 32, tp_size: int = 1) -> KVGeometry:
     """Qwen3.5-27B's 16 full-attention layers (full_attention_interval 4 of 64): 4 KV heads of
     256, bf16."""
-    return KVGeometry(num_layers=16, num_kv_heads=4, head_dim=256, dtype="bfloat16",
-                      tokens_per_block=tokens_per_block, tp_size=tp_size)
+    return KVGeometry(
+        num_layers=16,
+        num_kv_heads=4,
+        head_dim=256,
+        dtype="bfloat16",
+        tokens_per_block=tokens_per_block,
+        tp_size=tp_size,
+    )

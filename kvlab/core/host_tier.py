@@ -25,7 +25,7 @@ nothing is written to disk.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING
 
 from kvlab.core.checks import MAX_COUNT, check_int
 
@@ -34,15 +34,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.pool import PagePool
 
 
-def _known(limit: Optional[float]) -> bool:
+def _known(limit: float | None) -> bool:
     """A limit the reader found: None or infinity (the real readers' answer) is none."""
     return limit is not None and limit != float("inf")
 
 
-def auto_host_tier_bytes(gpu_quota_bytes: int, local_ranks: int = 1,
-                         host_available_bytes: Optional[float] = None,
-                         memlock_limit_bytes: Optional[float] = None,
-                         shares_device_memory: bool = False) -> int:
+def auto_host_tier_bytes(
+    gpu_quota_bytes: int,
+    local_ranks: int = 1,
+    host_available_bytes: float | None = None,
+    memlock_limit_bytes: float | None = None,
+    shares_device_memory: bool = False,
+) -> int:
     """The automatic host tier's size (the real ``_compute_auto_host_tier_quota``): the GPU
     quota, capped by half the available host memory per co-located rank and by 80 % of the
     memlock limit; a non-positive cap falls back to the GPU quota. On an integrated GPU
@@ -71,14 +74,21 @@ def sync_host_tier_quota(local_quota: int, world_size: int, comm=None) -> int:
     return comm.all_reduce_min(local_quota)
 
 
-def lower_tier_bytes(host_cache_size: Optional[int], disk_cache_size: Optional[int],
-                     gpu_quota_bytes: int) -> int:
+def lower_tier_bytes(
+    host_cache_size: int | None, disk_cache_size: int | None, gpu_quota_bytes: int
+) -> int:
     """Bytes below the GPU: the host tier (``host_cache_size``; None: automatic, 0: none)
     plus the disk tier (``disk_cache_size``; None or 0: none)."""
-    host = (auto_host_tier_bytes(gpu_quota_bytes) if host_cache_size is None
-            else check_int("host_cache_size", host_cache_size, low=0, high=MAX_COUNT))
-    disk = 0 if disk_cache_size is None else check_int("disk_cache_size", disk_cache_size,
-                                                       low=0, high=MAX_COUNT)
+    host = (
+        auto_host_tier_bytes(gpu_quota_bytes)
+        if host_cache_size is None
+        else check_int("host_cache_size", host_cache_size, low=0, high=MAX_COUNT)
+    )
+    disk = (
+        0
+        if disk_cache_size is None
+        else check_int("disk_cache_size", disk_cache_size, low=0, high=MAX_COUNT)
+    )
     return host + disk
 
 
@@ -93,18 +103,18 @@ class HostTier:
         self.used_blocks = 0
         #: GPU pages the tracked caches hold (a suspended cache's pages do not change)
         self.blocks_on_gpu = 0
-        self._on_gpu: Dict[int, "KVCache"] = {}  # id(cache) -> cache, in suspension order
+        self._on_gpu: dict[int, KVCache] = {}  # id(cache) -> cache, in suspension order
 
     @property
     def free_blocks(self) -> int:
         return self.num_blocks - self.used_blocks
 
-    def track(self, cache: "KVCache") -> None:
+    def track(self, cache: KVCache) -> None:
         """``cache`` was suspended with its pages on the GPU: they may move down later."""
         self._on_gpu[id(cache)] = cache
         self.blocks_on_gpu += cache.num_blocks
 
-    def untrack(self, cache: "KVCache") -> None:
+    def untrack(self, cache: KVCache) -> None:
         """``cache`` resumed, was freed or moved down: call before its pages go."""
         if self._on_gpu.pop(id(cache), None) is not None:
             self.blocks_on_gpu -= cache.num_blocks
@@ -116,10 +126,11 @@ class HostTier:
 
     def check_invariants(self) -> None:
         assert self.blocks_on_gpu == sum(c.num_blocks for c in self._on_gpu.values()), (
-            f"{self!r} counts {self.blocks_on_gpu} pages on the GPU")
+            f"{self!r} counts {self.blocks_on_gpu} pages on the GPU"
+        )
         assert all(c.suspended for c in self._on_gpu.values()), "a tracked cache is active"
 
-    def make_room(self, pool: "PagePool", count: int) -> bool:
+    def make_room(self, pool: PagePool, count: int) -> bool:
         """Move suspended caches' pages down, oldest first, until ``count`` pages of ``pool``
         are free; False, moving nothing, when the tier cannot take enough of them."""
         shortfall = count - pool.free_blocks
@@ -142,9 +153,13 @@ class HostTier:
         return True
 
     def give_back(self, count: int) -> None:
-        assert 0 <= count <= self.used_blocks, f"giving back {count} of {self.used_blocks} host pages"
+        assert 0 <= count <= self.used_blocks, (
+            f"giving back {count} of {self.used_blocks} host pages"
+        )
         self.used_blocks -= count
 
     def __repr__(self) -> str:
-        return (f"HostTier({self.used_blocks} of {self.num_blocks} pages used, "
-                f"{len(self._on_gpu)} suspended cache(s) still on the GPU)")
+        return (
+            f"HostTier({self.used_blocks} of {self.num_blocks} pages used, "
+            f"{len(self._on_gpu)} suspended cache(s) still on the GPU)"
+        )

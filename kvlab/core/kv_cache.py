@@ -19,7 +19,7 @@ real page ids it owns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -55,12 +55,34 @@ class KVCache:
     the page-index table its row is in. Its first ``committed`` pages are held in the prefix
     cache, possibly shared with other caches; the rest are its own."""
 
-    __slots__ = ("request_id", "slot", "pool", "page_index", "host_tier", "prefix_cache",
-                 "tokens_per_block", "max_util_for_resume", "pages", "committed", "capacity",
-                 "history_length", "suspended", "_host_copy", "freed")
+    __slots__ = (
+        "request_id",
+        "slot",
+        "pool",
+        "page_index",
+        "host_tier",
+        "prefix_cache",
+        "tokens_per_block",
+        "max_util_for_resume",
+        "pages",
+        "committed",
+        "capacity",
+        "history_length",
+        "suspended",
+        "_host_copy",
+        "freed",
+    )
 
-    def __init__(self, request_id: str, slot: int, *, prefix_cache: "PrefixCache",
-                 page_index: "PageIndexTable", tokens_per_block: int, max_util_for_resume: float):
+    def __init__(
+        self,
+        request_id: str,
+        slot: int,
+        *,
+        prefix_cache: PrefixCache,
+        page_index: PageIndexTable,
+        tokens_per_block: int,
+        max_util_for_resume: float,
+    ):
         self.request_id = request_id
         self.slot = slot
         self.prefix_cache = prefix_cache
@@ -69,20 +91,22 @@ class KVCache:
         self.host_tier = prefix_cache.host_tier
         self.tokens_per_block = tokens_per_block
         self.max_util_for_resume = max_util_for_resume
-        self.pages: List[int] = []
+        self.pages: list[int] = []
         #: the leading pages committed to the prefix cache, held there, not owned
         self.committed = 0
         self.capacity = 0
         self.history_length = 0
         self.suspended = False
-        self._host_copy: Optional[torch.Tensor] = None  # page bytes while suspended
+        self._host_copy: torch.Tensor | None = None  # page bytes while suspended
         self.freed = False  # set by KVCacheManager.free: the handle may no longer act
 
     def _check_live(self) -> None:
         if self.freed:
-            raise RuntimeError(f"cache {self.request_id!r} was freed (KVCacheManager.free): its "
-                               f"page-index slot {self.slot} may belong to another cache now; "
-                               "ask the manager for the request's cache again")
+            raise RuntimeError(
+                f"cache {self.request_id!r} was freed (KVCacheManager.free): its "
+                f"page-index slot {self.slot} may belong to another cache now; "
+                "ask the manager for the request's cache again"
+            )
 
     @property
     def num_blocks(self) -> int:
@@ -110,12 +134,15 @@ class KVCache:
         self.capacity = capacity
         return True
 
-    def resize(self, capacity: int, history_length: Optional[int] = None) -> bool:
+    def resize(self, capacity: int, history_length: int | None = None) -> bool:
         """Grow or shrink to ``capacity`` tokens in the native check order (module docstring)."""
         self._check_live()
         capacity = check_int("capacity", capacity, low=0, high=MAX_COUNT)
-        history = self.history_length if history_length is None else check_int(
-            "history_length", history_length, low=0, high=MAX_COUNT)
+        history = (
+            self.history_length
+            if history_length is None
+            else check_int("history_length", history_length, low=0, high=MAX_COUNT)
+        )
         if history < self.history_length:
             raise ValueError(HISTORY_DECREASED_MESSAGE)
         if history > capacity:
@@ -142,7 +169,7 @@ class KVCache:
         self._append(pages)
         return True
 
-    def _append(self, pages: List[int]) -> None:
+    def _append(self, pages: list[int]) -> None:
         self.page_index.write(self.slot, self.num_blocks, pages)
         self.pages.extend(pages)
 
@@ -227,6 +254,9 @@ class KVCache:
         return 0 if self._host_copy is None else self._host_copy.shape[0]
 
     def __repr__(self) -> str:
-        state = (f"suspended, {self.suspended_blocks} pages in the host tier" if self._host_copy is not None
-                 else f"{self.num_blocks} pages" + (", suspended in place" if self.suspended else ""))
+        state = (
+            f"suspended, {self.suspended_blocks} pages in the host tier"
+            if self._host_copy is not None
+            else f"{self.num_blocks} pages" + (", suspended in place" if self.suspended else "")
+        )
         return f"KVCache({self.request_id!r}, capacity={self.capacity}, {state})"

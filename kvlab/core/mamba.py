@@ -40,13 +40,19 @@ DISAGG_GENERATION_INIT is admitted), keeps it while suspended, and gives it back
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from kvlab.core.checks import (MAX_COUNT, check_choice, check_instance, check_int, check_sequence,
-                               store_checked)
+from kvlab.core.checks import (
+    MAX_COUNT,
+    check_choice,
+    check_instance,
+    check_int,
+    check_sequence,
+    store_checked,
+)
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
@@ -62,8 +68,10 @@ MERGED_RESIDENCY = "raw"
 QUOTA_MESSAGES = ("merged", "pr18985")
 #: The review finding this manager can reproduce (the scheduler holds the other two).
 #: The real message, raised by ``MambaHybridCacheManagerV2._build_cache_config``.
-QUOTA_TOO_SMALL = ("The V2 Mamba GPU cache quota is too small for live recurrent states and "
-                   "attention pages: got {got} bytes, need at least {need} bytes.")
+QUOTA_TOO_SMALL = (
+    "The V2 Mamba GPU cache quota is too small for live recurrent states and "
+    "attention pages: got {got} bytes, need at least {need} bytes."
+)
 #: The generic ``max_batch_size`` default PR #18985 starts from (its description's 2048).
 GENERIC_MAX_BATCH_SIZE = 2048
 
@@ -85,10 +93,10 @@ def num_dummy_slots(cuda_graph_padding: bool = True, attention_dp: bool = False)
 class ResidencyPlan:
     """The slot arithmetic of one rank, computed without allocating anything."""
 
-    requested: int          # max_batch_size * pp_size (the merged _max_resident_sequences())
+    requested: int  # max_batch_size * pp_size (the merged _max_resident_sequences())
     dummies: int
     slot_bytes: int
-    page_bytes: int         # one attention page
+    page_bytes: int  # one attention page
     quota_bytes: int
     pp_size: int = 1
 
@@ -118,7 +126,7 @@ class ResidencyPlan:
         return self.raw_need_bytes <= self.quota_bytes
 
     @property
-    def affordable(self) -> Optional[int]:
+    def affordable(self) -> int | None:
         """Resident sequences the quota affords after one page and the dummies; None when
         slots cost nothing (no local Mamba layers)."""
         if self.slot_bytes == 0:
@@ -143,9 +151,16 @@ class ResidencyPlan:
         return max(0, min(cap, affordable // self.pp_size))
 
 
-def plan_residency(mamba: Optional[MambaGeometry], attention: KVGeometry, quota_bytes: int,
-                   max_batch_size: int, pp_size: int = 1, *, cuda_graph_padding: bool = True,
-                   attention_dp: bool = False) -> ResidencyPlan:
+def plan_residency(
+    mamba: MambaGeometry | None,
+    attention: KVGeometry,
+    quota_bytes: int,
+    max_batch_size: int,
+    pp_size: int = 1,
+    *,
+    cuda_graph_padding: bool = True,
+    attention_dp: bool = False,
+) -> ResidencyPlan:
     """The plan for ``MambaHybridCacheManager``'s arguments (``mamba=None``: attention-only)."""
     if mamba is not None and not isinstance(mamba, MambaGeometry):
         raise TypeError(f"mamba must be a MambaGeometry or None, got {mamba!r:.60}")
@@ -156,31 +171,62 @@ def plan_residency(mamba: Optional[MambaGeometry], attention: KVGeometry, quota_
     pp_size = check_int("pp_size", pp_size, low=1, high=1024)
     slot_bytes = 0 if mamba is None else mamba.bytes_per_slot
     dummies = num_dummy_slots(cuda_graph_padding, attention_dp) if slot_bytes else 0
-    return ResidencyPlan(max_batch_size * pp_size, dummies, slot_bytes, attention.bytes_per_block,
-                         quota_bytes, pp_size)
+    return ResidencyPlan(
+        max_batch_size * pp_size,
+        dummies,
+        slot_bytes,
+        attention.bytes_per_block,
+        quota_bytes,
+        pp_size,
+    )
 
 
-def feasible_max_batch_size(mamba: Optional[MambaGeometry], attention: KVGeometry,
-                            quota_bytes: int, pp_size: int = 1, *, cuda_graph_padding: bool = True,
-                            attention_dp: bool = False, cap: int = GENERIC_MAX_BATCH_SIZE) -> int:
+def feasible_max_batch_size(
+    mamba: MambaGeometry | None,
+    attention: KVGeometry,
+    quota_bytes: int,
+    pp_size: int = 1,
+    *,
+    cuda_graph_padding: bool = True,
+    attention_dp: bool = False,
+    cap: int = GENERIC_MAX_BATCH_SIZE,
+) -> int:
     """*Proposal, PR #18985 (open).* The largest ``max_batch_size``, at most ``cap`` (the generic
     default, 2048), whose merged floor ``(max_batch_size * pp + dummies) * slot + one page`` fits
     ``quota_bytes``; 0 when not even 1 fits. The PR pins one such default per model family; this
     is the largest that a given quota admits (Qwen3.5-27B, bf16 state, 24.86 GiB: 339)."""
-    return plan_residency(mamba, attention, quota_bytes, 1, pp_size,
-                          cuda_graph_padding=cuda_graph_padding,
-                          attention_dp=attention_dp).feasible_max_batch_size(cap)
+    return plan_residency(
+        mamba,
+        attention,
+        quota_bytes,
+        1,
+        pp_size,
+        cuda_graph_padding=cuda_graph_padding,
+        attention_dp=attention_dp,
+    ).feasible_max_batch_size(cap)
 
 
-def cache_size_per_token(mamba: Optional[MambaGeometry], attention: KVGeometry,
-                         max_batch_size: int, pp_size: int = 1, *,
-                         cuda_graph_padding: bool = True,
-                         attention_dp: bool = False) -> Tuple[int, int]:
+def cache_size_per_token(
+    mamba: MambaGeometry | None,
+    attention: KVGeometry,
+    max_batch_size: int,
+    pp_size: int = 1,
+    *,
+    cuda_graph_padding: bool = True,
+    attention_dp: bool = False,
+) -> tuple[int, int]:
     """(bytes per token, fixed bytes): the affine cost the merged
     ``MambaHybridCacheManagerV2.get_cache_size_per_token`` estimates, without prefix reuse: the
     attention bytes of one token, and the live plus dummy recurrent-state slots."""
-    plan = plan_residency(mamba, attention, 1, max_batch_size, pp_size,
-                          cuda_graph_padding=cuda_graph_padding, attention_dp=attention_dp)
+    plan = plan_residency(
+        mamba,
+        attention,
+        1,
+        max_batch_size,
+        pp_size,
+        cuda_graph_padding=cuda_graph_padding,
+        attention_dp=attention_dp,
+    )
     return attention.bytes_per_token, (plan.requested + plan.dummies) * plan.slot_bytes
 
 
@@ -189,15 +235,20 @@ def proposed_quota_error(plan: ResidencyPlan) -> str:
     reserved-slot counts and the settings to change. kvlab's wording (the PR's own text was not
     read); the "at most N fits" hint is kvlab's :meth:`ResidencyPlan.feasible_max_batch_size`."""
     fits = check_instance("plan", plan, ResidencyPlan).feasible_max_batch_size()
-    hint = (f"lower max_batch_size (at most {fits:,} fits this quota) or raise "
-            f"free_gpu_memory_fraction / max_gpu_total_bytes" if fits else
-            "not even max_batch_size=1 fits: raise free_gpu_memory_fraction / max_gpu_total_bytes")
-    return (f"The V2 Mamba GPU cache quota is too small for live recurrent states and attention "
-            f"pages: got {plan.quota_bytes / GIB:.2f} GiB, need at least "
-            f"{plan.raw_need_bytes / GIB:.2f} GiB ({counted(plan.requested, 'resident sequence')} "
-            f"(max_batch_size {plan.max_batch_size:,} x pp_size {plan.pp_size}) + "
-            f"{counted(plan.dummies, 'reserved slot')} of {plan.slot_bytes / MIB:.1f} MiB, plus one "
-            f"{plan.page_bytes / MIB:.1f} MiB attention page); {hint}.")
+    hint = (
+        f"lower max_batch_size (at most {fits:,} fits this quota) or raise "
+        f"free_gpu_memory_fraction / max_gpu_total_bytes"
+        if fits
+        else "not even max_batch_size=1 fits: raise free_gpu_memory_fraction / max_gpu_total_bytes"
+    )
+    return (
+        f"The V2 Mamba GPU cache quota is too small for live recurrent states and attention "
+        f"pages: got {plan.quota_bytes / GIB:.2f} GiB, need at least "
+        f"{plan.raw_need_bytes / GIB:.2f} GiB ({counted(plan.requested, 'resident sequence')} "
+        f"(max_batch_size {plan.max_batch_size:,} x pp_size {plan.pp_size}) + "
+        f"{counted(plan.dummies, 'reserved slot')} of {plan.slot_bytes / MIB:.1f} MiB, plus one "
+        f"{plan.page_bytes / MIB:.1f} MiB attention page); {hint}."
+    )
 
 
 class StateSlotPool:
@@ -210,9 +261,10 @@ class StateSlotPool:
         num_dummies = check_int("num_dummies", num_dummies, low=0, high=num_slots)
         self.slot_bytes = slot_bytes
         self.num_dummies = num_dummies
-        self.storage = torch.empty((num_slots, slot_bytes), dtype=torch.uint8,
-                                   device=resolve_device(device))
-        self._free: List[int] = list(range(num_slots - 1, num_dummies - 1, -1))
+        self.storage = torch.empty(
+            (num_slots, slot_bytes), dtype=torch.uint8, device=resolve_device(device)
+        )
+        self._free: list[int] = list(range(num_slots - 1, num_dummies - 1, -1))
 
     @property
     def num_slots(self) -> int:
@@ -226,7 +278,7 @@ class StateSlotPool:
     def nbytes(self) -> int:
         return self.storage.numel()
 
-    def acquire(self) -> Optional[int]:
+    def acquire(self) -> int | None:
         return self._free.pop() if self._free else None
 
     def release(self, slot: int) -> None:
@@ -248,35 +300,60 @@ class MambaHybridCacheManager(KVCacheManager):
     "clamped" mode it takes part in the MIN all-reduce and adopts the reduced cap.
     """
 
-    def __init__(self, attention: KVGeometry, mamba: Optional[MambaGeometry], quota_bytes: int,
-                 max_seq_len: int, max_batch_size: int, *, pp_size: int = 1,
-                 residency: str = MERGED_RESIDENCY, comm=None, cuda_graph_padding: bool = True,
-                 attention_dp: bool = False, warmup_batch_sizes: Sequence[int] = (),
-                 quota_message: str = "merged",
-                 device="cpu", **kwargs):
+    def __init__(
+        self,
+        attention: KVGeometry,
+        mamba: MambaGeometry | None,
+        quota_bytes: int,
+        max_seq_len: int,
+        max_batch_size: int,
+        *,
+        pp_size: int = 1,
+        residency: str = MERGED_RESIDENCY,
+        comm=None,
+        cuda_graph_padding: bool = True,
+        attention_dp: bool = False,
+        warmup_batch_sizes: Sequence[int] = (),
+        quota_message: str = "merged",
+        device="cpu",
+        **kwargs,
+    ):
         if mamba is not None and not isinstance(mamba, MambaGeometry):
             raise TypeError(f"mamba must be a MambaGeometry or None, got {type(mamba).__name__}")
         if not isinstance(attention, KVGeometry):
             raise TypeError(f"attention must be a KVGeometry, got {type(attention).__name__}")
         self.residency = check_choice("residency", residency, RESIDENCY_MODES)
         self.quota_message = check_choice("quota_message", quota_message, QUOTA_MESSAGES)
-        for name, flag in (("cuda_graph_padding", cuda_graph_padding),
-                           ("attention_dp", attention_dp)):
+        for name, flag in (
+            ("cuda_graph_padding", cuda_graph_padding),
+            ("attention_dp", attention_dp),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         if comm is not None and not callable(getattr(comm, "all_reduce_min", None)):
-            raise TypeError(f"comm must have an all_reduce_min(int) method, got {type(comm).__name__}")
+            raise TypeError(
+                f"comm must have an all_reduce_min(int) method, got {type(comm).__name__}"
+            )
         if residency == "raw" and comm is not None:
-            raise ValueError("comm belongs to residency='clamped' (PR #17261's proposal, closed "
-                             "without merging); merged TensorRT-LLM (residency='raw') does no "
-                             "all-reduce of the residency")
-        warmup = tuple(check_sequence("warmup_batch_sizes", warmup_batch_sizes, check_int,
-                                      low=1, high=1 << 20))
+            raise ValueError(
+                "comm belongs to residency='clamped' (PR #17261's proposal, closed "
+                "without merging); merged TensorRT-LLM (residency='raw') does no "
+                "all-reduce of the residency"
+            )
+        warmup = tuple(
+            check_sequence("warmup_batch_sizes", warmup_batch_sizes, check_int, low=1, high=1 << 20)
+        )
         self.mamba = mamba
         self.local_num_mamba_layers = 0 if mamba is None else mamba.num_mamba_layers
-        self.plan = plan_residency(mamba if self.local_num_mamba_layers else None, attention,
-                                   quota_bytes, max_batch_size, pp_size,
-                                   cuda_graph_padding=cuda_graph_padding, attention_dp=attention_dp)
+        self.plan = plan_residency(
+            mamba if self.local_num_mamba_layers else None,
+            attention,
+            quota_bytes,
+            max_batch_size,
+            pp_size,
+            cuda_graph_padding=cuda_graph_padding,
+            attention_dp=attention_dp,
+        )
         plan = self.plan
         if residency == "raw":
             # the merged _build_cache_config: the live floor, checked before any allocation
@@ -286,9 +363,19 @@ class MambaHybridCacheManager(KVCacheManager):
             cap = None
         else:
             if plan.slot_bytes and plan.local_cap < 1:
-                raise ValueError(self._quota_error(plan_residency(
-                    mamba, attention, quota_bytes, 1, 1, cuda_graph_padding=cuda_graph_padding,
-                    attention_dp=attention_dp)))
+                raise ValueError(
+                    self._quota_error(
+                        plan_residency(
+                            mamba,
+                            attention,
+                            quota_bytes,
+                            1,
+                            1,
+                            cuda_graph_padding=cuda_graph_padding,
+                            attention_dp=attention_dp,
+                        )
+                    )
+                )
             resident = plan.local_cap
             if comm is not None:  # every rank, Mamba or not, joins the MIN
                 resident = check_int("all-reduced residency", comm.all_reduce_min(resident), low=1)
@@ -301,15 +388,23 @@ class MambaHybridCacheManager(KVCacheManager):
         # "per_request" with any Mamba layer and matches only up to a block that carries a state
         # snapshot (kv_cache/mamba_cache_manager.py, _block_radix_tree.py ``_prune_match``).
         kwargs.setdefault("enable_block_reuse", False)
-        super().__init__(attention, quota_bytes - slots_bytes, max_seq_len, max_batch_size,
-                         device=device, pp_size=pp_size, **kwargs)
+        super().__init__(
+            attention,
+            quota_bytes - slots_bytes,
+            max_seq_len,
+            max_batch_size,
+            device=device,
+            pp_size=pp_size,
+            **kwargs,
+        )
         #: the whole quota (``quota_bytes`` is what the attention pages got after the slots)
         self.hybrid_quota_bytes = quota_bytes
         self.state_slots = StateSlotPool(num_slots, plan.slot_bytes, plan.dummies, self.device)
         self._slot_of: dict = {}
         limit = self.max_resident_sequences()
-        self.warmup_batch_sizes: Tuple[int, ...] = (
-            warmup if limit is None else tuple(dict.fromkeys(min(b, limit) for b in warmup)))
+        self.warmup_batch_sizes: tuple[int, ...] = (
+            warmup if limit is None else tuple(dict.fromkeys(min(b, limit) for b in warmup))
+        )
 
     def _quota_error(self, plan: ResidencyPlan) -> str:
         if self.quota_message == "pr18985":
@@ -317,7 +412,7 @@ class MambaHybridCacheManager(KVCacheManager):
         return QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
 
     # -- residency ------------------------------------------------------------------------
-    def max_resident_sequences(self) -> Optional[int]:
+    def max_resident_sequences(self) -> int | None:
         """Sequences whose recurrent state may be resident at once; None = unbounded. Always
         None under merged residency ("raw": merged TensorRT-LLM has no such hook); under PR
         #17261's clamp, the all-reduced cap, on every rank (the review's fix)."""
@@ -339,7 +434,8 @@ class MambaHybridCacheManager(KVCacheManager):
                     f"no free recurrent-state slot for {request_id!r}: "
                     f"the resident sequences ({self.resident_sequences}) hold every slot "
                     f"({self.state_slots.num_slots - self.state_slots.num_dummies}) "
-                    f"(max_resident_sequences={self.max_resident_sequences()})")
+                    f"(max_resident_sequences={self.max_resident_sequences()})"
+                )
         try:
             cache = super().create_cache(request_id)
         except BaseException:
@@ -350,10 +446,10 @@ class MambaHybridCacheManager(KVCacheManager):
             self._slot_of[request_id] = slot
         return cache
 
-    def state_slot(self, request_id: str) -> Optional[int]:
+    def state_slot(self, request_id: str) -> int | None:
         return self._slot_of.get(request_id)
 
-    def get_state_indices(self, request_ids: Sequence[str]) -> List[int]:
+    def get_state_indices(self, request_ids: Sequence[str]) -> list[int]:
         """The state slot of each request, in the caller's order (the real
         ``get_state_indices(request_ids)``): placeholders 0 on a rank without local Mamba
         layers; a KeyError for a request holding no slot."""
@@ -377,12 +473,18 @@ class MambaHybridCacheManager(KVCacheManager):
         held = list(self._slot_of.values())
         assert len(held) == len(set(held)), "a state slot is owned twice"
         assert len(held) + self.state_slots.free_slots + self.state_slots.num_dummies == (
-            self.state_slots.num_slots), "state slots not conserved"
+            self.state_slots.num_slots
+        ), "state slots not conserved"
 
     def __repr__(self) -> str:
-        mode = ("raw, merged" if self.residency == "raw"
-                else "clamped, proposal PR #17261 (closed without merging)")
-        return (f"MambaHybridCacheManager({mode}: {self.state_slots.num_slots:,} state "
-                f"slots x {self.plan.slot_bytes:,} B ({self.plan.dummies:,} dummy), "
-                f"max_resident_sequences={self.max_resident_sequences()}, "
-                f"{self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B)")
+        mode = (
+            "raw, merged"
+            if self.residency == "raw"
+            else "clamped, proposal PR #17261 (closed without merging)"
+        )
+        return (
+            f"MambaHybridCacheManager({mode}: {self.state_slots.num_slots:,} state "
+            f"slots x {self.plan.slot_bytes:,} B ({self.plan.dummies:,} dummy), "
+            f"max_resident_sequences={self.max_resident_sequences()}, "
+            f"{self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B)"
+        )

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import enum
 import warnings
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -46,11 +46,10 @@ from kvlab.core.checks import MAX_COUNT, check_choice, check_int
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
-from kvlab.core.page_index import PageIndexTable, WIDTH_POLICIES, max_blocks_per_seq, width_seq_len
+from kvlab.core.page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS, PagePool, resolve_device
 from kvlab.core.prefix_cache import PrefixCache
 from kvlab.core.request import Request
-
 
 #: ``BlockReuseConfig.policy`` values: when a context's pages are committed for reuse.
 BLOCK_REUSE_POLICIES = ("all_reusable", "per_request")
@@ -75,8 +74,10 @@ def _tagged(request: Request, resize) -> bool:
         return resize()
     except PageIndexTooShort as exc:
         exc.request_id = request.request_id
-        exc.add_note(f"kvlab: while resizing request {request.request_id!r}: it needs "
-                     f"{exc.needed_entries:,} page-index entries, the row has {exc.available_entries:,}")
+        exc.add_note(
+            f"kvlab: while resizing request {request.request_id!r}: it needs "
+            f"{exc.needed_entries:,} page-index entries, the row has {exc.available_entries:,}"
+        )
         raise
 
 
@@ -88,16 +89,18 @@ def _allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, devi
     except RuntimeError as exc:
         if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
             raise
-        raise MemoryError(f"quota_bytes={quota_bytes}: the pool of {num_blocks} pages x "
-                          f"{bytes_per_block} B = {num_blocks * bytes_per_block} bytes cannot be "
-                          f"allocated on {device}; lower quota_bytes") from exc
+        raise MemoryError(
+            f"quota_bytes={quota_bytes}: the pool of {num_blocks} pages x "
+            f"{bytes_per_block} B = {num_blocks * bytes_per_block} bytes cannot be "
+            f"allocated on {device}; lower quota_bytes"
+        ) from exc
 
 
 class KVCacheManager:
     """A rank's paged KV cache: pool, page-index table and the caches of its sequences."""
 
     @classmethod
-    def expecting_clamp(cls, *args, **kwargs) -> "KVCacheManager":
+    def expecting_clamp(cls, *args, **kwargs) -> KVCacheManager:
         """A manager built where the max_seq_len clamp is the point (the seed's experiment,
         sweeps over pools, the ranks): the clamp happens as always, without the
         MaxSeqLenClampWarning that tells a user it did."""
@@ -105,14 +108,27 @@ class KVCacheManager:
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
             return cls(*args, **kwargs)
 
-    def __init__(self, geometry: KVGeometry, quota_bytes: int, max_seq_len: int,
-                 max_batch_size: int, page_index_policy: str = "clamped", device="cpu",
-                 pp_size: int = 1, num_extra_kv_tokens: int = 0, reserved_draft_tokens: int = 0,
-                 disaggregated: bool = False, host_cache_size: Optional[int] = None,
-                 disk_cache_size: Optional[int] = None, max_util_for_resume: float = 0.95,
-                 overlap_scheduler: bool = False, num_reserved_index_slots: int = 1,
-                 enable_block_reuse: bool = True, enable_partial_reuse: bool = True,
-                 block_reuse_policy: str = "all_reusable"):
+    def __init__(
+        self,
+        geometry: KVGeometry,
+        quota_bytes: int,
+        max_seq_len: int,
+        max_batch_size: int,
+        page_index_policy: str = "clamped",
+        device="cpu",
+        pp_size: int = 1,
+        num_extra_kv_tokens: int = 0,
+        reserved_draft_tokens: int = 0,
+        disaggregated: bool = False,
+        host_cache_size: int | None = None,
+        disk_cache_size: int | None = None,
+        max_util_for_resume: float = 0.95,
+        overlap_scheduler: bool = False,
+        num_reserved_index_slots: int = 1,
+        enable_block_reuse: bool = True,
+        enable_partial_reuse: bool = True,
+        block_reuse_policy: str = "all_reusable",
+    ):
         if not isinstance(geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
         quota_bytes = check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
@@ -121,70 +137,100 @@ class KVCacheManager:
         # validated here, before the clamp warning, so a bad argument warns nothing
         width_policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
         pp_size = check_int("pp_size", pp_size, low=1, high=1024)
-        for name, flag in (("disaggregated", disaggregated), ("enable_block_reuse", enable_block_reuse),
-                           ("enable_partial_reuse", enable_partial_reuse)):
+        for name, flag in (
+            ("disaggregated", disaggregated),
+            ("enable_block_reuse", enable_block_reuse),
+            ("enable_partial_reuse", enable_partial_reuse),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.enable_block_reuse = enable_block_reuse
-        self.block_reuse_policy = check_choice("block_reuse_policy", block_reuse_policy,
-                                               BLOCK_REUSE_POLICIES)
+        self.block_reuse_policy = check_choice(
+            "block_reuse_policy", block_reuse_policy, BLOCK_REUSE_POLICIES
+        )
         self.geometry = geometry
         self.quota_bytes = quota_bytes
         self.page_index_policy = width_policy
-        self.num_extra_kv_tokens = check_int("num_extra_kv_tokens", num_extra_kv_tokens, high=1 << 20)
-        self.reserved_draft_tokens = check_int("reserved_draft_tokens", reserved_draft_tokens,
-                                               high=1 << 20)
+        self.num_extra_kv_tokens = check_int(
+            "num_extra_kv_tokens", num_extra_kv_tokens, high=1 << 20
+        )
+        self.reserved_draft_tokens = check_int(
+            "reserved_draft_tokens", reserved_draft_tokens, high=1 << 20
+        )
         device = resolve_device(device)
 
         total_blocks = geometry.blocks_in(quota_bytes)
         if total_blocks == 0:
-            raise ValueError(f"quota_bytes={quota_bytes} holds no page: one page of "
-                             f"{geometry.tokens_per_block} tokens takes {geometry.bytes_per_block} bytes")
+            raise ValueError(
+                f"quota_bytes={quota_bytes} holds no page: one page of "
+                f"{geometry.tokens_per_block} tokens takes {geometry.bytes_per_block} bytes"
+            )
         if total_blocks > MAX_POOL_BLOCKS:  # before anything is allocated
-            raise ValueError(f"quota_bytes={quota_bytes} holds {total_blocks} pages of "
-                             f"{geometry.bytes_per_block} bytes; a pool may have at most "
-                             f"MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: lower quota_bytes or raise "
-                             "tokens_per_block")
+            raise ValueError(
+                f"quota_bytes={quota_bytes} holds {total_blocks} pages of "
+                f"{geometry.bytes_per_block} bytes; a pool may have at most "
+                f"MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: lower quota_bytes or raise "
+                "tokens_per_block"
+            )
         # 1. the longest single sequence the pool holds, in whole blocks, less the extra KV
         #    tokens (get_num_available_tokens; GPU pages only, whatever the comment there says)
         self.max_num_tokens = total_blocks * geometry.tokens_per_block - self.num_extra_kv_tokens
         if self.max_num_tokens < 1:
-            raise ValueError(f"quota_bytes={quota_bytes} holds {total_blocks} page(s) of "
-                             f"{geometry.tokens_per_block} tokens, no more than the "
-                             f"num_extra_kv_tokens={self.num_extra_kv_tokens}")
+            raise ValueError(
+                f"quota_bytes={quota_bytes} holds {total_blocks} page(s) of "
+                f"{geometry.tokens_per_block} tokens, no more than the "
+                f"num_extra_kv_tokens={self.num_extra_kv_tokens}"
+            )
         # 2. the clamp
         self.configured_max_seq_len = max_seq_len
         self.max_seq_len = max_seq_len
         if max_seq_len > self.max_num_tokens:
-            warnings.warn(f"max_seq_len={max_seq_len:,} is larger than the KV cache can hold "
-                          f"({self.max_num_tokens:,} tokens in {total_blocks:,} blocks); "
-                          f"clamping max_seq_len to {self.max_num_tokens:,}",
-                          MaxSeqLenClampWarning, stacklevel=2)
+            warnings.warn(
+                f"max_seq_len={max_seq_len:,} is larger than the KV cache can hold "
+                f"({self.max_num_tokens:,} tokens in {total_blocks:,} blocks); "
+                f"clamping max_seq_len to {self.max_num_tokens:,}",
+                MaxSeqLenClampWarning,
+                stacklevel=2,
+            )
             self.max_seq_len = self.max_num_tokens
         # 3. the page-index width, by policy
         self.max_blocks_per_seq = max_blocks_per_seq(
             width_seq_len(page_index_policy, self.configured_max_seq_len, self.max_seq_len),
-            geometry.tokens_per_block, num_extra_kv_tokens, reserved_draft_tokens)
+            geometry.tokens_per_block,
+            num_extra_kv_tokens,
+            reserved_draft_tokens,
+        )
         # 4. the table, then the pool's real storage
-        self.page_index = PageIndexTable(max_batch_size, self.max_blocks_per_seq, pp_size=pp_size,
-                                         disaggregated=disaggregated,
-                                         overlap_scheduler=overlap_scheduler,
-                                         num_reserved=num_reserved_index_slots,
-                                         pin_memory=device.type == "cuda")
+        self.page_index = PageIndexTable(
+            max_batch_size,
+            self.max_blocks_per_seq,
+            pp_size=pp_size,
+            disaggregated=disaggregated,
+            overlap_scheduler=overlap_scheduler,
+            num_reserved=num_reserved_index_slots,
+            pin_memory=device.type == "cuda",
+        )
         self.max_batch_size = max_batch_size
         self.pool = _allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
         # 5. the tier below the GPU: None provisions the automatic host tier (the real default)
         self.host_cache_size = host_cache_size
         if isinstance(max_util_for_resume, bool) or not (
-                isinstance(max_util_for_resume, (int, float)) and 0 < max_util_for_resume <= 1):
+            isinstance(max_util_for_resume, (int, float)) and 0 < max_util_for_resume <= 1
+        ):
             raise ValueError(f"max_util_for_resume must be in (0, 1], got {max_util_for_resume!r}")
         self.max_util_for_resume = float(max_util_for_resume)
-        self.host_tier = HostTier(lower_tier_bytes(host_cache_size, disk_cache_size, quota_bytes)
-                                  // geometry.bytes_per_block)
+        self.host_tier = HostTier(
+            lower_tier_bytes(host_cache_size, disk_cache_size, quota_bytes)
+            // geometry.bytes_per_block
+        )
         # 6. block reuse: every allocation goes through the prefix cache (empty with reuse off)
-        self.prefix_cache = PrefixCache(self.pool, self.host_tier, geometry.tokens_per_block,
-                                        enable_partial_reuse and enable_block_reuse)
-        self._caches: Dict[str, KVCache] = {}
+        self.prefix_cache = PrefixCache(
+            self.pool,
+            self.host_tier,
+            geometry.tokens_per_block,
+            enable_partial_reuse and enable_block_reuse,
+        )
+        self._caches: dict[str, KVCache] = {}
         #: The live caches by request id, read-only: they change only through this manager.
         self.caches: Mapping[str, KVCache] = MappingProxyType(self._caches)
 
@@ -232,7 +278,7 @@ class KVCacheManager:
     def has_cache_tier_below_gpu(self) -> bool:
         return self.can_evict
 
-    def max_resident_sequences(self) -> Optional[int]:
+    def max_resident_sequences(self) -> int | None:
         """Sequences that may be resident at once; None = unbounded (attention-only)."""
         return None
 
@@ -248,13 +294,18 @@ class KVCacheManager:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
         if request_id in self._caches:
             raise ValueError(f"request_id {request_id!r} already has a cache")
-        cache = KVCache(request_id, self.page_index.acquire_slot(), prefix_cache=self.prefix_cache,
-                        page_index=self.page_index, tokens_per_block=self.geometry.tokens_per_block,
-                        max_util_for_resume=self.max_util_for_resume)
+        cache = KVCache(
+            request_id,
+            self.page_index.acquire_slot(),
+            prefix_cache=self.prefix_cache,
+            page_index=self.page_index,
+            tokens_per_block=self.geometry.tokens_per_block,
+            max_util_for_resume=self.max_util_for_resume,
+        )
         self._caches[request_id] = cache
         return cache
 
-    def get_cache(self, request: Union[Request, str]) -> KVCache:
+    def get_cache(self, request: Request | str) -> KVCache:
         if not isinstance(request, (Request, str)):
             raise TypeError(f"request must be a Request or a request id, got {request!r:.60}")
         request_id = request if isinstance(request, str) else request.request_id
@@ -284,7 +335,7 @@ class KVCacheManager:
         """Block reuse is on and the request's prompt has an identity to match."""
         return self.enable_block_reuse and bool(request.prefix_hashes)
 
-    def probe_first_new_block_key(self, request: Request) -> Optional[tuple]:
+    def probe_first_new_block_key(self, request: Request) -> tuple | None:
         """The key of the first whole page of the prompt that is not committed yet, the block
         the request would commit next (None: reuse off, no hashes, or no whole page left): the
         real probe the prefix-aware skip asks (``KVCacheManagerV2.probe_first_new_block_key``)."""
@@ -344,7 +395,7 @@ class KVCacheManager:
             cache.suspend()
         return False
 
-    def free(self, request: Union[Request, KVCache, str]) -> None:
+    def free(self, request: Request | KVCache | str) -> None:
         """Release a cache: its pages (device or host) and its page-index slot."""
         cache = request if isinstance(request, KVCache) else self.get_cache(request)
         if self._caches.get(cache.request_id) is not cache:
@@ -368,7 +419,9 @@ class KVCacheManager:
         needs = []
         for cache in caches:
             if self._caches.get(cache.request_id) is not cache or cache.suspended:
-                raise ValueError(f"caches: {cache.request_id!r} is not an active cache of this manager")
+                raise ValueError(
+                    f"caches: {cache.request_id!r} is not an active cache of this manager"
+                )
             blocks = div_ceil(cache.capacity + num_tokens, tokens_per_block)
             if blocks > width:
                 raise PageIndexTooShort(blocks, width)
@@ -379,21 +432,23 @@ class KVCacheManager:
         start = 0
         for cache, need in zip(caches, needs):
             if need:
-                cache._append(pages[start:start + need])
+                cache._append(pages[start : start + need])
                 start += need
             cache.capacity += num_tokens
         return True
 
     # -- allocation steps: what the scheduler asks -------------------------------------
-    def refusal_window(self) -> Tuple[int, int]:
+    def refusal_window(self) -> tuple[int, int]:
         """(fit, span): a new cache of ``num_tokens`` tokens with ``fit < num_tokens <= span`` is
         certainly refused and leaves nothing behind: it needs more pages than are free plus all
         that suspended caches could move down (an upper bound), yet no more than a row holds
         (more would raise PageIndexTooShort). Like the real ``_pending_ctx_certainly_blocked``:
         only the pool's failed_allocations counter misses the skipped attempt."""
         extra = self.num_extra_kv_tokens
-        return (self.allocatable_blocks * self.tokens_per_block - extra,
-                self.page_index_span_tokens - extra)
+        return (
+            self.allocatable_blocks * self.tokens_per_block - extra,
+            self.page_index_span_tokens - extra,
+        )
 
     def certainly_refuses(self, num_tokens: int) -> bool:
         fit, span = self.refusal_window()
@@ -405,8 +460,12 @@ class KVCacheManager:
         new cache that cannot reuse anything and :meth:`certainly_refuses` is REFUSED without
         the round trip."""
         cache = self._caches.get(request.request_id)
-        if (cache is None and self.page_index.free_slots and not self.reuses(request)
-                and self.certainly_refuses(num_tokens)):
+        if (
+            cache is None
+            and self.page_index.free_slots
+            and not self.reuses(request)
+            and self.certainly_refuses(num_tokens)
+        ):
             return Allocation.REFUSED
         if (cache is None or cache.suspended) and not self.prepare_context(request):
             return Allocation.NO_SLOT
@@ -433,8 +492,9 @@ class KVCacheManager:
         cache = self._caches[request.request_id]
         target = request.prompt_len + request.num_draft_tokens + self.num_extra_kv_tokens
         try:
-            fitted = _tagged(request, lambda: cache.resize(max(cache.capacity, target),
-                                                           request.prompt_len))
+            fitted = _tagged(
+                request, lambda: cache.resize(max(cache.capacity, target), request.prompt_len)
+            )
         except PageIndexTooShort:
             self.free(cache)
             raise
@@ -442,16 +502,16 @@ class KVCacheManager:
             self.free(cache)
         return fitted
 
-    def is_request_active(self, request: Union[Request, str]) -> bool:
+    def is_request_active(self, request: Request | str) -> bool:
         """The request holds an active (not suspended) cache."""
         request_id = request if isinstance(request, str) else request.request_id
         cache = self._caches.get(request_id)
         return cache is not None and cache.is_active
 
-    def suspend(self, request: Union[Request, str]) -> None:
+    def suspend(self, request: Request | str) -> None:
         self.get_cache(request).suspend()
 
-    def resume(self, request: Union[Request, str]) -> bool:
+    def resume(self, request: Request | str) -> bool:
         return self.get_cache(request).resume()
 
     # -- checks -------------------------------------------------------------------------
@@ -460,21 +520,25 @@ class KVCacheManager:
         row holds exactly its cache's pages followed by unused entries."""
         owned, holders = [], {}
         for cache in self._caches.values():
-            owned += cache.pages[cache.committed:]
-            for page in cache.pages[:cache.committed]:
+            owned += cache.pages[cache.committed :]
+            for page in cache.pages[: cache.committed]:
                 holders[page] = holders.get(page, 0) + 1
         assert len(owned) == len(set(owned)), "a page is owned by two caches"
         prefix_cache = self.prefix_cache
         prefix_cache.check_invariants(holders)
-        assert not any(prefix_cache.is_committed(page) for page in owned), "an owned page is committed"
+        assert not any(prefix_cache.is_committed(page) for page in owned), (
+            "an owned page is committed"
+        )
         host = sum(cache.suspended_blocks for cache in self._caches.values())
         assert host == self.host_tier.used_blocks <= self.host_tier.num_blocks, (
-            f"the host tier holds {host} pages, accounted {self.host_tier!r}")
+            f"the host tier holds {host} pages, accounted {self.host_tier!r}"
+        )
         self.host_tier.check_invariants()
         free = self.pool.free_blocks
         assert len(owned) + prefix_cache.committed_blocks + free == self.total_blocks, (
             f"pages not conserved: {len(owned)} owned + {prefix_cache.committed_blocks} committed "
-            f"+ {free} free != {self.total_blocks}")
+            f"+ {free} free != {self.total_blocks}"
+        )
         assert all(self.pool.is_allocated(page) for page in owned), "owned page marked free"
         for cache in self._caches.values():
             row = cache.page_indices.tolist()
@@ -483,7 +547,9 @@ class KVCacheManager:
             assert all(v == -1 for v in row[n:]), f"row of {cache.request_id!r} has stale entries"
 
     def __repr__(self) -> str:
-        return (f"KVCacheManager({self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B, "
-                f"max_seq_len={self.max_seq_len:,} (configured {self.configured_max_seq_len:,}), "
-                f"max_blocks_per_seq={self.max_blocks_per_seq:,} [{self.page_index_policy}], "
-                f"device={self.device})")
+        return (
+            f"KVCacheManager({self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B, "
+            f"max_seq_len={self.max_seq_len:,} (configured {self.configured_max_seq_len:,}), "
+            f"max_blocks_per_seq={self.max_blocks_per_seq:,} [{self.page_index_policy}], "
+            f"device={self.device})"
+        )

@@ -19,9 +19,9 @@ size, so the pool is seen to shrink on the device.
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import List, Optional, Sequence
 
 import torch
 
@@ -53,23 +53,34 @@ class MemoryBudget:
     activation_peak_bytes: int = 0
     non_torch_bytes: int = 0
     free_gpu_memory_fraction: float = 0.9
-    max_gpu_total_bytes: Optional[int] = None
+    max_gpu_total_bytes: int | None = None
     already_allocated_kv_bytes: int = 0
 
     def __post_init__(self):
         store_checked(self, "total_bytes", check_int, low=1, high=MAX_COUNT)
-        for name in ("weights_bytes", "workspace_bytes", "activation_peak_bytes",
-                     "non_torch_bytes", "already_allocated_kv_bytes"):
+        for name in (
+            "weights_bytes",
+            "workspace_bytes",
+            "activation_peak_bytes",
+            "non_torch_bytes",
+            "already_allocated_kv_bytes",
+        ):
             store_checked(self, name, check_int, low=0, high=MAX_COUNT)
-        store_checked(self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True)
+        store_checked(
+            self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True
+        )
         if self.max_gpu_total_bytes is not None:
             store_checked(self, "max_gpu_total_bytes", check_int, low=1, high=MAX_COUNT)
 
     @property
     def peak_memory_bytes(self) -> int:
         """Torch peak after warm-up plus non-torch memory, as the creator measures it."""
-        return (self.weights_bytes + self.workspace_bytes + self.activation_peak_bytes
-                + self.non_torch_bytes)
+        return (
+            self.weights_bytes
+            + self.workspace_bytes
+            + self.activation_peak_bytes
+            + self.non_torch_bytes
+        )
 
     @property
     def available_bytes(self) -> int:
@@ -113,9 +124,11 @@ class DeviceMemory:
 
         self.device = resolve_device(device)
         if self.device.type != "cuda":
-            raise ValueError(f"device must be a CUDA device (memory is measured with "
-                             f"torch.cuda.mem_get_info), got {device!r}")
-        self.tensors: List[torch.Tensor] = []
+            raise ValueError(
+                f"device must be a CUDA device (memory is measured with "
+                f"torch.cuda.mem_get_info), got {device!r}"
+            )
+        self.tensors: list[torch.Tensor] = []
         self.weights_bytes = self.workspace_bytes = 0
         gc.collect()  # tensors of dead Python objects would be freed mid-measurement otherwise
         torch.cuda.empty_cache()
@@ -126,13 +139,13 @@ class DeviceMemory:
         nbytes = check_int(name, nbytes, low=0, high=free)  # the range: what the device has free
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
-    def load_weights(self, nbytes: int) -> "DeviceMemory":
+    def load_weights(self, nbytes: int) -> DeviceMemory:
         """Allocate ``nbytes`` of model weights; they stay until :meth:`release`."""
         self.tensors.append(self._allocate("weights_bytes", nbytes))
         self.weights_bytes += nbytes
         return self
 
-    def warm_up(self, workspace_bytes: int, activation_bytes: int = 0) -> "DeviceMemory":
+    def warm_up(self, workspace_bytes: int, activation_bytes: int = 0) -> DeviceMemory:
         """The warm-up: a persistent workspace (kept) and activations (freed again)."""
         self.tensors.append(self._allocate("workspace_bytes", workspace_bytes))
         self.workspace_bytes += workspace_bytes
@@ -141,8 +154,9 @@ class DeviceMemory:
         del activations
         return self
 
-    def budget(self, free_gpu_memory_fraction: float = 0.9,
-               max_gpu_total_bytes: Optional[int] = None) -> MemoryBudget:
+    def budget(
+        self, free_gpu_memory_fraction: float = 0.9, max_gpu_total_bytes: int | None = None
+    ) -> MemoryBudget:
         """The budget as measured now; its ``kv_quota_bytes`` is what the creator would give."""
         torch.cuda.synchronize(self.device)
         torch_peak = torch.cuda.max_memory_allocated(self.device)
@@ -150,12 +164,15 @@ class DeviceMemory:
         free, total = torch.cuda.mem_get_info(self.device)
         torch_used = torch.cuda.memory_allocated(self.device)
         extra_cost = max(total - free - torch_used, 0)
-        return MemoryBudget(total_bytes=total, weights_bytes=self.weights_bytes,
-                            workspace_bytes=self.workspace_bytes,
-                            activation_peak_bytes=torch_peak - self.weights_bytes - self.workspace_bytes,
-                            non_torch_bytes=extra_cost,
-                            free_gpu_memory_fraction=free_gpu_memory_fraction,
-                            max_gpu_total_bytes=max_gpu_total_bytes)
+        return MemoryBudget(
+            total_bytes=total,
+            weights_bytes=self.weights_bytes,
+            workspace_bytes=self.workspace_bytes,
+            activation_peak_bytes=torch_peak - self.weights_bytes - self.workspace_bytes,
+            non_torch_bytes=extra_cost,
+            free_gpu_memory_fraction=free_gpu_memory_fraction,
+            max_gpu_total_bytes=max_gpu_total_bytes,
+        )
 
     def release(self) -> None:
         """Free everything this object allocated."""
@@ -163,9 +180,16 @@ class DeviceMemory:
         torch.cuda.empty_cache()
 
 
-def pool_vs_workspace(geometry, weights_bytes: int, workspace_bytes: Sequence[int], *,
-                      max_seq_len: int, activation_bytes: int = 0,
-                      free_gpu_memory_fraction: float = 0.9, device="cuda") -> List[dict]:
+def pool_vs_workspace(
+    geometry,
+    weights_bytes: int,
+    workspace_bytes: Sequence[int],
+    *,
+    max_seq_len: int,
+    activation_bytes: int = 0,
+    free_gpu_memory_fraction: float = 0.9,
+    device="cuda",
+) -> list[dict]:
     """For each workspace size: real weights and workspace on the GPU, the measured budget, then
     a real :class:`kvlab.KVCacheManager` built from its quota (the pool a real tensor). One row
     per size: the measured parts, the quota, the pool's blocks and bytes as allocated, the
@@ -178,17 +202,25 @@ def pool_vs_workspace(geometry, weights_bytes: int, workspace_bytes: Sequence[in
         try:
             budget = mem.budget(free_gpu_memory_fraction)
             before = torch.cuda.memory_allocated(mem.device)
-            manager = KVCacheManager.expecting_clamp(geometry, budget.kv_quota_bytes, max_seq_len,
-                                                     max_batch_size=1, device=mem.device)
+            manager = KVCacheManager.expecting_clamp(
+                geometry, budget.kv_quota_bytes, max_seq_len, max_batch_size=1, device=mem.device
+            )
             torch.cuda.synchronize(mem.device)
-            rows.append(dict(
-                workspace_bytes=ws, total_bytes=budget.total_bytes,
-                weights_bytes=budget.weights_bytes, measured_workspace_bytes=budget.workspace_bytes,
-                activation_peak_bytes=budget.activation_peak_bytes,
-                non_torch_bytes=budget.non_torch_bytes, kv_quota_bytes=budget.kv_quota_bytes,
-                pool_blocks=manager.total_blocks,
-                pool_bytes_allocated=torch.cuda.memory_allocated(mem.device) - before,
-                max_seq_len=manager.max_seq_len, max_blocks_per_seq=manager.max_blocks_per_seq))
+            rows.append(
+                dict(
+                    workspace_bytes=ws,
+                    total_bytes=budget.total_bytes,
+                    weights_bytes=budget.weights_bytes,
+                    measured_workspace_bytes=budget.workspace_bytes,
+                    activation_peak_bytes=budget.activation_peak_bytes,
+                    non_torch_bytes=budget.non_torch_bytes,
+                    kv_quota_bytes=budget.kv_quota_bytes,
+                    pool_blocks=manager.total_blocks,
+                    pool_bytes_allocated=torch.cuda.memory_allocated(mem.device) - before,
+                    max_seq_len=manager.max_seq_len,
+                    max_blocks_per_seq=manager.max_blocks_per_seq,
+                )
+            )
             del manager
         finally:
             mem.release()

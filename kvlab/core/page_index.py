@@ -41,13 +41,19 @@ WIDTH_ALIGNMENT = 4
 MAX_TABLE_BYTES = 1 << 30
 
 
-def max_blocks_per_seq(max_seq_len: int, tokens_per_block: int, num_extra_kv_tokens: int = 0,
-                       reserved_draft_tokens: int = 0) -> int:
+def max_blocks_per_seq(
+    max_seq_len: int,
+    tokens_per_block: int,
+    num_extra_kv_tokens: int = 0,
+    reserved_draft_tokens: int = 0,
+) -> int:
     """Width of one page-index row, by docs/REFERENCE.md §2's formula."""
     max_seq_len = check_int("max_seq_len", max_seq_len, low=1, high=MAX_COUNT)
     tokens_per_block = check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
     num_extra_kv_tokens = check_int("num_extra_kv_tokens", num_extra_kv_tokens, high=MAX_COUNT)
-    reserved_draft_tokens = check_int("reserved_draft_tokens", reserved_draft_tokens, high=MAX_COUNT)
+    reserved_draft_tokens = check_int(
+        "reserved_draft_tokens", reserved_draft_tokens, high=MAX_COUNT
+    )
     tokens = max_seq_len + num_extra_kv_tokens + reserved_draft_tokens + 1
     return div_ceil(div_ceil(tokens, tokens_per_block), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
 
@@ -62,14 +68,22 @@ WIDTH_POLICIES = {
 def width_seq_len(policy: str, configured_max_seq_len: int, clamped_max_seq_len: int) -> int:
     """The max_seq_len a width policy sizes the table from."""
     check_choice("page_index_policy", policy, WIDTH_POLICIES)
-    configured_max_seq_len = check_int("configured_max_seq_len", configured_max_seq_len, low=1,
-                                       high=MAX_COUNT)
-    clamped_max_seq_len = check_int("clamped_max_seq_len", clamped_max_seq_len, low=1, high=MAX_COUNT)
+    configured_max_seq_len = check_int(
+        "configured_max_seq_len", configured_max_seq_len, low=1, high=MAX_COUNT
+    )
+    clamped_max_seq_len = check_int(
+        "clamped_max_seq_len", clamped_max_seq_len, low=1, high=MAX_COUNT
+    )
     return clamped_max_seq_len if policy == "clamped" else configured_max_seq_len
 
 
-def num_slots(max_batch_size: int, pp_size: int = 1, disaggregated: bool = False,
-              overlap_scheduler: bool = False, num_reserved: int = 1) -> int:
+def num_slots(
+    max_batch_size: int,
+    pp_size: int = 1,
+    disaggregated: bool = False,
+    overlap_scheduler: bool = False,
+    num_reserved: int = 1,
+) -> int:
     """Rows of the table: max_batch_size * pp_size, twice over when disaggregated or (at
     pp_size 1) under the overlap scheduler, plus the reserved slots."""
     max_batch_size = check_int("max_batch_size", max_batch_size, low=1)
@@ -79,18 +93,33 @@ def num_slots(max_batch_size: int, pp_size: int = 1, disaggregated: bool = False
     return max_batch_size * pp_size * (2 if doubled else 1) + num_reserved
 
 
-def table_nbytes(max_batch_size: int, width: int, pp_size: int = 1, disaggregated: bool = False,
-                 num_pools: int = 1, beam_width: int = 1, **slot_options) -> int:
+def table_nbytes(
+    max_batch_size: int,
+    width: int,
+    pp_size: int = 1,
+    disaggregated: bool = False,
+    num_pools: int = 1,
+    beam_width: int = 1,
+    **slot_options,
+) -> int:
     """Bytes of the int32 table ``[num_pools, slots * beam_width, 2, width]``."""
     slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
     return num_pools * slots * beam_width * 2 * width * 4
 
 
-def check_table_size(max_batch_size: int, width: int, pp_size: int = 1, disaggregated: bool = False,
-                     num_pools: int = 1, beam_width: int = 1, **slot_options) -> int:
+def check_table_size(
+    max_batch_size: int,
+    width: int,
+    pp_size: int = 1,
+    disaggregated: bool = False,
+    num_pools: int = 1,
+    beam_width: int = 1,
+    **slot_options,
+) -> int:
     """The table's bytes; ValueError naming the parameters when they exceed MAX_TABLE_BYTES."""
-    nbytes = table_nbytes(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width,
-                          **slot_options)
+    nbytes = table_nbytes(
+        max_batch_size, width, pp_size, disaggregated, num_pools, beam_width, **slot_options
+    )
     if nbytes > MAX_TABLE_BYTES:
         slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
         raise ValueError(
@@ -98,7 +127,8 @@ def check_table_size(max_batch_size: int, width: int, pp_size: int = 1, disaggre
             f"{MAX_TABLE_BYTES} (1 GiB): max_batch_size={max_batch_size} (slots={slots}) x "
             f"width={width} entries (max_blocks_per_seq) x num_pools={num_pools} x "
             f"beam_width={beam_width} x 2 planes x 4 bytes; lower max_batch_size or max_seq_len, "
-            "or raise tokens_per_block")
+            "or raise tokens_per_block"
+        )
     return nbytes
 
 
@@ -111,29 +141,46 @@ class PageIndexTable:
     offsets there, which for one pool differ only by a constant.
     """
 
-    def __init__(self, max_batch_size: int, width: int, pp_size: int = 1,
-                 disaggregated: bool = False, num_pools: int = 1, beam_width: int = 1,
-                 pin_memory: bool = False, overlap_scheduler: bool = False, num_reserved: int = 1):
+    def __init__(
+        self,
+        max_batch_size: int,
+        width: int,
+        pp_size: int = 1,
+        disaggregated: bool = False,
+        num_pools: int = 1,
+        beam_width: int = 1,
+        pin_memory: bool = False,
+        overlap_scheduler: bool = False,
+        num_reserved: int = 1,
+    ):
         max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
         width = check_int("width (max_blocks_per_seq)", width, low=1, high=1 << 26)
         pp_size = check_int("pp_size", pp_size, low=1, high=1024)
         num_pools = check_int("num_pools", num_pools, low=1, high=64)
         beam_width = check_int("beam_width", beam_width, low=1, high=1024)
-        for name, flag in (("disaggregated", disaggregated), ("overlap_scheduler", overlap_scheduler),
-                           ("pin_memory", pin_memory)):
+        for name, flag in (
+            ("disaggregated", disaggregated),
+            ("overlap_scheduler", overlap_scheduler),
+            ("pin_memory", pin_memory),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         num_reserved = check_int("num_reserved_index_slots", num_reserved, low=1, high=1 << 10)
         slot_options = dict(overlap_scheduler=overlap_scheduler, num_reserved=num_reserved)
-        check_table_size(max_batch_size, width, pp_size, disaggregated, num_pools, beam_width,
-                         **slot_options)
+        check_table_size(
+            max_batch_size, width, pp_size, disaggregated, num_pools, beam_width, **slot_options
+        )
         self.slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
         self.width = width
         self.num_pools = num_pools
         self.beam_width = beam_width
         shape = (num_pools, self.slots * beam_width, 2, width)
-        self.table = torch.full(shape, BAD_PAGE_INDEX, dtype=torch.int32,
-                                pin_memory=pin_memory and torch.cuda.is_available())
+        self.table = torch.full(
+            shape,
+            BAD_PAGE_INDEX,
+            dtype=torch.int32,
+            pin_memory=pin_memory and torch.cuda.is_available(),
+        )
         # The same memory through numpy: a slice write costs a microsecond, not a torch
         # dispatch (the table is a host tensor; writes through either show in both).
         self._array = self.table.numpy()
@@ -155,8 +202,10 @@ class PageIndexTable:
     def acquire_slot(self) -> int:
         """Take a free row for a new cache."""
         if not self._free_slots:
-            raise RuntimeError(f"all {self.cache_slots} page-index slots are in use "
-                               "(max_batch_size * pp_size sequences)")
+            raise RuntimeError(
+                f"all {self.cache_slots} page-index slots are in use "
+                "(max_batch_size * pp_size sequences)"
+            )
         slot = self._free_slots.pop()
         self._acquired.add(slot)
         return slot
@@ -165,15 +214,17 @@ class PageIndexTable:
         """Give a row back; releasing a slot that is not handed out is an error (it would
         otherwise be handed to two caches at once)."""
         self._check_acquired(slot)
-        self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width] = BAD_PAGE_INDEX
+        self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width] = BAD_PAGE_INDEX
         self._acquired.discard(slot)
         self._free_slots.append(slot)
 
     def _check_acquired(self, slot) -> None:
         if type(slot) is not int or slot not in self._acquired:
-            raise ValueError(f"slot {slot!r} is not an acquired page-index slot "
-                             f"(slots are 0..{self.cache_slots - 1}; the reserved ones are never "
-                             "handed out)")
+            raise ValueError(
+                f"slot {slot!r} is not an acquired page-index slot "
+                f"(slots are 0..{self.cache_slots - 1}; the reserved ones are never "
+                "handed out)"
+            )
 
     def row(self, slot: int) -> torch.Tensor:
         """A cache's base page indices: a zero-copy view, pool 0, beam 0, K plane."""
@@ -182,18 +233,30 @@ class PageIndexTable:
     def write(self, slot: int, start: int, pages) -> None:
         """Write page ids into entries [start, start + len(pages)) of an acquired slot's row;
         ValueError for a slot not handed out or entries outside the row."""
-        if not (type(slot) is int and slot in self._acquired  # one test for the common case
-                and type(start) is int and 0 <= start <= self.width - len(pages)):
+        if not (
+            type(slot) is int
+            and slot in self._acquired  # one test for the common case
+            and type(start) is int
+            and 0 <= start <= self.width - len(pages)
+        ):
             self._check_acquired(slot)
-            raise ValueError(f"start must be in [0, {self.width - len(pages)}] to write "
-                             f"{len(pages)} entries into a row of {self.width}, got {start!r}")
-        rows = self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width]
-        rows[..., start:start + len(pages)] = pages
+            raise ValueError(
+                f"start must be in [0, {self.width - len(pages)}] to write "
+                f"{len(pages)} entries into a row of {self.width}, got {start!r}"
+            )
+        rows = self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width]
+        rows[..., start : start + len(pages)] = pages
 
     def clear(self, slot: int, start: int) -> None:
         """Mark entries from ``start`` to the end of an acquired slot's row unused."""
-        if not (type(slot) is int and slot in self._acquired
-                and type(start) is int and 0 <= start <= self.width):
+        if not (
+            type(slot) is int
+            and slot in self._acquired
+            and type(start) is int
+            and 0 <= start <= self.width
+        ):
             self._check_acquired(slot)
             raise ValueError(f"start must be in [0, {self.width}], got {start!r}")
-        self._array[:, slot * self.beam_width:(slot + 1) * self.beam_width, :, start:] = BAD_PAGE_INDEX
+        self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width, :, start:] = (
+            BAD_PAGE_INDEX
+        )

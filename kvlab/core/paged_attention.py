@@ -18,7 +18,7 @@ dtype. Token ``t`` of a sequence lives in page ``row[t // tokens_per_block]`` at
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
@@ -39,14 +39,24 @@ def kv_pages(manager: KVCacheManager) -> torch.Tensor:
         raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
     geo = manager.geometry
     if geo.dtype not in TORCH_DTYPES:
-        raise ValueError(f"paged attention needs a float KV dtype, one of {sorted(TORCH_DTYPES)}; "
-                         f"the manager's geometry has dtype={geo.dtype!r}")
+        raise ValueError(
+            f"paged attention needs a float KV dtype, one of {sorted(TORCH_DTYPES)}; "
+            f"the manager's geometry has dtype={geo.dtype!r}"
+        )
     if geo.kv_factor != 2:
-        raise ValueError(f"paged attention needs K and V (kv_factor=2); the manager's geometry has "
-                         f"kv_factor={geo.kv_factor} (MLA)")
+        raise ValueError(
+            f"paged attention needs K and V (kv_factor=2); the manager's geometry has "
+            f"kv_factor={geo.kv_factor} (MLA)"
+        )
     storage = manager.pool.storage
     return storage.view(TORCH_DTYPES[geo.dtype]).view(
-        storage.shape[0], geo.num_layers, 2, geo.tokens_per_block, geo.kv_heads_per_rank, geo.head_dim)
+        storage.shape[0],
+        geo.num_layers,
+        2,
+        geo.tokens_per_block,
+        geo.kv_heads_per_rank,
+        geo.head_dim,
+    )
 
 
 def _check_cache(manager: KVCacheManager, cache) -> KVCache:
@@ -67,8 +77,10 @@ def _check_tensor(name: str, value, ndim: int, shape_words: str) -> torch.Tensor
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor {shape_words}, got {type(value).__name__}")
     if value.dim() != ndim or not value.is_floating_point():
-        raise ValueError(f"{name} must be a float tensor {shape_words}, got shape "
-                         f"{tuple(value.shape)} of {value.dtype}")
+        raise ValueError(
+            f"{name} must be a float tensor {shape_words}, got shape "
+            f"{tuple(value.shape)} of {value.dtype}"
+        )
     return value
 
 
@@ -79,14 +91,22 @@ def _row_pages(manager: KVCacheManager, cache: KVCache, entries: torch.Tensor) -
     bad = (pages < 0) | (pages >= manager.total_blocks)
     if bool(bad.any()):
         first = int(bad.nonzero()[0, 0])
-        raise ValueError(f"page-index row of {cache.request_id!r} holds {int(pages[first])} at "
-                         f"entry {int(entries[first])}: not a page of the pool "
-                         f"(0..{manager.total_blocks - 1})")
+        raise ValueError(
+            f"page-index row of {cache.request_id!r} holds {int(pages[first])} at "
+            f"entry {int(entries[first])}: not a page of the pool "
+            f"(0..{manager.total_blocks - 1})"
+        )
     return pages.to(manager.device)
 
 
-def write_kv(manager: KVCacheManager, cache: KVCache, layer: int, k: torch.Tensor,
-             v: torch.Tensor, start: int = 0) -> None:
+def write_kv(
+    manager: KVCacheManager,
+    cache: KVCache,
+    layer: int,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    start: int = 0,
+) -> None:
     """Store ``k`` and ``v`` (``[num_tokens, kv_heads_per_rank, head_dim]``) of one layer for
     token positions ``[start, start + num_tokens)`` into the pages the cache's row names.
     The cache must already hold those positions (``cache.resize`` first)."""
@@ -102,8 +122,10 @@ def write_kv(manager: KVCacheManager, cache: KVCache, layer: int, k: torch.Tenso
     start = check_int("start", start, low=0, high=MAX_COUNT)
     end = start + k.shape[0]
     if end > cache.capacity:
-        raise ValueError(f"tokens [{start}, {end}) are beyond cache {cache.request_id!r}'s capacity "
-                         f"of {cache.capacity} tokens; resize it first")
+        raise ValueError(
+            f"tokens [{start}, {end}) are beyond cache {cache.request_id!r}'s capacity "
+            f"of {cache.capacity} tokens; resize it first"
+        )
     positions = torch.arange(start, end)
     pages = _row_pages(manager, cache, positions // manager.tokens_per_block)
     offsets = (positions % manager.tokens_per_block).to(manager.device)
@@ -112,15 +134,19 @@ def write_kv(manager: KVCacheManager, cache: KVCache, layer: int, k: torch.Tenso
     layer_view[pages, 1, offsets] = v.to(device=manager.device, dtype=pages_view.dtype)
 
 
-def gather_kv(manager: KVCacheManager, cache: KVCache, layer: int,
-              length: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def gather_kv(
+    manager: KVCacheManager, cache: KVCache, layer: int, length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """K and V of one layer for the first ``length`` tokens (default: the cache's capacity),
     gathered page by page through the cache's row: two ``[length, kv_heads, head_dim]``."""
     pages_view = kv_pages(manager)
     _check_cache(manager, cache)
     layer = _check_layer(manager, layer)
-    length = cache.capacity if length is None else check_int(
-        "length", length, low=0, high=cache.capacity)
+    length = (
+        cache.capacity
+        if length is None
+        else check_int("length", length, low=0, high=cache.capacity)
+    )
     num_blocks = div_ceil(length, manager.tokens_per_block)
     pages = _row_pages(manager, cache, torch.arange(num_blocks))
     kv = pages_view[pages, layer]  # [blocks, 2, tokens_per_block, heads, head_dim]
@@ -144,33 +170,42 @@ def contiguous_attention(k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> t
     if q.shape[2] != head_dim:
         raise ValueError(f"q's head_dim must be k's {head_dim}, got {q.shape[2]}")
     if num_heads % kv_heads:
-        raise ValueError(f"q's num_heads ({num_heads}) must be a multiple of the kv_heads ({kv_heads})")
+        raise ValueError(
+            f"q's num_heads ({num_heads}) must be a multiple of the kv_heads ({kv_heads})"
+        )
     if not 1 <= num_queries <= length:
         raise ValueError(f"q must have 1 to length={length} queries, got {num_queries}")
     group = num_heads // kv_heads
     kf = k.float().repeat_interleave(group, dim=1)
     vf = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q.float(), kf) * head_dim ** -0.5
+    scores = torch.einsum("qhd,khd->hqk", q.float(), kf) * head_dim**-0.5
     query_pos = torch.arange(length - num_queries, length, device=q.device)
     future = torch.arange(length, device=q.device)[None, :] > query_pos[:, None]
     scores = scores.masked_fill(future, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), vf).to(q.dtype)
 
 
-def paged_attention(manager: KVCacheManager, caches: Sequence[KVCache], layer: int,
-                    q: Sequence[torch.Tensor],
-                    lengths: Optional[Sequence[int]] = None) -> List[torch.Tensor]:
+def paged_attention(
+    manager: KVCacheManager,
+    caches: Sequence[KVCache],
+    layer: int,
+    q: Sequence[torch.Tensor],
+    lengths: Sequence[int] | None = None,
+) -> list[torch.Tensor]:
     """Attention of each sequence's queries ``q[i]`` (``[num_queries, num_heads, head_dim]``)
     over its K and V gathered through its page-index row (:func:`gather_kv`), for a batch of
     caches of different lengths (default: each cache's capacity). Returns one output per
     sequence, shaped like its queries."""
     caches, q = list(caches), list(q)
     if len(q) != len(caches):
-        raise ValueError(f"q must hold one query tensor per cache: {len(caches)} caches, got {len(q)}")
+        raise ValueError(
+            f"q must hold one query tensor per cache: {len(caches)} caches, got {len(q)}"
+        )
     lengths = [c.capacity for c in caches] if lengths is None else list(lengths)
     if len(lengths) != len(caches):
-        raise ValueError(f"lengths must hold one length per cache: {len(caches)} caches, "
-                         f"got {len(lengths)}")
+        raise ValueError(
+            f"lengths must hold one length per cache: {len(caches)} caches, got {len(lengths)}"
+        )
     outputs = []
     for i, (cache, queries, length) in enumerate(zip(caches, q, lengths)):
         queries = _check_tensor(f"q[{i}]", queries, 3, "[num_queries, num_heads, head_dim]")
@@ -179,8 +214,13 @@ def paged_attention(manager: KVCacheManager, caches: Sequence[KVCache], layer: i
     return outputs
 
 
-def paged_vs_contiguous(device="cpu", dtype: str = "float16", lengths: Sequence[int] = (45, 100, 7),
-                        num_heads: int = 4, seed: int = 0) -> dict:
+def paged_vs_contiguous(
+    device="cpu",
+    dtype: str = "float16",
+    lengths: Sequence[int] = (45, 100, 7),
+    num_heads: int = 4,
+    seed: int = 0,
+) -> dict:
     """A worked check: sequences of ``lengths`` tokens grow one page at a time in turn, so
     their pages interleave in one pool; random K and V of 2 layers (2 KV heads of 64, 16 tokens
     a page) are written through their rows; ``paged_attention`` of a decoding step and of a
@@ -196,8 +236,13 @@ def paged_vs_contiguous(device="cpu", dtype: str = "float16", lengths: Sequence[
     seed = check_int("seed", seed, low=0, high=2**64 - 1)  # torch.Generator.manual_seed's range
     geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=64, dtype=dtype, tokens_per_block=16)
     blocks = sum(geo.blocks_for_tokens(n) for n in lengths)
-    manager = KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block, max_seq_len=max(lengths),
-                             max_batch_size=len(lengths), device=device)
+    manager = KVCacheManager(
+        geo,
+        quota_bytes=blocks * geo.bytes_per_block,
+        max_seq_len=max(lengths),
+        max_batch_size=len(lengths),
+        device=device,
+    )
     caches = [manager.create_cache(f"seq-{i}") for i in range(len(lengths))]
     for step in range(max(geo.blocks_for_tokens(n) for n in lengths)):
         for cache, n in zip(caches, lengths):
@@ -206,13 +251,20 @@ def paged_vs_contiguous(device="cpu", dtype: str = "float16", lengths: Sequence[
     torch_dtype = TORCH_DTYPES[dtype]
     error = 0.0
     for layer in range(geo.num_layers):
-        kvs = [(torch.randn(n, 2, 64, generator=gen).to(torch_dtype),
-                torch.randn(n, 2, 64, generator=gen).to(torch_dtype)) for n in lengths]
+        kvs = [
+            (
+                torch.randn(n, 2, 64, generator=gen).to(torch_dtype),
+                torch.randn(n, 2, 64, generator=gen).to(torch_dtype),
+            )
+            for n in lengths
+        ]
         for cache, (k, v) in zip(caches, kvs):
             write_kv(manager, cache, layer, k, v)
         for decoding in (True, False):
-            qs = [torch.randn(1 if decoding else n, num_heads, 64, generator=gen).to(torch_dtype)
-                  for n in lengths]
+            qs = [
+                torch.randn(1 if decoding else n, num_heads, 64, generator=gen).to(torch_dtype)
+                for n in lengths
+            ]
             paged = paged_attention(manager, caches, layer, qs)
             for out, (k, v), q in zip(paged, kvs, qs):
                 want = contiguous_attention(k, v, q)

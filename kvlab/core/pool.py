@@ -10,8 +10,8 @@ side effects (docs/REFERENCE.md §3 step 4).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -29,10 +29,14 @@ def resolve_device(device) -> torch.device:
     if dev.type not in ("cpu", "cuda") or (dev.type == "cpu" and dev.index):
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} needs a CUDA GPU, and torch sees none; use device='cpu'")
+        raise ValueError(
+            f"device={device!r} needs a CUDA GPU, and torch sees none; use device='cpu'"
+        )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA GPU(s), "
-                         f"so the index must be in [0, {torch.cuda.device_count() - 1}]")
+        raise ValueError(
+            f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA GPU(s), "
+            f"so the index must be in [0, {torch.cuda.device_count() - 1}]"
+        )
     return dev
 
 
@@ -58,7 +62,9 @@ def check_page(name: str, page) -> int:
     if type(page) is int:
         return page
     if isinstance(page, bool) or not isinstance(page, numbers.Integral):
-        raise TypeError(f"{name} must hold page numbers (ints), got {page!r} ({type(page).__name__})")
+        raise TypeError(
+            f"{name} must hold page numbers (ints), got {page!r} ({type(page).__name__})"
+        )
     return int(page)
 
 
@@ -74,7 +80,9 @@ class PagePool:
         self.device = resolve_device(device)
         self.num_blocks = num_blocks
         self.bytes_per_block = bytes_per_block
-        self.storage = torch.empty((num_blocks, bytes_per_block), dtype=torch.uint8, device=self.device)
+        self.storage = torch.empty(
+            (num_blocks, bytes_per_block), dtype=torch.uint8, device=self.device
+        )
         # Pop from the top: page 0 is handed out first, so small runs read naturally.
         self._stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)
         self._top = num_blocks  # pages free: self._stack[:self._top]
@@ -94,14 +102,14 @@ class PagePool:
     def used_blocks(self) -> int:
         return self.num_blocks - self._top
 
-    def allocate(self, count: int) -> Optional[List[int]]:
+    def allocate(self, count: int) -> list[int] | None:
         """Hand out ``count`` pages, or return None and change nothing if fewer are free."""
         count = check_int("count", count, low=0, high=MAX_COUNT)
         top = self._top
         if count > top:
             self.counters.failed_allocations += 1
             return None
-        taken = self._stack[top - count:top][::-1]
+        taken = self._stack[top - count : top][::-1]
         self._owned[taken] = True
         self._top = top - count
         counters = self.counters
@@ -114,31 +122,36 @@ class PagePool:
     def free(self, pages: Sequence[int]) -> None:
         """Return pages to the free list; freeing a page that is not handed out is an error."""
         if not isinstance(pages, (list, tuple, np.ndarray)):
-            raise TypeError(f"pages must be a list of page ids, got {pages!r:.80} ({type(pages).__name__})")
+            raise TypeError(
+                f"pages must be a list of page ids, got {pages!r:.80} ({type(pages).__name__})"
+            )
         if not all(type(page) is int for page in pages):  # the checks, where not plain ints
             pages = [check_page("pages", page) for page in pages]
         try:
             taken = np.asarray(pages, dtype=np.int64)
         except OverflowError:  # an id past int64
-            raise ValueError(f"pages: page ids are 0..{self.num_blocks - 1}, got "
-                             f"{max(pages, key=abs)}") from None
+            raise ValueError(
+                f"pages: page ids are 0..{self.num_blocks - 1}, got {max(pages, key=abs)}"
+            ) from None
         if len(np.unique(taken)) != len(taken):
             raise ValueError(f"pages must be distinct, got {len(taken)} with repeats")
         inside = (taken >= 0) & (taken < self.num_blocks)
         if not (inside.all() and self._owned[taken].all()):
             page = next(int(p) for p, ok in zip(taken, inside) if not ok or not self._owned[p])
-            raise ValueError(f"pages: page {page} is not allocated from this pool "
-                             f"(pages are 0..{self.num_blocks - 1})")
+            raise ValueError(
+                f"pages: page {page} is not allocated from this pool "
+                f"(pages are 0..{self.num_blocks - 1})"
+            )
         pages = taken
         count = len(pages)
         self._owned[pages] = False
-        self._stack[self._top:self._top + count] = pages
+        self._stack[self._top : self._top + count] = pages
         self._top += count
         self.counters.pages_freed += count
 
-    def free_pages(self) -> List[int]:
+    def free_pages(self) -> list[int]:
         """The free pages, the next to be handed out last."""
-        return self._stack[:self._top].tolist()
+        return self._stack[: self._top].tolist()
 
     def is_allocated(self, page: int) -> bool:
         page = check_page("page", page)

@@ -29,7 +29,8 @@ into private pages.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvlab.core.checks import check_int
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 MOONCAKE_TOKENS_PER_HASH = 512
 
 
-def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> Tuple[int, ...]:
+def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> tuple[int, ...]:
     """One hash per ``tokens_per_hash`` tokens (the last block may be shorter), each chained
     on the one before, so that it stands for the whole prefix it ends."""
     tokens_per_hash = check_int("tokens_per_hash", tokens_per_hash, low=1, high=1 << 20)
@@ -51,21 +52,23 @@ def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> Tuple[int, 
         raise TypeError(f"tokens must be a sequence of token ids, got {tokens!r:.60}")
     hashes, previous = [], 0
     for start in range(0, len(tokens), tokens_per_hash):
-        previous = hash((previous, tuple(tokens[start:start + tokens_per_hash])))
+        previous = hash((previous, tuple(tokens[start : start + tokens_per_hash])))
         hashes.append(previous)
     return tuple(hashes)
 
 
-def prefix_key(hashes: Tuple[int, ...], tokens_per_hash: int, end: int) -> tuple:
+def prefix_key(hashes: tuple[int, ...], tokens_per_hash: int, end: int) -> tuple:
     """The identity of a prompt's first ``end`` tokens (module docstring); ``end`` is within
     the tokens the hashes cover."""
     if not 0 < end <= len(hashes) * tokens_per_hash:
-        raise ValueError(f"end must be in [1, {len(hashes) * tokens_per_hash}] (the tokens "
-                         f"{len(hashes)} hashes of {tokens_per_hash} tokens cover), got {end!r:.40}")
+        raise ValueError(
+            f"end must be in [1, {len(hashes) * tokens_per_hash}] (the tokens "
+            f"{len(hashes)} hashes of {tokens_per_hash} tokens cover), got {end!r:.40}"
+        )
     return hashes[(end - 1) // tokens_per_hash], end
 
 
-def hashed_tokens(request: "Request") -> int:
+def hashed_tokens(request: Request) -> int:
     """The leading prompt tokens the request's hashes identify."""
     return min(request.prompt_len, len(request.prefix_hashes) * request.tokens_per_hash)
 
@@ -76,8 +79,9 @@ class Match:
 
     __slots__ = ("pages", "partial", "partial_tokens", "tokens")
 
-    def __init__(self, pages: List[int], partial: Optional[int], partial_tokens: int,
-                 tokens_per_block: int):
+    def __init__(
+        self, pages: list[int], partial: int | None, partial_tokens: int, tokens_per_block: int
+    ):
         self.pages = pages
         self.partial = partial
         self.partial_tokens = partial_tokens
@@ -92,24 +96,29 @@ class PrefixCache:
     key, the hashes that made it and its holders; no object per page, so a replay's millions
     of commits cost a dict entry each and nothing for the garbage collector."""
 
-    def __init__(self, pool: "PagePool", host_tier: "HostTier", tokens_per_block: int,
-                 enable_partial_reuse: bool = True):
+    def __init__(
+        self,
+        pool: PagePool,
+        host_tier: HostTier,
+        tokens_per_block: int,
+        enable_partial_reuse: bool = True,
+    ):
         self.pool = pool
         self.host_tier = host_tier
         self.tokens_per_block = tokens_per_block
         self.enable_partial_reuse = enable_partial_reuse
-        self._pages: Dict[tuple, int] = {}  # key -> committed page
+        self._pages: dict[tuple, int] = {}  # key -> committed page
         blocks = pool.num_blocks
-        self._key: List[Optional[tuple]] = [None] * blocks  # page -> its key, None if uncommitted
-        self._source: List[Optional[tuple]] = [None] * blocks  # page -> (hashes, tokens_per_hash)
-        self._holders: List[int] = [0] * blocks
+        self._key: list[tuple | None] = [None] * blocks  # page -> its key, None if uncommitted
+        self._source: list[tuple | None] = [None] * blocks  # page -> (hashes, tokens_per_hash)
+        self._holders: list[int] = [0] * blocks
         #: pages no cache holds, least recently released first
-        self._evictable: "OrderedDict[int, None]" = OrderedDict()
+        self._evictable: OrderedDict[int, None] = OrderedDict()
         #: how many (a plain count: the pool's availability reads it on every pass)
         self.evictable_blocks = 0
         #: the partial-match candidates a key lookup cannot find (see :meth:`_indexed`), by
         #: (hash of the block holding the page's first token, the page's start)
-        self._by_first_block: Dict[tuple, List[int]] = {}
+        self._by_first_block: dict[tuple, list[int]] = {}
         self.evicted_blocks = 0
 
     # -- counts ------------------------------------------------------------------------
@@ -117,7 +126,7 @@ class PrefixCache:
     def committed_blocks(self) -> int:
         return len(self._pages)
 
-    def key_of(self, page: int) -> Optional[tuple]:
+    def key_of(self, page: int) -> tuple | None:
         """The key a committed page is stored under (the prefix it ends), None if uncommitted."""
         return self._key[page]
 
@@ -125,7 +134,7 @@ class PrefixCache:
         return self._key[page] is not None
 
     # -- allocation: the pool's one door -----------------------------------------------
-    def allocate(self, count: int) -> Optional[List[int]]:
+    def allocate(self, count: int) -> list[int] | None:
         """``count`` free pages, evicting cached pages (least recently released first) and then
         moving suspended caches down where the pool has too few; None, with nothing evicted
         or moved, when even that cannot make enough."""
@@ -162,7 +171,9 @@ class PrefixCache:
         inside it), or one whose tokens span hash blocks. A whole page inside one hash block
         is found by key: a prompt agreeing with it in that block has that page's key."""
         per_hash = self._source[page][1]
-        return self._key[page][1] % self.tokens_per_block != 0 or per_hash % self.tokens_per_block != 0
+        return (
+            self._key[page][1] % self.tokens_per_block != 0 or per_hash % self.tokens_per_block != 0
+        )
 
     def _first_block(self, page: int) -> tuple:
         tokens_per_block = self.tokens_per_block
@@ -179,7 +190,7 @@ class PrefixCache:
             candidates.remove(page)
 
     # -- lookup ------------------------------------------------------------------------
-    def match(self, request: "Request", limit: int) -> Match:
+    def match(self, request: Request, limit: int) -> Match:
         """The committed pages holding the request's first tokens, at most ``limit`` of them,
         and (with partial reuse) the page after them sharing the most leading tokens."""
         tokens_per_block = self.tokens_per_block
@@ -201,7 +212,7 @@ class PrefixCache:
                     partial, partial_tokens = candidate, shared
         return Match(found, partial, partial_tokens, tokens_per_block)
 
-    def first_new_key(self, request: "Request") -> Optional[tuple]:
+    def first_new_key(self, request: Request) -> tuple | None:
         """The key of the request's first whole prompt page not committed, or None when every
         whole page is."""
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
@@ -209,7 +220,7 @@ class PrefixCache:
         end = (len(self._committed_prefix(hashes, per_hash, usable)) + 1) * self.tokens_per_block
         return prefix_key(hashes, per_hash, end) if end <= usable else None
 
-    def _committed_prefix(self, hashes, per_hash: int, usable: int) -> List[int]:
+    def _committed_prefix(self, hashes, per_hash: int, usable: int) -> list[int]:
         """The committed pages holding a prompt's first whole pages, in order, within ``usable``
         tokens (the walk stops at the first page not committed)."""
         tokens_per_block, get = self.tokens_per_block, self._pages.get
@@ -254,7 +265,7 @@ class PrefixCache:
                 self.evictable_blocks += 1
 
     # -- commit ------------------------------------------------------------------------
-    def commit(self, cache: "KVCache", request: "Request", end: int, last: bool) -> None:
+    def commit(self, cache: KVCache, request: Request, end: int, last: bool) -> None:
         """Commit the cache's pages holding the request's first ``end`` prompt tokens (full
         pages; with ``last``, the partial page that ends the prompt too). A page whose key is
         committed already is given up for the tree's ("rebasing"), its row entry rewritten."""
@@ -300,7 +311,7 @@ class PrefixCache:
             candidates.append(page)
 
     # -- checks ------------------------------------------------------------------------
-    def check_invariants(self, holders: Dict[int, int]) -> None:
+    def check_invariants(self, holders: dict[int, int]) -> None:
         """``holders``: committed page -> caches holding it, counted by the manager."""
         assert len(self._pages) == sum(key is not None for key in self._key)
         assert self.evictable_blocks == len(self._evictable), "the evictable count drifted"
@@ -309,18 +320,31 @@ class PrefixCache:
             assert self.pool.is_allocated(page), f"committed page {page} is free in the pool"
             assert self._holders[page] == holders.get(page, 0), (
                 f"committed page {page}: {self._holders[page]} holders counted, "
-                f"{holders.get(page, 0)} found")
+                f"{holders.get(page, 0)} found"
+            )
             assert (self._holders[page] == 0) == (page in self._evictable), (
                 f"committed page {page}: holders {self._holders[page]}, evictable "
-                f"{page in self._evictable}")
-            assert self._indexed(page) == (page in self._by_first_block.get(self._first_block(page), ()))
+                f"{page in self._evictable}"
+            )
+            assert self._indexed(page) == (
+                page in self._by_first_block.get(self._first_block(page), ())
+            )
         assert all(self._key[page] is not None for page in holders), (
-            "a cache holds a page the tree does not have")
+            "a cache holds a page the tree does not have"
+        )
 
     def __repr__(self) -> str:
-        return (f"PrefixCache({self.committed_blocks} committed pages, {self.evictable_blocks} "
-                f"evictable, {self.evicted_blocks} evicted)")
+        return (
+            f"PrefixCache({self.committed_blocks} committed pages, {self.evictable_blocks} "
+            f"evictable, {self.evicted_blocks} evicted)"
+        )
 
 
-__all__ = ["MOONCAKE_TOKENS_PER_HASH", "Match", "PrefixCache", "chain_hashes", "hashed_tokens",
-           "prefix_key"]
+__all__ = [
+    "MOONCAKE_TOKENS_PER_HASH",
+    "Match",
+    "PrefixCache",
+    "chain_hashes",
+    "hashed_tokens",
+    "prefix_key",
+]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Optional, Tuple
 
 from kvlab.core.checks import MAX_COUNT, check_int, store_checked
 from kvlab.core.prefix_cache import MOONCAKE_TOKENS_PER_HASH
+
 
 class RequestState(StrEnum):
     """A request's lifecycle. Live (the scheduler's): WAITING (submitted, no KV cache: not
@@ -30,7 +30,7 @@ class RequestState(StrEnum):
     REJECTED = "rejected"
 
     @property
-    def status(self) -> "RequestState":
+    def status(self) -> RequestState:
         """What a run's result reports: a suspended request is admitted and keeps its KV, so it
         counts as running."""
         return RequestState.RUNNING if self is RequestState.SUSPENDED else self
@@ -78,7 +78,7 @@ class Request:
     disagg_generation_init: bool = False
     num_draft_tokens: int = 0
     beam_width: int = 1
-    prefix_hashes: Tuple[int, ...] = ()
+    prefix_hashes: tuple[int, ...] = ()
     tokens_per_hash: int = MOONCAKE_TOKENS_PER_HASH
 
     state: RequestState = field(default=RequestState.WAITING, init=False)
@@ -96,10 +96,10 @@ class Request:
     #: Scheduling passes in which this request was tried and refused (no pages, no slot).
     num_refusals: int = field(default=0, init=False)
     #: the step the executor handed it to the scheduler (it left the executor's queue)
-    activated_step: Optional[int] = field(default=None, init=False)
-    first_scheduled_step: Optional[int] = field(default=None, init=False)
-    first_token_step: Optional[int] = field(default=None, init=False)
-    end_step: Optional[int] = field(default=None, init=False)
+    activated_step: int | None = field(default=None, init=False)
+    first_scheduled_step: int | None = field(default=None, init=False)
+    first_token_step: int | None = field(default=None, init=False)
+    end_step: int | None = field(default=None, init=False)
     #: The most tokens it generates: max_new_tokens, unless the scheduler stops it sooner when it
     #: arrives (vLLM stops a sequence at max_model_len, finish reason "length").
     output_limit: int = field(default=0, init=False)
@@ -113,23 +113,34 @@ class Request:
         store_checked(self, "context_current_position", check_int, low=0, high=MAX_COUNT)
         store_checked(self, "num_generated", check_int, low=0, high=MAX_COUNT)
         if not isinstance(self.disagg_generation_init, bool):
-            raise TypeError(f"disagg_generation_init must be a bool, got {self.disagg_generation_init!r}")
+            raise TypeError(
+                f"disagg_generation_init must be a bool, got {self.disagg_generation_init!r}"
+            )
         if self.disagg_generation_init and self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be in [1, {MAX_COUNT}] for a disagg_generation_init "
-                             "request (its context server produced the first token), "
-                             f"got {self.max_new_tokens}")
+            raise ValueError(
+                f"max_new_tokens must be in [1, {MAX_COUNT}] for a disagg_generation_init "
+                "request (its context server produced the first token), "
+                f"got {self.max_new_tokens}"
+            )
         if self.context_current_position > self.prompt_len:
-            raise ValueError(f"context_current_position must be in [0, prompt_len={self.prompt_len}], "
-                             f"got {self.context_current_position}")
+            raise ValueError(
+                f"context_current_position must be in [0, prompt_len={self.prompt_len}], "
+                f"got {self.context_current_position}"
+            )
         if self.num_generated > self.max_new_tokens:
-            raise ValueError(f"num_generated must be in [0, max_new_tokens={self.max_new_tokens}], "
-                             f"got {self.num_generated}")
+            raise ValueError(
+                f"num_generated must be in [0, max_new_tokens={self.max_new_tokens}], "
+                f"got {self.num_generated}"
+            )
         self.output_limit = self.max_new_tokens
         store_checked(self, "num_draft_tokens", check_int, low=0, high=1 << 16)
         store_checked(self, "beam_width", check_int, low=1, high=1024)
         if not isinstance(self.prefix_hashes, tuple) or not all(
-                isinstance(h, int) and not isinstance(h, bool) for h in self.prefix_hashes):
-            raise TypeError(f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}")
+            isinstance(h, int) and not isinstance(h, bool) for h in self.prefix_hashes
+        ):
+            raise TypeError(
+                f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}"
+            )
         if not (type(self.tokens_per_hash) is int and 1 <= self.tokens_per_hash <= 1 << 20):
             store_checked(self, "tokens_per_hash", check_int, low=1, high=1 << 20)
 

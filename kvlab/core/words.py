@@ -4,14 +4,14 @@ them."""
 
 from __future__ import annotations
 
-from typing import Optional
 
-
-def counted(n: int, noun: str, plural: Optional[str] = None) -> str:
+def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and ``noun`` agreeing: "1 pass", "2 passes", "1,072 requests"."""
     if n == 1:
         return f"1 {noun}"
-    return f"{n:,} {plural or (noun + 'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else noun + 's')}"
+    return (
+        f"{n:,} {plural or (noun + 'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else noun + 's')}"
+    )
 
 
 def a_or_an(number: str) -> str:

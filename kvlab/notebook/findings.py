@@ -8,8 +8,8 @@ without re-running anything.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable, List
 
 from kvlab.core.checks import check_instance, check_items
 from kvlab.notebook.tables import table
@@ -33,21 +33,30 @@ class Finding:
 
 def report_findings(findings: Iterable[Finding]):
     """Display the findings (HTML table + machine-readable JSON) and return them as dicts."""
-    rows = [asdict(check_instance(f"findings[{i}]", finding, Finding))
-            for i, finding in enumerate(check_items("findings", findings, "Findings"))]
+    rows = [
+        asdict(check_instance(f"findings[{i}]", finding, Finding))
+        for i, finding in enumerate(check_items("findings", findings, "Findings"))
+    ]
     from IPython.display import display  # imported here: kvlab itself needs no IPython
 
     shown = table(rows).hide(axis="index").to_html() if rows else "<p>(no findings)</p>"
-    display({FINDINGS_MIME: rows, "text/html": shown,
-             "text/plain": "\n".join(" | ".join(str(v) for v in r.values()) for r in rows)},
-            raw=True)
+    display(
+        {
+            FINDINGS_MIME: rows,
+            "text/html": shown,
+            "text/plain": "\n".join(" | ".join(str(v) for v in r.values()) for r in rows),
+        },
+        raw=True,
+    )
     return rows
 
 
-def read_findings(notebook) -> List[dict]:
+def read_findings(notebook) -> list[dict]:
     """The findings a notebook (an nbformat NotebookNode) reported, in order."""
     if not hasattr(notebook, "cells"):
-        raise TypeError(f"notebook must be an nbformat notebook (nbformat.read's), got {notebook!r:.60}")
+        raise TypeError(
+            f"notebook must be an nbformat notebook (nbformat.read's), got {notebook!r:.60}"
+        )
     found = []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):

@@ -32,8 +32,9 @@ import html
 import json
 import numbers
 import re
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -65,13 +66,17 @@ class Debouncer:
     def __init__(self, fn: Callable[[], Any], wait_s: float = DEFAULT_WAIT_S):
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 <= wait_s <= 10:
+        if (
+            isinstance(wait_s, bool)
+            or not isinstance(wait_s, (int, float))
+            or not 0 <= wait_s <= 10
+        ):
             raise ValueError(f"wait_s must be a number of seconds in [0, 10], got {wait_s!r}")
         self.fn = fn
         self.wait_s = float(wait_s)
         self.calls = 0  # calls received
         self.runs = 0  # times fn ran
-        self._handle: Optional[asyncio.TimerHandle] = None
+        self._handle: asyncio.TimerHandle | None = None
         self._last_run = float("-inf")
 
     @property
@@ -128,20 +133,25 @@ def _plain(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", markup)).split("\n")[0] if markup else ""
 
 
-def verdict_html(outcome: Optional[str], headline: str, detail: str = "", *,
-                 label: Optional[str] = None) -> str:
+def verdict_html(
+    outcome: str | None, headline: str, detail: str = "", *, label: str | None = None
+) -> str:
     """The verdict box: a coloured bar and label for the outcome, a sentence, optional detail.
     ``label`` replaces the outcome's label: what a run with no outcome yet stands at."""
     color = viz.outcome_color(outcome)
     label = label if label is not None else viz.OUTCOME_LABELS.get(outcome or "", "no outcome")
     # overflow-wrap: a word longer than the box (an engine's URL) is broken rather than cut off
-    body = (f'<div style="border-left:6px solid {color};padding:6px 10px;margin:4px 0;'
-            f'line-height:1.4;overflow-wrap:anywhere">'
-            f'<div style="font-weight:700;color:{color};letter-spacing:.02em">{html.escape(label.upper())}</div>'
-            f'<div class="kvlab-verdict">{keep_whole(html.escape(headline))}</div>')
+    body = (
+        f'<div style="border-left:6px solid {color};padding:6px 10px;margin:4px 0;'
+        f'line-height:1.4;overflow-wrap:anywhere">'
+        f'<div style="font-weight:700;color:{color};letter-spacing:.02em">{html.escape(label.upper())}</div>'
+        f'<div class="kvlab-verdict">{keep_whole(html.escape(headline))}</div>'
+    )
     if detail:
-        body += (f'<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
-                 f'overflow-wrap:anywhere;margin:6px 0 0 0">{keep_whole(html.escape(detail))}</pre>')
+        body += (
+            f'<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
+            f'overflow-wrap:anywhere;margin:6px 0 0 0">{keep_whole(html.escape(detail))}</pre>'
+        )
     return body + "</div>"
 
 
@@ -152,16 +162,26 @@ def check_control_value(name: str, control: W.ValueWidget, value) -> None:
     options = getattr(control, "options", None)
     if options is not None:  # SelectionSlider, Dropdown, ToggleButtons: (label, value) pairs
         choices = [o[1] if isinstance(o, tuple) else o for o in options]
-        if (not isinstance(value, (str, numbers.Number)) or value not in choices
-                or isinstance(value, bool) != isinstance(choices[0], bool)):
-            shown = (repr(choices) if len(choices) <= 8 else
-                     f"{len(choices)} values from {choices[0]!r} to {choices[-1]!r}")
+        if (
+            not isinstance(value, (str, numbers.Number))
+            or value not in choices
+            or isinstance(value, bool) != isinstance(choices[0], bool)
+        ):
+            shown = (
+                repr(choices)
+                if len(choices) <= 8
+                else f"{len(choices)} values from {choices[0]!r} to {choices[-1]!r}"
+            )
             raise ValueError(f"{name} must be one of the control's values ({shown}), got {value!r}")
         return
     if hasattr(control, "min") and hasattr(control, "max"):
         base = getattr(control, "base", None)  # FloatLogSlider: min and max are exponents
-        low, high = (base ** control.min, base ** control.max) if base else (control.min, control.max)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        low, high = (base**control.min, base**control.max) if base else (control.min, control.max)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not low <= value <= high
+        ):
             raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r}")
 
 
@@ -176,24 +196,32 @@ class Panel:
     every change (a real multi-rank run): a button runs it for the current model and shows the
     HTML under the verdict until a control changes. :meth:`act` presses it from code."""
 
-    def __init__(self, controls: Mapping[str, W.ValueWidget], compute: Callable[[Dict[str, Any]], Any],
-                 figures: Callable[[Any], Mapping[str, Any]],
-                 verdict: Callable[[Any], Tuple[Optional[str], str]], *, title: str = "",
-                 wait_s: float = DEFAULT_WAIT_S, figure_width: int = 640,
-                 verdict_width: str = "320px",
-                 action: Optional[Tuple[str, Callable[[Any], Tuple[Any, str]]]] = None):
+    def __init__(
+        self,
+        controls: Mapping[str, W.ValueWidget],
+        compute: Callable[[dict[str, Any]], Any],
+        figures: Callable[[Any], Mapping[str, Any]],
+        verdict: Callable[[Any], tuple[str | None, str]],
+        *,
+        title: str = "",
+        wait_s: float = DEFAULT_WAIT_S,
+        figure_width: int = 640,
+        verdict_width: str = "320px",
+        action: tuple[str, Callable[[Any], tuple[Any, str]]] | None = None,
+    ):
         if not controls:
             raise ValueError("controls must name at least one widget")
-        self.controls: Dict[str, W.ValueWidget] = dict(controls)
+        self.controls: dict[str, W.ValueWidget] = dict(controls)
         self._compute, self._figures, self._verdict = compute, figures, verdict
         self.figure_width = figure_width
         self.title = title
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         self.updates = 0
-        self.outcome: Optional[str] = None
+        self.outcome: str | None = None
         self.model = compute(self.values)
-        self.views: Dict[str, PlotView] = {
-            name: PlotView(fig) for name, fig in self._render(self.model).items()}
+        self.views: dict[str, PlotView] = {
+            name: PlotView(fig) for name, fig in self._render(self.model).items()
+        }
         self.outcome, text = verdict(self.model)
         self.verdict = W.HTML(value=text, layout=W.Layout(width=verdict_width))
         self._action = action
@@ -209,21 +237,30 @@ class Panel:
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         header = [W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title)}</h3>")] if title else []
-        wrap = W.Layout(flex_flow="row wrap")  # a narrow page puts the next box below, not off screen
-        control_rows = [W.HBox(list(self.controls.values())[i:i + 2], layout=wrap)
-                        for i in range(0, len(self.controls), 2)]
-        self.widget = W.VBox([*header, *control_rows,
-                              W.HBox([W.VBox(list(self.views.values())), W.VBox(side)], layout=wrap),
-                              self.action_output])
+        wrap = W.Layout(
+            flex_flow="row wrap"
+        )  # a narrow page puts the next box below, not off screen
+        control_rows = [
+            W.HBox(list(self.controls.values())[i : i + 2], layout=wrap)
+            for i in range(0, len(self.controls), 2)
+        ]
+        self.widget = W.VBox(
+            [
+                *header,
+                *control_rows,
+                W.HBox([W.VBox(list(self.views.values())), W.VBox(side)], layout=wrap),
+                self.action_output,
+            ]
+        )
 
     # -- state ------------------------------------------------------------------------------
     @property
-    def values(self) -> Dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         """The controls' current values, by name."""
         return {name: control.value for name, control in self.controls.items()}
 
     @property
-    def figures(self) -> Dict[str, go.Figure]:
+    def figures(self) -> dict[str, go.Figure]:
         """What each view shows, by name, as new go.Figures."""
         return {name: view.figure for name, view in self.views.items()}
 
@@ -231,11 +268,13 @@ class Panel:
     def debouncer(self) -> Debouncer:
         return self._debouncer
 
-    def _render(self, model) -> Dict[str, Any]:
+    def _render(self, model) -> dict[str, Any]:
         figs = dict(self._figures(model))
         for fig in figs.values():  # narrower than a notebook's figure: subtitles broken again
-            viz.style.resize_layout(fig.setdefault("layout", {}) if isinstance(fig, dict) else fig.layout,
-                                    self.figure_width)
+            viz.style.resize_layout(
+                fig.setdefault("layout", {}) if isinstance(fig, dict) else fig.layout,
+                self.figure_width,
+            )
         return figs
 
     def _on_change(self, change) -> None:
@@ -276,14 +315,16 @@ class Panel:
         self._debouncer.cancel()
         self.refresh()
 
-    def set(self, **values) -> "Panel":
+    def set(self, **values) -> Panel:
         """Set controls by name and recompute once, at once (also inside a running kernel). A
         value the control does not offer is a ValueError naming the control and what it
         offers (a slider would clamp it silently; a selection raises ipywidgets' TraitError,
         which names neither)."""
         unknown = set(values) - set(self.controls)
         if unknown:
-            raise ValueError(f"unknown control(s) {sorted(unknown)}; controls are {sorted(self.controls)}")
+            raise ValueError(
+                f"unknown control(s) {sorted(unknown)}; controls are {sorted(self.controls)}"
+            )
         for name, value in values.items():
             check_control_value(name, self.controls[name], value)
         with self.hold():
@@ -317,13 +358,22 @@ class Panel:
         for the walkthrough's report."""
         figs = list(self.figures.values())
         title = f"<h3>{html.escape(self.title)}</h3>" if self.title else ""
-        values = ("<p><code>" + html.escape(", ".join(f"{k}={v!r}" for k, v in self.values.items()))
-                  + "</code></p>")
+        values = (
+            "<p><code>"
+            + html.escape(", ".join(f"{k}={v!r}" for k, v in self.values.items()))
+            + "</code></p>"
+        )
         parts = [title, values, self.verdict.value] + [viz.figure_html(f) for f in figs]
-        bundle = {"text/html": "\n".join(p for p in parts if p),
-                  "text/plain": f"{self.title}: {self.verdict_text}",
-                  PANEL_MIME: {"title": title, "values": values, "verdict": self.verdict.value,
-                               "figures": [json.loads(f.to_json()) for f in figs]}}
+        bundle = {
+            "text/html": "\n".join(p for p in parts if p),
+            "text/plain": f"{self.title}: {self.verdict_text}",
+            PANEL_MIME: {
+                "title": title,
+                "values": values,
+                "verdict": self.verdict.value,
+                "figures": [json.loads(f.to_json()) for f in figs],
+            },
+        }
         if figs:
             bundle["application/vnd.plotly.v1+json"] = figs[0].to_plotly_json()
         return bundle
@@ -336,4 +386,11 @@ class Panel:
         return bundle
 
 
-__all__ = ["DEFAULT_WAIT_S", "PANEL_MIME", "Debouncer", "Panel", "check_control_value", "verdict_html"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "PANEL_MIME",
+    "Debouncer",
+    "Panel",
+    "check_control_value",
+    "verdict_html",
+]

@@ -15,11 +15,20 @@ from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT
 def check_smoke(SMOKE) -> None:
     """``SMOKE`` (every notebook's: a shorter run for CI) is a bool."""
     if not isinstance(SMOKE, bool):
-        raise TypeError(f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})")
+        raise TypeError(
+            f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})"
+        )
 
 
-def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str = "clamped",
-                           SMOKE=False, retry_tokens=32, max_batch_size=1) -> None:
+def check_repro_parameters(
+    pool_mib,
+    context,
+    tokens_per_block=32,
+    policy: str = "clamped",
+    SMOKE=False,
+    retry_tokens=32,
+    max_batch_size=1,
+) -> None:
     """Notebooks 02 and 03, and the repro panel: one resize of one request on a small pool."""
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
@@ -30,10 +39,22 @@ def check_repro_parameters(pool_mib, context, tokens_per_block=32, policy: str =
     check_smoke(SMOKE)
 
 
-def check_admission_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_requests=150,
-                               arrival_rate=0.05, seed=0, stall_limit=DEFAULT_STALL_LIMIT, grid=64,
-                               trace_minutes=60.0, seconds_per_iteration=0.05, live_engines=False,
-                               mooncake_minutes=60.0, SMOKE=False) -> None:
+def check_admission_parameters(
+    *,
+    pool_mib=4.0,
+    context=8192,
+    num_small=6,
+    num_requests=150,
+    arrival_rate=0.05,
+    seed=0,
+    stall_limit=DEFAULT_STALL_LIMIT,
+    grid=64,
+    trace_minutes=60.0,
+    seconds_per_iteration=0.05,
+    live_engines=False,
+    mooncake_minutes=60.0,
+    SMOKE=False,
+) -> None:
     """Notebook 04: the engines under each policy, the phase diagram, the Azure hour, the
     Mooncake hour with block reuse."""
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
@@ -48,14 +69,17 @@ def check_admission_parameters(*, pool_mib=4.0, context=8192, num_small=6, num_r
     check_float("seconds_per_iteration", seconds_per_iteration, low=0.001, high=10.0)
     check_float("mooncake_minutes", mooncake_minutes, low=0.0, high=60.0, low_open=True)
     if not isinstance(live_engines, bool):
-        raise TypeError(f"live_engines must be a bool (True or False), got {live_engines!r} "
-                        f"({type(live_engines).__name__})")
+        raise TypeError(
+            f"live_engines must be a bool (True or False), got {live_engines!r} "
+            f"({type(live_engines).__name__})"
+        )
     check_smoke(SMOKE)
     EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)  # holds a page
 
 
-def check_mamba_parameters(*, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE, ssm_dtype="bfloat16",
-                           SMOKE=False) -> None:
+def check_mamba_parameters(
+    *, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE, ssm_dtype="bfloat16", SMOKE=False
+) -> None:
     """Notebook 05: Qwen3.5-27B's recurrent-state slots against a quota."""
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
     check_int("max_batch_size", max_batch_size, low=1, high=4096)
@@ -63,9 +87,18 @@ def check_mamba_parameters(*, quota_gib=24.86, max_batch_size=PR_MAX_BATCH_SIZE,
     check_smoke(SMOKE)
 
 
-def check_plan_parameters(*, model="llama-3.1-70b", gpu="h100-80gb", weights_gib=None, tp_size=4,
-                          max_seq_len=131072, max_batch_size=256, chunked_prefill=True,
-                          manager="auto", SMOKE=False) -> None:
+def check_plan_parameters(
+    *,
+    model="llama-3.1-70b",
+    gpu="h100-80gb",
+    weights_gib=None,
+    tp_size=4,
+    max_seq_len=131072,
+    max_batch_size=256,
+    chunked_prefill=True,
+    manager="auto",
+    SMOKE=False,
+) -> None:
     """Notebook 06: your deployment, planned (the rest is checked by its Deployment)."""
     from kvlab.analysis.deployment import Deployment
     from kvlab.analysis.gpus import GPUS
@@ -74,10 +107,22 @@ def check_plan_parameters(*, model="llama-3.1-70b", gpu="h100-80gb", weights_gib
     check_choice("model", model, model_names())
     check_choice("gpu", gpu, GPUS)
     check_smoke(SMOKE)
-    Deployment(model=load_model(model), gpu_gib=GPUS[gpu].gib, weights_gib=weights_gib,
-               tp_size=tp_size, max_seq_len=max_seq_len, max_batch_size=max_batch_size,
-               chunked_prefill=chunked_prefill, manager=manager)
+    Deployment(
+        model=load_model(model),
+        gpu_gib=GPUS[gpu].gib,
+        weights_gib=weights_gib,
+        tp_size=tp_size,
+        max_seq_len=max_seq_len,
+        max_batch_size=max_batch_size,
+        chunked_prefill=chunked_prefill,
+        manager=manager,
+    )
 
 
-__all__ = ["check_admission_parameters", "check_mamba_parameters", "check_plan_parameters",
-           "check_repro_parameters", "check_smoke"]
+__all__ = [
+    "check_admission_parameters",
+    "check_mamba_parameters",
+    "check_plan_parameters",
+    "check_repro_parameters",
+    "check_smoke",
+]

@@ -11,8 +11,9 @@ uses) redraw what changed. The plotly.js it runs is the one the plotly package s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any
 
 import anywidget
 import plotly
@@ -68,10 +69,10 @@ class PlotlyLibrary(anywidget.AnyWidget):
     _esm = traitlets.Unicode("export default {};").tag(sync=True)
     source = traitlets.Unicode().tag(sync=True)
 
-    _shared: Optional["PlotlyLibrary"] = None
+    _shared: PlotlyLibrary | None = None
 
     @classmethod
-    def shared(cls) -> "PlotlyLibrary":
+    def shared(cls) -> PlotlyLibrary:
         """The one instance (a new one once the last was closed)."""
         if cls._shared is None or cls._shared.comm is None:
             cls._shared = cls(source=_PLOTLY_JS.read_text(encoding="utf-8"))
@@ -87,19 +88,21 @@ class PlotView(anywidget.AnyWidget):
     figure_json = traitlets.Unicode("{}").tag(sync=True)
     library = traitlets.Instance(PlotlyLibrary).tag(sync=True, **widget_serialization)
 
-    def __init__(self, figure: Union[go.Figure, Mapping[str, Any]], **kwargs):
+    def __init__(self, figure: go.Figure | Mapping[str, Any], **kwargs):
         super().__init__(library=PlotlyLibrary.shared(), **kwargs)
         self._spec: Mapping[str, Any] = {}
         self.show(figure)
 
-    def show(self, figure: Union[go.Figure, Mapping[str, Any]]) -> bool:
+    def show(self, figure: go.Figure | Mapping[str, Any]) -> bool:
         """Show ``figure``; True if it differed from what was shown (and was sent)."""
         if isinstance(figure, go.Figure):
             spec = figure.to_plotly_json()
         elif isinstance(figure, Mapping):
             spec = dict(figure)
         else:
-            raise TypeError(f"figure must be a go.Figure or a figure dict, got {type(figure).__name__}")
+            raise TypeError(
+                f"figure must be a go.Figure or a figure dict, got {type(figure).__name__}"
+            )
         text = plotly_json.to_json_plotly({**spec, "config": CONFIG})
         self._spec = spec
         if text == self.figure_json:

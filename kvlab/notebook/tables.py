@@ -9,7 +9,6 @@ import html
 import numbers
 import re
 from collections.abc import Mapping
-from typing import Optional
 
 from kvlab.core.checks import check_instance, check_int, check_items
 
@@ -19,9 +18,16 @@ TEXT_COLUMN_WIDTH = "34em"
 MAX_DIGITS = 15
 
 _STYLES = [
-    dict(selector="th, td", props=[("white-space", "normal"), ("word-break", "normal"),
-                                    ("overflow-wrap", "normal"), ("vertical-align", "top"),
-                                    ("padding", "3px 8px")]),
+    dict(
+        selector="th, td",
+        props=[
+            ("white-space", "normal"),
+            ("word-break", "normal"),
+            ("overflow-wrap", "normal"),
+            ("vertical-align", "top"),
+            ("padding", "3px 8px"),
+        ],
+    ),
     dict(selector="th", props=[("text-align", "left")]),
 ]
 
@@ -47,7 +53,9 @@ NAME_PATTERN = r"(?<![\w.-])(?=[\w.-]{1,40}(?![\w.-]))(?:--)?[\w.]+(?:-[\w.]+)+"
 def keep_whole(markup: str, pattern: str = FLAG_PATTERN) -> str:
     """``markup`` (HTML) with each match of ``pattern`` kept on one line: the browser breaks
     after a hyphen, and "--" over "allow-auto-truncate" (or "'new-" over "a'") reads as two words."""
-    return re.sub(pattern, lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>', markup)
+    return re.sub(
+        pattern, lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>', markup
+    )
 
 
 def _breakable_words(text: str) -> str:
@@ -62,32 +70,53 @@ def _breakable_header(name) -> str:
     return html.escape(cell_text(name)).replace("_", "_<wbr>")
 
 
-def table(data, *, index: Optional[str] = None, digits: int = 2):
+def table(data, *, index: str | None = None, digits: int = 2):
     """``data`` (a DataFrame, or rows as dicts) as a Styler: ints as 1,234,567, reals with
     ``digits`` decimals, text left-aligned and whole. ``index``: the column to index by."""
     import pandas as pd
 
     digits = check_int("digits", digits, high=MAX_DIGITS)
     if not isinstance(data, pd.DataFrame):
-        data = [check_instance(f"data[{i}]", row, Mapping)
-                for i, row in enumerate(check_items("data", data, "rows (dicts), or a DataFrame"))]
+        data = [
+            check_instance(f"data[{i}]", row, Mapping)
+            for i, row in enumerate(check_items("data", data, "rows (dicts), or a DataFrame"))
+        ]
     frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
     if index is not None:
         if check_instance("index", index, str) not in frame.columns:
-            raise ValueError(f"index must name one of the columns {list(frame.columns)}, got {index!r:.60}")
+            raise ValueError(
+                f"index must name one of the columns {list(frame.columns)}, got {index!r:.60}"
+            )
         frame = frame.set_index(index)
     # text: object columns and pandas' own string dtype (what a column of str becomes since pandas 3)
-    text = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
+    text = [
+        c
+        for c in frame.columns
+        if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)
+    ]
     whole = lambda v: keep_whole(_breakable_words(cell_text(v, digits)), NAME_PATTERN)  # noqa: E731
-    styler = frame.style.format(whole).format_index(whole).format_index(
-        _breakable_header, axis=1).set_table_styles(_STYLES)
+    styler = (
+        frame.style.format(whole)
+        .format_index(whole)
+        .format_index(_breakable_header, axis=1)
+        .set_table_styles(_STYLES)
+    )
     if text:
-        styler = styler.set_properties(subset=text, **{"text-align": "left",
-                                                       "max-width": TEXT_COLUMN_WIDTH})
+        styler = styler.set_properties(
+            subset=text, **{"text-align": "left", "max-width": TEXT_COLUMN_WIDTH}
+        )
     return styler
 
 
-__all__ = ["FLAG_PATTERN", "MAX_DIGITS", "NAME_PATTERN", "TEXT_COLUMN_WIDTH", "cell_text", "keep_whole", "table"]
+__all__ = [
+    "FLAG_PATTERN",
+    "MAX_DIGITS",
+    "NAME_PATTERN",
+    "TEXT_COLUMN_WIDTH",
+    "cell_text",
+    "keep_whole",
+    "table",
+]
 
 
 def gib_pair(a_bytes: int, b_bytes: int, digits: int = 2) -> tuple:
@@ -98,4 +127,3 @@ def gib_pair(a_bytes: int, b_bytes: int, digits: int = 2) -> tuple:
         if a != b or a_bytes == b_bytes or digits >= 6:
             return a, b
         digits += 1
-

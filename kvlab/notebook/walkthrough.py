@@ -33,7 +33,6 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
@@ -41,25 +40,28 @@ from kvlab.notebook.panel import PANEL_MIME
 
 #: The code of the process that removes the kernel files' folder once the walkthrough is gone
 #: (standard library only; it ignores the signals that stop the walkthrough, so it outlives it).
-_REAPER = ("import os, shutil, signal, sys, time\n"
-           "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
-           "folder, parent = sys.argv[1], int(sys.argv[2])\n"
-           "while os.getppid() == parent: time.sleep(0.2)\n"
-           "gone = 0\n"
-           "for _ in range(50):  # the browser may still write as it goes: until gone twice\n"
-           "    shutil.rmtree(folder, ignore_errors=True)\n"
-           "    gone = gone + 1 if not os.path.exists(folder) else 0\n"
-           "    if gone == 2: break\n"
-           "    time.sleep(0.2)\n")
+_REAPER = (
+    "import os, shutil, signal, sys, time\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+    "folder, parent = sys.argv[1], int(sys.argv[2])\n"
+    "while os.getppid() == parent: time.sleep(0.2)\n"
+    "gone = 0\n"
+    "for _ in range(50):  # the browser may still write as it goes: until gone twice\n"
+    "    shutil.rmtree(folder, ignore_errors=True)\n"
+    "    gone = gone + 1 if not os.path.exists(folder) else 0\n"
+    "    if gone == 2: break\n"
+    "    time.sleep(0.2)\n"
+)
 #: The longest Unix socket path kernels are given (``sun_path`` holds 108 bytes on Linux, 104
 #: on macOS): a runtime folder deeper than that leaves room for none, and the kernel files go
 #: in a private folder of /tmp instead.
 MAX_SOCKET_PATH = 100
 #: The folder :func:`private_files` gives the kernels (None outside it: the kernels' default).
-_KERNEL_DIR: Optional[Path] = None
+_KERNEL_DIR: Path | None = None
 #: Set in the kernels' environment: progress bars off (tqdm reads TQDM_DISABLE), since an
 #: executed notebook keeps a bar as it last drew it ("policies: 20%"), never erased.
 KERNEL_ENV = {"TQDM_DISABLE": "1"}
+
 
 @dataclass
 class NotebookRun:
@@ -68,12 +70,12 @@ class NotebookRun:
     name: str
     seconds: float
     executed: Path
-    html: Optional[Path]
-    findings: List[dict] = field(default_factory=list)
-    error: Optional[str] = None
+    html: Path | None
+    findings: list[dict] = field(default_factory=list)
+    error: str | None = None
 
 
-def walkthrough_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> List[Path]:
+def walkthrough_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
     """The numbered notebooks of the walk, in order (files only: a folder named like one is not)."""
     return sorted(p for p in Path(notebook_dir).glob("[0-9][0-9]_*.ipynb") if p.is_file())
 
@@ -87,34 +89,39 @@ def _notebook_parameters(path: Path) -> dict:
         return papermill.inspect_notebook(str(path))
     # not JSON, not a notebook (a list, a number where a dict goes), nested past the parser, unreadable
     except (ValueError, OSError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        raise ValueError(f"{path.name} is not a notebook papermill can read: "
-                         f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
+        raise ValueError(
+            f"{path.name} is not a notebook papermill can read: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
+        ) from None
 
 
 #: papermill's inferred parameter types -> the Python values a ``-p NAME=VALUE`` may give.
 PARAMETER_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
 
 
-def check_parameters(parameters: Dict[str, object], notebooks: List[Path]) -> None:
+def check_parameters(parameters: dict[str, object], notebooks: list[Path]) -> None:
     """Refuse a parameter that none of ``notebooks`` has (ValueError listing the ones they
     have) or whose value's type differs from the notebook's annotation (TypeError). Ranges are
     the notebooks' own: each checks its parameters in its first code cell."""
-    accepted: Dict[str, str] = {}
+    accepted: dict[str, str] = {}
     for path in notebooks:
         for name, spec in _notebook_parameters(path).items():
             accepted.setdefault(name, spec["inferred_type_name"])
     for name, value in parameters.items():
         if name not in accepted:
             known = ", ".join(f"{n}: {t}" for n, t in sorted(accepted.items()))
-            raise ValueError(f"parameter {name!r} is not a parameter of the selected notebooks "
-                             f"({', '.join(p.stem for p in notebooks)}); they accept {known}")
+            raise ValueError(
+                f"parameter {name!r} is not a parameter of the selected notebooks "
+                f"({', '.join(p.stem for p in notebooks)}); they accept {known}"
+            )
         kind = accepted[name]
         types = PARAMETER_TYPES.get(kind)
         if types is None:
             continue  # an unannotated parameter: papermill passes anything
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            raise TypeError(f"parameter {name} must be {kind}, got {value!r} "
-                            f"({type(value).__name__})")
+            raise TypeError(
+                f"parameter {name} must be {kind}, got {value!r} ({type(value).__name__})"
+            )
 
 
 class Stopped(KeyboardInterrupt):
@@ -129,13 +136,15 @@ class Stopped(KeyboardInterrupt):
 def stop_signals():
     """While inside, SIGTERM and SIGHUP (where their handler is the default) raise
     :class:`Stopped`, so that the kernel is shut down and the summary printed as for Ctrl-C."""
+
     def handle(signum, frame):
         raise Stopped(signum)
 
     # the kernel's pending tasks, failed by the stop, are reported when their loop is collected,
     # after this block: as "Task exception was never retrieved" and a traceback; say nothing
     logging.getLogger("asyncio").addFilter(
-        lambda record: not record.getMessage().startswith("Task exception was never retrieved"))
+        lambda record: not record.getMessage().startswith("Task exception was never retrieved")
+    )
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -162,9 +171,13 @@ def private_files():
         parent = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder = Path(tempfile.mkdtemp(prefix="kvlab-", dir=parent))
-    reaper = subprocess.Popen([sys.executable, "-c", _REAPER, str(folder), str(os.getpid())],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    reaper = subprocess.Popen(
+        [sys.executable, "-c", _REAPER, str(folder), str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     _KERNEL_DIR, saved_tempdir, tempfile.tempdir = folder, tempfile.tempdir, str(folder)
     try:
         yield folder
@@ -175,16 +188,23 @@ def private_files():
         reaper.wait()
 
 
-def execute(path: Path, executed: Path, parameters: Dict[str, object]) -> None:
+def execute(path: Path, executed: Path, parameters: dict[str, object]) -> None:
     """Execute the notebook at ``path`` into ``executed`` with papermill, in its own folder, its
     kernel reached over IPC sockets (over TCP, ipykernel warns once per notebook that the
     traffic is not encrypted) whose files go in :func:`private_files`' folder when inside it. A
     failing cell raises papermill's PapermillExecutionError."""
     import papermill
 
-    papermill.execute_notebook(str(path), str(executed), parameters=parameters,
-                               kernel_name="python3", store_widget_state=False, progress_bar=False,
-                               cwd=str(Path(path).parent), kernel_manager_class=_ipc_kernel_manager())
+    papermill.execute_notebook(
+        str(path),
+        str(executed),
+        parameters=parameters,
+        kernel_name="python3",
+        store_widget_state=False,
+        progress_bar=False,
+        cwd=str(Path(path).parent),
+        kernel_manager_class=_ipc_kernel_manager(),
+    )
 
 
 def _ipc_kernel_manager():
@@ -217,7 +237,7 @@ def _ipc_kernel_manager():
     return IPCKernelManager
 
 
-def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> NotebookRun:
+def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> NotebookRun:
     """Execute one notebook with papermill and export it to HTML. A failing cell, a kernel that
     dies, a file that is not a notebook or an output that cannot be written is the run's
     ``error``, not an exception: the walkthrough goes on with the next notebook."""
@@ -268,8 +288,14 @@ def run_notebook(path: Path, build_dir: Path, parameters: Dict[str, object]) -> 
         error = error or f"cannot write its output: {exc.filename}: {exc.strerror or exc}"
     except nbformat.ValidationError as exc:  # it ran, but nbconvert cannot export what it holds
         error = error or f"not a valid notebook, so no HTML: {str(exc).splitlines()[0][:200]}"
-    return NotebookRun(path.stem, seconds, executed, written,
-                       read_findings(notebook) if notebook is not None else [], error)
+    return NotebookRun(
+        path.stem,
+        seconds,
+        executed,
+        written,
+        read_findings(notebook) if notebook is not None else [],
+        error,
+    )
 
 
 def mark_partial(path: Path, error: str) -> None:
@@ -289,18 +315,23 @@ def mark_partial(path: Path, error: str) -> None:
     notebook.metadata["kvlab"] = {"partial": True, "error": error, "cells_not_run": not_run}
     banner = nbformat.v4.new_markdown_cell(
         f"**Partial run.** {html_text.escape(error)}. {not_run} code cell(s) after it did not "
-        "run; what follows is what ran.", metadata={"tags": ["kvlab-partial"]})
+        "run; what follows is what ran.",
+        metadata={"tags": ["kvlab-partial"]},
+    )
     notebook.cells.insert(0, banner)
     nbformat.write(notebook, path)
 
 
-def summary_table(runs: List[NotebookRun]) -> str:
+def summary_table(runs: list[NotebookRun]) -> str:
     """A plain-text table: one line per finding, with each notebook's status and run time."""
     cols = ("scenario", "policy", "outcome")
     width = {c: max([len(c)] + [len(str(f[c])) for r in runs for f in r.findings]) for c in cols}
     name_w = max([len("notebook")] + [len(r.name) for r in runs])
-    lines = [f"{'notebook':{name_w}} {'time':>7}  "
-             + " ".join(f"{c:{width[c]}}" for c in cols) + " numbers"]
+    lines = [
+        f"{'notebook':{name_w}} {'time':>7}  "
+        + " ".join(f"{c:{width[c]}}" for c in cols)
+        + " numbers"
+    ]
     for run in runs:
         head = f"{run.name:{name_w}} {run.seconds:6.1f}s"
         if run.error:
@@ -310,8 +341,9 @@ def summary_table(runs: List[NotebookRun]) -> str:
             lines.append(f"{head}  (no findings reported)")
         for i, f in enumerate(run.findings):
             lead = head if i == 0 else " " * len(head)
-            lines.append(f"{lead}  " + " ".join(f"{str(f[c]):{width[c]}}" for c in cols)
-                         + f" {f['numbers']}")
+            lines.append(
+                f"{lead}  " + " ".join(f"{str(f[c]):{width[c]}}" for c in cols) + f" {f['numbers']}"
+            )
     return "\n".join(lines)
 
 
@@ -320,10 +352,10 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 #: Seconds one figure's image may take (kaleido waits for ever on a browser that failed).
 IMAGE_TIMEOUT_S = 60.0
-_image_failure: Optional[str] = None  # why this process renders no more images
+_image_failure: str | None = None  # why this process renders no more images
 
 
-def image_failure() -> Optional[str]:
+def image_failure() -> str | None:
     """Why figures stopped being rendered as images in this process (None: they were not)."""
     return _image_failure
 
@@ -359,8 +391,12 @@ def _images_failed(why: str) -> None:
     global _image_failure
     if _image_failure is None:
         _image_failure = why[:300]
-        print(f"walkthrough: figures are not rendered as images ({_image_failure}); the HTML "
-              "report is written without them", file=sys.stderr, flush=True)
+        print(
+            f"walkthrough: figures are not rendered as images ({_image_failure}); the HTML "
+            "report is written without them",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 @contextmanager
@@ -378,7 +414,9 @@ def image_server():
     def hook(args):
         if args.thread in server:
             text = str(args.exc_value).split("', '")[0].strip("('")
-            _images_failed(f"the browser (Chromium) did not start: {args.exc_type.__name__}: {text}")
+            _images_failed(
+                f"the browser (Chromium) did not start: {args.exc_type.__name__}: {text}"
+            )
         else:
             previous(args)
 
@@ -405,12 +443,20 @@ def with_static_figures(notebook):
             if PANEL_MIME in data:  # a live panel: its title, values, verdict and every figure
                 panel = data[PANEL_MIME]
                 images = "".join(_img(f) for f in panel["figures"])
-                output["data"] = {"text/html": panel["title"] + panel["values"]
-                                  + _monospace_detail(panel["verdict"]) + images, "text/plain": text}
+                output["data"] = {
+                    "text/html": panel["title"]
+                    + panel["values"]
+                    + _monospace_detail(panel["verdict"])
+                    + images,
+                    "text/plain": text,
+                }
             elif PLOTLY_MIME in data:
                 png = _png(data[PLOTLY_MIME])
-                output["data"] = ({"image/png": png, "text/plain": text} if png is not None else
-                                  {"text/html": _no_image(), "text/plain": text})
+                output["data"] = (
+                    {"image/png": png, "text/plain": text}
+                    if png is not None
+                    else {"text/html": _no_image(), "text/plain": text}
+                )
     return static
 
 
@@ -420,24 +466,29 @@ def _img(figure) -> str:
 
 
 def _no_image() -> str:
-    return f"<p><em>figure not rendered as an image: {html_text.escape(_image_failure or '')}</em></p>"
+    return (
+        f"<p><em>figure not rendered as an image: {html_text.escape(_image_failure or '')}</em></p>"
+    )
 
 
 def _monospace_detail(verdict: str) -> str:
     """The verdict with its detail (a <pre> of arithmetic, aligned in columns) in the code font:
     the report's stylesheet gives every <pre> of an output the text font."""
-    return verdict.replace('<pre style="', '<pre style="font-family:var(--jp-code-font-family, monospace);')
+    return verdict.replace(
+        '<pre style="', '<pre style="font-family:var(--jp-code-font-family, monospace);'
+    )
 
 
-def _png(figure) -> Optional[str]:
+def _png(figure) -> str | None:
     """A plotly figure (JSON text or a dict) as a base64 PNG; None once images have failed."""
     import plotly.io as pio
 
     if _image_failure is not None:
         return None
     try:
-        png = _with_deadline(lambda: pio.to_image(pio.from_json(_as_json(figure)), format="png"),
-                             IMAGE_TIMEOUT_S)
+        png = _with_deadline(
+            lambda: pio.to_image(pio.from_json(_as_json(figure)), format="png"), IMAGE_TIMEOUT_S
+        )
     except Exception as exc:  # Chromium missing, dead or hung: the report goes on without images
         _images_failed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None

@@ -6,7 +6,7 @@ thread rank."""
 from __future__ import annotations
 
 import threading
-from typing import Callable, List, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -33,7 +33,7 @@ class TorchComm:
             raise CollectiveFailed(f"all_reduce(MIN) failed: {str(exc).splitlines()[0]}") from exc
         return int(tensor.item())
 
-    def all_gather_ints(self, values: Sequence[int]) -> List[List[int]]:
+    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
         import torch.distributed as dist
 
         tensor = torch.tensor(list(values), dtype=torch.int64, device=self.device)
@@ -66,7 +66,7 @@ class ThreadComm:
         self._barrier = threading.Barrier(world_size, timeout=timeout_s)
         self._on_gather = on_gather
 
-    def for_rank(self, rank: int) -> "_ThreadRankComm":
+    def for_rank(self, rank: int) -> _ThreadRankComm:
         return _ThreadRankComm(self, rank)
 
     def abort(self) -> None:
@@ -80,8 +80,10 @@ class ThreadComm:
             gathered = list(self._slots)
             self._barrier.wait()  # nobody overwrites a slot before everyone has read it
         except threading.BrokenBarrierError:
-            raise CollectiveFailed("the in-process ranks did not all meet at the barrier "
-                                   "(a rank failed, or the timeout passed)") from None
+            raise CollectiveFailed(
+                "the in-process ranks did not all meet at the barrier "
+                "(a rank failed, or the timeout passed)"
+            ) from None
         return gathered
 
 
@@ -92,7 +94,7 @@ class _ThreadRankComm:
     def all_reduce_min(self, value: int) -> int:
         return min(self._comm._gather(self._rank, value))
 
-    def all_gather_ints(self, values: Sequence[int]) -> List[List[int]]:
+    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
         return self._comm._gather(self._rank, [int(v) for v in values])
 
     def all_gather(self, obj) -> list:
@@ -104,7 +106,7 @@ def in_threads(comm: ThreadComm, target: Callable[[int], None]) -> None:
     all. A rank that raises aborts ``comm``, so that the others' collectives fail instead of
     waiting; the first error is raised once every thread has stopped, a rank's own error before
     the CollectiveFailed it caused elsewhere."""
-    errors: List[BaseException] = []
+    errors: list[BaseException] = []
 
     def run(rank: int) -> None:
         try:
@@ -113,8 +115,10 @@ def in_threads(comm: ThreadComm, target: Callable[[int], None]) -> None:
             errors.append(exc)
             comm.abort()
 
-    threads = [threading.Thread(target=run, args=(r,), name=f"kvlab-rank-{r}", daemon=True)
-               for r in range(comm.world_size)]
+    threads = [
+        threading.Thread(target=run, args=(r,), name=f"kvlab-rank-{r}", daemon=True)
+        for r in range(comm.world_size)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -17,7 +17,6 @@ the same per-rank results without starting processes (notebooks and widgets).
 from __future__ import annotations
 
 import time
-from typing import List, Optional
 
 import torch
 
@@ -32,8 +31,13 @@ from kvlab.run.supervisor import run_processes
 BACKENDS = ("gloo", "nccl")
 
 
-def check_run_arguments(config: RunConfig, backend: str, in_process: bool, timeout_s: float,
-                        deadline_s: Optional[float] = None) -> None:
+def check_run_arguments(
+    config: RunConfig,
+    backend: str,
+    in_process: bool,
+    timeout_s: float,
+    deadline_s: float | None = None,
+) -> None:
     """Clear errors at the boundary: a RunConfig, a known backend, GPUs for nccl, the watchdog's
     seconds."""
     if not isinstance(config, RunConfig):
@@ -45,20 +49,32 @@ def check_run_arguments(config: RunConfig, backend: str, in_process: bool, timeo
     if deadline_s is not None:
         check_float("deadline_s", deadline_s, low=0.0, high=7 * 24 * 3600.0, low_open=True)
         if in_process:
-            raise ValueError("deadline_s needs the process mode (in_process=False): threads "
-                             "cannot be stopped from outside")
+            raise ValueError(
+                "deadline_s needs the process mode (in_process=False): threads "
+                "cannot be stopped from outside"
+            )
     if in_process and config.fault is not None:
-        raise ValueError("fault needs the process mode (in_process=False): a thread cannot die alone")
+        raise ValueError(
+            "fault needs the process mode (in_process=False): a thread cannot die alone"
+        )
     if backend == "nccl" and not in_process:
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if gpus < config.world_size:
-            raise ValueError(f"backend='nccl' needs one CUDA GPU per rank: ranks={config.world_size}, "
-                             f"torch sees {gpus} GPU(s); use backend='gloo'")
+            raise ValueError(
+                f"backend='nccl' needs one CUDA GPU per rank: ranks={config.world_size}, "
+                f"torch sees {gpus} GPU(s); use backend='gloo'"
+            )
 
 
-def run_ranks(config: RunConfig, *, backend: str = "gloo", in_process: bool = False,
-              timeout_s: float = 60.0, deadline_s: Optional[float] = None,
-              progress: bool = True) -> DistributedResult:
+def run_ranks(
+    config: RunConfig,
+    *,
+    backend: str = "gloo",
+    in_process: bool = False,
+    timeout_s: float = 60.0,
+    deadline_s: float | None = None,
+    progress: bool = True,
+) -> DistributedResult:
     """Run every rank of ``config`` and return their results. ``timeout_s``: seconds without
     progress after which the ranks are hung (in-process: a collective that waits that long);
     ``deadline_s``: the whole run's limit (process mode). ``progress`` shows a tqdm bar of
@@ -74,7 +90,7 @@ def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> Distrib
     start = time.monotonic()
     bar = rank_progress(progress, config.world_size)
     comm = ThreadComm(config.world_size, timeout_s, on_gather=None if bar is None else bar.update)
-    results: List[Optional[RankResult]] = [None] * config.world_size
+    results: list[RankResult | None] = [None] * config.world_size
 
     def run(rank: int) -> None:
         results[rank] = rank_loop(RankRunner(rank, config), comm.for_rank(rank))
@@ -88,6 +104,16 @@ def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> Distrib
             bar.close()
     wall = time.monotonic() - start
     ended, reason = ending(results)
-    return DistributedResult(tuple(results), ended, reason, "in-process", None, config.policy,
-                             wall, 0.0, wall, timeout_s=timeout_s,
-                             unrouted=unrouted_reasons(config, results, reason))
+    return DistributedResult(
+        tuple(results),
+        ended,
+        reason,
+        "in-process",
+        None,
+        config.policy,
+        wall,
+        0.0,
+        wall,
+        timeout_s=timeout_s,
+        unrouted=unrouted_reasons(config, results, reason),
+    )

@@ -6,13 +6,17 @@ record; its ranks' logs are what a failure leaves."""
 from __future__ import annotations
 
 import time
-from typing import Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from kvlab.core.request import RequestState
 
 #: A request's state as :class:`RunMonitor` stores it (1 + the index; 0: none recorded yet).
-MONITOR_STATES = (RequestState.WAITING, RequestState.RUNNING, RequestState.FINISHED,
-                  RequestState.REJECTED)
+MONITOR_STATES = (
+    RequestState.WAITING,
+    RequestState.RUNNING,
+    RequestState.FINISHED,
+    RequestState.REJECTED,
+)
 
 
 class RunMonitor:
@@ -44,8 +48,14 @@ class RunMonitor:
     def waiting(self, rank: int, waiting: bool) -> None:
         self._set(rank, 1, int(waiting))
 
-    def built(self, rank: int, blocks: int, capacity_tokens: int, max_seq_len: int,
-              max_blocks_per_seq: int) -> None:
+    def built(
+        self,
+        rank: int,
+        blocks: int,
+        capacity_tokens: int,
+        max_seq_len: int,
+        max_blocks_per_seq: int,
+    ) -> None:
         for i, value in enumerate((blocks, capacity_tokens, max_seq_len, max_blocks_per_seq)):
             self._set(rank, 2 + i, value)
 
@@ -71,10 +81,10 @@ class RunMonitor:
     def is_waiting(self, rank: int) -> bool:
         return bool(self._ranks[rank * self._FIELDS + 1])
 
-    def pool(self, rank: int) -> Tuple[int, int, int, int]:
+    def pool(self, rank: int) -> tuple[int, int, int, int]:
         """(blocks, capacity_tokens, max_seq_len, max_blocks_per_seq); zeros before the build."""
         base = rank * self._FIELDS + 2
-        return tuple(self._ranks[base:base + 4])
+        return tuple(self._ranks[base : base + 4])
 
     def heard(self, rank: int) -> float:
         return self._heard[rank]
@@ -87,10 +97,10 @@ class RunMonitor:
     def fired(self) -> bool:
         return bool(self._fired.value)
 
-    def request(self, request_id: str) -> Tuple[int, Optional[str], int]:
+    def request(self, request_id: str) -> tuple[int, str | None, int]:
         """(rank it was routed to or -1, its last recorded state or None, the step of it)."""
         i = 3 * self._index[request_id]
-        rank, code, step = self._requests[i:i + 3]
+        rank, code, step = self._requests[i : i + 3]
         return rank, (MONITOR_STATES[code - 1] if code else None), step
 
 

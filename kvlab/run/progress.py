@@ -4,18 +4,29 @@ multi-rank runs): tqdm.auto, shown only once a second has passed, gone when done
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 
-def progress(iterable: Optional[Iterable] = None, desc: str = "", total: Optional[int] = None,
-             unit: str = "it"):
+def progress(
+    iterable: Iterable | None = None,
+    desc: str = "",
+    total: int | None = None,
+    unit: str = "it",
+):
     """A tqdm.auto bar (a notebook widget in Jupyter, text elsewhere) that appears after 1 s;
     none where TQDM_DISABLE is set (the walkthrough's kernels: a bar cannot erase itself in an
     executed notebook, and tqdm's notebook bar does not read the variable itself)."""
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, unit=unit, delay=1.0, leave=False,
-                disable=bool(os.environ.get("TQDM_DISABLE")))
+    return tqdm(
+        iterable,
+        desc=desc,
+        total=total,
+        unit=unit,
+        delay=1.0,
+        leave=False,
+        disable=bool(os.environ.get("TQDM_DISABLE")),
+    )
 
 
 def rank_progress(enabled: bool, world_size: int):

@@ -26,9 +26,9 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Dict, List, Optional, Sequence
 
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
@@ -52,7 +52,7 @@ class RankStatus:
     rank: int
     live: int
     active_tokens: int
-    error: Optional[str]  # "ValueError: <message>" once its engine has stopped
+    error: str | None  # "ValueError: <message>" once its engine has stopped
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ class RankResult:
 
     rank: int
     outcome: str  # "finished", "raised", "shut down", "died", "hung", "stopped" (deadline)
-    error: Optional[str]  # why it stopped, if it did not finish
-    traceback: Optional[str]  # the raising rank's traceback, trimmed to kvlab frames
+    error: str | None  # why it stopped, if it did not finish
+    traceback: str | None  # the raising rank's traceback, trimmed to kvlab frames
     budget: MemoryBudget
     local_quota_bytes: int
     local_blocks: int  # before the MIN
@@ -71,8 +71,8 @@ class RankResult:
     quota_bytes: int  # the quota its pool uses after the MIN (model bytes)
     max_seq_len: int  # clamped
     max_blocks_per_seq: int
-    status: Dict[str, str]  # id -> waiting, running, finished, rejected, lost (its rank died/hung)
-    reasons: Dict[str, str]
+    status: dict[str, str]  # id -> waiting, running, finished, rejected, lost (its rank died/hung)
+    reasons: dict[str, str]
     iterations: int
     end_step: int
 
@@ -86,8 +86,24 @@ def not_reported(rank: int, outcome: str, why: str, config: RunConfig) -> RankRe
     its budget and local pool, nothing after the MIN."""
     budget = config.budgets[rank]
     quota = budget.kv_quota_bytes
-    return RankResult(rank, outcome, why, None, budget, quota, config.geometry.blocks_in(quota),
-                      0, 0, 0, 0, 0, {}, {}, 0, 0)
+    return RankResult(
+        rank,
+        outcome,
+        why,
+        None,
+        budget,
+        quota,
+        config.geometry.blocks_in(quota),
+        0,
+        0,
+        0,
+        0,
+        0,
+        {},
+        {},
+        0,
+        0,
+    )
 
 
 def error_name(exc: BaseException) -> str:
@@ -105,7 +121,7 @@ def kvlab_traceback(exc: BaseException) -> str:
     for frame in te.stack:
         parts = PurePath(frame.filename).parts
         if "kvlab" in parts:
-            short = "/".join(parts[len(parts) - 1 - parts[::-1].index("kvlab"):])
+            short = "/".join(parts[len(parts) - 1 - parts[::-1].index("kvlab") :])
             frames.append(traceback.FrameSummary(short, frame.lineno, frame.name, line=frame.line))
     te.stack = traceback.StackSummary.from_list(frames)
     return "".join(te.format())
@@ -123,10 +139,10 @@ class RankRunner:
         geo = config.geometry
         self.local_quota_bytes = self.budget.kv_quota_bytes
         self.local_blocks = geo.blocks_in(self.local_quota_bytes)
-        self.engine: Optional[Engine] = None
-        self.monitor: Optional[RunMonitor] = None  # the process mode's shared record
-        self.exception: Optional[BaseException] = None
-        self.stop_reason: Optional[str] = None
+        self.engine: Engine | None = None
+        self.monitor: RunMonitor | None = None  # the process mode's shared record
+        self.exception: BaseException | None = None
+        self.stop_reason: str | None = None
         self.outcome = "finished"
         self.step = 0
         self._arrivals = sorted(config.requests, key=lambda r: r.arrival_step)
@@ -140,26 +156,50 @@ class RankRunner:
         """Build the pool from the all-reduced token capacity, which must not exceed ours."""
         assert capacity_tokens <= self.local_capacity_tokens, (
             f"rank {self.rank}: allreduce(MIN) raised the local capacity from "
-            f"{self.local_capacity_tokens} to {capacity_tokens} tokens")
+            f"{self.local_capacity_tokens} to {capacity_tokens} tokens"
+        )
         cfg, geo = self.config, self.config.geometry
         self.capacity_tokens = capacity_tokens
         self.blocks = capacity_tokens // geo.tokens_per_block
         if self.blocks == 0:
-            raise ValueError(f"rank {self.rank}: the all-reduced KV capacity holds no page "
-                             f"(local quota {self.local_quota_bytes} B, {self.local_blocks} blocks)")
-        storage = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=STORAGE_BYTES_PER_TOKEN,
-                             dtype="fp8", tokens_per_block=geo.tokens_per_block, kv_factor=1)
+            raise ValueError(
+                f"rank {self.rank}: the all-reduced KV capacity holds no page "
+                f"(local quota {self.local_quota_bytes} B, {self.local_blocks} blocks)"
+            )
+        storage = KVGeometry(
+            num_layers=1,
+            num_kv_heads=1,
+            head_dim=STORAGE_BYTES_PER_TOKEN,
+            dtype="fp8",
+            tokens_per_block=geo.tokens_per_block,
+            kv_factor=1,
+        )
         admission, page_policy = POLICIES[cfg.policy]
         manager = KVCacheManager.expecting_clamp(
-            storage, quota_bytes=self.blocks * storage.bytes_per_block, max_seq_len=cfg.max_seq_len,
-            max_batch_size=cfg.max_batch_size, page_index_policy=page_policy, device=self.device)
-        scheduler = Scheduler(manager, admission=admission, max_num_tokens=cfg.max_num_tokens,
-                              max_batch_size=cfg.max_batch_size, stall_limit=cfg.stall_limit,
-                              chunked_prefill=cfg.chunked_prefill)
+            storage,
+            quota_bytes=self.blocks * storage.bytes_per_block,
+            max_seq_len=cfg.max_seq_len,
+            max_batch_size=cfg.max_batch_size,
+            page_index_policy=page_policy,
+            device=self.device,
+        )
+        scheduler = Scheduler(
+            manager,
+            admission=admission,
+            max_num_tokens=cfg.max_num_tokens,
+            max_batch_size=cfg.max_batch_size,
+            stall_limit=cfg.stall_limit,
+            chunked_prefill=cfg.chunked_prefill,
+        )
         self.engine = Engine(scheduler)
         if self.monitor is not None:
-            self.monitor.built(self.rank, self.blocks, capacity_tokens, manager.max_seq_len,
-                               manager.max_blocks_per_seq)
+            self.monitor.built(
+                self.rank,
+                self.blocks,
+                capacity_tokens,
+                manager.max_seq_len,
+                manager.max_blocks_per_seq,
+            )
 
     def status(self) -> RankStatus:
         engine = self.engine
@@ -195,12 +235,16 @@ class RankRunner:
                 monitor.fault_fired()
             _inject(cfg.fault)
         new = []
-        while self._next < len(self._arrivals) and self._arrivals[self._next].arrival_step <= self.step:
+        while (
+            self._next < len(self._arrivals)
+            and self._arrivals[self._next].arrival_step <= self.step
+        ):
             new.append(self._arrivals[self._next])
             self._next += 1
         if new:
-            assignment = route(new, [s.live for s in statuses], [s.active_tokens for s in statuses],
-                               cfg.pins)
+            assignment = route(
+                new, [s.live for s in statuses], [s.active_tokens for s in statuses], cfg.pins
+            )
             if monitor is not None:
                 monitor.routed(assignment)
             self.engine.add_requests([r for r in new if assignment[r.request_id] == self.rank])
@@ -224,13 +268,23 @@ class RankRunner:
         manager = engine.scheduler.manager
         geo = self.config.geometry
         return RankResult(
-            rank=self.rank, outcome=self.outcome, error=self.stop_reason,
+            rank=self.rank,
+            outcome=self.outcome,
+            error=self.stop_reason,
             traceback=None if self.exception is None else kvlab_traceback(self.exception),
-            budget=self.budget, local_quota_bytes=self.local_quota_bytes,
-            local_blocks=self.local_blocks, blocks=self.blocks, capacity_tokens=self.capacity_tokens,
-            quota_bytes=self.blocks * geo.bytes_per_block, max_seq_len=manager.max_seq_len,
-            max_blocks_per_seq=manager.max_blocks_per_seq, status=dict(sim.status), reasons=reasons,
-            iterations=sim.iterations, end_step=self.step)
+            budget=self.budget,
+            local_quota_bytes=self.local_quota_bytes,
+            local_blocks=self.local_blocks,
+            blocks=self.blocks,
+            capacity_tokens=self.capacity_tokens,
+            quota_bytes=self.blocks * geo.bytes_per_block,
+            max_seq_len=manager.max_seq_len,
+            max_blocks_per_seq=manager.max_blocks_per_seq,
+            status=dict(sim.status),
+            reasons=reasons,
+            iterations=sim.iterations,
+            end_step=self.step,
+        )
 
 
 def _inject(fault: Fault) -> None:
@@ -240,21 +294,26 @@ def _inject(fault: Fault) -> None:
         time.sleep(3600)
 
 
-def gather_statuses(comm, status: RankStatus) -> List[RankStatus]:
+def gather_statuses(comm, status: RankStatus) -> list[RankStatus]:
     """The per-iteration collective: every rank's (live, active tokens, failed) as ints, and
     only when some rank failed, a second all_gather with the errors' text."""
     rows = comm.all_gather_ints([status.live, status.active_tokens, status.error is not None])
     errors = comm.all_gather(status.error) if any(row[2] for row in rows) else [None] * len(rows)
-    return [RankStatus(rank, live, tokens, error)
-            for rank, ((live, tokens, _), error) in enumerate(zip(rows, errors))]
+    return [
+        RankStatus(rank, live, tokens, error)
+        for rank, ((live, tokens, _), error) in enumerate(zip(rows, errors))
+    ]
 
 
 def rank_loop(runner: RankRunner, comm, on_step=None) -> RankResult:
     """The per-rank program: MIN all-reduce, build, then lockstep iterations. With a monitor,
     the rank marks when it waits in a collective (the parent names a hung rank by it)."""
     monitor = runner.monitor
-    wait = (lambda waiting: None) if monitor is None else (
-        lambda waiting: monitor.waiting(runner.rank, waiting))
+    wait = (
+        (lambda waiting: None)
+        if monitor is None
+        else (lambda waiting: monitor.waiting(runner.rank, waiting))
+    )
     wait(True)
     capacity = comm.all_reduce_min(runner.local_capacity_tokens)
     wait(False)

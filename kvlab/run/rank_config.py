@@ -11,11 +11,18 @@ than :data:`MAX_RANK_STORAGE_BYTES`, hold no page, or build a page-index table o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_float, check_instance, check_int, check_items, store_checked
+from kvlab.core.checks import (
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_items,
+    store_checked,
+)
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
@@ -54,7 +61,7 @@ class RunConfig:
     request id to the rank it is pinned to."""
 
     geometry: KVGeometry
-    budgets: Tuple[MemoryBudget, ...]
+    budgets: tuple[MemoryBudget, ...]
     policy: str
     max_seq_len: int
     max_batch_size: int
@@ -62,9 +69,9 @@ class RunConfig:
     chunked_prefill: bool
     stall_limit: int
     max_steps: int
-    requests: Tuple[Request, ...]
+    requests: tuple[Request, ...]
     pins: Mapping[str, int] = field(default_factory=dict)
-    fault: Optional[Fault] = None
+    fault: Fault | None = None
 
     def __post_init__(self):
         if not isinstance(self.geometry, KVGeometry):
@@ -89,15 +96,20 @@ class RunConfig:
             if request_id not in ids:
                 raise ValueError(f"pins names {request_id!r}, which is not among the requests")
             check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
-        if self.fault is not None and check_instance("fault", self.fault, Fault).rank >= self.world_size:
-            raise ValueError(f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}")
+        if (
+            self.fault is not None
+            and check_instance("fault", self.fault, Fault).rank >= self.world_size
+        ):
+            raise ValueError(
+                f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}"
+            )
         store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
         store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
         store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
         store_checked(self, "stall_limit", check_int, low=1, high=1 << 30)
         self._check_sizes()
 
-    def pool_plan(self) -> Tuple[Tuple[int, ...], int, int]:
+    def pool_plan(self) -> tuple[tuple[int, ...], int, int]:
         """What the ranks will build, known before any starts: each rank's own blocks (from its
         budget's KV quota), the token capacity after allreduce(MIN), and the page-index width
         from it (0 when the MIN leaves no page). RankRunner and KVCacheManager compute the same
@@ -108,9 +120,10 @@ class RunConfig:
         if tokens == 0:
             return blocks, 0, 0
         width_policy = POLICIES[self.policy][1]
-        width = max_blocks_per_seq(width_seq_len(width_policy, self.max_seq_len,
-                                                 min(self.max_seq_len, tokens)),
-                                   geo.tokens_per_block)
+        width = max_blocks_per_seq(
+            width_seq_len(width_policy, self.max_seq_len, min(self.max_seq_len, tokens)),
+            geo.tokens_per_block,
+        )
         return blocks, tokens, width
 
     def _check_sizes(self) -> None:
@@ -121,21 +134,27 @@ class RunConfig:
         blocks, tokens, width = self.pool_plan()
         if tokens == 0:
             rank = blocks.index(0)
-            raise ValueError(f"rank {rank}'s KV quota of {self.budgets[rank].kv_quota_bytes} bytes "
-                             f"holds no page of {geo.bytes_per_block} bytes, so after the MIN "
-                             "all-reduce no rank has a pool: lower the workspace, activations or "
-                             "weights, or raise gpu_memory_gib")
+            raise ValueError(
+                f"rank {rank}'s KV quota of {self.budgets[rank].kv_quota_bytes} bytes "
+                f"holds no page of {geo.bytes_per_block} bytes, so after the MIN "
+                "all-reduce no rank has a pool: lower the workspace, activations or "
+                "weights, or raise gpu_memory_gib"
+            )
         if tokens * STORAGE_BYTES_PER_TOKEN > MAX_RANK_STORAGE_BYTES:
-            raise ValueError(f"each rank's pool would hold {tokens} tokens, stored at "
-                             f"{STORAGE_BYTES_PER_TOKEN} byte per token: more than "
-                             f"MAX_RANK_STORAGE_BYTES={MAX_RANK_STORAGE_BYTES}; the KV geometry "
-                             f"({geo.bytes_per_token} bytes per token) is too small for the "
-                             "memory budget")
+            raise ValueError(
+                f"each rank's pool would hold {tokens} tokens, stored at "
+                f"{STORAGE_BYTES_PER_TOKEN} byte per token: more than "
+                f"MAX_RANK_STORAGE_BYTES={MAX_RANK_STORAGE_BYTES}; the KV geometry "
+                f"({geo.bytes_per_token} bytes per token) is too small for the "
+                "memory budget"
+            )
         pages = tokens // geo.tokens_per_block
         if pages > MAX_POOL_BLOCKS:
-            raise ValueError(f"each rank's pool would have {pages} pages of {geo.tokens_per_block} "
-                             f"token(s), more than MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: raise "
-                             "tokens_per_block or lower the memory budget")
+            raise ValueError(
+                f"each rank's pool would have {pages} pages of {geo.tokens_per_block} "
+                f"token(s), more than MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: raise "
+                "tokens_per_block or lower the memory budget"
+            )
         check_table_size(self.max_batch_size, width)
 
     @property
@@ -145,20 +164,34 @@ class RunConfig:
 
 # --- the scenario file -> a RunConfig ------------------------------------------------------------
 
-def ramped_budget(rank: int, ranks: int, *, gpu_gib: float, weights_bytes: int, workspace_gib: float,
-                  workspace_skew_gib: float, activations_gib: float, non_torch_gib: float,
-                  free_gpu_memory_fraction: float, max_gpu_total_bytes: Optional[int] = None) -> MemoryBudget:
+
+def ramped_budget(
+    rank: int,
+    ranks: int,
+    *,
+    gpu_gib: float,
+    weights_bytes: int,
+    workspace_gib: float,
+    workspace_skew_gib: float,
+    activations_gib: float,
+    non_torch_gib: float,
+    free_gpu_memory_fraction: float,
+    max_gpu_total_bytes: int | None = None,
+) -> MemoryBudget:
     """Rank ``rank``'s memory budget of ``ranks``, as ``KvCacheCreator._cal_max_memory`` counts it:
     weights, an MoE workspace growing linearly from ``workspace_gib`` on rank 0 to
     ``workspace_gib + workspace_skew_gib`` on the last (per-rank workspaces differ with expert
     load), activation peak and non-torch memory. kvlab plan and the scenarios' ranks both use it."""
     workspace = workspace_gib + (workspace_skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
-    return MemoryBudget(total_bytes=round(gpu_gib * GIB), weights_bytes=weights_bytes,
-                        workspace_bytes=round(workspace * GIB),
-                        activation_peak_bytes=round(activations_gib * GIB),
-                        non_torch_bytes=round(non_torch_gib * GIB),
-                        free_gpu_memory_fraction=free_gpu_memory_fraction,
-                        max_gpu_total_bytes=max_gpu_total_bytes)
+    return MemoryBudget(
+        total_bytes=round(gpu_gib * GIB),
+        weights_bytes=weights_bytes,
+        workspace_bytes=round(workspace * GIB),
+        activation_peak_bytes=round(activations_gib * GIB),
+        non_torch_bytes=round(non_torch_gib * GIB),
+        free_gpu_memory_fraction=free_gpu_memory_fraction,
+        max_gpu_total_bytes=max_gpu_total_bytes,
+    )
 
 
 def _deployment(scenario):
@@ -170,7 +203,9 @@ def _deployment(scenario):
     return dep
 
 
-def rank_budget(scenario, rank: int, ranks: int, workspace_gib: Optional[float] = None) -> MemoryBudget:
+def rank_budget(
+    scenario, rank: int, ranks: int, workspace_gib: float | None = None
+) -> MemoryBudget:
     """Rank ``rank``'s :func:`ramped_budget` in a deployment scenario; ``workspace_gib``
     overrides the scenario's base workspace."""
     dep = _deployment(scenario)
@@ -178,24 +213,34 @@ def rank_budget(scenario, rank: int, ranks: int, workspace_gib: Optional[float] 
     rank = check_int("rank", rank, low=0, high=ranks - 1)
     if workspace_gib is not None:
         workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
-    return ramped_budget(rank, ranks, gpu_gib=dep.gpu_memory_gib,
-                         weights_bytes=scenario.parameters.model_weights_bytes,
-                         workspace_gib=dep.workspace_gib if workspace_gib is None else workspace_gib,
-                         workspace_skew_gib=dep.workspace_skew_gib, activations_gib=dep.activations_gib,
-                         non_torch_gib=dep.non_torch_gib,
-                         free_gpu_memory_fraction=dep.free_gpu_memory_fraction)
+    return ramped_budget(
+        rank,
+        ranks,
+        gpu_gib=dep.gpu_memory_gib,
+        weights_bytes=scenario.parameters.model_weights_bytes,
+        workspace_gib=dep.workspace_gib if workspace_gib is None else workspace_gib,
+        workspace_skew_gib=dep.workspace_skew_gib,
+        activations_gib=dep.activations_gib,
+        non_torch_gib=dep.non_torch_gib,
+        free_gpu_memory_fraction=dep.free_gpu_memory_fraction,
+    )
 
 
 def scenario_geometry(scenario) -> KVGeometry:
     """The KV geometry of a scenario's parameters (attention DP: heads are not split)."""
     p = scenario.parameters
     attention_dp = bool(scenario.deployment and scenario.deployment.attention_dp)
-    return KVGeometry(num_layers=p.num_layers, num_kv_heads=p.num_kv_heads, head_dim=p.head_dim,
-                      dtype=p.kv_dtype, tokens_per_block=p.tokens_per_block,
-                      attention_dp=attention_dp)
+    return KVGeometry(
+        num_layers=p.num_layers,
+        num_kv_heads=p.num_kv_heads,
+        head_dim=p.head_dim,
+        dtype=p.kv_dtype,
+        tokens_per_block=p.tokens_per_block,
+        attention_dp=attention_dp,
+    )
 
 
-def scenario_numbers(scenario) -> Dict[str, int]:
+def scenario_numbers(scenario) -> dict[str, int]:
     """What kvlab computes for each quantity a scenario's ``expected`` block may state
     (``kvlab.run.scenario_schema.EXPECTED``): one rank's pool from ``parameters.pool_mib``, or the
     deployment's pool after the MIN over its ranks, widths under both policies."""
@@ -205,16 +250,28 @@ def scenario_numbers(scenario) -> Dict[str, int]:
     else:
         blocks = min(scenario_config(scenario).pool_plan()[0])
     capacity = blocks * geo.tokens_per_block
-    width = {policy: max_blocks_per_seq(width_seq_len(policy, p.configured_max_seq_len,
-                                                      min(p.configured_max_seq_len, capacity)),
-                                        geo.tokens_per_block)
-             for policy in ("clamped", "configured")}
-    return dict(bytes_per_token=geo.bytes_per_token, capacity_tokens=capacity, total_blocks=blocks,
-                width_clamped=width["clamped"], width_configured=width["configured"],
-                entries_needed=div_ceil(p.context_length, geo.tokens_per_block))
+    width = {
+        policy: max_blocks_per_seq(
+            width_seq_len(
+                policy, p.configured_max_seq_len, min(p.configured_max_seq_len, capacity)
+            ),
+            geo.tokens_per_block,
+        )
+        for policy in ("clamped", "configured")
+    }
+    return dict(
+        bytes_per_token=geo.bytes_per_token,
+        capacity_tokens=capacity,
+        total_blocks=blocks,
+        width_clamped=width["clamped"],
+        width_configured=width["configured"],
+        entries_needed=div_ceil(p.context_length, geo.tokens_per_block),
+    )
 
 
-def scenario_requests(scenario, context_length: Optional[int] = None) -> Tuple[List[Request], Dict[str, int]]:
+def scenario_requests(
+    scenario, context_length: int | None = None
+) -> tuple[list[Request], dict[str, int]]:
     """The deployment's requests (background ones generated deterministically) and their pins.
     ``context_length`` replaces the prompt of the request of ``parameters.context_length``."""
     dep = scenario.deployment
@@ -224,22 +281,41 @@ def scenario_requests(scenario, context_length: Optional[int] = None) -> Tuple[L
         for i in range(bg.count):
             span = bg.prompt_len_max - bg.prompt_len_min
             prompt = bg.prompt_len_min + (span * i // (bg.count - 1) if bg.count > 1 else 0)
-            requests.append(Request(f"bg-{i:03d}", prompt_len=prompt, max_new_tokens=bg.max_new_tokens,
-                                    arrival_step=i // bg.per_step))
+            requests.append(
+                Request(
+                    f"bg-{i:03d}",
+                    prompt_len=prompt,
+                    max_new_tokens=bg.max_new_tokens,
+                    arrival_step=i // bg.per_step,
+                )
+            )
     for spec in dep.requests:
         prompt = spec.prompt_len
         if context_length is not None and spec.prompt_len == scenario.parameters.context_length:
             prompt = context_length
-        requests.append(Request(spec.id, prompt_len=prompt, max_new_tokens=spec.max_new_tokens,
-                                arrival_step=spec.arrival_step))
+        requests.append(
+            Request(
+                spec.id,
+                prompt_len=prompt,
+                max_new_tokens=spec.max_new_tokens,
+                arrival_step=spec.arrival_step,
+            )
+        )
         if spec.rank is not None:
             pins[spec.id] = spec.rank
     return requests, pins
 
 
-def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "none/clamped", *,
-                    workspace_gib: Optional[float] = None, context_length: Optional[int] = None,
-                    stall_limit: Optional[int] = None, fault: Optional[Fault] = None) -> RunConfig:
+def scenario_config(
+    scenario,
+    ranks: int | None = None,
+    policy: str = "none/clamped",
+    *,
+    workspace_gib: float | None = None,
+    context_length: int | None = None,
+    stall_limit: int | None = None,
+    fault: Fault | None = None,
+) -> RunConfig:
     """A RunConfig from a deployment scenario (``kvlab.run.scenarios.load_scenario``), for
     ``ranks`` ranks (default: the deployment's). The keyword overrides serve the widget
     (workspace, context length) and fast tests (stall_limit)."""
@@ -253,13 +329,22 @@ def scenario_config(scenario, ranks: Optional[int] = None, policy: str = "none/c
     requests, pins = scenario_requests(scenario, context_length)
     for request_id, rank in pins.items():
         if rank >= ranks:
-            raise ValueError(f"request {request_id!r} is pinned to rank {rank}, which a world of "
-                             f"ranks={ranks} lacks")
+            raise ValueError(
+                f"request {request_id!r} is pinned to rank {rank}, which a world of "
+                f"ranks={ranks} lacks"
+            )
     p = scenario.parameters
     return RunConfig(
         geometry=scenario_geometry(scenario),
         budgets=tuple(rank_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),
-        policy=policy, max_seq_len=p.configured_max_seq_len, max_batch_size=p.max_batch_size,
-        max_num_tokens=dep.max_num_tokens, chunked_prefill=dep.chunked_prefill,
+        policy=policy,
+        max_seq_len=p.configured_max_seq_len,
+        max_batch_size=p.max_batch_size,
+        max_num_tokens=dep.max_num_tokens,
+        chunked_prefill=dep.chunked_prefill,
         stall_limit=dep.stall_limit if stall_limit is None else stall_limit,
-        max_steps=dep.max_steps, requests=tuple(requests), pins=pins, fault=fault)
+        max_steps=dep.max_steps,
+        requests=tuple(requests),
+        pins=pins,
+        fault=fault,
+    )

@@ -11,23 +11,29 @@ real one waits while the pinned rank has ``max_num_active_requests``).
 from __future__ import annotations
 
 import heapq
-from typing import Dict, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.request import Request
 
 
-def route(new: Sequence[Request], active_requests: Sequence[int], active_tokens: Sequence[int],
-          pins: Mapping[str, int]) -> Dict[str, int]:
+def route(
+    new: Sequence[Request],
+    active_requests: Sequence[int],
+    active_tokens: Sequence[int],
+    pins: Mapping[str, int],
+) -> dict[str, int]:
     """Attention-DP routing of the requests arriving now (module docstring): request id ->
     rank. ``active_requests``/``active_tokens``: each rank's live requests and their prompt
     tokens, as all-gathered."""
     ranks = len(active_requests)
     if ranks == 0 or len(active_tokens) != ranks:
-        raise ValueError(f"active_requests and active_tokens must give one number per rank (at "
-                         f"least one), got {ranks} and {len(active_tokens)}")
+        raise ValueError(
+            f"active_requests and active_tokens must give one number per rank (at "
+            f"least one), got {ranks} and {len(active_tokens)}"
+        )
     counts, tokens = list(active_requests), list(active_tokens)
-    assignment: Dict[str, int] = {}
+    assignment: dict[str, int] = {}
     free = []
     for request in new:
         rank = pins.get(request.request_id)
@@ -35,7 +41,9 @@ def route(new: Sequence[Request], active_requests: Sequence[int], active_tokens:
             free.append(request)
             continue
         if not 0 <= rank < ranks:
-            raise ValueError(f"pins[{request.request_id!r}] must be a rank in [0, {ranks - 1}], got {rank}")
+            raise ValueError(
+                f"pins[{request.request_id!r}] must be a rank in [0, {ranks - 1}], got {rank}"
+            )
         assignment[request.request_id] = rank
         counts[rank] += 1
         tokens[rank] += request.prompt_len

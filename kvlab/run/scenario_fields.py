@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int
 
@@ -88,7 +89,9 @@ class Bool:
 
     def check(self, where: str, value) -> bool:
         if not isinstance(value, bool):
-            raise TypeError(f"{where} must be true or false, got {value!r} ({type(value).__name__})")
+            raise TypeError(
+                f"{where} must be true or false, got {value!r} ({type(value).__name__})"
+            )
         return value
 
 
@@ -137,9 +140,13 @@ class Record:
         return f"a mapping with the fields {[f.name for f in dataclasses.fields(self.cls)]}"
 
     def fields(self) -> dict[str, tuple[Any, bool]]:
-        return {f.name: (f.metadata["spec"],
-                         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-                for f in dataclasses.fields(self.cls)}
+        return {
+            f.name: (
+                f.metadata["spec"],
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(self.cls)
+        }
 
     def build(self, values: dict):
         return self.cls(**values)
@@ -156,7 +163,7 @@ class Table:
         return f"a mapping from some of {sorted(self.keys)} to {self.value}"
 
     def fields(self) -> dict[str, tuple[Any, bool]]:
-        return {name: (self.value, False) for name in self.keys}
+        return dict.fromkeys(self.keys, (self.value, False))
 
     def build(self, values: dict) -> dict:
         return values
@@ -193,13 +200,18 @@ def parse_field(check, value, file, where: str):
     if isinstance(check, ListOf):
         if not isinstance(value, list) or len(value) < check.min_len:
             raise ScenarioError(file, where, f"{where} must be {check}, got {shown(value)}")
-        return tuple(parse_field(check.item, item, file, f"{where}[{i}]") for i, item in enumerate(value))
+        return tuple(
+            parse_field(check.item, item, file, f"{where}[{i}]") for i, item in enumerate(value)
+        )
     if isinstance(check, MappingOf):
         if not isinstance(value, dict):
             raise ScenarioError(file, where, f"{where} must be {check}, got {shown(value)}")
         for key in value:
             parse_field(check.key, key, file, join_field(where, key))
-        return {key: parse_field(check.value, item, file, join_field(where, key)) for key, item in value.items()}
+        return {
+            key: parse_field(check.value, item, file, join_field(where, key))
+            for key, item in value.items()
+        }
     if not isinstance(check, (Record, Table)):
         try:
             return check.check(where, value)
@@ -215,12 +227,20 @@ def parse_field(check, value, file, where: str):
     fields = check.fields()
     for key in value:
         if key not in fields:
-            raise ScenarioError(file, join_field(where, key), f"{join_field(where, key)} is not a known field "
-                                f"of {what}; known fields: {sorted(fields)}")
+            raise ScenarioError(
+                file,
+                join_field(where, key),
+                f"{join_field(where, key)} is not a known field "
+                f"of {what}; known fields: {sorted(fields)}",
+            )
     values = {}
     for name, (sub, required) in fields.items():
         if name in value:
             values[name] = parse_field(sub, value[name], file, join_field(where, name))
         elif required:
-            raise ScenarioError(file, join_field(where, name), f"{join_field(where, name)} is missing; it must be {sub}")
+            raise ScenarioError(
+                file,
+                join_field(where, name),
+                f"{join_field(where, name)} is missing; it must be {sub}",
+            )
     return check.build(values)

@@ -7,13 +7,25 @@ quantity in :data:`EXPECTED`. :mod:`kvlab.run.scenarios` reads files into these 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from kvlab.core.geometry import DTYPE_BYTES
 from kvlab.core.memory import MIB
-from kvlab.run.scenario_fields import (Bool, Choice, Float, Int, ListOf, MappingOf, Record, Scalar, Table,
-                                       Text, spec)
+from kvlab.run.scenario_fields import (
+    Bool,
+    Choice,
+    Float,
+    Int,
+    ListOf,
+    MappingOf,
+    Record,
+    Scalar,
+    Table,
+    Text,
+    spec,
+)
 
 MAX_TOKENS = 1 << 24  # 16 Mi tokens: far beyond any context window, small enough to catch typos
 MAX_SHAPE = 1 << 14  # layers, heads, head size, tokens per block
@@ -30,14 +42,13 @@ EXPECTED: Mapping[str, str] = {
 }
 
 
-
 @dataclass(frozen=True, kw_only=True)  # keyword-only: pool_mib (optional) comes first
 class ScenarioParameters:
     """The configuration an experiment ran (names follow TensorRT-LLM's where it has one)."""
 
     # KV pool (quota) per rank, MiB; at most 1 TiB. Optional only in a scenario with a
     # `deployment`, whose memory budget sets the pool (checked by load_scenario).
-    pool_mib: Optional[int] = spec(Int(1, 1 << 20), default=None)
+    pool_mib: int | None = spec(Int(1, 1 << 20), default=None)
     num_layers: int = spec(Int(1, MAX_SHAPE))  # attention layers holding KV
     num_kv_heads: int = spec(Int(1, MAX_SHAPE))
     head_dim: int = spec(Int(1, MAX_SHAPE))
@@ -49,13 +60,15 @@ class ScenarioParameters:
     model_weights_bytes: int = spec(Int(0))  # weights resident on the rank (0: none loaded)
     # KvCacheConfig.host_cache_size in bytes: absent = the automatic host tier (the real
     # default), 0 = no tier below the GPU (docs/REFERENCE.md §4a)
-    host_cache_size: Optional[int] = spec(Int(0), default=None)
+    host_cache_size: int | None = spec(Int(0), default=None)
 
     @property
     def pool_bytes(self) -> int:
         if self.pool_mib is None:
-            raise ValueError("this scenario sets no pool_mib: its deployment's memory budget "
-                             "sets each rank's pool (kvlab.run.rank_config.rank_budget)")
+            raise ValueError(
+                "this scenario sets no pool_mib: its deployment's memory budget "
+                "sets each rank's pool (kvlab.run.rank_config.rank_budget)"
+            )
         return self.pool_mib * MIB
 
 
@@ -67,11 +80,13 @@ class DeployedRequest:
     """One request of a deployment's workload; ``rank`` pins it to an attention-DP rank (the
     real ``SchedulingParams.attention_dp_rank`` with ``attention_dp_relax=False``)."""
 
-    id: str = spec(Text(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a request id: letters, digits, '_', '.', '-'"))
+    id: str = spec(
+        Text(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a request id: letters, digits, '_', '.', '-'")
+    )
     prompt_len: int = spec(Int(1, MAX_TOKENS))
     max_new_tokens: int = spec(Int(0, MAX_TOKENS))
     arrival_step: int = spec(Int(0, 1 << 20), default=0)
-    rank: Optional[int] = spec(Int(0, 1023), default=None)
+    rank: int | None = spec(Int(0, 1023), default=None)
 
 
 @dataclass(frozen=True)
@@ -109,7 +124,7 @@ class ScenarioDeployment:
     stall_limit: int = spec(Int(1, 1 << 20))
     max_steps: int = spec(Int(1, 1 << 24))
     requests: tuple = spec(ListOf(Record(DeployedRequest)))
-    background: Optional[BackgroundRequests] = spec(Record(BackgroundRequests), default=None)
+    background: BackgroundRequests | None = spec(Record(BackgroundRequests), default=None)
 
 
 @dataclass(frozen=True)
@@ -134,5 +149,5 @@ class Scenario:
     gpu: str = spec(Text())
     parameters: ScenarioParameters = spec(Record(ScenarioParameters))
     expected: dict = spec(Table(EXPECTED, Int(0)), default_factory=dict)
-    deployment: Optional[ScenarioDeployment] = spec(Record(ScenarioDeployment), default=None)
+    deployment: ScenarioDeployment | None = spec(Record(ScenarioDeployment), default=None)
     assumptions: dict = spec(MappingOf(FIELD_PATH, Record(Assumption)), default_factory=dict)

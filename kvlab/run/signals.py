@@ -12,7 +12,6 @@ import signal
 import sys
 import threading
 import time
-from typing import Dict, Optional
 
 from kvlab.core.checks import check_int
 
@@ -22,7 +21,9 @@ PARENT_GONE_EXIT_CODE = 18
 PARENT_POLL_S = 0.5
 #: The signals that stop a run in an orderly way: every rank killed and reaped, then
 #: :class:`RunStopped` (exit status 128 + the signal's number).
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class RunStopped(SystemExit):
@@ -33,8 +34,10 @@ class RunStopped(SystemExit):
     def __init__(self, signum: int, ranks: int):
         super().__init__(128 + signum)
         self.signum = signum
-        self.message = (f"{signal.Signals(signum).name}: run stopped; its {ranks} rank "
-                        "process(es) were killed and reaped")
+        self.message = (
+            f"{signal.Signals(signum).name}: run stopped; its {ranks} rank "
+            "process(es) were killed and reaped"
+        )
 
     def __str__(self) -> str:
         return self.message
@@ -52,11 +55,11 @@ class StopOnSignal:
     the main thread (where handlers cannot be set) it does nothing."""
 
     def __init__(self):
-        self.signum: Optional[int] = None
+        self.signum: int | None = None
         self._pid = os.getpid()
-        self._previous: Dict[int, object] = {}
+        self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> "StopOnSignal":
+    def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             for signum in STOP_SIGNALS:
                 if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
@@ -93,8 +96,13 @@ def tie_to_parent(parent_pid: int) -> None:
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(ctypes.c_int(1), ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0), ctypes.c_ulong(0))  # 1: PR_SET_PDEATHSIG
+            libc.prctl(
+                ctypes.c_int(1),
+                ctypes.c_ulong(signal.SIGKILL),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )  # 1: PR_SET_PDEATHSIG
         except (OSError, AttributeError):  # no libc prctl: the thread below still watches
             pass
     if os.getppid() != parent_pid:
@@ -109,5 +117,12 @@ def tie_to_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="kvlab-parent-watch", daemon=True).start()
 
 
-__all__ = ["PARENT_GONE_EXIT_CODE", "PARENT_POLL_S", "RunInterrupted", "RunStopped", "STOP_SIGNALS",
-           "StopOnSignal", "tie_to_parent"]
+__all__ = [
+    "PARENT_GONE_EXIT_CODE",
+    "PARENT_POLL_S",
+    "RunInterrupted",
+    "RunStopped",
+    "STOP_SIGNALS",
+    "StopOnSignal",
+    "tie_to_parent",
+]

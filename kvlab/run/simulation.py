@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Deque, Dict, Iterable, List, Optional
 
 from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -49,15 +49,15 @@ class SimulationResult:
     """Outcome of ``simulate``: per-request status and reason, the error that stopped the
     engine (or None) and the per-step trace."""
 
-    status: Dict[str, str]
-    reasons: Dict[str, str]
-    error: Optional[BaseException]
+    status: dict[str, str]
+    reasons: dict[str, str]
+    error: BaseException | None
     trace: Trace
-    requests: Dict[str, Request]
-    end_step: int                     # the first step the run did not reach
-    iterations: int                   # scheduler passes run
+    requests: dict[str, Request]
+    end_step: int  # the first step the run did not reach
+    iterations: int  # scheduler passes run
 
-    def ids_with_status(self, status: str) -> List[str]:
+    def ids_with_status(self, status: str) -> list[str]:
         return [request_id for request_id, value in self.status.items() if value == status]
 
     def summary(self) -> dict:
@@ -72,13 +72,16 @@ class SimulationResult:
             return sum(values) / len(values) if values else None
 
         activated = [r for r in self.requests.values() if r.activated_step is not None]
-        summary = {status: len(self.ids_with_status(status))
-                   for status in ("finished", "rejected", "waiting", "running")}
+        summary = {
+            status: len(self.ids_with_status(status))
+            for status in ("finished", "rejected", "waiting", "running")
+        }
         summary.update(
             iterations=self.iterations,
             error=None if self.error is None else type(self.error).__name__,
-            goodput_tokens_per_step=(sum(r.num_generated for r in finished) / self.iterations
-                                     if self.iterations else 0.0),
+            goodput_tokens_per_step=(
+                sum(r.num_generated for r in finished) / self.iterations if self.iterations else 0.0
+            ),
             mean_wait_steps=mean([r.first_scheduled_step - r.arrival_step for r in started]),
             mean_queue_steps=mean([r.activated_step - r.arrival_step for r in activated]),
             mean_ttft_steps=mean([r.first_token_step - r.arrival_step for r in with_token]),
@@ -93,33 +96,56 @@ class SimulationResult:
         """One row per request: status, reason, lengths, steps and preemption counts."""
         import pandas as pd
 
-        rows = [dict(request_id=r.request_id, status=self.status[r.request_id],
-                     state=r.state, reason=self.reasons[r.request_id], prompt_len=r.prompt_len,
-                     max_new_tokens=r.max_new_tokens, num_generated=r.num_generated,
-                     arrival_step=r.arrival_step, first_scheduled_step=r.first_scheduled_step,
-                     first_token_step=r.first_token_step, end_step=r.end_step,
-                     num_suspensions=r.num_suspensions, num_recomputes=r.num_recomputes,
-                     num_refusals=r.num_refusals, reused_tokens=r.prepopulated_prompt_len)
-                for r in self.requests.values()]
+        rows = [
+            dict(
+                request_id=r.request_id,
+                status=self.status[r.request_id],
+                state=r.state,
+                reason=self.reasons[r.request_id],
+                prompt_len=r.prompt_len,
+                max_new_tokens=r.max_new_tokens,
+                num_generated=r.num_generated,
+                arrival_step=r.arrival_step,
+                first_scheduled_step=r.first_scheduled_step,
+                first_token_step=r.first_token_step,
+                end_step=r.end_step,
+                num_suspensions=r.num_suspensions,
+                num_recomputes=r.num_recomputes,
+                num_refusals=r.num_refusals,
+                reused_tokens=r.prepopulated_prompt_len,
+            )
+            for r in self.requests.values()
+        ]
         return pd.DataFrame(rows)
 
 
-def simulate(scheduler: SchedulerBase, requests: Iterable[Request], max_steps: int = 10_000, *,
-             check_invariants: bool = False,
-             max_num_active_requests: Optional[int] = None) -> SimulationResult:
+def simulate(
+    scheduler: SchedulerBase,
+    requests: Iterable[Request],
+    max_steps: int = 10_000,
+    *,
+    check_invariants: bool = False,
+    max_num_active_requests: int | None = None,
+) -> SimulationResult:
     """Run ``requests`` through a fresh ``scheduler`` for steps 0 .. max_steps - 1 (module
     docstring). ``check_invariants`` checks the scheduler's and the run's invariants after
     every step; ``max_num_active_requests``: see :class:`Engine`."""
     if not isinstance(scheduler, SchedulerBase):
-        raise TypeError(f"scheduler must be a kvlab scheduler (Scheduler, VllmScheduler, "
-                        f"SglangScheduler), got {type(scheduler).__name__}")
+        raise TypeError(
+            f"scheduler must be a kvlab scheduler (Scheduler, VllmScheduler, "
+            f"SglangScheduler), got {type(scheduler).__name__}"
+        )
     if scheduler.iteration or scheduler.submitted_requests:
         raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
     max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
     if not isinstance(check_invariants, bool):
         raise TypeError(f"check_invariants must be a bool, got {check_invariants!r}")
-    run = Engine(scheduler, requests, check_invariants=check_invariants,
-                 max_num_active_requests=max_num_active_requests)
+    run = Engine(
+        scheduler,
+        requests,
+        check_invariants=check_invariants,
+        max_num_active_requests=max_num_active_requests,
+    )
     run.execute_until(max_steps)
     return run.result(max_steps)
 
@@ -130,25 +156,34 @@ def refused_to_start(requests: Iterable[Request], message: str) -> SimulationRes
     copies = {r.request_id: r for r in _fresh_copies(requests)}
     for request in copies.values():
         request.state, request.reason = "rejected", f"the engine refused to start: {message}"
-    return SimulationResult(status={i: "rejected" for i in copies},
-                            reasons={i: r.reason for i, r in copies.items()},
-                            error=ValueError(message), trace=Trace(), requests=copies,
-                            end_step=0, iterations=0)
+    return SimulationResult(
+        status=dict.fromkeys(copies, "rejected"),
+        reasons={i: r.reason for i, r in copies.items()},
+        error=ValueError(message),
+        trace=Trace(),
+        requests=copies,
+        end_step=0,
+        iterations=0,
+    )
 
 
 def finished_reason(request: Request, step: int) -> str:
     """The reason a request that finished at ``step`` gives."""
     prompt = f"{request.prompt_len:,}"
-    reason = (f"finished at step {step:,}: {counted(request.num_generated, 'token')} generated after "
-              f"{a_or_an(prompt)} {prompt}-token prompt")
+    reason = (
+        f"finished at step {step:,}: {counted(request.num_generated, 'token')} generated after "
+        f"{a_or_an(prompt)} {prompt}-token prompt"
+    )
     if request.output_limit < request.max_new_tokens:  # vLLM's max_model_len, SGLang's clip
-        reason += (f", stopped short of max_new_tokens={request.max_new_tokens:,} by the engine's "
-                   f"length limit at {request.prompt_len + request.num_generated:,} tokens "
-                   "(finish reason 'length')")
+        reason += (
+            f", stopped short of max_new_tokens={request.max_new_tokens:,} by the engine's "
+            f"length limit at {request.prompt_len + request.num_generated:,} tokens "
+            "(finish reason 'length')"
+        )
     return reason
 
 
-def _fresh_copies(requests: Iterable[Request]) -> List[Request]:
+def _fresh_copies(requests: Iterable[Request]) -> list[Request]:
     if isinstance(requests, Request) or not isinstance(requests, Iterable):
         raise TypeError("requests must be an iterable of Request")
     copies = []
@@ -174,32 +209,40 @@ class Engine:
     engine's max_batch_size for one pipeline stage). None: the scheduler's ``max_batch_size``.
     """
 
-    def __init__(self, scheduler: SchedulerBase, requests: Iterable[Request] = (), *,
-                 check_invariants: bool = False, max_num_active_requests: Optional[int] = None):
+    def __init__(
+        self,
+        scheduler: SchedulerBase,
+        requests: Iterable[Request] = (),
+        *,
+        check_invariants: bool = False,
+        max_num_active_requests: int | None = None,
+    ):
         if not isinstance(scheduler, SchedulerBase):
             raise TypeError(f"scheduler must be a Scheduler (or a peer's), got {scheduler!r:.60}")
         if not isinstance(check_invariants, bool):
             raise TypeError(f"check_invariants must be a bool, got {check_invariants!r:.60}")
         self.scheduler = scheduler
         self.max_num_active_requests = (
-            scheduler.max_num_active_requests if max_num_active_requests is None else check_int(
-                "max_num_active_requests", max_num_active_requests, low=1, high=1 << 30))
-        self.requests: List[Request] = []
+            scheduler.max_num_active_requests
+            if max_num_active_requests is None
+            else check_int("max_num_active_requests", max_num_active_requests, low=1, high=1 << 30)
+        )
+        self.requests: list[Request] = []
         self._ids: set = set()
-        self.arrivals: List[Request] = []
+        self.arrivals: list[Request] = []
         self.next_arrival = 0
         #: arrived requests the executor has not handed to the scheduler yet, oldest first
-        self.queue: Deque[Request] = deque()
+        self.queue: deque[Request] = deque()
         self.check_invariants = check_invariants
         self.trace = Trace()
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         #: what the latest scheduling pass decided (None before the first pass)
-        self.last_batch: Optional[ScheduledBatch] = None
+        self.last_batch: ScheduledBatch | None = None
         self.step = 0
         self.iterations = 0
         self.add_requests(requests)
 
-    def add_requests(self, requests: Iterable[Request]) -> List[Request]:
+    def add_requests(self, requests: Iterable[Request]) -> list[Request]:
         """Queue copies of ``requests`` as arrivals (none may arrive before ``step``); return
         the copies."""
         copies = _fresh_copies(requests)
@@ -207,13 +250,15 @@ class Engine:
             if request.request_id in self._ids:
                 raise ValueError(f"request_id {request.request_id!r} is already in this engine")
             if request.arrival_step < self.step:
-                raise ValueError(f"request {request.request_id!r} arrives at step "
-                                 f"{request.arrival_step}, before the engine's step {self.step}")
+                raise ValueError(
+                    f"request {request.request_id!r} arrives at step "
+                    f"{request.arrival_step}, before the engine's step {self.step}"
+                )
         self._ids.update(r.request_id for r in copies)
         self.requests.extend(copies)
-        pending = self.arrivals[self.next_arrival:] + copies
+        pending = self.arrivals[self.next_arrival :] + copies
         # stable: list order breaks ties
-        self.arrivals[self.next_arrival:] = sorted(pending, key=lambda r: r.arrival_step)
+        self.arrivals[self.next_arrival :] = sorted(pending, key=lambda r: r.arrival_step)
         return copies
 
     @property
@@ -251,8 +296,9 @@ class Engine:
         except ENGINE_ERRORS as exc:
             self.error = exc
             self.iterations += 1
-            self.trace.events.append(Event(self.step, "engine_stopped",
-                                           getattr(exc, "request_id", ""), str(exc)))
+            self.trace.events.append(
+                Event(self.step, "engine_stopped", getattr(exc, "request_id", ""), str(exc))
+            )
             self.last_batch = ScheduledBatch()
             self._record(self.last_batch)
             self.step += 1
@@ -280,8 +326,10 @@ class Engine:
 
     def _fetch_and_activate(self) -> None:
         """Arrivals join the queue; the queue's head becomes active while there is room."""
-        while (self.next_arrival < len(self.arrivals)
-               and self.arrivals[self.next_arrival].arrival_step <= self.step):
+        while (
+            self.next_arrival < len(self.arrivals)
+            and self.arrivals[self.next_arrival].arrival_step <= self.step
+        ):
             self.queue.append(self.arrivals[self.next_arrival])
             self.next_arrival += 1
         limit = self.max_num_active_requests
@@ -291,16 +339,23 @@ class Engine:
             verdict = self.scheduler.submit(request)
             if not verdict.admitted:
                 request.end_step = self.step
-                self.trace.events.append(Event(self.step, "rejected", request.request_id,
-                                               verdict.reason))
+                self.trace.events.append(
+                    Event(self.step, "rejected", request.request_id, verdict.reason)
+                )
 
     def _execute(self, batch: ScheduledBatch) -> None:
         step, events = self.step, self.trace.events
         for request in batch.paused_requests:
             events.append(Event(step, "suspended", request.request_id))
         for request in batch.recompute_paused_requests:
-            events.append(Event(step, "recompute_paused", request.request_id,
-                                f"{request.context_len} context tokens to recompute"))
+            events.append(
+                Event(
+                    step,
+                    "recompute_paused",
+                    request.request_id,
+                    f"{request.context_len} context tokens to recompute",
+                )
+            )
         for request in batch.aborted_requests:  # one that never started was turned away
             request.end_step = step
             kind = "rejected" if request.first_scheduled_step is None else "aborted"
@@ -321,8 +376,10 @@ class Engine:
         for request in batch.generation_requests:
             if request.num_draft_tokens:
                 self._reject_drafts(request)
-            if (request.first_token_step is None
-                    or request.num_generated + 1 >= request.output_limit):
+            if (
+                request.first_token_step is None
+                or request.num_generated + 1 >= request.output_limit
+            ):
                 self._produce_token(request)  # a first or a last token: events to record
             else:
                 request.num_generated += 1
@@ -354,14 +411,26 @@ class Engine:
     def _record(self, batch: ScheduledBatch) -> None:
         scheduler, manager = self.scheduler, self.scheduler.manager
         counts = scheduler.counts
-        self.trace.steps.append(StepRecord(
-            self.step, manager.free_blocks, manager.total_blocks - manager.free_blocks,
-            manager.host_tier.used_blocks, counts["running"], counts["waiting"], len(self.queue),
-            counts["suspended"],
-            len(batch.context_requests) + batch.num_aborted_context_rows,
-            len(batch.generation_requests), batch.num_tokens,
-            len(batch.paused_requests), len(batch.recompute_paused_requests),
-            counts["rejected"], counts["finished"], scheduler.stalled_passes))
+        self.trace.steps.append(
+            StepRecord(
+                self.step,
+                manager.free_blocks,
+                manager.total_blocks - manager.free_blocks,
+                manager.host_tier.used_blocks,
+                counts["running"],
+                counts["waiting"],
+                len(self.queue),
+                counts["suspended"],
+                len(batch.context_requests) + batch.num_aborted_context_rows,
+                len(batch.generation_requests),
+                batch.num_tokens,
+                len(batch.paused_requests),
+                len(batch.recompute_paused_requests),
+                counts["rejected"],
+                counts["finished"],
+                scheduler.stalled_passes,
+            )
+        )
 
     def _check_invariants(self) -> None:
         """The scheduler's invariants, plus: submitted == finished + rejected + waiting +
@@ -371,11 +440,17 @@ class Engine:
         submitted = len(self.scheduler.submitted_requests)
         assert submitted + len(self.queue) == self.next_arrival, "an arrival was lost"
         assert all(r.state == "waiting" and r.activated_step is None for r in self.queue)
-        assert (self.max_num_active_requests is None
-                or self.num_active <= self.max_num_active_requests), "more active requests than allowed"
-        assert submitted == (counts["finished"] + counts["rejected"] + counts["waiting"]
-                             + counts["running"] + counts["suspended"])
-        unsubmitted = self.arrivals[self.next_arrival:]
+        assert (
+            self.max_num_active_requests is None or self.num_active <= self.max_num_active_requests
+        ), "more active requests than allowed"
+        assert submitted == (
+            counts["finished"]
+            + counts["rejected"]
+            + counts["waiting"]
+            + counts["running"]
+            + counts["suspended"]
+        )
+        unsubmitted = self.arrivals[self.next_arrival :]
         assert all(r.state == "waiting" and r.first_scheduled_step is None for r in unsubmitted)
         assert self.next_arrival + len(unsubmitted) == len(self.requests), "a request was lost"
 
@@ -388,34 +463,49 @@ class Engine:
         return SimulationResult(
             status={r.request_id: r.state.status for r in self.requests},
             reasons={r.request_id: r.reason for r in self.requests},
-            error=self.error, trace=self.trace, requests={r.request_id: r for r in self.requests},
-            end_step=end_step, iterations=self.iterations)
+            error=self.error,
+            trace=self.trace,
+            requests={r.request_id: r for r in self.requests},
+            end_step=end_step,
+            iterations=self.iterations,
+        )
 
     def _unfinished_reason(self, request: Request, max_steps: int) -> str:
         submitted = request.activated_step is not None
         if request.state == "waiting" and submitted:
             geometry = self.scheduler.manager.geometry
             refusals = request.num_refusals
-            passes = ("not refused by any scheduling pass before the run ended" if refusals == 0 else
-                      "refused in 1 scheduling pass" if refusals == 1 else
-                      f"refused in {refusals:,} scheduling passes")
-            detail = (f"{passes}; its context of "
-                      f"{request.context_len:,} tokens needs "
-                      f"{geometry.blocks_for_tokens(request.context_len):,} pages, the pool has "
-                      f"{self.scheduler.manager.total_blocks:,}, {self.scheduler.manager.free_blocks:,} of them "
-                      "free when the run ended")
+            passes = (
+                "not refused by any scheduling pass before the run ended"
+                if refusals == 0
+                else "refused in 1 scheduling pass"
+                if refusals == 1
+                else f"refused in {refusals:,} scheduling passes"
+            )
+            detail = (
+                f"{passes}; its context of "
+                f"{request.context_len:,} tokens needs "
+                f"{geometry.blocks_for_tokens(request.context_len):,} pages, the pool has "
+                f"{self.scheduler.manager.total_blocks:,}, {self.scheduler.manager.free_blocks:,} of them "
+                "free when the run ended"
+            )
         elif submitted:  # running, or suspended (reported as running: it keeps its KV)
-            detail = (("suspended, its pages held, after " if request.state == "suspended" else "")
-                      + f"{request.num_generated:,} of {request.max_new_tokens:,} tokens generated")
+            detail = (
+                "suspended, its pages held, after " if request.state == "suspended" else ""
+            ) + f"{request.num_generated:,} of {request.max_new_tokens:,} tokens generated"
         elif request.arrival_step < self.step:
-            detail = (f"in the executor's queue since step {request.arrival_step:,}, behind "
-                      f"{self.max_num_active_requests:,} active requests (max_num_active_requests)")
+            detail = (
+                f"in the executor's queue since step {request.arrival_step:,}, behind "
+                f"{self.max_num_active_requests:,} active requests (max_num_active_requests)"
+            )
         else:
             detail = f"it arrives at step {request.arrival_step:,}"
         if self.error is not None:
             culprit = getattr(self.error, "request_id", None) == request.request_id
-            return (f"engine stopped at step {self.step - 1:,} by {type(self.error).__name__}"
-                    f"{' raised by this request' if culprit else ''} ({detail}): {self.error}")
+            return (
+                f"engine stopped at step {self.step - 1:,} by {type(self.error).__name__}"
+                f"{' raised by this request' if culprit else ''} ({detail}): {self.error}"
+            )
         if not submitted and request.arrival_step < self.step:
             return f"still queued when the run ended at max_steps={max_steps}: {detail}"
         if not submitted:

@@ -37,7 +37,6 @@ import socket
 import time
 from dataclasses import replace
 from datetime import timedelta
-from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch.multiprocessing import start_processes
@@ -62,8 +61,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: float, out,
-            parent_pid: int, monitor: RunMonitor) -> None:
+def _worker(
+    rank: int,
+    config: RunConfig,
+    backend: str,
+    port: int,
+    timeout_s: float,
+    out,
+    parent_pid: int,
+    monitor: RunMonitor,
+) -> None:
     """A rank process: tie it to its parent, init_process_group, rank_loop, send the result,
     destroy the group. What it raises, torch's wrapper writes to the rank's error file."""
     import torch.distributed as dist
@@ -75,8 +82,13 @@ def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: fl
         device = torch.device("cuda", rank)
         torch.cuda.set_device(device)
     # the group's own timeout outlasts the parent's deadline: the parent decides "hung"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=config.world_size, timeout=timedelta(seconds=timeout_s + 30))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=config.world_size,
+        timeout=timedelta(seconds=timeout_s + 30),
+    )
     out.put(("ready", rank, time.monotonic()))
     on_step = (lambda step: out.put(("step", rank, step))) if rank == 0 else None
     runner = RankRunner(rank, config, device)
@@ -85,7 +97,7 @@ def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: fl
         result = rank_loop(runner, TorchComm(device), on_step)
         peer_lost = False
     except CollectiveFailed as exc:  # a peer left: this rank goes down too (the parent
-        peer_lost = True             # names the peer and replaces this text)
+        peer_lost = True  # names the peer and replaces this text)
         if runner.engine is None:
             result = not_reported(rank, "shut down", f"shut down: {exc}", config)
         else:
@@ -95,7 +107,7 @@ def _worker(rank: int, config: RunConfig, backend: str, port: int, timeout_s: fl
     dist.destroy_process_group()
 
 
-def _raised(context) -> Dict[int, str]:
+def _raised(context) -> dict[int, str]:
     """The traceback of each rank that raised, from torch's error files (then removed)."""
     raised = {}
     for rank, path in enumerate(context.error_files if context is not None else ()):
@@ -108,8 +120,9 @@ def _raised(context) -> Dict[int, str]:
     return raised
 
 
-def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s: Optional[float],
-                  progress: bool) -> DistributedResult:
+def run_processes(
+    config: RunConfig, backend: str, timeout_s: float, deadline_s: float | None, progress: bool
+) -> DistributedResult:
     """Run every rank in its own process under the watchdog (module docstring)."""
     import torch.multiprocessing as mp
 
@@ -122,10 +135,10 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
     start = time.monotonic()
     procs, context = [], None
     killed: set = set()
-    results: Dict[int, Tuple[RankResult, bool]] = {}
-    ready: Dict[int, float] = {}
-    exited: Dict[int, float] = {}  # rank -> when it was seen to have exited
-    stopped_by: Optional[str] = None  # "hang" or "deadline" when the watchdog ended the run
+    results: dict[int, tuple[RankResult, bool]] = {}
+    ready: dict[int, float] = {}
+    exited: dict[int, float] = {}  # rank -> when it was seen to have exited
+    stopped_by: str | None = None  # "hang" or "deadline" when the watchdog ended the run
     bar = rank_progress(progress, world)
 
     def take(kind: str, rank: int, payload) -> None:
@@ -140,9 +153,14 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
     with StopOnSignal() as stop:
         try:
             if stop.signum is None:
-                context = start_processes(_worker, (config, backend, port, timeout_s, out, os.getpid(),
-                                                    monitor), nprocs=world, join=False, daemon=True,
-                                          start_method=method)
+                context = start_processes(
+                    _worker,
+                    (config, backend, port, timeout_s, out, os.getpid(), monitor),
+                    nprocs=world,
+                    join=False,
+                    daemon=True,
+                    start_method=method,
+                )
                 procs = context.processes
                 for rank, p in enumerate(procs):
                     p.name = f"kvlab-rank-{rank}"  # torch leaves them "Process-N"
@@ -196,26 +214,44 @@ def run_processes(config: RunConfig, backend: str, timeout_s: float, deadline_s:
     if stopped_by == "deadline" and len(results) < world:
         final, failures = _at_deadline(config, results, killed, monitor, deadline_s), []
     else:
-        final, failures = _account(config, procs, results, exited, killed, monitor, start, end,
-                                   timeout_s)
+        final, failures = _account(
+            config, procs, results, exited, killed, monitor, start, end, timeout_s
+        )
     ended, reason = ending(final)
     unrouted = unrouted_reasons(config, final, failures[0].describe() if failures else reason)
     fault, fired = config.fault, None
     if fault is not None:
         fired = monitor.fired
         if not fired:
-            reason += (f"; {fault!r} did not fire: rank {fault.rank} never "
-                       f"ran step {fault.step} (the run ended at step "
-                       f"{max(r.end_step for r in final)})")
+            reason += (
+                f"; {fault!r} did not fire: rank {fault.rank} never "
+                f"ran step {fault.step} (the run ended at step "
+                f"{max(r.end_step for r in final)})"
+            )
     startup = (max(ready.values()) - start) if len(ready) == world else end - start
-    return DistributedResult(tuple(final), ended, reason, "process", backend, config.policy,
-                             end - start, startup, end - start - startup,
-                             tuple(p.pid for p in procs), timeout_s, tuple(failures), unrouted,
-                             fault, fired, deadline_s)
+    return DistributedResult(
+        tuple(final),
+        ended,
+        reason,
+        "process",
+        backend,
+        config.policy,
+        end - start,
+        startup,
+        end - start - startup,
+        tuple(p.pid for p in procs),
+        timeout_s,
+        tuple(failures),
+        unrouted,
+        fault,
+        fired,
+        deadline_s,
+    )
 
 
-def _at_deadline(config: RunConfig, results, killed, monitor: RunMonitor,
-                 deadline_s: float) -> List[RankResult]:
+def _at_deadline(
+    config: RunConfig, results, killed, monitor: RunMonitor, deadline_s: float
+) -> list[RankResult]:
     """Every rank's result when the run passed its deadline while its ranks were still making
     progress: the ranks that had reported keep their results; the others were stopped, and
     their live requests are lost, with the deadline as the reason."""
@@ -226,8 +262,9 @@ def _at_deadline(config: RunConfig, results, killed, monitor: RunMonitor,
             continue
         step = monitor.step(rank)
         why = f"stopped at step {step}: the run passed its deadline_s={deadline_s:g}"
-        final.append(_from_monitor(config, monitor, rank, "stopped", why, f"lost: {why}",
-                                   lost=True))
+        final.append(
+            _from_monitor(config, monitor, rank, "stopped", why, f"lost: {why}", lost=True)
+        )
     return final
 
 
@@ -242,26 +279,47 @@ def _exit_text(exitcode: int, fault_fired_here: bool) -> str:
     return f"exit code {exitcode}"
 
 
-def _account(config: RunConfig, procs, results, exited, killed, monitor: RunMonitor,
-             start: float, end: float, timeout_s: float) -> Tuple[List[RankResult], List[RankFailure]]:
+def _account(
+    config: RunConfig,
+    procs,
+    results,
+    exited,
+    killed,
+    monitor: RunMonitor,
+    start: float,
+    end: float,
+    timeout_s: float,
+) -> tuple[list[RankResult], list[RankFailure]]:
     """Every rank's result, and the ranks that failed (deaths first, by time; then hangs).
     A rank killed while it waited in a collective was waiting for the one that failed: it
     "shut down" (all were waiting: none can be named, all "hung"). The requests of a failed
     rank are "lost"; those of the other ranks that went down keep their status, with a reason
     naming the failed rank."""
     fault = config.fault
-    died = sorted((r for r in range(len(procs)) if r not in results and r not in killed),
-                  key=lambda r: (exited.get(r, end), r))
-    failures = [RankFailure(r, "died", monitor.step(r), exited.get(r, end) - start,
-                            _exit_text(procs[r].exitcode, fault is not None and fault.rank == r
-                                       and monitor.fired)) for r in died]
+    died = sorted(
+        (r for r in range(len(procs)) if r not in results and r not in killed),
+        key=lambda r: (exited.get(r, end), r),
+    )
+    failures = [
+        RankFailure(
+            r,
+            "died",
+            monitor.step(r),
+            exited.get(r, end) - start,
+            _exit_text(procs[r].exitcode, fault is not None and fault.rank == r and monitor.fired),
+        )
+        for r in died
+    ]
     stopped = sorted(r for r in killed if r not in results)
     waiting = [r for r in stopped if monitor.is_waiting(r)]
     hung = [r for r in stopped if r not in waiting]
     if not hung and not died:
         hung, waiting = waiting, []
-    why = (f"no progress for timeout_s={timeout_s:g} s; killed" if not died else
-           f"no answer {DEATH_GRACE_S:g} s after rank {died[0]} died; killed")
+    why = (
+        f"no progress for timeout_s={timeout_s:g} s; killed"
+        if not died
+        else f"no answer {DEATH_GRACE_S:g} s after rank {died[0]} died; killed"
+    )
     for r in hung:
         heard = monitor.heard(r)
         failures.append(RankFailure(r, "hung", monitor.step(r), (heard or end) - start, why))
@@ -274,13 +332,30 @@ def _account(config: RunConfig, procs, results, exited, killed, monitor: RunMoni
             final.append(_blamed(result, cause) if peer_lost and cause else result)
         elif rank in by_rank:
             failure = by_rank[rank]
-            final.append(_from_monitor(config, monitor, rank, failure.kind, failure.what(),
-                                       f"lost: {failure.describe()}", lost=True))
+            final.append(
+                _from_monitor(
+                    config,
+                    monitor,
+                    rank,
+                    failure.kind,
+                    failure.what(),
+                    f"lost: {failure.describe()}",
+                    lost=True,
+                )
+            )
         else:  # killed while waiting in a collective for the failed rank
             step = monitor.step(rank)
-            final.append(_from_monitor(config, monitor, rank, "shut down",
-                                       f"shut down: {cause}; killed waiting for it at step {step}",
-                                       f"shut down: {cause} (at step {step})", lost=False))
+            final.append(
+                _from_monitor(
+                    config,
+                    monitor,
+                    rank,
+                    "shut down",
+                    f"shut down: {cause}; killed waiting for it at step {step}",
+                    f"shut down: {cause} (at step {step})",
+                    lost=False,
+                )
+            )
     return final, failures
 
 
@@ -295,8 +370,15 @@ def _blamed(result: RankResult, cause: str) -> RankResult:
     return replace(result, error=text, reasons=reasons)
 
 
-def _from_monitor(config: RunConfig, monitor: RunMonitor, rank: int, outcome: str, error: str,
-                  live_reason: str, lost: bool) -> RankResult:
+def _from_monitor(
+    config: RunConfig,
+    monitor: RunMonitor,
+    rank: int,
+    outcome: str,
+    error: str,
+    live_reason: str,
+    lost: bool,
+) -> RankResult:
     """The result of a rank that could not report one, from the shared record: its pool, and
     each request routed to it with its last state; live ones get ``live_reason`` (and the status
     "lost" when ``lost``)."""
@@ -311,15 +393,24 @@ def _from_monitor(config: RunConfig, monitor: RunMonitor, rank: int, outcome: st
         if state == "finished":
             status[rid], reasons[rid] = state, f"finished at step {step}"
         elif state == "rejected":
-            status[rid], reasons[rid] = state, (f"rejected at step {step} (its reason was lost "
-                                                f"with rank {rank})")
+            status[rid], reasons[rid] = (
+                state,
+                (f"rejected at step {step} (its reason was lost with rank {rank})"),
+            )
         else:
             status[rid], reasons[rid] = ("lost" if lost else state), live_reason
     base = not_reported(rank, outcome, error, config)
-    return replace(base, blocks=blocks, capacity_tokens=capacity,
-                   quota_bytes=blocks * config.geometry.bytes_per_block, max_seq_len=max_seq_len,
-                   max_blocks_per_seq=width, status=status, reasons=reasons,
-                   end_step=monitor.step(rank))
+    return replace(
+        base,
+        blocks=blocks,
+        capacity_tokens=capacity,
+        quota_bytes=blocks * config.geometry.bytes_per_block,
+        max_seq_len=max_seq_len,
+        max_blocks_per_seq=width,
+        status=status,
+        reasons=reasons,
+        end_step=monitor.step(rank),
+    )
 
 
 def _stop(procs, grace_s: float = 1.0) -> set:

@@ -7,7 +7,7 @@ pays nothing for the record beyond building the tuples.
 
 from __future__ import annotations
 
-from typing import List, NamedTuple
+from typing import NamedTuple
 
 
 class StepRecord(NamedTuple):
@@ -16,40 +16,48 @@ class StepRecord(NamedTuple):
     step: int
     free_blocks: int
     used_blocks: int
-    host_blocks: int            # pages held in the host tier by suspended requests
-    running: int                # holding a device cache
-    waiting: int                # active, no cache (suspended ones not counted here)
-    queued: int                 # in the executor's queue, not yet handed to the scheduler
+    host_blocks: int  # pages held in the host tier by suspended requests
+    running: int  # holding a device cache
+    waiting: int  # active, no cache (suspended ones not counted here)
+    queued: int  # in the executor's queue, not yet handed to the scheduler
     suspended: int
-    num_context: int            # context chunks scheduled this step
-    num_generation: int         # generation steps scheduled this step
+    num_context: int  # context chunks scheduled this step
+    num_generation: int  # generation steps scheduled this step
     tokens_scheduled: int
-    num_paused: int             # suspended this step
+    num_paused: int  # suspended this step
     num_recompute_paused: int
     rejected_total: int
     finished_total: int
-    stalled_passes: int         # the stall detector's counter after this pass
+    stalled_passes: int  # the stall detector's counter after this pass
 
 
 class Event(NamedTuple):
     """Something that happened to one request at one step."""
 
     step: int
-    kind: str                   # see EVENT_KINDS
+    kind: str  # see EVENT_KINDS
     request_id: str
     detail: str = ""
 
 
-EVENT_KINDS = ("rejected", "started", "first_token", "finished", "suspended", "recompute_paused",
-               "aborted", "engine_stopped")
+EVENT_KINDS = (
+    "rejected",
+    "started",
+    "first_token",
+    "finished",
+    "suspended",
+    "recompute_paused",
+    "aborted",
+    "engine_stopped",
+)
 
 
 class Trace:
     """Step records and events of one run."""
 
     def __init__(self):
-        self.steps: List[StepRecord] = []
-        self.events: List[Event] = []
+        self.steps: list[StepRecord] = []
+        self.events: list[Event] = []
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -67,7 +75,7 @@ class Trace:
         position = StepRecord._fields.index(name)
         return [record[position] for record in self.steps]
 
-    def events_at(self, step: int) -> List[Event]:
+    def events_at(self, step: int) -> list[Event]:
         return [event for event in self.events if event.step == step]
 
     def to_pandas(self):

@@ -11,14 +11,22 @@ import csv
 import itertools
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterable, List, Optional, Sequence, Union
+from datetime import UTC, datetime
 
 import numpy as np
 
-from kvlab.core.checks import (MAX_COUNT, MAX_ITEMS, check_choice, check_float, check_instance, check_int,
-                               check_items, store_checked)
+from kvlab.core.checks import (
+    MAX_COUNT,
+    MAX_ITEMS,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_items,
+    store_checked,
+)
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.request import Request
 
@@ -88,23 +96,30 @@ class LogNormal(LengthDistribution):
         return np.clip(np.rint(values), self.low, self.high).astype(np.int64)
 
 
-Lengths = Union[int, LengthDistribution]
+Lengths = int | LengthDistribution
 
 
 def _distribution(name: str, lengths: Lengths, low: int) -> LengthDistribution:
     """``lengths`` as a distribution none of whose draws is below ``low``."""
     if isinstance(lengths, bool) or not isinstance(lengths, (int, LengthDistribution)):
-        raise TypeError(f"{name} must be an int or a LengthDistribution (Constant, Uniform, "
-                        f"LogNormal), got {lengths!r:.60}")
-    distribution = (lengths if isinstance(lengths, LengthDistribution)
-                    else Constant(check_int(name, lengths, low=0, high=MAX_COUNT)))
+        raise TypeError(
+            f"{name} must be an int or a LengthDistribution (Constant, Uniform, "
+            f"LogNormal), got {lengths!r:.60}"
+        )
+    distribution = (
+        lengths
+        if isinstance(lengths, LengthDistribution)
+        else Constant(check_int(name, lengths, low=0, high=MAX_COUNT))
+    )
     if distribution.lowest < low:
-        raise ValueError(f"{name} must draw lengths of at least {low}, got {distribution!r:.80} "
-                         f"(lowest {distribution.lowest})")
+        raise ValueError(
+            f"{name} must draw lengths of at least {low}, got {distribution!r:.80} "
+            f"(lowest {distribution.lowest})"
+        )
     return distribution
 
 
-def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]:
+def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> list[Request]:
     """Requests from (prompt_len, max_new_tokens[, arrival_step]) tuples, named
     ``{id_prefix}0``, ``{id_prefix}1``, ..."""
     specs = check_items("specs", specs, "(prompt_len, max_new_tokens[, arrival_step]) tuples")
@@ -112,8 +127,9 @@ def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> List[Request]
     requests = []
     for i, spec in enumerate(specs):
         if not hasattr(spec, "__len__") or not 2 <= len(spec) <= 3:
-            raise ValueError(f"specs[{i}] must be (prompt_len, max_new_tokens[, arrival_step]), "
-                             f"got {spec!r}")
+            raise ValueError(
+                f"specs[{i}] must be (prompt_len, max_new_tokens[, arrival_step]), got {spec!r}"
+            )
         requests.append(Request(f"{id_prefix}{i}", *spec))
     return requests
 
@@ -127,13 +143,21 @@ def poisson_arrivals(num_requests: int, rate: float, seed: int) -> np.ndarray:
     if num_requests:
         times -= times[0]
         if not times[-1] <= MAX_COUNT:  # also inf: the steps would not fit an int64
-            raise ValueError(f"rate={rate:g} spreads {num_requests} arrivals over {times[-1]:.3g} "
-                             f"steps, beyond the last step kvlab counts ({MAX_COUNT}); raise rate")
+            raise ValueError(
+                f"rate={rate:g} spreads {num_requests} arrivals over {times[-1]:.3g} "
+                f"steps, beyond the last step kvlab counts ({MAX_COUNT}); raise rate"
+            )
     return np.floor(times).astype(np.int64)
 
 
-def poisson_workload(num_requests: int, rate: float, prompt_len: Lengths,
-                     max_new_tokens: Lengths, seed: int = 0, id_prefix: str = "r") -> List[Request]:
+def poisson_workload(
+    num_requests: int,
+    rate: float,
+    prompt_len: Lengths,
+    max_new_tokens: Lengths,
+    seed: int = 0,
+    id_prefix: str = "r",
+) -> list[Request]:
     """``num_requests`` requests arriving as a Poisson process of ``rate`` per step, with
     lengths drawn from the given distributions (an int means a constant): prompts of at least
     one token, outputs of at least none."""
@@ -144,17 +168,22 @@ def poisson_workload(num_requests: int, rate: float, prompt_len: Lengths,
     rng = np.random.default_rng([seed, 1])  # independent of the arrival stream
     prompts = prompts_dist.sample(rng, num_requests)
     outputs = outputs_dist.sample(rng, num_requests)
-    return [Request(f"{id_prefix}{i}", int(p), int(g), int(a))
-            for i, (p, g, a) in enumerate(zip(prompts, outputs, arrivals))]
+    return [
+        Request(f"{id_prefix}{i}", int(p), int(g), int(a))
+        for i, (p, g, a) in enumerate(zip(prompts, outputs, arrivals))
+    ]
 
 
 #: The benchmark's standard mixed workload (benchmarks/scheduler_throughput.py).
-STANDARD_MIXED = dict(num_requests=2000, rate=0.3,
-                      prompt_len=LogNormal(median=512, sigma=1.0, low=16, high=8192),
-                      max_new_tokens=LogNormal(median=128, sigma=0.8, low=1, high=2048))
+STANDARD_MIXED = dict(
+    num_requests=2000,
+    rate=0.3,
+    prompt_len=LogNormal(median=512, sigma=1.0, low=16, high=8192),
+    max_new_tokens=LogNormal(median=128, sigma=0.8, low=1, high=2048),
+)
 
 
-def standard_mixed_workload(seed: int = 0) -> List[Request]:
+def standard_mixed_workload(seed: int = 0) -> list[Request]:
     """2,000 requests, Poisson arrivals at 0.3 per step (near saturation for 64 running requests
     on a 64k-token pool: a few recompute pauses), log-normal prompts (median 512,
     16..8192 tokens) and outputs (median 128, 1..2048 tokens)."""
@@ -165,7 +194,10 @@ def standard_mixed_workload(seed: int = 0) -> List[Request]:
 
 #: The trace files under data/traces/ (Azure Public Dataset, 2023; attribution in its README).
 TRACE_DIR = DATA_DIR / "traces"
-AZURE_TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
+AZURE_TRACES = {
+    "conv": "AzureLLMInferenceTrace_conv.csv",
+    "code": "AzureLLMInferenceTrace_code.csv",
+}
 
 
 class TraceFormatError(ValueError):
@@ -185,11 +217,13 @@ def _count(path, line: int, name: str, value, low: int) -> int:
             raise _trace_error(path, line, f"{name} must be a whole number, got {value!r:.40}")
         value = int(value)
     if type(value) is not int or not low <= value <= MAX_COUNT:
-        raise _trace_error(path, line, f"{name} must be an int in [{low}, {MAX_COUNT}], got {value!r:.40}")
+        raise _trace_error(
+            path, line, f"{name} must be an int in [{low}, {MAX_COUNT}], got {value!r:.40}"
+        )
     return value
 
 
-def _read_azure_rows(path, limit: Optional[int]) -> List[tuple]:
+def _read_azure_rows(path, limit: int | None) -> list[tuple]:
     """(seconds since the epoch, prompt, output) of each row of an Azure trace file, in the
     recorded (time) order; the timestamp keeps its date, so an hour that crosses midnight reads
     in order, and its UTC offset where it has one (UTC where it has none)."""
@@ -200,21 +234,33 @@ def _read_azure_rows(path, limit: Optional[int]) -> List[tuple]:
             header = next(reader, None)
             columns = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
             if header is None or [c.strip() for c in header[:3]] != list(columns):
-                raise _trace_error(path, 1, f"the header must be {','.join(columns)}, got {header!r:.80}")
+                raise _trace_error(
+                    path, 1, f"the header must be {','.join(columns)}, got {header!r:.80}"
+                )
             for line, row in enumerate(itertools.islice(reader, limit), start=2):
                 if len(row) < 3:
                     raise _trace_error(path, line, f"3 fields expected, got {len(row)}")
                 try:
                     stamp = datetime.fromisoformat(row[0].strip())
                 except ValueError as exc:
-                    raise _trace_error(path, line, f"TIMESTAMP {row[0]!r:.40} is not a date and "
-                                                   f"time ({exc})") from None
-                moment = (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
+                    raise _trace_error(
+                        path, line, f"TIMESTAMP {row[0]!r:.40} is not a date and time ({exc})"
+                    ) from None
+                moment = (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
                 if rows and moment < rows[-1][0]:
-                    raise _trace_error(path, line, f"TIMESTAMP {row[0].strip()!r:.40} is earlier than "
-                                                   "the row before; the rows must be in time order")
-                rows.append((moment, _count(path, line, "ContextTokens", row[1], 1),
-                             _count(path, line, "GeneratedTokens", row[2], 0)))
+                    raise _trace_error(
+                        path,
+                        line,
+                        f"TIMESTAMP {row[0].strip()!r:.40} is earlier than "
+                        "the row before; the rows must be in time order",
+                    )
+                rows.append(
+                    (
+                        moment,
+                        _count(path, line, "ContextTokens", row[1], 1),
+                        _count(path, line, "GeneratedTokens", row[2], 0),
+                    )
+                )
     except (UnicodeDecodeError, csv.Error) as exc:
         raise TraceFormatError(f"{path.name}: not a CSV file in UTF-8 ({exc})") from None
     if not rows:
@@ -222,10 +268,11 @@ def _read_azure_rows(path, limit: Optional[int]) -> List[tuple]:
     return rows
 
 
-def _check_replay(seconds_per_iteration: float, limit: Optional[int], minutes: Optional[float]):
+def _check_replay(seconds_per_iteration: float, limit: int | None, minutes: float | None):
     """A trace replay's arguments, checked: (seconds_per_iteration, limit, minutes)."""
-    seconds_per_iteration = check_float("seconds_per_iteration", seconds_per_iteration, low=0.0,
-                                        high=3600.0, low_open=True)
+    seconds_per_iteration = check_float(
+        "seconds_per_iteration", seconds_per_iteration, low=0.0, high=3600.0, low_open=True
+    )
     if limit is not None:
         limit = check_int("limit", limit, low=1, high=10_000_000)
     if minutes is not None:
@@ -233,8 +280,12 @@ def _check_replay(seconds_per_iteration: float, limit: Optional[int], minutes: O
     return seconds_per_iteration, limit, minutes
 
 
-def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
-                limit: Optional[int] = None, minutes: Optional[float] = None) -> List[Request]:
+def azure_trace(
+    service: str = "conv",
+    seconds_per_iteration: float = 0.05,
+    limit: int | None = None,
+    minutes: float | None = None,
+) -> list[Request]:
     """The requests of one service of Azure's LLM inference trace (Patel et al., "Splitwise",
     ISCA 2024; data/traces/README.md), as recorded: prompt and output lengths unchanged, and
     arrival steps ``floor((t - t_first) / seconds_per_iteration)``, one scheduler iteration
@@ -245,9 +296,11 @@ def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
     seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
     rows = _read_azure_rows(path, limit)
     start = rows[0][0]
-    return [Request(f"{service}-{i}", prompt, output, int((t - start) // seconds_per_iteration))
-            for i, (t, prompt, output) in enumerate(rows)
-            if minutes is None or t - start < minutes * 60]
+    return [
+        Request(f"{service}-{i}", prompt, output, int((t - start) // seconds_per_iteration))
+        for i, (t, prompt, output) in enumerate(rows)
+        if minutes is None or t - start < minutes * 60
+    ]
 
 
 # --- Mooncake's FAST'25 traces (data/traces/mooncake-fast25/, Apache-2.0) ------------------------
@@ -255,14 +308,22 @@ def azure_trace(service: str = "conv", seconds_per_iteration: float = 0.05,
 MOONCAKE_TRACES = {"conversation": "conversation_trace.jsonl", "synthetic": "synthetic_trace.jsonl"}
 
 
-def mooncake_trace(trace: str = "conversation", seconds_per_iteration: float = 0.05,
-                   limit: Optional[int] = None, minutes: Optional[float] = None) -> List[Request]:
+def mooncake_trace(
+    trace: str = "conversation",
+    seconds_per_iteration: float = 0.05,
+    limit: int | None = None,
+    minutes: float | None = None,
+) -> list[Request]:
     """The requests of one of Mooncake's traces (Qin et al., FAST 2025;
     data/traces/mooncake-fast25/README.md): prompt and output lengths as recorded, arrival steps
     ``floor(t / seconds_per_iteration)`` (``t``: the recorded millisecond timestamp, in seconds),
     ``limit`` and ``minutes`` as in :func:`azure_trace`, each prompt's 512-token block hashes in
     ``Request.prefix_hashes``. Ids are ``mooncake-{trace}-{line}``."""
-    path = TRACE_DIR / "mooncake-fast25" / MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
+    path = (
+        TRACE_DIR
+        / "mooncake-fast25"
+        / MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
+    )
     seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
     requests = []
     try:
@@ -270,11 +331,15 @@ def mooncake_trace(trace: str = "conversation", seconds_per_iteration: float = 0
             for line, text in enumerate(itertools.islice(handle, limit), start=1):
                 row = _mooncake_row(path, line, text)
                 if minutes is None or row["timestamp"] < minutes * 60_000:
-                    requests.append(Request(
-                        f"mooncake-{trace}-{line - 1}", _count(path, line, "input_length", row["input_length"], 1),
-                        _count(path, line, "output_length", row["output_length"], 0),
-                        int(row["timestamp"] / 1000 // seconds_per_iteration),
-                        prefix_hashes=row["hash_ids"]))
+                    requests.append(
+                        Request(
+                            f"mooncake-{trace}-{line - 1}",
+                            _count(path, line, "input_length", row["input_length"], 1),
+                            _count(path, line, "output_length", row["output_length"], 0),
+                            int(row["timestamp"] / 1000 // seconds_per_iteration),
+                            prefix_hashes=row["hash_ids"],
+                        )
+                    )
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path.name}: not UTF-8 text ({exc})") from None
     if limit is None and minutes is None and not requests:
@@ -291,15 +356,25 @@ def _mooncake_row(path, line: int, text: str) -> dict:
         raise _trace_error(path, line, f"not a JSON object ({exc.msg})") from None
     if not isinstance(row, dict):
         raise _trace_error(path, line, f"not a JSON object, got {type(row).__name__}")
-    missing = [key for key in ("timestamp", "input_length", "output_length", "hash_ids") if key not in row]
+    missing = [
+        key for key in ("timestamp", "input_length", "output_length", "hash_ids") if key not in row
+    ]
     if missing:
         raise _trace_error(path, line, f"missing {', '.join(missing)}")
     for key in ("input_length", "output_length"):
         if isinstance(row[key], str):  # a JSON trace records numbers; text is a different file
-            raise _trace_error(path, line, f"{key} must be a JSON number, got the text {row[key]!r:.40}")
+            raise _trace_error(
+                path, line, f"{key} must be a JSON number, got the text {row[key]!r:.40}"
+            )
     stamp = row["timestamp"]
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < float("inf"):
-        raise _trace_error(path, line, f"timestamp must be a number of milliseconds >= 0, got {stamp!r:.40}")
+    if (
+        isinstance(stamp, bool)
+        or not isinstance(stamp, (int, float))
+        or not 0 <= stamp < float("inf")
+    ):
+        raise _trace_error(
+            path, line, f"timestamp must be a number of milliseconds >= 0, got {stamp!r:.40}"
+        )
     hashes = row["hash_ids"]
     if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
         raise _trace_error(path, line, f"hash_ids must be a list of ints, got {hashes!r:.60}")

@@ -13,7 +13,6 @@ real messages (docs/REFERENCE.md §4) where the real engine has one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Type, Union
 
 from kvlab.core.checks import check_choice, check_instance
 from kvlab.core.manager import KVCacheManager
@@ -41,37 +40,58 @@ def demand_blocks(request: Request, manager: KVCacheManager) -> int:
     extra KV tokens and the request's draft tokens)."""
     check_instance("request", request, Request)
     check_instance("manager", manager, KVCacheManager)
-    tokens = (request.prompt_len + request.max_new_tokens + manager.num_extra_kv_tokens
-              + request.num_draft_tokens)
+    tokens = (
+        request.prompt_len
+        + request.max_new_tokens
+        + manager.num_extra_kv_tokens
+        + request.num_draft_tokens
+    )
     return manager.geometry.blocks_for_tokens(tokens)
 
 
-def front_door_verdict(request: Request, max_num_tokens: Optional[int], chunked_prefill: bool) -> Verdict:
+def front_door_verdict(
+    request: Request, max_num_tokens: int | None, chunked_prefill: bool
+) -> Verdict:
     """The LLM API's check (tensorrt_llm/llmapi/llm.py ``_check_arguments``), before any policy:
     without chunked prefill a prompt must fit max_num_tokens. Generation-only requests skip it."""
-    if (not chunked_prefill and not request.disagg_generation_init
-            and max_num_tokens is not None and request.prompt_len > max_num_tokens):
-        return Verdict(False, f"The sum of prompt length ({float(request.prompt_len)}), query "
-                              f"length (0) should not exceed max_num_tokens ({max_num_tokens})")
+    if (
+        not chunked_prefill
+        and not request.disagg_generation_init
+        and max_num_tokens is not None
+        and request.prompt_len > max_num_tokens
+    ):
+        return Verdict(
+            False,
+            f"The sum of prompt length ({float(request.prompt_len)}), query "
+            f"length (0) should not exceed max_num_tokens ({max_num_tokens})",
+        )
     return ADMIT
 
 
-def token_budget_verdict(request: Request, max_num_tokens: Optional[int], chunked_prefill: bool) -> Verdict:
+def token_budget_verdict(
+    request: Request, max_num_tokens: int | None, chunked_prefill: bool
+) -> Verdict:
     """For a policy that rejects what can never run: a step the token budget can never hold
     (kvlab goes beyond the real scheduler, which would wait for it forever)."""
     if max_num_tokens is None:
         return ADMIT
     step = 1 + request.num_draft_tokens
     if step > max_num_tokens:
-        return Verdict(False, f"a generation step needs {step} tokens (1 + "
-                              f"{request.num_draft_tokens} draft), more than max_num_tokens="
-                              f"{max_num_tokens}: it would never be scheduled")
+        return Verdict(
+            False,
+            f"a generation step needs {step} tokens (1 + "
+            f"{request.num_draft_tokens} draft), more than max_num_tokens="
+            f"{max_num_tokens}: it would never be scheduled",
+        )
     last = request.prompt_len + request.num_draft_tokens
     if not chunked_prefill and not request.disagg_generation_init and last > max_num_tokens:
-        return Verdict(False, f"its context needs {last} tokens in one pass ({request.prompt_len} "
-                              f"prompt + {request.num_draft_tokens} draft) without chunked "
-                              f"prefill, more than max_num_tokens={max_num_tokens}: it would "
-                              "never be scheduled")
+        return Verdict(
+            False,
+            f"its context needs {last} tokens in one pass ({request.prompt_len} "
+            f"prompt + {request.num_draft_tokens} draft) without chunked "
+            f"prefill, more than max_num_tokens={max_num_tokens}: it would "
+            "never be scheduled",
+        )
     return ADMIT
 
 
@@ -91,7 +111,7 @@ class AdmissionPolicy:
 
 
 class NoAdmission(AdmissionPolicy):
-    """"none": the historical TensorRT-LLM V2 path: no admission check at all. A request that
+    """ "none": the historical TensorRT-LLM V2 path: no admission check at all. A request that
     can never fit reaches ``resize_context`` and crashes the engine (clamped page-index width)
     or is refused every pass (configured width): alone it ends in the stall detector's
     deadlock, beside others it starves."""
@@ -100,7 +120,7 @@ class NoAdmission(AdmissionPolicy):
 
 
 class CapacityAdmission(AdmissionPolicy):
-    """"capacity": per-request feasibility at arrival, the direction of PR #21720 (a proposal,
+    """ "capacity": per-request feasibility at arrival, the direction of PR #21720 (a proposal,
     not merged: the Scheduler's default is "none", what the merged code does).
 
     Each request is classified as fits now / temporarily blocked / never fits. Demand (pages
@@ -118,41 +138,50 @@ class CapacityAdmission(AdmissionPolicy):
         depends on fixed capacity; the other two read the free pages of this moment and are
         reported, never acted on."""
         demand = demand_blocks(request, manager)
-        detail = (f" ({request.prompt_len:,} prompt + {request.max_new_tokens:,} new tokens at "
-                  f"{manager.tokens_per_block} tokens per block)")
+        detail = (
+            f" ({request.prompt_len:,} prompt + {request.max_new_tokens:,} new tokens at "
+            f"{manager.tokens_per_block} tokens per block)"
+        )
         if demand > manager.total_blocks:
-            return NEVER_FITS, (f"Request requires {demand} KV cache blocks to complete, which "
-                                f"exceeds the total capacity of {manager.total_blocks} blocks"
-                                + detail)
+            return NEVER_FITS, (
+                f"Request requires {demand} KV cache blocks to complete, which "
+                f"exceeds the total capacity of {manager.total_blocks} blocks" + detail
+            )
         if demand > manager.max_blocks_per_seq:
-            return NEVER_FITS, (f"Request requires {demand} KV cache blocks to complete, which "
-                                f"exceeds the page-index span of {manager.max_blocks_per_seq} "
-                                "entries" + detail)
+            return NEVER_FITS, (
+                f"Request requires {demand} KV cache blocks to complete, which "
+                f"exceeds the page-index span of {manager.max_blocks_per_seq} "
+                "entries" + detail
+            )
         first = manager.geometry.blocks_for_tokens(request.prompt_len + manager.num_extra_kv_tokens)
         if first <= manager.free_blocks and manager.free_slots > 0:
             return FITS_NOW, ""
-        return TEMPORARILY_BLOCKED, (f"its context needs {first:,} blocks, {manager.free_blocks:,} "
-                                     f"are free and {manager.free_slots:,} page-index "
-                                     "slots; retried as pages come back")
+        return TEMPORARILY_BLOCKED, (
+            f"its context needs {first:,} blocks, {manager.free_blocks:,} "
+            f"are free and {manager.free_slots:,} page-index "
+            "slots; retried as pages come back"
+        )
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:
         feasibility, reason = self.classify(request, manager)
         return Verdict(False, reason) if feasibility == NEVER_FITS else ADMIT
 
 
-ADMISSION_POLICIES: Dict[str, Type[AdmissionPolicy]] = {
+ADMISSION_POLICIES: dict[str, type[AdmissionPolicy]] = {
     policy.name: policy for policy in (NoAdmission, CapacityAdmission)
 }
 
 
-def make_admission(admission: Union[str, AdmissionPolicy]) -> AdmissionPolicy:
+def make_admission(admission: str | AdmissionPolicy) -> AdmissionPolicy:
     """A policy from its registry name ("none", "capacity") or an instance."""
     if isinstance(admission, AdmissionPolicy):
         return admission
     check_instance("admission", admission, (str, AdmissionPolicy))
     if admission in ("vllm", "sglang"):
-        raise ValueError(f"admission must be one of {sorted(ADMISSION_POLICIES)}, got {admission!r}: "
-                         f"{'vLLM' if admission == 'vllm' else 'SGLang'}'s scheduler is a loop of "
-                         f"its own, kvlab.sched.{admission}")
+        raise ValueError(
+            f"admission must be one of {sorted(ADMISSION_POLICIES)}, got {admission!r}: "
+            f"{'vLLM' if admission == 'vllm' else 'SGLang'}'s scheduler is a loop of "
+            f"its own, kvlab.sched.{admission}"
+        )
     check_choice("admission", admission, ADMISSION_POLICIES)
     return ADMISSION_POLICIES[admission]()

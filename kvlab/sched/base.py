@@ -14,7 +14,6 @@ manager's caches.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
 
 from kvlab.core.checks import check_int
 from kvlab.core.manager import KVCacheManager
@@ -27,16 +26,16 @@ class ScheduledBatch:
     """What one pass decided (the real SchedulerOutput). A context request's chunk is its
     ``context_chunk_size``."""
 
-    context_requests: List[Request] = field(default_factory=list)
-    generation_requests: List[Request] = field(default_factory=list)
+    context_requests: list[Request] = field(default_factory=list)
+    generation_requests: list[Request] = field(default_factory=list)
     #: suspended to the host tier this pass (evicted, or self-suspended)
-    paused_requests: List[Request] = field(default_factory=list)
+    paused_requests: list[Request] = field(default_factory=list)
     #: cache freed this pass; their context (prompt + generated tokens) restarts later
-    recompute_paused_requests: List[Request] = field(default_factory=list)
-    fitting_disagg_gen_init_requests: List[Request] = field(default_factory=list)
+    recompute_paused_requests: list[Request] = field(default_factory=list)
+    fitting_disagg_gen_init_requests: list[Request] = field(default_factory=list)
     #: aborted by SGLang (a retraction that found nothing left, or a prompt its scheduler turned
     #: away, finished by the prefill that runs its one token): state "rejected"
-    aborted_requests: List[Request] = field(default_factory=list)
+    aborted_requests: list[Request] = field(default_factory=list)
     #: rows of the batch that only carried such an abort: counted among the step's context rows
     #: (SGLang's prefill batch holds them), never executed
     num_aborted_context_rows: int = 0
@@ -49,18 +48,26 @@ class ScheduledBatch:
 
     @property
     def made_progress(self) -> bool:
-        return bool(self.context_requests or self.generation_requests or self.paused_requests
-                    or self.recompute_paused_requests or self.fitting_disagg_gen_init_requests
-                    or self.aborted_requests or self.deferred_behind_contributor)
+        return bool(
+            self.context_requests
+            or self.generation_requests
+            or self.paused_requests
+            or self.recompute_paused_requests
+            or self.fitting_disagg_gen_init_requests
+            or self.aborted_requests
+            or self.deferred_behind_contributor
+        )
 
 
 def check_plain_request(request: Request, peer: str) -> None:
     """ValueError for what the real engines' peers (``peer``: "vLLM", "SGLang") model not:
     draft tokens, beam search, disaggregated generation."""
     if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
-        raise ValueError(f"request {request.request_id!r}: kvlab's {peer} peer and backend model no "
-                         "draft tokens, beam search or disaggregated generation; give it "
-                         "num_draft_tokens=0, beam_width=1, disagg_generation_init=False")
+        raise ValueError(
+            f"request {request.request_id!r}: kvlab's {peer} peer and backend model no "
+            "draft tokens, beam search or disaggregated generation; give it "
+            "num_draft_tokens=0, beam_width=1, disagg_generation_init=False"
+        )
 
 
 class SchedulerBase:
@@ -84,22 +91,22 @@ class SchedulerBase:
         #: consecutive passes without progress (only the V2 loop detects stalls)
         self.stalled_passes = 0
         self.counts = dict.fromkeys(REQUEST_STATES, 0)
-        self._active: List[Request] = []       # admitted requests, arrival order; pruned lazily
-        self._submitted: List[Request] = []
+        self._active: list[Request] = []  # admitted requests, arrival order; pruned lazily
+        self._submitted: list[Request] = []
         self._submitted_ids: set = set()
         self._has_retired = False
 
     @property
-    def max_num_active_requests(self) -> Optional[int]:
+    def max_num_active_requests(self) -> int | None:
         return self.max_batch_size
 
     @property
-    def active_requests(self) -> Tuple[Request, ...]:
+    def active_requests(self) -> tuple[Request, ...]:
         """The live requests (waiting, running, suspended) in arrival order."""
         return tuple(r for r in self._active if r.state in LIVE_STATES)
 
     @property
-    def submitted_requests(self) -> Tuple[Request, ...]:
+    def submitted_requests(self) -> tuple[Request, ...]:
         return tuple(self._submitted)
 
     def submit(self, request: Request) -> Verdict:
@@ -110,14 +117,19 @@ class SchedulerBase:
         if request.request_id in self._submitted_ids:
             raise ValueError(f"request_id {request.request_id!r} was already submitted")
         if request.state != "waiting":
-            raise ValueError(f"request {request.request_id!r} is {request.state!r}; submit a fresh "
-                             "Request (dataclasses.replace(request) makes one)")
-        if (request.context_current_position or request.num_generated) and \
-                not request.disagg_generation_init:
-            raise ValueError(f"request {request.request_id!r}: a submitted request has computed "
-                             "nothing yet (the engine computes its context): context_current_position "
-                             f"and num_generated must be 0, got {request.context_current_position} "
-                             f"and {request.num_generated}")
+            raise ValueError(
+                f"request {request.request_id!r} is {request.state!r}; submit a fresh "
+                "Request (dataclasses.replace(request) makes one)"
+            )
+        if (
+            request.context_current_position or request.num_generated
+        ) and not request.disagg_generation_init:
+            raise ValueError(
+                f"request {request.request_id!r}: a submitted request has computed "
+                "nothing yet (the engine computes its context): context_current_position "
+                f"and num_generated must be 0, got {request.context_current_position} "
+                f"and {request.num_generated}"
+            )
         verdict = self._verdict(request)
         self._submitted_ids.add(request.request_id)
         self._submitted.append(request)
@@ -184,22 +196,27 @@ class SchedulerBase:
         caches = self.manager.caches
         seen = dict.fromkeys(REQUEST_STATES, 0)
         for request in self._submitted:
-            assert request.state in REQUEST_STATES, f"{request.request_id!r}: state {request.state!r}"
+            assert request.state in REQUEST_STATES, (
+                f"{request.request_id!r}: state {request.state!r}"
+            )
             seen[request.state] += 1
             cache = caches.get(request.request_id)
             if request.state == "running":
                 assert cache is not None and cache.is_active, (
-                    f"{request.request_id!r} is running without an active cache")
+                    f"{request.request_id!r} is running without an active cache"
+                )
             elif request.state == "suspended":
                 assert cache is not None and cache.suspended, (
-                    f"{request.request_id!r} is suspended without a suspended cache")
+                    f"{request.request_id!r} is suspended without a suspended cache"
+                )
             else:
                 assert cache is None, f"{request.request_id!r} is {request.state} yet holds a cache"
         assert seen == self.counts, f"state counts drifted: counted {seen}, kept {self.counts}"
         assert sum(seen.values()) == len(self._submitted)
         live = [r.request_id for r in self._active if r.state in LIVE_STATES]
         assert len(live) == len(set(live)) == sum(seen[s] for s in LIVE_STATES), (
-            "a live request is missing from, or twice in, the active list")
+            "a live request is missing from, or twice in, the active list"
+        )
         strays = set(caches) - set(live) - self._own_caches()
         assert not strays, f"caches without a live request: {strays}"
 

@@ -14,8 +14,6 @@ attempt would resize by.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request
 
@@ -37,7 +35,7 @@ class PassBudget:
         return self.num_requests >= self.max_num_requests
 
     @property
-    def remaining_tokens(self) -> Optional[int]:
+    def remaining_tokens(self) -> int | None:
         return None if self.max_num_tokens is None else self.max_num_tokens - self.num_tokens
 
     def commit(self, num_tokens: int) -> None:
@@ -49,12 +47,17 @@ class PassBudget:
 #: tokens): ``chunk`` context tokens (the request's ``context_chunk_size``), the tokens charged to
 #: the token budget and those the cache grows by (the chunk, plus the draft tokens with the
 #: last). A plain tuple: the certain refusal plans every pending first chunk every pass.
-ContextPlan = Tuple[int, int, int]
+ContextPlan = tuple[int, int, int]
 
 
-def plan_context(request: Request, budget_left: Optional[int], chunked: bool,
-                 max_context_length: Optional[int], chunk_unit: int,
-                 sized_from: Optional[int] = None) -> Optional[ContextPlan]:
+def plan_context(
+    request: Request,
+    budget_left: int | None,
+    chunked: bool,
+    max_context_length: int | None,
+    chunk_unit: int,
+    sized_from: int | None = None,
+) -> ContextPlan | None:
     """The plan of ``request``'s next context chunk against ``budget_left`` tokens (None: no
     token limit), changing nothing; None when the budget cannot hold it (phase 2 STOPs).
 
@@ -96,11 +99,23 @@ class CertainRefusal:
     pending request, not an attempt each; it holds until the pass schedules something (the
     scheduler then builds another)."""
 
-    __slots__ = ("fit_tokens", "width_tokens", "budget_left", "chunked", "max_context_length",
-                 "chunk_unit")
+    __slots__ = (
+        "fit_tokens",
+        "width_tokens",
+        "budget_left",
+        "chunked",
+        "max_context_length",
+        "chunk_unit",
+    )
 
-    def __init__(self, manager: KVCacheManager, budget_left: Optional[int], chunked: bool,
-                 max_context_length: Optional[int], chunk_unit: int):
+    def __init__(
+        self,
+        manager: KVCacheManager,
+        budget_left: int | None,
+        chunked: bool,
+        max_context_length: int | None,
+        chunk_unit: int,
+    ):
         self.fit_tokens, self.width_tokens = manager.refusal_window()
         self.budget_left = budget_left
         self.chunked = chunked
@@ -109,22 +124,28 @@ class CertainRefusal:
 
     def refuses_first_chunk(self, request: Request) -> bool:
         """``request`` holds no cache; a plan the budget STOPs is not a refusal."""
-        plan = plan_context(request, self.budget_left, self.chunked, self.max_context_length,
-                            self.chunk_unit)
+        plan = plan_context(
+            request, self.budget_left, self.chunked, self.max_context_length, self.chunk_unit
+        )
         return plan is not None and self.fit_tokens < plan[2] <= self.width_tokens
 
 
-def check_chunk_budget(chunk_unit_size: int, max_num_tokens: Optional[int],
-                       max_context_length: Optional[int] = None) -> None:
+def check_chunk_budget(
+    chunk_unit_size: int, max_num_tokens: int | None, max_context_length: int | None = None
+) -> None:
     """With chunked prefill, a chunk is a multiple of ``chunk_unit_size`` (the tokens per block)
     and must fit both limits; raise ValueError when no chunk ever can. Both checks are kvlab's:
     the real constructor accepts any chunk_unit_size, and its scheduler would then never
     schedule a context chunk."""
     max_context_length = max_num_tokens if max_context_length is None else max_context_length
     if max_context_length is not None and chunk_unit_size > max_context_length:
-        raise ValueError(f"chunk_unit_size must be in [1, max_context_length={max_context_length}] "
-                         f"with chunked_prefill, got {chunk_unit_size}")
+        raise ValueError(
+            f"chunk_unit_size must be in [1, max_context_length={max_context_length}] "
+            f"with chunked_prefill, got {chunk_unit_size}"
+        )
     if max_num_tokens is not None and chunk_unit_size > max_num_tokens:
-        raise ValueError(f"max_num_tokens must be at least chunk_unit_size={chunk_unit_size} (the "
-                         f"tokens per block) with chunked_prefill, or no context chunk is ever "
-                         f"scheduled; got {max_num_tokens}")
+        raise ValueError(
+            f"max_num_tokens must be at least chunk_unit_size={chunk_unit_size} (the "
+            f"tokens per block) with chunked_prefill, or no context chunk is ever "
+            f"scheduled; got {max_num_tokens}"
+        )

@@ -9,15 +9,13 @@ diagram's regimes, the multi-rank runs, the panels and the figures read it from 
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
-
 #: Policy name -> (admission policy, page-index width policy).
-POLICIES: Dict[str, Tuple[str, str]] = {
-    "none/clamped": ("none", "clamped"),         # historical TensorRT-LLM V2: the #21470 crash
-    "none/configured": ("none", "configured"),   # the one-line fix: a wider row, refused every pass
-    "capacity": ("capacity", "clamped"),         # PR #21720 (a proposal): reject what never fits
-    "vllm": ("vllm", "configured"),              # vLLM v1's own loop (kvlab.sched.vllm.VllmScheduler)
-    "sglang": ("sglang", "configured"),          # SGLang's own loop (kvlab.sched.sglang.SglangScheduler)
+POLICIES: dict[str, tuple[str, str]] = {
+    "none/clamped": ("none", "clamped"),  # historical TensorRT-LLM V2: the #21470 crash
+    "none/configured": ("none", "configured"),  # the one-line fix: a wider row, refused every pass
+    "capacity": ("capacity", "clamped"),  # PR #21720 (a proposal): reject what never fits
+    "vllm": ("vllm", "configured"),  # vLLM v1's own loop (kvlab.sched.vllm.VllmScheduler)
+    "sglang": ("sglang", "configured"),  # SGLang's own loop (kvlab.sched.sglang.SglangScheduler)
 }
 #: TensorRT-LLM's three regimes (the phase diagram's), and the peers' styles.
 TRTLLM_POLICIES = ("none/clamped", "none/configured", "capacity")

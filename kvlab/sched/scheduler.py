@@ -56,23 +56,35 @@ overriding one hook: ``_disagg_gen_init_under_cap`` and ``_residency_refusal``.
 from __future__ import annotations
 
 import enum
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Union
+from collections.abc import Iterable, Sequence
 
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import Allocation, KVCacheManager
 from kvlab.core.request import LIVE_STATES, Request, RequestState
-from kvlab.sched.admission import (AdmissionPolicy, Verdict, front_door_verdict, make_admission,
-                                  token_budget_verdict)
+from kvlab.sched.admission import (
+    AdmissionPolicy,
+    Verdict,
+    front_door_verdict,
+    make_admission,
+    token_budget_verdict,
+)
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
-from kvlab.sched.context_plan import (CertainRefusal, ContextPlan, PassBudget, check_chunk_budget,
-                                      plan_context)
+from kvlab.sched.context_plan import (
+    CertainRefusal,
+    ContextPlan,
+    PassBudget,
+    check_chunk_budget,
+    plan_context,
+)
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000
 #: The remedy the real deadlock message ends with (no KV connector attached).
-DEADLOCK_REMEDY = ("Configure kv_cache_config.host_cache_size, increase kv_cache_config.max_tokens, "
-                   "or lower max_batch_size.")
+DEADLOCK_REMEDY = (
+    "Configure kv_cache_config.host_cache_size, increase kv_cache_config.max_tokens, "
+    "or lower max_batch_size."
+)
 
 
 class SchedulerDeadlock(RuntimeError):
@@ -84,7 +96,8 @@ class SchedulerDeadlock(RuntimeError):
             f"V2 scheduler deadlock: {num_generation} generation and {num_context} context "
             "request(s) active but none could be scheduled, suspended or preempted in "
             f"{stalled_passes} consecutive attempts. The KV cache pool is likely exhausted. "
-            f"{DEADLOCK_REMEDY}")
+            f"{DEADLOCK_REMEDY}"
+        )
         self.num_generation = num_generation
         self.num_context = num_context
         self.stalled_passes = stalled_passes
@@ -122,39 +135,66 @@ class Scheduler(SchedulerBase):
     at once (its page-index slots). ``max_num_tokens=None`` is no token budget.
     """
 
-    def __init__(self, manager: KVCacheManager, admission: Union[str, AdmissionPolicy] = "none",
-                 max_num_tokens: Optional[int] = 8192, max_batch_size: int = 8,
-                 stall_limit: int = DEFAULT_STALL_LIMIT, *, chunked_prefill: bool = False,
-                 max_context_length: Optional[int] = None, chunk_unit_size: Optional[int] = None,
-                 scheduler_capacity: Optional[int] = None, enable_recompute_pause: bool = True,
-                 enable_prefix_aware_scheduling: bool = True, debug: bool = False):
+    def __init__(
+        self,
+        manager: KVCacheManager,
+        admission: str | AdmissionPolicy = "none",
+        max_num_tokens: int | None = 8192,
+        max_batch_size: int = 8,
+        stall_limit: int = DEFAULT_STALL_LIMIT,
+        *,
+        chunked_prefill: bool = False,
+        max_context_length: int | None = None,
+        chunk_unit_size: int | None = None,
+        scheduler_capacity: int | None = None,
+        enable_recompute_pause: bool = True,
+        enable_prefix_aware_scheduling: bool = True,
+        debug: bool = False,
+    ):
         super().__init__(manager, max_batch_size, debug)
         self.admission = make_admission(admission)
-        self.max_num_tokens = (None if max_num_tokens is None else check_int(
-            "max_num_tokens", max_num_tokens, low=1, high=1 << 30))
-        self.max_num_requests = (self.max_batch_size if scheduler_capacity is None else check_int(
-            "scheduler_capacity", scheduler_capacity, low=1, high=1 << 20))
+        self.max_num_tokens = (
+            None
+            if max_num_tokens is None
+            else check_int("max_num_tokens", max_num_tokens, low=1, high=1 << 30)
+        )
+        self.max_num_requests = (
+            self.max_batch_size
+            if scheduler_capacity is None
+            else check_int("scheduler_capacity", scheduler_capacity, low=1, high=1 << 20)
+        )
         self.stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)
-        for name, flag in (("chunked_prefill", chunked_prefill),
-                           ("enable_recompute_pause", enable_recompute_pause),
-                           ("enable_prefix_aware_scheduling", enable_prefix_aware_scheduling)):
+        for name, flag in (
+            ("chunked_prefill", chunked_prefill),
+            ("enable_recompute_pause", enable_recompute_pause),
+            ("enable_prefix_aware_scheduling", enable_prefix_aware_scheduling),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         self.chunked_prefill = chunked_prefill
         self.enable_recompute_pause = enable_recompute_pause
         self.enable_prefix_aware_scheduling = enable_prefix_aware_scheduling
         # the real ``_prefix_skip_enabled``: the flag, block reuse, and per-block commits
-        self._prefix_skip_enabled = (enable_prefix_aware_scheduling and manager.enable_block_reuse
-                                     and manager.block_reuse_policy == "all_reusable")
+        self._prefix_skip_enabled = (
+            enable_prefix_aware_scheduling
+            and manager.enable_block_reuse
+            and manager.block_reuse_policy == "all_reusable"
+        )
         #: a request with prefix hashes was admitted: before, no probe can find a key
         self._admitted_hashes = False
-        self.max_context_length = (max_num_tokens if max_context_length is None else check_int(
-            "max_context_length", max_context_length, low=1, high=1 << 30))
-        self.chunk_unit_size = (manager.tokens_per_block if chunk_unit_size is None else check_int(
-            "chunk_unit_size", chunk_unit_size, low=1, high=1 << 30))
+        self.max_context_length = (
+            max_num_tokens
+            if max_context_length is None
+            else check_int("max_context_length", max_context_length, low=1, high=1 << 30)
+        )
+        self.chunk_unit_size = (
+            manager.tokens_per_block
+            if chunk_unit_size is None
+            else check_int("chunk_unit_size", chunk_unit_size, low=1, high=1 << 30)
+        )
         if chunked_prefill:
             check_chunk_budget(self.chunk_unit_size, self.max_num_tokens, self.max_context_length)
-        self._inflight: FrozenSet[str] = frozenset()
+        self._inflight: frozenset[str] = frozenset()
 
     # -- the executor's side ------------------------------------------------------------
     def _verdict(self, request: Request) -> Verdict:
@@ -193,7 +233,7 @@ class Scheduler(SchedulerBase):
         return batch
 
     # -- phase 1: generation -------------------------------------------------------------
-    def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> List[Request]:
+    def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
         """Phase 1; returns the context requests it deferred to phase 2.
 
         Each generation step is the real ``_try_schedule_generation``, written once and inline
@@ -204,7 +244,7 @@ class Scheduler(SchedulerBase):
         256 tokens a page) or takes the allocation and its room-making ladder
         (:meth:`_allocate_generation`)."""
         requests = self._active
-        pending_contexts: List[Request] = []
+        pending_contexts: list[Request] = []
         end = len(requests)
         pause_state = _RecomputePauseState(end)
         victim_indices, inflight = pause_state.victim_indices, self._inflight
@@ -238,8 +278,9 @@ class Scheduler(SchedulerBase):
                 index += 1
                 continue  # SKIP
             if not caches[request.request_id].grow_within_pages(1 + request.num_draft_tokens):
-                fitted, end = self._allocate_generation(request, requests, index, end,
-                                                        pause_state, batch)
+                fitted, end = self._allocate_generation(
+                    request, requests, index, end, pause_state, batch
+                )
                 if not fitted:
                     break  # STOP: the request suspended itself
             batch.generation_requests.append(request)
@@ -265,8 +306,9 @@ class Scheduler(SchedulerBase):
         recompute pause on) recompute-pause them."""
         success, end = self._evict_for_generation(request, requests, index, end, batch)
         if not success and self.enable_recompute_pause:
-            success, end = self._recompute_pause_for_generation(request, requests, index, end,
-                                                                pause_state, batch)
+            success, end = self._recompute_pause_for_generation(
+                request, requests, index, end, pause_state, batch
+            )
         return success, end
 
     def _give_up_generation(self, request: Request, batch: ScheduledBatch) -> None:
@@ -287,8 +329,9 @@ class Scheduler(SchedulerBase):
         """The real ``_try_evict_for_gen``: suspend started requests from the tail of
         active_requests (never ones already visited) until the step fits."""
         while end > index:
-            victim_index = next((i for i in range(end - 1, index, -1)
-                                 if self._is_evictable(requests[i])), None)
+            victim_index = next(
+                (i for i in range(end - 1, index, -1) if self._is_evictable(requests[i])), None
+            )
             if victim_index is None:
                 break
             victim = requests[victim_index]
@@ -308,13 +351,17 @@ class Scheduler(SchedulerBase):
             victim_index = None
             for i in range(pause_state.frontier - 1, index, -1):
                 candidate = requests[i]
-                if (i not in pause_state.victim_indices and self._is_victim_candidate(candidate)
-                        and (can_evict or not _contains(batch.paused_requests, candidate))):
+                if (
+                    i not in pause_state.victim_indices
+                    and self._is_victim_candidate(candidate)
+                    and (can_evict or not _contains(batch.paused_requests, candidate))
+                ):
                     victim_index = i
                     break
             if victim_index is None and can_evict:
-                victim = next((c for c in batch.paused_requests if self._is_victim_candidate(c)),
-                              None)
+                victim = next(
+                    (c for c in batch.paused_requests if self._is_victim_candidate(c)), None
+                )
                 if victim is None:
                     break
                 victim_index = next(i for i, c in enumerate(requests) if c is victim)
@@ -335,10 +382,11 @@ class Scheduler(SchedulerBase):
         return False, end
 
     # -- phase 2: contexts ---------------------------------------------------------------
-    def _schedule_contexts(self, pending: List[Request], budget: PassBudget,
-                           batch: ScheduledBatch) -> List[Request]:
+    def _schedule_contexts(
+        self, pending: list[Request], budget: PassBudget, batch: ScheduledBatch
+    ) -> list[Request]:
         """Phase 2; returns the requests ``preempt_for_pages`` recompute-paused."""
-        preempted: List[Request] = []
+        preempted: list[Request] = []
         has_chunking = False
         manager = self.manager
         caches, reuses = manager.caches, manager.reuses
@@ -352,16 +400,22 @@ class Scheduler(SchedulerBase):
                 break  # the real loop continues for encoder requests, which kvlab has none of
             if preempted and _contains(preempted, request):
                 continue
-            if (refusal is not None and request.request_id not in caches
-                    and refusal.refuses_first_chunk(request)
-                    and not (request.prefix_hashes and reuses(request))):
+            if (
+                refusal is not None
+                and request.request_id not in caches
+                and refusal.refuses_first_chunk(request)
+                and not (request.prefix_hashes and reuses(request))
+            ):
                 request.num_refusals += 1
                 continue
             first_new_block = None
             if contributed is not None:  # the prefix-aware skip, before any cache work
                 first_new_block = manager.probe_first_new_block_key(request)
-                if (request.is_first_context_chunk and first_new_block is not None
-                        and first_new_block in contributed):
+                if (
+                    request.is_first_context_chunk
+                    and first_new_block is not None
+                    and first_new_block in contributed
+                ):
                     batch.deferred_behind_contributor = True
                     continue
             action, tokens = self._schedule_context(request, budget, batch, preempted)
@@ -381,7 +435,7 @@ class Scheduler(SchedulerBase):
             batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         return preempted
 
-    def _collect_contributed_blocks(self, pending: List[Request]) -> Optional[set]:
+    def _collect_contributed_blocks(self, pending: list[Request]) -> set | None:
         """The real ``_collect_contributed_blocks``: the first new blocks of the context
         continuations in flight, or None when the skip cannot fire this pass (off, no first
         chunk pending, or one alone with nothing in flight or continuing), so no probe is paid."""
@@ -391,33 +445,50 @@ class Scheduler(SchedulerBase):
         if candidates == 0:
             return None
         inflight = self._inflight
-        in_flight = [r for r in self._active if r.request_id in inflight
-                     and not r.is_context_finished and not r.is_first_context_chunk] if inflight else []
+        in_flight = (
+            [
+                r
+                for r in self._active
+                if r.request_id in inflight
+                and not r.is_context_finished
+                and not r.is_first_context_chunk
+            ]
+            if inflight
+            else []
+        )
         if not in_flight and candidates < 2 and all(r.is_first_context_chunk for r in pending):
             return None
         probe = self.manager.probe_first_new_block_key
         return {key for key in map(probe, in_flight) if key is not None}
 
-    def _pending_refusal(self, budget: PassBudget) -> Optional[CertainRefusal]:
+    def _pending_refusal(self, budget: PassBudget) -> CertainRefusal | None:
         """The bound that refuses a pending first chunk before its attempt, or None when an
         attempt could end otherwise than its refusal would: a residency cap is checked first, a
         refusal may preempt
         (``_preempt_for_pages``: no tier below the GPU, recompute pause on), or no page-index
         slot is free (the attempt answers for the slot)."""
         manager = self.manager
-        if (manager.max_resident_sequences() is not None
-                or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
-                or manager.free_slots == 0):
+        if (
+            manager.max_resident_sequences() is not None
+            or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
+            or manager.free_slots == 0
+        ):
             return None
-        return CertainRefusal(manager, budget.remaining_tokens, self.chunked_prefill,
-                              self.max_context_length, self.chunk_unit_size)
+        return CertainRefusal(
+            manager,
+            budget.remaining_tokens,
+            self.chunked_prefill,
+            self.max_context_length,
+            self.chunk_unit_size,
+        )
 
     def _has_context_chunk_budget(self, budget: PassBudget) -> bool:
         remaining = budget.remaining_tokens
         return remaining is None or (remaining > 0 and remaining >= self.chunk_unit_size)
 
-    def _schedule_context(self, request: Request, budget: PassBudget, batch: ScheduledBatch,
-                          preempted: List[Request]):
+    def _schedule_context(
+        self, request: Request, budget: PassBudget, batch: ScheduledBatch, preempted: list[Request]
+    ):
         """One context attempt: (action, tokens for the budget when SCHEDULED)."""
         first_chunk = request.is_first_context_chunk
         if first_chunk and self._residency_full(request):
@@ -434,8 +505,11 @@ class Scheduler(SchedulerBase):
                 if allocated is Allocation.NO_SLOT:  # prepare failed
                     action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
                 elif allocated is Allocation.REFUSED:
-                    action = (ScheduleAction.STOP if self._preempt_for_pages(request, batch, preempted)
-                              else ScheduleAction.SKIP)
+                    action = (
+                        ScheduleAction.STOP
+                        if self._preempt_for_pages(request, batch, preempted)
+                        else ScheduleAction.SKIP
+                    )
         except PageIndexTooShort:
             if first_chunk:  # the engine stops; the request never ran
                 self._release(request)
@@ -453,32 +527,48 @@ class Scheduler(SchedulerBase):
         prefix-aware scheduling off the budget sees the context as it was before prepare:
         non-chunked, checked and charged whole before prepare; chunked, the chunk sized from
         it."""
-        sized_from = None if self.enable_prefix_aware_scheduling else request.context_remaining_length
-        if (sized_from is not None and not self.chunked_prefill
-                and self._plan_context(request, budget.remaining_tokens) is None):
+        sized_from = (
+            None if self.enable_prefix_aware_scheduling else request.context_remaining_length
+        )
+        if (
+            sized_from is not None
+            and not self.chunked_prefill
+            and self._plan_context(request, budget.remaining_tokens) is None
+        ):
             return ScheduleAction.STOP, None
         if not self._prepare_context(request):
             return (ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP), None
         plan = self._plan_context(request, budget.remaining_tokens, sized_from)
         return (ScheduleAction.STOP if plan is None else ScheduleAction.SCHEDULED), plan
 
-    def _plan_context(self, request: Request, budget_left: Optional[int],
-                      sized_from: Optional[int] = None) -> Optional[ContextPlan]:
+    def _plan_context(
+        self, request: Request, budget_left: int | None, sized_from: int | None = None
+    ) -> ContextPlan | None:
         """:func:`plan_context` under this scheduler's chunking settings."""
-        return plan_context(request, budget_left, self.chunked_prefill, self.max_context_length,
-                            self.chunk_unit_size, sized_from)
+        return plan_context(
+            request,
+            budget_left,
+            self.chunked_prefill,
+            self.max_context_length,
+            self.chunk_unit_size,
+            sized_from,
+        )
 
-    def _preempt_for_pages(self, request: Request, batch: ScheduledBatch,
-                           preempted: List[Request]) -> bool:
+    def _preempt_for_pages(
+        self, request: Request, batch: ScheduledBatch, preempted: list[Request]
+    ) -> bool:
         """The real ``_try_preempt_for_pages``: with no tier below the GPU and recompute pause
         on, recompute-pause the newest started request that holds an active cache and is
         neither scheduled this pass nor ``request``; True when one was."""
         if self.manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
             return False
         for victim in reversed(self._active):
-            if (victim is request or not self._is_evictable(victim)
-                    or _contains(batch.generation_requests, victim)
-                    or _contains(batch.context_requests, victim)):
+            if (
+                victim is request
+                or not self._is_evictable(victim)
+                or _contains(batch.generation_requests, victim)
+                or _contains(batch.context_requests, victim)
+            ):
                 continue
             self._recompute_pause(victim)
             batch.recompute_paused_requests.append(victim)
@@ -510,8 +600,13 @@ class Scheduler(SchedulerBase):
         DISAGG_GENERATION_INIT one only while ``_disagg_gen_init_under_cap``."""
         caches = self.manager.caches
         counts_disagg = self._disagg_gen_init_under_cap()
-        return sum(1 for r in self._active if r.state in LIVE_STATES and r.request_id in caches
-                   and (counts_disagg or not r.is_disagg_generation_init))
+        return sum(
+            1
+            for r in self._active
+            if r.state in LIVE_STATES
+            and r.request_id in caches
+            and (counts_disagg or not r.is_disagg_generation_init)
+        )
 
     # -- manager calls -------------------------------------------------------------------
     def _allocate_context(self, request: Request, num_tokens: int) -> Allocation:
@@ -550,15 +645,21 @@ class Scheduler(SchedulerBase):
         self._set_state(request, RequestState.SUSPENDED)
 
     # -- stall detection -----------------------------------------------------------------
-    def _detect_deadlock(self, requests: List[Request], pending: List[Request],
-                         batch: ScheduledBatch) -> None:
+    def _detect_deadlock(
+        self, requests: list[Request], pending: list[Request], batch: ScheduledBatch
+    ) -> None:
         """The real ``_detect_deadlock``: raise on the stall_limit-th consecutive pass that had
         candidates and made no progress."""
         if batch.made_progress:
             self.stalled_passes = 0
             return
-        num_generation = sum(1 for r in requests if r.state in LIVE_STATES
-                             and r.is_context_finished and r.request_id not in self._inflight)
+        num_generation = sum(
+            1
+            for r in requests
+            if r.state in LIVE_STATES
+            and r.is_context_finished
+            and r.request_id not in self._inflight
+        )
         if num_generation == 0 and not pending:
             self.stalled_passes = 0  # legitimately idle
             return
@@ -567,6 +668,8 @@ class Scheduler(SchedulerBase):
             raise SchedulerDeadlock(num_generation, len(pending), self.stalled_passes)
 
     def __repr__(self) -> str:
-        return (f"Scheduler(admission={self.admission!r}, max_num_tokens={self.max_num_tokens}, "
-                f"max_batch_size={self.max_batch_size}, stall_limit={self.stall_limit}, "
-                f"chunked_prefill={self.chunked_prefill}, can_evict={self.manager.can_evict})")
+        return (
+            f"Scheduler(admission={self.admission!r}, max_num_tokens={self.max_num_tokens}, "
+            f"max_batch_size={self.max_batch_size}, stall_limit={self.stall_limit}, "
+            f"chunked_prefill={self.chunked_prefill}, can_evict={self.manager.can_evict})"
+        )

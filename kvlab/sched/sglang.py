@@ -13,7 +13,6 @@ this loop: a request the adder can never admit waits until the run's ``max_steps
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional
 
 from kvlab.core.checks import check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
@@ -35,33 +34,41 @@ DEFAULT_CHUNKED_PREFILL_SIZE = 4096
 DEFAULT_MAX_PREFILL_TOKENS = 16384
 
 #: SGLang's messages.
-MAX_RUNNING_ZERO = "max_running_request is zero"                     # tp_worker.py:420
-POOL_TOO_SMALL = "Memory pool size is too small"                     # tp_worker.py:425
-DECODE_OOM_ABORT = ("Out of memory even after retracting all other requests in the decode "
-                    "batch. Aborting the last request.")             # schedule_batch.py:3516
+MAX_RUNNING_ZERO = "max_running_request is zero"  # tp_worker.py:420
+POOL_TOO_SMALL = "Memory pool size is too small"  # tp_worker.py:425
+DECODE_OOM_ABORT = (
+    "Out of memory even after retracting all other requests in the decode "
+    "batch. Aborting the last request."
+)  # schedule_batch.py:3516
 
 
 def input_too_long_message(prompt_len: int, context_length: int) -> str:
     """The TokenizerManager's refusal of a prompt of ``context_length`` tokens or more
     (tokenizer_manager.py:1349)."""
-    return (f"The input ({prompt_len} tokens) is longer than the model's context length "
-            f"({context_length} tokens).")
+    return (
+        f"The input ({prompt_len} tokens) is longer than the model's context length "
+        f"({context_length} tokens)."
+    )
 
 
 def total_too_long_message(prompt_len: int, max_new_tokens: int, context_length: int) -> str:
     """The TokenizerManager's refusal of prompt + max_new_tokens over the context length
     (tokenizer_manager.py:1372)."""
-    return (f"Requested token count exceeds the model's maximum context length of "
-            f"{context_length} tokens. You requested a total of {prompt_len + max_new_tokens} "
-            f"tokens: {prompt_len} tokens from the input messages and {max_new_tokens} tokens "
-            "for the completion. Please reduce the number of tokens in the input messages or "
-            "the completion to fit within the limit.")
+    return (
+        f"Requested token count exceeds the model's maximum context length of "
+        f"{context_length} tokens. You requested a total of {prompt_len + max_new_tokens} "
+        f"tokens: {prompt_len} tokens from the input messages and {max_new_tokens} tokens "
+        "for the completion. Please reduce the number of tokens in the input messages or "
+        "the completion to fit within the limit."
+    )
 
 
 def input_length_abort_message(prompt_len: int, max_req_input_len: int) -> str:
     """The scheduler's ``validate_input_length`` (managers/utils.py:283)."""
-    return (f"Input length ({prompt_len} tokens) exceeds the maximum allowed length "
-            f"({max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
+    return (
+        f"Input length ({prompt_len} tokens) exceeds the maximum allowed length "
+        f"({max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +93,7 @@ class SglangServerArgs:
     geometry: KVGeometry
     max_total_tokens: int
     context_length: int
-    max_running_requests: Optional[int] = None
+    max_running_requests: int | None = None
     chunked_prefill_size: int = DEFAULT_CHUNKED_PREFILL_SIZE
     max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS
     schedule_conservativeness: float = 1.0
@@ -96,20 +103,24 @@ class SglangServerArgs:
         if not isinstance(self.geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
         if self.geometry.tokens_per_block != 1:
-            raise ValueError("geometry.tokens_per_block must be 1 (SGLang's page_size 1), got "
-                             f"{self.geometry.tokens_per_block}")
+            raise ValueError(
+                "geometry.tokens_per_block must be 1 (SGLang's page_size 1), got "
+                f"{self.geometry.tokens_per_block}"
+            )
         store_checked(self, "max_total_tokens", check_int, low=1, high=1 << 24)
         store_checked(self, "context_length", check_int, low=1, high=1 << 30)
         if self.max_running_requests is not None:
             store_checked(self, "max_running_requests", check_int, low=1, high=1 << 20)
         if type(self.chunked_prefill_size) is not bool and self.chunked_prefill_size == -1:
-            object.__setattr__(self, "chunked_prefill_size", -1)   # a plain int, whatever came
+            object.__setattr__(self, "chunked_prefill_size", -1)  # a plain int, whatever came
         else:
             try:
                 store_checked(self, "chunked_prefill_size", check_int, low=1, high=1 << 30)
             except ValueError:
-                raise ValueError(f"chunked_prefill_size must be -1 (chunking off) or in [1, "
-                                 f"{1 << 30}], got {self.chunked_prefill_size}") from None
+                raise ValueError(
+                    f"chunked_prefill_size must be -1 (chunking off) or in [1, "
+                    f"{1 << 30}], got {self.chunked_prefill_size}"
+                ) from None
         store_checked(self, "max_prefill_tokens", check_int, low=1, high=1 << 30)
         store_checked(self, "schedule_conservativeness", check_float, low=0.0, high=100.0)
         if not isinstance(self.ignore_eos, bool):
@@ -137,15 +148,15 @@ class SglangServerArgs:
         return self.max_req_len - INPUT_LEN_MARGIN
 
     @property
-    def chunk_size(self) -> Optional[int]:
+    def chunk_size(self) -> int | None:
         """The scheduler's ``chunked_prefill_size``: None with chunking off."""
         return None if self.chunked_prefill_size == -1 else self.chunked_prefill_size
 
-    def replace(self, **changes) -> "SglangServerArgs":
+    def replace(self, **changes) -> SglangServerArgs:
         return dataclasses.replace(self, **changes)
 
 
-def startup_error(args: SglangServerArgs) -> Optional[str]:
+def startup_error(args: SglangServerArgs) -> str | None:
     """The message SGLang refuses to start with for ``args`` (``TpModelWorker.alloc_memory_pool``,
     managers/tp_worker.py:420-425), or None when it starts."""
     if args.resolved_max_running_requests <= 0:
@@ -155,7 +166,7 @@ def startup_error(args: SglangServerArgs) -> Optional[str]:
     return None
 
 
-def front_door_error(request: Request, context_length: int) -> Optional[str]:
+def front_door_error(request: Request, context_length: int) -> str | None:
     """The TokenizerManager's refusal of ``request`` when it arrives
     (``_validate_one_request``, tokenizer_manager.py:1333-1378), or None."""
     if request.prompt_len >= context_length:
@@ -188,29 +199,34 @@ class SglangScheduler(SchedulerBase):
         # One page-index row per request SGLang's ReqToTokenPool holds (its size is
         # max_running_requests), each as wide as the longest sequence: min(C, T) tokens.
         manager = KVCacheManager.expecting_clamp(
-            args.geometry, args.max_total_tokens * args.geometry.bytes_per_block,
-            min(args.context_length, args.max_total_tokens), max_batch_size=max_running,
-            page_index_policy="configured", device=device, host_cache_size=0,
-            enable_block_reuse=False)  # prefix caching is not modelled (module docstring)
+            args.geometry,
+            args.max_total_tokens * args.geometry.bytes_per_block,
+            min(args.context_length, args.max_total_tokens),
+            max_batch_size=max_running,
+            page_index_policy="configured",
+            device=device,
+            host_cache_size=0,
+            enable_block_reuse=False,
+        )  # prefix caching is not modelled (module docstring)
         super().__init__(manager, max_running, debug)
         self.args = args
         self.max_running_requests = max_running
         self.new_token_ratio = NewTokenRatio(args.schedule_conservativeness)
         #: SGLang's ``waiting_queue``, ``running_batch.reqs`` and ``chunked_req``
-        self.waiting: List[Request] = []
-        self.running: List[Request] = []
-        self.chunked_req: Optional[Request] = None
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.chunked_req: Request | None = None
         #: ``running_batch.batch_is_full``: admission stays shut until a request leaves
         self.batch_is_full = False
         #: the requests of the last step's prefill batch (SGLang's ``last_batch``), or None
-        self.last_prefill: Optional[List[Request]] = None
+        self.last_prefill: list[Request] | None = None
         #: requests ``validate_input_length`` turned into a one-token abort: the message
-        self.abort_messages: Dict[str, str] = {}
-        self._last_step: Optional[int] = None   # the step of the latest schedule()
-        self._submit_step = 0                   # the step of the latest arrival
+        self.abort_messages: dict[str, str] = {}
+        self._last_step: int | None = None  # the step of the latest schedule()
+        self._submit_step = 0  # the step of the latest arrival
 
     @property
-    def max_num_active_requests(self) -> Optional[int]:
+    def max_num_active_requests(self) -> int | None:
         return None  # every arrival goes to the scheduler's waiting queue
 
     # -- the front door ---------------------------------------------------------------
@@ -221,16 +237,19 @@ class SglangScheduler(SchedulerBase):
         refusal = front_door_error(request, self.args.context_length)
         if refusal is not None:
             return Verdict(False, refusal)
-        if (not (self.counts["waiting"] or self.counts["running"])
-                and (self._last_step is None or step > self._last_step + 1)):
+        if not (self.counts["waiting"] or self.counts["running"]) and (
+            self._last_step is None or step > self._last_step + 1
+        ):
             # an idle server's iteration ran before this arrival: ``on_idle`` resets the ratio
             self.new_token_ratio.reset()
         # SGLang's (clipped) ``sampling_params.max_new_tokens``
-        request.output_limit = clipped_max_new_tokens(self.args, request.prompt_len,
-                                                      request.max_new_tokens)
+        request.output_limit = clipped_max_new_tokens(
+            self.args, request.prompt_len, request.max_new_tokens
+        )
         if request.prompt_len >= self.args.max_req_input_len:
             self.abort_messages[request.request_id] = input_length_abort_message(
-                request.prompt_len, self.args.max_req_input_len)
+                request.prompt_len, self.args.max_req_input_len
+            )
         return ADMIT
 
     def _enqueue(self, request: Request) -> None:
@@ -248,8 +267,11 @@ class SglangScheduler(SchedulerBase):
     # -- one step -----------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         """One iteration of ``event_loop_normal`` (module docstring)."""
-        step = self._submit_step if self._last_step is None else max(self._last_step + 1,
-                                                                      self._submit_step)
+        step = (
+            self._submit_step
+            if self._last_step is None
+            else max(self._last_step + 1, self._submit_step)
+        )
         self._last_step = step
         self._prune_retired()
         self.iteration += 1
@@ -317,23 +339,26 @@ class SglangScheduler(SchedulerBase):
                 break
         if not adder.can_run_list:
             return False
-        admitted = set(id(r) for r in adder.can_run_list)
+        admitted = {id(r) for r in adder.can_run_list}
         self.waiting = [r for r in self.waiting if id(r) not in admitted]
         if adder.new_chunked_req is not None:
             self.chunked_req = adder.new_chunked_req
         self._prepare_for_extend(batch, adder.can_run_list, adder.extend_lens)
         return True
 
-    def _prepare_for_extend(self, batch: ScheduledBatch, requests: List[Request],
-                            extend_lens: List[int]) -> None:
+    def _prepare_for_extend(
+        self, batch: ScheduledBatch, requests: list[Request], extend_lens: list[int]
+    ) -> None:
         """``prepare_for_extend``: the batch's tokens from the pool (``alloc_for_extend``), all
         or nothing; a one-token abort's prefill finishes it (``process_batch_result_prefill``
         frees its token in the same step)."""
         manager = self.manager
         total = sum(extend_lens)
         if total > manager.free_blocks:  # alloc_token_slots (mem_cache/allocation.py:152)
-            raise RuntimeError(f"Out of memory. Try to lower your batch size.\nTry to allocate "
-                               f"{total} tokens.\nAvailable tokens: {manager.free_blocks}")
+            raise RuntimeError(
+                f"Out of memory. Try to lower your batch size.\nTry to allocate "
+                f"{total} tokens.\nAvailable tokens: {manager.free_blocks}"
+            )
         for request, extend_len in zip(requests, extend_lens):
             cache = manager.caches.get(request.request_id)
             if cache is None:
@@ -382,10 +407,13 @@ class SglangScheduler(SchedulerBase):
         keeping one; abort that one when even it does not fit. The retracted recompute later,
         from the back of the queue."""
         reqs = self.running
-        order = sorted(range(len(reqs)), key=lambda i: (reqs[i].num_generated,
-                                                        -self.origin_len(reqs[i])), reverse=True)
+        order = sorted(
+            range(len(reqs)),
+            key=lambda i: (reqs[i].num_generated, -self.origin_len(reqs[i])),
+            reverse=True,
+        )
         manager = self.manager
-        retracted: List[Request] = []
+        retracted: list[Request] = []
         first_iter = True
         while first_iter or not manager.free_blocks >= len(order):
             if len(order) == 1:
@@ -404,8 +432,8 @@ class SglangScheduler(SchedulerBase):
         if len(order) != len(reqs):  # filter_batch(keep_indices=...) keeps the sorted order
             self.running = [reqs[i] for i in order]
         self.new_token_ratio.current = NewTokenRatio.after_retract(
-            [r.num_generated for r in self.running],
-            [r.output_limit for r in self.running])
+            [r.num_generated for r in self.running], [r.output_limit for r in self.running]
+        )
         for request in retracted:  # _add_request_to_queue(is_retracted=True): the back
             self.waiting.append(request)
             batch.recompute_paused_requests.append(request)

@@ -8,7 +8,7 @@ page_size 1: ``PrefillAdder`` (managers/schedule_policy.py:607) with its ``Prefi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING
 
 from kvlab.core.request import Request
 
@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from kvlab.sched.sglang import SglangScheduler
 
 # SGLang's environment defaults (sglang/srt/environ.py:646-651) and constants.
-INIT_NEW_TOKEN_RATIO = 0.7            # SGLANG_INIT_NEW_TOKEN_RATIO
-MIN_NEW_TOKEN_RATIO_FACTOR = 0.14     # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
-NEW_TOKEN_RATIO_DECAY_STEPS = 600     # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
-RETRACT_DECODE_STEPS = 20             # SGLANG_RETRACT_DECODE_STEPS
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 #: ``CLIP_MAX_NEW_TOKENS`` (managers/schedule_policy.py:89): the most output tokens the
 #: admission reserves for one request, whatever its max_new_tokens.
 CLIP_MAX_NEW_TOKENS = 4096
@@ -46,7 +46,7 @@ class NewTokenRatio:
         self.current = self.init
 
     @staticmethod
-    def after_retract(outputs: List[int], max_new_tokens: List[int]) -> float:
+    def after_retract(outputs: list[int], max_new_tokens: list[int]) -> float:
         """``estimate_new_token_ratio_after_retract`` over the requests left."""
         ratio = (sum(outputs) + RETRACT_DECODE_STEPS * len(outputs)) / (sum(max_new_tokens) + 1)
         return min(1.0, ratio)
@@ -62,25 +62,24 @@ class PrefillAdder:
 
     NO_TOKEN, OTHER, CONTINUE = "no_token", "other", "continue"
 
-    def __init__(self, scheduler: SglangScheduler, running: List[Request]):
+    def __init__(self, scheduler: SglangScheduler, running: list[Request]):
         self.scheduler = scheduler
         self.ratio = scheduler.new_token_ratio.current
         self.rem_input_tokens = scheduler.args.max_prefill_tokens
         self.rem_chunk_tokens = scheduler.args.chunk_size
         self.total_offset = 0
         self.current_offset = 0
-        self.can_run_list: List[Request] = []
-        self.extend_lens: List[int] = []
-        self.new_chunked_req: Optional[Request] = None
-        self.req_states: Optional[List[Tuple[float, int]]] = None
+        self.can_run_list: list[Request] = []
+        self.extend_lens: list[int] = []
+        self.new_chunked_req: Request | None = None
+        self.req_states: list[tuple[float, int]] | None = None
         self.running = running
         # the running requests' remaining output, by the ratio
         self.total_offset += sum(self._running_offset(r) for r in running)
 
     def _running_offset(self, request: Request):
         ratio = 1.0 if self.scheduler.args.ignore_eos else self.ratio
-        return min(request.output_limit - request.num_generated,
-                   CLIP_MAX_NEW_TOKENS) * ratio
+        return min(request.output_limit - request.num_generated, CLIP_MAX_NEW_TOKENS) * ratio
 
     def _available(self) -> int:
         return self.scheduler.manager.free_blocks  # no evictable tokens: the radix cache is off
@@ -112,15 +111,16 @@ class PrefillAdder:
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= extend_len
 
-    def _commit(self, request: Request, extend_len: int, max_new_tokens: int,
-                chunked: bool) -> None:
+    def _commit(
+        self, request: Request, extend_len: int, max_new_tokens: int, chunked: bool
+    ) -> None:
         self.can_run_list.append(request)
         self.extend_lens.append(extend_len)
         if chunked:
             self.new_chunked_req = request
         self._update_prefill_budget(extend_len, max_new_tokens)
 
-    def add_chunked_req(self, request: Request) -> Optional[Request]:
+    def add_chunked_req(self, request: Request) -> Request | None:
         """``add_chunked_req`` (schedule_policy.py:1140): the next chunk of the request being
         chunked; returns it while chunks remain, else None."""
         rem_tokens = min(self.rem_chunk_tokens, int(self.rem_total_tokens))
@@ -131,8 +131,7 @@ class PrefillAdder:
         new_len = min(cand, rem_tokens)
         self.can_run_list.append(request)
         self.extend_lens.append(new_len)
-        max_new = 0 if truncated else min(request.output_limit,
-                                          CLIP_MAX_NEW_TOKENS)
+        max_new = 0 if truncated else min(request.output_limit, CLIP_MAX_NEW_TOKENS)
         self._update_prefill_budget(new_len, max_new)
         return request if truncated else None
 
@@ -148,8 +147,11 @@ class PrefillAdder:
         if not total_tokens < self.rem_total_tokens:  # PrefillBudget.check_prefill
             return self.NO_TOKEN
         # without chunking, the first request may overrun the input budget, the others not
-        if (self.rem_chunk_tokens is None and self.can_run_list
-                and extend_len >= self.rem_input_tokens):
+        if (
+            self.rem_chunk_tokens is None
+            and self.can_run_list
+            and extend_len >= self.rem_input_tokens
+        ):
             return self.OTHER
         reserve = min(max_new_tokens, CLIP_MAX_NEW_TOKENS)
         chunked = False
@@ -206,8 +208,9 @@ class PrefillAdder:
             tokens_freed += tokens_occupied
 
         if self.rem_chunk_tokens is None or cand <= self.rem_chunk_tokens:
-            self._commit(request, cand, min(request.output_limit,
-                                            CLIP_MAX_NEW_TOKENS), chunked=False)
+            self._commit(
+                request, cand, min(request.output_limit, CLIP_MAX_NEW_TOKENS), chunked=False
+            )
         else:
             if self.rem_chunk_tokens <= 0:
                 return self.OTHER

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import dataclass
-from typing import Deque, List, Optional
 
 from kvlab.core.checks import check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
@@ -55,10 +54,13 @@ VLLM_VERSION = "0.34.0"
 #: kvlab's name for the one-page cache that holds vLLM's null block (block 0).
 NULL_BLOCK_ID = "<vLLM null block>"
 #: vLLM's hint after a KV memory refusal (``_more_kv_cache_memory_hint``, no extensible cache).
-MEMORY_HINT = ("Try increasing `gpu_memory_utilization` when initializing the engine (this flag "
-               "also controls CPU memory reservation on the CPU backend, despite its name).")
-CONSERVING_MEMORY = ("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
-                     "for more details.")
+MEMORY_HINT = (
+    "Try increasing `gpu_memory_utilization` when initializing the engine (this flag "
+    "also controls CPU memory reservation on the CPU backend, despite its name)."
+)
+CONSERVING_MEMORY = (
+    "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+)
 
 
 def format_gib(num_bytes: int) -> str:
@@ -85,7 +87,7 @@ class VllmEngineArgs:
     enable_chunked_prefill: bool = True
     scheduler_reserve_full_isl: bool = True
     watermark: float = 0.0
-    startup_num_gpu_blocks: Optional[int] = None
+    startup_num_gpu_blocks: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.geometry, KVGeometry):
@@ -108,9 +110,13 @@ class VllmEngineArgs:
     @property
     def startup_blocks(self) -> int:
         """The pool vLLM's start-up check saw: ``startup_num_gpu_blocks``, else the pool."""
-        return self.num_gpu_blocks if self.startup_num_gpu_blocks is None else self.startup_num_gpu_blocks
+        return (
+            self.num_gpu_blocks
+            if self.startup_num_gpu_blocks is None
+            else self.startup_num_gpu_blocks
+        )
 
-    def replace(self, **changes) -> "VllmEngineArgs":
+    def replace(self, **changes) -> VllmEngineArgs:
         return dataclasses.replace(self, **changes)
 
 
@@ -121,16 +127,20 @@ def estimated_max_model_len(geometry: KVGeometry, num_gpu_blocks: int) -> int:
     return (num_gpu_blocks - 1) * geometry.tokens_per_block
 
 
-def startup_error(args: VllmEngineArgs) -> Optional[str]:
+def startup_error(args: VllmEngineArgs) -> str | None:
     """The message vLLM refuses to start with for ``args``, or None when it starts."""
     if not args.enable_chunked_prefill and args.max_num_batched_tokens < args.max_model_len:
-        return (f"max_num_batched_tokens ({args.max_num_batched_tokens}) is smaller than "
-                f"max_model_len ({args.max_model_len}). This effectively limits the maximum "
-                "sequence length to max_num_batched_tokens and makes vLLM reject longer "
-                "sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
+        return (
+            f"max_num_batched_tokens ({args.max_num_batched_tokens}) is smaller than "
+            f"max_model_len ({args.max_model_len}). This effectively limits the maximum "
+            "sequence length to max_num_batched_tokens and makes vLLM reject longer "
+            "sequences. Please increase max_num_batched_tokens or decrease max_model_len."
+        )
     if args.max_num_batched_tokens < args.max_num_seqs:
-        return (f"max_num_batched_tokens ({args.max_num_batched_tokens}) must be greater than "
-                f"or equal to max_num_seqs ({args.max_num_seqs}).")
+        return (
+            f"max_num_batched_tokens ({args.max_num_batched_tokens}) must be greater than "
+            f"or equal to max_num_seqs ({args.max_num_seqs})."
+        )
     bytes_per_block = args.geometry.bytes_per_block
     available = (args.startup_blocks - 1) * bytes_per_block  # less the null block
     if available <= 0:
@@ -139,29 +149,40 @@ def startup_error(args: VllmEngineArgs) -> Optional[str]:
     if needed <= available:
         return None
     estimate = estimated_max_model_len(args.geometry, args.startup_blocks)
-    estimated = (f"Based on the available memory, the estimated maximum model length is "
-                 f"{estimate}. " if estimate > 0 else "")
-    return (f"To serve at least one request with the model's max seq len ({args.max_model_len}), "
-            f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
-            f"KV cache memory ({format_gib(available)} GiB). {estimated}{MEMORY_HINT} Decreasing "
-            f"`max_model_len` also reduces what is needed. {CONSERVING_MEMORY}")
+    estimated = (
+        f"Based on the available memory, the estimated maximum model length is {estimate}. "
+        if estimate > 0
+        else ""
+    )
+    return (
+        f"To serve at least one request with the model's max seq len ({args.max_model_len}), "
+        f"({format_gib(needed)} GiB KV cache is needed, which is larger than the available "
+        f"KV cache memory ({format_gib(available)} GiB). {estimated}{MEMORY_HINT} Decreasing "
+        f"`max_model_len` also reduces what is needed. {CONSERVING_MEMORY}"
+    )
 
 
-def front_door_error(request: Request, max_model_len: int) -> Optional[str]:
+def front_door_error(request: Request, max_model_len: int) -> str | None:
     """vLLM's refusal of ``request`` when it arrives (``SamplingParams`` then
     ``_validate_prompt_len``), or None."""
     if request.max_new_tokens < 1:
-        return (f"max_tokens must be at least 1, got {request.max_new_tokens}. "
-                f"(parameter=max_tokens, value={request.max_new_tokens})")
+        return (
+            f"max_tokens must be at least 1, got {request.max_new_tokens}. "
+            f"(parameter=max_tokens, value={request.max_new_tokens})"
+        )
     if request.prompt_len > max_model_len:
-        return (f"The decoder prompt (length {request.prompt_len}) is longer than the maximum "
-                f"model length of {max_model_len}. Make sure that `max_model_len` is no smaller "
-                "than the number of text tokens.")
+        return (
+            f"The decoder prompt (length {request.prompt_len}) is longer than the maximum "
+            f"model length of {max_model_len}. Make sure that `max_model_len` is no smaller "
+            "than the number of text tokens."
+        )
     if request.prompt_len == max_model_len:
-        return (f"The decoder prompt (length {request.prompt_len}) plus the number of requested "
-                f"output tokens (at least 1) is longer than the maximum model length of "
-                f"{max_model_len}. Make sure that `max_model_len` is no smaller than the number "
-                "of text tokens (prompt + requested output tokens).")
+        return (
+            f"The decoder prompt (length {request.prompt_len}) plus the number of requested "
+            f"output tokens (at least 1) is longer than the maximum model length of "
+            f"{max_model_len}. Make sure that `max_model_len` is no smaller than the number "
+            "of text tokens (prompt + requested output tokens)."
+        )
     return None
 
 
@@ -177,10 +198,15 @@ class VllmScheduler(SchedulerBase):
         if refusal is not None:
             raise ValueError(refusal)
         manager = KVCacheManager.expecting_clamp(
-            args.geometry, args.num_gpu_blocks * args.geometry.bytes_per_block, args.max_model_len,
+            args.geometry,
+            args.num_gpu_blocks * args.geometry.bytes_per_block,
+            args.max_model_len,
             max_batch_size=args.max_num_seqs + 1,  # one page-index row for the null block
-            page_index_policy="configured", device=device, host_cache_size=0,
-            enable_block_reuse=False)  # prefix caching is not modelled (module docstring)
+            page_index_policy="configured",
+            device=device,
+            host_cache_size=0,
+            enable_block_reuse=False,
+        )  # prefix caching is not modelled (module docstring)
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
@@ -188,11 +214,11 @@ class VllmScheduler(SchedulerBase):
         null = manager.create_cache(NULL_BLOCK_ID)
         null.resize(1)  # page 0: the pool hands its pages out from 0
         self.watermark_blocks = int(args.watermark * args.num_gpu_blocks)
-        self.running: List[Request] = []
-        self.waiting: Deque[Request] = deque()
+        self.running: list[Request] = []
+        self.waiting: deque[Request] = deque()
 
     @property
-    def max_num_active_requests(self) -> Optional[int]:
+    def max_num_active_requests(self) -> int | None:
         return None  # the engine core adds every request to the waiting queue
 
     def _verdict(self, request: Request) -> Verdict:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import html
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, MethodType
-from typing import Callable, Dict, List, Optional, Set
 
 from kvlab.core.checks import check_instance
 from kvlab.notebook.tables import keep_whole
@@ -33,7 +33,7 @@ class CheckResult:
 
     check: str
     passed: bool
-    lines: List[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
     revealed: bool = False
 
     def __bool__(self) -> bool:
@@ -48,17 +48,28 @@ class CheckResult:
 
     def _repr_html_(self) -> str:
         colour, mark = ("#1a7f37", "&#10004;") if self.passed else ("#cf222e", "&#10008;")
-        items = "".join(f"<li><code>{keep_whole(html.escape(line, quote=False), QUOTED_ID)}</code></li>"
-                        for line in self.lines)
-        return (f'<div class="kvlab-check" style="border-left:4px solid {colour};padding-left:8px">'
-                f'<b style="color:{colour}">{mark} {html.escape(self.headline)}</b><ul>{items}</ul></div>')
+        items = "".join(
+            f"<li><code>{keep_whole(html.escape(line, quote=False), QUOTED_ID)}</code></li>"
+            for line in self.lines
+        )
+        return (
+            f'<div class="kvlab-check" style="border-left:4px solid {colour};padding-left:8px">'
+            f'<b style="color:{colour}">{mark} {html.escape(self.headline)}</b><ul>{items}</ul></div>'
+        )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/plain": str(self), "text/html": self._repr_html_(),
-                CHECK_MIME: {"check": self.check, "passed": self.passed, "lines": self.lines,
-                             "revealed": self.revealed}}
+        return {
+            "text/plain": str(self),
+            "text/html": self._repr_html_(),
+            CHECK_MIME: {
+                "check": self.check,
+                "passed": self.passed,
+                "lines": self.lines,
+                "revealed": self.revealed,
+            },
+        }
 
-    def raise_if_failed(self) -> "CheckResult":
+    def raise_if_failed(self) -> CheckResult:
         if not self.passed:
             raise CheckFailed(str(self))
         return self
@@ -80,12 +91,16 @@ class Hint:
 
 #: per check, the hints it has shown in this kernel session and, per hint, the answers (their
 #: :func:`answer_key`) it was shown for: the same hint for another answer reveals
-_HINTS_SHOWN: Dict[str, Dict[str, Set[tuple]]] = {}
+_HINTS_SHOWN: dict[str, dict[str, set[tuple]]] = {}
 
 
 def _code_key(code: CodeType) -> tuple:
-    return (code.co_code, code.co_names, code.co_varnames,
-            tuple(_code_key(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts))
+    return (
+        code.co_code,
+        code.co_names,
+        code.co_varnames,
+        tuple(_code_key(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts),
+    )
 
 
 def _source(function) -> str:
@@ -115,16 +130,28 @@ def answer_key(answer, depth: int = 0) -> tuple:
                 cells.append(answer_key(cell.cell_contents, depth + 1))
             except ValueError:  # an empty cell
                 cells.append(())
-        return (_code_key(code), _source(answer), repr(getattr(answer, "__defaults__", None)), tuple(cells))
+        return (
+            _code_key(code),
+            _source(answer),
+            repr(getattr(answer, "__defaults__", None)),
+            tuple(cells),
+        )
     if isinstance(answer, dict):  # at most 64 items each: a key, not a copy
-        return (len(answer),) + tuple((repr(k), answer_key(v, depth + 1)) for k, v in list(answer.items())[:64])
+        return (len(answer),) + tuple(
+            (repr(k), answer_key(v, depth + 1)) for k, v in list(answer.items())[:64]
+        )
     if isinstance(answer, (list, tuple)):
         return (len(answer),) + tuple(answer_key(v, depth + 1) for v in answer[:64])
-    methods = tuple((cls.__qualname__, name, _code_key(f.__code__))
-                    for cls in type(answer).__mro__ for name, f in vars(cls).items()
-                    if isinstance(getattr(f, "__code__", None), CodeType))
-    state = tuple((name, answer_key(v, depth + 1))
-                  for name, v in sorted(getattr(answer, "__dict__", {}).items()))
+    methods = tuple(
+        (cls.__qualname__, name, _code_key(f.__code__))
+        for cls in type(answer).__mro__
+        for name, f in vars(cls).items()
+        if isinstance(getattr(f, "__code__", None), CodeType)
+    )
+    state = tuple(
+        (name, answer_key(v, depth + 1))
+        for name, v in sorted(getattr(answer, "__dict__", {}).items())
+    )
     return (methods, state)
 
 
@@ -136,14 +163,18 @@ class _NotYet:
 
 
 NOT_YET = _NotYet()
-HINTS_ONLY = ("hints only so far: if a case still fails the same way after you change your answer, "
-              "the check shows its working (the arithmetic, the outcome, or the code to write); or "
-              "call it with reveal=True")
-SOME_HINTS_ONLY = ("the other cases show hints only so far: if one still fails the same way after you "
-                   "change your answer, the check shows its working too; or call it with reveal=True")
+HINTS_ONLY = (
+    "hints only so far: if a case still fails the same way after you change your answer, "
+    "the check shows its working (the arithmetic, the outcome, or the code to write); or "
+    "call it with reveal=True"
+)
+SOME_HINTS_ONLY = (
+    "the other cases show hints only so far: if one still fails the same way after you "
+    "change your answer, the check shows its working too; or call it with reveal=True"
+)
 
 
-def reset_hints(check: Optional[str] = None) -> None:
+def reset_hints(check: str | None = None) -> None:
     """Forget the hints ``check`` (all checks if None) has shown: its next failure gives hints again."""
     if check is None:
         _HINTS_SHOWN.clear()
@@ -152,8 +183,10 @@ def reset_hints(check: Optional[str] = None) -> None:
 
 
 def _not_yet_line(learner: str) -> str:
-    return (f"`{learner}` is not implemented yet (it raised NotImplementedError): replace its "
-            "`raise NotImplementedError` with your code, run that cell, then run this check again")
+    return (
+        f"`{learner}` is not implemented yet (it raised NotImplementedError): replace its "
+        "`raise NotImplementedError` with your code, run that cell, then run this check again"
+    )
 
 
 def learner_name(fn) -> str:
@@ -168,9 +201,17 @@ def check_flags(strict, reveal) -> None:
     check_instance("reveal", reveal, (bool, type(None)))
 
 
-def finish(check: str, failures: list, passes: List[str], strict: bool, *, answer,
-           reveal: Optional[bool] = None, learner: str = "your function",
-           cases: Optional[int] = None) -> CheckResult:
+def finish(
+    check: str,
+    failures: list,
+    passes: list[str],
+    strict: bool,
+    *,
+    answer,
+    reveal: bool | None = None,
+    learner: str = "your function",
+    cases: int | None = None,
+) -> CheckResult:
     """The result of a check. ``failures``: a line per failed case, a str (the same at both
     levels), a :class:`Hint`, or ``NOT_YET`` (the learner's code raised NotImplementedError:
     all of those become one line). ``answer``: what the learner gave the check (their function,
@@ -181,7 +222,11 @@ def finish(check: str, failures: list, passes: List[str], strict: bool, *, answe
     hints = [f for f in others if isinstance(f, Hint)]
     shown = _HINTS_SHOWN.setdefault(check, {})
     keys = {f: answer_key(answer if f.part is None else f.part) for f in hints}
-    revealed = {f for f in hints if (bool(shown.get(f.hint, set()) - {keys[f]}) if reveal is None else reveal)}
+    revealed = {
+        f
+        for f in hints
+        if (bool(shown.get(f.hint, set()) - {keys[f]}) if reveal is None else reveal)
+    }
     lines = [_not_yet_line(learner)] if not_yet else []
     lines += [(f.reveal if f in revealed else f.hint) if isinstance(f, Hint) else f for f in others]
     if failures and (passes or not not_yet):
@@ -209,5 +254,16 @@ def call_learner(fn: Callable, *args):
         return None, f"raised {type(exc).__name__}: {exc}"
 
 
-__all__ = ["CHECK_MIME", "CheckFailed", "CheckResult", "HINTS_ONLY", "Hint", "NOT_YET", "call_learner",
-           "check_flags", "finish", "learner_name", "reset_hints"]
+__all__ = [
+    "CHECK_MIME",
+    "CheckFailed",
+    "CheckResult",
+    "HINTS_ONLY",
+    "Hint",
+    "NOT_YET",
+    "call_learner",
+    "check_flags",
+    "finish",
+    "learner_name",
+    "reset_hints",
+]

@@ -16,8 +16,10 @@ from kvlab.analysis.peer_conformance import SGLANG_NOTEBOOK_04, PeerWorkload, sg
 from kvlab.backends.real_engine import EngineUnavailable, RunRecord
 from kvlab.backends.sglang import SGLANG
 
-live = pytest.mark.skipif(not SGLANG.is_available(),
-                          reason="SGLang's environment is not set up: bash scripts/setup.sh sglang")
+live = pytest.mark.skipif(
+    not SGLANG.is_available(),
+    reason="SGLang's environment is not set up: bash scripts/setup.sh sglang",
+)
 
 
 @pytest.mark.sglang
@@ -35,16 +37,26 @@ def test_live_sglang_gives_what_is_stored():
 @pytest.mark.sglang
 @live
 def test_live_sglang_refuses_to_start_and_at_its_doors_with_its_own_words():
-    refused, served = SGLANG.run_workloads([
-        PeerWorkload("refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), [Request("a", 8, 4)]),
-        PeerWorkload("served", SGLANG_NOTEBOOK_04, [Request("long", 8192, 4), Request("big", 2042, 4),
-                                                    Request("fits", 8, 2)])])
+    refused, served = SGLANG.run_workloads(
+        [
+            PeerWorkload(
+                "refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), [Request("a", 8, 4)]
+            ),
+            PeerWorkload(
+                "served",
+                SGLANG_NOTEBOOK_04,
+                [Request("long", 8192, 4), Request("big", 2042, 4), Request("fits", 8, 2)],
+            ),
+        ]
+    )
     assert str(refused.error) == "max_running_request is zero"
     assert refused.status == {"a": "rejected"}
-    assert served.reasons["long"] == ("The input (8192 tokens) is longer than the model's context "
-                                      "length (8192 tokens).")
-    assert served.reasons["big"].startswith("Input length (2042 tokens) exceeds the maximum allowed "
-                                            "length (2042 tokens).")
+    assert served.reasons["long"] == (
+        "The input (8192 tokens) is longer than the model's context length (8192 tokens)."
+    )
+    assert served.reasons["big"].startswith(
+        "Input length (2042 tokens) exceeds the maximum allowed length (2042 tokens)."
+    )
     assert served.status == {"long": "rejected", "big": "rejected", "fits": "finished"}
 
 
@@ -59,7 +71,8 @@ def test_an_abort_is_read_and_stored_and_read_back(tmp_path):
     """SGLang's "aborted" (a started request given up: no workload of the stored runs has one)
     through the reader, to_json and from_json, with a stand-in driver (no SGLang needed)."""
     script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent('''\
+    script.write_text(
+        textwrap.dedent("""\
         import json, sys
         json.load(sys.stdin)
         def emit(**fields):
@@ -74,10 +87,11 @@ def test_an_abort_is_read_and_stored_and_read_back(tmp_path):
         emit(kind="steps", run=0, rows=[[0, 10, 2, 0, 2, 0, 16, 0], [1, 20, 1, 0, 0, 1, 1, 0],
                                         [2, 30, 0, 0, 0, 1, 1, 0]])
         emit(kind="end", run=0, end_step=3, iterations=3)
-    '''))
+    """)
+    )
     engine = SGLANG.with_driver(script, Path(sys.executable))
     workload = PeerWorkload("w", SGLANG_NOTEBOOK_04, [Request("a", 8, 4), Request("b", 8, 2)], 10)
-    record, = engine.records([workload])
+    (record,) = engine.records([workload])
     again = RunRecord.from_json(engine, record.to_json())
     for result in (record.result(), again.result()):
         assert result.status == {"a": "rejected", "b": "finished"}

@@ -15,8 +15,15 @@ import pytest
 import torch
 
 from kvlab.analysis.repro import run_repro
-from kvlab.backends.trtllm import (BackendUnavailable, Comparison, TrtllmReproResult, available,
-                                   compare_with_kvlab, parse_version, run_trtllm_repro)
+from kvlab.backends.trtllm import (
+    BackendUnavailable,
+    Comparison,
+    TrtllmReproResult,
+    available,
+    compare_with_kvlab,
+    parse_version,
+    run_trtllm_repro,
+)
 
 
 @pytest.fixture
@@ -28,18 +35,22 @@ def no_trtllm(monkeypatch):
 @pytest.fixture
 def fake_trtllm(monkeypatch):
     """Factory: a faked ``tensorrt_llm`` of a given version, and whether torch sees CUDA."""
+
     def install(version, cuda=True):
         module = types.ModuleType("tensorrt_llm")
         if version is not None:
             module.__version__ = version
         monkeypatch.setitem(sys.modules, "tensorrt_llm", module)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+
     return install
 
 
 def test_import_does_not_import_tensorrt_llm():
-    code = ("import sys, kvlab.backends.trtllm; "
-            "assert 'tensorrt_llm' not in sys.modules, 'tensorrt_llm was imported'")
+    code = (
+        "import sys, kvlab.backends.trtllm; "
+        "assert 'tensorrt_llm' not in sys.modules, 'tensorrt_llm was imported'"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -61,10 +72,17 @@ def test_runs_raise_backend_unavailable_saying_what_is_needed(no_trtllm, run):
     assert "NVIDIA's package index" in message and "kvlab[trtllm]" in message
 
 
-@pytest.mark.parametrize("version, expected", [
-    ("1.3.0", (1, 3)), ("1.4.0rc1", (1, 4)), ("1.3.0.dev2026010100", (1, 3)),
-    ("1.4.0rc3.dev202610300406", (1, 4)), ("1.10.0", (1, 10)), ("1.2.0", (1, 2)),
-])
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        ("1.3.0", (1, 3)),
+        ("1.4.0rc1", (1, 4)),
+        ("1.3.0.dev2026010100", (1, 3)),
+        ("1.4.0rc3.dev202610300406", (1, 4)),
+        ("1.10.0", (1, 10)),
+        ("1.2.0", (1, 2)),
+    ],
+)
 def test_parse_version(version, expected):
     assert parse_version(version) == expected
 
@@ -102,10 +120,14 @@ def test_available_needs_cuda(fake_trtllm):
         run_trtllm_repro()
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"policy": "wide"}, "policy"), ({"context": 0}, "context"),
-    ({"retry_tokens": 0}, "retry_tokens"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"policy": "wide"}, "policy"),
+        ({"context": 0}, "context"),
+        ({"retry_tokens": 0}, "retry_tokens"),
+    ],
+)
 def test_bad_arguments_are_named_before_the_backend_is_needed(no_trtllm, kwargs, name):
     with pytest.raises(ValueError, match=name):
         run_trtllm_repro(**kwargs)
@@ -114,13 +136,25 @@ def test_bad_arguments_are_named_before_the_backend_is_needed(no_trtllm, kwargs,
 def test_comparison_names_the_fields_that_differ():
     model = run_repro(policy="clamped")
     real = TrtllmReproResult(
-        tensorrt_llm_version="1.4.0rc3", kv_cache_class="_KVCache", policy="clamped",
-        context=8192, capacity_tokens=2048, configured_max_seq_len=8192, max_blocks_per_seq=68,
-        outcome="crash", error=model.error, state_preserved=None, retry_tokens=32, retry_ok=None)
+        tensorrt_llm_version="1.4.0rc3",
+        kv_cache_class="_KVCache",
+        policy="clamped",
+        context=8192,
+        capacity_tokens=2048,
+        configured_max_seq_len=8192,
+        max_blocks_per_seq=68,
+        outcome="crash",
+        error=model.error,
+        state_preserved=None,
+        retry_tokens=32,
+        retry_ok=None,
+    )
     assert Comparison(model, real).agree
     refused = dataclasses.replace(real, outcome="refused", error=None)
     assert Comparison(model, refused).differences == {
-        "outcome": ("crash", "refused"), "error": (model.error, None)}
+        "outcome": ("crash", "refused"),
+        "error": (model.error, None),
+    }
 
 
 # --- against the real TensorRT-LLM ---------------------------------------------------------------

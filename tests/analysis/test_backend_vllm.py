@@ -18,9 +18,14 @@ from kvlab.analysis.peer_conformance import NOTEBOOK_04, PeerWorkload, vllm_work
 from kvlab.backends.real_engine import EngineProcessError, EngineUnavailable
 from kvlab.backends.vllm import VLLM
 
-live = pytest.mark.skipif(not VLLM.is_available(),
-                          reason="vLLM's environment is not set up: bash scripts/setup.sh vllm")
-REQUESTS = [Request("done", 8, 2), Request("started", 8, 50), Request("queued", 8, 4, arrival_step=1)]
+live = pytest.mark.skipif(
+    not VLLM.is_available(), reason="vLLM's environment is not set up: bash scripts/setup.sh vllm"
+)
+REQUESTS = [
+    Request("done", 8, 2),
+    Request("started", 8, 50),
+    Request("queued", 8, 4, arrival_step=1),
+]
 
 
 @pytest.mark.vllm
@@ -39,13 +44,19 @@ def test_live_vllm_gives_what_is_stored():
 @pytest.mark.vllm
 @live
 def test_live_vllm_refuses_to_start_and_at_the_front_door_with_its_own_words():
-    refused, served = VLLM.run_workloads([
-        PeerWorkload("refused", NOTEBOOK_04.replace(max_model_len=2048), REQUESTS),
-        PeerWorkload("served", NOTEBOOK_04, [Request("zero", 8, 0), Request("fits", 8, 2)])])
+    refused, served = VLLM.run_workloads(
+        [
+            PeerWorkload("refused", NOTEBOOK_04.replace(max_model_len=2048), REQUESTS),
+            PeerWorkload("served", NOTEBOOK_04, [Request("zero", 8, 0), Request("fits", 8, 2)]),
+        ]
+    )
     assert isinstance(refused.error, ValueError)
     assert "the estimated maximum model length is 2016" in str(refused.error)
     assert set(refused.status.values()) == {"rejected"}
-    assert served.reasons["zero"] == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    assert (
+        served.reasons["zero"]
+        == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    )
     assert served.status == {"zero": "rejected", "fits": "finished"} and served.error is None
 
 
@@ -60,7 +71,8 @@ def fake_driver(tmp_path, body: str, version: str = "0.34.0"):
     """VLLM with a stand-in for vllm_driver.py (this Python, no vLLM) that prints the driver's
     first lines for REQUESTS, then does ``body``."""
     script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent('''\
+    script.write_text(
+        textwrap.dedent("""\
         import json, os, signal, sys, time
         json.load(sys.stdin)
         def emit(**fields):
@@ -75,7 +87,9 @@ def fake_driver(tmp_path, body: str, version: str = "0.34.0"):
         emit(kind="steps", run=0, rows=[[0, 61, 2, 0, 2, 0, 16, 0], [1, 61, 1, 1, 1, 2, 3, 0]])
         sys.stderr.write("the driver's last words\\n")
         sys.stderr.flush()
-    ''').replace("VERSION", version) + textwrap.dedent(body))
+    """).replace("VERSION", version)
+        + textwrap.dedent(body)
+    )
     return VLLM.with_driver(script, Path(sys.executable))
 
 
@@ -86,28 +100,39 @@ def assert_nothing_lost(result, error_words):
     assert result.status == {"done": "finished", "started": "running", "queued": "waiting"}
     assert result.reasons["done"].startswith("finished at step 1: 2 tokens generated")
     for request_id in ("started", "queued"):
-        assert result.reasons[request_id].startswith("the vLLM process stopped at step 1 with this "
-                                                     "request"), result.reasons[request_id]
+        assert result.reasons[request_id].startswith(
+            "the vLLM process stopped at step 1 with this request"
+        ), result.reasons[request_id]
     assert [step.step for step in result.trace.steps] == [0, 1]
 
 
-@pytest.mark.parametrize("how, words", [
-    ("sys.exit(3)", ("exit code 3", "the driver's last words")),
-    ("os.kill(os.getpid(), signal.SIGKILL)", ("signal 9",)),
-    ("print('Traceback (most recent call last):', flush=True)", ("not its protocol", "Traceback")),
-])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("sys.exit(3)", ("exit code 3", "the driver's last words")),
+        ("os.kill(os.getpid(), signal.SIGKILL)", ("signal 9",)),
+        (
+            "print('Traceback (most recent call last):', flush=True)",
+            ("not its protocol", "Traceback"),
+        ),
+    ],
+)
 def test_a_driver_that_dies_or_babbles_loses_no_request(tmp_path, how, words):
     assert_nothing_lost(fake_driver(tmp_path, how + "\n").run(NOTEBOOK_04, REQUESTS), words)
 
 
-@pytest.mark.parametrize("hang", ["time.sleep(60)",
-                                  # a child that holds the driver's stdout open: killed with it
-                                  "import subprocess; subprocess.Popen(['sleep', '60']); time.sleep(60)"])
+@pytest.mark.parametrize(
+    "hang",
+    [
+        "time.sleep(60)",
+        # a child that holds the driver's stdout open: killed with it
+        "import subprocess; subprocess.Popen(['sleep', '60']); time.sleep(60)",
+    ],
+)
 def test_a_driver_that_hangs_is_killed_at_the_timeout(tmp_path, hang):
     engine = fake_driver(tmp_path, hang + "\n")
     start = time.monotonic()
-    assert_nothing_lost(engine.run(NOTEBOOK_04, REQUESTS, timeout_s=3),
-                        ("ran past timeout_s=3 s",))
+    assert_nothing_lost(engine.run(NOTEBOOK_04, REQUESTS, timeout_s=3), ("ran past timeout_s=3 s",))
     assert time.monotonic() - start < 20
 
 

@@ -38,8 +38,11 @@ def test_issue_21470_as_notebook_01_and_the_scenario_state_it():
     assert plan.blocks == expected["total_blocks"] == 29961
     assert plan.capacity_tokens == expected["capacity_tokens"] == 958752
     assert plan.clamped_max_seq_len == 958752 and plan.clamped
-    assert (plan.width_current, plan.width_fix) == (expected["width_clamped"],
-                                                    expected["width_configured"]) == (29964, 32772)
+    assert (
+        (plan.width_current, plan.width_fix)
+        == (expected["width_clamped"], expected["width_configured"])
+        == (29964, 32772)
+    )
     assert [verdict_at(plan, p, 1_000_000) for p in TRTLLM_POLICIES] == ["crash", "stall", "reject"]
     assert plan.worst() == "crash" and plan.exit_code == 4
     assert len(plan.quotas) == 16 and plan.local_blocks[0] > plan.local_blocks[-1] == plan.blocks
@@ -78,19 +81,33 @@ def test_pr_17261_as_notebook_05_states_it():
     assert "Longest context that finishes now" not in plan.explain()
 
 
-@pytest.mark.parametrize("tpb, extra, new, mnt, max_len, pool", [
-    (32, 0, 16, 1 << 30, 8192, 64), (32, 0, 1, 1 << 30, 3000, 64), (16, 3, 0, 700, 2000, 40),
-    (8, 0, 64, 1 << 30, 1500, 70), (1, 0, 5, 100, 300, 150)])
+@pytest.mark.parametrize(
+    "tpb, extra, new, mnt, max_len, pool",
+    [
+        (32, 0, 16, 1 << 30, 8192, 64),
+        (32, 0, 1, 1 << 30, 3000, 64),
+        (16, 3, 0, 700, 2000, 40),
+        (8, 0, 64, 1 << 30, 1500, 70),
+        (1, 0, 5, 100, 300, 150),
+    ],
+)
 def test_the_ranges_are_exact_at_every_context_length(tpb, extra, new, mnt, max_len, pool):
     geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=16, tokens_per_block=tpb)
-    setup = PhaseSetup(geometry=geo, max_seq_len=max_len, max_new_tokens=new, max_num_tokens=mnt,
-                       num_extra_kv_tokens=extra)
+    setup = PhaseSetup(
+        geometry=geo,
+        max_seq_len=max_len,
+        max_new_tokens=new,
+        max_num_tokens=mnt,
+        num_extra_kv_tokens=extra,
+    )
     every = np.arange(1, max_len + 1)
     for policy in TRTLLM_POLICIES:
         brute = phase_verdicts([pool], every, policy, setup)[0]
         segments = v2_segments(pool, policy, setup, change_points(setup, max_len), max_len)
         assert segments[0].low == 1 and segments[-1].high == max_len
-        assert all(a.high + 1 == b.low and a.verdict != b.verdict for a, b in zip(segments, segments[1:]))
+        assert all(
+            a.high + 1 == b.low and a.verdict != b.verdict for a, b in zip(segments, segments[1:])
+        )
         spread = np.concatenate([[s.verdict] * (s.high - s.low + 1) for s in segments])
         assert list(spread) == [ENGINE_OUTCOMES[c] for c in brute]
 
@@ -101,10 +118,16 @@ def test_a_range_is_what_a_real_engine_run_ends_in(context, policy):
     """The 4 MiB plan against kvlab's real manager and scheduler running the lone request."""
     deployment = EXAMPLES["rtx5080-4mib"]
     plan = plan_deployment(deployment)
-    setup = PhaseSetup(geometry=deployment.kv_geometry(), max_seq_len=8192, max_new_tokens=16,
-                       max_num_tokens=deployment.max_num_tokens)
+    setup = PhaseSetup(
+        geometry=deployment.kv_geometry(),
+        max_seq_len=8192,
+        max_new_tokens=16,
+        max_num_tokens=deployment.max_num_tokens,
+    )
     scheduler, requests = phase_scenario(plan.blocks, context, policy, setup)
-    assert engine_outcome(simulate(scheduler, requests, max_steps=200)) == verdict_at(plan, policy, context)
+    assert engine_outcome(simulate(scheduler, requests, max_steps=200)) == verdict_at(
+        plan, policy, context
+    )
 
 
 def test_a_deployment_that_stalls_but_never_crashes_exits_3(capsys):
@@ -115,8 +138,11 @@ def test_a_deployment_that_stalls_but_never_crashes_exits_3(capsys):
 
 
 def test_a_roomy_deployment_is_safe():
-    plan = plan_deployment(Deployment(model=load_model("llama-3.1-8b"), gpu_gib=80.0,
-                                      max_batch_size=64, chunked_prefill=True))
+    plan = plan_deployment(
+        Deployment(
+            model=load_model("llama-3.1-8b"), gpu_gib=80.0, max_batch_size=64, chunked_prefill=True
+        )
+    )
     assert plan.manager == "v1" and not plan.clamped and plan.exit_code == 0
     assert plan.worst() == "ok" and plan.longest() == 131072 and plan.first("crash") is None
 
@@ -124,20 +150,35 @@ def test_a_roomy_deployment_is_safe():
 def test_the_blocks_per_sequence_name_the_max_seq_len_they_come_from():
     """V1's blocks per sequence come from the KV manager's max_seq_len: "as clamped" only where
     the pool clamped it (notebook 06 section 3's llama-3.1-70b is not clamped)."""
-    for plan in (plan_deployment(Deployment(model=load_model("llama-3.1-70b"), gpu_gib=79.6,
-                                            tp_size=4, max_batch_size=256, chunked_prefill=True)),
-                 plan_deployment(dataclasses.replace(EXAMPLES["issue-21470"], manager="auto"))):
+    for plan in (
+        plan_deployment(
+            Deployment(
+                model=load_model("llama-3.1-70b"),
+                gpu_gib=79.6,
+                tp_size=4,
+                max_batch_size=256,
+                chunked_prefill=True,
+            )
+        ),
+        plan_deployment(dataclasses.replace(EXAMPLES["issue-21470"], manager="auto")),
+    ):
         tpb = plan.deployment.tokens_per_block
-        line = next(x for x in plan.explain(width=None).splitlines() if x.startswith("Blocks per sequence"))
+        line = next(
+            x for x in plan.explain(width=None).splitlines() if x.startswith("Blocks per sequence")
+        )
         assert plan.manager == "v1" and plan.width_current == -(-plan.clamped_max_seq_len // tpb)
-        assert line == (f"Blocks per sequence: {plan.width_current:,} (ceil of the KV manager's "
-                        f"max_seq_len{', as clamped,' if plan.clamped else ''} "
-                        f"{plan.clamped_max_seq_len:,} over {tpb} tokens a block)")
+        assert line == (
+            f"Blocks per sequence: {plan.width_current:,} (ceil of the KV manager's "
+            f"max_seq_len{', as clamped,' if plan.clamped else ''} "
+            f"{plan.clamped_max_seq_len:,} over {tpb} tokens a block)"
+        )
         assert ("clamped" in line) == plan.clamped
 
 
 def test_what_the_plan_simplifies_is_said():
-    d = Deployment(model=load_model("mistral-7b-v0.1"), gpu_gib=80.0, pp_size=2, host_cache_gib=64.0)
+    d = Deployment(
+        model=load_model("mistral-7b-v0.1"), gpu_gib=80.0, pp_size=2, host_cache_gib=64.0
+    )
     plan = plan_deployment(d)
     text = " ".join(plan.explain().split())  # explain() breaks lines between words
     assert "max_attention_window" in text and "Mapping.pp_layers" in text and "split evenly" in text
@@ -151,21 +192,28 @@ def test_weights_derived_from_the_parameters_shrink_with_tp_and_pp():
     assert Deployment(model=model, gpu_gib=80.0, tp_size=4, pp_size=2).weights_bytes == one // 8
     # fp8 weights, the embeddings and lm_head kept in bf16 (2 x 128,256 x 8,192 parameters)
     kept = 2 * 128256 * 8192
-    assert Deployment(model=model, gpu_gib=80.0, weights_dtype="fp8").weights_bytes == \
-        2 * kept + (model.parameters - kept)
+    assert Deployment(model=model, gpu_gib=80.0, weights_dtype="fp8").weights_bytes == 2 * kept + (
+        model.parameters - kept
+    )
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(gpu_gib=0), "gpu_gib"), (dict(gpu_gib=80, tp_size=0), "tp_size"),
-    (dict(gpu_gib=80, pp_size=81), "pp_size must be in [1, 80]"),
-    (dict(gpu_gib=80, kv_dtype="int8"), "kv_dtype"),
-    (dict(gpu_gib=80, free_gpu_memory_fraction=1.5), "free_gpu_memory_fraction"),
-    (dict(gpu_gib=80, max_batch_size=0), "max_batch_size"),
-    (dict(gpu_gib=80, workspace_gib=-1), "workspace_gib"),
-    (dict(gpu_gib=80, kv_dtype="nvfp4", tokens_per_block=0), "tokens_per_block"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(gpu_gib=0), "gpu_gib"),
+        (dict(gpu_gib=80, tp_size=0), "tp_size"),
+        (dict(gpu_gib=80, pp_size=81), "pp_size must be in [1, 80]"),
+        (dict(gpu_gib=80, kv_dtype="int8"), "kv_dtype"),
+        (dict(gpu_gib=80, free_gpu_memory_fraction=1.5), "free_gpu_memory_fraction"),
+        (dict(gpu_gib=80, max_batch_size=0), "max_batch_size"),
+        (dict(gpu_gib=80, workspace_gib=-1), "workspace_gib"),
+        (dict(gpu_gib=80, kv_dtype="nvfp4", tokens_per_block=0), "tokens_per_block"),
+    ],
+)
 def test_bad_deployments_name_the_parameter(kwargs, named):
-    with pytest.raises((ValueError, TypeError), match=named.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        (ValueError, TypeError), match=named.replace("[", r"\[").replace("]", r"\]")
+    ):
         Deployment(model=load_model("llama-3.1-70b"), **kwargs)
 
 
@@ -173,7 +221,9 @@ def test_bad_deployments_name_the_parameter(kwargs, named):
 def test_a_model_that_is_not_a_geometry_is_named(model):
     """A dict, a name or None is not a ModelGeometry: the parameter is named, not an
     AttributeError from deep in the checks."""
-    with pytest.raises(TypeError, match=r"model must be a ModelGeometry, got .*\(" + type(model).__name__):
+    with pytest.raises(
+        TypeError, match=r"model must be a ModelGeometry, got .*\(" + type(model).__name__
+    ):
         Deployment(model=model, gpu_gib=80)
 
 
@@ -187,16 +237,44 @@ def test_the_command_prints_json_with_the_exit_code(capsys):
 
 
 def test_the_command_overrides_an_example(capsys):
-    assert main(["plan", "--example", "issue-21470", "--workspace-gib", "0", "--workspace-skew-gib", "0",
-                 "--max-seq-len", "131072"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--example",
+                "issue-21470",
+                "--workspace-gib",
+                "0",
+                "--workspace-skew-gib",
+                "0",
+                "--max-seq-len",
+                "131072",
+            ]
+        )
+        == 0
+    )
     assert "not clamped" in capsys.readouterr().out
 
 
 def test_the_command_reads_a_config(tmp_path, capsys):
     from kvlab.analysis.models import load_preset
+
     (tmp_path / "config.json").write_text(json.dumps(load_preset("deepseek-v3")["config"]))
-    code = main(["plan", "--config", str(tmp_path), "--gpu", "b200", "--tp-size", "8",
-                 "--weights-dtype", "fp8", "--max-seq-len", "163840"])
+    code = main(
+        [
+            "plan",
+            "--config",
+            str(tmp_path),
+            "--gpu",
+            "b200",
+            "--tp-size",
+            "8",
+            "--weights-dtype",
+            "fp8",
+            "--max-seq-len",
+            "163840",
+        ]
+    )
     out = capsys.readouterr().out
     assert "61 layers x 1 (K only, MLA) x 1 KV heads x 576 dims" in out
     assert code in (0, 3, 4, 5)
@@ -208,12 +286,20 @@ def test_explain_breaks_lines_between_words_only():
     # a break inside a word would leave a space in it once the lines are joined
     joined = " ".join(text.split())
     assert "PR #17261's clamp (a proposal, closed without merging) keeps 339 resident" in joined
-    assert "The V2 Mamba GPU cache quota is too small for live recurrent states and attention pages" in joined
+    assert (
+        "The V2 Mamba GPU cache quota is too small for live recurrent states and attention pages"
+        in joined
+    )
 
 
 def test_the_command_stops_quietly_when_its_reader_goes_away():
     import subprocess
     import sys
-    proc = subprocess.run(f"{sys.executable} -m kvlab plan --example issue-21470 | head -1",
-                          shell=True, capture_output=True, text=True)
+
+    proc = subprocess.run(
+        f"{sys.executable} -m kvlab plan --example issue-21470 | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+    )
     assert proc.stdout.startswith("qwen3-235b-a22b") and "Traceback" not in proc.stderr

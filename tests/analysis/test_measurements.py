@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvlab.analysis.measurements import (device_info, device_slug, load_measurements,
-                                         page_index_copy, paged_read, pool_allocation,
-                                         save_measurements)
+from kvlab.analysis.measurements import (
+    device_info,
+    device_slug,
+    load_measurements,
+    page_index_copy,
+    paged_read,
+    pool_allocation,
+    save_measurements,
+)
 from kvlab.core.page_index import max_blocks_per_seq
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_measurements.py"
@@ -30,9 +36,16 @@ def test_device_info_on_cpu_names_versions_and_date_but_no_host():
     assert socket.gethostname() not in json.dumps(info)
 
 
-@pytest.mark.parametrize("name, slug", [("NVIDIA H200", "h200"), ("NVIDIA H200 NVL", "h200-nvl"),
-                                        ("NVIDIA GeForce RTX 5080", "geforce-rtx-5080"),
-                                        ("x86_64", "x86-64"), ("", "device")])
+@pytest.mark.parametrize(
+    "name, slug",
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 NVL", "h200-nvl"),
+        ("NVIDIA GeForce RTX 5080", "geforce-rtx-5080"),
+        ("x86_64", "x86-64"),
+        ("", "device"),
+    ],
+)
 def test_device_slug(name, slug):
     assert device_slug(name) == slug
 
@@ -41,7 +54,8 @@ def test_page_index_copy_counts_the_table_bytes_of_each_width_and_batch():
     seq_lens, batches = [2048, 8192, 32768, 131072, 1048576], [1, 3]
     rows = page_index_copy(seq_lens, batches, repeat=2)
     assert [(r["max_seq_len"], r["max_batch_size"]) for r in rows] == [
-        (s, b) for s in seq_lens for b in batches]
+        (s, b) for s in seq_lens for b in batches
+    ]
     assert sorted({r["width"] for r in rows}) == [68, 260, 1028, 4100, 32772]
     for r in rows:
         assert r["width"] == max_blocks_per_seq(r["max_seq_len"], 32)
@@ -62,8 +76,9 @@ def test_paged_read_moves_the_whole_pool_both_ways():
         for side in ("gather", "copy"):
             assert 0 < r[f"{side}_min_us"] <= r[f"{side}_median_us"]
             assert r[f"{side}_gb_per_s"] > 0
-        assert r["gather_vs_copy"] == pytest.approx(r["copy_median_us"] / r["gather_median_us"],
-                                                    rel=1e-2)
+        assert r["gather_vs_copy"] == pytest.approx(
+            r["copy_median_us"] / r["gather_median_us"], rel=1e-2
+        )
 
 
 def test_pool_allocation_rounds_to_whole_pages():
@@ -92,7 +107,10 @@ def test_bad_arguments_name_the_parameter():
 
 
 def test_save_and_load_round_trip(tmp_path):
-    results = {"device": device_info(), "pool_allocation": pool_allocation([2048], bytes_per_block=1024)}
+    results = {
+        "device": device_info(),
+        "pool_allocation": pool_allocation([2048], bytes_per_block=1024),
+    }
     path = save_measurements(results, tmp_path / "a" / "cpu.json")
     assert path.exists() and load_measurements(path) == results
     with pytest.raises(TypeError, match="results must be a mapping"):
@@ -103,8 +121,12 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 def _run_script(*args):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--quick", *args],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -114,8 +136,15 @@ def test_script_on_cpu_stores_only_where_told(tmp_path):
     line = _run_script("--out", str(tmp_path / "cpu.json"))
     assert line["stored"] == str(tmp_path / "cpu.json")
     stored = load_measurements(tmp_path / "cpu.json")
-    assert set(stored) == {"device", "paged_attention_check", "page_index_copy", "paged_read",
-                           "pool_allocation", "pool_vs_workspace", "seconds"}
+    assert set(stored) == {
+        "device",
+        "paged_attention_check",
+        "page_index_copy",
+        "paged_read",
+        "pool_allocation",
+        "pool_vs_workspace",
+        "seconds",
+    }
     assert stored["device"]["device_type"] == "cpu"
     assert stored["pool_vs_workspace"] == []  # it needs CUDA (torch.cuda.mem_get_info)
     assert stored["paged_attention_check"]["max_abs_error"] <= 1e-3
@@ -123,8 +152,10 @@ def test_script_on_cpu_stores_only_where_told(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="torch.cuda.is_available() is False: no CUDA GPU on this machine",
+)
 def test_measurements_on_cuda():
     info = device_info("cuda")
     assert info["device_type"] == "cuda" and info["cuda"] and info["compute_capability"]
@@ -136,6 +167,7 @@ def test_measurements_on_cuda():
 
 
 # -- the stored GPU figures ----------------------------------------------------------------------
+
 
 def test_the_stored_h200_figures_say_where_and_when_they_were_taken():
     from kvlab.analysis.measurements import measured_on
@@ -151,7 +183,9 @@ def test_the_stored_h200_figures_say_where_and_when_they_were_taken():
     for (width, batch), r in copies.items():
         assert r["nbytes"] == (batch + 1) * 2 * width * 4
     big = max(b for _, b in copies)
-    assert copies[(260, big)]["median_us"] > copies[(68, big)]["median_us"]  # the wider row costs more
+    assert (
+        copies[(260, big)]["median_us"] > copies[(68, big)]["median_us"]
+    )  # the wider row costs more
     for r in h200["paged_read"]:
         assert 0 < r["gather_vs_copy"] <= 1.2 and r["copy_gb_per_s"] > 100  # HBM, not PCIe
     blocks = [r["pool_blocks"] for r in h200["pool_vs_workspace"]]
@@ -163,11 +197,14 @@ def test_load_measurements_by_name_says_what_is_known():
         load_measurements("nope")
 
 
-@pytest.mark.parametrize("path, error, text", [
-    (0, TypeError, "path must be a str or PathLike, got 0"),
-    (None, TypeError, "path must be a str or PathLike"),
-    ("", ValueError, "path takes one of these names, or a .json file's path"),
-])
+@pytest.mark.parametrize(
+    "path, error, text",
+    [
+        (0, TypeError, "path must be a str or PathLike, got 0"),
+        (None, TypeError, "path must be a str or PathLike"),
+        ("", ValueError, "path takes one of these names, or a .json file's path"),
+    ],
+)
 def test_load_measurements_names_a_bad_path(path, error, text):
     with pytest.raises(error) as info:
         load_measurements(path)

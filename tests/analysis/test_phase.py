@@ -13,8 +13,10 @@ from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario, phas
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.sched.policies import TRTLLM_POLICIES
 
+DEFAULT_SETUP = PhaseSetup()
 
-def verdict(pool_blocks, context_len, regime, setup=PhaseSetup()):
+
+def verdict(pool_blocks, context_len, regime, setup=DEFAULT_SETUP):
     return ENGINE_OUTCOMES[phase_verdicts([pool_blocks], [context_len], regime, setup)[0, 0]]
 
 
@@ -25,8 +27,8 @@ def test_the_seed_point():
 
 
 def test_growth_past_the_pool_stalls_and_past_the_row_crashes():
-    grows = PhaseSetup(max_new_tokens=200)                          # 2000 + 199 tokens: 69 blocks
-    assert verdict(64, 2000, "none/clamped", grows) == "stall"      # pool 64 < row 68
+    grows = PhaseSetup(max_new_tokens=200)  # 2000 + 199 tokens: 69 blocks
+    assert verdict(64, 2000, "none/clamped", grows) == "stall"  # pool 64 < row 68
     short_rows = PhaseSetup(max_seq_len=1024, max_new_tokens=200)
     assert verdict(100, 1000, "none/clamped", short_rows) == "crash"  # row 36 < pool 100
     assert verdict(100, 1000, "capacity", short_rows) == "reject"
@@ -42,17 +44,25 @@ def test_a_64_by_64_grid_for_three_policies_is_fast():
     assert all(grid.shape == (64, 64) for grid in diagram.values())
 
 
-SETUPS = [PhaseSetup(),
-          PhaseSetup(max_seq_len=1024, max_new_tokens=150, num_extra_kv_tokens=3),
-          PhaseSetup(geometry=KVGeometry(1, 1, 8, tokens_per_block=16), max_seq_len=600,
-                     max_new_tokens=1, max_num_tokens=3000)]
+SETUPS = [
+    PhaseSetup(),
+    PhaseSetup(max_seq_len=1024, max_new_tokens=150, num_extra_kv_tokens=3),
+    PhaseSetup(
+        geometry=KVGeometry(1, 1, 8, tokens_per_block=16),
+        max_seq_len=600,
+        max_new_tokens=1,
+        max_num_tokens=3000,
+    ),
+]
 
 
 def sample_points(setup, seed, n=15):
     """Pools of 1..200 blocks, contexts up to 2.5 pools long: every verdict shows up."""
     rng = np.random.default_rng(seed)
     pools = rng.integers(1, 200, size=n)
-    contexts = [int(rng.integers(1, 2.5 * pool * setup.geometry.tokens_per_block)) for pool in pools]
+    contexts = [
+        int(rng.integers(1, 2.5 * pool * setup.geometry.tokens_per_block)) for pool in pools
+    ]
     return list(zip(pools.tolist(), contexts))
 
 
@@ -68,9 +78,12 @@ def test_sampled_points_agree_with_full_simulations(regime, setup_index):
 
 
 def test_the_sample_covers_every_verdict():
-    seen = {verdict(pool, context, regime, setup)
-            for index, setup in enumerate(SETUPS) for regime in TRTLLM_POLICIES
-            for pool, context in sample_points(setup, seed=index)}
+    seen = {
+        verdict(pool, context, regime, setup)
+        for index, setup in enumerate(SETUPS)
+        for regime in TRTLLM_POLICIES
+        for pool, context in sample_points(setup, seed=index)
+    }
     assert seen == set(ENGINE_OUTCOMES)
 
 
@@ -87,13 +100,32 @@ def test_bad_phase_arguments():
         PhaseSetup(max_new_tokens=-1)
 
 
-@pytest.mark.parametrize("call, error, text", [
-    (lambda: phase_scenario(64, 8192, "capacity", setup=-1), TypeError, "setup must be a PhaseSetup"),
-    (lambda: phase_diagram([8], [8], setup="x"), TypeError, "setup must be a PhaseSetup"),
-    (lambda: phase_diagram([8], [8], regimes=2**63), TypeError, "regimes must be a sequence of regime names"),
-    (lambda: phase_diagram([8], [8], regimes="capacity"), TypeError, "regimes must be a sequence"),
-    (lambda: phase_diagram([8], [8], regimes=np.zeros((2, 2))), ValueError, "regimes[0] must be one of"),
-])
+@pytest.mark.parametrize(
+    "call, error, text",
+    [
+        (
+            lambda: phase_scenario(64, 8192, "capacity", setup=-1),
+            TypeError,
+            "setup must be a PhaseSetup",
+        ),
+        (lambda: phase_diagram([8], [8], setup="x"), TypeError, "setup must be a PhaseSetup"),
+        (
+            lambda: phase_diagram([8], [8], regimes=2**63),
+            TypeError,
+            "regimes must be a sequence of regime names",
+        ),
+        (
+            lambda: phase_diagram([8], [8], regimes="capacity"),
+            TypeError,
+            "regimes must be a sequence",
+        ),
+        (
+            lambda: phase_diagram([8], [8], regimes=np.zeros((2, 2))),
+            ValueError,
+            "regimes[0] must be one of",
+        ),
+    ],
+)
 def test_bad_arguments_name_the_parameter(call, error, text):
     with pytest.raises(error) as info:
         call()

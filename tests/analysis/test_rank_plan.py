@@ -13,10 +13,10 @@ SC = load_scenario("issue-21470")
 
 # (policy, rank 0's workspace GiB, long context): every outcome appears
 CASES = [
-    ("none/clamped", 28.0, 1_000_000),    # the report: rank 0 raises
-    ("none/clamped", 28.0, 524_288),      # clamped, yet the context fits the row
-    ("none/clamped", 0.0, 1_000_000),     # no clamp
-    ("none/clamped", 64.0, 786_432),      # a smaller pool still crashes
+    ("none/clamped", 28.0, 1_000_000),  # the report: rank 0 raises
+    ("none/clamped", 28.0, 524_288),  # clamped, yet the context fits the row
+    ("none/clamped", 0.0, 1_000_000),  # no clamp
+    ("none/clamped", 64.0, 786_432),  # a smaller pool still crashes
     ("none/configured", 28.0, 1_000_000),  # the one-line fix: refused every pass, then the deadlock
     ("none/configured", 10.0, 960_000),
     ("capacity", 28.0, 1_000_000),  # PR #21720: rejected alone
@@ -25,8 +25,9 @@ CASES = [
 
 
 def config(policy, workspace, context, ranks=16):
-    return scenario_config(SC, ranks, policy, workspace_gib=workspace, context_length=context,
-                           stall_limit=20)
+    return scenario_config(
+        SC, ranks, policy, workspace_gib=workspace, context_length=context, stall_limit=20
+    )
 
 
 @pytest.mark.parametrize("policy, workspace, context", CASES)
@@ -38,10 +39,23 @@ def test_the_plan_says_what_the_real_run_does(policy, workspace, context):
     placed = {rid: r.rank for r in run.ranks for rid in r.status}
     assert placed == plan.placement
     for p, r in zip(plan.ranks, run.ranks):
-        assert (p.local_quota_bytes, p.local_blocks, p.blocks, p.capacity_tokens, p.quota_bytes,
-                p.max_seq_len, p.max_blocks_per_seq) == (
-                    r.local_quota_bytes, r.local_blocks, r.blocks, r.capacity_tokens, r.quota_bytes,
-                    r.max_seq_len, r.max_blocks_per_seq)
+        assert (
+            p.local_quota_bytes,
+            p.local_blocks,
+            p.blocks,
+            p.capacity_tokens,
+            p.quota_bytes,
+            p.max_seq_len,
+            p.max_blocks_per_seq,
+        ) == (
+            r.local_quota_bytes,
+            r.local_blocks,
+            r.blocks,
+            r.capacity_tokens,
+            r.quota_bytes,
+            r.max_seq_len,
+            r.max_blocks_per_seq,
+        )
     statuses = {rid: s for r in run.ranks for rid, s in r.status.items()}
     for q in plan.requests:
         if q.verdict == "reject":
@@ -51,7 +65,12 @@ def test_the_plan_says_what_the_real_run_does(policy, workspace, context):
 
 
 def test_the_cases_cover_every_outcome():
-    assert {plan_ranks(config(*case)).outcome for case in CASES} == {"crash", "stall", "reject", "ok"}
+    assert {plan_ranks(config(*case)).outcome for case in CASES} == {
+        "crash",
+        "stall",
+        "reject",
+        "ok",
+    }
 
 
 def test_the_report_numbers_match_the_scenario_file():
@@ -59,11 +78,22 @@ def test_the_report_numbers_match_the_scenario_file():
     exp = SC.expected
     r0 = plan.ranks[0]
     assert (r0.blocks, r0.capacity_tokens, r0.max_blocks_per_seq) == (
-        exp["total_blocks"], exp["capacity_tokens"], exp["width_clamped"])
-    assert {r.blocks for r in plan.ranks} == {plan.ranks[-1].local_blocks}  # the last rank sets the MIN
+        exp["total_blocks"],
+        exp["capacity_tokens"],
+        exp["width_clamped"],
+    )
+    assert {r.blocks for r in plan.ranks} == {
+        plan.ranks[-1].local_blocks
+    }  # the last rank sets the MIN
     long_ctx = next(q for q in plan.requests if q.request_id == "long-ctx")
-    assert long_ctx.rank == 0 and long_ctx.verdict == "crash" and long_ctx.blocks > r0.max_blocks_per_seq
-    assert plan.reason.startswith("rank 0 raises ValueError: User-provided base page indices is too short")
+    assert (
+        long_ctx.rank == 0
+        and long_ctx.verdict == "crash"
+        and long_ctx.blocks > r0.max_blocks_per_seq
+    )
+    assert plan.reason.startswith(
+        "rank 0 raises ValueError: User-provided base page indices is too short"
+    )
     wide = plan_ranks(config("none/configured", 28.0, 1_000_000)).ranks[0]
     assert wide.max_blocks_per_seq == exp["width_configured"]
 

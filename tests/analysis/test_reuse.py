@@ -12,8 +12,10 @@ from kvlab.core.request import Request
 from kvlab.run.workload import mooncake_trace
 
 
-@pytest.mark.parametrize("trace, blocks, distinct, ratio", [
-    ("conversation", 288_500, 182_790, 0.366), ("synthetic", 121_877, 43_924, 0.640)])
+@pytest.mark.parametrize(
+    "trace, blocks, distinct, ratio",
+    [("conversation", 288_500, 182_790, 0.366), ("synthetic", 121_877, 43_924, 0.640)],
+)
 def test_the_mooncake_ceilings_are_the_readmes(trace, blocks, distinct, ratio):
     requests = mooncake_trace(trace)
     ceiling = reuse_ceiling(requests)
@@ -38,7 +40,6 @@ def test_a_shared_prefix_is_counted_once_and_a_broken_chain_refused():
         Request("e", 10, 1, prefix_hashes=[1, 2])
 
 
-
 def _story_results():
     story = shared_prefix_story()
     return replay_with_reuse(story, policies=("capacity",), reuse=(True,)), reuse_ceiling(story)
@@ -52,14 +53,38 @@ def test_reuse_table_sets_each_run_against_the_ceiling():
     assert row["of_ceiling"] == row["reused_tokens"] / ceiling.cached_tokens
 
 
-@pytest.mark.parametrize("call, error, text", [
-    (lambda: shared_prefix_story(engine=(i for i in range(3))), TypeError, "engine must be an EngineConfig"),
-    (lambda: shared_prefix_story(max_new_tokens=None), TypeError, "max_new_tokens must be an int"),
-    (lambda: reuse_table(np.zeros((2, 2)), _story_results()[1]), TypeError, "results must be a Mapping"),
-    (lambda: reuse_table({"capacity": _story_results()[0][("capacity", True)]}, _story_results()[1]),
-     TypeError, "results must be keyed by (policy, reuse) pairs"),
-    (lambda: reuse_table(_story_results()[0], float("inf")), TypeError, "ceiling must be a ReuseCeiling"),
-])
+@pytest.mark.parametrize(
+    "call, error, text",
+    [
+        (
+            lambda: shared_prefix_story(engine=(i for i in range(3))),
+            TypeError,
+            "engine must be an EngineConfig",
+        ),
+        (
+            lambda: shared_prefix_story(max_new_tokens=None),
+            TypeError,
+            "max_new_tokens must be an int",
+        ),
+        (
+            lambda: reuse_table(np.zeros((2, 2)), _story_results()[1]),
+            TypeError,
+            "results must be a Mapping",
+        ),
+        (
+            lambda: reuse_table(
+                {"capacity": _story_results()[0][("capacity", True)]}, _story_results()[1]
+            ),
+            TypeError,
+            "results must be keyed by (policy, reuse) pairs",
+        ),
+        (
+            lambda: reuse_table(_story_results()[0], float("inf")),
+            TypeError,
+            "ceiling must be a ReuseCeiling",
+        ),
+    ],
+)
 def test_bad_arguments_name_the_parameter(call, error, text):
     with pytest.raises(error) as info:
         call()

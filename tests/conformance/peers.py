@@ -3,16 +3,15 @@ assert and the sections of docs/CONFORMANCE.md that test_catalogue.py writes fro
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Dict, List
+from functools import cache
 
 from kvlab.analysis.peer_conformance import COMPARED, differences
 from kvlab.backends.engines import ENGINES
 from kvlab.sched.sglang import SglangServerArgs
 
 
-@lru_cache(maxsize=None)
-def comparisons(engine: str) -> Dict[str, dict]:
+@cache
+def comparisons(engine: str) -> dict[str, dict]:
     """Per conformance workload of ``engine``: the workload, the real engine's stored result,
     kvlab's peer's result and the rows where they differ."""
     backend, workloads = ENGINES[engine]
@@ -21,66 +20,89 @@ def comparisons(engine: str) -> Dict[str, dict]:
     for workload in workloads():
         real = stored[workload.name]
         peer = workload.run_peer()
-        found[workload.name] = dict(workload=workload, real=real, peer=peer,
-                                    differences=differences(peer, real))
+        found[workload.name] = dict(
+            workload=workload, real=real, peer=peer, differences=differences(peer, real)
+        )
     return found
 
 
 def _vllm_engine(args) -> str:
-    chunking = (f"chunks of {args.max_num_batched_tokens:,}" if args.enable_chunked_prefill
-                else f"{args.max_num_batched_tokens:,} tokens, no chunking")
+    chunking = (
+        f"chunks of {args.max_num_batched_tokens:,}"
+        if args.enable_chunked_prefill
+        else f"{args.max_num_batched_tokens:,} tokens, no chunking"
+    )
     pool = f"{args.num_gpu_blocks:,} x {args.block_size}"
     if args.startup_blocks != args.num_gpu_blocks:
         pool += f" (start-up saw {args.startup_blocks:,})"
     extras = [] if args.scheduler_reserve_full_isl else ["no full-prompt reservation"]
     extras += [f"watermark {args.watermark:g}"] if args.watermark else []
-    return "; ".join([pool, f"max_model_len {args.max_model_len:,}", f"{args.max_num_seqs} seqs",
-                      chunking, *extras])
+    return "; ".join(
+        [
+            pool,
+            f"max_model_len {args.max_model_len:,}",
+            f"{args.max_num_seqs} seqs",
+            chunking,
+            *extras,
+        ]
+    )
 
 
 def _sglang_engine(args: SglangServerArgs) -> str:
-    chunking = ("no chunking" if args.chunk_size is None else f"chunks of {args.chunk_size:,}")
-    return "; ".join([f"{args.max_total_tokens:,} tokens", f"context {args.context_length:,}",
-                      f"{args.resolved_max_running_requests} running", chunking,
-                      f"prefill budget {args.max_prefill_tokens:,}",
-                      "ignore_eos" if args.ignore_eos else "new-token ratio"])
+    chunking = "no chunking" if args.chunk_size is None else f"chunks of {args.chunk_size:,}"
+    return "; ".join(
+        [
+            f"{args.max_total_tokens:,} tokens",
+            f"context {args.context_length:,}",
+            f"{args.resolved_max_running_requests} running",
+            chunking,
+            f"prefill budget {args.max_prefill_tokens:,}",
+            "ignore_eos" if args.ignore_eos else "new-token ratio",
+        ]
+    )
 
 
 #: Per engine: the section's title, how an engine is described, how the real scheduler ran.
 SECTIONS = {
-    "vllm": ("kvlab's `VllmScheduler` against vLLM's own scheduler", "engine (blocks x tokens)",
-             _vllm_engine,
-             "How the real scheduler runs here: vLLM's `Scheduler` (the synchronous one, not the "
-             "`AsyncScheduler` a GPU deployment may default to) with its own `KVCacheManager` and "
-             "`BlockPool`, built as its engine core builds them from a config.json-only model "
-             "folder, on the CPU, with the KV cache planned by vLLM's start-up functions from "
-             "exactly the pool's memory; the model runner is faked by one sampled token per "
-             "request whose prompt is computed. A step is one `schedule()` and one "
-             "`update_from_output()`; both sides skip the steps in which nothing is waiting or "
-             "running. Prefix caching is off on both sides (vLLM's default is on; kvlab models no "
-             "prefix reuse, and with prompts that share no prefix it would only change a "
-             "preempted request's recompute). What kvlab's peer leaves out is named in "
-             "`kvlab/sched/vllm.py`: speculative decoding, the priority policy, "
-             "`long_prefill_token_threshold`, KV connectors, LoRA and encoders; vLLM's start-up "
-             "refusal is reproduced for full-attention models only."),
-    "sglang": ("kvlab's `SglangScheduler` against SGLang's own scheduler", "engine",
-               _sglang_engine,
-               "How the real scheduler runs here: SGLang's own `Scheduler.event_loop_normal`, "
-               "unchanged, with its real memory pools on the CPU (page size 1), its "
-               "`TokenizerManager`'s request checks, and a model worker that loads no model and "
-               "samples one token per row; the sockets are replaced by the driver's hand-over "
-               "(`docs/ENGINES.md` names every stand-in). A step is one "
-               "iteration of the event loop that had a request to work on: a prefill batch or "
-               "a decode batch, never both (mixed chunks off). The radix cache and the overlap "
-               "scheduler are off on both sides (SGLang's defaults are on). What kvlab's peer "
-               "leaves out is named in `kvlab/sched/sglang.py`. One detail the comparison "
-               "does not count: a request whose max_new_tokens SGLang clips to 0 has a "
-               "'first token' in SGLang's trace (its sampler draws a token it never reports) "
-               "and none in kvlab's."),
+    "vllm": (
+        "kvlab's `VllmScheduler` against vLLM's own scheduler",
+        "engine (blocks x tokens)",
+        _vllm_engine,
+        "How the real scheduler runs here: vLLM's `Scheduler` (the synchronous one, not the "
+        "`AsyncScheduler` a GPU deployment may default to) with its own `KVCacheManager` and "
+        "`BlockPool`, built as its engine core builds them from a config.json-only model "
+        "folder, on the CPU, with the KV cache planned by vLLM's start-up functions from "
+        "exactly the pool's memory; the model runner is faked by one sampled token per "
+        "request whose prompt is computed. A step is one `schedule()` and one "
+        "`update_from_output()`; both sides skip the steps in which nothing is waiting or "
+        "running. Prefix caching is off on both sides (vLLM's default is on; kvlab models no "
+        "prefix reuse, and with prompts that share no prefix it would only change a "
+        "preempted request's recompute). What kvlab's peer leaves out is named in "
+        "`kvlab/sched/vllm.py`: speculative decoding, the priority policy, "
+        "`long_prefill_token_threshold`, KV connectors, LoRA and encoders; vLLM's start-up "
+        "refusal is reproduced for full-attention models only.",
+    ),
+    "sglang": (
+        "kvlab's `SglangScheduler` against SGLang's own scheduler",
+        "engine",
+        _sglang_engine,
+        "How the real scheduler runs here: SGLang's own `Scheduler.event_loop_normal`, "
+        "unchanged, with its real memory pools on the CPU (page size 1), its "
+        "`TokenizerManager`'s request checks, and a model worker that loads no model and "
+        "samples one token per row; the sockets are replaced by the driver's hand-over "
+        "(`docs/ENGINES.md` names every stand-in). A step is one "
+        "iteration of the event loop that had a request to work on: a prefill batch or "
+        "a decode batch, never both (mixed chunks off). The radix cache and the overlap "
+        "scheduler are off on both sides (SGLang's defaults are on). What kvlab's peer "
+        "leaves out is named in `kvlab/sched/sglang.py`. One detail the comparison "
+        "does not count: a request whose max_new_tokens SGLang clips to 0 has a "
+        "'first token' in SGLang's trace (its sampler draws a token it never reports) "
+        "and none in kvlab's.",
+    ),
 }
 
 
-def render(engine: str) -> List[str]:
+def render(engine: str) -> list[str]:
     """The section of docs/CONFORMANCE.md for ``engine``."""
     backend, _ = ENGINES[engine]
     title, engine_column, describe, how = SECTIONS[engine]
@@ -89,18 +111,22 @@ def render(engine: str) -> List[str]:
     requests = sum(len(c["workload"].requests) for c in found.values())
     differing = sum(len({row["request_id"] for row in c["differences"]}) for c in found.values())
     lines = [
-        f"## {backend.title} {header['version']}: {title}", "",
+        f"## {backend.title} {header['version']}: {title}",
+        "",
         f"**{len(found)} workloads, {requests:,} requests: {differing:,} differ in "
-        f"{', '.join(COMPARED)}.**", "",
+        f"{', '.join(COMPARED)}.**",
+        "",
         f"The real runs are stored in `data/measurements/{backend.name}-{header['version']}.json` "
         f"(recorded {header['recorded']} with `{header['command']}`); "
         "`tests/conformance/test_real_peers.py` holds kvlab's peer to them request by request and "
         f"step by step, and `tests/analysis/test_backend_{backend.name}.py` runs "
         f"{backend.title} itself (`kvlab.backends.{backend.name}`, in the environment "
-        f"`{backend.setup_command}` makes) and fails if it no longer gives what is stored.", "",
+        f"`{backend.setup_command}` makes) and fails if it no longer gives what is stored.",
+        "",
         f"| workload | {engine_column} | requests | finished | rejected | unfinished | "
         "preemptions | steps | differing |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, c in found.items():
         summary = c["real"].summary()
         note = " (refuses to start)" if c["real"].error is not None else ""
@@ -108,8 +134,12 @@ def render(engine: str) -> List[str]:
             f"| `{name}` | {describe(c['workload'].args)}{note} | {len(c['workload'].requests):,} | "
             f"{summary['finished']:,} | {summary['rejected']:,} | "
             f"{summary['waiting'] + summary['running']:,} | {summary['recomputes']:,} | "
-            f"{c['real'].end_step:,} | {len({r['request_id'] for r in c['differences']}):,} |")
-    remaining = ("Remaining differences: none on these workloads." if differing == 0 else
-                 f"Remaining differences: {differing:,} requests (the table's last column); "
-                 "each is a bug to find.")
+            f"{c['real'].end_step:,} | {len({r['request_id'] for r in c['differences']}):,} |"
+        )
+    remaining = (
+        "Remaining differences: none on these workloads."
+        if differing == 0
+        else f"Remaining differences: {differing:,} requests (the table's last column); "
+        "each is a bug to find."
+    )
     return lines + ["", how, "", remaining, ""]

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Iterable, List, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
-from kvlab import (Engine, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
-                   ScheduledBatch, Scheduler)
+from kvlab import (
+    Engine,
+    KVCacheManager,
+    KVGeometry,
+    MaxSeqLenClampWarning,
+    Request,
+    ScheduledBatch,
+    Scheduler,
+)
 from kvlab.core.prefix_cache import chain_hashes
 
 #: Tokens a conformance request may still generate: never reached in these short runs.
@@ -24,11 +31,12 @@ NEVER_DONE = 1 << 20
 
 def tiny_geometry(tokens_per_block: int = 64) -> KVGeometry:
     """1 layer x 1 KV head x head_dim 1 in fp16: 4 bytes a token, so pools stay small."""
-    return KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16",
-                      tokens_per_block=tokens_per_block)
+    return KVGeometry(
+        num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16", tokens_per_block=tokens_per_block
+    )
 
 
-def ids(requests: Iterable[Request]) -> List[str]:
+def ids(requests: Iterable[Request]) -> list[str]:
     """The requests' ids, in order."""
     return [r.request_id for r in requests]
 
@@ -56,13 +64,23 @@ class Bench:
     can match them; without, a prompt shares nothing.
     """
 
-    def __init__(self, *, tokens_per_block: int = 64, num_blocks: int = 4096,
-                 max_batch_size: int = 100, max_num_tokens: int = 1024,
-                 max_seq_len: Optional[int] = None, slots: Optional[int] = None,
-                 can_evict: bool = False, host_blocks: Optional[int] = None,
-                 admission: str = "none", page_index_policy: str = "clamped",
-                 enable_block_reuse: bool = True, block_reuse_policy: str = "all_reusable",
-                 **scheduler_kwargs):
+    def __init__(
+        self,
+        *,
+        tokens_per_block: int = 64,
+        num_blocks: int = 4096,
+        max_batch_size: int = 100,
+        max_num_tokens: int = 1024,
+        max_seq_len: int | None = None,
+        slots: int | None = None,
+        can_evict: bool = False,
+        host_blocks: int | None = None,
+        admission: str = "none",
+        page_index_policy: str = "clamped",
+        enable_block_reuse: bool = True,
+        block_reuse_policy: str = "all_reusable",
+        **scheduler_kwargs,
+    ):
         geometry = tiny_geometry(tokens_per_block)
         if host_blocks is not None:
             host_cache_size = host_blocks * geometry.bytes_per_block
@@ -71,33 +89,63 @@ class Bench:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
             self.manager = KVCacheManager(
-                geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
+                geometry,
+                quota_bytes=num_blocks * geometry.bytes_per_block,
                 max_seq_len=max_seq_len or num_blocks * tokens_per_block,
-                max_batch_size=slots or max_batch_size, page_index_policy=page_index_policy,
-                host_cache_size=host_cache_size, enable_block_reuse=enable_block_reuse,
-                block_reuse_policy=block_reuse_policy)
-        self.scheduler = Scheduler(self.manager, admission=admission,
-                                   max_num_tokens=max_num_tokens, max_batch_size=max_batch_size,
-                                   **scheduler_kwargs)
+                max_batch_size=slots or max_batch_size,
+                page_index_policy=page_index_policy,
+                host_cache_size=host_cache_size,
+                enable_block_reuse=enable_block_reuse,
+                block_reuse_policy=block_reuse_policy,
+            )
+        self.scheduler = Scheduler(
+            self.manager,
+            admission=admission,
+            max_num_tokens=max_num_tokens,
+            max_batch_size=max_batch_size,
+            **scheduler_kwargs,
+        )
         # upstream's tests hand the scheduler whatever active list they build: no executor limit
         self.engine = Engine(self.scheduler, max_num_active_requests=1 << 30)
-        self._held: List[int] = []
+        self._held: list[int] = []
         self._tenants = 0
 
     # -- requests ------------------------------------------------------------------------
-    def context(self, request_id: str, length: Optional[int] = None, *, draft: int = 0,
-                max_new_tokens: int = NEVER_DONE, beam: int = 1,
-                tokens: Optional[Sequence[int]] = None) -> Request:
+    def context(
+        self,
+        request_id: str,
+        length: int | None = None,
+        *,
+        draft: int = 0,
+        max_new_tokens: int = NEVER_DONE,
+        beam: int = 1,
+        tokens: Sequence[int] | None = None,
+    ) -> Request:
         """A context request of ``length`` prompt tokens, or of the prompt ``tokens`` (``beam``:
         its beam width), submitted at the next pass; returns the live Request the scheduler
         sees."""
-        (request,) = self.engine.add_requests([self._request(
-            request_id, length, tokens, max_new_tokens=max_new_tokens, num_draft_tokens=draft,
-            beam_width=beam)])
+        (request,) = self.engine.add_requests(
+            [
+                self._request(
+                    request_id,
+                    length,
+                    tokens,
+                    max_new_tokens=max_new_tokens,
+                    num_draft_tokens=draft,
+                    beam_width=beam,
+                )
+            ]
+        )
         return request
 
-    def _request(self, request_id: str, length: Optional[int], tokens: Optional[Sequence[int]],
-                 max_new_tokens: int = NEVER_DONE, **kwargs) -> Request:
+    def _request(
+        self,
+        request_id: str,
+        length: int | None,
+        tokens: Sequence[int] | None,
+        max_new_tokens: int = NEVER_DONE,
+        **kwargs,
+    ) -> Request:
         if tokens is not None:
             length = len(tokens)
             kwargs.update(prefix_hashes=chain_hashes(tokens), tokens_per_hash=1)
@@ -114,13 +162,27 @@ class Bench:
     def disagg(self, request_id: str, prompt_len: int = 100) -> Request:
         """A DISAGG_GENERATION_INIT request of a ``prompt_len``-token transferred context
         (upstream's ``make_disagg_request``), submitted at the next pass."""
-        (request,) = self.engine.add_requests([Request(
-            request_id, prompt_len, NEVER_DONE, arrival_step=self.engine.step,
-            disagg_generation_init=True)])
+        (request,) = self.engine.add_requests(
+            [
+                Request(
+                    request_id,
+                    prompt_len,
+                    NEVER_DONE,
+                    arrival_step=self.engine.step,
+                    disagg_generation_init=True,
+                )
+            ]
+        )
         return request
 
-    def submit_past_front_door(self, request_id: str, length: Optional[int] = None, *,
-                               draft: int = 0, tokens: Optional[Sequence[int]] = None) -> Request:
+    def submit_past_front_door(
+        self,
+        request_id: str,
+        length: int | None = None,
+        *,
+        draft: int = 0,
+        tokens: Sequence[int] | None = None,
+    ) -> Request:
         """A context request that reaches the pass although its prompt is over the token
         budget: the front door (``Scheduler.submit``, the LLM API's check) sees no budget, the
         pass sees the test's."""
@@ -134,8 +196,9 @@ class Bench:
             scheduler.max_num_tokens = saved
         return request
 
-    def generation(self, request_id: str, prompt_len: int = 64, *, draft: int = 0,
-                   beam: int = 1) -> Request:
+    def generation(
+        self, request_id: str, prompt_len: int = 64, *, draft: int = 0, beam: int = 1
+    ) -> Request:
         """A request in generation: its context is scheduled and run in a pass of its own,
         so it holds its context's pages. Build generation requests before any pending
         context, since that pass schedules whatever else is pending too (and steps the
@@ -143,8 +206,9 @@ class Bench:
         (request,) = self.generations(request_id, prompt_len=prompt_len, draft=draft, beam=beam)
         return request
 
-    def generations(self, *request_ids: str, prompt_len: int = 64,
-                    draft: int = 0, beam: int = 1) -> List[Request]:
+    def generations(
+        self, *request_ids: str, prompt_len: int = 64, draft: int = 0, beam: int = 1
+    ) -> list[Request]:
         """Requests in generation whose contexts run together in one set-up pass (see
         :meth:`generation`)."""
         with self.set_up_budget(1 << 30, 1 << 20):
@@ -152,21 +216,26 @@ class Bench:
             batch = self.schedule()
         for request in requests:
             assert any(r is request for r in batch.context_requests), (
-                f"set-up: {request.request_id!r}'s context was not scheduled")
+                f"set-up: {request.request_id!r}'s context was not scheduled"
+            )
             assert request.is_context_finished and request.state == "running", (
-                f"set-up: {request.request_id!r} did not finish its context")
+                f"set-up: {request.request_id!r} did not finish its context"
+            )
         return requests
 
-    def generations_at_page_end(self, *request_ids: str,
-                                drafts: Optional[dict] = None) -> List[Request]:
+    def generations_at_page_end(
+        self, *request_ids: str, drafts: dict | None = None
+    ) -> list[Request]:
         """Generation requests built one by one, each with exactly one full page when the
         test's pass comes, so that its step there needs one new page (two with 64 draft
         tokens): a request is stepped once by each build after it."""
         drafts = drafts or {}
         tokens_per_block = self.manager.tokens_per_block
         n = len(request_ids)
-        return [self.generation(rid, tokens_per_block - (n - 1 - i), draft=drafts.get(rid, 0))
-                for i, rid in enumerate(request_ids)]
+        return [
+            self.generation(rid, tokens_per_block - (n - 1 - i), draft=drafts.get(rid, 0))
+            for i, rid in enumerate(request_ids)
+        ]
 
     def generation_behind(self, request_id: str, prompt_len: int = 64) -> Request:
         """:meth:`generation` while the DISAGG_GENERATION_INIT requests already there stay
@@ -177,15 +246,22 @@ class Bench:
         finally:
             self.release_held()
 
-    def started_context(self, request_id: str, length: Optional[int], first_chunk: int, *,
-                        tokens: Optional[Sequence[int]] = None) -> Request:
+    def started_context(
+        self,
+        request_id: str,
+        length: int | None,
+        first_chunk: int,
+        *,
+        tokens: Sequence[int] | None = None,
+    ) -> Request:
         """A chunked context past a first chunk of exactly ``first_chunk`` tokens (a "started"
         request, hence evictable), run in a set-up pass of its own whose chunk unit is 1 and
         whose token budget is that chunk plus the steps of the requests already generating.
         Needs a chunked scheduler."""
         scheduler = self.scheduler
-        steps = sum(1 + r.num_draft_tokens for r in scheduler.active_requests
-                    if r.is_context_finished)
+        steps = sum(
+            1 + r.num_draft_tokens for r in scheduler.active_requests if r.is_context_finished
+        )
         saved = scheduler.chunk_unit_size
         scheduler.chunk_unit_size = 1
         try:
@@ -195,7 +271,8 @@ class Bench:
         finally:
             scheduler.chunk_unit_size = saved
         assert any(r is request for r in batch.context_requests), (
-            f"set-up: {request_id!r}'s first chunk was not scheduled")
+            f"set-up: {request_id!r}'s first chunk was not scheduled"
+        )
         assert request.context_current_position == first_chunk
         return request
 
@@ -222,7 +299,8 @@ class Bench:
         """New pages the request's next generation step needs (one token plus its drafts)."""
         cache = self.manager.get_cache(request)
         needed = self.manager.geometry.blocks_for_tokens(
-            cache.capacity + 1 + request.num_draft_tokens)
+            cache.capacity + 1 + request.num_draft_tokens
+        )
         return needed - cache.num_blocks
 
     # -- pool pressure -------------------------------------------------------------------
@@ -265,7 +343,8 @@ class Bench:
             cache.suspend()
             pages = manager.allocate_pages(manager.free_blocks + count)
             assert pages is not None and cache.suspended_blocks == count, (
-                "set-up: the tenant's pages did not move down")
+                "set-up: the tenant's pages did not move down"
+            )
             manager.pool.free(pages)
             filled += count
         return filled

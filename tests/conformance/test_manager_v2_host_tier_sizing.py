@@ -34,69 +34,113 @@ THREADS = "two ranks as threads on kvlab's ThreadComm (CPU) instead of an MPI po
 
 class TestComputeAutoHostTierQuota:
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_single_rank_uses_device_quota_when_memory_is_ample")
+        "TestComputeAutoHostTierQuota::test_single_rank_uses_device_quota_when_memory_is_ample"
+    )
     def test_single_rank_uses_device_quota_when_memory_is_ample(self):
         # 1 rank, 440 GiB available: cap = 220 GiB > quota -> quota wins.
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=1,
-                                    host_available_bytes=float(440 * GiB),
-                                    memlock_limit_bytes=INF) == 173 * GiB
+        assert (
+            auto_host_tier_bytes(
+                173 * GiB,
+                local_ranks=1,
+                host_available_bytes=float(440 * GiB),
+                memlock_limit_bytes=INF,
+            )
+            == 173 * GiB
+        )
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_colocated_ranks_divide_node_memory_budget")
+        "TestComputeAutoHostTierQuota::test_colocated_ranks_divide_node_memory_budget"
+    )
     def test_colocated_ranks_divide_node_memory_budget(self):
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=4,
-                                    host_available_bytes=float(440 * GiB),
-                                    memlock_limit_bytes=INF) == int(440 * GiB / 4 * 0.5)
+        assert auto_host_tier_bytes(
+            173 * GiB, local_ranks=4, host_available_bytes=float(440 * GiB), memlock_limit_bytes=INF
+        ) == int(440 * GiB / 4 * 0.5)
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_aggregate_across_ranks_stays_within_available_memory")
+        "TestComputeAutoHostTierQuota::test_aggregate_across_ranks_stays_within_available_memory"
+    )
     def test_aggregate_across_ranks_stays_within_available_memory(self):
         local_ranks = 4
         mem_available = float(440 * GiB)
-        per_rank = auto_host_tier_bytes(173 * GiB, local_ranks=local_ranks,
-                                        host_available_bytes=mem_available,
-                                        memlock_limit_bytes=INF)
+        per_rank = auto_host_tier_bytes(
+            173 * GiB,
+            local_ranks=local_ranks,
+            host_available_bytes=mem_available,
+            memlock_limit_bytes=INF,
+        )
         assert per_rank * local_ranks <= mem_available
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_integrated_gpu_charges_device_quota_against_budget")
+        "TestComputeAutoHostTierQuota::test_integrated_gpu_charges_device_quota_against_budget"
+    )
     def test_integrated_gpu_charges_device_quota_against_budget(self):
         quota = 81 * GiB
         mem_available = float(93 * GiB)
-        host_quota = auto_host_tier_bytes(quota, local_ranks=1, host_available_bytes=mem_available,
-                                          memlock_limit_bytes=INF, shares_device_memory=True)
+        host_quota = auto_host_tier_bytes(
+            quota,
+            local_ranks=1,
+            host_available_bytes=mem_available,
+            memlock_limit_bytes=INF,
+            shares_device_memory=True,
+        )
         assert host_quota == int((93 - 81) * GiB / 1 * 0.5)
         assert quota + host_quota <= mem_available
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_integrated_gpu_without_headroom_provisions_no_tier")
+        "TestComputeAutoHostTierQuota::test_integrated_gpu_without_headroom_provisions_no_tier"
+    )
     def test_integrated_gpu_without_headroom_provisions_no_tier(self):
-        assert auto_host_tier_bytes(95 * GiB, local_ranks=1,
-                                    host_available_bytes=float(93 * GiB),
-                                    memlock_limit_bytes=INF, shares_device_memory=True) == 0
+        assert (
+            auto_host_tier_bytes(
+                95 * GiB,
+                local_ranks=1,
+                host_available_bytes=float(93 * GiB),
+                memlock_limit_bytes=INF,
+                shares_device_memory=True,
+            )
+            == 0
+        )
 
     @pytest.mark.upstream("TestComputeAutoHostTierQuota::test_memlock_limit_caps_quota")
     def test_memlock_limit_caps_quota(self):
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=1, host_available_bytes=INF,
-                                    memlock_limit_bytes=float(10 * GiB)) == int(10 * GiB * 0.8)
-
-    @pytest.mark.upstream("TestComputeAutoHostTierQuota::test_unknown_limits_fall_back_to_device_quota")
-    def test_unknown_limits_fall_back_to_device_quota(self):
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=8, host_available_bytes=INF,
-                                    memlock_limit_bytes=INF) == 173 * GiB
+        assert auto_host_tier_bytes(
+            173 * GiB, local_ranks=1, host_available_bytes=INF, memlock_limit_bytes=float(10 * GiB)
+        ) == int(10 * GiB * 0.8)
 
     @pytest.mark.upstream(
-        "TestComputeAutoHostTierQuota::test_non_positive_result_falls_back_to_device_quota")
+        "TestComputeAutoHostTierQuota::test_unknown_limits_fall_back_to_device_quota"
+    )
+    def test_unknown_limits_fall_back_to_device_quota(self):
+        assert (
+            auto_host_tier_bytes(
+                173 * GiB, local_ranks=8, host_available_bytes=INF, memlock_limit_bytes=INF
+            )
+            == 173 * GiB
+        )
+
+    @pytest.mark.upstream(
+        "TestComputeAutoHostTierQuota::test_non_positive_result_falls_back_to_device_quota"
+    )
     @pytest.mark.parametrize("memlock_limit", [0.0, float(1)])
     def test_non_positive_result_falls_back_to_device_quota(self, memlock_limit):
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=4,
-                                    host_available_bytes=float(440 * GiB),
-                                    memlock_limit_bytes=memlock_limit) == 173 * GiB
+        assert (
+            auto_host_tier_bytes(
+                173 * GiB,
+                local_ranks=4,
+                host_available_bytes=float(440 * GiB),
+                memlock_limit_bytes=memlock_limit,
+            )
+            == 173 * GiB
+        )
 
     @pytest.mark.upstream("TestComputeAutoHostTierQuota::test_result_is_always_positive")
     def test_result_is_always_positive(self):
-        assert auto_host_tier_bytes(173 * GiB, local_ranks=4, host_available_bytes=0.0,
-                                    memlock_limit_bytes=INF) > 0
+        assert (
+            auto_host_tier_bytes(
+                173 * GiB, local_ranks=4, host_available_bytes=0.0, memlock_limit_bytes=INF
+            )
+            > 0
+        )
 
 
 class _NoCollectives:
@@ -110,22 +154,27 @@ class TestSyncHostTierQuota:
     @pytest.mark.upstream(
         "TestSyncHostTierQuota::test_single_rank_is_a_noop",
         adaptation="upstream's Mapping(world_size=1) becomes world_size=1 and a communicator "
-                   "whose collectives fail the test")
+        "whose collectives fail the test",
+    )
     def test_single_rank_is_a_noop(self):
         quota = 173 * GiB
         assert sync_host_tier_quota(quota, 1, _NoCollectives()) == quota
 
-    @pytest.mark.upstream("TestSyncHostTierQuota::test_multi_rank_syncs_to_fleet_min",
-                          adaptation=THREADS)
+    @pytest.mark.upstream(
+        "TestSyncHostTierQuota::test_multi_rank_syncs_to_fleet_min", adaptation=THREADS
+    )
     def test_multi_rank_syncs_to_fleet_min(self):
         world_size = 2
         per_rank_mem_gib = [440, 880]
         comm = ThreadComm(world_size, timeout_s=5.0)
 
         def worker(rank):
-            local_quota = auto_host_tier_bytes(1024 * GiB, local_ranks=1,
-                                               host_available_bytes=float(per_rank_mem_gib[rank] * GiB),
-                                               memlock_limit_bytes=INF)
+            local_quota = auto_host_tier_bytes(
+                1024 * GiB,
+                local_ranks=1,
+                host_available_bytes=float(per_rank_mem_gib[rank] * GiB),
+                memlock_limit_bytes=INF,
+            )
             try:
                 synced = sync_host_tier_quota(local_quota, world_size, comm.for_rank(rank))
             except BaseException:

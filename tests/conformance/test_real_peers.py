@@ -10,11 +10,24 @@ from __future__ import annotations
 import pytest
 from peers import ENGINES, comparisons
 
-CASES = [(engine, workload.name) for engine, (_, workloads) in ENGINES.items()
-         for workload in workloads()]
+CASES = [
+    (engine, workload.name)
+    for engine, (_, workloads) in ENGINES.items()
+    for workload in workloads()
+]
 #: The step-record fields the real drivers report.
-STEP_FIELDS = ("step", "free_blocks", "running", "waiting", "num_context", "num_generation",
-               "tokens_scheduled", "num_recompute_paused", "rejected_total", "finished_total")
+STEP_FIELDS = (
+    "step",
+    "free_blocks",
+    "running",
+    "waiting",
+    "num_context",
+    "num_generation",
+    "tokens_scheduled",
+    "num_recompute_paused",
+    "rejected_total",
+    "finished_total",
+)
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
@@ -26,7 +39,8 @@ def test_the_stored_runs_are_of_todays_workloads(engine):
         record = stored[workload.name]
         assert backend.driver_input(record.workload) == backend.driver_input(workload), (
             f"{workload.name}: its definition changed since the runs were stored; rerun "
-            f"python benchmarks/peer_conformance.py --engine {engine} --record")
+            f"python benchmarks/peer_conformance.py --engine {engine} --record"
+        )
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
@@ -50,8 +64,11 @@ def test_the_peer_does_what_the_engine_did(engine, name):
     if real.trace.steps:  # the stored run kept its step rows
         columns = [(real.trace.column(f), peer.trace.column(f)) for f in STEP_FIELDS]
         assert all(theirs == ours for theirs, ours in columns), [
-            f for f, (theirs, ours) in zip(STEP_FIELDS, columns) if theirs != ours]
+            f for f, (theirs, ours) in zip(STEP_FIELDS, columns) if theirs != ours
+        ]
         # the statuses read back from the engine's events agree with its own last step row
         last = real.trace.steps[-1]
         assert (len(real.ids_with_status("running")), len(real.ids_with_status("waiting"))) == (
-            last.running, last.waiting)
+            last.running,
+            last.waiting,
+        )

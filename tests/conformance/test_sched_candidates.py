@@ -43,6 +43,7 @@ def finished_in_last_pass(bench, request_id):
 
 # == TestBeamWidth ===========================================================================
 
+
 @pytest.mark.upstream("TestBeamWidth::test_all_same_beam")
 def test_all_same_beam():
     bench = Bench(max_num_tokens=100)
@@ -81,6 +82,7 @@ def test_beam_mismatch_after_budget():
 
 # == TestStateFiltering ======================================================================
 
+
 @pytest.mark.upstream("TestStateFiltering::test_inflight_skipped")
 def test_inflight_skipped():
     bench = Bench(max_num_tokens=100)
@@ -100,8 +102,9 @@ def test_context_init_passes():
 @pytest.mark.upstream(
     "TestStateFiltering::test_gen_complete_filtered",
     adaptation="upstream's GENERATION_COMPLETE request is one that generated its only token in "
-               "the pass before (kvlab's executor finishes it and frees its cache then); it is "
-               "still in the scheduler's active list, and the pass drops it")
+    "the pass before (kvlab's executor finishes it and frees its cache then); it is "
+    "still in the scheduler's active list, and the pass drops it",
+)
 def test_gen_complete_filtered():
     bench = Bench(max_num_tokens=100)
     finished_in_last_pass(bench, "0")
@@ -120,7 +123,8 @@ def test_gen_in_progress_passes():
 @pytest.mark.upstream(
     "TestStateFiltering::test_inflight_does_not_count_toward_batch",
     adaptation="the manager gets its own page-index slots (upstream's mock IndexMapper never "
-               "runs out), so both requests can hold a cache under max_batch_size=1")
+    "runs out), so both requests can hold a cache under max_batch_size=1",
+)
 def test_inflight_does_not_count_toward_batch():
     bench = Bench(max_batch_size=1, max_num_tokens=100, slots=2)
     bench.generations("0", "1")
@@ -129,6 +133,7 @@ def test_inflight_does_not_count_toward_batch():
 
 
 # == TestEdgeCases ===========================================================================
+
 
 @pytest.mark.upstream("TestEdgeCases::test_empty_active_requests")
 def test_empty_active_requests():
@@ -148,7 +153,8 @@ def test_all_inflight():
 @pytest.mark.upstream(
     "TestEdgeCases::test_max_num_tokens_zero",
     adaptation="kvlab's Scheduler refuses max_num_tokens=0 at construction (upstream accepts "
-               "it); it is built with 1024 and given the token budget 0 afterwards")
+    "it); it is built with 1024 and given the token budget 0 afterwards",
+)
 def test_max_num_tokens_zero():
     bench = Bench(max_num_tokens=1024)
     bench.generations("0")
@@ -160,7 +166,8 @@ def test_max_num_tokens_zero():
 @pytest.mark.upstream(
     "TestEdgeCases::test_max_batch_size_zero",
     adaptation="kvlab's Scheduler refuses max_batch_size=0 at construction (upstream accepts "
-               "it); it is built with 100 and given the request budget 0 afterwards")
+    "it); it is built with 100 and given the request budget 0 afterwards",
+)
 def test_max_batch_size_zero():
     bench = Bench(max_num_tokens=1000)
     bench.generations("0")
@@ -181,11 +188,12 @@ def test_very_large_batch():
 @pytest.mark.upstream(
     "TestEdgeCases::test_interleaved_states",
     adaptation="kvlab has neither UNKNOWN nor GENERATION_TO_COMPLETE: the filtered requests 0 "
-               "and 3 are requests that generated their only token in a set-up pass, still in "
-               "the scheduler's active list (kvlab's one state outside the window). That pass "
-               "runs the contexts of 0, 2 and 3; an outside tenant leaves their 3 pages free, so "
-               "request 1's 256-token transfer (4 pages) is refused and it stays "
-               "DISAGG_GENERATION_INIT")
+    "and 3 are requests that generated their only token in a set-up pass, still in "
+    "the scheduler's active list (kvlab's one state outside the window). That pass "
+    "runs the contexts of 0, 2 and 3; an outside tenant leaves their 3 pages free, so "
+    "request 1's 256-token transfer (4 pages) is refused and it stays "
+    "DISAGG_GENERATION_INIT",
+)
 def test_interleaved_states():
     bench = Bench(max_num_tokens=1000)
     filtered = [bench.context("0", 64, max_new_tokens=1)]
@@ -207,32 +215,25 @@ def test_interleaved_states():
 
 
 NOT_MODELLED = {
-    "TestStateFiltering::test_unknown_state_filtered":
-        "a request in state UNKNOWN, before the scheduler's state window, handed to the pass: "
-        "kvlab has no state before the window (a request is waiting from its submission, and "
-        "one the front door rejects never joins the active list), so no pass is handed one",
-    "TestStateFiltering::test_gen_to_complete_filtered":
-        "the state window's exclusive end, GENERATION_TO_COMPLETE: kvlab has no such state (its "
-        "executor finishes a request and frees its cache in the step of its last token); a "
-        "finished request still in the active list is test_gen_complete_filtered's port",
-    "TestStateFiltering::test_all_requests_filtered":
-        "its requests are in UNKNOWN and GENERATION_TO_COMPLETE, neither of which kvlab has (see "
-        "those two tests); with kvlab's one filtered state it would repeat "
-        "test_gen_complete_filtered",
-    "TestEdgeCases::test_single_request_each_type":
-        "encoder-decoder: one of its three passes schedules an ENCODER_INIT request on a "
-        "scheduler whose state window is widened to ENCODER_INIT; kvlab has no encoder. Its "
-        "generation and context passes are test_gen_in_progress_passes' and "
-        "test_context_init_passes' ports",
-    "TestStateFiltering::test_context_init_waiting_on_encoder_event_is_filtered":
-        "encoder-decoder / cross-attention: a context request waiting on its encoder output "
-        "event; kvlab has no encoder",
-    "TestCanSchedule::test_always_true":
-        "mocks of internal call signatures with no observable behaviour: can_schedule is the "
-        "executor's hook that the V2 scheduler answers True whatever it is given; kvlab's "
-        "Scheduler has no such hook and nothing depends on it",
-    "TestCanSchedule::test_empty_list":
-        "mocks of internal call signatures with no observable behaviour: can_schedule is the "
-        "executor's hook that the V2 scheduler answers True whatever it is given; kvlab's "
-        "Scheduler has no such hook and nothing depends on it",
+    "TestStateFiltering::test_unknown_state_filtered": "a request in state UNKNOWN, before the scheduler's state window, handed to the pass: "
+    "kvlab has no state before the window (a request is waiting from its submission, and "
+    "one the front door rejects never joins the active list), so no pass is handed one",
+    "TestStateFiltering::test_gen_to_complete_filtered": "the state window's exclusive end, GENERATION_TO_COMPLETE: kvlab has no such state (its "
+    "executor finishes a request and frees its cache in the step of its last token); a "
+    "finished request still in the active list is test_gen_complete_filtered's port",
+    "TestStateFiltering::test_all_requests_filtered": "its requests are in UNKNOWN and GENERATION_TO_COMPLETE, neither of which kvlab has (see "
+    "those two tests); with kvlab's one filtered state it would repeat "
+    "test_gen_complete_filtered",
+    "TestEdgeCases::test_single_request_each_type": "encoder-decoder: one of its three passes schedules an ENCODER_INIT request on a "
+    "scheduler whose state window is widened to ENCODER_INIT; kvlab has no encoder. Its "
+    "generation and context passes are test_gen_in_progress_passes' and "
+    "test_context_init_passes' ports",
+    "TestStateFiltering::test_context_init_waiting_on_encoder_event_is_filtered": "encoder-decoder / cross-attention: a context request waiting on its encoder output "
+    "event; kvlab has no encoder",
+    "TestCanSchedule::test_always_true": "mocks of internal call signatures with no observable behaviour: can_schedule is the "
+    "executor's hook that the V2 scheduler answers True whatever it is given; kvlab's "
+    "Scheduler has no such hook and nothing depends on it",
+    "TestCanSchedule::test_empty_list": "mocks of internal call signatures with no observable behaviour: can_schedule is the "
+    "executor's hook that the V2 scheduler answers True whatever it is given; kvlab's "
+    "Scheduler has no such hook and nothing depends on it",
 }

@@ -22,9 +22,11 @@ def test_valid_construction():
     assert scheduler.max_num_requests == 100
 
 
-@pytest.mark.upstream("TestConstruction::test_reject_non_v2_manager",
-                      adaptation="kvlab raises TypeError naming KVCacheManager where upstream "
-                                 "asserts (AssertionError naming KVCacheManagerV2)")
+@pytest.mark.upstream(
+    "TestConstruction::test_reject_non_v2_manager",
+    adaptation="kvlab raises TypeError naming KVCacheManager where upstream "
+    "asserts (AssertionError naming KVCacheManagerV2)",
+)
 def test_reject_non_v2_manager():
     with pytest.raises(TypeError, match="KVCacheManager"):
         Scheduler(Mock(), max_batch_size=10, max_num_tokens=100)
@@ -36,18 +38,20 @@ def test_scheduler_capacity_overrides():
     assert scheduler.max_num_requests == 5
 
 
-@pytest.mark.upstream("TestConstruction::test_chunk_unit_no_alignment",
-                      adaptation="ctx_chunk_config=(None, 100) is chunked_prefill=True, "
-                                 "chunk_unit_size=100")
+@pytest.mark.upstream(
+    "TestConstruction::test_chunk_unit_no_alignment",
+    adaptation="ctx_chunk_config=(None, 100) is chunked_prefill=True, chunk_unit_size=100",
+)
 def test_chunk_unit_no_alignment():
     scheduler = Bench(tokens_per_block=64, chunked_prefill=True, chunk_unit_size=100).scheduler
     # used as given: no alignment to tokens_per_block
     assert scheduler.chunk_unit_size == 100
 
 
-@pytest.mark.upstream("TestConstruction::test_chunk_unit_already_aligned",
-                      adaptation="ctx_chunk_config=(None, 128) is chunked_prefill=True, "
-                                 "chunk_unit_size=128")
+@pytest.mark.upstream(
+    "TestConstruction::test_chunk_unit_already_aligned",
+    adaptation="ctx_chunk_config=(None, 128) is chunked_prefill=True, chunk_unit_size=128",
+)
 def test_chunk_unit_already_aligned():
     scheduler = Bench(tokens_per_block=64, chunked_prefill=True, chunk_unit_size=128).scheduler
     assert scheduler.chunk_unit_size == 128

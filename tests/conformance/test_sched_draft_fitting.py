@@ -60,7 +60,8 @@ def test_max_context_length_limits_draft():
 @pytest.mark.upstream(
     "TestDraftTokenFitting::test_draft_tokens_add_to_batch_budget",
     adaptation="the generation request is built first (its context runs in a set-up pass); "
-               "upstream lists it after the context, which the phases make no difference to")
+    "upstream lists it after the context, which the phases make no difference to",
+)
 def test_draft_tokens_add_to_batch_budget():
     bench = Bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=200)
     bench.generations("1")
@@ -74,7 +75,8 @@ def test_draft_tokens_add_to_batch_budget():
 @pytest.mark.upstream(
     "TestDraftTokenFitting::test_non_last_chunk_no_draft_fitting",
     adaptation="the chunk is really not the last (1000 tokens, 200 of budget), where upstream's "
-               "mock says so")
+    "mock says so",
+)
 def test_non_last_chunk_no_draft_fitting():
     bench = Bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=200)
     req = bench.context("0", 1000, draft=5)

@@ -11,22 +11,22 @@ victim's pages really freed, which kvlab's suspension does only into a tier belo
 tests give the bench a host tier (``can_evict``).
 """
 
-
 import pytest
 from support import Bench, ids
 
 NOT_MODELLED = {
-    "TestEviction::test_eviction_clears_request_runtime_state":
-        "the request's per-batch runtime state (py_batch_idx) cleared when it is evicted: kvlab's "
-        "Request keeps no batch index, so there is nothing to clear; the self-eviction it also "
-        "checks is test_self_eviction_on_alloc_fail's port",
+    "TestEviction::test_eviction_clears_request_runtime_state": "the request's per-batch runtime state (py_batch_idx) cleared when it is evicted: kvlab's "
+    "Request keeps no batch index, so there is nothing to clear; the self-eviction it also "
+    "checks is test_self_eviction_on_alloc_fail's port",
 }
 
 
-@pytest.mark.upstream("TestEviction::test_evict_gen_from_tail",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success")
+@pytest.mark.upstream(
+    "TestEviction::test_evict_gen_from_tail",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success",
+)
 def test_evict_gen_from_tail():
     bench = Bench(max_num_tokens=100, can_evict=True)
     bench.generations_at_page_end("0", "99")  # 99: in generation, at the tail: evictable
@@ -36,12 +36,14 @@ def test_evict_gen_from_tail():
     assert ids(batch.paused_requests) == ["99"]
 
 
-@pytest.mark.upstream("TestEviction::test_evict_nonfirst_ctx_chunk",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success; a context past its"
-                                 " first chunk needs a chunked scheduler in kvlab (its first "
-                                 "64-token chunk really ran)")
+@pytest.mark.upstream(
+    "TestEviction::test_evict_nonfirst_ctx_chunk",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success; a context past its"
+    " first chunk needs a chunked scheduler in kvlab (its first "
+    "64-token chunk really ran)",
+)
 def test_evict_nonfirst_ctx_chunk():
     bench = Bench(max_num_tokens=100, can_evict=True, chunked_prefill=True)
     gen0 = bench.generation("0", 63)  # stepped by the next set-up pass
@@ -67,10 +69,12 @@ def test_first_chunk_ctx_not_evictable():
     assert len(batch.context_requests) == 0
 
 
-@pytest.mark.upstream("TestEviction::test_evicted_in_paused_requests",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success")
+@pytest.mark.upstream(
+    "TestEviction::test_evicted_in_paused_requests",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success",
+)
 def test_evicted_in_paused_requests():
     bench = Bench(max_num_tokens=100, can_evict=True)
     _, victim = bench.generations_at_page_end("0", "99")
@@ -79,11 +83,13 @@ def test_evicted_in_paused_requests():
     assert victim in batch.paused_requests
 
 
-@pytest.mark.upstream("TestEviction::test_suspend_called_on_victim",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success; suspend_request's "
-                                 "single call is the victim's state and suspension count")
+@pytest.mark.upstream(
+    "TestEviction::test_suspend_called_on_victim",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success; suspend_request's "
+    "single call is the victim's state and suspension count",
+)
 def test_suspend_called_on_victim():
     bench = Bench(max_num_tokens=100, can_evict=True)
     _, victim = bench.generations_at_page_end("0", "99")
@@ -93,12 +99,14 @@ def test_suspend_called_on_victim():
     assert not bench.manager.is_request_active(victim)
 
 
-@pytest.mark.upstream("TestEviction::test_multiple_evictions_order",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success; gen0 carries 64 "
-                                 "draft tokens, so its step needs two pages and each one-page "
-                                 "victim frees one")
+@pytest.mark.upstream(
+    "TestEviction::test_multiple_evictions_order",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success; gen0 carries 64 "
+    "draft tokens, so its step needs two pages and each one-page "
+    "victim frees one",
+)
 def test_multiple_evictions_order():
     """v2 (the tail) is evicted first, the retry fails, v1 is evicted, the retry succeeds."""
     bench = Bench(max_num_tokens=100, can_evict=True)
@@ -114,10 +122,12 @@ def test_multiple_evictions_order():
     assert ids(batch.paused_requests) == ["99", "98"]
 
 
-@pytest.mark.upstream("TestEviction::test_req_it_end_shrinks_after_eviction",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success")
+@pytest.mark.upstream(
+    "TestEviction::test_req_it_end_shrinks_after_eviction",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success",
+)
 def test_req_it_end_shrinks_after_eviction():
     """After an eviction, requests beyond the victim's index are not visited."""
     bench = Bench(max_num_tokens=100, can_evict=True)
@@ -158,11 +168,13 @@ def test_self_eviction_no_started_in_range():
 
 
 #: kvlab requests have no LlmRequestState value; what stands for an UNKNOWN-state request.
-RETIRED = ("upstream's UNKNOWN-state request at the tail, outside the scheduler's state window, "
-           "is one that generated its only token in the set-up pass (kvlab has no state before "
-           "the window; a finished request is its one state outside it), still in the "
-           "scheduler's active list. Its context is started, so only the filter keeps it from "
-           "being a victim: the port checks it is neither suspended nor recompute-paused")
+RETIRED = (
+    "upstream's UNKNOWN-state request at the tail, outside the scheduler's state window, "
+    "is one that generated its only token in the set-up pass (kvlab has no state before "
+    "the window; a finished request is its one state outside it), still in the "
+    "scheduler's active list. Its context is started, so only the filter keeps it from "
+    "being a victim: the port checks it is neither suspended nor recompute-paused"
+)
 
 
 @pytest.mark.upstream("TestEviction::test_unknown_state_not_evictable", adaptation=RETIRED)

@@ -15,37 +15,28 @@ succeed after an eviction gives the bench a host tier, and one whose retry must 
 suspension fills that tier with outside tenants' pages (``Bench.fill_host_tier``) or has none.
 """
 
-
 import pytest
 from support import Bench, ids
 
 NOT_MODELLED = {
-    "TestKVCacheFailuresGen::test_recompute_pause_skips_multimodal_victim":
-        "multimodal: kvlab requests carry no multimodal inputs to lose on a recompute pause",
-    "TestKVCacheFailuresGen::test_recompute_pause_skips_generation_to_complete_victim":
-        "kvlab has no GENERATION_TO_COMPLETE state: a request that produced its last token is "
-        "finished and its cache freed in that same step, so a finalizing victim never exists",
-    "TestKVCacheFailuresGen::test_recompute_frontier_falls_back_to_evicted_victim":
-        "the test hands the private _try_recompute_pause_for_gen a pass state built by hand "
-        "(_RecomputePauseState(frontier=1), a victim evicted beyond it); kvlab's Scheduler "
-        "runs only whole passes, and no physical set-up found leaves an evicted victim past "
-        "the frontier when that branch runs",
-    "TestKVCacheFailuresGen::test_generation_admission_rolls_back_target_when_draft_fails":
-        "draft KV cache manager: kvlab has no separate draft-model pool to fail and roll back",
-    "TestKVCacheFailuresCtx::test_draft_reuse_uses_common_prefix_before_budgeting":
-        "prefix reuse with a draft KV cache manager (separate draft pool): kvlab has neither",
-    "TestKVCacheFailuresCtx::test_pools_are_paired_on_one_depth_before_either_claims":
-        "prefix reuse with a draft KV cache manager (separate draft pool): kvlab has neither",
-    "TestKVCacheFailuresCtx::test_paired_reuse_falls_back_to_zero_when_pools_disagree":
-        "prefix reuse with a draft KV cache manager (separate draft pool): kvlab has neither",
-    "TestKVCacheFailuresCtx::test_reentry_with_a_shallower_match_rewinds_the_shared_cursor":
-        "prefix reuse / block reuse: kvlab never prepopulates a prompt from reused blocks",
-    "TestKVCacheFailuresCtx::test_draft_context_failure_rolls_back_target":
-        "draft KV cache manager: kvlab has no separate draft-model pool to fail and roll back",
+    "TestKVCacheFailuresGen::test_recompute_pause_skips_multimodal_victim": "multimodal: kvlab requests carry no multimodal inputs to lose on a recompute pause",
+    "TestKVCacheFailuresGen::test_recompute_pause_skips_generation_to_complete_victim": "kvlab has no GENERATION_TO_COMPLETE state: a request that produced its last token is "
+    "finished and its cache freed in that same step, so a finalizing victim never exists",
+    "TestKVCacheFailuresGen::test_recompute_frontier_falls_back_to_evicted_victim": "the test hands the private _try_recompute_pause_for_gen a pass state built by hand "
+    "(_RecomputePauseState(frontier=1), a victim evicted beyond it); kvlab's Scheduler "
+    "runs only whole passes, and no physical set-up found leaves an evicted victim past "
+    "the frontier when that branch runs",
+    "TestKVCacheFailuresGen::test_generation_admission_rolls_back_target_when_draft_fails": "draft KV cache manager: kvlab has no separate draft-model pool to fail and roll back",
+    "TestKVCacheFailuresCtx::test_draft_reuse_uses_common_prefix_before_budgeting": "prefix reuse with a draft KV cache manager (separate draft pool): kvlab has neither",
+    "TestKVCacheFailuresCtx::test_pools_are_paired_on_one_depth_before_either_claims": "prefix reuse with a draft KV cache manager (separate draft pool): kvlab has neither",
+    "TestKVCacheFailuresCtx::test_paired_reuse_falls_back_to_zero_when_pools_disagree": "prefix reuse with a draft KV cache manager (separate draft pool): kvlab has neither",
+    "TestKVCacheFailuresCtx::test_reentry_with_a_shallower_match_rewinds_the_shared_cursor": "prefix reuse / block reuse: kvlab never prepopulates a prompt from reused blocks",
+    "TestKVCacheFailuresCtx::test_draft_context_failure_rolls_back_target": "draft KV cache manager: kvlab has no separate draft-model pool to fail and roll back",
 }
 
 
 # -- TestKVCacheFailuresGen -----------------------------------------------------------------
+
 
 @pytest.mark.upstream("TestKVCacheFailuresGen::test_gen_alloc_succeeds")
 def test_gen_alloc_succeeds():
@@ -62,16 +53,18 @@ def test_gen_alloc_fails_no_victim():
     gen0, gen1 = bench.generations_at_page_end("0", "1")
     bench.context("2", 10)  # first chunk, not evictable
     assert bench.step_pages(gen0) == bench.step_pages(gen1) == 1
-    bench.hold_all_but(1)   # gen0 ok, gen1 fails
+    bench.hold_all_but(1)  # gen0 ok, gen1 fails
     batch = bench.schedule()
     assert len(batch.generation_requests) == 1
     assert batch.generation_requests[0].request_id == "0"
 
 
-@pytest.mark.upstream("TestKVCacheFailuresGen::test_gen_alloc_fails_evict_succeeds",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresGen::test_gen_alloc_fails_evict_succeeds",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success",
+)
 def test_gen_alloc_fails_evict_succeeds():
     """gen1 fails, the started request at the tail is evicted, the retry succeeds."""
     bench = Bench(max_num_tokens=100, can_evict=True)
@@ -95,11 +88,13 @@ def test_gen_alloc_fails_evict_insufficient():
     assert set(ids(batch.paused_requests)) == {"1", "99"}
 
 
-@pytest.mark.upstream("TestKVCacheFailuresGen::test_secondary_tier_recompute_pause_retries_immediately",
-                      adaptation="can_evict as upstream; an outside tenant fills the host tier, "
-                                 "so suspending the victim frees no device page and the retry "
-                                 "really fails; try_allocate_generation calls are counted as page"
-                                 " allocations tried on the pool")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresGen::test_secondary_tier_recompute_pause_retries_immediately",
+    adaptation="can_evict as upstream; an outside tenant fills the host tier, "
+    "so suspending the victim frees no device page and the retry "
+    "really fails; try_allocate_generation calls are counted as page"
+    " allocations tried on the pool",
+)
 def test_secondary_tier_recompute_pause_retries_immediately():
     """Full teardown is retried without conservatively waiting one pass."""
     bench = Bench(max_num_tokens=100, can_evict=True)
@@ -116,11 +111,13 @@ def test_secondary_tier_recompute_pause_retries_immediately():
     assert "99" not in bench.manager.caches and victim.num_recomputes == 1  # freed once
 
 
-@pytest.mark.upstream("TestKVCacheFailuresGen::test_recompute_pause_gate_stops_destructive_fallback",
-                      adaptation="can_evict as upstream; an outside tenant fills the host tier, "
-                                 "so suspending the victim frees no device page and the retry "
-                                 "really fails; try_allocate_generation calls are counted as page"
-                                 " allocations tried on the pool")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresGen::test_recompute_pause_gate_stops_destructive_fallback",
+    adaptation="can_evict as upstream; an outside tenant fills the host tier, "
+    "so suspending the victim frees no device page and the retry "
+    "really fails; try_allocate_generation calls are counted as page"
+    " allocations tried on the pool",
+)
 def test_recompute_pause_gate_stops_destructive_fallback():
     """Disabling recompute pause keeps ordinary suspension as the last fallback."""
     bench = Bench(max_num_tokens=100, can_evict=True, enable_recompute_pause=False)
@@ -136,18 +133,23 @@ def test_recompute_pause_gate_stops_destructive_fallback():
     assert "99" in bench.manager.caches and victim.num_recomputes == 0  # never freed
 
 
-@pytest.mark.upstream("TestKVCacheFailuresGen::test_recompute_frontier_survives_ordinary_frontier_shrink",
-                      adaptation="the suspended tail is built physically: a set-up pass in which "
-                                 "it suspends itself; it holds two pages and the tier below the "
-                                 "GPU has room for one (host_blocks=1), so the active victim's "
-                                 "one page can move down and the tail's cannot")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresGen::test_recompute_frontier_survives_ordinary_frontier_shrink",
+    adaptation="the suspended tail is built physically: a set-up pass in which "
+    "it suspends itself; it holds two pages and the tier below the "
+    "GPU has room for one (host_blocks=1), so the active victim's "
+    "one page can move down and the tail's cannot",
+)
 def test_recompute_frontier_survives_ordinary_frontier_shrink():
     """Recompute still sees a suspended tail after ordinary eviction skips it."""
     bench = Bench(max_num_tokens=100, host_blocks=1)
     # 0, 1, 2 are stepped by the later builds and by the set-up pass; 3 fails in that pass
     current, next_request, active_victim, suspended_tail = (
-        bench.generation("0", 60), bench.generation("1", 61), bench.generation("2", 62),
-        bench.generation("3", 128))
+        bench.generation("0", 60),
+        bench.generation("1", 61),
+        bench.generation("2", 62),
+        bench.generation("3", 128),
+    )
     bench.hold_all_but(0)
     setup = bench.schedule()
     assert ids(setup.generation_requests) == ["0", "1", "2"]
@@ -166,16 +168,18 @@ def test_recompute_frontier_survives_ordinary_frontier_shrink():
     assert "3" not in bench.manager.caches and suspended_tail.num_recomputes == 1
 
 
-@pytest.mark.upstream("TestKVCacheFailuresGen::test_recompute_pause_does_not_shrink_scheduling_range",
-                      adaptation="the suspended victim is built physically (a set-up pass in "
-                                 "which it suspends itself in place) and holds two pages, so "
-                                 "freeing it serves both gen0 and the trailing context; "
-                                 "try_allocate_generation calls are counted on the pool")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresGen::test_recompute_pause_does_not_shrink_scheduling_range",
+    adaptation="the suspended victim is built physically (a set-up pass in "
+    "which it suspends itself in place) and holds two pages, so "
+    "freeing it serves both gen0 and the trailing context; "
+    "try_allocate_generation calls are counted on the pool",
+)
 def test_recompute_pause_does_not_shrink_scheduling_range():
     """Only the recompute victim is skipped; later work stays eligible."""
     bench = Bench(max_num_tokens=100)  # no host tier: suspension in place
-    current = bench.generation("0", 62)             # stepped by the next build and the set-up pass
-    suspended_victim = bench.generation("1", 128)   # two full pages: fails in the set-up pass
+    current = bench.generation("0", 62)  # stepped by the next build and the set-up pass
+    suspended_victim = bench.generation("1", 128)  # two full pages: fails in the set-up pass
     bench.hold_all_but(bench.step_pages(current))
     setup = bench.schedule()
     assert ids(setup.generation_requests) == ["0"] and ids(setup.paused_requests) == ["1"]
@@ -196,12 +200,14 @@ def test_recompute_pause_does_not_shrink_scheduling_range():
     assert "1" not in bench.manager.caches and suspended_victim.num_recomputes == 1
 
 
-@pytest.mark.upstream("TestKVCacheFailuresGen::test_multiple_evictions_needed",
-                      adaptation="kvlab's suspension frees device pages only into a tier below "
-                                 "the GPU, so the bench has a host tier (can_evict) where "
-                                 "upstream's mock scripts the retry's success; gen1 carries 64 "
-                                 "draft tokens, so its step needs two pages and each one-page "
-                                 "victim frees one")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresGen::test_multiple_evictions_needed",
+    adaptation="kvlab's suspension frees device pages only into a tier below "
+    "the GPU, so the bench has a host tier (can_evict) where "
+    "upstream's mock scripts the retry's success; gen1 carries 64 "
+    "draft tokens, so its step needs two pages and each one-page "
+    "victim frees one",
+)
 def test_multiple_evictions_needed():
     """gen1 fails, two victims are needed to free enough space."""
     bench = Bench(max_num_tokens=100, can_evict=True)
@@ -223,17 +229,19 @@ def test_gen_fail_does_not_break_immediately():
     assert ids(batch.generation_requests) == ["0"]
 
 
-@pytest.mark.upstream("TestKVCacheFailuresGen::test_suspended_request_not_evictable",
-                      adaptation="the suspended victim is built physically (a set-up pass in "
-                                 "which it suspends itself in place); gen1 carries 64 draft "
-                                 "tokens so that recompute-pausing the one-page victim still "
-                                 "leaves its retry short, as upstream's mock scripts it")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresGen::test_suspended_request_not_evictable",
+    adaptation="the suspended victim is built physically (a set-up pass in "
+    "which it suspends itself in place); gen1 carries 64 draft "
+    "tokens so that recompute-pausing the one-page victim still "
+    "leaves its retry short, as upstream's mock scripts it",
+)
 def test_suspended_request_not_evictable():
     """A started request with a suspended (inactive) KV cache is not a valid victim."""
     bench = Bench(max_num_tokens=100)  # no host tier
-    gen0 = bench.generation("0", 61)              # stepped by two builds and the set-up pass
-    gen1 = bench.generation("1", 62, draft=64)    # stepped by one build and the set-up pass
-    victim = bench.generation("99", 64)           # fails in the set-up pass
+    gen0 = bench.generation("0", 61)  # stepped by two builds and the set-up pass
+    gen1 = bench.generation("1", 62, draft=64)  # stepped by one build and the set-up pass
+    victim = bench.generation("99", 64)  # fails in the set-up pass
     bench.hold_all_but(bench.step_pages(gen0) + bench.step_pages(gen1))
     setup = bench.schedule()
     assert ids(setup.paused_requests) == ["99"] and victim.state == "suspended"
@@ -249,9 +257,12 @@ def test_suspended_request_not_evictable():
 
 # -- TestKVCacheFailuresCtx -----------------------------------------------------------------
 
-@pytest.mark.upstream("TestKVCacheFailuresCtx::test_ctx_prepare_fails",
-                      adaptation="prepare_context fails physically: an outside tenant holds the "
-                                 "manager's only free page-index slot")
+
+@pytest.mark.upstream(
+    "TestKVCacheFailuresCtx::test_ctx_prepare_fails",
+    adaptation="prepare_context fails physically: an outside tenant holds the "
+    "manager's only free page-index slot",
+)
 def test_ctx_prepare_fails():
     bench = Bench(max_num_tokens=1000, slots=1)
     bench.hold_slots()
@@ -260,10 +271,12 @@ def test_ctx_prepare_fails():
     assert len(batch.context_requests) == 0
 
 
-@pytest.mark.upstream("TestKVCacheFailuresCtx::test_ctx_resize_fails_continue",
-                      adaptation="the generation request is built (and arrives) before the "
-                                 "context: kvlab's active list is arrival order, and phase 1 "
-                                 "defers the context to phase 2 in both")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresCtx::test_ctx_resize_fails_continue",
+    adaptation="the generation request is built (and arrives) before the "
+    "context: kvlab's active list is arrival order, and phase 1 "
+    "defers the context to phase 2 in both",
+)
 def test_ctx_resize_fails_continue():
     """resize fails: the context is skipped (continue), not break."""
     bench = Bench(max_num_tokens=1000)
@@ -276,10 +289,12 @@ def test_ctx_resize_fails_continue():
     assert len(batch.generation_requests) == 1
 
 
-@pytest.mark.upstream("TestKVCacheFailuresCtx::test_ctx_resize_fail_then_gen_succeeds",
-                      adaptation="the generation request is built (and arrives) before the "
-                                 "context: kvlab's active list is arrival order, and phase 1 "
-                                 "defers the context to phase 2 in both")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresCtx::test_ctx_resize_fail_then_gen_succeeds",
+    adaptation="the generation request is built (and arrives) before the "
+    "context: kvlab's active list is arrival order, and phase 1 "
+    "defers the context to phase 2 in both",
+)
 def test_ctx_resize_fail_then_gen_succeeds():
     bench = Bench(max_num_tokens=1000)
     gen = bench.generation("1")
@@ -294,17 +309,19 @@ def test_ctx_resize_fail_then_gen_succeeds():
 def test_ctx_resize_fail_then_smaller_ctx():
     bench = Bench(max_num_tokens=1000)
     bench.context("0", 1000)  # 16 pages
-    bench.context("1", 100)   # 2 pages
+    bench.context("1", 100)  # 2 pages
     bench.hold_all_but(2)
     batch = bench.schedule()
     assert ids(batch.context_requests) == ["1"]
 
 
-@pytest.mark.upstream("TestKVCacheFailuresCtx::test_zero_waste_failed_ctx_budget",
-                      adaptation="lengths swapped (ctx0 500, ctx1 400): on a real pool a longer "
-                                 "context needs at least as many pages, so the one that fails "
-                                 "must be the longer; ctx1 fits only if ctx0's failed 500 tokens "
-                                 "were not charged to the 500-token budget")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresCtx::test_zero_waste_failed_ctx_budget",
+    adaptation="lengths swapped (ctx0 500, ctx1 400): on a real pool a longer "
+    "context needs at least as many pages, so the one that fails "
+    "must be the longer; ctx1 fits only if ctx0's failed 500 tokens "
+    "were not charged to the 500-token budget",
+)
 def test_zero_waste_failed_ctx_budget():
     """A failed context consumes no budget: the next context gets the full budget."""
     bench = Bench(max_num_tokens=500)
@@ -320,9 +337,11 @@ def test_zero_waste_failed_ctx_budget():
 CHUNKED = dict(tokens_per_block=64, max_num_tokens=1000, chunked_prefill=True, chunk_unit_size=64)
 
 
-@pytest.mark.upstream("TestKVCacheFailuresCtxChunked::test_chunked_prepare_fails",
-                      adaptation="prepare_context fails physically: an outside tenant holds the "
-                                 "manager's only free page-index slot")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresCtxChunked::test_chunked_prepare_fails",
+    adaptation="prepare_context fails physically: an outside tenant holds the "
+    "manager's only free page-index slot",
+)
 def test_chunked_prepare_fails():
     bench = Bench(slots=1, **CHUNKED)
     bench.hold_slots()
@@ -340,10 +359,12 @@ def test_chunked_resize_fails():
     assert len(batch.context_requests) == 0
 
 
-@pytest.mark.upstream("TestKVCacheFailuresCtxChunked::test_chunked_fail_then_gen",
-                      adaptation="the generation request is built (and arrives) before the "
-                                 "context: kvlab's active list is arrival order, and phase 1 "
-                                 "defers the context to phase 2 in both")
+@pytest.mark.upstream(
+    "TestKVCacheFailuresCtxChunked::test_chunked_fail_then_gen",
+    adaptation="the generation request is built (and arrives) before the "
+    "context: kvlab's active list is arrival order, and phase 1 "
+    "defers the context to phase 2 in both",
+)
 def test_chunked_fail_then_gen():
     bench = Bench(**CHUNKED)
     gen = bench.generation("1")

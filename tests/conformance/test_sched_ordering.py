@@ -20,6 +20,7 @@ from support import Bench, ids, num_fitting
 
 # == TestSorting =============================================================================
 
+
 @pytest.mark.upstream("TestSorting::test_no_lora_stable_order")
 def test_no_lora_stable_order():
     bench = Bench(max_num_tokens=100)
@@ -31,9 +32,10 @@ def test_no_lora_stable_order():
 @pytest.mark.upstream(
     "TestSorting::test_ctx_with_chunks_nonlast_before_last",
     adaptation="no LoRA task ids (upstream's 2 and 1 would sort the same way). Upstream's mock "
-               "declares request 1's chunk non-last with 1000 tokens in a 2000 budget; here "
-               "request 1 is 2000 tokens, so with 1900 of budget left its chunk (1856) really "
-               "is not the last")
+    "declares request 1's chunk non-last with 1000 tokens in a 2000 budget; here "
+    "request 1 is 2000 tokens, so with 1900 of budget left its chunk (1856) really "
+    "is not the last",
+)
 def test_ctx_with_chunks_nonlast_before_last():
     bench = Bench(chunked_prefill=True, chunk_unit_size=64, max_num_tokens=2000)
     req0 = bench.context("0", 100)
@@ -48,10 +50,12 @@ def test_ctx_with_chunks_nonlast_before_last():
 
 # == TestSchedulerOutput =====================================================================
 
+
 @pytest.mark.upstream(
     "TestSchedulerOutput::test_output_fields_correct",
     adaptation="kvlab's ScheduledBatch has no encoder_requests (encoder-decoder is not "
-               "modelled) and no num_fitting_requests (counted here as context + generation)")
+    "modelled) and no num_fitting_requests (counted here as context + generation)",
+)
 def test_output_fields_correct():
     bench = Bench(max_num_tokens=1000)
     bench.generations("0")
@@ -86,6 +90,7 @@ def test_empty_output():
 
 # == TestMixedOrdering =======================================================================
 
+
 @pytest.mark.upstream("TestMixedOrdering::test_mixed_gen_ctx_order")
 def test_mixed_gen_ctx_order():
     bench = Bench(max_num_tokens=300)
@@ -100,9 +105,10 @@ def test_mixed_gen_ctx_order():
 @pytest.mark.upstream(
     "TestMixedOrdering::test_ctx_fail_gen_after_succeeds",
     adaptation="an outside tenant leaves 1 free page: the generation step takes it, the "
-               "500-token context (8 pages) fails. With no tier below the GPU kvlab's phase 2 "
-               "looks for a request to preempt for pages, and finds none (the only started "
-               "request is scheduled this pass)")
+    "500-token context (8 pages) fails. With no tier below the GPU kvlab's phase 2 "
+    "looks for a request to preempt for pages, and finds none (the only started "
+    "request is scheduled this pass)",
+)
 def test_ctx_fail_gen_after_succeeds():
     bench = Bench(max_num_tokens=1000)
     bench.generations("1")
@@ -116,7 +122,8 @@ def test_ctx_fail_gen_after_succeeds():
 @pytest.mark.upstream(
     "TestMixedOrdering::test_gen_fail_self_evicts_then_breaks",
     adaptation="no free page (an outside tenant holds them), so the generation step really "
-               "fails; with no tier below the GPU the self-suspension frees nothing")
+    "fails; with no tier below the GPU the self-suspension frees nothing",
+)
 def test_gen_fail_self_evicts_then_breaks():
     bench = Bench(max_num_tokens=1000)
     bench.generations("0")
@@ -141,7 +148,8 @@ def test_budget_builds_across_types():
 @pytest.mark.upstream(
     "TestMixedOrdering::test_ctx_fail_budget_preserved",
     adaptation="an outside tenant leaves 1 free page: the generation step takes it and the "
-               "50-token context's page cannot be had")
+    "50-token context's page cannot be had",
+)
 def test_ctx_fail_budget_preserved():
     bench = Bench(max_num_tokens=100)
     bench.generations("1")
@@ -154,8 +162,9 @@ def test_ctx_fail_budget_preserved():
 @pytest.mark.upstream(
     "TestMixedOrdering::test_multiple_gen_after_gen_fail",
     adaptation="no free page (an outside tenant holds them): request 0's step fails; with no "
-               "tier below the GPU, suspending requests 2 and 1 frees nothing (suspended in "
-               "place), so request 0 then suspends itself")
+    "tier below the GPU, suspending requests 2 and 1 frees nothing (suspended in "
+    "place), so request 0 then suspends itself",
+)
 def test_multiple_gen_after_gen_fail():
     bench = Bench(max_num_tokens=1000)
     bench.generations("0", "1", "2")
@@ -168,9 +177,10 @@ def test_multiple_gen_after_gen_fail():
 @pytest.mark.upstream(
     "TestMixedOrdering::test_secondary_tier_recompute_pause_multiple_victims",
     adaptation="upstream's mock refuses request 0 whatever is freed; here request 0 carries "
-               "640 draft tokens, so its step needs 10 more pages than it holds, more than "
-               "suspending or recompute-pausing requests 1 and 2 (a page each) can free, with "
-               "no free page (an outside tenant holds them) and the automatic host tier")
+    "640 draft tokens, so its step needs 10 more pages than it holds, more than "
+    "suspending or recompute-pausing requests 1 and 2 (a page each) can free, with "
+    "no free page (an outside tenant holds them) and the automatic host tier",
+)
 def test_secondary_tier_recompute_pause_multiple_victims():
     bench = Bench(max_num_tokens=1000, can_evict=True)
     assert bench.manager.can_evict
@@ -184,15 +194,10 @@ def test_secondary_tier_recompute_pause_multiple_victims():
 
 
 NOT_MODELLED = {
-    "TestSorting::test_lora_sorted_ascending":
-        "PEFT/LoRA pages: the sort key is the LoRA task id, and kvlab requests carry none",
-    "TestSorting::test_none_before_lora":
-        "PEFT/LoRA pages: the sort key is the LoRA task id, and kvlab requests carry none",
-    "TestSorting::test_ctx_without_chunks_plain_sort":
-        "PEFT/LoRA pages: contexts sorted by LoRA task id, which kvlab requests do not carry",
-    "TestMixedOrdering::test_peft_across_types":
-        "PEFT/LoRA pages: the PEFT cache manager's page budget; kvlab has no PEFT cache",
-    "TestMixedOrdering::test_encoder_then_gen":
-        "encoder-decoder / cross-attention: ENCODER_INIT requests and encoder_requests; "
-        "kvlab has no encoder",
+    "TestSorting::test_lora_sorted_ascending": "PEFT/LoRA pages: the sort key is the LoRA task id, and kvlab requests carry none",
+    "TestSorting::test_none_before_lora": "PEFT/LoRA pages: the sort key is the LoRA task id, and kvlab requests carry none",
+    "TestSorting::test_ctx_without_chunks_plain_sort": "PEFT/LoRA pages: contexts sorted by LoRA task id, which kvlab requests do not carry",
+    "TestMixedOrdering::test_peft_across_types": "PEFT/LoRA pages: the PEFT cache manager's page budget; kvlab has no PEFT cache",
+    "TestMixedOrdering::test_encoder_then_gen": "encoder-decoder / cross-attention: ENCODER_INIT requests and encoder_requests; "
+    "kvlab has no encoder",
 }

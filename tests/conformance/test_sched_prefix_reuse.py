@@ -15,29 +15,33 @@ and probes them (one hash a token, so a match is exact to the token).
 import pytest
 from support import Bench, ids
 
-FRONT_DOOR = ("kvlab's Scheduler.submit applies the LLM API's front-door check (a prompt over "
-              "max_num_tokens without chunking is rejected before any pass), so the request is "
-              "submitted under a budget it fits and the pass runs under the test's budget")
-NO_PER_CONVERSATION = ("run for BlockReusePolicy.PER_REQUEST only: kvlab's block_reuse_policy has "
-                       "no PER_CONVERSATION")
-LENGTHS_DIFFER = ("upstream scripts one request's allocation to fail; physically the failing "
-                  "request is the longer one (same first new block, more pages than are free)")
+FRONT_DOOR = (
+    "kvlab's Scheduler.submit applies the LLM API's front-door check (a prompt over "
+    "max_num_tokens without chunking is rejected before any pass), so the request is "
+    "submitted under a budget it fits and the pass runs under the test's budget"
+)
+NO_PER_CONVERSATION = (
+    "run for BlockReusePolicy.PER_REQUEST only: kvlab's block_reuse_policy has no PER_CONVERSATION"
+)
+LENGTHS_DIFFER = (
+    "upstream scripts one request's allocation to fail; physically the failing "
+    "request is the longer one (same first new block, more pages than are free)"
+)
 
 NOT_MODELLED = {
-    "TestPrefixAwareSkip::test_vswa_still_skips":
-        "variable sliding-window attention: kvlab's manager has one window for every layer (no "
-        "VSWA manager to check that the skip is not gated on it)",
-    "TestPrefixAwareSkip::test_evicted_continuation_does_not_defer_duplicate":
-        "not expressible on a real pool: for the duplicate's first new page to be the evicted "
-        "continuation's next one, the duplicate must match every page the continuation "
-        "committed, and then no page is left for it (moving the continuation down frees at most "
-        "its one uncommitted page, which the generation step takes), while upstream's mock "
-        "admits it",
+    "TestPrefixAwareSkip::test_vswa_still_skips": "variable sliding-window attention: kvlab's manager has one window for every layer (no "
+    "VSWA manager to check that the skip is not gated on it)",
+    "TestPrefixAwareSkip::test_evicted_continuation_does_not_defer_duplicate": "not expressible on a real pool: for the duplicate's first new page to be the evicted "
+    "continuation's next one, the duplicate must match every page the continuation "
+    "committed, and then no page is left for it (moving the continuation down frees at most "
+    "its one uncommitted page, which the generation step takes), while upstream's mock "
+    "admits it",
 }
 
 IN_FLIGHT_CONTINUATION = (
     "the scheduler is chunked (kvlab makes a context continuation by running its first chunk); "
-    "the pass is called with the continuation in flight, as the overlap executor would")
+    "the pass is called with the continuation in flight, as the overlap executor would"
+)
 
 A = list(range(1000))  # a prompt; others share its leading tokens or not
 B = list(range(5000, 6000))
@@ -57,7 +61,10 @@ def counting(bench, method):
 
 # -- TestPrepareBeforeBudget -----------------------------------------------------------------
 
-@pytest.mark.upstream("TestPrepareBeforeBudget::test_block_reuse_reduces_budget", adaptation=FRONT_DOOR)
+
+@pytest.mark.upstream(
+    "TestPrepareBeforeBudget::test_block_reuse_reduces_budget", adaptation=FRONT_DOOR
+)
 def test_block_reuse_reduces_budget():
     bench = Bench(max_num_tokens=600)
     bench.cached("earlier", A[:500])
@@ -67,8 +74,9 @@ def test_block_reuse_reduces_budget():
     assert ids(batch.context_requests) == ["0"]
 
 
-@pytest.mark.upstream("TestPrepareBeforeBudget::test_without_reuse_budget_would_fail",
-                      adaptation=FRONT_DOOR)
+@pytest.mark.upstream(
+    "TestPrepareBeforeBudget::test_without_reuse_budget_would_fail", adaptation=FRONT_DOOR
+)
 def test_without_reuse_budget_would_fail():
     bench = Bench(max_num_tokens=800)
     bench.cached("earlier", A[:500])
@@ -76,7 +84,9 @@ def test_without_reuse_budget_would_fail():
     assert ids(bench.schedule().context_requests) == ["0"]
 
 
-@pytest.mark.upstream("TestPrepareBeforeBudget::test_prefix_aware_scheduling_disabled_charges_pre_reuse_tokens")
+@pytest.mark.upstream(
+    "TestPrepareBeforeBudget::test_prefix_aware_scheduling_disabled_charges_pre_reuse_tokens"
+)
 def test_prefix_aware_scheduling_disabled_charges_pre_reuse_tokens():
     bench = Bench(max_num_tokens=1000, enable_prefix_aware_scheduling=False)
     bench.cached("earlier", A[:500])
@@ -96,6 +106,7 @@ def test_prefix_aware_scheduling_disabled_charges_pre_reuse_tokens():
 
 
 # -- TestPartialReuse (chunked, tokens_per_block 64, chunk unit 64) ---------------------------
+
 
 def chunked(max_num_tokens):
     return Bench(max_num_tokens=max_num_tokens, chunked_prefill=True, chunk_unit_size=64)
@@ -157,6 +168,7 @@ def test_partial_reuse_budget_accounting():
 
 # -- TestPrefixAwareSkip ---------------------------------------------------------------------
 
+
 @pytest.mark.upstream("TestPrefixAwareSkip::test_duplicate_prefix_deferred")
 def test_duplicate_prefix_deferred():
     bench = Bench(max_num_tokens=10000)
@@ -165,10 +177,12 @@ def test_duplicate_prefix_deferred():
     assert ids(bench.schedule().context_requests) == ["0"]
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_deferred_request_admitted_next_iteration",
-                      adaptation="non-chunked, request 0's whole context runs in the first pass, "
-                                 "so in the second it is generating, not a continuation in flight; "
-                                 "request 1 then reuses what it committed")
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_deferred_request_admitted_next_iteration",
+    adaptation="non-chunked, request 0's whole context runs in the first pass, "
+    "so in the second it is generating, not a continuation in flight; "
+    "request 1 then reuses what it committed",
+)
 def test_deferred_request_admitted_next_iteration():
     bench = Bench(max_num_tokens=10000)
     bench.context("0", tokens=A[:500])
@@ -203,8 +217,9 @@ def test_no_full_block_never_deferred():
     assert ids(bench.schedule().context_requests) == ["0", "1"]
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_non_all_reusable_policy_never_defers",
-                      adaptation=NO_PER_CONVERSATION)
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_non_all_reusable_policy_never_defers", adaptation=NO_PER_CONVERSATION
+)
 def test_non_all_reusable_policy_never_defers():
     bench = Bench(max_num_tokens=10000, block_reuse_policy="per_request")
     bench.context("0", tokens=A[:500])
@@ -212,8 +227,10 @@ def test_non_all_reusable_policy_never_defers():
     assert ids(bench.schedule().context_requests) == ["0", "1"]
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_non_all_reusable_policy_issues_no_probe",
-                      adaptation=NO_PER_CONVERSATION)
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_non_all_reusable_policy_issues_no_probe",
+    adaptation=NO_PER_CONVERSATION,
+)
 def test_non_all_reusable_policy_issues_no_probe():
     bench = Bench(max_num_tokens=10000, block_reuse_policy="per_request")
     probed = counting(bench, "probe_first_new_block_key")
@@ -251,8 +268,10 @@ def test_disabled_without_block_reuse():
     assert probed == []
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_in_flight_chunked_context_seeds_the_set",
-                      adaptation=IN_FLIGHT_CONTINUATION)
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_in_flight_chunked_context_seeds_the_set",
+    adaptation=IN_FLIGHT_CONTINUATION,
+)
 def test_in_flight_chunked_context_seeds_the_set():
     bench = Bench(max_num_tokens=10000, chunked_prefill=True)
     bench.started_context("0", None, 128, tokens=A[:500])
@@ -262,11 +281,13 @@ def test_in_flight_chunked_context_seeds_the_set():
     assert batch.made_progress  # the deferral behind a running contributor is progress
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_contributor_failure_does_not_defer_duplicate",
-                      adaptation=LENGTHS_DIFFER)
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_contributor_failure_does_not_defer_duplicate",
+    adaptation=LENGTHS_DIFFER,
+)
 def test_contributor_failure_does_not_defer_duplicate():
     bench = Bench(max_num_tokens=10000, num_blocks=64)
-    bench.context("0", tokens=A[:64 * 40])  # 40 pages
+    bench.context("0", tokens=A[: 64 * 40])  # 40 pages
     bench.context("1", tokens=A[:100])  # the same first page; 2 pages
     bench.hold_all_but(5)
     assert ids(bench.schedule().context_requests) == ["1"]
@@ -310,7 +331,9 @@ def test_chunked_context_duplicate_deferred():
     assert ids(bench.schedule().context_requests) == ["0"]
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_scheduled_chunk_continuation_defers_later_duplicate")
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_scheduled_chunk_continuation_defers_later_duplicate"
+)
 def test_scheduled_chunk_continuation_defers_later_duplicate():
     bench = Bench(tokens_per_block=8, max_num_tokens=10000, chunked_prefill=True, chunk_unit_size=8)
     bench.started_context("0", None, 64, tokens=A[:500])
@@ -318,12 +341,19 @@ def test_scheduled_chunk_continuation_defers_later_duplicate():
     assert ids(bench.schedule().context_requests) == ["0"]
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_failing_chunk_continuation_does_not_defer_duplicate",
-                      adaptation=LENGTHS_DIFFER)
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_failing_chunk_continuation_does_not_defer_duplicate",
+    adaptation=LENGTHS_DIFFER,
+)
 def test_failing_chunk_continuation_does_not_defer_duplicate():
-    bench = Bench(tokens_per_block=8, max_num_tokens=10000, chunked_prefill=True,
-                  chunk_unit_size=8, num_blocks=256)
-    bench.started_context("0", None, 64, tokens=A[:8 * 200])  # 192 more pages to go
+    bench = Bench(
+        tokens_per_block=8,
+        max_num_tokens=10000,
+        chunked_prefill=True,
+        chunk_unit_size=8,
+        num_blocks=256,
+    )
+    bench.started_context("0", None, 64, tokens=A[: 8 * 200])  # 192 more pages to go
     bench.context("1", tokens=A[:80])  # its first new page is 0's next one; 2 more pages
     bench.hold_all_but(4)
     assert ids(bench.schedule().context_requests) == ["1"]
@@ -340,10 +370,12 @@ def test_deferral_never_empties_the_batch_alone():
     assert resized == ["0", "1"]  # both attempted, neither deferred behind a failed contributor
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_registered_contributor_cannot_be_evicted",
-                      adaptation=IN_FLIGHT_CONTINUATION + "; generation 0's first allocation "
-                      "fails because an outside tenant holds every free page, and the retry "
-                      "succeeds because request 99's pages really move down (a host tier)")
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_registered_contributor_cannot_be_evicted",
+    adaptation=IN_FLIGHT_CONTINUATION + "; generation 0's first allocation "
+    "fails because an outside tenant holds every free page, and the retry "
+    "succeeds because request 99's pages really move down (a host tier)",
+)
 def test_registered_contributor_cannot_be_evicted():
     bench = Bench(max_num_tokens=1000, can_evict=True, chunked_prefill=True)
     gen0 = bench.generation("0", 62)  # stepped by the next two set-up passes: at a page's end
@@ -361,12 +393,14 @@ def test_registered_contributor_cannot_be_evicted():
     assert duplicate.state == "waiting"
 
 
-@pytest.mark.upstream("TestPrefixAwareSkip::test_recompute_paused_request_does_not_defer_duplicate",
-                      adaptation="a continuation needs a chunked scheduler (its first chunk "
-                                 "really ran); upstream scripts every generation allocation to "
-                                 "fail, here a host tier of one page cannot take the "
-                                 "continuation's two, so suspending it frees nothing, the "
-                                 "recompute pause frees them and generation 0's retry succeeds")
+@pytest.mark.upstream(
+    "TestPrefixAwareSkip::test_recompute_paused_request_does_not_defer_duplicate",
+    adaptation="a continuation needs a chunked scheduler (its first chunk "
+    "really ran); upstream scripts every generation allocation to "
+    "fail, here a host tier of one page cannot take the "
+    "continuation's two, so suspending it frees nothing, the "
+    "recompute pause frees them and generation 0's retry succeeds",
+)
 def test_recompute_paused_request_does_not_defer_duplicate():
     bench = Bench(max_num_tokens=1000, chunked_prefill=True, host_blocks=1)
     gen0 = bench.generation("0", 63)  # stepped by the next set-up pass: at a page's end

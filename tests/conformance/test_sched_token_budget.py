@@ -7,17 +7,16 @@ tests/unittest/_torch/executor/kv_cache/test_kv_cache_v2_scheduler.py, read at c
 Pages are plentiful (4096) in every test here: only the budgets decide.
 """
 
-
 import pytest
 from support import Bench, ids
 
 NOT_MODELLED = {
-    "TestTokenBudget::test_encoder_budget_exhausted":
-        "encoder-decoder: kvlab has no ENCODER_INIT requests nor encoder budget",
+    "TestTokenBudget::test_encoder_budget_exhausted": "encoder-decoder: kvlab has no ENCODER_INIT requests nor encoder budget",
 }
 
 
 # -- TestTokenBudget ------------------------------------------------------------------------
+
 
 @pytest.mark.upstream("TestTokenBudget::test_gen_budget_exhausted")
 def test_gen_budget_exhausted():
@@ -29,11 +28,13 @@ def test_gen_budget_exhausted():
     assert ids(batch.generation_requests) == ["0", "1", "2"]
 
 
-@pytest.mark.upstream("TestTokenBudget::test_ctx_budget_exhausted",
-                      adaptation="kvlab's Scheduler.submit applies the LLM API's front-door check"
-                                 " (a prompt over max_num_tokens without chunking is rejected "
-                                 "before any pass), so the request is submitted under a budget it"
-                                 " fits and the pass runs under the test's budget")
+@pytest.mark.upstream(
+    "TestTokenBudget::test_ctx_budget_exhausted",
+    adaptation="kvlab's Scheduler.submit applies the LLM API's front-door check"
+    " (a prompt over max_num_tokens without chunking is rejected "
+    "before any pass), so the request is submitted under a budget it"
+    " fits and the pass runs under the test's budget",
+)
 def test_ctx_budget_exhausted():
     bench = Bench(max_num_tokens=100)
     request = bench.submit_past_front_door("0", 200)
@@ -64,8 +65,8 @@ def test_ctx_with_draft_no_chunk():
 @pytest.mark.upstream("TestTokenBudget::test_mixed_gen_ctx_budget")
 def test_mixed_gen_ctx_budget():
     bench = Bench(max_num_tokens=110)
-    bench.generation("0")      # 1
-    bench.context("1", 100)    # 100
+    bench.generation("0")  # 1
+    bench.context("1", 100)  # 100
     batch = bench.schedule()
     assert len(batch.generation_requests) == 1
     assert len(batch.context_requests) == 1
@@ -89,10 +90,12 @@ def test_budget_exactly_full():
     assert len(batch.generation_requests) == 3
 
 
-@pytest.mark.upstream("TestTokenBudget::test_batch_size_limit",
-                      adaptation="the manager gets 8 page-index slots, apart from the scheduler's"
-                                 " max_batch_size, so every request can hold a cache (upstream's "
-                                 "mock manager has no slot limit)")
+@pytest.mark.upstream(
+    "TestTokenBudget::test_batch_size_limit",
+    adaptation="the manager gets 8 page-index slots, apart from the scheduler's"
+    " max_batch_size, so every request can hold a cache (upstream's "
+    "mock manager has no slot limit)",
+)
 def test_batch_size_limit():
     bench = Bench(max_batch_size=2, slots=8)
     for i in range(3):
@@ -101,10 +104,12 @@ def test_batch_size_limit():
     assert len(batch.generation_requests) == 2
 
 
-@pytest.mark.upstream("TestTokenBudget::test_combined_batch_and_budget",
-                      adaptation="the manager gets 8 page-index slots, apart from the scheduler's"
-                                 " max_batch_size, so every request can hold a cache (upstream's "
-                                 "mock manager has no slot limit)")
+@pytest.mark.upstream(
+    "TestTokenBudget::test_combined_batch_and_budget",
+    adaptation="the manager gets 8 page-index slots, apart from the scheduler's"
+    " max_batch_size, so every request can hold a cache (upstream's "
+    "mock manager has no slot limit)",
+)
 def test_combined_batch_and_budget():
     bench = Bench(max_batch_size=3, max_num_tokens=2, slots=8)
     for i in range(5):
@@ -114,6 +119,7 @@ def test_combined_batch_and_budget():
 
 
 # -- TestDraftTokenBudget -------------------------------------------------------------------
+
 
 @pytest.mark.upstream("TestDraftTokenBudget::test_ctx_fits_draft_exceeds_budget")
 def test_ctx_fits_draft_exceeds_budget():
@@ -143,11 +149,13 @@ def test_ctx_plus_draft_fits_exactly():
     assert batch.num_tokens == 100
 
 
-@pytest.mark.upstream("TestDraftTokenBudget::test_ctx_alone_exceeds_budget",
-                      adaptation="kvlab's Scheduler.submit applies the LLM API's front-door check"
-                                 " (a prompt over max_num_tokens without chunking is rejected "
-                                 "before any pass), so the request is submitted under a budget it"
-                                 " fits and the pass runs under the test's budget")
+@pytest.mark.upstream(
+    "TestDraftTokenBudget::test_ctx_alone_exceeds_budget",
+    adaptation="kvlab's Scheduler.submit applies the LLM API's front-door check"
+    " (a prompt over max_num_tokens without chunking is rejected "
+    "before any pass), so the request is submitted under a budget it"
+    " fits and the pass runs under the test's budget",
+)
 def test_ctx_alone_exceeds_budget():
     """ctx(200) > budget=100."""
     bench = Bench(max_num_tokens=100)

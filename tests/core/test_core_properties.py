@@ -11,8 +11,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant,
-                                 rule)
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, rule
 
 from kvlab import KVCacheManager, KVGeometry, MaxSeqLenClampWarning, PageIndexTooShort, PagePool
 
@@ -27,41 +26,58 @@ def closed_form_bytes_per_token(layers, heads, head_dim, dtype, tp, kv_factor, a
     return layers * kv_factor * -(-heads // tp) * head_bytes
 
 
-geometries = st.fixed_dictionaries(dict(
-    num_layers=st.integers(1, 8),
-    num_kv_heads=st.integers(1, 16),
-    head_dim=st.sampled_from([16, 32, 64, 80, 128, 256]),
-    dtype=st.sampled_from(sorted(DTYPE_ELEMENT_BYTES_X16)),
-    tokens_per_block=st.sampled_from([1, 2, 8, 16, 32, 64]),
-    tp_size=st.integers(1, 8),
-    kv_factor=st.sampled_from([1, 2]),
-    attention_dp=st.booleans(),
-))
+geometries = st.fixed_dictionaries(
+    dict(
+        num_layers=st.integers(1, 8),
+        num_kv_heads=st.integers(1, 16),
+        head_dim=st.sampled_from([16, 32, 64, 80, 128, 256]),
+        dtype=st.sampled_from(sorted(DTYPE_ELEMENT_BYTES_X16)),
+        tokens_per_block=st.sampled_from([1, 2, 8, 16, 32, 64]),
+        tp_size=st.integers(1, 8),
+        kv_factor=st.sampled_from([1, 2]),
+        attention_dp=st.booleans(),
+    )
+)
 
 # smaller shapes for the state machine, which clones the pool's storage at every step
-small_geometries = st.fixed_dictionaries(dict(
-    num_layers=st.integers(1, 2),
-    num_kv_heads=st.integers(1, 4),
-    head_dim=st.sampled_from([16, 32, 64]),
-    dtype=st.sampled_from(sorted(DTYPE_ELEMENT_BYTES_X16)),
-    tokens_per_block=st.sampled_from([1, 2, 4, 8, 16]),
-    tp_size=st.integers(1, 4),
-    kv_factor=st.sampled_from([1, 2]),
-    attention_dp=st.booleans(),
-))
+small_geometries = st.fixed_dictionaries(
+    dict(
+        num_layers=st.integers(1, 2),
+        num_kv_heads=st.integers(1, 4),
+        head_dim=st.sampled_from([16, 32, 64]),
+        dtype=st.sampled_from(sorted(DTYPE_ELEMENT_BYTES_X16)),
+        tokens_per_block=st.sampled_from([1, 2, 4, 8, 16]),
+        tp_size=st.integers(1, 4),
+        kv_factor=st.sampled_from([1, 2]),
+        attention_dp=st.booleans(),
+    )
+)
 
 
 @settings(deadline=None, max_examples=80)
-@given(geo_args=geometries, blocks=st.integers(1, 48), slack=st.integers(0, 10**6),
-       max_seq_len=st.integers(1, 1 << 16), batch=st.integers(1, 4),
-       policy=st.sampled_from(["clamped", "configured"]), extra=st.integers(0, 64),
-       draft=st.integers(0, 8))
-def test_random_geometry_agrees_with_closed_form(geo_args, blocks, slack, max_seq_len, batch,
-                                                 policy, extra, draft):
+@given(
+    geo_args=geometries,
+    blocks=st.integers(1, 48),
+    slack=st.integers(0, 10**6),
+    max_seq_len=st.integers(1, 1 << 16),
+    batch=st.integers(1, 4),
+    policy=st.sampled_from(["clamped", "configured"]),
+    extra=st.integers(0, 64),
+    draft=st.integers(0, 8),
+)
+def test_random_geometry_agrees_with_closed_form(
+    geo_args, blocks, slack, max_seq_len, batch, policy, extra, draft
+):
     geo = KVGeometry(**geo_args)
-    bpt = closed_form_bytes_per_token(geo_args["num_layers"], geo_args["num_kv_heads"],
-                                      geo_args["head_dim"], geo_args["dtype"], geo_args["tp_size"],
-                                      geo_args["kv_factor"], geo_args["attention_dp"])
+    bpt = closed_form_bytes_per_token(
+        geo_args["num_layers"],
+        geo_args["num_kv_heads"],
+        geo_args["head_dim"],
+        geo_args["dtype"],
+        geo_args["tp_size"],
+        geo_args["kv_factor"],
+        geo_args["attention_dp"],
+    )
     tpb = geo_args["tokens_per_block"]
     assert geo.bytes_per_token == bpt
     assert geo.bytes_per_block == bpt * tpb
@@ -69,14 +85,25 @@ def test_random_geometry_agrees_with_closed_form(geo_args, blocks, slack, max_se
     quota = blocks * page + slack % page  # some bytes that do not make a whole page
     if blocks * tpb <= extra:  # the pool holds no more than the extra tokens: refused by name
         with pytest.raises(ValueError, match="num_extra_kv_tokens"):
-            KVCacheManager(geo, quota_bytes=quota, max_seq_len=max_seq_len, max_batch_size=batch,
-                           num_extra_kv_tokens=extra)
+            KVCacheManager(
+                geo,
+                quota_bytes=quota,
+                max_seq_len=max_seq_len,
+                max_batch_size=batch,
+                num_extra_kv_tokens=extra,
+            )
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mgr = KVCacheManager(geo, quota_bytes=quota, max_seq_len=max_seq_len, max_batch_size=batch,
-                             page_index_policy=policy, num_extra_kv_tokens=extra,
-                             reserved_draft_tokens=draft)
+        mgr = KVCacheManager(
+            geo,
+            quota_bytes=quota,
+            max_seq_len=max_seq_len,
+            max_batch_size=batch,
+            page_index_policy=policy,
+            num_extra_kv_tokens=extra,
+            reserved_draft_tokens=draft,
+        )
     clamped = [w for w in caught if issubclass(w.category, MaxSeqLenClampWarning)]
     assert mgr.total_blocks == quota // page == blocks
     assert mgr.pool.nbytes == blocks * page
@@ -91,8 +118,10 @@ def test_random_geometry_agrees_with_closed_form(geo_args, blocks, slack, max_se
 
 
 @settings(deadline=None, max_examples=60)
-@given(num_blocks=st.integers(1, 32),
-       ops=st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=40))
+@given(
+    num_blocks=st.integers(1, 32),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=40),
+)
 def test_pool_random_ops_conserve_pages(num_blocks, ops):
     pool = PagePool(num_blocks, 8)
     held: list[list[int]] = []
@@ -120,28 +149,45 @@ class ManagerMachine(RuleBasedStateMachine):
 
     caches = Bundle("caches")
 
-    @initialize(geo_args=small_geometries, blocks=st.integers(1, 24), max_seq_len=st.integers(1, 2048),
-                batch=st.integers(1, 4), policy=st.sampled_from(["clamped", "configured"]),
-                extra=st.integers(0, 8), host=st.sampled_from([None, 0]))
+    @initialize(
+        geo_args=small_geometries,
+        blocks=st.integers(1, 24),
+        max_seq_len=st.integers(1, 2048),
+        batch=st.integers(1, 4),
+        policy=st.sampled_from(["clamped", "configured"]),
+        extra=st.integers(0, 8),
+        host=st.sampled_from([None, 0]),
+    )
     def build(self, geo_args, blocks, max_seq_len, batch, policy, extra, host):
         geo = KVGeometry(**geo_args)
         blocks = max(blocks, extra // geo.tokens_per_block + 1)  # more than the extra tokens
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-            self.mgr = KVCacheManager(geo, quota_bytes=blocks * geo.bytes_per_block,
-                                      max_seq_len=max_seq_len, max_batch_size=batch,
-                                      page_index_policy=policy, num_extra_kv_tokens=extra,
-                                      host_cache_size=host)
+            self.mgr = KVCacheManager(
+                geo,
+                quota_bytes=blocks * geo.bytes_per_block,
+                max_seq_len=max_seq_len,
+                max_batch_size=batch,
+                page_index_policy=policy,
+                num_extra_kv_tokens=extra,
+                host_cache_size=host,
+            )
         self.counter = 0
         self.model = {}  # request_id -> (capacity, history)
 
     # -- helpers ---------------------------------------------------------------------------
     def snapshot(self):
         mgr = self.mgr
-        return (mgr.free_blocks, mgr.pool.free_pages(), mgr.page_index.table.clone(),
-                {rid: (c.capacity, c.history_length, list(c.pages), c.suspended,
-                       c.suspended_blocks) for rid, c in mgr.caches.items()},
-                mgr.pool.storage.clone())
+        return (
+            mgr.free_blocks,
+            mgr.pool.free_pages(),
+            mgr.page_index.table.clone(),
+            {
+                rid: (c.capacity, c.history_length, list(c.pages), c.suspended, c.suspended_blocks)
+                for rid, c in mgr.caches.items()
+            },
+            mgr.pool.storage.clone(),
+        )
 
     def assert_same(self, before):
         after = self.snapshot()
@@ -161,8 +207,12 @@ class ManagerMachine(RuleBasedStateMachine):
         self.model[rid] = (0, 0)
         return rid
 
-    @rule(rid=caches, cap_seed=st.integers(0, 1 << 20), hist_pct=st.integers(0, 100),
-          history_mode=st.sampled_from(["keep", "grow", "grow", "shrink"]))
+    @rule(
+        rid=caches,
+        cap_seed=st.integers(0, 1 << 20),
+        hist_pct=st.integers(0, 100),
+        history_mode=st.sampled_from(["keep", "grow", "grow", "shrink"]),
+    )
     def resize(self, rid, cap_seed, hist_pct, history_mode):
         if rid is None or rid not in self.mgr.caches:
             return
@@ -172,9 +222,11 @@ class ManagerMachine(RuleBasedStateMachine):
         span = self.mgr.page_index_span_tokens
         capacity = cap_seed % (span + span // 4 + 2)  # up to a quarter past the row's span
         old_cap, old_hist = self.model[rid]
-        history = {"keep": None,
-                   "grow": old_hist + max(0, capacity - old_hist) * hist_pct // 100,
-                   "shrink": old_hist - 1 - hist_pct % max(1, old_hist)}[history_mode]
+        history = {
+            "keep": None,
+            "grow": old_hist + max(0, capacity - old_hist) * hist_pct // 100,
+            "shrink": old_hist - 1 - hist_pct % max(1, old_hist),
+        }[history_mode]
         before = self.snapshot()
         free_before = self.mgr.free_blocks
         movable = self.mgr.host_tier.movable_blocks  # suspended pages a growth may move down
@@ -277,5 +329,9 @@ class ManagerMachine(RuleBasedStateMachine):
 
 
 TestManagerMachine = ManagerMachine.TestCase
-TestManagerMachine.settings = settings(deadline=None, max_examples=60, stateful_step_count=30,
-                                       suppress_health_check=[HealthCheck.too_slow])
+TestManagerMachine.settings = settings(
+    deadline=None,
+    max_examples=60,
+    stateful_step_count=30,
+    suppress_health_check=[HealthCheck.too_slow],
+)

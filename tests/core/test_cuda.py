@@ -12,13 +12,13 @@ import torch
 
 import kvlab.core.pool
 from kvlab import KVCacheManager, KVGeometry, PagePool
-from kvlab.core.memory import DeviceMemory, GIB, MIB, pool_vs_workspace
-
 from kvlab.analysis.presets import seed_geometry
+from kvlab.core.memory import GIB, MIB, DeviceMemory, pool_vs_workspace
 
 _skip_without_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),
-    reason="torch.cuda.is_available() is False: no CUDA GPU on this machine")
+    reason="torch.cuda.is_available() is False: no CUDA GPU on this machine",
+)
 
 
 def _gpu(fn):
@@ -67,7 +67,9 @@ def test_device_memory_measures_what_was_allocated():
 
 @_gpu
 def test_the_pool_shrinks_as_the_workspace_grows_on_the_device():
-    geo = KVGeometry(num_layers=8, num_kv_heads=8, head_dim=128, dtype="bfloat16", tokens_per_block=32)
+    geo = KVGeometry(
+        num_layers=8, num_kv_heads=8, head_dim=128, dtype="bfloat16", tokens_per_block=32
+    )
     rows = pool_vs_workspace(geo, 4 * GIB, [0, 8 * GIB, 16 * GIB], max_seq_len=1 << 22)
     blocks = [r["pool_blocks"] for r in rows]
     assert blocks[0] > blocks[1] > blocks[2]
@@ -82,12 +84,18 @@ def test_the_pool_shrinks_as_the_workspace_grows_on_the_device():
 
 # -- everywhere --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_cuda_without_a_gpu_is_a_clear_valueerror(monkeypatch, device):
     monkeypatch.setattr(kvlab.core.pool.torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=r"needs a CUDA GPU.*device='cpu'"):
-        KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=2048,
-                       max_batch_size=1, device=device)
+        KVCacheManager(
+            seed_geometry(),
+            quota_bytes=4 * 2**20,
+            max_seq_len=2048,
+            max_batch_size=1,
+            device=device,
+        )
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
         PagePool(4, 16, device=device)
 

@@ -10,8 +10,9 @@ from kvlab.core.geometry import element_bytes
 
 def test_seed_bytes_per_token_is_2048():
     # 2 layers x 2 (K and V) x 2 KV heads x 128 dims x 2 bytes (fp16)
-    geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16",
-                     tokens_per_block=32)
+    geo = KVGeometry(
+        num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32
+    )
     assert geo.bytes_per_token == 2 * 2 * 2 * 128 * 2 == 2048
     assert geo.layer_bytes_per_token == 1024
     assert geo.bytes_per_block == 2048 * 32 == 65536
@@ -20,13 +21,16 @@ def test_seed_bytes_per_token_is_2048():
     assert geo.blocks_in(4 * 2**20) * geo.tokens_per_block == 2048
 
 
-@pytest.mark.parametrize("dtype, per_head_token", [
-    ("float32", 128 * 4),
-    ("float16", 128 * 2),
-    ("bfloat16", 128 * 2),
-    ("fp8", 128 * 1),
-    ("nvfp4", 128 // 2 + 128 // 16),   # 64 B of 4-bit payload + 8 fp8 scale bytes = 72
-])
+@pytest.mark.parametrize(
+    "dtype, per_head_token",
+    [
+        ("float32", 128 * 4),
+        ("float16", 128 * 2),
+        ("bfloat16", 128 * 2),
+        ("fp8", 128 * 1),
+        ("nvfp4", 128 // 2 + 128 // 16),  # 64 B of 4-bit payload + 8 fp8 scale bytes = 72
+    ],
+)
 def test_dtype_bytes(dtype, per_head_token):
     geo = KVGeometry(num_layers=3, num_kv_heads=4, head_dim=128, dtype=dtype, tokens_per_block=16)
     assert geo.layer_bytes_per_token == 2 * 4 * per_head_token
@@ -49,9 +53,18 @@ def test_nvfp4_head_dim_must_fill_scale_blocks():
         KVGeometry(num_layers=1, num_kv_heads=1, head_dim=24, dtype="nvfp4")
 
 
-@pytest.mark.parametrize("heads, tp, per_rank", [
-    (8, 1, 8), (8, 2, 4), (8, 8, 1), (8, 3, 3), (2, 4, 1), (5, 2, 3), (1, 16, 1),
-])
+@pytest.mark.parametrize(
+    "heads, tp, per_rank",
+    [
+        (8, 1, 8),
+        (8, 2, 4),
+        (8, 8, 1),
+        (8, 3, 3),
+        (2, 4, 1),
+        (5, 2, 3),
+        (1, 16, 1),
+    ],
+)
 def test_tp_size_splits_heads_with_ceil(heads, tp, per_rank):
     geo = KVGeometry(num_layers=2, num_kv_heads=heads, head_dim=64, dtype="float16", tp_size=tp)
     assert geo.kv_heads_per_rank == per_rank == math.ceil(heads / tp)
@@ -65,7 +78,9 @@ def test_attention_dp_forces_tp_1():
     assert split.effective_tp_size == 4 and split.kv_heads_per_rank == 2
     assert dp.effective_tp_size == 1 and dp.kv_heads_per_rank == 8
     assert dp.bytes_per_token == 4 * split.bytes_per_token
-    assert dp.bytes_per_token == KVGeometry(num_layers=2, num_kv_heads=8, head_dim=128).bytes_per_token
+    assert (
+        dp.bytes_per_token == KVGeometry(num_layers=2, num_kv_heads=8, head_dim=128).bytes_per_token
+    )
 
 
 def test_kv_factor_1_for_mla_halves_bytes():
@@ -77,7 +92,15 @@ def test_kv_factor_1_for_mla_halves_bytes():
 
 def test_blocks_for_tokens_is_ceil():
     geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, tokens_per_block=32)
-    assert [geo.blocks_for_tokens(n) for n in (0, 1, 31, 32, 33, 64, 8192)] == [0, 1, 1, 1, 2, 2, 256]
+    assert [geo.blocks_for_tokens(n) for n in (0, 1, 31, 32, 33, 64, 8192)] == [
+        0,
+        1,
+        1,
+        1,
+        2,
+        2,
+        256,
+    ]
 
 
 def test_blocks_in_is_floor():

@@ -9,9 +9,15 @@ from kvlab.core.kv_cache import HISTORY_ABOVE_CAPACITY_MESSAGE, HISTORY_DECREASE
 
 def snapshot(mgr, cache):
     """Everything a refused resize must leave alone."""
-    return dict(capacity=cache.capacity, history=cache.history_length, pages=list(cache.pages),
-                free=mgr.free_blocks, free_list=mgr.pool.free_pages(),
-                table=mgr.page_index.table.clone(), storage=mgr.pool.storage.clone())
+    return dict(
+        capacity=cache.capacity,
+        history=cache.history_length,
+        pages=list(cache.pages),
+        free=mgr.free_blocks,
+        free_list=mgr.pool.free_pages(),
+        table=mgr.page_index.table.clone(),
+        storage=mgr.pool.storage.clone(),
+    )
 
 
 def assert_unchanged(mgr, cache, before):
@@ -31,6 +37,7 @@ def fill_pool(mgr, request_id="hog"):
 
 
 # -- 1. history errors come first ------------------------------------------------------------
+
 
 def test_history_above_capacity_raises_plain_valueerror_before_index_check(seed_manager):
     mgr = seed_manager("clamped")
@@ -69,13 +76,14 @@ def test_history_may_not_shrink(seed_manager):
 
 # -- 2. same number of blocks: True ----------------------------------------------------------
 
+
 def test_same_blocks_is_true_even_with_an_empty_pool(seed_manager):
     mgr = seed_manager("clamped", max_batch_size=2)
     cache = mgr.create_cache("r")
     assert cache.resize(20)
     pages = list(cache.pages)
     fill_pool(mgr)
-    assert cache.resize(32)       # still one block
+    assert cache.resize(32)  # still one block
     assert cache.resize(1)
     assert cache.capacity == 1 and cache.pages == pages
     assert mgr.free_blocks == 0
@@ -83,6 +91,7 @@ def test_same_blocks_is_true_even_with_an_empty_pool(seed_manager):
 
 
 # -- 3. the index check runs before allocation -----------------------------------------------
+
 
 def test_index_check_raises_even_when_the_pool_is_empty(seed_manager, device):
     mgr = seed_manager("clamped", max_batch_size=2, device=device)
@@ -114,6 +123,7 @@ def test_index_boundary_is_the_row_width(seed_manager):
 
 # -- 4. not enough pages: False with no side effects -----------------------------------------
 
+
 def test_false_has_no_side_effects(seed_manager):
     mgr = seed_manager("configured", max_batch_size=2)
     other = mgr.create_cache("other")
@@ -141,6 +151,7 @@ def test_grow_exactly_to_the_pool(seed_manager):
 
 # -- 5. allocate: the row holds the real page ids ----------------------------------------------
 
+
 def test_grow_in_steps_writes_real_page_ids(seed_manager):
     mgr = seed_manager("clamped", max_batch_size=2)
     a, b = mgr.create_cache("a"), mgr.create_cache("b")
@@ -149,8 +160,8 @@ def test_grow_in_steps_writes_real_page_ids(seed_manager):
     assert not set(a.pages) & set(b.pages)
     for cache in (a, b):
         row = cache.page_indices.tolist()
-        assert row[:cache.num_blocks] == cache.pages
-        assert set(row[cache.num_blocks:]) == {-1}
+        assert row[: cache.num_blocks] == cache.pages
+        assert set(row[cache.num_blocks :]) == {-1}
         assert all(mgr.pool.is_allocated(p) for p in cache.pages)
     mgr.check_invariants()
 
@@ -160,7 +171,7 @@ def test_shrink_frees_tail_pages(seed_manager):
     cache = mgr.create_cache("r")
     assert cache.resize(160)  # 5 pages
     pages = list(cache.pages)
-    assert cache.resize(64)   # 2 pages
+    assert cache.resize(64)  # 2 pages
     assert cache.pages == pages[:2]
     assert mgr.free_blocks == 62
     assert all(not mgr.pool.is_allocated(p) for p in pages[2:])
@@ -171,13 +182,15 @@ def test_shrink_frees_tail_pages(seed_manager):
 
 # -- suspend / resume --------------------------------------------------------------------------
 
+
 def test_suspend_resume_round_trips_page_bytes(seed_manager, device):
     mgr = seed_manager("configured", max_batch_size=2, device=device)
     cache = mgr.create_cache("r")
     assert cache.resize(96, history_length=90)  # 3 pages
     gen = torch.Generator().manual_seed(0)
-    pattern = torch.randint(0, 256, (3, mgr.pool.bytes_per_block), dtype=torch.uint8,
-                            generator=gen).to(mgr.device)
+    pattern = torch.randint(
+        0, 256, (3, mgr.pool.bytes_per_block), dtype=torch.uint8, generator=gen
+    ).to(mgr.device)
     for i, page in enumerate(cache.pages):
         mgr.pool.storage[page] = pattern[i]
     old_pages = list(cache.pages)
@@ -253,9 +266,9 @@ def test_without_a_tier_below_the_gpu_a_suspended_cache_frees_nothing(seed_manag
     assert cache.resize(32 * 32)
     cache.suspend()
     other = mgr.create_cache("other")
-    assert other.resize(33 * 32) is False                   # 32 free; the held 32 never move
+    assert other.resize(33 * 32) is False  # 32 free; the held 32 never move
     assert cache.num_blocks == 32 and cache.suspended_blocks == 0
-    assert cache.resume() is True                           # utilization 0.5: allowed
+    assert cache.resume() is True  # utilization 0.5: allowed
     mgr.check_invariants()
 
 
@@ -264,7 +277,7 @@ def test_resume_is_refused_above_max_util_for_resume(seed_manager):
     cache = mgr.create_cache("r")
     assert cache.resize(33 * 32)
     cache.suspend()
-    assert cache.resume() is False and cache.suspended      # 33/64 > 0.5
+    assert cache.resume() is False and cache.suspended  # 33/64 > 0.5
     other = mgr.create_cache("other")
     assert other.resize(32 * 32) and cache.num_blocks == 0  # r's pages moved down
     other.resize(0)
@@ -295,9 +308,14 @@ def test_a_freed_handle_raises_and_leaves_the_slots_new_owner_alone(seed_manager
     new = mgr.create_cache("b")
     assert new.slot == stale.slot and new.resize(96)
     before = snapshot(mgr, new)
-    calls = {"resize": lambda: stale.resize(20), "grow": lambda: stale.grow_within_pages(1),
-             "suspend": stale.suspend, "release": stale.release, "resume": stale.resume,
-             "row": lambda: stale.page_indices}
+    calls = {
+        "resize": lambda: stale.resize(20),
+        "grow": lambda: stale.grow_within_pages(1),
+        "suspend": stale.suspend,
+        "release": stale.release,
+        "resume": stale.resume,
+        "row": lambda: stale.page_indices,
+    }
     with pytest.raises(RuntimeError, match="'a' was freed .*KVCacheManager.free"):
         calls[act]()
     assert_unchanged(mgr, new, before)

@@ -6,18 +6,33 @@ three findings, each failing with its switch set to the buggy behaviour."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab import (KVCacheManager, KVGeometry, MambaGeometry, MambaHybridCacheManager, Request,
-                   Scheduler, SchedulerDeadlock, StateSlotsExhausted, plan_residency,
-                   qwen3_5_27b_attention, qwen3_5_27b_mamba, simulate)
+from kvlab import (
+    KVCacheManager,
+    KVGeometry,
+    MambaGeometry,
+    MambaHybridCacheManager,
+    Request,
+    Scheduler,
+    SchedulerDeadlock,
+    StateSlotsExhausted,
+    plan_residency,
+    qwen3_5_27b_attention,
+    qwen3_5_27b_mamba,
+    simulate,
+)
 from kvlab.case_studies import BreakOnCapScheduler, DisaggBypassScheduler, NoneFirstManager
-from kvlab.core.mamba import (GENERIC_MAX_BATCH_SIZE, QUOTA_TOO_SMALL, cache_size_per_token,
-                              feasible_max_batch_size, proposed_quota_error)
+from kvlab.core.mamba import (
+    GENERIC_MAX_BATCH_SIZE,
+    QUOTA_TOO_SMALL,
+    cache_size_per_token,
+    feasible_max_batch_size,
+    proposed_quota_error,
+)
 from kvlab.run.comm import ThreadComm, TorchComm, in_threads
 from kvlab.run.supervisor import free_port
 
@@ -25,10 +40,19 @@ GIB = 2**30
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 # A tiny hybrid model: 2816-byte slots, 128-byte attention pages of 4 tokens.
-SMALL_MAMBA = MambaGeometry(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8,
-                            n_groups=2, d_conv=4, conv_dtype="bfloat16", ssm_dtype="float32")
-SMALL_ATTN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
-                        tokens_per_block=4)
+SMALL_MAMBA = MambaGeometry(
+    num_mamba_layers=2,
+    mamba_num_heads=4,
+    mamba_head_dim=8,
+    d_state=8,
+    n_groups=2,
+    d_conv=4,
+    conv_dtype="bfloat16",
+    ssm_dtype="float32",
+)
+SMALL_ATTN = KVGeometry(
+    num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4
+)
 SLOT = SMALL_MAMBA.bytes_per_slot
 PAGE = SMALL_ATTN.bytes_per_block
 
@@ -44,30 +68,60 @@ def quota_for(resident: int, pages: int, dummies: int = 1) -> int:
 def manager(resident_affordable: int, max_batch_size: int, pages: int = 20, **kwargs):
     """A manager whose quota affords ``resident_affordable`` sequences (merged residency unless
     ``residency`` is given: it raises when that is below ``max_batch_size``)."""
-    return MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota_for(resident_affordable, pages),
-                                   max_seq_len=pages * SMALL_ATTN.tokens_per_block,
-                                   max_batch_size=max_batch_size, **kwargs)
+    return MambaHybridCacheManager(
+        SMALL_ATTN,
+        SMALL_MAMBA,
+        quota_for(resident_affordable, pages),
+        max_seq_len=pages * SMALL_ATTN.tokens_per_block,
+        max_batch_size=max_batch_size,
+        **kwargs,
+    )
 
 
 # --- slot arithmetic ----------------------------------------------------------------------
 
+
 def independent_slot_bytes(g: MambaGeometry) -> int:
     """The state tensors' sizes, from their shapes (meta tensors: nothing is allocated)."""
     conv_channels = (g.mamba_num_heads * g.mamba_head_dim + 2 * g.n_groups * g.d_state) // g.tp_size
-    conv = torch.empty((g.num_mamba_layers, conv_channels, g.d_conv - 1),
-                       dtype=TORCH_DTYPES[g.conv_dtype], device="meta")
-    ssm = torch.empty((g.num_mamba_layers, g.mamba_num_heads // g.tp_size, g.mamba_head_dim,
-                       g.d_state), dtype=TORCH_DTYPES[g.ssm_dtype], device="meta")
+    conv = torch.empty(
+        (g.num_mamba_layers, conv_channels, g.d_conv - 1),
+        dtype=TORCH_DTYPES[g.conv_dtype],
+        device="meta",
+    )
+    ssm = torch.empty(
+        (g.num_mamba_layers, g.mamba_num_heads // g.tp_size, g.mamba_head_dim, g.d_state),
+        dtype=TORCH_DTYPES[g.ssm_dtype],
+        device="meta",
+    )
     return conv.numel() * conv.element_size() + ssm.numel() * ssm.element_size()
 
 
 geometries = st.builds(
     # heads: whole groups of heads_per_group each, both split over tp
-    lambda layers, heads_per_group, head_dim, d_state, groups_per, d_conv, cd, sd, tp: MambaGeometry(
-        layers, heads_per_group * groups_per * tp, head_dim, d_state, groups_per * tp, d_conv, cd, sd, tp),
-    st.integers(0, 64), st.integers(1, 4), st.integers(1, 256), st.integers(1, 256),
-    st.integers(1, 8), st.integers(2, 8), st.sampled_from(list(TORCH_DTYPES)),
-    st.sampled_from(list(TORCH_DTYPES)), st.sampled_from([1, 2, 4, 8]))
+    lambda layers, heads_per_group, head_dim, d_state, groups_per, d_conv, cd, sd, tp: (
+        MambaGeometry(
+            layers,
+            heads_per_group * groups_per * tp,
+            head_dim,
+            d_state,
+            groups_per * tp,
+            d_conv,
+            cd,
+            sd,
+            tp,
+        )
+    ),
+    st.integers(0, 64),
+    st.integers(1, 4),
+    st.integers(1, 256),
+    st.integers(1, 256),
+    st.integers(1, 8),
+    st.integers(2, 8),
+    st.sampled_from(list(TORCH_DTYPES)),
+    st.sampled_from(list(TORCH_DTYPES)),
+    st.sampled_from([1, 2, 4, 8]),
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -80,8 +134,17 @@ def test_slot_bytes_match_the_state_tensors(g):
 @settings(max_examples=200, deadline=None)
 @given(geometries)
 def test_slot_bytes_split_evenly_over_tp(g):
-    whole = MambaGeometry(g.num_mamba_layers, g.mamba_num_heads, g.mamba_head_dim, g.d_state,
-                          g.n_groups, g.d_conv, g.conv_dtype, g.ssm_dtype, tp_size=1)
+    whole = MambaGeometry(
+        g.num_mamba_layers,
+        g.mamba_num_heads,
+        g.mamba_head_dim,
+        g.d_state,
+        g.n_groups,
+        g.d_conv,
+        g.conv_dtype,
+        g.ssm_dtype,
+        tp_size=1,
+    )
     assert g.bytes_per_slot * g.tp_size == whole.bytes_per_slot
 
 
@@ -92,18 +155,22 @@ def test_small_geometry_by_hand():
     assert SLOT == 2 * (384 + 1024) == 2816
 
 
-@pytest.mark.parametrize("kwargs, error, text", [
-    (dict(num_mamba_layers=-1), ValueError, "num_mamba_layers"),
-    (dict(mamba_num_heads=0), ValueError, "mamba_num_heads"),
-    (dict(d_conv=1), ValueError, "d_conv"),
-    (dict(ssm_dtype="fp8"), ValueError, "ssm_dtype"),
-    (dict(conv_dtype="int8"), ValueError, "conv_dtype"),
-    (dict(tp_size=3), ValueError, "divisible by tp_size=3"),
-    (dict(d_state=2.5), TypeError, "d_state"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        (dict(num_mamba_layers=-1), ValueError, "num_mamba_layers"),
+        (dict(mamba_num_heads=0), ValueError, "mamba_num_heads"),
+        (dict(d_conv=1), ValueError, "d_conv"),
+        (dict(ssm_dtype="fp8"), ValueError, "ssm_dtype"),
+        (dict(conv_dtype="int8"), ValueError, "conv_dtype"),
+        (dict(tp_size=3), ValueError, "divisible by tp_size=3"),
+        (dict(d_state=2.5), TypeError, "d_state"),
+    ],
+)
 def test_geometry_arguments_are_validated(kwargs, error, text):
-    args = dict(num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8, n_groups=2,
-                d_conv=4)
+    args = dict(
+        num_mamba_layers=2, mamba_num_heads=4, mamba_head_dim=8, d_state=8, n_groups=2, d_conv=4
+    )
     args.update(kwargs)
     with pytest.raises(error, match=text):
         MambaGeometry(**args)
@@ -111,10 +178,19 @@ def test_geometry_arguments_are_validated(kwargs, error, text):
 
 # --- the PR's numbers ----------------------------------------------------------------------
 
+
 def test_qwen3_5_27b_geometry():
     g = qwen3_5_27b_mamba()
-    assert (g.num_mamba_layers, g.mamba_num_heads, g.mamba_head_dim, g.d_state, g.n_groups,
-            g.d_conv, g.conv_dtype, g.ssm_dtype) == (48, 48, 128, 128, 16, 4, "bfloat16", "float32")
+    assert (
+        g.num_mamba_layers,
+        g.mamba_num_heads,
+        g.mamba_head_dim,
+        g.d_state,
+        g.n_groups,
+        g.d_conv,
+        g.conv_dtype,
+        g.ssm_dtype,
+    ) == (48, 48, 128, 128, 16, 4, "bfloat16", "float32")
     assert g.conv_dim == 128 * 48 + 2 * 16 * 128 == 10240
     a = qwen3_5_27b_attention()
     assert (a.num_layers, a.num_kv_heads, a.head_dim, a.dtype) == (16, 4, 256, "bfloat16")
@@ -129,8 +205,12 @@ def test_pr_37_5_gib_implies_bf16_ssm_state():
     assert qwen3_5_27b_mamba(ssm_dtype="bfloat16").bytes_per_slot == 78_446_592
     assert round(bf16 / GIB, 2) == 37.48
     assert round(fp32 / GIB, 2) == 73.55
-    plan = plan_residency(qwen3_5_27b_mamba(ssm_dtype="bfloat16"), qwen3_5_27b_attention(),
-                          int(24.86 * GIB), max_batch_size=512)
+    plan = plan_residency(
+        qwen3_5_27b_mamba(ssm_dtype="bfloat16"),
+        qwen3_5_27b_attention(),
+        int(24.86 * GIB),
+        max_batch_size=512,
+    )
     assert plan.requested + plan.dummies == 513
 
 
@@ -143,18 +223,24 @@ def test_pr_quota_raw_error_and_clamp():
     need = 513 * 78_446_592 + 2 * 2**20
     assert plan.raw_need_bytes == need
     with pytest.raises(ValueError) as info:  # raised before anything is allocated
-        MambaHybridCacheManager(attn, mamba, quota, max_seq_len=4096, max_batch_size=512,
-                                residency="raw")
+        MambaHybridCacheManager(
+            attn, mamba, quota, max_seq_len=4096, max_batch_size=512, residency="raw"
+        )
     assert str(info.value) == QUOTA_TOO_SMALL.format(got=quota, need=need)
     with pytest.raises(ValueError) as default:  # the default is merged residency
         MambaHybridCacheManager(attn, mamba, quota, max_seq_len=4096, max_batch_size=512)
     assert str(default.value) == str(info.value)
-    assert str(info.value) == ("The V2 Mamba GPU cache quota is too small for live recurrent "
-                               f"states and attention pages: got {quota} bytes, need at least "
-                               f"{need} bytes.")
+    assert str(info.value) == (
+        "The V2 Mamba GPU cache quota is too small for live recurrent "
+        f"states and attention pages: got {quota} bytes, need at least "
+        f"{need} bytes."
+    )
     assert plan.affordable == plan.local_cap == 339
-    assert (339 + 1) * mamba.bytes_per_slot + 2 * 2**20 <= quota < (
-        (339 + 2) * mamba.bytes_per_slot + 2 * 2**20)
+    assert (
+        (339 + 1) * mamba.bytes_per_slot + 2 * 2**20
+        <= quota
+        < ((339 + 2) * mamba.bytes_per_slot + 2 * 2**20)
+    )
     # the config's float32 state would leave 172
     assert plan_residency(qwen3_5_27b_mamba(), attn, quota, max_batch_size=512).local_cap == 172
     # no free_gpu_memory_fraction helps: the floor is 12.6 GiB above the whole quota
@@ -163,9 +249,11 @@ def test_pr_quota_raw_error_and_clamp():
 
 # --- merged residency (the default) --------------------------------------------------------
 
+
 @settings(max_examples=60, deadline=None)
-@given(affordable=st.integers(1, 10), batch=st.integers(1, 10), pp=st.integers(1, 3),
-       adp=st.booleans())
+@given(
+    affordable=st.integers(1, 10), batch=st.integers(1, 10), pp=st.integers(1, 3), adp=st.booleans()
+)
 def test_merged_residency_builds_every_requested_slot_or_raises(affordable, batch, pp, adp):
     dummies = 1 + int(adp)
     quota = quota_for(affordable, 3, dummies=dummies)
@@ -198,32 +286,46 @@ def test_state_indices_follow_the_callers_order():
     assert m.get_state_indices(["c", "a"]) == [m.state_slot("c"), m.state_slot("a")]
     with pytest.raises(KeyError):
         m.get_state_indices(["zz"])
-    attention_only = MambaHybridCacheManager(SMALL_ATTN, None, 64 * PAGE, max_seq_len=64,
-                                             max_batch_size=2)
+    attention_only = MambaHybridCacheManager(
+        SMALL_ATTN, None, 64 * PAGE, max_seq_len=64, max_batch_size=2
+    )
     attention_only.create_cache("a")
     assert attention_only.get_state_indices(["a", "b"]) == [0, 0]
 
 
 def test_cache_size_per_token_is_attention_slope_plus_live_and_dummy_slots():
-    assert cache_size_per_token(SMALL_MAMBA, SMALL_ATTN, 4) == (SMALL_ATTN.bytes_per_token, 5 * SLOT)
+    assert cache_size_per_token(SMALL_MAMBA, SMALL_ATTN, 4) == (
+        SMALL_ATTN.bytes_per_token,
+        5 * SLOT,
+    )
     assert cache_size_per_token(SMALL_MAMBA, SMALL_ATTN, 4, 2, attention_dp=True) == (
-        SMALL_ATTN.bytes_per_token, 10 * SLOT)
+        SMALL_ATTN.bytes_per_token,
+        10 * SLOT,
+    )
     assert cache_size_per_token(None, SMALL_ATTN, 4) == (SMALL_ATTN.bytes_per_token, 0)
 
 
 # --- proposal, PR #18985 (open): a feasible max_batch_size default, the quota error in GiB ---
 
+
 @settings(max_examples=300, deadline=None)
-@given(quota=st.integers(1, 10**6), pp=st.integers(1, 4), graph=st.booleans(), adp=st.booleans(),
-       cap=st.integers(1, 3000))
+@given(
+    quota=st.integers(1, 10**6),
+    pp=st.integers(1, 4),
+    graph=st.booleans(),
+    adp=st.booleans(),
+    cap=st.integers(1, 3000),
+)
 def test_feasible_max_batch_size_fits_and_is_maximal(quota, pp, graph, adp, cap):
-    b = feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, quota, pp, cuda_graph_padding=graph,
-                                attention_dp=adp, cap=cap)
+    b = feasible_max_batch_size(
+        SMALL_MAMBA, SMALL_ATTN, quota, pp, cuda_graph_padding=graph, attention_dp=adp, cap=cap
+    )
     assert 0 <= b <= cap
 
     def fits(batch):
-        return plan_residency(SMALL_MAMBA, SMALL_ATTN, quota, batch, pp, cuda_graph_padding=graph,
-                              attention_dp=adp).raw_fits
+        return plan_residency(
+            SMALL_MAMBA, SMALL_ATTN, quota, batch, pp, cuda_graph_padding=graph, attention_dp=adp
+        ).raw_fits
 
     if b:
         assert fits(b)
@@ -250,8 +352,9 @@ def test_pr18985_quota_message_is_in_gib_and_names_the_settings():
     quota = int(24.86 * GIB)
     mamba, attn = qwen3_5_27b_mamba(ssm_dtype="bfloat16"), qwen3_5_27b_attention()
     with pytest.raises(ValueError) as info:
-        MambaHybridCacheManager(attn, mamba, quota, max_seq_len=4096, max_batch_size=512,
-                                quota_message="pr18985")
+        MambaHybridCacheManager(
+            attn, mamba, quota, max_seq_len=4096, max_batch_size=512, quota_message="pr18985"
+        )
     text = str(info.value)
     plan = plan_residency(mamba, attn, quota, 512)
     assert text == proposed_quota_error(plan)
@@ -273,12 +376,19 @@ def test_pr18985_generic_default_arithmetic():
 
 # --- proposal, PR #17261 (closed without merging): the clamp ---------------------------------
 
+
 @settings(max_examples=300, deadline=None)
-@given(quota=st.integers(1, 10**7), batch=st.integers(1, 600), pp=st.integers(1, 4),
-       graph=st.booleans(), adp=st.booleans())
+@given(
+    quota=st.integers(1, 10**7),
+    batch=st.integers(1, 600),
+    pp=st.integers(1, 4),
+    graph=st.booleans(),
+    adp=st.booleans(),
+)
 def test_clamp_fits_and_is_maximal(quota, batch, pp, graph, adp):
-    plan = plan_residency(SMALL_MAMBA, SMALL_ATTN, quota, batch, pp, cuda_graph_padding=graph,
-                          attention_dp=adp)
+    plan = plan_residency(
+        SMALL_MAMBA, SMALL_ATTN, quota, batch, pp, cuda_graph_padding=graph, attention_dp=adp
+    )
     assert plan.dummies == int(graph) + int(adp)
     cap = plan.local_cap
     assert cap <= batch * pp
@@ -305,8 +415,9 @@ def test_clamped_manager_sizes_its_pools(affordable, batch, pages):
 def test_clamped_manager_errors_when_not_even_one_sequence_fits():
     quota = 1 * SLOT + PAGE  # the dummy and a page, no resident slot
     with pytest.raises(ValueError) as info:
-        MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota, max_seq_len=64, max_batch_size=4,
-                                residency="clamped")
+        MambaHybridCacheManager(
+            SMALL_ATTN, SMALL_MAMBA, quota, max_seq_len=64, max_batch_size=4, residency="clamped"
+        )
     assert str(info.value) == QUOTA_TOO_SMALL.format(got=quota, need=2 * SLOT + PAGE)
 
 
@@ -318,17 +429,25 @@ def test_raw_mode_builds_when_it_fits_and_reports_no_cap():
 
 
 def test_attention_dp_adds_a_dummy_and_pp_multiplies_residency():
-    m = MambaHybridCacheManager(SMALL_ATTN, SMALL_MAMBA, quota_for(8, 16, dummies=2),
-                                max_seq_len=64, max_batch_size=2, pp_size=4, attention_dp=True,
-                                residency="raw")
+    m = MambaHybridCacheManager(
+        SMALL_ATTN,
+        SMALL_MAMBA,
+        quota_for(8, 16, dummies=2),
+        max_seq_len=64,
+        max_batch_size=2,
+        pp_size=4,
+        attention_dp=True,
+        residency="raw",
+    )
     assert m.plan.requested == 8 and m.state_slots.num_slots == 10
 
 
 def test_plain_attention_manager_is_unbounded():
     plain = KVCacheManager(SMALL_ATTN, 64 * PAGE, max_seq_len=64, max_batch_size=2)
     assert plain.max_resident_sequences() is None
-    attention_only = MambaHybridCacheManager(SMALL_ATTN, None, 64 * PAGE, max_seq_len=64,
-                                             max_batch_size=2)
+    attention_only = MambaHybridCacheManager(
+        SMALL_ATTN, None, 64 * PAGE, max_seq_len=64, max_batch_size=2
+    )
     assert attention_only.max_resident_sequences() is None
     assert attention_only.state_slots.num_slots == 0
 
@@ -337,20 +456,25 @@ def test_warmup_batch_sizes_truncated_to_the_clamp():
     m = manager(3, 8, warmup_batch_sizes=[1, 2, 4, 8], residency="clamped")
     assert m.max_resident_sequences() == 3
     assert m.warmup_batch_sizes == (1, 2, 3)
-    assert manager(8, 8, warmup_batch_sizes=[1, 8],
-                   residency="clamped").warmup_batch_sizes == (1, 8)
+    assert manager(8, 8, warmup_batch_sizes=[1, 8], residency="clamped").warmup_batch_sizes == (
+        1,
+        8,
+    )
 
 
-@pytest.mark.parametrize("kwargs, error, text", [
-    (dict(residency="lazy"), ValueError, "residency"),
-    (dict(comm=object()), TypeError, "all_reduce_min"),
-    (dict(attention_dp=1), TypeError, "attention_dp"),
-    (dict(warmup_batch_sizes=[0]), ValueError, "warmup_batch_sizes"),
-    (dict(warmup_batch_sizes=2**63), TypeError, "warmup_batch_sizes must be a sequence"),
-    (dict(warmup_batch_sizes=""), TypeError, "warmup_batch_sizes must be a sequence"),
-    (dict(warmup_batch_sizes={}), TypeError, "warmup_batch_sizes must be a sequence"),
-    (dict(quota_message="pr17261"), ValueError, "quota_message"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        (dict(residency="lazy"), ValueError, "residency"),
+        (dict(comm=object()), TypeError, "all_reduce_min"),
+        (dict(attention_dp=1), TypeError, "attention_dp"),
+        (dict(warmup_batch_sizes=[0]), ValueError, "warmup_batch_sizes"),
+        (dict(warmup_batch_sizes=2**63), TypeError, "warmup_batch_sizes must be a sequence"),
+        (dict(warmup_batch_sizes=""), TypeError, "warmup_batch_sizes must be a sequence"),
+        (dict(warmup_batch_sizes={}), TypeError, "warmup_batch_sizes must be a sequence"),
+        (dict(quota_message="pr17261"), ValueError, "quota_message"),
+    ],
+)
 def test_manager_arguments_are_validated(kwargs, error, text):
     with pytest.raises(error, match=text):
         manager(2, 2, **kwargs)
@@ -399,16 +523,17 @@ def test_min_reduction_lowers_the_cap_and_resizes_the_pool():
     m = manager(6, 8, comm=comm, residency="clamped")
     assert comm.seen == [6] and m.max_resident_sequences() == 2
     assert m.state_slots.num_slots == 3
-    assert manager(6, 8, comm=FixedComm(100),
-                   residency="clamped").max_resident_sequences() == 6
+    assert manager(6, 8, comm=FixedComm(100), residency="clamped").max_resident_sequences() == 6
 
 
 # --- the scheduler's gate (PR #17261's proposal) ------------------------------------------
 
+
 def test_cap_bounds_resident_sequences_and_everything_finishes():
     m = manager(2, 6, pages=21, residency="clamped")
-    sched = Scheduler(m, max_num_tokens=64, max_batch_size=6, chunked_prefill=True,
-                      chunk_unit_size=4, debug=True)
+    sched = Scheduler(
+        m, max_num_tokens=64, max_batch_size=6, chunked_prefill=True, chunk_unit_size=4, debug=True
+    )
     requests = [Request(f"r{i}", prompt_len=20, max_new_tokens=5) for i in range(6)]
     peak = []
     original = sched.schedule
@@ -432,8 +557,10 @@ class CapOne(KVCacheManager):
 
 
 def disagg_requests():
-    return [Request(f"d{i}", prompt_len=8, max_new_tokens=4, disagg_generation_init=True)
-            for i in range(2)]
+    return [
+        Request(f"d{i}", prompt_len=8, max_new_tokens=4, disagg_generation_init=True)
+        for i in range(2)
+    ]
 
 
 @pytest.mark.parametrize("scheduler_class, admitted", [(Scheduler, 1), (DisaggBypassScheduler, 2)])
@@ -468,8 +595,14 @@ def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(scheduler_class):
     active_requests (as after the real scheduler's priority sort or a recompute pause).
     ``break`` on A's cap stops the scan: B never advances and the stall detector fires."""
     m = manager(1, 2, pages=21, residency="clamped")
-    sched = scheduler_class(m, max_num_tokens=16, max_batch_size=4, chunked_prefill=True,
-                            chunk_unit_size=4, stall_limit=5)
+    sched = scheduler_class(
+        m,
+        max_num_tokens=16,
+        max_batch_size=4,
+        chunked_prefill=True,
+        chunk_unit_size=4,
+        stall_limit=5,
+    )
     b = Request("B", prompt_len=40, max_new_tokens=2)
     sched.submit(b)
     first = sched.schedule()
@@ -491,16 +624,19 @@ def test_finding_3_non_first_chunk_behind_a_capped_first_chunk(scheduler_class):
 
 # --- finding 1: a mixed pipeline, MIN across ranks (PR #17261's clamp) ------------------------------------------
 
+
 def build_rank(rank: int, comm, manager_class):
     """Rank 0 holds the Mamba layers (its quota affords 3 of 8); rank 1 is attention-only."""
     mamba = SMALL_MAMBA if rank == 0 else None
     quota = quota_for(3, 20) if rank == 0 else 64 * PAGE
-    return manager_class(SMALL_ATTN, mamba, quota, max_seq_len=64, max_batch_size=8,
-                         residency="clamped", comm=comm)
+    return manager_class(
+        SMALL_ATTN, mamba, quota, max_seq_len=64, max_batch_size=8, residency="clamped", comm=comm
+    )
 
 
-@pytest.mark.parametrize("manager_class, caps", [(MambaHybridCacheManager, [3, 3]),
-                                                 (NoneFirstManager, [3, None])])
+@pytest.mark.parametrize(
+    "manager_class, caps", [(MambaHybridCacheManager, [3, 3]), (NoneFirstManager, [3, None])]
+)
 def test_finding_1_threads(manager_class, caps):
     comm = ThreadComm(2, timeout_s=30)
     out = [None, None]
@@ -514,6 +650,7 @@ def test_finding_1_threads(manager_class, caps):
 
 def _gloo_rank(rank, port, manager_class, queue):
     import torch.distributed as dist
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
@@ -523,17 +660,22 @@ def _gloo_rank(rank, port, manager_class, queue):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("manager_class, caps", [(MambaHybridCacheManager, {0: 3, 1: 3}),
-                                                 (NoneFirstManager, {0: 3, 1: None})])
+@pytest.mark.parametrize(
+    "manager_class, caps",
+    [(MambaHybridCacheManager, {0: 3, 1: 3}), (NoneFirstManager, {0: 3, 1: None})],
+)
 def test_finding_1_two_gloo_processes(manager_class, caps):
     """Two real processes over gloo: with the bug the attention-only rank reports None while
     the Mamba rank reports 3, so the ranks would admit different batches."""
     import torch.multiprocessing as mp
+
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_gloo_rank, args=(r, port, manager_class, queue), daemon=True)
-             for r in range(2)]
+    procs = [
+        ctx.Process(target=_gloo_rank, args=(r, port, manager_class, queue), daemon=True)
+        for r in range(2)
+    ]
     for p in procs:
         p.start()
     try:
@@ -549,15 +691,22 @@ def test_finding_1_two_gloo_processes(manager_class, caps):
 
 # --- on a GPU ------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_qwen3_5_27b_clamp_allocates_on_the_gpu():
     """The PR's case for real under its clamp (a proposal): 24.86 GiB on the GPU, 340 state slots
     of 78 MB, the rest pages."""
     quota = int(24.86 * GIB)
-    m = MambaHybridCacheManager(qwen3_5_27b_attention(), qwen3_5_27b_mamba(ssm_dtype="bfloat16"),
-                                quota, max_seq_len=4096, max_batch_size=512, device="cuda",
-                                residency="clamped")
+    m = MambaHybridCacheManager(
+        qwen3_5_27b_attention(),
+        qwen3_5_27b_mamba(ssm_dtype="bfloat16"),
+        quota,
+        max_seq_len=4096,
+        max_batch_size=512,
+        device="cuda",
+        residency="clamped",
+    )
     try:
         assert m.state_slots.storage.is_cuda and m.pool.storage.is_cuda
         assert m.max_resident_sequences() == 339 and m.state_slots.num_slots == 340

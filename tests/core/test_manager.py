@@ -6,71 +6,103 @@ import pytest
 import torch
 
 import kvlab
-from kvlab import (KVCache, KVCacheManager, KVGeometry, MaxSeqLenClampWarning,
-                   PAGE_INDEX_TOO_SHORT_MESSAGE, PageIndexTooShort, Request)
-
+from kvlab import (
+    PAGE_INDEX_TOO_SHORT_MESSAGE,
+    KVCache,
+    KVCacheManager,
+    KVGeometry,
+    MaxSeqLenClampWarning,
+    PageIndexTooShort,
+    Request,
+)
 from kvlab.analysis.presets import seed_geometry
-
 
 # -- docs/DESIGN.md's public contract, verbatim -----------------------------------------------------
 
+
 def test_design_contract_snippet_clamped(recwarn):
     # docs/DESIGN.md "The public contract", line for line, with each commented value asserted.
-    from kvlab import KVGeometry, KVCacheManager, PageIndexTooShort
-    geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
-    geo.bytes_per_token                     # 2048
+    from kvlab import KVCacheManager, PageIndexTooShort
+
+    geo = KVGeometry(
+        num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32
+    )
+    geo.bytes_per_token  # 2048
     assert geo.bytes_per_token == 2048
-    mgr = KVCacheManager(geo, quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1,
-                         page_index_policy="clamped",   # or "configured" (the one-line fix)
-                         device="cpu")                  # or "cuda": the pool is a real tensor there
+    mgr = KVCacheManager(
+        geo,
+        quota_bytes=4 * 2**20,
+        max_seq_len=8192,
+        max_batch_size=1,
+        page_index_policy="clamped",  # or "configured" (the one-line fix)
+        device="cpu",
+    )  # or "cuda": the pool is a real tensor there
     assert any(issubclass(w.category, MaxSeqLenClampWarning) for w in recwarn.list)
-    mgr.total_blocks, mgr.free_blocks       # 64, 64
+    mgr.total_blocks, mgr.free_blocks  # 64, 64
     assert (mgr.total_blocks, mgr.free_blocks) == (64, 64)
-    mgr.max_seq_len                         # 2048 (clamped); mgr.configured_max_seq_len == 8192
+    mgr.max_seq_len  # 2048 (clamped); mgr.configured_max_seq_len == 8192
     assert mgr.max_seq_len == 2048 and mgr.configured_max_seq_len == 8192
-    mgr.max_blocks_per_seq                  # 68 ("clamped") or 260 ("configured")
+    mgr.max_blocks_per_seq  # 68 ("clamped") or 260 ("configured")
     assert mgr.max_blocks_per_seq == 68
-    cache = mgr.create_cache("req-0")       # a KVCache
+    cache = mgr.create_cache("req-0")  # a KVCache
     assert isinstance(cache, KVCache)
     with pytest.raises(PageIndexTooShort) as info:
-        cache.resize(8192)                  # "clamped": raises PageIndexTooShort (a ValueError) with
-                                            #   the native message
+        cache.resize(8192)  # "clamped": raises PageIndexTooShort (a ValueError) with
+        #   the native message
     assert isinstance(info.value, ValueError)
     assert str(info.value) == "User-provided base page indices is too short"
     assert cache.capacity == 0 and mgr.free_blocks == 64
-    cache.resize(32)                        # True; mgr.free_blocks == 63
+    cache.resize(32)  # True; mgr.free_blocks == 63
     assert mgr.free_blocks == 63
 
 
 def test_design_contract_snippet_configured(recwarn):
-    from kvlab import KVGeometry, KVCacheManager, PageIndexTooShort
-    geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
-    geo.bytes_per_token                     # 2048
+    from kvlab import KVCacheManager
+
+    geo = KVGeometry(
+        num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32
+    )
+    geo.bytes_per_token  # 2048
     assert geo.bytes_per_token == 2048
-    mgr = KVCacheManager(geo, quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1,
-                         page_index_policy="configured",  # the one-line fix
-                         device="cpu")                  # or "cuda": the pool is a real tensor there
+    mgr = KVCacheManager(
+        geo,
+        quota_bytes=4 * 2**20,
+        max_seq_len=8192,
+        max_batch_size=1,
+        page_index_policy="configured",  # the one-line fix
+        device="cpu",
+    )  # or "cuda": the pool is a real tensor there
     assert any(issubclass(w.category, MaxSeqLenClampWarning) for w in recwarn.list)
-    mgr.total_blocks, mgr.free_blocks       # 64, 64
+    mgr.total_blocks, mgr.free_blocks  # 64, 64
     assert (mgr.total_blocks, mgr.free_blocks) == (64, 64)
-    mgr.max_seq_len                         # 2048 (clamped); mgr.configured_max_seq_len == 8192
+    mgr.max_seq_len  # 2048 (clamped); mgr.configured_max_seq_len == 8192
     assert mgr.max_seq_len == 2048 and mgr.configured_max_seq_len == 8192
-    mgr.max_blocks_per_seq                  # 68 ("clamped") or 260 ("configured")
+    mgr.max_blocks_per_seq  # 68 ("clamped") or 260 ("configured")
     assert mgr.max_blocks_per_seq == 260
-    cache = mgr.create_cache("req-0")       # a KVCache
+    cache = mgr.create_cache("req-0")  # a KVCache
     assert isinstance(cache, KVCache)
-    result = cache.resize(8192)             # "configured": returns False,
-                                            #   cache.capacity and mgr.free_blocks unchanged
+    result = cache.resize(8192)  # "configured": returns False,
+    #   cache.capacity and mgr.free_blocks unchanged
     assert result is False
     assert cache.capacity == 0 and mgr.free_blocks == 64
-    result = cache.resize(32)               # True; mgr.free_blocks == 63
+    result = cache.resize(32)  # True; mgr.free_blocks == 63
     assert result is True and mgr.free_blocks == 63
 
 
 def test_public_names_exist():
-    for name in ("KVGeometry", "KVCacheManager", "PageIndexTooShort", "Request", "KVCache",
-                 "MaxSeqLenClampWarning", "MemoryBudget", "PagePool", "PageIndexTable",
-                 "max_blocks_per_seq", "PAGE_INDEX_TOO_SHORT_MESSAGE"):
+    for name in (
+        "KVGeometry",
+        "KVCacheManager",
+        "PageIndexTooShort",
+        "Request",
+        "KVCache",
+        "MaxSeqLenClampWarning",
+        "MemoryBudget",
+        "PagePool",
+        "PageIndexTable",
+        "max_blocks_per_seq",
+        "PAGE_INDEX_TOO_SHORT_MESSAGE",
+    ):
         assert hasattr(kvlab, name), name
     assert issubclass(PageIndexTooShort, ValueError)
     assert PAGE_INDEX_TOO_SHORT_MESSAGE == "User-provided base page indices is too short"
@@ -78,12 +110,18 @@ def test_public_names_exist():
 
 # -- the seed's tables -------------------------------------------------------------------------
 
+
 def test_seed_clamp_warning_with_the_numbers():
     with pytest.warns(MaxSeqLenClampWarning) as record:
-        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
-                             max_batch_size=1)
+        mgr = KVCacheManager(
+            seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1
+        )
     message = str(record[0].message)
-    assert "max_seq_len=8,192 is larger" in message and "2,048 tokens in 64 blocks" in message and message.endswith("to 2,048")
+    assert (
+        "max_seq_len=8,192 is larger" in message
+        and "2,048 tokens in 64 blocks" in message
+        and message.endswith("to 2,048")
+    )
     assert mgr.max_num_tokens == 2048
     assert mgr.max_seq_len == 2048
     assert mgr.configured_max_seq_len == 8192
@@ -92,8 +130,13 @@ def test_seed_clamp_warning_with_the_numbers():
 def test_no_warning_when_the_pool_holds_max_seq_len():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=2048,
-                             max_batch_size=1, page_index_policy="configured")
+        mgr = KVCacheManager(
+            seed_geometry(),
+            quota_bytes=4 * 2**20,
+            max_seq_len=2048,
+            max_batch_size=1,
+            page_index_policy="configured",
+        )
     assert mgr.max_seq_len == mgr.configured_max_seq_len == 2048
     assert mgr.max_blocks_per_seq == 68  # both policies agree without a clamp
 
@@ -150,11 +193,17 @@ def test_seed_configured_false_preserves_state_then_retry(seed_manager, device):
 
 # -- resize_context ----------------------------------------------------------------------------
 
+
 def test_resize_context_target_arithmetic():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
-                             max_batch_size=2, num_extra_kv_tokens=5)
+        mgr = KVCacheManager(
+            seed_geometry(),
+            quota_bytes=4 * 2**20,
+            max_seq_len=8192,
+            max_batch_size=2,
+            num_extra_kv_tokens=5,
+        )
     req = Request("r", prompt_len=1000, max_new_tokens=10)
     mgr.prepare_context(req)
     assert mgr.resize_context(req, 100) is True
@@ -217,6 +266,7 @@ def test_prepare_context_is_idempotent_and_answers_for_the_slot(seed_manager):
 
 # -- caches: create, free, suspend, resume -----------------------------------------------------
 
+
 def test_create_cache_errors(seed_manager):
     mgr = seed_manager("clamped")
     mgr.create_cache("a")
@@ -236,8 +286,8 @@ def test_free_returns_everything(seed_manager):
     a, b, c = (mgr.create_cache(x) for x in "abc")
     assert a.resize(320) and b.resize(640) and c.resize(96)
     b.suspend()
-    assert mgr.free_blocks == 64 - 10 - 20 - 3          # b's pages stay held while suspended
-    taken = mgr.allocate_pages(64 - 10 - 3)             # ... until an allocation moves them down
+    assert mgr.free_blocks == 64 - 10 - 20 - 3  # b's pages stay held while suspended
+    taken = mgr.allocate_pages(64 - 10 - 3)  # ... until an allocation moves them down
     assert taken is not None and b.suspended_blocks == 20 and mgr.free_blocks == 0
     mgr.pool.free(taken)
     mgr.free("a")
@@ -256,7 +306,7 @@ def test_free_of_a_stale_cache_object_leaves_other_caches_alone(seed_manager):
     mgr = seed_manager("clamped", max_batch_size=2)
     a = mgr.create_cache("a")
     mgr.free(a)
-    b = mgr.create_cache("b")   # takes a's old slot
+    b = mgr.create_cache("b")  # takes a's old slot
     assert b.slot == a.slot
     assert b.resize(64)
     with pytest.raises(KeyError):
@@ -311,23 +361,41 @@ def test_check_invariants_catches_a_page_owned_twice_and_a_leak(seed_manager):
 def test_pp_size_and_disaggregated_slots():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
-                             max_batch_size=4, pp_size=2, disaggregated=True)
+        mgr = KVCacheManager(
+            seed_geometry(),
+            quota_bytes=4 * 2**20,
+            max_seq_len=8192,
+            max_batch_size=4,
+            pp_size=2,
+            disaggregated=True,
+        )
     assert mgr.page_index.slots == 4 * 2 * 2 + 1
 
 
 def test_extra_and_draft_tokens_widen_the_row():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
-                             max_batch_size=1, num_extra_kv_tokens=40, reserved_draft_tokens=24)
+        mgr = KVCacheManager(
+            seed_geometry(),
+            quota_bytes=4 * 2**20,
+            max_seq_len=8192,
+            max_batch_size=1,
+            num_extra_kv_tokens=40,
+            reserved_draft_tokens=24,
+        )
     # clamped 2048 + 40 + 24 + 1 = 2113 -> 67 -> 68
     assert mgr.max_blocks_per_seq == 68
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        mgr = KVCacheManager(seed_geometry(), quota_bytes=4 * 2**20, max_seq_len=8192,
-                             max_batch_size=1, num_extra_kv_tokens=100, reserved_draft_tokens=28,
-                             page_index_policy="configured")
+        mgr = KVCacheManager(
+            seed_geometry(),
+            quota_bytes=4 * 2**20,
+            max_seq_len=8192,
+            max_batch_size=1,
+            num_extra_kv_tokens=100,
+            reserved_draft_tokens=28,
+            page_index_policy="configured",
+        )
     # configured 8192 + 100 + 28 + 1 = 8321 -> 261 -> 264
     assert mgr.max_blocks_per_seq == 264
 
@@ -342,7 +410,12 @@ def test_quota_that_holds_no_page_is_an_error():
 
 def test_repr_mentions_the_numbers(seed_manager):
     text = repr(seed_manager("configured"))
-    assert "64 blocks x 65,536 B" in text and "max_seq_len=2,048" in text and "(configured 8,192)" in text and "260" in text
+    assert (
+        "64 blocks x 65,536 B" in text
+        and "max_seq_len=2,048" in text
+        and "(configured 8,192)" in text
+        and "260" in text
+    )
 
 
 def test_grow_each_takes_one_allocation_all_or_none(seed_manager):
@@ -351,11 +424,15 @@ def test_grow_each_takes_one_allocation_all_or_none(seed_manager):
     for cache, tokens in zip(caches, (32, 40, 64)):
         assert cache.resize(tokens)
     allocations = mgr.pool.counters.allocations
-    assert mgr.grow_each(caches)                         # 33 and 41 need a page, 65 too
-    assert [c.capacity for c in caches] == [33, 41, 65] and [c.num_blocks for c in caches] == [2, 2, 3]
+    assert mgr.grow_each(caches)  # 33 and 41 need a page, 65 too
+    assert [c.capacity for c in caches] == [33, 41, 65] and [c.num_blocks for c in caches] == [
+        2,
+        2,
+        3,
+    ]
     assert mgr.pool.counters.allocations == allocations + 1
     mgr.check_invariants()
-    assert caches[0].resize(mgr.free_blocks * 32 + 33)   # the pool is full now
+    assert caches[0].resize(mgr.free_blocks * 32 + 33)  # the pool is full now
     assert not mgr.grow_each(caches[1:], 32) and [c.capacity for c in caches[1:]] == [41, 65]
     mgr.check_invariants()
     mgr.free(caches[2])
@@ -365,8 +442,10 @@ def test_grow_each_takes_one_allocation_all_or_none(seed_manager):
 
 # -- the allocation steps the scheduler asks for -------------------------------------------------
 
+
 def test_allocate_context_answers_granted_refused_or_no_slot(seed_manager):
     from kvlab.core.manager import Allocation
+
     mgr = seed_manager("configured", max_batch_size=1)  # 64 pages of 32 tokens, one row
     first = Request("a", 8192, 1)
     assert mgr.allocate_context(first, 1000) is Allocation.GRANTED

@@ -13,9 +13,14 @@ def closed_form(total, peak, already, fraction, cap):
 
 
 def test_real_formula():
-    b = MemoryBudget(total_bytes=80 * GIB, weights_bytes=50 * GIB, workspace_bytes=6 * GIB,
-                     activation_peak_bytes=3 * GIB, non_torch_bytes=1 * GIB,
-                     free_gpu_memory_fraction=0.9)
+    b = MemoryBudget(
+        total_bytes=80 * GIB,
+        weights_bytes=50 * GIB,
+        workspace_bytes=6 * GIB,
+        activation_peak_bytes=3 * GIB,
+        non_torch_bytes=1 * GIB,
+        free_gpu_memory_fraction=0.9,
+    )
     assert b.peak_memory_bytes == 60 * GIB
     assert b.available_bytes == int(20 * GIB * 0.9)
     assert b.kv_quota_bytes == int(20 * GIB * 0.9)
@@ -40,7 +45,9 @@ def test_max_gpu_total_bytes_caps_the_quota():
     assert b.available_bytes > 4 * 2**20
     assert b.kv_quota_bytes == 4 * 2**20
     # a cap above what is available does not raise the quota
-    loose = MemoryBudget(total_bytes=80 * GIB, weights_bytes=10 * GIB, max_gpu_total_bytes=200 * GIB)
+    loose = MemoryBudget(
+        total_bytes=80 * GIB, weights_bytes=10 * GIB, max_gpu_total_bytes=200 * GIB
+    )
     assert loose.kv_quota_bytes == loose.available_bytes == int(70 * GIB * 0.9)
 
 
@@ -50,36 +57,56 @@ def test_overcommitted_peak_gives_zero_not_negative():
     assert b.kv_quota_bytes == 0
 
 
-@pytest.mark.parametrize("total, peak, already, fraction, cap", [
-    (80 * GIB, 60 * GIB, 0, 0.9, None),
-    (80 * GIB, 60 * GIB, 5 * GIB, 0.9, None),
-    (24 * GIB, 23 * GIB, 0, 0.95, 2**22),
-    (16 * GIB, 1 * GIB, 0, 1.0, None),
-    (16 * GIB, 17 * GIB, 0, 0.5, None),
-    (1000, 1, 3, 0.25, 100),
-])
+@pytest.mark.parametrize(
+    "total, peak, already, fraction, cap",
+    [
+        (80 * GIB, 60 * GIB, 0, 0.9, None),
+        (80 * GIB, 60 * GIB, 5 * GIB, 0.9, None),
+        (24 * GIB, 23 * GIB, 0, 0.95, 2**22),
+        (16 * GIB, 1 * GIB, 0, 1.0, None),
+        (16 * GIB, 17 * GIB, 0, 0.5, None),
+        (1000, 1, 3, 0.25, 100),
+    ],
+)
 def test_table_against_closed_form(total, peak, already, fraction, cap):
-    b = MemoryBudget(total_bytes=total, weights_bytes=peak, already_allocated_kv_bytes=already,
-                     free_gpu_memory_fraction=fraction, max_gpu_total_bytes=cap)
+    b = MemoryBudget(
+        total_bytes=total,
+        weights_bytes=peak,
+        already_allocated_kv_bytes=already,
+        free_gpu_memory_fraction=fraction,
+        max_gpu_total_bytes=cap,
+    )
     assert b.kv_quota_bytes == closed_form(total, peak, already, fraction, cap)
 
 
 def test_bigger_workspace_shrinks_the_quota_monotonically():
-    quotas = [MemoryBudget(total_bytes=80 * GIB, weights_bytes=40 * GIB,
-                           workspace_bytes=w * GIB).kv_quota_bytes for w in range(0, 45, 3)]
+    quotas = [
+        MemoryBudget(
+            total_bytes=80 * GIB, weights_bytes=40 * GIB, workspace_bytes=w * GIB
+        ).kv_quota_bytes
+        for w in range(0, 45, 3)
+    ]
     assert all(a > b for a, b in zip(quotas, quotas[1:]) if a > 0), quotas
     assert all(a >= b for a, b in zip(quotas, quotas[1:])), quotas
     assert quotas[0] == int(40 * GIB * 0.9)
     assert quotas[-1] == 0  # 40 + 42 > 80
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(total_bytes=80 * GIB, weights_bytes=50 * GIB, workspace_bytes=6 * GIB),
-    dict(total_bytes=80 * GIB, weights_bytes=50 * GIB, activation_peak_bytes=2 * GIB,
-         non_torch_bytes=GIB, free_gpu_memory_fraction=0.95),
-    dict(total_bytes=80 * GIB, weights_bytes=10 * GIB, max_gpu_total_bytes=4 * 2**20),
-    dict(total_bytes=12345, workspace_bytes=345, free_gpu_memory_fraction=1.0),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(total_bytes=80 * GIB, weights_bytes=50 * GIB, workspace_bytes=6 * GIB),
+        dict(
+            total_bytes=80 * GIB,
+            weights_bytes=50 * GIB,
+            activation_peak_bytes=2 * GIB,
+            non_torch_bytes=GIB,
+            free_gpu_memory_fraction=0.95,
+        ),
+        dict(total_bytes=80 * GIB, weights_bytes=10 * GIB, max_gpu_total_bytes=4 * 2**20),
+        dict(total_bytes=12345, workspace_bytes=345, free_gpu_memory_fraction=1.0),
+    ],
+)
 def test_breakdown_sums_to_total_when_feasible(kwargs):
     b = MemoryBudget(**kwargs)
     parts = b.breakdown()
@@ -89,8 +116,18 @@ def test_breakdown_sums_to_total_when_feasible(kwargs):
     assert sum(parts.values()) == b.total_bytes
 
 
-@pytest.mark.parametrize("mib, shown", [(2 ** -6, "0.01563"), (2 ** -7, "0.007813"), (2 ** 1.5, "2.828"),
-                                        (2 ** 3.5, "11.31"), (4, "4"), (1024, "1,024"), (0, "0")])
+@pytest.mark.parametrize(
+    "mib, shown",
+    [
+        (2**-6, "0.01563"),
+        (2**-7, "0.007813"),
+        (2**1.5, "2.828"),
+        (2**3.5, "11.31"),
+        (4, "4"),
+        (1024, "1,024"),
+        (0, "0"),
+    ],
+)
 def test_readout_mib_writes_what_the_slider_reads_out(mib, shown):
     """A tie rounds up, as the slider's readout does; Python's format would give 0.01562."""
     from kvlab.core.memory import readout_mib

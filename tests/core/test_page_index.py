@@ -11,21 +11,24 @@ from kvlab import PageIndexTable, max_blocks_per_seq
 from kvlab.core.page_index import BAD_PAGE_INDEX, num_slots, width_seq_len
 
 
-@pytest.mark.parametrize("max_seq_len, tpb, extra, draft, width", [
-    (2048, 32, 0, 0, 68),     # the seed, clamped: 2049 -> 65 -> 68
-    (8192, 32, 0, 0, 260),    # the seed, configured: 8193 -> 257 -> 260
-    (2047, 32, 0, 0, 64),     # 2048 -> 64 -> 64 (already a multiple of 4)
-    (2016, 32, 0, 0, 64),     # 2017 -> 64
-    (2015, 32, 0, 0, 64),     # 2016 -> 63 -> 64
-    (2048, 32, 31, 0, 68),    # 2080 -> 65 -> 68
-    (2048, 32, 0, 63, 68),    # 2112 -> 66 -> 68
-    (2048, 32, 64, 64, 72),   # 2177 -> 69 -> 72
-    (1, 1, 0, 0, 4),          # 2 -> 2 -> 4
-    (127, 1, 0, 0, 128),      # 128 -> 128
-    (128, 1, 0, 0, 132),      # 129 -> 132
-    (8192, 64, 0, 3, 132),    # 8196 -> 129 -> 132
-    (4096, 16, 2, 1, 260),    # 4100 -> 257 -> 260
-])
+@pytest.mark.parametrize(
+    "max_seq_len, tpb, extra, draft, width",
+    [
+        (2048, 32, 0, 0, 68),  # the seed, clamped: 2049 -> 65 -> 68
+        (8192, 32, 0, 0, 260),  # the seed, configured: 8193 -> 257 -> 260
+        (2047, 32, 0, 0, 64),  # 2048 -> 64 -> 64 (already a multiple of 4)
+        (2016, 32, 0, 0, 64),  # 2017 -> 64
+        (2015, 32, 0, 0, 64),  # 2016 -> 63 -> 64
+        (2048, 32, 31, 0, 68),  # 2080 -> 65 -> 68
+        (2048, 32, 0, 63, 68),  # 2112 -> 66 -> 68
+        (2048, 32, 64, 64, 72),  # 2177 -> 69 -> 72
+        (1, 1, 0, 0, 4),  # 2 -> 2 -> 4
+        (127, 1, 0, 0, 128),  # 128 -> 128
+        (128, 1, 0, 0, 132),  # 129 -> 132
+        (8192, 64, 0, 3, 132),  # 8196 -> 129 -> 132
+        (4096, 16, 2, 1, 260),  # 4100 -> 257 -> 260
+    ],
+)
 def test_width_table(max_seq_len, tpb, extra, draft, width):
     assert max_blocks_per_seq(max_seq_len, tpb, extra, draft) == width
     assert width % 4 == 0
@@ -55,17 +58,20 @@ def test_width_policies():
         width_seq_len("bounded-ish", 8192, 2048)
 
 
-@pytest.mark.parametrize("configured, clamped, error, text", [
-    ("x", 2048, TypeError, "configured_max_seq_len must be an int in [1, "),
-    (10**30, 2048, ValueError, "configured_max_seq_len must be in [1, "),
-    (math.nan, 2048, TypeError, "configured_max_seq_len must be an int"),
-    (torch.zeros(2, 2), 2048, TypeError, "configured_max_seq_len must be an int"),
-    ({}, 2048, TypeError, "configured_max_seq_len must be an int"),
-    (8192, None, TypeError, "clamped_max_seq_len must be an int in [1, "),
-    (8192, True, TypeError, "clamped_max_seq_len must be an int"),
-    (8192, {}, TypeError, "clamped_max_seq_len must be an int"),
-    (8192, 0, ValueError, "clamped_max_seq_len must be in [1, "),
-])
+@pytest.mark.parametrize(
+    "configured, clamped, error, text",
+    [
+        ("x", 2048, TypeError, "configured_max_seq_len must be an int in [1, "),
+        (10**30, 2048, ValueError, "configured_max_seq_len must be in [1, "),
+        (math.nan, 2048, TypeError, "configured_max_seq_len must be an int"),
+        (torch.zeros(2, 2), 2048, TypeError, "configured_max_seq_len must be an int"),
+        ({}, 2048, TypeError, "configured_max_seq_len must be an int"),
+        (8192, None, TypeError, "clamped_max_seq_len must be an int in [1, "),
+        (8192, True, TypeError, "clamped_max_seq_len must be an int"),
+        (8192, {}, TypeError, "clamped_max_seq_len must be an int"),
+        (8192, 0, ValueError, "clamped_max_seq_len must be in [1, "),
+    ],
+)
 @pytest.mark.parametrize("policy", ["clamped", "configured"])
 def test_width_seq_len_checks_both_lengths(policy, configured, clamped, error, text):
     with pytest.raises(error) as info:
@@ -73,9 +79,16 @@ def test_width_seq_len_checks_both_lengths(policy, configured, clamped, error, t
     assert text in str(info.value)
 
 
-@pytest.mark.parametrize("batch, pp, disagg, slots", [
-    (1, 1, False, 2), (8, 1, False, 9), (8, 2, False, 17), (8, 1, True, 17), (4, 2, True, 17),
-])
+@pytest.mark.parametrize(
+    "batch, pp, disagg, slots",
+    [
+        (1, 1, False, 2),
+        (8, 1, False, 9),
+        (8, 2, False, 17),
+        (8, 1, True, 17),
+        (4, 2, True, 17),
+    ],
+)
 def test_slots(batch, pp, disagg, slots):
     assert num_slots(batch, pp, disagg) == slots
     table = PageIndexTable(batch, 68, pp_size=pp, disaggregated=disagg)
@@ -103,6 +116,7 @@ def test_shape_with_pools_and_beams():
 def test_nbytes_grows_linearly_with_width_and_batch():
     def nbytes(batch, width):
         return PageIndexTable(batch, width).nbytes
+
     assert nbytes(1, 68) == 2 * 2 * 68 * 4 == 1088
     assert nbytes(1, 260) == 2 * 2 * 260 * 4 == 4160
     widths = [4, 8, 68, 260, 1024]

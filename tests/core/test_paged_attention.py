@@ -8,8 +8,14 @@ import torch
 import torch.nn.functional as F
 
 from kvlab import KVCacheManager, KVGeometry
-from kvlab.core.paged_attention import (contiguous_attention, gather_kv, kv_pages, paged_attention,
-                                        paged_vs_contiguous, write_kv)
+from kvlab.core.paged_attention import (
+    contiguous_attention,
+    gather_kv,
+    kv_pages,
+    paged_attention,
+    paged_vs_contiguous,
+    write_kv,
+)
 
 LENGTHS = (5, 30, 17)
 HEADS, KV_HEADS, HEAD_DIM, TPB, LAYERS = 6, 2, 16, 8, 3
@@ -18,10 +24,16 @@ HEADS, KV_HEADS, HEAD_DIM, TPB, LAYERS = 6, 2, 16, 8, 3
 def build(dtype="float32", lengths=LENGTHS, seed=0):
     """Caches grown one page at a time in turn (interleaved pages), K and V written for every
     layer. Returns the manager, caches and the written [(k, v) per cache] per layer."""
-    geo = KVGeometry(num_layers=LAYERS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, dtype=dtype,
-                     tokens_per_block=TPB)
-    mgr = KVCacheManager(geo, quota_bytes=16 * geo.bytes_per_block, max_seq_len=64,
-                         max_batch_size=len(lengths))
+    geo = KVGeometry(
+        num_layers=LAYERS,
+        num_kv_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        dtype=dtype,
+        tokens_per_block=TPB,
+    )
+    mgr = KVCacheManager(
+        geo, quota_bytes=16 * geo.bytes_per_block, max_seq_len=64, max_batch_size=len(lengths)
+    )
     caches = [mgr.create_cache(f"r{i}") for i in range(len(lengths))]
     for step in range(max(lengths) // TPB + 1):
         for cache, n in zip(caches, lengths):
@@ -29,8 +41,13 @@ def build(dtype="float32", lengths=LENGTHS, seed=0):
     gen = torch.Generator().manual_seed(seed)
     written = []
     for layer in range(LAYERS):
-        kvs = [(torch.randn(n, KV_HEADS, HEAD_DIM, generator=gen),
-                torch.randn(n, KV_HEADS, HEAD_DIM, generator=gen)) for n in lengths]
+        kvs = [
+            (
+                torch.randn(n, KV_HEADS, HEAD_DIM, generator=gen),
+                torch.randn(n, KV_HEADS, HEAD_DIM, generator=gen),
+            )
+            for n in lengths
+        ]
         for cache, (k, v) in zip(caches, kvs):
             write_kv(mgr, cache, layer, k, v)
         written.append(kvs)
@@ -93,11 +110,13 @@ def test_contiguous_attention_matches_torch_sdpa_with_gqa():
     gen = torch.Generator().manual_seed(3)
     k, v = torch.randn(2, 11, KV_HEADS, HEAD_DIM, generator=gen)
     q = torch.randn(11, HEADS, HEAD_DIM, generator=gen)
-    want = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                          is_causal=True, enable_gqa=True).transpose(0, 1)
+    want = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+    ).transpose(0, 1)
     torch.testing.assert_close(contiguous_attention(k, v, q), want, rtol=1e-5, atol=1e-5)
-    last = F.scaled_dot_product_attention(q[-1:].transpose(0, 1), k.transpose(0, 1),
-                                          v.transpose(0, 1), enable_gqa=True).transpose(0, 1)
+    last = F.scaled_dot_product_attention(
+        q[-1:].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), enable_gqa=True
+    ).transpose(0, 1)
     torch.testing.assert_close(contiguous_attention(k, v, q[-1:]), last, rtol=1e-5, atol=1e-5)
 
 
@@ -109,7 +128,7 @@ def test_swapping_two_row_entries_reorders_the_keys_and_restoring_fixes_it():
     row = cache.page_indices
     row[[0, 1]] = row[[1, 0]].clone()
     got_k, _ = gather_kv(mgr, cache, 0)
-    assert torch.equal(got_k[:TPB], k[TPB:2 * TPB]) and torch.equal(got_k[TPB:2 * TPB], k[:TPB])
+    assert torch.equal(got_k[:TPB], k[TPB : 2 * TPB]) and torch.equal(got_k[TPB : 2 * TPB], k[:TPB])
     # one decoding query sees every key: the same set in another order gives the same output;
     # a causal prefill's early queries now see other keys
     torch.testing.assert_close(paged_attention(mgr, [cache], 0, decode)[0], before[0])
@@ -125,14 +144,16 @@ def test_a_row_pointing_at_another_sequences_page_reads_that_page():
     caches[0].page_indices[0] = caches[2].pages[0]
     assert not torch.allclose(paged_attention(mgr, caches[:1], 1, q)[0], before)
     got_k, got_v = gather_kv(mgr, caches[0], 1)
-    assert torch.equal(got_k, written[1][2][0][:LENGTHS[0]])
-    assert torch.equal(got_v, written[1][2][1][:LENGTHS[0]])
+    assert torch.equal(got_k, written[1][2][0][: LENGTHS[0]])
+    assert torch.equal(got_v, written[1][2][1][: LENGTHS[0]])
 
 
 def test_an_unused_entry_where_a_page_is_needed_is_a_clear_error():
     mgr, caches, _ = build()
     caches[1].page_indices[2] = -1
-    with pytest.raises(ValueError, match=r"row of 'r1' holds -1 at entry 2: not a page of the pool"):
+    with pytest.raises(
+        ValueError, match=r"row of 'r1' holds -1 at entry 2: not a page of the pool"
+    ):
         gather_kv(mgr, caches[1], 0)
     with pytest.raises(ValueError, match="entry 2"):
         write_kv(mgr, caches[1], 0, *torch.zeros(2, 1, KV_HEADS, HEAD_DIM), start=17)
@@ -185,7 +206,9 @@ def test_bad_arguments_name_the_parameter(small):
         write_kv(mgr, cache, 0, [[0.0]], k)
     with pytest.raises(ValueError, match="v must be a float tensor"):
         write_kv(mgr, cache, 0, k, k.long())
-    with pytest.raises(ValueError, match=r"k and v must both be \[num_tokens, 2 kv heads, 16 head_dim\]"):
+    with pytest.raises(
+        ValueError, match=r"k and v must both be \[num_tokens, 2 kv heads, 16 head_dim\]"
+    ):
         write_kv(mgr, cache, 0, torch.zeros(2, 3, HEAD_DIM), torch.zeros(2, 3, HEAD_DIM))
     with pytest.raises(ValueError, match=r"start must be in"):
         write_kv(mgr, cache, 0, k, k, start=-1)
@@ -221,11 +244,15 @@ def test_contiguous_attention_checks_its_shapes():
         contiguous_attention(k, torch.zeros(3, 2, 8), torch.zeros(1, 2, 8))
     with pytest.raises(ValueError, match="head_dim must be k's 8, got 4"):
         contiguous_attention(k, k, torch.zeros(1, 2, 4))
-    with pytest.raises(ValueError, match=r"num_heads \(3\) must be a multiple of the kv_heads \(2\)"):
+    with pytest.raises(
+        ValueError, match=r"num_heads \(3\) must be a multiple of the kv_heads \(2\)"
+    ):
         contiguous_attention(k, k, torch.zeros(1, 3, 8))
     with pytest.raises(ValueError, match="1 to length=4 queries, got 5"):
         contiguous_attention(k, k, torch.zeros(5, 2, 8))
-    with pytest.raises(ValueError, match=r"q must be a float tensor \[num_queries, num_heads, head_dim\]"):
+    with pytest.raises(
+        ValueError, match=r"q must be a float tensor \[num_queries, num_heads, head_dim\]"
+    ):
         contiguous_attention(k, k, torch.zeros(2, 8))
 
 
@@ -238,15 +265,18 @@ def test_worked_check_validates_its_arguments():
         paged_vs_contiguous(lengths=[])
 
 
-@pytest.mark.parametrize("kwargs, error, text", [
-    (dict(lengths=10**30), TypeError, "lengths must be a sequence of numbers"),
-    (dict(lengths="45"), TypeError, "lengths must be a sequence of numbers"),
-    (dict(lengths=[45, 0]), ValueError, "lengths[1] must be in [1, "),
-    (dict(lengths=[]), ValueError, "lengths must name at least one sequence"),
-    (dict(seed=None), TypeError, "seed must be an int in [0, "),
-    (dict(seed=10**30), ValueError, "seed must be in [0, "),
-    (dict(seed=-1), ValueError, "seed must be in [0, "),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        (dict(lengths=10**30), TypeError, "lengths must be a sequence of numbers"),
+        (dict(lengths="45"), TypeError, "lengths must be a sequence of numbers"),
+        (dict(lengths=[45, 0]), ValueError, "lengths[1] must be in [1, "),
+        (dict(lengths=[]), ValueError, "lengths must name at least one sequence"),
+        (dict(seed=None), TypeError, "seed must be an int in [0, "),
+        (dict(seed=10**30), ValueError, "seed must be in [0, "),
+        (dict(seed=-1), ValueError, "seed must be in [0, "),
+    ],
+)
 def test_paged_vs_contiguous_names_a_bad_argument(kwargs, error, text):
     with pytest.raises(error) as info:
         paged_vs_contiguous(**kwargs)

@@ -10,14 +10,23 @@ T = 4  # tokens per page
 
 
 def manager(num_blocks=16, **kwargs):
-    geometry = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=2, dtype="float16", tokens_per_block=T)
+    geometry = KVGeometry(
+        num_layers=1, num_kv_heads=1, head_dim=2, dtype="float16", tokens_per_block=T
+    )
     kwargs.setdefault("host_cache_size", 0)
-    return KVCacheManager.expecting_clamp(geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
-                                          max_seq_len=num_blocks * T, max_batch_size=8, **kwargs)
+    return KVCacheManager.expecting_clamp(
+        geometry,
+        quota_bytes=num_blocks * geometry.bytes_per_block,
+        max_seq_len=num_blocks * T,
+        max_batch_size=8,
+        **kwargs,
+    )
 
 
 def request(rid, tokens, **kwargs):
-    return Request(rid, len(tokens), 4, prefix_hashes=chain_hashes(tokens), tokens_per_hash=1, **kwargs)
+    return Request(
+        rid, len(tokens), 4, prefix_hashes=chain_hashes(tokens), tokens_per_hash=1, **kwargs
+    )
 
 
 def run_context(mgr, req):

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from lab_server import start_lab, stop_lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +28,10 @@ pytestmark = [pytest.mark.ui, pytest.mark.timeout(300)]
 def jupyter_lab(tmp_path):
     """A JupyterLab server over a copy of notebook 02; yields (base_url, token)."""
     if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: the ui test needs the system Chromium "
-                    "(scripts/setup.sh installs it with 'apt-get install chromium')")
+        pytest.fail(
+            f"{CHROMIUM} is missing: the ui test needs the system Chromium "
+            "(scripts/setup.sh installs it with 'apt-get install chromium')"
+        )
     root = tmp_path / "lab"
     root.mkdir()
     shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)
@@ -54,7 +55,9 @@ def _figure_data(page) -> str:
 
 
 def _move_slider(page, description: str, presses: int) -> None:
-    slider = page.locator(".widget-slider", has=page.locator(f"label:text-is('{description}')")).first
+    slider = page.locator(
+        ".widget-slider", has=page.locator(f"label:text-is('{description}')")
+    ).first
     handle = slider.locator(".noUi-handle").first
     handle.focus()
     for _ in range(presses):
@@ -90,17 +93,27 @@ def test_notebook_02_panel_follows_its_sliders(jupyter_lab, request):
         pytest.fail("the ui test needs playwright: pip install -e '.[ui]'")
     base, token = jupyter_lab
     with playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
-            "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-            "--disable-background-networking", "--disable-component-update", "--no-first-run"])
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--no-sandbox",
+                "--disable-dev-shm-usage",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1600, "height": 1200})
         try:
             page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
-            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
-                                   timeout=90_000)
+            page.wait_for_function(
+                "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                " && window.jupyterapp.shell.currentWidget.sessionContext"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+                timeout=90_000,
+            )
             page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
             verdict = page.locator(".jupyter-widgets .kvlab-verdict").first
             verdict.wait_for(timeout=120_000)

@@ -4,11 +4,11 @@ figures from the presets, follows its parameters and refuses bad ones by name.""
 from __future__ import annotations
 
 import pytest
+from notebook_runner import execute
 
 from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
-from notebook_runner import execute
 
 pytestmark = pytest.mark.notebook
 import papermill  # noqa: E402
@@ -20,11 +20,17 @@ def test_notebook_06_plans_the_walk_from_the_presets(nb06):
     nb, _ = nb06
     findings = read_findings(nb)
     assert [(f["scenario"], f["outcome"]) for f in findings] == [
-        ("issue #21470 (16 x GB300)", "crash"), ("issue #21470 (16 x GB300)", "reject"),
+        ("issue #21470 (16 x GB300)", "crash"),
+        ("issue #21470 (16 x GB300)", "reject"),
         ("issue #21470 (16 x GB300)", "reject"),
         ("llama-3.1-70b on h100-80gb, tp 4", "ok"),  # V1, chunked prefill: every context fits
-        ("4 MiB repro", "crash"), ("Qwen3.5-27B, PR #17261", "crash")]
-    assert "contexts from 958,849 tokens raise; pool 958,752 tokens, row 29,964 entries" in findings[0]["numbers"]
+        ("4 MiB repro", "crash"),
+        ("Qwen3.5-27B, PR #17261", "crash"),
+    ]
+    assert (
+        "contexts from 958,849 tokens raise; pool 958,752 tokens, row 29,964 entries"
+        in findings[0]["numbers"]
+    )
     assert findings[2]["policy"] == "V1 manager (the default)"
     assert "64 blocks, row 68 (fix 260)" in findings[4]["numbers"]
     assert findings[5]["numbers"] == "513 slots need 37.48 GiB of 24.86 GiB"
@@ -33,21 +39,43 @@ def test_notebook_06_plans_the_walk_from_the_presets(nb06):
 
 
 def test_notebook_06_follows_its_parameters(tmp_path):
-    nb, _ = execute(NB06, tmp_path, model="llama-3.1-8b", gpu="h200", tp_size=1, max_seq_len=32768,
-                    max_batch_size=64)
+    nb, _ = execute(
+        NB06,
+        tmp_path,
+        model="llama-3.1-8b",
+        gpu="h200",
+        tp_size=1,
+        max_seq_len=32768,
+        max_batch_size=64,
+    )
     mine = read_findings(nb)[3]
     assert mine["scenario"] == "llama-3.1-8b on h200, tp 1" and mine["outcome"] == "ok"
     assert mine["numbers"] == "longest context that finishes: 32,768 tokens"
     (tmp_path / "v2").mkdir()
-    nb, _ = execute(NB06, tmp_path / "v2", model="llama-3.1-8b", gpu="h200", tp_size=1,
-                    max_seq_len=32768, max_batch_size=64, manager="v2")
+    nb, _ = execute(
+        NB06,
+        tmp_path / "v2",
+        model="llama-3.1-8b",
+        gpu="h200",
+        tp_size=1,
+        max_seq_len=32768,
+        max_batch_size=64,
+        manager="v2",
+    )
     assert read_findings(nb)[3]["numbers"] == "longest context that finishes: 32,768 tokens"
 
 
-@pytest.mark.parametrize("parameters, named", [
-    (dict(model="gpt-5"), "model must be one of"), (dict(gpu="tpu"), "gpu must be one of"),
-    (dict(tp_size=0), "tp_size must be in"), (dict(max_seq_len=-1), "max_seq_len must be in"),
-    (dict(tp_size=3), "tp_size must divide num_attention_heads"), (dict(manager="v3"), "manager must be one of")])
+@pytest.mark.parametrize(
+    "parameters, named",
+    [
+        (dict(model="gpt-5"), "model must be one of"),
+        (dict(gpu="tpu"), "gpu must be one of"),
+        (dict(tp_size=0), "tp_size must be in"),
+        (dict(max_seq_len=-1), "max_seq_len must be in"),
+        (dict(tp_size=3), "tp_size must divide num_attention_heads"),
+        (dict(manager="v3"), "manager must be one of"),
+    ],
+)
 def test_notebook_06_refuses_a_bad_parameter_by_name(tmp_path, parameters, named):
     with pytest.raises(papermill.PapermillExecutionError, match=named):
         execute(NB06, tmp_path, fail_on_error=False, **parameters)
@@ -56,8 +84,16 @@ def test_notebook_06_refuses_a_bad_parameter_by_name(tmp_path, parameters, named
 # --- the plan panel, as a learner saw it in the browser (third pass) ------------------------------
 
 #: Notebook 06 §2's panel at issue #21470's deployment, as plan_panel() starts.
-DEFAULTS = dict(model="qwen3-235b-a22b", gpu="gb300", manager="v2", weights_gib=22.0,
-                workspace_gib=28.0, max_seq_len=1 << 20, max_batch_size=16, ranks=16)
+DEFAULTS = dict(
+    model="qwen3-235b-a22b",
+    gpu="gb300",
+    manager="v2",
+    weights_gib=22.0,
+    workspace_gib=28.0,
+    max_seq_len=1 << 20,
+    max_batch_size=16,
+    ranks=16,
+)
 
 
 def _panel_plan(**changes):
@@ -70,7 +106,7 @@ def _panel_plan(**changes):
 def _subtitle(fig):
     import re
 
-    return " ".join(re.findall(r'<span[^>]*>(.*?)</span>', fig["layout"]["title"]["text"]))
+    return " ".join(re.findall(r"<span[^>]*>(.*?)</span>", fig["layout"]["title"]["text"]))
 
 
 def test_a_deployment_with_no_pool_is_labelled_cannot_start_and_its_figures_say_why():
@@ -80,25 +116,38 @@ def test_a_deployment_with_no_pool_is_labelled_cannot_start_and_its_figures_say_
     from kvlab.core.memory import GIB
     from kvlab.notebook import viz
 
-    plan, (outcome, text), figs = _panel_plan(ranks=1, weights_gib=400.0, workspace_gib=64.0,
-                                              max_seq_len=4096)
-    assert not plan.blocks and "kvlab does not model the exact start-up error" in plan.explain(width=None)
-    assert "CANNOT START" in text and "VALUEERROR" not in text.upper().split("</PRE>")[0].split("<PRE")[0]
+    plan, (outcome, text), figs = _panel_plan(
+        ranks=1, weights_gib=400.0, workspace_gib=64.0, max_seq_len=4096
+    )
+    assert not plan.blocks and "kvlab does not model the exact start-up error" in plan.explain(
+        width=None
+    )
+    assert (
+        "CANNOT START" in text
+        and "VALUEERROR" not in text.upper().split("</PRE>")[0].split("<PRE")[0]
+    )
     assert viz.OUTCOME_COLORS[outcome] in text
     ranges = figs["ranges"]
-    assert ranges["layout"]["xaxis"]["visible"] is False and ranges["layout"]["yaxis"]["visible"] is False
+    assert (
+        ranges["layout"]["xaxis"]["visible"] is False
+        and ranges["layout"]["yaxis"]["visible"] is False
+    )
     assert any("Nothing to draw" in a["text"] for a in ranges["layout"]["annotations"])
     assert not any(t.get("showlegend", True) and t["x"] for t in ranges["data"])  # nothing drawn
     ranks = figs["ranks"]
     assert ranks["layout"]["title"]["text"].startswith("Per-rank memory (1 rank)<br>")
     gpu = plan.deployment.gpu_gib
     peak = plan.budgets[0].peak_memory_bytes / GIB
-    assert _subtitle(ranks) == (f"no KV pool: weights, workspace, activations and non-torch memory "
-                                f"take {peak:,.1f} GiB of the GPU's {gpu:,.1f} GiB")  # one value
+    assert _subtitle(ranks) == (
+        f"no KV pool: weights, workspace, activations and non-torch memory "
+        f"take {peak:,.1f} GiB of the GPU's {gpu:,.1f} GiB"
+    )  # one value
     line = ranks["layout"]["shapes"][0]
     assert line["y0"] == line["y1"] == gpu
     top = sum(t["y"][0] for t in ranks["data"])
-    assert top > gpu and ranks["layout"]["yaxis"]["range"][1] >= top  # the bar, whole, over the line
+    assert (
+        top > gpu and ranks["layout"]["yaxis"]["range"][1] >= top
+    )  # the bar, whole, over the line
 
 
 @pytest.mark.parametrize("manager", ["auto", "v2"])
@@ -121,8 +170,9 @@ def test_the_per_rank_subtitle_gives_what_the_bars_draw(manager):
 def test_one_rank_with_a_pool_gives_one_value():
     plan, _, figs = _panel_plan(model="llama-3.1-8b", weights_gib=0.0, ranks=1)
     subtitle = _subtitle(figs["ranks"])
-    assert plan.blocks and subtitle.startswith("one rank, no MIN all-reduce: its KV pool is "
-                                               f"{plan.blocks:,} blocks")
+    assert plan.blocks and subtitle.startswith(
+        f"one rank, no MIN all-reduce: its KV pool is {plan.blocks:,} blocks"
+    )
 
 
 def test_the_plan_text_wraps_between_words():
@@ -152,12 +202,26 @@ def _text_span(a, top):
 
     x = a["x"] / top * PLOT_PX + a.get("ax", 0) if a["xref"] == "x" else a["x"] * PLOT_PX
     width = CHAR_PX * len(a["text"])
-    return {"left": (x, x + width), "right": (x - width, x), "center": (x - width / 2, x + width / 2)}[a["xanchor"]]
+    return {
+        "left": (x, x + width),
+        "right": (x - width, x),
+        "center": (x - width / 2, x + width / 2),
+    }[a["xanchor"]]
 
 
-@pytest.mark.parametrize("changes", [
-    dict(model="qwen3.5-27b", weights_gib=0.0, workspace_gib=0.0, max_batch_size=2048, gpu="h100-80gb"),
-    {}])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(
+            model="qwen3.5-27b",
+            weights_gib=0.0,
+            workspace_gib=0.0,
+            max_batch_size=2048,
+            gpu="h100-80gb",
+        ),
+        {},
+    ],
+)
 def test_the_context_figures_notes_stay_inside_the_plot(changes):
     """§2's last step: the narrow bands sit at the axis' left end, so their names go right of
     them, not over the policy labels and off the figure; at #21470's they stay left."""
@@ -172,9 +236,20 @@ def test_the_context_figures_notes_stay_inside_the_plot(changes):
         assert {a["xanchor"] for a in notes} == {"left"}
 
 
-@pytest.mark.parametrize("changes", [
-    dict(model="qwen3.5-27b", weights_gib=0.0, workspace_gib=0.0, max_batch_size=2048, gpu="h100-80gb"),
-    dict(model="nemotron-nano-9b-v2", weights_gib=0.0), {}])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(
+            model="qwen3.5-27b",
+            weights_gib=0.0,
+            workspace_gib=0.0,
+            max_batch_size=2048,
+            gpu="h100-80gb",
+        ),
+        dict(model="nemotron-nano-9b-v2", weights_gib=0.0),
+        {},
+    ],
+)
 def test_the_per_rank_legend_sits_under_the_rank_labels(changes):
     """A legend entry too long for two columns puts the legend in one: the figure's foot grows
     by its rows, under the rotated rank labels, instead of the legend rising over them."""
@@ -202,15 +277,27 @@ def test_section_3_says_max_seq_len_is_lowered_to_the_models_own(nb06):
     nb, _ = nb06
     params = {}
     exec(next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", [])), {}, params)
-    mistral = plan_deployment(Deployment(
-        model=load_model("mistral-7b-v0.1"), gpu_gib=GPUS[params["gpu"]].gib, tp_size=params["tp_size"],
-        max_seq_len=params["max_seq_len"], max_batch_size=params["max_batch_size"],
-        chunked_prefill=params["chunked_prefill"], manager=params["manager"]))
+    mistral = plan_deployment(
+        Deployment(
+            model=load_model("mistral-7b-v0.1"),
+            gpu_gib=GPUS[params["gpu"]].gib,
+            tp_size=params["tp_size"],
+            max_seq_len=params["max_seq_len"],
+            max_batch_size=params["max_batch_size"],
+            chunked_prefill=params["chunked_prefill"],
+            manager=params["manager"],
+        )
+    )
     lowered = mistral.deployment.configured_max_seq_len
     assert lowered < params["max_seq_len"] and mistral.longest() == lowered and not mistral.clamped
     prose = " ".join(next(c.source for c in nb.cells if c.source.startswith("## 3.")).split())
     assert "lowered" in prose and f"mistral-7b-v0.1 plans for its own {lowered:,}" in prose
     assert f"{params['max_seq_len']:,}" in prose
-    table = next(o["data"]["text/html"] for c in nb.cells if "preset_row" in c.source
-                 for o in c.get("outputs", []) if "text/html" in o.get("data", {}))
+    table = next(
+        o["data"]["text/html"]
+        for c in nb.cells
+        if "preset_row" in c.source
+        for o in c.get("outputs", [])
+        if "text/html" in o.get("data", {})
+    )
     assert ">max_<wbr>seq_<wbr>len<" in table  # a header may wrap at its underscores

@@ -8,10 +8,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import jupytext  # noqa: E402
 import nbformat
 import pytest
-
-import jupytext  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 IPYNBS = sorted(p for p in NOTEBOOKS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
@@ -21,13 +20,19 @@ MACHINE_PATH = re.compile(r"(/work/|/root/|/home/|/tmp/|/Users/|[A-Za-z]:\\\\)")
 
 def test_the_walkthrough_notebooks_exist():
     names = {p.name for p in IPYNBS}
-    assert {"02_single_gpu_repro_4mib.ipynb", "03_the_one_line_fix.ipynb",
-            "04_admission_control.ipynb", "05_mamba_residency.ipynb"} <= names
+    assert {
+        "02_single_gpu_repro_4mib.ipynb",
+        "03_the_one_line_fix.ipynb",
+        "04_admission_control.ipynb",
+        "05_mamba_residency.ipynb",
+    } <= names
 
 
 def cells_of(notebook) -> list:
-    return [(c.cell_type, c.source.strip(), "parameters" in c.metadata.get("tags", []))
-            for c in notebook.cells]
+    return [
+        (c.cell_type, c.source.strip(), "parameters" in c.metadata.get("tags", []))
+        for c in notebook.cells
+    ]
 
 
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
@@ -51,11 +56,14 @@ def test_kernel_and_pairing_metadata(path):
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
 def test_py_percent_twin_is_in_sync(path):
     twin = path.with_suffix(".py")
-    assert twin.is_file(), f"{twin.name} is missing: jupytext --set-formats ipynb,py:percent {path.name}"
+    assert twin.is_file(), (
+        f"{twin.name} is missing: jupytext --set-formats ipynb,py:percent {path.name}"
+    )
     assert "format_name: percent" in twin.read_text(encoding="utf-8")
     from_ipynb, from_py = jupytext.read(path), jupytext.read(twin)
     assert cells_of(from_py) == cells_of(from_ipynb), (
-        f"{path.name} and {twin.name} differ: run `jupytext --sync {path.name}`")
+        f"{path.name} and {twin.name} differ: run `jupytext --sync {path.name}`"
+    )
 
 
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
@@ -69,7 +77,9 @@ def test_title_then_one_parameters_cell_with_smoke(path):
     assert re.search(r"^SMOKE: bool = False\b", source, re.M), "no `SMOKE: bool = False` line"
     for line in source.splitlines():  # typed defaults: `name: type = value  # comment`
         if line.strip() and not line.lstrip().startswith("#"):
-            assert re.match(r"^[A-Za-z_]\w*: [\w\[\], .|]+ = ", line), f"untyped parameter: {line!r}"
+            assert re.match(r"^[A-Za-z_]\w*: [\w\[\], .|]+ = ", line), (
+                f"untyped parameter: {line!r}"
+            )
 
 
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
@@ -92,7 +102,9 @@ def test_no_markdown_line_is_a_heading_by_accident(path):
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
 def test_imports_no_private_module(path):
     """A notebook uses kvlab's public names, never a private module (``kvlab.core.checks``)."""
-    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    code = "\n".join(
+        c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"
+    )
     assert not re.search(r"(from|import)\s+kvlab(\.\w+)*\._", code)
 
 

@@ -8,11 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+from notebook_runner import execute
 
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
-from kvlab.notebook.walkthrough import PLOTLY_MIME, execute as execute_notebook
-from notebook_runner import execute
+from kvlab.notebook.walkthrough import PLOTLY_MIME
+from kvlab.notebook.walkthrough import execute as execute_notebook
 
 pytestmark = pytest.mark.notebook
 
@@ -32,7 +33,9 @@ def panels(nb) -> list:
 
 
 def outputs(nb, mime: str) -> list:
-    return [o["data"][mime] for c in nb.cells for o in c.get("outputs", []) if mime in o.get("data", {})]
+    return [
+        o["data"][mime] for c in nb.cells for o in c.get("outputs", []) if mime in o.get("data", {})
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,8 @@ def test_notebook_02_reproduces_the_crash(nb02):
     nb, _ = nb02
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
-        ("rtx5080-4mib, any host tier", "none/clamped", "crash")]
+        ("rtx5080-4mib, any host tier", "none/clamped", "crash")
+    ]
     numbers = findings[0]["numbers"]
     for text in ("2,048 B/token", "64 blocks = 2,048 tokens", "row 68 entries", "need 256 entries"):
         assert text in numbers
@@ -68,11 +72,15 @@ def test_notebook_02_holds_static_figures_and_the_live_panel(nb02):
     figures = outputs(nb, PLOTLY_MIME)
     assert len(figures) >= 4  # page map, index row, the panel's static copy, the outcome map
     titles = [f["layout"]["title"]["text"] for f in figures]
-    assert any(t.startswith("KV pool: 64 pages of 32 tokens; the request needs 256") for t in titles)
+    assert any(
+        t.startswith("KV pool: 64 pages of 32 tokens; the request needs 256") for t in titles
+    )
     assert any(t.startswith("Page-index row: 256 entries needed, 68 available") for t in titles)
     panel = panels(nb)
     assert len(panel) == 1
-    assert "kvlab-verdict" in panel[0]["data"]["text/html"]  # the fallback a frontend-less viewer shows
+    assert (
+        "kvlab-verdict" in panel[0]["data"]["text/html"]
+    )  # the fallback a frontend-less viewer shows
     assert "User-provided base page indices is too short" in panel[0]["data"]["text/plain"]
     streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert "KVCacheManager.resize_context" in streams and "-> KVCache.resize" in streams
@@ -90,8 +98,12 @@ def test_the_report_shows_every_figure_and_the_verdict_of_every_panel(nb02):
     assert count >= 2
     with image_server():
         static = with_static_figures(nb)
-    (shown,) = [o for c in static.cells for o in c.get("outputs", [])
-                if o.get("data", {}).get("text/plain") == panel["data"]["text/plain"]]
+    (shown,) = [
+        o
+        for c in static.cells
+        for o in c.get("outputs", [])
+        if o.get("data", {}).get("text/plain") == panel["data"]["text/plain"]
+    ]
     page = shown["data"]["text/html"]
     assert page.count('<img src="data:image/png;base64,') == count
     assert "kvlab-verdict" in page and "<pre>" not in page
@@ -115,16 +127,22 @@ def test_notebook_03s_optional_parts_can_be_skipped():
         if cell.cell_type != "code":
             continue
         tree = ast.parse(cell.source)
-        bound = {n.id for stmt in tree.body for n in ast.walk(stmt) if isinstance(n, ast.Name)
-                 and isinstance(n.ctx, ast.Store)} | {
-                 stmt.name for stmt in tree.body if isinstance(stmt, ast.FunctionDef)}
+        bound = {
+            n.id
+            for stmt in tree.body
+            for n in ast.walk(stmt)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        } | {stmt.name for stmt in tree.body if isinstance(stmt, ast.FunctionDef)}
         if optional:
             defined_there |= bound
         else:
             defined_elsewhere |= bound
             if defined_there:
-                read_elsewhere |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-                                   and isinstance(n.ctx, ast.Load)}
+                read_elsewhere |= {
+                    n.id
+                    for n in ast.walk(tree)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                }
     assert defined_there, "no optional section found"
     assert not (defined_there - defined_elsewhere) & read_elsewhere
 
@@ -133,32 +151,53 @@ def test_notebook_03_turns_the_crash_into_a_refusal(nb03):
     nb, _ = nb03
     findings = read_findings(nb)
     assert [(f["policy"], f["outcome"]) for f in findings] == [
-        ("none/clamped", "crash"), ("none/configured", "refused")] + [("none/configured", "stall")] * 3 + [
-        ("none/configured", "livelock")]
+        ("none/clamped", "crash"),
+        ("none/configured", "refused"),
+    ] + [("none/configured", "stall")] * 3 + [("none/configured", "livelock")]
     # each scheduler finding names the tier configuration it describes
     assert all("automatic host tier" in f["scenario"] for f in findings[2:5])
-    assert "no tier below the GPU" in findings[5]["scenario"] and "chunked" in findings[5]["scenario"]
+    assert (
+        "no tier below the GPU" in findings[5]["scenario"] and "chunked" in findings[5]["scenario"]
+    )
     assert "SchedulerDeadlock" in findings[4]["numbers"] and "0 finished" in findings[4]["numbers"]
-    assert "no error (livelock)" in findings[5]["numbers"] and "0 finished" in findings[5]["numbers"]
+    assert (
+        "no error (livelock)" in findings[5]["numbers"] and "0 finished" in findings[5]["numbers"]
+    )
     assert "row 260 entries" in findings[1]["numbers"] and "x3.82" in findings[1]["numbers"]
     assert "279,072 → 1,067,040 B at batch 512" in findings[1]["numbers"]
     titles = [f["layout"]["title"]["text"] for f in outputs(nb, PLOTLY_MIME)]
     assert any(t.startswith("The price of the wider row") for t in titles)
-    measured = [t for t in titles if ", measured on NVIDIA H200" in t]  # data/measurements/h200.json
-    assert len(measured) == 4 and any(t.startswith("The KV pool after a growing MoE workspace") for t in measured)
+    measured = [
+        t for t in titles if ", measured on NVIDIA H200" in t
+    ]  # data/measurements/h200.json
+    assert len(measured) == 4 and any(
+        t.startswith("The KV pool after a growing MoE workspace") for t in measured
+    )
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "measured on NVIDIA H200 (driver " in text and "paged vs contiguous attention" in text
     headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
     assert "## Part 2: through the scheduler" in headings
     # the parts a learner may skip say so in their headings, and the top of the notebook lists them
     optional = [h for h in headings if h.endswith("(optional)")]
-    assert optional == ["## 5. What the table is for (optional)", "## 6. The price, measured on an H200 (optional)",
-                        "### 8b. Does the tier below the GPU change this? (optional)"]
+    assert optional == [
+        "## 5. What the table is for (optional)",
+        "## 6. The price, measured on an H200 (optional)",
+        "### 8b. Does the tier below the GPU change this? (optional)",
+    ]
     intro = nb.cells[0].source
     assert "**Optional parts**" in intro and all(f"§{n}" in intro for n in ("5", "6", "8b"))
-    assert "refused in 1,000 of 1,000 passes; SchedulerDeadlock after 1,000 stalled passes" in findings[2]["numbers"]
-    assert "6 of 6 small finished" in findings[3]["numbers"] and "(starved)" in findings[3]["numbers"]
-    timelines = [f for f in outputs(nb, PLOTLY_MIME) if f["layout"]["title"]["text"].startswith(("Alone", "Beside"))]
+    assert (
+        "refused in 1,000 of 1,000 passes; SchedulerDeadlock after 1,000 stalled passes"
+        in findings[2]["numbers"]
+    )
+    assert (
+        "6 of 6 small finished" in findings[3]["numbers"] and "(starved)" in findings[3]["numbers"]
+    )
+    timelines = [
+        f
+        for f in outputs(nb, PLOTLY_MIME)
+        if f["layout"]["title"]["text"].startswith(("Alone", "Beside"))
+    ]
     assert len(timelines) == 2
     for fig in timelines:  # the stalled-pass counter climbs to the real limit; the pool is drawn
         names = [t["name"] for t in fig["data"]]
@@ -171,7 +210,10 @@ def test_notebook_02_follows_its_parameters(tmp_path):
     nb, _ = execute(NB02, tmp_path, pool_mib=64, context=8192)
     (finding,) = read_findings(nb)
     assert (finding["scenario"], finding["outcome"]) == ("64MiB-8192tok-32tpb, any host tier", "ok")
-    assert "1,024 blocks = 32,768 tokens" in finding["numbers"] and "row 260 entries" in finding["numbers"]
+    assert (
+        "1,024 blocks = 32,768 tokens" in finding["numbers"]
+        and "row 260 entries" in finding["numbers"]
+    )
 
 
 def test_notebook_02_refuses_a_bad_parameter_by_name(tmp_path):
@@ -191,10 +233,16 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     assert list(mixed) == ["none/clamped", "none/configured", "capacity", "vllm", "sglang"]
     assert [mixed[p]["outcome"] for p in mixed] == ["crash", "stall", "reject", "reject", "reject"]
     assert all("0 unfinished" in mixed[p]["numbers"] for p in ("capacity", "vllm", "sglang"))
-    hour = findings[8:13]  # Azure's code trace, its first ten minutes with SMOKE, on the shrunk pool
+    hour = findings[
+        8:13
+    ]  # Azure's code trace, its first ten minutes with SMOKE, on the shrunk pool
     assert [(f["policy"], f["outcome"]) for f in hour] == [
-        ("none/clamped", "crash"), ("none/configured", "stall"), ("capacity", "reject"),
-        ("vllm", "reject"), ("sglang", "reject")]
+        ("none/clamped", "crash"),
+        ("none/configured", "stall"),
+        ("capacity", "reject"),
+        ("vllm", "reject"),
+        ("sglang", "reject"),
+    ]
     assert "1,482 requests in 10 min" in hour[0]["scenario"]
     assert "1,411 finished, 71 rejected, 0 unfinished; 71 can never fit" in hour[2]["numbers"]
     # the peers' doors: vLLM's max_model_len (7,136), SGLang's pool less six tokens (7,162)
@@ -211,7 +259,10 @@ def test_notebook_04_holds_its_table_figures_and_panel(nb04):
     nb, _ = nb04
     titles = [f["layout"]["title"]["text"] for f in outputs(nb, PLOTLY_MIME)]
     assert any(t.startswith("Phase diagram") for t in titles)
-    assert sum(t.startswith("Scheduler timeline") or ": the long request beside" in t for t in titles) >= 3
+    assert (
+        sum(t.startswith("Scheduler timeline") or ": the long request beside" in t for t in titles)
+        >= 3
+    )
     assert any(t.startswith("TensorRT-LLM's regimes on a mixed workload") for t in titles)
     assert any(t.startswith("TensorRT-LLM none / capacity and the peers") for t in titles)
     assert sum(t.startswith("Azure's code hour on the") for t in titles) == 2
@@ -232,6 +283,7 @@ def test_notebook_04_refuses_a_bad_parameter_by_name(tmp_path):
 
 # --- notebook 01: the 16-GPU report --------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def nb01(tmp_path_factory):
     return execute(NB01, tmp_path_factory.mktemp("nb01"))
@@ -243,19 +295,33 @@ def test_notebook_01_reconstructs_the_report(nb01):
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
         ("issue_21470_16x_gb300, automatic host tier", "none/clamped", "crash"),
         ("issue_21470_16x_gb300, automatic host tier", "capacity", "reject"),
-        ("rtx5080-4mib", "none/clamped", "crash")]
+        ("rtx5080-4mib", "none/clamped", "crash"),
+    ]
     assert "MIN 958,752 tokens = 29,961 blocks; row 29,964 entries" in findings[0]["numbers"]
-    assert "rank 0 raised ValueError: User-provided base page indices is too short" in findings[0]["numbers"]
+    assert (
+        "rank 0 raised ValueError: User-provided base page indices is too short"
+        in findings[0]["numbers"]
+    )
 
 
 def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
     nb, _ = nb01
-    titles = [o["data"][PLOTLY_MIME]["layout"]["title"]["text"] for c in nb.cells
-              for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
-    assert any(t.startswith("Per-rank memory: the MoE workspace shrinks the KV pool (16 ranks)") for t in titles)
+    titles = [
+        o["data"][PLOTLY_MIME]["layout"]["title"]["text"]
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if PLOTLY_MIME in o.get("data", {})
+    ]
+    assert any(
+        t.startswith("Per-rank memory: the MoE workspace shrinks the KV pool (16 ranks)")
+        for t in titles
+    )
     streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert 'File "kvlab/core/manager.py"' in streams and "in resize_context" in streams
-    assert "kvlab.core.kv_cache.PageIndexTooShort: User-provided base page indices is too short" in streams
+    assert (
+        "kvlab.core.kv_cache.PageIndexTooShort: User-provided base page indices is too short"
+        in streams
+    )
     rank_tables = [t for t in outputs(nb, "text/html") if "pool after MIN (pages)" in t]
     assert rank_tables and rank_tables[0].count("shut down: rank 0 raised ValueError") >= 15
     assert "958,752" in rank_tables[0]  # counts with thousands separators, in an HTML table
@@ -263,7 +329,11 @@ def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
     assert len(panel) == 1 and "kvlab-verdict" in panel[0]["data"]["text/html"]
     # the button's run, pressed once in a cell of its own: its result outside the panel, so
     # that the report without a kernel (kvlab walkthrough) has it
-    runs = [t for t in outputs(nb, "text/html") if "As predicted." in t and "Every rank: pool after MIN" in t]
+    runs = [
+        t
+        for t in outputs(nb, "text/html")
+        if "As predicted." in t and "Every rank: pool after MIN" in t
+    ]
     assert len(runs) == 1 and runs[0].count("shut down: rank 0 raised ValueError") == 15
 
 
@@ -271,12 +341,17 @@ def test_notebook_01_follows_its_parameters(tmp_path):
     """Four ranks and less workspace: the pool still clamps, but a 524,288-token context fits."""
     nb, _ = execute(NB01, tmp_path, ranks=4, workspace_gib=10.0, context=524_288)
     clamped, capacity, _ = read_findings(nb)
-    assert (clamped["scenario"], clamped["outcome"], capacity["outcome"]) == ("4x-10GiB-524288tok, automatic host tier", "ok", "ok")
+    assert (clamped["scenario"], clamped["outcome"], capacity["outcome"]) == (
+        "4x-10GiB-524288tok, automatic host tier",
+        "ok",
+        "ok",
+    )
     assert "4 ranks" in clamped["numbers"] and "completed" in clamped["numbers"]
 
 
 # --- notebook 05: recurrent-state residency (merged code raises; proposals PR #17261, closed
 # without merging, and PR #18985, open) -----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def nb05(tmp_path_factory):
@@ -300,21 +375,38 @@ def test_notebook_05_reconciles_the_pr_and_runs_the_findings(nb05):
     nb, _ = nb05
     findings = read_findings(nb)
     assert [(f["scenario"], f["policy"], f["outcome"]) for f in findings] == [
-        ("qwen3.5-27b-h100", "merged", "crash"), ("qwen3.5-27b-h100", CLAMP, "ok"),
+        ("qwen3.5-27b-h100", "merged", "crash"),
+        ("qwen3.5-27b-h100", CLAMP, "ok"),
         ("qwen3.5-27b-h100", DEFAULT, "ok"),
-        ("review finding 1", "bug", "ranks disagree"), ("review finding 1", "fix", "ok"),
-        ("review finding 2", "bug", "crash (StateSlotsExhausted)"), ("review finding 2", "fix", "ok"),
-        ("review finding 3", "bug", "stall (SchedulerDeadlock)"), ("review finding 3", "fix", "ok")]
-    assert "513 slots x 78,446,592 B + one page = 37.48 GiB vs quota 24.86 GiB" in findings[0]["numbers"]
+        ("review finding 1", "bug", "ranks disagree"),
+        ("review finding 1", "fix", "ok"),
+        ("review finding 2", "bug", "crash (StateSlotsExhausted)"),
+        ("review finding 2", "fix", "ok"),
+        ("review finding 3", "bug", "stall (SchedulerDeadlock)"),
+        ("review finding 3", "fix", "ok"),
+    ]
+    assert (
+        "513 slots x 78,446,592 B + one page = 37.48 GiB vs quota 24.86 GiB"
+        in findings[0]["numbers"]
+    )
     assert findings[1]["numbers"].startswith("339 resident + 1 dummy, 173 queue")
     assert "bfloat16 SSM state implied" in findings[1]["numbers"]
-    assert findings[2]["numbers"] == "max_batch_size default 339 fits; an explicit 512 still raises, in GiB"
-    assert "rank 1 admitted 8" in findings[3]["numbers"] and "rank 1 admitted 3" in findings[4]["numbers"]
+    assert (
+        findings[2]["numbers"]
+        == "max_batch_size default 339 fits; an explicit 512 still raises, in GiB"
+    )
+    assert (
+        "rank 1 admitted 8" in findings[3]["numbers"]
+        and "rank 1 admitted 3" in findings[4]["numbers"]
+    )
     text = " ".join(outputs_text(nb).split())  # long lines are printed broken between words
     assert "ValueError: The V2 Mamba GPU cache quota is too small for live recurrent states" in text
     assert "got 24.86 GiB, need at least 37.48 GiB" in text  # PR #18985's proposed message
     assert "largest max_batch_size whose floor fits 24.86 GiB: 339" in text
-    assert sum(PLOTLY_MIME in out.get("data", {}) for c in nb.cells for out in c.get("outputs", [])) >= 4
+    assert (
+        sum(PLOTLY_MIME in out.get("data", {}) for c in nb.cells for out in c.get("outputs", []))
+        >= 4
+    )
 
 
 def test_notebook_05_float32_and_a_big_quota(tmp_path):
@@ -323,7 +415,9 @@ def test_notebook_05_float32_and_a_big_quota(tmp_path):
     assert findings[0]["policy"] == "merged" and findings[0]["outcome"] == "ok"
     assert "73.55 GiB vs quota 80.00 GiB" in findings[0]["numbers"]
     assert findings[1]["numbers"].startswith("512 resident + 1 dummy, 0 queue")
-    assert findings[2]["outcome"] == "ok" and findings[2]["numbers"].endswith("an explicit 512 builds")
+    assert findings[2]["outcome"] == "ok" and findings[2]["numbers"].endswith(
+        "an explicit 512 builds"
+    )
 
 
 def test_notebook_05_rejects_bad_parameters(tmp_path):
@@ -333,6 +427,7 @@ def test_notebook_05_rejects_bad_parameters(tmp_path):
 
 # --- every figure of every notebook, rendered ------------------------------------------------------
 
+
 def notebook_figures(nb) -> list:
     """(where, figure dict) for every figure a notebook shows: its plotly outputs and every
     figure of every live panel."""
@@ -341,7 +436,10 @@ def notebook_figures(nb) -> list:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if PANEL_MIME in data:
-                found += [(f"cell {i}, panel figure {k}", f) for k, f in enumerate(data[PANEL_MIME]["figures"])]
+                found += [
+                    (f"cell {i}, panel figure {k}", f)
+                    for k, f in enumerate(data[PANEL_MIME]["figures"])
+                ]
             elif PLOTLY_MIME in data:
                 found.append((f"cell {i}", data[PLOTLY_MIME]))
     return found
@@ -363,7 +461,11 @@ def figure_problems(fig: dict) -> list:
 
     layout, traces = fig.get("layout", {}), fig.get("data", [])
     problems = []
-    if not any(_points(t) for t in traces) and not layout.get("shapes") and not layout.get("annotations"):
+    if (
+        not any(_points(t) for t in traces)
+        and not layout.get("shapes")
+        and not layout.get("annotations")
+    ):
         problems.append("an empty frame")
     for t in traces:
         if len(traces) > 1 and not _points(t) and t.get("showlegend", True) and t.get("name"):
@@ -379,8 +481,13 @@ def figure_problems(fig: dict) -> list:
         if not axis_name.startswith("xaxis") or axis.get("tickangle") is not None:
             continue
         suffix = axis_name[5:]
-        labels = {str(x) for t in traces if t.get("type") == "bar" and t.get("xaxis", "x") == f"x{suffix}"
-                  for x in (t.get("x") or []) if isinstance(x, str)}
+        labels = {
+            str(x)
+            for t in traces
+            if t.get("type") == "bar" and t.get("xaxis", "x") == f"x{suffix}"
+            for x in (t.get("x") or [])
+            if isinstance(x, str)
+        }
         domain = axis.get("domain", [0, 1])
         slot = (width - 100) * (domain[1] - domain[0]) / max(len(labels), 1)
         if labels and max(len(x) for x in labels) * 7.5 > slot:
@@ -410,11 +517,21 @@ def test_every_figure_renders_and_shows_what_it_says(notebook, request):
 
 def test_the_figure_check_sees_what_it_looks_for():
     empty = {"data": [{"type": "scatter", "x": [], "y": []}], "layout": {}}
-    legend = {"data": [{"type": "bar", "x": ["a"], "y": [1], "name": "a"},
-                       {"type": "scatter", "x": [], "y": [], "name": "nothing"}], "layout": {}}
-    long_title = {"data": [{"type": "bar", "x": ["a"], "y": [1]}], "layout": {"title": {"text": "t" * 90}}}
-    crowded = {"data": [{"type": "bar", "x": [f"policy number {i}" for i in range(8)], "y": [1] * 8}],
-               "layout": {"xaxis": {}}}
+    legend = {
+        "data": [
+            {"type": "bar", "x": ["a"], "y": [1], "name": "a"},
+            {"type": "scatter", "x": [], "y": [], "name": "nothing"},
+        ],
+        "layout": {},
+    }
+    long_title = {
+        "data": [{"type": "bar", "x": ["a"], "y": [1]}],
+        "layout": {"title": {"text": "t" * 90}},
+    }
+    crowded = {
+        "data": [{"type": "bar", "x": [f"policy number {i}" for i in range(8)], "y": [1] * 8}],
+        "layout": {"xaxis": {}},
+    }
     assert figure_problems(empty) == ["an empty frame"]
     assert figure_problems(legend) == ["a legend entry for the empty trace 'nothing'"]
     assert "clipped" in figure_problems(long_title)[0]

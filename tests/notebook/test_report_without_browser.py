@@ -32,8 +32,9 @@ SCRIPT = textwrap.dedent("""
 
 def test_a_browser_that_cannot_start_leaves_a_report_without_images():
     env = {**os.environ, "BROWSER_PATH": "/bin/false"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     assert float(lines["SECONDS"]) < 30  # one deadline, then no more waiting

@@ -11,11 +11,14 @@ from kvlab.notebook.tables import gib_pair, table
 
 def test_counts_reals_and_long_text_as_a_reader_should_see_them():
     why = "the warm-up activation peak at max_num_tokens, which the report does not give " * 3
-    html = table([dict(field="memory", value=23622320128, fraction=0.123456, why=why)],
-                 index="field").to_html()
+    html = table(
+        [dict(field="memory", value=23622320128, fraction=0.123456, why=why)], index="field"
+    ).to_html()
     assert "23,622,320,128" in html and "23622320128" not in html
     assert "0.12" in html and "0.123456" not in html
-    assert why.strip() in re.sub(r"<span[^>]*>|</span>", "", html) and "..." not in html  # never clipped
+    assert (
+        why.strip() in re.sub(r"<span[^>]*>|</span>", "", html) and "..." not in html
+    )  # never clipped
     assert "word-break: normal" in html and "white-space: normal" in html  # wraps between words
 
 
@@ -45,14 +48,23 @@ def test_gib_pair_never_shows_unequal_sizes_as_equal():
     assert gib_pair(5 * 2**30, 5 * 2**30) == ("5.00", "5.00")
 
 
-@pytest.mark.parametrize("kwargs, named, error", [
-    (dict(data=math.nan), "data", TypeError), (dict(data="x"), "data", TypeError),
-    (dict(data=[[1, 2]]), r"data\[0\]", TypeError),
-    (dict(index=True), "index", TypeError), (dict(index=[]), "index", TypeError),
-    (dict(index={}), "index", TypeError), (dict(index="b"), "index", ValueError),
-    (dict(digits="x"), "digits", TypeError), (dict(digits=-1), "digits", ValueError),
-    (dict(digits=None), "digits", TypeError), (dict(digits={}), "digits", TypeError),
-    (dict(digits=2**63), "digits", ValueError)])
+@pytest.mark.parametrize(
+    "kwargs, named, error",
+    [
+        (dict(data=math.nan), "data", TypeError),
+        (dict(data="x"), "data", TypeError),
+        (dict(data=[[1, 2]]), r"data\[0\]", TypeError),
+        (dict(index=True), "index", TypeError),
+        (dict(index=[]), "index", TypeError),
+        (dict(index={}), "index", TypeError),
+        (dict(index="b"), "index", ValueError),
+        (dict(digits="x"), "digits", TypeError),
+        (dict(digits=-1), "digits", ValueError),
+        (dict(digits=None), "digits", TypeError),
+        (dict(digits={}), "digits", TypeError),
+        (dict(digits=2**63), "digits", ValueError),
+    ],
+)
 def test_a_bad_argument_is_refused_naming_it(kwargs, named, error):
     args = {"data": [{"a": 1}], **kwargs}
     with pytest.raises(error, match=rf"^{named} must"):
@@ -78,8 +90,15 @@ def test_a_long_column_name_may_wrap_at_its_underscores():
 def test_a_flag_or_a_hyphenated_name_in_a_cell_stays_on_one_line():
     """Learner passes: 04 §5's peers table broke "--allow-auto-" over "truncate.", 06 §3's
     "mistral-" over "7b-v0.1" (in the index)."""
-    html = table([{"model": "mistral-7b-v0.1", "reasons": "Use a shorter input or enable --allow-auto-truncate."}],
-                 index="model").to_html()
+    html = table(
+        [
+            {
+                "model": "mistral-7b-v0.1",
+                "reasons": "Use a shorter input or enable --allow-auto-truncate.",
+            }
+        ],
+        index="model",
+    ).to_html()
     assert '<span style="white-space:nowrap">--allow-auto-truncate.</span>' in html
     assert '<span style="white-space:nowrap">mistral-7b-v0.1</span>' in html
     long_name = "x" * 50 + "-y"  # longer than a column: it may still break
@@ -89,5 +108,10 @@ def test_a_flag_or_a_hyphenated_name_in_a_cell_stays_on_one_line():
 def test_a_word_longer_than_a_column_wraps_at_its_dots_and_underscores():
     """Verification pass X2: 04 §7's error column ran past the notebook on
     "kv_cache_config.host_cache_size"."""
-    html = table([{"error": "Configure kv_cache_config.host_cache_size, or lower max_batch_size."}]).to_html()
-    assert "kv_<wbr>cache_<wbr>config.<wbr>host_<wbr>cache_<wbr>size" in html and "max_batch_size" in html
+    html = table(
+        [{"error": "Configure kv_cache_config.host_cache_size, or lower max_batch_size."}]
+    ).to_html()
+    assert (
+        "kv_<wbr>cache_<wbr>config.<wbr>host_<wbr>cache_<wbr>size" in html
+        and "max_batch_size" in html
+    )

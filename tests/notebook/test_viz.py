@@ -23,10 +23,18 @@ def cells(fig) -> list:
 
 def test_outcome_colors_are_distinct_hex_colours_for_every_outcome():
     engine = {"crash", "stall", "refused", "reject", "ok"}
-    assert set(viz.OUTCOME_COLORS) == engine | set(viz.UNRAISED_STALLS) == engine | {"livelock", "unfinished"}
+    assert (
+        set(viz.OUTCOME_COLORS)
+        == engine | set(viz.UNRAISED_STALLS)
+        == engine | {"livelock", "unfinished"}
+    )
     assert len({viz.OUTCOME_COLORS[o] for o in engine}) == 5
     # the stalls nothing raised keep the stall's colour; their labels say which they are
-    assert viz.OUTCOME_COLORS["livelock"] == viz.OUTCOME_COLORS["unfinished"] == viz.OUTCOME_COLORS["stall"]
+    assert (
+        viz.OUTCOME_COLORS["livelock"]
+        == viz.OUTCOME_COLORS["unfinished"]
+        == viz.OUTCOME_COLORS["stall"]
+    )
     assert all(re.fullmatch(r"#[0-9A-F]{6}", c) for c in viz.OUTCOME_COLORS.values())
     assert set(viz.OUTCOME_LABELS) == set(viz.OUTCOME_COLORS)
     assert "stall" not in viz.OUTCOME_LABELS["livelock"] + viz.OUTCOME_LABELS["unfinished"]
@@ -52,17 +60,28 @@ def test_request_fit_shows_a_request_past_its_limits_and_labels_what_coincides()
     """Notebook 01 section 8: 1,000,064 tokens against a pool of 958,752 and a row of 958,848
     (on a log axis all three sat at "1M"): a linear axis shows the bar 4 % above the lines, and
     the labels say by how much it overshoots each and which line is which."""
-    requests = [dict(id="bg-000", tokens=2064, outcome="ok"),
-                dict(id="long-ctx", tokens=1_000_064, outcome="crash")]
+    requests = [
+        dict(id="bg-000", tokens=2064, outcome="ok"),
+        dict(id="long-ctx", tokens=1_000_064, outcome="crash"),
+    ]
     spec = viz.request_fit_spec(requests, capacity_tokens=958_752, row_tokens=958_848)
     bar = spec["data"][0]
-    assert bar["text"] == ["2,064", "1,000,064 tokens<br>41,312 past the pool<br>41,216 past the row"]
-    assert bar["textposition"] == ["auto", "inside"] and bar["textangle"] == 0  # level, inside if it fits
+    assert bar["text"] == [
+        "2,064",
+        "1,000,064 tokens<br>41,312 past the pool<br>41,216 past the row",
+    ]
+    assert (
+        bar["textposition"] == ["auto", "inside"] and bar["textangle"] == 0
+    )  # level, inside if it fits
     notes = {a["text"]: a["yanchor"] for a in spec["layout"]["annotations"]}
     # the row, the larger, above its line; the pool below its own: apart though the lines coincide
     assert notes == {"row spans 958,848 tokens": "bottom", "pool holds 958,752 tokens": "top"}
     axis = spec["layout"]["yaxis"]
-    assert axis.get("type") in (None, "linear") and axis["range"][0] == 0 and axis["range"][1] > 1_000_064
+    assert (
+        axis.get("type") in (None, "linear")
+        and axis["range"][0] == 0
+        and axis["range"][1] > 1_000_064
+    )
 
 
 def test_the_plan_bands_name_a_band_too_thin_to_see_and_lines_that_coincide():
@@ -72,7 +91,11 @@ def test_the_plan_bands_name_a_band_too_thin_to_see_and_lines_that_coincide():
     notes = [a["text"] for a in spec["layout"]["annotations"]]
     assert "stall (no progress): 958,690-958,848 (159 tokens)" in notes
     arrow = next(a for a in spec["layout"]["annotations"] if a["text"].startswith("stall"))
-    assert arrow["showarrow"] and arrow["y"] == "current code" and arrow["x"] == (958_690 + 958_848) / 2
+    assert (
+        arrow["showarrow"]
+        and arrow["y"] == "current code"
+        and arrow["x"] == (958_690 + 958_848) / 2
+    )
     assert "pool 958,752 and row 958,848: 96 tokens apart" in notes
 
 
@@ -81,13 +104,21 @@ def test_the_plan_legend_says_clamped_only_when_the_plan_does():
     scheduler's token), which the pool does not clamp; the plan says "not clamped"."""
     import dataclasses
 
+    from kvlab.analysis.deployment import Deployment
     from kvlab.analysis.gpus import GPUS
     from kvlab.analysis.models import load_model
-    from kvlab.analysis.deployment import Deployment
 
-    llama = plan_deployment(Deployment(model=load_model("llama-3.1-70b"), gpu_gib=GPUS["h100-80gb"].gib,
-                                       tp_size=4, max_seq_len=131072, max_batch_size=256,
-                                       chunked_prefill=True, manager="auto"))
+    llama = plan_deployment(
+        Deployment(
+            model=load_model("llama-3.1-70b"),
+            gpu_gib=GPUS["h100-80gb"].gib,
+            tp_size=4,
+            max_seq_len=131072,
+            max_batch_size=256,
+            chunked_prefill=True,
+            manager="auto",
+        )
+    )
     assert llama.manager == "v1" and not llama.clamped and "not clamped" in llama.explain()
     names = [t["name"] for t in viz.plan_ranges_spec(llama)["data"]]
     assert "KV manager's max_seq_len (not clamped) 131,073 tokens (beyond the axis)" in names
@@ -108,8 +139,9 @@ def test_a_livelock_is_not_labelled_a_stall():
     from kvlab.run.simulation import simulate
 
     engine = EngineConfig(chunked_prefill=True, max_num_tokens=256, host_cache_size=0)  # 03 §9
-    run = simulate(build_scheduler("none/configured", engine), long_and_small(8192, num_small=6),
-                   max_steps=300)
+    run = simulate(
+        build_scheduler("none/configured", engine), long_and_small(8192, num_small=6), max_steps=300
+    )
     assert run.error is None and engine_outcome(run) == "stall" and run.summary()["recomputes"] > 0
     assert viz.run_outcome(run) == "livelock"
     title = viz.scheduler_timeline_spec(run)["layout"]["title"]["text"]
@@ -123,11 +155,17 @@ def test_a_stall_that_raised_stays_a_stall_and_a_step_limit_is_unfinished():
     from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
     from kvlab.run.simulation import simulate
 
-    deadlock = simulate(build_scheduler("none/configured", EngineConfig(stall_limit=20)),
-                        long_and_small(8192, num_small=0), max_steps=100)
+    deadlock = simulate(
+        build_scheduler("none/configured", EngineConfig(stall_limit=20)),
+        long_and_small(8192, num_small=0),
+        max_steps=100,
+    )
     assert viz.run_outcome(deadlock) == "stall"  # SchedulerDeadlock: the detector fired
-    cut = simulate(build_scheduler("none/configured", EngineConfig(stall_limit=20)),
-                   long_and_small(8192, num_small=0), max_steps=5)
+    cut = simulate(
+        build_scheduler("none/configured", EngineConfig(stall_limit=20)),
+        long_and_small(8192, num_small=0),
+        max_steps=5,
+    )
     assert cut.error is None and viz.run_outcome(cut) == "unfinished"
 
 
@@ -137,14 +175,22 @@ def test_the_review_findings_say_what_each_bug_did():
 
     runs = run_review_findings()
     assert [r.what for r in runs] == [
-        "ranks disagree", "ok", "crash (StateSlotsExhausted)", "ok", "stall (SchedulerDeadlock)", "ok"]
+        "ranks disagree",
+        "ok",
+        "crash (StateSlotsExhausted)",
+        "ok",
+        "stall (SchedulerDeadlock)",
+        "ok",
+    ]
     spec = viz.review_findings_spec(runs)
     first = [t for t in spec["data"] if t["xaxis"] == "x" and t["name"] == "bug"][0]
     assert all(h.endswith("ranks disagree") and "stall" not in h for h in first["hovertext"])
     headings = [a["text"] for a in spec["layout"]["annotations"]]
     assert [h.replace("<br>", " ") for h in headings] == [
-        "<b>finding 1</b> bug: ranks disagree", "<b>finding 2</b> bug: crash (StateSlotsExhausted)",
-        "<b>finding 3</b> bug: stall (SchedulerDeadlock)"]
+        "<b>finding 1</b> bug: ranks disagree",
+        "<b>finding 2</b> bug: crash (StateSlotsExhausted)",
+        "<b>finding 3</b> bug: stall (SchedulerDeadlock)",
+    ]
     # each panel as wide as its metrics need, with room between panels for the next one's labels
     domains = [spec["layout"][f"xaxis{s}"]["domain"] for s in ("", "2", "3")]
     widths = [hi - lo for lo, hi in domains]
@@ -152,8 +198,12 @@ def test_the_review_findings_say_what_each_bug_did():
     assert all(b[0] - a[1] >= 0.1 for a, b in zip(domains, domains[1:]))
     # the metrics' names level and broken between words, not rotated into each other
     assert spec["layout"]["xaxis"]["tickangle"] == 0
-    assert list(spec["layout"]["xaxis"]["ticktext"]) == ["rank 0<br>cap", "rank 1<br>cap", "rank 0<br>admitted",
-                                                       "rank 1<br>admitted"]
+    assert list(spec["layout"]["xaxis"]["ticktext"]) == [
+        "rank 0<br>cap",
+        "rank 1<br>cap",
+        "rank 0<br>admitted",
+        "rank 1<br>admitted",
+    ]
 
 
 def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs():
@@ -171,7 +221,10 @@ def test_page_map_of_the_seed_shows_64_pool_pages_and_the_256_the_request_needs(
     assert "page 0 (tokens 0-31)" in fig.data[0].text[0][0]
     # a line of 32 cells is labelled by its first page, not called a "row" (notebook 02's row is
     # the page-index row), and no axis title outgrows a map of two lines
-    assert fig.layout.yaxis.ticktext[:2] == ("page 0", "page 32") and fig.layout.yaxis.title.text is None
+    assert (
+        fig.layout.yaxis.ticktext[:2] == ("page 0", "page 32")
+        and fig.layout.yaxis.title.text is None
+    )
 
 
 def test_page_map_of_an_allocated_request_holds_its_pages():
@@ -219,10 +272,16 @@ def test_index_row_of_the_one_line_fix_shows_260_and_a_refusal():
     assert "[configured]" in fig.data[0].y[2]
 
 
-@pytest.mark.parametrize("fn,inputs", [
-    (viz.page_map_spec, [(64, 256, "crash"), (512, 256, "ok"), (0, 256, None), (65536, 16384, "ok")]),
-    (viz.index_row_spec, [(68, 256, 64, "crash"), (260, 256, 64, "refused"), (0, 1, 0, None)]),
-])
+@pytest.mark.parametrize(
+    "fn,inputs",
+    [
+        (
+            viz.page_map_spec,
+            [(64, 256, "crash"), (512, 256, "ok"), (0, 256, None), (65536, 16384, "ok")],
+        ),
+        (viz.index_row_spec, [(68, 256, 64, "crash"), (260, 256, 64, "refused"), (0, 1, 0, None)]),
+    ],
+)
 def test_figures_keep_their_trace_structure_whatever_the_input(fn, inputs):
     shapes = {tuple(t["type"] for t in fn(*args)["data"]) for args in inputs}
     assert len(shapes) == 1
@@ -231,7 +290,11 @@ def test_figures_keep_their_trace_structure_whatever_the_input(fn, inputs):
 def test_page_index_price_measures_real_tables():
     rows = page_index_price([2048, 8192], [1, 512])
     assert [(r["width"], r["max_batch_size"], r["nbytes"]) for r in rows] == [
-        (68, 1, 1088), (68, 512, 279_072), (260, 1, 4160), (260, 512, 1_067_040)]
+        (68, 1, 1088),
+        (68, 512, 279_072),
+        (260, 1, 4160),
+        (260, 512, 1_067_040),
+    ]
     for r in rows:
         assert r["nbytes"] == PageIndexTable(r["max_batch_size"], r["width"]).nbytes
         assert r["width"] == max_blocks_per_seq(r["max_seq_len"], 32)
@@ -247,10 +310,17 @@ def test_table_price_figure_has_a_line_per_width_with_the_bytes_and_the_ratio():
     assert "clamped" in by_width[68].name and "configured" in by_width[260].name
     assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
     assert "x3.82" in viz.figure_text(fig)  # 260 / 68
-    assert {a.text for a in fig.layout.annotations} == {"68 entries: 272.5 KiB", "260 entries: 1.0 MiB"}
+    assert {a.text for a in fig.layout.annotations} == {
+        "68 entries: 272.5 KiB",
+        "260 entries: 1.0 MiB",
+    }
     # the values sit right of their lines' last points, past every curve, not on top of one
     for note in fig.layout.annotations:
-        assert note.xanchor == "left" and not note.showarrow and note.x == pytest.approx(max(fig.layout.xaxis.range) - 0.1)
+        assert (
+            note.xanchor == "left"
+            and not note.showarrow
+            and note.x == pytest.approx(max(fig.layout.xaxis.range) - 0.1)
+        )
     assert fig.layout.legend.yref == "container"  # under the plot, not over the curves
     assert "1,067,040 B" in by_width[260].hovertext[-1]
 
@@ -258,7 +328,9 @@ def test_table_price_figure_has_a_line_per_width_with_the_bytes_and_the_ratio():
 def test_outcome_map_counts_outcomes_with_three_fixed_traces():
     sweep = sweep_repro([1, 4, 64], [1024, 8192, 65536], "clamped")
     fig = viz.outcome_map_figure(sweep)
-    assert [t.marker.color for t in fig.data] == [viz.OUTCOME_COLORS[o] for o in ("crash", "refused", "ok")]
+    assert [t.marker.color for t in fig.data] == [
+        viz.OUTCOME_COLORS[o] for o in ("crash", "refused", "ok")
+    ]
     total = sum(len(t.x) for t in fig.data)
     assert total == len(sweep) == 9
     crash = fig.data[0]
@@ -292,17 +364,28 @@ def seed_runs():
 def test_scheduler_timeline_shows_the_stall_counter_climbing_to_the_limit(seed_runs):
     result = seed_runs["none/configured"]
     fig = viz.scheduler_timeline_figure(result, stall_limit=40)
-    assert [t.name for t in fig.data] == ["running", "waiting in the scheduler", "suspended", "used pages",
-                                          "free pages", "stalled passes", "queued in the executor"]
+    assert [t.name for t in fig.data] == [
+        "running",
+        "waiting in the scheduler",
+        "suspended",
+        "used pages",
+        "free pages",
+        "stalled passes",
+        "queued in the executor",
+    ]
     stalled = fig.data[5]
     assert list(stalled.y) == result.trace.column("stalled_passes") and stalled.y[-1] == 40
     assert stalled.line.color == viz.OUTCOME_COLORS["stall"]
     assert [u + f for u, f in zip(fig.data[3].y, fig.data[4].y)] == [64] * len(result.trace)
     assert any(s.y0 == 40 and s.yref == "y3" for s in fig.layout.shapes)  # the stall limit, dashed
     last = result.trace[-1].step  # passes count from 1, steps from 0: the annotation says both
-    assert any(a.text == f"SchedulerDeadlock in pass {len(result.trace)} (step {last})"
-               for a in fig.layout.annotations)
-    assert "stall" in viz.figure_text(fig) and "at the end: 3 finished, 1 waiting in the scheduler" in viz.figure_text(fig)
+    assert any(
+        a.text == f"SchedulerDeadlock in pass {len(result.trace)} (step {last})"
+        for a in fig.layout.annotations
+    )
+    assert "stall" in viz.figure_text(
+        fig
+    ) and "at the end: 3 finished, 1 waiting in the scheduler" in viz.figure_text(fig)
 
 
 def test_the_timeline_subtitle_counts_what_its_waiting_line_counts(seed_runs):
@@ -312,9 +395,14 @@ def test_the_timeline_subtitle_counts_what_its_waiting_line_counts(seed_runs):
     from kvlab.notebook.viz.timeline import end_counts
     from kvlab.run.simulation import simulate
 
-    livelock = simulate(build_scheduler("none/configured", EngineConfig(
-        chunked_prefill=True, max_num_tokens=256, host_cache_size=0)),
-        long_and_small(8192, num_small=6), max_steps=200)  # notebook 03 section 9
+    livelock = simulate(
+        build_scheduler(
+            "none/configured",
+            EngineConfig(chunked_prefill=True, max_num_tokens=256, host_cache_size=0),
+        ),
+        long_and_small(8192, num_small=6),
+        max_steps=200,
+    )  # notebook 03 section 9
     for result in (livelock, seed_runs["none/clamped"]):
         counts, last = end_counts(result), result.trace[-1]
         assert counts["waiting in the scheduler"] == last.waiting
@@ -322,11 +410,15 @@ def test_the_timeline_subtitle_counts_what_its_waiting_line_counts(seed_runs):
         assert counts["running"] == last.running
         assert sum(counts.values()) == len(result.status)
     livelock_spec = viz.scheduler_timeline_spec(livelock)
-    assert "at the end: 1 running, 3 waiting in the scheduler, 3 queued in the executor" in \
-        livelock_spec["layout"]["title"]["text"]
+    assert (
+        "at the end: 1 running, 3 waiting in the scheduler, 3 queued in the executor"
+        in livelock_spec["layout"]["title"]["text"]
+    )
     # the queue the subtitle counts has its line, and its legend entry, when it holds anything
     queue = livelock_spec["data"][6]
-    assert queue["name"] == "queued in the executor" and queue["y"] == livelock.trace.column("queued")
+    assert queue["name"] == "queued in the executor" and queue["y"] == livelock.trace.column(
+        "queued"
+    )
     assert queue["visible"] and queue["showlegend"]
     assert not viz.scheduler_timeline_spec(seed_runs["none/configured"])["data"][6]["showlegend"]
     clamped = viz.scheduler_timeline_spec(seed_runs["none/clamped"])["layout"]["title"]["text"]
@@ -338,8 +430,13 @@ def test_the_timeline_names_suspended_requests_only_when_a_run_suspended_any(see
     quiet = viz.scheduler_timeline_spec(seed_runs["none/configured"])["data"][2]
     assert max(seed_runs["none/configured"].trace.column("suspended")) == 0
     assert quiet["name"] == "suspended" and not quiet["showlegend"] and not quiet["visible"]
-    workload = poisson_workload(60, rate=0.05, prompt_len=LogNormal(256, 1.0, 16, 8192),
-                                max_new_tokens=LogNormal(64, 0.8, 1, 512), seed=0)
+    workload = poisson_workload(
+        60,
+        rate=0.05,
+        prompt_len=LogNormal(256, 1.0, 16, 8192),
+        max_new_tokens=LogNormal(64, 0.8, 1, 512),
+        seed=0,
+    )
     busy = run_policies(workload, ["capacity"], EngineConfig(), max_steps=100_000)["capacity"]
     assert max(busy.trace.column("suspended")) > 0
     shown = viz.scheduler_timeline_spec(busy)["data"][2]
@@ -347,7 +444,11 @@ def test_the_timeline_names_suspended_requests_only_when_a_run_suspended_any(see
 
 
 def test_policies_that_draw_the_same_curve_share_one_legend_entry(seed_runs):
-    runs = {"a": seed_runs["capacity"], "b": seed_runs["capacity"], "c": seed_runs["none/configured"]}
+    runs = {
+        "a": seed_runs["capacity"],
+        "b": seed_runs["capacity"],
+        "c": seed_runs["none/configured"],
+    }
     data = viz.served_over_time_spec(runs, 0.05)["data"]
     assert [t.get("showlegend", True) for t in data] == [True, True, False, True]
     assert data[1]["name"] == "a, b: rejected at admission (one curve, the runs coincide)"
@@ -369,12 +470,16 @@ def test_a_one_pass_timeline_says_why_it_draws_points(seed_runs):
     assert len(result.trace) == 1
     spec = viz.scheduler_timeline_spec(result)
     assert {t["mode"] for t in spec["data"]} == {"markers"}
-    assert any("ended in its first pass (PageIndexTooShort)" in a["text"].replace("<br>", " ")
-               for a in spec["layout"]["annotations"])
+    assert any(
+        "ended in its first pass (PageIndexTooShort)" in a["text"].replace("<br>", " ")
+        for a in spec["layout"]["annotations"]
+    )
 
 
 def test_scheduler_timeline_keeps_its_traces_whatever_the_run(seed_runs):
-    shapes = {tuple(t["type"] for t in viz.scheduler_timeline_spec(r)["data"]) for r in seed_runs.values()}
+    shapes = {
+        tuple(t["type"] for t in viz.scheduler_timeline_spec(r)["data"]) for r in seed_runs.values()
+    }
     assert shapes == {("scatter",) * 7}
     crash = viz.scheduler_timeline_figure(seed_runs["none/clamped"])
     assert "crash" in viz.figure_text(crash)
@@ -392,14 +497,22 @@ def test_phase_diagram_has_a_subplot_per_regime_in_outcome_colours():
     assert [h.xaxis for h in heatmaps] == ["x", "x2", "x3"]
     for heat, grid in zip(heatmaps, diagram.values()):
         # z is (contexts, pools): the transpose of kvlab.analysis.phase's (pools, contexts)
-        assert [list(row) for row in heat.z] == [[int(grid[i][j]) for i in range(4)] for j in range(3)]
+        assert [list(row) for row in heat.z] == [
+            [int(grid[i][j]) for i in range(4)] for j in range(3)
+        ]
     # every outcome, once
-    assert set(viz.OUTCOME_COLORS) == set(viz.OUTCOME_LABELS) == set(OUTCOMES) | set(viz.UNRAISED_STALLS)
+    assert (
+        set(viz.OUTCOME_COLORS)
+        == set(viz.OUTCOME_LABELS)
+        == set(OUTCOMES) | set(viz.UNRAISED_STALLS)
+    )
     seed_cell = heatmaps[0].text[2][2]
     assert "pool 4 MiB (64 pages" in seed_cell and "crash" in seed_cell
     legend = [t for t in fig.data if t.type == "scatter" and t.x == (None,)]
     assert [t.marker.color for t in legend] == [viz.OUTCOME_COLORS[v] for v in ENGINE_OUTCOMES]
-    assert [t.marker.symbol for t in fig.data if t.type == "scatter" and t.x != (None,)] == ["star"] * 3
+    assert [t.marker.symbol for t in fig.data if t.type == "scatter" and t.x != (None,)] == [
+        "star"
+    ] * 3
     assert [heat.colorscale[-1][1] for heat in heatmaps] == [viz.OUTCOME_COLORS["crash"]] * 3
 
 
@@ -409,8 +522,9 @@ def test_policy_bars_colour_each_policy_by_its_outcome(seed_runs):
     bars = [t for t in fig.data if t.type == "bar"]
     assert len(bars) == 3 and len(fig.data) == 7
     assert list(bars[0].x) == list(seed_runs)
-    assert list(bars[0].marker.color) == [viz.OUTCOME_COLORS[o] for o in
-                                          ("crash", "stall", "reject", "reject", "reject")]
+    assert list(bars[0].marker.color) == [
+        viz.OUTCOME_COLORS[o] for o in ("crash", "stall", "reject", "reject", "reject")
+    ]
     assert list(bars[0].y) == [r["goodput_tokens_per_step"] for r in rows]
     assert bars[1].y[0] is None  # nothing started before the crash: no waiting time
     assert "outcome: crash" in bars[0].hovertext[0]
@@ -418,12 +532,18 @@ def test_policy_bars_colour_each_policy_by_its_outcome(seed_runs):
     wait_axis = fig.layout.xaxis2
     unfinished = {r["policy"]: r["unfinished"] for r in rows}
     assert unfinished["none/clamped"] == 4 and unfinished["capacity"] == 0
-    assert list(wait_axis.ticktext)[:3] == ["none/clamped<br>(4 unfinished)", "none/configured<br>(1 unfinished)",
-                                            "capacity"]
+    assert list(wait_axis.ticktext)[:3] == [
+        "none/clamped<br>(4 unfinished)",
+        "none/configured<br>(1 unfinished)",
+        "capacity",
+    ]
     assert fig.layout.xaxis.ticktext is None  # goodput counts every pass: names only
     # each panel's title within its panel: the unit on a line of its own
     assert [a.text for a in fig.layout.annotations] == [
-        "<b>goodput</b><br>(tokens / step)", "<b>mean wait</b><br>(steps)", "<b>preemptions</b>"]
+        "<b>goodput</b><br>(tokens / step)",
+        "<b>mean wait</b><br>(steps)",
+        "<b>preemptions</b>",
+    ]
 
 
 def test_the_page_table_picture_points_rows_at_pages_and_marks_the_missing_entries():
@@ -453,15 +573,27 @@ def test_the_page_table_picture_points_rows_at_pages_and_marks_the_missing_entri
 
 # --- bad arguments: each refused at the figure's door, naming the parameter -------------------
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(needed=float("inf")), "needed"), (dict(needed=-1), "needed"),
-    (dict(width="x"), "width"), (dict(width=10**30), "width"),
-    (dict(total_blocks=-1), "total_blocks"), (dict(total_blocks=0), "total_blocks"),
-    (dict(slots=np.zeros((2, 2))), "slots"), (dict(slots=-1), "slots"),
-    (dict(shown_links="x"), "shown_links"), (dict(shown_links=-1), "shown_links"),
-    (dict(shown_links=10**30), "shown_links"), (dict(tokens_per_block=""), "tokens_per_block"),
-    (dict(tokens_per_block=None), "tokens_per_block"), (dict(tokens_per_block=[]), "tokens_per_block"),
-    (dict(tokens_per_block=2**63), "tokens_per_block")])
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(needed=float("inf")), "needed"),
+        (dict(needed=-1), "needed"),
+        (dict(width="x"), "width"),
+        (dict(width=10**30), "width"),
+        (dict(total_blocks=-1), "total_blocks"),
+        (dict(total_blocks=0), "total_blocks"),
+        (dict(slots=np.zeros((2, 2))), "slots"),
+        (dict(slots=-1), "slots"),
+        (dict(shown_links="x"), "shown_links"),
+        (dict(shown_links=-1), "shown_links"),
+        (dict(shown_links=10**30), "shown_links"),
+        (dict(tokens_per_block=""), "tokens_per_block"),
+        (dict(tokens_per_block=None), "tokens_per_block"),
+        (dict(tokens_per_block=[]), "tokens_per_block"),
+        (dict(tokens_per_block=2**63), "tokens_per_block"),
+    ],
+)
 def test_the_page_table_picture_names_a_bad_argument(kwargs, named):
     args = {**dict(width=68, needed=256, total_blocks=64), **kwargs}
     with pytest.raises((TypeError, ValueError), match=rf"^{named} must"):
@@ -482,8 +614,15 @@ def test_a_repro_figure_takes_only_a_repro_result(figure, bad):
         figure(bad)
 
 
-@pytest.mark.parametrize("bad, error", [((i for i in range(3)), TypeError), (-1, TypeError),
-                                        ("x", TypeError), ([run_repro()] * 2 + [3], TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ((i for i in range(3)), TypeError),
+        (-1, TypeError),
+        ("x", TypeError),
+        ([run_repro()] * 2 + [3], TypeError),
+    ],
+)
 def test_the_outcome_map_takes_repro_results(bad, error):
     with pytest.raises(error, match=r"^results(\[\d+\])? must be"):
         viz.outcome_map_figure(bad)
@@ -493,12 +632,22 @@ def test_the_outcome_map_takes_a_generator_of_results():
     assert viz.outcome_map_spec(r for r in sweep_repro([4], [8192]))["data"][0]["y"] == [8192]
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(result=0), "result"), (dict(stall_limit={}), "stall_limit"), (dict(stall_limit=2**63), "stall_limit"),
-    (dict(stall_limit=True), "stall_limit"), (dict(outcome={}), "outcome"), (dict(outcome=-1), "outcome"),
-    (dict(outcome=float("inf")), "outcome"), (dict(stall_detector="x"), "stall_detector"),
-    (dict(stall_detector=[]), "stall_detector"), (dict(subtitle=True), "subtitle"),
-    (dict(title=float("inf")), "title")])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(result=0), "result"),
+        (dict(stall_limit={}), "stall_limit"),
+        (dict(stall_limit=2**63), "stall_limit"),
+        (dict(stall_limit=True), "stall_limit"),
+        (dict(outcome={}), "outcome"),
+        (dict(outcome=-1), "outcome"),
+        (dict(outcome=float("inf")), "outcome"),
+        (dict(stall_detector="x"), "stall_detector"),
+        (dict(stall_detector=[]), "stall_detector"),
+        (dict(subtitle=True), "subtitle"),
+        (dict(title=float("inf")), "title"),
+    ],
+)
 def test_the_timeline_names_a_bad_argument(seed_runs, kwargs, named):
     args = {"result": seed_runs["none/clamped"], **kwargs}
     with pytest.raises((TypeError, ValueError), match=rf"^{named} must"):
@@ -508,12 +657,14 @@ def test_the_timeline_names_a_bad_argument(seed_runs, kwargs, named):
 def test_every_figure_refuses_a_title_that_is_not_text(seed_runs):
     """One check in the shared layout, and one where a figure falls back to its own title."""
     deployment = example_deployments()["rtx5080-4mib"]
-    calls = [lambda t: viz.outcome_map_figure(sweep_repro([4], [8192]), title=t),
-             lambda t: viz.plan_ranges_figure(plan_deployment(deployment), title=t),
-             lambda t: viz.rank_budget_figure([], title=t),
-             lambda t: viz.review_findings_figure([], title=t),
-             lambda t: viz.page_map_figure(64, 256, "crash", title=t),
-             lambda t: viz.pass_figure([], title=t)]
+    calls = [
+        lambda t: viz.outcome_map_figure(sweep_repro([4], [8192]), title=t),
+        lambda t: viz.plan_ranges_figure(plan_deployment(deployment), title=t),
+        lambda t: viz.rank_budget_figure([], title=t),
+        lambda t: viz.review_findings_figure([], title=t),
+        lambda t: viz.page_map_figure(64, 256, "crash", title=t),
+        lambda t: viz.pass_figure([], title=t),
+    ]
     for call in calls:
         for bad in (float("inf"), np.zeros((2, 2)), True):
             with pytest.raises(TypeError, match="^title must be a str"):
@@ -542,9 +693,13 @@ def test_a_timeline_of_a_few_steps_ticks_whole_steps():
     """A run that ended in its first pass: the step axis shows step 0, not -1, -0.5, 0, 0.5, 1."""
     from kvlab.analysis.compare import long_and_small, run_policy
 
-    layout = viz.scheduler_timeline_spec(run_policy("none/clamped", long_and_small(num_small=2)))["layout"]
-    assert all(layout[axis]["dtick"] == 1 and layout[axis]["range"] == [-0.5, 0.5]
-               for axis in ("xaxis", "xaxis2", "xaxis3"))
+    layout = viz.scheduler_timeline_spec(run_policy("none/clamped", long_and_small(num_small=2)))[
+        "layout"
+    ]
+    assert all(
+        layout[axis]["dtick"] == 1 and layout[axis]["range"] == [-0.5, 0.5]
+        for axis in ("xaxis", "xaxis2", "xaxis3")
+    )
 
 
 def test_an_empty_row_or_pool_draws_no_end_line():
@@ -558,7 +713,11 @@ def test_an_empty_row_or_pool_draws_no_end_line():
 
 def test_the_page_table_labels_the_dummy_row():
     spec = viz.page_table_spec(68, 256, 64, slots=2, dummy_slot=1)
-    rows = [a["text"] for a in spec["layout"]["annotations"] if re.fullmatch(r"row \d+( \(.*\))?", a["text"])]
+    rows = [
+        a["text"]
+        for a in spec["layout"]["annotations"]
+        if re.fullmatch(r"row \d+( \(.*\))?", a["text"])
+    ]
     assert rows == ["row 0 (request)", "row 1 (dummy)"]
     with pytest.raises(ValueError, match="dummy_slot"):
         viz.page_table_spec(68, 256, 64, slots=2, dummy_slot=2)

@@ -37,9 +37,17 @@ def test_the_walkthrough_kernels_run_with_progress_bars_off(tmp_path):
     import nbformat
 
     source, executed = tmp_path / "bars.ipynb", tmp_path / "bars.out.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import os\nfrom tqdm.std import tqdm\nbar = tqdm(range(3), desc='policies')\n"
-        "print(os.environ.get('TQDM_DISABLE'), bar.disable)\nlist(bar)")]), source)
+    nbformat.write(
+        nbformat.v4.new_notebook(
+            cells=[
+                nbformat.v4.new_code_cell(
+                    "import os\nfrom tqdm.std import tqdm\nbar = tqdm(range(3), desc='policies')\n"
+                    "print(os.environ.get('TQDM_DISABLE'), bar.disable)\nlist(bar)"
+                )
+            ]
+        ),
+        source,
+    )
     walkthrough.execute(source, executed, {})
     outputs = nbformat.read(executed, as_version=4).cells[0].outputs
     assert [o.get("text", "") for o in outputs if o.get("name") == "stdout"] == ["1 True\n"]

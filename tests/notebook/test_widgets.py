@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import re
+from html import escape as html_escape
 
 import ipywidgets as W
 import plotly.graph_objects as go
 import pytest
-from html import escape as html_escape
 
 from kvlab.notebook import viz
 from kvlab.notebook.panel import Debouncer, Panel, verdict_html
 from kvlab.notebook.plot_view import PlotView
-from kvlab.notebook.widgets import (ADMISSION_PANEL_POLICIES, admission_model, admission_panel,
-                                    admission_verdict, context_choices, mamba_panel, ranks_panel,
-                                    repro_panel)
+from kvlab.notebook.widgets import (
+    ADMISSION_PANEL_POLICIES,
+    admission_model,
+    admission_panel,
+    admission_verdict,
+    context_choices,
+    mamba_panel,
+    ranks_panel,
+    repro_panel,
+)
 
 HELD = 1
 
@@ -63,12 +70,16 @@ def test_controls_drive_figures_and_verdict_as_the_model_says(panel):
 
 def test_tokens_per_block_changes_the_page_arithmetic(panel):
     panel.controls["tokens_per_block"].value = 64
-    assert row(panel) == [128, 32, 36]  # 8192/64 needed; 4 MiB / (2048 B x 64) pages; ceil(2049/64)=33 -> 36
+    assert row(panel) == [
+        128,
+        32,
+        36,
+    ]  # 8192/64 needed; 4 MiB / (2048 B x 64) pages; ceil(2049/64)=33 -> 36
     assert panel.outcome == "crash"
 
 
 def test_a_pool_below_one_page_gets_a_verdict_not_a_traceback(panel):
-    panel.controls["pool_mib"].value = 2.0 ** -6  # 16 KiB < one 64 KiB page
+    panel.controls["pool_mib"].value = 2.0**-6  # 16 KiB < one 64 KiB page
     assert panel.error is None and panel.outcome is None
     assert panel.verdict_text.startswith("no pool: 16,384 B")
     assert row(panel) == [256, 0, 0]
@@ -82,7 +93,12 @@ def test_set_changes_several_controls_and_recomputes_once(panel):
     before = panel.updates
     panel.set(pool_mib=64.0, policy="configured", context=4096)
     assert panel.updates == before + 1
-    assert panel.values == {"pool_mib": 64.0, "context": 4096, "tokens_per_block": 32, "policy": "configured"}
+    assert panel.values == {
+        "pool_mib": 64.0,
+        "context": 4096,
+        "tokens_per_block": 32,
+        "policy": "configured",
+    }
     assert panel.outcome == "ok"
     with pytest.raises(ValueError, match="unknown control"):
         panel.set(pool=1)
@@ -96,9 +112,13 @@ def test_a_compute_error_is_shown_and_the_figures_stay():
             raise ZeroDivisionError("x must not be 0")
         return values["x"]
 
-    p = Panel({"x": slider}, compute,
-              lambda x: {"f": {"data": [{"type": "bar", "x": [x], "y": [1]}], "layout": {}}},
-              lambda x: ("ok", verdict_html("ok", f"x = {x}")), title="t")
+    p = Panel(
+        {"x": slider},
+        compute,
+        lambda x: {"f": {"data": [{"type": "bar", "x": [x], "y": [1]}], "layout": {}}},
+        lambda x: ("ok", verdict_html("ok", f"x = {x}")),
+        title="t",
+    )
     slider.value = 3
     assert list(p.figures["f"].data[0].x) == [3] and p.verdict_text == "x = 3"
     slider.value = 0
@@ -181,8 +201,11 @@ def _sent_states(monkeypatch, widgets):
     """The comm messages' states the widgets send while a test runs, in order, as (widget, state)."""
     sent = []
     for widget in widgets:
-        monkeypatch.setattr(widget, "_send", lambda msg, buffers=None, w=widget: sent.append(
-            (w, dict(msg.get("state", {})))))
+        monkeypatch.setattr(
+            widget,
+            "_send",
+            lambda msg, buffers=None, w=widget: sent.append((w, dict(msg.get("state", {})))),
+        )
     return sent
 
 
@@ -208,7 +231,9 @@ def test_panel_displays_the_widget_with_a_static_fallback(panel):
     bundle = panel._repr_mimebundle_()
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == panel.widget.model_id
     assert bundle["application/vnd.plotly.v1+json"]["data"][0]["type"] == "heatmap"
-    assert "kvlab-verdict" in bundle["text/html"] and bundle["text/html"].count("Plotly.newPlot") == 2
+    assert (
+        "kvlab-verdict" in bundle["text/html"] and bundle["text/html"].count("Plotly.newPlot") == 2
+    )
     assert "ValueError" in bundle["text/plain"]
     assert isinstance(panel.widget, W.VBox)
     assert all(isinstance(v, PlotView) for v in panel.views.values())
@@ -236,7 +261,9 @@ def test_context_choices_are_log_spaced_and_include_extras():
 
 @pytest.fixture
 def adm():
-    return admission_panel(num_small=3, stall_limit=50)  # the seed: 4 MiB, 8192 tokens, none/clamped
+    return admission_panel(
+        num_small=3, stall_limit=50
+    )  # the seed: 4 MiB, 8192 tokens, none/clamped
 
 
 def stalled(panel):
@@ -251,8 +278,10 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
 
     assert adm.outcome == "crash"
     assert "PageIndexTooShort" in adm.verdict_text
-    assert "context of 8,192 tokens needs 256 pages, 257 with its 16 output tokens; the pool has 64" \
+    assert (
+        "context of 8,192 tokens needs 256 pages, 257 with its 16 output tokens; the pool has 64"
         in adm.verdict_text
+    )
     # the crash is the context's 256 entries against the row of 68, as notebook 02's figure says
     assert list(demand().data[0].x) == [256, 64, 68]
     assert list(demand().data[0].y)[0] == "request: 256 entries (257 with its output)"
@@ -266,8 +295,10 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
 
     adm.set(policy="capacity")  # PR #21720
     assert adm.outcome == "reject"
-    assert adm.verdict_text.startswith("Rejected: Request requires 257 KV cache blocks to complete, "
-                                       "which exceeds the total capacity of 64 blocks")
+    assert adm.verdict_text.startswith(
+        "Rejected: Request requires 257 KV cache blocks to complete, "
+        "which exceeds the total capacity of 64 blocks"
+    )
     assert max(stalled(adm)) == 0
 
     adm.set(pool_mib=32.0)  # 512 pages: everything fits
@@ -279,11 +310,14 @@ def test_admission_panel_names_each_outcome_with_the_numbers(adm):
 
 
 def test_the_panels_verdicts_count_one_thing_in_the_singular():
-    """"1 request", "1 page", "1 sequence": never "1 requests" or "1 pages"."""
+    """ "1 request", "1 page", "1 sequence": never "1 requests" or "1 pages"."""
     from kvlab.notebook.widgets import mamba_panel
 
     alone = admission_panel(context=32, policy="capacity", num_small=0).verdict_text
-    assert alone.startswith("OK: 1 request, all finished in 16 steps.") and "needs 1 page, 2 with" in alone
+    assert (
+        alone.startswith("OK: 1 request, all finished in 16 steps.")
+        and "needs 1 page, 2 with" in alone
+    )
     one_left = mamba_panel(max_batch_size=340).verdict_text  # the clamp keeps 339 resident
     assert "339 resident" in one_left and "the queue holds 1 sequence." in one_left
     assert not re.search(r"\b1 (requests|pages|sequences|steps)\b", alone + one_left)
@@ -304,7 +338,7 @@ def test_admission_panel_controls_drive_the_model(adm):
 
 
 def test_admission_panel_without_a_pool_says_so():
-    adm = admission_panel(pool_mib=2.0 ** -5, num_small=1)  # 32 KiB < one 64 KiB page
+    adm = admission_panel(pool_mib=2.0**-5, num_small=1)  # 32 KiB < one 64 KiB page
     assert adm.error is None and adm.outcome is None
     assert adm.verdict_text.startswith("no pool")
     assert len(adm.figures["timeline"].data[0].x) == 0
@@ -353,7 +387,10 @@ def test_the_pr_merged_raises_and_the_proposals_keep_339(mamba):
     assert [t.name.split(":")[0] for t in fig.data] == [lab for _, lab, _ in viz.RESIDENCY_PARTS]
     assert [t.name.endswith("too thin to see") for t in fig.data] == [False, True, True, True]
     # merged raises at construction: its bar is what it would need, not slots it holds
-    assert bar_names(fig) == ["merged: needs 37.5 GiB, does not build", "PR #17261 clamp (proposal)"]
+    assert bar_names(fig) == [
+        "merged: needs 37.5 GiB, does not build",
+        "PR #17261 clamp (proposal)",
+    ]
     merged, clamp = (x.split("<br>")[1:] for x in fig.data[0].x)
     assert "it would need:" in merged[0]
     assert any("resident state slots 37.4 GiB" in line for line in merged)
@@ -398,11 +435,16 @@ def test_a_smaller_batch_fits(mamba):
 def test_a_quota_below_one_slot_clamps_to_zero(mamba):
     mamba.set(quota_gib=0.1, ssm_dtype="float32")  # 102 MiB: less than a dummy and a 147 MiB slot
     # what does not fit is one slot with the dummy and a page: 2 x 146.8 MiB + 2 MiB
-    assert "keeps 0: one sequence's slot with 1 dummy slot and one page needs 295.6 MiB" in mamba.verdict_text
+    assert (
+        "keeps 0: one sequence's slot with 1 dummy slot and one page needs 295.6 MiB"
+        in mamba.verdict_text
+    )
     assert "no max_batch_size default fits" in mamba.verdict_text
     assert mamba_bars(mamba)["resident state slots"][1] == 0
     resident = mamba.figures["stack"].data[0]
-    assert resident.y[1] is None and "resident" not in resident.x[1]  # zero bytes: not drawn, not listed
+    assert (
+        resident.y[1] is None and "resident" not in resident.x[1]
+    )  # zero bytes: not drawn, not listed
     # learner pass C: the clamp's bar says it raises too, not "unused 102.4 MiB" as if it built
     assert "no sequence fits: it raises too" in resident.x[1] and "unused" not in resident.x[1]
 
@@ -412,8 +454,11 @@ def test_a_part_no_bar_has_is_not_in_the_legend():
     spec = viz.residency_stack_spec({"raw": fit, "clamped": fit, "raw_fits": True}, 32 * 2**30)
     shown = [t["name"] for t in spec["data"] if t["showlegend"]]
     # a part under 1 % of the tallest bar says so, with its size: the bar alone does not show it
-    assert shown == ["resident state slots", "dummy slots (CUDA-graph padding): 64.0 MiB, too thin to see",
-                     "attention pages"]
+    assert shown == [
+        "resident state slots",
+        "dummy slots (CUDA-graph padding): 64.0 MiB, too thin to see",
+        "attention pages",
+    ]
     assert bar_names(go.Figure(spec))[0] == "merged"  # it builds: no "would need"
     assert "would need" not in spec["data"][0]["x"][0]
     assert len(spec["data"]) == 4 and spec["data"][3]["y"] == [None, None]  # 4 traces, always
@@ -431,7 +476,9 @@ def test_the_quota_slider_steps_in_half_gib_and_offers_the_key_quotas():
     slider = panel.controls["quota_gib"]
     offered = [v for _, v in slider.options]
     assert MAMBA_QUOTA_STEP_GIB == 0.5 and len(offered) <= 200
-    assert slider.value == 24.86 and int(slider.value * GIB) == PR_QUOTA_BYTES  # the default, the PR's
+    assert (
+        slider.value == 24.86 and int(slider.value * GIB) == PR_QUOTA_BYTES
+    )  # the default, the PR's
     steps = {round(b - a, 2) for a, b in zip(offered, offered[1:])}
     assert max(steps) == 0.5
     # less than one slot, where merged builds (37.48 GiB needed, bf16; 73.55 float32), an H100
@@ -439,7 +486,9 @@ def test_the_quota_slider_steps_in_half_gib_and_offers_the_key_quotas():
     for quota in (0.1, 24.86, 37.5, 74.0):
         panel.set(quota_gib=quota)
         assert panel.model.quota_gib == quota
-    assert panel.set(quota_gib=37.5).outcome == "ok" and panel.set(quota_gib=37.0).outcome == "crash"
+    assert (
+        panel.set(quota_gib=37.5).outcome == "ok" and panel.set(quota_gib=37.0).outcome == "crash"
+    )
     own = mamba_panel(quota_gib=33.3)  # a notebook parameter off the grid is offered too
     assert own.controls["quota_gib"].value == 33.3 and own.model.quota_gib == 33.3
     with pytest.raises(ValueError, match="quota_gib"):
@@ -473,7 +522,10 @@ def test_the_report_clamps_and_the_long_context_crashes(ranks):
     ranks.set(workspace_gib=28.0, context=1_000_000)
     assert ranks.outcome == "crash"
     text = ranks.verdict_text
-    assert "max_seq_len 1,048,576 is clamped to 958,752" in text and "long-ctx (rank 0) would raise" in text
+    assert (
+        "max_seq_len 1,048,576 is clamped to 958,752" in text
+        and "long-ctx (rank 0) would raise" in text
+    )
     assert f"Predicted: shut down - rank 0 raises ValueError: {NATIVE} on long-ctx" in text
     tokens, colors = ranks_fit(ranks)
     assert tokens["long-ctx"] == 1_000_064 and colors["long-ctx"] == viz.OUTCOME_COLORS["crash"]
@@ -482,7 +534,7 @@ def test_the_report_clamps_and_the_long_context_crashes(ranks):
     assert [t.name for t in budget.data] == [label for _, label, _ in viz.BUDGET_PARTS]
     assert budget.data[4].name == "KV pool (after the MIN)"  # 16 ranks: there is a MIN
     pool = budget.data[4].y
-    assert len(pool) == 16 and len(set(round(v, 6) for v in pool)) == 1  # one pool after the MIN
+    assert len(pool) == 16 and len({round(v, 6) for v in pool}) == 1  # one pool after the MIN
     lost = budget.data[6].y
     assert lost[0] > lost[-1] == 0  # rank 0 lost the most to the MIN; the last rank set it
 
@@ -535,18 +587,26 @@ def test_ranks_panel_checks_its_arguments():
     assert len(small.model.plan.ranks) == 2 and small.values["context"] == 960_000
 
 
-@pytest.mark.parametrize("workspace, context, outcome, ended", [
-    (28.0, 1_000_000, "crash", f"shut down - rank 0 raised ValueError: {NATIVE}"),
-    (0.0, 1_000_000, "ok", "completed - every rank finished its work"),
-])
-def test_the_button_runs_the_ranks_and_agrees_with_the_plan(ranks, workspace, context, outcome, ended):
+@pytest.mark.parametrize(
+    "workspace, context, outcome, ended",
+    [
+        (28.0, 1_000_000, "crash", f"shut down - rank 0 raised ValueError: {NATIVE}"),
+        (0.0, 1_000_000, "ok", "completed - every rank finished its work"),
+    ],
+)
+def test_the_button_runs_the_ranks_and_agrees_with_the_plan(
+    ranks, workspace, context, outcome, ended
+):
     ranks.set(workspace_gib=workspace, context=context)
     assert ranks.action_result is None and ranks.action_output.value == ""
     ranks.action_button.click()  # what the reader's click does
     result = ranks.action_result
     assert result.world_size == 16 and result.mode == "in-process"
     assert ranks.outcome == outcome and f"{result.ended} - {result.reason}".startswith(ended)
-    assert "As predicted." in ranks.action_output.value and "NOT as predicted" not in ranks.action_output.value
+    assert (
+        "As predicted." in ranks.action_output.value
+        and "NOT as predicted" not in ranks.action_output.value
+    )
     assert "pool after MIN" in ranks.action_output.value  # said once, above the per-rank table
     ranks.set(context=524_288)  # the run described other values: it is cleared
     assert ranks.action_result is None and ranks.action_output.value == ""
@@ -562,21 +622,35 @@ def test_the_buttons_table_fits_under_the_panel(ranks):
     ranks.set(workspace_gib=28.0, context=1_000_000)  # the report's (the fixture is shared)
     ranks.act()
     shown = ranks.action_output.value
-    assert "Every rank: pool after MIN (pages) 29,961; pool after MIN (tokens) 958,752; row (entries) 29,964" in shown
-    table_html = shown[shown.index("<table"):]
+    assert (
+        "Every rank: pool after MIN (pages) 29,961; pool after MIN (tokens) 958,752; row (entries) 29,964"
+        in shown
+    )
+    table_html = shown[shown.index("<table") :]
     headers = re.findall(r'<th[^>]*class="col_heading[^"]*"[^>]*>(.*?)</th>', table_html)
-    assert headers == ["workspace (GiB)", "own pool (pages)", "own quota (GiB)", "requests", "outcome"]
-    assert f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"' in table_html and RANKS_RUN_TABLE_WIDTH <= 1000
+    assert headers == [
+        "workspace (GiB)",
+        "own pool (pages)",
+        "own quota (GiB)",
+        "requests",
+        "outcome",
+    ]
+    assert (
+        f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"' in table_html
+        and RANKS_RUN_TABLE_WIDTH <= 1000
+    )
     assert table_html.count("shut down: rank 0 raised ValueError") == 15
 
 
 def test_a_panel_without_an_action_says_so(ranks):
     from kvlab.notebook.widgets import repro_panel
+
     with pytest.raises(ValueError, match="no action"):
         repro_panel().act()
 
 
 # --- notebook 03: one scheduling pass at a time -------------------------------------------------
+
 
 def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     from kvlab.notebook.widgets import STEP_ENGINE, step_model, step_panel
@@ -584,25 +658,40 @@ def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     first = step_model({"policy": "none/configured", "pass": 1})
     assert first.passes == 1
     assert [(r["request"], r["asked"], r["result"]) for r in first.rows] == [
-        ("long", 8192, "refused"), ("s0", 256, "scheduled")]
+        ("long", 8192, "refused"),
+        ("s0", 256, "scheduled"),
+    ]
     assert first.rows[1]["got"] == 256 and first.rows[0]["got"] == 0
     crash = step_model({"policy": "none/clamped", "pass": 10})
     assert crash.passes == 1 and crash.rows[0]["result"] == "crash"  # the engine stopped in pass 1
-    assert crash.rows[1]["result"] == "waiting"                       # s0 was never reached
+    assert crash.rows[1]["result"] == "waiting"  # s0 was never reached
     rejected = step_model({"policy": "capacity", "pass": 1})
     assert rejected.rows[0]["result"] == "rejected" and "exceeds" in rejected.rows[0]["why"]
     end = step_model({"policy": "none/configured", "pass": 54})  # past the small requests' end
-    assert end.stalled == STEP_ENGINE.stall_limit and type(end.result.error).__name__ == "SchedulerDeadlock"
-    assert end.rows[0]["why"].endswith("the engine stopped after this pass")  # no next pass to retry in
+    assert (
+        end.stalled == STEP_ENGINE.stall_limit
+        and type(end.result.error).__name__ == "SchedulerDeadlock"
+    )
+    assert end.rows[0]["why"].endswith(
+        "the engine stopped after this pass"
+    )  # no next pass to retry in
     assert first.rows[0]["why"].endswith("retried next pass")
     panel = step_panel("none/configured", passes=1)
     panel.set(**{"pass": 2})
-    assert panel.model.passes == 2 and panel.model.rows[1]["asked"] == 1  # s0's first generation step
+    assert (
+        panel.model.passes == 2 and panel.model.rows[1]["asked"] == 1
+    )  # s0's first generation step
     assert "Press → for the next" in panel.verdict.value
-    assert "IN PROGRESS: PASS 2 OF 54" in panel.verdict.value and "NO OUTCOME" not in panel.verdict.value
+    assert (
+        "IN PROGRESS: PASS 2 OF 54" in panel.verdict.value
+        and "NO OUTCOME" not in panel.verdict.value
+    )
     panel.set(**{"pass": 45})
     assert "IN PROGRESS: PASS 45 OF 54" in panel.verdict.value
-    assert [t.name for t in panel.figures["pass"].data][:2] == ["asked (outline)", "got (filled, by result)"]
+    assert [t.name for t in panel.figures["pass"].data][:2] == [
+        "asked (outline)",
+        "got (filled, by result)",
+    ]
 
 
 def test_the_step_panels_legend_shows_the_colours_it_draws():
@@ -633,7 +722,9 @@ def test_the_pass_slider_spans_the_passes_the_run_has():
         panel.set(**{"pass": wanted})
         assert panel.model.passes == wanted
         assert panel.figures["pass"].layout.title.text.startswith(f"Pass {wanted}:")
-    assert "SchedulerDeadlock" in panel.verdict_text  # the last position is where the engine stopped
+    assert (
+        "SchedulerDeadlock" in panel.verdict_text
+    )  # the last position is where the engine stopped
     panel.set(policy="capacity")  # 34 passes: the slider shrinks and its value with it
     assert slider.max == 34 and slider.value == 34 == panel.model.passes
     assert panel.figures["pass"].layout.title.text.startswith("Pass 34:")
@@ -647,45 +738,70 @@ def test_under_a_rejecting_style_the_panels_parts_agree():
     """The verdict says "rejected at admission"; the row figure must not say ValueError."""
     panel = admission_panel(policy="sglang")
     text = viz.figure_text(panel.figures["demand"])
-    assert panel.outcome == "reject" and "never reaches the row" in text and "ValueError" not in text
+    assert (
+        panel.outcome == "reject" and "never reaches the row" in text and "ValueError" not in text
+    )
 
 
 # --- notebook 06: the plan panel ------------------------------------------------------------------
+
 
 def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
     from kvlab.notebook.widgets import plan_panel
 
     panel = plan_panel()
     assert panel.outcome == "crash"
-    assert panel.verdict_text.startswith("Current code: a context of 958,849 tokens or more raises "
-                                         "ValueError and takes every rank down")
+    assert panel.verdict_text.startswith(
+        "Current code: a context of 958,849 tokens or more raises "
+        "ValueError and takes every rank down"
+    )
     assert "Admission control: reject, longest 958,688 tokens" in panel.verdict_text
     bands = panel.figures["ranges"]
     crash = next(t for t in bands.data if t.name == viz.OUTCOME_LABELS["crash"])
     assert list(crash.y) == ["current code"] and list(crash.base) == [958_848]
     assert len(panel.figures["ranks"].data[0].x) == 16
-    slots = next(t for t in panel.figures["ranks"].data if t.name.startswith("recurrent-state slots"))
+    slots = next(
+        t for t in panel.figures["ranks"].data if t.name.startswith("recurrent-state slots")
+    )
     assert not slots.showlegend and max(slots.y) == 0  # an attention-only model has none
     views = dict(panel.views)
 
     panel.set(manager="auto")  # what Qwen3-MoE gets by default: V1, which clamps and rejects
     assert panel.outcome == "reject" and panel.verdict_text.startswith(
-        "Current code (V1 manager): nothing crashes; prompts of ")
+        "Current code (V1 manager): nothing crashes; prompts of "
+    )
     assert "Admission control" not in panel.verdict_text
-    assert [t.y[0] for t in panel.figures["ranges"].data if t.type == "bar" and len(t.y)] == \
-        ["current code (V1)"] * 2
+    assert [t.y[0] for t in panel.figures["ranges"].data if t.type == "bar" and len(t.y)] == [
+        "current code (V1)"
+    ] * 2
     # learner pass C: V1 has no admission control; its request checks reject at the door
-    assert "REJECTED AT THE REQUEST DOOR" in panel.verdict.value and "ADMISSION" not in panel.verdict.value
-    assert "rejected at the request door" in [t.name for t in panel.figures["ranges"].data if t.showlegend]
+    assert (
+        "REJECTED AT THE REQUEST DOOR" in panel.verdict.value
+        and "ADMISSION" not in panel.verdict.value
+    )
+    assert "rejected at the request door" in [
+        t.name for t in panel.figures["ranges"].data if t.showlegend
+    ]
     panel.set(manager="v2")
     panel.set(workspace_gib=0.0)  # no workspace: the pool holds max_seq_len, no clamp
-    assert panel.outcome == "ok" and "longest context that finishes is 1,048,576" in panel.verdict_text
-    panel.set(model="qwen3.5-27b", gpu="h100-80gb", weights_gib=52.0, ranks=1,
-              max_batch_size=512, max_seq_len=32768)
+    assert (
+        panel.outcome == "ok" and "longest context that finishes is 1,048,576" in panel.verdict_text
+    )
+    panel.set(
+        model="qwen3.5-27b",
+        gpu="h100-80gb",
+        weights_gib=52.0,
+        ranks=1,
+        max_batch_size=512,
+        max_seq_len=32768,
+    )
     assert panel.outcome == "crash" and panel.verdict_text.startswith(
-        "Current code raises at construction: 514 state slots")
+        "Current code raises at construction: 514 state slots"
+    )
     assert "Admission control does not help: nothing starts" in panel.verdict_text
-    slots = next(t for t in panel.figures["ranks"].data if t.name.startswith("recurrent-state slots"))
+    slots = next(
+        t for t in panel.figures["ranks"].data if t.name.startswith("recurrent-state slots")
+    )
     assert slots.showlegend and min(slots.y) > 0  # the clamp's slots, beside its pool
     panel.set(model="llama-3.1-8b")  # another model's weights are derived, not the last ones
     assert panel.controls["weights_gib"].value == 0.0
@@ -709,19 +825,39 @@ def test_the_plan_panels_text_is_wrapped_once_and_its_sliders_name_their_units()
     style, text = blocks[0]
     assert "white-space:pre-wrap" in style
     assert html.unescape(text) == panel.model.explain(width=None)
-    assert html.unescape(text) != panel.model.explain()  # a terminal's copy is wrapped, this one not
-    assert panel.model.explain().replace("\n    ", " ").replace("\n", " ") \
+    assert (
+        html.unescape(text) != panel.model.explain()
+    )  # a terminal's copy is wrapped, this one not
+    assert (
+        panel.model.explain()
+        .replace("\n    ", " ")
+        .replace("\n", " ")
         .startswith(html.unescape(text).split("\n")[0])
-    sliders = {n: c.description for n, c in panel.controls.items() if isinstance(c, (W.FloatSlider, W.SelectionSlider))}
-    assert sliders == {"workspace_gib": "rank 0 workspace (GiB)", "max_seq_len": "max_seq_len (tokens)",
-                       "weights_gib": "weights per rank (GiB)",
-                       "max_batch_size": "max_batch_size (sequences)", "ranks": "ranks (GPUs, attention DP)"}
+    )
+    sliders = {
+        n: c.description
+        for n, c in panel.controls.items()
+        if isinstance(c, (W.FloatSlider, W.SelectionSlider))
+    }
+    assert sliders == {
+        "workspace_gib": "rank 0 workspace (GiB)",
+        "max_seq_len": "max_seq_len (tokens)",
+        "weights_gib": "weights per rank (GiB)",
+        "max_batch_size": "max_batch_size (sequences)",
+        "ranks": "ranks (GPUs, attention DP)",
+    }
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    (dict(model="gpt-5"), "model must be one of"), (dict(gpu="tpu"), "gpu must be one of"),
-    (dict(ranks=3), "ranks must be one of"), (dict(workspace_gib=100.0), "workspace_gib must be a number"),
-    (dict(max_seq_len=5000), "max_seq_len must be one of")])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(model="gpt-5"), "model must be one of"),
+        (dict(gpu="tpu"), "gpu must be one of"),
+        (dict(ranks=3), "ranks must be one of"),
+        (dict(workspace_gib=100.0), "workspace_gib must be a number"),
+        (dict(max_seq_len=5000), "max_seq_len must be one of"),
+    ],
+)
 def test_the_plan_panel_names_a_bad_value(kwargs, named):
     from kvlab.notebook.widgets import plan_panel
 
@@ -729,25 +865,38 @@ def test_the_plan_panel_names_a_bad_value(kwargs, named):
         plan_panel(**kwargs)
 
 
-@pytest.mark.parametrize("pool_mib, who_starved", [
-    (16.0, "it holds the pool while the small requests starved (0 of 6 finished)"),
-    (4.0, "refused every pass, the long request starved while 6 of 6 small requests finished"),
-])
+@pytest.mark.parametrize(
+    "pool_mib, who_starved",
+    [
+        (16.0, "it holds the pool while the small requests starved (0 of 6 finished)"),
+        (4.0, "refused every pass, the long request starved while 6 of 6 small requests finished"),
+    ],
+)
 def test_admission_verdict_says_who_starved(pool_mib, who_starved):
     """At 16 MiB the long context is admitted and takes the whole pool (its next token needs one
     more page): the small requests starve, not the long one; at 4 MiB it is refused every pass."""
-    model = admission_model({"pool_mib": pool_mib, "context": 8192, "policy": "none/configured"},
-                            num_small=6)
+    model = admission_model(
+        {"pool_mib": pool_mib, "context": 8192, "policy": "none/configured"}, num_small=6
+    )
     outcome, html = admission_verdict(model)
     assert outcome == "stall" and who_starved in html
     long_line = next(line for line in html.split("\n") if line.startswith("long: "))
-    assert long_line.startswith("long: suspended" if pool_mib == 16.0 else "long: waiting in the scheduler")
+    assert long_line.startswith(
+        "long: suspended" if pool_mib == 16.0 else "long: waiting in the scheduler"
+    )
     assert "V2 scheduler deadlock" not in html.split("</b>", 1)[-1].split("phase diagram", 1)[-1]
 
 
-@pytest.mark.parametrize("pool_mib, policy", [(4.0, "none/clamped"), (16.0, "none/clamped"),
-                                              (16.0, "none/configured"), (2 ** 4.5, "vllm"),
-                                              (2 ** 4.5, "none/clamped")])
+@pytest.mark.parametrize(
+    "pool_mib, policy",
+    [
+        (4.0, "none/clamped"),
+        (16.0, "none/clamped"),
+        (16.0, "none/configured"),
+        (2**4.5, "vllm"),
+        (2**4.5, "none/clamped"),
+    ],
+)
 def test_admission_detail_gives_each_reason_whole(pool_mib, policy):
     """Learner pass: detail lines were cut at 200 characters ("... 64 of..."), and a finished
     request read "after a 8192-token prompt"."""
@@ -757,17 +906,21 @@ def test_admission_detail_gives_each_reason_whole(pool_mib, policy):
     for rid, reason in model.result.reasons.items():
         if model.result.error is not None:  # the headline gives where and why the engine stopped
             reason = reason.split(" (", 1)[1].removesuffix(f"): {model.result.error}")
-            if "raised by this request" in model.result.reasons[rid]:  # it raised in a pass: no refusal count
+            if (
+                "raised by this request" in model.result.reasons[rid]
+            ):  # it raised in a pass: no refusal count
                 reason = reason.split("; ", 1)[1]
         assert html_escape(reason) in detail, rid
     assert "..." not in html and "a 8" not in html and "engine stopped" not in detail
-    assert ("long: waiting in the scheduler - raised the error; its context of 8,192 tokens" in detail
-            ) == (model.outcome == "crash")
+    assert (
+        "long: waiting in the scheduler - raised the error; its context of 8,192 tokens" in detail
+    ) == (model.outcome == "crash")
     for rid in model.result.status:  # each where the timeline's subtitle counts it
         assert f"{rid}: {viz.end_place(model.result, rid)} - " in detail
 
 
 # -- notebook 01's panel hints: each can be found on the sliders --------------------------------
+
 
 def _ranks_positions():
     """The ranks panel's loaded scenario, workspace slider positions and context options."""
@@ -776,21 +929,28 @@ def _ranks_positions():
     controls = ranks_panel().controls
     ws, ctx = controls["workspace_gib"], controls["context"]
     steps = round((ws.max - ws.min) / ws.step)
-    return (load_scenario("issue-21470"), [ws.min + k * ws.step for k in range(steps + 1)],
-            [value for _, value in ctx.options])
+    return (
+        load_scenario("issue-21470"),
+        [ws.min + k * ws.step for k in range(steps + 1)],
+        [value for _, value in ctx.options],
+    )
 
 
 def _ranks_plan(scenario, workspace_gib, context):
     from kvlab.notebook.widgets.ranks import ranks_model
 
-    return ranks_model(dict(workspace_gib=workspace_gib, context=context), scenario=scenario,
-                       ranks=16).plan
+    return ranks_model(
+        dict(workspace_gib=workspace_gib, context=context), scenario=scenario, ranks=16
+    ).plan
 
 
 def test_hint_01_a_workspace_below_which_the_pool_no_longer_clamps():
     scenario, workspaces, contexts = _ranks_positions()
-    clamps = {w: _ranks_plan(scenario, w, 1_000_000).ranks[0].max_seq_len
-              < _ranks_plan(scenario, w, 1_000_000).configured_max_seq_len for w in workspaces}
+    clamps = {
+        w: _ranks_plan(scenario, w, 1_000_000).ranks[0].max_seq_len
+        < _ranks_plan(scenario, w, 1_000_000).configured_max_seq_len
+        for w in workspaces
+    }
     assert not all(clamps.values()) and any(clamps.values())
     first = min(w for w, c in clamps.items() if c)
     assert all(clamps[w] for w in workspaces if w >= first)  # "below which": one threshold
@@ -798,13 +958,18 @@ def test_hint_01_a_workspace_below_which_the_pool_no_longer_clamps():
 
 def test_hint_01_the_pool_clamps_and_the_long_context_still_fits():
     scenario, workspaces, contexts = _ranks_positions()
-    found = [(w, c) for w in workspaces[::4] for c in contexts
-             if (plan := _ranks_plan(scenario, w, c)).ranks[0].max_seq_len < plan.configured_max_seq_len
-             and plan.outcome == "ok"]
+    found = [
+        (w, c)
+        for w in workspaces[::4]
+        for c in contexts
+        if (plan := _ranks_plan(scenario, w, c)).ranks[0].max_seq_len < plan.configured_max_seq_len
+        and plan.outcome == "ok"
+    ]
     assert found
 
 
 # -- notebook 02's panel hints: each can be found on the sliders --------------------------------
+
 
 def _repro_positions():
     """Every (pool MiB, context) the repro panel's sliders can take: the log slider's half
@@ -812,18 +977,22 @@ def _repro_positions():
     controls = repro_panel().controls
     pool, ctx = controls["pool_mib"], controls["context"]
     steps = round((pool.max - pool.min) / pool.step)
-    return ([2.0 ** (pool.min + k * pool.step) for k in range(steps + 1)],
-            [value for _, value in ctx.options])
+    return (
+        [2.0 ** (pool.min + k * pool.step) for k in range(steps + 1)],
+        [value for _, value in ctx.options],
+    )
 
 
 def _repro_outcome(pool_mib, context):
     from kvlab.notebook.widgets.repro import repro_model
 
-    return repro_model(dict(pool_mib=pool_mib, context=context, tokens_per_block=32, policy="clamped"))
+    return repro_model(
+        dict(pool_mib=pool_mib, context=context, tokens_per_block=32, policy="clamped")
+    )
 
 
 def test_hint_02_the_smallest_pool_on_the_slider_that_holds_8192_tokens():
-    """"its half steps jump from 11.31 MiB, which still crashes, to 16 MiB"."""
+    """ "its half steps jump from 11.31 MiB, which still crashes, to 16 MiB"."""
     pools, _ = _repro_positions()
     outcomes = {p: _repro_outcome(p, 8192).outcome for p in pools}
     smallest = min(p for p, o in outcomes.items() if o == "ok")
@@ -832,14 +1001,21 @@ def test_hint_02_the_smallest_pool_on_the_slider_that_holds_8192_tokens():
 
 
 def test_hint_02_a_context_just_above_the_clamped_capacity_is_refused():
-    """"try pools between 2 and 4 MiB with a context of 1,536 tokens": one is refused (the
+    """ "try pools between 2 and 4 MiB with a context of 1,536 tokens": one is refused (the
     row's spare entries), not a crash."""
     pools, contexts = _repro_positions()
     assert 1536 in contexts
-    refused = [(p, c) for p in pools if 2 <= p <= 4 for c in (1536,)
-               if _repro_outcome(p, c).outcome == "refused"]
-    assert refused and all(_repro_outcome(p, c).result.context > _repro_outcome(p, c).result.capacity_tokens
-                           for p, c in refused)
+    refused = [
+        (p, c)
+        for p in pools
+        if 2 <= p <= 4
+        for c in (1536,)
+        if _repro_outcome(p, c).outcome == "refused"
+    ]
+    assert refused and all(
+        _repro_outcome(p, c).result.context > _repro_outcome(p, c).result.capacity_tokens
+        for p, c in refused
+    )
 
 
 def test_hint_02_a_pool_too_small_to_hold_one_page():
@@ -849,15 +1025,24 @@ def test_hint_02_a_pool_too_small_to_hold_one_page():
 
 # -- notebook 04's panel hints: each can be found on the sliders --------------------------------
 
+
 def _admission_outcomes(policy, *, pools=None, contexts=None, pool_mib=4.0, context=8192):
     """The panel's outcome at each slider position of the pool (or of the context)."""
     if pools is None and contexts is None:
         raise ValueError("pools or contexts")
     if pools is not None:
-        return {p: admission_model({"pool_mib": p, "context": context, "policy": policy},
-                                   num_small=4).outcome for p in pools}
-    return {c: admission_model({"pool_mib": pool_mib, "context": c, "policy": policy},
-                               num_small=4).outcome for c in contexts}
+        return {
+            p: admission_model(
+                {"pool_mib": p, "context": context, "policy": policy}, num_small=4
+            ).outcome
+            for p in pools
+        }
+    return {
+        c: admission_model(
+            {"pool_mib": pool_mib, "context": c, "policy": policy}, num_small=4
+        ).outcome
+        for c in contexts
+    }
 
 
 POOL_STEPS = [2 ** (k / 2) for k in range(-8, 17)]  # the pool slider: 2**-4 to 2**8 MiB, half steps
@@ -871,8 +1056,14 @@ def test_hint_a_pool_where_clamped_stops_crashing_but_still_stalls():
 
 
 def test_hint_a_pool_from_which_trtllms_three_policies_say_ok():
-    ok = [p for p in POOL_STEPS if all(_admission_outcomes(policy, pools=[p])[p] == "ok"
-                                      for policy in ("none/clamped", "none/configured", "capacity"))]
+    ok = [
+        p
+        for p in POOL_STEPS
+        if all(
+            _admission_outcomes(policy, pools=[p])[p] == "ok"
+            for policy in ("none/clamped", "none/configured", "capacity")
+        )
+    ]
     assert ok and all(p in ok for p in POOL_STEPS if p >= ok[0])
 
 
@@ -888,7 +1079,8 @@ def test_hint_the_context_from_which_each_peer_rejects_at_the_default_pool():
         outcomes = _admission_outcomes(policy, contexts=context_choices([8192]))
         first_reject = min(c for c, o in outcomes.items() if o == "reject")
         assert outcomes[min(outcomes)] == "ok" and all(
-            o == "reject" for c, o in outcomes.items() if c >= first_reject), policy
+            o == "reject" for c, o in outcomes.items() if c >= first_reject
+        ), policy
 
 
 def test_a_panels_rows_wrap_on_a_narrow_page():
@@ -920,9 +1112,13 @@ def test_a_panel_breaks_its_figures_subtitles_again_for_its_narrower_width():
     fig = panel.figures["timeline"]
     lines = [re.sub(r"<[^>]+>", "", line) for line in fig.layout.title.text.split("<br>")[1:]]
     assert fig.layout.width == panel.figure_width == 640
-    assert len(lines) == 2 and all(len(line) <= SUBTITLE_CHARS * 640 // FIGURE_WIDTH for line in lines)
-    assert " ".join(lines) == ("1 pass; at the end: 2 waiting in the scheduler, 5 not yet arrived; "
-                               "stopped by PageIndexTooShort")
+    assert len(lines) == 2 and all(
+        len(line) <= SUBTITLE_CHARS * 640 // FIGURE_WIDTH for line in lines
+    )
+    assert " ".join(lines) == (
+        "1 pass; at the end: 2 waiting in the scheduler, 5 not yet arrived; "
+        "stopped by PageIndexTooShort"
+    )
     assert fig.layout.margin.t >= 64 + 17 * 2
 
 
@@ -932,7 +1128,7 @@ def test_a_verdict_keeps_a_command_line_flag_whole():
 
     shown = verdict_html("reject", "enable --allow-auto-truncate, or a shorter prompt (a-b)")
     assert '<span style="white-space:nowrap">--allow-auto-truncate</span>' in shown
-    assert "nowrap\">a-b" not in shown  # only flags are held together
+    assert 'nowrap">a-b' not in shown  # only flags are held together
 
 
 def test_sglangs_timeline_counts_one_token_pages():
@@ -942,4 +1138,6 @@ def test_sglangs_timeline_counts_one_token_pages():
     titles = [a["text"] for a in panel.figures["timeline"].layout.annotations]
     assert "<b>KV pool (2,048 one-token pages)</b>" in titles
     panel.set(policy="capacity")
-    assert "<b>KV pool (64 pages)</b>" in [a["text"] for a in panel.figures["timeline"].layout.annotations]
+    assert "<b>KV pool (64 pages)</b>" in [
+        a["text"] for a in panel.figures["timeline"].layout.annotations
+    ]

@@ -17,8 +17,17 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from kvlab import (KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Scheduler, SglangScheduler,
-                   SglangServerArgs, VllmEngineArgs, VllmScheduler, simulate)
+from kvlab import (
+    KVCacheManager,
+    KVGeometry,
+    MaxSeqLenClampWarning,
+    Scheduler,
+    SglangScheduler,
+    SglangServerArgs,
+    VllmEngineArgs,
+    VllmScheduler,
+    simulate,
+)
 from kvlab.run.workload import LogNormal, poisson_workload
 
 #: Engines that between them suspend, recompute-pause, retract, abort, reject, finish and stop:
@@ -38,41 +47,63 @@ def run(seed: int, config: str):
     """One seeded workload (64 requests, a few longer than the pool) through one engine with
     a 2,048-token pool."""
     width_policy, args = CONFIGS[config]
-    geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16",
-                     tokens_per_block=16)
+    geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=16)
     if config == "vllm":
-        scheduler = VllmScheduler(VllmEngineArgs(geo, 128, 2032, max_num_seqs=8,
-                                                 max_num_batched_tokens=4096))
+        scheduler = VllmScheduler(
+            VllmEngineArgs(geo, 128, 2032, max_num_seqs=8, max_num_batched_tokens=4096)
+        )
     elif config == "sglang":
-        scheduler = SglangScheduler(SglangServerArgs(
-            KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1), 2048, 4096,
-            max_running_requests=8, max_prefill_tokens=4096))
+        scheduler = SglangScheduler(
+            SglangServerArgs(
+                KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1),
+                2048,
+                4096,
+                max_running_requests=8,
+                max_prefill_tokens=4096,
+            )
+        )
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-            manager = KVCacheManager(geo, quota_bytes=2048 * geo.bytes_per_token, max_seq_len=4096,
-                                     max_batch_size=8, page_index_policy=width_policy,
-                                     host_cache_size=0 if config == "none/no lower tier" else None)
+            manager = KVCacheManager(
+                geo,
+                quota_bytes=2048 * geo.bytes_per_token,
+                max_seq_len=4096,
+                max_batch_size=8,
+                page_index_policy=width_policy,
+                host_cache_size=0 if config == "none/no lower tier" else None,
+            )
         scheduler = Scheduler(manager, **{"max_num_tokens": 4096, "max_batch_size": 8, **args})
-    requests = poisson_workload(64, rate=0.6, seed=seed,
-                                prompt_len=LogNormal(median=160, sigma=1.1, low=8, high=3000),
-                                max_new_tokens=LogNormal(median=48, sigma=0.8, low=1, high=400))
+    requests = poisson_workload(
+        64,
+        rate=0.6,
+        seed=seed,
+        prompt_len=LogNormal(median=160, sigma=1.1, low=8, high=3000),
+        max_new_tokens=LogNormal(median=48, sigma=0.8, low=1, high=400),
+    )
     return simulate(scheduler, requests, max_steps=4000)
 
 
 def trace_bytes(result) -> bytes:
-    return json.dumps({
-        "steps": [list(step) for step in result.trace.steps],
-        "events": [list(event) for event in result.trace.events],
-        "status": result.status,
-        "reasons": result.reasons,
-        "error": None if result.error is None else f"{type(result.error).__name__}: {result.error}",
-    }, sort_keys=True).encode()
+    return json.dumps(
+        {
+            "steps": [list(step) for step in result.trace.steps],
+            "events": [list(event) for event in result.trace.events],
+            "status": result.status,
+            "reasons": result.reasons,
+            "error": None
+            if result.error is None
+            else f"{type(result.error).__name__}: {result.error}",
+        },
+        sort_keys=True,
+    ).encode()
 
 
 def digests(seed: int) -> dict:
     """SHA-256 of each configuration's trace for ``seed``."""
-    return {config: hashlib.sha256(trace_bytes(run(seed, config))).hexdigest() for config in CONFIGS}
+    return {
+        config: hashlib.sha256(trace_bytes(run(seed, config))).hexdigest() for config in CONFIGS
+    }
 
 
 def test_same_seed_same_trace_in_one_process():
@@ -93,8 +124,13 @@ def test_same_seed_same_hash_across_processes():
     here = digests(7)
     for hash_seed in ("0", "4242"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-        proc = subprocess.run([sys.executable, str(Path(__file__)), "7"], capture_output=True,
-                              text=True, env=env, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__)), "7"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert json.loads(proc.stdout) == here, f"PYTHONHASHSEED={hash_seed}"
 

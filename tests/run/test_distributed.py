@@ -57,7 +57,7 @@ def test_min_reduction_gives_every_rank_the_smallest_capacity(clamped16):
     ranks = clamped16.ranks
     assert len(ranks) == 16 and len(set(clamped16.pids)) == 16
     local = [r.local_blocks * 32 for r in ranks]  # tokens before the MIN
-    assert len(set(r.workspace_bytes for r in ranks)) == 16  # every rank's workspace differs
+    assert len({r.workspace_bytes for r in ranks}) == 16  # every rank's workspace differs
     assert len(set(local)) == 16
     assert {r.capacity_tokens for r in ranks} == {min(local)}
     assert {r.blocks for r in ranks} == {min(r.local_blocks for r in ranks)} == {29961}
@@ -100,7 +100,9 @@ def test_in_process_gives_the_same_per_rank_results(scenario, clamped16, admissi
     by_process = {"none/clamped": clamped16, "capacity": admission16}[policy]
     in_process = run_ranks(scenario_config(scenario, 16, policy), in_process=True, progress=False)
     assert in_process.mode == "in-process" and in_process.pids == ()
-    assert [dataclasses.asdict(r) for r in in_process.ranks] == [dataclasses.asdict(r) for r in by_process.ranks]
+    assert [dataclasses.asdict(r) for r in in_process.ranks] == [
+        dataclasses.asdict(r) for r in by_process.ranks
+    ]
     assert (in_process.ended, in_process.reason) == (by_process.ended, by_process.reason)
 
 
@@ -115,8 +117,11 @@ def test_smaller_worlds(scenario, ranks):
 
 
 def test_configured_row_turns_the_crash_into_a_stall_that_still_takes_every_rank_down(scenario):
-    result = run_ranks(scenario_config(scenario, 4, "none/configured", stall_limit=20), in_process=True,
-                       progress=False)
+    result = run_ranks(
+        scenario_config(scenario, 4, "none/configured", stall_limit=20),
+        in_process=True,
+        progress=False,
+    )
     r0 = result.ranks[0]
     assert r0.outcome == "raised" and r0.error.startswith("RuntimeError: V2 scheduler deadlock")
     assert r0.max_blocks_per_seq == 32772  # ceil((1048576 + 1) / 32) -> multiple of 4
@@ -127,7 +132,9 @@ def assert_accounted_for(result, ranks, timeout_s):
     """One result per rank, each with an outcome and, unless it finished, why; the deadline
     stated in the result and in its explanation."""
     assert [r.rank for r in result.ranks] == list(range(ranks)) and len(set(result.pids)) == ranks
-    assert all(r.outcome in ("finished", "raised", "shut down", "died", "hung") for r in result.ranks)
+    assert all(
+        r.outcome in ("finished", "raised", "shut down", "died", "hung") for r in result.ranks
+    )
     assert all(r.error for r in result.ranks if r.outcome != "finished")
     assert result.timeout_s == timeout_s and f"timeout_s={timeout_s:g}" in result.explain()
 
@@ -145,7 +152,9 @@ def assert_every_request_has_a_status_and_a_reason(result, config):
 
 def assert_no_transport_text(result):
     """What a rank or request reports names ranks and steps, not gloo's internals."""
-    texts = [r.error or "" for r in result.ranks] + [why for r in result.ranks for why in r.reasons.values()]
+    texts = [r.error or "" for r in result.ranks] + [
+        why for r in result.ranks for why in r.reasons.values()
+    ]
     assert not [t for t in texts if "gloo" in t or "pair.cc" in t or "Connection closed" in t]
 
 
@@ -173,7 +182,10 @@ def test_a_rank_that_dies_ends_the_run_with_every_rank_accounted_for(died4):
     _, result = died4
     assert_accounted_for(result, 4, 20)
     assert result.ended == "died" and result.engine_down
-    assert result.ranks[2].outcome == "died" and f"exit code {FAULT_EXIT_CODE}" in result.ranks[2].error
+    assert (
+        result.ranks[2].outcome == "died"
+        and f"exit code {FAULT_EXIT_CODE}" in result.ranks[2].error
+    )
     assert all(r.outcome in ("shut down", "hung") for i, r in enumerate(result.ranks) if i != 2)
 
 
@@ -194,8 +206,11 @@ def test_after_a_death_every_request_has_a_status_and_a_reason_naming_the_rank(d
     for r in result.ranks[:2] + result.ranks[3:]:
         # a survivor that could not report within the grace period is killed: its error says so
         assert r.outcome == "shut down" and r.error.startswith(f"shut down: {failure.describe()}")
-        assert r.status and all(f"shut down: {failure.describe()}" in r.reasons[k]
-                                for k, s in r.status.items() if s in ("waiting", "running"))
+        assert r.status and all(
+            f"shut down: {failure.describe()}" in r.reasons[k]
+            for k, s in r.status.items()
+            if s in ("waiting", "running")
+        )
     assert {v[1] for k, v in outcomes.items() if v[0] is None} <= {"not routed"}
     assert all(why.startswith("not routed: ") for why in result.unrouted.values())
     assert_no_transport_text(result)
@@ -216,7 +231,9 @@ def test_a_hung_rank_is_named_and_the_ranks_waiting_for_it_shut_down(hung4):
     config, result = hung4
     assert [r.outcome for r in result.ranks] == ["shut down", "hung", "shut down", "shut down"]
     failure = result.failure
-    assert (failure.rank, failure.kind, failure.step) == (1, "hung", 2) and len(result.failures) == 1
+    assert (failure.rank, failure.kind, failure.step) == (1, "hung", 2) and len(
+        result.failures
+    ) == 1
     assert 0 < failure.at_s < 4
     assert result.reason == failure.describe() and "rank 1 hung at step 2" in result.explain()
     for r in result.ranks[:1] + result.ranks[2:]:
@@ -227,15 +244,19 @@ def test_a_hung_rank_is_named_and_the_ranks_waiting_for_it_shut_down(hung4):
     assert all(r.blocks == 29961 for r in result.ranks)  # the pool each rank built, from the record
 
 
-@pytest.mark.parametrize("policy, ended", [("capacity", "completed"), ("none/clamped", "shut down")])
+@pytest.mark.parametrize(
+    "policy, ended", [("capacity", "completed"), ("none/clamped", "shut down")]
+)
 def test_a_fault_at_a_step_the_run_never_reaches_is_reported_as_not_fired(scenario, policy, ended):
     config = scenario_config(scenario, 2, policy, fault=Fault(rank=1, step=10**6, kind="die"))
     result = run_ranks(config, timeout_s=30, progress=False)
     assert_no_survivors(result)
     assert result.ended == ended and "did not fire" in result.reason, result.reason
     assert result.fault_fired is False
-    assert result.reason.endswith(f"; {config.fault!r} did not fire: rank 1 never ran step 1000000 "
-                                  f"(the run ended at step {max(r.end_step for r in result.ranks)})")
+    assert result.reason.endswith(
+        f"; {config.fault!r} did not fire: rank 1 never ran step 1000000 "
+        f"(the run ended at step {max(r.end_step for r in result.ranks)})"
+    )
     assert f"fault: {config.fault!r} did not fire" in result.explain()
     assert_every_request_has_a_status_and_a_reason(result, config)
 
@@ -268,7 +289,10 @@ def test_a_rank_killed_from_outside_while_another_hangs(scenario):
     assert_no_survivors(result)
     assert_accounted_for(result, 4, 60)
     assert result.ended == "died" and result.pids[2] == killed["pid"]
-    assert result.ranks[2].outcome == "died" and f"exit code {-signal.SIGKILL}: SIGKILL" in result.ranks[2].error
+    assert (
+        result.ranks[2].outcome == "died"
+        and f"exit code {-signal.SIGKILL}: SIGKILL" in result.ranks[2].error
+    )
     assert result.ranks[1].outcome == "hung"
     assert [(f.rank, f.kind) for f in result.failures] == [(2, "died"), (1, "hung")]
     assert result.failures[1].step == 2
@@ -292,8 +316,9 @@ def test_an_interrupt_leaves_no_rank_process(scenario, monkeypatch):
     assert multiprocessing.active_children() == []
 
 
-def test_a_rank_that_raises_brings_its_traceback_home_and_leaves_no_error_file(scenario, monkeypatch,
-                                                                                tmp_path):
+def test_a_rank_that_raises_brings_its_traceback_home_and_leaves_no_error_file(
+    scenario, monkeypatch, tmp_path
+):
     def broken_loop(runner, comm, on_step):  # a kvlab bug inside one rank (forked: inherited)
         if runner.rank == 1:
             raise RuntimeError("boom in rank 1")
@@ -303,18 +328,24 @@ def test_a_rank_that_raises_brings_its_traceback_home_and_leaves_no_error_file(s
     monkeypatch.setattr(supervisor, "rank_loop", broken_loop)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where torch's error files go
     import tempfile
+
     monkeypatch.setattr(tempfile, "tempdir", None)
-    with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed with a kvlab error:.*boom in rank 1"):
+    with pytest.raises(
+        RuntimeError, match=r"(?s)rank 1 failed with a kvlab error:.*boom in rank 1"
+    ):
         run_ranks(scenario_config(scenario, 2, "capacity"), progress=False, timeout_s=30)
     assert multiprocessing.active_children() == []
     assert list(tmp_path.iterdir()) == []  # the error file was read and removed
 
 
-@pytest.mark.parametrize("ranks, error, match", [
-    (0, ValueError, r"ranks must be in \[1, 128\], got 0"),
-    (129, ValueError, r"ranks must be in \[1, 128\], got 129"),
-    (2.5, TypeError, r"ranks must be an int"),
-])
+@pytest.mark.parametrize(
+    "ranks, error, match",
+    [
+        (0, ValueError, r"ranks must be in \[1, 128\], got 0"),
+        (129, ValueError, r"ranks must be in \[1, 128\], got 129"),
+        (2.5, TypeError, r"ranks must be an int"),
+    ],
+)
 def test_bad_rank_counts(scenario, ranks, error, match):
     with pytest.raises(error, match=match):
         scenario_config(scenario, ranks, "none/clamped")
@@ -331,38 +362,81 @@ def test_bad_backend_policy_and_arguments(scenario):
     with pytest.raises(TypeError, match="config must be a RunConfig"):
         run_ranks({"ranks": 2})
     with pytest.raises(ValueError, match="fault needs the process mode"):
-        run_ranks(scenario_config(scenario, 2, "none/clamped", fault=Fault(1, 0, "die")), in_process=True)
+        run_ranks(
+            scenario_config(scenario, 2, "none/clamped", fault=Fault(1, 0, "die")), in_process=True
+        )
     with pytest.raises(ValueError, match=r"fault.rank must be in \[0, 1\]"):
         scenario_config(scenario, 2, "none/clamped", fault=Fault(3, 0, "die"))
     with pytest.raises(ValueError, match="has no deployment block"):
         scenario_config(load_scenario("rtx5080-4mib"))
 
 
-@pytest.mark.parametrize("call, error, text", [
-    (lambda sc: rank_budget((i for i in range(3)), 0, 2), TypeError, "scenario must be a Scenario"),
-    (lambda sc: rank_budget(load_scenario("rtx5080-4mib"), 0, 2), ValueError, "has no deployment block"),
-    (lambda sc: rank_budget(sc, math.inf, 2), TypeError, "rank must be an int in [0, 1]"),
-    (lambda sc: rank_budget(sc, math.nan, 2), TypeError, "rank must be an int"),
-    (lambda sc: rank_budget(sc, -1, 2), ValueError, "rank must be in [0, 1], got -1"),
-    (lambda sc: rank_budget(sc, True, 2), TypeError, "rank must be an int"),
-    (lambda sc: rank_budget(sc, 0, 2**63), ValueError, "ranks must be in [1, 128]"),
-    (lambda sc: rank_budget(sc, 0, 2, workspace_gib=(i for i in range(3))), TypeError,
-     "workspace_gib must be a number"),
-    (lambda sc: rank_budget(sc, 0, 2, workspace_gib=2**63), ValueError, "workspace_gib must be in [0.0, "),
-    (lambda sc: scenario_config(sc, 2, fault="x"), TypeError, "fault must be a Fault"),
-    (lambda sc: dataclasses.replace(scenario_config(sc, 2), pins=0), TypeError, "pins must be a Mapping"),
-    (lambda sc: dataclasses.replace(scenario_config(sc, 2), fault="x"), TypeError, "fault must be a Fault"),
-    (lambda sc: dataclasses.replace(scenario_config(sc, 2), requests=0), TypeError,
-     "requests must be a sequence of Request objects"),
-    (lambda sc: dataclasses.replace(scenario_config(sc, 2), requests=np.zeros((2, 2))), TypeError,
-     "requests[0] must be a Request"),
-    (lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=-1), TypeError,
-     "budgets must be a sequence"),
-    (lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=()), ValueError,
-     "len(budgets) must be in [1, 128]"),
-    (lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=("x",)), TypeError,
-     "budgets[0] must be a MemoryBudget"),
-])
+@pytest.mark.parametrize(
+    "call, error, text",
+    [
+        (
+            lambda sc: rank_budget((i for i in range(3)), 0, 2),
+            TypeError,
+            "scenario must be a Scenario",
+        ),
+        (
+            lambda sc: rank_budget(load_scenario("rtx5080-4mib"), 0, 2),
+            ValueError,
+            "has no deployment block",
+        ),
+        (lambda sc: rank_budget(sc, math.inf, 2), TypeError, "rank must be an int in [0, 1]"),
+        (lambda sc: rank_budget(sc, math.nan, 2), TypeError, "rank must be an int"),
+        (lambda sc: rank_budget(sc, -1, 2), ValueError, "rank must be in [0, 1], got -1"),
+        (lambda sc: rank_budget(sc, True, 2), TypeError, "rank must be an int"),
+        (lambda sc: rank_budget(sc, 0, 2**63), ValueError, "ranks must be in [1, 128]"),
+        (
+            lambda sc: rank_budget(sc, 0, 2, workspace_gib=(i for i in range(3))),
+            TypeError,
+            "workspace_gib must be a number",
+        ),
+        (
+            lambda sc: rank_budget(sc, 0, 2, workspace_gib=2**63),
+            ValueError,
+            "workspace_gib must be in [0.0, ",
+        ),
+        (lambda sc: scenario_config(sc, 2, fault="x"), TypeError, "fault must be a Fault"),
+        (
+            lambda sc: dataclasses.replace(scenario_config(sc, 2), pins=0),
+            TypeError,
+            "pins must be a Mapping",
+        ),
+        (
+            lambda sc: dataclasses.replace(scenario_config(sc, 2), fault="x"),
+            TypeError,
+            "fault must be a Fault",
+        ),
+        (
+            lambda sc: dataclasses.replace(scenario_config(sc, 2), requests=0),
+            TypeError,
+            "requests must be a sequence of Request objects",
+        ),
+        (
+            lambda sc: dataclasses.replace(scenario_config(sc, 2), requests=np.zeros((2, 2))),
+            TypeError,
+            "requests[0] must be a Request",
+        ),
+        (
+            lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=-1),
+            TypeError,
+            "budgets must be a sequence",
+        ),
+        (
+            lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=()),
+            ValueError,
+            "len(budgets) must be in [1, 128]",
+        ),
+        (
+            lambda sc: dataclasses.replace(scenario_config(sc, 2), budgets=("x",)),
+            TypeError,
+            "budgets[0] must be a MemoryBudget",
+        ),
+    ],
+)
 def test_bad_config_arguments_name_the_parameter(scenario, call, error, text):
     with pytest.raises(error) as info:
         call(scenario)
@@ -371,8 +445,12 @@ def test_bad_config_arguments_name_the_parameter(scenario, call, error, text):
 
 def test_a_config_takes_its_requests_and_budgets_from_any_iterable(scenario):
     config = scenario_config(scenario, 2)
-    again = dataclasses.replace(config, requests=iter(config.requests), budgets=list(config.budgets))
-    assert again == config and again.requests == config.requests and isinstance(again.budgets, tuple)
+    again = dataclasses.replace(
+        config, requests=iter(config.requests), budgets=list(config.budgets)
+    )
+    assert (
+        again == config and again.requests == config.requests and isinstance(again.budgets, tuple)
+    )
 
 
 @pytest.mark.parametrize("progress", ["", 2**63, None, math.nan, np.zeros((2, 2))])
@@ -381,12 +459,17 @@ def test_the_progress_flag_must_be_a_bool(scenario, progress):
         run_ranks(scenario_config(scenario, 2), in_process=True, progress=progress)
 
 
-@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() >= 16,
-                    reason="this machine has a GPU per rank")
+@pytest.mark.skipif(
+    torch.cuda.is_available() and torch.cuda.device_count() >= 16,
+    reason="this machine has a GPU per rank",
+)
 def test_nccl_without_a_gpu_per_rank_names_backend_and_gpu_count(scenario):
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    with pytest.raises(ValueError, match=rf"backend='nccl' needs one CUDA GPU per rank: ranks=16, "
-                                         rf"torch sees {gpus} GPU\(s\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"backend='nccl' needs one CUDA GPU per rank: ranks=16, "
+        rf"torch sees {gpus} GPU\(s\)",
+    ):
         run_ranks(scenario_config(scenario, 16, "none/clamped"), backend="nccl")
 
 
@@ -397,10 +480,17 @@ def test_allreduce_min_must_never_raise_the_local_capacity(scenario):
 
 
 def test_routing_pins_then_balances_by_tokens():
-    new = [Request("pinned", 100, 1), Request("a", 500, 1), Request("b", 400, 1),
-           Request("c", 300, 1), Request("d", 200, 1)]
+    new = [
+        Request("pinned", 100, 1),
+        Request("a", 500, 1),
+        Request("b", 400, 1),
+        Request("c", 300, 1),
+        Request("d", 200, 1),
+    ]
     # rank 0 is busy (2 requests, many tokens); the longest free request goes to the lightest
-    assignment = route(new, active_requests=[2, 0, 0], active_tokens=[9000, 0, 0], pins={"pinned": 0})
+    assignment = route(
+        new, active_requests=[2, 0, 0], active_tokens=[9000, 0, 0], pins={"pinned": 0}
+    )
     assert assignment["pinned"] == 0
     # expected load = max(ceil((3 + 4) / 3), 3) = 3: rank 0 is full, ranks 1 and 2 take turns
     assert assignment == {"pinned": 0, "a": 1, "b": 2, "c": 2, "d": 1}
@@ -408,18 +498,32 @@ def test_routing_pins_then_balances_by_tokens():
 
 
 def _with_parameters(scenario, **changes):
-    return dataclasses.replace(scenario, parameters=dataclasses.replace(scenario.parameters, **changes))
+    return dataclasses.replace(
+        scenario, parameters=dataclasses.replace(scenario.parameters, **changes)
+    )
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda sc: scenario_config(sc, 2, "none/clamped", workspace_gib=4000.0),
-     r"rank 0's KV quota of 0 bytes holds no page of \d+ bytes"),
-    (lambda sc: scenario_config(_with_parameters(sc, num_layers=1, num_kv_heads=1, head_dim=1,
-                                                 kv_dtype="fp8"), 2),
-     r"each rank's pool would hold \d+ tokens.*MAX_RANK_STORAGE_BYTES=1073741824"),
-    (lambda sc: scenario_config(_with_parameters(sc, tokens_per_block=1, max_batch_size=65536), 2),
-     r"MAX_TABLE_BYTES=1073741824 .*max_batch_size=65536"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (
+            lambda sc: scenario_config(sc, 2, "none/clamped", workspace_gib=4000.0),
+            r"rank 0's KV quota of 0 bytes holds no page of \d+ bytes",
+        ),
+        (
+            lambda sc: scenario_config(
+                _with_parameters(sc, num_layers=1, num_kv_heads=1, head_dim=1, kv_dtype="fp8"), 2
+            ),
+            r"each rank's pool would hold \d+ tokens.*MAX_RANK_STORAGE_BYTES=1073741824",
+        ),
+        (
+            lambda sc: scenario_config(
+                _with_parameters(sc, tokens_per_block=1, max_batch_size=65536), 2
+            ),
+            r"MAX_TABLE_BYTES=1073741824 .*max_batch_size=65536",
+        ),
+    ],
+)
 def test_a_run_no_rank_could_build_is_refused_before_any_rank_starts(scenario, make, match):
     before = multiprocessing.active_children()
     with pytest.raises(ValueError, match=match):
@@ -437,8 +541,9 @@ def test_in_process_every_request_has_a_status_and_a_reason(scenario, policy):
 
 
 def test_the_in_process_result_states_its_timeout_too(scenario):
-    result = run_ranks(scenario_config(scenario, 2, "capacity"), in_process=True, timeout_s=30,
-                       progress=False)
+    result = run_ranks(
+        scenario_config(scenario, 2, "capacity"), in_process=True, timeout_s=30, progress=False
+    )
     assert result.timeout_s == 30 and result.explain().splitlines()[-1].endswith("timeout_s=30")
 
 
@@ -486,8 +591,9 @@ def test_slow_ranks_that_keep_stepping_are_not_hung(scenario, slow_steps):
 
 
 def test_a_run_past_its_deadline_says_so(scenario, slow_steps):
-    result = run_ranks(scenario_config(scenario, 2, "none/clamped"), timeout_s=10.0, deadline_s=1.0,
-                       progress=False)
+    result = run_ranks(
+        scenario_config(scenario, 2, "none/clamped"), timeout_s=10.0, deadline_s=1.0, progress=False
+    )
     assert result.ended == "deadline" and not result.failures
     assert result.reason.startswith("the run passed its deadline_s=1")
     assert "still making progress" in result.reason

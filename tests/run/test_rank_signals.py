@@ -17,8 +17,10 @@ import pytest
 
 from kvlab.run.signals import PARENT_GONE_EXIT_CODE
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc"),
+]
 
 RANKS = 4
 # the real CLI, with the run's config given a Fault that hangs rank 1 at step 2
@@ -38,7 +40,7 @@ def _stat(pid: int):
         text = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return int(fields[1]), fields[0]
 
 
@@ -77,7 +79,9 @@ def _signal_the_cli(signum, tmp_path):
     is left, whatever the outcome."""
     err_path = tmp_path / "stderr.txt"
     with open(tmp_path / "stdout.txt", "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", CLI_WITH_A_HUNG_RANK], stdout=out, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CLI_WITH_A_HUNG_RANK], stdout=out, stderr=err
+        )
     ranks = []
     try:
         ranks = _ranks_of(proc)
@@ -123,7 +127,13 @@ def test_a_killed_parent_takes_every_rank_with_it(tmp_path):
 def test_a_rank_ends_itself_when_its_parent_is_gone():
     """The rank-side guard on its own: a process whose recorded parent is not its parent exits
     at once (the race where the parent dies before PR_SET_PDEATHSIG is set)."""
-    proc = subprocess.run([sys.executable, "-c",
-                           "from kvlab.run.signals import tie_to_parent; tie_to_parent(1); "
-                           "import time; time.sleep(30)"], timeout=20)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from kvlab.run.signals import tie_to_parent; tie_to_parent(1); "
+            "import time; time.sleep(30)",
+        ],
+        timeout=20,
+    )
     assert proc.returncode == PARENT_GONE_EXIT_CODE

@@ -25,10 +25,20 @@ def test_loads_by_name_and_by_path():
     assert by_name.gpu == "RTX 5080"
     assert "#21470" in by_name.source and "1.4.0rc3.dev202610300406" in by_name.source
     p = by_name.parameters
-    assert (p.pool_mib, p.num_layers, p.num_kv_heads, p.head_dim, p.kv_dtype, p.tokens_per_block) == \
-        (4, 2, 2, 128, "float16", 32)
-    assert (p.configured_max_seq_len, p.max_batch_size, p.context_length, p.model_weights_bytes) == \
-        (8192, 1, 8192, 0)
+    assert (
+        p.pool_mib,
+        p.num_layers,
+        p.num_kv_heads,
+        p.head_dim,
+        p.kv_dtype,
+        p.tokens_per_block,
+    ) == (4, 2, 2, 128, "float16", 32)
+    assert (
+        p.configured_max_seq_len,
+        p.max_batch_size,
+        p.context_length,
+        p.model_weights_bytes,
+    ) == (8192, 1, 8192, 0)
     assert p.pool_bytes == 4 * 2**20
 
 
@@ -76,8 +86,14 @@ def test_rtx_expected_values_follow_from_the_parameters():
         "width_configured": width(p.configured_max_seq_len),
         "entries_needed": math.ceil(p.context_length / p.tokens_per_block),
     }
-    assert e == {"bytes_per_token": 2048, "capacity_tokens": 2048, "total_blocks": 64,
-                 "width_clamped": 68, "width_configured": 260, "entries_needed": 256}
+    assert e == {
+        "bytes_per_token": 2048,
+        "capacity_tokens": 2048,
+        "total_blocks": 64,
+        "width_clamped": 68,
+        "width_configured": 260,
+        "entries_needed": 256,
+    }
 
 
 # --- broken files --------------------------------------------------------------------------------
@@ -106,9 +122,19 @@ def test_a_copy_of_a_good_file_loads_from_anywhere(tmp_path):
     assert load_scenario(_write(tmp_path, _good())) == load_scenario("rtx5080-4mib")
 
 
-@pytest.mark.parametrize("field", ["name", "title", "source", "gpu", "parameters",
-                                   "parameters.pool_mib", "parameters.kv_dtype",
-                                   "parameters.model_weights_bytes"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "name",
+        "title",
+        "source",
+        "gpu",
+        "parameters",
+        "parameters.pool_mib",
+        "parameters.kv_dtype",
+        "parameters.model_weights_bytes",
+    ],
+)
 def test_missing_field_is_named(tmp_path, field):
     data = _good()
     *parents, leaf = field.split(".")
@@ -127,27 +153,30 @@ def test_expected_block_is_optional(tmp_path):
     assert load_scenario(_write(tmp_path, data)).expected == {}
 
 
-@pytest.mark.parametrize("field, value, accepted", [
-    ("parameters.pool_mib", "4", "[1, 1048576]"),            # wrong type
-    ("parameters.pool_mib", 4.5, "[1, 1048576]"),
-    ("parameters.pool_mib", True, "[1, 1048576]"),           # a bool is not an int
-    ("parameters.pool_mib", -4, "[1, 1048576]"),             # negative
-    ("parameters.pool_mib", 0, "[1, 1048576]"),
-    ("parameters.pool_mib", 1 << 40, "[1, 1048576]"),        # huge
-    ("parameters.head_dim", -128, "[1, 16384]"),
-    ("parameters.context_length", 10**12, "[1, 16777216]"),
-    ("parameters.model_weights_bytes", -1, "[0, "),
-    ("parameters.kv_dtype", "int4", "float16"),
-    ("parameters.kv_dtype", 16, "bfloat16"),
-    ("expected.total_blocks", -64, "[0, "),
-    ("expected.width_clamped", "68", "[0, "),
-    ("expected.total_blocks", 65, "is 65, but the parameters give 64 (pages in the pool"),
-    ("title", 5, "non-empty string"),
-    ("title", "   ", "non-empty string"),
-    ("name", "RTX 5080!", "lower-case file stem"),
-    ("parameters", [1, 2], "a mapping with the fields"),
-    ("expected", "none", "a mapping from some of"),
-])
+@pytest.mark.parametrize(
+    "field, value, accepted",
+    [
+        ("parameters.pool_mib", "4", "[1, 1048576]"),  # wrong type
+        ("parameters.pool_mib", 4.5, "[1, 1048576]"),
+        ("parameters.pool_mib", True, "[1, 1048576]"),  # a bool is not an int
+        ("parameters.pool_mib", -4, "[1, 1048576]"),  # negative
+        ("parameters.pool_mib", 0, "[1, 1048576]"),
+        ("parameters.pool_mib", 1 << 40, "[1, 1048576]"),  # huge
+        ("parameters.head_dim", -128, "[1, 16384]"),
+        ("parameters.context_length", 10**12, "[1, 16777216]"),
+        ("parameters.model_weights_bytes", -1, "[0, "),
+        ("parameters.kv_dtype", "int4", "float16"),
+        ("parameters.kv_dtype", 16, "bfloat16"),
+        ("expected.total_blocks", -64, "[0, "),
+        ("expected.width_clamped", "68", "[0, "),
+        ("expected.total_blocks", 65, "is 65, but the parameters give 64 (pages in the pool"),
+        ("title", 5, "non-empty string"),
+        ("title", "   ", "non-empty string"),
+        ("name", "RTX 5080!", "lower-case file stem"),
+        ("parameters", [1, 2], "a mapping with the fields"),
+        ("expected", "none", "a mapping from some of"),
+    ],
+)
 def test_bad_value_names_field_and_range(tmp_path, field, value, accepted):
     data = _good()
     *parents, leaf = field.split(".")
@@ -183,8 +212,11 @@ def test_top_level_tag_is_refused(tmp_path):
 
 
 def test_alias_and_duplicate_key_are_refused(tmp_path):
-    text = RTX.read_text().replace("num_layers: 2", "num_layers: &n 2").replace(
-        "num_kv_heads: 2", "num_kv_heads: *n")
+    text = (
+        RTX.read_text()
+        .replace("num_layers: 2", "num_layers: &n 2")
+        .replace("num_kv_heads: 2", "num_kv_heads: *n")
+    )
     err = _broken(tmp_path, text)
     assert err.field == "parameters.num_kv_heads" and "alias" in str(err)
     text = RTX.read_text().replace("head_dim: 128", "head_dim: 128\n  head_dim: 64")
@@ -237,17 +269,27 @@ def test_issue_21470_loads_by_alias_and_stem():
     assert dep.image == "1.4.0rc3.dev202610300406" and sc.gpu == "NVIDIA GB300"
     assert "#21470" in sc.source and "1.4.0rc3.dev202610300406" in sc.source
     (long_ctx,) = dep.requests
-    assert (long_ctx.id, long_ctx.rank, long_ctx.prompt_len) == ("long-ctx", 0, sc.parameters.context_length)
+    assert (long_ctx.id, long_ctx.rank, long_ctx.prompt_len) == (
+        "long-ctx",
+        0,
+        sc.parameters.context_length,
+    )
     assert sc.parameters.pool_mib is None
     with pytest.raises(ValueError, match="memory budget sets each rank's pool"):
-        sc.parameters.pool_bytes
+        _ = sc.parameters.pool_bytes
 
 
 def test_issue_21470_marks_every_unstated_number_as_an_assumption():
     sc = load_scenario("issue-21470")
-    for path in ("parameters.model_weights_bytes", "parameters.context_length", "parameters.kv_dtype",
-                 "deployment.workspace_gib", "deployment.gpu_memory_gib",
-                 "deployment.free_gpu_memory_fraction", "deployment.activations_gib"):
+    for path in (
+        "parameters.model_weights_bytes",
+        "parameters.context_length",
+        "parameters.kv_dtype",
+        "deployment.workspace_gib",
+        "deployment.gpu_memory_gib",
+        "deployment.free_gpu_memory_fraction",
+        "deployment.activations_gib",
+    ):
         assumption = sc.assumptions[path]
         target = sc
         for part in path.split("."):
@@ -264,14 +306,22 @@ def test_issue_21470_expected_values_follow_from_the_budget():
     gib = 2**30
     bytes_per_token = p.num_layers * 2 * p.num_kv_heads * p.head_dim * 2
     workspace = (d.workspace_gib + d.workspace_skew_gib) * gib
-    free = d.gpu_memory_gib * gib - p.model_weights_bytes - workspace - (d.activations_gib + d.non_torch_gib) * gib
+    free = (
+        d.gpu_memory_gib * gib
+        - p.model_weights_bytes
+        - workspace
+        - (d.activations_gib + d.non_torch_gib) * gib
+    )
     blocks = int(free * d.free_gpu_memory_fraction) // (bytes_per_token * p.tokens_per_block)
     width = lambda n: 4 * math.ceil(math.ceil((n + 1) / p.tokens_per_block) / 4)  # noqa: E731
-    assert e == {"bytes_per_token": bytes_per_token, "total_blocks": blocks,
-                 "capacity_tokens": blocks * p.tokens_per_block,
-                 "width_clamped": width(blocks * p.tokens_per_block),
-                 "width_configured": width(p.configured_max_seq_len),
-                 "entries_needed": math.ceil(p.context_length / p.tokens_per_block)}
+    assert e == {
+        "bytes_per_token": bytes_per_token,
+        "total_blocks": blocks,
+        "capacity_tokens": blocks * p.tokens_per_block,
+        "width_clamped": width(blocks * p.tokens_per_block),
+        "width_configured": width(p.configured_max_seq_len),
+        "entries_needed": math.ceil(p.context_length / p.tokens_per_block),
+    }
     assert e["entries_needed"] > e["width_clamped"]  # so rank 0 raises
 
 
@@ -279,40 +329,103 @@ def _gb300() -> dict:
     return yaml.safe_load(GB300.read_text())
 
 
-@pytest.mark.parametrize("edit, field, message", [
-    (lambda d: d["assumptions"]["deployment.workspace_gib"].update(value=30.0),
-     "assumptions.deployment.workspace_gib.value", "they must agree"),
-    (lambda d: (d["deployment"].update(workspace_gib=99.0),
-                d["assumptions"]["deployment.workspace_gib"].update(value=99.0)),
-     "assumptions.deployment.workspace_gib.value", "outside its range"),
-    (lambda d: d["assumptions"]["deployment.workspace_gib"].update(range=[64.0, 0.0]),
-     "assumptions.deployment.workspace_gib.range", "low <= high"),
-    (lambda d: d["assumptions"]["parameters.kv_dtype"].update(range=["fp8"]),
-     "assumptions.parameters.kv_dtype.range", "at least 2"),
-    (lambda d: d["assumptions"].update({"deployment.gpu_count": {"value": 1, "range": [1, 2], "why": "x"}}),
-     "assumptions.deployment.gpu_count", "names no field"),
-    (lambda d: d["assumptions"].update({"Not A Path": {"value": 1, "range": [1, 2], "why": "x"}}),
-     "assumptions.Not A Path", "dotted field path"),
-    (lambda d: d["deployment"]["requests"][0].update(rank=16),
-     "deployment.requests[0].rank", "must be in [0, 15]"),
-    (lambda d: d["deployment"]["requests"].append(dict(d["deployment"]["requests"][0])),
-     "deployment.requests[0].id", "given twice"),
-    (lambda d: d["deployment"].update(ranks=0), "deployment.ranks", "[1, 1024]"),
-    (lambda d: d["deployment"].update(attention_dp="yes"), "deployment.attention_dp", "true or false"),
-    (lambda d: d["deployment"].update(free_gpu_memory_fraction=0), "deployment.free_gpu_memory_fraction", "(0.0, 1.0]"),
-    (lambda d: d["deployment"].update(requests=[]), "deployment.requests", "at least 1"),
-    (lambda d: d["deployment"].update(gpus=16), "deployment.gpus", "not a known field"),
-    (lambda d: d["deployment"]["background"].update(prompt_len_min=9000),
-     "deployment.background.prompt_len_min", "must not exceed prompt_len_max"),
-    (lambda d: d["deployment"].update(expert_parallel_size=17),
-     "deployment.expert_parallel_size", "must be in [1, 16] (deployment.ranks), got 17"),
-    (lambda d: d["parameters"].update(pool_mib=4), "parameters.pool_mib", "must be left out beside"),
-    (lambda d: d["expected"].update(width_clamped=29962),  # before the rounding to a multiple of 4
-     "expected.width_clamped", "expected.width_clamped is 29962, but the parameters give 29964"),
-    (lambda d: (d["deployment"].update(workspace_gib=240.0),
-                d["assumptions"]["deployment.workspace_gib"].update(value=240.0, range=[0.0, 256.0])),
-     "expected", "expected cannot be checked: the parameters and deployment give no pool"),
-])
+@pytest.mark.parametrize(
+    "edit, field, message",
+    [
+        (
+            lambda d: d["assumptions"]["deployment.workspace_gib"].update(value=30.0),
+            "assumptions.deployment.workspace_gib.value",
+            "they must agree",
+        ),
+        (
+            lambda d: (
+                d["deployment"].update(workspace_gib=99.0),
+                d["assumptions"]["deployment.workspace_gib"].update(value=99.0),
+            ),
+            "assumptions.deployment.workspace_gib.value",
+            "outside its range",
+        ),
+        (
+            lambda d: d["assumptions"]["deployment.workspace_gib"].update(range=[64.0, 0.0]),
+            "assumptions.deployment.workspace_gib.range",
+            "low <= high",
+        ),
+        (
+            lambda d: d["assumptions"]["parameters.kv_dtype"].update(range=["fp8"]),
+            "assumptions.parameters.kv_dtype.range",
+            "at least 2",
+        ),
+        (
+            lambda d: d["assumptions"].update(
+                {"deployment.gpu_count": {"value": 1, "range": [1, 2], "why": "x"}}
+            ),
+            "assumptions.deployment.gpu_count",
+            "names no field",
+        ),
+        (
+            lambda d: d["assumptions"].update(
+                {"Not A Path": {"value": 1, "range": [1, 2], "why": "x"}}
+            ),
+            "assumptions.Not A Path",
+            "dotted field path",
+        ),
+        (
+            lambda d: d["deployment"]["requests"][0].update(rank=16),
+            "deployment.requests[0].rank",
+            "must be in [0, 15]",
+        ),
+        (
+            lambda d: d["deployment"]["requests"].append(dict(d["deployment"]["requests"][0])),
+            "deployment.requests[0].id",
+            "given twice",
+        ),
+        (lambda d: d["deployment"].update(ranks=0), "deployment.ranks", "[1, 1024]"),
+        (
+            lambda d: d["deployment"].update(attention_dp="yes"),
+            "deployment.attention_dp",
+            "true or false",
+        ),
+        (
+            lambda d: d["deployment"].update(free_gpu_memory_fraction=0),
+            "deployment.free_gpu_memory_fraction",
+            "(0.0, 1.0]",
+        ),
+        (lambda d: d["deployment"].update(requests=[]), "deployment.requests", "at least 1"),
+        (lambda d: d["deployment"].update(gpus=16), "deployment.gpus", "not a known field"),
+        (
+            lambda d: d["deployment"]["background"].update(prompt_len_min=9000),
+            "deployment.background.prompt_len_min",
+            "must not exceed prompt_len_max",
+        ),
+        (
+            lambda d: d["deployment"].update(expert_parallel_size=17),
+            "deployment.expert_parallel_size",
+            "must be in [1, 16] (deployment.ranks), got 17",
+        ),
+        (
+            lambda d: d["parameters"].update(pool_mib=4),
+            "parameters.pool_mib",
+            "must be left out beside",
+        ),
+        (
+            lambda d: d["expected"].update(
+                width_clamped=29962
+            ),  # before the rounding to a multiple of 4
+            "expected.width_clamped",
+            "expected.width_clamped is 29962, but the parameters give 29964",
+        ),
+        (
+            lambda d: (
+                d["deployment"].update(workspace_gib=240.0),
+                d["assumptions"]["deployment.workspace_gib"].update(
+                    value=240.0, range=[0.0, 256.0]
+                ),
+            ),
+            "expected",
+            "expected cannot be checked: the parameters and deployment give no pool",
+        ),
+    ],
+)
 def test_issue_21470_broken_copies_name_the_field(tmp_path, edit, field, message):
     data = _gb300()
     edit(data)
@@ -321,7 +434,10 @@ def test_issue_21470_broken_copies_name_the_field(tmp_path, edit, field, message
 
 
 def test_a_deployment_may_leave_out_pool_mib_and_a_plain_scenario_may_not(tmp_path):
-    assert load_scenario(_write(tmp_path, _gb300(), "issue_21470_16x_gb300")).parameters.pool_mib is None
+    assert (
+        load_scenario(_write(tmp_path, _gb300(), "issue_21470_16x_gb300")).parameters.pool_mib
+        is None
+    )
     data = _good()
     del data["parameters"]["pool_mib"]
     err = _broken(tmp_path, data)
@@ -329,6 +445,7 @@ def test_a_deployment_may_leave_out_pool_mib_and_a_plain_scenario_may_not(tmp_pa
 
 
 # --- hostile files -------------------------------------------------------------------------------
+
 
 def test_an_integer_too_long_to_convert_is_refused_with_its_field(tmp_path):
     text = RTX.read_text().replace("head_dim: 128", "head_dim: 0x" + "f" * 5000)
@@ -349,8 +466,9 @@ def test_a_file_over_max_file_bytes_is_not_read(tmp_path):
     assert load_scenario(_write(tmp_path, RTX.read_text() + "#" * 1000)).name == "rtx5080-4mib"
 
 
-@pytest.mark.parametrize("make", [lambda tmp: (tmp / "d.yaml").mkdir() or tmp / "d.yaml",
-                                  lambda tmp: Path("/dev/zero")])
+@pytest.mark.parametrize(
+    "make", [lambda tmp: (tmp / "d.yaml").mkdir() or tmp / "d.yaml", lambda tmp: Path("/dev/zero")]
+)
 def test_what_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, make):
     path = make(tmp_path)
     if not path.exists():

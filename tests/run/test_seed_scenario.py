@@ -14,15 +14,22 @@ def seed():
 
 #: The scenario's own tier configuration (no tier below the GPU), and the real default (the
 #: automatic host tier): the seed's figures hold under both, since the clamp counts GPU pages only.
-TIERS = pytest.mark.parametrize("host", ["scenario", None], ids=["scenario's tier (0)", "automatic"])
+TIERS = pytest.mark.parametrize(
+    "host", ["scenario", None], ids=["scenario's tier (0)", "automatic"]
+)
 
 
 def _repro(seed, policy, host="scenario"):
     p = seed.parameters
     geometry = KVGeometry(p.num_layers, p.num_kv_heads, p.head_dim, p.kv_dtype, p.tokens_per_block)
-    return run_repro(pool_mib=p.pool_mib, context=p.context_length, policy=policy,
-                     max_seq_len=p.configured_max_seq_len, geometry=geometry,
-                     host_cache_size=p.host_cache_size if host == "scenario" else host)
+    return run_repro(
+        pool_mib=p.pool_mib,
+        context=p.context_length,
+        policy=policy,
+        max_seq_len=p.configured_max_seq_len,
+        geometry=geometry,
+        host_cache_size=p.host_cache_size if host == "scenario" else host,
+    )
 
 
 def test_the_scenario_picks_no_tier_below_the_gpu(seed):

@@ -11,10 +11,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvlab import (ADMISSION_POLICIES, KVCacheManager, KVGeometry, MaxSeqLenClampWarning, Request,
-                   Scheduler, SchedulerDeadlock, make_admission, simulate)
-from kvlab.sched.admission import (CapacityAdmission, FITS_NOW, NEVER_FITS,
-                                   TEMPORARILY_BLOCKED, demand_blocks)
+from kvlab import (
+    ADMISSION_POLICIES,
+    KVCacheManager,
+    KVGeometry,
+    MaxSeqLenClampWarning,
+    Request,
+    Scheduler,
+    SchedulerDeadlock,
+    make_admission,
+    simulate,
+)
+from kvlab.sched.admission import (
+    FITS_NOW,
+    NEVER_FITS,
+    TEMPORARILY_BLOCKED,
+    CapacityAdmission,
+    demand_blocks,
+)
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 
@@ -23,9 +37,14 @@ def manager(blocks, max_seq_len=4096, width="configured", slots=8, host_blocks=N
     """``host_blocks``: pages of the tier below the GPU (None: the automatic host tier)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
-        return KVCacheManager(TOY, blocks * TOY.bytes_per_block, max_seq_len, slots,
-                              page_index_policy=width, host_cache_size=(
-                                  None if host_blocks is None else host_blocks * TOY.bytes_per_block))
+        return KVCacheManager(
+            TOY,
+            blocks * TOY.bytes_per_block,
+            max_seq_len,
+            slots,
+            page_index_policy=width,
+            host_cache_size=(None if host_blocks is None else host_blocks * TOY.bytes_per_block),
+        )
 
 
 def test_the_default_is_the_merged_behaviour():
@@ -37,41 +56,50 @@ def test_registry_and_instances():
     assert isinstance(make_admission("capacity"), CapacityAdmission)
     policy = CapacityAdmission()
     assert make_admission(policy) is policy
-    with pytest.raises(ValueError, match=r"admission must be one of \['capacity', 'none'\], got 'fcfs'"):
+    with pytest.raises(
+        ValueError, match=r"admission must be one of \['capacity', 'none'\], got 'fcfs'"
+    ):
         make_admission("fcfs")
     for peer, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
-        with pytest.raises(ValueError, match=fr"got '{peer}': {name}'s scheduler is a loop of its "
-                                             fr"own, kvlab.sched.{peer}"):
+        with pytest.raises(
+            ValueError,
+            match=rf"got '{peer}': {name}'s scheduler is a loop of its "
+            rf"own, kvlab.sched.{peer}",
+        ):
             make_admission(peer)
 
 
 def test_capacity_classifies_now_later_and_never():
     policy = CapacityAdmission()
-    mgr = manager(16)                                           # 16 blocks, width 1028
+    mgr = manager(16)  # 16 blocks, width 1028
     assert policy.classify(Request("ok", 20, 4), mgr) == (FITS_NOW, "")
     holder = mgr.create_cache("holder")
-    holder.resize(40)                                           # 10 blocks held, 6 free
+    holder.resize(40)  # 10 blocks held, 6 free
     feasibility, reason = policy.classify(Request("later", 30, 4), mgr)
     assert feasibility == TEMPORARILY_BLOCKED
     assert reason.startswith("its context needs 8 blocks, 6 are free")
     feasibility, reason = policy.classify(Request("never", 60, 8), mgr)
     assert feasibility == NEVER_FITS
-    assert reason == ("Request requires 17 KV cache blocks to complete, which exceeds the total "
-                      "capacity of 16 blocks (60 prompt + 8 new tokens at 4 tokens per block)")
-    assert policy.admit(Request("later", 30, 4), mgr).admitted            # pressure: retried
+    assert reason == (
+        "Request requires 17 KV cache blocks to complete, which exceeds the total "
+        "capacity of 16 blocks (60 prompt + 8 new tokens at 4 tokens per block)"
+    )
+    assert policy.admit(Request("later", 30, 4), mgr).admitted  # pressure: retried
 
 
 def test_capacity_rejects_beyond_the_page_index_span():
-    mgr = manager(64, max_seq_len=40)                           # width: ceil(41 / 4) -> 12
+    mgr = manager(64, max_seq_len=40)  # width: ceil(41 / 4) -> 12
     verdict = CapacityAdmission().admit(Request("long", 50, 4), mgr)
     assert not verdict.admitted
-    assert verdict.reason.startswith("Request requires 14 KV cache blocks to complete, which "
-                                     "exceeds the page-index span of 12 entries")
+    assert verdict.reason.startswith(
+        "Request requires 14 KV cache blocks to complete, which "
+        "exceeds the page-index span of 12 entries"
+    )
 
 
 def test_capacity_rejects_only_the_request_that_can_never_fit():
     requests = [Request(f"r{i}", 24, 8, arrival_step=i) for i in range(6)]
-    requests[2] = Request("giant", 60, 8, arrival_step=2)     # 17 blocks > 16
+    requests[2] = Request("giant", 60, 8, arrival_step=2)  # 17 blocks > 16
     requests[4] = Request("long_output", 8, 60, arrival_step=4)
     scheduler = Scheduler(manager(16), admission="capacity", max_num_tokens=256, max_batch_size=4)
     result = simulate(scheduler, requests, max_steps=2000, check_invariants=True)
@@ -83,76 +111,110 @@ def test_demand_counts_extra_and_draft_tokens():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         mgr = KVCacheManager(TOY, 16 * TOY.bytes_per_block, 64, 1, num_extra_kv_tokens=3)
-    assert demand_blocks(Request("r", 10, 2, num_draft_tokens=2), mgr) == 5   # 17 tokens
+    assert demand_blocks(Request("r", 10, 2, num_draft_tokens=2), mgr) == 5  # 17 tokens
 
 
-@pytest.mark.parametrize("request_arg, manager_arg, text", [
-    (-1, None, "request must be a Request, got -1 (int)"),
-    ("r", None, "request must be a Request"),
-    (None, {}, "manager must be a KVCacheManager, got {} (dict)"),
-    (None, "x", "manager must be a KVCacheManager"),
-])
+@pytest.mark.parametrize(
+    "request_arg, manager_arg, text",
+    [
+        (-1, None, "request must be a Request, got -1 (int)"),
+        ("r", None, "request must be a Request"),
+        (None, {}, "manager must be a KVCacheManager, got {} (dict)"),
+        (None, "x", "manager must be a KVCacheManager"),
+    ],
+)
 def test_demand_names_a_bad_request_or_manager(request_arg, manager_arg, text):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MaxSeqLenClampWarning)
         mgr = KVCacheManager(TOY, 16 * TOY.bytes_per_block, 64, 1)
     with pytest.raises(TypeError) as info:
-        demand_blocks(Request("r", 10, 2) if request_arg is None else request_arg,
-                      mgr if manager_arg is None else manager_arg)
+        demand_blocks(
+            Request("r", 10, 2) if request_arg is None else request_arg,
+            mgr if manager_arg is None else manager_arg,
+        )
     assert text in str(info.value)
 
 
 # -- properties -------------------------------------------------------------------------------
 
-request_specs = st.lists(st.tuples(st.integers(1, 80), st.integers(0, 40), st.integers(0, 12)),
-                         min_size=1, max_size=8)
+request_specs = st.lists(
+    st.tuples(st.integers(1, 80), st.integers(0, 40), st.integers(0, 12)), min_size=1, max_size=8
+)
 
 
 def workload(specs):
-    return [Request(f"r{i}", prompt, new, arrival) for i, (prompt, new, arrival) in enumerate(specs)]
+    return [
+        Request(f"r{i}", prompt, new, arrival) for i, (prompt, new, arrival) in enumerate(specs)
+    ]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=request_specs, blocks=st.integers(4, 24), admission=st.sampled_from(sorted(
-    ADMISSION_POLICIES)), width=st.sampled_from(["clamped", "configured"]),
-       chunked=st.booleans(), host=st.sampled_from([0, 6, None]), slots=st.integers(1, 4))
+@given(
+    specs=request_specs,
+    blocks=st.integers(4, 24),
+    admission=st.sampled_from(sorted(ADMISSION_POLICIES)),
+    width=st.sampled_from(["clamped", "configured"]),
+    chunked=st.booleans(),
+    host=st.sampled_from([0, 6, None]),
+    slots=st.integers(1, 4),
+)
 def test_invariants_hold_under_every_policy(specs, blocks, admission, width, chunked, host, slots):
     mgr = manager(blocks, max_seq_len=96, width=width, slots=slots, host_blocks=host)
-    scheduler = Scheduler(mgr, admission=admission, max_num_tokens=64, max_batch_size=3,
-                          stall_limit=40, chunked_prefill=chunked)
+    scheduler = Scheduler(
+        mgr,
+        admission=admission,
+        max_num_tokens=64,
+        max_batch_size=3,
+        stall_limit=40,
+        chunked_prefill=chunked,
+    )
     result = simulate(scheduler, workload(specs), max_steps=600, check_invariants=True)
     assert set(result.status) == {f"r{i}" for i in range(len(specs))}
     assert set(result.status.values()) <= {"finished", "rejected", "waiting", "running"}
     assert all(result.reasons.values())
     if set(result.status.values()) <= {"finished", "rejected"}:
-        assert mgr.free_blocks == mgr.total_blocks and not mgr.caches   # nothing leaked
+        assert mgr.free_blocks == mgr.total_blocks and not mgr.caches  # nothing leaked
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=request_specs, blocks=st.integers(4, 24), width=st.sampled_from(["clamped",
-                                                                              "configured"]),
-       host=st.sampled_from([0, None]))
+@given(
+    specs=request_specs,
+    blocks=st.integers(4, 24),
+    width=st.sampled_from(["clamped", "configured"]),
+    host=st.sampled_from([0, None]),
+)
 def test_capacity_never_stalls_when_every_request_fits_alone(specs, blocks, width, host):
     mgr = manager(blocks, max_seq_len=96, width=width, slots=3, host_blocks=host)
     policy = CapacityAdmission()
     requests = [r for r in workload(specs) if policy.admit(r, mgr).admitted]
-    scheduler = Scheduler(mgr, admission=policy, max_num_tokens=128, max_batch_size=3,
-                          stall_limit=200)
+    scheduler = Scheduler(
+        mgr, admission=policy, max_num_tokens=128, max_batch_size=3, stall_limit=200
+    )
     result = simulate(scheduler, requests, max_steps=20_000, check_invariants=True)
     assert result.error is None
     assert set(result.status.values()) <= {"finished"}
 
 
-@pytest.mark.parametrize("chunked, draft, prompt, words", [
-    (True, 8, 1, "a generation step needs 9 tokens (1 + 8 draft), more than max_num_tokens=4"),
-    (False, 3, 3, "its context needs 6 tokens in one pass (3 prompt + 3 draft) without chunked"),
-])
+@pytest.mark.parametrize(
+    "chunked, draft, prompt, words",
+    [
+        (True, 8, 1, "a generation step needs 9 tokens (1 + 8 draft), more than max_num_tokens=4"),
+        (
+            False,
+            3,
+            3,
+            "its context needs 6 tokens in one pass (3 prompt + 3 draft) without chunked",
+        ),
+    ],
+)
 def test_capacity_rejects_a_step_the_token_budget_never_holds(chunked, draft, prompt, words):
     """A lone request whose step never fits max_num_tokens used to be admitted and deadlock;
     "capacity" rejects it at arrival and names the limit, "none" keeps the real behaviour."""
+
     def run(admission):
-        scheduler = Scheduler(manager(64), admission, max_num_tokens=4, chunked_prefill=chunked,
-                              stall_limit=5)
+        scheduler = Scheduler(
+            manager(64), admission, max_num_tokens=4, chunked_prefill=chunked, stall_limit=5
+        )
         return simulate(scheduler, [Request("r", prompt, 2, num_draft_tokens=draft)], max_steps=50)
 
     result = run("capacity")

@@ -30,19 +30,33 @@ def _requests(draw):
 
 
 @settings(max_examples=400, deadline=None)
-@given(request=_requests(), chunk_unit=st.integers(1, 64), chunked=st.booleans(),
-       budget_left=st.none() | st.integers(0, 4000), max_context_length=st.none() | st.integers(1, 4000),
-       extra_sized=st.none() | st.integers(0, 500))
-def test_the_plan_changes_nothing_and_sizes_the_chunk(request, chunk_unit, chunked, budget_left,
-                                                      max_context_length, extra_sized):
+@given(
+    request=_requests(),
+    chunk_unit=st.integers(1, 64),
+    chunked=st.booleans(),
+    budget_left=st.none() | st.integers(0, 4000),
+    max_context_length=st.none() | st.integers(1, 4000),
+    extra_sized=st.none() | st.integers(0, 500),
+)
+def test_the_plan_changes_nothing_and_sizes_the_chunk(
+    request, chunk_unit, chunked, budget_left, max_context_length, extra_sized
+):
     remaining, drafts = request.context_remaining_length, request.num_draft_tokens
     sized = remaining if extra_sized is None else remaining + extra_sized
     if chunked:  # phase 2 plans a chunk only with a chunk's worth of budget and context length
         budget_left = None if budget_left is None else max(budget_left, chunk_unit)
-        max_context_length = None if max_context_length is None else max(max_context_length, chunk_unit)
+        max_context_length = (
+            None if max_context_length is None else max(max_context_length, chunk_unit)
+        )
     before = _fields(request)
-    plan = plan_context(request, budget_left, chunked, max_context_length, chunk_unit,
-                        None if extra_sized is None else sized)
+    plan = plan_context(
+        request,
+        budget_left,
+        chunked,
+        max_context_length,
+        chunk_unit,
+        None if extra_sized is None else sized,
+    )
     assert _fields(request) == before
     if not chunked:  # one unit: all of it, or STOP on the budget
         if budget_left is not None and sized + drafts > budget_left:
@@ -69,9 +83,13 @@ def _pool(tokens_per_block, num_blocks, host_tier, hogs, suspended, **scheduler_
     geometry = KVGeometry(1, 1, 4, tokens_per_block=tokens_per_block)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        manager = KVCacheManager(geometry, quota_bytes=num_blocks * geometry.bytes_per_block,
-                                 max_seq_len=tokens_per_block * 64, max_batch_size=6,
-                                 host_cache_size=host_tier)
+        manager = KVCacheManager(
+            geometry,
+            quota_bytes=num_blocks * geometry.bytes_per_block,
+            max_seq_len=tokens_per_block * 64,
+            max_batch_size=6,
+            host_cache_size=host_tier,
+        )
     scheduler = Scheduler(manager, admission="none", max_batch_size=6, **scheduler_args)
     held = []
     for i, prompt in enumerate(hogs):
@@ -88,21 +106,40 @@ def _pool(tokens_per_block, num_blocks, host_tier, hogs, suspended, **scheduler_
     return scheduler
 
 
-def _refused_as_the_full_attempt(tokens_per_block, num_blocks, host_tier, hogs, suspended,
-                                 draw_prompt, drafts, chunked, max_num_tokens, used,
-                                 max_context_length) -> bool:
+def _refused_as_the_full_attempt(
+    tokens_per_block,
+    num_blocks,
+    host_tier,
+    hogs,
+    suspended,
+    draw_prompt,
+    drafts,
+    chunked,
+    max_num_tokens,
+    used,
+    max_context_length,
+) -> bool:
     """Whether the certain refusal refuses the first chunk of a new request of
     ``draw_prompt(fit, width)`` tokens (its window); when it does, the full attempt must SKIP it
     and leave the pool as it was."""
-    scheduler = _pool(tokens_per_block, num_blocks, host_tier, hogs, suspended,
-                      max_num_tokens=max_num_tokens, chunked_prefill=chunked,
-                      max_context_length=max_context_length, enable_recompute_pause=False)
+    scheduler = _pool(
+        tokens_per_block,
+        num_blocks,
+        host_tier,
+        hogs,
+        suspended,
+        max_num_tokens=max_num_tokens,
+        chunked_prefill=chunked,
+        max_context_length=max_context_length,
+        enable_recompute_pause=False,
+    )
     budget = PassBudget(max_num_tokens, 6)
     if max_num_tokens is not None:  # part of the budget spent, a chunk's worth left when chunked
         budget.num_tokens = min(used, max_num_tokens - (tokens_per_block if chunked else 0))
     refusal = scheduler._pending_refusal(budget)
-    request = Request("new", draw_prompt(*scheduler.manager.refusal_window()), 4,
-                      num_draft_tokens=drafts)
+    request = Request(
+        "new", draw_prompt(*scheduler.manager.refusal_window()), 4, num_draft_tokens=drafts
+    )
     scheduler.submit(request)
     if refusal is None or not refusal.refuses_first_chunk(request):
         return False
@@ -121,28 +158,55 @@ def _refused_as_the_full_attempt(tokens_per_block, num_blocks, host_tier, hogs, 
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tokens_per_block=st.sampled_from([4, 16]), num_blocks=st.integers(4, 40),
-       host_tier=st.sampled_from([None, 0, 1 << 12]),
-       hogs=st.lists(st.integers(1, 200), max_size=3), suspended=st.integers(0, 3),
-       drafts=st.integers(0, 3), chunked=st.booleans(),
-       max_num_tokens=st.none() | st.integers(16, 600), used=st.integers(0, 600),
-       max_context_length=st.none() | st.integers(16, 600), data=st.data())
-def test_a_certain_refusal_is_the_full_attempts_refusal(tokens_per_block, num_blocks, host_tier,
-                                                        hogs, suspended, drafts, chunked,
-                                                        max_num_tokens, used, max_context_length,
-                                                        data):
+@given(
+    tokens_per_block=st.sampled_from([4, 16]),
+    num_blocks=st.integers(4, 40),
+    host_tier=st.sampled_from([None, 0, 1 << 12]),
+    hogs=st.lists(st.integers(1, 200), max_size=3),
+    suspended=st.integers(0, 3),
+    drafts=st.integers(0, 3),
+    chunked=st.booleans(),
+    max_num_tokens=st.none() | st.integers(16, 600),
+    used=st.integers(0, 600),
+    max_context_length=st.none() | st.integers(16, 600),
+    data=st.data(),
+)
+def test_a_certain_refusal_is_the_full_attempts_refusal(
+    tokens_per_block,
+    num_blocks,
+    host_tier,
+    hogs,
+    suspended,
+    drafts,
+    chunked,
+    max_num_tokens,
+    used,
+    max_context_length,
+    data,
+):
     def draw_prompt(fit, width):  # mostly at the window's edges, where a token decides
         edges = [max(1, edge + delta) for edge in (fit, width) for delta in (-4, 0, 4)]
         return data.draw(st.integers(min(edges), max(edges)) | st.integers(1, 600), label="prompt")
 
-    _refused_as_the_full_attempt(tokens_per_block, num_blocks, host_tier, hogs, suspended,
-                                 draw_prompt, drafts, chunked, max_num_tokens, used,
-                                 max_context_length)
+    _refused_as_the_full_attempt(
+        tokens_per_block,
+        num_blocks,
+        host_tier,
+        hogs,
+        suspended,
+        draw_prompt,
+        drafts,
+        chunked,
+        max_num_tokens,
+        used,
+        max_context_length,
+    )
 
 
 @pytest.mark.parametrize("chunked", [True, False])
 def test_the_certain_refusal_fires(chunked):
     """Not vacuous: 12 of 16 pages held (one hog suspended to the host tier), a 200-token first
     chunk (13 pages) cannot fit."""
-    assert _refused_as_the_full_attempt(16, 16, 1 << 12, [96, 96], 1, lambda fit, width: 200, 0,
-                                        chunked, None, 0, None)
+    assert _refused_as_the_full_attempt(
+        16, 16, 1 << 12, [96, 96], 1, lambda fit, width: 200, 0, chunked, None, 0, None
+    )

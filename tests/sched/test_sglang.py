@@ -14,9 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvlab import Engine, KVGeometry, Request, simulate
-from kvlab.sched.sglang import (DECODE_OOM_ABORT, DEFAULT_CHUNKED_PREFILL_SIZE, DEFAULT_MAX_PREFILL_TOKENS,
-                                MAX_RUNNING_ZERO, POOL_TOO_SMALL, SglangScheduler, SglangServerArgs,
-                                clipped_max_new_tokens, front_door_error, startup_error)
+from kvlab.sched.sglang import (
+    DECODE_OOM_ABORT,
+    DEFAULT_CHUNKED_PREFILL_SIZE,
+    DEFAULT_MAX_PREFILL_TOKENS,
+    MAX_RUNNING_ZERO,
+    POOL_TOO_SMALL,
+    SglangScheduler,
+    SglangServerArgs,
+    clipped_max_new_tokens,
+    front_door_error,
+    startup_error,
+)
 from kvlab.sched.sglang_prefill import CLIP_MAX_NEW_TOKENS, NewTokenRatio, PrefillAdder
 
 TOKEN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1)  # 32 B a token
@@ -31,8 +40,19 @@ def server(max_total_tokens=2000, context_length=4096, **kwargs):
 def rows(result, first=0, last=None):
     """The step rows as the driver reports them: step, free tokens, running, waiting, prefill
     rows, decode rows, tokens, retracted."""
-    return [[s.step, s.free_blocks, s.running, s.waiting, s.num_context, s.num_generation,
-             s.tokens_scheduled, s.num_recompute_paused] for s in result.trace.steps[first:last]]
+    return [
+        [
+            s.step,
+            s.free_blocks,
+            s.running,
+            s.waiting,
+            s.num_context,
+            s.num_generation,
+            s.tokens_scheduled,
+            s.num_recompute_paused,
+        ]
+        for s in result.trace.steps[first:last]
+    ]
 
 
 def events(result, kinds=("started", "recompute_paused", "finished", "rejected", "aborted")):
@@ -40,6 +60,7 @@ def events(result, kinds=("started", "recompute_paused", "finished", "rejected",
 
 
 # --- arguments and start-up ------------------------------------------------------------------
+
 
 def test_defaults_are_sglangs():
     args = SglangServerArgs(TOKEN, 2048, 8192)
@@ -51,19 +72,22 @@ def test_defaults_are_sglangs():
     assert args.chunk_size == 4096 and args.replace(chunked_prefill_size=-1).chunk_size is None
 
 
-@pytest.mark.parametrize("tokens, context, given, expected", [
-    (2000, 4096, None, 1000),       # T // 2 caps the estimate of 2048
-    (2048, 8192, None, 1024),
-    (100_000, 8192, None, 4096),    # int(T / C * 512) = 6250, at most 4096
-    (100_000, 65536, None, 2048),   # 781, at least 2048
-    (2000, 4096, 4, 4),
-    (2000, 4096, 5000, 1000),       # the value given, at most T // 2
-    (2, 4096, None, 1),
-])
+@pytest.mark.parametrize(
+    "tokens, context, given, expected",
+    [
+        (2000, 4096, None, 1000),  # T // 2 caps the estimate of 2048
+        (2048, 8192, None, 1024),
+        (100_000, 8192, None, 4096),  # int(T / C * 512) = 6250, at most 4096
+        (100_000, 65536, None, 2048),  # 781, at least 2048
+        (2000, 4096, 4, 4),
+        (2000, 4096, 5000, 1000),  # the value given, at most T // 2
+        (2, 4096, None, 1),
+    ],
+)
 def test_max_running_requests_is_settled_as_resolve_max_num_reqs(tokens, context, given, expected):
     args = SglangServerArgs(TOKEN, tokens, context, max_running_requests=given)
     assert args.resolved_max_running_requests == expected
-    if tokens <= 2048:   # (a larger page-index table is only slower to build)
+    if tokens <= 2048:  # (a larger page-index table is only slower to build)
         scheduler = SglangScheduler(args)
         assert scheduler.max_batch_size == scheduler.max_running_requests == expected
         assert scheduler.max_num_active_requests is None
@@ -109,15 +133,18 @@ def test_the_pool_is_a_real_one_of_one_token_pages(device):
 
 # --- the front doors -----------------------------------------------------------------------
 
+
 def test_the_tokenizer_manager_rejects_at_arrival_with_sglangs_messages():
     assert front_door_error(Request("ctx", 1100, 10), 1024) == (
-        "The input (1100 tokens) is longer than the model's context length (1024 tokens).")
+        "The input (1100 tokens) is longer than the model's context length (1024 tokens)."
+    )
     assert front_door_error(Request("exact", 1024, 0), 1024).startswith("The input (1024 tokens)")
     assert front_door_error(Request("total", 900, 200), 1024) == (
         "Requested token count exceeds the model's maximum context length of 1024 tokens. You "
         "requested a total of 1100 tokens: 900 tokens from the input messages and 200 tokens for "
         "the completion. Please reduce the number of tokens in the input messages or the "
-        "completion to fit within the limit.")
+        "completion to fit within the limit."
+    )
     assert front_door_error(Request("fits", 900, 124), 1024) is None
     with pytest.raises(ValueError, match="num_draft_tokens=0, beam_width=1"):
         SglangScheduler(server()).submit(Request("d", 8, 4, beam_width=2))
@@ -126,75 +153,120 @@ def test_the_tokenizer_manager_rejects_at_arrival_with_sglangs_messages():
 def test_an_input_over_max_req_input_len_is_a_one_token_abort_that_a_prefill_batch_rejects():
     # SGLang: ok and pool share the step-0 prefill batch (2 rows, 301 tokens), edge runs alone at
     # step 1 (1 row, 1 token); the trace counts the abort's row (num_aborted_context_rows)
-    requests = [Request("ok", 300, 50), Request("pool", 2100, 10), Request("edge", 1994, 1, 1),
-                Request("edge-1", 1993, 1, 1)]
+    requests = [
+        Request("ok", 300, 50),
+        Request("pool", 2100, 10),
+        Request("edge", 1994, 1, 1),
+        Request("edge-1", 1993, 1, 1),
+    ]
     result = simulate(SglangScheduler(server(), debug=True), requests, check_invariants=True)
-    message = ("Input length ({} tokens) exceeds the maximum allowed length (1994 tokens). Use a "
-               "shorter input or enable --allow-auto-truncate.")
+    message = (
+        "Input length ({} tokens) exceeds the maximum allowed length (1994 tokens). Use a "
+        "shorter input or enable --allow-auto-truncate."
+    )
     assert result.reasons["pool"] == message.format(2100)
     assert result.reasons["edge"] == message.format(1994)
-    assert rows(result, 0, 2) == [[0, 1700, 1, 0, 2, 0, 301, 0],  # the abort is a context row
-                                  [1, 1700, 1, 1, 1, 0, 1, 0]]
-    assert events(result) == [(0, "rejected", "pool"), (0, "started", "ok"), (1, "rejected", "edge"),
-                              (50, "finished", "ok"), (51, "started", "edge-1"),
-                              (54, "finished", "edge-1")]
+    assert rows(result, 0, 2) == [
+        [0, 1700, 1, 0, 2, 0, 301, 0],  # the abort is a context row
+        [1, 1700, 1, 1, 1, 0, 1, 0],
+    ]
+    assert events(result) == [
+        (0, "rejected", "pool"),
+        (0, "started", "ok"),
+        (1, "rejected", "edge"),
+        (50, "finished", "ok"),
+        (51, "started", "edge-1"),
+        (54, "finished", "edge-1"),
+    ]
     assert result.status["pool"] == result.status["edge"] == "rejected"
     assert result.requests["pool"].first_scheduled_step is None
 
 
 # --- max_new_tokens -----------------------------------------------------------------------------
 
+
 def test_max_new_tokens_is_clipped_at_admission():
-    args = server(max_total_tokens=1000, context_length=1000)   # max_req_len 999
-    assert clipped_max_new_tokens(args, 500, 499) == 498        # 999 - 500 - 1 and 1000 - 500 - 2
+    args = server(max_total_tokens=1000, context_length=1000)  # max_req_len 999
+    assert clipped_max_new_tokens(args, 500, 499) == 498  # 999 - 500 - 1 and 1000 - 500 - 2
     assert clipped_max_new_tokens(args, 400, 600) == 598
     assert clipped_max_new_tokens(args, 998, 5) == 0
     assert clipped_max_new_tokens(server(), 300, 100) == 100
     result = simulate(SglangScheduler(args), [Request("x", 500, 499), Request("y", 400, 600, 5)])
     assert [(r.output_limit, r.num_generated, r.end_step) for r in result.requests.values()] == [
-        (498, 498, 497), (598, 598, 1095)]                       # SGLang: finish reason "length"
+        (498, 498, 497),
+        (598, 598, 1095),
+    ]  # SGLang: finish reason "length"
 
 
 def test_a_zero_max_new_tokens_finishes_at_its_prefill():
     result = simulate(SglangScheduler(server()), [Request("zero", 10, 0), Request("one", 10, 1)])
-    assert sorted(events(result)) == [(0, "finished", "one"), (0, "finished", "zero"),
-                                      (0, "started", "one"), (0, "started", "zero")]
+    assert sorted(events(result)) == [
+        (0, "finished", "one"),
+        (0, "finished", "zero"),
+        (0, "started", "one"),
+        (0, "started", "zero"),
+    ]
     assert result.requests["zero"].num_generated == 0
     assert rows(result) == [[0, 2000, 0, 0, 2, 0, 20, 0]]
 
 
 # --- the ignore_eos reservation ---------------------------------------------------------------
 
+
 def test_under_ignore_eos_the_clip_can_leave_a_request_one_token_short_for_good():
     # 300 + 698 tokens on 1,000: the adder wants 1 token to spare beyond the whole output
     # (IGNORE_EOS_RESERVE_TOKENS) and never admits it; SGLang has no stall detector
-    stalled = simulate(SglangScheduler(server(max_total_tokens=1000, ignore_eos=True)),
-                       [Request("c0", 300, 900), Request("c1", 300, 900)], max_steps=300)
+    stalled = simulate(
+        SglangScheduler(server(max_total_tokens=1000, ignore_eos=True)),
+        [Request("c0", 300, 900), Request("c1", 300, 900)],
+        max_steps=300,
+    )
     assert stalled.status == {"c0": "waiting", "c1": "waiting"}
     assert [r.output_limit for r in stalled.requests.values()] == [698, 698]
     assert set(map(tuple, rows(stalled))) == {(s, 1000, 0, 2, 0, 0, 0, 0) for s in range(300)}
-    fits = simulate(SglangScheduler(server(max_total_tokens=1000, ignore_eos=True)),
-                    [Request("c0", 300, 697), Request("c1", 300, 697)])
-    assert events(fits) == [(0, "started", "c0"), (696, "finished", "c0"), (697, "started", "c1"),
-                            (1393, "finished", "c1")]
-    eos = simulate(SglangScheduler(server(max_total_tokens=1000)),    # without ignore_eos
-                   [Request("c0", 300, 900), Request("c1", 300, 900)])
+    fits = simulate(
+        SglangScheduler(server(max_total_tokens=1000, ignore_eos=True)),
+        [Request("c0", 300, 697), Request("c1", 300, 697)],
+    )
+    assert events(fits) == [
+        (0, "started", "c0"),
+        (696, "finished", "c0"),
+        (697, "started", "c1"),
+        (1393, "finished", "c1"),
+    ]
+    eos = simulate(
+        SglangScheduler(server(max_total_tokens=1000)),  # without ignore_eos
+        [Request("c0", 300, 900), Request("c1", 300, 900)],
+    )
     assert eos.status == {"c0": "finished", "c1": "finished"} and len(eos.trace) == 1396
 
 
 def test_ignore_eos_reserves_every_output_token_and_never_retracts():
     requests = [Request(f"a{i}", 300, 400) for i in range(8)]
-    result = simulate(SglangScheduler(server(ignore_eos=True), debug=True), requests,
-                      check_invariants=True)
+    result = simulate(
+        SglangScheduler(server(ignore_eos=True), debug=True), requests, check_invariants=True
+    )
     starts = [(e.step, e.request_id) for e in result.trace.events if e.kind == "started"]
-    assert starts == [(0, "a0"), (0, "a1"), (401, "a2"), (401, "a3"), (802, "a4"), (802, "a5"),
-                      (1203, "a6"), (1203, "a7")]                    # two at a time: 2 x 700 fit
-    assert rows(result, 0, 3) == [[0, 1488, 2, 6, 2, 0, 512, 0], [1, 1400, 2, 6, 1, 0, 88, 0],
-                                  [2, 1398, 2, 6, 0, 2, 2, 0]]
+    assert starts == [
+        (0, "a0"),
+        (0, "a1"),
+        (401, "a2"),
+        (401, "a3"),
+        (802, "a4"),
+        (802, "a5"),
+        (1203, "a6"),
+        (1203, "a7"),
+    ]  # two at a time: 2 x 700 fit
+    assert rows(result, 0, 3) == [
+        [0, 1488, 2, 6, 2, 0, 512, 0],
+        [1, 1400, 2, 6, 1, 0, 88, 0],
+        [2, 1398, 2, 6, 0, 2, 2, 0],
+    ]
     assert len(result.trace) == 1604 and result.summary()["recomputes"] == 0
 
 
 # --- retraction -----------------------------------------------------------------------------
+
 
 def test_retraction_frees_the_last_of_the_fewest_outputs_to_the_back_and_resets_the_ratio():
     # SGLang admits a2 at step 1 on a ratio-scaled reservation; at step 368 the three need 3
@@ -203,19 +275,34 @@ def test_retraction_frees_the_last_of_the_fewest_outputs_to_the_back_and_resets_
     requests = [Request(f"a{i}", 300, 400) for i in range(8)]
     scheduler = SglangScheduler(server(), debug=True)
     result = simulate(scheduler, requests, max_steps=369, check_invariants=True)
-    assert rows(result, 366, 369) == [[366, 5, 3, 5, 0, 3, 3, 0], [367, 2, 3, 5, 0, 3, 3, 0],
-                                      [368, 666, 2, 6, 0, 2, 2, 1]]
-    assert events(result) == [(0, "started", "a0"), (0, "started", "a1"), (1, "started", "a2"),
-                              (368, "recompute_paused", "a2")]
+    assert rows(result, 366, 369) == [
+        [366, 5, 3, 5, 0, 3, 3, 0],
+        [367, 2, 3, 5, 0, 3, 3, 0],
+        [368, 666, 2, 6, 0, 2, 2, 1],
+    ]
+    assert events(result) == [
+        (0, "started", "a0"),
+        (0, "started", "a1"),
+        (1, "started", "a2"),
+        (368, "recompute_paused", "a2"),
+    ]
     assert [r.request_id for r in scheduler.waiting] == ["a3", "a4", "a5", "a6", "a7", "a2"]
     assert scheduler.new_token_ratio.current == min(1.0, (367 + 367 + 2 * 20) / (400 + 400 + 1))
     a2 = result.requests["a2"]
     assert (a2.num_recomputes, a2.context_len, a2.num_generated) == (1, 300 + 367, 367)
     full = simulate(SglangScheduler(server()), requests)
-    assert events(full, ("recompute_paused", "finished"))[-5:] == [
-        (1170, "recompute_paused", "a7"), (1202, "finished", "a5"), (1202, "finished", "a6"),
-        (1237, "finished", "a2"), (1237, "finished", "a7")] and len(full.trace) == 1238
-    assert full.requests["a2"].num_generated == 400                 # prompt + 367 recomputed
+    assert (
+        events(full, ("recompute_paused", "finished"))[-5:]
+        == [
+            (1170, "recompute_paused", "a7"),
+            (1202, "finished", "a5"),
+            (1202, "finished", "a6"),
+            (1237, "finished", "a2"),
+            (1237, "finished", "a7"),
+        ]
+        and len(full.trace) == 1238
+    )
+    assert full.requests["a2"].num_generated == 400  # prompt + 367 recomputed
 
 
 def test_the_ratio_decays_each_decode_step_to_its_floor():
@@ -224,7 +311,7 @@ def test_the_ratio_decays_each_decode_step_to_its_floor():
     assert ratio.decay == (0.7 - 0.7 * 0.14) / 600
     for _ in range(366):
         ratio.decay_step()
-    assert round(ratio.current, 4) == 0.3328                     # SGLang's log at that retraction
+    assert round(ratio.current, 4) == 0.3328  # SGLang's log at that retraction
     for _ in range(1000):
         ratio.decay_step()
     assert ratio.current == ratio.min
@@ -241,7 +328,7 @@ def _decoding(outputs, prompts=(10, 12, 5), tokens=400):
     requests = [Request(name, p, 100) for name, p in zip("abc", prompts)]
     for request in requests:
         scheduler.submit(request)
-    scheduler.schedule()                                  # all three in one prefill batch
+    scheduler.schedule()  # all three in one prefill batch
     assert [r.request_id for r in scheduler.last_prefill] == ["a", "b", "c"]
     for request, out in zip(requests, outputs):
         request.context_current_position, request.num_generated = request.prompt_len, out
@@ -253,19 +340,23 @@ def _decoding(outputs, prompts=(10, 12, 5), tokens=400):
 
 def test_retraction_order_is_fewest_outputs_then_longest_prompt():
     scheduler, (a, b, c) = _decoding([21, 1, 18])
-    batch = scheduler.schedule()                          # decode: 3 tokens needed, none free
+    batch = scheduler.schedule()  # decode: 3 tokens needed, none free
     # b has the fewest outputs: retracted first, and its 12 tokens are enough for two
     assert batch.recompute_paused_requests == [b] and scheduler.waiting == [b]
     assert scheduler.running == [a, c] and batch.generation_requests == [a, c]
     assert scheduler.new_token_ratio.current == (21 + 18 + 2 * 20) / (100 + 100 + 1)
     assert (b.state, b.num_recomputes, b.context_len, b.context_current_position) == (
-        "waiting", 1, 12 + 1, 0)
+        "waiting",
+        1,
+        12 + 1,
+        0,
+    )
     scheduler.manager.free("filler")
     scheduler.check_invariants()
-    scheduler, (a, b, c) = _decoding([5, 30, 5])          # a and c tie on outputs: a's prompt
-    batch = scheduler.schedule()                          # is longer, a goes first
+    scheduler, (a, b, c) = _decoding([5, 30, 5])  # a and c tie on outputs: a's prompt
+    batch = scheduler.schedule()  # is longer, a goes first
     assert batch.recompute_paused_requests == [a]
-    assert scheduler.running == [b, c]                    # filter_batch keeps the sorted order
+    assert scheduler.running == [b, c]  # filter_batch keeps the sorted order
 
 
 def test_the_last_request_is_aborted_when_even_it_cannot_decode():
@@ -280,22 +371,31 @@ def test_the_last_request_is_aborted_when_even_it_cannot_decode():
     assert batch.aborted_requests == [request] and not batch.generation_requests
     assert request.state == "rejected" and request.reason == DECODE_OOM_ABORT == (
         "Out of memory even after retracting all other requests in the decode batch. Aborting "
-        "the last request.")
+        "the last request."
+    )
     assert scheduler.new_token_ratio.current == scheduler.new_token_ratio.init  # on_idle
     scheduler.check_invariants()
 
 
 # --- admission ---------------------------------------------------------------------------------
 
+
 def test_a_long_prompt_is_chunked_and_small_ones_wait_for_its_last_chunk():
     requests = [Request("long", 8192, 16)] + [Request(f"s{i}", 256, 32, 4 * i) for i in range(6)]
-    result = simulate(SglangScheduler(server(16384, 16384, max_running_requests=8,
-                                             max_prefill_tokens=4096)), requests)
+    result = simulate(
+        SglangScheduler(server(16384, 16384, max_running_requests=8, max_prefill_tokens=4096)),
+        requests,
+    )
     assert rows(result, 0, 2) == [[0, 15872, 1, 1, 1, 0, 512, 0], [1, 15360, 1, 1, 1, 0, 512, 0]]
-    assert events(result, ("started",)) == [(0, "started", "long"), (16, "started", "s0"),
-                                            (16, "started", "s1"), (17, "started", "s2"),
-                                            (17, "started", "s3"), (18, "started", "s4"),
-                                            (20, "started", "s5")]
+    assert events(result, ("started",)) == [
+        (0, "started", "long"),
+        (16, "started", "s0"),
+        (16, "started", "s1"),
+        (17, "started", "s2"),
+        (17, "started", "s3"),
+        (18, "started", "s4"),
+        (20, "started", "s5"),
+    ]
     assert result.requests["long"].end_step == 34 and len(result.trace) == 52
 
 
@@ -305,17 +405,19 @@ def test_the_clip_of_the_reservation_is_4096_tokens():
     request = Request("g", 1000, 9000)
     scheduler.submit(request)
     scheduler.schedule()
-    request.context_current_position, request.num_generated = 512, 0    # first chunk done
+    request.context_current_position, request.num_generated = 512, 0  # first chunk done
     adder = PrefillAdder(scheduler, [request])
-    assert adder.total_offset == 4096 * 1.0                             # not 9000
+    assert adder.total_offset == 4096 * 1.0  # not 9000
 
 
 def test_on_idle_resets_the_ratio_only_where_sglang_idles():
     # z decays the ratio for 700 steps. A after a gap (an idle iteration resets the ratio to 0.7)
     # leaves B waiting until A finishes; A right after z's last step (no idle iteration) keeps
     # the decayed ratio, and B is admitted beside it
-    z, ab = [Request("z", 100, 700)], lambda t: [Request("A", 100, 1500, t),
-                                                  Request("B", 800, 100, t + 1)]
+    z, ab = (
+        [Request("z", 100, 700)],
+        lambda t: [Request("A", 100, 1500, t), Request("B", 800, 100, t + 1)],
+    )
     gap = simulate(SglangScheduler(server()), z + ab(800))
     assert events(gap, ("started",))[1:] == [(800, "started", "A"), (2300, "started", "B")]
     assert (gap.end_step, gap.iterations) == (2401, 2301)
@@ -328,27 +430,48 @@ def test_on_idle_resets_the_ratio_only_where_sglang_idles():
 
 def test_max_running_requests_bounds_the_batch():
     requests = [Request(f"r{i}", 10, 50) for i in range(6)]
-    result = simulate(SglangScheduler(server(max_running_requests=2), debug=True), requests,
-                      check_invariants=True)
+    result = simulate(
+        SglangScheduler(server(max_running_requests=2), debug=True), requests, check_invariants=True
+    )
     assert max(s.running for s in result.trace) == 2
-    assert events(result, ("started",))[:3] == [(0, "started", "r0"), (0, "started", "r1"),
-                                                (50, "started", "r2")]
+    assert events(result, ("started",))[:3] == [
+        (0, "started", "r0"),
+        (0, "started", "r1"),
+        (50, "started", "r2"),
+    ]
 
 
 # --- invariants ---------------------------------------------------------------------------------
 
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=st.lists(st.tuples(st.integers(1, 120), st.integers(0, 60), st.integers(0, 30)),
-                      min_size=1, max_size=12),
-       tokens=st.integers(2, 160), context=st.integers(2, 200),
-       running=st.one_of(st.none(), st.integers(1, 5)),
-       chunk=st.sampled_from([-1, 1, 4, 16, 64]), prefill=st.sampled_from([1, 8, 64, 16384]),
-       conservativeness=st.sampled_from([0.0, 0.3, 1.0, 1.7]), ignore_eos=st.booleans())
-def test_invariants_and_a_stated_end_for_every_request(specs, tokens, context, running, chunk,
-                                                        prefill, conservativeness, ignore_eos):
-    args = SglangServerArgs(TOKEN, tokens, context, max_running_requests=running,
-                            chunked_prefill_size=chunk, max_prefill_tokens=prefill,
-                            schedule_conservativeness=conservativeness, ignore_eos=ignore_eos)
+@given(
+    specs=st.lists(
+        st.tuples(st.integers(1, 120), st.integers(0, 60), st.integers(0, 30)),
+        min_size=1,
+        max_size=12,
+    ),
+    tokens=st.integers(2, 160),
+    context=st.integers(2, 200),
+    running=st.one_of(st.none(), st.integers(1, 5)),
+    chunk=st.sampled_from([-1, 1, 4, 16, 64]),
+    prefill=st.sampled_from([1, 8, 64, 16384]),
+    conservativeness=st.sampled_from([0.0, 0.3, 1.0, 1.7]),
+    ignore_eos=st.booleans(),
+)
+def test_invariants_and_a_stated_end_for_every_request(
+    specs, tokens, context, running, chunk, prefill, conservativeness, ignore_eos
+):
+    args = SglangServerArgs(
+        TOKEN,
+        tokens,
+        context,
+        max_running_requests=running,
+        chunked_prefill_size=chunk,
+        max_prefill_tokens=prefill,
+        schedule_conservativeness=conservativeness,
+        ignore_eos=ignore_eos,
+    )
     if startup_error(args) is not None:
         with pytest.raises(ValueError):
             SglangScheduler(args)
@@ -363,11 +486,15 @@ def test_invariants_and_a_stated_end_for_every_request(specs, tokens, context, r
     for request in result.requests.values():
         status = result.status[request.request_id]
         if status == "finished":
-            assert request.num_generated == request.output_limit == clipped_max_new_tokens(
-                args, request.prompt_len, request.max_new_tokens)
+            assert (
+                request.num_generated
+                == request.output_limit
+                == clipped_max_new_tokens(args, request.prompt_len, request.max_new_tokens)
+            )
         elif status == "rejected":
-            assert request.reason.startswith(("The input (", "Requested token count",
-                                              "Input length (", "Out of memory"))
+            assert request.reason.startswith(
+                ("The input (", "Requested token count", "Input length (", "Out of memory")
+            )
         assert request.num_generated <= request.max_new_tokens
     for step in result.trace:
         assert step.running <= scheduler.max_running_requests

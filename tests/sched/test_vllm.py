@@ -10,22 +10,28 @@ from hypothesis import strategies as st
 
 from kvlab import KVGeometry, Request, VllmEngineArgs, VllmScheduler, simulate
 from kvlab.analysis.presets import seed_geometry
-from kvlab.sched.vllm import (NULL_BLOCK_ID, estimated_max_model_len, format_gib,
-                              front_door_error, startup_error)
+from kvlab.sched.vllm import (
+    NULL_BLOCK_ID,
+    estimated_max_model_len,
+    format_gib,
+    front_door_error,
+    startup_error,
+)
 
-SEED = seed_geometry()          # 2,048 B a token, 32-token blocks
+SEED = seed_geometry()  # 2,048 B a token, 32-token blocks
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
 
 
 def engine(blocks=64, max_model_len=None, **kwargs):
     fields = dict(max_num_seqs=4, max_num_batched_tokens=8192, enable_chunked_prefill=False)
     fields.update(kwargs)
-    return VllmEngineArgs(SEED, blocks, max_model_len or estimated_max_model_len(SEED, blocks),
-                          **fields)
+    return VllmEngineArgs(
+        SEED, blocks, max_model_len or estimated_max_model_len(SEED, blocks), **fields
+    )
 
 
 def test_start_up_refuses_a_max_model_len_the_pool_less_its_null_block_cannot_hold():
-    assert estimated_max_model_len(SEED, 64) == 2016         # 63 usable blocks, not 64
+    assert estimated_max_model_len(SEED, 64) == 2016  # 63 usable blocks, not 64
     assert startup_error(engine(max_model_len=2016)) is None
     assert startup_error(engine(max_model_len=2048)) == (
         "To serve at least one request with the model's max seq len (2048), (0.0 GiB KV cache is "
@@ -34,10 +40,12 @@ def test_start_up_refuses_a_max_model_len_the_pool_less_its_null_block_cannot_ho
         "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU "
         "memory reservation on the CPU backend, despite its name). Decreasing `max_model_len` "
         "also reduces what is needed. See "
-        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )
     assert format_gib(37_480_000_000) == "34.91" and format_gib(1 << 20) == "0.0"
     assert startup_error(engine(blocks=1, max_model_len=32)).startswith(
-        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`")
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"
+    )
     with pytest.raises(ValueError, match=r"estimated maximum model length is 2016"):
         VllmScheduler(engine(max_model_len=2048))
 
@@ -46,16 +54,19 @@ def test_start_up_checks_the_token_budget_first():
     assert startup_error(engine(max_model_len=2048, max_num_batched_tokens=1024)) == (
         "max_num_batched_tokens (1024) is smaller than max_model_len (2048). This effectively "
         "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject "
-        "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
+        "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len."
+    )
     assert startup_error(engine(max_num_batched_tokens=3, enable_chunked_prefill=True)) == (
-        "max_num_batched_tokens (3) must be greater than or equal to max_num_seqs (4).")
+        "max_num_batched_tokens (3) must be greater than or equal to max_num_seqs (4)."
+    )
 
 
 def test_a_pool_shrunk_after_start_up_keeps_the_max_model_len_it_started_with():
     args = engine().replace(num_gpu_blocks=40, startup_num_gpu_blocks=64)
     assert args.startup_blocks == 64 and startup_error(args) is None
-    assert startup_error(args.replace(startup_num_gpu_blocks=None)).startswith(   # a 40-block start
-        "To serve at least one request with the model's max seq len (2016)")
+    assert startup_error(args.replace(startup_num_gpu_blocks=None)).startswith(  # a 40-block start
+        "To serve at least one request with the model's max seq len (2016)"
+    )
     assert VllmScheduler(args).manager.free_blocks == 39
 
 
@@ -66,20 +77,26 @@ def test_block_zero_is_the_null_block_of_a_real_pool(device):
     assert scheduler.manager.caches[NULL_BLOCK_ID].pages == [0]
     assert scheduler.manager.free_blocks == 63
     scheduler.check_invariants()
-    result = simulate(scheduler, [Request("a", 1000, 8), Request("b", 1000, 8, arrival_step=1)],
-                      check_invariants=True)
+    result = simulate(
+        scheduler,
+        [Request("a", 1000, 8), Request("b", 1000, 8, arrival_step=1)],
+        check_invariants=True,
+    )
     assert result.status == {"a": "finished", "b": "finished"}
     assert result.requests["b"].first_scheduled_step == result.requests["a"].end_step + 1
 
 
 def test_the_front_door_rejects_with_vllms_messages():
     assert front_door_error(Request("a", 2017, 4), 2016).startswith(
-        "The decoder prompt (length 2017) is longer than the maximum model length of 2016.")
+        "The decoder prompt (length 2017) is longer than the maximum model length of 2016."
+    )
     assert front_door_error(Request("b", 2016, 4), 2016).startswith(
         "The decoder prompt (length 2016) plus the number of requested output tokens (at least 1) "
-        "is longer than the maximum model length of 2016.")
+        "is longer than the maximum model length of 2016."
+    )
     assert front_door_error(Request("c", 8, 0), 2016) == (
-        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)")
+        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    )
     assert front_door_error(Request("d", 2015, 4), 2016) is None
     with pytest.raises(ValueError, match="num_draft_tokens=0"):
         VllmScheduler(engine()).submit(Request("e", 8, 4, num_draft_tokens=1))
@@ -88,9 +105,11 @@ def test_the_front_door_rejects_with_vllms_messages():
 def test_a_sequence_stops_at_max_model_len():
     result = simulate(VllmScheduler(engine()), [Request("r", 2000, 100)], check_invariants=True)
     request = result.requests["r"]
-    assert result.status["r"] == "finished" and request.num_generated == 16   # 2000 + 16 = 2016
-    assert result.reasons["r"].endswith("stopped short of max_new_tokens=100 by the engine's length "
-                                        "limit at 2,016 tokens (finish reason 'length')")
+    assert result.status["r"] == "finished" and request.num_generated == 16  # 2000 + 16 = 2016
+    assert result.reasons["r"].endswith(
+        "stopped short of max_new_tokens=100 by the engine's length "
+        "limit at 2,016 tokens (finish reason 'length')"
+    )
 
 
 def test_a_prompt_over_the_usable_pool_blocks_the_head_of_the_queue_forever():
@@ -98,13 +117,14 @@ def test_a_prompt_over_the_usable_pool_blocks_the_head_of_the_queue_forever():
     requests = [Request("head", 1800, 4), Request("behind", 8, 4, arrival_step=1)]
     result = simulate(scheduler, requests, max_steps=500, check_invariants=True)
     assert result.status == {"head": "waiting", "behind": "waiting"}
-    assert result.error is None and result.end_step == 500        # no stall detector
+    assert result.error is None and result.end_step == 500  # no stall detector
     assert result.requests["head"].num_refusals == 500
 
 
 def test_chunked_prefill_without_full_prompt_reservation_preempts_itself_in_a_loop():
     args = engine(enable_chunked_prefill=True, max_num_batched_tokens=512).replace(
-        num_gpu_blocks=40, startup_num_gpu_blocks=64, scheduler_reserve_full_isl=False)
+        num_gpu_blocks=40, startup_num_gpu_blocks=64, scheduler_reserve_full_isl=False
+    )
     result = simulate(VllmScheduler(args), [Request("long", 1800, 4)], max_steps=40)
     recomputes = result.trace.column("num_recompute_paused")
     # chunks of 512 tokens take 16 and 32 blocks; the third would need 48: the request is the
@@ -115,35 +135,61 @@ def test_chunked_prefill_without_full_prompt_reservation_preempts_itself_in_a_lo
 
 
 def test_no_admission_in_a_step_that_preempted_and_the_victim_goes_back_to_the_head():
-    args = VllmEngineArgs(TOY, 9, 32, max_num_seqs=4, max_num_batched_tokens=64,
-                          enable_chunked_prefill=False)   # 8 usable blocks of 4 tokens
+    args = VllmEngineArgs(
+        TOY, 9, 32, max_num_seqs=4, max_num_batched_tokens=64, enable_chunked_prefill=False
+    )  # 8 usable blocks of 4 tokens
     requests = [Request("a", 14, 10), Request("b", 14, 10), Request("c", 4, 2, arrival_step=1)]
-    result = simulate(VllmScheduler(args, debug=True), requests, max_steps=200,
-                      check_invariants=True)
-    events = [(e.step, e.kind, e.request_id) for e in result.trace.events
-              if e.kind in ("started", "recompute_paused", "finished")]
+    result = simulate(
+        VllmScheduler(args, debug=True), requests, max_steps=200, check_invariants=True
+    )
+    events = [
+        (e.step, e.kind, e.request_id)
+        for e in result.trace.events
+        if e.kind in ("started", "recompute_paused", "finished")
+    ]
     # a and b take 4 blocks each. "c" (one block) waits behind a full pool; at step 3 "a" needs a
     # fifth block and "b", admitted last, is preempted to the head of the queue, where it
     # needs 4 blocks again: "c" waits behind it until "a" finishes
-    assert events[:4] == [(0, "started", "a"), (0, "started", "b"), (3, "recompute_paused", "b"),
-                          (9, "finished", "a")]
+    assert events[:4] == [
+        (0, "started", "a"),
+        (0, "started", "b"),
+        (3, "recompute_paused", "b"),
+        (9, "finished", "a"),
+    ]
     assert (10, "started", "c") in events
     assert all(status == "finished" for status in result.status.values())
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=st.lists(st.tuples(st.integers(1, 60), st.integers(0, 30), st.integers(0, 10)),
-                      min_size=1, max_size=10),
-       blocks=st.integers(2, 24), chunked=st.booleans(), reserve=st.booleans(),
-       budget=st.integers(4, 80), seqs=st.integers(1, 4), watermark=st.sampled_from([0.0, 0.2]),
-       shrink=st.integers(0, 6))
-def test_invariants_and_a_stated_end_for_every_request(specs, blocks, chunked, reserve, budget,
-                                                         seqs, watermark, shrink):
+@given(
+    specs=st.lists(
+        st.tuples(st.integers(1, 60), st.integers(0, 30), st.integers(0, 10)),
+        min_size=1,
+        max_size=10,
+    ),
+    blocks=st.integers(2, 24),
+    chunked=st.booleans(),
+    reserve=st.booleans(),
+    budget=st.integers(4, 80),
+    seqs=st.integers(1, 4),
+    watermark=st.sampled_from([0.0, 0.2]),
+    shrink=st.integers(0, 6),
+)
+def test_invariants_and_a_stated_end_for_every_request(
+    specs, blocks, chunked, reserve, budget, seqs, watermark, shrink
+):
     max_model_len = estimated_max_model_len(TOY, blocks)
-    args = VllmEngineArgs(TOY, max(2, blocks - shrink), max_model_len, max_num_seqs=seqs,
-                          max_num_batched_tokens=max(budget, seqs, 0 if chunked else max_model_len),
-                          enable_chunked_prefill=chunked, scheduler_reserve_full_isl=reserve,
-                          watermark=watermark, startup_num_gpu_blocks=blocks)
+    args = VllmEngineArgs(
+        TOY,
+        max(2, blocks - shrink),
+        max_model_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=max(budget, seqs, 0 if chunked else max_model_len),
+        enable_chunked_prefill=chunked,
+        scheduler_reserve_full_isl=reserve,
+        watermark=watermark,
+        startup_num_gpu_blocks=blocks,
+    )
     requests = [Request(f"r{i}", p, m, a) for i, (p, m, a) in enumerate(specs)]
     scheduler = VllmScheduler(args, debug=True)
     result = simulate(scheduler, requests, max_steps=400, check_invariants=True)
@@ -151,7 +197,8 @@ def test_invariants_and_a_stated_end_for_every_request(specs, blocks, chunked, r
     assert all(result.reasons.values())
     for request in result.requests.values():
         if result.status[request.request_id] == "finished":
-            assert request.num_generated == min(request.max_new_tokens,
-                                                max_model_len - request.prompt_len)
+            assert request.num_generated == min(
+                request.max_new_tokens, max_model_len - request.prompt_len
+            )
     if set(result.status.values()) <= {"finished", "rejected"}:
-        assert scheduler.manager.free_blocks == scheduler.manager.total_blocks - 1   # the null block
+        assert scheduler.manager.free_blocks == scheduler.manager.total_blocks - 1  # the null block

@@ -14,11 +14,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from notebook_runner import execute as run_notebook
 
 from kvlab import AdmissionPolicy, KVCacheManager, KVGeometry, Verdict, workshop
 from kvlab.sched.admission import CapacityAdmission, NoAdmission
 from kvlab.workshop import CHECK_MIME, CheckFailed, CheckResult
-
 
 _EDITS = itertools.count(1)
 
@@ -48,10 +48,11 @@ def edited(answer):
 
     def again(*args, **kwargs):
         return answer(*args, **kwargs)
+
     again.__code__ = again.__code__.replace(co_consts=again.__code__.co_consts + (f"edit {edit}",))
     again.__name__ = getattr(answer, "__name__", "again")
     return again
-from notebook_runner import execute as run_notebook
+
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = ROOT / "notebooks" / "workshop"
@@ -101,6 +102,7 @@ def fresh_hints():
 
 # --- starter code fails each check; the solutions pass -------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def solutions():
     return run_in_process("solutions", STRICT=True, SMOKE=True)
@@ -115,12 +117,17 @@ def calls(ns: dict) -> dict:
     """Each check applied to the functions and values a notebook defines."""
     return {
         "check_page_index_width": lambda: workshop.check_page_index_width(
-            ns["page_index_width"], ns["seed_max_seq_len"]),
+            ns["page_index_width"], ns["seed_max_seq_len"]
+        ),
         "check_predictions": lambda: workshop.check_predictions(ns["predictions"]),
         "check_trigger": lambda: workshop.check_trigger(ns["trigger_the_value_error"]),
         "check_admission": lambda: workshop.check_admission(ns["classify"]),
-        "check_admission_policy": lambda: workshop.check_admission_policy(ns["ClassifyAdmission"]()),
-        "check_resident_scan": lambda: workshop.check_resident_scan(ns["schedule_pending_contexts"]),
+        "check_admission_policy": lambda: workshop.check_admission_policy(
+            ns["ClassifyAdmission"]()
+        ),
+        "check_resident_scan": lambda: workshop.check_resident_scan(
+            ns["schedule_pending_contexts"]
+        ),
     }
 
 
@@ -141,25 +148,31 @@ def test_each_check_passes_on_the_solution(solutions, check):
 def test_checks_accept_kvlabs_own_answers():
     from kvlab.core.page_index import max_blocks_per_seq
 
-    assert workshop.check_page_index_width(max_blocks_per_seq, {"clamped": 2048, "configured": 8192})
+    assert workshop.check_page_index_width(
+        max_blocks_per_seq, {"clamped": 2048, "configured": 8192}
+    )
     assert workshop.check_admission(CapacityAdmission().classify)
     assert workshop.check_admission_policy(CapacityAdmission())
 
 
 # --- exercise 1: the slips the feedback names ----------------------------------------------------
 
+
 def width(plus_one=1, align=4, ceil=True, use_extra=True, use_draft=True):
     def fn(L, t, e, d):
         tokens = L + (e if use_extra else 0) + (d if use_draft else 0) + plus_one
         blocks = -(-tokens // t) if ceil else tokens // t
         return -(-blocks // align) * align
+
     return fn
 
 
 def test_width_feedback_missing_plus_one():
     text = feedback(workshop.check_page_index_width(width(plus_one=0), reveal=True))
-    assert ("the seed, clamped row: page_index_width(2048, 32, 0, 0) returned 64, expected 68 - "
-            "you forgot the +1 decode token: ceil((2,048+0+0)/32)=64 -> 64") in text
+    assert (
+        "the seed, clamped row: page_index_width(2048, 32, 0, 0) returned 64, expected 68 - "
+        "you forgot the +1 decode token: ceil((2,048+0+0)/32)=64 -> 64"
+    ) in text
 
 
 def test_width_feedback_no_rounding_to_4():
@@ -173,12 +186,18 @@ def test_width_feedback_rounding_to_8():
     assert "returned 72, expected 68 - you rounded up to a multiple of 8" in text
 
 
-@pytest.mark.parametrize("pad, named", [(lambda n: n // 4 * 4, "you padded down to a multiple of 4"),
-                                        (lambda n: round(n / 4) * 4, "you padded to the nearest multiple of 4"),
-                                        (lambda n: int(n / 4 + 0.5) * 4, "you padded to the nearest multiple of 4")])
+@pytest.mark.parametrize(
+    "pad, named",
+    [
+        (lambda n: n // 4 * 4, "you padded down to a multiple of 4"),
+        (lambda n: round(n / 4) * 4, "you padded to the nearest multiple of 4"),
+        (lambda n: int(n / 4 + 0.5) * 4, "you padded to the nearest multiple of 4"),
+    ],
+)
 def test_width_feedback_padding_the_wrong_way(pad, named):
     """Learner pass A: a row padded down (or to the nearest) was told it forgot the +1, rounded
     the division down and left out extra and draft tokens, all of which it had."""
+
     def fn(L, t, e, d):
         return pad(-(-(L + e + d + 1) // t))
 
@@ -188,9 +207,15 @@ def test_width_feedback_padding_the_wrong_way(pad, named):
 
 
 def test_width_feedback_floor_and_left_out_tokens():
-    assert "rounded the division down" in feedback(workshop.check_page_index_width(width(ceil=False)))
-    assert "left out the extra KV tokens (100)" in feedback(workshop.check_page_index_width(width(use_extra=False)))
-    assert "left out the draft tokens (100)" in feedback(workshop.check_page_index_width(width(use_draft=False)))
+    assert "rounded the division down" in feedback(
+        workshop.check_page_index_width(width(ceil=False))
+    )
+    assert "left out the extra KV tokens (100)" in feedback(
+        workshop.check_page_index_width(width(use_extra=False))
+    )
+    assert "left out the draft tokens (100)" in feedback(
+        workshop.check_page_index_width(width(use_draft=False))
+    )
 
 
 def test_width_feedback_pages_or_text_for_the_clamped_length():
@@ -199,43 +224,69 @@ def test_width_feedback_pages_or_text_for_the_clamped_length():
     pages = feedback(workshop.check_page_index_width(width(), {"clamped": 64, "configured": 8192}))
     assert "64 is the pool's pages (blocks of 32 tokens); max_seq_len counts tokens" in pages
     assert "2,048" not in pages
-    text = feedback(workshop.check_page_index_width(width(), {"clamped": "2048", "configured": 8192}))
+    text = feedback(
+        workshop.check_page_index_width(width(), {"clamped": "2048", "configured": 8192})
+    )
     assert "seed_max_seq_len['clamped'] = '2048' (str); give an int number of tokens" in text
 
 
 def test_width_feedback_configured_instead_of_clamped():
-    result = workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192}, reveal=True)
+    result = workshop.check_page_index_width(
+        width(), {"clamped": 8192, "configured": 8192}, reveal=True
+    )
     assert not result.passed
-    assert ("seed_max_seq_len['clamped'] = 8,192, expected 2,048 - you used the configured max_seq_len "
-            "for the clamped row") in feedback(result)
+    assert (
+        "seed_max_seq_len['clamped'] = 8,192, expected 2,048 - you used the configured max_seq_len "
+        "for the clamped row"
+    ) in feedback(result)
     assert "4 MiB / 2,048 B per token = 2,048 tokens = 64 blocks of 32" in feedback(result)
-    swapped = workshop.check_page_index_width(width(), {"clamped": 2048, "configured": 2048}, reveal=True)
+    swapped = workshop.check_page_index_width(
+        width(), {"clamped": 2048, "configured": 2048}, reveal=True
+    )
     assert "not the clamped 2,048" in feedback(swapped)
 
 
 def test_width_feedback_wrong_type_and_not_implemented_once():
-    text = feedback(workshop.check_page_index_width(lambda L, t, e, d: math.ceil((L + e + d + 1) / t / 4) * 4.0))
+    text = feedback(
+        workshop.check_page_index_width(lambda L, t, e, d: math.ceil((L + e + d + 1) / t / 4) * 4.0)
+    )
     assert "returned 68.0 (float); return an int" in text
 
     def starter(*args):
         raise NotImplementedError
 
     result = workshop.check_page_index_width(starter)
-    assert result.lines == ["`starter` is not implemented yet (it raised NotImplementedError): replace its "
-                            "`raise NotImplementedError` with your code, run that cell, then run this "
-                            "check again"]
+    assert result.lines == [
+        "`starter` is not implemented yet (it raised NotImplementedError): replace its "
+        "`raise NotImplementedError` with your code, run that cell, then run this "
+        "check again"
+    ]
 
 
 # --- exercise 2 ----------------------------------------------------------------------------------
 
+
 def test_predictions_feedback_explains_the_row_of_each_policy():
-    right = {"A": "crash", "B": "refused", "C": "ok", "D": "refused", "E": "crash", "F": "crash", "G": "ok"}
+    right = {
+        "A": "crash",
+        "B": "refused",
+        "C": "ok",
+        "D": "refused",
+        "E": "crash",
+        "F": "crash",
+        "G": "ok",
+    }
     assert workshop.check_predictions(right)
     # thinking the clamped row is as wide as the configured one: A and F "refused"
-    text = feedback(workshop.check_predictions({**right, "A": "refused", "D": "crash", "X": "ok", "C": "fine"},
-                                               reveal=True))
-    assert ("A (4 MiB pool, resize to 8,192 tokens, clamped row): you predicted 'refused', the resize gave "
-            "'crash' - the clamped row is sized from max_seq_len 2,048: ceil((2,048+1)/32) -> 68 entries") in text
+    text = feedback(
+        workshop.check_predictions(
+            {**right, "A": "refused", "D": "crash", "X": "ok", "C": "fine"}, reveal=True
+        )
+    )
+    assert (
+        "A (4 MiB pool, resize to 8,192 tokens, clamped row): you predicted 'refused', the resize gave "
+        "'crash' - the clamped row is sized from max_seq_len 2,048: ceil((2,048+1)/32) -> 68 entries"
+    ) in text
     assert "66 entries fit the row (66 <= 68) but 66 pages > 64" in text
     assert "'fine' is not an outcome" in text and "unknown case names ['X']" in text
 
@@ -244,18 +295,27 @@ def seed_trigger(policy="clamped", returns="exc", context=8192):
     """A learner's trigger_the_value_error: the seed's manager under ``policy``, a resize to
     ``context``; ``returns`` "exc" (the caught ValueError, else None), "result" (the resize's),
     or "nothing" (catches the ValueError, returns None)."""
+
     def trigger():
-        geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32)
+        geo = KVGeometry(
+            num_layers=2, num_kv_heads=2, head_dim=128, dtype="float16", tokens_per_block=32
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            mgr = KVCacheManager(geo, quota_bytes=4 * 2**20, max_seq_len=8192, max_batch_size=1,
-                                 page_index_policy=policy)
+            mgr = KVCacheManager(
+                geo,
+                quota_bytes=4 * 2**20,
+                max_seq_len=8192,
+                max_batch_size=1,
+                page_index_policy=policy,
+            )
         cache = mgr.create_cache("req-0")
         try:
             done = cache.resize(context)
         except ValueError as exc:
             return None if returns == "nothing" else exc
         return done if returns == "result" else None
+
     return trigger
 
 
@@ -266,9 +326,12 @@ def test_trigger_feedback():
         raise PageIndexTooShort(256, 68)
 
     assert "escaped your function" in feedback(workshop.check_trigger(escaped))
-    assert ("no ValueError was raised - your resize to 8,192 tokens returned False "
-            "(refused)") in feedback(workshop.check_trigger(seed_trigger("configured", "result")))
-    assert "256 and 68" in feedback(workshop.check_trigger(seed_trigger(context=12_000), reveal=True))
+    assert (
+        "no ValueError was raised - your resize to 8,192 tokens returned False (refused)"
+    ) in feedback(workshop.check_trigger(seed_trigger("configured", "result")))
+    assert "256 and 68" in feedback(
+        workshop.check_trigger(seed_trigger(context=12_000), reveal=True)
+    )
     assert workshop.check_trigger(seed_trigger())
     made = workshop.check_trigger(lambda: PageIndexTooShort(256, 68))  # no resize raised it
     assert not made and "your own code made it" in feedback(made)
@@ -281,28 +344,41 @@ def test_trigger_says_what_the_resize_did_when_no_value_error_came_back():
 
     resize = KVCache.resize
     first = feedback(workshop.check_trigger(seed_trigger("configured")))
-    assert ("no ValueError was raised - your resize to 8,192 tokens returned False "
-            "(refused): which row did you build?") in first
+    assert (
+        "no ValueError was raised - your resize to 8,192 tokens returned False "
+        "(refused): which row did you build?"
+    ) in first
     # returning the resize's False instead of None is the same slip after a change: its working
-    assert "returned False: no ValueError" in feedback(workshop.check_trigger(seed_trigger("configured", "result")))
+    assert "returned False: no ValueError" in feedback(
+        workshop.check_trigger(seed_trigger("configured", "result"))
+    )
     assert "return the caught exception" not in first and "260" not in first
     second = feedback(workshop.check_trigger(edited(seed_trigger("configured"))))
-    assert ("your row has 260 entries and a resize to 8,192 tokens needs ceil(8,192/32) = 256 <= 260, "
-            "so it passed the row check, and only the pool said no (256 pages needed, 64 in the pool)") in second
+    assert (
+        "your row has 260 entries and a resize to 8,192 tokens needs ceil(8,192/32) = 256 <= 260, "
+        "so it passed the row check, and only the pool said no (256 pages needed, 64 in the pool)"
+    ) in second
     assert "page_index_policy='clamped': 68 entries" in second
     allocated = feedback(workshop.check_trigger(seed_trigger("clamped", context=2048), reveal=True))
     assert "your resize to 2,048 tokens returned True (allocated)" in allocated
     swallowed = feedback(workshop.check_trigger(seed_trigger("clamped", returns="nothing")))
-    assert ("your resize raised PageIndexTooShort (a ValueError) and your function caught it, but "
-            "returned None: return the exception object itself") in swallowed
+    assert (
+        "your resize raised PageIndexTooShort (a ValueError) and your function caught it, but "
+        "returned None: return the exception object itself"
+    ) in swallowed
     # learner pass A: returning str(exc) was told it "returned" and "did not return it" at once
     as_text = feedback(workshop.check_trigger(lambda: str(seed_trigger("clamped")())))
-    assert "but returned its message as a str ('User-provided base page indices is too short')" in as_text
+    assert (
+        "but returned its message as a str ('User-provided base page indices is too short')"
+        in as_text
+    )
 
     def made_by_hand():
         return ValueError("User-provided base page indices is too short")
 
-    assert "(no resize raised it: your own code made it)" in feedback(workshop.check_trigger(made_by_hand))
+    assert "(no resize raised it: your own code made it)" in feedback(
+        workshop.check_trigger(made_by_hand)
+    )
     assert "resized no cache" in feedback(workshop.check_trigger(lambda: None))
     assert workshop.check_trigger(seed_trigger("clamped"))
     assert KVCache.resize is resize  # the check's watch on resize is gone after it
@@ -310,31 +386,47 @@ def test_trigger_says_what_the_resize_did_when_no_value_error_came_back():
 
 # --- exercise 3 ----------------------------------------------------------------------------------
 
+
 def classify_like(total_attr="total_blocks", count_output=True, check_span=True):
     def classify(request, manager):
         verdict, reason = CapacityAdmission().classify(request, manager)
         tokens = request.prompt_len + (request.max_new_tokens if count_output else 0)
-        demand = manager.geometry.blocks_for_tokens(tokens + manager.num_extra_kv_tokens
-                                                    + request.num_draft_tokens)
-        limits = [getattr(manager, total_attr)] + ([manager.max_blocks_per_seq] if check_span else [])
+        demand = manager.geometry.blocks_for_tokens(
+            tokens + manager.num_extra_kv_tokens + request.num_draft_tokens
+        )
+        limits = [getattr(manager, total_attr)] + (
+            [manager.max_blocks_per_seq] if check_span else []
+        )
         if demand > min(limits):
             return "never fits", f"needs {demand} blocks, limit {min(limits)}"
         return ("fits now", "") if verdict == "never fits" else (verdict, reason)
+
     return classify
 
 
 def test_admission_feedback_on_typical_mistakes():
     text = feedback(workshop.check_admission(classify_like(count_output=False), reveal=True))
-    assert "the prompt fits, the whole request does not: expected 'never fits', got 'fits now'" in text
+    assert (
+        "the prompt fits, the whole request does not: expected 'never fits', got 'fits now'" in text
+    )
     assert "prompt + max_new_tokens" in text
     text = feedback(workshop.check_admission(classify_like(total_attr="free_blocks"), reveal=True))
-    assert ("the pool is busy: expected 'temporarily blocked', got 'never fits' - pages held by others "
-            "are temporary pressure") in text
+    assert (
+        "the pool is busy: expected 'temporarily blocked', got 'never fits' - pages held by others "
+        "are temporary pressure"
+    ) in text
     text = feedback(workshop.check_admission(classify_like(check_span=False)))
     assert "a big pool, a request past the row: expected 'never fits'" in text
-    text = feedback(workshop.check_admission(lambda r, m: ("never fits", "too big")
-                                             if CapacityAdmission().classify(r, m)[0] == "never fits"
-                                             else CapacityAdmission().classify(r, m), reveal=True))
+    text = feedback(
+        workshop.check_admission(
+            lambda r, m: (
+                ("never fits", "too big")
+                if CapacityAdmission().classify(r, m)[0] == "never fits"
+                else CapacityAdmission().classify(r, m)
+            ),
+            reveal=True,
+        )
+    )
     assert "the fixed limit it exceeds: 257 blocks when it completes" in text
     assert "return a pair" in feedback(workshop.check_admission(lambda r, m: "fits now"))
 
@@ -343,6 +435,7 @@ def test_admission_reason_feedback_names_the_starters_slips():
     """Verification pass: the starter's reason 'needs 256 blocks, 64 are free' has numbers; its
     first failure must name what is wrong with them (256 is the prompt alone; free is no limit),
     not ask for numbers it already gives."""
+
     def starter(request, manager):
         needed = manager.geometry.blocks_for_tokens(request.prompt_len)
         if needed > manager.free_blocks:
@@ -351,26 +444,40 @@ def test_admission_reason_feedback_names_the_starters_slips():
 
     workshop.reset_hints()
     first = workshop.check_admission(starter).lines[0]
-    assert first.startswith("the seed's 8,192-token request: right class, but the reason 'needs 256 "
-                            "blocks, 64 are free'")
-    assert ("256 blocks are what the prompt alone takes: what does the request hold when it "
-            "completes? Is what is free now the limit a 'never' is judged against?") in first
+    assert first.startswith(
+        "the seed's 8,192-token request: right class, but the reason 'needs 256 "
+        "blocks, 64 are free'"
+    )
+    assert (
+        "256 blocks are what the prompt alone takes: what does the request hold when it "
+        "completes? Is what is free now the limit a 'never' is judged against?"
+    ) in first
     assert "257" not in first  # the number is the second failure's
-    assert workshop.check_admission(starter).lines[0] == first  # run again unchanged: the hint again
+    assert (
+        workshop.check_admission(starter).lines[0] == first
+    )  # run again unchanged: the hint again
     second = workshop.check_admission(edited(starter)).lines[0]
     assert "257 blocks when it completes" in second and "not what is free now" in second
     workshop.reset_hints()
-    no_limit = workshop.check_admission(lambda r, m: ("never fits", "needs 257 blocks")
-                                        if CapacityAdmission().classify(r, m)[0] == "never fits"
-                                        else CapacityAdmission().classify(r, m)).lines[0]
+    no_limit = workshop.check_admission(
+        lambda r, m: (
+            ("never fits", "needs 257 blocks")
+            if CapacityAdmission().classify(r, m)[0] == "never fits"
+            else CapacityAdmission().classify(r, m)
+        )
+    ).lines[0]
     assert no_limit.endswith("- Which fixed limit does it exceed?")
 
 
 def whole_request_now(request, manager):
     """Right about "never fits", but waits until the whole request's pages are free."""
     verdict, reason = CapacityAdmission().classify(request, manager)
-    demand = manager.geometry.blocks_for_tokens(request.prompt_len + request.max_new_tokens
-                                                + manager.num_extra_kv_tokens + request.num_draft_tokens)
+    demand = manager.geometry.blocks_for_tokens(
+        request.prompt_len
+        + request.max_new_tokens
+        + manager.num_extra_kv_tokens
+        + request.num_draft_tokens
+    )
     if verdict == "never fits" or (demand <= manager.free_blocks and manager.page_index.free_slots):
         return verdict, reason
     return "temporarily blocked", f"needs {demand} blocks, {manager.free_blocks} free"
@@ -381,18 +488,27 @@ def test_admission_catches_waiting_for_the_whole_request():
     first = workshop.check_admission(whole_request_now)
     assert not first.passed
     assert [line.split(":")[0] for line in first.lines[:-2]] == ["the pool is busy"]
-    assert ("expected 'fits now', got 'temporarily blocked' - its context fits in the free pages now, "
-            "its output not yet: must the output's pages be free before the request starts?") in feedback(first)
+    assert (
+        "expected 'fits now', got 'temporarily blocked' - its context fits in the free pages now, "
+        "its output not yet: must the output's pages be free before the request starts?"
+    ) in feedback(first)
     second = feedback(workshop.check_admission(edited(whole_request_now)))
     assert "you compared the whole request (context and output) with the free pages" in second
-    assert "demand ceil((512 prompt + 320 new + 0 extra + 0 draft) / 32) = 26 blocks; pool 64 total, 24 free" in second
+    assert (
+        "demand ceil((512 prompt + 320 new + 0 extra + 0 draft) / 32) = 26 blocks; pool 64 total, 24 free"
+        in second
+    )
 
 
 def test_admission_hints_follow_the_class_returned():
     """A wrong class gets the hint for that class: calling temporary pressure 'never' is not
     asked whether the context fits, and each case has a hint for every wrong class."""
-    from kvlab.workshop.ex3_admission_check import (ADMISSION_CASES, CLASSES, PRESSURE_AS_NEVER,
-                                                    _seed_manager)
+    from kvlab.workshop.ex3_admission_check import (
+        ADMISSION_CASES,
+        CLASSES,
+        PRESSURE_AS_NEVER,
+        _seed_manager,
+    )
 
     for label, settings, request, hints in ADMISSION_CASES:
         expected = CapacityAdmission().classify(request, _seed_manager(**settings))[0]
@@ -400,16 +516,20 @@ def test_admission_hints_follow_the_class_returned():
         assert all(hints.get(c) or hints.get(None) for c in CLASSES if c != expected), label
     pressure_is_never = classify_like(total_attr="free_blocks")
     text = feedback(workshop.check_admission(pressure_is_never, reveal=False))
-    assert ("the pool is busy: its context fits in what is free, its output not yet: expected 'fits now', "
-            f"got 'never fits' - {PRESSURE_AS_NEVER[0]}") in text
+    assert (
+        "the pool is busy: its context fits in what is free, its output not yet: expected 'fits now', "
+        f"got 'never fits' - {PRESSURE_AS_NEVER[0]}"
+    ) in text
 
     def ignores_free_pages(request, manager):
         verdict, reason = CapacityAdmission().classify(request, manager)
         return ("fits now", "") if verdict == "temporarily blocked" else (verdict, reason)
 
     text = feedback(workshop.check_admission(ignores_free_pages, reveal=False))
-    assert ("the pool is busy: expected 'temporarily blocked', got 'fits now' - look at the free pages: "
-            "can this request's context start right now?") in text
+    assert (
+        "the pool is busy: expected 'temporarily blocked', got 'fits now' - look at the free pages: "
+        "can this request's context start right now?"
+    ) in text
 
 
 def test_admission_numbers_have_separators():
@@ -430,7 +550,8 @@ def test_admission_policy_asks_for_the_numbers_in_plain_words():
     assert "reason 'too big' should name the 257 blocks it needs and the pool's 64" in text
     assert "there are" not in text
     assert "'big' needs 257 blocks, the pool has 64" in feedback(
-        workshop.check_admission_policy(NoAdmission(), reveal=True))
+        workshop.check_admission_policy(NoAdmission(), reveal=True)
+    )
 
 
 def test_admission_feedback_when_classify_allocates():
@@ -451,11 +572,16 @@ def test_admission_policy_feedback():
             verdict, reason = CapacityAdmission().classify(request, manager)
             return Verdict(verdict == "fits now", reason or "busy")
 
-    assert "'s2' is only temporarily blocked" in feedback(workshop.check_admission_policy(RejectsPressure()))
-    assert "instance of your AdmissionPolicy subclass" in feedback(workshop.check_admission_policy(CapacityAdmission))
+    assert "'s2' is only temporarily blocked" in feedback(
+        workshop.check_admission_policy(RejectsPressure())
+    )
+    assert "instance of your AdmissionPolicy subclass" in feedback(
+        workshop.check_admission_policy(CapacityAdmission)
+    )
 
 
 # --- exercise 4 ----------------------------------------------------------------------------------
+
 
 def scan(on_cap="continue", count_new=True, cap_all=False, no_cap=False):
     def fn(pending_ctx, num_resident, max_resident, max_num_requests):
@@ -471,19 +597,24 @@ def scan(on_cap="continue", count_new=True, cap_all=False, no_cap=False):
             scheduled.append(req.request_id)
             num_resident += starts_new and count_new and req.is_first_context_chunk
         return scheduled
+
     return fn
 
 
 def scan_line(fn, label: str, **kw) -> str:
     """The feedback line of the SCAN_CASES case ``label`` on ``fn``."""
-    return next(line for line in workshop.check_resident_scan(fn, **kw).lines if line.startswith(label))
+    return next(
+        line for line in workshop.check_resident_scan(fn, **kw).lines if line.startswith(label)
+    )
 
 
 def test_scan_feedback_break_instead_of_continue():
     result = workshop.check_resident_scan(workshop.schedule_pending_contexts_buggy, reveal=True)
     assert not result.passed
     text = feedback(result)
-    assert "scheduled [], expected ['old-b']" in text and "`break` ended the scan at 'new-a'" in text
+    assert (
+        "scheduled [], expected ['old-b']" in text and "`break` ended the scan at 'new-a'" in text
+    )
     assert "the scheduler stalls" in text
     assert feedback(workshop.check_resident_scan(scan(on_cap="break"), reveal=True)) == text
     assert workshop.check_resident_scan(scan())
@@ -498,25 +629,34 @@ def test_scan_feedback_says_what_the_loop_returned_not_what_the_case_is_about():
     assert "scheduled ['new-a'], expected ['new-a', 'old-c']" in broke
     assert "your scan ended at 'new-b', which must wait, so it never reached 'old-c'" in broke
     assert "slot is taken" not in broke and "count" not in broke
-    assert "num_resident += 1" not in scan_line(workshop.schedule_pending_contexts_buggy, room, reveal=True)
+    assert "num_resident += 1" not in scan_line(
+        workshop.schedule_pending_contexts_buggy, room, reveal=True
+    )
     uncounted = scan_line(scan(count_new=False), room, reveal=False)
     assert "scheduled ['new-a', 'new-b', 'old-c']" in uncounted
-    assert ("your loop started 2 new sequences ('new-a', 'new-b') with 1 resident slot free (1 of 2 "
-            "taken): does it count the slot") in uncounted
+    assert (
+        "your loop started 2 new sequences ('new-a', 'new-b') with 1 resident slot free (1 of 2 "
+        "taken): does it count the slot"
+    ) in uncounted
     assert "ended at" not in uncounted
     revealed = scan_line(scan(count_new=False), room, reveal=True)
     assert "count it (num_resident += 1)" in revealed
     # verification pass: the last free slot goes to 'new-a'; only 'new-b' waits
     assert "'new-a' takes the last free slot and 'new-b' must wait" in revealed
     # a "fix" that drops the cap returns the same ids here, and is told so: its other cases show it
-    assert "does it still hold a first chunk back" in scan_line(scan(no_cap=True), room, reveal=False)
+    assert "does it still hold a first chunk back" in scan_line(
+        scan(no_cap=True), room, reveal=False
+    )
 
 
 def test_scan_feedback_other_slips():
-    assert "the cap gates only first chunks" in feedback(workshop.check_resident_scan(scan(cap_all=True),
-                                                                                      reveal=True))
+    assert "the cap gates only first chunks" in feedback(
+        workshop.check_resident_scan(scan(cap_all=True), reveal=True)
+    )
     workshop.reset_hints()
-    dropped = feedback(workshop.check_resident_scan(scan(no_cap=True)))  # a "fix" that drops the cap
+    dropped = feedback(
+        workshop.check_resident_scan(scan(no_cap=True))
+    )  # a "fix" that drops the cap
     assert "'new-a' started a new sequence with no resident slot free (cap 1)" in dropped
     assert "never reached" not in dropped  # it did: it scheduled too much
     # learner pass C: a first failure asks (the fix comes on the second); two ids, a plural verb
@@ -527,14 +667,22 @@ def test_scan_feedback_other_slips():
     def none_as_zero(pending_ctx, num_resident, max_resident, max_num_requests):
         return scan()(pending_ctx, num_resident, max_resident or 0, max_num_requests)
 
-    assert "what does None mean" in feedback(workshop.check_resident_scan(none_as_zero, reveal=False))
-    assert "return the list of the ids scheduled" in feedback(workshop.check_resident_scan(lambda *a: None))
-    assert workshop.check_resident_scan(lambda *a: tuple(scan()(*a)))  # a tuple is a list of ids too
+    assert "what does None mean" in feedback(
+        workshop.check_resident_scan(none_as_zero, reveal=False)
+    )
+    assert "return the list of the ids scheduled" in feedback(
+        workshop.check_resident_scan(lambda *a: None)
+    )
+    assert workshop.check_resident_scan(
+        lambda *a: tuple(scan()(*a))
+    )  # a tuple is a list of ids too
     steps, log = workshop.run_resident_iterations(scan())
     assert steps == 4 and len(log) == 4
     # each line gives the count the pass saw beside its pending list, then the count after it
-    assert log[1] == ("iteration 1: 1/1 resident, pending ['waiter', 'runner'], scheduled ['runner'], "
-                      "then 0/1 resident")
+    assert log[1] == (
+        "iteration 1: 1/1 resident, pending ['waiter', 'runner'], scheduled ['runner'], "
+        "then 0/1 resident"
+    )
     assert workshop.run_resident_iterations(workshop.schedule_pending_contexts_buggy)[0] is None
 
 
@@ -544,13 +692,20 @@ def test_the_scan_slips_are_each_one_wrong_loop():
     from kvlab.workshop.ex4_the_resident_cap import SCAN_CASES, SLIPS, _ctx, _scan
 
     for _, spec, resident, cap, budget, expected in SCAN_CASES:
-        assert _scan(_ctx(spec), resident, cap, budget) == expected == scan()(_ctx(spec), resident, cap, budget)
+        assert (
+            _scan(_ctx(spec), resident, cap, budget)
+            == expected
+            == scan()(_ctx(spec), resident, cap, budget)
+        )
     for keyword, value, _ in SLIPS:
-        assert any(_scan(_ctx(spec), resident, cap, budget, **{keyword: value}) != expected
-                   for _, spec, resident, cap, budget, expected in SCAN_CASES), keyword
+        assert any(
+            _scan(_ctx(spec), resident, cap, budget, **{keyword: value}) != expected
+            for _, spec, resident, cap, budget, expected in SCAN_CASES
+        ), keyword
 
 
 # --- a function not implemented yet: one line, not one per case ----------------------------------
+
 
 def not_implemented(*args):
     raise NotImplementedError
@@ -562,14 +717,26 @@ class NotImplementedAdmission(AdmissionPolicy):
 
 
 NOT_IMPLEMENTED = {  # check -> (the check on a learner that raises NotImplementedError, its name)
-    "check_page_index_width": (lambda **kw: workshop.check_page_index_width(not_implemented, **kw),
-                               "not_implemented"),
-    "check_trigger": (lambda **kw: workshop.check_trigger(not_implemented, **kw), "not_implemented"),
-    "check_admission": (lambda **kw: workshop.check_admission(not_implemented, **kw), "not_implemented"),
-    "check_admission_policy": (lambda **kw: workshop.check_admission_policy(NotImplementedAdmission(), **kw),
-                               "NotImplementedAdmission.admit"),
-    "check_resident_scan": (lambda **kw: workshop.check_resident_scan(not_implemented, **kw),
-                            "not_implemented"),
+    "check_page_index_width": (
+        lambda **kw: workshop.check_page_index_width(not_implemented, **kw),
+        "not_implemented",
+    ),
+    "check_trigger": (
+        lambda **kw: workshop.check_trigger(not_implemented, **kw),
+        "not_implemented",
+    ),
+    "check_admission": (
+        lambda **kw: workshop.check_admission(not_implemented, **kw),
+        "not_implemented",
+    ),
+    "check_admission_policy": (
+        lambda **kw: workshop.check_admission_policy(NotImplementedAdmission(), **kw),
+        "NotImplementedAdmission.admit",
+    ),
+    "check_resident_scan": (
+        lambda **kw: workshop.check_resident_scan(not_implemented, **kw),
+        "not_implemented",
+    ),
 }
 
 
@@ -578,9 +745,11 @@ def test_not_implemented_is_reported_in_one_line_naming_the_function(check):
     run, name = NOT_IMPLEMENTED[check]
     result = run()
     assert not result.passed
-    assert result.lines == [f"`{name}` is not implemented yet (it raised NotImplementedError): replace "
-                            "its `raise NotImplementedError` with your code, run that cell, then run "
-                            "this check again"]
+    assert result.lines == [
+        f"`{name}` is not implemented yet (it raised NotImplementedError): replace "
+        "its `raise NotImplementedError` with your code, run that cell, then run "
+        "this check again"
+    ]
     with pytest.raises(CheckFailed) as info:  # strict still raises, with the one line
         run(strict=True)
     assert str(info.value).count("not implemented yet") == 1
@@ -592,12 +761,14 @@ def test_the_ex1_starter_says_not_implemented_once(starters):
     result = workshop.check_page_index_width(ns["page_index_width"], ns["seed_max_seq_len"])
     assert sum("not implemented yet" in line for line in result.lines) == 1
     assert result.lines[0].startswith("`page_index_width` is not implemented yet")
-    assert result.lines[1:] == ["seed: seed_max_seq_len's 'clamped' and 'configured' are not filled in "
-                                "yet (Part 2)"]
+    assert result.lines[1:] == [
+        "seed: seed_max_seq_len's 'clamped' and 'configured' are not filled in yet (Part 2)"
+    ]
     ex2 = workshop.check_predictions(starters["ex2_predict_the_valueerror"]["predictions"])
     assert [line for line in ex2.lines if "no prediction yet" in line] == [
         "no prediction yet for A, B, C, D, E, F, G: write 'ok', 'refused' or 'crash' for each case "
-        "in `predictions`"]
+        "in `predictions`"
+    ]
 
 
 def test_partly_implemented_is_one_line_beside_the_other_cases():
@@ -616,27 +787,55 @@ def test_partly_implemented_is_one_line_beside_the_other_cases():
 
 # --- hint first, the worked arithmetic on the second failure -------------------------------------
 
-RIGHT_PREDICTIONS = {"A": "crash", "B": "refused", "C": "ok", "D": "refused", "E": "crash", "F": "crash",
-                     "G": "ok"}
+RIGHT_PREDICTIONS = {
+    "A": "crash",
+    "B": "refused",
+    "C": "ok",
+    "D": "refused",
+    "E": "crash",
+    "F": "crash",
+    "G": "ok",
+}
 #: check -> (the check on a typical wrong answer, ``edit=True``: the same slip after an edit;
 #: texts that give the answer away: absent from the first failure, present after the edit)
 WRONG = {
-    "check_page_index_width": (lambda edit=False, **kw: workshop.check_page_index_width(
-        maybe_edited(width(plus_one=0), edit), {"clamped": 8192, "configured": 8192}, **kw),
-        ["ceil((2,048+0+0+1)/32)=65 -> 68"]),  # Part 2's lengths are not the part edited
+    "check_page_index_width": (
+        lambda edit=False, **kw: workshop.check_page_index_width(
+            maybe_edited(width(plus_one=0), edit), {"clamped": 8192, "configured": 8192}, **kw
+        ),
+        ["ceil((2,048+0+0+1)/32)=65 -> 68"],
+    ),  # Part 2's lengths are not the part edited
     # the edit: A's other wrong guess (a change of another case's guess reveals nothing for A)
-    "check_predictions": (lambda edit=False, **kw: workshop.check_predictions(
-        {**RIGHT_PREDICTIONS, "A": "ok" if edit else "refused"}, **kw),
-        ["the resize gave 'crash'", "256 entries needed > 68"]),
-    "check_trigger": (lambda edit=False, **kw: workshop.check_trigger(
-        maybe_edited(seed_trigger("configured"), edit), **kw), ["page_index_policy='clamped'", "256 <= 260"]),
-    "check_admission": (lambda edit=False, **kw: workshop.check_admission(
-        maybe_edited(classify_like(count_output=False), edit), **kw), ["ceil(", "prompt + max_new_tokens", "demand"]),
-    "check_admission_policy": (lambda edit=False, **kw: workshop.check_admission_policy(
-        maybe_edited(NoAdmission(), edit), **kw), ["Verdict(False, reason)", "in admit()", "257 blocks"]),
-    "check_resident_scan": (lambda edit=False, **kw: workshop.check_resident_scan(
-        maybe_edited(workshop.schedule_pending_contexts_buggy, edit), **kw),
-        ["`continue`", "`break` ended the scan"]),
+    "check_predictions": (
+        lambda edit=False, **kw: workshop.check_predictions(
+            {**RIGHT_PREDICTIONS, "A": "ok" if edit else "refused"}, **kw
+        ),
+        ["the resize gave 'crash'", "256 entries needed > 68"],
+    ),
+    "check_trigger": (
+        lambda edit=False, **kw: workshop.check_trigger(
+            maybe_edited(seed_trigger("configured"), edit), **kw
+        ),
+        ["page_index_policy='clamped'", "256 <= 260"],
+    ),
+    "check_admission": (
+        lambda edit=False, **kw: workshop.check_admission(
+            maybe_edited(classify_like(count_output=False), edit), **kw
+        ),
+        ["ceil(", "prompt + max_new_tokens", "demand"],
+    ),
+    "check_admission_policy": (
+        lambda edit=False, **kw: workshop.check_admission_policy(
+            maybe_edited(NoAdmission(), edit), **kw
+        ),
+        ["Verdict(False, reason)", "in admit()", "257 blocks"],
+    ),
+    "check_resident_scan": (
+        lambda edit=False, **kw: workshop.check_resident_scan(
+            maybe_edited(workshop.schedule_pending_contexts_buggy, edit), **kw
+        ),
+        ["`continue`", "`break` ended the scan"],
+    ),
 }
 
 
@@ -688,12 +887,23 @@ def test_reveal_argument_and_what_counts_as_a_failure():
     workshop.reset_hints()
     workshop.check_page_index_width(width(align=1))
     part2 = workshop.check_page_index_width(width(), {"clamped": 8192, "configured": 8192})
-    assert not part2.revealed and "2,048" not in feedback(part2) and part2.lines[-1] == workshop.HINTS_ONLY
-    assert not workshop.check_page_index_width(edited(width()), {"clamped": 8192, "configured": 8192}).revealed
+    assert (
+        not part2.revealed
+        and "2,048" not in feedback(part2)
+        and part2.lines[-1] == workshop.HINTS_ONLY
+    )
+    assert not workshop.check_page_index_width(
+        edited(width()), {"clamped": 8192, "configured": 8192}
+    ).revealed
     # Part 2's part is its length: another wrong length of the same kind reveals the arithmetic
     workshop.check_page_index_width(width(), {"clamped": 1000, "configured": 8192})
-    revealed = feedback(workshop.check_page_index_width(width(), {"clamped": 3000, "configured": 8192}))
-    assert "seed_max_seq_len['clamped'] = 3,000, expected 2,048 - the clamped length is what the pool holds" in revealed
+    revealed = feedback(
+        workshop.check_page_index_width(width(), {"clamped": 3000, "configured": 8192})
+    )
+    assert (
+        "seed_max_seq_len['clamped'] = 3,000, expected 2,048 - the clamped length is what the pool holds"
+        in revealed
+    )
     # a run that only says "not implemented yet" has no hint to give, so it does not count
     workshop.reset_hints()
     NOT_IMPLEMENTED["check_admission"][0]()
@@ -702,10 +912,15 @@ def test_reveal_argument_and_what_counts_as_a_failure():
 
 # --- what a learner reads in the exercise notebooks ----------------------------------------------
 
+
 def markdown(name: str) -> list:
     import jupytext
 
-    return [c.source for c in jupytext.read(notebook_path(name, ".py")).cells if c.cell_type == "markdown"]
+    return [
+        c.source
+        for c in jupytext.read(notebook_path(name, ".py")).cells
+        if c.cell_type == "markdown"
+    ]
 
 
 def discuss(name: str) -> str:
@@ -720,14 +935,21 @@ def test_nothing_on_screen_gives_away_the_predictions_of_exercise_2():
     assert "differently" not in text
     for sentence in re.split(r"(?<=[.?!])\s", text):  # no sentence names a case and an outcome
         if re.search(r"\b[Cc]ases? [A-G]\b", sentence):
-            assert not re.search(r"refused|crash|raises|allocat|False|True|more than the pool", sentence), sentence
-    assert discuss("ex2_predict_the_valueerror").splitlines()[2] == "Answer these after your predictions pass."
+            assert not re.search(
+                r"refused|crash|raises|allocat|False|True|more than the pool", sentence
+            ), sentence
+    assert (
+        discuss("ex2_predict_the_valueerror").splitlines()[2]
+        == "Answer these after your predictions pass."
+    )
 
 
 def test_exercise_4_names_neither_the_bug_nor_its_fix_before_the_check_passes():
     """Learner pass C: the file was ex4_break_or_continue, and the Discuss below the check asked
     why `break` is wrong for the cap."""
-    names = [p.name for p in (*WORKSHOP.glob("ex4_*"), *(ROOT / "kvlab" / "workshop").glob("ex4_*"))]
+    names = [
+        p.name for p in (*WORKSHOP.glob("ex4_*"), *(ROOT / "kvlab" / "workshop").glob("ex4_*"))
+    ]
     assert len(names) == 3 and not [n for n in names if re.search("break|continue", n)], names
     for cell in markdown("ex4_the_resident_cap"):
         assert not re.search(r"\bbreak\b|\bcontinue\b", cell), cell
@@ -761,6 +983,7 @@ def test_the_ex2_cases_and_exercise_prose_use_separators():
 
 # --- the solutions notebook: apart from the exercises, still clean and passing -------------------
 
+
 def test_solutions_live_in_the_instructor_folder_not_beside_the_exercises():
     assert not [p.name for p in WORKSHOP.iterdir() if "solution" in p.name.lower()]
     assert SOLUTIONS.with_suffix(".ipynb").is_file() and SOLUTIONS.with_suffix(".py").is_file()
@@ -771,7 +994,8 @@ def test_solutions_live_in_the_instructor_folder_not_beside_the_exercises():
 
 def test_the_hygiene_test_still_covers_the_solutions_notebook():
     spec = importlib.util.spec_from_file_location(
-        "notebook_hygiene", ROOT / "tests" / "notebook" / "test_notebook_hygiene.py")
+        "notebook_hygiene", ROOT / "tests" / "notebook" / "test_notebook_hygiene.py"
+    )
     hygiene = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hygiene)
     ipynb = SOLUTIONS.with_suffix(".ipynb")
@@ -781,11 +1005,20 @@ def test_the_hygiene_test_still_covers_the_solutions_notebook():
 
 
 def test_every_reference_names_the_solutions_where_they_are():
-    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "kvlab").rglob("*.py"),
-             *(ROOT / "scripts").glob("*"), *(ROOT / "tests").rglob("*.py"),
-             *WORKSHOP.rglob("*.py")]
-    stale = [str(f.relative_to(ROOT)) for f in files if f.is_file()
-             and re.search(r"workshop/solutions\.(ipynb|py)", f.read_text(encoding="utf-8"))]
+    files = [
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "kvlab").rglob("*.py"),
+        *(ROOT / "scripts").glob("*"),
+        *(ROOT / "tests").rglob("*.py"),
+        *WORKSHOP.rglob("*.py"),
+    ]
+    stale = [
+        str(f.relative_to(ROOT))
+        for f in files
+        if f.is_file()
+        and re.search(r"workshop/solutions\.(ipynb|py)", f.read_text(encoding="utf-8"))
+    ]
     assert stale == []
     guide = (ROOT / "docs" / "INSTRUCTORS.md").read_text(encoding="utf-8")
     assert "notebooks/workshop/instructor/solutions.ipynb" in guide
@@ -794,6 +1027,7 @@ def test_every_reference_names_the_solutions_where_they_are():
 
 # --- CheckResult ---------------------------------------------------------------------------------
 
+
 def test_check_result_strict_display_and_truth():
     failed = workshop.check_predictions({})
     assert not failed and failed.headline == "check_predictions: FAILED"
@@ -801,7 +1035,7 @@ def test_check_result_strict_display_and_truth():
         workshop.check_predictions({"A": "<b>"}, strict=True)
     assert isinstance(info.value, AssertionError)
     html = workshop.check_predictions({"A": "<b>"})._repr_html_()
-    assert "&lt;b&gt;" in html and "<b>" not in html.replace('<b style', '')
+    assert "&lt;b&gt;" in html and "<b>" not in html.replace("<b style", "")
     # learner pass C: a quoted id stays whole on screen ('new-' over 'a' read as two ids)
     scan_html = workshop.check_resident_scan(workshop.schedule_pending_contexts_buggy)._repr_html_()
     assert """<span style="white-space:nowrap">'new-a'</span>""" in scan_html
@@ -811,13 +1045,18 @@ def test_check_result_strict_display_and_truth():
 
 # --- the notebooks under papermill ---------------------------------------------------------------
 
+
 def execute(name: str, out_dir: Path, **parameters):
     return run_notebook(notebook_path(name, ".ipynb"), out_dir, fail_on_error=False, **parameters)
 
 
 def check_outputs(nb) -> list:
-    return [o["data"][CHECK_MIME] for c in nb.cells for o in c.get("outputs", [])
-            if CHECK_MIME in o.get("data", {})]
+    return [
+        o["data"][CHECK_MIME]
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if CHECK_MIME in o.get("data", {})
+    ]
 
 
 @pytest.mark.notebook
@@ -839,7 +1078,9 @@ def test_starter_notebook_raises_with_strict(tmp_path):
 
     with pytest.raises(papermill.PapermillExecutionError) as info:
         execute("ex1_page_index_width", tmp_path, STRICT=True)
-    assert info.value.ename == "CheckFailed" and "check_page_index_width: FAILED" in info.value.evalue
+    assert (
+        info.value.ename == "CheckFailed" and "check_page_index_width: FAILED" in info.value.evalue
+    )
 
 
 @pytest.mark.notebook
@@ -849,19 +1090,30 @@ def test_solutions_notebook_passes_every_check_with_strict(tmp_path):
     try:
         nb, seconds = execute("solutions", tmp_path, STRICT=True)
     except papermill.PapermillExecutionError as exc:
-        pytest.fail(f"solutions: cell {exc.cell_index} raised {exc.ename}: {exc.evalue}", pytrace=False)
+        pytest.fail(
+            f"solutions: cell {exc.cell_index} raised {exc.ename}: {exc.evalue}", pytrace=False
+        )
     results = check_outputs(nb)
     assert [r["check"] for r in results] == ALL_CHECKS
     assert all(r["passed"] for r in results)
     assert seconds < 30
 
 
-@pytest.mark.parametrize("check, args", [
-    ("check_page_index_width", (lambda *a: 0,)), ("check_predictions", ({},)),
-    ("check_trigger", (lambda: None,)), ("check_admission", (CapacityAdmission().classify,)),
-    ("check_admission_policy", (CapacityAdmission(),)), ("check_resident_scan", (lambda *a: [],))])
-@pytest.mark.parametrize("flag, bad", [("strict", "x"), ("strict", None), ("reveal", "x"),
-                                       ("reveal", 0), ("reveal", "ndarray")])
+@pytest.mark.parametrize(
+    "check, args",
+    [
+        ("check_page_index_width", (lambda *a: 0,)),
+        ("check_predictions", ({},)),
+        ("check_trigger", (lambda: None,)),
+        ("check_admission", (CapacityAdmission().classify,)),
+        ("check_admission_policy", (CapacityAdmission(),)),
+        ("check_resident_scan", (lambda *a: [],)),
+    ],
+)
+@pytest.mark.parametrize(
+    "flag, bad",
+    [("strict", "x"), ("strict", None), ("reveal", "x"), ("reveal", 0), ("reveal", "ndarray")],
+)
 def test_each_check_names_a_flag_that_is_not_a_bool(check, args, flag, bad):
     import numpy as np
 
@@ -873,12 +1125,17 @@ def test_each_check_names_a_flag_that_is_not_a_bool(check, args, flag, bad):
 def test_an_off_by_one_cap_is_asked_about_its_comparison_and_fails_the_iterations():
     """Learner pass W2: `num_resident > max_resident` was asked whether it counts the slots it
     does count, and the several-iterations case passed with 2 of 1 slots resident."""
+
     def past_cap(pending_ctx, num_resident, max_resident, max_num_requests):
         scheduled = []
         for req in pending_ctx:
             if len(scheduled) >= max_num_requests:
                 break
-            if req.is_first_context_chunk and max_resident is not None and num_resident > max_resident:
+            if (
+                req.is_first_context_chunk
+                and max_resident is not None
+                and num_resident > max_resident
+            ):
                 continue
             scheduled.append(req.request_id)
             num_resident += req.is_first_context_chunk
@@ -886,8 +1143,15 @@ def test_an_off_by_one_cap_is_asked_about_its_comparison_and_fails_the_iteration
 
     workshop.reset_hints()
     text = feedback(workshop.check_resident_scan(past_cap))
-    assert text.count("which comparison lets a first chunk in when num_resident equals max_resident?") == 4
-    assert "does it count the slot" not in text and "(not >)" not in text and "hold a first chunk back" not in text
+    assert (
+        text.count("which comparison lets a first chunk in when num_resident equals max_resident?")
+        == 4
+    )
+    assert (
+        "does it count the slot" not in text
+        and "(not >)" not in text
+        and "hold a first chunk back" not in text
+    )
     assert "then 2/1 resident (over the cap) - which comparison" in text
     assert "'new-b' start past the cap (1 of 2 slots taken before the scan)" in text
     steps, log = workshop.run_resident_iterations(past_cap)

@@ -17,8 +17,10 @@ def static_bundle(fig: go.Figure, *, html: bool = True) -> dict:
     VS Code), optionally an HTML copy that loads plotly.js from its CDN (nbconvert's HTML
     export), and one plain-text line."""
     fig = go.Figure(fig)
-    bundle = {"application/vnd.plotly.v1+json": fig.to_plotly_json(),
-              "text/plain": f"<Figure: {figure_title(fig)}>"}
+    bundle = {
+        "application/vnd.plotly.v1+json": fig.to_plotly_json(),
+        "text/plain": f"<Figure: {figure_title(fig)}>",
+    }
     if html:
         bundle["text/html"] = figure_html(fig)
     return bundle
@@ -26,8 +28,9 @@ def static_bundle(fig: go.Figure, *, html: bool = True) -> dict:
 
 def figure_html(fig: go.Figure) -> str:
     """The figure as an HTML fragment (plotly.js from its CDN)."""
-    return go.Figure(fig).to_html(include_plotlyjs="cdn", full_html=False,
-                                  config={"displaylogo": False, "responsive": True})
+    return go.Figure(fig).to_html(
+        include_plotlyjs="cdn", full_html=False, config={"displaylogo": False, "responsive": True}
+    )
 
 
 def figure_title(fig: go.Figure) -> str:
@@ -38,7 +41,9 @@ def figure_title(fig: go.Figure) -> str:
 def figure_text(fig) -> str:
     """The figure's title and subtitle as plain text (markup removed, lines joined by spaces);
     ``fig`` is a go.Figure or a spec."""
-    text = (fig["layout"]["title"]["text"] if isinstance(fig, dict) else fig.layout.title.text) or ""
+    text = (
+        fig["layout"]["title"]["text"] if isinstance(fig, dict) else fig.layout.title.text
+    ) or ""
     return re.sub(r"<[^>]+>", "", text.replace("<br>", " "))
 
 

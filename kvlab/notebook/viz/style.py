@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 
@@ -53,6 +53,8 @@ def run_outcome(result) -> str:
     if outcome != "stall" or result.error is not None:
         return outcome
     return "livelock" if result.summary()["recomputes"] else "unfinished"
+
+
 #: Colour for "not applicable" (no pool, no outcome).
 NEUTRAL_COLOR = "#BBBBBB"
 
@@ -66,7 +68,7 @@ FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13)
 FIGURE_WIDTH = 720
 
 
-def outcome_color(outcome: Optional[str]) -> str:
+def outcome_color(outcome: str | None) -> str:
     """The colour of an outcome; neutral grey for None or an unknown name."""
     return OUTCOME_COLORS.get(outcome or "", NEUTRAL_COLOR)
 
@@ -75,9 +77,9 @@ def outcome_color(outcome: Optional[str]) -> str:
 SUBTITLE_CHARS = 96
 
 
-def wrap_words(text: str, chars: int) -> List[str]:
+def wrap_words(text: str, chars: int) -> list[str]:
     """``text`` in lines of at most ``chars`` characters, broken between words."""
-    lines: List[str] = []
+    lines: list[str] = []
     for word in text.split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= chars:
             lines[-1] += " " + word
@@ -86,7 +88,7 @@ def wrap_words(text: str, chars: int) -> List[str]:
     return lines
 
 
-def titled(title: Optional[str], default: str, name: str = "title") -> str:
+def titled(title: str | None, default: str, name: str = "title") -> str:
     """A figure's ``title`` (or subtitle, ``name``) argument, a str or None, resolved: ``default``
     where it is empty or None; a TypeError naming it for anything else, before its truth value
     is asked (a numpy array has none)."""
@@ -113,7 +115,9 @@ def resize_layout(layout, width: int) -> None:
     prefix, suffix = _SUBTITLE_LINE.split("{}")
     if len(parts) < 2 or not all(p.startswith(prefix) and p.endswith(suffix) for p in parts[1:]):
         return  # no subtitle, or lines base_layout did not write
-    text, lines = _title_text(parts[0], " ".join(p[len(prefix):-len(suffix)] for p in parts[1:]), width)
+    text, lines = _title_text(
+        parts[0], " ".join(p[len(prefix) : -len(suffix)] for p in parts[1:]), width
+    )
     layout["title"]["text"] = text
     layout["margin"]["t"] = max(layout["margin"]["t"] or 0, 64 + 17 * len(lines))
 
@@ -129,24 +133,48 @@ def base_layout(title: str, subtitle: str = "", **extra) -> dict:
     check_instance("subtitle", subtitle, str)
     width = extra.get("width", FIGURE_WIDTH)
     text, lines = _title_text(title, subtitle, width)
-    layout = dict(title=dict(text=text, x=0.0, xanchor="left", xref="container", y=1.0,
-                             yref="container", yanchor="top", pad=dict(t=26), font=dict(size=16)),
-                  font=FONT, template=None, width=FIGURE_WIDTH, paper_bgcolor="white",
-                  plot_bgcolor="white", margin=dict(l=70, r=30, t=80, b=60),
-                  hoverlabel=dict(font_size=12, bgcolor="white"),
-                  # on screen, plotly's toolbar stands down the right edge, not across the title
-                  modebar=dict(orientation="v"))
+    layout = dict(
+        title=dict(
+            text=text,
+            x=0.0,
+            xanchor="left",
+            xref="container",
+            y=1.0,
+            yref="container",
+            yanchor="top",
+            pad=dict(t=26),
+            font=dict(size=16),
+        ),
+        font=FONT,
+        template=None,
+        width=FIGURE_WIDTH,
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        margin=dict(l=70, r=30, t=80, b=60),
+        hoverlabel=dict(font_size=12, bgcolor="white"),
+        # on screen, plotly's toolbar stands down the right edge, not across the title
+        modebar=dict(orientation="v"),
+    )
     for axis in ("xaxis", "yaxis"):
         extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
     layout.update(extra)
-    layout["margin"] = {**layout["margin"],
-                        "t": max(layout["margin"].get("t", 80), 64 + 17 * len(lines))}
+    layout["margin"] = {
+        **layout["margin"],
+        "t": max(layout["margin"].get("t", 80), 64 + 17 * len(lines)),
+    }
     return layout
 
 
-AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, ticks="outside",
-                  tickcolor="#B0B6BE", automargin=True, ticklabeloverflow="allow",
-                  separatethousands=True)  # tick labels as 1,000, like the text around them
+AXIS_STYLE = dict(
+    gridcolor="#E6E9EF",
+    linecolor="#B0B6BE",
+    zeroline=False,
+    ticks="outside",
+    tickcolor="#B0B6BE",
+    automargin=True,
+    ticklabeloverflow="allow",
+    separatethousands=True,
+)  # tick labels as 1,000, like the text around them
 
 
 #: A part whose largest value is under this share of the tallest bar is too thin to see: its
@@ -154,7 +182,9 @@ AXIS_STYLE = dict(gridcolor="#E6E9EF", linecolor="#B0B6BE", zeroline=False, tick
 THIN_SHARE = 0.01
 
 
-def thin_label(label: str, values: Sequence[float], tallest: float, size: Callable[[float], str]) -> str:
+def thin_label(
+    label: str, values: Sequence[float], tallest: float, size: Callable[[float], str]
+) -> str:
     """A stacked part's legend entry: ``label``, and for a part too thin to see (its largest
     value under :data:`THIN_SHARE` of ``tallest``) its size, "label: 2 MiB, too thin to see"
     ("up to" when its bars differ). ``size`` writes a value in the figure's unit."""
@@ -164,13 +194,19 @@ def thin_label(label: str, values: Sequence[float], tallest: float, size: Callab
     return f"{label}: {'' if min(values) == top else 'up to '}{size(top)}, too thin to see"
 
 
-def log_log_axes(x: Tuple[str, str], y: Tuple[str, str]) -> dict:
+def log_log_axes(x: tuple[str, str], y: tuple[str, str]) -> dict:
     """Both axes logarithmic, each titled "quantity (unit, log scale)", labelled at powers of
     ten only (no bare minor digits), written out with separators (100,000, never 100k); ``x``
     and ``y`` are (quantity, unit) (the sweeps over sizes)."""
-    return {f"{axis}axis": dict(title=dict(text=f"{name} ({unit}, log scale)"), type="log", dtick=1,
-                                exponentformat="none")
-            for axis, (name, unit) in (("x", x), ("y", y))}
+    return {
+        f"{axis}axis": dict(
+            title=dict(text=f"{name} ({unit}, log scale)"),
+            type="log",
+            dtick=1,
+            exponentformat="none",
+        )
+        for axis, (name, unit) in (("x", x), ("y", y))
+    }
 
 
 def format_bytes(n: float) -> str:

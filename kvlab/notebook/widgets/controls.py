@@ -15,7 +15,7 @@ def labelled(values) -> list:
 def context_choices(extra=()) -> list:
     """Context lengths for the log-feel slider: 2**k and 1.5 * 2**k from 32 to 131072."""
     lo, hi = CONTEXT_RANGE
-    values = {v for k in range(5, 18) for v in (2 ** k, 3 * 2 ** (k - 1)) if lo <= v <= hi}
+    values = {v for k in range(5, 18) for v in (2**k, 3 * 2 ** (k - 1)) if lo <= v <= hi}
     values.update(int(v) for v in extra)
     return sorted(values)
 

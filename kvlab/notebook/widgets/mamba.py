@@ -4,26 +4,34 @@ default)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any
 
 import ipywidgets as W
 
-from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, PR_QUOTA_BYTES, qwen_plan, residency_bytes
+from kvlab.analysis.mamba_residency import (
+    MAMBA_SSM_DTYPES,
+    PR_QUOTA_BYTES,
+    qwen_plan,
+    residency_bytes,
+)
 from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
+from kvlab.core.words import counted
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.core.words import counted
 from kvlab.notebook.tables import gib_pair
-
 
 #: The quota slider's step, GiB: 161 positions up to 80 GiB, a key press each.
 MAMBA_QUOTA_STEP_GIB = 0.5
 #: The quota slider's positions, GiB: every step up to 80 (an H100), 0.1 (less than one slot)
 #: and the PR's 24.86 (its H100 after the weights); a panel built for another quota adds it.
-MAMBA_QUOTA_CHOICES_GIB = tuple(sorted({0.1, round(PR_QUOTA_BYTES / GIB, 2)}
-                                       | {MAMBA_QUOTA_STEP_GIB * k for k in range(1, 161)}))
+MAMBA_QUOTA_CHOICES_GIB = tuple(
+    sorted(
+        {0.1, round(PR_QUOTA_BYTES / GIB, 2)} | {MAMBA_QUOTA_STEP_GIB * k for k in range(1, 161)}
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +42,8 @@ class MambaModel:
     quota_gib: float
     max_batch_size: int
     ssm_dtype: str
-    plan: Any            # kvlab.core.mamba.ResidencyPlan
-    split: dict          # kvlab.analysis.mamba_residency.residency_bytes(plan)
+    plan: Any  # kvlab.core.mamba.ResidencyPlan
+    split: dict  # kvlab.analysis.mamba_residency.residency_bytes(plan)
 
     @property
     def raw_fits(self) -> bool:
@@ -61,20 +69,28 @@ class MambaModel:
 def mamba_model(values: Mapping[str, Any]) -> MambaModel:
     """Qwen3.5-27B (one rank) for the panel's quota (GiB), max_batch_size and SSM dtype."""
 
-    quota_gib, batch, dtype = float(values["quota_gib"]), int(values["max_batch_size"]), values["ssm_dtype"]
+    quota_gib, batch, dtype = (
+        float(values["quota_gib"]),
+        int(values["max_batch_size"]),
+        values["ssm_dtype"],
+    )
     plan = qwen_plan(int(quota_gib * GIB), batch, dtype)
     return MambaModel(quota_gib, batch, dtype, plan, residency_bytes(plan))
 
 
-def mamba_figures(model: MambaModel) -> Dict[str, dict]:
+def mamba_figures(model: MambaModel) -> dict[str, dict]:
     """The quota split, merged beside PR #17261's clamp (a kvlab.notebook.viz spec)."""
-    return {"stack": viz.residency_stack_spec(
-        model.split, model.plan.quota_bytes,
-        subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size:,}, {model.ssm_dtype} SSM state, "
-                 f"{model.plan.slot_bytes / MIB:.1f} MiB a slot")}
+    return {
+        "stack": viz.residency_stack_spec(
+            model.split,
+            model.plan.quota_bytes,
+            subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size:,}, {model.ssm_dtype} SSM state, "
+            f"{model.plan.slot_bytes / MIB:.1f} MiB a slot",
+        )
+    }
 
 
-def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
+def mamba_verdict(model: MambaModel) -> tuple[str | None, str]:
     """(outcome, HTML): does merged TensorRT-LLM build, and what the two proposals would do
     (PR #17261's clamp: how many sequences stay resident; PR #18985: the largest feasible
     max_batch_size default)."""
@@ -85,30 +101,43 @@ def mamba_verdict(model: MambaModel) -> Tuple[Optional[str], str]:
     fits = model.feasible_max_batch_size
     if model.raw_fits:
         resident = "resident" if plan.requested == 1 else "all resident"
-        headline = (f"Merged builds: {raw} <= quota {quota_gib} GiB; {counted(plan.requested, 'sequence')}, "
-                    f"{resident} (merged code has no cap). The proposals change nothing here.")
+        headline = (
+            f"Merged builds: {raw} <= quota {quota_gib} GiB; {counted(plan.requested, 'sequence')}, "
+            f"{resident} (merged code has no cap). The proposals change nothing here."
+        )
     elif model.resident >= 1:
         used = (model.resident + plan.dummies) * plan.slot_bytes / gib
-        headline = (f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
-                    f"construction). Proposal PR #17261 (closed without merging), the clamp: "
-                    f"{model.resident:,} resident (+{plan.dummies:,} dummy) = {used:.2f} GiB of slots; "
-                    f"{counted(model.split['clamped']['pages'] // plan.page_bytes, 'attention page')}; "
-                    f"the queue holds {counted(plan.requested - model.resident, 'sequence')}. Proposal PR #18985 (open): "
-                    f"a max_batch_size default of at most {fits:,} fits; an explicit "
-                    f"{model.max_batch_size:,} still raises, with a message in GiB.")
+        headline = (
+            f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
+            f"construction). Proposal PR #17261 (closed without merging), the clamp: "
+            f"{model.resident:,} resident (+{plan.dummies:,} dummy) = {used:.2f} GiB of slots; "
+            f"{counted(model.split['clamped']['pages'] // plan.page_bytes, 'attention page')}; "
+            f"the queue holds {counted(plan.requested - model.resident, 'sequence')}. Proposal PR #18985 (open): "
+            f"a max_batch_size default of at most {fits:,} fits; an explicit "
+            f"{model.max_batch_size:,} still raises, with a message in GiB."
+        )
     else:
-        headline = (f"Merged raises: {raw} > quota {quota_gib} GiB; the clamp (PR #17261) "
-                    f"keeps 0: one sequence's slot with {counted(plan.dummies, 'dummy slot')} and one "
-                    f"page needs {((1 + plan.dummies) * plan.slot_bytes + plan.page_bytes) / MIB:,.1f} "
-                    f"MiB, more than the quota, so it raises too, and no "
-                    f"max_batch_size default fits (PR #18985).")
-    detail = (f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
-              f"merged floor {plan.raw_need_bytes:,} B")
+        headline = (
+            f"Merged raises: {raw} > quota {quota_gib} GiB; the clamp (PR #17261) "
+            f"keeps 0: one sequence's slot with {counted(plan.dummies, 'dummy slot')} and one "
+            f"page needs {((1 + plan.dummies) * plan.slot_bytes + plan.page_bytes) / MIB:,.1f} "
+            f"MiB, more than the quota, so it raises too, and no "
+            f"max_batch_size default fits (PR #18985)."
+        )
+    detail = (
+        f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
+        f"merged floor {plan.raw_need_bytes:,} B"
+    )
     return model.outcome, verdict_html(model.outcome, headline, detail)
 
 
-def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: str = "bfloat16", *,
-                wait_s: float = DEFAULT_WAIT_S) -> Panel:
+def mamba_panel(
+    quota_gib: float = 24.86,
+    max_batch_size: int = 512,
+    ssm_dtype: str = "bfloat16",
+    *,
+    wait_s: float = DEFAULT_WAIT_S,
+) -> Panel:
     """Notebook 05's live panel: the quota (GiB, :data:`MAMBA_QUOTA_CHOICES_GIB`, and
     ``quota_gib``), max_batch_size and the SSM state dtype of
     Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp (a proposal),
@@ -118,20 +147,47 @@ def mamba_panel(quota_gib: float = 24.86, max_batch_size: int = 512, ssm_dtype: 
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
     check_int("max_batch_size", max_batch_size, low=1, high=4096)
     check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
-    quota = W.SelectionSlider(options=[(f"{v:g}", v) for v in sorted(set(MAMBA_QUOTA_CHOICES_GIB)
-                                                                      | {float(quota_gib)})],
-                              value=float(quota_gib), description="quota (GiB)", continuous_update=True,
-                              style={"description_width": "200px"}, layout=W.Layout(width="510px"))
+    quota = W.SelectionSlider(
+        options=[(f"{v:g}", v) for v in sorted(set(MAMBA_QUOTA_CHOICES_GIB) | {float(quota_gib)})],
+        value=float(quota_gib),
+        description="quota (GiB)",
+        continuous_update=True,
+        style={"description_width": "200px"},
+        layout=W.Layout(width="510px"),
+    )
     # descriptions whole: "max_batch_size (sequences)" takes about 187 px; readouts with separators
-    batch = W.IntSlider(value=int(max_batch_size), min=1, max=max(1024, int(max_batch_size)),
-                        description="max_batch_size (sequences)", continuous_update=True, readout_format=",d",
-                        style={"description_width": "200px"}, layout=W.Layout(width="510px"))
-    dtype = W.ToggleButtons(options=list(MAMBA_SSM_DTYPES), value=ssm_dtype, description="SSM dtype",
-                            style={"description_width": "200px", "button_width": "90px"})
-    return Panel({"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype}, mamba_model,
-                 mamba_figures, mamba_verdict,
-                 title="Qwen3.5-27B: merged residency, or the proposals (PR #17261, PR #18985)",
-                 wait_s=wait_s)
+    batch = W.IntSlider(
+        value=int(max_batch_size),
+        min=1,
+        max=max(1024, int(max_batch_size)),
+        description="max_batch_size (sequences)",
+        continuous_update=True,
+        readout_format=",d",
+        style={"description_width": "200px"},
+        layout=W.Layout(width="510px"),
+    )
+    dtype = W.ToggleButtons(
+        options=list(MAMBA_SSM_DTYPES),
+        value=ssm_dtype,
+        description="SSM dtype",
+        style={"description_width": "200px", "button_width": "90px"},
+    )
+    return Panel(
+        {"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype},
+        mamba_model,
+        mamba_figures,
+        mamba_verdict,
+        title="Qwen3.5-27B: merged residency, or the proposals (PR #17261, PR #18985)",
+        wait_s=wait_s,
+    )
 
 
-__all__ = ["MAMBA_QUOTA_CHOICES_GIB", "MAMBA_QUOTA_STEP_GIB", "MambaModel", "mamba_figures", "mamba_model", "mamba_panel", "mamba_verdict"]
+__all__ = [
+    "MAMBA_QUOTA_CHOICES_GIB",
+    "MAMBA_QUOTA_STEP_GIB",
+    "MambaModel",
+    "mamba_figures",
+    "mamba_model",
+    "mamba_panel",
+    "mamba_verdict",
+]

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from typing import Any, Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 import ipywidgets as W
 
-from kvlab.analysis.deployment import Deployment, DeploymentPlan, example_deployments, plan_deployment
+from kvlab.analysis.deployment import (
+    Deployment,
+    DeploymentPlan,
+    example_deployments,
+    plan_deployment,
+)
 from kvlab.analysis.deployment_spec import MANAGERS
 from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.models import load_model, model_names
@@ -26,7 +32,7 @@ PLAN_BATCH_SIZES = tuple(1 << k for k in range(0, 12))
 PLAN_RANKS = (1, 2, 4, 8, 16, 32)
 
 
-def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) -> DeploymentPlan:
+def plan_model(values: Mapping[str, Any], *, base: Deployment | None = None) -> DeploymentPlan:
     """The plan of ``base`` (default: issue #21470's deployment) with the panel's values: the
     model and GPU presets, the KV cache manager (auto, v1, v2), weights per rank (0: derived from
     the model's parameter count and checkpoint over the ranks), rank 0's workspace (the others
@@ -34,14 +40,22 @@ def plan_model(values: Mapping[str, Any], *, base: Optional[Deployment] = None) 
     ranks, as in the report)."""
     base = base or example_deployments()["issue-21470"]
     deployment = dataclasses.replace(
-        base, model=load_model(values["model"]), gpu_gib=GPUS[values["gpu"]].gib,
-        weights_gib=values["weights_gib"] or None, workspace_gib=values["workspace_gib"],
-        max_seq_len=values["max_seq_len"], max_batch_size=values["max_batch_size"],
-        ranks=values["ranks"], tp_size=values["ranks"], kv_dtype=None, manager=values["manager"])
+        base,
+        model=load_model(values["model"]),
+        gpu_gib=GPUS[values["gpu"]].gib,
+        weights_gib=values["weights_gib"] or None,
+        workspace_gib=values["workspace_gib"],
+        max_seq_len=values["max_seq_len"],
+        max_batch_size=values["max_batch_size"],
+        ranks=values["ranks"],
+        tp_size=values["ranks"],
+        kv_dtype=None,
+        manager=values["manager"],
+    )
     return plan_deployment(deployment)
 
 
-def plan_figures(plan: DeploymentPlan) -> Dict[str, dict]:
+def plan_figures(plan: DeploymentPlan) -> dict[str, dict]:
     return {"ranges": viz.plan_ranges_spec(plan), "ranks": plan_ranks_spec(plan)}
 
 
@@ -50,12 +64,14 @@ def plan_in_words_html(plan: DeploymentPlan) -> str:
     line, and the browser wraps each to the panel's width between words (``white-space:
     pre-wrap; word-break: normal``; JupyterLab's own ``pre`` breaks anywhere), a word longer
     than the line anywhere (``overflow-wrap: anywhere``)."""
-    return ('<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
-            'overflow-wrap:anywhere;margin:6px 0 0 0">'
-            f"{html.escape(plan.explain(width=None))}</pre>")
+    return (
+        '<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
+        'overflow-wrap:anywhere;margin:6px 0 0 0">'
+        f"{html.escape(plan.explain(width=None))}</pre>"
+    )
 
 
-def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
+def plan_verdict(plan: DeploymentPlan) -> tuple[str | None, str]:
     """(outcome, HTML): what the current code does with the deployment, what admission control
     would, and the plan in words (:func:`plan_in_words_html`). A deployment with no KV pool is
     a failure, in the crash's colour as ``kvlab plan``'s exit code 4 counts it, labelled "cannot
@@ -63,36 +79,64 @@ def plan_verdict(plan: DeploymentPlan) -> Tuple[Optional[str], str]:
     now = plan.worst()
     first = plan.first(now) if now in ("crash", "stall") else None
     if not plan.blocks:
-        return now, verdict_html(now, "Cannot start under any policy: no rank can build a KV pool "
-                                 "(see the notes below).", label="cannot start") + plan_in_words_html(plan)
+        return now, verdict_html(
+            now,
+            "Cannot start under any policy: no rank can build a KV pool (see the notes below).",
+            label="cannot start",
+        ) + plan_in_words_html(plan)
     if not plan.starts:
-        headline = (f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
-                    f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB.")
+        headline = (
+            f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
+            f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB."
+        )
     elif first is not None:
-        headline = (f"Current code: a context of {first:,} tokens or more "
-                    + (("raises ValueError and takes every rank down" if plan.deployment.world_size > 1
-                        else "raises ValueError and takes the engine down") if now == "crash"
-                       else "stalls the engine") + f" (pool {plan.capacity_tokens:,} tokens, "
-                    f"row {plan.width_current:,} entries).")
+        headline = (
+            f"Current code: a context of {first:,} tokens or more "
+            + (
+                (
+                    "raises ValueError and takes every rank down"
+                    if plan.deployment.world_size > 1
+                    else "raises ValueError and takes the engine down"
+                )
+                if now == "crash"
+                else "stalls the engine"
+            )
+            + f" (pool {plan.capacity_tokens:,} tokens, "
+            f"row {plan.width_current:,} entries)."
+        )
     elif plan.manager == "v1":
-        headline = (f"Current code (V1 manager): nothing crashes; prompts of "
-                    f"{plan.clamped_max_seq_len:,} tokens or more are rejected, the longest that "
-                    f"finishes is {plan.longest():,} tokens.")
+        headline = (
+            f"Current code (V1 manager): nothing crashes; prompts of "
+            f"{plan.clamped_max_seq_len:,} tokens or more are rejected, the longest that "
+            f"finishes is {plan.longest():,} tokens."
+        )
     else:
-        headline = f"Current code: safe; the longest context that finishes is {plan.longest():,} tokens."
+        headline = (
+            f"Current code: safe; the longest context that finishes is {plan.longest():,} tokens."
+        )
     if not plan.starts:
         headline += " Admission control does not help: nothing starts."
     elif plan.manager == "v2":
-        headline += (f" Admission control: {plan.worst('capacity')}, longest "
-                     f"{plan.longest('capacity'):,} tokens.")
+        headline += (
+            f" Admission control: {plan.worst('capacity')}, longest "
+            f"{plan.longest('capacity'):,} tokens."
+        )
     label = V1_REJECT_LABEL if plan.manager == "v1" and now == "reject" else None
     return now, verdict_html(now, headline, label=label) + plan_in_words_html(plan)
 
 
-def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: str = "v2",
-               weights_gib: float = 22.0,
-               workspace_gib: float = 28.0, max_seq_len: int = 1 << 20, max_batch_size: int = 16,
-               ranks: int = 16, wait_s: float = DEFAULT_WAIT_S) -> Panel:
+def plan_panel(
+    model: str = "qwen3-235b-a22b",
+    gpu: str = "gb300",
+    *,
+    manager: str = "v2",
+    weights_gib: float = 22.0,
+    workspace_gib: float = 28.0,
+    max_seq_len: int = 1 << 20,
+    max_batch_size: int = 16,
+    ranks: int = 16,
+    wait_s: float = DEFAULT_WAIT_S,
+) -> Panel:
     """Notebook 06's panel: issue #21470's deployment (its other settings: workspace skew,
     activations, attention DP, chunked prefill, a max_seq_len past the model's own limit
     allowed) with the model, GPU, KV cache manager (the issue's V2 by default), weights,
@@ -102,19 +146,30 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: s
     style, layout = {"description_width": "200px"}, W.Layout(width="500px")
     controls = {  # each slider's description names its unit
         "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace (GiB)"),
-        "max_seq_len": W.SelectionSlider(options=labelled(PLAN_MAX_SEQ_LENS),
-                                         description="max_seq_len (tokens)"),
+        "max_seq_len": W.SelectionSlider(
+            options=labelled(PLAN_MAX_SEQ_LENS), description="max_seq_len (tokens)"
+        ),
         "model": W.Dropdown(options=list(model_names()), description="model"),
         "manager": W.Dropdown(options=list(MANAGERS), description="KV cache manager"),
         "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
         "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights per rank (GiB)"),
-        "max_batch_size": W.SelectionSlider(options=labelled(PLAN_BATCH_SIZES),
-                                            description="max_batch_size (sequences)"),
-        "ranks": W.SelectionSlider(options=list(PLAN_RANKS), description="ranks (GPUs, attention DP)"),
+        "max_batch_size": W.SelectionSlider(
+            options=labelled(PLAN_BATCH_SIZES), description="max_batch_size (sequences)"
+        ),
+        "ranks": W.SelectionSlider(
+            options=list(PLAN_RANKS), description="ranks (GPUs, attention DP)"
+        ),
     }
-    values = dict(workspace_gib=workspace_gib, max_seq_len=max_seq_len, model=model, gpu=gpu,
-                  manager=manager,
-                  weights_gib=weights_gib, max_batch_size=max_batch_size, ranks=ranks)
+    values = dict(
+        workspace_gib=workspace_gib,
+        max_seq_len=max_seq_len,
+        model=model,
+        gpu=gpu,
+        manager=manager,
+        weights_gib=weights_gib,
+        max_batch_size=max_batch_size,
+        ranks=ranks,
+    )
     for name, control in controls.items():
         check_control_value(name, control, values[name])
         control.value = values[name]
@@ -122,13 +177,28 @@ def plan_panel(model: str = "qwen3-235b-a22b", gpu: str = "gb300", *, manager: s
         if hasattr(control, "continuous_update"):
             control.continuous_update = False
     # the weights given belong to a model: another model's are derived (0) until set again
-    controls["model"].observe(lambda change: setattr(controls["weights_gib"], "value", 0.0),
-                              names="value")
+    controls["model"].observe(
+        lambda change: setattr(controls["weights_gib"], "value", 0.0), names="value"
+    )
     base = example_deployments()["issue-21470"]
-    return Panel(controls, lambda values: plan_model(values, base=base), plan_figures, plan_verdict,
-                 title="Your deployment: will it hit issue #21470?", wait_s=wait_s,
-                 verdict_width="360px")  # beside the 640 px figures: 1,000 px in all
+    return Panel(
+        controls,
+        lambda values: plan_model(values, base=base),
+        plan_figures,
+        plan_verdict,
+        title="Your deployment: will it hit issue #21470?",
+        wait_s=wait_s,
+        verdict_width="360px",
+    )  # beside the 640 px figures: 1,000 px in all
 
 
-__all__ = ["PLAN_BATCH_SIZES", "PLAN_MAX_SEQ_LENS", "PLAN_RANKS", "plan_figures",
-           "plan_in_words_html", "plan_model", "plan_panel", "plan_verdict"]
+__all__ = [
+    "PLAN_BATCH_SIZES",
+    "PLAN_MAX_SEQ_LENS",
+    "PLAN_RANKS",
+    "plan_figures",
+    "plan_in_words_html",
+    "plan_model",
+    "plan_panel",
+    "plan_verdict",
+]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any
 
 import ipywidgets as W
 
@@ -21,8 +22,9 @@ from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
 
 #: Context lengths the ranks panel offers (tokens): 128 Ki to 1 Mi, the report's 1,000,000 included.
-RANKS_CONTEXT_CHOICES = tuple(sorted({2 ** k for k in range(17, 21)} | {3 * 2 ** 17, 3 * 2 ** 18,
-                                                                        896_000, 960_000, 1_000_000}))
+RANKS_CONTEXT_CHOICES = tuple(
+    sorted({2**k for k in range(17, 21)} | {3 * 2**17, 3 * 2**18, 896_000, 960_000, 1_000_000})
+)
 
 
 @dataclass(frozen=True)
@@ -40,17 +42,21 @@ class RanksModel:
         return self.plan.outcome
 
     @property
-    def shown_requests(self) -> Tuple[dict, ...]:
+    def shown_requests(self) -> tuple[dict, ...]:
         """request_fit_spec rows: the shortest and longest background requests, then the named
         ones (the long context)."""
         by_size = sorted(self.plan.requests, key=lambda q: q.tokens)
         background = [q for q in by_size if q.request_id.startswith("bg-")]
         named = [q for q in by_size if not q.request_id.startswith("bg-")]
-        return tuple(dict(id=q.request_id, tokens=q.tokens, outcome=q.verdict, rank=q.rank)
-                     for q in background[:1] + background[-1:] + named)
+        return tuple(
+            dict(id=q.request_id, tokens=q.tokens, outcome=q.verdict, rank=q.rank)
+            for q in background[:1] + background[-1:] + named
+        )
 
 
-def ranks_model(values: Mapping[str, Any], *, scenario: Any = "issue-21470", ranks: int = 16) -> RanksModel:
+def ranks_model(
+    values: Mapping[str, Any], *, scenario: Any = "issue-21470", ranks: int = 16
+) -> RanksModel:
     """The scenario's ranks (policy "clamped", the report) with rank 0's MoE workspace and the
     long context from ``values``, planned in closed form (no run: a slider move takes ms).
     ``scenario``: a name or path for load_scenario, or a scenario it loaded (the panel loads
@@ -58,38 +64,49 @@ def ranks_model(values: Mapping[str, Any], *, scenario: Any = "issue-21470", ran
 
     workspace, context = float(values["workspace_gib"]), int(values["context"])
     loaded = load_scenario(scenario) if isinstance(scenario, (str, os.PathLike)) else scenario
-    config = scenario_config(loaded, ranks, "none/clamped", workspace_gib=workspace,
-                             context_length=context)
+    config = scenario_config(
+        loaded, ranks, "none/clamped", workspace_gib=workspace, context_length=context
+    )
     return RanksModel(workspace, context, config, plan_ranks(config))
 
 
-def ranks_figures(model: RanksModel) -> Dict[str, dict]:
+def ranks_figures(model: RanksModel) -> dict[str, dict]:
     """The per-rank memory budget and the requests against the pool and the row."""
     r0 = model.plan.ranks[0]
     tpb = model.config.geometry.tokens_per_block
-    return {"budget": viz.rank_budget_spec(model.plan.ranks),
-            "requests": viz.request_fit_spec(
-                model.shown_requests, capacity_tokens=r0.capacity_tokens,
-                row_tokens=r0.max_blocks_per_seq * tpb,
-                title=f"Requests against each rank's pool ({r0.blocks:,} pages) and row",
-                subtitle=f"{len(model.shown_requests)} of {len(model.plan.requests)} requests: the "
-                         "shortest and longest background ones and the long context; "
-                         + (f"{crashes} beyond the row: ValueError" if (crashes := sum(
-                             q["outcome"] == "crash" for q in model.shown_requests))
-                            else "none beyond the row"))}
+    return {
+        "budget": viz.rank_budget_spec(model.plan.ranks),
+        "requests": viz.request_fit_spec(
+            model.shown_requests,
+            capacity_tokens=r0.capacity_tokens,
+            row_tokens=r0.max_blocks_per_seq * tpb,
+            title=f"Requests against each rank's pool ({r0.blocks:,} pages) and row",
+            subtitle=f"{len(model.shown_requests)} of {len(model.plan.requests)} requests: the "
+            "shortest and longest background ones and the long context; "
+            + (
+                f"{crashes} beyond the row: ValueError"
+                if (crashes := sum(q["outcome"] == "crash" for q in model.shown_requests))
+                else "none beyond the row"
+            ),
+        ),
+    }
 
 
-def ranks_verdict(model: RanksModel) -> Tuple[Optional[str], str]:
+def ranks_verdict(model: RanksModel) -> tuple[str | None, str]:
     """(outcome, HTML): does the pool clamp, which requests would crash, how the run will end."""
     plan, r0 = model.plan, model.plan.ranks[0]
-    clamp = (f"the pool holds {r0.capacity_tokens:,} tokens after the MIN, so max_seq_len "
-             f"{plan.configured_max_seq_len:,} is clamped to {r0.max_seq_len:,}"
-             if r0.max_seq_len < plan.configured_max_seq_len else
-             f"the pool holds {r0.capacity_tokens:,} tokens: no clamp")
+    clamp = (
+        f"the pool holds {r0.capacity_tokens:,} tokens after the MIN, so max_seq_len "
+        f"{plan.configured_max_seq_len:,} is clamped to {r0.max_seq_len:,}"
+        if r0.max_seq_len < plan.configured_max_seq_len
+        else f"the pool holds {r0.capacity_tokens:,} tokens: no clamp"
+    )
     crash = [f"{q.request_id} (rank {q.rank})" for q in plan.requests if q.verdict == "crash"]
-    headline = (f"{len(plan.ranks)} ranks, rank 0's workspace {model.workspace_gib:g} GiB: {clamp}; "
-                + (f"{', '.join(crash)} would raise. " if crash else "no request exceeds the row. ")
-                + f"Predicted: {plan.ended} - {plan.reason}.")
+    headline = (
+        f"{len(plan.ranks)} ranks, rank 0's workspace {model.workspace_gib:g} GiB: {clamp}; "
+        + (f"{', '.join(crash)} would raise. " if crash else "no request exceeds the row. ")
+        + f"Predicted: {plan.ended} - {plan.reason}."
+    )
     return plan.outcome, verdict_html(plan.outcome, headline)
 
 
@@ -104,28 +121,46 @@ def ranks_run_html(model: RanksModel, result) -> str:
     check_instance("model", model, RanksModel)
     outcome = outcome_of(result)
     agrees = outcome == model.plan.outcome and result.ended == model.plan.ended
-    headline = (f"The run ({result.wall_s:.2f} s): {result.ended} - {result.reason}. "
-                + ("As predicted." if agrees else f"NOT as predicted ({model.plan.ended}: "
-                                                  f"{model.plan.reason})."))
+    headline = f"The run ({result.wall_s:.2f} s): {result.ended} - {result.reason}. " + (
+        "As predicted."
+        if agrees
+        else f"NOT as predicted ({model.plan.ended}: {model.plan.reason})."
+    )
     rows = result.rank_rows()
     shared = [c for c in rows[0] if c != "rank" and len({r[c] for r in rows}) == 1]
-    said_once = ("<p>Every rank: " + html.escape("; ".join(f"{c} {cell_text(rows[0][c])}" for c in shared))
-                 + "</p>") if len(rows) > 1 and shared else ""
+    said_once = (
+        (
+            "<p>Every rank: "
+            + html.escape("; ".join(f"{c} {cell_text(rows[0][c])}" for c in shared))
+            + "</p>"
+        )
+        if len(rows) > 1 and shared
+        else ""
+    )
     narrow = [{c: v for c, v in r.items() if c not in shared or len(rows) == 1} for r in rows]
-    shown = table(narrow, index="rank").set_table_attributes(
-        f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"').to_html()
+    shown = (
+        table(narrow, index="rank")
+        .set_table_attributes(f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"')
+        .to_html()
+    )
     return verdict_html(outcome, headline) + said_once + shown
 
 
-def run_planned_ranks(model: RanksModel) -> Tuple[Any, str]:
+def run_planned_ranks(model: RanksModel) -> tuple[Any, str]:
     """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
     code as the processes) and say whether the run ended as the plan said (:func:`ranks_run_html`)."""
     result = run_ranks(model.config, in_process=True, progress=False)
     return result, ranks_run_html(model, result)
 
 
-def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks: int = 16,
-                scenario: str = "issue-21470", wait_s: float = DEFAULT_WAIT_S) -> Panel:
+def ranks_panel(
+    workspace_gib: float = 28.0,
+    context: int = 1_000_000,
+    *,
+    ranks: int = 16,
+    scenario: str = "issue-21470",
+    wait_s: float = DEFAULT_WAIT_S,
+) -> Panel:
     """Notebook 01's live panel: rank 0's MoE workspace (GiB; the others add the scenario's
     skew) and the long context's length -> every rank's memory budget after the MIN, the
     requests against the pool and the row, and how the run will end (closed form,
@@ -134,22 +169,49 @@ def ranks_panel(workspace_gib: float = 28.0, context: int = 1_000_000, *, ranks:
     check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
     check_int("context", context, low=1, high=1 << 24)
     check_int("ranks", ranks, low=1, high=128)
-    ws = W.FloatSlider(value=float(workspace_gib), min=0.0, max=64.0, step=1.0,
-                       description="workspace (GiB)", continuous_update=False,
-                       style={"description_width": "110px"}, layout=W.Layout(width="420px"))
-    ctx = W.SelectionSlider(options=labelled(sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)})),
-                            value=int(context), description="context (tokens)", continuous_update=False,
-                            style={"description_width": "110px"}, layout=W.Layout(width="420px"))
+    ws = W.FloatSlider(
+        value=float(workspace_gib),
+        min=0.0,
+        max=64.0,
+        step=1.0,
+        description="workspace (GiB)",
+        continuous_update=False,
+        style={"description_width": "110px"},
+        layout=W.Layout(width="420px"),
+    )
+    ctx = W.SelectionSlider(
+        options=labelled(sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)})),
+        value=int(context),
+        description="context (tokens)",
+        continuous_update=False,
+        style={"description_width": "110px"},
+        layout=W.Layout(width="420px"),
+    )
 
     loaded = load_scenario(scenario)  # once: each slider move plans from the parsed scenario
 
     def compute(values):
         return ranks_model(values, scenario=loaded, ranks=ranks)
 
-    return Panel({"workspace_gib": ws, "context": ctx}, compute, ranks_figures, ranks_verdict,
-                 title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
-                 wait_s=wait_s, action=("Run the ranks", run_planned_ranks))
+    return Panel(
+        {"workspace_gib": ws, "context": ctx},
+        compute,
+        ranks_figures,
+        ranks_verdict,
+        title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
+        wait_s=wait_s,
+        action=("Run the ranks", run_planned_ranks),
+    )
 
 
-__all__ = ["RANKS_CONTEXT_CHOICES", "RANKS_RUN_TABLE_WIDTH", "RanksModel", "ranks_figures",
-           "ranks_model", "ranks_panel", "ranks_run_html", "ranks_verdict", "run_planned_ranks"]
+__all__ = [
+    "RANKS_CONTEXT_CHOICES",
+    "RANKS_RUN_TABLE_WIDTH",
+    "RanksModel",
+    "ranks_figures",
+    "ranks_model",
+    "ranks_panel",
+    "ranks_run_html",
+    "ranks_verdict",
+    "run_planned_ranks",
+]

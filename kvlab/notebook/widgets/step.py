@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any
 
 import ipywidgets as W
 
@@ -13,9 +14,9 @@ from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
 from kvlab.analysis.presets import engine_outcome
 from kvlab.core.checks import check_choice, check_int
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
+from kvlab.core.words import counted
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.core.words import counted
 from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.sched.policies import TRTLLM_POLICIES
 from kvlab.sched.scheduler import SchedulerDeadlock
@@ -34,10 +35,10 @@ class StepModel:
     """The engine after ``passes`` passes under ``policy``, and what the last one decided."""
 
     policy: str
-    passes: int                 # passes run (fewer than asked when the run ended)
+    passes: int  # passes run (fewer than asked when the run ended)
     result: SimulationResult
-    rows: Tuple[dict, ...]      # the last pass, one dict a request (viz.pass_spec)
-    stalled: int                # the stall detector's count after the last pass
+    rows: tuple[dict, ...]  # the last pass, one dict a request (viz.pass_spec)
+    stalled: int  # the stall detector's count after the last pass
     used_pages: int
     total_pages: int
 
@@ -55,14 +56,15 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
     passes (from scratch: a pass is ms) and describe the last one."""
     policy, wanted = values["policy"], int(values["pass"])
     engine = Engine(build_scheduler(policy, STEP_ENGINE), STEP_WORKLOAD)
-    asked: Dict[str, int] = {}
+    asked: dict[str, int] = {}
     while engine.iterations < wanted and engine.error is None:
         if not engine.num_live:
             if not engine.has_pending_arrivals:
                 break
             engine.advance_to(engine.arrivals[engine.next_arrival].arrival_step)
-        live = [r for r in engine.requests if r.arrival_step <= engine.step
-                and r.state in LIVE_STATES]
+        live = [
+            r for r in engine.requests if r.arrival_step <= engine.step and r.state in LIVE_STATES
+        ]
         asked = {r.request_id: _asked(r) for r in live}
         engine.iterate()
     batch = engine.last_batch
@@ -70,9 +72,18 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
     for request in engine.requests:
         if request.request_id not in asked:
             continue
-        scheduled = ({r.request_id: r for r in batch.context_requests}
-                     | {r.request_id: r for r in batch.generation_requests}) if batch else {}
-        if engine.error is not None and getattr(engine.error, "request_id", "") == request.request_id:
+        scheduled = (
+            (
+                {r.request_id: r for r in batch.context_requests}
+                | {r.request_id: r for r in batch.generation_requests}
+            )
+            if batch
+            else {}
+        )
+        if (
+            engine.error is not None
+            and getattr(engine.error, "request_id", "") == request.request_id
+        ):
             result, why = "crash", f"{type(engine.error).__name__}: {engine.error}"
         elif engine.error is not None and not isinstance(engine.error, SchedulerDeadlock):
             # an error inside the pass; the deadlock is raised after a whole pass
@@ -84,40 +95,70 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
         elif request.state in ("finished", "rejected"):
             result, why = request.state, request.reason
         elif request.state == "waiting" and asked[request.request_id] > 0:
-            result, why = "refused", ("not scheduled: the resize returned False or the budget "
-                                      "was spent; " + ("the engine stopped after this pass"
-                                                       if engine.error is not None else "retried next pass"))
+            result, why = (
+                "refused",
+                (
+                    "not scheduled: the resize returned False or the budget "
+                    "was spent; "
+                    + (
+                        "the engine stopped after this pass"
+                        if engine.error is not None
+                        else "retried next pass"
+                    )
+                ),
+            )
         else:
             result, why = "waiting", "not reached this pass"
         got = asked[request.request_id] if result == "scheduled" else 0
-        rows.append(dict(request=request.request_id, asked=asked[request.request_id], got=got,
-                         result=result, why=why))
+        rows.append(
+            dict(
+                request=request.request_id,
+                asked=asked[request.request_id],
+                got=got,
+                result=result,
+                why=why,
+            )
+        )
     manager = engine.scheduler.manager
-    return StepModel(policy, engine.iterations, engine.result(engine.step), tuple(rows),
-                     engine.scheduler.stalled_passes, manager.total_blocks - manager.free_blocks,
-                     manager.total_blocks)
+    return StepModel(
+        policy,
+        engine.iterations,
+        engine.result(engine.step),
+        tuple(rows),
+        engine.scheduler.stalled_passes,
+        manager.total_blocks - manager.free_blocks,
+        manager.total_blocks,
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def step_passes(policy: str) -> int:
     """The passes :data:`STEP_WORKLOAD`'s run has under ``policy`` (to the crash, the deadlock
     or the last request's end; at most :data:`STEP_MAX_PASSES`): the pass slider's range."""
-    return step_model({"policy": check_choice("policy", policy, TRTLLM_POLICIES),
-                       "pass": STEP_MAX_PASSES}).passes
+    return step_model(
+        {"policy": check_choice("policy", policy, TRTLLM_POLICIES), "pass": STEP_MAX_PASSES}
+    ).passes
 
 
-def step_figures(model: StepModel) -> Dict[str, dict]:
+def step_figures(model: StepModel) -> dict[str, dict]:
     """This pass, request by request, and the run so far."""
-    return {"pass": viz.pass_spec(model.rows, title=f"Pass {model.passes}: what each request asked "
-                                  "for, and got", subtitle=f"policy {model.policy}; after the pass, "
-                                  f"{model.used_pages:,} of {model.total_pages:,} pool pages in use"),
-            "timeline": viz.scheduler_timeline_spec(model.result, stall_limit=STEP_ENGINE.stall_limit,
-                                                    title=f"The run so far: {counted(model.passes, 'pass')}"
-                                                    + (f", steps 0 to {model.passes - 1:,}" if model.passes > 1
-                                                       else ", step 0"))}
+    return {
+        "pass": viz.pass_spec(
+            model.rows,
+            title=f"Pass {model.passes}: what each request asked for, and got",
+            subtitle=f"policy {model.policy}; after the pass, "
+            f"{model.used_pages:,} of {model.total_pages:,} pool pages in use",
+        ),
+        "timeline": viz.scheduler_timeline_spec(
+            model.result,
+            stall_limit=STEP_ENGINE.stall_limit,
+            title=f"The run so far: {counted(model.passes, 'pass')}"
+            + (f", steps 0 to {model.passes - 1:,}" if model.passes > 1 else ", step 0"),
+        ),
+    }
 
 
-def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
+def step_verdict(model: StepModel) -> tuple[str | None, str]:
     """(outcome, HTML): where the run stands after this pass; before the run's last pass
     (:func:`step_passes`) it has no outcome yet, and the label says "in progress: pass N of M"."""
     outcome = engine_outcome(model.result)
@@ -127,31 +168,58 @@ def step_verdict(model: StepModel) -> Tuple[Optional[str], str]:
     elif not any(s in UNFINISHED_STATUSES for s in model.result.status.values()):
         headline = f"Every request is done after {counted(model.passes, 'pass')}."
     else:
-        headline = (f"Pass {model.passes}: the stall detector counts {model.stalled} of "
-                    f"{STEP_ENGINE.stall_limit} passes without progress. Press → for the next.")
+        headline = (
+            f"Pass {model.passes}: the stall detector counts {model.stalled} of "
+            f"{STEP_ENGINE.stall_limit} passes without progress. Press → for the next."
+        )
         progress = f"in progress: pass {model.passes:,} of {step_passes(model.policy):,}"
         return None, verdict_html(None, headline, label=progress)
     return outcome, verdict_html(outcome, headline)
 
 
-def step_panel(policy: str = "none/configured", passes: int = 1, *,
-               wait_s: float = DEFAULT_WAIT_S) -> Panel:
+def step_panel(
+    policy: str = "none/configured", passes: int = 1, *, wait_s: float = DEFAULT_WAIT_S
+) -> Panel:
     """Notebook 03's panel: one scheduling pass at a time. The pass slider is the "next pass"
     control (its arrow keys step one pass) and spans the passes the policy's run has
     (:func:`step_passes`), so the pass shown is the slider's; the policy picks the engine."""
     policy = check_choice("policy", policy, TRTLLM_POLICIES)
     passes = check_int("passes", passes, low=1, high=step_passes(policy))
-    pick = W.ToggleButtons(options=list(TRTLLM_POLICIES), value=policy, description="policy",
-                           style={"button_width": "130px"})
-    step = W.IntSlider(value=passes, min=1, max=step_passes(policy), description="pass",
-                       continuous_update=False, layout=W.Layout(width="420px"))
+    pick = W.ToggleButtons(
+        options=list(TRTLLM_POLICIES),
+        value=policy,
+        description="policy",
+        style={"button_width": "130px"},
+    )
+    step = W.IntSlider(
+        value=passes,
+        min=1,
+        max=step_passes(policy),
+        description="pass",
+        continuous_update=False,
+        layout=W.Layout(width="420px"),
+    )
     # before the panel observes the policy: the slider's range follows first (a pass past the
     # new run's end moves back to its last), then the panel redraws
     pick.observe(lambda change: setattr(step, "max", step_passes(change["new"])), names="value")
-    return Panel({"policy": pick, "pass": step}, step_model, step_figures, step_verdict,
-                 title="One scheduling pass at a time: the long request beside two small ones",
-                 wait_s=wait_s)
+    return Panel(
+        {"policy": pick, "pass": step},
+        step_model,
+        step_figures,
+        step_verdict,
+        title="One scheduling pass at a time: the long request beside two small ones",
+        wait_s=wait_s,
+    )
 
 
-__all__ = ["STEP_ENGINE", "STEP_MAX_PASSES", "STEP_WORKLOAD", "StepModel", "step_figures",
-           "step_model", "step_panel", "step_passes", "step_verdict"]
+__all__ = [
+    "STEP_ENGINE",
+    "STEP_MAX_PASSES",
+    "STEP_WORKLOAD",
+    "StepModel",
+    "step_figures",
+    "step_model",
+    "step_panel",
+    "step_passes",
+    "step_verdict",
+]
