@@ -1,7 +1,6 @@
 """One resize against the pool and the page-index table (notebooks 02 and 03): the pool as a
 page map, the request's entries against the row and the pool, the table's picture, its price in
-host bytes, and the outcome of one resize over every pool size and context length.
-"""
+host bytes, and the outcome of one resize over every pool size and context length."""
 
 from __future__ import annotations
 
@@ -22,12 +21,18 @@ from kvlab.notebook.viz.style import (
     WIDTH_LINE_COLORS,
     as_figure,
     base_layout,
+    discrete_colorscale,
     format_bytes,
+    hover,
+    legend_entry,
+    line,
     log_log_axes,
+    note,
     outcome_color,
+    titled,
 )
 
-#: Page states in the pool page map. "missing" pages are drawn in the outcome's colour.
+#: Page states in the pool page map; "missing" pages are drawn in the outcome's colour.
 PAGE_STATES = ("free", "held", "wanted", "missing")
 PAGE_STATE_LABELS = {
     "free": "free page",
@@ -36,23 +41,11 @@ PAGE_STATE_LABELS = {
     "missing": "requested beyond the pool (no such page)",
 }
 PAGE_COLORS = {"free": "#E8E8E8", "held": OUTCOME_COLORS["ok"], "wanted": "#88CCEE"}
-
 #: Widths the page map stays readable at; beyond this one cell stands for several pages.
 MAX_PAGE_CELLS = 2048
-#: The most rows (sequences) and arrows the page-index table's picture draws: more stop reading.
-MAX_TABLE_SLOTS = 16
-MAX_TABLE_LINKS = 256
-
-
-# --- the pool as a page map -------------------------------------------------------------------
-
-
-def _page_state(page: int, total_blocks: int, needed_blocks: int, allocated: bool) -> str:
-    if page < needed_blocks:
-        if page >= total_blocks:
-            return "missing"
-        return "held" if allocated else "wanted"
-    return "free"
+#: The most rows (sequences) and arrows the page-index table's picture draws.
+MAX_TABLE_SLOTS, MAX_TABLE_LINKS = 16, 256
+_BARE_AXIS = dict(showgrid=False, showline=False, ticks="")
 
 
 def page_map_spec(
@@ -64,14 +57,9 @@ def page_map_spec(
     title: str | None = None,
     max_cells: int = MAX_PAGE_CELLS,
 ) -> dict:
-    """The pool as a grid of pages against what one request asked for.
-
-    Cells are the pool's ``total_blocks`` pages followed, when the request needs more, by the
-    pages it would need beyond the pool ("missing", drawn in the outcome's colour). A request
-    that was allocated (``outcome == "ok"``) holds its pages; otherwise they stay free and are
-    drawn as "requested, not allocated". Beyond ``max_cells`` cells, one cell stands for a power
-    of two of pages. Traces: one heatmap and one legend entry per page state (always 5).
-    """
+    """The pool's pages, then those the request needs beyond it, as a grid coloured by state
+    (held only when ``outcome`` is "ok"); past ``max_cells`` a cell stands for 2**k pages.
+    Traces: a heatmap and a legend entry per page state."""
     total_blocks, needed_blocks = int(total_blocks), int(needed_blocks)
     pages = max(total_blocks, needed_blocks, 1)
     per_cell = 1
@@ -80,59 +68,44 @@ def page_map_spec(
     cells = div_ceil(pages, per_cell)
     cols = 32 if cells <= 512 else 64
     rows = div_ceil(cells, cols)
-    allocated = outcome == "ok"
-    codes = {state: i for i, state in enumerate(PAGE_STATES)}
+    held = "held" if outcome == "ok" else "wanted"
     z, text = [], []
     for r in range(rows):
-        zrow, trow = [], []
-        for c in range(cols):
-            cell = r * cols + c
-            first = cell * per_cell
+        z.append([])
+        text.append([])
+        for first in range(r * cols * per_cell, (r + 1) * cols * per_cell, per_cell):
             if first >= pages:
-                zrow.append(None)
-                trow.append("")
+                z[-1].append(None)
+                text[-1].append("")
                 continue
             last = min(first + per_cell, pages) - 1
-            state = _page_state(first, total_blocks, needed_blocks, allocated)
+            state = (
+                "free" if first >= needed_blocks else "missing" if first >= total_blocks else held
+            )
             where = f"page {first:,}" if first == last else f"pages {first:,}-{last:,}"
             tokens = f"tokens {first * tokens_per_block:,}-{(last + 1) * tokens_per_block - 1:,}"
-            zrow.append(codes[state])
-            trow.append(f"{where} ({tokens})<br>{PAGE_STATE_LABELS[state]}")
-        z.append(zrow)
-        text.append(trow)
-    missing_color = outcome_color(outcome) if outcome not in (None, "ok") else NEUTRAL_COLOR
-    colors = [PAGE_COLORS["free"], PAGE_COLORS["held"], PAGE_COLORS["wanted"], missing_color]
-    n = len(colors)
-    colorscale = []
-    for i, color in enumerate(colors):
-        colorscale += [[i / n, color], [(i + 1) / n, color]]
+            z[-1].append(PAGE_STATES.index(state))
+            text[-1].append(f"{where} ({tokens})<br>{PAGE_STATE_LABELS[state]}")
+    missing = outcome_color(outcome) if outcome not in (None, "ok") else NEUTRAL_COLOR
+    colors = [PAGE_COLORS["free"], PAGE_COLORS["held"], PAGE_COLORS["wanted"], missing]
     heat = dict(
         type="heatmap",
         z=z,
         text=text,
         hovertemplate="%{text}<extra></extra>",
-        colorscale=colorscale,
+        colorscale=discrete_colorscale(colors),
         zmin=-0.5,
-        zmax=n - 0.5,
+        zmax=len(colors) - 0.5,
         showscale=False,
         xgap=1,
         ygap=1,
         name="pages",
         showlegend=False,
     )
-    shown = {code for zrow in z for code in zrow if code is not None}
+    shown = {code for zrow in z for code in zrow}
     legend = [
-        dict(
-            type="scatter",
-            x=[None],
-            y=[None],
-            mode="markers",
-            name=PAGE_STATE_LABELS[state],
-            marker=dict(symbol="square", size=12, color=color),
-            hoverinfo="skip",
-            showlegend=codes[state] in shown,
-        )  # an entry only for what the map holds
-        for state, color in zip(PAGE_STATES, colors)
+        legend_entry(PAGE_STATE_LABELS[state], color, show=code in shown)
+        for code, (state, color) in enumerate(zip(PAGE_STATES, colors))
     ]
     beyond = max(0, needed_blocks - total_blocks)
     scale = f"one cell = {per_cell:,} pages" if per_cell > 1 else "one cell = one page"
@@ -142,20 +115,17 @@ def page_map_spec(
         + (f"; {beyond:,} pages beyond the pool" if beyond else "")
         + f" ({scale})"
     )
-    tick_step = max(1, div_ceil(rows, 8))
-    if title is None:
-        title = (
-            f"KV pool: {total_blocks:,} pages of {tokens_per_block} tokens; "
-            f"the request needs {needed_blocks:,}"
-        )
+    ticks = range(0, rows, max(1, div_ceil(rows, 8)))
+    default = (
+        f"KV pool: {total_blocks:,} pages of {tokens_per_block} tokens; "
+        f"the request needs {needed_blocks:,}"
+    )
     layout = base_layout(
-        title,
+        titled(title, default),
         subtitle,
         height=190 + rows * (19 if cols == 32 else 9.5),
         xaxis=dict(
-            showgrid=False,
-            showline=False,
-            ticks="",
+            _BARE_AXIS,
             range=[-0.5, cols - 0.5],
             constrain="domain",
             side="top",
@@ -164,23 +134,34 @@ def page_map_spec(
         ),
         # each line labelled with its first page: an axis title would outgrow a map of few lines
         yaxis=dict(
+            _BARE_AXIS,
             title=None,
-            showgrid=False,
-            showline=False,
-            ticks="",
             autorange="reversed",
             scaleanchor="x",
             constrain="domain",
-            tickvals=list(range(0, rows, tick_step)),
-            ticktext=[f"page {r * cols * per_cell:,}" for r in range(0, rows, tick_step)],
+            tickvals=list(ticks),
+            ticktext=[f"page {r * cols * per_cell:,}" for r in ticks],
         ),
         legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12)),
-        margin=dict(l=70, r=50, t=100, b=50),
-    )  # r: room for the toolbar beside the last column
+        margin=dict(l=70, r=50, t=100, b=50),  # r: room for the toolbar
+    )
     return {"data": [heat, *legend], "layout": layout}
 
 
-# --- the page-index row: entries needed against entries available -----------------------------
+def _resize_verdict(needed: int, complete: int, width: int, pages: int) -> str:
+    """What the native resize does with ``needed`` entries (``complete`` with the output): the
+    row is checked first (ValueError), then the pool (False)."""
+    if needed > width:
+        return "more than the row holds: ValueError"
+    if needed > pages:
+        return "fits the row, more than the pool: the resize returns False"
+    if complete > width:
+        return "its context fits, its output runs past the row: ValueError"
+    if complete > pages:
+        return (
+            "its context fits the row and the pool, its output not the pool: a resize returns False"
+        )
+    return "fits the row and the pool"
 
 
 def index_row_spec(
@@ -195,39 +176,20 @@ def index_row_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """The request's page-index entries against the row's width and the pool's pages.
-
-    Three horizontal bars in one trace (always one trace): the row (``width`` entries), the pool
-    (``total_blocks`` pages) and the request's context (``needed`` entries, in the outcome's
-    colour), with a dashed line where the row ends and where the pool ends. The native resize
-    checks the row first: needed > width is the ValueError; then the pool: needed > pages is
-    False. ``with_output``: the entries the request needs to complete (context and output),
-    named beside the context's when they differ.
-    """
+    """The request's page-index entries (``with_output``: with its output) against the row's
+    ``width`` and the pool's pages: three bars in one trace, dashed where the row and the pool
+    end."""
     width, needed, total_blocks = int(width), int(needed), int(total_blocks)
     complete = needed if with_output is None else int(with_output)
     tpb = tokens_per_block
     row_label = f"page-index row [{policy}]" if policy else "page-index row"
-    request_label = f"request: {counted(needed, 'entry', 'entries')}" + (
-        f" ({complete:,} with its output)" if complete != needed else ""
-    )
     labels = [
-        request_label,
+        f"request: {counted(needed, 'entry', 'entries')}"
+        + (f" ({complete:,} with its output)" if complete != needed else ""),
         f"pool: {counted(total_blocks, 'page')}",
         f"{row_label}: {width:,}" if width else f"{row_label}: not built",
     ]
-    values = [needed, total_blocks, width]
-    verdict = (
-        "more than the row holds: ValueError"
-        if needed > width
-        else "fits the row, more than the pool: the resize returns False"
-        if needed > total_blocks
-        else "its context fits, its output runs past the row: ValueError"
-        if complete > width
-        else "its context fits the row and the pool, its output not the pool: a resize returns False"
-        if complete > total_blocks
-        else "fits the row and the pool"
-    )
+    verdict = _resize_verdict(needed, complete, width, total_blocks)
     hovers = [
         f"request: {needed:,} entries = ceil(context / {tpb}) = {needed * tpb:,} tokens"
         + (f"; {complete:,} entries with its output" if complete != needed else "")
@@ -235,75 +197,39 @@ def index_row_spec(
         f"pool: {total_blocks:,} pages of {tpb} tokens = {total_blocks * tpb:,} tokens",
         f"row width (max_blocks_per_seq): {width:,} entries = {width * tpb:,} tokens",
     ]
+    values = [needed, total_blocks, width]
     bar = dict(
         type="bar",
         y=labels,
         x=values,
         orientation="h",
         marker=dict(color=[outcome_color(outcome), POOL_COLOR, ROW_COLOR]),
-        hovertext=hovers,
-        hovertemplate="%{hovertext}<extra></extra>",
+        **hover(hovers),
         name="entries",
         cliponaxis=False,
     )
-    top = max(values) * 1.12 or 1
-    shapes, annotations = [], []  # where the row and the pool end: none for one that is empty
-    if width:
-        shapes.append(
-            dict(
-                type="line",
-                x0=width,
-                x1=width,
-                y0=-0.5,
-                y1=2.5,
-                xref="x",
-                yref="y",
-                line=dict(color=ROW_COLOR, dash="dash", width=2),
+    shapes, annotations = [], []  # where the row and the pool end: none for an empty one
+    for end, color, dash, top, words, anchor in (
+        (width, ROW_COLOR, "dash", 2.5, "row ends", "bottom"),
+        (total_blocks, POOL_COLOR, "dot", 1.5, "pool ends", "top"),
+    ):
+        if end:
+            shapes.append(line(color, dash, x0=end, x1=end, y0=-0.5, y1=top, xref="x", yref="y"))
+            annotations.append(
+                note(
+                    f"{words}: {end:,}",
+                    end,
+                    2.5 if anchor == "bottom" else -0.5,
+                    color,
+                    xref="x",
+                    yref="y",
+                    yanchor=anchor,
+                )
             )
-        )
-        annotations.append(
-            dict(
-                x=width,
-                y=2.5,
-                xref="x",
-                yref="y",
-                text=f"row ends: {width:,}",
-                showarrow=False,
-                yanchor="bottom",
-                font=dict(color=ROW_COLOR, size=12),
-            )
-        )
-    if total_blocks:
-        shapes.append(
-            dict(
-                type="line",
-                x0=total_blocks,
-                x1=total_blocks,
-                y0=-0.5,
-                y1=1.5,
-                xref="x",
-                yref="y",
-                line=dict(color=POOL_COLOR, dash="dot", width=2),
-            )
-        )
-        annotations.append(
-            dict(
-                x=total_blocks,
-                y=-0.5,
-                xref="x",
-                yref="y",
-                text=f"pool ends: {total_blocks:,}",
-                showarrow=False,
-                yanchor="top",
-                font=dict(color=POOL_COLOR, size=12),
-            )
-        )
-    if title is None:
-        title = f"Page-index row: {needed:,} entries needed, {width:,} available"
     if subtitle is None:  # what the resize would do; a caller whose engine never got there says so
         subtitle = f"{OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}: {verdict}"
     layout = base_layout(
-        title,
+        titled(title, f"Page-index row: {needed:,} entries needed, {width:,} available"),
         subtitle,
         height=300,
         shapes=shapes,
@@ -311,7 +237,9 @@ def index_row_spec(
         showlegend=False,
         bargap=0.35,
         xaxis=dict(
-            title=dict(text=f"entries = pages of {tpb} tokens"), range=[0, top], rangemode="tozero"
+            title=dict(text=f"entries = pages of {tpb} tokens"),
+            range=[0, max(values) * 1.12 or 1],
+            rangemode="tozero",
         ),
         yaxis=dict(title=None, automargin=True),
     )
@@ -328,22 +256,12 @@ def page_table_spec(
     tokens_per_block: int = 32,
     shown_links: int = 6,
 ) -> dict:
-    """What the page-index table is for: ``slots`` rows (one a sequence; ``dummy_slot``, if
-    given, labelled as the reserved dummy row) of ``width`` entries above the pool's
-    ``total_blocks`` pages. Entry i of a row holds the pool page of the
-    sequence's tokens ``i * tokens_per_block`` to ``(i + 1) * tokens_per_block - 1``; arrows
-    follow the first ``shown_links`` entries of row 0 to their pages (drawn scattered, as pages
-    come back to the free list in any order: entry i holds page ``37 i mod total_blocks``,
-    an illustration, not a run). A request of ``needed``
-    entries: those past the row's end are drawn dotted in the crash colour, entries the row
-    does not have (the native check refuses them before looking at the pool), and then the
-    entries and pages row 0 would fill are drawn as requested, not allocated (none is taken). Past 256, a cell
-    stands for several entries or pages (the subtitle says how many). Traces: one
-    (legend-only) per part, always four; the picture is shapes and annotations."""
-    width, total_blocks = (
-        check_int("width", width, low=1),
-        check_int("total_blocks", total_blocks, low=1),
-    )
+    """The page-index table: ``slots`` rows of ``width`` entries above the pool's pages, row 0
+    filled for a request of ``needed`` entries (entry i -> page 37 i mod pool: an illustration,
+    not a run), entries past the row's end dotted in the crash colour, arrows for the first
+    ``shown_links``; past 256 a cell stands for several. Traces: four legend entries."""
+    width = check_int("width", width, low=1)
+    total_blocks = check_int("total_blocks", total_blocks, low=1)
     needed = check_int("needed", needed)
     slots = check_int("slots", slots, low=1, high=MAX_TABLE_SLOTS)
     if dummy_slot is not None:
@@ -353,38 +271,33 @@ def page_table_spec(
     unit = max(1, div_ceil(max(width, needed, total_blocks), 256))  # entries or pages a cell
     width_c, needed_c, pool_c = (div_ceil(n, unit) for n in (width, needed, total_blocks))
     span = max(width_c, needed_c, pool_c)
-    shapes, annotations = [], []
     held = min(needed, width, total_blocks)  # entries of row 0 that point at a page
-    raises = needed > width  # then no entry is filled: they are drawn as requested, not allocated
+    raises = needed > width  # then no entry is filled: drawn as requested, not allocated
     fill = PAGE_COLORS["wanted" if raises else "held"]
+    step = 37 if math.gcd(37, total_blocks) == 1 else 1
+    pool_held = _cells_held(held, total_blocks, step, unit)
+
+    def cell(x, y, filled):
+        color = fill if filled else PAGE_COLORS["free"]
+        return dict(
+            type="rect",
+            x0=x,
+            x1=x + 1,
+            y0=y,
+            y1=y + 0.8,
+            fillcolor=color,
+            line=dict(color="white", width=0.5),
+        )
+
+    def label(text, y, **extra):
+        return note(text, -0.5, y, size=11, xref="x", yref="y", xanchor="right", **extra)
+
+    shapes, annotations = [], []
     for slot in range(slots):
         y = 3.0 + slot
-        for cell in range(width_c):
-            filled = slot == 0 and cell * unit < held
-            shapes.append(
-                dict(
-                    type="rect",
-                    x0=cell,
-                    x1=cell + 1,
-                    y0=y,
-                    y1=y + 0.8,
-                    fillcolor=fill if filled else PAGE_COLORS["free"],
-                    line=dict(color="white", width=0.5),
-                )
-            )
-        annotations.append(
-            dict(
-                x=-0.5,
-                y=y + 0.4,
-                xref="x",
-                yref="y",
-                xanchor="right",
-                showarrow=False,
-                text=f"row {slot}"
-                + (" (request)" if slot == 0 else " (dummy)" if slot == dummy_slot else ""),
-                font=dict(size=11),
-            )
-        )
+        shapes += [cell(c, y, slot == 0 and c * unit < held) for c in range(width_c)]
+        kind = " (request)" if slot == 0 else " (dummy)" if slot == dummy_slot else ""
+        annotations.append(label(f"row {slot}{kind}", y + 0.4))
     if raises:
         shapes.append(
             dict(
@@ -398,49 +311,22 @@ def page_table_spec(
             )
         )
         annotations.append(
-            dict(
-                x=(width_c + needed_c) / 2,
-                y=3.4,
+            note(
+                f"entries {width:,}..{needed - 1:,}: the row has none",
+                (width_c + needed_c) / 2,
+                3.4,
+                OUTCOME_COLORS["crash"],
                 xref="x",
                 yref="y",
-                showarrow=False,
-                text=f"entries {width:,}..{needed - 1:,}: the row has none",
-                font=dict(size=12, color=OUTCOME_COLORS["crash"]),
                 bgcolor="rgba(255,255,255,0.85)",
             )
         )
-    step = 37 if math.gcd(37, total_blocks) == 1 else 1
-    cells_held = _cells_held(held, total_blocks, step, unit)
-    for cell in range(pool_c):
-        used = cell in cells_held
-        shapes.append(
-            dict(
-                type="rect",
-                x0=cell,
-                x1=cell + 1,
-                y0=0.0,
-                y1=0.8,
-                fillcolor=fill if used else PAGE_COLORS["free"],
-                line=dict(color="white", width=0.5),
-            )
-        )
-    annotations.append(
-        dict(
-            x=-0.5,
-            y=0.4,
-            xref="x",
-            yref="y",
-            xanchor="right",
-            showarrow=False,
-            text="KV pool",
-            font=dict(size=11),
-        )
-    )
+    shapes += [cell(c, 0.0, c in pool_held) for c in range(pool_c)]
+    annotations.append(label("KV pool", 0.4))
     for entry in range(min(shown_links, held)):
-        page = (entry * step) % total_blocks
         annotations.append(
             dict(
-                x=page / unit + 0.5,
+                x=(entry * step) % total_blocks / unit + 0.5,
                 y=0.85,
                 ax=entry / unit + 0.5,
                 ay=3.0,
@@ -457,74 +343,47 @@ def page_table_spec(
             )
         )
     shapes.append(
-        dict(
-            type="line",
-            x0=width_c,
-            x1=width_c,
-            y0=2.8,
-            y1=3.0 + slots,
-            xref="x",
-            yref="y",
-            line=dict(color=ROW_COLOR, dash="dash", width=2),
-        )
+        line(ROW_COLOR, "dash", x0=width_c, x1=width_c, y0=2.8, y1=3.0 + slots, xref="x", yref="y")
     )
-    annotations.append(
-        dict(
-            x=width_c,
-            y=3.0 + slots,
+    annotations += [
+        note(
+            f"row width: {width:,} entries",
+            width_c,
+            3.0 + slots,
+            ROW_COLOR,
             xref="x",
             yref="y",
             yanchor="bottom",
-            showarrow=False,
-            text=f"row width: {width:,} entries",
-            font=dict(size=12, color=ROW_COLOR),
-        )
-    )
-    annotations.append(
-        dict(
-            x=pool_c,
-            y=0.8,
+        ),
+        note(
+            f" pool: {total_blocks:,} pages",
+            pool_c,
+            0.8,
+            POOL_COLOR,
             xref="x",
             yref="y",
             xanchor="left",
             yanchor="bottom",
-            showarrow=False,
-            text=f" pool: {total_blocks:,} pages",
-            font=dict(size=12, color=POOL_COLOR),
-        )
+        ),
+    ]
+    filled = (
+        "an entry the request would fill, and its page: none is taken, the ValueError comes first"
+        if raises
+        else "an entry holding a page number (int32), and its page"
     )
     legend = [
-        dict(
-            type="scatter",
-            x=[None],
-            y=[None],
-            mode="markers",
-            name=name,
-            hoverinfo="skip",
-            marker=dict(symbol="square", size=12, color=color),
-            showlegend=show,
-        )
-        for name, color, show in (
-            (
-                "an entry the request would fill, and its page: none is taken, the ValueError "
-                "comes first"
-                if raises
-                else "an entry holding a page number (int32), and its page",
-                fill,
-                held > 0,
-            ),
-            ("an empty entry, or a free page", PAGE_COLORS["free"], True),
-            (
-                f"entries the request needs past the row ({max(0, needed - width):,})",
-                OUTCOME_COLORS["crash"],
-                raises,
-            ),
-            (
-                f"entry i -> the page of tokens i x {tpb} .. (i + 1) x {tpb} - 1",
-                ROW_COLOR,
-                held > 0,
-            ),
-        )
+        legend_entry(filled, fill, show=held > 0),
+        legend_entry("an empty entry, or a free page", PAGE_COLORS["free"]),
+        legend_entry(
+            f"entries the request needs past the row ({max(0, needed - width):,})",
+            OUTCOME_COLORS["crash"],
+            show=raises,
+        ),
+        legend_entry(
+            f"entry i -> the page of tokens i x {tpb} .. (i + 1) x {tpb} - 1",
+            ROW_COLOR,
+            show=held > 0,
+        ),
     ]
     verdict = (
         "more entries than the row has: ValueError, before the pool is looked at"
@@ -532,38 +391,25 @@ def page_table_spec(
         else "every entry fits the row"
     )
     scale = f"; one cell = {unit:,} entries or pages" if unit > 1 else ""
+    hidden = dict(_BARE_AXIS, showticklabels=False)
     layout = base_layout(
         "The page-index table: one row per sequence, one entry per page",
-        f"the request needs {needed:,} entries (ceil(context / {tpb})); its row has {width:,}; the pool "
-        f"has {total_blocks:,} pages: {verdict}{scale}",
+        f"the request needs {needed:,} entries (ceil(context / {tpb})); its row has {width:,}; "
+        f"the pool has {total_blocks:,} pages: {verdict}{scale}",
         height=380,
         shapes=shapes,
         annotations=annotations,
         legend=dict(orientation="h", yanchor="top", y=-0.05, x=0),
-        xaxis=dict(
-            range=[-0.2 * span, span * 1.04],
-            showgrid=False,
-            showticklabels=False,
-            ticks="",
-            showline=False,
-        ),
-        yaxis=dict(
-            range=[-0.4, 3.6 + slots],
-            showgrid=False,
-            showticklabels=False,
-            ticks="",
-            showline=False,
-        ),
+        xaxis=dict(hidden, range=[-0.2 * span, span * 1.04]),
+        yaxis=dict(hidden, range=[-0.4, 3.6 + slots]),
         margin=dict(l=20, r=20, b=20),
     )
     return {"data": legend, "layout": layout}
 
 
 def _cells_held(held: int, total_blocks: int, step: int, unit: int) -> set:
-    """The cells of ``unit`` pages holding page ``entry * step % total_blocks`` of some entry
-    below ``held`` (at most ``total_blocks``), lap by lap around the pool: each lap is an
-    arithmetic progression of pages, and there are at most ``step`` laps, so a pool of 2**40
-    pages costs what one of 64 does."""
+    """The cells of ``unit`` pages holding page ``entry * step % total_blocks`` of an entry
+    below ``held``, lap by lap around the pool (each lap an arithmetic progression)."""
     cells, entry = set(), 0
     while entry < held:
         first = entry * step % total_blocks
@@ -575,15 +421,6 @@ def _cells_held(held: int, total_blocks: int, step: int, unit: int) -> set:
             cells.update(page // unit for page in range(first, last + 1, step))
         entry += count
     return cells
-
-
-page_table_figure = as_figure(page_table_spec)
-
-
-page_map_figure = as_figure(page_map_spec)
-
-
-index_row_figure = as_figure(index_row_spec)
 
 
 def repro_page_map_spec(result: ReproResult) -> dict:
@@ -610,84 +447,42 @@ def repro_index_row_spec(result: ReproResult) -> dict:
     )
 
 
-repro_page_map = as_figure(repro_page_map_spec, "repro_page_map")
-repro_index_row = as_figure(repro_index_row_spec, "repro_index_row")
-
-
-# --- the price of a wider table ----------------------------------------------------------------
-
-
 def table_price_spec(
     rows: Sequence[Mapping],
     *,
     labels: Mapping[int, str] | None = None,
     compare: Sequence[int] | None = None,
 ) -> dict:
-    """Host page-index table bytes against max_batch_size, one line per row width (log axes).
-
-    ``rows`` are ``kvlab.analysis.repro.page_index_price`` dicts. ``labels`` names widths (e.g.
-    ``{68: "clamped, seed"}``). ``compare = (narrow, wide)`` annotates the ratio of the two
-    widths' bytes at the largest batch size.
-    """
-    labels = dict(labels or {})
+    """Host page-index table bytes against max_batch_size, a line per row width (log axes), of
+    ``kvlab.analysis.repro.page_index_price`` rows; ``labels`` names widths, ``compare =
+    (narrow, wide)`` gives their ratio at the largest batch size."""
+    traces = width_lines(rows, "nbytes", labels, _price_hover)
     widths = sorted({r["width"] for r in rows})
-    traces = []
-    for i, width in enumerate(widths):
-        mine = sorted((r for r in rows if r["width"] == width), key=lambda r: r["max_batch_size"])
-        seq = mine[0]["max_seq_len"]
-        name = f"{width:,} entries (max_seq_len {seq:,})" + (
-            f" - {labels[width]}" if width in labels else ""
-        )
-        hover = [
-            f"width {width:,} entries, max_batch_size {r['max_batch_size']:,} "
-            f"({r['slots']:,} slots)<br>{r['nbytes']:,} B = {format_bytes(r['nbytes'])}"
-            for r in mine
-        ]
-        traces.append(
-            dict(
-                type="scatter",
-                x=[r["max_batch_size"] for r in mine],
-                y=[r["nbytes"] for r in mine],
-                mode="lines+markers",
-                name=name,
-                hovertext=hover,
-                hovertemplate="%{hovertext}<extra></extra>",
-                line=dict(color=WIDTH_LINE_COLORS[i % len(WIDTH_LINE_COLORS)], width=2.5),
-            )
-        )
     annotations = []
     subtitle = "bytes = (max_batch_size + 1 dummy) slots x 2 (K, V) x width x 4 B (int32)"
-    if compare:
+    big = max((r["max_batch_size"] for r in rows), default=0)
+    at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
+    if compare and compare[0] in at and compare[1] in at:
         narrow, wide = compare
-        big = max(r["max_batch_size"] for r in rows)
-        at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
-        if narrow in at and wide in at:
-            a, b = at[narrow]["nbytes"], at[wide]["nbytes"]
-            ratio = b / a
-            # right of each line's last point, in the margin: clear of every curve
-            for r in (at[narrow], at[wide]):
-                annotations.append(
-                    dict(
-                        x=math.log10(big),
-                        y=math.log10(r["nbytes"]),
-                        xref="x",
-                        yref="y",
-                        text=f"{r['width']:,} entries: {format_bytes(r['nbytes'])}",
-                        showarrow=False,
-                        xanchor="left",
-                        xshift=8,
-                        font=dict(
-                            size=12,
-                            color=WIDTH_LINE_COLORS[
-                                widths.index(r["width"]) % len(WIDTH_LINE_COLORS)
-                            ],
-                        ),
-                    )
-                )
-            subtitle = (
-                f"at max_batch_size {big:,}: {wide:,} vs {narrow:,} entries = {format_bytes(b)} vs "
-                f"{format_bytes(a)}, x{ratio:.2f} the bytes ({wide}/{narrow})"
+        a, b = at[narrow]["nbytes"], at[wide]["nbytes"]
+        # right of each line's last point, in the margin: clear of every curve
+        annotations = [
+            note(
+                f"{r['width']:,} entries: {format_bytes(r['nbytes'])}",
+                math.log10(big),
+                math.log10(r["nbytes"]),
+                _width_color(widths, r["width"]),
+                xref="x",
+                yref="y",
+                xanchor="left",
+                xshift=8,
             )
+            for r in (at[narrow], at[wide])
+        ]
+        subtitle = (
+            f"at max_batch_size {big:,}: {wide:,} vs {narrow:,} entries = {format_bytes(b)} vs "
+            f"{format_bytes(a)}, x{b / a:.2f} the bytes ({wide}/{narrow})"
+        )
     layout = base_layout(
         "The price of the wider row: host page-index table bytes",
         subtitle,
@@ -695,7 +490,6 @@ def table_price_spec(
         annotations=annotations,
         margin=dict(l=80, r=170 if annotations else 30, t=80, b=130),
         **log_log_axes(("max_batch_size", "sequences"), ("table bytes", "pinned host int32")),
-        # under the plot, clear of every curve
         legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0),
     )
     if rows:  # the points' span only: plotly's autorange would make room for the labels too
@@ -704,17 +498,45 @@ def table_price_spec(
     return {"data": traces, "layout": layout}
 
 
-table_price_figure = as_figure(table_price_spec)
+def _price_hover(r: Mapping) -> str:
+    return (
+        f"width {r['width']:,} entries, max_batch_size {r['max_batch_size']:,} "
+        f"({r['slots']:,} slots)<br>{r['nbytes']:,} B = {format_bytes(r['nbytes'])}"
+    )
 
 
-# --- outcome map: one resize over pool sizes and context lengths ------------------------------
+def _width_color(widths: Sequence[int], width: int) -> str:
+    return WIDTH_LINE_COLORS[widths.index(width) % len(WIDTH_LINE_COLORS)]
+
+
+def width_lines(rows: Sequence[Mapping], column: str, labels, hover_of) -> list[dict]:
+    """One line per row width of ``column`` against max_batch_size, named by its width and
+    max_seq_len (and ``labels[width]``)."""
+    labels = dict(labels or {})
+    widths = sorted({r["width"] for r in rows})
+    traces = []
+    for width in widths:
+        mine = sorted((r for r in rows if r["width"] == width), key=lambda r: r["max_batch_size"])
+        name = f"{width:,} entries (max_seq_len {mine[0]['max_seq_len']:,})" + (
+            f" - {labels[width]}" if width in labels else ""
+        )
+        traces.append(
+            dict(
+                type="scatter",
+                x=[r["max_batch_size"] for r in mine],
+                y=[r[column] for r in mine],
+                mode="lines+markers",
+                name=name,
+                **hover([hover_of(r) for r in mine]),
+                line=dict(color=_width_color(widths, width), width=2.5),
+            )
+        )
+    return traces
 
 
 def outcome_map_spec(results: Iterable, *, title: str | None = None) -> dict:
-    """Outcome of one resize for each (pool MiB, context) of ``kvlab.analysis.repro.sweep_repro``
-    results: a scatter of squares coloured by outcome, log axes. One trace per outcome in
-    ``("crash", "refused", "ok")``, always (empty ones included, without a legend entry), so
-    widgets can update it."""
+    """The outcome of one resize for each (pool MiB, context) of
+    ``kvlab.analysis.repro.sweep_repro`` results, log axes. Traces: crash, refused, ok."""
     results = [
         check_instance(f"results[{i}]", r, ReproResult)
         for i, r in enumerate(check_items("results", results, "ReproResult objects"))
@@ -723,10 +545,10 @@ def outcome_map_spec(results: Iterable, *, title: str | None = None) -> dict:
     traces = []
     for outcome in ("crash", "refused", "ok"):
         mine = [r for r in results if r.outcome == outcome]
-        hover = [
+        hovers = [
             f"pool {readout_mib(r.pool_bytes / (1 << 20))} MiB ({r.total_blocks:,} pages), "
-            f"context {r.context:,}<br>needs {r.entries_needed:,} entries, row {r.max_blocks_per_seq:,}"
-            f"<br>{OUTCOME_LABELS[outcome]}"
+            f"context {r.context:,}<br>needs {r.entries_needed:,} entries, row "
+            f"{r.max_blocks_per_seq:,}<br>{OUTCOME_LABELS[outcome]}"
             for r in mine
         ]
         traces.append(
@@ -736,22 +558,25 @@ def outcome_map_spec(results: Iterable, *, title: str | None = None) -> dict:
                 y=[r.context for r in mine],
                 mode="markers",
                 name=f"{OUTCOME_LABELS[outcome]} ({len(mine):,})",
-                showlegend=bool(mine),  # no legend entry for what is not there
+                showlegend=bool(mine),
                 marker=dict(symbol="square", size=11, color=OUTCOME_COLORS[outcome]),
-                hovertext=hover,
-                hovertemplate="%{hovertext}<extra></extra>",
+                **hover(hovers),
             )
         )
-    if title is None:
-        title = f"One resize, every pool and context [{', '.join(policies)}]"
     layout = base_layout(
-        title,
+        titled(title, f"One resize, every pool and context [{', '.join(policies)}]"),
         "max_seq_len = context (the configured length), one sequence, seed geometry",
         height=460,
         **log_log_axes(("KV pool", "MiB"), ("context", "tokens")),
         legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
-    )  # clear of the axis title
+    )
     return {"data": traces, "layout": layout}
 
 
+page_map_figure = as_figure(page_map_spec)
+index_row_figure = as_figure(index_row_spec)
+page_table_figure = as_figure(page_table_spec)
+repro_page_map = as_figure(repro_page_map_spec, "repro_page_map")
+repro_index_row = as_figure(repro_index_row_spec, "repro_index_row")
+table_price_figure = as_figure(table_price_spec)
 outcome_map_figure = as_figure(outcome_map_spec)

@@ -1,10 +1,6 @@
-"""The figures' look: one colour and one label per outcome, the shared layout, and each
-``name_figure`` made from its ``name_spec``.
-
-One colour per outcome across every notebook (:data:`OUTCOME_COLORS`), from Paul Tol's
-colour-blind-safe "vibrant" and "high-contrast" sets; outcomes are also named in every label and
-hover text, so colour is never the only cue.
-"""
+"""The figures' look: one colour and label per outcome (Paul Tol's colour-blind-safe sets; the
+outcome is also named in every label, so colour is never the only cue), the shared layout, and
+the small pieces every figure is built from."""
 
 from __future__ import annotations
 
@@ -18,12 +14,9 @@ from kvlab.analysis.presets import engine_outcome
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB, MIB
 
-#: The names :func:`run_outcome` gives a "stall" that nothing raised (kvlab.analysis.presets
-#: counts both as stalls: requests unfinished, no error).
+#: The names :func:`run_outcome` gives a "stall" that nothing raised.
 UNRAISED_STALLS = ("livelock", "unfinished")
-#: One colour per outcome, in every notebook: crash red, stall orange, refused amber,
-#: reject blue, ok green (bluish, so that it stays apart from red for red-green colour blindness).
-#: The stalls that nothing raised (:data:`UNRAISED_STALLS`) keep the stall's orange.
+#: One colour per outcome in every notebook; the unraised stalls keep the stall's orange.
 OUTCOME_COLORS = {
     "crash": "#CC3311",
     "stall": "#EE7733",
@@ -33,7 +26,6 @@ OUTCOME_COLORS = {
     "reject": "#0077BB",
     "ok": "#009988",
 }
-#: What each outcome means, for legends and hover text.
 OUTCOME_LABELS = {
     "crash": "crash (ValueError)",
     "stall": "stall (no progress)",
@@ -43,38 +35,42 @@ OUTCOME_LABELS = {
     "reject": "rejected at admission",
     "ok": "ok",
 }
+#: "Not applicable" (no pool, no outcome); the page-index row and the pool (not outcomes).
+NEUTRAL_COLOR, ROW_COLOR, POOL_COLOR = "#BBBBBB", "#555555", "#999999"
+#: Line colours for row widths, clear of the outcome colours (Tol "muted").
+WIDTH_LINE_COLORS = ("#332288", "#AA4499", "#88CCEE", "#999933", "#555555", "#CC6677")
+FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13)
+FIGURE_WIDTH = 720
+#: Characters of a 12 px subtitle line in a figure FIGURE_WIDTH wide.
+SUBTITLE_CHARS = 96
+#: A stacked part under this share of the tallest bar is too thin to see (:func:`thin_label`).
+THIN_SHARE = 0.01
+AXIS_STYLE = dict(
+    gridcolor="#E6E9EF",
+    linecolor="#B0B6BE",
+    zeroline=False,
+    ticks="outside",
+    tickcolor="#B0B6BE",
+    automargin=True,
+    ticklabeloverflow="allow",
+    separatethousands=True,
+)
+_SUBTITLE_LINE = '<span style="font-size:12px;color:#444">{}</span>'
+HOVER = "%{hovertext}<extra></extra>"
 
 
 def run_outcome(result) -> str:
-    """A run's outcome as figures and findings name it: ``engine_outcome(result)``, except a
-    "stall" that nothing raised (no SchedulerDeadlock: the steps ran out first), which is a
-    "livelock" when requests were preempted along the way and "unfinished" otherwise."""
+    """``engine_outcome(result)``, except that a stall nothing raised is a "livelock" when
+    requests were preempted and "unfinished" otherwise."""
     outcome = engine_outcome(result)
     if outcome != "stall" or result.error is not None:
         return outcome
     return "livelock" if result.summary()["recomputes"] else "unfinished"
 
 
-#: Colour for "not applicable" (no pool, no outcome).
-NEUTRAL_COLOR = "#BBBBBB"
-
-#: The page-index row and the pool, wherever a figure draws them (they are not outcomes).
-ROW_COLOR = "#555555"
-POOL_COLOR = "#999999"
-#: Line colours for row widths: kept clear of the outcome colours (Tol "muted" set).
-WIDTH_LINE_COLORS = ("#332288", "#AA4499", "#88CCEE", "#999933", "#555555", "#CC6677")
-
-FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13)
-FIGURE_WIDTH = 720
-
-
 def outcome_color(outcome: str | None) -> str:
     """The colour of an outcome; neutral grey for None or an unknown name."""
     return OUTCOME_COLORS.get(outcome or "", NEUTRAL_COLOR)
-
-
-#: Characters of a 12 px subtitle line in a figure FIGURE_WIDTH wide (about 7 px a character).
-SUBTITLE_CHARS = 96
 
 
 def wrap_words(text: str, chars: int) -> list[str]:
@@ -89,26 +85,18 @@ def wrap_words(text: str, chars: int) -> list[str]:
 
 
 def titled(title: str | None, default: str, name: str = "title") -> str:
-    """A figure's ``title`` (or subtitle, ``name``) argument, a str or None, resolved: ``default``
-    where it is empty or None; a TypeError naming it for anything else, before its truth value
-    is asked (a numpy array has none)."""
+    """``title`` (a str or None), or ``default`` where it is empty; a TypeError naming it else."""
     return check_instance(name, title, (str, type(None))) or default
 
 
-_SUBTITLE_LINE = '<span style="font-size:12px;color:#444">{}</span>'
-
-
 def _title_text(title: str, subtitle: str, width: int) -> tuple:
-    """The title's text and the subtitle's lines, broken between words to ``width`` px. The
-    subtitle's lines go in the title's text (every plotly.js renders that alike; a FigureWidget
-    drew ``title.subtitle`` above the title), anchored to the figure's top."""
+    """The title with the subtitle's lines (broken to ``width`` px) in its text, and the lines."""
     lines = wrap_words(subtitle, SUBTITLE_CHARS * width // FIGURE_WIDTH) if subtitle else []
     return "<br>".join([title] + [_SUBTITLE_LINE.format(line) for line in lines]), lines
 
 
 def resize_layout(layout, width: int) -> None:
-    """Set a :func:`base_layout` layout's (a dict or plotly's Layout) ``width``, its subtitle
-    broken again to fit it (a panel draws its figures narrower than :data:`FIGURE_WIDTH`)."""
+    """Set a :func:`base_layout` layout's ``width``, its subtitle broken again to fit it."""
     layout["width"] = width
     title = (layout["title"] or {})["text"] if "title" in layout else None
     parts = (title or "").split("<br>")
@@ -123,16 +111,11 @@ def resize_layout(layout, width: int) -> None:
 
 
 def base_layout(title: str, subtitle: str = "", **extra) -> dict:
-    """Shared look. No plotly template: resolving one costs ~10 ms a figure, too slow for a
-    widget that redraws on every slider step, so the few settings that matter are explicit.
-    The subtitle is 12 px, broken between words to the figure's width, below the title; the
-    on-screen toolbar (plotly's modebar) is vertical, in the right margin, clear of both. A
-    ``title`` or ``subtitle`` that is not a str is a TypeError naming it (every figure's own
-    ``title=`` and ``subtitle=`` arrive here)."""
+    """The shared look: no plotly template (resolving one costs ~10 ms a redraw), a 12 px
+    subtitle under the title, the toolbar upright in the right margin."""
     check_instance("title", title, str)
     check_instance("subtitle", subtitle, str)
-    width = extra.get("width", FIGURE_WIDTH)
-    text, lines = _title_text(title, subtitle, width)
+    text, lines = _title_text(title, subtitle, extra.get("width", FIGURE_WIDTH))
     layout = dict(
         title=dict(
             text=text,
@@ -152,42 +135,78 @@ def base_layout(title: str, subtitle: str = "", **extra) -> dict:
         plot_bgcolor="white",
         margin=dict(l=70, r=30, t=80, b=60),
         hoverlabel=dict(font_size=12, bgcolor="white"),
-        # on screen, plotly's toolbar stands down the right edge, not across the title
         modebar=dict(orientation="v"),
     )
     for axis in ("xaxis", "yaxis"):
         extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
     layout.update(extra)
-    layout["margin"] = {
-        **layout["margin"],
-        "t": max(layout["margin"].get("t", 80), 64 + 17 * len(lines)),
-    }
+    margin = layout["margin"]
+    layout["margin"] = {**margin, "t": max(margin.get("t", 80), 64 + 17 * len(lines))}
     return layout
 
 
-AXIS_STYLE = dict(
-    gridcolor="#E6E9EF",
-    linecolor="#B0B6BE",
-    zeroline=False,
-    ticks="outside",
-    tickcolor="#B0B6BE",
-    automargin=True,
-    ticklabeloverflow="allow",
-    separatethousands=True,
-)  # tick labels as 1,000, like the text around them
+def hover(texts) -> dict:
+    """A trace's hover: ``texts``, one a point, alone."""
+    return dict(hovertext=texts, hovertemplate=HOVER)
 
 
-#: A part whose largest value is under this share of the tallest bar is too thin to see: its
-#: legend entry gives its size (:func:`thin_label`).
-THIN_SHARE = 0.01
+def legend_entry(name: str, color: str, dash: str | None = None, show: bool = True) -> dict:
+    """A legend-only trace: a square swatch, or a line of ``dash``."""
+    look = (
+        dict(mode="lines", line=dict(color=color, dash=dash, width=2))
+        if dash
+        else dict(mode="markers", marker=dict(symbol="square", size=12, color=color))
+    )
+    return dict(
+        type="scatter", x=[None], y=[None], name=name, hoverinfo="skip", showlegend=show, **look
+    )
+
+
+def line(color: str, dash: str | None = None, width: float = 2, **where) -> dict:
+    """A line shape from (x0, y0) to (x1, y1) of ``where``."""
+    style = dict(color=color, width=width) | ({"dash": dash} if dash else {})
+    return dict(type="line", **where, line=style)
+
+
+def across(y: float, color: str, dash: str, xref: str = "paper", yref: str = "y") -> dict:
+    """A dashed line across the plot at ``y``."""
+    return line(color, dash, xref=xref, x0=0, x1=1, yref=yref, y0=y, y1=y)
+
+
+def note(text: str, x, y, color: str | None = None, size: int = 12, **extra) -> dict:
+    """A text annotation without an arrow."""
+    font = dict(size=size) if color is None else dict(size=size, color=color)
+    return dict(text=text, x=x, y=y, showarrow=False, font=font, **extra)
+
+
+def heading(text: str, x: float) -> dict:
+    """A side-by-side panel's heading, above the plot at ``x`` (paper)."""
+    return note(text, x, 1.0, xref="paper", yref="paper", yanchor="bottom")
+
+
+def panel_domains(widths: Sequence[float], gap: float) -> list[list[float]]:
+    """Side-by-side x domains of relative ``widths`` with ``gap`` between them."""
+    unit = (1 - gap * (len(widths) - 1)) / max(sum(widths), 1)
+    lows = [sum(widths[:k]) * unit + k * gap for k in range(len(widths))]
+    return [[lo, lo + w * unit] for lo, w in zip(lows, widths)]
+
+
+def discrete_colorscale(colors: Sequence[str]) -> list:
+    """A heatmap colour scale with one band per colour (codes 0, 1, ... with zmin -0.5)."""
+    n = len(colors)
+    return [[(i + k) / n, color] for i, color in enumerate(colors) for k in (0, 1)]
+
+
+def foot_legend(**extra) -> dict:
+    """A horizontal legend at the figure's foot, under the axis titles."""
+    return dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0, **extra)
 
 
 def thin_label(
     label: str, values: Sequence[float], tallest: float, size: Callable[[float], str]
 ) -> str:
-    """A stacked part's legend entry: ``label``, and for a part too thin to see (its largest
-    value under :data:`THIN_SHARE` of ``tallest``) its size, "label: 2 MiB, too thin to see"
-    ("up to" when its bars differ). ``size`` writes a value in the figure's unit."""
+    """A stacked part's legend entry, with its size ("up to" where bars differ) when too thin
+    to see; ``size`` writes a value in the figure's unit."""
     top = max(values, default=0)
     if not 0 < top < THIN_SHARE * tallest:
         return label
@@ -195,9 +214,7 @@ def thin_label(
 
 
 def log_log_axes(x: tuple[str, str], y: tuple[str, str]) -> dict:
-    """Both axes logarithmic, each titled "quantity (unit, log scale)", labelled at powers of
-    ten only (no bare minor digits), written out with separators (100,000, never 100k); ``x``
-    and ``y`` are (quantity, unit) (the sweeps over sizes)."""
+    """Both axes logarithmic, titled "quantity (unit, log scale)", ticks at powers of ten."""
     return {
         f"{axis}axis": dict(
             title=dict(text=f"{name} ({unit}, log scale)"),
@@ -210,7 +227,7 @@ def log_log_axes(x: tuple[str, str], y: tuple[str, str]) -> dict:
 
 
 def format_bytes(n: float) -> str:
-    """1088 B, 272.5 KiB, 16.0 MiB: binary units, as the seed counts MiB."""
+    """1088 B, 272.5 KiB, 16.0 MiB: binary units."""
     for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
@@ -218,8 +235,7 @@ def format_bytes(n: float) -> str:
 
 
 def as_figure(spec_fn, name=None):
-    """``name_figure`` from ``name_spec``: the same arguments, a go.Figure instead of the plain
-    dict. Widgets use the ``_spec`` functions directly (no plotly validation on every update)."""
+    """``name_figure`` from ``name_spec``: the same arguments, a go.Figure."""
 
     @functools.wraps(spec_fn)
     def figure(*args, **kwargs) -> go.Figure:
