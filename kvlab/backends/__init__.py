@@ -1,3 +1,3 @@
 """Real engines beside kvlab: the 4 MiB repro on a real TensorRT-LLM (``trtllm``, optional), and
-the real vLLM scheduler run as a subprocess in its own environment (``vllm``, which starts
-``vllm_driver``) with its stored runs."""
+the real vLLM and SGLang schedulers run as subprocesses in their own environments (``vllm``,
+``sglang``, through ``real_engine``), with their stored runs."""

@@ -1,31 +1,18 @@
-"""A real serving engine's scheduler run as a subprocess, in the engine's own environment.
+"""A real engine's scheduler run as a subprocess in its own environment, and its stored runs.
 
-vLLM and SGLang pin their own torch, so each lives in a virtual environment of its own, made once
-by ``bash scripts/setup.sh NAME`` in a cache folder (``$KVLAB_<NAME>_ENV``, else
-``$XDG_CACHE_HOME/kvlab/NAME-VERSION``, else ``~/.cache/kvlab/NAME-VERSION``). A
-:class:`RealEngine` starts that environment's Python on the engine's driver (a program beside this
-file that imports the engine, never kvlab), sends the workloads as one JSON document and reads
-back JSON lines as they come (the protocol in each driver's docstring): per request its
-start, first token, preemptions, rejection, abort or finish, and per step the pool and queues.
-Each workload comes back as what ``kvlab.simulate`` returns, a
-:class:`~kvlab.run.simulation.SimulationResult`, so tables and figures take either.
-
-Nothing is lost: a request the engine rejects is "rejected" with the engine's own message; when
-the engine refuses to start, every request is rejected with that message and ``result.error`` is
-a ValueError; when the process dies, hangs past ``timeout_s`` or writes off the protocol,
-``result.error`` is an :class:`EngineProcessError` with the end of its stderr, and each request
-keeps the status the events gave it, with a reason that says so. Without the environment,
-:class:`EngineUnavailable` names the setup command.
-
-``record`` stores real runs in data/measurements/ (the engine's version, the command, the date,
-each workload as the driver got it and what the engine did); ``stored_results`` rebuilds them,
-so a notebook shows the real engine's answers without its environment.
+vLLM and SGLang pin their own torch, so each lives in a virtual environment that
+``bash scripts/setup.sh NAME`` makes once. A :class:`RealEngine` runs that environment's Python
+on the engine's driver (a script beside this file that imports the engine, never kvlab), sends
+the workloads as one JSON document and reads JSON lines back as they come (docs/ENGINES.md gives
+the protocol). Each workload comes back as what ``kvlab.simulate`` returns. A process that dies,
+hangs past ``timeout_s`` or writes off the protocol loses no request: ``result.error`` is an
+:class:`EngineProcessError` and each request keeps the state its events gave it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
+import inspect
 import json
 import os
 import signal
@@ -33,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +28,7 @@ from typing import Any
 
 from kvlab.analysis.peer_conformance import PeerWorkload
 from kvlab.core.checks import check_float
+from kvlab.core.geometry import KVGeometry
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.request import Request, RequestState
 from kvlab.run.simulation import SimulationResult, finished_reason, refused_to_start
@@ -49,6 +38,23 @@ from kvlab.run.trace import EVENT_KINDS, Event, StepRecord, Trace
 STDERR_TAIL = 20
 #: The causes of a finish at the request's own max_new_tokens (any other is a length limit).
 OWN_LIMIT = ("max_tokens", "max_new_tokens")
+#: The KV geometry every driver's input starts with.
+GEOMETRY_KEYS = ("num_layers", "num_kv_heads", "head_dim", "dtype")
+#: A driver's step row, by StepRecord's names.
+ROW_FIELDS = (
+    "step",
+    "free_blocks",
+    "running",
+    "waiting",
+    "num_context",
+    "num_generation",
+    "tokens_scheduled",
+    "num_recompute_paused",
+)
+#: What a real engine's step row has no part of: kvlab's host tier, queue, suspension, stalls.
+UNREPORTED = dict.fromkeys(
+    ("host_blocks", "queued", "suspended", "num_paused", "stalled_passes"), 0
+)
 
 
 class EngineUnavailable(RuntimeError):
@@ -61,24 +67,22 @@ class EngineProcessError(RuntimeError):
 
 @dataclass(frozen=True)
 class RealEngine:
-    """A real engine kvlab drives: ``name`` (as ``scripts/setup.sh`` knows it), ``title``,
-    ``version``, its ``driver``, how a workload's engine arguments are written for the driver
-    (``engine_input``, ValueError for what the driver cannot run) and read back
-    (``args_from_input``), the pool's size in blocks (``pool_blocks``), the stored workloads that
-    keep their step rows (names starting so), and ``python``: the interpreter (None: the
-    environment's)."""
+    """A real engine: ``name`` (as scripts/setup.sh knows it), ``title``, ``version``, its
+    ``driver``; ``engine_input`` writes an ``args_type`` as the driver reads it (ValueError for
+    what the driver cannot run), whose ``pool_key`` is the pool in blocks; the stored workloads
+    whose names start with ``step_rows_kept`` keep their step rows; ``python``: the interpreter
+    (None: the environment's)."""
 
     name: str
     title: str
     version: str
     driver: Path
+    args_type: type
     engine_input: Callable[[Any], dict]
-    args_from_input: Callable[[dict], Any]
-    pool_blocks: Callable[[Any], int]
+    pool_key: str
     step_rows_kept: tuple[str, ...] = ()
     python: Path | None = None
 
-    # -- the environment ------------------------------------------------------------------
     @property
     def setup_command(self) -> str:
         return f"bash scripts/setup.sh {self.name}"
@@ -87,26 +91,22 @@ class RealEngine:
     def stored_path(self) -> Path:
         return DATA_DIR / "measurements" / f"{self.name}-{self.version}.json"
 
-    def environment_dir(self) -> Path:
-        """Where ``bash scripts/setup.sh NAME`` makes the engine's environment."""
-        override = os.environ.get(f"KVLAB_{self.name.upper()}_ENV")
-        if override:
-            return Path(override)
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return Path(cache) / "kvlab" / f"{self.name}-{self.version}"
-
     def interpreter(self) -> Path:
-        """The environment's Python; EngineUnavailable, naming the setup command, when it is
-        not ready."""
+        """The environment's Python (in ``$KVLAB_<NAME>_ENV``, else where setup.sh makes it);
+        EngineUnavailable, naming the setup command, when it is not ready."""
         if self.python is not None:
             return self.python
-        env = self.environment_dir()
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        env = Path(
+            os.environ.get(f"KVLAB_{self.name.upper()}_ENV")
+            or Path(cache) / "kvlab" / f"{self.name}-{self.version}"
+        )
         python = env / "bin" / "python"
         if not (env / "kvlab-ready").is_file() or not python.is_file():
             raise EngineUnavailable(
-                f"{self.title} {self.version}'s environment is not set up at "
-                f"{env}: run `{self.setup_command}` once (several GB and a "
-                "few minutes; it is cached after that)"
+                f"{self.title} {self.version}'s environment is not set up at {env}: run "
+                f"`{self.setup_command}` once (several GB and a few minutes; it is cached after "
+                "that)"
             )
         return python
 
@@ -117,7 +117,6 @@ class RealEngine:
             return False
         return True
 
-    # -- runs -----------------------------------------------------------------------------
     def driver_input(self, workload: PeerWorkload) -> dict:
         """One workload as the driver reads it."""
         return dict(
@@ -130,6 +129,15 @@ class RealEngine:
             max_steps=workload.max_steps,
         )
 
+    def args_from_input(self, engine: dict) -> Any:
+        """The arguments :attr:`engine_input` wrote (SGLang's pages hold one token)."""
+        geometry = KVGeometry(
+            *(engine[key] for key in GEOMETRY_KEYS), tokens_per_block=engine.get("block_size", 1)
+        )
+        accepted = inspect.signature(self.args_type).parameters
+        return self.args_type(geometry, **{k: v for k, v in engine.items() if k in accepted})
+
+    # -- runs -----------------------------------------------------------------------------
     def run(
         self,
         args,
@@ -137,10 +145,9 @@ class RealEngine:
         max_steps: int = 100_000,
         timeout_s: float | None = None,
     ) -> SimulationResult:
-        """The real scheduler on one workload (module docstring)."""
-        return self.run_workloads(
-            [PeerWorkload("run", args, tuple(requests), max_steps)], timeout_s
-        )[0]
+        """The real scheduler on one workload."""
+        workload = PeerWorkload("run", args, tuple(requests), max_steps)
+        return self.run_workloads([workload], timeout_s)[0]
 
     def run_workloads(
         self, workloads: Sequence[PeerWorkload], timeout_s: float | None = None
@@ -159,9 +166,101 @@ class RealEngine:
         if timeout_s is not None:
             timeout_s = check_float("timeout_s", timeout_s, low=0.0, high=86_400.0, low_open=True)
         document = json.dumps({"runs": [self.driver_input(w) for w in workloads]})
-        output = _DriverOutput(self, workloads)
-        failure = _communicate(self, document, timeout_s, output)
-        return output.records_after(failure)
+        records = [RunRecord(self, w) for w in workloads]
+        failure = self._run_driver(document, timeout_s, records)
+        for record in records:
+            if not record.ended and record.startup_error is None:
+                record.failure = failure or EngineProcessError(
+                    f"the {self.title} driver's output ended before this run did"
+                )
+        return records
+
+    def _run_driver(
+        self, document: str, timeout_s: float | None, records: list[RunRecord]
+    ) -> EngineProcessError | None:
+        """Run the driver on ``document``, each line read into its run's record; None, or the
+        EngineProcessError that ended it (then it is killed, with its whole process group)."""
+        env = dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_LOGGING_LEVEL="ERROR",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+        )
+        failure = None
+        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
+            process = subprocess.Popen(
+                [str(self.interpreter()), "-I", str(self.driver)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=env,
+                text=True,
+                encoding="utf-8",
+                start_new_session=True,
+            )
+            timed_out = threading.Event()
+
+            def kill():  # the whole group: a child holding its stdout would keep us reading
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+            def on_timeout():
+                timed_out.set()
+                kill()
+
+            timer = threading.Timer(timeout_s, on_timeout) if timeout_s is not None else None
+            try:
+                if timer is not None:
+                    timer.start()
+                threading.Thread(target=_feed, args=(process, document), daemon=True).start()
+                for number, line in enumerate(process.stdout, 1):
+                    try:
+                        self._read_line(line, records)
+                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                        failure = EngineProcessError(
+                            f"line {number} of the {self.title} driver's output is not its "
+                            f"protocol ({type(exc).__name__}: {exc}): {line[:200]!r}"
+                        )
+                        break
+                returncode = process.wait() if failure is None else None
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                kill()  # nothing of it outlives the call, interrupted or not
+                process.wait()
+                process.stdout.close()
+            stderr.seek(0)
+            tail = "".join(stderr.readlines()[-STDERR_TAIL:]).strip()
+        what = f"the {self.title} process"
+        if failure is not None:
+            return failure
+        if timed_out.is_set():
+            return EngineProcessError(
+                f"{what} ran past timeout_s={timeout_s:g} s and was killed; its stderr ended: {tail}"
+            )
+        if returncode != 0:
+            how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+            return EngineProcessError(f"{what} ended with {how}; its stderr ended: {tail}")
+        return None
+
+    def _read_line(self, line: str, records: list[RunRecord]) -> None:
+        """One line of the driver's protocol; ValueError, KeyError, IndexError or TypeError
+        for a line that is not."""
+        message = json.loads(line)
+        if message["kind"] == "hello":
+            if message[self.name] != self.version:
+                raise ValueError(
+                    f"the environment runs {self.title} {message[self.name]}, not {self.version}"
+                )
+            return
+        run = message["run"]
+        if type(run) is not int or not 0 <= run < len(records):
+            raise IndexError(f"no run {run!r}")
+        records[run].read(message)
 
     # -- stored runs ----------------------------------------------------------------------
     def record(
@@ -171,8 +270,8 @@ class RealEngine:
         timeout_s: float | None = None,
         path: Path | None = None,
     ) -> dict:
-        """Run ``workloads`` and store them (module docstring); a run that failed is not
-        stored (its EngineProcessError is raised)."""
+        """Run ``workloads`` and store them with the engine's version, the command and the
+        date; a run that failed is not stored (its EngineProcessError is raised)."""
         document = dict(
             engine=self.name,
             version=self.version,
@@ -197,11 +296,15 @@ class RealEngine:
         return {key: document[key] for key in ("version", "command", "recorded")}
 
     def stored_records(self) -> dict[str, RunRecord]:
-        """The stored runs by workload name."""
-        return {
-            stored["name"]: RunRecord.from_json(self, stored)
-            for stored in self.stored_document()["workloads"]
-        }
+        """The stored runs by workload name; ValueError for a file that is not such runs."""
+        try:
+            records = [RunRecord.from_json(self, w) for w in self.stored_document()["workloads"]]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ValueError(
+                f"{self.stored_path.name} must hold {self.title}'s stored runs as "
+                f"RealEngine.record writes them ({type(exc).__name__}: {exc})"
+            ) from exc
+        return {record.workload.name: record for record in records}
 
     def stored_results(self) -> dict[str, SimulationResult]:
         """The stored runs by workload name, as :meth:`run_workloads` returns them."""
@@ -226,78 +329,6 @@ class RealEngine:
             f"real {self.title} {header['version']}, stored run of {header['recorded']}",
         )
 
-    def with_driver(self, driver: Path, python: Path) -> RealEngine:
-        """This engine with another driver and interpreter (for tests of the process's edges)."""
-        return dataclasses.replace(self, driver=driver, python=python)
-
-
-def _communicate(
-    engine: RealEngine, document: str, timeout_s: float | None, output: _DriverOutput
-) -> EngineProcessError | None:
-    """Run the driver, handing ``output`` its lines as they come; None, or the
-    EngineProcessError that ended it (a timeout, a death, a line off the protocol: then it is
-    killed, with its whole process group)."""
-    env = dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        VLLM_LOGGING_LEVEL="ERROR",
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-    )
-    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
-        process = subprocess.Popen(
-            [str(engine.interpreter()), "-I", str(engine.driver)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            text=True,
-            encoding="utf-8",
-            start_new_session=True,
-        )
-        timed_out = threading.Event()
-
-        def kill():  # the whole group: a child holding its stdout would keep us reading
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-        def on_timeout():
-            timed_out.set()
-            kill()
-
-        timer = threading.Timer(timeout_s, on_timeout) if timeout_s is not None else None
-        try:
-            if timer is not None:
-                timer.start()
-            threading.Thread(target=_feed, args=(process, document), daemon=True).start()
-            for line in process.stdout:
-                if not output.feed(line):
-                    kill()
-                    break
-            returncode = process.wait()
-        finally:
-            if timer is not None:
-                timer.cancel()
-            kill()  # nothing of it outlives the call, interrupted or not
-            process.wait()
-            process.stdout.close()
-        stderr.seek(0)
-        tail = "".join(stderr.readlines()[-STDERR_TAIL:]).strip()
-    what = f"the {engine.title} process"
-    if output.failure is not None:
-        return output.failure
-    if timed_out.is_set():
-        return EngineProcessError(
-            f"{what} ran past timeout_s={timeout_s:g} s and was killed; its stderr ended: {tail}"
-        )
-    if returncode != 0:
-        how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-        return EngineProcessError(f"{what} ended with {how}; its stderr ended: {tail}")
-    return None
-
 
 def _feed(process: subprocess.Popen, document: str) -> None:
     try:
@@ -307,64 +338,19 @@ def _feed(process: subprocess.Popen, document: str) -> None:
         pass
 
 
-class _DriverOutput:
-    """The driver's lines, read as they come into one :class:`RunRecord` per workload."""
-
-    def __init__(self, engine: RealEngine, workloads: Sequence[PeerWorkload]):
-        self.engine = engine
-        self.records = [RunRecord(engine, w) for w in workloads]
-        self.lines_read = 0
-        self.failure: EngineProcessError | None = None
-
-    def feed(self, line: str) -> bool:
-        """Read one line; False (and ``failure`` set) when it is not the driver's protocol."""
-        self.lines_read += 1
-        try:
-            message = json.loads(line)
-            if message["kind"] == "hello":
-                if message[self.engine.name] != self.engine.version:
-                    raise ValueError(
-                        f"the environment runs {self.engine.title} "
-                        f"{message[self.engine.name]}, not {self.engine.version}"
-                    )
-                return True
-            run = message["run"]
-            if type(run) is not int or not 0 <= run < len(self.records):
-                raise IndexError(f"no run {run!r}")
-            self.records[run].read(message)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            self.failure = EngineProcessError(
-                f"line {self.lines_read} of the {self.engine.title} driver's output is not its "
-                f"protocol ({type(exc).__name__}: {exc}): {line[:200]!r}"
-            )
-            return False
-        return True
-
-    def records_after(self, failure: BaseException | None) -> list[RunRecord]:
-        """The records, each run the lines did not finish ending with ``failure``."""
-        for record in self.records:
-            if not record.ended and record.startup_error is None:
-                record.failure = failure or EngineProcessError(
-                    f"the {self.engine.title} driver's output ended before this run did"
-                )
-        return self.records
-
-
 class RunRecord:
-    """What the real scheduler did on one workload, as the driver reported it: per request
-    its steps (start, first token, preemptions, end), tokens and rejection message, and per
-    step the pool and queues. ``result()`` makes it a SimulationResult; ``to_json`` and
-    ``from_json`` store it compactly."""
+    """What the real scheduler did on one workload, as the driver reported it: per request its
+    steps, tokens and rejection message, per step the pool and queues. ``result()`` makes it a
+    SimulationResult; ``to_json`` and ``from_json`` store it compactly."""
 
     def __init__(self, engine: RealEngine, workload: PeerWorkload):
-        self.engine = engine
-        self.workload = workload
+        self.engine, self.workload = engine, workload
         self.requests = {
             r.request_id: Request(r.request_id, r.prompt_len, r.max_new_tokens, r.arrival_step)
             for r in workload.requests
         }
         self.preemptions: dict[str, list[int]] = {i: [] for i in self.requests}
-        self.aborted: set = set()
+        self.aborted: set[str] = set()
         self.rows: list[list] | None = []
         self.startup_error: str | None = None
         self.end_step = self.iterations = 0
@@ -372,6 +358,7 @@ class RunRecord:
         self.failure: BaseException | None = None
 
     def read(self, message: dict) -> None:
+        """One line of the driver's protocol about this run."""
         kind = message["kind"]
         if kind == "startup_error":
             self.startup_error = message["message"]
@@ -381,11 +368,8 @@ class RunRecord:
             self.rows.extend(message["rows"])
             self.end_step = max(self.end_step, self.rows[-1][0] + 1)
         elif kind == "end":
-            self.end_step, self.iterations, self.ended = (
-                message["end_step"],
-                message["iterations"],
-                True,
-            )
+            self.end_step, self.iterations = message["end_step"], message["iterations"]
+            self.ended = True
         elif kind != "start":
             raise ValueError(f"unknown kind {kind!r}")
 
@@ -393,21 +377,22 @@ class RunRecord:
         request, step, name = self.requests[message["id"]], message["step"], message["event"]
         self.end_step = max(self.end_step, step + 1)
         if name in ("rejected", "aborted"):
-            request.state, request.reason, request.end_step = "rejected", message["message"], step
+            request.state, request.reason = RequestState.REJECTED, message["message"]
+            request.end_step = step
             if name == "aborted":
                 self.aborted.add(request.request_id)
-        elif name == "started":
-            request.state, request.first_scheduled_step = RequestState.RUNNING, step
+        elif name in ("started", "resumed"):
+            request.state = RequestState.RUNNING
+            if name == "started":
+                request.first_scheduled_step = step
         elif name == "first_token":
             request.first_token_step = step
-        elif name == "resumed":
-            request.state = RequestState.RUNNING
         elif name == "preempted":
             request.state = RequestState.WAITING
             request.num_recomputes += 1
             self.preemptions[request.request_id].append(step)
         elif name == "finished":
-            request.state, request.end_step = "finished", step
+            request.state, request.end_step = RequestState.FINISHED, step
             request.num_generated = message["num_output_tokens"]
             if message["cause"] not in OWN_LIMIT:
                 request.output_limit = request.num_generated
@@ -417,94 +402,72 @@ class RunRecord:
     def result(self) -> SimulationResult:
         if self.startup_error is not None:
             return refused_to_start(self.workload.requests, self.startup_error)
-        error = self.failure
         for request in self.requests.values():
             if request.arrival_step < self.end_step or request.end_step is not None:
                 request.activated_step = request.arrival_step  # the engine queues every arrival
-            if request.state == "finished":
+            if request.state is RequestState.FINISHED:
                 request.reason = finished_reason(request, request.end_step)
-            elif request.state != "rejected":
-                request.reason = self._unfinished_reason(request, error)
+            elif request.state is not RequestState.REJECTED:
+                request.reason = self._unfinished_reason(request)
         return SimulationResult(
             status={i: r.state for i, r in self.requests.items()},
             reasons={i: r.reason for i, r in self.requests.items()},
-            error=error,
+            error=self.failure,
             trace=self._trace(),
             requests=self.requests,
             end_step=self.end_step,
             iterations=self.iterations if self.ended else len(self.rows or ()),
         )
 
-    def _unfinished_reason(self, request: Request, error) -> str:
-        if error is not None:
+    def _unfinished_reason(self, request: Request) -> str:
+        title, max_steps = self.engine.title, self.workload.max_steps
+        if self.failure is not None:
             return (
-                f"the {self.engine.title} process stopped at step {self.end_step - 1} with "
-                f"this request {request.state}: {error}"
+                f"the {title} process stopped at step {self.end_step - 1} with this request "
+                f"{request.state}: {self.failure}"
             )
         if request.arrival_step >= self.end_step:
             return (
                 f"not submitted: it arrives at step {request.arrival_step}, and the run ended "
-                f"at max_steps={self.workload.max_steps}"
+                f"at max_steps={max_steps}"
             )
         return (
-            f"still {request.state} when the run ended at max_steps={self.workload.max_steps} "
-            f"({self.engine.title} has no stall detector)"
+            f"still {request.state} when the run ended at max_steps={max_steps} ({title} has no "
+            "stall detector)"
         )
 
     def _trace(self) -> Trace:
-        """The step records (none when the record kept no rows) and the requests' events."""
-        events = []
-        for request in self.requests.values():
-            if request.state == "rejected":
-                kind = "aborted" if request.request_id in self.aborted else "rejected"
-                events.append(Event(request.end_step, kind, request.request_id, request.reason))
-            if request.first_scheduled_step is not None:
-                events.append(Event(request.first_scheduled_step, "started", request.request_id))
-            if request.first_token_step is not None:
-                events.append(Event(request.first_token_step, "first_token", request.request_id))
-            events += [
-                Event(step, "recompute_paused", request.request_id)
-                for step in self.preemptions[request.request_id]
-            ]
-            if request.state == "finished":
-                events.append(Event(request.end_step, "finished", request.request_id))
+        """The requests' events and the step rows (none when the record kept no rows)."""
         trace = Trace()
-        trace.events = sorted(events, key=lambda e: (e.step, EVENT_KINDS.index(e.kind)))
-        ended = sorted(
-            (e.step, e.kind) for e in trace.events if e.kind in ("rejected", "aborted", "finished")
-        )
-        pool = self.engine.pool_blocks(self.workload.args)
-        rejected = finished = position = 0
-        for step, free, running, waiting, contexts, generations, tokens, preempted in (
-            self.rows or ()
-        ):
-            while position < len(ended) and ended[position][0] <= step:
-                rejected += ended[position][1] != "finished"
-                finished += ended[position][1] == "finished"
-                position += 1
+        for request in self.requests.values():
+            i = request.request_id
+            if request.state is RequestState.REJECTED:
+                kind = "aborted" if i in self.aborted else "rejected"
+                trace.events.append(Event(request.end_step, kind, i, request.reason))
+            if request.first_scheduled_step is not None:
+                trace.events.append(Event(request.first_scheduled_step, "started", i))
+            if request.first_token_step is not None:
+                trace.events.append(Event(request.first_token_step, "first_token", i))
+            trace.events += [Event(step, "recompute_paused", i) for step in self.preemptions[i]]
+            if request.state is RequestState.FINISHED:
+                trace.events.append(Event(request.end_step, "finished", i))
+        trace.events.sort(key=lambda e: (e.step, EVENT_KINDS.index(e.kind)))
+        rejected = [e.step for e in trace.events if e.kind in ("rejected", "aborted")]
+        finished = [e.step for e in trace.events if e.kind == "finished"]
+        pool = self.engine.engine_input(self.workload.args)[self.engine.pool_key]
+        for row in self.rows or ():
+            fields = dict(zip(ROW_FIELDS, row, strict=True))
             trace.steps.append(
                 StepRecord(
-                    step,
-                    free,
-                    pool - free,
-                    0,
-                    running,
-                    waiting,
-                    0,
-                    0,
-                    contexts,
-                    generations,
-                    tokens,
-                    0,
-                    preempted,
-                    rejected,
-                    finished,
-                    0,
+                    **fields,
+                    **UNREPORTED,
+                    used_blocks=pool - fields["free_blocks"],
+                    rejected_total=bisect_right(rejected, fields["step"]),
+                    finished_total=bisect_right(finished, fields["step"]),
                 )
             )
         return trace
 
-    # -- storing -----------------------------------------------------------------------
     def to_json(self, keep_steps: bool = True) -> dict:
         """The workload as the driver got it and what the engine did: one row per request
         ``[id, prompt_len, max_new_tokens, arrival_step, state ("aborted" for an abort),
@@ -513,7 +476,7 @@ class RunRecord:
         if self.failure is not None:
             raise self.failure
         stored = self.engine.driver_input(self.workload)
-        stored.pop("requests")
+        del stored["requests"]
         stored.update(
             startup_error=self.startup_error,
             end_step=self.end_step,
@@ -525,14 +488,14 @@ class RunRecord:
                     r.prompt_len,
                     r.max_new_tokens,
                     r.arrival_step,
-                    "aborted" if r.request_id in self.aborted else r.state,
+                    "aborted" if r.request_id in self.aborted else str(r.state),
                     r.first_scheduled_step,
                     r.first_token_step,
                     r.end_step,
                     r.num_generated,
                     r.output_limit < r.max_new_tokens,
                     self.preemptions[r.request_id],
-                    r.reason if r.state == "rejected" else None,
+                    r.reason if r.state is RequestState.REJECTED else None,
                 ]
                 for r in self.requests.values()
             ],
@@ -541,35 +504,30 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, engine: RealEngine, stored: dict) -> RunRecord:
+        """The record :meth:`to_json` wrote."""
         rows = stored["requests"]
-        record = cls(
-            engine,
-            PeerWorkload(
-                stored["name"],
-                engine.args_from_input(stored["engine"]),
-                [Request(*row[:4]) for row in rows],
-                stored["max_steps"],
-            ),
+        workload = PeerWorkload(
+            stored["name"],
+            engine.args_from_input(stored["engine"]),
+            [Request(*row[:4]) for row in rows],
+            stored["max_steps"],
         )
-        record.startup_error = stored["startup_error"]
-        record.end_step, record.iterations, record.ended = (
-            stored["end_step"],
-            stored["iterations"],
-            True,
-        )
-        record.rows = stored["steps"]
+        record = cls(engine, workload)
+        record.startup_error, record.rows = stored["startup_error"], stored["steps"]
+        record.end_step, record.iterations = stored["end_step"], stored["iterations"]
+        record.ended = True
         for row in rows:
             request = record.requests[row[0]]
+            state = row[4]
+            request.state = RequestState.REJECTED if state == "aborted" else RequestState(state)
+            if state == "aborted":
+                record.aborted.add(request.request_id)
             (
-                state,
                 request.first_scheduled_step,
                 request.first_token_step,
                 request.end_step,
                 request.num_generated,
-            ) = row[4:9]
-            request.state = RequestState("rejected" if state == "aborted" else state)
-            if state == "aborted":
-                record.aborted.add(request.request_id)
+            ) = row[5:9]
             if row[9]:
                 request.output_limit = request.num_generated
             record.preemptions[request.request_id] = row[10]

@@ -1,7 +1,5 @@
-"""The real vLLM 0.34.0 scheduler as a backend (:data:`VLLM`, a
-:class:`~kvlab.backends.real_engine.RealEngine`): kvlab workloads run by vLLM's own v1
-``Scheduler`` in vLLM's own environment (``bash scripts/setup.sh vllm``), through
-``vllm_driver.py``, and its stored runs (data/measurements/vllm-0.34.0.json).
+"""The real vLLM 0.34.0 v1 ``Scheduler`` as a backend, in vLLM's own environment
+(``bash scripts/setup.sh vllm``) through ``vllm_driver.py``, and its stored runs.
 
     from kvlab.backends.vllm import VLLM
     VLLM.run(args, requests)                       # args: a kvlab.VllmEngineArgs
@@ -13,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvlab.backends.real_engine import RealEngine
-from kvlab.core.geometry import KVGeometry
 from kvlab.sched.vllm import VLLM_VERSION, VllmEngineArgs
 
 #: KV dtypes the driver gives vLLM (torch dtypes of vLLM's FullAttentionSpec).
@@ -26,8 +23,7 @@ def engine_input(args: VllmEngineArgs) -> dict:
     if geometry.kv_factor != 2 or geometry.dtype not in DRIVER_DTYPES:
         raise ValueError(
             f"the vLLM backend runs K-and-V attention caches of {list(DRIVER_DTYPES)} "
-            f"(kv_factor 2), got kv_factor={geometry.kv_factor}, "
-            f"dtype={geometry.dtype!r}"
+            f"(kv_factor 2), got kv_factor={geometry.kv_factor}, dtype={geometry.dtype!r}"
         )
     return dict(
         num_layers=geometry.num_layers,
@@ -47,42 +43,16 @@ def engine_input(args: VllmEngineArgs) -> dict:
     )
 
 
-def args_from_input(engine: dict) -> VllmEngineArgs:
-    """The arguments :func:`engine_input` wrote."""
-    geometry = KVGeometry(
-        engine["num_layers"],
-        engine["num_kv_heads"],
-        engine["head_dim"],
-        engine["dtype"],
-        engine["block_size"],
-    )
-    return VllmEngineArgs(
-        geometry,
-        engine["num_gpu_blocks"],
-        engine["max_model_len"],
-        engine["max_num_seqs"],
-        engine["max_num_batched_tokens"],
-        engine["enable_chunked_prefill"],
-        engine["scheduler_reserve_full_isl"],
-        engine["watermark"],
-        engine["startup_num_gpu_blocks"],
-    )
-
-
-def pool_blocks(args: VllmEngineArgs) -> int:
-    return args.num_gpu_blocks
-
-
 VLLM = RealEngine(
     name="vllm",
     title="vLLM",
     version=VLLM_VERSION,
     driver=Path(__file__).with_name("vllm_driver.py"),
+    args_type=VllmEngineArgs,
     engine_input=engine_input,
-    args_from_input=args_from_input,
-    pool_blocks=pool_blocks,
+    pool_key="num_gpu_blocks",
     # notebook 04 draws these; the long traces keep their requests only, so the file stays small
     step_rows_kept=("nb04/", "shrunk/", "front-door", "startup-refused", "tiny/"),
 )
 
-__all__ = ["DRIVER_DTYPES", "VLLM", "args_from_input", "engine_input", "pool_blocks"]
+__all__ = ["DRIVER_DTYPES", "VLLM", "engine_input"]

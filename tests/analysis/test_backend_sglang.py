@@ -5,6 +5,7 @@ what data/measurements/sglang-0.5.23.json stored, and its own words at its doors
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 from pathlib import Path
@@ -89,7 +90,7 @@ def test_an_abort_is_read_and_stored_and_read_back(tmp_path):
         emit(kind="end", run=0, end_step=3, iterations=3)
     """)
     )
-    engine = SGLANG.with_driver(script, Path(sys.executable))
+    engine = dataclasses.replace(SGLANG, driver=script, python=Path(sys.executable))
     workload = PeerWorkload("w", SGLANG_NOTEBOOK_04, [Request("a", 8, 4), Request("b", 8, 2)], 10)
     (record,) = engine.records([workload])
     again = RunRecord.from_json(engine, record.to_json())

@@ -6,6 +6,7 @@ command, and a driver that dies, hangs or prints garbage loses no request."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from kvlab import KVGeometry, Request, VllmEngineArgs
 from kvlab.analysis.peer_conformance import NOTEBOOK_04, PeerWorkload, vllm_workloads
+from kvlab.backends import real_engine
 from kvlab.backends.real_engine import EngineProcessError, EngineUnavailable
 from kvlab.backends.vllm import VLLM
 
@@ -90,7 +92,7 @@ def fake_driver(tmp_path, body: str, version: str = "0.34.0"):
     """).replace("VERSION", version)
         + textwrap.dedent(body)
     )
-    return VLLM.with_driver(script, Path(sys.executable))
+    return dataclasses.replace(VLLM, driver=script, python=Path(sys.executable))
 
 
 def assert_nothing_lost(result, error_words):
@@ -152,3 +154,11 @@ def test_what_the_driver_cannot_give_vllm_is_refused_before_it_starts():
         VLLM.run_workloads([NOTEBOOK_04])
     with pytest.raises(ValueError, match=r"distinct request_ids; given more than once: \['r'\]"):
         VLLM.run(NOTEBOOK_04, [Request("r", 8, 4), Request("r", 8, 4)])
+
+
+def test_a_stored_file_that_is_not_runs_is_refused_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(real_engine, "DATA_DIR", tmp_path)
+    (tmp_path / "measurements").mkdir()
+    VLLM.stored_path.write_text('{"workloads": [{"name": "w"}]}')
+    with pytest.raises(ValueError, match=r"vllm-0\.34\.0\.json must hold vLLM's stored runs"):
+        VLLM.stored_records()
