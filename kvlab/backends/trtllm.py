@@ -1,39 +1,14 @@
-"""The 4 MiB repro of issue #21470 on a real TensorRT-LLM ``KVCacheManagerV2``, next to kvlab's.
+"""The 4 MiB repro of issue #21470 on a real TensorRT-LLM ``KVCacheManagerV2`` (tensorrt_llm >= 1.3
+with a CUDA GPU), beside kvlab's; elsewhere it imports and runs raise :class:`BackendUnavailable`.
 
-Where ``tensorrt_llm`` 1.3 or later imports and torch sees a CUDA GPU, :func:`run_trtllm_repro`
-does what the seed's experiment did: the real Python manager, its CUDA pool and the native
-allocator, no model weights, a KV pool limited to the scenario's size
-(``KvCacheConfig.max_gpu_total_bytes``), one request whose context reaches
-``resize_context``. Elsewhere this module still imports (it never imports ``tensorrt_llm`` at
-import time) and every run raises :class:`BackendUnavailable` saying what is needed.
-
-Written against these public sources of NVIDIA/TensorRT-LLM:
-
-- ``tensorrt_llm/_torch/pyexecutor/kv_cache_manager_v2.py`` at commit
-  218ea169be0dbb44219a77580e6fb663815cd1de: ``KVCacheManagerV2(kv_cache_config,
-  kv_cache_type, *, num_layers, num_kv_heads, head_dim, tokens_per_block, max_seq_len,
-  max_batch_size, mapping, dtype, ...)``; the clamp of ``max_seq_len`` to
-  ``get_num_available_tokens``, then ``max_blocks_per_seq`` from the clamped length (+1, rounded
-  up to a multiple of 4) and the pinned table ``host_kv_cache_block_offsets``;
-  ``prepare_context`` -> ``_create_kv_cache`` (binds the cache's row of that table with
-  ``set_base_page_index_buf``) -> ``_resume_and_restore``; ``resize_context`` (suspends a
-  refused first chunk); ``free_resources``; ``shutdown``. Later builds moved the file to
-  ``tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py`` (read at commit
-  0004396720054fd8e205cbf616f21f0b57c6b412: same constructor); both paths are tried.
-- ``cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp`` at commit
-  2cdb4523511c9ae64a383b90287e5165f2e75772: ``KvCache::resize`` calls
-  ``_checkPageIndexBufferCapacity`` (``"User-provided base page indices is too short"``) before
-  allocating.
-- The request is a real ``LlmRequest``, built the way ``KVCacheManagerV2.add_dummy_requests``
-  builds one. The seed replaced the request with "a minimal helper" it does not show; a real
-  request stays valid whatever attributes a given build's ``prepare_context`` reads.
-
-Policies: "clamped" runs the manager as shipped (its table is sized from the clamped length
-since PR #12306; an older build sizes it otherwise, and the comparison shows the width that
-build really has). "configured" applies the seed's one-line candidate fix from outside: before
-any cache exists, the table is rebuilt with rows sized from the configured ``max_seq_len``.
-Outcomes use :data:`kvlab.analysis.presets.RESIZE_OUTCOMES`: "ok" (resize True), "refused" (False), "crash"
-(the ValueError, with its message).
+Mirrors ``tensorrt_llm/_torch/pyexecutor/kv_cache_manager_v2.py`` at
+218ea169be0dbb44219a77580e6fb663815cd1de (``kv_cache/kv_cache_manager_v2.py`` at
+0004396720054fd8e205cbf616f21f0b57c6b412; both paths are tried) and
+``cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp`` at
+2cdb4523511c9ae64a383b90287e5165f2e75772 (``_checkPageIndexBufferCapacity``), with a real
+``LlmRequest`` built as ``add_dummy_requests`` builds one. Policy "clamped" runs the manager as
+shipped; "configured" applies the seed's one-line fix from outside: before any cache exists, the
+table is rebuilt with rows sized from the configured ``max_seq_len``.
 """
 
 from __future__ import annotations
@@ -41,7 +16,6 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
 
@@ -53,30 +27,16 @@ from kvlab.run.scenarios import load_scenario
 
 #: The oldest tensorrt_llm line this backend drives (its dev and rc builds included).
 MIN_VERSION = (1, 3)
-
 INSTALL_HINT = (
     "kvlab's TensorRT-LLM backend needs tensorrt_llm>=1.3 with a CUDA GPU; install it from "
     "NVIDIA's package index (pip install 'kvlab[trtllm]' with that index added through "
     "--extra-index-url), or run kvlab inside one of NVIDIA's TensorRT-LLM container images"
 )
-
 #: kvlab dtype names -> tensorrt_llm.bindings.DataType member names.
-_DATA_TYPES = {
-    "float32": "FLOAT",
-    "float16": "HALF",
-    "bfloat16": "BF16",
-    "fp8": "FP8",
-    "nvfp4": "NVFP4",
-}
-
+_DATA_TYPES = dict(float32="FLOAT", float16="HALF", bfloat16="BF16", fp8="FP8", nvfp4="NVFP4")
 #: The fields on which the two results must agree.
-COMPARED = (
-    "capacity_tokens",
-    "max_blocks_per_seq",
-    "outcome",
-    "error",
-    "state_preserved",
-    "retry_ok",
+COMPARED = tuple(
+    "capacity_tokens max_blocks_per_seq outcome error state_preserved retry_ok".split()
 )
 
 
@@ -114,48 +74,10 @@ def available() -> tuple[bool, str]:
     return True, f"tensorrt_llm {version} with a CUDA GPU"
 
 
-def _require():
-    ok, reason = available()
-    if not ok:
-        raise BackendUnavailable(reason)
-    return _real_api()
-
-
-def _real_api() -> SimpleNamespace:
-    """The real classes this module drives, imported only when a run starts."""
-    try:
-        try:
-            from tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2 import KVCacheManagerV2
-        except ModuleNotFoundError:  # builds before the move into kv_cache/
-            from tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2 import KVCacheManagerV2
-        from tensorrt_llm._torch.pyexecutor.llm_request import LlmRequest
-        from tensorrt_llm.bindings import DataType, SamplingConfig
-        from tensorrt_llm.bindings.internal.batch_manager import CacheType
-        from tensorrt_llm.llmapi.llm_args import KvCacheConfig
-        from tensorrt_llm.mapping import Mapping
-        from tensorrt_llm.runtime.kv_cache_manager_v2._utils import init_cuda_once
-        from tensorrt_llm.sampling_params import SamplingParams
-    except ImportError as exc:
-        raise BackendUnavailable(
-            f"this tensorrt_llm build lacks a part kvlab drives ({exc})"
-        ) from exc
-    return SimpleNamespace(
-        KVCacheManagerV2=KVCacheManagerV2,
-        LlmRequest=LlmRequest,
-        DataType=DataType,
-        SamplingConfig=SamplingConfig,
-        CacheType=CacheType,
-        KvCacheConfig=KvCacheConfig,
-        Mapping=Mapping,
-        init_cuda_once=init_cuda_once,
-        SamplingParams=SamplingParams,
-    )
-
-
 @dataclass(frozen=True)
 class TrtllmReproResult:
-    """What the real manager did; the fields shared with :class:`kvlab.analysis.repro.ReproResult` mean
-    the same there."""
+    """What the real manager did; the fields shared with
+    :class:`kvlab.analysis.repro.ReproResult` mean the same there."""
 
     tensorrt_llm_version: str
     kv_cache_class: str  # the real cache's class: shows which core (native or Python) ran
@@ -164,7 +86,7 @@ class TrtllmReproResult:
     capacity_tokens: int  # the manager's max_seq_len after its clamp
     configured_max_seq_len: int
     max_blocks_per_seq: int  # the width of the cache's row in host_kv_cache_block_offsets
-    outcome: str  # "ok", "refused" or "crash"
+    outcome: str  # "ok", "refused" or "crash" (kvlab.analysis.presets.RESIZE_OUTCOMES)
     error: str | None
     state_preserved: bool | None  # after "refused": capacity 0 and the row unchanged
     retry_tokens: int
@@ -191,14 +113,12 @@ class Comparison:
 
 def _arguments(scenario, context, policy, retry_tokens):
     params = load_scenario(scenario).parameters
-    context = (
-        params.context_length
-        if context is None
-        else check_int("context", context, low=1, high=1 << 30)
-    )
+    if context is not None:
+        context = check_int("context", context, low=1, high=1 << 30)
     check_choice("policy", policy, WIDTH_POLICIES)
     retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
-    return params, context, params.pool_bytes  # pool_bytes: ValueError where a deployment sets it
+    # pool_bytes: ValueError where a deployment sets the pool
+    return params, params.context_length if context is None else context, params.pool_bytes
 
 
 def run_trtllm_repro(
@@ -211,21 +131,37 @@ def run_trtllm_repro(
     ``context`` tokens (the scenario's context length by default) through ``resize_context``;
     after a refusal, resume the cache and retry ``retry_tokens`` tokens, as the seed did."""
     params, context, pool_bytes = _arguments(scenario, context, policy, retry_tokens)
-    api = _require()
-    api.init_cuda_once()
-    mgr = api.KVCacheManagerV2(
-        api.KvCacheConfig(
-            max_gpu_total_bytes=pool_bytes, host_cache_size=0, enable_block_reuse=False
-        ),
-        api.CacheType.SELF,
+    ok, reason = available()
+    if not ok:
+        raise BackendUnavailable(reason)
+    try:
+        try:
+            from tensorrt_llm._torch.pyexecutor.kv_cache.kv_cache_manager_v2 import KVCacheManagerV2
+        except ModuleNotFoundError:  # builds before the move into kv_cache/
+            from tensorrt_llm._torch.pyexecutor.kv_cache_manager_v2 import KVCacheManagerV2
+        from tensorrt_llm._torch.pyexecutor.llm_request import LlmRequest
+        from tensorrt_llm.bindings import DataType, SamplingConfig
+        from tensorrt_llm.bindings.internal.batch_manager import CacheType
+        from tensorrt_llm.llmapi.llm_args import KvCacheConfig
+        from tensorrt_llm.mapping import Mapping
+        from tensorrt_llm.runtime.kv_cache_manager_v2._utils import init_cuda_once
+        from tensorrt_llm.sampling_params import SamplingParams
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"this tensorrt_llm build lacks a part kvlab drives ({exc})"
+        ) from exc
+    init_cuda_once()
+    mgr = KVCacheManagerV2(
+        KvCacheConfig(max_gpu_total_bytes=pool_bytes, host_cache_size=0, enable_block_reuse=False),
+        CacheType.SELF,
         num_layers=params.num_layers,
         num_kv_heads=params.num_kv_heads,
         head_dim=params.head_dim,
         tokens_per_block=params.tokens_per_block,
         max_seq_len=params.configured_max_seq_len,
         max_batch_size=params.max_batch_size,
-        mapping=api.Mapping(world_size=1, rank=0, tp_size=1, pp_size=1),
-        dtype=getattr(api.DataType, _DATA_TYPES[params.kv_dtype]),
+        mapping=Mapping(world_size=1, rank=0, tp_size=1, pp_size=1),
+        dtype=getattr(DataType, _DATA_TYPES[params.kv_dtype]),
     )
     req = None
     try:
@@ -239,11 +175,11 @@ def run_trtllm_repro(
                 dtype=table.dtype,
                 pin_memory=table.is_pinned(),
             )
-        req = api.LlmRequest(
+        req = LlmRequest(
             request_id=0,
             max_new_tokens=1,
             input_tokens=[1] * context,
-            sampling_config=api.SamplingConfig(api.SamplingParams()._get_sampling_config()),
+            sampling_config=SamplingConfig(SamplingParams()._get_sampling_config()),
             is_streaming=False,
         )
         if not mgr.prepare_context(req):
