@@ -1,38 +1,13 @@
 """Preflight: will a deployment hit issue #21470? ``kvlab plan`` and notebook 06.
 
-A :class:`Deployment` (:mod:`kvlab.analysis.deployment_spec`) is a model
-(:mod:`kvlab.analysis.models`), a GPU's memory, what else each rank holds (weights, workspace,
-activations, memory torch does not see), the parallelism and the executor's settings.
-:func:`plan_deployment` answers, in closed form and in the order the
-real start-up goes (docs/REFERENCE.md §1-§5, §8):
-
-1. which KV cache manager the deployment gets (:attr:`Deployment.resolved_manager`:
-   ``use_kv_cache_manager_v2="auto"`` gives V2 only to the architectures that declare it, and
-   V1 to a beam width above 1);
-2. each rank's pool, per pipeline stage (a stage's own attention and recurrent layers,
-   :meth:`ModelGeometry.stage`): V2 from the creator's budget (``KvCacheCreator._cal_max_memory``,
-   :class:`kvlab.core.memory.MemoryBudget`), the recurrent-state slots first for a hybrid (merged
-   ``MambaHybridCacheManagerV2`` raises at construction when they do not fit, on any stage; the
-   V2 manager's own per-token cost is its real one, so its quota is the budget); V1
-   from the creator's per-token estimate and the free memory at construction
-   (:mod:`kvlab.analysis.v1_capacity`); then ``allreduce(MIN)`` of the token capacity;
-3. the max_seq_len clamp, and V2's page-index row width and table (one row set per pool, the
-   reserved rows included) under the current code and under the one-line fix;
-4. what a lone request of each context (prompt) length from 1 to max_seq_len meets
-   (:func:`kvlab.analysis.phase.phase_verdicts` for V2's policies: "ok", "reject", "stall",
-   "crash"; V1's worker rejects a prompt of the clamped max_seq_len or more and trims the
-   output of the rest, so V1 has only "ok" and "reject"), as ranges
-   (:mod:`kvlab.analysis.context_ranges`). When construction raises
-   or no rank holds a page, nothing runs under any current policy: no ranges, only the
-   proposals' (PR #17261's clamp) under their own key.
-
-What it simplifies, and says in :attr:`DeploymentPlan.notes`: weights derived from a parameter
-count are split evenly over tp x pp (experts under expert parallelism and attention replicated
-under attention DP are not: give ``weights_gib``); sliding-window layers count as full attention
-(as the executor sizes them unless ``max_attention_window`` is set); a hybrid's split of the
-quota is the runtime's where the state floor binds (:mod:`kvlab.analysis.hybrid_split`); other
-requests' pages are not counted (they only delay a request that fits). The host tier holds pages
-evicted from the GPU; the clamp and the row width count GPU pages only, so it changes no verdict.
+:func:`plan_deployment` answers in closed form, in the order the real start-up goes
+(docs/REFERENCE.md §1-§5, §8): the KV cache manager; each rank's pool per pipeline stage (V2
+from the creator's budget, a hybrid's state slots first; V1 from the creator's estimate and the
+memory free at construction); ``allreduce(MIN)``; the max_seq_len clamp and V2's row width, now
+and under the one-line fix; and what a lone request of each context length meets, as ranges.
+[kvlab] Derived weights split evenly over tp x pp; sliding-window layers count as full
+attention; other requests' pages are not counted; the host tier changes no verdict
+(:attr:`DeploymentPlan.notes` says each).
 """
 
 from __future__ import annotations
@@ -52,16 +27,15 @@ from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.analysis.rank_plan import RankPlan
 from kvlab.analysis.v1_capacity import estimated_bytes_per_token, free_at_construction, v1_tokens
 from kvlab.core.arith import div_ceil
+from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
 from kvlab.core.words import counted
 from kvlab.sched.policies import TRTLLM_POLICIES
 
-#: The key of a plan's ranges under current TensorRT-LLM, per manager.
 CURRENT_POLICY = {"v1": "v1", "v2": "none/clamped"}
 #: PR #17261's clamp (a proposal): the ranges of the pool it would leave when merged code raises.
 CLAMP_PROPOSAL = "pr-17261"
-#: What each policy is, in the plan's words.
 POLICY_LABELS = {
     "none/clamped": "current TensorRT-LLM (row sized from the clamped max_seq_len)",
     "none/configured": "the one-line fix (row sized from the configured max_seq_len)",
@@ -71,18 +45,15 @@ POLICY_LABELS = {
     CLAMP_PROPOSAL: "PR #17261's clamp (a proposal, closed without merging): the "
     "pool it would leave",
 }
-#: ``kvlab plan``'s exit codes: the current code's worst verdict; 5 when most context lengths up
-#: to max_seq_len are refused (max_num_tokens with chunked prefill off, or no room at all).
+#: ``kvlab plan``'s exit code: the current code's worst verdict, 5 when most lengths are refused.
 PLAN_EXIT_CODES = {"ok": 0, "reject": 0, "stall": 3, "crash": 4}
 MOSTLY_REFUSED_EXIT = 5
-#: Characters per line of :meth:`DeploymentPlan.explain`.
-EXPLAIN_WIDTH = 100
+EXPLAIN_WIDTH = 100  # characters per line of DeploymentPlan.explain
 
 
 @dataclass(frozen=True)
 class DeploymentPlan:
-    """The answers of :func:`plan_deployment` (module docstring); :meth:`to_dict` for JSON,
-    :meth:`explain` for people. ``width_fix`` and the table bytes are V2's (None under V1)."""
+    """:func:`plan_deployment`'s answers: :meth:`to_dict` for JSON, :meth:`explain` for people."""
 
     deployment: Deployment
     budgets: tuple[MemoryBudget, ...]  # each rank's memory budget
@@ -100,12 +71,10 @@ class DeploymentPlan:
     ranges: dict[str, tuple[Segment, ...]]
     hybrid: dict[str, Any] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-    state_bytes: tuple[
-        int, ...
-    ] = ()  # each rank's recurrent-state slots (merged, else the clamp's)
+    state_bytes: tuple[int, ...] = ()  # each rank's state slots (merged, else the clamp's)
     estimated_bytes_per_token: int = 0  # V1: the creator's estimate, the same stage
-    stage: int = 0  # the pipeline stage bytes_per_token and the explanation are of (the largest)
-    paged: tuple[bool, ...] = ()  # each rank holds KV pages (a stage of Mamba layers only does not)
+    stage: int = 0  # the largest stage: bytes_per_token's and the explanation's
+    paged: tuple[bool, ...] = ()  # each rank holds KV pages (a Mamba-only stage does not)
 
     @property
     def manager(self) -> str:
@@ -125,9 +94,8 @@ class DeploymentPlan:
         return self.clamped_max_seq_len < self.deployment.kv_max_seq_len
 
     def worst(self, policy: str | None = None) -> str:
-        """The worst verdict any context length meets under ``policy`` (default: the current
-        code's); "crash" where the engine cannot start (construction raises, or no page), for
-        every policy but the proposal that changes construction."""
+        """The worst verdict under ``policy`` (default: the current code's); "crash" where the
+        engine cannot start, for every policy but the proposal that changes construction."""
         policy = policy or self.current_policy
         if not self.starts and policy != CLAMP_PROPOSAL:
             return "crash"
@@ -148,8 +116,7 @@ class DeploymentPlan:
 
     @property
     def refused_by_max_num_tokens(self) -> int:
-        """Context lengths up to max_seq_len that ``max_num_tokens`` refuses at the door
-        (chunked prefill off: "The sum of prompt length ... should not exceed max_num_tokens")."""
+        """Context lengths up to max_seq_len that ``max_num_tokens`` refuses (no chunking)."""
         d = self.deployment
         return 0 if d.chunked_prefill else max(0, d.configured_max_seq_len - d.max_num_tokens)
 
@@ -167,22 +134,21 @@ class DeploymentPlan:
         return MOSTLY_REFUSED_EXIT if code == 0 and refused else code
 
     def rank_plans(self) -> tuple[RankPlan, ...]:
-        """Each rank as :class:`kvlab.analysis.rank_plan.RankPlan` (what the per-rank memory
-        figure reads): its budget, own quota and blocks, and the pool after the MIN."""
+        """Each rank as a :class:`~kvlab.analysis.rank_plan.RankPlan` (the per-rank figure's)."""
         return tuple(
             RankPlan(
-                rank,
-                budget,
-                quota,
-                own,
-                self.blocks,
-                self.capacity_tokens,
-                self.blocks * self.bytes_per_block,
-                self.clamped_max_seq_len,
-                self.width_current,
+                rank=rank,
+                budget=budget,
+                local_quota_bytes=quota,
+                local_blocks=own,
+                blocks=self.blocks,
+                capacity_tokens=self.capacity_tokens,
+                quota_bytes=self.blocks * self.bytes_per_block,
+                max_seq_len=self.clamped_max_seq_len,
+                max_blocks_per_seq=self.width_current,
             )
             for rank, (budget, quota, own) in enumerate(
-                zip(self.budgets, self.quotas, self.local_blocks)
+                zip(self.budgets, self.quotas, self.local_blocks, strict=True)
             )
         )
 
@@ -277,8 +243,7 @@ class DeploymentPlan:
         }[self.worst()]
 
     def explain(self, width: int | None = EXPLAIN_WIDTH) -> str:
-        """The plan in words, one fact a line, each wrapped between words at ``width``
-        characters (None: not wrapped, for a page that wraps to its own width)."""
+        """The plan in words, one fact a line wrapped at ``width`` (None: not wrapped)."""
         d = self.deployment
         geo = d.kv_geometry(self.stage)
         manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
@@ -428,9 +393,7 @@ def _host_tier(d: Deployment) -> dict[str, Any]:
 
 def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     """The plan of ``deployment`` (module docstring): nothing allocated, nothing run."""
-    if not isinstance(deployment, Deployment):
-        raise TypeError(f"deployment must be a Deployment, got {type(deployment).__name__}")
-    d = deployment
+    d = check_instance("deployment", deployment, Deployment)
     manager = d.resolved_manager
     budgets = d.budgets()
     stages = [d.stage_of(r) for r in range(d.world_size)]
@@ -499,16 +462,14 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens,
         num_extra_kv_tokens=extra + d.max_draft_len,
     )
-    if manager == "v1":
-        ranges = {"v1": v1_segments(d, clamped)} if blocks else {}
-    elif starts:
-        points = change_points(setup, configured)
-        ranges = {p: v2_segments(blocks, p, setup, points, configured) for p in TRTLLM_POLICIES}
-    elif blocks:  # construction raises: only the proposal that changes it runs
-        points = change_points(setup, configured)
-        ranges = {CLAMP_PROPOSAL: v2_segments(blocks, "none/clamped", setup, points, configured)}
-    else:
+    if not blocks:
         ranges = {}
+    elif manager == "v1":
+        ranges = {"v1": v1_segments(d, clamped)}
+    else:  # where construction raises, only the proposal that changes it runs
+        points = change_points(setup, configured)
+        keys = {p: p for p in TRTLLM_POLICIES} if starts else {CLAMP_PROPOSAL: "none/clamped"}
+        ranges = {k: v2_segments(blocks, p, setup, points, configured) for k, p in keys.items()}
     if not blocks:
         rank = min(range(len(local)), key=lambda r: (not has_pages[r], local[r]))
         notes.append(
@@ -526,26 +487,26 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         )
     biggest = max(range(d.pp_size), key=lambda s: d.kv_geometry(s).bytes_per_token)
     return DeploymentPlan(
-        d,
-        budgets,
-        quotas,
-        local,
-        blocks,
-        d.kv_geometry(biggest).bytes_per_token,
-        d.kv_geometry(biggest).bytes_per_block,
-        capacity,
-        clamped,
-        width_now,
-        width_fix,
-        table_now,
-        table_fix,
-        ranges,
-        hybrid,
-        tuple(notes),
-        tuple(slot_bytes),
-        estimated_bytes_per_token(d, biggest) if manager == "v1" else 0,
-        biggest,
-        tuple(has_pages),
+        deployment=d,
+        budgets=budgets,
+        quotas=quotas,
+        local_blocks=local,
+        blocks=blocks,
+        bytes_per_token=d.kv_geometry(biggest).bytes_per_token,
+        bytes_per_block=d.kv_geometry(biggest).bytes_per_block,
+        capacity_tokens=capacity,
+        clamped_max_seq_len=clamped,
+        width_current=width_now,
+        width_fix=width_fix,
+        table_bytes_current=table_now,
+        table_bytes_fix=table_fix,
+        ranges=ranges,
+        hybrid=hybrid,
+        notes=tuple(notes),
+        state_bytes=tuple(slot_bytes),
+        estimated_bytes_per_token=estimated_bytes_per_token(d, biggest) if manager == "v1" else 0,
+        stage=biggest,
+        paged=tuple(has_pages),
     )
 
 
@@ -706,16 +667,3 @@ def example_deployments() -> dict[str, Deployment]:
         mamba_ssm_dtype="bfloat16",
     )
     return examples
-
-
-__all__ = [
-    "CLAMP_PROPOSAL",
-    "CURRENT_POLICY",
-    "Deployment",
-    "DeploymentPlan",
-    "MOSTLY_REFUSED_EXIT",
-    "PLAN_EXIT_CODES",
-    "POLICY_LABELS",
-    "example_deployments",
-    "plan_deployment",
-]

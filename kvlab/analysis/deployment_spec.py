@@ -1,10 +1,7 @@
-"""What a deployment is, per rank, checked at construction: a model
-(:mod:`kvlab.analysis.models`), a GPU's memory, what else each rank holds (weights, workspace,
-activations, memory torch does not see), the parallelism and the executor's settings; and what
-they resolve to before any cache exists: the KV cache manager (``use_kv_cache_manager_v2``),
-the max_seq_len the executor and the KV manager run with, each pipeline stage's layers and
-geometry, and each rank's memory budget (``KvCacheCreator._cal_max_memory``,
-:class:`kvlab.core.memory.MemoryBudget`). :mod:`kvlab.analysis.deployment` plans it.
+"""A deployment, per rank, checked at construction (the door of ``kvlab plan`` and notebook 06),
+and what it resolves to before any cache exists: the KV cache manager, the max_seq_len the
+executor and the KV manager run with, each stage's geometry and each rank's memory budget
+(``KvCacheCreator._cal_max_memory``). :mod:`kvlab.analysis.deployment` plans it.
 """
 
 from __future__ import annotations
@@ -17,34 +14,44 @@ from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
 from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.run.rank_config import ramped_budget
 
-#: The managers :attr:`Deployment.manager` names ("auto": the architecture's choice).
-MANAGERS = ("auto", "v1", "v2")
-#: Speculative decoding modes whose extra KV tokens and draft layers the plan counts (one-model).
-SPEC_MODES = ("mtp", "eagle3")
+MANAGERS = ("auto", "v1", "v2")  # "auto": the architecture's choice
+SPEC_MODES = ("mtp", "eagle3")  # one-model speculative decoding: extra KV tokens, draft layers
 MAX_RANKS = 4096
-#: The most pages one sequence may span in a plan (max_seq_len over tokens_per_block): the
-#: ranges are found by evaluating every block boundary, so this bounds the plan's memory.
+#: The most pages one sequence may span in a plan: the ranges evaluate every block boundary.
 MAX_PLAN_BLOCKS = 1 << 22
-MAX_GIB = 1 << 20  # a bound on every memory figure, in GiB
-
-
-def _gib(name: str, value, low: float = 0.0) -> float:
-    return check_float(name, value, low=low, high=MAX_GIB)
+MAX_GIB = 1 << 20
+_GIB = dict(low=0.0, high=MAX_GIB)
+#: Deployment's numbers: field -> (check, bounds); None (where allowed) is not checked.
+BOUNDS = {
+    "gpu_gib": (check_float, dict(_GIB, low=0.001)),
+    "weights_gib": (check_float, _GIB),
+    "workspace_gib": (check_float, _GIB),
+    "workspace_skew_gib": (check_float, _GIB),
+    "activations_gib": (check_float, _GIB),
+    "non_torch_gib": (check_float, _GIB),
+    "host_cache_gib": (check_float, _GIB),
+    "free_gpu_memory_fraction": (check_float, dict(low=0.0, high=1.0, low_open=True)),
+    "kv_quota_gib": (check_float, dict(_GIB, low=1e-6)),
+    "tp_size": (check_int, dict(low=1, high=MAX_RANKS)),
+    "ranks": (check_int, dict(low=1, high=MAX_RANKS)),
+    "max_seq_len": (check_int, dict(low=1, high=1 << 30)),
+    "max_batch_size": (check_int, dict(low=1, high=1 << 20)),
+    "max_new_tokens": (check_int, dict(low=0, high=1 << 30)),
+    "max_num_tokens": (check_int, dict(low=1, high=1 << 30)),
+    "tokens_per_block": (check_int, dict(low=1, high=65536)),
+    "max_beam_width": (check_int, dict(low=1, high=256)),
+}
+FLAGS = ("attention_dp", "chunked_prefill", "allow_long_max_model_len", "disable_overlap_scheduler")
 
 
 @dataclass(frozen=True)
 class Deployment:
-    """One deployment, per rank. Memory figures in GiB; ``weights_gib=None`` derives the weights
-    from the model's parameter count (the checkpoint's quantization, or ``weights_dtype``);
-    ``max_seq_len=None`` is what the executor infers from the config, and a larger value is
-    lowered to it unless ``allow_long_max_model_len``; ``workspace_skew_gib`` is extra
-    workspace growing linearly to the last rank (issue #21470's scenario); ``kv_quota_gib`` is
-    ``kv_cache_config.max_gpu_total_bytes``; ``host_cache_gib=None`` is upstream's default (V1:
-    no host tier; V2: an automatic one sized from the host's memory); ``max_num_tokens`` 8192,
-    chunked prefill off, beam width 1 and ``manager="auto"`` are TensorRT-LLM's defaults;
-    ``spec_mode`` ("mtp", "eagle3") with ``max_draft_len`` adds speculative decoding's draft
-    tokens and layers; ``ranks``, when given, must be tp x pp; the overlap scheduler is on, as
-    upstream's ``disable_overlap_scheduler=False``."""
+    """One deployment, per rank, memory in GiB. ``weights_gib=None`` derives the weights from the
+    parameter count (the checkpoint's quantization, or ``weights_dtype``); ``max_seq_len=None``
+    is the config's inferred limit, which also lowers a larger one unless
+    ``allow_long_max_model_len``; ``workspace_skew_gib`` grows linearly to the last rank;
+    ``kv_quota_gib`` is ``max_gpu_total_bytes``; ``host_cache_gib=None`` is upstream's default;
+    ``ranks``, when given, must be tp x pp. The other defaults are TensorRT-LLM's."""
 
     model: ModelGeometry
     gpu_gib: float
@@ -78,12 +85,23 @@ class Deployment:
 
     def __post_init__(self):
         check_instance("model", self.model, ModelGeometry)
-        store_checked(self, "gpu_gib", _gib, low=0.001)
-        if self.weights_dtype is not None:
-            check_choice("weights_dtype", self.weights_dtype, DTYPE_BYTES)
-        if self.weights_gib is not None:
-            store_checked(self, "weights_gib", _gib)
-        elif self.model.weights_bytes(self.weights_dtype) is None:
+        for name, (check, bounds) in BOUNDS.items():
+            if getattr(self, name) is not None:
+                store_checked(self, name, check, **bounds)
+        store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
+        for name in FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        for name, choices in (
+            ("weights_dtype", DTYPE_BYTES),
+            ("kv_dtype", DTYPE_BYTES),
+            ("mamba_ssm_dtype", STATE_DTYPES),
+            ("spec_mode", SPEC_MODES),
+        ):
+            if getattr(self, name) is not None:
+                check_choice(name, getattr(self, name), choices)
+        check_choice("manager", self.manager, MANAGERS)
+        if self.weights_gib is None and self.model.weights_bytes(self.weights_dtype) is None:
             why = (
                 f"its checkpoint's quantization {self.model.quantization.weights_algo!r} is "
                 "not one kvlab derives weights for"
@@ -91,66 +109,30 @@ class Deployment:
                 else "it states no parameter count to derive the weights from"
             )
             raise ValueError(f"weights_gib is needed for model {self.model.name!r}: {why}")
-        for name in ("workspace_gib", "workspace_skew_gib", "activations_gib", "non_torch_gib"):
-            store_checked(self, name, _gib)
-        if self.host_cache_gib is not None:
-            store_checked(self, "host_cache_gib", _gib)
-        store_checked(
-            self, "free_gpu_memory_fraction", check_float, low=0.0, high=1.0, low_open=True
-        )
-        if self.kv_quota_gib is not None:
-            store_checked(self, "kv_quota_gib", _gib, low=1e-6)
-        store_checked(self, "tp_size", check_int, low=1, high=MAX_RANKS)
-        store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
         if self.tp_size * self.pp_size > MAX_RANKS:
             raise ValueError(
                 f"tp_size x pp_size must be at most {MAX_RANKS} ranks, got "
                 f"{self.tp_size} x {self.pp_size} = {self.tp_size * self.pp_size}"
             )
-        for name in (
-            "attention_dp",
-            "chunked_prefill",
-            "allow_long_max_model_len",
-            "disable_overlap_scheduler",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.ranks is not None:
-            store_checked(self, "ranks", check_int, low=1, high=MAX_RANKS)
-            if self.ranks != self.tp_size * self.pp_size:
-                raise ValueError(
-                    f"ranks must be tp_size x pp_size = {self.tp_size * self.pp_size} "
-                    f"(TensorRT-LLM's world size; attention DP runs on the tp ranks), "
-                    f"got {self.ranks}"
-                )
+        if self.ranks is not None and self.ranks != self.tp_size * self.pp_size:
+            raise ValueError(
+                f"ranks must be tp_size x pp_size = {self.tp_size * self.pp_size} "
+                f"(TensorRT-LLM's world size; attention DP runs on the tp ranks), "
+                f"got {self.ranks}"
+            )
         heads = self.model.num_attention_heads
         if not self.attention_dp and heads and heads % self.tp_size:
             raise ValueError(
                 f"tp_size must divide num_attention_heads ({heads}) unless attention_dp "
                 f"is on, got {self.tp_size}"
             )
-        if self.max_seq_len is not None:
-            store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
-        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
-        store_checked(self, "max_new_tokens", check_int, low=0, high=1 << 30)
-        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
-        store_checked(self, "tokens_per_block", check_int, low=1, high=65536)
-        if self.kv_dtype is not None:
-            check_choice("kv_dtype", self.kv_dtype, DTYPE_BYTES)
-        if self.mamba_ssm_dtype is not None:
-            check_choice("mamba_ssm_dtype", self.mamba_ssm_dtype, STATE_DTYPES)
-        check_choice("manager", self.manager, MANAGERS)
-        store_checked(self, "max_beam_width", check_int, low=1, high=256)
-        if self.spec_mode is None:
-            store_checked(self, "max_draft_len", check_int, low=0, high=0)
-        else:
-            check_choice("spec_mode", self.spec_mode, SPEC_MODES)
-            store_checked(self, "max_draft_len", check_int, low=1, high=64)
-            if self.spec_mode == "mtp" and not self.model.draft_layers:
-                raise ValueError(
-                    f"spec_mode 'mtp' needs MTP layers: model {self.model.name!r} "
-                    "states no num_nextn_predict_layers"
-                )
+        spec = self.spec_mode is not None
+        store_checked(self, "max_draft_len", check_int, low=int(spec), high=64 if spec else 0)
+        if self.spec_mode == "mtp" and not self.model.draft_layers:
+            raise ValueError(
+                f"spec_mode 'mtp' needs MTP layers: model {self.model.name!r} "
+                "states no num_nextn_predict_layers"
+            )
         if self.model.linear_layers and self.resolved_manager == "v1":
             raise ValueError(
                 "a hybrid (recurrent-state) model on the V1 manager is "
@@ -182,10 +164,8 @@ class Deployment:
 
     @property
     def resolved_manager(self) -> str:
-        """ "v1" or "v2": ``manager``, "auto" resolved by the architecture
-        (:attr:`ModelGeometry.preferred_manager`); V2 falls back to V1 at a beam width above 1
-        ("KVCacheManagerV2 is not supported with max_beam_width > 1. Falling back to
-        KVCacheManager.", ``_validate_or_fallback_kv_cache_manager_v2`` in _util.py)."""
+        """ "v1" or "v2": ``manager``, "auto" by the architecture; V2 falls back to V1 at a beam
+        width above 1 (``_validate_or_fallback_kv_cache_manager_v2``, _util.py)."""
         want = self.model.preferred_manager if self.manager == "auto" else self.manager
         return "v1" if want == "v2" and self.max_beam_width > 1 else want
 
@@ -196,31 +176,28 @@ class Deployment:
 
     @property
     def configured_max_seq_len(self) -> int:
-        """The max_seq_len the executor runs with: the requested one, lowered to the model's
-        inferred limit unless ``allow_long_max_model_len``."""
+        """The requested max_seq_len, lowered to the model's unless allow_long_max_model_len."""
         if self.allow_long_max_model_len or self.model.max_seq_len_limit is None:
             return self.requested_max_seq_len
         return min(self.requested_max_seq_len, self.model.max_seq_len_limit)
 
     @property
     def kv_max_seq_len(self) -> int:
-        """The max_seq_len the KV cache manager is built with (``py_executor_creator``): the
-        configured one, plus 1 + max_draft_len under the overlap scheduler, plus the extra KV
-        tokens and max_draft_len under speculative decoding."""
+        """The KV manager's max_seq_len (``py_executor_creator``): the configured one, plus
+        1 + max_draft_len under the overlap scheduler, plus speculative decoding's tokens."""
         overlap = 0 if self.disable_overlap_scheduler else 1 + self.max_draft_len
         spec = self.num_extra_kv_tokens + self.max_draft_len if self.spec_mode else 0
         return self.configured_max_seq_len + overlap + spec
 
     @property
     def num_extra_kv_tokens(self) -> int:
-        """Speculative decoding's extra KV tokens per sequence, ``max_draft_len - 1`` for the
-        one-model modes (``get_num_extra_kv_tokens``, speculative/utils.py)."""
+        """``max_draft_len - 1`` under speculative decoding (``get_num_extra_kv_tokens``)."""
         return self.max_draft_len - 1 if self.spec_mode else 0
 
     @property
     def draft_layers(self) -> int:
-        """Draft layers on the last pipeline stage: MTP's ``num_nextn_predict_layers``, Eagle3's
-        one layer (``num_eagle_layers``' default), each with the target's KV geometry."""
+        """Draft layers on the last stage, with the target's KV geometry: MTP's
+        ``num_nextn_predict_layers``, Eagle3's one (``num_eagle_layers``' default)."""
         return {"mtp": self.model.draft_layers, "eagle3": 1}.get(self.spec_mode, 0)
 
     def stage_of(self, rank: int) -> int:
@@ -228,8 +205,7 @@ class Deployment:
         return rank // self.tp_size
 
     def attention_layers(self, stage: int) -> int:
-        """Stage ``stage``'s layers with a KV cache: its share of the model's, plus the draft
-        layers on the last stage."""
+        """Stage ``stage``'s KV layers: its share of the model's, the draft layers on the last."""
         return self.model.stage(self.pp_size, stage)[0] + (
             self.draft_layers if stage == self.pp_size - 1 else 0
         )
@@ -248,9 +224,8 @@ class Deployment:
         )
 
     def mamba_geometry(self, stage: int | None = None):
-        """Stage ``stage``'s recurrent-state geometry; the SSM state in ``mamba_ssm_dtype``, else
-        the model's dtype (``mamba_ssm_cache_dtype="auto"``: the checkpoint's own state dtype
-        is not read upstream)."""
+        """Stage ``stage``'s recurrent-state geometry, SSM state in ``mamba_ssm_dtype`` or the
+        model's dtype (``mamba_ssm_cache_dtype="auto"`` reads no checkpoint state dtype)."""
         return self.model.mamba_geometry(
             1 if self.attention_dp else self.tp_size,
             self.pp_size,
@@ -260,16 +235,14 @@ class Deployment:
 
     @property
     def weights_bytes(self) -> int:
-        """Per rank: ``weights_gib``, else the model's weights (:meth:`ModelGeometry.weights_bytes`)
-        over tp x pp."""
+        """Per rank: ``weights_gib``, else the model's weights over tp x pp."""
         if self.weights_gib is not None:
             return round(self.weights_gib * GIB)
         return self.model.weights_bytes(self.weights_dtype) // (self.tp_size * self.pp_size)
 
     def budgets(self) -> tuple[MemoryBudget, ...]:
-        """Every rank's budget, its workspace ramped as the scenarios' ranks have it
-        (:func:`kvlab.run.rank_config.ramped_budget`); V1 reads no ``max_gpu_total_bytes``
-        (:func:`kvlab.analysis.v1_capacity.v1_tokens`)."""
+        """Every rank's budget, its workspace ramped (:func:`~kvlab.run.rank_config.ramped_budget`);
+        V1 reads no ``max_gpu_total_bytes``."""
         cap = (
             None
             if self.kv_quota_gib is None or self.resolved_manager == "v1"
@@ -290,6 +263,3 @@ class Deployment:
             )
             for r in range(self.world_size)
         )
-
-
-__all__ = ["Deployment", "MANAGERS", "MAX_RANKS", "SPEC_MODES"]

@@ -1,41 +1,11 @@
-"""A real model's cache geometry, from its Hugging Face ``config.json`` or a shipped preset.
-
-What TensorRT-LLM's executor reads from a model's config to build its caches
-(``tensorrt_llm/_torch/pyexecutor/_util.py``, ``KvCacheCreator._create_kv_cache_manager``, read
-at commit d8ae02c, and its later branch for Qwen3-Next-style hybrids), in that order:
-
-- MLA (a config with ``kv_lora_rank``): a K-only cache (``CacheType.SELFKONLY``, kv_factor 1) of
-  one head of ``kv_lora_rank + qk_rope_head_dim`` per layer;
-- hybrids: linear-attention layers (``layer_types``, or every layer but each
-  ``full_attention_interval``-th) keep a fixed recurrent-state slot per sequence, mapped as
-  ``d_state = linear_key_head_dim``, ``d_conv = linear_conv_kernel_dim``, ``mamba_num_heads =
-  linear_num_value_heads``, ``n_groups = linear_num_key_heads``, ``mamba_head_dim =
-  linear_value_head_dim``; Nemotron-H's ``hybrid_override_pattern`` ("M" Mamba, "*" attention);
-- otherwise ``num_key_value_heads`` (default ``num_attention_heads``) heads of ``head_dim``
-  (default ``hidden_size // num_attention_heads``) on every layer.
-
-Every decoder layer's kind is kept in order (:attr:`ModelGeometry.layout`), because a pipeline
-stage takes a contiguous share of the whole layer list, MLP-only layers included
-(``Mapping.pp_layers``, :meth:`ModelGeometry.stage`).
-
-Sliding-window layers are counted and their window kept, but planned as full-attention layers:
-for gpt-oss, Gemma 3 and the other ``layer_types`` configs the PyTorch executor sizes every layer
-by ``kv_cache_config.max_attention_window`` and, unset, by max_seq_len (it derives per-layer
-windows only for Gemma 4's hybrid, draft models and AutoDeploy), so kvlab's pages for them are
-what runs unless you set that window (:attr:`ModelGeometry.notes` says so for every such model).
-A config whose architecture is none of these is refused, naming what is missing; nothing is
-guessed.
-
-Also read, as the executor reads them: the longest sequence the model supports
-(:func:`inferred_max_seq_len`), the checkpoint's quantization (:func:`quantization_from_config`: the
-weights' and the KV cache's), the MTP draft layers (``num_nextn_predict_layers``) and which KV
-cache manager the architecture asks for (:data:`V2_ARCHITECTURES`).
-
-:func:`read_config` reads a local folder or file with transformers' configuration classes and no
-network (the optional extra ``kvlab[models]``), after :mod:`kvlab.analysis.model_config_checks`
-has bounded the raw file (every field read is checked there too); :func:`load_model` reads a preset from
-``data/models/``: the geometry facts and the published config fields they come from, with their
-source (tests/analysis/test_models.py checks one against the other).
+"""A real model's cache geometry, read from its Hugging Face ``config.json`` or a preset in
+data/models/ as TensorRT-LLM's executor reads it (``KvCacheCreator._create_kv_cache_manager``,
+``_torch/pyexecutor/_util.py`` at d8ae02c): MLA (``kv_lora_rank``) caches one K-only head of
+``kv_lora_rank + qk_rope_head_dim``; hybrids (``layer_types``, ``full_attention_interval``,
+Nemotron-H's ``hybrid_override_pattern``) keep a recurrent-state slot per sequence; otherwise
+``num_key_value_heads`` heads of ``head_dim`` on every layer. [kvlab] Sliding-window layers are
+planned as full attention, as the executor sizes them unless ``max_attention_window`` is set
+(:attr:`ModelGeometry.notes` says so); any other architecture is refused, naming what is missing.
 """
 
 from __future__ import annotations
@@ -44,19 +14,18 @@ import dataclasses
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from kvlab.analysis.model_config_checks import (
+    FIELD_BOUNDS,
     MAX_CONFIG_BYTES,
     MAX_LAYERS,
-    RAW_FIELD_BOUNDS,
     ConfigError,
     check_bounded,
-    check_field,
     check_kv_groups,
     check_quantization_block,
     check_raw_config,
@@ -70,44 +39,65 @@ from kvlab.core.paths import DATA_DIR
 MODELS_DIR = DATA_DIR / "models"
 #: One character per decoder layer in :attr:`ModelGeometry.layout`.
 ATTENTION, SLIDING, RECURRENT, NO_CACHE = "A", "S", "M", "-"
-#: Model types whose TensorRT-LLM model class declares the V2 KV cache manager
-#: (``get_preferred_kv_cache_manager_version``; ``KvCacheConfig.use_kv_cache_manager_v2="auto"``
-#: resolves to it, llm_args.py at 0004396720): Nemotron-H, Qwen3-Next and Qwen3.5. Every other
-#: architecture (Llama, Qwen3-MoE, DeepSeek-V3, gpt-oss, Mixtral, ...) gets the V1 manager.
+#: Model types whose model class declares the V2 KV cache manager
+#: (``get_preferred_kv_cache_manager_version``, llm_args.py at 0004396720); the rest get V1.
 V2_ARCHITECTURES = frozenset(
     {"nemotron_h", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 )
-#: Rope types whose factor does not lengthen the inferred max_seq_len
-#: (``PyTorchModelEngine._infer_max_seq_len_from_config``, model_engine.py at 001e670).
+#: Rope types whose factor does not lengthen the inferred max_seq_len, and the length inferred
+#: without max_position_embeddings (``_infer_max_seq_len_from_config``, model_engine.py at 001e670).
 ROPE_TYPES_NOT_SCALED = ("su", "longrope", "llama3", "yarn")
-#: The max_seq_len inferred when a config states no max_position_embeddings (same function).
 DEFAULT_MAX_POSITION_EMBEDDINGS = 2048
-#: Bytes per quantized weight, scales included: FP8 per tensor; FP8 with one fp32 scale per
-#: 128 x 128 block; NVFP4, 4 bits with one fp8 scale per 16 weights.
+#: Bytes per quantized weight, scales included: FP8 per tensor; FP8 with an fp32 scale per
+#: 128 x 128 block; NVFP4, 4 bits with an fp8 scale per 16 weights.
 QUANT_WEIGHT_BYTES = {
     "FP8": Fraction(1),
     "FP8_BLOCK_SCALES": 1 + Fraction(4, 128 * 128),
     "NVFP4": Fraction(1, 2) + Fraction(1, 16),
 }
-#: kv_cache_quant_algo -> kvlab's KV dtype.
-KV_QUANT_DTYPES = {"FP8": "fp8", "NVFP4": "nvfp4"}
-#: The config.json field a model's weights dtype is in (``torch_dtype``; ``dtype`` since
-#: transformers 5), mapped to kvlab's dtype names.
-_DTYPES = {
-    "float32": "float32",
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-    "torch.float32": "float32",
-    "torch.float16": "float16",
-    "torch.bfloat16": "bfloat16",
+KV_QUANT_DTYPES = {"FP8": "fp8", "NVFP4": "nvfp4"}  # kv_cache_quant_algo -> kvlab's KV dtype
+#: The weights' dtype as config.json names it (``torch_dtype``; ``dtype`` since transformers 5).
+_DTYPES = {f"{p}{d}": d for d in ("float32", "float16", "bfloat16") for p in ("", "torch.")}
+#: Each hybrid family's recurrent-state fields: MambaGeometry field -> (config field, what it is).
+NEMOTRON_STATE_FIELDS = dict(
+    mamba_num_heads=("mamba_num_heads", "Mamba heads"),
+    mamba_head_dim=("mamba_head_dim", "Mamba head size"),
+    d_state=("ssm_state_size", "the SSM state size"),
+    n_groups=("n_groups", "Mamba groups"),
+    d_conv=("conv_kernel", "the conv kernel"),
+)
+LINEAR_ATTENTION_STATE_FIELDS = dict(
+    mamba_num_heads=("linear_num_value_heads", "linear-attention value heads"),
+    mamba_head_dim=("linear_value_head_dim", "linear-attention value head size"),
+    d_state=("linear_key_head_dim", "linear-attention key head size"),
+    n_groups=("linear_num_key_heads", "linear-attention key heads"),
+    d_conv=("linear_conv_kernel_dim", "the conv kernel"),
+)
+LAYER_KINDS = {
+    "full_attention": ATTENTION,
+    "sliding_attention": SLIDING,
+    "linear_attention": RECURRENT,
 }
+#: The fields of a preset's ``geometry`` block (:meth:`ModelGeometry.facts`).
+FACTS = (
+    "num_layers",
+    "attention_layers",
+    "sliding_layers",
+    "sliding_window",
+    "num_kv_heads",
+    "head_dim",
+    "kv_factor",
+    "linear_layers",
+    "max_position_embeddings",
+    "dtype",
+    "bytes_per_token_bf16",
+)
 
 
 @dataclass(frozen=True)
 class Quantization:
-    """A checkpoint's quantization as the executor reads it (``ModelConfig``'s
-    ``load_hf_quant_config`` / ``load_quant_config_from_config_json``, model_config.py at
-    008e0af): the weights' algorithm, the KV cache's, and where they were read."""
+    """A checkpoint's quantization (``load_hf_quant_config``, model_config.py at 008e0af): the
+    weights' algorithm, the KV cache's, and the file they were read from."""
 
     weights_algo: str | None
     kv_algo: str | None
@@ -116,8 +106,8 @@ class Quantization:
 
 @dataclass(frozen=True)
 class ModelGeometry:
-    """What a model puts in the KV pool and the recurrent-state slots, per token and per
-    sequence, before any parallelism."""
+    """What a model puts in the KV pool and the recurrent-state slots, before parallelism.
+    [kvlab] Built by :func:`geometry_from_config`, which checks every field."""
 
     name: str
     source: str
@@ -135,7 +125,7 @@ class ModelGeometry:
     max_position_embeddings: int | None = None
     dtype: str = "bfloat16"  # the weights' dtype, the KV cache's default
     parameters: int | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()
     layout: str = ""  # one of ATTENTION, SLIDING, RECURRENT, NO_CACHE per decoder layer
     num_attention_heads: int | None = None
     max_seq_len_limit: int | None = None  # inferred_max_seq_len of the config
@@ -143,65 +133,9 @@ class ModelGeometry:
     quantization: Quantization | None = None
     embedding_parameters: int = 0  # the input embeddings and lm_head: never quantized
 
-    def __post_init__(self):
-        """The fields the cache arithmetic reads, each named with its range when it is out of it
-        (a geometry built by hand, not read from a config, is checked here first)."""
-        where = f"ModelGeometry {self.name!r}"
-        check_field("num_layers", self.num_layers, where, "the decoder's layer count", MAX_LAYERS)
-        check_field(
-            "attention_layers",
-            self.attention_layers,
-            where,
-            "layers with a KV cache, at most num_layers",
-            self.num_layers,
-        )
-        check_field(
-            "sliding_layers",
-            self.sliding_layers,
-            where,
-            "sliding-window layers, at most attention_layers",
-            self.attention_layers,
-            low=0,
-        )
-        check_field(
-            "linear_layers",
-            self.linear_layers,
-            where,
-            "recurrent-state layers, at most num_layers",
-            self.num_layers,
-            low=0,
-        )
-        check_field(
-            "num_kv_heads",
-            self.num_kv_heads,
-            where,
-            "KV heads",
-            RAW_FIELD_BOUNDS["num_key_value_heads"][1],
-        )
-        check_field(
-            "head_dim", self.head_dim, where, "the head size", RAW_FIELD_BOUNDS["head_dim"][1]
-        )
-        check_field("kv_factor", self.kv_factor, where, "2: K and V; 1: MLA's K only", 2)
-        check_field("draft_layers", self.draft_layers, where, "MTP draft layers", MAX_LAYERS, low=0)
-        if self.num_attention_heads is not None:
-            check_field(
-                "num_attention_heads",
-                self.num_attention_heads,
-                where,
-                "attention heads",
-                RAW_FIELD_BOUNDS["num_attention_heads"][1],
-            )
-            if self.kv_factor == 2:
-                check_kv_groups(self.num_attention_heads, self.num_kv_heads, where, "num_kv_heads")
-        check_choice("dtype", self.dtype, STATE_DTYPES)
-        if self.mamba_ssm_dtype is not None:
-            check_choice("mamba_ssm_dtype", self.mamba_ssm_dtype, STATE_DTYPES)
-
     def stage(self, pp_size: int = 1, pp_rank: int | None = None) -> tuple[int, int]:
-        """(attention layers, recurrent layers) of pipeline stage ``pp_rank``: its contiguous
-        share of every decoder layer, the first ``layers % pp_size`` stages one layer more
-        (``Mapping.pp_layers``: ``torch.tensor_split(range(layers), pp_size)``, mapping.py).
-        ``pp_rank=None``: the most of each over the stages."""
+        """(attention layers, recurrent layers) of stage ``pp_rank`` (None: the most of each),
+        its contiguous share of every decoder layer (``Mapping.pp_layers``, mapping.py)."""
         layout = self.layout or ATTENTION * self.num_layers
         base, extra = divmod(len(layout), pp_size)
         counts = []
@@ -225,13 +159,10 @@ class ModelGeometry:
         pp_rank: int | None = None,
         extra_layers: int = 0,
     ) -> KVGeometry:
-        """One rank's KV geometry: its stage's attention layers (:meth:`stage`; at least one, as
-        the V1 manager allocates one for a stage without any) plus ``extra_layers`` (draft
-        layers), and its share of the heads (``ceil(heads / tp)``, not split under attention
-        DP; MLA's one head is never split)."""
-        layers = max(self.stage(pp_size, pp_rank)[0] + extra_layers, 1)
+        """One rank's KV geometry: its stage's attention layers plus ``extra_layers`` (at least
+        one, as the V1 manager allocates), ``ceil(heads / tp)`` heads (MLA's is never split)."""
         return KVGeometry(
-            num_layers=layers,
+            num_layers=max(self.stage(pp_size, pp_rank)[0] + extra_layers, 1),
             num_kv_heads=self.num_kv_heads,
             head_dim=self.head_dim,
             dtype=kv_dtype or self.kv_dtype,
@@ -248,9 +179,8 @@ class ModelGeometry:
         ssm_dtype: str | None = None,
         pp_rank: int | None = None,
     ) -> MambaGeometry | None:
-        """One rank's recurrent-state geometry (None where its stage has no recurrent layer):
-        its stage's recurrent layers (:meth:`stage`); conv state in the weights' dtype, SSM
-        state in ``ssm_dtype`` (default: the config's ``mamba_ssm_dtype``, else the weights')."""
+        """One rank's recurrent-state geometry (None without recurrent layers on its stage): conv
+        state in the weights' dtype, SSM state in ``ssm_dtype`` (default: the config's)."""
         layers = self.stage(pp_size, pp_rank)[1] if self.linear_layers else 0
         if not layers:
             return None
@@ -264,27 +194,24 @@ class ModelGeometry:
 
     @property
     def kv_dtype(self) -> str:
-        """The KV cache's dtype when none is given: the checkpoint's KV quantization, else the
-        weights' dtype (``kv_cache_config.dtype="auto"``)."""
-        if self.quantization is not None and self.quantization.kv_algo in KV_QUANT_DTYPES:
-            return KV_QUANT_DTYPES[self.quantization.kv_algo]
-        return self.dtype
+        """The KV dtype by default (``kv_cache_config.dtype="auto"``): the checkpoint's KV
+        quantization, else the weights' dtype."""
+        kv_algo = self.quantization.kv_algo if self.quantization else None
+        return KV_QUANT_DTYPES.get(kv_algo, self.dtype)
 
     @property
     def preferred_manager(self) -> str:
-        """ "v2" where the architecture declares the V2 manager, else "v1"."""
         return "v2" if self.architecture in V2_ARCHITECTURES else "v1"
 
     def weights_bytes(self, dtype: str | None = None) -> int | None:
-        """All the weights, bytes: the quantized ones at :data:`QUANT_WEIGHT_BYTES` (the
-        checkpoint's algorithm, or ``dtype``'s when it is fp8 or nvfp4) and the embeddings and
-        lm_head in the model's dtype; every parameter in ``dtype`` when it is a float dtype. None without a parameter count, or for a
-        quantization kvlab does not model. Norms, routers and excluded modules count as
-        quantized: a few tenths of a percent."""
+        """All the weights' bytes: quantized ones at :data:`QUANT_WEIGHT_BYTES` (the checkpoint's
+        algorithm, or ``dtype``'s when fp8 or nvfp4), the embeddings and lm_head in the model's
+        dtype; every parameter in a float ``dtype``. None without a parameter count or for a
+        quantization kvlab does not model. [kvlab] Norms and routers count as quantized."""
         if not self.parameters:
             return None
         algo = self.quantization.weights_algo if self.quantization else None
-        if dtype is not None:  # a quantized dtype is that format, embeddings kept
+        if dtype is not None:
             algo = {"fp8": "FP8", "nvfp4": "NVFP4"}.get(dtype)
             if algo is None:
                 return int(DTYPE_BYTES[dtype] * self.parameters)
@@ -304,19 +231,7 @@ class ModelGeometry:
 
     def facts(self) -> dict[str, Any]:
         """The geometry as a preset's ``geometry`` block states it."""
-        facts = dict(
-            num_layers=self.num_layers,
-            attention_layers=self.attention_layers,
-            sliding_layers=self.sliding_layers,
-            sliding_window=self.sliding_window,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            kv_factor=self.kv_factor,
-            linear_layers=self.linear_layers,
-            max_position_embeddings=self.max_position_embeddings,
-            dtype=self.dtype,
-            bytes_per_token_bf16=self.bytes_per_token_bf16,
-        )
+        facts = {name: getattr(self, name) for name in FACTS}
         if self.mamba:
             facts.update(self.mamba, mamba_ssm_dtype=self.mamba_ssm_dtype)
         return facts
@@ -329,9 +244,8 @@ def _get(config, name: str, default=None):
 def geometry_from_config(
     config, *, name: str, source: str, where: str = "config", parameters: int | None = None
 ) -> ModelGeometry:
-    """The geometry of ``config``: a transformers ``PretrainedConfig`` or any object with a
-    config.json's fields as attributes (module docstring for the rules). ``where`` names the
-    file in errors."""
+    """The geometry of ``config`` (a transformers ``PretrainedConfig``, or any object with a
+    config.json's fields as attributes) by the module's rules; errors name ``where``."""
     top = config
     if callable(_get(config, "get_text_config")):
         config = config.get_text_config()
@@ -342,47 +256,39 @@ def geometry_from_config(
                 f"fields), got {type(config.text_config).__name__}"
             )
         config = config.text_config
-    architecture = str(_get(config, "model_type") or _get(top, "model_type") or "unknown")
     layers = require_field(
         config, "num_hidden_layers", where, "the decoder's layer count", MAX_LAYERS
     )
     dtype_field = _get(config, "dtype") or _get(config, "torch_dtype") or _get(top, "torch_dtype")
-    dtype = _DTYPES.get(str(dtype_field), "bfloat16")
-    notes = (
-        []
-        if str(dtype_field) in _DTYPES
-        else [
-            f"the config gives no float weights dtype ({dtype_field!r}); bfloat16 assumed for the KV cache"
-        ]
-    )
-    common = dict(
-        name=name,
-        source=source,
-        architecture=architecture,
-        num_layers=layers,
-        max_position_embeddings=_get(config, "max_position_embeddings"),
-        dtype=dtype,
-        parameters=parameters,
-    )
-
-    hidden, vocab = (
-        _get(config, "hidden_size"),
-        _get(top, "vocab_size") or _get(config, "vocab_size"),
-    )
-    embeddings = (
-        hidden * vocab * (1 if _get(top, "tie_word_embeddings", False) else 2)
-        if isinstance(hidden, int) and isinstance(vocab, int)
-        else 0
-    )
+    notes = []
+    if str(dtype_field) not in _DTYPES:
+        notes.append(
+            f"the config gives no float weights dtype ({dtype_field!r}); bfloat16 assumed for "
+            "the KV cache"
+        )
+    hidden = _get(config, "hidden_size")
+    vocab = _get(top, "vocab_size") or _get(config, "vocab_size")
     draft = _get(config, "num_nextn_predict_layers")
-    draft = 0 if draft is None else check_bounded("num_nextn_predict_layers", draft, where)
     heads = _get(config, "num_attention_heads")
     if heads is not None:
         check_bounded("num_attention_heads", heads, where)
-    common.update(
+    common = dict(
+        name=name,
+        source=source,
+        architecture=str(_get(config, "model_type") or _get(top, "model_type") or "unknown"),
+        num_layers=layers,
+        max_position_embeddings=_get(config, "max_position_embeddings"),
+        dtype=_DTYPES.get(str(dtype_field), "bfloat16"),
+        parameters=parameters,
         max_seq_len_limit=inferred_max_seq_len(config),
-        embedding_parameters=embeddings,
-        draft_layers=draft,
+        embedding_parameters=(
+            hidden * vocab * (1 if _get(top, "tie_word_embeddings", False) else 2)
+            if isinstance(hidden, int) and isinstance(vocab, int)
+            else 0
+        ),
+        draft_layers=0
+        if draft is None
+        else check_bounded("num_nextn_predict_layers", draft, where),
         num_attention_heads=heads,
         quantization=quantization_from_config(_get(top, "quantization_config"), where),
     )
@@ -390,8 +296,8 @@ def geometry_from_config(
     if hasattr(config, "kv_lora_rank"):  # MLA
         why = "MLA caches kv_lora_rank + qk_rope_head_dim"
         rank, rope = (
-            require_field(config, name, where, why, RAW_FIELD_BOUNDS[name][1])
-            for name in ("kv_lora_rank", "qk_rope_head_dim")
+            require_field(config, field, where, why, FIELD_BOUNDS[field][1])
+            for field in ("kv_lora_rank", "qk_rope_head_dim")
         )
         return ModelGeometry(
             **common,
@@ -407,19 +313,14 @@ def geometry_from_config(
     layer_types = _get(config, "layer_types")
     interval = _get(config, "full_attention_interval")
     if interval is not None:
-        interval = require_field(
-            config,
-            "full_attention_interval",
-            where,
-            "every interval-th layer is full attention",
-            layers,
-        )
+        why = "every interval-th layer is full attention"
+        interval = require_field(config, "full_attention_interval", where, why, layers)
     if layer_types is None and interval:
         layer_types = [
             "full_attention" if i % interval == interval - 1 else "linear_attention"
             for i in range(layers)
         ]
-    fields = {}  # MambaGeometry field -> (config field, what it is)
+    state_fields = {}
     if pattern:  # Nemotron-H: "M" Mamba, "*" attention, "-" MLP, "E" MoE
         if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-E"):
             raise ConfigError(
@@ -429,49 +330,30 @@ def geometry_from_config(
             )
         layout = pattern.replace("*", ATTENTION).replace("E", NO_CACHE)
         attention, linear, sliding = pattern.count("*"), pattern.count("M"), 0
-        fields = dict(
-            mamba_num_heads=("mamba_num_heads", "Mamba heads"),
-            mamba_head_dim=("mamba_head_dim", "Mamba head size"),
-            d_state=("ssm_state_size", "the SSM state size"),
-            n_groups=("n_groups", "Mamba groups"),
-            d_conv=("conv_kernel", "the conv kernel"),
-        )
+        state_fields = NEMOTRON_STATE_FIELDS
     elif layer_types is not None:
-        if not isinstance(layer_types, (list, tuple)) or not all(
+        if not isinstance(layer_types, list | tuple) or not all(
             isinstance(k, str) for k in layer_types
         ):
             raise ConfigError(
                 f"{where}: layer_types must be a list of layer kinds (one a layer), "
                 f"got {layer_types!r:.80}"
             )
-        known = {"full_attention", "sliding_attention", "linear_attention"}
-        unknown = sorted(set(layer_types) - known)
+        unknown = sorted(set(layer_types) - set(LAYER_KINDS))
         if unknown:
             raise ConfigError(
                 f"{where}: layer_types holds {unknown}, which kvlab cannot plan "
-                f"(it knows {sorted(known)})"
+                f"(it knows {sorted(LAYER_KINDS)})"
             )
         if len(layer_types) != layers:
             raise ConfigError(
                 f"{where}: layer_types has {len(layer_types)} entries for "
                 f"num_hidden_layers={layers}"
             )
-        sliding = layer_types.count("sliding_attention")
-        attention = layer_types.count("full_attention") + sliding
-        linear = layer_types.count("linear_attention")
-        kinds = {
-            "full_attention": ATTENTION,
-            "sliding_attention": SLIDING,
-            "linear_attention": RECURRENT,
-        }
-        layout = "".join(kinds[kind] for kind in layer_types)
-        fields = dict(
-            mamba_num_heads=("linear_num_value_heads", "linear-attention value heads"),
-            mamba_head_dim=("linear_value_head_dim", "linear-attention value head size"),
-            d_state=("linear_key_head_dim", "linear-attention key head size"),
-            n_groups=("linear_num_key_heads", "linear-attention key heads"),
-            d_conv=("linear_conv_kernel_dim", "the conv kernel"),
-        )
+        layout = "".join(LAYER_KINDS[kind] for kind in layer_types)
+        sliding, linear = layout.count(SLIDING), layout.count(RECURRENT)
+        attention = layout.count(ATTENTION) + sliding
+        state_fields = LINEAR_ATTENTION_STATE_FIELDS
     else:
         window = _get(config, "sliding_window")
         uses_window = window and _get(config, "use_sliding_window", True) is not False
@@ -479,11 +361,14 @@ def geometry_from_config(
         layout = (SLIDING if uses_window else ATTENTION) * layers
     if attention < 1:
         raise ConfigError(
-            f"{where}: {architecture} has no attention layer, so it has no KV pool "
+            f"{where}: {common['architecture']} has no attention layer, so it has no KV pool "
             "to plan (kvlab plans paged attention caches)"
         )
     mamba = (
-        {key: require_field(config, name, where, what) for key, (name, what) in fields.items()}
+        {
+            key: require_field(config, field, where, why)
+            for key, (field, why) in state_fields.items()
+        }
         if linear
         else None
     )
@@ -492,20 +377,15 @@ def geometry_from_config(
         "num_attention_heads",
         where,
         "attention heads",
-        RAW_FIELD_BOUNDS["num_attention_heads"][1],
+        FIELD_BOUNDS["num_attention_heads"][1],
     )
-    kv_heads = (
-        heads
-        if _get(config, "num_key_value_heads") is None
-        else check_bounded("num_key_value_heads", config.num_key_value_heads, where)
-    )
+    kv_heads = _get(config, "num_key_value_heads")
+    kv_heads = heads if kv_heads is None else check_bounded("num_key_value_heads", kv_heads, where)
     check_kv_groups(heads, kv_heads, where, "num_key_value_heads")
     head_dim = _get(config, "head_dim")
     if not isinstance(head_dim, int) or isinstance(head_dim, bool):
-        hidden = require_field(
-            config, "hidden_size", where, "head_dim defaults to hidden_size // num_attention_heads"
-        )
-        head_dim = hidden // heads
+        why = "head_dim defaults to hidden_size // num_attention_heads"
+        head_dim = require_field(config, "hidden_size", where, why) // heads
     check_bounded("head_dim", head_dim, where)
     window = _get(config, "sliding_window") if sliding else None
     if sliding:
@@ -537,23 +417,17 @@ def geometry_from_config(
 
 def inferred_max_seq_len(config) -> int:
     """The longest sequence the executor lets a model run (``_infer_max_seq_len_from_config``,
-    model_engine.py at 001e670): ``max_position_embeddings`` (2048 when absent), times the rope
-    scaling factor unless the rope type is one of :data:`ROPE_TYPES_NOT_SCALED`, rounded up.
-    A larger configured max_seq_len is lowered to it, with a warning, unless
-    ``TLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set."""
+    model_engine.py at 001e670): ``max_position_embeddings`` (2048 when absent) times the rope
+    factor unless its type is one of :data:`ROPE_TYPES_NOT_SCALED`, rounded up."""
     base = _get(config, "max_position_embeddings")
-    base = (
-        base
-        if isinstance(base, int) and not isinstance(base, bool) and base > 0
-        else DEFAULT_MAX_POSITION_EMBEDDINGS
-    )
+    if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
+        base = DEFAULT_MAX_POSITION_EMBEDDINGS
     rope = _get(config, "rope_scaling")
-    if isinstance(rope, SimpleNamespace):
-        rope = vars(rope)
+    rope = vars(rope) if isinstance(rope, SimpleNamespace) else rope
     if isinstance(rope, dict):
         kind = rope.get("type", rope.get("rope_type"))
         factor = rope.get("factor", 1.0)
-        if kind not in ROPE_TYPES_NOT_SCALED and isinstance(factor, (int, float)) and factor > 0:
+        if kind not in ROPE_TYPES_NOT_SCALED and isinstance(factor, int | float) and factor > 0:
             if not math.isfinite(factor) or base * factor > 1 << 40:
                 raise ConfigError(
                     f"config: rope_scaling's factor must be a finite number that keeps "
@@ -564,12 +438,10 @@ def inferred_max_seq_len(config) -> int:
 
 
 def quantization_from_config(fields, where: str = "config") -> Quantization | None:
-    """The quantization a ``quantization_config`` (config.json) or a ``quantization`` block
-    (hf_quant_config.json, ModelOpt's) states, as the executor maps it: Hugging Face's "fp8"
-    with a ``weight_block_size`` or static activations is FP8_BLOCK_SCALES, dynamic without one
-    maps to nothing (named, not derived); ModelOpt's ``quant_algo``
-    and ``kv_cache_quant_algo`` as written; any other method is named, and its weights are not
-    derived (:meth:`ModelGeometry.weights_bytes` answers None). None when there is none."""
+    """The quantization a ``quantization_config`` (config.json) or ModelOpt's ``quantization``
+    block states, as the executor maps it: ModelOpt's algorithms as written; Hugging Face's
+    "fp8" with a ``weight_block_size`` or static activations is FP8_BLOCK_SCALES; any other
+    method is named, its weights not derived. None when there is none."""
     if fields is None:
         return None
     if isinstance(fields, SimpleNamespace):
@@ -577,20 +449,13 @@ def quantization_from_config(fields, where: str = "config") -> Quantization | No
     if not isinstance(fields, dict):
         fields = getattr(fields, "to_dict", lambda: {})()
     method = str(fields.get("quant_method", "")).lower()
-    if (
-        fields.get("quant_algo") is not None
-        or fields.get("kv_cache_quant_algo") is not None
-        or method == "modelopt"
-    ):
-        weights, kv = fields.get("quant_algo"), fields.get("kv_cache_quant_algo")
-    elif method == "fp8":  # dynamic activations without blocks: the executor maps no algorithm
-        blocks = fields.get("weight_block_size") or fields.get("activation_scheme") == "static"
-        weights, kv = (
-            ("FP8_BLOCK_SCALES" if blocks else "fp8 (dynamic, no weight_block_size)"),
-            None,
-        )
-    else:  # AWQ, GPTQ, compressed-tensors, ...: named, its weights not derived
-        weights, kv = method or "unknown", None
+    weights, kv = fields.get("quant_algo"), fields.get("kv_cache_quant_algo")
+    if weights is None and kv is None and method != "modelopt":
+        if method == "fp8":  # dynamic activations without blocks: the executor maps nothing
+            blocks = fields.get("weight_block_size") or fields.get("activation_scheme") == "static"
+            weights = "FP8_BLOCK_SCALES" if blocks else "fp8 (dynamic, no weight_block_size)"
+        else:  # AWQ, GPTQ, compressed-tensors, ...
+            weights = method or "unknown"
     if kv is not None and kv not in KV_QUANT_DTYPES:
         raise ConfigError(
             f"{where}: kv_cache_quant_algo {kv!r} is not one kvlab models "
@@ -606,9 +471,8 @@ def _namespace(value):
 
 
 def read_config(path) -> ModelGeometry:
-    """A model's geometry from a local Hugging Face ``config.json`` (a file, or a folder holding
-    one), read by transformers' configuration classes with no network. ImportError names the
-    extra to install; ConfigError says what transformers or kvlab could not read."""
+    """A model's geometry from a local ``config.json`` (a file, or a folder holding one), read by
+    transformers' configuration classes with no network, after its raw fields are checked."""
     path = Path(check_instance("path", path, (str, os.PathLike)))
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
@@ -623,12 +487,12 @@ def read_config(path) -> ModelGeometry:
         )
     check_raw_config(file.read_text(encoding="utf-8", errors="replace"), str(file))
     try:
+        import transformers
         from transformers import AutoConfig
     except ImportError as exc:
         raise ImportError(
             "reading a config.json needs transformers: pip install 'kvlab[models]'"
         ) from exc
-    import transformers
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     verbosity = transformers.logging.get_verbosity()
@@ -660,26 +524,24 @@ def read_config(path) -> ModelGeometry:
                 f"{modelopt}: a quantization file must be at most {MAX_CONFIG_BYTES:,} bytes"
             )
         try:
-            block = parse_config_json(modelopt.read_text(encoding="utf-8"), str(modelopt)).get(
-                "quantization"
-            )
+            block = parse_config_json(modelopt.read_text(encoding="utf-8"), str(modelopt))
+            block = block.get("quantization")
         except ConfigError:
             raise
         except (ValueError, AttributeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{modelopt}: not a ModelOpt quantization file ({exc})") from None
         check_quantization_block(block, str(modelopt))
         if isinstance(block, dict) and block.get("quant_algo") is not None:  # else config.json's
-            geometry = dataclasses.replace(
-                geometry, quantization=quantization_from_config(block, str(modelopt))
-            )
+            quantization = quantization_from_config(block, str(modelopt))
+            geometry = dataclasses.replace(geometry, quantization=quantization)
     if isinstance(counted, str):
         return dataclasses.replace(geometry, notes=geometry.notes + (counted,))
     return dataclasses.replace(geometry, parameters=counted)
 
 
 def count_parameters(config):
-    """The model's parameter count, by transformers building it on the meta device (no memory,
-    no weights); a note saying why when it cannot."""
+    """The parameter count, from transformers building the model on the meta device (no
+    memory); a note saying why when it cannot."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -700,15 +562,14 @@ def model_names() -> tuple[str, ...]:
 
 
 def load_preset(model: str) -> dict[str, Any]:
-    """A preset's file (``model``: its name): name, title, source, parameters, geometry (facts),
-    config (fields)."""
+    """A preset's file: name, title, source, parameters, geometry (facts), config (fields)."""
     check_choice("model", model, model_names())
     return json.loads((MODELS_DIR / f"{model}.json").read_text(encoding="utf-8"))
 
 
 def load_model(model: str) -> ModelGeometry:
-    """A preset's geometry (``model``: its name), read from its published config fields by the
-    same rules as :func:`read_config` (no transformers needed)."""
+    """A preset's geometry, read from its published config fields as :func:`read_config` reads
+    a file (no transformers needed)."""
     preset = load_preset(model)
     return geometry_from_config(
         _namespace(preset["config"]),
@@ -717,24 +578,3 @@ def load_model(model: str) -> ModelGeometry:
         where=f"data/models/{model}.json",
         parameters=preset.get("parameters"),
     )
-
-
-__all__ = [
-    "ATTENTION",
-    "ConfigError",
-    "MODELS_DIR",
-    "ModelGeometry",
-    "NO_CACHE",
-    "Quantization",
-    "RECURRENT",
-    "SLIDING",
-    "V2_ARCHITECTURES",
-    "count_parameters",
-    "geometry_from_config",
-    "inferred_max_seq_len",
-    "load_model",
-    "load_preset",
-    "model_names",
-    "quantization_from_config",
-    "read_config",
-]
