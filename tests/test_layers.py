@@ -1,10 +1,9 @@
-"""The layers of kvlab (README, "Design"): each module imports only from its own layer or the
-layers below it, at module level and inside functions alike."""
+"""The layers of kvlab (docs/DESIGN.md, "Layers"): each module imports only from its own layer or
+the layers below it, at module level and inside functions alike, and the map there is the tree."""
 
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
@@ -52,12 +51,6 @@ def imported_modules(path: Path):
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
 NAMES = [str(p.relative_to(PACKAGE.parent)) for p in MODULES]
-#: Packages inside a layer (``notebook/viz``), each a folder with an ``__init__.py``.
-SUBPACKAGES = {
-    str(p.parent.relative_to(PACKAGE))
-    for p in MODULES
-    if p.name == "__init__.py" and PACKAGE not in (p.parent, p.parent.parent)
-}
 
 
 def module_name(path: Path) -> str:
@@ -90,62 +83,51 @@ def test_the_check_sees_an_upward_import(tmp_path):
     ]
 
 
-def test_the_readme_module_map_matches_the_tree():
-    """Every module appears in the README's map under its layer (a package of a layer, ``viz/``,
-    with its modules indented below it), and the map names no module or package that does not
-    exist."""
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## Design", 1)[1].split("```", 2)[1]
-    mapped, packages, layer, package = set(), set(), "", ""
+DESIGN = PACKAGE.parent / "docs" / "DESIGN.md"
+
+
+def map_entries(design: str) -> list[str]:
+    """The paths the module map of ``design`` (the first code block of its "## Layers") names,
+    in order: ``kvlab/``, ``kvlab/core/``, ``kvlab/core/pool.py``, ... An entry is the first word
+    of a line indented two spaces a level; deeper lines continue the entry above."""
+    block = design.split("## Layers", 1)[1].split("```", 2)[1]
+    entries, folders = [], []
     for line in block.splitlines():
-        indent, entry = len(line) - len(line.lstrip(" ")), (line.split() or [""])[0]
-        if indent == 2:  # a layer, or a one-module layer
-            layer, package = (entry.rstrip("/") if entry.endswith("/") else ""), ""
-            if entry.endswith(".py"):
-                mapped.add(entry)
-        elif indent == 4 and layer:  # a module of the layer, or a package of it
-            package = f"{layer}/{entry.rstrip('/')}" if entry.endswith("/") else ""
-            packages.update([package] if package else [])
-        if layer:
-            folder = package if package and indent > 4 else layer
-            mapped.update(f"{folder}/{name}" for name in re.findall(r"\b(\w+\.py)\b", line))
-    modules = {str(p.relative_to(PACKAGE)) for p in MODULES if not p.name.startswith("__")}
-    assert modules - mapped == set(), "modules the README's map leaves out"
-    assert mapped - modules == set(), "the README's map names modules that do not exist"
-    assert packages == SUBPACKAGES, (
-        "the README's map and the tree disagree on the packages of a layer"
+        indent, word = len(line) - len(line.lstrip(" ")), (line.split() or [""])[0]
+        level = indent // 2
+        if indent % 2 or level > len(folders) or not word.endswith((".py", "/")):
+            continue  # a continuation line, or a word that is no module or folder
+        folders[level:] = [word] if word.endswith("/") else []
+        entries.append("".join(folders[:level]) + word)
+    return entries
+
+
+def map_mismatch(design: str) -> list[str]:
+    """What the map and the tree disagree on: each module (a package by its folder) left out of
+    the map, each entry of the map the tree lacks, and layers out of :data:`LAYERS`' order."""
+    tree = {str(p.relative_to(PACKAGE.parent)).removesuffix("__init__.py") for p in MODULES}
+    entries = map_entries(design)
+    layers = [entry.split("/")[1].removesuffix(".py") for entry in entries]
+    order = [layer for layer in dict.fromkeys(layers) if layer in LAYERS]
+    return (
+        [f"left out of the map: {m}" for m in sorted(tree - set(entries))]
+        + [f"not in the tree: {e}" for e in sorted(set(entries) - tree)]
+        + ([f"layers out of order: {order}"] if order != list(LAYERS) else [])
     )
 
 
-def test_the_design_layer_table_matches_the_tree():
-    """docs/DESIGN.md's layer table names every module of each layer, and no other; a package of
-    a layer as `` `viz/` (`style`, `pages`, ...) ``, naming each of its modules."""
-    design = (PACKAGE.parent / "docs" / "DESIGN.md").read_text(encoding="utf-8")
-    rows = [line for line in design.splitlines() if re.match(r"\| `\w+/?` \|", line)]
-    assert rows, "DESIGN.md has no layer table"
-    for row in rows:
-        layer_cell, modules_cell = row.split("|")[1:3]
-        layer = layer_cell.strip().strip("`")
-        if not layer.endswith("/"):
-            assert (PACKAGE / f"{layer}.py").exists(), (
-                f"DESIGN.md names a layer {layer} that is not a module"
-            )
-            continue
-        package_pattern = r"`(\w+)/` \(([^)]*)\)"
-        named = {
-            f"{package}/{module}"
-            for package, inner in re.findall(package_pattern, modules_cell)
-            for module in re.findall(r"`(\w+)`", inner)
-        }
-        named |= set(re.findall(r"`(\w+)`", re.sub(package_pattern, "", modules_cell)))
-        tree = {
-            str(p.relative_to(PACKAGE / layer).with_suffix(""))
-            for p in MODULES
-            if p.is_relative_to(PACKAGE / layer) and not p.name.startswith("__")
-        }
-        assert named == tree, (
-            f"{layer}: DESIGN.md names {sorted(named - tree)} not in the tree, "
-            f"leaves out {sorted(tree - named)}"
-        )
-    layers = {row.split("|")[1].strip().strip("`").rstrip("/") for row in rows}
-    assert set(LAYERS) - {"cli"} <= layers, "DESIGN.md's table leaves out a layer"
+def test_the_design_module_map_matches_the_tree():
+    """docs/DESIGN.md's map names every module under its layer and package, no module that does
+    not exist, and the layers bottom first."""
+    assert map_mismatch(DESIGN.read_text(encoding="utf-8")) == []
+
+
+def test_the_map_check_sees_a_missing_and_an_extra_module():
+    """What the test above relies on: a map without ``pool.py`` and with ``nothing.py`` fails."""
+    design = DESIGN.read_text(encoding="utf-8")
+    line = next(line for line in design.splitlines() if line.lstrip().startswith("pool.py "))
+    doctored = design.replace(line, line.replace("pool.py", "nothing.py"))
+    assert map_mismatch(doctored) == [
+        "left out of the map: kvlab/core/pool.py",
+        "not in the tree: kvlab/core/nothing.py",
+    ]
