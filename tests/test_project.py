@@ -14,7 +14,11 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
-QUICK_START = ["bash scripts/walkthrough.sh", "bash scripts/test.sh"]
+VENV = "python3 -m venv .venv && . .venv/bin/activate"
+TEST_COMMAND = "bash scripts/test.sh"
+QUICK_START = [VENV, "bash scripts/walkthrough.sh", TEST_COMMAND]
+#: The README and every file under docs/: their relative links must point at files that exist.
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +109,22 @@ def _quick_start_commands() -> list[str]:
     ]
 
 
-def test_readme_quick_start_is_exactly_the_two_commands():
+def test_readme_quick_start_is_exactly_the_venv_and_the_two_scripts():
     assert _quick_start_commands() == QUICK_START
-    for command in QUICK_START:
+    for command in QUICK_START[1:]:
         assert (ROOT / command.split()[1]).is_file(), command
+
+
+def test_every_script_the_readme_names_exists_with_its_flags():
+    """`bash scripts/X.sh --flag` anywhere in the README: the script exists and handles the flag
+    (the quick tier, `bash scripts/test.sh --quick`, included)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"bash (scripts/[\w.-]+)((?: --[\w-]+)*)", readme)
+    assert ("scripts/test.sh", " --quick") in commands
+    for script, flags in commands:
+        text = (ROOT / script).read_text(encoding="utf-8")
+        for flag in flags.split():
+            assert f'"{flag}"' in text, f"{script} does not handle {flag}"
 
 
 def test_ci_runs_the_readme_test_command():
@@ -117,8 +133,7 @@ def test_ci_runs_the_readme_test_command():
     lines = [line.strip() for line in ci.read_text().splitlines()]
     assert lines[0] == "#!/usr/bin/env bash"
     assert "set -euo pipefail" in lines
-    test_command = _quick_start_commands()[1]
-    assert test_command in lines
+    assert TEST_COMMAND in _quick_start_commands() and TEST_COMMAND in lines
 
 
 @pytest.mark.parametrize(
@@ -181,3 +196,38 @@ def test_the_instructors_plan_adds_up_and_keeps_to_the_notebooks_estimates():
     )
     assert breaks == [m for what, m in rows_minutes(rows) if what == "Break"][1]
     assert left == clock - dropped - breaks
+
+
+def _broken_links(document: Path) -> list[str]:
+    """The relative Markdown links of ``document`` (outside code blocks) whose file does not
+    exist, or whose ``#anchor`` names no heading of that file as GitHub spells its anchors."""
+    text = re.sub(r"^```.*?^```", "", document.read_text(encoding="utf-8"), flags=re.M | re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z][a-z+.-]*:|#", target):
+            continue  # a URL, or an anchor of this page
+        file, _, anchor = target.partition("#")
+        path = (document.parent / file).resolve()
+        if not path.exists() or (anchor and anchor not in _anchors(path)):
+            broken.append(target)
+    return broken
+
+
+def _anchors(path: Path) -> set[str]:
+    headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_at_files_that_exist(document):
+    assert _broken_links(document) == []
+
+
+def test_the_link_check_sees_a_broken_link(tmp_path):
+    (tmp_path / "there.md").write_text("# A heading\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[a](there.md#a-heading) [b](gone.md) [c](there.md#nowhere) [d](https://example.org) "
+        "[e](#top)\n```\n[f](in-a-code-block.md)\n```\n"
+    )
+    assert _broken_links(page) == ["gone.md", "there.md#nowhere"]
