@@ -260,10 +260,6 @@ class SglangScheduler(SchedulerBase):
         """``len(origin_input_ids)``: the prompt, one token for an abort."""
         return 1 if request.request_id in self.abort_messages else request.prompt_len
 
-    def fill_len(self, request: Request) -> int:
-        """``len(full_untruncated_fill_ids)``: prompt + output tokens."""
-        return self.origin_len(request) + request.num_generated
-
     # -- one step -----------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         """One iteration of ``event_loop_normal`` (module docstring)."""
@@ -322,7 +318,16 @@ class SglangScheduler(SchedulerBase):
         if self._num_allocatable_reqs() <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return False
-        adder = PrefillAdder(self, self.running)
+        args = self.args
+        adder = PrefillAdder(
+            self.running,
+            self.new_token_ratio.current,
+            self.manager.free_blocks,  # no evictable tokens: the radix cache is off
+            args.max_prefill_tokens,
+            args.chunk_size,
+            args.ignore_eos,
+            self.origin_len,
+        )
         if self.chunked_req is not None:
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
         for request in self.waiting:

@@ -8,12 +8,10 @@ page_size 1: ``PrefillAdder`` (managers/schedule_policy.py:607) with its ``Prefi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from kvlab.core.request import Request
-
-if TYPE_CHECKING:
-    from kvlab.sched.sglang import SglangScheduler
 
 # SGLang's environment defaults (sglang/srt/environ.py:646-651) and constants.
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -55,42 +53,46 @@ class NewTokenRatio:
         return f"NewTokenRatio(current={self.current!r}, init={self.init!r}, min={self.min!r})"
 
 
+@dataclass
 class PrefillAdder:
     """One pass of SGLang's ``PrefillAdder`` (managers/schedule_policy.py:607) with its
     ``PrefillBudget`` (mem_cache/prefill_budget.py:62), page_size 1, the radix cache off:
-    nothing is evictable, ``per_req_token_overhead`` is one token."""
+    nothing is evictable, ``per_req_token_overhead`` is one token. ``available``: the pool's
+    free tokens; ``origin_len``: a request's ``len(origin_input_ids)``."""
 
     NO_TOKEN, OTHER, CONTINUE = "no_token", "other", "continue"
 
-    def __init__(self, scheduler: SglangScheduler, running: list[Request]):
-        self.scheduler = scheduler
-        self.ratio = scheduler.new_token_ratio.current
-        self.rem_input_tokens = scheduler.args.max_prefill_tokens
-        self.rem_chunk_tokens = scheduler.args.chunk_size
-        self.total_offset = 0
-        self.current_offset = 0
-        self.can_run_list: list[Request] = []
-        self.extend_lens: list[int] = []
-        self.new_chunked_req: Request | None = None
-        self.req_states: list[tuple[float, int]] | None = None
-        self.running = running
-        # the running requests' remaining output, by the ratio
-        self.total_offset += sum(self._running_offset(r) for r in running)
+    running: list[Request]
+    ratio: float
+    available: int
+    rem_input_tokens: int
+    rem_chunk_tokens: int | None
+    ignore_eos: bool
+    origin_len: Callable[[Request], int]
+    can_run_list: list[Request] = field(default_factory=list)
+    extend_lens: list[int] = field(default_factory=list)
+    new_chunked_req: Request | None = None
+    req_states: list[tuple[float, int]] | None = None
+    current_offset: int = 0
+    total_offset: float = field(init=False)
 
-    def _running_offset(self, request: Request):
-        ratio = 1.0 if self.scheduler.args.ignore_eos else self.ratio
-        return min(request.output_limit - request.num_generated, CLIP_MAX_NEW_TOKENS) * ratio
-
-    def _available(self) -> int:
-        return self.scheduler.manager.free_blocks  # no evictable tokens: the radix cache is off
+    def __post_init__(self) -> None:
+        ratio = 1.0 if self.ignore_eos else self.ratio  # the running requests' remaining output
+        self.total_offset = sum(
+            min(r.output_limit - r.num_generated, CLIP_MAX_NEW_TOKENS) * ratio for r in self.running
+        )
 
     @property
-    def rem_total_tokens(self):
-        return self._available() - self.total_offset
+    def rem_total_tokens(self) -> float:
+        return self.available - self.total_offset
 
     @property
-    def cur_rem_tokens(self):
-        return self._available() - self.current_offset
+    def cur_rem_tokens(self) -> int:
+        return self.available - self.current_offset
+
+    def fill_len(self, request: Request) -> int:
+        """``len(full_untruncated_fill_ids)``: prompt + output tokens."""
+        return self.origin_len(request) + request.num_generated
 
     def budget_state(self) -> str:
         if not (self.rem_total_tokens > 0 and self.cur_rem_tokens > 0):
@@ -101,9 +103,11 @@ class PrefillAdder:
             return self.OTHER
         return self.CONTINUE
 
-    def _update_prefill_budget(self, extend_len: int, max_new_tokens: int) -> None:
-        """``_update_prefill_budget`` and ``PrefillBudget.reserve``: the extend plus one page
-        now, the output later."""
+    def _commit(self, request: Request, extend_len: int, max_new_tokens: int) -> None:
+        """Add the request; ``_update_prefill_budget`` and ``PrefillBudget.reserve``: the extend
+        plus one page now, the output later."""
+        self.can_run_list.append(request)
+        self.extend_lens.append(extend_len)
         immediate = extend_len + 1
         self.total_offset += immediate + max_new_tokens
         self.current_offset += immediate
@@ -111,40 +115,39 @@ class PrefillAdder:
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= extend_len
 
-    def _commit(
-        self, request: Request, extend_len: int, max_new_tokens: int, chunked: bool
-    ) -> None:
-        self.can_run_list.append(request)
-        self.extend_lens.append(extend_len)
-        if chunked:
+    def _add(self, request: Request, extend_len: int) -> str:
+        """The request whole, or its first chunk (it becomes the chunked request)."""
+        chunk = self.rem_chunk_tokens
+        if chunk is None or extend_len <= chunk:
+            self._commit(request, extend_len, min(request.output_limit, CLIP_MAX_NEW_TOKENS))
+        elif chunk <= 0:
+            return self.OTHER
+        else:
+            self._commit(request, chunk, 0)
             self.new_chunked_req = request
-        self._update_prefill_budget(extend_len, max_new_tokens)
+        return self.budget_state()
 
     def add_chunked_req(self, request: Request) -> Request | None:
         """``add_chunked_req`` (schedule_policy.py:1140): the next chunk of the request being
         chunked; returns it while chunks remain, else None."""
+        assert self.rem_chunk_tokens is not None  # only a chunked prefill leaves one
         rem_tokens = min(self.rem_chunk_tokens, int(self.rem_total_tokens))
         if rem_tokens <= 0:  # ``available_chunk_tokens``: a continuation must make progress
             rem_tokens = self.rem_chunk_tokens
-        cand = self.scheduler.fill_len(request) - request.context_current_position
+        cand = self.fill_len(request) - request.context_current_position
         truncated = cand > rem_tokens
-        new_len = min(cand, rem_tokens)
-        self.can_run_list.append(request)
-        self.extend_lens.append(new_len)
         max_new = 0 if truncated else min(request.output_limit, CLIP_MAX_NEW_TOKENS)
-        self._update_prefill_budget(new_len, max_new)
+        self._commit(request, min(cand, rem_tokens), max_new)
         return request if truncated else None
 
     def add_one_req(self, request: Request) -> str:
         """``add_one_req`` (schedule_policy.py:1395) with ``_select_prefill_admission`` (:1592)
         for a request from the waiting queue (no prefix: the radix cache is off)."""
-        if self.scheduler.args.ignore_eos:
+        if self.ignore_eos:
             return self.add_one_req_ignore_eos(request)
-        max_new_tokens = request.output_limit
-        max_new = min(max(max_new_tokens - request.num_generated, 0), CLIP_MAX_NEW_TOKENS)
-        extend_len = self.scheduler.fill_len(request)
-        total_tokens = extend_len + max_new + 1
-        if not total_tokens < self.rem_total_tokens:  # PrefillBudget.check_prefill
+        max_new = min(max(request.output_limit - request.num_generated, 0), CLIP_MAX_NEW_TOKENS)
+        extend_len = self.fill_len(request)
+        if not extend_len + max_new + 1 < self.rem_total_tokens:  # PrefillBudget.check_prefill
             return self.NO_TOKEN
         # without chunking, the first request may overrun the input budget, the others not
         if (
@@ -153,31 +156,23 @@ class PrefillAdder:
             and extend_len >= self.rem_input_tokens
         ):
             return self.OTHER
-        reserve = min(max_new_tokens, CLIP_MAX_NEW_TOKENS)
-        chunked = False
-        if self.rem_chunk_tokens is not None and extend_len > self.rem_chunk_tokens:
-            extend_len = self.rem_chunk_tokens
-            if extend_len <= 0:
-                return self.OTHER
-            chunked, reserve = True, 0
-        self._commit(request, extend_len, reserve, chunked)
-        return self.budget_state()
+        return self._add(request, extend_len)
 
     def add_one_req_ignore_eos(self, request: Request) -> str:
         """``add_one_req_ignore_eos`` (schedule_policy.py:1241): the whole prompt must fit now,
         and every request's whole remaining output must fit as the requests finish, shortest
         remaining output first."""
-        scheduler = self.scheduler
-        cand = scheduler.fill_len(request)
+        cand = self.fill_len(request)
         paged_input = cand + 1
         if not paged_input <= min(self.cur_rem_tokens, self.rem_total_tokens):
             return self.NO_TOKEN
 
         def add_req_state(r: Request, insert_sort: bool = False) -> None:
             tokens_left = r.output_limit * 1.0 - r.num_generated
-            tokens_occupied = scheduler.origin_len(r) + r.num_generated
+            tokens_occupied = self.origin_len(r) + r.num_generated
             if tokens_left <= 0:
                 return
+            assert self.req_states is not None
             if not insert_sort:
                 self.req_states.append((tokens_left, tokens_occupied))
             else:
@@ -206,13 +201,4 @@ class PrefillAdder:
             if min_free_tokens <= IGNORE_EOS_RESERVE_TOKENS * bs:
                 return self.NO_TOKEN
             tokens_freed += tokens_occupied
-
-        if self.rem_chunk_tokens is None or cand <= self.rem_chunk_tokens:
-            self._commit(
-                request, cand, min(request.output_limit, CLIP_MAX_NEW_TOKENS), chunked=False
-            )
-        else:
-            if self.rem_chunk_tokens <= 0:
-                return self.OTHER
-            self._commit(request, self.rem_chunk_tokens, 0, chunked=True)
-        return self.budget_state()
+        return self._add(request, cand)

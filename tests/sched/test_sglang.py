@@ -404,10 +404,9 @@ def test_the_clip_of_the_reservation_is_4096_tokens():
     scheduler = SglangScheduler(server(24000, 32768, ignore_eos=True))
     request = Request("g", 1000, 9000)
     scheduler.submit(request)
-    scheduler.schedule()
-    request.context_current_position, request.num_generated = 512, 0  # first chunk done
-    adder = PrefillAdder(scheduler, [request])
-    assert adder.total_offset == 4096 * 1.0  # not 9000
+    scheduler.schedule()  # its first chunk
+    adder = PrefillAdder([request], 0.7, 24000, 16384, 512, True, scheduler.origin_len)
+    assert adder.total_offset == 4096 * 1.0  # not 9000, and under ignore_eos not scaled by 0.7
 
 
 def test_on_idle_resets_the_ratio_only_where_sglang_idles():
