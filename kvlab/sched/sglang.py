@@ -237,7 +237,7 @@ class SglangScheduler(SchedulerBase):
         refusal = front_door_error(request, self.args.context_length)
         if refusal is not None:
             return Verdict(False, refusal)
-        if not (self.counts["waiting"] or self.counts["running"]) and (
+        if not (self.counts[RequestState.WAITING] or self.counts[RequestState.RUNNING]) and (
             self._last_step is None or step > self._last_step + 1
         ):
             # an idle server's iteration ran before this arrival: ``on_idle`` resets the ratio
@@ -288,7 +288,9 @@ class SglangScheduler(SchedulerBase):
         batch, less its finished requests and the chunked one, joins the running batch."""
         last = self.last_prefill
         if last is not None:
-            kept = [r for r in last if r.state == "running" and r is not self.chunked_req]
+            kept = [
+                r for r in last if r.state is RequestState.RUNNING and r is not self.chunked_req
+            ]
             if len(kept) < len(last):
                 self.batch_is_full = False
             if kept:
@@ -299,7 +301,7 @@ class SglangScheduler(SchedulerBase):
                     self.running.extend(kept)
         self.last_prefill = None
         before = len(self.running)
-        self.running = [r for r in self.running if r.state == "running"]
+        self.running = [r for r in self.running if r.state is RequestState.RUNNING]
         if len(self.running) < before:
             self.batch_is_full = False
 

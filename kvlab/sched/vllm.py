@@ -239,7 +239,7 @@ class VllmScheduler(SchedulerBase):
     def schedule(self) -> ScheduledBatch:
         """One ``Scheduler.schedule()`` (module docstring)."""
         if self._has_retired:  # finished requests leave ``running`` (update_from_output)
-            self.running = [r for r in self.running if r.state == "running"]
+            self.running = [r for r in self.running if r.state is RequestState.RUNNING]
         self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
@@ -268,7 +268,7 @@ class VllmScheduler(SchedulerBase):
                 preempted.append(victim)
                 if victim is request:
                     break
-            if request.state != "running":
+            if request.state is not RequestState.RUNNING:
                 break
             self._add_to_batch(batch, request, num_new)
             budget -= num_new

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 from peers import ENGINES, comparisons
 
+from kvlab.core.request import RequestState
+
 CASES = [
     (engine, workload.name)
     for engine, (_, workloads) in ENGINES.items()
@@ -58,7 +60,7 @@ def test_the_peer_does_what_the_engine_did(engine, name):
     real, peer = comparison["real"], comparison["peer"]
     assert comparison["differences"] == [], comparison["differences"][:5]
     assert type(peer.error) is type(real.error) and str(peer.error) == str(real.error)
-    rejected = real.ids_with_status("rejected")
+    rejected = real.ids_with_status(RequestState.REJECTED)
     assert {i: peer.reasons[i] for i in rejected} == {i: real.reasons[i] for i in rejected}
     assert (peer.end_step, peer.iterations) == (real.end_step, real.iterations)
     if real.trace.steps:  # the stored run kept its step rows
@@ -68,7 +70,10 @@ def test_the_peer_does_what_the_engine_did(engine, name):
         ]
         # the statuses read back from the engine's events agree with its own last step row
         last = real.trace.steps[-1]
-        assert (len(real.ids_with_status("running")), len(real.ids_with_status("waiting"))) == (
+        assert (
+            len(real.ids_with_status(RequestState.RUNNING)),
+            len(real.ids_with_status(RequestState.WAITING)),
+        ) == (
             last.running,
             last.waiting,
         )

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvlab import Engine, KVGeometry, Request, simulate
+from kvlab.core.request import RequestState
 from kvlab.sched.sglang import (
     DECODE_OOM_ABORT,
     DEFAULT_CHUNKED_PREFILL_SIZE,
@@ -178,7 +179,7 @@ def test_an_input_over_max_req_input_len_is_a_one_token_abort_that_a_prefill_bat
         (51, "started", "edge-1"),
         (54, "finished", "edge-1"),
     ]
-    assert result.status["pool"] == result.status["edge"] == "rejected"
+    assert result.status["pool"] is result.status["edge"] is RequestState.REJECTED
     assert result.requests["pool"].first_scheduled_step is None
 
 
@@ -221,7 +222,7 @@ def test_under_ignore_eos_the_clip_can_leave_a_request_one_token_short_for_good(
         [Request("c0", 300, 900), Request("c1", 300, 900)],
         max_steps=300,
     )
-    assert stalled.status == {"c0": "waiting", "c1": "waiting"}
+    assert stalled.status == {"c0": RequestState.WAITING, "c1": RequestState.WAITING}
     assert [r.output_limit for r in stalled.requests.values()] == [698, 698]
     assert set(map(tuple, rows(stalled))) == {(s, 1000, 0, 2, 0, 0, 0, 0) for s in range(300)}
     fits = simulate(
@@ -238,7 +239,10 @@ def test_under_ignore_eos_the_clip_can_leave_a_request_one_token_short_for_good(
         SglangScheduler(server(max_total_tokens=1000)),  # without ignore_eos
         [Request("c0", 300, 900), Request("c1", 300, 900)],
     )
-    assert eos.status == {"c0": "finished", "c1": "finished"} and len(eos.trace) == 1396
+    assert (
+        eos.status == {"c0": RequestState.FINISHED, "c1": RequestState.FINISHED}
+        and len(eos.trace) == 1396
+    )
 
 
 def test_ignore_eos_reserves_every_output_token_and_never_retracts():
@@ -346,7 +350,7 @@ def test_retraction_order_is_fewest_outputs_then_longest_prompt():
     assert scheduler.running == [a, c] and batch.generation_requests == [a, c]
     assert scheduler.new_token_ratio.current == (21 + 18 + 2 * 20) / (100 + 100 + 1)
     assert (b.state, b.num_recomputes, b.context_len, b.context_current_position) == (
-        "waiting",
+        RequestState.WAITING,
         1,
         12 + 1,
         0,
@@ -369,7 +373,7 @@ def test_the_last_request_is_aborted_when_even_it_cannot_decode():
     scheduler.manager.caches["only"].resize(16)
     batch = scheduler.schedule()
     assert batch.aborted_requests == [request] and not batch.generation_requests
-    assert request.state == "rejected" and request.reason == DECODE_OOM_ABORT == (
+    assert request.state is RequestState.REJECTED and request.reason == DECODE_OOM_ABORT == (
         "Out of memory even after retracting all other requests in the decode batch. Aborting "
         "the last request."
     )
@@ -484,13 +488,13 @@ def test_invariants_and_a_stated_end_for_every_request(
     assert all(result.reasons.values())
     for request in result.requests.values():
         status = result.status[request.request_id]
-        if status == "finished":
+        if status is RequestState.FINISHED:
             assert (
                 request.num_generated
                 == request.output_limit
                 == clipped_max_new_tokens(args, request.prompt_len, request.max_new_tokens)
             )
-        elif status == "rejected":
+        elif status is RequestState.REJECTED:
             assert request.reason.startswith(
                 ("The input (", "Requested token count", "Input length (", "Out of memory")
             )
@@ -498,8 +502,8 @@ def test_invariants_and_a_stated_end_for_every_request(
     for step in result.trace:
         assert step.running <= scheduler.max_running_requests
         assert step.free_blocks + step.used_blocks == tokens
-    if set(result.status.values()) <= {"finished", "rejected"}:
+    if set(result.status.values()) <= {RequestState.FINISHED, RequestState.REJECTED}:
         assert scheduler.manager.free_blocks == tokens
         assert not scheduler.waiting and scheduler.chunked_req is None
         # (as in SGLang, the running batch drops its finished requests at the next step)
-        assert all(r.state == "finished" for r in scheduler.running)
+        assert all(r.state is RequestState.FINISHED for r in scheduler.running)

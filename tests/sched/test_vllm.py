@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from kvlab import KVGeometry, Request, VllmEngineArgs, VllmScheduler, simulate
 from kvlab.analysis.presets import seed_geometry
+from kvlab.core.request import RequestState
 from kvlab.sched.vllm import (
     NULL_BLOCK_ID,
     estimated_max_model_len,
@@ -82,7 +83,7 @@ def test_block_zero_is_the_null_block_of_a_real_pool(device):
         [Request("a", 1000, 8), Request("b", 1000, 8, arrival_step=1)],
         check_invariants=True,
     )
-    assert result.status == {"a": "finished", "b": "finished"}
+    assert result.status == {"a": RequestState.FINISHED, "b": RequestState.FINISHED}
     assert result.requests["b"].first_scheduled_step == result.requests["a"].end_step + 1
 
 
@@ -105,7 +106,9 @@ def test_the_front_door_rejects_with_vllms_messages():
 def test_a_sequence_stops_at_max_model_len():
     result = simulate(VllmScheduler(engine()), [Request("r", 2000, 100)], check_invariants=True)
     request = result.requests["r"]
-    assert result.status["r"] == "finished" and request.num_generated == 16  # 2000 + 16 = 2016
+    assert (
+        result.status["r"] is RequestState.FINISHED and request.num_generated == 16
+    )  # 2000 + 16 = 2016
     assert result.reasons["r"].endswith(
         "stopped short of max_new_tokens=100 by the engine's length "
         "limit at 2,016 tokens (finish reason 'length')"
@@ -116,7 +119,7 @@ def test_a_prompt_over_the_usable_pool_blocks_the_head_of_the_queue_forever():
     scheduler = VllmScheduler(engine().replace(num_gpu_blocks=40, startup_num_gpu_blocks=64))
     requests = [Request("head", 1800, 4), Request("behind", 8, 4, arrival_step=1)]
     result = simulate(scheduler, requests, max_steps=500, check_invariants=True)
-    assert result.status == {"head": "waiting", "behind": "waiting"}
+    assert result.status == {"head": RequestState.WAITING, "behind": RequestState.WAITING}
     assert result.error is None and result.end_step == 500  # no stall detector
     assert result.requests["head"].num_refusals == 500
 
@@ -131,7 +134,7 @@ def test_chunked_prefill_without_full_prompt_reservation_preempts_itself_in_a_lo
     # only one running, so it preempts itself and starts over at the next step, for good
     assert recomputes[:6] == [0, 0, 1, 0, 0, 1]
     assert result.requests["long"].num_recomputes == sum(recomputes) == 13
-    assert result.status["long"] == "running" and result.error is None
+    assert result.status["long"] is RequestState.RUNNING and result.error is None
 
 
 def test_no_admission_in_a_step_that_preempted_and_the_victim_goes_back_to_the_head():
@@ -157,7 +160,7 @@ def test_no_admission_in_a_step_that_preempted_and_the_victim_goes_back_to_the_h
         (9, "finished", "a"),
     ]
     assert (10, "started", "c") in events
-    assert all(status == "finished" for status in result.status.values())
+    assert all(status is RequestState.FINISHED for status in result.status.values())
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -196,9 +199,9 @@ def test_invariants_and_a_stated_end_for_every_request(
     assert set(result.status) == {r.request_id for r in requests}
     assert all(result.reasons.values())
     for request in result.requests.values():
-        if result.status[request.request_id] == "finished":
+        if result.status[request.request_id] is RequestState.FINISHED:
             assert request.num_generated == min(
                 request.max_new_tokens, max_model_len - request.prompt_len
             )
-    if set(result.status.values()) <= {"finished", "rejected"}:
+    if set(result.status.values()) <= {RequestState.FINISHED, RequestState.REJECTED}:
         assert scheduler.manager.free_blocks == scheduler.manager.total_blocks - 1  # the null block
