@@ -84,19 +84,13 @@ def check_predictions(
     predictions: dict[str, str | None], *, strict: bool = False, reveal: bool | None = None
 ) -> CheckResult:
     """Exercise 2a: ``predictions`` maps each PREDICTION_CASES name to "ok", "refused" or
-    "crash"; each is checked against a real resize (kvlab.analysis.repro.run_repro). A wrong
-    prediction gets the steps to redo, then (hint, then reveal) the outcome and its arithmetic."""
+    "crash", each checked against a real resize (kvlab.analysis.repro.run_repro)."""
     check_flags(strict, reveal)
     failures, passes = [], []
     if not isinstance(predictions, dict):
-        return finish(
-            "check_predictions",
-            [f"predictions must be a dict of case -> outcome, got {type(predictions).__name__}"],
-            [],
-            strict,
-            answer=predictions,
-            reveal=reveal,
-        )
+        got = type(predictions).__name__
+        failures = [f"predictions must be a dict of case -> outcome, got {got}"]
+        return finish("check_predictions", failures, [], strict, reveal, predictions)
     missing = [name for name in PREDICTION_CASES if predictions.get(name) is None]
     if missing:  # one line, not one per case
         failures.append(
@@ -104,17 +98,14 @@ def check_predictions(
             "'crash' for each case in `predictions`"
         )
     for name, case in PREDICTION_CASES.items():
-        result = run_repro(case.pool_mib, case.context, case.policy)
-        guess = predictions.get(name)
+        result, guess = run_repro(case.pool_mib, case.context, case.policy), predictions.get(name)
         if guess is None:
             continue
-        elif guess not in RESIZE_OUTCOMES:
+        if guess not in RESIZE_OUTCOMES:
             failures.append(
                 f"{name} ({case}): {guess!r} is not an outcome; choose one of {list(RESIZE_OUTCOMES)}"
             )
-        elif guess != result.outcome:
-            # the hint does not name the guess: another wrong guess for this case is the same
-            # slip after a change, and reveals; a change of another case's guess does not
+        elif guess != result.outcome:  # the hint does not name the guess: a second guess reveals
             failures.append(
                 Hint(
                     f"{name} ({case}): your prediction is not what the resize does - "
@@ -129,29 +120,24 @@ def check_predictions(
     extra = sorted(set(predictions) - set(PREDICTION_CASES))
     if extra:
         failures.append(f"unknown case names {extra}; the cases are {list(PREDICTION_CASES)}")
-    return finish(
-        "check_predictions",
-        failures,
-        passes,
-        strict,
-        answer=predictions,
-        reveal=reveal,
-        cases=len(PREDICTION_CASES),
-    )
+    cases = len(PREDICTION_CASES)
+    return finish("check_predictions", failures, passes, strict, reveal, predictions, None, cases)
 
 
 @dataclass(frozen=True)
 class _Resize:
-    """One ``KVCache.resize`` made by the learner's function: its capacity, the page size and the
-    entries it needs, the row's width, the pool's pages, and what it did (True, False, or the
-    exception raised)."""
+    """One ``KVCache.resize`` the learner's function made, and what it did (True, False, or the
+    exception it raised)."""
 
     capacity: int
     tokens_per_block: int
-    needed: int
     width: int
     pages: int
     outcome: object
+
+    @property
+    def needed(self) -> int:
+        return div_ceil(self.capacity, self.tokens_per_block)
 
 
 @contextmanager
@@ -161,12 +147,10 @@ def _watching_resizes() -> Iterator[list[_Resize]]:
 
     def watched(cache, capacity, *args, **kwargs):
         def record(outcome):
-            tpb = cache.tokens_per_block
             made.append(
                 _Resize(
                     capacity,
-                    tpb,
-                    div_ceil(capacity, tpb),
+                    cache.tokens_per_block,
                     cache.page_index.width,
                     cache.pool.num_blocks,
                     outcome,
@@ -195,15 +179,15 @@ SEED_CRASH = (
 
 
 def _no_value_error(got, made: list[_Resize]):
-    """What happened when fn returned ``got``, not a ValueError: read off the resizes it made."""
+    """What happened when fn returned ``got``, not a ValueError, read off the resizes it made;
+    the hint names what the resize did, not what fn returned."""
     returned = f"returned {got!r}"
-    caught = [r for r in made if isinstance(r.outcome, BaseException)]
+    caught = [r.outcome for r in made if isinstance(r.outcome, BaseException)]
     if caught:
-        exc = caught[-1].outcome
-        what = f"its message as a str ({got!r})" if got == str(exc) else repr(got)
+        what = f"its message as a str ({got!r})" if got == str(caught[-1]) else repr(got)
         return (
-            f"your resize raised {type(exc).__name__} (a ValueError) and your function caught it, "
-            f"but returned {what}: return the exception object itself, "
+            f"your resize raised {type(caught[-1]).__name__} (a ValueError) and your function "
+            f"caught it, but returned {what}: return the exception object itself, "
             "`except ValueError as exc: return exc`"
         )
     if not made:
@@ -217,17 +201,15 @@ def _no_value_error(got, made: list[_Resize]):
         f"ceil({last.capacity:,}/{last.tokens_per_block}) = {last.needed} <= {last.width}, so it "
         "passed the row check"
     )
-    # the hint names what the resize did, not what the function returned: returning the resize's
-    # result instead of None is the same slip after a change, and reveals
+    did = "returned False (refused)" if last.outcome is False else "returned True (allocated)"
+    head = f"no ValueError was raised - your resize to {last.capacity:,} tokens {did}"
     if last.outcome is False:
-        head = f"no ValueError was raised - your resize to {last.capacity:,} tokens returned False (refused)"
         return Hint(
             f"{head}: which row did you build? A row wide enough for the context passes "
             "the row check, and only the pool refuses",
             f"{returned}: {head}: {fits_row}, and only the pool said no ({last.needed} pages "
             f"needed, {last.pages} in the pool); {SEED_CRASH}",
         )
-    head = f"no ValueError was raised - your resize to {last.capacity:,} tokens returned True (allocated)"
     return Hint(
         f"{head}: which row, which pool and which resize did you build? Compare them with "
         "the seed's, as Part 2 gives them",
@@ -236,83 +218,65 @@ def _no_value_error(got, made: list[_Resize]):
     )
 
 
+def _returned_feedback(got, made: list[_Resize]):
+    """None if fn returned the seed's error, raised by its resize; else the feedback."""
+    raised = any(r.outcome is got for r in made)
+    if isinstance(got, PageIndexTooShort) and not raised:
+        return (
+            f"returned {type(got).__name__}: {got} (no resize raised it: your own code "
+            "made it); build the seed's manager, resize a cache to 8,192 tokens and return "
+            "the error that resize raises"
+        )
+    if isinstance(got, PageIndexTooShort):
+        if (got.needed_entries, got.available_entries) == (256, 68):
+            return None
+        wrong = (
+            f"caught the right error, but {got.needed_entries} entries needed, the row has "
+            f"{got.available_entries}"
+        )
+        return Hint(
+            f"{wrong}; compare your manager and resize with the seed's, as Part 2 gives them",
+            f"{wrong}; the seed's numbers are 256 and 68: a 4 MiB pool, "
+            "max_seq_len 8,192, 32 tokens per block, a resize to 8,192",
+        )
+    if isinstance(got, BaseException):
+        source = "a resize raised it" if raised else "no resize raised it: your own code made it"
+        return (
+            f"returned {type(got).__name__}: {got} ({source}); expected the "
+            f"{PageIndexTooShort.__name__} a resize to 8,192 tokens raises on the seed's clamped "
+            f"row, {PAGE_INDEX_TOO_SHORT_MESSAGE!r}"
+        )
+    return _no_value_error(got, made)
+
+
 def check_trigger(
     fn: Callable[[], BaseException], *, strict: bool = False, reveal: bool | None = None
 ) -> CheckResult:
     """Exercise 2b: ``fn()`` builds the seed's KVCacheManager (clamped row), resizes a cache to
-    8,192 tokens, catches the ValueError and returns it. When it returns anything else, the
-    feedback says what its resizes did (recorded while it runs)."""
+    8,192 tokens, catches the ValueError and returns it; else the feedback says what its
+    resizes did."""
     check_flags(strict, reveal)
     failures, passes = [], []
     with _watching_resizes() as made:
         try:
             got = fn()
         except NotImplementedError:
-            got = None
             failures.append(NOT_YET)
         except PageIndexTooShort as exc:
-            got = None
             escaped = f"the ValueError escaped your function ({exc})"
             failures.append(
                 Hint(
                     f"{escaped}: catch it inside the function and return it",
-                    f"{escaped}: wrap the resize in "
-                    "`try: ... except ValueError as exc: return exc`",
+                    f"{escaped}: wrap the resize in `try: ... except ValueError as exc: return exc`",
                 )
             )
         except Exception as exc:
-            got = None
             failures.append(f"your function raised {type(exc).__name__}: {exc}")
-    if failures:
-        pass
-    elif isinstance(got, PageIndexTooShort) and not any(r.outcome is got for r in made):
-        failures.append(
-            f"returned {type(got).__name__}: {got} (no resize raised it: your own code "
-            "made it); build the seed's manager, resize a cache to 8,192 tokens and return "
-            "the error that resize raises"
+    if not failures and (failure := _returned_feedback(got, made)):
+        failures.append(failure)
+    elif not failures:
+        passes.append(
+            f"caught {type(got).__name__} (a ValueError): {got} - {got.needed_entries} entries "
+            f"needed, the row has {got.available_entries}, as in issue #21470"
         )
-    elif isinstance(got, PageIndexTooShort):
-        numbers = f"{got.needed_entries} entries needed, the row has {got.available_entries}"
-        if (got.needed_entries, got.available_entries) == (256, 68):
-            passes.append(
-                f"caught {type(got).__name__} (a ValueError): {got} - {numbers}, as in issue #21470"
-            )
-        else:
-            wrong = f"caught the right error, but {numbers}"
-            failures.append(
-                Hint(
-                    f"{wrong}; compare your manager and resize with the seed's, "
-                    "as Part 2 gives them",
-                    f"{wrong}; the seed's numbers are 256 and 68: a 4 MiB pool, "
-                    "max_seq_len 8,192, 32 tokens per block, a resize to 8,192",
-                )
-            )
-    elif isinstance(got, BaseException):
-        raised = any(r.outcome is got for r in made)
-        source = "a resize raised it" if raised else "no resize raised it: your own code made it"
-        failures.append(
-            f"returned {type(got).__name__}: {got} ({source}); expected the "
-            f"{PageIndexTooShort.__name__} a resize to 8,192 tokens raises on the seed's clamped "
-            f"row, {PAGE_INDEX_TOO_SHORT_MESSAGE!r}"
-        )
-    else:
-        failures.append(_no_value_error(got, made))
-    return finish(
-        "check_trigger",
-        failures,
-        passes,
-        strict,
-        answer=fn,
-        reveal=reveal,
-        learner=learner_name(fn),
-    )
-
-
-__all__ = [
-    "OUTCOME_WORDS",
-    "PREDICTION_CASES",
-    "PredictionCase",
-    "check_predictions",
-    "check_trigger",
-    "describe_prediction_cases",
-]
+    return finish("check_trigger", failures, passes, strict, reveal, fn, learner_name(fn))

@@ -1,6 +1,5 @@
-"""Exercise 3: an admission check. PR #21720's per-request feasibility
-(kvlab/sched/admission.py ``CapacityAdmission``; docs/REFERENCE.md §4): the learner classifies a
-request against the seed's manager, then plugs the classifier into the Scheduler as a policy.
+"""Exercise 3: an admission check, PR #21720's per-request feasibility (kvlab/sched/admission.py
+``CapacityAdmission``; docs/REFERENCE.md §4), then the same as a Scheduler policy.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from dataclasses import replace
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
-from kvlab.core.request import Request
+from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import (
     FITS_NOW,
     NEVER_FITS,
@@ -22,15 +21,7 @@ from kvlab.sched.admission import (
     demand_blocks,
 )
 from kvlab.workshop.ex1_page_index_width import SEED_MAX_SEQ_LEN
-from kvlab.workshop.feedback import (
-    NOT_YET,
-    CheckResult,
-    Hint,
-    call_learner,
-    check_flags,
-    finish,
-    learner_name,
-)
+from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, call_learner, check_flags, finish
 
 
 def _seed_manager(
@@ -66,9 +57,8 @@ PRESSURE_AS_NEVER = (
     "against the TOTAL pages and the row's span",
 )
 
-#: (label, manager settings, request, {the wrong class returned: (the hint a first failure gets
-#:  (a question: no formula), what the case teaches (shown when the case still fails after a change, with the
-#:  worked numbers))}; None: any other wrong class)
+#: (label, manager settings, request, {the wrong class returned (None: any other): (the hint, a
+#: question with no formula; what the case teaches, revealed with the worked numbers)})
 ADMISSION_CASES = [
     (
         "the seed's 8,192-token request",
@@ -217,7 +207,7 @@ CLASSES = (FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS)
 
 
 def _manager_facts(mgr: KVCacheManager) -> str:
-    """What the learner can read off the manager (no demand, no formula): the first failure's numbers."""
+    """What the learner can read off the manager (no demand, no formula)."""
     return (
         f"pool {mgr.total_blocks:,} total, {mgr.free_blocks:,} free; row {mgr.max_blocks_per_seq:,} "
         f"entries; {mgr.page_index.free_slots:,} free slots"
@@ -225,19 +215,49 @@ def _manager_facts(mgr: KVCacheManager) -> str:
 
 
 def _admission_numbers(request: Request, mgr: KVCacheManager) -> str:
-    """The worked demand with the manager's numbers: shown on a pass, and when a case still fails after a change."""
-    tokens = (
-        request.prompt_len
-        + request.max_new_tokens
-        + mgr.num_extra_kv_tokens
-        + request.num_draft_tokens
-    )
+    """The worked demand with the manager's numbers: shown on a pass and on a reveal."""
+    r, extra = request, mgr.num_extra_kv_tokens
+    tokens = r.prompt_len + r.max_new_tokens + extra + r.num_draft_tokens
     return (
-        f"demand ceil(({request.prompt_len:,} prompt + {request.max_new_tokens:,} new + "
-        f"{mgr.num_extra_kv_tokens:,} extra + {request.num_draft_tokens:,} draft) / "
-        f"{mgr.tokens_per_block}) = {mgr.geometry.blocks_for_tokens(tokens):,} blocks; "
-        f"{_manager_facts(mgr)}"
+        f"demand ceil(({r.prompt_len:,} prompt + {r.max_new_tokens:,} new + {extra:,} extra + "
+        f"{r.num_draft_tokens:,} draft) / {mgr.tokens_per_block}) = "
+        f"{mgr.geometry.blocks_for_tokens(tokens):,} blocks; {_manager_facts(mgr)}"
     )
+
+
+def _admission_case(classify, label, settings, request, hints):
+    """None if classify is right on this case, else its feedback; and the pass line."""
+    mgr = _seed_manager(**settings)
+    expected, _ = CapacityAdmission().classify(request, mgr)
+    free_before, caches_before, facts = mgr.free_blocks, len(mgr.caches), _manager_facts(mgr)
+    got, failure = call_learner(classify, replace(request), mgr, where=f"{label}: classify ")
+    numbers = _admission_numbers(request, mgr)
+    if failure:
+        return failure, None
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return f"{label}: classify returned {got!r}; return a pair (class, reason)", None
+    verdict, reason = got
+    if mgr.free_blocks != free_before or len(mgr.caches) != caches_before:
+        return (
+            f"{label}: classify changed the manager ({free_before} -> {mgr.free_blocks} "
+            "free blocks); an admission check only reads"
+        ), None
+    if verdict not in CLASSES:
+        return f"{label}: class {verdict!r} is not one of {list(CLASSES)}", None
+    if verdict != expected:
+        wrong = f"{label}: expected {expected!r}, got {verdict!r}"
+        question, lesson = hints.get(verdict) or hints[None]
+        given = (
+            f"{request.prompt_len:,} prompt, {request.max_new_tokens:,} max_new_tokens, "
+            f"{request.num_draft_tokens:,} draft; {mgr.num_extra_kv_tokens:,} extra KV tokens, "
+            f"{facts}"
+        )
+        return Hint(f"{wrong} - {question} ({given})", f"{wrong} - {lesson} ({numbers})"), None
+    if verdict == NEVER_FITS and not _states_numbers(reason, request, mgr):
+        return _reason_feedback(label, reason, request, mgr), None
+    if verdict != FITS_NOW and not (isinstance(reason, str) and reason.strip()):
+        return f"{label}: right class, but give a reason: why must it wait?", None
+    return None, f"{label}: {verdict!r} ({numbers})"
 
 
 def check_admission(
@@ -246,64 +266,18 @@ def check_admission(
     strict: bool = False,
     reveal: bool | None = None,
 ) -> CheckResult:
-    """Exercise 3a: ``classify(request, manager) -> (class, reason)``, class one of "fits now",
-    "temporarily blocked", "never fits", against ``CapacityAdmission.classify`` on
-    ADMISSION_CASES. A "never fits" reason must state the numbers (demand and the limit); the
-    manager must be left as it was. A wrong class gets a question first; the demand formula
-    with the case's numbers only when a case still fails after a change (hint, then reveal)."""
+    """Exercise 3a: ``classify(request, manager) -> (class, reason)`` against
+    ``CapacityAdmission.classify`` on ADMISSION_CASES; a "never fits" reason states the numbers,
+    and the manager is left as it was."""
     check_flags(strict, reveal)
-    reference = CapacityAdmission()
     failures, passes = [], []
-    for label, settings, request, hints in ADMISSION_CASES:
-        mgr = _seed_manager(**settings)
-        expected, _ = reference.classify(request, mgr)
-        free_before, caches_before = mgr.free_blocks, len(mgr.caches)
-        facts = _manager_facts(mgr)
-        got, error = call_learner(classify, replace(request), mgr)
-        numbers = _admission_numbers(request, mgr)
-        if error is NOT_YET:
-            failures.append(NOT_YET)
-            continue
-        if error:
-            failures.append(f"{label}: classify {error}")
-            continue
-        if not (isinstance(got, tuple) and len(got) == 2):
-            failures.append(f"{label}: classify returned {got!r}; return a pair (class, reason)")
-            continue
-        verdict, reason = got
-        if mgr.free_blocks != free_before or len(mgr.caches) != caches_before:
-            failures.append(
-                f"{label}: classify changed the manager ({free_before} -> {mgr.free_blocks} "
-                "free blocks); an admission check only reads"
-            )
-        elif verdict not in CLASSES:
-            failures.append(f"{label}: class {verdict!r} is not one of {list(CLASSES)}")
-        elif verdict != expected:
-            wrong = f"{label}: expected {expected!r}, got {verdict!r}"
-            question, lesson = hints.get(verdict) or hints[None]
-            given = (
-                f"{request.prompt_len:,} prompt, {request.max_new_tokens:,} max_new_tokens, "
-                f"{request.num_draft_tokens:,} draft; {mgr.num_extra_kv_tokens:,} extra KV tokens, "
-                f"{facts}"
-            )
-            failures.append(
-                Hint(f"{wrong} - {question} ({given})", f"{wrong} - {lesson} ({numbers})")
-            )
-        elif verdict == NEVER_FITS and not _states_numbers(reason, request, mgr):
-            failures.append(_reason_feedback(label, reason, request, mgr))
-        elif verdict != FITS_NOW and not (isinstance(reason, str) and reason.strip()):
-            failures.append(f"{label}: right class, but give a reason: why must it wait?")
+    for case in ADMISSION_CASES:
+        failure, passed = _admission_case(classify, *case)
+        if failure:
+            failures.append(failure)
         else:
-            passes.append(f"{label}: {verdict!r} ({numbers})")
-    return finish(
-        "check_admission",
-        failures,
-        passes,
-        strict,
-        answer=classify,
-        reveal=reveal,
-        learner=learner_name(classify),
-    )
+            passes.append(passed)
+    return finish("check_admission", failures, passes, strict, reveal, classify)
 
 
 def _numbers_in(reason) -> set:
@@ -314,14 +288,13 @@ def _numbers_in(reason) -> set:
 
 def _states_numbers(reason, request: Request, mgr: KVCacheManager) -> bool:
     named = _numbers_in(reason)
-    return demand_blocks(request, mgr) in named and bool(
-        named & {mgr.total_blocks, mgr.max_blocks_per_seq}
-    )
+    limits = {mgr.total_blocks, mgr.max_blocks_per_seq}
+    return demand_blocks(request, mgr) in named and bool(named & limits)
 
 
 def _reason_feedback(label: str, reason, request: Request, mgr: KVCacheManager) -> Hint:
-    """A right "never fits" whose reason lacks the numbers: what its numbers are instead (the
-    prompt's blocks alone; what is free now) as a question, the numbers once it still fails after a change."""
+    """A right "never fits" whose reason lacks the numbers: a question about the numbers it
+    names instead (the prompt's blocks alone, what is free now), then the numbers."""
     named, demand = _numbers_in(reason), demand_blocks(request, mgr)
     prompt_blocks = mgr.geometry.blocks_for_tokens(request.prompt_len)
     wrong = (
@@ -348,8 +321,8 @@ def _reason_feedback(label: str, reason, request: Request, mgr: KVCacheManager) 
     )
 
 
-#: The scheduler workload of exercise 3b: two requests that do not fit together (the second
-#: waits), one that can never fit, and a small one after it.
+#: Exercise 3b's workload: two requests that do not fit together (the second waits), one that
+#: can never fit, and a small one after it.
 ADMISSION_WORKLOAD = [
     Request("s1", 1536, 32),
     Request("s2", 1536, 32, arrival_step=1),
@@ -364,36 +337,70 @@ def run_admission_workload(admission, policy: str = "configured", stall_limit: i
     from kvlab.run.simulation import simulate
     from kvlab.sched.scheduler import Scheduler
 
-    mgr = _seed_manager(policy)
     sched = Scheduler(
-        mgr, admission=admission, max_num_tokens=8192, max_batch_size=8, stall_limit=stall_limit
+        _seed_manager(policy),
+        admission=admission,
+        max_num_tokens=8192,
+        max_batch_size=8,
+        stall_limit=stall_limit,
     )
     return simulate(sched, ADMISSION_WORKLOAD, max_steps=5000)
+
+
+FIND_THE_HOOK = (
+    "which hook of an AdmissionPolicy runs when a request arrives, and what can it "
+    "return? (kvlab/sched/admission.py's module docstring)"
+)
+THE_HOOK = "in admit(), return Verdict(False, reason) when classify says 'never fits'"
+
+
+def _workload_feedback(width: str, result):
+    """None if the run rejected 'big' with its numbers and finished the rest, else the feedback."""
+    status = ", ".join(f"{k} {v}" for k, v in result.status.items())
+    big = result.reasons["big"]
+    if result.error is not None:
+        stopped = (
+            f"{width} row: the engine stopped at step {result.end_step - 1:,} with "
+            f"{type(result.error).__name__} ({status})"
+        )
+        return Hint(
+            f"{stopped} - 'big' can never fit this pool and should have been "
+            f"rejected when it arrived: {FIND_THE_HOOK}",
+            f"{stopped} - 'big' needs 257 blocks, the pool has 64: it should "
+            f"have been rejected when it arrived: {THE_HOOK}",
+        )
+    if result.status["big"] is not RequestState.REJECTED:
+        not_rejected = f"{width} row: 'big' is '{result.status['big']}' ({status})"
+        return Hint(
+            f"{not_rejected}; it can never fit: reject it when it arrives - {FIND_THE_HOOK}",
+            f"{not_rejected}; reject it {THE_HOOK}",
+        )
+    if any(result.status[r] is not RequestState.FINISHED for r in ("s1", "s2", "s3")):
+        return (
+            f"{width} row: {status} - only 'big' can never fit; 's2' is only "
+            "temporarily blocked behind 's1' and must wait, not be rejected"
+        )
+    if not ("257" in big and "64" in big):
+        unnamed = f"{width} row: 'big' was rejected, but its reason {big!r}"
+        return Hint(
+            f"{unnamed} should state the numbers: the blocks it needs and the limit it exceeds",
+            f"{unnamed} should name the 257 blocks it needs and the pool's 64",
+        )
+    return None
 
 
 def check_admission_policy(
     policy: AdmissionPolicy, *, strict: bool = False, reveal: bool | None = None
 ) -> CheckResult:
-    """Exercise 3b: ``policy`` plugged into the Scheduler (kvlab/sched/admission.py's hooks) runs
-    ADMISSION_WORKLOAD on the seed's pool under both row widths: "big" is rejected at arrival
-    with the numbers, the engine never stops, everything else finishes. A failure points to the
-    module docstring first; which hook and which Verdict only once it still fails after a change."""
+    """Exercise 3b: ``policy`` plugged into the Scheduler runs ADMISSION_WORKLOAD on the seed's
+    pool under both row widths: "big" is rejected at arrival with the numbers, the engine never
+    stops, everything else finishes."""
     check_flags(strict, reveal)
     failures, passes = [], []
     if not isinstance(policy, AdmissionPolicy):
-        return finish(
-            "check_admission_policy",
-            [f"pass an instance of your AdmissionPolicy subclass, got {type(policy).__name__}"],
-            [],
-            strict,
-            answer=policy,
-            reveal=reveal,
-        )
-    find_the_hook = (
-        "which hook of an AdmissionPolicy runs when a request arrives, and what can it "
-        "return? (kvlab/sched/admission.py's module docstring)"
-    )
-    the_hook = "in admit(), return Verdict(False, reason) when classify says 'never fits'"
+        got = type(policy).__name__
+        failures = [f"pass an instance of your AdmissionPolicy subclass, got {got}"]
+        return finish("check_admission_policy", failures, [], strict, reveal, policy)
     for width in ("clamped", "configured"):
         try:
             result = run_admission_workload(policy, width)
@@ -403,61 +410,11 @@ def check_admission_policy(
         except Exception as exc:
             failures.append(f"{width} row: the run raised {type(exc).__name__}: {exc}")
             continue
+        failure = _workload_feedback(width, result)
         status = ", ".join(f"{k} {v}" for k, v in result.status.items())
-        if result.error is not None:
-            stopped = (
-                f"{width} row: the engine stopped at step {result.end_step - 1:,} with "
-                f"{type(result.error).__name__} ({status})"
-            )
-            failures.append(
-                Hint(
-                    f"{stopped} - 'big' can never fit this pool and should have been "
-                    f"rejected when it arrived: {find_the_hook}",
-                    f"{stopped} - 'big' needs 257 blocks, the pool has 64: it should "
-                    f"have been rejected when it arrived: {the_hook}",
-                )
-            )
-        elif result.status["big"] != "rejected":
-            not_rejected = f"{width} row: 'big' is {result.status['big']!r} ({status})"
-            failures.append(
-                Hint(
-                    f"{not_rejected}; it can never fit: reject it when it arrives - "
-                    f"{find_the_hook}",
-                    f"{not_rejected}; reject it {the_hook}",
-                )
-            )
-        elif any(result.status[r] != "finished" for r in ("s1", "s2", "s3")):
-            failures.append(
-                f"{width} row: {status} - only 'big' can never fit; 's2' is only "
-                "temporarily blocked behind 's1' and must wait, not be rejected"
-            )
-        elif not ("257" in result.reasons["big"] and "64" in result.reasons["big"]):
-            unnamed = f"{width} row: 'big' was rejected, but its reason {result.reasons['big']!r}"
-            failures.append(
-                Hint(
-                    f"{unnamed} should state the numbers: the blocks it needs and "
-                    "the limit it exceeds",
-                    f"{unnamed} should name the 257 blocks it needs and the pool's 64",
-                )
-            )
+        if failure:
+            failures.append(failure)
         else:
             passes.append(f"{width} row: {status}; 'big': {result.reasons['big']}")
-    return finish(
-        "check_admission_policy",
-        failures,
-        passes,
-        strict,
-        answer=policy,
-        reveal=reveal,
-        learner=f"{type(policy).__name__}.admit",
-    )
-
-
-__all__ = [
-    "ADMISSION_CASES",
-    "ADMISSION_WORKLOAD",
-    "CLASSES",
-    "check_admission",
-    "check_admission_policy",
-    "run_admission_workload",
-]
+    learner = f"{type(policy).__name__}.admit"
+    return finish("check_admission_policy", failures, passes, strict, reveal, policy, learner)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from kvlab.core.words import counted
 from kvlab.workshop.feedback import (
-    NOT_YET,
     CheckResult,
     Hint,
     call_learner,
@@ -123,7 +122,12 @@ def _names(ids: list[str]) -> str:
     return ", ".join(repr(r) for r in ids)
 
 
-def _stopped_at_cap(spec: str, got: list[str], expected: list[str], resident: int, cap) -> Hint:
+def _slots(resident: int, cap: int) -> str:
+    free = cap - resident
+    return f"{counted(free, 'resident slot') if free else 'no resident slot'} free ({resident} of {cap} taken)"
+
+
+def _stopped_at_cap(spec, got, expected, resident, cap) -> Hint:
     ids = spec.split()
     stopped, behind = ids[len(got)], [r for r in ids[len(got) + 1 :] if r in expected]
     return Hint(
@@ -134,15 +138,9 @@ def _stopped_at_cap(spec: str, got: list[str], expected: list[str], resident: in
     )
 
 
-def _slots(resident: int, cap: int) -> str:
-    free = cap - resident
-    return f"{counted(free, 'resident slot') if free else 'no resident slot'} free ({resident} of {cap} taken)"
-
-
-def _uncounted(spec: str, got: list[str], expected: list[str], resident: int, cap) -> Hint:
+def _uncounted(spec, got, expected, resident, cap) -> Hint:
     started = [r for r in got if r.startswith("new")]
-    takers = [r for r in started if r in expected]
-    waits = [r for r in got if r not in expected]
+    takers, waits = [r for r in started if r in expected], [r for r in got if r not in expected]
     takes = "takes the last free slot" if cap - resident == 1 else "take the free slots"
     must = "must wait" if len(waits) == 1 else "must all wait"
     return Hint(
@@ -153,9 +151,8 @@ def _uncounted(spec: str, got: list[str], expected: list[str], resident: int, ca
     )
 
 
-def _uncapped(spec: str, got: list[str], expected: list[str], resident: int, cap) -> Hint:
-    started = [r for r in got if r.startswith("new")]
-    waits = [r for r in got if r not in expected]
+def _uncapped(spec, got, expected, resident, cap) -> Hint:
+    started, waits = [r for r in got if r.startswith("new")], [r for r in got if r not in expected]
     return Hint(
         f"your loop started {len(started)} new sequences ({_names(started)}) with "
         f"{_slots(resident, cap)}: does it still hold a first chunk back when no slot is free?",
@@ -163,7 +160,7 @@ def _uncapped(spec: str, got: list[str], expected: list[str], resident: int, cap
     )
 
 
-def _past_cap(spec: str, got: list[str], expected: list[str], resident: int, cap) -> Hint:
+def _past_cap(spec, got, expected, resident, cap) -> Hint:
     waits = [r for r in got if r not in expected]
     return Hint(
         f"your loop let {_names(waits)} start past the cap ({resident} of {cap} slots taken "
@@ -174,21 +171,19 @@ def _past_cap(spec: str, got: list[str], expected: list[str], resident: int, cap
     )
 
 
-def _gated_started(spec: str, got: list[str], expected: list[str], resident: int, cap) -> Hint:
+def _gated_started(spec, got, expected, resident, cap) -> Hint:
     held = [r for r in expected if r not in got]
-    started = (
-        "it continues a started sequence" if len(held) == 1 else "they continue started sequences"
-    )
-    holds = "holds its" if len(held) == 1 else "hold their"
+    one = len(held) == 1
+    started = "it continues a started sequence" if one else "they continue started sequences"
     return Hint(
         f"your loop held back {_names(held)} at the cap, though {started}: does a later "
         "chunk need a new slot?",
-        f"the cap gates only first chunks (is_first_context_chunk): {_names(held)} {holds} "
-        "slot already and should run",
+        f"the cap gates only first chunks (is_first_context_chunk): {_names(held)} "
+        f"{'holds its' if one else 'hold their'} slot already and should run",
     )
 
 
-def _none_as_capped(spec: str, got: list[str], expected: list[str], resident: int, cap) -> Hint:
+def _none_as_capped(spec, got, expected, resident, cap) -> Hint:
     return Hint(
         "max_resident is None here, and your loop let no first chunk start: what does None "
         "mean for the cap?",
@@ -210,16 +205,13 @@ SLIPS = [
 def _iterate(fn, max_steps: int = 12) -> tuple:
     """:func:`run_resident_iterations`, and the first log line where more sequences were
     resident than the cap (1) allows, or None."""
-    chunks_left = {"waiter": 2, "runner": 2}
-    started = {"waiter": False, "runner": True}
+    chunks_left, started = {"waiter": 2, "runner": 2}, {"waiter": False, "runner": True}
     resident, log, over_cap = 1, [], None
     for step in range(max_steps):
-        pending = [
-            PendingContext(r, not started[r]) for r in ("waiter", "runner") if chunks_left[r]
-        ]
+        pending = [PendingContext(r, not started[r]) for r in chunks_left if chunks_left[r]]
         if not pending:
             return step, log, over_cap
-        before, peak = resident, resident
+        before = peak = resident
         scheduled = list(fn(pending, resident, 1, 8))
         for r in scheduled:
             resident += 0 if started[r] else 1
@@ -228,16 +220,16 @@ def _iterate(fn, max_steps: int = 12) -> tuple:
             chunks_left[r] -= 1
             if chunks_left[r] == 0:
                 resident -= 1
+        over = (
+            ""
+            if peak <= 1
+            else " (over the cap)"
+            if peak == resident
+            else f" ({peak}/1 during it: over the cap)"
+        )
         log.append(
             f"iteration {step}: {before}/1 resident, pending {[p.request_id for p in pending]}, "
-            f"scheduled {scheduled}, then {resident}/1 resident"
-            + (
-                ""
-                if peak <= 1
-                else " (over the cap)"
-                if peak == resident
-                else f" ({peak}/1 during it: over the cap)"
-            )
+            f"scheduled {scheduled}, then {resident}/1 resident{over}"
         )
         if peak > 1 and over_cap is None:
             over_cap = log[-1]
@@ -245,20 +237,16 @@ def _iterate(fn, max_steps: int = 12) -> tuple:
 
 
 def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
-    """Drive ``fn`` as the scheduler would, one call per iteration: 'waiter' arrived first but
-    could not start; 'runner' started and holds the only resident slot (cap 1), with two chunks
-    to go; a scheduled chunk completes in its iteration, and a finished request frees its slot.
-    Returns (steps to finish everything or None if it stalls, one log line per iteration; a line
-    says when more than the cap were resident during its iteration)."""
+    """Drive ``fn`` one call per iteration: 'waiter' arrived first but could not start; 'runner'
+    holds the only resident slot (cap 1), two chunks to go; a scheduled chunk completes in its
+    iteration, and a finished request frees its slot. Returns (steps to finish, or None if it
+    stalls; one log line per iteration)."""
     steps, log, _ = _iterate(fn, max_steps)
     return steps, log
 
 
-def _scan_overrun(
-    got: list[str], expected: list[str], resident: int, cap, budget: int
-) -> Hint | None:
-    """What a scan did wrong when it scheduled what the budget or a full cap forbids (a question,
-    then the fix), or None."""
+def _scan_overrun(got, expected, resident, cap, budget) -> Hint | None:
+    """A scan that scheduled what the batch budget or a full cap forbids: a question, then the fix."""
     if len(got) > budget:
         over = f"{len(got)} scheduled: more than max_num_requests={budget}, the batch budget"
         return Hint(over, over)
@@ -286,47 +274,23 @@ def _unexplained(got: list[str], expected: list[str]) -> str:
         for r in expected
         if r not in got
     ]
-    why += [f"{r!r} had no slot free" for r in got if r not in expected]
-    return "; ".join(why)
+    return "; ".join(why + [f"{r!r} had no slot free" for r in got if r not in expected])
 
 
-def _case_answers(fn) -> list:
-    """(case, what fn returned (a tuple as a list), the words for its raise or NOT_YET) per
-    SCAN_CASES case."""
-    answers = []
-    for case in SCAN_CASES:
-        _, spec, resident, cap, budget, _ = case
-        got, error = call_learner(fn, _ctx(spec), resident, cap, budget)
-        answers.append((case, list(got) if isinstance(got, tuple) else got, error))
-    return answers
-
-
-def _slip(answers: list):
-    """The one slip of SLIPS that gives fn's answer on every case it answered, if there is one."""
-    answered = [(case, got) for case, got, error in answers if error is None]
-    for slip in SLIPS:
-        keyword, value, _ = slip
-        if answered and all(
-            got == _scan(_ctx(case[1]), *case[2:5], **{keyword: value}) for case, got in answered
-        ):
-            return slip
-    return None
+def _slipped(slip, spec, resident, cap, budget) -> list[str]:
+    keyword, value, _ = slip
+    return _scan(_ctx(spec), resident, cap, budget, **{keyword: value})
 
 
 def _scan_feedback(case, got: list[str], slip):
-    """A wrong case's feedback: what the returned ids show (an overrun of a limit, the slip that
-    gives them, or the requests it got wrong), as a str or a Hint."""
+    """A wrong case's feedback: a limit overrun, the slip that gives the same ids, or the
+    requests it got wrong."""
     label, spec, resident, cap, budget, expected = case
     where = f"pending [{spec}], {resident} resident, cap {cap}, max {budget} requests"
     wrong = f"{label} ({where}): scheduled {got}, expected {expected}"
     candidates = ([slip] if slip else []) + SLIPS
     explain = next(
-        (
-            describe
-            for keyword, value, describe in candidates
-            if got == _scan(_ctx(spec), resident, cap, budget, **{keyword: value})
-        ),
-        None,
+        (s[2] for s in candidates if got == _slipped(s, spec, resident, cap, budget)), None
     )
     overrun = _scan_overrun(got, expected, resident, cap, budget)
     # an off-by-one cap lets one too many in everywhere: its comparison is the question, not the cap
@@ -338,80 +302,64 @@ def _scan_feedback(case, got: list[str], slip):
     return Hint(f"{wrong} - {hint.hint}", f"{wrong} - {hint.reveal}")
 
 
+def _iterations_feedback(fn, slip):
+    """(the feedback, None), or (None, the pass line) if fn finishes everything within the cap."""
+    ran, failure = call_learner(_iterate, fn, where="over several iterations: ")
+    return (failure, None) if failure else (_iterations_failure(*ran, slip), ran[0])
+
+
+def _iterations_failure(steps, log, over_cap, slip):
+    wrong = f"over several iterations: {over_cap}"
+    if over_cap is not None and slip is not None and slip[2] is _past_cap:
+        return Hint(
+            f"{wrong} - which comparison lets a first chunk in when num_resident equals max_resident?",
+            f"{wrong} - hold a first chunk back when num_resident >= max_resident (not >)",
+        )
+    if over_cap is not None:
+        return Hint(
+            f"{wrong} - does your loop still hold a first chunk back when every slot is taken?",
+            f"{wrong} - a fix must keep the cap: a first chunk starts only while "
+            "num_resident < max_resident, and each one started counts",
+        )
+    if steps is None:
+        return (
+            "over several iterations: the scheduler stalls - 'runner' holds the only slot "
+            "and never gets its next chunk, so it never frees the slot 'waiter' waits for: "
+            + " | ".join(log[:3])
+            + " | ..."
+        )
+    return None
+
+
 def check_resident_scan(
     fn: Callable[..., list[str]], *, strict: bool = False, reveal: bool | None = None
 ) -> CheckResult:
     """Exercise 4: ``fn(pending_ctx, num_resident, max_resident, max_num_requests)`` returns the
-    ids scheduled, on SCAN_CASES and over several iterations (run_resident_iterations). A wrong
-    case's feedback says what its returned ids show: a question first; the fix only from the
-    same failure after the learner's change on (:func:`~kvlab.workshop.feedback.finish`)."""
+    ids scheduled, on SCAN_CASES and over several iterations (run_resident_iterations); a wrong
+    case's feedback is read off the ids it returned."""
     check_flags(strict, reveal)
-    failures, passes = [], []
-    answers = _case_answers(fn)
-    slip = _slip(answers)
-    for case, got, error in answers:
-        label, expected = case[0], case[5]
-        if error is NOT_YET:
-            failures.append(NOT_YET)
-        elif error:
-            failures.append(f"{label}: {error}")
+    failures, passes, answers = [], [], []
+    for case in SCAN_CASES:
+        label, spec, resident, cap, budget, _ = case
+        got, failure = call_learner(fn, _ctx(spec), resident, cap, budget, where=f"{label}: ")
+        answers.append((case, list(got) if isinstance(got, tuple) else got, failure))
+    answered = [(case, got) for case, got, failure in answers if failure is None]
+    slip = next(
+        (s for s in SLIPS if answered and all(got == _slipped(s, *c[1:5]) for c, got in answered)),
+        None,
+    )
+    for case, got, failure in answers:
+        if failure:
+            failures.append(failure)
         elif not isinstance(got, list):
-            failures.append(f"{label}: returned {got!r}; return the list of the ids scheduled")
-        elif got != expected:
+            failures.append(f"{case[0]}: returned {got!r}; return the list of the ids scheduled")
+        elif got != case[5]:
             failures.append(_scan_feedback(case, got, slip))
         else:
-            passes.append(f"{label}: {expected}")
-    try:
-        steps, log, over_cap = _iterate(fn)
-    except NotImplementedError:
-        failures.append(NOT_YET)
-    except Exception as exc:
-        failures.append(f"over several iterations: raised {type(exc).__name__}: {exc}")
+            passes.append(f"{case[0]}: {case[5]}")
+    failure, steps = _iterations_feedback(fn, slip)
+    if failure:
+        failures.append(failure)
     else:
-        if over_cap is not None and slip is not None and slip[2] is _past_cap:
-            wrong = f"over several iterations: {over_cap}"
-            failures.append(
-                Hint(
-                    f"{wrong} - which comparison lets a first chunk in when num_resident "
-                    "equals max_resident?",
-                    f"{wrong} - hold a first chunk back when num_resident >= max_resident (not >)",
-                )
-            )
-        elif over_cap is not None:
-            wrong = f"over several iterations: {over_cap}"
-            failures.append(
-                Hint(
-                    f"{wrong} - does your loop still hold a first chunk back when every "
-                    "slot is taken?",
-                    f"{wrong} - a fix must keep the cap: a first chunk starts only while "
-                    "num_resident < max_resident, and each one started counts",
-                )
-            )
-        elif steps is None:
-            failures.append(
-                "over several iterations: the scheduler stalls - 'runner' holds the only slot "
-                "and never gets its next chunk, so it never frees the slot 'waiter' waits for: "
-                + " | ".join(log[:3])
-                + " | ..."
-            )
-        else:
-            passes.append(f"over several iterations: everything finishes in {steps} iterations")
-    return finish(
-        "check_resident_scan",
-        failures,
-        passes,
-        strict,
-        answer=fn,
-        reveal=reveal,
-        learner=learner_name(fn),
-    )
-
-
-__all__ = [
-    "PendingContext",
-    "SCAN_CASES",
-    "SLIPS",
-    "check_resident_scan",
-    "run_resident_iterations",
-    "schedule_pending_contexts_buggy",
-]
+        passes.append(f"over several iterations: everything finishes in {steps} iterations")
+    return finish("check_resident_scan", failures, passes, strict, reveal, fn, learner_name(fn))

@@ -1,9 +1,6 @@
-"""What every workshop check shares: its result (:class:`CheckResult`, shown green or red in
-Jupyter; :class:`CheckFailed` under ``strict=True``), the two levels of feedback on a failed case
-(a hint the first time a case fails with it, the worked arithmetic when the same hint is due for
-an answer changed since; this module remembers the hints shown, per check, and
-:func:`reset_hints` forgets them), and calling the learner's code so that a raise is reported,
-never a crash (``NotImplementedError``: one line, not one per case).
+"""What every workshop check shares: its result, a failed case's two levels of feedback (a hint
+first, the worked arithmetic when the same hint is due for a changed answer), and calling the
+learner's code so that a raise is reported, never a crash.
 """
 
 from __future__ import annotations
@@ -11,15 +8,24 @@ from __future__ import annotations
 import html
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import CodeType, MethodType
 
 from kvlab.core.checks import check_instance
 from kvlab.notebook.tables import keep_whole
 
 CHECK_MIME = "application/vnd.kvlab.workshop-check+json"
-#: A quoted request id ('new-a'), kept on one line in a check's HTML.
-QUOTED_ID = r"'[^'\s]+'"
+QUOTED_ID = r"'[^'\s]+'"  # a quoted request id ('new-a'), kept on one line in the HTML
+NOT_YET = object()  # a case whose learner code raised NotImplementedError
+HINTS_ONLY = (
+    "hints only so far: if a case still fails the same way after you change your answer, "
+    "the check shows its working (the arithmetic, the outcome, or the code to write); or "
+    "call it with reveal=True"
+)
+SOME_HINTS_ONLY = (
+    "the other cases show hints only so far: if one still fails the same way after you "
+    "change your answer, the check shows its working too; or call it with reveal=True"
+)
 
 
 class CheckFailed(AssertionError):
@@ -28,8 +34,8 @@ class CheckFailed(AssertionError):
 
 @dataclass
 class CheckResult:
-    """What a check found: ``passed`` and one feedback line per case (failures first).
-    ``revealed``: the failure lines show the worked arithmetic, not only hints."""
+    """What a check found: ``passed``, one feedback line per case (failures first), and whether
+    the failure lines show the worked arithmetic (``revealed``) rather than hints."""
 
     check: str
     passed: bool
@@ -58,16 +64,7 @@ class CheckResult:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {
-            "text/plain": str(self),
-            "text/html": self._repr_html_(),
-            CHECK_MIME: {
-                "check": self.check,
-                "passed": self.passed,
-                "lines": self.lines,
-                "revealed": self.revealed,
-            },
-        }
+        return {"text/plain": str(self), "text/html": self._repr_html_(), CHECK_MIME: asdict(self)}
 
     def raise_if_failed(self) -> CheckResult:
         if not self.passed:
@@ -77,45 +74,28 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Hint:
-    """A failed case's feedback at two levels: ``hint`` the first time the check shows it (what
-    is wrong, without the answer), ``reveal`` when the same hint is due again for an answer the
-    learner has changed since (the worked arithmetic): a learner who fixes one slip and makes
-    another gets the new slip's hint first, and running the check again unchanged reveals nothing."""
+    """A failed case's feedback: ``hint`` (what is wrong, not the answer), then ``reveal`` (the
+    worked arithmetic) once the same hint is due for an answer changed since. ``part``: the part
+    of the answer this case reads, where it is not the whole answer (only a change of it counts)."""
 
     hint: str
     reveal: str
-    #: the part of the learner's answer this case reads, where it is not the whole answer the
-    #: check was given (ex1's seed lengths, beside its function): only a change of it counts
     part: object = field(default=None, compare=False, hash=False)
 
 
-#: per check, the hints it has shown in this kernel session and, per hint, the answers (their
-#: :func:`answer_key`) it was shown for: the same hint for another answer reveals
+#: per check, the hints shown in this kernel session and, per hint, the answer keys shown for
 _HINTS_SHOWN: dict[str, dict[str, set[tuple]]] = {}
 
 
 def _code_key(code: CodeType) -> tuple:
-    return (
-        code.co_code,
-        code.co_names,
-        code.co_varnames,
-        tuple(_code_key(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts),
-    )
-
-
-def _source(function) -> str:
-    """A function's source text where Python has it (a notebook cell's too), else "": an edit
-    of a comment changes the answer as much as an edit of the code."""
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        return ""
+    consts = tuple(_code_key(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts)
+    return (code.co_code, code.co_names, code.co_varnames, consts)
 
 
 def answer_key(answer, depth: int = 0) -> tuple:
-    """What the learner's answer is made of, to tell an edit from running the check again: a
-    function's code, defaults and closure; a bound method's function and object; a dict's or
-    a sequence's items; an object's class methods and attributes; else its repr."""
+    """What the learner's answer is made of, to tell an edit (a comment's too) from running the
+    check again: a function's code, source, defaults and closure; a container's items; an
+    object's class methods and attributes."""
     if depth > 4:
         return (type(answer).__qualname__,)
     if isinstance(answer, (str, bytes, int, float, bool, type(None))):
@@ -130,16 +110,14 @@ def answer_key(answer, depth: int = 0) -> tuple:
                 cells.append(answer_key(cell.cell_contents, depth + 1))
             except ValueError:  # an empty cell
                 cells.append(())
-        return (
-            _code_key(code),
-            _source(answer),
-            repr(getattr(answer, "__defaults__", None)),
-            tuple(cells),
-        )
+        try:
+            source = inspect.getsource(answer)
+        except (OSError, TypeError):
+            source = ""
+        return (_code_key(code), source, repr(getattr(answer, "__defaults__", None)), tuple(cells))
     if isinstance(answer, dict):  # at most 64 items each: a key, not a copy
-        return (len(answer),) + tuple(
-            (repr(k), answer_key(v, depth + 1)) for k, v in list(answer.items())[:64]
-        )
+        items = list(answer.items())[:64]
+        return (len(answer),) + tuple((repr(k), answer_key(v, depth + 1)) for k, v in items)
     if isinstance(answer, (list, tuple)):
         return (len(answer),) + tuple(answer_key(v, depth + 1) for v in answer[:64])
     methods = tuple(
@@ -148,30 +126,8 @@ def answer_key(answer, depth: int = 0) -> tuple:
         for name, f in vars(cls).items()
         if isinstance(getattr(f, "__code__", None), CodeType)
     )
-    state = tuple(
-        (name, answer_key(v, depth + 1))
-        for name, v in sorted(getattr(answer, "__dict__", {}).items())
-    )
-    return (methods, state)
-
-
-class _NotYet:
-    """The marker of a case whose learner code raised NotImplementedError."""
-
-    def __repr__(self) -> str:
-        return "NOT_YET"
-
-
-NOT_YET = _NotYet()
-HINTS_ONLY = (
-    "hints only so far: if a case still fails the same way after you change your answer, "
-    "the check shows its working (the arithmetic, the outcome, or the code to write); or "
-    "call it with reveal=True"
-)
-SOME_HINTS_ONLY = (
-    "the other cases show hints only so far: if one still fails the same way after you "
-    "change your answer, the check shows its working too; or call it with reveal=True"
-)
+    attrs = sorted(getattr(answer, "__dict__", {}).items())
+    return (methods, tuple((name, answer_key(v, depth + 1)) for name, v in attrs))
 
 
 def reset_hints(check: str | None = None) -> None:
@@ -182,42 +138,22 @@ def reset_hints(check: str | None = None) -> None:
         _HINTS_SHOWN.pop(check, None)
 
 
-def _not_yet_line(learner: str) -> str:
-    return (
-        f"`{learner}` is not implemented yet (it raised NotImplementedError): replace its "
-        "`raise NotImplementedError` with your code, run that cell, then run this check again"
-    )
-
-
 def learner_name(fn) -> str:
     name = getattr(fn, "__name__", None)
     return name if name and "<" not in name else "your function"
 
 
 def check_flags(strict, reveal) -> None:
-    """TypeError naming ``strict`` (a bool) or ``reveal`` (a bool, or None: hint first) when it
-    is another type: each check calls this first, before it runs the learner's code."""
+    """The door of every check: ``strict`` a bool, ``reveal`` a bool or None (hint first)."""
     check_instance("strict", strict, bool)
     check_instance("reveal", reveal, (bool, type(None)))
 
 
-def finish(
-    check: str,
-    failures: list,
-    passes: list[str],
-    strict: bool,
-    *,
-    answer,
-    reveal: bool | None = None,
-    learner: str = "your function",
-    cases: int | None = None,
-) -> CheckResult:
-    """The result of a check. ``failures``: a line per failed case, a str (the same at both
-    levels), a :class:`Hint`, or ``NOT_YET`` (the learner's code raised NotImplementedError:
-    all of those become one line). ``answer``: what the learner gave the check (their function,
-    dict or object), to tell an edit from a run of the unchanged answer. ``cases``: how many
-    cases were checked, where one failure line stands for several."""
-    not_yet = [f for f in failures if f is NOT_YET]
+def finish(check, failures, passes, strict, reveal, answer, learner=None, cases=None):
+    """The result of a check. ``failures``: a str, a :class:`Hint` or NOT_YET (all of those one
+    line) per failed case; ``answer``: what the learner gave, to tell an edit from a rerun;
+    ``cases``: how many were checked, where one failure line stands for several."""
+    not_yet = NOT_YET in failures
     others = [f for f in failures if f is not NOT_YET]
     hints = [f for f in others if isinstance(f, Hint)]
     shown = _HINTS_SHOWN.setdefault(check, {})
@@ -227,13 +163,19 @@ def finish(
         for f in hints
         if (bool(shown.get(f.hint, set()) - {keys[f]}) if reveal is None else reveal)
     }
-    lines = [_not_yet_line(learner)] if not_yet else []
+    lines = []
+    if not_yet:
+        lines.append(
+            f"`{learner or learner_name(answer)}` is not implemented yet (it raised "
+            "NotImplementedError): replace its `raise NotImplementedError` with your code, run "
+            "that cell, then run this check again"
+        )
     lines += [(f.reveal if f in revealed else f.hint) if isinstance(f, Hint) else f for f in others]
     if failures and (passes or not not_yet):
         total = cases or len(passes) + len(failures)
         lines.append(f"({len(passes)} of {total} {'case passes' if total == 1 else 'cases pass'})")
     if len(revealed) < len(hints):
-        lines.append(HINTS_ONLY if not revealed else SOME_HINTS_ONLY)
+        lines.append(SOME_HINTS_ONLY if revealed else HINTS_ONLY)
     for f in hints:
         shown.setdefault(f.hint, set()).add(keys[f])
     if not failures:
@@ -243,27 +185,12 @@ def finish(
     return result.raise_if_failed() if strict else result
 
 
-def call_learner(fn: Callable, *args):
-    """(value, None), (None, NOT_YET) if the learner's code raised NotImplementedError, or
-    (None, words for the exception it raised)."""
+def call_learner(fn: Callable, *args, where: str = ""):
+    """(value, None), or (None, the failure): NOT_YET if the learner's code raised
+    NotImplementedError, else ``where`` and the words for the exception it raised."""
     try:
         return fn(*args), None
     except NotImplementedError:
         return None, NOT_YET
     except Exception as exc:  # the learner's code: report it, never crash the notebook
-        return None, f"raised {type(exc).__name__}: {exc}"
-
-
-__all__ = [
-    "CHECK_MIME",
-    "CheckFailed",
-    "CheckResult",
-    "HINTS_ONLY",
-    "Hint",
-    "NOT_YET",
-    "call_learner",
-    "check_flags",
-    "finish",
-    "learner_name",
-    "reset_hints",
-]
+        return None, f"{where}raised {type(exc).__name__}: {exc}"
