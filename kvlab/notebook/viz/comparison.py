@@ -17,12 +17,15 @@ from kvlab.notebook.viz.style import (
     OUTCOME_LABELS,
     as_figure,
     base_layout,
+    discrete_colorscale,
+    heading,
+    hover,
+    legend_entry,
     outcome_color,
+    panel_domains,
     run_outcome,
     titled,
 )
-
-# --- the phase diagram: pool size x context length, one subplot per regime ----------------------
 
 
 def phase_diagram_spec(
@@ -36,37 +39,36 @@ def phase_diagram_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """``kvlab.analysis.phase.phase_diagram`` as one heatmap per regime, side by side: x the pool (MiB,
-    log2 ticks), y the context length (log2 ticks), each cell in its verdict's colour
-    (:data:`OUTCOME_COLORS`; codes index :data:`ENGINE_OUTCOMES`). ``mark = (pool_blocks,
-    context)`` puts a star on one point (the seed's) in every subplot. Traces: per regime a
-    heatmap and a marker trace, then one legend entry per verdict."""
-    pools = [int(p) for p in pool_blocks]
-    contexts = [int(c) for c in context_lens]
+    """``kvlab.analysis.phase.phase_diagram`` as a heatmap per regime, side by side (pool MiB
+    by context, log2 ticks; codes index :data:`ENGINE_OUTCOMES`), ``mark = (pool_blocks,
+    context)`` starred. Traces: per regime a heatmap and a marker, then a legend entry per
+    verdict."""
+    pools, contexts = [int(p) for p in pool_blocks], [int(c) for c in context_lens]
     regimes = list(diagram)
-    n = max(len(regimes), 1)
-    gap = 0.04
-    width = (1 - gap * (n - 1)) / n
-    xs = [math.log2(p * bytes_per_block / MIB) for p in pools]
-    ys = [math.log2(c) for c in contexts]
+    mib = [p * bytes_per_block / MIB for p in pools]
+    xs, ys = [math.log2(m) for m in mib], [math.log2(c) for c in contexts]
     colors = [OUTCOME_COLORS[v] for v in ENGINE_OUTCOMES]
-    colorscale = []
-    for i, color in enumerate(colors):
-        colorscale += [[i / len(colors), color], [(i + 1) / len(colors), color]]
+    star = (
+        ([math.log2(mark[0] * bytes_per_block / MIB)], [math.log2(mark[1])]) if mark else ([], [])
+    )
+    xt = list(range(math.ceil(min(xs, default=0)), math.floor(max(xs, default=0)) + 1))
+    xt = xt[::2] if len(xt) > 8 else xt
+    yt = list(range(math.ceil(min(ys, default=0)), math.floor(max(ys, default=0)) + 1))
     data, axes, annotations = [], {}, []
+    domains = panel_domains([1] * max(len(regimes), 1), 0.04)
     for k, regime in enumerate(regimes):
         grid = [[int(v) for v in row] for row in diagram[regime]]  # (pools, contexts)
         z = [[grid[i][j] for i in range(len(pools))] for j in range(len(contexts))]
         text = [
             [
-                f"pool {readout_mib(pools[i] * bytes_per_block / MIB)} MiB ({pools[i]:,} pages = "
-                f"{pools[i] * tokens_per_block:,} tokens)<br>context {contexts[j]:,}<br>"
-                f"{regime}: {OUTCOME_LABELS[ENGINE_OUTCOMES[z[j][i]]]}"
-                for i in range(len(pools))
+                f"pool {readout_mib(mib[i])} MiB ({p:,} pages = {p * tokens_per_block:,} tokens)"
+                f"<br>context {c:,}<br>{regime}: {OUTCOME_LABELS[ENGINE_OUTCOMES[z[j][i]]]}"
+                for i, p in enumerate(pools)
             ]
-            for j in range(len(contexts))
+            for j, c in enumerate(contexts)
         ]
         suffix = "" if k == 0 else str(k + 1)
+        on = dict(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
         data.append(
             dict(
                 type="heatmap",
@@ -74,46 +76,36 @@ def phase_diagram_spec(
                 y=ys,
                 z=z,
                 text=text,
-                colorscale=colorscale,
+                colorscale=discrete_colorscale(colors),
                 zmin=-0.5,
                 zmax=len(colors) - 0.5,
                 showscale=False,
                 name=regime,
                 hovertemplate="%{text}<extra></extra>",
-                xaxis=f"x{suffix}",
-                yaxis=f"y{suffix}",
+                **on,
             )
-        )
-        mx, my = (
-            ([math.log2(mark[0] * bytes_per_block / MIB)], [math.log2(mark[1])])
-            if mark
-            else ([], [])
         )
         data.append(
             dict(
                 type="scatter",
-                x=mx,
-                y=my,
+                x=star[0],
+                y=star[1],
                 mode="markers",
                 name="the seed's point",
                 showlegend=k == 0 and bool(mark),
-                xaxis=f"x{suffix}",
-                yaxis=f"y{suffix}",
                 marker=dict(
                     symbol="star", size=14, color="white", line=dict(color="black", width=1.5)
                 ),
                 hovertemplate="the seed's point<extra></extra>",
+                **on,
             )
         )
-        lo = k * (width + gap)
-        xt = list(range(math.ceil(min(xs, default=0)), math.floor(max(xs, default=0)) + 1))
-        yt = list(range(math.ceil(min(ys, default=0)), math.floor(max(ys, default=0)) + 1))
         axes[f"xaxis{suffix}"] = dict(
             AXIS_STYLE,
-            domain=[lo, lo + width],
+            domain=domains[k],
             anchor=f"y{suffix}",
-            tickvals=xt[::2] if len(xt) > 8 else xt,
-            ticktext=[f"{2**t:,}" for t in (xt[::2] if len(xt) > 8 else xt)],
+            tickvals=xt,
+            ticktext=[f"{2**t:,}" for t in xt],
             title=dict(text="KV pool (MiB)"),
             showgrid=False,
         )
@@ -124,44 +116,23 @@ def phase_diagram_spec(
             ticktext=[f"{2**t:,}" for t in yt],
             showgrid=False,
             showticklabels=k == 0,
-            **({"title": dict(text="context length (tokens)")} if k == 0 else {}),
         )
-        counts = {v: sum(row.count(i) for row in grid) for i, v in enumerate(ENGINE_OUTCOMES)}
-        annotations.append(
-            dict(
-                text=f"<b>{regime}</b><br><sup>"
-                + ", ".join(f"{c:,} {v}" for v, c in counts.items() if c)
-                + "</sup>",
-                x=lo + width / 2,
-                xref="paper",
-                y=1.0,
-                yref="paper",
-                yanchor="bottom",
-                showarrow=False,
-                font=dict(size=12),
-            )
-        )
-    for verdict, color in zip(ENGINE_OUTCOMES, colors):
-        data.append(
-            dict(
-                type="scatter",
-                x=[None],
-                y=[None],
-                mode="markers",
-                name=OUTCOME_LABELS[verdict],
-                marker=dict(symbol="square", size=12, color=color),
-                hoverinfo="skip",
-            )
-        )
-    if title is None:
-        title = "Phase diagram: one request alone, every pool size and context length"
-    if subtitle is None:
-        subtitle = f"{len(pools)} pools x {len(contexts)} contexts per regime (closed-form verdicts, kvlab.analysis.phase)"
+        if k == 0:
+            axes["yaxis"]["title"] = dict(text="context length (tokens)")
+        counts = [sum(row.count(i) for row in grid) for i in range(len(ENGINE_OUTCOMES))]
+        tally = ", ".join(f"{c:,} {v}" for v, c in zip(ENGINE_OUTCOMES, counts) if c)
+        annotations.append(heading(f"<b>{regime}</b><br><sup>{tally}</sup>", sum(domains[k]) / 2))
+    data += [legend_entry(OUTCOME_LABELS[v], color) for v, color in zip(ENGINE_OUTCOMES, colors)]
     layout = base_layout(
-        title,
-        subtitle,
+        titled(title, "Phase diagram: one request alone, every pool size and context length"),
+        titled(
+            subtitle,
+            f"{len(pools)} pools x {len(contexts)} contexts per regime (closed-form verdicts, "
+            "kvlab.analysis.phase)",
+            "subtitle",
+        ),
         height=470,
-        width=max(FIGURE_WIDTH, 330 * n),
+        width=max(FIGURE_WIDTH, 330 * max(len(regimes), 1)),
         annotations=annotations,
         legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
         margin=dict(l=70, r=30, t=110, b=60),
@@ -170,20 +141,13 @@ def phase_diagram_spec(
     return {"data": data, "layout": layout}
 
 
-phase_diagram_figure = as_figure(phase_diagram_spec)
-
-
-# --- policies side by side: goodput, waiting time, preemptions ---------------------------------
-
-#: The panels of :func:`policy_bars_spec`: (column of kvlab.analysis.compare.outcome_rows, axis title).
+#: The panels of :func:`policy_bars_spec`: (column of ``outcome_rows``, axis title).
 POLICY_METRICS = (
     ("goodput_tokens_per_step", "goodput (tokens / step)"),
     ("mean_wait_steps", "mean wait (steps)"),
     ("preemptions", "preemptions"),
 )
-
-
-#: The columns of :data:`POLICY_METRICS` that average over requests (not every request counts).
+#: The columns that average over the requests that started: their ticks name the unfinished.
 MEAN_METRICS = ("mean_wait_steps",)
 
 
@@ -194,30 +158,23 @@ def policy_bars_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """One bar per policy in each of the ``metrics`` panels (side by side), coloured by the
-    engine's outcome and labelled with it. ``rows`` are ``kvlab.analysis.compare.outcome_rows`` dicts.
-    A mean over requests (:data:`MEAN_METRICS`) covers only the requests it applies to: under
-    its bars the policies' names carry the runs' unfinished requests, so a crash that left most
-    of them unserved does not read as the shortest wait. Traces: one bar trace per metric, then one legend entry per
-    outcome (always)."""
+    """A bar per policy in each of the ``metrics`` panels, coloured and labelled by the
+    engine's outcome; ``rows``: ``kvlab.analysis.compare.outcome_rows`` dicts. Traces: a bar
+    trace per metric, then a legend entry per outcome."""
     policies = [r["policy"] for r in rows]
     outcomes = [r["outcome"] for r in rows]
-    n = len(metrics)
-    gap = 0.08
-    width = (1 - gap * (n - 1)) / n
     data, axes, annotations = [], {}, []
+    domains = panel_domains([1] * len(metrics), 0.08)
     for k, (column, label) in enumerate(metrics):
         suffix = "" if k == 0 else str(k + 1)
         values = [r.get(column) for r in rows]
-        values = [
-            None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values
-        ]
+        values = [None if isinstance(v, float) and math.isnan(v) else v for v in values]
         text = [
             f"{v:.3g}" if isinstance(v, float) else ("" if v is None else str(v)) for v in values
         ]
-        hover = [
-            f"{p}: {label} {t or 'n/a'}<br>outcome: {OUTCOME_LABELS.get(o, o)}<br>"
-            f"finished {r.get('finished')}, rejected {r.get('rejected')}, unfinished {r.get('unfinished')}"
+        hovers = [
+            f"{p}: {label} {t or 'n/a'}<br>outcome: {OUTCOME_LABELS.get(o, o)}<br>finished "
+            f"{r.get('finished')}, rejected {r.get('rejected')}, unfinished {r.get('unfinished')}"
             for p, o, t, r in zip(policies, outcomes, text, rows)
         ]
         data.append(
@@ -231,18 +188,17 @@ def policy_bars_spec(
                 cliponaxis=False,
                 constraintext="none",  # full size, not shrunk to the bar
                 marker=dict(color=[outcome_color(o) for o in outcomes]),
-                hovertext=hover,
-                hovertemplate="%{hovertext}<extra></extra>",
+                **hover(hovers),
                 showlegend=False,
                 xaxis=f"x{suffix}",
                 yaxis=f"y{suffix}",
             )
         )
-        lo = k * (width + gap)
+        # upright names: none runs into its neighbour
         axes[f"xaxis{suffix}"] = dict(
-            AXIS_STYLE, domain=[lo, lo + width], anchor=f"y{suffix}", tickangle=-90
-        )  # upright: no name runs into its neighbour
-        if column in MEAN_METRICS:  # under the bar, upright like its name: the requests left out
+            AXIS_STYLE, domain=domains[k], anchor=f"y{suffix}", tickangle=-90
+        )
+        if column in MEAN_METRICS:
             axes[f"xaxis{suffix}"].update(
                 tickvals=policies,
                 ticktext=[
@@ -255,55 +211,31 @@ def policy_bars_spec(
             AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero", range=[0, (top or 1) * 1.2]
         )
         # the unit on a line of its own: a panel's title stays within its panel
+        name, _, unit = label.partition(" (")
         annotations.append(
-            dict(
-                text="<b>"
-                + label.replace(" (", "</b><br>(", 1)
-                + ("" if " (" in label else "</b>"),
-                x=lo + width / 2,
-                xref="paper",
-                y=1.0,
-                yref="paper",
-                yanchor="bottom",
-                showarrow=False,
-                font=dict(size=12),
-            )
+            heading(f"<b>{name}</b>" + (f"<br>({unit}" if unit else ""), sum(domains[k]) / 2)
         )
-    for outcome in ("crash", "stall", "reject", "ok"):
-        data.append(
-            dict(
-                type="scatter",
-                x=[None],
-                y=[None],
-                mode="markers",
-                name=OUTCOME_LABELS[outcome],
-                marker=dict(symbol="square", size=12, color=OUTCOME_COLORS[outcome]),
-                hoverinfo="skip",
-                showlegend=outcome in outcomes,
-            )
-        )
-    if title is None:
-        title = "Policies on one workload: goodput, waiting time, preemptions"
-    if subtitle is None:
-        subtitle = (
-            "coloured by the engine's outcome; goodput = finished requests' tokens per "
-            "pass; mean wait: arrival to first pass, over the requests that started"
-        )
-    # the legend above the panels: the upright policy names take the space below them
+    data += [
+        legend_entry(OUTCOME_LABELS[o], OUTCOME_COLORS[o], show=o in outcomes)
+        for o in ("crash", "stall", "reject", "ok")
+    ]
     layout = base_layout(
-        title,
-        subtitle,
+        titled(title, "Policies on one workload: goodput, waiting time, preemptions"),
+        titled(
+            subtitle,
+            "coloured by the engine's outcome; goodput = finished requests' tokens per pass; "
+            "mean wait: arrival to first pass, over the requests that started",
+            "subtitle",
+        ),
         height=560,
         annotations=annotations,
         barmode="group",
-        legend=dict(orientation="h", yanchor="bottom", y=1.2, x=0),
+        legend=dict(orientation="h", yanchor="bottom", y=1.2, x=0),  # above: names take below
         margin=dict(l=60, r=30, t=170, b=150),
         **axes,
     )
     return {"data": data, "layout": layout}
 
-
-policy_bars_figure = as_figure(policy_bars_spec)
 
 #: Dash styles that tell apart policies sharing an outcome colour.
 POLICY_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
@@ -317,11 +249,10 @@ def served_over_time_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """Requests arrived (grey) and finished, per policy, against the clock of a replayed trace
-    (steps times ``seconds_per_iteration``, in minutes); each policy's line in its outcome's
-    colour and ends where its engine did (an X where a crash or a stall stopped it). ``runs``:
-    policy -> SimulationResult of one workload. Traces: arrivals, then one line per policy (policies
-    whose lines coincide share one legend entry)."""
+    """Requests arrived and finished per policy (``runs``: policy -> SimulationResult of one
+    workload) against a replayed trace's clock in minutes, each line in its outcome's colour,
+    an X where the engine stopped. Traces: arrivals, then a line per policy (coinciding lines
+    share a legend entry)."""
     first = next(iter(runs.values()))
     arrivals = sorted(r.arrival_step for r in first.requests.values())
     scale = seconds_per_iteration / 60.0
@@ -338,65 +269,56 @@ def served_over_time_spec(
             hovertemplate="minute %{x:.1f}: %{y} arrived<extra></extra>",
         )
     ]
+    annotations = []
     for k, (policy, run) in enumerate(runs.items()):
         outcome = run_outcome(run)
+        said, color = OUTCOME_LABELS.get(outcome, outcome), outcome_color(outcome)
         steps = run.trace.steps
-        stride = max(1, len(steps) // max_points)
-        kept = list(steps[::stride]) + list(steps[-1:])
-        stopped = run.error is not None  # an X where the engine stopped
+        kept = list(steps[:: max(1, len(steps) // max_points)]) + list(steps[-1:])
         data.append(
             dict(
                 type="scatter",
                 mode="lines+markers",
-                name=f"{policy}: {OUTCOME_LABELS.get(outcome, outcome)}",
-                line=dict(
-                    color=outcome_color(outcome),
-                    width=2.5,
-                    dash=POLICY_DASHES[k % len(POLICY_DASHES)],
-                ),
+                name=f"{policy}: {said}",
+                line=dict(color=color, width=2.5, dash=POLICY_DASHES[k % len(POLICY_DASHES)]),
                 marker=dict(
                     symbol="x",
-                    size=[0] * (len(kept) - 1) + [14 if stopped else 0],
-                    color=outcome_color(outcome),
+                    size=[0] * (len(kept) - 1) + [14 if run.error is not None else 0],
+                    color=color,
                 ),
                 x=[s.step * scale for s in kept],
                 y=[s.finished_total for s in kept],
                 hovertemplate=f"{policy}: minute %{{x:.1f}}, %{{y}} finished<extra></extra>",
             )
         )
-    # an engine that stopped a moment into an hour is a speck at the origin: say where, in words
-    stops = [(policy, run) for policy, run in runs.items() if run.error is not None]
-    annotations = [
-        dict(
-            x=run.end_step * scale,
-            y=run.trace.steps[-1].finished_total if run.trace.steps else 0,
-            xref="x",
-            yref="y",
-            showarrow=True,
-            arrowhead=2,
-            ax=50,
-            ay=-150 + 30 * i,
-            bgcolor="rgba(255,255,255,0.9)",
-            text=f"{policy}: {OUTCOME_LABELS.get(run_outcome(run), run_outcome(run))} "
-            f"at minute {run.end_step * scale:.1f}",
-            font=dict(size=12, color=outcome_color(run_outcome(run))),
-            xanchor="left",
-        )
-        for i, (policy, run) in enumerate(stops)
-    ]
-    # policies whose runs draw the same curve share one legend entry that names them all
-    curves = {}
-    for policy, line in zip(runs, data[1:]):
-        curves.setdefault(
-            (line["name"].split(": ", 1)[1], tuple(line["x"]), tuple(line["y"])), []
-        ).append((policy, line))
-    for (label, _, _), same in curves.items():
-        if len(same) > 1:
-            same[0][1]["name"] = (
-                f"{', '.join(p for p, _ in same)}: {label} (one curve, the runs coincide)"
+        if run.error is not None:  # a stop a moment into an hour is a speck: say where, in words
+            annotations.append(
+                dict(
+                    x=run.end_step * scale,
+                    y=steps[-1].finished_total if steps else 0,
+                    xref="x",
+                    yref="y",
+                    showarrow=True,
+                    arrowhead=2,
+                    ax=50,
+                    ay=-150 + 30 * len(annotations),
+                    bgcolor="rgba(255,255,255,0.9)",
+                    text=f"{policy}: {said} at minute {run.end_step * scale:.1f}",
+                    font=dict(size=12, color=color),
+                    xanchor="left",
+                )
             )
-            for _, line in same[1:]:
-                line["showlegend"] = False
+    # policies whose runs draw the same curve share one legend entry that names them all
+    curves: dict[tuple, list] = {}
+    for policy, trace in zip(runs, data[1:]):
+        said = trace["name"].split(": ", 1)[1]
+        curves.setdefault((said, tuple(trace["x"]), tuple(trace["y"])), []).append((policy, trace))
+    for (said, _, _), same in curves.items():
+        if len(same) > 1:
+            names = ", ".join(p for p, _ in same)
+            same[0][1]["name"] = f"{names}: {said} (one curve, the runs coincide)"
+            for _, trace in same[1:]:
+                trace["showlegend"] = False
     layout = base_layout(
         titled(title, "A replayed trace: requests served over time"),
         titled(
@@ -415,4 +337,6 @@ def served_over_time_spec(
     return {"data": data, "layout": layout}
 
 
+phase_diagram_figure = as_figure(phase_diagram_spec)
+policy_bars_figure = as_figure(policy_bars_spec)
 served_over_time_figure = as_figure(served_over_time_spec)

@@ -1,9 +1,4 @@
-"""Figures shown without a widget frontend, and their text.
-
-:func:`show` displays a figure as a static bundle (plotly's JSON mime type, an HTML copy that
-loads plotly.js from its CDN, and a plain-text line), so an executed notebook holds a figure even
-when no frontend ran it (papermill) and nbconvert's HTML export shows it.
-"""
+"""Figures shown without a widget frontend (papermill, nbconvert's HTML export), and their text."""
 
 from __future__ import annotations
 
@@ -13,9 +8,8 @@ import plotly.graph_objects as go
 
 
 def static_bundle(fig: go.Figure, *, html: bool = True) -> dict:
-    """A display bundle that needs no widget frontend: plotly's JSON mime type (JupyterLab,
-    VS Code), optionally an HTML copy that loads plotly.js from its CDN (nbconvert's HTML
-    export), and one plain-text line."""
+    """A display bundle of plotly's JSON mime type, optionally an HTML copy that loads
+    plotly.js from its CDN, and a plain-text line."""
     fig = go.Figure(fig)
     bundle = {
         "application/vnd.plotly.v1+json": fig.to_plotly_json(),
@@ -39,16 +33,13 @@ def figure_title(fig: go.Figure) -> str:
 
 
 def figure_text(fig) -> str:
-    """The figure's title and subtitle as plain text (markup removed, lines joined by spaces);
-    ``fig`` is a go.Figure or a spec."""
-    text = (
-        fig["layout"]["title"]["text"] if isinstance(fig, dict) else fig.layout.title.text
-    ) or ""
-    return re.sub(r"<[^>]+>", "", text.replace("<br>", " "))
+    """The title and subtitle of a go.Figure or a spec as plain text."""
+    title = fig["layout"]["title"]["text"] if isinstance(fig, dict) else fig.layout.title.text
+    return re.sub(r"<[^>]+>", "", (title or "").replace("<br>", " "))
 
 
 def show(fig: go.Figure) -> None:
-    """Display a figure statically (see :func:`static_bundle`), in Jupyter or under papermill."""
+    """Display a figure statically (:func:`static_bundle`), in Jupyter or under papermill."""
     from IPython.display import display
 
     display(static_bundle(fig), raw=True)

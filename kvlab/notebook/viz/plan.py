@@ -14,12 +14,18 @@ from kvlab.notebook.viz.style import (
     OUTCOME_LABELS,
     POOL_COLOR,
     ROW_COLOR,
+    across,
     as_figure,
     base_layout,
+    foot_legend,
+    hover,
+    legend_entry,
+    line,
+    note,
     titled,
 )
 
-#: The plan figure's short name for each TensorRT-LLM policy (kvlab.analysis.deployment).
+#: The plan figure's short name for each TensorRT-LLM policy.
 PLAN_POLICY_NAMES = {
     "none/clamped": "current code",
     "none/configured": "one-line fix",
@@ -27,17 +33,16 @@ PLAN_POLICY_NAMES = {
     "v1": "current code (V1)",
     CLAMP_PROPOSAL: "PR #17261's clamp",
 }
-
-#: The plot's width in px where the panel draws it (640 px less the 160 + 30 px margins), the
-#: narrowest it is drawn, and an 11 px character's width (about 5.3 px measured, rounded up):
-#: what an annotation's side is chosen by.
+#: The plot's width in px where the panel draws it (the narrowest), and an 11 px character's
+#: width: what an annotation's side is chosen by.
 PLOT_PX, CHAR_PX = 450, 5.5
+#: The legend's words for a V1 plan's rejections (V1 has no admission control).
+V1_REJECT_LABEL = "rejected at the request door"
 
 
 def _beside(fraction: float, text: str, gap: int) -> dict:
-    """The side of a point ``fraction`` of the way along the x axis where ``text`` (``gap`` px
-    from it) stays inside the plot: left of it where it fits (xanchor "right"), else right of
-    it, else centred on it; as an annotation's ``ax`` and ``xanchor``."""
+    """``ax`` and ``xanchor`` that keep ``text`` inside the plot beside a point ``fraction``
+    along the x axis: left of it where it fits, else right, else centred."""
     need = gap + CHAR_PX * len(text)
     if fraction * PLOT_PX >= need:
         return dict(ax=-gap, xanchor="right")
@@ -46,67 +51,53 @@ def _beside(fraction: float, text: str, gap: int) -> dict:
     return dict(ax=0, xanchor="center")
 
 
-#: The legend's words for a V1 plan's rejections (V1 has no admission control).
-V1_REJECT_LABEL = "rejected at the request door"
-
-
 def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
-    """What a lone request of each context length meets under each policy, as horizontal bands
-    over the context axis (``plan``: a ``kvlab.analysis.deployment.DeploymentPlan``), with the
-    pool's capacity and, under V2, the page-index row's span (now, and under the fix when it
-    falls inside the axis), under V1 the clamped max_seq_len, drawn as vertical lines. A band
-    too narrow to see at this scale is marked by a tick of its colour and named, with its range
-    and width, by an arrow; two lines closer than the eye can split are labelled with the tokens
-    between them.
-    Traces: one bar per engine outcome (4), the ticks, two legend entries for the lines: always
-    7."""
+    """What a lone request of each context length meets under each policy, as bands over the
+    context axis (``plan``: a ``DeploymentPlan``), with the pool's capacity and the row's span
+    (or V1's clamped max_seq_len) as lines; a band too narrow to see gets a tick and an arrow.
+    Traces: a bar per engine outcome, the ticks, two legend entries for the lines."""
     d = check_instance("plan", plan, DeploymentPlan).deployment
-    top = d.configured_max_seq_len
-    tpb = d.tokens_per_block
+    top, tpb = d.configured_max_seq_len, d.tokens_per_block
     names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
-    # V1 has no admission control: what it rejects, the request checks reject at the door
     labels = {**OUTCOME_LABELS, **({"reject": V1_REJECT_LABEL} if plan.manager == "v1" else {})}
-    traces = []
+    traces, annotations = [], []
     ticks = dict(x=[], y=[], color=[], text=[])
-    annotations = []
     for outcome in ENGINE_OUTCOMES:
-        ys, xs, bases, hover = [], [], [], []
+        color = OUTCOME_COLORS[outcome]
+        ys, xs, bases, hovers = [], [], [], []
         for policy, segments in plan.ranges.items():
-            for s in segments:
-                if s.verdict != outcome:
-                    continue
-                ys.append(PLAN_POLICY_NAMES[policy])
-                xs.append(s.high - s.low + 1)
-                bases.append(s.low - 1)
-                hover.append(
-                    f"{PLAN_POLICY_NAMES[policy]}: {s.low:,}-{s.high:,} tokens<br>{labels[outcome]}"
+            for s in (s for s in segments if s.verdict == outcome):
+                name, middle, size = (
+                    PLAN_POLICY_NAMES[policy],
+                    (s.low + s.high) / 2,
+                    s.high - s.low + 1,
                 )
-                if s.high - s.low + 1 < top / 100:
-                    ticks["x"].append((s.low + s.high) / 2)
-                    ticks["y"].append(PLAN_POLICY_NAMES[policy])
-                    ticks["color"].append(OUTCOME_COLORS[outcome])
-                    ticks["text"].append(hover[-1])
-                    # named with an arrow: a tick on a million-token axis is easy to miss; its
-                    # words on the side where they stay inside the plot, clear of the axis labels
-                    text = (
-                        f"{labels[outcome]}: {s.low:,}-{s.high:,} ({s.high - s.low + 1:,} tokens)"
+                ys.append(name)
+                xs.append(size)
+                bases.append(s.low - 1)
+                hovers.append(f"{name}: {s.low:,}-{s.high:,} tokens<br>{labels[outcome]}")
+                if size >= top / 100:
+                    continue
+                for key, value in zip(ticks, (middle, name, color, hovers[-1])):
+                    ticks[key].append(value)
+                # a tick on a million-token axis is easy to miss: named, with an arrow
+                text = f"{labels[outcome]}: {s.low:,}-{s.high:,} ({size:,} tokens)"
+                annotations.append(
+                    dict(
+                        x=middle,
+                        y=name,
+                        xref="x",
+                        yref="y",
+                        text=text,
+                        showarrow=True,
+                        arrowhead=2,
+                        arrowcolor=color,
+                        ay=-24 - 16 * (len(annotations) % 2),
+                        **_beside(middle / top, text, 40),
+                        font=dict(size=11, color=color),
+                        bgcolor="rgba(255,255,255,0.9)",
                     )
-                    annotations.append(
-                        dict(
-                            x=(s.low + s.high) / 2,
-                            y=PLAN_POLICY_NAMES[policy],
-                            xref="x",
-                            yref="y",
-                            text=text,
-                            showarrow=True,
-                            arrowhead=2,
-                            arrowcolor=OUTCOME_COLORS[outcome],
-                            ay=-24 - 16 * (len(annotations) % 2),
-                            **_beside((s.low + s.high) / 2 / top, text, 40),
-                            font=dict(size=11, color=OUTCOME_COLORS[outcome]),
-                            bgcolor="rgba(255,255,255,0.9)",
-                        )
-                    )
+                )
         traces.append(
             dict(
                 type="bar",
@@ -115,9 +106,8 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                 y=ys,
                 base=bases,
                 name=labels[outcome],
-                marker=dict(color=OUTCOME_COLORS[outcome]),
-                hovertext=hover,
-                hovertemplate="%{hovertext}<extra></extra>",
+                marker=dict(color=color),
+                **hover(hovers),
                 showlegend=bool(xs),
             )
         )
@@ -128,14 +118,12 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
             x=ticks["x"],
             y=ticks["y"],
             marker=dict(symbol="line-ns", size=26, line=dict(width=4, color=ticks["color"])),
-            hovertext=ticks["text"],
-            hovertemplate="%{hovertext}<extra></extra>",
+            **hover(ticks["text"]),
             name="narrow range",
             showlegend=False,
         )
     )
-    # V1: the KV manager's max_seq_len (the configured one plus the overlap scheduler's token),
-    # in the plan's own words: "clamped to" only when the pool clamped it
+    # V1: the KV manager's max_seq_len, "clamped to" only when the pool clamped it
     second = (
         ("row spans now", plan.width_current * tpb)
         if plan.manager == "v2"
@@ -144,62 +132,40 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
         else ("KV manager's max_seq_len (not clamped)", plan.clamped_max_seq_len)
     )
     lines = [("pool holds", plan.capacity_tokens, POOL_COLOR, "dot"), (*second, ROW_COLOR, "dash")]
-    if (
-        plan.width_fix is not None
-        and plan.width_fix * tpb <= top
-        and plan.width_fix != plan.width_current
-    ):
-        lines.append(("row spans with the fix", plan.width_fix * tpb, ROW_COLOR, "dashdot"))
+    fix = plan.width_fix
+    if fix is not None and fix * tpb <= top and fix != plan.width_current:
+        lines.append(("row spans with the fix", fix * tpb, ROW_COLOR, "dashdot"))
     if not plan.blocks:  # no pool, no row: nothing to draw
         lines = []
     shapes = [
-        dict(
-            type="line",
-            xref="x",
-            x0=v,
-            x1=v,
-            yref="paper",
-            y0=0,
-            y1=1,
-            line=dict(color=c, dash=dash, width=2),
-        )
+        line(c, dash, xref="x", x0=v, x1=v, yref="paper", y0=0, y1=1)
         for _, v, c, dash in lines
         if v <= top
     ]
     for words, value, color, dash in lines[:2]:
-        shown = value <= top
-        traces.append(
-            dict(
-                type="scatter",
-                x=[None],
-                y=[None],
-                mode="lines",
-                name=f"{words} {value:,} tokens" + ("" if shown else " (beyond the axis)"),
-                line=dict(color=color, dash=dash, width=2),
-                hoverinfo="skip",
-            )
-        )
-    drawn = [(words, v) for words, v, _, _ in lines[:2] if v <= top]
-    if len(drawn) == 2 and abs(drawn[0][1] - drawn[1][1]) < top / 100:  # one line to the eye
-        (_, a), (_, b) = drawn
+        beyond = "" if value <= top else " (beyond the axis)"
+        traces.append(legend_entry(f"{words} {value:,} tokens{beyond}", color, dash))
+    drawn = [v for _, v, _, _ in lines[:2] if v <= top]
+    if len(drawn) == 2 and abs(drawn[0] - drawn[1]) < top / 100:  # one line to the eye
+        a, b = drawn
         other = "row" if plan.manager == "v2" else "max_seq_len"
         text = (
             f"pool and {other} both {a:,} tokens"
             if a == b
             else f"pool {plan.capacity_tokens:,} and {other} {second[1]:,}: {abs(a - b):,} tokens apart"
         )
-        side = _beside(max(a, b) / top, text, 0)
+        anchor = _beside(max(a, b) / top, text, 0)["xanchor"]
         annotations.append(
-            dict(
-                x=max(a, b),
+            note(
+                text,
+                max(a, b),
+                1.0,
+                "#444",
+                11,
                 xref="x",
-                y=1.0,
                 yref="paper",
                 yanchor="bottom",
-                xanchor=side["xanchor"],
-                showarrow=False,
-                font=dict(size=11, color="#444"),
-                text=text,
+                xanchor=anchor,
             )
         )
     now = plan.ranges.get(plan.current_policy, ())
@@ -216,18 +182,17 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
     axes = {}
     if not plan.blocks:
         subtitle = "no rank can build a KV pool: nothing starts under any policy"
-        # no axes to read: the figure says why it is empty, in the verdict's colour
-        axes = dict(visible=False)
+        axes = dict(visible=False)  # no axes to read: the figure says why it is empty
         annotations.append(
-            dict(
-                x=0.5,
-                y=0.5,
+            note(
+                "Nothing to draw: no rank can build a KV pool,<br>so no context length runs "
+                "under any policy.<br>The per-rank figure shows what takes the memory.",
+                0.5,
+                0.5,
+                OUTCOME_COLORS["crash"],
+                13,
                 xref="paper",
                 yref="paper",
-                showarrow=False,
-                font=dict(size=13, color=OUTCOME_COLORS["crash"]),
-                text="Nothing to draw: no rank can build a KV pool,<br>so no context length runs "
-                "under any policy.<br>The per-rank figure shows what takes the memory.",
             )
         )
     elif not plan.starts:
@@ -252,32 +217,23 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
         yaxis=dict(
             title=None, categoryorder="array", categoryarray=names[::-1], autorange=True, **axes
         ),
-        # at the figure's foot, under the axis title however many lines the subtitle takes
-        legend=dict(
-            orientation="h", yref="container", yanchor="bottom", y=0, x=0, font=dict(size=11)
-        ),
+        legend=foot_legend(font=dict(size=11)),
     )
     layout["margin"] = {**layout["margin"], "l": 160, "b": 130}
     return {"data": traces, "layout": layout}
 
 
-plan_ranges_figure = as_figure(plan_ranges_spec)
-
-#: The per-rank figure's legend: an entry's text in one of two columns (two fit the 540 px
-#: between the panel's margins, a symbol each) and its rows' height; the rank labels' room under
-#: the bars (rotated past 8 ranks), and the bars' own height, in px.
+#: The per-rank figure's legend: an entry's text width in one of two columns and a row's
+#: height; the rank labels' room (rotated past 8 ranks) and the bars' own height, in px.
 LEGEND_TEXT_PX, LEGEND_ROW_PX, TICKS_PX, BARS_PX = 220, 19, {True: 60, False: 30}, 280
-#: The GPU's memory, a line across the per-rank bars (neither an outcome nor the pool or row).
+#: The GPU's memory, a line across the per-rank bars.
 GPU_COLOR = "#222222"
 
 
 def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
-    """Every rank's memory in a deployment's plan (``plan``: a ``DeploymentPlan``): the bars of
-    :func:`~kvlab.notebook.viz.ranks.rank_budget_spec`, a dashed line at the GPU's memory (a bar
-    above it does not fit), a subtitle that gives what the bars draw (each rank's own KV memory
-    before the MIN: the pool, the share the MIN took and a hybrid's state slots; one rank's
-    alone; what takes the GPU where there is no pool) and the legend at the figure's foot,
-    under the rank labels however many lines it takes. Traces: as rank_budget_spec's, 8."""
+    """Every rank's memory in a deployment's plan (the bars of
+    :func:`~kvlab.notebook.viz.ranks.rank_budget_spec`), the GPU's memory dashed, a subtitle of
+    each rank's own KV memory before the MIN, and the legend at the foot. Traces: 8 bars."""
     plan = check_instance("plan", plan, DeploymentPlan)
     ranks = plan.rank_plans()
     n = len(ranks)
@@ -288,11 +244,11 @@ def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
     blocks = (
         f"{counted(plan.blocks, 'block')} ({gib_text(plan.blocks * plan.bytes_per_block / GIB)})"
     )
-    # where merged code raises at construction, the bars are the pool PR #17261's clamp would leave
+    # where merged code raises at construction, the bars are the pool PR #17261's clamp leaves
     proposal = "" if plan.starts else " under PR #17261's clamp (a proposal)"
-    for (key, _, _), trace in zip(BUDGET_PARTS, traces):
-        if key == "KV pool" and proposal:  # the legend says so too, not only the subtitle
-            trace["name"] = trace["name"].replace("KV pool", "KV pool under PR #17261's clamp", 1)
+    if proposal:  # the legend says so too
+        pool = traces[[key for key, _, _ in BUDGET_PARTS].index("KV pool")]
+        pool["name"] = pool["name"].replace("KV pool", "KV pool under PR #17261's clamp", 1)
     if not plan.blocks:
         peaks = [r.budget.peak_memory_bytes / GIB for r in ranks]
         subtitle = (
@@ -316,47 +272,30 @@ def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
     # two columns of fixed width where every entry fits one, else one: rows known in advance
     names = [t["name"] for t in traces if t["showlegend"]]
     columns = 2 if CHAR_PX * max(map(len, names), default=0) <= LEGEND_TEXT_PX else 1
-    rows = -(-len(names) // columns)
-    bottom = TICKS_PX[n > 8] + LEGEND_ROW_PX * rows + 16
+    bottom = TICKS_PX[n > 8] + LEGEND_ROW_PX * -(-len(names) // columns) + 16
     layout = base_layout(
         titled(title, f"Per-rank memory ({counted(n, 'rank')})"),
         subtitle,
         barmode="stack",
         bargap=0.15,
-        shapes=[
-            dict(
-                type="line",
-                xref="paper",
-                x0=0,
-                x1=1,
-                yref="y",
-                y0=gpu,
-                y1=gpu,
-                line=dict(color=GPU_COLOR, dash="dash", width=2),
-            )
-        ],
+        shapes=[across(gpu, GPU_COLOR, "dash")],
         annotations=[
-            dict(
+            note(
+                f"the GPU's memory: {gpu:,.1f} GiB",
+                1,
+                gpu,
+                GPU_COLOR,
+                11,
                 xref="paper",
-                x=1,
                 xanchor="right",
                 yref="y",
-                y=gpu,
                 yanchor="bottom",
-                showarrow=False,
-                text=f"the GPU's memory: {gpu:,.1f} GiB",
-                font=dict(size=11, color=GPU_COLOR),
                 bgcolor="rgba(255,255,255,0.9)",
             )
         ],
         xaxis=rank_axis(traces[0]["x"]),
         yaxis=dict(title=dict(text="GiB per GPU"), range=[0, tallest * 1.08]),
-        legend=dict(
-            orientation="h",
-            yref="container",
-            yanchor="bottom",
-            y=0,
-            x=0,
+        legend=foot_legend(
             entrywidth=LEGEND_TEXT_PX * (3 - columns),
             entrywidthmode="pixels",
             font=dict(size=11),
@@ -367,4 +306,5 @@ def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
     return {"data": traces, "layout": layout}
 
 
+plan_ranges_figure = as_figure(plan_ranges_spec)
 plan_ranks_figure = as_figure(plan_ranks_spec)

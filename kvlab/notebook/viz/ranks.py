@@ -13,16 +13,19 @@ from kvlab.notebook.viz.style import (
     OUTCOME_LABELS,
     POOL_COLOR,
     ROW_COLOR,
+    across,
     as_figure,
     base_layout,
+    hover,
+    legend_entry,
+    note,
     outcome_color,
     thin_label,
     titled,
 )
 from kvlab.run.rank import RankResult
 
-#: Parts of a rank's memory, bottom to top, with their colours (Tol "muted"; the KV pool in the
-#: "ok" colour, the share the MIN took away hatched in grey).
+#: Parts of a rank's memory, bottom to top: (key, legend label, colour).
 BUDGET_PARTS = (
     ("weights", "weights", "#332288"),
     ("workspace", "MoE workspace", "#AA4499"),
@@ -36,25 +39,12 @@ BUDGET_PARTS = (
 
 
 def gib_text(gib: float) -> str:
-    """A rank's memory as its figures write it: "37.5 GiB", and two significant digits under
-    1 GiB ("0.061 GiB"), where one decimal would round a pool to 0.1 or 0.0."""
+    """37.5 GiB; two significant digits under 1 GiB (0.061 GiB)."""
     return f"{gib:,.1f} GiB" if gib >= 1 else f"{gib:.2g} GiB"
 
 
-def budget_label(
-    key: str, label: str, values: Sequence[float], tallest: float, *, after_min: bool
-) -> str:
-    """A part's legend entry: the KV pool is "after the MIN" only with ``after_min`` (more than
-    one rank); a part too thin to see (:func:`~kvlab.notebook.viz.style.thin_label`) is named
-    with its size in GiB."""
-    if key == "KV pool" and not after_min:
-        label = "KV pool"
-    return thin_label(label, values, tallest, gib_text)
-
-
 def rank_axis(labels: Sequence[str]) -> dict:
-    """The x axis of bars labelled "rank N": level up to 8 ranks, slanted up to 16; past 16 the
-    slanted labels would touch, so the ticks give the numbers alone under the title "rank"."""
+    """The x axis of "rank N" bars: level up to 8, slanted up to 16, numbers alone past 16."""
     if len(labels) > 16:
         return dict(
             title=dict(text="rank"),
@@ -74,55 +64,50 @@ def budget_stack(
     *,
     after_min: bool = True,
 ) -> list:
-    """The 8 stacked bar traces of :data:`BUDGET_PARTS`, one bar per ``x``: each budget's parts,
-    the pool built, a hybrid's recurrent-state slots, the quota the MIN took away, and the rest
-    of the GPU unused (a part that is zero in every bar, such as the MIN's share on one GPU or
-    the slots of an attention-only model, has no legend entry; one too thin to see is sized in
-    its entry: :func:`budget_label`). ``after_min``: the pools came out of a MIN all-reduce."""
-    values = {key: [] for key, _, _ in BUDGET_PARTS}
+    """The 8 stacked bar traces of :data:`BUDGET_PARTS`, a bar per ``x`` (GiB): each budget's
+    parts, the pool, a hybrid's state slots, the MIN's share and the unused rest. A part zero
+    in every bar has no legend entry; one too thin to see gives its size."""
     states = list(state_bytes) or [0] * len(budgets)
-    for b, pool, lost, state in zip(budgets, pool_bytes, lost_bytes, states):
-        values["weights"].append(b.weights_bytes / GIB)
-        values["workspace"].append(b.workspace_bytes / GIB)
-        values["activations"].append(b.activation_peak_bytes / GIB)
-        values["non-torch"].append(b.non_torch_bytes / GIB)
-        values["KV pool"].append(pool / GIB)
-        values["state slots"].append(state / GIB)
-        values["lost to MIN"].append(lost / GIB)
-        values["unused"].append(
-            max(0, b.total_bytes - b.peak_memory_bytes - pool - state - lost) / GIB
+    columns = [
+        (
+            b.weights_bytes,
+            b.workspace_bytes,
+            b.activation_peak_bytes,
+            b.non_torch_bytes,
+            pool,
+            state,
+            lost,
+            max(0, b.total_bytes - b.peak_memory_bytes - pool - state - lost),
         )
-    tallest = max((sum(column) for column in zip(*values.values())), default=0)
+        for b, pool, lost, state in zip(budgets, pool_bytes, lost_bytes, states)
+    ]
+    values = [[n / GIB for n in part] for part in zip(*columns)] or [[]] * len(BUDGET_PARTS)
+    tallest = max((sum(column) for column in zip(*values)), default=0)
     traces = []
-    for key, label, color in BUDGET_PARTS:
-        label = budget_label(key, label, values[key], tallest, after_min=after_min)
-        hover = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, values[key])]
+    for (key, label, color), part in zip(BUDGET_PARTS, values):
+        if key == "KV pool" and not after_min:
+            label = "KV pool"
+        label = thin_label(label, part, tallest, gib_text)
         traces.append(
             dict(
                 type="bar",
                 x=list(x),
-                y=values[key],
+                y=part,
                 name=label,
                 marker=dict(color=color),
-                hovertext=hover,
-                hovertemplate="%{hovertext}<extra></extra>",
-                showlegend=any(values[key]),
+                **hover([f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, part)]),
+                showlegend=any(part),
             )
-        )  # no entry for a part no bar has
+        )
     return traces
 
 
 def rank_budget_spec(
     ranks: Sequence, *, title: str | None = None, state_bytes: Sequence[int] = ()
 ) -> dict:
-    """Stacked bars, one per rank, of what its GPU memory goes to (GiB): weights, MoE workspace,
-    activation peak, non-torch memory, the KV pool it built after the MIN all-reduce, the KV
-    quota the MIN took away (its own quota minus the pool) and the unused headroom.
-
-    ``ranks``: ``kvlab.run.rank.RankResult`` (or ``kvlab.analysis.rank_plan.RankPlan``) objects;
-    ``state_bytes``: each rank's recurrent-state slots (a hybrid's, beside its pool).
-    Traces: one bar per part, always 8.
-    """
+    """Stacked bars, one per rank (``kvlab.run.rank.RankResult`` or
+    ``kvlab.analysis.rank_plan.RankPlan``), of what its GPU memory goes to (GiB);
+    ``state_bytes``: each rank's recurrent-state slots. Traces: 8 bars."""
     ranks = [
         check_instance(f"ranks[{i}]", r, (RankResult, RankPlan))
         for i, r in enumerate(check_items("ranks", ranks, "RankResult or RankPlan objects"))
@@ -132,9 +117,9 @@ def rank_budget_spec(
         raise ValueError(
             f"state_bytes must hold one count per rank ({len(ranks)}), got {len(state_bytes)}"
         )
-    lost = [
+    lost = [  # whole blocks the MIN took away
         (r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0) for r in ranks
-    ]  # whole blocks the MIN took away
+    ]
     labels = [f"rank {r.rank}" for r in ranks]
     traces = budget_stack(
         labels,
@@ -145,9 +130,10 @@ def rank_budget_spec(
         after_min=len(ranks) > 1,
     )
     own = [r.local_quota_bytes / GIB for r in ranks]
+    pools = ", ".join(f"{p:,}" for p in sorted({r.blocks for r in ranks}))
     subtitle = (
         f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
-        f"{', '.join(f'{p:,}' for p in sorted({r.blocks for r in ranks}))} blocks"
+        f"{pools} blocks"
         if ranks
         else "no ranks"
     )
@@ -166,9 +152,6 @@ def rank_budget_spec(
     return {"data": traces, "layout": layout}
 
 
-rank_budget_figure = as_figure(rank_budget_spec)
-
-
 def request_fit_spec(
     requests: Sequence[Mapping],
     *,
@@ -177,19 +160,14 @@ def request_fit_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """Each request's tokens (prompt + new) against the pool's capacity and the page-index
-    row's span (width x tokens_per_block), coloured by its outcome. ``requests``: dicts with
-    ``id``, ``tokens``, ``outcome`` (a key of :data:`OUTCOME_COLORS`) and optional ``rank``.
-    Traces: one bar trace, then two legend entries naming the limits (drawn as full-width
-    lines: dotted the pool, dashed the row), so the two stay apart even when they coincide.
-    The axis is linear, so that a request a few percent past a limit stands visibly above it
-    (on a log axis it looked level); each bar is labelled level with its tokens, inside where it
-    fits (one past a limit, always inside, with how far past), and each line with its value, the larger above its line, as
-    the two limits may all but coincide."""
+    """Each request's tokens against the pool's capacity (dotted) and the row's span (dashed),
+    on a linear axis so that a request a few percent past a limit stands above it; coloured by
+    outcome, labelled with how far past. ``requests``: dicts of ``id``, ``tokens``,
+    ``outcome`` and optional ``rank``. Traces: a bar trace, two legend entries for the limits."""
     ids = [str(r["id"]) for r in requests]
     tokens = [int(r["tokens"]) for r in requests]
     outcomes = [r.get("outcome") for r in requests]
-    hover = [
+    hovers = [
         f"{r['id']}"
         + (f" on rank {r['rank']}" if r.get("rank") is not None else "")
         + f": {int(r['tokens']):,} tokens<br>{OUTCOME_LABELS.get(r.get('outcome'), 'no outcome')}"
@@ -212,61 +190,33 @@ def request_fit_spec(
         x=ids,
         y=tokens,
         marker=dict(color=[outcome_color(o) for o in outcomes]),
-        # inside a bar that holds its label, half way up, clear of the limits' lines above;
-        # level, never turned on its side; outside only a bar too short to hold it
+        # inside a bar that holds its label, level; outside only a bar too short to hold it
         text=text,
         textposition=["inside" if t > lowest else "auto" for t in tokens],
         insidetextanchor="middle",
         textangle=0,
         constraintext="none",
         cliponaxis=False,
-        hovertext=hover,
-        hovertemplate="%{hovertext}<extra></extra>",
+        **hover(hovers),
         name="requests",
         showlegend=False,
     )
-    shapes = [
-        dict(
-            type="line",
-            xref="paper",
-            x0=0,
-            x1=1,
-            yref="y",
-            y0=value,
-            y1=value,
-            line=dict(color=color, dash=dash, width=2),
-        )
-        for _, value, color, dash, _ in limits
-    ]
-    # at the left, over the shortest requests: the larger limit's value above its line, the
-    # smaller's below, so the two read apart when the lines coincide
+    # at the left, the larger limit's value above its line, the smaller's below: apart though
+    # the lines coincide
     larger = max(limits, key=lambda limit: limit[1])
     annotations = [
-        dict(
+        note(
+            f"{words} {value:,} tokens",
+            0,
+            value,
+            color,
             xref="paper",
-            x=0,
             xanchor="left",
             yref="y",
-            y=value,
             yanchor="bottom" if limit is larger else "top",
-            showarrow=False,
-            text=f"{words} {value:,} tokens",
-            font=dict(color=color, size=12),
         )
         for limit in limits
         for _, value, color, _, words in [limit]
-    ]
-    legend = [
-        dict(
-            type="scatter",
-            x=[None],
-            y=[None],
-            mode="lines",
-            name=f"{words} {value:,} tokens",
-            line=dict(color=color, dash=dash, width=2),
-            hoverinfo="skip",
-        )
-        for _, value, color, dash, words in limits
     ]
     crashes = sum(1 for o in outcomes if o == "crash")
     if subtitle is None:
@@ -279,7 +229,7 @@ def request_fit_spec(
         titled(title, "Requests against the pool and the page-index row"),
         subtitle,
         height=420,
-        shapes=shapes,
+        shapes=[across(value, color, dash) for _, value, color, dash, _ in limits],
         annotations=annotations,
         bargap=0.3,
         legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
@@ -290,7 +240,9 @@ def request_fit_spec(
             range=[0, 1.12 * max(tokens + [capacity_tokens, row_tokens, 1])],
         ),
     )
+    legend = [legend_entry(f"{w} {v:,} tokens", c, dash) for _, v, c, dash, w in limits]
     return {"data": [bar, *legend], "layout": layout}
 
 
+rank_budget_figure = as_figure(rank_budget_spec)
 request_fit_figure = as_figure(request_fit_spec)

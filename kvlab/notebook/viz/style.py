@@ -186,9 +186,11 @@ def heading(text: str, x: float) -> dict:
 
 def panel_domains(widths: Sequence[float], gap: float) -> list[list[float]]:
     """Side-by-side x domains of relative ``widths`` with ``gap`` between them."""
-    unit = (1 - gap * (len(widths) - 1)) / max(sum(widths), 1)
-    lows = [sum(widths[:k]) * unit + k * gap for k in range(len(widths))]
-    return [[lo, lo + w * unit] for lo, w in zip(lows, widths)]
+    unit, lo, domains = (1 - gap * (len(widths) - 1)) / max(sum(widths), 1), 0.0, []
+    for width in widths:
+        domains.append([lo, lo + width * unit])
+        lo += width * unit + gap
+    return domains
 
 
 def discrete_colorscale(colors: Sequence[str]) -> list:
