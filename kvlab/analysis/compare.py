@@ -1,32 +1,12 @@
-"""Compare: one workload under several policies, and a table of what each engine did.
+"""Compare: one workload under several policies, and a table of what each engine did
+(notebooks 03 and 04).
 
-Notebooks 03 and 04 ask the same question many times: build the engine of the seed (or another
-pool), run these requests under this policy, and say in one word what happened. This module
-does that, so the notebooks only call it.
-
-Policies (:data:`kvlab.sched.policies.POLICIES`): the admission policy and the page-index width policy
-together.
-
-- ``"none/clamped"``: the historical TensorRT-LLM V2 path (the #21470 crash);
-- ``"none/configured"``: the one-line fix (a wider row; the request is refused every pass);
-- ``"capacity"``: PR #21720's admission control (clamped row, reject what can never fit);
-- ``"vllm"``: vLLM v1's own scheduling loop (:class:`kvlab.sched.vllm.VllmScheduler`, held to
-  the real vLLM 0.34.0 request by request: docs/CONFORMANCE.md). With ``max_model_len`` at the
-  configured max_seq_len vLLM refuses to *start* on a pool that cannot hold one such request; an
-  operator then sets ``max_model_len`` to the estimate its error message prints (the pool's
-  tokens less its null block), and that is the engine run here (:func:`vllm_startup_error` gives
-  the refusal itself). vLLM has no stall detector: ``stall_limit`` does not apply;
-- ``"sglang"``: SGLang's own scheduling loop (:class:`kvlab.sched.sglang.SglangScheduler`, held
-  to the real SGLang 0.5.23 request by request): the same pool counted in tokens (page_size 1),
-  ``context_length`` the configured max_seq_len, ``max_running_requests`` the max_batch_size,
-  ``max_prefill_tokens`` the max_num_tokens, chunks of that size with chunked prefill; the
-  requests' ``ignore_eos`` off. SGLang has no stall detector either.
-
-The engine's outcome (:func:`kvlab.analysis.presets.engine_outcome`) is one of kvlab's outcome names (the
-colours of ``kvlab.notebook.viz.OUTCOME_COLORS``): ``"crash"`` (a PageIndexTooShort stopped the engine), ``"stall"``
-(the stall detector's SchedulerDeadlock, or requests still waiting or running when the run ran
-out of steps: starvation or a preemption livelock), ``"reject"`` (some requests were rejected
-and every other one finished), ``"ok"`` (every request finished).
+A policy (:data:`kvlab.sched.policies.POLICIES`) is TensorRT-LLM's admission and row-width
+policy ("none/clamped": the #21470 crash; "none/configured": the one-line fix; "capacity":
+PR #21720's admission control), or another engine's own loop, held to the real engine request by
+request (docs/CONFORMANCE.md) on the same pool: "vllm", ``max_model_len`` lowered to the
+estimate its start-up refusal prints (:func:`vllm_startup_error`); "sglang", one-token pages.
+[kvlab] vLLM and SGLang have no stall detector, so ``stall_limit`` is TensorRT-LLM's alone.
 """
 
 from __future__ import annotations
@@ -35,7 +15,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvlab.analysis.presets import engine_outcome, seed_geometry
+from kvlab.analysis.presets import check_names, engine_outcome, seed_geometry
 from kvlab.core.checks import (
     MAX_COUNT,
     check_choice,
@@ -49,7 +29,7 @@ from kvlab.core.checks import (
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB, readout_mib
-from kvlab.core.request import Request
+from kvlab.core.request import Request, RequestState
 from kvlab.run.progress import progress
 from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
 from kvlab.sched.base import SchedulerBase
@@ -59,18 +39,23 @@ from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.sglang import startup_error as sglang_startup_error
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
+#: EngineConfig's numbers: field -> (check, bounds); a None host_cache_size is not checked.
+BOUNDS = {
+    "pool_mib": (check_float, dict(low=0.0, high=1 << 20, low_open=True)),
+    "max_seq_len": (check_int, dict(low=1, high=1 << 30)),
+    "max_batch_size": (check_int, dict(low=1, high=1 << 16)),
+    "max_num_tokens": (check_int, dict(low=1, high=1 << 30)),
+    "stall_limit": (check_int, dict(low=1, high=1 << 30)),
+    "host_cache_size": (check_int, dict(low=0, high=1 << 50)),
+}
+
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Everything about the engine but the policy. Defaults: the seed's RTX 5080 experiment
-    (4 MiB pool, max_seq_len 8192, 32 tokens per block), with room for 4 sequences at once
-    and a token budget large enough that no prompt is refused for it (non-chunked context).
-    ``host_cache_size``: None (the real default) provisions the automatic host tier; 0 leaves
-    no tier below the GPU (kvlab.core.host_tier). ``chunked_prefill``: contexts go in chunks of at
-    most ``max_num_tokens`` (issue #21470's deployment ran chunked). ``enable_block_reuse``: the
-    TensorRT-LLM policies' managers reuse cached prefixes (the real default; prompts without
-    ``prefix_hashes`` share nothing either way); vLLM's and SGLang's loops run without their
-    prefix caches."""
+    """Everything about the engine but the policy; defaults: the seed's 4 MiB experiment, 4
+    sequences at once, a token budget no prompt exceeds. ``host_cache_size`` None is the
+    automatic host tier, 0 none; ``enable_block_reuse`` is TensorRT-LLM's (the peers run
+    without their prefix caches)."""
 
     pool_mib: float = 4.0
     max_seq_len: int = 8192
@@ -83,15 +68,10 @@ class EngineConfig:
     enable_block_reuse: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.geometry, KVGeometry):
-            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
-        store_checked(self, "pool_mib", check_float, low=0.0, high=1 << 20, low_open=True)
-        store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
-        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 16)
-        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
-        store_checked(self, "stall_limit", check_int, low=1, high=1 << 30)
-        if self.host_cache_size is not None:
-            store_checked(self, "host_cache_size", check_int, low=0, high=1 << 50)
+        check_instance("geometry", self.geometry, KVGeometry)
+        for name, (check, bounds) in BOUNDS.items():
+            if getattr(self, name) is not None:
+                store_checked(self, name, check, **bounds)
         for name in ("chunked_prefill", "enable_block_reuse"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -143,29 +123,8 @@ class EngineConfig:
         return f"host tier of {self.host_cache_size:,} B"
 
 
-def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> SchedulerBase:
-    """A fresh scheduler (and manager) for ``policy`` on ``engine`` (module docstring)."""
-    admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
-    check_instance("engine", engine, EngineConfig)
-    if admission == "vllm":
-        return VllmScheduler(vllm_args_as_run(engine))
-    if admission == "sglang":
-        return SglangScheduler(sglang_args(engine))
-    return Scheduler(
-        engine.manager(width),
-        admission=admission,
-        max_num_tokens=engine.max_num_tokens,
-        max_batch_size=engine.max_batch_size,
-        stall_limit=engine.stall_limit,
-        chunked_prefill=engine.chunked_prefill,
-    )
-
-
 def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
-    """``engine`` as vLLM's engine arguments: the same pool, ``max_model_len`` at the configured
-    max_seq_len, ``max_num_seqs`` its max_batch_size, ``max_num_batched_tokens`` its
-    max_num_tokens, chunked prefill as set."""
-    check_instance("engine", engine, EngineConfig)
+    """``engine`` as vLLM's arguments, ``max_model_len`` at the configured max_seq_len."""
     return VllmEngineArgs(
         engine.geometry,
         engine.total_blocks,
@@ -177,9 +136,8 @@ def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
 
 
 def vllm_args_as_run(engine: EngineConfig) -> VllmEngineArgs:
-    """:func:`vllm_args` with ``max_model_len`` lowered to vLLM's estimate where the configured
-    one does not fit (what an operator does after the start-up refusal)."""
-    check_instance("engine", engine, EngineConfig)
+    """:func:`vllm_args`, ``max_model_len`` lowered to vLLM's estimate where the configured one
+    does not fit (what an operator does after the start-up refusal)."""
     estimate = estimated_max_model_len(engine.geometry, engine.total_blocks)
     return vllm_args(engine).replace(
         max_model_len=min(engine.max_seq_len, estimate) or engine.max_seq_len
@@ -187,11 +145,10 @@ def vllm_args_as_run(engine: EngineConfig) -> VllmEngineArgs:
 
 
 def sglang_args(engine: EngineConfig) -> SglangServerArgs:
-    """``engine`` as SGLang's server arguments (module docstring)."""
-    check_instance("engine", engine, EngineConfig)
-    geometry = dataclasses.replace(engine.geometry, tokens_per_block=1)
+    """``engine`` as SGLang's arguments: the pool in one-token pages, ``max_running_requests``
+    its max_batch_size, chunks of max_num_tokens with chunked prefill."""
     return SglangServerArgs(
-        geometry,
+        dataclasses.replace(engine.geometry, tokens_per_block=1),
         engine.pool_tokens,
         engine.max_seq_len,
         max_running_requests=engine.max_batch_size,
@@ -200,10 +157,46 @@ def sglang_args(engine: EngineConfig) -> SglangServerArgs:
     )
 
 
+#: The peers' own configurations: admission -> ``engine`` as that engine's arguments.
+PEER_ARGS = {"vllm": vllm_args_as_run, "sglang": sglang_args}
+#: Each peer's arguments type -> (kvlab's peer scheduler, the engine's start-up check, its name).
+PEERS = {
+    VllmEngineArgs: (VllmScheduler, startup_error, "vLLM"),
+    SglangServerArgs: (SglangScheduler, sglang_startup_error, "SGLang"),
+}
+
+
+def run_peer(args, requests: Sequence[Request], max_steps: int) -> SimulationResult:
+    """kvlab's peer of the engine of ``args`` on ``requests``; a start-up refusal rejects every
+    request with the engine's message, as the real engine's backend reports it."""
+    scheduler_class, startup_check, _ = PEERS[type(args)]
+    refusal = startup_check(args)
+    if refusal is not None:
+        return refused_to_start(requests, refusal)
+    return simulate(scheduler_class(args), requests, max_steps=max_steps)
+
+
+def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> SchedulerBase:
+    """A fresh scheduler (and manager) for ``policy`` on ``engine``."""
+    admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
+    check_instance("engine", engine, EngineConfig)
+    if admission in PEER_ARGS:
+        args = PEER_ARGS[admission](engine)
+        return PEERS[type(args)][0](args)
+    return Scheduler(
+        engine.manager(width),
+        admission=admission,
+        max_num_tokens=engine.max_num_tokens,
+        max_batch_size=engine.max_batch_size,
+        stall_limit=engine.stall_limit,
+        chunked_prefill=engine.chunked_prefill,
+    )
+
+
 def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> str | None:
-    """The message vLLM refuses to start with when ``max_model_len`` is left at the configured
+    """The message vLLM refuses to start with at ``max_model_len`` = the configured
     max_seq_len (None when it starts)."""
-    return startup_error(vllm_args(engine))
+    return startup_error(vllm_args(check_instance("engine", engine, EngineConfig)))
 
 
 def run_policy(
@@ -212,19 +205,21 @@ def run_policy(
     engine: EngineConfig = EngineConfig(),
     max_steps: int = 20_000,
 ) -> SimulationResult:
-    """``simulate`` the requests under ``policy`` on a fresh engine; an engine that refuses to
-    start (vLLM on a pool without room for one block) rejects every request with its message."""
+    """``simulate`` the requests under ``policy`` on a fresh engine (a peer that refuses to
+    start rejects every request with its message)."""
     admission = POLICIES[check_choice("policy", policy, POLICIES)][0]
-    refusal = (
-        startup_error(vllm_args_as_run(engine))
-        if admission == "vllm"
-        else sglang_startup_error(sglang_args(engine))
-        if admission == "sglang"
-        else None
-    )
-    if refusal is not None:
-        return refused_to_start(requests, refusal)
+    if admission in PEER_ARGS:
+        return run_peer(PEER_ARGS[admission](engine), requests, max_steps)
     return simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
+
+
+def _checked_run(requests, engine, max_steps) -> tuple[list[Request], int]:
+    requests = check_items("requests", requests, "Request objects")
+    bad = next((r for r in requests if not isinstance(r, Request)), None)
+    if bad is not None:
+        raise TypeError(f"requests must be a sequence of Request, got {type(bad).__name__}")
+    check_instance("engine", engine, EngineConfig)
+    return requests, check_int("max_steps", max_steps, low=1, high=1 << 40)
 
 
 def run_policies(
@@ -234,59 +229,16 @@ def run_policies(
     max_steps: int = 20_000,
 ) -> dict[str, SimulationResult]:
     """:func:`run_policy` for each policy, the same requests each time."""
-    requests = check_items("requests", requests, "Request objects")
-    if not all(isinstance(r, Request) for r in requests):
-        raise TypeError(
-            "requests must be a sequence of Request, got "
-            f"{next(type(r).__name__ for r in requests if not isinstance(r, Request))}"
-        )
-    policies = [
-        check_choice(f"policies[{i}]", policy, POLICIES)
-        for i, policy in enumerate(check_items("policies", policies, "policy names"))
-    ]
-    check_instance("engine", engine, EngineConfig)
-    max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
+    requests, max_steps = _checked_run(requests, engine, max_steps)
+    policies = check_names("policies", policies, POLICIES, "policy names")
     return {
         policy: run_policy(policy, requests, engine, max_steps)
         for policy in progress(policies, desc="policies", unit="policy")
     }
 
 
-def _error_text(result: SimulationResult) -> str:
-    if result.error is None:
-        return ""
-    return f"{type(result.error).__name__}: {result.error}"
-
-
-def outcome_row(policy: str, result: SimulationResult) -> dict:
-    """One row of :func:`outcome_table`."""
-    summary = result.summary()
-    rejected = result.ids_with_status("rejected")
-    return dict(
-        policy=policy,
-        outcome=engine_outcome(result),
-        finished=summary["finished"],
-        rejected=summary["rejected"],
-        unfinished=summary["waiting"] + summary["running"],
-        steps=result.end_step,
-        iterations=summary["iterations"],
-        goodput_tokens_per_step=round(summary["goodput_tokens_per_step"], 3),
-        mean_wait_steps=(
-            None if summary["mean_wait_steps"] is None else round(summary["mean_wait_steps"], 2)
-        ),
-        mean_queue_steps=(
-            None if summary["mean_queue_steps"] is None else round(summary["mean_queue_steps"], 2)
-        ),
-        preemptions=summary["suspensions"] + summary["recomputes"],
-        max_stalled_passes=max(result.trace.column("stalled_passes"), default=0),
-        error=_error_text(result).split(" - ")[0],
-        rejected_ids=", ".join(rejected),
-        reasons=" | ".join(sorted({result.reasons[i] for i in rejected})),
-    )
-
-
-#: The two tier configurations of the real manager: name -> ``host_cache_size`` ("automatic":
-#: None, the real default, an automatic host tier; "none": 0, the GPU alone).
+#: The tier configurations of the real manager: name -> ``host_cache_size`` (None: the
+#: automatic host tier, the default; 0: the GPU alone).
 TIERS: dict[str, int | None] = {"automatic": None, "none": 0}
 
 
@@ -296,19 +248,41 @@ def tier_runs(
     policy: str = "none/configured",
     max_steps: int = 20_000,
 ) -> dict[str, SimulationResult]:
-    """``simulate`` the same requests under ``policy`` with each of :data:`TIERS` (the rest of
-    ``engine`` unchanged)."""
-    requests = check_items("requests", requests, "Request objects")
-    check_instance("engine", engine, EngineConfig)
-    max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
+    """``simulate`` the requests under ``policy`` with each of :data:`TIERS`."""
+    requests, max_steps = _checked_run(requests, engine, max_steps)
     return {
-        tier: simulate(
-            build_scheduler(policy, dataclasses.replace(engine, host_cache_size=size)),
-            requests,
-            max_steps=max_steps,
+        tier: run_policy(
+            policy, requests, dataclasses.replace(engine, host_cache_size=size), max_steps
         )
         for tier, size in TIERS.items()
     }
+
+
+def outcome_row(policy: str, result: SimulationResult) -> dict:
+    """One row of :func:`outcome_table`."""
+    summary = result.summary()
+    rejected = result.ids_with_status(RequestState.REJECTED)
+    mean = {
+        k: None if summary[k] is None else round(summary[k], 2)
+        for k in ("mean_wait_steps", "mean_queue_steps")
+    }
+    error = "" if result.error is None else f"{type(result.error).__name__}: {result.error}"
+    return dict(
+        policy=policy,
+        outcome=engine_outcome(result),
+        finished=summary["finished"],
+        rejected=summary["rejected"],
+        unfinished=summary["waiting"] + summary["running"],
+        steps=result.end_step,
+        iterations=summary["iterations"],
+        goodput_tokens_per_step=round(summary["goodput_tokens_per_step"], 3),
+        **mean,
+        preemptions=summary["suspensions"] + summary["recomputes"],
+        max_stalled_passes=max(result.trace.column("stalled_passes"), default=0),
+        error=error.split(" - ")[0],
+        rejected_ids=", ".join(rejected),
+        reasons=" | ".join(sorted({result.reasons[i] for i in rejected})),
+    )
 
 
 def outcome_rows(results: Mapping[str, SimulationResult]) -> list[dict]:
@@ -318,16 +292,11 @@ def outcome_rows(results: Mapping[str, SimulationResult]) -> list[dict]:
 
 def outcome_table(results: Mapping[str, SimulationResult]):
     """A pandas DataFrame, one row per policy: outcome, counts, goodput (finished requests'
-    generated tokens per scheduler iteration), mean waiting time (arrival to first scheduled
-    step, over started requests), mean queueing time (arrival to leaving the executor's
-    queue, over activated requests), preemptions (suspensions + recompute pauses), the largest
-    stalled-pass count, the error that stopped the engine, rejected requests and why."""
+    tokens per iteration), mean wait and queueing steps, preemptions, the longest stall, the
+    error that stopped the engine, rejected requests and why."""
     import pandas as pd
 
     return pd.DataFrame(outcome_rows(results)).set_index("policy")
-
-
-# --- the workloads of notebooks 03 and 04 ----------------------------------------------------------
 
 
 def long_and_small(
@@ -356,18 +325,16 @@ def long_and_small(
 def not_yet_and_never(
     engine: EngineConfig = EngineConfig(), max_new_tokens: int = 16
 ) -> list[Request]:
-    """The smallest example of the distinction, on ``engine``'s pool: "hog" holds three
-    quarters of the pool for a while; "later" (half the pool) fits on its own but not beside
-    "hog" (not yet: it waits for pages); "never" asks for the configured max_seq_len, more
-    pages than the pool has (never: waiting cannot help), or one page more than the pool when
-    max_seq_len fits it."""
+    """ "Not yet" and "never" on ``engine``'s pool: "hog" holds three quarters of it a while;
+    "later" (half) fits alone but not beside it; "never" asks for the configured max_seq_len
+    or one page more than the pool, whichever is more."""
     check_instance("engine", engine, EngineConfig)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=1 << 30)
     tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
     if blocks < 4:
         raise ValueError(f"the example needs a pool of at least 4 pages, got {blocks}")
-    hog = max(1, (blocks * 3 // 4) * tpb - max_new_tokens * 4)  # three quarters of the pool
-    later = max(1, (blocks // 2) * tpb - max_new_tokens)  # half of the pool
+    hog = max(1, (blocks * 3 // 4) * tpb - max_new_tokens * 4)
+    later = max(1, (blocks // 2) * tpb - max_new_tokens)
     never = max(engine.max_seq_len, (blocks + 1) * tpb)
     return [
         Request("hog", hog, max_new_tokens * 4, 0),
@@ -377,8 +344,7 @@ def not_yet_and_never(
 
 
 def request_timeline(result: SimulationResult) -> list[dict]:
-    """Per request: arrival, first scheduled step, end step and status (for a Gantt-like
-    table)."""
+    """Per request: arrival, first scheduled step, end step and status."""
     check_instance("result", result, SimulationResult)
     return [
         dict(
@@ -392,20 +358,3 @@ def request_timeline(result: SimulationResult) -> list[dict]:
         )
         for r in result.requests.values()
     ]
-
-
-__all__ = [
-    "EngineConfig",
-    "build_scheduler",
-    "long_and_small",
-    "not_yet_and_never",
-    "outcome_row",
-    "outcome_rows",
-    "outcome_table",
-    "request_timeline",
-    "run_policies",
-    "run_policy",
-    "sglang_args",
-    "vllm_args",
-    "vllm_startup_error",
-]

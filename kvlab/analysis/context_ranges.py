@@ -1,7 +1,6 @@
-"""What a lone request of each context (prompt) length meets, as ranges of lengths: V2's under
-each policy, found exactly by evaluating :func:`kvlab.analysis.phase.phase_verdicts` at the
-lengths where a verdict can change, and V1's (a door at max_num_tokens, the worker's at the
-clamped max_seq_len).
+"""What a lone request of each context length meets, as ranges of lengths: V2's under each
+policy (:func:`kvlab.analysis.phase.phase_verdicts` evaluated where a verdict can change) and
+V1's (a door at max_num_tokens, the worker's at the clamped max_seq_len).
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ class Segment:
 
 
 def change_points(setup: PhaseSetup, max_len: int) -> np.ndarray:
-    """The context lengths in 1..max_len where a lone request's verdict can change: where a block
-    count does (context, context + new - 1, context + new, each with the extra tokens) and past
-    max_num_tokens. Evaluating these is exact (:func:`phase_verdicts` counts blocks)."""
+    """The context lengths in 1..max_len where a lone request's verdict can change: where one of
+    its block counts does, and past max_num_tokens (:func:`phase_verdicts` counts blocks)."""
     tpb, extra, new = (
         setup.geometry.tokens_per_block,
         setup.num_extra_kv_tokens,
@@ -61,10 +59,8 @@ def v2_segments(
 
 
 def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> tuple[Segment, ...]:
-    """A lone request under V1: a prompt over ``max_num_tokens`` (chunked prefill off) is
-    refused at the door, one of the clamped max_seq_len or more by the worker
-    (``_deduce_max_tokens``: "`default_max_tokens` (...) must be greater than 0"); the rest
-    run, their output trimmed to what the clamped max_seq_len leaves, in a pool that holds it."""
+    """A lone request under V1: rejected over ``max_num_tokens`` (chunked prefill off) and from
+    the clamped max_seq_len on (``_deduce_max_tokens``); the rest run, their output trimmed."""
     d = deployment
     limit = clamped_max_seq_len - 1
     if not d.chunked_prefill:
@@ -75,6 +71,3 @@ def v1_segments(deployment: Deployment, clamped_max_seq_len: int) -> tuple[Segme
     if limit < 1:
         return (Segment(1, end, "reject"),)
     return Segment(1, limit, "ok"), Segment(limit + 1, end, "reject")
-
-
-__all__ = ["Segment", "change_points", "v1_segments", "v2_segments"]

@@ -1,12 +1,8 @@
-"""GPU presets for ``kvlab plan``: the total memory each reports, in bytes, and where it comes from.
+"""GPU presets for ``kvlab plan``: the total memory each reports, in bytes, and its source.
 
 ``KvCacheCreator._cal_max_memory`` starts from ``torch.cuda.mem_get_info``'s total (docs/REFERENCE.md
-§1). Only the H200's is measured that way here (150,109,880,320 B = 139.80 GiB, driver 580.159.04,
-2026-12-03; nvidia-smi says 143,771 MiB there, 0.6 GiB more). The others are nvidia-smi's totals
-for the common boards and say so: ``mem_get_info`` reports about 0.5-0.9 GiB less, so a plan on
-them is that much optimistic; pass ``--gpu-gib`` with your own board's measured total for an exact
-plan. GB300 is what kvlab's issue-21470 scenario assumes (268.0 GiB of its 288 GB,
-data/scenarios/issue_21470_16x_gb300.yaml).
+§1): the H200's is measured so; the others are nvidia-smi's, about 0.5-0.9 GiB more (give
+``--gpu-gib`` for an exact plan); GB300 is what issue 21470's scenario assumes.
 """
 
 from __future__ import annotations
@@ -15,7 +11,6 @@ from dataclasses import dataclass
 
 from kvlab.core.memory import GIB, MIB
 
-#: How a preset's total was obtained.
 MEASURED = "measured: torch.cuda.mem_get_info's total"
 NVIDIA_SMI = "nvidia-smi's total; torch.cuda.mem_get_info reports about 0.5-0.9 GiB less"
 ASSUMED = "assumed by issue #21470's scenario"
@@ -47,6 +42,3 @@ GPUS: dict[str, GpuPreset] = {
     "b200": GpuPreset(183359 * MIB, "B200 192 GB HBM3e (179 GiB usable)", NVIDIA_SMI),
     "gb300": GpuPreset(round(268.0 * GIB), "GB300 288 GB HBM3e", ASSUMED),
 }
-
-
-__all__ = ["ASSUMED", "GPUS", "GpuPreset", "MEASURED", "NVIDIA_SMI"]

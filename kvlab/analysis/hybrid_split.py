@@ -1,7 +1,6 @@
-"""A hybrid (recurrent-state) model's pools on the V2 manager: how merged
-``MambaHybridCacheManagerV2`` splits one rank's quota between attention pages and
-recurrent-state slots (:func:`v2_hybrid_split`), and per pipeline stage whether its slots fit
-at all and what PR #17261's clamp would keep (docs/REFERENCE.md §5).
+"""A hybrid model's pools on the V2 manager: how merged ``MambaHybridCacheManagerV2`` splits a
+rank's quota between attention pages and recurrent-state slots, and per pipeline stage whether
+the slots fit and what PR #17261's clamp would keep (docs/REFERENCE.md §5).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from kvlab.core.arith import div_ceil
 from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, num_dummy_slots
 from kvlab.core.memory import MIB
 
-#: The V2 storage's page, the unit its pool granules are counted in (2 MiB).
 STORAGE_PAGE_BYTES = 2 * MIB
 
 
@@ -29,18 +27,11 @@ def v2_hybrid_split(
     typical_len: int,
     tokens_per_block: int,
 ) -> tuple[int, int]:
-    """(attention pages, recurrent-state slots) that merged ``MambaHybridCacheManagerV2`` builds
-    from one rank's quota (mamba_cache_manager_v2.py at 28295084, the storage manager at
-    2cdb452). The quota is cut in granules of 2 MiB, doubled per doubling of the quota past
-    1 GiB up to 32 MiB; each state pool (SSM, conv) takes whole granules. A "typical step"
-    (``sequences`` requests of ``typical_len`` tokens, ``kv_cache_config.avg_seq_len`` or
-    max_seq_len // 2, plus the live slots) proposes the state pools' share; they get at least
-    their floor, the granules of ``live_slots`` slots (max_batch_size x pp + dummies), which
-    binds from about two dozen slots; the attention pool gets the granules left, and the state
-    pools as many slots as their granules hold (all of them on a stage without attention:
-    ``page_bytes`` 0). [kvlab] Above the floor, the share is rounded
-    down to whole granules (upstream's rounding there was not read); ``avg_seq_len`` set (extra
-    attention floors) is not modelled."""
+    """(attention pages, state slots) merged ``MambaHybridCacheManagerV2`` builds from a quota
+    (mamba_cache_manager_v2.py at 28295084): granules of 2 MiB (doubling with the quota past
+    1 GiB, to 32 MiB); the state pools get a "typical step"'s share (``sequences`` of
+    ``typical_len`` tokens), at least ``live_slots``' granules; attention the rest.
+    [kvlab] The share is rounded down to whole granules; a set ``avg_seq_len`` is not modelled."""
     granule = STORAGE_PAGE_BYTES << min(
         4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512))))
     )
@@ -66,8 +57,8 @@ def v2_hybrid_split(
 
 
 def hybrid_stages(d: Deployment, quotas) -> tuple[dict[str, Any], ...]:
-    """Per pipeline stage: its layers, slot bytes, merged floor against its smallest quota, and
-    PR #17261's clamp's resident count there (``MambaHybridCacheManagerV2``, docs/REFERENCE.md §5)."""
+    """Per stage: its layers, slot bytes, merged floor against its smallest quota, and the
+    clamp's residency there (docs/REFERENCE.md §5)."""
     dummies = num_dummy_slots(True, d.attention_dp)
     stages = []
     for stage in range(d.pp_size):
@@ -123,10 +114,8 @@ def hybrid_stages(d: Deployment, quotas) -> tuple[dict[str, Any], ...]:
 
 
 def hybrid_plan(d: Deployment, quotas, stages):
-    """The hybrid summary (the stage that raises, else the tightest), each rank's recurrent-state
-    bytes (every requested sequence's slot where merged code builds, else the slots PR #17261's
-    clamp would keep, its resident count MIN-reduced across ranks) and, where merged code
-    builds, each rank's attention pages (:func:`v2_hybrid_split`)."""
+    """The summary (of the stage that raises, else the tightest), each rank's state bytes (the
+    clamp's where merged code raises) and, where it builds, each rank's attention pages."""
     per_stage = hybrid_stages(d, quotas)
     failing = [h for h in per_stage if not h["builds"]]
     worst = (
@@ -159,6 +148,3 @@ def hybrid_plan(d: Deployment, quotas, stages):
     ]
     pages = None if failing else [per_stage[s]["split"][r][0] for r, s in enumerate(stages)]
     return hybrid, slot_bytes, pages
-
-
-__all__ = ["STORAGE_PAGE_BYTES", "hybrid_plan", "hybrid_stages", "v2_hybrid_split"]

@@ -1,16 +1,15 @@
-"""Notebook 05's arithmetic: Qwen3.5-27B's recurrent-state slots against the quota PR #17261's
-H100 had left (24.86 GiB after the weights), what merged TensorRT-LLM and each proposal do with
-it, and a scaled-down model whose real manager fits in a laptop. The mechanism is
-:mod:`kvlab.core.mamba`.
+"""Notebook 05's arithmetic: Qwen3.5-27B's recurrent-state slots against the 24.86 GiB PR
+#17261's H100 had left, what merged TensorRT-LLM and each proposal do with it, and a scaled-down
+model whose real manager fits in a laptop (the mechanism: :mod:`kvlab.core.mamba`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvlab.analysis.presets import check_names
 from kvlab.core.checks import (
     MAX_COUNT,
-    check_choice,
     check_float,
     check_instance,
     check_int,
@@ -31,12 +30,8 @@ from kvlab.core.memory import GIB, MemoryBudget
 H100_BYTES = 80 * GIB
 PR_QUOTA_BYTES = int(24.86 * GIB)
 PR_MAX_BATCH_SIZE = 512
-#: The scaled-down Qwen3.5-27B (:func:`scaled_qwen3_5_27b`) is this many times smaller.
-SCALE = 256
-
-
-#: The SSM state dtypes notebook 05 and its panel offer: what the PR's numbers imply, and the
-#: config's.
+SCALE = 256  # how many times smaller scaled_qwen3_5_27b is
+#: The SSM state dtypes notebook 05 and its panel offer: the PR's numbers', and the config's.
 MAMBA_SSM_DTYPES = ("bfloat16", "float32")
 
 
@@ -60,9 +55,8 @@ def dtype_rows(
     max_batch_size: int = PR_MAX_BATCH_SIZE,
     ssm_dtypes: Sequence[str] = ("bfloat16", "float32"),
 ) -> list[dict]:
-    """One row per SSM state dtype: bytes per slot, the merged slots (sequences + dummies), the
-    GiB they need, the quota, whether merged code builds, PR #17261's clamped residency and
-    PR #18985's largest feasible max_batch_size."""
+    """One row per SSM state dtype: slot bytes, merged slots and their GiB, the quota, whether
+    merged code builds, PR #17261's residency and PR #18985's feasible max_batch_size."""
     rows = []
     for dtype in check_items("ssm_dtypes", ssm_dtypes, "dtype names"):
         plan = qwen_plan(quota_bytes, max_batch_size, dtype)
@@ -91,10 +85,7 @@ def implied_ssm_dtype(
     """The SSM state dtype whose ``slots`` slots come to ``slots_gib`` (the PR's 37.5 GiB)."""
     slots_gib = check_float("slots_gib", slots_gib, low=0.0, high=1 << 20, low_open=True)
     slots = check_int("slots", slots, low=1, high=MAX_COUNT)
-    candidates = [
-        check_choice(f"candidates[{i}]", dtype, STATE_DTYPES)
-        for i, dtype in enumerate(check_items("candidates", candidates, "dtype names"))
-    ]
+    candidates = check_names("candidates", candidates, STATE_DTYPES, "dtype names")
     tolerance_gib = check_float("tolerance_gib", tolerance_gib, low=0.0, high=slots_gib)
     for dtype in candidates:
         gib = slots * qwen3_5_27b_mamba(ssm_dtype=dtype).bytes_per_slot / GIB
@@ -110,9 +101,8 @@ def fraction_rows(
     max_batch_size: int = PR_MAX_BATCH_SIZE,
     ssm_dtype: str = "bfloat16",
 ) -> list[dict]:
-    """The quota ``(total - peak) * free_gpu_memory_fraction`` (kvlab.MemoryBudget, peak =
-    total - ``left_bytes``) for each fraction, the merged floor, whether merged code builds,
-    PR #17261's clamped residency and PR #18985's largest feasible max_batch_size."""
+    """Per ``free_gpu_memory_fraction``: the quota (``left_bytes`` of ``total_bytes`` free), the
+    merged floor, whether it builds, PR #17261's residency, PR #18985's max_batch_size."""
     total_bytes = check_int("total_bytes", total_bytes, low=1, high=MAX_COUNT)
     left_bytes = check_int("left_bytes", left_bytes, low=0, high=total_bytes)
     rows = []
@@ -153,16 +143,10 @@ PROPOSALS = (
 
 
 def proposal_rows(plan: ResidencyPlan) -> list[dict]:
-    """What each answer does with ``plan.requested`` concurrent requests (one rank): merged code,
-    PR #17261's clamp, PR #18985's feasible ``max_batch_size`` default (when max_batch_size is
-    left unset), and PR #18985 with the explicit max_batch_size of ``plan`` (an explicit value
-    still wins, so it builds or raises exactly as merged code does, with the proposed message).
-
-    Each row: policy, label, status, max_batch_size (what the manager is built with), resident
-    (sequences served at once), waiting (of the concurrent requests, queued; 0 when it
-    raises: nothing runs), dummies,
-    state_gib (resident and dummy slots), outcome ("ok" or "crash": raises at construction),
-    error (the message, or "")."""
+    """What each answer does with ``plan.requested`` concurrent requests on one rank (a row
+    each: built max_batch_size, resident, waiting, dummies, state_gib, outcome, error): merged
+    code, PR #17261's clamp, PR #18985's feasible default, and PR #18985 with ``plan``'s
+    explicit max_batch_size (it wins: merged code's outcome with the proposed message)."""
     concurrent = check_instance("plan", plan, ResidencyPlan).requested
     feasible = plan.feasible_max_batch_size()
     rows = []
@@ -224,10 +208,9 @@ def proposal_rows(plan: ResidencyPlan) -> list[dict]:
 
 
 def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> tuple[KVGeometry, MambaGeometry]:
-    """Qwen3.5-27B with every byte divided by :data:`SCALE` (256), for a real manager that fits
-    in a laptop: the recurrent state split over tp 16 with 3 of 48 layers (slot / 256), and one
-    attention layer of one KV head with 8-token pages (page / 256). Divide the quota by SCALE
-    too and the slot counts stay the PR's."""
+    """Qwen3.5-27B with every byte divided by :data:`SCALE`: the state over tp 16 with 3 of 48
+    layers, one attention layer of one KV head with 8-token pages. Divide the quota by SCALE too
+    and the slot counts stay the PR's."""
     mamba = MambaGeometry(
         num_mamba_layers=3,
         mamba_num_heads=48,
@@ -246,10 +229,8 @@ def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> tuple[KVGeometry, MambaGe
 
 
 def residency_bytes(plan: ResidencyPlan) -> dict:
-    """What the quota goes to, in bytes, under merged residency ("raw") and under PR #17261's
-    clamp ("clamped"): resident slots, dummy slots, attention pages (whole pages) and what is
-    left unused. Merged residency that does not fit shows its floor (one page) and overshoots
-    the quota; a clamp that cannot hold one sequence shows nothing (``clamp_fits`` False)."""
+    """The quota's bytes under merged residency ("raw": its floor when it does not fit) and
+    PR #17261's clamp ("clamped"): resident and dummy slots, whole pages, unused."""
     check_instance("plan", plan, ResidencyPlan)
     q, slot, page = plan.quota_bytes, plan.slot_bytes, plan.page_bytes
 

@@ -1,21 +1,7 @@
-"""Timings of the paged KV path on a device, and their storage as JSON.
-
-Three costs the page-index width and the pool put on a real GPU (issue 8):
-
-- ``page_index_copy``: the per-step host-to-device copy of the page-index table, a pinned
-  int32 ``[1, slots, 2, width]`` tensor (``kvlab.core.page_index.PageIndexTable``, the shape of
-  ``KVCacheManagerV2``'s table) copied with ``non_blocking=True`` into a device buffer, as the
-  executor does before the attention kernels read the rows. The width is
-  ``max_blocks_per_seq`` of the max_seq_len that sizes the row: the "one-line fix" sizes it by
-  the configured length, so this is the metadata cost the fix raises.
-- ``paged_read``: a gather of every page of a pool through a shuffled page-index row against a
-  plain device-to-device copy of the same bytes (the device's copy bandwidth).
-- ``pool_allocation``: ``torch.empty`` of the pool's ``[num_blocks, bytes_per_block]`` uint8
-  storage, synchronized, from an emptied allocator cache.
-
-Every function runs on any device: on the CPU for tests, on CUDA for real figures (timed with
-CUDA events; allocation by the wall clock around a synchronize). Bandwidths are decimal GB/s of
-bytes read (a copy reads each byte once and writes it once; both sides count it once).
+"""Timings of the paged KV path on a device (CUDA events on a GPU, the wall clock on the CPU),
+and their storage as JSON: the per-step host-to-device copy of the page-index table (the cost
+the one-line fix raises), a gather of every page through a shuffled row against a plain copy,
+and a cold ``torch.empty`` of the pool. Bandwidths are decimal GB/s of bytes read.
 """
 
 from __future__ import annotations
@@ -44,9 +30,8 @@ GB = 1e9  # bandwidths in decimal GB/s, as memory bandwidths are quoted
 
 
 def device_info(device="cpu") -> dict:
-    """What the figures were taken on: name, device_type, driver (NVIDIA driver from
-    nvidia-smi, None where absent), cuda (torch's CUDA version, None on a CPU build), torch,
-    date (UTC); on CUDA also compute_capability, memory_bytes and multiprocessors. No host name."""
+    """What the figures were taken on: name, device_type, driver, cuda, torch, date (UTC); on
+    CUDA also compute_capability, memory_bytes and multiprocessors. No host name."""
     dev = resolve_device(device)
     info = {
         "name": platform.processor() or platform.machine(),
@@ -104,8 +89,7 @@ def _synchronize(dev: torch.device) -> None:
 
 
 def _time_device(fn: Callable[[], object], dev: torch.device, repeat: int) -> list[float]:
-    """Seconds of each of ``repeat`` calls after one warm-up: CUDA events on the device's
-    current stream, or the wall clock on the CPU."""
+    """Seconds of each of ``repeat`` calls after one warm-up."""
     fn()
     _synchronize(dev)
     samples = []
@@ -147,10 +131,8 @@ def page_index_copy(
     device="cpu",
     repeat: int = 20,
 ) -> list[dict]:
-    """Per-step host-to-device copy of the whole page-index table for each (row-sizing
-    max_seq_len, max_batch_size). One dict per pair: max_seq_len, width (max_blocks_per_seq),
-    max_batch_size, slots (batch + 1 dummy), nbytes (slots * 2 * width * 4), median_us, min_us,
-    gb_per_s."""
+    """The pinned page-index table's ``non_blocking`` copy to the device, as the executor does
+    each step, for each (row-sizing max_seq_len, max_batch_size): one dict a pair."""
     seq_lens = _ints("max_seq_lens", max_seq_lens, low=1, high=1 << 30)
     batches = _ints("batch_sizes", batch_sizes, low=1, high=1 << 20)
     repeat = check_int("repeat", repeat, low=1, high=10_000)
@@ -164,14 +146,14 @@ def page_index_copy(
             target = torch.empty(host.shape, dtype=host.dtype, device=dev)
             samples = _time_device(partial(target.copy_, host, non_blocking=True), dev, repeat)
             rows.append(
-                {
-                    "max_seq_len": seq_len,
-                    "width": width,
-                    "max_batch_size": batch,
-                    "slots": table.slots,
-                    "nbytes": table.nbytes,
+                dict(
+                    max_seq_len=seq_len,
+                    width=width,
+                    max_batch_size=batch,
+                    slots=table.slots,
+                    nbytes=table.nbytes,
                     **_summary("", samples, table.nbytes),
-                }
+                )
             )
     return rows
 
@@ -179,11 +161,8 @@ def page_index_copy(
 def paged_read(
     page_bytes: Sequence[int], *, pool_bytes: int, device="cpu", repeat: int = 20, seed: int = 0
 ) -> list[dict]:
-    """Read bandwidth of a gather of every page of a ``pool_bytes`` pool through a shuffled
-    page-index row (int32 page ids on the device, ``index_select`` of 8-byte words) against a
-    plain copy of the same bytes, for each page size. One dict per page size: page_bytes,
-    num_pages, nbytes, gather_median_us, gather_min_us, gather_gb_per_s, copy_median_us,
-    copy_min_us, copy_gb_per_s, gather_vs_copy (bandwidth ratio)."""
+    """A gather (``index_select`` of 8-byte words) of every page of a ``pool_bytes`` pool through
+    a shuffled row against a plain copy of the same bytes: one dict a page size."""
     sizes = _ints("page_bytes", page_bytes, low=8)
     pool_bytes = check_int("pool_bytes", pool_bytes, low=max(sizes), high=MAX_COUNT)
     repeat = check_int("repeat", repeat, low=1, high=10_000)
@@ -219,10 +198,8 @@ def paged_read(
 def pool_allocation(
     pool_bytes: Sequence[int], *, bytes_per_block: int = 65536, device="cpu", repeat: int = 3
 ) -> list[dict]:
-    """Wall time of ``torch.empty`` of the pool's ``[num_blocks, bytes_per_block]`` uint8
-    storage, synchronized, with the allocator's cache emptied before each try (a cold
-    allocation, as at start-up). One dict per size: nbytes (whole pages), num_blocks,
-    bytes_per_block, median_ms, min_ms."""
+    """Wall time of a cold ``torch.empty`` of the pool's uint8 storage, synchronized (the
+    allocator's cache emptied first, as at start-up): one dict a size."""
     sizes = _ints("pool_bytes", pool_bytes, low=1)
     bytes_per_block = check_int("bytes_per_block", bytes_per_block, low=1, high=min(sizes))
     repeat = check_int("repeat", repeat, low=1, high=1000)
@@ -264,13 +241,11 @@ def save_measurements(results: Mapping, path) -> Path:
     return path
 
 
-#: Where measurements taken on real GPUs are kept (one JSON file per device).
 MEASUREMENTS_DIR = DATA_DIR / "measurements"
 
 
 def load_measurements(path) -> dict:
-    """Read results written by :func:`save_measurements`: a path, or the name of a file under
-    data/measurements ("h200")."""
+    """Results written by :func:`save_measurements`: a path, or a name under data/measurements."""
     check_instance("path", path, (str, os.PathLike))
     if isinstance(path, str) and "/" not in path and not path.endswith(".json"):
         known = sorted(p.stem for p in MEASUREMENTS_DIR.glob("*.json"))
@@ -287,8 +262,7 @@ def load_measurements(path) -> dict:
 
 
 def measured_on(info: Mapping) -> str:
-    """A label for figures from ``device_info``: "measured on NVIDIA H200 (driver ..., CUDA
-    ..., torch ..., YYYY-MM-DD)"."""
+    """ "measured on NAME (driver ..., CUDA ..., torch ..., date)" from ``device_info``."""
     check_instance("info", info, Mapping)
     missing = [key for key in ("name", "torch", "date") if key not in info]
     if missing:

@@ -1,42 +1,33 @@
-"""The workloads on which kvlab's peers are held to the real engines, and the comparison.
-
-Each :class:`PeerWorkload` is an engine's arguments (``VllmEngineArgs``: pool,
-``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and requests
-with arrival steps; ``run_peer`` runs kvlab's peer of that engine on it.
-:func:`vllm_workloads` lists vLLM's (and :func:`sglang_workloads` SGLang's, of the same kinds): notebook 04's (the long request beside small ones,
-"not yet" and "never", three mixed Poisson workloads, with and without chunked prefill), a pool
-swapped smaller after start-up (the head-of-line wait, the chunked self-preemption loop), the
-first 10 minutes of Azure's code and conversation hours, the first minutes of Mooncake's
-conversation and synthetic traces, the front door's refusals, a start-up refusal, and a tiny
-pool whose preempted request recomputes its last token as a chunk of its own.
-:func:`differences` compares two runs request by request on what docs/CONFORMANCE.md promises:
-status, start step, finish step and preemptions. ``kvlab.backends`` runs the same workloads on
-the real schedulers and stores their answers in data/measurements/.
+"""The workloads on which kvlab's peers are held to the real engines (docs/CONFORMANCE.md), and
+the comparison: notebook 04's, a pool swapped smaller after start-up, Azure's and Mooncake's
+traces, the front door's refusals and start-up refusals. ``kvlab.backends`` runs the same
+workloads on the real schedulers and stores their answers in data/measurements/.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvlab.analysis.compare import EngineConfig, long_and_small, not_yet_and_never, sglang_args
+from kvlab.analysis.compare import (
+    PEERS,
+    EngineConfig,
+    long_and_small,
+    not_yet_and_never,
+    run_peer,
+    sglang_args,
+)
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.checks import check_instance, check_int, check_items
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.request import Request
-from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
+from kvlab.run.simulation import SimulationResult
 from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
 from kvlab.sched.base import check_plain_request
-from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
-from kvlab.sched.sglang import startup_error as sglang_startup_error
-from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
+from kvlab.sched.sglang import SglangServerArgs
+from kvlab.sched.vllm import VllmEngineArgs, estimated_max_model_len
 
 #: What :func:`differences` compares, per request.
 COMPARED = ("status", "first_scheduled_step", "end_step", "num_recomputes")
-#: Each engine's arguments type -> (kvlab's peer scheduler, the engine's start-up check, its name).
-PEERS = {
-    VllmEngineArgs: (VllmScheduler, startup_error, "vLLM"),
-    SglangServerArgs: (SglangScheduler, sglang_startup_error, "SGLang"),
-}
 
 
 @dataclass(frozen=True)
@@ -68,13 +59,8 @@ class PeerWorkload:
         check_int("max_steps", self.max_steps, low=1, high=1 << 30)
 
     def run_peer(self) -> SimulationResult:
-        """kvlab's peer of the engine on this workload; a start-up refusal rejects every
-        request with the engine's message, as the real engine's backend reports it."""
-        scheduler_class, startup_check, _ = PEERS[type(self.args)]
-        refusal = startup_check(self.args)
-        if refusal is not None:
-            return refused_to_start(self.requests, refusal)
-        return simulate(scheduler_class(self.args), self.requests, max_steps=self.max_steps)
+        """kvlab's peer of the engine on this workload (:func:`kvlab.analysis.compare.run_peer`)."""
+        return run_peer(self.args, self.requests, self.max_steps)
 
 
 def differences(peer: SimulationResult, real: SimulationResult) -> list[dict]:
@@ -128,17 +114,59 @@ def _mixed(rate: float, seed: int = 0) -> list[Request]:
     )
 
 
-def _trace_engine(num_gpu_blocks: int, **changes) -> VllmEngineArgs:
-    """A trace-sized engine: the seed's geometry, ``max_model_len`` at vLLM's estimate."""
-    geometry = seed_geometry()
-    fields = dict(
-        max_model_len=estimated_max_model_len(geometry, num_gpu_blocks),
-        max_num_seqs=16,
-        max_num_batched_tokens=8192,
-        enable_chunked_prefill=True,
+def _mixed_workloads(engine, chunked) -> list[PeerWorkload]:
+    """The mixed workloads on notebook 04's ``engine``, and its ``chunked`` form, up to seed 1."""
+    workloads = []
+    for rate in (0.04, 0.05, 0.1):
+        mixed = _mixed(rate)
+        workloads += [
+            PeerWorkload(f"nb04/mixed-rate-{rate:g}", engine, mixed, 100_000),
+            PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000),
+        ]
+    seed_1 = PeerWorkload("nb04/mixed-rate-0.05/seed-1", engine, _mixed(0.05, seed=1), 100_000)
+    return [*workloads, seed_1]
+
+
+def _trace_workloads(engine) -> list[PeerWorkload]:
+    """Azure's and Mooncake's traces on ``engine(pages of 32 tokens, sequences, chunked)``."""
+    code, conversation = azure_trace("code", minutes=10), mooncake_trace("conversation", minutes=3)
+    specs = [
+        ("azure-code-10min", 256, 16, True, code),
+        ("azure-code-10min/shrunk", 224, 16, True, code),
+        ("azure-code-10min/no-chunking", 256, 16, False, code),
+        ("azure-conv-10min", 512, 16, True, azure_trace("conv", minutes=10)),
+        ("mooncake-conversation-3min", 2048, 32, True, conversation),
+        ("mooncake-conversation-3min/shrunk", 1024, 32, True, conversation),
+        ("mooncake-conversation-3min/no-chunking", 2048, 32, False, conversation),
+        ("mooncake-synthetic-1min", 2048, 32, True, mooncake_trace("synthetic", minutes=1)),
+    ]
+    return [PeerWorkload(name, engine(*spec), requests) for name, *spec, requests in specs]
+
+
+def _vllm_trace_engine(num_gpu_blocks: int, max_num_seqs: int, chunked: bool) -> VllmEngineArgs:
+    """The seed's geometry, ``max_model_len`` at vLLM's estimate, a token budget of 8,192 (of
+    max_model_len without chunking)."""
+    max_model_len = estimated_max_model_len(seed_geometry(), num_gpu_blocks)
+    return VllmEngineArgs(
+        seed_geometry(),
+        num_gpu_blocks,
+        max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=8192 if chunked else max(8192, max_model_len),
+        enable_chunked_prefill=chunked,
     )
-    fields.update(changes)
-    return VllmEngineArgs(geometry, num_gpu_blocks, **fields)
+
+
+def _sglang_trace_engine(pages: int, max_running_requests: int, chunked: bool) -> SglangServerArgs:
+    """The same pool in one-token pages, a context length of the pool's, SGLang's default
+    chunk (none without chunking) and prefill budget."""
+    return SglangServerArgs(
+        seed_geometry(tokens_per_block=1),
+        32 * pages,
+        32 * pages,
+        max_running_requests=max_running_requests,
+        **({} if chunked else dict(chunked_prefill_size=-1)),
+    )
 
 
 def vllm_workloads() -> list[PeerWorkload]:
@@ -147,6 +175,7 @@ def vllm_workloads() -> list[PeerWorkload]:
     hog = not_yet_and_never(EngineConfig(max_seq_len=NOTEBOOK_04.max_model_len))
     chunked = NOTEBOOK_04.replace(**CHUNKED_512)
     shrunk_small = long_and_small(context=1800)
+    self_preempting = SHRUNK.replace(**CHUNKED_512, scheduler_reserve_full_isl=False)
     front_door = [
         Request("no-output", 64, 0, 0),
         Request("prompt-at-max-model-len", 2016, 4, 0),
@@ -154,9 +183,14 @@ def vllm_workloads() -> list[PeerWorkload]:
         Request("stops-at-max-model-len", 1990, 100, 1),
         Request("fits", 100, 10, 2),
     ]
-    azure_code, azure_conv = azure_trace("code", minutes=10), azure_trace("conv", minutes=10)
-    conversation = mooncake_trace("conversation", minutes=3)
-    workloads = [
+    tiny = VllmEngineArgs(
+        KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4),
+        9,
+        32,
+        max_num_seqs=4,
+        max_num_batched_tokens=14,
+    )
+    return [
         PeerWorkload("nb04/long-and-small", NOTEBOOK_04, nb04_small, 20_000),
         PeerWorkload("nb04/long-and-small/chunked", chunked, nb04_small, 20_000),
         PeerWorkload("nb04/not-yet-and-never", NOTEBOOK_04, hog, 20_000),
@@ -166,101 +200,36 @@ def vllm_workloads() -> list[PeerWorkload]:
         PeerWorkload(
             "shrunk/head-of-line/chunked", SHRUNK.replace(**CHUNKED_512), shrunk_small, 3_000
         ),
-        PeerWorkload(
-            "shrunk/self-preemption",
-            SHRUNK.replace(**CHUNKED_512, scheduler_reserve_full_isl=False),
-            shrunk_small,
-            300,
-        ),
-        PeerWorkload(
-            "shrunk/self-preemption/ends-running",
-            SHRUNK.replace(**CHUNKED_512, scheduler_reserve_full_isl=False),
-            shrunk_small,
-            301,
-        ),
+        PeerWorkload("shrunk/self-preemption", self_preempting, shrunk_small, 300),
+        PeerWorkload("shrunk/self-preemption/ends-running", self_preempting, shrunk_small, 301),
         PeerWorkload(
             "tiny/one-token-recompute-chunk",
-            VllmEngineArgs(
-                KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4),
-                9,
-                32,
-                max_num_seqs=4,
-                max_num_batched_tokens=14,
-            ),
+            tiny,
             [Request("a", 14, 10), Request("b", 14, 10)],
             1_000,
         ),
-    ]
-    for rate in (0.04, 0.05, 0.1):
-        mixed = _mixed(rate)
-        workloads += [
-            PeerWorkload(f"nb04/mixed-rate-{rate:g}", NOTEBOOK_04, mixed, 100_000),
-            PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000),
-        ]
-    workloads += [
-        PeerWorkload("nb04/mixed-rate-0.05/seed-1", NOTEBOOK_04, _mixed(0.05, seed=1), 100_000),
+        *_mixed_workloads(NOTEBOOK_04, chunked),
         PeerWorkload(
             "nb04/mixed-rate-0.05/watermark",
             NOTEBOOK_04.replace(watermark=0.1),
             _mixed(0.05),
             100_000,
         ),
-        PeerWorkload("azure-code-10min", _trace_engine(256), azure_code),
-        PeerWorkload("azure-code-10min/shrunk", _trace_engine(224), azure_code),
-        PeerWorkload(
-            "azure-code-10min/no-chunking",
-            _trace_engine(256, enable_chunked_prefill=False),
-            azure_code,
-        ),
-        PeerWorkload("azure-conv-10min", _trace_engine(512), azure_conv),
-        PeerWorkload(
-            "mooncake-conversation-3min", _trace_engine(2048, max_num_seqs=32), conversation
-        ),
-        PeerWorkload(
-            "mooncake-conversation-3min/shrunk", _trace_engine(1024, max_num_seqs=32), conversation
-        ),
-        PeerWorkload(
-            "mooncake-conversation-3min/no-chunking",
-            _trace_engine(
-                2048, max_num_seqs=32, max_num_batched_tokens=65_504, enable_chunked_prefill=False
-            ),
-            conversation,
-        ),
-        PeerWorkload(
-            "mooncake-synthetic-1min",
-            _trace_engine(2048, max_num_seqs=32),
-            mooncake_trace("synthetic", minutes=1),
-        ),
+        *_trace_workloads(_vllm_trace_engine),
     ]
-    return workloads
 
 
 #: Notebook 04's engine as SGLang: the same 2,048 tokens (4 MiB of the seed's geometry, one
 #: token a page), context length 8,192, 4 running requests, no chunking (compare.sglang_args).
 SGLANG_NOTEBOOK_04 = sglang_args(EngineConfig())
-SGLANG_CHUNKED_512 = dict(chunked_prefill_size=512, max_prefill_tokens=512)
-
-
-def _sglang_trace_engine(max_total_tokens: int, **changes) -> SglangServerArgs:
-    """A trace-sized SGLang engine: the seed's geometry, a context length of the pool's, 16
-    running requests, SGLang's default chunk and prefill budget."""
-    fields = dict(max_running_requests=16)
-    fields.update(changes)
-    return SglangServerArgs(
-        seed_geometry(tokens_per_block=1),
-        max_total_tokens,
-        fields.pop("context_length", max_total_tokens),
-        **fields,
-    )
 
 
 def sglang_workloads() -> list[PeerWorkload]:
-    """The workloads of docs/CONFORMANCE.md's SGLang table: vLLM's kinds, on SGLang's engines,
-    with the requests' ``ignore_eos`` off (SGLang then guesses each request's output with its
-    decaying new-token ratio and retracts when the guess falls short) but for one mixed run."""
+    """The workloads of docs/CONFORMANCE.md's SGLang table: vLLM's kinds on SGLang's engines,
+    the requests' ``ignore_eos`` off (SGLang guesses each output with its decaying new-token
+    ratio and retracts when the guess falls short) but for one mixed run."""
     small = long_and_small()
-    chunked = SGLANG_NOTEBOOK_04.replace(**SGLANG_CHUNKED_512)
-    hog = not_yet_and_never(EngineConfig())
+    chunked = SGLANG_NOTEBOOK_04.replace(chunked_prefill_size=512, max_prefill_tokens=512)
     front_door = [
         Request("prompt-at-context-length", 8192, 4, 0),
         Request("prompt-plus-output-over-context-length", 8000, 400, 0),
@@ -268,8 +237,6 @@ def sglang_workloads() -> list[PeerWorkload]:
         Request("output-clipped-to-the-pool", 1000, 2000, 2),
         Request("fits", 100, 10, 3),
     ]
-    azure_code, azure_conv = azure_trace("code", minutes=10), azure_trace("conv", minutes=10)
-    conversation = mooncake_trace("conversation", minutes=3)
     tiny = SglangServerArgs(
         KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1),
         600,
@@ -279,69 +246,31 @@ def sglang_workloads() -> list[PeerWorkload]:
         max_prefill_tokens=128,
     )
     retracted = [Request(f"r{i}", 20, 400, i) for i in range(8)]
-    workloads = [
+    stalled = [Request("a", 300, 900, 0), Request("b", 300, 900, 0)]
+    refusing = SGLANG_NOTEBOOK_04.replace(max_total_tokens=1)
+    return [
         PeerWorkload("nb04/long-and-small", SGLANG_NOTEBOOK_04, small, 20_000),
         PeerWorkload("nb04/long-and-small/chunked", chunked, small, 20_000),
-        PeerWorkload("nb04/not-yet-and-never", SGLANG_NOTEBOOK_04, hog, 20_000),
+        PeerWorkload("nb04/not-yet-and-never", SGLANG_NOTEBOOK_04, not_yet_and_never(), 20_000),
         PeerWorkload("front-door", SGLANG_NOTEBOOK_04, front_door, 5_000),
-        PeerWorkload(
-            "startup-refused", SGLANG_NOTEBOOK_04.replace(max_total_tokens=1), small, 1_000
-        ),
+        PeerWorkload("startup-refused", refusing, small, 1_000),
         PeerWorkload("tiny/retractions", tiny, retracted, 5_000),
         PeerWorkload("tiny/retractions/ends-running", tiny, retracted, 2_100),  # one admitted again
         PeerWorkload(
             "tiny/ignore-eos-stall",
             tiny.replace(max_total_tokens=1000, ignore_eos=True),
-            [Request("a", 300, 900, 0), Request("b", 300, 900, 0)],
+            stalled,
             500,
         ),
-    ]
-    for rate in (0.04, 0.05, 0.1):
-        mixed = _mixed(rate)
-        workloads += [
-            PeerWorkload(f"nb04/mixed-rate-{rate:g}", SGLANG_NOTEBOOK_04, mixed, 100_000),
-            PeerWorkload(f"nb04/mixed-rate-{rate:g}/chunked", chunked, mixed, 100_000),
-        ]
-    workloads += [
-        PeerWorkload(
-            "nb04/mixed-rate-0.05/seed-1", SGLANG_NOTEBOOK_04, _mixed(0.05, seed=1), 100_000
-        ),
+        *_mixed_workloads(SGLANG_NOTEBOOK_04, chunked),
         PeerWorkload(
             "nb04/mixed-rate-0.05/ignore-eos",
             SGLANG_NOTEBOOK_04.replace(ignore_eos=True),
             _mixed(0.05),
             100_000,
         ),
-        PeerWorkload("azure-code-10min", _sglang_trace_engine(8192), azure_code),
-        PeerWorkload("azure-code-10min/shrunk", _sglang_trace_engine(7168), azure_code),
-        PeerWorkload(
-            "azure-code-10min/no-chunking",
-            _sglang_trace_engine(8192, chunked_prefill_size=-1),
-            azure_code,
-        ),
-        PeerWorkload("azure-conv-10min", _sglang_trace_engine(16384), azure_conv),
-        PeerWorkload(
-            "mooncake-conversation-3min",
-            _sglang_trace_engine(65536, max_running_requests=32),
-            conversation,
-        ),
-        PeerWorkload(
-            "mooncake-conversation-3min/shrunk",
-            _sglang_trace_engine(32768, max_running_requests=32),
-            conversation,
-        ),
-        PeerWorkload(
-            "mooncake-conversation-3min/no-chunking",
-            _sglang_trace_engine(65536, max_running_requests=32, chunked_prefill_size=-1),
-            conversation,
-        ),
-        PeerWorkload(
-            "mooncake-synthetic-1min",
-            _sglang_trace_engine(65536, max_running_requests=32),
-            mooncake_trace("synthetic", minutes=1),
-        ),
+        *_trace_workloads(_sglang_trace_engine),
     ]
-    return workloads
 
 
 def by_name(workloads: list[PeerWorkload]) -> dict[str, PeerWorkload]:
@@ -351,16 +280,3 @@ def by_name(workloads: list[PeerWorkload]) -> dict[str, PeerWorkload]:
         check_instance(f"workloads[{i}]", workload, PeerWorkload).name: workload
         for i, workload in enumerate(workloads)
     }
-
-
-__all__ = [
-    "COMPARED",
-    "NOTEBOOK_04",
-    "PEERS",
-    "PeerWorkload",
-    "SGLANG_NOTEBOOK_04",
-    "by_name",
-    "differences",
-    "sglang_workloads",
-    "vllm_workloads",
-]

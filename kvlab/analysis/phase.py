@@ -1,24 +1,12 @@
 """Closed-form verdicts for the phase diagram: pool size x context length, per policy.
 
-The question each point answers: one request of ``context_len`` prompt tokens and
-``max_new_tokens`` new tokens arrives alone at an engine whose pool has ``pool_blocks`` pages
-(configured max_seq_len, width policy and admission policy fixed). What happens?
-
-- "ok": it finishes;
-- "reject": it is rejected at the door (admission, or the prompt exceeds max_num_tokens);
-- "stall": a resize returns False every pass; alone, the stall detector raises
-  SchedulerDeadlock (beside others it starves);
-- "crash": a resize raises PageIndexTooShort and the engine stops.
-
-The verdicts are exact for ``Scheduler(manager, admission, max_num_tokens, stall_limit=...)``
-with its defaults (non-chunked context), under either tier configuration (the automatic host
-tier, the manager's default, or none: a lone request has no started victim to preempt or
-evict, so the tier below the GPU changes nothing): a lone request's cache grows to
-``context_len + extra`` tokens, then by one token per generation step up to
-``context_len + extra + max_new_tokens - 1``. Each resize checks the page-index width before
-the pool (docs/REFERENCE.md §3), so the first block count past ``min(width, pool)`` decides: past
-the width first (or both at once) is a crash, past the pool first is a stall. tests/analysis/test_phase.py
-checks sampled points against full ``simulate`` runs.
+One request of ``context_len`` prompt tokens arrives alone at an engine whose pool has
+``pool_blocks`` pages: "ok" (it finishes), "reject" (at the door), "stall" (a resize returns
+False every pass: SchedulerDeadlock) or "crash" (PageIndexTooShort). Its cache grows to the
+prompt plus the extra tokens, then a token a step; each resize checks the row width before the
+pool (docs/REFERENCE.md §3), so whichever limit the growth passes first decides. Exact for
+``Scheduler`` with non-chunked context under either tier (a lone request evicts nothing);
+tests/analysis/test_phase.py checks sampled points against ``simulate``.
 """
 
 from __future__ import annotations
@@ -28,13 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvlab.analysis.presets import ENGINE_OUTCOMES, seed_geometry
+from kvlab.analysis.presets import ENGINE_OUTCOMES, check_names, seed_geometry
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import (
     check_choice,
     check_instance,
     check_int,
-    check_items,
     check_sequence,
     store_checked,
 )
@@ -59,16 +46,14 @@ class PhaseSetup:
     num_extra_kv_tokens: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.geometry, KVGeometry):
-            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
-        store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
-        store_checked(self, "max_new_tokens", check_int, low=0, high=1 << 30)
-        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
-        store_checked(self, "num_extra_kv_tokens", check_int, low=0, high=1 << 20)
-
-
-def _blocks(tokens, tokens_per_block: int):
-    return div_ceil(tokens, tokens_per_block)
+        check_instance("geometry", self.geometry, KVGeometry)
+        for name, low, high in (
+            ("max_seq_len", 1, 1 << 30),
+            ("max_new_tokens", 0, 1 << 30),
+            ("max_num_tokens", 1, 1 << 30),
+            ("num_extra_kv_tokens", 0, 1 << 20),
+        ):
+            store_checked(self, name, check_int, low=low, high=high)
 
 
 def _counts(name: str, values) -> np.ndarray:
@@ -84,7 +69,7 @@ def _counts(name: str, values) -> np.ndarray:
     return np.asarray(check_sequence(name, values, check_int, low=1, high=1 << 30), dtype=np.int64)
 
 
-#: The most cells one diagram computes: 2^22, about 200 MB of temporaries at the peak.
+#: The most cells one diagram computes (about 200 MB of temporaries at the peak).
 MAX_PHASE_CELLS = 1 << 22
 
 
@@ -94,7 +79,7 @@ def phase_verdicts(
     regime: str,
     setup: PhaseSetup = PhaseSetup(),
 ) -> np.ndarray:
-    """Verdict codes (indices into ENGINE_OUTCOMES), shape (len(pool_blocks), len(context_lens))."""
+    """Verdict codes (indices into ENGINE_OUTCOMES), one row per pool size."""
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
     check_instance("setup", setup, PhaseSetup)
     pool = _counts("pool_blocks", pool_blocks)[:, None]
@@ -112,16 +97,16 @@ def phase_verdicts(
 
     clamped = np.minimum(setup.max_seq_len, pool * tpb)
     width_len = clamped if width_policy == "clamped" else np.full_like(pool, setup.max_seq_len)
-    width = _blocks(_blocks(width_len + extra + 1, tpb), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
-    context_blocks = _blocks(context + extra, tpb)
-    final_blocks = _blocks(context + extra + max(new - 1, 0), tpb)
+    width = div_ceil(div_ceil(width_len + extra + 1, tpb), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+    context_blocks = div_ceil(context + extra, tpb)
+    final_blocks = div_ceil(context + extra + max(new - 1, 0), tpb)
 
     grows_past = np.where(width <= pool, CRASH, STALL)  # which limit the growth meets first
     verdict = np.where(final_blocks <= np.minimum(width, pool), OK, grows_past)
     verdict = np.where(context_blocks > pool, STALL, verdict)
     verdict = np.where(context_blocks > width, CRASH, verdict)
     if admission == "capacity":
-        demand = _blocks(context + new + extra, tpb)
+        demand = div_ceil(context + new + extra, tpb)
         verdict = np.where((demand > pool) | (demand > width), REJECT, verdict)
     verdict = np.where(context > setup.max_num_tokens, REJECT, verdict)
     return verdict.astype(np.int8)
@@ -134,10 +119,7 @@ def phase_diagram(
     setup: PhaseSetup = PhaseSetup(),
 ) -> dict[str, np.ndarray]:
     """``phase_verdicts`` for each regime."""
-    regimes = [
-        check_choice(f"regimes[{i}]", regime, TRTLLM_POLICIES)
-        for i, regime in enumerate(check_items("regimes", regimes, "regime names"))
-    ]
+    regimes = check_names("regimes", regimes, TRTLLM_POLICIES, "regime names")
     pool_blocks, context_lens = (
         _counts("pool_blocks", pool_blocks),
         _counts("context_lens", context_lens),
@@ -152,8 +134,7 @@ def phase_scenario(
     setup: PhaseSetup = PhaseSetup(),
     stall_limit: int = 8,
 ):
-    """The engine and the lone request one point of the diagram stands for: (scheduler,
-    [request]), ready for ``simulate``."""
+    """(scheduler, [request]): one point of the diagram, ready for ``simulate``."""
     admission, width_policy = POLICIES[check_choice("regime", regime, TRTLLM_POLICIES)]
     pool_blocks = check_int("pool_blocks", pool_blocks, low=1, high=1 << 30)
     context_len = check_int("context_len", context_len, low=1, high=1 << 30)

@@ -1,14 +1,14 @@
 """The names kvlab's analyses share, each defined once: the seed's geometry, the outcomes a run
-or a resize can have, and the classifier that names a run's outcome. The policies' one table
-is :mod:`kvlab.sched.policies`.
+or a resize can have, the classifier that names a run's outcome, and the check of a list of
+names. The policies' one table is :mod:`kvlab.sched.policies`.
 """
 
 from __future__ import annotations
 
-from kvlab.core.checks import check_instance
+from kvlab.core.checks import check_choice, check_instance, check_items
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.request import UNFINISHED_STATUSES
+from kvlab.core.request import UNFINISHED_STATUSES, RequestState
 from kvlab.run.simulation import SimulationResult
 from kvlab.sched.scheduler import SchedulerDeadlock
 
@@ -27,9 +27,9 @@ def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:
 
 #: Every outcome name, mildest first (kvlab.notebook.viz gives each its colour and label).
 OUTCOMES = ("ok", "refused", "reject", "stall", "crash")
-#: What a run can end in: every request finished; some rejected and the rest finished; no
-#: progress (SchedulerDeadlock, or requests left waiting or running); a PageIndexTooShort. The
-#: phase diagram's int8 codes index this tuple.
+#: What a run can end in: every request finished; some rejected, the rest finished; no progress
+#: (SchedulerDeadlock, or requests left waiting or running); a PageIndexTooShort. The phase
+#: diagram's int8 codes index this tuple.
 ENGINE_OUTCOMES = ("ok", "reject", "stall", "crash")
 #: What one resize can do (kvlab.analysis.repro): allocate, return False, raise.
 RESIZE_OUTCOMES = ("ok", "refused", "crash")
@@ -40,12 +40,13 @@ def engine_outcome(result) -> str:
     check_instance("result", result, SimulationResult)
     if isinstance(result.error, PageIndexTooShort):
         return "crash"
-    if isinstance(result.error, SchedulerDeadlock):
-        return "stall"
     statuses = set(result.status.values())
-    if statuses & set(UNFINISHED_STATUSES):
+    if isinstance(result.error, SchedulerDeadlock) or statuses & set(UNFINISHED_STATUSES):
         return "stall"
-    return "reject" if "rejected" in statuses else "ok"
+    return "reject" if RequestState.REJECTED in statuses else "ok"
 
 
-__all__ = ["ENGINE_OUTCOMES", "OUTCOMES", "RESIZE_OUTCOMES", "engine_outcome", "seed_geometry"]
+def check_names(name: str, values, choices, what: str) -> list[str]:
+    """``values`` (a sequence of ``what``) as a list, each one of ``choices``."""
+    items = check_items(name, values, what)
+    return [check_choice(f"{name}[{i}]", value, choices) for i, value in enumerate(items)]

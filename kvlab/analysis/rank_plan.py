@@ -1,25 +1,13 @@
 """What every rank of a multi-rank run will build, and what each request will meet, without
 running it: the closed form of :mod:`kvlab.run.distributed`, fast enough for a slider.
 
-For a :class:`~kvlab.run.rank_config.RunConfig`, in the order the real start-up goes:
-
-1. each rank's own KV quota and blocks from its budget (``KvCacheCreator._cal_max_memory``,
-   docs/REFERENCE.md §1), as ``RankRunner`` computes them;
-2. ``allreduce(MIN)`` of the token capacity: every rank builds the smallest pool;
-3. the max_seq_len clamp and the page-index width (``KVCacheManagerV2.__init__``, §2);
-   steps 1-3 are ``RunConfig.pool_plan``, which also checks a config before its ranks start;
-4. each request's rank by :func:`kvlab.run.routing.route`, assuming every earlier request is
-   still live when it arrives (true while arrivals come faster than requests finish, as in the
-   issue-21470 scenario);
-5. each request's verdict alone on that pool by :func:`kvlab.analysis.phase.phase_verdicts`: "crash"
-   (a resize passes the row: ``ValueError``), "stall" (passes the pool first: refused every
-   pass, ``SchedulerDeadlock`` after ``stall_limit`` passes), "reject" (admission) or "ok";
-6. the run's end: the first crash takes every rank down, else a stall does, else it completes.
-
-What it leaves out: other requests' pages (they only delay a request that fits), and, under
-chunked prefill, a chunk boundary landing in the few blocks (``width - pool`` <= 4 under the
-clamp) between the pool and the row end, which makes a stall of what is here a crash.
-tests/analysis/test_rank_plan.py checks the plan against real runs of :func:`kvlab.run.distributed.run_ranks`.
+In the real start-up's order: each rank's quota and blocks, ``allreduce(MIN)``, the clamp and
+the row width (``RunConfig.pool_plan``); each request's rank by :func:`kvlab.run.routing.route`,
+every earlier request still live; its verdict alone on that pool
+(:func:`kvlab.analysis.phase.phase_verdicts`); the first crash, else stall, ends the run.
+[kvlab] Other requests' pages are left out, and under chunked prefill a chunk boundary between
+the pool and the row end can make a stall a crash. tests/analysis/test_rank_plan.py checks the
+plan against real runs.
 """
 
 from __future__ import annotations
@@ -30,6 +18,7 @@ from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import MemoryBudget
+from kvlab.core.request import RequestState
 from kvlab.run.rank_config import RunConfig
 from kvlab.run.routing import route
 from kvlab.run.run_result import DistributedResult
@@ -43,8 +32,7 @@ ENGINE_ERROR = {
 
 @dataclass(frozen=True)
 class RankPlan:
-    """One rank's pool, before and after the MIN (the fields ``viz.rank_budget_spec`` reads,
-    named as in ``kvlab.run.rank.RankResult``)."""
+    """One rank's pool before and after the MIN, named as in ``kvlab.run.rank.RankResult``."""
 
     rank: int
     budget: MemoryBudget
@@ -63,7 +51,7 @@ class RankPlan:
 
 @dataclass(frozen=True)
 class RequestPlan:
-    """One request: where it goes, how many blocks it grows to, and its verdict alone there."""
+    """One request: its rank, the blocks it grows to, and its verdict alone there."""
 
     request_id: str
     tokens: int  # prompt + new
@@ -92,8 +80,7 @@ class RanksPlan:
 
     @property
     def outcome(self) -> str:
-        """ "crash" or "stall" (the run shuts down), "reject" (it completes with rejections)
-        or "ok"."""
+        """ "crash" or "stall" (the run shuts down), "reject" or "ok"."""
         failure = self.first_failure
         if failure is not None:
             return failure.verdict
@@ -126,27 +113,25 @@ class RanksPlan:
 
 def plan_ranks(config: RunConfig) -> RanksPlan:
     """The plan of ``config`` (module docstring): no manager, no scheduler, no process."""
-    if not isinstance(config, RunConfig):
-        raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
+    check_instance("config", config, RunConfig)
     geo = config.geometry
     local_blocks, capacity, width = config.pool_plan()  # steps 1-3
     blocks, clamped = capacity // geo.tokens_per_block, min(config.max_seq_len, capacity)
     ranks = tuple(
         RankPlan(
-            rank,
-            budget,
-            budget.kv_quota_bytes,
-            own,
-            blocks,
-            capacity,
-            blocks * geo.bytes_per_block,
-            clamped,
-            width,
+            rank=rank,
+            budget=budget,
+            local_quota_bytes=budget.kv_quota_bytes,
+            local_blocks=own,
+            blocks=blocks,
+            capacity_tokens=capacity,
+            quota_bytes=blocks * geo.bytes_per_block,
+            max_seq_len=clamped,
+            max_blocks_per_seq=width,
         )
         for rank, (budget, own) in enumerate(zip(config.budgets, local_blocks))
     )
     placement = _placement(config)
-    regime = config.policy
     requests = []
     for request in sorted(config.requests, key=lambda q: q.arrival_step):
         setup = PhaseSetup(
@@ -155,24 +140,23 @@ def plan_ranks(config: RunConfig) -> RanksPlan:
             max_new_tokens=request.max_new_tokens,
             max_num_tokens=(1 << 30) if config.chunked_prefill else config.max_num_tokens,
         )
-        code = phase_verdicts([blocks], [request.prompt_len], regime, setup)[0, 0]
+        code = phase_verdicts([blocks], [request.prompt_len], config.policy, setup)[0, 0]
         tokens = request.prompt_len + request.max_new_tokens
         requests.append(
             RequestPlan(
-                request.request_id,
-                tokens,
-                placement[request.request_id],
-                geo.blocks_for_tokens(tokens),
-                ENGINE_OUTCOMES[code],
+                request_id=request.request_id,
+                tokens=tokens,
+                rank=placement[request.request_id],
+                blocks=geo.blocks_for_tokens(tokens),
+                verdict=ENGINE_OUTCOMES[code],
             )
         )
     return RanksPlan(config.policy, config.max_seq_len, ranks, tuple(requests))
 
 
 def outcome_of(result) -> str | None:
-    """The outcome a real run (``kvlab.run.run_result.DistributedResult``) shows, in the plan's
-    words: "crash" (a rank raised ValueError), "stall" (another error), "reject", "ok", or None
-    (a rank died or hung)."""
+    """A real run's outcome in the plan's words: "crash" (a rank raised ValueError), "stall"
+    (another error), "reject", "ok", or None (a rank died or hung)."""
     check_instance("result", result, DistributedResult)
     raised = next((r for r in result.ranks if r.outcome == "raised"), None)
     if raised is not None:
@@ -180,7 +164,7 @@ def outcome_of(result) -> str | None:
     if result.ended != "completed":
         return None
     statuses = [s for r in result.ranks for s in r.status.values()]
-    return "reject" if "rejected" in statuses else "ok"
+    return "reject" if RequestState.REJECTED in statuses else "ok"
 
 
 def _placement(config: RunConfig) -> dict[str, int]:
@@ -199,6 +183,3 @@ def _placement(config: RunConfig) -> dict[str, int]:
             live[rank] += 1
             tokens[rank] += request.prompt_len
     return placement
-
-
-__all__ = ["ENGINE_ERROR", "RankPlan", "RanksPlan", "RequestPlan", "outcome_of", "plan_ranks"]

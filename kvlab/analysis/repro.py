@@ -1,11 +1,9 @@
 """The single-GPU repro of issue #21470: one long context against a tiny pool, no weights.
 
-The seed's experiment (RTX 5080, image 1.4.0rc3.dev202610300406): a 4 MiB KV pool, 2 layers,
-2 KV heads, head_dim 128, fp16, 32 tokens per block, max_seq_len 8192, batch size 1. One cache
-is asked to hold ``context`` tokens with ``KVCache.resize``; the width policy decides whether
-that raises (``"clamped"``: 256 entries needed, 68 available) or returns False (``"configured"``:
-260 available, but only 64 pages exist). After a refusal the seed retried 32 tokens by hand.
-``run_repro`` does exactly that on a real manager and reports the arithmetic.
+The seed's experiment (RTX 5080): a 4 MiB pool of the seed's geometry, 32 tokens per block,
+max_seq_len 8192, batch size 1; ``KVCache.resize`` to 8192 tokens raises under the clamped row
+(256 entries needed, 68 available) and returns False under the configured one (260 available,
+64 pages), after which the seed retried 32 tokens. :func:`run_repro` does that on a real manager.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB, readout_mib
-from kvlab.core.page_index import WIDTH_POLICIES
+from kvlab.core.page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq
 from kvlab.run.progress import progress
 
 
@@ -47,7 +45,7 @@ class ReproResult:
     free_blocks_after: int
 
     def explain(self) -> str:
-        """The arithmetic from bytes per token to the outcome, one step a line."""
+        """The arithmetic from bytes per token to the outcome, a step a line."""
         tpb, width_len = (
             self.tokens_per_block,
             (self.capacity_tokens if self.policy == "clamped" else self.configured_max_seq_len),
@@ -103,13 +101,11 @@ def run_repro(
     host_cache_size: int | None = None,
 ) -> ReproResult:
     """Build a manager on a real pool of ``pool_mib`` MiB and resize one cache to ``context``
-    (``host_cache_size``: the tier below the GPU, None = automatic; it changes no figure here)."""
+    (``host_cache_size``, the tier below the GPU, changes no figure here)."""
     pool_mib = check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     context = check_int("context", context, low=1, high=1 << 30)
     retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
-    if geometry is not None and not isinstance(geometry, KVGeometry):
-        raise TypeError(f"geometry must be a KVGeometry or None (the seed's), got {geometry!r:.60}")
-    geometry = geometry or seed_geometry(tokens_per_block)
+    geometry = _geometry(geometry, tokens_per_block)
     if int(pool_mib * MIB) < geometry.bytes_per_block:
         raise ValueError(
             f"pool_mib={pool_mib:g} holds no page: one page of {geometry.tokens_per_block} "
@@ -162,17 +158,17 @@ def run_repro(
     )
 
 
-# --- small helpers for the notebooks and the widget panel (kvlab.notebook.widgets, notebooks 02-03) ---------
+def _geometry(geometry: KVGeometry | None, tokens_per_block: int) -> KVGeometry:
+    if geometry is not None and not isinstance(geometry, KVGeometry):
+        raise TypeError(f"geometry must be a KVGeometry or None (the seed's), got {geometry!r:.60}")
+    return geometry or seed_geometry(tokens_per_block)
 
 
 def no_pool_reason(
     pool_mib: float, tokens_per_block: int = 32, geometry: KVGeometry | None = None
 ) -> str | None:
-    """None when a pool of ``pool_mib`` MiB holds at least one page; otherwise why it holds none,
-    with the numbers (the manager would refuse to build such a pool)."""
-    if geometry is not None and not isinstance(geometry, KVGeometry):
-        raise TypeError(f"geometry must be a KVGeometry or None (the seed's), got {geometry!r:.60}")
-    geometry = geometry or seed_geometry(tokens_per_block)
+    """None when a pool of ``pool_mib`` MiB holds a page; otherwise why not, with the numbers."""
+    geometry = _geometry(geometry, tokens_per_block)
     pool_mib = check_float("pool_mib", pool_mib, low=0.0, high=1 << 20)
     quota = int(pool_mib * MIB)
     if geometry.blocks_in(quota) > 0:
@@ -185,11 +181,8 @@ def no_pool_reason(
 
 
 def page_index_price(max_seq_lens, batch_sizes, tokens_per_block: int = 32) -> list:
-    """Bytes of the host page-index table for each row-sizing max_seq_len and max_batch_size:
-    real ``PageIndexTable`` objects, measured with ``nbytes``. One dict per pair: max_seq_len,
-    width (max_blocks_per_seq), max_batch_size, slots, nbytes."""
-    from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
-
+    """Bytes of real ``PageIndexTable`` objects for each row-sizing max_seq_len and
+    max_batch_size: one dict a pair (max_seq_len, width, max_batch_size, slots, nbytes)."""
     max_seq_lens = check_sequence("max_seq_lens", max_seq_lens, check_int, low=1, high=1 << 30)
     batch_sizes = check_sequence("batch_sizes", batch_sizes, check_int, low=1, high=1 << 20)
     rows = []
@@ -198,21 +191,21 @@ def page_index_price(max_seq_lens, batch_sizes, tokens_per_block: int = 32) -> l
         for batch in batch_sizes:
             table = PageIndexTable(batch, width)
             rows.append(
-                {
-                    "max_seq_len": seq_len,
-                    "width": width,
-                    "max_batch_size": batch,
-                    "slots": table.slots,
-                    "nbytes": table.nbytes,
-                }
+                dict(
+                    max_seq_len=seq_len,
+                    width=width,
+                    max_batch_size=batch,
+                    slots=table.slots,
+                    nbytes=table.nbytes,
+                )
             )
             del table
     return rows
 
 
 def sweep_repro(pool_mibs, contexts, policy: str = "clamped", tokens_per_block: int = 32) -> list:
-    """``run_repro`` over a grid, with the configured max_seq_len equal to the context (as in the
-    seed, where both are 8192). Cells whose pool holds no page are skipped. Returns ReproResults."""
+    """``run_repro`` over a grid, max_seq_len equal to the context (as in the seed); cells whose
+    pool holds no page are skipped."""
     results = []
     check_choice("policy", policy, WIDTH_POLICIES)
     pool_mibs = check_sequence(
@@ -232,9 +225,8 @@ def sweep_repro(pool_mibs, contexts, policy: str = "clamped", tokens_per_block: 
 
 
 def traceback_chain(exc: BaseException) -> str:
-    """The calls an exception went through, one per line, innermost last, with file paths
-    shortened to the package (``kvlab/core/kv_cache.py``): the shape of the seed's chain
-    Scheduler -> resize_context -> native resize -> page-index check -> ValueError."""
+    """The calls an exception went through, one a line, innermost last, paths shortened to the
+    package: the shape of the seed's chain from the scheduler to the page-index check."""
     import traceback
     from pathlib import PurePath
 

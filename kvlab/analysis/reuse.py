@@ -1,16 +1,9 @@
-"""What prefix reuse could save on a trace: the unbounded-cache ceiling.
+"""What prefix reuse could save on a trace, and replays with it on and off.
 
-A trace that records each prompt's block hashes (Mooncake's FAST'25 traces, one hash per 512
-tokens, ``Request.prefix_hashes``) says how much of its KV cache a prefix cache could serve: a
-block whose hash appeared in an earlier request is cached, with its whole prefix, in a cache
-that never evicts. That share of all blocks is the ceiling any real reuse (TensorRT-LLM's
-``enable_block_reuse``, on by default; vLLM's and SGLang's prefix caches) stays under: a real
-pool evicts. The hashes are chained (a block's hash stands for its prefix), so "seen before"
-and "its whole prefix seen before" are the same count; :func:`reuse_ceiling` checks that.
-
-:func:`replay_with_reuse` replays such a trace under the policies with block reuse on (the
-real default) and off, on :data:`MOONCAKE_ENGINE`, and :func:`reuse_table` sets what each run
-reused against the ceiling.
+A trace whose prompts carry chained block hashes (Mooncake's FAST'25 traces, one per 512 tokens,
+``Request.prefix_hashes``) says how much a never-evicting prefix cache would already hold: the
+ceiling any real reuse (TensorRT-LLM's ``enable_block_reuse``, vLLM's and SGLang's prefix
+caches) stays under. :func:`replay_with_reuse` replays it on :data:`MOONCAKE_ENGINE`.
 """
 
 from __future__ import annotations
@@ -20,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvlab.analysis.compare import EngineConfig, run_policy
-from kvlab.core.checks import check_choice, check_instance, check_int, check_items, check_mapping
+from kvlab.analysis.presets import check_names
+from kvlab.core.checks import check_instance, check_int, check_items, check_mapping
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import MIB
 from kvlab.core.prefix_cache import chain_hashes
@@ -31,10 +25,8 @@ from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
 @dataclass(frozen=True)
 class ReuseCeiling:
-    """Blocks in the trace's prompts, and how many of them a never-evicting cache would hold
-    already when they arrive; in tokens, the prompts' tokens and the most of them such a cache
-    could serve (its blocks' tokens, less each prompt's last token, which is always computed:
-    what ``KVCacheManager.prepare_context`` matches is the prompt less its last token)."""
+    """The prompts' blocks and tokens, and how many a never-evicting cache would hold when they
+    arrive (less each prompt's last token, which ``prepare_context`` always computes)."""
 
     blocks: int
     cached: int
@@ -47,8 +39,7 @@ class ReuseCeiling:
 
 
 def reuse_ceiling(requests: Iterable[Request]) -> ReuseCeiling:
-    """The ceiling over ``requests`` in arrival order (module docstring). ValueError when a
-    request's hashes are not prefix-chained (a block seen before after one that was not)."""
+    """The ceiling over ``requests`` in arrival order; their hashes must be prefix-chained."""
     seen, blocks, cached, tokens, cached_tokens = set(), 0, 0, 0, 0
     for request in check_items("requests", requests, "Requests"):
         hashes = check_instance("requests[...]", request, Request).prefix_hashes
@@ -66,15 +57,12 @@ def reuse_ceiling(requests: Iterable[Request]) -> ReuseCeiling:
     return ReuseCeiling(blocks, cached, tokens, cached_tokens)
 
 
-#: Pages of Mooncake's replay engine: 42,800 of 32 tokens, 1,369,600 tokens, about what eight
-#: 80 GB GPUs keep for Llama-3.1-70B's KV cache (327,680 B a token in fp16) after its fp16
-#: weights at ``free_gpu_memory_fraction`` 0.9: (8 x 80e9 - 141.1e9) x 0.9 / 327,680.
+#: Pages of 32 tokens eight 80 GB GPUs keep for Llama-3.1-70B's fp16 KV cache (327,680 B a
+#: token) after its fp16 weights at ``free_gpu_memory_fraction`` 0.9.
 MOONCAKE_POOL_PAGES = 42_800
 _TINY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16", tokens_per_block=32)
-#: The engine Mooncake's traces are replayed on: that pool (in a tiny geometry, 4 B a token, so
-#: the real tensor stays 5.2 MiB; scheduling depends on the page count only), max_seq_len
-#: 131,072 (Llama-3.1's), up to 128 sequences, max_num_tokens 8,192 (TensorRT-LLM's default)
-#: in chunks (chunked prefill), the automatic host tier.
+#: Mooncake's replay engine: that pool in a tiny geometry (4 B a token: scheduling reads the
+#: page count only), Llama-3.1's max_seq_len, 128 sequences, 8,192-token chunks.
 MOONCAKE_ENGINE = EngineConfig(
     pool_mib=MOONCAKE_POOL_PAGES * _TINY.bytes_per_block / MIB,
     max_seq_len=131_072,
@@ -85,20 +73,16 @@ MOONCAKE_ENGINE = EngineConfig(
 )
 
 
-_DEFAULT_ENGINE = EngineConfig()
+_SEED_ENGINE = EngineConfig()
 
 
 def shared_prefix_story(
-    engine: EngineConfig = _DEFAULT_ENGINE, max_new_tokens: int = 16
+    engine: EngineConfig = _SEED_ENGINE, max_new_tokens: int = 16
 ) -> list[Request]:
-    """ "Not yet" and "never" when prompts share a prefix, on ``engine``'s pool (at least 16
-    pages): "first" (five eighths of the pool) runs a while; "follow-up" repeats its prompt
-    and adds an eighth of the pool: beside "first" it does not fit on its own pages (not yet)
-    but fits holding first's cached pages; "too-long" repeats it too and adds more than the
-    pool (never, reuse or not: held pages are still its pages); "stranger" (five eighths,
-    unrelated) comes once both are done and must evict cached pages; "late" repeats follow-up's
-    prompt (first's and its eighth) while "stranger" runs and finds only what survived. Hashes per page
-    (``tokens_per_hash`` = the engine's tokens per block)."""
+    """ "Not yet" and "never" when prompts share a prefix (a pool of at least 16 pages, a hash a
+    page): "first" (5/8 of the pool); "follow-up" repeats it plus 1/8, fitting only on first's
+    cached pages; "too-long" adds more than the pool; "stranger" (5/8, unrelated) evicts them
+    once both are done; "late" repeats follow-up's prompt and finds what survived."""
     check_instance("engine", engine, EngineConfig)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=1 << 30)
     tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
@@ -140,10 +124,7 @@ def replay_with_reuse(
 ) -> dict[tuple[str, bool], SimulationResult]:
     """Each policy with block reuse on and off (``reuse``): {(policy, reuse): result}."""
     requests = check_items("requests", requests, "Requests")
-    policies = [
-        check_choice(f"policies[{i}]", policy, POLICIES)
-        for i, policy in enumerate(check_items("policies", policies, "policy names"))
-    ]
+    policies = check_names("policies", policies, POLICIES, "policy names")
     reuse = [
         check_instance(f"reuse[{i}]", on, bool)
         for i, on in enumerate(check_items("reuse", reuse, "bools"))
@@ -162,7 +143,7 @@ def reuse_table(
     results: dict[tuple[str, bool], SimulationResult], ceiling: ReuseCeiling
 ) -> list[dict]:
     """One row a run: outcome counts, latencies in steps, and the prompt tokens a cached prefix
-    served, as a share of all prompt tokens and of what the unbounded cache could serve."""
+    served, as a share of all and of the ceiling's."""
     check_mapping("results", results, SimulationResult, "(policy, reuse) -> SimulationResult")
     check_instance("ceiling", ceiling, ReuseCeiling)
     rows = []
@@ -193,14 +174,3 @@ def reuse_table(
             )
         )
     return rows
-
-
-__all__ = [
-    "MOONCAKE_ENGINE",
-    "MOONCAKE_POOL_PAGES",
-    "ReuseCeiling",
-    "replay_with_reuse",
-    "reuse_ceiling",
-    "reuse_table",
-    "shared_prefix_story",
-]
