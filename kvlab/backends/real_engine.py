@@ -11,15 +11,15 @@ hangs past ``timeout_s`` or writes off the protocol loses no request: ``result.e
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -54,6 +54,14 @@ ROW_FIELDS = (
 #: What a real engine's step row has no part of: kvlab's host tier, queue, suspension, stalls.
 UNREPORTED = dict.fromkeys(
     ("host_blocks", "queued", "suspended", "num_paused", "stalled_passes"), 0
+)
+#: The driver's environment: offline, no usage reports, vLLM's log quiet.
+DRIVER_ENV = dict(
+    HF_HUB_OFFLINE="1",
+    TRANSFORMERS_OFFLINE="1",
+    VLLM_LOGGING_LEVEL="ERROR",
+    VLLM_NO_USAGE_STATS="1",
+    DO_NOT_TRACK="1",
 )
 
 
@@ -178,72 +186,45 @@ class RealEngine:
     def _run_driver(
         self, document: str, timeout_s: float | None, records: list[RunRecord]
     ) -> EngineProcessError | None:
-        """Run the driver on ``document``, each line read into its run's record; None, or the
-        EngineProcessError that ended it (then it is killed, with its whole process group)."""
-        env = dict(
-            os.environ,
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            VLLM_LOGGING_LEVEL="ERROR",
-            VLLM_NO_USAGE_STATS="1",
-            DO_NOT_TRACK="1",
+        """Run the driver on ``document``, each line of its output read into its run's record;
+        None, or the EngineProcessError that ended it. A timeout kills its whole process group
+        (a child holding its stdout would keep it open), and nothing of it outlives the call."""
+        process = subprocess.Popen(
+            [str(self.interpreter()), "-I", str(self.driver)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, **DRIVER_ENV),
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
         )
-        failure = None
-        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
-            process = subprocess.Popen(
-                [str(self.interpreter()), "-I", str(self.driver)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                env=env,
-                text=True,
-                encoding="utf-8",
-                start_new_session=True,
-            )
-            timed_out = threading.Event()
-
-            def kill():  # the whole group: a child holding its stdout would keep us reading
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-            def on_timeout():
-                timed_out.set()
-                kill()
-
-            timer = threading.Timer(timeout_s, on_timeout) if timeout_s is not None else None
+        try:
+            output, stderr = process.communicate(document, timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(process)
+            output, stderr = process.communicate()
+        finally:
+            _kill_group(process)
+        for number, line in enumerate(io.StringIO(output), 1):
             try:
-                if timer is not None:
-                    timer.start()
-                threading.Thread(target=_feed, args=(process, document), daemon=True).start()
-                for number, line in enumerate(process.stdout, 1):
-                    try:
-                        self._read_line(line, records)
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        failure = EngineProcessError(
-                            f"line {number} of the {self.title} driver's output is not its "
-                            f"protocol ({type(exc).__name__}: {exc}): {line[:200]!r}"
-                        )
-                        break
-                returncode = process.wait() if failure is None else None
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                kill()  # nothing of it outlives the call, interrupted or not
-                process.wait()
-                process.stdout.close()
-            stderr.seek(0)
-            tail = "".join(stderr.readlines()[-STDERR_TAIL:]).strip()
+                self._read_line(line, records)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                return EngineProcessError(
+                    f"line {number} of the {self.title} driver's output is not its protocol "
+                    f"({type(exc).__name__}: {exc}): {line[:200]!r}"
+                )
         what = f"the {self.title} process"
-        if failure is not None:
-            return failure
-        if timed_out.is_set():
+        tail = "".join(io.StringIO(stderr).readlines()[-STDERR_TAIL:]).strip()
+        if timed_out:
             return EngineProcessError(
                 f"{what} ran past timeout_s={timeout_s:g} s and was killed; its stderr ended: {tail}"
             )
-        if returncode != 0:
-            how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+        if process.returncode != 0:
+            code = process.returncode
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
             return EngineProcessError(f"{what} ended with {how}; its stderr ended: {tail}")
         return None
 
@@ -330,12 +311,9 @@ class RealEngine:
         )
 
 
-def _feed(process: subprocess.Popen, document: str) -> None:
-    try:
-        process.stdin.write(document)
-        process.stdin.close()
-    except (BrokenPipeError, OSError):  # it died first: its exit status says why
-        pass
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 class RunRecord:
