@@ -1,10 +1,8 @@
-"""The real vLLM v1 scheduler, stepped on a kvlab workload: the program kvlab.backends.vllm runs
-in vLLM's own environment (``bash scripts/setup.sh vllm``). It imports vLLM and the standard
-library only, never kvlab. It reads ``{"runs": [RUN, ...]}`` on stdin and writes one JSON line
-per event on stdout, flushed as it happens. docs/ENGINES.md gives the protocol and how vLLM
-0.34.0 runs here without a GPU, weights or a model hub (``EngineCore.__init__`` and
-``_initialize_kv_caches`` of vllm/v1/engine/core.py, done by hand; the synchronous
-``Scheduler`` of vllm/v1/core/sched/scheduler.py, a faked model runner)."""
+"""The real vLLM v1 scheduler stepped on kvlab workloads, in vLLM's own environment: a script that
+imports vLLM and the standard library only, never kvlab. docs/ENGINES.md gives its protocol and
+how vLLM 0.34.0 runs here without a GPU, weights or a model hub (``EngineCore.__init__`` and
+``_initialize_kv_caches`` of vllm/v1/engine/core.py by hand, the synchronous ``Scheduler`` of
+vllm/v1/core/sched/scheduler.py, a faked model runner)."""
 
 from __future__ import annotations
 
@@ -72,12 +70,7 @@ def build_scheduler(engine: dict, model_dir: str):
     from vllm.v1.kv_cache_interface import FullAttentionSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    dtype = {
-        "float32": torch.float32,
-        "float16": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "fp8": torch.float8_e4m3fn,
-    }[engine["dtype"]]
+    dtype = getattr(torch, {"fp8": "float8_e4m3fn"}.get(engine["dtype"], engine["dtype"]))
     max_model_len = engine["max_model_len"]
     model_config = ModelConfig(
         model=model_dir, skip_tokenizer_init=True, max_model_len=max_model_len, dtype="float16"
@@ -152,13 +145,12 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
         emit(kind="startup_error", run=index, message=vllm_message(exc))
         return
     pool = scheduler.kv_cache_manager.block_pool
-    max_model_len = scheduler.max_model_len
     emit(
         kind="start",
         run=index,
         num_gpu_blocks=pool.num_gpu_blocks,
         free_blocks=pool.get_num_free_blocks(),
-        max_model_len=max_model_len,
+        max_model_len=scheduler.max_model_len,
     )
 
     def event(step, request_id, name, **fields):
@@ -220,23 +212,18 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
             if tokens_out and request_id not in first_token:
                 first_token.add(request_id)
                 event(step, request_id, "first_token")
-        for engine_outputs in outputs.values():
-            for out in engine_outputs.outputs:
-                if out.finish_reason is not None:
-                    request = scheduled[out.request_id]
-                    cause = (
-                        "max_tokens"
-                        if request.num_output_tokens >= request.max_tokens
-                        else "max_model_len"
-                    )
-                    event(
-                        step,
-                        out.request_id,
-                        "finished",
-                        finish_reason=str(out.finish_reason),
-                        num_output_tokens=request.num_output_tokens,
-                        cause=cause,
-                    )
+        for out in [out for engine in outputs.values() for out in engine.outputs]:
+            if out.finish_reason is not None:
+                request = scheduled[out.request_id]
+                generated = request.num_output_tokens
+                event(
+                    step,
+                    out.request_id,
+                    "finished",
+                    finish_reason=str(out.finish_reason),
+                    num_output_tokens=generated,
+                    cause="max_tokens" if generated >= request.max_tokens else "max_model_len",
+                )
         iterations += 1
         rows.append(
             [
