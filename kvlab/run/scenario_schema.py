@@ -1,37 +1,28 @@
-"""The schema of scenario files: the frozen records a file becomes (:class:`Scenario` and its
-blocks), each field carrying its check (a spec of :mod:`kvlab.run.scenario_fields`) in its
-``metadata["spec"]``, and :data:`EXPECTED`, the quantities a scenario's ``expected`` block may
-state. A field without a default is required, one with a default optional. To extend the schema,
-add a field with a spec and a default at the end of the dataclass, and name any new expected
-quantity in :data:`EXPECTED`. :mod:`kvlab.run.scenarios` reads files into these records."""
+"""The schema of scenario files, stated with pydantic: the frozen records a file becomes
+(:class:`Scenario` and its blocks) and :data:`EXPECTED`, the quantities its ``expected`` block
+may state. :func:`parse_scenario` turns pydantic's first complaint into a :class:`ScenarioError`
+naming the file, the dotted field path and what the field accepts, never quoting the file."""
 
-from __future__ import annotations
-
+import dataclasses
+import re
+import types
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from os import PathLike
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from pydantic import AfterValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
+from pydantic.fields import FieldInfo
+
+from kvlab.core.checks import MAX_COUNT
 from kvlab.core.geometry import DTYPE_BYTES
 from kvlab.core.memory import MIB
-from kvlab.run.scenario_fields import (
-    Bool,
-    Choice,
-    Float,
-    Int,
-    ListOf,
-    MappingOf,
-    Record,
-    Scalar,
-    Table,
-    Text,
-    spec,
-)
 
 MAX_TOKENS = 1 << 24  # 16 Mi tokens: far beyond any context window, small enough to catch typos
 MAX_SHAPE = 1 << 14  # layers, heads, head size, tokens per block
 
-# The quantities a scenario's `expected` block may state, and what each one is. A source's
-# reported numbers go here; tests compare kvlab's own results against them.
+#: The quantities a scenario's ``expected`` block may state (a source's reported numbers; the
+#: tests compare kvlab's own results against them).
 EXPECTED: Mapping[str, str] = {
     "bytes_per_token": "KV bytes one token takes over all layers, K and V, on one rank",
     "capacity_tokens": "tokens the pool holds: total_blocks * tokens_per_block",
@@ -42,25 +33,87 @@ EXPECTED: Mapping[str, str] = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)  # keyword-only: pool_mib (optional) comes first
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; ``field`` is a dotted path (``""``: the document)."""
+
+    def __init__(self, file: str | PathLike[str], field: str, message: str):
+        self.file, self.field = str(file), field
+        super().__init__(f"{file}: {message}")
+
+
+def accepts_text(tp: Any) -> str:
+    """What a schema type accepts, in words."""
+    if get_origin(tp) is Annotated:
+        base, *extras = get_args(tp)
+        said = [e.description for e in extras if isinstance(e, FieldInfo) and e.description]
+        return said[0] if said else accepts_text(base)
+    if get_origin(tp) in (Union, types.UnionType):  # X | None
+        return accepts_text(get_args(tp)[0])
+    if get_origin(tp) is Literal:
+        return f"one of {sorted(get_args(tp))}"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping with the fields {[f.name for f in dataclasses.fields(tp)]}"
+    return str(tp)
+
+
+def shown(value: Any) -> str:
+    """A value from the file as a message shows it: numbers as they are, anything else by its
+    type and size, so that a message never quotes the file it refuses."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return f"a str of {len(value)} character(s)"
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'mapping'} of {len(value)} item(s)"
+    return f"a {type(value).__name__}"
+
+
+def _int(low: int, high: int = MAX_COUNT) -> Any:
+    return Annotated[
+        int, Strict(), Field(ge=low, le=high, description=f"an int in [{low}, {high}]")
+    ]
+
+
+def _float(low: float, high: float, low_open: bool = False) -> Any:
+    bound = {"gt" if low_open else "ge": low}
+    accepts = f"a number in {'(' if low_open else '['}{low}, {high}]"
+    return Annotated[float, Strict(), Field(le=high, description=accepts, **bound)]
+
+
+def _text(pattern: str = r"\S", meaning: str = "a non-empty string") -> Any:
+    return Annotated[str, Strict(), Field(pattern=pattern, description=meaning)]
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError("not a scalar")
+    return value
+
+
+BOOL = Annotated[bool, Strict(), Field(description="true or false")]
+SCALAR = Annotated[Any, AfterValidator(_scalar), Field(description="a number or a string")]
+TEXT = _text()
+FIELD_PATH = _text(r"^[a-z_]+(\.[a-z_]+)+$", "a dotted field path such as deployment.workspace_gib")
+CONFIG = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True, kw_only=True, config=CONFIG)  # keyword-only: pool_mib comes first
 class ScenarioParameters:
     """The configuration an experiment ran (names follow TensorRT-LLM's where it has one)."""
 
-    # KV pool (quota) per rank, MiB; at most 1 TiB. Optional only in a scenario with a
-    # `deployment`, whose memory budget sets the pool (checked by load_scenario).
-    pool_mib: int | None = spec(Int(1, 1 << 20), default=None)
-    num_layers: int = spec(Int(1, MAX_SHAPE))  # attention layers holding KV
-    num_kv_heads: int = spec(Int(1, MAX_SHAPE))
-    head_dim: int = spec(Int(1, MAX_SHAPE))
-    kv_dtype: str = spec(Choice(frozenset(DTYPE_BYTES)))
-    tokens_per_block: int = spec(Int(1, MAX_SHAPE))
-    configured_max_seq_len: int = spec(Int(1, MAX_TOKENS))  # what the user asked for (max_seq_len)
-    max_batch_size: int = spec(Int(1, 1 << 16))
-    context_length: int = spec(Int(1, MAX_TOKENS))  # the prompt that reached resize_context
-    model_weights_bytes: int = spec(Int(0))  # weights resident on the rank (0: none loaded)
-    # KvCacheConfig.host_cache_size in bytes: absent = the automatic host tier (the real
-    # default), 0 = no tier below the GPU (docs/REFERENCE.md §4a)
-    host_cache_size: int | None = spec(Int(0), default=None)
+    # KV pool per rank, MiB; left out beside a `deployment`, whose memory budget sets the pool
+    pool_mib: _int(1, 1 << 20) | None = None
+    num_layers: _int(1, MAX_SHAPE)  # attention layers holding KV
+    num_kv_heads: _int(1, MAX_SHAPE)
+    head_dim: _int(1, MAX_SHAPE)
+    kv_dtype: Literal[tuple(DTYPE_BYTES)]  # type: ignore[valid-type]
+    tokens_per_block: _int(1, MAX_SHAPE)
+    configured_max_seq_len: _int(1, MAX_TOKENS)  # what the user asked for (max_seq_len)
+    max_batch_size: _int(1, 1 << 16)
+    context_length: _int(1, MAX_TOKENS)  # the prompt that reached resize_context
+    model_weights_bytes: _int(0)  # weights resident on the rank (0: none loaded)
+    # KvCacheConfig.host_cache_size: absent = the automatic host tier, 0 = none (REFERENCE §4a)
+    host_cache_size: _int(0) | None = None
 
     @property
     def pool_bytes(self) -> int:
@@ -72,82 +125,153 @@ class ScenarioParameters:
         return self.pool_mib * MIB
 
 
-NAME = Text(r"[a-z0-9][a-z0-9_.-]*", "a lower-case file stem: letters, digits, '_', '.', '-'")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class DeployedRequest:
-    """One request of a deployment's workload; ``rank`` pins it to an attention-DP rank (the
-    real ``SchedulingParams.attention_dp_rank`` with ``attention_dp_relax=False``)."""
+    """One request of a deployment; ``rank`` pins it to an attention-DP rank (the real
+    ``SchedulingParams.attention_dp_rank`` with ``attention_dp_relax=False``)."""
 
-    id: str = spec(
-        Text(r"[A-Za-z0-9][A-Za-z0-9_.-]*", "a request id: letters, digits, '_', '.', '-'")
-    )
-    prompt_len: int = spec(Int(1, MAX_TOKENS))
-    max_new_tokens: int = spec(Int(0, MAX_TOKENS))
-    arrival_step: int = spec(Int(0, 1 << 20), default=0)
-    rank: int | None = spec(Int(0, 1023), default=None)
+    id: _text(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", "a request id: letters, digits, '_', '.', '-'")
+    prompt_len: _int(1, MAX_TOKENS)
+    max_new_tokens: _int(0, MAX_TOKENS)
+    arrival_step: _int(0, 1 << 20) = 0
+    rank: _int(0, 1023) | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class BackgroundRequests:
     """``count`` short requests routed by the balancer: prompts spread evenly over
     [prompt_len_min, prompt_len_max], ``per_step`` arriving per step from step 0."""
 
-    count: int = spec(Int(0, 1 << 16))
-    prompt_len_min: int = spec(Int(1, MAX_TOKENS))
-    prompt_len_max: int = spec(Int(1, MAX_TOKENS))
-    max_new_tokens: int = spec(Int(0, MAX_TOKENS))
-    per_step: int = spec(Int(1, 1 << 16))
+    count: _int(0, 1 << 16)
+    prompt_len_min: _int(1, MAX_TOKENS)
+    prompt_len_max: _int(1, MAX_TOKENS)
+    max_new_tokens: _int(0, MAX_TOKENS)
+    per_step: _int(1, 1 << 16)
 
 
-@dataclass(frozen=True)
+def _list(item: Any, min_len: int = 1) -> Any:
+    accepts = f"a list of at least {min_len} item(s), each {accepts_text(item)}"
+    return Annotated[tuple[item, ...], Field(min_length=min_len, description=accepts)]
+
+
+@dataclass(frozen=True, config=CONFIG)
 class ScenarioDeployment:
-    """A multi-rank deployment: topology, one rank's memory budget, scheduler settings and the
-    workload. Memory in GiB per rank; the budget follows ``KvCacheCreator._cal_max_memory``
-    (docs/REFERENCE.md §1): weights (``parameters.model_weights_bytes``) + MoE workspace +
-    activation peak + non-torch memory make the peak. Rank r's workspace is
+    """A multi-rank deployment, memory in GiB per rank, the budget following
+    ``KvCacheCreator._cal_max_memory`` (docs/REFERENCE.md §1); rank r's workspace is
     ``workspace_gib + workspace_skew_gib * r / (ranks - 1)``."""
 
-    ranks: int = spec(Int(1, 1024))
-    attention_dp: bool = spec(Bool())
-    expert_parallel_size: int = spec(Int(1, 1024))
-    image: str = spec(Text())  # the TensorRT-LLM version the report ran
-    gpu_memory_gib: float = spec(Float(0.0, 4096.0, low_open=True))
-    workspace_gib: float = spec(Float(0.0, 4096.0))
-    workspace_skew_gib: float = spec(Float(0.0, 4096.0))
-    activations_gib: float = spec(Float(0.0, 4096.0))
-    non_torch_gib: float = spec(Float(0.0, 4096.0))
-    free_gpu_memory_fraction: float = spec(Float(0.0, 1.0, low_open=True))
-    max_num_tokens: int = spec(Int(1, MAX_TOKENS))  # the scheduler's token budget per pass
-    chunked_prefill: bool = spec(Bool())
-    stall_limit: int = spec(Int(1, 1 << 20))
-    max_steps: int = spec(Int(1, 1 << 24))
-    requests: tuple = spec(ListOf(Record(DeployedRequest)))
-    background: BackgroundRequests | None = spec(Record(BackgroundRequests), default=None)
+    ranks: _int(1, 1024)
+    attention_dp: BOOL
+    expert_parallel_size: _int(1, 1024)
+    image: TEXT  # the TensorRT-LLM version the report ran
+    gpu_memory_gib: _float(0.0, 4096.0, low_open=True)
+    workspace_gib: _float(0.0, 4096.0)
+    workspace_skew_gib: _float(0.0, 4096.0)
+    activations_gib: _float(0.0, 4096.0)
+    non_torch_gib: _float(0.0, 4096.0)
+    free_gpu_memory_fraction: _float(0.0, 1.0, low_open=True)
+    max_num_tokens: _int(1, MAX_TOKENS)  # the scheduler's token budget per pass
+    chunked_prefill: BOOL
+    stall_limit: _int(1, 1 << 20)
+    max_steps: _int(1, 1 << 24)
+    requests: _list(DeployedRequest)
+    background: BackgroundRequests | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class Assumption:
     """A number the source leaves unstated: the value used, its plausible range, and why."""
 
-    value: Any = spec(Scalar())
-    range: tuple = spec(ListOf(Scalar(), min_len=2))
-    why: str = spec(Text())
+    value: SCALAR
+    range: _list(SCALAR, min_len=2)
+    why: TEXT
 
 
-FIELD_PATH = Text(r"[a-z_]+(\.[a-z_]+)+", "a dotted field path such as deployment.workspace_gib")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class Scenario:
     """One experiment: where it comes from, what it ran, and the numbers it reported."""
 
-    name: str = spec(NAME)  # equals the file's stem
-    title: str = spec(Text())
-    source: str = spec(Text())  # the publication and the software version it used
-    gpu: str = spec(Text())
-    parameters: ScenarioParameters = spec(Record(ScenarioParameters))
-    expected: dict = spec(Table(EXPECTED, Int(0)), default_factory=dict)
-    deployment: ScenarioDeployment | None = spec(Record(ScenarioDeployment), default=None)
-    assumptions: dict = spec(MappingOf(FIELD_PATH, Record(Assumption)), default_factory=dict)
+    name: _text(r"^[a-z0-9][a-z0-9_.-]*$", "a lower-case file stem: letters, digits, '_', '.', '-'")
+    title: TEXT
+    source: TEXT  # the publication and the software version it used
+    gpu: TEXT
+    parameters: ScenarioParameters
+    expected: Annotated[
+        dict[Literal[tuple(EXPECTED)], _int(0)],  # type: ignore[misc]
+        Field(
+            description=f"a mapping from some of {sorted(EXPECTED)} to an int in [0, {MAX_COUNT}]"
+        ),
+    ] = dataclasses.field(default_factory=dict)
+    deployment: ScenarioDeployment | None = None
+    assumptions: Annotated[
+        dict[FIELD_PATH, Assumption],
+        Field(
+            description=f"a mapping from {accepts_text(FIELD_PATH)} to {accepts_text(Assumption)}"
+        ),
+    ] = dataclasses.field(default_factory=dict)
+
+
+_SCENARIO = TypeAdapter(Scenario)
+_RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+#: A field name as a scenario file spells it; any other key is described, never quoted.
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_. -]{0,63}")
+
+
+def join_field(where: str, name: object) -> str:
+    if isinstance(name, int):
+        return f"{where}[{name}]"
+    if not (isinstance(name, str) and FIELD_NAME.fullmatch(name)):
+        name = f"<a key: {shown(name)}>"
+    return f"{where}.{name}" if where else str(name)
+
+
+def _at(loc: tuple[Any, ...]) -> tuple[Any, Any, bool]:
+    """(the type at ``loc``, the type holding it, whether ``loc`` names a mapping's key)."""
+    tp: Any = Scenario
+    parent: Any = None
+    for i, part in enumerate(loc):
+        while get_origin(tp) in (Annotated, Union, types.UnionType):
+            tp = get_args(tp)[0]
+        parent = tp
+        if dataclasses.is_dataclass(tp):
+            tp = get_type_hints(tp, include_extras=True).get(part)
+        elif get_origin(tp) is tuple:
+            tp = get_args(tp)[0]
+        elif get_origin(tp) is dict:
+            if i + 1 < len(loc) and loc[i + 1] == "[key]":
+                return get_args(tp)[0], tp, True
+            tp = get_args(tp)[1]
+    return tp, parent, False
+
+
+def parse_scenario(data: Any, file: str | PathLike[str]) -> Scenario:
+    """``data`` (a parsed YAML document) as a Scenario; ScenarioError otherwise."""
+    try:
+        return _SCENARIO.validate_python(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+    loc = tuple(part for part in error["loc"] if part != "[key]")
+    where = ""
+    for part in loc:
+        where = join_field(where, part)
+    what, kind, value = where or "the document", error["type"], error["input"]
+    tp, parent, is_key = _at(tuple(error["loc"]))
+    if kind == "unexpected_keyword_argument" or (is_key and get_origin(tp) is Literal):
+        known = sorted(get_args(tp) if is_key else (f.name for f in dataclasses.fields(parent)))
+        owner = ".".join(str(p) for p in loc[:-1]) or "the document"
+        raise ScenarioError(
+            file, where, f"{where} is not a known field of {owner}; known fields: {known}"
+        )
+    accepts = accepts_text(tp)
+    if kind in ("missing", "missing_argument"):
+        raise ScenarioError(file, where, f"{where} is missing; it must be {accepts}")
+    if kind in _RANGE_ERRORS:
+        raise ScenarioError(
+            file, where, f"{what} must be in {accepts.split(' in ', 1)[1]}, got {value}"
+        )
+    got = (
+        f"{value!r} ({type(value).__name__})"
+        if isinstance(value, (bool, int, float))
+        else shown(value)
+    )
+    raise ScenarioError(file, where, f"{what} must be {accepts}, got {got}")
