@@ -1,38 +1,14 @@
 """VllmScheduler: vLLM v1's scheduler over kvlab's KV cache manager (the vLLM peer).
 
-Mirrors vLLM 0.34.0 (the version ``kvlab.backends.vllm`` runs; docs/CONFORMANCE.md compares the
-two request by request): ``Scheduler.schedule`` and ``update_from_output``
-(vllm/v1/core/sched/scheduler.py), ``KVCacheManager.allocate_slots``
-(vllm/v1/core/kv_cache_manager.py), the start-up checks (``SchedulerConfig.verify_max_model_len``,
-vllm/config/scheduler.py; ``get_kv_cache_configs``, vllm/v1/core/kv_cache_planning.py) and the
-front door (``SamplingParams``, ``InputProcessor._validate_prompt_len``,
-vllm/v1/engine/input_processor.py), with vLLM's messages:
+Mirrors vLLM 0.34.0 (the version ``kvlab.backends.vllm`` runs): ``Scheduler.schedule`` and
+``update_from_output`` (vllm/v1/core/sched/scheduler.py), ``KVCacheManager.allocate_slots``
+(vllm/v1/core/kv_cache_manager.py), the start-up checks (vllm/config/scheduler.py,
+vllm/v1/core/kv_cache_planning.py) and the front door (vllm/v1/engine/input_processor.py), with
+vLLM's messages; docs/REFERENCE.md §6a walks them in vLLM's order.
 
-- Start-up, in vLLM's order: without chunked prefill ``max_num_batched_tokens`` must reach
-  ``max_model_len``; it must reach ``max_num_seqs``; then the KV memory check plans against the
-  pool less one block, the null block ``BlockPool`` holds back forever, and refuses when one
-  request of ``max_model_len`` needs more, printing its estimate of the longest length that fits
-  (64 blocks of 32 tokens: 2,016, not 2,048). kvlab keeps the null block as a one-page cache.
-- Front door: ``max_tokens`` of at least 1; a prompt longer than ``max_model_len``, or equal to
-  it, is rejected.
-- One step: first the RUNNING requests, in the order they were admitted, each as many tokens as
-  it still needs (a prompt chunk, or one decode token) within the token budget; when
-  ``allocate_slots`` refuses, the last running request is preempted (recompute: its blocks freed,
-  back to the HEAD of the waiting queue, where it must fit whole again), itself last. Then, only
-  in a step that preempted nothing, the WAITING queue from its head while fewer than
-  ``max_num_seqs`` run: without chunked prefill a prompt over the budget left stops admission;
-  with it, a chunk of what is left; with ``scheduler_reserve_full_isl`` (the default) the whole
-  prompt (prompt + generated tokens, after a preemption) must fit the free blocks, plus the
-  ``watermark``'s share of the pool once anything runs. A refused allocation stops admission:
-  a prompt larger than the usable pool (a pool shrunk after start-up: ``startup_num_gpu_blocks``)
-  waits at the head forever and everyone behind it waits too (vLLM issues #35541, #39734).
-- A sequence stops at ``max_tokens`` or at ``max_model_len`` (finish reason "length").
-
-Not modelled, so the conformance runs keep them off: prefix caching (vLLM's default is on; with
-distinct prompts it only changes a preempted request's recompute), speculative decoding, the
+Not modelled, so the conformance runs keep them off: prefix caching, speculative decoding, the
 priority policy, ``long_prefill_token_threshold``, KV connectors, LoRA, encoders, the
-AsyncScheduler. vLLM has no stall detector, and neither has this loop: a head-of-line wait lasts
-until the run's ``max_steps``.
+AsyncScheduler. Like vLLM, no stall detector: a head-of-line wait lasts until ``max_steps``.
 """
 
 from __future__ import annotations
@@ -40,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from kvlab.core.checks import check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
@@ -48,6 +25,9 @@ from kvlab.core.memory import GIB
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
+
+if TYPE_CHECKING:
+    import torch
 
 #: The version whose scheduler this module follows (and kvlab.backends.vllm runs).
 VLLM_VERSION = "0.34.0"
@@ -89,7 +69,7 @@ class VllmEngineArgs:
     watermark: float = 0.0
     startup_num_gpu_blocks: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
         store_checked(self, "num_gpu_blocks", check_int, low=1, high=1 << 24)
@@ -116,7 +96,7 @@ class VllmEngineArgs:
             else self.startup_num_gpu_blocks
         )
 
-    def replace(self, **changes) -> VllmEngineArgs:
+    def replace(self, **changes: Any) -> VllmEngineArgs:
         return dataclasses.replace(self, **changes)
 
 
@@ -187,11 +167,13 @@ def front_door_error(request: Request, max_model_len: int) -> str | None:
 
 
 class VllmScheduler(SchedulerBase):
-    """vLLM v1's scheduling loop (module docstring) on a pool built from ``args``: a real
-    ``KVCacheManager`` of ``num_gpu_blocks`` pages on ``device``, block 0 held as the null block.
-    Raises ValueError with vLLM's message where vLLM refuses to start."""
+    """vLLM v1's scheduling loop on a real ``KVCacheManager`` of ``num_gpu_blocks`` pages on
+    ``device``, page 0 held as the null block. Raises ValueError with vLLM's message where vLLM
+    refuses to start."""
 
-    def __init__(self, args: VllmEngineArgs, device="cpu", debug: bool = False):
+    def __init__(
+        self, args: VllmEngineArgs, device: str | torch.device = "cpu", debug: bool = False
+    ):
         if not isinstance(args, VllmEngineArgs):
             raise TypeError(f"args must be a VllmEngineArgs, got {type(args).__name__}")
         refusal = startup_error(args)
@@ -205,14 +187,12 @@ class VllmScheduler(SchedulerBase):
             page_index_policy="configured",
             device=device,
             host_cache_size=0,
-            enable_block_reuse=False,
-        )  # prefix caching is not modelled (module docstring)
+            enable_block_reuse=False,  # prefix caching is not modelled
+        )
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
-        self.token_budget = args.max_num_batched_tokens
-        null = manager.create_cache(NULL_BLOCK_ID)
-        null.resize(1)  # page 0: the pool hands its pages out from 0
+        manager.grow_each([manager.create_cache(NULL_BLOCK_ID)])  # page 0, handed out first
         self.watermark_blocks = int(args.watermark * args.num_gpu_blocks)
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
@@ -232,39 +212,44 @@ class VllmScheduler(SchedulerBase):
     def _enqueue(self, request: Request) -> None:
         self.waiting.append(request)
 
-    def _own_caches(self) -> set:
+    def _own_caches(self) -> set[str]:
         return {NULL_BLOCK_ID}
 
-    # -- one step ---------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
-        """One ``Scheduler.schedule()`` (module docstring)."""
+        """One ``Scheduler.schedule()``: the RUNNING requests in admission order, each the tokens
+        it still needs within the token budget, preempting the last admitted (recompute, back to
+        the queue's head) while ``allocate_slots`` refuses; then, only in a step that preempted
+        nothing, the WAITING queue from its head while fewer than ``max_num_seqs`` run."""
         if self._has_retired:  # finished requests leave ``running`` (update_from_output)
             self.running = [r for r in self.running if r.state is RequestState.RUNNING]
         self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
-        budget = self.token_budget
-        running, preempted = self.running, batch.recompute_paused_requests
-        caches, generations = self.manager.caches, batch.generation_requests
+        budget = self.args.max_num_batched_tokens
+        running, preempted, caches = (
+            self.running,
+            batch.recompute_paused_requests,
+            self.manager.caches,
+        )
         index = 0
-        while index < len(running) and budget > 0:  # the RUNNING requests
+        while index < len(running) and budget > 0:
             request = running[index]
+            index += 1
             if request.is_context_finished and caches[request.request_id].grow_within_pages(1):
-                # a decode step within the blocks it holds: allocate_slots takes no block, and
-                # the token fits under max_model_len (a sequence that reached it has stopped)
-                generations.append(request)
+                # a decode step within the blocks it holds: allocate_slots takes no block
+                batch.generation_requests.append(request)
                 budget -= 1
-                index += 1
                 continue
             computed = self._num_computed_tokens(request)
-            num_new = self._num_tokens(request) - computed
-            num_new = min(num_new, budget, self.max_model_len - computed - 1)
+            num_new = min(
+                self._num_tokens(request) - computed, budget, self.max_model_len - computed - 1
+            )
             if num_new == 0:
-                index += 1
                 continue
             while not self._allocate(request, computed + num_new, admitting=False):
                 victim = running.pop()  # FCFS: the lowest priority is the last admitted
-                self._preempt(victim)
+                self._recompute_pause(victim)
+                self.waiting.appendleft(victim)
                 preempted.append(victim)
                 if victim is request:
                     break
@@ -272,15 +257,15 @@ class VllmScheduler(SchedulerBase):
                 break
             self._add_to_batch(batch, request, num_new)
             budget -= num_new
-            index += 1
-        if not preempted:  # the WAITING requests, only in a step that preempted nothing
+        if not preempted:
             budget = self._admit_waiting(batch, budget)
-        batch.num_tokens = self.token_budget - budget
+        batch.num_tokens = self.args.max_num_batched_tokens - budget
         if self.debug:
             self.check_invariants()
         return batch
 
     def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> int:
+        """The WAITING queue from its head; a refused allocation blocks everyone behind it."""
         running, waiting = self.running, self.waiting
         while waiting and len(running) < self.max_batch_size and budget > 0:
             request = waiting[0]
@@ -290,9 +275,8 @@ class VllmScheduler(SchedulerBase):
             num_new = min(num_new, budget)
             if not self._allocate(request, num_new, admitting=True):
                 request.num_refusals += 1
-                break  # the head of the queue blocks everyone behind it
-            waiting.popleft()
-            running.append(request)
+                break
+            running.append(waiting.popleft())
             self._add_to_batch(batch, request, num_new)
             budget -= num_new
         return budget
@@ -302,29 +286,22 @@ class VllmScheduler(SchedulerBase):
         max_model_len), all or nothing; when ``admitting``, the whole sequence must fit first
         (``scheduler_reserve_full_isl``) and the watermark is kept free once anything runs."""
         manager = self.manager
-        geometry = manager.geometry
-        free = manager.free_blocks
-        watermark = self.watermark_blocks if admitting and self.running else 0
+        blocks_for = manager.geometry.blocks_for_tokens
+        free = manager.free_blocks - (self.watermark_blocks if admitting and self.running else 0)
         cache = manager.caches.get(request.request_id)
         held = 0 if cache is None else cache.num_blocks
         if admitting and self.args.scheduler_reserve_full_isl:
-            full = geometry.blocks_for_tokens(min(self._num_tokens(request), self.max_model_len))
-            if full - held + watermark > free:
+            if blocks_for(min(self._num_tokens(request), self.max_model_len)) - held > free:
                 return False
         target = min(num_tokens, self.max_model_len)
-        if geometry.blocks_for_tokens(target) - held + watermark > free:
+        if blocks_for(target) - held > free:
             return False
         if cache is None:
             cache = manager.create_cache(request.request_id)
             self._set_state(request, RequestState.RUNNING)
-        if not cache.resize(max(cache.capacity, target)):
-            raise AssertionError(f"{request.request_id!r}: the blocks counted free were refused")
+        granted = manager.grow_each([cache], max(0, target - cache.capacity))
+        assert granted, f"{request.request_id!r}: the blocks counted free were refused"
         return True
-
-    def _preempt(self, request: Request) -> None:
-        """``_preempt_request``: free the blocks, recompute later, back to the queue's head."""
-        self._recompute_pause(request)
-        self.waiting.appendleft(request)
 
     @staticmethod
     def _num_tokens(request: Request) -> int:
