@@ -5,6 +5,7 @@ model whose real manager fits in a laptop (the mechanism: :mod:`kvlab.core.mamba
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from kvlab.analysis.presets import check_names
@@ -148,47 +149,35 @@ def proposal_rows(plan: ResidencyPlan) -> list[dict]:
     code, PR #17261's clamp, PR #18985's feasible default, and PR #18985 with ``plan``'s
     explicit max_batch_size (it wins: merged code's outcome with the proposed message)."""
     concurrent = check_instance("plan", plan, ResidencyPlan).requested
-    feasible = plan.feasible_max_batch_size()
+    fits, clamp, feasible = plan.raw_fits, max(plan.local_cap, 0), plan.feasible_max_batch_size()
+    too_small = QUOTA_TOO_SMALL.format
+    clamp_need = (1 + plan.dummies) * plan.slot_bytes + plan.page_bytes
+    one_each = dataclasses.replace(plan, requested=plan.pp_size)
+    answers = {  # policy -> (max_batch_size, resident, error)
+        "merged": (
+            plan.max_batch_size,
+            plan.requested if fits else 0,
+            "" if fits else too_small(got=plan.quota_bytes, need=plan.raw_need_bytes),
+        ),
+        "clamp": (
+            plan.max_batch_size,
+            clamp,
+            "" if clamp else too_small(got=plan.quota_bytes, need=clamp_need),
+        ),
+        "default": (
+            feasible,
+            min(feasible * plan.pp_size, concurrent),
+            "" if feasible else proposed_quota_error(one_each),
+        ),
+        "explicit": (
+            plan.max_batch_size,
+            plan.requested if fits else 0,
+            "" if fits else proposed_quota_error(plan),
+        ),
+    }
     rows = []
     for key, label, status in PROPOSALS:
-        if key in ("merged", "explicit"):
-            batch, resident = plan.max_batch_size, plan.requested if plan.raw_fits else 0
-            error = (
-                ""
-                if plan.raw_fits
-                else (
-                    QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
-                    if key == "merged"
-                    else proposed_quota_error(plan)
-                )
-            )
-        elif key == "clamp":
-            batch, resident = plan.max_batch_size, max(plan.local_cap, 0)
-            error = (
-                ""
-                if resident
-                else QUOTA_TOO_SMALL.format(
-                    got=plan.quota_bytes,
-                    need=(1 + plan.dummies) * plan.slot_bytes + plan.page_bytes,
-                )
-            )
-        else:
-            batch = feasible
-            resident = min(feasible * plan.pp_size, concurrent)
-            error = (
-                ""
-                if feasible
-                else proposed_quota_error(
-                    ResidencyPlan(
-                        plan.pp_size,
-                        plan.dummies,
-                        plan.slot_bytes,
-                        plan.page_bytes,
-                        plan.quota_bytes,
-                        plan.pp_size,
-                    )
-                )
-            )
+        batch, resident, error = answers[key]
         slots = (resident + plan.dummies) if (resident and plan.slot_bytes) else 0
         rows.append(
             dict(
