@@ -1,32 +1,8 @@
 """The ``kvlab`` command (also ``python -m kvlab``).
 
-``kvlab repro``        the 4 MiB single-GPU repro: arithmetic and outcome of one resize;
-                       exit 0 allocated, 3 refused (False), 4 crashed (ValueError)
-``kvlab walkthrough``  execute the notebooks with papermill into build/ and print the findings
-``kvlab scenario NAME`` run a multi-rank scenario (``issue-21470``: the 16 x GB300 report) as
-                       real rank processes over torch.distributed (``--in-process``: threads);
-                       prints each rank's pool and outcome and how the run ended; exit 0 every
-                       rank finished, 3 requests left unfinished at max_steps, 4 the engine went
-                       down (a rank raised; every rank shut down), 5 a rank died or hung (no
-                       rank made progress for ``--timeout`` seconds), 6 the run passed
-                       ``--deadline``;
-                       a signal (SIGINT, SIGTERM, SIGHUP) stops every rank and exits 128 + its
-                       number (130, 143, 129), with no traceback
-``kvlab doctor``       the pre-day check of a participant's laptop: one line per check (ok, warn,
-                       FAIL with the fix); ``--json`` for collecting a room's results; exit 0
-                       when every required check passes, 1 otherwise
-``kvlab slides``       an HTML slide deck per notebook (one slide per heading, with the executed
-                       copy's first figure of each section) into build/slides/, offline
-``kvlab plan``         preflight a deployment (a model preset or a local config.json, a GPU,
-                       parallelism, settings): each rank's quota, pool, clamp, row width and
-                       what each context length meets under each policy, for the KV cache
-                       manager it gets (V1 or V2); ``--json`` for machines; exit 0 safe, 3 a
-                       context stalls, 4 a context or construction raises (issue #21470), 5
-                       most contexts are refused (max_num_tokens, or no room)
-
-Bad arguments exit 2 with a usage line and no traceback: a value outside its range, a pool the
-machine cannot allocate, a scenario file that does not validate, a ``-p`` parameter that no
-selected notebook has or whose value has the wrong type (its range is checked by the notebook).
+Subcommands: repro, walkthrough, scenario, plan, doctor, slides (``kvlab NAME --help`` says what
+each does and its exit codes). Bad arguments exit 2 with a usage line and no traceback; a signal
+stops every rank and exits 128 + its number (130 on Ctrl-C).
 """
 
 from __future__ import annotations
@@ -36,17 +12,15 @@ import ast
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
-#: ``kvlab repro``'s policies: one resize, no admission check, so the two "none/" ones of
-#: kvlab.sched.policies (whose names every command uses).
+#: ``kvlab repro``'s policies: one resize, no admission check, so the two "none/" ones.
 REPRO_POLICIES = tuple(p for p in TRTLLM_POLICIES if POLICIES[p][0] == "none")
-#: Exit codes of ``kvlab repro``, one per allocator outcome.
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
-#: Exit codes of ``kvlab scenario``, one per way a multi-rank run ends.
 SCENARIO_EXIT_CODES = {
     "completed": 0,
     "unfinished": 3,
@@ -55,11 +29,8 @@ SCENARIO_EXIT_CODES = {
     "hung": 5,
     "deadline": 6,
 }
-
-
-#: The longest VALUE of ``-p NAME=VALUE``: every notebook parameter is a number, a bool or a
-#: short word.
-MAX_PARAMETER_CHARS = 200
+MAX_PARAMETER_CHARS = 200  # the longest VALUE of -p NAME=VALUE: a number, a bool or a short word
+MAX_ERROR_CHARS = 300  # the longest usage error printed: argparse quotes a bad value whole
 
 
 def _parameter(text: str):
@@ -79,10 +50,6 @@ def _parameter(text: str):
         return name, value
 
 
-#: The longest usage error printed: argparse quotes a bad value whole (a 5,000-digit number too).
-MAX_ERROR_CHARS = 300
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse's parser (its subcommands' too), whose usage error cuts a long message."""
 
@@ -92,46 +59,58 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+@contextmanager
+def _usage_errors(parser, *errors: type[BaseException]):
+    """A bad value met past argparse (by the library's doors) is a usage error too."""
+    try:
+        yield
+    except errors as exc:
+        parser.error(str(exc))
+
+
+def _command(sub, name: str, handler, help: str, description: str):
+    parser = sub.add_parser(name, help=help, description=description)
+    parser.set_defaults(handler=handler, subparser=parser)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from kvlab.analysis.gpus import GPUS
+    from kvlab.run.distributed import BACKENDS
+    from kvlab.run.rank_config import MAX_RANKS
+
     parser = _Parser(prog="kvlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="{repro,walkthrough,scenario,plan,doctor,slides}"
     )
 
-    repro = sub.add_parser(
+    add = _command(
+        sub,
         "repro",
-        help="the 4 MiB single-GPU repro of issue #21470",
-        description="Resize one cache to --context tokens on a pool of "
-        "--pool-mib MiB (the seed's model shape). Exit 0 allocated, "
-        "3 refused (False), 4 crashed (ValueError).",
-    )
-    repro.add_argument(
-        "--pool-mib", type=float, default=4.0, help="KV pool size in MiB (default 4)"
-    )
-    repro.add_argument(
-        "--context", type=int, default=8192, help="context length in tokens (default 8192)"
-    )
-    repro.add_argument(
+        _repro,
+        "the 4 MiB single-GPU repro of issue #21470",
+        "Resize one cache to --context tokens on a pool of --pool-mib MiB (the seed's model "
+        "shape). Exit 0 allocated, 3 refused (False), 4 crashed (ValueError).",
+    ).add_argument
+    add("--pool-mib", type=float, default=4.0, help="KV pool size in MiB (default 4)")
+    add("--context", type=int, default=8192, help="context length in tokens (default 8192)")
+    add(
         "--policy",
         choices=REPRO_POLICIES,
         default="none/clamped",
         help="none/clamped (the report's row) or none/configured (the one-line "
         "fix's); one resize, so no admission check (default none/clamped)",
     )
-    repro.add_argument(
-        "--tokens-per-block", type=int, default=32, help="tokens per page (default 32)"
-    )
-    repro.add_argument(
-        "--max-seq-len", type=int, default=8192, help="configured max_seq_len (default 8192)"
-    )
-    repro.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    repro.set_defaults(handler=_repro, subparser=repro)
+    add("--tokens-per-block", type=int, default=32, help="tokens per page (default 32)")
+    add("--max-seq-len", type=int, default=8192, help="configured max_seq_len (default 8192)")
+    add("--device", default="cpu", help="cpu or cuda (default cpu)")
 
-    walk = sub.add_parser(
+    walk = _command(
+        sub,
         "walkthrough",
-        help="execute the notebooks and summarise the findings",
-        description="Execute notebooks/NN_*.ipynb with papermill into BUILD "
-        "and print what each found.",
+        _walkthrough,
+        "execute the notebooks and summarise the findings",
+        "Execute notebooks/NN_*.ipynb with papermill into BUILD and print what each found.",
     )
     walk.add_argument(
         "-p",
@@ -143,106 +122,111 @@ def build_parser() -> argparse.ArgumentParser:
         help="papermill parameter for every notebook that has it",
     )
     _add_notebook_choice(walk, "02", "NN_*.ipynb notebooks")
-    walk.add_argument(
-        "--build-dir", type=Path, default=Path("build"), help="output folder (default build)"
-    )
-    walk.add_argument("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
-    walk.set_defaults(handler=_walkthrough, subparser=walk)
+    add = walk.add_argument
+    add("--build-dir", type=Path, default=Path("build"), help="output folder (default build)")
+    add("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
 
-    from kvlab.run.distributed import BACKENDS
-    from kvlab.run.rank_config import MAX_RANKS
-
-    scen = sub.add_parser(
+    add = _command(
+        sub,
         "scenario",
-        help="run a multi-rank scenario (issue-21470) over torch.distributed",
-        description="Run NAME (a scenario with a deployment block, e.g. "
-        "issue-21470) on --ranks rank processes; exit 0 every rank finished, "
-        "3 requests unfinished, 4 the engine went down, 5 a rank died or hung, 6 the "
-        "run passed --deadline.",
-    )
-    scen.add_argument(
-        "name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path"
-    )
-    scen.add_argument(
-        "--ranks",
-        type=int,
-        default=None,
-        help=f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)",
-    )
-    scen.add_argument(
+        _scenario,
+        "run a multi-rank scenario (issue-21470) over torch.distributed",
+        "Run NAME (a scenario with a deployment block, e.g. issue-21470) on --ranks rank "
+        "processes; exit 0 every rank finished, 3 requests unfinished, 4 the engine went down, "
+        "5 a rank died or hung, 6 the run passed --deadline.",
+    ).add_argument
+    add("name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path")
+    ranks = f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)"
+    add("--ranks", type=int, default=None, help=ranks)
+    add(
         "--policy",
         choices=TRTLLM_POLICIES,
         default="none/clamped",
         help="none/clamped (the report), none/configured (the one-line fix), "
         "capacity (PR #21720's admission control); default none/clamped",
     )
-    scen.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="gloo",
-        help="gloo (CPU) or nccl (one GPU per rank); default gloo",
-    )
-    scen.add_argument(
-        "--in-process",
-        action="store_true",
-        help="run the ranks as threads of this process (no torch.distributed)",
-    )
-    scen.add_argument(
+    nccl = "gloo (CPU) or nccl (one GPU per rank); default gloo"
+    add("--backend", choices=BACKENDS, default="gloo", help=nccl)
+    threads = "run the ranks as threads of this process (no torch.distributed)"
+    add("--in-process", action="store_true", help=threads)
+    add(
         "--timeout",
         type=float,
         default=120.0,
-        help="seconds without progress (no rank stepping) before the ranks are "
-        "called hung and killed; slow ranks that keep stepping are not (default 120)",
+        help="seconds without progress (no rank stepping) before the ranks are called hung "
+        "and killed; slow ranks that keep stepping are not (default 120)",
     )
-    scen.add_argument(
+    add(
         "--deadline",
         type=float,
         default=None,
-        help="seconds the whole run may take; past them every rank is stopped and "
-        "the run says so (default: none)",
+        help="seconds the whole run may take; past them every rank is stopped and the run "
+        "says so (default: none)",
     )
-    scen.set_defaults(handler=_scenario, subparser=scen)
-    _add_plan(sub)
 
-    doctor = sub.add_parser(
+    plan = _command(
+        sub,
+        "plan",
+        _plan,
+        "preflight: will a deployment hit issue #21470?",
+        "Plan a deployment without running it: each rank's KV quota, pool, max_seq_len clamp, "
+        "page-index row, and what every context length meets under each policy, for the KV "
+        "cache manager it gets (V1 or V2). Exit 0 safe, 3 a context stalls, 4 a context or the "
+        "construction raises, 5 most contexts up to max_seq_len are refused (max_num_tokens, "
+        "or no room).",
+    )
+    add = plan.add_mutually_exclusive_group(required=True).add_argument
+    add("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
+    add(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="a Hugging Face config.json, or a folder holding one (read offline; "
+        "needs kvlab[models])",
+    )
+    walk_example = "a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261"
+    add("--example", metavar="NAME", help=walk_example)
+    add("--list", action="store_true", help="list the model, GPU and example presets")
+    add = plan.add_mutually_exclusive_group().add_argument
+    add("--gpu", choices=sorted(GPUS), help="a GPU preset")
+    add("--gpu-gib", type=float, help="the GPU's total memory, GiB")
+    for flag, (kind, text) in PLAN_OPTIONS.items():
+        plan.add_argument(flag, type=kind, default=None, help=text)
+    for flag, text in PLAN_SWITCHES.items():
+        plan.add_argument(flag, action="store_true", default=None, help=text)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    doctor = _command(
+        sub,
         "doctor",
-        help="check this laptop for the workshop (run it the day before)",
-        description="One line per check: ok, warn or FAIL with the fix. Exit 0 "
-        "when every required check passes (warnings allowed), 1 otherwise.",
+        _doctor,
+        "check this laptop for the workshop (run it the day before)",
+        "One line per check: ok, warn or FAIL with the fix. Exit 0 when every required check "
+        "passes (warnings allowed), 1 otherwise.",
     )
-    doctor.add_argument(
-        "--json", action="store_true", help="print the checks as JSON (collect a room's results)"
-    )
-    doctor.set_defaults(handler=_doctor, subparser=doctor)
+    room = "print the checks as JSON (collect a room's results)"
+    doctor.add_argument("--json", action="store_true", help=room)
 
-    slides = sub.add_parser(
+    slides = _command(
+        sub,
         "slides",
-        help="an HTML slide deck per notebook, offline",
-        description="Write OUT/<notebook>.html for each notebook (the walk, then "
-        "the exercises): one slide per heading with its first paragraph, and the "
-        "first figure of the section where an executed copy is in EXECUTED "
-        "(kvlab walkthrough's build/notebooks); OUT/index.html links them.",
+        _slides,
+        "an HTML slide deck per notebook, offline",
+        "Write OUT/<notebook>.html for each notebook (the walk, then the exercises): one slide "
+        "per heading with its first paragraph, and the first figure of the section where an "
+        "executed copy is in EXECUTED (kvlab walkthrough's build/notebooks); OUT/index.html "
+        "links them.",
     )
     _add_notebook_choice(slides, "02, ex1", "NN_*.ipynb notebooks and workshop/")
-    slides.add_argument(
-        "--executed-dir",
-        type=Path,
-        default=Path("build") / "notebooks",
-        help="executed copies, for the figures (default build/notebooks)",
-    )
-    slides.add_argument(
-        "--out",
-        type=Path,
-        default=Path("build") / "slides",
-        help="output folder (default build/slides)",
-    )
-    slides.set_defaults(handler=_slides, subparser=slides)
+    figures = "executed copies, for the figures (default build/notebooks)"
+    slides.add_argument("--executed-dir", type=Path, default=Path("build/notebooks"), help=figures)
+    out = "output folder (default build/slides)"
+    slides.add_argument("--out", type=Path, default=Path("build/slides"), help=out)
     return parser
 
 
 def _add_notebook_choice(parser: argparse.ArgumentParser, example: str, holds: str) -> None:
-    """``--only`` and ``--notebook-dir``, as walkthrough and slides both take them (checked by
-    :func:`_notebook_dir`)."""
+    """``--only`` and ``--notebook-dir``, as walkthrough and slides both take them."""
     parser.add_argument(
         "--only",
         action="append",
@@ -258,132 +242,63 @@ def _add_notebook_choice(parser: argparse.ArgumentParser, example: str, holds: s
     )
 
 
-#: ``kvlab plan``'s options: flag -> (Deployment field, type, help). Unset options keep the
-#: example's value, or Deployment's default.
+#: ``kvlab plan``'s valued options: flag -> (type, help), each setting the Deployment field of
+#: the flag's name; unset ones keep the example's value, or Deployment's default.
 PLAN_OPTIONS = {
-    "--weights-gib": (
-        "weights_gib",
-        float,
-        "weights per rank, GiB (default: parameters x dtype / (tp x pp))",
-    ),
+    "--weights-gib": (float, "weights per rank, GiB (default: parameters x dtype / (tp x pp))"),
     "--weights-dtype": (
-        "weights_dtype",
         str,
-        "dtype to derive the weights in; fp8 and nvfp4 keep "
-        "the embeddings in the model's dtype (default: the checkpoint's "
-        "quantization, else the model's dtype)",
+        "dtype to derive the weights in; fp8 and nvfp4 keep the embeddings in the model's dtype "
+        "(default: the checkpoint's quantization, else the model's dtype)",
     ),
-    "--workspace-gib": ("workspace_gib", float, "persistent workspace per rank, GiB (default 0)"),
-    "--workspace-skew-gib": (
-        "workspace_skew_gib",
-        float,
-        "extra workspace growing to the last rank, GiB",
-    ),
-    "--activations-gib": ("activations_gib", float, "activation peak per rank, GiB (default 0)"),
-    "--non-torch-gib": ("non_torch_gib", float, "NCCL, CUDA graphs, context: GiB (default 0)"),
-    "--free-gpu-memory-fraction": ("free_gpu_memory_fraction", float, "default 0.9"),
-    "--kv-quota-gib": ("kv_quota_gib", float, "kv_cache_config.max_gpu_total_bytes, in GiB"),
-    "--tp-size": ("tp_size", int, "tensor parallelism (default 1)"),
-    "--pp-size": ("pp_size", int, "pipeline parallelism (default 1)"),
-    "--ranks": ("ranks", int, "ranks that build a pool; must be tp x pp (the default)"),
+    "--workspace-gib": (float, "persistent workspace per rank, GiB (default 0)"),
+    "--workspace-skew-gib": (float, "extra workspace growing to the last rank, GiB"),
+    "--activations-gib": (float, "activation peak per rank, GiB (default 0)"),
+    "--non-torch-gib": (float, "NCCL, CUDA graphs, context: GiB (default 0)"),
+    "--free-gpu-memory-fraction": (float, "default 0.9"),
+    "--kv-quota-gib": (float, "kv_cache_config.max_gpu_total_bytes, in GiB"),
+    "--tp-size": (int, "tensor parallelism (default 1)"),
+    "--pp-size": (int, "pipeline parallelism (default 1)"),
+    "--ranks": (int, "ranks that build a pool; must be tp x pp (the default)"),
     "--max-seq-len": (
-        "max_seq_len",
         int,
-        "default, and upper bound: what the executor infers "
-        "from the config (max_position_embeddings x the rope factor)",
+        "default, and upper bound: what the executor infers from the config "
+        "(max_position_embeddings x the rope factor)",
     ),
-    "--max-batch-size": ("max_batch_size", int, "default 2048"),
-    "--max-new-tokens": ("max_new_tokens", int, "new tokens per request (default 64)"),
-    "--max-num-tokens": ("max_num_tokens", int, "token budget per pass (default 8192)"),
-    "--tokens-per-block": ("tokens_per_block", int, "default 32"),
+    "--max-batch-size": (int, "default 2048"),
+    "--max-new-tokens": (int, "new tokens per request (default 64)"),
+    "--max-num-tokens": (int, "token budget per pass (default 8192)"),
+    "--tokens-per-block": (int, "default 32"),
     "--kv-dtype": (
-        "kv_dtype",
         str,
         "KV cache dtype (default: the checkpoint's KV quantization, else the model's dtype)",
     ),
     "--mamba-ssm-dtype": (
-        "mamba_ssm_dtype",
         str,
         "hybrids' SSM state dtype (default: the model's dtype, as mamba_ssm_cache_dtype='auto')",
     ),
     "--host-cache-gib": (
-        "host_cache_gib",
         float,
         "host tier per rank, GiB (default: none under V1, an automatic tier under V2)",
     ),
     "--manager": (
-        "manager",
         str,
-        "KV cache manager: auto (the default: V2 only for the "
-        "architectures that declare it), v1 or v2",
+        "KV cache manager: auto (the default: V2 only for the architectures that declare it), "
+        "v1 or v2",
     ),
-    "--max-beam-width": (
-        "max_beam_width",
-        int,
-        "beam width (default 1; above 1 V2 falls back to V1)",
-    ),
-    "--spec-mode": ("spec_mode", str, "speculative decoding: mtp or eagle3 (default none)"),
-    "--max-draft-len": ("max_draft_len", int, "draft tokens per step with --spec-mode"),
+    "--max-beam-width": (int, "beam width (default 1; above 1 V2 falls back to V1)"),
+    "--spec-mode": (str, "speculative decoding: mtp or eagle3 (default none)"),
+    "--max-draft-len": (int, "draft tokens per step with --spec-mode"),
 }
-
-
-def _add_plan(sub) -> None:
-    from kvlab.analysis.gpus import GPUS
-
-    plan = sub.add_parser(
-        "plan",
-        help="preflight: will a deployment hit issue #21470?",
-        description="Plan a deployment without running it: each rank's KV quota, "
-        "pool, max_seq_len clamp, page-index row, and what every context length "
-        "meets under each policy, for the KV cache manager it gets (V1 or V2). "
-        "Exit 0 safe, 3 a context stalls, 4 a context or the construction "
-        "raises, 5 most contexts up to max_seq_len are refused (max_num_tokens, "
-        "or no room).",
-    )
-    what = plan.add_mutually_exclusive_group(required=True)
-    what.add_argument("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
-    what.add_argument(
-        "--config",
-        type=Path,
-        metavar="PATH",
-        help="a Hugging Face config.json, or a folder holding one (read offline; "
-        "needs kvlab[models])",
-    )
-    what.add_argument(
-        "--example",
-        metavar="NAME",
-        help="a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261",
-    )
-    what.add_argument("--list", action="store_true", help="list the model, GPU and example presets")
-    gpu = plan.add_mutually_exclusive_group()
-    gpu.add_argument("--gpu", choices=sorted(GPUS), help="a GPU preset")
-    gpu.add_argument("--gpu-gib", type=float, help="the GPU's total memory, GiB")
-    for flag, (_field, kind, text) in PLAN_OPTIONS.items():
-        plan.add_argument(flag, type=kind, default=None, help=text)
-    plan.add_argument(
-        "--attention-dp",
-        action="store_true",
-        default=None,
-        help="attention data parallelism (KV heads not split)",
-    )
-    plan.add_argument(
-        "--chunked-prefill", action="store_true", default=None, help="chunked prefill (default off)"
-    )
-    plan.add_argument(
-        "--disable-overlap-scheduler",
-        action="store_true",
-        default=None,
-        help="the overlap scheduler off (on by default: the KV manager's max_seq_len "
-        "is 1 + max_draft_len more)",
-    )
-    plan.add_argument(
-        "--allow-long-max-model-len",
-        action="store_true",
-        default=None,
-        help="keep a --max-seq-len past the model's own limit (TLLM_ALLOW_LONG_MAX_MODEL_LEN)",
-    )
-    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    plan.set_defaults(handler=_plan, subparser=plan)
+#: ``kvlab plan``'s switches: flag -> help; unset ones keep the example's value or the default.
+PLAN_SWITCHES = {
+    "--attention-dp": "attention data parallelism (KV heads not split)",
+    "--chunked-prefill": "chunked prefill (default off)",
+    "--disable-overlap-scheduler": "the overlap scheduler off (on by default: the KV manager's "
+    "max_seq_len is 1 + max_draft_len more)",
+    "--allow-long-max-model-len": "keep a --max-seq-len past the model's own limit "
+    "(TLLM_ALLOW_LONG_MAX_MODEL_LEN)",
+}
 
 
 def _plan(args, parser) -> int:
@@ -399,22 +314,11 @@ def _plan(args, parser) -> int:
         print("GPUs:\n" + "\n".join(f"  {n}: {g.describe()}" for n, g in GPUS.items()))
         print("examples: " + ", ".join(example_deployments()))
         return 0
-    given = {
-        field: getattr(args, flag[2:].replace("-", "_"))
-        for flag, (field, _kind, _text) in PLAN_OPTIONS.items()
-    }
-    given.update(
-        attention_dp=args.attention_dp,
-        chunked_prefill=args.chunked_prefill,
-        allow_long_max_model_len=args.allow_long_max_model_len,
-        disable_overlap_scheduler=args.disable_overlap_scheduler,
-    )
-    given = {k: v for k, v in given.items() if v is not None}
-    if args.gpu is not None:
-        given["gpu_gib"] = GPUS[args.gpu].gib
-    elif args.gpu_gib is not None:
-        given["gpu_gib"] = args.gpu_gib
-    try:
+    fields = [flag[2:].replace("-", "_") for flag in [*PLAN_OPTIONS, *PLAN_SWITCHES]]
+    given = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+    if args.gpu is not None or args.gpu_gib is not None:
+        given["gpu_gib"] = GPUS[args.gpu].gib if args.gpu is not None else args.gpu_gib
+    with _usage_errors(parser, ConfigError, ImportError, ValueError, TypeError):
         if args.example is not None:
             examples = example_deployments()
             if args.example not in examples:
@@ -426,8 +330,6 @@ def _plan(args, parser) -> int:
             model = load_model(args.model) if args.model is not None else read_config(args.config)
             deployment = Deployment(model=model, **given)
         plan = plan_deployment(deployment)
-    except (ConfigError, ImportError, ValueError, TypeError) as exc:
-        parser.error(str(exc))
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.explain())
     return plan.exit_code
 
@@ -435,36 +337,33 @@ def _plan(args, parser) -> int:
 def _repro(args, parser) -> int:
     from kvlab.analysis.repro import run_repro
 
-    try:
-        width = POLICIES[args.policy][1]
+    with _usage_errors(parser, ValueError, TypeError, MemoryError):
         result = run_repro(
             pool_mib=args.pool_mib,
             context=args.context,
-            policy=width,
+            policy=POLICIES[args.policy][1],
             tokens_per_block=args.tokens_per_block,
             max_seq_len=args.max_seq_len,
             device=args.device,
         )
-    except (ValueError, TypeError, MemoryError) as exc:
-        parser.error(str(exc))
     print(result.explain())
     return REPRO_EXIT_CODES[result.outcome]
 
 
-def _notebook_dir(folder, parser) -> Path:
-    """``--notebook-dir``'s folder, or a usage error (a name too long for the file system too)."""
+def _notebooks(args, parser, default_dir, listing) -> tuple[Path, list[Path]]:
+    """``--notebook-dir``'s folder (or a usage error) and its notebooks that ``--only`` selects."""
+    folder = args.notebook_dir or default_dir
     try:
         found = Path(folder).is_dir()
-    except OSError:
+    except OSError:  # a name too long for the file system
         found = False
     if not found:
-        shown = (
-            str(folder)
-            if len(str(folder)) <= 200
-            else f"{str(folder)[:60]}... ({len(str(folder)):,} characters)"
-        )
+        text = str(folder)
+        shown = text if len(text) <= 200 else f"{text[:60]}... ({len(text):,} characters)"
         parser.error(f"--notebook-dir {shown} is not a folder")
-    return Path(folder)
+    folder = Path(folder)
+    chosen = [p for p in listing(folder) if any(p.name.startswith(o) for o in args.only or [""])]
+    return folder, chosen
 
 
 def _walkthrough(args, parser) -> int:
@@ -481,23 +380,14 @@ def _walkthrough(args, parser) -> int:
         walkthrough_notebooks,
     )
 
-    notebook_dir = _notebook_dir(args.notebook_dir or NOTEBOOK_DIR, parser)
-    notebooks = [
-        p
-        for p in walkthrough_notebooks(notebook_dir)
-        if not args.only or any(p.name.startswith(o) for o in args.only)
-    ]
+    notebook_dir, notebooks = _notebooks(args, parser, NOTEBOOK_DIR, walkthrough_notebooks)
     if not notebooks and not args.only:
         parser.error(f"--notebook-dir {notebook_dir} holds no notebook named NN_*.ipynb")
     if not notebooks:
         parser.error(f"no notebook matches --only {args.only}")
-    parameters = dict(args.parameter)
-    if args.smoke:
-        parameters["SMOKE"] = True
-    try:
+    parameters = dict(args.parameter) | ({"SMOKE": True} if args.smoke else {})
+    with _usage_errors(parser, ValueError, TypeError):
         check_parameters(parameters, notebooks)
-    except (ValueError, TypeError) as exc:
-        parser.error(str(exc))
     try:
         for folder in ("notebooks", "html"):
             (args.build_dir / folder).mkdir(parents=True, exist_ok=True)
@@ -516,11 +406,10 @@ def _walkthrough(args, parser) -> int:
     print()
     print(summary_table(runs))
     if interrupted is not None:
-        left = [p.name for p in notebooks[len(runs) :]]
+        left = ", ".join(p.name for p in notebooks[len(runs) :])
         how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         print(
-            f"\nstopped by {how} while running {interrupted.name}; not run: {', '.join(left)}",
-            file=sys.stderr,
+            f"\nstopped by {how} while running {interrupted.name}; not run: {left}", file=sys.stderr
         )
         return 128 + signum
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
@@ -543,12 +432,7 @@ def _slides(args, parser) -> int:
     from kvlab.core.paths import NOTEBOOK_DIR
     from kvlab.slides import build_deck, build_index, deck_notebooks
 
-    notebook_dir = _notebook_dir(args.notebook_dir or NOTEBOOK_DIR, parser)
-    notebooks = [
-        p
-        for p in deck_notebooks(notebook_dir)
-        if not args.only or any(p.name.startswith(o) for o in args.only)
-    ]
+    notebook_dir, notebooks = _notebooks(args, parser, NOTEBOOK_DIR, deck_notebooks)
     if not notebooks:
         parser.error(
             f"no notebook in {notebook_dir} matches --only {args.only}"
@@ -561,10 +445,8 @@ def _slides(args, parser) -> int:
     except OSError as exc:
         parser.error(f"--out {args.out} cannot hold the decks: {exc.strerror or exc}")
     for deck in decks:
-        print(
-            f"{deck.path}: {len(deck.slides)} slides, {sum(s.figure is not None for s in deck.slides)} "
-            f"figures ({deck.note})"
-        )
+        figures = sum(s.figure is not None for s in deck.slides)
+        print(f"{deck.path}: {len(deck.slides)} slides, {figures} figures ({deck.note})")
     print(f"open {index} in a browser (arrow keys move between slides)")
     return 0
 
@@ -574,18 +456,15 @@ def _scenario(args, parser) -> int:
     from kvlab.run.rank_config import scenario_config
     from kvlab.run.scenarios import ScenarioError, load_scenario
 
-    try:
+    with _usage_errors(parser, ScenarioError, ValueError, TypeError, MemoryError):
         scenario = load_scenario(args.name)
         config = scenario_config(scenario, args.ranks, args.policy)
-        reported = scenario.deployment.ranks
+        reported, ranks = scenario.deployment.ranks, config.world_size
         changed = (
-            f" (the scenario's {reported} ranks changed to {config.world_size})"
-            if config.world_size != reported
-            else ""
+            f" (the scenario's {reported} ranks changed to {ranks})" if ranks != reported else ""
         )
         print(
-            f"{scenario.title}{changed}\n{scenario.gpu} x {config.world_size}, policy {args.policy}",
-            flush=True,
+            f"{scenario.title}{changed}\n{scenario.gpu} x {ranks}, policy {args.policy}", flush=True
         )
         result = run_ranks(
             config,
@@ -594,8 +473,6 @@ def _scenario(args, parser) -> int:
             timeout_s=args.timeout,
             deadline_s=args.deadline,
         )
-    except (ScenarioError, ValueError, TypeError, MemoryError) as exc:
-        parser.error(str(exc))
     print(result.explain())
     unfinished = result.unrouted or any(
         s in UNFINISHED_STATUSES for r in result.ranks for s in r.status.values()
