@@ -1,19 +1,13 @@
-"""``kvlab doctor``: is this laptop ready for the workshop? Run it the day before.
-
-One line per check, ``ok``, ``warn`` or ``FAIL``, each warning and failure with its fix; the
-command exits 0 when every required check passes (warnings allowed) and 1 otherwise. ``--json``
-prints the same as one JSON object, for an instructor collecting a room's results. The checks:
-the Python version, the kvlab install, torch and its device, the notebook packages and the
-``python3`` kernel the notebooks name, the notebooks themselves, the seed's 4 MiB repro on a real
-pool (``kvlab.analysis.repro.run_repro``: 64 blocks, a 68-entry row, the ValueError), free disk,
-and (optional) a Chromium-based browser for the walkthrough's static report.
-"""
+"""``kvlab doctor``: is this laptop ready for the workshop? One line per check (ok, warn, or
+FAIL with its fix); ready when no check FAILs. ``--json`` for an instructor collecting a room's
+results."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
 import platform
+import re
 import shutil
 import sys
 import time
@@ -24,22 +18,13 @@ from dataclasses import asdict, dataclass
 from kvlab.core.paths import NOTEBOOK_DIR, REPOSITORY
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
-#: The oldest Python kvlab supports (pyproject.toml's requires-python).
-MIN_PYTHON = (3, 11)
-#: The oldest torch kvlab supports (pyproject.toml's dependencies).
-MIN_TORCH = (2, 4)
-#: Packages the notebooks need beyond kvlab's own imports (the ``notebooks`` extra and plotly).
+MIN_PYTHON, MIN_TORCH = (3, 11), (2, 4)  # pyproject.toml's requires-python and torch
+#: what the notebooks need beyond kvlab's own imports (the ``notebooks`` extra and plotly)
 NOTEBOOK_PACKAGES = ("jupyterlab", "ipywidgets", "anywidget", "plotly", "papermill", "ipykernel")
-#: The walk's notebooks and the exercises a participant opens.
-WALK = ("01", "02", "03", "04", "05", "06")
-EXERCISES = ("ex1", "ex2", "ex3", "ex4")
-#: The seed repro is a resize on a 4 MiB pool: well under a second; slower means a very slow
-#: or very busy machine.
-REPRO_BUDGET_S = 1.0
-#: Free disk below which the walkthrough's build/ and a notebook's checkpoints may not fit (FAIL),
-#: and below which the day gets tight (warn).
-DISK_FAIL_BYTES = 200 * 2**20
-DISK_WARN_BYTES = 2 * 2**30
+WALK, EXERCISES = ("01", "02", "03", "04", "05", "06"), ("ex1", "ex2", "ex3", "ex4")
+REPRO_BUDGET_S = 1.0  # one resize on a 4 MiB pool: slower means a very slow or busy machine
+#: free disk below which build/ may not fit (FAIL), and below which the day gets tight (warn)
+DISK_FAIL_BYTES, DISK_WARN_BYTES = 200 * 2**20, 2 * 2**30
 SETUP = "bash scripts/setup.sh notebooks"
 
 
@@ -55,17 +40,6 @@ class Check:
     def line(self) -> str:
         fix = f"  -> fix: {self.fix}" if self.status != OK and self.fix else ""
         return f"{self.status:<4}  {self.name:<10}  {self.detail}{fix}"
-
-
-def _version(text: str) -> tuple:
-    """The leading numbers of a version string: "2.13.0+cpu" -> (2, 13, 0)."""
-    numbers = []
-    for part in text.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit())
-        if not digits or digits != part:
-            break
-        numbers.append(int(digits))
-    return tuple(numbers)
 
 
 def check_python() -> Check:
@@ -111,7 +85,7 @@ def check_torch() -> Check:
         import torch
     except ImportError as exc:
         return Check("torch", FAIL, f"does not import: {exc}", SETUP)
-    if _version(torch.__version__)[:2] < MIN_TORCH:
+    if tuple(map(int, re.findall(r"\d+", torch.__version__)[:2])) < MIN_TORCH:
         return Check(
             "torch",
             FAIL,
@@ -208,8 +182,7 @@ def check_disk() -> Check:
 
 
 def check_browser() -> Check:
-    """Optional: kaleido renders the walkthrough report's figures with a Chromium-based browser;
-    the notebooks in JupyterLab need none of it."""
+    """Optional: kaleido draws the static report's figures with a Chromium-based browser."""
     try:
         from choreographer.browsers.chromium import Chromium
     except ImportError:
@@ -242,8 +215,7 @@ CHECKS: Sequence[Callable[[], Check]] = (
 
 
 def run_checks(checks: Sequence[Callable[[], Check]] | None = None) -> list[Check]:
-    """Every check (default :data:`CHECKS`), in order; a check that raises is a FAIL naming the
-    exception."""
+    """Every check (default :data:`CHECKS`), in order; one that raises is a FAIL naming why."""
     results = []
     for check in CHECKS if checks is None else checks:
         try:
@@ -279,6 +251,3 @@ def as_json(results: Sequence[Check]) -> str:
         },
         indent=2,
     )
-
-
-__all__ = ["CHECKS", "Check", "FAIL", "OK", "WARN", "as_json", "ready", "report", "run_checks"]

@@ -1,12 +1,6 @@
-"""``kvlab slides``: a plain HTML slide deck per notebook, for the projector, offline.
-
-One slide per heading of a notebook's markdown (``#`` to ``###``): the heading and the first
-paragraph under it, and, where the executed copy of the notebook (``kvlab walkthrough``'s
-``build/notebooks/``) has a figure before the next heading, the first such figure, drawn by the
-plotly.js the plotly package ships (written once beside the decks, so no network is needed).
-The notebooks are stored without outputs: without an executed copy, or with one whose headings
-no longer match the notebook, the deck has text only and says so. Arrow keys, Page Up/Down and
-Space move between slides; printing gives one slide a page.
+"""``kvlab slides``: a plain HTML slide deck per notebook, for the projector, offline: one slide
+per ``#``-``###`` heading with its first paragraph and, from the executed copy (``kvlab
+walkthrough``'s build/notebooks/) where its headings match, the section's first plotly figure.
 """
 
 from __future__ import annotations
@@ -20,9 +14,7 @@ from pathlib import Path
 from kvlab.notebook.panel import PANEL_MIME
 from kvlab.notebook.walkthrough import PLOTLY_MIME
 
-#: The heading levels that start a slide: the title and the notebook's sections and subsections.
-MAX_LEVEL = 3
-HEADING = re.compile(rf"^(#{{1,{MAX_LEVEL}}})\s+(.+?)\s*#*\s*$")
+HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*#*\s*$")  # the title, sections and subsections
 FENCE = re.compile(r"^\s*(```|~~~)")
 PLOTLY_JS = "plotly.min.js"
 
@@ -47,8 +39,7 @@ class Slide:
 
 
 def _blocks(source: str):
-    """The cell's lines split at its headings: (level, title, lines after it); lines before the
-    first heading come with level 0. Lines inside a code fence are never headings."""
+    """(level, title, lines after it) per heading outside a code fence; level 0 before the first."""
     level, title, lines, fenced = 0, "", [], False
     for line in source.splitlines():
         if FENCE.match(line):
@@ -63,9 +54,7 @@ def _blocks(source: str):
 
 
 def _first_paragraph(lines: list[str]) -> str:
-    """The first run of non-blank lines."""
-    text = "\n".join(lines).strip()
-    return text.split("\n\n", 1)[0].strip() if text else ""
+    return "\n".join(lines).strip().split("\n\n", 1)[0].strip()
 
 
 def _figure(output) -> dict | None:
@@ -104,11 +93,6 @@ def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide])
     return ran, f"figures from {executed}"
 
 
-def _inline(rendered: str) -> str:
-    """A one-line markdown rendering without its paragraph tags (a heading's text)."""
-    return re.sub(r"^\s*<p>|</p>\s*$", "", rendered)
-
-
 def deck_html(title: str, slides: list[Slide], note: str) -> str:
     """A self-contained deck (but for plotly.min.js beside it, loaded only if a slide has a figure)."""
     from nbconvert.filters import markdown2html
@@ -116,6 +100,7 @@ def deck_html(title: str, slides: list[Slide], note: str) -> str:
     sections = []
     for number, slide in enumerate(slides, 1):
         tag = f"h{slide.level}"
+        heading = re.sub(r"^\s*<p>|</p>\s*$", "", markdown2html(slide.title))  # one line: no <p>
         figure = ""
         if slide.figure is not None:
             spec = json.dumps(
@@ -128,7 +113,7 @@ def deck_html(title: str, slides: list[Slide], note: str) -> str:
             )
         sections.append(
             f'<section class="slide level-{slide.level}" id="slide-{number}">\n'
-            f"<{tag}>{_inline(markdown2html(slide.title))}</{tag}>\n"
+            f"<{tag}>{heading}</{tag}>\n"
             f"{markdown2html(slide.paragraph) if slide.paragraph else ''}\n{figure}\n"
             f"<footer>{html.escape(title)} · {number}/{len(slides)}</footer>\n</section>"
         )
@@ -211,6 +196,3 @@ def deck_notebooks(notebook_dir: Path) -> list[Path]:
     return walkthrough_notebooks(notebook_dir) + sorted(
         Path(notebook_dir).glob("workshop/ex*.ipynb")
     )
-
-
-__all__ = ["Deck", "Slide", "build_deck", "build_index", "deck_html", "deck_notebooks", "slides_of"]
