@@ -1,17 +1,7 @@
-"""Each notebook's live panel, built on :class:`kvlab.notebook.panel.Panel`: a model computed
-from the controls' values, the figures drawn from it, and a verdict. One module a panel:
-
-- :func:`repro_panel` (``repro``), notebook 02: the 4 MiB repro of issue #21470 with sliders.
-- :func:`step_panel` (``step``), notebook 03: one scheduling pass at a time.
-- :func:`admission_panel` (``admission``), notebook 04: one long request beside small ones,
-  under each policy.
-- :func:`ranks_panel` (``ranks``), notebook 01: the 16 ranks' plan for a workspace and a context.
-- :func:`mamba_panel` (``mamba``), notebook 05: Qwen3.5-27B's state slots against a quota.
-- :func:`plan_panel` (``plan``), notebook 06: preflight for a deployment.
-
-Reading order: ``controls`` (the slider options the panels share) -> ``repro`` -> ``step`` ->
-``admission`` -> ``ranks`` -> ``mamba`` -> ``plan``. Every public name is importable from here.
-"""
+"""Each notebook's live panel, built on :class:`kvlab.notebook.panel.Panel` (a model from the
+controls' values, figures drawn from it, a verdict), one module a panel: ``repro`` (02),
+``step`` (03), ``admission`` (04), ``ranks`` (01), ``mamba`` (05), ``plan`` (06); ``controls``
+holds the sliders they share."""
 
 from kvlab.notebook.widgets.admission import (
     ADMISSION_PANEL_POLICIES,

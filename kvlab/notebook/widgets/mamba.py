@@ -1,4 +1,4 @@
-"""Notebook 05's live panel: Qwen3.5-27B's recurrent-state slots against a quota, under merged
+"""Notebook 05's panel: Qwen3.5-27B's recurrent-state slots against a quota, under merged
 residency beside the proposals (PR #17261's clamp, PR #18985's feasible max_batch_size
 default)."""
 
@@ -26,18 +26,19 @@ from kvlab.notebook.tables import gib_pair
 #: The quota slider's step, GiB: 161 positions up to 80 GiB, a key press each.
 MAMBA_QUOTA_STEP_GIB = 0.5
 #: The quota slider's positions, GiB: every step up to 80 (an H100), 0.1 (less than one slot)
-#: and the PR's 24.86 (its H100 after the weights); a panel built for another quota adds it.
+#: and the PR's 24.86; a panel built for another quota adds it.
 MAMBA_QUOTA_CHOICES_GIB = tuple(
     sorted(
         {0.1, round(PR_QUOTA_BYTES / GIB, 2)} | {MAMBA_QUOTA_STEP_GIB * k for k in range(1, 161)}
     )
 )
+#: The panel's look: descriptions whole ("max_batch_size (sequences)" takes about 187 px).
+_LABEL, _WIDE = {"description_width": "200px"}, "510px"
 
 
 @dataclass(frozen=True)
 class MambaModel:
-    """What the residency panel shows: Qwen3.5-27B's plan for a quota under merged residency,
-    beside PR #17261's clamp and PR #18985's feasible max_batch_size default (proposals)."""
+    """Qwen3.5-27B's plan for a quota under merged residency, beside the proposals."""
 
     quota_gib: float
     max_batch_size: int
@@ -68,7 +69,6 @@ class MambaModel:
 
 def mamba_model(values: Mapping[str, Any]) -> MambaModel:
     """Qwen3.5-27B (one rank) for the panel's quota (GiB), max_batch_size and SSM dtype."""
-
     quota_gib, batch, dtype = (
         float(values["quota_gib"]),
         int(values["max_batch_size"]),
@@ -79,26 +79,24 @@ def mamba_model(values: Mapping[str, Any]) -> MambaModel:
 
 
 def mamba_figures(model: MambaModel) -> dict[str, dict]:
-    """The quota split, merged beside PR #17261's clamp (a kvlab.notebook.viz spec)."""
+    """The quota split, merged beside PR #17261's clamp."""
     return {
         "stack": viz.residency_stack_spec(
             model.split,
             model.plan.quota_bytes,
-            subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size:,}, {model.ssm_dtype} SSM state, "
-            f"{model.plan.slot_bytes / MIB:.1f} MiB a slot",
+            subtitle=f"Qwen3.5-27B, max_batch_size {model.max_batch_size:,}, {model.ssm_dtype} "
+            f"SSM state, {model.plan.slot_bytes / MIB:.1f} MiB a slot",
         )
     }
 
 
 def mamba_verdict(model: MambaModel) -> tuple[str | None, str]:
-    """(outcome, HTML): does merged TensorRT-LLM build, and what the two proposals would do
-    (PR #17261's clamp: how many sequences stay resident; PR #18985: the largest feasible
-    max_batch_size default)."""
-    plan, gib = model.plan, GIB
+    """(outcome, HTML): does merged TensorRT-LLM build, how many sequences PR #17261's clamp
+    keeps resident, and PR #18985's largest feasible max_batch_size default."""
+    plan = model.plan
     slots = plan.requested + plan.dummies
     need_gib, quota_gib = gib_pair(plan.raw_need_bytes, plan.quota_bytes)
     raw = f"{slots:,} slots x {plan.slot_bytes / MIB:.1f} MiB + one page = {need_gib} GiB"
-    fits = model.feasible_max_batch_size
     if model.raw_fits:
         resident = "resident" if plan.requested == 1 else "all resident"
         headline = (
@@ -106,23 +104,24 @@ def mamba_verdict(model: MambaModel) -> tuple[str | None, str]:
             f"{resident} (merged code has no cap). The proposals change nothing here."
         )
     elif model.resident >= 1:
-        used = (model.resident + plan.dummies) * plan.slot_bytes / gib
+        used = (model.resident + plan.dummies) * plan.slot_bytes / GIB
+        pages = model.split["clamped"]["pages"] // plan.page_bytes
+        queued = counted(plan.requested - model.resident, "sequence")
         headline = (
-            f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at "
-            f"construction). Proposal PR #17261 (closed without merging), the clamp: "
-            f"{model.resident:,} resident (+{plan.dummies:,} dummy) = {used:.2f} GiB of slots; "
-            f"{counted(model.split['clamped']['pages'] // plan.page_bytes, 'attention page')}; "
-            f"the queue holds {counted(plan.requested - model.resident, 'sequence')}. Proposal PR #18985 (open): "
-            f"a max_batch_size default of at most {fits:,} fits; an explicit "
-            f"{model.max_batch_size:,} still raises, with a message in GiB."
+            f"Merged raises: {raw} > quota {quota_gib} GiB (ValueError at construction). "
+            f"Proposal PR #17261 (closed without merging), the clamp: {model.resident:,} "
+            f"resident (+{plan.dummies:,} dummy) = {used:.2f} GiB of slots; "
+            f"{counted(pages, 'attention page')}; the queue holds {queued}. Proposal PR #18985 "
+            f"(open): a max_batch_size default of at most {model.feasible_max_batch_size:,} fits; "
+            f"an explicit {model.max_batch_size:,} still raises, with a message in GiB."
         )
     else:
+        one = ((1 + plan.dummies) * plan.slot_bytes + plan.page_bytes) / MIB
         headline = (
-            f"Merged raises: {raw} > quota {quota_gib} GiB; the clamp (PR #17261) "
-            f"keeps 0: one sequence's slot with {counted(plan.dummies, 'dummy slot')} and one "
-            f"page needs {((1 + plan.dummies) * plan.slot_bytes + plan.page_bytes) / MIB:,.1f} "
-            f"MiB, more than the quota, so it raises too, and no "
-            f"max_batch_size default fits (PR #18985)."
+            f"Merged raises: {raw} > quota {quota_gib} GiB; the clamp (PR #17261) keeps 0: one "
+            f"sequence's slot with {counted(plan.dummies, 'dummy slot')} and one page needs "
+            f"{one:,.1f} MiB, more than the quota, so it raises too, and no max_batch_size "
+            "default fits (PR #18985)."
         )
     detail = (
         f"slot {plan.slot_bytes:,} B; page {plan.page_bytes:,} B; quota {plan.quota_bytes:,} B; "
@@ -138,24 +137,20 @@ def mamba_panel(
     *,
     wait_s: float = DEFAULT_WAIT_S,
 ) -> Panel:
-    """Notebook 05's live panel: the quota (GiB, :data:`MAMBA_QUOTA_CHOICES_GIB`, and
-    ``quota_gib``), max_batch_size and the SSM state dtype of
-    Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp (a proposal),
-    and a verdict: merged builds or raises, the clamp's residency, PR #18985's feasible
-    max_batch_size default."""
-
+    """Notebook 05's panel: the quota (GiB), max_batch_size and the SSM state dtype of
+    Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp, and what
+    merged code and the two proposals do."""
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
     check_int("max_batch_size", max_batch_size, low=1, high=4096)
     check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
     quota = W.SelectionSlider(
-        options=[(f"{v:g}", v) for v in sorted(set(MAMBA_QUOTA_CHOICES_GIB) | {float(quota_gib)})],
+        options=[(f"{v:g}", v) for v in sorted({*MAMBA_QUOTA_CHOICES_GIB, float(quota_gib)})],
         value=float(quota_gib),
         description="quota (GiB)",
         continuous_update=True,
-        style={"description_width": "200px"},
-        layout=W.Layout(width="510px"),
+        style=_LABEL,
+        layout=W.Layout(width=_WIDE),
     )
-    # descriptions whole: "max_batch_size (sequences)" takes about 187 px; readouts with separators
     batch = W.IntSlider(
         value=int(max_batch_size),
         min=1,
@@ -163,14 +158,14 @@ def mamba_panel(
         description="max_batch_size (sequences)",
         continuous_update=True,
         readout_format=",d",
-        style={"description_width": "200px"},
-        layout=W.Layout(width="510px"),
+        style=_LABEL,
+        layout=W.Layout(width=_WIDE),
     )
     dtype = W.ToggleButtons(
         options=list(MAMBA_SSM_DTYPES),
         value=ssm_dtype,
         description="SSM dtype",
-        style={"description_width": "200px", "button_width": "90px"},
+        style={**_LABEL, "button_width": "90px"},
     )
     return Panel(
         {"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype},
@@ -180,14 +175,3 @@ def mamba_panel(
         title="Qwen3.5-27B: merged residency, or the proposals (PR #17261, PR #18985)",
         wait_s=wait_s,
     )
-
-
-__all__ = [
-    "MAMBA_QUOTA_CHOICES_GIB",
-    "MAMBA_QUOTA_STEP_GIB",
-    "MambaModel",
-    "mamba_figures",
-    "mamba_model",
-    "mamba_panel",
-    "mamba_verdict",
-]

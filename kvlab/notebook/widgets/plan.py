@@ -1,5 +1,4 @@
-"""Notebook 06's panel, preflight: issue #21470's deployment with the model, GPU, KV cache
-manager, weights, workspace, max_seq_len, batch size and ranks under the reader's hand -> what
+"""Notebook 06's panel, preflight: issue #21470's deployment under the reader's hand -> what
 each context length meets, every rank's memory, and a verdict."""
 
 from __future__ import annotations
@@ -26,18 +25,15 @@ from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, ver
 from kvlab.notebook.viz.plan import V1_REJECT_LABEL, plan_ranks_spec
 from kvlab.notebook.widgets.controls import labelled
 
-#: Context-length limits the plan panel offers (configured max_seq_len): powers of two.
+#: The panel's configured max_seq_len, max_batch_size and rank choices.
 PLAN_MAX_SEQ_LENS = tuple(1 << k for k in range(12, 22))
 PLAN_BATCH_SIZES = tuple(1 << k for k in range(0, 12))
 PLAN_RANKS = (1, 2, 4, 8, 16, 32)
 
 
 def plan_model(values: Mapping[str, Any], *, base: Deployment | None = None) -> DeploymentPlan:
-    """The plan of ``base`` (default: issue #21470's deployment) with the panel's values: the
-    model and GPU presets, the KV cache manager (auto, v1, v2), weights per rank (0: derived from
-    the model's parameter count and checkpoint over the ranks), rank 0's workspace (the others
-    add the base's skew), max_seq_len, max_batch_size and the number of attention-DP ranks (tp =
-    ranks, as in the report)."""
+    """The plan of ``base`` (issue #21470's deployment) with the panel's values; weights of 0
+    are derived from the model, and tp = ranks as in the report."""
     base = base or example_deployments()["issue-21470"]
     deployment = dataclasses.replace(
         base,
@@ -60,10 +56,8 @@ def plan_figures(plan: DeploymentPlan) -> dict[str, dict]:
 
 
 def plan_in_words_html(plan: DeploymentPlan) -> str:
-    """``plan.explain()`` under the verdict, wrapped once: its facts come unwrapped, one a
-    line, and the browser wraps each to the panel's width between words (``white-space:
-    pre-wrap; word-break: normal``; JupyterLab's own ``pre`` breaks anywhere), a word longer
-    than the line anywhere (``overflow-wrap: anywhere``)."""
+    """``plan.explain()`` under the verdict, a fact a line, wrapped by the browser between
+    words (JupyterLab's own ``pre`` breaks anywhere)."""
     return (
         '<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
         'overflow-wrap:anywhere;margin:6px 0 0 0">'
@@ -72,10 +66,9 @@ def plan_in_words_html(plan: DeploymentPlan) -> str:
 
 
 def plan_verdict(plan: DeploymentPlan) -> tuple[str | None, str]:
-    """(outcome, HTML): what the current code does with the deployment, what admission control
-    would, and the plan in words (:func:`plan_in_words_html`). A deployment with no KV pool is
-    a failure, in the crash's colour as ``kvlab plan``'s exit code 4 counts it, labelled "cannot
-    start": kvlab does not model the error the executor raises then."""
+    """(outcome, HTML): what current code and admission control do with the deployment, and
+    the plan in words. No KV pool is a failure labelled "cannot start" (kvlab does not model
+    the executor's error then)."""
     now = plan.worst()
     first = plan.first(now) if now in ("crash", "stall") else None
     if not plan.blocks:
@@ -137,11 +130,9 @@ def plan_panel(
     ranks: int = 16,
     wait_s: float = DEFAULT_WAIT_S,
 ) -> Panel:
-    """Notebook 06's panel: issue #21470's deployment (its other settings: workspace skew,
-    activations, attention DP, chunked prefill, a max_seq_len past the model's own limit
-    allowed) with the model, GPU, KV cache manager (the issue's V2 by default), weights,
-    workspace, max_seq_len, max_batch_size and ranks under the reader's hand. Weights of 0 are
-    derived from the model; changing the model sets them to 0."""
+    """Notebook 06's panel: issue #21470's deployment with the model, GPU, KV cache manager,
+    weights (0: derived; a new model resets them), workspace, max_seq_len, max_batch_size and
+    ranks under the reader's hand."""
     # descriptions whole: the longest, "max_batch_size (sequences)", takes about 187 px
     style, layout = {"description_width": "200px"}, W.Layout(width="500px")
     controls = {  # each slider's description names its unit
@@ -164,8 +155,8 @@ def plan_panel(
         workspace_gib=workspace_gib,
         max_seq_len=max_seq_len,
         model=model,
-        gpu=gpu,
         manager=manager,
+        gpu=gpu,
         weights_gib=weights_gib,
         max_batch_size=max_batch_size,
         ranks=ranks,
@@ -190,15 +181,3 @@ def plan_panel(
         wait_s=wait_s,
         verdict_width="360px",
     )  # beside the 640 px figures: 1,000 px in all
-
-
-__all__ = [
-    "PLAN_BATCH_SIZES",
-    "PLAN_MAX_SEQ_LENS",
-    "PLAN_RANKS",
-    "plan_figures",
-    "plan_in_words_html",
-    "plan_model",
-    "plan_panel",
-    "plan_verdict",
-]

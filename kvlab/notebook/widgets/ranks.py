@@ -1,5 +1,5 @@
-"""Notebook 01's live panel: the 16 ranks' plan for rank 0's MoE workspace and a long context
-(closed form), with a button that runs the ranks for real and compares."""
+"""Notebook 01's panel: the 16 ranks' plan for rank 0's MoE workspace and a long context, with a
+button that runs the ranks for real and compares."""
 
 from __future__ import annotations
 
@@ -16,21 +16,22 @@ from kvlab.core.checks import check_float, check_instance, check_int
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.tables import cell_text, table
-from kvlab.notebook.widgets.controls import labelled
+from kvlab.notebook.widgets.controls import LABEL, WIDE, context_slider
 from kvlab.run.distributed import run_ranks
 from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
 
-#: Context lengths the ranks panel offers (tokens): 128 Ki to 1 Mi, the report's 1,000,000 included.
+#: Context lengths the panel offers (tokens): 128 Ki to 1 Mi, the report's 1,000,000 included.
 RANKS_CONTEXT_CHOICES = tuple(
     sorted({2**k for k in range(17, 21)} | {3 * 2**17, 3 * 2**18, 896_000, 960_000, 1_000_000})
 )
+#: The widest the run's table grows (px): under the panel's figures and verdict.
+RANKS_RUN_TABLE_WIDTH = 960
 
 
 @dataclass(frozen=True)
 class RanksModel:
-    """What the ranks panel shows: the inputs, the run's config and its closed-form plan
-    (:mod:`kvlab.analysis.rank_plan`); the real run is the panel's action."""
+    """The inputs, the run's config and its closed-form plan; the real run is the action."""
 
     workspace_gib: float
     context: int
@@ -43,8 +44,7 @@ class RanksModel:
 
     @property
     def shown_requests(self) -> tuple[dict, ...]:
-        """request_fit_spec rows: the shortest and longest background requests, then the named
-        ones (the long context)."""
+        """request_fit_spec rows: the shortest and longest background requests, then the rest."""
         by_size = sorted(self.plan.requests, key=lambda q: q.tokens)
         background = [q for q in by_size if q.request_id.startswith("bg-")]
         named = [q for q in by_size if not q.request_id.startswith("bg-")]
@@ -57,11 +57,8 @@ class RanksModel:
 def ranks_model(
     values: Mapping[str, Any], *, scenario: Any = "issue-21470", ranks: int = 16
 ) -> RanksModel:
-    """The scenario's ranks (policy "clamped", the report) with rank 0's MoE workspace and the
-    long context from ``values``, planned in closed form (no run: a slider move takes ms).
-    ``scenario``: a name or path for load_scenario, or a scenario it loaded (the panel loads
-    its scenario once: parsing the YAML took most of a slider move's time)."""
-
+    """The scenario's ranks (policy "clamped") with ``values``' workspace and context, planned
+    in closed form; ``scenario``: a name or path for load_scenario, or what it loaded."""
     workspace, context = float(values["workspace_gib"]), int(values["context"])
     loaded = load_scenario(scenario) if isinstance(scenario, (str, os.PathLike)) else scenario
     config = scenario_config(
@@ -72,22 +69,18 @@ def ranks_model(
 
 def ranks_figures(model: RanksModel) -> dict[str, dict]:
     """The per-rank memory budget and the requests against the pool and the row."""
-    r0 = model.plan.ranks[0]
-    tpb = model.config.geometry.tokens_per_block
+    r0, shown = model.plan.ranks[0], model.shown_requests
+    crashes = sum(q["outcome"] == "crash" for q in shown)
     return {
         "budget": viz.rank_budget_spec(model.plan.ranks),
         "requests": viz.request_fit_spec(
-            model.shown_requests,
+            shown,
             capacity_tokens=r0.capacity_tokens,
-            row_tokens=r0.max_blocks_per_seq * tpb,
+            row_tokens=r0.max_blocks_per_seq * model.config.geometry.tokens_per_block,
             title=f"Requests against each rank's pool ({r0.blocks:,} pages) and row",
-            subtitle=f"{len(model.shown_requests)} of {len(model.plan.requests)} requests: the "
-            "shortest and longest background ones and the long context; "
-            + (
-                f"{crashes} beyond the row: ValueError"
-                if (crashes := sum(q["outcome"] == "crash" for q in model.shown_requests))
-                else "none beyond the row"
-            ),
+            subtitle=f"{len(shown)} of {len(model.plan.requests)} requests: the shortest and "
+            "longest background ones and the long context; "
+            + (f"{crashes} beyond the row: ValueError" if crashes else "none beyond the row"),
         ),
     }
 
@@ -110,14 +103,9 @@ def ranks_verdict(model: RanksModel) -> tuple[str | None, str]:
     return plan.outcome, verdict_html(plan.outcome, headline)
 
 
-#: The widest the run's table grows (px): under the panel's 640 px figures and 320 px verdict.
-RANKS_RUN_TABLE_WIDTH = 960
-
-
 def ranks_run_html(model: RanksModel, result) -> str:
-    """A ranks run (``kvlab.run.run_result`` of ``model.config``) against the plan: whether it
-    ended as predicted, what every rank shares said once (the pool after the MIN, the row),
-    then a table of what differs by rank, at most :data:`RANKS_RUN_TABLE_WIDTH` px wide."""
+    """A ranks run of ``model.config`` against the plan: whether it ended as predicted, what
+    every rank shares said once, then a table of what differs by rank."""
     check_instance("model", model, RanksModel)
     outcome = outcome_of(result)
     agrees = outcome == model.plan.outcome and result.ended == model.plan.ended
@@ -128,27 +116,18 @@ def ranks_run_html(model: RanksModel, result) -> str:
     )
     rows = result.rank_rows()
     shared = [c for c in rows[0] if c != "rank" and len({r[c] for r in rows}) == 1]
-    said_once = (
-        (
-            "<p>Every rank: "
-            + html.escape("; ".join(f"{c} {cell_text(rows[0][c])}" for c in shared))
-            + "</p>"
-        )
-        if len(rows) > 1 and shared
-        else ""
-    )
+    said_once = ""
+    if len(rows) > 1 and shared:
+        every = "; ".join(f"{c} {cell_text(rows[0][c])}" for c in shared)
+        said_once = f"<p>Every rank: {html.escape(every)}</p>"
     narrow = [{c: v for c, v in r.items() if c not in shared or len(rows) == 1} for r in rows]
-    shown = (
-        table(narrow, index="rank")
-        .set_table_attributes(f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"')
-        .to_html()
-    )
+    width = f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"'
+    shown = table(narrow, index="rank").set_table_attributes(width).to_html()
     return verdict_html(outcome, headline) + said_once + shown
 
 
 def run_planned_ranks(model: RanksModel) -> tuple[Any, str]:
-    """The ranks panel's action: run the ranks for real (in-process threads, the same RankRunner
-    code as the processes) and say whether the run ended as the plan said (:func:`ranks_run_html`)."""
+    """The panel's action: run the ranks for real (in-process threads) against the plan."""
     result = run_ranks(model.config, in_process=True, progress=False)
     return result, ranks_run_html(model, result)
 
@@ -161,11 +140,9 @@ def ranks_panel(
     scenario: str = "issue-21470",
     wait_s: float = DEFAULT_WAIT_S,
 ) -> Panel:
-    """Notebook 01's live panel: rank 0's MoE workspace (GiB; the others add the scenario's
-    skew) and the long context's length -> every rank's memory budget after the MIN, the
-    requests against the pool and the row, and how the run will end (closed form,
-    :mod:`kvlab.analysis.rank_plan`); its button runs the ranks for real and compares."""
-
+    """Notebook 01's panel: rank 0's MoE workspace (the others add the scenario's skew) and the
+    long context -> every rank's memory after the MIN, the requests against the pool and the
+    row, how the run will end; its button runs the ranks for real and compares."""
     check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
     check_int("context", context, low=1, high=1 << 24)
     check_int("ranks", ranks, low=1, high=128)
@@ -176,42 +153,17 @@ def ranks_panel(
         step=1.0,
         description="workspace (GiB)",
         continuous_update=False,
-        style={"description_width": "110px"},
-        layout=W.Layout(width="420px"),
+        style=LABEL,
+        layout=W.Layout(width=WIDE),
     )
-    ctx = W.SelectionSlider(
-        options=labelled(sorted(set(RANKS_CONTEXT_CHOICES) | {int(context)})),
-        value=int(context),
-        description="context (tokens)",
-        continuous_update=False,
-        style={"description_width": "110px"},
-        layout=W.Layout(width="420px"),
-    )
-
-    loaded = load_scenario(scenario)  # once: each slider move plans from the parsed scenario
-
-    def compute(values):
-        return ranks_model(values, scenario=loaded, ranks=ranks)
-
+    choices = sorted({*RANKS_CONTEXT_CHOICES, int(context)})
+    loaded = load_scenario(scenario)  # once: parsing the YAML took most of a slider move
     return Panel(
-        {"workspace_gib": ws, "context": ctx},
-        compute,
+        {"workspace_gib": ws, "context": context_slider(context, choices, continuous=False)},
+        lambda values: ranks_model(values, scenario=loaded, ranks=ranks),
         ranks_figures,
         ranks_verdict,
         title=f"Issue #21470 on {ranks} ranks: when does the pool clamp, who crashes?",
         wait_s=wait_s,
         action=("Run the ranks", run_planned_ranks),
     )
-
-
-__all__ = [
-    "RANKS_CONTEXT_CHOICES",
-    "RANKS_RUN_TABLE_WIDTH",
-    "RanksModel",
-    "ranks_figures",
-    "ranks_model",
-    "ranks_panel",
-    "ranks_run_html",
-    "ranks_verdict",
-    "run_planned_ranks",
-]

@@ -13,7 +13,7 @@ import ipywidgets as W
 from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
 from kvlab.analysis.presets import engine_outcome
 from kvlab.core.checks import check_choice, check_int
-from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
+from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, RequestState
 from kvlab.core.words import counted
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
@@ -21,12 +21,12 @@ from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.sched.policies import TRTLLM_POLICIES
 from kvlab.sched.scheduler import SchedulerDeadlock
 
-#: The step-through's engine: the seed's pool, a stall limit of 20 passes so that the stall
-#: detector's end is a few key presses away (the real limit, 1000, is notebook 03's default).
+#: The seed's pool with a stall limit of 20 passes, so that the detector's end is a few key
+#: presses away (notebook 03 keeps the real 1000).
 STEP_ENGINE = EngineConfig(stall_limit=20)
-#: The step-through's requests: the 8192-token one beside two small ones.
+#: The 8192-token request beside two small ones.
 STEP_WORKLOAD = tuple(long_and_small(num_small=2, every=2))
-#: The most passes the step-through runs (every policy's run ends sooner: step_passes).
+#: The most passes the step-through runs (every policy's run ends sooner).
 STEP_MAX_PASSES = 60
 
 
@@ -37,23 +37,46 @@ class StepModel:
     policy: str
     passes: int  # passes run (fewer than asked when the run ended)
     result: SimulationResult
-    rows: tuple[dict, ...]  # the last pass, one dict a request (viz.pass_spec)
+    rows: tuple[dict, ...]  # the last pass, a dict a request (viz.pass_spec)
     stalled: int  # the stall detector's count after the last pass
     used_pages: int
     total_pages: int
 
 
 def _asked(request) -> int:
-    """Tokens ``request`` needs from the next pass: the rest of its context (non-chunked) plus
-    its draft tokens, or one generation step (1 + draft)."""
+    """Tokens ``request`` needs from the next pass: the rest of its context and its draft
+    tokens, or one generation step (1 + draft)."""
     if request.context_current_position < request.prompt_len:
         return request.context_remaining_length + request.num_draft_tokens
     return 1 + request.num_draft_tokens
 
 
+def _pass_result(engine, request, scheduled, asked: int) -> tuple[str, str]:
+    """What ``request`` got in the engine's last pass (a key of viz.PASS_RESULTS), and why."""
+    error = engine.error
+    if error is not None and getattr(error, "request_id", "") == request.request_id:
+        return "crash", f"{type(error).__name__}: {error}"
+    if error is not None and not isinstance(error, SchedulerDeadlock):
+        # an error inside the pass; the deadlock is raised after a whole pass
+        return "waiting", "the engine stopped before this pass reached it"
+    if request.request_id in scheduled:
+        return "scheduled", "the pages and the token budget were there"
+    if request.state == RequestState.SUSPENDED:
+        return "suspended", "its cache gave way (pages to the tier below, or kept)"
+    if request.state in (RequestState.FINISHED, RequestState.REJECTED):
+        return str(request.state), request.reason
+    if request.state == RequestState.WAITING and asked > 0:
+        then = "the engine stopped after this pass" if error is not None else "retried next pass"
+        return (
+            "refused",
+            f"not scheduled: the resize returned False or the budget was spent; {then}",
+        )
+    return "waiting", "not reached this pass"
+
+
 def step_model(values: Mapping[str, Any]) -> StepModel:
-    """Run :data:`STEP_WORKLOAD` under ``values["policy"]`` for ``values["pass"]`` scheduling
-    passes (from scratch: a pass is ms) and describe the last one."""
+    """Run :data:`STEP_WORKLOAD` under ``values["policy"]`` for ``values["pass"]`` passes
+    (from scratch: a pass is ms) and describe the last one."""
     policy, wanted = values["policy"], int(values["pass"])
     engine = Engine(build_scheduler(policy, STEP_ENGINE), STEP_WORKLOAD)
     asked: dict[str, int] = {}
@@ -62,63 +85,27 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
             if not engine.has_pending_arrivals:
                 break
             engine.advance_to(engine.arrivals[engine.next_arrival].arrival_step)
-        live = [
-            r for r in engine.requests if r.arrival_step <= engine.step and r.state in LIVE_STATES
-        ]
-        asked = {r.request_id: _asked(r) for r in live}
+        asked = {
+            r.request_id: _asked(r)
+            for r in engine.requests
+            if r.arrival_step <= engine.step and r.state in LIVE_STATES
+        }
         engine.iterate()
     batch = engine.last_batch
+    scheduled = (
+        {r.request_id for r in (*batch.context_requests, *batch.generation_requests)}
+        if batch
+        else set()
+    )
     rows = []
     for request in engine.requests:
-        if request.request_id not in asked:
-            continue
-        scheduled = (
-            (
-                {r.request_id: r for r in batch.context_requests}
-                | {r.request_id: r for r in batch.generation_requests}
+        if request.request_id in asked:
+            want = asked[request.request_id]
+            result, why = _pass_result(engine, request, scheduled, want)
+            got = want if result == "scheduled" else 0
+            rows.append(
+                dict(request=request.request_id, asked=want, got=got, result=result, why=why)
             )
-            if batch
-            else {}
-        )
-        if (
-            engine.error is not None
-            and getattr(engine.error, "request_id", "") == request.request_id
-        ):
-            result, why = "crash", f"{type(engine.error).__name__}: {engine.error}"
-        elif engine.error is not None and not isinstance(engine.error, SchedulerDeadlock):
-            # an error inside the pass; the deadlock is raised after a whole pass
-            result, why = "waiting", "the engine stopped before this pass reached it"
-        elif request.request_id in scheduled:
-            result, why = "scheduled", "the pages and the token budget were there"
-        elif request.state == "suspended":
-            result, why = "suspended", "its cache gave way (pages to the tier below, or kept)"
-        elif request.state in ("finished", "rejected"):
-            result, why = request.state, request.reason
-        elif request.state == "waiting" and asked[request.request_id] > 0:
-            result, why = (
-                "refused",
-                (
-                    "not scheduled: the resize returned False or the budget "
-                    "was spent; "
-                    + (
-                        "the engine stopped after this pass"
-                        if engine.error is not None
-                        else "retried next pass"
-                    )
-                ),
-            )
-        else:
-            result, why = "waiting", "not reached this pass"
-        got = asked[request.request_id] if result == "scheduled" else 0
-        rows.append(
-            dict(
-                request=request.request_id,
-                asked=asked[request.request_id],
-                got=got,
-                result=result,
-                why=why,
-            )
-        )
     manager = engine.scheduler.manager
     return StepModel(
         policy,
@@ -133,15 +120,15 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
 
 @functools.cache
 def step_passes(policy: str) -> int:
-    """The passes :data:`STEP_WORKLOAD`'s run has under ``policy`` (to the crash, the deadlock
-    or the last request's end; at most :data:`STEP_MAX_PASSES`): the pass slider's range."""
-    return step_model(
-        {"policy": check_choice("policy", policy, TRTLLM_POLICIES), "pass": STEP_MAX_PASSES}
-    ).passes
+    """The passes the run has under ``policy`` (to its end, at most :data:`STEP_MAX_PASSES`):
+    the pass slider's range."""
+    policy = check_choice("policy", policy, TRTLLM_POLICIES)
+    return step_model({"policy": policy, "pass": STEP_MAX_PASSES}).passes
 
 
 def step_figures(model: StepModel) -> dict[str, dict]:
     """This pass, request by request, and the run so far."""
+    steps = f", steps 0 to {model.passes - 1:,}" if model.passes > 1 else ", step 0"
     return {
         "pass": viz.pass_spec(
             model.rows,
@@ -152,15 +139,13 @@ def step_figures(model: StepModel) -> dict[str, dict]:
         "timeline": viz.scheduler_timeline_spec(
             model.result,
             stall_limit=STEP_ENGINE.stall_limit,
-            title=f"The run so far: {counted(model.passes, 'pass')}"
-            + (f", steps 0 to {model.passes - 1:,}" if model.passes > 1 else ", step 0"),
+            title=f"The run so far: {counted(model.passes, 'pass')}{steps}",
         ),
     }
 
 
 def step_verdict(model: StepModel) -> tuple[str | None, str]:
-    """(outcome, HTML): where the run stands after this pass; before the run's last pass
-    (:func:`step_passes`) it has no outcome yet, and the label says "in progress: pass N of M"."""
+    """(outcome, HTML): where the run stands; before its last pass it has no outcome yet."""
     outcome = engine_outcome(model.result)
     error = model.result.error
     if error is not None:
@@ -180,9 +165,8 @@ def step_verdict(model: StepModel) -> tuple[str | None, str]:
 def step_panel(
     policy: str = "none/configured", passes: int = 1, *, wait_s: float = DEFAULT_WAIT_S
 ) -> Panel:
-    """Notebook 03's panel: one scheduling pass at a time. The pass slider is the "next pass"
-    control (its arrow keys step one pass) and spans the passes the policy's run has
-    (:func:`step_passes`), so the pass shown is the slider's; the policy picks the engine."""
+    """Notebook 03's panel: the pass slider (its arrow keys step one pass) spans the passes
+    the policy's run has; the policy picks the engine."""
     policy = check_choice("policy", policy, TRTLLM_POLICIES)
     passes = check_int("passes", passes, low=1, high=step_passes(policy))
     pick = W.ToggleButtons(
@@ -199,8 +183,7 @@ def step_panel(
         continuous_update=False,
         layout=W.Layout(width="420px"),
     )
-    # before the panel observes the policy: the slider's range follows first (a pass past the
-    # new run's end moves back to its last), then the panel redraws
+    # observed before the panel does: the slider's range follows first, then the panel redraws
     pick.observe(lambda change: setattr(step, "max", step_passes(change["new"])), names="value")
     return Panel(
         {"policy": pick, "pass": step},
@@ -210,16 +193,3 @@ def step_panel(
         title="One scheduling pass at a time: the long request beside two small ones",
         wait_s=wait_s,
     )
-
-
-__all__ = [
-    "STEP_ENGINE",
-    "STEP_MAX_PASSES",
-    "STEP_WORKLOAD",
-    "StepModel",
-    "step_figures",
-    "step_model",
-    "step_panel",
-    "step_passes",
-    "step_verdict",
-]
