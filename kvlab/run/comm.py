@@ -1,14 +1,15 @@
-"""The collectives the ranks use: :class:`TorchComm` (torch.distributed, gloo or nccl) and
-:class:`ThreadComm` (ranks that are threads of one process, meeting at a barrier), with the same
-``all_reduce_min`` / ``all_gather_ints`` / ``all_gather``; :func:`in_threads` runs one target per
-thread rank."""
+"""The collectives the ranks use, in two kinds with the same methods: :class:`TorchComm`
+(torch.distributed, gloo or nccl) and :class:`ThreadComm` (ranks that are threads of one
+process, meeting at a barrier); :func:`in_threads` runs one target per thread rank."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+import torch.distributed as dist
 
 
 class CollectiveFailed(RuntimeError):
@@ -16,53 +17,44 @@ class CollectiveFailed(RuntimeError):
 
 
 class TorchComm:
-    """torch.distributed collectives of one rank: MIN all-reduce of an int, all_gather of a
-    few ints (one int64 tensor: the per-iteration status, cheap) and of a picklable object
-    (only to spread an error's text)."""
+    """One rank's torch.distributed collectives: MIN all-reduce of an int, all_gather of a few
+    ints (one int64 tensor) and of a picklable object (only to spread an error's text)."""
 
     def __init__(self, device: torch.device):
         self.device = device
 
-    def all_reduce_min(self, value: int) -> int:
-        import torch.distributed as dist
-
-        tensor = torch.tensor([value], dtype=torch.int64, device=self.device)
+    def _run(self, name: str, collective: Callable[[], object]) -> None:
         try:
-            dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+            collective()
         except RuntimeError as exc:
-            raise CollectiveFailed(f"all_reduce(MIN) failed: {str(exc).splitlines()[0]}") from exc
+            raise CollectiveFailed(f"{name} failed: {str(exc).splitlines()[0]}") from exc
+
+    def all_reduce_min(self, value: int) -> int:
+        tensor = torch.tensor([value], dtype=torch.int64, device=self.device)
+        self._run("all_reduce(MIN)", lambda: dist.all_reduce(tensor, op=dist.ReduceOp.MIN))
         return int(tensor.item())
 
     def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
-        import torch.distributed as dist
-
         tensor = torch.tensor(list(values), dtype=torch.int64, device=self.device)
         gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-        try:
-            dist.all_gather(gathered, tensor)
-        except RuntimeError as exc:
-            raise CollectiveFailed(f"all_gather failed: {str(exc).splitlines()[0]}") from exc
+        self._run("all_gather", lambda: dist.all_gather(gathered, tensor))
         return [t.tolist() for t in gathered]
 
-    def all_gather(self, obj) -> list:
-        import torch.distributed as dist
-
-        gathered = [None] * dist.get_world_size()
-        try:
-            dist.all_gather_object(gathered, obj)
-        except RuntimeError as exc:
-            raise CollectiveFailed(f"all_gather failed: {str(exc).splitlines()[0]}") from exc
+    def all_gather(self, obj: object) -> list[object]:
+        gathered: list[object] = [None] * dist.get_world_size()
+        self._run("all_gather", lambda: dist.all_gather_object(gathered, obj))
         return gathered
 
 
 class ThreadComm:
-    """The same collectives for ranks that are threads of one process: they meet at a barrier.
-    ``for_rank(r)`` is rank r's handle. A barrier that times out or is aborted (a rank failed)
-    raises CollectiveFailed in every waiting rank."""
+    """The same collectives for thread ranks; ``for_rank(r)`` is rank r's handle. A barrier
+    that times out or is aborted (a rank failed) raises CollectiveFailed in every waiting rank."""
 
-    def __init__(self, world_size: int, timeout_s: float, on_gather=None):
+    def __init__(
+        self, world_size: int, timeout_s: float, on_gather: Callable[[], object] | None = None
+    ):
         self.world_size = world_size
-        self._slots: list = [None] * world_size
+        self._slots: list[Any] = [None] * world_size
         self._barrier = threading.Barrier(world_size, timeout=timeout_s)
         self._on_gather = on_gather
 
@@ -72,7 +64,7 @@ class ThreadComm:
     def abort(self) -> None:
         self._barrier.abort()
 
-    def _gather(self, rank: int, obj) -> list:
+    def gather(self, rank: int, obj: Any) -> list[Any]:
         self._slots[rank] = obj
         try:
             if self._barrier.wait() == 0 and self._on_gather is not None:
@@ -92,20 +84,19 @@ class _ThreadRankComm:
         self._comm, self._rank = comm, rank
 
     def all_reduce_min(self, value: int) -> int:
-        return min(self._comm._gather(self._rank, value))
+        return min(self._comm.gather(self._rank, value))
 
     def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
-        return self._comm._gather(self._rank, [int(v) for v in values])
+        return self._comm.gather(self._rank, [int(v) for v in values])
 
-    def all_gather(self, obj) -> list:
-        return self._comm._gather(self._rank, obj)
+    def all_gather(self, obj: object) -> list[object]:
+        return self._comm.gather(self._rank, obj)
 
 
 def in_threads(comm: ThreadComm, target: Callable[[int], None]) -> None:
-    """Run ``target(rank)`` for every rank of ``comm``, each in its own thread, and wait for
-    all. A rank that raises aborts ``comm``, so that the others' collectives fail instead of
-    waiting; the first error is raised once every thread has stopped, a rank's own error before
-    the CollectiveFailed it caused elsewhere."""
+    """Run ``target(rank)`` for every rank of ``comm``, each in a thread, and wait for all. A
+    rank that raises aborts ``comm`` (the others' collectives fail instead of waiting); a
+    rank's own error is raised before the CollectiveFailed it caused elsewhere."""
     errors: list[BaseException] = []
 
     def run(rank: int) -> None:

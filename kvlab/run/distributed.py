@@ -1,18 +1,8 @@
 """Ranks over torch.distributed: the 16-GPU deployment of TensorRT-LLM issue #21470 in
-miniature, in five parts read in this order:
-
-- :mod:`kvlab.run.rank_config`: what every rank needs (:class:`RunConfig`), checked before any
-  starts, and how a scenario file becomes it;
-- :mod:`kvlab.run.rank`: one rank (budget, MIN all-reduce, lockstep iterations, failure);
-- :mod:`kvlab.run.routing` and :mod:`kvlab.run.comm`: attention-DP routing and the collectives;
-- :mod:`kvlab.run.supervisor`: the rank processes, the watchdog and the accounting of ranks that
-  die or hang;
-- :mod:`kvlab.run.run_result`: how the run ended, rank by rank and request by request.
-
-:func:`run_ranks` is the door: real processes (gloo on CPU, nccl with one GPU per rank), or
-``in_process=True``: the same RankRunner in threads that meet at a barrier (:class:`ThreadComm`),
-the same per-rank results without starting processes (notebooks and widgets).
-"""
+miniature. :func:`run_ranks` is the door: real processes (:mod:`kvlab.run.supervisor`; gloo on
+CPU, nccl with one GPU per rank), or ``in_process=True``: the same
+:class:`~kvlab.run.rank.RankRunner` in threads that meet at a barrier, the same per-rank results
+without starting processes (notebooks and widgets)."""
 
 from __future__ import annotations
 
@@ -25,45 +15,10 @@ from kvlab.run.comm import CollectiveFailed, ThreadComm, in_threads
 from kvlab.run.progress import rank_progress
 from kvlab.run.rank import RankResult, RankRunner, rank_loop
 from kvlab.run.rank_config import RunConfig
-from kvlab.run.run_result import DistributedResult, ending, unrouted_reasons
+from kvlab.run.run_result import DistributedResult, not_routed
 from kvlab.run.supervisor import run_processes
 
 BACKENDS = ("gloo", "nccl")
-
-
-def check_run_arguments(
-    config: RunConfig,
-    backend: str,
-    in_process: bool,
-    timeout_s: float,
-    deadline_s: float | None = None,
-) -> None:
-    """Clear errors at the boundary: a RunConfig, a known backend, GPUs for nccl, the watchdog's
-    seconds."""
-    if not isinstance(config, RunConfig):
-        raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
-    check_choice("backend", backend, BACKENDS)
-    if not isinstance(in_process, bool):
-        raise TypeError(f"in_process must be a bool, got {in_process!r}")
-    check_float("timeout_s", timeout_s, low=1.0, high=24 * 3600.0)  # the watchdog samples at 0.2 s
-    if deadline_s is not None:
-        check_float("deadline_s", deadline_s, low=0.0, high=7 * 24 * 3600.0, low_open=True)
-        if in_process:
-            raise ValueError(
-                "deadline_s needs the process mode (in_process=False): threads "
-                "cannot be stopped from outside"
-            )
-    if in_process and config.fault is not None:
-        raise ValueError(
-            "fault needs the process mode (in_process=False): a thread cannot die alone"
-        )
-    if backend == "nccl" and not in_process:
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if gpus < config.world_size:
-            raise ValueError(
-                f"backend='nccl' needs one CUDA GPU per rank: ranks={config.world_size}, "
-                f"torch sees {gpus} GPU(s); use backend='gloo'"
-            )
 
 
 def run_ranks(
@@ -77,12 +32,32 @@ def run_ranks(
 ) -> DistributedResult:
     """Run every rank of ``config`` and return their results. ``timeout_s``: seconds without
     progress after which the ranks are hung (in-process: a collective that waits that long);
-    ``deadline_s``: the whole run's limit (process mode). ``progress`` shows a tqdm bar of
-    lockstep iterations on runs longer than a second."""
-    check_run_arguments(config, backend, in_process, timeout_s, deadline_s)
+    ``deadline_s``: the whole run's limit (process mode). ``progress`` shows a bar of lockstep
+    iterations on runs longer than a second."""
+    check_instance("config", config, RunConfig)
+    check_choice("backend", backend, BACKENDS)
+    check_instance("in_process", in_process, bool)
+    check_float("timeout_s", timeout_s, low=1.0, high=24 * 3600.0)  # the watchdog samples at 0.2 s
     check_instance("progress", progress, bool)
+    if deadline_s is not None:
+        check_float("deadline_s", deadline_s, low=0.0, high=7 * 24 * 3600.0, low_open=True)
+        if in_process:
+            raise ValueError(
+                "deadline_s needs the process mode (in_process=False): threads "
+                "cannot be stopped from outside"
+            )
+    if in_process and config.fault is not None:
+        raise ValueError(
+            "fault needs the process mode (in_process=False): a thread cannot die alone"
+        )
     if in_process:
         return _run_threads(config, timeout_s, progress)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and gpus < config.world_size:
+        raise ValueError(
+            f"backend='nccl' needs one CUDA GPU per rank: ranks={config.world_size}, "
+            f"torch sees {gpus} GPU(s); use backend='gloo'"
+        )
     return run_processes(config, backend, timeout_s, deadline_s, progress)
 
 
@@ -90,10 +65,10 @@ def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> Distrib
     start = time.monotonic()
     bar = rank_progress(progress, config.world_size)
     comm = ThreadComm(config.world_size, timeout_s, on_gather=None if bar is None else bar.update)
-    results: list[RankResult | None] = [None] * config.world_size
+    results: list[RankResult] = []
 
     def run(rank: int) -> None:
-        results[rank] = rank_loop(RankRunner(rank, config), comm.for_rank(rank))
+        results.append(rank_loop(RankRunner(rank, config), comm.for_rank(rank)))
 
     try:
         in_threads(comm, run)
@@ -102,18 +77,14 @@ def _run_threads(config: RunConfig, timeout_s: float, progress: bool) -> Distrib
     finally:
         if bar is not None:
             bar.close()
-    wall = time.monotonic() - start
-    ended, reason = ending(results)
+    ranks = tuple(sorted(results, key=lambda r: r.rank))
     return DistributedResult(
-        tuple(results),
-        ended,
-        reason,
-        "in-process",
-        None,
-        config.policy,
-        wall,
-        0.0,
-        wall,
+        ranks=ranks,
+        mode="in-process",
+        backend=None,
+        policy=config.policy,
+        wall_s=time.monotonic() - start,
+        startup_s=0.0,
         timeout_s=timeout_s,
-        unrouted=unrouted_reasons(config, results, reason),
+        not_routed=not_routed(config, ranks),
     )

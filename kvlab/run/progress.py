@@ -5,30 +5,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 
 def progress(
-    iterable: Iterable | None = None,
+    iterable: Iterable[Any] | None = None,
     desc: str = "",
     total: int | None = None,
     unit: str = "it",
-):
-    """A tqdm.auto bar (a notebook widget in Jupyter, text elsewhere) that appears after 1 s;
-    none where TQDM_DISABLE is set (the walkthrough's kernels: a bar cannot erase itself in an
-    executed notebook, and tqdm's notebook bar does not read the variable itself)."""
+) -> Any:
+    """A tqdm.auto bar that appears after 1 s; none where TQDM_DISABLE is set (an executed
+    notebook's bar cannot erase itself, and tqdm's notebook bar does not read the variable)."""
     from tqdm.auto import tqdm
 
+    disable = bool(os.environ.get("TQDM_DISABLE"))
     return tqdm(
-        iterable,
-        desc=desc,
-        total=total,
-        unit=unit,
-        delay=1.0,
-        leave=False,
-        disable=bool(os.environ.get("TQDM_DISABLE")),
+        iterable, desc=desc, total=total, unit=unit, delay=1.0, leave=False, disable=disable
     )
 
 
-def rank_progress(enabled: bool, world_size: int):
+def rank_progress(enabled: bool, world_size: int) -> Any:
     """The bar of a multi-rank run's lockstep iterations, or None when not ``enabled``."""
-    return progress(desc=f"{world_size} ranks, lockstep iterations", unit="it") if enabled else None
+    return progress(desc=f"{world_size} ranks, lockstep iterations") if enabled else None

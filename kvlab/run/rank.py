@@ -1,48 +1,47 @@
 """One rank of a multi-rank run (:class:`RankRunner`, :func:`rank_loop`), the same code in
-processes and threads:
-
-1. **Budget.** The rank's own :class:`~kvlab.core.memory.MemoryBudget` gives its KV quota
-   (``KvCacheCreator._cal_max_memory``, tensorrt_llm/_torch/pyexecutor/_util.py) and so its
-   local token capacity: whole blocks of the model's geometry.
-2. **MIN all-reduce.** The token capacity is all-reduced with MIN (``_util.py``: "allreduce(MIN)
-   must never increase the local quota"); every rank builds its KVCacheManager from the
-   smallest capacity, and asserts that it did not grow.
-3. **Lockstep.** Each iteration starts with an all_gather of every rank's status (live
-   requests, their prompt tokens, the error that stopped its engine), as the attention-DP
-   executor all-gathers its ranks' request counts every iteration
-   (``PyExecutor._fetch_and_activate_new_requests``, tensorrt_llm/_torch/pyexecutor/py_executor.py).
-   Then each rank routes this step's arrivals (:mod:`kvlab.run.routing`: the same rule on the
-   same gathered numbers, so every rank agrees) and runs one iteration of its own Engine.
-4. **Failure.** An engine error (PageIndexTooShort, SchedulerDeadlock) is not caught by the
-   executor loop: the real ``_event_loop_wrapper`` logs "Error in event loop", re-raises and
-   cleans up, and the deployment goes down with it. kvlab models the observable end: the next
-   all_gather carries the error, the raising rank reports ``"raised"`` and every other rank
-   ``"shut down"`` with the reason. With admission control ("capacity", PR #21720) the request
-   is rejected on its rank at arrival and every rank finishes its work.
-"""
+processes and threads: its budget gives its KV quota (``KvCacheCreator._cal_max_memory``,
+tensorrt_llm/_torch/pyexecutor/_util.py); the token capacity is all-reduced with MIN ("must never
+increase the local quota"); then each iteration all-gathers every rank's status, as the
+attention-DP executor does (``PyExecutor._fetch_and_activate_new_requests``), routes the arrivals
+and runs one iteration of the rank's Engine. An engine error is not caught: the real
+``_event_loop_wrapper`` re-raises and the deployment goes down; kvlab models the observable end
+(the raising rank "raised", every other "shut down")."""
 
 from __future__ import annotations
 
 import os
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Protocol
+
+import torch
 
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.memory import MemoryBudget
-from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES
+from kvlab.core.request import LIVE_STATES
 from kvlab.run.monitor import RunMonitor
 from kvlab.run.rank_config import STORAGE_BYTES_PER_TOKEN, Fault, RunConfig
 from kvlab.run.routing import route
+from kvlab.run.run_result import Outcome, RankResult, rank_result
 from kvlab.run.simulation import Engine
 from kvlab.sched.policies import POLICIES
 from kvlab.sched.scheduler import Scheduler
 
+__all__ = ["FAULT_EXIT_CODE", "RankResult", "RankRunner", "RankStatus", "rank_loop"]
+
 #: Exit code of a rank process that a Fault(kind="die") ends.
 FAULT_EXIT_CODE = 17
+
+
+class Comm(Protocol):
+    """The collectives a rank uses (kvlab.run.comm)."""
+
+    def all_reduce_min(self, value: int) -> int: ...
+    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]: ...
+    def all_gather(self, obj: object) -> list[object]: ...
 
 
 @dataclass(frozen=True)
@@ -55,67 +54,14 @@ class RankStatus:
     error: str | None  # "ValueError: <message>" once its engine has stopped
 
 
-@dataclass(frozen=True)
-class RankResult:
-    """One rank's run: its pool before and after the MIN, its outcome and its requests."""
-
-    rank: int
-    outcome: str  # "finished", "raised", "shut down", "died", "hung", "stopped" (deadline)
-    error: str | None  # why it stopped, if it did not finish
-    traceback: str | None  # the raising rank's traceback, trimmed to kvlab frames
-    budget: MemoryBudget
-    local_quota_bytes: int
-    local_blocks: int  # before the MIN
-    blocks: int  # after the MIN: the pool it built
-    capacity_tokens: int  # after the MIN (the all-reduced token capacity)
-    quota_bytes: int  # the quota its pool uses after the MIN (model bytes)
-    max_seq_len: int  # clamped
-    max_blocks_per_seq: int
-    status: dict[str, str]  # id -> waiting, running, finished, rejected, lost (its rank died/hung)
-    reasons: dict[str, str]
-    iterations: int
-    end_step: int
-
-    @property
-    def workspace_bytes(self) -> int:
-        return self.budget.workspace_bytes
-
-
-def not_reported(rank: int, outcome: str, why: str, config: RunConfig) -> RankResult:
-    """The result of a rank that could not report one (died, hung, or lost a collective):
-    its budget and local pool, nothing after the MIN."""
-    budget = config.budgets[rank]
-    quota = budget.kv_quota_bytes
-    return RankResult(
-        rank,
-        outcome,
-        why,
-        None,
-        budget,
-        quota,
-        config.geometry.blocks_in(quota),
-        0,
-        0,
-        0,
-        0,
-        0,
-        {},
-        {},
-        0,
-        0,
-    )
-
-
 def error_name(exc: BaseException) -> str:
-    """The real system's name for an engine error: its first built-in class (PageIndexTooShort
-    is a ValueError, SchedulerDeadlock a RuntimeError), then the message."""
+    """An engine error as the real system names it: its first built-in class, then the message."""
     builtin = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
     return f"{builtin.__name__}: {exc}"
 
 
 def kvlab_traceback(exc: BaseException) -> str:
-    """``traceback.format_exception`` of ``exc`` keeping only kvlab's frames, with paths from
-    the package down (``kvlab/core/kv_cache.py``), notes included."""
+    """``exc``'s traceback keeping only kvlab's frames, with paths from the package down."""
     te = traceback.TracebackException.from_exception(exc)
     frames = []
     for frame in te.stack:
@@ -129,21 +75,16 @@ def kvlab_traceback(exc: BaseException) -> str:
 
 class RankRunner:
     """One rank: budget -> local capacity -> (MIN) -> manager, scheduler and engine; then one
-    lockstep iteration per ``iterate`` call. The same code in processes and threads."""
+    lockstep iteration per :meth:`iterate`."""
 
-    def __init__(self, rank: int, config: RunConfig, device="cpu"):
-        self.rank = rank
-        self.config = config
-        self.device = device
-        self.budget = config.budgets[rank]
-        geo = config.geometry
-        self.local_quota_bytes = self.budget.kv_quota_bytes
-        self.local_blocks = geo.blocks_in(self.local_quota_bytes)
-        self.engine: Engine | None = None
+    def __init__(self, rank: int, config: RunConfig, device: torch.device | str = "cpu"):
+        self.rank, self.config, self.device = rank, config, device
+        self.local_blocks = config.geometry.blocks_in(config.budgets[rank].kv_quota_bytes)
         self.monitor: RunMonitor | None = None  # the process mode's shared record
+        self.built = False
         self.exception: BaseException | None = None
         self.stop_reason: str | None = None
-        self.outcome = "finished"
+        self.outcome = Outcome.FINISHED
         self.step = 0
         self._arrivals = sorted(config.requests, key=lambda r: r.arrival_step)
         self._next = 0
@@ -160,13 +101,8 @@ class RankRunner:
         )
         cfg, geo = self.config, self.config.geometry
         self.capacity_tokens = capacity_tokens
-        self.blocks = capacity_tokens // geo.tokens_per_block
-        if self.blocks == 0:
-            raise ValueError(
-                f"rank {self.rank}: the all-reduced KV capacity holds no page "
-                f"(local quota {self.local_quota_bytes} B, {self.local_blocks} blocks)"
-            )
-        storage = KVGeometry(
+        self.blocks = capacity_tokens // geo.tokens_per_block  # RunConfig checked it is > 0
+        storage = KVGeometry(  # pages stored at one byte per token (rank_config's docstring)
             num_layers=1,
             num_kv_heads=1,
             head_dim=STORAGE_BYTES_PER_TOKEN,
@@ -183,68 +119,67 @@ class RankRunner:
             page_index_policy=page_policy,
             device=self.device,
         )
-        scheduler = Scheduler(
-            manager,
-            admission=admission,
-            max_num_tokens=cfg.max_num_tokens,
-            max_batch_size=cfg.max_batch_size,
-            stall_limit=cfg.stall_limit,
-            chunked_prefill=cfg.chunked_prefill,
-        )
-        self.engine = Engine(scheduler)
-        if self.monitor is not None:
-            self.monitor.built(
-                self.rank,
-                self.blocks,
-                capacity_tokens,
-                manager.max_seq_len,
-                manager.max_blocks_per_seq,
+        self.manager = manager
+        self.engine = Engine(
+            Scheduler(
+                manager,
+                admission=admission,
+                max_num_tokens=cfg.max_num_tokens,
+                max_batch_size=cfg.max_batch_size,
+                stall_limit=cfg.stall_limit,
+                chunked_prefill=cfg.chunked_prefill,
             )
+        )
+        self.built = True
+        if self.monitor is not None:
+            self.monitor.built(self.rank, self.pool())
+
+    def pool(self) -> tuple[int, int, int, int]:
+        """(blocks, capacity tokens, clamped max_seq_len, max_blocks_per_seq) after the MIN."""
+        m = self.manager
+        return self.blocks, self.capacity_tokens, m.max_seq_len, m.max_blocks_per_seq
 
     def status(self) -> RankStatus:
-        engine = self.engine
-        live = [r for r in engine.requests if r.state in LIVE_STATES]
-        error = None if engine.error is None else error_name(engine.error)
+        live = [r for r in self.engine.requests if r.state in LIVE_STATES]
+        error = None if self.engine.error is None else error_name(self.engine.error)
         return RankStatus(self.rank, len(live), sum(r.prompt_len for r in live), error)
 
     def iterate(self, statuses: Sequence[RankStatus]) -> bool:
         """One lockstep iteration after the all_gather of ``statuses``; False when the run is
         over (the same answer on every rank)."""
-        cfg = self.config
+        cfg, monitor = self.config, self.monitor
         failed = next((s for s in statuses if s.error is not None), None)
         if failed is not None:
             if failed.rank == self.rank:
-                self.outcome, self.stop_reason = "raised", failed.error
+                self.outcome, self.stop_reason = Outcome.RAISED, failed.error
             else:
-                self.outcome = "shut down"
+                self.outcome = Outcome.SHUT_DOWN
                 self.stop_reason = f"shut down: rank {failed.rank} raised {failed.error}"
             return False
-        busy = any(s.live for s in statuses)
-        if not busy:
+        if not any(s.live for s in statuses):
             if self._next == len(self._arrivals):
                 return False
             self.step = max(self.step, self._arrivals[self._next].arrival_step)
         if self.step >= cfg.max_steps:
             self.stop_reason = f"max_steps={cfg.max_steps} reached"
             return False
-        monitor = self.monitor
         if monitor is not None:
             monitor.at_step(self.rank, self.step)
-        if cfg.fault is not None and cfg.fault.rank == self.rank and cfg.fault.step == self.step:
+        fault = cfg.fault
+        if fault is not None and (fault.rank, fault.step) == (self.rank, self.step):
             if monitor is not None:
                 monitor.fault_fired()
-            _inject(cfg.fault)
-        new = []
+            _inject(fault)
+        start = self._next
         while (
             self._next < len(self._arrivals)
             and self._arrivals[self._next].arrival_step <= self.step
         ):
-            new.append(self._arrivals[self._next])
             self._next += 1
+        new = self._arrivals[start : self._next]
         if new:
-            assignment = route(
-                new, [s.live for s in statuses], [s.active_tokens for s in statuses], cfg.pins
-            )
+            live, tokens = [s.live for s in statuses], [s.active_tokens for s in statuses]
+            assignment = route(new, live, tokens, cfg.pins)
             if monitor is not None:
                 monitor.routed(assignment)
             self.engine.add_requests([r for r in new if assignment[r.request_id] == self.rank])
@@ -258,30 +193,16 @@ class RankRunner:
         return True
 
     def result(self) -> RankResult:
-        engine = self.engine
-        sim = engine.result(self.config.max_steps)
-        reasons = dict(sim.reasons)
-        if self.outcome == "shut down":
-            for request_id, status in sim.status.items():
-                if status in UNFINISHED_STATUSES:
-                    reasons[request_id] = f"{self.stop_reason} (at step {self.step})"
-        manager = engine.scheduler.manager
-        geo = self.config.geometry
-        return RankResult(
-            rank=self.rank,
+        """This rank's result; the engine's result gives its unfinished requests their reasons."""
+        sim = self.engine.result(self.config.max_steps)
+        return rank_result(
+            self.config,
+            self.rank,
             outcome=self.outcome,
             error=self.stop_reason,
+            pool=self.pool(),
+            requests=sim.requests.values(),
             traceback=None if self.exception is None else kvlab_traceback(self.exception),
-            budget=self.budget,
-            local_quota_bytes=self.local_quota_bytes,
-            local_blocks=self.local_blocks,
-            blocks=self.blocks,
-            capacity_tokens=self.capacity_tokens,
-            quota_bytes=self.blocks * geo.bytes_per_block,
-            max_seq_len=manager.max_seq_len,
-            max_blocks_per_seq=manager.max_blocks_per_seq,
-            status=dict(sim.status),
-            reasons=reasons,
             iterations=sim.iterations,
             end_step=self.step,
         )
@@ -290,30 +211,31 @@ class RankRunner:
 def _inject(fault: Fault) -> None:
     if fault.kind == "die":
         os._exit(FAULT_EXIT_CODE)
-    while True:  # "hang": stop answering; the parent's timeout ends the run
+    while True:  # hang: stop answering; the parent's timeout ends the run
         time.sleep(3600)
 
 
-def gather_statuses(comm, status: RankStatus) -> list[RankStatus]:
-    """The per-iteration collective: every rank's (live, active tokens, failed) as ints, and
-    only when some rank failed, a second all_gather with the errors' text."""
+def gather_statuses(comm: Comm, status: RankStatus) -> list[RankStatus]:
+    """Every rank's (live, active tokens, failed) as ints; the errors' text only when one failed."""
     rows = comm.all_gather_ints([status.live, status.active_tokens, status.error is not None])
     errors = comm.all_gather(status.error) if any(row[2] for row in rows) else [None] * len(rows)
     return [
-        RankStatus(rank, live, tokens, error)
-        for rank, ((live, tokens, _), error) in enumerate(zip(rows, errors))
+        RankStatus(rank, live, tokens, error if isinstance(error, str) else None)
+        for rank, ((live, tokens, _), error) in enumerate(zip(rows, errors, strict=True))
     ]
 
 
-def rank_loop(runner: RankRunner, comm, on_step=None) -> RankResult:
+def rank_loop(
+    runner: RankRunner, comm: Comm, on_step: Callable[[int], None] | None = None
+) -> RankResult:
     """The per-rank program: MIN all-reduce, build, then lockstep iterations. With a monitor,
     the rank marks when it waits in a collective (the parent names a hung rank by it)."""
     monitor = runner.monitor
-    wait = (
-        (lambda waiting: None)
-        if monitor is None
-        else (lambda waiting: monitor.waiting(runner.rank, waiting))
-    )
+
+    def wait(waiting: bool) -> None:
+        if monitor is not None:
+            monitor.waiting(runner.rank, waiting)
+
     wait(True)
     capacity = comm.all_reduce_min(runner.local_capacity_tokens)
     wait(False)
@@ -323,7 +245,6 @@ def rank_loop(runner: RankRunner, comm, on_step=None) -> RankResult:
         statuses = gather_statuses(comm, runner.status())
         wait(False)
         if not runner.iterate(statuses):
-            break
+            return runner.result()
         if on_step is not None:
             on_step(runner.step)
-    return runner.result()

@@ -1,13 +1,9 @@
 """What every rank of a multi-rank run needs, checked before any rank starts (:class:`RunConfig`,
-:class:`Fault`), and how a deployment scenario file becomes one (:func:`scenario_config`).
+:class:`Fault`), and how a deployment scenario becomes one (:func:`scenario_config`).
 
-**Storage.** The page arithmetic (blocks, clamp, row widths, resizes) uses the model's geometry;
-the pages themselves are stored at one byte per token (:data:`STORAGE_BYTES_PER_TOKEN`), because
-a GB300's 170 GiB pool cannot be allocated 16 times on a laptop. Every count a learner reads
-(blocks, tokens, entries, quota bytes) is the model's. A RunConfig whose ranks would store more
-than :data:`MAX_RANK_STORAGE_BYTES`, hold no page, or build a page-index table over
-``page_index.MAX_TABLE_BYTES`` is refused when it is made.
-"""
+kvlab simplifies the storage: the page arithmetic uses the model's geometry, but pages are stored
+at :data:`STORAGE_BYTES_PER_TOKEN` (a GB300's 170 GiB pool cannot be allocated 16 times on a
+laptop); every count a learner reads is the model's."""
 
 from __future__ import annotations
 
@@ -24,31 +20,30 @@ from kvlab.core.checks import (
     store_checked,
 )
 from kvlab.core.geometry import KVGeometry
-from kvlab.core.memory import GIB, MIB, MemoryBudget
+from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS
 from kvlab.core.request import Request
-from kvlab.run.scenario_schema import Scenario
+from kvlab.run.scenario_schema import Scenario, ScenarioDeployment
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
 MAX_RANKS = 128
 FAULT_KINDS = ("die", "hang")
-#: Bytes each page stores per token (see "Storage" above).
+#: Bytes each page stores per token (module docstring).
 STORAGE_BYTES_PER_TOKEN = 1
-#: The most page storage one rank allocates (see "Storage" above): 1 GiB.
+#: The most page storage one rank allocates: 1 GiB.
 MAX_RANK_STORAGE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
 class Fault:
-    """Make ``rank`` die (exit without a result) or hang (stop answering) at ``step``:
-    robustness checks of the process mode."""
+    """Make ``rank`` die (exit without a result) or hang (stop answering) at ``step``."""
 
     rank: int
     step: int
     kind: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_int("fault.rank", self.rank, low=0, high=MAX_RANKS - 1)
         check_int("fault.step", self.step, low=0, high=1 << 30)
         check_choice("fault.kind", self.kind, FAULT_KINDS)
@@ -57,8 +52,8 @@ class Fault:
 @dataclass(frozen=True)
 class RunConfig:
     """Everything every rank needs (picklable): the model's KV geometry, one memory budget per
-    rank, the manager and scheduler settings, the policy and the workload. ``pins`` maps a
-    request id to the rank it is pinned to."""
+    rank, the manager and scheduler settings, the policy, the workload and ``pins`` (request id
+    -> rank)."""
 
     geometry: KVGeometry
     budgets: tuple[MemoryBudget, ...]
@@ -73,22 +68,27 @@ class RunConfig:
     pins: Mapping[str, int] = field(default_factory=dict)
     fault: Fault | None = None
 
-    def __post_init__(self):
-        if not isinstance(self.geometry, KVGeometry):
-            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+    def __post_init__(self) -> None:
+        check_instance("geometry", self.geometry, KVGeometry)
         budgets = tuple(check_items("budgets", self.budgets, "MemoryBudgets (one per rank)"))
         check_int("len(budgets)", len(budgets), low=1, high=MAX_RANKS)
         for i, budget in enumerate(budgets):
             check_instance(f"budgets[{i}]", budget, MemoryBudget)
-        object.__setattr__(self, "budgets", budgets)
-        check_choice("policy", self.policy, TRTLLM_POLICIES)
-        if not isinstance(self.chunked_prefill, bool):
-            raise TypeError(f"chunked_prefill must be a bool, got {self.chunked_prefill!r:.60}")
-        store_checked(self, "max_steps", check_int, low=1, high=1 << 30)
         requests = tuple(check_items("requests", self.requests, "Request objects"))
         for i, request in enumerate(requests):
             check_instance(f"requests[{i}]", request, Request)
+        object.__setattr__(self, "budgets", budgets)
         object.__setattr__(self, "requests", requests)
+        check_choice("policy", self.policy, TRTLLM_POLICIES)
+        check_instance("chunked_prefill", self.chunked_prefill, bool)
+        for name, high in (
+            ("max_steps", 1 << 30),
+            ("max_seq_len", 1 << 30),
+            ("max_batch_size", 1 << 20),
+            ("max_num_tokens", 1 << 30),
+            ("stall_limit", 1 << 30),
+        ):
+            store_checked(self, name, check_int, low=1, high=high)
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("requests must have distinct request ids")
@@ -96,40 +96,34 @@ class RunConfig:
             if request_id not in ids:
                 raise ValueError(f"pins names {request_id!r}, which is not among the requests")
             check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
-        if (
-            self.fault is not None
-            and check_instance("fault", self.fault, Fault).rank >= self.world_size
-        ):
-            raise ValueError(
-                f"fault.rank must be in [0, {self.world_size - 1}], got {self.fault.rank}"
+        if self.fault is not None:
+            check_int(
+                "fault.rank",
+                check_instance("fault", self.fault, Fault).rank,
+                high=self.world_size - 1,
             )
-        store_checked(self, "max_seq_len", check_int, low=1, high=1 << 30)
-        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
-        store_checked(self, "max_num_tokens", check_int, low=1, high=1 << 30)
-        store_checked(self, "stall_limit", check_int, low=1, high=1 << 30)
         self._check_sizes()
 
+    @property
+    def world_size(self) -> int:
+        return len(self.budgets)
+
     def pool_plan(self) -> tuple[tuple[int, ...], int, int]:
-        """What the ranks will build, known before any starts: each rank's own blocks (from its
-        budget's KV quota), the token capacity after allreduce(MIN), and the page-index width
-        from it (0 when the MIN leaves no page). RankRunner and KVCacheManager compute the same
-        when they run; kvlab.analysis.rank_plan builds on it."""
+        """What the ranks will build: each rank's own blocks, the token capacity after
+        allreduce(MIN), and the page-index width from it (0 when no page is left)."""
         geo = self.geometry
         blocks = tuple(geo.blocks_in(b.kv_quota_bytes) for b in self.budgets)
         tokens = min(blocks) * geo.tokens_per_block
         if tokens == 0:
             return blocks, 0, 0
-        width_policy = POLICIES[self.policy][1]
-        width = max_blocks_per_seq(
-            width_seq_len(width_policy, self.max_seq_len, min(self.max_seq_len, tokens)),
-            geo.tokens_per_block,
+        seq_len = width_seq_len(
+            POLICIES[self.policy][1], self.max_seq_len, min(self.max_seq_len, tokens)
         )
-        return blocks, tokens, width
+        return blocks, tokens, max_blocks_per_seq(seq_len, geo.tokens_per_block)
 
     def _check_sizes(self) -> None:
-        """What every rank will build, checked here, before any rank starts: a pool after the
-        MIN (at least one page, at most MAX_POOL_BLOCKS pages and MAX_RANK_STORAGE_BYTES stored)
-        and its page-index table (at most page_index.MAX_TABLE_BYTES)."""
+        """A pool after the MIN (at least one page, at most MAX_POOL_BLOCKS and
+        MAX_RANK_STORAGE_BYTES) and its page-index table, checked before any rank starts."""
         geo = self.geometry
         blocks, tokens, width = self.pool_plan()
         if tokens == 0:
@@ -145,8 +139,7 @@ class RunConfig:
                 f"each rank's pool would hold {tokens} tokens, stored at "
                 f"{STORAGE_BYTES_PER_TOKEN} byte per token: more than "
                 f"MAX_RANK_STORAGE_BYTES={MAX_RANK_STORAGE_BYTES}; the KV geometry "
-                f"({geo.bytes_per_token} bytes per token) is too small for the "
-                "memory budget"
+                f"({geo.bytes_per_token} bytes per token) is too small for the memory budget"
             )
         pages = tokens // geo.tokens_per_block
         if pages > MAX_POOL_BLOCKS:
@@ -157,12 +150,8 @@ class RunConfig:
             )
         check_table_size(self.max_batch_size, width)
 
-    @property
-    def world_size(self) -> int:
-        return len(self.budgets)
 
-
-# --- the scenario file -> a RunConfig ------------------------------------------------------------
+# --- a deployment scenario -> a RunConfig ----------------------------------------------------------
 
 
 def ramped_budget(
@@ -178,10 +167,8 @@ def ramped_budget(
     free_gpu_memory_fraction: float,
     max_gpu_total_bytes: int | None = None,
 ) -> MemoryBudget:
-    """Rank ``rank``'s memory budget of ``ranks``, as ``KvCacheCreator._cal_max_memory`` counts it:
-    weights, an MoE workspace growing linearly from ``workspace_gib`` on rank 0 to
-    ``workspace_gib + workspace_skew_gib`` on the last (per-rank workspaces differ with expert
-    load), activation peak and non-torch memory. kvlab plan and the scenarios' ranks both use it."""
+    """Rank ``rank``'s budget of ``ranks`` as ``KvCacheCreator._cal_max_memory`` counts it, the
+    MoE workspace growing linearly from ``workspace_gib`` on rank 0 by ``workspace_skew_gib``."""
     workspace = workspace_gib + (workspace_skew_gib * rank / (ranks - 1) if ranks > 1 else 0.0)
     return MemoryBudget(
         total_bytes=round(gpu_gib * GIB),
@@ -194,25 +181,28 @@ def ramped_budget(
     )
 
 
-def _deployment(scenario):
-    """The deployment block of ``scenario`` (a ``kvlab.run.scenario_schema.Scenario``); TypeError or
-    ValueError naming ``scenario`` otherwise."""
+def _deployment(scenario: Scenario) -> ScenarioDeployment:
     dep = check_instance("scenario", scenario, Scenario).deployment
     if dep is None:
         raise ValueError(f"scenario {scenario.name!r} has no deployment block")
     return dep
 
 
+def _workspace(workspace_gib: float | None) -> float | None:
+    if workspace_gib is None:
+        return None
+    return check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
+
+
 def rank_budget(
-    scenario, rank: int, ranks: int, workspace_gib: float | None = None
+    scenario: Scenario, rank: int, ranks: int, workspace_gib: float | None = None
 ) -> MemoryBudget:
     """Rank ``rank``'s :func:`ramped_budget` in a deployment scenario; ``workspace_gib``
     overrides the scenario's base workspace."""
     dep = _deployment(scenario)
     ranks = check_int("ranks", ranks, low=1, high=MAX_RANKS)
     rank = check_int("rank", rank, low=0, high=ranks - 1)
-    if workspace_gib is not None:
-        workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
+    workspace_gib = _workspace(workspace_gib)
     return ramped_budget(
         rank,
         ranks,
@@ -226,88 +216,45 @@ def rank_budget(
     )
 
 
-def scenario_geometry(scenario) -> KVGeometry:
+def scenario_geometry(scenario: Scenario) -> KVGeometry:
     """The KV geometry of a scenario's parameters (attention DP: heads are not split)."""
     p = scenario.parameters
-    attention_dp = bool(scenario.deployment and scenario.deployment.attention_dp)
     return KVGeometry(
         num_layers=p.num_layers,
         num_kv_heads=p.num_kv_heads,
         head_dim=p.head_dim,
         dtype=p.kv_dtype,
         tokens_per_block=p.tokens_per_block,
-        attention_dp=attention_dp,
+        attention_dp=bool(scenario.deployment and scenario.deployment.attention_dp),
     )
 
 
-def scenario_numbers(scenario) -> dict[str, int]:
-    """What kvlab computes for each quantity a scenario's ``expected`` block may state
-    (``kvlab.run.scenario_schema.EXPECTED``): one rank's pool from ``parameters.pool_mib``, or the
-    deployment's pool after the MIN over its ranks, widths under both policies."""
+def scenario_numbers(scenario: Scenario) -> dict[str, int]:
+    """kvlab's value of each quantity a scenario's ``expected`` block may state: one rank's pool
+    (``pool_mib``, or the deployment's after the MIN), widths under both policies."""
     p, geo = scenario.parameters, scenario_geometry(scenario)
     if scenario.deployment is None:
-        blocks = geo.blocks_in(p.pool_mib * MIB)
+        blocks = geo.blocks_in(p.pool_bytes)
     else:
         blocks = min(scenario_config(scenario).pool_plan()[0])
-    capacity = blocks * geo.tokens_per_block
-    width = {
-        policy: max_blocks_per_seq(
-            width_seq_len(
-                policy, p.configured_max_seq_len, min(p.configured_max_seq_len, capacity)
-            ),
-            geo.tokens_per_block,
-        )
-        for policy in ("clamped", "configured")
+    capacity, seq_len = blocks * geo.tokens_per_block, p.configured_max_seq_len
+
+    def width(policy: str) -> int:
+        limit = width_seq_len(policy, seq_len, min(seq_len, capacity))
+        return max_blocks_per_seq(limit, geo.tokens_per_block)
+
+    return {
+        "bytes_per_token": geo.bytes_per_token,
+        "capacity_tokens": capacity,
+        "total_blocks": blocks,
+        "width_clamped": width("clamped"),
+        "width_configured": width("configured"),
+        "entries_needed": div_ceil(p.context_length, geo.tokens_per_block),
     }
-    return dict(
-        bytes_per_token=geo.bytes_per_token,
-        capacity_tokens=capacity,
-        total_blocks=blocks,
-        width_clamped=width["clamped"],
-        width_configured=width["configured"],
-        entries_needed=div_ceil(p.context_length, geo.tokens_per_block),
-    )
-
-
-def scenario_requests(
-    scenario, context_length: int | None = None
-) -> tuple[list[Request], dict[str, int]]:
-    """The deployment's requests (background ones generated deterministically) and their pins.
-    ``context_length`` replaces the prompt of the request of ``parameters.context_length``."""
-    dep = scenario.deployment
-    requests, pins = [], {}
-    bg = dep.background
-    if bg is not None:
-        for i in range(bg.count):
-            span = bg.prompt_len_max - bg.prompt_len_min
-            prompt = bg.prompt_len_min + (span * i // (bg.count - 1) if bg.count > 1 else 0)
-            requests.append(
-                Request(
-                    f"bg-{i:03d}",
-                    prompt_len=prompt,
-                    max_new_tokens=bg.max_new_tokens,
-                    arrival_step=i // bg.per_step,
-                )
-            )
-    for spec in dep.requests:
-        prompt = spec.prompt_len
-        if context_length is not None and spec.prompt_len == scenario.parameters.context_length:
-            prompt = context_length
-        requests.append(
-            Request(
-                spec.id,
-                prompt_len=prompt,
-                max_new_tokens=spec.max_new_tokens,
-                arrival_step=spec.arrival_step,
-            )
-        )
-        if spec.rank is not None:
-            pins[spec.id] = spec.rank
-    return requests, pins
 
 
 def scenario_config(
-    scenario,
+    scenario: Scenario,
     ranks: int | None = None,
     policy: str = "none/clamped",
     *,
@@ -316,24 +263,34 @@ def scenario_config(
     stall_limit: int | None = None,
     fault: Fault | None = None,
 ) -> RunConfig:
-    """A RunConfig from a deployment scenario (``kvlab.run.scenarios.load_scenario``), for
-    ``ranks`` ranks (default: the deployment's). The keyword overrides serve the widget
-    (workspace, context length) and fast tests (stall_limit)."""
-    dep = _deployment(scenario)
+    """A RunConfig from a deployment scenario for ``ranks`` ranks (default: the deployment's).
+    ``context_length`` replaces the prompt of the request of ``parameters.context_length``;
+    the other overrides serve the widget and fast tests. Background requests are made
+    deterministically: prompts spread evenly, ``per_step`` arriving a step."""
+    dep, p = _deployment(scenario), scenario.parameters
     ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
     check_choice("policy", policy, TRTLLM_POLICIES)
-    if workspace_gib is not None:
-        workspace_gib = check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
+    workspace_gib = _workspace(workspace_gib)
     if context_length is not None:
         context_length = check_int("context_length", context_length, low=1, high=1 << 30)
-    requests, pins = scenario_requests(scenario, context_length)
-    for request_id, rank in pins.items():
-        if rank >= ranks:
-            raise ValueError(
-                f"request {request_id!r} is pinned to rank {rank}, which a world of "
-                f"ranks={ranks} lacks"
-            )
-    p = scenario.parameters
+    requests, pins = [], {}
+    bg = dep.background
+    for i in range(bg.count if bg else 0):
+        span = bg.prompt_len_max - bg.prompt_len_min
+        prompt = bg.prompt_len_min + (span * i // (bg.count - 1) if bg.count > 1 else 0)
+        requests.append(Request(f"bg-{i:03d}", prompt, bg.max_new_tokens, i // bg.per_step))
+    for spec in dep.requests:
+        prompt = spec.prompt_len
+        if context_length is not None and prompt == p.context_length:
+            prompt = context_length
+        requests.append(Request(spec.id, prompt, spec.max_new_tokens, spec.arrival_step))
+        if spec.rank is not None:
+            if spec.rank >= ranks:
+                raise ValueError(
+                    f"request {spec.id!r} is pinned to rank {spec.rank}, which a world of "
+                    f"ranks={ranks} lacks"
+                )
+            pins[spec.id] = spec.rank
     return RunConfig(
         geometry=scenario_geometry(scenario),
         budgets=tuple(rank_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),

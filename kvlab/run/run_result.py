@@ -1,27 +1,133 @@
-"""How a multi-rank run ended: every rank's result, the ranks that died or hung
-(:class:`RankFailure`), each request's status and reason, as tables and text."""
+"""How a multi-rank run ended: each rank's :class:`RankResult`, the ranks that died or hung
+(:class:`RankFailure`) and the run's :class:`DistributedResult`. Statuses and reasons are
+derived from the requests each rank holds, never copied."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 
-from kvlab.core.memory import GIB
-from kvlab.core.request import UNFINISHED_STATUSES
-from kvlab.run.rank import RankResult
+from kvlab.core.memory import GIB, MemoryBudget
+from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, Request
 from kvlab.run.rank_config import Fault, RunConfig
+
+
+class Outcome(StrEnum):
+    """How a rank or a whole run ended: one vocabulary (a run ends as its first failed rank)."""
+
+    FINISHED = "finished"  # a rank did its work
+    COMPLETED = "completed"  # the run: every rank finished
+    RAISED = "raised"  # the rank whose engine raised
+    SHUT_DOWN = "shut down"  # went down with a rank that raised, died or hung
+    DIED = "died"  # its process exited without a result
+    HUNG = "hung"  # stopped answering; killed
+    STOPPED = "stopped"  # a rank still stepping when the run passed deadline_s
+    DEADLINE = "deadline"  # the run passed deadline_s
+
+
+class RankRunStatus(StrEnum):
+    """A request's status that only a multi-rank run has, beside RequestState's."""
+
+    LOST = "lost"  # its rank died, hung or was stopped
+    NOT_ROUTED = "not routed"  # the run ended before it arrived
+
+
+#: The rank outcomes whose unfinished requests are lost.
+LOSING = (Outcome.DIED, Outcome.HUNG, Outcome.STOPPED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankResult:
+    """One rank's run: its pool before and after the MIN, how it ended and its requests."""
+
+    rank: int
+    outcome: Outcome
+    error: str | None  # why it stopped, if it did not finish
+    traceback: str | None  # the raising rank's traceback, trimmed to kvlab frames
+    budget: MemoryBudget
+    local_quota_bytes: int
+    local_blocks: int  # before the MIN
+    blocks: int  # after the MIN: the pool it built
+    capacity_tokens: int  # after the MIN (the all-reduced token capacity)
+    quota_bytes: int  # the quota its pool uses after the MIN (model bytes)
+    max_seq_len: int  # clamped
+    max_blocks_per_seq: int
+    requests: tuple[Request, ...]  # those routed to it, as it last knew them
+    iterations: int
+    end_step: int
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.budget.workspace_bytes
+
+    @property
+    def status(self) -> dict[str, str]:
+        """Request id -> its status: a RequestState's, or "lost" on a rank that failed."""
+        lost = self.outcome in LOSING
+        return {
+            r.request_id: RankRunStatus.LOST if lost and r.state in LIVE_STATES else r.state.status
+            for r in self.requests
+        }
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        """Request id -> why it ended as it did; an unfinished one names why its rank stopped."""
+        return {r.request_id: self._reason(r) for r in self.requests}
+
+    def _reason(self, request: Request) -> str:
+        if request.state not in LIVE_STATES or self.outcome in (Outcome.FINISHED, Outcome.RAISED):
+            return request.reason
+        if self.outcome in LOSING:
+            return f"lost: rank {self.rank} {self.error}"
+        return f"{self.error} (at step {self.end_step})"
+
+
+def rank_result(
+    config: RunConfig,
+    rank: int,
+    *,
+    outcome: Outcome,
+    error: str | None,
+    pool: Sequence[int] = (0, 0, 0, 0),
+    requests: Iterable[Request] = (),
+    traceback: str | None = None,
+    iterations: int = 0,
+    end_step: int = 0,
+) -> RankResult:
+    """A RankResult from rank ``rank``'s budget in ``config`` and ``pool``: (blocks after the
+    MIN, capacity tokens, clamped max_seq_len, max_blocks_per_seq); zeros before its build."""
+    budget, geo = config.budgets[rank], config.geometry
+    blocks, capacity, max_seq_len, width = pool
+    return RankResult(
+        rank=rank,
+        outcome=outcome,
+        error=error,
+        traceback=traceback,
+        budget=budget,
+        local_quota_bytes=budget.kv_quota_bytes,
+        local_blocks=geo.blocks_in(budget.kv_quota_bytes),
+        blocks=blocks,
+        capacity_tokens=capacity,
+        quota_bytes=blocks * geo.bytes_per_block,
+        max_seq_len=max_seq_len,
+        max_blocks_per_seq=width,
+        requests=tuple(requests),
+        iterations=iterations,
+        end_step=end_step,
+    )
 
 
 @dataclass(frozen=True)
 class RankFailure:
-    """A rank that ended the run without a result: it "died" (its process exited) or "hung"
-    (it stopped answering and was killed), the last step it reached, and when."""
+    """A rank that ended the run without a result: it died or hung, at a step, at a time."""
 
     rank: int
-    kind: str  # "died" or "hung"
+    kind: Outcome  # DIED or HUNG
     step: int  # the last step the rank reached
     at_s: float  # seconds into the run: its exit seen (died), or last heard from (hung)
-    detail: str  # "exit code -9: SIGKILL", "no answer by timeout_s=4; killed", ...
+    detail: str  # "exit code -9: SIGKILL", "no progress for timeout_s=4 s; killed", ...
 
     def what(self) -> str:
         return f"{self.kind} at step {self.step}, {self.at_s:.1f} s into the run ({self.detail})"
@@ -30,67 +136,94 @@ class RankFailure:
         return f"rank {self.rank} {self.what()}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DistributedResult:
-    """Every rank's result and how the run ended: "completed" (every rank finished), "shut
-    down" (a rank raised; every rank went down), "died" (a rank process exited without a
-    result), "hung" (no rank made progress for ``timeout_s``; the ranks were killed) or
-    "deadline" (the run passed ``deadline_s`` while its ranks were still making progress; they
-    were stopped). ``failures``: the ranks that died or hung, with the step and time. ``unrouted``: request id -> why no rank
-    received it. ``fault_fired``: whether ``fault`` fired (None without one)."""
+    """Every rank's result and how the run ended (:attr:`ended`: an :class:`Outcome`, and
+    :attr:`reason`), both derived from the ranks. ``failures``: the ranks that died or hung;
+    ``not_routed``: the requests no rank received; ``fault_fired``: None without a fault."""
 
     ranks: tuple[RankResult, ...]
-    ended: str
-    reason: str
     mode: str  # "process" or "in-process"
     backend: str | None
     policy: str
     wall_s: float
     startup_s: float  # process start + init_process_group (0 in-process)
-    work_s: float
     pids: tuple[int, ...] = ()  # the rank processes (all ended when run_ranks returns)
     timeout_s: float | None = None  # the seconds without progress that make a hang
+    deadline_s: float | None = None  # the whole run's limit, if it had one
     failures: tuple[RankFailure, ...] = ()
-    unrouted: Mapping[str, str] = field(default_factory=dict)
+    not_routed: tuple[Request, ...] = ()
     fault: Fault | None = None
     fault_fired: bool | None = None
-    deadline_s: float | None = None  # the whole run's limit, if it had one
+
+    @property
+    def work_s(self) -> float:
+        return self.wall_s - self.startup_s
+
+    @property
+    def ended(self) -> Outcome:
+        return ending(self.ranks)[0]
+
+    @property
+    def reason(self) -> str:
+        reason = ending(self.ranks)[1]
+        if self.fault is not None and self.fault_fired is False:
+            reason += (
+                f"; {self.fault!r} did not fire: rank {self.fault.rank} never ran step "
+                f"{self.fault.step} (the run ended at step {self.end_step})"
+            )
+        return reason
+
+    @property
+    def end_step(self) -> int:
+        return max((r.end_step for r in self.ranks), default=0)
 
     @property
     def failure(self) -> RankFailure | None:
         """The failure that ended the run (the first death, else the first hang), if any."""
         return self.failures[0] if self.failures else None
 
+    @property
+    def unrouted(self) -> dict[str, str]:
+        """Request id -> why no rank received it: the run ended first."""
+        cause = self.failures[0].describe() if self.failures else ending(self.ranks)[1]
+        return {
+            r.request_id: f"not routed: the run ended at step {self.end_step} ({cause}); it "
+            f"arrives at step {r.arrival_step}"
+            for r in self.not_routed
+        }
+
     def request_outcomes(self) -> dict[str, tuple[int | None, str, str]]:
         """Every request of the run: id -> (rank it was routed to or None, status, reason)."""
         outcomes: dict[str, tuple[int | None, str, str]] = {}
         for r in self.ranks:
+            reasons = r.reasons
             for request_id, status in r.status.items():
-                outcomes[request_id] = (r.rank, status, r.reasons.get(request_id, ""))
+                outcomes[request_id] = (r.rank, status, reasons[request_id])
         for request_id, why in self.unrouted.items():
-            outcomes[request_id] = (None, "not routed", why)
+            outcomes[request_id] = (None, RankRunStatus.NOT_ROUTED, why)
         return outcomes
 
     @property
     def engine_down(self) -> bool:
-        return self.ended != "completed"
+        return self.ended != Outcome.COMPLETED
 
     @property
     def world_size(self) -> int:
         return len(self.ranks)
 
-    def rank_rows(self) -> list[dict]:
+    def rank_rows(self) -> list[dict[str, object]]:
         """One dict per rank: its workspace, its own pool, the pool after the MIN, the row
-        width, its requests by status and how it ended (the notebooks show these as a table).
-        In a run that went down, an unfinished status is what the request was doing when the run
-        stopped, and says so ("1 running when the run stopped")."""
-        rows = []
+        width, its requests by status ("1 running when the run stopped" in a run that went
+        down) and how it ended (the notebooks show these as a table)."""
+        rows: list[dict[str, object]] = []
         for r in self.ranks:
-            counts: dict[str, int] = {}
-            for status in r.status.values():
-                if self.engine_down and status in UNFINISHED_STATUSES:
-                    status = f"{status} when the run stopped"
-                counts[status] = counts.get(status, 0) + 1
+            counts = Counter(
+                f"{s} when the run stopped" if self.engine_down and s in UNFINISHED_STATUSES else s
+                for s in r.status.values()
+            )
+            error = r.error or ""
+            outcome = error if error.startswith(r.outcome) else f"{r.outcome}: {error}"
             rows.append(
                 {
                     "rank": r.rank,
@@ -101,7 +234,7 @@ class DistributedResult:
                     "pool after MIN (tokens)": r.capacity_tokens,
                     "row (entries)": r.max_blocks_per_seq,
                     "requests": ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-",
-                    "outcome": _outcome_text(r),
+                    "outcome": outcome if error else str(r.outcome),
                 }
             )
         return rows
@@ -117,7 +250,8 @@ class DistributedResult:
                 f"{row['rank']:>4} {row['workspace (GiB)']:>7.1f} GiB "
                 f"{row['own pool (pages)']:>7} blk {row['own quota (GiB)']:>7.1f} GiB "
                 f"{row['pool after MIN (pages)']:>7} blk = {row['pool after MIN (tokens)']:>9} tok "
-                f"{row['row (entries)']:>6}  {row['requests']}  {cut_between_words(row['outcome'])}"
+                f"{row['row (entries)']:>6}  {row['requests']}  "
+                f"{cut_between_words(str(row['outcome']))}"
             )
         return "\n".join(lines)
 
@@ -130,7 +264,19 @@ class DistributedResult:
         )
 
     def explain(self) -> str:
-        head = self.headline
+        """The headline, the rank table, the requests by status, the fault and the timing."""
+        counts = Counter(status for _, status, _ in self.request_outcomes().values())
+        lines = [
+            self.headline,
+            self.table(),
+            f"requests: {sum(counts.values())} ("
+            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            + ")",
+            *[f"  {request_id}: {why}" for request_id, why in sorted(self.unrouted.items())][:5],
+        ]
+        if self.fault is not None:
+            fired = "fired" if self.fault_fired else "did not fire (the run never reached it)"
+            lines.append(f"fault: {self.fault!r} {fired}")
         timing = (
             f"wall {self.wall_s:.2f} s (startup {self.startup_s:.2f} s, work {self.work_s:.2f} s)"
         )
@@ -138,73 +284,40 @@ class DistributedResult:
             timing += f", timeout_s={self.timeout_s:g}"
         if self.deadline_s is not None:
             timing += f", deadline_s={self.deadline_s:g}"
-        counts: dict[str, int] = {}
-        for _, status, _ in self.request_outcomes().values():
-            counts[status] = counts.get(status, 0) + 1
-        lines = [
-            head,
-            self.table(),
-            f"requests: {sum(counts.values())} ("
-            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            + ")",
-        ]
-        lines += [f"  {request_id}: {why}" for request_id, why in sorted(self.unrouted.items())][:5]
-        if self.fault is not None:
-            lines.append(
-                f"fault: {self.fault!r} "
-                + ("fired" if self.fault_fired else "did not fire (the run never reached it)")
-            )
-        return "\n".join(lines + [timing])
-
-
-def _outcome_text(r: RankResult) -> str:
-    if not r.error:
-        return r.outcome
-    return r.error if r.error.startswith(r.outcome) else f"{r.outcome}: {r.error}"
+        return "\n".join([*lines, timing])
 
 
 def cut_between_words(text: str, width: int = 100) -> str:
     """``text`` in at most ``width`` characters, cut between words."""
-    if len(text) <= width:
-        return text
-    return text[: width - 3].rsplit(" ", 1)[0] + "..."
+    return text if len(text) <= width else text[: width - 3].rsplit(" ", 1)[0] + "..."
 
 
-def ending(results: Sequence[RankResult]) -> tuple[str, str]:
-    """How a run ended ("completed", "shut down", "died", "hung", "deadline") and why, from
-    its ranks' results."""
-    raised = [r for r in results if r.outcome == "raised"]
-    if raised:
-        return "shut down", f"rank {raised[0].rank} raised {raised[0].error}; every rank shut down"
-    failed = [r for r in results if r.outcome == "died"] + [
-        r for r in results if r.outcome == "hung"
-    ]
+def ending(results: Sequence[RankResult]) -> tuple[Outcome, str]:
+    """How a run ended and why, from its ranks' results."""
+    by = {kind: [r for r in results if r.outcome == kind] for kind in Outcome}
+    if by[Outcome.RAISED]:
+        first = by[Outcome.RAISED][0]
+        return Outcome.SHUT_DOWN, f"rank {first.rank} raised {first.error}; every rank shut down"
+    failed = by[Outcome.DIED] + by[Outcome.HUNG]
     if failed:
         named = "; ".join(f"rank {r.rank} {r.error}" for r in failed[:3])
         more = f"; and {len(failed) - 3} more rank(s)" if len(failed) > 3 else ""
         return failed[0].outcome, named + more
-    stopped = [r for r in results if r.outcome == "stopped"]
-    if stopped:
-        return "deadline", (
-            f"{stopped[0].error.split(': ', 1)[1]}; {len(stopped)} rank(s) "
+    if by[Outcome.STOPPED]:
+        stopped = by[Outcome.STOPPED]
+        return Outcome.DEADLINE, (
+            f"{(stopped[0].error or '').split(': ', 1)[1]}; {len(stopped)} rank(s) "
             "stopped while still making progress"
         )
-    shut = [r for r in results if r.outcome == "shut down"]
-    if shut:  # a peer failed a collective
-        return "shut down", shut[0].error or "shut down"
-    unfinished = sum(1 for r in results for s in r.status.values() if s in UNFINISHED_STATUSES)
+    if by[Outcome.SHUT_DOWN]:  # a peer failed a collective
+        return Outcome.SHUT_DOWN, by[Outcome.SHUT_DOWN][0].error or "shut down"
+    unfinished = sum(s in UNFINISHED_STATUSES for r in results for s in r.status.values())
     if unfinished:
-        return "completed", f"{unfinished} request(s) unfinished: {results[0].error}"
-    return "completed", "every rank finished its work"
+        return Outcome.COMPLETED, f"{unfinished} request(s) unfinished: {results[0].error}"
+    return Outcome.COMPLETED, "every rank finished its work"
 
 
-def unrouted_reasons(config: RunConfig, ranks: Sequence[RankResult], cause: str) -> dict[str, str]:
-    """Why each request that no rank received was not routed: the run ended first."""
-    routed = {request_id for r in ranks for request_id in r.status}
-    end = max((r.end_step for r in ranks), default=0)
-    return {
-        r.request_id: f"not routed: the run ended at step {end} ({cause}); it arrives at step "
-        f"{r.arrival_step}"
-        for r in config.requests
-        if r.request_id not in routed
-    }
+def not_routed(config: RunConfig, ranks: Iterable[RankResult]) -> tuple[Request, ...]:
+    """The requests of ``config`` that no rank received."""
+    routed = {r.request_id for rank in ranks for r in rank.requests}
+    return tuple(r for r in config.requests if r.request_id not in routed)

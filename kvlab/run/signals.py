@@ -1,8 +1,7 @@
 """No rank outlives its parent, whatever signal either gets: the parent turns SIGINT, SIGTERM
 and SIGHUP into an orderly stop (every rank killed and reaped, then exit 128 + the signal's
-number, no traceback), and each rank ties itself to its parent (Linux's parent-death signal,
-and a watch on its parent's pid). kvlab's own, for its rank processes; torch.distributed's
-elastic agent and Ray do the same for theirs."""
+number), and each rank ties itself to its parent. kvlab's own; torch.distributed's elastic agent
+and Ray do the same for theirs."""
 
 from __future__ import annotations
 
@@ -12,24 +11,20 @@ import signal
 import sys
 import threading
 import time
-
-from kvlab.core.checks import check_int
+from types import FrameType, TracebackType
+from typing import Any
 
 #: Exit code of a rank process that finds its parent gone (see :func:`tie_to_parent`).
 PARENT_GONE_EXIT_CODE = 18
 #: Seconds between a rank's checks that its parent is still there.
 PARENT_POLL_S = 0.5
-#: The signals that stop a run in an orderly way: every rank killed and reaped, then
-#: :class:`RunStopped` (exit status 128 + the signal's number).
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
+#: The signals that stop a run in order: every rank killed and reaped, then RunStopped.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class RunStopped(SystemExit):
-    """A signal stopped a process-mode run after every rank process was killed and reaped: a
-    SystemExit whose code is 128 + the signal's number (as a shell reports a process a signal
-    ended), so that, uncaught, it ends a program with that status and no traceback."""
+    """A signal stopped a process-mode run after every rank was killed and reaped; its code is
+    128 + the signal's number, so that, uncaught, it ends a program with no traceback."""
 
     def __init__(self, signum: int, ranks: int):
         super().__init__(128 + signum)
@@ -48,16 +43,15 @@ class RunInterrupted(RunStopped, KeyboardInterrupt):
 
 
 class StopOnSignal:
-    """While a run's ranks are alive, STOP_SIGNALS whose handler is Python's default (SIGINT's
-    KeyboardInterrupt; SIGTERM and SIGHUP end the process at once, leaving its ranks behind)
-    only record the signal: the parent's loop sees it, stops every rank and then raises
-    RunStopped. Ignored signals (``nohup``) and a caller's own handlers are left alone; outside
-    the main thread (where handlers cannot be set) it does nothing."""
+    """While a run's ranks are alive, STOP_SIGNALS left at Python's default only record the
+    signal; the parent's loop sees it, stops every rank, then :meth:`raise_if_signalled`.
+    Ignored signals and a caller's own handlers are left alone; off the main thread it does
+    nothing."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.signum: int | None = None
         self._pid = os.getpid()
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
@@ -66,13 +60,15 @@ class StopOnSignal:
                     self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._pid:  # a rank forked before it reset its handlers
             os._exit(128 + signum)
         if self.signum is None:
             self.signum = signum
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
 
@@ -83,46 +79,25 @@ class StopOnSignal:
 
 
 def tie_to_parent(parent_pid: int) -> None:
-    """Make this process (a rank) end with its parent ``parent_pid``: Linux's parent-death signal
-    (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, as torch.distributed.elastic and Ray do), plus a
-    daemon thread that checks ``os.getppid()`` every PARENT_POLL_S (where prctl is missing, or
-    the parent left before it was set); either ends the process with PARENT_GONE_EXIT_CODE or
-    SIGKILL. SIGTERM and SIGHUP get their default (end at once); SIGINT is ignored: a terminal's
-    Ctrl-C reaches the whole process group, and the parent stops its ranks itself."""
-    check_int("parent_pid", parent_pid, low=1, high=(1 << 31) - 1)
+    """End this process (a rank) with its parent: Linux's parent-death signal (as
+    torch.distributed.elastic and Ray set it) and a thread watching ``os.getppid()``. SIGTERM
+    and SIGHUP end it at once; SIGINT is ignored (a terminal's Ctrl-C reaches the whole group,
+    and the parent stops its ranks itself)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(
-                ctypes.c_int(1),
-                ctypes.c_ulong(signal.SIGKILL),
-                ctypes.c_ulong(0),
-                ctypes.c_ulong(0),
-                ctypes.c_ulong(0),
-            )  # 1: PR_SET_PDEATHSIG
+            args = [ctypes.c_ulong(signal.SIGKILL)] + [ctypes.c_ulong(0)] * 3
+            ctypes.CDLL(None, use_errno=True).prctl(1, *args)  # 1: PR_SET_PDEATHSIG
         except (OSError, AttributeError):  # no libc prctl: the thread below still watches
             pass
-    if os.getppid() != parent_pid:
-        os._exit(PARENT_GONE_EXIT_CODE)
 
     def watch() -> None:
-        while True:
+        while os.getppid() == parent_pid:
             time.sleep(PARENT_POLL_S)
-            if os.getppid() != parent_pid:
-                os._exit(PARENT_GONE_EXIT_CODE)
+        os._exit(PARENT_GONE_EXIT_CODE)
 
+    if os.getppid() != parent_pid:
+        os._exit(PARENT_GONE_EXIT_CODE)
     threading.Thread(target=watch, name="kvlab-parent-watch", daemon=True).start()
-
-
-__all__ = [
-    "PARENT_GONE_EXIT_CODE",
-    "PARENT_POLL_S",
-    "RunInterrupted",
-    "RunStopped",
-    "STOP_SIGNALS",
-    "StopOnSignal",
-    "tie_to_parent",
-]
