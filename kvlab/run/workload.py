@@ -1,9 +1,6 @@
 """Request generators: fixed lists, seeded Poisson arrivals and length distributions, and real
-production traffic (:func:`azure_trace`, :func:`mooncake_trace`).
-
-Every random choice goes through ``numpy.random.default_rng(seed)``: the same arguments and
-seed give the same requests, on every platform numpy supports.
-"""
+production traffic (:func:`azure_trace`, :func:`mooncake_trace`). Every random choice goes
+through ``numpy.random.default_rng(seed)``: the same arguments give the same requests."""
 
 from __future__ import annotations
 
@@ -14,6 +11,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +33,13 @@ from kvlab.core.request import Request
 class LengthDistribution:
     """A distribution of token counts; ``sample(rng, n)`` returns n ints >= ``lowest``."""
 
+    low: int
+
     @property
     def lowest(self) -> int:
-        """The smallest count a draw can give: the lower bound ``low``."""
         return self.low
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
         raise NotImplementedError
 
 
@@ -49,14 +49,14 @@ class Constant(LengthDistribution):
 
     value: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         store_checked(self, "value", check_int, low=0, high=MAX_COUNT)
 
     @property
     def lowest(self) -> int:
         return self.value
 
-    def sample(self, rng, n):
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
         return np.full(n, self.value, dtype=np.int64)
 
 
@@ -67,31 +67,31 @@ class Uniform(LengthDistribution):
     low: int
     high: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
         store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
 
-    def sample(self, rng, n):
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
         return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
 
 
 @dataclass(frozen=True)
 class LogNormal(LengthDistribution):
-    """exp(Normal(ln median, sigma)), rounded and clipped to [low, high]: the long-tailed
-    shape real prompt and output lengths have."""
+    """exp(Normal(ln median, sigma)), rounded and clipped to [low, high]: the long-tailed shape
+    real prompt and output lengths have."""
 
     median: float
     sigma: float
     low: int = 1
     high: int = 1 << 20
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         store_checked(self, "median", check_float, low=0.0, high=float(MAX_COUNT), low_open=True)
         store_checked(self, "sigma", check_float, low=0.0, high=10.0)
         store_checked(self, "low", check_int, low=0, high=MAX_COUNT)
         store_checked(self, "high", check_int, low=self.low, high=MAX_COUNT)
 
-    def sample(self, rng, n):
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
         values = rng.lognormal(math.log(self.median), self.sigma, size=n)
         return np.clip(np.rint(values), self.low, self.high).astype(np.int64)
 
@@ -100,41 +100,36 @@ Lengths = int | LengthDistribution
 
 
 def _distribution(name: str, lengths: Lengths, low: int) -> LengthDistribution:
-    """``lengths`` as a distribution none of whose draws is below ``low``."""
+    """``lengths`` (an int means a constant) as a distribution none of whose draws is below ``low``."""
     if isinstance(lengths, bool) or not isinstance(lengths, (int, LengthDistribution)):
         raise TypeError(
             f"{name} must be an int or a LengthDistribution (Constant, Uniform, "
             f"LogNormal), got {lengths!r:.60}"
         )
-    distribution = (
-        lengths
-        if isinstance(lengths, LengthDistribution)
-        else Constant(check_int(name, lengths, low=0, high=MAX_COUNT))
-    )
-    if distribution.lowest < low:
+    if isinstance(lengths, int):
+        lengths = Constant(check_int(name, lengths, low=0, high=MAX_COUNT))
+    if lengths.lowest < low:
         raise ValueError(
-            f"{name} must draw lengths of at least {low}, got {distribution!r:.80} "
-            f"(lowest {distribution.lowest})"
+            f"{name} must draw lengths of at least {low}, got {lengths!r:.80} "
+            f"(lowest {lengths.lowest})"
         )
-    return distribution
+    return lengths
 
 
 def fixed(specs: Iterable[Sequence[int]], id_prefix: str = "r") -> list[Request]:
     """Requests from (prompt_len, max_new_tokens[, arrival_step]) tuples, named
     ``{id_prefix}0``, ``{id_prefix}1``, ..."""
-    specs = check_items("specs", specs, "(prompt_len, max_new_tokens[, arrival_step]) tuples")
+    items = check_items("specs", specs, "(prompt_len, max_new_tokens[, arrival_step]) tuples")
     check_instance("id_prefix", id_prefix, str)
-    requests = []
-    for i, spec in enumerate(specs):
+    for i, spec in enumerate(items):
         if not hasattr(spec, "__len__") or not 2 <= len(spec) <= 3:
             raise ValueError(
                 f"specs[{i}] must be (prompt_len, max_new_tokens[, arrival_step]), got {spec!r}"
             )
-        requests.append(Request(f"{id_prefix}{i}", *spec))
-    return requests
+    return [Request(f"{id_prefix}{i}", *spec) for i, spec in enumerate(items)]
 
 
-def poisson_arrivals(num_requests: int, rate: float, seed: int) -> np.ndarray:
+def poisson_arrivals(num_requests: int, rate: float, seed: int) -> np.ndarray[Any, Any]:
     """Arrival steps of a Poisson process of ``rate`` requests per step, starting at step 0."""
     num_requests = check_int("num_requests", num_requests, low=0, high=MAX_ITEMS)
     rate = check_float("rate", rate, low=0.0, high=1e6, low_open=True)
@@ -159,8 +154,7 @@ def poisson_workload(
     id_prefix: str = "r",
 ) -> list[Request]:
     """``num_requests`` requests arriving as a Poisson process of ``rate`` per step, with
-    lengths drawn from the given distributions (an int means a constant): prompts of at least
-    one token, outputs of at least none."""
+    lengths drawn from the given distributions: prompts of at least one token."""
     check_instance("id_prefix", id_prefix, str)
     prompts_dist = _distribution("prompt_len", prompt_len, low=1)
     outputs_dist = _distribution("max_new_tokens", max_new_tokens, low=0)
@@ -170,12 +164,12 @@ def poisson_workload(
     outputs = outputs_dist.sample(rng, num_requests)
     return [
         Request(f"{id_prefix}{i}", int(p), int(g), int(a))
-        for i, (p, g, a) in enumerate(zip(prompts, outputs, arrivals))
+        for i, (p, g, a) in enumerate(zip(prompts, outputs, arrivals, strict=True))
     ]
 
 
 #: The benchmark's standard mixed workload (benchmarks/scheduler_throughput.py).
-STANDARD_MIXED = dict(
+STANDARD_MIXED: dict[str, Any] = dict(
     num_requests=2000,
     rate=0.3,
     prompt_len=LogNormal(median=512, sigma=1.0, low=16, high=8192),
@@ -185,31 +179,31 @@ STANDARD_MIXED = dict(
 
 def standard_mixed_workload(seed: int = 0) -> list[Request]:
     """2,000 requests, Poisson arrivals at 0.3 per step (near saturation for 64 running requests
-    on a 64k-token pool: a few recompute pauses), log-normal prompts (median 512,
-    16..8192 tokens) and outputs (median 128, 1..2048 tokens)."""
+    on a 64k-token pool), log-normal prompts (median 512, 16..8192 tokens) and outputs (median
+    128, 1..2048 tokens)."""
     return poisson_workload(seed=seed, **STANDARD_MIXED)
 
 
-# --- a real hour: Azure's public LLM inference trace (data/traces/, CC-BY 4.0) --------------------
+# --- real traffic: Azure's (CC-BY 4.0) and Mooncake's (Apache-2.0) public traces ------------------
 
-#: The trace files under data/traces/ (Azure Public Dataset, 2023; attribution in its README).
+#: The trace files under data/traces/ (their READMEs give the attribution).
 TRACE_DIR = DATA_DIR / "traces"
 AZURE_TRACES = {
     "conv": "AzureLLMInferenceTrace_conv.csv",
     "code": "AzureLLMInferenceTrace_code.csv",
 }
+MOONCAKE_TRACES = {"conversation": "conversation_trace.jsonl", "synthetic": "synthetic_trace.jsonl"}
 
 
 class TraceFormatError(ValueError):
-    """A trace file that cannot be read as its format says: the file, the line and what is
-    wrong are in the message."""
+    """A trace file that cannot be read as its format says; the message names file and line."""
 
 
-def _trace_error(path, line: int, what: str) -> TraceFormatError:
+def _trace_error(path: Path, line: int, what: str) -> TraceFormatError:
     return TraceFormatError(f"{path.name}, line {line}: {what}")
 
 
-def _count(path, line: int, name: str, value, low: int) -> int:
+def _count(path: Path, line: int, name: str, value: Any, low: int) -> int:
     """A token count of a trace row: an int (or its decimal text) of at least ``low``."""
     if isinstance(value, str):
         value = value.strip()
@@ -223,17 +217,29 @@ def _count(path, line: int, name: str, value, low: int) -> int:
     return value
 
 
-def _read_azure_rows(path, limit: int | None) -> list[tuple]:
-    """(seconds since the epoch, prompt, output) of each row of an Azure trace file, in the
-    recorded (time) order; the timestamp keeps its date, so an hour that crosses midnight reads
-    in order, and its UTC offset where it has one (UTC where it has none)."""
-    rows = []
+def _replay_arguments(
+    seconds_per_iteration: float, limit: int | None, minutes: float | None
+) -> tuple[float, int | None, float | None]:
+    seconds = check_float(
+        "seconds_per_iteration", seconds_per_iteration, low=0.0, high=3600.0, low_open=True
+    )
+    if limit is not None:
+        limit = check_int("limit", limit, low=1, high=10_000_000)
+    if minutes is not None:
+        minutes = check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
+    return seconds, limit, minutes
+
+
+def _read_azure_rows(path: Path, limit: int | None) -> list[tuple[float, int, int]]:
+    """(seconds since the epoch, prompt, output) of each row, in the recorded order; a stamp
+    keeps its date (an hour across midnight stays in order) and its UTC offset (else UTC)."""
+    rows: list[tuple[float, int, int]] = []
+    columns = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:  # a BOM is tolerated
             reader = csv.reader(handle)
             header = next(reader, None)
-            columns = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-            if header is None or [c.strip() for c in header[:3]] != list(columns):
+            if header is None or [c.strip() for c in header[:3]] != columns:
                 raise _trace_error(
                     path, 1, f"the header must be {','.join(columns)}, got {header!r:.80}"
                 )
@@ -251,33 +257,16 @@ def _read_azure_rows(path, limit: int | None) -> list[tuple]:
                     raise _trace_error(
                         path,
                         line,
-                        f"TIMESTAMP {row[0].strip()!r:.40} is earlier than "
-                        "the row before; the rows must be in time order",
+                        f"TIMESTAMP {row[0].strip()!r:.40} is earlier than the row before; "
+                        "the rows must be in time order",
                     )
-                rows.append(
-                    (
-                        moment,
-                        _count(path, line, "ContextTokens", row[1], 1),
-                        _count(path, line, "GeneratedTokens", row[2], 0),
-                    )
-                )
+                prompt = _count(path, line, "ContextTokens", row[1], 1)
+                rows.append((moment, prompt, _count(path, line, "GeneratedTokens", row[2], 0)))
     except (UnicodeDecodeError, csv.Error) as exc:
         raise TraceFormatError(f"{path.name}: not a CSV file in UTF-8 ({exc})") from None
     if not rows:
         raise TraceFormatError(f"{path.name}: no requests (a header and no rows)")
     return rows
-
-
-def _check_replay(seconds_per_iteration: float, limit: int | None, minutes: float | None):
-    """A trace replay's arguments, checked: (seconds_per_iteration, limit, minutes)."""
-    seconds_per_iteration = check_float(
-        "seconds_per_iteration", seconds_per_iteration, low=0.0, high=3600.0, low_open=True
-    )
-    if limit is not None:
-        limit = check_int("limit", limit, low=1, high=10_000_000)
-    if minutes is not None:
-        minutes = check_float("minutes", minutes, low=0.0, high=24 * 60.0, low_open=True)
-    return seconds_per_iteration, limit, minutes
 
 
 def azure_trace(
@@ -286,26 +275,19 @@ def azure_trace(
     limit: int | None = None,
     minutes: float | None = None,
 ) -> list[Request]:
-    """The requests of one service of Azure's LLM inference trace (Patel et al., "Splitwise",
-    ISCA 2024; data/traces/README.md), as recorded: prompt and output lengths unchanged, and
-    arrival steps ``floor((t - t_first) / seconds_per_iteration)``, one scheduler iteration
-    taking ``seconds_per_iteration`` seconds (an assumption: state it with the results). Nothing
-    is drawn, so there is no seed. ``limit`` keeps the first N requests, ``minutes`` those
-    arriving in the first that many minutes. Ids are ``{service}-{row}``."""
+    """One service of Azure's LLM inference trace (Patel et al., "Splitwise", ISCA 2024) as
+    recorded, arriving at step ``floor((t - t_first) / seconds_per_iteration)`` (an assumption:
+    state it with the results). ``limit`` keeps the first N requests, ``minutes`` those of the
+    first that many minutes. Ids are ``{service}-{row}``."""
     path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
-    seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
+    seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
     rows = _read_azure_rows(path, limit)
     start = rows[0][0]
     return [
-        Request(f"{service}-{i}", prompt, output, int((t - start) // seconds_per_iteration))
+        Request(f"{service}-{i}", prompt, output, int((t - start) // seconds))
         for i, (t, prompt, output) in enumerate(rows)
         if minutes is None or t - start < minutes * 60
     ]
-
-
-# --- Mooncake's FAST'25 traces (data/traces/mooncake-fast25/, Apache-2.0) ------------------------
-
-MOONCAKE_TRACES = {"conversation": "conversation_trace.jsonl", "synthetic": "synthetic_trace.jsonl"}
 
 
 def mooncake_trace(
@@ -314,30 +296,26 @@ def mooncake_trace(
     limit: int | None = None,
     minutes: float | None = None,
 ) -> list[Request]:
-    """The requests of one of Mooncake's traces (Qin et al., FAST 2025;
-    data/traces/mooncake-fast25/README.md): prompt and output lengths as recorded, arrival steps
-    ``floor(t / seconds_per_iteration)`` (``t``: the recorded millisecond timestamp, in seconds),
-    ``limit`` and ``minutes`` as in :func:`azure_trace`, each prompt's 512-token block hashes in
-    ``Request.prefix_hashes``. Ids are ``mooncake-{trace}-{line}``."""
-    path = (
-        TRACE_DIR
-        / "mooncake-fast25"
-        / MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
-    )
-    seconds_per_iteration, limit, minutes = _check_replay(seconds_per_iteration, limit, minutes)
+    """One of Mooncake's traces (Qin et al., FAST 2025) as recorded, arriving at step
+    ``floor(t / seconds_per_iteration)``, ``limit`` and ``minutes`` as in :func:`azure_trace`,
+    each prompt's 512-token block hashes in ``Request.prefix_hashes``. Ids are
+    ``mooncake-{trace}-{line}``."""
+    name = MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
+    path = TRACE_DIR / "mooncake-fast25" / name
+    seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
     requests = []
     try:
         with path.open(encoding="utf-8-sig") as handle:
             for line, text in enumerate(itertools.islice(handle, limit), start=1):
-                row = _mooncake_row(path, line, text)
-                if minutes is None or row["timestamp"] < minutes * 60_000:
+                stamp, prompt, output, hashes = _mooncake_row(path, line, text)
+                if minutes is None or stamp < minutes * 60_000:
                     requests.append(
                         Request(
                             f"mooncake-{trace}-{line - 1}",
-                            _count(path, line, "input_length", row["input_length"], 1),
-                            _count(path, line, "output_length", row["output_length"], 0),
-                            int(row["timestamp"] / 1000 // seconds_per_iteration),
-                            prefix_hashes=row["hash_ids"],
+                            prompt,
+                            output,
+                            int(stamp / 1000 // seconds),
+                            prefix_hashes=hashes,
                         )
                     )
     except UnicodeDecodeError as exc:
@@ -347,18 +325,16 @@ def mooncake_trace(
     return requests
 
 
-def _mooncake_row(path, line: int, text: str) -> dict:
-    """One JSON line of a Mooncake trace, checked: a millisecond timestamp (>= 0, finite), the
-    two lengths, and the block hashes (ints)."""
+def _mooncake_row(path: Path, line: int, text: str) -> tuple[float, int, int, tuple[int, ...]]:
+    """One JSON line: (millisecond timestamp, prompt, output, block hashes), each checked."""
     try:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _trace_error(path, line, f"not a JSON object ({exc.msg})") from None
     if not isinstance(row, dict):
         raise _trace_error(path, line, f"not a JSON object, got {type(row).__name__}")
-    missing = [
-        key for key in ("timestamp", "input_length", "output_length", "hash_ids") if key not in row
-    ]
+    keys = ("timestamp", "input_length", "output_length", "hash_ids")
+    missing = [key for key in keys if key not in row]
     if missing:
         raise _trace_error(path, line, f"missing {', '.join(missing)}")
     for key in ("input_length", "output_length"):
@@ -366,17 +342,17 @@ def _mooncake_row(path, line: int, text: str) -> dict:
             raise _trace_error(
                 path, line, f"{key} must be a JSON number, got the text {row[key]!r:.40}"
             )
-    stamp = row["timestamp"]
-    if (
-        isinstance(stamp, bool)
-        or not isinstance(stamp, (int, float))
-        or not 0 <= stamp < float("inf")
-    ):
+    stamp, hashes = row["timestamp"], row["hash_ids"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < math.inf:
         raise _trace_error(
             path, line, f"timestamp must be a number of milliseconds >= 0, got {stamp!r:.40}"
         )
-    hashes = row["hash_ids"]
     if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
         raise _trace_error(path, line, f"hash_ids must be a list of ints, got {hashes!r:.60}")
-    row["hash_ids"] = tuple(hashes)
-    return row
+    prompt = _count(path, line, "input_length", row["input_length"], 1)
+    return (
+        stamp,
+        prompt,
+        _count(path, line, "output_length", row["output_length"], 0),
+        tuple(hashes),
+    )
