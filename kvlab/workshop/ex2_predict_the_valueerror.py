@@ -146,23 +146,13 @@ def _watching_resizes() -> Iterator[list[_Resize]]:
     resize, made = KVCache.resize, []
 
     def watched(cache, capacity, *args, **kwargs):
-        def record(outcome):
-            made.append(
-                _Resize(
-                    capacity,
-                    cache.tokens_per_block,
-                    cache.page_index.width,
-                    cache.pool.num_blocks,
-                    outcome,
-                )
-            )
-
+        facts = (capacity, cache.tokens_per_block, cache.page_index.width, cache.pool.num_blocks)
         try:
             outcome = resize(cache, capacity, *args, **kwargs)
         except Exception as exc:
-            record(exc)
+            made.append(_Resize(*facts, exc))
             raise
-        record(outcome)
+        made.append(_Resize(*facts, outcome))
         return outcome
 
     KVCache.resize = watched

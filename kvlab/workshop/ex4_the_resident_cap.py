@@ -1,9 +1,6 @@
-"""Exercise 4: the resident cap's scan. The phase-2 loop of ``KVCacheV2Scheduler`` in PR #17261
-(scheduler_v2.py, the resident-sequence cap; docs/REFERENCE.md §5) has the bug the review found.
-Self-contained here: :func:`schedule_pending_contexts_buggy` is the PR's loop, reduced to the cap
-(notebook 05 runs the same bug on kvlab's Scheduler, as ``kvlab.case_studies.BreakOnCapScheduler``).
-A wrong case's feedback is read off what the learner's loop returned: the usual slips (SLIPS) are
-run on the case, and the one that returns the same ids names the mistake.
+"""Exercise 4: the resident cap's scan, the phase-2 loop of ``KVCacheV2Scheduler`` in PR #17261
+(scheduler_v2.py; docs/REFERENCE.md §5), reduced to the cap. A wrong case's feedback names the
+usual slip (SLIPS) whose loop returns the same ids.
 """
 
 from __future__ import annotations
@@ -24,9 +21,8 @@ from kvlab.workshop.feedback import (
 
 @dataclass(frozen=True)
 class PendingContext:
-    """A context request waiting in phase 2, reduced to what the resident cap reads.
-    ``is_first_context_chunk``: it has no resident state yet, so scheduling it starts a new
-    sequence (and claims a recurrent-state slot for the rest of its life)."""
+    """A context request waiting in phase 2; a first chunk starts a new sequence, which claims a
+    recurrent-state slot for the rest of its life."""
 
     request_id: str
     is_first_context_chunk: bool
@@ -38,10 +34,8 @@ def schedule_pending_contexts_buggy(
     max_resident: int | None,
     max_num_requests: int,
 ) -> list[str]:
-    """The phase-2 loop of PR #17261 (scheduler_v2.py, ``KVCacheV2Scheduler``, around the
-    resident-sequence guard the review flagged), reduced to the cap. Returns the ids scheduled
-    this iteration, in order. ``max_resident`` None means unbounded (attention-only models).
-    It has the bug the review found."""
+    """PR #17261's phase-2 loop, with the bug the review found (notebook 05 runs it on kvlab's
+    Scheduler as ``BreakOnCapScheduler``): the ids scheduled; ``max_resident`` None: unbounded."""
     scheduled = []
     for req in pending_ctx:
         if len(scheduled) >= max_num_requests:  # the batch is full: nothing later fits either
@@ -237,10 +231,8 @@ def _iterate(fn, max_steps: int = 12) -> tuple:
 
 
 def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
-    """Drive ``fn`` one call per iteration: 'waiter' arrived first but could not start; 'runner'
-    holds the only resident slot (cap 1), two chunks to go; a scheduled chunk completes in its
-    iteration, and a finished request frees its slot. Returns (steps to finish, or None if it
-    stalls; one log line per iteration)."""
+    """(steps to finish or None if it stalls, a log line per iteration) of ``fn`` scheduling
+    'waiter' (not started) and 'runner' (holds the only slot), two chunks each, one per call."""
     steps, log, _ = _iterate(fn, max_steps)
     return steps, log
 
