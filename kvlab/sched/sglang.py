@@ -371,8 +371,8 @@ class SglangScheduler(SchedulerBase):
             if cache is None:
                 cache = manager.create_cache(request.request_id)
                 self._set_state(request, RequestState.RUNNING)
-            if not cache.resize(cache.capacity + extend_len):
-                raise AssertionError(f"{request.request_id!r}: the free tokens were refused")
+            granted = manager.grow_each([cache], extend_len)
+            assert granted, f"{request.request_id!r}: the free tokens were refused"
         for request, extend_len in zip(requests, extend_lens):
             message = self.abort_messages.pop(request.request_id, None)
             if message is not None:
