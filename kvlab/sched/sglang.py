@@ -13,6 +13,7 @@ this loop: a request the adder can never admit waits until the run's ``max_steps
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from kvlab.core.checks import check_float, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
@@ -21,6 +22,9 @@ from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
 from kvlab.sched.sglang_prefill import NewTokenRatio, PrefillAdder
+
+if TYPE_CHECKING:
+    import torch
 
 #: The version whose scheduler this module follows (and kvlab.backends.sglang_driver runs).
 SGLANG_VERSION = "0.5.23"
@@ -42,53 +46,16 @@ DECODE_OOM_ABORT = (
 )  # schedule_batch.py:3516
 
 
-def input_too_long_message(prompt_len: int, context_length: int) -> str:
-    """The TokenizerManager's refusal of a prompt of ``context_length`` tokens or more
-    (tokenizer_manager.py:1349)."""
-    return (
-        f"The input ({prompt_len} tokens) is longer than the model's context length "
-        f"({context_length} tokens)."
-    )
-
-
-def total_too_long_message(prompt_len: int, max_new_tokens: int, context_length: int) -> str:
-    """The TokenizerManager's refusal of prompt + max_new_tokens over the context length
-    (tokenizer_manager.py:1372)."""
-    return (
-        f"Requested token count exceeds the model's maximum context length of "
-        f"{context_length} tokens. You requested a total of {prompt_len + max_new_tokens} "
-        f"tokens: {prompt_len} tokens from the input messages and {max_new_tokens} tokens "
-        "for the completion. Please reduce the number of tokens in the input messages or "
-        "the completion to fit within the limit."
-    )
-
-
-def input_length_abort_message(prompt_len: int, max_req_input_len: int) -> str:
-    """The scheduler's ``validate_input_length`` (managers/utils.py:283)."""
-    return (
-        f"Input length ({prompt_len} tokens) exceeds the maximum allowed length "
-        f"({max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate."
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class SglangServerArgs:
     """The server arguments (and the one sampling parameter) SGLang's scheduler reads, by
-    SGLang's names.
-
-    ``geometry`` gives the bytes of a token (its ``tokens_per_block`` must be 1: SGLang's
-    page_size 1). ``max_total_tokens``: the KV pool in tokens (``--max-total-tokens``);
-    ``context_length``: the model's (``--context-length``). ``max_running_requests``: None takes
-    SGLang's default (``resolve_max_num_reqs``, see :attr:`resolved_max_running_requests`).
-    ``chunked_prefill_size``: the tokens of one prefill chunk, -1 for chunking off; the default
-    4096 is SGLang's for a device whose memory it cannot read (2048 to 16384 on GPUs by memory).
-    ``max_prefill_tokens``: the token budget of one prefill batch (SGLang's 16384; with chunking
-    off, the first request of a batch may overrun it). ``schedule_conservativeness`` scales the
-    initial new-token ratio (0.7). ``ignore_eos``: the requests' sampling parameter; False by
-    default, as a client rarely sets it: SGLang then reserves only a decaying fraction of each
-    request's remaining output and retracts when the guess proves short, where under ignore_eos
-    it reserves every token and never retracts.
-    """
+    SGLang's names. ``geometry``: the bytes of a token (``tokens_per_block`` 1: page_size 1);
+    ``max_total_tokens``: the KV pool in tokens; ``max_running_requests``: None takes SGLang's
+    default (:attr:`resolved_max_running_requests`); ``chunked_prefill_size``: -1 for chunking
+    off, 4096 by default (SGLang's where it cannot read the device's memory);
+    ``max_prefill_tokens``: the token budget of one prefill batch; ``schedule_conservativeness``
+    scales the initial new-token ratio (0.7); ``ignore_eos``: the requests' sampling parameter
+    (then every output token is reserved, and nothing is ever retracted)."""
 
     geometry: KVGeometry
     max_total_tokens: int
@@ -99,7 +66,7 @@ class SglangServerArgs:
     schedule_conservativeness: float = 1.0
     ignore_eos: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
         if self.geometry.tokens_per_block != 1:
@@ -133,9 +100,8 @@ class SglangServerArgs:
         at most ``T // 2`` either way (0 for a one-token pool)."""
         tokens = self.max_total_tokens
         if self.max_running_requests is not None:
-            return min(max(1, self.max_running_requests), tokens // 2)
-        estimated = int(tokens / self.context_length * 512)
-        estimated = max(min(estimated, 4096), 2048)
+            return min(self.max_running_requests, tokens // 2)
+        estimated = max(min(int(tokens / self.context_length * 512), 4096), 2048)
         return min(estimated, tokens // 2)
 
     @property
@@ -152,7 +118,7 @@ class SglangServerArgs:
         """The scheduler's ``chunked_prefill_size``: None with chunking off."""
         return None if self.chunked_prefill_size == -1 else self.chunked_prefill_size
 
-    def replace(self, **changes) -> SglangServerArgs:
+    def replace(self, **changes: Any) -> SglangServerArgs:
         return dataclasses.replace(self, **changes)
 
 
@@ -169,10 +135,20 @@ def startup_error(args: SglangServerArgs) -> str | None:
 def front_door_error(request: Request, context_length: int) -> str | None:
     """The TokenizerManager's refusal of ``request`` when it arrives
     (``_validate_one_request``, tokenizer_manager.py:1333-1378), or None."""
-    if request.prompt_len >= context_length:
-        return input_too_long_message(request.prompt_len, context_length)
-    if request.max_new_tokens + request.prompt_len > context_length:
-        return total_too_long_message(request.prompt_len, request.max_new_tokens, context_length)
+    prompt_len, max_new_tokens = request.prompt_len, request.max_new_tokens
+    if prompt_len >= context_length:  # tokenizer_manager.py:1349
+        return (
+            f"The input ({prompt_len} tokens) is longer than the model's context length "
+            f"({context_length} tokens)."
+        )
+    if max_new_tokens + prompt_len > context_length:  # tokenizer_manager.py:1372
+        return (
+            f"Requested token count exceeds the model's maximum context length of "
+            f"{context_length} tokens. You requested a total of {prompt_len + max_new_tokens} "
+            f"tokens: {prompt_len} tokens from the input messages and {max_new_tokens} tokens "
+            "for the completion. Please reduce the number of tokens in the input messages or "
+            "the completion to fit within the limit."
+        )
     return None
 
 
@@ -189,7 +165,9 @@ class SglangScheduler(SchedulerBase):
     ``KVCacheManager`` of ``max_total_tokens`` one-token pages on ``device``. Raises ValueError
     with SGLang's message where SGLang refuses to start."""
 
-    def __init__(self, args: SglangServerArgs, device="cpu", debug: bool = False):
+    def __init__(
+        self, args: SglangServerArgs, device: str | torch.device = "cpu", debug: bool = False
+    ):
         if not isinstance(args, SglangServerArgs):
             raise TypeError(f"args must be a SglangServerArgs, got {type(args).__name__}")
         refusal = startup_error(args)
@@ -206,8 +184,8 @@ class SglangScheduler(SchedulerBase):
             page_index_policy="configured",
             device=device,
             host_cache_size=0,
-            enable_block_reuse=False,
-        )  # prefix caching is not modelled (module docstring)
+            enable_block_reuse=False,  # the radix cache is off
+        )
         super().__init__(manager, max_running, debug)
         self.args = args
         self.max_running_requests = max_running
@@ -229,7 +207,6 @@ class SglangScheduler(SchedulerBase):
     def max_num_active_requests(self) -> int | None:
         return None  # every arrival goes to the scheduler's waiting queue
 
-    # -- the front door ---------------------------------------------------------------
     def _verdict(self, request: Request) -> Verdict:
         check_plain_request(request, "SGLang")
         step = request.arrival_step if request.activated_step is None else request.activated_step
@@ -246,21 +223,21 @@ class SglangScheduler(SchedulerBase):
         request.output_limit = clipped_max_new_tokens(
             self.args, request.prompt_len, request.max_new_tokens
         )
-        if request.prompt_len >= self.args.max_req_input_len:
-            self.abort_messages[request.request_id] = input_length_abort_message(
-                request.prompt_len, self.args.max_req_input_len
+        limit = self.args.max_req_input_len
+        if request.prompt_len >= limit:  # validate_input_length (managers/utils.py:283)
+            self.abort_messages[request.request_id] = (
+                f"Input length ({request.prompt_len} tokens) exceeds the maximum allowed length "
+                f"({limit} tokens). Use a shorter input or enable --allow-auto-truncate."
             )
         return ADMIT
 
     def _enqueue(self, request: Request) -> None:
         self.waiting.append(request)
 
-    # -- what SGLang's Req knows --------------------------------------------------------
     def origin_len(self, request: Request) -> int:
-        """``len(origin_input_ids)``: the prompt, one token for an abort."""
+        """SGLang's ``len(origin_input_ids)``: the prompt, one token for an abort."""
         return 1 if request.request_id in self.abort_messages else request.prompt_len
 
-    # -- one step -----------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         """One iteration of ``event_loop_normal`` (module docstring)."""
         step = (
@@ -286,38 +263,29 @@ class SglangScheduler(SchedulerBase):
     def _merge_last_prefill(self) -> None:
         """``get_next_batch_to_run``'s merge (managers/scheduler.py:3905-3970): the last prefill
         batch, less its finished requests and the chunked one, joins the running batch."""
-        last = self.last_prefill
+        last, self.last_prefill = self.last_prefill, None
         if last is not None:
             kept = [
                 r for r in last if r.state is RequestState.RUNNING and r is not self.chunked_req
             ]
-            if len(kept) < len(last):
-                self.batch_is_full = False
-            if kept:
-                if not self.running:
-                    self.running = kept
-                    self.batch_is_full = False  # the prefill batch's own flag
-                else:
-                    self.running.extend(kept)
-        self.last_prefill = None
-        before = len(self.running)
-        self.running = [r for r in self.running if r.state is RequestState.RUNNING]
-        if len(self.running) < before:
+            if len(kept) < len(last) or (kept and not self.running):
+                self.batch_is_full = False  # (a prefill batch that becomes the batch: its flag)
+            self.running.extend(kept)
+        running = [r for r in self.running if r.state is RequestState.RUNNING]
+        if len(running) < len(self.running):
             self.batch_is_full = False
-
-    def _num_allocatable_reqs(self) -> int:
-        """``get_num_allocatable_reqs`` (managers/scheduler.py:4027): request slots left; the
-        chunked request holds one outside the running batch, and gives it back as a member of
-        the batch being built."""
-        return self.max_running_requests - len(self.running)
+        self.running = running
 
     def _get_new_batch_prefill(self, batch: ScheduledBatch) -> bool:
-        """``_get_new_batch_prefill_raw`` (managers/scheduler.py:4079); whether it made a batch."""
+        """``_get_new_batch_prefill_raw`` (managers/scheduler.py:4079); whether it made a batch.
+        The request slots left (``get_num_allocatable_reqs``, :4027) exclude the chunked
+        request, which holds one outside the running batch."""
         if not self.running:
             self.batch_is_full = False
         if (self.batch_is_full or not self.waiting) and self.chunked_req is None:
             return False
-        if self._num_allocatable_reqs() <= 0 and self.chunked_req is None:
+        slots = self.max_running_requests - len(self.running)
+        if slots <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return False
         args = self.args
@@ -335,7 +303,7 @@ class SglangScheduler(SchedulerBase):
         for request in self.waiting:
             if adder.budget_state() == adder.OTHER:
                 break
-            if len(adder.can_run_list) >= self._num_allocatable_reqs():
+            if len(adder.can_run_list) >= slots:
                 self.batch_is_full = True
             if self.batch_is_full:
                 break
@@ -376,11 +344,7 @@ class SglangScheduler(SchedulerBase):
         for request, extend_len in zip(requests, extend_lens):
             message = self.abort_messages.pop(request.request_id, None)
             if message is not None:
-                manager.free(request)
-                self._set_state(request, RequestState.REJECTED)
-                request.reason = message
-                self._has_retired = True
-                batch.aborted_requests.append(request)
+                self._abort(batch, request, message)
             else:
                 request.context_chunk_size = extend_len
                 batch.context_requests.append(request)
@@ -388,22 +352,26 @@ class SglangScheduler(SchedulerBase):
         batch.num_aborted_context_rows = len(batch.aborted_requests)
         self.last_prefill = list(requests)
 
+    def _abort(self, batch: ScheduledBatch, request: Request, reason: str) -> None:
+        self.manager.free(request)
+        self._set_state(request, RequestState.REJECTED)
+        request.reason = reason
+        self._has_retired = True
+        batch.aborted_requests.append(request)
+
     def _update_running_batch(self, batch: ScheduledBatch) -> None:
         """``update_running_batch`` (managers/scheduler.py:4459): retract when the next decode
         does not fit (``check_decode_mem``: one token per request), else decay the ratio; then
-        ``prepare_for_decode``."""
-        initial_bs = len(self.running)
+        ``prepare_for_decode``: one token each, in one allocation."""
         if len(self.running) > self.manager.free_blocks:
             self._retract_decode(batch)
         else:
             self.new_token_ratio.decay_step()
-        if len(self.running) < initial_bs:
-            self.batch_is_full = False
         if not self.running:
             return
-        caches = self.manager.caches  # prepare_for_decode: one token each, one allocation
-        if not self.manager.grow_each([caches[r.request_id] for r in self.running]):
-            raise AssertionError("the free tokens counted for the decode batch were refused")
+        caches = self.manager.caches
+        granted = self.manager.grow_each([caches[r.request_id] for r in self.running])
+        assert granted, "the free tokens counted for the decode batch were refused"
         batch.generation_requests.extend(self.running)
         batch.num_tokens = len(self.running)
 
@@ -421,29 +389,20 @@ class SglangScheduler(SchedulerBase):
         )
         manager = self.manager
         retracted: list[Request] = []
-        first_iter = True
-        while first_iter or not manager.free_blocks >= len(order):
-            if len(order) == 1:
-                break
-            first_iter = False
+        while len(order) > 1 and (not retracted or manager.free_blocks < len(order)):
             request = reqs[order.pop()]
             self._recompute_pause(request)  # release_req: its tokens freed, reset_for_retract
             retracted.append(request)
-        if len(order) <= 1 and not manager.free_blocks >= len(order):
-            request = reqs[order.pop()]
-            manager.free(request)
-            self._set_state(request, RequestState.REJECTED)
-            request.reason = DECODE_OOM_ABORT
-            self._has_retired = True
-            batch.aborted_requests.append(request)
+        if len(order) <= 1 and manager.free_blocks < len(order):
+            self._abort(batch, reqs[order.pop()], DECODE_OOM_ABORT)
         if len(order) != len(reqs):  # filter_batch(keep_indices=...) keeps the sorted order
             self.running = [reqs[i] for i in order]
+            self.batch_is_full = False
         self.new_token_ratio.current = NewTokenRatio.after_retract(
             [r.num_generated for r in self.running], [r.output_limit for r in self.running]
         )
-        for request in retracted:  # _add_request_to_queue(is_retracted=True): the back
-            self.waiting.append(request)
-            batch.recompute_paused_requests.append(request)
+        self.waiting.extend(retracted)  # _add_request_to_queue(is_retracted=True): the back
+        batch.recompute_paused_requests.extend(retracted)
 
     def __repr__(self) -> str:
         return f"SglangScheduler({self.args!r})"
