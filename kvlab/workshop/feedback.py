@@ -66,11 +66,6 @@ class CheckResult:
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/plain": str(self), "text/html": self._repr_html_(), CHECK_MIME: asdict(self)}
 
-    def raise_if_failed(self) -> CheckResult:
-        if not self.passed:
-            raise CheckFailed(str(self))
-        return self
-
 
 @dataclass(frozen=True)
 class Hint:
@@ -182,7 +177,9 @@ def finish(check, failures, passes, strict, reveal, answer, learner=None, cases=
         lines = list(passes)
         reset_hints(check)
     result = CheckResult(check, not failures, lines, revealed=bool(revealed))
-    return result.raise_if_failed() if strict else result
+    if strict and failures:
+        raise CheckFailed(str(result))
+    return result
 
 
 def call_learner(fn: Callable, *args, where: str = ""):
