@@ -1,10 +1,9 @@
-"""The real SGLang 0.5.23 scheduler, stepped on a kvlab workload: a program that runs in SGLang's
-own environment (scripts/sglang-requirements.txt) and imports SGLang, torch and the standard
-library only, never kvlab. It reads ``{"runs": [RUN, ...]}`` on stdin and writes one JSON line
-per event on stdout, flushed as it happens. SGLang's own ``Scheduler.event_loop_normal``
-(sglang/srt/managers/scheduler.py) runs unchanged on real CPU pools; the sockets, the
-TokenizerManager's process and the model stand in. docs/ENGINES.md gives the protocol, what a
-step is, every stand-in with the upstream line it replaces, and the front doors' messages."""
+"""The real SGLang 0.5.23 scheduler stepped on kvlab workloads, in SGLang's own environment: a
+script that imports SGLang, torch and the standard library only, never kvlab. SGLang's own
+``Scheduler.event_loop_normal`` (sglang/srt/managers/scheduler.py) runs unchanged on real CPU
+pools; the sockets, the TokenizerManager's process and the model stand in. docs/ENGINES.md gives
+the protocol, what a step is, every stand-in with the upstream line it replaces, and the front
+doors' messages."""
 
 from __future__ import annotations
 
@@ -193,17 +192,11 @@ class ModelRunnerStub:
 
     effective_logical_max_total_num_tokens = logical_max_total_num_tokens
 
-    def account_preloaded_weights(self, preloaded_weights_bytes: int) -> None:
-        pass
+    def _nothing(self, *args, **kwargs) -> None:
+        """What the real runner sets up for its model: there is none."""
 
-    def init_attention_backends(self) -> None:
-        pass
-
-    def init_cuda_graphs(self, capture_decode_cuda_graph: bool = True) -> None:
-        pass
-
-    def prewarm_sampling(self) -> None:
-        pass
+    account_preloaded_weights = init_attention_backends = init_cuda_graphs = _nothing
+    prewarm_sampling = _nothing
 
 
 def worker_class():
