@@ -1,116 +1,43 @@
 """Each notebook's live panel, built on :class:`kvlab.notebook.panel.Panel` (a model from the
 controls' values, figures drawn from it, a verdict), one module a panel: ``repro`` (02),
 ``step`` (03), ``admission`` (04), ``ranks`` (01), ``mamba`` (05), ``plan`` (06); ``controls``
-holds the sliders they share."""
+holds the sliders they share. The panels and what the tests read of them are importable here."""
 
 from kvlab.notebook.widgets.admission import (
     ADMISSION_PANEL_POLICIES,
-    ADMISSION_POOL_EXPONENTS,
-    AdmissionModel,
-    admission_figures,
     admission_model,
     admission_panel,
     admission_verdict,
 )
-from kvlab.notebook.widgets.controls import CONTEXT_RANGE, context_choices, labelled
-from kvlab.notebook.widgets.mamba import (
-    MAMBA_QUOTA_CHOICES_GIB,
-    MAMBA_QUOTA_STEP_GIB,
-    MambaModel,
-    mamba_figures,
-    mamba_model,
-    mamba_panel,
-    mamba_verdict,
-)
-from kvlab.notebook.widgets.plan import (
-    PLAN_BATCH_SIZES,
-    PLAN_MAX_SEQ_LENS,
-    PLAN_RANKS,
-    plan_figures,
-    plan_model,
-    plan_panel,
-    plan_verdict,
-)
+from kvlab.notebook.widgets.controls import context_choices
+from kvlab.notebook.widgets.mamba import MAMBA_QUOTA_STEP_GIB, mamba_panel
+from kvlab.notebook.widgets.plan import plan_panel
 from kvlab.notebook.widgets.ranks import (
-    RANKS_CONTEXT_CHOICES,
     RANKS_RUN_TABLE_WIDTH,
-    RanksModel,
-    ranks_figures,
     ranks_model,
     ranks_panel,
     ranks_run_html,
-    ranks_verdict,
-    run_planned_ranks,
 )
-from kvlab.notebook.widgets.repro import (
-    POOL_MIB_RANGE,
-    TOKENS_PER_BLOCK_CHOICES,
-    ReproModel,
-    repro_figures,
-    repro_model,
-    repro_panel,
-    repro_verdict,
-)
-from kvlab.notebook.widgets.step import (
-    STEP_ENGINE,
-    STEP_MAX_PASSES,
-    STEP_WORKLOAD,
-    StepModel,
-    step_figures,
-    step_model,
-    step_panel,
-    step_passes,
-    step_verdict,
-)
+from kvlab.notebook.widgets.repro import repro_model, repro_panel
+from kvlab.notebook.widgets.step import STEP_ENGINE, step_model, step_panel, step_passes
 
 __all__ = [
-    "CONTEXT_RANGE",
-    "context_choices",
-    "labelled",
-    "POOL_MIB_RANGE",
-    "TOKENS_PER_BLOCK_CHOICES",
-    "ReproModel",
-    "repro_figures",
-    "repro_model",
-    "repro_panel",
-    "repro_verdict",
-    "STEP_ENGINE",
-    "STEP_MAX_PASSES",
-    "STEP_WORKLOAD",
-    "StepModel",
-    "step_figures",
-    "step_model",
-    "step_panel",
-    "step_passes",
-    "step_verdict",
     "ADMISSION_PANEL_POLICIES",
-    "ADMISSION_POOL_EXPONENTS",
-    "AdmissionModel",
-    "admission_figures",
+    "MAMBA_QUOTA_STEP_GIB",
+    "RANKS_RUN_TABLE_WIDTH",
+    "STEP_ENGINE",
     "admission_model",
     "admission_panel",
     "admission_verdict",
-    "RANKS_CONTEXT_CHOICES",
-    "RANKS_RUN_TABLE_WIDTH",
-    "RanksModel",
-    "ranks_figures",
+    "context_choices",
+    "mamba_panel",
+    "plan_panel",
     "ranks_model",
     "ranks_panel",
     "ranks_run_html",
-    "ranks_verdict",
-    "run_planned_ranks",
-    "MAMBA_QUOTA_CHOICES_GIB",
-    "MAMBA_QUOTA_STEP_GIB",
-    "MambaModel",
-    "mamba_figures",
-    "mamba_model",
-    "mamba_panel",
-    "mamba_verdict",
-    "PLAN_BATCH_SIZES",
-    "PLAN_MAX_SEQ_LENS",
-    "PLAN_RANKS",
-    "plan_figures",
-    "plan_model",
-    "plan_panel",
-    "plan_verdict",
+    "repro_model",
+    "repro_panel",
+    "step_model",
+    "step_panel",
+    "step_passes",
 ]

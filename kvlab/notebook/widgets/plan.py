@@ -21,7 +21,13 @@ from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.models import load_model, model_names
 from kvlab.core.memory import GIB
 from kvlab.notebook import viz
-from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, check_control_value, verdict_html
+from kvlab.notebook.panel import (
+    DEFAULT_WAIT_S,
+    DETAIL_STYLE,
+    Panel,
+    check_control_value,
+    verdict_html,
+)
 from kvlab.notebook.viz.plan import V1_REJECT_LABEL, plan_ranks_spec
 from kvlab.notebook.widgets.controls import labelled
 
@@ -58,11 +64,7 @@ def plan_figures(plan: DeploymentPlan) -> dict[str, dict]:
 def plan_in_words_html(plan: DeploymentPlan) -> str:
     """``plan.explain()`` under the verdict, a fact a line, wrapped by the browser between
     words (JupyterLab's own ``pre`` breaks anywhere)."""
-    return (
-        '<pre style="font-size:11px;white-space:pre-wrap;word-break:normal;'
-        'overflow-wrap:anywhere;margin:6px 0 0 0">'
-        f"{html.escape(plan.explain(width=None))}</pre>"
-    )
+    return f'<pre style="{DETAIL_STYLE};margin:6px 0 0 0">{html.escape(plan.explain(width=None))}</pre>'
 
 
 def plan_verdict(plan: DeploymentPlan) -> tuple[str | None, str]:
