@@ -45,15 +45,21 @@ def accepts_text(tp: Any) -> str:
     """What a schema type accepts, in words."""
     if get_origin(tp) is Annotated:
         base, *extras = get_args(tp)
-        said = [e.description for e in extras if isinstance(e, FieldInfo) and e.description]
-        return said[0] if said else accepts_text(base)
+        info = next((e for e in extras if isinstance(e, FieldInfo)), FieldInfo())
+        if info.description or base not in (int, float):
+            return info.description or accepts_text(base)
+        bounds = {
+            k: getattr(m, k) for m in info.metadata for k in ("ge", "gt", "le") if hasattr(m, k)
+        }
+        low = f"({bounds['gt']}" if "gt" in bounds else f"[{bounds['ge']}"
+        return f"{'an int' if base is int else 'a number'} in {low}, {bounds['le']}]"
     if get_origin(tp) in (Union, types.UnionType):  # X | None
         return accepts_text(get_args(tp)[0])
     if get_origin(tp) is Literal:
         return f"one of {sorted(get_args(tp))}"
     if dataclasses.is_dataclass(tp):
         return f"a mapping with the fields {[f.name for f in dataclasses.fields(tp)]}"
-    return str(tp)
+    return "true or false" if tp is bool else str(tp)
 
 
 def shown(value: Any) -> str:
@@ -68,32 +74,29 @@ def shown(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _int(low: int, high: int = MAX_COUNT) -> Any:
-    return Annotated[
-        int, Strict(), Field(ge=low, le=high, description=f"an int in [{low}, {high}]")
-    ]
-
-
-def _float(low: float, high: float, low_open: bool = False) -> Any:
-    bound = {"gt" if low_open else "ge": low}
-    accepts = f"a number in {'(' if low_open else '['}{low}, {high}]"
-    return Annotated[float, Strict(), Field(le=high, description=accepts, **bound)]
-
-
-def _text(pattern: str = r"\S", meaning: str = "a non-empty string") -> Any:
-    return Annotated[str, Strict(), Field(pattern=pattern, description=meaning)]
-
-
 def _scalar(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError("not a scalar")
     return value
 
 
-BOOL = Annotated[bool, Strict(), Field(description="true or false")]
-SCALAR = Annotated[Any, AfterValidator(_scalar), Field(description="a number or a string")]
-TEXT = _text()
-FIELD_PATH = _text(r"^[a-z_]+(\.[a-z_]+)+$", "a dotted field path such as deployment.workspace_gib")
+Shape = Annotated[int, Strict(), Field(ge=1, le=MAX_SHAPE)]
+Tokens = Annotated[int, Strict(), Field(ge=1, le=MAX_TOKENS)]
+NewTokens = Annotated[int, Strict(), Field(ge=0, le=MAX_TOKENS)]
+Count = Annotated[int, Strict(), Field(ge=0, le=MAX_COUNT)]
+Ranks = Annotated[int, Strict(), Field(ge=1, le=1024)]
+GiB = Annotated[float, Strict(), Field(ge=0.0, le=4096.0)]
+Bool = Annotated[bool, Strict()]
+Text = Annotated[str, Strict(), Field(pattern=r"\S", description="a non-empty string")]
+Scalar = Annotated[Any, AfterValidator(_scalar), Field(description="a number or a string")]
+FieldPath = Annotated[
+    str,
+    Strict(),
+    Field(
+        pattern=r"^[a-z_]+(\.[a-z_]+)+$",
+        description="a dotted field path such as deployment.workspace_gib",
+    ),
+]
 CONFIG = ConfigDict(extra="forbid")
 
 
@@ -102,18 +105,18 @@ class ScenarioParameters:
     """The configuration an experiment ran (names follow TensorRT-LLM's where it has one)."""
 
     # KV pool per rank, MiB; left out beside a `deployment`, whose memory budget sets the pool
-    pool_mib: _int(1, 1 << 20) | None = None
-    num_layers: _int(1, MAX_SHAPE)  # attention layers holding KV
-    num_kv_heads: _int(1, MAX_SHAPE)
-    head_dim: _int(1, MAX_SHAPE)
+    pool_mib: Annotated[int, Strict(), Field(ge=1, le=1 << 20)] | None = None
+    num_layers: Shape  # attention layers holding KV
+    num_kv_heads: Shape
+    head_dim: Shape
     kv_dtype: Literal[tuple(DTYPE_BYTES)]  # type: ignore[valid-type]
-    tokens_per_block: _int(1, MAX_SHAPE)
-    configured_max_seq_len: _int(1, MAX_TOKENS)  # what the user asked for (max_seq_len)
-    max_batch_size: _int(1, 1 << 16)
-    context_length: _int(1, MAX_TOKENS)  # the prompt that reached resize_context
-    model_weights_bytes: _int(0)  # weights resident on the rank (0: none loaded)
+    tokens_per_block: Shape
+    configured_max_seq_len: Tokens  # what the user asked for (max_seq_len)
+    max_batch_size: Annotated[int, Strict(), Field(ge=1, le=1 << 16)]
+    context_length: Tokens  # the prompt that reached resize_context
+    model_weights_bytes: Count  # weights resident on the rank (0: none loaded)
     # KvCacheConfig.host_cache_size: absent = the automatic host tier, 0 = none (REFERENCE §4a)
-    host_cache_size: _int(0) | None = None
+    host_cache_size: Count | None = None
 
     @property
     def pool_bytes(self) -> int:
@@ -130,11 +133,18 @@ class DeployedRequest:
     """One request of a deployment; ``rank`` pins it to an attention-DP rank (the real
     ``SchedulingParams.attention_dp_rank`` with ``attention_dp_relax=False``)."""
 
-    id: _text(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", "a request id: letters, digits, '_', '.', '-'")
-    prompt_len: _int(1, MAX_TOKENS)
-    max_new_tokens: _int(0, MAX_TOKENS)
-    arrival_step: _int(0, 1 << 20) = 0
-    rank: _int(0, 1023) | None = None
+    id: Annotated[
+        str,
+        Strict(),
+        Field(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+            description="a request id: letters, digits, '_', '.', '-'",
+        ),
+    ]
+    prompt_len: Tokens
+    max_new_tokens: NewTokens
+    arrival_step: Annotated[int, Strict(), Field(ge=0, le=1 << 20)] = 0
+    rank: Annotated[int, Strict(), Field(ge=0, le=1023)] | None = None
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -142,16 +152,11 @@ class BackgroundRequests:
     """``count`` short requests routed by the balancer: prompts spread evenly over
     [prompt_len_min, prompt_len_max], ``per_step`` arriving per step from step 0."""
 
-    count: _int(0, 1 << 16)
-    prompt_len_min: _int(1, MAX_TOKENS)
-    prompt_len_max: _int(1, MAX_TOKENS)
-    max_new_tokens: _int(0, MAX_TOKENS)
-    per_step: _int(1, 1 << 16)
-
-
-def _list(item: Any, min_len: int = 1) -> Any:
-    accepts = f"a list of at least {min_len} item(s), each {accepts_text(item)}"
-    return Annotated[tuple[item, ...], Field(min_length=min_len, description=accepts)]
+    count: Annotated[int, Strict(), Field(ge=0, le=1 << 16)]
+    prompt_len_min: Tokens
+    prompt_len_max: Tokens
+    max_new_tokens: NewTokens
+    per_step: Annotated[int, Strict(), Field(ge=1, le=1 << 16)]
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -160,21 +165,27 @@ class ScenarioDeployment:
     ``KvCacheCreator._cal_max_memory`` (docs/REFERENCE.md §1); rank r's workspace is
     ``workspace_gib + workspace_skew_gib * r / (ranks - 1)``."""
 
-    ranks: _int(1, 1024)
-    attention_dp: BOOL
-    expert_parallel_size: _int(1, 1024)
-    image: TEXT  # the TensorRT-LLM version the report ran
-    gpu_memory_gib: _float(0.0, 4096.0, low_open=True)
-    workspace_gib: _float(0.0, 4096.0)
-    workspace_skew_gib: _float(0.0, 4096.0)
-    activations_gib: _float(0.0, 4096.0)
-    non_torch_gib: _float(0.0, 4096.0)
-    free_gpu_memory_fraction: _float(0.0, 1.0, low_open=True)
-    max_num_tokens: _int(1, MAX_TOKENS)  # the scheduler's token budget per pass
-    chunked_prefill: BOOL
-    stall_limit: _int(1, 1 << 20)
-    max_steps: _int(1, 1 << 24)
-    requests: _list(DeployedRequest)
+    ranks: Ranks
+    attention_dp: Bool
+    expert_parallel_size: Ranks
+    image: Text  # the TensorRT-LLM version the report ran
+    gpu_memory_gib: Annotated[float, Strict(), Field(gt=0.0, le=4096.0)]
+    workspace_gib: GiB
+    workspace_skew_gib: GiB
+    activations_gib: GiB
+    non_torch_gib: GiB
+    free_gpu_memory_fraction: Annotated[float, Strict(), Field(gt=0.0, le=1.0)]
+    max_num_tokens: Tokens  # the scheduler's token budget per pass
+    chunked_prefill: Bool
+    stall_limit: Annotated[int, Strict(), Field(ge=1, le=1 << 20)]
+    max_steps: Annotated[int, Strict(), Field(ge=1, le=1 << 24)]
+    requests: Annotated[
+        tuple[DeployedRequest, ...],
+        Field(
+            min_length=1,
+            description=f"a list of at least 1 item(s), each {accepts_text(DeployedRequest)}",
+        ),
+    ]
     background: BackgroundRequests | None = None
 
 
@@ -182,31 +193,41 @@ class ScenarioDeployment:
 class Assumption:
     """A number the source leaves unstated: the value used, its plausible range, and why."""
 
-    value: SCALAR
-    range: _list(SCALAR, min_len=2)
-    why: TEXT
+    value: Scalar
+    range: Annotated[
+        tuple[Scalar, ...],
+        Field(
+            min_length=2, description=f"a list of at least 2 item(s), each {accepts_text(Scalar)}"
+        ),
+    ]
+    why: Text
 
 
 @dataclass(frozen=True, config=CONFIG)
 class Scenario:
     """One experiment: where it comes from, what it ran, and the numbers it reported."""
 
-    name: _text(r"^[a-z0-9][a-z0-9_.-]*$", "a lower-case file stem: letters, digits, '_', '.', '-'")
-    title: TEXT
-    source: TEXT  # the publication and the software version it used
-    gpu: TEXT
+    name: Annotated[
+        str,
+        Strict(),
+        Field(
+            pattern=r"^[a-z0-9][a-z0-9_.-]*$",
+            description="a lower-case file stem: letters, digits, '_', '.', '-'",
+        ),
+    ]
+    title: Text
+    source: Text  # the publication and the software version it used
+    gpu: Text
     parameters: ScenarioParameters
     expected: Annotated[
-        dict[Literal[tuple(EXPECTED)], _int(0)],  # type: ignore[misc]
-        Field(
-            description=f"a mapping from some of {sorted(EXPECTED)} to an int in [0, {MAX_COUNT}]"
-        ),
+        dict[Literal[tuple(EXPECTED)], Count],  # type: ignore[valid-type]
+        Field(description=f"a mapping from some of {sorted(EXPECTED)} to {accepts_text(Count)}"),
     ] = dataclasses.field(default_factory=dict)
     deployment: ScenarioDeployment | None = None
     assumptions: Annotated[
-        dict[FIELD_PATH, Assumption],
+        dict[FieldPath, Assumption],
         Field(
-            description=f"a mapping from {accepts_text(FIELD_PATH)} to {accepts_text(Assumption)}"
+            description=f"a mapping from {accepts_text(FieldPath)} to {accepts_text(Assumption)}"
         ),
     ] = dataclasses.field(default_factory=dict)
 
