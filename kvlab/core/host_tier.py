@@ -1,26 +1,11 @@
-"""The cache tier below the GPU: where suspended caches' pages go, and how large it is.
+"""The cache tier below the GPU: how large it is, and which suspended caches' pages go there.
 
 Mirrors the tier set-up of ``KVCacheManagerV2.__init__``
-(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py at 0004396720, docs/REFERENCE.md
-§4a): ``KvCacheConfig.host_cache_size`` in bytes, where ``0`` means no tier below the GPU and
-``None`` (the real default) provisions an automatic host tier,
-``_compute_auto_host_tier_quota``: the smallest of the GPU quota, half the host memory available
-per co-located rank and 80 % of the memlock limit, falling back to the GPU quota when that is
-not positive; several ranks then take the MIN of their host quotas (PR #17717).
-A disk tier (``disk_cache_size``) is one more level below; ``can_evict`` is "more than one
-tier".
-
-What a tier below the GPU changes (the real storage manager evicts a held page only from a
-level that has one below it): a suspended cache keeps its pages on the GPU until an
-allocation needs them; then its pages move down, oldest suspension first, while the tier has
-room (:meth:`HostTier.make_room`). With no tier below, a suspended cache's pages stay where
-they are, and suspending frees nothing.
-
-Simplified: kvlab holds no host memory in reserve (a cache's bytes are copied to a CPU tensor
-when they move), so the tier is a count of pages; a cache's pages move all together, not page
-by page; host memory and the memlock limit are only what the caller passes (none by default,
-so the automatic tier is the GPU quota); the host and disk tiers are one pool of pages, and
-nothing is written to disk.
+(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py at 0004396720, REFERENCE.md
+§4a): ``host_cache_size`` None provisions the automatic host tier, 0 none; a disk tier is one more
+level. A suspended cache keeps its pages on the GPU until an allocation needs them; then the
+manager moves them down, oldest suspension first, while the tier has room. Simplified: the tier is
+a count of pages (host and disk as one), a cache moves all together, nothing is written to disk.
 """
 
 from __future__ import annotations
@@ -31,7 +16,6 @@ from kvlab.core.checks import MAX_COUNT, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
-    from kvlab.core.pool import PagePool
 
 
 def _known(limit: float | None) -> bool:
@@ -130,12 +114,9 @@ class HostTier:
         )
         assert all(c.suspended for c in self._on_gpu.values()), "a tracked cache is active"
 
-    def make_room(self, pool: PagePool, count: int) -> bool:
-        """Move suspended caches' pages down, oldest first, until ``count`` pages of ``pool``
-        are free; False, moving nothing, when the tier cannot take enough of them."""
-        shortfall = count - pool.free_blocks
-        if shortfall <= 0:
-            return True
+    def choose(self, shortfall: int) -> list[KVCache] | None:
+        """The suspended caches, oldest first, whose pages moving down free ``shortfall`` GPU
+        pages; None when the tier cannot take enough of them."""
         chosen, freed, room = [], 0, self.free_blocks
         for cache in self._on_gpu.values():
             if freed >= shortfall:
@@ -144,13 +125,12 @@ class HostTier:
                 chosen.append(cache)
                 freed += cache.num_blocks
                 room -= cache.num_blocks
-        if freed < shortfall:
-            return False
-        for cache in chosen:
-            self.used_blocks += cache.num_blocks
-            self.untrack(cache)
-            cache.move_to_lower_tier()
-        return True
+        return chosen if freed >= shortfall else None
+
+    def take(self, cache: KVCache) -> None:
+        """``cache``'s pages move down (call before they leave the GPU)."""
+        self.untrack(cache)
+        self.used_blocks += cache.num_blocks
 
     def give_back(self, count: int) -> None:
         assert 0 <= count <= self.used_blocks, (

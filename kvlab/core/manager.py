@@ -1,40 +1,16 @@
-"""KVCacheManager: owns the page pool and the page-index table; clamps max_seq_len.
+"""KVCacheManager: owns the pool, the page-index table, the tier below and the prefix cache,
+and alone moves pages between them; clamps max_seq_len.
 
-Mirrors the construction of ``KVCacheManagerV2``
-(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py), docs/REFERENCE.md §2, in order:
-
-1. ``max_num_tokens``: the longest single sequence the pool can hold, in whole blocks
-   (64 blocks * 32 = 2048 in the seed);
-2. if ``max_seq_len > max_num_tokens``: warn and clamp ``max_seq_len`` (the clamp);
-3. the page-index width from the width policy ("clamped": 68, "configured": 260);
-4. the table of ``max_batch_size * pp_size + 1`` slots;
-5. the tier below the GPU (``host_cache_size``: None, the real default, provisions the
-   automatic host tier; 0 leaves the GPU alone, ``can_evict`` False, unless a
-   ``disk_cache_size`` adds a disk tier; kvlab.core.host_tier), and
-   ``max_util_for_resume`` (``KvCacheConfig``'s 0.95): a suspended cache resumes only while
-   the GPU's page utilization is at most that.
-
-The clamp counts GPU pages only: ``get_num_available_tokens`` asks
-``clamp_max_seq_len_for_mem``, whose comment says it "considers all tiers (GPU + host)" but
-whose slot count defaults to the GPU level, so the seed's 2048 tokens come out with the host
-tier on or off (docs/REFERENCE.md §4a).
-
-``resize_context`` is the real one's: target = context position + num_tokens + extra tokens,
-``kv_cache.resize(max(capacity, target))``; on False a first context chunk is suspended and
-False returned. It catches nothing: a PageIndexTooShort goes up to the caller, as in the
-engine, where it reaches the executor loop and takes every rank down.
-
-The scheduler asks the manager, and only the manager, for pages: :meth:`allocate_context`
-(prepare then resize), :meth:`try_allocate_generation`, :meth:`prepare_disagg_gen_init`,
-:meth:`suspend` and :meth:`resume`, the real manager's methods of those names; each answers
-whether it got the pages (:class:`Allocation` where there are three answers, as vLLM's
-``KVCacheManager.allocate_slots`` answers blocks or None). The request's state is the
-scheduler's to set from the answer and :meth:`is_request_active`.
+Mirrors ``KVCacheManagerV2`` (tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py,
+REFERENCE.md §2): its construction in order (the longest sequence the pool holds, the clamp, the
+page-index width by policy, the table, the tier below: ``host_cache_size`` None is the automatic
+host tier, 0 none) and the scheduler's calls of the same names (``prepare_context``,
+``resize_context``, ``try_allocate_generation``, ``prepare_disagg_gen_init``, ``suspend``,
+``resume``). A PageIndexTooShort goes up uncaught, tagged with its request.
 """
 
 from __future__ import annotations
 
-import enum
 import warnings
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -59,26 +35,13 @@ class MaxSeqLenClampWarning(UserWarning):
     """max_seq_len was larger than the pool can hold and was clamped."""
 
 
-class Allocation(enum.Enum):
-    """What :meth:`KVCacheManager.allocate_context` answers."""
-
-    GRANTED = "granted"  # the cache holds the tokens
-    REFUSED = "refused"  # too few pages (a first chunk's cache is left suspended)
-    NO_SLOT = "no slot"  # prepare failed: no free page-index row, or a suspended cache stays down
-
-
-def _tagged(request: Request, resize) -> bool:
-    """Run a resize; a PageIndexTooShort goes on up, tagged with the request it hit (the native
-    message stays ``str(exc)``)."""
-    try:
-        return resize()
-    except PageIndexTooShort as exc:
-        exc.request_id = request.request_id
-        exc.add_note(
-            f"kvlab: while resizing request {request.request_id!r}: it needs "
-            f"{exc.needed_entries:,} page-index entries, the row has {exc.available_entries:,}"
-        )
-        raise
+def _tag(exc: PageIndexTooShort, request: Request) -> None:
+    """Name the request a PageIndexTooShort hit (``str(exc)`` stays the native message)."""
+    exc.request_id = request.request_id
+    exc.add_note(
+        f"kvlab: while resizing request {request.request_id!r}: it needs "
+        f"{exc.needed_entries:,} page-index entries, the row has {exc.available_entries:,}"
+    )
 
 
 def _allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, device) -> PagePool:
@@ -225,10 +188,7 @@ class KVCacheManager:
         )
         # 6. block reuse: every allocation goes through the prefix cache (empty with reuse off)
         self.prefix_cache = PrefixCache(
-            self.pool,
-            self.host_tier,
-            geometry.tokens_per_block,
-            enable_partial_reuse and enable_block_reuse,
+            self.pool, geometry.tokens_per_block, enable_partial_reuse and enable_block_reuse
         )
         self._caches: dict[str, KVCache] = {}
         #: The live caches by request id, read-only: they change only through this manager.
@@ -282,10 +242,114 @@ class KVCacheManager:
         """Sequences that may be resident at once; None = unbounded (attention-only)."""
         return None
 
-    def allocate_pages(self, count: int):
-        """``count`` pages of the pool through its one door (``PrefixCache.allocate``: cached
-        pages are evicted, then suspended caches' pages move down, where too few are free)."""
-        return self.prefix_cache.allocate(count)
+    # -- moving pages: the one door of the pool ------------------------------------------
+    def _make_room(self, count: int) -> None:
+        """Where fewer than ``count`` pages are free: evict cached pages no cache holds (least
+        recently released first), after moving suspended caches' pages down if even those are
+        too few; nothing moves when that cannot make enough (REFERENCE.md §10)."""
+        pool, cached = self.pool, self.prefix_cache
+        shortfall = count - pool.free_blocks - cached.evictable_blocks
+        if shortfall > 0:
+            movers = self.host_tier.choose(shortfall)
+            if movers is None:
+                return
+            for cache in movers:
+                self._move_down(cache)
+        if count > pool.free_blocks:  # a cache that moved down may have freed shared pages
+            pool.free(cached.evict(min(count - pool.free_blocks, cached.evictable_blocks)))
+
+    def allocate_pages(self, count: int) -> list[int] | None:
+        """``count`` pages through the pool's one door (:meth:`_make_room`); None when too few."""
+        self._make_room(count)
+        return self.pool.allocate(count)
+
+    def grow(self, caches: list[KVCache], blocks: list[int]) -> bool:
+        """Give each cache ``blocks`` pages, taking those they lack in one allocation, all or
+        none: False, nothing changed, when the pool cannot make enough."""
+        needs = [count - cache.num_blocks for cache, count in zip(caches, blocks)]
+        total = sum(needs)
+        if total:
+            self._make_room(total)
+            pages = self.pool.allocate(total)
+            if pages is None:
+                return False
+            start = 0
+            for cache, need in zip(caches, needs):
+                self._append(cache, pages[start : start + need])
+                start += need
+        return True
+
+    def shrink(self, cache: KVCache, keep: int) -> None:
+        """Give back the cache's pages from ``keep`` on: committed ones to the prefix cache
+        (held no more), the rest to the pool."""
+        tail = cache.pages[keep:]
+        del cache.pages[keep:]
+        self.page_index.clear(cache.slot, keep)
+        held = cache.committed - keep
+        if held > 0:
+            self.prefix_cache.release(tail[:held])
+            tail = tail[held:]
+            cache.committed = keep
+        self.pool.free(tail)
+
+    def _append(self, cache: KVCache, pages: list[int]) -> None:
+        self.page_index.write(cache.slot, cache.num_blocks, pages)
+        cache.pages.extend(pages)
+
+    def _move_down(self, cache: KVCache) -> None:
+        """Copy a suspended cache's page bytes to the tier below and give the pages back."""
+        self.host_tier.take(cache)
+        storage = self.pool.storage
+        index = torch.tensor(cache.pages, dtype=torch.long, device=storage.device)
+        cache.host_copy = storage.index_select(0, index).cpu()
+        self.shrink(cache, 0)
+
+    def row(self, cache: KVCache) -> torch.Tensor:
+        """A cache's base page indices: a zero-copy view of its row."""
+        return self.page_index.row(cache.slot)
+
+    def suspend_cache(self, cache: KVCache) -> None:
+        """Make the cache inactive (native ``suspend``); its pages stay on the GPU until an
+        allocation needs them and the tier below has room (kvlab.core.host_tier)."""
+        if not cache.suspended:
+            cache.suspended = True
+            if cache.pages:
+                self.host_tier.track(cache)
+
+    def resume_cache(self, cache: KVCache) -> bool:
+        """Make a suspended cache active again (native ``resume``): refused (False) while the
+        GPU's page utilization is above ``max_util_for_resume`` (cached pages no cache holds
+        count as free), or when its pages below cannot come back."""
+        if not cache.suspended:
+            return True
+        pool = self.pool
+        if pool.used_blocks - self.prefix_cache.evictable_blocks > (
+            self.max_util_for_resume * pool.num_blocks
+        ):
+            return False
+        if cache.host_copy is not None:
+            count = cache.host_copy.shape[0]
+            pages = self.allocate_pages(count)
+            if pages is None:
+                return False
+            storage = pool.storage
+            index = torch.tensor(pages, dtype=torch.long, device=storage.device)
+            storage.index_copy_(0, index, cache.host_copy.to(storage.device))
+            self.host_tier.give_back(count)
+            cache.host_copy = None
+            self._append(cache, pages)
+        self.host_tier.untrack(cache)
+        cache.suspended = False
+        return True
+
+    def release(self, cache: KVCache) -> None:
+        """Give back every page of the cache, on the device or below; it ends empty."""
+        self.host_tier.untrack(cache)
+        self.shrink(cache, 0)
+        self.host_tier.give_back(cache.suspended_blocks)
+        cache.host_copy = None
+        cache.suspended = False
+        cache.capacity = cache.history_length = 0
 
     # -- caches -------------------------------------------------------------------------
     def create_cache(self, request_id: str) -> KVCache:
@@ -294,14 +358,7 @@ class KVCacheManager:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
         if request_id in self._caches:
             raise ValueError(f"request_id {request_id!r} already has a cache")
-        cache = KVCache(
-            request_id,
-            self.page_index.acquire_slot(),
-            prefix_cache=self.prefix_cache,
-            page_index=self.page_index,
-            tokens_per_block=self.geometry.tokens_per_block,
-            max_util_for_resume=self.max_util_for_resume,
-        )
+        cache = KVCache(request_id, self.page_index.acquire_slot(), self)
         self._caches[request_id] = cache
         return cache
 
@@ -314,16 +371,33 @@ class KVCacheManager:
         except KeyError:
             raise KeyError(f"no cache for request {request_id!r}") from None
 
+    def free(self, request: Request | KVCache | str) -> None:
+        """Release a cache: its pages (device or host) and its page-index slot."""
+        cache = request if isinstance(request, KVCache) else self.get_cache(request)
+        if self._caches.get(cache.request_id) is not cache:
+            # a cache already freed (or another manager's): releasing its slot again would
+            # clear the row of whichever cache holds that slot now
+            raise KeyError(f"cache {cache.request_id!r} is not a live cache of this manager")
+        self.release(cache)
+        cache.freed = True
+        self.page_index.release_slot(cache.slot)
+        del self._caches[cache.request_id]
+
+    def is_request_active(self, request: Request | str) -> bool:
+        """The request holds an active (not suspended) cache."""
+        request_id = request if isinstance(request, str) else request.request_id
+        cache = self._caches.get(request_id)
+        return cache is not None and cache.is_active
+
+    # -- what the scheduler asks ---------------------------------------------------------
     def prepare_context(self, request: Request) -> bool:
         """The real ``prepare_context``: the request's cache, created if it has none, active.
-        False when no page-index row is free (the real IndexMapper's answer) or a suspended
-        cache cannot resume. With block reuse, a new cache starts holding the longest cached
-        prefix of the prompt less its last token (the last is always computed), a partially
-        matched page copied into a page of its own; the request's context then starts after
-        it (``prepopulated_prompt_len``)."""
+        False when no page-index row is free or a suspended cache cannot resume. With block
+        reuse a new cache starts holding the longest cached prefix of the prompt less its last
+        token (a partially matched page copied into its own); the context starts after it."""
         cache = self._caches.get(request.request_id)
         if cache is not None:
-            return not cache.suspended or cache.resume()
+            return self.resume_cache(cache)
         if self.page_index.free_slots == 0:
             return False
         cache = self.create_cache(request.request_id)
@@ -336,9 +410,8 @@ class KVCacheManager:
         return self.enable_block_reuse and bool(request.prefix_hashes)
 
     def probe_first_new_block_key(self, request: Request) -> tuple | None:
-        """The key of the first whole page of the prompt that is not committed yet, the block
-        the request would commit next (None: reuse off, no hashes, or no whole page left): the
-        real probe the prefix-aware skip asks (``KVCacheManagerV2.probe_first_new_block_key``)."""
+        """The key of the first whole prompt page not committed yet (None: reuse off, no
+        hashes, or none left): the real ``probe_first_new_block_key``."""
         if not self.reuses(request):
             return None
         return self.prefix_cache.first_new_key(request)
@@ -346,13 +419,12 @@ class KVCacheManager:
     def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
         prefix_cache = self.prefix_cache
         match = prefix_cache.match(request, request.context_len - 1)
-        pages = match.pages
+        pages, tokens = match.pages, match.tokens
         prefix_cache.hold(pages)
         cache.committed = len(pages)
-        tokens = match.tokens
         if match.partial is not None:
             prefix_cache.hold([match.partial])  # not evicted to make room for its own copy
-            copy = prefix_cache.allocate(1)
+            copy = self.allocate_pages(1)
             if copy is None:  # no page to copy into: the whole pages only
                 tokens -= match.partial_tokens
             else:
@@ -361,130 +433,85 @@ class KVCacheManager:
                 pages = pages + copy
             prefix_cache.release([match.partial])
         if pages:
-            cache._append(pages)
+            self._append(cache, pages)
             cache.capacity = cache.history_length = tokens
         request.context_current_position = request.prepopulated_prompt_len = tokens
 
     def update_context(self, request: Request) -> None:
-        """The request's context ran up to ``context_current_position`` (the real
-        ``update_context_resources``): its cache's history advances there, and with block reuse
-        the pages it computed are committed so other prompts can reuse them: under the
-        "all_reusable" policy (the real default) after every chunk, else once the context is
-        complete; only prompt tokens (generated ones never), the prompt's partial last page with
-        its last chunk, and nothing after that (the real ``stop_committing``)."""
+        """The context ran up to ``context_current_position`` (the real
+        ``update_context_resources``): the history advances, and with block reuse the computed
+        prompt pages are committed: after every chunk under "all_reusable" (the default), else
+        once the context is complete."""
         cache = self._caches.get(request.request_id)
         if cache is None or cache.suspended:  # suspended since it ran: the next pass resumes it
             return
         position = request.context_current_position
-        if position > cache.history_length:
-            cache.history_length = position
+        cache.history_length = max(cache.history_length, position)
         if not self.reuses(request):
             return
         finished = request.is_context_finished
         if finished or self.block_reuse_policy == "all_reusable":
-            self.prefix_cache.commit(cache, request, position, finished)
+            cache.committed, rebased = self.prefix_cache.commit(
+                cache.pages, cache.committed, request, position, finished
+            )
+            for index, page in rebased:  # computed twice: the tree's page replaces its own
+                self.pool.free([cache.pages[index]])
+                cache.pages[index] = page
+                self.page_index.write(cache.slot, index, [page])
 
     def resize_context(self, request: Request, num_tokens: int) -> bool:
-        """Grow the request's cache for its next ``num_tokens`` context tokens (module docstring)."""
+        """The real ``resize_context``: grow the cache to hold the next ``num_tokens`` context
+        tokens and the extra KV tokens; on False a first chunk's cache is suspended."""
         num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
         cache = self.get_cache(request)
         target = request.context_current_position + num_tokens + self.num_extra_kv_tokens
-        if cache.resize(max(cache.capacity, target)):
-            return True
+        try:
+            if cache.resize(max(cache.capacity, target)):
+                return True
+        except PageIndexTooShort as exc:
+            _tag(exc, request)
+            raise
         if request.is_first_context_chunk:
-            cache.suspend()
+            self.suspend_cache(cache)
         return False
-
-    def free(self, request: Request | KVCache | str) -> None:
-        """Release a cache: its pages (device or host) and its page-index slot."""
-        cache = request if isinstance(request, KVCache) else self.get_cache(request)
-        if self._caches.get(cache.request_id) is not cache:
-            # a cache already freed (or another manager's): releasing its slot again would
-            # clear the row of whichever cache holds that slot now
-            raise KeyError(f"cache {cache.request_id!r} is not a live cache of this manager")
-        cache.release()
-        cache.freed = True
-        self.page_index.release_slot(cache.slot)
-        del self._caches[cache.request_id]
-
-    def grow_each(self, caches: Sequence[KVCache], num_tokens: int = 1) -> bool:
-        """Grow every one of ``caches`` (active, this manager's) by ``num_tokens`` tokens, taking
-        the pages they need in one allocation from the pool, all or none: False, and nothing
-        changed, when the pool has too few. Each cache ends as ``resize(capacity + num_tokens)``
-        leaves it (PageIndexTooShort, before anything is taken, when a row is too short). A
-        decode batch's growth, as SGLang's ``prepare_for_decode`` allocates it
-        (``alloc_token_slots`` for the whole batch, sglang/srt/managers/schedule_batch.py)."""
-        num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
-        tokens_per_block, width = self.geometry.tokens_per_block, self.max_blocks_per_seq
-        needs = []
-        for cache in caches:
-            if self._caches.get(cache.request_id) is not cache or cache.suspended:
-                raise ValueError(
-                    f"caches: {cache.request_id!r} is not an active cache of this manager"
-                )
-            blocks = div_ceil(cache.capacity + num_tokens, tokens_per_block)
-            if blocks > width:
-                raise PageIndexTooShort(blocks, width)
-            needs.append(blocks - cache.num_blocks)
-        pages = self.prefix_cache.allocate(sum(needs))
-        if pages is None:
-            return False
-        start = 0
-        for cache, need in zip(caches, needs):
-            if need:
-                cache._append(pages[start : start + need])
-                start += need
-            cache.capacity += num_tokens
-        return True
-
-    # -- allocation steps: what the scheduler asks -------------------------------------
-    def refusal_window(self) -> tuple[int, int]:
-        """(fit, span): a new cache of ``num_tokens`` tokens with ``fit < num_tokens <= span`` is
-        certainly refused and leaves nothing behind: it needs more pages than are free plus all
-        that suspended caches could move down (an upper bound), yet no more than a row holds
-        (more would raise PageIndexTooShort). Like the real ``_pending_ctx_certainly_blocked``:
-        only the pool's failed_allocations counter misses the skipped attempt."""
-        extra = self.num_extra_kv_tokens
-        return (
-            self.allocatable_blocks * self.tokens_per_block - extra,
-            self.page_index_span_tokens - extra,
-        )
-
-    def certainly_refuses(self, num_tokens: int) -> bool:
-        fit, span = self.refusal_window()
-        return fit < num_tokens <= span
-
-    def allocate_context(self, request: Request, num_tokens: int) -> Allocation:
-        """:meth:`prepare_context` then :meth:`resize_context` for the request's next
-        ``num_tokens`` context tokens: NO_SLOT when prepare fails, else the resize's answer. A
-        new cache that cannot reuse anything and :meth:`certainly_refuses` is REFUSED without
-        the round trip."""
-        cache = self._caches.get(request.request_id)
-        if (
-            cache is None
-            and self.page_index.free_slots
-            and not self.reuses(request)
-            and self.certainly_refuses(num_tokens)
-        ):
-            return Allocation.REFUSED
-        if (cache is None or cache.suspended) and not self.prepare_context(request):
-            return Allocation.NO_SLOT
-        if _tagged(request, lambda: self.resize_context(request, num_tokens)):
-            return Allocation.GRANTED
-        return Allocation.REFUSED
 
     def try_allocate_generation(self, request: Request) -> bool:
         """The real ``try_allocate_generation``: resume the cache if suspended, then grow it by
         one token plus the draft tokens."""
         cache = self.get_cache(request)
-        if cache.suspended and not cache.resume():
+        if not self.resume_cache(cache):
             return False
-        return _tagged(request, lambda: cache.resize(cache.capacity + 1 + request.num_draft_tokens))
+        try:
+            return cache.resize(cache.capacity + 1 + request.num_draft_tokens)
+        except PageIndexTooShort as exc:
+            _tag(exc, request)
+            raise
+
+    def grow_each(self, caches: Sequence[KVCache], num_tokens: int = 1) -> bool:
+        """Grow every one of ``caches`` (active, this manager's) by ``num_tokens``, all or
+        none, each ending as ``resize(capacity + num_tokens)`` leaves it: a decode batch's
+        growth, as SGLang's ``prepare_for_decode`` allocates it in one go
+        (sglang/srt/managers/schedule_batch.py)."""
+        num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
+        width, blocks = self.max_blocks_per_seq, []
+        for cache in caches:
+            if self._caches.get(cache.request_id) is not cache or cache.suspended:
+                raise ValueError(
+                    f"caches: {cache.request_id!r} is not an active cache of this manager"
+                )
+            blocks.append(div_ceil(cache.capacity + num_tokens, self.tokens_per_block))
+            if blocks[-1] > width:
+                raise PageIndexTooShort(blocks[-1], width)
+        if not self.grow(list(caches), blocks):
+            return False
+        for cache in caches:
+            cache.capacity += num_tokens
+        return True
 
     def prepare_disagg_gen_init(self, request: Request) -> bool:
         """The real ``prepare_disagg_gen_init``: a cache sized for the transferred context, its
         draft tokens and the extra KV tokens, with the prompt as its history. Refused (False)
-        or raising, the cache is freed: the request is retried from scratch, or never ran."""
+        or raising, the cache is freed."""
         if request.request_id not in self._caches:
             if self.page_index.free_slots == 0:
                 return False
@@ -492,27 +519,26 @@ class KVCacheManager:
         cache = self._caches[request.request_id]
         target = request.prompt_len + request.num_draft_tokens + self.num_extra_kv_tokens
         try:
-            fitted = _tagged(
-                request, lambda: cache.resize(max(cache.capacity, target), request.prompt_len)
-            )
-        except PageIndexTooShort:
+            fitted = cache.resize(max(cache.capacity, target), request.prompt_len)
+        except PageIndexTooShort as exc:
+            _tag(exc, request)
             self.free(cache)
             raise
         if not fitted:
             self.free(cache)
         return fitted
 
-    def is_request_active(self, request: Request | str) -> bool:
-        """The request holds an active (not suspended) cache."""
-        request_id = request if isinstance(request, str) else request.request_id
-        cache = self._caches.get(request_id)
-        return cache is not None and cache.is_active
+    def reject_draft_tokens(self, request: Request) -> None:
+        """Every draft token of the step was rejected: the slots reserved for them go back."""
+        if request.num_draft_tokens:
+            cache = self.get_cache(request)
+            cache.resize(cache.capacity - request.num_draft_tokens)
 
     def suspend(self, request: Request | str) -> None:
-        self.get_cache(request).suspend()
+        self.suspend_cache(self.get_cache(request))
 
     def resume(self, request: Request | str) -> bool:
-        return self.get_cache(request).resume()
+        return self.resume_cache(self.get_cache(request))
 
     # -- checks -------------------------------------------------------------------------
     def check_invariants(self) -> None:

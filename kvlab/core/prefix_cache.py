@@ -33,15 +33,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvlab.core.checks import check_int
+from kvlab.core.request import MOONCAKE_TOKENS_PER_HASH
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kvlab.core.host_tier import HostTier
-    from kvlab.core.kv_cache import KVCache
     from kvlab.core.pool import PagePool
     from kvlab.core.request import Request
-
-#: Tokens per hash in Mooncake's FAST'25 traces (``hash_ids``: one per 512-token block).
-MOONCAKE_TOKENS_PER_HASH = 512
 
 
 def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> tuple[int, ...]:
@@ -96,15 +92,8 @@ class PrefixCache:
     key, the hashes that made it and its holders; no object per page, so a replay's millions
     of commits cost a dict entry each and nothing for the garbage collector."""
 
-    def __init__(
-        self,
-        pool: PagePool,
-        host_tier: HostTier,
-        tokens_per_block: int,
-        enable_partial_reuse: bool = True,
-    ):
+    def __init__(self, pool: PagePool, tokens_per_block: int, enable_partial_reuse: bool = True):
         self.pool = pool
-        self.host_tier = host_tier
         self.tokens_per_block = tokens_per_block
         self.enable_partial_reuse = enable_partial_reuse
         self._pages: dict[tuple, int] = {}  # key -> committed page
@@ -133,24 +122,11 @@ class PrefixCache:
     def is_committed(self, page: int) -> bool:
         return self._key[page] is not None
 
-    # -- allocation: the pool's one door -----------------------------------------------
-    def allocate(self, count: int) -> list[int] | None:
-        """``count`` free pages, evicting cached pages (least recently released first) and then
-        moving suspended caches down where the pool has too few; None, with nothing evicted
-        or moved, when even that cannot make enough."""
-        pool = self.pool
-        shortfall = count - pool.free_blocks
-        if shortfall > 0:
-            evictable = self.evictable_blocks
-            if shortfall > evictable and not self.host_tier.make_room(pool, count - evictable):
-                return pool.allocate(count)  # None, counted as a failed allocation
-            # a cache that moved down may have freed less than counted (pages it shared)
-            self._evict(min(count - pool.free_blocks, self.evictable_blocks))
-        return pool.allocate(count)
-
-    def _evict(self, count: int) -> None:
+    def evict(self, count: int) -> list[int]:
+        """Drop ``count`` cached pages no cache holds, least recently released first; return
+        them for the pool."""
         if count <= 0:
-            return
+            return []
         popitem, pages, keys = self._evictable.popitem, self._pages, self._key
         freed = []
         for _ in range(count):
@@ -163,7 +139,7 @@ class PrefixCache:
             freed.append(page)
         self.evicted_blocks += count
         self.evictable_blocks -= count
-        self.pool.free(freed)
+        return freed
 
     # -- the partial-match index -------------------------------------------------------
     def _indexed(self, page: int) -> bool:
@@ -265,42 +241,43 @@ class PrefixCache:
                 self.evictable_blocks += 1
 
     # -- commit ------------------------------------------------------------------------
-    def commit(self, cache: KVCache, request: Request, end: int, last: bool) -> None:
-        """Commit the cache's pages holding the request's first ``end`` prompt tokens (full
-        pages; with ``last``, the partial page that ends the prompt too). A page whose key is
-        committed already is given up for the tree's ("rebasing"), its row entry rewritten."""
-        tokens_per_block, pages = self.tokens_per_block, cache.pages
+    def commit(
+        self, pages: list[int], committed: int, request: Request, end: int, last: bool
+    ) -> tuple[int, list[tuple[int, int]]]:
+        """Commit a cache's ``pages`` holding the request's first ``end`` prompt tokens, from
+        its ``committed`` first on (full pages; with ``last``, the partial page that ends the
+        prompt too). Returns the new committed count and, for each page whose key is committed
+        already, (its index, the tree's page) to rebase onto (its own goes back to the pool)."""
+        tokens_per_block = self.tokens_per_block
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
         end = min(end, hashed_tokens(request), len(pages) * tokens_per_block)
-        index = cache.committed
+        index, rebased = committed, []
         page_end = (index + 1) * tokens_per_block
-        committed, keys, sources, holders = self._pages, self._key, self._source, self._holders
+        tree, keys, sources, holders = self._pages, self._key, self._source, self._holders
         source, indexed = (hashes, per_hash), per_hash % tokens_per_block != 0
-        while page_end <= end:  # the hot loop of a replay: one page a turn
+        while page_end <= end:
             key = (hashes[(page_end - 1) // per_hash], page_end)
-            page = committed.get(key)
+            page = tree.get(key)
             mine = pages[index]
             if page is None:
-                committed[key] = mine
+                tree[key] = mine
                 keys[mine], sources[mine], holders[mine] = key, source, 1
                 if indexed:
                     self._index(mine)
             elif page != mine:  # computed twice: rebase onto the tree's page
                 self.hold([page])
-                self.pool.free([mine])
-                pages[index] = page
-                cache.page_index.write(cache.slot, index, [page])
+                rebased.append((index, page))
             index += 1
             page_end += tokens_per_block
-        cache.committed = index
         if last and end == request.prompt_len and index * tokens_per_block < end:
             key = prefix_key(hashes, per_hash, end)
-            if key not in committed:  # else the same partial page is cached: this one stays its own
+            if key not in tree:  # else the same partial page is cached: this one stays its own
                 mine = pages[index]
-                committed[key] = mine
+                tree[key] = mine
                 keys[mine], sources[mine], holders[mine] = key, source, 1
                 self._index(mine)
-                cache.committed = index + 1
+                index += 1
+        return index, rebased
 
     def _index(self, page: int) -> None:
         first_block = self._first_block(page)

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from kvlab.core.checks import MAX_COUNT, check_int, store_checked
-from kvlab.core.prefix_cache import MOONCAKE_TOKENS_PER_HASH
+
+#: Tokens per hash in Mooncake's FAST'25 traces (``hash_ids``: one per 512-token block).
+MOONCAKE_TOKENS_PER_HASH = 512
 
 
 class RequestState(StrEnum):

@@ -363,7 +363,7 @@ class Engine:
         for request in batch.fitting_disagg_gen_init_requests:
             self._mark_started(request)
             request.context_current_position = request.prompt_len
-            self._reject_drafts(request)
+            self.scheduler.manager.reject_draft_tokens(request)
             self._produce_token(request)  # the context server's first token
         update = self.scheduler.manager.update_context
         for request in batch.context_requests:
@@ -371,11 +371,10 @@ class Engine:
             request.context_current_position += request.context_chunk_size
             update(request)
             if request.is_context_finished:
-                self._reject_drafts(request)
+                self.scheduler.manager.reject_draft_tokens(request)
                 self._produce_token(request)
         for request in batch.generation_requests:
-            if request.num_draft_tokens:
-                self._reject_drafts(request)
+            self.scheduler.manager.reject_draft_tokens(request)
             if (
                 request.first_token_step is None
                 or request.num_generated + 1 >= request.output_limit
@@ -383,12 +382,6 @@ class Engine:
                 self._produce_token(request)  # a first or a last token: events to record
             else:
                 request.num_generated += 1
-
-    def _reject_drafts(self, request: Request) -> None:
-        """Every draft token is rejected: the slots reserved for them are given back."""
-        if request.num_draft_tokens:
-            cache = self.scheduler.manager.get_cache(request)
-            cache.resize(cache.capacity - request.num_draft_tokens)
 
     def _mark_started(self, request: Request) -> None:
         if request.first_scheduled_step is None:

@@ -7,14 +7,12 @@ Non-chunked: the whole remaining context plus its draft tokens is one unit, chec
 budget. Chunked: chunk = min(token budget left, context remaining, max_context_length), rounded
 down to ``chunk_unit_size`` unless it is the last; the last chunk carries the draft tokens (in
 the budget and the resize, after the budget check). :func:`plan_context` changes nothing: the
-Scheduler (kvlab.sched.scheduler) applies the plan it returns, and :class:`CertainRefusal`, the
-shortcut that refuses a pending first chunk without its attempt, asks the same planner what the
-attempt would resize by.
+Scheduler (kvlab.sched.scheduler) applies the plan it returns, and the certain refusal
+(kvlab.sched.shortcuts) asks it what an attempt would resize by.
 """
 
 from __future__ import annotations
 
-from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request
 
 
@@ -85,49 +83,6 @@ def plan_context(
     if chunk < remaining:
         return chunk, chunk, chunk
     return remaining, chunk + drafts, remaining + drafts  # the last chunk
-
-
-class CertainRefusal:
-    """When a first context chunk is certainly refused, with no trace left
-    (``KVCacheManager.refusal_window``). The attempt would create the cache, be refused by
-    resize (False, not a raise) and free it again; only the pool's failed_allocations counter
-    and the request's context_chunk_size (set from the plan, read only once scheduled) tell the
-    two apart.
-
-    :meth:`refuses_first_chunk` asks :func:`plan_context` what the attempt would resize by, with
-    the budget left and the window read once, so a pass costs a plan and a comparison per
-    pending request, not an attempt each; it holds until the pass schedules something (the
-    scheduler then builds another)."""
-
-    __slots__ = (
-        "fit_tokens",
-        "width_tokens",
-        "budget_left",
-        "chunked",
-        "max_context_length",
-        "chunk_unit",
-    )
-
-    def __init__(
-        self,
-        manager: KVCacheManager,
-        budget_left: int | None,
-        chunked: bool,
-        max_context_length: int | None,
-        chunk_unit: int,
-    ):
-        self.fit_tokens, self.width_tokens = manager.refusal_window()
-        self.budget_left = budget_left
-        self.chunked = chunked
-        self.max_context_length = max_context_length
-        self.chunk_unit = chunk_unit
-
-    def refuses_first_chunk(self, request: Request) -> bool:
-        """``request`` holds no cache; a plan the budget STOPs is not a refusal."""
-        plan = plan_context(
-            request, self.budget_left, self.chunked, self.max_context_length, self.chunk_unit
-        )
-        return plan is not None and self.fit_tokens < plan[2] <= self.width_tokens
 
 
 def check_chunk_budget(

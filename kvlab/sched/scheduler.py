@@ -1,56 +1,17 @@
-"""Scheduler: one scheduling iteration at a time, as TensorRT-LLM's KVCacheV2Scheduler does it.
+"""Scheduler: one scheduling iteration at a time, as TensorRT-LLM's KVCacheV2Scheduler does it
+(``_schedule_loop``, tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py at 00746ef999;
+REFERENCE.md §4).
 
-Mirrors ``KVCacheV2Scheduler._schedule_loop``
-(tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py), docs/REFERENCE.md §4:
-
-- Try and see: no free-pages query decides anything; the scheduler asks the manager
-  (``allocate_context``, ``try_allocate_generation``, ``prepare_disagg_gen_init``, ``suspend``:
-  kvlab.core.manager) and reacts to its answer. A PageIndexTooShort from a resize is not
-  caught: it reaches the executor loop.
-- Phase 1 walks the active requests in arrival order. DISAGG_GENERATION_INIT requests go
-  through ``prepare_disagg_gen_init`` outside the budgets (False = retry next iteration).
-  Context requests are deferred to phase 2. A generation request grows by one token (+ its
-  draft tokens); when it cannot, room is made by the real ladder: suspend started
-  requests from the tail, then recompute-pause, then suspend itself and stop phase 1. Suspension asks nothing of the host tier: what a
-  suspension frees depends on the tier below the GPU (kvlab.core.kv_cache, ``KVCache.suspend``).
-- Phase 2 walks the deferred contexts: batch budget full -> break; STOP -> break; SKIP ->
-  continue. A first chunk that may reuse cached blocks is prepared first (``prepare_context``
-  before the budget, the real order): the reused prefix moves the context's start, and only
-  what is left is planned, charged and resized (the plan: kvlab.sched.context_plan).
-  Non-chunked, a token-budget miss or a prepare failure STOPs later contexts; chunked, a
-  prepare failure SKIPs. An allocation failure runs
-  ``preempt_for_pages``: with no tier below the GPU (and recompute pause on), the newest
-  started request that is neither scheduled this pass nor the one asking, and holds an active
-  cache, is recompute-paused, and phase 2 STOPs (the pages wait for the request that paid for
-  them); otherwise the context SKIPs. A failed first chunk has its cache freed and is retried
-  from scratch. Victims are only started requests, so first chunks are never evicted.
-- Scheduled contexts are sorted as ``_sort_requests`` sorts them: when some chunk is not the
-  last of its context, non-last chunks come before last chunks (stable; no LoRA key here).
-- Stall detection: ``stall_limit`` consecutive passes with active requests and no progress
-  (nothing scheduled, suspended, recompute-paused, aborted or fitted) raise SchedulerDeadlock
-  with the real message. The raise comes on the ``stall_limit``-th stalled pass itself, as the
-  real ``_stalled_schedules >= _DEADLOCK_STALL_ITERS`` (1000) check does, so a request that is
-  alone and never fits stops the engine in exactly ``stall_limit`` passes.
-
-Modelled on the newest scheduler read (commit 00746ef9992943a9bb604dbf1ecf00c64af58c32), which
-has ``preempt_for_pages`` and the 1000-pass stall detector; both came with PR #19235, and
-whether they had landed in the seed's 1.4.0rc3 build cannot be told from the public sources
-(docs/REFERENCE.md §4a). Simplified, and said where it matters: a beam width counts in the token budget and in the rule
-that one pass schedules one beam width, but a sequence's pages are not multiplied by it; no PEFT, encoder,
-cross-attention or KV connector. A request that cannot reuse (reuse off, or a prompt without
-``prefix_hashes``) has its budget checked before ``prepare_context``, which then decides
-nothing the budget could. The tier below the GPU belongs to the manager (``host_cache_size``;
-None, the real default, is the automatic host tier; 0 is none, and then ``preempt_for_pages``
-runs).
-
-Recurrent-state residency (PR #17261, a proposal closed without merging; docs/REFERENCE.md §5):
-when ``manager.max_resident_sequences()``
-is not None, a request that would take a new state slot (a first context chunk, or a
-DISAGG_GENERATION_INIT) is admitted only while fewer sequences hold a slot than the cap; a
-suspended sequence keeps its slot and counts. A capped first chunk is skipped (``continue``).
-These are the review's fixes; its scheduler findings (DISAGG_GENERATION_INIT neither gated nor
-counted; ``break`` at a capped first chunk) are subclasses in kvlab.case_studies, each
-overriding one hook: ``_disagg_gen_init_under_cap`` and ``_residency_refusal``.
+Try and see: the scheduler asks the manager and reacts to its answer; a PageIndexTooShort is not
+caught. Phase 1 walks the active requests in arrival order: DISAGG_GENERATION_INIT ones are
+prepared outside the budgets, contexts deferred, a generation step grows by one token (+ drafts)
+or makes room by the real ladder (suspend started requests from the tail, then recompute-pause,
+then suspend itself and stop). Phase 2 walks the deferred contexts (budget full or STOP: break;
+SKIP: continue); a refused allocation runs ``preempt_for_pages`` when there is no tier below the
+GPU. Contexts are sorted as ``_sort_requests`` sorts them; ``stall_limit`` passes without progress
+raise SchedulerDeadlock with the real message. Simplified: beams count in the budget, not in
+pages; no PEFT, encoder or KV connector. The residency cap of PR #17261 (closed, REFERENCE.md §5)
+is applied with the review's fixes; kvlab.case_studies overrides one hook per finding.
 """
 
 from __future__ import annotations
@@ -60,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from kvlab.core.checks import check_int
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.manager import Allocation, KVCacheManager
+from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES, Request, RequestState
 from kvlab.sched.admission import (
     AdmissionPolicy,
@@ -70,13 +31,8 @@ from kvlab.sched.admission import (
     token_budget_verdict,
 )
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
-from kvlab.sched.context_plan import (
-    CertainRefusal,
-    ContextPlan,
-    PassBudget,
-    check_chunk_budget,
-    plan_context,
-)
+from kvlab.sched.context_plan import ContextPlan, PassBudget, check_chunk_budget, plan_context
+from kvlab.sched.shortcuts import CertainRefusal, grows_within_pages, pending_refusal
 
 #: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
 DEFAULT_STALL_LIMIT = 1000
@@ -213,21 +169,52 @@ class Scheduler(SchedulerBase):
 
     # -- one scheduling pass -------------------------------------------------------------
     def schedule(self, inflight_request_ids: Iterable[str] = frozenset()) -> ScheduledBatch:
-        """One iteration of ``_schedule_loop``; may raise PageIndexTooShort (from resize) or
-        SchedulerDeadlock (from the stall detector). ``inflight_request_ids``: requests the
-        overlap executor still has in flight; they are skipped, count toward no budget, and
-        are neither victims nor stall candidates (kvlab's own executor passes none)."""
+        """One iteration of ``_schedule_loop``; may raise PageIndexTooShort or SchedulerDeadlock.
+        ``inflight_request_ids``: requests an overlap executor still has in flight, skipped and
+        counted nowhere (kvlab's own executor passes none)."""
         self._inflight = frozenset(inflight_request_ids)
         self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
         budget = PassBudget(self.max_num_tokens, self.max_num_requests)
-        pending_contexts = self._schedule_generations(budget, batch)
-        preempted = self._schedule_contexts(pending_contexts, budget, batch)
+        pending = self._schedule_generations(budget, batch)
+        # phase 2: the deferred contexts
+        preempted: list[Request] = []
+        has_chunking = False
+        refusal = self._pending_refusal(budget)
+        contributed = self._collect_contributed_blocks(pending)
+        for request in pending:
+            if budget.requests_full or not self._has_context_chunk_budget(budget):
+                break  # (the real loop goes on for encoder requests, which kvlab has none of)
+            if _contains(preempted, request):
+                continue
+            if refusal is not None and refusal.refuses_first_chunk(request):
+                request.num_refusals += 1
+                continue
+            first_new_block = None
+            if contributed is not None:  # the prefix-aware skip, before any cache work
+                first_new_block = self.manager.probe_first_new_block_key(request)
+                if request.is_first_context_chunk and first_new_block in contributed:
+                    batch.deferred_behind_contributor = True
+                    continue
+            action, tokens = self._schedule_context(request, budget, batch, preempted)
+            if action is not ScheduleAction.SCHEDULED:
+                request.num_refusals += 1
+                if action is ScheduleAction.STOP:
+                    break
+                continue
+            has_chunking = has_chunking or not request.is_last_context_chunk
+            batch.context_requests.append(request)
+            budget.commit(tokens)
+            if first_new_block is not None:  # registered once it runs this pass
+                contributed.add(first_new_block)
+            refusal = self._pending_refusal(budget)  # the budget and the pool changed
+        if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
+            batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         batch.num_tokens = budget.num_tokens
         if preempted:
-            pending_contexts = [r for r in pending_contexts if not _contains(preempted, r)]
-        self._detect_deadlock(self._active, pending_contexts, batch)
+            pending = [r for r in pending if not _contains(preempted, r)]
+        self._detect_deadlock(self._active, pending, batch)
         if self.debug:
             self.check_invariants()
         return batch
@@ -277,7 +264,7 @@ class Scheduler(SchedulerBase):
             if batch.beam_width and request.beam_width != batch.beam_width:
                 index += 1
                 continue  # SKIP
-            if not caches[request.request_id].grow_within_pages(1 + request.num_draft_tokens):
+            if not grows_within_pages(caches[request.request_id], 1 + request.num_draft_tokens):
                 fitted, end = self._allocate_generation(
                     request, requests, index, end, pause_state, batch
                 )
@@ -382,59 +369,6 @@ class Scheduler(SchedulerBase):
         return False, end
 
     # -- phase 2: contexts ---------------------------------------------------------------
-    def _schedule_contexts(
-        self, pending: list[Request], budget: PassBudget, batch: ScheduledBatch
-    ) -> list[Request]:
-        """Phase 2; returns the requests ``preempt_for_pages`` recompute-paused."""
-        preempted: list[Request] = []
-        has_chunking = False
-        manager = self.manager
-        caches, reuses = manager.caches, manager.reuses
-        refusal = self._pending_refusal(budget)
-        chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
-        contributed = self._collect_contributed_blocks(pending)
-        for request in pending:
-            if budget.requests_full:
-                break
-            if not chunk_budget_left:
-                break  # the real loop continues for encoder requests, which kvlab has none of
-            if preempted and _contains(preempted, request):
-                continue
-            if (
-                refusal is not None
-                and request.request_id not in caches
-                and refusal.refuses_first_chunk(request)
-                and not (request.prefix_hashes and reuses(request))
-            ):
-                request.num_refusals += 1
-                continue
-            first_new_block = None
-            if contributed is not None:  # the prefix-aware skip, before any cache work
-                first_new_block = manager.probe_first_new_block_key(request)
-                if (
-                    request.is_first_context_chunk
-                    and first_new_block is not None
-                    and first_new_block in contributed
-                ):
-                    batch.deferred_behind_contributor = True
-                    continue
-            action, tokens = self._schedule_context(request, budget, batch, preempted)
-            if action is not ScheduleAction.SCHEDULED:
-                request.num_refusals += 1
-                if action is ScheduleAction.STOP:
-                    break
-                continue
-            has_chunking = has_chunking or not request.is_last_context_chunk
-            batch.context_requests.append(request)
-            budget.commit(tokens)
-            if first_new_block is not None:  # registered once it runs this pass
-                contributed.add(first_new_block)
-            refusal = self._pending_refusal(budget)  # the budget and the pool changed
-            chunk_budget_left = not self.chunked_prefill or self._has_context_chunk_budget(budget)
-        if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
-            batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
-        return preempted
-
     def _collect_contributed_blocks(self, pending: list[Request]) -> set | None:
         """The real ``_collect_contributed_blocks``: the first new blocks of the context
         continuations in flight, or None when the skip cannot fire this pass (off, no first
@@ -462,63 +396,53 @@ class Scheduler(SchedulerBase):
         return {key for key in map(probe, in_flight) if key is not None}
 
     def _pending_refusal(self, budget: PassBudget) -> CertainRefusal | None:
-        """The bound that refuses a pending first chunk before its attempt, or None when an
-        attempt could end otherwise than its refusal would: a residency cap is checked first, a
-        refusal may preempt
-        (``_preempt_for_pages``: no tier below the GPU, recompute pause on), or no page-index
-        slot is free (the attempt answers for the slot)."""
-        manager = self.manager
-        if (
-            manager.max_resident_sequences() is not None
-            or (not manager.has_cache_tier_below_gpu and self.enable_recompute_pause)
-            or manager.free_slots == 0
-        ):
-            return None
-        return CertainRefusal(
-            manager,
+        """The shortcut that refuses a pending first chunk without its attempt (kvlab.sched.shortcuts)."""
+        preempts = not self.manager.has_cache_tier_below_gpu and self.enable_recompute_pause
+        return pending_refusal(
+            self.manager,
             budget.remaining_tokens,
             self.chunked_prefill,
             self.max_context_length,
             self.chunk_unit_size,
+            preempts,
         )
 
     def _has_context_chunk_budget(self, budget: PassBudget) -> bool:
         remaining = budget.remaining_tokens
-        return remaining is None or (remaining > 0 and remaining >= self.chunk_unit_size)
+        return not self.chunked_prefill or remaining is None or remaining >= self.chunk_unit_size
 
     def _schedule_context(
         self, request: Request, budget: PassBudget, batch: ScheduledBatch, preempted: list[Request]
-    ):
-        """One context attempt: (action, tokens for the budget when SCHEDULED)."""
+    ) -> tuple[ScheduleAction, int]:
+        """One context attempt (the real ``_try_schedule_context_full`` / ``_chunked``): plan,
+        ``prepare_context``, ``resize_context``; (action, tokens charged when SCHEDULED). A
+        first chunk that does not run has its cache freed: it is retried from scratch."""
         first_chunk = request.is_first_context_chunk
         if first_chunk and self._residency_full(request):
             return self._residency_refusal(), 0
+        prepare_failed = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
+        action, charged = ScheduleAction.SCHEDULED, 0
         try:
             if first_chunk and request.prefix_hashes and self.manager.reuses(request):
                 action, plan = self._prepare_then_plan(request, budget)
             else:
                 plan = self._plan_context(request, budget.remaining_tokens)
-                action = ScheduleAction.STOP if plan is None else ScheduleAction.SCHEDULED
-            if plan is not None:
-                request.context_chunk_size, budget_tokens, resize_tokens = plan
-                allocated = self._allocate_context(request, resize_tokens)
-                if allocated is Allocation.NO_SLOT:  # prepare failed
-                    action = ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP
-                elif allocated is Allocation.REFUSED:
-                    action = (
-                        ScheduleAction.STOP
-                        if self._preempt_for_pages(request, batch, preempted)
-                        else ScheduleAction.SKIP
-                    )
+                if plan is None:
+                    action = ScheduleAction.STOP
+                elif request.state is not RequestState.RUNNING and not self._prepare(request):
+                    action = prepare_failed
+            if action is ScheduleAction.SCHEDULED:
+                request.context_chunk_size, charged, resize_tokens = plan
+                if not self.manager.resize_context(request, resize_tokens):
+                    preempted_one = self._preempt_for_pages(request, batch, preempted)
+                    action = ScheduleAction.STOP if preempted_one else ScheduleAction.SKIP
         except PageIndexTooShort:
             if first_chunk:  # the engine stops; the request never ran
                 self._release(request)
             raise
-        if action is not ScheduleAction.SCHEDULED:
-            if first_chunk:
-                self._release(request)  # retried from scratch next iteration
-            return action, 0
-        return action, budget_tokens
+        if action is not ScheduleAction.SCHEDULED and first_chunk:
+            self._release(request)
+        return action, charged
 
     def _prepare_then_plan(self, request: Request, budget: PassBudget):
         """A first chunk that may reuse: ``prepare_context`` first, so the reused prefix moves
@@ -536,7 +460,7 @@ class Scheduler(SchedulerBase):
             and self._plan_context(request, budget.remaining_tokens) is None
         ):
             return ScheduleAction.STOP, None
-        if not self._prepare_context(request):
+        if not self._prepare(request):
             return (ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP), None
         plan = self._plan_context(request, budget.remaining_tokens, sized_from)
         return (ScheduleAction.STOP if plan is None else ScheduleAction.SCHEDULED), plan
@@ -608,34 +532,32 @@ class Scheduler(SchedulerBase):
             and (counts_disagg or not r.is_disagg_generation_init)
         )
 
-    # -- manager calls -------------------------------------------------------------------
-    def _allocate_context(self, request: Request, num_tokens: int) -> Allocation:
-        """The manager's ``allocate_context``; a cache it created or resumed makes the request
-        running."""
-        result = self.manager.allocate_context(request, num_tokens)
-        self._sync_running(request)
-        return result
+    # -- manager calls: the request's state follows the manager's answers -----------------
+    def _run(self, request: Request) -> None:
+        if request.state is not RequestState.RUNNING:
+            self._set_state(request, RequestState.RUNNING)
 
-    def _prepare_context(self, request: Request) -> bool:
-        """The manager's ``prepare_context`` (block reuse may move the context's start)."""
-        prepared = self.manager.prepare_context(request)
-        self._sync_running(request)
-        return prepared
+    def _prepare(self, request: Request) -> bool:
+        """The manager's ``prepare_context``: an active cache, so the request runs."""
+        if not self.manager.prepare_context(request):
+            return False
+        self._run(request)
+        return True
 
     def _prepare_disagg_gen_init(self, request: Request) -> bool:
         if not self.manager.prepare_disagg_gen_init(request):
             return False
-        self._sync_running(request)
+        self._run(request)
         return True
 
     def _try_allocate_generation(self, request: Request) -> bool:
-        fitted = self.manager.try_allocate_generation(request)
-        self._sync_running(request)  # resumed, even when the growth was refused
-        return fitted
-
-    def _sync_running(self, request: Request) -> None:
-        if request.state != "running" and self.manager.is_request_active(request):
-            self._set_state(request, RequestState.RUNNING)
+        """The manager's ``try_allocate_generation``, its resume asked first: a resumed request
+        runs again, even when its growth is refused."""
+        if request.state is RequestState.SUSPENDED:
+            if not self.manager.resume(request):
+                return False
+            self._run(request)
+        return self.manager.try_allocate_generation(request)
 
     def _suspend(self, request: Request) -> None:
         """The real ``suspend_request``: make the cache inactive; what that frees depends on

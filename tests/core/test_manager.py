@@ -443,29 +443,25 @@ def test_grow_each_takes_one_allocation_all_or_none(seed_manager):
 # -- the allocation steps the scheduler asks for -------------------------------------------------
 
 
-def test_allocate_context_answers_granted_refused_or_no_slot(seed_manager):
-    from kvlab.core.manager import Allocation
-
+def test_prepare_then_resize_context_as_the_scheduler_asks(seed_manager):
     mgr = seed_manager("configured", max_batch_size=1)  # 64 pages of 32 tokens, one row
     first = Request("a", 8192, 1)
-    assert mgr.allocate_context(first, 1000) is Allocation.GRANTED
+    assert mgr.prepare_context(first) and mgr.resize_context(first, 1000)
     assert mgr.get_cache(first).capacity == 1000 and mgr.is_request_active(first)
     # no free row for a second request: prepare fails, nothing is created
-    assert mgr.allocate_context(Request("b", 10, 1), 10) is Allocation.NO_SLOT
-    assert "b" not in mgr.caches
+    assert not mgr.prepare_context(Request("b", 10, 1)) and "b" not in mgr.caches
     mgr.free(first)
-    # certainly refused (more than the pool, within the row): no cache is left behind
-    fit, span = mgr.refusal_window()
-    assert (fit, span) == (64 * 32, 260 * 32) and mgr.certainly_refuses(fit + 1)
-    assert mgr.allocate_context(Request("c", 8192, 1), fit + 1) is Allocation.REFUSED
-    assert "c" not in mgr.caches and mgr.free_blocks == 64
+    # more than the pool, within the row: refused, the first chunk's cache left suspended
+    second = Request("c", 8192, 1)
+    assert mgr.prepare_context(second) and not mgr.resize_context(second, 64 * 32 + 1)
+    assert mgr.get_cache(second).suspended and mgr.free_blocks == 64
     mgr.check_invariants()
 
 
 def test_try_allocate_generation_resumes_then_grows(seed_manager):
     mgr = seed_manager("configured", max_batch_size=2, host_cache_size=4 * 2**20)
     request = Request("a", 64, 8)
-    mgr.allocate_context(request, 64)
+    assert mgr.prepare_context(request) and mgr.resize_context(request, 64)
     mgr.suspend(request)
     assert not mgr.is_request_active(request)
     assert mgr.try_allocate_generation(request)

@@ -14,6 +14,7 @@ from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.sched.base import ScheduledBatch
 from kvlab.sched.context_plan import PassBudget, plan_context
 from kvlab.sched.scheduler import ScheduleAction
+from kvlab.sched.shortcuts import refusal_window
 
 
 def _fields(request):
@@ -138,19 +139,17 @@ def _refused_as_the_full_attempt(
         budget.num_tokens = min(used, max_num_tokens - (tokens_per_block if chunked else 0))
     refusal = scheduler._pending_refusal(budget)
     request = Request(
-        "new", draw_prompt(*scheduler.manager.refusal_window()), 4, num_draft_tokens=drafts
+        "new", draw_prompt(*refusal_window(scheduler.manager)), 4, num_draft_tokens=drafts
     )
     scheduler.submit(request)
     if refusal is None or not refusal.refuses_first_chunk(request):
         return False
     manager = scheduler.manager
     pool_before = (manager.free_blocks, sorted(manager.caches), manager.free_slots)
-    with pytest.MonkeyPatch.context() as patch:  # the full attempt, without the manager's shortcut
-        patch.setattr(KVCacheManager, "certainly_refuses", lambda manager, num_tokens: False)
-        try:
-            action, _ = scheduler._schedule_context(request, budget, ScheduledBatch(), [])
-        except PageIndexTooShort:
-            raise AssertionError("refused a chunk whose attempt raises") from None
+    try:  # the full attempt
+        action, _ = scheduler._schedule_context(request, budget, ScheduledBatch(), [])
+    except PageIndexTooShort:
+        raise AssertionError("refused a chunk whose attempt raises") from None
     assert action is ScheduleAction.SKIP
     assert (manager.free_blocks, sorted(manager.caches), manager.free_slots) == pool_before
     assert request.state == "waiting"

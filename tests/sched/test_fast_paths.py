@@ -1,9 +1,8 @@
 """The scheduler's fast paths decide exactly as its full paths do.
 
-Two shortcuts keep a pass cheap (benchmarks/scheduler_throughput.py says what they save): a
-generation step that grows within the pages its cache holds (``KVCache.grow_within_pages``) and
-a pending first chunk that is certainly refused (``CertainRefusal``). Each run here is made
-twice, once as shipped and once with both shortcuts switched off so that every request takes the
+Two shortcuts keep a pass cheap (kvlab.sched.shortcuts): a generation step that grows within
+the pages its cache holds and a pending first chunk that is certainly refused. Each run here is
+made twice, once as shipped and once with their one switch off so that every request takes the
 full path, and everything observable must agree: the engine's error, every request's status,
 steps and counters, and the trace of events and steps. (A shortcut that passes a request on to
 the full path where it need not only costs time and cannot fail here; one that decides
@@ -19,8 +18,9 @@ from hypothesis import strategies as st
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
 from kvlab.core.kv_cache import KVCache
+from kvlab.sched import shortcuts
 from kvlab.sched.admission import ADMISSION_POLICIES
-from kvlab.sched.context_plan import CertainRefusal
+from kvlab.sched.shortcuts import CertainRefusal
 
 
 def _observed(result):
@@ -109,8 +109,7 @@ def _random_run(seed: int):
 
 def _switch_off_the_shortcuts(patch):
     """Every step and every pending chunk takes the full path."""
-    patch.setattr(KVCache, "grow_within_pages", lambda cache, num_tokens: False)
-    patch.setattr(Scheduler, "_pending_refusal", lambda scheduler, budget: None)
+    patch.setattr(shortcuts, "ENABLED", False)
 
 
 @pytest.mark.parametrize("seed", range(400))
