@@ -50,14 +50,10 @@ def format_gib(num_bytes: int) -> str:
 
 @dataclass(frozen=True)
 class VllmEngineArgs:
-    """The engine arguments a vLLM deployment sets that its scheduler reads, by vLLM's names.
-
-    ``geometry`` gives the bytes of a block (its ``tokens_per_block`` is vLLM's ``block_size``);
-    ``num_gpu_blocks`` is the pool the scheduler gets; ``startup_num_gpu_blocks`` the pool the
-    start-up check saw (None: the same; more models a pool swapped smaller after start-up).
-    Defaults are ``SchedulerConfig``'s (max_num_seqs 128, max_num_batched_tokens 2048, chunked
-    prefill on, full-prompt reservation on, watermark 0.0).
-    """
+    """The engine arguments a vLLM deployment sets that its scheduler reads, by vLLM's names,
+    with ``SchedulerConfig``'s defaults. ``geometry``'s ``tokens_per_block`` is vLLM's
+    ``block_size``; ``num_gpu_blocks`` is the pool the scheduler gets, ``startup_num_gpu_blocks``
+    the one the start-up check saw (None: the same; more: a pool swapped smaller since)."""
 
     geometry: KVGeometry
     num_gpu_blocks: int
@@ -90,11 +86,7 @@ class VllmEngineArgs:
     @property
     def startup_blocks(self) -> int:
         """The pool vLLM's start-up check saw: ``startup_num_gpu_blocks``, else the pool."""
-        return (
-            self.num_gpu_blocks
-            if self.startup_num_gpu_blocks is None
-            else self.startup_num_gpu_blocks
-        )
+        return self.startup_num_gpu_blocks or self.num_gpu_blocks
 
     def replace(self, **changes: Any) -> VllmEngineArgs:
         return dataclasses.replace(self, **changes)
@@ -145,20 +137,21 @@ def startup_error(args: VllmEngineArgs) -> str | None:
 def front_door_error(request: Request, max_model_len: int) -> str | None:
     """vLLM's refusal of ``request`` when it arrives (``SamplingParams`` then
     ``_validate_prompt_len``), or None."""
-    if request.max_new_tokens < 1:
+    prompt_len, max_tokens = request.prompt_len, request.max_new_tokens
+    if max_tokens < 1:
         return (
-            f"max_tokens must be at least 1, got {request.max_new_tokens}. "
-            f"(parameter=max_tokens, value={request.max_new_tokens})"
+            f"max_tokens must be at least 1, got {max_tokens}. "
+            f"(parameter=max_tokens, value={max_tokens})"
         )
-    if request.prompt_len > max_model_len:
+    if prompt_len > max_model_len:
         return (
-            f"The decoder prompt (length {request.prompt_len}) is longer than the maximum "
+            f"The decoder prompt (length {prompt_len}) is longer than the maximum "
             f"model length of {max_model_len}. Make sure that `max_model_len` is no smaller "
             "than the number of text tokens."
         )
-    if request.prompt_len == max_model_len:
+    if prompt_len == max_model_len:
         return (
-            f"The decoder prompt (length {request.prompt_len}) plus the number of requested "
+            f"The decoder prompt (length {prompt_len}) plus the number of requested "
             f"output tokens (at least 1) is longer than the maximum model length of "
             f"{max_model_len}. Make sure that `max_model_len` is no smaller than the number "
             "of text tokens (prompt + requested output tokens)."
@@ -226,11 +219,8 @@ class VllmScheduler(SchedulerBase):
         self.iteration += 1
         batch = ScheduledBatch()
         budget = self.args.max_num_batched_tokens
-        running, preempted, caches = (
-            self.running,
-            batch.recompute_paused_requests,
-            self.manager.caches,
-        )
+        running, caches = self.running, self.manager.caches
+        preempted = batch.recompute_paused_requests
         index = 0
         while index < len(running) and budget > 0:
             request = running[index]
