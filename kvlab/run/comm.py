@@ -84,7 +84,7 @@ class _ThreadRankComm:
         self._comm, self._rank = comm, rank
 
     def all_reduce_min(self, value: int) -> int:
-        return min(self._comm.gather(self._rank, value))
+        return int(min(self._comm.gather(self._rank, value)))
 
     def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
         return self._comm.gather(self._rank, [int(v) for v in values])

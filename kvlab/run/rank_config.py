@@ -182,7 +182,7 @@ def ramped_budget(
 
 
 def _deployment(scenario: Scenario) -> ScenarioDeployment:
-    dep = check_instance("scenario", scenario, Scenario).deployment
+    dep: ScenarioDeployment | None = check_instance("scenario", scenario, Scenario).deployment
     if dep is None:
         raise ValueError(f"scenario {scenario.name!r} has no deployment block")
     return dep
@@ -274,11 +274,11 @@ def scenario_config(
     if context_length is not None:
         context_length = check_int("context_length", context_length, low=1, high=1 << 30)
     requests, pins = [], {}
-    bg = dep.background
-    for i in range(bg.count if bg else 0):
-        span = bg.prompt_len_max - bg.prompt_len_min
-        prompt = bg.prompt_len_min + (span * i // (bg.count - 1) if bg.count > 1 else 0)
-        requests.append(Request(f"bg-{i:03d}", prompt, bg.max_new_tokens, i // bg.per_step))
+    if (bg := dep.background) is not None:
+        for i in range(bg.count):
+            span = bg.prompt_len_max - bg.prompt_len_min
+            prompt = bg.prompt_len_min + (span * i // (bg.count - 1) if bg.count > 1 else 0)
+            requests.append(Request(f"bg-{i:03d}", prompt, bg.max_new_tokens, i // bg.per_step))
     for spec in dep.requests:
         prompt = spec.prompt_len
         if context_length is not None and prompt == p.context_length:

@@ -33,7 +33,7 @@ from kvlab.run.scenario_schema import (
     parse_scenario,
     shown,
 )
-from kvlab.sched.scheduler import check_chunk_budget
+from kvlab.sched.context_plan import check_chunk_budget
 
 __all__ = ["ALIASES", "SCENARIO_DIR", "ScenarioError", "list_scenarios", "load_scenario"]
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.multiprocessing import start_processes
+from torch.multiprocessing.spawn import start_processes
 
 from kvlab.core.request import RequestState
 from kvlab.run.comm import CollectiveFailed, TorchComm
@@ -135,7 +135,7 @@ def run_processes(
         try:
             if stop.signum is None:
                 args = (config, backend, free_port(), timeout_s, out, os.getpid(), monitor)
-                context = start_processes(
+                context = start_processes(  # type: ignore[no-untyped-call]
                     _worker, args, nprocs=world, join=False, daemon=True, start_method=method
                 )
                 procs = context.processes
