@@ -146,7 +146,8 @@ def _watching_resizes() -> Iterator[list[_Resize]]:
     resize, made = KVCache.resize, []
 
     def watched(cache, capacity, *args, **kwargs):
-        facts = (capacity, cache.tokens_per_block, cache.page_index.width, cache.pool.num_blocks)
+        mgr = cache.manager
+        facts = (capacity, mgr.tokens_per_block, mgr.max_blocks_per_seq, mgr.pool.num_blocks)
         try:
             outcome = resize(cache, capacity, *args, **kwargs)
         except Exception as exc:
