@@ -67,12 +67,12 @@ def hybrid_stages(d: Deployment, quotas) -> tuple[dict[str, Any], ...]:
         quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
         page = d.kv_geometry(stage).bytes_per_block if attention else 0
         plan = ResidencyPlan(
-            d.max_batch_size * d.pp_size,
-            dummies if mamba else 0,
-            mamba.bytes_per_slot if mamba else 0,
-            page,
-            max(quota, 1),
-            d.pp_size,
+            requested=d.max_batch_size * d.pp_size,
+            dummies=dummies if mamba else 0,
+            slot_bytes=mamba.bytes_per_slot if mamba else 0,
+            page_bytes=page,
+            quota_bytes=max(quota, 1),
+            pp_size=d.pp_size,
         )
         pools = (
             (mamba.num_mamba_layers * mamba.ssm_bytes, mamba.num_mamba_layers * mamba.conv_bytes)

@@ -190,16 +190,9 @@ def _check_part(part: dict, where: str) -> None:
                 check_field(label, value, where, why, MAX_POSITIONS)
             elif value is not None:
                 check_positive(label, value, where, why)
-    layers, pattern = part.get("num_hidden_layers"), part.get("hybrid_override_pattern")
-    if (
-        isinstance(pattern, str)
-        and len(pattern) <= MAX_LAYERS
-        and (set(pattern) - set("M*-E") or (isinstance(layers, int) and len(pattern) != layers))
-    ):
-        raise ConfigError(
-            f"{where}: hybrid_override_pattern must be num_hidden_layers ({layers}) characters "
-            f"of M, *, - and E, got {pattern[:80]!r} ({len(pattern)} characters)"
-        )
+    pattern = part.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) <= MAX_LAYERS:
+        check_pattern(pattern, part.get("num_hidden_layers"), where)
     for name, kind in (("hybrid_override_pattern", str), ("layer_types", list)):
         value = part.get(name)
         if value is not None and not isinstance(value, kind):
@@ -212,6 +205,20 @@ def _check_part(part: dict, where: str) -> None:
                 f"{where}: {name} must have at most {MAX_LAYERS} entries (one per layer), "
                 f"got {len(value)}"
             )
+
+
+def check_pattern(pattern, layers, where: str) -> None:
+    """Nemotron-H's ``hybrid_override_pattern``: a character a layer of M (Mamba), * (attention),
+    - (MLP) and E (MoE)."""
+    if (
+        not isinstance(pattern, str)
+        or set(pattern) - set("M*-E")
+        or (isinstance(layers, int) and len(pattern) != layers)
+    ):
+        raise ConfigError(
+            f"{where}: hybrid_override_pattern must be num_hidden_layers ({layers}) characters "
+            f"of M, *, - and E, got {str(pattern)[:80]!r} ({len(str(pattern))} characters)"
+        )
 
 
 def check_quantization_block(block, where: str) -> None:

@@ -27,6 +27,7 @@ from kvlab.analysis.model_config_checks import (
     ConfigError,
     check_bounded,
     check_kv_groups,
+    check_pattern,
     check_quantization_block,
     check_raw_config,
     parse_config_json,
@@ -269,6 +270,7 @@ def geometry_from_config(
     hidden = _get(config, "hidden_size")
     vocab = _get(top, "vocab_size") or _get(config, "vocab_size")
     draft = _get(config, "num_nextn_predict_layers")
+    draft = 0 if draft is None else check_bounded("num_nextn_predict_layers", draft, where)
     heads = _get(config, "num_attention_heads")
     if heads is not None:
         check_bounded("num_attention_heads", heads, where)
@@ -286,9 +288,7 @@ def geometry_from_config(
             if isinstance(hidden, int) and isinstance(vocab, int)
             else 0
         ),
-        draft_layers=0
-        if draft is None
-        else check_bounded("num_nextn_predict_layers", draft, where),
+        draft_layers=draft,
         num_attention_heads=heads,
         quantization=quantization_from_config(_get(top, "quantization_config"), where),
     )
@@ -321,13 +321,8 @@ def geometry_from_config(
             for i in range(layers)
         ]
     state_fields = {}
-    if pattern:  # Nemotron-H: "M" Mamba, "*" attention, "-" MLP, "E" MoE
-        if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-E"):
-            raise ConfigError(
-                f"{where}: hybrid_override_pattern must be {layers} characters "
-                "(num_hidden_layers) of M, *, - and E, got "
-                f"{str(pattern)[:80]!r} ({len(str(pattern))} characters)"
-            )
+    if pattern:  # Nemotron-H
+        check_pattern(pattern, layers, where)
         layout = pattern.replace("*", ATTENTION).replace("E", NO_CACHE)
         attention, linear, sliding = pattern.count("*"), pattern.count("M"), 0
         state_fields = NEMOTRON_STATE_FIELDS
@@ -461,7 +456,7 @@ def quantization_from_config(fields, where: str = "config") -> Quantization | No
             f"{where}: kv_cache_quant_algo {kv!r} is not one kvlab models "
             f"({', '.join(KV_QUANT_DTYPES)})"
         )
-    return Quantization(weights, kv, where)
+    return Quantization(weights_algo=weights, kv_algo=kv, source=where)
 
 
 def _namespace(value):

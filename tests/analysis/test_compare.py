@@ -17,6 +17,7 @@ from kvlab.analysis.compare import (
     vllm_startup_error,
 )
 from kvlab.analysis.presets import engine_outcome
+from kvlab.core.request import RequestState
 from kvlab.run.workload import LogNormal, poisson_workload
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
@@ -34,10 +35,10 @@ def test_the_seed_workload_crashes_stalls_or_is_rejected_cleanly():
     assert isinstance(runs["none/configured"].error, SchedulerDeadlock)
     for policy in ("capacity", "vllm", "sglang"):
         result = runs[policy]
-        assert result.status["long"] == "rejected" and result.error is None
-        assert all(result.status[f"s{i}"] == "finished" for i in range(4))
-    assert runs["none/configured"].status["long"] == "waiting"
-    assert all(runs["none/configured"].status[f"s{i}"] == "finished" for i in range(4))
+        assert result.status["long"] == RequestState.REJECTED and result.error is None
+        assert all(result.status[f"s{i}"] == RequestState.FINISHED for i in range(4))
+    assert runs["none/configured"].status["long"] == RequestState.WAITING
+    assert all(runs["none/configured"].status[f"s{i}"] == RequestState.FINISHED for i in range(4))
 
 
 def test_a_large_pool_runs_everything():
@@ -52,7 +53,11 @@ def test_not_yet_waits_and_never_is_rejected_under_capacity():
     trio = not_yet_and_never(engine)
     assert [r.request_id for r in trio] == ["hog", "later", "never"]
     result = run_policies(trio, ["capacity"], engine)["capacity"]
-    assert result.status == {"hog": "finished", "later": "finished", "never": "rejected"}
+    assert result.status == {
+        "hog": RequestState.FINISHED,
+        "later": RequestState.FINISHED,
+        "never": RequestState.REJECTED,
+    }
     timeline = {r["request_id"]: r for r in request_timeline(result)}
     assert timeline["later"]["started"] >= timeline["hog"]["ended"] > timeline["later"]["arrival"]
     assert timeline["never"]["ended"] == timeline["never"]["arrival"]
@@ -88,8 +93,8 @@ def test_a_mixed_workload_rejects_exactly_what_never_fits_under_capacity():
 
     never = {r.request_id for r in workload if demand_blocks(r, manager) > engine.total_blocks}
     result = run_policies(workload, ["capacity"], engine)["capacity"]
-    assert set(result.ids_with_status("rejected")) == never
-    assert len(result.ids_with_status("finished")) == len(workload) - len(never)
+    assert set(result.ids_with_status(RequestState.REJECTED)) == never
+    assert len(result.ids_with_status(RequestState.FINISHED)) == len(workload) - len(never)
 
 
 def test_vllm_refuses_to_start_with_the_configured_length_and_starts_when_it_fits():

@@ -182,7 +182,7 @@ def _config(**fields):
         ),
         (
             dict(model_type="nemotron_h", num_hidden_layers=4, hybrid_override_pattern="M*"),
-            "hybrid_override_pattern must be 4 characters",
+            "hybrid_override_pattern must be num_hidden_layers (4) characters",
         ),
         (
             dict(model_type="nemotron_h", num_hidden_layers=2, hybrid_override_pattern="MX"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvlab.analysis.rank_plan import outcome_of, plan_ranks
+from kvlab.core.request import RequestState
 from kvlab.run.distributed import run_ranks
 from kvlab.run.rank_config import scenario_config
 from kvlab.run.scenarios import load_scenario
@@ -59,9 +60,9 @@ def test_the_plan_says_what_the_real_run_does(policy, workspace, context):
     statuses = {rid: s for r in run.ranks for rid, s in r.status.items()}
     for q in plan.requests:
         if q.verdict == "reject":
-            assert statuses[q.request_id] == "rejected"
+            assert statuses[q.request_id] == RequestState.REJECTED
         if plan.ended == "completed" and q.verdict == "ok":
-            assert statuses[q.request_id] == "finished"
+            assert statuses[q.request_id] == RequestState.FINISHED
 
 
 def test_the_cases_cover_every_outcome():
