@@ -127,7 +127,7 @@ def test_the_map_check_sees_a_missing_and_an_extra_module():
     design = DESIGN.read_text(encoding="utf-8")
     line = next(line for line in design.splitlines() if line.lstrip().startswith("pool.py "))
     doctored = design.replace(line, line.replace("pool.py", "nothing.py"))
-    assert map_mismatch(doctored) == [
+    assert set(map_mismatch(doctored)) - set(map_mismatch(design)) == {
         "left out of the map: kvlab/core/pool.py",
         "not in the tree: kvlab/core/nothing.py",
-    ]
+    }
