@@ -1,10 +1,6 @@
-"""Findings: what a notebook established, shown to the reader and readable by the walkthrough.
-
-A notebook ends with ``report_findings([...])``. In Jupyter it renders a table; in the executed
-notebook it also leaves a ``application/vnd.kvlab.notebook.findings+json`` output that
-``read_findings`` collects, so ``kvlab walkthrough`` can print a summary of every notebook
-without re-running anything.
-"""
+"""What a notebook established: ``report_findings([...])`` shows a table and leaves a JSON
+output that :func:`read_findings` collects, so ``kvlab walkthrough`` summarises every notebook
+without running it again."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Each notebook's parameter check, run in its first code cell on the values papermill (or
 ``kvlab walkthrough -p``) passes: each error names the parameter, its value and the accepted
-range (docs/DESIGN.md, "Conventions"). Notebook 01's parameters are checked by
-:func:`kvlab.run.rank_config.scenario_config`, which builds its runs."""
+range. Notebook 01's are checked by :func:`kvlab.run.rank_config.scenario_config`."""
 
 from __future__ import annotations
 
@@ -12,11 +11,11 @@ from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT
 
 
-def check_smoke(SMOKE) -> None:
-    """``SMOKE`` (every notebook's: a shorter run for CI) is a bool."""
-    if not isinstance(SMOKE, bool):
+def check_bool(name: str, value) -> None:
+    """TypeError naming ``name`` unless ``value`` is True or False (``SMOKE``: a shorter run)."""
+    if not isinstance(value, bool):
         raise TypeError(
-            f"SMOKE must be a bool (True or False), got {SMOKE!r} ({type(SMOKE).__name__})"
+            f"{name} must be a bool (True or False), got {value!r} ({type(value).__name__})"
         )
 
 
@@ -36,7 +35,7 @@ def check_repro_parameters(
     check_choice("policy", policy, WIDTH_POLICIES)
     check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
     check_int("max_batch_size", max_batch_size, low=1, high=1 << 16)
-    check_smoke(SMOKE)
+    check_bool("SMOKE", SMOKE)
 
 
 def check_admission_parameters(
@@ -55,8 +54,8 @@ def check_admission_parameters(
     mooncake_minutes=60.0,
     SMOKE=False,
 ) -> None:
-    """Notebook 04: the engines under each policy, the phase diagram, the Azure hour, the
-    Mooncake hour with block reuse."""
+    """Notebook 04: the engines under each policy, the phase diagram, the Azure and Mooncake
+    hours."""
     check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
     check_int("context", context, low=1, high=1 << 30)
     check_int("num_small", num_small, low=0, high=10_000)
@@ -68,12 +67,8 @@ def check_admission_parameters(
     check_float("trace_minutes", trace_minutes, low=0.0, high=60.0, low_open=True)
     check_float("seconds_per_iteration", seconds_per_iteration, low=0.001, high=10.0)
     check_float("mooncake_minutes", mooncake_minutes, low=0.0, high=60.0, low_open=True)
-    if not isinstance(live_engines, bool):
-        raise TypeError(
-            f"live_engines must be a bool (True or False), got {live_engines!r} "
-            f"({type(live_engines).__name__})"
-        )
-    check_smoke(SMOKE)
+    check_bool("live_engines", live_engines)
+    check_bool("SMOKE", SMOKE)
     EngineConfig(pool_mib=pool_mib, max_seq_len=context, stall_limit=stall_limit)  # holds a page
 
 
@@ -84,7 +79,7 @@ def check_mamba_parameters(
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
     check_int("max_batch_size", max_batch_size, low=1, high=4096)
     check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
-    check_smoke(SMOKE)
+    check_bool("SMOKE", SMOKE)
 
 
 def check_plan_parameters(
@@ -99,14 +94,14 @@ def check_plan_parameters(
     manager="auto",
     SMOKE=False,
 ) -> None:
-    """Notebook 06: your deployment, planned (the rest is checked by its Deployment)."""
+    """Notebook 06: your deployment, planned (its Deployment checks the rest)."""
     from kvlab.analysis.deployment import Deployment
     from kvlab.analysis.gpus import GPUS
     from kvlab.analysis.models import load_model, model_names
 
     check_choice("model", model, model_names())
     check_choice("gpu", gpu, GPUS)
-    check_smoke(SMOKE)
+    check_bool("SMOKE", SMOKE)
     Deployment(
         model=load_model(model),
         gpu_gib=GPUS[gpu].gib,
@@ -117,12 +112,3 @@ def check_plan_parameters(
         chunked_prefill=chunked_prefill,
         manager=manager,
     )
-
-
-__all__ = [
-    "check_admission_parameters",
-    "check_mamba_parameters",
-    "check_plan_parameters",
-    "check_repro_parameters",
-    "check_smoke",
-]

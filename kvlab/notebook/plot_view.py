@@ -1,12 +1,7 @@
-"""A plotly figure on screen that redraws with ``Plotly.react``: the panels' figures.
-
-plotly's own ``go.FigureWidget`` applies every change as ``Plotly.update`` (a full relayout),
-then diffs the whole drawn layout and sends it back to the kernel; on the 2-core machine that
-kept a slider press from reaching the figure within 100 ms (``benchmarks/browser_latency.py``:
-p50 121-154 ms for the two-figure panels, 80-90 ms with this view). :class:`PlotView` sends the
-figure's JSON one way only and lets ``Plotly.react`` (plotly.js's diffing redraw, the one Dash
-uses) redraw what changed. The plotly.js it runs is the one the plotly package ships
-(``package_data/plotly.min.js``), so it draws exactly what kaleido renders for the report.
+"""A plotly figure on screen that redraws with ``Plotly.react``: the panels' figures. Unlike
+plotly's ``go.FigureWidget`` (a full relayout, the drawn layout sent back to the kernel) it
+sends the figure's JSON one way and lets plotly.js redraw what changed, with the plotly.js the
+plotly package ships, so it draws what kaleido renders for the report.
 """
 
 from __future__ import annotations
@@ -24,11 +19,9 @@ from ipywidgets import widget_serialization
 
 _PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
-# The view's module is small: anywidget gives a model 2 s to load its module, and evaluating
-# plotly.min.js (4.6 MB) in every view's module missed that on 2 busy cores ("[anywidget] Failed
-# to initialize model": a blank figure). The page evaluates plotly.min.js once, from the one
-# PlotlyLibrary model every view names; it sets window.Plotly (its UMD wrapper falls back to a
-# global in a module). A view draws once its element is in the page, so text is measured right.
+# The view's module is small (anywidget gives a module 2 s to load): the page evaluates
+# plotly.min.js once, from the one PlotlyLibrary every view names, which sets window.Plotly. A
+# view draws once its element is in the page, so text is measured right.
 _VIEW_JS = """
 function plotly(model) {
   if (window.Plotly) return Promise.resolve(window.Plotly);
@@ -63,8 +56,7 @@ CONFIG = {"displaylogo": False}
 
 
 class PlotlyLibrary(anywidget.AnyWidget):
-    """The plotly.js the plotly package ships, sent to the page once: every :class:`PlotView`
-    names the one instance :meth:`shared` returns, and the page evaluates it once."""
+    """The plotly.js the plotly package ships, sent to the page once (:meth:`shared`)."""
 
     _esm = traitlets.Unicode("export default {};").tag(sync=True)
     source = traitlets.Unicode().tag(sync=True)
@@ -80,9 +72,8 @@ class PlotlyLibrary(anywidget.AnyWidget):
 
 
 class PlotView(anywidget.AnyWidget):
-    """One figure on screen. :meth:`show` replaces what it shows (a go.Figure or a figure
-    dict, as ``kvlab.notebook.viz``'s ``*_spec`` functions return); an unchanged figure is not
-    sent again. :attr:`figure` is what it shows, as a go.Figure."""
+    """One figure on screen: :meth:`show` replaces it (a go.Figure or a spec dict), sending
+    only a changed one; :attr:`figure` is what it shows."""
 
     _esm = traitlets.Unicode(_VIEW_JS).tag(sync=True)
     figure_json = traitlets.Unicode("{}").tag(sync=True)
@@ -114,6 +105,3 @@ class PlotView(anywidget.AnyWidget):
     def figure(self) -> go.Figure:
         """What the view shows, as a (new) go.Figure."""
         return go.Figure(self._spec)
-
-
-__all__ = ["CONFIG", "PlotView", "PlotlyLibrary"]

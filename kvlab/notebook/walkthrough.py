@@ -1,18 +1,10 @@
-"""The main job: execute the walkthrough notebooks headless and summarise their findings.
+"""``kvlab walkthrough``: execute the ``NN_*.ipynb`` notebooks headless with papermill into
+``build/notebooks/``, export each to ``build/html/`` with its figures as PNG images (kaleido,
+the system Chromium; without images, saying why, when it fails) and summarise their findings.
 
-Each notebook under notebooks/ named ``NN_*.ipynb`` runs with papermill in a fresh kernel
-(parameters overridable), the executed copy goes to ``build/notebooks/`` and a static HTML copy
-to ``build/html/``: plotly figures there are PNG images rendered by kaleido with the system
-Chromium, so the report reads anywhere, offline. When Chromium cannot start, or an image does
-not come within ``IMAGE_TIMEOUT_S``, the rest of the report is written without images, each
-figure replaced by a line saying why (:func:`image_failure`). The findings each notebook
-reported (kvlab.notebook.findings) are collected for the summary.
-
-Nothing is left behind, and nothing looks complete that is not: each output is written under a
-temporary name and renamed once whole; a run the kernel did not finish is marked partial (its
-never-run cells "pending", a banner at the top); the kernels' connection files and IPC sockets
-live in a private folder under Jupyter's runtime folder (:func:`private_files`), removed when the
-walkthrough ends, whatever ends it; SIGTERM and SIGHUP stop it as Ctrl-C does (:func:`stop_signals`).
+Nothing is left behind and nothing looks complete that is not: outputs are renamed into place
+once whole, an unfinished run is marked partial, the kernels' files live in a private folder
+removed at the end, and SIGTERM and SIGHUP stop the run as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -20,6 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 import html as html_text
+import json
 import logging
 import os
 import shutil
@@ -38,8 +31,8 @@ from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
 
-#: The code of the process that removes the kernel files' folder once the walkthrough is gone
-#: (standard library only; it ignores the signals that stop the walkthrough, so it outlives it).
+#: A process that removes the kernels' folder once the walkthrough is gone (it ignores the
+#: signals that stop the walkthrough, so it outlives it).
 _REAPER = (
     "import os, shutil, signal, sys, time\n"
     "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
@@ -52,14 +45,12 @@ _REAPER = (
     "    if gone == 2: break\n"
     "    time.sleep(0.2)\n"
 )
-#: The longest Unix socket path kernels are given (``sun_path`` holds 108 bytes on Linux, 104
-#: on macOS): a runtime folder deeper than that leaves room for none, and the kernel files go
-#: in a private folder of /tmp instead.
+#: The longest Unix socket path kernels are given (``sun_path`` holds 104 to 108 bytes): past
+#: it the kernel files go in /tmp instead of Jupyter's runtime folder.
 MAX_SOCKET_PATH = 100
 #: The folder :func:`private_files` gives the kernels (None outside it: the kernels' default).
 _KERNEL_DIR: Path | None = None
-#: Set in the kernels' environment: progress bars off (tqdm reads TQDM_DISABLE), since an
-#: executed notebook keeps a bar as it last drew it ("policies: 20%"), never erased.
+#: The kernels' environment: progress bars off (an executed notebook keeps a bar half drawn).
 KERNEL_ENV = {"TQDM_DISABLE": "1"}
 
 
@@ -81,8 +72,7 @@ def walkthrough_notebooks(notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
 
 
 def _notebook_parameters(path: Path) -> dict:
-    """The notebook's `parameters` cell: name -> papermill's description (inferred_type_name,
-    default, help)."""
+    """The notebook's `parameters` cell: name -> papermill's description."""
     import papermill
 
     try:
@@ -100,9 +90,8 @@ PARAMETER_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str":
 
 
 def check_parameters(parameters: dict[str, object], notebooks: list[Path]) -> None:
-    """Refuse a parameter that none of ``notebooks`` has (ValueError listing the ones they
-    have) or whose value's type differs from the notebook's annotation (TypeError). Ranges are
-    the notebooks' own: each checks its parameters in its first code cell."""
+    """Refuse a parameter none of ``notebooks`` has (ValueError) or of another type than its
+    annotation (TypeError); each notebook checks its ranges in its first code cell."""
     accepted: dict[str, str] = {}
     for path in notebooks:
         for name, spec in _notebook_parameters(path).items():
@@ -134,14 +123,12 @@ class Stopped(KeyboardInterrupt):
 
 @contextmanager
 def stop_signals():
-    """While inside, SIGTERM and SIGHUP (where their handler is the default) raise
-    :class:`Stopped`, so that the kernel is shut down and the summary printed as for Ctrl-C."""
+    """While inside, SIGTERM and SIGHUP (with their default handler) raise :class:`Stopped`."""
 
     def handle(signum, frame):
         raise Stopped(signum)
 
-    # the kernel's pending tasks, failed by the stop, are reported when their loop is collected,
-    # after this block: as "Task exception was never retrieved" and a traceback; say nothing
+    # the kernel's tasks failed by the stop are reported after this block: say nothing
     logging.getLogger("asyncio").addFilter(
         lambda record: not record.getMessage().startswith("Task exception was never retrieved")
     )
@@ -159,10 +146,8 @@ def stop_signals():
 
 @contextmanager
 def private_files():
-    """A private folder (mode 0700) under Jupyter's runtime folder for the kernels' connection
-    files (they hold the HMAC key) and IPC sockets, and for this process's temporary files (the
-    image renderer's browser profile), removed on the way out; a small process removes it too
-    once this one is gone, when nothing here could (SIGKILL)."""
+    """A private folder (mode 0700) for the kernels' connection files and sockets and this
+    process's temporary files, removed on the way out, or by :data:`_REAPER` after a SIGKILL."""
     global _KERNEL_DIR
     from jupyter_core.paths import jupyter_runtime_dir
 
@@ -189,10 +174,8 @@ def private_files():
 
 
 def execute(path: Path, executed: Path, parameters: dict[str, object]) -> None:
-    """Execute the notebook at ``path`` into ``executed`` with papermill, in its own folder, its
-    kernel reached over IPC sockets (over TCP, ipykernel warns once per notebook that the
-    traffic is not encrypted) whose files go in :func:`private_files`' folder when inside it. A
-    failing cell raises papermill's PapermillExecutionError."""
+    """Execute the notebook at ``path`` into ``executed`` with papermill in its own folder, its
+    kernel on IPC sockets (ipykernel warns of unencrypted TCP); a failing cell raises."""
     import papermill
 
     papermill.execute_notebook(
@@ -214,12 +197,8 @@ def _ipc_kernel_manager():
     from traitlets import Unicode, default
 
     class IPCKernelManager(AsyncKernelManager):
-        """A kernel manager whose kernels listen on IPC sockets, not on TCP ports; its
-        connection file (and so its sockets, named after it) in :func:`private_files`' folder,
-        removed at shutdown. The kernel process's own stderr (its log, not the cells' output,
-        which comes over the sockets) is dropped: a kernel shut down mid-cell by a stop logs a
-        traceback there that is no error of the run. Its environment is this process's with
-        :data:`KERNEL_ENV`."""
+        """Kernels on IPC sockets, their files in :func:`private_files`' folder, their own log
+        dropped (a kernel stopped mid-cell logs a traceback there), :data:`KERNEL_ENV` set."""
 
         transport = Unicode("ipc")
 
@@ -238,9 +217,8 @@ def _ipc_kernel_manager():
 
 
 def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> NotebookRun:
-    """Execute one notebook with papermill and export it to HTML. A failing cell, a kernel that
-    dies, a file that is not a notebook or an output that cannot be written is the run's
-    ``error``, not an exception: the walkthrough goes on with the next notebook."""
+    """Execute one notebook and export it to HTML; a failure is the run's ``error``, not an
+    exception, so the walkthrough goes on with the next notebook."""
     import nbformat
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -254,8 +232,7 @@ def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> 
     own = {k: v for k, v in parameters.items() if k in accepted}
     start = time.perf_counter()
     error = None
-    # Each output is written under a temporary name and renamed once whole: a run stopped half
-    # way (a signal, a full disk) leaves the earlier notebook and HTML as they were, side by side.
+    # written under a temporary name, renamed once whole: a stop leaves earlier outputs whole
     running = executed.with_name(f".{executed.stem}.running.ipynb")
     notebook, written = None, None
     try:
@@ -299,10 +276,8 @@ def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> 
 
 
 def mark_partial(path: Path, error: str) -> None:
-    """Mark the executed notebook at ``path`` as a partial run: papermill ends a run the kernel
-    did not finish by marking every cell still pending "completed"; here the code cells that
-    never started are "pending" again, the notebook's metadata says ``kvlab.partial`` with the
-    error, and a banner at the top says so to whoever reads it."""
+    """Mark the executed notebook at ``path`` partial: cells that never started "pending"
+    again (papermill says "completed"), ``kvlab.partial`` in its metadata, a banner on top."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
@@ -361,9 +336,8 @@ def image_failure() -> str | None:
 
 
 def _with_deadline(call, seconds: float):
-    """``call()`` in a daemon thread: its value, its exception, or TimeoutError after
-    ``seconds`` (the thread is left behind; it does not keep the process alive); RuntimeError
-    at once when images have failed meanwhile (the browser died: nothing will answer)."""
+    """``call()`` in a daemon thread: its value or exception, TimeoutError after ``seconds``,
+    RuntimeError at once when images failed meanwhile (the browser died)."""
     box = {}
 
     def run():
@@ -401,9 +375,8 @@ def _images_failed(why: str) -> None:
 
 @contextmanager
 def image_server():
-    """Keep one kaleido browser (the system Chromium) for every figure of a run. A browser that
-    cannot start ends kaleido's server thread with an exception: it is said in one line, not a
-    traceback, and no figure waits for it."""
+    """One kaleido browser (the system Chromium) for every figure of a run; one that cannot
+    start is said in one line, not a traceback, and no figure waits for it."""
     import kaleido
 
     before = set(threading.enumerate())
@@ -432,8 +405,8 @@ def image_server():
 
 
 def with_static_figures(notebook):
-    """A copy of an executed notebook whose plotly outputs are PNG images, and whose live
-    panels show their title, values, verdict and every figure, for an offline HTML report."""
+    """A copy of an executed notebook with plotly outputs as PNG images and live panels as
+    their title, values, verdict and figures, for an offline HTML report."""
     warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
     static = copy.deepcopy(notebook)
     for cell in static.cells:
@@ -442,41 +415,27 @@ def with_static_figures(notebook):
             text = data.get("text/plain", "")
             if PANEL_MIME in data:  # a live panel: its title, values, verdict and every figure
                 panel = data[PANEL_MIME]
-                images = "".join(_img(f) for f in panel["figures"])
-                output["data"] = {
-                    "text/html": panel["title"]
-                    + panel["values"]
-                    + _monospace_detail(panel["verdict"])
-                    + images,
-                    "text/plain": text,
-                }
+                # the verdict's detail (aligned arithmetic) in the code font, not the report's
+                verdict = panel["verdict"].replace(
+                    '<pre style="', '<pre style="font-family:var(--jp-code-font-family, monospace);'
+                )
+                images = "".join(_image_html(f) for f in panel["figures"])
+                html = panel["title"] + panel["values"] + verdict + images
+                output["data"] = {"text/html": html, "text/plain": text}
             elif PLOTLY_MIME in data:
                 png = _png(data[PLOTLY_MIME])
-                output["data"] = (
-                    {"image/png": png, "text/plain": text}
-                    if png is not None
-                    else {"text/html": _no_image(), "text/plain": text}
-                )
+                shown = {"image/png": png} if png is not None else {"text/html": _image_html(None)}
+                output["data"] = {**shown, "text/plain": text}
     return static
 
 
-def _img(figure) -> str:
-    png = _png(figure)
-    return f'<img src="data:image/png;base64,{png}"/>' if png is not None else _no_image()
-
-
-def _no_image() -> str:
-    return (
-        f"<p><em>figure not rendered as an image: {html_text.escape(_image_failure or '')}</em></p>"
-    )
-
-
-def _monospace_detail(verdict: str) -> str:
-    """The verdict with its detail (a <pre> of arithmetic, aligned in columns) in the code font:
-    the report's stylesheet gives every <pre> of an output the text font."""
-    return verdict.replace(
-        '<pre style="', '<pre style="font-family:var(--jp-code-font-family, monospace);'
-    )
+def _image_html(figure) -> str:
+    """A figure as an <img>, or why it is not one."""
+    png = None if figure is None else _png(figure)
+    if png is not None:
+        return f'<img src="data:image/png;base64,{png}"/>'
+    why = html_text.escape(_image_failure or "")
+    return f"<p><em>figure not rendered as an image: {why}</em></p>"
 
 
 def _png(figure) -> str | None:
@@ -485,17 +444,12 @@ def _png(figure) -> str | None:
 
     if _image_failure is not None:
         return None
+    text = figure if isinstance(figure, str) else json.dumps(figure)
     try:
         png = _with_deadline(
-            lambda: pio.to_image(pio.from_json(_as_json(figure)), format="png"), IMAGE_TIMEOUT_S
+            lambda: pio.to_image(pio.from_json(text), format="png"), IMAGE_TIMEOUT_S
         )
     except Exception as exc:  # Chromium missing, dead or hung: the report goes on without images
         _images_failed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None
     return base64.b64encode(png).decode()
-
-
-def _as_json(figure) -> str:
-    import json
-
-    return figure if isinstance(figure, str) else json.dumps(figure)

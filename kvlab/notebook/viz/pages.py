@@ -214,15 +214,13 @@ def index_row_spec(
         (total_blocks, POOL_COLOR, "dot", 1.5, "pool ends", "top"),
     ):
         if end:
-            shapes.append(line(color, dash, x0=end, x1=end, y0=-0.5, y1=top, xref="x", yref="y"))
+            shapes.append(line(color, dash, x0=end, x1=end, y0=-0.5, y1=top))
             annotations.append(
                 note(
                     f"{words}: {end:,}",
                     end,
                     2.5 if anchor == "bottom" else -0.5,
                     color,
-                    xref="x",
-                    yref="y",
                     yanchor=anchor,
                 )
             )
@@ -290,7 +288,7 @@ def page_table_spec(
         )
 
     def label(text, y, **extra):
-        return note(text, -0.5, y, size=11, xref="x", yref="y", xanchor="right", **extra)
+        return note(text, -0.5, y, size=11, xanchor="right", **extra)
 
     shapes, annotations = [], []
     for slot in range(slots):
@@ -316,8 +314,6 @@ def page_table_spec(
                 (width_c + needed_c) / 2,
                 3.4,
                 OUTCOME_COLORS["crash"],
-                xref="x",
-                yref="y",
                 bgcolor="rgba(255,255,255,0.85)",
             )
         )
@@ -330,8 +326,6 @@ def page_table_spec(
                 y=0.85,
                 ax=entry / unit + 0.5,
                 ay=3.0,
-                xref="x",
-                yref="y",
                 axref="x",
                 ayref="y",
                 showarrow=True,
@@ -342,17 +336,13 @@ def page_table_spec(
                 text="",
             )
         )
-    shapes.append(
-        line(ROW_COLOR, "dash", x0=width_c, x1=width_c, y0=2.8, y1=3.0 + slots, xref="x", yref="y")
-    )
+    shapes.append(line(ROW_COLOR, "dash", x0=width_c, x1=width_c, y0=2.8, y1=3.0 + slots))
     annotations += [
         note(
             f"row width: {width:,} entries",
             width_c,
             3.0 + slots,
             ROW_COLOR,
-            xref="x",
-            yref="y",
             yanchor="bottom",
         ),
         note(
@@ -360,8 +350,6 @@ def page_table_spec(
             pool_c,
             0.8,
             POOL_COLOR,
-            xref="x",
-            yref="y",
             xanchor="left",
             yanchor="bottom",
         ),
@@ -472,8 +460,6 @@ def table_price_spec(
                 math.log10(big),
                 math.log10(r["nbytes"]),
                 _width_color(widths, r["width"]),
-                xref="x",
-                yref="y",
                 xanchor="left",
                 xshift=8,
             )

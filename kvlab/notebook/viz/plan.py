@@ -86,8 +86,6 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                     dict(
                         x=middle,
                         y=name,
-                        xref="x",
-                        yref="y",
                         text=text,
                         showarrow=True,
                         arrowhead=2,
@@ -138,9 +136,7 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
     if not plan.blocks:  # no pool, no row: nothing to draw
         lines = []
     shapes = [
-        line(c, dash, xref="x", x0=v, x1=v, yref="paper", y0=0, y1=1)
-        for _, v, c, dash in lines
-        if v <= top
+        line(c, dash, x0=v, x1=v, yref="paper", y0=0, y1=1) for _, v, c, dash in lines if v <= top
     ]
     for words, value, color, dash in lines[:2]:
         beyond = "" if value <= top else " (beyond the axis)"
@@ -162,7 +158,6 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                 1.0,
                 "#444",
                 11,
-                xref="x",
                 yref="paper",
                 yanchor="bottom",
                 xanchor=anchor,
@@ -288,7 +283,6 @@ def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
                 11,
                 xref="paper",
                 xanchor="right",
-                yref="y",
                 yanchor="bottom",
                 bgcolor="rgba(255,255,255,0.9)",
             )

@@ -212,7 +212,6 @@ def request_fit_spec(
             color,
             xref="paper",
             xanchor="left",
-            yref="y",
             yanchor="bottom" if limit is larger else "top",
         )
         for limit in limits

@@ -180,7 +180,6 @@ def residency_stack_spec(
                 q,
                 crash,
                 xref="paper",
-                yref="y",
                 xanchor="right",
                 yanchor="bottom",
             )
@@ -235,8 +234,6 @@ def residency_proposals_spec(
             xi,
             0,
             OUTCOME_COLORS["crash"],
-            xref="x",
-            yref="y",
             yanchor="bottom",
         )
         for xi, r in zip(x, rows)

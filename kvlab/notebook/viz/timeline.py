@@ -224,7 +224,7 @@ def scheduler_timeline_spec(
     error = getattr(result, "error", None)
     if error is not None and steps:
         color, end = outcome_color(outcome), steps[-1]
-        shapes.append(line(color, xref="x", x0=end, x1=end, yref="paper", y0=0, y1=1))
+        shapes.append(line(color, x0=end, x1=end, yref="paper", y0=0, y1=1))
         annotations.append(
             note(
                 f"{type(error).__name__} in pass {len(steps):,} (step {end:,})",
@@ -232,7 +232,6 @@ def scheduler_timeline_spec(
                 1.0,
                 color,
                 11,
-                xref="x",
                 yref="paper",
                 xanchor="right",
                 yanchor="bottom",
