@@ -35,13 +35,20 @@ from dataclasses import dataclass
 
 from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.request import LIVE_STATES, Request
+from kvlab.core.request import LIVE_STATES, Request, RequestState
 from kvlab.core.words import a_or_an, counted
 from kvlab.run.trace import Event, StepRecord, Trace
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
 from kvlab.sched.scheduler import SchedulerDeadlock
 
 ENGINE_ERRORS = (PageIndexTooShort, SchedulerDeadlock)
+#: The statuses a summary counts.
+SUMMARY_STATUSES = (
+    RequestState.FINISHED,
+    RequestState.REJECTED,
+    RequestState.WAITING,
+    RequestState.RUNNING,
+)
 
 
 @dataclass
@@ -49,7 +56,7 @@ class SimulationResult:
     """Outcome of ``simulate``: per-request status and reason, the error that stopped the
     engine (or None) and the per-step trace."""
 
-    status: dict[str, str]
+    status: dict[str, RequestState]
     reasons: dict[str, str]
     error: BaseException | None
     trace: Trace
@@ -64,7 +71,7 @@ class SimulationResult:
         """Counts per status, goodput and latencies in steps (means over the requests they
         apply to; None where none does), and ``reused_tokens``: context tokens a cached prefix
         provided (block reuse), summed over the requests' last contexts."""
-        finished = [self.requests[i] for i in self.ids_with_status("finished")]
+        finished = [self.requests[i] for i in self.ids_with_status(RequestState.FINISHED)]
         started = [r for r in self.requests.values() if r.first_scheduled_step is not None]
         with_token = [r for r in self.requests.values() if r.first_token_step is not None]
 
@@ -72,10 +79,7 @@ class SimulationResult:
             return sum(values) / len(values) if values else None
 
         activated = [r for r in self.requests.values() if r.activated_step is not None]
-        summary = {
-            status: len(self.ids_with_status(status))
-            for status in ("finished", "rejected", "waiting", "running")
-        }
+        summary = {status.value: len(self.ids_with_status(status)) for status in SUMMARY_STATUSES}
         summary.update(
             iterations=self.iterations,
             error=None if self.error is None else type(self.error).__name__,
@@ -155,9 +159,12 @@ def refused_to_start(requests: Iterable[Request], message: str) -> SimulationRes
     rejected with ``message``, nothing run, and a ValueError as the error."""
     copies = {r.request_id: r for r in _fresh_copies(requests)}
     for request in copies.values():
-        request.state, request.reason = "rejected", f"the engine refused to start: {message}"
+        request.state, request.reason = (
+            RequestState.REJECTED,
+            f"the engine refused to start: {message}",
+        )
     return SimulationResult(
-        status=dict.fromkeys(copies, "rejected"),
+        status=dict.fromkeys(copies, RequestState.REJECTED),
         reasons={i: r.reason for i, r in copies.items()},
         error=ValueError(message),
         trace=Trace(),
@@ -265,7 +272,11 @@ class Engine:
     def num_active(self) -> int:
         """Requests the scheduler holds: waiting for a first chunk, running or suspended."""
         counts = self.scheduler.counts
-        return counts["waiting"] + counts["running"] + counts["suspended"]
+        return (
+            counts[RequestState.WAITING]
+            + counts[RequestState.RUNNING]
+            + counts[RequestState.SUSPENDED]
+        )
 
     @property
     def num_live(self) -> int:
@@ -410,17 +421,17 @@ class Engine:
                 manager.free_blocks,
                 manager.total_blocks - manager.free_blocks,
                 manager.host_tier.used_blocks,
-                counts["running"],
-                counts["waiting"],
+                counts[RequestState.RUNNING],
+                counts[RequestState.WAITING],
                 len(self.queue),
-                counts["suspended"],
+                counts[RequestState.SUSPENDED],
                 len(batch.context_requests) + batch.num_aborted_context_rows,
                 len(batch.generation_requests),
                 batch.num_tokens,
                 len(batch.paused_requests),
                 len(batch.recompute_paused_requests),
-                counts["rejected"],
-                counts["finished"],
+                counts[RequestState.REJECTED],
+                counts[RequestState.FINISHED],
                 scheduler.stalled_passes,
             )
         )
@@ -432,19 +443,21 @@ class Engine:
         counts = self.scheduler.counts
         submitted = len(self.scheduler.submitted_requests)
         assert submitted + len(self.queue) == self.next_arrival, "an arrival was lost"
-        assert all(r.state == "waiting" and r.activated_step is None for r in self.queue)
+        assert all(r.state is RequestState.WAITING and r.activated_step is None for r in self.queue)
         assert (
             self.max_num_active_requests is None or self.num_active <= self.max_num_active_requests
         ), "more active requests than allowed"
         assert submitted == (
-            counts["finished"]
-            + counts["rejected"]
-            + counts["waiting"]
-            + counts["running"]
-            + counts["suspended"]
+            counts[RequestState.FINISHED]
+            + counts[RequestState.REJECTED]
+            + counts[RequestState.WAITING]
+            + counts[RequestState.RUNNING]
+            + counts[RequestState.SUSPENDED]
         )
         unsubmitted = self.arrivals[self.next_arrival :]
-        assert all(r.state == "waiting" and r.first_scheduled_step is None for r in unsubmitted)
+        assert all(
+            r.state is RequestState.WAITING and r.first_scheduled_step is None for r in unsubmitted
+        )
         assert self.next_arrival + len(unsubmitted) == len(self.requests), "a request was lost"
 
     def result(self, max_steps: int) -> SimulationResult:
@@ -465,7 +478,7 @@ class Engine:
 
     def _unfinished_reason(self, request: Request, max_steps: int) -> str:
         submitted = request.activated_step is not None
-        if request.state == "waiting" and submitted:
+        if request.state is RequestState.WAITING and submitted:
             geometry = self.scheduler.manager.geometry
             refusals = request.num_refusals
             passes = (
@@ -484,7 +497,9 @@ class Engine:
             )
         elif submitted:  # running, or suspended (reported as running: it keeps its KV)
             detail = (
-                "suspended, its pages held, after " if request.state == "suspended" else ""
+                "suspended, its pages held, after "
+                if request.state is RequestState.SUSPENDED
+                else ""
             ) + f"{request.num_generated:,} of {request.max_new_tokens:,} tokens generated"
         elif request.arrival_step < self.step:
             detail = (

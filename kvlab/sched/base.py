@@ -116,7 +116,7 @@ class SchedulerBase:
             raise TypeError(f"request must be a Request, got {type(request).__name__}")
         if request.request_id in self._submitted_ids:
             raise ValueError(f"request_id {request.request_id!r} was already submitted")
-        if request.state != "waiting":
+        if request.state is not RequestState.WAITING:
             raise ValueError(
                 f"request {request.request_id!r} is {request.state!r}; submit a fresh "
                 "Request (dataclasses.replace(request) makes one)"
@@ -133,7 +133,7 @@ class SchedulerBase:
         verdict = self._verdict(request)
         self._submitted_ids.add(request.request_id)
         self._submitted.append(request)
-        self.counts["waiting"] += 1
+        self.counts[RequestState.WAITING] += 1
         if verdict.admitted:
             self._active.append(request)
             self._enqueue(request)
@@ -201,11 +201,11 @@ class SchedulerBase:
             )
             seen[request.state] += 1
             cache = caches.get(request.request_id)
-            if request.state == "running":
+            if request.state is RequestState.RUNNING:
                 assert cache is not None and cache.is_active, (
                     f"{request.request_id!r} is running without an active cache"
                 )
-            elif request.state == "suspended":
+            elif request.state is RequestState.SUSPENDED:
                 assert cache is not None and cache.suspended, (
                     f"{request.request_id!r} is suspended without a suspended cache"
                 )

@@ -300,7 +300,7 @@ class Scheduler(SchedulerBase):
 
     def _give_up_generation(self, request: Request, batch: ScheduledBatch) -> None:
         """Nothing could make room: the request suspends itself."""
-        if request.state == "running":
+        if request.state is RequestState.RUNNING:
             self._suspend(request)
             batch.paused_requests.append(request)
 
@@ -310,7 +310,7 @@ class Scheduler(SchedulerBase):
 
     def _is_evictable(self, request: Request) -> bool:
         """A candidate with an active cache (the real ``_is_evictable``; no host-room check)."""
-        return self._is_victim_candidate(request) and request.state == "running"
+        return self._is_victim_candidate(request) and request.state is RequestState.RUNNING
 
     def _evict_for_generation(self, request, requests, index, end, batch):
         """The real ``_try_evict_for_gen``: suspend started requests from the tail of
