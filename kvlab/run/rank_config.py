@@ -81,14 +81,9 @@ class RunConfig:
         object.__setattr__(self, "requests", requests)
         check_choice("policy", self.policy, TRTLLM_POLICIES)
         check_instance("chunked_prefill", self.chunked_prefill, bool)
-        for name, high in (
-            ("max_steps", 1 << 30),
-            ("max_seq_len", 1 << 30),
-            ("max_batch_size", 1 << 20),
-            ("max_num_tokens", 1 << 30),
-            ("stall_limit", 1 << 30),
-        ):
-            store_checked(self, name, check_int, low=1, high=high)
+        for name in ("max_steps", "max_seq_len", "max_num_tokens", "stall_limit"):
+            store_checked(self, name, check_int, low=1, high=1 << 30)
+        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("requests must have distinct request ids")
@@ -97,11 +92,8 @@ class RunConfig:
                 raise ValueError(f"pins names {request_id!r}, which is not among the requests")
             check_int(f"pins[{request_id!r}]", rank, low=0, high=self.world_size - 1)
         if self.fault is not None:
-            check_int(
-                "fault.rank",
-                check_instance("fault", self.fault, Fault).rank,
-                high=self.world_size - 1,
-            )
+            fault = check_instance("fault", self.fault, Fault)
+            check_int("fault.rank", fault.rank, high=self.world_size - 1)
         self._check_sizes()
 
     @property

@@ -241,19 +241,13 @@ class DistributedResult:
 
     def table(self) -> str:
         """:meth:`rank_rows` as text, one line per rank (the command's report)."""
-        lines = [
-            f"{'rank':>4} {'workspace':>10} {'local pool':>22} {'pool after MIN':>24} "
-            f"{'row':>6}  requests  outcome"
+        line = "{:>4} {:>7.1f} GiB {:>7} blk {:>7.1f} GiB {:>7} blk = {:>9} tok {:>6}  {}  {}"
+        head = f"{'rank':>4} {'workspace':>10} {'local pool':>22} {'pool after MIN':>24} {'row':>6}"
+        rows = [
+            [*row.values()][:-1] + [cut_between_words(str(row["outcome"]))]
+            for row in self.rank_rows()
         ]
-        for row in self.rank_rows():
-            lines.append(
-                f"{row['rank']:>4} {row['workspace (GiB)']:>7.1f} GiB "
-                f"{row['own pool (pages)']:>7} blk {row['own quota (GiB)']:>7.1f} GiB "
-                f"{row['pool after MIN (pages)']:>7} blk = {row['pool after MIN (tokens)']:>9} tok "
-                f"{row['row (entries)']:>6}  {row['requests']}  "
-                f"{cut_between_words(str(row['outcome']))}"
-            )
-        return "\n".join(lines)
+        return "\n".join([f"{head}  requests  outcome", *(line.format(*row) for row in rows)])
 
     @property
     def headline(self) -> str:

@@ -105,97 +105,192 @@ def _raised(context: Any) -> dict[int, str]:
     return raised
 
 
+class _Watch:
+    """One process-mode run: the rank processes, what they sent, and when each was seen to exit."""
+
+    def __init__(self, config: RunConfig, backend: str, timeout_s: float, progress: bool):
+        self.config, self.backend, self.timeout_s = config, backend, timeout_s
+        self.method = "spawn" if backend == "nccl" else "fork"
+        ctx = mp.get_context(self.method)
+        self.out = ctx.Queue()
+        self.monitor = RunMonitor(ctx, config.requests, config.world_size)
+        self.bar = rank_progress(progress, config.world_size)
+        self.procs: list[Any] = []
+        self.context: Any = None
+        self.results: dict[int, tuple[RankResult, bool]] = {}  # rank -> (result, lost a peer)
+        self.ready: dict[int, float] = {}
+        self.exited: dict[int, float] = {}  # rank -> when it was seen to have exited
+        self.start = self.end = time.monotonic()
+
+    def launch(self) -> None:
+        cfg, world = self.config, self.config.world_size
+        args = (cfg, self.backend, free_port(), self.timeout_s, self.out, os.getpid(), self.monitor)
+        self.context = start_processes(  # type: ignore[no-untyped-call]
+            _worker, args, nprocs=world, join=False, daemon=True, start_method=self.method
+        )
+        self.procs = self.context.processes
+        for rank, p in enumerate(self.procs):
+            p.name = f"kvlab-rank-{rank}"  # torch leaves them "Process-N"
+
+    def take(self, kind: str, rank: int, payload: Any) -> None:
+        if kind == "ready":
+            self.ready[rank] = payload
+        elif kind == "result":
+            self.results[rank] = payload
+        elif self.bar is not None:
+            self.bar.update(payload - self.bar.n)
+
+    def wait(self, stop: StopOnSignal, deadline_s: float | None) -> str | None:
+        """Collect results until every rank reported, one died and the others had
+        DEATH_GRACE_S, or the watchdog fired: then "hang" or "deadline"."""
+        heard, grace_end, world = time.monotonic(), None, self.config.world_size
+        while stop.signum is None and len(self.results) < world:
+            now = time.monotonic()
+            heard = max(heard, self.monitor.last_heard())
+            if grace_end is not None and now >= grace_end:
+                return None
+            if now - heard >= self.timeout_s:
+                return "hang"
+            if deadline_s is not None and now >= self.start + deadline_s:
+                return "deadline"
+            try:
+                self.take(*self.out.get(timeout=0.2))
+                heard = time.monotonic()
+            except queue_mod.Empty:
+                for rank, p in enumerate(self.procs):
+                    if p.exitcode is not None and rank not in self.exited:
+                        self.exited[rank] = time.monotonic()
+                        if rank not in self.results and grace_end is None:
+                            grace_end = self.exited[rank] + DEATH_GRACE_S  # one died
+                if len(self.exited) == world:
+                    return None
+        return None
+
+    def drain(self) -> None:
+        """A rank that ended on its own sent its result first: read what is there for it."""
+        while any(p.exitcode == 0 and r not in self.results for r, p in enumerate(self.procs)):
+            try:
+                self.take(*self.out.get(timeout=0.2))
+            except queue_mod.Empty:
+                return
+
+    def close(self, grace_s: float) -> tuple[set[int], dict[int, str]]:
+        """Stop every rank; (the ranks it had to stop, the tracebacks of those that raised)."""
+        killed = _stop(self.procs, grace_s)
+        if self.bar is not None:
+            self.bar.close()
+        self.out.close()
+        self.out.join_thread()
+        return killed, _raised(self.context)
+
+    def from_monitor(self, rank: int, outcome: Outcome, error: str) -> RankResult:
+        """The result of a rank that could not report one, from the shared record: its pool and
+        each request routed to it in its last recorded state."""
+        requests = []
+        for request in self.config.requests:
+            routed, state, step = self.monitor.request(request.request_id)
+            if routed == rank:
+                copy = dataclasses.replace(request)
+                copy.state = state or RequestState.WAITING
+                if state is RequestState.FINISHED:
+                    copy.reason = f"finished at step {step}"
+                elif state is RequestState.REJECTED:
+                    copy.reason = f"rejected at step {step} (its reason was lost with rank {rank})"
+                requests.append(copy)
+        pool, step = self.monitor.pool(rank), self.monitor.step(rank)
+        return rank_result(
+            self.config,
+            rank,
+            outcome=outcome,
+            error=error,
+            pool=pool,
+            requests=requests,
+            end_step=step,
+        )
+
+    def account(self, killed: set[int]) -> tuple[list[RankResult], list[RankFailure]]:
+        """Every rank's result, and the ranks that failed (deaths first, by time; then hangs). A
+        rank killed while it waited in a collective was waiting for the one that failed: it
+        "shut down" (when all were waiting, none can be named: all "hung")."""
+        monitor, results, end, fault = self.monitor, self.results, self.end, self.config.fault
+        ranks = range(len(self.procs))
+        died = sorted(
+            (r for r in ranks if r not in results and r not in killed),
+            key=lambda r: (self.exited.get(r, end), r),
+        )
+        failures = []
+        for r in died:
+            fired = fault is not None and fault.rank == r and monitor.fired
+            detail = _exit_text(self.procs[r].exitcode, fired)
+            at = self.exited.get(r, end) - self.start
+            failures.append(RankFailure(r, Outcome.DIED, monitor.step(r), at, detail))
+        stopped = sorted(r for r in killed if r not in results)
+        waiting = [r for r in stopped if monitor.is_waiting(r)]
+        hung = [r for r in stopped if r not in waiting]
+        if not hung and not died:
+            hung, waiting = waiting, []
+        why = (
+            f"no answer {DEATH_GRACE_S:g} s after rank {died[0]} died; killed"
+            if died
+            else f"no progress for timeout_s={self.timeout_s:g} s; killed"
+        )
+        for r in hung:
+            at = (monitor.heard(r) or end) - self.start
+            failures.append(RankFailure(r, Outcome.HUNG, monitor.step(r), at, why))
+        by_rank = {f.rank: f for f in failures}
+        cause = failures[0].describe() if failures else None
+        final = []
+        for rank in ranks:
+            if rank in results:
+                result, peer_lost = results[rank]
+                if peer_lost and cause is not None:
+                    result = dataclasses.replace(result, error=f"shut down: {cause}")
+                final.append(result)
+            elif rank in by_rank:
+                failure = by_rank[rank]
+                final.append(self.from_monitor(rank, failure.kind, failure.what()))
+            else:  # killed while waiting in a collective for the failed rank
+                error = f"shut down: {cause}; killed waiting for it"
+                final.append(self.from_monitor(rank, Outcome.SHUT_DOWN, error))
+        return final, failures
+
+
 def run_processes(
     config: RunConfig, backend: str, timeout_s: float, deadline_s: float | None, progress: bool
 ) -> DistributedResult:
     """Run every rank in its own process under the watchdog (module docstring)."""
-    method = "spawn" if backend == "nccl" else "fork"
-    ctx = mp.get_context(method)
-    out = ctx.Queue()
-    world = config.world_size
-    monitor = RunMonitor(ctx, config.requests, world)
-    start = time.monotonic()
-    procs: list[Any] = []
-    context = None
-    results: dict[int, tuple[RankResult, bool]] = {}
-    ready: dict[int, float] = {}
-    exited: dict[int, float] = {}  # rank -> when it was seen to have exited
-    stopped_by: str | None = None  # "hang" or "deadline" when the watchdog ended the run
-    bar = rank_progress(progress, world)
-
-    def take(kind: str, rank: int, payload: Any) -> None:
-        if kind == "ready":
-            ready[rank] = payload
-        elif kind == "result":
-            results[rank] = payload
-        elif bar is not None:
-            bar.update(payload - bar.n)
-
+    run = _Watch(config, backend, timeout_s, progress)
+    stopped_by = None
     with StopOnSignal() as stop:
         try:
             if stop.signum is None:
-                args = (config, backend, free_port(), timeout_s, out, os.getpid(), monitor)
-                context = start_processes(  # type: ignore[no-untyped-call]
-                    _worker, args, nprocs=world, join=False, daemon=True, start_method=method
-                )
-                procs = context.processes
-                for rank, p in enumerate(procs):
-                    p.name = f"kvlab-rank-{rank}"  # torch leaves them "Process-N"
-            heard = time.monotonic()  # the last sign of progress
-            grace_end = None  # DEATH_GRACE_S after the first death seen
-            while stop.signum is None and len(results) < world:
-                now = time.monotonic()
-                heard = max(heard, monitor.last_heard())
-                if grace_end is not None and now >= grace_end:
-                    break
-                if now - heard >= timeout_s:
-                    stopped_by = "hang"
-                    break
-                if deadline_s is not None and now >= start + deadline_s:
-                    stopped_by = "deadline"
-                    break
-                try:
-                    message = out.get(timeout=0.2)
-                except queue_mod.Empty:
-                    for rank, p in enumerate(procs):
-                        if p.exitcode is not None and rank not in exited:
-                            exited[rank] = time.monotonic()
-                            if rank not in results and grace_end is None:
-                                grace_end = exited[rank] + DEATH_GRACE_S  # one died
-                    if len(exited) == world:
-                        break
-                    continue
-                heard = time.monotonic()
-                take(*message)
-            # a rank that ended on its own sent its result first: read what is there for it
-            while any(p.exitcode == 0 and r not in results for r, p in enumerate(procs)):
-                try:
-                    take(*out.get(timeout=0.2))
-                except queue_mod.Empty:
-                    break
-            end = time.monotonic()
+                run.launch()
+            stopped_by = run.wait(stop, deadline_s)
+            run.drain()
+            run.end = time.monotonic()
         finally:
-            killed = _stop(procs, grace_s=1.0 if stop.signum is None else 0.0)
-            if bar is not None:
-                bar.close()
-            out.close()
-            out.join_thread()
-            raised = _raised(context)
-    stop.raise_if_signalled(len(procs))
+            killed, raised = run.close(grace_s=1.0 if stop.signum is None else 0.0)
+    stop.raise_if_signalled(len(run.procs))
     if raised:
         rank, text = sorted(raised.items())[0]
         raise RuntimeError(f"rank {rank} failed with a kvlab error:\n{text}")
+    world, results = config.world_size, run.results
+    failures: list[RankFailure] = []
     if stopped_by == "deadline" and len(results) < world:
         final = [
-            results[r][0] if r in results else _at_deadline(config, monitor, r, deadline_s)
+            results[r][0]
+            if r in results
+            else run.from_monitor(
+                r,
+                Outcome.STOPPED,
+                f"stopped at step {run.monitor.step(r)}: the run passed its deadline_s={deadline_s:g}",
+            )
             for r in range(world)
         ]
-        failures: list[RankFailure] = []
     else:
-        final, failures = _account(
-            config, procs, results, exited, killed, monitor, start, end, timeout_s
-        )
-    startup = (max(ready.values()) - start) if len(ready) == world else end - start
+        final, failures = run.account(killed)
+    end, start = run.end, run.start
+    startup = (max(run.ready.values()) - start) if len(run.ready) == world else end - start
     return DistributedResult(
         ranks=tuple(final),
         mode="process",
@@ -203,22 +298,14 @@ def run_processes(
         policy=config.policy,
         wall_s=end - start,
         startup_s=startup,
-        pids=tuple(p.pid for p in procs),
+        pids=tuple(p.pid for p in run.procs),
         timeout_s=timeout_s,
         deadline_s=deadline_s,
         failures=tuple(failures),
         not_routed=not_routed(config, final),
         fault=config.fault,
-        fault_fired=None if config.fault is None else monitor.fired,
+        fault_fired=None if config.fault is None else run.monitor.fired,
     )
-
-
-def _at_deadline(
-    config: RunConfig, monitor: RunMonitor, rank: int, deadline_s: float | None
-) -> RankResult:
-    """A rank still stepping when the run passed its deadline: stopped, its live requests lost."""
-    why = f"stopped at step {monitor.step(rank)}: the run passed its deadline_s={deadline_s:g}"
-    return _from_monitor(config, monitor, rank, Outcome.STOPPED, why)
 
 
 def _exit_text(exitcode: int | None, fault_fired_here: bool) -> str:
@@ -230,94 +317,6 @@ def _exit_text(exitcode: int | None, fault_fired_here: bool) -> str:
     if exitcode == FAULT_EXIT_CODE and fault_fired_here:
         return f"exit code {exitcode}: its Fault"
     return f"exit code {exitcode}"
-
-
-def _account(
-    config: RunConfig,
-    procs: list[Any],
-    results: dict[int, tuple[RankResult, bool]],
-    exited: dict[int, float],
-    killed: set[int],
-    monitor: RunMonitor,
-    start: float,
-    end: float,
-    timeout_s: float,
-) -> tuple[list[RankResult], list[RankFailure]]:
-    """Every rank's result, and the ranks that failed (deaths first, by time; then hangs). A
-    rank killed while it waited in a collective was waiting for the one that failed: it "shut
-    down" (when all were waiting, none can be named: all "hung")."""
-    fault = config.fault
-    died = sorted(
-        (r for r in range(len(procs)) if r not in results and r not in killed),
-        key=lambda r: (exited.get(r, end), r),
-    )
-    failures = [
-        RankFailure(
-            r,
-            Outcome.DIED,
-            monitor.step(r),
-            exited.get(r, end) - start,
-            _exit_text(procs[r].exitcode, fault is not None and fault.rank == r and monitor.fired),
-        )
-        for r in died
-    ]
-    stopped = sorted(r for r in killed if r not in results)
-    waiting = [r for r in stopped if monitor.is_waiting(r)]
-    hung = [r for r in stopped if r not in waiting]
-    if not hung and not died:
-        hung, waiting = waiting, []
-    why = (
-        f"no answer {DEATH_GRACE_S:g} s after rank {died[0]} died; killed"
-        if died
-        else f"no progress for timeout_s={timeout_s:g} s; killed"
-    )
-    for r in hung:
-        at = (monitor.heard(r) or end) - start
-        failures.append(RankFailure(r, Outcome.HUNG, monitor.step(r), at, why))
-    by_rank = {f.rank: f for f in failures}
-    cause = failures[0].describe() if failures else None
-    final = []
-    for rank in range(len(procs)):
-        if rank in results:
-            result, peer_lost = results[rank]
-            blamed = peer_lost and cause is not None
-            final.append(
-                dataclasses.replace(result, error=f"shut down: {cause}") if blamed else result
-            )
-        elif rank in by_rank:
-            failure = by_rank[rank]
-            final.append(_from_monitor(config, monitor, rank, failure.kind, failure.what()))
-        else:  # killed while waiting in a collective for the failed rank
-            error = f"shut down: {cause}; killed waiting for it"
-            final.append(_from_monitor(config, monitor, rank, Outcome.SHUT_DOWN, error))
-    return final, failures
-
-
-def _from_monitor(
-    config: RunConfig, monitor: RunMonitor, rank: int, outcome: Outcome, error: str
-) -> RankResult:
-    """The result of a rank that could not report one, from the shared record: its pool and
-    each request routed to it in its last recorded state."""
-    requests = []
-    for request in config.requests:
-        routed, state, step = monitor.request(request.request_id)
-        if routed == rank:
-            copy = dataclasses.replace(request)
-            copy.state = state or RequestState.WAITING
-            if state is RequestState.FINISHED:
-                copy.reason = f"finished at step {step}"
-            elif state is RequestState.REJECTED:
-                copy.reason = f"rejected at step {step} (its reason was lost with rank {rank})"
-            requests.append(copy)
-    return rank_result(
-        config,
-        rank,
-        outcome=outcome,
-        error=error,
-        pool=monitor.pool(rank),
-        requests=requests,
-        end_step=monitor.step(rank),
-    )
 
 
 def _stop(procs: list[Any], grace_s: float = 1.0) -> set[int]:
