@@ -12,6 +12,7 @@ from kvlab.notebook.viz.ranks import budget_stack
 from kvlab.notebook.viz.style import (
     OUTCOME_COLORS,
     as_figure,
+    bar,
     base_layout,
     foot_legend,
     format_bytes,
@@ -75,17 +76,17 @@ def paged_read_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
             f"{format_bytes(r['nbytes'])})"
             for xi, v, r in zip(x, values, rows)
         ]
+        text = [f"{v:,.0f}" for v in values]
         data.append(
-            dict(
-                type="bar",
-                x=x,
-                y=values,
-                name=label,
-                marker=dict(color=READ_COLORS[side]),
-                text=[f"{v:,.0f}" for v in values],
+            bar(
+                x,
+                values,
+                label,
+                READ_COLORS[side],
+                hovers,
+                text=text,
                 textposition="outside",
                 cliponaxis=False,
-                **hover(hovers),
             )
         )
     ratios = [r["gather_vs_copy"] for r in rows]

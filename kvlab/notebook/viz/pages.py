@@ -20,6 +20,7 @@ from kvlab.notebook.viz.style import (
     ROW_COLOR,
     WIDTH_LINE_COLORS,
     as_figure,
+    bar,
     base_layout,
     discrete_colorscale,
     format_bytes,
@@ -198,16 +199,8 @@ def index_row_spec(
         f"row width (max_blocks_per_seq): {width:,} entries = {width * tpb:,} tokens",
     ]
     values = [needed, total_blocks, width]
-    bar = dict(
-        type="bar",
-        y=labels,
-        x=values,
-        orientation="h",
-        marker=dict(color=[outcome_color(outcome), POOL_COLOR, ROW_COLOR]),
-        **hover(hovers),
-        name="entries",
-        cliponaxis=False,
-    )
+    colors = [outcome_color(outcome), POOL_COLOR, ROW_COLOR]
+    entries = bar(values, labels, "entries", colors, hovers, orientation="h", cliponaxis=False)
     shapes, annotations = [], []  # where the row and the pool end: none for an empty one
     for end, color, dash, top, words, anchor in (
         (width, ROW_COLOR, "dash", 2.5, "row ends", "bottom"),
@@ -241,7 +234,7 @@ def index_row_spec(
         ),
         yaxis=dict(title=None, automargin=True),
     )
-    return {"data": [bar], "layout": layout}
+    return {"data": [entries], "layout": layout}
 
 
 def page_table_spec(

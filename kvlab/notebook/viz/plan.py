@@ -16,6 +16,7 @@ from kvlab.notebook.viz.style import (
     ROW_COLOR,
     across,
     as_figure,
+    bar,
     base_layout,
     foot_legend,
     hover,
@@ -97,15 +98,14 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                     )
                 )
         traces.append(
-            dict(
-                type="bar",
+            bar(
+                xs,
+                ys,
+                labels[outcome],
+                color,
+                hovers,
                 orientation="h",
-                x=xs,
-                y=ys,
                 base=bases,
-                name=labels[outcome],
-                marker=dict(color=color),
-                **hover(hovers),
                 showlegend=bool(xs),
             )
         )

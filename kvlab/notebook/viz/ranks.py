@@ -15,6 +15,7 @@ from kvlab.notebook.viz.style import (
     ROW_COLOR,
     across,
     as_figure,
+    bar,
     base_layout,
     hover,
     legend_entry,
@@ -88,17 +89,8 @@ def budget_stack(
         if key == "KV pool" and not after_min:
             label = "KV pool"
         label = thin_label(label, part, tallest, gib_text)
-        traces.append(
-            dict(
-                type="bar",
-                x=list(x),
-                y=part,
-                name=label,
-                marker=dict(color=color),
-                **hover([f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, part)]),
-                showlegend=any(part),
-            )
-        )
+        hovers = [f"{xi}: {label} {v:.1f} GiB" for xi, v in zip(x, part)]
+        traces.append(bar(list(x), part, label, color, hovers, showlegend=any(part)))
     return traces
 
 

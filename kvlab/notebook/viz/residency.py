@@ -16,6 +16,7 @@ from kvlab.notebook.viz.style import (
     OUTCOME_COLORS,
     across,
     as_figure,
+    bar,
     base_layout,
     foot_legend,
     format_bytes,
@@ -154,17 +155,10 @@ def residency_stack_spec(
     data = []
     for key, label, color in RESIDENCY_PARTS:
         sizes = [parts[key] for parts in bars]
-        data.append(
-            dict(
-                type="bar",
-                x=x,
-                y=[b / GIB if b else None for b in sizes],
-                name=thin_label(label, sizes, tallest, format_bytes),
-                showlegend=any(sizes),
-                marker=dict(color=color),
-                **hover([f"{n}: {label} {format_bytes(b)}" for n, b in zip(names, sizes)]),
-            )
-        )
+        hovers = [f"{n}: {label} {format_bytes(b)}" for n, b in zip(names, sizes)]
+        gib = [b / GIB if b else None for b in sizes]
+        name = thin_label(label, sizes, tallest, format_bytes)
+        data.append(bar(x, gib, name, color, hovers, showlegend=any(sizes)))
     q, crash = quota_bytes / GIB, OUTCOME_COLORS["crash"]
     layout = base_layout(
         titled(title, "Recurrent-state slots vs attention pages vs the quota"),
@@ -212,19 +206,18 @@ def residency_proposals_spec(
     data = []
     for key, label, color in PROPOSAL_PARTS:
         values = [r[key] for r in rows]
+        hovers = [f"{r['label']} ({r['status']}): {label} {v}" for r, v in zip(rows, values)]
+        text = [str(v) if v else "" for v in values]
         data.append(
-            dict(
-                type="bar",
-                x=x,
-                y=values,
-                name=label,
-                marker=dict(color=color),
-                text=[str(v) if v else "" for v in values],
+            bar(
+                x,
+                values,
+                label,
+                color,
+                hovers,
+                text=text,
                 textposition="inside",
                 insidetextanchor="middle",
-                **hover(
-                    [f"{r['label']} ({r['status']}): {label} {v}" for r, v in zip(rows, values)]
-                ),
             )
         )
     top = max([r["resident"] + r["waiting"] for r in rows] + [1])

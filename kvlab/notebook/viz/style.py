@@ -150,6 +150,11 @@ def hover(texts) -> dict:
     return dict(hovertext=texts, hovertemplate=HOVER)
 
 
+def bar(x, y, name: str, color, hovers, **extra) -> dict:
+    """A bar trace in ``color`` (one, or one a bar) with ``hovers``."""
+    return dict(type="bar", x=x, y=y, name=name, marker=dict(color=color), **hover(hovers), **extra)
+
+
 def legend_entry(name: str, color: str, dash: str | None = None, show: bool = True) -> dict:
     """A legend-only trace: a square swatch, or a line of ``dash``."""
     look = (

@@ -108,80 +108,43 @@ def scheduler_timeline_spec(
     steps = trace.column("step")
     outcome = outcome if outcome is not None else run_outcome(result)
     total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
-    suspended, queued = any(trace.column("suspended")), any(trace.column("queued"))
     lowest = "stalled_passes" if stall_detector else "num_recompute_paused"
+    lowest_name = "stalled passes" if stall_detector else "preemptions"
 
-    def series(name, column, axis, color, width=2, **extra):
-        return dict(
+    # (name, column, panel, colour, legend): "any" an entry once the line leaves zero, "hide"
+    # the line too until then (a run with no host tier never suspends), "always"
+    rows = (
+        ("running", "running", 1, TIMELINE_COLORS["running"], "any"),
+        ("waiting in the scheduler", "waiting", 1, TIMELINE_COLORS["waiting"], "any"),
+        ("suspended", "suspended", 1, TIMELINE_COLORS["suspended"], "hide"),
+        ("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], "any"),
+        ("free pages", "free_blocks", 2, "#AAAAAA", "always"),
+        (lowest_name, lowest, 3, OUTCOME_COLORS["stall"], "always"),
+        # arrived, not yet let in by the executor (max_num_active_requests)
+        ("queued in the executor", "queued", 1, TIMELINE_COLORS["queued"], "hide"),
+    )
+    data = []
+    for name, column, axis, color, legend in rows:
+        values = trace.column(column)
+        spec = dict(
             type="scatter",
             x=steps,
-            y=trace.column(column),
+            y=values,
             name=name,
             xaxis=f"x{axis}" if axis > 1 else "x",
             yaxis=f"y{axis}" if axis > 1 else "y",
             mode="lines",
-            line=dict(color=color, width=width, shape="hv"),
+            line=dict(color=color, width=1 if axis == 2 else 2, shape="hv"),
             hovertemplate=f"step %{{x}}<br>{name}: %{{y}}<extra></extra>",
-            **extra,
         )
-
-    data = [
-        series(
-            "running",
-            "running",
-            1,
-            TIMELINE_COLORS["running"],
-            showlegend=any(trace.column("running")),
-        ),
-        series(
-            "waiting in the scheduler",
-            "waiting",
-            1,
-            TIMELINE_COLORS["waiting"],
-            showlegend=any(trace.column("waiting")),
-        ),
-        series(
-            "suspended",
-            "suspended",
-            1,
-            TIMELINE_COLORS["suspended"],
-            visible=suspended,
-            showlegend=suspended,
-        ),
-        series(
-            "used pages",
-            "used_blocks",
-            2,
-            TIMELINE_COLORS["used"],
-            1,
-            stackgroup="pool",
-            showlegend=any(trace.column("used_blocks")),
-        ),
-        series(
-            "free pages",
-            "free_blocks",
-            2,
-            "#AAAAAA",
-            1,
-            stackgroup="pool",
-            fillcolor=TIMELINE_COLORS["free"],
-        ),
-        series(
-            "stalled passes" if stall_detector else "preemptions",
-            lowest,
-            3,
-            OUTCOME_COLORS["stall"],
-        ),
-        # arrived, not yet let in by the executor (max_num_active_requests)
-        series(
-            "queued in the executor",
-            "queued",
-            1,
-            TIMELINE_COLORS["queued"],
-            visible=queued,
-            showlegend=queued,
-        ),
-    ]
+        if axis == 2:
+            spec["stackgroup"] = "pool"
+        if legend == "hide":
+            spec["visible"] = any(values)
+        if legend != "always":
+            spec["showlegend"] = any(values)
+        data.append(spec)
+    data[4]["fillcolor"] = TIMELINE_COLORS["free"]
     data[6]["line"]["dash"] = "dot"  # the waiting line shows through where the two agree
     pool = f"KV pool ({counted(total, page)})" if len(trace) else "KV pool"
     panel_titles = (
