@@ -44,7 +44,7 @@ class Comm(Protocol):
     def all_gather(self, obj: object) -> list[object]: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankStatus:
     """What a rank all-gathers each iteration."""
 
@@ -142,7 +142,8 @@ class RankRunner:
     def status(self) -> RankStatus:
         live = [r for r in self.engine.requests if r.state in LIVE_STATES]
         error = None if self.engine.error is None else error_name(self.engine.error)
-        return RankStatus(self.rank, len(live), sum(r.prompt_len for r in live), error)
+        tokens = sum(r.prompt_len for r in live)
+        return RankStatus(rank=self.rank, live=len(live), active_tokens=tokens, error=error)
 
     def iterate(self, statuses: Sequence[RankStatus]) -> bool:
         """One lockstep iteration after the all_gather of ``statuses``; False when the run is
@@ -220,7 +221,7 @@ def gather_statuses(comm: Comm, status: RankStatus) -> list[RankStatus]:
     rows = comm.all_gather_ints([status.live, status.active_tokens, status.error is not None])
     errors = comm.all_gather(status.error) if any(row[2] for row in rows) else [None] * len(rows)
     return [
-        RankStatus(rank, live, tokens, error if isinstance(error, str) else None)
+        RankStatus(rank=rank, live=live, active_tokens=tokens, error=str(error) if error else None)
         for rank, ((live, tokens, _), error) in enumerate(zip(rows, errors, strict=True))
     ]
 

@@ -119,7 +119,7 @@ def rank_result(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankFailure:
     """A rank that ended the run without a result: it died or hung, at a step, at a time."""
 

@@ -140,9 +140,9 @@ class _Watch:
         elif self.bar is not None:
             self.bar.update(payload - self.bar.n)
 
-    def wait(self, stop: StopOnSignal, deadline_s: float | None) -> str | None:
+    def wait(self, stop: StopOnSignal, deadline_s: float | None) -> Outcome | None:
         """Collect results until every rank reported, one died and the others had
-        DEATH_GRACE_S, or the watchdog fired: then "hang" or "deadline"."""
+        DEATH_GRACE_S, or the watchdog fired: then HUNG or DEADLINE."""
         heard, grace_end, world = time.monotonic(), None, self.config.world_size
         while stop.signum is None and len(self.results) < world:
             now = time.monotonic()
@@ -150,9 +150,9 @@ class _Watch:
             if grace_end is not None and now >= grace_end:
                 return None
             if now - heard >= self.timeout_s:
-                return "hang"
+                return Outcome.HUNG
             if deadline_s is not None and now >= self.start + deadline_s:
-                return "deadline"
+                return Outcome.DEADLINE
             try:
                 self.take(*self.out.get(timeout=0.2))
                 heard = time.monotonic()
@@ -223,7 +223,9 @@ class _Watch:
             fired = fault is not None and fault.rank == r and monitor.fired
             detail = _exit_text(self.procs[r].exitcode, fired)
             at = self.exited.get(r, end) - self.start
-            failures.append(RankFailure(r, Outcome.DIED, monitor.step(r), at, detail))
+            failures.append(
+                RankFailure(rank=r, kind=Outcome.DIED, step=monitor.step(r), at_s=at, detail=detail)
+            )
         stopped = sorted(r for r in killed if r not in results)
         waiting = [r for r in stopped if monitor.is_waiting(r)]
         hung = [r for r in stopped if r not in waiting]
@@ -236,7 +238,9 @@ class _Watch:
         )
         for r in hung:
             at = (monitor.heard(r) or end) - self.start
-            failures.append(RankFailure(r, Outcome.HUNG, monitor.step(r), at, why))
+            failures.append(
+                RankFailure(rank=r, kind=Outcome.HUNG, step=monitor.step(r), at_s=at, detail=why)
+            )
         by_rank = {f.rank: f for f in failures}
         cause = failures[0].describe() if failures else None
         final = []
@@ -276,7 +280,7 @@ def run_processes(
         raise RuntimeError(f"rank {rank} failed with a kvlab error:\n{text}")
     world, results = config.world_size, run.results
     failures: list[RankFailure] = []
-    if stopped_by == "deadline" and len(results) < world:
+    if stopped_by is Outcome.DEADLINE and len(results) < world:
         final = [
             results[r][0]
             if r in results
