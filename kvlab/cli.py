@@ -367,44 +367,32 @@ def _notebooks(args, parser, default_dir, listing) -> tuple[Path, list[Path]]:
 
 
 def _walkthrough(args, parser) -> int:
-    from kvlab.notebook.walkthrough import (
-        NOTEBOOK_DIR,
-        Stopped,
-        check_parameters,
-        image_failure,
-        image_server,
-        private_files,
-        run_notebook,
-        stop_signals,
-        summary_table,
-        walkthrough_notebooks,
-    )
+    from kvlab.notebook import walkthrough as wt
 
-    notebook_dir, notebooks = _notebooks(args, parser, NOTEBOOK_DIR, walkthrough_notebooks)
+    notebook_dir, notebooks = _notebooks(args, parser, wt.NOTEBOOK_DIR, wt.walkthrough_notebooks)
     if not notebooks and not args.only:
         parser.error(f"--notebook-dir {notebook_dir} holds no notebook named NN_*.ipynb")
     if not notebooks:
         parser.error(f"no notebook matches --only {args.only}")
     parameters = dict(args.parameter) | ({"SMOKE": True} if args.smoke else {})
     with _usage_errors(parser, ValueError, TypeError):
-        check_parameters(parameters, notebooks)
+        wt.check_parameters(parameters, notebooks)
     try:
         for folder in ("notebooks", "html"):
             (args.build_dir / folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--build-dir {args.build_dir} cannot hold the output folders: {exc.strerror}")
     runs, interrupted, signum = [], None, signal.SIGINT
-    with stop_signals(), private_files(), image_server():
+    with wt.stop_signals(), wt.private_files(), wt.image_server():
         for path in notebooks:
             print(f"running {path.name} ...", flush=True)
             try:
-                runs.append(run_notebook(path, args.build_dir, parameters))
+                runs.append(wt.run_notebook(path, args.build_dir, parameters))
             except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say what ran and what not
                 interrupted = path
-                signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+                signum = exc.signum if isinstance(exc, wt.Stopped) else signal.SIGINT
                 break
-    print()
-    print(summary_table(runs))
+    print(f"\n{wt.summary_table(runs)}")
     if interrupted is not None:
         left = ", ".join(p.name for p in notebooks[len(runs) :])
         how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
@@ -413,9 +401,9 @@ def _walkthrough(args, parser) -> int:
         )
         return 128 + signum
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
-    if image_failure() is not None:
+    if wt.image_failure() is not None:
         print(
-            f"figures: not rendered as images ({image_failure()}); the HTML says so in their place"
+            f"figures: not rendered as images ({wt.image_failure()}); the HTML says so in their place"
         )
     return 1 if any(run.error for run in runs) else 0
 
