@@ -50,10 +50,10 @@ TIMELINE_SERIES = (
 _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 #: Where a run left its requests (:func:`end_place`), in the order a subtitle names them.
 END_PLACES = (
-    "finished",
-    "rejected",
-    "running",
-    "suspended",
+    RequestState.FINISHED,
+    RequestState.REJECTED,
+    RequestState.RUNNING,
+    RequestState.SUSPENDED,
     "waiting in the scheduler",
     "queued in the executor",
     "not yet arrived",
@@ -67,7 +67,7 @@ def end_place(result, request_id: str) -> str:
     request = result.requests.get(request_id)
     state = request.state if request is not None else status
     if state == RequestState.SUSPENDED:
-        return "suspended"
+        return RequestState.SUSPENDED
     if state != RequestState.WAITING or request is None:
         return status
     if request.activated_step is not None:

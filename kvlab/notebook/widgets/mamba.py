@@ -16,11 +16,11 @@ from kvlab.analysis.mamba_residency import (
     qwen_plan,
     residency_bytes,
 )
-from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.memory import GIB, MIB
 from kvlab.core.words import counted
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.parameters import check_mamba_parameters
 from kvlab.notebook.tables import gib_pair
 
 #: The quota slider's step, GiB: 161 positions up to 80 GiB, a key press each.
@@ -140,9 +140,7 @@ def mamba_panel(
     """Notebook 05's panel: the quota (GiB), max_batch_size and the SSM state dtype of
     Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp, and what
     merged code and the two proposals do."""
-    check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
-    check_int("max_batch_size", max_batch_size, low=1, high=4096)
-    check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
+    check_mamba_parameters(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype)
     quota = W.SelectionSlider(
         options=[(f"{v:g}", v) for v in sorted({*MAMBA_QUOTA_CHOICES_GIB, float(quota_gib)})],
         value=float(quota_gib),
