@@ -246,6 +246,13 @@ def join_field(where: str, name: object) -> str:
     return f"{where}.{name}" if where else str(name)
 
 
+def _path(loc: tuple[Any, ...]) -> str:
+    where = ""
+    for part in loc:
+        where = join_field(where, part)
+    return where
+
+
 def _at(loc: tuple[Any, ...]) -> tuple[Any, Any, bool]:
     """(the type at ``loc``, the type holding it, whether ``loc`` names a mapping's key)."""
     tp: Any = Scenario
@@ -272,14 +279,12 @@ def parse_scenario(data: Any, file: str | PathLike[str]) -> Scenario:
     except ValidationError as exc:
         error = exc.errors()[0]
     loc = tuple(part for part in error["loc"] if part != "[key]")
-    where = ""
-    for part in loc:
-        where = join_field(where, part)
+    where = _path(loc)
     what, kind, value = where or "the document", error["type"], error["input"]
     tp, parent, is_key = _at(tuple(error["loc"]))
     if kind == "unexpected_keyword_argument" or (is_key and get_origin(tp) is Literal):
         known = sorted(get_args(tp) if is_key else (f.name for f in dataclasses.fields(parent)))
-        owner = ".".join(str(p) for p in loc[:-1]) or "the document"
+        owner = _path(loc[:-1]) or "the document"
         raise ScenarioError(
             file, where, f"{where} is not a known field of {owner}; known fields: {known}"
         )
