@@ -94,6 +94,13 @@ class PrefillAdder:
         """``len(full_untruncated_fill_ids)``: prompt + output tokens."""
         return self.origin_len(request) + request.num_generated
 
+    def _req_state(self, request: Request) -> tuple[float, int] | None:
+        """(tokens left to generate, tokens held) of a request that still generates."""
+        tokens_left = request.output_limit * 1.0 - request.num_generated
+        if tokens_left <= 0:
+            return None
+        return tokens_left, self.origin_len(request) + request.num_generated
+
     def budget_state(self) -> str:
         if not (self.rem_total_tokens > 0 and self.cur_rem_tokens > 0):
             return self.NO_TOKEN
@@ -166,33 +173,14 @@ class PrefillAdder:
         paged_input = cand + 1
         if not paged_input <= min(self.cur_rem_tokens, self.rem_total_tokens):
             return self.NO_TOKEN
-
-        def add_req_state(r: Request, insert_sort: bool = False) -> None:
-            tokens_left = r.output_limit * 1.0 - r.num_generated
-            tokens_occupied = self.origin_len(r) + r.num_generated
-            if tokens_left <= 0:
-                return
-            assert self.req_states is not None
-            if not insert_sort:
-                self.req_states.append((tokens_left, tokens_occupied))
-            else:
-                i = 0
-                for i in range(len(self.req_states)):  # (SGLang's loop: ``i`` stays at the last
-                    if tokens_left <= self.req_states[i][0]:  # index when none is larger)
-                        break
-                self.req_states.insert(i, (tokens_left, tokens_occupied))
-
+        state = self._req_state(request)
         if self.req_states is None:
-            self.req_states = []
-            add_req_state(request)
-            for r in self.running:
-                add_req_state(r)
-            for r in self.can_run_list:
-                add_req_state(r)
-            self.req_states.sort(key=lambda x: x[0])
-        else:
-            add_req_state(request, insert_sort=True)
-
+            states = (self._req_state(r) for r in (request, *self.running, *self.can_run_list))
+            self.req_states = sorted((s for s in states if s is not None), key=lambda s: s[0])
+        elif state is not None:  # before the first with as many left, else (SGLang's loop) the last
+            last = max(len(self.req_states) - 1, 0)
+            at = next((i for i, s in enumerate(self.req_states) if state[0] <= s[0]), last)
+            self.req_states.insert(at, state)
         cur_rem_tokens = self.cur_rem_tokens - paged_input
         tokens_freed = 0
         for i, (tokens_left, tokens_occupied) in enumerate(self.req_states):
