@@ -393,6 +393,11 @@ def _gb300() -> dict:
         (lambda d: d["deployment"].update(requests=[]), "deployment.requests", "at least 1"),
         (lambda d: d["deployment"].update(gpus=16), "deployment.gpus", "not a known field"),
         (
+            lambda d: d["deployment"]["requests"][0].update(gpus=1),
+            "deployment.requests[0].gpus",
+            "not a known field of deployment.requests[0]",
+        ),
+        (
             lambda d: d["deployment"]["background"].update(prompt_len_min=9000),
             "deployment.background.prompt_len_min",
             "must not exceed prompt_len_max",
