@@ -31,13 +31,9 @@ from kvlab.core.request import Request
 
 
 class LengthDistribution:
-    """A distribution of token counts; ``sample(rng, n)`` returns n ints >= ``lowest``."""
+    """A distribution of token counts; ``sample(rng, n)`` returns n ints >= ``low``."""
 
     low: int
-
-    @property
-    def lowest(self) -> int:
-        return self.low
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
         raise NotImplementedError
@@ -53,7 +49,7 @@ class Constant(LengthDistribution):
         store_checked(self, "value", check_int, low=0, high=MAX_COUNT)
 
     @property
-    def lowest(self) -> int:
+    def low(self) -> int:  # type: ignore[override]
         return self.value
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
@@ -108,10 +104,9 @@ def _distribution(name: str, lengths: Lengths, low: int) -> LengthDistribution:
         )
     if isinstance(lengths, int):
         lengths = Constant(check_int(name, lengths, low=0, high=MAX_COUNT))
-    if lengths.lowest < low:
+    if lengths.low < low:
         raise ValueError(
-            f"{name} must draw lengths of at least {low}, got {lengths!r:.80} "
-            f"(lowest {lengths.lowest})"
+            f"{name} must draw lengths of at least {low}, got {lengths!r:.80} (lowest {lengths.low})"
         )
     return lengths
 
