@@ -17,7 +17,7 @@ from kvlab.notebook.viz.style import (
     OUTCOME_LABELS,
     as_figure,
     base_layout,
-    discrete_colorscale,
+    code_heatmap,
     heading,
     hover,
     legend_entry,
@@ -39,10 +39,8 @@ def phase_diagram_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """``kvlab.analysis.phase.phase_diagram`` as a heatmap per regime, side by side (pool MiB
-    by context, log2 ticks; codes index :data:`ENGINE_OUTCOMES`), ``mark = (pool_blocks,
-    context)`` starred. Traces: per regime a heatmap and a marker, then a legend entry per
-    verdict."""
+    """``kvlab.analysis.phase.phase_diagram`` as a heatmap per regime (pool MiB by context),
+    ``mark = (pool_blocks, context)`` starred. Traces: a heatmap and a star a regime, a legend."""
     pools, contexts = [int(p) for p in pool_blocks], [int(c) for c in context_lens]
     regimes = list(diagram)
     mib = [p * bytes_per_block / MIB for p in pools]
@@ -69,22 +67,7 @@ def phase_diagram_spec(
         ]
         suffix = "" if k == 0 else str(k + 1)
         on = dict(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
-        data.append(
-            dict(
-                type="heatmap",
-                x=xs,
-                y=ys,
-                z=z,
-                text=text,
-                colorscale=discrete_colorscale(colors),
-                zmin=-0.5,
-                zmax=len(colors) - 0.5,
-                showscale=False,
-                name=regime,
-                hovertemplate="%{text}<extra></extra>",
-                **on,
-            )
-        )
+        data.append(code_heatmap(z, text, colors, regime, x=xs, y=ys, **on))
         data.append(
             dict(
                 type="scatter",
@@ -158,9 +141,8 @@ def policy_bars_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """A bar per policy in each of the ``metrics`` panels, coloured and labelled by the
-    engine's outcome; ``rows``: ``kvlab.analysis.compare.outcome_rows`` dicts. Traces: a bar
-    trace per metric, then a legend entry per outcome."""
+    """A bar per policy (``outcome_rows`` dicts) in each of the ``metrics`` panels, in its
+    outcome's colour. Traces: a bar trace per metric, a legend entry per outcome."""
     policies = [r["policy"] for r in rows]
     outcomes = [r["outcome"] for r in rows]
     data, axes, annotations = [], {}, []
@@ -249,10 +231,8 @@ def served_over_time_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """Requests arrived and finished per policy (``runs``: policy -> SimulationResult of one
-    workload) against a replayed trace's clock in minutes, each line in its outcome's colour,
-    an X where the engine stopped. Traces: arrivals, then a line per policy (coinciding lines
-    share a legend entry)."""
+    """Requests arrived, and finished per policy (``runs``: policy -> SimulationResult), against
+    a replayed trace's minutes, an X where an engine stopped. Traces: arrivals, a line a policy."""
     first = next(iter(runs.values()))
     arrivals = sorted(r.arrival_step for r in first.requests.values())
     scale = seconds_per_iteration / 60.0

@@ -136,9 +136,8 @@ def pool_allocation_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
 
 
 def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
-    """Stacked bars, one per MoE workspace size, of one GPU's memory as measured and the pool
-    allocated after it (``kvlab.core.memory.pool_vs_workspace`` dicts). Traces: the 8 of
-    :data:`~kvlab.notebook.viz.ranks.BUDGET_PARTS` (one GPU: nothing lost to a MIN)."""
+    """A stacked bar per MoE workspace size of one GPU's memory and the pool allocated after
+    it (``pool_vs_workspace`` dicts). Traces: the 8 budget parts."""
     budgets = [
         MemoryBudget(
             total_bytes=r["total_bytes"],

@@ -22,7 +22,7 @@ from kvlab.notebook.viz.style import (
     as_figure,
     bar,
     base_layout,
-    discrete_colorscale,
+    code_heatmap,
     format_bytes,
     hover,
     legend_entry,
@@ -58,9 +58,8 @@ def page_map_spec(
     title: str | None = None,
     max_cells: int = MAX_PAGE_CELLS,
 ) -> dict:
-    """The pool's pages, then those the request needs beyond it, as a grid coloured by state
-    (held only when ``outcome`` is "ok"); past ``max_cells`` a cell stands for 2**k pages.
-    Traces: a heatmap and a legend entry per page state."""
+    """The pool's pages, then those the request needs beyond it, a grid coloured by state; past
+    ``max_cells`` a cell stands for 2**k pages. Traces: a heatmap, a legend entry a state."""
     total_blocks, needed_blocks = int(total_blocks), int(needed_blocks)
     pages = max(total_blocks, needed_blocks, 1)
     per_cell = 1
@@ -89,20 +88,7 @@ def page_map_spec(
             text[-1].append(f"{where} ({tokens})<br>{PAGE_STATE_LABELS[state]}")
     missing = outcome_color(outcome) if outcome not in (None, "ok") else NEUTRAL_COLOR
     colors = [PAGE_COLORS["free"], PAGE_COLORS["held"], PAGE_COLORS["wanted"], missing]
-    heat = dict(
-        type="heatmap",
-        z=z,
-        text=text,
-        hovertemplate="%{text}<extra></extra>",
-        colorscale=discrete_colorscale(colors),
-        zmin=-0.5,
-        zmax=len(colors) - 0.5,
-        showscale=False,
-        xgap=1,
-        ygap=1,
-        name="pages",
-        showlegend=False,
-    )
+    heat = code_heatmap(z, text, colors, "pages", xgap=1, ygap=1, showlegend=False)
     shown = {code for zrow in z for code in zrow}
     legend = [
         legend_entry(PAGE_STATE_LABELS[state], color, show=code in shown)
@@ -178,8 +164,7 @@ def index_row_spec(
     subtitle: str | None = None,
 ) -> dict:
     """The request's page-index entries (``with_output``: with its output) against the row's
-    ``width`` and the pool's pages: three bars in one trace, dashed where the row and the pool
-    end."""
+    ``width`` and the pool's pages: three bars in one trace, dashed where row and pool end."""
     width, needed, total_blocks = int(width), int(needed), int(total_blocks)
     complete = needed if with_output is None else int(with_output)
     tpb = tokens_per_block
@@ -434,9 +419,8 @@ def table_price_spec(
     labels: Mapping[int, str] | None = None,
     compare: Sequence[int] | None = None,
 ) -> dict:
-    """Host page-index table bytes against max_batch_size, a line per row width (log axes), of
-    ``kvlab.analysis.repro.page_index_price`` rows; ``labels`` names widths, ``compare =
-    (narrow, wide)`` gives their ratio at the largest batch size."""
+    """Host page-index table bytes against max_batch_size, a line per row width of
+    ``page_index_price`` rows; ``compare = (narrow, wide)``: their ratio at the largest size."""
     traces = width_lines(rows, "nbytes", labels, _price_hover)
     widths = sorted({r["width"] for r in rows})
     annotations = []

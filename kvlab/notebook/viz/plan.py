@@ -53,10 +53,8 @@ def _beside(fraction: float, text: str, gap: int) -> dict:
 
 
 def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
-    """What a lone request of each context length meets under each policy, as bands over the
-    context axis (``plan``: a ``DeploymentPlan``), with the pool's capacity and the row's span
-    (or V1's clamped max_seq_len) as lines; a band too narrow to see gets a tick and an arrow.
-    Traces: a bar per engine outcome, the ticks, two legend entries for the lines."""
+    """What a lone request of each context length meets under each policy of a ``DeploymentPlan``,
+    with the pool and the row (V1: max_seq_len) as lines. Traces: 4 bars, ticks, 2 lines."""
     d = check_instance("plan", plan, DeploymentPlan).deployment
     top, tpb = d.configured_max_seq_len, d.tokens_per_block
     names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
@@ -226,9 +224,8 @@ GPU_COLOR = "#222222"
 
 
 def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
-    """Every rank's memory in a deployment's plan (the bars of
-    :func:`~kvlab.notebook.viz.ranks.rank_budget_spec`), the GPU's memory dashed, a subtitle of
-    each rank's own KV memory before the MIN, and the legend at the foot. Traces: 8 bars."""
+    """Every rank's memory in a deployment's plan (``rank_budget_spec``'s 8 bars), the GPU's
+    memory dashed, each rank's own KV memory before the MIN in the subtitle."""
     plan = check_instance("plan", plan, DeploymentPlan)
     ranks = plan.rank_plans()
     n = len(ranks)

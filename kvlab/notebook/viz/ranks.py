@@ -65,9 +65,8 @@ def budget_stack(
     *,
     after_min: bool = True,
 ) -> list:
-    """The 8 stacked bar traces of :data:`BUDGET_PARTS`, a bar per ``x`` (GiB): each budget's
-    parts, the pool, a hybrid's state slots, the MIN's share and the unused rest. A part zero
-    in every bar has no legend entry; one too thin to see gives its size."""
+    """The 8 stacked bar traces of :data:`BUDGET_PARTS`, a bar per ``x`` (GiB); a part zero in
+    every bar has no legend entry, one too thin to see gives its size."""
     states = list(state_bytes) or [0] * len(budgets)
     columns = [
         (
@@ -97,8 +96,7 @@ def budget_stack(
 def rank_budget_spec(
     ranks: Sequence, *, title: str | None = None, state_bytes: Sequence[int] = ()
 ) -> dict:
-    """Stacked bars, one per rank (``kvlab.run.rank.RankResult`` or
-    ``kvlab.analysis.rank_plan.RankPlan``), of what its GPU memory goes to (GiB);
+    """A stacked bar per rank (RankResult or RankPlan) of what its GPU memory goes to (GiB);
     ``state_bytes``: each rank's recurrent-state slots. Traces: 8 bars."""
     ranks = [
         check_instance(f"ranks[{i}]", r, (RankResult, RankPlan))
@@ -152,10 +150,8 @@ def request_fit_spec(
     title: str | None = None,
     subtitle: str | None = None,
 ) -> dict:
-    """Each request's tokens against the pool's capacity (dotted) and the row's span (dashed),
-    on a linear axis so that a request a few percent past a limit stands above it; coloured by
-    outcome, labelled with how far past. ``requests``: dicts of ``id``, ``tokens``,
-    ``outcome`` and optional ``rank``. Traces: a bar trace, two legend entries for the limits."""
+    """Each request's tokens (dicts of ``id``, ``tokens``, ``outcome``, ``rank``) against the
+    pool (dotted) and the row (dashed) on a linear axis, labelled with how far past each."""
     ids = [str(r["id"]) for r in requests]
     tokens = [int(r["tokens"]) for r in requests]
     outcomes = [r.get("outcome") for r in requests]

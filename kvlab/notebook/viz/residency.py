@@ -34,9 +34,8 @@ BUG_FIX_COLORS = {"bug": OUTCOME_COLORS["crash"], "fix": OUTCOME_COLORS["ok"]}
 
 
 def review_findings_spec(runs: Sequence, *, title: str | None = None) -> dict:
-    """A panel per review finding of PR #17261 (``kvlab.case_studies.FindingRun`` objects, bug
-    and fix), its metrics as grouped bars headed by what the bug did; a cap of None is a hatched
-    bar to the top. Traces: a bug and a fix bar per finding."""
+    """A panel per review finding of PR #17261 (FindingRun objects), bug beside fix, headed by
+    what the bug did; a cap of None is a hatched bar to the top."""
     runs = [
         check_instance(f"runs[{i}]", run, FindingRun)
         for i, run in enumerate(check_items("runs", runs, "FindingRun objects"))
@@ -125,10 +124,8 @@ RESIDENCY_PARTS = (
 def residency_stack_spec(
     split: Mapping, quota_bytes: int, *, title: str | None = None, subtitle: str = ""
 ) -> dict:
-    """Stacked bars (GiB) of what the quota goes to under merged residency and PR #17261's
-    clamp, the quota dashed; each bar lists its parts, and merged code that raises shows what
-    it would need. ``split``: ``kvlab.analysis.mamba_residency.residency_bytes(plan)``.
-    Traces: 4 bars."""
+    """Stacked bars (GiB) of what the quota (dashed) goes to under merged residency and PR
+    #17261's clamp, of ``residency_bytes(plan)``; merged code that raises shows its need."""
     builds = split["raw_fits"]
     raw_need = sum(split["raw"][k] for k in ("resident", "dummies", "pages"))
     names = [

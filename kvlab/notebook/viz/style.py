@@ -198,10 +198,22 @@ def panel_domains(widths: Sequence[float], gap: float) -> list[list[float]]:
     return domains
 
 
-def discrete_colorscale(colors: Sequence[str]) -> list:
-    """A heatmap colour scale with one band per colour (codes 0, 1, ... with zmin -0.5)."""
+def code_heatmap(z, text, colors: Sequence[str], name: str, **extra) -> dict:
+    """A heatmap of codes 0, 1, ... each in its colour of ``colors``, ``text`` its hover."""
     n = len(colors)
-    return [[(i + k) / n, color] for i, color in enumerate(colors) for k in (0, 1)]
+    scale = [[(i + k) / n, color] for i, color in enumerate(colors) for k in (0, 1)]
+    return dict(
+        type="heatmap",
+        z=z,
+        text=text,
+        hovertemplate="%{text}<extra></extra>",
+        colorscale=scale,
+        zmin=-0.5,
+        zmax=n - 0.5,
+        showscale=False,
+        name=name,
+        **extra,
+    )
 
 
 def foot_legend(**extra) -> dict:

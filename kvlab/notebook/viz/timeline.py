@@ -94,11 +94,8 @@ def scheduler_timeline_spec(
     stall_detector: bool = True,
     page: str = "page",
 ) -> dict:
-    """A ``kvlab.SimulationResult`` over time in three panels: requests, the pool's used and
-    free pages (``page`` names them), and the stall detector's count with ``stall_limit``
-    dashed (without a detector, vLLM's, the preemptions of each step). An error is marked in
-    the ``outcome``'s colour (default :func:`run_outcome`). Traces: the seven of
-    :data:`TIMELINE_SERIES`; a line that stays at zero has no legend entry."""
+    """A SimulationResult over time: requests, the pool's pages, and the stall detector's count
+    (without one, the preemptions) with ``stall_limit`` dashed. Traces: :data:`TIMELINE_SERIES`."""
     trace = check_instance("result", result, SimulationResult).trace
     if stall_limit is not None:
         stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)
@@ -284,9 +281,8 @@ PASS_RESULTS = {
 
 
 def pass_spec(rows: Sequence[Mapping], *, title: str, subtitle: str = "") -> dict:
-    """One scheduling pass: each request's tokens asked (outline) and got (filled in the colour
-    of its ``result``, a key of :data:`PASS_RESULTS`). ``rows``: dicts of ``request``,
-    ``asked``, ``got``, ``result``, ``why``. Traces: two bars, then a swatch per result."""
+    """One pass: each request's tokens asked (outline) and got (filled in its ``result``'s
+    colour); ``rows``: dicts of request, asked, got, result, why."""
     names = [r["request"] for r in rows]
     hovers = hover(
         [
