@@ -240,12 +240,8 @@ class SglangScheduler(SchedulerBase):
 
     def schedule(self) -> ScheduledBatch:
         """One iteration of ``event_loop_normal`` (module docstring)."""
-        step = (
-            self._submit_step
-            if self._last_step is None
-            else max(self._last_step + 1, self._submit_step)
-        )
-        self._last_step = step
+        last = self._last_step
+        self._last_step = self._submit_step if last is None else max(last + 1, self._submit_step)
         self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
