@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from kvlab.core.arith import div_ceil
 from kvlab.core.checks import MAX_COUNT, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,10 +35,10 @@ class CacheOwner(Protocol):
     """What a cache asks of its manager (kvlab.core.manager.KVCacheManager)."""
 
     pool: PagePool
-    max_blocks_per_seq: int
 
     @property
     def tokens_per_block(self) -> int: ...
+    def blocks_for(self, capacity: int) -> int: ...
     def grow(self, caches: list[KVCache], blocks: list[int]) -> bool: ...
     def shrink(self, cache: KVCache, keep: int) -> None: ...
     def suspend_cache(self, cache: KVCache) -> None: ...
@@ -122,15 +121,11 @@ class KVCache:
             raise ValueError(HISTORY_ABOVE_CAPACITY_MESSAGE)
         if self.suspended:
             raise RuntimeError(f"cache {self.request_id!r} is suspended; resume it before resizing")
-        manager = self.manager
-        blocks = div_ceil(capacity, manager.tokens_per_block)
-        if blocks != self.num_blocks:
-            if blocks > manager.max_blocks_per_seq:
-                raise PageIndexTooShort(blocks, manager.max_blocks_per_seq)
-            if blocks < self.num_blocks:
-                manager.shrink(self, blocks)
-            elif not manager.grow([self], [blocks]):
-                return False
+        blocks = self.manager.blocks_for(capacity)
+        if blocks < self.num_blocks:
+            self.manager.shrink(self, blocks)
+        elif blocks > self.num_blocks and not self.manager.grow([self], [blocks]):
+            return False
         self.capacity = capacity
         self.history_length = history
         return True
@@ -140,7 +135,7 @@ class KVCache:
         changes (False)."""
         self._check_live()
         capacity = self.capacity + check_int("num_tokens", num_tokens, high=MAX_COUNT)
-        if self.suspended or div_ceil(capacity, self.manager.tokens_per_block) > self.num_blocks:
+        if self.suspended or capacity > self.num_blocks * self.manager.tokens_per_block:
             return False
         self.capacity = capacity
         return True

@@ -243,6 +243,14 @@ class KVCacheManager:
         return None
 
     # -- moving pages: the one door of the pool ------------------------------------------
+    def blocks_for(self, capacity: int) -> int:
+        """Pages ``capacity`` tokens take; PageIndexTooShort when the row is narrower (the
+        native ``_checkPageIndexBufferCapacity``, before any allocation)."""
+        blocks = div_ceil(capacity, self.tokens_per_block)
+        if blocks > self.max_blocks_per_seq:
+            raise PageIndexTooShort(blocks, self.max_blocks_per_seq)
+        return blocks
+
     def _make_room(self, count: int) -> None:
         """Where fewer than ``count`` pages are free: evict cached pages no cache holds (least
         recently released first), after moving suspended caches' pages down if even those are
@@ -493,15 +501,12 @@ class KVCacheManager:
         growth, as SGLang's ``prepare_for_decode`` allocates it in one go
         (sglang/srt/managers/schedule_batch.py)."""
         num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
-        width, blocks = self.max_blocks_per_seq, []
         for cache in caches:
             if self._caches.get(cache.request_id) is not cache or cache.suspended:
                 raise ValueError(
                     f"caches: {cache.request_id!r} is not an active cache of this manager"
                 )
-            blocks.append(div_ceil(cache.capacity + num_tokens, self.tokens_per_block))
-            if blocks[-1] > width:
-                raise PageIndexTooShort(blocks[-1], width)
+        blocks = [self.blocks_for(cache.capacity + num_tokens) for cache in caches]
         if not self.grow(list(caches), blocks):
             return False
         for cache in caches:

@@ -233,13 +233,8 @@ class PageIndexTable:
     def write(self, slot: int, start: int, pages) -> None:
         """Write page ids into entries [start, start + len(pages)) of an acquired slot's row;
         ValueError for a slot not handed out or entries outside the row."""
-        if not (
-            type(slot) is int
-            and slot in self._acquired  # one test for the common case
-            and type(start) is int
-            and 0 <= start <= self.width - len(pages)
-        ):
-            self._check_acquired(slot)
+        self._check_acquired(slot)
+        if type(start) is not int or not 0 <= start <= self.width - len(pages):
             raise ValueError(
                 f"start must be in [0, {self.width - len(pages)}] to write "
                 f"{len(pages)} entries into a row of {self.width}, got {start!r}"
@@ -249,13 +244,8 @@ class PageIndexTable:
 
     def clear(self, slot: int, start: int) -> None:
         """Mark entries from ``start`` to the end of an acquired slot's row unused."""
-        if not (
-            type(slot) is int
-            and slot in self._acquired
-            and type(start) is int
-            and 0 <= start <= self.width
-        ):
-            self._check_acquired(slot)
+        self._check_acquired(slot)
+        if type(start) is not int or not 0 <= start <= self.width:
             raise ValueError(f"start must be in [0, {self.width}], got {start!r}")
         self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width, :, start:] = (
             BAD_PAGE_INDEX

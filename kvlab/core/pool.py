@@ -125,8 +125,7 @@ class PagePool:
             raise TypeError(
                 f"pages must be a list of page ids, got {pages!r:.80} ({type(pages).__name__})"
             )
-        if not all(type(page) is int for page in pages):  # the checks, where not plain ints
-            pages = [check_page("pages", page) for page in pages]
+        pages = [check_page("pages", page) for page in pages]
         try:
             taken = np.asarray(pages, dtype=np.int64)
         except OverflowError:  # an id past int64

@@ -143,8 +143,7 @@ class Request:
             raise TypeError(
                 f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}"
             )
-        if not (type(self.tokens_per_hash) is int and 1 <= self.tokens_per_hash <= 1 << 20):
-            store_checked(self, "tokens_per_hash", check_int, low=1, high=1 << 20)
+        store_checked(self, "tokens_per_hash", check_int, low=1, high=1 << 20)
 
     @property
     def is_first_context_chunk(self) -> bool:
