@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import traceback
 import warnings
 
 import pytest
@@ -345,3 +346,32 @@ def test_without_a_lower_tier_or_recompute_pause_the_hold_up_deadlocks_even_unde
     result = _held_up(0, enable_recompute_pause=False)
     assert isinstance(result.error, SchedulerDeadlock)
     assert result.status == {"r0": "running", "r1": "waiting", "r2": "running"}
+
+
+def test_a_first_context_chunk_reaches_the_pool_in_six_calls(seed_manager, monkeypatch):
+    """The teaching path, as the real stack shows it: the executor's iteration asks the scheduler,
+    which asks the manager, whose cache's native resize asks it for the pages."""
+    from kvlab.core.pool import PagePool
+    from kvlab.run.simulation import Engine
+
+    stacks, allocate = [], PagePool.allocate
+
+    def recording(pool, count):
+        stacks.append(traceback.extract_stack()[:-1])
+        return allocate(pool, count)
+
+    monkeypatch.setattr(PagePool, "allocate", recording)
+    engine = Engine(seed_scheduler(seed_manager, "configured"), [Request("a", 100, 4)])
+    assert engine.iterate() and stacks
+    frames = [frame.name for frame in stacks[0]]
+    calls = frames[frames.index("iterate") :] + ["allocate"]
+    assert calls == [
+        "iterate",  # Engine: one executor iteration
+        "schedule",  # Scheduler: one pass of _schedule_loop
+        "_schedule_context",  # its phase 2: one context attempt
+        "resize_context",  # KVCacheManager
+        "resize",  # KVCache: the native check order
+        "grow",  # KVCacheManager: the pages it lacks
+        "allocate",  # PagePool
+    ]
+    assert len(calls) - 1 <= 6
