@@ -35,6 +35,12 @@ STORAGE_BYTES_PER_TOKEN = 1
 MAX_RANK_STORAGE_BYTES = 1 << 30
 
 
+def row_width(policy: str, max_seq_len: int, capacity_tokens: int, tokens_per_block: int) -> int:
+    """The page-index row width a pool of ``capacity_tokens`` gets under a width ``policy``."""
+    seq_len = width_seq_len(policy, max_seq_len, min(max_seq_len, capacity_tokens))
+    return max_blocks_per_seq(seq_len, tokens_per_block)
+
+
 @dataclass(frozen=True)
 class Fault:
     """Make ``rank`` die (exit without a result) or hang (stop answering) at ``step``."""
@@ -108,10 +114,8 @@ class RunConfig:
         tokens = min(blocks) * geo.tokens_per_block
         if tokens == 0:
             return blocks, 0, 0
-        seq_len = width_seq_len(
-            POLICIES[self.policy][1], self.max_seq_len, min(self.max_seq_len, tokens)
-        )
-        return blocks, tokens, max_blocks_per_seq(seq_len, geo.tokens_per_block)
+        width = row_width(POLICIES[self.policy][1], self.max_seq_len, tokens, geo.tokens_per_block)
+        return blocks, tokens, width
 
     def _check_sizes(self) -> None:
         """A pool after the MIN (at least one page, at most MAX_POOL_BLOCKS and
@@ -191,10 +195,15 @@ def rank_budget(
 ) -> MemoryBudget:
     """Rank ``rank``'s :func:`ramped_budget` in a deployment scenario; ``workspace_gib``
     overrides the scenario's base workspace."""
-    dep = _deployment(scenario)
+    _deployment(scenario)
     ranks = check_int("ranks", ranks, low=1, high=MAX_RANKS)
     rank = check_int("rank", rank, low=0, high=ranks - 1)
-    workspace_gib = _workspace(workspace_gib)
+    return _budget(scenario, rank, ranks, _workspace(workspace_gib))
+
+
+def _budget(scenario: Scenario, rank: int, ranks: int, workspace_gib: float | None) -> MemoryBudget:
+    dep = scenario.deployment
+    assert dep is not None
     return ramped_budget(
         rank,
         ranks,
@@ -230,17 +239,12 @@ def scenario_numbers(scenario: Scenario) -> dict[str, int]:
     else:
         blocks = min(scenario_config(scenario).pool_plan()[0])
     capacity, seq_len = blocks * geo.tokens_per_block, p.configured_max_seq_len
-
-    def width(policy: str) -> int:
-        limit = width_seq_len(policy, seq_len, min(seq_len, capacity))
-        return max_blocks_per_seq(limit, geo.tokens_per_block)
-
     return {
         "bytes_per_token": geo.bytes_per_token,
         "capacity_tokens": capacity,
         "total_blocks": blocks,
-        "width_clamped": width("clamped"),
-        "width_configured": width("configured"),
+        "width_clamped": row_width("clamped", seq_len, capacity, geo.tokens_per_block),
+        "width_configured": row_width("configured", seq_len, capacity, geo.tokens_per_block),
         "entries_needed": div_ceil(p.context_length, geo.tokens_per_block),
     }
 
@@ -285,7 +289,7 @@ def scenario_config(
             pins[spec.id] = spec.rank
     return RunConfig(
         geometry=scenario_geometry(scenario),
-        budgets=tuple(rank_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),
+        budgets=tuple(_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),
         policy=policy,
         max_seq_len=p.configured_max_seq_len,
         max_batch_size=p.max_batch_size,
