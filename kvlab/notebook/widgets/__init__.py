@@ -3,6 +3,9 @@ controls' values, figures drawn from it, a verdict), one module a panel: ``repro
 ``step`` (03), ``admission`` (04), ``ranks`` (01), ``mamba`` (05), ``plan`` (06); ``controls``
 holds the sliders they share. The panels and what the tests read of them are importable here."""
 
+# The package re-exports the panels and what the tests read of them.
+# ruff: noqa: F401
+
 from kvlab.notebook.widgets.admission import (
     ADMISSION_PANEL_POLICIES,
     admission_model,
@@ -20,24 +23,3 @@ from kvlab.notebook.widgets.ranks import (
 )
 from kvlab.notebook.widgets.repro import repro_model, repro_panel
 from kvlab.notebook.widgets.step import STEP_ENGINE, step_model, step_panel, step_passes
-
-__all__ = [
-    "ADMISSION_PANEL_POLICIES",
-    "MAMBA_QUOTA_STEP_GIB",
-    "RANKS_RUN_TABLE_WIDTH",
-    "STEP_ENGINE",
-    "admission_model",
-    "admission_panel",
-    "admission_verdict",
-    "context_choices",
-    "mamba_panel",
-    "plan_panel",
-    "ranks_model",
-    "ranks_panel",
-    "ranks_run_html",
-    "repro_model",
-    "repro_panel",
-    "step_model",
-    "step_panel",
-    "step_passes",
-]
