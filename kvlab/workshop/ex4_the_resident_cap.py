@@ -294,13 +294,8 @@ def _scan_feedback(case, got: list[str], slip):
     return Hint(f"{wrong} - {hint.hint}", f"{wrong} - {hint.reveal}")
 
 
-def _iterations_feedback(fn, slip):
-    """(the feedback, None), or (None, the pass line) if fn finishes everything within the cap."""
-    ran, failure = call_learner(_iterate, fn, where="over several iterations: ")
-    return (failure, None) if failure else (_iterations_failure(*ran, slip), ran[0])
-
-
 def _iterations_failure(steps, log, over_cap, slip):
+    """None if :func:`_iterate` finished everything within the cap, else the feedback."""
     wrong = f"over several iterations: {over_cap}"
     if over_cap is not None and slip is not None and slip[2] is _past_cap:
         return Hint(
@@ -349,9 +344,10 @@ def check_resident_scan(
             failures.append(_scan_feedback(case, got, slip))
         else:
             passes.append(f"{case[0]}: {case[5]}")
-    failure, steps = _iterations_feedback(fn, slip)
+    ran, failure = call_learner(_iterate, fn, where="over several iterations: ")
+    failure = failure or _iterations_failure(*ran, slip)
     if failure:
         failures.append(failure)
     else:
-        passes.append(f"over several iterations: everything finishes in {steps} iterations")
+        passes.append(f"over several iterations: everything finishes in {ran[0]} iterations")
     return finish("check_resident_scan", failures, passes, strict, reveal, fn, learner_name(fn))
