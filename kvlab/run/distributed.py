@@ -1,8 +1,6 @@
-"""Ranks over torch.distributed: the 16-GPU deployment of TensorRT-LLM issue #21470 in
-miniature. :func:`run_ranks` is the door: real processes (:mod:`kvlab.run.supervisor`; gloo on
-CPU, nccl with one GPU per rank), or ``in_process=True``: the same
-:class:`~kvlab.run.rank.RankRunner` in threads that meet at a barrier, the same per-rank results
-without starting processes (notebooks and widgets)."""
+"""The 16-GPU deployment of TensorRT-LLM issue #21470 in miniature: :func:`run_ranks` runs the
+ranks as processes (gloo on CPU, nccl with one GPU per rank) or, ``in_process=True``, as threads
+meeting at a barrier, with the same per-rank results."""
 
 from __future__ import annotations
 

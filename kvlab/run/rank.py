@@ -1,11 +1,7 @@
-"""One rank of a multi-rank run (:class:`RankRunner`, :func:`rank_loop`), the same code in
-processes and threads: its budget gives its KV quota (``KvCacheCreator._cal_max_memory``,
-tensorrt_llm/_torch/pyexecutor/_util.py); the token capacity is all-reduced with MIN ("must never
-increase the local quota"); then each iteration all-gathers every rank's status, as the
-attention-DP executor does (``PyExecutor._fetch_and_activate_new_requests``), routes the arrivals
-and runs one iteration of the rank's Engine. An engine error is not caught: the real
-``_event_loop_wrapper`` re-raises and the deployment goes down; kvlab models the observable end
-(the raising rank "raised", every other "shut down")."""
+"""One rank of a multi-rank run, the same code in processes and threads: budget -> KV quota
+(``KvCacheCreator._cal_max_memory``, tensorrt_llm/_torch/pyexecutor/_util.py) -> MIN all-reduce
+-> lockstep iterations that all-gather every rank's status, as the attention-DP executor does
+(``PyExecutor._fetch_and_activate_new_requests``). An engine error takes every rank down."""
 
 from __future__ import annotations
 

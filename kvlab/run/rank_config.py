@@ -1,9 +1,6 @@
-"""What every rank of a multi-rank run needs, checked before any rank starts (:class:`RunConfig`,
-:class:`Fault`), and how a deployment scenario becomes one (:func:`scenario_config`).
-
-kvlab simplifies the storage: the page arithmetic uses the model's geometry, but pages are stored
-at :data:`STORAGE_BYTES_PER_TOKEN` (a GB300's 170 GiB pool cannot be allocated 16 times on a
-laptop); every count a learner reads is the model's."""
+"""What every rank needs, checked before any starts (:class:`RunConfig`, :class:`Fault`), and how
+a deployment scenario becomes one. kvlab simplifies: pages are stored at
+:data:`STORAGE_BYTES_PER_TOKEN` (16 GB300 pools do not fit a laptop); every count is the model's."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Attention-DP routing of arriving requests to ranks (``schedule_attention_dp_requests`` and
-``balance_requests_across_ranks``, tensorrt_llm/_torch/pyexecutor/request_utils.py).
-
-A pinned request (``SchedulingParams.attention_dp_rank``, not relaxed) goes to its rank. The
-others, longest prompt first, go one by one to the rank with the fewest active prompt tokens
-(ties: fewest requests, then lowest rank) among the ranks below the expected load
-``max(ceil((active + new) / ranks), max(active per rank))``. kvlab simplifies: a pin is always
-honoured (the real one waits while the pinned rank is full)."""
+"""Attention-DP routing (``balance_requests_across_ranks``, tensorrt_llm/_torch/pyexecutor/
+request_utils.py): a pinned request goes to its rank; the others, longest prompt first, to the
+rank with the fewest active prompt tokens below the expected load. kvlab simplifies: a pin is
+always honoured (the real one waits while the pinned rank is full)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Scenario files: ``data/scenarios/*.yaml`` -> validated, frozen
-:class:`~kvlab.run.scenario_schema.Scenario` objects. A scenario records one experiment from a
-source: the configuration it ran, the numbers it reported, and optionally a multi-rank
-``deployment`` and the ``assumptions`` behind every number the source leaves unstated::
-
-    sc = load_scenario("rtx5080-4mib")      # a name under data/scenarios/, or a path
-    sc.parameters.pool_mib, sc.expected["width_clamped"]   # 4, 68
-
-Files are read with PyYAML's safe loader after a pass over the node tree that refuses tags,
-aliases, duplicate keys, over-long integers and YAML 1.1's octal and base-60 numbers. Every
-problem raises :class:`ScenarioError` naming the file and the field."""
+:class:`~kvlab.run.scenario_schema.Scenario` objects (``load_scenario("rtx5080-4mib")``). A file is
+read with PyYAML's safe loader after a pass over its node tree that refuses tags, aliases,
+duplicate keys, over-long integers and YAML 1.1's octal and base-60 numbers; every problem is a
+:class:`ScenarioError` naming the file and the field."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Rank processes and their supervision (kvlab's own; the real executor leaves logs).
-:func:`run_processes` starts one process per rank with torch's ``start_processes`` on
-127.0.0.1 ("fork" for gloo, "spawn" for nccl), collects every rank's result and accounts for
-the ranks that cannot report one, from the :class:`~kvlab.run.monitor.RunMonitor` they share.
-
-The watchdog: a run is hung when no rank made progress for ``timeout_s``; a rank seen dead gives
-the others ``DEATH_GRACE_S`` to report; past ``deadline_s`` every rank is stopped. A rank that
-raises (a kvlab bug) leaves its traceback, raised here as a RuntimeError. SIGINT, SIGTERM and
-SIGHUP stop the run in order (:mod:`kvlab.run.signals`); no process outlives the run."""
+"""Rank processes and their watchdog, kvlab's own (the real executor leaves logs): one process
+per rank from torch's ``start_processes``; a run is hung after ``timeout_s`` without progress, a
+death gives the others ``DEATH_GRACE_S`` to report, ``deadline_s`` stops every rank; the ranks
+that cannot report are accounted for from their shared :class:`~kvlab.run.monitor.RunMonitor`."""
 
 from __future__ import annotations
 
