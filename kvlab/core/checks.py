@@ -14,6 +14,36 @@ MAX_COUNT = 1 << 50
 #: (an endless iterator, a sweep of millions), and taking it would not end or not fit memory.
 MAX_ITEMS = 1 << 20
 
+#: Each integer parameter's accepted range [low, high], stated once: every door that takes the
+#: parameter checks it against this table (:func:`check_param`, :func:`store_param`).
+BOUNDS: dict[str, tuple[int, int]] = {
+    "max_batch_size": (1, 1 << 20),
+    "scheduler_capacity": (1, 1 << 20),
+    "pp_size": (1, 1024),
+    "beam_width": (1, 1024),
+    "num_pools": (1, 64),
+    "num_reserved_index_slots": (1, 1 << 10),
+    "max_blocks_per_seq": (1, 1 << 26),
+    "tokens_per_block": (1, 1 << 16),
+    "max_seq_len": (1, 1 << 30),
+    "max_num_tokens": (1, 1 << 30),
+    "max_context_length": (1, 1 << 30),
+    "chunk_unit_size": (1, 1 << 30),
+    "stall_limit": (1, 1 << 30),
+    "max_num_active_requests": (1, 1 << 30),
+    "max_steps": (1, 1 << 40),
+    "num_extra_kv_tokens": (0, 1 << 20),
+    "reserved_draft_tokens": (0, 1 << 20),
+    "num_draft_tokens": (0, 1 << 16),
+    "tokens_per_hash": (1, 1 << 20),
+    "quota_bytes": (1, MAX_COUNT),
+    "prompt_len": (1, MAX_COUNT),
+    "max_new_tokens": (0, MAX_COUNT),
+    "arrival_step": (0, MAX_COUNT),
+    "context_current_position": (0, MAX_COUNT),
+    "num_generated": (0, MAX_COUNT),
+}
+
 
 def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
     """Return ``value`` if it is an int in [low, high]; raise TypeError/ValueError otherwise."""
@@ -26,6 +56,18 @@ def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
     return int(value)
+
+
+def check_param(name: str, value, label: str | None = None) -> int:
+    """Return ``value`` if it is an int in ``BOUNDS[name]``; errors name it ``label or name``."""
+    low, high = BOUNDS[name]
+    return check_int(label or name, value, low=low, high=high)
+
+
+def store_param(obj, name: str) -> None:
+    """:func:`store_checked` of the field ``name`` against ``BOUNDS[name]``."""
+    low, high = BOUNDS[name]
+    store_checked(obj, name, check_int, low=low, high=high)
 
 
 def check_float(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_int, store_checked
+from kvlab.core.checks import check_choice, check_int, store_checked, store_param
 
 #: Bytes per element of each KV dtype. NVFP4 packs two elements per byte and adds one
 #: fp8 scale byte per 16 elements (handled in ``element_bytes``).
@@ -60,7 +60,7 @@ class KVGeometry:
         store_checked(self, "num_kv_heads", check_int, low=1, high=4096)
         store_checked(self, "head_dim", check_int, low=1, high=65536)
         check_choice("dtype", self.dtype, DTYPE_BYTES)
-        store_checked(self, "tokens_per_block", check_int, low=1, high=65536)
+        store_param(self, "tokens_per_block")
         store_checked(self, "tp_size", check_int, low=1, high=4096)
         if isinstance(self.kv_factor, bool) or not isinstance(self.kv_factor, int):
             raise TypeError(

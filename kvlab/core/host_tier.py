@@ -83,7 +83,7 @@ class HostTier:
     __slots__ = ("num_blocks", "used_blocks", "blocks_on_gpu", "_on_gpu")
 
     def __init__(self, num_blocks: int):
-        self.num_blocks = check_int("num_blocks", num_blocks, low=0, high=MAX_COUNT)
+        self.num_blocks = num_blocks
         self.used_blocks = 0
         #: GPU pages the tracked caches hold (a suspended cache's pages do not change)
         self.blocks_on_gpu = 0

@@ -50,8 +50,10 @@ from kvlab.core.checks import (
     check_choice,
     check_instance,
     check_int,
+    check_param,
     check_sequence,
     store_checked,
+    store_param,
 )
 from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.kv_cache import KVCache
@@ -103,7 +105,7 @@ class ResidencyPlan:
     def __post_init__(self):
         for name in ("requested", "dummies", "slot_bytes", "page_bytes", "quota_bytes"):
             store_checked(self, name, check_int, low=0, high=MAX_COUNT)
-        store_checked(self, "pp_size", check_int, low=1, high=1 << 10)
+        store_param(self, "pp_size")
 
     @property
     def max_batch_size(self) -> int:
@@ -166,9 +168,9 @@ def plan_residency(
         raise TypeError(f"mamba must be a MambaGeometry or None, got {mamba!r:.60}")
     if not isinstance(attention, KVGeometry):
         raise TypeError(f"attention must be a KVGeometry, got {attention!r:.60}")
-    quota_bytes = check_int("quota_bytes", quota_bytes, low=1)
-    max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
-    pp_size = check_int("pp_size", pp_size, low=1, high=1024)
+    quota_bytes = check_param("quota_bytes", quota_bytes)
+    max_batch_size = check_param("max_batch_size", max_batch_size)
+    pp_size = check_param("pp_size", pp_size)
     slot_bytes = 0 if mamba is None else mamba.bytes_per_slot
     dummies = num_dummy_slots(cuda_graph_padding, attention_dp) if slot_bytes else 0
     return ResidencyPlan(

@@ -18,7 +18,7 @@ from types import MappingProxyType
 import torch
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import MAX_COUNT, check_choice, check_int
+from kvlab.core.checks import MAX_COUNT, check_choice, check_int, check_param
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
@@ -94,12 +94,12 @@ class KVCacheManager:
     ):
         if not isinstance(geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
-        quota_bytes = check_int("quota_bytes", quota_bytes, low=1, high=MAX_COUNT)
-        max_seq_len = check_int("max_seq_len", max_seq_len, low=1, high=1 << 30)
-        max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        quota_bytes = check_param("quota_bytes", quota_bytes)
+        max_seq_len = check_param("max_seq_len", max_seq_len)
+        max_batch_size = check_param("max_batch_size", max_batch_size)
         # validated here, before the clamp warning, so a bad argument warns nothing
         width_policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
-        pp_size = check_int("pp_size", pp_size, low=1, high=1024)
+        pp_size = check_param("pp_size", pp_size)
         for name, flag in (
             ("disaggregated", disaggregated),
             ("enable_block_reuse", enable_block_reuse),
@@ -114,12 +114,8 @@ class KVCacheManager:
         self.geometry = geometry
         self.quota_bytes = quota_bytes
         self.page_index_policy = width_policy
-        self.num_extra_kv_tokens = check_int(
-            "num_extra_kv_tokens", num_extra_kv_tokens, high=1 << 20
-        )
-        self.reserved_draft_tokens = check_int(
-            "reserved_draft_tokens", reserved_draft_tokens, high=1 << 20
-        )
+        self.num_extra_kv_tokens = check_param("num_extra_kv_tokens", num_extra_kv_tokens)
+        self.reserved_draft_tokens = check_param("reserved_draft_tokens", reserved_draft_tokens)
         device = resolve_device(device)
 
         total_blocks = geometry.blocks_in(quota_bytes)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import MAX_COUNT, check_choice, check_int
+from kvlab.core.checks import check_choice, check_param
 
 #: Value of an unused entry (the real table's BAD_PAGE_INDEX).
 BAD_PAGE_INDEX = -1
@@ -48,12 +48,10 @@ def max_blocks_per_seq(
     reserved_draft_tokens: int = 0,
 ) -> int:
     """Width of one page-index row, by docs/REFERENCE.md §2's formula."""
-    max_seq_len = check_int("max_seq_len", max_seq_len, low=1, high=MAX_COUNT)
-    tokens_per_block = check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
-    num_extra_kv_tokens = check_int("num_extra_kv_tokens", num_extra_kv_tokens, high=MAX_COUNT)
-    reserved_draft_tokens = check_int(
-        "reserved_draft_tokens", reserved_draft_tokens, high=MAX_COUNT
-    )
+    max_seq_len = check_param("max_seq_len", max_seq_len)
+    tokens_per_block = check_param("tokens_per_block", tokens_per_block)
+    num_extra_kv_tokens = check_param("num_extra_kv_tokens", num_extra_kv_tokens)
+    reserved_draft_tokens = check_param("reserved_draft_tokens", reserved_draft_tokens)
     tokens = max_seq_len + num_extra_kv_tokens + reserved_draft_tokens + 1
     return div_ceil(div_ceil(tokens, tokens_per_block), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
 
@@ -68,13 +66,9 @@ WIDTH_POLICIES = {
 def width_seq_len(policy: str, configured_max_seq_len: int, clamped_max_seq_len: int) -> int:
     """The max_seq_len a width policy sizes the table from."""
     check_choice("page_index_policy", policy, WIDTH_POLICIES)
-    configured_max_seq_len = check_int(
-        "configured_max_seq_len", configured_max_seq_len, low=1, high=MAX_COUNT
-    )
-    clamped_max_seq_len = check_int(
-        "clamped_max_seq_len", clamped_max_seq_len, low=1, high=MAX_COUNT
-    )
-    return clamped_max_seq_len if policy == "clamped" else configured_max_seq_len
+    configured = check_param("max_seq_len", configured_max_seq_len, "configured_max_seq_len")
+    clamped = check_param("max_seq_len", clamped_max_seq_len, "clamped_max_seq_len")
+    return clamped if policy == "clamped" else configured
 
 
 def num_slots(
@@ -86,9 +80,6 @@ def num_slots(
 ) -> int:
     """Rows of the table: max_batch_size * pp_size, twice over when disaggregated or (at
     pp_size 1) under the overlap scheduler, plus the reserved slots."""
-    max_batch_size = check_int("max_batch_size", max_batch_size, low=1)
-    pp_size = check_int("pp_size", pp_size, low=1, high=1 << 16)
-    num_reserved = check_int("num_reserved", num_reserved)
     doubled = disaggregated or (overlap_scheduler and pp_size == 1)
     return max_batch_size * pp_size * (2 if doubled else 1) + num_reserved
 
@@ -153,11 +144,11 @@ class PageIndexTable:
         overlap_scheduler: bool = False,
         num_reserved: int = 1,
     ):
-        max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
-        width = check_int("width (max_blocks_per_seq)", width, low=1, high=1 << 26)
-        pp_size = check_int("pp_size", pp_size, low=1, high=1024)
-        num_pools = check_int("num_pools", num_pools, low=1, high=64)
-        beam_width = check_int("beam_width", beam_width, low=1, high=1024)
+        max_batch_size = check_param("max_batch_size", max_batch_size)
+        width = check_param("max_blocks_per_seq", width, "width (max_blocks_per_seq)")
+        pp_size = check_param("pp_size", pp_size)
+        num_pools = check_param("num_pools", num_pools)
+        beam_width = check_param("beam_width", beam_width)
         for name, flag in (
             ("disaggregated", disaggregated),
             ("overlap_scheduler", overlap_scheduler),
@@ -165,7 +156,7 @@ class PageIndexTable:
         ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
-        num_reserved = check_int("num_reserved_index_slots", num_reserved, low=1, high=1 << 10)
+        num_reserved = check_param("num_reserved_index_slots", num_reserved)
         slot_options = dict(overlap_scheduler=overlap_scheduler, num_reserved=num_reserved)
         check_table_size(
             max_batch_size, width, pp_size, disaggregated, num_pools, beam_width, **slot_options

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvlab.core.checks import check_int
+from kvlab.core.checks import check_param
 from kvlab.core.request import MOONCAKE_TOKENS_PER_HASH
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> tuple[int, ...]:
     """One hash per ``tokens_per_hash`` tokens (the last block may be shorter), each chained
     on the one before, so that it stands for the whole prefix it ends."""
-    tokens_per_hash = check_int("tokens_per_hash", tokens_per_hash, low=1, high=1 << 20)
+    tokens_per_hash = check_param("tokens_per_hash", tokens_per_hash)
     if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__"):
         raise TypeError(f"tokens must be a sequence of token ids, got {tokens!r:.60}")
     hashes, previous = [], 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kvlab.core.checks import MAX_COUNT, check_int, store_checked
+from kvlab.core.checks import MAX_COUNT, store_param
 
 #: Tokens per hash in Mooncake's FAST'25 traces (``hash_ids``: one per 512-token block).
 MOONCAKE_TOKENS_PER_HASH = 512
@@ -109,11 +109,11 @@ class Request:
     def __post_init__(self):
         if not isinstance(self.request_id, str) or not self.request_id:
             raise ValueError(f"request_id must be a non-empty str, got {self.request_id!r}")
-        store_checked(self, "prompt_len", check_int, low=1, high=MAX_COUNT)
-        store_checked(self, "max_new_tokens", check_int, low=0, high=MAX_COUNT)
-        store_checked(self, "arrival_step", check_int, low=0, high=MAX_COUNT)
-        store_checked(self, "context_current_position", check_int, low=0, high=MAX_COUNT)
-        store_checked(self, "num_generated", check_int, low=0, high=MAX_COUNT)
+        store_param(self, "prompt_len")
+        store_param(self, "max_new_tokens")
+        store_param(self, "arrival_step")
+        store_param(self, "context_current_position")
+        store_param(self, "num_generated")
         if not isinstance(self.disagg_generation_init, bool):
             raise TypeError(
                 f"disagg_generation_init must be a bool, got {self.disagg_generation_init!r}"
@@ -135,15 +135,15 @@ class Request:
                 f"got {self.num_generated}"
             )
         self.output_limit = self.max_new_tokens
-        store_checked(self, "num_draft_tokens", check_int, low=0, high=1 << 16)
-        store_checked(self, "beam_width", check_int, low=1, high=1024)
+        store_param(self, "num_draft_tokens")
+        store_param(self, "beam_width")
         if not isinstance(self.prefix_hashes, tuple) or not all(
             isinstance(h, int) and not isinstance(h, bool) for h in self.prefix_hashes
         ):
             raise TypeError(
                 f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}"
             )
-        store_checked(self, "tokens_per_hash", check_int, low=1, high=1 << 20)
+        store_param(self, "tokens_per_hash")
 
     @property
     def is_first_context_chunk(self) -> bool:

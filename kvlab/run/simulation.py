@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kvlab.core.checks import MAX_COUNT, check_int, check_items
+from kvlab.core.checks import MAX_COUNT, check_int, check_items, check_param
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import LIVE_STATES, Request, RequestState
 from kvlab.core.words import a_or_an, counted
@@ -141,7 +141,7 @@ def simulate(
         )
     if scheduler.iteration or scheduler.submitted_requests:
         raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
-    max_steps = check_int("max_steps", max_steps, low=1, high=1 << 40)
+    max_steps = check_param("max_steps", max_steps)
     if not isinstance(check_invariants, bool):
         raise TypeError(f"check_invariants must be a bool, got {check_invariants!r}")
     run = Engine(
@@ -232,7 +232,7 @@ class Engine:
         self.max_num_active_requests = (
             scheduler.max_num_active_requests
             if max_num_active_requests is None
-            else check_int("max_num_active_requests", max_num_active_requests, low=1, high=1 << 30)
+            else check_param("max_num_active_requests", max_num_active_requests)
         )
         self.requests: list[Request] = []
         self._ids: set = set()

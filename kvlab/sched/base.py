@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvlab.core.checks import check_int
+from kvlab.core.checks import check_param
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES, REQUEST_STATES, Request, RequestState
 from kvlab.sched.admission import Verdict
@@ -85,7 +85,7 @@ class SchedulerBase:
         if not isinstance(debug, bool):
             raise TypeError(f"debug must be a bool, got {debug!r}")
         self.manager = manager
-        self.max_batch_size = check_int("max_batch_size", max_batch_size, low=1, high=1 << 20)
+        self.max_batch_size = check_param("max_batch_size", max_batch_size)
         self.debug = debug
         self.iteration = 0
         #: consecutive passes without progress (only the V2 loop detects stalls)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 
-from kvlab.core.checks import check_int
+from kvlab.core.checks import check_param
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES, Request, RequestState
@@ -110,16 +110,14 @@ class Scheduler(SchedulerBase):
         super().__init__(manager, max_batch_size, debug)
         self.admission = make_admission(admission)
         self.max_num_tokens = (
-            None
-            if max_num_tokens is None
-            else check_int("max_num_tokens", max_num_tokens, low=1, high=1 << 30)
+            None if max_num_tokens is None else check_param("max_num_tokens", max_num_tokens)
         )
         self.max_num_requests = (
             self.max_batch_size
             if scheduler_capacity is None
-            else check_int("scheduler_capacity", scheduler_capacity, low=1, high=1 << 20)
+            else check_param("scheduler_capacity", scheduler_capacity)
         )
-        self.stall_limit = check_int("stall_limit", stall_limit, low=1, high=1 << 30)
+        self.stall_limit = check_param("stall_limit", stall_limit)
         for name, flag in (
             ("chunked_prefill", chunked_prefill),
             ("enable_recompute_pause", enable_recompute_pause),
@@ -141,12 +139,12 @@ class Scheduler(SchedulerBase):
         self.max_context_length = (
             max_num_tokens
             if max_context_length is None
-            else check_int("max_context_length", max_context_length, low=1, high=1 << 30)
+            else check_param("max_context_length", max_context_length)
         )
         self.chunk_unit_size = (
             manager.tokens_per_block
             if chunk_unit_size is None
-            else check_int("chunk_unit_size", chunk_unit_size, low=1, high=1 << 30)
+            else check_param("chunk_unit_size", chunk_unit_size)
         )
         if chunked_prefill:
             check_chunk_budget(self.chunk_unit_size, self.max_num_tokens, self.max_context_length)
