@@ -6,6 +6,8 @@ policy ("none/clamped": the #21470 crash; "none/configured": the one-line fix; "
 PR #21720's admission control), or another engine's own loop, held to the real engine request by
 request (docs/CONFORMANCE.md) on the same pool: "vllm", ``max_model_len`` lowered to the
 estimate its start-up refusal prints (:func:`vllm_startup_error`); "sglang", one-token pages.
+Each engine runs from its own configuration (:data:`ENGINES`: :class:`TrtllmSettings`,
+``VllmEngineArgs``, ``SglangServerArgs``), derived from one :class:`EngineConfig`.
 [kvlab] vLLM and SGLang have no stall detector, so ``stall_limit`` is TensorRT-LLM's alone.
 """
 
@@ -52,10 +54,10 @@ BOUNDS = {
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Everything about the engine but the policy; defaults: the seed's 4 MiB experiment, 4
-    sequences at once, a token budget no prompt exceeds. ``host_cache_size`` None is the
-    automatic host tier, 0 none; ``enable_block_reuse`` is TensorRT-LLM's (the peers run
-    without their prefix caches)."""
+    """The deployment each engine's configuration is derived from (:func:`engine_args`);
+    defaults: the seed's 4 MiB experiment, 4 sequences at once, a token budget no prompt
+    exceeds. ``host_cache_size`` None is the automatic host tier, 0 none; it, ``stall_limit``
+    and ``enable_block_reuse`` are TensorRT-LLM's (the peers run without prefix caches)."""
 
     pool_mib: float = 4.0
     max_seq_len: int = 8192
@@ -95,15 +97,7 @@ class EngineConfig:
         return self.total_blocks * self.geometry.tokens_per_block
 
     def manager(self, width_policy: str = "clamped") -> KVCacheManager:
-        return KVCacheManager.expecting_clamp(
-            self.geometry,
-            self.quota_bytes,
-            self.max_seq_len,
-            max_batch_size=self.max_batch_size,
-            page_index_policy=width_policy,
-            host_cache_size=self.host_cache_size,
-            enable_block_reuse=self.enable_block_reuse,
-        )
+        return TrtllmSettings(self, page_index_policy=width_policy).manager()
 
     def describe(self) -> str:
         return (
@@ -121,6 +115,39 @@ class EngineConfig:
         if self.host_cache_size == 0:
             return "no tier below the GPU (host_cache_size=0)"
         return f"host tier of {self.host_cache_size:,} B"
+
+
+@dataclass(frozen=True)
+class TrtllmSettings:
+    """TensorRT-LLM's configuration for one policy: ``engine``'s pool and limits, the KV cache
+    manager's row-width policy and the executor's admission (the only reader of ``engine``'s
+    stall_limit, host_cache_size and enable_block_reuse)."""
+
+    engine: EngineConfig
+    admission: str = "none"
+    page_index_policy: str = "clamped"
+
+    def manager(self) -> KVCacheManager:
+        e = self.engine
+        return KVCacheManager.expecting_clamp(
+            e.geometry,
+            e.quota_bytes,
+            e.max_seq_len,
+            max_batch_size=e.max_batch_size,
+            page_index_policy=self.page_index_policy,
+            host_cache_size=e.host_cache_size,
+            enable_block_reuse=e.enable_block_reuse,
+        )
+
+    def scheduler(self) -> Scheduler:
+        return Scheduler(
+            self.manager(),
+            admission=self.admission,
+            max_num_tokens=self.engine.max_num_tokens,
+            max_batch_size=self.engine.max_batch_size,
+            stall_limit=self.engine.stall_limit,
+            chunked_prefill=self.engine.chunked_prefill,
+        )
 
 
 def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
@@ -157,40 +184,44 @@ def sglang_args(engine: EngineConfig) -> SglangServerArgs:
     )
 
 
-#: The peers' own configurations: admission -> ``engine`` as that engine's arguments.
-PEER_ARGS = {"vllm": vllm_args_as_run, "sglang": sglang_args}
-#: Each peer's arguments type -> (kvlab's peer scheduler, the engine's start-up check, its name).
-PEERS = {
+#: Each engine's own configuration type -> (its scheduler, its start-up check, its name).
+ENGINES = {
+    TrtllmSettings: (TrtllmSettings.scheduler, lambda settings: None, "TensorRT-LLM"),
     VllmEngineArgs: (VllmScheduler, startup_error, "vLLM"),
     SglangServerArgs: (SglangScheduler, sglang_startup_error, "SGLang"),
 }
+#: The peers kvlab holds to their real engines: their types among :data:`ENGINES`.
+PEERS = {kind: ENGINES[kind] for kind in (VllmEngineArgs, SglangServerArgs)}
+#: A peer policy's admission -> ``engine`` as its engine's arguments.
+PEER_ARGS = {"vllm": vllm_args_as_run, "sglang": sglang_args}
 
 
-def run_peer(args, requests: Sequence[Request], max_steps: int) -> SimulationResult:
-    """kvlab's peer of the engine of ``args`` on ``requests``; a start-up refusal rejects every
-    request with the engine's message, as the real engine's backend reports it."""
-    scheduler_class, startup_check, _ = PEERS[type(args)]
+def engine_args(
+    policy: str, engine: EngineConfig
+) -> TrtllmSettings | VllmEngineArgs | SglangServerArgs:
+    """The configuration of the engine that runs ``policy`` on ``engine``."""
+    admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
+    check_instance("engine", engine, EngineConfig)
+    peer_args = PEER_ARGS.get(admission)
+    if peer_args is not None:
+        return peer_args(engine)
+    return TrtllmSettings(engine, admission=admission, page_index_policy=width)
+
+
+def run_engine(args, requests: Sequence[Request], max_steps: int) -> SimulationResult:
+    """``requests`` on a fresh engine of configuration ``args`` (one of :data:`ENGINES`' types);
+    a start-up refusal rejects every request with the engine's message."""
+    build, startup_check, _ = ENGINES[type(args)]
     refusal = startup_check(args)
     if refusal is not None:
         return refused_to_start(requests, refusal)
-    return simulate(scheduler_class(args), requests, max_steps=max_steps)
+    return simulate(build(args), requests, max_steps=max_steps)
 
 
 def build_scheduler(policy: str, engine: EngineConfig = EngineConfig()) -> SchedulerBase:
     """A fresh scheduler (and manager) for ``policy`` on ``engine``."""
-    admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
-    check_instance("engine", engine, EngineConfig)
-    if admission in PEER_ARGS:
-        args = PEER_ARGS[admission](engine)
-        return PEERS[type(args)][0](args)
-    return Scheduler(
-        engine.manager(width),
-        admission=admission,
-        max_num_tokens=engine.max_num_tokens,
-        max_batch_size=engine.max_batch_size,
-        stall_limit=engine.stall_limit,
-        chunked_prefill=engine.chunked_prefill,
-    )
+    args = engine_args(policy, engine)
+    return ENGINES[type(args)][0](args)
 
 
 def vllm_startup_error(engine: EngineConfig = EngineConfig()) -> str | None:
@@ -207,10 +238,7 @@ def run_policy(
 ) -> SimulationResult:
     """``simulate`` the requests under ``policy`` on a fresh engine (a peer that refuses to
     start rejects every request with its message)."""
-    admission = POLICIES[check_choice("policy", policy, POLICIES)][0]
-    if admission in PEER_ARGS:
-        return run_peer(PEER_ARGS[admission](engine), requests, max_steps)
-    return simulate(build_scheduler(policy, engine), requests, max_steps=max_steps)
+    return run_engine(engine_args(policy, engine), requests, max_steps)
 
 
 def _checked_run(requests, engine, max_steps) -> tuple[list[Request], int]:

@@ -13,7 +13,7 @@ from kvlab.analysis.compare import (
     EngineConfig,
     long_and_small,
     not_yet_and_never,
-    run_peer,
+    run_engine,
     sglang_args,
 )
 from kvlab.analysis.presets import seed_geometry
@@ -59,8 +59,8 @@ class PeerWorkload:
         check_int("max_steps", self.max_steps, low=1, high=1 << 30)
 
     def run_peer(self) -> SimulationResult:
-        """kvlab's peer of the engine on this workload (:func:`kvlab.analysis.compare.run_peer`)."""
-        return run_peer(self.args, self.requests, self.max_steps)
+        """kvlab's peer of the engine on this workload (:func:`kvlab.analysis.compare.run_engine`)."""
+        return run_engine(self.args, self.requests, self.max_steps)
 
 
 def differences(peer: SimulationResult, real: SimulationResult) -> list[dict]:
