@@ -140,7 +140,8 @@ class RealEngine:
     def args_from_input(self, engine: dict) -> Any:
         """The arguments :attr:`engine_input` wrote (SGLang's pages hold one token)."""
         geometry = KVGeometry(
-            *(engine[key] for key in GEOMETRY_KEYS), tokens_per_block=engine.get("block_size", 1)
+            **{key: engine[key] for key in GEOMETRY_KEYS},
+            tokens_per_block=engine.get("block_size", 1),
         )
         accepted = inspect.signature(self.args_type).parameters
         return self.args_type(geometry, **{k: v for k, v in engine.items() if k in accepted})
@@ -343,6 +344,7 @@ class RunRecord:
         elif kind == "event":
             self._event(message)
         elif kind == "steps":
+            assert self.rows is not None, "a live run keeps its rows"
             self.rows.extend(message["rows"])
             self.end_step = max(self.end_step, self.rows[-1][0] + 1)
         elif kind == "end":
@@ -384,6 +386,7 @@ class RunRecord:
             if request.arrival_step < self.end_step or request.end_step is not None:
                 request.activated_step = request.arrival_step  # the engine queues every arrival
             if request.state is RequestState.FINISHED:
+                assert request.end_step is not None, "a finished request has ended"
                 request.reason = finished_reason(request, request.end_step)
             elif request.state is not RequestState.REJECTED:
                 request.reason = self._unfinished_reason(request)
@@ -418,17 +421,19 @@ class RunRecord:
         """The requests' events and the step rows (none when the record kept no rows)."""
         trace = Trace()
         for request in self.requests.values():
-            i = request.request_id
+            i, end = request.request_id, request.end_step
             if request.state is RequestState.REJECTED:
+                assert end is not None, "a rejected request has ended"
                 kind = "aborted" if i in self.aborted else "rejected"
-                trace.events.append(Event(request.end_step, kind, i, request.reason))
+                trace.events.append(Event(end, kind, i, request.reason))
             if request.first_scheduled_step is not None:
                 trace.events.append(Event(request.first_scheduled_step, "started", i))
             if request.first_token_step is not None:
                 trace.events.append(Event(request.first_token_step, "first_token", i))
             trace.events += [Event(step, "recompute_paused", i) for step in self.preemptions[i]]
             if request.state is RequestState.FINISHED:
-                trace.events.append(Event(request.end_step, "finished", i))
+                assert end is not None, "a finished request has ended"
+                trace.events.append(Event(end, "finished", i))
         trace.events.sort(key=lambda e: (e.step, EVENT_KINDS.index(e.kind)))
         rejected = [e.step for e in trace.events if e.kind in ("rejected", "aborted")]
         finished = [e.step for e in trace.events if e.kind == "finished"]
@@ -487,7 +492,7 @@ class RunRecord:
         workload = PeerWorkload(
             stored["name"],
             engine.args_from_input(stored["engine"]),
-            [Request(*row[:4]) for row in rows],
+            tuple(Request(*row[:4]) for row in rows),
             stored["max_steps"],
         )
         record = cls(engine, workload)

@@ -124,7 +124,8 @@ class ModelRunnerStub:
     device = "cpu"
     preloaded_weights_bytes = 0
     weight_load_time = weight_load_mem_usage = 0.0
-    graph_memory_usage = graph_time_usage = {}
+    graph_memory_usage: dict = {}
+    graph_time_usage: dict = {}
     mtp_draft_device_pools = mtp_draft_mamba_pools = ()
     memory_pool_config = req_to_token_pool = token_to_kv_pool_allocator = token_to_kv_pool = None
     attn_backend = None  # no Triton block size: the prefill adder takes its default
@@ -211,7 +212,7 @@ def worker_class():
         def __init__(self, model_config, max_total_tokens: int):
             self.model_config = model_config
             self._model_runner = ModelRunnerStub(model_config, max_total_tokens)
-            self.model_runner_list = []
+            self.model_runner_list: list = []
             self.dllm_algorithm = None
             self.random_seed = get_device().random_seed
             self.device = "cpu"
@@ -321,12 +322,15 @@ class Run:
         self.next_arrival = self.step = self.iterations = 0
         self.step_open = False  # the current loop iteration counts as step self.step
         self.idled = False  # the last iteration was the idle one of a gap between arrivals
-        self.live = {}  # request id -> requested max_new_tokens, for requests SGLang holds
-        self.started, self.first_token = set(), set()
-        self.retractions = {}  # request id -> retraction_count seen
-        self.requeued = set()  # retracted, not yet admitted again
-        self.outputs = []  # what SGLang sent towards the tokenizer in this iteration
-        self.rows = []
+        self.live: dict[
+            str, int
+        ] = {}  # request id -> requested max_new_tokens, for requests SGLang holds
+        self.started: set[str] = set()
+        self.first_token: set[str] = set()
+        self.retractions: dict[str, int] = {}  # request id -> retraction_count seen
+        self.requeued: set[str] = set()  # retracted, not yet admitted again
+        self.outputs: list = []  # what SGLang sent towards the tokenizer in this iteration
+        self.rows: list[list] = []
 
     def event(self, request_id, name, **fields) -> None:
         emit(kind="event", run=self.index, step=self.step, id=request_id, event=name, **fields)
