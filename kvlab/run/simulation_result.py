@@ -1,0 +1,196 @@
+"""What a run of the executor loop reports (kvlab.run.simulation): the result record, its
+summary, and the reasons its requests give."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kvlab.core.checks import check_items
+from kvlab.core.manager import KVCacheManager
+from kvlab.core.request import Request, RequestState
+from kvlab.core.words import a_or_an, counted
+from kvlab.run.trace import Trace
+
+#: The statuses a summary counts.
+SUMMARY_STATUSES = (
+    RequestState.FINISHED,
+    RequestState.REJECTED,
+    RequestState.WAITING,
+    RequestState.RUNNING,
+)
+
+
+@dataclass
+class SimulationResult:
+    """Outcome of ``simulate``: per-request status and reason, the error that stopped the
+    engine (or None) and the per-step trace."""
+
+    status: dict[str, RequestState]
+    reasons: dict[str, str]
+    error: BaseException | None
+    trace: Trace
+    requests: dict[str, Request]
+    end_step: int  # the first step the run did not reach
+    iterations: int  # scheduler passes run
+
+    def ids_with_status(self, status: str) -> list[str]:
+        return [request_id for request_id, value in self.status.items() if value == status]
+
+    def summary(self) -> dict:
+        """Counts per status, goodput and latencies in steps (means over the requests they
+        apply to; None where none does), and ``reused_tokens``: context tokens a cached prefix
+        provided (block reuse), summed over the requests' last contexts."""
+        finished = [self.requests[i] for i in self.ids_with_status(RequestState.FINISHED)]
+        started = [r for r in self.requests.values() if r.first_scheduled_step is not None]
+        with_token = [r for r in self.requests.values() if r.first_token_step is not None]
+
+        def mean(values):
+            return sum(values) / len(values) if values else None
+
+        activated = [r for r in self.requests.values() if r.activated_step is not None]
+        summary = {status.value: len(self.ids_with_status(status)) for status in SUMMARY_STATUSES}
+        summary.update(
+            iterations=self.iterations,
+            error=None if self.error is None else type(self.error).__name__,
+            goodput_tokens_per_step=(
+                sum(r.num_generated for r in finished) / self.iterations if self.iterations else 0.0
+            ),
+            mean_wait_steps=mean([r.first_scheduled_step - r.arrival_step for r in started]),
+            mean_queue_steps=mean([r.activated_step - r.arrival_step for r in activated]),
+            mean_ttft_steps=mean([r.first_token_step - r.arrival_step for r in with_token]),
+            mean_latency_steps=mean([r.end_step - r.arrival_step for r in finished]),
+            suspensions=sum(r.num_suspensions for r in self.requests.values()),
+            recomputes=sum(r.num_recomputes for r in self.requests.values()),
+            reused_tokens=sum(r.prepopulated_prompt_len for r in self.requests.values()),
+        )
+        return summary
+
+    def requests_to_pandas(self):
+        """One row per request: status, reason, lengths, steps and preemption counts."""
+        import pandas as pd
+
+        rows = [
+            dict(
+                request_id=r.request_id,
+                status=self.status[r.request_id],
+                state=r.state,
+                reason=self.reasons[r.request_id],
+                prompt_len=r.prompt_len,
+                max_new_tokens=r.max_new_tokens,
+                num_generated=r.num_generated,
+                arrival_step=r.arrival_step,
+                first_scheduled_step=r.first_scheduled_step,
+                first_token_step=r.first_token_step,
+                end_step=r.end_step,
+                num_suspensions=r.num_suspensions,
+                num_recomputes=r.num_recomputes,
+                num_refusals=r.num_refusals,
+                reused_tokens=r.prepopulated_prompt_len,
+            )
+            for r in self.requests.values()
+        ]
+        return pd.DataFrame(rows)
+
+
+def refused_to_start(requests: Iterable[Request], message: str) -> SimulationResult:
+    """The result of an engine that refused to start (vLLM's start-up checks): every request
+    rejected with ``message``, nothing run, and a ValueError as the error."""
+    copies = {r.request_id: r for r in fresh_copies(requests)}
+    for request in copies.values():
+        request.state, request.reason = (
+            RequestState.REJECTED,
+            f"the engine refused to start: {message}",
+        )
+    return SimulationResult(
+        status=dict.fromkeys(copies, RequestState.REJECTED),
+        reasons={i: r.reason for i, r in copies.items()},
+        error=ValueError(message),
+        trace=Trace(),
+        requests=copies,
+        end_step=0,
+        iterations=0,
+    )
+
+
+def finished_reason(request: Request, step: int) -> str:
+    """The reason a request that finished at ``step`` gives."""
+    prompt = f"{request.prompt_len:,}"
+    reason = (
+        f"finished at step {step:,}: {counted(request.num_generated, 'token')} generated after "
+        f"{a_or_an(prompt)} {prompt}-token prompt"
+    )
+    if request.output_limit < request.max_new_tokens:  # vLLM's max_model_len, SGLang's clip
+        reason += (
+            f", stopped short of max_new_tokens={request.max_new_tokens:,} by the engine's "
+            f"length limit at {request.prompt_len + request.num_generated:,} tokens "
+            "(finish reason 'length')"
+        )
+    return reason
+
+
+def fresh_copies(requests: Iterable[Request]) -> list[Request]:
+    if isinstance(requests, Request) or not isinstance(requests, Iterable):
+        raise TypeError("requests must be an iterable of Request")
+    copies = []
+    seen = set()
+    for request in check_items("requests", requests, "Request objects"):
+        if not isinstance(request, Request):
+            raise TypeError(f"requests must hold Request objects, got {type(request).__name__}")
+        if request.request_id in seen:
+            raise ValueError(f"request_id {request.request_id!r} appears twice in requests")
+        seen.add(request.request_id)
+        copies.append(dataclasses.replace(request))
+    return copies
+
+
+def unfinished_reason(
+    request: Request,
+    max_steps: int,
+    step: int,
+    error: BaseException | None,
+    manager: KVCacheManager,
+    max_num_active_requests: int | None,
+) -> str:
+    """The reason a request still in the engine when the run ended gives."""
+    submitted = request.activated_step is not None
+    if request.state is RequestState.WAITING and submitted:
+        geometry = manager.geometry
+        refusals = request.num_refusals
+        passes = (
+            "not refused by any scheduling pass before the run ended"
+            if refusals == 0
+            else "refused in 1 scheduling pass"
+            if refusals == 1
+            else f"refused in {refusals:,} scheduling passes"
+        )
+        detail = (
+            f"{passes}; its context of "
+            f"{request.context_len:,} tokens needs "
+            f"{geometry.blocks_for_tokens(request.context_len):,} pages, the pool has "
+            f"{manager.total_blocks:,}, {manager.free_blocks:,} of them "
+            "free when the run ended"
+        )
+    elif submitted:  # running, or suspended (reported as running: it keeps its KV)
+        detail = (
+            "suspended, its pages held, after " if request.state is RequestState.SUSPENDED else ""
+        ) + f"{request.num_generated:,} of {request.max_new_tokens:,} tokens generated"
+    elif request.arrival_step < step:
+        detail = (
+            f"in the executor's queue since step {request.arrival_step:,}, behind "
+            f"{max_num_active_requests:,} active requests (max_num_active_requests)"
+        )
+    else:
+        detail = f"it arrives at step {request.arrival_step:,}"
+    if error is not None:
+        culprit = getattr(error, "request_id", None) == request.request_id
+        return (
+            f"engine stopped at step {step - 1:,} by {type(error).__name__}"
+            f"{' raised by this request' if culprit else ''} ({detail}): {error}"
+        )
+    if not submitted and request.arrival_step < step:
+        return f"still queued when the run ended at max_steps={max_steps}: {detail}"
+    if not submitted:
+        return f"not submitted: {detail}, and the run ended at max_steps={max_steps}"
+    return f"still {request.state} when the run ended at max_steps={max_steps}: {detail}"
