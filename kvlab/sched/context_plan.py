@@ -13,7 +13,17 @@ Scheduler (kvlab.sched.scheduler) applies the plan it returns, and the certain r
 
 from __future__ import annotations
 
+import enum
+
 from kvlab.core.request import Request
+
+
+class ScheduleAction(enum.Enum):
+    """Result of one scheduling attempt (the real ScheduleAction)."""
+
+    SCHEDULED = "scheduled"
+    SKIP = "skip"
+    STOP = "stop"
 
 
 class PassBudget:

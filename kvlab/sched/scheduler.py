@@ -16,7 +16,6 @@ is applied with the review's fixes; kvlab.case_studies overrides one hook per fi
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Sequence
 
 from kvlab.core.checks import check_param
@@ -31,40 +30,26 @@ from kvlab.sched.admission import (
     token_budget_verdict,
 )
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
-from kvlab.sched.context_plan import ContextPlan, PassBudget, check_chunk_budget, plan_context
+from kvlab.sched.context_plan import (
+    ContextPlan,
+    PassBudget,
+    ScheduleAction,
+    check_chunk_budget,
+    plan_context,
+)
+from kvlab.sched.deadlock import DEADLOCK_REMEDY, DEFAULT_STALL_LIMIT, SchedulerDeadlock
+from kvlab.sched.prefix_skip import PrefixAwareSkip
+from kvlab.sched.residency import ResidencyCap
 from kvlab.sched.shortcuts import CertainRefusal, grows_within_pages, pending_refusal
 
-#: The real ``KVCacheV2Scheduler._DEADLOCK_STALL_ITERS``.
-DEFAULT_STALL_LIMIT = 1000
-#: The remedy the real deadlock message ends with (no KV connector attached).
-DEADLOCK_REMEDY = (
-    "Configure kv_cache_config.host_cache_size, increase kv_cache_config.max_tokens, "
-    "or lower max_batch_size."
-)
-
-
-class SchedulerDeadlock(RuntimeError):
-    """The V2 scheduler's stall detector fired (a RuntimeError in the real code, with this
-    message format); ``stalled_passes`` is the K of the message."""
-
-    def __init__(self, num_generation: int, num_context: int, stalled_passes: int):
-        super().__init__(
-            f"V2 scheduler deadlock: {num_generation} generation and {num_context} context "
-            "request(s) active but none could be scheduled, suspended or preempted in "
-            f"{stalled_passes} consecutive attempts. The KV cache pool is likely exhausted. "
-            f"{DEADLOCK_REMEDY}"
-        )
-        self.num_generation = num_generation
-        self.num_context = num_context
-        self.stalled_passes = stalled_passes
-
-
-class ScheduleAction(enum.Enum):
-    """Result of one scheduling attempt (the real ScheduleAction)."""
-
-    SCHEDULED = "scheduled"
-    SKIP = "skip"
-    STOP = "stop"
+__all__ = [
+    "DEADLOCK_REMEDY",
+    "DEFAULT_STALL_LIMIT",
+    "ScheduleAction",
+    "ScheduledBatch",
+    "Scheduler",
+    "SchedulerDeadlock",
+]
 
 
 class _RecomputePauseState:
@@ -81,15 +66,11 @@ def _contains(requests: Sequence[Request], request: Request) -> bool:
     return any(other is request for other in requests)
 
 
-class Scheduler(SchedulerBase):
-    """KVCacheV2Scheduler over a KVCacheManager, with an admission policy plugged in.
-
-    ``submit`` a request when it arrives, call ``schedule`` once per iteration, execute the
-    batch it returns, and ``finish`` requests that completed (``kvlab.simulate`` does all of
-    it). The request budget per pass, ``max_num_requests``, is ``scheduler_capacity`` when
-    given, else ``max_batch_size``; the manager's own max_batch_size bounds the caches alive
-    at once (its page-index slots). ``max_num_tokens=None`` is no token budget.
-    """
+class Scheduler(PrefixAwareSkip, ResidencyCap, SchedulerBase):
+    """KVCacheV2Scheduler over a KVCacheManager, with an admission policy plugged in:
+    ``submit`` arrivals, ``schedule`` once per iteration, ``finish`` what completed
+    (``kvlab.simulate`` does it all). Requests per pass: ``scheduler_capacity``, else
+    ``max_batch_size``; ``max_num_tokens=None``: no token budget."""
 
     def __init__(
         self,
@@ -128,14 +109,11 @@ class Scheduler(SchedulerBase):
         self.chunked_prefill = chunked_prefill
         self.enable_recompute_pause = enable_recompute_pause
         self.enable_prefix_aware_scheduling = enable_prefix_aware_scheduling
-        # the real ``_prefix_skip_enabled``: the flag, block reuse, and per-block commits
         self._prefix_skip_enabled = (
             enable_prefix_aware_scheduling
             and manager.enable_block_reuse
             and manager.block_reuse_policy == "all_reusable"
         )
-        #: a request with prefix hashes was admitted: before, no probe can find a key
-        self._admitted_hashes = False
         self.max_context_length = (
             max_num_tokens
             if max_context_length is None
@@ -160,10 +138,6 @@ class Scheduler(SchedulerBase):
         if verdict.admitted and self.admission.rejects_never_schedulable:
             verdict = token_budget_verdict(request, self.max_num_tokens, self.chunked_prefill)
         return verdict
-
-    def _enqueue(self, request: Request) -> None:
-        if request.prefix_hashes:
-            self._admitted_hashes = True
 
     # -- one scheduling pass -------------------------------------------------------------
     def schedule(self, inflight_request_ids: Iterable[str] = frozenset()) -> ScheduledBatch:
@@ -219,15 +193,9 @@ class Scheduler(SchedulerBase):
 
     # -- phase 1: generation -------------------------------------------------------------
     def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
-        """Phase 1; returns the context requests it deferred to phase 2.
-
-        Each generation step is the real ``_try_schedule_generation``, written once and inline
-        (a call per step would cost a quarter of the pass): ``beam_width`` + draft tokens from
-        the budget (STOP when they do not fit); a beam width other than the first scheduled
-        one's SKIPs; then the step grows within the pages its cache holds
-        (``KVCache.grow_within_pages``: resize's answer, without its checks; 255 steps of 256 at
-        256 tokens a page) or takes the allocation and its room-making ladder
-        (:meth:`_allocate_generation`)."""
+        """Phase 1; returns the contexts it deferred. Each step is the real
+        ``_try_schedule_generation``: beams + drafts from the budget (STOP when they do not
+        fit), another beam width SKIPs, then the allocation and its ladder."""
         requests = self._active
         pending_contexts: list[Request] = []
         end = len(requests)
@@ -275,9 +243,8 @@ class Scheduler(SchedulerBase):
         return pending_contexts
 
     def _allocate_generation(self, request, requests, index, end, pause_state, batch):
-        """A step beyond the pages its cache holds: the allocation and, failing it, the
-        room-making ladder; when nothing makes room, the request suspends itself (and phase 1
-        stops). Returns (fitted, the new end of the walk)."""
+        """The allocation and, failing it, the room-making ladder; failing that, the request
+        suspends itself. Returns (fitted, the new end of the walk)."""
         fitted = self._try_allocate_generation(request)
         if not fitted:
             fitted, end = self._make_room(request, requests, index, end, pause_state, batch)
@@ -287,8 +254,7 @@ class Scheduler(SchedulerBase):
         return fitted, end
 
     def _make_room(self, request, requests, index, end, pause_state, batch):
-        """Free pages for a generation step: suspend started requests from the tail, then (with
-        recompute pause on) recompute-pause them."""
+        """Suspend started requests from the tail, then (recompute pause on) free them."""
         success, end = self._evict_for_generation(request, requests, index, end, batch)
         if not success and self.enable_recompute_pause:
             success, end = self._recompute_pause_for_generation(
@@ -311,8 +277,8 @@ class Scheduler(SchedulerBase):
         return self._is_victim_candidate(request) and request.state is RequestState.RUNNING
 
     def _evict_for_generation(self, request, requests, index, end, batch):
-        """The real ``_try_evict_for_gen``: suspend started requests from the tail of
-        active_requests (never ones already visited) until the step fits."""
+        """The real ``_try_evict_for_gen``: suspend started requests from the tail (never ones
+        already visited) until the step fits."""
         while end > index:
             victim_index = next(
                 (i for i in range(end - 1, index, -1) if self._is_evictable(requests[i])), None
@@ -329,8 +295,7 @@ class Scheduler(SchedulerBase):
 
     def _recompute_pause_for_generation(self, request, requests, index, end, pause_state, batch):
         """The real ``_try_recompute_pause_for_gen``: free started requests' caches from the
-        tail. With a host tier (the real ``can_evict``), victims suspended this pass are
-        candidates too: tearing one down frees host room to suspend another."""
+        tail; with a tier below (``can_evict``), ones suspended this pass too."""
         can_evict = self.manager.can_evict
         while True:
             victim_index = None
@@ -367,32 +332,6 @@ class Scheduler(SchedulerBase):
         return False, end
 
     # -- phase 2: contexts ---------------------------------------------------------------
-    def _collect_contributed_blocks(self, pending: list[Request]) -> set | None:
-        """The real ``_collect_contributed_blocks``: the first new blocks of the context
-        continuations in flight, or None when the skip cannot fire this pass (off, no first
-        chunk pending, or one alone with nothing in flight or continuing), so no probe is paid."""
-        if not (self._prefix_skip_enabled and self._admitted_hashes):
-            return None  # (kvlab's shortcut: a prompt without hashes has no key to probe)
-        candidates = sum(1 for r in pending if r.is_first_context_chunk)
-        if candidates == 0:
-            return None
-        inflight = self._inflight
-        in_flight = (
-            [
-                r
-                for r in self._active
-                if r.request_id in inflight
-                and not r.is_context_finished
-                and not r.is_first_context_chunk
-            ]
-            if inflight
-            else []
-        )
-        if not in_flight and candidates < 2 and all(r.is_first_context_chunk for r in pending):
-            return None
-        probe = self.manager.probe_first_new_block_key
-        return {key for key in map(probe, in_flight) if key is not None}
-
     def _pending_refusal(self, budget: PassBudget) -> CertainRefusal | None:
         """The shortcut that refuses a pending first chunk without its attempt (kvlab.sched.shortcuts)."""
         preempts = not self.manager.has_cache_tier_below_gpu and self.enable_recompute_pause
@@ -442,27 +381,6 @@ class Scheduler(SchedulerBase):
             self._release(request)
         return action, charged
 
-    def _prepare_then_plan(self, request: Request, budget: PassBudget):
-        """A first chunk that may reuse: ``prepare_context`` first, so the reused prefix moves
-        the context's start, then the plan from what is left (the real
-        ``_try_schedule_context_full`` / ``_chunked``): (action, plan or None). With
-        prefix-aware scheduling off the budget sees the context as it was before prepare:
-        non-chunked, checked and charged whole before prepare; chunked, the chunk sized from
-        it."""
-        sized_from = (
-            None if self.enable_prefix_aware_scheduling else request.context_remaining_length
-        )
-        if (
-            sized_from is not None
-            and not self.chunked_prefill
-            and self._plan_context(request, budget.remaining_tokens) is None
-        ):
-            return ScheduleAction.STOP, None
-        if not self._prepare(request):
-            return (ScheduleAction.SKIP if self.chunked_prefill else ScheduleAction.STOP), None
-        plan = self._plan_context(request, budget.remaining_tokens, sized_from)
-        return (ScheduleAction.STOP if plan is None else ScheduleAction.SCHEDULED), plan
-
     def _plan_context(
         self, request: Request, budget_left: int | None, sized_from: int | None = None
     ) -> ContextPlan | None:
@@ -479,9 +397,8 @@ class Scheduler(SchedulerBase):
     def _preempt_for_pages(
         self, request: Request, batch: ScheduledBatch, preempted: list[Request]
     ) -> bool:
-        """The real ``_try_preempt_for_pages``: with no tier below the GPU and recompute pause
-        on, recompute-pause the newest started request that holds an active cache and is
-        neither scheduled this pass nor ``request``; True when one was."""
+        """The real ``_try_preempt_for_pages``: with no tier below and recompute pause on, free
+        the newest started, active request not scheduled this pass; True when one was."""
         if self.manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
             return False
         for victim in reversed(self._active):
@@ -497,38 +414,6 @@ class Scheduler(SchedulerBase):
             preempted.append(victim)
             return True
         return False
-
-    # -- recurrent-state residency ---------------------------------------------------------
-    def _residency_refusal(self) -> ScheduleAction:
-        """What a first chunk refused at the residency cap does to phase 2: SKIP, only this
-        request (the review's fix; kvlab.case_studies.BreakOnCapScheduler has the bug)."""
-        return ScheduleAction.SKIP
-
-    def _disagg_gen_init_under_cap(self) -> bool:
-        """Whether a DISAGG_GENERATION_INIT request is gated by the residency cap and, holding
-        a slot, counted toward it (the review's fix; kvlab.case_studies.DisaggBypassScheduler
-        has the bug)."""
-        return True
-
-    def _residency_full(self, request: Request) -> bool:
-        """True when ``request`` would take a new state slot and the manager's cap is reached."""
-        cap = self.manager.max_resident_sequences()
-        if cap is None or request.request_id in self.manager.caches:
-            return False
-        return self.num_resident_sequences() >= cap
-
-    def num_resident_sequences(self) -> int:
-        """Live requests holding a cache, hence a state slot (suspended ones included); a
-        DISAGG_GENERATION_INIT one only while ``_disagg_gen_init_under_cap``."""
-        caches = self.manager.caches
-        counts_disagg = self._disagg_gen_init_under_cap()
-        return sum(
-            1
-            for r in self._active
-            if r.state in LIVE_STATES
-            and r.request_id in caches
-            and (counts_disagg or not r.is_disagg_generation_init)
-        )
 
     # -- manager calls: the request's state follows the manager's answers -----------------
     def _run(self, request: Request) -> None:
@@ -558,8 +443,7 @@ class Scheduler(SchedulerBase):
         return self.manager.try_allocate_generation(request)
 
     def _suspend(self, request: Request) -> None:
-        """The real ``suspend_request``: make the cache inactive; what that frees depends on
-        the tier below the GPU (``KVCache.suspend``)."""
+        """The real ``suspend_request``: the cache goes inactive (its pages may move down)."""
         self.manager.suspend(request)
         request.num_suspensions += 1
         self._set_state(request, RequestState.SUSPENDED)
@@ -568,8 +452,8 @@ class Scheduler(SchedulerBase):
     def _detect_deadlock(
         self, requests: list[Request], pending: list[Request], batch: ScheduledBatch
     ) -> None:
-        """The real ``_detect_deadlock``: raise on the stall_limit-th consecutive pass that had
-        candidates and made no progress."""
+        """The real ``_detect_deadlock``: raise on the ``stall_limit``-th consecutive pass that
+        had candidates and made no progress."""
         if batch.made_progress:
             self.stalled_passes = 0
             return
@@ -590,6 +474,5 @@ class Scheduler(SchedulerBase):
     def __repr__(self) -> str:
         return (
             f"Scheduler(admission={self.admission!r}, max_num_tokens={self.max_num_tokens}, "
-            f"max_batch_size={self.max_batch_size}, stall_limit={self.stall_limit}, "
-            f"chunked_prefill={self.chunked_prefill}, can_evict={self.manager.can_evict})"
+            f"max_batch_size={self.max_batch_size}, chunked_prefill={self.chunked_prefill})"
         )
