@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 import traceback
@@ -17,7 +18,7 @@ import torch
 
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.request import LIVE_STATES
+from kvlab.core.request import LIVE_STATES, Request
 from kvlab.run.monitor import RunMonitor
 from kvlab.run.rank_config import STORAGE_BYTES_PER_TOKEN, Fault, RunConfig
 from kvlab.run.routing import route
@@ -82,7 +83,7 @@ class RankRunner:
         self.stop_reason: str | None = None
         self.outcome = Outcome.FINISHED
         self.step = 0
-        self._arrivals = sorted(config.requests, key=lambda r: r.arrival_step)
+        self._arrivals = sorted(config.requests, key=_arrival)
         self._next = 0
 
     @property
@@ -168,11 +169,7 @@ class RankRunner:
                 monitor.fault_fired()
             _inject(fault)
         start = self._next
-        while (
-            self._next < len(self._arrivals)
-            and self._arrivals[self._next].arrival_step <= self.step
-        ):
-            self._next += 1
+        self._next = bisect.bisect_right(self._arrivals, self.step, start, key=_arrival)
         new = self._arrivals[start : self._next]
         if new:
             live, tokens = [s.live for s in statuses], [s.active_tokens for s in statuses]
@@ -203,6 +200,10 @@ class RankRunner:
             iterations=sim.iterations,
             end_step=self.step,
         )
+
+
+def _arrival(request: Request) -> int:
+    return request.arrival_step
 
 
 def _inject(fault: Fault) -> None:
