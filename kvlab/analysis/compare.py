@@ -26,7 +26,9 @@ from kvlab.core.checks import (
     check_int,
     check_items,
     check_mapping,
+    check_param,
     store_checked,
+    store_param,
 )
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
@@ -41,13 +43,10 @@ from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.sglang import startup_error as sglang_startup_error
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
-#: EngineConfig's numbers: field -> (check, bounds); a None host_cache_size is not checked.
+#: EngineConfig's numbers beside core.checks.BOUNDS': field -> (check, bounds); a None
+#: host_cache_size is not checked.
 BOUNDS = {
     "pool_mib": (check_float, dict(low=0.0, high=1 << 20, low_open=True)),
-    "max_seq_len": (check_int, dict(low=1, high=1 << 30)),
-    "max_batch_size": (check_int, dict(low=1, high=1 << 16)),
-    "max_num_tokens": (check_int, dict(low=1, high=1 << 30)),
-    "stall_limit": (check_int, dict(low=1, high=1 << 30)),
     "host_cache_size": (check_int, dict(low=0, high=1 << 50)),
 }
 
@@ -74,6 +73,8 @@ class EngineConfig:
         for name, (check, bounds) in BOUNDS.items():
             if getattr(self, name) is not None:
                 store_checked(self, name, check, **bounds)
+        for name in ("max_seq_len", "max_batch_size", "max_num_tokens", "stall_limit"):
+            store_param(self, name)
         for name in ("chunked_prefill", "enable_block_reuse"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -247,7 +248,7 @@ def _checked_run(requests, engine, max_steps) -> tuple[list[Request], int]:
     if bad is not None:
         raise TypeError(f"requests must be a sequence of Request, got {type(bad).__name__}")
     check_instance("engine", engine, EngineConfig)
-    return requests, check_int("max_steps", max_steps, low=1, high=1 << 40)
+    return requests, check_param("max_steps", max_steps)
 
 
 def run_policies(
@@ -339,7 +340,7 @@ def long_and_small(
     """One long request ("long", ``context`` prompt tokens) and ``num_small`` small ones
     ("s0", "s1", ...) arriving every ``every`` steps from step 0."""
     context = check_int("context", context, low=1, high=MAX_COUNT)
-    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=MAX_COUNT)
+    max_new_tokens = check_param("max_new_tokens", max_new_tokens)
     num_small = check_int("num_small", num_small, low=0, high=100_000)
     small_prompt = check_int("small_prompt", small_prompt, low=1, high=MAX_COUNT)
     small_new_tokens = check_int("small_new_tokens", small_new_tokens, low=0, high=MAX_COUNT)
@@ -357,7 +358,7 @@ def not_yet_and_never(
     "later" (half) fits alone but not beside it; "never" asks for the configured max_seq_len
     or one page more than the pool, whichever is more."""
     check_instance("engine", engine, EngineConfig)
-    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=1 << 30)
+    max_new_tokens = check_param("max_new_tokens", max_new_tokens)
     tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
     if blocks < 4:
         raise ValueError(f"the example needs a pool of at least 4 pages, got {blocks}")

@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry
-from kvlab.core.checks import check_choice, check_float, check_instance, check_int, store_checked
+from kvlab.core.checks import (
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    store_checked,
+    store_param,
+)
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
 from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.run.rank_config import ramped_budget
@@ -21,7 +28,8 @@ MAX_RANKS = 4096
 MAX_PLAN_BLOCKS = 1 << 22
 MAX_GIB = 1 << 20
 _GIB = dict(low=0.0, high=MAX_GIB)
-#: Deployment's numbers: field -> (check, bounds); None (where allowed) is not checked.
+#: Deployment's numbers beside core.checks.BOUNDS': field -> (check, bounds); None (where
+#: allowed) is not checked.
 BOUNDS = {
     "gpu_gib": (check_float, dict(_GIB, low=0.001)),
     "weights_gib": (check_float, _GIB),
@@ -34,13 +42,15 @@ BOUNDS = {
     "kv_quota_gib": (check_float, dict(_GIB, low=1e-6)),
     "tp_size": (check_int, dict(low=1, high=MAX_RANKS)),
     "ranks": (check_int, dict(low=1, high=MAX_RANKS)),
-    "max_seq_len": (check_int, dict(low=1, high=1 << 30)),
-    "max_batch_size": (check_int, dict(low=1, high=1 << 20)),
-    "max_new_tokens": (check_int, dict(low=0, high=1 << 30)),
-    "max_num_tokens": (check_int, dict(low=1, high=1 << 30)),
-    "tokens_per_block": (check_int, dict(low=1, high=65536)),
     "max_beam_width": (check_int, dict(low=1, high=256)),
 }
+SHARED_BOUNDS = (
+    "max_seq_len",
+    "max_batch_size",
+    "max_new_tokens",
+    "max_num_tokens",
+    "tokens_per_block",
+)
 FLAGS = ("attention_dp", "chunked_prefill", "allow_long_max_model_len", "disable_overlap_scheduler")
 
 
@@ -88,6 +98,9 @@ class Deployment:
         for name, (check, bounds) in BOUNDS.items():
             if getattr(self, name) is not None:
                 store_checked(self, name, check, **bounds)
+        for name in SHARED_BOUNDS:
+            if getattr(self, name) is not None:
+                store_param(self, name)
         store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
         for name in FLAGS:
             if not isinstance(getattr(self, name), bool):

@@ -23,7 +23,7 @@ from kvlab.core.checks import (
     check_instance,
     check_int,
     check_sequence,
-    store_checked,
+    store_param,
 )
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
@@ -47,13 +47,8 @@ class PhaseSetup:
 
     def __post_init__(self):
         check_instance("geometry", self.geometry, KVGeometry)
-        for name, low, high in (
-            ("max_seq_len", 1, 1 << 30),
-            ("max_new_tokens", 0, 1 << 30),
-            ("max_num_tokens", 1, 1 << 30),
-            ("num_extra_kv_tokens", 0, 1 << 20),
-        ):
-            store_checked(self, name, check_int, low=low, high=high)
+        for name in ("max_seq_len", "max_new_tokens", "max_num_tokens", "num_extra_kv_tokens"):
+            store_param(self, name)
 
 
 def _counts(name: str, values) -> np.ndarray:

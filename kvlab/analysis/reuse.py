@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kvlab.analysis.compare import EngineConfig, run_policy
 from kvlab.analysis.presets import check_names
-from kvlab.core.checks import check_instance, check_int, check_items, check_mapping
+from kvlab.core.checks import check_instance, check_items, check_mapping, check_param
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import MIB
 from kvlab.core.prefix_cache import chain_hashes
@@ -84,7 +84,7 @@ def shared_prefix_story(
     cached pages; "too-long" adds more than the pool; "stranger" (5/8, unrelated) evicts them
     once both are done; "late" repeats follow-up's prompt and finds what survived."""
     check_instance("engine", engine, EngineConfig)
-    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=0, high=1 << 30)
+    max_new_tokens = check_param("max_new_tokens", max_new_tokens)
     tpb, blocks = engine.geometry.tokens_per_block, engine.total_blocks
     if blocks < 16:
         raise ValueError(f"the example needs a pool of at least 16 pages, got {blocks}")
