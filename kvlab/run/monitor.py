@@ -12,12 +12,7 @@ from typing import Any
 from kvlab.core.request import Request, RequestState
 
 #: A request's state as :class:`RunMonitor` stores it (1 + the index; 0: none recorded yet).
-MONITOR_STATES = (
-    RequestState.WAITING,
-    RequestState.RUNNING,
-    RequestState.FINISHED,
-    RequestState.REJECTED,
-)
+MONITOR_STATES = tuple(RequestState)
 _FIELDS = 6  # per rank: step, waiting, then the pool: blocks, capacity, max_seq_len, width
 
 
