@@ -21,7 +21,8 @@ from kvlab.analysis.context_ranges import Segment, change_points, v1_segments, v
 from kvlab.analysis.deployment_spec import Deployment
 from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.hybrid_split import hybrid_plan
-from kvlab.analysis.models import load_model
+from kvlab.analysis.mamba_residency import PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES
+from kvlab.analysis.models import geometry_from_config, load_model
 from kvlab.analysis.phase import PhaseSetup
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.analysis.rank_plan import RankPlan
@@ -31,6 +32,7 @@ from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
 from kvlab.core.words import counted
+from kvlab.run.scenarios import load_scenario
 from kvlab.sched.policies import TRTLLM_POLICIES
 
 CURRENT_POLICY = {"v1": "v1", "v2": "none/clamped"}
@@ -602,10 +604,6 @@ def example_deployments() -> dict[str, Deployment]:
     assumes it (notebook 01: the V2 manager, and a max_seq_len past the model's 40,960, which
     the deployment must have allowed), the seed's 4 MiB repro on V2 (notebook 02) and PR
     #17261's Qwen3.5-27B on an H100 with 24.86 GiB for the caches (notebook 05)."""
-    from kvlab.analysis.mamba_residency import PR_MAX_BATCH_SIZE, PR_QUOTA_BYTES
-    from kvlab.analysis.models import geometry_from_config
-    from kvlab.run.scenarios import load_scenario
-
     examples = {}
     scenario = load_scenario("issue-21470")
     p, dep = scenario.parameters, scenario.deployment
