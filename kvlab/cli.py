@@ -68,8 +68,8 @@ def _usage_errors(parser, *errors: type[BaseException]):
         parser.error(str(exc))
 
 
-def _command(sub, name: str, handler, help: str, description: str):
-    parser = sub.add_parser(name, help=help, description=description)
+def _command(sub, name: str, handler, summary: str, description: str):
+    parser = sub.add_parser(name, help=summary, description=description)
     parser.set_defaults(handler=handler, subparser=parser)
     return parser
 
