@@ -43,9 +43,8 @@ from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.sglang import startup_error as sglang_startup_error
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
-#: EngineConfig's numbers beside core.checks.BOUNDS': field -> (check, bounds); a None
-#: host_cache_size is not checked.
-BOUNDS = {
+#: EngineConfig's own numbers (the rest are in ``kvlab.core.checks.BOUNDS``); None is unchecked.
+ENGINE_BOUNDS = {
     "pool_mib": (check_float, dict(low=0.0, high=1 << 20, low_open=True)),
     "host_cache_size": (check_int, dict(low=0, high=1 << 50)),
 }
@@ -70,7 +69,7 @@ class EngineConfig:
 
     def __post_init__(self):
         check_instance("geometry", self.geometry, KVGeometry)
-        for name, (check, bounds) in BOUNDS.items():
+        for name, (check, bounds) in ENGINE_BOUNDS.items():
             if getattr(self, name) is not None:
                 store_checked(self, name, check, **bounds)
         for name in ("max_seq_len", "max_batch_size", "max_num_tokens", "stall_limit"):

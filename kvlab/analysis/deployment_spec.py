@@ -28,9 +28,8 @@ MAX_RANKS = 4096
 MAX_PLAN_BLOCKS = 1 << 22
 MAX_GIB = 1 << 20
 _GIB = dict(low=0.0, high=MAX_GIB)
-#: Deployment's numbers beside core.checks.BOUNDS': field -> (check, bounds); None (where
-#: allowed) is not checked.
-BOUNDS = {
+#: Deployment's own numbers: field -> (check, bounds); None (where allowed) is unchecked.
+DEPLOYMENT_BOUNDS = {
     "gpu_gib": (check_float, dict(_GIB, low=0.001)),
     "weights_gib": (check_float, _GIB),
     "workspace_gib": (check_float, _GIB),
@@ -44,6 +43,7 @@ BOUNDS = {
     "ranks": (check_int, dict(low=1, high=MAX_RANKS)),
     "max_beam_width": (check_int, dict(low=1, high=256)),
 }
+#: Its numbers bounded by ``kvlab.core.checks.BOUNDS``.
 SHARED_BOUNDS = (
     "max_seq_len",
     "max_batch_size",
@@ -95,7 +95,7 @@ class Deployment:
 
     def __post_init__(self):
         check_instance("model", self.model, ModelGeometry)
-        for name, (check, bounds) in BOUNDS.items():
+        for name, (check, bounds) in DEPLOYMENT_BOUNDS.items():
             if getattr(self, name) is not None:
                 store_checked(self, name, check, **bounds)
         for name in SHARED_BOUNDS:

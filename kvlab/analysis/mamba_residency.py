@@ -51,6 +51,15 @@ def qwen_plan(
     )
 
 
+def _answers(plan: ResidencyPlan) -> dict:
+    """Whether merged code builds, PR #17261's residency, PR #18985's feasible default."""
+    return dict(
+        merged_builds=plan.raw_fits,
+        clamp_resident=max(plan.local_cap, 0),
+        feasible_max_batch_size=plan.feasible_max_batch_size(),
+    )
+
+
 def dtype_rows(
     quota_bytes: int = PR_QUOTA_BYTES,
     max_batch_size: int = PR_MAX_BATCH_SIZE,
@@ -69,9 +78,7 @@ def dtype_rows(
                 slots=slots,
                 slots_gib=round(slots * plan.slot_bytes / GIB, 2),
                 quota_gib=round(quota_bytes / GIB, 2),
-                merged_builds=plan.raw_fits,
-                clamp_resident=max(plan.local_cap, 0),
-                feasible_max_batch_size=plan.feasible_max_batch_size(),
+                **_answers(plan),
             )
         )
     return rows
@@ -126,9 +133,7 @@ def fraction_rows(
                 fraction=fraction,
                 quota_gib=budget.kv_quota_bytes / GIB,
                 merged_need_gib=plan.raw_need_bytes / GIB,
-                merged_builds=plan.raw_fits,
-                clamp_resident=max(plan.local_cap, 0),
-                feasible_max_batch_size=plan.feasible_max_batch_size(),
+                **_answers(plan),
             )
         )
     return rows

@@ -475,12 +475,7 @@ def read_config(path) -> ModelGeometry:
             f"config: no config.json at {path} (path must be a config.json file "
             "or a folder holding one)"
         )
-    size = file.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{file}: a config.json must be at most {MAX_CONFIG_BYTES:,} bytes, got {size:,}"
-        )
-    check_raw_config(file.read_text(encoding="utf-8", errors="replace"), str(file))
+    check_raw_config(_bounded_text(file, "a config.json"), str(file))
     try:
         import transformers
         from transformers import AutoConfig
@@ -514,13 +509,9 @@ def read_config(path) -> ModelGeometry:
         transformers.logging.set_verbosity(verbosity)
     modelopt = file.parent / "hf_quant_config.json"
     if modelopt.is_file():  # ModelOpt's file comes first, as the executor reads it
-        if modelopt.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(
-                f"{modelopt}: a quantization file must be at most {MAX_CONFIG_BYTES:,} bytes"
-            )
         try:
-            block = parse_config_json(modelopt.read_text(encoding="utf-8"), str(modelopt))
-            block = block.get("quantization")
+            text = _bounded_text(modelopt, "a quantization file", errors="strict")
+            block = parse_config_json(text, str(modelopt)).get("quantization")
         except ConfigError:
             raise
         except (ValueError, AttributeError, UnicodeDecodeError) as exc:
@@ -532,6 +523,15 @@ def read_config(path) -> ModelGeometry:
     if isinstance(counted, str):
         return dataclasses.replace(geometry, notes=geometry.notes + (counted,))
     return dataclasses.replace(geometry, parameters=counted)
+
+
+def _bounded_text(file: Path, what: str, errors: str = "replace") -> str:
+    size = file.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{file}: {what} must be at most {MAX_CONFIG_BYTES:,} bytes, got {size:,}"
+        )
+    return file.read_text(encoding="utf-8", errors=errors)
 
 
 def count_parameters(config):
