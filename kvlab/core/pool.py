@@ -155,3 +155,36 @@ class PagePool:
     def is_allocated(self, page: int) -> bool:
         page = check_page("page", page)
         return 0 <= page < self.num_blocks and bool(self._owned[page])
+
+
+def pool_blocks(quota_bytes: int, bytes_per_block: int, tokens_per_block: int) -> int:
+    """The pages ``quota_bytes`` holds; ValueError naming quota_bytes when none or more than
+    MAX_POOL_BLOCKS (checked before anything is allocated)."""
+    blocks = quota_bytes // bytes_per_block
+    if blocks == 0:
+        raise ValueError(
+            f"quota_bytes={quota_bytes} holds no page: one page of "
+            f"{tokens_per_block} tokens takes {bytes_per_block} bytes"
+        )
+    if blocks > MAX_POOL_BLOCKS:
+        raise ValueError(
+            f"quota_bytes={quota_bytes} holds {blocks} pages of {bytes_per_block} bytes; a pool "
+            f"may have at most MAX_POOL_BLOCKS={MAX_POOL_BLOCKS}: lower quota_bytes or raise "
+            "tokens_per_block"
+        )
+    return blocks
+
+
+def allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, device) -> PagePool:
+    """The pool's real storage; torch's refusal to allocate it becomes a MemoryError that names
+    quota_bytes (torch raises a RuntimeError on the CPU, OutOfMemoryError on CUDA)."""
+    try:
+        return PagePool(num_blocks, bytes_per_block, device)
+    except RuntimeError as exc:
+        if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
+            raise
+        raise MemoryError(
+            f"quota_bytes={quota_bytes}: the pool of {num_blocks} pages x "
+            f"{bytes_per_block} B = {num_blocks * bytes_per_block} bytes cannot be "
+            f"allocated on {device}; lower quota_bytes"
+        ) from exc

@@ -1,0 +1,72 @@
+"""Block reuse in the manager (``KvCacheConfig.enable_block_reuse``, REFERENCE.md §10): a new
+cache starts holding the longest committed prefix of its prompt, and a context's computed prompt
+pages are committed for other prompts to reuse (kvlab.core.prefix_cache keeps them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvlab.core.request import Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kvlab.core.kv_cache import KVCache
+    from kvlab.core.page_index import PageIndexTable
+    from kvlab.core.pool import PagePool
+    from kvlab.core.prefix_cache import PrefixCache
+
+
+class BlockReuse:
+    """Mixed into kvlab.core.manager.KVCacheManager, which moves the pages."""
+
+    enable_block_reuse: bool
+    block_reuse_policy: str
+    pool: PagePool
+    page_index: PageIndexTable
+    prefix_cache: PrefixCache
+
+    def reuses(self, request: Request) -> bool:
+        """Block reuse is on and the request's prompt has an identity to match."""
+        return self.enable_block_reuse and bool(request.prefix_hashes)
+
+    def probe_first_new_block_key(self, request: Request) -> tuple | None:
+        """The key of the first whole prompt page not committed yet (None: reuse off, no
+        hashes, or none left): the real ``probe_first_new_block_key``."""
+        if not self.reuses(request):
+            return None
+        return self.prefix_cache.first_new_key(request)
+
+    def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
+        prefix_cache = self.prefix_cache
+        match = prefix_cache.match(request, request.context_len - 1)
+        pages, tokens = match.pages, match.tokens
+        prefix_cache.hold(pages)
+        cache.committed = len(pages)
+        if match.partial is not None:
+            prefix_cache.hold([match.partial])  # not evicted to make room for its own copy
+            copy = self.allocate_pages(1)
+            if copy is None:  # no page to copy into: the whole pages only
+                tokens -= match.partial_tokens
+            else:
+                storage = self.pool.storage
+                storage[copy[0]].copy_(storage[match.partial])
+                pages = pages + copy
+            prefix_cache.release([match.partial])
+        if pages:
+            self._append(cache, pages)
+            cache.capacity = cache.history_length = tokens
+        request.context_current_position = request.prepopulated_prompt_len = tokens
+
+    def _commit(self, cache: KVCache, request: Request) -> None:
+        """Commit the prompt pages computed so far: after every chunk under "all_reusable" (the
+        real default), else once the context is complete; a page computed twice is given up
+        for the tree's ("rebasing")."""
+        finished = request.is_context_finished
+        if not (finished or self.block_reuse_policy == "all_reusable"):
+            return
+        cache.committed, rebased = self.prefix_cache.commit(
+            cache.pages, cache.committed, request, request.context_current_position, finished
+        )
+        for index, page in rebased:
+            self.pool.free([cache.pages[index]])
+            cache.pages[index] = page
+            self.page_index.write(cache.slot, index, [page])

@@ -1,0 +1,118 @@
+"""What a KVCacheManager shows of itself: its capacity counts, its invariants (pages conserved,
+none owned twice, every row exactly its cache's pages) and its repr; kept beside
+kvlab.core.manager, off its teaching path."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from kvlab.core.geometry import KVGeometry
+    from kvlab.core.host_tier import HostTier
+    from kvlab.core.kv_cache import KVCache
+    from kvlab.core.page_index import PageIndexTable
+    from kvlab.core.pool import PagePool
+    from kvlab.core.prefix_cache import PrefixCache
+
+
+class ManagerViews:
+    """Mixed into kvlab.core.manager.KVCacheManager."""
+
+    geometry: KVGeometry
+    pool: PagePool
+    prefix_cache: PrefixCache
+    host_tier: HostTier
+    _caches: dict[str, KVCache]
+    max_seq_len: int
+    configured_max_seq_len: int
+    max_blocks_per_seq: int
+    page_index_policy: str
+    page_index: PageIndexTable
+
+    @property
+    def device(self) -> torch.device:
+        return self.pool.device
+
+    @property
+    def total_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def free_blocks(self) -> int:
+        """Pages an allocation may take without moving a cache: free ones and cached ones no
+        cache holds (evictable; the real manager counts them as available too)."""
+        return self.pool.free_blocks + self.prefix_cache.evictable_blocks
+
+    @property
+    def allocatable_blocks(self) -> int:
+        """At most this many pages an allocation could get now: the free ones plus those
+        suspended caches could move to the tier below (an upper bound)."""
+        return self.free_blocks + self.host_tier.movable_blocks
+
+    @property
+    def free_slots(self) -> int:
+        """Page-index rows free for a new cache."""
+        return self.page_index.free_slots
+
+    @property
+    def tokens_per_block(self) -> int:
+        return self.geometry.tokens_per_block
+
+    @property
+    def page_index_span_tokens(self) -> int:
+        """The most tokens one row can address: width * tokens_per_block."""
+        return self.max_blocks_per_seq * self.tokens_per_block
+
+    @property
+    def can_evict(self) -> bool:
+        """A tier below the GPU exists (the real ``len(cache_tiers) > 1``)."""
+        return self.host_tier.num_blocks > 0
+
+    @property
+    def has_cache_tier_below_gpu(self) -> bool:
+        return self.can_evict
+
+    def max_resident_sequences(self) -> int | None:
+        """Sequences that may be resident at once; None = unbounded (attention-only)."""
+        return None
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless: pages are conserved, no page is owned twice, and every
+        row holds exactly its cache's pages followed by unused entries."""
+        owned, holders = [], {}
+        for cache in self._caches.values():
+            owned += cache.pages[cache.committed :]
+            for page in cache.pages[: cache.committed]:
+                holders[page] = holders.get(page, 0) + 1
+        assert len(owned) == len(set(owned)), "a page is owned by two caches"
+        prefix_cache = self.prefix_cache
+        prefix_cache.check_invariants(holders)
+        assert not any(prefix_cache.is_committed(page) for page in owned), (
+            "an owned page is committed"
+        )
+        host = sum(cache.suspended_blocks for cache in self._caches.values())
+        assert host == self.host_tier.used_blocks <= self.host_tier.num_blocks, (
+            f"the host tier holds {host} pages, accounted {self.host_tier!r}"
+        )
+        self.host_tier.check_invariants()
+        free = self.pool.free_blocks
+        assert len(owned) + prefix_cache.committed_blocks + free == self.total_blocks, (
+            f"pages not conserved: {len(owned)} owned + {prefix_cache.committed_blocks} committed "
+            f"+ {free} free != {self.total_blocks}"
+        )
+        assert all(self.pool.is_allocated(page) for page in owned), "owned page marked free"
+        for cache in self._caches.values():
+            row = cache.page_indices.tolist()
+            n = cache.num_blocks
+            assert row[:n] == cache.pages, f"row of {cache.request_id!r} disagrees with its pages"
+            assert all(v == -1 for v in row[n:]), f"row of {cache.request_id!r} has stale entries"
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCacheManager({self.total_blocks:,} blocks x {self.geometry.bytes_per_block:,} B, "
+            f"max_seq_len={self.max_seq_len:,} (configured {self.configured_max_seq_len:,}), "
+            f"max_blocks_per_seq={self.max_blocks_per_seq:,} [{self.page_index_policy}], "
+            f"device={self.device})"
+        )

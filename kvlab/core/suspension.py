@@ -1,0 +1,65 @@
+"""Suspension in the manager (the native ``suspend`` and ``resume``, REFERENCE.md §4a): a
+suspended cache keeps its pages on the GPU until an allocation needs them; then, while the tier
+below has room (kvlab.core.host_tier), their bytes are copied down and the pages given back, and
+a resume brings them back into pages of its own."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kvlab.core.host_tier import HostTier
+    from kvlab.core.kv_cache import KVCache
+    from kvlab.core.pool import PagePool
+    from kvlab.core.prefix_cache import PrefixCache
+
+
+class Suspension:
+    """Mixed into kvlab.core.manager.KVCacheManager, which moves the pages."""
+
+    pool: PagePool
+    prefix_cache: PrefixCache
+    host_tier: HostTier
+    max_util_for_resume: float
+
+    def suspend_cache(self, cache: KVCache) -> None:
+        """Native ``suspend``: its pages stay on the GPU until an allocation needs them."""
+        if not cache.suspended:
+            cache.suspended = True
+            if cache.pages:
+                self.host_tier.track(cache)
+
+    def resume_cache(self, cache: KVCache) -> bool:
+        """Native ``resume``: refused (False) above ``max_util_for_resume`` (evictable pages
+        count as free), or when its pages below cannot come back."""
+        if not cache.suspended:
+            return True
+        pool = self.pool
+        if pool.used_blocks - self.prefix_cache.evictable_blocks > (
+            self.max_util_for_resume * pool.num_blocks
+        ):
+            return False
+        if cache.host_copy is not None:
+            count = cache.host_copy.shape[0]
+            pages = self.allocate_pages(count)
+            if pages is None:
+                return False
+            storage = pool.storage
+            index = torch.tensor(pages, dtype=torch.long, device=storage.device)
+            storage.index_copy_(0, index, cache.host_copy.to(storage.device))
+            self.host_tier.give_back(count)
+            cache.host_copy = None
+            self._append(cache, pages)
+        self.host_tier.untrack(cache)
+        cache.suspended = False
+        return True
+
+    def _move_down(self, cache: KVCache) -> None:
+        """Copy a suspended cache's page bytes to the tier below and give the pages back."""
+        self.host_tier.take(cache)
+        storage = self.pool.storage
+        index = torch.tensor(cache.pages, dtype=torch.long, device=storage.device)
+        cache.host_copy = storage.index_select(0, index).cpu()
+        self.shrink(cache, 0)
