@@ -4,6 +4,7 @@ process, meeting at a barrier); :func:`in_threads` runs one target per thread ra
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,25 +48,34 @@ class TorchComm:
 
 
 class ThreadComm:
-    """The same collectives for thread ranks; ``for_rank(r)`` is rank r's handle. A barrier
-    that times out or is aborted (a rank failed) raises CollectiveFailed in every waiting rank."""
+    """The same collectives for thread ranks; ``for_rank(r)`` is rank r's handle on the shared
+    slots and barrier. A barrier that times out or is aborted (a rank failed) raises
+    CollectiveFailed in every waiting rank."""
 
     def __init__(
         self, world_size: int, timeout_s: float, on_gather: Callable[[], object] | None = None
     ):
-        self.world_size = world_size
+        self.world_size, self.rank = world_size, 0
         self._slots: list[Any] = [None] * world_size
         self._barrier = threading.Barrier(world_size, timeout=timeout_s)
         self._on_gather = on_gather
 
-    def for_rank(self, rank: int) -> _ThreadRankComm:
-        return _ThreadRankComm(self, rank)
+    def for_rank(self, rank: int) -> ThreadComm:
+        handle = copy.copy(self)
+        handle.rank = rank
+        return handle
 
     def abort(self) -> None:
         self._barrier.abort()
 
-    def gather(self, rank: int, obj: Any) -> list[Any]:
-        self._slots[rank] = obj
+    def all_reduce_min(self, value: int) -> int:
+        return int(min(self.all_gather(value)))
+
+    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
+        return self.all_gather([int(v) for v in values])
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        self._slots[self.rank] = obj
         try:
             if self._barrier.wait() == 0 and self._on_gather is not None:
                 self._on_gather()
@@ -77,20 +87,6 @@ class ThreadComm:
                 "(a rank failed, or the timeout passed)"
             ) from None
         return gathered
-
-
-class _ThreadRankComm:
-    def __init__(self, comm: ThreadComm, rank: int):
-        self._comm, self._rank = comm, rank
-
-    def all_reduce_min(self, value: int) -> int:
-        return int(min(self._comm.gather(self._rank, value)))
-
-    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]:
-        return self._comm.gather(self._rank, [int(v) for v in values])
-
-    def all_gather(self, obj: object) -> list[object]:
-        return self._comm.gather(self._rank, obj)
 
 
 def in_threads(comm: ThreadComm, target: Callable[[int], None]) -> None:
