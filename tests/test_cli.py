@@ -193,7 +193,7 @@ def test_walkthrough_parameters_are_checked_before_any_notebook_runs(tmp_path, a
 
 
 def test_a_pool_the_machine_cannot_allocate_is_a_usage_error(monkeypatch, capsys):
-    import kvlab.core.manager as manager_module
+    import kvlab.core.pool as pool_module
 
     def refuse(num_blocks, bytes_per_block, device):
         raise RuntimeError(
@@ -201,7 +201,7 @@ def test_a_pool_the_machine_cannot_allocate_is_a_usage_error(monkeypatch, capsys
             f"{num_blocks * bytes_per_block} bytes"
         )
 
-    monkeypatch.setattr(manager_module, "PagePool", refuse)
+    monkeypatch.setattr(pool_module, "PagePool", refuse)
     with pytest.raises(SystemExit) as exc:
         main(["repro", "--pool-mib", "65536"])
     assert exc.value.code == 2
