@@ -215,7 +215,7 @@ CHECKS: Sequence[Callable[[], Check]] = (
 
 
 def run_checks() -> list[Check]:
-    """Every check (default :data:`CHECKS`), in order; one that raises is a FAIL naming why."""
+    """Every check of :data:`CHECKS`, in order; one that raises is a FAIL naming why."""
     results = []
     for check in CHECKS:
         try:
