@@ -47,11 +47,9 @@ class RankResult:
     error: str | None  # why it stopped, if it did not finish
     traceback: str | None  # the raising rank's traceback, trimmed to kvlab frames
     budget: MemoryBudget
-    local_quota_bytes: int
-    local_blocks: int  # before the MIN
+    bytes_per_block: int  # the model's
     blocks: int  # after the MIN: the pool it built
     capacity_tokens: int  # after the MIN (the all-reduced token capacity)
-    quota_bytes: int  # the quota its pool uses after the MIN (model bytes)
     max_seq_len: int  # clamped
     max_blocks_per_seq: int
     requests: tuple[Request, ...]  # those routed to it, as it last knew them
@@ -61,6 +59,20 @@ class RankResult:
     @property
     def workspace_bytes(self) -> int:
         return self.budget.workspace_bytes
+
+    @property
+    def local_quota_bytes(self) -> int:
+        return self.budget.kv_quota_bytes
+
+    @property
+    def local_blocks(self) -> int:
+        """Its own pool, before the MIN."""
+        return self.local_quota_bytes // self.bytes_per_block
+
+    @property
+    def quota_bytes(self) -> int:
+        """The quota its pool uses after the MIN (model bytes)."""
+        return self.blocks * self.bytes_per_block
 
     @property
     def status(self) -> dict[str, str]:
@@ -98,19 +110,16 @@ def rank_result(
 ) -> RankResult:
     """A RankResult from rank ``rank``'s budget in ``config`` and ``pool``: (blocks after the
     MIN, capacity tokens, clamped max_seq_len, max_blocks_per_seq); zeros before its build."""
-    budget, geo = config.budgets[rank], config.geometry
     blocks, capacity, max_seq_len, width = pool
     return RankResult(
         rank=rank,
         outcome=outcome,
         error=error,
         traceback=traceback,
-        budget=budget,
-        local_quota_bytes=budget.kv_quota_bytes,
-        local_blocks=geo.blocks_in(budget.kv_quota_bytes),
+        budget=config.budgets[rank],
+        bytes_per_block=config.geometry.bytes_per_block,
         blocks=blocks,
         capacity_tokens=capacity,
-        quota_bytes=blocks * geo.bytes_per_block,
         max_seq_len=max_seq_len,
         max_blocks_per_seq=width,
         requests=tuple(requests),
