@@ -7,7 +7,9 @@ import pytest
 from kvlab import PageIndexTooShort, SchedulerDeadlock, VllmScheduler
 from kvlab.analysis.compare import (
     EngineConfig,
+    TrtllmSettings,
     build_scheduler,
+    engine_args,
     long_and_small,
     not_yet_and_never,
     outcome_table,
@@ -20,6 +22,8 @@ from kvlab.analysis.presets import engine_outcome
 from kvlab.core.request import RequestState
 from kvlab.run.workload import LogNormal, poisson_workload
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
+from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
+from kvlab.sched.vllm import VllmEngineArgs
 
 
 def test_the_seed_workload_crashes_stalls_or_is_rejected_cleanly():
@@ -163,3 +167,22 @@ def test_bad_arguments_name_the_parameter(call, error, text):
     with pytest.raises(error) as info:
         call()
     assert text in str(info.value)
+
+
+def test_each_policy_runs_from_its_own_engines_configuration():
+    """TensorRT-LLM's settings, vLLM's and SGLang's arguments are each their own type, derived
+    from one EngineConfig; each builds its own engine's scheduler."""
+    engine = EngineConfig(max_batch_size=3, stall_limit=7)
+    kinds = {policy: type(engine_args(policy, engine)) for policy in POLICIES}
+    assert kinds == {
+        "none/clamped": TrtllmSettings,
+        "none/configured": TrtllmSettings,
+        "capacity": TrtllmSettings,
+        "vllm": VllmEngineArgs,
+        "sglang": SglangServerArgs,
+    }
+    capacity = engine_args("capacity", engine)
+    assert (capacity.admission, capacity.page_index_policy) == ("capacity", "clamped")
+    assert engine_args("none/configured", engine).manager().page_index_policy == "configured"
+    assert engine_args("vllm", engine).max_num_seqs == 3
+    assert isinstance(build_scheduler("sglang", engine), SglangScheduler)
