@@ -1,13 +1,10 @@
 """SglangScheduler: SGLang's scheduler over kvlab's KV cache manager (the SGLang peer).
 
-Mirrors SGLang 0.5.23 (the version ``kvlab.backends.sglang_driver`` runs) with the radix cache
-off, page_size 1, FCFS, the overlap scheduler off, no mixed chunk, no speculative decoding, one
-rank: one ``schedule()`` is one iteration of ``Scheduler.event_loop_normal`` (sglang/srt/
-managers/scheduler.py:2026) that had a request to work on. Start-up (``SglangServerArgs``), the
-front doors, the prefill adder (kvlab.sched.sglang_prefill), retraction and the new-token ratio
-follow SGLang's lines as docs/ENGINES.md lists them one by one, with what is left out; the pool
-is a real ``KVCacheManager`` of one-token pages. SGLang has no stall detector, and neither has
-this loop: a request the adder can never admit waits until the run's ``max_steps``.
+Mirrors SGLang 0.5.23 (the version ``kvlab.backends.sglang_driver`` runs): one ``schedule()`` is
+one iteration of ``Scheduler.event_loop_normal`` (sglang/srt/managers/scheduler.py:2026) that had
+a request to work on; docs/ENGINES.md lists the lines it follows. Left out: the radix cache, the
+overlap scheduler, mixed chunks, speculative decoding, pages above one token, other policies and
+ranks. Like SGLang, no stall detector: a request never admitted waits until ``max_steps``.
 """
 
 from __future__ import annotations
