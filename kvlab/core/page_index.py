@@ -1,27 +1,11 @@
-"""The host page-index table and its width policies (docs/REFERENCE.md §2).
+"""The host page-index table and its width policies (REFERENCE.md §2): the int32 tensor
+``KVCacheManagerV2`` builds (tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py at
+0004396720), one row per sequence slot; a cache's row is its "user-provided base page indices".
 
-Mirrors the table ``KVCacheManagerV2`` builds at construction
-(tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py): a pinned int32 tensor
-``[num_pools, slots * beam_width, 2, max_blocks_per_seq]`` with
-``slots = max_batch_size * pp_size * (2 if disaggregated else 1) + 1`` (one reserved slot, the
-CUDA-graph dummy), as the manager read at commit 0004396720 sizes its IndexMapper. The newer
-tests (commit 0046b12cae) double the cohort at pp_size 1 under the overlap scheduler
-(``overlap_scheduler=True``) and take ``num_reserved_index_slots``; kvlab defaults to the
-former.
-Each cache gets its row zero-copy as its "user-provided base page indices"; the native resize
-refuses to grow a cache past the row's width (``PageIndexTooShort``).
-
-Row width::
-
-    max_blocks_per_seq = round_up_to_multiple_of_4(
-        ceil((max_seq_len + num_extra_kv_tokens + reserved_draft_tokens + 1) / tokens_per_block))
-
-The +1 is the decode token; the multiple of 4 is for the copy_block_offsets kernel. Which
-``max_seq_len`` goes in is the width policy: "clamped" (since PR #12306: the memory-clamped
-length, 2049 -> 65 -> 68 in the seed) or "configured" (the one-line fix: 8193 -> 257 -> 260).
-
-kvlab's own limit, not the real one's: a table above ``MAX_TABLE_BYTES`` (1 GiB) is refused with a
-ValueError naming max_batch_size and the width, before torch is asked for the memory.
+Row width: ``round_up_to_multiple_of_4(ceil((max_seq_len + extra + drafts + 1) /
+tokens_per_block))`` (+1 the decode token; 4 for the copy_block_offsets kernel). The width
+policy picks the max_seq_len: "clamped" (since PR #12306; 2049 -> 65 -> 68 in the seed) or
+"configured" (the one-line fix; 8193 -> 257 -> 260).
 """
 
 from __future__ import annotations
@@ -30,15 +14,23 @@ import torch
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_choice, check_param
+from kvlab.core.table_size import MAX_TABLE_BYTES, check_table_size, num_slots, table_nbytes
+
+__all__ = [
+    "BAD_PAGE_INDEX",
+    "MAX_TABLE_BYTES",
+    "WIDTH_POLICIES",
+    "PageIndexTable",
+    "check_table_size",
+    "max_blocks_per_seq",
+    "table_nbytes",
+    "width_seq_len",
+]
 
 #: Value of an unused entry (the real table's BAD_PAGE_INDEX).
 BAD_PAGE_INDEX = -1
 #: Rows are padded to a multiple of this for the copy_block_offsets kernel.
 WIDTH_ALIGNMENT = 4
-#: The largest host table kvlab builds (1 GiB of int32): a configured width times a large batch
-#: would otherwise ask torch for tens of GiB. The real table of a 1M-token row (tokens_per_block
-#: 32) for 2048 sequences takes 0.5 GiB.
-MAX_TABLE_BYTES = 1 << 30
 
 
 def max_blocks_per_seq(
@@ -71,66 +63,10 @@ def width_seq_len(policy: str, configured_max_seq_len: int, clamped_max_seq_len:
     return clamped if policy == "clamped" else configured
 
 
-def num_slots(
-    max_batch_size: int,
-    pp_size: int = 1,
-    disaggregated: bool = False,
-    overlap_scheduler: bool = False,
-    num_reserved: int = 1,
-) -> int:
-    """Rows of the table: max_batch_size * pp_size, twice over when disaggregated or (at
-    pp_size 1) under the overlap scheduler, plus the reserved slots."""
-    doubled = disaggregated or (overlap_scheduler and pp_size == 1)
-    return max_batch_size * pp_size * (2 if doubled else 1) + num_reserved
-
-
-def table_nbytes(
-    max_batch_size: int,
-    width: int,
-    pp_size: int = 1,
-    disaggregated: bool = False,
-    num_pools: int = 1,
-    beam_width: int = 1,
-    **slot_options,
-) -> int:
-    """Bytes of the int32 table ``[num_pools, slots * beam_width, 2, width]``."""
-    slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
-    return num_pools * slots * beam_width * 2 * width * 4
-
-
-def check_table_size(
-    max_batch_size: int,
-    width: int,
-    pp_size: int = 1,
-    disaggregated: bool = False,
-    num_pools: int = 1,
-    beam_width: int = 1,
-    **slot_options,
-) -> int:
-    """The table's bytes; ValueError naming the parameters when they exceed MAX_TABLE_BYTES."""
-    nbytes = table_nbytes(
-        max_batch_size, width, pp_size, disaggregated, num_pools, beam_width, **slot_options
-    )
-    if nbytes > MAX_TABLE_BYTES:
-        slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
-        raise ValueError(
-            f"the page-index table would take {nbytes} bytes, more than MAX_TABLE_BYTES="
-            f"{MAX_TABLE_BYTES} (1 GiB): max_batch_size={max_batch_size} (slots={slots}) x "
-            f"width={width} entries (max_blocks_per_seq) x num_pools={num_pools} x "
-            f"beam_width={beam_width} x 2 planes x 4 bytes; lower max_batch_size or max_seq_len, "
-            "or raise tokens_per_block"
-        )
-    return nbytes
-
-
 class PageIndexTable:
-    """The host page-index table: a real int32 tensor, one row per sequence slot.
-
-    The last ``num_reserved`` slots (the CUDA-graph dummy is the last) are never handed to a
-    cache. Page ids are written
-    to both the K and V planes (index 2 of the shape); the real table stores per-plane block
-    offsets there, which for one pool differ only by a constant.
-    """
+    """The table ``[num_pools, slots * beam_width, 2, width]``: a real int32 tensor. The last
+    ``num_reserved`` slots (the CUDA-graph dummy last) are never handed out; page ids go to both
+    the K and V planes (the real per-plane offsets differ by a constant for one pool)."""
 
     def __init__(
         self,
@@ -149,11 +85,8 @@ class PageIndexTable:
         pp_size = check_param("pp_size", pp_size)
         num_pools = check_param("num_pools", num_pools)
         beam_width = check_param("beam_width", beam_width)
-        for name, flag in (
-            ("disaggregated", disaggregated),
-            ("overlap_scheduler", overlap_scheduler),
-            ("pin_memory", pin_memory),
-        ):
+        flags = ("disaggregated", "overlap_scheduler", "pin_memory")
+        for name, flag in zip(flags, (disaggregated, overlap_scheduler, pin_memory)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {flag!r}")
         num_reserved = check_param("num_reserved_index_slots", num_reserved)
@@ -166,15 +99,9 @@ class PageIndexTable:
         self.num_pools = num_pools
         self.beam_width = beam_width
         shape = (num_pools, self.slots * beam_width, 2, width)
-        self.table = torch.full(
-            shape,
-            BAD_PAGE_INDEX,
-            dtype=torch.int32,
-            pin_memory=pin_memory and torch.cuda.is_available(),
-        )
-        # The same memory through numpy: a slice write costs a microsecond, not a torch
-        # dispatch (the table is a host tensor; writes through either show in both).
-        self._array = self.table.numpy()
+        pin = pin_memory and torch.cuda.is_available()
+        self.table = torch.full(shape, BAD_PAGE_INDEX, dtype=torch.int32, pin_memory=pin)
+        self._array = self.table.numpy()  # the same memory; a numpy slice write is cheaper
         self.dummy_slot = self.slots - 1
         #: slots a cache may take (the rest are reserved)
         self.cache_slots = self.slots - num_reserved
@@ -202,10 +129,9 @@ class PageIndexTable:
         return slot
 
     def release_slot(self, slot: int) -> None:
-        """Give a row back; releasing a slot that is not handed out is an error (it would
-        otherwise be handed to two caches at once)."""
+        """Give a row back (a slot not handed out is an error: two caches would share it)."""
         self._check_acquired(slot)
-        self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width] = BAD_PAGE_INDEX
+        self._rows(slot)[:] = BAD_PAGE_INDEX
         self._acquired.discard(slot)
         self._free_slots.append(slot)
 
@@ -217,27 +143,27 @@ class PageIndexTable:
                 "handed out)"
             )
 
+    def _rows(self, slot: int):
+        """The slot's rows, every pool and beam (a numpy view of the table)."""
+        return self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width]
+
     def row(self, slot: int) -> torch.Tensor:
         """A cache's base page indices: a zero-copy view, pool 0, beam 0, K plane."""
         return self.table[0, slot * self.beam_width, 0]
 
     def write(self, slot: int, start: int, pages) -> None:
-        """Write page ids into entries [start, start + len(pages)) of an acquired slot's row;
-        ValueError for a slot not handed out or entries outside the row."""
+        """Write page ids into entries [start, start + len(pages)) of an acquired slot's row."""
         self._check_acquired(slot)
         if type(start) is not int or not 0 <= start <= self.width - len(pages):
             raise ValueError(
                 f"start must be in [0, {self.width - len(pages)}] to write "
                 f"{len(pages)} entries into a row of {self.width}, got {start!r}"
             )
-        rows = self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width]
-        rows[..., start : start + len(pages)] = pages
+        self._rows(slot)[..., start : start + len(pages)] = pages
 
     def clear(self, slot: int, start: int) -> None:
         """Mark entries from ``start`` to the end of an acquired slot's row unused."""
         self._check_acquired(slot)
         if type(start) is not int or not 0 <= start <= self.width:
             raise ValueError(f"start must be in [0, {self.width}], got {start!r}")
-        self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width, :, start:] = (
-            BAD_PAGE_INDEX
-        )
+        self._rows(slot)[..., start:] = BAD_PAGE_INDEX
