@@ -16,7 +16,7 @@ is applied with the review's fixes; kvlab.case_studies overrides one hook per fi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from kvlab.core.checks import check_param
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -38,6 +38,7 @@ from kvlab.sched.context_plan import (
     plan_context,
 )
 from kvlab.sched.deadlock import DEADLOCK_REMEDY, DEFAULT_STALL_LIMIT, SchedulerDeadlock
+from kvlab.sched.make_room import RecomputePauseState, RoomMaking, contains
 from kvlab.sched.prefix_skip import PrefixAwareSkip
 from kvlab.sched.residency import ResidencyCap
 from kvlab.sched.shortcuts import CertainRefusal, grows_within_pages, pending_refusal
@@ -52,21 +53,7 @@ __all__ = [
 ]
 
 
-class _RecomputePauseState:
-    """Recompute-pause frontier and victims of one pass (the real _RecomputePauseState)."""
-
-    __slots__ = ("frontier", "victim_indices")
-
-    def __init__(self, frontier: int):
-        self.frontier = frontier
-        self.victim_indices: set = set()
-
-
-def _contains(requests: Sequence[Request], request: Request) -> bool:
-    return any(other is request for other in requests)
-
-
-class Scheduler(PrefixAwareSkip, ResidencyCap, SchedulerBase):
+class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
     """KVCacheV2Scheduler over a KVCacheManager, with an admission policy plugged in:
     ``submit`` arrivals, ``schedule`` once per iteration, ``finish`` what completed
     (``kvlab.simulate`` does it all). Requests per pass: ``scheduler_capacity``, else
@@ -158,7 +145,7 @@ class Scheduler(PrefixAwareSkip, ResidencyCap, SchedulerBase):
         for request in pending:
             if budget.requests_full or not self._has_context_chunk_budget(budget):
                 break  # (the real loop goes on for encoder requests, which kvlab has none of)
-            if _contains(preempted, request):
+            if contains(preempted, request):
                 continue
             if refusal is not None and refusal.refuses_first_chunk(request):
                 request.num_refusals += 1
@@ -185,7 +172,7 @@ class Scheduler(PrefixAwareSkip, ResidencyCap, SchedulerBase):
             batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         batch.num_tokens = budget.num_tokens
         if preempted:
-            pending = [r for r in pending if not _contains(preempted, r)]
+            pending = [r for r in pending if not contains(preempted, r)]
         self._detect_deadlock(self._active, pending, batch)
         if self.debug:
             self.check_invariants()
@@ -199,7 +186,7 @@ class Scheduler(PrefixAwareSkip, ResidencyCap, SchedulerBase):
         requests = self._active
         pending_contexts: list[Request] = []
         end = len(requests)
-        pause_state = _RecomputePauseState(end)
+        pause_state = RecomputePauseState(end)
         victim_indices, inflight = pause_state.victim_indices, self._inflight
         caches, max_num_tokens = self.manager.caches, budget.max_num_tokens
         index = 0
@@ -252,84 +239,6 @@ class Scheduler(PrefixAwareSkip, ResidencyCap, SchedulerBase):
             request.num_refusals += 1
             self._give_up_generation(request, batch)
         return fitted, end
-
-    def _make_room(self, request, requests, index, end, pause_state, batch):
-        """Suspend started requests from the tail, then (recompute pause on) free them."""
-        success, end = self._evict_for_generation(request, requests, index, end, batch)
-        if not success and self.enable_recompute_pause:
-            success, end = self._recompute_pause_for_generation(
-                request, requests, index, end, pause_state, batch
-            )
-        return success, end
-
-    def _give_up_generation(self, request: Request, batch: ScheduledBatch) -> None:
-        """Nothing could make room: the request suspends itself."""
-        if request.state is RequestState.RUNNING:
-            self._suspend(request)
-            batch.paused_requests.append(request)
-
-    def _is_victim_candidate(self, request: Request) -> bool:
-        """Started and not in flight (the real ``_is_recompute_pause_candidate``)."""
-        return request.is_started and request.request_id not in self._inflight
-
-    def _is_evictable(self, request: Request) -> bool:
-        """A candidate with an active cache (the real ``_is_evictable``; no host-room check)."""
-        return self._is_victim_candidate(request) and request.state is RequestState.RUNNING
-
-    def _evict_for_generation(self, request, requests, index, end, batch):
-        """The real ``_try_evict_for_gen``: suspend started requests from the tail (never ones
-        already visited) until the step fits."""
-        while end > index:
-            victim_index = next(
-                (i for i in range(end - 1, index, -1) if self._is_evictable(requests[i])), None
-            )
-            if victim_index is None:
-                break
-            victim = requests[victim_index]
-            self._suspend(victim)
-            batch.paused_requests.append(victim)
-            end = victim_index
-            if self._try_allocate_generation(request):
-                return True, end
-        return False, end
-
-    def _recompute_pause_for_generation(self, request, requests, index, end, pause_state, batch):
-        """The real ``_try_recompute_pause_for_gen``: free started requests' caches from the
-        tail; with a tier below (``can_evict``), ones suspended this pass too."""
-        can_evict = self.manager.can_evict
-        while True:
-            victim_index = None
-            for i in range(pause_state.frontier - 1, index, -1):
-                candidate = requests[i]
-                if (
-                    i not in pause_state.victim_indices
-                    and self._is_victim_candidate(candidate)
-                    and (can_evict or not _contains(batch.paused_requests, candidate))
-                ):
-                    victim_index = i
-                    break
-            if victim_index is None and can_evict:
-                victim = next(
-                    (c for c in batch.paused_requests if self._is_victim_candidate(c)), None
-                )
-                if victim is None:
-                    break
-                victim_index = next(i for i, c in enumerate(requests) if c is victim)
-            elif victim_index is None:
-                break
-            victim = requests[victim_index]
-            if _contains(batch.paused_requests, victim):
-                batch.paused_requests.remove(victim)
-            self._recompute_pause(victim)
-            batch.recompute_paused_requests.append(victim)
-            pause_state.victim_indices.add(victim_index)
-            pause_state.frontier = min(pause_state.frontier, victim_index)
-            success = self._try_allocate_generation(request)
-            if not success and can_evict:
-                success, end = self._evict_for_generation(request, requests, index, end, batch)
-            if success:
-                return True, end
-        return False, end
 
     # -- phase 2: contexts ---------------------------------------------------------------
     def _pending_refusal(self, budget: PassBudget) -> CertainRefusal | None:
@@ -393,27 +302,6 @@ class Scheduler(PrefixAwareSkip, ResidencyCap, SchedulerBase):
             self.chunk_unit_size,
             sized_from,
         )
-
-    def _preempt_for_pages(
-        self, request: Request, batch: ScheduledBatch, preempted: list[Request]
-    ) -> bool:
-        """The real ``_try_preempt_for_pages``: with no tier below and recompute pause on, free
-        the newest started, active request not scheduled this pass; True when one was."""
-        if self.manager.has_cache_tier_below_gpu or not self.enable_recompute_pause:
-            return False
-        for victim in reversed(self._active):
-            if (
-                victim is request
-                or not self._is_evictable(victim)
-                or _contains(batch.generation_requests, victim)
-                or _contains(batch.context_requests, victim)
-            ):
-                continue
-            self._recompute_pause(victim)
-            batch.recompute_paused_requests.append(victim)
-            preempted.append(victim)
-            return True
-        return False
 
     # -- manager calls: the request's state follows the manager's answers -----------------
     def _run(self, request: Request) -> None:
