@@ -64,6 +64,18 @@ def check_param(name: str, value, label: str | None = None) -> int:
     return check_int(label or name, value, low=low, high=high)
 
 
+def check_param_or(name: str, value, default):
+    """``default`` when ``value`` is None, else :func:`check_param`."""
+    return default if value is None else check_param(name, value)
+
+
+def check_bools(**flags) -> None:
+    """TypeError naming the first of ``flags`` that is not a bool."""
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
+
+
 def store_param(obj, name: str) -> None:
     """:func:`store_checked` of the field ``name`` against ``BOUNDS[name]``."""
     low, high = BOUNDS[name]

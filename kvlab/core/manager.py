@@ -19,7 +19,7 @@ import torch
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.block_reuse import BlockReuse
-from kvlab.core.checks import MAX_COUNT, check_choice, check_int, check_param
+from kvlab.core.checks import MAX_COUNT, check_bools, check_choice, check_int, check_param
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
@@ -85,10 +85,11 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         max_batch_size = check_param("max_batch_size", max_batch_size)
         width_policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
         pp_size = check_param("pp_size", pp_size)
-        flags = ("disaggregated", "enable_block_reuse", "enable_partial_reuse")
-        for name, flag in zip(flags, (disaggregated, enable_block_reuse, enable_partial_reuse)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        check_bools(
+            disaggregated=disaggregated,
+            enable_block_reuse=enable_block_reuse,
+            enable_partial_reuse=enable_partial_reuse,
+        )
         self.enable_block_reuse = enable_block_reuse
         self.block_reuse_policy = check_choice(
             "block_reuse_policy", block_reuse_policy, BLOCK_REUSE_POLICIES

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_param
+from kvlab.core.checks import check_bools, check_choice, check_param
 from kvlab.core.table_size import MAX_TABLE_BYTES, check_table_size, num_slots, table_nbytes
 
 __all__ = [
@@ -85,10 +85,9 @@ class PageIndexTable:
         pp_size = check_param("pp_size", pp_size)
         num_pools = check_param("num_pools", num_pools)
         beam_width = check_param("beam_width", beam_width)
-        flags = ("disaggregated", "overlap_scheduler", "pin_memory")
-        for name, flag in zip(flags, (disaggregated, overlap_scheduler, pin_memory)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        check_bools(
+            disaggregated=disaggregated, overlap_scheduler=overlap_scheduler, pin_memory=pin_memory
+        )
         num_reserved = check_param("num_reserved_index_slots", num_reserved)
         slot_options = dict(overlap_scheduler=overlap_scheduler, num_reserved=num_reserved)
         check_table_size(

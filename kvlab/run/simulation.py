@@ -17,15 +17,15 @@ from collections.abc import Iterable
 
 from kvlab.core.checks import MAX_COUNT, check_int, check_param
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.request import LIVE_STATES, Request, RequestState
+from kvlab.core.request import LIVE_STATES, Request
 from kvlab.run.simulation_result import (
+    EngineRecords,
     SimulationResult,
     finished_reason,
     fresh_copies,
     refused_to_start,
-    unfinished_reason,
 )
-from kvlab.run.trace import Event, StepRecord, Trace
+from kvlab.run.trace import Event, Trace
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
 from kvlab.sched.scheduler import SchedulerDeadlock
 
@@ -62,7 +62,7 @@ def simulate(
     return run.result(max_steps)
 
 
-class Engine:
+class Engine(EngineRecords):
     """The executor loop around one scheduler, one ``iterate()`` per step, on copies of the
     Requests given. ``max_num_active_requests``: the requests handed to the scheduler at once
     (the real ``PyExecutor.max_num_active_requests``); None: the scheduler's own."""
@@ -243,67 +243,3 @@ class Engine:
             request.end_step = self.step
             request.reason = finished_reason(request, self.step)
             self.trace.events.append(Event(self.step, "finished", request.request_id))
-
-    def _record(self, batch: ScheduledBatch) -> None:
-        scheduler, manager = self.scheduler, self.scheduler.manager
-        counts = scheduler.counts
-        self.trace.steps.append(
-            StepRecord(
-                self.step,
-                manager.free_blocks,
-                manager.total_blocks - manager.free_blocks,
-                manager.host_tier.used_blocks,
-                counts[RequestState.RUNNING],
-                counts[RequestState.WAITING],
-                len(self.queue),
-                counts[RequestState.SUSPENDED],
-                len(batch.context_requests) + batch.num_aborted_context_rows,
-                len(batch.generation_requests),
-                batch.num_tokens,
-                len(batch.paused_requests),
-                len(batch.recompute_paused_requests),
-                counts[RequestState.REJECTED],
-                counts[RequestState.FINISHED],
-                scheduler.stalled_passes,
-            )
-        )
-
-    def _check_invariants(self) -> None:
-        """The scheduler's invariants, and no request lost between arrival and result."""
-        self.scheduler.check_invariants()
-        counts = self.scheduler.counts
-        submitted = len(self.scheduler.submitted_requests)
-        assert submitted + len(self.queue) == self.next_arrival, "an arrival was lost"
-        assert all(r.state is RequestState.WAITING and r.activated_step is None for r in self.queue)
-        assert (
-            self.max_num_active_requests is None or self.num_active <= self.max_num_active_requests
-        ), "more active requests than allowed"
-        assert submitted == sum(counts.values())
-        unsubmitted = self.arrivals[self.next_arrival :]
-        assert all(
-            r.state is RequestState.WAITING and r.first_scheduled_step is None for r in unsubmitted
-        )
-        assert self.next_arrival + len(unsubmitted) == len(self.requests), "a request was lost"
-
-    def result(self, max_steps: int) -> SimulationResult:
-        max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
-        end_step = self.step
-        for request in self.requests:
-            if request.state in LIVE_STATES:
-                request.reason = unfinished_reason(
-                    request,
-                    max_steps,
-                    self.step,
-                    self.error,
-                    self.scheduler.manager,
-                    self.max_num_active_requests,
-                )
-        return SimulationResult(
-            status={r.request_id: r.state.status for r in self.requests},
-            reasons={r.request_id: r.reason for r in self.requests},
-            error=self.error,
-            trace=self.trace,
-            requests={r.request_id: r for r in self.requests},
-            end_step=end_step,
-            iterations=self.iterations,
-        )

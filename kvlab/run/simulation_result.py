@@ -1,17 +1,23 @@
 """What a run of the executor loop reports (kvlab.run.simulation): the result record, its
-summary, and the reasons its requests give."""
+summary, the reasons its requests give, and the loop's per-step record and invariants."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kvlab.core.checks import check_items
+from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.request import Request, RequestState
+from kvlab.core.request import LIVE_STATES, Request, RequestState
 from kvlab.core.words import a_or_an, counted
-from kvlab.run.trace import Trace
+from kvlab.run.trace import StepRecord, Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections import deque
+
+    from kvlab.sched.base import ScheduledBatch, SchedulerBase
 
 #: The statuses a summary counts.
 SUMMARY_STATUSES = (
@@ -194,3 +200,83 @@ def unfinished_reason(
     if not submitted:
         return f"not submitted: {detail}, and the run ended at max_steps={max_steps}"
     return f"still {request.state} when the run ended at max_steps={max_steps}: {detail}"
+
+
+class EngineRecords:
+    """The executor loop's trace step and invariants, mixed into kvlab.run.simulation.Engine."""
+
+    scheduler: SchedulerBase
+    step: int
+    trace: Trace
+    queue: deque[Request]
+    arrivals: list[Request]
+    next_arrival: int
+    requests: list[Request]
+    max_num_active_requests: int | None
+    num_active: int
+    error: BaseException | None
+    iterations: int
+
+    def _record(self, batch: ScheduledBatch) -> None:
+        scheduler, manager = self.scheduler, self.scheduler.manager
+        counts = scheduler.counts
+        self.trace.steps.append(
+            StepRecord(
+                self.step,
+                manager.free_blocks,
+                manager.total_blocks - manager.free_blocks,
+                manager.host_tier.used_blocks,
+                counts[RequestState.RUNNING],
+                counts[RequestState.WAITING],
+                len(self.queue),
+                counts[RequestState.SUSPENDED],
+                len(batch.context_requests) + batch.num_aborted_context_rows,
+                len(batch.generation_requests),
+                batch.num_tokens,
+                len(batch.paused_requests),
+                len(batch.recompute_paused_requests),
+                counts[RequestState.REJECTED],
+                counts[RequestState.FINISHED],
+                scheduler.stalled_passes,
+            )
+        )
+
+    def _check_invariants(self) -> None:
+        """The scheduler's invariants, and no request lost between arrival and result."""
+        self.scheduler.check_invariants()
+        counts = self.scheduler.counts
+        submitted = len(self.scheduler.submitted_requests)
+        assert submitted + len(self.queue) == self.next_arrival, "an arrival was lost"
+        assert all(r.state is RequestState.WAITING and r.activated_step is None for r in self.queue)
+        assert (
+            self.max_num_active_requests is None or self.num_active <= self.max_num_active_requests
+        ), "more active requests than allowed"
+        assert submitted == sum(counts.values())
+        unsubmitted = self.arrivals[self.next_arrival :]
+        assert all(
+            r.state is RequestState.WAITING and r.first_scheduled_step is None for r in unsubmitted
+        )
+        assert self.next_arrival + len(unsubmitted) == len(self.requests), "a request was lost"
+
+    def result(self, max_steps: int) -> SimulationResult:
+        max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
+        end_step = self.step
+        for request in self.requests:
+            if request.state in LIVE_STATES:
+                request.reason = unfinished_reason(
+                    request,
+                    max_steps,
+                    self.step,
+                    self.error,
+                    self.scheduler.manager,
+                    self.max_num_active_requests,
+                )
+        return SimulationResult(
+            status={r.request_id: r.state.status for r in self.requests},
+            reasons={r.request_id: r.reason for r in self.requests},
+            error=self.error,
+            trace=self.trace,
+            requests={r.request_id: r for r in self.requests},
+            end_step=end_step,
+            iterations=self.iterations,
+        )

@@ -1,24 +1,17 @@
 """Scheduler: one scheduling iteration at a time, as TensorRT-LLM's KVCacheV2Scheduler does it
 (``_schedule_loop``, tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py at 00746ef999;
-REFERENCE.md §4).
-
-Try and see: the scheduler asks the manager and reacts to its answer; a PageIndexTooShort is not
-caught. Phase 1 walks the active requests in arrival order: DISAGG_GENERATION_INIT ones are
-prepared outside the budgets, contexts deferred, a generation step grows by one token (+ drafts)
-or makes room by the real ladder (suspend started requests from the tail, then recompute-pause,
-then suspend itself and stop). Phase 2 walks the deferred contexts (budget full or STOP: break;
-SKIP: continue); a refused allocation runs ``preempt_for_pages`` when there is no tier below the
-GPU. Contexts are sorted as ``_sort_requests`` sorts them; ``stall_limit`` passes without progress
-raise SchedulerDeadlock with the real message. Simplified: beams count in the budget, not in
-pages; no PEFT, encoder or KV connector. The residency cap of PR #17261 (closed, REFERENCE.md §5)
-is applied with the review's fixes; kvlab.case_studies overrides one hook per finding.
+REFERENCE.md §4). Try and see: it asks the manager and reacts to the answer. Phase 1 walks the
+active requests in arrival order (generation steps; contexts deferred); phase 2 the deferred
+contexts. Room is made by kvlab.sched.make_room; ``stall_limit`` passes without progress raise
+SchedulerDeadlock. Simplified: beams count in the budget, not in pages; no PEFT, encoder or KV
+connector.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvlab.core.checks import check_param
+from kvlab.core.checks import check_bools, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES, Request, RequestState
@@ -77,22 +70,16 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
     ):
         super().__init__(manager, max_batch_size, debug)
         self.admission = make_admission(admission)
-        self.max_num_tokens = (
-            None if max_num_tokens is None else check_param("max_num_tokens", max_num_tokens)
-        )
-        self.max_num_requests = (
-            self.max_batch_size
-            if scheduler_capacity is None
-            else check_param("scheduler_capacity", scheduler_capacity)
+        self.max_num_tokens = check_param_or("max_num_tokens", max_num_tokens, None)
+        self.max_num_requests = check_param_or(
+            "scheduler_capacity", scheduler_capacity, self.max_batch_size
         )
         self.stall_limit = check_param("stall_limit", stall_limit)
-        for name, flag in (
-            ("chunked_prefill", chunked_prefill),
-            ("enable_recompute_pause", enable_recompute_pause),
-            ("enable_prefix_aware_scheduling", enable_prefix_aware_scheduling),
-        ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        check_bools(
+            chunked_prefill=chunked_prefill,
+            enable_recompute_pause=enable_recompute_pause,
+            enable_prefix_aware_scheduling=enable_prefix_aware_scheduling,
+        )
         self.chunked_prefill = chunked_prefill
         self.enable_recompute_pause = enable_recompute_pause
         self.enable_prefix_aware_scheduling = enable_prefix_aware_scheduling
@@ -101,15 +88,11 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             and manager.enable_block_reuse
             and manager.block_reuse_policy == "all_reusable"
         )
-        self.max_context_length = (
-            max_num_tokens
-            if max_context_length is None
-            else check_param("max_context_length", max_context_length)
+        self.max_context_length = check_param_or(
+            "max_context_length", max_context_length, max_num_tokens
         )
-        self.chunk_unit_size = (
-            manager.tokens_per_block
-            if chunk_unit_size is None
-            else check_param("chunk_unit_size", chunk_unit_size)
+        self.chunk_unit_size = check_param_or(
+            "chunk_unit_size", chunk_unit_size, manager.tokens_per_block
         )
         if chunked_prefill:
             check_chunk_budget(self.chunk_unit_size, self.max_num_tokens, self.max_context_length)
@@ -199,7 +182,7 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
                 # outside both budgets
                 if self._disagg_gen_init_under_cap() and self._residency_full(request):
                     request.num_refusals += 1
-                elif self._prepare_disagg_gen_init(request):
+                elif self._runs_if(self.manager.prepare_disagg_gen_init(request), request):
                     batch.fitting_disagg_gen_init_requests.append(request)
                 else:
                     request.num_refusals += 1
@@ -304,30 +287,22 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         )
 
     # -- manager calls: the request's state follows the manager's answers -----------------
-    def _run(self, request: Request) -> None:
-        if request.state is not RequestState.RUNNING:
+    def _runs_if(self, active: bool, request: Request) -> bool:
+        """The manager answered ``active``: the request holds an active cache, so it runs."""
+        if active and request.state is not RequestState.RUNNING:
             self._set_state(request, RequestState.RUNNING)
+        return active
 
     def _prepare(self, request: Request) -> bool:
-        """The manager's ``prepare_context``: an active cache, so the request runs."""
-        if not self.manager.prepare_context(request):
-            return False
-        self._run(request)
-        return True
-
-    def _prepare_disagg_gen_init(self, request: Request) -> bool:
-        if not self.manager.prepare_disagg_gen_init(request):
-            return False
-        self._run(request)
-        return True
+        return self._runs_if(self.manager.prepare_context(request), request)
 
     def _try_allocate_generation(self, request: Request) -> bool:
         """The manager's ``try_allocate_generation``, its resume asked first: a resumed request
         runs again, even when its growth is refused."""
-        if request.state is RequestState.SUSPENDED:
-            if not self.manager.resume(request):
-                return False
-            self._run(request)
+        if request.state is RequestState.SUSPENDED and not self._runs_if(
+            self.manager.resume(request), request
+        ):
+            return False
         return self.manager.try_allocate_generation(request)
 
     def _suspend(self, request: Request) -> None:
@@ -345,13 +320,9 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         if batch.made_progress:
             self.stalled_passes = 0
             return
-        num_generation = sum(
-            1
-            for r in requests
-            if r.state in LIVE_STATES
-            and r.is_context_finished
-            and r.request_id not in self._inflight
-        )
+        inflight = self._inflight
+        live = [r for r in requests if r.state in LIVE_STATES and r.request_id not in inflight]
+        num_generation = sum(1 for r in live if r.is_context_finished)
         if num_generation == 0 and not pending:
             self.stalled_passes = 0  # legitimately idle
             return
