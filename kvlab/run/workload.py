@@ -225,9 +225,19 @@ def _replay_arguments(
     return seconds, limit, minutes
 
 
-def _read_azure_rows(path: Path, limit: int | None) -> list[tuple[float, int, int]]:
-    """(seconds since the epoch, prompt, output) of each row, in the recorded order; a stamp
-    keeps its date (an hour across midnight stays in order) and its UTC offset (else UTC)."""
+def azure_trace(
+    service: str = "conv",
+    seconds_per_iteration: float = 0.05,
+    limit: int | None = None,
+    minutes: float | None = None,
+) -> list[Request]:
+    """One service of Azure's LLM inference trace (Patel et al., "Splitwise", ISCA 2024) as
+    recorded, arriving at step ``floor((t - t_first) / seconds_per_iteration)`` (an assumption:
+    state it with the results). ``limit`` keeps the first N requests, ``minutes`` those of the
+    first that many minutes. Ids are ``{service}-{row}``. A timestamp keeps its date (an hour
+    across midnight stays in order) and its UTC offset (else UTC)."""
+    path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
+    seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
     rows: list[tuple[float, int, int]] = []
     columns = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
     try:
@@ -261,22 +271,6 @@ def _read_azure_rows(path: Path, limit: int | None) -> list[tuple[float, int, in
         raise TraceFormatError(f"{path.name}: not a CSV file in UTF-8 ({exc})") from None
     if not rows:
         raise TraceFormatError(f"{path.name}: no requests (a header and no rows)")
-    return rows
-
-
-def azure_trace(
-    service: str = "conv",
-    seconds_per_iteration: float = 0.05,
-    limit: int | None = None,
-    minutes: float | None = None,
-) -> list[Request]:
-    """One service of Azure's LLM inference trace (Patel et al., "Splitwise", ISCA 2024) as
-    recorded, arriving at step ``floor((t - t_first) / seconds_per_iteration)`` (an assumption:
-    state it with the results). ``limit`` keeps the first N requests, ``minutes`` those of the
-    first that many minutes. Ids are ``{service}-{row}``."""
-    path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
-    seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
-    rows = _read_azure_rows(path, limit)
     start = rows[0][0]
     return [
         Request(f"{service}-{i}", prompt, output, int((t - start) // seconds))
