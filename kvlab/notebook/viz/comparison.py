@@ -276,6 +276,8 @@ def served_over_time_spec(
                 dict(
                     x=run.end_step * scale,
                     y=steps[-1].finished_total if steps else 0,
+                    xref="x",
+                    yref="y",
                     showarrow=True,
                     arrowhead=2,
                     ax=50,

@@ -304,6 +304,8 @@ def page_table_spec(
                 y=0.85,
                 ax=entry / unit + 0.5,
                 ay=3.0,
+                xref="x",
+                yref="y",
                 axref="x",
                 ayref="y",
                 showarrow=True,

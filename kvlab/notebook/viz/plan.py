@@ -85,6 +85,8 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                     dict(
                         x=middle,
                         y=name,
+                        xref="x",
+                        yref="y",
                         text=text,
                         showarrow=True,
                         arrowhead=2,

@@ -170,7 +170,7 @@ def legend_entry(name: str, color: str, dash: str | None = None, show: bool = Tr
 def line(color: str, dash: str | None = None, width: float = 2, **where) -> dict:
     """A line shape from (x0, y0) to (x1, y1) of ``where``."""
     style = dict(color=color, width=width) | ({"dash": dash} if dash else {})
-    return dict(type="line", **where, line=style)
+    return {"type": "line", "xref": "x", "yref": "y", **where, "line": style}
 
 
 def across(y: float, color: str, dash: str, xref: str = "paper", yref: str = "y") -> dict:
@@ -179,9 +179,18 @@ def across(y: float, color: str, dash: str, xref: str = "paper", yref: str = "y"
 
 
 def note(text: str, x, y, color: str | None = None, size: int = 12, **extra) -> dict:
-    """A text annotation without an arrow."""
+    """A text annotation without an arrow, placed in data coordinates unless ``extra`` says."""
     font = dict(size=size) if color is None else dict(size=size, color=color)
-    return dict(text=text, x=x, y=y, showarrow=False, font=font, **extra)
+    return {
+        "xref": "x",
+        "yref": "y",
+        "text": text,
+        "x": x,
+        "y": y,
+        "showarrow": False,
+        "font": font,
+        **extra,
+    }
 
 
 def heading(text: str, x: float) -> dict:
