@@ -13,7 +13,7 @@ def static_bundle(fig: go.Figure, *, html: bool = True) -> dict:
     fig = go.Figure(fig)
     bundle = {
         "application/vnd.plotly.v1+json": fig.to_plotly_json(),
-        "text/plain": f"<Figure: {figure_title(fig)}>",
+        "text/plain": f"<Figure: {(fig.layout.title.text or '').split('<br>')[0]}>",
     }
     if html:
         bundle["text/html"] = figure_html(fig)
@@ -25,11 +25,6 @@ def figure_html(fig: go.Figure) -> str:
     return go.Figure(fig).to_html(
         include_plotlyjs="cdn", full_html=False, config={"displaylogo": False, "responsive": True}
     )
-
-
-def figure_title(fig: go.Figure) -> str:
-    """The figure's title without its subtitle or markup."""
-    return (fig.layout.title.text or "").split("<br>")[0]
 
 
 def figure_text(fig) -> str:

@@ -300,4 +300,3 @@ def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
 
 
 plan_ranges_figure = as_figure(plan_ranges_spec)
-plan_ranks_figure = as_figure(plan_ranks_spec)
