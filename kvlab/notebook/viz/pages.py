@@ -253,17 +253,12 @@ def page_table_spec(
     step = 37 if math.gcd(37, total_blocks) == 1 else 1
     pool_held = _cells_held(held, total_blocks, step, unit)
 
+    def rect(x0, x1, y0, fill, edge):
+        return dict(type="rect", x0=x0, x1=x1, y0=y0, y1=y0 + 0.8, fillcolor=fill, line=edge)
+
     def cell(x, y, filled):
-        color = fill if filled else PAGE_COLORS["free"]
-        return dict(
-            type="rect",
-            x0=x,
-            x1=x + 1,
-            y0=y,
-            y1=y + 0.8,
-            fillcolor=color,
-            line=dict(color="white", width=0.5),
-        )
+        edge = dict(color="white", width=0.5)
+        return rect(x, x + 1, y, fill if filled else PAGE_COLORS["free"], edge)
 
     def label(text, y, **extra):
         return note(text, -0.5, y, size=11, xanchor="right", **extra)
@@ -275,17 +270,8 @@ def page_table_spec(
         kind = " (request)" if slot == 0 else " (dummy)" if slot == dummy_slot else ""
         annotations.append(label(f"row {slot}{kind}", y + 0.4))
     if raises:
-        shapes.append(
-            dict(
-                type="rect",
-                x0=width_c,
-                x1=needed_c,
-                y0=3.0,
-                y1=3.8,
-                fillcolor="rgba(204,51,17,0.18)",
-                line=dict(color=OUTCOME_COLORS["crash"], width=1.5, dash="dot"),
-            )
-        )
+        dotted = dict(color=OUTCOME_COLORS["crash"], width=1.5, dash="dot")
+        shapes.append(rect(width_c, needed_c, 3.0, "rgba(204,51,17,0.18)", dotted))
         annotations.append(
             note(
                 f"entries {width:,}..{needed - 1:,}: the row has none",
