@@ -1,6 +1,4 @@
-"""Compare: one workload under several policies, and a table of what each engine did
-(notebooks 03 and 04).
-
+"""One workload under several policies, and a table of what each engine did (notebooks 03, 04).
 A policy (:data:`kvlab.sched.policies.POLICIES`) is TensorRT-LLM's admission and row-width
 policy ("none/clamped": the #21470 crash; "none/configured": the one-line fix; "capacity":
 PR #21720's admission control), or another engine's own loop, held to the real engine request by

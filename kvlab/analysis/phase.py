@@ -1,12 +1,8 @@
-"""Closed-form verdicts for the phase diagram: pool size x context length, per policy.
-
-One request of ``context_len`` prompt tokens arrives alone at an engine whose pool has
-``pool_blocks`` pages: "ok" (it finishes), "reject" (at the door), "stall" (a resize returns
-False every pass: SchedulerDeadlock) or "crash" (PageIndexTooShort). Its cache grows to the
-prompt plus the extra tokens, then a token a step; each resize checks the row width before the
-pool (docs/REFERENCE.md §3), so whichever limit the growth passes first decides. Exact for
-``Scheduler`` with non-chunked context under either tier (a lone request evicts nothing);
-tests/analysis/test_phase.py checks sampled points against ``simulate``.
+"""Closed-form verdicts for the phase diagram: what a lone request of ``context_len`` prompt
+tokens meets on a pool of ``pool_blocks`` pages, per policy: "ok", "reject" (at the door),
+"stall" (SchedulerDeadlock) or "crash" (PageIndexTooShort). Each resize checks the row width
+before the pool (docs/REFERENCE.md §3), so whichever the growth passes first decides. Exact for
+``Scheduler`` with non-chunked context under either tier (a lone request evicts nothing).
 """
 
 from __future__ import annotations

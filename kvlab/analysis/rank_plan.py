@@ -1,13 +1,8 @@
-"""What every rank of a multi-rank run will build, and what each request will meet, without
-running it: the closed form of :mod:`kvlab.run.distributed`, fast enough for a slider.
-
-In the real start-up's order: each rank's quota and blocks, ``allreduce(MIN)``, the clamp and
-the row width (``RunConfig.pool_plan``); each request's rank by :func:`kvlab.run.routing.route`,
-every earlier request still live; its verdict alone on that pool
-(:func:`kvlab.analysis.phase.phase_verdicts`); the first crash, else stall, ends the run.
-[kvlab] Other requests' pages are left out, and under chunked prefill a chunk boundary between
-the pool and the row end can make a stall a crash. tests/analysis/test_rank_plan.py checks the
-plan against real runs.
+"""The closed form of :mod:`kvlab.run.distributed`, fast enough for a slider: each rank's pool
+(``RunConfig.pool_plan``), each request's rank (:func:`kvlab.run.routing.route`, every earlier
+request still live) and its verdict alone there (:func:`kvlab.analysis.phase.phase_verdicts`);
+the first crash, else stall, ends the run. [kvlab] Other requests' pages are left out; under
+chunked prefill a chunk boundary past the pool can make a stall a crash.
 """
 
 from __future__ import annotations
