@@ -217,7 +217,8 @@ class Engine(EngineRecords):
                 self.scheduler.manager.reject_draft_tokens(request)
                 self._produce_token(request)
         for request in batch.generation_requests:
-            self.scheduler.manager.reject_draft_tokens(request)
+            if request.num_draft_tokens:
+                self.scheduler.manager.reject_draft_tokens(request)
             if (
                 request.first_token_step is None
                 or request.num_generated + 1 >= request.output_limit

@@ -172,6 +172,7 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         pause_state = RecomputePauseState(end)
         victim_indices, inflight = pause_state.victim_indices, self._inflight
         caches, max_num_tokens = self.manager.caches, budget.max_num_tokens
+        tokens_per_block = self.manager.tokens_per_block
         index = 0
         while index < end:
             request = requests[index]
@@ -200,7 +201,8 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             if batch.beam_width and request.beam_width != batch.beam_width:
                 index += 1
                 continue  # SKIP
-            if not grows_within_pages(caches[request.request_id], 1 + request.num_draft_tokens):
+            cache = caches[request.request_id]
+            if not grows_within_pages(cache, 1 + request.num_draft_tokens, tokens_per_block):
                 fitted, end = self._allocate_generation(
                     request, requests, index, end, pause_state, batch
                 )

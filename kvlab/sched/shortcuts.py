@@ -20,9 +20,16 @@ from kvlab.sched.context_plan import plan_context
 ENABLED = True
 
 
-def grows_within_pages(cache: KVCache, num_tokens: int) -> bool:
-    """The step fits the pages ``cache`` holds and it grew (``resize``'s answer, no page moves)."""
-    return ENABLED and cache.grow_within_pages(num_tokens)
+def grows_within_pages(cache: KVCache, num_tokens: int, tokens_per_block: int) -> bool:
+    """The step fits the pages ``cache`` holds, and its capacity grew: ``resize``'s answer when
+    no page moves, without the manager's round trip (``KVCache.grow_within_pages`` inline)."""
+    if not ENABLED:
+        return False
+    capacity = cache.capacity + num_tokens
+    if cache.suspended or capacity > len(cache.pages) * tokens_per_block:
+        return False
+    cache.capacity = capacity
+    return True
 
 
 def refusal_window(manager: KVCacheManager) -> tuple[int, int]:

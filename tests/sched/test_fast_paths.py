@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
-from kvlab.core.kv_cache import KVCache
+from kvlab.sched import scheduler as scheduler_module
 from kvlab.sched import shortcuts
 from kvlab.sched.admission import ADMISSION_POLICIES
 from kvlab.sched.shortcuts import CertainRefusal
@@ -136,10 +136,10 @@ def test_fast_paths_decide_as_the_full_paths_at_the_edge(prompt, drafts, chunked
 def test_the_shortcuts_are_taken(monkeypatch):
     """Not vacuous: on a workload with a pending pile both shortcuts fire."""
     calls = {"grow": 0, "refused": 0}
-    grow, refuses = KVCache.grow_within_pages, CertainRefusal.refuses_first_chunk
+    grow, refuses = shortcuts.grows_within_pages, CertainRefusal.refuses_first_chunk
 
-    def counting_grow(cache, num_tokens):
-        answer = grow(cache, num_tokens)
+    def counting_grow(cache, num_tokens, tokens_per_block):
+        answer = grow(cache, num_tokens, tokens_per_block)
         calls["grow"] += answer
         return answer
 
@@ -148,7 +148,7 @@ def test_the_shortcuts_are_taken(monkeypatch):
         calls["refused"] += answer
         return answer
 
-    monkeypatch.setattr(KVCache, "grow_within_pages", counting_grow)
+    monkeypatch.setattr(scheduler_module, "grows_within_pages", counting_grow)
     monkeypatch.setattr(CertainRefusal, "refuses_first_chunk", counting_refuses)
     geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
     manager = KVCacheManager(
