@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from kvlab.core.checks import MAX_COUNT, check_int, check_param
+from kvlab.core.checks import MAX_COUNT, check_bools, check_int, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import LIVE_STATES, Request
 from kvlab.run.simulation_result import (
@@ -77,13 +77,10 @@ class Engine(EngineRecords):
     ):
         if not isinstance(scheduler, SchedulerBase):
             raise TypeError(f"scheduler must be a Scheduler (or a peer's), got {scheduler!r:.60}")
-        if not isinstance(check_invariants, bool):
-            raise TypeError(f"check_invariants must be a bool, got {check_invariants!r:.60}")
+        check_bools(check_invariants=check_invariants)
         self.scheduler = scheduler
-        self.max_num_active_requests = (
-            scheduler.max_num_active_requests
-            if max_num_active_requests is None
-            else check_param("max_num_active_requests", max_num_active_requests)
+        self.max_num_active_requests = check_param_or(
+            "max_num_active_requests", max_num_active_requests, scheduler.max_num_active_requests
         )
         self.requests: list[Request] = []
         self._ids: set = set()
