@@ -25,7 +25,7 @@ from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
 from kvlab.core.manager_views import ManagerViews
 from kvlab.core.page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
-from kvlab.core.pool import allocate_pool, pool_blocks, resolve_device
+from kvlab.core.pool import PagePool, pool_blocks, resolve_device
 from kvlab.core.prefix_cache import PrefixCache
 from kvlab.core.request import Request
 from kvlab.core.suspension import Suspension
@@ -45,6 +45,21 @@ def _tag(exc: PageIndexTooShort, request: Request) -> None:
         f"kvlab: while resizing request {request.request_id!r}: it needs "
         f"{exc.needed_entries:,} page-index entries, the row has {exc.available_entries:,}"
     )
+
+
+def _allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, device) -> PagePool:
+    """The pool's real storage; torch's refusal to allocate it becomes a MemoryError that names
+    quota_bytes (torch raises a RuntimeError on the CPU, OutOfMemoryError on CUDA)."""
+    try:
+        return PagePool(num_blocks, bytes_per_block, device)
+    except RuntimeError as exc:
+        if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
+            raise
+        raise MemoryError(
+            f"quota_bytes={quota_bytes}: the pool of {num_blocks} pages x "
+            f"{bytes_per_block} B = {num_blocks * bytes_per_block} bytes cannot be "
+            f"allocated on {device}; lower quota_bytes"
+        ) from exc
 
 
 class KVCacheManager(BlockReuse, Suspension, ManagerViews):
@@ -140,7 +155,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
             pin_memory=device.type == "cuda",
         )
         self.max_batch_size = max_batch_size
-        self.pool = allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
+        self.pool = _allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
         # 5. the tier below the GPU (None: the automatic host tier), then block reuse
         self.host_cache_size = host_cache_size
         if isinstance(max_util_for_resume, bool) or not (

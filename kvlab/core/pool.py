@@ -173,18 +173,3 @@ def pool_blocks(quota_bytes: int, bytes_per_block: int, tokens_per_block: int) -
             "tokens_per_block"
         )
     return blocks
-
-
-def allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, device) -> PagePool:
-    """The pool's real storage; torch's refusal to allocate it becomes a MemoryError that names
-    quota_bytes (torch raises a RuntimeError on the CPU, OutOfMemoryError on CUDA)."""
-    try:
-        return PagePool(num_blocks, bytes_per_block, device)
-    except RuntimeError as exc:
-        if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
-            raise
-        raise MemoryError(
-            f"quota_bytes={quota_bytes}: the pool of {num_blocks} pages x "
-            f"{bytes_per_block} B = {num_blocks * bytes_per_block} bytes cannot be "
-            f"allocated on {device}; lower quota_bytes"
-        ) from exc
