@@ -25,6 +25,7 @@ from kvlab.core.memory import GIB
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
+from kvlab.sched.shortcuts import grows_within_pages
 
 if TYPE_CHECKING:
     import torch
@@ -220,13 +221,14 @@ class VllmScheduler(SchedulerBase):
         batch = ScheduledBatch()
         budget = self.args.max_num_batched_tokens
         running, caches = self.running, self.manager.caches
-        preempted = batch.recompute_paused_requests
+        preempted, tokens_per_block = batch.recompute_paused_requests, self.args.block_size
         index = 0
         while index < len(running) and budget > 0:
             request = running[index]
             index += 1
-            if request.is_context_finished and caches[request.request_id].grow_within_pages(1):
-                # a decode step within the blocks it holds: allocate_slots takes no block
+            if request.is_context_finished and grows_within_pages(
+                caches[request.request_id], 1, tokens_per_block
+            ):  # a decode step within its blocks (kvlab.sched.shortcuts): the same as below
                 batch.generation_requests.append(request)
                 budget -= 1
                 continue

@@ -4,6 +4,9 @@ holds it to the real vLLM, request by request.)"""
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -11,6 +14,7 @@ from hypothesis import strategies as st
 from kvlab import KVGeometry, Request, VllmEngineArgs, VllmScheduler, simulate
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.request import RequestState
+from kvlab.sched import shortcuts
 from kvlab.sched.vllm import (
     NULL_BLOCK_ID,
     estimated_max_model_len,
@@ -205,3 +209,23 @@ def test_invariants_and_a_stated_end_for_every_request(
             )
     if set(result.status.values()) <= {RequestState.FINISHED, RequestState.REJECTED}:
         assert scheduler.manager.free_blocks == scheduler.manager.total_blocks - 1  # the null block
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_decode_shortcut_decides_as_allocate_slots(seed, monkeypatch):
+    rng = random.Random(seed)
+    requests = [
+        Request(f"r{i}", rng.randint(1, 24), rng.randint(1, 16), rng.randint(0, 20))
+        for i in range(12)
+    ]
+    args = VllmEngineArgs(TOY, 9, 32, max_num_seqs=4, max_num_batched_tokens=48)
+
+    def run():
+        fresh = [dataclasses.replace(r) for r in requests]
+        result = simulate(VllmScheduler(args, debug=True), fresh, max_steps=300)
+        return result.status, result.trace.steps, result.trace.events
+
+    shipped = run()
+    assert any(e.kind == "recompute_paused" for e in shipped[2])  # a decode outgrew the pool
+    monkeypatch.setattr(shortcuts, "ENABLED", False)
+    assert run() == shipped
