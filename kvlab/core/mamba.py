@@ -1,41 +1,13 @@
 """MambaHybridCacheManager: attention pages plus a pool of fixed-size recurrent-state slots.
 
-Mirrors ``MambaHybridCacheManagerV2`` of NVIDIA/TensorRT-LLM, docs/REFERENCE.md §5: read in
-tensorrt_llm/_torch/pyexecutor/kv_cache/mamba_cache_manager/mamba_cache_manager_v2.py at commit
-28295084972c5ab61ef010a050a18f53f5d72810; also read, the same class in the older
-tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py at 00bce92cbb90929bc2357a7d5855858604e1ac7e
-(same residency and error; its floor also reserved one attention page per resident sequence
-whenever dummy slots exist; the floor at 28295084 does not, and kvlab follows 28295084).
-
-**Merged behaviour, the default** (``residency="raw"``): ``_max_resident_sequences()`` is
-``max_batch_size * pp_size``, with no clamp; the reserved dummy slots (one for CUDA-graph padding,
-one more under attention DP) come on top; ``_minimum_live_gpu_quota()`` is
-``(resident + dummies) * slot_bytes + one attention page`` (kvlab takes the quota for zero tokens
-to be the slots alone: no prefix reuse, no snapshots); when it exceeds the GPU quota,
-``_build_cache_config`` raises the real ``ValueError`` (:data:`QUOTA_TOO_SMALL`) before anything
-is allocated. There is no all-reduce, no ``max_resident_sequences()`` hook (kvlab's answers
-None) and no residency gate in the V2 scheduler.
-
-**Proposals, opt-in, not merged:**
-
-- ``residency="clamped"``: *proposal, PR #17261, closed without merging.* Residency is bounded
-  by what the quota affords after one attention page, MIN-reduced across ranks through ``comm``
-  (anything with ``all_reduce_min(int) -> int``: kvlab.run.comm's TorchComm or ThreadComm
-  handles) and exposed through ``max_resident_sequences()`` (None when every requested sequence
-  fits), which kvlab's Scheduler gates first context chunks on; ``warmup_batch_sizes`` are
-  truncated to it. With the review's fix: every rank answers the all-reduced cap (its first
-  finding, a rank with no local Mamba layers answering None first, is
-  ``kvlab.case_studies.NoneFirstManager``; the other two are scheduler subclasses there).
-- ``quota_message="pr18985"`` and :func:`feasible_max_batch_size`: *proposal, PR #18985, open.*
-  Instead of a clamp, pin a feasible ``max_batch_size`` default for the hybrid family (through
-  ``get_model_defaults``; an explicit user value still wins) and make the quota error report GiB
-  and name ``max_batch_size`` / ``free_gpu_memory_fraction``. Its diff was not readable from the
-  stored sources: kvlab's :func:`feasible_max_batch_size` is the largest default that fits a
-  given quota (the PR pins one constant per family, which fits only if it is no larger), and
-  :func:`proposed_quota_error` is kvlab's wording of the message the PR describes.
-
-A sequence takes a slot when its cache is created (its first context chunk or its
-DISAGG_GENERATION_INIT is admitted), keeps it while suspended, and gives it back on free.
+Mirrors ``MambaHybridCacheManagerV2`` (tensorrt_llm/_torch/pyexecutor/kv_cache/
+mamba_cache_manager/mamba_cache_manager_v2.py at 28295084; REFERENCE.md §5). The merged default,
+``residency="raw"``: ``max_batch_size * pp_size`` resident sequences plus the dummy slots, and the
+real ``ValueError`` (:data:`QUOTA_TOO_SMALL`) when they do not fit the quota. Opt-in proposals,
+not merged: ``residency="clamped"`` (PR #17261, closed: residency bounded by the quota and
+all-reduced, the scheduler gating first chunks on it) and ``quota_message="pr18985"`` with
+:func:`feasible_max_batch_size` (PR #18985, open; kvlab's wording). A sequence takes a slot
+when its cache is created, keeps it while suspended, and gives it back on free.
 """
 
 from __future__ import annotations

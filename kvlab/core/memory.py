@@ -1,19 +1,11 @@
-"""A per-rank memory budget and the KV-cache quota it leaves.
-
-Mirrors ``KvCacheCreator._cal_max_memory`` (tensorrt_llm/_torch/pyexecutor/_util.py),
-docs/REFERENCE.md §1::
+"""A per-rank memory budget and the KV-cache quota it leaves (``KvCacheCreator._cal_max_memory``,
+tensorrt_llm/_torch/pyexecutor/_util.py; REFERENCE.md §1)::
 
     available = (total_gpu_memory - peak_memory + already_allocated_kv) * free_gpu_memory_fraction
 
-capped by the user's ``max_gpu_total_bytes``. ``peak_memory`` is the torch peak after the
-warm-up (weights, persistent workspaces such as the MoE workspace, activations) plus memory
-torch does not see (NCCL, CUDA graphs). A bigger workspace therefore shrinks the KV pool:
-that is how the pool of issue #21470 shrank.
-
-:class:`DeviceMemory` makes the same budget out of real allocations on a CUDA GPU and measures
-it the way ``KvCacheCreator.configure_kv_cache_capacity`` does (torch.cuda.mem_get_info and the
-caching allocator's peak); :func:`pool_vs_workspace` builds a real pool after each workspace
-size, so the pool is seen to shrink on the device.
+capped by ``max_gpu_total_bytes``: a bigger workspace shrinks the pool, as in issue #21470.
+:class:`DeviceMemory` measures the same budget from real CUDA allocations, and
+:func:`pool_vs_workspace` shows the pool shrink on the device.
 """
 
 from __future__ import annotations

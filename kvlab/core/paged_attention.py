@@ -1,19 +1,9 @@
-"""The page-index table in use: K and V written into pool pages and read back through it.
-
-A teaching reference in plain torch, not a kernel. ``write_kv`` stores a sequence's K and V
-through its page-index row, as the attention op writes new tokens into the pages that the rows
-of ``KVCacheManagerV2``'s table name (docs/REFERENCE.md §2); ``gather_kv`` reads them back through
-the same row, as the paged attention kernels do once ``copy_block_offsets`` has put the rows on
-the device; ``paged_attention`` is attention over what it gathers, and
-``contiguous_attention`` the same attention over an ordinary contiguous cache to check it
-against; ``paged_vs_contiguous`` runs that check on a small batch. Real kernels read the pages
-block by block inside the attention loop; here the gather and the attention are two steps so
-each can be seen.
-
-A page of the pool (``PagePool.storage[page]``, raw bytes) is viewed as
-``[num_layers, 2 (K, V), tokens_per_block, kv_heads_per_rank, head_dim]`` of the geometry's
-dtype. Token ``t`` of a sequence lives in page ``row[t // tokens_per_block]`` at offset
-``t % tokens_per_block``: the row, not the cache's Python list of pages, says where.
+"""The page-index table in use: K and V written into pool pages and read back through it, in
+plain torch, not a kernel (REFERENCE.md §2). ``write_kv`` stores a sequence's K and V through its
+row, ``gather_kv`` reads them back as the paged kernels do, ``paged_attention`` attends over what
+it gathers and ``paged_vs_contiguous`` checks it against a contiguous cache. A page is viewed as
+``[num_layers, 2, tokens_per_block, kv_heads_per_rank, head_dim]``; token ``t`` lives in page
+``row[t // tokens_per_block]`` at offset ``t % tokens_per_block``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""PagePool: the KV pool as one real torch tensor, a compact free stack and counters.
-
-The storage is exactly ``num_blocks * bytes_per_block`` bytes on the chosen device, like the
-page pools the TensorRT-LLM V2 manager allocates (cpp/tensorrt_llm/batch_manager/
-kv_cache_manager_v2/). Allocation is all-or-nothing: a request for more pages than are free
-gets ``None`` and changes nothing, which is what lets ``KVCache.resize`` return False with no
-side effects (docs/REFERENCE.md §3 step 4).
+"""PagePool: the KV pool as one real torch tensor of ``num_blocks * bytes_per_block`` bytes,
+a compact free stack and counters (the V2 manager's page pools,
+cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/). Allocation is all or nothing: too few
+free pages gives ``None`` and changes nothing (REFERENCE.md §3 step 4).
 """
 
 from __future__ import annotations

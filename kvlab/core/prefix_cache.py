@@ -1,29 +1,14 @@
 """PrefixCache: committed pages, keyed by the prefix they hold, shared by caches and kept after.
 
-Models the V2 manager's block reuse (``KvCacheConfig.enable_block_reuse``, on by default;
-the radix tree of tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py, the
-eviction queue of _eviction_controller/; docs/REFERENCE.md §10):
-
-- a page is *committed* once the tokens it holds are computed: it joins the tree under the
-  key of the prefix it ends, and a cache that holds it *holds* it (a count of holders);
-- :meth:`match` finds the longest committed prefix of a prompt, page by page; with partial
-  reuse, the page after it that shares the most leading tokens is copied into a private page;
-- a committed page no cache holds is *evictable*: it still counts as available, and an
-  allocation that finds too few free pages evicts the least recently released first (a
-  cache's last page first), before suspended caches move to the tier below.
-
-A prompt's identity is its chained block hashes (``Request.prefix_hashes``, one per
-``Request.tokens_per_hash`` tokens, each standing for its whole prefix: Mooncake's traces
-record them per 512 tokens, :func:`chain_hashes` makes them from token ids). The first ``end``
-tokens of a prompt are known by ``(hash of the block holding token end, end)``: two prompts
-share them when those agree. Coarser hashes than pages see less than upstream, which compares
-tokens: a page inside a hash block shared only in part is not matched (a prompt without
-hashes matches nothing and commits nothing, as random prompts would).
-
-Simplified, and said: evicting a page drops it (upstream moves it to the host tier first and
-keeps it in the tree); cached pages are evicted before suspended caches move down (upstream
-orders both by last use); a suspended cache that moves down gives up its holds and comes back
-into private pages.
+Models the V2 manager's block reuse (the radix tree of
+tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py, its eviction queue;
+REFERENCE.md §10): a computed page is *committed* under the key of the prefix it ends; caches
+*hold* it; :meth:`match` finds a prompt's longest committed prefix (with partial reuse, the best
+next page to copy); a page no cache holds is *evictable*, least recently released first. A
+prompt's identity is its chained block hashes (``Request.prefix_hashes``); its first ``end``
+tokens are ``(hash of the block holding token end, end)``. Simplified: hashes coarser than pages
+match less than upstream's tokens; an evicted page is dropped, not moved down; cached pages go
+before suspended caches move down.
 """
 
 from __future__ import annotations
