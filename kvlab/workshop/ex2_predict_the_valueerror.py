@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest.mock import patch
 
 from kvlab.analysis.presets import RESIZE_OUTCOMES
 from kvlab.analysis.repro import run_repro
@@ -86,7 +87,8 @@ def check_predictions(
     """Exercise 2a: ``predictions`` maps each PREDICTION_CASES name to "ok", "refused" or
     "crash", each checked against a real resize (kvlab.analysis.repro.run_repro)."""
     check_flags(strict, reveal)
-    failures, passes = [], []
+    failures: list[str | Hint] = []
+    passes: list[str] = []
     if not isinstance(predictions, dict):
         got = type(predictions).__name__
         failures = [f"predictions must be a dict of case -> outcome, got {got}"]
@@ -156,11 +158,8 @@ def _watching_resizes() -> Iterator[list[_Resize]]:
         made.append(_Resize(*facts, outcome))
         return outcome
 
-    KVCache.resize = watched
-    try:
+    with patch.object(KVCache, "resize", watched):
         yield made
-    finally:
-        KVCache.resize = resize
 
 
 SEED_CRASH = (
@@ -266,6 +265,7 @@ def check_trigger(
     if not failures and (failure := _returned_feedback(got, made)):
         failures.append(failure)
     elif not failures:
+        assert isinstance(got, PageIndexTooShort)  # the only answer _returned_feedback passes
         passes.append(
             f"caught {type(got).__name__} (a ValueError): {got} - {got.needed_entries} entries "
             f"needed, the row has {got.available_entries}, as in issue #21470"

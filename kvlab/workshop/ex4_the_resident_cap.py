@@ -36,14 +36,15 @@ def schedule_pending_contexts_buggy(
 ) -> list[str]:
     """PR #17261's phase-2 loop, with the bug the review found (notebook 05 runs it on kvlab's
     Scheduler as ``BreakOnCapScheduler``): the ids scheduled; ``max_resident`` None: unbounded."""
-    scheduled = []
+    scheduled: list[str] = []
     for req in pending_ctx:
         if len(scheduled) >= max_num_requests:  # the batch is full: nothing later fits either
             break
         # A first context chunk starts a new sequence and therefore claims a
         # state slot for the rest of its lifetime.
         starts_new_sequence = max_resident is not None and req.is_first_context_chunk
-        if starts_new_sequence and num_resident >= max_resident:
+        # the learner's starter reads the same; mypy cannot narrow max_resident through a bool
+        if starts_new_sequence and num_resident >= max_resident:  # type: ignore[operator]
             break
         scheduled.append(req.request_id)
         if starts_new_sequence:
@@ -96,13 +97,13 @@ def _scan(
 ) -> list[str]:
     """The loop as the fix has it, or with one of the slips in SLIPS (a keyword set True, or
     ``count_new`` False): what a learner's loop with that slip returns."""
-    scheduled = []
+    scheduled: list[str] = []
     cap = 0 if max_resident is None and none_as_zero else max_resident
     for req in pending_ctx:
         if len(scheduled) >= max_num_requests:
             break
-        gated = cap is not None and (req.is_first_context_chunk or gate_started)
-        if gated and (num_resident > cap if past_cap else num_resident >= cap) and not ignore_cap:
+        at_cap = cap is not None and (num_resident > cap if past_cap else num_resident >= cap)
+        if at_cap and (req.is_first_context_chunk or gate_started) and not ignore_cap:
             if stop_at_cap:
                 break
             continue
@@ -196,11 +197,12 @@ SLIPS = [
 ]
 
 
-def _iterate(fn, max_steps: int = 12) -> tuple:
+def _iterate(fn, max_steps: int = 12) -> tuple[int | None, list[str], str | None]:
     """:func:`run_resident_iterations`, and the first log line where more sequences were
     resident than the cap (1) allows, or None."""
     chunks_left, started = {"waiter": 2, "runner": 2}, {"waiter": False, "runner": True}
-    resident, log, over_cap = 1, [], None
+    resident, over_cap = 1, None
+    log: list[str] = []
     for step in range(max_steps):
         pending = [PendingContext(r, not started[r]) for r in chunks_left if chunks_left[r]]
         if not pending:
@@ -345,7 +347,9 @@ def check_resident_scan(
         else:
             passes.append(f"{case[0]}: {case[5]}")
     ran, failure = call_learner(_iterate, fn, where="over several iterations: ")
-    failure = failure or _iterations_failure(*ran, slip)
+    if failure is None:
+        steps, log, over_cap = ran
+        failure = _iterations_failure(steps, log, over_cap, slip)
     if failure:
         failures.append(failure)
     else:
