@@ -382,7 +382,8 @@ def _walkthrough(args, parser) -> int:
             (args.build_dir / folder).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--build-dir {args.build_dir} cannot hold the output folders: {exc.strerror}")
-    runs, interrupted, signum = [], None, signal.SIGINT
+    runs, interrupted = [], None
+    signum: int = signal.SIGINT
     with wt.stop_signals(), wt.private_files(), wt.image_server():
         for path in notebooks:
             print(f"running {path.name} ...", flush=True)
@@ -447,6 +448,7 @@ def _scenario(args, parser) -> int:
     with _usage_errors(parser, ScenarioError, ValueError, TypeError, MemoryError):
         scenario = load_scenario(args.name)
         config = scenario_config(scenario, args.ranks, args.policy)
+        assert scenario.deployment is not None  # scenario_config refuses a scenario without one
         reported, ranks = scenario.deployment.ranks, config.world_size
         changed = (
             f" (the scenario's {reported} ranks changed to {ranks})" if ranks != reported else ""
@@ -477,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args, args.subparser)
     except RunStopped as stopped:  # every rank is already stopped and reaped
         print(f"kvlab: {stopped}", file=sys.stderr)
+        assert isinstance(stopped.code, int)  # RunStopped exits with 128 + the signal's number
         return stopped.code
     except BrokenPipeError:  # the reader went away (`kvlab plan ... | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush

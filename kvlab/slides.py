@@ -40,7 +40,8 @@ class Slide:
 
 def _blocks(source: str):
     """(level, title, lines after it) per heading outside a code fence; level 0 before the first."""
-    level, title, lines, fenced = 0, "", [], False
+    level, title, fenced = 0, "", False
+    lines: list[str] = []
     for line in source.splitlines():
         if FENCE.match(line):
             fenced = not fenced
