@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from kvlab.core.checks import MAX_COUNT, check_bools, check_int, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.request import LIVE_STATES, Request
+from kvlab.core.request import Request, RequestState
 from kvlab.run.simulation_result import (
     EngineRecords,
     SimulationResult,
@@ -117,7 +117,12 @@ class Engine(EngineRecords):
     @property
     def num_active(self) -> int:
         """Requests the scheduler holds: waiting for a first chunk, running or suspended."""
-        return sum(self.scheduler.counts[state] for state in LIVE_STATES)
+        counts = self.scheduler.counts
+        return (
+            counts[RequestState.WAITING]
+            + counts[RequestState.RUNNING]
+            + counts[RequestState.SUSPENDED]
+        )
 
     @property
     def num_live(self) -> int:

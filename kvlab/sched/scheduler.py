@@ -124,11 +124,12 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         preempted: list[Request] = []
         has_chunking = False
         refusal = self._pending_refusal(budget)
+        chunk_budget_left = self._has_context_chunk_budget(budget)
         contributed = self._collect_contributed_blocks(pending)
         for request in pending:
-            if budget.requests_full or not self._has_context_chunk_budget(budget):
+            if budget.requests_full or not chunk_budget_left:
                 break  # (the real loop goes on for encoder requests, which kvlab has none of)
-            if contains(preempted, request):
+            if preempted and contains(preempted, request):
                 continue
             if refusal is not None and refusal.refuses_first_chunk(request):
                 request.num_refusals += 1
@@ -151,6 +152,7 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             if first_new_block is not None:  # registered once it runs this pass
                 contributed.add(first_new_block)
             refusal = self._pending_refusal(budget)  # the budget and the pool changed
+            chunk_budget_left = self._has_context_chunk_budget(budget)
         if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
             batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         batch.num_tokens = budget.num_tokens
