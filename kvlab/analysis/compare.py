@@ -12,8 +12,9 @@ Each engine runs from its own configuration (:data:`ENGINES`: :class:`TrtllmSett
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvlab.analysis.presets import check_names, engine_outcome, seed_geometry
 from kvlab.core.checks import (
@@ -182,8 +183,10 @@ def sglang_args(engine: EngineConfig) -> SglangServerArgs:
     )
 
 
+#: What ENGINES holds per engine; each function takes the configuration type it is keyed by.
+EngineEntry = tuple[Callable[[Any], SchedulerBase], Callable[[Any], str | None], str]
 #: Each engine's own configuration type -> (its scheduler, its start-up check, its name).
-ENGINES = {
+ENGINES: dict[type, EngineEntry] = {
     TrtllmSettings: (TrtllmSettings.scheduler, lambda settings: None, "TensorRT-LLM"),
     VllmEngineArgs: (VllmScheduler, startup_error, "vLLM"),
     SglangServerArgs: (SglangScheduler, sglang_startup_error, "SGLang"),
@@ -191,7 +194,10 @@ ENGINES = {
 #: The peers kvlab holds to their real engines: their types among :data:`ENGINES`.
 PEERS = {kind: ENGINES[kind] for kind in (VllmEngineArgs, SglangServerArgs)}
 #: A peer policy's admission -> ``engine`` as its engine's arguments.
-PEER_ARGS = {"vllm": vllm_args_as_run, "sglang": sglang_args}
+PEER_ARGS: dict[str, Callable[[EngineConfig], VllmEngineArgs | SglangServerArgs]] = {
+    "vllm": vllm_args_as_run,
+    "sglang": sglang_args,
+}
 
 
 def engine_args(

@@ -540,10 +540,10 @@ def _setting_notes(d: Deployment) -> list:
             )
         )
     if d.weights_gib is None:
-        quant = m.quantization.weights_algo if m.quantization and not d.weights_dtype else None
+        quant = m.quantization if not d.weights_dtype else None
         how = (
-            f"{quant} (from {m.quantization.source}), embeddings and lm_head in {m.dtype}"
-            if quant
+            f"{quant.weights_algo} (from {quant.source}), embeddings and lm_head in {m.dtype}"
+            if quant and quant.weights_algo
             else d.weights_dtype or m.dtype
         )
         notes.append(
@@ -552,6 +552,7 @@ def _setting_notes(d: Deployment) -> list:
             "modelled; give weights_gib for them)"
         )
     if d.kv_dtype is None and m.kv_dtype != m.dtype:
+        assert m.quantization is not None  # only the checkpoint's KV quantization changes it
         notes.append(
             f"KV cache in {m.kv_dtype}: the checkpoint's kv_cache_quant_algo "
             f"({m.quantization.source})"
@@ -607,6 +608,7 @@ def example_deployments() -> dict[str, Deployment]:
     examples = {}
     scenario = load_scenario("issue-21470")
     p, dep = scenario.parameters, scenario.deployment
+    assert dep is not None  # the shipped scenario has its deployment block
     examples["issue-21470"] = Deployment(
         model=load_model("qwen3-235b-a22b"),
         gpu_gib=dep.gpu_memory_gib,
@@ -648,7 +650,7 @@ def example_deployments() -> dict[str, Deployment]:
         model=seed,
         gpu_gib=GPUS["rtx-5080"].gib,
         weights_gib=repro.model_weights_bytes / GIB,
-        kv_quota_gib=repro.pool_mib / 1024,
+        kv_quota_gib=repro.pool_bytes / GIB,
         max_seq_len=repro.configured_max_seq_len,
         max_batch_size=repro.max_batch_size,
         max_new_tokens=16,

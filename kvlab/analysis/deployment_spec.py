@@ -211,7 +211,7 @@ class Deployment:
     def draft_layers(self) -> int:
         """Draft layers on the last stage, with the target's KV geometry: MTP's
         ``num_nextn_predict_layers``, Eagle3's one (``num_eagle_layers``' default)."""
-        return {"mtp": self.model.draft_layers, "eagle3": 1}.get(self.spec_mode, 0)
+        return {"mtp": self.model.draft_layers, "eagle3": 1}.get(self.spec_mode or "", 0)
 
     def stage_of(self, rank: int) -> int:
         """The pipeline stage of ``rank`` (``Mapping``: pp is the outer dimension)."""
@@ -251,7 +251,9 @@ class Deployment:
         """Per rank: ``weights_gib``, else the model's weights over tp x pp."""
         if self.weights_gib is not None:
             return round(self.weights_gib * GIB)
-        return self.model.weights_bytes(self.weights_dtype) // (self.tp_size * self.pp_size)
+        weights = self.model.weights_bytes(self.weights_dtype)
+        assert weights is not None  # __post_init__ asks for weights_gib where the model gives none
+        return weights // (self.tp_size * self.pp_size)
 
     def budgets(self) -> tuple[MemoryBudget, ...]:
         """Every rank's budget, its workspace ramped (:func:`~kvlab.run.rank_config.ramped_budget`);

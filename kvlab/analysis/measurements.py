@@ -33,7 +33,7 @@ def device_info(device="cpu") -> dict:
     """What the figures were taken on: name, device_type, driver, cuda, torch, date (UTC); on
     CUDA also compute_capability, memory_bytes and multiprocessors. No host name."""
     dev = resolve_device(device)
-    info = {
+    info: dict[str, object] = {
         "name": platform.processor() or platform.machine(),
         "device_type": dev.type,
         "driver": None,

@@ -185,6 +185,7 @@ class ModelGeometry:
         layers = self.stage(pp_size, pp_rank)[1] if self.linear_layers else 0
         if not layers:
             return None
+        assert self.mamba is not None  # a config with recurrent layers has their geometry
         return MambaGeometry(
             num_mamba_layers=layers,
             **self.mamba,
@@ -198,7 +199,7 @@ class ModelGeometry:
         """The KV dtype by default (``kv_cache_config.dtype="auto"``): the checkpoint's KV
         quantization, else the weights' dtype."""
         kv_algo = self.quantization.kv_algo if self.quantization else None
-        return KV_QUANT_DTYPES.get(kv_algo, self.dtype)
+        return KV_QUANT_DTYPES.get(kv_algo or "", self.dtype)
 
     @property
     def preferred_manager(self) -> str:

@@ -6,6 +6,7 @@ workloads on the real schedulers and stores their answers in data/measurements/.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvlab.analysis.compare import (
@@ -23,7 +24,7 @@ from kvlab.core.request import Request
 from kvlab.run.simulation import SimulationResult
 from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
 from kvlab.sched.base import check_plain_request
-from kvlab.sched.sglang import SglangServerArgs
+from kvlab.sched.sglang import DEFAULT_CHUNKED_PREFILL_SIZE, SglangServerArgs
 from kvlab.sched.vllm import VllmEngineArgs, estimated_max_model_len
 
 #: What :func:`differences` compares, per request.
@@ -37,7 +38,7 @@ class PeerWorkload:
 
     name: str
     args: VllmEngineArgs | SglangServerArgs
-    requests: tuple[Request, ...]
+    requests: Sequence[Request]  # kept as a tuple
     max_steps: int = 100_000
 
     def __post_init__(self):
@@ -165,7 +166,7 @@ def _sglang_trace_engine(pages: int, max_running_requests: int, chunked: bool) -
         32 * pages,
         32 * pages,
         max_running_requests=max_running_requests,
-        **({} if chunked else dict(chunked_prefill_size=-1)),
+        chunked_prefill_size=DEFAULT_CHUNKED_PREFILL_SIZE if chunked else -1,
     )
 
 

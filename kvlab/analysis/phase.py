@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES, check_names, seed_geometry
-from kvlab.core.arith import div_ceil
 from kvlab.core.checks import (
     check_choice,
     check_instance,
@@ -47,7 +46,16 @@ class PhaseSetup:
             store_param(self, name)
 
 
-def _counts(name: str, values) -> np.ndarray:
+#: Pool sizes or context lengths: a sequence of ints, or a one-dimensional int array.
+Counts = Sequence[int] | np.ndarray
+
+
+def _div_ceil(a: np.ndarray, b: int) -> np.ndarray:
+    """:func:`kvlab.core.arith.div_ceil` over an int array."""
+    return -(-a // b)
+
+
+def _counts(name: str, values: Counts) -> np.ndarray:
     """``values`` as int64, each an int in [1, 2^30] (an int array passes whole, fast)."""
     if isinstance(values, np.ndarray) and values.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got an array of shape {values.shape}")
@@ -65,8 +73,8 @@ MAX_PHASE_CELLS = 1 << 22
 
 
 def phase_verdicts(
-    pool_blocks: Sequence[int],
-    context_lens: Sequence[int],
+    pool_blocks: Counts,
+    context_lens: Counts,
     regime: str,
     setup: PhaseSetup = PhaseSetup(),
 ) -> np.ndarray:
@@ -88,34 +96,31 @@ def phase_verdicts(
 
     clamped = np.minimum(setup.max_seq_len, pool * tpb)
     width_len = clamped if width_policy == "clamped" else np.full_like(pool, setup.max_seq_len)
-    width = div_ceil(div_ceil(width_len + extra + 1, tpb), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
-    context_blocks = div_ceil(context + extra, tpb)
-    final_blocks = div_ceil(context + extra + max(new - 1, 0), tpb)
+    width = _div_ceil(_div_ceil(width_len + extra + 1, tpb), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+    context_blocks = _div_ceil(context + extra, tpb)
+    final_blocks = _div_ceil(context + extra + max(new - 1, 0), tpb)
 
     grows_past = np.where(width <= pool, CRASH, STALL)  # which limit the growth meets first
     verdict = np.where(final_blocks <= np.minimum(width, pool), OK, grows_past)
     verdict = np.where(context_blocks > pool, STALL, verdict)
     verdict = np.where(context_blocks > width, CRASH, verdict)
     if admission == "capacity":
-        demand = div_ceil(context + new + extra, tpb)
+        demand = _div_ceil(context + new + extra, tpb)
         verdict = np.where((demand > pool) | (demand > width), REJECT, verdict)
     verdict = np.where(context > setup.max_num_tokens, REJECT, verdict)
     return verdict.astype(np.int8)
 
 
 def phase_diagram(
-    pool_blocks: Sequence[int],
-    context_lens: Sequence[int],
+    pool_blocks: Counts,
+    context_lens: Counts,
     regimes: Sequence[str] = TRTLLM_POLICIES,
     setup: PhaseSetup = PhaseSetup(),
 ) -> dict[str, np.ndarray]:
     """``phase_verdicts`` for each regime."""
     regimes = check_names("regimes", regimes, TRTLLM_POLICIES, "regime names")
-    pool_blocks, context_lens = (
-        _counts("pool_blocks", pool_blocks),
-        _counts("context_lens", context_lens),
-    )
-    return {regime: phase_verdicts(pool_blocks, context_lens, regime, setup) for regime in regimes}
+    pools, contexts = _counts("pool_blocks", pool_blocks), _counts("context_lens", context_lens)
+    return {regime: phase_verdicts(pools, contexts, regime, setup) for regime in regimes}
 
 
 def phase_scenario(

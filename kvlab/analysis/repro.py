@@ -230,7 +230,7 @@ def traceback_chain(exc: BaseException) -> str:
     import traceback
     from pathlib import PurePath
 
-    lines = []
+    lines: list[str] = []
     for frame, lineno in traceback.walk_tb(check_instance("exc", exc, BaseException).__traceback__):
         code = frame.f_code
         name = getattr(code, "co_qualname", code.co_name)  # qualified names: Python 3.11+
