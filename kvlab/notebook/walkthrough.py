@@ -202,7 +202,8 @@ def _ipc_kernel_manager():
 
         transport = Unicode("ipc")
 
-        async def start_kernel(self, **kw) -> None:
+        # AsyncKernelManager itself turns KernelManager's start_kernel into a coroutine
+        async def start_kernel(self, **kw) -> None:  # type: ignore[override]
             kw.setdefault("stderr", subprocess.DEVNULL)
             kw["env"] = {**(kw.get("env") or os.environ), **KERNEL_ENV}
             await super().start_kernel(**kw)

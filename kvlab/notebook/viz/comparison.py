@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES
 from kvlab.core.memory import MIB, readout_mib
@@ -26,6 +27,7 @@ from kvlab.notebook.viz.style import (
     run_outcome,
     titled,
 )
+from kvlab.run.simulation import SimulationResult
 
 
 def phase_diagram_spec(
@@ -224,7 +226,7 @@ POLICY_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 
 
 def served_over_time_spec(
-    runs: Mapping[str, object],
+    runs: Mapping[str, SimulationResult],
     seconds_per_iteration: float,
     *,
     max_points: int = 600,
@@ -238,7 +240,7 @@ def served_over_time_spec(
     scale = seconds_per_iteration / 60.0
     end = max([arrivals[-1]] + [run.end_step for run in runs.values()])
     stride = max(1, len(arrivals) // max_points)
-    data = [
+    data: list[dict[str, Any]] = [
         dict(
             type="scatter",
             mode="lines",
@@ -249,7 +251,7 @@ def served_over_time_spec(
             hovertemplate="minute %{x:.1f}: %{y} arrived<extra></extra>",
         )
     ]
-    annotations = []
+    annotations: list[dict] = []
     for k, (policy, run) in enumerate(runs.items()):
         outcome = run_outcome(run)
         said, color = OUTCOME_LABELS.get(outcome, outcome), outcome_color(outcome)

@@ -69,7 +69,8 @@ def page_map_spec(
     cols = 32 if cells <= 512 else 64
     rows = div_ceil(cells, cols)
     held = "held" if outcome == "ok" else "wanted"
-    z, text = [], []
+    z: list[list[int | None]] = []
+    text: list[list[str]] = []
     for r in range(rows):
         z.append([])
         text.append([])
@@ -203,7 +204,7 @@ def index_row_spec(
                 )
             )
     if subtitle is None:  # what the resize would do; a caller whose engine never got there says so
-        subtitle = f"{OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}: {verdict}"
+        subtitle = f"{OUTCOME_LABELS.get(outcome or '', outcome or 'no outcome')}: {verdict}"
     layout = base_layout(
         titled(title, f"Page-index row: {needed:,} entries needed, {width:,} available"),
         subtitle,
@@ -361,10 +362,11 @@ def page_table_spec(
     return {"data": legend, "layout": layout}
 
 
-def _cells_held(held: int, total_blocks: int, step: int, unit: int) -> set:
+def _cells_held(held: int, total_blocks: int, step: int, unit: int) -> set[int]:
     """The cells of ``unit`` pages holding page ``entry * step % total_blocks`` of an entry
     below ``held``, lap by lap around the pool (each lap an arithmetic progression)."""
-    cells, entry = set(), 0
+    cells: set[int] = set()
+    entry = 0
     while entry < held:
         first = entry * step % total_blocks
         count = min(held - entry, (total_blocks - 1 - first) // step + 1)  # entries of this lap

@@ -59,8 +59,9 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
     top, tpb = d.configured_max_seq_len, d.tokens_per_block
     names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
     labels = {**OUTCOME_LABELS, **({"reject": V1_REJECT_LABEL} if plan.manager == "v1" else {})}
-    traces, annotations = [], []
-    ticks = dict(x=[], y=[], color=[], text=[])
+    traces: list[dict] = []
+    annotations: list[dict] = []
+    ticks: dict[str, list] = dict(x=[], y=[], color=[], text=[])
     for outcome in ENGINE_OUTCOMES:
         color = OUTCOME_COLORS[outcome]
         ys, xs, bases, hovers = [], [], [], []

@@ -158,7 +158,8 @@ def request_fit_spec(
     hovers = [
         f"{r['id']}"
         + (f" on rank {r['rank']}" if r.get("rank") is not None else "")
-        + f": {int(r['tokens']):,} tokens<br>{OUTCOME_LABELS.get(r.get('outcome'), 'no outcome')}"
+        + f": {int(r['tokens']):,} tokens<br>"
+        + OUTCOME_LABELS.get(r.get("outcome") or "", "no outcome")
         for r in requests
     ]
     limits = (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -116,7 +117,7 @@ def base_layout(title: str, subtitle: str = "", **extra) -> dict:
     check_instance("title", title, str)
     check_instance("subtitle", subtitle, str)
     text, lines = _title_text(title, subtitle, extra.get("width", FIGURE_WIDTH))
-    layout = dict(
+    layout: dict[str, Any] = dict(
         title=dict(
             text=text,
             x=0.0,

@@ -46,15 +46,21 @@ class AdmissionModel:
     pool_mib: float
     context: int
     policy: str
-    engine: Any  # kvlab.analysis.compare.EngineConfig
-    result: Any  # kvlab.SimulationResult
+    engine: EngineConfig | None
+    result: SimulationResult | None
     outcome: str | None
     no_pool: str | None
     phase_verdict: str | None  # the closed-form verdict for the long request alone
     num_small: int
 
+    @property
+    def ran(self) -> tuple[EngineConfig, SimulationResult, str]:
+        """The engine, its run and the outcome, which a model with a pool has."""
+        assert self.engine is not None and self.result is not None and self.outcome is not None
+        return self.engine, self.result, self.outcome
+
     def pages(self, tokens: int) -> int:
-        return self.engine.geometry.blocks_for_tokens(tokens)
+        return self.ran[0].geometry.blocks_for_tokens(tokens)
 
     @property
     def label(self) -> str:
@@ -62,13 +68,14 @@ class AdmissionModel:
         return (
             "the engine refused to start"
             if self.refused_to_start
-            else viz.OUTCOME_LABELS[self.outcome]
+            else viz.OUTCOME_LABELS[self.ran[2]]
         )
 
     @property
     def refused_to_start(self) -> bool:
         """The engine raised before any pass (vLLM: no room for one block)."""
-        return self.outcome == "reject" and self.result.error is not None
+        _, result, outcome = self.ran
+        return outcome == "reject" and result.error is not None
 
 
 def admission_model(
@@ -107,20 +114,20 @@ def admission_figures(model: AdmissionModel) -> dict[str, dict]:
             "timeline": viz.scheduler_timeline_spec(empty, title="No pool, so no engine to run"),
             "demand": viz.index_row_spec(0, needed, 0, None, title=f"No pool: {model.no_pool}"),
         }
-    engine, policy = model.engine, model.policy
+    (engine, result, outcome), policy = model.ran, model.policy
     width = engine.manager(POLICIES[policy][1]).max_blocks_per_seq
     needed, complete = model.pages(model.context), model.pages(model.context + 16)
     peer = policy in PEER_POLICIES  # vLLM's and SGLang's own loops: no stall detector
-    rejected = model.result.status.get("long") == RequestState.REJECTED
+    rejected = result.status.get("long") == RequestState.REJECTED
     # the demand figure's own verdict, unless the long request never got there or it is a peer's
     said = f"{model.label}: it never reaches the row or the pool" if rejected else None
     if peer:
-        said = f"{said or viz.OUTCOME_LABELS[model.outcome]}; {PEER_ROW_NOTES[policy]}"
+        said = f"{said or viz.OUTCOME_LABELS[outcome]}; {PEER_ROW_NOTES[policy]}"
     return {
         "timeline": viz.scheduler_timeline_spec(
-            model.result,
+            result,
             stall_limit=None if peer else engine.stall_limit,
-            outcome=model.outcome,
+            outcome=outcome,
             stall_detector=not peer,
             title=f"{policy}: {model.label}",
             page="one-token page" if policy == "sglang" else "page",
@@ -129,7 +136,7 @@ def admission_figures(model: AdmissionModel) -> dict[str, dict]:
             width,
             needed,
             engine.total_blocks,
-            model.outcome,
+            outcome,
             policy=POLICIES[policy][1],
             with_output=complete,
             title=f"The long request: context {counted(needed, 'page')}, {complete:,} to "
@@ -140,7 +147,7 @@ def admission_figures(model: AdmissionModel) -> dict[str, dict]:
 
 
 def _stall_headline(model: AdmissionModel, done: int, small: int) -> str:
-    result, engine = model.result, model.engine
+    engine, result, _ = model.ran
     if not isinstance(result.error, RuntimeError):
         return "Stall: requests still unfinished when the run ended."
     deadlock = (
@@ -177,7 +184,7 @@ def admission_verdict(model: AdmissionModel) -> tuple[str | None, str]:
     """(outcome, HTML): the outcome named with the numbers."""
     if model.result is None:
         return None, verdict_html(None, model.no_pool or "no result")
-    result, engine = model.result, model.engine
+    engine, result, _ = model.ran
     small = [i for i in result.status if i != "long"]
     done = sum(result.status[i] == RequestState.FINISHED for i in small)
     finished = f"{done} of {len(small)} small requests finished"

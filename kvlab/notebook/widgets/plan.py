@@ -80,6 +80,7 @@ def plan_verdict(plan: DeploymentPlan) -> tuple[str | None, str]:
             label="cannot start",
         ) + plan_in_words_html(plan)
     if not plan.starts:
+        assert plan.hybrid is not None  # with pools built, only a hybrid's state slots stop it
         headline = (
             f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
             f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB."

@@ -3,7 +3,6 @@ block, the row's width policy) -> the pool's page map, the index row and the ver
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +24,9 @@ from kvlab.notebook.widgets.controls import (
     pool_slider,
 )
 
-#: Pool slider range, MiB (16 KiB, less than a page, to 1 GiB); it grows to hold a value given.
-POOL_MIB_RANGE = (2.0**-6, 2.0**10)
+#: Pool slider range as powers of two of MiB (16 KiB, less than a page, to 1 GiB); it grows to
+#: hold a value given.
+REPRO_POOL_EXPONENTS = (-6, 10)
 TOKENS_PER_BLOCK_CHOICES = (8, 16, 32, 64, 128)
 
 
@@ -114,7 +114,7 @@ def repro_panel(
         style={**LABEL, "button_width": "100px"},
     )
     controls = {
-        "pool_mib": pool_slider(pool_mib, tuple(int(math.log2(e)) for e in POOL_MIB_RANGE)),
+        "pool_mib": pool_slider(pool_mib, REPRO_POOL_EXPONENTS),
         "context": context_slider(context, context_choices([context])),
         "tokens_per_block": tpb,
         "policy": pol,
