@@ -135,7 +135,7 @@ class _Resize:
     tokens_per_block: int
     width: int
     pages: int
-    outcome: object
+    outcome: bool | Exception
 
     @property
     def needed(self) -> int:

@@ -16,6 +16,7 @@ from kvlab.analysis.mamba_residency import (
     qwen_plan,
     residency_bytes,
 )
+from kvlab.core.mamba import ResidencyPlan
 from kvlab.core.memory import GIB, MIB
 from kvlab.core.words import counted
 from kvlab.notebook import viz
@@ -43,7 +44,7 @@ class MambaModel:
     quota_gib: float
     max_batch_size: int
     ssm_dtype: str
-    plan: Any  # kvlab.core.mamba.ResidencyPlan
+    plan: ResidencyPlan
     split: dict  # kvlab.analysis.mamba_residency.residency_bytes(plan)
 
     @property

@@ -11,14 +11,14 @@ from typing import Any
 
 import ipywidgets as W
 
-from kvlab.analysis.rank_plan import outcome_of, plan_ranks
+from kvlab.analysis.rank_plan import RanksPlan, outcome_of, plan_ranks
 from kvlab.core.checks import check_float, check_instance, check_int
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.tables import cell_text, table
 from kvlab.notebook.widgets.controls import LABEL, WIDE, context_slider
 from kvlab.run.distributed import run_ranks
-from kvlab.run.rank_config import scenario_config
+from kvlab.run.rank_config import RunConfig, scenario_config
 from kvlab.run.scenarios import load_scenario
 
 #: Context lengths the panel offers (tokens): 128 Ki to 1 Mi, the report's 1,000,000 included.
@@ -35,8 +35,8 @@ class RanksModel:
 
     workspace_gib: float
     context: int
-    config: Any  # kvlab.run.rank_config.RunConfig
-    plan: Any  # kvlab.analysis.rank_plan.RanksPlan
+    config: RunConfig
+    plan: RanksPlan
 
     @property
     def outcome(self) -> str:
