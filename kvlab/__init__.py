@@ -21,7 +21,9 @@ from kvlab.run.run_result import DistributedResult
 from kvlab.run.simulation import Engine, SimulationResult, simulate
 from kvlab.run.trace import Trace
 from kvlab.sched.admission import ADMISSION_POLICIES, AdmissionPolicy, Verdict, make_admission
-from kvlab.sched.scheduler import ScheduledBatch, Scheduler, SchedulerDeadlock
+from kvlab.sched.base import ScheduledBatch
+from kvlab.sched.deadlock import SchedulerDeadlock
+from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler
 

@@ -20,7 +20,9 @@ from kvlab.core.geometry import KVGeometry, MambaGeometry
 from kvlab.core.mamba import MambaHybridCacheManager, StateSlotsExhausted
 from kvlab.core.request import Request
 from kvlab.run.comm import ThreadComm, in_threads
-from kvlab.sched.scheduler import ScheduleAction, Scheduler, SchedulerDeadlock
+from kvlab.sched.context_plan import ScheduleAction
+from kvlab.sched.deadlock import SchedulerDeadlock
+from kvlab.sched.scheduler import Scheduler
 
 
 class NoneFirstManager(MambaHybridCacheManager):

@@ -27,7 +27,7 @@ from kvlab.run.simulation_result import (
 )
 from kvlab.run.trace import Event, Trace
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
-from kvlab.sched.scheduler import SchedulerDeadlock
+from kvlab.sched.deadlock import SchedulerDeadlock
 
 __all__ = ["Engine", "SimulationResult", "finished_reason", "refused_to_start", "simulate"]
 

@@ -30,20 +30,11 @@ from kvlab.sched.context_plan import (
     check_chunk_budget,
     plan_context,
 )
-from kvlab.sched.deadlock import DEADLOCK_REMEDY, DEFAULT_STALL_LIMIT, SchedulerDeadlock
+from kvlab.sched.deadlock import DEFAULT_STALL_LIMIT, SchedulerDeadlock
 from kvlab.sched.make_room import RecomputePauseState, RoomMaking, contains
 from kvlab.sched.prefix_skip import PrefixAwareSkip
 from kvlab.sched.residency import ResidencyCap
 from kvlab.sched.shortcuts import CertainRefusal, grows_within_pages, pending_refusal
-
-__all__ = [
-    "DEADLOCK_REMEDY",
-    "DEFAULT_STALL_LIMIT",
-    "ScheduleAction",
-    "ScheduledBatch",
-    "Scheduler",
-    "SchedulerDeadlock",
-]
 
 
 class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.sched.base import ScheduledBatch
-from kvlab.sched.context_plan import PassBudget, plan_context
-from kvlab.sched.scheduler import ScheduleAction
+from kvlab.sched.context_plan import PassBudget, ScheduleAction, plan_context
 from kvlab.sched.shortcuts import refusal_window
 
 

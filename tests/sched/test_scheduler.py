@@ -19,7 +19,7 @@ from kvlab import (
     Scheduler,
     SchedulerDeadlock,
 )
-from kvlab.sched.scheduler import DEADLOCK_REMEDY
+from kvlab.sched.deadlock import DEADLOCK_REMEDY
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
 
