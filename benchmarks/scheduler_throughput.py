@@ -25,34 +25,12 @@ stored at a few bytes each (a one-layer toy geometry with the same tokens per pa
 scheduler's cost does not depend on the bytes behind a page, and a 20 GiB pool would not fit this
 machine's memory.
 
-Where the time went (cProfile and py-spy, peer workload, 2-core machine), round by round:
-
-1. Every pass walked every waiting request (about 110 ``_schedule_context`` calls a pass at 1,000
-   requests, 60 % of the time; the cost grew with the square of the queue). The executor's queue
-   (``Engine.queue``, ``max_num_active_requests``) bounds a pass by the active set: 64 here.
-2. Then the cost was per active request and pass: the generation step's resize with its argument
-   checks and a lambda (about 35 %), ``check_int``'s ABC instance check (15 %), the executor's
-   token bookkeeping (15 %) and phase 2 (15 %). 2,000 requests took 1.41 s (nano-vllm 0.51 s).
-3. Now a generation step that stays within the pages its cache holds (255 of 256 steps at 256
-   tokens a page) is decided inline in phase 1 (``KVCache.grow_within_pages``: the same answer as
-   ``resize``, without its checks; anything else takes the full path), a token that is neither a
-   request's first nor its last is counted without the event path, and the page-index table is
-   written through a numpy view of the same int32 memory (a torch slice write cost about 25 us).
-   2,000 requests took about 0.39 s.
-4. Phase 2 then took about 30 %: TensorRT-LLM tries every pending context each pass, so a pile of
-   contexts waiting for pages cost a whole refused attempt each, every pass (on a shrunk pool
-   under real traffic, 40 refusals a pass and 8 of every 10 seconds). A first chunk that is
-   certainly refused is now refused from one comparison (``CertainRefusal`` in
-   kvlab.sched.context_plan, asking the context planner, decision-neutral like the real
-   ``_pending_ctx_certainly_blocked``; tests/sched/test_fast_paths.py holds both paths to the
-   same decisions), and the host tier keeps its count of movable pages instead of summing
-   them per refusal.
-5. ``Request``'s ``init=False`` fields lived on the class until first set, so instances split
-   their key-sharing dicts and every attribute load took the slow path: 2.5x slower per load on
-   Python 3.12. ``Request`` and ``ScheduledBatch`` are slotted dataclasses now, ``KVCache`` has
-   ``__slots__``. 2,000 requests take about 0.27-0.31 s (Python 3.11). What is left is the
-   phase-1 loop over the active set (about half), the executor's bookkeeping, and the real page
-   moves to and from the host tier.
+Where the time went, and what was done about it (history in the commit log): the executor's
+queue bounds a pass by the active set; a generation step within the pages its cache holds and a
+first chunk certainly refused are answered from one comparison each, in
+``kvlab.sched.shortcuts`` behind one switch (``shortcuts.ENABLED``; tests/sched/test_fast_paths.py
+holds both ways to the same decisions); ``Request`` is a slotted dataclass. What is left is the
+phase-1 loop over the active set, the executor's bookkeeping and the real page moves.
 
     python benchmarks/scheduler_throughput.py [--sizes 1000 4000 16000 64000] [--trace]
                                               [--peer-bench PATH] [--repeat N]

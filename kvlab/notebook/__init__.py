@@ -1,3 +1,2 @@
-"""What the notebooks show: ``viz`` (figures), ``panel`` and ``widgets`` (live panels),
-``parameters`` (each notebook's parameter check), ``tables``, ``findings`` and ``walkthrough``
-(``kvlab walkthrough``: execute them all, summarise). Nothing below imports it."""
+"""What the notebooks show: figures, live panels, each notebook's parameter check, tables,
+findings and the walkthrough (docs/DESIGN.md maps the modules). Nothing below imports it."""

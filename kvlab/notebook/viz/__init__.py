@@ -1,9 +1,7 @@
-"""Figures: pure functions from kvlab results to plotly figures, one module per kind (``style``
-the shared look, ``pages``, ``timeline``, ``comparison``, ``ranks``, ``residency``,
-``measurements``, ``plan``, ``display``). Each comes as ``name_spec`` (a plain dict, which the
-panels hand to their views without plotly's validation) and ``name_figure`` (a go.Figure), and
-returns the same traces whatever its input, so that ``Plotly.react`` redraws it in place.
-"""
+"""Figures: pure functions from kvlab results to plotly figures, one module per kind. Each
+comes as ``name_spec`` (a plain dict the panels hand to their views) and ``name_figure`` (a
+go.Figure), and returns the same traces whatever its input, so ``Plotly.react`` redraws it in
+place."""
 
 # The package re-exports its modules' public names: notebooks use viz.NAME.
 # ruff: noqa: F401

@@ -1,7 +1,5 @@
-"""Each notebook's live panel, built on :class:`kvlab.notebook.panel.Panel` (a model from the
-controls' values, figures drawn from it, a verdict), one module a panel: ``repro`` (02),
-``step`` (03), ``admission`` (04), ``ranks`` (01), ``mamba`` (05), ``plan`` (06); ``controls``
-holds the sliders they share. The panels and what the tests read of them are importable here."""
+"""Each notebook's live panel, one module a panel, built on :class:`kvlab.notebook.panel.Panel`
+(a model from the controls' values, figures drawn from it, a verdict)."""
 
 # The package re-exports the panels and what the tests read of them.
 # ruff: noqa: F401
