@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
     from kvlab.core.page_index import PageIndexTable
     from kvlab.core.pool import PagePool
-    from kvlab.core.prefix_cache import PrefixCache
+    from kvlab.core.prefix_cache import BlockKey, PrefixCache
 
 
 class BlockReuse:
@@ -24,11 +24,16 @@ class BlockReuse:
     page_index: PageIndexTable
     prefix_cache: PrefixCache
 
+    if TYPE_CHECKING:  # the manager's own doors
+
+        def allocate_pages(self, count: int) -> list[int] | None: ...
+        def _append(self, cache: KVCache, pages: list[int]) -> None: ...
+
     def reuses(self, request: Request) -> bool:
         """Block reuse is on and the request's prompt has an identity to match."""
         return self.enable_block_reuse and bool(request.prefix_hashes)
 
-    def probe_first_new_block_key(self, request: Request) -> tuple | None:
+    def probe_first_new_block_key(self, request: Request) -> BlockKey | None:
         """The key of the first whole prompt page not committed yet (None: reuse off, no
         hashes, or none left): the real ``probe_first_new_block_key``."""
         if not self.reuses(request):

@@ -53,9 +53,10 @@ def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
         raise TypeError(
             f"{name} must be an int in [{low}, {high}], got {value!r} ({type(value).__name__})"
         )
-    if not low <= value <= high:
+    number = int(value)
+    if not low <= number <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
-    return int(value)
+    return number
 
 
 def check_param(name: str, value, label: str | None = None) -> int:

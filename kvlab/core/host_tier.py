@@ -10,7 +10,7 @@ a count of pages (host and disk as one), a cache moves all together, nothing is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from kvlab.core.checks import MAX_COUNT, check_int
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
 
 
-def _known(limit: float | None) -> bool:
+def _known(limit: float | None) -> TypeGuard[float]:
     """A limit the reader found: None or infinity (the real readers' answer) is none."""
     return limit is not None and limit != float("inf")
 

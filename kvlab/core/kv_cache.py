@@ -52,8 +52,18 @@ class KVCache:
     its page-index ``slot``, capacity and history in tokens, and while suspended to the tier
     below, the bytes of its pages (``host_copy``)."""
 
-    __slots__ = ("request_id", "slot", "manager", "pages", "committed", "capacity")
-    __slots__ += ("history_length", "suspended", "host_copy", "freed")
+    __slots__ = (
+        "request_id",
+        "slot",
+        "manager",
+        "pages",
+        "committed",
+        "capacity",
+        "history_length",
+        "suspended",
+        "host_copy",
+        "freed",
+    )
 
     def __init__(self, request_id: str, slot: int, manager: CacheOwner):
         self.request_id = request_id

@@ -81,7 +81,8 @@ class ManagerViews:
     def check_invariants(self) -> None:
         """Raise AssertionError unless: pages are conserved, no page is owned twice, and every
         row holds exactly its cache's pages followed by unused entries."""
-        owned, holders = [], {}
+        owned: list[int] = []
+        holders: dict[int, int] = {}
         for cache in self._caches.values():
             owned += cache.pages[cache.committed :]
             for page in cache.pages[: cache.committed]:

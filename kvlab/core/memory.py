@@ -111,7 +111,7 @@ class DeviceMemory:
     activations, anything else this process holds) is its activation peak, so its
     ``peak_memory_bytes`` is the creator's."""
 
-    def __init__(self, device="cuda"):
+    def __init__(self, device: str | torch.device = "cuda") -> None:
         from kvlab.core.pool import resolve_device
 
         self.device = resolve_device(device)

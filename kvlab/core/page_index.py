@@ -89,11 +89,19 @@ class PageIndexTable:
             disaggregated=disaggregated, overlap_scheduler=overlap_scheduler, pin_memory=pin_memory
         )
         num_reserved = check_param("num_reserved_index_slots", num_reserved)
-        slot_options = dict(overlap_scheduler=overlap_scheduler, num_reserved=num_reserved)
         check_table_size(
-            max_batch_size, width, pp_size, disaggregated, num_pools, beam_width, **slot_options
+            max_batch_size,
+            width,
+            pp_size,
+            disaggregated,
+            num_pools,
+            beam_width,
+            overlap_scheduler=overlap_scheduler,
+            num_reserved=num_reserved,
         )
-        self.slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
+        self.slots = num_slots(
+            max_batch_size, pp_size, disaggregated, overlap_scheduler, num_reserved
+        )
         self.width = width
         self.num_pools = num_pools
         self.beam_width = beam_width
@@ -105,7 +113,7 @@ class PageIndexTable:
         #: slots a cache may take (the rest are reserved)
         self.cache_slots = self.slots - num_reserved
         self._free_slots = list(range(self.cache_slots - 1, -1, -1))
-        self._acquired = set()
+        self._acquired: set[int] = set()
 
     @property
     def nbytes(self) -> int:

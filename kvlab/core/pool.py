@@ -138,10 +138,9 @@ class PagePool:
                 f"pages: page {page} is not allocated from this pool "
                 f"(pages are 0..{self.num_blocks - 1})"
             )
-        pages = taken
-        count = len(pages)
-        self._owned[pages] = False
-        self._stack[self._top : self._top + count] = pages
+        count = len(taken)
+        self._owned[taken] = False
+        self._stack[self._top : self._top + count] = taken
         self._top += count
         self.counters.pages_freed += count
 

@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.pool import PagePool
     from kvlab.core.request import Request
 
+#: A committed page's key: (the hash of the block holding token ``end``, ``end``).
+BlockKey = tuple[int, int]
+#: What made a committed page: the prompt's hashes and their ``tokens_per_hash``.
+Source = tuple[tuple[int, ...], int]
+
 
 def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> tuple[int, ...]:
     """One hash per ``tokens_per_hash`` tokens (the last block may be shorter), each chained
@@ -38,7 +43,7 @@ def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> tuple[int, 
     return tuple(hashes)
 
 
-def prefix_key(hashes: tuple[int, ...], tokens_per_hash: int, end: int) -> tuple:
+def prefix_key(hashes: tuple[int, ...], tokens_per_hash: int, end: int) -> BlockKey:
     """The identity of a prompt's first ``end`` tokens (module docstring); ``end`` is within
     the tokens the hashes cover."""
     if not 0 < end <= len(hashes) * tokens_per_hash:
@@ -81,10 +86,10 @@ class PrefixCache:
         self.pool = pool
         self.tokens_per_block = tokens_per_block
         self.enable_partial_reuse = enable_partial_reuse
-        self._pages: dict[tuple, int] = {}  # key -> committed page
+        self._pages: dict[BlockKey, int] = {}  # key -> committed page
         blocks = pool.num_blocks
-        self._key: list[tuple | None] = [None] * blocks  # page -> its key, None if uncommitted
-        self._source: list[tuple | None] = [None] * blocks  # page -> (hashes, tokens_per_hash)
+        self._key: list[BlockKey | None] = [None] * blocks  # page -> its key, None if uncommitted
+        self._source: list[Source | None] = [None] * blocks
         self._holders: list[int] = [0] * blocks
         #: pages no cache holds, least recently released first
         self._evictable: OrderedDict[int, None] = OrderedDict()
@@ -92,7 +97,7 @@ class PrefixCache:
         self.evictable_blocks = 0
         #: the partial-match candidates a key lookup cannot find (see :meth:`_indexed`), by
         #: (hash of the block holding the page's first token, the page's start)
-        self._by_first_block: dict[tuple, list[int]] = {}
+        self._by_first_block: dict[BlockKey, list[int]] = {}
         self.evicted_blocks = 0
 
     # -- counts ------------------------------------------------------------------------
@@ -100,7 +105,7 @@ class PrefixCache:
     def committed_blocks(self) -> int:
         return len(self._pages)
 
-    def key_of(self, page: int) -> tuple | None:
+    def key_of(self, page: int) -> BlockKey | None:
         """The key a committed page is stored under (the prefix it ends), None if uncommitted."""
         return self._key[page]
 
@@ -117,6 +122,7 @@ class PrefixCache:
         for _ in range(count):
             page = popitem(last=False)[0]
             key = keys[page]
+            assert key is not None, f"evictable page {page} is not committed"
             del pages[key]
             if self._indexed(page):
                 self._unindex(page)
@@ -131,15 +137,19 @@ class PrefixCache:
         """Whether ``page`` is in the partial-match index: a partial page (its prefix ends
         inside it), or one whose tokens span hash blocks. A whole page inside one hash block
         is found by key: a prompt agreeing with it in that block has that page's key."""
-        per_hash = self._source[page][1]
-        return (
-            self._key[page][1] % self.tokens_per_block != 0 or per_hash % self.tokens_per_block != 0
-        )
+        (_, end), (_, per_hash) = self._committed(page)
+        return end % self.tokens_per_block != 0 or per_hash % self.tokens_per_block != 0
 
-    def _first_block(self, page: int) -> tuple:
+    def _committed(self, page: int) -> tuple[BlockKey, Source]:
+        """A committed page's key and source."""
+        key, source = self._key[page], self._source[page]
+        assert key is not None and source is not None, f"page {page} is not committed"
+        return key, source
+
+    def _first_block(self, page: int) -> BlockKey:
         tokens_per_block = self.tokens_per_block
-        hashes, per_hash = self._source[page]
-        start = (self._key[page][1] - 1) // tokens_per_block * tokens_per_block
+        (_, end), (hashes, per_hash) = self._committed(page)
+        start = (end - 1) // tokens_per_block * tokens_per_block
         return hashes[start // per_hash], start
 
     def _unindex(self, page: int) -> None:
@@ -173,7 +183,7 @@ class PrefixCache:
                     partial, partial_tokens = candidate, shared
         return Match(found, partial, partial_tokens, tokens_per_block)
 
-    def first_new_key(self, request: Request) -> tuple | None:
+    def first_new_key(self, request: Request) -> BlockKey | None:
         """The key of the request's first whole prompt page not committed, or None when every
         whole page is."""
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
@@ -181,7 +191,7 @@ class PrefixCache:
         end = (len(self._committed_prefix(hashes, per_hash, usable)) + 1) * self.tokens_per_block
         return prefix_key(hashes, per_hash, end) if end <= usable else None
 
-    def _committed_prefix(self, hashes, per_hash: int, usable: int) -> list[int]:
+    def _committed_prefix(self, hashes: tuple[int, ...], per_hash: int, usable: int) -> list[int]:
         """The committed pages holding a prompt's first whole pages, in order, within ``usable``
         tokens (the walk stops at the first page not committed)."""
         tokens_per_block, get = self.tokens_per_block, self._pages.get
@@ -194,13 +204,15 @@ class PrefixCache:
             end += tokens_per_block
         return found
 
-    def _shared_tokens(self, page: int, hashes, per_hash: int, start: int, usable: int) -> int:
+    def _shared_tokens(
+        self, page: int, hashes: tuple[int, ...], per_hash: int, start: int, usable: int
+    ) -> int:
         """How far the prompt of ``hashes`` agrees with the prefix ``page`` ends, from
         ``start`` (both agree before it), within ``usable`` tokens: whole hash blocks only."""
-        other, other_per_hash = self._source[page]
+        (_, page_end), (other, other_per_hash) = self._committed(page)
         if other_per_hash != per_hash:
             return start
-        end = min(self._key[page][1], usable)
+        end = min(page_end, usable)
         for block in range(start // per_hash, (end - 1) // per_hash + 1):
             if block >= len(other) or other[block] != hashes[block]:
                 return max(start, block * per_hash)
@@ -304,6 +316,7 @@ class PrefixCache:
 
 __all__ = [
     "MOONCAKE_TOKENS_PER_HASH",
+    "BlockKey",
     "Match",
     "PrefixCache",
     "chain_hashes",

@@ -24,6 +24,12 @@ class Suspension:
     host_tier: HostTier
     max_util_for_resume: float
 
+    if TYPE_CHECKING:  # the manager's own doors
+
+        def allocate_pages(self, count: int) -> list[int] | None: ...
+        def _append(self, cache: KVCache, pages: list[int]) -> None: ...
+        def shrink(self, cache: KVCache, keep: int) -> None: ...
+
     def suspend_cache(self, cache: KVCache) -> None:
         """Native ``suspend``: its pages stay on the GPU until an allocation needs them."""
         if not cache.suspended:

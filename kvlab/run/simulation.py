@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from kvlab.core.checks import MAX_COUNT, check_bools, check_int, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.request import Request, RequestState
+from kvlab.core.request import Request
 from kvlab.run.simulation_result import (
     EngineRecords,
     SimulationResult,
@@ -113,16 +113,6 @@ class Engine(EngineRecords):
         pending = self.arrivals[self.next_arrival :] + copies  # stable: list order breaks ties
         self.arrivals[self.next_arrival :] = sorted(pending, key=lambda r: r.arrival_step)
         return copies
-
-    @property
-    def num_active(self) -> int:
-        """Requests the scheduler holds: waiting for a first chunk, running or suspended."""
-        counts = self.scheduler.counts
-        return (
-            counts[RequestState.WAITING]
-            + counts[RequestState.RUNNING]
-            + counts[RequestState.SUSPENDED]
-        )
 
     @property
     def num_live(self) -> int:

@@ -4,9 +4,9 @@ summary, the reasons its requests give, and the loop's per-step record and invar
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.manager import KVCacheManager
@@ -48,28 +48,32 @@ class SimulationResult:
         """Counts per status, goodput and latencies in steps (means over the requests they
         apply to; None where none does), and ``reused_tokens``: context tokens a cached prefix
         provided (block reuse), summed over the requests' last contexts."""
+        requests = self.requests.values()
         finished = [self.requests[i] for i in self.ids_with_status(RequestState.FINISHED)]
-        started = [r for r in self.requests.values() if r.first_scheduled_step is not None]
-        with_token = [r for r in self.requests.values() if r.first_token_step is not None]
 
-        def mean(values):
-            return sum(values) / len(values) if values else None
+        def mean_steps(
+            step_of: Callable[[Request], int | None], among: Iterable[Request] = requests
+        ) -> float | None:
+            """Mean steps from arrival to ``step_of`` over the requests that reached it."""
+            waits = [step - r.arrival_step for r in among if (step := step_of(r)) is not None]
+            return sum(waits) / len(waits) if waits else None
 
-        activated = [r for r in self.requests.values() if r.activated_step is not None]
-        summary = {status.value: len(self.ids_with_status(status)) for status in SUMMARY_STATUSES}
+        summary: dict[str, Any] = {
+            status.value: len(self.ids_with_status(status)) for status in SUMMARY_STATUSES
+        }
         summary.update(
             iterations=self.iterations,
             error=None if self.error is None else type(self.error).__name__,
             goodput_tokens_per_step=(
                 sum(r.num_generated for r in finished) / self.iterations if self.iterations else 0.0
             ),
-            mean_wait_steps=mean([r.first_scheduled_step - r.arrival_step for r in started]),
-            mean_queue_steps=mean([r.activated_step - r.arrival_step for r in activated]),
-            mean_ttft_steps=mean([r.first_token_step - r.arrival_step for r in with_token]),
-            mean_latency_steps=mean([r.end_step - r.arrival_step for r in finished]),
-            suspensions=sum(r.num_suspensions for r in self.requests.values()),
-            recomputes=sum(r.num_recomputes for r in self.requests.values()),
-            reused_tokens=sum(r.prepopulated_prompt_len for r in self.requests.values()),
+            mean_wait_steps=mean_steps(lambda r: r.first_scheduled_step),
+            mean_queue_steps=mean_steps(lambda r: r.activated_step),
+            mean_ttft_steps=mean_steps(lambda r: r.first_token_step),
+            mean_latency_steps=mean_steps(lambda r: r.end_step, finished),
+            suspensions=sum(r.num_suspensions for r in requests),
+            recomputes=sum(r.num_recomputes for r in requests),
+            reused_tokens=sum(r.prepopulated_prompt_len for r in requests),
         )
         return summary
 
@@ -213,9 +217,18 @@ class EngineRecords:
     next_arrival: int
     requests: list[Request]
     max_num_active_requests: int | None
-    num_active: int
     error: BaseException | None
     iterations: int
+
+    @property
+    def num_active(self) -> int:
+        """Requests the scheduler holds: waiting for a first chunk, running or suspended."""
+        counts = self.scheduler.counts
+        return (
+            counts[RequestState.WAITING]
+            + counts[RequestState.RUNNING]
+            + counts[RequestState.SUSPENDED]
+        )
 
     def _record(self, batch: ScheduledBatch) -> None:
         scheduler, manager = self.scheduler, self.scheduler.manager

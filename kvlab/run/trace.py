@@ -55,7 +55,7 @@ EVENT_KINDS = (
 class Trace:
     """Step records and events of one run."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.steps: list[StepRecord] = []
         self.events: list[Event] = []
 

@@ -37,6 +37,11 @@ class RoomMaking:
     _inflight: frozenset[str]
     enable_recompute_pause: bool
 
+    if TYPE_CHECKING:  # the scheduler's own steps
+
+        def _suspend(self, request: Request) -> None: ...
+        def _recompute_pause(self, request: Request) -> None: ...
+
     def _make_room(self, request, requests, index, end, pause_state, batch):
         """Suspend started requests from the tail, then (recompute pause on) free them."""
         success, end = self._evict_for_generation(request, requests, index, end, batch)

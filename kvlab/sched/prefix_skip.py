@@ -13,6 +13,7 @@ from kvlab.sched.context_plan import ContextPlan, PassBudget, ScheduleAction
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.manager import KVCacheManager
+    from kvlab.core.prefix_cache import BlockKey
 
 
 class PrefixAwareSkip:
@@ -28,11 +29,18 @@ class PrefixAwareSkip:
     #: a request with prefix hashes was admitted: before, no probe can find a key
     _admitted_hashes: bool = False
 
+    if TYPE_CHECKING:  # the scheduler's own steps
+
+        def _plan_context(
+            self, request: Request, budget_left: int | None, sized_from: int | None = None
+        ) -> ContextPlan | None: ...
+        def _prepare(self, request: Request) -> bool: ...
+
     def _enqueue(self, request: Request) -> None:
         if request.prefix_hashes:
             self._admitted_hashes = True
 
-    def _collect_contributed_blocks(self, pending: list[Request]) -> set[tuple] | None:
+    def _collect_contributed_blocks(self, pending: list[Request]) -> set[BlockKey] | None:
         """The first new blocks of the context continuations in flight, or None when the skip
         cannot fire this pass (off, no first chunk pending, or one alone with nothing in flight
         or continuing), so that no probe is paid."""

@@ -141,6 +141,7 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             batch.context_requests.append(request)
             budget.commit(tokens)
             if first_new_block is not None:  # registered once it runs this pass
+                assert contributed is not None  # a key is probed only when the skip can fire
                 contributed.add(first_new_block)
             refusal = self._pending_refusal(budget)  # the budget and the pool changed
             chunk_budget_left = self._has_context_chunk_budget(budget)
@@ -256,6 +257,7 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
                 elif request.state is not RequestState.RUNNING and not self._prepare(request):
                     action = prepare_failed
             if action is ScheduleAction.SCHEDULED:
+                assert plan is not None  # a context is scheduled only on a plan
                 request.context_chunk_size, charged, resize_tokens = plan
                 if not self.manager.resize_context(request, resize_tokens):
                     preempted_one = self._preempt_for_pages(request, batch, preempted)
