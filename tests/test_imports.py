@@ -8,10 +8,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kvlab"
 
-#: Circles known and being removed, each as its sorted modules; a circle not listed fails. Empty
-#: it once they are gone.
-KNOWN_CIRCLES: set[tuple[str, ...]] = {("kvlab.sched.sglang", "kvlab.sched.sglang_prefill")}
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -85,5 +81,5 @@ def test_circles_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {("a", "b", "c")}
 
 
-def test_no_import_circle_but_the_known_ones():
-    assert circles(import_graph()) <= KNOWN_CIRCLES
+def test_no_import_circle():
+    assert circles(import_graph()) == set()
