@@ -171,6 +171,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
             self.pool, geometry.tokens_per_block, enable_partial_reuse and enable_block_reuse
         )
         self._caches: dict[str, KVCache] = {}
+        self._held_back: list[int] = []  # pages held outside every cache (:meth:`hold_back`)
         #: The live caches by request id, read-only.
         self.caches: Mapping[str, KVCache] = MappingProxyType(self._caches)
 
@@ -201,6 +202,15 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         """``count`` pages through the pool's one door (:meth:`_make_room`); None when too few."""
         self._make_room(count)
         return self.pool.allocate(count)
+
+    def hold_back(self, count: int) -> list[int]:
+        """Take ``count`` pages held outside every cache for good, as vLLM's ``BlockPool`` takes
+        its null block at construction (vllm/v1/core/block_pool.py); they are never free."""
+        count = check_int("count", count, high=self.free_blocks)
+        pages = self.allocate_pages(count)
+        assert pages is not None, "the free pages counted were refused"
+        self._held_back += pages
+        return pages
 
     def grow(self, caches: list[KVCache], blocks: list[int]) -> bool:
         """Give each cache ``blocks`` pages, taking those they lack in one allocation, all or

@@ -25,6 +25,7 @@ class ManagerViews:
     prefix_cache: PrefixCache
     host_tier: HostTier
     _caches: dict[str, KVCache]
+    _held_back: list[int]
     max_seq_len: int
     configured_max_seq_len: int
     max_blocks_per_seq: int
@@ -79,15 +80,16 @@ class ManagerViews:
         return None
 
     def check_invariants(self) -> None:
-        """Raise AssertionError unless: pages are conserved, no page is owned twice, and every
-        row holds exactly its cache's pages followed by unused entries."""
-        owned: list[int] = []
+        """Raise AssertionError unless: pages are conserved (owned by a cache or held back,
+        committed, or free), no page is owned twice, and every row holds exactly its cache's
+        pages followed by unused entries."""
+        owned: list[int] = list(self._held_back)
         holders: dict[int, int] = {}
         for cache in self._caches.values():
             owned += cache.pages[cache.committed :]
             for page in cache.pages[: cache.committed]:
                 holders[page] = holders.get(page, 0) + 1
-        assert len(owned) == len(set(owned)), "a page is owned by two caches"
+        assert len(owned) == len(set(owned)), "a page is owned by two caches (or held back)"
         prefix_cache = self.prefix_cache
         prefix_cache.check_invariants(holders)
         assert not any(prefix_cache.is_committed(page) for page in owned), (

@@ -191,7 +191,7 @@ class SchedulerBase:
         """Raise AssertionError unless: the manager's pages are conserved and its rows
         consistent; every submitted request is in exactly one state and the state counts
         add up; a request holds an active cache iff "running", a suspended one iff
-        "suspended"; no cache outlives its request (``_own_caches`` excepted)."""
+        "suspended"; no cache outlives its request."""
         self.manager.check_invariants()
         caches = self.manager.caches
         seen = dict.fromkeys(REQUEST_STATES, 0)
@@ -217,9 +217,5 @@ class SchedulerBase:
         assert len(live) == len(set(live)) == sum(seen[s] for s in LIVE_STATES), (
             "a live request is missing from, or twice in, the active list"
         )
-        strays = set(caches) - set(live) - self._own_caches()
+        strays = set(caches) - set(live)
         assert not strays, f"caches without a live request: {strays}"
-
-    def _own_caches(self) -> set:
-        """Caches the scheduler itself holds (vLLM's null block); none by default."""
-        return set()

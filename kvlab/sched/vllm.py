@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 #: The version whose scheduler this module follows (and kvlab.backends.vllm runs).
 VLLM_VERSION = "0.34.0"
-#: kvlab's name for the one-page cache that holds vLLM's null block (block 0).
-NULL_BLOCK_ID = "<vLLM null block>"
 #: vLLM's hint after a KV memory refusal (``_more_kv_cache_memory_hint``, no extensible cache).
 MEMORY_HINT = (
     "Try increasing `gpu_memory_utilization` when initializing the engine (this flag "
@@ -177,7 +175,7 @@ class VllmScheduler(SchedulerBase):
             args.geometry,
             args.num_gpu_blocks * args.geometry.bytes_per_block,
             args.max_model_len,
-            max_batch_size=args.max_num_seqs + 1,  # one page-index row for the null block
+            max_batch_size=args.max_num_seqs,
             page_index_policy="configured",
             device=device,
             host_cache_size=0,
@@ -186,7 +184,8 @@ class VllmScheduler(SchedulerBase):
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
-        manager.grow_each([manager.create_cache(NULL_BLOCK_ID)])  # page 0, handed out first
+        #: vLLM's null block: block 0, held back from the pool (the first page it hands out)
+        self.null_block = manager.hold_back(1)[0]
         self.watermark_blocks = int(args.watermark * args.num_gpu_blocks)
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
@@ -205,9 +204,6 @@ class VllmScheduler(SchedulerBase):
 
     def _enqueue(self, request: Request) -> None:
         self.waiting.append(request)
-
-    def _own_caches(self) -> set[str]:
-        return {NULL_BLOCK_ID}
 
     def schedule(self) -> ScheduledBatch:
         """One ``Scheduler.schedule()``: the RUNNING requests in admission order, each the tokens

@@ -327,6 +327,25 @@ def test_manager_suspend_resume(seed_manager):
     assert cache.num_blocks == 4 and mgr.free_blocks == 60
 
 
+def test_pages_held_back_are_outside_every_cache_and_never_free(seed_manager):
+    mgr = seed_manager("clamped")
+    assert mgr.hold_back(1) == [0]  # the pool hands out page 0 first (vLLM's null block)
+    assert mgr.free_blocks == 63 and mgr.pool.is_allocated(0) and not mgr.caches
+    assert mgr.page_index.free_slots == 1  # no page-index row
+    mgr.check_invariants()  # conserved: held back counts with the owned pages
+    cache = mgr.create_cache("r")
+    assert cache.resize(63 * 32) and 0 not in cache.pages
+    assert not cache.resize(64 * 32)  # the held-back page is not there to take
+    mgr.free(cache)
+    assert mgr.free_blocks == 63
+    mgr.check_invariants()
+    with pytest.raises(ValueError, match=r"count must be in \[0, 63\], got 64"):
+        mgr.hold_back(64)
+    mgr.pool.free([0])  # a held-back page given back behind the manager's back
+    with pytest.raises(AssertionError):
+        mgr.check_invariants()
+
+
 def test_check_invariants_catches_a_corrupted_row(seed_manager):
     mgr = seed_manager("clamped", max_batch_size=2)
     a, b = mgr.create_cache("a"), mgr.create_cache("b")

@@ -16,7 +16,6 @@ from kvlab.analysis.presets import seed_geometry
 from kvlab.core.request import RequestState
 from kvlab.sched import shortcuts
 from kvlab.sched.vllm import (
-    NULL_BLOCK_ID,
     estimated_max_model_len,
     format_gib,
     front_door_error,
@@ -79,8 +78,10 @@ def test_block_zero_is_the_null_block_of_a_real_pool(device):
     scheduler = VllmScheduler(engine(), device=device)
     pool = scheduler.manager.pool
     assert pool.storage.device.type == device and pool.nbytes == 64 * SEED.bytes_per_block
-    assert scheduler.manager.caches[NULL_BLOCK_ID].pages == [0]
-    assert scheduler.manager.free_blocks == 63
+    assert scheduler.null_block == 0 and pool.is_allocated(0)
+    manager = scheduler.manager
+    assert not manager.caches and manager.free_slots == 4  # no cache, no row: max_num_seqs rows
+    assert manager.free_blocks == 63
     scheduler.check_invariants()
     result = simulate(
         scheduler,
