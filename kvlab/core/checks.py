@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
 
 # Upper bound for counts and byte sizes: far beyond any real GPU (1 PiB) yet small
 # enough that arithmetic on it stays exact in Python ints and torch int64.
@@ -45,7 +48,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
 }
 
 
-def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
+def check_int(name: str, value: object, *, low: int = 0, high: int = MAX_COUNT) -> int:
     """Return ``value`` if it is an int in [low, high]; raise TypeError/ValueError otherwise."""
     if type(value) is int and low <= value <= high:  # the common case, without the ABC check
         return value
@@ -59,32 +62,38 @@ def check_int(name: str, value, *, low: int = 0, high: int = MAX_COUNT) -> int:
     return number
 
 
-def check_param(name: str, value, label: str | None = None) -> int:
+def check_param(name: str, value: object, label: str | None = None) -> int:
     """Return ``value`` if it is an int in ``BOUNDS[name]``; errors name it ``label or name``."""
     low, high = BOUNDS[name]
     return check_int(label or name, value, low=low, high=high)
 
 
-def check_param_or(name: str, value, default):
+def check_param_or(name: str, value: object, default: T) -> int | T:
     """``default`` when ``value`` is None, else :func:`check_param`."""
     return default if value is None else check_param(name, value)
 
 
-def check_bools(**flags) -> None:
+def check_bools(**flags: object) -> None:
     """TypeError naming the first of ``flags`` that is not a bool."""
     for name, flag in flags.items():
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {flag!r}")
 
 
-def store_param(obj, name: str) -> None:
+def store_param(obj: object, name: str) -> None:
     """:func:`store_checked` of the field ``name`` against ``BOUNDS[name]``."""
     low, high = BOUNDS[name]
     store_checked(obj, name, check_int, low=low, high=high)
 
 
 def check_float(
-    name: str, value, *, low: float, high: float, low_open: bool = False, high_open: bool = False
+    name: str,
+    value: object,
+    *,
+    low: float,
+    high: float,
+    low_open: bool = False,
+    high_open: bool = False,
 ) -> float:
     """Return ``value`` as float if it is a real number in the range; raise otherwise."""
     interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
@@ -92,15 +101,17 @@ def check_float(
         raise TypeError(
             f"{name} must be a number in {interval}, got {value!r} ({type(value).__name__})"
         )
-    value = float(value)
-    bad_low = value <= low if low_open else value < low
-    bad_high = value >= high if high_open else value > high
-    if bad_low or bad_high or value != value:
-        raise ValueError(f"{name} must be in {interval}, got {value}")
-    return value
+    number = float(value)
+    bad_low = number <= low if low_open else number < low
+    bad_high = number >= high if high_open else number > high
+    if bad_low or bad_high or number != number:
+        raise ValueError(f"{name} must be in {interval}, got {number}")
+    return number
 
 
-def check_items(name: str, values, what: str = "items", max_items: int = MAX_ITEMS) -> list:
+def check_items(
+    name: str, values: object, what: str = "items", max_items: int = MAX_ITEMS
+) -> list[Any]:
     """``values`` (an iterable, not a str or a mapping) as a list of at most ``max_items``,
     taken without reading past that (an endless iterator is refused, not followed)."""
     if (
@@ -111,27 +122,27 @@ def check_items(name: str, values, what: str = "items", max_items: int = MAX_ITE
         raise TypeError(
             f"{name} must be a sequence of {what}, got {values!r:.80} ({type(values).__name__})"
         )
-    items = list(itertools.islice(values, max_items + 1))
+    items = list(itertools.islice(cast(Iterable[Any], values), max_items + 1))
     if len(items) > max_items:
         raise ValueError(f"{name} must hold at most {max_items:,} {what}, got more")
     return items
 
 
-def check_sequence(name: str, values, check, **limits) -> list:
+def check_sequence(name: str, values: object, check: Callable[..., T], **limits: float) -> list[T]:
     """Return ``values`` (a list, tuple, range or 1-D array, not a str) as a list, each item
     checked by ``check`` (:func:`check_int` or :func:`check_float`) under ``name``."""
     items = check_items(name, values, "numbers")
     return [check(f"{name}[{i}]", value, **limits) for i, value in enumerate(items)]
 
 
-def store_checked(obj, name: str, check, **limits) -> None:
+def store_checked(obj: object, name: str, check: Callable[..., object], **limits: float) -> None:
     """Check the field ``name`` of ``obj`` (a dataclass, frozen or not) with ``check``
     (:func:`check_int` or :func:`check_float`) and store what the check returns: a plain int
     or float, also when the caller passed a numpy scalar, whose own arithmetic would wrap."""
     object.__setattr__(obj, name, check(name, getattr(obj, name), **limits))
 
 
-def check_instance(name: str, value, kind):
+def check_instance(name: str, value: T, kind: type | tuple[type, ...]) -> T:
     """Return ``value`` if it is a ``kind`` (a class or a tuple of classes); raise TypeError
     naming the parameter, the class wanted and what came otherwise."""
     if not isinstance(value, kind):
@@ -143,18 +154,18 @@ def check_instance(name: str, value, kind):
     return value
 
 
-def check_mapping(name: str, value, kind, what: str):
+def check_mapping(name: str, value: T, kind: type | tuple[type, ...], what: str) -> T:
     """Return ``value`` if it is a non-empty mapping whose values are ``kind``s; raise TypeError or
     ValueError naming the parameter and the first bad entry otherwise."""
-    check_instance(name, value, Mapping)
-    if not value:
+    mapping = cast(Mapping[Any, Any], check_instance(name, value, Mapping))
+    if not mapping:
         raise ValueError(f"{name} must be a non-empty mapping ({what}), got an empty one")
-    for key, item in value.items():
+    for key, item in mapping.items():
         check_instance(f"{name}[{key!r:.40}]", item, kind)
     return value
 
 
-def check_choice(name: str, value, choices) -> str:
+def check_choice(name: str, value: object, choices: Collection[str]) -> str:
     """Return ``value`` if it is one of ``choices``; raise ValueError listing them otherwise."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")

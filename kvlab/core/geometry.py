@@ -55,7 +55,7 @@ class KVGeometry:
     kv_factor: int = 2
     attention_dp: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         store_checked(self, "num_layers", check_int, low=1, high=4096)
         store_checked(self, "num_kv_heads", check_int, low=1, high=4096)
         store_checked(self, "head_dim", check_int, low=1, high=65536)
@@ -148,7 +148,7 @@ class MambaGeometry:
     ssm_dtype: str = "float32"
     tp_size: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         store_checked(self, "num_mamba_layers", check_int, low=0, high=4096)
         store_checked(self, "mamba_num_heads", check_int, low=1, high=1 << 16)
         store_checked(self, "mamba_head_dim", check_int, low=1, high=1 << 16)

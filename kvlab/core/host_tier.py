@@ -10,7 +10,7 @@ a count of pages (host and disk as one), a cache moves all together, nothing is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, Protocol, TypeGuard
 
 from kvlab.core.checks import MAX_COUNT, check_int
 
@@ -49,12 +49,21 @@ def auto_host_tier_bytes(
     return quota if quota > 0 else gpu_quota_bytes
 
 
-def sync_host_tier_quota(local_quota: int, world_size: int, comm=None) -> int:
+class MinAllReduce(Protocol):
+    """What a rank's collectives offer the tier sizing (kvlab.run.comm)."""
+
+    def all_reduce_min(self, value: int) -> int: ...
+
+
+def sync_host_tier_quota(
+    local_quota: int, world_size: int, comm: MinAllReduce | None = None
+) -> int:
     """Every rank's host tier becomes the smallest (the real ``_sync_host_tier_quota``, MIN
     all-reduce, PR #17717); one rank touches no collective. ``comm``: anything with
     ``all_reduce_min(int) -> int`` (kvlab.run.comm)."""
     if world_size <= 1:
         return local_quota
+    assert comm is not None, "more than one rank needs a comm"
     return comm.all_reduce_min(local_quota)
 
 

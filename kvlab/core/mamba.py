@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -28,10 +29,12 @@ from kvlab.core.checks import (
     store_param,
 )
 from kvlab.core.geometry import KVGeometry, MambaGeometry
+from kvlab.core.host_tier import MinAllReduce
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB, MIB
 from kvlab.core.pool import resolve_device
+from kvlab.core.request import Request
 from kvlab.core.words import counted
 
 #: "raw" is merged TensorRT-LLM; "clamped" is PR #17261's proposal (closed without merging).
@@ -74,7 +77,7 @@ class ResidencyPlan:
     quota_bytes: int
     pp_size: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("requested", "dummies", "slot_bytes", "page_bytes", "quota_bytes"):
             store_checked(self, name, check_int, low=0, high=MAX_COUNT)
         store_param(self, "pp_size")
@@ -229,7 +232,9 @@ class StateSlotPool:
     """``num_slots`` recurrent-state slots of ``slot_bytes`` each, one real uint8 tensor; the
     first ``num_dummies`` are reserved (CUDA-graph padding) and never handed out."""
 
-    def __init__(self, num_slots: int, slot_bytes: int, num_dummies: int, device="cpu"):
+    def __init__(
+        self, num_slots: int, slot_bytes: int, num_dummies: int, device: str | torch.device = "cpu"
+    ) -> None:
         num_slots = check_int("num_slots", num_slots, low=0)
         slot_bytes = check_int("slot_bytes", slot_bytes, low=0)
         num_dummies = check_int("num_dummies", num_dummies, low=0, high=num_slots)
@@ -284,14 +289,14 @@ class MambaHybridCacheManager(KVCacheManager):
         *,
         pp_size: int = 1,
         residency: str = MERGED_RESIDENCY,
-        comm=None,
+        comm: MinAllReduce | None = None,
         cuda_graph_padding: bool = True,
         attention_dp: bool = False,
         warmup_batch_sizes: Sequence[int] = (),
         quota_message: str = "merged",
-        device="cpu",
-        **kwargs,
-    ):
+        device: str | torch.device = "cpu",
+        **kwargs: Any,
+    ) -> None:
         if mamba is not None and not isinstance(mamba, MambaGeometry):
             raise TypeError(f"mamba must be a MambaGeometry or None, got {type(mamba).__name__}")
         if not isinstance(attention, KVGeometry):
@@ -374,7 +379,7 @@ class MambaHybridCacheManager(KVCacheManager):
         #: the whole quota (``quota_bytes`` is what the attention pages got after the slots)
         self.hybrid_quota_bytes = quota_bytes
         self.state_slots = StateSlotPool(num_slots, plan.slot_bytes, plan.dummies, self.device)
-        self._slot_of: dict = {}
+        self._slot_of: dict[str, int] = {}
         limit = self.max_resident_sequences()
         self.warmup_batch_sizes: tuple[int, ...] = (
             warmup if limit is None else tuple(dict.fromkeys(min(b, limit) for b in warmup))
@@ -431,7 +436,7 @@ class MambaHybridCacheManager(KVCacheManager):
             return [0] * len(request_ids)
         return [self._slot_of[request_id] for request_id in request_ids]
 
-    def free(self, request) -> None:
+    def free(self, request: Request | KVCache | str) -> None:
         """Release the cache (pages, page-index slot) and its recurrent-state slot."""
         cache = request if isinstance(request, KVCache) else self.get_cache(request)
         super().free(cache)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
+from typing import Any, Self
 
 import torch
 
@@ -47,7 +48,9 @@ def _tag(exc: PageIndexTooShort, request: Request) -> None:
     )
 
 
-def _allocate_pool(quota_bytes: int, num_blocks: int, bytes_per_block: int, device) -> PagePool:
+def _allocate_pool(
+    quota_bytes: int, num_blocks: int, bytes_per_block: int, device: torch.device
+) -> PagePool:
     """The pool's real storage; torch's refusal to allocate it becomes a MemoryError that names
     quota_bytes (torch raises a RuntimeError on the CPU, OutOfMemoryError on CUDA)."""
     try:
@@ -66,7 +69,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
     """A rank's paged KV cache: pool, page-index table and the caches of its sequences."""
 
     @classmethod
-    def expecting_clamp(cls, *args, **kwargs) -> KVCacheManager:
+    def expecting_clamp(cls, *args: Any, **kwargs: Any) -> Self:
         """A manager whose max_seq_len clamp is expected: no MaxSeqLenClampWarning."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MaxSeqLenClampWarning)
@@ -79,7 +82,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         max_seq_len: int,
         max_batch_size: int,
         page_index_policy: str = "clamped",
-        device="cpu",
+        device: str | torch.device = "cpu",
         pp_size: int = 1,
         num_extra_kv_tokens: int = 0,
         reserved_draft_tokens: int = 0,
@@ -92,7 +95,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         enable_block_reuse: bool = True,
         enable_partial_reuse: bool = True,
         block_reuse_policy: str = "all_reusable",
-    ):
+    ) -> None:
         if not isinstance(geometry, KVGeometry):
             raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
         quota_bytes = check_param("quota_bytes", quota_bytes)

@@ -14,10 +14,14 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kvlab.core.checks import MAX_COUNT, check_float, check_int, store_checked
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kvlab.core.geometry import KVGeometry
 
 #: Binary units, the ones GPU memory is reported in.
 MIB = 1 << 20
@@ -48,7 +52,7 @@ class MemoryBudget:
     max_gpu_total_bytes: int | None = None
     already_allocated_kv_bytes: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         store_checked(self, "total_bytes", check_int, low=1, high=MAX_COUNT)
         for name in (
             "weights_bytes",
@@ -87,7 +91,7 @@ class MemoryBudget:
             return self.available_bytes
         return min(self.available_bytes, self.max_gpu_total_bytes)
 
-    def breakdown(self) -> dict:
+    def breakdown(self) -> dict[str, int]:
         """Bytes per use, for a stacked budget figure; the parts add up to total_bytes."""
         parts = {
             "weights": self.weights_bytes,
@@ -173,15 +177,15 @@ class DeviceMemory:
 
 
 def pool_vs_workspace(
-    geometry,
+    geometry: KVGeometry,
     weights_bytes: int,
     workspace_bytes: Sequence[int],
     *,
     max_seq_len: int,
     activation_bytes: int = 0,
     free_gpu_memory_fraction: float = 0.9,
-    device="cuda",
-) -> list[dict]:
+    device: str | torch.device = "cuda",
+) -> list[dict[str, Any]]:
     """For each workspace size: real weights and workspace on the GPU, the measured budget, then
     a real :class:`kvlab.KVCacheManager` built from its quota (the pool a real tensor). One row
     per size: the measured parts, the quota, the pool's blocks and bytes as allocated, the

@@ -10,11 +10,19 @@ policy picks the max_seq_len: "clamped" (since PR #12306; 2049 -> 65 -> 68 in th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_bools, check_choice, check_param
 from kvlab.core.table_size import MAX_TABLE_BYTES, check_table_size, num_slots, table_nbytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "BAD_PAGE_INDEX",
@@ -142,7 +150,7 @@ class PageIndexTable:
         self._acquired.discard(slot)
         self._free_slots.append(slot)
 
-    def _check_acquired(self, slot) -> None:
+    def _check_acquired(self, slot: object) -> None:
         if type(slot) is not int or slot not in self._acquired:
             raise ValueError(
                 f"slot {slot!r} is not an acquired page-index slot "
@@ -150,7 +158,7 @@ class PageIndexTable:
                 "handed out)"
             )
 
-    def _rows(self, slot: int):
+    def _rows(self, slot: int) -> npt.NDArray[np.int32]:
         """The slot's rows, every pool and beam (a numpy view of the table)."""
         return self._array[:, slot * self.beam_width : (slot + 1) * self.beam_width]
 
@@ -158,7 +166,7 @@ class PageIndexTable:
         """A cache's base page indices: a zero-copy view, pool 0, beam 0, K plane."""
         return self.table[0, slot * self.beam_width, 0]
 
-    def write(self, slot: int, start: int, pages) -> None:
+    def write(self, slot: int, start: int, pages: Sequence[int]) -> None:
         """Write page ids into entries [start, start + len(pages)) of an acquired slot's row."""
         self._check_acquired(slot)
         if type(start) is not int or not 0 <= start <= self.width - len(pages):

@@ -9,6 +9,7 @@ it gathers and ``paged_vs_contiguous`` checks it against a contiguous cache. A p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -49,7 +50,7 @@ def kv_pages(manager: KVCacheManager) -> torch.Tensor:
     )
 
 
-def _check_cache(manager: KVCacheManager, cache) -> KVCache:
+def _check_cache(manager: KVCacheManager, cache: object) -> KVCache:
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
     if manager.caches.get(cache.request_id) is not cache:
@@ -59,11 +60,11 @@ def _check_cache(manager: KVCacheManager, cache) -> KVCache:
     return cache
 
 
-def _check_layer(manager: KVCacheManager, layer) -> int:
+def _check_layer(manager: KVCacheManager, layer: object) -> int:
     return check_int("layer", layer, low=0, high=manager.geometry.num_layers - 1)
 
 
-def _check_tensor(name: str, value, ndim: int, shape_words: str) -> torch.Tensor:
+def _check_tensor(name: str, value: object, ndim: int, shape_words: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor {shape_words}, got {type(value).__name__}")
     if value.dim() != ndim or not value.is_floating_point():
@@ -205,12 +206,12 @@ def paged_attention(
 
 
 def paged_vs_contiguous(
-    device="cpu",
+    device: str | torch.device = "cpu",
     dtype: str = "float16",
     lengths: Sequence[int] = (45, 100, 7),
     num_heads: int = 4,
     seed: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """A worked check: sequences of ``lengths`` tokens grow one page at a time in turn, so
     their pages interleave in one pool; random K and V of 2 layers (2 KV heads of 64, 16 tokens
     a page) are written through their rows; ``paged_attention`` of a decoding step and of a

@@ -16,7 +16,7 @@ import torch
 from kvlab.core.checks import MAX_COUNT, check_int
 
 
-def resolve_device(device) -> torch.device:
+def resolve_device(device: str | torch.device) -> torch.device:
     """Turn "cpu"/"cuda"/"cuda:N" (or a torch.device) into a device, with a clear error when
     CUDA is asked for but absent."""
     try:
@@ -54,7 +54,7 @@ class PoolCounters:
 MAX_POOL_BLOCKS = 1 << 24
 
 
-def check_page(name: str, page) -> int:
+def check_page(name: str, page: object) -> int:
     """A page number as given to ``free`` or ``is_allocated``: an int, never a bool or a float."""
     if type(page) is int:
         return page
@@ -71,7 +71,9 @@ class PagePool:
     The free pages are a compact stack (an int32 array and its height), not a list of Python
     ints, so the bookkeeping stays at 5 bytes a page whatever the pool's size."""
 
-    def __init__(self, num_blocks: int, bytes_per_block: int, device="cpu"):
+    def __init__(
+        self, num_blocks: int, bytes_per_block: int, device: str | torch.device = "cpu"
+    ) -> None:
         num_blocks = check_int("num_blocks", num_blocks, low=1, high=MAX_POOL_BLOCKS)
         bytes_per_block = check_int("bytes_per_block", bytes_per_block, low=1, high=MAX_COUNT)
         self.device = resolve_device(device)
@@ -114,7 +116,8 @@ class PagePool:
         counters.pages_allocated += count
         if self.num_blocks - self._top > counters.peak_used:
             counters.peak_used = self.num_blocks - self._top
-        return taken.tolist()
+        pages: list[int] = taken.tolist()
+        return pages
 
     def free(self, pages: Sequence[int]) -> None:
         """Return pages to the free list; freeing a page that is not handed out is an error."""
@@ -146,7 +149,8 @@ class PagePool:
 
     def free_pages(self) -> list[int]:
         """The free pages, the next to be handed out last."""
-        return self._stack[: self._top].tolist()
+        pages: list[int] = self._stack[: self._top].tolist()
+        return pages
 
     def is_allocated(self, page: int) -> bool:
         page = check_page("page", page)

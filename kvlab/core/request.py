@@ -106,7 +106,7 @@ class Request:
     #: arrives (vLLM stops a sequence at max_model_len, finish reason "length").
     output_limit: int = field(default=0, init=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
             raise ValueError(f"request_id must be a non-empty str, got {self.request_id!r}")
         store_param(self, "prompt_len")

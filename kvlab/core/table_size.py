@@ -4,6 +4,8 @@ max_batch_size and the width, before torch is asked for the memory."""
 
 from __future__ import annotations
 
+from typing import Any
+
 #: The largest host table kvlab builds (1 GiB of int32): a configured width times a large batch
 #: would otherwise ask torch for tens of GiB. The real table of a 1M-token row (tokens_per_block
 #: 32) for 2048 sequences takes 0.5 GiB.
@@ -30,7 +32,7 @@ def table_nbytes(
     disaggregated: bool = False,
     num_pools: int = 1,
     beam_width: int = 1,
-    **slot_options,
+    **slot_options: Any,
 ) -> int:
     """Bytes of the int32 table ``[num_pools, slots * beam_width, 2, width]``."""
     slots = num_slots(max_batch_size, pp_size, disaggregated, **slot_options)
@@ -44,7 +46,7 @@ def check_table_size(
     disaggregated: bool = False,
     num_pools: int = 1,
     beam_width: int = 1,
-    **slot_options,
+    **slot_options: Any,
 ) -> int:
     """The table's bytes; ValueError naming the parameters when they exceed MAX_TABLE_BYTES."""
     nbytes = table_nbytes(

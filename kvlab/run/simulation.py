@@ -83,7 +83,7 @@ class Engine(EngineRecords):
             "max_num_active_requests", max_num_active_requests, scheduler.max_num_active_requests
         )
         self.requests: list[Request] = []
-        self._ids: set = set()
+        self._ids: set[str] = set()
         self.arrivals: list[Request] = []
         self.next_arrival = 0
         #: arrived requests the executor has not handed to the scheduler yet, oldest first

@@ -17,6 +17,8 @@ from kvlab.run.trace import StepRecord, Trace
 if TYPE_CHECKING:  # pragma: no cover
     from collections import deque
 
+    import pandas as pd
+
     from kvlab.sched.base import ScheduledBatch, SchedulerBase
 
 #: The statuses a summary counts.
@@ -44,7 +46,7 @@ class SimulationResult:
     def ids_with_status(self, status: str) -> list[str]:
         return [request_id for request_id, value in self.status.items() if value == status]
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Counts per status, goodput and latencies in steps (means over the requests they
         apply to; None where none does), and ``reused_tokens``: context tokens a cached prefix
         provided (block reuse), summed over the requests' last contexts."""
@@ -77,7 +79,7 @@ class SimulationResult:
         )
         return summary
 
-    def requests_to_pandas(self):
+    def requests_to_pandas(self) -> pd.DataFrame:
         """One row per request: status, reason, lengths, steps and preemption counts."""
         import pandas as pd
 

@@ -7,7 +7,12 @@ pays nothing for the record beyond building the tuples.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterator
+
+    import pandas as pd
 
 
 class StepRecord(NamedTuple):
@@ -62,13 +67,13 @@ class Trace:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> StepRecord:
         return self.steps[index]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[StepRecord]:
         return iter(self.steps)
 
-    def column(self, name: str) -> list:
+    def column(self, name: str) -> list[int]:
         """One metric over the run, e.g. ``trace.column("free_blocks")``."""
         if name not in StepRecord._fields:
             raise ValueError(f"name must be one of {list(StepRecord._fields)}, got {name!r}")
@@ -78,13 +83,13 @@ class Trace:
     def events_at(self, step: int) -> list[Event]:
         return [event for event in self.events if event.step == step]
 
-    def to_pandas(self):
+    def to_pandas(self) -> pd.DataFrame:
         """The step records as a DataFrame, one row per step."""
         import pandas as pd
 
         return pd.DataFrame(self.steps, columns=StepRecord._fields)
 
-    def events_to_pandas(self):
+    def events_to_pandas(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(self.events, columns=Event._fields)

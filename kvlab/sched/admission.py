@@ -133,7 +133,7 @@ class CapacityAdmission(AdmissionPolicy):
     name = "capacity"
     rejects_never_schedulable = True
 
-    def classify(self, request: Request, manager: KVCacheManager) -> tuple:
+    def classify(self, request: Request, manager: KVCacheManager) -> tuple[str, str]:
         """(class, reason): one of FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS. Only NEVER_FITS
         depends on fixed capacity; the other two read the free pages of this moment and are
         reported, never acted on."""

@@ -93,7 +93,7 @@ class SchedulerBase:
         self.counts = dict.fromkeys(REQUEST_STATES, 0)
         self._active: list[Request] = []  # admitted requests, arrival order; pruned lazily
         self._submitted: list[Request] = []
-        self._submitted_ids: set = set()
+        self._submitted_ids: set[str] = set()
         self._has_retired = False
 
     @property
@@ -148,7 +148,7 @@ class SchedulerBase:
     def _enqueue(self, request: Request) -> None:
         """An admitted request joins the scheduler's own queue (if it keeps one)."""
 
-    def schedule(self):
+    def schedule(self) -> ScheduledBatch:
         raise NotImplementedError
 
     def finish(self, request: Request) -> None:

@@ -32,7 +32,7 @@ class PassBudget:
 
     __slots__ = ("max_num_tokens", "max_num_requests", "num_tokens", "num_requests")
 
-    def __init__(self, max_num_tokens: int, max_num_requests: int):
+    def __init__(self, max_num_tokens: int | None, max_num_requests: int):
         self.max_num_tokens = max_num_tokens
         self.max_num_requests = max_num_requests
         self.num_tokens = 0

@@ -22,7 +22,7 @@ class RecomputePauseState:
 
     def __init__(self, frontier: int):
         self.frontier = frontier
-        self.victim_indices: set = set()
+        self.victim_indices: set[int] = set()
 
 
 def contains(requests: Sequence[Request], request: Request) -> bool:
@@ -41,8 +41,17 @@ class RoomMaking:
 
         def _suspend(self, request: Request) -> None: ...
         def _recompute_pause(self, request: Request) -> None: ...
+        def _try_allocate_generation(self, request: Request) -> bool: ...
 
-    def _make_room(self, request, requests, index, end, pause_state, batch):
+    def _make_room(
+        self,
+        request: Request,
+        requests: Sequence[Request],
+        index: int,
+        end: int,
+        pause_state: RecomputePauseState,
+        batch: ScheduledBatch,
+    ) -> tuple[bool, int]:
         """Suspend started requests from the tail, then (recompute pause on) free them."""
         success, end = self._evict_for_generation(request, requests, index, end, batch)
         if not success and self.enable_recompute_pause:
@@ -65,7 +74,14 @@ class RoomMaking:
         """A candidate with an active cache (the real ``_is_evictable``; no host-room check)."""
         return self._is_victim_candidate(request) and request.state is RequestState.RUNNING
 
-    def _evict_for_generation(self, request, requests, index, end, batch):
+    def _evict_for_generation(
+        self,
+        request: Request,
+        requests: Sequence[Request],
+        index: int,
+        end: int,
+        batch: ScheduledBatch,
+    ) -> tuple[bool, int]:
         """The real ``_try_evict_for_gen``: suspend started requests from the tail (never ones
         already visited) until the step fits."""
         while end > index:
@@ -82,7 +98,15 @@ class RoomMaking:
                 return True, end
         return False, end
 
-    def _recompute_pause_for_generation(self, request, requests, index, end, pause_state, batch):
+    def _recompute_pause_for_generation(
+        self,
+        request: Request,
+        requests: Sequence[Request],
+        index: int,
+        end: int,
+        pause_state: RecomputePauseState,
+        batch: ScheduledBatch,
+    ) -> tuple[bool, int]:
         """The real ``_try_recompute_pause_for_gen``: free started requests' caches from the
         tail; with a tier below (``can_evict``), ones suspended this pass too."""
         can_evict = self.manager.can_evict

@@ -9,7 +9,7 @@ connector.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from kvlab.core.checks import check_bools, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -208,7 +208,15 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             index += 1
         return pending_contexts
 
-    def _allocate_generation(self, request, requests, index, end, pause_state, batch):
+    def _allocate_generation(
+        self,
+        request: Request,
+        requests: Sequence[Request],
+        index: int,
+        end: int,
+        pause_state: RecomputePauseState,
+        batch: ScheduledBatch,
+    ) -> tuple[bool, int]:
         """The allocation and, failing it, the room-making ladder; failing that, the request
         suspends itself. Returns (fitted, the new end of the walk)."""
         fitted = self._try_allocate_generation(request)
