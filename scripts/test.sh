@@ -15,7 +15,7 @@ if [ "${1:-}" = "--quick" ]; then
     # set up once; later quick runs go straight to the tests
     python3 -c 'import kvlab, xdist, hypothesis' 2>/dev/null || bash scripts/setup.sh test
     status=0
-    python3 -m pytest -q -p no:cacheprovider -n auto \
+    python3 -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
         -m "not notebook and not ui and not vllm and not sglang and not slow and not gpu" \
         "$@" || status=$?
 else
