@@ -36,8 +36,9 @@ from kvlab.core.request import Request, RequestState
 from kvlab.run.progress import progress
 from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
 from kvlab.sched.base import SchedulerBase
+from kvlab.sched.deadlock import DEFAULT_STALL_LIMIT
 from kvlab.sched.policies import POLICIES
-from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT, Scheduler
+from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.sglang import startup_error as sglang_startup_error
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error

@@ -10,7 +10,7 @@ from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import UNFINISHED_STATUSES, RequestState
 from kvlab.run.simulation import SimulationResult
-from kvlab.sched.scheduler import SchedulerDeadlock
+from kvlab.sched.deadlock import SchedulerDeadlock
 
 
 def seed_geometry(tokens_per_block: int = 32) -> KVGeometry:

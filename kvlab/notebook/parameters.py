@@ -8,7 +8,7 @@ from kvlab.analysis.compare import EngineConfig
 from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, PR_MAX_BATCH_SIZE
 from kvlab.core.checks import check_choice, check_float, check_int
 from kvlab.core.page_index import WIDTH_POLICIES
-from kvlab.sched.scheduler import DEFAULT_STALL_LIMIT
+from kvlab.sched.deadlock import DEFAULT_STALL_LIMIT
 
 
 def check_bool(name: str, value) -> None:

@@ -18,8 +18,8 @@ from kvlab.core.words import counted
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.run.simulation import Engine, SimulationResult
+from kvlab.sched.deadlock import SchedulerDeadlock
 from kvlab.sched.policies import TRTLLM_POLICIES
-from kvlab.sched.scheduler import SchedulerDeadlock
 
 #: The seed's pool with a stall limit of 20 passes, so that the detector's end is a few key
 #: presses away (notebook 03 keeps the real 1000).
