@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvlab.analysis.presets import ENGINE_OUTCOMES, check_names, seed_geometry
+from kvlab.core.arith import div_ceil
 from kvlab.core.checks import (
     check_choice,
     check_instance,
@@ -48,11 +49,6 @@ class PhaseSetup:
 
 #: Pool sizes or context lengths: a sequence of ints, or a one-dimensional int array.
 Counts = Sequence[int] | np.ndarray
-
-
-def _div_ceil(a: np.ndarray, b: int) -> np.ndarray:
-    """:func:`kvlab.core.arith.div_ceil` over an int array."""
-    return -(-a // b)
 
 
 def _counts(name: str, values: Counts) -> np.ndarray:
@@ -96,16 +92,16 @@ def phase_verdicts(
 
     clamped = np.minimum(setup.max_seq_len, pool * tpb)
     width_len = clamped if width_policy == "clamped" else np.full_like(pool, setup.max_seq_len)
-    width = _div_ceil(_div_ceil(width_len + extra + 1, tpb), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
-    context_blocks = _div_ceil(context + extra, tpb)
-    final_blocks = _div_ceil(context + extra + max(new - 1, 0), tpb)
+    width = div_ceil(div_ceil(width_len + extra + 1, tpb), WIDTH_ALIGNMENT) * WIDTH_ALIGNMENT
+    context_blocks = div_ceil(context + extra, tpb)
+    final_blocks = div_ceil(context + extra + max(new - 1, 0), tpb)
 
     grows_past = np.where(width <= pool, CRASH, STALL)  # which limit the growth meets first
     verdict = np.where(final_blocks <= np.minimum(width, pool), OK, grows_past)
     verdict = np.where(context_blocks > pool, STALL, verdict)
     verdict = np.where(context_blocks > width, CRASH, verdict)
     if admission == "capacity":
-        demand = _div_ceil(context + new + extra, tpb)
+        demand = div_ceil(context + new + extra, tpb)
         verdict = np.where((demand > pool) | (demand > width), REJECT, verdict)
     verdict = np.where(context > setup.max_num_tokens, REJECT, verdict)
     return verdict.astype(np.int8)

@@ -4,7 +4,16 @@ cpp/include/tensorrt_llm/common/cudaUtils.h), exact on ints of any size, unlike
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, overload
 
-def div_ceil(a: int, b: int) -> int:
-    """ceil(a / b) for ints, b > 0."""
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@overload
+def div_ceil(a: int, b: int) -> int: ...
+@overload
+def div_ceil(a: np.ndarray, b: int) -> np.ndarray: ...
+def div_ceil(a: int | np.ndarray, b: int) -> int | np.ndarray:
+    """ceil(a / b) for ints, or element by element for an int array; b > 0."""
     return -(-a // b)
