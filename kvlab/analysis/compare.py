@@ -1,12 +1,8 @@
-"""One workload under several policies, and a table of what each engine did (notebooks 03, 04).
-A policy (:data:`kvlab.sched.policies.POLICIES`) is TensorRT-LLM's admission and row-width
-policy ("none/clamped": the #21470 crash; "none/configured": the one-line fix; "capacity":
-PR #21720's admission control), or another engine's own loop, held to the real engine request by
-request (docs/CONFORMANCE.md) on the same pool: "vllm", ``max_model_len`` lowered to the
-estimate its start-up refusal prints (:func:`vllm_startup_error`); "sglang", one-token pages.
-Each engine runs from its own configuration (:data:`ENGINES`: :class:`TrtllmSettings`,
-``VllmEngineArgs``, ``SglangServerArgs``), derived from one :class:`EngineConfig`.
-[kvlab] vLLM and SGLang have no stall detector, so ``stall_limit`` is TensorRT-LLM's alone.
+"""One workload under several policies (:data:`kvlab.sched.policies.POLICIES`), and a table of
+what each engine did (notebooks 03, 04). Each engine runs from its own configuration
+(:class:`TrtllmSettings`, ``VllmEngineArgs``, ``SglangServerArgs``) derived from one
+:class:`EngineConfig`; "vllm" lowers ``max_model_len`` to the estimate its start-up refusal
+prints. [kvlab] vLLM and SGLang have no stall detector: ``stall_limit`` is TensorRT-LLM's alone.
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ from typing import Any
 from kvlab.analysis.presets import check_names, engine_outcome, seed_geometry
 from kvlab.core.checks import (
     MAX_COUNT,
+    check_bools,
     check_choice,
     check_float,
     check_instance,
@@ -43,12 +40,6 @@ from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.sglang import startup_error as sglang_startup_error
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
-#: EngineConfig's own numbers (the rest are in ``kvlab.core.checks.BOUNDS``); None is unchecked.
-ENGINE_BOUNDS = {
-    "pool_mib": (check_float, dict(low=0.0, high=1 << 20, low_open=True)),
-    "host_cache_size": (check_int, dict(low=0, high=1 << 50)),
-}
-
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -69,14 +60,14 @@ class EngineConfig:
 
     def __post_init__(self):
         check_instance("geometry", self.geometry, KVGeometry)
-        for name, (check, bounds) in ENGINE_BOUNDS.items():
-            if getattr(self, name) is not None:
-                store_checked(self, name, check, **bounds)
+        store_checked(self, "pool_mib", check_float, low=0.0, high=1 << 20, low_open=True)
+        if self.host_cache_size is not None:
+            store_checked(self, "host_cache_size", check_int, low=0, high=MAX_COUNT)
         for name in ("max_seq_len", "max_batch_size", "max_num_tokens", "stall_limit"):
             store_param(self, name)
-        for name in ("chunked_prefill", "enable_block_reuse"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        check_bools(
+            chunked_prefill=self.chunked_prefill, enable_block_reuse=self.enable_block_reuse
+        )
         if self.total_blocks < 1:
             raise ValueError(
                 f"pool_mib={self.pool_mib:g} holds no page: one page of "
@@ -100,6 +91,7 @@ class EngineConfig:
         return TrtllmSettings(self, page_index_policy=width_policy).manager()
 
     def describe(self) -> str:
+        """The pool, max_seq_len, batch and tier in one line."""
         return (
             f"{readout_mib(self.pool_mib)} MiB pool = {self.total_blocks:,} pages of "
             f"{self.geometry.tokens_per_block} tokens ({self.pool_tokens:,} tokens); "
@@ -194,11 +186,6 @@ ENGINES: dict[type, EngineEntry] = {
 }
 #: The peers kvlab holds to their real engines: their types among :data:`ENGINES`.
 PEERS = {kind: ENGINES[kind] for kind in (VllmEngineArgs, SglangServerArgs)}
-#: A peer policy's admission -> ``engine`` as its engine's arguments.
-PEER_ARGS: dict[str, Callable[[EngineConfig], VllmEngineArgs | SglangServerArgs]] = {
-    "vllm": vllm_args_as_run,
-    "sglang": sglang_args,
-}
 
 
 def engine_args(
@@ -207,9 +194,10 @@ def engine_args(
     """The configuration of the engine that runs ``policy`` on ``engine``."""
     admission, width = POLICIES[check_choice("policy", policy, POLICIES)]
     check_instance("engine", engine, EngineConfig)
-    peer_args = PEER_ARGS.get(admission)
-    if peer_args is not None:
-        return peer_args(engine)
+    if admission == "vllm":
+        return vllm_args_as_run(engine)
+    if admission == "sglang":
+        return sglang_args(engine)
     return TrtllmSettings(engine, admission=admission, page_index_policy=width)
 
 
@@ -291,8 +279,13 @@ def tier_runs(
     }
 
 
-def outcome_row(policy: str, result: SimulationResult) -> dict:
-    """One row of :func:`outcome_table`."""
+def outcome_rows(results: Mapping[str, SimulationResult]) -> list[dict]:
+    """The rows of :func:`outcome_table`, one a policy."""
+    check_mapping("results", results, SimulationResult, "policy -> SimulationResult")
+    return [_outcome_row(policy, result) for policy, result in results.items()]
+
+
+def _outcome_row(policy: str, result: SimulationResult) -> dict:
     summary = result.summary()
     rejected = result.ids_with_status(RequestState.REJECTED)
     mean = {
@@ -316,11 +309,6 @@ def outcome_row(policy: str, result: SimulationResult) -> dict:
         rejected_ids=", ".join(rejected),
         reasons=" | ".join(sorted({result.reasons[i] for i in rejected})),
     )
-
-
-def outcome_rows(results: Mapping[str, SimulationResult]) -> list[dict]:
-    check_mapping("results", results, SimulationResult, "policy -> SimulationResult")
-    return [outcome_row(policy, result) for policy, result in results.items()]
 
 
 def outcome_table(results: Mapping[str, SimulationResult]):

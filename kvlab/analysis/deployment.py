@@ -1,13 +1,9 @@
 """Preflight: will a deployment hit issue #21470? ``kvlab plan`` and notebook 06.
 
-:func:`plan_deployment` answers in closed form, in the order the real start-up goes
-(docs/REFERENCE.md §1-§5, §8): the KV cache manager; each rank's pool per pipeline stage (V2
-from the creator's budget, a hybrid's state slots first; V1 from the creator's estimate and the
-memory free at construction); ``allreduce(MIN)``; the max_seq_len clamp and V2's row width, now
-and under the one-line fix; and what a lone request of each context length meets, as ranges.
-[kvlab] Derived weights split evenly over tp x pp; sliding-window layers count as full
-attention; other requests' pages are not counted; the host tier changes no verdict
-(:attr:`DeploymentPlan.notes` says each).
+:func:`plan_deployment` follows the real start-up in closed form (docs/REFERENCE.md §1-§5, §8):
+the manager; each rank's pool per stage; ``allreduce(MIN)``; the clamp and V2's row width, now and
+under the one-line fix; what a lone request of each context length meets. [kvlab] The
+simplifications (even weights, sliding windows as full attention, ...) are in the plan's notes.
 """
 
 from __future__ import annotations
@@ -313,16 +309,13 @@ class DeploymentPlan:
                 f"{d.kv_max_seq_len:,}: {_kv_len_terms(d)}): "
                 + (f"clamped to {self.clamped_max_seq_len:,}" if self.clamped else "not clamped")
             )
-            if not self.starts:
-                pass  # no table exists where construction raises
-            elif self.manager == "v2":
+            if self.starts and self.manager == "v2":
                 lines.append(
                     f"Page-index row: {self.width_current:,} entries now, {self.width_fix:,} "
                     f"under the one-line fix; table {self.table_bytes_current:,} B now, "
                     f"{self.table_bytes_fix:,} B under the fix"
                 )
-            else:
-                # the KV manager's max_seq_len, clamped or not: the words fit either
+            elif self.starts:  # no table exists where construction raises
                 lines.append(
                     f"Blocks per sequence: {self.width_current:,} (ceil of the KV manager's "
                     f"max_seq_len{', as clamped,' if self.clamped else ''} "
@@ -403,16 +396,14 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     notes = list(d.model.notes)
     notes += _setting_notes(d)
 
-    hybrid, slot_bytes = None, [0] * d.world_size
+    hybrid, slot_bytes, pages = None, [0] * d.world_size, None
     # V1 allocates a layer even for a stage with none
     has_pages = [manager == "v1" or d.attention_layers(s) > 0 for s in stages]
     if manager == "v1":
         quotas = tuple(free_at_construction(b) for b in budgets)
-        tokens = [v1_tokens(d, b, s) for b, s in zip(budgets, stages)]
-        local = tuple(int(t // tpb) for t in tokens)
+        pages = [int(v1_tokens(d, b, s) // tpb) for b, s in zip(budgets, stages)]
     else:
         quotas = tuple(b.kv_quota_bytes for b in budgets)
-        pages = None
         if d.model.linear_layers:
             hybrid, slot_bytes, pages = hybrid_plan(d, quotas, stages)
             if not hybrid["merged_builds"]:
@@ -421,21 +412,16 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
                     f"{hybrid['stage']}, so nothing runs under any current policy; the "
                     "ranges given are for the pool PR #17261's clamp (a proposal) would leave"
                 )
-        local = (
-            tuple(pages)
-            if pages is not None
-            else tuple(
-                max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
-                for q, sb, s in zip(quotas, slot_bytes, stages)
-            )
-        )
-    paged = [b for b, pages in zip(local, has_pages) if pages]
-    blocks = min(paged) if paged else 0
-    geo = d.kv_geometry()
+    if pages is None:
+        pages = [
+            max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
+            for q, sb, s in zip(quotas, slot_bytes, stages)
+        ]
+    local = tuple(pages)
+    blocks = min((b for b, paged in zip(local, has_pages) if paged), default=0)
     capacity = blocks * tpb
     configured, kv_len = d.configured_max_seq_len, d.kv_max_seq_len
-    beam = d.max_beam_width
-    extra = d.num_extra_kv_tokens
+    beam, extra = d.max_beam_width, d.num_extra_kv_tokens
     if manager == "v1":  # the window's upper bound (get_max_atten_window_upper_bound)
         bound = (blocks // beam) * tpb
         bound -= tpb if beam > 1 and kv_len > bound else 0
@@ -458,7 +444,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
 
     starts = bool(blocks) and (hybrid is None or hybrid["merged_builds"])
     setup = PhaseSetup(
-        geometry=geo,
+        geometry=d.kv_geometry(),
         max_seq_len=kv_len,
         max_new_tokens=d.max_new_tokens,
         max_num_tokens=(1 << 30) if d.chunked_prefill else d.max_num_tokens,
@@ -488,14 +474,15 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
             "can make a stall here a crash"
         )
     biggest = max(range(d.pp_size), key=lambda s: d.kv_geometry(s).bytes_per_token)
+    big = d.kv_geometry(biggest)
     return DeploymentPlan(
         deployment=d,
         budgets=budgets,
         quotas=quotas,
         local_blocks=local,
         blocks=blocks,
-        bytes_per_token=d.kv_geometry(biggest).bytes_per_token,
-        bytes_per_block=d.kv_geometry(biggest).bytes_per_block,
+        bytes_per_token=big.bytes_per_token,
+        bytes_per_block=big.bytes_per_block,
         capacity_tokens=capacity,
         clamped_max_seq_len=clamped,
         width_current=width_now,

@@ -1,7 +1,6 @@
 """Timings of the paged KV path on a device (CUDA events on a GPU, the wall clock on the CPU),
-and their storage as JSON: the per-step host-to-device copy of the page-index table (the cost
-the one-line fix raises), a gather of every page through a shuffled row against a plain copy,
-and a cold ``torch.empty`` of the pool. Bandwidths are decimal GB/s of bytes read.
+stored as JSON: the page-index table's per-step copy (the cost the one-line fix raises), a paged
+gather against a plain copy, and a cold ``torch.empty`` of the pool. Bandwidths in decimal GB/s.
 """
 
 from __future__ import annotations
@@ -21,8 +20,9 @@ from pathlib import Path
 
 import torch
 
+from kvlab.analysis.repro import page_index_price
 from kvlab.core.checks import MAX_COUNT, check_instance, check_int
-from kvlab.core.page_index import PageIndexTable, max_blocks_per_seq
+from kvlab.core.page_index import PageIndexTable
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.pool import PagePool, resolve_device
 
@@ -72,8 +72,6 @@ def _nvidia_driver():
 
 def device_slug(name: str) -> str:
     """File-name form of a device name: "NVIDIA H200" -> "h200"."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
     return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "device"
 
 
@@ -138,23 +136,11 @@ def page_index_copy(
     repeat = check_int("repeat", repeat, low=1, high=10_000)
     dev = resolve_device(device)
     rows = []
-    for seq_len in seq_lens:
-        width = max_blocks_per_seq(seq_len, tokens_per_block)
-        for batch in batches:
-            table = PageIndexTable(batch, width, pin_memory=dev.type == "cuda")
-            host = table.table
-            target = torch.empty(host.shape, dtype=host.dtype, device=dev)
-            samples = _time_device(partial(target.copy_, host, non_blocking=True), dev, repeat)
-            rows.append(
-                dict(
-                    max_seq_len=seq_len,
-                    width=width,
-                    max_batch_size=batch,
-                    slots=table.slots,
-                    nbytes=table.nbytes,
-                    **_summary("", samples, table.nbytes),
-                )
-            )
+    for row in page_index_price(seq_lens, batches, tokens_per_block):
+        host = PageIndexTable(row["max_batch_size"], row["width"], pin_memory=dev.type == "cuda")
+        target = torch.empty(host.table.shape, dtype=host.table.dtype, device=dev)
+        samples = _time_device(partial(target.copy_, host.table, non_blocking=True), dev, repeat)
+        rows.append({**row, **_summary("", samples, row["nbytes"])})
     return rows
 
 

@@ -1,11 +1,8 @@
-"""A real model's cache geometry, read from its Hugging Face ``config.json`` or a preset in
-data/models/ as TensorRT-LLM's executor reads it (``KvCacheCreator._create_kv_cache_manager``,
-``_torch/pyexecutor/_util.py`` at d8ae02c): MLA (``kv_lora_rank``) caches one K-only head of
-``kv_lora_rank + qk_rope_head_dim``; hybrids (``layer_types``, ``full_attention_interval``,
-Nemotron-H's ``hybrid_override_pattern``) keep a recurrent-state slot per sequence; otherwise
-``num_key_value_heads`` heads of ``head_dim`` on every layer. [kvlab] Sliding-window layers are
-planned as full attention, as the executor sizes them unless ``max_attention_window`` is set
-(:attr:`ModelGeometry.notes` says so); any other architecture is refused, naming what is missing.
+"""A real model's cache geometry from its Hugging Face ``config.json`` or a data/models preset,
+as TensorRT-LLM's executor reads it (``KvCacheCreator._create_kv_cache_manager``, _util.py at
+d8ae02c): MLA caches one K-only head of ``kv_lora_rank + qk_rope_head_dim``; hybrids keep a
+recurrent-state slot per sequence; otherwise ``num_key_value_heads`` heads of ``head_dim``.
+[kvlab] Sliding-window layers are planned as full attention (the notes say so).
 """
 
 from __future__ import annotations
@@ -325,7 +322,6 @@ def geometry_from_config(
     if pattern:  # Nemotron-H
         check_pattern(pattern, layers, where)
         layout = pattern.replace("*", ATTENTION).replace("E", NO_CACHE)
-        attention, linear, sliding = pattern.count("*"), pattern.count("M"), 0
         state_fields = NEMOTRON_STATE_FIELDS
     elif layer_types is not None:
         if not isinstance(layer_types, list | tuple) or not all(
@@ -347,14 +343,13 @@ def geometry_from_config(
                 f"num_hidden_layers={layers}"
             )
         layout = "".join(LAYER_KINDS[kind] for kind in layer_types)
-        sliding, linear = layout.count(SLIDING), layout.count(RECURRENT)
-        attention = layout.count(ATTENTION) + sliding
         state_fields = LINEAR_ATTENTION_STATE_FIELDS
     else:
         window = _get(config, "sliding_window")
         uses_window = window and _get(config, "use_sliding_window", True) is not False
-        attention, linear, sliding = layers, 0, (layers if uses_window else 0)
         layout = (SLIDING if uses_window else ATTENTION) * layers
+    sliding, linear = layout.count(SLIDING), layout.count(RECURRENT)
+    attention = layout.count(ATTENTION) + sliding
     if attention < 1:
         raise ConfigError(
             f"{where}: {common['architecture']} has no attention layer, so it has no KV pool "
@@ -368,13 +363,7 @@ def geometry_from_config(
         if linear
         else None
     )
-    heads = require_field(
-        config,
-        "num_attention_heads",
-        where,
-        "attention heads",
-        FIELD_BOUNDS["num_attention_heads"][1],
-    )
+    heads = check_bounded("num_attention_heads", heads, where)  # None is refused here
     kv_heads = _get(config, "num_key_value_heads")
     kv_heads = heads if kv_heads is None else check_bounded("num_key_value_heads", kv_heads, where)
     check_kv_groups(heads, kv_heads, where, "num_key_value_heads")
