@@ -26,11 +26,8 @@ class Segment:
 def change_points(setup: PhaseSetup, max_len: int) -> np.ndarray:
     """The context lengths in 1..max_len where a lone request's verdict can change: where one of
     its block counts does, and past max_num_tokens (:func:`phase_verdicts` counts blocks)."""
-    tpb, extra, new = (
-        setup.geometry.tokens_per_block,
-        setup.num_extra_kv_tokens,
-        setup.max_new_tokens,
-    )
+    tpb = setup.geometry.tokens_per_block
+    extra, new = setup.num_extra_kv_tokens, setup.max_new_tokens
     ks = np.arange(0, (max_len + extra + new) // tpb + 2, dtype=np.int64) * tpb
     points = np.sort(
         np.concatenate(

@@ -1,7 +1,6 @@
-"""A deployment, per rank, checked at construction (the door of ``kvlab plan`` and notebook 06),
-and what it resolves to before any cache exists: the KV cache manager, the max_seq_len the
-executor and the KV manager run with, each stage's geometry and each rank's memory budget
-(``KvCacheCreator._cal_max_memory``). :mod:`kvlab.analysis.deployment` plans it.
+"""A deployment, checked at construction (the door of ``kvlab plan`` and notebook 06), and what
+it resolves to before any cache exists: the manager, the max_seq_len the executor and the KV
+manager run with, each stage's geometry and each rank's budget (``KvCacheCreator._cal_max_memory``).
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 
 from kvlab.analysis.models import DEFAULT_MAX_POSITION_EMBEDDINGS, ModelGeometry
 from kvlab.core.checks import (
+    check_bools,
     check_choice,
     check_float,
     check_instance,
@@ -102,9 +102,7 @@ class Deployment:
             if getattr(self, name) is not None:
                 store_param(self, name)
         store_checked(self, "pp_size", check_int, low=1, high=self.model.num_layers)
-        for name in FLAGS:
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        check_bools(**{name: getattr(self, name) for name in FLAGS})
         for name, choices in (
             ("weights_dtype", DTYPE_BYTES),
             ("kv_dtype", DTYPE_BYTES),

@@ -205,20 +205,8 @@ def scaled_qwen3_5_27b(ssm_dtype: str = "bfloat16") -> tuple[KVGeometry, MambaGe
     """Qwen3.5-27B with every byte divided by :data:`SCALE`: the state over tp 16 with 3 of 48
     layers, one attention layer of one KV head with 8-token pages. Divide the quota by SCALE too
     and the slot counts stay the PR's."""
-    mamba = MambaGeometry(
-        num_mamba_layers=3,
-        mamba_num_heads=48,
-        mamba_head_dim=128,
-        d_state=128,
-        n_groups=16,
-        d_conv=4,
-        conv_dtype="bfloat16",
-        ssm_dtype=ssm_dtype,
-        tp_size=16,
-    )
-    attention = KVGeometry(
-        num_layers=1, num_kv_heads=1, head_dim=256, dtype="bfloat16", tokens_per_block=8
-    )
+    mamba = dataclasses.replace(qwen3_5_27b_mamba(ssm_dtype, tp_size=16), num_mamba_layers=3)
+    attention = dataclasses.replace(qwen3_5_27b_attention(8), num_layers=1, num_kv_heads=1)
     return attention, mamba
 
 

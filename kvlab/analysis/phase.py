@@ -84,11 +84,8 @@ def phase_verdicts(
             f"pool_blocks x context_lens must be at most {MAX_PHASE_CELLS:,} cells "
             f"(each a few int64 temporaries), got {pool.size:,} x {context.size:,}"
         )
-    tpb, extra, new = (
-        setup.geometry.tokens_per_block,
-        setup.num_extra_kv_tokens,
-        setup.max_new_tokens,
-    )
+    tpb = setup.geometry.tokens_per_block
+    extra, new = setup.num_extra_kv_tokens, setup.max_new_tokens
 
     clamped = np.minimum(setup.max_seq_len, pool * tpb)
     width_len = clamped if width_policy == "clamped" else np.full_like(pool, setup.max_seq_len)

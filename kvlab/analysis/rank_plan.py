@@ -1,8 +1,7 @@
-"""The closed form of :mod:`kvlab.run.distributed`, fast enough for a slider: each rank's pool
-(``RunConfig.pool_plan``), each request's rank (:func:`kvlab.run.routing.route`, every earlier
-request still live) and its verdict alone there (:func:`kvlab.analysis.phase.phase_verdicts`);
-the first crash, else stall, ends the run. [kvlab] Other requests' pages are left out; under
-chunked prefill a chunk boundary past the pool can make a stall a crash.
+"""The closed form of :mod:`kvlab.run.distributed`, fast enough for a slider: each rank's pool,
+each request's rank (routed with every earlier request live) and its verdict alone there; the
+first crash, else stall, ends the run. [kvlab] Other requests' pages are left out; under chunked
+prefill a chunk boundary past the pool can make a stall a crash.
 """
 
 from __future__ import annotations
@@ -67,11 +66,8 @@ class RanksPlan:
     @property
     def first_failure(self) -> RequestPlan | None:
         """The request whose verdict ends the run: the first crash, else the first stall."""
-        for verdict in ("crash", "stall"):
-            hit = next((r for r in self.requests if r.verdict == verdict), None)
-            if hit is not None:
-                return hit
-        return None
+        failures = [r for r in self.requests if r.verdict in ("crash", "stall")]
+        return min(failures, key=lambda r: r.verdict != "crash", default=None)
 
     @property
     def outcome(self) -> str:

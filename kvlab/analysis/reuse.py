@@ -1,9 +1,6 @@
-"""What prefix reuse could save on a trace, and replays with it on and off.
-
-A trace whose prompts carry chained block hashes (Mooncake's FAST'25 traces, one per 512 tokens,
-``Request.prefix_hashes``) says how much a never-evicting prefix cache would already hold: the
-ceiling any real reuse (TensorRT-LLM's ``enable_block_reuse``, vLLM's and SGLang's prefix
-caches) stays under. :func:`replay_with_reuse` replays it on :data:`MOONCAKE_ENGINE`.
+"""What prefix reuse could save on a trace, and replays with it on and off. Prompts with chained
+block hashes (``Request.prefix_hashes``; Mooncake's traces) say what a never-evicting prefix cache
+would hold: the ceiling any real reuse stays under. :func:`replay_with_reuse` replays a trace.
 """
 
 from __future__ import annotations
@@ -71,8 +68,6 @@ MOONCAKE_ENGINE = EngineConfig(
     max_num_tokens=8192,
     chunked_prefill=True,
 )
-
-
 _SEED_ENGINE = EngineConfig()
 
 
