@@ -97,10 +97,8 @@ class DeploymentPlan:
         policy = policy or self.current_policy
         if not self.starts and policy != CLAMP_PROPOSAL:
             return "crash"
-        order = {v: i for i, v in enumerate(ENGINE_OUTCOMES)}
-        return max(
-            (s.verdict for s in self.ranges.get(policy, ())), key=order.__getitem__, default="ok"
-        )
+        verdicts = (s.verdict for s in self.ranges.get(policy, ()))
+        return max(verdicts, key=ENGINE_OUTCOMES.index, default="ok")
 
     def longest(self, policy: str | None = None) -> int:
         """The longest context length that finishes under ``policy`` (0: none)."""
@@ -452,13 +450,6 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
     )
     if not blocks:
         ranges = {}
-    elif manager == "v1":
-        ranges = {"v1": v1_segments(d, clamped)}
-    else:  # where construction raises, only the proposal that changes it runs
-        points = change_points(setup, configured)
-        keys = {p: p for p in TRTLLM_POLICIES} if starts else {CLAMP_PROPOSAL: "none/clamped"}
-        ranges = {k: v2_segments(blocks, p, setup, points, configured) for k, p in keys.items()}
-    if not blocks:
         rank = min(range(len(local)), key=lambda r: (not has_pages[r], local[r]))
         notes.append(
             f"rank {rank}'s KV memory ({_size(quotas[rank])}) holds no "
@@ -468,6 +459,12 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
             "not model the exact start-up error); give more ranks, a larger GPU or less "
             "memory to the rest"
         )
+    elif manager == "v1":
+        ranges = {"v1": v1_segments(d, clamped)}
+    else:  # where construction raises, only the proposal that changes it runs
+        points = change_points(setup, configured)
+        keys = {p: p for p in TRTLLM_POLICIES} if starts else {CLAMP_PROPOSAL: "none/clamped"}
+        ranges = {k: v2_segments(blocks, p, setup, points, configured) for k, p in keys.items()}
     if d.chunked_prefill and any(s.verdict == "stall" for s in ranges.get("none/clamped", ())):
         notes.append(
             "chunked prefill: a chunk boundary falling between the pool and the row end "

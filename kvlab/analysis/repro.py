@@ -1,9 +1,7 @@
-"""The single-GPU repro of issue #21470: one long context against a tiny pool, no weights.
-
-The seed's experiment (RTX 5080): a 4 MiB pool of the seed's geometry, 32 tokens per block,
-max_seq_len 8192, batch size 1; ``KVCache.resize`` to 8192 tokens raises under the clamped row
-(256 entries needed, 68 available) and returns False under the configured one (260 available,
-64 pages), after which the seed retried 32 tokens. :func:`run_repro` does that on a real manager.
+"""The single-GPU repro of issue #21470 (the seed's RTX 5080): a 4 MiB pool of the seed's
+geometry, max_seq_len 8192; ``KVCache.resize`` to 8192 tokens raises under the clamped row (256
+entries needed, 68 available) and returns False under the configured one (260 entries, 64 pages),
+after which the seed retried 32 tokens. :func:`run_repro` does that on a real manager.
 """
 
 from __future__ import annotations
@@ -46,22 +44,19 @@ class ReproResult:
 
     def explain(self) -> str:
         """The arithmetic from bytes per token to the outcome, a step a line."""
-        tpb, width_len = (
-            self.tokens_per_block,
-            (self.capacity_tokens if self.policy == "clamped" else self.configured_max_seq_len),
+        tpb = self.tokens_per_block
+        clamped = self.capacity_tokens < self.configured_max_seq_len
+        width_len = (
+            self.capacity_tokens if self.policy == "clamped" else self.configured_max_seq_len
         )
         raw = div_ceil(width_len + 1, tpb)
-        clamp = (
-            f"clamped to {self.capacity_tokens:,}"
-            if self.capacity_tokens < self.configured_max_seq_len
-            else "not clamped"
-        )
+        clamp = f"clamped to {self.capacity_tokens:,}" if clamped else "not clamped"
         return "\n".join(
             [
                 f"bytes per token : {self.bytes_per_token_formula}",
                 f"pool            : {self.pool_bytes:,} B / {self.bytes_per_token:,} B = "
-                f"{self.pool_bytes // self.bytes_per_token:,} tokens -> {self.total_blocks:,} blocks of {tpb} tokens "
-                f"({self.total_blocks * tpb:,} tokens)",
+                f"{self.pool_bytes // self.bytes_per_token:,} tokens -> "
+                f"{self.total_blocks:,} blocks of {tpb} tokens ({self.total_blocks * tpb:,} tokens)",
                 f"max_seq_len     : configured {self.configured_max_seq_len:,}, {clamp}",
                 f"page-index row  : [{self.policy}] ceil(({width_len:,} + 1) / {tpb}) = {raw:,} -> "
                 f"{self.max_blocks_per_seq:,} entries (table {self.page_index_bytes:,} B)",
