@@ -1,8 +1,6 @@
-"""GPU presets for ``kvlab plan``: the total memory each reports, in bytes, and its source.
-
+"""GPU presets for ``kvlab plan``: the total memory each reports, and its source.
 ``KvCacheCreator._cal_max_memory`` starts from ``torch.cuda.mem_get_info``'s total (docs/REFERENCE.md
-§1): the H200's is measured so; the others are nvidia-smi's, about 0.5-0.9 GiB more (give
-``--gpu-gib`` for an exact plan); GB300 is what issue 21470's scenario assumes.
+§1): the H200's is measured so; the others are nvidia-smi's (give ``--gpu-gib`` for an exact plan).
 """
 
 from __future__ import annotations

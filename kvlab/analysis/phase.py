@@ -1,6 +1,5 @@
 """Closed-form verdicts for the phase diagram: what a lone request of ``context_len`` prompt
-tokens meets on a pool of ``pool_blocks`` pages, per policy: "ok", "reject" (at the door),
-"stall" (SchedulerDeadlock) or "crash" (PageIndexTooShort). Each resize checks the row width
+tokens meets on a pool of ``pool_blocks`` pages, per policy. Each resize checks the row width
 before the pool (docs/REFERENCE.md §3), so whichever the growth passes first decides. Exact for
 ``Scheduler`` with non-chunked context under either tier (a lone request evicts nothing).
 """

@@ -1,6 +1,5 @@
-"""The names kvlab's analyses share, each defined once: the seed's geometry, the outcomes a run
-or a resize can have, the classifier that names a run's outcome, and the check of a list of
-names. The policies' one table is :mod:`kvlab.sched.policies`.
+"""The names kvlab's analyses share: the seed's geometry, the outcomes a run or a resize can
+have, the classifier of a run's outcome, and the check of a list of names.
 """
 
 from __future__ import annotations
