@@ -1,21 +1,14 @@
 """simulate(): the executor loop around a scheduler, one iteration per step (the real
-``PyExecutor._executor_loop``, tensorrt_llm/_torch/pyexecutor/py_executor.py).
-
-Each step: arrivals join the executor's queue and its head is handed to the scheduler while fewer
-than ``max_num_active_requests`` are active (``_fetch_and_activate_new_requests``); one scheduling
-pass; then the batch "executes": context chunks advance (their pages committed for reuse), a
-finished context or a generation step produces a token, draft tokens are all rejected, a request
-at its last token finishes. A PageIndexTooShort or SchedulerDeadlock stops the engine as the real
-loop stops (``result.error``); any other exception is a kvlab bug. The run works on copies of the
-caller's Requests. :class:`Engine` steps the loop (kvlab.run.distributed steps one per rank).
-"""
+``PyExecutor._executor_loop``, tensorrt_llm/_torch/pyexecutor/py_executor.py): arrivals join the
+executor's queue, whose head goes to the scheduler while there is room; one scheduling pass; its
+batch executes. PageIndexTooShort or SchedulerDeadlock stops the engine, as the real loop stops."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
 
-from kvlab.core.checks import MAX_COUNT, check_bools, check_int, check_param, check_param_or
+from kvlab.core.checks import MAX_COUNT, check_instance, check_int, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import Request
 from kvlab.run.simulation_result import (
@@ -31,8 +24,6 @@ from kvlab.sched.deadlock import SchedulerDeadlock
 
 __all__ = ["Engine", "SimulationResult", "finished_reason", "refused_to_start", "simulate"]
 
-ENGINE_ERRORS = (PageIndexTooShort, SchedulerDeadlock)
-
 
 def simulate(
     scheduler: SchedulerBase,
@@ -44,22 +35,17 @@ def simulate(
 ) -> SimulationResult:
     """Run ``requests`` through a fresh ``scheduler`` for steps 0 .. max_steps - 1;
     ``check_invariants``: after every step; ``max_num_active_requests``: see :class:`Engine`."""
-    if not isinstance(scheduler, SchedulerBase):
-        raise TypeError(
-            f"scheduler must be a kvlab scheduler (Scheduler, VllmScheduler, "
-            f"SglangScheduler), got {type(scheduler).__name__}"
-        )
-    if scheduler.iteration or scheduler.submitted_requests:
-        raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
-    max_steps = check_param("max_steps", max_steps)
-    run = Engine(
+    engine = Engine(
         scheduler,
-        requests,
         check_invariants=check_invariants,
         max_num_active_requests=max_num_active_requests,
     )
-    run.execute_until(max_steps)
-    return run.result(max_steps)
+    if scheduler.iteration or scheduler.submitted_requests:
+        raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
+    max_steps = check_param("max_steps", max_steps)
+    engine.add_requests(requests)
+    engine.execute_until(max_steps)
+    return engine.result(max_steps)
 
 
 class Engine(EngineRecords):
@@ -77,18 +63,16 @@ class Engine(EngineRecords):
     ):
         if not isinstance(scheduler, SchedulerBase):
             raise TypeError(f"scheduler must be a Scheduler (or a peer's), got {scheduler!r:.60}")
-        check_bools(check_invariants=check_invariants)
         self.scheduler = scheduler
+        self.check_invariants = check_instance("check_invariants", check_invariants, bool)
         self.max_num_active_requests = check_param_or(
             "max_num_active_requests", max_num_active_requests, scheduler.max_num_active_requests
         )
         self.requests: list[Request] = []
-        self._ids: set[str] = set()
-        self.arrivals: list[Request] = []
+        self.arrivals: list[Request] = []  # sorted by arrival step; those before next_arrival came
         self.next_arrival = 0
         #: arrived requests the executor has not handed to the scheduler yet, oldest first
         self.queue: deque[Request] = deque()
-        self.check_invariants = check_invariants
         self.trace = Trace()
         self.error: BaseException | None = None
         #: what the latest scheduling pass decided (None before the first pass)
@@ -100,15 +84,15 @@ class Engine(EngineRecords):
     def add_requests(self, requests: Iterable[Request]) -> list[Request]:
         """Queue copies of ``requests`` (none arriving before ``step``) and return them."""
         copies = fresh_copies(requests)
+        known = {r.request_id for r in self.requests}
         for request in copies:
-            if request.request_id in self._ids:
+            if request.request_id in known:
                 raise ValueError(f"request_id {request.request_id!r} is already in this engine")
             if request.arrival_step < self.step:
                 raise ValueError(
                     f"request {request.request_id!r} arrives at step "
                     f"{request.arrival_step}, before the engine's step {self.step}"
                 )
-        self._ids.update(r.request_id for r in copies)
         self.requests.extend(copies)
         pending = self.arrivals[self.next_arrival :] + copies  # stable: list order breaks ties
         self.arrivals[self.next_arrival :] = sorted(pending, key=lambda r: r.arrival_step)
@@ -129,8 +113,7 @@ class Engine(EngineRecords):
 
     def iterate(self) -> bool:
         """Step ``step``: activate the arrivals, then, if any request is live, one scheduling
-        pass and its batch, and on to the next step (False, staying, when none is live). An
-        engine error stops the engine for good (``error``)."""
+        pass and its batch (False, the clock staying, when none is live)."""
         if self.error is not None:
             raise RuntimeError(f"the engine stopped at step {self.step - 1}: {self.error}")
         self._fetch_and_activate()
@@ -138,11 +121,10 @@ class Engine(EngineRecords):
             return False
         try:
             self.last_batch = self.scheduler.schedule()
-        except ENGINE_ERRORS as exc:
+        except (PageIndexTooShort, SchedulerDeadlock) as exc:
             self.error = exc
-            self.trace.events.append(
-                Event(self.step, "engine_stopped", getattr(exc, "request_id", ""), str(exc))
-            )
+            culprit = getattr(exc, "request_id", "")
+            self.trace.events.append(Event(self.step, "engine_stopped", culprit, str(exc)))
             self.last_batch = ScheduledBatch()
         else:
             self._execute(self.last_batch)
@@ -156,20 +138,17 @@ class Engine(EngineRecords):
     def execute_until(self, max_steps: int) -> None:
         """Iterate until the engine stops, has nothing left to do, or reaches ``max_steps``."""
         max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
-        while self.step < max_steps and self.error is None:
+        while self.error is None and (self.num_live or self.has_pending_arrivals):
             if not self.num_live:
-                if not self.has_pending_arrivals:
-                    return
                 self.advance_to(self.arrivals[self.next_arrival].arrival_step)
-                if self.step >= max_steps:
-                    return
+            if self.step >= max_steps:
+                return
             self.iterate()
 
     def _fetch_and_activate(self) -> None:
         """Arrivals join the queue; the queue's head becomes active while there is room."""
         while (
-            self.next_arrival < len(self.arrivals)
-            and self.arrivals[self.next_arrival].arrival_step <= self.step
+            self.has_pending_arrivals and self.arrivals[self.next_arrival].arrival_step <= self.step
         ):
             self.queue.append(self.arrivals[self.next_arrival])
             self.next_arrival += 1
@@ -180,59 +159,51 @@ class Engine(EngineRecords):
             verdict = self.scheduler.submit(request)
             if not verdict.admitted:
                 request.end_step = self.step
-                self.trace.events.append(
-                    Event(self.step, "rejected", request.request_id, verdict.reason)
-                )
+                self._event("rejected", request, verdict.reason)
 
     def _execute(self, batch: ScheduledBatch) -> None:
-        step, events = self.step, self.trace.events
+        manager = self.scheduler.manager
         for request in batch.paused_requests:
-            events.append(Event(step, "suspended", request.request_id))
+            self._event("suspended", request)
         for request in batch.recompute_paused_requests:
             detail = f"{request.context_len} context tokens to recompute"
-            events.append(Event(step, "recompute_paused", request.request_id, detail))
+            self._event("recompute_paused", request, detail)
         for request in batch.aborted_requests:  # one that never started was turned away
-            request.end_step = step
+            request.end_step = self.step
             kind = "rejected" if request.first_scheduled_step is None else "aborted"
-            events.append(Event(step, kind, request.request_id, request.reason))
+            self._event(kind, request, request.reason)
         for request in batch.fitting_disagg_gen_init_requests:
             self._mark_started(request)
             request.context_current_position = request.prompt_len
-            self.scheduler.manager.reject_draft_tokens(request)
+            manager.reject_draft_tokens(request)
             self._produce_token(request)  # the context server's first token
-        update = self.scheduler.manager.update_context
         for request in batch.context_requests:
             self._mark_started(request)
             request.context_current_position += request.context_chunk_size
-            update(request)
+            manager.update_context(request)
             if request.is_context_finished:
-                self.scheduler.manager.reject_draft_tokens(request)
+                manager.reject_draft_tokens(request)
                 self._produce_token(request)
         for request in batch.generation_requests:
-            if request.num_draft_tokens:
-                self.scheduler.manager.reject_draft_tokens(request)
-            if (
-                request.first_token_step is None
-                or request.num_generated + 1 >= request.output_limit
-            ):
-                self._produce_token(request)  # a first or a last token: events to record
-            else:
-                request.num_generated += 1
+            manager.reject_draft_tokens(request)
+            self._produce_token(request)
+
+    def _event(self, kind: str, request: Request, detail: str = "") -> None:
+        self.trace.events.append(Event(self.step, kind, request.request_id, detail))
 
     def _mark_started(self, request: Request) -> None:
         if request.first_scheduled_step is None:
             request.first_scheduled_step = self.step
-            self.trace.events.append(Event(self.step, "started", request.request_id))
+            self._event("started", request)
 
     def _produce_token(self, request: Request) -> None:
         if request.num_generated < request.output_limit:
             request.num_generated += 1
             if request.first_token_step is None:
                 request.first_token_step = self.step
-                self.trace.events.append(Event(self.step, "first_token", request.request_id))
+                self._event("first_token", request)
         if request.num_generated >= request.output_limit and request.is_context_finished:
-            # is_finished_generating, its cheap half first
             self.scheduler.finish(request)
             request.end_step = self.step
             request.reason = finished_reason(request, self.step)
-            self.trace.events.append(Event(self.step, "finished", request.request_id))
+            self._event("finished", request)

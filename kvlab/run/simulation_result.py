@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.request import LIVE_STATES, Request, RequestState
+from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, Request, RequestState
 from kvlab.core.words import a_or_an, counted
 from kvlab.run.trace import StepRecord, Trace
 
@@ -21,13 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from kvlab.sched.base import ScheduledBatch, SchedulerBase
 
-#: The statuses a summary counts.
-SUMMARY_STATUSES = (
-    RequestState.FINISHED,
-    RequestState.REJECTED,
-    RequestState.WAITING,
-    RequestState.RUNNING,
-)
+#: The Request fields :meth:`SimulationResult.requests_to_pandas` shows, in order.
+REQUEST_COLUMNS = (
+    "prompt_len max_new_tokens num_generated arrival_step first_scheduled_step first_token_step"
+    " end_step num_suspensions num_recomputes num_refusals"
+).split()
 
 
 @dataclass
@@ -60,9 +58,8 @@ class SimulationResult:
             waits = [step - r.arrival_step for r in among if (step := step_of(r)) is not None]
             return sum(waits) / len(waits) if waits else None
 
-        summary: dict[str, Any] = {
-            status.value: len(self.ids_with_status(status)) for status in SUMMARY_STATUSES
-        }
+        statuses = (RequestState.FINISHED, RequestState.REJECTED, *UNFINISHED_STATUSES)
+        summary: dict[str, Any] = {s.value: len(self.ids_with_status(s)) for s in statuses}
         summary.update(
             iterations=self.iterations,
             error=None if self.error is None else type(self.error).__name__,
@@ -89,16 +86,7 @@ class SimulationResult:
                 status=self.status[r.request_id],
                 state=r.state,
                 reason=self.reasons[r.request_id],
-                prompt_len=r.prompt_len,
-                max_new_tokens=r.max_new_tokens,
-                num_generated=r.num_generated,
-                arrival_step=r.arrival_step,
-                first_scheduled_step=r.first_scheduled_step,
-                first_token_step=r.first_token_step,
-                end_step=r.end_step,
-                num_suspensions=r.num_suspensions,
-                num_recomputes=r.num_recomputes,
-                num_refusals=r.num_refusals,
+                **{column: getattr(r, column) for column in REQUEST_COLUMNS},
                 reused_tokens=r.prepopulated_prompt_len,
             )
             for r in self.requests.values()
@@ -111,10 +99,8 @@ def refused_to_start(requests: Iterable[Request], message: str) -> SimulationRes
     rejected with ``message``, nothing run, and a ValueError as the error."""
     copies = {r.request_id: r for r in fresh_copies(requests)}
     for request in copies.values():
-        request.state, request.reason = (
-            RequestState.REJECTED,
-            f"the engine refused to start: {message}",
-        )
+        request.state = RequestState.REJECTED
+        request.reason = f"the engine refused to start: {message}"
     return SimulationResult(
         status=dict.fromkeys(copies, RequestState.REJECTED),
         reasons={i: r.reason for i, r in copies.items()},
@@ -171,11 +157,9 @@ def unfinished_reason(
         geometry = manager.geometry
         refusals = request.num_refusals
         passes = (
-            "not refused by any scheduling pass before the run ended"
-            if refusals == 0
-            else "refused in 1 scheduling pass"
-            if refusals == 1
-            else f"refused in {refusals:,} scheduling passes"
+            f"refused in {counted(refusals, 'scheduling pass')}"
+            if refusals
+            else "not refused by any scheduling pass before the run ended"
         )
         detail = (
             f"{passes}; its context of "

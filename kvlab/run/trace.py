@@ -1,12 +1,9 @@
-"""The record of a run: per-step metrics and events, plain tuples until asked for a DataFrame.
-
-Each step appends one ``StepRecord`` and any number of ``Event`` tuples; nothing touches
-pandas until ``to_pandas`` / ``events_to_pandas`` is called at the edge, so a simulation
-pays nothing for the record beyond building the tuples.
-"""
+"""The record of a run: a ``StepRecord`` per step and ``Event``s, plain tuples until
+``to_pandas`` / ``events_to_pandas`` builds a DataFrame at the edge."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,12 +54,12 @@ EVENT_KINDS = (
 )
 
 
+@dataclass(repr=False, eq=False)
 class Trace:
     """Step records and events of one run."""
 
-    def __init__(self) -> None:
-        self.steps: list[StepRecord] = []
-        self.events: list[Event] = []
+    steps: list[StepRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -79,9 +76,6 @@ class Trace:
             raise ValueError(f"name must be one of {list(StepRecord._fields)}, got {name!r}")
         position = StepRecord._fields.index(name)
         return [record[position] for record in self.steps]
-
-    def events_at(self, step: int) -> list[Event]:
-        return [event for event in self.events if event.step == step]
 
     def to_pandas(self) -> pd.DataFrame:
         """The step records as a DataFrame, one row per step."""

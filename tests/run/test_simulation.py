@@ -284,7 +284,7 @@ def test_draft_tokens_are_reserved_each_step_and_rewound():
         (
             lambda s: simulate("scheduler", []),
             TypeError,
-            r"scheduler must be a kvlab scheduler \(Scheduler",
+            r"scheduler must be a Scheduler \(or a peer",
         ),
     ],
 )
