@@ -11,14 +11,15 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import PurePath
-from typing import Protocol
 
 import torch
 
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
-from kvlab.core.request import LIVE_STATES, Request
+from kvlab.core.request import LIVE_STATES
+from kvlab.run.comm import ThreadComm, TorchComm
 from kvlab.run.monitor import RunMonitor
 from kvlab.run.rank_config import STORAGE_BYTES_PER_TOKEN, Fault, RunConfig
 from kvlab.run.routing import route
@@ -31,14 +32,7 @@ __all__ = ["FAULT_EXIT_CODE", "RankResult", "RankRunner", "RankStatus", "rank_lo
 
 #: Exit code of a rank process that a Fault(kind="die") ends.
 FAULT_EXIT_CODE = 17
-
-
-class Comm(Protocol):
-    """The collectives a rank uses (kvlab.run.comm)."""
-
-    def all_reduce_min(self, value: int) -> int: ...
-    def all_gather_ints(self, values: Sequence[int]) -> list[list[int]]: ...
-    def all_gather(self, obj: object) -> list[object]: ...
+ARRIVAL_STEP = attrgetter("arrival_step")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +77,7 @@ class RankRunner:
         self.stop_reason: str | None = None
         self.outcome = Outcome.FINISHED
         self.step = 0
-        self._arrivals = sorted(config.requests, key=_arrival)
+        self._arrivals = sorted(config.requests, key=ARRIVAL_STEP)
         self._next = 0
 
     @property
@@ -169,7 +163,7 @@ class RankRunner:
                 monitor.fault_fired()
             _inject(fault)
         start = self._next
-        self._next = bisect.bisect_right(self._arrivals, self.step, start, key=_arrival)
+        self._next = bisect.bisect_right(self._arrivals, self.step, start, key=ARRIVAL_STEP)
         new = self._arrivals[start : self._next]
         if new:
             live, tokens = [s.live for s in statuses], [s.active_tokens for s in statuses]
@@ -202,10 +196,6 @@ class RankRunner:
         )
 
 
-def _arrival(request: Request) -> int:
-    return request.arrival_step
-
-
 def _inject(fault: Fault) -> None:
     if fault.kind == "die":
         os._exit(FAULT_EXIT_CODE)
@@ -213,7 +203,7 @@ def _inject(fault: Fault) -> None:
         time.sleep(3600)
 
 
-def gather_statuses(comm: Comm, status: RankStatus) -> list[RankStatus]:
+def gather_statuses(comm: TorchComm | ThreadComm, status: RankStatus) -> list[RankStatus]:
     """Every rank's (live, active tokens, failed) as ints; the errors' text only when one failed."""
     rows = comm.all_gather_ints([status.live, status.active_tokens, status.error is not None])
     errors = comm.all_gather(status.error) if any(row[2] for row in rows) else [None] * len(rows)
@@ -224,7 +214,7 @@ def gather_statuses(comm: Comm, status: RankStatus) -> list[RankStatus]:
 
 
 def rank_loop(
-    runner: RankRunner, comm: Comm, on_step: Callable[[int], None] | None = None
+    runner: RankRunner, comm: TorchComm | ThreadComm, on_step: Callable[[int], None] | None = None
 ) -> RankResult:
     """The per-rank program: MIN all-reduce, build, then lockstep iterations. With a monitor,
     the rank marks when it waits in a collective (the parent names a hung rank by it)."""

@@ -181,32 +181,22 @@ def _deployment(scenario: Scenario) -> ScenarioDeployment:
     return dep
 
 
-def _workspace(workspace_gib: float | None) -> float | None:
-    if workspace_gib is None:
-        return None
-    return check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20)
-
-
 def rank_budget(
     scenario: Scenario, rank: int, ranks: int, workspace_gib: float | None = None
 ) -> MemoryBudget:
     """Rank ``rank``'s :func:`ramped_budget` in a deployment scenario; ``workspace_gib``
     overrides the scenario's base workspace."""
-    _deployment(scenario)
+    dep = _deployment(scenario)
     ranks = check_int("ranks", ranks, low=1, high=MAX_RANKS)
     rank = check_int("rank", rank, low=0, high=ranks - 1)
-    return _budget(scenario, rank, ranks, _workspace(workspace_gib))
-
-
-def _budget(scenario: Scenario, rank: int, ranks: int, workspace_gib: float | None) -> MemoryBudget:
-    dep = scenario.deployment
-    assert dep is not None
+    if workspace_gib is None:
+        workspace_gib = dep.workspace_gib
     return ramped_budget(
         rank,
         ranks,
         gpu_gib=dep.gpu_memory_gib,
         weights_bytes=scenario.parameters.model_weights_bytes,
-        workspace_gib=dep.workspace_gib if workspace_gib is None else workspace_gib,
+        workspace_gib=check_float("workspace_gib", workspace_gib, low=0.0, high=1 << 20),
         workspace_skew_gib=dep.workspace_skew_gib,
         activations_gib=dep.activations_gib,
         non_torch_gib=dep.non_torch_gib,
@@ -263,7 +253,6 @@ def scenario_config(
     dep, p = _deployment(scenario), scenario.parameters
     ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
     check_choice("policy", policy, TRTLLM_POLICIES)
-    workspace_gib = _workspace(workspace_gib)
     if context_length is not None:
         context_length = check_int("context_length", context_length, low=1, high=1 << 30)
     requests, pins = [], {}
@@ -286,7 +275,7 @@ def scenario_config(
             pins[spec.id] = spec.rank
     return RunConfig(
         geometry=scenario_geometry(scenario),
-        budgets=tuple(_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),
+        budgets=tuple(rank_budget(scenario, r, ranks, workspace_gib) for r in range(ranks)),
         policy=policy,
         max_seq_len=p.configured_max_seq_len,
         max_batch_size=p.max_batch_size,
