@@ -70,7 +70,9 @@ class RankRunner:
 
     def __init__(self, rank: int, config: RunConfig, device: torch.device | str = "cpu"):
         self.rank, self.config, self.device = rank, config, device
-        self.local_blocks = config.geometry.blocks_in(config.budgets[rank].kv_quota_bytes)
+        geo = config.geometry
+        local_blocks = geo.blocks_in(config.budgets[rank].kv_quota_bytes)
+        self.local_capacity_tokens = local_blocks * geo.tokens_per_block
         self.monitor: RunMonitor | None = None  # the process mode's shared record
         self.built = False
         self.exception: BaseException | None = None
@@ -79,10 +81,6 @@ class RankRunner:
         self.step = 0
         self._arrivals = sorted(config.requests, key=ARRIVAL_STEP)
         self._next = 0
-
-    @property
-    def local_capacity_tokens(self) -> int:
-        return self.local_blocks * self.config.geometry.tokens_per_block
 
     def build(self, capacity_tokens: int) -> None:
         """Build the pool from the all-reduced token capacity, which must not exceed ours."""
@@ -102,7 +100,7 @@ class RankRunner:
             kv_factor=1,
         )
         admission, page_policy = POLICIES[cfg.policy]
-        manager = KVCacheManager.expecting_clamp(
+        self.manager = KVCacheManager.expecting_clamp(
             storage,
             quota_bytes=self.blocks * storage.bytes_per_block,
             max_seq_len=cfg.max_seq_len,
@@ -110,10 +108,9 @@ class RankRunner:
             page_index_policy=page_policy,
             device=self.device,
         )
-        self.manager = manager
         self.engine = Engine(
             Scheduler(
-                manager,
+                self.manager,
                 admission=admission,
                 max_num_tokens=cfg.max_num_tokens,
                 max_batch_size=cfg.max_batch_size,

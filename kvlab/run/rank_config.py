@@ -252,7 +252,6 @@ def scenario_config(
     deterministically: prompts spread evenly, ``per_step`` arriving a step."""
     dep, p = _deployment(scenario), scenario.parameters
     ranks = dep.ranks if ranks is None else check_int("ranks", ranks, low=1, high=MAX_RANKS)
-    check_choice("policy", policy, TRTLLM_POLICIES)
     if context_length is not None:
         context_length = check_int("context_length", context_length, low=1, high=1 << 30)
     requests, pins = [], {}

@@ -1,5 +1,5 @@
 """The record of a run: a ``StepRecord`` per step and ``Event``s, plain tuples until
-``to_pandas`` / ``events_to_pandas`` builds a DataFrame at the edge."""
+``to_pandas`` builds a DataFrame at the edge."""
 
 from __future__ import annotations
 
@@ -82,11 +82,6 @@ class Trace:
         import pandas as pd
 
         return pd.DataFrame(self.steps, columns=StepRecord._fields)
-
-    def events_to_pandas(self) -> pd.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame(self.events, columns=Event._fields)
 
     def __repr__(self) -> str:
         return f"Trace({len(self.steps)} steps, {len(self.events)} events)"
