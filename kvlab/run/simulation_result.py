@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvlab.core.checks import MAX_COUNT, check_int, check_items
-from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, Request, RequestState
 from kvlab.core.words import a_or_an, counted
 from kvlab.run.trace import StepRecord, Trace
@@ -143,55 +142,6 @@ def fresh_copies(requests: Iterable[Request]) -> list[Request]:
     return copies
 
 
-def unfinished_reason(
-    request: Request,
-    max_steps: int,
-    step: int,
-    error: BaseException | None,
-    manager: KVCacheManager,
-    max_num_active_requests: int | None,
-) -> str:
-    """The reason a request still in the engine when the run ended gives."""
-    submitted = request.activated_step is not None
-    if request.state is RequestState.WAITING and submitted:
-        geometry = manager.geometry
-        refusals = request.num_refusals
-        passes = (
-            f"refused in {counted(refusals, 'scheduling pass')}"
-            if refusals
-            else "not refused by any scheduling pass before the run ended"
-        )
-        detail = (
-            f"{passes}; its context of "
-            f"{request.context_len:,} tokens needs "
-            f"{geometry.blocks_for_tokens(request.context_len):,} pages, the pool has "
-            f"{manager.total_blocks:,}, {manager.free_blocks:,} of them "
-            "free when the run ended"
-        )
-    elif submitted:  # running, or suspended (reported as running: it keeps its KV)
-        detail = (
-            "suspended, its pages held, after " if request.state is RequestState.SUSPENDED else ""
-        ) + f"{request.num_generated:,} of {request.max_new_tokens:,} tokens generated"
-    elif request.arrival_step < step:
-        detail = (
-            f"in the executor's queue since step {request.arrival_step:,}, behind "
-            f"{max_num_active_requests:,} active requests (max_num_active_requests)"
-        )
-    else:
-        detail = f"it arrives at step {request.arrival_step:,}"
-    if error is not None:
-        culprit = getattr(error, "request_id", None) == request.request_id
-        return (
-            f"engine stopped at step {step - 1:,} by {type(error).__name__}"
-            f"{' raised by this request' if culprit else ''} ({detail}): {error}"
-        )
-    if not submitted and request.arrival_step < step:
-        return f"still queued when the run ended at max_steps={max_steps}: {detail}"
-    if not submitted:
-        return f"not submitted: {detail}, and the run ended at max_steps={max_steps}"
-    return f"still {request.state} when the run ended at max_steps={max_steps}: {detail}"
-
-
 class EngineRecords:
     """The executor loop's trace step and invariants, mixed into kvlab.run.simulation.Engine."""
 
@@ -210,11 +160,7 @@ class EngineRecords:
     def num_active(self) -> int:
         """Requests the scheduler holds: waiting for a first chunk, running or suspended."""
         counts = self.scheduler.counts
-        return (
-            counts[RequestState.WAITING]
-            + counts[RequestState.RUNNING]
-            + counts[RequestState.SUSPENDED]
-        )
+        return sum(counts[state] for state in LIVE_STATES)
 
     def _record(self, batch: ScheduledBatch) -> None:
         scheduler, manager = self.scheduler, self.scheduler.manager
@@ -259,23 +205,57 @@ class EngineRecords:
 
     def result(self, max_steps: int) -> SimulationResult:
         max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
-        end_step = self.step
         for request in self.requests:
             if request.state in LIVE_STATES:
-                request.reason = unfinished_reason(
-                    request,
-                    max_steps,
-                    self.step,
-                    self.error,
-                    self.scheduler.manager,
-                    self.max_num_active_requests,
-                )
+                request.reason = self._unfinished_reason(request, max_steps)
         return SimulationResult(
             status={r.request_id: r.state.status for r in self.requests},
             reasons={r.request_id: r.reason for r in self.requests},
             error=self.error,
             trace=self.trace,
             requests={r.request_id: r for r in self.requests},
-            end_step=end_step,
+            end_step=self.step,
             iterations=self.iterations,
         )
+
+    def _unfinished_reason(self, request: Request, max_steps: int) -> str:
+        """The reason a request still in the engine when the run ended gives."""
+        step, error, manager = self.step, self.error, self.scheduler.manager
+        submitted = request.activated_step is not None
+        if request.state is RequestState.WAITING and submitted:
+            refusals = request.num_refusals
+            passes = (
+                f"refused in {counted(refusals, 'scheduling pass')}"
+                if refusals
+                else "not refused by any scheduling pass before the run ended"
+            )
+            pages = manager.geometry.blocks_for_tokens(request.context_len)
+            detail = (
+                f"{passes}; its context of {request.context_len:,} tokens needs {pages:,} pages, "
+                f"the pool has {manager.total_blocks:,}, {manager.free_blocks:,} of them free "
+                "when the run ended"
+            )
+        elif submitted:  # running, or suspended (reported as running: it keeps its KV)
+            suspended = request.state is RequestState.SUSPENDED
+            held = "suspended, its pages held, after " if suspended else ""
+            detail = (
+                f"{held}{request.num_generated:,} of {request.max_new_tokens:,} tokens generated"
+            )
+        elif request.arrival_step < step:
+            detail = (
+                f"in the executor's queue since step {request.arrival_step:,}, behind "
+                f"{self.max_num_active_requests:,} active requests (max_num_active_requests)"
+            )
+        else:
+            detail = f"it arrives at step {request.arrival_step:,}"
+        if error is not None:
+            culprit = getattr(error, "request_id", None) == request.request_id
+            return (
+                f"engine stopped at step {step - 1:,} by {type(error).__name__}"
+                f"{' raised by this request' if culprit else ''} ({detail}): {error}"
+            )
+        if not submitted and request.arrival_step < step:
+            return f"still queued when the run ended at max_steps={max_steps}: {detail}"
+        if not submitted:
+            return f"not submitted: {detail}, and the run ended at max_steps={max_steps}"
+        return f"still {request.state} when the run ended at max_steps={max_steps}: {detail}"

@@ -87,19 +87,6 @@ def _worker(
     dist.destroy_process_group()
 
 
-def _raised(context: Any) -> dict[int, str]:
-    """The traceback of each rank that raised, from torch's error files (then removed)."""
-    raised = {}
-    for rank, path in enumerate(context.error_files if context is not None else ()):
-        try:
-            with open(path, "rb") as handle:
-                raised[rank] = pickle.load(handle)
-            os.unlink(path)
-        except FileNotFoundError:  # the rank raised nothing
-            pass
-    return raised
-
-
 class _Watch:
     """One process-mode run: the rank processes, what they sent, and when each was seen to exit."""
 
@@ -176,7 +163,13 @@ class _Watch:
             self.bar.close()
         self.out.close()
         self.out.join_thread()
-        return killed, _raised(self.context)
+        raised = {}  # torch writes the traceback of a rank that raised to a file
+        for rank, path in enumerate(self.context.error_files if self.context else ()):
+            if os.path.exists(path):
+                with open(path, "rb") as handle:
+                    raised[rank] = pickle.load(handle)
+                os.unlink(path)
+        return killed, raised
 
     def from_monitor(self, rank: int, outcome: Outcome, error: str) -> RankResult:
         """The result of a rank that could not report one, from the shared record: its pool and
