@@ -198,6 +198,10 @@ def _check_cross_fields(scenario: Scenario, path: Path) -> None:
     def refuse(field: str, message: str) -> None:
         raise ScenarioError(path, field, message)
 
+    def within(field: str, value: int, low: int, high: int, why: str) -> None:
+        if not low <= value <= high:
+            refuse(field, f"{field} must be in [{low}, {high}] ({why}), got {value}")
+
     pool_mib, dep = scenario.parameters.pool_mib, scenario.deployment
     if pool_mib is None and dep is None:
         refuse(
@@ -212,29 +216,17 @@ def _check_cross_fields(scenario: Scenario, path: Path) -> None:
                 "parameters.pool_mib must be left out beside a `deployment` block, whose "
                 "memory budget sets each rank's pool",
             )
-        if dep.expert_parallel_size > dep.ranks:
-            refuse(
-                "deployment.expert_parallel_size",
-                f"deployment.expert_parallel_size must be in [1, {dep.ranks}] "
-                f"(deployment.ranks), got {dep.expert_parallel_size}",
-            )
+        ranks, steps = f"deployment.ranks = {dep.ranks}", f"deployment.max_steps = {dep.max_steps}"
+        field = "deployment.expert_parallel_size"
+        within(field, dep.expert_parallel_size, 1, dep.ranks, "deployment.ranks")
         ids = [r.id for r in dep.requests]
         for i, request in enumerate(dep.requests):
             where = f"deployment.requests[{i}]"
             if ids.count(request.id) > 1:
                 refuse(f"{where}.id", f"{where}.id {request.id!r} is given twice")
-            if request.rank is not None and request.rank >= dep.ranks:
-                refuse(
-                    f"{where}.rank",
-                    f"{where}.rank must be in [0, {dep.ranks - 1}] (deployment.ranks = "
-                    f"{dep.ranks}), got {request.rank}",
-                )
-            if request.arrival_step >= dep.max_steps:  # it would never arrive
-                refuse(
-                    f"{where}.arrival_step",
-                    f"{where}.arrival_step must be in [0, {dep.max_steps - 1}] "
-                    f"(deployment.max_steps = {dep.max_steps}), got {request.arrival_step}",
-                )
+            if request.rank is not None:
+                within(f"{where}.rank", request.rank, 0, dep.ranks - 1, ranks)
+            within(f"{where}.arrival_step", request.arrival_step, 0, dep.max_steps - 1, steps)
         if dep.chunked_prefill:
             try:  # what the ranks' schedulers would refuse, refused before any rank starts
                 check_chunk_budget(scenario.parameters.tokens_per_block, dep.max_num_tokens)
