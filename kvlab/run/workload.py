@@ -298,15 +298,8 @@ def mooncake_trace(
             for line, text in enumerate(itertools.islice(handle, limit), start=1):
                 stamp, prompt, output, hashes = _mooncake_row(path, line, text)
                 if minutes is None or stamp < minutes * 60_000:
-                    requests.append(
-                        Request(
-                            f"mooncake-{trace}-{line - 1}",
-                            prompt,
-                            output,
-                            int(stamp / 1000 // seconds),
-                            prefix_hashes=hashes,
-                        )
-                    )
+                    step, request_id = int(stamp / 1000 // seconds), f"mooncake-{trace}-{line - 1}"
+                    requests.append(Request(request_id, prompt, output, step, prefix_hashes=hashes))
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path.name}: not UTF-8 text ({exc})") from None
     if limit is None and minutes is None and not requests:
@@ -339,9 +332,5 @@ def _mooncake_row(path: Path, line: int, text: str) -> tuple[float, int, int, tu
     if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
         raise _trace_error(path, line, f"hash_ids must be a list of ints, got {hashes!r:.60}")
     prompt = _count(path, line, "input_length", row["input_length"], 1)
-    return (
-        stamp,
-        prompt,
-        _count(path, line, "output_length", row["output_length"], 0),
-        tuple(hashes),
-    )
+    output = _count(path, line, "output_length", row["output_length"], 0)
+    return stamp, prompt, output, tuple(hashes)
