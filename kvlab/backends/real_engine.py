@@ -2,19 +2,19 @@
 
 vLLM and SGLang pin their own torch, so each lives in a virtual environment that
 ``bash scripts/setup.sh NAME`` makes once. A :class:`RealEngine` runs that environment's Python
-on the engine's driver (a script beside this file that imports the engine, never kvlab), sends
-the workloads as one JSON document and reads JSON lines back as they come (docs/ENGINES.md gives
-the protocol). Each workload comes back as what ``kvlab.simulate`` returns. A process that dies,
-hangs past ``timeout_s`` or writes off the protocol loses no request: ``result.error`` is an
+on the engine's driver (a script beside this file that never imports kvlab), sends the workloads
+as one JSON document and reads JSON lines back (docs/ENGINES.md gives the protocol). Each
+workload comes back as what ``kvlab.simulate`` returns. A process that dies, hangs past
+``timeout_s`` or leaves the protocol loses no request: ``result.error`` is an
 :class:`EngineProcessError` and each request keeps the state its events gave it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import inspect
-import io
 import json
 import os
 import signal
@@ -22,7 +22,6 @@ import subprocess
 import sys
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +41,15 @@ OWN_LIMIT = ("max_tokens", "max_new_tokens")
 GEOMETRY_KEYS = ("num_layers", "num_kv_heads", "head_dim", "dtype")
 #: A driver's step row, by StepRecord's names.
 ROW_FIELDS = (
-    "step",
-    "free_blocks",
-    "running",
-    "waiting",
-    "num_context",
-    "num_generation",
-    "tokens_scheduled",
-    "num_recompute_paused",
-)
+    "step free_blocks running waiting num_context num_generation tokens_scheduled "
+    "num_recompute_paused"
+).split()
 #: What a real engine's step row has no part of: kvlab's host tier, queue, suspension, stalls.
 UNREPORTED = dict.fromkeys(
     ("host_blocks", "queued", "suspended", "num_paused", "stalled_passes"), 0
 )
+#: A stored request's row holds these fields of its Request between its state and its flag.
+STORED_FIELDS = ("first_scheduled_step", "first_token_step", "end_step", "num_generated")
 #: The driver's environment: offline, no usage reports, vLLM's log quiet.
 DRIVER_ENV = dict(
     HF_HUB_OFFLINE="1",
@@ -73,7 +68,15 @@ class EngineProcessError(RuntimeError):
     """The engine's process died, hung or wrote something that is not the driver's protocol."""
 
 
-@dataclass(frozen=True)
+def args_input(args: Any) -> dict:
+    """An engine's arguments (a dataclass with a ``geometry``) as its driver reads them: the
+    geometry's :data:`GEOMETRY_KEYS`, then every other field by its name."""
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
+    geometry = fields.pop("geometry")
+    return {key: getattr(geometry, key) for key in GEOMETRY_KEYS} | fields
+
+
+@dataclasses.dataclass(frozen=True)
 class RealEngine:
     """A real engine: ``name`` (as scripts/setup.sh knows it), ``title``, ``version``, its
     ``driver``; ``engine_input`` writes an ``args_type`` as the driver reads it (ValueError for
@@ -146,7 +149,6 @@ class RealEngine:
         accepted = inspect.signature(self.args_type).parameters
         return self.args_type(geometry, **{k: v for k, v in engine.items() if k in accepted})
 
-    # -- runs -----------------------------------------------------------------------------
     def run(
         self,
         args,
@@ -200,58 +202,45 @@ class RealEngine:
             errors="replace",
             start_new_session=True,
         )
+        timed_out = False
         try:
             output, stderr = process.communicate(document, timeout=timeout_s)
-            timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(process)
             output, stderr = process.communicate()
         finally:
             _kill_group(process)
-        for number, line in enumerate(io.StringIO(output), 1):
+        by_run = dict(enumerate(records))
+        for number, line in enumerate(output.splitlines(), 1):
             try:
-                self._read_line(line, records)
+                message = json.loads(line)
+                if message["kind"] != "hello":
+                    by_run[message["run"]].read(message)
+                elif message[self.name] != self.version:
+                    raise ValueError(
+                        f"the environment runs {self.title} {message[self.name]}, "
+                        f"not {self.version}"
+                    )
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 return EngineProcessError(
                     f"line {number} of the {self.title} driver's output is not its protocol "
                     f"({type(exc).__name__}: {exc}): {line[:200]!r}"
                 )
         what = f"the {self.title} process"
-        tail = "".join(io.StringIO(stderr).readlines()[-STDERR_TAIL:]).strip()
+        tail = "\n".join(stderr.splitlines()[-STDERR_TAIL:]).strip()
         if timed_out:
             return EngineProcessError(
                 f"{what} ran past timeout_s={timeout_s:g} s and was killed; its stderr ended: {tail}"
             )
-        if process.returncode != 0:
-            code = process.returncode
+        code = process.returncode
+        if code != 0:
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             return EngineProcessError(f"{what} ended with {how}; its stderr ended: {tail}")
         return None
 
-    def _read_line(self, line: str, records: list[RunRecord]) -> None:
-        """One line of the driver's protocol; ValueError, KeyError, IndexError or TypeError
-        for a line that is not."""
-        message = json.loads(line)
-        if message["kind"] == "hello":
-            if message[self.name] != self.version:
-                raise ValueError(
-                    f"the environment runs {self.title} {message[self.name]}, not {self.version}"
-                )
-            return
-        run = message["run"]
-        if type(run) is not int or not 0 <= run < len(records):
-            raise IndexError(f"no run {run!r}")
-        records[run].read(message)
-
     # -- stored runs ----------------------------------------------------------------------
-    def record(
-        self,
-        workloads: Sequence[PeerWorkload],
-        command: str = "",
-        timeout_s: float | None = None,
-        path: Path | None = None,
-    ) -> dict:
+    def record(self, workloads: Sequence[PeerWorkload], command: str = "") -> dict:
         """Run ``workloads`` and store them with the engine's version, the command and the
         date; a run that failed is not stored (its EngineProcessError is raised)."""
         document = dict(
@@ -261,10 +250,10 @@ class RealEngine:
             recorded=datetime.date.today().isoformat(),
             workloads=[
                 record.to_json(record.workload.name.startswith(self.step_rows_kept))
-                for record in self.records(workloads, timeout_s)
+                for record in self.records(workloads)
             ],
         )
-        Path(path or self.stored_path).write_text(
+        self.stored_path.write_text(
             json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8"
         )
         return document
@@ -454,12 +443,12 @@ class RunRecord:
     def to_json(self, keep_steps: bool = True) -> dict:
         """The workload as the driver got it and what the engine did: one row per request
         ``[id, prompt_len, max_new_tokens, arrival_step, state ("aborted" for an abort),
-        first_scheduled_step, first_token_step, end_step, num_generated, stopped_by_a_length_limit,
-        preemption steps, rejection message]``, the step rows (or None), the run's end."""
+        *STORED_FIELDS, stopped_by_a_length_limit, preemption steps, rejection message]``, the
+        step rows (or None), the run's end."""
         if self.failure is not None:
             raise self.failure
         stored = self.engine.driver_input(self.workload)
-        del stored["requests"]
+        requests = stored.pop("requests")  # [id, prompt_len, max_new_tokens, arrival_step] each
         stored.update(
             startup_error=self.startup_error,
             end_step=self.end_step,
@@ -467,20 +456,14 @@ class RunRecord:
             steps=self.rows if keep_steps else None,
             requests=[
                 [
-                    r.request_id,
-                    r.prompt_len,
-                    r.max_new_tokens,
-                    r.arrival_step,
-                    "aborted" if r.request_id in self.aborted else str(r.state),
-                    r.first_scheduled_step,
-                    r.first_token_step,
-                    r.end_step,
-                    r.num_generated,
+                    *row,
+                    "aborted" if row[0] in self.aborted else str(r.state),
+                    *(getattr(r, name) for name in STORED_FIELDS),
                     r.output_limit < r.max_new_tokens,
                     self.preemptions[r.request_id],
                     r.reason if r.state is RequestState.REJECTED else None,
                 ]
-                for r in self.requests.values()
+                for row, r in zip(requests, self.requests.values())
             ],
         )
         return stored
@@ -501,23 +484,19 @@ class RunRecord:
         record.ended = True
         for row in rows:
             request = record.requests[row[0]]
-            state = row[4]
+            state, limited, preemptions, reason = row[4], row[9], row[10], row[11]
             request.state = RequestState.REJECTED if state == "aborted" else RequestState(state)
             if state == "aborted":
                 record.aborted.add(request.request_id)
-            (
-                request.first_scheduled_step,
-                request.first_token_step,
-                request.end_step,
-                request.num_generated,
-            ) = row[5:9]
-            if row[9]:
+            for name, value in zip(STORED_FIELDS, row[5:9], strict=True):
+                setattr(request, name, value)
+            if limited:
                 request.output_limit = request.num_generated
-            record.preemptions[request.request_id] = row[10]
-            request.num_recomputes = len(row[10])
-            if row[11] is not None:
-                request.reason = row[11]
+            record.preemptions[request.request_id] = preemptions
+            request.num_recomputes = len(preemptions)
+            if reason is not None:
+                request.reason = reason
         return record
 
 
-__all__ = ["EngineProcessError", "EngineUnavailable", "RealEngine", "RunRecord"]
+__all__ = ["EngineProcessError", "EngineUnavailable", "RealEngine", "RunRecord", "args_input"]

@@ -9,28 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvlab.backends.real_engine import RealEngine
+from kvlab.backends.real_engine import RealEngine, args_input
 from kvlab.sched.sglang import SGLANG_VERSION, SglangServerArgs
 
 
 def engine_input(args: SglangServerArgs) -> dict:
     """``args`` as the driver reads them (its pool counts tokens: the geometry is for the
     stored runs)."""
-    geometry = args.geometry
-    return dict(
-        num_layers=geometry.num_layers,
-        num_kv_heads=geometry.num_kv_heads,
-        head_dim=geometry.head_dim,
-        dtype=geometry.dtype,
-        max_total_tokens=args.max_total_tokens,
-        context_length=args.context_length,
-        max_running_requests=args.max_running_requests,
-        chunked_prefill_size=args.chunked_prefill_size,
-        max_prefill_tokens=args.max_prefill_tokens,
-        schedule_conservativeness=args.schedule_conservativeness,
-        enable_mixed_chunk=False,
-        ignore_eos=args.ignore_eos,
-    )
+    return args_input(args) | dict(enable_mixed_chunk=False)
 
 
 SGLANG = RealEngine(

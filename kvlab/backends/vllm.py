@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvlab.backends.real_engine import RealEngine
+from kvlab.backends.real_engine import RealEngine, args_input
 from kvlab.sched.vllm import VLLM_VERSION, VllmEngineArgs
 
 #: KV dtypes the driver gives vLLM (torch dtypes of vLLM's FullAttentionSpec).
@@ -25,21 +25,11 @@ def engine_input(args: VllmEngineArgs) -> dict:
             f"the vLLM backend runs K-and-V attention caches of {list(DRIVER_DTYPES)} "
             f"(kv_factor 2), got kv_factor={geometry.kv_factor}, dtype={geometry.dtype!r}"
         )
-    return dict(
-        num_layers=geometry.num_layers,
+    return args_input(args) | dict(
         num_kv_heads=geometry.kv_heads_per_rank,
-        head_dim=geometry.head_dim,
-        dtype=geometry.dtype,
         block_size=args.block_size,
-        num_gpu_blocks=args.num_gpu_blocks,
         startup_num_gpu_blocks=args.startup_blocks,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        enable_chunked_prefill=args.enable_chunked_prefill,
         enable_prefix_caching=False,
-        scheduler_reserve_full_isl=args.scheduler_reserve_full_isl,
-        watermark=args.watermark,
     )
 
 
