@@ -88,32 +88,6 @@ def run_forked(run: Run) -> bool:
 # --- the scheduler, its worker and its front door --------------------------------------------
 
 
-def server_args(engine: dict, model_dir: str):
-    from sglang.srt.server_args import ServerArgs
-
-    return ServerArgs(
-        model_path=model_dir,
-        skip_tokenizer_init=True,
-        device="cpu",
-        dtype="float16",
-        load_format="dummy",
-        attention_backend="torch_native",
-        page_size=1,
-        max_total_tokens=engine["max_total_tokens"],
-        context_length=engine["context_length"],
-        max_running_requests=engine.get("max_running_requests"),
-        chunked_prefill_size=engine["chunked_prefill_size"],
-        max_prefill_tokens=engine["max_prefill_tokens"],
-        schedule_conservativeness=engine.get("schedule_conservativeness", 1.0),
-        enable_mixed_chunk=engine.get("enable_mixed_chunk", False),
-        disable_radix_cache=True,
-        schedule_policy="fcfs",
-        disable_overlap_schedule=True,
-        disable_cuda_graph=True,
-        watchdog_timeout=1e9,
-    )
-
-
 class ModelRunnerStub:
     """What the scheduler reads of a ModelRunner, with no model: real CPU pools, built when the
     worker's ``alloc_memory_pool`` asks (model_runner.py:971 is the real one)."""
@@ -232,9 +206,30 @@ def build_scheduler(engine: dict, model_dir: str):
 
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.runtime_context import SpawnRanks, publish
-    from sglang.srt.server_args import PortArgs
+    from sglang.srt.server_args import PortArgs, ServerArgs
 
-    args = server_args(engine, model_dir)
+    args = ServerArgs(
+        model_path=model_dir,
+        skip_tokenizer_init=True,
+        device="cpu",
+        dtype="float16",
+        load_format="dummy",
+        attention_backend="torch_native",
+        page_size=1,
+        max_total_tokens=engine["max_total_tokens"],
+        context_length=engine["context_length"],
+        max_running_requests=engine["max_running_requests"],
+        chunked_prefill_size=engine["chunked_prefill_size"],
+        max_prefill_tokens=engine["max_prefill_tokens"],
+        schedule_conservativeness=engine["schedule_conservativeness"],
+        enable_mixed_chunk=engine["enable_mixed_chunk"],
+        disable_radix_cache=True,
+        schedule_policy="fcfs",
+        disable_overlap_schedule=True,
+        disable_cuda_graph=True,
+        watchdog_timeout=1e9,
+    )
+
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
     worker = worker_class()
 
@@ -245,14 +240,16 @@ def build_scheduler(engine: dict, model_dir: str):
         return Scheduler(args, PortArgs.init_new(args))
 
 
-def front_door(scheduler):
-    """SGLang's TokenizerManager check of one request (tokenizer_manager.py:1307), on a
-    TokenizerManager that is never started: a function of (input_ids, max_new_tokens) that
-    raises its ValueError."""
-    from sglang.srt.managers.io_struct import GenerateReqInput
+def front_door(scheduler, ignore_eos: bool):
+    """SGLang's TokenizerManager, never started, on one request: a function of (request_id,
+    input_ids, max_new_tokens) that raises its ValueError (``_validate_one_request``,
+    tokenizer_manager.py:1307) or returns the request as it sends it on
+    (``_create_tokenized_object``, tokenizer_manager.py:1541)."""
+    from sglang.srt.managers.io_struct import GenerateReqInput, TokenizedGenerateReqInput
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
     from sglang.srt.managers.utils import compute_num_reserved_tokens
     from sglang.srt.runtime_context import get_serving
+    from sglang.srt.sampling.sampling_params import SamplingParams
 
     manager = TokenizerManager.__new__(TokenizerManager)
     manager.model_config = scheduler.model_config
@@ -261,40 +258,30 @@ def front_door(scheduler):
     manager.allow_auto_truncate = get_serving().allow_auto_truncate
     manager.validate_total_tokens = True
 
-    def check(input_ids, max_new_tokens: int) -> None:
+    def tokenize(request_id, input_ids, max_new_tokens: int):
         request = GenerateReqInput(
             input_ids=input_ids, sampling_params={"max_new_tokens": max_new_tokens}
         )
         manager._validate_one_request(request, input_ids)
+        params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos)
+        params.normalize(None)
+        params.verify(scheduler.model_config.vocab_size)
+        return TokenizedGenerateReqInput(
+            rid=request_id,
+            input_text=None,
+            input_ids=array("q", input_ids),
+            input_embeds=None,
+            mm_inputs=None,
+            token_type_ids=None,
+            sampling_params=params,
+            return_logprob=False,
+            logprob_start_len=-1,
+            top_logprobs_num=0,
+            token_ids_logprob=None,
+            stream=False,
+        )
 
-    return check
-
-
-def tokenized_request(
-    request_id, input_ids, max_new_tokens: int, ignore_eos: bool, vocab_size: int
-):
-    """The request as the TokenizerManager sends it (``_create_tokenized_object``,
-    tokenizer_manager.py:1541)."""
-    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
-    from sglang.srt.sampling.sampling_params import SamplingParams
-
-    params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=ignore_eos)
-    params.normalize(None)
-    params.verify(vocab_size)
-    return TokenizedGenerateReqInput(
-        rid=request_id,
-        input_text=None,
-        input_ids=array("q", input_ids),
-        input_embeds=None,
-        mm_inputs=None,
-        token_type_ids=None,
-        sampling_params=params,
-        return_logprob=False,
-        logprob_start_len=-1,
-        top_logprobs_num=0,
-        token_ids_logprob=None,
-        stream=False,
-    )
+    return tokenize
 
 
 # --- one run -----------------------------------------------------------------------------------
@@ -322,9 +309,8 @@ class Run:
         self.next_arrival = self.step = self.iterations = 0
         self.step_open = False  # the current loop iteration counts as step self.step
         self.idled = False  # the last iteration was the idle one of a gap between arrivals
-        self.live: dict[
-            str, int
-        ] = {}  # request id -> requested max_new_tokens, for requests SGLang holds
+        # request id -> requested max_new_tokens, for the requests SGLang holds
+        self.live: dict[str, int] = {}
         self.started: set[str] = set()
         self.first_token: set[str] = set()
         self.retractions: dict[str, int] = {}  # request id -> retraction_count seen
@@ -344,13 +330,12 @@ class Run:
             emit(kind="startup_error", run=self.index, message=str(exc))
             return
         self.scheduler = scheduler
-        self.check = front_door(scheduler)
-        allocator = scheduler.token_to_kv_pool_allocator
+        self.tokenize = front_door(scheduler, self.engine["ignore_eos"])
         emit(
             kind="start",
             run=self.index,
             max_total_num_tokens=scheduler.max_total_num_tokens,
-            free_tokens=allocator.available_size(),
+            free_tokens=scheduler.token_to_kv_pool_allocator.available_size(),
             max_running_requests=scheduler.max_running_requests,
             max_req_len=scheduler.max_req_len,
             max_req_input_len=scheduler.max_req_input_len,
@@ -373,15 +358,17 @@ class Run:
     def keep_output(self, output, recv_obj=None) -> None:
         self.outputs.append(output)
 
-    # The top of each loop iteration: close the one before, then hand over this one's arrivals.
     def pull_requests(self) -> list:
+        """The top of each loop iteration: close the one before, hand over this one's arrivals
+        (as SGLang's TokenizerManager passes them on; an event for each it turns away)."""
         if self.step_open:
             self.close_step()
         self.outputs = []
+        arrivals = self.arrivals
         if not self.live:
-            if self.next_arrival == len(self.arrivals):
+            if self.next_arrival == len(arrivals):
                 raise RunOver
-            arrival = self.arrivals[self.next_arrival][3]
+            arrival = arrivals[self.next_arrival][3]
             if arrival > self.step and not self.idled:
                 self.idled = True  # a gap: one idle iteration (on_idle), then skip it
                 return []
@@ -389,35 +376,19 @@ class Run:
         self.idled = False
         if self.step >= self.max_steps:
             raise RunOver
-        handed = self.hand_over()
-        self.step_open = bool(self.live)
-        return handed
-
-    def hand_over(self) -> list:
         handed = []
-        while (
-            self.next_arrival < len(self.arrivals)
-            and self.arrivals[self.next_arrival][3] <= self.step
-        ):
-            request_id, prompt_len, max_new_tokens, _ = self.arrivals[self.next_arrival]
+        while self.next_arrival < len(arrivals) and arrivals[self.next_arrival][3] <= self.step:
+            request_id, prompt_len, max_new_tokens, _ = arrivals[self.next_arrival]
             self.next_arrival += 1
             first = self.next_arrival * 7919  # distinct prompts: no prefix is shared
             input_ids = [100 + (first + k) % 31000 for k in range(prompt_len)]
             try:
-                self.check(input_ids, max_new_tokens)
-                handed.append(
-                    tokenized_request(
-                        request_id,
-                        input_ids,
-                        max_new_tokens,
-                        self.engine.get("ignore_eos", False),
-                        self.scheduler.model_config.vocab_size,
-                    )
-                )
+                handed.append(self.tokenize(request_id, input_ids, max_new_tokens))
             except ValueError as exc:
                 self.event(request_id, "rejected", message=str(exc))
                 continue
             self.live[request_id] = max_new_tokens
+        self.step_open = bool(self.live)
         return handed
 
     def close_step(self) -> None:
@@ -443,70 +414,52 @@ class Run:
                 if req.output_ids and req.rid not in self.first_token and not is_abort(req):
                     self.first_token.add(req.rid)
                     self.event(req.rid, "first_token")
-        retracted = self.note_retractions()
+        # a retracted request waits again in the queue with its retraction_count raised
+        retracted = 0
+        for req in scheduler.waiting_queue:
+            if req.retraction_count > self.retractions.get(req.rid, 0):
+                self.retractions[req.rid] = req.retraction_count
+                self.requeued.add(req.rid)
+                retracted += 1
+                self.event(req.rid, "preempted")
         self.note_outputs()
         self.iterations += 1
         waiting = len(scheduler.waiting_queue)
-        self.rows.append(
-            [
-                self.step,
-                scheduler.token_to_kv_pool_allocator.available_size(),
-                len(self.live) - waiting,
-                waiting,
-                prefills,
-                decodes,
-                tokens,
-                retracted,
-            ]
-        )
+        free = scheduler.token_to_kv_pool_allocator.available_size()
+        batch_row = [prefills, decodes, tokens, retracted]
+        self.rows.append([self.step, free, len(self.live) - waiting, waiting, *batch_row])
         if len(self.rows) >= STEP_ROWS_PER_LINE:
             emit(kind="steps", run=self.index, rows=self.rows)
             self.rows = []
         self.step += 1
         self.step_open = False
 
-    def note_retractions(self) -> int:
-        """Retracted requests wait again in the queue with their retraction_count raised."""
-        retracted = 0
-        for req in self.scheduler.waiting_queue:
-            if req.retraction_count > self.retractions.get(req.rid, 0):
-                self.retractions[req.rid] = req.retraction_count
-                self.requeued.add(req.rid)
-                retracted += 1
-                self.event(req.rid, "preempted")
-        return retracted
-
     def note_outputs(self) -> None:
+        """An event for each request whose end SGLang sent towards the tokenizer."""
         from sglang.srt.managers.io_struct import AbortReq, BatchTokenIDOutput
 
+        ends = []
         for output in self.outputs:
             if isinstance(output, BatchTokenIDOutput):
-                for request_id, reason, tokens in zip(
-                    output.rids, output.finished_reasons, output.completion_tokens
-                ):
-                    if reason is not None:
-                        self.note_end(request_id, reason, tokens)
+                ends += zip(output.rids, output.finished_reasons, output.completion_tokens)
             elif isinstance(output, AbortReq):
-                self.note_end(output.rid, output.finished_reason, None)
-
-    def note_end(self, request_id, reason: dict, num_output_tokens) -> None:
-        requested = self.live.pop(request_id, None)
-        if requested is None:
-            return  # reported already
-        if reason.get("type") == "abort":
-            # never run: SGLang turned it away at admission (its one-token abort prefill aside)
-            name = "aborted" if request_id in self.started else "rejected"
-            self.event(request_id, name, message=reason.get("message"))
-        else:
-            cause = (
-                "max_new_tokens" if num_output_tokens == requested else reason.get("type", "other")
-            )
+                ends.append((output.rid, output.finished_reason, None))
+        for request_id, reason, num_output_tokens in ends:
+            requested = self.live.pop(request_id, None) if reason is not None else None
+            if requested is None:
+                continue  # not an end, or one reported already
+            if reason.get("type") == "abort":
+                # never run: SGLang turned it away at admission (its one-token abort prefill aside)
+                name = "aborted" if request_id in self.started else "rejected"
+                self.event(request_id, name, message=reason.get("message"))
+                continue
+            own = num_output_tokens == requested
             self.event(
                 request_id,
                 "finished",
                 finish_reason=json.dumps(reason),
                 num_output_tokens=num_output_tokens,
-                cause=cause,
+                cause="max_new_tokens" if own else reason.get("type", "other"),
             )
 
 

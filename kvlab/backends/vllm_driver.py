@@ -161,8 +161,8 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
     started, first_token, prefilling = set(), set(), set()
     max_steps = run["max_steps"]
     while step < max_steps:
-        # Nothing waiting or running: skip to the next arrival, as kvlab's Engine does (the real
-        # engine core would run one more empty step to tell its workers what finished).
+        # nothing waiting or running: skip to the next arrival, as kvlab's Engine does (the real
+        # engine core would run one more empty step to tell its workers what finished)
         if not scheduler.has_unfinished_requests():
             if next_arrival == len(arrivals):
                 break
@@ -216,27 +216,19 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
             if out.finish_reason is not None:
                 request = scheduled[out.request_id]
                 generated = request.num_output_tokens
+                own = generated >= request.max_tokens
                 event(
                     step,
                     out.request_id,
                     "finished",
                     finish_reason=str(out.finish_reason),
                     num_output_tokens=generated,
-                    cause="max_tokens" if generated >= request.max_tokens else "max_model_len",
+                    cause="max_tokens" if own else "max_model_len",
                 )
         iterations += 1
-        rows.append(
-            [
-                step,
-                pool.get_num_free_blocks(),
-                len(scheduler.running),
-                len(scheduler.waiting),
-                len(scheduled) - decodes,
-                decodes,
-                output.total_num_scheduled_tokens,
-                len(preempted),
-            ]
-        )
+        queues = [len(scheduler.running), len(scheduler.waiting)]
+        batch = [len(scheduled) - decodes, decodes, output.total_num_scheduled_tokens]
+        rows.append([step, pool.get_num_free_blocks(), *queues, *batch, len(preempted)])
         if len(rows) >= STEP_ROWS_PER_LINE:
             emit(kind="steps", run=index, rows=rows)
             rows = []
