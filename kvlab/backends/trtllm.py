@@ -1,5 +1,5 @@
 """The 4 MiB repro of issue #21470 on a real TensorRT-LLM ``KVCacheManagerV2`` (tensorrt_llm >= 1.3
-with a CUDA GPU), beside kvlab's; elsewhere it imports and runs raise :class:`BackendUnavailable`.
+with a CUDA GPU), beside kvlab's; elsewhere it imports, and runs raise :class:`BackendUnavailable`.
 
 Mirrors ``tensorrt_llm/_torch/pyexecutor/kv_cache_manager_v2.py`` at
 218ea169be0dbb44219a77580e6fb663815cd1de (``kv_cache/kv_cache_manager_v2.py`` at
@@ -7,8 +7,8 @@ Mirrors ``tensorrt_llm/_torch/pyexecutor/kv_cache_manager_v2.py`` at
 ``cpp/tensorrt_llm/batch_manager/kv_cache_manager_v2/kvCache.cpp`` at
 2cdb4523511c9ae64a383b90287e5165f2e75772 (``_checkPageIndexBufferCapacity``), with a real
 ``LlmRequest`` built as ``add_dummy_requests`` builds one. Policy "clamped" runs the manager as
-shipped; "configured" applies the seed's one-line fix from outside: before any cache exists, the
-table is rebuilt with rows sized from the configured ``max_seq_len``.
+shipped; "configured" applies the seed's one-line fix from outside: the table rebuilt, before any
+cache exists, with rows sized from the configured ``max_seq_len``.
 """
 
 from __future__ import annotations
@@ -111,16 +111,6 @@ class Comparison:
         return not self.differences
 
 
-def _arguments(scenario, context, policy, retry_tokens):
-    params = load_scenario(scenario).parameters
-    if context is not None:
-        context = check_int("context", context, low=1, high=1 << 30)
-    check_choice("policy", policy, WIDTH_POLICIES)
-    retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
-    # pool_bytes: ValueError where a deployment sets the pool
-    return params, params.context_length if context is None else context, params.pool_bytes
-
-
 def run_trtllm_repro(
     scenario="rtx5080-4mib",
     context: int | None = None,
@@ -130,7 +120,13 @@ def run_trtllm_repro(
     """Build the real KVCacheManagerV2 for ``scenario`` and resize one request's cache to
     ``context`` tokens (the scenario's context length by default) through ``resize_context``;
     after a refusal, resume the cache and retry ``retry_tokens`` tokens, as the seed did."""
-    params, context, pool_bytes = _arguments(scenario, context, policy, retry_tokens)
+    params = load_scenario(scenario).parameters
+    if context is None:
+        context = params.context_length
+    context = check_int("context", context, low=1, high=1 << 30)
+    check_choice("policy", policy, WIDTH_POLICIES)
+    retry_tokens = check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
+    pool_bytes = params.pool_bytes  # ValueError where a deployment sets the pool
     ok, reason = available()
     if not ok:
         raise BackendUnavailable(reason)
@@ -228,18 +224,18 @@ def compare_with_kvlab(
     retry_tokens: int = 32,
 ) -> Comparison:
     """:func:`run_trtllm_repro` and :func:`kvlab.analysis.repro.run_repro` on the same scenario."""
-    params, context, _ = _arguments(scenario, context, policy, retry_tokens)
     real = run_trtllm_repro(scenario, context, policy, retry_tokens)
+    params = load_scenario(scenario).parameters
     geometry = KVGeometry(
-        num_layers=params.num_layers,
-        num_kv_heads=params.num_kv_heads,
-        head_dim=params.head_dim,
+        params.num_layers,
+        params.num_kv_heads,
+        params.head_dim,
         dtype=params.kv_dtype,
         tokens_per_block=params.tokens_per_block,
     )
     model = run_repro(
         pool_mib=params.pool_mib,
-        context=context,
+        context=real.context,
         policy=policy,
         tokens_per_block=params.tokens_per_block,
         max_seq_len=params.configured_max_seq_len,
