@@ -438,7 +438,7 @@ class Run:
         """An event for each request whose end SGLang sent towards the tokenizer."""
         from sglang.srt.managers.io_struct import AbortReq, BatchTokenIDOutput
 
-        ends = []
+        ends: list = []  # (request id, finished reason, output tokens)
         for output in self.outputs:
             if isinstance(output, BatchTokenIDOutput):
                 ends += zip(output.rids, output.finished_reasons, output.completion_tokens)

@@ -226,6 +226,7 @@ def compare_with_kvlab(
     """:func:`run_trtllm_repro` and :func:`kvlab.analysis.repro.run_repro` on the same scenario."""
     real = run_trtllm_repro(scenario, context, policy, retry_tokens)
     params = load_scenario(scenario).parameters
+    assert params.pool_mib is not None, "the real run refused a scenario without a pool"
     geometry = KVGeometry(
         params.num_layers,
         params.num_kv_heads,
