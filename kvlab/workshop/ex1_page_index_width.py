@@ -15,6 +15,7 @@ from kvlab.workshop.feedback import (
     NOT_YET,
     CheckResult,
     Hint,
+    Passed,
     call_learner,
     check_flags,
     finish,
@@ -88,8 +89,8 @@ def _width_mistakes(L: int, t: int, e: int, d: int, expected: int) -> list[tuple
 
 
 def _width_case(fn, label, L, t, e, d, slip: int | None):
-    """None if fn is right on this case, else its feedback. ``slip``: the index of the mistake
-    that explains every case, if one does."""
+    """The pass line if fn is right on this case, else its feedback. ``slip``: the index of the
+    mistake that explains every case, if one does."""
     expected = max_blocks_per_seq(L, t, e, d)
     call = f"page_index_width({L}, {t}, {e}, {d})"
     got, failure = call_learner(fn, L, t, e, d, where=f"{label}: {call} ")
@@ -98,7 +99,7 @@ def _width_case(fn, label, L, t, e, d, slip: int | None):
     if isinstance(got, bool) or not isinstance(got, int):
         return f"{label}: {call} returned {got!r} ({type(got).__name__}); return an int number of entries"
     if got == expected:
-        return None
+        return Passed(f"{label}: {call} = {expected}")
     mistakes = _width_mistakes(L, t, e, d, expected)
     name, worked = next(
         (
@@ -162,7 +163,7 @@ def _seed_feedback(policy: str, given: int, length: int, blocks: int, tpb: int, 
     )
 
 
-def _seed_cases(fn, seed_max_seq_len: dict, failures: list, passes: list) -> None:
+def _seed_cases(fn, seed_max_seq_len: dict) -> list:
     """Part 2: the max_seq_len each width policy feeds in for the seed's pool, and fn's width."""
     geo = seed_geometry()
     blocks = SEED_POOL_BYTES // geo.bytes_per_block
@@ -173,9 +174,10 @@ def _seed_cases(fn, seed_max_seq_len: dict, failures: list, passes: list) -> Non
         f"from {SEED_MAX_SEQ_LEN:,} to {clamped:,}"
     )
     want = {"clamped": (clamped, 68), "configured": (SEED_MAX_SEQ_LEN, 260)}
+    outcomes: list = []
     empty = [policy for policy in want if seed_max_seq_len.get(policy) is None]
     if empty:  # one line for what is not filled in yet
-        failures.append(
+        outcomes.append(
             f"seed: seed_max_seq_len's {' and '.join(map(repr, empty))} "
             f"{'is' if len(empty) == 1 else 'are'} not filled in yet (Part 2)"
         )
@@ -184,28 +186,32 @@ def _seed_cases(fn, seed_max_seq_len: dict, failures: list, passes: list) -> Non
         if given is None:
             continue
         if isinstance(given, bool) or not isinstance(given, int):
-            failures.append(
+            outcomes.append(
                 f"seed, {policy}: seed_max_seq_len[{policy!r}] = {given!r} "
                 f"({type(given).__name__}); give an int number of tokens"
             )
-        elif given != length:
-            failures.append(
+            continue
+        if given != length:
+            outcomes.append(
                 _seed_feedback(policy, given, length, blocks, geo.tokens_per_block, why)
             )
-        else:
-            got, error = call_learner(fn, length, geo.tokens_per_block, 0, 0)
-            if error is NOT_YET:
-                failures.append(NOT_YET)
-            elif got == width:
-                passes.append(
+            continue
+        got, error = call_learner(fn, length, geo.tokens_per_block, 0, 0)
+        if error is NOT_YET:
+            outcomes.append(NOT_YET)
+        elif got == width:
+            outcomes.append(
+                Passed(
                     f"seed, {policy}: max_seq_len {length:,} -> {width} entries "
                     f"(an 8,192-token context needs 256)"
                 )
-            else:
-                failures.append(
-                    f"seed, {policy}: max_seq_len {length:,} is right, but your "
-                    f"width is {error or got}, expected {width}"
-                )
+            )
+        else:
+            outcomes.append(
+                f"seed, {policy}: max_seq_len {length:,} is right, but your "
+                f"width is {error or got}, expected {width}"
+            )
+    return outcomes
 
 
 def check_page_index_width(
@@ -219,19 +225,11 @@ def check_page_index_width(
     ``max_blocks_per_seq`` on WIDTH_CASES; with ``seed_max_seq_len`` ({"clamped": ..,
     "configured": ..}), also the seed's 68 and 260."""
     check_flags(strict, reveal)
-    failures, passes = [], []
     slip = _width_slip(fn)
-    for label, L, t, e, d in WIDTH_CASES:
-        line = _width_case(fn, label, L, t, e, d, slip)
-        if line:
-            failures.append(line)
-        else:
-            call = f"page_index_width({L}, {t}, {e}, {d})"
-            passes.append(f"{label}: {call} = {max_blocks_per_seq(L, t, e, d)}")
+    outcomes = [_width_case(fn, *case, slip) for case in WIDTH_CASES]
+    cases = len(WIDTH_CASES)
     if seed_max_seq_len is not None:
-        _seed_cases(fn, seed_max_seq_len, failures, passes)
-    cases = len(WIDTH_CASES) + (2 if seed_max_seq_len is not None else 0)
+        outcomes += _seed_cases(fn, seed_max_seq_len)
+        cases += 2
     answer, learner = (fn, seed_max_seq_len), learner_name(fn)
-    return finish(
-        "check_page_index_width", failures, passes, strict, reveal, answer, learner, cases
-    )
+    return finish("check_page_index_width", outcomes, strict, reveal, answer, learner, cases)

@@ -15,7 +15,15 @@ from kvlab.analysis.repro import run_repro
 from kvlab.core.arith import div_ceil
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
 from kvlab.core.words import a_or_an
-from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, check_flags, finish, learner_name
+from kvlab.workshop.feedback import (
+    NOT_YET,
+    CheckResult,
+    Hint,
+    Passed,
+    check_flags,
+    finish,
+    learner_name,
+)
 
 
 @dataclass(frozen=True)
@@ -87,15 +95,13 @@ def check_predictions(
     """Exercise 2a: ``predictions`` maps each PREDICTION_CASES name to "ok", "refused" or
     "crash", each checked against a real resize (kvlab.analysis.repro.run_repro)."""
     check_flags(strict, reveal)
-    failures: list[str | Hint] = []
-    passes: list[str] = []
     if not isinstance(predictions, dict):
-        got = type(predictions).__name__
-        failures = [f"predictions must be a dict of case -> outcome, got {got}"]
-        return finish("check_predictions", failures, [], strict, reveal, predictions)
+        wrong = f"predictions must be a dict of case -> outcome, got {type(predictions).__name__}"
+        return finish("check_predictions", [wrong], strict, reveal, predictions)
+    outcomes: list = []
     missing = [name for name in PREDICTION_CASES if predictions.get(name) is None]
     if missing:  # one line, not one per case
-        failures.append(
+        outcomes.append(
             f"no prediction yet for {', '.join(missing)}: write 'ok', 'refused' or "
             "'crash' for each case in `predictions`"
         )
@@ -104,11 +110,11 @@ def check_predictions(
         if guess is None:
             continue
         if guess not in RESIZE_OUTCOMES:
-            failures.append(
+            outcomes.append(
                 f"{name} ({case}): {guess!r} is not an outcome; choose one of {list(RESIZE_OUTCOMES)}"
             )
         elif guess != result.outcome:  # the hint does not name the guess: a second guess reveals
-            failures.append(
+            outcomes.append(
                 Hint(
                     f"{name} ({case}): your prediction is not what the resize does - "
                     f"{_prediction_question(case)}",
@@ -118,12 +124,14 @@ def check_predictions(
                 )
             )
         else:
-            passes.append(f"{name} ({case}): {result.outcome!r} - {_prediction_hint(result)}")
+            outcomes.append(
+                Passed(f"{name} ({case}): {result.outcome!r} - {_prediction_hint(result)}")
+            )
     extra = sorted(set(predictions) - set(PREDICTION_CASES))
     if extra:
-        failures.append(f"unknown case names {extra}; the cases are {list(PREDICTION_CASES)}")
+        outcomes.append(f"unknown case names {extra}; the cases are {list(PREDICTION_CASES)}")
     cases = len(PREDICTION_CASES)
-    return finish("check_predictions", failures, passes, strict, reveal, predictions, None, cases)
+    return finish("check_predictions", outcomes, strict, reveal, predictions, None, cases)
 
 
 @dataclass(frozen=True)
@@ -209,7 +217,7 @@ def _no_value_error(got, made: list[_Resize]):
 
 
 def _returned_feedback(got, made: list[_Resize]):
-    """None if fn returned the seed's error, raised by its resize; else the feedback."""
+    """The pass line if fn returned the seed's error, raised by its resize; else the feedback."""
     raised = any(r.outcome is got for r in made)
     if isinstance(got, PageIndexTooShort) and not raised:
         return (
@@ -219,7 +227,10 @@ def _returned_feedback(got, made: list[_Resize]):
         )
     if isinstance(got, PageIndexTooShort):
         if (got.needed_entries, got.available_entries) == (256, 68):
-            return None
+            return Passed(
+                f"caught {type(got).__name__} (a ValueError): {got} - {got.needed_entries} "
+                f"entries needed, the row has {got.available_entries}, as in issue #21470"
+            )
         wrong = (
             f"caught the right error, but {got.needed_entries} entries needed, the row has "
             f"{got.available_entries}"
@@ -246,28 +257,19 @@ def check_trigger(
     8,192 tokens, catches the ValueError and returns it; else the feedback says what its
     resizes did."""
     check_flags(strict, reveal)
-    failures, passes = [], []
     with _watching_resizes() as made:
         try:
             got = fn()
         except NotImplementedError:
-            failures.append(NOT_YET)
+            outcome = NOT_YET
         except PageIndexTooShort as exc:
             escaped = f"the ValueError escaped your function ({exc})"
-            failures.append(
-                Hint(
-                    f"{escaped}: catch it inside the function and return it",
-                    f"{escaped}: wrap the resize in `try: ... except ValueError as exc: return exc`",
-                )
+            outcome = Hint(
+                f"{escaped}: catch it inside the function and return it",
+                f"{escaped}: wrap the resize in `try: ... except ValueError as exc: return exc`",
             )
         except Exception as exc:
-            failures.append(f"your function raised {type(exc).__name__}: {exc}")
-    if not failures and (failure := _returned_feedback(got, made)):
-        failures.append(failure)
-    elif not failures:
-        assert isinstance(got, PageIndexTooShort)  # the only answer _returned_feedback passes
-        passes.append(
-            f"caught {type(got).__name__} (a ValueError): {got} - {got.needed_entries} entries "
-            f"needed, the row has {got.available_entries}, as in issue #21470"
-        )
-    return finish("check_trigger", failures, passes, strict, reveal, fn, learner_name(fn))
+            outcome = f"your function raised {type(exc).__name__}: {exc}"
+        else:
+            outcome = _returned_feedback(got, made)
+    return finish("check_trigger", [outcome], strict, reveal, fn, learner_name(fn))

@@ -21,7 +21,15 @@ from kvlab.sched.admission import (
     demand_blocks,
 )
 from kvlab.workshop.ex1_page_index_width import SEED_MAX_SEQ_LEN
-from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, call_learner, check_flags, finish
+from kvlab.workshop.feedback import (
+    NOT_YET,
+    CheckResult,
+    Hint,
+    Passed,
+    call_learner,
+    check_flags,
+    finish,
+)
 
 
 def _seed_manager(
@@ -226,24 +234,24 @@ def _admission_numbers(request: Request, mgr: KVCacheManager) -> str:
 
 
 def _admission_case(classify, label, settings, request, hints):
-    """None if classify is right on this case, else its feedback; and the pass line."""
+    """classify's outcome on one case: its feedback, or the pass line."""
     mgr = _seed_manager(**settings)
     expected, _ = CapacityAdmission().classify(request, mgr)
     free_before, caches_before, facts = mgr.free_blocks, len(mgr.caches), _manager_facts(mgr)
     got, failure = call_learner(classify, replace(request), mgr, where=f"{label}: classify ")
     numbers = _admission_numbers(request, mgr)
     if failure:
-        return failure, None
+        return failure
     if not (isinstance(got, tuple) and len(got) == 2):
-        return f"{label}: classify returned {got!r}; return a pair (class, reason)", None
+        return f"{label}: classify returned {got!r}; return a pair (class, reason)"
     verdict, reason = got
     if mgr.free_blocks != free_before or len(mgr.caches) != caches_before:
         return (
             f"{label}: classify changed the manager ({free_before} -> {mgr.free_blocks} "
             "free blocks); an admission check only reads"
-        ), None
+        )
     if verdict not in CLASSES:
-        return f"{label}: class {verdict!r} is not one of {list(CLASSES)}", None
+        return f"{label}: class {verdict!r} is not one of {list(CLASSES)}"
     if verdict != expected:
         wrong = f"{label}: expected {expected!r}, got {verdict!r}"
         question, lesson = hints.get(verdict) or hints[None]
@@ -252,12 +260,14 @@ def _admission_case(classify, label, settings, request, hints):
             f"{request.num_draft_tokens:,} draft; {mgr.num_extra_kv_tokens:,} extra KV tokens, "
             f"{facts}"
         )
-        return Hint(f"{wrong} - {question} ({given})", f"{wrong} - {lesson} ({numbers})"), None
-    if verdict == NEVER_FITS and not _states_numbers(reason, request, mgr):
-        return _reason_feedback(label, reason, request, mgr), None
+        return Hint(f"{wrong} - {question} ({given})", f"{wrong} - {lesson} ({numbers})")
+    if verdict == NEVER_FITS:
+        named, demand = _numbers_in(reason), demand_blocks(request, mgr)
+        if demand not in named or not named & {mgr.total_blocks, mgr.max_blocks_per_seq}:
+            return _reason_feedback(label, reason, request, mgr)
     if verdict != FITS_NOW and not (isinstance(reason, str) and reason.strip()):
-        return f"{label}: right class, but give a reason: why must it wait?", None
-    return None, f"{label}: {verdict!r} ({numbers})"
+        return f"{label}: right class, but give a reason: why must it wait?"
+    return Passed(f"{label}: {verdict!r} ({numbers})")
 
 
 def check_admission(
@@ -270,26 +280,14 @@ def check_admission(
     ``CapacityAdmission.classify`` on ADMISSION_CASES; a "never fits" reason states the numbers,
     and the manager is left as it was."""
     check_flags(strict, reveal)
-    failures, passes = [], []
-    for case in ADMISSION_CASES:
-        failure, passed = _admission_case(classify, *case)
-        if failure:
-            failures.append(failure)
-        else:
-            passes.append(passed)
-    return finish("check_admission", failures, passes, strict, reveal, classify)
+    outcomes = [_admission_case(classify, *case) for case in ADMISSION_CASES]
+    return finish("check_admission", outcomes, strict, reveal, classify)
 
 
 def _numbers_in(reason) -> set:
     """The whole numbers a reason names, with or without thousands separators."""
     text = reason if isinstance(reason, str) else ""
     return {int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", text)}
-
-
-def _states_numbers(reason, request: Request, mgr: KVCacheManager) -> bool:
-    named = _numbers_in(reason)
-    limits = {mgr.total_blocks, mgr.max_blocks_per_seq}
-    return demand_blocks(request, mgr) in named and bool(named & limits)
 
 
 def _reason_feedback(label: str, reason, request: Request, mgr: KVCacheManager) -> Hint:
@@ -354,8 +352,15 @@ FIND_THE_HOOK = (
 THE_HOOK = "in admit(), return Verdict(False, reason) when classify says 'never fits'"
 
 
-def _workload_feedback(width: str, result):
-    """None if the run rejected 'big' with its numbers and finished the rest, else the feedback."""
+def _workload_outcome(policy: AdmissionPolicy, width: str):
+    """The pass line if the run rejected 'big' with its numbers and finished the rest, else the
+    feedback."""
+    try:
+        result = run_admission_workload(policy, width)
+    except NotImplementedError:
+        return NOT_YET
+    except Exception as exc:
+        return f"{width} row: the run raised {type(exc).__name__}: {exc}"
     status = ", ".join(f"{k} {v}" for k, v in result.status.items())
     big = result.reasons["big"]
     if result.error is not None:
@@ -386,7 +391,7 @@ def _workload_feedback(width: str, result):
             f"{unnamed} should state the numbers: the blocks it needs and the limit it exceeds",
             f"{unnamed} should name the 257 blocks it needs and the pool's 64",
         )
-    return None
+    return Passed(f"{width} row: {status}; 'big': {big}")
 
 
 def check_admission_policy(
@@ -396,25 +401,9 @@ def check_admission_policy(
     pool under both row widths: "big" is rejected at arrival with the numbers, the engine never
     stops, everything else finishes."""
     check_flags(strict, reveal)
-    failures, passes = [], []
     if not isinstance(policy, AdmissionPolicy):
-        got = type(policy).__name__
-        failures = [f"pass an instance of your AdmissionPolicy subclass, got {got}"]
-        return finish("check_admission_policy", failures, [], strict, reveal, policy)
-    for width in ("clamped", "configured"):
-        try:
-            result = run_admission_workload(policy, width)
-        except NotImplementedError:
-            failures.append(NOT_YET)
-            continue
-        except Exception as exc:
-            failures.append(f"{width} row: the run raised {type(exc).__name__}: {exc}")
-            continue
-        failure = _workload_feedback(width, result)
-        status = ", ".join(f"{k} {v}" for k, v in result.status.items())
-        if failure:
-            failures.append(failure)
-        else:
-            passes.append(f"{width} row: {status}; 'big': {result.reasons['big']}")
+        wrong = f"pass an instance of your AdmissionPolicy subclass, got {type(policy).__name__}"
+        return finish("check_admission_policy", [wrong], strict, reveal, policy)
+    outcomes = [_workload_outcome(policy, width) for width in ("clamped", "configured")]
     learner = f"{type(policy).__name__}.admit"
-    return finish("check_admission_policy", failures, passes, strict, reveal, policy, learner)
+    return finish("check_admission_policy", outcomes, strict, reveal, policy, learner)

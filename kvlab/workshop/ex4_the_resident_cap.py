@@ -12,6 +12,7 @@ from kvlab.core.words import counted
 from kvlab.workshop.feedback import (
     CheckResult,
     Hint,
+    Passed,
     call_learner,
     check_flags,
     finish,
@@ -81,34 +82,35 @@ SCAN_CASES = [
     ("the batch budget is full", "old-a old-b old-c", 0, None, 2, ["old-a", "old-b"]),
 ]
 
+#: the usual slips, each a wrong loop that :func:`_scan` plays: stop the scan at the cap, forget
+#: to count a started sequence, cap later chunks too, read None as 0, compare with > not >=,
+#: drop the cap
+SLIPS = ("stop_at_cap", "uncounted", "gate_started", "none_as_zero", "past_cap", "ignore_cap")
+
 
 def _scan(
     pending_ctx: Sequence[PendingContext],
     num_resident: int,
     max_resident: int | None,
     max_num_requests: int,
-    *,
-    stop_at_cap: bool = False,
-    count_new: bool = True,
-    gate_started: bool = False,
-    none_as_zero: bool = False,
-    ignore_cap: bool = False,
-    past_cap: bool = False,
+    slip: str | None = None,
 ) -> list[str]:
-    """The loop as the fix has it, or with one of the slips in SLIPS (a keyword set True, or
-    ``count_new`` False): what a learner's loop with that slip returns."""
+    """The loop as the fix has it, or with one of SLIPS: what a learner's loop with it returns."""
     scheduled: list[str] = []
-    cap = 0 if max_resident is None and none_as_zero else max_resident
+    cap = 0 if max_resident is None and slip == "none_as_zero" else max_resident
     for req in pending_ctx:
         if len(scheduled) >= max_num_requests:
             break
-        at_cap = cap is not None and (num_resident > cap if past_cap else num_resident >= cap)
-        if at_cap and (req.is_first_context_chunk or gate_started) and not ignore_cap:
-            if stop_at_cap:
+        at_cap = cap is not None and (
+            num_resident > cap if slip == "past_cap" else num_resident >= cap
+        )
+        gated = req.is_first_context_chunk or slip == "gate_started"
+        if at_cap and gated and slip != "ignore_cap":
+            if slip == "stop_at_cap":
                 break
             continue
         scheduled.append(req.request_id)
-        if cap is not None and req.is_first_context_chunk and count_new:
+        if cap is not None and req.is_first_context_chunk and slip != "uncounted":
             num_resident += 1
     return scheduled
 
@@ -122,79 +124,57 @@ def _slots(resident: int, cap: int) -> str:
     return f"{counted(free, 'resident slot') if free else 'no resident slot'} free ({resident} of {cap} taken)"
 
 
-def _stopped_at_cap(spec, got, expected, resident, cap) -> Hint:
-    ids = spec.split()
-    stopped, behind = ids[len(got)], [r for r in ids[len(got) + 1 :] if r in expected]
-    return Hint(
-        f"your scan ended at {stopped!r}, which must wait, so it never reached {_names(behind)}, "
-        f"which should run this iteration: why did your loop stop at {stopped!r}?",
-        f"`break` ended the scan at {stopped!r} and starved {_names(behind)}: skip only the "
-        "capped request (`continue`); the batch budget's `break` stays",
-    )
-
-
-def _uncounted(spec, got, expected, resident, cap) -> Hint:
+def _slip_hint(slip: str, spec: str, got: list[str], expected: list[str], resident, cap) -> Hint:
+    """What a loop with ``slip`` got wrong, read off the ids it returned: a question, then the fix."""
     started = [r for r in got if r.startswith("new")]
-    takers, waits = [r for r in started if r in expected], [r for r in got if r not in expected]
+    waits = [r for r in got if r not in expected]
+    held = [r for r in expected if r not in got]
+    if slip == "stop_at_cap":
+        ids = spec.split()
+        stopped, behind = ids[len(got)], [r for r in ids[len(got) + 1 :] if r in expected]
+        return Hint(
+            f"your scan ended at {stopped!r}, which must wait, so it never reached {_names(behind)}, "
+            f"which should run this iteration: why did your loop stop at {stopped!r}?",
+            f"`break` ended the scan at {stopped!r} and starved {_names(behind)}: skip only the "
+            "capped request (`continue`); the batch budget's `break` stays",
+        )
+    if slip == "gate_started":
+        one = len(held) == 1
+        continues = "it continues a started sequence" if one else "they continue started sequences"
+        return Hint(
+            f"your loop held back {_names(held)} at the cap, though {continues}: does a later "
+            "chunk need a new slot?",
+            f"the cap gates only first chunks (is_first_context_chunk): {_names(held)} "
+            f"{'holds its' if one else 'hold their'} slot already and should run",
+        )
+    if slip == "none_as_zero":
+        return Hint(
+            "max_resident is None here, and your loop let no first chunk start: what does None "
+            "mean for the cap?",
+            "None means unbounded (attention-only models): no first chunk waits for a slot",
+        )
+    if slip == "past_cap":
+        return Hint(
+            f"your loop let {_names(waits)} start past the cap ({resident} of {cap} slots taken "
+            "before the scan): which comparison lets a first chunk in when num_resident equals "
+            "max_resident?",
+            "a first chunk starts only while num_resident < max_resident: hold it back when "
+            f"num_resident >= max_resident (not >), so {_names(waits)} must wait",
+        )
+    question = f"your loop started {len(started)} new sequences ({_names(started)}) with {_slots(resident, cap)}"
+    if slip == "ignore_cap":
+        return Hint(
+            f"{question}: does it still hold a first chunk back when no slot is free?",
+            f"a fix must keep the cap: with {_slots(resident, cap)}, {_names(waits)} must wait",
+        )
+    takers = [r for r in started if r in expected]
     takes = "takes the last free slot" if cap - resident == 1 else "take the free slots"
     must = "must wait" if len(waits) == 1 else "must all wait"
     return Hint(
-        f"your loop started {len(started)} new sequences ({_names(started)}) with "
-        f"{_slots(resident, cap)}: does it count the slot each scheduled first chunk takes?",
+        f"{question}: does it count the slot each scheduled first chunk takes?",
         f"each first chunk scheduled takes a slot: count it (num_resident += 1). With "
         f"{_slots(resident, cap)}, {_names(takers)} {takes} and {_names(waits)} {must}",
     )
-
-
-def _uncapped(spec, got, expected, resident, cap) -> Hint:
-    started, waits = [r for r in got if r.startswith("new")], [r for r in got if r not in expected]
-    return Hint(
-        f"your loop started {len(started)} new sequences ({_names(started)}) with "
-        f"{_slots(resident, cap)}: does it still hold a first chunk back when no slot is free?",
-        f"a fix must keep the cap: with {_slots(resident, cap)}, {_names(waits)} must wait",
-    )
-
-
-def _past_cap(spec, got, expected, resident, cap) -> Hint:
-    waits = [r for r in got if r not in expected]
-    return Hint(
-        f"your loop let {_names(waits)} start past the cap ({resident} of {cap} slots taken "
-        "before the scan): which comparison lets a first chunk in when num_resident equals "
-        "max_resident?",
-        "a first chunk starts only while num_resident < max_resident: hold it back when "
-        f"num_resident >= max_resident (not >), so {_names(waits)} must wait",
-    )
-
-
-def _gated_started(spec, got, expected, resident, cap) -> Hint:
-    held = [r for r in expected if r not in got]
-    one = len(held) == 1
-    started = "it continues a started sequence" if one else "they continue started sequences"
-    return Hint(
-        f"your loop held back {_names(held)} at the cap, though {started}: does a later "
-        "chunk need a new slot?",
-        f"the cap gates only first chunks (is_first_context_chunk): {_names(held)} "
-        f"{'holds its' if one else 'hold their'} slot already and should run",
-    )
-
-
-def _none_as_capped(spec, got, expected, resident, cap) -> Hint:
-    return Hint(
-        "max_resident is None here, and your loop let no first chunk start: what does None "
-        "mean for the cap?",
-        "None means unbounded (attention-only models): no first chunk waits for a slot",
-    )
-
-
-#: the usual slips: (the keyword that gives _scan the slip, its value, the feedback it gets)
-SLIPS = [
-    ("stop_at_cap", True, _stopped_at_cap),
-    ("count_new", False, _uncounted),
-    ("gate_started", True, _gated_started),
-    ("none_as_zero", True, _none_as_capped),
-    ("past_cap", True, _past_cap),
-    ("ignore_cap", True, _uncapped),
-]
 
 
 def _iterate(fn, max_steps: int = 12) -> tuple[int | None, list[str], str | None]:
@@ -216,13 +196,9 @@ def _iterate(fn, max_steps: int = 12) -> tuple[int | None, list[str], str | None
             chunks_left[r] -= 1
             if chunks_left[r] == 0:
                 resident -= 1
-        over = (
-            ""
-            if peak <= 1
-            else " (over the cap)"
-            if peak == resident
-            else f" ({peak}/1 during it: over the cap)"
-        )
+        over = ""
+        if peak > 1:
+            over = " (over the cap)" if peak == resident else f" ({peak}/1 during it: over the cap)"
         log.append(
             f"iteration {step}: {before}/1 resident, pending {[p.request_id for p in pending]}, "
             f"scheduled {scheduled}, then {resident}/1 resident{over}"
@@ -239,67 +215,57 @@ def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
     return steps, log
 
 
-def _scan_overrun(got, expected, resident, cap, budget) -> Hint | None:
-    """A scan that scheduled what the batch budget or a full cap forbids: a question, then the fix."""
+def _scan_feedback(case, got: list[str], slip: str | None):
+    """A wrong case's feedback: a limit overrun, the slip that gives the same ids, or the
+    requests it got wrong."""
+    label, spec, resident, cap, budget, expected = case
+    where = f"pending [{spec}], {resident} resident, cap {cap}, max {budget} requests"
+    wrong = f"{label} ({where}): scheduled {got}, expected {expected}"
+    candidates = ([slip] if slip else []) + list(SLIPS)
+    explain = next(
+        (s for s in candidates if got == _scan(_ctx(spec), resident, cap, budget, s)), None
+    )
+    extra = [r for r in got if r not in expected and r.startswith("new")]
+    overrun = None
     if len(got) > budget:
         over = f"{len(got)} scheduled: more than max_num_requests={budget}, the batch budget"
-        return Hint(over, over)
-    extra = [r for r in got if r not in expected and r.startswith("new")]
-    if extra and cap is not None and resident >= cap:  # every slot was taken from the start
+        overrun = Hint(over, over)
+    # an off-by-one cap lets one too many in everywhere: its comparison is the question, not the cap
+    elif extra and cap is not None and resident >= cap and explain != "past_cap":
         started = (
             f"{_names(extra)} {'started a new sequence' if len(extra) == 1 else 'started new sequences'} "
             f"with no resident slot free (cap {cap})"
         )
-        return Hint(
+        overrun = Hint(
             f"{started}: does your loop still hold a first chunk back when every slot is taken?",
             f"{started}: a fix must keep the cap, and hold a first chunk back when every slot "
             "is taken",
         )
-    return None
-
-
-def _unexplained(got: list[str], expected: list[str]) -> str:
-    """What a scan that matches none of SLIPS got wrong, request by request."""
+    elif explain is not None:
+        overrun = _slip_hint(explain, spec, got, expected, resident, cap)
+    if overrun:
+        return Hint(f"{wrong} - {overrun.hint}", f"{wrong} - {overrun.reveal}")
     if sorted(got) == sorted(expected):
-        return "the right requests in another order: schedule them in pending order"
+        return f"{wrong} - the right requests in another order: schedule them in pending order"
     started = "continues a started sequence: it needs no new slot"
     why = [
         f"{r!r} {started if r.startswith('old') else 'had a free slot'}"
         for r in expected
         if r not in got
     ]
-    return "; ".join(why + [f"{r!r} had no slot free" for r in got if r not in expected])
-
-
-def _slipped(slip, spec, resident, cap, budget) -> list[str]:
-    keyword, value, _ = slip
-    return _scan(_ctx(spec), resident, cap, budget, **{keyword: value})
-
-
-def _scan_feedback(case, got: list[str], slip):
-    """A wrong case's feedback: a limit overrun, the slip that gives the same ids, or the
-    requests it got wrong."""
-    label, spec, resident, cap, budget, expected = case
-    where = f"pending [{spec}], {resident} resident, cap {cap}, max {budget} requests"
-    wrong = f"{label} ({where}): scheduled {got}, expected {expected}"
-    candidates = ([slip] if slip else []) + SLIPS
-    explain = next(
-        (s[2] for s in candidates if got == _slipped(s, spec, resident, cap, budget)), None
+    return f"{wrong} - " + "; ".join(
+        why + [f"{r!r} had no slot free" for r in got if r not in expected]
     )
-    overrun = _scan_overrun(got, expected, resident, cap, budget)
-    # an off-by-one cap lets one too many in everywhere: its comparison is the question, not the cap
-    if overrun and not (explain is _past_cap and len(got) <= budget):
-        return Hint(f"{wrong} - {overrun.hint}", f"{wrong} - {overrun.reveal}")
-    if explain is None:
-        return f"{wrong} - {_unexplained(got, expected)}"
-    hint = explain(spec, got, expected, resident, cap)
-    return Hint(f"{wrong} - {hint.hint}", f"{wrong} - {hint.reveal}")
 
 
-def _iterations_failure(steps, log, over_cap, slip):
-    """None if :func:`_iterate` finished everything within the cap, else the feedback."""
+def _iterations_outcome(fn, slip: str | None):
+    """The several-iterations case: everything finishes within the cap, else why not."""
+    ran, failure = call_learner(_iterate, fn, where="over several iterations: ")
+    if failure:
+        return failure
+    steps, log, over_cap = ran
     wrong = f"over several iterations: {over_cap}"
-    if over_cap is not None and slip is not None and slip[2] is _past_cap:
+    if over_cap is not None and slip == "past_cap":
         return Hint(
             f"{wrong} - which comparison lets a first chunk in when num_resident equals max_resident?",
             f"{wrong} - hold a first chunk back when num_resident >= max_resident (not >)",
@@ -317,7 +283,7 @@ def _iterations_failure(steps, log, over_cap, slip):
             + " | ".join(log[:3])
             + " | ..."
         )
-    return None
+    return Passed(f"over several iterations: everything finishes in {steps} iterations")
 
 
 def check_resident_scan(
@@ -327,31 +293,29 @@ def check_resident_scan(
     ids scheduled, on SCAN_CASES and over several iterations (run_resident_iterations); a wrong
     case's feedback is read off the ids it returned."""
     check_flags(strict, reveal)
-    failures, passes, answers = [], [], []
+    answers = []
     for case in SCAN_CASES:
         label, spec, resident, cap, budget, _ = case
         got, failure = call_learner(fn, _ctx(spec), resident, cap, budget, where=f"{label}: ")
         answers.append((case, list(got) if isinstance(got, tuple) else got, failure))
     answered = [(case, got) for case, got, failure in answers if failure is None]
     slip = next(
-        (s for s in SLIPS if answered and all(got == _slipped(s, *c[1:5]) for c, got in answered)),
+        (
+            s
+            for s in SLIPS
+            if answered and all(got == _scan(_ctx(c[1]), *c[2:5], s) for c, got in answered)
+        ),
         None,
     )
+    outcomes = []
     for case, got, failure in answers:
         if failure:
-            failures.append(failure)
+            outcomes.append(failure)
         elif not isinstance(got, list):
-            failures.append(f"{case[0]}: returned {got!r}; return the list of the ids scheduled")
+            outcomes.append(f"{case[0]}: returned {got!r}; return the list of the ids scheduled")
         elif got != case[5]:
-            failures.append(_scan_feedback(case, got, slip))
+            outcomes.append(_scan_feedback(case, got, slip))
         else:
-            passes.append(f"{case[0]}: {case[5]}")
-    ran, failure = call_learner(_iterate, fn, where="over several iterations: ")
-    if failure is None:
-        steps, log, over_cap = ran
-        failure = _iterations_failure(steps, log, over_cap, slip)
-    if failure:
-        failures.append(failure)
-    else:
-        passes.append(f"over several iterations: everything finishes in {ran[0]} iterations")
-    return finish("check_resident_scan", failures, passes, strict, reveal, fn, learner_name(fn))
+            outcomes.append(Passed(f"{case[0]}: {case[5]}"))
+    outcomes.append(_iterations_outcome(fn, slip))
+    return finish("check_resident_scan", outcomes, strict, reveal, fn, learner_name(fn))

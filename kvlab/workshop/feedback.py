@@ -144,20 +144,27 @@ def check_flags(strict, reveal) -> None:
     check_instance("reveal", reveal, (bool, type(None)))
 
 
-def finish(check, failures, passes, strict, reveal, answer, learner=None, cases=None):
-    """The result of a check. ``failures``: a str, a :class:`Hint` or NOT_YET (all of those one
-    line) per failed case; ``answer``: what the learner gave, to tell an edit from a rerun;
-    ``cases``: how many were checked, where one failure line stands for several."""
-    not_yet = NOT_YET in failures
-    others = [f for f in failures if f is not NOT_YET]
-    hints = [f for f in others if isinstance(f, Hint)]
+class Passed(str):
+    """A case's line when it passes; any other outcome of a case is its failure."""
+
+
+def finish(check, outcomes, strict, reveal, answer, learner=None, cases=None) -> CheckResult:
+    """The result of a check. ``outcomes``: per case a :class:`Passed` line, or its failure (a
+    str, a :class:`Hint` or NOT_YET); ``answer``: what the learner gave, to tell an edit from a
+    rerun; ``cases``: how many were checked, where one line stands for several."""
+    passes = [o for o in outcomes if isinstance(o, Passed)]
+    failures = [o for o in outcomes if not isinstance(o, Passed)]
+    if not failures:
+        reset_hints(check)
+        return CheckResult(check, True, [str(p) for p in passes])
+    hints = [f for f in failures if isinstance(f, Hint)]
     shown = _HINTS_SHOWN.setdefault(check, {})
     keys = {f: answer_key(answer if f.part is None else f.part) for f in hints}
-    revealed = {
-        f
-        for f in hints
-        if (bool(shown.get(f.hint, set()) - {keys[f]}) if reveal is None else reveal)
-    }
+    if reveal is None:  # a hint due again for a changed answer shows its working
+        revealed = {f for f in hints if shown.get(f.hint, set()) - {keys[f]}}
+    else:
+        revealed = set(hints) if reveal else set()
+    not_yet = NOT_YET in failures
     lines = []
     if not_yet:
         lines.append(
@@ -165,19 +172,20 @@ def finish(check, failures, passes, strict, reveal, answer, learner=None, cases=
             "NotImplementedError): replace its `raise NotImplementedError` with your code, run "
             "that cell, then run this check again"
         )
-    lines += [(f.reveal if f in revealed else f.hint) if isinstance(f, Hint) else f for f in others]
-    if failures and (passes or not not_yet):
-        total = cases or len(passes) + len(failures)
+    for f in failures:
+        if isinstance(f, Hint):
+            lines.append(f.reveal if f in revealed else f.hint)
+        elif f is not NOT_YET:
+            lines.append(f)
+    if passes or not not_yet:
+        total = cases or len(outcomes)
         lines.append(f"({len(passes)} of {total} {'case passes' if total == 1 else 'cases pass'})")
     if len(revealed) < len(hints):
         lines.append(SOME_HINTS_ONLY if revealed else HINTS_ONLY)
     for f in hints:
         shown.setdefault(f.hint, set()).add(keys[f])
-    if not failures:
-        lines = list(passes)
-        reset_hints(check)
-    result = CheckResult(check, not failures, lines, revealed=bool(revealed))
-    if strict and failures:
+    result = CheckResult(check, False, lines, revealed=bool(revealed))
+    if strict:
         raise CheckFailed(str(result))
     return result
 

@@ -697,11 +697,11 @@ def test_the_scan_slips_are_each_one_wrong_loop():
             == expected
             == scan()(_ctx(spec), resident, cap, budget)
         )
-    for keyword, value, _ in SLIPS:
+    for slip in SLIPS:
         assert any(
-            _scan(_ctx(spec), resident, cap, budget, **{keyword: value}) != expected
+            _scan(_ctx(spec), resident, cap, budget, slip) != expected
             for _, spec, resident, cap, budget, expected in SCAN_CASES
-        ), keyword
+        ), slip
 
 
 # --- a function not implemented yet: one line, not one per case ----------------------------------
