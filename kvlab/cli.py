@@ -1,8 +1,6 @@
 """The ``kvlab`` command (also ``python -m kvlab``).
-
-Subcommands: repro, walkthrough, scenario, plan, doctor, slides (``kvlab NAME --help`` says what
-each does and its exit codes). Bad arguments exit 2 with a usage line and no traceback; a signal
-stops every rank and exits 128 + its number (130 on Ctrl-C).
+Its subcommands: ``kvlab NAME --help`` says what each does and its exit codes. Bad arguments exit
+2 with a usage line and no traceback; a signal stops every rank and exits 128 + its number.
 """
 
 from __future__ import annotations
@@ -74,6 +72,14 @@ def _command(sub, name: str, handler, summary: str, description: str):
     return parser
 
 
+def _add_notebook_choice(parser: argparse.ArgumentParser, example: str, holds: str) -> None:
+    """``--only`` and ``--notebook-dir``, as walkthrough and slides both take them."""
+    only = f"only notebooks whose name starts with PREFIX (e.g. {example})"
+    parser.add_argument("--only", action="append", default=[], metavar="PREFIX", help=only)
+    folder = f"folder of {holds} (default: the kit's notebooks/)"
+    parser.add_argument("--notebook-dir", type=Path, default=None, help=folder)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kvlab.analysis.gpus import GPUS
     from kvlab.run.distributed import BACKENDS
@@ -94,13 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_argument
     add("--pool-mib", type=float, default=4.0, help="KV pool size in MiB (default 4)")
     add("--context", type=int, default=8192, help="context length in tokens (default 8192)")
-    add(
-        "--policy",
-        choices=REPRO_POLICIES,
-        default="none/clamped",
-        help="none/clamped (the report's row) or none/configured (the one-line "
-        "fix's); one resize, so no admission check (default none/clamped)",
+    policy = (
+        "none/clamped (the report's row) or none/configured (the one-line fix's); one resize, "
+        "so no admission check (default none/clamped)"
     )
+    add("--policy", choices=REPRO_POLICIES, default="none/clamped", help=policy)
     add("--tokens-per-block", type=int, default=32, help="tokens per page (default 32)")
     add("--max-seq-len", type=int, default=8192, help="configured max_seq_len (default 8192)")
     add("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -112,17 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
         "execute the notebooks and summarise the findings",
         "Execute notebooks/NN_*.ipynb with papermill into BUILD and print what each found.",
     )
-    walk.add_argument(
+    add = walk.add_argument
+    parameter = "papermill parameter for every notebook that has it"
+    add(
         "-p",
         "--parameter",
         type=_parameter,
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="papermill parameter for every notebook that has it",
+        help=parameter,
     )
     _add_notebook_choice(walk, "02", "NN_*.ipynb notebooks")
-    add = walk.add_argument
     add("--build-dir", type=Path, default=Path("build"), help="output folder (default build)")
     add("--smoke", action="store_true", help="set SMOKE=True (the quick CI run)")
 
@@ -138,31 +143,25 @@ def build_parser() -> argparse.ArgumentParser:
     add("name", metavar="NAME", help="scenario name (issue-21470 or a file stem) or a .yaml path")
     ranks = f"number of ranks, 1..{MAX_RANKS} (default: the scenario's)"
     add("--ranks", type=int, default=None, help=ranks)
-    add(
-        "--policy",
-        choices=TRTLLM_POLICIES,
-        default="none/clamped",
-        help="none/clamped (the report), none/configured (the one-line fix), "
-        "capacity (PR #21720's admission control); default none/clamped",
+    policy = (
+        "none/clamped (the report), none/configured (the one-line fix), "
+        "capacity (PR #21720's admission control); default none/clamped"
     )
+    add("--policy", choices=TRTLLM_POLICIES, default="none/clamped", help=policy)
     nccl = "gloo (CPU) or nccl (one GPU per rank); default gloo"
     add("--backend", choices=BACKENDS, default="gloo", help=nccl)
     threads = "run the ranks as threads of this process (no torch.distributed)"
     add("--in-process", action="store_true", help=threads)
-    add(
-        "--timeout",
-        type=float,
-        default=120.0,
-        help="seconds without progress (no rank stepping) before the ranks are called hung "
-        "and killed; slow ranks that keep stepping are not (default 120)",
+    timeout = (
+        "seconds without progress (no rank stepping) before the ranks are called hung "
+        "and killed; slow ranks that keep stepping are not (default 120)"
     )
-    add(
-        "--deadline",
-        type=float,
-        default=None,
-        help="seconds the whole run may take; past them every rank is stopped and the run "
-        "says so (default: none)",
+    add("--timeout", type=float, default=120.0, help=timeout)
+    deadline = (
+        "seconds the whole run may take; past them every rank is stopped and the run "
+        "says so (default: none)"
     )
+    add("--deadline", type=float, default=None, help=deadline)
 
     plan = _command(
         sub,
@@ -177,13 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = plan.add_mutually_exclusive_group(required=True).add_argument
     add("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
-    add(
-        "--config",
-        type=Path,
-        metavar="PATH",
-        help="a Hugging Face config.json, or a folder holding one (read offline; "
-        "needs kvlab[models])",
+    config = (
+        "a Hugging Face config.json, or a folder holding one (read offline; needs kvlab[models])"
     )
+    add("--config", type=Path, metavar="PATH", help=config)
     walk_example = "a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261"
     add("--example", metavar="NAME", help=walk_example)
     add("--list", action="store_true", help="list the model, GPU and example presets")
@@ -223,23 +219,6 @@ def build_parser() -> argparse.ArgumentParser:
     out = "output folder (default build/slides)"
     slides.add_argument("--out", type=Path, default=Path("build/slides"), help=out)
     return parser
-
-
-def _add_notebook_choice(parser: argparse.ArgumentParser, example: str, holds: str) -> None:
-    """``--only`` and ``--notebook-dir``, as walkthrough and slides both take them."""
-    parser.add_argument(
-        "--only",
-        action="append",
-        default=[],
-        metavar="PREFIX",
-        help=f"only notebooks whose name starts with PREFIX (e.g. {example})",
-    )
-    parser.add_argument(
-        "--notebook-dir",
-        type=Path,
-        default=None,
-        help=f"folder of {holds} (default: the kit's notebooks/)",
-    )
 
 
 #: ``kvlab plan``'s valued options: flag -> (type, help), each setting the Deployment field of
@@ -352,16 +331,15 @@ def _repro(args, parser) -> int:
 
 def _notebooks(args, parser, default_dir, listing) -> tuple[Path, list[Path]]:
     """``--notebook-dir``'s folder (or a usage error) and its notebooks that ``--only`` selects."""
-    folder = args.notebook_dir or default_dir
+    folder = Path(args.notebook_dir or default_dir)
     try:
-        found = Path(folder).is_dir()
+        found = folder.is_dir()
     except OSError:  # a name too long for the file system
         found = False
     if not found:
         text = str(folder)
         shown = text if len(text) <= 200 else f"{text[:60]}... ({len(text):,} characters)"
         parser.error(f"--notebook-dir {shown} is not a folder")
-    folder = Path(folder)
     chosen = [p for p in listing(folder) if any(p.name.startswith(o) for o in args.only or [""])]
     return folder, chosen
 
@@ -378,12 +356,11 @@ def _walkthrough(args, parser) -> int:
     with _usage_errors(parser, ValueError, TypeError):
         wt.check_parameters(parameters, notebooks)
     try:
-        for folder in ("notebooks", "html"):
-            (args.build_dir / folder).mkdir(parents=True, exist_ok=True)
+        (args.build_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+        (args.build_dir / "html").mkdir(exist_ok=True)
     except OSError as exc:
         parser.error(f"--build-dir {args.build_dir} cannot hold the output folders: {exc.strerror}")
-    runs, interrupted = [], None
-    signum: int = signal.SIGINT
+    runs, interrupted, signum = [], None, int(signal.SIGINT)
     with wt.stop_signals(), wt.private_files(), wt.image_server():
         for path in notebooks:
             print(f"running {path.name} ...", flush=True)
@@ -397,15 +374,12 @@ def _walkthrough(args, parser) -> int:
     if interrupted is not None:
         left = ", ".join(p.name for p in notebooks[len(runs) :])
         how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        print(
-            f"\nstopped by {how} while running {interrupted.name}; not run: {left}", file=sys.stderr
-        )
+        stopped = f"\nstopped by {how} while running {interrupted.name}; not run: {left}"
+        print(stopped, file=sys.stderr)
         return 128 + signum
     print(f"\nexecuted notebooks: {args.build_dir / 'notebooks'}   HTML: {args.build_dir / 'html'}")
-    if wt.image_failure() is not None:
-        print(
-            f"figures: not rendered as images ({wt.image_failure()}); the HTML says so in their place"
-        )
+    if (failure := wt.image_failure()) is not None:
+        print(f"figures: not rendered as images ({failure}); the HTML says so in their place")
     return 1 if any(run.error for run in runs) else 0
 
 
@@ -422,12 +396,10 @@ def _slides(args, parser) -> int:
     from kvlab.slides import build_deck, build_index, deck_notebooks
 
     notebook_dir, notebooks = _notebooks(args, parser, NOTEBOOK_DIR, deck_notebooks)
+    if not notebooks and not args.only:
+        parser.error(f"--notebook-dir {notebook_dir} holds no notebook")
     if not notebooks:
-        parser.error(
-            f"no notebook in {notebook_dir} matches --only {args.only}"
-            if args.only
-            else f"--notebook-dir {notebook_dir} holds no notebook"
-        )
+        parser.error(f"no notebook in {notebook_dir} matches --only {args.only}")
     try:
         decks = [build_deck(path, args.out, args.executed_dir) for path in notebooks]
         index = build_index(decks, args.out)
@@ -450,12 +422,9 @@ def _scenario(args, parser) -> int:
         config = scenario_config(scenario, args.ranks, args.policy)
         assert scenario.deployment is not None  # scenario_config refuses a scenario without one
         reported, ranks = scenario.deployment.ranks, config.world_size
-        changed = (
-            f" (the scenario's {reported} ranks changed to {ranks})" if ranks != reported else ""
-        )
-        print(
-            f"{scenario.title}{changed}\n{scenario.gpu} x {ranks}, policy {args.policy}", flush=True
-        )
+        changed = f" (the scenario's {reported} ranks changed to {ranks})"
+        print(f"{scenario.title}{changed if ranks != reported else ''}", flush=True)
+        print(f"{scenario.gpu} x {ranks}, policy {args.policy}", flush=True)
         result = run_ranks(
             config,
             backend=args.backend,
