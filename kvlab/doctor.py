@@ -47,12 +47,8 @@ def check_python() -> Check:
     if sys.version_info[:2] >= MIN_PYTHON:
         return Check("python", OK, f"{found} on {platform.system()} {platform.machine()}")
     need = ".".join(map(str, MIN_PYTHON))
-    return Check(
-        "python",
-        FAIL,
-        f"{found}; kvlab needs {need} or newer",
-        f"install Python {need}+ (python.org, pyenv or conda), then {SETUP}",
-    )
+    fix = f"install Python {need}+ (python.org, pyenv or conda), then {SETUP}"
+    return Check("python", FAIL, f"{found}; kvlab needs {need} or newer", fix)
 
 
 def check_kvlab() -> Check:
@@ -60,23 +56,15 @@ def check_kvlab() -> Check:
 
     missing = [name for name in kvlab.__all__ if not hasattr(kvlab, name)]
     if missing:
-        return Check(
-            "kvlab",
-            FAIL,
-            f"public names missing: {', '.join(missing)}",
-            f"update the checkout (git pull), then {SETUP}",
-        )
+        fix = f"update the checkout (git pull), then {SETUP}"
+        return Check("kvlab", FAIL, f"public names missing: {', '.join(missing)}", fix)
     try:
         where = f"{importlib.metadata.version('kvlab')} from {REPOSITORY}"
     except importlib.metadata.PackageNotFoundError:
         return Check("kvlab", FAIL, f"imported from {REPOSITORY} but not installed", SETUP)
     if shutil.which("kvlab") is None:
-        return Check(
-            "kvlab",
-            WARN,
-            f"{where}; the `kvlab` command is not on PATH",
-            "use `python -m kvlab`, or activate the environment that ran setup.sh",
-        )
+        fix = "use `python -m kvlab`, or activate the environment that ran setup.sh"
+        return Check("kvlab", WARN, f"{where}; the `kvlab` command is not on PATH", fix)
     return Check("kvlab", OK, where)
 
 
@@ -86,17 +74,11 @@ def check_torch() -> Check:
     except ImportError as exc:
         return Check("torch", FAIL, f"does not import: {exc}", SETUP)
     if tuple(map(int, re.findall(r"\d+", torch.__version__)[:2])) < MIN_TORCH:
-        return Check(
-            "torch",
-            FAIL,
-            f"{torch.__version__}; kvlab needs {'.'.join(map(str, MIN_TORCH))}+",
-            SETUP,
-        )
-    device = (
-        f"cuda ({torch.cuda.get_device_name(0)})"
-        if torch.cuda.is_available()
-        else "cpu (every notebook runs on the CPU)"
-    )
+        need = ".".join(map(str, MIN_TORCH))
+        return Check("torch", FAIL, f"{torch.__version__}; kvlab needs {need}+", SETUP)
+    device = "cpu (every notebook runs on the CPU)"
+    if torch.cuda.is_available():
+        device = f"cuda ({torch.cuda.get_device_name(0)})"
     return Check("torch", OK, f"{torch.__version__}, device {device}")
 
 
@@ -119,27 +101,19 @@ def check_kernel() -> Check:
         return Check("kernel", FAIL, "jupyter_client is not installed", SETUP)
     if "python3" in KernelSpecManager().find_kernel_specs():
         return Check("kernel", OK, "python3 (the kernel the notebooks name) is registered")
-    return Check(
-        "kernel", FAIL, "no Jupyter kernel named python3", f"{SETUP} (it registers the kernel)"
-    )
+    fix = f"{SETUP} (it registers the kernel)"
+    return Check("kernel", FAIL, "no Jupyter kernel named python3", fix)
 
 
 def check_notebooks() -> Check:
-    names = [p.name for p in NOTEBOOK_DIR.glob("*.ipynb")]
-    exercises = [p.name for p in (NOTEBOOK_DIR / "workshop").glob("ex*.ipynb")]
-    missing = [n for n in WALK if not any(name.startswith(f"{n}_") for name in names)] + [
-        n for n in EXERCISES if not any(name.startswith(f"{n}_") for name in exercises)
-    ]
+    workshop = NOTEBOOK_DIR / "workshop"
+    missing = [n for n in WALK if not any(NOTEBOOK_DIR.glob(f"{n}_*.ipynb"))]
+    missing += [n for n in EXERCISES if not any(workshop.glob(f"{n}_*.ipynb"))]
     if missing:
-        return Check(
-            "notebooks",
-            FAIL,
-            f"{NOTEBOOK_DIR} lacks {', '.join(missing)}",
-            "use a full clone of the repository (git clone), not an installed wheel",
-        )
-    return Check(
-        "notebooks", OK, f"{len(WALK)} notebooks and {len(EXERCISES)} exercises in {NOTEBOOK_DIR}"
-    )
+        fix = "use a full clone of the repository (git clone), not an installed wheel"
+        return Check("notebooks", FAIL, f"{NOTEBOOK_DIR} lacks {', '.join(missing)}", fix)
+    found = f"{len(WALK)} notebooks and {len(EXERCISES)} exercises in {NOTEBOOK_DIR}"
+    return Check("notebooks", OK, found)
 
 
 def check_seed_repro() -> Check:
@@ -155,29 +129,22 @@ def check_seed_repro() -> Check:
         f"{result.max_blocks_per_seq} entries, outcome {result.outcome}, {seconds * 1000:.0f} ms"
     )
     if (result.total_blocks, result.max_blocks_per_seq, result.outcome) != (64, 68, "crash"):
-        return Check(
-            "seed repro",
-            FAIL,
-            f"{found}; expected 64 blocks, 68 entries, crash",
-            "reinstall from a clean checkout (git status shows local edits?), then " + SETUP,
-        )
+        fix = f"reinstall from a clean checkout (git status shows local edits?), then {SETUP}"
+        return Check("seed repro", FAIL, f"{found}; expected 64 blocks, 68 entries, crash", fix)
     if seconds > REPRO_BUDGET_S:
-        return Check(
-            "seed repro",
-            WARN,
-            f"{found} (over {REPRO_BUDGET_S:g} s)",
-            "close other programs; the notebooks will be slow on this machine",
-        )
+        fix = "close other programs; the notebooks will be slow on this machine"
+        return Check("seed repro", WARN, f"{found} (over {REPRO_BUDGET_S:g} s)", fix)
     return Check("seed repro", OK, found)
 
 
 def check_disk() -> Check:
     free = shutil.disk_usage(REPOSITORY).free
     found = f"{free / 2**30:.1f} GiB free where build/ goes"
+    fix = f"free at least {DISK_WARN_BYTES // 2**30} GiB"
     if free < DISK_FAIL_BYTES:
-        return Check("disk", FAIL, found, f"free at least {DISK_WARN_BYTES // 2**30} GiB")
+        return Check("disk", FAIL, found, fix)
     if free < DISK_WARN_BYTES:
-        return Check("disk", WARN, found, f"free at least {DISK_WARN_BYTES // 2**30} GiB")
+        return Check("disk", WARN, found, fix)
     return Check("disk", OK, found)
 
 
@@ -191,13 +158,12 @@ def check_browser() -> Check:
         )
     path = Chromium.find_browser(skip_local=False)
     if path is None:
-        return Check(
-            "browser",
-            WARN,
-            "no Chromium or Chrome found: the walkthrough's HTML report "
-            "will show no figure images (JupyterLab is not affected)",
-            "install Chromium or Google Chrome (Linux: apt-get install chromium)",
+        found = (
+            "no Chromium or Chrome found: the walkthrough's HTML report will show no figure "
+            "images (JupyterLab is not affected)"
         )
+        fix = "install Chromium or Google Chrome (Linux: apt-get install chromium)"
+        return Check("browser", WARN, found, fix)
     return Check("browser", OK, f"{path} (figures of the static report)")
 
 
