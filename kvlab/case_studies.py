@@ -1,8 +1,7 @@
 """Case studies: the three findings of the review of PR #17261's residency clamp (a proposal,
-closed without merging; docs/REFERENCE.md §5), outside the mechanism. kvlab.sched.scheduler and
-kvlab.core.mamba hold the fixed behaviour only; each finding's bug is a small subclass here that
-overrides one hook, and :func:`run_review_findings` runs each finding with its bug and with its
-fix (notebook 05, ``tests/core/test_mamba.py``).
+closed without merging; docs/REFERENCE.md §5). kvlab.sched.scheduler and kvlab.core.mamba hold the
+fixed behaviour only; each finding's bug is a subclass here overriding one hook, and
+:func:`run_review_findings` runs each with its bug and with its fix (notebook 05).
 
 1. :class:`NoneFirstManager`: a rank with no local Mamba layers answers None
    (``max_resident_sequences``) before reading the all-reduced cap, so pipeline ranks disagree.
@@ -111,14 +110,10 @@ def _finding_1(bug: bool) -> FindingRun:
         if rank == 0:
             managers[0] = _review_manager(3, 8, manager_class, comm=comm.for_rank(0))
         else:
+            attention_only = dict(max_seq_len=64, max_batch_size=8, residency="clamped")
+            quota = 64 * REVIEW_ATTN.bytes_per_block
             managers[1] = manager_class(
-                REVIEW_ATTN,
-                None,
-                64 * REVIEW_ATTN.bytes_per_block,
-                max_seq_len=64,
-                max_batch_size=8,
-                residency="clamped",
-                comm=comm.for_rank(1),
+                REVIEW_ATTN, None, quota, **attention_only, comm=comm.for_rank(1)
             )
 
     in_threads(comm, build)
@@ -136,14 +131,11 @@ def _finding_1(bug: bool) -> FindingRun:
         ("rank 0 admitted", admitted[0]),
         ("rank 1 admitted", admitted[1]),
     )
-    detail = (
-        f"caps {caps} (None = unbounded); first chunks admitted in the first pass "
-        f"{admitted}: "
-        + ("the ranks agree" if agree else "the pipeline ranks would run different batches")
-    )
-    return FindingRun(
-        1, bug, metrics, "ok" if agree else "stall", "ok" if agree else "ranks disagree", detail
-    )
+    detail = f"caps {caps} (None = unbounded); first chunks admitted in the first pass {admitted}: "
+    if agree:
+        return FindingRun(1, bug, metrics, "ok", "ok", detail + "the ranks agree")
+    detail += "the pipeline ranks would run different batches"
+    return FindingRun(1, bug, metrics, "stall", "ranks disagree", detail)
 
 
 def _finding_2(bug: bool) -> FindingRun:
@@ -158,11 +150,8 @@ def _finding_2(bug: bool) -> FindingRun:
         sched.submit(r)
     try:
         admitted = len(sched.schedule().fitting_disagg_gen_init_requests)
-        outcome, what, detail = (
-            "ok",
-            "ok",
-            f"{admitted} of 2 admitted; the other waits for the slot",
-        )
+        outcome, what = "ok", "ok"
+        detail = f"{admitted} of 2 admitted; the other waits for the slot"
     except StateSlotsExhausted as exc:
         admitted = sum(r.request_id in m.caches for r in requests) + 1  # + the one that raised
         outcome, what = "crash", "crash (StateSlotsExhausted)"
@@ -190,31 +179,22 @@ def _finding_3(bug: bool, stall_limit: int = 5) -> FindingRun:
     sched.submit(Request("A", prompt_len=8, max_new_tokens=2))
     sched._active.sort(key=lambda r: r.request_id)  # A ahead of B (priority sort, recompute pause)
     scheduled = stalled = 0
-    error = None
     try:
         while not b.is_context_finished:
-            batch = sched.schedule()
-            if b in batch.context_requests:
+            if b in sched.schedule().context_requests:
                 scheduled += 1
                 b.context_current_position += b.context_chunk_size
             else:
                 stalled += 1
     except SchedulerDeadlock as exc:
-        error = exc
         stalled = exc.stalled_passes  # the raising pass included
-    metrics = (("B chunks scheduled", scheduled), ("stalled passes", stalled))
-    if error is None:
+        metrics = (("B chunks scheduled", scheduled), ("stalled passes", stalled))
         return FindingRun(
-            3,
-            bug,
-            metrics,
-            "ok",
-            "ok",
-            f"A skipped (capped), B's remaining {scheduled} chunks scheduled",
+            3, bug, metrics, "stall", "stall (SchedulerDeadlock)", f"B never advanced: {exc}"
         )
-    return FindingRun(
-        3, bug, metrics, "stall", "stall (SchedulerDeadlock)", f"B never advanced: {error}"
-    )
+    metrics = (("B chunks scheduled", scheduled), ("stalled passes", stalled))
+    detail = f"A skipped (capped), B's remaining {scheduled} chunks scheduled"
+    return FindingRun(3, bug, metrics, "ok", "ok", detail)
 
 
 def run_review_finding(finding: int, bug: bool) -> FindingRun:
