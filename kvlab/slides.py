@@ -81,6 +81,10 @@ def slides_of(notebook) -> list[Slide]:
     return slides
 
 
+def _has_figure(slides: list[Slide]) -> bool:
+    return any(s.figure is not None for s in slides)
+
+
 def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide]):
     """The executed copy's slides if it exists and has the same headings, and why not if not."""
     import nbformat
@@ -118,11 +122,7 @@ def deck_html(title: str, slides: list[Slide], note: str) -> str:
             f"{markdown2html(slide.paragraph) if slide.paragraph else ''}\n{figure}\n"
             f"<footer>{html.escape(title)} · {number}/{len(slides)}</footer>\n</section>"
         )
-    plotly = (
-        f'<script src="{PLOTLY_JS}"></script>\n'
-        if any(s.figure is not None for s in slides)
-        else ""
-    )
+    plotly = f'<script src="{PLOTLY_JS}"></script>\n' if _has_figure(slides) else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 {plotly}<style>
@@ -159,11 +159,10 @@ def build_deck(path: Path, out_dir: Path, executed_dir: Path | None = None) -> D
 
     slides = slides_of(nbformat.read(path, as_version=4))
     ran, note = _executed_slides(Path(path), executed_dir, slides)
-    if ran is not None:
-        slides = ran
+    slides = ran or slides
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if any(s.figure is not None for s in slides) and not (out_dir / PLOTLY_JS).is_file():
+    if _has_figure(slides) and not (out_dir / PLOTLY_JS).is_file():
         from plotly.offline import get_plotlyjs
 
         (out_dir / PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
