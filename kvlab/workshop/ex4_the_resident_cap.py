@@ -177,16 +177,17 @@ def _slip_hint(slip: str, spec: str, got: list[str], expected: list[str], reside
     )
 
 
-def _iterate(fn, max_steps: int = 12) -> tuple[int | None, list[str], str | None]:
-    """:func:`run_resident_iterations`, and the first log line where more sequences were
-    resident than the cap (1) allows, or None."""
+def run_resident_iterations(fn, max_steps: int = 12) -> tuple[int | None, list[str]]:
+    """(steps to finish or None if it stalls, a log line per iteration) of ``fn`` scheduling
+    'waiter' (not started) and 'runner' (holds the only slot), two chunks each, one per call;
+    a line where more sequences were resident than the cap (1) allows says "over the cap"."""
     chunks_left, started = {"waiter": 2, "runner": 2}, {"waiter": False, "runner": True}
-    resident, over_cap = 1, None
+    resident = 1
     log: list[str] = []
     for step in range(max_steps):
         pending = [PendingContext(r, not started[r]) for r in chunks_left if chunks_left[r]]
         if not pending:
-            return step, log, over_cap
+            return step, log
         before = peak = resident
         scheduled = list(fn(pending, resident, 1, 8))
         for r in scheduled:
@@ -203,16 +204,7 @@ def _iterate(fn, max_steps: int = 12) -> tuple[int | None, list[str], str | None
             f"iteration {step}: {before}/1 resident, pending {[p.request_id for p in pending]}, "
             f"scheduled {scheduled}, then {resident}/1 resident{over}"
         )
-        if peak > 1 and over_cap is None:
-            over_cap = log[-1]
-    return None, log, over_cap
-
-
-def run_resident_iterations(fn, max_steps: int = 12) -> tuple:
-    """(steps to finish or None if it stalls, a log line per iteration) of ``fn`` scheduling
-    'waiter' (not started) and 'runner' (holds the only slot), two chunks each, one per call."""
-    steps, log, _ = _iterate(fn, max_steps)
-    return steps, log
+    return None, log
 
 
 def _scan_feedback(case, got: list[str], slip: str | None):
@@ -260,10 +252,11 @@ def _scan_feedback(case, got: list[str], slip: str | None):
 
 def _iterations_outcome(fn, slip: str | None):
     """The several-iterations case: everything finishes within the cap, else why not."""
-    ran, failure = call_learner(_iterate, fn, where="over several iterations: ")
+    ran, failure = call_learner(run_resident_iterations, fn, where="over several iterations: ")
     if failure:
         return failure
-    steps, log, over_cap = ran
+    steps, log = ran
+    over_cap = next((line for line in log if line.endswith("over the cap)")), None)
     wrong = f"over several iterations: {over_cap}"
     if over_cap is not None and slip == "past_cap":
         return Hint(
