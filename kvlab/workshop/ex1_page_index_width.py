@@ -17,7 +17,6 @@ from kvlab.workshop.feedback import (
     Hint,
     Passed,
     call_learner,
-    check_flags,
     finish,
     learner_name,
 )
@@ -224,7 +223,6 @@ def check_page_index_width(
     """Exercise 1: ``fn(max_seq_len, tokens_per_block, extra, draft)`` against kvlab's
     ``max_blocks_per_seq`` on WIDTH_CASES; with ``seed_max_seq_len`` ({"clamped": ..,
     "configured": ..}), also the seed's 68 and 260."""
-    check_flags(strict, reveal)
     slip = _width_slip(fn)
     outcomes = [_width_case(fn, *case, slip) for case in WIDTH_CASES]
     cases = len(WIDTH_CASES)

@@ -15,15 +15,7 @@ from kvlab.analysis.repro import run_repro
 from kvlab.core.arith import div_ceil
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
 from kvlab.core.words import a_or_an
-from kvlab.workshop.feedback import (
-    NOT_YET,
-    CheckResult,
-    Hint,
-    Passed,
-    check_flags,
-    finish,
-    learner_name,
-)
+from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, Passed, finish
 
 
 @dataclass(frozen=True)
@@ -94,7 +86,6 @@ def check_predictions(
 ) -> CheckResult:
     """Exercise 2a: ``predictions`` maps each PREDICTION_CASES name to "ok", "refused" or
     "crash", each checked against a real resize (kvlab.analysis.repro.run_repro)."""
-    check_flags(strict, reveal)
     if not isinstance(predictions, dict):
         wrong = f"predictions must be a dict of case -> outcome, got {type(predictions).__name__}"
         return finish("check_predictions", [wrong], strict, reveal, predictions)
@@ -256,7 +247,6 @@ def check_trigger(
     """Exercise 2b: ``fn()`` builds the seed's KVCacheManager (clamped row), resizes a cache to
     8,192 tokens, catches the ValueError and returns it; else the feedback says what its
     resizes did."""
-    check_flags(strict, reveal)
     with _watching_resizes() as made:
         try:
             got = fn()
@@ -272,4 +262,4 @@ def check_trigger(
             outcome = f"your function raised {type(exc).__name__}: {exc}"
         else:
             outcome = _returned_feedback(got, made)
-    return finish("check_trigger", [outcome], strict, reveal, fn, learner_name(fn))
+    return finish("check_trigger", [outcome], strict, reveal, fn)

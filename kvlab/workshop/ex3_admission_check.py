@@ -21,15 +21,7 @@ from kvlab.sched.admission import (
     demand_blocks,
 )
 from kvlab.workshop.ex1_page_index_width import SEED_MAX_SEQ_LEN
-from kvlab.workshop.feedback import (
-    NOT_YET,
-    CheckResult,
-    Hint,
-    Passed,
-    call_learner,
-    check_flags,
-    finish,
-)
+from kvlab.workshop.feedback import NOT_YET, CheckResult, Hint, Passed, call_learner, finish
 
 
 def _seed_manager(
@@ -279,7 +271,6 @@ def check_admission(
     """Exercise 3a: ``classify(request, manager) -> (class, reason)`` against
     ``CapacityAdmission.classify`` on ADMISSION_CASES; a "never fits" reason states the numbers,
     and the manager is left as it was."""
-    check_flags(strict, reveal)
     outcomes = [_admission_case(classify, *case) for case in ADMISSION_CASES]
     return finish("check_admission", outcomes, strict, reveal, classify)
 
@@ -400,7 +391,6 @@ def check_admission_policy(
     """Exercise 3b: ``policy`` plugged into the Scheduler runs ADMISSION_WORKLOAD on the seed's
     pool under both row widths: "big" is rejected at arrival with the numbers, the engine never
     stops, everything else finishes."""
-    check_flags(strict, reveal)
     if not isinstance(policy, AdmissionPolicy):
         wrong = f"pass an instance of your AdmissionPolicy subclass, got {type(policy).__name__}"
         return finish("check_admission_policy", [wrong], strict, reveal, policy)

@@ -9,15 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kvlab.core.words import counted
-from kvlab.workshop.feedback import (
-    CheckResult,
-    Hint,
-    Passed,
-    call_learner,
-    check_flags,
-    finish,
-    learner_name,
-)
+from kvlab.workshop.feedback import CheckResult, Hint, Passed, call_learner, finish
 
 
 @dataclass(frozen=True)
@@ -285,7 +277,6 @@ def check_resident_scan(
     """Exercise 4: ``fn(pending_ctx, num_resident, max_resident, max_num_requests)`` returns the
     ids scheduled, on SCAN_CASES and over several iterations (run_resident_iterations); a wrong
     case's feedback is read off the ids it returned."""
-    check_flags(strict, reveal)
     answers = []
     for case in SCAN_CASES:
         label, spec, resident, cap, budget, _ = case
@@ -311,4 +302,4 @@ def check_resident_scan(
         else:
             outcomes.append(Passed(f"{case[0]}: {case[5]}"))
     outcomes.append(_iterations_outcome(fn, slip))
-    return finish("check_resident_scan", outcomes, strict, reveal, fn, learner_name(fn))
+    return finish("check_resident_scan", outcomes, strict, reveal, fn)

@@ -138,12 +138,6 @@ def learner_name(fn) -> str:
     return name if name and "<" not in name else "your function"
 
 
-def check_flags(strict, reveal) -> None:
-    """The door of every check: ``strict`` a bool, ``reveal`` a bool or None (hint first)."""
-    check_instance("strict", strict, bool)
-    check_instance("reveal", reveal, (bool, type(None)))
-
-
 class Passed(str):
     """A case's line when it passes; any other outcome of a case is its failure."""
 
@@ -151,7 +145,10 @@ class Passed(str):
 def finish(check, outcomes, strict, reveal, answer, learner=None, cases=None) -> CheckResult:
     """The result of a check. ``outcomes``: per case a :class:`Passed` line, or its failure (a
     str, a :class:`Hint` or NOT_YET); ``answer``: what the learner gave, to tell an edit from a
-    rerun; ``cases``: how many were checked, where one line stands for several."""
+    rerun; ``cases``: how many were checked, where one line stands for several. Every check
+    ends here, so here its flags are checked: ``strict`` a bool, ``reveal`` a bool or None."""
+    check_instance("strict", strict, bool)
+    check_instance("reveal", reveal, (bool, type(None)))
     passes = [o for o in outcomes if isinstance(o, Passed)]
     failures = [o for o in outcomes if not isinstance(o, Passed)]
     if not failures:
