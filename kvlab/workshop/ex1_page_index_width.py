@@ -189,27 +189,22 @@ def _seed_cases(fn, seed_max_seq_len: dict) -> list:
                 f"seed, {policy}: seed_max_seq_len[{policy!r}] = {given!r} "
                 f"({type(given).__name__}); give an int number of tokens"
             )
-            continue
-        if given != length:
+        elif given != length:
             outcomes.append(
                 _seed_feedback(policy, given, length, blocks, geo.tokens_per_block, why)
             )
-            continue
-        got, error = call_learner(fn, length, geo.tokens_per_block, 0, 0)
-        if error is NOT_YET:
-            outcomes.append(NOT_YET)
-        elif got == width:
-            outcomes.append(
-                Passed(
-                    f"seed, {policy}: max_seq_len {length:,} -> {width} entries "
-                    f"(an 8,192-token context needs 256)"
-                )
-            )
         else:
-            outcomes.append(
-                f"seed, {policy}: max_seq_len {length:,} is right, but your "
-                f"width is {error or got}, expected {width}"
-            )
+            got, error = call_learner(fn, length, geo.tokens_per_block, 0, 0)
+            if error is NOT_YET:
+                outcomes.append(NOT_YET)
+            elif got == width:
+                line = f"seed, {policy}: max_seq_len {length:,} -> {width} entries"
+                outcomes.append(Passed(f"{line} (an 8,192-token context needs 256)"))
+            else:
+                outcomes.append(
+                    f"seed, {policy}: max_seq_len {length:,} is right, but your "
+                    f"width is {error or got}, expected {width}"
+                )
     return outcomes
 
 
