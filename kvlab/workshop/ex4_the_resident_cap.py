@@ -210,36 +210,33 @@ def _scan_feedback(case, got: list[str], slip: str | None):
         (s for s in candidates if got == _scan(_ctx(spec), resident, cap, budget, s)), None
     )
     extra = [r for r in got if r not in expected and r.startswith("new")]
-    overrun = None
+    hint = None  # a limit overrun first, else the slip that gives the same ids
     if len(got) > budget:
         over = f"{len(got)} scheduled: more than max_num_requests={budget}, the batch budget"
-        overrun = Hint(over, over)
+        hint = Hint(over, over)
     # an off-by-one cap lets one too many in everywhere: its comparison is the question, not the cap
     elif extra and cap is not None and resident >= cap and explain != "past_cap":
-        started = (
-            f"{_names(extra)} {'started a new sequence' if len(extra) == 1 else 'started new sequences'} "
-            f"with no resident slot free (cap {cap})"
-        )
-        overrun = Hint(
-            f"{started}: does your loop still hold a first chunk back when every slot is taken?",
-            f"{started}: a fix must keep the cap, and hold a first chunk back when every slot "
+        started = "started a new sequence" if len(extra) == 1 else "started new sequences"
+        capped = f"{_names(extra)} {started} with no resident slot free (cap {cap})"
+        hint = Hint(
+            f"{capped}: does your loop still hold a first chunk back when every slot is taken?",
+            f"{capped}: a fix must keep the cap, and hold a first chunk back when every slot "
             "is taken",
         )
     elif explain is not None:
-        overrun = _slip_hint(explain, spec, got, expected, resident, cap)
-    if overrun:
-        return Hint(f"{wrong} - {overrun.hint}", f"{wrong} - {overrun.reveal}")
+        hint = _slip_hint(explain, spec, got, expected, resident, cap)
+    if hint:
+        return Hint(f"{wrong} - {hint.hint}", f"{wrong} - {hint.reveal}")
     if sorted(got) == sorted(expected):
         return f"{wrong} - the right requests in another order: schedule them in pending order"
-    started = "continues a started sequence: it needs no new slot"
+    continues = "continues a started sequence: it needs no new slot"
     why = [
-        f"{r!r} {started if r.startswith('old') else 'had a free slot'}"
+        f"{r!r} {continues if r.startswith('old') else 'had a free slot'}"
         for r in expected
         if r not in got
     ]
-    return f"{wrong} - " + "; ".join(
-        why + [f"{r!r} had no slot free" for r in got if r not in expected]
-    )
+    why += [f"{r!r} had no slot free" for r in got if r not in expected]
+    return f"{wrong} - " + "; ".join(why)
 
 
 def _iterations_outcome(fn, slip: str | None):
