@@ -1,19 +1,9 @@
-"""The live-panel pattern: controls -> compute -> figures redrawn in place, and a verdict::
-
-    panel = Panel(
-        controls={"pool_mib": FloatLogSlider(...), ...},   # ipywidgets with a .value
-        compute=lambda values: model,                      # values: {name: control.value}
-        figures=lambda model: {"map": spec, ...},          # kvlab.notebook.viz *_spec dicts
-        verdict=lambda model: ("ok", "<b>html</b>"),       # (outcome or None, HTML)
-        title="...")
-    panel.set(pool_mib=32)                                 # several controls, one recompute
-
-A change recomputes the model, sets the verdict (the browser shows it at once), then hands each
-figure to its :class:`~kvlab.notebook.plot_view.PlotView`, which redraws only what changed.
-Changes are coalesced by a :class:`Debouncer`; a model that cannot be computed leaves the
-figures as they were and says why in the verdict. Where no widget frontend runs (papermill,
-nbconvert) the display bundle carries a static copy of the figures and the verdict.
-"""
+"""The live-panel pattern: controls -> ``compute(values)`` -> a model -> ``figures(model)``
+(name -> kvlab.notebook.viz spec, each shown by a :class:`~kvlab.notebook.plot_view.PlotView`
+that redraws only what changed) and ``verdict(model)`` -> (outcome, HTML). Changes are
+coalesced by a :class:`Debouncer`; a model that cannot be computed keeps the figures and says
+why in the verdict. Without a widget frontend (papermill, nbconvert) the display bundle
+carries a static copy of the figures and the verdict."""
 
 from __future__ import annotations
 
@@ -29,6 +19,7 @@ from typing import Any
 import ipywidgets as W
 import plotly.graph_objects as go
 
+from kvlab.core.checks import check_float
 from kvlab.notebook import viz
 from kvlab.notebook.plot_view import PlotView
 from kvlab.notebook.tables import keep_whole
@@ -42,22 +33,21 @@ DEFAULT_WAIT_S = 0.05
 DETAIL_STYLE = "font-size:11px;white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere"
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class Debouncer:
-    """Coalesce bursts of calls of ``fn`` (no arguments). In a running asyncio loop (a kernel
-    handling slider messages) the first call of a burst runs at once and the calls within the
-    next ``wait_s`` seconds fold into one trailing run, which sees the final state; without a
-    loop (headless tests) or with ``wait_s == 0`` every call runs at once."""
+    """Coalesce bursts of calls of ``fn``: in a running asyncio loop (a kernel handling slider
+    messages) the first call of a burst runs at once and the calls within the next ``wait_s``
+    seconds fold into one trailing run, which sees the final state; without a loop (headless
+    tests) or with ``wait_s == 0`` every call runs at once."""
 
     def __init__(self, fn: Callable[[], Any], wait_s: float = DEFAULT_WAIT_S):
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {fn!r}")
-        if (
-            isinstance(wait_s, bool)
-            or not isinstance(wait_s, (int, float))
-            or not 0 <= wait_s <= 10
-        ):
-            raise ValueError(f"wait_s must be a number of seconds in [0, 10], got {wait_s!r}")
-        self.fn, self.wait_s = fn, float(wait_s)
+        self.fn, self.wait_s = fn, wait_s
         self.calls = self.runs = 0
         self._handle: asyncio.TimerHandle | None = None
         self._last_run = float("-inf")
@@ -69,24 +59,15 @@ class Debouncer:
 
     def __call__(self) -> None:
         self.calls += 1
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = _running_loop()
         if loop is None or self.wait_s == 0:
             self._run()
         elif self._handle is None:  # else a trailing run is due: this call folds into it
-            since = loop.time() - self._last_run
-            if since >= self.wait_s:
-                self._last_run = loop.time()
-                self._run()
+            wait = self._last_run + self.wait_s - loop.time()
+            if wait > 0:
+                self._handle = loop.call_later(wait, self.flush)
             else:
-                self._handle = loop.call_later(self.wait_s - since, self._trailing)
-
-    def _trailing(self) -> None:
-        self._handle = None
-        self._last_run = asyncio.get_running_loop().time()
-        self._run()
+                self._run()
 
     def flush(self) -> bool:
         """Run a pending trailing call now; True if there was one."""
@@ -97,12 +78,16 @@ class Debouncer:
         return True
 
     def cancel(self) -> None:
+        """Drop a pending trailing call."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
     def _run(self) -> None:
         self.runs += 1
+        loop = _running_loop()
+        if loop is not None:
+            self._last_run = loop.time()
         self.fn()
 
 
@@ -120,10 +105,13 @@ def verdict_html(
         f'<div class="kvlab-verdict">{keep_whole(html.escape(headline))}</div>'
     )
     if detail:
-        body += (
-            f'<pre style="{DETAIL_STYLE};margin:6px 0 0 0">{keep_whole(html.escape(detail))}</pre>'
-        )
+        body += detail_html(keep_whole(html.escape(detail)))
     return body + "</div>"
+
+
+def detail_html(escaped: str) -> str:
+    """Escaped text under a verdict, a fact a line, wrapped by the browser between words."""
+    return f'<pre style="{DETAIL_STYLE};margin:6px 0 0 0">{escaped}</pre>'
 
 
 def check_control_value(name: str, control: W.ValueWidget, value) -> None:
@@ -174,19 +162,17 @@ class Panel:
         verdict_width: str = "320px",
         action: tuple[str, Callable[[Any], tuple[Any, str]]] | None = None,
     ):
-        if not controls:
-            raise ValueError("controls must name at least one widget")
+        check_float("wait_s", wait_s, low=0.0, high=10.0)
         self.controls: dict[str, W.ValueWidget] = dict(controls)
         self._compute, self._figures, self._verdict = compute, figures, verdict
-        self.figure_width, self.title = figure_width, title
+        self.figure_width, self.title, self._action = figure_width, title, action
         self.error: BaseException | None = None
         self.updates = 0
+        self.action_result: Any = None
         self.model = compute(self.values)
         self.views = {name: PlotView(fig) for name, fig in self._render(self.model).items()}
         self.outcome, text = verdict(self.model)
         self.verdict = W.HTML(value=text, layout=W.Layout(width=verdict_width))
-        self._action = action
-        self.action_result: Any = None
         self.action_output = W.HTML()  # below the figures, full width: it may hold a table
         side = [self.verdict]
         if action is not None:
@@ -222,8 +208,7 @@ class Panel:
     def _render(self, model) -> dict[str, Any]:
         figs = dict(self._figures(model))
         for fig in figs.values():  # narrower than a notebook's figure: subtitles broken again
-            layout = fig.setdefault("layout", {}) if isinstance(fig, dict) else fig.layout
-            viz.style.resize_layout(layout, self.figure_width)
+            viz.style.resize_layout(fig.setdefault("layout", {}), self.figure_width)
         return figs
 
     def _on_change(self, change) -> None:
@@ -290,9 +275,7 @@ class Panel:
     def verdict_text(self) -> str:
         """The verdict's headline as plain text."""
         match = re.search(r'class="kvlab-verdict">(.*?)</div>', self.verdict.value, re.S)
-        if match:
-            return html.unescape(match.group(1))
-        return html.unescape(re.sub(r"<[^>]+>", " ", self.verdict.value)).split("\n")[0]
+        return html.unescape(match.group(1)) if match else ""
 
     def static_bundle(self) -> dict:
         """The panel without a widget frontend: verdict and figures as HTML, the first figure

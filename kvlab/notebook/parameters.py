@@ -1,12 +1,13 @@
 """Each notebook's parameter check, run in its first code cell on the values papermill (or
 ``kvlab walkthrough -p``) passes: each error names the parameter, its value and the accepted
-range. Notebook 01's are checked by :func:`kvlab.run.rank_config.scenario_config`."""
+range, integer bounds from :data:`kvlab.core.checks.BOUNDS`. Notebook 01's are checked by
+:func:`kvlab.run.rank_config.scenario_config`."""
 
 from __future__ import annotations
 
 from kvlab.analysis.compare import EngineConfig
 from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, PR_MAX_BATCH_SIZE
-from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.checks import check_choice, check_float, check_int, check_param
 from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.sched.deadlock import DEFAULT_STALL_LIMIT
 
@@ -19,6 +20,12 @@ def check_bool(name: str, value) -> None:
         )
 
 
+def check_pool_and_context(pool_mib, context) -> None:
+    """The pool (MiB) and the context (tokens) several notebooks and panels take."""
+    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
+    check_int("context", context, low=1, high=1 << 30)
+
+
 def check_repro_parameters(
     pool_mib,
     context,
@@ -29,12 +36,11 @@ def check_repro_parameters(
     max_batch_size=1,
 ) -> None:
     """Notebooks 02 and 03, and the repro panel: one resize of one request on a small pool."""
-    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
-    check_int("context", context, low=1, high=1 << 30)
-    check_int("tokens_per_block", tokens_per_block, low=1, high=65536)
+    check_pool_and_context(pool_mib, context)
+    check_param("tokens_per_block", tokens_per_block)
     check_choice("policy", policy, WIDTH_POLICIES)
     check_int("retry_tokens", retry_tokens, low=1, high=1 << 30)
-    check_int("max_batch_size", max_batch_size, low=1, high=1 << 16)
+    check_param("max_batch_size", max_batch_size)
     check_bool("SMOKE", SMOKE)
 
 
@@ -56,13 +62,12 @@ def check_admission_parameters(
 ) -> None:
     """Notebook 04: the engines under each policy, the phase diagram, the Azure and Mooncake
     hours."""
-    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
-    check_int("context", context, low=1, high=1 << 30)
+    check_pool_and_context(pool_mib, context)
     check_int("num_small", num_small, low=0, high=10_000)
     check_int("num_requests", num_requests, low=1, high=1_000_000)
     check_float("arrival_rate", arrival_rate, low=0.0, high=1e6, low_open=True)
     check_int("seed", seed, low=0, high=2**63 - 1)
-    check_int("stall_limit", stall_limit, low=1, high=1 << 30)
+    check_param("stall_limit", stall_limit)
     check_int("grid", grid, low=2, high=512)
     check_float("trace_minutes", trace_minutes, low=0.0, high=60.0, low_open=True)
     check_float("seconds_per_iteration", seconds_per_iteration, low=0.001, high=10.0)
@@ -77,7 +82,7 @@ def check_mamba_parameters(
 ) -> None:
     """Notebook 05: Qwen3.5-27B's recurrent-state slots against a quota."""
     check_float("quota_gib", quota_gib, low=0.0, high=1024.0, low_open=True)
-    check_int("max_batch_size", max_batch_size, low=1, high=4096)
+    check_param("max_batch_size", max_batch_size)
     check_choice("ssm_dtype", ssm_dtype, MAMBA_SSM_DTYPES)
     check_bool("SMOKE", SMOKE)
 

@@ -41,6 +41,7 @@ def test_admission_check_names_the_bad_one(kwargs, error, text):
         (dict(pool_mib=4.0, context=8192, policy="wide"), ValueError, "policy must be one of"),
         (dict(pool_mib=4.0, context=8192, tokens_per_block=True), TypeError, "tokens_per_block"),
         (dict(pool_mib=4.0, context=8192, SMOKE=1), TypeError, r"SMOKE must be a bool .* \(int\)"),
+        (dict(pool_mib=4.0, context=8192, max_batch_size=0), ValueError, r"\[1, 1048576\]"),
     ],
 )
 def test_repro_check_names_the_bad_one(kwargs, error, text):
@@ -52,7 +53,11 @@ def test_repro_check_names_the_bad_one(kwargs, error, text):
     "kwargs, error, text",
     [
         (dict(quota_gib=0), ValueError, "quota_gib"),
-        (dict(max_batch_size=5000), ValueError, "max_batch_size"),
+        (
+            dict(max_batch_size=(1 << 20) + 1),
+            ValueError,
+            r"max_batch_size must be in \[1, 1048576\]",
+        ),
         (dict(ssm_dtype="int8"), ValueError, "ssm_dtype must be one of"),
         (dict(SMOKE="no"), TypeError, "SMOKE"),
     ],

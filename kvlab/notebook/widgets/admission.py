@@ -15,13 +15,14 @@ from kvlab.analysis.compare import EngineConfig, long_and_small, run_policy
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome, seed_geometry
 from kvlab.analysis.repro import no_pool_reason
-from kvlab.core.checks import check_choice, check_float, check_int
+from kvlab.core.checks import check_choice, check_int
 from kvlab.core.memory import readout_mib
 from kvlab.core.request import RequestState
 from kvlab.core.words import counted
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
-from kvlab.notebook.widgets.controls import LABEL, context_choices, context_slider, pool_slider
+from kvlab.notebook.parameters import check_pool_and_context
+from kvlab.notebook.widgets.controls import context_choices, context_slider, control, pool_slider
 from kvlab.run.simulation import SimulationResult
 from kvlab.run.trace import Trace
 from kvlab.sched.policies import PEER_POLICIES, POLICIES, TRTLLM_POLICIES
@@ -41,41 +42,31 @@ PEER_ROW_NOTES = {
 
 @dataclass(frozen=True)
 class AdmissionModel:
-    """The engine (None without a pool), the policy, the run and its outcome."""
+    """The run of the long request beside small ones under a policy, or why there is none
+    (``no_pool``: the engine, the run and the outcome are then None)."""
 
-    pool_mib: float
     context: int
     policy: str
-    engine: EngineConfig | None
-    result: SimulationResult | None
+    engine: Any  # EngineConfig | None
+    result: Any  # SimulationResult | None
     outcome: str | None
     no_pool: str | None
     phase_verdict: str | None  # the closed-form verdict for the long request alone
-    num_small: int
-
-    @property
-    def ran(self) -> tuple[EngineConfig, SimulationResult, str]:
-        """The engine, its run and the outcome, which a model with a pool has."""
-        assert self.engine is not None and self.result is not None and self.outcome is not None
-        return self.engine, self.result, self.outcome
 
     def pages(self, tokens: int) -> int:
-        return self.ran[0].geometry.blocks_for_tokens(tokens)
-
-    @property
-    def label(self) -> str:
-        """The outcome's label; an engine that refused to start rejected nothing at admission."""
-        return (
-            "the engine refused to start"
-            if self.refused_to_start
-            else viz.OUTCOME_LABELS[self.ran[2]]
-        )
+        return self.engine.geometry.blocks_for_tokens(tokens)
 
     @property
     def refused_to_start(self) -> bool:
         """The engine raised before any pass (vLLM: no room for one block)."""
-        _, result, outcome = self.ran
-        return outcome == "reject" and result.error is not None
+        return self.outcome == "reject" and self.result.error is not None
+
+    @property
+    def label(self) -> str:
+        """The outcome's label; an engine that refused to start rejected nothing at admission."""
+        if self.refused_to_start:
+            return "the engine refused to start"
+        return viz.OUTCOME_LABELS[self.outcome or ""]
 
 
 def admission_model(
@@ -86,7 +77,7 @@ def admission_model(
     pool_mib, context, policy = float(values["pool_mib"]), int(values["context"]), values["policy"]
     reason = no_pool_reason(pool_mib, 32)
     if reason:
-        return AdmissionModel(pool_mib, context, policy, None, None, None, reason, None, num_small)
+        return AdmissionModel(context, policy, None, None, None, reason, None)
     engine = EngineConfig(
         pool_mib=pool_mib, max_seq_len=max(8192, context), stall_limit=stall_limit
     )
@@ -97,12 +88,10 @@ def admission_model(
         setup = PhaseSetup(
             max_seq_len=engine.max_seq_len, max_new_tokens=requests[0].max_new_tokens
         )
-        code = phase_verdicts([engine.total_blocks], [context], policy, setup)[0, 0]
-        phase = ENGINE_OUTCOMES[code]
-    outcome = engine_outcome(result)
-    return AdmissionModel(
-        pool_mib, context, policy, engine, result, outcome, None, phase, num_small
-    )
+        phase = ENGINE_OUTCOMES[
+            phase_verdicts([engine.total_blocks], [context], policy, setup)[0, 0]
+        ]
+    return AdmissionModel(context, policy, engine, result, engine_outcome(result), None, phase)
 
 
 def admission_figures(model: AdmissionModel) -> dict[str, dict]:
@@ -114,15 +103,16 @@ def admission_figures(model: AdmissionModel) -> dict[str, dict]:
             "timeline": viz.scheduler_timeline_spec(empty, title="No pool, so no engine to run"),
             "demand": viz.index_row_spec(0, needed, 0, None, title=f"No pool: {model.no_pool}"),
         }
-    (engine, result, outcome), policy = model.ran, model.policy
+    engine, result, outcome, policy = model.engine, model.result, model.outcome, model.policy
     width = engine.manager(POLICIES[policy][1]).max_blocks_per_seq
     needed, complete = model.pages(model.context), model.pages(model.context + 16)
     peer = policy in PEER_POLICIES  # vLLM's and SGLang's own loops: no stall detector
-    rejected = result.status.get("long") == RequestState.REJECTED
     # the demand figure's own verdict, unless the long request never got there or it is a peer's
-    said = f"{model.label}: it never reaches the row or the pool" if rejected else None
+    said = None
+    if result.status.get("long") == RequestState.REJECTED:
+        said = f"{model.label}: it never reaches the row or the pool"
     if peer:
-        said = f"{said or viz.OUTCOME_LABELS[outcome]}; {PEER_ROW_NOTES[policy]}"
+        said = f"{said or model.label}; {PEER_ROW_NOTES[policy]}"
     return {
         "timeline": viz.scheduler_timeline_spec(
             result,
@@ -147,7 +137,7 @@ def admission_figures(model: AdmissionModel) -> dict[str, dict]:
 
 
 def _stall_headline(model: AdmissionModel, done: int, small: int) -> str:
-    engine, result, _ = model.ran
+    engine, result = model.engine, model.result
     if not isinstance(result.error, RuntimeError):
         return "Stall: requests still unfinished when the run ended."
     deadlock = (
@@ -159,20 +149,19 @@ def _stall_headline(model: AdmissionModel, done: int, small: int) -> str:
             f"Stall: refused every pass, the long request starved while {done} of {small} small "
             f"requests finished, {deadlock}"
         )
-    suspended = result.requests["long"].state == RequestState.SUSPENDED
-    if suspended and max(result.trace.column("host_blocks")) > 0:
+    if result.requests["long"].state != RequestState.SUSPENDED:
+        held = "which nobody frees, so it holds the pool while the small requests starved"
+    elif max(result.trace.column("host_blocks")) > 0:
         held = (
             "so the scheduler suspended it and its pages moved to the host tier, yet nothing "
             "else was scheduled, and the small requests starved"
         )
-    elif suspended:
+    else:
         held = (
             "so the scheduler suspended it; a suspended request's pages stay on the GPU until an "
             "allocation moves them to the host tier, and none did: it holds the pool while the "
             "small requests starved"
         )
-    else:
-        held = "which nobody frees, so it holds the pool while the small requests starved"
     return (
         f"Stall: the long request was admitted, and its context took "
         f"{model.pages(model.context):,} of the pool's {engine.total_blocks:,} pages; its next "
@@ -184,7 +173,7 @@ def admission_verdict(model: AdmissionModel) -> tuple[str | None, str]:
     """(outcome, HTML): the outcome named with the numbers."""
     if model.result is None:
         return None, verdict_html(None, model.no_pool or "no result")
-    engine, result, _ = model.ran
+    engine, result = model.engine, model.result
     small = [i for i in result.status if i != "long"]
     done = sum(result.status[i] == RequestState.FINISHED for i in small)
     finished = f"{done} of {len(small)} small requests finished"
@@ -229,15 +218,13 @@ def _reason_without_error(result, request_id: str) -> str:
     """A request's reason without what the headline gives: of "engine stopped at step N by X
     (...): message" (kvlab.run.simulation) the parenthesis alone."""
     why = result.reasons[request_id]
-    if result.error is None:
-        return why
-    stopped = re.fullmatch(
+    stopped = result.error is not None and re.fullmatch(
         rf"engine stopped at step [\d,]+ by {type(result.error).__name__}"
         rf"( raised by this request)? \((.*)\): {re.escape(str(result.error))}",
         why,
         re.S,
     )
-    if stopped is None:
+    if not stopped:
         return why
     if stopped[1]:  # it raised in a pass, so "not refused by any pass" is not its story
         return "raised the error; " + re.sub(r"^(not refused|refused in)[^;]*; ", "", stopped[2])
@@ -255,23 +242,24 @@ def admission_panel(
 ) -> Panel:
     """Notebook 04's panel: pool (MiB, log slider), the long request's context and the policy
     -> the scheduler timeline, the long request against the pool and the row, a verdict."""
-    check_float("pool_mib", pool_mib, low=0.0, high=1 << 20, low_open=True)
-    check_int("context", context, low=1, high=1 << 30)
+    check_pool_and_context(pool_mib, context)
     check_choice("policy", policy, ADMISSION_PANEL_POLICIES)
     check_int("num_small", num_small, low=0, high=64)
-    check_int("stall_limit", stall_limit, low=1, high=100_000)
-    pol = W.ToggleButtons(
-        options=list(ADMISSION_PANEL_POLICIES),
-        value=policy,
-        description="policy",
-        style={**LABEL, "button_width": "150px"},
-    )
+    check_int("stall_limit", stall_limit, low=1, high=100_000)  # a panel's run stays quick
+    controls = {
+        "pool_mib": pool_slider(pool_mib, ADMISSION_POOL_EXPONENTS),
+        "context": context_slider(context, context_choices([context])),
+        "policy": control(
+            W.ToggleButtons,
+            "policy",
+            width=None,
+            button_width="150px",
+            options=list(ADMISSION_PANEL_POLICIES),
+            value=policy,
+        ),
+    }
     return Panel(
-        {
-            "pool_mib": pool_slider(pool_mib, ADMISSION_POOL_EXPONENTS),
-            "context": context_slider(context, context_choices([context])),
-            "policy": pol,
-        },
+        controls,
         lambda values: admission_model(values, num_small=num_small, stall_limit=stall_limit),
         admission_figures,
         admission_verdict,

@@ -1,4 +1,5 @@
-"""The controls the panels share: the pool and context sliders, and their options."""
+"""The controls the panels share: one maker for the panels' look, the pool and context
+sliders, and their options."""
 
 from __future__ import annotations
 
@@ -8,9 +9,26 @@ import ipywidgets as W
 
 #: Context slider range, tokens.
 CONTEXT_RANGE = (32, 131072)
-#: The panels' slider look: a 110 px description on a 420 px slider.
-LABEL = {"description_width": "110px"}
+#: The panels' slider width.
 WIDE = "420px"
+
+
+def control(
+    kind: type[W.ValueWidget],
+    description: str,
+    *,
+    label: str = "110px",
+    width: str | None = WIDE,
+    button_width: str | None = None,
+    **options,
+) -> W.ValueWidget:
+    """An ipywidgets ``kind`` described ``description`` in the panels' look: a ``label`` wide
+    description, the control ``width`` wide (None: its own), buttons ``button_width`` wide."""
+    style = {"description_width": label}
+    if button_width is not None:
+        style["button_width"] = button_width
+    layout = W.Layout(width=width) if width else W.Layout()
+    return kind(description=description, style=style, layout=layout, **options)
 
 
 def labelled(values) -> list:
@@ -26,31 +44,29 @@ def context_choices(extra=()) -> list:
     return sorted(values)
 
 
-def pool_slider(pool_mib: float, exponents: tuple[int, int]) -> W.FloatLogSlider:
+def pool_slider(pool_mib: float, exponents: tuple[int, int]) -> W.ValueWidget:
     """The pool (MiB) on a log2 slider from 2**exponents[0] to 2**exponents[1], widened to
     hold ``pool_mib``."""
     exponent = math.log2(pool_mib)
-    return W.FloatLogSlider(
+    low, high = min(exponents[0], math.floor(exponent)), max(exponents[1], math.ceil(exponent))
+    return control(
+        W.FloatLogSlider,
+        "pool (MiB)",
         value=float(pool_mib),
         base=2,
-        min=min(exponents[0], math.floor(exponent)),
-        max=max(exponents[1], math.ceil(exponent)),
+        min=low,
+        max=high,
         step=0.5,
-        description="pool (MiB)",
         readout_format=",.4g",
-        continuous_update=True,
-        style=LABEL,
-        layout=W.Layout(width=WIDE),
     )
 
 
-def context_slider(context: int, choices, *, continuous: bool = True) -> W.SelectionSlider:
+def context_slider(context: int, choices, *, continuous: bool = True) -> W.ValueWidget:
     """The context length (tokens) over ``choices``."""
-    return W.SelectionSlider(
+    return control(
+        W.SelectionSlider,
+        "context (tokens)",
         options=labelled(choices),
         value=int(context),
-        description="context (tokens)",
         continuous_update=continuous,
-        style=LABEL,
-        layout=W.Layout(width=WIDE),
     )

@@ -23,6 +23,7 @@ from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.parameters import check_mamba_parameters
 from kvlab.notebook.tables import gib_pair
+from kvlab.notebook.widgets.controls import control
 
 #: The quota slider's step, GiB: 161 positions up to 80 GiB, a key press each.
 MAMBA_QUOTA_STEP_GIB = 0.5
@@ -33,8 +34,6 @@ MAMBA_QUOTA_CHOICES_GIB = tuple(
         {0.1, round(PR_QUOTA_BYTES / GIB, 2)} | {MAMBA_QUOTA_STEP_GIB * k for k in range(1, 161)}
     )
 )
-#: The panel's look: descriptions whole ("max_batch_size (sequences)" takes about 187 px).
-_LABEL, _WIDE = {"description_width": "200px"}, "510px"
 
 
 @dataclass(frozen=True)
@@ -70,13 +69,9 @@ class MambaModel:
 
 def mamba_model(values: Mapping[str, Any]) -> MambaModel:
     """Qwen3.5-27B (one rank) for the panel's quota (GiB), max_batch_size and SSM dtype."""
-    quota_gib, batch, dtype = (
-        float(values["quota_gib"]),
-        int(values["max_batch_size"]),
-        values["ssm_dtype"],
-    )
-    plan = qwen_plan(int(quota_gib * GIB), batch, dtype)
-    return MambaModel(quota_gib, batch, dtype, plan, residency_bytes(plan))
+    quota_gib, batch = float(values["quota_gib"]), int(values["max_batch_size"])
+    plan = qwen_plan(int(quota_gib * GIB), batch, values["ssm_dtype"])
+    return MambaModel(quota_gib, batch, values["ssm_dtype"], plan, residency_bytes(plan))
 
 
 def mamba_figures(model: MambaModel) -> dict[str, dict]:
@@ -142,32 +137,38 @@ def mamba_panel(
     Qwen3.5-27B -> the quota split under merged residency beside PR #17261's clamp, and what
     merged code and the two proposals do."""
     check_mamba_parameters(quota_gib=quota_gib, max_batch_size=max_batch_size, ssm_dtype=ssm_dtype)
-    quota = W.SelectionSlider(
-        options=[(f"{v:g}", v) for v in sorted({*MAMBA_QUOTA_CHOICES_GIB, float(quota_gib)})],
-        value=float(quota_gib),
-        description="quota (GiB)",
-        continuous_update=True,
-        style=_LABEL,
-        layout=W.Layout(width=_WIDE),
-    )
-    batch = W.IntSlider(
-        value=int(max_batch_size),
-        min=1,
-        max=max(1024, int(max_batch_size)),
-        description="max_batch_size (sequences)",
-        continuous_update=True,
-        readout_format=",d",
-        style=_LABEL,
-        layout=W.Layout(width=_WIDE),
-    )
-    dtype = W.ToggleButtons(
-        options=list(MAMBA_SSM_DTYPES),
-        value=ssm_dtype,
-        description="SSM dtype",
-        style={**_LABEL, "button_width": "90px"},
-    )
+    # descriptions whole: "max_batch_size (sequences)" takes about 187 px
+    look = dict(label="200px", width="510px")
+    quotas = sorted({*MAMBA_QUOTA_CHOICES_GIB, float(quota_gib)})
+    controls = {
+        "quota_gib": control(
+            W.SelectionSlider,
+            "quota (GiB)",
+            options=[(f"{v:g}", v) for v in quotas],
+            value=float(quota_gib),
+            **look,
+        ),
+        "max_batch_size": control(
+            W.IntSlider,
+            "max_batch_size (sequences)",
+            value=max_batch_size,
+            min=1,
+            max=max(1024, max_batch_size),
+            readout_format=",d",
+            **look,
+        ),
+        "ssm_dtype": control(
+            W.ToggleButtons,
+            "SSM dtype",
+            label="200px",
+            width=None,
+            button_width="90px",
+            options=list(MAMBA_SSM_DTYPES),
+            value=ssm_dtype,
+        ),
+    }
     return Panel(
-        {"quota_gib": quota, "max_batch_size": batch, "ssm_dtype": dtype},
+        controls,
         mamba_model,
         mamba_figures,
         mamba_verdict,

@@ -23,13 +23,13 @@ from kvlab.core.memory import GIB
 from kvlab.notebook import viz
 from kvlab.notebook.panel import (
     DEFAULT_WAIT_S,
-    DETAIL_STYLE,
     Panel,
     check_control_value,
+    detail_html,
     verdict_html,
 )
 from kvlab.notebook.viz.plan import V1_REJECT_LABEL, plan_ranks_spec
-from kvlab.notebook.widgets.controls import labelled
+from kvlab.notebook.widgets.controls import control, labelled
 
 #: The panel's configured max_seq_len, max_batch_size and rank choices.
 PLAN_MAX_SEQ_LENS = tuple(1 << k for k in range(12, 22))
@@ -61,44 +61,31 @@ def plan_figures(plan: DeploymentPlan) -> dict[str, dict]:
     return {"ranges": viz.plan_ranges_spec(plan), "ranks": plan_ranks_spec(plan)}
 
 
-def plan_in_words_html(plan: DeploymentPlan) -> str:
-    """``plan.explain()`` under the verdict, a fact a line, wrapped by the browser between
-    words (JupyterLab's own ``pre`` breaks anywhere)."""
-    return f'<pre style="{DETAIL_STYLE};margin:6px 0 0 0">{html.escape(plan.explain(width=None))}</pre>'
-
-
 def plan_verdict(plan: DeploymentPlan) -> tuple[str | None, str]:
     """(outcome, HTML): what current code and admission control do with the deployment, and
-    the plan in words. No KV pool is a failure labelled "cannot start" (kvlab does not model
-    the executor's error then)."""
-    now = plan.worst()
-    first = plan.first(now) if now in ("crash", "stall") else None
+    the plan in words (``plan.explain()``, wrapped by the browser). No KV pool is a failure
+    labelled "cannot start" (kvlab does not model the executor's error then)."""
+    now, label = plan.worst(), None
+    in_words = detail_html(html.escape(plan.explain(width=None)))
     if not plan.blocks:
-        return now, verdict_html(
-            now,
-            "Cannot start under any policy: no rank can build a KV pool (see the notes below).",
-            label="cannot start",
-        ) + plan_in_words_html(plan)
+        headline = (
+            "Cannot start under any policy: no rank can build a KV pool (see the notes below)."
+        )
+        return now, verdict_html(now, headline, label="cannot start") + in_words
     if not plan.starts:
         assert plan.hybrid is not None  # with pools built, only a hybrid's state slots stop it
         headline = (
             f"Current code raises at construction: {plan.hybrid['slots']:,} state slots need "
             f"{plan.hybrid['need_bytes'] / GIB:,.2f} GiB of {plan.hybrid['quota_bytes'] / GIB:,.2f} GiB."
         )
-    elif first is not None:
+    elif now in ("crash", "stall"):
+        down = "every rank" if plan.deployment.world_size > 1 else "the engine"
+        meets = (
+            f"raises ValueError and takes {down} down" if now == "crash" else "stalls the engine"
+        )
         headline = (
-            f"Current code: a context of {first:,} tokens or more "
-            + (
-                (
-                    "raises ValueError and takes every rank down"
-                    if plan.deployment.world_size > 1
-                    else "raises ValueError and takes the engine down"
-                )
-                if now == "crash"
-                else "stalls the engine"
-            )
-            + f" (pool {plan.capacity_tokens:,} tokens, "
-            f"row {plan.width_current:,} entries)."
+            f"Current code: a context of {plan.first(now):,} tokens or more {meets} (pool "
+            f"{plan.capacity_tokens:,} tokens, row {plan.width_current:,} entries)."
         )
     elif plan.manager == "v1":
         headline = (
@@ -117,8 +104,9 @@ def plan_verdict(plan: DeploymentPlan) -> tuple[str | None, str]:
             f" Admission control: {plan.worst('capacity')}, longest "
             f"{plan.longest('capacity'):,} tokens."
         )
-    label = V1_REJECT_LABEL if plan.manager == "v1" and now == "reject" else None
-    return now, verdict_html(now, headline, label=label) + plan_in_words_html(plan)
+    if plan.manager == "v1" and now == "reject":
+        label = V1_REJECT_LABEL
+    return now, verdict_html(now, headline, label=label) + in_words
 
 
 def plan_panel(
@@ -137,21 +125,24 @@ def plan_panel(
     weights (0: derived; a new model resets them), workspace, max_seq_len, max_batch_size and
     ranks under the reader's hand."""
     # descriptions whole: the longest, "max_batch_size (sequences)", takes about 187 px
-    style, layout = {"description_width": "200px"}, W.Layout(width="500px")
+    look = dict(label="200px", width="500px")
     controls = {  # each slider's description names its unit
-        "workspace_gib": W.FloatSlider(min=0, max=64, step=1, description="rank 0 workspace (GiB)"),
-        "max_seq_len": W.SelectionSlider(
-            options=labelled(PLAN_MAX_SEQ_LENS), description="max_seq_len (tokens)"
+        "workspace_gib": control(W.FloatSlider, "rank 0 workspace (GiB)", max=64, step=1, **look),
+        "max_seq_len": control(
+            W.SelectionSlider, "max_seq_len (tokens)", options=labelled(PLAN_MAX_SEQ_LENS), **look
         ),
-        "model": W.Dropdown(options=list(model_names()), description="model"),
-        "manager": W.Dropdown(options=list(MANAGERS), description="KV cache manager"),
-        "gpu": W.Dropdown(options=list(GPUS), description="GPU"),
-        "weights_gib": W.FloatSlider(min=0, max=400, step=1, description="weights per rank (GiB)"),
-        "max_batch_size": W.SelectionSlider(
-            options=labelled(PLAN_BATCH_SIZES), description="max_batch_size (sequences)"
+        "model": control(W.Dropdown, "model", options=list(model_names()), **look),
+        "manager": control(W.Dropdown, "KV cache manager", options=list(MANAGERS), **look),
+        "gpu": control(W.Dropdown, "GPU", options=list(GPUS), **look),
+        "weights_gib": control(W.FloatSlider, "weights per rank (GiB)", max=400, step=1, **look),
+        "max_batch_size": control(
+            W.SelectionSlider,
+            "max_batch_size (sequences)",
+            options=labelled(PLAN_BATCH_SIZES),
+            **look,
         ),
-        "ranks": W.SelectionSlider(
-            options=list(PLAN_RANKS), description="ranks (GPUs, attention DP)"
+        "ranks": control(
+            W.SelectionSlider, "ranks (GPUs, attention DP)", options=list(PLAN_RANKS), **look
         ),
     }
     values = dict(
@@ -164,12 +155,11 @@ def plan_panel(
         max_batch_size=max_batch_size,
         ranks=ranks,
     )
-    for name, control in controls.items():
-        check_control_value(name, control, values[name])
-        control.value = values[name]
-        control.style, control.layout = style, layout
-        if hasattr(control, "continuous_update"):
-            control.continuous_update = False
+    for name, made in controls.items():
+        check_control_value(name, made, values[name])
+        made.value = values[name]
+        if hasattr(made, "continuous_update"):
+            made.continuous_update = False
     # the weights given belong to a model: another model's are derived (0) until set again
     controls["model"].observe(
         lambda change: setattr(controls["weights_gib"], "value", 0.0), names="value"

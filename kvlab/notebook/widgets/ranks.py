@@ -16,7 +16,7 @@ from kvlab.core.checks import check_float, check_instance, check_int
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.tables import cell_text, table
-from kvlab.notebook.widgets.controls import LABEL, WIDE, context_slider
+from kvlab.notebook.widgets.controls import context_slider, control
 from kvlab.run.distributed import run_ranks
 from kvlab.run.rank_config import RunConfig, scenario_config
 from kvlab.run.scenarios import load_scenario
@@ -146,20 +146,23 @@ def ranks_panel(
     check_float("workspace_gib", workspace_gib, low=0.0, high=64.0)
     check_int("context", context, low=1, high=1 << 24)
     check_int("ranks", ranks, low=1, high=128)
-    ws = W.FloatSlider(
-        value=float(workspace_gib),
-        min=0.0,
-        max=64.0,
-        step=1.0,
-        description="workspace (GiB)",
-        continuous_update=False,
-        style=LABEL,
-        layout=W.Layout(width=WIDE),
-    )
-    choices = sorted({*RANKS_CONTEXT_CHOICES, int(context)})
+    controls = {
+        "workspace_gib": control(
+            W.FloatSlider,
+            "workspace (GiB)",
+            value=workspace_gib,
+            min=0.0,
+            max=64.0,
+            step=1.0,
+            continuous_update=False,
+        ),
+        "context": context_slider(
+            context, sorted({*RANKS_CONTEXT_CHOICES, context}), continuous=False
+        ),
+    }
     loaded = load_scenario(scenario)  # once: parsing the YAML took most of a slider move
     return Panel(
-        {"workspace_gib": ws, "context": context_slider(context, choices, continuous=False)},
+        controls,
         lambda values: ranks_model(values, scenario=loaded, ranks=ranks),
         ranks_figures,
         ranks_verdict,

@@ -1,5 +1,5 @@
-"""Notebook 02's panel: the 4 MiB repro of issue #21470 with sliders (pool, context, tokens per
-block, the row's width policy) -> the pool's page map, the index row and the verdict."""
+"""Notebook 02's panel: the 4 MiB repro of issue #21470 (pool, context, tokens per block, the
+row's width policy) -> the pool's page map, the index row and the verdict."""
 
 from __future__ import annotations
 
@@ -16,16 +16,9 @@ from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
 from kvlab.notebook.parameters import check_repro_parameters
-from kvlab.notebook.widgets.controls import (
-    LABEL,
-    WIDE,
-    context_choices,
-    context_slider,
-    pool_slider,
-)
+from kvlab.notebook.widgets.controls import context_choices, context_slider, control, pool_slider
 
-#: Pool slider range as powers of two of MiB (16 KiB, less than a page, to 1 GiB); it grows to
-#: hold a value given.
+#: Pool slider range as powers of two of MiB (16 KiB, less than a page, to 1 GiB).
 REPRO_POOL_EXPONENTS = (-6, 10)
 TOKENS_PER_BLOCK_CHOICES = (8, 16, 32, 64, 128)
 
@@ -99,25 +92,24 @@ def repro_panel(
     """Notebook 02's panel: pool (MiB, log slider), context, tokens per block and the row's
     width policy -> the pool's page map, the index row and the verdict."""
     check_repro_parameters(pool_mib, context, tokens_per_block, policy)
-    tpb = W.Dropdown(
-        options=sorted(set(TOKENS_PER_BLOCK_CHOICES) | {int(tokens_per_block)}),
-        value=int(tokens_per_block),
-        description="tokens/block",
-        style=LABEL,
-        layout=W.Layout(width=WIDE),
-    )
-    pol = W.ToggleButtons(
-        options=[(name, name) for name in WIDTH_POLICIES],
-        value=policy,
-        description="row width",
-        tooltips=list(WIDTH_POLICIES.values()),
-        style={**LABEL, "button_width": "100px"},
-    )
     controls = {
         "pool_mib": pool_slider(pool_mib, REPRO_POOL_EXPONENTS),
         "context": context_slider(context, context_choices([context])),
-        "tokens_per_block": tpb,
-        "policy": pol,
+        "tokens_per_block": control(
+            W.Dropdown,
+            "tokens/block",
+            options=sorted({*TOKENS_PER_BLOCK_CHOICES, tokens_per_block}),
+            value=tokens_per_block,
+        ),
+        "policy": control(
+            W.ToggleButtons,
+            "row width",
+            width=None,
+            button_width="100px",
+            options=list(WIDTH_POLICIES),
+            value=policy,
+            tooltips=list(WIDTH_POLICIES.values()),
+        ),
     }
     return Panel(
         controls,

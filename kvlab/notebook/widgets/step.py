@@ -17,6 +17,7 @@ from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, RequestState
 from kvlab.core.words import counted
 from kvlab.notebook import viz
 from kvlab.notebook.panel import DEFAULT_WAIT_S, Panel, verdict_html
+from kvlab.notebook.widgets.controls import control
 from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.sched.deadlock import SchedulerDeadlock
 from kvlab.sched.policies import TRTLLM_POLICIES
@@ -98,14 +99,11 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
         else set()
     )
     rows = []
-    for request in engine.requests:
-        if request.request_id in asked:
-            want = asked[request.request_id]
-            result, why = _pass_result(engine, request, scheduled, want)
-            got = want if result == "scheduled" else 0
-            rows.append(
-                dict(request=request.request_id, asked=want, got=got, result=result, why=why)
-            )
+    for request in (r for r in engine.requests if r.request_id in asked):
+        want = asked[request.request_id]
+        result, why = _pass_result(engine, request, scheduled, want)
+        got = want if result == "scheduled" else 0
+        rows.append(dict(request=request.request_id, asked=want, got=got, result=result, why=why))
     manager = engine.scheduler.manager
     return StepModel(
         policy,
@@ -169,19 +167,16 @@ def step_panel(
     the policy's run has; the policy picks the engine."""
     policy = check_choice("policy", policy, TRTLLM_POLICIES)
     passes = check_int("passes", passes, low=1, high=step_passes(policy))
-    pick = W.ToggleButtons(
+    pick = control(
+        W.ToggleButtons,
+        "policy",
+        width=None,
+        button_width="130px",
         options=list(TRTLLM_POLICIES),
         value=policy,
-        description="policy",
-        style={"button_width": "130px"},
     )
-    step = W.IntSlider(
-        value=passes,
-        min=1,
-        max=step_passes(policy),
-        description="pass",
-        continuous_update=False,
-        layout=W.Layout(width="420px"),
+    step = control(
+        W.IntSlider, "pass", value=passes, min=1, max=step_passes(policy), continuous_update=False
     )
     # observed before the panel does: the slider's range follows first, then the panel redraws
     pick.observe(lambda change: setattr(step, "max", step_passes(change["new"])), names="value")
