@@ -1,11 +1,8 @@
-"""``kvlab walkthrough``: execute the ``NN_*.ipynb`` notebooks headless with papermill into
-``build/notebooks/``, export each to ``build/html/`` with its figures as PNG images (kaleido,
-the system Chromium; without images, saying why, when it fails) and summarise their findings.
-
-Nothing is left behind and nothing looks complete that is not: outputs are renamed into place
-once whole, an unfinished run is marked partial, the kernels' files live in a private folder
-removed at the end, and SIGTERM and SIGHUP stop the run as Ctrl-C does.
-"""
+"""``kvlab walkthrough``: run the ``NN_*.ipynb`` notebooks headless with papermill into
+``build/notebooks/``, export each to ``build/html/`` with its figures as PNG images (kaleido;
+without them, saying why, when the browser fails) and summarise their findings. Outputs are
+renamed into place once whole, an unfinished run is marked partial, the kernels' files live in
+a private folder removed at the end, and SIGTERM and SIGHUP stop the run as Ctrl-C does."""
 
 from __future__ import annotations
 
@@ -77,12 +74,15 @@ def _notebook_parameters(path: Path) -> dict:
 
     try:
         return papermill.inspect_notebook(str(path))
-    # not JSON, not a notebook (a list, a number where a dict goes), nested past the parser, unreadable
+    # not JSON, not a notebook (a list where a dict goes), nested past the parser, unreadable
     except (ValueError, OSError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        raise ValueError(
-            f"{path.name} is not a notebook papermill can read: "
-            f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
-        ) from None
+        why = _first_line(exc) or type(exc).__name__
+        raise ValueError(f"{path.name} is not a notebook papermill can read: {why}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message, its first line, at most 200 characters."""
+    return (str(exc).splitlines() or [""])[0][:200]
 
 
 #: papermill's inferred parameter types -> the Python values a ``-p NAME=VALUE`` may give.
@@ -107,7 +107,7 @@ def check_parameters(parameters: dict[str, object], notebooks: list[Path]) -> No
         types = PARAMETER_TYPES.get(kind)
         if types is None:
             continue  # an unannotated parameter: papermill passes anything
-        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise TypeError(
                 f"parameter {name} must be {kind}, got {value!r} ({type(value).__name__})"
             )
@@ -227,15 +227,14 @@ def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> 
 
     executed = build_dir / "notebooks" / path.name
     html = build_dir / "html" / path.with_suffix(".html").name
-    executed.parent.mkdir(parents=True, exist_ok=True)
-    html.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (executed.parent, html.parent):
+        folder.mkdir(parents=True, exist_ok=True)
     accepted = _notebook_parameters(path)
     own = {k: v for k, v in parameters.items() if k in accepted}
     start = time.perf_counter()
-    error = None
     # written under a temporary name, renamed once whole: a stop leaves earlier outputs whole
     running = executed.with_name(f".{executed.stem}.running.ipynb")
-    notebook, written = None, None
+    error, written, findings = None, None, []
     try:
         execute(path, running, own)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: the earlier outputs stay as they were
@@ -244,9 +243,9 @@ def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> 
     except papermill.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     except (DeadKernelError, CellTimeoutError) as exc:
-        error = f"the kernel stopped: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        error = f"the kernel stopped: {type(exc).__name__}: {_first_line(exc)}"
     except (nbformat.reader.NotJSONError, nbformat.ValidationError, ValueError) as exc:
-        error = f"not a notebook papermill can run: {str(exc).splitlines()[0][:200]}"
+        error = f"not a notebook papermill can run: {_first_line(exc)}"
     except OSError as exc:
         error = f"cannot write {running}: {exc.strerror or exc}"
     seconds = time.perf_counter() - start
@@ -255,8 +254,9 @@ def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> 
             if error is not None:
                 mark_partial(running, error)
             os.replace(running, executed)
-        notebook = nbformat.read(executed, as_version=4) if executed.is_file() else None
-        if notebook is not None:
+        if executed.is_file():
+            notebook = nbformat.read(executed, as_version=4)
+            findings = read_findings(notebook)
             body, _ = HTMLExporter().from_notebook_node(with_static_figures(notebook))
             writing = html.with_name(f".{html.name}.writing")
             writing.write_text(body, encoding="utf-8")
@@ -265,15 +265,8 @@ def run_notebook(path: Path, build_dir: Path, parameters: dict[str, object]) -> 
     except OSError as exc:  # a full disk, a read-only folder, a folder where the file goes
         error = error or f"cannot write its output: {exc.filename}: {exc.strerror or exc}"
     except nbformat.ValidationError as exc:  # it ran, but nbconvert cannot export what it holds
-        error = error or f"not a valid notebook, so no HTML: {str(exc).splitlines()[0][:200]}"
-    return NotebookRun(
-        path.stem,
-        seconds,
-        executed,
-        written,
-        read_findings(notebook) if notebook is not None else [],
-        error,
-    )
+        error = error or f"not a valid notebook, so no HTML: {_first_line(exc)}"
+    return NotebookRun(path.stem, seconds, executed, written, findings, error)
 
 
 def mark_partial(path: Path, error: str) -> None:
@@ -303,23 +296,20 @@ def summary_table(runs: list[NotebookRun]) -> str:
     cols = ("scenario", "policy", "outcome")
     width = {c: max([len(c)] + [len(str(f[c])) for r in runs for f in r.findings]) for c in cols}
     name_w = max([len("notebook")] + [len(r.name) for r in runs])
-    lines = [
-        f"{'notebook':{name_w}} {'time':>7}  "
-        + " ".join(f"{c:{width[c]}}" for c in cols)
-        + " numbers"
-    ]
+
+    def cells(finding) -> str:
+        return " ".join(f"{str(finding[c]):{width[c]}}" for c in cols)
+
+    lines = [f"{'notebook':{name_w}} {'time':>7}  {cells({c: c for c in cols})} numbers"]
     for run in runs:
         head = f"{run.name:{name_w}} {run.seconds:6.1f}s"
         if run.error:
             lines.append(f"{head}  FAILED: {run.error}")
-            continue
-        if not run.findings:
+        elif not run.findings:
             lines.append(f"{head}  (no findings reported)")
-        for i, f in enumerate(run.findings):
-            lead = head if i == 0 else " " * len(head)
-            lines.append(
-                f"{lead}  " + " ".join(f"{str(f[c]):{width[c]}}" for c in cols) + f" {f['numbers']}"
-            )
+        else:
+            for i, f in enumerate(run.findings):
+                lines.append(f"{head if i == 0 else ' ' * len(head)}  {cells(f)} {f['numbers']}")
     return "\n".join(lines)
 
 
@@ -420,19 +410,18 @@ def with_static_figures(notebook):
                 verdict = panel["verdict"].replace(
                     '<pre style="', '<pre style="font-family:var(--jp-code-font-family, monospace);'
                 )
-                images = "".join(_image_html(f) for f in panel["figures"])
+                images = "".join(_image_html(_png(f)) for f in panel["figures"])
                 html = panel["title"] + panel["values"] + verdict + images
                 output["data"] = {"text/html": html, "text/plain": text}
             elif PLOTLY_MIME in data:
                 png = _png(data[PLOTLY_MIME])
-                shown = {"image/png": png} if png is not None else {"text/html": _image_html(None)}
+                shown = {"image/png": png} if png else {"text/html": _image_html(None)}
                 output["data"] = {**shown, "text/plain": text}
     return static
 
 
-def _image_html(figure) -> str:
-    """A figure as an <img>, or why it is not one."""
-    png = None if figure is None else _png(figure)
+def _image_html(png: str | None) -> str:
+    """A figure's base64 PNG as an <img>, or why there is none."""
     if png is not None:
         return f'<img src="data:image/png;base64,{png}"/>'
     why = html_text.escape(_image_failure or "")
@@ -451,6 +440,6 @@ def _png(figure) -> str | None:
             lambda: pio.to_image(pio.from_json(text), format="png"), IMAGE_TIMEOUT_S
         )
     except Exception as exc:  # Chromium missing, dead or hung: the report goes on without images
-        _images_failed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        _images_failed(f"{type(exc).__name__}: {_first_line(exc)}")
         return None
     return base64.b64encode(png).decode()
