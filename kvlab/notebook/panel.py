@@ -13,7 +13,6 @@ import json
 import numbers
 import re
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as W
@@ -149,6 +148,9 @@ class Panel:
     and ``widget`` (the whole panel). ``action``: (button label, ``run(model) -> (result,
     HTML)``) for work too slow to redo on every change; :meth:`act` presses it from code."""
 
+    #: The figures' width (px), narrower than a notebook's: subtitles are broken again for it.
+    figure_width = 640
+
     def __init__(
         self,
         controls: Mapping[str, W.ValueWidget],
@@ -158,14 +160,13 @@ class Panel:
         *,
         title: str = "",
         wait_s: float = DEFAULT_WAIT_S,
-        figure_width: int = 640,
         verdict_width: str = "320px",
         action: tuple[str, Callable[[Any], tuple[Any, str]]] | None = None,
     ):
         check_float("wait_s", wait_s, low=0.0, high=10.0)
         self.controls: dict[str, W.ValueWidget] = dict(controls)
         self._compute, self._figures, self._verdict = compute, figures, verdict
-        self.figure_width, self.title, self._action = figure_width, title, action
+        self.title, self._action = title, action
         self.error: BaseException | None = None
         self.updates = 0
         self.action_result: Any = None
@@ -207,7 +208,7 @@ class Panel:
 
     def _render(self, model) -> dict[str, Any]:
         figs = dict(self._figures(model))
-        for fig in figs.values():  # narrower than a notebook's figure: subtitles broken again
+        for fig in figs.values():
             viz.style.resize_layout(fig.setdefault("layout", {}), self.figure_width)
         return figs
 
@@ -233,17 +234,6 @@ class Panel:
         for name, fig in figs.items():
             self.views[name].show(fig)
 
-    @contextmanager
-    def hold(self):
-        """Change several controls without recomputing in between; recompute once at the end."""
-        self._holding = True
-        try:
-            yield self
-        finally:
-            self._holding = False
-        self.debouncer.cancel()
-        self.refresh()
-
     def set(self, **values) -> Panel:
         """Set controls by name and recompute once; a value a control does not offer is a
         ValueError naming the control and what it offers (a slider would clamp it silently)."""
@@ -254,9 +244,14 @@ class Panel:
             )
         for name, value in values.items():
             check_control_value(name, self.controls[name], value)
-        with self.hold():
+        self._holding = True  # no recompute in between
+        try:
             for name, value in values.items():
                 self.controls[name].value = value
+        finally:
+            self._holding = False
+        self.debouncer.cancel()
+        self.refresh()
         return self
 
     def flush(self) -> bool:

@@ -39,10 +39,6 @@ class RanksModel:
     plan: RanksPlan
 
     @property
-    def outcome(self) -> str:
-        return self.plan.outcome
-
-    @property
     def shown_requests(self) -> tuple[dict, ...]:
         """request_fit_spec rows: the shortest and longest background requests, then the rest."""
         by_size = sorted(self.plan.requests, key=lambda q: q.tokens)
