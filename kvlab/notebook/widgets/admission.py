@@ -47,19 +47,25 @@ class AdmissionModel:
 
     context: int
     policy: str
-    engine: Any  # EngineConfig | None
-    result: Any  # SimulationResult | None
+    engine: EngineConfig | None
+    result: SimulationResult | None
     outcome: str | None
     no_pool: str | None
     phase_verdict: str | None  # the closed-form verdict for the long request alone
 
+    @property
+    def ran(self) -> tuple[EngineConfig, SimulationResult, str]:
+        """The engine, its run and the outcome, which a model with a pool has."""
+        assert self.engine is not None and self.result is not None and self.outcome is not None
+        return self.engine, self.result, self.outcome
+
     def pages(self, tokens: int) -> int:
-        return self.engine.geometry.blocks_for_tokens(tokens)
+        return self.ran[0].geometry.blocks_for_tokens(tokens)
 
     @property
     def refused_to_start(self) -> bool:
         """The engine raised before any pass (vLLM: no room for one block)."""
-        return self.outcome == "reject" and self.result.error is not None
+        return self.outcome == "reject" and self.ran[1].error is not None
 
     @property
     def label(self) -> str:
@@ -103,7 +109,7 @@ def admission_figures(model: AdmissionModel) -> dict[str, dict]:
             "timeline": viz.scheduler_timeline_spec(empty, title="No pool, so no engine to run"),
             "demand": viz.index_row_spec(0, needed, 0, None, title=f"No pool: {model.no_pool}"),
         }
-    engine, result, outcome, policy = model.engine, model.result, model.outcome, model.policy
+    (engine, result, outcome), policy = model.ran, model.policy
     width = engine.manager(POLICIES[policy][1]).max_blocks_per_seq
     needed, complete = model.pages(model.context), model.pages(model.context + 16)
     peer = policy in PEER_POLICIES  # vLLM's and SGLang's own loops: no stall detector
@@ -137,7 +143,7 @@ def admission_figures(model: AdmissionModel) -> dict[str, dict]:
 
 
 def _stall_headline(model: AdmissionModel, done: int, small: int) -> str:
-    engine, result = model.engine, model.result
+    engine, result, _ = model.ran
     if not isinstance(result.error, RuntimeError):
         return "Stall: requests still unfinished when the run ended."
     deadlock = (
@@ -173,7 +179,7 @@ def admission_verdict(model: AdmissionModel) -> tuple[str | None, str]:
     """(outcome, HTML): the outcome named with the numbers."""
     if model.result is None:
         return None, verdict_html(None, model.no_pool or "no result")
-    engine, result = model.engine, model.result
+    engine, result, _ = model.ran
     small = [i for i in result.status if i != "long"]
     done = sum(result.status[i] == RequestState.FINISHED for i in small)
     finished = f"{done} of {len(small)} small requests finished"
