@@ -119,11 +119,8 @@ def check_control_value(name: str, control: W.ValueWidget, value) -> None:
     options = getattr(control, "options", None)
     if options is not None:  # SelectionSlider, Dropdown, ToggleButtons: (label, value) pairs
         choices = [o[1] if isinstance(o, tuple) else o for o in options]
-        if (
-            not isinstance(value, (str, numbers.Number))
-            or value not in choices
-            or isinstance(value, bool) != isinstance(choices[0], bool)
-        ):
+        same_kind = isinstance(value, bool) == isinstance(choices[0], bool)
+        if not (isinstance(value, (str, numbers.Number)) and same_kind and value in choices):
             shown = (
                 repr(choices)
                 if len(choices) <= 8
