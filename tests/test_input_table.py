@@ -1583,7 +1583,7 @@ CASES = [
         "mamba_panel(max_batch_size=0)",
         raises(lambda: panel("mamba_panel", max_batch_size=0)),
         "ValueError",
-        ("max_batch_size", "[1, 4096]"),
+        ("max_batch_size", "[1, 1048576]"),
     ),
     Case(
         WIDGET,
