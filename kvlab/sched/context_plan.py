@@ -1,19 +1,12 @@
 """How much of a context one TensorRT-LLM scheduling pass schedules: the pass's token and
 request budget (the real BudgetTracker) and the plan of a context's next chunk against it, as
 ``_try_schedule_context_full`` / ``_chunked`` size it
-(tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py), docs/REFERENCE.md §4.
-
-Non-chunked: the whole remaining context plus its draft tokens is one unit, checked against the
-budget. Chunked: chunk = min(token budget left, context remaining, max_context_length), rounded
-down to ``chunk_unit_size`` unless it is the last; the last chunk carries the draft tokens (in
-the budget and the resize, after the budget check). :func:`plan_context` changes nothing: the
-Scheduler (kvlab.sched.scheduler) applies the plan it returns, and the certain refusal
-(kvlab.sched.shortcuts) asks it what an attempt would resize by.
-"""
+(tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py), docs/REFERENCE.md §4."""
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 from kvlab.core.request import Request
 
@@ -26,17 +19,15 @@ class ScheduleAction(enum.Enum):
     STOP = "stop"
 
 
+@dataclass(slots=True)
 class PassBudget:
     """Token and request budgets of one pass (the real BudgetTracker, without PEFT);
     ``max_num_tokens=None`` is no token limit."""
 
-    __slots__ = ("max_num_tokens", "max_num_requests", "num_tokens", "num_requests")
-
-    def __init__(self, max_num_tokens: int | None, max_num_requests: int):
-        self.max_num_tokens = max_num_tokens
-        self.max_num_requests = max_num_requests
-        self.num_tokens = 0
-        self.num_requests = 0
+    max_num_tokens: int | None
+    max_num_requests: int
+    num_tokens: int = 0
+    num_requests: int = 0
 
     @property
     def requests_full(self) -> bool:
@@ -51,10 +42,9 @@ class PassBudget:
         self.num_requests += 1
 
 
-#: The next chunk of a context as one pass would schedule it: (chunk, budget tokens, resize
-#: tokens): ``chunk`` context tokens (the request's ``context_chunk_size``), the tokens charged to
-#: the token budget and those the cache grows by (the chunk, plus the draft tokens with the
-#: last). A plain tuple: the certain refusal plans every pending first chunk every pass.
+#: A context's next chunk: (chunk, budget tokens, resize tokens): the chunk's context tokens
+#: (the request's ``context_chunk_size``), the tokens charged to the budget and those the cache
+#: grows by (the last chunk adds the draft tokens to both).
 ContextPlan = tuple[int, int, int]
 
 
@@ -67,15 +57,11 @@ def plan_context(
     sized_from: int | None = None,
 ) -> ContextPlan | None:
     """The plan of ``request``'s next context chunk against ``budget_left`` tokens (None: no
-    token limit), changing nothing; None when the budget cannot hold it (phase 2 STOPs).
-
-    Non-chunked: the whole remaining context plus its draft tokens is one unit, checked
-    against the budget. Chunked: chunk = min(budget left, context remaining,
-    ``max_context_length``), rounded down to ``chunk_unit`` unless it is the last (never 0: the
-    chunk budget is >= chunk_unit in phase 2); the last chunk carries the draft tokens, added
-    after the budget check as the real code adds them. ``sized_from``: the context the budget
-    sizes and charges, when not what remains (prefix-aware scheduling off: the context before
-    a reused prefix); the chunk run is at most what remains."""
+    limit), changing nothing; None when the budget cannot hold it (phase 2 STOPs). Non-chunked:
+    the whole rest plus the draft tokens is one unit. Chunked: min(budget left, context left,
+    ``max_context_length``), rounded down to ``chunk_unit`` unless it is the last, which carries
+    the drafts past the budget check as the real code does. ``sized_from``: the context the
+    budget sizes when not what remains (prefix-aware scheduling off: before a reused prefix)."""
     remaining = request.context_remaining_length
     drafts = request.num_draft_tokens
     sized = remaining if sized_from is None else sized_from
@@ -83,11 +69,8 @@ def plan_context(
         if budget_left is not None and sized + drafts > budget_left:
             return None
         return remaining, sized + drafts, remaining + drafts
-    chunk = sized
-    if budget_left is not None and budget_left < chunk:
-        chunk = budget_left
-    if max_context_length is not None and max_context_length < chunk:
-        chunk = max_context_length
+    limits = (sized, budget_left, max_context_length)
+    chunk = min(limit for limit in limits if limit is not None)
     if chunk < sized:
         chunk -= chunk % chunk_unit
     if chunk < remaining:
@@ -98,10 +81,8 @@ def plan_context(
 def check_chunk_budget(
     chunk_unit_size: int, max_num_tokens: int | None, max_context_length: int | None = None
 ) -> None:
-    """With chunked prefill, a chunk is a multiple of ``chunk_unit_size`` (the tokens per block)
-    and must fit both limits; raise ValueError when no chunk ever can. Both checks are kvlab's:
-    the real constructor accepts any chunk_unit_size, and its scheduler would then never
-    schedule a context chunk."""
+    """With chunked prefill, raise ValueError when no chunk of ``chunk_unit_size`` tokens ever
+    fits both limits (kvlab's check: the real scheduler would never schedule a context chunk)."""
     max_context_length = max_num_tokens if max_context_length is None else max_context_length
     if max_context_length is not None and chunk_unit_size > max_context_length:
         raise ValueError(

@@ -6,65 +6,44 @@ context recomputed later); for a context with no tier below the GPU, ``preempt_f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from kvlab.core.request import Request, RequestState
-from kvlab.sched.base import ScheduledBatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from kvlab.core.manager import KVCacheManager
+from kvlab.sched.base import ScheduledBatch, SchedulerBase
 
 
+@dataclass(slots=True)
 class RecomputePauseState:
     """Recompute-pause frontier and victims of one pass (the real _RecomputePauseState)."""
 
-    __slots__ = ("frontier", "victim_indices")
-
-    def __init__(self, frontier: int):
-        self.frontier = frontier
-        self.victim_indices: set[int] = set()
+    frontier: int
+    victim_indices: set[int] = field(default_factory=set)
 
 
 def contains(requests: Sequence[Request], request: Request) -> bool:
     return any(other is request for other in requests)
 
 
-class RoomMaking:
+class RoomMaking(SchedulerBase):
     """The ladder's steps, mixed into kvlab.sched.scheduler.Scheduler."""
 
-    manager: KVCacheManager
-    _active: list[Request]
     _inflight: frozenset[str]
     enable_recompute_pause: bool
 
-    if TYPE_CHECKING:  # the scheduler's own steps
+    def _try_allocate_generation(self, request: Request) -> bool:
+        """The manager's ``try_allocate_generation``, its resume asked first: a resumed request
+        runs again, even when its growth is refused."""
+        if request.state is RequestState.SUSPENDED and not self._runs_if(
+            self.manager.resume(request), request
+        ):
+            return False
+        return self.manager.try_allocate_generation(request)
 
-        def _suspend(self, request: Request) -> None: ...
-        def _recompute_pause(self, request: Request) -> None: ...
-        def _try_allocate_generation(self, request: Request) -> bool: ...
-
-    def _make_room(
-        self,
-        request: Request,
-        requests: Sequence[Request],
-        index: int,
-        end: int,
-        pause_state: RecomputePauseState,
-        batch: ScheduledBatch,
-    ) -> tuple[bool, int]:
-        """Suspend started requests from the tail, then (recompute pause on) free them."""
-        success, end = self._evict_for_generation(request, requests, index, end, batch)
-        if not success and self.enable_recompute_pause:
-            success, end = self._recompute_pause_for_generation(
-                request, requests, index, end, pause_state, batch
-            )
-        return success, end
-
-    def _give_up_generation(self, request: Request, batch: ScheduledBatch) -> None:
-        """Nothing could make room: the request suspends itself."""
-        if request.state is RequestState.RUNNING:
-            self._suspend(request)
-            batch.paused_requests.append(request)
+    def _suspend(self, request: Request) -> None:
+        """The real ``suspend_request``: the cache goes inactive (its pages may move down)."""
+        self.manager.suspend(request)
+        request.num_suspensions += 1
+        self._set_state(request, RequestState.SUSPENDED)
 
     def _is_victim_candidate(self, request: Request) -> bool:
         """Started and not in flight (the real ``_is_recompute_pause_candidate``)."""
@@ -111,25 +90,24 @@ class RoomMaking:
         tail; with a tier below (``can_evict``), ones suspended this pass too."""
         can_evict = self.manager.can_evict
         while True:
-            victim_index = None
-            for i in range(pause_state.frontier - 1, index, -1):
-                candidate = requests[i]
-                if (
-                    i not in pause_state.victim_indices
-                    and self._is_victim_candidate(candidate)
-                    and (can_evict or not contains(batch.paused_requests, candidate))
-                ):
-                    victim_index = i
-                    break
-            if victim_index is None and can_evict:
+            victim_index = next(
+                (
+                    i
+                    for i in range(pause_state.frontier - 1, index, -1)
+                    if i not in pause_state.victim_indices
+                    and self._is_victim_candidate(requests[i])
+                    and (can_evict or not contains(batch.paused_requests, requests[i]))
+                ),
+                None,
+            )
+            if victim_index is None and can_evict:  # fall back to one suspended this pass
                 victim = next(
                     (c for c in batch.paused_requests if self._is_victim_candidate(c)), None
                 )
-                if victim is None:
-                    break
-                victim_index = next(i for i, c in enumerate(requests) if c is victim)
-            elif victim_index is None:
-                break
+                if victim is not None:
+                    victim_index = next(i for i, c in enumerate(requests) if c is victim)
+            if victim_index is None:
+                return False, end
             victim = requests[victim_index]
             if contains(batch.paused_requests, victim):
                 batch.paused_requests.remove(victim)
@@ -142,7 +120,6 @@ class RoomMaking:
                 success, end = self._evict_for_generation(request, requests, index, end, batch)
             if success:
                 return True, end
-        return False, end
 
     def _preempt_for_pages(
         self, request: Request, batch: ScheduledBatch, preempted: list[Request]

@@ -9,21 +9,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvlab.core.request import Request
+from kvlab.sched.base import SchedulerBase
 from kvlab.sched.context_plan import ContextPlan, PassBudget, ScheduleAction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kvlab.core.manager import KVCacheManager
     from kvlab.core.prefix_cache import BlockKey
 
 
-class PrefixAwareSkip:
+class PrefixAwareSkip(SchedulerBase):
     """The prefix-aware steps, mixed into kvlab.sched.scheduler.Scheduler."""
 
-    manager: KVCacheManager
-    _active: list[Request]
     _inflight: frozenset[str]
     chunked_prefill: bool
     enable_prefix_aware_scheduling: bool
+
     #: the flag, block reuse, and per-block commits (the real ``_prefix_skip_enabled``)
     _prefix_skip_enabled: bool = False
     #: a request with prefix hashes was admitted: before, no probe can find a key

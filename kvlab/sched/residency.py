@@ -6,20 +6,13 @@ scheduler findings is a subclass in kvlab.case_studies overriding one hook."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab.core.request import LIVE_STATES, Request
+from kvlab.sched.base import SchedulerBase
 from kvlab.sched.context_plan import ScheduleAction
 
-if TYPE_CHECKING:  # pragma: no cover
-    from kvlab.core.manager import KVCacheManager
 
-
-class ResidencyCap:
+class ResidencyCap(SchedulerBase):
     """The cap's hooks, mixed into kvlab.sched.scheduler.Scheduler."""
-
-    manager: KVCacheManager
-    _active: list[Request]
 
     def _residency_refusal(self) -> ScheduleAction:
         """A first chunk refused at the cap SKIPs (the fix; BreakOnCapScheduler has the bug)."""
@@ -39,12 +32,11 @@ class ResidencyCap:
 
     def num_resident_sequences(self) -> int:
         """Live requests holding a cache, hence a state slot (suspended ones included)."""
-        caches = self.manager.caches
         counts_disagg = self._disagg_gen_init_under_cap()
         return sum(
             1
             for r in self._active
             if r.state in LIVE_STATES
-            and r.request_id in caches
+            and r.request_id in self.manager.caches
             and (counts_disagg or not r.is_disagg_generation_init)
         )

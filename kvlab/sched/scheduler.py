@@ -1,15 +1,17 @@
-"""Scheduler: one scheduling iteration at a time, as TensorRT-LLM's KVCacheV2Scheduler does it
-(``_schedule_loop``, tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py at 00746ef999;
-REFERENCE.md §4). Try and see: it asks the manager and reacts to the answer. Phase 1 walks the
-active requests in arrival order (generation steps; contexts deferred); phase 2 the deferred
-contexts. Room is made by kvlab.sched.make_room; ``stall_limit`` passes without progress raise
-SchedulerDeadlock. Simplified: beams count in the budget, not in pages; no PEFT, encoder or KV
-connector.
+"""Scheduler: one pass of TensorRT-LLM's ``KVCacheV2Scheduler._schedule_loop``
+(tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py at 00746ef999; REFERENCE.md §4).
+
+One pass does what the older ``SimpleScheduler`` splits in two: its ``capacity_scheduler``
+(which requests get KV cache) and its ``micro_batch_scheduler`` (which fit the budgets).
+Try and see: it asks the manager and reacts to the answer. Phase 1 walks the active requests in
+arrival order (generation steps; contexts deferred); phase 2 the deferred contexts. Simplified:
+beams count in the budget, not in pages; no PEFT, encoder or KV connector.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from functools import partial
 
 from kvlab.core.checks import check_bools, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -41,7 +43,8 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
     """KVCacheV2Scheduler over a KVCacheManager, with an admission policy plugged in:
     ``submit`` arrivals, ``schedule`` once per iteration, ``finish`` what completed
     (``kvlab.simulate`` does it all). Requests per pass: ``scheduler_capacity``, else
-    ``max_batch_size``; ``max_num_tokens=None``: no token budget."""
+    ``max_batch_size``; ``max_num_tokens=None``: no token budget; ``stall_limit`` passes
+    without progress raise SchedulerDeadlock."""
 
     def __init__(
         self,
@@ -89,9 +92,8 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             check_chunk_budget(self.chunk_unit_size, self.max_num_tokens, self.max_context_length)
         self._inflight: frozenset[str] = frozenset()
 
-    # -- the executor's side ------------------------------------------------------------
     def _verdict(self, request: Request) -> Verdict:
-        """The front-door check, then the admission policy (and, for a policy that rejects
+        """The LLM API's front door, then the admission policy (and, for a policy that rejects
         what can never run, the token budget)."""
         verdict = front_door_verdict(request, self.max_num_tokens, self.chunked_prefill)
         if verdict.admitted:
@@ -100,7 +102,6 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             verdict = token_budget_verdict(request, self.max_num_tokens, self.chunked_prefill)
         return verdict
 
-    # -- one scheduling pass -------------------------------------------------------------
     def schedule(self, inflight_request_ids: Iterable[str] = frozenset()) -> ScheduledBatch:
         """One iteration of ``_schedule_loop``; may raise PageIndexTooShort or SchedulerDeadlock.
         ``inflight_request_ids``: requests an overlap executor still has in flight, skipped and
@@ -113,12 +114,10 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         pending = self._schedule_generations(budget, batch)
         # phase 2: the deferred contexts
         preempted: list[Request] = []
-        has_chunking = False
         refusal = self._pending_refusal(budget)
-        chunk_budget_left = self._has_context_chunk_budget(budget)
         contributed = self._collect_contributed_blocks(pending)
         for request in pending:
-            if budget.requests_full or not chunk_budget_left:
+            if budget.requests_full or not self._has_context_chunk_budget(budget):
                 break  # (the real loop goes on for encoder requests, which kvlab has none of)
             if preempted and contains(preempted, request):
                 continue
@@ -132,113 +131,87 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
                     batch.deferred_behind_contributor = True
                     continue
             action, tokens = self._schedule_context(request, budget, batch, preempted)
-            if action is not ScheduleAction.SCHEDULED:
+            if action is ScheduleAction.STOP:
                 request.num_refusals += 1
-                if action is ScheduleAction.STOP:
-                    break
+                break
+            if action is ScheduleAction.SKIP:
+                request.num_refusals += 1
                 continue
-            has_chunking = has_chunking or not request.is_last_context_chunk
             batch.context_requests.append(request)
             budget.commit(tokens)
-            if first_new_block is not None:  # registered once it runs this pass
-                assert contributed is not None  # a key is probed only when the skip can fire
-                contributed.add(first_new_block)
+            if contributed is not None and first_new_block is not None:
+                contributed.add(first_new_block)  # registered once it runs this pass
             refusal = self._pending_refusal(budget)  # the budget and the pool changed
-            chunk_budget_left = self._has_context_chunk_budget(budget)
-        if has_chunking:  # _sort_requests: non-last chunks before last chunks, stable
-            batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
+        # _sort_requests: non-last chunks before last chunks, stable
+        batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         batch.num_tokens = budget.num_tokens
-        if preempted:
-            pending = [r for r in pending if not contains(preempted, r)]
-        self._detect_deadlock(self._active, pending, batch)
+        pending = [r for r in pending if not contains(preempted, r)]
+        self._detect_deadlock(pending, batch)
         if self.debug:
             self.check_invariants()
         return batch
 
-    # -- phase 1: generation -------------------------------------------------------------
     def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
         """Phase 1; returns the contexts it deferred. Each step is the real
         ``_try_schedule_generation``: beams + drafts from the budget (STOP when they do not
-        fit), another beam width SKIPs, then the allocation and its ladder."""
+        fit), another beam width SKIPs, then the allocation and, failing it, the ladder
+        (kvlab.sched.make_room); failing that, the request suspends itself and phase 1 STOPs."""
         requests = self._active
         pending_contexts: list[Request] = []
-        end = len(requests)
-        pause_state = RecomputePauseState(end)
-        victim_indices, inflight = pause_state.victim_indices, self._inflight
-        caches, max_num_tokens = self.manager.caches, budget.max_num_tokens
-        tokens_per_block = self.manager.tokens_per_block
-        index = 0
-        while index < end:
-            request = requests[index]
-            if index in victim_indices or request.request_id in inflight:
-                index += 1
+        pause_state = RecomputePauseState(len(requests))
+        end = len(requests)  # the ladder's victims shorten the walk
+        for index, request in enumerate(requests):
+            if index >= end:
+                break
+            if index in pause_state.victim_indices or request.request_id in self._inflight:
                 continue
             if request.disagg_generation_init and request.is_disagg_generation_init:
                 # outside both budgets
-                if self._disagg_gen_init_under_cap() and self._residency_full(request):
-                    request.num_refusals += 1
-                elif self._runs_if(self.manager.prepare_disagg_gen_init(request), request):
+                capped = self._disagg_gen_init_under_cap() and self._residency_full(request)
+                if not capped and self._runs_if(
+                    self.manager.prepare_disagg_gen_init(request), request
+                ):
                     batch.fitting_disagg_gen_init_requests.append(request)
                 else:
                     request.num_refusals += 1
-                index += 1
                 continue
             if budget.requests_full:
                 break
             if not request.is_context_finished:
                 pending_contexts.append(request)
-                index += 1
                 continue
             tokens = request.beam_width + request.num_draft_tokens
-            if max_num_tokens is not None and budget.num_tokens + tokens > max_num_tokens:
+            remaining = budget.remaining_tokens
+            if remaining is not None and tokens > remaining:
                 break  # STOP
             if batch.beam_width and request.beam_width != batch.beam_width:
-                index += 1
                 continue  # SKIP
-            cache = caches[request.request_id]
-            if not grows_within_pages(cache, 1 + request.num_draft_tokens, tokens_per_block):
-                fitted, end = self._allocate_generation(
-                    request, requests, index, end, pause_state, batch
-                )
-                if not fitted:
-                    break  # STOP: the request suspended itself
+            cache = self.manager.caches[request.request_id]
+            step = 1 + request.num_draft_tokens
+            if not grows_within_pages(cache, step, self.manager.tokens_per_block):
+                fitted = self._try_allocate_generation(request)
+                if not fitted:  # the ladder: suspend from the tail, then recompute-pause
+                    fitted, end = self._evict_for_generation(request, requests, index, end, batch)
+                if not fitted and self.enable_recompute_pause:
+                    fitted, end = self._recompute_pause_for_generation(
+                        request, requests, index, end, pause_state, batch
+                    )
+                if not fitted:  # nothing made room: the request suspends itself, phase 1 STOPs
+                    request.num_refusals += 1
+                    if request.state is RequestState.RUNNING:
+                        self._suspend(request)
+                        batch.paused_requests.append(request)
+                    break
             batch.generation_requests.append(request)
             batch.beam_width = request.beam_width
             budget.commit(tokens)
-            index += 1
         return pending_contexts
 
-    def _allocate_generation(
-        self,
-        request: Request,
-        requests: Sequence[Request],
-        index: int,
-        end: int,
-        pause_state: RecomputePauseState,
-        batch: ScheduledBatch,
-    ) -> tuple[bool, int]:
-        """The allocation and, failing it, the room-making ladder; failing that, the request
-        suspends itself. Returns (fitted, the new end of the walk)."""
-        fitted = self._try_allocate_generation(request)
-        if not fitted:
-            fitted, end = self._make_room(request, requests, index, end, pause_state, batch)
-        if not fitted:
-            request.num_refusals += 1
-            self._give_up_generation(request, batch)
-        return fitted, end
-
-    # -- phase 2: contexts ---------------------------------------------------------------
     def _pending_refusal(self, budget: PassBudget) -> CertainRefusal | None:
-        """The shortcut that refuses a pending first chunk without its attempt (kvlab.sched.shortcuts)."""
+        """The shortcut refusing a pending first chunk without its attempt (kvlab.sched.shortcuts)."""
         preempts = not self.manager.has_cache_tier_below_gpu and self.enable_recompute_pause
-        return pending_refusal(
-            self.manager,
-            budget.remaining_tokens,
-            self.chunked_prefill,
-            self.max_context_length,
-            self.chunk_unit_size,
-            preempts,
-        )
+        plan = partial(self._plan_context, budget_left=budget.remaining_tokens)
+        return pending_refusal(self.manager, plan, preempts)
 
     def _has_context_chunk_budget(self, budget: PassBudget) -> bool:
         remaining = budget.remaining_tokens
@@ -291,45 +264,18 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             sized_from,
         )
 
-    # -- manager calls: the request's state follows the manager's answers -----------------
-    def _runs_if(self, active: bool, request: Request) -> bool:
-        """The manager answered ``active``: the request holds an active cache, so it runs."""
-        if active and request.state is not RequestState.RUNNING:
-            self._set_state(request, RequestState.RUNNING)
-        return active
-
     def _prepare(self, request: Request) -> bool:
         return self._runs_if(self.manager.prepare_context(request), request)
 
-    def _try_allocate_generation(self, request: Request) -> bool:
-        """The manager's ``try_allocate_generation``, its resume asked first: a resumed request
-        runs again, even when its growth is refused."""
-        if request.state is RequestState.SUSPENDED and not self._runs_if(
-            self.manager.resume(request), request
-        ):
-            return False
-        return self.manager.try_allocate_generation(request)
-
-    def _suspend(self, request: Request) -> None:
-        """The real ``suspend_request``: the cache goes inactive (its pages may move down)."""
-        self.manager.suspend(request)
-        request.num_suspensions += 1
-        self._set_state(request, RequestState.SUSPENDED)
-
-    # -- stall detection -----------------------------------------------------------------
-    def _detect_deadlock(
-        self, requests: list[Request], pending: list[Request], batch: ScheduledBatch
-    ) -> None:
+    def _detect_deadlock(self, pending: list[Request], batch: ScheduledBatch) -> None:
         """The real ``_detect_deadlock``: raise on the ``stall_limit``-th consecutive pass that
         had candidates and made no progress."""
-        if batch.made_progress:
-            self.stalled_passes = 0
-            return
-        inflight = self._inflight
-        live = [r for r in requests if r.state in LIVE_STATES and r.request_id not in inflight]
+        live = [
+            r for r in self._active if r.state in LIVE_STATES and r.request_id not in self._inflight
+        ]
         num_generation = sum(1 for r in live if r.is_context_finished)
-        if num_generation == 0 and not pending:
-            self.stalled_passes = 0  # legitimately idle
+        if batch.made_progress or (num_generation == 0 and not pending):
+            self.stalled_passes = 0  # progress, or legitimately idle
             return
         self.stalled_passes += 1
         if self.stalled_passes >= self.stall_limit:

@@ -1,28 +1,30 @@
-"""The TensorRT-LLM scheduler's two speed shortcuts, kept off its teaching path behind one
-switch, :data:`ENABLED`; each answers exactly as the full path would (tests/sched/test_fast_paths.py
-runs both ways and compares everything observable):
+"""The TensorRT-LLM scheduler's two speed shortcuts, behind one switch, :data:`ENABLED`; each
+answers exactly as the full path would (tests/sched/test_fast_paths.py compares both ways):
 
-- a generation step the pages its cache holds already cover grows in place
-  (``KVCache.grow_within_pages``) instead of asking the manager;
+- a generation step within the pages its cache holds grows in place instead of asking the
+  manager (``KVCache.grow_within_pages`` inline);
 - a pending first chunk that is certainly refused is refused from one comparison instead of a
-  whole attempt (like the real ``_pending_ctx_certainly_blocked``). Only the pool's
+  whole attempt (like the real ``_pending_ctx_certainly_blocked``); only the pool's
   ``failed_allocations`` counter misses the skipped attempt.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request
-from kvlab.sched.context_plan import plan_context
+from kvlab.sched.context_plan import ContextPlan
 
 #: Off: every step and every pending chunk takes the full path.
 ENABLED = True
 
 
 def grows_within_pages(cache: KVCache, num_tokens: int, tokens_per_block: int) -> bool:
-    """The step fits the pages ``cache`` holds, and its capacity grew: ``resize``'s answer when
-    no page moves, without the manager's round trip (``KVCache.grow_within_pages`` inline)."""
+    """Grow ``cache`` by ``num_tokens`` if the pages it holds cover them (``resize``'s answer
+    when no page moves); False, changing nothing, otherwise."""
     if not ENABLED:
         return False
     capacity = cache.capacity + num_tokens
@@ -43,26 +45,18 @@ def refusal_window(manager: KVCacheManager) -> tuple[int, int]:
     )
 
 
+@dataclass(slots=True)
 class CertainRefusal:
     """Refuses, for one pass until it schedules something, each pending first chunk whose
-    attempt would be refused: it asks :func:`plan_context` what the attempt would resize by."""
+    attempt would be refused: ``plan`` is what the attempt would plan (the scheduler's
+    ``plan_context`` at this point of the pass)."""
 
-    __slots__ = ("fit", "span", "manager", "budget_left", "chunked", "max_context", "unit")
+    manager: KVCacheManager
+    plan: Callable[[Request], ContextPlan | None]
+    window: tuple[int, int] = field(init=False)
 
-    def __init__(
-        self,
-        manager: KVCacheManager,
-        budget_left: int | None,
-        chunked: bool,
-        max_context_length: int | None,
-        chunk_unit: int,
-    ):
-        self.fit, self.span = refusal_window(manager)
-        self.manager = manager
-        self.budget_left = budget_left
-        self.chunked = chunked
-        self.max_context = max_context_length
-        self.unit = chunk_unit
+    def __post_init__(self) -> None:
+        self.window = refusal_window(self.manager)
 
     def refuses_first_chunk(self, request: Request) -> bool:
         """``request`` holds no cache, cannot reuse, and its plan (not one the budget STOPs)
@@ -71,17 +65,13 @@ class CertainRefusal:
             request.prefix_hashes and self.manager.reuses(request)
         ):
             return False
-        plan = plan_context(request, self.budget_left, self.chunked, self.max_context, self.unit)
-        return plan is not None and self.fit < plan[2] <= self.span
+        plan = self.plan(request)
+        fit, span = self.window
+        return plan is not None and fit < plan[2] <= span
 
 
 def pending_refusal(
-    manager: KVCacheManager,
-    budget_left: int | None,
-    chunked: bool,
-    max_context_length: int | None,
-    chunk_unit: int,
-    preempts: bool,
+    manager: KVCacheManager, plan: Callable[[Request], ContextPlan | None], preempts: bool
 ) -> CertainRefusal | None:
     """The certain refusal of this point of the pass, or None when off or when an attempt could
     end otherwise than its refusal: a residency cap is checked first, a refusal ``preempts``
@@ -90,4 +80,4 @@ def pending_refusal(
         return None
     if manager.free_slots == 0:
         return None
-    return CertainRefusal(manager, budget_left, chunked, max_context_length, chunk_unit)
+    return CertainRefusal(manager, plan)
