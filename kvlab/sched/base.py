@@ -1,21 +1,14 @@
-"""SchedulerBase: what every scheduler owes the executor loop, whatever its policy.
-
-The executor loop (:class:`kvlab.run.simulation.Engine`) hands a scheduler the arriving requests
-(``submit``), asks it for one batch per step (``schedule``), and tells it which requests
-finished (``finish``); it reads the state counts for its trace. Three loops implement it:
-TensorRT-LLM's V2 loop (:class:`kvlab.sched.scheduler.Scheduler`), vLLM v1's
-(:class:`kvlab.sched.vllm.VllmScheduler`) and SGLang's (:class:`kvlab.sched.sglang.SglangScheduler`).
-The bookkeeping they share lives here: the requests in
-arrival order, one state each (``Request.state``) and the counts per state, the front door's
-verdict, freeing a cache, a recompute pause, and the invariants that tie the states to the
-manager's caches.
+"""SchedulerBase: what every scheduler owes the executor loop (kvlab.run.simulation.Engine):
+``submit`` the arrivals, ``schedule`` one batch per step, ``finish`` what completed. The shared
+bookkeeping lives here: the requests in arrival order, one state each and the counts per state,
+freeing a cache, a recompute pause, and the invariants tying the states to the manager's caches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvlab.core.checks import check_param
+from kvlab.core.checks import check_bools, check_instance, check_param
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES, REQUEST_STATES, Request, RequestState
 from kvlab.sched.admission import Verdict
@@ -28,22 +21,20 @@ class ScheduledBatch:
 
     context_requests: list[Request] = field(default_factory=list)
     generation_requests: list[Request] = field(default_factory=list)
-    #: suspended to the host tier this pass (evicted, or self-suspended)
+    #: suspended this pass (evicted, or self-suspended)
     paused_requests: list[Request] = field(default_factory=list)
     #: cache freed this pass; their context (prompt + generated tokens) restarts later
     recompute_paused_requests: list[Request] = field(default_factory=list)
     fitting_disagg_gen_init_requests: list[Request] = field(default_factory=list)
-    #: aborted by SGLang (a retraction that found nothing left, or a prompt its scheduler turned
-    #: away, finished by the prefill that runs its one token): state "rejected"
+    #: aborted by SGLang (a retraction that found nothing left, or a prompt turned away): state
+    #: "rejected"
     aborted_requests: list[Request] = field(default_factory=list)
-    #: rows of the batch that only carried such an abort: counted among the step's context rows
-    #: (SGLang's prefill batch holds them), never executed
+    #: context rows of the batch that only carried such an abort, never executed
     num_aborted_context_rows: int = 0
     num_tokens: int = 0
     #: the beam width of the generation requests scheduled (0 before the first)
     beam_width: int = 0
-    #: a first chunk was deferred behind a request that commits its first new block this pass
-    #: (the prefix-aware skip): progress, though nothing of it is scheduled
+    #: the prefix-aware skip deferred a first chunk this pass: progress, though nothing ran
     deferred_behind_contributor: bool = False
 
     @property
@@ -71,20 +62,12 @@ def check_plain_request(request: Request, peer: str) -> None:
 
 
 class SchedulerBase:
-    """The executor's side of a scheduler over ``manager`` (module docstring).
-
-    Subclasses define ``schedule()``, returning a :class:`ScheduledBatch`,
-    and ``_verdict(request)``, the checks a request meets when it arrives. ``max_batch_size``
-    bounds the sequences scheduled together; ``max_num_active_requests`` is how many requests
-    the executor hands over at once (None: all of them, as vLLM's engine core does).
-    """
+    """The executor's side of a scheduler over ``manager``: subclasses define ``schedule()``
+    and ``_verdict(request)``, the checks at arrival."""
 
     def __init__(self, manager: KVCacheManager, max_batch_size: int, debug: bool = False):
-        if not isinstance(manager, KVCacheManager):
-            raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
-        if not isinstance(debug, bool):
-            raise TypeError(f"debug must be a bool, got {debug!r}")
-        self.manager = manager
+        self.manager = check_instance("manager", manager, KVCacheManager)
+        check_bools(debug=debug)
         self.max_batch_size = check_param("max_batch_size", max_batch_size)
         self.debug = debug
         self.iteration = 0
@@ -98,6 +81,7 @@ class SchedulerBase:
 
     @property
     def max_num_active_requests(self) -> int | None:
+        """How many requests the executor hands over at once (None: all of them)."""
         return self.max_batch_size
 
     @property
@@ -112,8 +96,7 @@ class SchedulerBase:
     def submit(self, request: Request) -> Verdict:
         """Take an arriving request through ``_verdict``; a rejected request gets state
         "rejected" and the verdict's reason."""
-        if not isinstance(request, Request):
-            raise TypeError(f"request must be a Request, got {type(request).__name__}")
+        check_instance("request", request, Request)
         if request.request_id in self._submitted_ids:
             raise ValueError(f"request_id {request.request_id!r} was already submitted")
         if request.state is not RequestState.WAITING:
@@ -166,6 +149,22 @@ class SchedulerBase:
         self.counts[request.state] -= 1
         self.counts[state] += 1
         request.state = state
+
+    def _runs_if(self, active: bool, request: Request) -> bool:
+        """The manager answered ``active``: the request holds an active cache, so it runs."""
+        if active and request.state is not RequestState.RUNNING:
+            self._set_state(request, RequestState.RUNNING)
+        return active
+
+    def _grow(self, request: Request, num_tokens: int) -> None:
+        """Grow the request's cache (made first, and the request running, if it has none) by
+        ``num_tokens`` the caller counted free."""
+        cache = self.manager.caches.get(request.request_id)
+        if cache is None:
+            cache = self.manager.create_cache(request.request_id)
+            self._set_state(request, RequestState.RUNNING)
+        granted = self.manager.grow_each([cache], num_tokens)
+        assert granted, f"{request.request_id!r}: the free pages counted were refused"
 
     def _release(self, request: Request) -> None:
         """Free the request's cache, if it has one, wherever its pages are."""

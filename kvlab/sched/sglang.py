@@ -1,10 +1,8 @@
-"""SglangScheduler: SGLang's scheduler over kvlab's KV cache manager (the SGLang peer).
-
-Mirrors SGLang 0.5.23 (the version ``kvlab.backends.sglang_driver`` runs): one ``schedule()`` is
-one iteration of ``Scheduler.event_loop_normal`` (sglang/srt/managers/scheduler.py:2026) that had
-a request to work on; docs/ENGINES.md lists the lines it follows. Left out: the radix cache, the
-overlap scheduler, mixed chunks, speculative decoding, pages above one token, other policies and
-ranks. Like SGLang, no stall detector: a request never admitted waits until ``max_steps``.
+"""SglangScheduler: SGLang 0.5.23's scheduler over kvlab's KV cache manager (the SGLang peer).
+One ``schedule()`` is one iteration of ``Scheduler.event_loop_normal``
+(sglang/srt/managers/scheduler.py:2026) that had a request to work on; docs/ENGINES.md lists the
+lines it follows. Left out: the radix cache, the overlap scheduler, mixed chunks, speculative
+decoding, pages above one token, other policies and ranks. No stall detector, as in SGLang.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from kvlab.core.checks import check_float, check_int, store_checked
+from kvlab.core.checks import check_bools, check_float, check_instance, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request, RequestState
@@ -45,14 +43,10 @@ DECODE_OOM_ABORT = (
 
 @dataclasses.dataclass(frozen=True)
 class SglangServerArgs:
-    """The server arguments (and the one sampling parameter) SGLang's scheduler reads, by
-    SGLang's names. ``geometry``: the bytes of a token (``tokens_per_block`` 1: page_size 1);
-    ``max_total_tokens``: the KV pool in tokens; ``max_running_requests``: None takes SGLang's
-    default (:attr:`resolved_max_running_requests`); ``chunked_prefill_size``: -1 for chunking
-    off, 4096 by default (SGLang's where it cannot read the device's memory);
-    ``max_prefill_tokens``: the token budget of one prefill batch; ``schedule_conservativeness``
-    scales the initial new-token ratio (0.7); ``ignore_eos``: the requests' sampling parameter
-    (then every output token is reserved, and nothing is ever retracted)."""
+    """The server arguments (and the one sampling parameter, ``ignore_eos``) SGLang's scheduler
+    reads, by SGLang's names. ``geometry``: one token a page (page_size 1);
+    ``max_total_tokens``: the KV pool; ``max_running_requests``: None takes SGLang's default;
+    ``chunked_prefill_size``: -1 for chunking off."""
 
     geometry: KVGeometry
     max_total_tokens: int
@@ -64,8 +58,7 @@ class SglangServerArgs:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.geometry, KVGeometry):
-            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        check_instance("geometry", self.geometry, KVGeometry)
         if self.geometry.tokens_per_block != 1:
             raise ValueError(
                 "geometry.tokens_per_block must be 1 (SGLang's page_size 1), got "
@@ -87,19 +80,18 @@ class SglangServerArgs:
                 ) from None
         store_checked(self, "max_prefill_tokens", check_int, low=1, high=1 << 30)
         store_checked(self, "schedule_conservativeness", check_float, low=0.0, high=100.0)
-        if not isinstance(self.ignore_eos, bool):
-            raise TypeError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        check_bools(ignore_eos=self.ignore_eos)
 
     @property
     def resolved_max_running_requests(self) -> int:
         """``KVCacheConfigurator.resolve_max_num_reqs`` (mem_cache/kv_cache_configurator.py:
         3119) for one rank: the value given, else ``max(min(int(T / C * 512), 4096), 2048)``,
-        at most ``T // 2`` either way (0 for a one-token pool)."""
+        at most ``T // 2`` either way."""
         tokens = self.max_total_tokens
-        if self.max_running_requests is not None:
-            return min(self.max_running_requests, tokens // 2)
-        estimated = max(min(int(tokens / self.context_length * 512), 4096), 2048)
-        return min(estimated, tokens // 2)
+        given = self.max_running_requests
+        if given is None:
+            given = max(min(int(tokens / self.context_length * 512), 4096), 2048)
+        return min(given, tokens // 2)
 
     @property
     def max_req_len(self) -> int:
@@ -158,21 +150,18 @@ def clipped_max_new_tokens(args: SglangServerArgs, prompt_len: int, max_new_toke
 
 
 class SglangScheduler(SchedulerBase):
-    """SGLang's scheduling loop (module docstring) on a pool built from ``args``: a real
-    ``KVCacheManager`` of ``max_total_tokens`` one-token pages on ``device``. Raises ValueError
-    with SGLang's message where SGLang refuses to start."""
+    """SGLang's scheduling loop on a real ``KVCacheManager`` of ``max_total_tokens`` one-token
+    pages on ``device``. Raises ValueError with SGLang's message where SGLang refuses to start."""
 
     def __init__(
         self, args: SglangServerArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
-        if not isinstance(args, SglangServerArgs):
-            raise TypeError(f"args must be a SglangServerArgs, got {type(args).__name__}")
+        check_instance("args", args, SglangServerArgs)
         refusal = startup_error(args)
         if refusal is not None:
             raise ValueError(refusal)
         max_running = args.resolved_max_running_requests
-        # One page-index row per request SGLang's ReqToTokenPool holds (its size is
-        # max_running_requests), each as wide as the longest sequence: min(C, T) tokens.
+        # a page-index row per ReqToTokenPool entry, each as wide as the longest sequence
         manager = KVCacheManager.expecting_clamp(
             args.geometry,
             args.max_total_tokens * args.geometry.bytes_per_block,
@@ -202,7 +191,7 @@ class SglangScheduler(SchedulerBase):
 
     @property
     def max_num_active_requests(self) -> int | None:
-        return None  # every arrival goes to the scheduler's waiting queue
+        return None  # the engine queues every request itself
 
     def _verdict(self, request: Request) -> Verdict:
         check_plain_request(request, "SGLang")
@@ -320,20 +309,14 @@ class SglangScheduler(SchedulerBase):
         """``prepare_for_extend``: the batch's tokens from the pool (``alloc_for_extend``), all
         or nothing; a one-token abort's prefill finishes it (``process_batch_result_prefill``
         frees its token in the same step)."""
-        manager = self.manager
         total = sum(extend_lens)
-        if total > manager.free_blocks:  # alloc_token_slots (mem_cache/allocation.py:152)
+        if total > self.manager.free_blocks:  # alloc_token_slots (mem_cache/allocation.py:152)
             raise RuntimeError(
                 f"Out of memory. Try to lower your batch size.\nTry to allocate "
-                f"{total} tokens.\nAvailable tokens: {manager.free_blocks}"
+                f"{total} tokens.\nAvailable tokens: {self.manager.free_blocks}"
             )
         for request, extend_len in zip(requests, extend_lens):
-            cache = manager.caches.get(request.request_id)
-            if cache is None:
-                cache = manager.create_cache(request.request_id)
-                self._set_state(request, RequestState.RUNNING)
-            granted = manager.grow_each([cache], extend_len)
-            assert granted, f"{request.request_id!r}: the free tokens were refused"
+            self._grow(request, extend_len)
         for request, extend_len in zip(requests, extend_lens):
             message = self.abort_messages.pop(request.request_id, None)
             if message is not None:

@@ -1,9 +1,9 @@
-"""SGLang's prefill admission, a part of the SGLang peer (kvlab.sched.sglang, whose docstring
-walks the loop): what one prefill batch admits and the new-token ratio by which it reserves the
-running requests' output. SGLang 0.5.23 (paths under ``sglang/srt/``), the radix cache off,
-page_size 1: ``PrefillAdder`` (managers/schedule_policy.py:607) with its ``PrefillBudget``
-(mem_cache/prefill_budget.py:62), and ``NewTokenRatioTracker``
-(managers/scheduler_components/new_token_ratio_tracker.py).
+"""SGLang's prefill admission (part of the SGLang peer, kvlab.sched.sglang): what one prefill
+batch admits, ``PrefillAdder`` (sglang/srt/managers/schedule_policy.py:607) with its
+``PrefillBudget`` (mem_cache/prefill_budget.py:62), and the new-token ratio by which it reserves
+the running requests' output, ``NewTokenRatioTracker``
+(managers/scheduler_components/new_token_ratio_tracker.py). SGLang 0.5.23, page_size 1, no
+radix cache.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ IGNORE_EOS_RESERVE_TOKENS = 1
 
 
 class NewTokenRatio:
-    """SGLang's ``NewTokenRatioTracker`` (managers/scheduler_components/new_token_ratio_tracker.py):
-    the share of their remaining output the admission reserves for the running requests."""
+    """SGLang's ``NewTokenRatioTracker``: the share of their remaining output the admission
+    reserves for the running requests."""
 
     __slots__ = ("init", "min", "decay", "current")
 
@@ -49,16 +49,12 @@ class NewTokenRatio:
         ratio = (sum(outputs) + RETRACT_DECODE_STEPS * len(outputs)) / (sum(max_new_tokens) + 1)
         return min(1.0, ratio)
 
-    def __repr__(self) -> str:
-        return f"NewTokenRatio(current={self.current!r}, init={self.init!r}, min={self.min!r})"
-
 
 @dataclass
 class PrefillAdder:
-    """One pass of SGLang's ``PrefillAdder`` (managers/schedule_policy.py:607) with its
-    ``PrefillBudget`` (mem_cache/prefill_budget.py:62), page_size 1, the radix cache off:
-    nothing is evictable, ``per_req_token_overhead`` is one token. ``available``: the pool's
-    free tokens; ``origin_len``: a request's ``len(origin_input_ids)``."""
+    """One pass of SGLang's ``PrefillAdder`` with its ``PrefillBudget``: nothing is evictable,
+    ``per_req_token_overhead`` is one token. ``available``: the pool's free tokens;
+    ``origin_len``: a request's ``len(origin_input_ids)``."""
 
     NO_TOKEN, OTHER, CONTINUE = "no_token", "other", "continue"
 

@@ -1,14 +1,10 @@
-"""VllmScheduler: vLLM v1's scheduler over kvlab's KV cache manager (the vLLM peer).
-
-Mirrors vLLM 0.34.0 (the version ``kvlab.backends.vllm`` runs): ``Scheduler.schedule`` and
-``update_from_output`` (vllm/v1/core/sched/scheduler.py), ``KVCacheManager.allocate_slots``
+"""VllmScheduler: vLLM 0.34.0's scheduler over kvlab's KV cache manager (the vLLM peer):
+``Scheduler.schedule`` (vllm/v1/core/sched/scheduler.py), ``KVCacheManager.allocate_slots``
 (vllm/v1/core/kv_cache_manager.py), the start-up checks (vllm/config/scheduler.py,
 vllm/v1/core/kv_cache_planning.py) and the front door (vllm/v1/engine/input_processor.py), with
-vLLM's messages; docs/REFERENCE.md §6a walks them in vLLM's order.
-
-Not modelled, so the conformance runs keep them off: prefix caching, speculative decoding, the
-priority policy, ``long_prefill_token_threshold``, KV connectors, LoRA, encoders, the
-AsyncScheduler. Like vLLM, no stall detector: a head-of-line wait lasts until ``max_steps``.
+vLLM's messages; docs/REFERENCE.md §6a. Not modelled (the conformance runs keep them off):
+prefix caching, speculative decoding, priorities, ``long_prefill_token_threshold``, KV
+connectors, LoRA, encoders, the AsyncScheduler. No stall detector, as in vLLM.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvlab.core.checks import check_float, check_int, store_checked
+from kvlab.core.checks import check_bools, check_float, check_instance, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB
@@ -49,10 +45,10 @@ def format_gib(num_bytes: int) -> str:
 
 @dataclass(frozen=True)
 class VllmEngineArgs:
-    """The engine arguments a vLLM deployment sets that its scheduler reads, by vLLM's names,
-    with ``SchedulerConfig``'s defaults. ``geometry``'s ``tokens_per_block`` is vLLM's
-    ``block_size``; ``num_gpu_blocks`` is the pool the scheduler gets, ``startup_num_gpu_blocks``
-    the one the start-up check saw (None: the same; more: a pool swapped smaller since)."""
+    """The engine arguments vLLM's scheduler reads, by vLLM's names, with ``SchedulerConfig``'s
+    defaults. ``geometry.tokens_per_block`` is vLLM's ``block_size``; ``num_gpu_blocks`` the
+    pool the scheduler gets, ``startup_num_gpu_blocks`` the one the start-up check saw (None:
+    the same)."""
 
     geometry: KVGeometry
     num_gpu_blocks: int
@@ -65,15 +61,15 @@ class VllmEngineArgs:
     startup_num_gpu_blocks: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.geometry, KVGeometry):
-            raise TypeError(f"geometry must be a KVGeometry, got {type(self.geometry).__name__}")
+        check_instance("geometry", self.geometry, KVGeometry)
         store_checked(self, "num_gpu_blocks", check_int, low=1, high=1 << 24)
         store_checked(self, "max_model_len", check_int, low=1, high=1 << 30)
         store_checked(self, "max_num_seqs", check_int, low=1, high=1 << 16)
         store_checked(self, "max_num_batched_tokens", check_int, low=1, high=1 << 30)
-        for name in ("enable_chunked_prefill", "scheduler_reserve_full_isl"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        check_bools(
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            scheduler_reserve_full_isl=self.scheduler_reserve_full_isl,
+        )
         store_checked(self, "watermark", check_float, low=0.0, high=1.0, high_open=True)
         if self.startup_num_gpu_blocks is not None:
             store_checked(self, "startup_num_gpu_blocks", check_int, low=1, high=1 << 24)
@@ -84,7 +80,7 @@ class VllmEngineArgs:
 
     @property
     def startup_blocks(self) -> int:
-        """The pool vLLM's start-up check saw: ``startup_num_gpu_blocks``, else the pool."""
+        """The pool vLLM's start-up check saw."""
         return self.startup_num_gpu_blocks or self.num_gpu_blocks
 
     def replace(self, **changes: Any) -> VllmEngineArgs:
@@ -92,9 +88,7 @@ class VllmEngineArgs:
 
 
 def estimated_max_model_len(geometry: KVGeometry, num_gpu_blocks: int) -> int:
-    """vLLM's estimate of the longest ``max_model_len`` a pool of ``num_gpu_blocks`` serves
-    (``estimate_max_model_len``'s binary search, in closed form): every block but the null
-    block, in whole blocks; 0 when none is left."""
+    """vLLM's ``estimate_max_model_len`` in closed form: every block but the null block."""
     return (num_gpu_blocks - 1) * geometry.tokens_per_block
 
 
@@ -134,8 +128,7 @@ def startup_error(args: VllmEngineArgs) -> str | None:
 
 
 def front_door_error(request: Request, max_model_len: int) -> str | None:
-    """vLLM's refusal of ``request`` when it arrives (``SamplingParams`` then
-    ``_validate_prompt_len``), or None."""
+    """vLLM's refusal at arrival (``SamplingParams``, ``_validate_prompt_len``), or None."""
     prompt_len, max_tokens = request.prompt_len, request.max_new_tokens
     if max_tokens < 1:
         return (
@@ -166,8 +159,7 @@ class VllmScheduler(SchedulerBase):
     def __init__(
         self, args: VllmEngineArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
-        if not isinstance(args, VllmEngineArgs):
-            raise TypeError(f"args must be a VllmEngineArgs, got {type(args).__name__}")
+        check_instance("args", args, VllmEngineArgs)
         refusal = startup_error(args)
         if refusal is not None:
             raise ValueError(refusal)
@@ -184,15 +176,15 @@ class VllmScheduler(SchedulerBase):
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
-        #: vLLM's null block: block 0, held back from the pool (the first page it hands out)
-        self.null_block = manager.hold_back(1)[0]
+        #: vLLM's null block: block 0, held back from the pool
+        self.null_block = self.manager.hold_back(1)[0]
         self.watermark_blocks = int(args.watermark * args.num_gpu_blocks)
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
 
     @property
     def max_num_active_requests(self) -> int | None:
-        return None  # the engine core adds every request to the waiting queue
+        return None  # the engine queues every request itself
 
     def _verdict(self, request: Request) -> Verdict:
         check_plain_request(request, "vLLM")
@@ -216,16 +208,14 @@ class VllmScheduler(SchedulerBase):
         self.iteration += 1
         batch = ScheduledBatch()
         budget = self.args.max_num_batched_tokens
-        running, caches = self.running, self.manager.caches
-        preempted, tokens_per_block = batch.recompute_paused_requests, self.args.block_size
+        preempted = batch.recompute_paused_requests
         index = 0
-        while index < len(running) and budget > 0:
-            request = running[index]
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
             index += 1
-            if request.is_context_finished and grows_within_pages(
-                caches[request.request_id], 1, tokens_per_block
-            ):  # a decode step within its blocks (kvlab.sched.shortcuts): the same as below
-                batch.generation_requests.append(request)
+            cache = self.manager.caches[request.request_id]
+            if request.is_context_finished and grows_within_pages(cache, 1, self.args.block_size):
+                batch.generation_requests.append(request)  # the shortcut: as below, in place
                 budget -= 1
                 continue
             computed = self._num_computed_tokens(request)
@@ -235,7 +225,7 @@ class VllmScheduler(SchedulerBase):
             if num_new == 0:
                 continue
             while not self._allocate(request, computed + num_new, admitting=False):
-                victim = running.pop()  # FCFS: the lowest priority is the last admitted
+                victim = self.running.pop()  # FCFS: the lowest priority is the last admitted
                 self._recompute_pause(victim)
                 self.waiting.appendleft(victim)
                 preempted.append(victim)
@@ -245,50 +235,41 @@ class VllmScheduler(SchedulerBase):
                 break
             self._add_to_batch(batch, request, num_new)
             budget -= num_new
-        if not preempted:
-            budget = self._admit_waiting(batch, budget)
-        batch.num_tokens = self.args.max_num_batched_tokens - budget
-        if self.debug:
-            self.check_invariants()
-        return batch
-
-    def _admit_waiting(self, batch: ScheduledBatch, budget: int) -> int:
-        """The WAITING queue from its head; a refused allocation blocks everyone behind it."""
-        running, waiting = self.running, self.waiting
-        while waiting and len(running) < self.max_batch_size and budget > 0:
-            request = waiting[0]
+        # the WAITING queue from its head; a refused allocation blocks everyone behind it
+        while not preempted and self.waiting and len(self.running) < self.max_batch_size:
+            request = self.waiting[0]
             num_new = self._num_tokens(request)  # it holds no block: everything is to compute
-            if not self.args.enable_chunked_prefill and num_new > budget:
+            if budget <= 0 or (not self.args.enable_chunked_prefill and num_new > budget):
                 break
             num_new = min(num_new, budget)
             if not self._allocate(request, num_new, admitting=True):
                 request.num_refusals += 1
                 break
-            running.append(waiting.popleft())
+            self.running.append(self.waiting.popleft())
             self._add_to_batch(batch, request, num_new)
             budget -= num_new
-        return budget
+        batch.num_tokens = self.args.max_num_batched_tokens - budget
+        if self.debug:
+            self.check_invariants()
+        return batch
 
     def _allocate(self, request: Request, num_tokens: int, admitting: bool) -> bool:
         """``allocate_slots``: blocks for the first ``num_tokens`` tokens (capped at
         max_model_len), all or nothing; when ``admitting``, the whole sequence must fit first
         (``scheduler_reserve_full_isl``) and the watermark is kept free once anything runs."""
-        manager = self.manager
-        blocks_for = manager.geometry.blocks_for_tokens
-        free = manager.free_blocks - (self.watermark_blocks if admitting and self.running else 0)
-        cache = manager.caches.get(request.request_id)
-        held = 0 if cache is None else cache.num_blocks
+        blocks_for = self.manager.geometry.blocks_for_tokens
+        free = self.manager.free_blocks
+        if admitting and self.running:
+            free -= self.watermark_blocks
+        cache = self.manager.caches.get(request.request_id)
+        held, capacity = (0, 0) if cache is None else (cache.num_blocks, cache.capacity)
         if admitting and self.args.scheduler_reserve_full_isl:
             if blocks_for(min(self._num_tokens(request), self.max_model_len)) - held > free:
                 return False
         target = min(num_tokens, self.max_model_len)
         if blocks_for(target) - held > free:
             return False
-        if cache is None:
-            cache = manager.create_cache(request.request_id)
-            self._set_state(request, RequestState.RUNNING)
-        granted = manager.grow_each([cache], max(0, target - cache.capacity))
-        assert granted, f"{request.request_id!r}: the blocks counted free were refused"
+        self._grow(request, max(0, target - capacity))
         return True
 
     @staticmethod
