@@ -1,13 +1,7 @@
-"""Admission policies of TensorRT-LLM's loop: what the engine checks when a request arrives.
-
-The Scheduler (TensorRT-LLM's KVCacheV2Scheduler) takes a policy through one hook,
-``admit(request, manager) -> Verdict``: a rejection is for that request alone and its reason
-states the numbers. "none" admits everything (the merged code: try and see); "capacity" is PR
-#21720's proposal. Around the policy, the Scheduler asks :func:`front_door_verdict` (the LLM
-API's check, first) and, for a policy that rejects what can never run,
-:func:`token_budget_verdict` (last). The peers are not policies of this loop: vLLM's and
-SGLang's own loops are :mod:`kvlab.sched.vllm` and :mod:`kvlab.sched.sglang`. Reasons quote the
-real messages (docs/REFERENCE.md §4) where the real engine has one.
+"""Admission policies of TensorRT-LLM's loop: what the Scheduler checks when a request arrives,
+through one hook, ``admit(request, manager) -> Verdict``; a rejection is for that request alone
+and its reason states the numbers (the real messages, docs/REFERENCE.md §4, where there is one).
+"none" admits everything (the merged code: try and see); "capacity" is PR #21720's proposal.
 """
 
 from __future__ import annotations
@@ -40,13 +34,8 @@ def demand_blocks(request: Request, manager: KVCacheManager) -> int:
     extra KV tokens and the request's draft tokens)."""
     check_instance("request", request, Request)
     check_instance("manager", manager, KVCacheManager)
-    tokens = (
-        request.prompt_len
-        + request.max_new_tokens
-        + manager.num_extra_kv_tokens
-        + request.num_draft_tokens
-    )
-    return manager.geometry.blocks_for_tokens(tokens)
+    tokens = request.prompt_len + request.max_new_tokens + request.num_draft_tokens
+    return manager.geometry.blocks_for_tokens(tokens + manager.num_extra_kv_tokens)
 
 
 def front_door_verdict(
@@ -71,26 +60,23 @@ def front_door_verdict(
 def token_budget_verdict(
     request: Request, max_num_tokens: int | None, chunked_prefill: bool
 ) -> Verdict:
-    """For a policy that rejects what can never run: a step the token budget can never hold
-    (kvlab goes beyond the real scheduler, which would wait for it forever)."""
+    """A step the token budget can never hold (kvlab's: the real scheduler waits forever)."""
     if max_num_tokens is None:
         return ADMIT
     step = 1 + request.num_draft_tokens
     if step > max_num_tokens:
         return Verdict(
             False,
-            f"a generation step needs {step} tokens (1 + "
-            f"{request.num_draft_tokens} draft), more than max_num_tokens="
-            f"{max_num_tokens}: it would never be scheduled",
+            f"a generation step needs {step} tokens (1 + {request.num_draft_tokens} draft), "
+            f"more than max_num_tokens={max_num_tokens}: it would never be scheduled",
         )
     last = request.prompt_len + request.num_draft_tokens
     if not chunked_prefill and not request.disagg_generation_init and last > max_num_tokens:
         return Verdict(
             False,
-            f"its context needs {last} tokens in one pass ({request.prompt_len} "
-            f"prompt + {request.num_draft_tokens} draft) without chunked "
-            f"prefill, more than max_num_tokens={max_num_tokens}: it would "
-            "never be scheduled",
+            f"its context needs {last} tokens in one pass ({request.prompt_len} prompt + "
+            f"{request.num_draft_tokens} draft) without chunked prefill, more than "
+            f"max_num_tokens={max_num_tokens}: it would never be scheduled",
         )
     return ADMIT
 
@@ -99,8 +85,7 @@ class AdmissionPolicy:
     """Base policy: admits everything."""
 
     name = "base"
-    #: The scheduler also rejects, at arrival, a request whose step its token budget can never
-    #: hold (:func:`token_budget_verdict`).
+    #: also reject what the token budget can never hold (:func:`token_budget_verdict`)
     rejects_never_schedulable = False
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:
@@ -111,32 +96,23 @@ class AdmissionPolicy:
 
 
 class NoAdmission(AdmissionPolicy):
-    """ "none": the historical TensorRT-LLM V2 path: no admission check at all. A request that
-    can never fit reaches ``resize_context`` and crashes the engine (clamped page-index width)
-    or is refused every pass (configured width): alone it ends in the stall detector's
-    deadlock, beside others it starves."""
+    """ "none": the merged TensorRT-LLM V2 path, no admission check: a request that can never
+    fit crashes the engine (clamped page-index width) or is refused every pass (configured)."""
 
     name = "none"
 
 
 class CapacityAdmission(AdmissionPolicy):
-    """ "capacity": per-request feasibility at arrival, the direction of PR #21720 (a proposal,
-    not merged: the Scheduler's default is "none", what the merged code does).
-
-    Each request is classified as fits now / temporarily blocked / never fits. Demand (pages
-    for prompt + max_new_tokens + extra tokens) beyond the pool's total physical capacity, or
-    beyond the page-index span (the fixed row width), is rejected for that request alone;
-    temporary pressure is left to the scheduler, which retries. Simplified: the PR's supported
-    configurations are dense attention; kvlab has only those.
-    """
+    """ "capacity": per-request feasibility at arrival, PR #21720's proposal (not merged).
+    Demand (:func:`demand_blocks`) beyond the pool's total capacity or the page-index span
+    is rejected for that request alone; temporary pressure is left to the scheduler's retries."""
 
     name = "capacity"
     rejects_never_schedulable = True
 
     def classify(self, request: Request, manager: KVCacheManager) -> tuple[str, str]:
-        """(class, reason): one of FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS. Only NEVER_FITS
-        depends on fixed capacity; the other two read the free pages of this moment and are
-        reported, never acted on."""
+        """(class, reason): FITS_NOW, TEMPORARILY_BLOCKED (both read this moment's free pages,
+        reported, never acted on) or NEVER_FITS (fixed capacity)."""
         demand = demand_blocks(request, manager)
         detail = (
             f" ({request.prompt_len:,} prompt + {request.max_new_tokens:,} new tokens at "
@@ -157,9 +133,8 @@ class CapacityAdmission(AdmissionPolicy):
         if first <= manager.free_blocks and manager.free_slots > 0:
             return FITS_NOW, ""
         return TEMPORARILY_BLOCKED, (
-            f"its context needs {first:,} blocks, {manager.free_blocks:,} "
-            f"are free and {manager.free_slots:,} page-index "
-            "slots; retried as pages come back"
+            f"its context needs {first:,} blocks, {manager.free_blocks:,} are free and "
+            f"{manager.free_slots:,} page-index slots; retried as pages come back"
         )
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:

@@ -1,10 +1,6 @@
 """The one table of policies: each name pairs an admission policy (:mod:`kvlab.sched.admission`)
-with a page-index width policy (:data:`kvlab.core.page_index.WIDTH_POLICIES`); "vllm" is vLLM's
-own scheduling loop (:mod:`kvlab.sched.vllm`) and "sglang" SGLang's (:mod:`kvlab.sched.sglang`),
-each sizing its table itself.
-
-Adding a policy is one entry in :data:`POLICIES` (plus its test); the comparisons, the phase
-diagram's regimes, the multi-rank runs, the panels and the figures read it from here.
+with a page-index width policy (:data:`kvlab.core.page_index.WIDTH_POLICIES`); "vllm" and
+"sglang" are the peers' own loops. The comparisons, panels and figures read it from here.
 """
 
 from __future__ import annotations
