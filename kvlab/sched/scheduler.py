@@ -270,12 +270,15 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
     def _detect_deadlock(self, pending: list[Request], batch: ScheduledBatch) -> None:
         """The real ``_detect_deadlock``: raise on the ``stall_limit``-th consecutive pass that
         had candidates and made no progress."""
+        if batch.made_progress:
+            self.stalled_passes = 0
+            return
         live = [
             r for r in self._active if r.state in LIVE_STATES and r.request_id not in self._inflight
         ]
         num_generation = sum(1 for r in live if r.is_context_finished)
-        if batch.made_progress or (num_generation == 0 and not pending):
-            self.stalled_passes = 0  # progress, or legitimately idle
+        if num_generation == 0 and not pending:
+            self.stalled_passes = 0  # legitimately idle
             return
         self.stalled_passes += 1
         if self.stalled_passes >= self.stall_limit:
