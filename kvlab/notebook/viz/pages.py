@@ -1,6 +1,6 @@
-"""One resize against the pool and the page-index table (notebooks 02 and 03): the pool as a
-page map, the request's entries against the row and the pool, the table's picture, its price in
-host bytes, and the outcome of one resize over every pool size and context length."""
+"""One resize against the pool and the page-index table (notebooks 02 and 03): the pool's page
+map, the request's entries against the row and the pool, the table's picture, its price in host
+bytes, and the outcome of one resize over every pool size and context length."""
 
 from __future__ import annotations
 
@@ -23,14 +23,17 @@ from kvlab.notebook.viz.style import (
     bar,
     base_layout,
     code_heatmap,
+    foot_legend,
     format_bytes,
     hover,
+    legend_below,
     legend_entry,
-    line,
+    lines_trace,
     log_log_axes,
     note,
     outcome_color,
     titled,
+    upright,
 )
 
 #: Page states in the pool page map; "missing" pages are drawn in the outcome's colour.
@@ -46,7 +49,10 @@ PAGE_COLORS = {"free": "#E8E8E8", "held": OUTCOME_COLORS["ok"], "wanted": "#88CC
 MAX_PAGE_CELLS = 2048
 #: The most rows (sequences) and arrows the page-index table's picture draws.
 MAX_TABLE_SLOTS, MAX_TABLE_LINKS = 16, 256
-_BARE_AXIS = dict(showgrid=False, showline=False, ticks="")
+_BARE_AXIS = dict(showgrid=False, showline=False, ticks="", title=None)
+#: An arrow of the table's picture, from an entry of row 0 to its page.
+_LINK = dict(xref="x", yref="y", axref="x", ayref="y", y=0.85, ay=3.0, text="", showarrow=True)
+_LINK |= dict(arrowhead=2, arrowsize=0.8, arrowwidth=1, arrowcolor=ROW_COLOR)
 
 
 def page_map_spec(
@@ -60,77 +66,57 @@ def page_map_spec(
 ) -> dict:
     """The pool's pages, then those the request needs beyond it, a grid coloured by state; past
     ``max_cells`` a cell stands for 2**k pages. Traces: a heatmap, a legend entry a state."""
-    total_blocks, needed_blocks = int(total_blocks), int(needed_blocks)
+    total_blocks, needed_blocks, tpb = int(total_blocks), int(needed_blocks), tokens_per_block
     pages = max(total_blocks, needed_blocks, 1)
     per_cell = 1
     while div_ceil(pages, per_cell) > max_cells:
         per_cell *= 2
-    cells = div_ceil(pages, per_cell)
-    cols = 32 if cells <= 512 else 64
-    rows = div_ceil(cells, cols)
+    cols = 32 if div_ceil(pages, per_cell) <= 512 else 64
+    rows = div_ceil(pages, per_cell * cols)
     held = "held" if outcome == "ok" else "wanted"
-    z: list[list[int | None]] = []
-    text: list[list[str]] = []
-    for r in range(rows):
-        z.append([])
-        text.append([])
-        for first in range(r * cols * per_cell, (r + 1) * cols * per_cell, per_cell):
-            if first >= pages:
-                z[-1].append(None)
-                text[-1].append("")
-                continue
-            last = min(first + per_cell, pages) - 1
-            state = (
-                "free" if first >= needed_blocks else "missing" if first >= total_blocks else held
-            )
-            where = f"page {first:,}" if first == last else f"pages {first:,}-{last:,}"
-            tokens = f"tokens {first * tokens_per_block:,}-{(last + 1) * tokens_per_block - 1:,}"
-            z[-1].append(PAGE_STATES.index(state))
-            text[-1].append(f"{where} ({tokens})<br>{PAGE_STATE_LABELS[state]}")
+
+    def cell(first: int) -> tuple[int | None, str]:
+        """The state's code and the hover of the cell whose first page is ``first``."""
+        if first >= pages:
+            return None, ""
+        last = min(first + per_cell, pages) - 1
+        state = "free" if first >= needed_blocks else "missing" if first >= total_blocks else held
+        where = f"page {first:,}" if first == last else f"pages {first:,}-{last:,}"
+        tokens = f"tokens {first * tpb:,}-{(last + 1) * tpb - 1:,}"
+        return PAGE_STATES.index(state), f"{where} ({tokens})<br>{PAGE_STATE_LABELS[state]}"
+
+    grid = [[cell(c * per_cell) for c in range(r * cols, (r + 1) * cols)] for r in range(rows)]
+    z = [[code for code, _ in row] for row in grid]
     missing = outcome_color(outcome) if outcome not in (None, "ok") else NEUTRAL_COLOR
     colors = [PAGE_COLORS["free"], PAGE_COLORS["held"], PAGE_COLORS["wanted"], missing]
+    text = [[words for _, words in row] for row in grid]
     heat = code_heatmap(z, text, colors, "pages", xgap=1, ygap=1, showlegend=False)
-    shown = {code for zrow in z for code in zrow}
+    shown = {code for row in z for code in row}
     legend = [
         legend_entry(PAGE_STATE_LABELS[state], color, show=code in shown)
         for code, (state, color) in enumerate(zip(PAGE_STATES, colors))
     ]
-    beyond = max(0, needed_blocks - total_blocks)
+    beyond = needed_blocks - total_blocks
     scale = f"one cell = {per_cell:,} pages" if per_cell > 1 else "one cell = one page"
     subtitle = (
-        f"pool {total_blocks:,} pages = {total_blocks * tokens_per_block:,} tokens; request "
-        f"{needed_blocks:,} pages = {needed_blocks * tokens_per_block:,} tokens"
-        + (f"; {beyond:,} pages beyond the pool" if beyond else "")
+        f"pool {total_blocks:,} pages = {total_blocks * tpb:,} tokens; request "
+        f"{needed_blocks:,} pages = {needed_blocks * tpb:,} tokens"
+        + (f"; {beyond:,} pages beyond the pool" if beyond > 0 else "")
         + f" ({scale})"
     )
     ticks = range(0, rows, max(1, div_ceil(rows, 8)))
-    default = (
-        f"KV pool: {total_blocks:,} pages of {tokens_per_block} tokens; "
-        f"the request needs {needed_blocks:,}"
-    )
+    # each line labelled with its first page: an axis title would outgrow a map of few lines
+    bare = dict(_BARE_AXIS, constrain="domain")
+    yaxis = dict(bare, autorange="reversed", scaleanchor="x")
+    yaxis.update(tickvals=list(ticks), ticktext=[f"page {r * cols * per_cell:,}" for r in ticks])
+    default = f"KV pool: {total_blocks:,} pages of {tpb} tokens; the request needs "
     layout = base_layout(
-        titled(title, default),
+        titled(title, f"{default}{needed_blocks:,}"),
         subtitle,
         height=190 + rows * (19 if cols == 32 else 9.5),
-        xaxis=dict(
-            _BARE_AXIS,
-            range=[-0.5, cols - 0.5],
-            constrain="domain",
-            side="top",
-            tickfont=dict(size=10),
-            title=None,
-        ),
-        # each line labelled with its first page: an axis title would outgrow a map of few lines
-        yaxis=dict(
-            _BARE_AXIS,
-            title=None,
-            autorange="reversed",
-            scaleanchor="x",
-            constrain="domain",
-            tickvals=list(ticks),
-            ticktext=[f"page {r * cols * per_cell:,}" for r in ticks],
-        ),
-        legend=dict(orientation="h", yanchor="top", y=-0.02, x=0, font=dict(size=12)),
+        xaxis=dict(bare, range=[-0.5, cols - 0.5], side="top", tickfont=dict(size=10)),
+        yaxis=yaxis,
+        legend=legend_below(-0.02, font=dict(size=12)),
         margin=dict(l=70, r=50, t=100, b=50),  # r: room for the toolbar
     )
     return {"data": [heat, *legend], "layout": layout}
@@ -170,16 +156,17 @@ def index_row_spec(
     complete = needed if with_output is None else int(with_output)
     tpb = tokens_per_block
     row_label = f"page-index row [{policy}]" if policy else "page-index row"
+    more = complete != needed
     labels = [
         f"request: {counted(needed, 'entry', 'entries')}"
-        + (f" ({complete:,} with its output)" if complete != needed else ""),
+        + (f" ({complete:,} with its output)" if more else ""),
         f"pool: {counted(total_blocks, 'page')}",
         f"{row_label}: {width:,}" if width else f"{row_label}: not built",
     ]
     verdict = _resize_verdict(needed, complete, width, total_blocks)
     hovers = [
         f"request: {needed:,} entries = ceil(context / {tpb}) = {needed * tpb:,} tokens"
-        + (f"; {complete:,} entries with its output" if complete != needed else "")
+        + (f"; {complete:,} entries with its output" if more else "")
         + f"<br>{verdict}",
         f"pool: {total_blocks:,} pages of {tpb} tokens = {total_blocks * tpb:,} tokens",
         f"row width (max_blocks_per_seq): {width:,} entries = {width * tpb:,} tokens",
@@ -188,21 +175,14 @@ def index_row_spec(
     colors = [outcome_color(outcome), POOL_COLOR, ROW_COLOR]
     entries = bar(values, labels, "entries", colors, hovers, orientation="h", cliponaxis=False)
     shapes, annotations = [], []  # where the row and the pool end: none for an empty one
-    for end, color, dash, top, words, anchor in (
-        (width, ROW_COLOR, "dash", 2.5, "row ends", "bottom"),
-        (total_blocks, POOL_COLOR, "dot", 1.5, "pool ends", "top"),
+    for end, color, dash, top, words, y, anchor in (
+        (width, ROW_COLOR, "dash", 2.5, "row ends", 2.5, "bottom"),
+        (total_blocks, POOL_COLOR, "dot", 1.5, "pool ends", -0.5, "top"),
     ):
         if end:
-            shapes.append(line(color, dash, x0=end, x1=end, y0=-0.5, y1=top))
-            annotations.append(
-                note(
-                    f"{words}: {end:,}",
-                    end,
-                    2.5 if anchor == "bottom" else -0.5,
-                    color,
-                    yanchor=anchor,
-                )
-            )
+            shapes.append(upright(end, color, dash, -0.5, top, yref="y"))
+            annotations.append(note(f"{words}: {end:,}", end, y, color, yanchor=anchor))
+    x_range = dict(range=[0, max(values) * 1.12 or 1], rangemode="tozero")
     if subtitle is None:  # what the resize would do; a caller whose engine never got there says so
         subtitle = f"{OUTCOME_LABELS.get(outcome or '', outcome or 'no outcome')}: {verdict}"
     layout = base_layout(
@@ -213,11 +193,7 @@ def index_row_spec(
         annotations=annotations,
         showlegend=False,
         bargap=0.35,
-        xaxis=dict(
-            title=dict(text=f"entries = pages of {tpb} tokens"),
-            range=[0, max(values) * 1.12 or 1],
-            rangemode="tozero",
-        ),
+        xaxis=dict(title=dict(text=f"entries = pages of {tpb} tokens"), **x_range),
         yaxis=dict(title=None, automargin=True),
     )
     return {"data": [entries], "layout": layout}
@@ -253,92 +229,54 @@ def page_table_spec(
     fill = PAGE_COLORS["wanted" if raises else "held"]
     step = 37 if math.gcd(37, total_blocks) == 1 else 1
     pool_held = _cells_held(held, total_blocks, step, unit)
+    crash = OUTCOME_COLORS["crash"]
 
     def rect(x0, x1, y0, fill, edge):
         return dict(type="rect", x0=x0, x1=x1, y0=y0, y1=y0 + 0.8, fillcolor=fill, line=edge)
 
     def cell(x, y, filled):
-        edge = dict(color="white", width=0.5)
-        return rect(x, x + 1, y, fill if filled else PAGE_COLORS["free"], edge)
+        return rect(
+            x, x + 1, y, fill if filled else PAGE_COLORS["free"], dict(color="white", width=0.5)
+        )
 
-    def label(text, y, **extra):
-        return note(text, -0.5, y, size=11, xanchor="right", **extra)
+    def label(text, y):
+        return note(text, -0.5, y, size=11, xanchor="right")
 
     shapes, annotations = [], []
     for slot in range(slots):
-        y = 3.0 + slot
-        shapes += [cell(c, y, slot == 0 and c * unit < held) for c in range(width_c)]
+        shapes += [cell(c, 3.0 + slot, slot == 0 and c * unit < held) for c in range(width_c)]
         kind = " (request)" if slot == 0 else " (dummy)" if slot == dummy_slot else ""
-        annotations.append(label(f"row {slot}{kind}", y + 0.4))
+        annotations.append(label(f"row {slot}{kind}", 3.4 + slot))
     if raises:
-        dotted = dict(color=OUTCOME_COLORS["crash"], width=1.5, dash="dot")
+        dotted = dict(color=crash, width=1.5, dash="dot")
         shapes.append(rect(width_c, needed_c, 3.0, "rgba(204,51,17,0.18)", dotted))
-        annotations.append(
-            note(
-                f"entries {width:,}..{needed - 1:,}: the row has none",
-                (width_c + needed_c) / 2,
-                3.4,
-                OUTCOME_COLORS["crash"],
-                bgcolor="rgba(255,255,255,0.85)",
-            )
-        )
+        text = f"entries {width:,}..{needed - 1:,}: the row has none"
+        middle = (width_c + needed_c) / 2
+        annotations.append(note(text, middle, 3.4, crash, bgcolor="rgba(255,255,255,0.85)"))
     shapes += [cell(c, 0.0, c in pool_held) for c in range(pool_c)]
     annotations.append(label("KV pool", 0.4))
-    for entry in range(min(shown_links, held)):
-        annotations.append(
-            dict(
-                x=(entry * step) % total_blocks / unit + 0.5,
-                y=0.85,
-                ax=entry / unit + 0.5,
-                ay=3.0,
-                xref="x",
-                yref="y",
-                axref="x",
-                ayref="y",
-                showarrow=True,
-                arrowhead=2,
-                arrowsize=0.8,
-                arrowwidth=1,
-                arrowcolor=ROW_COLOR,
-                text="",
-            )
-        )
-    shapes.append(line(ROW_COLOR, "dash", x0=width_c, x1=width_c, y0=2.8, y1=3.0 + slots))
     annotations += [
-        note(
-            f"row width: {width:,} entries",
-            width_c,
-            3.0 + slots,
-            ROW_COLOR,
-            yanchor="bottom",
-        ),
-        note(
-            f" pool: {total_blocks:,} pages",
-            pool_c,
-            0.8,
-            POOL_COLOR,
-            xanchor="left",
-            yanchor="bottom",
-        ),
+        dict(_LINK, x=(entry * step) % total_blocks / unit + 0.5, ax=entry / unit + 0.5)
+        for entry in range(min(shown_links, held))
+    ]
+    pool = f" pool: {total_blocks:,} pages"
+    shapes.append(upright(width_c, ROW_COLOR, "dash", 2.8, 3.0 + slots, yref="y"))
+    annotations += [
+        note(f"row width: {width:,} entries", width_c, 3.0 + slots, ROW_COLOR, yanchor="bottom"),
+        note(pool, pool_c, 0.8, POOL_COLOR, xanchor="left", yanchor="bottom"),
     ]
     filled = (
         "an entry the request would fill, and its page: none is taken, the ValueError comes first"
         if raises
         else "an entry holding a page number (int32), and its page"
     )
+    past = f"entries the request needs past the row ({max(0, needed - width):,})"
+    link = f"entry i -> the page of tokens i x {tpb} .. (i + 1) x {tpb} - 1"
     legend = [
         legend_entry(filled, fill, show=held > 0),
         legend_entry("an empty entry, or a free page", PAGE_COLORS["free"]),
-        legend_entry(
-            f"entries the request needs past the row ({max(0, needed - width):,})",
-            OUTCOME_COLORS["crash"],
-            show=raises,
-        ),
-        legend_entry(
-            f"entry i -> the page of tokens i x {tpb} .. (i + 1) x {tpb} - 1",
-            ROW_COLOR,
-            show=held > 0,
-        ),
+        legend_entry(past, crash, show=raises),
+        legend_entry(link, ROW_COLOR, show=held > 0),
     ]
     verdict = (
         "more entries than the row has: ValueError, before the pool is looked at"
@@ -354,7 +292,7 @@ def page_table_spec(
         height=380,
         shapes=shapes,
         annotations=annotations,
-        legend=dict(orientation="h", yanchor="top", y=-0.05, x=0),
+        legend=legend_below(-0.05),
         xaxis=dict(hidden, range=[-0.2 * span, span * 1.04]),
         yaxis=dict(hidden, range=[-0.4, 3.6 + slots]),
         margin=dict(l=20, r=20, b=20),
@@ -381,25 +319,22 @@ def _cells_held(held: int, total_blocks: int, step: int, unit: int) -> set[int]:
 
 def repro_page_map_spec(result: ReproResult) -> dict:
     """:func:`page_map_spec` of a ``kvlab.analysis.repro.ReproResult``."""
-    check_instance("result", result, ReproResult)
+    r = check_instance("result", result, ReproResult)
     return page_map_spec(
-        result.total_blocks,
-        result.entries_needed,
-        result.outcome,
-        tokens_per_block=result.tokens_per_block,
+        r.total_blocks, r.entries_needed, r.outcome, tokens_per_block=r.tokens_per_block
     )
 
 
 def repro_index_row_spec(result: ReproResult) -> dict:
     """:func:`index_row_spec` of a ``kvlab.analysis.repro.ReproResult``."""
-    check_instance("result", result, ReproResult)
+    r = check_instance("result", result, ReproResult)
     return index_row_spec(
-        result.max_blocks_per_seq,
-        result.entries_needed,
-        result.total_blocks,
-        result.outcome,
-        tokens_per_block=result.tokens_per_block,
-        policy=result.policy,
+        r.max_blocks_per_seq,
+        r.entries_needed,
+        r.total_blocks,
+        r.outcome,
+        tokens_per_block=r.tokens_per_block,
+        policy=r.policy,
     )
 
 
@@ -411,27 +346,20 @@ def table_price_spec(
 ) -> dict:
     """Host page-index table bytes against max_batch_size, a line per row width of
     ``page_index_price`` rows; ``compare = (narrow, wide)``: their ratio at the largest size."""
-    traces = width_lines(rows, "nbytes", labels, _price_hover)
-    widths = sorted({r["width"] for r in rows})
-    annotations = []
     subtitle = "bytes = (max_batch_size + 1 dummy) slots x 2 (K, V) x width x 4 B (int32)"
     big = max((r["max_batch_size"] for r in rows), default=0)
     at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
+    annotations = []
     if compare and compare[0] in at and compare[1] in at:
         narrow, wide = compare
         a, b = at[narrow]["nbytes"], at[wide]["nbytes"]
+        widths = sorted({r["width"] for r in rows})
         # right of each line's last point, in the margin: clear of every curve
-        annotations = [
-            note(
-                f"{r['width']:,} entries: {format_bytes(r['nbytes'])}",
-                math.log10(big),
-                math.log10(r["nbytes"]),
-                _width_color(widths, r["width"]),
-                xanchor="left",
-                xshift=8,
-            )
-            for r in (at[narrow], at[wide])
-        ]
+        for r in (at[narrow], at[wide]):
+            text = f"{r['width']:,} entries: {format_bytes(r['nbytes'])}"
+            color = _width_color(widths, r["width"])
+            y = math.log10(r["nbytes"])
+            annotations.append(note(text, math.log10(big), y, color, xanchor="left", xshift=8))
         subtitle = (
             f"at max_batch_size {big:,}: {wide:,} vs {narrow:,} entries = {format_bytes(b)} vs "
             f"{format_bytes(a)}, x{b / a:.2f} the bytes ({wide}/{narrow})"
@@ -443,12 +371,12 @@ def table_price_spec(
         annotations=annotations,
         margin=dict(l=80, r=170 if annotations else 30, t=80, b=130),
         **log_log_axes(("max_batch_size", "sequences"), ("table bytes", "pinned host int32")),
-        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0),
+        legend=foot_legend(),
     )
     if rows:  # the points' span only: plotly's autorange would make room for the labels too
-        sizes = [r["max_batch_size"] for r in rows]
-        layout["xaxis"]["range"] = [math.log10(min(sizes)) - 0.1, math.log10(max(sizes)) + 0.1]
-    return {"data": traces, "layout": layout}
+        sizes = [math.log10(r["max_batch_size"]) for r in rows]
+        layout["xaxis"]["range"] = [min(sizes) - 0.1, max(sizes) + 0.1]
+    return {"data": width_lines(rows, "nbytes", labels, _price_hover), "layout": layout}
 
 
 def _price_hover(r: Mapping) -> str:
@@ -470,20 +398,11 @@ def width_lines(rows: Sequence[Mapping], column: str, labels, hover_of) -> list[
     traces = []
     for width in widths:
         mine = sorted((r for r in rows if r["width"] == width), key=lambda r: r["max_batch_size"])
-        name = f"{width:,} entries (max_seq_len {mine[0]['max_seq_len']:,})" + (
-            f" - {labels[width]}" if width in labels else ""
-        )
-        traces.append(
-            dict(
-                type="scatter",
-                x=[r["max_batch_size"] for r in mine],
-                y=[r[column] for r in mine],
-                mode="lines+markers",
-                name=name,
-                **hover([hover_of(r) for r in mine]),
-                line=dict(color=_width_color(widths, width), width=2.5),
-            )
-        )
+        name = f"{width:,} entries (max_seq_len {mine[0]['max_seq_len']:,})"
+        name += f" - {labels[width]}" if width in labels else ""
+        x, y = [r["max_batch_size"] for r in mine], [r[column] for r in mine]
+        color = _width_color(widths, width)
+        traces.append(lines_trace(x, y, name, color, [hover_of(r) for r in mine]))
     return traces
 
 
@@ -504,24 +423,17 @@ def outcome_map_spec(results: Iterable, *, title: str | None = None) -> dict:
             f"{r.max_blocks_per_seq:,}<br>{OUTCOME_LABELS[outcome]}"
             for r in mine
         ]
-        traces.append(
-            dict(
-                type="scatter",
-                x=[r.pool_bytes / (1 << 20) for r in mine],
-                y=[r.context for r in mine],
-                mode="markers",
-                name=f"{OUTCOME_LABELS[outcome]} ({len(mine):,})",
-                showlegend=bool(mine),
-                marker=dict(symbol="square", size=11, color=OUTCOME_COLORS[outcome]),
-                **hover(hovers),
-            )
-        )
+        marker = dict(symbol="square", size=11, color=OUTCOME_COLORS[outcome])
+        name = f"{OUTCOME_LABELS[outcome]} ({len(mine):,})"
+        x, y = [r.pool_bytes / (1 << 20) for r in mine], [r.context for r in mine]
+        points = dict(type="scatter", mode="markers", marker=marker, **hover(hovers))
+        traces.append(dict(points, x=x, y=y, name=name, showlegend=bool(mine)))
     layout = base_layout(
         titled(title, f"One resize, every pool and context [{', '.join(policies)}]"),
         "max_seq_len = context (the configured length), one sequence, seed geometry",
         height=460,
         **log_log_axes(("KV pool", "MiB"), ("context", "tokens")),
-        legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
+        legend=legend_below(-0.22),
     )
     return {"data": traces, "layout": layout}
 

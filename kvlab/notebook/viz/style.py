@@ -1,6 +1,6 @@
-"""The figures' look: one colour and label per outcome (Paul Tol's colour-blind-safe sets; the
-outcome is also named in every label, so colour is never the only cue), the shared layout, and
-the small pieces every figure is built from."""
+"""The figures' look: one colour and label per outcome (Paul Tol's colour-blind-safe sets; every
+label names the outcome too, so colour is never the only cue), the shared layout, and the small
+pieces every figure is built from."""
 
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ OUTCOME_LABELS = {
 NEUTRAL_COLOR, ROW_COLOR, POOL_COLOR = "#BBBBBB", "#555555", "#999999"
 #: Line colours for row widths, clear of the outcome colours (Tol "muted").
 WIDTH_LINE_COLORS = ("#332288", "#AA4499", "#88CCEE", "#999933", "#555555", "#CC6677")
-FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13)
 FIGURE_WIDTH = 720
 #: Characters of a 12 px subtitle line in a figure FIGURE_WIDTH wide.
 SUBTITLE_CHARS = 96
@@ -56,8 +55,22 @@ AXIS_STYLE = dict(
     ticklabeloverflow="allow",
     separatethousands=True,
 )
+#: The layout every figure starts from: no plotly template (resolving one costs ~10 ms a
+#: redraw), the title at the top left, the toolbar upright in the right margin.
+LAYOUT = dict(
+    font=dict(family="Inter, Helvetica, Arial, sans-serif", size=13),
+    template=None,
+    width=FIGURE_WIDTH,
+    paper_bgcolor="white",
+    plot_bgcolor="white",
+    margin=dict(l=70, r=30, t=80, b=60),
+    hoverlabel=dict(font_size=12, bgcolor="white"),
+    modebar=dict(orientation="v"),
+)
+TITLE = dict(x=0.0, xanchor="left", xref="container", y=1.0, yref="container", yanchor="top")
+#: A hover that shows a trace's ``text`` alone.
+TEXT_HOVER = "%{text}<extra></extra>"
 _SUBTITLE_LINE = '<span style="font-size:12px;color:#444">{}</span>'
-HOVER = "%{hovertext}<extra></extra>"
 
 
 def run_outcome(result) -> str:
@@ -104,40 +117,19 @@ def resize_layout(layout, width: int) -> None:
     prefix, suffix = _SUBTITLE_LINE.split("{}")
     if len(parts) < 2 or not all(p.startswith(prefix) and p.endswith(suffix) for p in parts[1:]):
         return  # no subtitle, or lines base_layout did not write
-    text, lines = _title_text(
-        parts[0], " ".join(p[len(prefix) : -len(suffix)] for p in parts[1:]), width
-    )
-    layout["title"]["text"] = text
+    subtitle = " ".join(p[len(prefix) : -len(suffix)] for p in parts[1:])
+    layout["title"]["text"], lines = _title_text(parts[0], subtitle, width)
     layout["margin"]["t"] = max(layout["margin"]["t"] or 0, 64 + 17 * len(lines))
 
 
 def base_layout(title: str, subtitle: str = "", **extra) -> dict:
-    """The shared look: no plotly template (resolving one costs ~10 ms a redraw), a 12 px
-    subtitle under the title, the toolbar upright in the right margin."""
+    """:data:`LAYOUT` with the title, a 12 px subtitle under it, ``extra`` on top and the
+    shared :data:`AXIS_STYLE` under ``extra``'s x and y axes."""
     check_instance("title", title, str)
     check_instance("subtitle", subtitle, str)
     text, lines = _title_text(title, subtitle, extra.get("width", FIGURE_WIDTH))
-    layout: dict[str, Any] = dict(
-        title=dict(
-            text=text,
-            x=0.0,
-            xanchor="left",
-            xref="container",
-            y=1.0,
-            yref="container",
-            yanchor="top",
-            pad=dict(t=26),
-            font=dict(size=16),
-        ),
-        font=FONT,
-        template=None,
-        width=FIGURE_WIDTH,
-        paper_bgcolor="white",
-        plot_bgcolor="white",
-        margin=dict(l=70, r=30, t=80, b=60),
-        hoverlabel=dict(font_size=12, bgcolor="white"),
-        modebar=dict(orientation="v"),
-    )
+    title_style = dict(TITLE, text=text, pad=dict(t=26), font=dict(size=16))
+    layout: dict[str, Any] = dict(LAYOUT, title=title_style)
     for axis in ("xaxis", "yaxis"):
         extra[axis] = {**AXIS_STYLE, **extra.get(axis, {})}
     layout.update(extra)
@@ -148,12 +140,18 @@ def base_layout(title: str, subtitle: str = "", **extra) -> dict:
 
 def hover(texts) -> dict:
     """A trace's hover: ``texts``, one a point, alone."""
-    return dict(hovertext=texts, hovertemplate=HOVER)
+    return dict(hovertext=texts, hovertemplate="%{hovertext}<extra></extra>")
 
 
 def bar(x, y, name: str, color, hovers, **extra) -> dict:
     """A bar trace in ``color`` (one, or one a bar) with ``hovers``."""
     return dict(type="bar", x=x, y=y, name=name, marker=dict(color=color), **hover(hovers), **extra)
+
+
+def lines_trace(x, y, name: str, color: str, hovers, width: float = 2.5, **extra) -> dict:
+    """A line with a marker at each point, in ``color``, with ``hovers``."""
+    look = dict(mode="lines+markers", line=dict(color=color, width=width), **hover(hovers))
+    return dict(type="scatter", x=x, y=y, name=name, **look, **extra)
 
 
 def legend_entry(name: str, color: str, dash: str | None = None, show: bool = True) -> dict:
@@ -179,19 +177,20 @@ def across(y: float, color: str, dash: str, xref: str = "paper", yref: str = "y"
     return line(color, dash, xref=xref, x0=0, x1=1, yref=yref, y0=y, y1=y)
 
 
+def upright(x: float, color: str, dash: str | None = None, y0=0, y1=1, yref="paper") -> dict:
+    """A line up the plot at ``x``, the plot's height unless told."""
+    return line(color, dash, x0=x, x1=x, yref=yref, y0=y0, y1=y1)
+
+
 def note(text: str, x, y, color: str | None = None, size: int = 12, **extra) -> dict:
     """A text annotation without an arrow, placed in data coordinates unless ``extra`` says."""
     font = dict(size=size) if color is None else dict(size=size, color=color)
-    return {
-        "xref": "x",
-        "yref": "y",
-        "text": text,
-        "x": x,
-        "y": y,
-        "showarrow": False,
-        "font": font,
-        **extra,
-    }
+    return dict(xref="x", yref="y", text=text, x=x, y=y, showarrow=False, font=font) | extra
+
+
+def end_note(text: str, y: float, color: str, size: int = 12, **extra) -> dict:
+    """``text`` above the right end of a line across the plot at ``y``."""
+    return note(text, 1, y, color, size, xref="paper", xanchor="right", yanchor="bottom") | extra
 
 
 def heading(text: str, x: float) -> dict:
@@ -208,27 +207,39 @@ def panel_domains(widths: Sequence[float], gap: float) -> list[list[float]]:
     return domains
 
 
+def on_panel(k: int) -> dict:
+    """A trace's axes in panel ``k`` (0 the first) of side-by-side or stacked panels."""
+    suffix = str(k + 1) if k else ""
+    return dict(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
+
+
+def panel_axes(k: int, x: dict, y: dict) -> dict:
+    """The layout's x and y axes of panel ``k``, anchored to each other, in the shared style."""
+    suffix = str(k + 1) if k else ""
+    return {
+        f"xaxis{suffix}": dict(AXIS_STYLE, anchor=f"y{suffix}", **x),
+        f"yaxis{suffix}": dict(AXIS_STYLE, anchor=f"x{suffix}", **y),
+    }
+
+
 def code_heatmap(z, text, colors: Sequence[str], name: str, **extra) -> dict:
     """A heatmap of codes 0, 1, ... each in its colour of ``colors``, ``text`` its hover."""
     n = len(colors)
     scale = [[(i + k) / n, color] for i, color in enumerate(colors) for k in (0, 1)]
+    codes = dict(colorscale=scale, zmin=-0.5, zmax=n - 0.5, showscale=False)
     return dict(
-        type="heatmap",
-        z=z,
-        text=text,
-        hovertemplate="%{text}<extra></extra>",
-        colorscale=scale,
-        zmin=-0.5,
-        zmax=n - 0.5,
-        showscale=False,
-        name=name,
-        **extra,
+        type="heatmap", z=z, text=text, name=name, hovertemplate=TEXT_HOVER, **codes, **extra
     )
 
 
 def foot_legend(**extra) -> dict:
     """A horizontal legend at the figure's foot, under the axis titles."""
     return dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0, **extra)
+
+
+def legend_below(y: float, **extra) -> dict:
+    """A horizontal legend under the plot, its top ``y`` (paper) down."""
+    return dict(orientation="h", yanchor="top", y=y, x=0, **extra)
 
 
 def thin_label(
