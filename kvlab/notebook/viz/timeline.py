@@ -10,20 +10,22 @@ from kvlab.core.checks import check_choice, check_instance, check_int
 from kvlab.core.request import UNFINISHED_STATUSES, RequestState
 from kvlab.core.words import counted
 from kvlab.notebook.viz.style import (
-    AXIS_STYLE,
     NEUTRAL_COLOR,
     OUTCOME_COLORS,
     OUTCOME_LABELS,
     across,
     as_figure,
     base_layout,
+    end_note,
     foot_legend,
     hover,
-    line,
     note,
+    on_panel,
     outcome_color,
+    panel_axes,
     run_outcome,
     titled,
+    upright,
     wrap_words,
 )
 from kvlab.run.simulation import SimulationResult
@@ -38,15 +40,8 @@ TIMELINE_COLORS = {
     "free": "#DDDDDD",
 }
 #: The timeline's traces, in order (always all seven; the queue last, so the others keep places).
-TIMELINE_SERIES = (
-    "running",
-    "waiting",
-    "suspended",
-    "used_blocks",
-    "free_blocks",
-    "stalled_passes",
-    "queued",
-)
+TIMELINE_SERIES = ("running", "waiting", "suspended", "used_blocks", "free_blocks")
+TIMELINE_SERIES += ("stalled_passes", "queued")
 _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 #: Where a run left its requests (:func:`end_place`), in the order a subtitle names them.
 END_PLACES = (
@@ -84,6 +79,19 @@ def end_counts(result) -> dict:
     return counts
 
 
+def _one_pass_words(result, steps: list) -> str:
+    """Why a run of at most one pass has nothing to draw over time."""
+    error = result.error
+    if not steps:
+        return "no scheduling pass ran: nothing to draw over time"
+    if error is None and any(s in UNFINISHED_STATUSES for s in result.status.values()):
+        return "one pass so far: one point per panel, nothing to draw over time yet"
+    raised = f" ({type(error).__name__})" if error is not None else ""
+    return (
+        f"the run ended in its first pass{raised}: one point per panel, nothing to draw over time"
+    )
+
+
 def scheduler_timeline_spec(
     result,
     *,
@@ -106,35 +114,28 @@ def scheduler_timeline_spec(
     outcome = outcome if outcome is not None else run_outcome(result)
     total = (trace[0].free_blocks + trace[0].used_blocks) if len(trace) else 0
     lowest = "stalled_passes" if stall_detector else "num_recompute_paused"
-    lowest_name = "stalled passes" if stall_detector else "preemptions"
+    stall = OUTCOME_COLORS["stall"]
 
     # (name, column, panel, colour, legend): "any" an entry once the line leaves zero, "hide"
     # the line too until then (a run with no host tier never suspends), "always"
     rows = (
-        ("running", "running", 1, TIMELINE_COLORS["running"], "any"),
-        ("waiting in the scheduler", "waiting", 1, TIMELINE_COLORS["waiting"], "any"),
-        ("suspended", "suspended", 1, TIMELINE_COLORS["suspended"], "hide"),
-        ("used pages", "used_blocks", 2, TIMELINE_COLORS["used"], "any"),
-        ("free pages", "free_blocks", 2, "#AAAAAA", "always"),
-        (lowest_name, lowest, 3, OUTCOME_COLORS["stall"], "always"),
+        ("running", "running", 0, TIMELINE_COLORS["running"], "any"),
+        ("waiting in the scheduler", "waiting", 0, TIMELINE_COLORS["waiting"], "any"),
+        ("suspended", "suspended", 0, TIMELINE_COLORS["suspended"], "hide"),
+        ("used pages", "used_blocks", 1, TIMELINE_COLORS["used"], "any"),
+        ("free pages", "free_blocks", 1, "#AAAAAA", "always"),
+        ("stalled passes" if stall_detector else "preemptions", lowest, 2, stall, "always"),
         # arrived, not yet let in by the executor (max_num_active_requests)
-        ("queued in the executor", "queued", 1, TIMELINE_COLORS["queued"], "hide"),
+        ("queued in the executor", "queued", 0, TIMELINE_COLORS["queued"], "hide"),
     )
     data = []
-    for name, column, axis, color, legend in rows:
+    for name, column, panel, color, legend in rows:
         values = trace.column(column)
-        spec = dict(
-            type="scatter",
-            x=steps,
-            y=values,
-            name=name,
-            xaxis=f"x{axis}" if axis > 1 else "x",
-            yaxis=f"y{axis}" if axis > 1 else "y",
-            mode="lines",
-            line=dict(color=color, width=1 if axis == 2 else 2, shape="hv"),
-            hovertemplate=f"step %{{x}}<br>{name}: %{{y}}<extra></extra>",
-        )
-        if axis == 2:
+        line = dict(color=color, width=1 if panel == 1 else 2, shape="hv")
+        hovers = f"step %{{x}}<br>{name}: %{{y}}<extra></extra>"
+        spec = dict(type="scatter", x=steps, y=values, name=name, **on_panel(panel))
+        spec.update(mode="lines" if len(steps) > 1 else "markers", line=line, hovertemplate=hovers)
+        if panel == 1:
             spec["stackgroup"] = "pool"
         if legend == "hide":
             spec["visible"] = any(values)
@@ -143,89 +144,37 @@ def scheduler_timeline_spec(
         data.append(spec)
     data[4]["fillcolor"] = TIMELINE_COLORS["free"]
     data[6]["line"]["dash"] = "dot"  # the waiting line shows through where the two agree
-    pool = f"KV pool ({counted(total, page)})" if len(trace) else "KV pool"
     panel_titles = (
         "requests",
-        pool,
+        f"KV pool ({counted(total, page)})" if len(trace) else "KV pool",
         "stall detector: passes without progress"
         if stall_detector
         else "preemptions in the step (no stall detector)",
     )
     shapes = []
     annotations = [
-        note(
-            f"<b>{text}</b>",
-            0,
-            domain[1],
-            xref="paper",
-            yref="paper",
-            xanchor="left",
-            yanchor="bottom",
-        )
-        for text, domain in zip(panel_titles, _TIMELINE_DOMAINS)
+        note(f"<b>{text}</b>", 0, top, xref="paper", yref="paper", xanchor="left", yanchor="bottom")
+        for text, (_, top) in zip(panel_titles, _TIMELINE_DOMAINS)
     ]
     if stall_limit is not None:
-        stall = OUTCOME_COLORS["stall"]
         shapes.append(across(stall_limit, stall, "dash", "x3 domain", "y3"))
         shapes[-1]["line"]["width"] = 1.5
-        annotations.append(
-            note(
-                f"stall limit {stall_limit:,}",
-                1,
-                stall_limit,
-                stall,
-                11,
-                xref="x3 domain",
-                yref="y3",
-                xanchor="right",
-                yanchor="bottom",
-            )
-        )
-    error = getattr(result, "error", None)
+        text = f"stall limit {stall_limit:,}"
+        annotations.append(end_note(text, stall_limit, stall, 11, xref="x3 domain", yref="y3"))
+    error = result.error
     if error is not None and steps:
         color, end = outcome_color(outcome), steps[-1]
-        shapes.append(line(color, x0=end, x1=end, yref="paper", y0=0, y1=1))
-        annotations.append(
-            note(
-                f"{type(error).__name__} in pass {len(steps):,} (step {end:,})",
-                end,
-                1.0,
-                color,
-                11,
-                yref="paper",
-                xanchor="right",
-                yanchor="bottom",
-            )
-        )
+        shapes.append(upright(end, color))
+        text = f"{type(error).__name__} in pass {len(steps):,} (step {end:,})"
+        where = dict(yref="paper", xanchor="right", yanchor="bottom")
+        annotations.append(note(text, end, 1.0, color, 11, **where))
     if len(steps) <= 1:  # one pass: points, not lines, and why there is nothing over time
-        for spec in data:
-            spec["mode"] = "markers"
-        ended = error is not None or not any(
-            s in UNFINISHED_STATUSES for s in result.status.values()
-        )
-        words = (
-            "no scheduling pass ran: nothing to draw over time"
-            if not steps
-            else "the run ended in its first pass"
-            + (f" ({type(error).__name__})" if error is not None else "")
-            + ": one point per panel, nothing to draw over time"
-            if ended
-            else "one pass so far: one point per panel, nothing to draw over time yet"
-        )
         # in the right half of the pool's panel: clear of the point and of the axes' labels
+        words = "<br>".join(wrap_words(_one_pass_words(result, steps), 34))
+        middle = sum(_TIMELINE_DOMAINS[1]) / 2
+        where = dict(xref="paper", yref="paper", xanchor="right", yanchor="middle", align="left")
         annotations.append(
-            note(
-                "<br>".join(wrap_words(words, 34)),
-                1.0,
-                sum(_TIMELINE_DOMAINS[1]) / 2,
-                "#444",
-                xref="paper",
-                xanchor="right",
-                yref="paper",
-                yanchor="middle",
-                align="left",
-                bgcolor="rgba(255,255,255,0.85)",
-            )
+            note(words, 1.0, middle, "#444", bgcolor="rgba(255,255,255,0.85)", **where)
         )
     if subtitle is None:
         subtitle = (
@@ -233,30 +182,24 @@ def scheduler_timeline_spec(
             + ", ".join(f"{n:,} {where}" for where, n in end_counts(result).items() if n)
             + (f"; stopped by {type(error).__name__}" if error is not None else "")
         )
-    axes = {}
-    for axis, domain in enumerate(_TIMELINE_DOMAINS, start=1):
-        suffix = "" if axis == 1 else str(axis)
-        axes[f"xaxis{suffix}"] = dict(
-            AXIS_STYLE, anchor=f"y{suffix}", domain=[0, 1], showticklabels=axis == 3
-        )
-        if axis > 1:
-            axes[f"xaxis{suffix}"]["matches"] = "x"
-        if steps and steps[-1] - steps[0] < 10:  # a few steps: whole steps on the axis
-            axes[f"xaxis{suffix}"].update(range=[steps[0] - 0.5, steps[-1] + 0.5], dtick=1)
-        axes[f"yaxis{suffix}"] = dict(
-            AXIS_STYLE, anchor=f"x{suffix}", domain=domain, rangemode="tozero"
-        )
-    axes["xaxis3"]["title"] = dict(text="scheduler iteration (step)")
-    axes["yaxis"]["title"] = dict(text="requests")
-    axes["yaxis2"].update(title=dict(text="pages"), range=[0, max(total, 1) * 1.05])
     top = max(trace.column(lowest) + [stall_limit or 0, 1])
-    axes["yaxis3"].update(
-        title=dict(text="passes" if stall_detector else "requests"), range=[0, top * 1.1]
-    )
+    y_titles = ("requests", "pages", "passes" if stall_detector else "requests")
+    y_ranges = (None, [0, max(total, 1) * 1.05], [0, top * 1.1])
+    axes = {}
+    for k, domain in enumerate(_TIMELINE_DOMAINS):
+        x = dict(domain=[0, 1], showticklabels=k == 2)
+        if k:
+            x["matches"] = "x"
+        if steps and steps[-1] - steps[0] < 10:  # a few steps: whole steps on the axis
+            x.update(range=[steps[0] - 0.5, steps[-1] + 0.5], dtick=1)
+        y = dict(domain=domain, rangemode="tozero", title=dict(text=y_titles[k]))
+        if y_ranges[k]:
+            y["range"] = y_ranges[k]
+        axes |= panel_axes(k, x, y)
+    axes["xaxis3"]["title"] = dict(text="scheduler iteration (step)")
+    said = OUTCOME_LABELS.get(outcome, outcome or "no outcome")
     layout = base_layout(
-        titled(
-            title, f"Scheduler timeline: {OUTCOME_LABELS.get(outcome, outcome or 'no outcome')}"
-        ),
+        titled(title, f"Scheduler timeline: {said}"),
         subtitle,
         height=560,
         shapes=shapes,
@@ -283,45 +226,25 @@ PASS_RESULTS = {
 def pass_spec(rows: Sequence[Mapping], *, title: str, subtitle: str = "") -> dict:
     """One pass: each request's tokens asked (outline) and got (filled in its ``result``'s
     colour); ``rows``: dicts of request, asked, got, result, why."""
-    names = [r["request"] for r in rows]
-    hovers = hover(
-        [
-            f"{r['request']}: asked {r['asked']:,} tokens, got {r['got']:,}<br>{r['result']}: {r['why']}"
-            for r in rows
-        ]
-    )
-    bars = dict(type="bar", orientation="h", y=names, **hovers)
-    asked = dict(
-        bars,
-        x=[max(r["asked"], 1) for r in rows],
-        name="asked (outline)",
-        text=[r["result"] for r in rows],
-        textposition="outside",
-        cliponaxis=False,
-        marker=dict(color="rgba(0,0,0,0)", line=dict(color="#555555", width=1.5)),
-    )
-    got = dict(
-        bars,
-        x=[r["got"] or None for r in rows],
-        name="got (filled, by result)",
-        marker=dict(color=[PASS_RESULTS[r["result"]] for r in rows]),
-        showlegend=False,
-    )
+    hovers = [
+        f"{r['request']}: asked {r['asked']:,} tokens, got {r['got']:,}<br>{r['result']}: {r['why']}"
+        for r in rows
+    ]
+    bars = dict(type="bar", orientation="h", y=[r["request"] for r in rows], **hover(hovers))
+    outline = dict(color="rgba(0,0,0,0)", line=dict(color="#555555", width=1.5))
+    asked = dict(bars, x=[max(r["asked"], 1) for r in rows], name="asked (outline)")
+    asked.update(text=[r["result"] for r in rows], textposition="outside", cliponaxis=False)
+    asked["marker"] = outline
+    got = dict(bars, x=[r["got"] or None for r in rows], name="got (filled, by result)")
+    got.update(marker=dict(color=[PASS_RESULTS[r["result"]] for r in rows]), showlegend=False)
     shown = {r["result"] for r in rows if r["got"]}  # a request that got 0 is an outline
+    swatch = dict(type="bar", orientation="h", x=[None], y=[None], hoverinfo="skip")
     swatches = [
-        dict(
-            type="bar",
-            orientation="h",
-            y=[None],
-            x=[None],
-            name=result,
-            marker=dict(color=color),
-            showlegend=result in shown,
-            hoverinfo="skip",
-        )
+        dict(swatch, name=result, marker=dict(color=color), showlegend=result in shown)
         for result, color in PASS_RESULTS.items()
     ]
     top = max([1] + [r["asked"] for r in rows])
+    x_axis = dict(type="log", dtick=1, range=[-0.5, math.log10(top) + 0.6])
     layout = base_layout(
         title,
         subtitle,
@@ -329,12 +252,7 @@ def pass_spec(rows: Sequence[Mapping], *, title: str, subtitle: str = "") -> dic
         barmode="overlay",
         legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"),
         margin=dict(l=70, r=80, t=100, b=60),
-        xaxis=dict(
-            title=dict(text="tokens this pass (log scale)"),
-            type="log",
-            dtick=1,
-            range=[-0.5, math.log10(top) + 0.6],
-        ),
+        xaxis=dict(title=dict(text="tokens this pass (log scale)"), **x_axis),
         yaxis=dict(autorange="reversed", automargin=True),
     )
     return {"data": [asked, got, *swatches], "layout": layout}
