@@ -18,12 +18,13 @@ from kvlab.notebook.viz.style import (
     as_figure,
     bar,
     base_layout,
+    end_note,
     foot_legend,
     hover,
     legend_entry,
-    line,
     note,
     titled,
+    upright,
 )
 
 #: The plan figure's short name for each TensorRT-LLM policy.
@@ -39,6 +40,10 @@ PLAN_POLICY_NAMES = {
 PLOT_PX, CHAR_PX = 450, 5.5
 #: The legend's words for a V1 plan's rejections (V1 has no admission control).
 V1_REJECT_LABEL = "rejected at the request door"
+_NO_POOL = (
+    "Nothing to draw: no rank can build a KV pool,<br>so no context length runs under any "
+    "policy.<br>The per-rank figure shows what takes the memory."
+)
 
 
 def _beside(fraction: float, text: str, gap: int) -> dict:
@@ -57,7 +62,6 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
     with the pool and the row (V1: max_seq_len) as lines. Traces: 4 bars, ticks, 2 lines."""
     d = check_instance("plan", plan, DeploymentPlan).deployment
     top, tpb = d.configured_max_seq_len, d.tokens_per_block
-    names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
     labels = {**OUTCOME_LABELS, **({"reject": V1_REJECT_LABEL} if plan.manager == "v1" else {})}
     traces: list[dict] = []
     annotations: list[dict] = []
@@ -66,12 +70,9 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
         color = OUTCOME_COLORS[outcome]
         ys, xs, bases, hovers = [], [], [], []
         for policy, segments in plan.ranges.items():
+            name = PLAN_POLICY_NAMES[policy]
             for s in (s for s in segments if s.verdict == outcome):
-                name, middle, size = (
-                    PLAN_POLICY_NAMES[policy],
-                    (s.low + s.high) / 2,
-                    s.high - s.low + 1,
-                )
+                middle, size = (s.low + s.high) / 2, s.high - s.low + 1
                 ys.append(name)
                 xs.append(size)
                 bases.append(s.low - 1)
@@ -82,63 +83,32 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                     ticks[key].append(value)
                 # a tick on a million-token axis is easy to miss: named, with an arrow
                 text = f"{labels[outcome]}: {s.low:,}-{s.high:,} ({size:,} tokens)"
-                annotations.append(
-                    dict(
-                        x=middle,
-                        y=name,
-                        xref="x",
-                        yref="y",
-                        text=text,
-                        showarrow=True,
-                        arrowhead=2,
-                        arrowcolor=color,
-                        ay=-24 - 16 * (len(annotations) % 2),
-                        **_beside(middle / top, text, 40),
-                        font=dict(size=11, color=color),
-                        bgcolor="rgba(255,255,255,0.9)",
-                    )
+                arrow = dict(
+                    showarrow=True, arrowhead=2, arrowcolor=color, bgcolor="rgba(255,255,255,0.9)"
                 )
-        traces.append(
-            bar(
-                xs,
-                ys,
-                labels[outcome],
-                color,
-                hovers,
-                orientation="h",
-                base=bases,
-                showlegend=bool(xs),
-            )
-        )
-    traces.append(
-        dict(
-            type="scatter",
-            mode="markers",
-            x=ticks["x"],
-            y=ticks["y"],
-            marker=dict(symbol="line-ns", size=26, line=dict(width=4, color=ticks["color"])),
-            **hover(ticks["text"]),
-            name="narrow range",
-            showlegend=False,
-        )
-    )
+                arrow.update(
+                    ay=-24 - 16 * (len(annotations) % 2), **_beside(middle / top, text, 40)
+                )
+                annotations.append(note(text, middle, name, color, 11, **arrow))
+        bars = bar(xs, ys, labels[outcome], color, hovers, orientation="h", base=bases)
+        traces.append(dict(bars, showlegend=bool(xs)))
+    tick = dict(symbol="line-ns", size=26, line=dict(width=4, color=ticks["color"]))
+    narrow = dict(type="scatter", mode="markers", x=ticks["x"], y=ticks["y"], marker=tick)
+    traces.append(dict(narrow, **hover(ticks["text"]), name="narrow range", showlegend=False))
     # V1: the KV manager's max_seq_len, "clamped to" only when the pool clamped it
-    second = (
-        ("row spans now", plan.width_current * tpb)
-        if plan.manager == "v2"
-        else ("max_seq_len clamped to", plan.clamped_max_seq_len)
-        if plan.clamped
-        else ("KV manager's max_seq_len (not clamped)", plan.clamped_max_seq_len)
-    )
+    if plan.manager == "v2":
+        second = ("row spans now", plan.width_current * tpb)
+    elif plan.clamped:
+        second = ("max_seq_len clamped to", plan.clamped_max_seq_len)
+    else:
+        second = ("KV manager's max_seq_len (not clamped)", plan.clamped_max_seq_len)
     lines = [("pool holds", plan.capacity_tokens, POOL_COLOR, "dot"), (*second, ROW_COLOR, "dash")]
     fix = plan.width_fix
     if fix is not None and fix * tpb <= top and fix != plan.width_current:
         lines.append(("row spans with the fix", fix * tpb, ROW_COLOR, "dashdot"))
     if not plan.blocks:  # no pool, no row: nothing to draw
         lines = []
-    shapes = [
-        line(c, dash, x0=v, x1=v, yref="paper", y0=0, y1=1) for _, v, c, dash in lines if v <= top
-    ]
+    shapes = [upright(v, c, dash) for _, v, c, dash in lines if v <= top]
     for words, value, color, dash in lines[:2]:
         beyond = "" if value <= top else " (beyond the axis)"
         traces.append(legend_entry(f"{words} {value:,} tokens{beyond}", color, dash))
@@ -152,50 +122,33 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
             else f"pool {plan.capacity_tokens:,} and {other} {second[1]:,}: {abs(a - b):,} tokens apart"
         )
         anchor = _beside(max(a, b) / top, text, 0)["xanchor"]
-        annotations.append(
-            note(
-                text,
-                max(a, b),
-                1.0,
-                "#444",
-                11,
-                yref="paper",
-                yanchor="bottom",
-                xanchor=anchor,
-            )
-        )
+        where = dict(yref="paper", yanchor="bottom", xanchor=anchor)
+        annotations.append(note(text, max(a, b), 1.0, "#444", 11, **where))
     now = plan.ranges.get(plan.current_policy, ())
     bad = [s for s in now if s.verdict in ("crash", "stall")]
-    rejected = any(s.verdict == "reject" for s in now)
-    subtitle = (
-        "current code: " + "; ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in bad)
-        if bad
-        else f"current code: every context up to {top:,} finishes"
-        + (" or is rejected" if rejected else "")
-    )
+    if bad:
+        subtitle = "current code: " + "; ".join(f"{s.low:,}-{s.high:,} {s.verdict}" for s in bad)
+    else:
+        rejected = any(s.verdict == "reject" for s in now)
+        subtitle = f"current code: every context up to {top:,} finishes" + (
+            " or is rejected" if rejected else ""
+        )
     if plan.manager == "v1":
         subtitle = f"V1 manager, {subtitle}"
     axes = {}
     if not plan.blocks:
         subtitle = "no rank can build a KV pool: nothing starts under any policy"
         axes = dict(visible=False)  # no axes to read: the figure says why it is empty
-        annotations.append(
-            note(
-                "Nothing to draw: no rank can build a KV pool,<br>so no context length runs "
-                "under any policy.<br>The per-rank figure shows what takes the memory.",
-                0.5,
-                0.5,
-                OUTCOME_COLORS["crash"],
-                13,
-                xref="paper",
-                yref="paper",
-            )
-        )
+        crash = OUTCOME_COLORS["crash"]
+        annotations.append(note(_NO_POOL, 0.5, 0.5, crash, 13, xref="paper", yref="paper"))
     elif not plan.starts:
         subtitle = (
             "merged code raises at construction (state slots), so nothing runs; the bands "
             "are for the pool PR #17261's clamp (a proposal) would leave"
         )
+    names = [PLAN_POLICY_NAMES[p] for p in plan.ranges]
+    x_title = dict(text="context length (prompt tokens)")
+    y_axis = dict(autorange=True, **axes)
     layout = base_layout(
         titled(title, f"{d.model.name}: what each context length meets"),
         subtitle,
@@ -204,15 +157,8 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
         shapes=shapes,
         annotations=annotations,
         bargap=0.35,
-        xaxis=dict(
-            title=dict(text="context length (prompt tokens)"),
-            range=[0, top * 1.02],
-            tickformat=",",
-            **axes,
-        ),
-        yaxis=dict(
-            title=None, categoryorder="array", categoryarray=names[::-1], autorange=True, **axes
-        ),
+        xaxis=dict(title=x_title, range=[0, top * 1.02], tickformat=",", **axes),
+        yaxis=dict(title=None, categoryorder="array", categoryarray=names[::-1], **y_axis),
         legend=foot_legend(font=dict(size=11)),
     )
     layout["margin"] = {**layout["margin"], "l": 160, "b": 130}
@@ -236,24 +182,23 @@ def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
     part = {key: trace["y"] for (key, _, _), trace in zip(BUDGET_PARTS, traces)}
     own = [sum(values) for values in zip(part["KV pool"], part["lost to MIN"], part["state slots"])]
     gpu = plan.deployment.gpu_gib
-    blocks = (
-        f"{counted(plan.blocks, 'block')} ({gib_text(plan.blocks * plan.bytes_per_block / GIB)})"
-    )
+    pool_gib = gib_text(plan.blocks * plan.bytes_per_block / GIB)
+    blocks = f"{counted(plan.blocks, 'block')} ({pool_gib})"
     # where merged code raises at construction, the bars are the pool PR #17261's clamp leaves
     proposal = "" if plan.starts else " under PR #17261's clamp (a proposal)"
     if proposal:  # the legend says so too
         pool = traces[[key for key, _, _ in BUDGET_PARTS].index("KV pool")]
         pool["name"] = pool["name"].replace("KV pool", "KV pool under PR #17261's clamp", 1)
-    if not plan.blocks:
-        peaks = [r.budget.peak_memory_bytes / GIB for r in ranks]
+    peaks = [r.budget.peak_memory_bytes / GIB for r in ranks]
+    if not plan.blocks and max(peaks) > gpu:
+        up_to = "" if min(peaks) == max(peaks) else "up to "
         subtitle = (
             f"no KV pool: weights, workspace, activations and non-torch memory take "
-            f"{'' if min(peaks) == max(peaks) else 'up to '}{max(peaks):,.1f} GiB of the "
-            f"GPU's {gpu:,.1f} GiB"
-            if max(peaks) > gpu
-            else "no KV pool: what the ranks leave holds less than one page of "
-            f"{plan.bytes_per_block / 2**20:,.2f} MiB"
+            f"{up_to}{max(peaks):,.1f} GiB of the GPU's {gpu:,.1f} GiB"
         )
+    elif not plan.blocks:
+        page = f"{plan.bytes_per_block / 2**20:,.2f} MiB"
+        subtitle = f"no KV pool: what the ranks leave holds less than one page of {page}"
     elif n == 1:
         subtitle = f"one rank, no MIN all-reduce: its KV pool{proposal} is {blocks}"
     else:
@@ -268,32 +213,18 @@ def plan_ranks_spec(plan, *, title: str | None = None) -> dict:
     names = [t["name"] for t in traces if t["showlegend"]]
     columns = 2 if CHAR_PX * max(map(len, names), default=0) <= LEGEND_TEXT_PX else 1
     bottom = TICKS_PX[n > 8] + LEGEND_ROW_PX * -(-len(names) // columns) + 16
+    gpu_note = end_note(f"the GPU's memory: {gpu:,.1f} GiB", gpu, GPU_COLOR, 11)
+    legend = foot_legend(entrywidth=LEGEND_TEXT_PX * (3 - columns), entrywidthmode="pixels")
     layout = base_layout(
         titled(title, f"Per-rank memory ({counted(n, 'rank')})"),
         subtitle,
         barmode="stack",
         bargap=0.15,
         shapes=[across(gpu, GPU_COLOR, "dash")],
-        annotations=[
-            note(
-                f"the GPU's memory: {gpu:,.1f} GiB",
-                1,
-                gpu,
-                GPU_COLOR,
-                11,
-                xref="paper",
-                xanchor="right",
-                yanchor="bottom",
-                bgcolor="rgba(255,255,255,0.9)",
-            )
-        ],
+        annotations=[dict(gpu_note, bgcolor="rgba(255,255,255,0.9)")],
         xaxis=rank_axis(traces[0]["x"]),
         yaxis=dict(title=dict(text="GiB per GPU"), range=[0, tallest * 1.08]),
-        legend=foot_legend(
-            entrywidth=LEGEND_TEXT_PX * (3 - columns),
-            entrywidthmode="pixels",
-            font=dict(size=11),
-        ),
+        legend=dict(legend, font=dict(size=11)),
     )
     layout["margin"] = {**layout["margin"], "b": bottom}
     layout["height"] = BARS_PX + layout["margin"]["t"] + bottom
