@@ -12,17 +12,18 @@ from kvlab.case_studies import FindingRun
 from kvlab.core.checks import check_instance, check_items
 from kvlab.core.memory import GIB
 from kvlab.notebook.viz.style import (
-    AXIS_STYLE,
     OUTCOME_COLORS,
     across,
     as_figure,
     bar,
     base_layout,
+    end_note,
     foot_legend,
     format_bytes,
     heading,
-    hover,
     note,
+    on_panel,
+    panel_axes,
     panel_domains,
     thin_label,
     titled,
@@ -46,55 +47,28 @@ def review_findings_spec(runs: Sequence, *, title: str | None = None) -> dict:
     domains = panel_domains(counts, 0.12)
     data, axes, annotations = [], {}, []
     for k, finding in enumerate(findings):
-        suffix = "" if k == 0 else str(k + 1)
         mine = sorted((r for r in runs if r.finding == finding), key=lambda r: not r.bug)
         top = max([1] + [v for r in mine for _, v in r.metrics if v is not None])
         for run in mine:
-            labels = [m[0] for m in run.metrics]
-            values = [m[1] for m in run.metrics]
+            labels, values = [m[0] for m in run.metrics], [m[1] for m in run.metrics]
             hovers = [
                 f"finding {finding}, {run.label}: {lab} = "
                 f"{'None (unbounded)' if v is None else v}<br>{run.what}"
                 for lab, v in zip(labels, values)
             ]
-            data.append(
-                dict(
-                    type="bar",
-                    x=labels,
-                    y=[top if v is None else v for v in values],
-                    name=run.label,
-                    textposition="outside",
-                    cliponaxis=False,
-                    text=["None: unbounded" if v is None else str(v) for v in values],
-                    constraintext="none",  # whole above its narrow bar
-                    legendgroup=run.label,
-                    showlegend=k == 0,
-                    marker=dict(
-                        color=BUG_FIX_COLORS[run.label],
-                        pattern=dict(
-                            shape=["/" if v is None else "" for v in values],
-                            fillmode="overlay",
-                            fgcolor="white",
-                        ),
-                    ),
-                    **hover(hovers),
-                    xaxis=f"x{suffix}",
-                    yaxis=f"y{suffix}",
-                )
-            )
+            hatch = dict(shape=["/" if v is None else "" for v in values], fillmode="overlay")
+            marker = dict(color=BUG_FIX_COLORS[run.label], pattern=dict(hatch, fgcolor="white"))
+            heights = [top if v is None else v for v in values]
+            bars = bar(labels, heights, run.label, None, hovers, **on_panel(k))
+            text = ["None: unbounded" if v is None else str(v) for v in values]
+            # constraintext "none": whole above its narrow bar
+            bars.update(text=text, textposition="outside", cliponaxis=False, constraintext="none")
+            data.append(dict(bars, marker=marker, legendgroup=run.label, showlegend=k == 0))
         # the metrics' names level, broken between words: rotated, they ran into each other
         names = [m[0] for m in mine[0].metrics] if mine else []
-        axes[f"xaxis{suffix}"] = dict(
-            AXIS_STYLE,
-            domain=domains[k],
-            anchor=f"y{suffix}",
-            tickangle=0,
-            tickvals=names,
-            ticktext=["<br>".join(wrap_words(m, 7)) for m in names],
-        )
-        axes[f"yaxis{suffix}"] = dict(
-            AXIS_STYLE, anchor=f"x{suffix}", rangemode="tozero", range=[0, (top or 1) * 1.25]
-        )
+        ticktext = ["<br>".join(wrap_words(m, 7)) for m in names]
+        x = dict(domain=domains[k], tickangle=0, tickvals=names, ticktext=ticktext)
+        axes |= panel_axes(k, x, dict(rangemode="tozero", range=[0, (top or 1) * 1.25]))
         bug = next((r for r in mine if r.bug), None)
         lines = [f"<b>finding {finding}</b>"] + (wrap_words(f"bug: {bug.what}", 18) if bug else [])
         annotations.append(heading("<br>".join(lines), sum(domains[k]) / 2))
@@ -128,10 +102,8 @@ def residency_stack_spec(
     #17261's clamp, of ``residency_bytes(plan)``; merged code that raises shows its need."""
     builds = split["raw_fits"]
     raw_need = sum(split["raw"][k] for k in ("resident", "dummies", "pages"))
-    names = [
-        "merged" if builds else f"merged: needs {format_bytes(raw_need)}, does not build",
-        "PR #17261 clamp (proposal)",
-    ]
+    merged = "merged" if builds else f"merged: needs {format_bytes(raw_need)}, does not build"
+    names = [merged, "PR #17261 clamp (proposal)"]
     bars = [split["raw"], split["clamped"]]
     x = []  # each bar's name over its parts, top of the stack first
     for k, (name, parts) in enumerate(zip(names, bars)):
@@ -144,10 +116,8 @@ def residency_stack_spec(
             listed = ["it would need:"] + listed
         if k == 1 and not split.get("clamp_fits", True):
             listed = ["no sequence fits: it raises too", "and builds nothing"]
-        x.append(
-            f"<b>{name}</b><br>"
-            + "<br>".join(f'<span style="font-size:11px">{line}</span>' for line in listed)
-        )
+        small = [f'<span style="font-size:11px">{line}</span>' for line in listed]
+        x.append("<br>".join([f"<b>{name}</b>"] + small))
     tallest = max(sum(parts[key] for key, _, _ in RESIDENCY_PARTS) for parts in bars)
     data = []
     for key, label, color in RESIDENCY_PARTS:
@@ -164,17 +134,7 @@ def residency_stack_spec(
         height=500,
         bargap=0.35,
         shapes=[across(q, crash, "dash")],
-        annotations=[
-            note(
-                f"quota {q:.2f} GiB",
-                1,
-                q,
-                crash,
-                xref="paper",
-                xanchor="right",
-                yanchor="bottom",
-            )
-        ],
+        annotations=[end_note(f"quota {q:.2f} GiB", q, crash)],
         xaxis=dict(type="category", tickangle=0),
         yaxis=dict(title=dict(text="GiB"), range=[0, max(q, raw_need / GIB) * 1.12]),
         legend=foot_legend(font=dict(size=11)),
@@ -204,31 +164,16 @@ def residency_proposals_spec(
     for key, label, color in PROPOSAL_PARTS:
         values = [r[key] for r in rows]
         hovers = [f"{r['label']} ({r['status']}): {label} {v}" for r, v in zip(rows, values)]
-        text = [str(v) if v else "" for v in values]
-        data.append(
-            bar(
-                x,
-                values,
-                label,
-                color,
-                hovers,
-                text=text,
-                textposition="inside",
-                insidetextanchor="middle",
-            )
-        )
+        text = dict(text=[str(v) if v else "" for v in values], textposition="inside")
+        data.append(bar(x, values, label, color, hovers, **text, insidetextanchor="middle"))
     top = max([r["resident"] + r["waiting"] for r in rows] + [1])
+    crashed = "ValueError at<br>construction:<br>nothing served"
     annotations = [
-        note(
-            "ValueError at<br>construction:<br>nothing served",
-            xi,
-            0,
-            OUTCOME_COLORS["crash"],
-            yanchor="bottom",
-        )
+        note(crashed, xi, 0, OUTCOME_COLORS["crash"], yanchor="bottom")
         for xi, r in zip(x, rows)
         if r["outcome"] == "crash"
     ]
+    legend = dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right")
     layout = base_layout(
         titled(title, "Merged code raises; what each proposal would serve"),
         subtitle,
@@ -238,15 +183,7 @@ def residency_proposals_spec(
         annotations=annotations,
         xaxis=dict(type="category", tickangle=0, tickfont=dict(size=11)),
         yaxis=dict(title=dict(text="concurrent requests"), range=[0, top * 1.1]),
-        legend=dict(
-            orientation="h",
-            yanchor="bottom",
-            y=1.0,
-            x=1,
-            xanchor="right",
-            traceorder="normal",
-            font=dict(size=11),
-        ),
+        legend=dict(legend, traceorder="normal", font=dict(size=11)),
         margin=dict(l=70, r=30, t=110, b=90),
     )
     return {"data": data, "layout": layout}
