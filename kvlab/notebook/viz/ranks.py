@@ -17,7 +17,7 @@ from kvlab.notebook.viz.style import (
     as_figure,
     bar,
     base_layout,
-    hover,
+    legend_below,
     legend_entry,
     note,
     outcome_color,
@@ -68,19 +68,11 @@ def budget_stack(
     """The 8 stacked bar traces of :data:`BUDGET_PARTS`, a bar per ``x`` (GiB); a part zero in
     every bar has no legend entry, one too thin to see gives its size."""
     states = list(state_bytes) or [0] * len(budgets)
-    columns = [
-        (
-            b.weights_bytes,
-            b.workspace_bytes,
-            b.activation_peak_bytes,
-            b.non_torch_bytes,
-            pool,
-            state,
-            lost,
-            max(0, b.total_bytes - b.peak_memory_bytes - pool - state - lost),
-        )
-        for b, pool, lost, state in zip(budgets, pool_bytes, lost_bytes, states)
-    ]
+    columns = []
+    for b, pool, lost, state in zip(budgets, pool_bytes, lost_bytes, states):
+        unused = max(0, b.total_bytes - b.peak_memory_bytes - pool - state - lost)
+        used = (b.weights_bytes, b.workspace_bytes, b.activation_peak_bytes, b.non_torch_bytes)
+        columns.append((*used, pool, state, lost, unused))
     values = [[n / GIB for n in part] for part in zip(*columns)] or [[]] * len(BUDGET_PARTS)
     tallest = max((sum(column) for column in zip(*values)), default=0)
     traces = []
@@ -111,33 +103,26 @@ def rank_budget_spec(
         (r.local_blocks - r.blocks) * (r.quota_bytes // r.blocks if r.blocks else 0) for r in ranks
     ]
     labels = [f"rank {r.rank}" for r in ranks]
-    traces = budget_stack(
-        labels,
-        [r.budget for r in ranks],
-        [r.quota_bytes for r in ranks],
-        lost,
-        state_bytes,
-        after_min=len(ranks) > 1,
-    )
+    budgets, pools = [r.budget for r in ranks], [r.quota_bytes for r in ranks]
+    traces = budget_stack(labels, budgets, pools, lost, state_bytes, after_min=len(ranks) > 1)
     own = [r.local_quota_bytes / GIB for r in ranks]
-    pools = ", ".join(f"{p:,}" for p in sorted({r.blocks for r in ranks}))
+    blocks = ", ".join(f"{p:,}" for p in sorted({r.blocks for r in ranks}))
     subtitle = (
         f"own KV quotas {min(own):.1f}-{max(own):.1f} GiB; after the MIN every rank's pool is "
-        f"{pools} blocks"
+        f"{blocks} blocks"
         if ranks
         else "no ranks"
     )
+    default = f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)"
     layout = base_layout(
-        titled(
-            title, f"Per-rank memory: the MoE workspace shrinks the KV pool ({len(ranks)} ranks)"
-        ),
+        titled(title, default),
         subtitle,
         barmode="stack",
         height=460,
         bargap=0.15,
         xaxis=rank_axis(labels),
         yaxis=dict(title=dict(text="GiB per GPU")),
-        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, font=dict(size=11)),
+        legend=legend_below(-0.2, font=dict(size=11)),
     )
     return {"data": traces, "layout": layout}
 
@@ -152,7 +137,6 @@ def request_fit_spec(
 ) -> dict:
     """Each request's tokens (dicts of ``id``, ``tokens``, ``outcome``, ``rank``) against the
     pool (dotted) and the row (dashed) on a linear axis, labelled with how far past each."""
-    ids = [str(r["id"]) for r in requests]
     tokens = [int(r["tokens"]) for r in requests]
     outcomes = [r.get("outcome") for r in requests]
     hovers = [
@@ -174,38 +158,24 @@ def request_fit_spec(
         else f"{t:,}"
         for t in tokens
     ]
-    bar = dict(
-        type="bar",
-        x=ids,
-        y=tokens,
-        marker=dict(color=[outcome_color(o) for o in outcomes]),
-        # inside a bar that holds its label, level; outside only a bar too short to hold it
-        text=text,
-        textposition=["inside" if t > lowest else "auto" for t in tokens],
-        insidetextanchor="middle",
-        textangle=0,
-        constraintext="none",
-        cliponaxis=False,
-        **hover(hovers),
-        name="requests",
-        showlegend=False,
-    )
+    ids = [str(r["id"]) for r in requests]
+    colors = [outcome_color(o) for o in outcomes]
+    bars = bar(ids, tokens, "requests", colors, hovers, showlegend=False, cliponaxis=False)
+    # inside a bar that holds its label, level; outside only a bar too short to hold it
+    inside = ["inside" if t > lowest else "auto" for t in tokens]
+    bars.update(text=text, textposition=inside, insidetextanchor="middle", textangle=0)
+    bars["constraintext"] = "none"
     # at the left, the larger limit's value above its line, the smaller's below: apart though
     # the lines coincide
     larger = max(limits, key=lambda limit: limit[1])
-    annotations = [
-        note(
-            f"{words} {value:,} tokens",
-            0,
-            value,
-            color,
-            xref="paper",
-            xanchor="left",
-            yanchor="bottom" if limit is larger else "top",
+    annotations = []
+    for limit in limits:
+        _, value, color, _, words = limit
+        anchor = "bottom" if limit is larger else "top"
+        text = f"{words} {value:,} tokens"
+        annotations.append(
+            note(text, 0, value, color, xref="paper", xanchor="left", yanchor=anchor)
         )
-        for limit in limits
-        for _, value, color, _, words in [limit]
-    ]
     crashes = sum(1 for o in outcomes if o == "crash")
     if subtitle is None:
         subtitle = (
@@ -213,6 +183,7 @@ def request_fit_spec(
             if crashes
             else "no request beyond the row"
         )
+    y_range = [0, 1.12 * max(tokens + [capacity_tokens, row_tokens, 1])]
     layout = base_layout(
         titled(title, "Requests against the pool and the page-index row"),
         subtitle,
@@ -220,16 +191,12 @@ def request_fit_spec(
         shapes=[across(value, color, dash) for _, value, color, dash, _ in limits],
         annotations=annotations,
         bargap=0.3,
-        legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
+        legend=legend_below(-0.12),
         xaxis=dict(title=None, type="category"),
-        yaxis=dict(
-            title=dict(text="tokens (prompt + new)"),
-            rangemode="tozero",
-            range=[0, 1.12 * max(tokens + [capacity_tokens, row_tokens, 1])],
-        ),
+        yaxis=dict(title=dict(text="tokens (prompt + new)"), rangemode="tozero", range=y_range),
     )
     legend = [legend_entry(f"{w} {v:,} tokens", c, dash) for _, v, c, dash, w in limits]
-    return {"data": [bar, *legend], "layout": layout}
+    return {"data": [bars, *legend], "layout": layout}
 
 
 rank_budget_figure = as_figure(rank_budget_spec)
