@@ -14,18 +14,10 @@ from kvlab.core.checks import check_instance, check_int, check_items
 TEXT_COLUMN_WIDTH = "34em"
 #: The most decimals a table writes a real with (a float holds about 16 significant digits).
 MAX_DIGITS = 15
+_CELL_CSS = "white-space: normal; word-break: normal; overflow-wrap: normal; vertical-align: top"
 _STYLES = [
-    dict(
-        selector="th, td",
-        props=[
-            ("white-space", "normal"),
-            ("word-break", "normal"),
-            ("overflow-wrap", "normal"),
-            ("vertical-align", "top"),
-            ("padding", "3px 8px"),
-        ],
-    ),
-    dict(selector="th", props=[("text-align", "left")]),
+    dict(selector="th, td", props=f"{_CELL_CSS}; padding: 3px 8px"),
+    dict(selector="th", props="text-align: left"),
 ]
 #: A command-line flag ("--allow-auto-truncate"), for :func:`keep_whole`.
 FLAG_PATTERN = r"(?<![\w-])--[\w-]+"
@@ -49,20 +41,17 @@ def cell_text(value, digits: int = 2) -> str:
 def keep_whole(markup: str, pattern: str = FLAG_PATTERN) -> str:
     """``markup`` with each match of ``pattern`` kept on one line (a browser breaks after a
     hyphen, and "--" over "allow-auto-truncate" reads as two words)."""
-    return re.sub(
-        pattern, lambda m: f'<span style="white-space:nowrap">{m.group(0)}</span>', markup
-    )
+    return re.sub(pattern, r'<span style="white-space:nowrap">\g<0></span>', markup)
 
 
 def _whole(value, digits: int) -> str:
     """A cell's HTML: a name kept whole, a word too long for a column ("a.b_c...") allowed to
     wrap after each "." and "_" in it."""
-    text = re.sub(
-        r"[\w.]{25,}",
-        lambda m: re.sub(r"(?<=[._])(?=\w)", "<wbr>", m.group(0)),
-        cell_text(value, digits),
-    )
-    return keep_whole(text, NAME_PATTERN)
+
+    def breakable(match: re.Match) -> str:
+        return re.sub(r"(?<=[._])(?=\w)", "<wbr>", match.group(0))
+
+    return keep_whole(re.sub(r"[\w.]{25,}", breakable, cell_text(value, digits)), NAME_PATTERN)
 
 
 def table(data, *, index: str | None = None, digits: int = 2):
@@ -71,12 +60,10 @@ def table(data, *, index: str | None = None, digits: int = 2):
     import pandas as pd
 
     digits = check_int("digits", digits, high=MAX_DIGITS)
+    frame = data
     if not isinstance(data, pd.DataFrame):
-        data = [
-            check_instance(f"data[{i}]", row, Mapping)
-            for i, row in enumerate(check_items("data", data, "rows (dicts), or a DataFrame"))
-        ]
-    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+        rows = check_items("data", data, "rows (dicts), or a DataFrame")
+        frame = pd.DataFrame([check_instance(f"data[{i}]", r, Mapping) for i, r in enumerate(rows)])
     if index is not None:
         if check_instance("index", index, str) not in frame.columns:
             raise ValueError(
@@ -84,11 +71,7 @@ def table(data, *, index: str | None = None, digits: int = 2):
             )
         frame = frame.set_index(index)
     # text: object columns and pandas' own string dtype (a column of str since pandas 3)
-    text = [
-        c
-        for c in frame.columns
-        if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)
-    ]
+    text = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c].dtype)]
     styler = (
         frame.style.format(lambda v: _whole(v, digits))
         .format_index(lambda v: _whole(v, digits))

@@ -16,7 +16,8 @@ from kvlab.notebook.viz.style import (
     base_layout,
     foot_legend,
     format_bytes,
-    hover,
+    legend_below,
+    lines_trace,
     log_log_axes,
 )
 
@@ -42,24 +43,22 @@ def table_copy_spec(
     per row width (log axes); ``rows``: ``page_index_copy`` dicts, ``labels`` names widths."""
     widths = sorted({r["width"] for r in rows})
     subtitle = "pinned int32 [slots, 2, width] copied with non_blocking=True; median of the steps"
-    if len(widths) > 1:
-        big = max(r["max_batch_size"] for r in rows)
-        at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
-        lo, hi = at.get(widths[0]), at.get(widths[-1])
-        if lo and hi:
-            subtitle = (
-                f"at max_batch_size {big:,}: {widths[-1]:,} entries {format_bytes(hi['nbytes'])} "
-                f"in {hi['median_us']:,.1f} us vs {widths[0]:,} entries "
-                f"{format_bytes(lo['nbytes'])} in {lo['median_us']:,.1f} us"
-            )
+    big = max((r["max_batch_size"] for r in rows), default=0)
+    at = {r["width"]: r for r in rows if r["max_batch_size"] == big}
+    lo, hi = at.get(widths[0]) if widths else None, at.get(widths[-1]) if widths else None
+    if len(widths) > 1 and lo and hi:
+        subtitle = (
+            f"at max_batch_size {big:,}: {widths[-1]:,} entries {format_bytes(hi['nbytes'])} "
+            f"in {hi['median_us']:,.1f} us vs {widths[0]:,} entries "
+            f"{format_bytes(lo['nbytes'])} in {lo['median_us']:,.1f} us"
+        )
+    legend = dict(orientation="v", yanchor="top", y=0.98, x=0.02, bgcolor="rgba(255,255,255,0.8)")
     layout = base_layout(
         f"The page-index table's copy to the device, each step{_on(device)}",
         subtitle,
         height=460,
         **log_log_axes(("max_batch_size", "sequences"), ("host-to-device copy per step", "us")),
-        legend=dict(
-            orientation="v", yanchor="top", y=0.98, x=0.02, bgcolor="rgba(255,255,255,0.8)"
-        ),
+        legend=legend,
     )
     return {"data": width_lines(rows, "median_us", labels, _copy_hover), "layout": layout}
 
@@ -76,19 +75,8 @@ def paged_read_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
             f"{format_bytes(r['nbytes'])})"
             for xi, v, r in zip(x, values, rows)
         ]
-        text = [f"{v:,.0f}" for v in values]
-        data.append(
-            bar(
-                x,
-                values,
-                label,
-                READ_COLORS[side],
-                hovers,
-                text=text,
-                textposition="outside",
-                cliponaxis=False,
-            )
-        )
+        text = dict(text=[f"{v:,.0f}" for v in values], textposition="outside", cliponaxis=False)
+        data.append(bar(x, values, label, READ_COLORS[side], hovers, **text))
     ratios = [r["gather_vs_copy"] for r in rows]
     subtitle = (
         f"the gather reads at {min(ratios):.0%} to {max(ratios):.0%} of the copy's bandwidth"
@@ -102,7 +90,7 @@ def paged_read_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
         barmode="group",
         xaxis=dict(title=dict(text="page size"), type="category"),
         yaxis=dict(title=dict(text="GB/s of bytes read"), rangemode="tozero"),
-        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0),
+        legend=legend_below(-0.2),
     )
     return {"data": data, "layout": layout}
 
@@ -116,15 +104,8 @@ def pool_allocation_spec(rows: Sequence[Mapping], *, device: str = "") -> dict:
         f"{format_bytes(r['bytes_per_block'])}): {r['median_ms']:,.2f} ms"
         for r in rows
     ]
-    trace = dict(
-        type="scatter",
-        x=[r["nbytes"] / GIB for r in rows],
-        y=[r["median_ms"] for r in rows],
-        mode="lines+markers",
-        name="torch.empty of the pool",
-        **hover(hovers),
-        line=dict(color=OUTCOME_COLORS["ok"], width=2.5),
-    )
+    x, y = [r["nbytes"] / GIB for r in rows], [r["median_ms"] for r in rows]
+    trace = lines_trace(x, y, "torch.empty of the pool", OUTCOME_COLORS["ok"], hovers)
     layout = base_layout(
         f"Allocating the KV pool{_on(device)}",
         "median of cold allocations (allocator cache emptied first)",
@@ -148,13 +129,9 @@ def pool_vs_workspace_spec(rows: Sequence[Mapping], *, device: str = "") -> dict
         )
         for r in rows
     ]
-    traces = budget_stack(
-        [f"{r['workspace_bytes'] / GIB:g} GiB" for r in rows],
-        budgets,
-        [r["pool_bytes_allocated"] for r in rows],
-        [0] * len(rows),
-        after_min=False,
-    )
+    x = [f"{r['workspace_bytes'] / GIB:g} GiB" for r in rows]
+    pools = [r["pool_bytes_allocated"] for r in rows]
+    traces = budget_stack(x, budgets, pools, [0] * len(rows), after_min=False)
     subtitle = (
         f"pool {rows[0]['pool_blocks']:,} -> {rows[-1]['pool_blocks']:,} blocks; max_seq_len "
         f"clamped to {rows[0]['max_seq_len']:,} -> {rows[-1]['max_seq_len']:,} tokens"
