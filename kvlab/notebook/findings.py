@@ -36,27 +36,15 @@ def report_findings(findings: Iterable[Finding]):
     from IPython.display import display  # imported here: kvlab itself needs no IPython
 
     shown = table(rows).hide(axis="index").to_html() if rows else "<p>(no findings)</p>"
-    display(
-        {
-            FINDINGS_MIME: rows,
-            "text/html": shown,
-            "text/plain": "\n".join(" | ".join(str(v) for v in r.values()) for r in rows),
-        },
-        raw=True,
-    )
+    plain = "\n".join(" | ".join(str(v) for v in r.values()) for r in rows)
+    display({FINDINGS_MIME: rows, "text/html": shown, "text/plain": plain}, raw=True)
     return rows
 
 
 def read_findings(notebook) -> list[dict]:
     """The findings a notebook (an nbformat NotebookNode) reported, in order."""
-    if not hasattr(notebook, "cells"):
-        raise TypeError(
-            f"notebook must be an nbformat notebook (nbformat.read's), got {notebook!r:.60}"
-        )
     found = []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if FINDINGS_MIME in data:
-                found.extend(data[FINDINGS_MIME])
+            found.extend(output.get("data", {}).get(FINDINGS_MIME, []))
     return found

@@ -1,8 +1,6 @@
 """A plotly figure on screen that redraws with ``Plotly.react``: the panels' figures. Unlike
-plotly's ``go.FigureWidget`` (a full relayout, the drawn layout sent back to the kernel) it
-sends the figure's JSON one way and lets plotly.js redraw what changed, with the plotly.js the
-plotly package ships, so it draws what kaleido renders for the report.
-"""
+``go.FigureWidget`` (a full relayout, the drawn layout sent back) it sends the figure's JSON one
+way, to the plotly.js the plotly package ships: it draws what kaleido renders for the report."""
 
 from __future__ import annotations
 
@@ -86,14 +84,10 @@ class PlotView(anywidget.AnyWidget):
 
     def show(self, figure: go.Figure | Mapping[str, Any]) -> bool:
         """Show ``figure``; True if it differed from what was shown (and was sent)."""
-        if isinstance(figure, go.Figure):
-            spec = figure.to_plotly_json()
-        elif isinstance(figure, Mapping):
-            spec = dict(figure)
-        else:
-            raise TypeError(
-                f"figure must be a go.Figure or a figure dict, got {type(figure).__name__}"
-            )
+        if not isinstance(figure, (go.Figure, Mapping)):
+            got = type(figure).__name__
+            raise TypeError(f"figure must be a go.Figure or a figure dict, got {got}")
+        spec = figure.to_plotly_json() if isinstance(figure, go.Figure) else dict(figure)
         text = plotly_json.to_json_plotly({**spec, "config": CONFIG})
         self._spec = spec
         if text == self.figure_json:
