@@ -17,25 +17,19 @@ from kvlab.core.memory import GIB, MIB
 
 #: The names :func:`run_outcome` gives a "stall" that nothing raised.
 UNRAISED_STALLS = ("livelock", "unfinished")
-#: One colour per outcome in every notebook; the unraised stalls keep the stall's orange.
-OUTCOME_COLORS = {
-    "crash": "#CC3311",
-    "stall": "#EE7733",
-    "livelock": "#EE7733",
-    "unfinished": "#EE7733",
-    "refused": "#DDAA33",
-    "reject": "#0077BB",
-    "ok": "#009988",
+#: Each outcome's colour, one in every notebook (the unraised stalls keep the stall's orange),
+#: and its label.
+_OUTCOMES = {
+    "crash": ("#CC3311", "crash (ValueError)"),
+    "stall": ("#EE7733", "stall (no progress)"),
+    "livelock": ("#EE7733", "livelock (preempted again and again, never raises)"),
+    "unfinished": ("#EE7733", "unfinished when the steps ran out"),
+    "refused": ("#DDAA33", "refused (resize returned False)"),
+    "reject": ("#0077BB", "rejected at admission"),
+    "ok": ("#009988", "ok"),
 }
-OUTCOME_LABELS = {
-    "crash": "crash (ValueError)",
-    "stall": "stall (no progress)",
-    "livelock": "livelock (preempted again and again, never raises)",
-    "unfinished": "unfinished when the steps ran out",
-    "refused": "refused (resize returned False)",
-    "reject": "rejected at admission",
-    "ok": "ok",
-}
+OUTCOME_COLORS = {outcome: color for outcome, (color, _) in _OUTCOMES.items()}
+OUTCOME_LABELS = {outcome: label for outcome, (_, label) in _OUTCOMES.items()}
 #: "Not applicable" (no pool, no outcome); the page-index row and the pool (not outcomes).
 NEUTRAL_COLOR, ROW_COLOR, POOL_COLOR = "#BBBBBB", "#555555", "#999999"
 #: Line colours for row widths, clear of the outcome colours (Tol "muted").
