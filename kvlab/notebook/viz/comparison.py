@@ -36,9 +36,11 @@ from kvlab.run.simulation import SimulationResult
 _STAR = dict(symbol="star", size=14, color="white", line=dict(color="black", width=1.5))
 
 
-def _log2_ticks(values: Sequence[float]) -> list[int]:
-    """The whole powers of two from the smallest of ``values`` (log2) to the largest."""
-    return list(range(math.ceil(min(values, default=0)), math.floor(max(values, default=0)) + 1))
+def _log2_axis(values: Sequence[float], most: float = math.inf) -> dict:
+    """An axis of log2 ``values`` ticked at the whole powers of two, every other past ``most``."""
+    ticks = list(range(math.ceil(min(values, default=0)), math.floor(max(values, default=0)) + 1))
+    ticks = ticks[::2] if len(ticks) > most else ticks
+    return dict(tickvals=ticks, ticktext=[f"{2**t:,}" for t in ticks], showgrid=False)
 
 
 def phase_diagram_spec(
@@ -61,8 +63,7 @@ def phase_diagram_spec(
     star = (
         ([math.log2(mark[0] * bytes_per_block / MIB)], [math.log2(mark[1])]) if mark else ([], [])
     )
-    xt, yt = _log2_ticks(xs), _log2_ticks(ys)
-    xt = xt[::2] if len(xt) > 8 else xt
+    x_axis = dict(_log2_axis(xs, 8), title=dict(text="KV pool (MiB)"))
     data, axes, annotations = [], {}, []
     domains = panel_domains([1] * max(len(diagram), 1), 0.04)
     for k, (regime, rows) in enumerate(diagram.items()):
@@ -81,12 +82,8 @@ def phase_diagram_spec(
         point = dict(type="scatter", x=star[0], y=star[1], mode="markers", name=name, marker=_STAR)
         point.update(showlegend=k == 0 and bool(mark), hovertemplate=f"{name}<extra></extra>")
         data.append(dict(point, **on_panel(k)))
-        ticks = [f"{2**t:,}" for t in xt]
-        x = dict(domain=domains[k], tickvals=xt, ticktext=ticks, showgrid=False)
-        x["title"] = dict(text="KV pool (MiB)")
-        y = dict(tickvals=yt, ticktext=[f"{2**t:,}" for t in yt], showgrid=False)
-        y["showticklabels"] = k == 0
-        axes |= panel_axes(k, x, y)
+        y_axis = dict(_log2_axis(ys), showticklabels=k == 0)
+        axes |= panel_axes(k, dict(x_axis, domain=domains[k]), y_axis)
         counts = [sum(row.count(i) for row in grid) for i in range(len(ENGINE_OUTCOMES))]
         tally = ", ".join(f"{c:,} {v}" for v, c in zip(ENGINE_OUTCOMES, counts) if c)
         annotations.append(heading(f"<b>{regime}</b><br><sup>{tally}</sup>", sum(domains[k]) / 2))
