@@ -4,6 +4,7 @@ pages, the stall detector) and one scheduling pass, request by request."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from kvlab.core.checks import check_choice, check_instance, check_int
@@ -72,11 +73,8 @@ def end_place(result, request_id: str) -> str:
 
 def end_counts(result) -> dict:
     """How many requests ``result`` left in each of :data:`END_PLACES`."""
-    counts = dict.fromkeys(END_PLACES, 0)
-    for request_id in result.status:
-        place = end_place(result, request_id)
-        counts[place] = counts.get(place, 0) + 1
-    return counts
+    places = Counter(end_place(result, request_id) for request_id in result.status)
+    return dict.fromkeys(END_PLACES, 0) | places
 
 
 def _one_pass_words(result, steps: list) -> str:
