@@ -64,7 +64,8 @@ def phase_diagram_spec(
         ([math.log2(mark[0] * bytes_per_block / MIB)], [math.log2(mark[1])]) if mark else ([], [])
     )
     x_axis = dict(_log2_axis(xs, 8), title=dict(text="KV pool (MiB)"))
-    data, axes, annotations = [], {}, []
+    data, annotations = [], []
+    axes: dict[str, dict] = {}
     domains = panel_domains([1] * max(len(diagram), 1), 0.04)
     for k, (regime, rows) in enumerate(diagram.items()):
         grid = [[int(v) for v in row] for row in rows]  # (pools, contexts)
@@ -79,7 +80,9 @@ def phase_diagram_spec(
         ]
         data.append(code_heatmap(z, text, colors, regime, x=xs, y=ys, **on_panel(k)))
         name = "the seed's point"
-        point = dict(type="scatter", x=star[0], y=star[1], mode="markers", name=name, marker=_STAR)
+        point: dict[str, Any] = dict(
+            type="scatter", x=star[0], y=star[1], mode="markers", name=name, marker=_STAR
+        )
         point.update(showlegend=k == 0 and bool(mark), hovertemplate=f"{name}<extra></extra>")
         data.append(dict(point, **on_panel(k)))
         y_axis = dict(_log2_axis(ys), showticklabels=k == 0)
@@ -128,7 +131,8 @@ def policy_bars_spec(
     policies = [r["policy"] for r in rows]
     outcomes = [r["outcome"] for r in rows]
     colors = [outcome_color(o) for o in outcomes]
-    data, axes, annotations = [], {}, []
+    data, annotations = [], []
+    axes: dict[str, dict] = {}
     domains = panel_domains([1] * len(metrics), 0.08)
     for k, (column, label) in enumerate(metrics):
         values = [r.get(column) for r in rows]
@@ -210,7 +214,9 @@ def served_over_time_spec(
         dash = POLICY_DASHES[k % len(POLICY_DASHES)]
         stop = [0] * (len(kept) - 1) + [14 if run.error is not None else 0]  # the X's size
         hovers = f"{policy}: minute %{{x:.1f}}, %{{y}} finished<extra></extra>"
-        served = dict(type="scatter", mode="lines+markers", name=f"{policy}: {said}")
+        served: dict[str, Any] = dict(
+            type="scatter", mode="lines+markers", name=f"{policy}: {said}"
+        )
         served.update(line=dict(color=color, width=2.5, dash=dash), hovertemplate=hovers)
         served["marker"] = dict(symbol="x", size=stop, color=color)
         served.update(x=[s.step * scale for s in kept], y=[s.finished_total for s in kept])

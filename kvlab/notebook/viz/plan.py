@@ -83,12 +83,9 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                     ticks[key].append(value)
                 # a tick on a million-token axis is easy to miss: named, with an arrow
                 text = f"{labels[outcome]}: {s.low:,}-{s.high:,} ({size:,} tokens)"
-                arrow = dict(
-                    showarrow=True, arrowhead=2, arrowcolor=color, bgcolor="rgba(255,255,255,0.9)"
-                )
-                arrow.update(
-                    ay=-24 - 16 * (len(annotations) % 2), **_beside(middle / top, text, 40)
-                )
+                stagger = -24 - 16 * (len(annotations) % 2)
+                arrow = dict(showarrow=True, arrowhead=2, arrowcolor=color, ay=stagger)
+                arrow.update(_beside(middle / top, text, 40), bgcolor="rgba(255,255,255,0.9)")
                 annotations.append(note(text, middle, name, color, 11, **arrow))
         bars = bar(xs, ys, labels[outcome], color, hovers, orientation="h", base=bases)
         traces.append(dict(bars, showlegend=bool(xs)))

@@ -172,9 +172,9 @@ def request_fit_spec(
     for limit in limits:
         _, value, color, _, words = limit
         anchor = "bottom" if limit is larger else "top"
-        text = f"{words} {value:,} tokens"
+        said = f"{words} {value:,} tokens"
         annotations.append(
-            note(text, 0, value, color, xref="paper", xanchor="left", yanchor=anchor)
+            note(said, 0, value, color, xref="paper", xanchor="left", yanchor=anchor)
         )
     crashes = sum(1 for o in outcomes if o == "crash")
     if subtitle is None:

@@ -45,7 +45,8 @@ def review_findings_spec(runs: Sequence, *, title: str | None = None) -> dict:
     # each panel as wide as its metrics need; gaps for the next panel's tick labels
     counts = [max([len(r.metrics) for r in runs if r.finding == f] + [1]) for f in findings]
     domains = panel_domains(counts, 0.12)
-    data, axes, annotations = [], {}, []
+    data, annotations = [], []
+    axes: dict[str, dict] = {}
     for k, finding in enumerate(findings):
         mine = sorted((r for r in runs if r.finding == finding), key=lambda r: not r.bug)
         top = max([1] + [v for r in mine for _, v in r.metrics if v is not None])

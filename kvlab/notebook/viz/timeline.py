@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvlab.core.checks import check_choice, check_instance, check_int
 from kvlab.core.request import UNFINISHED_STATUSES, RequestState
@@ -41,7 +42,7 @@ TIMELINE_COLORS = {
     "free": "#DDDDDD",
 }
 #: The timeline's traces, in order (always all seven; the queue last, so the others keep places).
-TIMELINE_SERIES = ("running", "waiting", "suspended", "used_blocks", "free_blocks")
+TIMELINE_SERIES: tuple[str, ...] = ("running", "waiting", "suspended", "used_blocks", "free_blocks")
 TIMELINE_SERIES += ("stalled_passes", "queued")
 _TIMELINE_DOMAINS = ([0.70, 1.0], [0.37, 0.62], [0.0, 0.29])
 #: Where a run left its requests (:func:`end_place`), in the order a subtitle names them.
@@ -164,7 +165,7 @@ def scheduler_timeline_spec(
         color, end = outcome_color(outcome), steps[-1]
         shapes.append(upright(end, color))
         text = f"{type(error).__name__} in pass {len(steps):,} (step {end:,})"
-        where = dict(yref="paper", xanchor="right", yanchor="bottom")
+        where: dict[str, Any] = dict(yref="paper", xanchor="right", yanchor="bottom")
         annotations.append(note(text, end, 1.0, color, 11, **where))
     if len(steps) <= 1:  # one pass: points, not lines, and why there is nothing over time
         # in the right half of the pool's panel: clear of the point and of the axes' labels
@@ -183,14 +184,14 @@ def scheduler_timeline_spec(
     top = max(trace.column(lowest) + [stall_limit or 0, 1])
     y_titles = ("requests", "pages", "passes" if stall_detector else "requests")
     y_ranges = (None, [0, max(total, 1) * 1.05], [0, top * 1.1])
-    axes = {}
+    axes: dict[str, dict] = {}
     for k, domain in enumerate(_TIMELINE_DOMAINS):
         x = dict(domain=[0, 1], showticklabels=k == 2)
         if k:
             x["matches"] = "x"
         if steps and steps[-1] - steps[0] < 10:  # a few steps: whole steps on the axis
             x.update(range=[steps[0] - 0.5, steps[-1] + 0.5], dtick=1)
-        y = dict(domain=domain, rangemode="tozero", title=dict(text=y_titles[k]))
+        y: dict[str, Any] = dict(domain=domain, rangemode="tozero", title=dict(text=y_titles[k]))
         if y_ranges[k]:
             y["range"] = y_ranges[k]
         axes |= panel_axes(k, x, y)
