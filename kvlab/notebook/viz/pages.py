@@ -328,14 +328,8 @@ def repro_page_map_spec(result: ReproResult) -> dict:
 def repro_index_row_spec(result: ReproResult) -> dict:
     """:func:`index_row_spec` of a ``kvlab.analysis.repro.ReproResult``."""
     r = check_instance("result", result, ReproResult)
-    return index_row_spec(
-        r.max_blocks_per_seq,
-        r.entries_needed,
-        r.total_blocks,
-        r.outcome,
-        tokens_per_block=r.tokens_per_block,
-        policy=r.policy,
-    )
+    row = (r.max_blocks_per_seq, r.entries_needed, r.total_blocks, r.outcome)
+    return index_row_spec(*row, tokens_per_block=r.tokens_per_block, policy=r.policy)
 
 
 def table_price_spec(
