@@ -4,6 +4,7 @@ all-reduce, and the requests against the pool and the page-index row."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvlab.analysis.rank_plan import RankPlan
 from kvlab.core.checks import check_instance, check_int, check_items, check_sequence
@@ -168,15 +169,16 @@ def request_fit_spec(
     # at the left, the larger limit's value above its line, the smaller's below: apart though
     # the lines coincide
     larger = max(limits, key=lambda limit: limit[1])
-    annotations = []
+    shapes, annotations, legend = [], [], []
     for limit in limits:
-        _, value, color, _, words = limit
-        anchor = "bottom" if limit is larger else "top"
+        _, value, color, dash, words = limit
         said = f"{words} {value:,} tokens"
-        annotations.append(
-            note(said, 0, value, color, xref="paper", xanchor="left", yanchor=anchor)
-        )
-    crashes = sum(1 for o in outcomes if o == "crash")
+        where: dict[str, Any] = dict(xref="paper", xanchor="left")
+        where["yanchor"] = "bottom" if limit is larger else "top"
+        shapes.append(across(value, color, dash))
+        annotations.append(note(said, 0, value, color, **where))
+        legend.append(legend_entry(said, color, dash))
+    crashes = outcomes.count("crash")
     if subtitle is None:
         subtitle = (
             f"{crashes} request(s) beyond the row: ValueError"
@@ -188,14 +190,13 @@ def request_fit_spec(
         titled(title, "Requests against the pool and the page-index row"),
         subtitle,
         height=420,
-        shapes=[across(value, color, dash) for _, value, color, dash, _ in limits],
+        shapes=shapes,
         annotations=annotations,
         bargap=0.3,
         legend=legend_below(-0.12),
         xaxis=dict(title=None, type="category"),
         yaxis=dict(title=dict(text="tokens (prompt + new)"), rangemode="tozero", range=y_range),
     )
-    legend = [legend_entry(f"{w} {v:,} tokens", c, dash) for _, v, c, dash, w in limits]
     return {"data": [bars, *legend], "layout": layout}
 
 
