@@ -178,7 +178,7 @@ def scheduler_timeline_spec(
     if subtitle is None:
         subtitle = (
             f"{counted(len(steps), 'pass')}; at the end: "
-            + ", ".join(f"{n:,} {where}" for where, n in end_counts(result).items() if n)
+            + ", ".join(f"{n:,} {place}" for place, n in end_counts(result).items() if n)
             + (f"; stopped by {type(error).__name__}" if error is not None else "")
         )
     top = max(trace.column(lowest) + [stall_limit or 0, 1])
