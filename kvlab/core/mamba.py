@@ -2,24 +2,23 @@
 
 Mirrors ``MambaHybridCacheManagerV2`` (tensorrt_llm/_torch/pyexecutor/kv_cache/
 mamba_cache_manager/mamba_cache_manager_v2.py at 28295084; REFERENCE.md §5). The merged default,
-``residency="raw"``: ``max_batch_size * pp_size`` resident sequences plus the dummy slots, and the
+``residency="raw"``: ``max_batch_size * pp_size`` resident sequences plus the dummy slots, or the
 real ``ValueError`` (:data:`QUOTA_TOO_SMALL`) when they do not fit the quota. Opt-in proposals,
 not merged: ``residency="clamped"`` (PR #17261, closed: residency bounded by the quota and
-all-reduced, the scheduler gating first chunks on it) and ``quota_message="pr18985"`` with
-:func:`feasible_max_batch_size` (PR #18985, open; kvlab's wording). A sequence takes a slot
-when its cache is created, keeps it while suspended, and gives it back on free.
+all-reduced) and ``quota_message="pr18985"`` (PR #18985, open; kvlab's wording). A sequence takes
+a slot when its cache is created, keeps it while suspended, and gives it back on free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from kvlab.core.checks import (
-    MAX_COUNT,
+    check_bools,
     check_choice,
     check_instance,
     check_int,
@@ -33,17 +32,9 @@ from kvlab.core.host_tier import MinAllReduce
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB, MIB
-from kvlab.core.pool import resolve_device
 from kvlab.core.request import Request
 from kvlab.core.words import counted
 
-#: "raw" is merged TensorRT-LLM; "clamped" is PR #17261's proposal (closed without merging).
-RESIDENCY_MODES = ("raw", "clamped")
-#: The residency mode of merged TensorRT-LLM (the default).
-MERGED_RESIDENCY = "raw"
-#: The quota error's wording: "merged" (the real message) or "pr18985" (PR #18985's proposal).
-QUOTA_MESSAGES = ("merged", "pr18985")
-#: The review finding this manager can reproduce (the scheduler holds the other two).
 #: The real message, raised by ``MambaHybridCacheManagerV2._build_cache_config``.
 QUOTA_TOO_SMALL = (
     "The V2 Mamba GPU cache quota is too small for live recurrent states and "
@@ -60,9 +51,7 @@ class StateSlotsExhausted(RuntimeError):
 def num_dummy_slots(cuda_graph_padding: bool = True, attention_dp: bool = False) -> int:
     """Reserved slots no sequence owns: one for CUDA-graph padding, one more under attention DP
     (the real count without speculative decoding; draft-length schedules add more upstream)."""
-    for name, flag in (("cuda_graph_padding", cuda_graph_padding), ("attention_dp", attention_dp)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {flag!r:.60}")
+    check_bools(cuda_graph_padding=cuda_graph_padding, attention_dp=attention_dp)
     return int(cuda_graph_padding) + int(attention_dp)
 
 
@@ -79,7 +68,7 @@ class ResidencyPlan:
 
     def __post_init__(self) -> None:
         for name in ("requested", "dummies", "slot_bytes", "page_bytes", "quota_bytes"):
-            store_checked(self, name, check_int, low=0, high=MAX_COUNT)
+            store_checked(self, name, check_int)
         store_param(self, "pp_size")
 
     @property
@@ -117,8 +106,10 @@ class ResidencyPlan:
         return self.requested if affordable is None else min(self.requested, affordable)
 
     def feasible_max_batch_size(self, cap: int = GENERIC_MAX_BATCH_SIZE) -> int:
-        """The largest ``max_batch_size`` (at most ``cap``) whose merged floor fits this quota:
-        PR #18985's idea of a feasible default (0: not even max_batch_size=1 fits)."""
+        """*Proposal, PR #18985 (open).* The largest ``max_batch_size``, at most ``cap`` (the
+        generic default), whose merged floor fits this quota; 0 when not even 1 fits. The PR pins
+        one default per model family; this is the largest a quota admits (Qwen3.5-27B, bf16
+        state, 24.86 GiB: 339)."""
         cap = check_int("cap", cap, low=1, high=1 << 20)
         if self.page_bytes > self.quota_bytes:
             return 0
@@ -141,46 +132,19 @@ def plan_residency(
     """The plan for ``MambaHybridCacheManager``'s arguments (``mamba=None``: attention-only)."""
     if mamba is not None and not isinstance(mamba, MambaGeometry):
         raise TypeError(f"mamba must be a MambaGeometry or None, got {mamba!r:.60}")
-    if not isinstance(attention, KVGeometry):
-        raise TypeError(f"attention must be a KVGeometry, got {attention!r:.60}")
-    quota_bytes = check_param("quota_bytes", quota_bytes)
+    check_instance("attention", attention, KVGeometry)
     max_batch_size = check_param("max_batch_size", max_batch_size)
     pp_size = check_param("pp_size", pp_size)
+    dummies = num_dummy_slots(cuda_graph_padding, attention_dp)
     slot_bytes = 0 if mamba is None else mamba.bytes_per_slot
-    dummies = num_dummy_slots(cuda_graph_padding, attention_dp) if slot_bytes else 0
     return ResidencyPlan(
         max_batch_size * pp_size,
-        dummies,
+        dummies if slot_bytes else 0,
         slot_bytes,
         attention.bytes_per_block,
-        quota_bytes,
+        check_param("quota_bytes", quota_bytes),
         pp_size,
     )
-
-
-def feasible_max_batch_size(
-    mamba: MambaGeometry | None,
-    attention: KVGeometry,
-    quota_bytes: int,
-    pp_size: int = 1,
-    *,
-    cuda_graph_padding: bool = True,
-    attention_dp: bool = False,
-    cap: int = GENERIC_MAX_BATCH_SIZE,
-) -> int:
-    """*Proposal, PR #18985 (open).* The largest ``max_batch_size``, at most ``cap`` (the generic
-    default, 2048), whose merged floor ``(max_batch_size * pp + dummies) * slot + one page`` fits
-    ``quota_bytes``; 0 when not even 1 fits. The PR pins one such default per model family; this
-    is the largest that a given quota admits (Qwen3.5-27B, bf16 state, 24.86 GiB: 339)."""
-    return plan_residency(
-        mamba,
-        attention,
-        quota_bytes,
-        1,
-        pp_size,
-        cuda_graph_padding=cuda_graph_padding,
-        attention_dp=attention_dp,
-    ).feasible_max_batch_size(cap)
 
 
 def cache_size_per_token(
@@ -210,7 +174,7 @@ def cache_size_per_token(
 def proposed_quota_error(plan: ResidencyPlan) -> str:
     """*Proposal, PR #18985 (open):* the quota error in GiB, naming the resident-sequence and
     reserved-slot counts and the settings to change. kvlab's wording (the PR's own text was not
-    read); the "at most N fits" hint is kvlab's :meth:`ResidencyPlan.feasible_max_batch_size`."""
+    read); the "at most N fits" hint is :meth:`ResidencyPlan.feasible_max_batch_size`."""
     fits = check_instance("plan", plan, ResidencyPlan).feasible_max_batch_size()
     hint = (
         f"lower max_batch_size (at most {fits:,} fits this quota) or raise "
@@ -232,51 +196,33 @@ class StateSlotPool:
     """``num_slots`` recurrent-state slots of ``slot_bytes`` each, one real uint8 tensor; the
     first ``num_dummies`` are reserved (CUDA-graph padding) and never handed out."""
 
-    def __init__(
-        self, num_slots: int, slot_bytes: int, num_dummies: int, device: str | torch.device = "cpu"
-    ) -> None:
-        num_slots = check_int("num_slots", num_slots, low=0)
-        slot_bytes = check_int("slot_bytes", slot_bytes, low=0)
-        num_dummies = check_int("num_dummies", num_dummies, low=0, high=num_slots)
-        self.slot_bytes = slot_bytes
+    def __init__(self, num_slots: int, slot_bytes: int, num_dummies: int, device: torch.device):
         self.num_dummies = num_dummies
-        self.storage = torch.empty(
-            (num_slots, slot_bytes), dtype=torch.uint8, device=resolve_device(device)
-        )
-        self._free: list[int] = list(range(num_slots - 1, num_dummies - 1, -1))
-
-    @property
-    def num_slots(self) -> int:
-        return self.storage.shape[0]
+        self.storage = torch.empty((num_slots, slot_bytes), dtype=torch.uint8, device=device)
+        self.nbytes = num_slots * slot_bytes
+        self.num_slots = num_slots
+        self._free = list(range(num_slots - 1, num_dummies - 1, -1))
 
     @property
     def free_slots(self) -> int:
         return len(self._free)
 
-    @property
-    def nbytes(self) -> int:
-        return self.storage.numel()
-
     def acquire(self) -> int | None:
         return self._free.pop() if self._free else None
 
     def release(self, slot: int) -> None:
-        if not self.num_dummies <= slot < self.num_slots or slot in self._free:
-            raise ValueError(f"state slot {slot} is not handed out by this pool")
+        assert self.num_dummies <= slot < self.num_slots and slot not in self._free
         self._free.append(slot)
 
 
 class MambaHybridCacheManager(KVCacheManager):
     """A hybrid model's rank: attention pages (the KVCacheManager) plus recurrent-state slots.
 
-    ``residency="raw"`` (the default) is merged TensorRT-LLM: ``max_batch_size * pp_size``
-    resident slots plus the dummies, or the real ValueError when they and one attention page do
-    not fit; ``max_resident_sequences()`` is None. ``residency="clamped"`` is PR #17261's
-    proposal (closed without merging); ``comm`` belongs to it alone.
-    ``quota_message="pr18985"`` words the error as PR #18985 proposes.
-
-    ``mamba=None`` (or zero layers) is an attention-only pipeline rank: no slots, yet in
-    "clamped" mode it takes part in the MIN all-reduce and adopts the reduced cap.
+    ``residency="raw"`` (the default) is merged TensorRT-LLM: ``max_resident_sequences()`` is
+    None. ``residency="clamped"`` is PR #17261's proposal; ``comm`` belongs to it alone.
+    ``quota_message="pr18985"`` words the error as PR #18985 proposes. ``mamba=None`` (or zero
+    layers) is an attention-only pipeline rank: no slots, yet in "clamped" mode it takes part
+    in the MIN all-reduce and adopts the reduced cap.
     """
 
     def __init__(
@@ -288,7 +234,7 @@ class MambaHybridCacheManager(KVCacheManager):
         max_batch_size: int,
         *,
         pp_size: int = 1,
-        residency: str = MERGED_RESIDENCY,
+        residency: str = "raw",
         comm: MinAllReduce | None = None,
         cuda_graph_padding: bool = True,
         attention_dp: bool = False,
@@ -297,18 +243,8 @@ class MambaHybridCacheManager(KVCacheManager):
         device: str | torch.device = "cpu",
         **kwargs: Any,
     ) -> None:
-        if mamba is not None and not isinstance(mamba, MambaGeometry):
-            raise TypeError(f"mamba must be a MambaGeometry or None, got {type(mamba).__name__}")
-        if not isinstance(attention, KVGeometry):
-            raise TypeError(f"attention must be a KVGeometry, got {type(attention).__name__}")
-        self.residency = check_choice("residency", residency, RESIDENCY_MODES)
-        self.quota_message = check_choice("quota_message", quota_message, QUOTA_MESSAGES)
-        for name, flag in (
-            ("cuda_graph_padding", cuda_graph_padding),
-            ("attention_dp", attention_dp),
-        ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {flag!r}")
+        self.residency = check_choice("residency", residency, ("raw", "clamped"))
+        self.quota_message = check_choice("quota_message", quota_message, ("merged", "pr18985"))
         if comm is not None and not callable(getattr(comm, "all_reduce_min", None)):
             raise TypeError(
                 f"comm must have an all_reduce_min(int) method, got {type(comm).__name__}"
@@ -319,13 +255,11 @@ class MambaHybridCacheManager(KVCacheManager):
                 "without merging); merged TensorRT-LLM (residency='raw') does no "
                 "all-reduce of the residency"
             )
-        warmup = tuple(
-            check_sequence("warmup_batch_sizes", warmup_batch_sizes, check_int, low=1, high=1 << 20)
+        warmup = check_sequence(
+            "warmup_batch_sizes", warmup_batch_sizes, check_int, low=1, high=1 << 20
         )
-        self.mamba = mamba
-        self.local_num_mamba_layers = 0 if mamba is None else mamba.num_mamba_layers
-        self.plan = plan_residency(
-            mamba if self.local_num_mamba_layers else None,
+        self.plan = plan = plan_residency(  # zero Mamba layers: slots of 0 bytes, none made
+            mamba,
             attention,
             quota_bytes,
             max_batch_size,
@@ -333,56 +267,41 @@ class MambaHybridCacheManager(KVCacheManager):
             cuda_graph_padding=cuda_graph_padding,
             attention_dp=attention_dp,
         )
-        plan = self.plan
-        if residency == "raw":
-            # the merged _build_cache_config: the live floor, checked before any allocation
-            resident = plan.requested
+        if residency == "raw":  # the merged _build_cache_config, before any allocation
             if not plan.raw_fits:
                 raise ValueError(self._quota_error(plan))
-            cap = None
+            resident = plan.requested
         else:
             if plan.slot_bytes and plan.local_cap < 1:
-                raise ValueError(
-                    self._quota_error(
-                        plan_residency(
-                            mamba,
-                            attention,
-                            quota_bytes,
-                            1,
-                            1,
-                            cuda_graph_padding=cuda_graph_padding,
-                            attention_dp=attention_dp,
-                        )
-                    )
-                )
+                raise ValueError(self._quota_error(replace(plan, requested=1, pp_size=1)))
             resident = plan.local_cap
             if comm is not None:  # every rank, Mamba or not, joins the MIN
                 resident = check_int("all-reduced residency", comm.all_reduce_min(resident), low=1)
-            cap = resident if resident < plan.requested else None
         #: PR #17261's all-reduced cap (None: merged code, or the quota affords every sequence)
-        self._resident_sequence_cap = cap
+        self._resident_sequence_cap = resident if resident < plan.requested else None
         num_slots = (resident + plan.dummies) if plan.slot_bytes else 0
-        slots_bytes = num_slots * plan.slot_bytes
         # Block reuse is not modelled for hybrids: upstream downgrades "all_reusable" to
         # "per_request" with any Mamba layer and matches only up to a block that carries a state
         # snapshot (kv_cache/mamba_cache_manager.py, _block_radix_tree.py ``_prune_match``).
         kwargs.setdefault("enable_block_reuse", False)
         super().__init__(
             attention,
-            quota_bytes - slots_bytes,
+            quota_bytes - num_slots * plan.slot_bytes,
             max_seq_len,
             max_batch_size,
             device=device,
             pp_size=pp_size,
             **kwargs,
         )
+        self.mamba = mamba
+        self.local_num_mamba_layers = 0 if mamba is None else mamba.num_mamba_layers
         #: the whole quota (``quota_bytes`` is what the attention pages got after the slots)
         self.hybrid_quota_bytes = quota_bytes
         self.state_slots = StateSlotPool(num_slots, plan.slot_bytes, plan.dummies, self.device)
         self._slot_of: dict[str, int] = {}
-        limit = self.max_resident_sequences()
-        self.warmup_batch_sizes: tuple[int, ...] = (
-            warmup if limit is None else tuple(dict.fromkeys(min(b, limit) for b in warmup))
+        limit = self._resident_sequence_cap
+        self.warmup_batch_sizes: tuple[int, ...] = tuple(
+            warmup if limit is None else dict.fromkeys(min(b, limit) for b in warmup)
         )
 
     def _quota_error(self, plan: ResidencyPlan) -> str:
@@ -390,11 +309,10 @@ class MambaHybridCacheManager(KVCacheManager):
             return proposed_quota_error(plan)
         return QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
 
-    # -- residency ------------------------------------------------------------------------
     def max_resident_sequences(self) -> int | None:
         """Sequences whose recurrent state may be resident at once; None = unbounded. Always
-        None under merged residency ("raw": merged TensorRT-LLM has no such hook); under PR
-        #17261's clamp, the all-reduced cap, on every rank (the review's fix)."""
+        None under merged residency (merged TensorRT-LLM has no such hook); under PR #17261's
+        clamp, the all-reduced cap, on every rank (the review's fix)."""
         return self._resident_sequence_cap
 
     @property
@@ -402,27 +320,24 @@ class MambaHybridCacheManager(KVCacheManager):
         """Sequences holding a state slot now (suspended ones included)."""
         return len(self._slot_of)
 
-    # -- slot ownership -------------------------------------------------------------------
     def create_cache(self, request_id: str) -> KVCache:
         """A new cache, and a recurrent-state slot for it (on ranks with Mamba layers)."""
-        slot = None
-        if self.plan.slot_bytes:
-            slot = self.state_slots.acquire()
-            if slot is None:
-                raise StateSlotsExhausted(
-                    f"no free recurrent-state slot for {request_id!r}: "
-                    f"the resident sequences ({self.resident_sequences}) hold every slot "
-                    f"({self.state_slots.num_slots - self.state_slots.num_dummies}) "
-                    f"(max_resident_sequences={self.max_resident_sequences()})"
-                )
+        if not self.plan.slot_bytes:
+            return super().create_cache(request_id)
+        slot = self.state_slots.acquire()
+        if slot is None:
+            raise StateSlotsExhausted(
+                f"no free recurrent-state slot for {request_id!r}: "
+                f"the resident sequences ({self.resident_sequences}) hold every slot "
+                f"({self.state_slots.num_slots - self.state_slots.num_dummies}) "
+                f"(max_resident_sequences={self.max_resident_sequences()})"
+            )
         try:
             cache = super().create_cache(request_id)
         except BaseException:
-            if slot is not None:
-                self.state_slots.release(slot)
+            self.state_slots.release(slot)
             raise
-        if slot is not None:
-            self._slot_of[request_id] = slot
+        self._slot_of[request_id] = slot
         return cache
 
     def state_slot(self, request_id: str) -> int | None:
@@ -446,21 +361,19 @@ class MambaHybridCacheManager(KVCacheManager):
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        assert set(self._slot_of) <= set(self.caches), "a state slot outlived its cache"
-        if self.plan.slot_bytes:
-            assert set(self._slot_of) == set(self.caches), "a cache without a state slot"
         held = list(self._slot_of.values())
+        if self.plan.slot_bytes:
+            assert set(self._slot_of) == set(self.caches), "state slots and caches disagree"
+        else:
+            assert not held, "a state slot on a rank without Mamba layers"
         assert len(held) == len(set(held)), "a state slot is owned twice"
-        assert len(held) + self.state_slots.free_slots + self.state_slots.num_dummies == (
-            self.state_slots.num_slots
-        ), "state slots not conserved"
+        slots = self.state_slots
+        assert len(held) + slots.free_slots + slots.num_dummies == slots.num_slots, (
+            "state slots not conserved"
+        )
 
     def __repr__(self) -> str:
-        mode = (
-            "raw, merged"
-            if self.residency == "raw"
-            else "clamped, proposal PR #17261 (closed without merging)"
-        )
+        mode = "raw, merged" if self.residency == "raw" else "clamped, proposal PR #17261"
         return (
             f"MambaHybridCacheManager({mode}: {self.state_slots.num_slots:,} state "
             f"slots x {self.plan.slot_bytes:,} B ({self.plan.dummies:,} dummy), "

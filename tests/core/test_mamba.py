@@ -30,7 +30,6 @@ from kvlab.core.mamba import (
     GENERIC_MAX_BATCH_SIZE,
     QUOTA_TOO_SMALL,
     cache_size_per_token,
-    feasible_max_batch_size,
     proposed_quota_error,
 )
 from kvlab.run.comm import ThreadComm, TorchComm, in_threads
@@ -317,9 +316,9 @@ def test_cache_size_per_token_is_attention_slope_plus_live_and_dummy_slots():
     cap=st.integers(1, 3000),
 )
 def test_feasible_max_batch_size_fits_and_is_maximal(quota, pp, graph, adp, cap):
-    b = feasible_max_batch_size(
-        SMALL_MAMBA, SMALL_ATTN, quota, pp, cuda_graph_padding=graph, attention_dp=adp, cap=cap
-    )
+    b = plan_residency(
+        SMALL_MAMBA, SMALL_ATTN, quota, 1, pp, cuda_graph_padding=graph, attention_dp=adp
+    ).feasible_max_batch_size(cap)
     assert 0 <= b <= cap
 
     def fits(batch):
@@ -335,17 +334,21 @@ def test_feasible_max_batch_size_fits_and_is_maximal(quota, pp, graph, adp, cap)
 
 def test_feasible_default_builds_and_one_more_raises():
     quota = quota_for(5, 10)
-    b = feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, quota)
+    b = plan_residency(SMALL_MAMBA, SMALL_ATTN, quota, 1).feasible_max_batch_size()
     assert b == 5
     assert manager(5, b).state_slots.num_slots == b + 1
     with pytest.raises(ValueError, match="too small"):
         manager(5, b + 1)
     # a quota that affords more than the generic default pins the generic default
     big = quota_for(3000, 10)
-    assert feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, big) == GENERIC_MAX_BATCH_SIZE == 2048
+    assert (
+        plan_residency(SMALL_MAMBA, SMALL_ATTN, big, 1).feasible_max_batch_size()
+        == GENERIC_MAX_BATCH_SIZE
+        == 2048
+    )
     # no state slots: only the attention page bounds it
-    assert feasible_max_batch_size(None, SMALL_ATTN, PAGE) == 2048
-    assert feasible_max_batch_size(SMALL_MAMBA, SMALL_ATTN, PAGE) == 0
+    assert plan_residency(None, SMALL_ATTN, PAGE, 1).feasible_max_batch_size() == 2048
+    assert plan_residency(SMALL_MAMBA, SMALL_ATTN, PAGE, 1).feasible_max_batch_size() == 0
 
 
 def test_pr18985_quota_message_is_in_gib_and_names_the_settings():
