@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import check_choice, check_int, store_checked, store_param
+from kvlab.core.checks import check_bools, check_choice, check_int, store_checked, store_param
 
 #: Bytes per element of each KV dtype. NVFP4 packs two elements per byte and adds one
 #: fp8 scale byte per 16 elements (handled in ``element_bytes``).
@@ -28,7 +28,6 @@ NVFP4_SCALE_BLOCK = 16  # elements sharing one fp8 scale byte
 
 def element_bytes(dtype: str, num_elements: int) -> int:
     """Exact bytes that ``num_elements`` values of ``dtype`` take, scale bytes included."""
-    check_choice("dtype", dtype, DTYPE_BYTES)
     payload = DTYPE_BYTES[dtype] * num_elements
     if dtype == "nvfp4":
         payload += num_elements // NVFP4_SCALE_BLOCK
@@ -56,9 +55,8 @@ class KVGeometry:
     attention_dp: bool = False
 
     def __post_init__(self) -> None:
-        store_checked(self, "num_layers", check_int, low=1, high=4096)
-        store_checked(self, "num_kv_heads", check_int, low=1, high=4096)
-        store_checked(self, "head_dim", check_int, low=1, high=65536)
+        for name, high in (("num_layers", 4096), ("num_kv_heads", 4096), ("head_dim", 65536)):
+            store_checked(self, name, check_int, low=1, high=high)
         check_choice("dtype", self.dtype, DTYPE_BYTES)
         store_param(self, "tokens_per_block")
         store_checked(self, "tp_size", check_int, low=1, high=4096)
@@ -69,8 +67,7 @@ class KVGeometry:
             )
         if self.kv_factor not in (1, 2):
             raise ValueError(f"kv_factor must be 2 (K and V) or 1 (MLA), got {self.kv_factor!r}")
-        if not isinstance(self.attention_dp, bool):
-            raise TypeError(f"attention_dp must be a bool, got {self.attention_dp!r}")
+        check_bools(attention_dp=self.attention_dp)
         if self.dtype == "nvfp4" and self.head_dim % NVFP4_SCALE_BLOCK:
             raise ValueError(
                 f"head_dim must be a multiple of {NVFP4_SCALE_BLOCK} for nvfp4, got {self.head_dim}"
@@ -150,23 +147,17 @@ class MambaGeometry:
 
     def __post_init__(self) -> None:
         store_checked(self, "num_mamba_layers", check_int, low=0, high=4096)
-        store_checked(self, "mamba_num_heads", check_int, low=1, high=1 << 16)
-        store_checked(self, "mamba_head_dim", check_int, low=1, high=1 << 16)
-        store_checked(self, "d_state", check_int, low=1, high=1 << 16)
-        store_checked(self, "n_groups", check_int, low=1, high=1 << 16)
+        for name in ("mamba_num_heads", "mamba_head_dim", "d_state", "n_groups"):
+            store_checked(self, name, check_int, low=1, high=1 << 16)
         store_checked(self, "d_conv", check_int, low=2, high=1 << 10)
         check_choice("conv_dtype", self.conv_dtype, STATE_DTYPES)
         check_choice("ssm_dtype", self.ssm_dtype, STATE_DTYPES)
         store_checked(self, "tp_size", check_int, low=1, high=4096)
-        if self.mamba_num_heads % self.tp_size:
-            raise ValueError(
-                f"mamba_num_heads={self.mamba_num_heads} must be divisible by "
-                f"tp_size={self.tp_size}"
-            )
-        if self.n_groups % self.tp_size:
-            raise ValueError(
-                f"n_groups={self.n_groups} must be divisible by tp_size={self.tp_size}"
-            )
+        for name in ("mamba_num_heads", "n_groups"):
+            if getattr(self, name) % self.tp_size:
+                raise ValueError(
+                    f"{name}={getattr(self, name)} must be divisible by tp_size={self.tp_size}"
+                )
         if self.mamba_num_heads % self.n_groups:
             raise ValueError(
                 f"mamba_num_heads={self.mamba_num_heads} must be a multiple of "
@@ -198,31 +189,14 @@ class MambaGeometry:
         """One sequence's recurrent state on this rank: layers * (conv_bytes + ssm_bytes)."""
         return self.num_mamba_layers * (self.conv_bytes + self.ssm_bytes)
 
-    @classmethod
-    def qwen3_5_27b(
-        cls, ssm_dtype: str = "float32", conv_dtype: str = "bfloat16", tp_size: int = 1
-    ) -> MambaGeometry:
-        """Qwen3.5-27B's 48 linear-attention layers from its published config (docs/REFERENCE.md §5):
-        48 value heads of 128, key head dim 128 (d_state), 16 key heads (n_groups), kernel 4.
-        The config's mamba_ssm_dtype is float32; the PR's 37.5 GiB implies bfloat16."""
-        return cls(
-            num_mamba_layers=48,
-            mamba_num_heads=48,
-            mamba_head_dim=128,
-            d_state=128,
-            n_groups=16,
-            d_conv=4,
-            conv_dtype=conv_dtype,
-            ssm_dtype=ssm_dtype,
-            tp_size=tp_size,
-        )
-
 
 def qwen3_5_27b_mamba(
     ssm_dtype: str = "float32", conv_dtype: str = "bfloat16", tp_size: int = 1
 ) -> MambaGeometry:
-    """Qwen3.5-27B's recurrent-state geometry (``MambaGeometry.qwen3_5_27b``)."""
-    return MambaGeometry.qwen3_5_27b(ssm_dtype=ssm_dtype, conv_dtype=conv_dtype, tp_size=tp_size)
+    """Qwen3.5-27B's 48 linear-attention layers from its published config (docs/REFERENCE.md §5):
+    48 value heads of 128, key head dim 128 (d_state), 16 key heads (n_groups), kernel 4.
+    The config's mamba_ssm_dtype is float32; the PR's 37.5 GiB implies bfloat16."""
+    return MambaGeometry(48, 48, 128, 128, 16, 4, conv_dtype, ssm_dtype, tp_size)
 
 
 def qwen3_5_27b_attention(tokens_per_block: int = 32, tp_size: int = 1) -> KVGeometry:
