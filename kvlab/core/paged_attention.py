@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from kvlab.core.arith import div_ceil
-from kvlab.core.checks import MAX_COUNT, check_choice, check_int, check_sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
@@ -26,8 +25,6 @@ TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 def kv_pages(manager: KVCacheManager) -> torch.Tensor:
     """The pool's storage viewed as ``[num_blocks, num_layers, 2, tokens_per_block,
     kv_heads_per_rank, head_dim]`` of the KV dtype (a view: writes land in the pool)."""
-    if not isinstance(manager, KVCacheManager):
-        raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
     geo = manager.geometry
     if geo.dtype not in TORCH_DTYPES:
         raise ValueError(
@@ -48,31 +45,6 @@ def kv_pages(manager: KVCacheManager) -> torch.Tensor:
         geo.kv_heads_per_rank,
         geo.head_dim,
     )
-
-
-def _check_cache(manager: KVCacheManager, cache: object) -> KVCache:
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-    if manager.caches.get(cache.request_id) is not cache:
-        raise ValueError(f"cache {cache.request_id!r} is not a live cache of this manager")
-    if cache.suspended:
-        raise ValueError(f"cache {cache.request_id!r} is suspended: its pages are in host memory")
-    return cache
-
-
-def _check_layer(manager: KVCacheManager, layer: object) -> int:
-    return check_int("layer", layer, low=0, high=manager.geometry.num_layers - 1)
-
-
-def _check_tensor(name: str, value: object, ndim: int, shape_words: str) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {shape_words}, got {type(value).__name__}")
-    if value.dim() != ndim or not value.is_floating_point():
-        raise ValueError(
-            f"{name} must be a float tensor {shape_words}, got shape "
-            f"{tuple(value.shape)} of {value.dtype}"
-        )
-    return value
 
 
 def _row_pages(manager: KVCacheManager, cache: KVCache, entries: torch.Tensor) -> torch.Tensor:
@@ -102,21 +74,8 @@ def write_kv(
     token positions ``[start, start + num_tokens)`` into the pages the cache's row names.
     The cache must already hold those positions (``cache.resize`` first)."""
     pages_view = kv_pages(manager)
-    _check_cache(manager, cache)
-    layer = _check_layer(manager, layer)
-    shape = tuple(pages_view.shape[-2:])
-    words = f"[num_tokens, {shape[0]} kv heads, {shape[1]} head_dim]"
-    k = _check_tensor("k", k, 3, words)
-    v = _check_tensor("v", v, 3, words)
-    if tuple(k.shape[1:]) != shape or k.shape != v.shape:
-        raise ValueError(f"k and v must both be {words}, got {tuple(k.shape)} and {tuple(v.shape)}")
-    start = check_int("start", start, low=0, high=MAX_COUNT)
     end = start + k.shape[0]
-    if end > cache.capacity:
-        raise ValueError(
-            f"tokens [{start}, {end}) are beyond cache {cache.request_id!r}'s capacity "
-            f"of {cache.capacity} tokens; resize it first"
-        )
+    assert end <= cache.capacity, f"tokens [{start}, {end}) beyond the cache's capacity"
     positions = torch.arange(start, end)
     pages = _row_pages(manager, cache, positions // manager.tokens_per_block)
     offsets = (positions % manager.tokens_per_block).to(manager.device)
@@ -131,15 +90,8 @@ def gather_kv(
     """K and V of one layer for the first ``length`` tokens (default: the cache's capacity),
     gathered page by page through the cache's row: two ``[length, kv_heads, head_dim]``."""
     pages_view = kv_pages(manager)
-    _check_cache(manager, cache)
-    layer = _check_layer(manager, layer)
-    length = (
-        cache.capacity
-        if length is None
-        else check_int("length", length, low=0, high=cache.capacity)
-    )
-    num_blocks = div_ceil(length, manager.tokens_per_block)
-    pages = _row_pages(manager, cache, torch.arange(num_blocks))
+    length = cache.capacity if length is None else length
+    pages = _row_pages(manager, cache, torch.arange(div_ceil(length, manager.tokens_per_block)))
     kv = pages_view[pages, layer]  # [blocks, 2, tokens_per_block, heads, head_dim]
     kv = kv.transpose(0, 1).flatten(1, 2)[:, :length]
     return kv[0], kv[1]
@@ -151,21 +103,8 @@ def contiguous_attention(k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> t
     is a decoding step; ``num_queries == length`` a full prefill. Grouped-query attention:
     query head ``h`` reads KV head ``h // (num_heads // kv_heads)``. Computed in float32,
     returned in q's dtype."""
-    k = _check_tensor("k", k, 3, "[length, kv_heads, head_dim]")
-    v = _check_tensor("v", v, 3, "[length, kv_heads, head_dim]")
-    q = _check_tensor("q", q, 3, "[num_queries, num_heads, head_dim]")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     length, kv_heads, head_dim = k.shape
     num_queries, num_heads = q.shape[:2]
-    if q.shape[2] != head_dim:
-        raise ValueError(f"q's head_dim must be k's {head_dim}, got {q.shape[2]}")
-    if num_heads % kv_heads:
-        raise ValueError(
-            f"q's num_heads ({num_heads}) must be a multiple of the kv_heads ({kv_heads})"
-        )
-    if not 1 <= num_queries <= length:
-        raise ValueError(f"q must have 1 to length={length} queries, got {num_queries}")
     group = num_heads // kv_heads
     kf = k.float().repeat_interleave(group, dim=1)
     vf = v.float().repeat_interleave(group, dim=1)
@@ -187,19 +126,10 @@ def paged_attention(
     over its K and V gathered through its page-index row (:func:`gather_kv`), for a batch of
     caches of different lengths (default: each cache's capacity). Returns one output per
     sequence, shaped like its queries."""
-    caches, q = list(caches), list(q)
-    if len(q) != len(caches):
-        raise ValueError(
-            f"q must hold one query tensor per cache: {len(caches)} caches, got {len(q)}"
-        )
-    lengths = [c.capacity for c in caches] if lengths is None else list(lengths)
-    if len(lengths) != len(caches):
-        raise ValueError(
-            f"lengths must hold one length per cache: {len(caches)} caches, got {len(lengths)}"
-        )
+    if lengths is None:
+        lengths = [cache.capacity for cache in caches]
     outputs = []
-    for i, (cache, queries, length) in enumerate(zip(caches, q, lengths)):
-        queries = _check_tensor(f"q[{i}]", queries, 3, "[num_queries, num_heads, head_dim]")
+    for cache, queries, length in zip(caches, q, lengths, strict=True):
         k, v = gather_kv(manager, cache, layer, length)
         outputs.append(contiguous_attention(k, v, queries.to(manager.device)))
     return outputs
@@ -217,14 +147,6 @@ def paged_vs_contiguous(
     a page) are written through their rows; ``paged_attention`` of a decoding step and of a
     full prefill is compared with ``contiguous_attention`` over the same K and V.
     Returns max_abs_error (over every layer, sequence and mode), and each sequence's pages."""
-    check_choice("dtype", dtype, TORCH_DTYPES)
-    lengths = check_sequence("lengths", lengths, check_int, low=1, high=1 << 16)
-    if not lengths:
-        raise ValueError("lengths must name at least one sequence")
-    num_heads = check_int("num_heads", num_heads, low=2, high=256)
-    if num_heads % 2:
-        raise ValueError(f"num_heads must be a multiple of the 2 KV heads, got {num_heads}")
-    seed = check_int("seed", seed, low=0, high=2**64 - 1)  # torch.Generator.manual_seed's range
     geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=64, dtype=dtype, tokens_per_block=16)
     blocks = sum(geo.blocks_for_tokens(n) for n in lengths)
     manager = KVCacheManager(

@@ -170,12 +170,6 @@ def test_writes_go_to_the_right_page_after_a_resize_and_through_start():
     assert torch.equal(v[5:], -extra)
 
 
-@pytest.fixture
-def small():
-    mgr, caches, _ = build()
-    return mgr, caches[0]
-
-
 @pytest.mark.parametrize("dtype", ["fp8", "nvfp4"])
 def test_non_float_kv_dtypes_are_refused(dtype):
     geo = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=16, dtype=dtype, tokens_per_block=8)
@@ -191,93 +185,3 @@ def test_mla_geometry_is_refused():
     mgr = KVCacheManager(geo, quota_bytes=4 * geo.bytes_per_block, max_seq_len=32, max_batch_size=1)
     with pytest.raises(ValueError, match="kv_factor=1"):
         kv_pages(mgr)
-
-
-def test_bad_arguments_name_the_parameter(small):
-    mgr, cache = small
-    k = torch.zeros(2, KV_HEADS, HEAD_DIM)
-    with pytest.raises(TypeError, match="manager must be a KVCacheManager"):
-        write_kv("mgr", cache, 0, k, k)
-    with pytest.raises(TypeError, match="cache must be a KVCache"):
-        write_kv(mgr, "r0", 0, k, k)
-    with pytest.raises(ValueError, match=r"layer must be in \[0, 2\], got 3"):
-        write_kv(mgr, cache, 3, k, k)
-    with pytest.raises(TypeError, match="k must be a torch.Tensor"):
-        write_kv(mgr, cache, 0, [[0.0]], k)
-    with pytest.raises(ValueError, match="v must be a float tensor"):
-        write_kv(mgr, cache, 0, k, k.long())
-    with pytest.raises(
-        ValueError, match=r"k and v must both be \[num_tokens, 2 kv heads, 16 head_dim\]"
-    ):
-        write_kv(mgr, cache, 0, torch.zeros(2, 3, HEAD_DIM), torch.zeros(2, 3, HEAD_DIM))
-    with pytest.raises(ValueError, match=r"start must be in"):
-        write_kv(mgr, cache, 0, k, k, start=-1)
-    with pytest.raises(ValueError, match=r"tokens \[4, 6\) are beyond cache 'r0'.s capacity of 5"):
-        write_kv(mgr, cache, 0, k, k, start=4)
-    with pytest.raises(ValueError, match=r"length must be in \[0, 5\], got 6"):
-        gather_kv(mgr, cache, 0, 6)
-    with pytest.raises(ValueError, match="one query tensor per cache: 1 caches, got 2"):
-        paged_attention(mgr, [cache], 0, queries([1, 1]))
-    with pytest.raises(ValueError, match="one length per cache"):
-        paged_attention(mgr, [cache], 0, queries([1]), lengths=[1, 2])
-    with pytest.raises(TypeError, match=r"q\[0\] must be a torch.Tensor"):
-        paged_attention(mgr, [cache], 0, [None])
-
-
-def test_foreign_freed_and_suspended_caches_are_refused(small):
-    mgr, cache = small
-    _, other_caches, _ = build()
-    k = torch.zeros(1, KV_HEADS, HEAD_DIM)
-    with pytest.raises(ValueError, match="not a live cache of this manager"):
-        write_kv(mgr, other_caches[0], 0, k, k)
-    cache.suspend()
-    with pytest.raises(ValueError, match="suspended"):
-        gather_kv(mgr, cache, 0)
-    mgr.free(cache)
-    with pytest.raises(ValueError, match="not a live cache"):
-        gather_kv(mgr, cache, 0)
-
-
-def test_contiguous_attention_checks_its_shapes():
-    k = torch.zeros(4, 2, 8)
-    with pytest.raises(ValueError, match="k and v must have one shape"):
-        contiguous_attention(k, torch.zeros(3, 2, 8), torch.zeros(1, 2, 8))
-    with pytest.raises(ValueError, match="head_dim must be k's 8, got 4"):
-        contiguous_attention(k, k, torch.zeros(1, 2, 4))
-    with pytest.raises(
-        ValueError, match=r"num_heads \(3\) must be a multiple of the kv_heads \(2\)"
-    ):
-        contiguous_attention(k, k, torch.zeros(1, 3, 8))
-    with pytest.raises(ValueError, match="1 to length=4 queries, got 5"):
-        contiguous_attention(k, k, torch.zeros(5, 2, 8))
-    with pytest.raises(
-        ValueError, match=r"q must be a float tensor \[num_queries, num_heads, head_dim\]"
-    ):
-        contiguous_attention(k, k, torch.zeros(2, 8))
-
-
-def test_worked_check_validates_its_arguments():
-    with pytest.raises(ValueError, match="dtype must be one of"):
-        paged_vs_contiguous(dtype="fp8")
-    with pytest.raises(ValueError, match="num_heads must be a multiple of the 2 KV heads"):
-        paged_vs_contiguous(num_heads=3)
-    with pytest.raises(ValueError, match="at least one sequence"):
-        paged_vs_contiguous(lengths=[])
-
-
-@pytest.mark.parametrize(
-    "kwargs, error, text",
-    [
-        (dict(lengths=10**30), TypeError, "lengths must be a sequence of numbers"),
-        (dict(lengths="45"), TypeError, "lengths must be a sequence of numbers"),
-        (dict(lengths=[45, 0]), ValueError, "lengths[1] must be in [1, "),
-        (dict(lengths=[]), ValueError, "lengths must name at least one sequence"),
-        (dict(seed=None), TypeError, "seed must be an int in [0, "),
-        (dict(seed=10**30), ValueError, "seed must be in [0, "),
-        (dict(seed=-1), ValueError, "seed must be in [0, "),
-    ],
-)
-def test_paged_vs_contiguous_names_a_bad_argument(kwargs, error, text):
-    with pytest.raises(error) as info:
-        paged_vs_contiguous(**kwargs)
-    assert text in str(info.value)
