@@ -5,14 +5,13 @@ before any allocation), then the pages, all or none (False). Its manager moves t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from kvlab.core.checks import MAX_COUNT, check_int
+from kvlab.core.checks import check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-    from kvlab.core.pool import PagePool
 
 #: The native messages, verbatim (issue #21470's traceback; ``std::invalid_argument``).
 PAGE_INDEX_TOO_SHORT_MESSAGE = "User-provided base page indices is too short"
@@ -22,23 +21,27 @@ HISTORY_ABOVE_CAPACITY_MESSAGE = "History length cannot exceed capacity"
 
 class PageIndexTooShort(ValueError):
     """The native resize's ValueError: the row is narrower than the pages the new capacity
-    needs. ``str(exc)`` is the native message; the numbers are attributes."""
+    needs. ``str(exc)`` is the native message; the numbers and the request are attributes,
+    and a note names them."""
 
-    def __init__(self, needed_entries: int, available_entries: int):
+    def __init__(self, needed_entries: int, available_entries: int, request_id: str = ""):
         super().__init__(PAGE_INDEX_TOO_SHORT_MESSAGE)
         self.needed_entries = needed_entries
         self.available_entries = available_entries
-        self.request_id = ""
+        self.request_id = request_id
+        if request_id:
+            self.add_note(
+                f"kvlab: while resizing request {request_id!r}: it needs "
+                f"{needed_entries:,} page-index entries, the row has {available_entries:,}"
+            )
 
 
 class CacheOwner(Protocol):
     """What a cache asks of its manager (kvlab.core.manager.KVCacheManager)."""
 
-    pool: PagePool
-
     @property
     def tokens_per_block(self) -> int: ...
-    def blocks_for(self, capacity: int) -> int: ...
+    def blocks_for(self, capacity: int, request_id: str) -> int: ...
     def grow(self, caches: list[KVCache], blocks: list[int]) -> bool: ...
     def shrink(self, cache: KVCache, keep: int) -> None: ...
     def suspend_cache(self, cache: KVCache) -> None: ...
@@ -47,35 +50,22 @@ class CacheOwner(Protocol):
     def row(self, cache: KVCache) -> torch.Tensor: ...
 
 
+@dataclass(slots=True, eq=False)
 class KVCache:
     """One sequence's pages (the first ``committed`` held in the prefix cache, the rest its own),
     its page-index ``slot``, capacity and history in tokens, and while suspended to the tier
     below, the bytes of its pages (``host_copy``)."""
 
-    __slots__ = (
-        "request_id",
-        "slot",
-        "manager",
-        "pages",
-        "committed",
-        "capacity",
-        "history_length",
-        "suspended",
-        "host_copy",
-        "freed",
-    )
-
-    def __init__(self, request_id: str, slot: int, manager: CacheOwner):
-        self.request_id = request_id
-        self.slot = slot
-        self.manager = manager
-        self.pages: list[int] = []
-        self.committed = 0
-        self.capacity = 0
-        self.history_length = 0
-        self.suspended = False
-        self.host_copy: torch.Tensor | None = None
-        self.freed = False
+    request_id: str
+    slot: int
+    manager: CacheOwner
+    pages: list[int] = field(default_factory=list)
+    committed: int = 0
+    capacity: int = 0
+    history_length: int = 0
+    suspended: bool = False
+    host_copy: torch.Tensor | None = None
+    freed: bool = False
 
     def _check_live(self) -> None:
         if self.freed:
@@ -99,10 +89,6 @@ class KVCache:
         return not self.suspended
 
     @property
-    def pool(self) -> PagePool:
-        return self.manager.pool
-
-    @property
     def page_indices(self) -> torch.Tensor:
         """The user-provided base page indices: this cache's row of the table (a view)."""
         self._check_live()
@@ -111,17 +97,17 @@ class KVCache:
     def resize(self, capacity: int, history_length: int | None = None) -> bool:
         """Grow or shrink to ``capacity`` tokens in the native check order (module docstring)."""
         self._check_live()
-        capacity = check_int("capacity", capacity, high=MAX_COUNT)
+        capacity = check_int("capacity", capacity)
         history = self.history_length
         if history_length is not None:
-            history = check_int("history_length", history_length, high=MAX_COUNT)
+            history = check_int("history_length", history_length)
         if history < self.history_length:
             raise ValueError(HISTORY_DECREASED_MESSAGE)
         if history > capacity:
             raise ValueError(HISTORY_ABOVE_CAPACITY_MESSAGE)
         if self.suspended:
             raise RuntimeError(f"cache {self.request_id!r} is suspended; resume it before resizing")
-        blocks = self.manager.blocks_for(capacity)
+        blocks = self.manager.blocks_for(capacity, self.request_id)
         if blocks < self.num_blocks:
             self.manager.shrink(self, blocks)
         elif blocks > self.num_blocks and not self.manager.grow([self], [blocks]):
@@ -134,7 +120,7 @@ class KVCache:
         """``resize(capacity + num_tokens)`` when the pages held cover it (True); else nothing
         changes (False)."""
         self._check_live()
-        capacity = self.capacity + check_int("num_tokens", num_tokens, high=MAX_COUNT)
+        capacity = self.capacity + check_int("num_tokens", num_tokens)
         if self.suspended or capacity > self.num_blocks * self.manager.tokens_per_block:
             return False
         self.capacity = capacity

@@ -2,17 +2,15 @@
 and alone moves pages between them; clamps max_seq_len.
 
 Mirrors ``KVCacheManagerV2`` (tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py,
-REFERENCE.md §2): its construction in order (the longest sequence the pool holds, the clamp, the
-page-index width by policy, the table, the tier below: ``host_cache_size`` None is the automatic
-host tier, 0 none) and the scheduler's calls of the same names (``prepare_context``,
-``resize_context``, ``try_allocate_generation``, ``prepare_disagg_gen_init``, ``suspend``,
-``resume``). A PageIndexTooShort goes up uncaught, tagged with its request.
+REFERENCE.md §2): its construction in order, and the scheduler's calls of the same names
+(``prepare_context``, ``resize_context``, ``try_allocate_generation``,
+``prepare_disagg_gen_init``, ``suspend``, ``resume``). A PageIndexTooShort goes up uncaught.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Self
 
@@ -20,7 +18,14 @@ import torch
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.block_reuse import BlockReuse
-from kvlab.core.checks import MAX_COUNT, check_bools, check_choice, check_int, check_param
+from kvlab.core.checks import (
+    check_bools,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_param,
+)
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
@@ -31,21 +36,9 @@ from kvlab.core.prefix_cache import PrefixCache
 from kvlab.core.request import Request
 from kvlab.core.suspension import Suspension
 
-#: ``BlockReuseConfig.policy`` values: when a context's pages are committed for reuse.
-BLOCK_REUSE_POLICIES = ("all_reusable", "per_request")
-
 
 class MaxSeqLenClampWarning(UserWarning):
     """max_seq_len was larger than the pool can hold and was clamped."""
-
-
-def _tag(exc: PageIndexTooShort, request: Request) -> None:
-    """Name the request a PageIndexTooShort hit (``str(exc)`` stays the native message)."""
-    exc.request_id = request.request_id
-    exc.add_note(
-        f"kvlab: while resizing request {request.request_id!r}: it needs "
-        f"{exc.needed_entries:,} page-index entries, the row has {exc.available_entries:,}"
-    )
 
 
 def _allocate_pool(
@@ -96,25 +89,24 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         enable_partial_reuse: bool = True,
         block_reuse_policy: str = "all_reusable",
     ) -> None:
-        if not isinstance(geometry, KVGeometry):
-            raise TypeError(f"geometry must be a KVGeometry, got {type(geometry).__name__}")
+        check_instance("geometry", geometry, KVGeometry)
         quota_bytes = check_param("quota_bytes", quota_bytes)
         max_seq_len = check_param("max_seq_len", max_seq_len)
         max_batch_size = check_param("max_batch_size", max_batch_size)
-        width_policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
-        pp_size = check_param("pp_size", pp_size)
+        policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
         check_bools(
             disaggregated=disaggregated,
             enable_block_reuse=enable_block_reuse,
             enable_partial_reuse=enable_partial_reuse,
         )
         self.enable_block_reuse = enable_block_reuse
+        #: ``BlockReuseConfig.policy``: when a context's pages are committed for reuse
         self.block_reuse_policy = check_choice(
-            "block_reuse_policy", block_reuse_policy, BLOCK_REUSE_POLICIES
+            "block_reuse_policy", block_reuse_policy, ("all_reusable", "per_request")
         )
         self.geometry = geometry
         self.quota_bytes = quota_bytes
-        self.page_index_policy = width_policy
+        self.page_index_policy = policy
         self.num_extra_kv_tokens = check_param("num_extra_kv_tokens", num_extra_kv_tokens)
         self.reserved_draft_tokens = check_param("reserved_draft_tokens", reserved_draft_tokens)
         device = resolve_device(device)
@@ -141,11 +133,9 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
             )
             self.max_seq_len = self.max_num_tokens
         # 3. the page-index width, by policy
+        seq_len = width_seq_len(policy, max_seq_len, self.max_seq_len)
         self.max_blocks_per_seq = max_blocks_per_seq(
-            width_seq_len(page_index_policy, self.configured_max_seq_len, self.max_seq_len),
-            geometry.tokens_per_block,
-            num_extra_kv_tokens,
-            reserved_draft_tokens,
+            seq_len, geometry.tokens_per_block, self.num_extra_kv_tokens, self.reserved_draft_tokens
         )
         # 4. the table, then the pool's real storage
         self.page_index = PageIndexTable(
@@ -161,11 +151,9 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         self.pool = _allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
         # 5. the tier below the GPU (None: the automatic host tier), then block reuse
         self.host_cache_size = host_cache_size
-        if isinstance(max_util_for_resume, bool) or not (
-            isinstance(max_util_for_resume, (int, float)) and 0 < max_util_for_resume <= 1
-        ):
-            raise ValueError(f"max_util_for_resume must be in (0, 1], got {max_util_for_resume!r}")
-        self.max_util_for_resume = float(max_util_for_resume)
+        self.max_util_for_resume = check_float(
+            "max_util_for_resume", max_util_for_resume, low=0.0, high=1.0, low_open=True
+        )
         self.host_tier = HostTier(
             lower_tier_bytes(host_cache_size, disk_cache_size, quota_bytes)
             // geometry.bytes_per_block
@@ -179,12 +167,12 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         self.caches: Mapping[str, KVCache] = MappingProxyType(self._caches)
 
     # -- moving pages: the one door of the pool ------------------------------------------
-    def blocks_for(self, capacity: int) -> int:
+    def blocks_for(self, capacity: int, request_id: str = "") -> int:
         """Pages ``capacity`` tokens take; PageIndexTooShort when the row is narrower (the
         native ``_checkPageIndexBufferCapacity``, before any allocation)."""
         blocks = div_ceil(capacity, self.tokens_per_block)
         if blocks > self.max_blocks_per_seq:
-            raise PageIndexTooShort(blocks, self.max_blocks_per_seq)
+            raise PageIndexTooShort(blocks, self.max_blocks_per_seq, request_id)
         return blocks
 
     def _make_room(self, count: int) -> None:
@@ -205,15 +193,6 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         """``count`` pages through the pool's one door (:meth:`_make_room`); None when too few."""
         self._make_room(count)
         return self.pool.allocate(count)
-
-    def hold_back(self, count: int) -> list[int]:
-        """Take ``count`` pages held outside every cache for good, as vLLM's ``BlockPool`` takes
-        its null block at construction (vllm/v1/core/block_pool.py); they are never free."""
-        count = check_int("count", count, high=self.free_blocks)
-        pages = self.allocate_pages(count)
-        assert pages is not None, "the free pages counted were refused"
-        self._held_back += pages
-        return pages
 
     def grow(self, caches: list[KVCache], blocks: list[int]) -> bool:
         """Give each cache ``blocks`` pages, taking those they lack in one allocation, all or
@@ -273,13 +252,12 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         return cache
 
     def get_cache(self, request: Request | str) -> KVCache:
-        if not isinstance(request, (Request, str)):
-            raise TypeError(f"request must be a Request or a request id, got {request!r:.60}")
+        """The live cache of a request (or request id); KeyError when it has none."""
+        check_instance("request", request, (Request, str))
         request_id = request if isinstance(request, str) else request.request_id
-        try:
-            return self._caches[request_id]
-        except KeyError:
-            raise KeyError(f"no cache for request {request_id!r}") from None
+        if request_id not in self._caches:
+            raise KeyError(f"no cache for request {request_id!r}")
+        return self._caches[request_id]
 
     def free(self, request: Request | KVCache | str) -> None:
         """Release a cache: its pages (device or host) and its page-index slot."""
@@ -292,12 +270,6 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         cache.freed = True
         self.page_index.release_slot(cache.slot)
         del self._caches[cache.request_id]
-
-    def is_request_active(self, request: Request | str) -> bool:
-        """The request holds an active (not suspended) cache."""
-        request_id = request if isinstance(request, str) else request.request_id
-        cache = self._caches.get(request_id)
-        return cache is not None and cache.is_active
 
     # -- what the scheduler asks ---------------------------------------------------------
     def prepare_context(self, request: Request) -> bool:
@@ -326,15 +298,11 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
     def resize_context(self, request: Request, num_tokens: int) -> bool:
         """The real ``resize_context``: grow the cache to hold the next ``num_tokens`` context
         tokens and the extra KV tokens; on False a first chunk's cache is suspended."""
-        num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
+        num_tokens = check_int("num_tokens", num_tokens)
         cache = self.get_cache(request)
         target = request.context_current_position + num_tokens + self.num_extra_kv_tokens
-        try:
-            if cache.resize(max(cache.capacity, target)):
-                return True
-        except PageIndexTooShort as exc:
-            _tag(exc, request)
-            raise
+        if cache.resize(max(cache.capacity, target)):
+            return True
         if request.is_first_context_chunk:
             self.suspend_cache(cache)
         return False
@@ -345,27 +313,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         cache = self.get_cache(request)
         if not self.resume_cache(cache):
             return False
-        try:
-            return cache.resize(cache.capacity + 1 + request.num_draft_tokens)
-        except PageIndexTooShort as exc:
-            _tag(exc, request)
-            raise
-
-    def grow_each(self, caches: Sequence[KVCache], num_tokens: int = 1) -> bool:
-        """Grow every one of ``caches`` by ``num_tokens``, all or none, as SGLang's
-        ``prepare_for_decode`` does (sglang/srt/managers/schedule_batch.py)."""
-        num_tokens = check_int("num_tokens", num_tokens, low=0, high=MAX_COUNT)
-        for cache in caches:
-            if self._caches.get(cache.request_id) is not cache or cache.suspended:
-                raise ValueError(
-                    f"caches: {cache.request_id!r} is not an active cache of this manager"
-                )
-        blocks = [self.blocks_for(cache.capacity + num_tokens) for cache in caches]
-        if not self.grow(list(caches), blocks):
-            return False
-        for cache in caches:
-            cache.capacity += num_tokens
-        return True
+        return cache.resize(cache.capacity + 1 + request.num_draft_tokens)
 
     def prepare_disagg_gen_init(self, request: Request) -> bool:
         """The real ``prepare_disagg_gen_init``: a cache for the transferred context (+ drafts,
@@ -378,8 +326,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         target = request.prompt_len + request.num_draft_tokens + self.num_extra_kv_tokens
         try:
             fitted = cache.resize(max(cache.capacity, target), request.prompt_len)
-        except PageIndexTooShort as exc:
-            _tag(exc, request)
+        except PageIndexTooShort:
             self.free(cache)
             raise
         if not fitted:

@@ -1,10 +1,13 @@
-"""What a KVCacheManager shows of itself: its capacity counts, its invariants (pages conserved,
-none owned twice, every row exactly its cache's pages) and its repr; kept beside
+"""What a KVCacheManager shows of itself (its capacity counts, its invariants, its repr) and the
+two operations only the peers ask of it (vLLM's null block, SGLang's decode growth); kept beside
 kvlab.core.manager, off its teaching path."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from kvlab.core.checks import check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -15,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.page_index import PageIndexTable
     from kvlab.core.pool import PagePool
     from kvlab.core.prefix_cache import PrefixCache
+    from kvlab.core.request import Request
 
 
 class ManagerViews:
@@ -31,6 +35,12 @@ class ManagerViews:
     max_blocks_per_seq: int
     page_index_policy: str
     page_index: PageIndexTable
+
+    if TYPE_CHECKING:  # the manager's own doors
+
+        def allocate_pages(self, count: int) -> list[int] | None: ...
+        def blocks_for(self, capacity: int, request_id: str = "") -> int: ...
+        def grow(self, caches: list[KVCache], blocks: list[int]) -> bool: ...
 
     @property
     def device(self) -> torch.device:
@@ -71,13 +81,42 @@ class ManagerViews:
         """A tier below the GPU exists (the real ``len(cache_tiers) > 1``)."""
         return self.host_tier.num_blocks > 0
 
-    @property
-    def has_cache_tier_below_gpu(self) -> bool:
-        return self.can_evict
+    has_cache_tier_below_gpu = can_evict
 
     def max_resident_sequences(self) -> int | None:
         """Sequences that may be resident at once; None = unbounded (attention-only)."""
         return None
+
+    def hold_back(self, count: int) -> list[int]:
+        """Take ``count`` pages held outside every cache for good, as vLLM's ``BlockPool`` takes
+        its null block at construction (vllm/v1/core/block_pool.py); they are never free."""
+        count = check_int("count", count, high=self.free_blocks)
+        pages = self.allocate_pages(count)
+        assert pages is not None, "the free pages counted were refused"
+        self._held_back += pages
+        return pages
+
+    def grow_each(self, caches: Sequence[KVCache], num_tokens: int = 1) -> bool:
+        """Grow every one of ``caches`` by ``num_tokens``, all or none, as SGLang's
+        ``prepare_for_decode`` does (sglang/srt/managers/schedule_batch.py)."""
+        num_tokens = check_int("num_tokens", num_tokens)
+        for cache in caches:
+            if self._caches.get(cache.request_id) is not cache or cache.suspended:
+                raise ValueError(
+                    f"caches: {cache.request_id!r} is not an active cache of this manager"
+                )
+        blocks = [self.blocks_for(cache.capacity + num_tokens) for cache in caches]
+        if not self.grow(list(caches), blocks):
+            return False
+        for cache in caches:
+            cache.capacity += num_tokens
+        return True
+
+    def is_request_active(self, request: Request | str) -> bool:
+        """The request holds an active (not suspended) cache."""
+        request_id = request if isinstance(request, str) else request.request_id
+        cache = self._caches.get(request_id)
+        return cache is not None and cache.is_active
 
     def check_invariants(self) -> None:
         """Raise AssertionError unless: pages are conserved (owned by a cache or held back,

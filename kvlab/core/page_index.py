@@ -16,24 +16,16 @@ import torch
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_bools, check_choice, check_param
-from kvlab.core.table_size import MAX_TABLE_BYTES, check_table_size, num_slots, table_nbytes
+from kvlab.core.table_size import MAX_TABLE_BYTES as MAX_TABLE_BYTES
+from kvlab.core.table_size import check_table_size as check_table_size
+from kvlab.core.table_size import num_slots
+from kvlab.core.table_size import table_nbytes as table_nbytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
     import numpy as np
     import numpy.typing as npt
-
-__all__ = [
-    "BAD_PAGE_INDEX",
-    "MAX_TABLE_BYTES",
-    "WIDTH_POLICIES",
-    "PageIndexTable",
-    "check_table_size",
-    "max_blocks_per_seq",
-    "table_nbytes",
-    "width_seq_len",
-]
 
 #: Value of an unused entry (the real table's BAD_PAGE_INDEX).
 BAD_PAGE_INDEX = -1
@@ -66,9 +58,7 @@ WIDTH_POLICIES = {
 def width_seq_len(policy: str, configured_max_seq_len: int, clamped_max_seq_len: int) -> int:
     """The max_seq_len a width policy sizes the table from."""
     check_choice("page_index_policy", policy, WIDTH_POLICIES)
-    configured = check_param("max_seq_len", configured_max_seq_len, "configured_max_seq_len")
-    clamped = check_param("max_seq_len", clamped_max_seq_len, "clamped_max_seq_len")
-    return clamped if policy == "clamped" else configured
+    return clamped_max_seq_len if policy == "clamped" else configured_max_seq_len
 
 
 class PageIndexTable:
@@ -97,16 +87,8 @@ class PageIndexTable:
             disaggregated=disaggregated, overlap_scheduler=overlap_scheduler, pin_memory=pin_memory
         )
         num_reserved = check_param("num_reserved_index_slots", num_reserved)
-        check_table_size(
-            max_batch_size,
-            width,
-            pp_size,
-            disaggregated,
-            num_pools,
-            beam_width,
-            overlap_scheduler=overlap_scheduler,
-            num_reserved=num_reserved,
-        )
+        sizes = (max_batch_size, width, pp_size, disaggregated, num_pools, beam_width)
+        check_table_size(*sizes, overlap_scheduler=overlap_scheduler, num_reserved=num_reserved)
         self.slots = num_slots(
             max_batch_size, pp_size, disaggregated, overlap_scheduler, num_reserved
         )
@@ -126,7 +108,7 @@ class PageIndexTable:
     @property
     def nbytes(self) -> int:
         """Bytes of the host table: the metadata cost a wider row multiplies."""
-        return self.table.numel() * self.table.element_size()
+        return self.table.nbytes
 
     @property
     def free_slots(self) -> int:

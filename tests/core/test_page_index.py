@@ -59,27 +59,6 @@ def test_width_policies():
 
 
 @pytest.mark.parametrize(
-    "configured, clamped, error, text",
-    [
-        ("x", 2048, TypeError, "configured_max_seq_len must be an int in [1, "),
-        (10**30, 2048, ValueError, "configured_max_seq_len must be in [1, "),
-        (math.nan, 2048, TypeError, "configured_max_seq_len must be an int"),
-        (torch.zeros(2, 2), 2048, TypeError, "configured_max_seq_len must be an int"),
-        ({}, 2048, TypeError, "configured_max_seq_len must be an int"),
-        (8192, None, TypeError, "clamped_max_seq_len must be an int in [1, "),
-        (8192, True, TypeError, "clamped_max_seq_len must be an int"),
-        (8192, {}, TypeError, "clamped_max_seq_len must be an int"),
-        (8192, 0, ValueError, "clamped_max_seq_len must be in [1, "),
-    ],
-)
-@pytest.mark.parametrize("policy", ["clamped", "configured"])
-def test_width_seq_len_checks_both_lengths(policy, configured, clamped, error, text):
-    with pytest.raises(error) as info:
-        width_seq_len(policy, configured, clamped)
-    assert text in str(info.value)
-
-
-@pytest.mark.parametrize(
     "batch, pp, disagg, slots",
     [
         (1, 1, False, 2),
