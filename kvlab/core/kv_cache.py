@@ -13,6 +13,8 @@ from kvlab.core.checks import check_int
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from kvlab.core.page_index import PageIndexTable
+
 #: The native messages, verbatim (issue #21470's traceback; ``std::invalid_argument``).
 PAGE_INDEX_TOO_SHORT_MESSAGE = "User-provided base page indices is too short"
 HISTORY_DECREASED_MESSAGE = "History length cannot be decreased"
@@ -21,8 +23,7 @@ HISTORY_ABOVE_CAPACITY_MESSAGE = "History length cannot exceed capacity"
 
 class PageIndexTooShort(ValueError):
     """The native resize's ValueError: the row is narrower than the pages the new capacity
-    needs. ``str(exc)`` is the native message; the numbers and the request are attributes,
-    and a note names them."""
+    needs. ``str(exc)`` is the native message; a note and the attributes give the numbers."""
 
     def __init__(self, needed_entries: int, available_entries: int, request_id: str = ""):
         super().__init__(PAGE_INDEX_TOO_SHORT_MESSAGE)
@@ -39,6 +40,8 @@ class PageIndexTooShort(ValueError):
 class CacheOwner(Protocol):
     """What a cache asks of its manager (kvlab.core.manager.KVCacheManager)."""
 
+    page_index: PageIndexTable
+
     @property
     def tokens_per_block(self) -> int: ...
     def blocks_for(self, capacity: int, request_id: str) -> int: ...
@@ -47,7 +50,6 @@ class CacheOwner(Protocol):
     def suspend_cache(self, cache: KVCache) -> None: ...
     def resume_cache(self, cache: KVCache) -> bool: ...
     def release(self, cache: KVCache) -> None: ...
-    def row(self, cache: KVCache) -> torch.Tensor: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -92,7 +94,7 @@ class KVCache:
     def page_indices(self) -> torch.Tensor:
         """The user-provided base page indices: this cache's row of the table (a view)."""
         self._check_live()
-        return self.manager.row(self)
+        return self.manager.page_index.row(self.slot)
 
     def resize(self, capacity: int, history_length: int | None = None) -> bool:
         """Grow or shrink to ``capacity`` tokens in the native check order (module docstring)."""
@@ -140,9 +142,7 @@ class KVCache:
         self.manager.release(self)
 
     def __repr__(self) -> str:
-        where = (
-            f"suspended, {self.suspended_blocks} pages in the host tier"
-            if self.host_copy is not None
-            else f"{self.num_blocks} pages" + (", suspended in place" if self.suspended else "")
-        )
+        where = f"{self.num_blocks} pages" + (", suspended in place" if self.suspended else "")
+        if self.host_copy is not None:
+            where = f"suspended, {self.suspended_blocks} pages in the host tier"
         return f"KVCache({self.request_id!r}, capacity={self.capacity}, {where})"

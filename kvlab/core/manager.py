@@ -44,8 +44,7 @@ class MaxSeqLenClampWarning(UserWarning):
 def _allocate_pool(
     quota_bytes: int, num_blocks: int, bytes_per_block: int, device: torch.device
 ) -> PagePool:
-    """The pool's real storage; torch's refusal to allocate it becomes a MemoryError that names
-    quota_bytes (torch raises a RuntimeError on the CPU, OutOfMemoryError on CUDA)."""
+    """The pool's real storage; torch's refusal (a RuntimeError) becomes a MemoryError."""
     try:
         return PagePool(num_blocks, bytes_per_block, device)
     except RuntimeError as exc:
@@ -95,9 +94,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         max_batch_size = check_param("max_batch_size", max_batch_size)
         policy = check_choice("page_index_policy", page_index_policy, WIDTH_POLICIES)
         check_bools(
-            disaggregated=disaggregated,
-            enable_block_reuse=enable_block_reuse,
-            enable_partial_reuse=enable_partial_reuse,
+            enable_block_reuse=enable_block_reuse, enable_partial_reuse=enable_partial_reuse
         )
         self.enable_block_reuse = enable_block_reuse
         #: ``BlockReuseConfig.policy``: when a context's pages are committed for reuse
@@ -150,7 +147,6 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         self.max_batch_size = max_batch_size
         self.pool = _allocate_pool(quota_bytes, total_blocks, geometry.bytes_per_block, device)
         # 5. the tier below the GPU (None: the automatic host tier), then block reuse
-        self.host_cache_size = host_cache_size
         self.max_util_for_resume = check_float(
             "max_util_for_resume", max_util_for_resume, low=0.0, high=1.0, low_open=True
         )
@@ -190,7 +186,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
             pool.free(cached.evict(min(count - pool.free_blocks, cached.evictable_blocks)))
 
     def allocate_pages(self, count: int) -> list[int] | None:
-        """``count`` pages through the pool's one door (:meth:`_make_room`); None when too few."""
+        """``count`` pages after :meth:`_make_room`; None when too few."""
         self._make_room(count)
         return self.pool.allocate(count)
 
@@ -227,10 +223,6 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         self.page_index.write(cache.slot, cache.num_blocks, pages)
         cache.pages.extend(pages)
 
-    def row(self, cache: KVCache) -> torch.Tensor:
-        """A cache's base page indices: a zero-copy view of its row."""
-        return self.page_index.row(cache.slot)
-
     def release(self, cache: KVCache) -> None:
         """Give back every page of the cache, on the device or below; it ends empty."""
         self.host_tier.untrack(cache)
@@ -262,9 +254,7 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
     def free(self, request: Request | KVCache | str) -> None:
         """Release a cache: its pages (device or host) and its page-index slot."""
         cache = request if isinstance(request, KVCache) else self.get_cache(request)
-        if self._caches.get(cache.request_id) is not cache:
-            # a cache already freed (or another manager's): releasing its slot again would
-            # clear the row of whichever cache holds that slot now
+        if self._caches.get(cache.request_id) is not cache:  # else its slot may be another's now
             raise KeyError(f"cache {cache.request_id!r} is not a live cache of this manager")
         self.release(cache)
         cache.freed = True
@@ -338,9 +328,3 @@ class KVCacheManager(BlockReuse, Suspension, ManagerViews):
         if request.num_draft_tokens:
             cache = self.get_cache(request)
             cache.resize(cache.capacity - request.num_draft_tokens)
-
-    def suspend(self, request: Request | str) -> None:
-        self.suspend_cache(self.get_cache(request))
-
-    def resume(self, request: Request | str) -> bool:
-        return self.resume_cache(self.get_cache(request))

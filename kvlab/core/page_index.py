@@ -1,11 +1,8 @@
 """The host page-index table and its width policies (REFERENCE.md §2): the int32 tensor
 ``KVCacheManagerV2`` builds (tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py at
 0004396720), one row per sequence slot; a cache's row is its "user-provided base page indices".
-
-Row width: ``round_up_to_multiple_of_4(ceil((max_seq_len + extra + drafts + 1) /
-tokens_per_block))`` (+1 the decode token; 4 for the copy_block_offsets kernel). The width
-policy picks the max_seq_len: "clamped" (since PR #12306; 2049 -> 65 -> 68 in the seed) or
-"configured" (the one-line fix; 8193 -> 257 -> 260).
+The width policy picks the max_seq_len the row is sized from: "clamped" (since PR #12306; 2049
+-> 65 -> 68 entries in the seed) or "configured" (the one-line fix; 8193 -> 257 -> 260).
 """
 
 from __future__ import annotations
@@ -39,7 +36,8 @@ def max_blocks_per_seq(
     num_extra_kv_tokens: int = 0,
     reserved_draft_tokens: int = 0,
 ) -> int:
-    """Width of one page-index row, by docs/REFERENCE.md §2's formula."""
+    """Width of one page-index row (REFERENCE.md §2): ``round_up_to_multiple_of_4(ceil((max_seq_len
+    + extra + drafts + 1) / tokens_per_block))``; +1 the decode token, 4 for copy_block_offsets."""
     max_seq_len = check_param("max_seq_len", max_seq_len)
     tokens_per_block = check_param("tokens_per_block", tokens_per_block)
     num_extra_kv_tokens = check_param("num_extra_kv_tokens", num_extra_kv_tokens)
@@ -93,7 +91,6 @@ class PageIndexTable:
             max_batch_size, pp_size, disaggregated, overlap_scheduler, num_reserved
         )
         self.width = width
-        self.num_pools = num_pools
         self.beam_width = beam_width
         shape = (num_pools, self.slots * beam_width, 2, width)
         pin = pin_memory and torch.cuda.is_available()
@@ -135,9 +132,8 @@ class PageIndexTable:
     def _check_acquired(self, slot: object) -> None:
         if type(slot) is not int or slot not in self._acquired:
             raise ValueError(
-                f"slot {slot!r} is not an acquired page-index slot "
-                f"(slots are 0..{self.cache_slots - 1}; the reserved ones are never "
-                "handed out)"
+                f"slot {slot!r} is not an acquired page-index slot (slots are "
+                f"0..{self.cache_slots - 1}; the reserved ones are never handed out)"
             )
 
     def _rows(self, slot: int) -> npt.NDArray[np.int32]:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
     from kvlab.core.pool import PagePool
     from kvlab.core.prefix_cache import PrefixCache
+    from kvlab.core.request import Request
 
 
 class Suspension:
@@ -29,6 +30,15 @@ class Suspension:
         def allocate_pages(self, count: int) -> list[int] | None: ...
         def _append(self, cache: KVCache, pages: list[int]) -> None: ...
         def shrink(self, cache: KVCache, keep: int) -> None: ...
+        def get_cache(self, request: Request | str) -> KVCache: ...
+
+    def suspend(self, request: Request | str) -> None:
+        """The scheduler's ``suspend`` of a request's cache (:meth:`suspend_cache`)."""
+        self.suspend_cache(self.get_cache(request))
+
+    def resume(self, request: Request | str) -> bool:
+        """The scheduler's ``resume`` of a request's cache (:meth:`resume_cache`)."""
+        return self.resume_cache(self.get_cache(request))
 
     def suspend_cache(self, cache: KVCache) -> None:
         """Native ``suspend``: its pages stay on the GPU until an allocation needs them."""
