@@ -4,21 +4,18 @@ Models the V2 manager's block reuse (the radix tree of
 tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py, its eviction queue;
 REFERENCE.md §10): a computed page is *committed* under the key of the prefix it ends; caches
 *hold* it; :meth:`match` finds a prompt's longest committed prefix (with partial reuse, the best
-next page to copy); a page no cache holds is *evictable*, least recently released first. A
-prompt's identity is its chained block hashes (``Request.prefix_hashes``); its first ``end``
-tokens are ``(hash of the block holding token end, end)``. Simplified: hashes coarser than pages
-match less than upstream's tokens; an evicted page is dropped, not moved down; cached pages go
-before suspended caches move down.
+next page to copy); a page no cache holds is *evictable*, least recently released first.
+Simplified: hashes coarser than pages match less than upstream's tokens; an evicted page is
+dropped, not moved down; cached pages go before suspended caches move down.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kvlab.core.checks import check_param
-from kvlab.core.request import MOONCAKE_TOKENS_PER_HASH
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.pool import PagePool
@@ -44,13 +41,8 @@ def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> tuple[int, 
 
 
 def prefix_key(hashes: tuple[int, ...], tokens_per_hash: int, end: int) -> BlockKey:
-    """The identity of a prompt's first ``end`` tokens (module docstring); ``end`` is within
-    the tokens the hashes cover."""
-    if not 0 < end <= len(hashes) * tokens_per_hash:
-        raise ValueError(
-            f"end must be in [1, {len(hashes) * tokens_per_hash}] (the tokens "
-            f"{len(hashes)} hashes of {tokens_per_hash} tokens cover), got {end!r:.40}"
-        )
+    """The identity of a prompt's first ``end`` tokens (0 < end <= the tokens the hashes cover):
+    the hash of the block holding token ``end``, and ``end``."""
     return hashes[(end - 1) // tokens_per_hash], end
 
 
@@ -59,26 +51,19 @@ def hashed_tokens(request: Request) -> int:
     return min(request.prompt_len, len(request.prefix_hashes) * request.tokens_per_hash)
 
 
-class Match:
+class Match(NamedTuple):
     """What :meth:`PrefixCache.match` found: committed ``pages`` to hold, and a ``partial``
-    page to copy ``partial_tokens`` leading tokens from (None: no partial match)."""
+    page to copy ``partial_tokens`` leading tokens from (None: no partial match); ``tokens``
+    in all."""
 
-    __slots__ = ("pages", "partial", "partial_tokens", "tokens")
-
-    def __init__(
-        self, pages: list[int], partial: int | None, partial_tokens: int, tokens_per_block: int
-    ):
-        self.pages = pages
-        self.partial = partial
-        self.partial_tokens = partial_tokens
-        self.tokens = len(pages) * tokens_per_block + partial_tokens
+    pages: list[int]
+    partial: int | None
+    partial_tokens: int
+    tokens: int
 
 
 class PrefixCache:
-    """The committed pages of one pool (module docstring) and the door every allocation of
-    that pool goes through (:meth:`allocate`).
-
-    A committed page is an entry of ``_pages`` (its key -> the page) and, by page number, its
+    """The committed pages of one pool (module docstring). A committed page is an entry of ``_pages`` (its key -> the page) and, by page number, its
     key, the hashes that made it and its holders; no object per page, so a replay's millions
     of commits cost a dict entry each and nothing for the garbage collector."""
 
@@ -181,7 +166,7 @@ class PrefixCache:
                 shared = self._shared_tokens(candidate, hashes, per_hash, start, usable) - start
                 if shared > partial_tokens:
                     partial, partial_tokens = candidate, shared
-        return Match(found, partial, partial_tokens, tokens_per_block)
+        return Match(found, partial, partial_tokens, start + partial_tokens)
 
     def first_new_key(self, request: Request) -> BlockKey | None:
         """The key of the request's first whole prompt page not committed, or None when every
@@ -250,39 +235,30 @@ class PrefixCache:
         end = min(end, hashed_tokens(request), len(pages) * tokens_per_block)
         index, rebased = committed, []
         page_end = (index + 1) * tokens_per_block
-        tree, keys, sources, holders = self._pages, self._key, self._source, self._holders
         source, indexed = (hashes, per_hash), per_hash % tokens_per_block != 0
         while page_end <= end:
             key = (hashes[(page_end - 1) // per_hash], page_end)
-            page = tree.get(key)
-            mine = pages[index]
+            page = self._pages.get(key)
             if page is None:
-                tree[key] = mine
-                keys[mine], sources[mine], holders[mine] = key, source, 1
-                if indexed:
-                    self._index(mine)
-            elif page != mine:  # computed twice: rebase onto the tree's page
+                self._insert(key, pages[index], source, indexed)
+            elif page != pages[index]:  # computed twice: rebase onto the tree's page
                 self.hold([page])
                 rebased.append((index, page))
             index += 1
             page_end += tokens_per_block
         if last and end == request.prompt_len and index * tokens_per_block < end:
             key = prefix_key(hashes, per_hash, end)
-            if key not in tree:  # else the same partial page is cached: this one stays its own
-                mine = pages[index]
-                tree[key] = mine
-                keys[mine], sources[mine], holders[mine] = key, source, 1
-                self._index(mine)
+            if key not in self._pages:  # else the same partial page is cached: this one stays
+                self._insert(key, pages[index], source, True)
                 index += 1
         return index, rebased
 
-    def _index(self, page: int) -> None:
-        first_block = self._first_block(page)
-        candidates = self._by_first_block.get(first_block)
-        if candidates is None:
-            self._by_first_block[first_block] = [page]
-        else:
-            candidates.append(page)
+    def _insert(self, key: BlockKey, page: int, source: Source, indexed: bool) -> None:
+        """Commit ``page`` under ``key``, held by the cache that computed it."""
+        self._pages[key] = page
+        self._key[page], self._source[page], self._holders[page] = key, source, 1
+        if indexed:
+            self._by_first_block.setdefault(self._first_block(page), []).append(page)
 
     # -- checks ------------------------------------------------------------------------
     def check_invariants(self, holders: dict[int, int]) -> None:
@@ -312,14 +288,3 @@ class PrefixCache:
             f"PrefixCache({self.committed_blocks} committed pages, {self.evictable_blocks} "
             f"evictable, {self.evicted_blocks} evicted)"
         )
-
-
-__all__ = [
-    "MOONCAKE_TOKENS_PER_HASH",
-    "BlockKey",
-    "Match",
-    "PrefixCache",
-    "chain_hashes",
-    "hashed_tokens",
-    "prefix_key",
-]
