@@ -1,9 +1,6 @@
-"""Request: one generation request as the scheduler and the manager see it.
-
-Field names follow TensorRT-LLM's LlmRequest where one exists (context_current_position,
-is_first_context_chunk, context_chunk_size) so the real code can be read next to kvlab's.
-
-Its lifecycle is :class:`RequestState` (``Request.state``), set by the Scheduler and the
+"""Request: one generation request as the scheduler and the manager see it. Field names follow
+TensorRT-LLM's LlmRequest where one exists (context_current_position, is_first_context_chunk,
+context_chunk_size); its lifecycle, :class:`RequestState`, is set by the scheduler and the
 executor loop (``kvlab.run.simulation``).
 """
 
@@ -12,18 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kvlab.core.checks import MAX_COUNT, store_param
+from kvlab.core.checks import MAX_COUNT, check_bools, store_param
 
 #: Tokens per hash in Mooncake's FAST'25 traces (``hash_ids``: one per 512-token block).
 MOONCAKE_TOKENS_PER_HASH = 512
 
 
 class RequestState(StrEnum):
-    """A request's lifecycle. Live (the scheduler's): WAITING (submitted, no KV cache: not
-    started yet, or recompute-paused), RUNNING (holds a KV cache on the device: context chunks
-    or generation), SUSPENDED (evicted: its KV pages stay held until they move to the host
-    tier); done: FINISHED, REJECTED (``Request.reason`` says why, with the numbers). A member
-    equals its text ("running")."""
+    """A request's lifecycle. Live: WAITING (no KV cache: not started, or recompute-paused),
+    RUNNING (holds a KV cache on the device), SUSPENDED (its pages held until they move to the
+    host tier); done: FINISHED, REJECTED (``Request.reason`` says why). A member equals its
+    text ("running")."""
 
     WAITING = "waiting"
     RUNNING = "running"
@@ -48,27 +44,17 @@ UNFINISHED_STATUSES = (RequestState.WAITING, RequestState.RUNNING)
 
 @dataclass(slots=True)
 class Request:
-    """A request of ``prompt_len`` context tokens that generates up to ``max_new_tokens``.
+    """A request of ``prompt_len`` context tokens that generates up to ``max_new_tokens``;
+    ``context_current_position`` (context computed) and ``num_generated`` advance as it runs.
 
-    ``context_current_position`` counts context tokens already computed; ``num_generated``
-    counts generated tokens. Both are advanced by the executor loop.
-
-    ``disagg_generation_init``: the request arrives on a disaggregated generation server in
-    state DISAGG_GENERATION_INIT: its context KV is computed elsewhere and transferred, so the
-    scheduler only allocates the cache (``prepare_disagg_gen_init``) and then generates.
-    ``num_draft_tokens``: speculative draft tokens each generation step reserves on top of
-    its one new token (all rejected in simulation, so the cache is rewound after the step).
-    ``beam_width``: beams searched; a generation step takes that many tokens of the budget,
-    and one pass schedules one beam width (kvlab keeps one set of pages per sequence whatever
-    the width).
-    ``prefix_hashes``: the prompt's block hashes, one per ``tokens_per_hash`` tokens (the last
-    block may be shorter), each standing for its whole prefix (vLLM's ``Request.block_hashes``):
-    what block reuse matches (kvlab.core.prefix_cache). Mooncake's traces record one per 512
-    tokens; ``prefix_cache.chain_hashes`` makes them from token ids. Empty: a prompt that shares
-    nothing.
-
-    The fields after these are runtime bookkeeping (not constructor arguments); a copy made
-    with ``dataclasses.replace`` starts them afresh.
+    ``disagg_generation_init``: it arrives on a disaggregated generation server, its context KV
+    computed elsewhere; the scheduler only allocates the cache (``prepare_disagg_gen_init``).
+    ``num_draft_tokens``: draft tokens each generation step reserves beyond its one new token
+    (all rejected in simulation). ``beam_width``: a generation step takes that many tokens of
+    the budget (kvlab keeps one set of pages per sequence). ``prefix_hashes``: the prompt's
+    chained block hashes, one per ``tokens_per_hash`` tokens (vLLM's ``Request.block_hashes``;
+    ``prefix_cache.chain_hashes`` makes them): what block reuse matches; empty shares nothing.
+    The fields after these are runtime bookkeeping, not constructor arguments.
     """
 
     request_id: str
@@ -109,15 +95,10 @@ class Request:
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
             raise ValueError(f"request_id must be a non-empty str, got {self.request_id!r}")
-        store_param(self, "prompt_len")
-        store_param(self, "max_new_tokens")
-        store_param(self, "arrival_step")
-        store_param(self, "context_current_position")
+        for name in ("prompt_len", "max_new_tokens", "arrival_step", "context_current_position"):
+            store_param(self, name)
         store_param(self, "num_generated")
-        if not isinstance(self.disagg_generation_init, bool):
-            raise TypeError(
-                f"disagg_generation_init must be a bool, got {self.disagg_generation_init!r}"
-            )
+        check_bools(disagg_generation_init=self.disagg_generation_init)
         if self.disagg_generation_init and self.max_new_tokens < 1:
             raise ValueError(
                 f"max_new_tokens must be in [1, {MAX_COUNT}] for a disagg_generation_init "
@@ -135,15 +116,14 @@ class Request:
                 f"got {self.num_generated}"
             )
         self.output_limit = self.max_new_tokens
-        store_param(self, "num_draft_tokens")
-        store_param(self, "beam_width")
+        for name in ("num_draft_tokens", "beam_width", "tokens_per_hash"):
+            store_param(self, name)
         if not isinstance(self.prefix_hashes, tuple) or not all(
             isinstance(h, int) and not isinstance(h, bool) for h in self.prefix_hashes
         ):
             raise TypeError(
                 f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}"
             )
-        store_param(self, "tokens_per_hash")
 
     @property
     def is_first_context_chunk(self) -> bool:
@@ -167,8 +147,7 @@ class Request:
         return self.context_current_position + self.context_chunk_size >= self.context_len
 
     @property
-    def is_context_finished(self) -> bool:
-        # context_len, spelled out: the scheduler asks this of every active request each pass
+    def is_context_finished(self) -> bool:  # context_len spelled out: asked very often
         return self.context_current_position >= self.prompt_len + self.recomputed_tokens
 
     @property
