@@ -10,17 +10,15 @@ a count of pages (host and disk as one), a cache moves all together, nothing is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Protocol
 
-from kvlab.core.checks import MAX_COUNT, check_int
+from kvlab.core.checks import check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
 
-
-def _known(limit: float | None) -> TypeGuard[float]:
-    """A limit the reader found: None or infinity (the real readers' answer) is none."""
-    return limit is not None and limit != float("inf")
+#: What the real readers answer for a limit they could not find (as None does).
+UNKNOWN = float("inf")
 
 
 def auto_host_tier_bytes(
@@ -36,14 +34,14 @@ def auto_host_tier_bytes(
     (``shares_device_memory``) the device quota is charged against the host memory first, and
     with no headroom left there is no tier (0)."""
     candidates = [gpu_quota_bytes]
-    if _known(host_available_bytes):
+    if host_available_bytes is not None and host_available_bytes != UNKNOWN:
         budget = host_available_bytes
         if shares_device_memory:
             budget -= gpu_quota_bytes
             if budget <= 0:
                 return 0
         candidates.append(int(budget / local_ranks * 0.5))
-    if _known(memlock_limit_bytes):
+    if memlock_limit_bytes is not None and memlock_limit_bytes != UNKNOWN:
         candidates.append(int(memlock_limit_bytes * 0.8))
     quota = min(candidates)
     return quota if quota > 0 else gpu_quota_bytes
@@ -72,17 +70,10 @@ def lower_tier_bytes(
 ) -> int:
     """Bytes below the GPU: the host tier (``host_cache_size``; None: automatic, 0: none)
     plus the disk tier (``disk_cache_size``; None or 0: none)."""
-    host = (
-        auto_host_tier_bytes(gpu_quota_bytes)
-        if host_cache_size is None
-        else check_int("host_cache_size", host_cache_size, low=0, high=MAX_COUNT)
-    )
-    disk = (
-        0
-        if disk_cache_size is None
-        else check_int("disk_cache_size", disk_cache_size, low=0, high=MAX_COUNT)
-    )
-    return host + disk
+    if host_cache_size is None:
+        host_cache_size = auto_host_tier_bytes(gpu_quota_bytes)
+    disk = 0 if disk_cache_size is None else check_int("disk_cache_size", disk_cache_size)
+    return check_int("host_cache_size", host_cache_size) + disk
 
 
 class HostTier:

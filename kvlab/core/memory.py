@@ -109,11 +109,7 @@ class DeviceMemory:
     (:meth:`load_weights`), then a warm-up (:meth:`warm_up`) that leaves a persistent MoE
     workspace and a transient activation peak. :meth:`budget` then measures like
     ``KvCacheCreator.configure_kv_cache_capacity`` (tensorrt_llm/_torch/pyexecutor/_util.py):
-    ``peak_memory = torch peak + (used on the device - used by torch)``, the second term being
-    memory torch does not see (the CUDA context, NCCL, other processes). The budget names the
-    weights and workspace by the sizes allocated; the rest of the torch peak (the freed
-    activations, anything else this process holds) is its activation peak, so its
-    ``peak_memory_bytes`` is the creator's."""
+    ``peak_memory = torch peak + (used on the device - used by torch)``."""
 
     def __init__(self, device: str | torch.device = "cuda") -> None:
         from kvlab.core.pool import resolve_device
