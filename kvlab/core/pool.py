@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvlab.core.checks import MAX_COUNT, check_int
+from kvlab.core.checks import check_int
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -43,9 +43,6 @@ class PoolCounters:
 
     allocations: int = 0
     failed_allocations: int = 0
-    pages_allocated: int = 0
-    pages_freed: int = 0
-    peak_used: int = 0
 
 
 #: The most pages one pool may have: 2**24 (16,777,216). The bookkeeping costs 5 bytes a page
@@ -75,7 +72,7 @@ class PagePool:
         self, num_blocks: int, bytes_per_block: int, device: str | torch.device = "cpu"
     ) -> None:
         num_blocks = check_int("num_blocks", num_blocks, low=1, high=MAX_POOL_BLOCKS)
-        bytes_per_block = check_int("bytes_per_block", bytes_per_block, low=1, high=MAX_COUNT)
+        bytes_per_block = check_int("bytes_per_block", bytes_per_block, low=1)
         self.device = resolve_device(device)
         self.num_blocks = num_blocks
         self.bytes_per_block = bytes_per_block
@@ -91,7 +88,7 @@ class PagePool:
     @property
     def nbytes(self) -> int:
         """Bytes of real storage: num_blocks * bytes_per_block."""
-        return self.storage.numel() * self.storage.element_size()
+        return self.storage.nbytes
 
     @property
     def free_blocks(self) -> int:
@@ -103,19 +100,14 @@ class PagePool:
 
     def allocate(self, count: int) -> list[int] | None:
         """Hand out ``count`` pages, or return None and change nothing if fewer are free."""
-        count = check_int("count", count, low=0, high=MAX_COUNT)
-        top = self._top
-        if count > top:
+        count = check_int("count", count)
+        if count > self._top:
             self.counters.failed_allocations += 1
             return None
-        taken = self._stack[top - count : top][::-1]
+        self._top -= count
+        taken = self._stack[self._top : self._top + count][::-1]
         self._owned[taken] = True
-        self._top = top - count
-        counters = self.counters
-        counters.allocations += 1
-        counters.pages_allocated += count
-        if self.num_blocks - self._top > counters.peak_used:
-            counters.peak_used = self.num_blocks - self._top
+        self.counters.allocations += 1
         pages: list[int] = taken.tolist()
         return pages
 
@@ -145,7 +137,6 @@ class PagePool:
         self._owned[taken] = False
         self._stack[self._top : self._top + count] = taken
         self._top += count
-        self.counters.pages_freed += count
 
     def free_pages(self) -> list[int]:
         """The free pages, the next to be handed out last."""
