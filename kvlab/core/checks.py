@@ -10,15 +10,12 @@ from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
-# Upper bound for counts and byte sizes: far beyond any real GPU (1 PiB) yet small
-# enough that arithmetic on it stays exact in Python ints and torch int64.
+#: Upper bound for counts and byte sizes: far beyond any GPU (1 PiB), exact in torch int64.
 MAX_COUNT = 1 << 50
-#: The most items a list argument may hold (requests, pool sizes, contexts): more is a mistake
-#: (an endless iterator, a sweep of millions), and taking it would not end or not fit memory.
+#: The most items a list argument may hold: more is a mistake (an endless iterator).
 MAX_ITEMS = 1 << 20
 
-#: Each integer parameter's accepted range [low, high], stated once: every door that takes the
-#: parameter checks it against this table (:func:`check_param`, :func:`store_param`).
+#: Each integer parameter's accepted range [low, high], stated once for every door.
 BOUNDS: dict[str, tuple[int, int]] = {
     "max_batch_size": (1, 1 << 20),
     "scheduler_capacity": (1, 1 << 20),
@@ -136,15 +133,13 @@ def check_sequence(name: str, values: object, check: Callable[..., T], **limits:
 
 
 def store_checked(obj: object, name: str, check: Callable[..., object], **limits: float) -> None:
-    """Check the field ``name`` of ``obj`` (a dataclass, frozen or not) with ``check``
-    (:func:`check_int` or :func:`check_float`) and store what the check returns: a plain int
-    or float, also when the caller passed a numpy scalar, whose own arithmetic would wrap."""
+    """Check the field ``name`` of ``obj`` (a dataclass, frozen or not) with ``check`` and store
+    what it returns: a plain int or float, never a numpy scalar whose arithmetic would wrap."""
     object.__setattr__(obj, name, check(name, getattr(obj, name), **limits))
 
 
 def check_instance(name: str, value: T, kind: type | tuple[type, ...]) -> T:
-    """Return ``value`` if it is a ``kind`` (a class or a tuple of classes); raise TypeError
-    naming the parameter, the class wanted and what came otherwise."""
+    """Return ``value`` if it is a ``kind`` (a class or a tuple of classes); else TypeError."""
     if not isinstance(value, kind):
         wanted = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
         article = "an" if wanted[0] in "AEIOU" else "a"
@@ -155,8 +150,7 @@ def check_instance(name: str, value: T, kind: type | tuple[type, ...]) -> T:
 
 
 def check_mapping(name: str, value: T, kind: type | tuple[type, ...], what: str) -> T:
-    """Return ``value`` if it is a non-empty mapping whose values are ``kind``s; raise TypeError or
-    ValueError naming the parameter and the first bad entry otherwise."""
+    """Return ``value`` if it is a non-empty mapping whose values are ``kind``s."""
     mapping = cast(Mapping[Any, Any], check_instance(name, value, Mapping))
     if not mapping:
         raise ValueError(f"{name} must be a non-empty mapping ({what}), got an empty one")

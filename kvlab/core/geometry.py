@@ -38,12 +38,8 @@ def element_bytes(dtype: str, num_elements: int) -> int:
 
 @dataclass(frozen=True)
 class KVGeometry:
-    """Shape of a full-attention KV cache on one rank.
-
-    kv_factor is 2 (K and V) or 1 (MLA keeps only the compressed K). Under attention
-    data parallelism the heads are not split, so ``attention_dp=True`` forces tp_size to 1
-    as the real executor does.
-    """
+    """Shape of a full-attention KV cache on one rank. kv_factor is 2 (K and V) or 1 (MLA keeps
+    only the compressed K); ``attention_dp=True`` leaves the heads unsplit (tp 1), as upstream."""
 
     num_layers: int
     num_kv_heads: int
@@ -127,13 +123,9 @@ STATE_DTYPES = ("float32", "float16", "bfloat16")
 
 @dataclass(frozen=True)
 class MambaGeometry:
-    """Shape of one sequence's recurrent (Mamba / linear-attention) state on one rank.
-
-    Mirrors ``MambaHybridCacheManagerV2._mamba_state_bytes_per_slot``
-    (tensorrt_llm/_torch/pyexecutor/mamba_cache_manager.py), docs/REFERENCE.md §5:
-    ``num_mamba_layers * (conv_bytes + ssm_bytes)`` with the conv and SSM states split over
-    ``tp_size``. A slot is fixed-size: it does not grow with the sequence's length.
-    """
+    """Shape of one sequence's recurrent (Mamba / linear-attention) state on one rank: a fixed
+    ``num_mamba_layers * (conv_bytes + ssm_bytes)``, split over ``tp_size`` (REFERENCE.md §5;
+    ``MambaHybridCacheManagerV2._mamba_state_bytes_per_slot``, mamba_cache_manager.py)."""
 
     num_mamba_layers: int
     mamba_num_heads: int

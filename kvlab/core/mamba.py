@@ -77,8 +77,8 @@ class ResidencyPlan:
 
     @property
     def raw_need_bytes(self) -> int:
-        """(requested + dummies) * slot_bytes + one attention page: the merged
-        ``_minimum_live_gpu_quota()``, the floor below which construction raises."""
+        """(requested + dummies) * slot_bytes + one page: the floor below which merged code
+        raises (``_minimum_live_gpu_quota()``)."""
         return (self.requested + self.dummies) * self.slot_bytes + self.page_bytes
 
     @property
@@ -156,9 +156,8 @@ def cache_size_per_token(
     cuda_graph_padding: bool = True,
     attention_dp: bool = False,
 ) -> tuple[int, int]:
-    """(bytes per token, fixed bytes): the affine cost the merged
-    ``MambaHybridCacheManagerV2.get_cache_size_per_token`` estimates, without prefix reuse: the
-    attention bytes of one token, and the live plus dummy recurrent-state slots."""
+    """(bytes per token, fixed bytes): the merged ``get_cache_size_per_token``'s affine cost,
+    without prefix reuse: one token's attention bytes; the live and dummy state slots."""
     plan = plan_residency(
         mamba,
         attention,
@@ -172,9 +171,8 @@ def cache_size_per_token(
 
 
 def proposed_quota_error(plan: ResidencyPlan) -> str:
-    """*Proposal, PR #18985 (open):* the quota error in GiB, naming the resident-sequence and
-    reserved-slot counts and the settings to change. kvlab's wording (the PR's own text was not
-    read); the "at most N fits" hint is :meth:`ResidencyPlan.feasible_max_batch_size`."""
+    """*Proposal, PR #18985 (open):* the quota error in GiB, naming the counts and the settings to
+    change (kvlab's wording; the hint is :meth:`ResidencyPlan.feasible_max_batch_size`)."""
     fits = check_instance("plan", plan, ResidencyPlan).feasible_max_batch_size()
     hint = (
         f"lower max_batch_size (at most {fits:,} fits this quota) or raise "
@@ -295,7 +293,7 @@ class MambaHybridCacheManager(KVCacheManager):
         )
         self.mamba = mamba
         self.local_num_mamba_layers = 0 if mamba is None else mamba.num_mamba_layers
-        #: the whole quota (``quota_bytes`` is what the attention pages got after the slots)
+        #: the whole quota (``quota_bytes``: what the attention pages got)
         self.hybrid_quota_bytes = quota_bytes
         self.state_slots = StateSlotPool(num_slots, plan.slot_bytes, plan.dummies, self.device)
         self._slot_of: dict[str, int] = {}
@@ -310,9 +308,8 @@ class MambaHybridCacheManager(KVCacheManager):
         return QUOTA_TOO_SMALL.format(got=plan.quota_bytes, need=plan.raw_need_bytes)
 
     def max_resident_sequences(self) -> int | None:
-        """Sequences whose recurrent state may be resident at once; None = unbounded. Always
-        None under merged residency (merged TensorRT-LLM has no such hook); under PR #17261's
-        clamp, the all-reduced cap, on every rank (the review's fix)."""
+        """Sequences whose state may be resident at once; None = unbounded (always, in merged
+        code); under PR #17261's clamp, the all-reduced cap, on every rank."""
         return self._resident_sequence_cap
 
     @property
@@ -344,9 +341,8 @@ class MambaHybridCacheManager(KVCacheManager):
         return self._slot_of.get(request_id)
 
     def get_state_indices(self, request_ids: Sequence[str]) -> list[int]:
-        """The state slot of each request, in the caller's order (the real
-        ``get_state_indices(request_ids)``): placeholders 0 on a rank without local Mamba
-        layers; a KeyError for a request holding no slot."""
+        """The real ``get_state_indices``: each request's state slot, in order (0s on a rank
+        without Mamba layers; KeyError for a request holding none)."""
         if self.local_num_mamba_layers == 0:
             return [0] * len(request_ids)
         return [self._slot_of[request_id] for request_id in request_ids]

@@ -29,9 +29,8 @@ GIB = 1 << 30
 
 
 def readout_mib(mib: float) -> str:
-    """``mib`` to 4 significant digits with thousands separated, as the panels' pool slider
-    reads it out (1,024): a tie rounds up there (JavaScript's toPrecision), where Python's format
-    rounds it to even (2^-6 MiB = 0.015625: 0.01563 there, 0.01562 here)."""
+    """``mib`` to 4 significant digits with thousands separated, rounding a tie up as the panels'
+    pool slider does (JavaScript's toPrecision), not to even as Python's format does."""
     exact = Decimal(mib)
     if not exact:
         return "0"
@@ -182,10 +181,8 @@ def pool_vs_workspace(
     free_gpu_memory_fraction: float = 0.9,
     device: str | torch.device = "cuda",
 ) -> list[dict[str, Any]]:
-    """For each workspace size: real weights and workspace on the GPU, the measured budget, then
-    a real :class:`kvlab.KVCacheManager` built from its quota (the pool a real tensor). One row
-    per size: the measured parts, the quota, the pool's blocks and bytes as allocated, the
-    clamped max_seq_len and the row width."""
+    """For each workspace size: real weights and workspace on the GPU, the measured budget, and
+    a real KVCacheManager built from its quota; one row of the measured numbers a size."""
     from kvlab.core.manager import KVCacheManager
 
     rows = []
