@@ -6,28 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvlab.core.manager_views import ManagerViews
 from kvlab.core.request import Request
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
-    from kvlab.core.page_index import PageIndexTable
-    from kvlab.core.pool import PagePool
-    from kvlab.core.prefix_cache import BlockKey, PrefixCache
+    from kvlab.core.prefix_cache import BlockKey
 
 
-class BlockReuse:
+class BlockReuse(ManagerViews):
     """Mixed into kvlab.core.manager.KVCacheManager, which moves the pages."""
-
-    enable_block_reuse: bool
-    block_reuse_policy: str
-    pool: PagePool
-    page_index: PageIndexTable
-    prefix_cache: PrefixCache
-
-    if TYPE_CHECKING:  # the manager's own doors
-
-        def allocate_pages(self, count: int) -> list[int] | None: ...
-        def _append(self, cache: KVCache, pages: list[int]) -> None: ...
 
     def reuses(self, request: Request) -> bool:
         """Block reuse is on and the request's prompt has an identity to match."""

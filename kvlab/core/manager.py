@@ -29,7 +29,6 @@ from kvlab.core.checks import (
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.host_tier import HostTier, lower_tier_bytes
 from kvlab.core.kv_cache import KVCache, PageIndexTooShort
-from kvlab.core.manager_views import ManagerViews
 from kvlab.core.page_index import WIDTH_POLICIES, PageIndexTable, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import PagePool, pool_blocks, resolve_device
 from kvlab.core.prefix_cache import PrefixCache
@@ -57,7 +56,7 @@ def _allocate_pool(
         ) from exc
 
 
-class KVCacheManager(BlockReuse, Suspension, ManagerViews):
+class KVCacheManager(BlockReuse, Suspension):
     """A rank's paged KV cache: pool, page-index table and the caches of its sequences."""
 
     @classmethod

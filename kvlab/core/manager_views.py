@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class ManagerViews:
-    """Mixed into kvlab.core.manager.KVCacheManager."""
+    """Mixed into kvlab.core.manager.KVCacheManager (with its other mixins, BlockReuse and
+    Suspension, which read the manager through the names declared here)."""
 
     geometry: KVGeometry
     pool: PagePool
@@ -35,10 +36,16 @@ class ManagerViews:
     max_blocks_per_seq: int
     page_index_policy: str
     page_index: PageIndexTable
+    enable_block_reuse: bool
+    block_reuse_policy: str
+    max_util_for_resume: float
 
     if TYPE_CHECKING:  # the manager's own doors
 
         def allocate_pages(self, count: int) -> list[int] | None: ...
+        def _append(self, cache: KVCache, pages: list[int]) -> None: ...
+        def shrink(self, cache: KVCache, keep: int) -> None: ...
+        def get_cache(self, request: Request | str) -> KVCache: ...
         def blocks_for(self, capacity: int, request_id: str = "") -> int: ...
         def grow(self, caches: list[KVCache], blocks: list[int]) -> bool: ...
 

@@ -9,28 +9,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kvlab.core.manager_views import ManagerViews
+
 if TYPE_CHECKING:  # pragma: no cover
-    from kvlab.core.host_tier import HostTier
     from kvlab.core.kv_cache import KVCache
-    from kvlab.core.pool import PagePool
-    from kvlab.core.prefix_cache import PrefixCache
     from kvlab.core.request import Request
 
 
-class Suspension:
+class Suspension(ManagerViews):
     """Mixed into kvlab.core.manager.KVCacheManager, which moves the pages."""
-
-    pool: PagePool
-    prefix_cache: PrefixCache
-    host_tier: HostTier
-    max_util_for_resume: float
-
-    if TYPE_CHECKING:  # the manager's own doors
-
-        def allocate_pages(self, count: int) -> list[int] | None: ...
-        def _append(self, cache: KVCache, pages: list[int]) -> None: ...
-        def shrink(self, cache: KVCache, keep: int) -> None: ...
-        def get_cache(self, request: Request | str) -> KVCache: ...
 
     def suspend(self, request: Request | str) -> None:
         """The scheduler's ``suspend`` of a request's cache (:meth:`suspend_cache`)."""
