@@ -43,6 +43,7 @@ class PoolCounters:
 
     allocations: int = 0
     failed_allocations: int = 0
+    pages_allocated: int = 0
 
 
 #: The most pages one pool may have: 2**24 (16,777,216). The bookkeeping costs 5 bytes a page
@@ -108,6 +109,7 @@ class PagePool:
         taken = self._stack[self._top : self._top + count][::-1]
         self._owned[taken] = True
         self.counters.allocations += 1
+        self.counters.pages_allocated += count
         pages: list[int] = taken.tolist()
         return pages
 

@@ -109,6 +109,7 @@ def test_counters():
     k = pool.counters
     assert k.allocations == 3
     assert k.failed_allocations == 1
+    assert k.pages_allocated == 6
     assert pool.free_blocks == 6
 
 
