@@ -244,7 +244,8 @@ class KVCacheManager(BlockReuse, Suspension):
 
     def get_cache(self, request: Request | str) -> KVCache:
         """The live cache of a request (or request id); KeyError when it has none."""
-        check_instance("request", request, (Request, str))
+        if not isinstance(request, (Request, str)):
+            raise TypeError(f"request must be a Request or a request id, got {request!r:.60}")
         request_id = request if isinstance(request, str) else request.request_id
         if request_id not in self._caches:
             raise KeyError(f"no cache for request {request_id!r}")
