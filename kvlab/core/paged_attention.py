@@ -36,15 +36,9 @@ def kv_pages(manager: KVCacheManager) -> torch.Tensor:
             f"paged attention needs K and V (kv_factor=2); the manager's geometry has "
             f"kv_factor={geo.kv_factor} (MLA)"
         )
+    page = (geo.num_layers, 2, geo.tokens_per_block, geo.kv_heads_per_rank, geo.head_dim)
     storage = manager.pool.storage
-    return storage.view(TORCH_DTYPES[geo.dtype]).view(
-        storage.shape[0],
-        geo.num_layers,
-        2,
-        geo.tokens_per_block,
-        geo.kv_heads_per_rank,
-        geo.head_dim,
-    )
+    return storage.view(TORCH_DTYPES[geo.dtype]).view(storage.shape[0], *page)
 
 
 def _row_pages(manager: KVCacheManager, cache: KVCache, entries: torch.Tensor) -> torch.Tensor:
@@ -164,13 +158,8 @@ def paged_vs_contiguous(
     torch_dtype = TORCH_DTYPES[dtype]
     error = 0.0
     for layer in range(geo.num_layers):
-        kvs = [
-            (
-                torch.randn(n, 2, 64, generator=gen).to(torch_dtype),
-                torch.randn(n, 2, 64, generator=gen).to(torch_dtype),
-            )
-            for n in lengths
-        ]
+        # K then V of each sequence: [2, n, 2 KV heads, 64]
+        kvs = [torch.randn(2, n, 2, 64, generator=gen).to(torch_dtype) for n in lengths]
         for cache, (k, v) in zip(caches, kvs):
             write_kv(manager, cache, layer, k, v)
         for decoding in (True, False):
