@@ -158,16 +158,9 @@ def cache_size_per_token(
 ) -> tuple[int, int]:
     """(bytes per token, fixed bytes): the merged ``get_cache_size_per_token``'s affine cost,
     without prefix reuse: one token's attention bytes; the live and dummy state slots."""
-    plan = plan_residency(
-        mamba,
-        attention,
-        1,
-        max_batch_size,
-        pp_size,
-        cuda_graph_padding=cuda_graph_padding,
-        attention_dp=attention_dp,
-    )
-    return attention.bytes_per_token, (plan.requested + plan.dummies) * plan.slot_bytes
+    slot_bytes = 0 if mamba is None else mamba.bytes_per_slot
+    slots = max_batch_size * pp_size + num_dummy_slots(cuda_graph_padding, attention_dp)
+    return attention.bytes_per_token, slots * slot_bytes
 
 
 def proposed_quota_error(plan: ResidencyPlan) -> str:
