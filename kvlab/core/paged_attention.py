@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from kvlab.core.arith import div_ceil
+from kvlab.core.checks import check_choice, check_int, check_sequence
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.kv_cache import KVCache
 from kvlab.core.manager import KVCacheManager
@@ -140,7 +141,16 @@ def paged_vs_contiguous(
     their pages interleave in one pool; random K and V of 2 layers (2 KV heads of 64, 16 tokens
     a page) are written through their rows; ``paged_attention`` of a decoding step and of a
     full prefill is compared with ``contiguous_attention`` over the same K and V.
-    Returns max_abs_error (over every layer, sequence and mode), and each sequence's pages."""
+    Returns max_abs_error (over every layer, sequence and mode), and each sequence's pages.
+    A door: notebook 03 and benchmarks/gpu_measurements.py call it, so it checks its arguments."""
+    check_choice("dtype", dtype, TORCH_DTYPES)
+    lengths = check_sequence("lengths", lengths, check_int, low=1, high=1 << 16)
+    if not lengths:
+        raise ValueError("lengths must name at least one sequence")
+    num_heads = check_int("num_heads", num_heads, low=2, high=256)
+    if num_heads % 2:
+        raise ValueError(f"num_heads must be a multiple of the 2 KV heads, got {num_heads}")
+    seed = check_int("seed", seed, low=0, high=2**64 - 1)  # torch.Generator.manual_seed's range
     geo = KVGeometry(num_layers=2, num_kv_heads=2, head_dim=64, dtype=dtype, tokens_per_block=16)
     blocks = sum(geo.blocks_for_tokens(n) for n in lengths)
     manager = KVCacheManager(

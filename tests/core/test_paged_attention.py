@@ -185,3 +185,30 @@ def test_mla_geometry_is_refused():
     mgr = KVCacheManager(geo, quota_bytes=4 * geo.bytes_per_block, max_seq_len=32, max_batch_size=1)
     with pytest.raises(ValueError, match="kv_factor=1"):
         kv_pages(mgr)
+
+
+def test_worked_check_validates_its_arguments():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        paged_vs_contiguous(dtype="fp8")
+    with pytest.raises(ValueError, match="num_heads must be a multiple of the 2 KV heads"):
+        paged_vs_contiguous(num_heads=3)
+    with pytest.raises(ValueError, match="at least one sequence"):
+        paged_vs_contiguous(lengths=[])
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        (dict(lengths=10**30), TypeError, "lengths must be a sequence of numbers"),
+        (dict(lengths="45"), TypeError, "lengths must be a sequence of numbers"),
+        (dict(lengths=[45, 0]), ValueError, "lengths[1] must be in [1, "),
+        (dict(lengths=[]), ValueError, "lengths must name at least one sequence"),
+        (dict(seed=None), TypeError, "seed must be an int in [0, "),
+        (dict(seed=10**30), ValueError, "seed must be in [0, "),
+        (dict(seed=-1), ValueError, "seed must be in [0, "),
+    ],
+)
+def test_paged_vs_contiguous_names_a_bad_argument(kwargs, error, text):
+    with pytest.raises(error) as info:
+        paged_vs_contiguous(**kwargs)
+    assert text in str(info.value)
