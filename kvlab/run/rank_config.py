@@ -14,7 +14,7 @@ from kvlab.core.checks import (
     check_instance,
     check_int,
     check_items,
-    store_checked,
+    store_param,
 )
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import GIB, MemoryBudget
@@ -84,9 +84,8 @@ class RunConfig:
         object.__setattr__(self, "requests", requests)
         check_choice("policy", self.policy, TRTLLM_POLICIES)
         check_instance("chunked_prefill", self.chunked_prefill, bool)
-        for name in ("max_steps", "max_seq_len", "max_num_tokens", "stall_limit"):
-            store_checked(self, name, check_int, low=1, high=1 << 30)
-        store_checked(self, "max_batch_size", check_int, low=1, high=1 << 20)
+        for name in ("max_steps", "max_seq_len", "max_num_tokens", "stall_limit", "max_batch_size"):
+            store_param(self, name)
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("requests must have distinct request ids")
