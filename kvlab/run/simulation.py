@@ -185,8 +185,15 @@ class Engine(EngineRecords):
                 manager.reject_draft_tokens(request)
                 self._produce_token(request)
         for request in batch.generation_requests:
-            manager.reject_draft_tokens(request)
-            self._produce_token(request)
+            if request.num_draft_tokens:
+                manager.reject_draft_tokens(request)
+            if (
+                request.first_token_step is None
+                or request.num_generated + 1 >= request.output_limit
+            ):
+                self._produce_token(request)  # a first or a last token: events to record
+            else:
+                request.num_generated += 1
 
     def _event(self, kind: str, request: Request, detail: str = "") -> None:
         self.trace.events.append(Event(self.step, kind, request.request_id, detail))

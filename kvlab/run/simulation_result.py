@@ -160,7 +160,11 @@ class EngineRecords:
     def num_active(self) -> int:
         """Requests the scheduler holds: waiting for a first chunk, running or suspended."""
         counts = self.scheduler.counts
-        return sum(counts[state] for state in LIVE_STATES)
+        return (
+            counts[RequestState.WAITING]
+            + counts[RequestState.RUNNING]
+            + counts[RequestState.SUSPENDED]
+        )
 
     def _record(self, batch: ScheduledBatch) -> None:
         scheduler, manager = self.scheduler, self.scheduler.manager

@@ -69,8 +69,11 @@ def plan_context(
         if budget_left is not None and sized + drafts > budget_left:
             return None
         return remaining, sized + drafts, remaining + drafts
-    limits = (sized, budget_left, max_context_length)
-    chunk = min(limit for limit in limits if limit is not None)
+    chunk = sized
+    if budget_left is not None and budget_left < chunk:
+        chunk = budget_left
+    if max_context_length is not None and max_context_length < chunk:
+        chunk = max_context_length
     if chunk < sized:
         chunk -= chunk % chunk_unit
     if chunk < remaining:

@@ -145,7 +145,8 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         # _sort_requests: non-last chunks before last chunks, stable
         batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         batch.num_tokens = budget.num_tokens
-        pending = [r for r in pending if not contains(preempted, r)]
+        if preempted:
+            pending = [r for r in pending if not contains(preempted, r)]
         self._detect_deadlock(pending, batch)
         if self.debug:
             self.check_invariants()
@@ -156,14 +157,15 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         ``_try_schedule_generation``: beams + drafts from the budget (STOP when they do not
         fit), another beam width SKIPs, then the allocation and, failing it, the ladder
         (kvlab.sched.make_room); failing that, the request suspends itself and phase 1 STOPs."""
-        requests = self._active
+        requests, inflight, caches = self._active, self._inflight, self.manager.caches
+        max_num_tokens, tokens_per_block = budget.max_num_tokens, self.manager.tokens_per_block
         pending_contexts: list[Request] = []
         pause_state = RecomputePauseState(len(requests))
         end = len(requests)  # the ladder's victims shorten the walk
         for index, request in enumerate(requests):
             if index >= end:
                 break
-            if index in pause_state.victim_indices or request.request_id in self._inflight:
+            if index in pause_state.victim_indices or request.request_id in inflight:
                 continue
             if request.disagg_generation_init and request.is_disagg_generation_init:
                 # outside both budgets
@@ -181,14 +183,12 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
                 pending_contexts.append(request)
                 continue
             tokens = request.beam_width + request.num_draft_tokens
-            remaining = budget.remaining_tokens
-            if remaining is not None and tokens > remaining:
+            if max_num_tokens is not None and budget.num_tokens + tokens > max_num_tokens:
                 break  # STOP
             if batch.beam_width and request.beam_width != batch.beam_width:
                 continue  # SKIP
-            cache = self.manager.caches[request.request_id]
-            step = 1 + request.num_draft_tokens
-            if not grows_within_pages(cache, step, self.manager.tokens_per_block):
+            cache = caches[request.request_id]
+            if not grows_within_pages(cache, 1 + request.num_draft_tokens, tokens_per_block):
                 fitted = self._try_allocate_generation(request)
                 if not fitted:  # the ladder: suspend from the tail, then recompute-pause
                     fitted, end = self._evict_for_generation(request, requests, index, end, batch)
