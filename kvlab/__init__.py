@@ -25,6 +25,7 @@ from kvlab.sched.base import ScheduledBatch
 from kvlab.sched.deadlock import SchedulerDeadlock
 from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
+from kvlab.sched.trtllm_settings import TrtllmSettings
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "SglangServerArgs",
     "SimulationResult",
     "Trace",
+    "TrtllmSettings",
     "Verdict",
     "VllmEngineArgs",
     "VllmScheduler",

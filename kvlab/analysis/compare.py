@@ -1,8 +1,9 @@
 """One workload under several policies (:data:`kvlab.sched.policies.POLICIES`), and a table of
 what each engine did (notebooks 03, 04). Each engine runs from its own configuration
-(:class:`TrtllmSettings`, ``VllmEngineArgs``, ``SglangServerArgs``) derived from one
-:class:`EngineConfig`; "vllm" lowers ``max_model_len`` to the estimate its start-up refusal
-prints. [kvlab] vLLM and SGLang have no stall detector: ``stall_limit`` is TensorRT-LLM's alone.
+(``TrtllmSettings``, ``VllmEngineArgs``, ``SglangServerArgs``) derived from one
+:class:`EngineConfig` (:func:`trtllm_settings`, :func:`vllm_args`, :func:`sglang_args`);
+"vllm" lowers ``max_model_len`` to the estimate its start-up refusal prints. [kvlab] vLLM and
+SGLang have no stall detector: ``stall_limit`` is TensorRT-LLM's alone.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from kvlab.run.simulation import SimulationResult, refused_to_start, simulate
 from kvlab.sched.base import SchedulerBase
 from kvlab.sched.deadlock import DEFAULT_STALL_LIMIT
 from kvlab.sched.policies import POLICIES
-from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.sglang import startup_error as sglang_startup_error
+from kvlab.sched.trtllm_settings import TrtllmSettings
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler, estimated_max_model_len, startup_error
 
 
@@ -88,7 +89,7 @@ class EngineConfig:
         return self.total_blocks * self.geometry.tokens_per_block
 
     def manager(self, width_policy: str = "clamped") -> KVCacheManager:
-        return TrtllmSettings(self, page_index_policy=width_policy).manager()
+        return trtllm_settings(self, page_index_policy=width_policy).manager()
 
     def describe(self) -> str:
         """The pool, max_seq_len, batch and tier in one line."""
@@ -109,37 +110,25 @@ class EngineConfig:
         return f"host tier of {self.host_cache_size:,} B"
 
 
-@dataclass(frozen=True)
-class TrtllmSettings:
-    """TensorRT-LLM's configuration for one policy: ``engine``'s pool and limits, the KV cache
-    manager's row-width policy and the executor's admission (the only reader of ``engine``'s
-    stall_limit, host_cache_size and enable_block_reuse)."""
-
-    engine: EngineConfig
-    admission: str = "none"
-    page_index_policy: str = "clamped"
-
-    def manager(self) -> KVCacheManager:
-        e = self.engine
-        return KVCacheManager.expecting_clamp(
-            e.geometry,
-            e.quota_bytes,
-            e.max_seq_len,
-            max_batch_size=e.max_batch_size,
-            page_index_policy=self.page_index_policy,
-            host_cache_size=e.host_cache_size,
-            enable_block_reuse=e.enable_block_reuse,
-        )
-
-    def scheduler(self) -> Scheduler:
-        return Scheduler(
-            self.manager(),
-            admission=self.admission,
-            max_num_tokens=self.engine.max_num_tokens,
-            max_batch_size=self.engine.max_batch_size,
-            stall_limit=self.engine.stall_limit,
-            chunked_prefill=self.engine.chunked_prefill,
-        )
+def trtllm_settings(
+    engine: EngineConfig, admission: str = "none", page_index_policy: str = "clamped"
+) -> TrtllmSettings:
+    """``engine`` as TensorRT-LLM's settings: its pool in bytes, its limits, tier and block
+    reuse (TensorRT-LLM alone reads stall_limit, host_cache_size and enable_block_reuse), with
+    ``admission`` and the manager's row-width ``page_index_policy``."""
+    return TrtllmSettings(
+        engine.geometry,
+        engine.quota_bytes,
+        engine.max_seq_len,
+        engine.max_batch_size,
+        page_index_policy=page_index_policy,
+        host_cache_size=engine.host_cache_size,
+        enable_block_reuse=engine.enable_block_reuse,
+        max_num_tokens=engine.max_num_tokens,
+        stall_limit=engine.stall_limit,
+        enable_chunked_prefill=engine.chunked_prefill,
+        admission=admission,
+    )
 
 
 def vllm_args(engine: EngineConfig) -> VllmEngineArgs:
@@ -198,7 +187,7 @@ def engine_args(
         return vllm_args_as_run(engine)
     if admission == "sglang":
         return sglang_args(engine)
-    return TrtllmSettings(engine, admission=admission, page_index_policy=width)
+    return trtllm_settings(engine, admission=admission, page_index_policy=width)
 
 
 def run_engine(args, requests: Sequence[Request], max_steps: int) -> SimulationResult:

@@ -7,7 +7,6 @@ import pytest
 from kvlab import PageIndexTooShort, SchedulerDeadlock, VllmScheduler
 from kvlab.analysis.compare import (
     EngineConfig,
-    TrtllmSettings,
     build_scheduler,
     engine_args,
     long_and_small,
@@ -23,6 +22,7 @@ from kvlab.core.request import RequestState
 from kvlab.run.workload import LogNormal, poisson_workload
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
+from kvlab.sched.trtllm_settings import TrtllmSettings
 from kvlab.sched.vllm import VllmEngineArgs
 
 
@@ -182,7 +182,15 @@ def test_each_policy_runs_from_its_own_engines_configuration():
         "sglang": SglangServerArgs,
     }
     capacity = engine_args("capacity", engine)
-    assert (capacity.admission, capacity.page_index_policy) == ("capacity", "clamped")
+    assert capacity == TrtllmSettings(
+        engine.geometry,
+        engine.quota_bytes,
+        engine.max_seq_len,
+        3,
+        max_num_tokens=engine.max_num_tokens,
+        stall_limit=7,
+        admission="capacity",
+    )
     assert engine_args("none/configured", engine).manager().page_index_policy == "configured"
     assert engine_args("vllm", engine).max_num_seqs == 3
     assert isinstance(build_scheduler("sglang", engine), SglangScheduler)
