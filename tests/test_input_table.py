@@ -35,6 +35,7 @@ from kvlab import (
     PagePool,
     Request,
     Scheduler,
+    TrtllmSettings,
     VllmEngineArgs,
     VllmScheduler,
     simulate,
@@ -652,6 +653,13 @@ CASES = [
         raises(lambda: Scheduler(_manager(), admission="fifo")),
         "ValueError",
         ("admission", "'capacity', 'none'"),
+    ),
+    Case(
+        CONSTRUCTOR,
+        "TrtllmSettings(geometry, 4 MiB, max_seq_len=8192, max_batch_size=4, admission='vllm')",
+        raises(lambda: TrtllmSettings(seed_geometry(), 1 << 22, 8192, 4, admission="vllm")),
+        "ValueError",
+        ("admission", "'capacity', 'none'", "kvlab.sched.vllm"),
     ),
     Case(
         CONSTRUCTOR,
