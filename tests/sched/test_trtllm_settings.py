@@ -60,7 +60,7 @@ def manager_fields(manager: KVCacheManager) -> tuple:
         manager.max_blocks_per_seq,
         manager.max_batch_size,
         manager.page_index_policy,
-        manager.host_cache_size,
+        manager.host_tier.num_blocks,
         manager.has_cache_tier_below_gpu,
         manager.enable_block_reuse,
         repr(manager),
@@ -131,7 +131,9 @@ def test_the_defaults_are_the_doors_defaults():
         plain.chunked_prefill,
     )
     assert scheduler.manager.page_index_policy == "clamped"
-    assert scheduler.manager.host_cache_size is None and scheduler.manager.enable_block_reuse
+    door = KVCacheManager.expecting_clamp(SEED, 4 * MIB, 8192, max_batch_size=3)
+    assert scheduler.manager.host_tier.num_blocks == door.host_tier.num_blocks  # automatic
+    assert scheduler.manager.enable_block_reuse
 
 
 def test_each_build_is_fresh_and_an_admission_policy_object_is_taken_as_is():
