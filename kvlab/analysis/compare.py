@@ -63,7 +63,7 @@ class EngineConfig:
         check_instance("geometry", self.geometry, KVGeometry)
         store_checked(self, "pool_mib", check_float, low=0.0, high=1 << 20, low_open=True)
         if self.host_cache_size is not None:
-            store_checked(self, "host_cache_size", check_int, low=0, high=MAX_COUNT)
+            store_param(self, "host_cache_size")
         for name in ("max_seq_len", "max_batch_size", "max_num_tokens", "stall_limit"):
             store_param(self, name)
         check_bools(

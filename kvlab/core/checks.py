@@ -42,6 +42,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "arrival_step": (0, MAX_COUNT),
     "context_current_position": (0, MAX_COUNT),
     "num_generated": (0, MAX_COUNT),
+    "host_cache_size": (0, MAX_COUNT),
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from kvlab.core.checks import check_int
+from kvlab.core.checks import check_int, check_param
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
@@ -73,7 +73,7 @@ def lower_tier_bytes(
     if host_cache_size is None:
         host_cache_size = auto_host_tier_bytes(gpu_quota_bytes)
     disk = 0 if disk_cache_size is None else check_int("disk_cache_size", disk_cache_size)
-    return check_int("host_cache_size", host_cache_size) + disk
+    return check_param("host_cache_size", host_cache_size) + disk
 
 
 class HostTier:

@@ -9,12 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlab.core.checks import (
-    MAX_COUNT,
     check_bools,
     check_choice,
     check_instance,
-    check_int,
-    store_checked,
     store_param,
 )
 from kvlab.core.geometry import KVGeometry
@@ -53,7 +50,7 @@ class TrtllmSettings:
         if self.max_num_tokens is not None:
             store_param(self, "max_num_tokens")
         if self.host_cache_size is not None:
-            store_checked(self, "host_cache_size", check_int, low=0, high=MAX_COUNT)
+            store_param(self, "host_cache_size")
         check_choice("page_index_policy", self.page_index_policy, WIDTH_POLICIES)
         check_bools(
             enable_block_reuse=self.enable_block_reuse,
