@@ -231,3 +231,14 @@ def test_the_link_check_sees_a_broken_link(tmp_path):
         "[e](#top)\n```\n[f](in-a-code-block.md)\n```\n"
     )
     assert _broken_links(page) == ["gone.md", "there.md#nowhere"]
+
+
+def test_the_files_a_reader_opens_first_fit_one_sitting():
+    """The README's "Read five files first" names the teaching path; together they stay short
+    enough to read in one sitting (issue 40: at most 1,200 lines as ruff format writes them)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    bullet = readme.split("Read five files first", 1)[1].split("\n- ", 1)[0]
+    files = re.findall(r"`(kvlab/[\w/]+\.py)`", bullet)
+    assert len(files) == 5, files
+    lines = sum(len((ROOT / f).read_text(encoding="utf-8").splitlines()) for f in files)
+    assert lines <= 1200, f"{files} hold {lines} lines"
