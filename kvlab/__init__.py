@@ -1,6 +1,7 @@
 """kvlab: GPU KV-cache pool and scheduler primitives that behave like TensorRT-LLM's, for
 learning how serving engines run out of KV-cache memory and how they should fail."""
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.geometry import KVGeometry, MambaGeometry, qwen3_5_27b_attention, qwen3_5_27b_mamba
 from kvlab.core.kv_cache import PAGE_INDEX_TOO_SHORT_MESSAGE, KVCache, PageIndexTooShort
 from kvlab.core.mamba import (
@@ -29,6 +30,8 @@ from kvlab.sched.trtllm_settings import TrtllmSettings
 from kvlab.sched.vllm import VllmEngineArgs, VllmScheduler
 
 __all__ = [
+    "Cause",
+    "Reason",
     "MambaGeometry",
     "MambaHybridCacheManager",
     "ResidencyPlan",

@@ -413,6 +413,7 @@ def _slides(args, parser) -> int:
 
 
 def _scenario(args, parser) -> int:
+    from kvlab.analysis.sentences import explain_run
     from kvlab.run.distributed import run_ranks
     from kvlab.run.rank_config import scenario_config
     from kvlab.run.scenarios import ScenarioError, load_scenario
@@ -432,7 +433,7 @@ def _scenario(args, parser) -> int:
             timeout_s=args.timeout,
             deadline_s=args.deadline,
         )
-    print(result.explain())
+    print(explain_run(result))
     unfinished = result.unrouted or any(
         s in UNFINISHED_STATUSES for r in result.ranks for s in r.status.values()
     )

@@ -53,6 +53,7 @@ from IPython.display import HTML
 
 from kvlab import KVCacheManager, KVGeometry, PageIndexTooShort, Request, run_ranks
 from kvlab.analysis.repro import run_repro
+from kvlab.analysis.sentences import sentence
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
 from kvlab.notebook.tables import table
@@ -235,7 +236,7 @@ admitted = run_ranks(scenario_config(sc, ranks, "capacity", workspace_gib=worksp
                                      context_length=context), in_process=True)
 print(textwrap.fill(admitted.headline, 100, break_on_hyphens=False))
 display(table(admitted.rank_rows(), index="rank"))
-print(textwrap.fill(f"long-ctx: {admitted.ranks[0].status['long-ctx']} - {admitted.ranks[0].reasons['long-ctx']}",
+print(textwrap.fill(f"long-ctx: {admitted.ranks[0].status['long-ctx']} - {sentence(admitted.ranks[0].reasons['long-ctx'])}",
                     100, break_on_hyphens=False))
 assert admitted.ended == "completed" and all(r.outcome == "finished" for r in admitted.ranks)
 demand = -(-(context + 64) // tpb)

@@ -63,6 +63,7 @@ from kvlab.analysis.compare import (EngineConfig, build_scheduler, long_and_smal
 from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.analysis.peer_conformance import by_name, differences, sglang_workloads, vllm_workloads
+from kvlab.analysis.sentences import sentence
 from kvlab.analysis.reuse import (MOONCAKE_ENGINE, replay_with_reuse, reuse_ceiling, reuse_table,
                                   shared_prefix_story)
 from kvlab.backends.sglang import SGLANG
@@ -104,11 +105,12 @@ print(textwrap.fill(engine.describe() + (" (the seed's)" if IS_SEED else " (not 
 #   help; it will never run.
 #
 # PR #21720 classifies each request at admission from its total demand (prompt + `max_new_tokens`
-# pages): *fits now*, *temporarily blocked*, or *never fits* — and only the last is rejected,
-# with the numbers. "hog" takes three quarters of this pool for a while; beside it, the table
-# classifies three arrivals: "tiny" (one page: fits now), "later" (half the pool: it fits alone,
-# not beside "hog") and "never" (more than all of it). The runs below use "hog", "later" and
-# "never".
+# pages): *fits now*, *temporarily blocked*, or *never fits* — and only the last is rejected, with the
+# numbers. kvlab records a rejection's reason as a cause and its numbers (`Reason`: the `cause`
+# column); the `reason` column is the sentence `kvlab.analysis.sentences` writes from them. "hog"
+# takes three quarters of this pool for a while; beside it, the table classifies three arrivals:
+# "tiny" (one page: fits now), "later" (half the pool: it fits alone, not beside "hog") and "never"
+# (more than all of it). The runs below use "hog", "later" and "never".
 
 # %%
 trio = not_yet_and_never(engine)
@@ -121,7 +123,8 @@ for request in [Request("tiny", 31, 1)] + trio[1:]:
     verdict, reason = capacity.classify(request, manager)
     rows.append(dict(request=request.request_id, prompt=request.prompt_len, new=request.max_new_tokens,
                      demand_pages=demand_blocks(request, manager), free_pages=manager.free_blocks,
-                     pool_pages=manager.total_blocks, verdict=verdict, reason=reason))
+                     pool_pages=manager.total_blocks, verdict=verdict,
+                     cause=reason.cause if reason else "", reason=sentence(reason)))
 classes = pd.DataFrame(rows).set_index("request")
 display(table(classes))
 assert list(classes.verdict) == [FITS_NOW, TEMPORARILY_BLOCKED, NEVER_FITS]
@@ -345,11 +348,11 @@ for engine_name, (backend, workloads_, names) in engines.items():
 display(table(pd.DataFrame(rows).set_index(["workload", "source"])))
 for engine_name in engines:
     print(textwrap.fill(f"the long request, at real {engine_name}'s front door: "
-                        f"{real[engine_name]['nb04/long-and-small'].reasons['long']}", 100))
+                        f"{real[engine_name]['nb04/long-and-small'].reasons['long'].message}", 100))
 assert all(row["differing"] == 0 for row in rows)  # each peer does what its engine did, request by request
-assert real["vLLM"]["nb04/long-and-small"].reasons["long"].startswith(
+assert real["vLLM"]["nb04/long-and-small"].reasons["long"].message.startswith(
     "The decoder prompt (length 8192) is longer than the maximum model length of 2016")
-assert real["SGLang"]["nb04/long-and-small"].reasons["long"].startswith(
+assert real["SGLang"]["nb04/long-and-small"].reasons["long"].message.startswith(
     "The input (8192 tokens) is longer than the model's context length (8192 tokens)")
 
 # %% [markdown]

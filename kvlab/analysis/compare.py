@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvlab.analysis.presets import check_names, engine_outcome, seed_geometry
+from kvlab.analysis.sentences import sentence
 from kvlab.core.checks import (
     MAX_COUNT,
     check_bools,
@@ -296,7 +297,7 @@ def _outcome_row(policy: str, result: SimulationResult) -> dict:
         max_stalled_passes=max(result.trace.column("stalled_passes"), default=0),
         error=error.split(" - ")[0],
         rejected_ids=", ".join(rejected),
-        reasons=" | ".join(sorted({result.reasons[i] for i in rejected})),
+        reasons=" | ".join(sorted({sentence(result.reasons[i]) for i in rejected})),
     )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kvlab.analysis.peer_conformance import PeerWorkload
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_float
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.paths import DATA_DIR
@@ -346,7 +347,8 @@ class RunRecord:
         request, step, name = self.requests[message["id"]], message["step"], message["event"]
         self.end_step = max(self.end_step, step + 1)
         if name in ("rejected", "aborted"):
-            request.state, request.reason = RequestState.REJECTED, message["message"]
+            request.state = RequestState.REJECTED
+            request.reason = Reason(Cause.REJECTED_BY_ENGINE, message=message["message"])
             request.end_step = step
             if name == "aborted":
                 self.aborted.add(request.request_id)
@@ -389,22 +391,21 @@ class RunRecord:
             iterations=self.iterations if self.ended else len(self.rows or ()),
         )
 
-    def _unfinished_reason(self, request: Request) -> str:
-        title, max_steps = self.engine.title, self.workload.max_steps
+    def _unfinished_reason(self, request: Request) -> Reason:
+        """Where a request the real engine left unfinished was (it reports no pages)."""
+        title, max_steps, state = self.engine.title, self.workload.max_steps, str(request.state)
         if self.failure is not None:
-            return (
-                f"the {title} process stopped at step {self.end_step - 1} with this request "
-                f"{request.state}: {self.failure}"
-            )
+            stopped: dict[str, int | str | bool | None] = {
+                "engine": title,
+                "step": self.end_step - 1,
+                "state": state,
+            }
+            return Reason(Cause.ENGINE_PROCESS_STOPPED, stopped, message=str(self.failure))
         if request.arrival_step >= self.end_step:
-            return (
-                f"not submitted: it arrives at step {request.arrival_step}, and the run ended "
-                f"at max_steps={max_steps}"
-            )
-        return (
-            f"still {request.state} when the run ended at max_steps={max_steps} ({title} has no "
-            "stall detector)"
-        )
+            arrives = dict(arrival_step=request.arrival_step, max_steps=max_steps)
+            return Reason(Cause.NOT_SUBMITTED, arrives)
+        cause = Cause.STILL_WAITING if state == "waiting" else Cause.STILL_RUNNING
+        return Reason(cause, {"state": state, "max_steps": max_steps, "engine": title})
 
     def _trace(self) -> Trace:
         """The requests' events and the step rows (none when the record kept no rows)."""
@@ -461,7 +462,7 @@ class RunRecord:
                     *(getattr(r, name) for name in STORED_FIELDS),
                     r.output_limit < r.max_new_tokens,
                     self.preemptions[r.request_id],
-                    r.reason if r.state is RequestState.REJECTED else None,
+                    r.reason.message if r.state is RequestState.REJECTED and r.reason else None,
                 ]
                 for row, r in zip(requests, self.requests.values())
             ],
@@ -495,7 +496,7 @@ class RunRecord:
             record.preemptions[request.request_id] = preemptions
             request.num_recomputes = len(preemptions)
             if reason is not None:
-                request.reason = reason
+                request.reason = Reason(Cause.REJECTED_BY_ENGINE, message=reason)
         return record
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from kvlab.core.cause import Reason
 from kvlab.core.checks import MAX_COUNT, check_bools, store_param
 
 #: Tokens per hash in Mooncake's FAST'25 traces (``hash_ids``: one per 512-token block).
@@ -70,7 +71,8 @@ class Request:
     tokens_per_hash: int = MOONCAKE_TOKENS_PER_HASH
 
     state: RequestState = field(default=RequestState.WAITING, init=False)
-    reason: str = field(default="", init=False)
+    #: why it ended as it did (or where it was when the run ended); None while it is live
+    reason: Reason | None = field(default=None, init=False)
     #: Generated tokens folded back into the context by a recompute pause (the real
     #: ``reset_for_recompute`` rewrites the prompt as prompt + generated tokens).
     recomputed_tokens: int = field(default=0, init=False)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, Request
 from kvlab.run.rank_config import Fault, RunConfig
@@ -84,16 +85,16 @@ class RankResult:
         }
 
     @property
-    def reasons(self) -> dict[str, str]:
+    def reasons(self) -> dict[str, Reason | None]:
         """Request id -> why it ended as it did; an unfinished one names why its rank stopped."""
         return {r.request_id: self._reason(r) for r in self.requests}
 
-    def _reason(self, request: Request) -> str:
+    def _reason(self, request: Request) -> Reason | None:
         if request.state not in LIVE_STATES or self.outcome in (Outcome.FINISHED, Outcome.RAISED):
             return request.reason
         if self.outcome in LOSING:
-            return f"lost: rank {self.rank} {self.error}"
-        return f"{self.error} (at step {self.end_step})"
+            return Reason(Cause.LOST_WITH_ITS_RANK, dict(rank=self.rank), self.error or "")
+        return Reason(Cause.RANK_STOPPED, dict(step=self.end_step), self.error or "")
 
 
 def rank_result(
@@ -193,18 +194,19 @@ class DistributedResult:
         return self.failures[0] if self.failures else None
 
     @property
-    def unrouted(self) -> dict[str, str]:
+    def unrouted(self) -> dict[str, Reason]:
         """Request id -> why no rank received it: the run ended first."""
         cause = self.failures[0].describe() if self.failures else ending(self.ranks)[1]
         return {
-            r.request_id: f"not routed: the run ended at step {self.end_step} ({cause}); it "
-            f"arrives at step {r.arrival_step}"
+            r.request_id: Reason(
+                Cause.NOT_ROUTED, dict(end_step=self.end_step, arrival_step=r.arrival_step), cause
+            )
             for r in self.not_routed
         }
 
-    def request_outcomes(self) -> dict[str, tuple[int | None, str, str]]:
+    def request_outcomes(self) -> dict[str, tuple[int | None, str, Reason | None]]:
         """Every request of the run: id -> (rank it was routed to or None, status, reason)."""
-        outcomes: dict[str, tuple[int | None, str, str]] = {}
+        outcomes: dict[str, tuple[int | None, str, Reason | None]] = {}
         for r in self.ranks:
             reasons = r.reasons
             for request_id, status in r.status.items():
@@ -265,29 +267,6 @@ class DistributedResult:
             f"{self.world_size} ranks ({self.mode}{', ' + self.backend if self.backend else ''}), "
             f"policy {self.policy}: {self.ended} - {self.reason}"
         )
-
-    def explain(self) -> str:
-        """The headline, the rank table, the requests by status, the fault and the timing."""
-        counts = Counter(status for _, status, _ in self.request_outcomes().values())
-        lines = [
-            self.headline,
-            self.table(),
-            f"requests: {sum(counts.values())} ("
-            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            + ")",
-            *[f"  {request_id}: {why}" for request_id, why in sorted(self.unrouted.items())][:5],
-        ]
-        if self.fault is not None:
-            fired = "fired" if self.fault_fired else "did not fire (the run never reached it)"
-            lines.append(f"fault: {self.fault!r} {fired}")
-        timing = (
-            f"wall {self.wall_s:.2f} s (startup {self.startup_s:.2f} s, work {self.work_s:.2f} s)"
-        )
-        if self.timeout_s is not None:
-            timing += f", timeout_s={self.timeout_s:g}"
-        if self.deadline_s is not None:
-            timing += f", deadline_s={self.deadline_s:g}"
-        return "\n".join([*lines, timing])
 
 
 def cut_between_words(text: str, width: int = 100) -> str:

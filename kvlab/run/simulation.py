@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
+from kvlab.core.cause import Reason
 from kvlab.core.checks import MAX_COUNT, check_instance, check_int, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import Request
@@ -124,7 +125,7 @@ class Engine(EngineRecords):
         except (PageIndexTooShort, SchedulerDeadlock) as exc:
             self.error = exc
             culprit = getattr(exc, "request_id", "")
-            self.trace.events.append(Event(self.step, "engine_stopped", culprit, str(exc)))
+            self.trace.events.append(Event(self.step, "engine_stopped", culprit))
             self.last_batch = ScheduledBatch()
         else:
             self._execute(self.last_batch)
@@ -159,15 +160,14 @@ class Engine(EngineRecords):
             verdict = self.scheduler.submit(request)
             if not verdict.admitted:
                 request.end_step = self.step
-                self._event("rejected", request, verdict.reason)
+                self._event("rejected", request, request.reason)
 
     def _execute(self, batch: ScheduledBatch) -> None:
         manager = self.scheduler.manager
         for request in batch.paused_requests:
             self._event("suspended", request)
         for request in batch.recompute_paused_requests:
-            detail = f"{request.context_len} context tokens to recompute"
-            self._event("recompute_paused", request, detail)
+            self._event("recompute_paused", request)
         for request in batch.aborted_requests:  # one that never started was turned away
             request.end_step = self.step
             kind = "rejected" if request.first_scheduled_step is None else "aborted"
@@ -195,8 +195,8 @@ class Engine(EngineRecords):
             else:
                 request.num_generated += 1
 
-    def _event(self, kind: str, request: Request, detail: str = "") -> None:
-        self.trace.events.append(Event(self.step, kind, request.request_id, detail))
+    def _event(self, kind: str, request: Request, reason: Reason | None = None) -> None:
+        self.trace.events.append(Event(self.step, kind, request.request_id, reason))
 
     def _mark_started(self, request: Request) -> None:
         if request.first_scheduled_step is None:

@@ -1,5 +1,6 @@
 """What a run of the executor loop reports (kvlab.run.simulation): the result record, its
-summary, the reasons its requests give, and the loop's per-step record and invariants."""
+summary, the reasons its requests end with (causes and numbers; kvlab.analysis.sentences words
+them), and the loop's per-step record and invariants."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import MAX_COUNT, check_int, check_items
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, Request, RequestState
-from kvlab.core.words import a_or_an, counted
 from kvlab.run.trace import StepRecord, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,7 +34,7 @@ class SimulationResult:
     engine (or None) and the per-step trace."""
 
     status: dict[str, RequestState]
-    reasons: dict[str, str]
+    reasons: dict[str, Reason | None]
     error: BaseException | None
     trace: Trace
     requests: dict[str, Request]
@@ -76,7 +77,8 @@ class SimulationResult:
         return summary
 
     def requests_to_pandas(self) -> pd.DataFrame:
-        """One row per request: status, reason, lengths, steps and preemption counts."""
+        """One row per request: status, the cause of its reason, lengths, steps and preemption
+        counts."""
         import pandas as pd
 
         rows = [
@@ -84,7 +86,7 @@ class SimulationResult:
                 request_id=r.request_id,
                 status=self.status[r.request_id],
                 state=r.state,
-                reason=self.reasons[r.request_id],
+                cause=reason.cause if (reason := self.reasons[r.request_id]) else None,
                 **{column: getattr(r, column) for column in REQUEST_COLUMNS},
                 reused_tokens=r.prepopulated_prompt_len,
             )
@@ -99,7 +101,7 @@ def refused_to_start(requests: Iterable[Request], message: str) -> SimulationRes
     copies = {r.request_id: r for r in fresh_copies(requests)}
     for request in copies.values():
         request.state = RequestState.REJECTED
-        request.reason = f"the engine refused to start: {message}"
+        request.reason = Reason(Cause.ENGINE_REFUSED_TO_START, message=message)
     return SimulationResult(
         status=dict.fromkeys(copies, RequestState.REJECTED),
         reasons={i: r.reason for i, r in copies.items()},
@@ -111,20 +113,20 @@ def refused_to_start(requests: Iterable[Request], message: str) -> SimulationRes
     )
 
 
-def finished_reason(request: Request, step: int) -> str:
-    """The reason a request that finished at ``step`` gives."""
-    prompt = f"{request.prompt_len:,}"
-    reason = (
-        f"finished at step {step:,}: {counted(request.num_generated, 'token')} generated after "
-        f"{a_or_an(prompt)} {prompt}-token prompt"
+def finished_reason(request: Request, step: int) -> Reason:
+    """The reason a request that finished at ``step`` gives; ``stopped_at`` where the engine's
+    length limit stopped it short of max_new_tokens (vLLM's max_model_len, SGLang's clip)."""
+    short = request.output_limit < request.max_new_tokens
+    return Reason(
+        Cause.FINISHED,
+        dict(
+            step=step,
+            generated=request.num_generated,
+            prompt_len=request.prompt_len,
+            max_new_tokens=request.max_new_tokens,
+            stopped_at=request.prompt_len + request.num_generated if short else None,
+        ),
     )
-    if request.output_limit < request.max_new_tokens:  # vLLM's max_model_len, SGLang's clip
-        reason += (
-            f", stopped short of max_new_tokens={request.max_new_tokens:,} by the engine's "
-            f"length limit at {request.prompt_len + request.num_generated:,} tokens "
-            "(finish reason 'length')"
-        )
-    return reason
 
 
 def fresh_copies(requests: Iterable[Request]) -> list[Request]:
@@ -222,44 +224,38 @@ class EngineRecords:
             iterations=self.iterations,
         )
 
-    def _unfinished_reason(self, request: Request, max_steps: int) -> str:
-        """The reason a request still in the engine when the run ended gives."""
+    def _unfinished_reason(self, request: Request, max_steps: int) -> Reason:
+        """Where a request still in the engine when the run ended was, with its numbers, and
+        what ended the run: the error that stopped the engine, or max_steps."""
         step, error, manager = self.step, self.error, self.scheduler.manager
         submitted = request.activated_step is not None
+        numbers: dict[str, int | str | bool | None] = dict(state=str(request.state))
         if request.state is RequestState.WAITING and submitted:
-            refusals = request.num_refusals
-            passes = (
-                f"refused in {counted(refusals, 'scheduling pass')}"
-                if refusals
-                else "not refused by any scheduling pass before the run ended"
-            )
-            pages = manager.geometry.blocks_for_tokens(request.context_len)
-            detail = (
-                f"{passes}; its context of {request.context_len:,} tokens needs {pages:,} pages, "
-                f"the pool has {manager.total_blocks:,}, {manager.free_blocks:,} of them free "
-                "when the run ended"
+            cause = Cause.STILL_WAITING
+            numbers.update(
+                refusals=request.num_refusals,
+                context_len=request.context_len,
+                pages=manager.geometry.blocks_for_tokens(request.context_len),
+                total_blocks=manager.total_blocks,
+                free_blocks=manager.free_blocks,
             )
         elif submitted:  # running, or suspended (reported as running: it keeps its KV)
-            suspended = request.state is RequestState.SUSPENDED
-            held = "suspended, its pages held, after " if suspended else ""
-            detail = (
-                f"{held}{request.num_generated:,} of {request.max_new_tokens:,} tokens generated"
-            )
+            cause = Cause.STILL_RUNNING
+            numbers.update(generated=request.num_generated, max_new_tokens=request.max_new_tokens)
         elif request.arrival_step < step:
-            detail = (
-                f"in the executor's queue since step {request.arrival_step:,}, behind "
-                f"{self.max_num_active_requests:,} active requests (max_num_active_requests)"
+            cause = Cause.STILL_QUEUED
+            numbers.update(
+                arrival_step=request.arrival_step,
+                max_num_active_requests=self.max_num_active_requests,
             )
         else:
-            detail = f"it arrives at step {request.arrival_step:,}"
-        if error is not None:
-            culprit = getattr(error, "request_id", None) == request.request_id
-            return (
-                f"engine stopped at step {step - 1:,} by {type(error).__name__}"
-                f"{' raised by this request' if culprit else ''} ({detail}): {error}"
-            )
-        if not submitted and request.arrival_step < step:
-            return f"still queued when the run ended at max_steps={max_steps}: {detail}"
-        if not submitted:
-            return f"not submitted: {detail}, and the run ended at max_steps={max_steps}"
-        return f"still {request.state} when the run ended at max_steps={max_steps}: {detail}"
+            cause = Cause.NOT_SUBMITTED
+            numbers.update(arrival_step=request.arrival_step)
+        if error is None:
+            return Reason(cause, numbers | {"max_steps": max_steps})
+        numbers.update(
+            stopped_at_step=step - 1,
+            error=type(error).__name__,
+            raised_by_this_request=getattr(error, "request_id", None) == request.request_id,
+        )
+        return Reason(cause, numbers, message=str(error))

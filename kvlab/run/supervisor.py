@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import start_processes
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.request import RequestState
 from kvlab.run.comm import CollectiveFailed, TorchComm
 from kvlab.run.monitor import RunMonitor
@@ -181,9 +182,9 @@ class _Watch:
                 copy = dataclasses.replace(request)
                 copy.state = state or RequestState.WAITING
                 if state is RequestState.FINISHED:
-                    copy.reason = f"finished at step {step}"
+                    copy.reason = Reason(Cause.FINISHED, dict(step=step))
                 elif state is RequestState.REJECTED:
-                    copy.reason = f"rejected at step {step} (its reason was lost with rank {rank})"
+                    copy.reason = Reason(Cause.ENDED_ON_A_LOST_RANK, dict(step=step, rank=rank))
                 requests.append(copy)
         pool, step = self.monitor.pool(rank), self.monitor.step(rank)
         return rank_result(

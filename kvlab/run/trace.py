@@ -11,6 +11,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import pandas as pd
 
+    from kvlab.core.cause import Reason
+
 
 class StepRecord(NamedTuple):
     """The state after one scheduler iteration and its execution."""
@@ -34,12 +36,13 @@ class StepRecord(NamedTuple):
 
 
 class Event(NamedTuple):
-    """Something that happened to one request at one step."""
+    """Something that happened to one request at one step; a rejection or an abort carries its
+    reason."""
 
     step: int
     kind: str  # see EVENT_KINDS
     request_id: str
-    detail: str = ""
+    reason: Reason | None = None
 
 
 EVENT_KINDS = (

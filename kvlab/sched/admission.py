@@ -1,6 +1,7 @@
 """Admission policies of TensorRT-LLM's loop: what the Scheduler checks when a request arrives,
 through one hook, ``admit(request, manager) -> Verdict``; a rejection is for that request alone
-and its reason states the numbers (the real messages, docs/REFERENCE.md §4, where there is one).
+and its reason records the cause and its numbers (the real message, docs/REFERENCE.md §4, where
+there is one).
 "none" admits everything (the merged code: try and see); "capacity" is PR #21720's proposal.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_choice, check_instance
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request
@@ -20,10 +22,11 @@ NEVER_FITS = "never fits"
 
 @dataclass(frozen=True)
 class Verdict:
-    """The answer of ``admit``: admitted, or rejected with a reason."""
+    """The answer of ``admit``: admitted, or rejected with a reason (a policy of one's own may
+    give its reason in words: the scheduler keeps them as a REJECTED_BY_POLICY message)."""
 
     admitted: bool
-    reason: str = ""
+    reason: Reason | str | None = None
 
 
 ADMIT = Verdict(True)
@@ -49,11 +52,11 @@ def front_door_verdict(
         and max_num_tokens is not None
         and request.prompt_len > max_num_tokens
     ):
-        return Verdict(
-            False,
+        message = (
             f"The sum of prompt length ({float(request.prompt_len)}), query "
-            f"length (0) should not exceed max_num_tokens ({max_num_tokens})",
+            f"length (0) should not exceed max_num_tokens ({max_num_tokens})"
         )
+        return Verdict(False, Reason(Cause.FRONT_DOOR, message=message))
     return ADMIT
 
 
@@ -65,19 +68,21 @@ def token_budget_verdict(
         return ADMIT
     step = 1 + request.num_draft_tokens
     if step > max_num_tokens:
-        return Verdict(
-            False,
-            f"a generation step needs {step} tokens (1 + {request.num_draft_tokens} draft), "
-            f"more than max_num_tokens={max_num_tokens}: it would never be scheduled",
+        numbers = dict(
+            step_tokens=step,
+            num_draft_tokens=request.num_draft_tokens,
+            max_num_tokens=max_num_tokens,
         )
+        return Verdict(False, Reason(Cause.STEP_OVER_TOKEN_BUDGET, numbers))
     last = request.prompt_len + request.num_draft_tokens
     if not chunked_prefill and not request.disagg_generation_init and last > max_num_tokens:
-        return Verdict(
-            False,
-            f"its context needs {last} tokens in one pass ({request.prompt_len} prompt + "
-            f"{request.num_draft_tokens} draft) without chunked prefill, more than "
-            f"max_num_tokens={max_num_tokens}: it would never be scheduled",
+        numbers = dict(
+            context_tokens=last,
+            prompt_len=request.prompt_len,
+            num_draft_tokens=request.num_draft_tokens,
+            max_num_tokens=max_num_tokens,
         )
+        return Verdict(False, Reason(Cause.CONTEXT_OVER_TOKEN_BUDGET, numbers))
     return ADMIT
 
 
@@ -110,32 +115,29 @@ class CapacityAdmission(AdmissionPolicy):
     name = "capacity"
     rejects_never_schedulable = True
 
-    def classify(self, request: Request, manager: KVCacheManager) -> tuple[str, str]:
-        """(class, reason): FITS_NOW, TEMPORARILY_BLOCKED (both read this moment's free pages,
-        reported, never acted on) or NEVER_FITS (fixed capacity)."""
+    def classify(self, request: Request, manager: KVCacheManager) -> tuple[str, Reason | None]:
+        """(class, reason): FITS_NOW (no reason), TEMPORARILY_BLOCKED (both read this moment's
+        free pages, reported, never acted on) or NEVER_FITS (fixed capacity)."""
         demand = demand_blocks(request, manager)
-        detail = (
-            f" ({request.prompt_len:,} prompt + {request.max_new_tokens:,} new tokens at "
-            f"{manager.tokens_per_block} tokens per block)"
+        numbers = dict(
+            demand=demand,
+            prompt_len=request.prompt_len,
+            max_new_tokens=request.max_new_tokens,
+            tokens_per_block=manager.tokens_per_block,
         )
         if demand > manager.total_blocks:
-            return NEVER_FITS, (
-                f"Request requires {demand} KV cache blocks to complete, which "
-                f"exceeds the total capacity of {manager.total_blocks} blocks" + detail
-            )
+            numbers["total_blocks"] = manager.total_blocks
+            return NEVER_FITS, Reason(Cause.DEMAND_OVER_POOL, numbers)
         if demand > manager.max_blocks_per_seq:
-            return NEVER_FITS, (
-                f"Request requires {demand} KV cache blocks to complete, which "
-                f"exceeds the page-index span of {manager.max_blocks_per_seq} "
-                "entries" + detail
-            )
+            numbers["max_blocks_per_seq"] = manager.max_blocks_per_seq
+            return NEVER_FITS, Reason(Cause.DEMAND_OVER_PAGE_INDEX, numbers)
         first = manager.geometry.blocks_for_tokens(request.prompt_len + manager.num_extra_kv_tokens)
         if first <= manager.free_blocks and manager.free_slots > 0:
-            return FITS_NOW, ""
-        return TEMPORARILY_BLOCKED, (
-            f"its context needs {first:,} blocks, {manager.free_blocks:,} are free and "
-            f"{manager.free_slots:,} page-index slots; retried as pages come back"
+            return FITS_NOW, None
+        blocked = dict(
+            first_blocks=first, free_blocks=manager.free_blocks, free_slots=manager.free_slots
         )
+        return TEMPORARILY_BLOCKED, Reason(Cause.TEMPORARILY_BLOCKED, blocked)
 
     def admit(self, request: Request, manager: KVCacheManager) -> Verdict:
         feasibility, reason = self.classify(request, manager)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_bools, check_instance, check_param
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES, REQUEST_STATES, Request, RequestState
@@ -122,7 +123,10 @@ class SchedulerBase:
             self._enqueue(request)
         else:
             self._set_state(request, RequestState.REJECTED)
-            request.reason = verdict.reason
+            reason = verdict.reason
+            if not isinstance(reason, Reason):  # a policy's own words
+                reason = Reason(Cause.REJECTED_BY_POLICY, message=str(reason or ""))
+            request.reason = reason
         return verdict
 
     def _verdict(self, request: Request) -> Verdict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_bools, check_float, check_instance, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
@@ -199,7 +200,7 @@ class SglangScheduler(SchedulerBase):
         self._submit_step = step
         refusal = front_door_error(request, self.args.context_length)
         if refusal is not None:
-            return Verdict(False, refusal)
+            return Verdict(False, Reason(Cause.FRONT_DOOR, message=refusal))
         if not (self.counts[RequestState.WAITING] or self.counts[RequestState.RUNNING]) and (
             self._last_step is None or step > self._last_step + 1
         ):
@@ -320,7 +321,7 @@ class SglangScheduler(SchedulerBase):
         for request, extend_len in zip(requests, extend_lens):
             message = self.abort_messages.pop(request.request_id, None)
             if message is not None:
-                self._abort(batch, request, message)
+                self._abort(batch, request, Reason(Cause.FRONT_DOOR, message=message))
             else:
                 request.context_chunk_size = extend_len
                 batch.context_requests.append(request)
@@ -328,7 +329,7 @@ class SglangScheduler(SchedulerBase):
         batch.num_aborted_context_rows = len(batch.aborted_requests)
         self.last_prefill = list(requests)
 
-    def _abort(self, batch: ScheduledBatch, request: Request, reason: str) -> None:
+    def _abort(self, batch: ScheduledBatch, request: Request, reason: Reason) -> None:
         self.manager.free(request)
         self._set_state(request, RequestState.REJECTED)
         request.reason = reason
@@ -370,7 +371,8 @@ class SglangScheduler(SchedulerBase):
             self._recompute_pause(request)  # release_req: its tokens freed, reset_for_retract
             retracted.append(request)
         if len(order) <= 1 and manager.free_blocks < len(order):
-            self._abort(batch, reqs[order.pop()], DECODE_OOM_ABORT)
+            oom = Reason(Cause.ABORTED_OUT_OF_MEMORY, message=DECODE_OOM_ABORT)
+            self._abort(batch, reqs[order.pop()], oom)
         if len(order) != len(reqs):  # filter_batch(keep_indices=...) keeps the sorted order
             self.running = [reqs[i] for i in order]
             self.batch_is_full = False

@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_bools, check_float, check_instance, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
@@ -190,7 +191,7 @@ class VllmScheduler(SchedulerBase):
         check_plain_request(request, "vLLM")
         refusal = front_door_error(request, self.max_model_len)
         if refusal is not None:
-            return Verdict(False, refusal)
+            return Verdict(False, Reason(Cause.FRONT_DOOR, message=refusal))
         request.output_limit = min(request.max_new_tokens, self.max_model_len - request.prompt_len)
         return ADMIT
 

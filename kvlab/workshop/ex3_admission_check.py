@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from kvlab.analysis.presets import seed_geometry
+from kvlab.analysis.sentences import sentence
+from kvlab.core.cause import Reason
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import MIB
 from kvlab.core.request import Request, RequestState
@@ -237,6 +239,8 @@ def _admission_case(classify, label, settings, request, hints):
     if not (isinstance(got, tuple) and len(got) == 2):
         return f"{label}: classify returned {got!r}; return a pair (class, reason)"
     verdict, reason = got
+    if isinstance(reason, Reason):  # kvlab's own classify records a cause; a learner writes words
+        reason = sentence(reason)
     if mgr.free_blocks != free_before or len(mgr.caches) != caches_before:
         return (
             f"{label}: classify changed the manager ({free_before} -> {mgr.free_blocks} "
@@ -353,7 +357,7 @@ def _workload_outcome(policy: AdmissionPolicy, width: str):
     except Exception as exc:
         return f"{width} row: the run raised {type(exc).__name__}: {exc}"
     status = ", ".join(f"{k} {v}" for k, v in result.status.items())
-    big = result.reasons["big"]
+    big = sentence(result.reasons["big"])
     if result.error is not None:
         stopped = (
             f"{width} row: the engine stopped at step {result.end_step - 1:,} with "

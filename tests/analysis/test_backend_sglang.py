@@ -16,6 +16,7 @@ from kvlab import Request
 from kvlab.analysis.peer_conformance import SGLANG_NOTEBOOK_04, PeerWorkload, sglang_workloads
 from kvlab.backends.real_engine import EngineUnavailable, RunRecord
 from kvlab.backends.sglang import SGLANG
+from kvlab.core.cause import Cause, Reason
 
 live = pytest.mark.skipif(
     not SGLANG.is_available(),
@@ -52,10 +53,11 @@ def test_live_sglang_refuses_to_start_and_at_its_doors_with_its_own_words():
     )
     assert str(refused.error) == "max_running_request is zero"
     assert refused.status == {"a": "rejected"}
-    assert served.reasons["long"] == (
-        "The input (8192 tokens) is longer than the model's context length (8192 tokens)."
+    assert served.reasons["long"] == Reason(
+        Cause.REJECTED_BY_ENGINE,
+        message="The input (8192 tokens) is longer than the model's context length (8192 tokens).",
     )
-    assert served.reasons["big"].startswith(
+    assert served.reasons["big"].message.startswith(
         "Input length (2042 tokens) exceeds the maximum allowed length (2042 tokens)."
     )
     assert served.status == {"long": "rejected", "big": "rejected", "fits": "finished"}
@@ -96,7 +98,7 @@ def test_an_abort_is_read_and_stored_and_read_back(tmp_path):
     again = RunRecord.from_json(engine, record.to_json())
     for result in (record.result(), again.result()):
         assert result.status == {"a": "rejected", "b": "finished"}
-        assert result.reasons["a"] == "Out of memory"
+        assert result.reasons["a"] == Reason(Cause.REJECTED_BY_ENGINE, message="Out of memory")
         assert (1, "aborted", "a") in [(e.step, e.kind, e.request_id) for e in result.trace.events]
         assert result.trace.column("rejected_total") == [0, 1, 1]
     assert record.to_json()["requests"][0][4] == "aborted"

@@ -19,6 +19,7 @@ from kvlab.analysis.peer_conformance import NOTEBOOK_04, PeerWorkload, vllm_work
 from kvlab.backends import real_engine
 from kvlab.backends.real_engine import EngineProcessError, EngineUnavailable
 from kvlab.backends.vllm import VLLM
+from kvlab.core.cause import Cause, Reason
 
 live = pytest.mark.skipif(
     not VLLM.is_available(), reason="vLLM's environment is not set up: bash scripts/setup.sh vllm"
@@ -55,9 +56,9 @@ def test_live_vllm_refuses_to_start_and_at_the_front_door_with_its_own_words():
     assert isinstance(refused.error, ValueError)
     assert "the estimated maximum model length is 2016" in str(refused.error)
     assert set(refused.status.values()) == {"rejected"}
-    assert (
-        served.reasons["zero"]
-        == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    assert served.reasons["zero"] == Reason(
+        Cause.REJECTED_BY_ENGINE,
+        message="max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
     )
     assert served.status == {"zero": "rejected", "fits": "finished"} and served.error is None
 
@@ -100,11 +101,16 @@ def assert_nothing_lost(result, error_words):
     for word in error_words:
         assert word in str(result.error), str(result.error)
     assert result.status == {"done": "finished", "started": "running", "queued": "waiting"}
-    assert result.reasons["done"].startswith("finished at step 1: 2 tokens generated")
+    done = result.reasons["done"]
+    assert done.cause is Cause.FINISHED and (done.numbers["step"], done.numbers["generated"]) == (
+        1,
+        2,
+    )
     for request_id in ("started", "queued"):
-        assert result.reasons[request_id].startswith(
-            "the vLLM process stopped at step 1 with this request"
-        ), result.reasons[request_id]
+        reason = result.reasons[request_id]
+        assert reason.cause is Cause.ENGINE_PROCESS_STOPPED, reason
+        assert (reason.numbers["engine"], reason.numbers["step"]) == ("vLLM", 1), reason
+        assert reason.message == str(result.error)
     assert [step.step for step in result.trace.steps] == [0, 1]
 
 

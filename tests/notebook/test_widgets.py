@@ -11,6 +11,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 import pytest
 
+from kvlab.analysis.sentences import sentence
 from kvlab.notebook import viz
 from kvlab.notebook.panel import Debouncer, Panel, verdict_html
 from kvlab.notebook.plot_view import PlotView
@@ -901,12 +902,11 @@ def test_admission_detail_gives_each_reason_whole(pool_mib, policy):
     model = admission_model({"pool_mib": pool_mib, "context": 8192, "policy": policy})
     _, html = admission_verdict(model)
     detail = html.split("<pre", 1)[1]
-    for rid, reason in model.result.reasons.items():
+    for rid, why in model.result.reasons.items():
+        reason = sentence(why)
         if model.result.error is not None:  # the headline gives where and why the engine stopped
             reason = reason.split(" (", 1)[1].removesuffix(f"): {model.result.error}")
-            if (
-                "raised by this request" in model.result.reasons[rid]
-            ):  # it raised in a pass: no refusal count
+            if why.numbers["raised_by_this_request"]:  # it raised in a pass: no refusal count
                 reason = reason.split("; ", 1)[1]
         assert html_escape(reason) in detail, rid
     assert "..." not in html and "a 8" not in html and "engine stopped" not in detail

@@ -96,6 +96,7 @@ def trace_bytes(result) -> bytes:
             else f"{type(result.error).__name__}: {result.error}",
         },
         sort_keys=True,
+        default=repr,  # a reason: its cause and numbers
     ).encode()
 
 

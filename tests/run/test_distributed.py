@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from kvlab.analysis.sentences import explain_run, sentence
+from kvlab.core.cause import Cause
 from kvlab.core.request import Request
 from kvlab.run import supervisor
 from kvlab.run.distributed import run_ranks
@@ -85,7 +87,8 @@ def test_admission_rejects_on_its_rank_and_every_rank_finishes(admission16):
     assert [r.outcome for r in admission16.ranks] == ["finished"] * 16
     r0 = admission16.ranks[0]
     assert r0.status["long-ctx"] == "rejected"
-    assert "exceeds the total capacity of 29961 blocks" in r0.reasons["long-ctx"]
+    long_ctx = r0.reasons["long-ctx"]
+    assert long_ctx.cause is Cause.DEMAND_OVER_POOL and long_ctx.numbers["total_blocks"] == 29961
     statuses = [s for r in admission16.ranks for s in r.status.values()]
     assert statuses.count("finished") == 48 and statuses.count("rejected") == 1
     assert all("long-ctx" not in r.status for r in admission16.ranks[1:])  # pinned to rank 0
@@ -136,7 +139,7 @@ def assert_accounted_for(result, ranks, timeout_s):
         r.outcome in ("finished", "raised", "shut down", "died", "hung") for r in result.ranks
     )
     assert all(r.error for r in result.ranks if r.outcome != "finished")
-    assert result.timeout_s == timeout_s and f"timeout_s={timeout_s:g}" in result.explain()
+    assert result.timeout_s == timeout_s and f"timeout_s={timeout_s:g}" in explain_run(result)
 
 
 def assert_every_request_has_a_status_and_a_reason(result, config):
@@ -153,7 +156,7 @@ def assert_every_request_has_a_status_and_a_reason(result, config):
 def assert_no_transport_text(result):
     """What a rank or request reports names ranks and steps, not gloo's internals."""
     texts = [r.error or "" for r in result.ranks] + [
-        why for r in result.ranks for why in r.reasons.values()
+        sentence(why) for r in result.ranks for why in r.reasons.values()
     ]
     assert not [t for t in texts if "gloo" in t or "pair.cc" in t or "Connection closed" in t]
 
@@ -202,20 +205,24 @@ def test_after_a_death_every_request_has_a_status_and_a_reason_naming_the_rank(d
     assert failure.describe().startswith("rank 2 died at step 3, ")
     lost = {k: v for k, v in outcomes.items() if v[0] == 2}
     assert lost and {v[1] for v in lost.values()} == {"lost"}
-    assert all(v[2] == f"lost: {failure.describe()}" for v in lost.values())
+    assert all(
+        v[2].cause is Cause.LOST_WITH_ITS_RANK and sentence(v[2]) == f"lost: {failure.describe()}"
+        for v in lost.values()
+    )
     for r in result.ranks[:2] + result.ranks[3:]:
         # a survivor that could not report within the grace period is killed: its error says so
         assert r.outcome == "shut down" and r.error.startswith(f"shut down: {failure.describe()}")
         assert r.status and all(
-            f"shut down: {failure.describe()}" in r.reasons[k]
+            r.reasons[k].cause is Cause.RANK_STOPPED
+            and r.reasons[k].message.startswith(f"shut down: {failure.describe()}")
             for k, s in r.status.items()
             if s in ("waiting", "running")
         )
     assert {v[1] for k, v in outcomes.items() if v[0] is None} <= {"not routed"}
-    assert all(why.startswith("not routed: ") for why in result.unrouted.values())
+    assert all(why.cause is Cause.NOT_ROUTED for why in result.unrouted.values())
     assert_no_transport_text(result)
-    assert f"died - {failure.describe()}" in result.explain()
-    assert result.fault_fired is True and "fired" in result.explain()
+    assert f"died - {failure.describe()}" in explain_run(result)
+    assert result.fault_fired is True and "fired" in explain_run(result)
 
 
 def test_a_rank_that_hangs_ends_the_run_within_the_timeout(hung4):
@@ -235,12 +242,14 @@ def test_a_hung_rank_is_named_and_the_ranks_waiting_for_it_shut_down(hung4):
         result.failures
     ) == 1
     assert 0 < failure.at_s < 4
-    assert result.reason == failure.describe() and "rank 1 hung at step 2" in result.explain()
+    assert result.reason == failure.describe() and "rank 1 hung at step 2" in explain_run(result)
     for r in result.ranks[:1] + result.ranks[2:]:
         assert r.error.startswith(f"shut down: {failure.describe()}; killed waiting for it")
     outcomes = assert_every_request_has_a_status_and_a_reason(result, config)
     assert {v[1] for v in outcomes.values() if v[0] == 1} == {"lost"}
-    assert all(v[2] == f"lost: {failure.describe()}" for v in outcomes.values() if v[0] == 1)
+    assert all(
+        sentence(v[2]) == f"lost: {failure.describe()}" for v in outcomes.values() if v[0] == 1
+    )
     assert all(r.blocks == 29961 for r in result.ranks)  # the pool each rank built, from the record
 
 
@@ -257,7 +266,7 @@ def test_a_fault_at_a_step_the_run_never_reaches_is_reported_as_not_fired(scenar
         f"; {config.fault!r} did not fire: rank 1 never ran step 1000000 "
         f"(the run ended at step {max(r.end_step for r in result.ranks)})"
     )
-    assert f"fault: {config.fault!r} did not fire" in result.explain()
+    assert f"fault: {config.fault!r} did not fire" in explain_run(result)
     assert_every_request_has_a_status_and_a_reason(result, config)
 
 
@@ -537,14 +546,14 @@ def test_in_process_every_request_has_a_status_and_a_reason(scenario, policy):
     result = run_ranks(config, in_process=True, progress=False)
     assert_every_request_has_a_status_and_a_reason(result, config)
     assert result.failures == () and result.fault_fired is None and result.unrouted == {}
-    assert "requests: 49 (" in result.explain()
+    assert "requests: 49 (" in explain_run(result)
 
 
 def test_the_in_process_result_states_its_timeout_too(scenario):
     result = run_ranks(
         scenario_config(scenario, 2, "capacity"), in_process=True, timeout_s=30, progress=False
     )
-    assert result.timeout_s == 30 and result.explain().splitlines()[-1].endswith("timeout_s=30")
+    assert result.timeout_s == 30 and explain_run(result).splitlines()[-1].endswith("timeout_s=30")
 
 
 def test_in_threads_stops_every_rank_and_raises_the_failing_ranks_own_error():
@@ -601,9 +610,9 @@ def test_a_run_past_its_deadline_says_so(scenario, slow_steps):
     outcomes = result.request_outcomes()
     assert len(outcomes) == len(scenario_config(scenario, 2, "none/clamped").requests)
     lost = [why for _, status, why in outcomes.values() if status == "lost"]
-    assert lost and all("deadline_s=1" in why for why in lost)
+    assert lost and all("deadline_s=1" in sentence(why) for why in lost)
     assert all(why for _, _, why in outcomes.values())  # every request says why
-    assert "deadline_s=1" in result.explain()
+    assert "deadline_s=1" in explain_run(result)
     assert multiprocessing.active_children() == []
 
 

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.request import Request, RequestState
 from kvlab.run.rank_config import scenario_config
 from kvlab.run.run_result import (
@@ -25,36 +26,44 @@ def config():
     return scenario_config(load_scenario("issue-21470"), 2)
 
 
-def _request(request_id: str, state: RequestState, reason: str = "") -> Request:
+def _request(request_id: str, state: RequestState, reason: Reason | None = None) -> Request:
     request = Request(request_id, prompt_len=8, max_new_tokens=1)
     request.state, request.reason = state, reason
     return request
 
 
+FINISHED = Reason(Cause.FINISHED, dict(step=3))
+SUSPENDED = Reason(Cause.STILL_RUNNING, dict(state="suspended"))
+
+
 def _requests():
     return [
-        _request("done", RequestState.FINISHED, "finished at step 3"),
-        _request("live", RequestState.SUSPENDED, "still suspended"),
-        _request("new", RequestState.WAITING, "not submitted"),
+        _request("done", RequestState.FINISHED, FINISHED),
+        _request("live", RequestState.SUSPENDED, SUSPENDED),
+        _request("new", RequestState.WAITING, Reason(Cause.NOT_SUBMITTED)),
     ]
 
 
 @pytest.mark.parametrize(
     "outcome, error, live_status, live_reason",
     [
-        (Outcome.FINISHED, None, RequestState.RUNNING, "still suspended"),
-        (Outcome.RAISED, "ValueError: x", RequestState.RUNNING, "still suspended"),
+        (Outcome.FINISHED, None, RequestState.RUNNING, SUSPENDED),
+        (Outcome.RAISED, "ValueError: x", RequestState.RUNNING, SUSPENDED),
         (
             Outcome.SHUT_DOWN,
             "shut down: rank 1 raised ValueError: x",
             RequestState.RUNNING,
-            "shut down: rank 1 raised ValueError: x (at step 7)",
+            Reason(Cause.RANK_STOPPED, dict(step=7), "shut down: rank 1 raised ValueError: x"),
         ),
         (
             Outcome.DIED,
             "died at step 7, 1.0 s into the run (exit code 17)",
             RankRunStatus.LOST,
-            "lost: rank 0 died at step 7, 1.0 s into the run (exit code 17)",
+            Reason(
+                Cause.LOST_WITH_ITS_RANK,
+                dict(rank=0),
+                "died at step 7, 1.0 s into the run (exit code 17)",
+            ),
         ),
     ],
 )
@@ -67,7 +76,7 @@ def test_a_ranks_statuses_and_reasons_follow_its_requests_and_its_end(
         "live": live_status,
         "new": RequestState.WAITING if live_status != RankRunStatus.LOST else RankRunStatus.LOST,
     }
-    assert result.reasons["done"] == "finished at step 3"  # a finished request keeps its own
+    assert result.reasons["done"] == FINISHED  # a finished request keeps its own
     assert result.reasons["live"] == live_reason
     assert result.local_blocks == config.geometry.blocks_in(config.budgets[0].kv_quota_bytes)
 
@@ -92,6 +101,9 @@ def test_a_run_derives_its_end_and_the_requests_no_rank_received(config):
     assert len(result.unrouted) == len(config.requests)  # no rank held any request
     outcomes = result.request_outcomes()
     assert {status for _, status, _ in outcomes.values()} == {RankRunStatus.NOT_ROUTED}
-    assert all(f"({failure.describe()})" in why for _, _, why in outcomes.values())
+    assert all(
+        why is not None and why.cause is Cause.NOT_ROUTED and why.message == failure.describe()
+        for _, _, why in outcomes.values()
+    )
     finished = dataclasses.replace(ranks[0], outcome=Outcome.FINISHED, error=None)
     assert dataclasses.replace(result, ranks=(finished, finished)).ended == Outcome.COMPLETED

@@ -23,6 +23,7 @@ from kvlab import (
     simulate,
 )
 from kvlab.analysis.presets import seed_geometry
+from kvlab.core.cause import Cause, Reason
 from kvlab.run.trace import StepRecord
 from kvlab.run.workload import LogNormal, poisson_workload
 
@@ -55,10 +56,12 @@ def test_the_design_contract(seed_manager):
     )
     assert result.status["s1"] == "finished"
     assert result.status["big"] == "waiting"
-    assert (
-        "8,192 tokens needs 256 pages, the pool has 64, 64 of them free when the run ended"
-        in result.reasons["big"]
+    big = result.reasons["big"]
+    assert big is not None and big.cause is Cause.STILL_WAITING
+    assert dict(context_len=8192, pages=256, total_blocks=64, free_blocks=64).items() <= (
+        big.numbers.items()
     )
+    assert big.numbers["error"] == "SchedulerDeadlock"
     assert isinstance(result.error, SchedulerDeadlock) and isinstance(result.error, RuntimeError)
     assert len(result.trace) == result.iterations
     assert list(result.trace.to_pandas().columns) == list(StepRecord._fields)
@@ -75,15 +78,15 @@ def test_clamped_width_crashes_the_engine_and_keeps_the_trace(seed_manager):
     assert result.requests["s0"].end_step == 31
     assert len(result.trace) == 33 and result.trace[-1].step == 32  # the step that raised
     assert result.trace.events[-1][:3] == (32, "engine_stopped", "big")
-    assert result.reasons["big"].startswith(
-        "engine stopped at step 32 by PageIndexTooShort "
-        "raised by this request (refused in 32 scheduling "
-        "passes; its context of 8,192 tokens needs 256 pages"
-    )
-    assert result.reasons["s1"].startswith(
-        "engine stopped at step 32 by PageIndexTooShort (it "
-        "arrives at step 40): User-provided base page"
-    )
+    big, s1 = result.reasons["big"], result.reasons["s1"]
+    assert big is not None and s1 is not None
+    assert big.cause is Cause.STILL_WAITING and big.message == str(result.error)
+    assert dict(
+        stopped_at_step=32, error="PageIndexTooShort", raised_by_this_request=True
+    ).items() <= (big.numbers.items())
+    assert big.numbers["refusals"] == 32 and big.numbers["pages"] == 256
+    assert s1.cause is Cause.NOT_SUBMITTED and s1.numbers["arrival_step"] == 40
+    assert s1.numbers["raised_by_this_request"] is False
 
 
 def test_a_request_the_engine_stopped_before_any_refusal_says_so(seed_manager):
@@ -92,11 +95,10 @@ def test_a_request_the_engine_stopped_before_any_refusal_says_so(seed_manager):
     result = simulate(
         seed_scheduler(seed_manager, "clamped"), [Request("big", 8192, 16)], max_steps=50
     )
-    assert result.reasons["big"].startswith(
-        "engine stopped at step 0 by PageIndexTooShort raised by "
-        "this request (not refused by any scheduling pass before "
-        "the run ended; its context of 8,192 tokens"
-    )
+    big = result.reasons["big"]
+    assert big is not None and big.cause is Cause.STILL_WAITING
+    assert big.numbers["refusals"] == 0 and big.numbers["stopped_at_step"] == 0
+    assert big.numbers["raised_by_this_request"] is True
 
 
 def test_configured_width_alone_deadlocks_at_the_stall_limit(seed_manager):
@@ -117,7 +119,9 @@ def test_configured_width_starves_beside_small_requests_that_finish(seed_manager
     assert [result.status[r.request_id] for r in SMALL] == ["finished"] * 3
     assert result.status["big"] == "waiting"
     assert result.requests["big"].num_refusals == result.iterations
-    assert "still waiting when the run ended at max_steps=200" in result.reasons["big"]
+    big = result.reasons["big"]
+    assert big is not None and big.cause is Cause.STILL_WAITING
+    assert big.numbers["max_steps"] == 200 and "error" not in big.numbers
     assert max(result.trace.column("stalled_passes")) < 1000
 
 
@@ -134,10 +138,9 @@ def test_capacity_rejects_the_big_request_with_numbers_and_the_small_ones_finish
             "s1": "finished",
             "s2": "finished",
         }
-        assert result.reasons["big"].startswith(
-            "Request requires 257 KV cache blocks to complete, which exceeds the total capacity "
-            "of 64 blocks"
-        )
+        big = result.reasons["big"]
+        assert big is not None and big.cause is Cause.DEMAND_OVER_POOL
+        assert (big.numbers["demand"], big.numbers["total_blocks"]) == (257, 64)
 
 
 def test_sglang_rejects_at_the_front_door():
@@ -149,7 +152,9 @@ def test_sglang_rejects_at_the_front_door():
     )
     # 4,096 fits the context length (8,192) but not SGLang's limit of the pool's 2,048 tokens
     # less 6: its scheduler turns the request away as a one-token abort a prefill finishes
-    assert result.reasons["big"].startswith(
+    big = result.reasons["big"]
+    assert big is not None and big.cause is Cause.FRONT_DOOR
+    assert big.message.startswith(
         "Input length (4096 tokens) exceeds the maximum allowed length (2042 tokens)."
     )
     assert result.status["big"] == "rejected"
@@ -234,14 +239,14 @@ def test_every_request_ends_with_a_status_and_a_reason():
     requests = [Request("early", 64, 8), Request("late", 64, 8, arrival_step=50)]
     result = simulate(pressure_scheduler("none"), requests, max_steps=5)
     assert result.status == {"early": "running", "late": "waiting"}
-    assert result.reasons["early"] == (
-        "still running when the run ended at max_steps=5: 5 of 8 tokens generated"
+    assert result.reasons["early"] == Reason(
+        Cause.STILL_RUNNING, dict(state="running", generated=5, max_new_tokens=8, max_steps=5)
     )
-    assert result.reasons["late"] == (
-        "not submitted: it arrives at step 50, and the run ended at max_steps=5"
+    assert result.reasons["late"] == Reason(
+        Cause.NOT_SUBMITTED, dict(state="waiting", arrival_step=50, max_steps=5)
     )
     frame = result.requests_to_pandas()
-    assert set(frame.request_id) == {"early", "late"} and frame.reason.str.len().min() > 0
+    assert list(frame.cause) == [Cause.STILL_RUNNING, Cause.NOT_SUBMITTED]
 
 
 def test_idle_steps_are_skipped_until_the_next_arrival():

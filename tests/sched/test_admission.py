@@ -22,6 +22,7 @@ from kvlab import (
     make_admission,
     simulate,
 )
+from kvlab.core.cause import Cause, Reason
 from kvlab.sched.admission import (
     FITS_NOW,
     NEVER_FITS,
@@ -72,17 +73,20 @@ def test_registry_and_instances():
 def test_capacity_classifies_now_later_and_never():
     policy = CapacityAdmission()
     mgr = manager(16)  # 16 blocks, width 1028
-    assert policy.classify(Request("ok", 20, 4), mgr) == (FITS_NOW, "")
+    assert policy.classify(Request("ok", 20, 4), mgr) == (FITS_NOW, None)
     holder = mgr.create_cache("holder")
     holder.resize(40)  # 10 blocks held, 6 free
     feasibility, reason = policy.classify(Request("later", 30, 4), mgr)
     assert feasibility == TEMPORARILY_BLOCKED
-    assert reason.startswith("its context needs 8 blocks, 6 are free")
+    assert reason == Reason(
+        Cause.TEMPORARILY_BLOCKED,
+        dict(first_blocks=8, free_blocks=6, free_slots=reason.numbers["free_slots"]),
+    )
     feasibility, reason = policy.classify(Request("never", 60, 8), mgr)
     assert feasibility == NEVER_FITS
-    assert reason == (
-        "Request requires 17 KV cache blocks to complete, which exceeds the total "
-        "capacity of 16 blocks (60 prompt + 8 new tokens at 4 tokens per block)"
+    assert reason == Reason(
+        Cause.DEMAND_OVER_POOL,
+        dict(demand=17, prompt_len=60, max_new_tokens=8, tokens_per_block=4, total_blocks=16),
     )
     assert policy.admit(Request("later", 30, 4), mgr).admitted  # pressure: retried
 
@@ -91,10 +95,9 @@ def test_capacity_rejects_beyond_the_page_index_span():
     mgr = manager(64, max_seq_len=40)  # width: ceil(41 / 4) -> 12
     verdict = CapacityAdmission().admit(Request("long", 50, 4), mgr)
     assert not verdict.admitted
-    assert verdict.reason.startswith(
-        "Request requires 14 KV cache blocks to complete, which "
-        "exceeds the page-index span of 12 entries"
-    )
+    assert verdict.reason is not None and verdict.reason.cause is Cause.DEMAND_OVER_PAGE_INDEX
+    assert verdict.reason.numbers["demand"] == 14
+    assert verdict.reason.numbers["max_blocks_per_seq"] == 12
 
 
 def test_capacity_rejects_only_the_request_that_can_never_fit():
@@ -196,18 +199,18 @@ def test_capacity_never_stalls_when_every_request_fits_alone(specs, blocks, widt
 
 
 @pytest.mark.parametrize(
-    "chunked, draft, prompt, words",
+    "chunked, draft, prompt, cause",
     [
-        (True, 8, 1, "a generation step needs 9 tokens (1 + 8 draft), more than max_num_tokens=4"),
+        (True, 8, 1, (Cause.STEP_OVER_TOKEN_BUDGET, dict(step_tokens=9, max_num_tokens=4))),
         (
             False,
             3,
             3,
-            "its context needs 6 tokens in one pass (3 prompt + 3 draft) without chunked",
+            (Cause.CONTEXT_OVER_TOKEN_BUDGET, dict(context_tokens=6, num_draft_tokens=3)),
         ),
     ],
 )
-def test_capacity_rejects_a_step_the_token_budget_never_holds(chunked, draft, prompt, words):
+def test_capacity_rejects_a_step_the_token_budget_never_holds(chunked, draft, prompt, cause):
     """A lone request whose step never fits max_num_tokens used to be admitted and deadlock;
     "capacity" rejects it at arrival and names the limit, "none" keeps the real behaviour."""
 
@@ -218,7 +221,9 @@ def test_capacity_rejects_a_step_the_token_budget_never_holds(chunked, draft, pr
         return simulate(scheduler, [Request("r", prompt, 2, num_draft_tokens=draft)], max_steps=50)
 
     result = run("capacity")
-    assert result.status["r"] == "rejected" and words in result.reasons["r"]
+    reason = result.reasons["r"]
+    assert result.status["r"] == "rejected" and reason is not None
+    assert reason.cause is cause[0] and cause[1].items() <= reason.numbers.items()
     assert result.error is None
     assert isinstance(run("none").error, SchedulerDeadlock)
 

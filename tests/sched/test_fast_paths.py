@@ -40,7 +40,7 @@ def _observed(result):
             )
             for i, r in result.requests.items()
         },
-        [(e.step, e.kind, e.request_id, e.detail) for e in result.trace.events],
+        [(e.step, e.kind, e.request_id, e.reason) for e in result.trace.events],
         result.trace.steps,
     )
 

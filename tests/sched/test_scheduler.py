@@ -19,6 +19,7 @@ from kvlab import (
     Scheduler,
     SchedulerDeadlock,
 )
+from kvlab.core.cause import Cause, Reason
 from kvlab.sched.deadlock import DEADLOCK_REMEDY
 
 TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, dtype="float16", tokens_per_block=4)
@@ -250,8 +251,10 @@ def test_front_door_rejects_a_prompt_over_max_num_tokens_without_chunking():
     scheduler = Scheduler(pool(64), max_num_tokens=100)
     verdict = scheduler.submit(Request("long", 101, 4))
     assert not verdict.admitted
-    assert verdict.reason == (
-        "The sum of prompt length (101.0), query length (0) should not exceed max_num_tokens (100)"
+    assert verdict.reason == Reason(
+        Cause.FRONT_DOOR,
+        message="The sum of prompt length (101.0), query length (0) should not exceed "
+        "max_num_tokens (100)",
     )
     chunked = Scheduler(pool(64), max_num_tokens=100, chunked_prefill=True)
     assert chunked.submit(Request("long", 101, 4)).admitted

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvlab import Engine, KVGeometry, Request, simulate
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.request import RequestState
 from kvlab.sched.sglang import (
     DECODE_OOM_ABORT,
@@ -165,8 +166,8 @@ def test_an_input_over_max_req_input_len_is_a_one_token_abort_that_a_prefill_bat
         "Input length ({} tokens) exceeds the maximum allowed length (1994 tokens). Use a "
         "shorter input or enable --allow-auto-truncate."
     )
-    assert result.reasons["pool"] == message.format(2100)
-    assert result.reasons["edge"] == message.format(1994)
+    assert result.reasons["pool"] == Reason(Cause.FRONT_DOOR, message=message.format(2100))
+    assert result.reasons["edge"] == Reason(Cause.FRONT_DOOR, message=message.format(1994))
     assert rows(result, 0, 2) == [
         [0, 1700, 1, 0, 2, 0, 301, 0],  # the abort is a context row
         [1, 1700, 1, 1, 1, 0, 1, 0],
@@ -373,7 +374,9 @@ def test_the_last_request_is_aborted_when_even_it_cannot_decode():
     scheduler.manager.caches["only"].resize(16)
     batch = scheduler.schedule()
     assert batch.aborted_requests == [request] and not batch.generation_requests
-    assert request.state is RequestState.REJECTED and request.reason == DECODE_OOM_ABORT == (
+    assert request.state is RequestState.REJECTED
+    assert request.reason == Reason(Cause.ABORTED_OUT_OF_MEMORY, message=DECODE_OOM_ABORT)
+    assert DECODE_OOM_ABORT == (
         "Out of memory even after retracting all other requests in the decode batch. Aborting "
         "the last request."
     )
@@ -495,7 +498,9 @@ def test_invariants_and_a_stated_end_for_every_request(
                 == clipped_max_new_tokens(args, request.prompt_len, request.max_new_tokens)
             )
         elif status is RequestState.REJECTED:
-            assert request.reason.startswith(
+            assert request.reason is not None
+            assert request.reason.cause in (Cause.FRONT_DOOR, Cause.ABORTED_OUT_OF_MEMORY)
+            assert request.reason.message.startswith(
                 ("The input (", "Requested token count", "Input length (", "Out of memory")
             )
         assert request.num_generated <= request.max_new_tokens

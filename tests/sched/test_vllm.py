@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kvlab import KVGeometry, Request, VllmEngineArgs, VllmScheduler, simulate
 from kvlab.analysis.presets import seed_geometry
+from kvlab.core.cause import Cause
 from kvlab.core.request import RequestState
 from kvlab.sched import shortcuts
 from kvlab.sched.vllm import (
@@ -114,10 +115,9 @@ def test_a_sequence_stops_at_max_model_len():
     assert (
         result.status["r"] is RequestState.FINISHED and request.num_generated == 16
     )  # 2000 + 16 = 2016
-    assert result.reasons["r"].endswith(
-        "stopped short of max_new_tokens=100 by the engine's length "
-        "limit at 2,016 tokens (finish reason 'length')"
-    )
+    reason = result.reasons["r"]
+    assert reason is not None and reason.cause is Cause.FINISHED
+    assert reason.numbers["stopped_at"] == 2016 and reason.numbers["max_new_tokens"] == 100
 
 
 def test_a_prompt_over_the_usable_pool_blocks_the_head_of_the_queue_forever():

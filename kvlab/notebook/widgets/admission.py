@@ -4,7 +4,6 @@ verdict naming the outcome with the numbers."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ from kvlab.analysis.compare import EngineConfig, long_and_small, run_policy
 from kvlab.analysis.phase import PhaseSetup, phase_verdicts
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome, seed_geometry
 from kvlab.analysis.repro import no_pool_reason
+from kvlab.analysis.sentences import sentence, where
 from kvlab.core.checks import check_choice, check_int
 from kvlab.core.memory import readout_mib
 from kvlab.core.request import RequestState
@@ -204,7 +204,7 @@ def admission_verdict(model: AdmissionModel) -> tuple[str | None, str]:
         )
         return model.outcome, verdict_html(model.outcome, headline, label=model.label)
     elif model.outcome == "reject":
-        headline = f"Rejected: {result.reasons.get('long', '').rstrip('.')}. {finished}."
+        headline = f"Rejected: {sentence(result.reasons.get('long')).rstrip('.')}. {finished}."
     else:
         headline = (
             f"OK: {counted(len(result.status), 'request')}, all finished in "
@@ -221,20 +221,14 @@ def admission_verdict(model: AdmissionModel) -> tuple[str | None, str]:
 
 
 def _reason_without_error(result, request_id: str) -> str:
-    """A request's reason without what the headline gives: of "engine stopped at step N by X
-    (...): message" (kvlab.run.simulation) the parenthesis alone."""
-    why = result.reasons[request_id]
-    stopped = result.error is not None and re.fullmatch(
-        rf"engine stopped at step [\d,]+ by {type(result.error).__name__}"
-        rf"( raised by this request)? \((.*)\): {re.escape(str(result.error))}",
-        why,
-        re.S,
-    )
-    if not stopped:
-        return why
-    if stopped[1]:  # it raised in a pass, so "not refused by any pass" is not its story
-        return "raised the error; " + re.sub(r"^(not refused|refused in)[^;]*; ", "", stopped[2])
-    return stopped[2]
+    """A request's reason without what the headline gives: where the engine's error left it
+    (for the request that raised it, with no scheduling passes: they are not its story)."""
+    reason = result.reasons[request_id]
+    if reason is None or "error" not in reason.numbers:
+        return sentence(reason)
+    if reason.numbers["raised_by_this_request"]:
+        return "raised the error; " + where(reason, passes=False)
+    return where(reason)
 
 
 def admission_panel(

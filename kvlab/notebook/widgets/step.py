@@ -12,6 +12,7 @@ import ipywidgets as W
 
 from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
 from kvlab.analysis.presets import engine_outcome
+from kvlab.analysis.sentences import sentence
 from kvlab.core.checks import check_choice, check_int
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, RequestState
 from kvlab.core.words import counted
@@ -65,7 +66,7 @@ def _pass_result(engine, request, scheduled, asked: int) -> tuple[str, str]:
     if request.state == RequestState.SUSPENDED:
         return "suspended", "its cache gave way (pages to the tier below, or kept)"
     if request.state in (RequestState.FINISHED, RequestState.REJECTED):
-        return str(request.state), request.reason
+        return str(request.state), sentence(request.reason)
     if request.state == RequestState.WAITING and asked > 0:
         then = "the engine stopped after this pass" if error is not None else "retried next pass"
         return (
