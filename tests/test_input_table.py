@@ -395,6 +395,20 @@ CASES = [
     ),
     Case(
         CONSTRUCTOR,
+        "Request('r', 1000, 1, prefix_hashes=(1, 2, 3))",
+        raises(lambda: Request("r", 1000, 1, prefix_hashes=(1, 2, 3))),
+        "ValueError",
+        ("prefix_hashes", "at most 2 hashes"),
+    ),
+    Case(
+        CONSTRUCTOR,
+        "Request('r', 8, 1, prefix_hashes=(1.5,))",
+        raises(lambda: Request("r", 8, 1, prefix_hashes=(1.5,))),
+        "TypeError",
+        ("prefix_hashes", "tuple of ints"),
+    ),
+    Case(
+        CONSTRUCTOR,
         "Request('r', 8, 1, tokens_per_hash=0)",
         raises(lambda: Request("r", 8, 1, tokens_per_hash=0)),
         "ValueError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from kvlab.core.arith import div_ceil
 from kvlab.core.cause import Reason
 from kvlab.core.checks import MAX_COUNT, check_bools, store_param
 
@@ -125,6 +126,12 @@ class Request:
         ):
             raise TypeError(
                 f"prefix_hashes must be a tuple of ints, got {self.prefix_hashes!r:.80}"
+            )
+        blocks = div_ceil(self.prompt_len, self.tokens_per_hash)
+        if len(self.prefix_hashes) > blocks:
+            raise ValueError(
+                f"prefix_hashes must hold at most {blocks} hashes, one per {self.tokens_per_hash}-"
+                f"token block of the {self.prompt_len}-token prompt, got {len(self.prefix_hashes)}"
             )
 
     @property
