@@ -411,14 +411,16 @@ panel
 # %% [markdown]
 # ## 7. A real hour: Azure's code traffic on a shrunk pool
 #
-# Everything so far ran workloads drawn for the purpose. Azure's public LLM inference trace
-# (2023, CC-BY 4.0; `data/traces/README.md`) records an hour of real production traffic: when each
-# request arrived, its prompt and its output length. Its code-completion hour has 8,819 requests,
-# prompts of a median 1,469 and at most 7,437 tokens, and short outputs (median 13). Replayed here
-# as recorded (`kvlab.run.workload.azure_trace`), one scheduler iteration taken as
-# `seconds_per_iteration` seconds of the trace's clock (an assumption: a real iteration's length
-# depends on the model, the batch and the GPU), with at most 16 sequences, 8,192 tokens a pass,
-# chunked prefill (as #21470's deployment ran) and `max_seq_len` configured at 16,384.
+# Everything so far ran workloads drawn for the purpose. Azure's public LLM inference trace (2023,
+# CC-BY 4.0; `data/traces/README.md`) records an hour of real production traffic: when each request
+# arrived, its prompt and its output length. Its code-completion hour has 8,819 requests, prompts of a
+# median 1,469 and at most 7,437 tokens, and short outputs (median 13). Replayed here as recorded
+# (`kvlab.run.workload.azure_trace`), one scheduler iteration taken as `seconds_per_iteration` seconds
+# of the trace's clock (an assumption: a real iteration's length depends on the model, the batch and
+# the GPU), with at most 16 sequences, 8,192 tokens a pass, chunked prefill (as #21470's deployment
+# ran) and `max_seq_len` configured at 16,384. The trace records lengths, not prompts: its requests
+# share no prefix, so prefix caching, on by default in vLLM and SGLang, would find nothing to reuse
+# here; section 8's Mooncake traces carry prefix hashes.
 #
 # First on a pool that holds every prompt of the hour (8,192 tokens), then on the same pool with
 # an eighth taken away (7,168 tokens), as the persistent MoE workspace took its share of #21470's

@@ -235,7 +235,9 @@ def azure_trace(
     recorded, arriving at step ``floor((t - t_first) / seconds_per_iteration)`` (an assumption:
     state it with the results). ``limit`` keeps the first N requests, ``minutes`` those of the
     first that many minutes. Ids are ``{service}-{row}``. A timestamp keeps its date (an hour
-    across midnight stays in order) and its UTC offset (else UTC)."""
+    across midnight stays in order) and its UTC offset (else UTC). The trace records lengths,
+    not prompts: its requests carry no prefix hashes and share nothing, so prefix caching and
+    block reuse find no hit on it (Mooncake's traces carry hashes: :func:`mooncake_trace`)."""
     path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
     seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
     rows: list[tuple[float, int, int]] = []
