@@ -30,7 +30,8 @@ from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_float
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.paths import DATA_DIR
-from kvlab.core.request import Request, RequestState
+from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_runs
+from kvlab.core.request import MOONCAKE_TOKENS_PER_HASH, Request, RequestState
 from kvlab.run.simulation import SimulationResult, finished_reason, refused_to_start
 from kvlab.run.trace import EVENT_KINDS, Event, StepRecord, Trace
 
@@ -83,7 +84,9 @@ class RealEngine:
     ``driver``; ``engine_input`` writes an ``args_type`` as the driver reads it (ValueError for
     what the driver cannot run), whose ``pool_key`` is the pool in blocks; the stored workloads
     whose names start with ``step_rows_kept`` keep their step rows; ``python``: the interpreter
-    (None: the environment's)."""
+    (None: the environment's). With ``prompt_tokens`` the driver is sent each prompt's token
+    ids (kvlab.core.prompt_tokens) and the sampled token's, and the stored runs keep the
+    requests' prefix hashes."""
 
     name: str
     title: str
@@ -94,6 +97,7 @@ class RealEngine:
     pool_key: str
     step_rows_kept: tuple[str, ...] = ()
     python: Path | None = None
+    prompt_tokens: bool = False
 
     @property
     def setup_command(self) -> str:
@@ -130,8 +134,9 @@ class RealEngine:
         return True
 
     def driver_input(self, workload: PeerWorkload) -> dict:
-        """One workload as the driver reads it."""
-        return dict(
+        """One workload as it is stored: what the driver reads but the prompts' token ids,
+        which the prefix hashes (``prefixes``, by request id) give."""
+        stored = dict(
             name=workload.name,
             engine=self.engine_input(workload.args),
             requests=[
@@ -140,6 +145,22 @@ class RealEngine:
             ],
             max_steps=workload.max_steps,
         )
+        if self.prompt_tokens:
+            stored["prefixes"] = {
+                r.request_id: [r.tokens_per_hash, list(r.prefix_hashes)]
+                for r in workload.requests
+                if r.prefix_hashes
+            }
+        return stored
+
+    def driver_document(self, workload: PeerWorkload) -> dict:
+        """One workload as the driver reads it: :meth:`driver_input`, with ``prompt_tokens``
+        each prompt's ids as runs ``[first id, count]`` by request id and the sampled id."""
+        document = self.driver_input(workload)
+        if self.prompt_tokens:
+            document["prompts"] = {r.request_id: prompt_token_runs(r) for r in workload.requests}
+            document["sampled_token_id"] = SAMPLED_TOKEN_ID
+        return document
 
     def args_from_input(self, engine: dict) -> Any:
         """The arguments :attr:`engine_input` wrote (SGLang's pages hold one token)."""
@@ -177,7 +198,7 @@ class RealEngine:
             raise TypeError("workloads must hold PeerWorkload objects")
         if timeout_s is not None:
             timeout_s = check_float("timeout_s", timeout_s, low=0.0, high=86_400.0, low_open=True)
-        document = json.dumps({"runs": [self.driver_input(w) for w in workloads]})
+        document = json.dumps({"runs": [self.driver_document(w) for w in workloads]})
         records = [RunRecord(self, w) for w in workloads]
         failure = self._run_driver(document, timeout_s, records)
         for record in records:
@@ -472,12 +493,22 @@ class RunRecord:
     @classmethod
     def from_json(cls, engine: RealEngine, stored: dict) -> RunRecord:
         """The record :meth:`to_json` wrote."""
-        rows = stored["requests"]
+        rows, prefixes = stored["requests"], stored.get("prefixes", {})
+        requests = []
+        for request_id, prompt_len, max_new_tokens, arrival_step, *_ in rows:
+            per_hash, hashes = prefixes.get(request_id, (MOONCAKE_TOKENS_PER_HASH, ()))
+            requests.append(
+                Request(
+                    request_id,
+                    prompt_len,
+                    max_new_tokens,
+                    arrival_step,
+                    prefix_hashes=tuple(hashes),
+                    tokens_per_hash=per_hash,
+                )
+            )
         workload = PeerWorkload(
-            stored["name"],
-            engine.args_from_input(stored["engine"]),
-            tuple(Request(*row[:4]) for row in rows),
-            stored["max_steps"],
+            stored["name"], engine.args_from_input(stored["engine"]), requests, stored["max_steps"]
         )
         record = cls(engine, workload)
         record.startup_error, record.rows = stored["startup_error"], stored["steps"]

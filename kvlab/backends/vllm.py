@@ -43,6 +43,7 @@ VLLM = RealEngine(
     pool_key="num_gpu_blocks",
     # notebook 04 draws these; the long traces keep their requests only, so the file stays small
     step_rows_kept=("nb04/", "shrunk/", "front-door", "startup-refused", "tiny/"),
+    prompt_tokens=True,
 )
 
 __all__ = ["DRIVER_DTYPES", "VLLM", "engine_input"]

@@ -2,7 +2,9 @@
 imports vLLM and the standard library only, never kvlab. docs/ENGINES.md gives its protocol and
 how vLLM 0.34.0 runs here without a GPU, weights or a model hub (``EngineCore.__init__`` and
 ``_initialize_kv_caches`` of vllm/v1/engine/core.py by hand, the synchronous ``Scheduler`` of
-vllm/v1/core/sched/scheduler.py, a faked model runner)."""
+vllm/v1/core/sched/scheduler.py, a faked model runner). Each prompt's token ids and the sampled
+token come in the input (kvlab.core.prompt_tokens makes them), so kvlab's peer hashes the same
+blocks."""
 
 from __future__ import annotations
 
@@ -120,7 +122,21 @@ def build_scheduler(engine: dict, model_dir: str):
         block_size=block_size,
         hash_block_size=hash_block_size,
     )
-    return scheduler, InputProcessor(config)
+    return scheduler, InputProcessor(config), request_block_hasher(config, hash_block_size)
+
+
+def request_block_hasher(config, hash_block_size: int):
+    """The block hasher EngineCore gives each Request (vllm/v1/engine/core.py, ``__init__``),
+    None without prefix caching. Without it a Request has no block hashes and the cache never
+    hits, however ``enable_prefix_caching`` is set."""
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    if not config.cache_config.enable_prefix_caching:
+        return None
+    hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    return get_request_block_hasher(hash_block_size, hash_fn, config.num_hash_lookahead_tokens)
 
 
 def vllm_message(exc: ValueError) -> str:
@@ -140,7 +156,7 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
     from vllm.v1.request import Request
 
     try:
-        scheduler, input_processor = build_scheduler(run["engine"], model_dir)
+        scheduler, input_processor, block_hasher = build_scheduler(run["engine"], model_dir)
     except ValueError as exc:
         emit(kind="startup_error", run=index, message=vllm_message(exc))
         return
@@ -157,6 +173,7 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
         emit(kind="event", run=index, step=step, id=request_id, event=name, **fields)
 
     arrivals = sorted(run["requests"], key=lambda r: r[3])  # stable: list order breaks ties
+    prompts, sampled_token = run["prompts"], run["sampled_token_id"]
     next_arrival, step, iterations, rows = 0, 0, 0, []
     started, first_token, prefilling = set(), set(), set()
     max_steps = run["max_steps"]
@@ -178,10 +195,16 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
             except (ValueError, VLLMValidationError) as exc:
                 event(step, request_id, "rejected", message=str(exc))
                 continue
-            first = next_arrival * 7919  # distinct prompts: no prefix is shared
-            tokens = [1 + (first + k) % 31999 for k in range(prompt_len)]
+            tokens = [t for first, n in prompts[request_id] for t in range(first, first + n)]
             scheduler.add_request(
-                Request(request_id, tokens, params, None, arrival_time=float(step))
+                Request(
+                    request_id,
+                    tokens,
+                    params,
+                    None,
+                    arrival_time=float(step),
+                    block_hasher=block_hasher,
+                )
             )
         if not scheduler.has_unfinished_requests():
             continue
@@ -198,7 +221,10 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
             event(step, request_id, "preempted")
         # the fake model runner: a token for every request whose prompt is now computed
         # (schedule() has advanced num_computed_tokens already)
-        sampled = [[7] if r.num_computed_tokens >= r.num_tokens else [] for r in scheduled.values()]
+        sampled = [
+            [sampled_token] if r.num_computed_tokens >= r.num_tokens else []
+            for r in scheduled.values()
+        ]
         # a decode row: a request that sampled since its admission (its prompt, or after a
         # preemption its prompt and outputs, computed), as kvlab counts generation steps
         decodes = sum(1 for request_id in scheduled if request_id not in prefilling)
