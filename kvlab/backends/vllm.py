@@ -29,7 +29,6 @@ def engine_input(args: VllmEngineArgs) -> dict:
         num_kv_heads=geometry.kv_heads_per_rank,
         block_size=args.block_size,
         startup_num_gpu_blocks=args.startup_blocks,
-        enable_prefix_caching=False,
     )
 
 

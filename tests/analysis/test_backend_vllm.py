@@ -63,6 +63,31 @@ def test_live_vllm_refuses_to_start_and_at_the_front_door_with_its_own_words():
     assert served.status == {"zero": "rejected", "fits": "finished"} and served.error is None
 
 
+TINY = VllmEngineArgs(
+    KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4),
+    16,
+    60,
+    max_num_seqs=4,
+    max_num_batched_tokens=64,
+)
+
+
+@pytest.mark.vllm
+@live
+@pytest.mark.parametrize("caching", [False, True])
+def test_live_vllm_hits_its_prefix_cache_only_with_caching_on(caching):
+    """b repeats a's 16-token prompt after a finished: with caching on it computes only the
+    last block (a hit stops one token short of the prompt), else all 16 tokens."""
+    prompt = dict(prefix_hashes=(1, 2), tokens_per_hash=8)
+    requests = [Request("a", 16, 2, 0, **prompt), Request("b", 16, 2, 4, **prompt)]
+    result = VLLM.run(TINY.replace(enable_prefix_caching=caching), requests)
+    assert result.status == {"a": "finished", "b": "finished"}
+    start = result.requests["b"].first_scheduled_step
+    assert result.trace.steps[0].tokens_scheduled == 16
+    rows = {row.step: row for row in result.trace.steps}
+    assert rows[start].tokens_scheduled == (4 if caching else 16)
+
+
 def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatch):
     monkeypatch.setenv("KVLAB_VLLM_ENV", str(tmp_path / "missing"))
     assert not VLLM.is_available()
