@@ -1,6 +1,6 @@
 """What a KVCacheManager shows of itself (its capacity counts, its invariants, its repr) and the
-two operations only the peers ask of it (vLLM's null block, SGLang's decode growth); kept beside
-kvlab.core.manager, off its teaching path."""
+operations only the peers ask of it (vLLM's null block and prefix-cache hit, SGLang's decode
+growth); kept beside kvlab.core.manager, off its teaching path."""
 
 from __future__ import annotations
 
@@ -102,6 +102,16 @@ class ManagerViews:
         assert pages is not None, "the free pages counted were refused"
         self._held_back += pages
         return pages
+
+    def start_with_committed(self, cache: KVCache, pages: Sequence[int]) -> None:
+        """An empty cache starts holding committed ``pages``, its first tokens' KV (vLLM's
+        prefix-cache hit: ``touch``ed, then the request's first blocks,
+        vllm/v1/core/single_type_kv_cache_manager.py ``add_local_computed_blocks``)."""
+        assert cache.num_blocks == 0, f"{cache.request_id!r} holds pages already"
+        self.prefix_cache.hold(pages)
+        self._append(cache, list(pages))
+        cache.committed = len(pages)
+        cache.capacity = cache.history_length = len(pages) * self.tokens_per_block
 
     def grow_each(self, caches: Sequence[KVCache], num_tokens: int = 1) -> bool:
         """Grow every one of ``caches`` by ``num_tokens``, all or none, as SGLang's

@@ -27,13 +27,16 @@ BlockKey = tuple[int, int]
 Source = tuple[tuple[int, ...], int]
 
 
-def chain_hashes(tokens: Sequence[int], tokens_per_hash: int = 1) -> tuple[int, ...]:
+def chain_hashes(
+    tokens: Sequence[int], tokens_per_hash: int = 1, previous: int = 0
+) -> tuple[int, ...]:
     """One hash per ``tokens_per_hash`` tokens (the last block may be shorter), each chained
-    on the one before, so that it stands for the whole prefix it ends."""
+    on the one before (the first on ``previous``: the hash of the tokens before ``tokens``),
+    so that it stands for the whole prefix it ends."""
     tokens_per_hash = check_param("tokens_per_hash", tokens_per_hash)
     if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__len__"):
         raise TypeError(f"tokens must be a sequence of token ids, got {tokens!r:.60}")
-    hashes, previous = [], 0
+    hashes = []
     for start in range(0, len(tokens), tokens_per_hash):
         previous = hash((previous, tuple(tokens[start : start + tokens_per_hash])))
         hashes.append(previous)

@@ -2,15 +2,18 @@
 ``Scheduler.schedule`` (vllm/v1/core/sched/scheduler.py), ``KVCacheManager.allocate_slots``
 (vllm/v1/core/kv_cache_manager.py), the start-up checks (vllm/config/scheduler.py,
 vllm/v1/core/kv_cache_planning.py) and the front door (vllm/v1/engine/input_processor.py), with
-vLLM's messages; docs/REFERENCE.md §6a. Not modelled (the conformance runs keep them off):
-prefix caching, speculative decoding, priorities, ``long_prefill_token_threshold``, KV
-connectors, LoRA, encoders, the AsyncScheduler. No stall detector, as in vLLM.
+vLLM's messages; docs/REFERENCE.md §6a. With ``enable_prefix_caching``, vLLM's prefix cache
+(kvlab.sched.vllm_prefix_cache) over the prompts' token ids of kvlab.core.prompt_tokens. Not
+modelled (the conformance runs keep them off): speculative decoding, priorities,
+``long_prefill_token_threshold``, KV connectors, LoRA, encoders, the AsyncScheduler. No stall
+detector, as in vLLM.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +22,13 @@ from kvlab.core.checks import check_bools, check_float, check_instance, check_in
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.memory import GIB
+from kvlab.core.prefix_cache import chain_hashes
+from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_ids
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
 from kvlab.sched.shortcuts import grows_within_pages
+from kvlab.sched.vllm_prefix_cache import VllmPrefixCache
 
 if TYPE_CHECKING:
     import torch
@@ -165,8 +171,6 @@ class VllmScheduler(SchedulerBase):
         self, args: VllmEngineArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
         check_instance("args", args, VllmEngineArgs)
-        if args.enable_prefix_caching:
-            raise ValueError("kvlab's vLLM peer does not model prefix caching yet")
         refusal = startup_error(args)
         if refusal is not None:
             raise ValueError(refusal)
@@ -178,8 +182,16 @@ class VllmScheduler(SchedulerBase):
             page_index_policy="configured",
             device=device,
             host_cache_size=0,
-            enable_block_reuse=False,  # prefix caching is not modelled
+            enable_block_reuse=False,  # TensorRT-LLM's; vLLM's prefix cache is below
         )
+        #: vLLM's cached blocks (None: prefix caching off), the manager's committed pages
+        self.prefix_cache: VllmPrefixCache | None = None
+        if args.enable_prefix_caching:
+            self.prefix_cache = manager.prefix_cache = VllmPrefixCache(
+                manager.pool, args.block_size
+            )
+        #: per request: its block hashes so far, and the prompt tokens after its last full block
+        self._hashes: dict[str, tuple[list[int], list[int]]] = {}
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
@@ -203,12 +215,20 @@ class VllmScheduler(SchedulerBase):
 
     def _enqueue(self, request: Request) -> None:
         self.waiting.append(request)
+        if self.prefix_cache is not None:  # the Request's block hasher, on its prompt
+            tokens, block_size = prompt_token_ids(request), self.args.block_size
+            full = len(tokens) - len(tokens) % block_size
+            self._hashes[request.request_id] = (
+                list(chain_hashes(tokens[:full], block_size)),
+                tokens[full:],
+            )
 
     def schedule(self) -> ScheduledBatch:
         """One ``Scheduler.schedule()``: the RUNNING requests in admission order, each the tokens
         it still needs within the token budget, preempting the last admitted (recompute, back to
         the queue's head) while ``allocate_slots`` refuses; then, only in a step that preempted
-        nothing, the WAITING queue from its head while fewer than ``max_num_seqs`` run."""
+        nothing, the WAITING queue from its head while fewer than ``max_num_seqs`` run, each
+        starting past its prefix-cache hit. Blocks are cached as they are allocated."""
         if self._has_retired:  # finished requests leave ``running`` (update_from_output)
             self.running = [r for r in self.running if r.state is RequestState.RUNNING]
         self._prune_retired()
@@ -224,6 +244,8 @@ class VllmScheduler(SchedulerBase):
             if request.is_context_finished and grows_within_pages(cache, 1, self.args.block_size):
                 batch.generation_requests.append(request)  # the shortcut: as below, in place
                 budget -= 1
+                if self.prefix_cache is not None:
+                    self._cache_blocks(request, self._num_tokens(request))
                 continue
             computed = self._num_computed_tokens(request)
             num_new = min(
@@ -240,19 +262,25 @@ class VllmScheduler(SchedulerBase):
                     break
             if request.state is not RequestState.RUNNING:
                 break
+            if self.prefix_cache is not None:
+                self._cache_blocks(request, computed + num_new)
             self._add_to_batch(batch, request, num_new)
             budget -= num_new
         # the WAITING queue from its head; a refused allocation blocks everyone behind it
         while not preempted and self.waiting and len(self.running) < self.max_batch_size:
             request = self.waiting[0]
-            num_new = self._num_tokens(request)  # it holds no block: everything is to compute
+            hits = self._cache_hit(request)  # it holds no block: all but the hit is to compute
+            computed = len(hits) * self.args.block_size
+            num_new = self._num_tokens(request) - computed
             if budget <= 0 or (not self.args.enable_chunked_prefill and num_new > budget):
                 break
             num_new = min(num_new, budget)
-            if not self._allocate(request, num_new, admitting=True):
+            if not self._allocate(request, computed + num_new, admitting=True, hits=hits):
                 request.num_refusals += 1
                 break
             self.running.append(self.waiting.popleft())
+            if self.prefix_cache is not None:
+                self._cache_blocks(request, computed + num_new)
             self._add_to_batch(batch, request, num_new)
             budget -= num_new
         batch.num_tokens = self.args.max_num_batched_tokens - budget
@@ -260,24 +288,71 @@ class VllmScheduler(SchedulerBase):
             self.check_invariants()
         return batch
 
-    def _allocate(self, request: Request, num_tokens: int, admitting: bool) -> bool:
+    def _allocate(
+        self, request: Request, num_tokens: int, admitting: bool, hits: Sequence[int] = ()
+    ) -> bool:
         """``allocate_slots``: blocks for the first ``num_tokens`` tokens (capped at
         max_model_len), all or nothing; when ``admitting``, the whole sequence must fit first
-        (``scheduler_reserve_full_isl``) and the watermark is kept free once anything runs."""
+        (``scheduler_reserve_full_isl``) and the watermark is kept free once anything runs.
+        A waiting request's cache ``hits`` are its first blocks, and those no request holds
+        count as blocks taken (``get_num_blocks_to_allocate``)."""
         blocks_for = self.manager.geometry.blocks_for_tokens
         free = self.manager.free_blocks
         if admitting and self.running:
             free -= self.watermark_blocks
         cache = self.manager.caches.get(request.request_id)
-        held, capacity = (0, 0) if cache is None else (cache.num_blocks, cache.capacity)
+        held = len(hits) if cache is None else cache.num_blocks
+        if hits:
+            assert self.prefix_cache is not None, "a hit needs prefix caching"
+            held -= self.prefix_cache.num_evictable(hits)
         if admitting and self.args.scheduler_reserve_full_isl:
             if blocks_for(min(self._num_tokens(request), self.max_model_len)) - held > free:
                 return False
         target = min(num_tokens, self.max_model_len)
         if blocks_for(target) - held > free:
             return False
-        self._grow(request, max(0, target - capacity))
+        if hits:  # touched before new blocks are taken, so they are never evicted for them
+            cache = self.manager.create_cache(request.request_id)
+            self._set_state(request, RequestState.RUNNING)
+            self.manager.start_with_committed(cache, hits)
+            request.context_current_position = request.prepopulated_prompt_len = cache.capacity
+        self._grow(request, max(0, target - (0 if cache is None else cache.capacity)))
         return True
+
+    def _cache_hit(self, request: Request) -> list[int]:
+        """``get_computed_blocks`` for a waiting or preempted request: the cached pages of its
+        longest run of cached blocks from block 0, one token short of all its tokens at most
+        (vllm/v1/request.py ``get_max_cache_hit_length``); none with caching off."""
+        if self.prefix_cache is None:
+            return []
+        max_blocks = (self._num_tokens(request) - 1) // self.args.block_size
+        return self.prefix_cache.longest_hit(self._block_hashes(request), max_blocks)
+
+    def _cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """``cache_blocks`` after an allocation: the request's full blocks among its first
+        ``num_tokens`` tokens (at most all it has: ``allocate_slots``) are cached, even those
+        whose KV this step only computes."""
+        assert self.prefix_cache is not None, "caching needs prefix caching on"
+        cache = self.manager.caches[request.request_id]
+        hashes = self._block_hashes(request)
+        full = min(num_tokens // self.args.block_size, len(hashes))
+        if full > cache.committed:
+            self.prefix_cache.cache(cache.pages, cache.committed, hashes[:full])
+            cache.committed = full
+
+    def _block_hashes(self, request: Request) -> list[int]:
+        """vLLM's ``request.block_hashes``: one per full block of its tokens, prompt and outputs
+        (each the sampled id), chained (vllm/v1/core/kv_cache_utils.py
+        ``get_request_block_hasher``); kept, and extended as outputs fill blocks."""
+        hashes, tail = self._hashes[request.request_id]
+        block_size = self.args.block_size
+        full = self._num_tokens(request) // block_size
+        if len(hashes) < full:
+            prompt_blocks = request.prompt_len // block_size
+            outputs = tail + [SAMPLED_TOKEN_ID] * ((full - prompt_blocks) * block_size - len(tail))
+            start = (len(hashes) - prompt_blocks) * block_size
+            hashes += chain_hashes(outputs[start:], block_size, hashes[-1] if hashes else 0)
+        return hashes
 
     @staticmethod
     def _num_tokens(request: Request) -> int:

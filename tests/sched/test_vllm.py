@@ -168,6 +168,118 @@ def test_no_admission_in_a_step_that_preempted_and_the_victim_goes_back_to_the_h
     assert all(status is RequestState.FINISHED for status in result.status.values())
 
 
+# --- prefix caching ------------------------------------------------------------------------------
+
+
+def cached(blocks: int, max_model_len: int, **kwargs) -> VllmEngineArgs:
+    """TOY's 4-token blocks with prefix caching on, chunks of 64 tokens."""
+    fields = dict(max_num_seqs=4, max_num_batched_tokens=64, enable_prefix_caching=True)
+    return VllmEngineArgs(TOY, blocks, max_model_len, **(fields | kwargs))
+
+
+def shared(request_id, prompt_len, max_new_tokens, arrival_step, hashes):
+    """A request whose prompt is the blocks of 8 tokens that ``hashes`` name."""
+    return Request(
+        request_id,
+        prompt_len,
+        max_new_tokens,
+        arrival_step,
+        prefix_hashes=hashes,
+        tokens_per_hash=8,
+    )
+
+
+def tokens_at(result, request_id):
+    """The tokens scheduled in the step the request was first admitted."""
+    step = result.requests[request_id].first_scheduled_step
+    return next(row.tokens_scheduled for row in result.trace.steps if row.step == step)
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_a_hit_stops_one_token_short_and_costs_no_token_budget(caching):
+    # "a" (16 tokens, 4 blocks) is cached when it is allocated; after it finished "b" repeats it
+    # and hits 3 blocks (a hit leaves the last token to compute, so a prompt of exactly 4
+    # blocks hits 3 of them), "c" extends it and hits all 4: 4 + 4 tokens in their step
+    requests = [
+        shared("a", 16, 2, 0, (1, 2)),
+        shared("b", 16, 2, 4, (1, 2)),
+        shared("c", 20, 2, 4, (1, 2, 3)),
+    ]
+    args = cached(16, 60, enable_prefix_caching=caching)
+    result = simulate(VllmScheduler(args, debug=True), requests, check_invariants=True)
+    assert set(result.status.values()) == {RequestState.FINISHED}
+    hits = {i: r.prepopulated_prompt_len for i, r in result.requests.items()}
+    assert hits == ({"a": 0, "b": 12, "c": 16} if caching else dict.fromkeys("abc", 0))
+    assert tokens_at(result, "b") == (8 if caching else 36)
+
+
+def test_a_free_hit_still_counts_against_the_free_blocks():
+    # 7 usable blocks. "a" leaves its 4 blocks cached and free; "r" takes 2 of the 3 others.
+    # "b" (6 blocks) hits a's 4: vLLM counts them as taken from the 5 free blocks, so it needs
+    # 6 - 4 + 4 = 6 > 5 and waits until "r" finishes and frees its blocks
+    requests = [
+        shared("a", 16, 1, 0, (1, 2)),
+        Request("r", 8, 8, 1),
+        shared("b", 24, 1, 2, (1, 2, 3)),
+    ]
+    result = simulate(VllmScheduler(cached(8, 28), debug=True), requests, check_invariants=True)
+    assert result.requests["a"].end_step == 0
+    assert result.requests["b"].first_scheduled_step == result.requests["r"].end_step + 1
+
+
+def test_eviction_takes_the_oldest_cached_block_first_and_a_requests_deepest_first():
+    # 11 usable blocks. "x", then "y", leave 4 cached blocks each; "z" (6 blocks) takes the 3
+    # blocks never cached and evicts 3 from the free queue's front: x's, deepest first. The
+    # probes then find all of y's blocks (16 tokens) and x's first block only (4 tokens)
+    requests = [
+        shared("x", 16, 1, 0, (1, 2)),
+        shared("y", 16, 1, 1, (3, 4)),
+        Request("z", 22, 1, 2),
+        shared("y-probe", 17, 1, 3, (3, 4, 5)),
+        shared("x-probe", 17, 1, 3, (1, 2, 5)),
+    ]
+    result = simulate(VllmScheduler(cached(12, 44), debug=True), requests, check_invariants=True)
+    hits = {i: r.prepopulated_prompt_len for i, r in result.requests.items()}
+    assert hits == {"x": 0, "y": 0, "z": 0, "y-probe": 16, "x-probe": 4}
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_a_preempted_request_keeps_its_cached_blocks_and_hits_those_not_evicted(caching):
+    # 8 usable blocks. "a" and "b" decode until at step 9 "a" needs a fifth block: "b",
+    # admitted last, is preempted with 4 full blocks cached. "a" evicts b's deepest three as it
+    # grows to 7 blocks; when "a" finishes, "b" comes back to its first block (4 tokens)
+    args = cached(9, 32, scheduler_reserve_full_isl=False, enable_prefix_caching=caching)
+    requests = [Request("a", 8, 20), Request("b", 8, 12)]
+    result = simulate(VllmScheduler(args, debug=True), requests, check_invariants=True)
+    b = result.requests["b"]
+    assert [e.step for e in result.trace.events if e.kind == "recompute_paused"] == [9]
+    assert b.prepopulated_prompt_len == (4 if caching else 0)
+    assert tokens_at(result, "a") == 16  # both prompts at step 0
+    assert b.num_recomputes == 1 and result.status["b"] is RequestState.FINISHED
+
+
+def test_a_block_computed_twice_stays_cached_twice_and_the_first_is_found_first():
+    scheduler = VllmScheduler(cached(9, 32))
+    prefix_cache, manager = scheduler.prefix_cache, scheduler.manager
+    assert prefix_cache is not None and manager.prefix_cache is prefix_cache
+    one, two = manager.create_cache("one"), manager.create_cache("two")
+    assert manager.grow_each([one], 8) and manager.grow_each([two], 4)
+    prefix_cache.cache(one.pages, 0, [11, 12])
+    prefix_cache.cache(two.pages, 0, [11])  # the same first block, computed again
+    one.committed, two.committed = 2, 1
+    assert prefix_cache.committed_blocks == 3
+    assert prefix_cache.longest_hit([11, 12, 13], 3) == one.pages
+    (first, second), copy = one.pages, two.pages[0]
+    manager.free(one)  # freed last first: the queue is second, first, then copy
+    manager.free(two)
+    manager.check_invariants()
+    for evicted, found in [(second, [first]), (first, [copy]), (copy, [])]:
+        freed = prefix_cache.evict(1)
+        manager.pool.free(freed)
+        assert freed == [evicted] and prefix_cache.longest_hit([11, 12], 2) == found
+    manager.check_invariants()
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     specs=st.lists(
@@ -182,9 +294,10 @@ def test_no_admission_in_a_step_that_preempted_and_the_victim_goes_back_to_the_h
     seqs=st.integers(1, 4),
     watermark=st.sampled_from([0.0, 0.2]),
     shrink=st.integers(0, 6),
+    caching=st.booleans(),
 )
 def test_invariants_and_a_stated_end_for_every_request(
-    specs, blocks, chunked, reserve, budget, seqs, watermark, shrink
+    specs, blocks, chunked, reserve, budget, seqs, watermark, shrink, caching
 ):
     max_model_len = estimated_max_model_len(TOY, blocks)
     args = VllmEngineArgs(
@@ -197,8 +310,12 @@ def test_invariants_and_a_stated_end_for_every_request(
         scheduler_reserve_full_isl=reserve,
         watermark=watermark,
         startup_num_gpu_blocks=blocks,
+        enable_prefix_caching=caching,
     )
-    requests = [Request(f"r{i}", p, m, a) for i, (p, m, a) in enumerate(specs)]
+    # with caching, prompts share the first of their 8-token blocks with one in three others
+    requests = [
+        shared(f"r{i}", p, m, a, (i % 3, i, i)[: -(-p // 8)]) for i, (p, m, a) in enumerate(specs)
+    ]
     scheduler = VllmScheduler(args, debug=True)
     result = simulate(scheduler, requests, max_steps=400, check_invariants=True)
     assert set(result.status) == {r.request_id for r in requests}
@@ -212,14 +329,16 @@ def test_invariants_and_a_stated_end_for_every_request(
         assert scheduler.manager.free_blocks == scheduler.manager.total_blocks - 1  # the null block
 
 
+@pytest.mark.parametrize("caching", [False, True])
 @pytest.mark.parametrize("seed", range(3))
-def test_the_decode_shortcut_decides_as_allocate_slots(seed, monkeypatch):
+def test_the_decode_shortcut_decides_as_allocate_slots(seed, caching, monkeypatch):
     rng = random.Random(seed)
+    prompts = [rng.randint(1, 24) for _ in range(12)]
     requests = [
-        Request(f"r{i}", rng.randint(1, 24), rng.randint(1, 16), rng.randint(0, 20))
-        for i in range(12)
+        shared(f"r{i}", p, rng.randint(1, 16), rng.randint(0, 20), (1, 2, 3)[: -(-p // 8)])
+        for i, p in enumerate(prompts)
     ]
-    args = VllmEngineArgs(TOY, 9, 32, max_num_seqs=4, max_num_batched_tokens=48)
+    args = cached(9, 32, max_num_batched_tokens=48, enable_prefix_caching=caching)
 
     def run():
         fresh = [dataclasses.replace(r) for r in requests]
