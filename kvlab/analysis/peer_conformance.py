@@ -137,6 +137,91 @@ def _trace_workloads(engine) -> list[PeerWorkload]:
     return [PeerWorkload(name, engine(*spec), requests) for name, *spec, requests in specs]
 
 
+def _shared(request_id: str, prompt_len: int, arrival_step: int, hashes: tuple[int, ...]):
+    """A one-token request whose prompt is the 8-token blocks ``hashes`` name."""
+    return Request(request_id, prompt_len, 1, arrival_step, prefix_hashes=hashes, tokens_per_hash=8)
+
+
+def _prefix_caching_workloads() -> list[PeerWorkload]:
+    """vLLM's prefix cache on: small cases of 4-token blocks, each named for what it shows, then
+    notebook 04's mixed traffic (no prompt shares a block: only a preempted request hits) and the
+    Mooncake conversation slices (every prompt shares its first 512-token block, follow-up
+    turns their history), on the trace engines' pools from roomy to small."""
+    toy = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
+
+    def tiny(blocks: int, **changes) -> VllmEngineArgs:
+        return VllmEngineArgs(
+            toy,
+            blocks,
+            (blocks - 1) * 4,
+            max_num_seqs=4,
+            max_num_batched_tokens=64,
+            enable_prefix_caching=True,
+        ).replace(**changes)
+
+    repeats = [  # exactly 4 blocks: a repeat hits 3; a longer prompt hits all 4
+        _shared("a", 16, 0, (1, 2)),
+        _shared("repeat", 16, 4, (1, 2)),
+        _shared("longer", 20, 4, (1, 2, 3)),
+        _shared("repeat-at-once", 16, 4, (1, 2)),  # admitted in the same step as "repeat"
+    ]
+    free_hit = [  # a's 4 cached blocks are free, yet count as taken: "b" waits for "r"
+        _shared("a", 16, 0, (1, 2)),
+        Request("r", 8, 8, 1),
+        _shared("b", 24, 2, (1, 2, 3)),
+    ]
+    eviction = [  # "z" evicts x's blocks, the deepest first, and none of y's
+        _shared("x", 16, 0, (1, 2)),
+        _shared("y", 16, 1, (3, 4)),
+        Request("z", 22, 1, 2),
+        _shared("y-probe", 17, 3, (3, 4, 5)),
+        _shared("x-probe", 17, 3, (1, 2, 5)),
+    ]
+    chunked_twice = [  # "b" hits what "a" has so far and computes copies of a's next blocks
+        _shared("a", 40, 0, (1, 2, 3, 4, 5)),
+        _shared("b", 40, 1, (1, 2, 3, 4, 5)),
+        Request("c", 30, 12, 1),
+        _shared("d", 40, 12, (1, 2, 3, 4, 5)),
+    ]
+    conversation = mooncake_trace("conversation", minutes=3)
+    return [
+        PeerWorkload("tiny/prefix-caching/repeats", tiny(16), repeats, 1_000),
+        PeerWorkload("tiny/prefix-caching/free-hit-counts", tiny(8), free_hit, 1_000),
+        PeerWorkload("tiny/prefix-caching/eviction-order", tiny(12), eviction, 1_000),
+        PeerWorkload(
+            "tiny/prefix-caching/preempted-returns",
+            tiny(9, scheduler_reserve_full_isl=False),
+            [Request("a", 8, 20), Request("b", 8, 12)],
+            1_000,
+        ),
+        PeerWorkload(
+            "tiny/prefix-caching/computed-twice",
+            tiny(24, max_num_batched_tokens=16),
+            chunked_twice,
+            1_000,
+        ),
+        PeerWorkload(
+            "nb04/mixed-rate-0.1/prefix-caching",
+            NOTEBOOK_04.replace(enable_prefix_caching=True),
+            _mixed(0.1),
+            100_000,
+        ),
+        *(
+            PeerWorkload(
+                f"mooncake-conversation-3min/{name}prefix-caching",
+                _vllm_trace_engine(blocks, 32, chunked).replace(enable_prefix_caching=True),
+                conversation,
+            )
+            for name, blocks, chunked in [
+                ("", 2048, True),
+                ("no-chunking/", 2048, False),
+                ("shrunk/", 1024, True),
+                ("small/", 512, True),
+            ]
+        ),
+    ]
+
+
 def _vllm_trace_engine(num_gpu_blocks: int, max_num_seqs: int, chunked: bool) -> VllmEngineArgs:
     """The seed's geometry, ``max_model_len`` at vLLM's estimate, a token budget of 8,192 (of
     max_model_len without chunking)."""
@@ -210,6 +295,7 @@ def vllm_workloads() -> list[PeerWorkload]:
             100_000,
         ),
         *_trace_workloads(_vllm_trace_engine),
+        *_prefix_caching_workloads(),
     ]
 
 

@@ -37,6 +37,7 @@ def _vllm_engine(args) -> str:
         pool += f" (start-up saw {args.startup_blocks:,})"
     extras = [] if args.scheduler_reserve_full_isl else ["no full-prompt reservation"]
     extras += [f"watermark {args.watermark:g}"] if args.watermark else []
+    extras += ["prefix caching"] if args.enable_prefix_caching else []
     return "; ".join(
         [
             pool,
@@ -75,15 +76,16 @@ SECTIONS = {
         "exactly the pool's memory; the model runner is faked by one sampled token per "
         "request whose prompt is computed. A step is one `schedule()` and one "
         "`update_from_output()`; both sides skip the steps in which nothing is waiting or "
-        "running. Prefix caching is off on both sides (vLLM's default is on, and kvlab does "
-        "not model it yet). Turning it on would only change a preempted request's recompute "
-        "when no two prompts share a prefix, as with the drivers' prompts, each made of its "
-        "own token ids. On shared-prefix traffic it does more: the Mooncake conversation "
-        "slices above record prompts that repeat earlier ones' 512-token blocks "
-        "(`Request.prefix_hashes`). There, cache hits shorten prefills and change which step "
-        'requests run on. [ENGINES.md, "With their defaults on"]'
-        "(ENGINES.md#with-their-defaults-on-what-is-not-modelled-yet) describes what modelling "
-        "it takes. What kvlab's peer leaves out is named in "
+        "running. Prefix caching is on where the table says so, and off elsewhere (vLLM's "
+        "default is on; kvlab's stays off until the `AsyncScheduler` is modelled too). Both "
+        "sides make each prompt's token ids by one rule, `kvlab.core.prompt_tokens`, from its "
+        "prefix hashes, so the Mooncake conversation slices share what the trace says they "
+        "share (every prompt its first 512-token block, follow-up turns their history), and "
+        "prompts without hashes share nothing. With caching on, a preempted request "
+        "also comes back to the blocks of its own that were not evicted meanwhile. "
+        '[ENGINES.md, "With their defaults on"]'
+        "(ENGINES.md#with-their-defaults-on-what-is-not-modelled-yet) describes what the peer "
+        "models and what is still missing. What kvlab's peer leaves out is named in "
         "`kvlab/sched/vllm.py`: speculative decoding, the priority policy, "
         "`long_prefill_token_threshold`, KV connectors, LoRA and encoders; vLLM's start-up "
         "refusal is reproduced for full-attention models only.",

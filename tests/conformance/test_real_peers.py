@@ -53,6 +53,13 @@ def test_enough_workloads_of_every_kind(engine):
         assert any(name.startswith(kind) for name in names), kind
 
 
+def test_vllm_is_held_to_its_prefix_cache_on_shared_prefixes():
+    cached = [w for w in ENGINES["vllm"][1]() if w.args.enable_prefix_caching]
+    assert len(cached) >= 10
+    assert any(w.name.startswith("mooncake-") for w in cached)
+    assert any(w.name.startswith("tiny/") for w in cached)  # whose step rows are compared
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("engine, name", CASES)
 def test_the_peer_does_what_the_engine_did(engine, name):
