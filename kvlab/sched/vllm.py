@@ -301,6 +301,7 @@ class VllmScheduler(SchedulerBase):
         if admitting and self.running:
             free -= self.watermark_blocks
         cache = self.manager.caches.get(request.request_id)
+        # blocks it needs no free block for: those it holds, or its hits some request holds too
         held = len(hits) if cache is None else cache.num_blocks
         if hits:
             assert self.prefix_cache is not None, "a hit needs prefix caching"
