@@ -137,9 +137,13 @@ def _trace_workloads(engine) -> list[PeerWorkload]:
     return [PeerWorkload(name, engine(*spec), requests) for name, *spec, requests in specs]
 
 
-def _shared(request_id: str, prompt_len: int, arrival_step: int, hashes: tuple[int, ...]):
-    """A one-token request whose prompt is the 8-token blocks ``hashes`` name."""
-    return Request(request_id, prompt_len, 1, arrival_step, prefix_hashes=hashes, tokens_per_hash=8)
+def _shared(
+    request_id: str, prompt_len: int, arrival_step: int, hashes: tuple[int, ...], outputs: int = 1
+) -> Request:
+    """A request whose prompt is the 8-token blocks ``hashes`` name."""
+    return Request(
+        request_id, prompt_len, outputs, arrival_step, prefix_hashes=hashes, tokens_per_hash=8
+    )
 
 
 def _prefix_caching_workloads() -> list[PeerWorkload]:
@@ -183,6 +187,13 @@ def _prefix_caching_workloads() -> list[PeerWorkload]:
         Request("c", 30, 12, 1),
         _shared("d", 40, 12, (1, 2, 3, 4, 5)),
     ]
+    finish_order = [  # "d" decodes its last token before "p" runs its one: d's go first
+        _shared("d", 8, 0, (1,), outputs=4),
+        _shared("p", 8, 3, (2,)),
+        Request("z", 16, 1, 4),
+        _shared("p-probe", 9, 5, (2, 9)),
+        _shared("d-probe", 9, 5, (1, 9)),
+    ]
     conversation = mooncake_trace("conversation", minutes=3)
     return [
         PeerWorkload("tiny/prefix-caching/repeats", tiny(16), repeats, 1_000),
@@ -200,6 +211,7 @@ def _prefix_caching_workloads() -> list[PeerWorkload]:
             chunked_twice,
             1_000,
         ),
+        PeerWorkload("tiny/prefix-caching/finish-order", tiny(7), finish_order, 1_000),
         PeerWorkload(
             "nb04/mixed-rate-0.1/prefix-caching",
             NOTEBOOK_04.replace(enable_prefix_caching=True),

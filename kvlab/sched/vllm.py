@@ -192,6 +192,8 @@ class VllmScheduler(SchedulerBase):
             )
         #: per request: its block hashes so far, and the prompt tokens after its last full block
         self._hashes: dict[str, tuple[list[int], list[int]]] = {}
+        #: the requests that finished since the last step, with their cached blocks
+        self._finished: list[tuple[Request, list[int]]] = []
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
@@ -229,6 +231,9 @@ class VllmScheduler(SchedulerBase):
         the queue's head) while ``allocate_slots`` refuses; then, only in a step that preempted
         nothing, the WAITING queue from its head while fewer than ``max_num_seqs`` run, each
         starting past its prefix-cache hit. Blocks are cached as they are allocated."""
+        if len(self._finished) > 1:
+            self._free_in_schedule_order()
+        self._finished.clear()
         if self._has_retired:  # finished requests leave ``running`` (update_from_output)
             self.running = [r for r in self.running if r.state is RequestState.RUNNING]
         self._prune_retired()
@@ -287,6 +292,24 @@ class VllmScheduler(SchedulerBase):
         if self.debug:
             self.check_invariants()
         return batch
+
+    def finish(self, request: Request) -> None:
+        if self.prefix_cache is not None:
+            cache = self.manager.caches[request.request_id]
+            self._finished.append((request, cache.pages[: cache.committed]))
+        super().finish(request)
+
+    def _free_in_schedule_order(self) -> None:
+        """vLLM frees a step's finished requests in the order it scheduled them
+        (``update_from_output``); kvlab's executor finishes the prefills first. Their cached
+        blocks are taken back and given up again in that order, so the free queue holds them as
+        vLLM's does (nothing has used the queue since)."""
+        assert self.prefix_cache is not None, "only cached blocks have an order"
+        position = {request.request_id: i for i, request in enumerate(self.running)}
+        for _, pages in self._finished:
+            self.prefix_cache.hold(pages)
+        for _, pages in sorted(self._finished, key=lambda done: position[done[0].request_id]):
+            self.prefix_cache.release(pages)
 
     def _allocate(
         self, request: Request, num_tokens: int, admitting: bool, hits: Sequence[int] = ()

@@ -258,6 +258,23 @@ def test_a_preempted_request_keeps_its_cached_blocks_and_hits_those_not_evicted(
     assert b.num_recomputes == 1 and result.status["b"] is RequestState.FINISHED
 
 
+def test_requests_finishing_in_one_step_free_their_blocks_in_the_order_they_ran():
+    # at step 3 "d" decodes its last token, then "p" is admitted and finishes with its one
+    # token: vLLM frees d's cached blocks first, so "z" evicts those and the first probe finds
+    # p's (the second finds nothing: d's are gone)
+    requests = [
+        shared("d", 8, 4, 0, (1,)),
+        shared("p", 8, 1, 3, (2,)),
+        Request("z", 16, 1, 4),
+        shared("p-probe", 9, 1, 5, (2, 9)),
+        shared("d-probe", 9, 1, 5, (1, 9)),
+    ]
+    result = simulate(VllmScheduler(cached(7, 24), debug=True), requests, check_invariants=True)
+    assert result.requests["d"].end_step == result.requests["p"].end_step == 3
+    hits = {i: r.prepopulated_prompt_len for i, r in result.requests.items()}
+    assert (hits["d-probe"], hits["p-probe"]) == (0, 8)
+
+
 def test_a_block_computed_twice_stays_cached_twice_and_the_first_is_found_first():
     scheduler = VllmScheduler(cached(9, 32))
     prefix_cache, manager = scheduler.prefix_cache, scheduler.manager
