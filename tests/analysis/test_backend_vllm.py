@@ -7,6 +7,7 @@ command, and a driver that dies, hangs or prints garbage loses no request."""
 from __future__ import annotations
 
 import dataclasses
+import random
 import sys
 import textwrap
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kvlab import KVGeometry, Request, VllmEngineArgs
-from kvlab.analysis.peer_conformance import NOTEBOOK_04, PeerWorkload, vllm_workloads
+from kvlab.analysis.peer_conformance import NOTEBOOK_04, PeerWorkload, differences, vllm_workloads
 from kvlab.backends import real_engine
 from kvlab.backends.real_engine import EngineProcessError, EngineUnavailable
 from kvlab.backends.vllm import VLLM
@@ -86,6 +87,57 @@ def test_live_vllm_hits_its_prefix_cache_only_with_caching_on(caching):
     assert result.trace.steps[0].tokens_scheduled == 16
     rows = {row.step: row for row in result.trace.steps}
     assert rows[start].tokens_scheduled == (4 if caching else 16)
+
+
+def random_cached_workload(seed: int) -> PeerWorkload:
+    """A small engine with prefix caching on (4-token blocks, 6-40 of them, chunked or not) and
+    up to 12 requests whose prompts share all, some or none of their 8-token blocks."""
+    rng = random.Random(seed)
+    blocks = rng.randint(6, 40)
+    max_model_len, seqs, chunked = (blocks - 1) * 4, rng.randint(1, 6), rng.random() < 0.7
+    args = TINY.replace(
+        num_gpu_blocks=blocks,
+        max_model_len=max_model_len,
+        max_num_seqs=seqs,
+        enable_chunked_prefill=chunked,
+        max_num_batched_tokens=rng.randint(max(seqs, 4), 64) if chunked else max_model_len,
+        scheduler_reserve_full_isl=rng.random() < 0.5,
+        enable_prefix_caching=True,
+    )
+    shared = [tuple(range(1, 21)), (1, 2, *range(30, 48))]
+    requests = []
+    for i in range(rng.randint(2, 12)):
+        prompt = rng.randint(1, max_model_len // 2)
+        hashes = rng.choice([*shared, tuple(range(100 * i, 100 * i + 20))])[: -(-prompt // 8)]
+        requests.append(
+            Request(
+                f"r{i}",
+                prompt,
+                rng.randint(1, max_model_len // 3),
+                rng.randint(0, 20),
+                prefix_hashes=hashes[: rng.randint(0, len(hashes))]
+                if rng.random() < 0.2
+                else hashes,
+                tokens_per_hash=8,
+            )
+        )
+    return PeerWorkload(f"random-{seed}", args, requests, 3_000)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@live
+def test_live_vllm_and_the_peer_agree_on_random_workloads_with_prefix_caching():
+    """Beyond the stored workloads: the peer does what vLLM does, request by request and step by
+    step, on 100 random small cached workloads (a wider search of this kind found the order in
+    which a step's finished requests free their blocks)."""
+    workloads = [random_cached_workload(seed) for seed in range(100)]
+    fields = ("free_blocks", "running", "waiting", "tokens_scheduled", "num_recompute_paused")
+    for workload, real in zip(workloads, VLLM.run_workloads(workloads, timeout_s=600)):
+        peer = workload.run_peer()
+        assert real.error is None and differences(peer, real) == [], workload.name
+        for field in fields:
+            assert peer.trace.column(field) == real.trace.column(field), (workload.name, field)
 
 
 def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatch):
