@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 
-from kvlab.core.arith import div_ceil
 from kvlab.core.request import Request
 
 #: The vocabulary the ids lie in (0 is never used).
@@ -28,14 +27,8 @@ _OWN = 1 << 64  # own keys lie above every hash taken modulo 2**64
 
 def prompt_token_runs(request: Request) -> list[tuple[int, int]]:
     """The request's prompt ids as runs ``(first id, count)`` of consecutive ids: the compact
-    form drivers are sent. ValueError when its hashes stand for more blocks than the prompt
-    has."""
+    form drivers are sent."""
     per_hash, prompt_len = request.tokens_per_hash, request.prompt_len
-    if len(request.prefix_hashes) > div_ceil(prompt_len, per_hash):
-        raise ValueError(
-            f"request {request.request_id!r}: {len(request.prefix_hashes)} prefix_hashes of "
-            f"{per_hash} tokens are more than its prompt of {prompt_len} tokens holds"
-        )
     runs: list[tuple[int, int]] = []
     start = 0
     for block_hash in request.prefix_hashes:

@@ -67,8 +67,3 @@ def test_mooncake_conversations_share_exactly_their_equal_hash_blocks():
             assert first.setdefault(block_hash, block) == block
     blocks = list(first.values())
     assert len(set(blocks)) == len(blocks)
-
-
-def test_more_hashes_than_the_prompt_holds_is_refused_naming_the_request():
-    with pytest.raises(ValueError, match=r"'x': 3 prefix_hashes of 16 tokens are more"):
-        prompt_token_runs(hashed("x", 32, (1, 2, 3)))
