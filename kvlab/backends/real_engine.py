@@ -41,7 +41,8 @@ STDERR_TAIL = 20
 OWN_LIMIT = ("max_tokens", "max_new_tokens")
 #: The KV geometry every driver's input starts with.
 GEOMETRY_KEYS = ("num_layers", "num_kv_heads", "head_dim", "dtype")
-#: A driver's step row, by StepRecord's names.
+#: A driver's step row, by StepRecord's names (SGLang's rows go on with its radix cache's
+#: evictable and protected tokens, which StepRecord has no place for).
 ROW_FIELDS = (
     "step free_blocks running waiting num_context num_generation tokens_scheduled "
     "num_recompute_paused"
@@ -450,7 +451,7 @@ class RunRecord:
         finished = [e.step for e in trace.events if e.kind == "finished"]
         pool = self.engine.engine_input(self.workload.args)[self.engine.pool_key]
         for row in self.rows or ():
-            fields = dict(zip(ROW_FIELDS, row, strict=True))
+            fields = dict(zip(ROW_FIELDS, row[: len(ROW_FIELDS)], strict=True))
             trace.steps.append(
                 StepRecord(
                     **fields,

@@ -15,7 +15,12 @@ from kvlab.sched.sglang import SGLANG_VERSION, SglangServerArgs
 
 def engine_input(args: SglangServerArgs) -> dict:
     """``args`` as the driver reads them (its pool counts tokens: the geometry is for the
-    stored runs)."""
+    stored runs). ValueError for the overlap scheduler, whose loop the driver does not step."""
+    if not args.disable_overlap_schedule:
+        raise ValueError(
+            "disable_overlap_schedule must be True: the driver steps SGLang's event_loop_normal, "
+            "not the overlap loop"
+        )
     return args_input(args) | dict(enable_mixed_chunk=False)
 
 
@@ -28,6 +33,7 @@ SGLANG = RealEngine(
     engine_input=engine_input,
     pool_key="max_total_tokens",  # page_size 1: a block is a token
     step_rows_kept=("nb04/", "front-door", "startup-refused", "tiny/"),
+    prompt_tokens=True,
 )
 
 __all__ = ["SGLANG", "engine_input"]

@@ -3,7 +3,9 @@ script that imports SGLang, torch and the standard library only, never kvlab. SG
 ``Scheduler.event_loop_normal`` (sglang/srt/managers/scheduler.py) runs unchanged on real CPU
 pools; the sockets, the TokenizerManager's process and the model stand in. docs/ENGINES.md gives
 the protocol, what a step is, every stand-in with the upstream line it replaces, and the front
-doors' messages."""
+doors' messages. Each prompt's token ids and the sampled token come in the input
+(kvlab.core.prompt_tokens makes them), so kvlab's peer and SGLang's radix cache see the same
+shared prefixes."""
 
 from __future__ import annotations
 
@@ -32,8 +34,6 @@ _MODEL_CONFIG = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
-#: The token the fake model samples (not the EOS id, which ignore_eos makes moot anyway).
-SAMPLED_TOKEN = 7
 STEP_ROWS_PER_LINE = 500
 
 
@@ -174,9 +174,9 @@ class ModelRunnerStub:
     prewarm_sampling = _nothing
 
 
-def worker_class():
-    """A TpModelWorker without a model (module docstring): SGLang's own methods but for
-    ``__init__`` and ``forward_batch_generation``."""
+def worker_class(sampled_token: int):
+    """A TpModelWorker without a model (module docstring) that samples ``sampled_token``:
+    SGLang's own methods but for ``__init__`` and ``forward_batch_generation``."""
     import torch
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.managers.utils import GenerationBatchResult
@@ -193,13 +193,13 @@ def worker_class():
 
         def forward_batch_generation(self, batch, *args, **kwargs):
             return GenerationBatchResult(
-                next_token_ids=torch.full((batch.batch_size(),), SAMPLED_TOKEN, dtype=torch.int64)
+                next_token_ids=torch.full((batch.batch_size(),), sampled_token, dtype=torch.int64)
             )
 
     return ModelFreeTpWorker
 
 
-def build_scheduler(engine: dict, model_dir: str):
+def build_scheduler(engine: dict, model_dir: str, sampled_token: int):
     """SGLang's Scheduler for ``engine`` (module docstring); raises SGLang's own exception where
     it refuses to start."""
     from unittest import mock
@@ -223,15 +223,15 @@ def build_scheduler(engine: dict, model_dir: str):
         max_prefill_tokens=engine["max_prefill_tokens"],
         schedule_conservativeness=engine["schedule_conservativeness"],
         enable_mixed_chunk=engine["enable_mixed_chunk"],
-        disable_radix_cache=True,
+        disable_radix_cache=engine["disable_radix_cache"],
         schedule_policy="fcfs",
-        disable_overlap_schedule=True,
+        disable_overlap_schedule=engine["disable_overlap_schedule"],
         disable_cuda_graph=True,
         watchdog_timeout=1e9,
     )
 
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
-    worker = worker_class()
+    worker = worker_class(sampled_token)
 
     def init_tp_model_worker(scheduler):
         scheduler.tp_worker = worker(scheduler.model_config, engine["max_total_tokens"])
@@ -305,6 +305,7 @@ class Run:
     def __init__(self, index: int, run: dict, model_dir: str):
         self.index, self.model_dir = index, model_dir
         self.engine, self.max_steps = run["engine"], run["max_steps"]
+        self.prompts, self.sampled_token = run["prompts"], run["sampled_token_id"]
         self.arrivals = sorted(run["requests"], key=lambda r: r[3])  # stable: ties keep order
         self.next_arrival = self.step = self.iterations = 0
         self.step_open = False  # the current loop iteration counts as step self.step
@@ -325,7 +326,7 @@ class Run:
         from unittest import mock
 
         try:
-            scheduler = build_scheduler(self.engine, self.model_dir)
+            scheduler = build_scheduler(self.engine, self.model_dir, self.sampled_token)
         except (ValueError, AssertionError, RuntimeError) as exc:
             emit(kind="startup_error", run=self.index, message=str(exc))
             return
@@ -378,10 +379,10 @@ class Run:
             raise RunOver
         handed = []
         while self.next_arrival < len(arrivals) and arrivals[self.next_arrival][3] <= self.step:
-            request_id, prompt_len, max_new_tokens, _ = arrivals[self.next_arrival]
+            request_id, _, max_new_tokens, _ = arrivals[self.next_arrival]
             self.next_arrival += 1
-            first = self.next_arrival * 7919  # distinct prompts: no prefix is shared
-            input_ids = [100 + (first + k) % 31000 for k in range(prompt_len)]
+            runs = self.prompts[request_id]
+            input_ids = [t for first, count in runs for t in range(first, first + count)]
             try:
                 handed.append(self.tokenize(request_id, input_ids, max_new_tokens))
             except ValueError as exc:
@@ -410,10 +411,12 @@ class Run:
                         self.event(req.rid, "resumed")
             else:
                 decodes = tokens = len(batch.reqs)
-            for req in batch.reqs:
-                if req.output_ids and req.rid not in self.first_token and not is_abort(req):
-                    self.first_token.add(req.rid)
-                    self.event(req.rid, "first_token")
+        # every request SGLang holds, not only the last batch's: a result may be processed
+        # after the batch that produced it is gone
+        for req in (*(batch.reqs if batch is not None else ()), *scheduler.running_batch.reqs):
+            if req.output_ids and req.rid not in self.first_token and not is_abort(req):
+                self.first_token.add(req.rid)
+                self.event(req.rid, "first_token")
         # a retracted request waits again in the queue with its retraction_count raised
         retracted = 0
         for req in scheduler.waiting_queue:
@@ -427,7 +430,10 @@ class Run:
         waiting = len(scheduler.waiting_queue)
         free = scheduler.token_to_kv_pool_allocator.available_size()
         batch_row = [prefills, decodes, tokens, retracted]
-        self.rows.append([self.step, free, len(self.live) - waiting, waiting, *batch_row])
+        # the radix cache's tokens no request locks (an allocation may evict them) and those
+        # some request does
+        tree = [scheduler.tree_cache.evictable_size(), scheduler.tree_cache.protected_size()]
+        self.rows.append([self.step, free, len(self.live) - waiting, waiting, *batch_row, *tree])
         if len(self.rows) >= STEP_ROWS_PER_LINE:
             emit(kind="steps", run=self.index, rows=self.rows)
             self.rows = []

@@ -47,7 +47,11 @@ class SglangServerArgs:
     """The server arguments (and the one sampling parameter, ``ignore_eos``) SGLang's scheduler
     reads, by SGLang's names. ``geometry``: one token a page (page_size 1);
     ``max_total_tokens``: the KV pool; ``max_running_requests``: None takes SGLang's default;
-    ``chunked_prefill_size``: -1 for chunking off."""
+    ``chunked_prefill_size``: -1 for chunking off. ``disable_radix_cache`` and
+    ``disable_overlap_schedule`` are SGLang's switches (sglang/srt/arg_groups/fields/memory.py:64,
+    schedule.py:193); SGLang defaults both to False (the radix cache and the overlap
+    scheduler on). kvlab defaults them to True until it models both, then flips them to
+    SGLang's defaults."""
 
     geometry: KVGeometry
     max_total_tokens: int
@@ -57,6 +61,8 @@ class SglangServerArgs:
     max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS
     schedule_conservativeness: float = 1.0
     ignore_eos: bool = False
+    disable_radix_cache: bool = True
+    disable_overlap_schedule: bool = True
 
     def __post_init__(self) -> None:
         check_instance("geometry", self.geometry, KVGeometry)
@@ -81,7 +87,11 @@ class SglangServerArgs:
                 ) from None
         store_checked(self, "max_prefill_tokens", check_int, low=1, high=1 << 30)
         store_checked(self, "schedule_conservativeness", check_float, low=0.0, high=100.0)
-        check_bools(ignore_eos=self.ignore_eos)
+        check_bools(
+            ignore_eos=self.ignore_eos,
+            disable_radix_cache=self.disable_radix_cache,
+            disable_overlap_schedule=self.disable_overlap_schedule,
+        )
 
     @property
     def resolved_max_running_requests(self) -> int:
@@ -158,6 +168,16 @@ class SglangScheduler(SchedulerBase):
         self, args: SglangServerArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
         check_instance("args", args, SglangServerArgs)
+        if not args.disable_radix_cache:
+            raise ValueError(
+                "disable_radix_cache must be True: kvlab's SGLang peer does not model the radix "
+                "cache yet"
+            )
+        if not args.disable_overlap_schedule:
+            raise ValueError(
+                "disable_overlap_schedule must be True: kvlab's SGLang peer does not model the "
+                "overlap scheduler yet"
+            )
         refusal = startup_error(args)
         if refusal is not None:
             raise ValueError(refusal)

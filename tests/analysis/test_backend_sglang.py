@@ -63,6 +63,34 @@ def test_live_sglang_refuses_to_start_and_at_its_doors_with_its_own_words():
     assert served.status == {"long": "rejected", "big": "rejected", "fits": "finished"}
 
 
+@pytest.mark.sglang
+@live
+def test_live_sglang_runs_its_radix_cache_as_the_args_set_it():
+    """Two prompts sharing their first 64 tokens (kvlab.core.prompt_tokens), the second arriving
+    after the first finished: with the radix cache on it computes only the 36 tokens past the
+    shared ones (prefix hits never cover the last token), and the finished request's tokens stay
+    in the tree, unlocked; with it off both compute all 100."""
+    shared = dict(prefix_hashes=(11, 12), tokens_per_hash=32)
+    requests = [Request("a", 100, 4, 0, **shared), Request("b", 100, 4, 10, **shared)]
+    on = PeerWorkload("on", SGLANG_NOTEBOOK_04.replace(disable_radix_cache=False), requests, 100)
+    off = PeerWorkload("off", SGLANG_NOTEBOOK_04, requests, 100)
+    cached, uncached = SGLANG.records([on, off])
+    prefill = {row[0]: row[6] for row in cached.rows if row[4]}
+    assert prefill == {0: 100, 10: 36}
+    assert {row[0]: row[6] for row in uncached.rows if row[4]} == {0: 100, 10: 100}
+    # [step, free, ..., evictable, protected]: a's 103 tokens (100 + 4 outputs - 1) unlocked
+    # after its finish; then b locks the 64 it shares and holds its own 36 prompt tokens
+    rows = {row[0]: row for row in cached.rows}
+    assert rows[3][1:] == [2048 - 103, 0, 0, 0, 1, 1, 0, 103, 0]
+    assert rows[10][8:] == [103 - 64, 64 + 36]
+    assert all(row[8:] == [0, 0] for row in uncached.rows)
+
+
+def test_the_backend_refuses_the_overlap_loop_it_does_not_step():
+    with pytest.raises(ValueError, match="disable_overlap_schedule must be True: the driver"):
+        SGLANG.run(SGLANG_NOTEBOOK_04.replace(disable_overlap_schedule=False), [Request("a", 8, 4)])
+
+
 def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatch):
     monkeypatch.setenv("KVLAB_SGLANG_ENV", str(tmp_path / "missing"))
     assert not SGLANG.is_available()

@@ -69,6 +69,8 @@ def test_defaults_are_sglangs():
     assert (args.chunked_prefill_size, args.max_prefill_tokens) == (4096, 16384)
     assert DEFAULT_CHUNKED_PREFILL_SIZE == 4096 and DEFAULT_MAX_PREFILL_TOKENS == 16384
     assert args.schedule_conservativeness == 1.0 and args.ignore_eos is False
+    # SGLang's own defaults are False; kvlab's stay True until the peer models both
+    assert args.disable_radix_cache is True and args.disable_overlap_schedule is True
     assert args.max_running_requests is None and args.resolved_max_running_requests == 1024
     assert (args.max_req_len, args.max_req_input_len) == (2047, 2042)
     assert args.chunk_size == 4096 and args.replace(chunked_prefill_size=-1).chunk_size is None
@@ -95,6 +97,12 @@ def test_max_running_requests_is_settled_as_resolve_max_num_reqs(tokens, context
         assert scheduler.max_num_active_requests is None
 
 
+def test_the_peer_refuses_what_it_does_not_model():
+    for switch in ("disable_radix_cache", "disable_overlap_schedule"):
+        with pytest.raises(ValueError, match=f"{switch} must be True: kvlab's SGLang peer"):
+            SglangScheduler(SglangServerArgs(TOKEN, 2048, 4096, **{switch: False}))
+
+
 def test_argument_checks_name_the_parameter_and_the_range():
     with pytest.raises(ValueError, match=r"tokens_per_block must be 1 \(SGLang's page_size 1\)"):
         SglangServerArgs(dataclasses.replace(TOKEN, tokens_per_block=32), 2048, 4096)
@@ -110,6 +118,10 @@ def test_argument_checks_name_the_parameter_and_the_range():
         SglangServerArgs(TOKEN, 2048, 4096, schedule_conservativeness=-1)
     with pytest.raises(TypeError, match="ignore_eos must be a bool"):
         SglangServerArgs(TOKEN, 2048, 4096, ignore_eos=1)
+    with pytest.raises(TypeError, match="disable_radix_cache must be a bool"):
+        SglangServerArgs(TOKEN, 2048, 4096, disable_radix_cache="no")
+    with pytest.raises(TypeError, match="disable_overlap_schedule must be a bool"):
+        SglangServerArgs(TOKEN, 2048, 4096, disable_overlap_schedule=0)
     with pytest.raises(TypeError, match="args must be a SglangServerArgs"):
         SglangScheduler(dict(max_total_tokens=2048))
 
