@@ -95,13 +95,22 @@ class ManagerViews:
         return None
 
     def hold_back(self, count: int) -> list[int]:
-        """Take ``count`` pages held outside every cache for good, as vLLM's ``BlockPool`` takes
-        its null block at construction (vllm/v1/core/block_pool.py); they are never free."""
+        """Take ``count`` pages held outside every cache until :meth:`release_held_back`, as vLLM's
+        ``BlockPool`` takes its null block at construction for good
+        (vllm/v1/core/block_pool.py)."""
         count = check_int("count", count, high=self.free_blocks)
         pages = self.allocate_pages(count)
         assert pages is not None, "the free pages counted were refused"
         self._held_back += pages
         return pages
+
+    def release_held_back(self, count: int) -> None:
+        """Return ``count`` of the pages :meth:`hold_back` took to the pool (SGLang's radix
+        cache, which holds its tokens outside every request, evicting some)."""
+        count = check_int("count", count, high=len(self._held_back))
+        if count:
+            self.pool.free(self._held_back[-count:])
+            del self._held_back[-count:]
 
     def start_with_committed(self, cache: KVCache, pages: Sequence[int]) -> None:
         """An empty cache starts holding committed ``pages``, its first tokens' KV (vLLM's

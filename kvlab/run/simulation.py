@@ -129,6 +129,7 @@ class Engine(EngineRecords):
             self.last_batch = ScheduledBatch()
         else:
             self._execute(self.last_batch)
+            self.scheduler.batch_done()
         self.iterations += 1
         self._record(self.last_batch)
         if self.check_invariants and self.error is None:

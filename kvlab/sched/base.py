@@ -138,6 +138,10 @@ class SchedulerBase:
     def schedule(self) -> ScheduledBatch:
         raise NotImplementedError
 
+    def batch_done(self) -> None:
+        """The last batch ran and its requests' tokens were counted (a hook for what an engine
+        does with the results beyond finishing requests; nothing by default)."""
+
     def finish(self, request: Request) -> None:
         """A request generated its last token: free its cache and retire it."""
         self.manager.free(request)

@@ -1,8 +1,11 @@
 """SglangScheduler: SGLang 0.5.23's scheduler over kvlab's KV cache manager (the SGLang peer).
 One ``schedule()`` is one iteration of ``Scheduler.event_loop_normal``
 (sglang/srt/managers/scheduler.py:2026) that had a request to work on; docs/ENGINES.md lists the
-lines it follows. Left out: the radix cache, the overlap scheduler, mixed chunks, speculative
-decoding, pages above one token, other policies and ranks. No stall detector, as in SGLang.
+lines it follows. With ``disable_radix_cache`` False, the radix cache (kvlab.sched.sglang_radix)
+holds the requests' computed tokens: a request's manager cache holds only the tokens the tree
+does not, and the tree's tokens are held back in the manager. Left out: the overlap scheduler,
+mixed chunks, speculative decoding, pages above one token, other policies and ranks. No stall
+detector, as in SGLang.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_bools, check_float, check_instance, check_int, store_checked
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
+from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_ids
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
-from kvlab.sched.sglang_prefill import NewTokenRatio, PrefillAdder
+from kvlab.sched.sglang_prefill import RETRACT_DECODE_STEPS, NewTokenRatio, PrefillAdder
+from kvlab.sched.sglang_radix import RadixNode, RadixTree
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +37,11 @@ INPUT_LEN_MARGIN = 5
 DEFAULT_CHUNKED_PREFILL_SIZE = 4096
 #: ServerArgs' max_prefill_tokens (arg_groups/fields/schedule.py:71).
 DEFAULT_MAX_PREFILL_TOKENS = 16384
+#: ``WAITING_PREFIX_REFRESH_INTERVAL`` and ``WAITING_QUEUE_PREFIX_MATCH_MAX``
+#: (managers/schedule_policy.py:137-139): every 32nd prefill pass touches the paths of the first
+#: 128 waiting requests.
+WAITING_PREFIX_REFRESH_INTERVAL = 32
+WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 
 #: SGLang's messages.
 MAX_RUNNING_ZERO = "max_running_request is zero"  # tp_worker.py:420
@@ -168,11 +178,6 @@ class SglangScheduler(SchedulerBase):
         self, args: SglangServerArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
         check_instance("args", args, SglangServerArgs)
-        if not args.disable_radix_cache:
-            raise ValueError(
-                "disable_radix_cache must be True: kvlab's SGLang peer does not model the radix "
-                "cache yet"
-            )
         if not args.disable_overlap_schedule:
             raise ValueError(
                 "disable_overlap_schedule must be True: kvlab's SGLang peer does not model the "
@@ -209,6 +214,16 @@ class SglangScheduler(SchedulerBase):
         self.abort_messages: dict[str, str] = {}
         self._last_step: int | None = None  # the step of the latest schedule()
         self._submit_step = 0  # the step of the latest arrival
+        #: the radix cache (None when disabled) and, per request: its prompt's ids, and while it
+        #: holds tokens, the node its lock holds (``req.lock``) and the tokens it reads from the
+        #: tree (``cache_protected_len``)
+        self.tree = None if args.disable_radix_cache else RadixTree()
+        self._prompt_ids: dict[str, list[int]] = {}
+        self._lock: dict[str, RadixNode] = {}
+        self._protected: dict[str, int] = {}
+        #: the last prefill batch's requests whose results are not processed yet
+        self._unprocessed: list[Request] = []
+        self._prefix_refreshes = 0  # ``_waiting_prefix_refresh_calls``
 
     @property
     def max_num_active_requests(self) -> int | None:
@@ -230,6 +245,8 @@ class SglangScheduler(SchedulerBase):
         request.output_limit = clipped_max_new_tokens(
             self.args, request.prompt_len, request.max_new_tokens
         )
+        if self.tree is not None:
+            self._prompt_ids[request.request_id] = prompt_token_ids(request)
         limit = self.args.max_req_input_len
         if request.prompt_len >= limit:  # validate_input_length (managers/utils.py:283)
             self.abort_messages[request.request_id] = (
@@ -252,6 +269,13 @@ class SglangScheduler(SchedulerBase):
         self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
+        if self.tree is not None:
+            chunked = self.chunked_req
+            # the chunk computed last enters the tree (stash_chunked_request, scheduler.py:3911)
+            if chunked is not None and chunked.context_current_position > self._protected.get(
+                chunked.request_id, 0
+            ):
+                self._checkpoint(chunked, chunked.context_current_position)
         self._merge_last_prefill()
         made_batch = self._get_new_batch_prefill(batch)  # sets last_prefill when it made one
         if not made_batch and self.running:
@@ -291,15 +315,18 @@ class SglangScheduler(SchedulerBase):
         if slots <= 0 and self.chunked_req is None:
             self.batch_is_full = True
             return False
-        args = self.args
+        args, tree = self.args, self.tree
+        if tree is not None and self.waiting:
+            self._touch_waiting_prefixes()
         adder = PrefillAdder(
             self.running,
             self.new_token_ratio.current,
-            self.manager.free_blocks,  # no evictable tokens: the radix cache is off
+            self._available_and_evictable,
             args.max_prefill_tokens,
             args.chunk_size,
             args.ignore_eos,
             self.origin_len,
+            radix_cache=tree is not None,
         )
         if self.chunked_req is not None:
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
@@ -310,7 +337,19 @@ class SglangScheduler(SchedulerBase):
                 self.batch_is_full = True
             if self.batch_is_full:
                 break
-            result = adder.add_one_req(request)
+            if tree is None:
+                result = adder.add_one_req(request)
+            else:
+                # init_next_round_input's match; the match is pinned while the adder judges
+                # it (schedule_policy.py:1431) and stays locked if admitted (:1690)
+                prefix_len, node = self._match_prefix(request)
+                tree.lock(node)
+                result = adder.add_one_req(request, prefix_len)
+                if adder.can_run_list and adder.can_run_list[-1] is request:
+                    self._lock[request.request_id] = node
+                    self._protected[request.request_id] = prefix_len
+                else:
+                    tree.unlock(node)
             if result != adder.CONTINUE:
                 if result == adder.NO_TOKEN:
                     self.batch_is_full = bool(adder.can_run_list) or bool(self.running)
@@ -331,6 +370,7 @@ class SglangScheduler(SchedulerBase):
         or nothing; a one-token abort's prefill finishes it (``process_batch_result_prefill``
         frees its token in the same step)."""
         total = sum(extend_lens)
+        self._evict_for(total)
         if total > self.manager.free_blocks:  # alloc_token_slots (mem_cache/allocation.py:152)
             raise RuntimeError(
                 f"Out of memory. Try to lower your batch size.\nTry to allocate "
@@ -343,14 +383,22 @@ class SglangScheduler(SchedulerBase):
             if message is not None:
                 self._abort(batch, request, Reason(Cause.FRONT_DOOR, message=message))
             else:
+                if request.context_current_position == 0:  # a cached prefix is not computed
+                    prefix_len = self._protected.get(request.request_id, 0)
+                    request.context_current_position = request.prepopulated_prompt_len = prefix_len
                 request.context_chunk_size = extend_len
                 batch.context_requests.append(request)
         batch.num_tokens = total
         batch.num_aborted_context_rows = len(batch.aborted_requests)
         self.last_prefill = list(requests)
+        if self.tree is not None:
+            self._unprocessed = [
+                r for r in requests if r is not self.chunked_req and r.request_id in self._lock
+            ]
 
     def _abort(self, batch: ScheduledBatch, request: Request, reason: Reason) -> None:
         self.manager.free(request)
+        self._forget(request, done=True)
         self._set_state(request, RequestState.REJECTED)
         request.reason = reason
         self._has_retired = True
@@ -360,12 +408,13 @@ class SglangScheduler(SchedulerBase):
         """``update_running_batch`` (managers/scheduler.py:4459): retract when the next decode
         does not fit (``check_decode_mem``: one token per request), else decay the ratio; then
         ``prepare_for_decode``: one token each, in one allocation."""
-        if len(self.running) > self.manager.free_blocks:
+        if not self._decode_fits(len(self.running)):
             self._retract_decode(batch)
         else:
             self.new_token_ratio.decay_step()
         if not self.running:
             return
+        self._evict_for(len(self.running))  # prepare_for_decode's alloc_token_slots
         caches = self.manager.caches
         granted = self.manager.grow_each([caches[r.request_id] for r in self.running])
         assert granted, "the free tokens counted for the decode batch were refused"
@@ -384,13 +433,14 @@ class SglangScheduler(SchedulerBase):
             key=lambda i: (reqs[i].num_generated, -self.origin_len(reqs[i])),
             reverse=True,
         )
-        manager = self.manager
         retracted: list[Request] = []
-        while len(order) > 1 and (not retracted or manager.free_blocks < len(order)):
+        while not retracted or not self._decode_fits(len(order)):
+            if len(order) == 1:
+                break
             request = reqs[order.pop()]
-            self._recompute_pause(request)  # release_req: its tokens freed, reset_for_retract
+            self._retract(request, len(order))
             retracted.append(request)
-        if len(order) <= 1 and manager.free_blocks < len(order):
+        if len(order) <= 1 and not self._decode_fits(len(order)):
             oom = Reason(Cause.ABORTED_OUT_OF_MEMORY, message=DECODE_OOM_ABORT)
             self._abort(batch, reqs[order.pop()], oom)
         if len(order) != len(reqs):  # filter_batch(keep_indices=...) keeps the sorted order
@@ -401,6 +451,123 @@ class SglangScheduler(SchedulerBase):
         )
         self.waiting.extend(retracted)  # _add_request_to_queue(is_retracted=True): the back
         batch.recompute_paused_requests.extend(retracted)
+
+    def batch_done(self) -> None:
+        """The rest of ``process_batch_result_prefill`` (:meth:`_process_prefill_results`)."""
+        if self.tree is not None:
+            self._process_prefill_results()
+
+    def finish(self, request: Request) -> None:
+        """``release_kv_cache(checkpoint=True)`` (mem_cache/common.py:400): with the radix
+        cache, after the results processed before it, the request's prompt and outputs but the
+        last enter the tree (batch_result_processor.py:387-391) and it unlocks them."""
+        if self.tree is not None:
+            self._process_prefill_results(request)
+            self._checkpoint(request, self.origin_len(request) + request.num_generated - 1)
+            self._forget(request, done=True)
+        super().finish(request)
+
+    def _retract(self, request: Request, remaining: int) -> None:
+        """``release_req`` (managers/schedule_batch.py:2360-2395): the request's own tokens are
+        freed and its lock released (nothing enters the tree), then the tree evicts until the
+        ``remaining`` requests' next RETRACT_DECODE_STEPS tokens fit."""
+        self._recompute_pause(request)  # its tokens freed, reset_for_retract
+        if self.tree is not None:
+            self._forget(request)
+            self._evict_for(remaining * RETRACT_DECODE_STEPS)
+
+    # -- the radix cache ---------------------------------------------------------------------
+    def _available_and_evictable(self) -> int:
+        evictable = 0 if self.tree is None else self.tree.evictable_size
+        return self.manager.free_blocks + evictable
+
+    def _evict_for(self, num_tokens: int) -> None:
+        """``evict_to_free_tokens`` (mem_cache/allocator/base.py:155-169): evict the shortfall
+        of free tokens, if any."""
+        shortfall = num_tokens - self.manager.free_blocks
+        if self.tree is not None and shortfall > 0:
+            self.manager.release_held_back(self.tree.evict(shortfall))
+
+    def _decode_fits(self, num_tokens: int) -> bool:
+        """``check_decode_capacity`` (mem_cache/allocator/base.py:171-185): it evicts even when
+        it only checks."""
+        self._evict_for(num_tokens)
+        return self.manager.free_blocks >= num_tokens
+
+    def _token_ids(self, request: Request) -> list[int]:
+        """``origin_input_ids + output_ids`` (kvlab.core.prompt_tokens's ids)."""
+        ids = self._prompt_ids[request.request_id]
+        return ids + [SAMPLED_TOKEN_ID] * request.num_generated if request.num_generated else ids
+
+    def _match_prefix(self, request: Request) -> tuple[int, RadixNode]:
+        """``init_next_round_input``'s match (managers/schedule_batch.py:1692-1768): never the
+        last token."""
+        assert self.tree is not None
+        ids = self._token_ids(request)
+        return self.tree.match(ids[: max(len(ids) - 1, 0)])
+
+    def _touch_waiting_prefixes(self) -> None:
+        """``_touch_waiting_prefixes`` (managers/schedule_policy.py:282-302): every 32nd pass,
+        the first 128 waiting requests' whole paths, the head last."""
+        assert self.tree is not None
+        refresh = self._prefix_refreshes % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        self._prefix_refreshes += 1
+        if refresh:
+            for request in reversed(self.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                self.tree.match(self._token_ids(request))
+
+    def _checkpoint(self, request: Request, up_to: int) -> None:
+        """``checkpoint_into_tree`` (mem_cache/unified_radix_cache.py:1164-1310): the request's
+        first ``up_to`` tokens enter the tree; the tree keeps its own copy of those it held and
+        takes over the rest, and the request's lock moves to the path's end. A finished
+        request's path is split at its prompt's end, so that eviction can take the outputs
+        first."""
+        tree, request_id = self.tree, request.request_id
+        assert tree is not None
+        ids = self._token_ids(request)[:up_to]
+        protected = self._protected[request_id]
+        node, duplicates, new = tree.insert(ids, protected)
+        prompt_len = self.origin_len(request)
+        if request.num_generated >= request.output_limit and 0 < prompt_len < up_to:
+            tree.insert(ids[:prompt_len], prompt_len)
+        assert duplicates + new == up_to - protected, (request_id, duplicates, new, protected)
+        cache = self.manager.caches[request_id]
+        keep = cache.num_blocks - (up_to - protected)
+        self.manager.shrink(cache, keep)
+        cache.capacity = keep
+        self.manager.hold_back(new)
+        tree.unlock(self._lock[request_id])
+        tree.lock(node)
+        self._lock[request_id] = node
+        self._protected[request_id] = up_to
+
+    def _process_prefill_results(self, until: Request | None = None) -> None:
+        """``process_batch_result_prefill``, in batch order up to ``until`` (else all): a
+        request still running has its prompt enter the tree (checkpoint_kv_cache,
+        batch_result_processor.py:393-394)."""
+        while self._unprocessed:
+            request = self._unprocessed.pop(0)
+            if request is until:
+                return
+            if request.state is RequestState.RUNNING:
+                self._checkpoint(request, request.context_current_position)
+
+    def _forget(self, request: Request, done: bool = False) -> None:
+        """The request's lock released (``tree_cache.unlock(req.lock)``); ``done``: it will
+        not come back."""
+        request_id = request.request_id
+        node = self._lock.pop(request_id, None)
+        if node is not None:
+            assert self.tree is not None
+            self.tree.unlock(node)
+        self._protected.pop(request_id, None)
+        if done:
+            self._prompt_ids.pop(request_id, None)
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        if self.tree is not None:
+            self.tree.check_invariants()
 
     def __repr__(self) -> str:
         return f"SglangScheduler({self.args!r})"

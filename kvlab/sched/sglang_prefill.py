@@ -2,8 +2,7 @@
 batch admits, ``PrefillAdder`` (sglang/srt/managers/schedule_policy.py:607) with its
 ``PrefillBudget`` (mem_cache/prefill_budget.py:62), and the new-token ratio by which it reserves
 the running requests' output, ``NewTokenRatioTracker``
-(managers/scheduler_components/new_token_ratio_tracker.py). SGLang 0.5.23, page_size 1, no
-radix cache.
+(managers/scheduler_components/new_token_ratio_tracker.py). SGLang 0.5.23, page_size 1.
 """
 
 from __future__ import annotations
@@ -52,19 +51,21 @@ class NewTokenRatio:
 
 @dataclass
 class PrefillAdder:
-    """One pass of SGLang's ``PrefillAdder`` with its ``PrefillBudget``: nothing is evictable,
-    ``per_req_token_overhead`` is one token. ``available``: the pool's free tokens;
-    ``origin_len``: a request's ``len(origin_input_ids)``."""
+    """One pass of SGLang's ``PrefillAdder`` with its ``PrefillBudget``: ``per_req_token_overhead``
+    is one token. ``available``: the pool's free tokens plus the radix cache's evictable ones,
+    read anew at every check (``_available_and_evictable``, mem_cache/prefill_budget.py:91-105);
+    ``origin_len``: a request's ``len(origin_input_ids)``; ``radix_cache``: the cache is on."""
 
     NO_TOKEN, OTHER, CONTINUE = "no_token", "other", "continue"
 
     running: list[Request]
     ratio: float
-    available: int
+    available: Callable[[], int]
     rem_input_tokens: int
     rem_chunk_tokens: int | None
     ignore_eos: bool
     origin_len: Callable[[Request], int]
+    radix_cache: bool = False
     can_run_list: list[Request] = field(default_factory=list)
     extend_lens: list[int] = field(default_factory=list)
     new_chunked_req: Request | None = None
@@ -80,11 +81,11 @@ class PrefillAdder:
 
     @property
     def rem_total_tokens(self) -> float:
-        return self.available - self.total_offset
+        return self.available() - self.total_offset
 
     @property
     def cur_rem_tokens(self) -> int:
-        return self.available - self.current_offset
+        return self.available() - self.current_offset
 
     def fill_len(self, request: Request) -> int:
         """``len(full_untruncated_fill_ids)``: prompt + output tokens."""
@@ -143,13 +144,15 @@ class PrefillAdder:
         self._commit(request, min(cand, rem_tokens), max_new)
         return request if truncated else None
 
-    def add_one_req(self, request: Request) -> str:
+    def add_one_req(self, request: Request, prefix_len: int = 0) -> str:
         """``add_one_req`` (schedule_policy.py:1395) with ``_select_prefill_admission`` (:1592)
-        for a request from the waiting queue (no prefix: the radix cache is off)."""
-        if self.ignore_eos:
+        for a request from the waiting queue whose first ``prefix_len`` tokens the radix cache
+        holds: only the rest is charged. With the cache on, ignore_eos takes this path too
+        (:1401-1402)."""
+        if self.ignore_eos and not self.radix_cache:
             return self.add_one_req_ignore_eos(request)
         max_new = min(max(request.output_limit - request.num_generated, 0), CLIP_MAX_NEW_TOKENS)
-        extend_len = self.fill_len(request)
+        extend_len = self.fill_len(request) - prefix_len
         if not extend_len + max_new + 1 < self.rem_total_tokens:  # PrefillBudget.check_prefill
             return self.NO_TOKEN
         # without chunking, the first request may overrun the input budget, the others not

@@ -347,6 +347,20 @@ def test_pages_held_back_are_outside_every_cache_and_never_free(seed_manager):
         mgr.check_invariants()
 
 
+def test_pages_held_back_go_back_to_the_pool_only_when_released(seed_manager):
+    """SGLang's radix cache holds its tokens outside every request and evicts some later."""
+    mgr = seed_manager("clamped")
+    mgr.hold_back(5)
+    mgr.release_held_back(2)
+    assert mgr.free_blocks == 61
+    mgr.check_invariants()
+    with pytest.raises(ValueError, match=r"count must be in \[0, 3\]"):
+        mgr.release_held_back(4)
+    mgr.release_held_back(3)
+    assert mgr.free_blocks == 64
+    mgr.check_invariants()
+
+
 def test_check_invariants_catches_a_corrupted_row(seed_manager):
     mgr = seed_manager("clamped", max_batch_size=2)
     a, b = mgr.create_cache("a"), mgr.create_cache("b")

@@ -97,10 +97,9 @@ def test_max_running_requests_is_settled_as_resolve_max_num_reqs(tokens, context
         assert scheduler.max_num_active_requests is None
 
 
-def test_the_peer_refuses_what_it_does_not_model():
-    for switch in ("disable_radix_cache", "disable_overlap_schedule"):
-        with pytest.raises(ValueError, match=f"{switch} must be True: kvlab's SGLang peer"):
-            SglangScheduler(SglangServerArgs(TOKEN, 2048, 4096, **{switch: False}))
+def test_the_peer_refuses_the_overlap_loop_it_does_not_model():
+    with pytest.raises(ValueError, match="disable_overlap_schedule must be True: kvlab's SGLang"):
+        SglangScheduler(SglangServerArgs(TOKEN, 2048, 4096, disable_overlap_schedule=False))
 
 
 def test_argument_checks_name_the_parameter_and_the_range():
@@ -424,7 +423,7 @@ def test_the_clip_of_the_reservation_is_4096_tokens():
     request = Request("g", 1000, 9000)
     scheduler.submit(request)
     scheduler.schedule()  # its first chunk
-    adder = PrefillAdder([request], 0.7, 24000, 16384, 512, True, scheduler.origin_len)
+    adder = PrefillAdder([request], 0.7, lambda: 24000, 16384, 512, True, scheduler.origin_len)
     assert adder.total_offset == 4096 * 1.0  # not 9000, and under ignore_eos not scaled by 0.7
 
 
