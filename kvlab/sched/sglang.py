@@ -43,6 +43,9 @@ DEFAULT_MAX_PREFILL_TOKENS = 16384
 WAITING_PREFIX_REFRESH_INTERVAL = 32
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 
+#: A one-token abort's input (``set_finish_with_abort``, managers/schedule_batch.py:2233).
+ABORT_INPUT_IDS = (0,)
+
 #: SGLang's messages.
 MAX_RUNNING_ZERO = "max_running_request is zero"  # tp_worker.py:420
 POOL_TOO_SMALL = "Memory pool size is too small"  # tp_worker.py:425
@@ -392,9 +395,7 @@ class SglangScheduler(SchedulerBase):
         batch.num_aborted_context_rows = len(batch.aborted_requests)
         self.last_prefill = list(requests)
         if self.tree is not None:
-            self._unprocessed = [
-                r for r in requests if r is not self.chunked_req and r.request_id in self._lock
-            ]
+            self._unprocessed = [r for r in requests if r is not self.chunked_req]
 
     def _abort(self, batch: ScheduledBatch, request: Request, reason: Reason) -> None:
         self.manager.free(request)
@@ -544,13 +545,19 @@ class SglangScheduler(SchedulerBase):
     def _process_prefill_results(self, until: Request | None = None) -> None:
         """``process_batch_result_prefill``, in batch order up to ``until`` (else all): a
         request still running has its prompt enter the tree (checkpoint_kv_cache,
-        batch_result_processor.py:393-394)."""
+        batch_result_processor.py:393-394); a one-token abort its one token, which
+        ``set_finish_with_abort`` (managers/schedule_batch.py:2233) made id 0, as it finishes
+        (:387-391). The abort freed the token already: the tree takes a free one."""
+        tree = self.tree
+        assert tree is not None
         while self._unprocessed:
             request = self._unprocessed.pop(0)
             if request is until:
                 return
             if request.state is RequestState.RUNNING:
                 self._checkpoint(request, request.context_current_position)
+            elif request.state is RequestState.REJECTED:
+                self.manager.hold_back(tree.insert(ABORT_INPUT_IDS, 0)[2])
 
     def _forget(self, request: Request, done: bool = False) -> None:
         """The request's lock released (``tree_cache.unlock(req.lock)``); ``done``: it will

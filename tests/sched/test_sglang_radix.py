@@ -154,6 +154,16 @@ def test_a_retracted_request_returns_to_the_cached_prefix():
     assert set(result.status.values()) == {"finished"}
 
 
+def test_a_one_token_abort_leaves_its_token_in_the_tree():
+    """An input over max_req_input_len (94 of a 100-token pool) is prefilled as the one token
+    0 and finished with an abort, which inserts that token like any finish: one token stays in
+    the tree, and a second abort finds it there."""
+    requests = [Request("long", 95, 4), Request("again", 95, 4, 1), Request("ok", 10, 2, 2)]
+    result = simulate(SglangScheduler(cached(100), debug=True), requests)
+    assert result.status == {"long": "rejected", "again": "rejected", "ok": "finished"}
+    assert [s.free_blocks for s in result.trace.steps] == [99, 99, 89, 99 - 11]
+
+
 def test_ignore_eos_takes_the_ordinary_admission_with_the_cache_on():
     """With the cache off, ignore_eos admits b beside a, counting on a's tokens coming back when
     it finishes first (add_one_req_ignore_eos); with it on, SGLang skips that path, and b waits
