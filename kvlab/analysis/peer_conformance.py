@@ -4,6 +4,7 @@ the comparison; ``kvlab.backends`` runs them on the real schedulers and stores t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -316,10 +317,104 @@ def vllm_workloads() -> list[PeerWorkload]:
 SGLANG_NOTEBOOK_04 = sglang_args(EngineConfig())
 
 
+def _mooncake_slice(
+    trace: str, start_minute: int, minutes: int, seconds_per_iteration: float = 0.05
+) -> list[Request]:
+    """Mooncake's ``trace`` from ``start_minute`` for ``minutes``, the slice's start at step 0."""
+    start = int(start_minute * 60 / seconds_per_iteration)
+    requests = mooncake_trace(trace, seconds_per_iteration, minutes=start_minute + minutes)
+    return [
+        dataclasses.replace(r, arrival_step=r.arrival_step - start)
+        for r in requests
+        if r.arrival_step >= start
+    ]
+
+
+def _radix_workloads(small: SglangServerArgs, chunked: SglangServerArgs) -> list[PeerWorkload]:
+    """The radix cache on (``disable_radix_cache`` False): Mooncake's conversations, whose
+    prompts share 512-token blocks (``Request.prefix_hashes``, kvlab.core.prompt_tokens), other
+    traffic that shares nothing, and small workloads of one behaviour each on ``small``."""
+    on = dict(disable_radix_cache=False)
+    conversation = mooncake_trace("conversation", minutes=3)
+    specs = [
+        ("mooncake-conversation-3min/radix", 2048, 32, True, conversation),
+        ("mooncake-conversation-3min/shrunk/radix", 1024, 32, True, conversation),
+        ("mooncake-conversation-3min/no-chunking/radix", 2048, 32, False, conversation),
+        (
+            "mooncake-conversation-minute-30/radix",
+            2048,
+            32,
+            True,
+            _mooncake_slice("conversation", 30, 2),
+        ),
+        ("mooncake-synthetic-1min/radix", 2048, 32, True, mooncake_trace("synthetic", minutes=1)),
+        ("azure-code-10min/radix", 256, 16, True, azure_trace("code", minutes=10)),
+    ]
+    traces = [
+        PeerWorkload(name, _sglang_trace_engine(pages, running, chunked).replace(**on), requests)
+        for name, pages, running, chunked, requests in specs
+    ]
+    mixed = _mixed(0.05)
+
+    def shared(request_id, prompt_len, max_new_tokens, arrival, hashes=(1, 2)):
+        return Request(
+            request_id,
+            prompt_len,
+            max_new_tokens,
+            arrival,
+            prefix_hashes=hashes,
+            tokens_per_hash=16,
+        )
+
+    tiny = small.replace(**on)
+    # twelve prompts from three families of prefixes, the pool too small to keep them all
+    families = [(1, 2, 3), (4, 5, 6), (7, 8)]
+    evicting = [
+        shared(f"e{i}", 40 + 7 * (i % 3), 30 + 11 * (i % 4), 6 * i, families[i % 3])
+        for i in range(12)
+    ]
+    return [
+        *traces,
+        PeerWorkload("nb04/mixed-rate-0.05/radix", SGLANG_NOTEBOOK_04.replace(**on), mixed),
+        PeerWorkload("nb04/mixed-rate-0.05/chunked/radix", chunked.replace(**on), mixed),
+        PeerWorkload(
+            "tiny/radix/two-share-a-prefix",
+            tiny.replace(max_total_tokens=2000),
+            [shared("a", 40, 4, 0), shared("b", 50, 4, 10), shared("c", 32, 2, 20)],
+            1_000,
+        ),
+        PeerWorkload(
+            "tiny/radix/a-prompt-enters-at-its-prefill",
+            tiny.replace(max_total_tokens=2000),
+            [shared("a", 40, 50, 0), shared("b", 40, 2, 1)],
+            1_000,
+        ),
+        PeerWorkload(
+            "tiny/radix/retraction-returns-to-cached-prefix",
+            tiny,
+            [shared(f"r{i}", 20, 400, i, hashes=(1,)) for i in range(8)],
+            5_000,
+        ),
+        PeerWorkload(
+            "tiny/radix/eviction-under-a-full-pool",
+            tiny.replace(max_total_tokens=200),
+            evicting,
+            5_000,
+        ),
+        PeerWorkload(
+            "tiny/radix/ignore-eos",
+            tiny.replace(max_total_tokens=1100, ignore_eos=True),
+            [Request("a", 100, 100), Request("b", 100, 900)],
+            5_000,
+        ),
+    ]
+
+
 def sglang_workloads() -> list[PeerWorkload]:
     """The workloads of docs/CONFORMANCE.md's SGLang table: vLLM's kinds on SGLang's engines,
     the requests' ``ignore_eos`` off (SGLang guesses each output with its decaying new-token
-    ratio and retracts when the guess falls short) but for one mixed run."""
+    ratio and retracts when the guess falls short) but for one mixed run; then the same kinds
+    and shared-prefix ones with the radix cache on."""
     small = long_and_small()
     chunked = SGLANG_NOTEBOOK_04.replace(chunked_prefill_size=512, max_prefill_tokens=512)
     front_door = [
@@ -362,6 +457,7 @@ def sglang_workloads() -> list[PeerWorkload]:
             100_000,
         ),
         *_trace_workloads(_sglang_trace_engine),
+        *_radix_workloads(tiny, chunked),
     ]
 
 

@@ -1,6 +1,7 @@
 """What a KVCacheManager shows of itself (its capacity counts, its invariants, its repr) and the
 operations only the peers ask of it (vLLM's null block and prefix-cache hit, SGLang's decode
-growth); kept beside kvlab.core.manager, off its teaching path."""
+growth and its radix tree's held-back pages); kept beside kvlab.core.manager, off its teaching
+path."""
 
 from __future__ import annotations
 

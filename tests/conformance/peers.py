@@ -59,6 +59,7 @@ def _sglang_engine(args: SglangServerArgs) -> str:
             chunking,
             f"prefill budget {args.max_prefill_tokens:,}",
             "ignore_eos" if args.ignore_eos else "new-token ratio",
+            *([] if args.disable_radix_cache else ["radix cache"]),
         ]
     )
 
@@ -100,11 +101,11 @@ SECTIONS = {
         "samples one token per row; the sockets are replaced by the driver's hand-over "
         "(`docs/ENGINES.md` names every stand-in). A step is one "
         "iteration of the event loop that had a request to work on: a prefill batch or "
-        "a decode batch, never both (mixed chunks off). The radix cache and the overlap "
-        "scheduler are off on both sides (SGLang's defaults are on). The overlap scheduler "
-        "would move some finishes and admissions a step later on any traffic. On "
-        "shared-prefix traffic such as the Mooncake conversation slices, the radix cache would "
-        "also change which step requests run on. "
+        "a decode batch, never both (mixed chunks off). The radix cache is on, on both sides, "
+        "in the workloads whose engine says so (named `/radix`), and off in the others; it "
+        "changes which step requests run on most where prompts share prefixes, as Mooncake's "
+        "conversations do. The overlap scheduler is off on both sides (SGLang's defaults are "
+        "both on); it would move some finishes and admissions a step later on any traffic. "
         "[ENGINES.md](ENGINES.md#with-their-defaults-on-what-is-not-modelled-yet) describes "
         "both. What kvlab's peer "
         "leaves out is named in `kvlab/sched/sglang.py`. One detail the comparison "
