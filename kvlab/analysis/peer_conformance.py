@@ -373,6 +373,15 @@ def _radix_workloads(small: SglangServerArgs, chunked: SglangServerArgs) -> list
         shared(f"e{i}", 40 + 7 * (i % 3), 30 + 11 * (i % 4), 6 * i, families[i % 3])
         for i in range(12)
     ]
+    # 29 one-token outputs make the 33rd prefill pass the second that touches the waiting
+    # requests' paths: w's prefix, behind x that does not fit, is kept from eviction so
+    touching = [Request(f"f{i}", 4, 1, i) for i in range(29)] + [
+        shared("a", 48, 1, 29, (1, 2, 3)),
+        shared("b", 48, 1, 30, (4, 5, 6)),
+        Request("r", 20, 200, 31),
+        Request("x", 100, 150, 32),
+        shared("w", 56, 2, 32, (1, 2, 3)),
+    ]
     return [
         *traces,
         PeerWorkload("nb04/mixed-rate-0.05/radix", SGLANG_NOTEBOOK_04.replace(**on), mixed),
@@ -400,6 +409,12 @@ def _radix_workloads(small: SglangServerArgs, chunked: SglangServerArgs) -> list
             tiny.replace(max_total_tokens=200),
             evicting,
             5_000,
+        ),
+        PeerWorkload(
+            "tiny/radix/every-32nd-pass-touches-the-waiting",
+            tiny.replace(max_total_tokens=300),
+            touching,
+            2_000,
         ),
         PeerWorkload(
             "tiny/radix/ignore-eos",

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from kvlab import KVGeometry, Request, simulate
 from kvlab.core.prompt_tokens import prompt_token_ids
+from kvlab.sched import sglang
 from kvlab.sched.sglang import SglangScheduler, SglangServerArgs
 from kvlab.sched.sglang_radix import RadixTree
 
@@ -162,6 +163,28 @@ def test_a_one_token_abort_leaves_its_token_in_the_tree():
     result = simulate(SglangScheduler(cached(100), debug=True), requests)
     assert result.status == {"long": "rejected", "again": "rejected", "ok": "finished"}
     assert [s.free_blocks for s in result.trace.steps] == [99, 99, 89, 99 - 11]
+
+
+def test_every_32nd_prefill_pass_touches_the_waiting_requests_paths(monkeypatch):
+    """29 one-token outputs make the pass at step 32 the second that touches: w waits behind x
+    (which does not fit), so only the touch makes w's cached prefix newer than b's prompt, and
+    r's decode evicts b, not it. w then computes 8 tokens, as SGLang did; without the touch, 56."""
+    requests = [Request(f"f{i}", 4, 1, i) for i in range(29)] + [
+        shared("a", 48, 1, 29, (1, 2, 3)),
+        shared("b", 48, 1, 30, (4, 5, 6)),
+        Request("r", 20, 200, 31),
+        Request("x", 100, 150, 32),
+        shared("w", 56, 2, 32, (1, 2, 3)),
+    ]
+    args = cached(300, max_running_requests=8, chunked_prefill_size=128, max_prefill_tokens=128)
+
+    def last_two_prefills():
+        result = simulate(SglangScheduler(args, debug=True), requests)
+        return [(s.step, s.tokens_scheduled) for s in result.trace.steps if s.num_context][-2:]
+
+    assert last_two_prefills() == [(231, 100), (232, 8)]
+    monkeypatch.setattr(sglang, "WAITING_PREFIX_REFRESH_INTERVAL", 1 << 30)  # the first only
+    assert last_two_prefills() == [(231, 100), (232, 56)]
 
 
 def test_ignore_eos_takes_the_ordinary_admission_with_the_cache_on():
