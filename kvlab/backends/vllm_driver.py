@@ -2,9 +2,10 @@
 imports vLLM and the standard library only, never kvlab. docs/ENGINES.md gives its protocol and
 how vLLM 0.34.0 runs here without a GPU, weights or a model hub (``EngineCore.__init__`` and
 ``_initialize_kv_caches`` of vllm/v1/engine/core.py by hand, the synchronous ``Scheduler`` of
-vllm/v1/core/sched/scheduler.py, a faked model runner). Each prompt's token ids and the sampled
-token come in the input (kvlab.core.prompt_tokens makes them), so kvlab's peer hashes the same
-blocks."""
+vllm/v1/core/sched/scheduler.py or, with ``async_scheduling``, the ``AsyncScheduler`` stepped as
+``EngineCore.step_with_batch_queue`` steps it, a faked model runner). Each prompt's token ids
+and the sampled token come in the input (kvlab.core.prompt_tokens makes them), so kvlab's peer
+hashes the same blocks."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+from collections import deque
 
 #: A layer-count-agnostic Llama config: only what ModelConfig reads; KV geometry is set per run.
 _MODEL_CONFIG = {
@@ -67,6 +69,7 @@ def build_scheduler(engine: dict, model_dir: str):
         generate_scheduler_kv_cache_config,
         resolve_kv_cache_block_sizes,
     )
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.engine.input_processor import InputProcessor
     from vllm.v1.kv_cache_interface import FullAttentionSpec
@@ -86,7 +89,7 @@ def build_scheduler(engine: dict, model_dir: str):
         enable_chunked_prefill=engine["enable_chunked_prefill"],
         scheduler_reserve_full_isl=engine["scheduler_reserve_full_isl"],
         watermark=engine["watermark"],
-        async_scheduling=False,
+        async_scheduling=engine["async_scheduling"],
         max_model_len=max_model_len,
         is_encoder_decoder=False,
     )
@@ -96,6 +99,8 @@ def build_scheduler(engine: dict, model_dir: str):
         scheduler_config=scheduler_config,
         device_config=DeviceConfig(device="cpu"),
     )
+    # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py); a GPU keeps it
+    config.scheduler_config.async_scheduling = engine["async_scheduling"]
     specs = {
         f"model.layers.{layer}.self_attn.attn": FullAttentionSpec(
             block_size=engine["block_size"],
@@ -115,7 +120,8 @@ def build_scheduler(engine: dict, model_dir: str):
     kv_config.num_blocks = engine["num_gpu_blocks"]  # the pool the scheduler really gets
     config.cache_config.num_gpu_blocks = kv_config.num_blocks
     block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_config, config)
-    scheduler = Scheduler(
+    scheduler_cls = AsyncScheduler if engine["async_scheduling"] else Scheduler
+    scheduler = scheduler_cls(
         vllm_config=config,
         kv_cache_config=kv_config,
         structured_output_manager=StructuredOutputManager(config),
@@ -174,8 +180,36 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
 
     arrivals = sorted(run["requests"], key=lambda r: r[3])  # stable: list order breaks ties
     prompts, sampled_token = run["prompts"], run["sampled_token_id"]
+    # the batches scheduled and not yet processed, newest first: with async scheduling
+    # EngineCore's batch queue of max_concurrent_batches = 2 (vllm/config/vllm.py)
+    queue_size = 2 if run["engine"]["async_scheduling"] else 1
+    in_flight: deque = deque()
     next_arrival, step, iterations, rows = 0, 0, 0, []
     started, first_token, prefilling = set(), set(), set()
+
+    def process(batch_step, output, scheduled, sampled):
+        """``update_from_output`` on a batch; its events belong to the step that scheduled it."""
+        outputs = scheduler.update_from_output(
+            output, ModelRunnerOutput(req_ids=list(scheduled), sampled_token_ids=sampled)
+        )
+        for request_id, tokens_out in zip(scheduled, sampled):
+            if tokens_out and request_id not in first_token:
+                first_token.add(request_id)
+                event(batch_step, request_id, "first_token")
+        for out in [out for engine in outputs.values() for out in engine.outputs]:
+            if out.finish_reason is not None:
+                request = scheduled[out.request_id]
+                generated = request.num_output_tokens
+                own = generated >= request.max_tokens
+                event(
+                    batch_step,
+                    out.request_id,
+                    "finished",
+                    finish_reason=str(out.finish_reason),
+                    num_output_tokens=generated,
+                    cause="max_tokens" if own else "max_model_len",
+                )
+
     max_steps = run["max_steps"]
     while step < max_steps:
         # nothing waiting or running: skip to the next arrival, as kvlab's Engine does (the real
@@ -219,38 +253,22 @@ def run_one(index: int, run: dict, model_dir: str) -> None:
         preempted = sorted(output.preempted_req_ids or ())
         for request_id in preempted:
             event(step, request_id, "preempted")
-        # the fake model runner: a token for every request whose prompt is now computed
-        # (schedule() has advanced num_computed_tokens already)
-        sampled = [
-            [sampled_token] if r.num_computed_tokens >= r.num_tokens else []
-            for r in scheduled.values()
-        ]
+        # the fake model runner: a token for every request whose prompt is now computed, decided
+        # now (schedule() has advanced num_computed_tokens; by the update, maybe the next batch)
+        sampled = [[] if r.is_prefill_chunk else [sampled_token] for r in scheduled.values()]
         # a decode row: a request that sampled since its admission (its prompt, or after a
         # preemption its prompt and outputs, computed), as kvlab counts generation steps
         decodes = sum(1 for request_id in scheduled if request_id not in prefilling)
         prefilling.difference_update(
             request_id for request_id, tokens_out in zip(scheduled, sampled) if tokens_out
         )
-        outputs = scheduler.update_from_output(
-            output, ModelRunnerOutput(req_ids=list(scheduled), sampled_token_ids=sampled)
-        )
-        for request_id, tokens_out in zip(scheduled, sampled):
-            if tokens_out and request_id not in first_token:
-                first_token.add(request_id)
-                event(step, request_id, "first_token")
-        for out in [out for engine in outputs.values() for out in engine.outputs]:
-            if out.finish_reason is not None:
-                request = scheduled[out.request_id]
-                generated = request.num_output_tokens
-                own = generated >= request.max_tokens
-                event(
-                    step,
-                    out.request_id,
-                    "finished",
-                    finish_reason=str(out.finish_reason),
-                    num_output_tokens=generated,
-                    cause="max_tokens" if own else "max_model_len",
-                )
+        # step_with_batch_queue (vllm/v1/engine/core.py): queue the batch, and process the
+        # oldest once the queue is full (its other exit, nothing left to schedule, never comes
+        # here: a request stays unfinished while its last token is in flight); a batch still
+        # in flight when the run stops is never processed
+        in_flight.appendleft((step, output, scheduled, sampled))
+        if len(in_flight) == queue_size:
+            process(*in_flight.pop())
         iterations += 1
         queues = [len(scheduler.running), len(scheduler.waiting)]
         batch = [len(scheduled) - decodes, decodes, output.total_num_scheduled_tokens]

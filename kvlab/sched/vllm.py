@@ -55,9 +55,11 @@ class VllmEngineArgs:
     """The engine arguments vLLM's scheduler reads, by vLLM's names, with ``SchedulerConfig``'s
     defaults. ``geometry.tokens_per_block`` is vLLM's ``block_size``; ``num_gpu_blocks`` the
     pool the scheduler gets, ``startup_num_gpu_blocks`` the one the start-up check saw (None:
-    the same). ``enable_prefix_caching`` is vLLM's automatic prefix caching; vLLM defaults it
-    to True (vllm/config/cache.py), kvlab to False until the AsyncScheduler, vLLM's other
-    default, is modelled too (the stored runs and tests were made with both off)."""
+    the same). ``enable_prefix_caching`` is vLLM's automatic prefix caching, which vLLM
+    defaults to True (vllm/config/cache.py). ``async_scheduling`` runs vLLM's
+    ``AsyncScheduler`` behind a batch queue of 2; vLLM 0.34 resolves it to True for a
+    single-GPU decoder (vllm/config/vllm.py). kvlab defaults both to False, and flips both
+    once the stored runs are re-recorded with them on."""
 
     geometry: KVGeometry
     num_gpu_blocks: int
@@ -69,6 +71,7 @@ class VllmEngineArgs:
     watermark: float = 0.0
     startup_num_gpu_blocks: int | None = None
     enable_prefix_caching: bool = False
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         check_instance("geometry", self.geometry, KVGeometry)
@@ -80,6 +83,7 @@ class VllmEngineArgs:
             enable_chunked_prefill=self.enable_chunked_prefill,
             scheduler_reserve_full_isl=self.scheduler_reserve_full_isl,
             enable_prefix_caching=self.enable_prefix_caching,
+            async_scheduling=self.async_scheduling,
         )
         store_checked(self, "watermark", check_float, low=0.0, high=1.0, high_open=True)
         if self.startup_num_gpu_blocks is not None:
@@ -171,6 +175,10 @@ class VllmScheduler(SchedulerBase):
         self, args: VllmEngineArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
         check_instance("args", args, VllmEngineArgs)
+        if args.async_scheduling:
+            raise ValueError(
+                "kvlab's vLLM peer models no AsyncScheduler yet: async_scheduling=False"
+            )
         refusal = startup_error(args)
         if refusal is not None:
             raise ValueError(refusal)

@@ -89,6 +89,23 @@ def test_live_vllm_hits_its_prefix_cache_only_with_caching_on(caching):
     assert rows[start].tokens_scheduled == (4 if caching else 16)
 
 
+@pytest.mark.vllm
+@live
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_live_vllm_frees_a_finished_request_one_batch_later_with_async_scheduling(
+    async_scheduling,
+):
+    """One sequence at a time: a's last token is sampled at step 1; with the AsyncScheduler a
+    keeps its slot through schedule(2), an empty batch, and b starts at step 3, not 2."""
+    requests = [Request("a", 8, 2), Request("b", 8, 2)]
+    args = TINY.replace(max_num_seqs=1, async_scheduling=async_scheduling)
+    result = VLLM.run(args, requests)
+    assert result.requests["a"].end_step == 1
+    assert result.requests["b"].first_scheduled_step == (3 if async_scheduling else 2)
+    tokens = [row.tokens_scheduled for row in result.trace.steps]
+    assert tokens == ([8, 1, 0, 8, 1, 0] if async_scheduling else [8, 1, 8, 1])
+
+
 def random_cached_workload(seed: int) -> PeerWorkload:
     """A small engine with prefix caching on (4-token blocks, 6-40 of them, chunked or not) and
     up to 12 requests whose prompts share all, some or none of their 8-token blocks."""
