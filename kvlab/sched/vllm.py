@@ -3,10 +3,13 @@
 (vllm/v1/core/kv_cache_manager.py), the start-up checks (vllm/config/scheduler.py,
 vllm/v1/core/kv_cache_planning.py) and the front door (vllm/v1/engine/input_processor.py), with
 vLLM's messages; docs/REFERENCE.md §6a. With ``enable_prefix_caching``, vLLM's prefix cache
-(kvlab.sched.vllm_prefix_cache) over the prompts' token ids of kvlab.core.prompt_tokens. Not
-modelled (the conformance runs keep them off): speculative decoding, priorities,
-``long_prefill_token_threshold``, KV connectors, LoRA, encoders, the AsyncScheduler. No stall
-detector, as in vLLM.
+(kvlab.sched.vllm_prefix_cache) over the prompts' token ids of kvlab.core.prompt_tokens. With
+``async_scheduling``, the ``AsyncScheduler`` (vllm/v1/core/sched/async_scheduler.py) as
+``EngineCore.step_with_batch_queue`` steps it: each batch is processed after the next one is
+scheduled. kvlab's executor appends a batch's tokens as it runs, so a request's tokens here
+already count vLLM's ``num_output_placeholders``. Not modelled (the conformance runs keep them
+off): speculative decoding, priorities, ``long_prefill_token_threshold``, KV connectors, LoRA,
+encoders. No stall detector, as in vLLM.
 """
 
 from __future__ import annotations
@@ -175,10 +178,6 @@ class VllmScheduler(SchedulerBase):
         self, args: VllmEngineArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
         check_instance("args", args, VllmEngineArgs)
-        if args.async_scheduling:
-            raise ValueError(
-                "kvlab's vLLM peer models no AsyncScheduler yet: async_scheduling=False"
-            )
         refusal = startup_error(args)
         if refusal is not None:
             raise ValueError(refusal)
@@ -202,6 +201,14 @@ class VllmScheduler(SchedulerBase):
         self._hashes: dict[str, tuple[list[int], list[int]]] = {}
         #: the requests that finished since the last step, with their cached blocks
         self._finished: list[tuple[Request, list[int]]] = []
+        #: with async scheduling: the last batch's requests and their tokens when it was made;
+        #: those that sampled then have a token in flight (vLLM's ``num_output_placeholders``)
+        #: until ``update_from_output``, which runs after the next ``schedule()``
+        self._last_batch: list[tuple[Request, int]] = []
+        self._in_flight: set[str] = set()
+        #: with async scheduling, the requests whose last token is in flight: vLLM keeps their
+        #: blocks and slots until it processes their batch
+        self._in_flight_done: list[Request] = []
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
@@ -238,7 +245,14 @@ class VllmScheduler(SchedulerBase):
         it still needs within the token budget, preempting the last admitted (recompute, back to
         the queue's head) while ``allocate_slots`` refuses; then, only in a step that preempted
         nothing, the WAITING queue from its head while fewer than ``max_num_seqs`` run, each
-        starting past its prefix-cache hit. Blocks are cached as they are allocated."""
+        starting past its prefix-cache hit. Blocks are cached as they are allocated. With
+        ``async_scheduling`` a request whose last token is in flight is skipped but keeps its
+        slot and blocks, and the last batch is processed after this pass
+        (:meth:`_update_from_output`)."""
+        sampled = [
+            request for request, tokens in self._last_batch if request.num_generated > tokens
+        ]
+        self._in_flight = {request.request_id for request in sampled}
         if len(self._finished) > 1:
             self._free_in_schedule_order()
         self._finished.clear()
@@ -253,6 +267,8 @@ class VllmScheduler(SchedulerBase):
         while index < len(self.running) and budget > 0:
             request = self.running[index]
             index += 1
+            if request.num_generated >= request.output_limit:  # async: its last token in flight
+                continue  # (scheduler.py, "Avoid scheduling an extra step"; or max_model_len)
             cache = self.manager.caches[request.request_id]
             if request.is_context_finished and grows_within_pages(cache, 1, self.args.block_size):
                 batch.generation_requests.append(request)  # the shortcut: as below, in place
@@ -297,15 +313,45 @@ class VllmScheduler(SchedulerBase):
             self._add_to_batch(batch, request, num_new)
             budget -= num_new
         batch.num_tokens = self.args.max_num_batched_tokens - budget
+        if self.args.async_scheduling:
+            self._update_from_output(sampled)
+            self._last_batch = [
+                (r, r.num_generated) for r in batch.context_requests + batch.generation_requests
+            ]
         if self.debug:
             self.check_invariants()
         return batch
 
     def finish(self, request: Request) -> None:
+        if self.args.async_scheduling:
+            self._in_flight_done.append(request)
+            return
         if self.prefix_cache is not None:
             cache = self.manager.caches[request.request_id]
             self._finished.append((request, cache.pages[: cache.committed]))
         super().finish(request)
+
+    def _update_from_output(self, sampled: list[Request]) -> None:
+        """The AsyncScheduler's ``update_from_output`` of the previous batch, which
+        ``EngineCore.step_with_batch_queue`` runs after the next ``schedule()``
+        (vllm/v1/engine/core.py), over its requests that ``sampled`` in the batch's order: one
+        still running has its blocks cached up to its computed tokens, and one that finished
+        then frees its blocks and slot; one this pass preempted is finished by its token while
+        preempted (vllm/v1/core/sched/scheduler.py, ``update_from_output``)."""
+        done = {request.request_id for request in self._in_flight_done}
+        self._in_flight_done.clear()
+        position = {request.request_id: i for i, request in enumerate(self.running)}
+        for request in sorted(sampled, key=lambda r: position.get(r.request_id, -1)):
+            if request.state is RequestState.RUNNING:
+                if self.prefix_cache is not None:
+                    self._cache_blocks(request, self._num_computed_tokens(request))
+                if request.request_id in done:
+                    super().finish(request)
+            elif request.request_id in done:  # preempted: its blocks went then
+                self.waiting.remove(request)
+                self._set_state(request, RequestState.FINISHED)
+                self._has_retired = True
+        self.running = [r for r in self.running if r.state is RequestState.RUNNING]
 
     def _free_in_schedule_order(self) -> None:
         """vLLM frees a step's finished requests in the order it scheduled them
@@ -362,11 +408,13 @@ class VllmScheduler(SchedulerBase):
 
     def _cache_blocks(self, request: Request, num_tokens: int) -> None:
         """``cache_blocks`` after an allocation: the request's full blocks among its first
-        ``num_tokens`` tokens (at most all it has: ``allocate_slots``) are cached, even those
-        whose KV this step only computes."""
+        ``num_tokens`` tokens (at most all it has: ``allocate_slots``; a token in flight it
+        has not yet) are cached, even those whose KV this step only computes."""
         assert self.prefix_cache is not None, "caching needs prefix caching on"
         cache = self.manager.caches[request.request_id]
         hashes = self._block_hashes(request)
+        in_flight = request.request_id in self._in_flight  # vLLM has not appended it yet
+        num_tokens = min(num_tokens, self._num_tokens(request) - in_flight)
         full = min(num_tokens // self.args.block_size, len(hashes))
         if full > cache.committed:
             self.prefix_cache.cache(cache.pages, cache.committed, hashes[:full])

@@ -144,11 +144,16 @@ def random_cached_workload(seed: int) -> PeerWorkload:
 @pytest.mark.vllm
 @pytest.mark.slow
 @live
-def test_live_vllm_and_the_peer_agree_on_random_workloads_with_prefix_caching():
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_live_vllm_and_the_peer_agree_on_random_workloads_with_prefix_caching(async_scheduling):
     """Beyond the stored workloads: the peer does what vLLM does, request by request and step by
-    step, on 100 random small cached workloads (a wider search of this kind found the order in
-    which a step's finished requests free their blocks)."""
-    workloads = [random_cached_workload(seed) for seed in range(100)]
+    step, on 100 random small cached workloads, with the AsyncScheduler and without (a wider
+    search of this kind found the order in which a step's finished requests free their blocks,
+    and that async scheduling caches a decode's block one step later)."""
+    workloads = [
+        dataclasses.replace(w, args=w.args.replace(async_scheduling=async_scheduling))
+        for w in map(random_cached_workload, range(100))
+    ]
     fields = ("free_blocks", "running", "waiting", "tokens_scheduled", "num_recompute_paused")
     for workload, real in zip(workloads, VLLM.run_workloads(workloads, timeout_s=600)):
         peer = workload.run_peer()

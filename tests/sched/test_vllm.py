@@ -297,6 +297,34 @@ def test_a_block_computed_twice_stays_cached_twice_and_the_first_is_found_first(
     manager.check_invariants()
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_async_scheduling_frees_a_finished_request_one_batch_later(async_scheduling):
+    # one sequence at a time: a's last token is sampled at step 1; the AsyncScheduler processes
+    # that batch after schedule(2), which schedules nothing, so b starts at step 3, not 2
+    args = cached(16, 60, max_num_seqs=1, async_scheduling=async_scheduling)
+    requests = [Request("a", 8, 2), Request("b", 8, 2)]
+    result = simulate(VllmScheduler(args, debug=True), requests, check_invariants=True)
+    assert result.requests["a"].end_step == 1
+    assert result.requests["b"].first_scheduled_step == (3 if async_scheduling else 2)
+    tokens = [row.tokens_scheduled for row in result.trace.steps]
+    assert tokens == ([8, 1, 0, 8, 1, 0] if async_scheduling else [8, 1, 8, 1])
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_request_preempted_with_its_last_token_in_flight_is_finished_by_it(async_scheduling):
+    # 4 usable blocks: a holds 2 and needs a third at step 4; b's last token is sampled at step
+    # 3. The AsyncScheduler still holds b's 2 blocks at schedule(4): it preempts b, the last
+    # admitted, and b's token then finishes it while preempted
+    args = cached(5, 16, enable_prefix_caching=False, async_scheduling=async_scheduling)
+    requests = [Request("a", 5, 9), Request("b", 4, 4)]
+    result = simulate(VllmScheduler(args, debug=True), requests, check_invariants=True)
+    assert result.status == {"a": RequestState.FINISHED, "b": RequestState.FINISHED}
+    assert result.requests["b"].end_step == 3
+    assert result.requests["b"].num_recomputes == (1 if async_scheduling else 0)
+    paused = [e.step for e in result.trace.events if e.kind == "recompute_paused"]
+    assert paused == ([4] if async_scheduling else [])
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     specs=st.lists(
@@ -312,9 +340,10 @@ def test_a_block_computed_twice_stays_cached_twice_and_the_first_is_found_first(
     watermark=st.sampled_from([0.0, 0.2]),
     shrink=st.integers(0, 6),
     caching=st.booleans(),
+    async_scheduling=st.booleans(),
 )
 def test_invariants_and_a_stated_end_for_every_request(
-    specs, blocks, chunked, reserve, budget, seqs, watermark, shrink, caching
+    specs, blocks, chunked, reserve, budget, seqs, watermark, shrink, caching, async_scheduling
 ):
     max_model_len = estimated_max_model_len(TOY, blocks)
     args = VllmEngineArgs(
@@ -328,6 +357,7 @@ def test_invariants_and_a_stated_end_for_every_request(
         watermark=watermark,
         startup_num_gpu_blocks=blocks,
         enable_prefix_caching=caching,
+        async_scheduling=async_scheduling,
     )
     # with caching, prompts share the first of their 8-token blocks with one in three others
     requests = [
