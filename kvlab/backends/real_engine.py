@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,8 @@ class RealEngine:
     whose names start with ``step_rows_kept`` keep their step rows; ``python``: the interpreter
     (None: the environment's). With ``prompt_tokens`` the driver is sent each prompt's token
     ids (kvlab.core.prompt_tokens) and the sampled token's, and the stored runs keep the
-    requests' prefix hashes."""
+    requests' prefix hashes. ``processes_late(args)``: the engine processes each batch after
+    scheduling the next, so a step's row counts as finished only what earlier steps finished."""
 
     name: str
     title: str
@@ -99,6 +100,7 @@ class RealEngine:
     step_rows_kept: tuple[str, ...] = ()
     python: Path | None = None
     prompt_tokens: bool = False
+    processes_late: Callable[[Any], bool] = lambda args: False
 
     @property
     def setup_command(self) -> str:
@@ -449,6 +451,9 @@ class RunRecord:
         trace.events.sort(key=lambda e: (e.step, EVENT_KINDS.index(e.kind)))
         rejected = [e.step for e in trace.events if e.kind in ("rejected", "aborted")]
         finished = [e.step for e in trace.events if e.kind == "finished"]
+        finished_by = (
+            bisect_left if self.engine.processes_late(self.workload.args) else bisect_right
+        )
         pool = self.engine.engine_input(self.workload.args)[self.engine.pool_key]
         for row in self.rows or ():
             fields = dict(zip(ROW_FIELDS, row[: len(ROW_FIELDS)], strict=True))
@@ -458,7 +463,7 @@ class RunRecord:
                     **UNREPORTED,
                     used_blocks=pool - fields["free_blocks"],
                     rejected_total=bisect_right(rejected, fields["step"]),
-                    finished_total=bisect_right(finished, fields["step"]),
+                    finished_total=finished_by(finished, fields["step"]),
                 )
             )
         return trace

@@ -43,6 +43,7 @@ VLLM = RealEngine(
     # notebook 04 draws these; the long traces keep their requests only, so the file stays small
     step_rows_kept=("nb04/", "shrunk/", "front-door", "startup-refused", "tiny/"),
     prompt_tokens=True,
+    processes_late=lambda args: args.async_scheduling,  # the AsyncScheduler's batch queue
 )
 
 __all__ = ["DRIVER_DTYPES", "VLLM", "engine_input"]
