@@ -99,8 +99,6 @@ def build_scheduler(engine: dict, model_dir: str):
         scheduler_config=scheduler_config,
         device_config=DeviceConfig(device="cpu"),
     )
-    # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py); a GPU keeps it
-    config.scheduler_config.async_scheduling = engine["async_scheduling"]
     specs = {
         f"model.layers.{layer}.self_attn.attn": FullAttentionSpec(
             block_size=engine["block_size"],
