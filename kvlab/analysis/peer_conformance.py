@@ -235,6 +235,59 @@ def _prefix_caching_workloads() -> list[PeerWorkload]:
     ]
 
 
+#: The workloads that run again with vLLM's AsyncScheduler, each as its name + "/async":
+#: caching off and on, small ones whose step rows are compared, and Mooncake slices.
+ASYNC_AGAIN = (
+    "front-door",
+    "tiny/one-token-recompute-chunk",
+    "shrunk/head-of-line/chunked",
+    "shrunk/self-preemption/ends-running",
+    "nb04/mixed-rate-0.1",
+    "nb04/mixed-rate-0.05/chunked",
+    "mooncake-conversation-3min/shrunk",
+    "tiny/prefix-caching/repeats",
+    "tiny/prefix-caching/free-hit-counts",
+    "tiny/prefix-caching/eviction-order",
+    "tiny/prefix-caching/preempted-returns",
+    "tiny/prefix-caching/computed-twice",
+    "tiny/prefix-caching/finish-order",
+    "nb04/mixed-rate-0.1/prefix-caching",
+    "mooncake-conversation-3min/prefix-caching",
+    "mooncake-conversation-3min/small/prefix-caching",
+)
+
+
+def _async_workloads(workloads: list[PeerWorkload]) -> list[PeerWorkload]:
+    """vLLM's AsyncScheduler on: :data:`ASYNC_AGAIN`, then two small cases of 4-token blocks
+    named for what they show (the last batch is processed after the next is scheduled)."""
+    toy = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
+    small = VllmEngineArgs(toy, 16, 60, max_num_seqs=1, max_num_batched_tokens=64)
+    again = [
+        PeerWorkload(
+            f"{w.name}/async", w.args.replace(async_scheduling=True), w.requests, w.max_steps
+        )
+        for w in workloads
+        if w.name in ASYNC_AGAIN
+    ]
+    return [
+        *again,
+        PeerWorkload(  # a's slot is still held at schedule(2): b starts at step 3
+            "tiny/slot-held-one-batch-longer/async",
+            small.replace(async_scheduling=True),
+            [Request("a", 8, 2), Request("b", 8, 2)],
+            1_000,
+        ),
+        PeerWorkload(  # a needs a block at step 4 while b's last token is in flight
+            "tiny/preempted-as-it-finishes/async",
+            small.replace(
+                num_gpu_blocks=5, max_model_len=16, max_num_seqs=4, async_scheduling=True
+            ),
+            [Request("a", 5, 9), Request("b", 4, 4)],
+            1_000,
+        ),
+    ]
+
+
 def _vllm_trace_engine(num_gpu_blocks: int, max_num_seqs: int, chunked: bool) -> VllmEngineArgs:
     """The seed's geometry, ``max_model_len`` at vLLM's estimate, a token budget of 8,192 (of
     max_model_len without chunking)."""
@@ -282,7 +335,7 @@ def vllm_workloads() -> list[PeerWorkload]:
         max_num_seqs=4,
         max_num_batched_tokens=14,
     )
-    return [
+    workloads = [
         PeerWorkload("nb04/long-and-small", NOTEBOOK_04, nb04_small, 20_000),
         PeerWorkload("nb04/long-and-small/chunked", chunked, nb04_small, 20_000),
         PeerWorkload("nb04/not-yet-and-never", NOTEBOOK_04, hog, 20_000),
@@ -310,6 +363,7 @@ def vllm_workloads() -> list[PeerWorkload]:
         *_trace_workloads(_vllm_trace_engine),
         *_prefix_caching_workloads(),
     ]
+    return [*workloads, *_async_workloads(workloads)]
 
 
 #: Notebook 04's engine as SGLang: the same 2,048 tokens (4 MiB of the seed's geometry, one

@@ -38,6 +38,7 @@ def _vllm_engine(args) -> str:
     extras = [] if args.scheduler_reserve_full_isl else ["no full-prompt reservation"]
     extras += [f"watermark {args.watermark:g}"] if args.watermark else []
     extras += ["prefix caching"] if args.enable_prefix_caching else []
+    extras += ["async scheduling"] if args.async_scheduling else []
     return "; ".join(
         [
             pool,
@@ -70,15 +71,18 @@ SECTIONS = {
         "kvlab's `VllmScheduler` against vLLM's own scheduler",
         "engine (blocks x tokens)",
         _vllm_engine,
-        "How the real scheduler runs here: vLLM's `Scheduler` (the synchronous one, not the "
-        "`AsyncScheduler` a GPU deployment may default to) with its own `KVCacheManager` and "
+        "How the real scheduler runs here: vLLM's `Scheduler`, or where the table says async "
+        "scheduling its `AsyncScheduler` stepped as `EngineCore.step_with_batch_queue` steps "
+        "it (each batch processed after the next is scheduled), with its own `KVCacheManager` and "
         "`BlockPool`, built as its engine core builds them from a config.json-only model "
         "folder, on the CPU, with the KV cache planned by vLLM's start-up functions from "
         "exactly the pool's memory; the model runner is faked by one sampled token per "
         "request whose prompt is computed. A step is one `schedule()` and one "
         "`update_from_output()`; both sides skip the steps in which nothing is waiting or "
-        "running. Prefix caching is on where the table says so, and off elsewhere (vLLM's "
-        "default is on; kvlab's stays off until the `AsyncScheduler` is modelled too). Both "
+        "running; with async scheduling, a step's row follows the previous batch's update. "
+        "Prefix caching and async scheduling are on where the table says so, and off "
+        "elsewhere (vLLM's defaults are on; kvlab's stay off until the stored runs are "
+        "re-recorded with them on). Both "
         "sides make each prompt's token ids by one rule, `kvlab.core.prompt_tokens`, from its "
         "prefix hashes, so the Mooncake conversation slices share what the trace says they "
         "share (every prompt its first 512-token block, follow-up turns their history), and "

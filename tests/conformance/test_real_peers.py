@@ -60,6 +60,15 @@ def test_vllm_is_held_to_its_prefix_cache_on_shared_prefixes():
     assert any(w.name.startswith("tiny/") for w in cached)  # whose step rows are compared
 
 
+def test_vllm_is_held_to_its_async_scheduler_with_caching_off_and_on():
+    held = [w for w in ENGINES["vllm"][1]() if w.args.async_scheduling]
+    assert len(held) >= 10
+    for caching in (False, True):
+        mine = [w for w in held if w.args.enable_prefix_caching is caching]
+        assert any(w.name.startswith("mooncake-") for w in mine), caching
+        assert any(w.name.startswith("tiny/") for w in mine), caching  # step rows compared
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("engine, name", CASES)
 def test_the_peer_does_what_the_engine_did(engine, name):
