@@ -41,8 +41,8 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 class Debouncer:
     """Coalesce bursts of calls of ``fn``: in a running asyncio loop (a kernel handling slider
-    messages) the first call of a burst runs at once and the calls within the next ``wait_s``
-    seconds fold into one trailing run, which sees the final state; without a loop (headless
+    messages) the first call of a burst runs at once and the calls within ``wait_s`` seconds of
+    its end fold into one trailing run, which sees the final state; without a loop (headless
     tests) or with ``wait_s == 0`` every call runs at once."""
 
     def __init__(self, fn: Callable[[], Any], wait_s: float = DEFAULT_WAIT_S):
@@ -84,10 +84,12 @@ class Debouncer:
 
     def _run(self) -> None:
         self.runs += 1
-        loop = _running_loop()
-        if loop is not None:
-            self._last_run = loop.time()
-        self.fn()
+        try:
+            self.fn()
+        finally:  # the window counts from the run's end: a slow run's queued calls fold too
+            loop = _running_loop()
+            if loop is not None:
+                self._last_run = loop.time()
 
 
 def verdict_html(
