@@ -6,6 +6,12 @@ place."""
 # The package re-exports its modules' public names: notebooks use viz.NAME.
 # ruff: noqa: F401
 
+from kvlab.notebook.viz.caching import (
+    caching_bars_figure,
+    caching_bars_spec,
+    caching_requests_figure,
+    caching_requests_spec,
+)
 from kvlab.notebook.viz.comparison import (
     phase_diagram_figure,
     phase_diagram_spec,

@@ -10,6 +10,13 @@ from kvlab.notebook.widgets.admission import (
     admission_panel,
     admission_verdict,
 )
+from kvlab.notebook.widgets.caching import (
+    CACHING_PANEL_POOLS,
+    CACHING_PANEL_SLICES,
+    caching_model,
+    caching_panel,
+    caching_verdict,
+)
 from kvlab.notebook.widgets.controls import context_choices
 from kvlab.notebook.widgets.mamba import MAMBA_QUOTA_STEP_GIB, mamba_panel
 from kvlab.notebook.widgets.plan import plan_panel
