@@ -64,6 +64,8 @@ from kvlab.analysis.phase import PhaseSetup, phase_diagram, phase_scenario
 from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.analysis.peer_conformance import by_name, differences, sglang_workloads, vllm_workloads
 from kvlab.analysis.sentences import sentence
+from kvlab.analysis.shipped import (SHIPPED_ENGINES, SLICE_POOL_PAGES, caching_effect, caching_rows, conversation_slice,
+                                    shared_prefix_runs, shipped_runs, slice_engine, story_rows)
 from kvlab.analysis.reuse import (MOONCAKE_ENGINE, replay_with_reuse, reuse_ceiling, reuse_table,
                                   shared_prefix_story)
 from kvlab.backends.sglang import SGLANG
@@ -73,7 +75,7 @@ from kvlab.notebook.findings import Finding, report_findings
 from kvlab.core.words import counted
 from kvlab.notebook.tables import table
 from kvlab.notebook.parameters import check_admission_parameters
-from kvlab.notebook.widgets import admission_panel
+from kvlab.notebook.widgets import admission_panel, caching_panel
 from kvlab.run.workload import LogNormal, azure_trace, mooncake_trace, poisson_workload
 from kvlab.sched.admission import (CapacityAdmission, FITS_NOW, NEVER_FITS, TEMPORARILY_BLOCKED,
                                    demand_blocks)
@@ -585,13 +587,152 @@ assert 0 < on.reused_tokens <= ceiling.cached_tokens and on.mean_ttft_steps <= o
 # benchmarks/mooncake_replay.py` replays the hour under every regime, with reuse on and off.
 
 # %% [markdown]
+# ## 8b. The three engines as they ship
+#
+# vLLM and SGLang cache prefixes by default too, and each counts a cached prefix in its own way
+# when it decides whether a request fits. Each engine runs here as it ships, its defaults set in
+# one place (`kvlab.analysis.shipped.AS_SHIPPED`): TensorRT-LLM with block reuse (and, as in the
+# rest of this notebook, PR #21720's capacity check); vLLM 0.34.0 with prefix caching and async
+# scheduling; SGLang 0.5.23 with its radix cache. SGLang also ships its overlap scheduler on, which
+# kvlab's peer does not model yet, so it runs with the overlap off ("not modelled yet"). Every
+# table and figure below names these defaults with `defaults_label`, and "caching off" is the same
+# engine with only its cache switched off.
+#
+# What a *hit* is, and how admission counts it:
+#
+# - **TensorRT-LLM** matches whole 32-token pages, each committed under a key for the whole
+#   prefix it ends (a page shared only in part is copied). Its scheduler *prepares* a context
+#   (matches its prefix and holds the matched pages) before it charges the pass's budget, so a
+#   reused prefix is neither computed nor charged (kvlab: `kvlab/sched/scheduler.py`
+#   `Scheduler._schedule_context`, `kvlab/core/prefix_cache.py`). The capacity check counts every
+#   page of a request, shared or not (`demand_blocks`).
+# - **vLLM** matches full blocks (32 tokens here) by a hash chained over every token before them.
+#   `Scheduler.schedule` (vllm/v1/core/sched/scheduler.py) asks `get_computed_blocks` for the
+#   longest run of cached blocks (never the prompt's last token), then `allocate_slots`
+#   (vllm/v1/core/kv_cache_manager.py) counts them. A hit block that another request holds costs
+#   nothing. A hit block that no request holds sits in the free queue, so it counts as a block
+#   taken (`get_num_blocks_to_allocate`), and `BlockPool.touch` takes it out of the queue before new
+#   blocks are taken. New blocks come from the front of the free queue and evict whatever was
+#   cached there (`BlockPool.get_new_blocks`, vllm/v1/core/block_pool.py). In kvlab this is
+#   `kvlab/sched/vllm.py` (`_cache_hit`, `_allocate`) over `kvlab/sched/vllm_prefix_cache.py`.
+# - **SGLang** matches single tokens in a radix tree. `Scheduler._get_new_batch_prefill_raw`
+#   (sglang/srt/managers/scheduler.py) first matches each waiting request's prefix
+#   (`init_next_round_input`, which calls the tree's `match_prefix`; never the last token) and
+#   locks the matched path, then `PrefillAdder.add_one_req` (sglang/srt/managers/schedule_policy.py)
+#   charges only the rest of the prompt, plus the output it reserves, against the free tokens and
+#   the tree's evictable ones. In kvlab this is `kvlab/sched/sglang.py` (`_get_new_batch_prefill`,
+#   `_match_prefix`), `kvlab/sched/sglang_prefill.py` (`PrefillAdder.add_one_req`) and
+#   `kvlab/sched/sglang_radix.py`.
+#
+# All three engines count the matched prefix once, however many requests hold it. None of them
+# stops counting it against the request: a page a request holds is one of its pages, cached or not.
+# First, section 8's story on each engine, with max_seq_len set to the pool (as an operator sets it
+# after vLLM's start-up check), so that each engine turns "too-long" away by its own rule.
+
+# %%
+story_shipped = shared_prefix_runs(engine)
+story_table = pd.DataFrame(story_rows(story_shipped)).set_index(["engine", "caching", "request_id"])
+story_table["started"] = story_table["started"].astype("Int64")  # whole steps; blank for a rejection
+display(table(story_table.reset_index().set_index(["defaults", "request_id"])[
+    ["prompt_len", "arrival", "started", "status", "reused_tokens"]]))
+for shipped_engine in SHIPPED_ENGINES:
+    effect = caching_effect(story_shipped, shipped_engine)
+    follow_on, follow_off = (story_table.loc[(shipped_engine, on, "follow-up")] for on in (True, False))
+    assert follow_on.started == follow_on.arrival < follow_off.started, shipped_engine  # not yet -> now
+    assert follow_on.reused_tokens == story_table.loc[(shipped_engine, True, "first"), "prompt_len"]
+    assert effect.never_on == effect.never_off == ("too-long",), shipped_engine  # never, either way
+
+# %% [markdown]
+# All three engines tell the same story. With caching, "follow-up" starts in the pass it arrives
+# on the pages of first's prompt; without it, it waits until "first" finishes. "too-long" is
+# rejected either way, each engine by its own rule: TensorRT-LLM's capacity check (more pages than
+# the pool), vLLM's front door (longer than `max_model_len`), SGLang's front door (longer than its
+# context length). None of these checks looks at the cache, and none needs to: a cached prefix
+# saves computing it, and where a running request already holds it, it saves room. A prompt longer
+# than the pool still needs more pages than the pool has, and cached pages are pages too. So
+# caching can turn a "not yet" into "now", but it cannot turn a "never" into anything.
+#
+# Now real conversations. `conversation_slice` takes the first 12 conversations of at least three
+# turns from the first ten minutes of Mooncake's conversation trace (a conversation: the requests
+# whose first two 512-token blocks agree; every prompt of the trace starts with the same block).
+# They arrive as recorded, minutes apart. The slice runs on two pools of `MOONCAKE_ENGINE`'s
+# geometry (`SLICE_POOL_PAGES`): a roomy one, 192,000 tokens, and a tight one, 38,400 tokens,
+# smaller than the slice's two longest prompts. Times are in scheduler steps (50 ms of the trace's
+# clock each). `of_ceiling` compares what was reused with what a cache that never forgets would
+# serve.
+
+# %%
+conversations = conversation_slice(mooncake_trace("conversation", minutes=10.0), 12)
+slice_ceiling = reuse_ceiling(conversations)
+slice_runs = {pool: shipped_runs(conversations, slice_engine(pages)) for pool, pages in SLICE_POOL_PAGES.items()}
+slice_tables = {pool: pd.DataFrame(caching_rows(runs_, slice_ceiling)).set_index(["engine", "caching"])
+                for pool, runs_ in slice_runs.items()}
+print(f"{len(conversations)} requests of 12 conversations; longest prompt {max(r.prompt_len for r in conversations):,} "
+      f"tokens; a cache that never forgets would serve {slice_ceiling.cached_tokens / slice_ceiling.tokens:.1%} "
+      "of their prompt tokens")
+for pool, pages in SLICE_POOL_PAGES.items():
+    print(f"{pool} pool: {pages:,} pages of 32 tokens ({slice_engine(pages).pool_tokens:,} tokens)")
+    display(table(slice_tables[pool][["defaults", "finished", "rejected", "reused_tokens", "reused_share", "of_ceiling",
+                                      "waited", "mean_ttft_steps", "preemptions"]]))
+    viz.show(viz.caching_bars_figure(caching_rows(slice_runs[pool], slice_ceiling),
+                                     title=f"12 Mooncake conversations on the {pool} pool ({pages * 32:,} tokens)"))
+slice_effects = {shipped_engine: caching_effect(slice_runs["tight"], shipped_engine) for shipped_engine in SHIPPED_ENGINES}
+for shipped_engine, effect in slice_effects.items():
+    print(textwrap.fill(f"{shipped_engine}, tight pool: {counted(len(effect.now), 'request')} waited only with caching "
+                        f"off, {len(effect.later)} only with it on; rejected either way: {', '.join(effect.never_on)}", 100))
+roomy, tight = slice_tables["roomy"], slice_tables["tight"]
+too_long = sorted(r.request_id for r in conversations if r.prompt_len >= slice_engine(SLICE_POOL_PAGES["tight"]).pool_tokens)
+for shipped_engine in SHIPPED_ENGINES:
+    on, off = tight.loc[(shipped_engine, True)], tight.loc[(shipped_engine, False)]
+    assert off.reused_tokens == 0 < on.reused_tokens and on.mean_ttft_steps < off.mean_ttft_steps
+    assert list(slice_effects[shipped_engine].never_on) == list(slice_effects[shipped_engine].never_off) == too_long
+    assert slice_effects[shipped_engine].now  # caching turned some "not yet" into "now"
+    assert roomy.loc[(shipped_engine, True), "of_ceiling"] > 0.8 > 0.4 > on.of_ceiling  # the tight pool forgets
+    assert (roomy.rejected == 0).all() and roomy.loc[(shipped_engine, True), "hit_requests"] == len(conversations) - 1
+
+# %% [markdown]
+# On the roomy pool each engine serves most of what a cache that never forgets would (the table's
+# `of_ceiling`), and first tokens come sooner. On the tight pool the same conversations find much
+# less of their history. Take vLLM: when a request finishes, its blocks go to the back of the free
+# queue (its last block first, so its prefix is evicted last), and every new block is taken from
+# the front, evicting the block cached there. A conversation's blocks survive only until about a
+# pool's worth of other blocks has been allocated after them. On 38,400 tokens that is two or three
+# of these prompts (a median of about 15,000 tokens), while a conversation's next turn comes a
+# median of 1.4 minutes later, after a median of eight other prompts of the slice (about 110,000
+# tokens, nearly three tight pools). What survives is the one block every prompt starts
+# with, because every request uses it again: almost every request gets a hit (`hit_requests`), but
+# the hits are short. TensorRT-LLM's least recently released pages and SGLang's least recently used
+# tree leaves forget in the same way.
+#
+# Caching still shortens the waits on the tight pool: requests need less new room and less of the
+# pass's budget, so some that waited without it start as they arrive (the printout counts them
+# per engine). A few go the other way: a request that starts sooner changes who holds the pool a
+# moment later, and TensorRT-LLM preempts a few more requests with caching on here (the table's
+# `preemptions`). The two prompts longer than the pool are rejected by every engine with caching
+# on and off: "never" stays "never".
+#
+# Try it: the engine, caching on or off, the pool and the slice. Things to find: the pool from
+# which nothing is rejected; the pool at which each engine's hits stop growing; that every rejected
+# request is rejected with caching off too. The figure shows each request's prompt tokens (found
+# cached or computed) and its time to first token, beside the same engine with caching the other
+# way. `tests/notebook/test_caching_panel.py` checks that the controls drive it.
+
+# %%
+caching = caching_panel(engine="vLLM", caching=True, pages=SLICE_POOL_PAGES["tight"])
+assert caching.outcome == "reject" and caching.model.effect.never_on == tuple(too_long)
+caching
+
+# %% [markdown]
 # ## Findings
 #
 # A resize's `False` is either "not yet" (temporary pressure: wait and retry) or "never" (demand
 # beyond the pool: reject). Without admission control, "never" crashes the engine (clamped row,
 # issue #21470) or starves and then deadlocks it (configured row, the one-line fix); both with
 # the automatic host tier, the real default. With PR #21720's capacity check (a proposal, not
-# merged) it is rejected at once, with the numbers, and every other request finishes.
+# merged) it is rejected at once, with the numbers, and every other request finishes. Prefix
+# caching, on by default in TensorRT-LLM, vLLM and SGLang, turns some "not yet" into "now" (a
+# cached prefix needs no new room where another request holds it, and no computing) but never a
+# "never" into anything: a cached page is still one of the request's pages.
 
 # %%
 scenario = "rtx5080-4mib" if IS_SEED else f"{pool_mib:g}MiB-{context}tok"
@@ -622,6 +763,17 @@ findings += [Finding(scenario=(f"Mooncake conversation trace, {len(mooncake):,} 
                      numbers=(f"{row.reused_tokens:,} prompt tokens reused ({row.reused_share:.1%}; {row.of_ceiling:.1%} of the "
                               f"unbounded cache's); mean TTFT {row.mean_ttft_steps:.2f} steps"))
              for (policy, reuse), row in mooncake_table.iterrows()]
+tight_pages = SLICE_POOL_PAGES["tight"]
+findings += [Finding(scenario=(f"{len(conversations)} Mooncake conversation turns (12 conversations), "
+                               f"{tight_pages * 32:,}-token pool"), policy=tight.loc[(e, True), "defaults"],
+                     outcome="reject" if tight.loc[(e, True), "rejected"] else "ok",
+                     numbers=(f"caching on: {tight.loc[(e, True), 'reused_tokens']:,} prompt tokens reused "
+                              f"({tight.loc[(e, True), 'reused_share']:.1%}), mean TTFT "
+                              f"{tight.loc[(e, True), 'mean_ttft_steps']:,.0f} steps against "
+                              f"{tight.loc[(e, False), 'mean_ttft_steps']:,.0f} off; "
+                              f"{counted(len(slice_effects[e].now), 'request')} not yet -> now; "
+                              f"{len(slice_effects[e].never_on):,} rejected with caching on and off"))
+             for e in SHIPPED_ENGINES]
 findings = report_findings(findings)
 if IS_SEED:
     assert [f["outcome"] for f in findings[:3]] == ["crash", "stall", "reject"]

@@ -303,8 +303,9 @@ def shared_prefix_runs(
 
 
 def story_rows(runs: dict[tuple[str, bool], ShippedRun]) -> list[dict]:
-    """A row a request a run of :func:`shared_prefix_runs`: when it arrived and started, its
-    status, and the prompt tokens it found cached."""
+    """A row a request a run of :func:`shared_prefix_runs`: the engine, caching, its defaults
+    in words, when the request arrived and started, its status, and the prompt tokens it found
+    cached."""
     rows = []
     for (engine, on), run in runs.items():
         for r in run.result.requests.values():
@@ -312,6 +313,7 @@ def story_rows(runs: dict[tuple[str, bool], ShippedRun]) -> list[dict]:
                 dict(
                     engine=engine,
                     caching=on,
+                    defaults=run.label,
                     request_id=r.request_id,
                     prompt_len=r.prompt_len,
                     arrival=r.arrival_step,

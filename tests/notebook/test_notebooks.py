@@ -248,11 +248,20 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     # the peers' doors: vLLM's max_model_len (7,136), SGLang's pool less six tokens (7,162)
     assert "1,413 finished, 69 rejected, 0 unfinished" in hour[3]["numbers"]
     assert "1,413 finished, 69 rejected, 0 unfinished" in hour[4]["numbers"]
-    reuse_on, reuse_off = findings[13:]  # Mooncake's conversation trace, five minutes with SMOKE
+    reuse_on, reuse_off = findings[13:15]  # Mooncake's conversation trace, five minutes with SMOKE
     assert "918 requests in 5 min" in reuse_on["scenario"]
     assert reuse_on["policy"] == "capacity, block reuse on" and reuse_on["outcome"] == "ok"
     assert "prompt tokens reused (5.1%; 24.6% of the unbounded cache's)" in reuse_on["numbers"]
     assert reuse_off["numbers"].startswith("0 prompt tokens reused")
+    shipped = findings[15:]  # 12 Mooncake conversations on the tight pool, each engine as it ships
+    assert [f["policy"].split(":")[0] for f in shipped] == [
+        "TensorRT-LLM",
+        "vLLM 0.34.0",
+        "SGLang 0.5.23",
+    ]
+    assert shipped[1]["policy"] == "vLLM 0.34.0: prefix caching on, async scheduling on"
+    assert all(f["outcome"] == "reject" for f in shipped)
+    assert all("2 rejected with caching on and off" in f["numbers"] for f in shipped)
 
 
 def test_notebook_04_holds_its_table_figures_and_panel(nb04):
@@ -271,8 +280,11 @@ def test_notebook_04_holds_its_table_figures_and_panel(nb04):
     assert any("goodput_tokens_per_step" in t for t in tables)  # the outcome table (a DataFrame)
     assert any("follow-up" in t and "reused_tokens" in t for t in tables)  # the shared-prefix story
     assert any("of_ceiling" in t for t in tables)  # the Mooncake replay against the ceiling
+    assert sum(t.startswith("12 Mooncake conversations on the") for t in titles) == 2
+    assert any("defaults" in t and "too-long" in t and "radix cache on" in t for t in tables)  # 8b
     panel = panels(nb)
-    assert len(panel) == 1 and "PageIndexTooShort" in panel[0]["data"]["text/plain"]
+    assert len(panel) == 2 and "PageIndexTooShort" in panel[0]["data"]["text/plain"]
+    assert "vLLM 0.34.0: prefix caching on, async scheduling on" in panel[1]["data"]["text/plain"]
 
 
 def test_notebook_04_refuses_a_bad_parameter_by_name(tmp_path):

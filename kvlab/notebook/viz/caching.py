@@ -38,10 +38,13 @@ CACHING_METRICS: tuple[tuple[str, str, str, float], ...] = (
 )
 
 
-def _value_text(value: float, unit: str) -> str:
-    if unit == "%":
-        return f"{value:.1f}%"
-    return f"{value:,.0f}"
+def _value_texts(values: Sequence[float | None], unit: str) -> list[str]:
+    """Bar labels: a share to one decimal, steps to one decimal where all are below ten (else
+    whole), counts whole."""
+    shown = [v for v in values if v is not None]
+    decimals = 1 if unit == "%" or (unit == "steps" and max(shown, default=0) < 10) else 0
+    suffix = "%" if unit == "%" else ""
+    return ["" if v is None else f"{v:,.{decimals}f}{suffix}" for v in values]
 
 
 def caching_bars_spec(
@@ -52,7 +55,7 @@ def caching_bars_spec(
     legend. The default subtitle is each engine's defaults as run with caching on."""
     engines = list(dict.fromkeys(r["engine"] for r in rows))
     by_key = {(r["engine"], r["caching"]): r for r in rows}
-    columns, rows_of = panel_domains([1, 1], 0.1), [[0.62, 1.0], [0.0, 0.38]]
+    columns, rows_of = panel_domains([1, 1], 0.12), [[0.6, 1.0], [0.0, 0.36]]
     data: list[dict] = []
     annotations: list[dict] = []
     axes: dict[str, dict] = {}
@@ -64,7 +67,7 @@ def caching_bars_spec(
                 for e in engines
             ]
             top = max([top] + [v for v in values if v is not None])
-            text = ["" if v is None else _value_text(v, unit) for v in values]
+            text = _value_texts(values, unit)
             hovers = [
                 f"{by_key[e, on]['defaults'] if (e, on) in by_key else e}<br>{name}: {t or 'n/a'}"
                 for e, t in zip(engines, text)
@@ -80,7 +83,7 @@ def caching_bars_spec(
             dict(domain=y_domain, rangemode="tozero", range=[0, (top or 1) * 1.25]),
         )
         annotations.append(
-            dict(heading(f"<b>{name}</b> ({unit})", sum(x_domain) / 2), y=y_domain[1] + 0.02)
+            dict(heading(f"<b>{name}</b><br>({unit})", sum(x_domain) / 2), y=y_domain[1] + 0.03)
         )
     shipped = [by_key[e, True]["defaults"] for e in engines if (e, True) in by_key]
     default = "; ".join(shipped) + "; caching off: the same, the cache switched off"
