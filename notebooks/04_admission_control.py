@@ -699,10 +699,11 @@ for shipped_engine in SHIPPED_ENGINES:
 # pool's worth of other blocks has been allocated after them. On 38,400 tokens that is two or three
 # of these prompts (a median of about 15,000 tokens), while a conversation's next turn comes a
 # median of 1.4 minutes later, after a median of eight other prompts of the slice (about 110,000
-# tokens, nearly three tight pools). What survives is the one block every prompt starts
-# with, because every request uses it again: almost every request gets a hit (`hit_requests`), but
-# the hits are short. TensorRT-LLM's least recently released pages and SGLang's least recently used
-# tree leaves forget in the same way.
+# tokens, nearly three tight pools). For most requests what survives is the one block every prompt
+# starts with, because every request uses it again: almost every request gets a hit
+# (`hit_requests`), but most hits are short. Only a turn that follows its previous turn closely
+# still finds most of its history (the tall cached bars in the panel below). TensorRT-LLM's least
+# recently released pages and SGLang's least recently used tree leaves forget in the same way.
 #
 # Caching still shortens the waits on the tight pool: requests need less new room and less of the
 # pass's budget, so some that waited without it start as they arrive (the printout counts them
