@@ -212,7 +212,8 @@ class EngineRecords:
     def result(self, max_steps: int) -> SimulationResult:
         max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
         for request in self.requests:
-            if request.state in LIVE_STATES:
+            if request.state in LIVE_STATES:  # not ended, though with vLLM's async scheduling
+                request.end_step = None  # its last token may be out, its batch unprocessed
                 request.reason = self._unfinished_reason(request, max_steps)
         return SimulationResult(
             status={r.request_id: r.state.status for r in self.requests},
