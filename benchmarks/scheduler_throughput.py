@@ -9,8 +9,9 @@ Prints one JSON line per measurement:
   16,384 tokens a pass, admission "capacity", chunked prefill. ``--peer-bench PATH`` runs
   nano-vllm's timing script (its sources in ``NANO_VLLM_SRC``) in the same shell on the same
   workload and prints the ratio of seconds (kvlab / nano-vllm). The same line times kvlab's vLLM
-  peer (``VllmScheduler``, vLLM's own loop; nano-vllm follows vLLM's) on the same engine
-  (``vllm_peer``, and ``vllm_peer_ratio_to_peer`` beside nano-vllm).
+  peer (``VllmScheduler``, vLLM's own loop; nano-vllm follows vLLM's) on the same engine, with
+  prefix caching and async scheduling off (``vllm_peer``, and ``vllm_peer_ratio_to_peer`` beside
+  nano-vllm) and as vLLM ships, both on (``vllm_peer_as_shipped``).
 - ``scaling``: the same distributions at each of ``--sizes`` requests: seconds per 1,000
   requests at each size, and the ratio largest / smallest (flat: the cost is linear).
 - ``standard_mixed``: kvlab's own mixed workload (``kvlab.run.workload.standard_mixed_workload``).
@@ -59,6 +60,7 @@ from kvlab import (
     VllmScheduler,
     simulate,
 )
+from kvlab.analysis.peer_conformance import CACHING_AND_ASYNC_OFF
 from kvlab.run.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
 from kvlab.sched.admission import ADMISSION_POLICIES
 from kvlab.sched.vllm import estimated_max_model_len
@@ -107,8 +109,10 @@ def vllm_engine(
     max_seq_len: int,
     max_num_seqs: int,
     max_num_batched_tokens: int,
+    **switches: bool,
 ) -> VllmScheduler:
-    """kvlab's vLLM peer on such a pool, chunked, max_model_len at most vLLM's estimate."""
+    """kvlab's vLLM peer on such a pool, chunked, max_model_len at most vLLM's estimate; as vLLM
+    ships (prefix caching and async scheduling on) unless ``switches`` say otherwise."""
     storage = small(tokens_per_block)
     return VllmScheduler(
         VllmEngineArgs(
@@ -117,6 +121,7 @@ def vllm_engine(
             min(max_seq_len, estimated_max_model_len(storage, num_blocks)),
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            **switches,
         )
     )
 
@@ -138,7 +143,7 @@ def peer_engine() -> Scheduler:
     )
 
 
-def vllm_peer_engine() -> VllmScheduler:
+def vllm_peer_engine(**switches: bool) -> VllmScheduler:
     """kvlab's vLLM peer on nano-vllm's engine (nano-vllm's scheduler follows vLLM's)."""
     return vllm_engine(
         PEER["tokens_per_block"],
@@ -146,6 +151,7 @@ def vllm_peer_engine() -> VllmScheduler:
         PEER["pool_tokens"],
         PEER["max_running"],
         PEER["max_num_tokens"],
+        **switches,
     )
 
 
@@ -236,13 +242,22 @@ def main() -> None:
         "iterations_per_s": round(result.iterations / seconds, 1),
         **machine(),
     }
-    seconds_vllm, result_vllm = timed(requests, vllm_peer_engine, args.repeat)
+    # caching and async off, the loop nano-vllm's follows; then as vLLM ships
+    seconds_vllm, result_vllm = timed(
+        requests, partial(vllm_peer_engine, **CACHING_AND_ASYNC_OFF), args.repeat
+    )
+    seconds_shipped, result_shipped = timed(requests, vllm_peer_engine, args.repeat)
     line.update(
         vllm_peer=dict(
             seconds=round(seconds_vllm, 3),
             iterations=result_vllm.iterations,
             finished=result_vllm.summary()["finished"],
-        )
+        ),
+        vllm_peer_as_shipped=dict(
+            seconds=round(seconds_shipped, 3),
+            iterations=result_shipped.iterations,
+            finished=result_shipped.summary()["finished"],
+        ),
     )
     if args.peer_bench:
         peer = run_peer(args.peer_bench, args.requests, args.repeat)

@@ -83,6 +83,10 @@ def differences(peer: SimulationResult, real: SimulationResult) -> list[dict]:
 
 # --- the workloads --------------------------------------------------------------------------------
 
+#: vLLM's defaults turned off: a vLLM workload's name says which it turns back on
+#: ("/prefix-caching", "/async"); with both, the engine runs as vLLM 0.34 ships.
+CACHING_AND_ASYNC_OFF = dict(enable_prefix_caching=False, async_scheduling=False)
+
 #: Notebook 04's engine as vLLM: the seed's 64 blocks of 32 tokens, 4 sequences, no chunking,
 #: and the max_model_len vLLM's start-up refusal prints (what an operator then sets).
 NOTEBOOK_04 = VllmEngineArgs(
@@ -92,6 +96,7 @@ NOTEBOOK_04 = VllmEngineArgs(
     max_num_seqs=4,
     max_num_batched_tokens=8192,
     enable_chunked_prefill=False,
+    **CACHING_AND_ASYNC_OFF,
 )
 CHUNKED_512 = dict(enable_chunked_prefill=True, max_num_batched_tokens=512)
 #: The same engine with its pool swapped to 40 blocks after start-up (max_model_len stays 2,016).
@@ -161,7 +166,7 @@ def _prefix_caching_workloads() -> list[PeerWorkload]:
             (blocks - 1) * 4,
             max_num_seqs=4,
             max_num_batched_tokens=64,
-            enable_prefix_caching=True,
+            async_scheduling=False,
         ).replace(**changes)
 
     repeats = [  # exactly 4 blocks: a repeat hits 3; a longer prompt hits all 4
@@ -253,15 +258,19 @@ ASYNC_AGAIN = (
     "tiny/prefix-caching/finish-order",
     "nb04/mixed-rate-0.1/prefix-caching",
     "mooncake-conversation-3min/prefix-caching",
+    "mooncake-conversation-3min/no-chunking/prefix-caching",
+    "mooncake-conversation-3min/shrunk/prefix-caching",
     "mooncake-conversation-3min/small/prefix-caching",
 )
 
 
 def _async_workloads(workloads: list[PeerWorkload]) -> list[PeerWorkload]:
-    """vLLM's AsyncScheduler on: :data:`ASYNC_AGAIN`, then two small cases of 4-token blocks
+    """vLLM's AsyncScheduler on: :data:`ASYNC_AGAIN`, then three small cases of 4-token blocks
     named for what they show (the last batch is processed after the next is scheduled)."""
     toy = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
-    small = VllmEngineArgs(toy, 16, 60, max_num_seqs=1, max_num_batched_tokens=64)
+    small = VllmEngineArgs(
+        toy, 16, 60, max_num_seqs=1, max_num_batched_tokens=64, enable_prefix_caching=False
+    )
     again = [
         PeerWorkload(
             f"{w.name}/async", w.args.replace(async_scheduling=True), w.requests, w.max_steps
@@ -276,6 +285,12 @@ def _async_workloads(workloads: list[PeerWorkload]) -> list[PeerWorkload]:
             small.replace(async_scheduling=True),
             [Request("a", 8, 2), Request("b", 8, 2)],
             1_000,
+        ),
+        PeerWorkload(  # the run stops with a's last token in flight: a is still running
+            "tiny/stops-as-the-last-token-samples/async",
+            small.replace(async_scheduling=True),
+            [Request("a", 8, 2), Request("b", 8, 2)],
+            2,
         ),
         PeerWorkload(  # a needs a block at step 4 while b's last token is in flight
             "tiny/preempted-as-it-finishes/async",
@@ -299,6 +314,7 @@ def _vllm_trace_engine(num_gpu_blocks: int, max_num_seqs: int, chunked: bool) ->
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=8192 if chunked else max(8192, max_model_len),
         enable_chunked_prefill=chunked,
+        **CACHING_AND_ASYNC_OFF,
     )
 
 
@@ -334,6 +350,7 @@ def vllm_workloads() -> list[PeerWorkload]:
         32,
         max_num_seqs=4,
         max_num_batched_tokens=14,
+        **CACHING_AND_ASYNC_OFF,
     )
     workloads = [
         PeerWorkload("nb04/long-and-small", NOTEBOOK_04, nb04_small, 20_000),

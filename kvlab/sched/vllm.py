@@ -61,8 +61,7 @@ class VllmEngineArgs:
     the same). ``enable_prefix_caching`` is vLLM's automatic prefix caching, which vLLM
     defaults to True (vllm/config/cache.py). ``async_scheduling`` runs vLLM's
     ``AsyncScheduler`` behind a batch queue of 2; vLLM 0.34 resolves it to True for a
-    single-GPU decoder (vllm/config/vllm.py). kvlab defaults both to False, and flips both
-    once the stored runs are re-recorded with them on."""
+    single-GPU decoder (vllm/config/vllm.py). kvlab defaults both as vLLM 0.34 does: on."""
 
     geometry: KVGeometry
     num_gpu_blocks: int
@@ -73,8 +72,8 @@ class VllmEngineArgs:
     scheduler_reserve_full_isl: bool = True
     watermark: float = 0.0
     startup_num_gpu_blocks: int | None = None
-    enable_prefix_caching: bool = False
-    async_scheduling: bool = False
+    enable_prefix_caching: bool = True
+    async_scheduling: bool = True
 
     def __post_init__(self) -> None:
         check_instance("geometry", self.geometry, KVGeometry)
@@ -412,9 +411,11 @@ class VllmScheduler(SchedulerBase):
         has not yet) are cached, even those whose KV this step only computes."""
         assert self.prefix_cache is not None, "caching needs prefix caching on"
         cache = self.manager.caches[request.request_id]
-        hashes = self._block_hashes(request)
         in_flight = request.request_id in self._in_flight  # vLLM has not appended it yet
         num_tokens = min(num_tokens, self._num_tokens(request) - in_flight)
+        if num_tokens // self.args.block_size <= cache.committed:
+            return  # no block newly full: most decode steps
+        hashes = self._block_hashes(request)
         full = min(num_tokens // self.args.block_size, len(hashes))
         if full > cache.committed:
             self.prefix_cache.cache(cache.pages, cache.committed, hashes[:full])

@@ -28,7 +28,15 @@ TOY = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=4)
 
 
 def engine(blocks=64, max_model_len=None, **kwargs):
-    fields = dict(max_num_seqs=4, max_num_batched_tokens=8192, enable_chunked_prefill=False)
+    """vLLM's plain ``Scheduler`` without caching: the mechanics each test names (caching and
+    the AsyncScheduler, both on by default, have tests of their own)."""
+    fields = dict(
+        max_num_seqs=4,
+        max_num_batched_tokens=8192,
+        enable_chunked_prefill=False,
+        enable_prefix_caching=False,
+        async_scheduling=False,
+    )
     fields.update(kwargs)
     return VllmEngineArgs(
         SEED, blocks, max_model_len or estimated_max_model_len(SEED, blocks), **fields
@@ -143,9 +151,7 @@ def test_chunked_prefill_without_full_prompt_reservation_preempts_itself_in_a_lo
 
 
 def test_no_admission_in_a_step_that_preempted_and_the_victim_goes_back_to_the_head():
-    args = VllmEngineArgs(
-        TOY, 9, 32, max_num_seqs=4, max_num_batched_tokens=64, enable_chunked_prefill=False
-    )  # 8 usable blocks of 4 tokens
+    args = engine(9, 32).replace(geometry=TOY, max_num_batched_tokens=64)  # 8 blocks of 4
     requests = [Request("a", 14, 10), Request("b", 14, 10), Request("c", 4, 2, arrival_step=1)]
     result = simulate(
         VllmScheduler(args, debug=True), requests, max_steps=200, check_invariants=True
@@ -172,8 +178,9 @@ def test_no_admission_in_a_step_that_preempted_and_the_victim_goes_back_to_the_h
 
 
 def cached(blocks: int, max_model_len: int, **kwargs) -> VllmEngineArgs:
-    """TOY's 4-token blocks with prefix caching on, chunks of 64 tokens."""
-    fields = dict(max_num_seqs=4, max_num_batched_tokens=64, enable_prefix_caching=True)
+    """TOY's 4-token blocks with prefix caching on, chunks of 64 tokens, vLLM's plain
+    ``Scheduler`` (the AsyncScheduler has tests of its own)."""
+    fields = dict(max_num_seqs=4, max_num_batched_tokens=64, async_scheduling=False)
     return VllmEngineArgs(TOY, blocks, max_model_len, **(fields | kwargs))
 
 
@@ -308,6 +315,26 @@ def test_async_scheduling_frees_a_finished_request_one_batch_later(async_schedul
     assert result.requests["b"].first_scheduled_step == (3 if async_scheduling else 2)
     tokens = [row.tokens_scheduled for row in result.trace.steps]
     assert tokens == ([8, 1, 0, 8, 1, 0] if async_scheduling else [8, 1, 8, 1])
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_run_that_stops_with_a_last_token_in_flight_leaves_it_running(async_scheduling):
+    # a's last token is sampled at step 1; a run of two steps stops before the AsyncScheduler
+    # processes that batch, so a has not ended (the real run stored as
+    # tiny/stops-as-the-last-token-samples/async agrees)
+    args = cached(16, 60, max_num_seqs=1, async_scheduling=async_scheduling)
+    result = simulate(VllmScheduler(args), [Request("a", 8, 2)], max_steps=2)
+    a = result.requests["a"]
+    if async_scheduling:
+        assert result.status["a"] is RequestState.RUNNING and a.end_step is None
+        assert a.reason.cause is Cause.STILL_RUNNING and a.num_generated == 2
+    else:
+        assert result.status["a"] is RequestState.FINISHED and a.end_step == 1
+
+
+def test_the_defaults_are_vllms_own():
+    args = VllmEngineArgs(TOY, 16, 60)  # vllm/config/cache.py, vllm/config/vllm.py (0.34)
+    assert args.enable_prefix_caching and args.async_scheduling
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
