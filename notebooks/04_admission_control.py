@@ -65,7 +65,8 @@ from kvlab.analysis.presets import ENGINE_OUTCOMES, engine_outcome
 from kvlab.analysis.peer_conformance import by_name, differences, sglang_workloads, vllm_workloads
 from kvlab.analysis.sentences import sentence
 from kvlab.analysis.shipped import (SHIPPED_ENGINES, SLICE_POOL_PAGES, caching_effect, caching_rows, conversation_slice,
-                                    shared_prefix_runs, shipped_runs, slice_engine, story_rows)
+                                    defaults_label, policies_label, shared_prefix_runs, shipped_runs, slice_engine,
+                                    story_rows)
 from kvlab.analysis.reuse import (MOONCAKE_ENGINE, replay_with_reuse, reuse_ceiling, reuse_table,
                                   shared_prefix_story)
 from kvlab.backends.sglang import SGLANG
@@ -309,8 +310,9 @@ peers = mixed_table.loc[["none/clamped", "none/configured", "capacity", *PEER_PO
                          "mean_wait_steps", "preemptions", "reasons"]]
 display(table(peers))
 viz.show(viz.policy_bars_figure(mixed_rows, title="TensorRT-LLM none / capacity and the peers, one workload",
-                                subtitle="all modelled in kvlab; vllm and sglang are kvlab's peers of vLLM 0.34.0 "
-                                         "and SGLang 0.5.23 (section 5b); mean wait over the requests that started"))
+                                subtitle="all modelled in kvlab; vllm and sglang are kvlab's peers (section 5b); "
+                                         "mean wait over the requests that started<br>"
+                                         + policies_label(POLICIES, engine)))
 for policy in PEER_POLICIES:
     assert mixed_table.loc[policy, "outcome"] in ("reject", "ok")  # no peer crashes or stalls on this workload
     assert set(mixed_runs[policy].ids_with_status("rejected")) >= set(never) - {
@@ -375,7 +377,8 @@ for name, what in (("shrunk/head-of-line", "the head-of-line wait"),
                    ("shrunk/self-preemption", "the chunked self-preemption loop")):
     result = real["vLLM"][name]
     viz.show(viz.scheduler_timeline_figure(result, title=f"{what}: {name}", stall_detector=False,
-                                           subtitle=f"real vLLM {VLLM.version}; 40-block pool, start-up on 64"))
+                                           subtitle=f"real {defaults_label(engines['vLLM'][1][name].args)}; "
+                                                    "40-block pool, start-up on 64"))
 head_of_line, loop = real["vLLM"]["shrunk/head-of-line"], real["vLLM"]["shrunk/self-preemption"]
 assert set(head_of_line.status.values()) == {"waiting"} and max(head_of_line.trace.column("running")) == 0
 assert loop.requests["long"].num_recomputes == loop.end_step // 3 and loop.error is None
@@ -447,7 +450,8 @@ for name, trace_engine in trace_engines.items():
     display(table(trace_tables[name][["outcome", "finished", "rejected", "unfinished", "steps", "mean_queue_steps",
                                 "mean_wait_steps", "preemptions", "error"]]))
     viz.show(viz.served_over_time_figure(trace_runs[name], seconds_per_iteration,
-                                         title=f"Azure's code hour on the {name} pool ({trace_engine.pool_tokens:,} tokens)"))
+                                         title=f"Azure's code hour on the {name} pool ({trace_engine.pool_tokens:,} tokens)",
+                                         subtitle=policies_label(POLICIES, trace_engine)))
 
 # %%
 shrunk_manager = trace_engines["shrunk"].manager("clamped")

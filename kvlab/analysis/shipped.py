@@ -112,17 +112,17 @@ def _on(flag: bool) -> str:
     return "on" if flag else "off"
 
 
-def defaults_label(args: EngineArgs) -> str:
+def defaults_label(args: EngineArgs, admission: bool = True) -> str:
     """Which of its engine's shipped defaults ``args`` has on, in words: the cache, and the
     scheduling that overlaps one step's CPU work with the last one's GPU work (vLLM's async
     scheduling, SGLang's overlap schedule; TensorRT-LLM's overlap scheduler, which kvlab does
-    not model), with what kvlab does not model said so."""
+    not model), with what kvlab does not model said so; TensorRT-LLM's admission policy too
+    unless ``admission`` is False."""
     name = engine_name(args)
     if isinstance(args, TrtllmSettings):
-        admission = args.admission if isinstance(args.admission, str) else "custom"
-        return (
-            f"TensorRT-LLM: block reuse {_on(args.enable_block_reuse)}, overlap scheduler "
-            f"not modelled; admission {admission}"
+        policy = args.admission if isinstance(args.admission, str) else "custom"
+        return f"TensorRT-LLM: block reuse {_on(args.enable_block_reuse)}, overlap scheduler " + (
+            f"not modelled; admission {policy}" if admission else "not modelled"
         )
     if isinstance(args, VllmEngineArgs):
         return (
@@ -136,6 +136,13 @@ def defaults_label(args: EngineArgs) -> str:
         f"{name} {SGLANG_VERSION}: radix cache {_on(not args.disable_radix_cache)}, "
         f"overlap schedule {overlap}"
     )
+
+
+def policies_label(policies: Iterable[str], config: EngineConfig) -> str:
+    """:func:`defaults_label` of each engine that runs one of ``policies``
+    (kvlab.sched.policies) on ``config``, once an engine: a figure's line for what was on."""
+    labels = [defaults_label(engine_args(p, config), admission=False) for p in policies]
+    return "; ".join(dict.fromkeys(labels))
 
 
 @dataclass(frozen=True)
@@ -340,6 +347,7 @@ __all__ = [
     "conversation_slice",
     "defaults_label",
     "engine_name",
+    "policies_label",
     "shared_prefix_runs",
     "shipped_runs",
     "slice_engine",
