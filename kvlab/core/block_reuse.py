@@ -52,13 +52,15 @@ class BlockReuse(ManagerViews):
     def _commit(self, cache: KVCache, request: Request) -> None:
         """Commit the prompt pages computed so far: after every chunk under "all_reusable" (the
         real default), else once the context is complete; a page computed twice is given up
-        for the tree's ("rebasing")."""
+        for the tree's ("rebasing"); a partial page a longer one replaced, held by no cache,
+        goes back to the pool."""
         finished = request.is_context_finished
         if not (finished or self.block_reuse_policy == "all_reusable"):
             return
-        cache.committed, rebased = self.prefix_cache.commit(
+        cache.committed, rebased, replaced = self.prefix_cache.commit(
             cache.pages, cache.committed, request, request.context_current_position, finished
         )
+        self.pool.free(replaced)
         for index, page in rebased:
             self.pool.free([cache.pages[index]])
             cache.pages[index] = page

@@ -213,8 +213,7 @@ class KVCacheManager(BlockReuse, Suspension):
         self.page_index.clear(cache.slot, keep)
         held = cache.committed - keep
         if held > 0:
-            self.prefix_cache.release(tail[:held])
-            tail = tail[held:]
+            tail = self.prefix_cache.release(tail[:held]) + tail[held:]
             cache.committed = keep
         self.pool.free(tail)
 

@@ -167,8 +167,9 @@ class ManagerViews:
         )
         self.host_tier.check_invariants()
         free = self.pool.free_blocks
-        assert len(owned) + prefix_cache.committed_blocks + free == self.total_blocks, (
-            f"pages not conserved: {len(owned)} owned + {prefix_cache.committed_blocks} committed "
+        committed = prefix_cache.committed_blocks + prefix_cache.orphaned_blocks
+        assert len(owned) + committed + free == self.total_blocks, (
+            f"pages not conserved: {len(owned)} owned + {committed} committed (or orphaned) "
             f"+ {free} free != {self.total_blocks}"
         )
         assert all(self.pool.is_allocated(page) for page in owned), "owned page marked free"

@@ -1,17 +1,19 @@
 """PrefixCache: committed pages, keyed by the prefix they hold, shared by caches and kept after.
 
 Models the V2 manager's block reuse (the radix tree of
-tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py, its eviction queue;
-REFERENCE.md §10): a computed page is *committed* under the key of the prefix it ends; caches
-*hold* it; :meth:`match` finds a prompt's longest committed prefix (with partial reuse, the best
-next page to copy); a page no cache holds is *evictable*, least recently released first.
+tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py, read at commit
+065ff9e93780bc0bdbfdbc7156a306ca14f5850c; its eviction queue; REFERENCE.md §10): a computed page
+is *committed* under the key of the prefix it ends; caches *hold* it; :meth:`match` finds a
+prompt's longest committed prefix (with partial reuse, the best next page to copy, unless 32 or
+more pages hang under the node it would copy from); a page no cache holds is *evictable*, least
+recently released first. A partial page whose tokens a sibling holds is not committed, and a
+page extending a shorter partial sibling replaces it (``Block.__init__``).
 Simplified: hashes coarser than pages match less than upstream's tokens; an evicted page is
-dropped, not moved down; cached pages go before suspended caches move down.
-"""
+dropped, not moved down; cached pages go before suspended caches move down."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -25,6 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
 BlockKey = tuple[int, int]
 #: What made a committed page: the prompt's hashes and their ``tokens_per_hash``.
 Source = tuple[tuple[int, ...], int]
+#: The root every prompt's first page hangs under (the unscoped reuse scope's).
+ROOT: BlockKey = (0, 0)
+#: Partial matching is skipped under a node of this many children or more: upstream finds it
+#: too slow to try them all (``find_best_partial_match_in_next_nodes``, TRTLLM-7784).
+PARTIAL_MATCH_MAX_CHILDREN = 32
 
 
 def chain_hashes(
@@ -47,6 +54,12 @@ def prefix_key(hashes: tuple[int, ...], tokens_per_hash: int, end: int) -> Block
     """The identity of a prompt's first ``end`` tokens (0 < end <= the tokens the hashes cover):
     the hash of the block holding token ``end``, and ``end``."""
     return hashes[(end - 1) // tokens_per_hash], end
+
+
+def parent_key(hashes: tuple[int, ...], tokens_per_hash: int, start: int) -> BlockKey:
+    """The node a page starting at token ``start`` hangs under: the key of the prefix before
+    it, or the root."""
+    return prefix_key(hashes, tokens_per_hash, start) if start else ROOT
 
 
 def hashed_tokens(request: Request) -> int:
@@ -79,6 +92,12 @@ class PrefixCache:
         self._key: list[BlockKey | None] = [None] * blocks  # page -> its key, None if uncommitted
         self._source: list[Source | None] = [None] * blocks
         self._holders: list[int] = [0] * blocks
+        self._parent: list[BlockKey | None] = [None] * blocks  # page -> the node it hangs under
+        #: node -> committed pages hanging under it (its children in upstream's tree)
+        self._children: dict[BlockKey, int] = {}
+        #: pages dropped from the tree (a longer partial sibling replaced them) that a cache
+        #: still holds; each goes back to the pool when its last holder lets go
+        self.orphaned_blocks = 0
         #: pages no cache holds, least recently released first
         self._evictable: OrderedDict[int, None] = OrderedDict()
         #: how many (a plain count: the pool's availability reads it on every pass)
@@ -105,20 +124,27 @@ class PrefixCache:
         them for the pool."""
         if count <= 0:
             return []
-        popitem, pages, keys = self._evictable.popitem, self._pages, self._key
-        freed = []
-        for _ in range(count):
-            page = popitem(last=False)[0]
-            key = keys[page]
-            assert key is not None, f"evictable page {page} is not committed"
-            del pages[key]
-            if self._indexed(page):
-                self._unindex(page)
-            keys[page] = self._source[page] = None
-            freed.append(page)
+        popitem, forget = self._evictable.popitem, self._forget
+        freed = [popitem(last=False)[0] for _ in range(count)]
+        for page in freed:
+            forget(page)
         self.evicted_blocks += count
         self.evictable_blocks -= count
         return freed
+
+    def _forget(self, page: int) -> None:
+        """Take a committed page out of the tree (its holders are the caller's business)."""
+        key, parent = self._key[page], self._parent[page]
+        assert key is not None and parent is not None, f"page {page} is not committed"
+        if self._indexed(page):
+            self._unindex(page)
+        del self._pages[key]
+        self._key[page] = self._source[page] = self._parent[page] = None
+        children = self._children[parent] - 1
+        if children:
+            self._children[parent] = children
+        else:
+            del self._children[parent]
 
     # -- the partial-match index -------------------------------------------------------
     def _indexed(self, page: int) -> bool:
@@ -157,19 +183,28 @@ class PrefixCache:
         usable = min(limit, hashed_tokens(request))
         found = self._committed_prefix(hashes, per_hash, usable)
         start = len(found) * tokens_per_block
-        end, get = start + tokens_per_block, self._pages.get
         partial, partial_tokens = None, 0
-        if self.enable_partial_reuse and start < usable:
-            candidates = list(self._by_first_block.get((hashes[start // per_hash], start), ()))
-            if per_hash % tokens_per_block == 0:  # the whole page inside one hash block
-                whole = get((hashes[start // per_hash], end))
-                if whole is not None:
-                    candidates.append(whole)
-            for candidate in candidates:
+        if (
+            self.enable_partial_reuse
+            and start < usable
+            and self._children.get(parent_key(hashes, per_hash, start), 0)
+            < PARTIAL_MATCH_MAX_CHILDREN
+        ):
+            for candidate in self._siblings(hashes, per_hash, start):
                 shared = self._shared_tokens(candidate, hashes, per_hash, start, usable) - start
                 if shared > partial_tokens:
                     partial, partial_tokens = candidate, shared
         return Match(found, partial, partial_tokens, start + partial_tokens)
+
+    def _siblings(self, hashes: tuple[int, ...], per_hash: int, start: int) -> list[int]:
+        """The committed pages starting at token ``start`` that may share leading tokens with
+        the prompt of ``hashes`` (those agreeing with it in the hash block holding ``start``)."""
+        candidates = list(self._by_first_block.get((hashes[start // per_hash], start), ()))
+        if per_hash % self.tokens_per_block == 0:  # the whole page inside one hash block
+            whole = self._pages.get((hashes[start // per_hash], start + self.tokens_per_block))
+            if whole is not None:
+                candidates.append(whole)
+        return candidates
 
     def first_new_key(self, request: Request) -> BlockKey | None:
         """The key of the request's first whole prompt page not committed, or None when every
@@ -215,51 +250,89 @@ class PrefixCache:
                 self.evictable_blocks -= 1
             holders[page] += 1
 
-    def release(self, pages: Sequence[int]) -> None:
+    def release(self, pages: Sequence[int]) -> list[int]:
         """A cache lets go of committed ``pages``; those no cache holds become evictable, the
-        last page first."""
-        evictable, holders = self._evictable, self._holders
+        last page first. Returns the orphaned ones no cache holds now, for the pool."""
+        evictable, holders, keys, freed = self._evictable, self._holders, self._key, []
         for page in reversed(pages):
             holders[page] -= 1
             if holders[page] == 0:
+                if keys[page] is None:  # dropped from the tree while held
+                    freed.append(page)
+                    continue
                 evictable[page] = None
                 self.evictable_blocks += 1
+        self.orphaned_blocks -= len(freed)
+        return freed
 
     # -- commit ------------------------------------------------------------------------
     def commit(
         self, pages: list[int], committed: int, request: Request, end: int, last: bool
-    ) -> tuple[int, list[tuple[int, int]]]:
+    ) -> tuple[int, list[tuple[int, int]], list[int]]:
         """Commit a cache's ``pages`` holding the request's first ``end`` prompt tokens, from
         its ``committed`` first on (full pages; with ``last``, the partial page that ends the
-        prompt too). Returns the new committed count and, for each page whose key is committed
-        already, (its index, the tree's page) to rebase onto (its own goes back to the pool)."""
+        prompt too). Returns the new committed count; for each page whose key is committed
+        already, (its index, the tree's page) to rebase onto (its own goes back to the pool);
+        and the pages a longer partial page replaced that no cache holds, for the pool."""
         tokens_per_block = self.tokens_per_block
         hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
         end = min(end, hashed_tokens(request), len(pages) * tokens_per_block)
         index, rebased = committed, []
+        freed: list[int] = []
         page_end = (index + 1) * tokens_per_block
         source, indexed = (hashes, per_hash), per_hash % tokens_per_block != 0
         while page_end <= end:
             key = (hashes[(page_end - 1) // per_hash], page_end)
             page = self._pages.get(key)
             if page is None:
-                self._insert(key, pages[index], source, indexed)
+                self._insert(key, pages[index], source, indexed, freed)
             elif page != pages[index]:  # computed twice: rebase onto the tree's page
                 self.hold([page])
                 rebased.append((index, page))
             index += 1
             page_end += tokens_per_block
         if last and end == request.prompt_len and index * tokens_per_block < end:
-            key = prefix_key(hashes, per_hash, end)
-            if key not in self._pages:  # else the same partial page is cached: this one stays
-                self._insert(key, pages[index], source, True)
+            if not self._covered(source, end):  # else the cache stops committing there
+                self._insert(prefix_key(hashes, per_hash, end), pages[index], source, True, freed)
                 index += 1
-        return index, rebased
+        return index, rebased, freed
 
-    def _insert(self, key: BlockKey, page: int, source: Source, indexed: bool) -> None:
-        """Commit ``page`` under ``key``, held by the cache that computed it."""
+    def _covered(self, source: Source, end: int) -> bool:
+        """A committed page holds every token of the partial page ending the prompt of
+        ``source`` at ``end`` (upstream's ``UselessBlockError``: it is not inserted)."""
+        hashes, per_hash = source
+        start = (end - 1) // self.tokens_per_block * self.tokens_per_block
+        return any(
+            self._shared_tokens(sibling, hashes, per_hash, start, end) == end
+            for sibling in self._siblings(hashes, per_hash, start)
+        )
+
+    def _insert(
+        self, key: BlockKey, page: int, source: Source, indexed: bool, freed: list[int]
+    ) -> None:
+        """Commit ``page`` under ``key``, held by the cache that computed it. A shorter partial
+        sibling holding a prefix of its tokens is replaced (``Block.__init__`` of
+        _block_radix_tree.py): dropped from the tree, to ``freed`` if no cache holds it."""
+        hashes, per_hash = source
+        end = key[1]
+        start = (end - 1) // self.tokens_per_block * self.tokens_per_block
+        for sibling in self._siblings(hashes, per_hash, start):
+            sibling_end = self._committed(sibling)[0][1]
+            if (
+                sibling_end < end
+                and self._shared_tokens(sibling, hashes, per_hash, start, end) == sibling_end
+            ):
+                self._forget(sibling)
+                if self._holders[sibling]:
+                    self.orphaned_blocks += 1
+                else:
+                    del self._evictable[sibling]
+                    self.evictable_blocks -= 1
+                    freed.append(sibling)
         self._pages[key] = page
         self._key[page], self._source[page], self._holders[page] = key, source, 1
+        parent = self._parent[page] = parent_key(hashes, per_hash, start)
+        self._children[parent] = self._children.get(parent, 0) + 1
         if indexed:
             self._by_first_block.setdefault(self._first_block(page), []).append(page)
 
@@ -282,9 +355,12 @@ class PrefixCache:
             assert self._indexed(page) == (
                 page in self._by_first_block.get(self._first_block(page), ())
             )
-        assert all(self._key[page] is not None for page in holders), (
-            "a cache holds a page the tree does not have"
-        )
+        orphans = [page for page in holders if self._key[page] is None]
+        assert len(orphans) == self.orphaned_blocks, "the orphaned count drifted"
+        for page in orphans:
+            assert self._holders[page] == holders[page], f"orphaned page {page}: holders"
+        parents = [self._parent[page] for page in self._pages.values()]
+        assert self._children == dict(Counter(parents)), "the children counts drifted"
 
     def __repr__(self) -> str:
         return (

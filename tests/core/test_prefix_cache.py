@@ -237,3 +237,53 @@ def test_update_context_advances_the_history_by_chunk(reuse):
     assert cache.history_length == 10 and cache.capacity == 10
     with pytest.raises(ValueError, match="History length cannot exceed capacity"):
         cache.resize(8)  # the computed context cannot be given back
+
+
+# -- upstream's partial-block rules (_block_radix_tree.py, Block.__init__) -------------------
+
+
+def test_a_partial_page_whose_tokens_a_sibling_holds_is_not_committed():
+    mgr = manager()
+    run_context(mgr, request("a", list(range(10))))  # its last page holds tokens 8 and 9
+    committed = mgr.prefix_cache.committed_blocks
+    shorter = run_context(mgr, request("b", list(range(9))))  # its last page holds token 8
+    assert shorter.committed == 2  # the two whole pages (rebased); the partial one stays its own
+    assert mgr.prefix_cache.committed_blocks == committed
+    assert shorter.pages[2] not in mgr.prefix_cache._pages.values()
+
+
+@pytest.mark.parametrize("shorter_still_held", [False, True])
+def test_a_longer_partial_page_replaces_the_shorter_sibling_it_extends(shorter_still_held):
+    mgr = manager()
+    short = request("a", list(range(9)))
+    short_page = run_context(mgr, short).pages[2]
+    short_key = prefix_key(short.prefix_hashes, 1, 9)
+    if not shorter_still_held:
+        mgr.free(short)
+    free = mgr.pool.free_blocks
+    longer = request("b", list(range(10)))
+    cache = run_context(mgr, longer)  # copies token 8 from a's page, computes token 9
+    assert cache.committed == 3
+    assert short_key not in mgr.prefix_cache._pages
+    assert mgr.prefix_cache._pages[prefix_key(longer.prefix_hashes, 1, 10)] == cache.pages[2]
+    assert not mgr.prefix_cache.is_committed(short_page)
+    if shorter_still_held:  # orphaned: its cache keeps it until it lets go
+        assert mgr.prefix_cache.orphaned_blocks == 1
+        assert mgr.pool.is_allocated(short_page) and mgr.pool.free_blocks == free - 1
+        mgr.free(short)
+    # the page b copied into is made up for by the replaced page going back to the pool
+    assert mgr.prefix_cache.orphaned_blocks == 0
+    assert not mgr.pool.is_allocated(short_page) and mgr.pool.free_blocks == free
+    mgr.check_invariants()
+
+
+@pytest.mark.parametrize("children, expected", [(31, 5), (32, 4)])
+def test_partial_matching_is_skipped_under_a_node_of_32_children(children, expected):
+    mgr = manager(num_blocks=48)
+    for i in range(children):  # each leaves a partial page of its own under the first page
+        run_context(mgr, request(f"r{i}", [0, 1, 2, 3, 100 + i, 50]))
+        mgr.free(f"r{i}")
+    probe = request("probe", [0, 1, 2, 3, 105, 7, 8])
+    assert mgr.prepare_context(probe)
+    assert probe.context_current_position == expected  # 4 + the token shared with r5's page
+    mgr.check_invariants()
