@@ -416,6 +416,13 @@ CASES = [
     ),
     Case(
         CONSTRUCTOR,
+        "Request('r', 8, 1, cache_salt=42)",
+        raises(lambda: Request("r", 8, 1, cache_salt=42)),
+        "TypeError",
+        ("cache_salt", "str or None"),
+    ),
+    Case(
+        CONSTRUCTOR,
         "KVCacheManager(..., max_seq_len=2**26, max_batch_size=2**12, "
         "page_index_policy='configured')",
         raises(

@@ -13,6 +13,7 @@ dropped, not moved down; cached pages go before suspended caches move down."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -27,8 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 BlockKey = tuple[int, int]
 #: What made a committed page: the prompt's hashes and their ``tokens_per_hash``.
 Source = tuple[tuple[int, ...], int]
-#: The root every prompt's first page hangs under (the unscoped reuse scope's).
-ROOT: BlockKey = (0, 0)
 #: Partial matching is skipped under a node of this many children or more: upstream finds it
 #: too slow to try them all (``find_best_partial_match_in_next_nodes``, TRTLLM-7784).
 PARTIAL_MATCH_MAX_CHILDREN = 32
@@ -50,16 +49,32 @@ def chain_hashes(
     return tuple(hashes)
 
 
+def scope_seed(cache_salt: str | None) -> int:
+    """The reuse scope a ``cache_salt`` names, as an int (0: no salt): a digest, stable across
+    processes (upstream hashes the scope with SHA-256: ``ReuseScope``, ``Hasher``)."""
+    if cache_salt is None:
+        return 0
+    return int.from_bytes(hashlib.sha256(cache_salt.encode()).digest()[:8], "little") | 1
+
+
+def scoped_hashes(hashes: tuple[int, ...], cache_salt: str | None) -> tuple[int, ...]:
+    """``hashes`` under the scope of ``cache_salt``: as they are without one, else each mixed
+    with the scope, so that no key of one scope is another's (upstream roots each scope's
+    chain at its own digest: ``sequence_to_blockchain_keys``)."""
+    seed = scope_seed(cache_salt)
+    return tuple(hash((seed, h)) for h in hashes) if seed else hashes
+
+
 def prefix_key(hashes: tuple[int, ...], tokens_per_hash: int, end: int) -> BlockKey:
     """The identity of a prompt's first ``end`` tokens (0 < end <= the tokens the hashes cover):
     the hash of the block holding token ``end``, and ``end``."""
     return hashes[(end - 1) // tokens_per_hash], end
 
 
-def parent_key(hashes: tuple[int, ...], tokens_per_hash: int, start: int) -> BlockKey:
+def parent_key(hashes: tuple[int, ...], tokens_per_hash: int, start: int, root: int) -> BlockKey:
     """The node a page starting at token ``start`` hangs under: the key of the prefix before
-    it, or the root."""
-    return prefix_key(hashes, tokens_per_hash, start) if start else ROOT
+    it, or the root of its reuse scope (``root``: :func:`scope_seed`)."""
+    return prefix_key(hashes, tokens_per_hash, start) if start else (root, 0)
 
 
 def hashed_tokens(request: Request) -> int:
@@ -179,7 +194,7 @@ class PrefixCache:
         """The committed pages holding the request's first tokens, at most ``limit`` of them,
         and (with partial reuse) the page after them sharing the most leading tokens."""
         tokens_per_block = self.tokens_per_block
-        hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
+        hashes, per_hash = request.scoped_hashes, request.tokens_per_hash
         usable = min(limit, hashed_tokens(request))
         found = self._committed_prefix(hashes, per_hash, usable)
         start = len(found) * tokens_per_block
@@ -187,7 +202,9 @@ class PrefixCache:
         if (
             self.enable_partial_reuse
             and start < usable
-            and self._children.get(parent_key(hashes, per_hash, start), 0)
+            and self._children.get(
+                parent_key(hashes, per_hash, start, scope_seed(request.cache_salt)), 0
+            )
             < PARTIAL_MATCH_MAX_CHILDREN
         ):
             for candidate in self._siblings(hashes, per_hash, start):
@@ -209,7 +226,7 @@ class PrefixCache:
     def first_new_key(self, request: Request) -> BlockKey | None:
         """The key of the request's first whole prompt page not committed, or None when every
         whole page is."""
-        hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
+        hashes, per_hash = request.scoped_hashes, request.tokens_per_hash
         usable = hashed_tokens(request)
         end = (len(self._committed_prefix(hashes, per_hash, usable)) + 1) * self.tokens_per_block
         return prefix_key(hashes, per_hash, end) if end <= usable else None
@@ -275,17 +292,18 @@ class PrefixCache:
         already, (its index, the tree's page) to rebase onto (its own goes back to the pool);
         and the pages a longer partial page replaced that no cache holds, for the pool."""
         tokens_per_block = self.tokens_per_block
-        hashes, per_hash = request.prefix_hashes, request.tokens_per_hash
+        hashes, per_hash = request.scoped_hashes, request.tokens_per_hash
         end = min(end, hashed_tokens(request), len(pages) * tokens_per_block)
         index, rebased = committed, []
         freed: list[int] = []
         page_end = (index + 1) * tokens_per_block
         source, indexed = (hashes, per_hash), per_hash % tokens_per_block != 0
+        root = scope_seed(request.cache_salt)
         while page_end <= end:
             key = (hashes[(page_end - 1) // per_hash], page_end)
             page = self._pages.get(key)
             if page is None:
-                self._insert(key, pages[index], source, indexed, freed)
+                self._insert(key, pages[index], source, indexed, root, freed)
             elif page != pages[index]:  # computed twice: rebase onto the tree's page
                 self.hold([page])
                 rebased.append((index, page))
@@ -293,7 +311,8 @@ class PrefixCache:
             page_end += tokens_per_block
         if last and end == request.prompt_len and index * tokens_per_block < end:
             if not self._covered(source, end):  # else the cache stops committing there
-                self._insert(prefix_key(hashes, per_hash, end), pages[index], source, True, freed)
+                key = prefix_key(hashes, per_hash, end)
+                self._insert(key, pages[index], source, True, root, freed)
                 index += 1
         return index, rebased, freed
 
@@ -308,11 +327,18 @@ class PrefixCache:
         )
 
     def _insert(
-        self, key: BlockKey, page: int, source: Source, indexed: bool, freed: list[int]
+        self,
+        key: BlockKey,
+        page: int,
+        source: Source,
+        indexed: bool,
+        root: int,
+        freed: list[int],
     ) -> None:
-        """Commit ``page`` under ``key``, held by the cache that computed it. A shorter partial
-        sibling holding a prefix of its tokens is replaced (``Block.__init__`` of
-        _block_radix_tree.py): dropped from the tree, to ``freed`` if no cache holds it."""
+        """Commit ``page`` under ``key`` (``root``: its reuse scope's), held by the cache that
+        computed it. A shorter partial sibling holding a prefix of its tokens is replaced
+        (``Block.__init__`` of _block_radix_tree.py): dropped from the tree, to ``freed`` if
+        no cache holds it."""
         hashes, per_hash = source
         end = key[1]
         start = (end - 1) // self.tokens_per_block * self.tokens_per_block
@@ -331,7 +357,7 @@ class PrefixCache:
                     freed.append(sibling)
         self._pages[key] = page
         self._key[page], self._source[page], self._holders[page] = key, source, 1
-        parent = self._parent[page] = parent_key(hashes, per_hash, start)
+        parent = self._parent[page] = parent_key(hashes, per_hash, start, root)
         self._children[parent] = self._children.get(parent, 0) + 1
         if indexed:
             self._by_first_block.setdefault(self._first_block(page), []).append(page)

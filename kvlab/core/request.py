@@ -12,6 +12,7 @@ from enum import StrEnum
 from kvlab.core.arith import div_ceil
 from kvlab.core.cause import Reason
 from kvlab.core.checks import MAX_COUNT, check_bools, store_param
+from kvlab.core.prefix_cache import scoped_hashes
 
 #: Tokens per hash in Mooncake's FAST'25 traces (``hash_ids``: one per 512-token block).
 MOONCAKE_TOKENS_PER_HASH = 512
@@ -56,6 +57,8 @@ class Request:
     the budget (kvlab keeps one set of pages per sequence). ``prefix_hashes``: the prompt's
     chained block hashes, one per ``tokens_per_hash`` tokens (vLLM's ``Request.block_hashes``;
     ``prefix_cache.chain_hashes`` makes them): what block reuse matches; empty shares nothing.
+    ``cache_salt``: the reuse scope (the LLM API's ``cache_salt``): prompts share pages only
+    with prompts of the same salt (None, the default, is a scope of its own).
     The fields after these are runtime bookkeeping, not constructor arguments.
     """
 
@@ -70,7 +73,10 @@ class Request:
     beam_width: int = 1
     prefix_hashes: tuple[int, ...] = ()
     tokens_per_hash: int = MOONCAKE_TOKENS_PER_HASH
+    cache_salt: str | None = None
 
+    #: ``prefix_hashes`` under the ``cache_salt`` scope: the keys block reuse stores pages by
+    scoped_hashes: tuple[int, ...] = field(default=(), init=False)
     state: RequestState = field(default=RequestState.WAITING, init=False)
     #: why it ended as it did (or where it was when the run ended); None while it is live
     reason: Reason | None = field(default=None, init=False)
@@ -133,6 +139,12 @@ class Request:
                 f"prefix_hashes must hold at most {blocks} hashes, one per {self.tokens_per_hash}-"
                 f"token block of the {self.prompt_len}-token prompt, got {len(self.prefix_hashes)}"
             )
+        if self.cache_salt is not None and not isinstance(self.cache_salt, str):
+            raise TypeError(
+                f"cache_salt must be a str or None, got {self.cache_salt!r:.60} "
+                f"({type(self.cache_salt).__name__})"
+            )
+        self.scoped_hashes = scoped_hashes(self.prefix_hashes, self.cache_salt)
 
     @property
     def is_first_context_chunk(self) -> bool:

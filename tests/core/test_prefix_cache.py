@@ -287,3 +287,17 @@ def test_partial_matching_is_skipped_under_a_node_of_32_children(children, expec
     assert mgr.prepare_context(probe)
     assert probe.context_current_position == expected  # 4 + the token shared with r5's page
     mgr.check_invariants()
+
+
+def test_prompts_share_pages_only_within_their_cache_salt():
+    mgr = manager()
+    run_context(mgr, request("a", list(range(9)), cache_salt="tenant-1"))
+    for rid, salt, reused in (("b", "tenant-1", 8), ("c", "tenant-2", 0), ("d", None, 0)):
+        again = request(rid, list(range(9)), cache_salt=salt)
+        assert mgr.prepare_context(again)
+        assert again.context_current_position == reused, salt
+    unsalted = request("e", list(range(9)))
+    assert unsalted.scoped_hashes is unsalted.prefix_hashes  # no salt: the hashes as they are
+    mgr.check_invariants()
+    with pytest.raises(TypeError, match="cache_salt must be a str or None"):
+        request("f", [1], cache_salt=7)
