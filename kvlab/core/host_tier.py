@@ -3,13 +3,17 @@
 Mirrors the tier set-up of ``KVCacheManagerV2.__init__``
 (tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py at 0004396720, REFERENCE.md
 §4a): ``host_cache_size`` None provisions the automatic host tier, 0 none; a disk tier is one more
-level. A suspended cache keeps its pages on the GPU until an allocation needs them; then the
-manager moves them down, oldest suspension first, while the tier has room. Simplified: the tier is
-a count of pages (host and disk as one), a cache moves all together, nothing is written to disk.
+level. A suspended cache keeps its pages on the GPU until an allocation needs them; then they
+move down while the tier has room, in one least-recently-used order with the cached pages no
+cache holds (which are evicted): upstream's ``PerLevelEvictionController`` queues both kinds
+(tensorrt_llm/runtime/kv_cache_manager_v2/_storage_manager.py ``is_evictable``, read at commit
+00f6bd61f297eaefd98fcabd562d3a8e3df12a96). Simplified: the tier is a count of pages (host and
+disk as one), a cache moves all together, nothing is written to disk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from kvlab.core.checks import check_int, check_param
@@ -78,7 +82,8 @@ def lower_tier_bytes(
 
 class HostTier:
     """``num_blocks`` pages below the GPU (``used_blocks`` of them hold suspended caches'
-    pages), and the suspended caches whose pages are still on the GPU, oldest first."""
+    pages), and the suspended caches whose pages are still on the GPU, oldest first, each with
+    the tick of the eviction clock it was suspended at."""
 
     __slots__ = ("num_blocks", "used_blocks", "blocks_on_gpu", "_on_gpu")
 
@@ -87,15 +92,16 @@ class HostTier:
         self.used_blocks = 0
         #: GPU pages the tracked caches hold (a suspended cache's pages do not change)
         self.blocks_on_gpu = 0
-        self._on_gpu: dict[int, KVCache] = {}  # id(cache) -> cache, in suspension order
+        #: id(cache) -> (tick, cache), in suspension order
+        self._on_gpu: dict[int, tuple[int, KVCache]] = {}
 
     @property
     def free_blocks(self) -> int:
         return self.num_blocks - self.used_blocks
 
-    def track(self, cache: KVCache) -> None:
-        """``cache`` was suspended with its pages on the GPU: they may move down later."""
-        self._on_gpu[id(cache)] = cache
+    def track(self, cache: KVCache, tick: int) -> None:
+        """``cache`` was suspended at ``tick`` with its pages on the GPU: they may move down."""
+        self._on_gpu[id(cache)] = (tick, cache)
         self.blocks_on_gpu += cache.num_blocks
 
     def untrack(self, cache: KVCache) -> None:
@@ -109,23 +115,38 @@ class HostTier:
         return min(self.free_blocks, self.blocks_on_gpu)
 
     def check_invariants(self) -> None:
-        assert self.blocks_on_gpu == sum(c.num_blocks for c in self._on_gpu.values()), (
+        caches = [cache for _, cache in self._on_gpu.values()]
+        assert self.blocks_on_gpu == sum(c.num_blocks for c in caches), (
             f"{self!r} counts {self.blocks_on_gpu} pages on the GPU"
         )
-        assert all(c.suspended for c in self._on_gpu.values()), "a tracked cache is active"
+        assert all(c.suspended for c in caches), "a tracked cache is active"
+        ticks = [tick for tick, _ in self._on_gpu.values()]
+        assert ticks == sorted(ticks), "suspension order and ticks disagree"
 
-    def choose(self, shortfall: int) -> list[KVCache] | None:
-        """The suspended caches, oldest first, whose pages moving down free ``shortfall`` GPU
-        pages; None when the tier cannot take enough of them."""
-        chosen, freed, room = [], 0, self.free_blocks
-        for cache in self._on_gpu.values():
-            if freed >= shortfall:
-                break
-            if 0 < cache.num_blocks <= room:
-                chosen.append(cache)
+    def choose(self, shortfall: int, released: Iterator[int]) -> list[KVCache] | None:
+        """The suspended caches to move down (oldest first, each while the tier has room for
+        it) so that they and the cached pages to evict free ``shortfall`` GPU pages, least
+        recently suspended or released first (``released``: the cached pages' release ticks,
+        oldest first); None when even all of them cannot."""
+        movers, freed, room = [], 0, self.free_blocks
+        caches = iter(self._on_gpu.values())
+        cache_at = next(caches, None)
+        cached_at = next(released, None)
+        while freed < shortfall:
+            while cache_at is not None and not 0 < cache_at[1].num_blocks <= room:
+                cache_at = next(caches, None)  # this one cannot move down (or frees nothing)
+            if cache_at is not None and (cached_at is None or cache_at[0] < cached_at):
+                cache = cache_at[1]
+                movers.append(cache)
                 freed += cache.num_blocks
                 room -= cache.num_blocks
-        return chosen if freed >= shortfall else None
+                cache_at = next(caches, None)
+            elif cached_at is not None:
+                freed += 1  # a cached page is evicted
+                cached_at = next(released, None)
+            else:
+                return None
+        return movers
 
     def take(self, cache: KVCache) -> None:
         """``cache``'s pages move down (call before they leave the GPU)."""

@@ -171,16 +171,21 @@ class KVCacheManager(BlockReuse, Suspension):
         return blocks
 
     def _make_room(self, count: int) -> None:
-        """Free ``count`` pages where too few are: evict cached pages no cache holds, after moving
-        suspended caches down if even those are too few; nothing moves when that cannot do."""
+        """Free ``count`` pages where too few are: evict cached pages no cache holds and move
+        suspended caches down, least recently released or suspended first (upstream's one
+        eviction queue, kvlab.core.host_tier); nothing moves when that cannot do."""
         pool, cached = self.pool, self.prefix_cache
-        shortfall = count - pool.free_blocks - cached.evictable_blocks
-        if shortfall > 0:
-            movers = self.host_tier.choose(shortfall)
+        shortfall = count - pool.free_blocks
+        if shortfall <= 0:
+            return
+        if self.host_tier.blocks_on_gpu:
+            movers = self.host_tier.choose(shortfall, cached.release_ticks())
             if movers is None:
                 return
             for cache in movers:
                 self._move_down(cache)
+        elif shortfall > cached.evictable_blocks:
+            return
         if count > pool.free_blocks:  # a cache that moved down may have freed shared pages
             pool.free(cached.evict(min(count - pool.free_blocks, cached.evictable_blocks)))
 

@@ -6,16 +6,19 @@ tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py, read at commit
 is *committed* under the key of the prefix it ends; caches *hold* it; :meth:`match` finds a
 prompt's longest committed prefix (with partial reuse, the best next page to copy, unless 32 or
 more pages hang under the node it would copy from); a page no cache holds is *evictable*, least
-recently released first. A partial page whose tokens a sibling holds is not committed, and a
-page extending a shorter partial sibling replaces it (``Block.__init__``).
+recently released first, in one order with suspended caches' pages (kvlab.core.host_tier). A
+partial page whose tokens a sibling holds is not committed, and a page extending a shorter
+partial sibling replaces it (``Block.__init__``). Keys are scoped by the request's
+``cache_salt``.
 Simplified: hashes coarser than pages match less than upstream's tokens; an evicted page is
-dropped, not moved down; cached pages go before suspended caches move down."""
+dropped, not moved down to the host tier with its key kept in the tree; no LoRA scope."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from kvlab.core.checks import check_param
@@ -113,8 +116,11 @@ class PrefixCache:
         #: pages dropped from the tree (a longer partial sibling replaced them) that a cache
         #: still holds; each goes back to the pool when its last holder lets go
         self.orphaned_blocks = 0
-        #: pages no cache holds, least recently released first
-        self._evictable: OrderedDict[int, None] = OrderedDict()
+        #: pages no cache holds, least recently released first, each with its release tick
+        self._evictable: OrderedDict[int, int] = OrderedDict()
+        #: the eviction clock: ticks order releases here and suspensions in the tier below, so
+        #: that both kinds go in one least-recently-used order (kvlab.core.host_tier)
+        self.clock = itertools.count()
         #: how many (a plain count: the pool's availability reads it on every pass)
         self.evictable_blocks = 0
         #: the partial-match candidates a key lookup cannot find (see :meth:`_indexed`), by
@@ -133,6 +139,10 @@ class PrefixCache:
 
     def is_committed(self, page: int) -> bool:
         return self._key[page] is not None
+
+    def release_ticks(self) -> Iterator[int]:
+        """The release ticks of the evictable pages, least recently released first."""
+        return iter(self._evictable.values())
 
     def evict(self, count: int) -> list[int]:
         """Drop ``count`` cached pages no cache holds, least recently released first; return
@@ -271,13 +281,14 @@ class PrefixCache:
         """A cache lets go of committed ``pages``; those no cache holds become evictable, the
         last page first. Returns the orphaned ones no cache holds now, for the pool."""
         evictable, holders, keys, freed = self._evictable, self._holders, self._key, []
+        tick = next(self.clock)
         for page in reversed(pages):
             holders[page] -= 1
             if holders[page] == 0:
                 if keys[page] is None:  # dropped from the tree while held
                     freed.append(page)
                     continue
-                evictable[page] = None
+                evictable[page] = tick
                 self.evictable_blocks += 1
         self.orphaned_blocks -= len(freed)
         return freed

@@ -32,7 +32,7 @@ class Suspension(ManagerViews):
         if not cache.suspended:
             cache.suspended = True
             if cache.pages:
-                self.host_tier.track(cache)
+                self.host_tier.track(cache, next(self.prefix_cache.clock))
 
     def resume_cache(self, cache: KVCache) -> bool:
         """Native ``resume``: refused (False) above ``max_util_for_resume`` (evictable pages

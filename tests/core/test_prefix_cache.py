@@ -301,3 +301,32 @@ def test_prompts_share_pages_only_within_their_cache_salt():
     mgr.check_invariants()
     with pytest.raises(TypeError, match="cache_salt must be a str or None"):
         request("f", [1], cache_salt=7)
+
+
+@pytest.mark.parametrize("suspended_first", [True, False])
+def test_cached_pages_and_suspended_caches_leave_in_one_lru_order(suspended_first):
+    # upstream's eviction controller queues a suspended cache's pages with the cached pages no
+    # cache holds (_storage_manager.py is_evictable): the least recent goes first, either kind
+    page_bytes = manager(num_blocks=1).geometry.bytes_per_block
+    mgr = manager(num_blocks=8, host_cache_size=2 * page_bytes)
+    suspended = Request("s", 8, 4)
+
+    def suspend():
+        assert mgr.prepare_context(suspended) and mgr.resize_context(suspended, 8)
+        mgr.suspend(suspended)
+
+    def cache_pages():
+        run_context(mgr, request("a", list(range(8))))
+        mgr.free("a")
+
+    for step in (suspend, cache_pages) if suspended_first else (cache_pages, suspend):
+        step()
+    assert mgr.pool.free_blocks == 4 and mgr.prefix_cache.evictable_blocks == 2
+    big = Request("big", 24, 1)
+    assert mgr.prepare_context(big) and mgr.resize_context(big, 24)  # 6 pages: 2 more needed
+    cache = mgr.get_cache(suspended)
+    if suspended_first:  # the older suspension moves down; the cached pages stay
+        assert cache.suspended_blocks == 2 and mgr.prefix_cache.evicted_blocks == 0
+    else:  # the older cached pages are evicted; the suspended cache stays on the GPU
+        assert cache.num_blocks == 2 and mgr.prefix_cache.evicted_blocks == 2
+    mgr.check_invariants()
