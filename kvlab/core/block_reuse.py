@@ -1,6 +1,7 @@
 """Block reuse in the manager (``KvCacheConfig.enable_block_reuse``, REFERENCE.md §10): a new
-cache starts holding the longest committed prefix of its prompt, and a context's computed prompt
-pages are committed for other prompts to reuse (kvlab.core.prefix_cache keeps them)."""
+cache starts holding the longest committed prefix of its prompt (its pages in the tier below
+brought back up), and a context's computed prompt pages are committed for other prompts to reuse
+(kvlab.core.prefix_cache keeps them)."""
 
 from __future__ import annotations
 
@@ -29,21 +30,33 @@ class BlockReuse(ManagerViews):
         return self.prefix_cache.first_new_key(request)
 
     def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
+        """Hold the committed prefix (its pages below come back up) and copy the partial match
+        into a page of the cache's own; what finds no GPU page is not reused."""
         prefix_cache = self.prefix_cache
         match = prefix_cache.match(request, request.context_len - 1)
-        pages, tokens = match.pages, match.tokens
+        pages, tokens, partial = match.pages, match.tokens, match.partial
         prefix_cache.hold(pages)
+        below = [index for index, page in enumerate(pages) if prefix_cache.is_below(page)]
+        if below:  # upstream's resume locks them to the GPU (batched_lock_to_gpu)
+            fresh = self.allocate_pages(len(below))
+            if fresh is None:  # the prefix before the first page below only
+                prefix_cache.release(pages[below[0] :])
+                del pages[below[0] :]
+                tokens, partial = len(pages) * self.tokens_per_block, None
+            else:
+                for index, page in zip(below, fresh):
+                    prefix_cache.move_up(pages[index], page)
+                    pages[index] = page
         cache.committed = len(pages)
-        if match.partial is not None:
-            prefix_cache.hold([match.partial])  # not evicted to make room for its own copy
+        if partial is not None:
+            prefix_cache.hold([partial])  # not evicted to make room for its own copy
             copy = self.allocate_pages(1)
             if copy is None:  # no page to copy into: the whole pages only
                 tokens -= match.partial_tokens
             else:
-                storage = self.pool.storage
-                storage[copy[0]].copy_(storage[match.partial])
+                self.pool.storage[copy[0]].copy_(prefix_cache.page_bytes(partial))
                 pages = pages + copy
-            prefix_cache.release([match.partial])
+            prefix_cache.release([partial])
         if pages:
             self._append(cache, pages)
             cache.capacity = cache.history_length = tokens

@@ -7,8 +7,10 @@ level. A suspended cache keeps its pages on the GPU until an allocation needs th
 move down while the tier has room, in one least-recently-used order with the cached pages no
 cache holds (which are evicted): upstream's ``PerLevelEvictionController`` queues both kinds
 (tensorrt_llm/runtime/kv_cache_manager_v2/_storage_manager.py ``is_evictable``, read at commit
-00f6bd61f297eaefd98fcabd562d3a8e3df12a96). Simplified: the tier is a count of pages (host and
-disk as one), a cache moves all together, nothing is written to disk.
+00f6bd61f297eaefd98fcabd562d3a8e3df12a96). Cached pages evicted from the GPU take the room
+suspended caches leave (kvlab.core.prefix_cache keeps them) and make way for them. Simplified:
+the tier is a count of pages (host and disk as one), a cache moves all together, nothing is
+written to disk.
 """
 
 from __future__ import annotations
@@ -123,12 +125,12 @@ class HostTier:
         ticks = [tick for tick, _ in self._on_gpu.values()]
         assert ticks == sorted(ticks), "suspension order and ticks disagree"
 
-    def choose(self, shortfall: int, released: Iterator[int]) -> list[KVCache] | None:
+    def choose(self, shortfall: int, released: Iterator[int], pinned: int) -> list[KVCache] | None:
         """The suspended caches to move down (oldest first, each while the tier has room for
-        it) so that they and the cached pages to evict free ``shortfall`` GPU pages, least
-        recently suspended or released first (``released``: the cached pages' release ticks,
-        oldest first); None when even all of them cannot."""
-        movers, freed, room = [], 0, self.free_blocks
+        it, but for ``pinned`` pages) so that they and the cached pages to evict free
+        ``shortfall`` GPU pages, least recently suspended or released first (``released``: the
+        cached pages' release ticks, oldest first); None when even all of them cannot."""
+        movers, freed, room = [], 0, self.free_blocks - pinned
         caches = iter(self._on_gpu.values())
         cache_at = next(caches, None)
         cached_at = next(released, None)

@@ -154,7 +154,10 @@ class KVCacheManager(BlockReuse, Suspension):
             // geometry.bytes_per_block
         )
         self.prefix_cache = PrefixCache(
-            self.pool, geometry.tokens_per_block, enable_partial_reuse and enable_block_reuse
+            self.pool,
+            geometry.tokens_per_block,
+            enable_partial_reuse and enable_block_reuse,
+            self.host_tier,
         )
         self._caches: dict[str, KVCache] = {}
         self._held_back: list[int] = []  # pages held outside every cache (:meth:`hold_back`)
@@ -179,7 +182,9 @@ class KVCacheManager(BlockReuse, Suspension):
         if shortfall <= 0:
             return
         if self.host_tier.blocks_on_gpu:
-            movers = self.host_tier.choose(shortfall, cached.release_ticks())
+            movers = self.host_tier.choose(
+                shortfall, cached.release_ticks(), cached.pinned_host_blocks
+            )
             if movers is None:
                 return
             for cache in movers:

@@ -167,7 +167,9 @@ class ManagerViews:
         )
         self.host_tier.check_invariants()
         free = self.pool.free_blocks
-        committed = prefix_cache.committed_blocks + prefix_cache.orphaned_blocks
+        committed = (  # on the GPU
+            prefix_cache.committed_blocks - prefix_cache.host_blocks + prefix_cache.orphaned_blocks
+        )
         assert len(owned) + committed + free == self.total_blocks, (
             f"pages not conserved: {len(owned)} owned + {committed} committed (or orphaned) "
             f"+ {free} free != {self.total_blocks}"

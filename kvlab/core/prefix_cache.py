@@ -6,12 +6,13 @@ tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py, read at commit
 is *committed* under the key of the prefix it ends; caches *hold* it; :meth:`match` finds a
 prompt's longest committed prefix (with partial reuse, the best next page to copy, unless 32 or
 more pages hang under the node it would copy from); a page no cache holds is *evictable*, least
-recently released first, in one order with suspended caches' pages (kvlab.core.host_tier). A
-partial page whose tokens a sibling holds is not committed, and a page extending a shorter
-partial sibling replaces it (``Block.__init__``). Keys are scoped by the request's
-``cache_salt``.
-Simplified: hashes coarser than pages match less than upstream's tokens; an evicted page is
-dropped, not moved down to the host tier with its key kept in the tree; no LoRA scope."""
+recently released first, in one order with suspended caches' pages (kvlab.core.host_tier); an
+evicted page moves down to the host tier keeping its key, and a later match brings it back up
+(page numbers from ``first_host_page`` on are pages there). A partial page whose tokens a
+sibling holds is not committed, and a page extending a shorter partial sibling replaces it
+(``Block.__init__``). Keys are scoped by the request's ``cache_salt``.
+Simplified: hashes coarser than pages match less than upstream's tokens; host and disk are one
+tier; no LoRA scope, no sliding windows, no per_conversation policy."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from kvlab.core.checks import check_param
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from kvlab.core.host_tier import HostTier
     from kvlab.core.pool import PagePool
     from kvlab.core.request import Request
 
@@ -101,12 +105,27 @@ class PrefixCache:
     key, the hashes that made it and its holders; no object per page, so a replay's millions
     of commits cost a dict entry each and nothing for the garbage collector."""
 
-    def __init__(self, pool: PagePool, tokens_per_block: int, enable_partial_reuse: bool = True):
+    def __init__(
+        self,
+        pool: PagePool,
+        tokens_per_block: int,
+        enable_partial_reuse: bool = True,
+        host_tier: HostTier | None = None,
+    ):
         self.pool = pool
         self.tokens_per_block = tokens_per_block
         self.enable_partial_reuse = enable_partial_reuse
         self._pages: dict[BlockKey, int] = {}  # key -> committed page
-        blocks = pool.num_blocks
+        #: the tier below the GPU that evicted pages move down to (None: they are dropped);
+        #: a page number from ``first_host_page`` on is a page there
+        self.host_tier = host_tier
+        self.first_host_page = pool.num_blocks
+        host = 0 if host_tier is None else host_tier.num_blocks
+        self._free_host_pages = list(range(pool.num_blocks + host - 1, pool.num_blocks - 1, -1))
+        self._host_bytes: dict[int, torch.Tensor] = {}  # host page -> its bytes
+        #: host pages no cache holds, least recently moved down first
+        self._host_evictable: OrderedDict[int, None] = OrderedDict()
+        blocks = pool.num_blocks + host
         self._key: list[BlockKey | None] = [None] * blocks  # page -> its key, None if uncommitted
         self._source: list[Source | None] = [None] * blocks
         self._holders: list[int] = [0] * blocks
@@ -131,7 +150,26 @@ class PrefixCache:
     # -- counts ------------------------------------------------------------------------
     @property
     def committed_blocks(self) -> int:
+        """Committed pages, on the GPU or below."""
         return len(self._pages)
+
+    @property
+    def host_blocks(self) -> int:
+        """Committed pages in the tier below the GPU."""
+        return len(self._host_bytes)
+
+    @property
+    def pinned_host_blocks(self) -> int:
+        """Committed pages below that a cache holds (while it copies them up): not droppable."""
+        return len(self._host_bytes) - len(self._host_evictable)
+
+    def is_below(self, page: int) -> bool:
+        """``page`` is in the tier below the GPU."""
+        return page >= self.first_host_page
+
+    def page_bytes(self, page: int) -> torch.Tensor:
+        """A committed page's bytes, on the GPU or below."""
+        return self._host_bytes[page] if page >= self.first_host_page else self.pool.storage[page]
 
     def key_of(self, page: int) -> BlockKey | None:
         """The key a committed page is stored under (the prefix it ends), None if uncommitted."""
@@ -145,17 +183,75 @@ class PrefixCache:
         return iter(self._evictable.values())
 
     def evict(self, count: int) -> list[int]:
-        """Drop ``count`` cached pages no cache holds, least recently released first; return
-        them for the pool."""
+        """Evict ``count`` cached GPU pages no cache holds, least recently released first, and
+        return them for the pool: the most recent ones the tier below has room for move down,
+        keeping their keys (older pages there are dropped to make room), the others are dropped
+        (upstream's ``_prepare_free_slots``, _storage_manager.py)."""
         if count <= 0:
             return []
         popitem, forget = self._evictable.popitem, self._forget
         freed = [popitem(last=False)[0] for _ in range(count)]
-        for page in freed:
+        moving = min(count, self._host_room())
+        for page in freed[: count - moving]:
             forget(page)
+        for page in freed[count - moving :]:
+            self._move_down(page)
         self.evicted_blocks += count
         self.evictable_blocks -= count
         return freed
+
+    def _host_room(self) -> int:
+        """Host pages cached pages may take: the tier's pages but the suspended caches' and
+        the pinned ones."""
+        host_tier = self.host_tier
+        if host_tier is None:
+            return 0
+        return host_tier.num_blocks - host_tier.used_blocks - self.pinned_host_blocks
+
+    def make_host_room(self, count: int) -> None:
+        """Drop the least recently moved-down pages below until ``count`` more host pages are
+        free for suspended caches."""
+        host_tier = self.host_tier
+        if host_tier is None:  # no page of ours below
+            return
+        excess = host_tier.used_blocks + count + len(self._host_bytes) - host_tier.num_blocks
+        for _ in range(max(0, excess)):
+            self._drop_host(self._host_evictable.popitem(last=False)[0])
+
+    def _move_down(self, page: int) -> None:
+        """A cached GPU page moves to the tier below, keeping its key."""
+        if len(self._host_bytes) >= self._host_room() + self.pinned_host_blocks:
+            self._drop_host(self._host_evictable.popitem(last=False)[0])
+        host = self._free_host_pages.pop()
+        self._host_bytes[host] = self.pool.storage[page].to("cpu", copy=True)
+        self._relocate(page, host)
+        self._host_evictable[host] = None
+
+    def move_up(self, host: int, page: int) -> None:
+        """A page below comes back into the GPU page ``page``, with its key and holders."""
+        self.pool.storage[page].copy_(self._host_bytes.pop(host))
+        self._relocate(host, page)
+        self._free_host_pages.append(host)
+
+    def _drop_host(self, host: int) -> None:
+        """Take a page below no cache holds out of the tree and free its host page."""
+        self._forget(host)
+        del self._host_bytes[host]
+        self._free_host_pages.append(host)
+
+    def _relocate(self, old: int, new: int) -> None:
+        """A committed page's key, source, parent and holders move from page ``old`` to
+        ``new`` (the tree keeps the key: upstream moves a page between levels in place)."""
+        key, indexed = self._committed(old)[0], self._indexed(old)
+        if indexed:
+            self._unindex(old)
+        self._pages[key] = new
+        self._key[new], self._source[new] = key, self._source[old]
+        self._parent[new], self._holders[new] = self._parent[old], self._holders[old]
+        self._key[old] = self._source[old] = self._parent[old] = None
+        self._holders[old] = 0
+        if indexed:
+            self._by_first_block.setdefault(self._first_block(new), []).append(new)
 
     def _forget(self, page: int) -> None:
         """Take a committed page out of the tree (its holders are the caller's business)."""
@@ -270,26 +366,31 @@ class PrefixCache:
 
     def hold(self, pages: Sequence[int]) -> None:
         """A cache holds committed ``pages`` (evictable ones stop being)."""
-        evictable, holders = self._evictable, self._holders
+        evictable, holders, below = self._evictable, self._holders, self.first_host_page
         for page in pages:
             if holders[page] == 0:
-                del evictable[page]
-                self.evictable_blocks -= 1
+                if page >= below:
+                    del self._host_evictable[page]
+                else:
+                    del evictable[page]
+                    self.evictable_blocks -= 1
             holders[page] += 1
 
     def release(self, pages: Sequence[int]) -> list[int]:
         """A cache lets go of committed ``pages``; those no cache holds become evictable, the
         last page first. Returns the orphaned ones no cache holds now, for the pool."""
         evictable, holders, keys, freed = self._evictable, self._holders, self._key, []
-        tick = next(self.clock)
+        tick, below = next(self.clock), self.first_host_page
         for page in reversed(pages):
             holders[page] -= 1
             if holders[page] == 0:
                 if keys[page] is None:  # dropped from the tree while held
                     freed.append(page)
-                    continue
-                evictable[page] = tick
-                self.evictable_blocks += 1
+                elif page >= below:
+                    self._host_evictable[page] = None
+                else:
+                    evictable[page] = tick
+                    self.evictable_blocks += 1
         self.orphaned_blocks -= len(freed)
         return freed
 
@@ -313,6 +414,9 @@ class PrefixCache:
         while page_end <= end:
             key = (hashes[(page_end - 1) // per_hash], page_end)
             page = self._pages.get(key)
+            if page is not None and page >= self.first_host_page:  # below: replaced
+                self._drop(page, freed)
+                page = None
             if page is None:
                 self._insert(key, pages[index], source, indexed, root, freed)
             elif page != pages[index]:  # computed twice: rebase onto the tree's page
@@ -326,6 +430,21 @@ class PrefixCache:
                 self._insert(key, pages[index], source, True, root, freed)
                 index += 1
         return index, rebased, freed
+
+    def _drop(self, page: int, freed: list[int]) -> None:
+        """Take a committed page out of the tree: below, its host page is freed; on the GPU, to
+        ``freed`` if no cache holds it, else orphaned until its holders let go."""
+        if page >= self.first_host_page:
+            del self._host_evictable[page]  # a page below is held only while copied up
+            self._drop_host(page)
+            return
+        self._forget(page)
+        if self._holders[page]:
+            self.orphaned_blocks += 1
+        else:
+            del self._evictable[page]
+            self.evictable_blocks -= 1
+            freed.append(page)
 
     def _covered(self, source: Source, end: int) -> bool:
         """A committed page holds every token of the partial page ending the prompt of
@@ -359,13 +478,7 @@ class PrefixCache:
                 sibling_end < end
                 and self._shared_tokens(sibling, hashes, per_hash, start, end) == sibling_end
             ):
-                self._forget(sibling)
-                if self._holders[sibling]:
-                    self.orphaned_blocks += 1
-                else:
-                    del self._evictable[sibling]
-                    self.evictable_blocks -= 1
-                    freed.append(sibling)
+                self._drop(sibling, freed)
         self._pages[key] = page
         self._key[page], self._source[page], self._holders[page] = key, source, 1
         parent = self._parent[page] = parent_key(hashes, per_hash, start, root)
@@ -378,8 +491,21 @@ class PrefixCache:
         """``holders``: committed page -> caches holding it, counted by the manager."""
         assert len(self._pages) == sum(key is not None for key in self._key)
         assert self.evictable_blocks == len(self._evictable), "the evictable count drifted"
+        assert len(self._host_bytes) + len(self._free_host_pages) == (
+            len(self._holders) - self.first_host_page
+        ), "host pages not conserved"
+        assert set(self._host_evictable) <= set(self._host_bytes), "an evictable page is gone"
+        if self.host_tier is not None:
+            assert self.host_tier.used_blocks + self.host_blocks <= self.host_tier.num_blocks
         for key, page in self._pages.items():
             assert self._key[page] == key, f"committed page {page}: key disagrees"
+            assert self._indexed(page) == (
+                page in self._by_first_block.get(self._first_block(page), ())
+            )
+            if page >= self.first_host_page:
+                assert page in self._host_bytes, f"committed page {page} below has no bytes"
+                assert (self._holders[page] == 0) == (page in self._host_evictable), page
+                continue
             assert self.pool.is_allocated(page), f"committed page {page} is free in the pool"
             assert self._holders[page] == holders.get(page, 0), (
                 f"committed page {page}: {self._holders[page]} holders counted, "
@@ -388,9 +514,6 @@ class PrefixCache:
             assert (self._holders[page] == 0) == (page in self._evictable), (
                 f"committed page {page}: holders {self._holders[page]}, evictable "
                 f"{page in self._evictable}"
-            )
-            assert self._indexed(page) == (
-                page in self._by_first_block.get(self._first_block(page), ())
             )
         orphans = [page for page in holders if self._key[page] is None]
         assert len(orphans) == self.orphaned_blocks, "the orphaned count drifted"

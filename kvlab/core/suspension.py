@@ -60,7 +60,9 @@ class Suspension(ManagerViews):
         return True
 
     def _move_down(self, cache: KVCache) -> None:
-        """Copy a suspended cache's page bytes to the tier below and give the pages back."""
+        """Copy a suspended cache's page bytes to the tier below (dropping cached pages there
+        to make room) and give the pages back."""
+        self.prefix_cache.make_host_room(cache.num_blocks)
         self.host_tier.take(cache)
         storage = self.pool.storage
         index = torch.tensor(cache.pages, dtype=torch.long, device=storage.device)

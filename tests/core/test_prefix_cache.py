@@ -330,3 +330,75 @@ def test_cached_pages_and_suspended_caches_leave_in_one_lru_order(suspended_firs
     else:  # the older cached pages are evicted; the suspended cache stays on the GPU
         assert cache.num_blocks == 2 and mgr.prefix_cache.evicted_blocks == 2
     mgr.check_invariants()
+
+
+@pytest.mark.parametrize("host_pages, reused", [(2, 8), (1, 4), (0, 0)])
+def test_an_evicted_page_moves_to_the_host_tier_keeping_its_key(host_pages, reused):
+    # upstream's eviction migrates a page to the next cache level; the radix tree keeps its
+    # block, and a later match brings it back to the GPU (_storage_manager.py)
+    page_bytes = manager(num_blocks=1).geometry.bytes_per_block
+    mgr = manager(num_blocks=4, host_cache_size=host_pages * page_bytes)
+    first = request("a", list(range(8)))
+    pages = list(run_context(mgr, first).pages)
+    for value, page in zip((5, 6), pages):
+        mgr.pool.storage[page] = value
+    mgr.free(first)  # both pages evictable, the first released last
+    filler = Request("f", 16, 1)
+    assert mgr.prepare_context(filler) and mgr.resize_context(filler, 16)  # evicts both
+    assert mgr.prefix_cache.evicted_blocks == 2
+    assert mgr.prefix_cache.host_blocks == mgr.prefix_cache.committed_blocks == host_pages
+    mgr.check_invariants()
+    mgr.free(filler)
+    probe = request("p", list(range(8)) + [9])
+    assert mgr.prepare_context(probe)
+    assert probe.context_current_position == reused
+    cache = mgr.get_cache(probe)
+    for value, page in zip((5, 6), cache.pages[: reused // T]):  # the bytes came back up
+        assert bool((mgr.pool.storage[page] == value).all())
+    assert mgr.prefix_cache.host_blocks == 0
+    mgr.check_invariants()
+
+
+def test_a_suspended_cache_moving_down_drops_cached_pages_below():
+    # suspended caches' pages must be accepted by the last level; its droppable (cached) pages
+    # make room (_storage_manager.py _prepare_free_slots)
+    page_bytes = manager(num_blocks=1).geometry.bytes_per_block
+    mgr = manager(num_blocks=4, host_cache_size=4 * page_bytes, max_util_for_resume=1.0)
+    first = request("a", list(range(8)))
+    run_context(mgr, first)
+    mgr.free(first)
+    filler = Request("f", 16, 1)
+    assert mgr.prepare_context(filler) and mgr.resize_context(filler, 16)
+    assert mgr.prefix_cache.host_blocks == 2  # a's pages moved down
+    mgr.suspend(filler)
+    other = Request("o", 4, 1)
+    assert mgr.prepare_context(other) and mgr.resize_context(other, 4)  # needs 1 page
+    assert mgr.get_cache(filler).suspended_blocks == 4  # moved down, displacing a's pages
+    assert mgr.prefix_cache.host_blocks == mgr.prefix_cache.committed_blocks == 0
+    mgr.check_invariants()
+
+
+def test_a_page_computed_again_replaces_its_copy_below_and_partial_copies_come_from_below():
+    page_bytes = manager(num_blocks=1).geometry.bytes_per_block
+    mgr = manager(num_blocks=6, host_cache_size=2 * page_bytes)
+    late = request("b", [0, 1, 2, 3, 9])
+    assert mgr.prepare_context(late)  # nothing cached yet: it will compute its first page
+    first = request("a", [0, 1, 2, 3, 7, 8])
+    cache_a = run_context(mgr, first)
+    mgr.pool.storage[cache_a.pages[1]] = 4
+    mgr.free(first)
+    filler = Request("f", 24, 1)
+    assert mgr.prepare_context(filler) and mgr.resize_context(filler, 24)  # a's pages go below
+    assert mgr.prefix_cache.host_blocks == 2
+    mgr.free(filler)
+    key = prefix_key(late.scoped_hashes, 1, 4)
+    assert mgr.prefix_cache.is_below(mgr.prefix_cache._pages[key])
+    cache_b = run_context(mgr, late)  # commits the key of a page below: its page replaces it
+    assert mgr.prefix_cache._pages[key] == cache_b.pages[0] and cache_b.committed == 2
+    assert mgr.prefix_cache.host_blocks == 1
+    # a partial match on a's second page (below) copies its bytes into a page of its own
+    copier = request("c", [0, 1, 2, 3, 7, 50])
+    assert mgr.prepare_context(copier) and copier.context_current_position == 5
+    assert bool((mgr.pool.storage[mgr.get_cache(copier).pages[1]] == 4).all())
+    assert mgr.prefix_cache.host_blocks == 1  # copied from, not brought up
+    mgr.check_invariants()
