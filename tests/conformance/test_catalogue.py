@@ -156,6 +156,30 @@ def run_ported():
         report.unlink(missing_ok=True)
 
 
+#: kvlab's block reuse against the V2 manager's, item by item (issue 41, item 4).
+REUSE_SECTION = """## TensorRT-LLM reuse: what kvlab models and what not
+
+kvlab's block reuse (`kvlab/core/prefix_cache.py`, `block_reuse.py`, `host_tier.py`,
+`suspension.py`) against KVCacheManagerV2's, read in NVIDIA/TensorRT-LLM:
+`tensorrt_llm/runtime/kv_cache_manager_v2/_block_radix_tree.py` at
+`065ff9e93780bc0bdbfdbc7156a306ca14f5850c`; `_eviction_controller/_eviction_controller.py` at
+`2fd4eb8b459c0d2ebaf876c6a2d3864a793d99fd`; `_storage_manager.py` and `_core/_kv_cache.py` at
+`00f6bd61f297eaefd98fcabd562d3a8e3df12a96`; `tensorrt_llm/_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py`
+at `0004396720054fd8e205cbf616f21f0b57c6b412`.
+
+| upstream | kvlab |
+|---|---|
+| Eviction from the GPU moves a page to the host tier and keeps it in the radix tree; a match brings it back | modelled: the most recently released pages the tier has room for move down, older ones there are dropped; a prefix whose pages below find no GPU page is cut before them (upstream refuses the resume) |
+| One LRU queue for cached pages and suspended caches' pages | modelled: one order by release or suspension; a suspended cache moves down whole |
+| A new cache starts suspended, so `max_util_for_resume` gates it | modelled in `prepare_context` and `prepare_disagg_gen_init`; `create_cache` itself gives an active cache |
+| A partial block that is a prefix of a sibling is not inserted; a longer one replaces a shorter partial sibling | modelled (a replaced page a cache still holds goes back to the pool when it lets go) |
+| Partial matching is skipped under a node of 32 or more children | modelled |
+| Keys chained under a root scoped by LoRA id and cache salt | the cache salt is modelled (`Request.cache_salt`); LoRA ids are not: kvlab has no LoRA |
+| The `per_conversation` commit policy | not modelled: it needs conversation ids on requests and the drop plans of earlier turns' committed blocks (`ConversationManager`, `plan_committed_block_drop`); `block_reuse_policy` has `all_reusable` and `per_request` |
+| Sliding-window layers matched window-aware (VSWA) | not modelled: kvlab models full attention only, one window for every layer |
+"""
+
+
 def is_adapted(where) -> bool:
     """A port is adapted when one of its kvlab tests says an adaptation, else faithful."""
     return any(adaptation for _, _, adaptation in where)
@@ -247,7 +271,8 @@ def render(inventory, ported, not_modelled, outcomes):
     )
     lines[4:4] = [f"**{headline}.**", ""]
     peers = [line for engine in ENGINES for line in render_peer(engine)]
-    return "\n".join(lines + peers + details), headline
+    reuse = REUSE_SECTION.splitlines() + [""]
+    return "\n".join(lines + reuse + peers + details), headline
 
 
 @pytest.mark.slow
