@@ -16,13 +16,13 @@ tier; no LoRA scope, no sliding windows, no per_conversation policy."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from kvlab.core.checks import check_param
+from kvlab.core.reuse_scope import scope_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -54,22 +54,6 @@ def chain_hashes(
         previous = hash((previous, tuple(tokens[start : start + tokens_per_hash])))
         hashes.append(previous)
     return tuple(hashes)
-
-
-def scope_seed(cache_salt: str | None) -> int:
-    """The reuse scope a ``cache_salt`` names, as an int (0: no salt): a digest, stable across
-    processes (upstream hashes the scope with SHA-256: ``ReuseScope``, ``Hasher``)."""
-    if cache_salt is None:
-        return 0
-    return int.from_bytes(hashlib.sha256(cache_salt.encode()).digest()[:8], "little") | 1
-
-
-def scoped_hashes(hashes: tuple[int, ...], cache_salt: str | None) -> tuple[int, ...]:
-    """``hashes`` under the scope of ``cache_salt``: as they are without one, else each mixed
-    with the scope, so that no key of one scope is another's (upstream roots each scope's
-    chain at its own digest: ``sequence_to_blockchain_keys``)."""
-    seed = scope_seed(cache_salt)
-    return tuple(hash((seed, h)) for h in hashes) if seed else hashes
 
 
 def prefix_key(hashes: tuple[int, ...], tokens_per_hash: int, end: int) -> BlockKey:

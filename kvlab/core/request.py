@@ -12,7 +12,7 @@ from enum import StrEnum
 from kvlab.core.arith import div_ceil
 from kvlab.core.cause import Reason
 from kvlab.core.checks import MAX_COUNT, check_bools, store_param
-from kvlab.core.prefix_cache import scoped_hashes
+from kvlab.core.reuse_scope import scoped_hashes
 
 #: Tokens per hash in Mooncake's FAST'25 traces (``hash_ids``: one per 512-token block).
 MOONCAKE_TOKENS_PER_HASH = 512

@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 
 from kvlab import KVCacheManager, KVGeometry, Request
-from kvlab.core.prefix_cache import chain_hashes, scope_seed, scoped_hashes
+from kvlab.core.prefix_cache import chain_hashes
+from kvlab.core.reuse_scope import scope_seed, scoped_hashes
 
 TOKENS_PER_BLOCK = 2
 NO_LORA = (
