@@ -171,7 +171,7 @@ at `0004396720054fd8e205cbf616f21f0b57c6b412`.
 |---|---|
 | Eviction from the GPU moves a page to the host tier and keeps it in the radix tree; a match brings it back | modelled: the most recently released pages the tier has room for move down, older ones there are dropped; a prefix whose pages below find no GPU page is cut before them (upstream refuses the resume) |
 | One LRU queue for cached pages and suspended caches' pages | modelled: one order by release or suspension; a suspended cache moves down whole |
-| A new cache starts suspended, so `max_util_for_resume` gates it | modelled in `prepare_context` and `prepare_disagg_gen_init`; `create_cache` itself gives an active cache |
+| A new cache starts suspended, so `max_util_for_resume` gates it | not modelled: a new cache starts active. Gating it turns notebook 03's chunked, no-tier preemption livelock (the `preempt_for_pages` path) into a deadlock, and the version the seed ran was not checked for the gate; the upstream defaults read differ (0.9, 0.95, 0.97) |
 | A partial block that is a prefix of a sibling is not inserted; a longer one replaces a shorter partial sibling | modelled (a replaced page a cache still holds goes back to the pool when it lets go) |
 | Partial matching is skipped under a node of 32 or more children | modelled |
 | Keys chained under a root scoped by LoRA id and cache salt | the cache salt is modelled (`Request.cache_salt`); LoRA ids are not: kvlab has no LoRA |
