@@ -51,6 +51,63 @@ class ScheduledBatch:
         )
 
 
+class LateResults:
+    """An engine that processes each batch's results only after it has scheduled the next one
+    (vLLM's AsyncScheduler behind ``EngineCore.step_with_batch_queue``, SGLang's
+    ``event_loop_overlap``). kvlab's executor counts a batch's tokens as it runs it, so at the
+    next ``schedule()`` a request of the last batch that sampled has one token the engine has not
+    processed: its token is *in flight*. A request whose last token is in flight has not
+    finished for the engine: the scheduler holds its finish here and processes it after its
+    next pass. A scheduler keeps one, calls :meth:`open` at the top of ``schedule()``, takes the
+    held finishes with :meth:`take_finished` where the engine processes the last batch, and
+    ends the pass with :meth:`push`."""
+
+    def __init__(self) -> None:
+        self._batch: list[tuple[Request, int]] = []  # the last batch: (request, its tokens then)
+        self._finished: list[Request] = []
+        #: the last batch's requests that sampled a token, in the batch's order
+        self.sampled: list[Request] = []
+        self._in_flight: set[str] = set()
+
+    def open(self) -> list[Request]:
+        """The start of a pass: the last batch's requests that sampled (:attr:`sampled`)."""
+        self.sampled = [
+            request for request, tokens in self._batch if request.num_generated > tokens
+        ]
+        self._in_flight = {request.request_id for request in self.sampled}
+        return self.sampled
+
+    def in_flight(self, request: Request) -> int:
+        """1 while the request's token of the last batch is not processed, else 0."""
+        return int(request.request_id in self._in_flight)
+
+    def drop(self, request: Request) -> None:
+        """The engine never processes the request's token in flight (SGLang retracting it):
+        the token is taken back."""
+        if request.request_id in self._in_flight:
+            self._in_flight.discard(request.request_id)
+            request.num_generated -= 1
+
+    def hold_finish(self, request: Request) -> None:
+        """The request's last token ran: its finish waits for the batch to be processed."""
+        self._finished.append(request)
+
+    def take_finished(self) -> list[Request]:
+        """The finishes held since the last call, in the order they came."""
+        finished, self._finished = self._finished, []
+        return finished
+
+    @property
+    def batch(self) -> list[Request]:
+        """The last batch's requests, in its order."""
+        return [request for request, _ in self._batch]
+
+    def push(self, requests: list[Request]) -> None:
+        """The end of a pass: the batch of ``requests`` is the one whose results wait now."""
+        self._batch = [(request, request.num_generated) for request in requests]
+        self._in_flight = set()
+
+
 def check_plain_request(request: Request, peer: str) -> None:
     """ValueError for what the real engines' peers (``peer``: "vLLM", "SGLang") model not:
     draft tokens, beam search, disaggregated generation."""

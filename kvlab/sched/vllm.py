@@ -29,7 +29,7 @@ from kvlab.core.prefix_cache import chain_hashes
 from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_ids
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
-from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
+from kvlab.sched.base import LateResults, ScheduledBatch, SchedulerBase, check_plain_request
 from kvlab.sched.shortcuts import grows_within_pages
 from kvlab.sched.vllm_prefix_cache import VllmPrefixCache
 
@@ -200,14 +200,10 @@ class VllmScheduler(SchedulerBase):
         self._hashes: dict[str, tuple[list[int], list[int]]] = {}
         #: the requests that finished since the last step, with their cached blocks
         self._finished: list[tuple[Request, list[int]]] = []
-        #: with async scheduling: the last batch's requests and their tokens when it was made;
-        #: those that sampled then have a token in flight (vLLM's ``num_output_placeholders``)
-        #: until ``update_from_output``, which runs after the next ``schedule()``
-        self._last_batch: list[tuple[Request, int]] = []
-        self._in_flight: set[str] = set()
-        #: with async scheduling, the requests whose last token is in flight: vLLM keeps their
-        #: blocks and slots until it processes their batch
-        self._in_flight_done: list[Request] = []
+        #: the last batch, processed after the next ``schedule()`` with async scheduling: a
+        #: token in flight is vLLM's ``num_output_placeholders``, and a request whose last token
+        #: is in flight keeps its blocks and slot until then
+        self.late = LateResults()
         super().__init__(manager, args.max_num_seqs, debug)
         self.args = args
         self.max_model_len = args.max_model_len
@@ -248,10 +244,7 @@ class VllmScheduler(SchedulerBase):
         ``async_scheduling`` a request whose last token is in flight is skipped but keeps its
         slot and blocks, and the last batch is processed after this pass
         (:meth:`_update_from_output`)."""
-        sampled = [
-            request for request, tokens in self._last_batch if request.num_generated > tokens
-        ]
-        self._in_flight = {request.request_id for request in sampled}
+        sampled = self.late.open()
         if len(self._finished) > 1:
             self._free_in_schedule_order()
         self._finished.clear()
@@ -314,16 +307,14 @@ class VllmScheduler(SchedulerBase):
         batch.num_tokens = self.args.max_num_batched_tokens - budget
         if self.args.async_scheduling:
             self._update_from_output(sampled)
-            self._last_batch = [
-                (r, r.num_generated) for r in batch.context_requests + batch.generation_requests
-            ]
+            self.late.push(batch.context_requests + batch.generation_requests)
         if self.debug:
             self.check_invariants()
         return batch
 
     def finish(self, request: Request) -> None:
         if self.args.async_scheduling:
-            self._in_flight_done.append(request)
+            self.late.hold_finish(request)
             return
         if self.prefix_cache is not None:
             cache = self.manager.caches[request.request_id]
@@ -337,8 +328,7 @@ class VllmScheduler(SchedulerBase):
         still running has its blocks cached up to its computed tokens, and one that finished
         then frees its blocks and slot; one this pass preempted is finished by its token while
         preempted (vllm/v1/core/sched/scheduler.py, ``update_from_output``)."""
-        done = {request.request_id for request in self._in_flight_done}
-        self._in_flight_done.clear()
+        done = {request.request_id for request in self.late.take_finished()}
         position = {request.request_id: i for i, request in enumerate(self.running)}
         for request in sorted(sampled, key=lambda r: position.get(r.request_id, -1)):
             if request.state is RequestState.RUNNING:
@@ -411,7 +401,7 @@ class VllmScheduler(SchedulerBase):
         has not yet) are cached, even those whose KV this step only computes."""
         assert self.prefix_cache is not None, "caching needs prefix caching on"
         cache = self.manager.caches[request.request_id]
-        in_flight = request.request_id in self._in_flight  # vLLM has not appended it yet
+        in_flight = self.late.in_flight(request)  # vLLM has not appended it yet
         num_tokens = min(num_tokens, self._num_tokens(request) - in_flight)
         if num_tokens // self.args.block_size <= cache.committed:
             return  # no block newly full: most decode steps
