@@ -1,4 +1,5 @@
-"""The real SGLang 0.5.23 ``Scheduler`` event loop as a backend, in SGLang's own environment
+"""The real SGLang 0.5.23 ``Scheduler`` event loop (the overlap loop unless
+``disable_overlap_schedule``) as a backend, in SGLang's own environment
 (``bash scripts/setup.sh sglang``) through ``sglang_driver.py``, and its stored runs.
 
     from kvlab.backends.sglang import SGLANG
@@ -15,12 +16,7 @@ from kvlab.sched.sglang import SGLANG_VERSION, SglangServerArgs
 
 def engine_input(args: SglangServerArgs) -> dict:
     """``args`` as the driver reads them (its pool counts tokens: the geometry is for the
-    stored runs). ValueError for the overlap scheduler, whose loop the driver does not step."""
-    if not args.disable_overlap_schedule:
-        raise ValueError(
-            "disable_overlap_schedule must be True: the driver steps SGLang's event_loop_normal, "
-            "not the overlap loop"
-        )
+    stored runs)."""
     return args_input(args) | dict(enable_mixed_chunk=False)
 
 
@@ -34,6 +30,7 @@ SGLANG = RealEngine(
     pool_key="max_total_tokens",  # page_size 1: a block is a token
     step_rows_kept=("nb04/", "front-door", "startup-refused", "tiny/"),
     prompt_tokens=True,
+    processes_late=lambda args: not args.disable_overlap_schedule,  # event_loop_overlap
 )
 
 __all__ = ["SGLANG", "engine_input"]

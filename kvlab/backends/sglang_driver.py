@@ -1,7 +1,10 @@
 """The real SGLang 0.5.23 scheduler stepped on kvlab workloads, in SGLang's own environment: a
 script that imports SGLang, torch and the standard library only, never kvlab. SGLang's own
-``Scheduler.event_loop_normal`` (sglang/srt/managers/scheduler.py) runs unchanged on real CPU
-pools; the sockets, the TokenizerManager's process and the model stand in. docs/ENGINES.md gives
+``Scheduler.event_loop_normal`` (sglang/srt/managers/scheduler.py), or with
+``disable_overlap_schedule`` False its ``event_loop_overlap``, runs unchanged on real CPU pools;
+the sockets, the TokenizerManager's process and the model stand in. What a batch's results
+say (a first token, a finish) belongs to the step that ran the batch, which the overlap loop
+processes an iteration later; an abort is reported as it is processed. docs/ENGINES.md gives
 the protocol, what a step is, every stand-in with the upstream line it replaces, and the front
 doors' messages. Each prompt's token ids and the sampled token come in the input
 (kvlab.core.prompt_tokens makes them), so kvlab's peer and SGLang's radix cache see the same
@@ -15,6 +18,7 @@ import sys
 import tempfile
 import traceback
 from array import array
+from collections import deque
 
 #: A Llama config with only what SGLang's ModelConfig reads; the KV geometry does not matter to
 #: a pool counted in tokens.
@@ -105,8 +109,11 @@ class ModelRunnerStub:
     attn_backend = None  # no Triton block size: the prefill adder takes its default
 
     def __init__(self, model_config, max_total_tokens: int):
+        import torch
+
         self.model_config = model_config
         self.max_total_tokens = max_total_tokens
+        self.forward_stream = torch.cpu.Stream()  # the overlap loop's; a no-op on the CPU
 
     def alloc_memory_pool(self, memory_pool_config=None, *, draft_parallel_layout=None):
         from types import SimpleNamespace
@@ -288,11 +295,12 @@ def front_door(scheduler, ignore_eos: bool):
 
 
 def is_abort(req) -> bool:
-    """Whether SGLang has finished ``req`` with an abort (the one-token prefill of a request
-    ``validate_input_length`` turned away, or a request it could not keep running)."""
+    """Whether SGLang has finished ``req`` with an abort, or will as it processes its batch's
+    results (the one-token prefill of a request ``validate_input_length`` turned away, or a
+    request it could not keep running)."""
     from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
-    return isinstance(req.finished_reason, FINISH_ABORT)
+    return isinstance(req.finished_reason, FINISH_ABORT) or isinstance(req.to_finish, FINISH_ABORT)
 
 
 class RunOver(Exception):
@@ -316,11 +324,16 @@ class Run:
         self.first_token: set[str] = set()
         self.retractions: dict[str, int] = {}  # request id -> retraction_count seen
         self.requeued: set[str] = set()  # retracted, not yet admitted again
-        self.outputs: list = []  # what SGLang sent towards the tokenizer in this iteration
+        # what SGLang sent towards the tokenizer in this iteration, each with its step: that of
+        # the batch whose results it came from, else this one
+        self.outputs: list = []
+        self.launched: deque = deque()  # the steps of the batches run, not yet processed
+        self.result_step: int | None = None  # the step of the batch being processed
         self.rows: list[list] = []
 
-    def event(self, request_id, name, **fields) -> None:
-        emit(kind="event", run=self.index, step=self.step, id=request_id, event=name, **fields)
+    def event(self, request_id, name, step=None, **fields) -> None:
+        step = self.step if step is None else step
+        emit(kind="event", run=self.index, step=step, id=request_id, event=name, **fields)
 
     def run(self) -> None:
         from unittest import mock
@@ -346,10 +359,21 @@ class Run:
         )
         scheduler.ipc_channels.send_to_tokenizer.send_output = self.keep_output
         scheduler.ipc_channels.send_to_detokenizer.send_output = self.keep_output
+        self.run_batch, self.process_batch_result = (
+            scheduler.run_batch,
+            scheduler.process_batch_result,
+        )
+        scheduler.run_batch = self.on_run_batch
+        scheduler.process_batch_result = self.on_process_batch_result
         receiver = type(scheduler.request_receiver)  # a frozen dataclass: patched on its class
         try:
             with mock.patch.object(receiver, "_pull_raw_reqs", lambda _: self.pull_requests()):
-                scheduler.event_loop_normal()
+                if self.engine["disable_overlap_schedule"]:
+                    scheduler.event_loop_normal()
+                else:
+                    # run_event_loop's set-up on a CPU (scheduler.py:1992-2009): no WAR barrier
+                    scheduler._war_barrier_enabled = False
+                    scheduler.event_loop_overlap()
         except RunOver:
             pass
         if self.rows:
@@ -357,7 +381,26 @@ class Run:
         emit(kind="end", run=self.index, end_step=self.step, iterations=self.iterations)
 
     def keep_output(self, output, recv_obj=None) -> None:
-        self.outputs.append(output)
+        self.outputs.append((self.step if self.result_step is None else self.result_step, output))
+
+    def on_run_batch(self, batch, *args, **kwargs):
+        """``run_batch``, its step noted for the results."""
+        self.launched.append(self.step)
+        return self.run_batch(batch, *args, **kwargs)
+
+    def on_process_batch_result(self, batch, result):
+        """``process_batch_result``: what it finishes and the first tokens it appends belong to
+        the step that ran the batch (the overlap loop processes it an iteration later), as the
+        peer's executor counts a token in the step that computes it."""
+        self.result_step = step = self.launched.popleft()
+        try:
+            return self.process_batch_result(batch, result)
+        finally:
+            self.result_step = None
+            for req in batch.reqs:
+                if req.output_ids and req.rid not in self.first_token and not is_abort(req):
+                    self.first_token.add(req.rid)
+                    self.event(req.rid, "first_token", step)
 
     def pull_requests(self) -> list:
         """The top of each loop iteration: close the one before, hand over this one's arrivals
@@ -411,12 +454,6 @@ class Run:
                         self.event(req.rid, "resumed")
             else:
                 decodes = tokens = len(batch.reqs)
-        # every request SGLang holds, not only the last batch's: a result may be processed
-        # after the batch that produced it is gone
-        for req in (*(batch.reqs if batch is not None else ()), *scheduler.running_batch.reqs):
-            if req.output_ids and req.rid not in self.first_token and not is_abort(req):
-                self.first_token.add(req.rid)
-                self.event(req.rid, "first_token")
         # a retracted request waits again in the queue with its retraction_count raised
         retracted = 0
         for req in scheduler.waiting_queue:
@@ -444,18 +481,22 @@ class Run:
         """An event for each request whose end SGLang sent towards the tokenizer."""
         from sglang.srt.managers.io_struct import AbortReq, BatchTokenIDOutput
 
-        ends: list = []  # (request id, finished reason, output tokens)
-        for output in self.outputs:
+        ends: list = []  # (step, request id, finished reason, output tokens)
+        for step, output in self.outputs:
             if isinstance(output, BatchTokenIDOutput):
-                ends += zip(output.rids, output.finished_reasons, output.completion_tokens)
+                ends += [
+                    (step, *end)
+                    for end in zip(output.rids, output.finished_reasons, output.completion_tokens)
+                ]
             elif isinstance(output, AbortReq):
-                ends.append((output.rid, output.finished_reason, None))
-        for request_id, reason, num_output_tokens in ends:
+                ends.append((step, output.rid, output.finished_reason, None))
+        for step, request_id, reason, num_output_tokens in ends:
             requested = self.live.pop(request_id, None) if reason is not None else None
             if requested is None:
                 continue  # not an end, or one reported already
             if reason.get("type") == "abort":
-                # never run: SGLang turned it away at admission (its one-token abort prefill aside)
+                # never run: SGLang turned it away at admission (its one-token abort prefill
+                # aside); reported as SGLang processes it, a step late with the overlap loop
                 name = "aborted" if request_id in self.started else "rejected"
                 self.event(request_id, name, message=reason.get("message"))
                 continue
@@ -463,6 +504,7 @@ class Run:
             self.event(
                 request_id,
                 "finished",
+                step,
                 finish_reason=json.dumps(reason),
                 num_output_tokens=num_output_tokens,
                 cause="max_new_tokens" if own else reason.get("type", "other"),

@@ -86,9 +86,31 @@ def test_live_sglang_runs_its_radix_cache_as_the_args_set_it():
     assert all(row[8:] == [0, 0] for row in uncached.rows)
 
 
-def test_the_backend_refuses_the_overlap_loop_it_does_not_step():
-    with pytest.raises(ValueError, match="disable_overlap_schedule must be True: the driver"):
-        SGLANG.run(SGLANG_NOTEBOOK_04.replace(disable_overlap_schedule=False), [Request("a", 8, 4)])
+@pytest.mark.sglang
+@live
+def test_live_sglang_runs_its_overlap_loop_as_the_args_set_it():
+    """One running request at most: the overlap loop processes a's last batch only after it
+    has scheduled the next, so b is admitted a step later than under event_loop_normal, and a
+    trailing iteration processes b's last batch. Both count a's finish in the step that ran its
+    last token, as the peer does."""
+    one = SGLANG_NOTEBOOK_04.replace(max_running_requests=1, disable_radix_cache=True)
+    requests = [Request("a", 8, 2), Request("b", 8, 2)]
+    overlap, normal = SGLANG.run_workloads(
+        [
+            PeerWorkload("overlap", one.replace(disable_overlap_schedule=False), requests, 100),
+            PeerWorkload("normal", one.replace(disable_overlap_schedule=True), requests, 100),
+        ]
+    )
+    assert SGLANG.processes_late(one.replace(disable_overlap_schedule=False))
+    assert not SGLANG.processes_late(one.replace(disable_overlap_schedule=True))
+    for result, b_starts in ((overlap, 3), (normal, 2)):
+        assert result.status == {"a": "finished", "b": "finished"}
+        assert (result.requests["a"].end_step, result.requests["b"].first_scheduled_step) == (
+            1,
+            b_starts,
+        )
+    assert [s.finished_total for s in overlap.trace] == [0, 0, 1, 1, 1, 2]
+    assert [s.finished_total for s in normal.trace] == [0, 1, 1, 2]
 
 
 def test_without_the_environment_it_names_the_setup_command(tmp_path, monkeypatch):
