@@ -182,7 +182,7 @@ class EngineRecords:
                 len(self.queue),
                 counts[RequestState.SUSPENDED],
                 len(batch.context_requests) + batch.num_aborted_context_rows,
-                len(batch.generation_requests),
+                len(batch.generation_requests) + batch.num_aborted_generation_rows,
                 batch.num_tokens,
                 len(batch.paused_requests),
                 len(batch.recompute_paused_requests),

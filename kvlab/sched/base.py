@@ -32,6 +32,8 @@ class ScheduledBatch:
     aborted_requests: list[Request] = field(default_factory=list)
     #: context rows of the batch that only carried such an abort, never executed
     num_aborted_context_rows: int = 0
+    #: decode rows of such an abort not yet processed (SGLang's overlap loop), never executed
+    num_aborted_generation_rows: int = 0
     num_tokens: int = 0
     #: the beam width of the generation requests scheduled (0 before the first)
     beam_width: int = 0

@@ -3,8 +3,13 @@ One ``schedule()`` is one iteration of ``Scheduler.event_loop_normal``
 (sglang/srt/managers/scheduler.py:2026) that had a request to work on; docs/ENGINES.md lists the
 lines it follows. With ``disable_radix_cache`` False, the radix cache (kvlab.sched.sglang_radix)
 holds the requests' computed tokens: a request's manager cache holds only the tokens the tree
-does not, and the tree's tokens are held back in the manager. Left out: the overlap scheduler,
-mixed chunks, speculative decoding, pages above one token, other policies and ranks. No stall
+does not, and the tree's tokens are held back in the manager. With ``disable_overlap_schedule``
+False, one ``schedule()`` is an iteration of ``event_loop_overlap`` (:2061-2134): the last batch's
+results are processed after this batch is made (kvlab.sched.base.LateResults, which the vLLM
+peer's AsyncScheduler shares), so a finished request frees its tokens and its slot one step later
+and a request's token from the last batch is not yet in its ``output_ids``. Left out: mixed
+chunks, speculative decoding, pages above one token, other policies and ranks,
+SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP (off by default: every batch overlaps). No stall
 detector, as in SGLang.
 """
 
@@ -20,7 +25,7 @@ from kvlab.core.manager import KVCacheManager
 from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_ids
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
-from kvlab.sched.base import ScheduledBatch, SchedulerBase, check_plain_request
+from kvlab.sched.base import LateResults, ScheduledBatch, SchedulerBase, check_plain_request
 from kvlab.sched.sglang_prefill import RETRACT_DECODE_STEPS, NewTokenRatio, PrefillAdder
 from kvlab.sched.sglang_radix import RadixNode, RadixTree
 
@@ -181,11 +186,6 @@ class SglangScheduler(SchedulerBase):
         self, args: SglangServerArgs, device: str | torch.device = "cpu", debug: bool = False
     ):
         check_instance("args", args, SglangServerArgs)
-        if not args.disable_overlap_schedule:
-            raise ValueError(
-                "disable_overlap_schedule must be True: kvlab's SGLang peer does not model the "
-                "overlap scheduler yet"
-            )
         refusal = startup_error(args)
         if refusal is not None:
             raise ValueError(refusal)
@@ -224,8 +224,15 @@ class SglangScheduler(SchedulerBase):
         self._prompt_ids: dict[str, list[int]] = {}
         self._lock: dict[str, RadixNode] = {}
         self._protected: dict[str, int] = {}
-        #: the last prefill batch's requests whose results are not processed yet
-        self._unprocessed: list[Request] = []
+        #: the last batch's rows, whose results ``process_batch_result`` takes: in the same
+        #: step (``batch_done``), or with the overlap loop after the next batch is scheduled
+        self.late = LateResults()
+        self.overlap = not args.disable_overlap_schedule
+        #: one-token aborts whose prefill result is not processed yet: they hold their token
+        self._aborting: set[str] = set()
+        self._made_batch = False  # the last iteration ran a batch (SGLang's ``last_batch``)
+        self._rows: list[Request] = []  # the rows of the batch being made, in its order
+        self._late_prefill = False  # the rows of ``late`` are a prefill batch's
         self._prefix_refreshes = 0  # ``_waiting_prefix_refresh_calls``
 
     @property
@@ -265,10 +272,19 @@ class SglangScheduler(SchedulerBase):
         """SGLang's ``len(origin_input_ids)``: the prompt, one token for an abort."""
         return 1 if request.request_id in self.abort_messages else request.prompt_len
 
+    def output_len(self, request: Request) -> int:
+        """SGLang's ``len(output_ids)``: the tokens generated, less one whose batch's results the
+        overlap loop has not processed yet."""
+        return request.num_generated - self.late.in_flight(request)
+
     def schedule(self) -> ScheduledBatch:
-        """One iteration of ``event_loop_normal`` (module docstring)."""
+        """One iteration of ``event_loop_normal``, or with the overlap loop of
+        ``event_loop_overlap`` (module docstring): the last batch's results are processed after
+        this batch is made (:meth:`_process_batch_result`)."""
         last = self._last_step
         self._last_step = self._submit_step if last is None else max(last + 1, self._submit_step)
+        if self.overlap:
+            self.late.open()
         self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
@@ -283,9 +299,18 @@ class SglangScheduler(SchedulerBase):
         made_batch = self._get_new_batch_prefill(batch)  # sets last_prefill when it made one
         if not made_batch and self.running:
             self._update_running_batch(batch)
-            made_batch = bool(batch.generation_requests)
-        if not made_batch and not (self.running or self.waiting or self.chunked_req):
-            self.new_token_ratio.reset()  # on_idle of a server that ran empty
+            made_batch = bool(self._rows)
+        # on_idle of a server that ran empty; the overlap loop runs on_idle only after an
+        # iteration without a batch (scheduler.py:2117-2123)
+        idle = not (made_batch or self.running or self.waiting or self.chunked_req)
+        if idle and not (self.overlap and self._made_batch):
+            self.new_token_ratio.reset()
+        self._made_batch = made_batch
+        rows, self._rows = self._rows, []
+        if self.overlap:  # the overlap loop's pop_and_process after run_batch (:2117-2120)
+            self._process_batch_result(batch)
+        self.late.push([r for r in rows if r is not self.chunked_req])
+        self._late_prefill = bool(batch.context_requests or batch.num_aborted_context_rows)
         if self.debug:
             self.check_invariants()
         return batch
@@ -329,6 +354,7 @@ class SglangScheduler(SchedulerBase):
             args.chunk_size,
             args.ignore_eos,
             self.origin_len,
+            self.output_len,
             radix_cache=tree is not None,
         )
         if self.chunked_req is not None:
@@ -383,8 +409,12 @@ class SglangScheduler(SchedulerBase):
             self._grow(request, extend_len)
         for request, extend_len in zip(requests, extend_lens):
             message = self.abort_messages.pop(request.request_id, None)
-            if message is not None:
-                self._abort(batch, request, Reason(Cause.FRONT_DOOR, message=message))
+            if message is not None:  # it holds its token until its result is processed
+                request.reason = Reason(Cause.FRONT_DOOR, message=message)
+                self._aborting.add(request.request_id)
+                batch.num_aborted_context_rows += 1
+                if not self.overlap:  # reported in this step, else in the step processing it
+                    batch.aborted_requests.append(request)
             else:
                 if request.context_current_position == 0:  # a cached prefix is not computed
                     prefix_len = self._protected.get(request.request_id, 0)
@@ -392,24 +422,39 @@ class SglangScheduler(SchedulerBase):
                 request.context_chunk_size = extend_len
                 batch.context_requests.append(request)
         batch.num_tokens = total
-        batch.num_aborted_context_rows = len(batch.aborted_requests)
         self.last_prefill = list(requests)
-        if self.tree is not None:
-            self._unprocessed = [r for r in requests if r is not self.chunked_req]
+        self._rows = list(requests)
 
-    def _abort(self, batch: ScheduledBatch, request: Request, reason: Reason) -> None:
+    def _abort(self, request: Request, reason: Reason) -> None:
         self.manager.free(request)
         self._forget(request, done=True)
         self._set_state(request, RequestState.REJECTED)
         request.reason = reason
         self._has_retired = True
-        batch.aborted_requests.append(request)
 
     def _update_running_batch(self, batch: ScheduledBatch) -> None:
         """``update_running_batch`` (managers/scheduler.py:4459): retract when the next decode
         does not fit (``check_decode_mem``: one token per request), else decay the ratio; then
-        ``prepare_for_decode``: one token each, in one allocation."""
+        ``prepare_for_decode``: one token each, in one allocation. With the overlap loop, the
+        requests whose unprocessed token is their last leave the batch first
+        (``_reqs_finishing_inflight``, :4444-4457), and while any do, a decode that does not fit
+        waits for their results instead of retracting (:4469-4474)."""
+        finishing = []
+        if self.overlap:
+            queued = {r.request_id for r in self.late.batch}
+            finishing = [
+                r
+                for r in self.running
+                if r.request_id in queued and self.output_len(r) + 1 >= r.output_limit
+            ]
+        if finishing:
+            self.running = [r for r in self.running if r not in finishing]
+            self.batch_is_full = False
+            if not self.running:
+                return
         if not self._decode_fits(len(self.running)):
+            if finishing:
+                return
             self._retract_decode(batch)
         else:
             self.new_token_ratio.decay_step()
@@ -419,7 +464,10 @@ class SglangScheduler(SchedulerBase):
         caches = self.manager.caches
         granted = self.manager.grow_each([caches[r.request_id] for r in self.running])
         assert granted, "the free tokens counted for the decode batch were refused"
-        batch.generation_requests.extend(self.running)
+        self._rows = list(self.running)
+        decoding = [r for r in self.running if r.request_id not in self._aborting]
+        batch.generation_requests.extend(decoding)
+        batch.num_aborted_generation_rows = len(self.running) - len(decoding)
         batch.num_tokens = len(self.running)
 
     def _retract_decode(self, batch: ScheduledBatch) -> None:
@@ -431,7 +479,7 @@ class SglangScheduler(SchedulerBase):
         reqs = self.running
         order = sorted(
             range(len(reqs)),
-            key=lambda i: (reqs[i].num_generated, -self.origin_len(reqs[i])),
+            key=lambda i: (self.output_len(reqs[i]), -self.origin_len(reqs[i])),
             reverse=True,
         )
         retracted: list[Request] = []
@@ -443,35 +491,66 @@ class SglangScheduler(SchedulerBase):
             retracted.append(request)
         if len(order) <= 1 and not self._decode_fits(len(order)):
             oom = Reason(Cause.ABORTED_OUT_OF_MEMORY, message=DECODE_OOM_ABORT)
-            self._abort(batch, reqs[order.pop()], oom)
+            aborted = reqs[order.pop()]
+            self._abort(aborted, oom)
+            batch.aborted_requests.append(aborted)
         if len(order) != len(reqs):  # filter_batch(keep_indices=...) keeps the sorted order
             self.running = [reqs[i] for i in order]
             self.batch_is_full = False
         self.new_token_ratio.current = NewTokenRatio.after_retract(
-            [r.num_generated for r in self.running], [r.output_limit for r in self.running]
+            [self.output_len(r) for r in self.running], [r.output_limit for r in self.running]
         )
         self.waiting.extend(retracted)  # _add_request_to_queue(is_retracted=True): the back
         batch.recompute_paused_requests.extend(retracted)
 
     def batch_done(self) -> None:
-        """The rest of ``process_batch_result_prefill`` (:meth:`_process_prefill_results`)."""
-        if self.tree is not None:
-            self._process_prefill_results()
+        """``event_loop_normal`` processes the batch it ran (:meth:`_process_batch_result`);
+        the overlap loop does so after the next ``schedule()``."""
+        if not self.overlap:
+            self._process_batch_result()
 
     def finish(self, request: Request) -> None:
-        """``release_kv_cache(checkpoint=True)`` (mem_cache/common.py:400): with the radix
-        cache, after the results processed before it, the request's prompt and outputs but the
-        last enter the tree (batch_result_processor.py:387-391) and it unlocks them."""
-        if self.tree is not None:
-            self._process_prefill_results(request)
-            self._checkpoint(request, self.origin_len(request) + request.num_generated - 1)
-            self._forget(request, done=True)
-        super().finish(request)
+        """The request's last token ran; SGLang finishes it as it processes the batch's
+        results (:meth:`_process_batch_result`)."""
+        self.late.hold_finish(request)
+
+    def _process_batch_result(self, batch: ScheduledBatch | None = None) -> None:
+        """``process_batch_result`` of the last batch (managers/scheduler_components/
+        batch_result_processor.py:258-503, 952-1110), its rows in order: a request whose last
+        token it holds finishes (``release_kv_cache(checkpoint=True)``, mem_cache/common.py:400:
+        with the radix cache, its prompt and outputs but the last enter the tree, :387-391, 1466);
+        a one-token abort frees its token, which with the radix cache enters the tree as id 0
+        (``set_finish_with_abort``, managers/schedule_batch.py:2233); with the radix cache, a
+        prefilled prompt enters the tree (``checkpoint_kv_cache``, :393-394). A row retracted
+        since is skipped (:344-345, 1022-1027). An abort processed after ``batch`` was made is
+        reported with it."""
+        finished = {r.request_id for r in self.late.take_finished()}
+        for request in self.late.batch:
+            if request.request_id in self._aborting:
+                self._aborting.discard(request.request_id)
+                reason = request.reason
+                assert reason is not None, "an abort carries its message"
+                self._abort(request, reason)
+                if batch is not None:
+                    batch.aborted_requests.append(request)
+                if self.tree is not None:  # the abort freed the token: the tree takes a free one
+                    self.manager.hold_back(self.tree.insert(ABORT_INPUT_IDS, 0)[2])
+            elif request.state is not RequestState.RUNNING:
+                continue
+            elif request.request_id in finished:
+                if self.tree is not None:
+                    self._checkpoint(request, self.origin_len(request) + request.num_generated - 1)
+                    self._forget(request, done=True)
+                super().finish(request)
+            elif self.tree is not None and self._late_prefill:
+                self._checkpoint(request, request.context_current_position)
 
     def _retract(self, request: Request, remaining: int) -> None:
         """``release_req`` (managers/schedule_batch.py:2360-2395): the request's own tokens are
         freed and its lock released (nothing enters the tree), then the tree evicts until the
-        ``remaining`` requests' next RETRACT_DECODE_STEPS tokens fit."""
+        ``remaining`` requests' next RETRACT_DECODE_STEPS tokens fit. With the overlap loop, its
+        token in flight is dropped."""
+        self.late.drop(request)  # a token in flight is never processed (:1022-1027)
         self._recompute_pause(request)  # its tokens freed, reset_for_retract
         if self.tree is not None:
             self._forget(request)
@@ -541,23 +620,6 @@ class SglangScheduler(SchedulerBase):
         tree.lock(node)
         self._lock[request_id] = node
         self._protected[request_id] = up_to
-
-    def _process_prefill_results(self, until: Request | None = None) -> None:
-        """``process_batch_result_prefill``, in batch order up to ``until`` (else all): a
-        request still running has its prompt enter the tree (checkpoint_kv_cache,
-        batch_result_processor.py:393-394); a one-token abort its one token, which
-        ``set_finish_with_abort`` (managers/schedule_batch.py:2233) made id 0, as it finishes
-        (:387-391). The abort freed the token already: the tree takes a free one."""
-        tree = self.tree
-        assert tree is not None
-        while self._unprocessed:
-            request = self._unprocessed.pop(0)
-            if request is until:
-                return
-            if request.state is RequestState.RUNNING:
-                self._checkpoint(request, request.context_current_position)
-            elif request.state is RequestState.REJECTED:
-                self.manager.hold_back(tree.insert(ABORT_INPUT_IDS, 0)[2])
 
     def _forget(self, request: Request, done: bool = False) -> None:
         """The request's lock released (``tree_cache.unlock(req.lock)``); ``done``: it will

@@ -54,7 +54,9 @@ class PrefillAdder:
     """One pass of SGLang's ``PrefillAdder`` with its ``PrefillBudget``: ``per_req_token_overhead``
     is one token. ``available``: the pool's free tokens plus the radix cache's evictable ones,
     read anew at every check (``_available_and_evictable``, mem_cache/prefill_budget.py:91-105);
-    ``origin_len``: a request's ``len(origin_input_ids)``; ``radix_cache``: the cache is on."""
+    ``origin_len``: a request's ``len(origin_input_ids)``; ``output_len`` its ``len(output_ids)``
+    (under the overlap loop, without a token not yet processed); ``radix_cache``: the cache is
+    on."""
 
     NO_TOKEN, OTHER, CONTINUE = "no_token", "other", "continue"
 
@@ -65,6 +67,7 @@ class PrefillAdder:
     rem_chunk_tokens: int | None
     ignore_eos: bool
     origin_len: Callable[[Request], int]
+    output_len: Callable[[Request], int]
     radix_cache: bool = False
     can_run_list: list[Request] = field(default_factory=list)
     extend_lens: list[int] = field(default_factory=list)
@@ -76,7 +79,8 @@ class PrefillAdder:
     def __post_init__(self) -> None:
         ratio = 1.0 if self.ignore_eos else self.ratio  # the running requests' remaining output
         self.total_offset = sum(
-            min(r.output_limit - r.num_generated, CLIP_MAX_NEW_TOKENS) * ratio for r in self.running
+            min(r.output_limit - self.output_len(r), CLIP_MAX_NEW_TOKENS) * ratio
+            for r in self.running
         )
 
     @property
@@ -89,14 +93,14 @@ class PrefillAdder:
 
     def fill_len(self, request: Request) -> int:
         """``len(full_untruncated_fill_ids)``: prompt + output tokens."""
-        return self.origin_len(request) + request.num_generated
+        return self.origin_len(request) + self.output_len(request)
 
     def _req_state(self, request: Request) -> tuple[float, int] | None:
         """(tokens left to generate, tokens held) of a request that still generates."""
-        tokens_left = request.output_limit * 1.0 - request.num_generated
+        tokens_left = request.output_limit * 1.0 - self.output_len(request)
         if tokens_left <= 0:
             return None
-        return tokens_left, self.origin_len(request) + request.num_generated
+        return tokens_left, self.fill_len(request)
 
     def budget_state(self) -> str:
         if not (self.rem_total_tokens > 0 and self.cur_rem_tokens > 0):
@@ -151,7 +155,7 @@ class PrefillAdder:
         (:1401-1402)."""
         if self.ignore_eos and not self.radix_cache:
             return self.add_one_req_ignore_eos(request)
-        max_new = min(max(request.output_limit - request.num_generated, 0), CLIP_MAX_NEW_TOKENS)
+        max_new = min(max(request.output_limit - self.output_len(request), 0), CLIP_MAX_NEW_TOKENS)
         extend_len = self.fill_len(request) - prefix_len
         if not extend_len + max_new + 1 < self.rem_total_tokens:  # PrefillBudget.check_prefill
             return self.NO_TOKEN

@@ -34,7 +34,9 @@ TOKEN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1)
 
 
 def server(max_total_tokens=2000, context_length=4096, **kwargs):
-    fields = dict(chunked_prefill_size=512)
+    """SGLang's event_loop_normal without the radix cache, which most tests here are about
+    (SGLang, and SglangServerArgs, default to the overlap loop and the cache)."""
+    fields = dict(chunked_prefill_size=512, disable_radix_cache=True, disable_overlap_schedule=True)
     fields.update(kwargs)
     return SglangServerArgs(TOKEN, max_total_tokens, context_length, **fields)
 
@@ -97,9 +99,71 @@ def test_max_running_requests_is_settled_as_resolve_max_num_reqs(tokens, context
         assert scheduler.max_num_active_requests is None
 
 
-def test_the_peer_refuses_the_overlap_loop_it_does_not_model():
-    with pytest.raises(ValueError, match="disable_overlap_schedule must be True: kvlab's SGLang"):
-        SglangScheduler(SglangServerArgs(TOKEN, 2048, 4096, disable_overlap_schedule=False))
+# --- the overlap loop (event_loop_overlap) -----------------------------------------------------
+
+
+def _tiny(**kwargs):
+    return server(600, max_prefill_tokens=128, chunked_prefill_size=128, **kwargs)
+
+
+def test_the_overlap_loop_processes_a_batch_after_scheduling_the_next():
+    # the real SGLang, overlap on and off (radix cache on and off), gave these rows
+    requests = [Request("a", 8, 2), Request("b", 8, 5)]
+    overlap = simulate(
+        SglangScheduler(
+            _tiny(
+                max_running_requests=2, disable_radix_cache=False, disable_overlap_schedule=False
+            ),
+            debug=True,
+        ),
+        requests,
+        check_invariants=True,
+    )
+    normal = simulate(SglangScheduler(_tiny(max_running_requests=2)), requests)
+    for result in (overlap, normal):  # a finish counts in the step that ran its last token
+        assert events(result) == [
+            (0, "started", "a"),
+            (0, "started", "b"),
+            (1, "finished", "a"),
+            (4, "finished", "b"),
+        ]
+    # a's last token is in flight at step 2: a is still running, and leaves the decode batch
+    assert [s.num_generation for s in overlap.trace] == [0, 2, 1, 1, 1, 0]
+    assert [s.running for s in overlap.trace] == [2, 2, 1, 1, 1, 0]
+    # a's tokens enter the tree as step 2 processes step 1 (evictable, never freed); a trailing
+    # step processes b's last batch
+    assert [s.free_blocks for s in overlap.trace] == [584, 582, 581, 580, 579, 579]
+    assert [s.finished_total for s in overlap.trace] == [0, 0, 1, 1, 1, 2]
+    assert [s.free_blocks for s in normal.trace] == [584, 591, 590, 589, 600]
+    assert [s.finished_total for s in normal.trace] == [0, 1, 1, 1, 2]
+
+
+def test_the_overlap_loop_frees_a_finished_slot_one_step_later():
+    requests = [Request(f"r{i}", 20, 400, i) for i in range(8)]  # tiny/retractions
+    overlap = simulate(SglangScheduler(_tiny(disable_overlap_schedule=False)), requests)
+    normal = simulate(SglangScheduler(_tiny()), requests)
+    assert events(overlap)[:5] == [
+        (0, "started", "r0"),
+        (399, "finished", "r0"),
+        (401, "started", "r1"),
+        (402, "started", "r2"),
+        (683, "recompute_paused", "r2"),
+    ]  # the real SGLang's; without the overlap loop r1 starts at step 400
+    assert events(normal)[2] == (400, "started", "r1")
+    assert (overlap.end_step, normal.end_step) == (2456, 2447)
+
+
+def test_a_retraction_drops_the_token_in_flight():
+    # SGLang skips a retracted request's result (batch_result_processor.py:1022-1027): the
+    # token its last decode computed is never appended, so it recomputes one token fewer
+    for overlap, kept in ((True, 280), (False, 281)):
+        args = _tiny(disable_overlap_schedule=not overlap)
+        engine = Engine(SglangScheduler(args), [Request(f"r{i}", 20, 400, i) for i in range(8)])
+        while not engine.last_batch or not engine.last_batch.recompute_paused_requests:
+            engine.iterate()
+        (victim,) = engine.last_batch.recompute_paused_requests
+        assert (engine.step - 1, victim.request_id) == (683 if overlap else 682, "r2")
+        assert victim.num_generated == victim.recomputed_tokens == kept
 
 
 def test_argument_checks_name_the_parameter_and_the_range():
@@ -423,7 +487,9 @@ def test_the_clip_of_the_reservation_is_4096_tokens():
     request = Request("g", 1000, 9000)
     scheduler.submit(request)
     scheduler.schedule()  # its first chunk
-    adder = PrefillAdder([request], 0.7, lambda: 24000, 16384, 512, True, scheduler.origin_len)
+    adder = PrefillAdder(
+        [request], 0.7, lambda: 24000, 16384, 512, True, scheduler.origin_len, scheduler.output_len
+    )
     assert adder.total_offset == 4096 * 1.0  # not 9000, and under ignore_eos not scaled by 0.7
 
 
@@ -475,9 +541,11 @@ def test_max_running_requests_bounds_the_batch():
     prefill=st.sampled_from([1, 8, 64, 16384]),
     conservativeness=st.sampled_from([0.0, 0.3, 1.0, 1.7]),
     ignore_eos=st.booleans(),
+    radix=st.booleans(),
+    overlap=st.booleans(),
 )
 def test_invariants_and_a_stated_end_for_every_request(
-    specs, tokens, context, running, chunk, prefill, conservativeness, ignore_eos
+    specs, tokens, context, running, chunk, prefill, conservativeness, ignore_eos, radix, overlap
 ):
     args = SglangServerArgs(
         TOKEN,
@@ -488,6 +556,8 @@ def test_invariants_and_a_stated_end_for_every_request(
         max_prefill_tokens=prefill,
         schedule_conservativeness=conservativeness,
         ignore_eos=ignore_eos,
+        disable_radix_cache=not radix,
+        disable_overlap_schedule=not overlap,
     )
     if startup_error(args) is not None:
         with pytest.raises(ValueError):
@@ -519,7 +589,13 @@ def test_invariants_and_a_stated_end_for_every_request(
         assert step.running <= scheduler.max_running_requests
         assert step.free_blocks + step.used_blocks == tokens
     if set(result.status.values()) <= {RequestState.FINISHED, RequestState.REJECTED}:
-        assert scheduler.manager.free_blocks == tokens
+        # what the radix cache keeps is unlocked: free or evictable, every token
+        tree = scheduler.tree
+        kept = 0 if tree is None else tree.evictable_size
+        assert scheduler.manager.free_blocks + kept == tokens
+        assert tree is None or tree.protected_size == 0
         assert not scheduler.waiting and scheduler.chunked_req is None
-        # (as in SGLang, the running batch drops its finished requests at the next step)
-        assert all(r.state is RequestState.FINISHED for r in scheduler.running)
+        # (as in SGLang, the running batch drops its finished requests at the next step; with
+        # the overlap loop, a one-token abort merged into it before its result was processed)
+        done = (RequestState.FINISHED, RequestState.REJECTED if overlap else RequestState.FINISHED)
+        assert all(r.state in done for r in scheduler.running)
