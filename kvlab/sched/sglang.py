@@ -520,7 +520,8 @@ class SglangScheduler(SchedulerBase):
         token it holds finishes (``release_kv_cache(checkpoint=True)``, mem_cache/common.py:400:
         with the radix cache, its prompt and outputs but the last enter the tree, :387-391, 1466);
         a one-token abort frees its token, which with the radix cache enters the tree as id 0
-        (``set_finish_with_abort``, managers/schedule_batch.py:2233); with the radix cache, a
+        (``set_finish_with_abort``, managers/schedule_batch.py:2233), followed by the sampled
+        token if the overlap loop decoded it meanwhile (``owned_kv_len``, :1552-1564); with the radix cache, a
         prefilled prompt enters the tree (``checkpoint_kv_cache``, :393-394). A row retracted
         since is skipped (:344-345, 1022-1027). An abort processed after ``batch`` was made is
         reported with it."""
@@ -530,11 +531,15 @@ class SglangScheduler(SchedulerBase):
                 self._aborting.discard(request.request_id)
                 reason = request.reason
                 assert reason is not None, "an abort carries its message"
+                # its token, and the sampled one if it decoded meanwhile (owned_kv_len)
+                key = (*ABORT_INPUT_IDS, SAMPLED_TOKEN_ID)[
+                    : self.manager.caches[request.request_id].num_blocks
+                ]
                 self._abort(request, reason)
                 if batch is not None:
                     batch.aborted_requests.append(request)
-                if self.tree is not None:  # the abort freed the token: the tree takes a free one
-                    self.manager.hold_back(self.tree.insert(ABORT_INPUT_IDS, 0)[2])
+                if self.tree is not None:  # the abort freed its tokens: the tree takes free ones
+                    self.manager.hold_back(self.tree.insert(key, 0)[2])
             elif request.state is not RequestState.RUNNING:
                 continue
             elif request.request_id in finished:

@@ -153,6 +153,22 @@ def test_the_overlap_loop_frees_a_finished_slot_one_step_later():
     assert (overlap.end_step, normal.end_step) == (2456, 2447)
 
 
+def test_a_one_token_abort_decodes_once_before_its_result_is_processed():
+    # the real SGLang's rows: "big" is over max_req_input_len, so SGLang prefills one token and
+    # aborts it; the overlap loop merges it into the running batch before processing that
+    # result, and it decodes once beside "fits" (step 2) before it leaves
+    requests = [Request("fits", 100, 6, 0), Request("big", 2042, 4, 1)]
+    for radix, free in ((False, 1947), (True, 1945)):
+        args = server(2048, 8192, max_running_requests=4, chunked_prefill_size=-1)
+        args = args.replace(disable_overlap_schedule=False, disable_radix_cache=not radix)
+        result = simulate(SglangScheduler(args, debug=True), requests, check_invariants=True)
+        assert [s.num_generation for s in result.trace] == [0, 0, 2, 1, 1, 1, 1, 0]
+        assert [s.rejected_total for s in result.trace] == [0, 0, 1, 1, 1, 1, 1, 1]
+        assert events(result, ("rejected",)) == [(2, "rejected", "big")]  # as it is processed
+        # with the radix cache its two tokens (id 0 and the sampled one) stay in the tree
+        assert result.trace.steps[2].free_blocks == free
+
+
 def test_a_retraction_drops_the_token_in_flight():
     # SGLang skips a retracted request's result (batch_result_processor.py:1022-1027): the
     # token its last decode computed is never appended, so it recomputes one token fewer
