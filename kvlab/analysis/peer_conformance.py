@@ -320,13 +320,14 @@ def _vllm_trace_engine(num_gpu_blocks: int, max_num_seqs: int, chunked: bool) ->
 
 def _sglang_trace_engine(pages: int, max_running_requests: int, chunked: bool) -> SglangServerArgs:
     """The same pool in one-token pages, a context length of the pool's, SGLang's default
-    chunk (none without chunking) and prefill budget."""
+    chunk (none without chunking) and prefill budget, the radix cache and overlap loop off."""
     return SglangServerArgs(
         seed_geometry(tokens_per_block=1),
         32 * pages,
         32 * pages,
         max_running_requests=max_running_requests,
         chunked_prefill_size=DEFAULT_CHUNKED_PREFILL_SIZE if chunked else -1,
+        **BOTH_OFF,
     )
 
 
@@ -383,9 +384,14 @@ def vllm_workloads() -> list[PeerWorkload]:
     return [*workloads, *_async_workloads(workloads)]
 
 
+#: SGLang's radix cache and overlap scheduler off (``--disable-radix-cache
+#: --disable-overlap-schedule``), as the SGLang workloads run unless their names say otherwise
+#: (``/radix``: the cache on).
+BOTH_OFF = dict(disable_radix_cache=True, disable_overlap_schedule=True)
 #: Notebook 04's engine as SGLang: the same 2,048 tokens (4 MiB of the seed's geometry, one
-#: token a page), context length 8,192, 4 running requests, no chunking (compare.sglang_args).
-SGLANG_NOTEBOOK_04 = sglang_args(EngineConfig())
+#: token a page), context length 8,192, 4 running requests, no chunking (compare.sglang_args),
+#: the radix cache and the overlap scheduler off.
+SGLANG_NOTEBOOK_04 = sglang_args(EngineConfig()).replace(**BOTH_OFF)
 
 
 def _mooncake_slice(
@@ -500,7 +506,8 @@ def sglang_workloads() -> list[PeerWorkload]:
     """The workloads of docs/CONFORMANCE.md's SGLang table: vLLM's kinds on SGLang's engines,
     the requests' ``ignore_eos`` off (SGLang guesses each output with its decaying new-token
     ratio and retracts when the guess falls short) but for one mixed run; then the same kinds
-    and shared-prefix ones with the radix cache on."""
+    and shared-prefix ones with the radix cache on. The first ones keep both switches off
+    (:data:`BOTH_OFF`); SGLang, and SglangServerArgs, default both on."""
     small = long_and_small()
     chunked = SGLANG_NOTEBOOK_04.replace(chunked_prefill_size=512, max_prefill_tokens=512)
     front_door = [
@@ -517,11 +524,12 @@ def sglang_workloads() -> list[PeerWorkload]:
         max_running_requests=8,
         chunked_prefill_size=128,
         max_prefill_tokens=128,
+        **BOTH_OFF,
     )
     retracted = [Request(f"r{i}", 20, 400, i) for i in range(8)]
     stalled = [Request("a", 300, 900, 0), Request("b", 300, 900, 0)]
     refusing = SGLANG_NOTEBOOK_04.replace(max_total_tokens=1)
-    return [
+    workloads = [
         PeerWorkload("nb04/long-and-small", SGLANG_NOTEBOOK_04, small, 20_000),
         PeerWorkload("nb04/long-and-small/chunked", chunked, small, 20_000),
         PeerWorkload("nb04/not-yet-and-never", SGLANG_NOTEBOOK_04, not_yet_and_never(), 20_000),
@@ -545,6 +553,7 @@ def sglang_workloads() -> list[PeerWorkload]:
         *_trace_workloads(_sglang_trace_engine),
         *_radix_workloads(tiny, chunked),
     ]
+    return workloads
 
 
 def by_name(workloads: list[PeerWorkload]) -> dict[str, PeerWorkload]:

@@ -67,9 +67,8 @@ class SglangServerArgs:
     ``max_total_tokens``: the KV pool; ``max_running_requests``: None takes SGLang's default;
     ``chunked_prefill_size``: -1 for chunking off. ``disable_radix_cache`` and
     ``disable_overlap_schedule`` are SGLang's switches (sglang/srt/arg_groups/fields/memory.py:64,
-    schedule.py:193); SGLang defaults both to False (the radix cache and the overlap
-    scheduler on). kvlab defaults them to True until it models both, then flips them to
-    SGLang's defaults."""
+    schedule.py:193), False by default as in SGLang: the radix cache and the overlap scheduler
+    on."""
 
     geometry: KVGeometry
     max_total_tokens: int
@@ -79,8 +78,8 @@ class SglangServerArgs:
     max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS
     schedule_conservativeness: float = 1.0
     ignore_eos: bool = False
-    disable_radix_cache: bool = True
-    disable_overlap_schedule: bool = True
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
 
     def __post_init__(self) -> None:
         check_instance("geometry", self.geometry, KVGeometry)

@@ -71,8 +71,8 @@ def test_defaults_are_sglangs():
     assert (args.chunked_prefill_size, args.max_prefill_tokens) == (4096, 16384)
     assert DEFAULT_CHUNKED_PREFILL_SIZE == 4096 and DEFAULT_MAX_PREFILL_TOKENS == 16384
     assert args.schedule_conservativeness == 1.0 and args.ignore_eos is False
-    # SGLang's own defaults are False; kvlab's stay True until the peer models both
-    assert args.disable_radix_cache is True and args.disable_overlap_schedule is True
+    # SGLang ships its radix cache and its overlap scheduler on
+    assert args.disable_radix_cache is False and args.disable_overlap_schedule is False
     assert args.max_running_requests is None and args.resolved_max_running_requests == 1024
     assert (args.max_req_len, args.max_req_input_len) == (2047, 2042)
     assert args.chunk_size == 4096 and args.replace(chunked_prefill_size=-1).chunk_size is None

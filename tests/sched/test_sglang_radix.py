@@ -20,7 +20,10 @@ TOKEN = KVGeometry(num_layers=1, num_kv_heads=1, head_dim=8, tokens_per_block=1)
 
 
 def cached(max_total_tokens=2000, **kwargs):
-    fields = dict(chunked_prefill_size=512, disable_radix_cache=False)
+    """The radix cache under event_loop_normal (the overlap loop's tests are in test_sglang.py)."""
+    fields = dict(
+        chunked_prefill_size=512, disable_radix_cache=False, disable_overlap_schedule=True
+    )
     fields.update(kwargs)
     return SglangServerArgs(TOKEN, max_total_tokens, 4096, **fields)
 
