@@ -386,7 +386,7 @@ def vllm_workloads() -> list[PeerWorkload]:
 
 #: SGLang's radix cache and overlap scheduler off (``--disable-radix-cache
 #: --disable-overlap-schedule``), as the SGLang workloads run unless their names say otherwise
-#: (``/radix``: the cache on).
+#: (``/radix``: the cache on, ``/overlap``: the overlap loop on).
 BOTH_OFF = dict(disable_radix_cache=True, disable_overlap_schedule=True)
 #: Notebook 04's engine as SGLang: the same 2,048 tokens (4 MiB of the seed's geometry, one
 #: token a page), context length 8,192, 4 running requests, no chunking (compare.sglang_args),
@@ -502,12 +502,78 @@ def _radix_workloads(small: SglangServerArgs, chunked: SglangServerArgs) -> list
     ]
 
 
+#: The SGLang workloads that run again with the overlap loop on, each as its name + "/overlap":
+#: the radix cache off and on, small ones whose step rows are compared (retractions among
+#: them), notebook 04's mixed traffic and Mooncake slices whose prompts share prefixes.
+OVERLAP_AGAIN = (
+    "nb04/long-and-small",
+    "front-door",
+    "tiny/retractions",
+    "tiny/retractions/ends-running",
+    "tiny/ignore-eos-stall",
+    "nb04/mixed-rate-0.05",
+    "mooncake-conversation-3min/shrunk",
+    "mooncake-conversation-3min/radix",
+    "mooncake-conversation-3min/shrunk/radix",
+    "mooncake-conversation-minute-30/radix",
+    "nb04/mixed-rate-0.05/radix",
+    "tiny/radix/two-share-a-prefix",
+    "tiny/radix/a-prompt-enters-at-its-prefill",
+    "tiny/radix/retraction-returns-to-cached-prefix",
+    "tiny/radix/eviction-under-a-full-pool",
+    "tiny/radix/every-32nd-pass-touches-the-waiting",
+    "tiny/radix/ignore-eos",
+)
+
+
+def _overlap_workloads(workloads: list[PeerWorkload], tiny: SglangServerArgs) -> list[PeerWorkload]:
+    """SGLang's overlap loop on (``disable_overlap_schedule`` False): :data:`OVERLAP_AGAIN`,
+    then small cases named for what they show (a batch's results are processed after the next
+    batch is scheduled)."""
+    on = dict(disable_overlap_schedule=False)
+    again = [
+        PeerWorkload(f"{w.name}/overlap", w.args.replace(**on), w.requests, w.max_steps)
+        for w in workloads
+        if w.name in OVERLAP_AGAIN
+    ]
+    one = tiny.replace(max_running_requests=1, **on)
+    aborted = [Request("fits", 100, 6, 0), Request("big", 2042, 4, 1)]  # big: a one-token abort
+    return [
+        *again,
+        PeerWorkload(  # a's slot is still held when step 2 is scheduled: b starts at step 3
+            "tiny/slot-held-one-batch-longer/overlap",
+            one,
+            [Request("a", 8, 2), Request("b", 8, 2)],
+            1_000,
+        ),
+        PeerWorkload(  # the same with the radix cache: b's prompt hits a's, entered a step late
+            "tiny/radix/slot-held-one-batch-longer/overlap",
+            one.replace(disable_radix_cache=False),
+            [
+                Request("a", 40, 2, prefix_hashes=(1, 2), tokens_per_hash=16),
+                Request("b", 40, 2, 1, prefix_hashes=(1, 2), tokens_per_hash=16),
+            ],
+            1_000,
+        ),
+        *(
+            PeerWorkload(  # big joins the running batch before its result: it decodes at step 2
+                f"tiny/{cache}abort-decodes-once/overlap",
+                SGLANG_NOTEBOOK_04.replace(disable_radix_cache=not cache, **on),
+                aborted,
+                1_000,
+            )
+            for cache in ("", "radix/")
+        ),
+    ]
+
+
 def sglang_workloads() -> list[PeerWorkload]:
     """The workloads of docs/CONFORMANCE.md's SGLang table: vLLM's kinds on SGLang's engines,
     the requests' ``ignore_eos`` off (SGLang guesses each output with its decaying new-token
     ratio and retracts when the guess falls short) but for one mixed run; then the same kinds
-    and shared-prefix ones with the radix cache on. The first ones keep both switches off
-    (:data:`BOTH_OFF`); SGLang, and SglangServerArgs, default both on."""
+    and shared-prefix ones with the radix cache on; then some of both with the overlap loop on.
+    The first ones keep both switches off (:data:`BOTH_OFF`); SGLang, and SglangServerArgs,
+    default both on."""
     small = long_and_small()
     chunked = SGLANG_NOTEBOOK_04.replace(chunked_prefill_size=512, max_prefill_tokens=512)
     front_door = [
@@ -553,7 +619,7 @@ def sglang_workloads() -> list[PeerWorkload]:
         *_trace_workloads(_sglang_trace_engine),
         *_radix_workloads(tiny, chunked),
     ]
-    return workloads
+    return [*workloads, *_overlap_workloads(workloads, tiny)]
 
 
 def by_name(workloads: list[PeerWorkload]) -> dict[str, PeerWorkload]:

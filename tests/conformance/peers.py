@@ -61,6 +61,7 @@ def _sglang_engine(args: SglangServerArgs) -> str:
             f"prefill budget {args.max_prefill_tokens:,}",
             "ignore_eos" if args.ignore_eos else "new-token ratio",
             *([] if args.disable_radix_cache else ["radix cache"]),
+            *([] if args.disable_overlap_schedule else ["overlap loop"]),
         ]
     )
 
@@ -98,8 +99,10 @@ SECTIONS = {
         "kvlab's `SglangScheduler` against SGLang's own scheduler",
         "engine",
         _sglang_engine,
-        "How the real scheduler runs here: SGLang's own `Scheduler.event_loop_normal`, "
-        "unchanged, with its real memory pools on the CPU (page size 1), its "
+        "How the real scheduler runs here: SGLang's own `Scheduler.event_loop_normal`, or "
+        "where the table says overlap loop its `event_loop_overlap` (each batch's results "
+        "processed after the next batch is scheduled), unchanged, with its real memory pools "
+        "on the CPU (page size 1), its "
         "`TokenizerManager`'s request checks, and a model worker that loads no model and "
         "samples one token per row; the sockets are replaced by the driver's hand-over "
         "(`docs/ENGINES.md` names every stand-in). A step is one "
@@ -107,8 +110,13 @@ SECTIONS = {
         "a decode batch, never both (mixed chunks off). The radix cache is on, on both sides, "
         "in the workloads whose engine says so (named `/radix`), and off in the others; it "
         "changes which step requests run on most where prompts share prefixes, as Mooncake's "
-        "conversations do. The overlap scheduler is off on both sides (SGLang's defaults are "
-        "both on); it would move some finishes and admissions a step later on any traffic. "
+        "conversations do. The overlap loop is on, on both sides, in the workloads whose engine "
+        "says so (named `/overlap`), and off in the others; it keeps a finished request's "
+        "tokens and slot a step longer, so it moves admissions a step later on loaded "
+        "traffic; a finish still counts in the step that ran the last token, and with it on a "
+        "step's row follows the processing of the previous batch. SGLang, and kvlab's "
+        "`SglangServerArgs`, default both switches on; the workloads without a suffix keep "
+        "both off. "
         "[ENGINES.md](ENGINES.md#with-their-defaults-on-what-is-not-modelled-yet) describes "
         "both. What kvlab's peer "
         "leaves out is named in `kvlab/sched/sglang.py`. One detail the comparison "

@@ -69,6 +69,18 @@ def test_vllm_is_held_to_its_async_scheduler_with_caching_off_and_on():
         assert any(w.name.startswith("tiny/") for w in mine), caching  # step rows compared
 
 
+def test_sglang_is_held_to_its_overlap_loop_with_the_radix_cache_off_and_on():
+    held = [w for w in ENGINES["sglang"][1]() if not w.args.disable_overlap_schedule]
+    assert len(held) >= 10
+    for cache in (False, True):
+        mine = [w for w in held if w.args.disable_radix_cache is not cache]
+        assert any(w.name.startswith("mooncake-") for w in mine), cache
+        assert any(w.name.startswith("tiny/") for w in mine), cache  # step rows compared
+    # loaded pools: the stored runs retract under the overlap loop
+    stored = ENGINES["sglang"][0].stored_results()
+    assert any(stored[w.name].summary()["recomputes"] for w in held if w.name.startswith("tiny/"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("engine, name", CASES)
 def test_the_peer_does_what_the_engine_did(engine, name):
