@@ -254,14 +254,16 @@ class SglangScheduler(SchedulerBase):
         request.output_limit = clipped_max_new_tokens(
             self.args, request.prompt_len, request.max_new_tokens
         )
-        if self.tree is not None:
-            self._prompt_ids[request.request_id] = prompt_token_ids(request)
         limit = self.args.max_req_input_len
-        if request.prompt_len >= limit:  # validate_input_length (managers/utils.py:283)
+        aborting = request.prompt_len >= limit  # validate_input_length (managers/utils.py:283)
+        if aborting:
             self.abort_messages[request.request_id] = (
                 f"Input length ({request.prompt_len} tokens) exceeds the maximum allowed length "
                 f"({limit} tokens). Use a shorter input or enable --allow-auto-truncate."
             )
+        if self.tree is not None:  # an abort's prompt is one token (``set_finish_with_abort``)
+            ids = list(ABORT_INPUT_IDS) if aborting else prompt_token_ids(request)
+            self._prompt_ids[request.request_id] = ids
         return ADMIT
 
     def _enqueue(self, request: Request) -> None:

@@ -455,6 +455,19 @@ def test_retraction_order_is_fewest_outputs_then_longest_prompt():
     assert scheduler.running == [b, c]  # filter_batch keeps the sorted order
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_abort_whose_prompt_shares_a_cached_prefix_matches_nothing(overlap):
+    # set_finish_with_abort (managers/schedule_batch.py) makes an abort's prompt one token, so
+    # the radix tree's copy of a longer prompt's prefix is not matched for it
+    shared = dict(prefix_hashes=(7, 8, 9, 10), tokens_per_hash=512)
+    requests = [Request("first", 1600, 4, **shared), Request("too-long", 2000, 4, 10, **shared)]
+    args = server(disable_radix_cache=False, disable_overlap_schedule=not overlap)
+    result = simulate(SglangScheduler(args, debug=True), requests, check_invariants=True)
+    assert result.status == {"first": RequestState.FINISHED, "too-long": RequestState.REJECTED}
+    assert result.reasons["too-long"].cause is Cause.FRONT_DOOR
+    assert result.requests["too-long"].prepopulated_prompt_len == 0
+
+
 def test_the_last_request_is_aborted_when_even_it_cannot_decode():
     # unreachable through admission (the clip keeps one request within the pool); forced here
     scheduler = SglangScheduler(server(max_total_tokens=16, context_length=4096))
