@@ -594,13 +594,12 @@ assert 0 < on.reused_tokens <= ceiling.cached_tokens and on.mean_ttft_steps <= o
 # ## 8b. The three engines as they ship
 #
 # vLLM and SGLang cache prefixes by default too, and each counts a cached prefix in its own way
-# when it decides whether a request fits. Each engine runs here as it ships, its defaults set in
-# one place (`kvlab.analysis.shipped.AS_SHIPPED`): TensorRT-LLM with block reuse (and, as in the
-# rest of this notebook, PR #21720's capacity check); vLLM 0.34.0 with prefix caching and async
-# scheduling; SGLang 0.5.23 with its radix cache. SGLang also ships its overlap scheduler on, which
-# kvlab's peer does not model yet, so it runs with the overlap off ("not modelled yet"). Every
-# table and figure below names these defaults with `defaults_label`, and "caching off" is the same
-# engine with only its cache switched off.
+# when it decides whether a request fits. Each engine runs here as it ships, with its
+# configuration's defaults, which are the engine's own (`kvlab.analysis.shipped.as_shipped`):
+# TensorRT-LLM with block reuse (and, as in the rest of this notebook, PR #21720's capacity check);
+# vLLM 0.34.0 with prefix caching and async scheduling; SGLang 0.5.23 with its radix cache and its
+# overlap scheduler. Every table and figure below names these defaults with `defaults_label`, and
+# "caching off" is the same engine with only its cache switched off.
 #
 # What a *hit* is, and how admission counts it:
 #

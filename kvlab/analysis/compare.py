@@ -48,7 +48,8 @@ class EngineConfig:
     """The deployment each engine's configuration is derived from (:func:`engine_args`);
     defaults: the seed's 4 MiB experiment, 4 sequences at once, a token budget no prompt
     exceeds. ``host_cache_size`` None is the automatic host tier, 0 none; it, ``stall_limit``
-    and ``enable_block_reuse`` are TensorRT-LLM's (the peers run without prefix caches)."""
+    and ``enable_block_reuse`` are TensorRT-LLM's (the peers run their own engines' caches as
+    they ship: ``VllmEngineArgs``' and ``SglangServerArgs``' defaults)."""
 
     pool_mib: float = 4.0
     max_seq_len: int = 8192

@@ -1,5 +1,5 @@
 """The three engines as they ship, prefix caching on and off (notebook 04 §8b). Each engine's
-caching and scheduling defaults are set in one place, :data:`AS_SHIPPED`, by the engine's own
+caching and scheduling defaults are its configuration type's own defaults, by the engine's own
 switch names; :func:`as_shipped` builds an engine's configuration from it, :func:`defaults_label`
 says in words which of those defaults a configuration has on (every figure and table that shows
 an engine carries it), :func:`shipped_runs` replays requests on each engine with caching on and
@@ -14,34 +14,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import Any
 
 from kvlab.analysis.compare import EngineConfig, engine_args, run_engine
 from kvlab.analysis.reuse import MOONCAKE_ENGINE, ReuseCeiling, shared_prefix_story
 from kvlab.core.checks import check_bools, check_choice, check_instance, check_int, check_items
-from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import MIB
 from kvlab.core.request import Request, RequestState
 from kvlab.run.simulation import SimulationResult
-from kvlab.sched.sglang import SGLANG_VERSION, SglangScheduler, SglangServerArgs
+from kvlab.sched.sglang import SGLANG_VERSION, SglangServerArgs
 from kvlab.sched.trtllm_settings import TrtllmSettings
 from kvlab.sched.vllm import VLLM_VERSION, VllmEngineArgs
 
 #: The engines, in the order the tables and figures show them.
 SHIPPED_ENGINES = ("TensorRT-LLM", "vLLM", "SGLang")
-
-#: Each engine's caching and scheduling defaults as it ships, by its own names: the one place
-#: they are set. TensorRT-LLM: ``KvCacheConfig.enable_block_reuse``; vLLM: automatic prefix
-#: caching and the AsyncScheduler (vllm/config/cache.py, vllm/config/vllm.py); SGLang: the radix
-#: cache and the overlap scheduler (sglang/srt/arg_groups/fields/memory.py, schedule.py).
-AS_SHIPPED: dict[str, dict[str, bool]] = {
-    "TensorRT-LLM": {"enable_block_reuse": True},
-    "vLLM": {"enable_prefix_caching": True, "async_scheduling": True},
-    # SGLang ships the overlap scheduler on; kvlab's peer does not model it yet (it refuses
-    # disable_overlap_schedule=False). Once it does, this line becomes False.
-    "SGLang": {"disable_radix_cache": False, "disable_overlap_schedule": True},
-}
 
 #: Each engine's caching switch and the value that turns caching on.
 CACHING_SWITCHES: dict[str, tuple[str, bool]] = {
@@ -61,15 +46,16 @@ def as_shipped(
     engine: str, config: EngineConfig | None = None, *, caching: bool = True
 ) -> EngineArgs:
     """``engine``'s configuration for the deployment ``config`` (kvlab.analysis.compare's
-    mapping) with its defaults as shipped (:data:`AS_SHIPPED`), its caching switch turned off
+    mapping) with its defaults as shipped, which are its configuration type's own defaults
+    (``TrtllmSettings.enable_block_reuse``, ``VllmEngineArgs``' caching and async scheduling,
+    ``SglangServerArgs``' radix cache and overlap schedule), its caching switch turned off
     where ``caching`` is False."""
     check_choice("engine", engine, SHIPPED_ENGINES)
     config = EngineConfig() if config is None else check_instance("config", config, EngineConfig)
     check_bools(caching=caching)
-    changes: dict[str, Any] = dict(AS_SHIPPED[engine])
     switch, on = CACHING_SWITCHES[engine]
-    changes[switch] = on if caching else not on
-    return dataclasses.replace(engine_args(SHIPPED_POLICIES[engine], config), **changes)
+    args = engine_args(SHIPPED_POLICIES[engine], config)
+    return dataclasses.replace(args, **{switch: on if caching else not on})
 
 
 def engine_name(args: EngineArgs) -> str:
@@ -87,25 +73,6 @@ def caching_on(args: EngineArgs) -> bool:
     """Whether ``args`` has its engine's prefix cache on."""
     switch, on = CACHING_SWITCHES[engine_name(args)]
     return getattr(args, switch) == on
-
-
-@cache
-def sglang_models_overlap() -> bool:
-    """Whether kvlab's SGLang peer runs with the overlap scheduler on (it refuses while it
-    does not model it)."""
-    args = SglangServerArgs(
-        KVGeometry(num_layers=1, num_kv_heads=1, head_dim=1, dtype="float16", tokens_per_block=1),
-        64,
-        32,
-        disable_overlap_schedule=False,
-    )
-    try:
-        SglangScheduler(args)
-    except ValueError as exc:
-        if "overlap" in str(exc):
-            return False
-        raise
-    return True
 
 
 def _on(flag: bool) -> str:
@@ -129,12 +96,9 @@ def defaults_label(args: EngineArgs, admission: bool = True) -> str:
             f"{name} {VLLM_VERSION}: prefix caching {_on(args.enable_prefix_caching)}, "
             f"async scheduling {_on(args.async_scheduling)}"
         )
-    overlap = _on(not args.disable_overlap_schedule)
-    if args.disable_overlap_schedule and not sglang_models_overlap():
-        overlap += " (not modelled yet)"
     return (
         f"{name} {SGLANG_VERSION}: radix cache {_on(not args.disable_radix_cache)}, "
-        f"overlap schedule {overlap}"
+        f"overlap schedule {_on(not args.disable_overlap_schedule)}"
     )
 
 
@@ -333,7 +297,6 @@ def story_rows(runs: dict[tuple[str, bool], ShippedRun]) -> list[dict]:
 
 
 __all__ = [
-    "AS_SHIPPED",
     "CACHING_SWITCHES",
     "SLICE_POOL_PAGES",
     "SHIPPED_ENGINES",

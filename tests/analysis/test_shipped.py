@@ -1,4 +1,4 @@
-"""kvlab.analysis.shipped: each engine as it ships has the defaults AS_SHIPPED names and the label
+"""kvlab.analysis.shipped: each engine as it ships has its engine's own defaults and the label
 says which are on; caching turns the shared-prefix story's "not yet" into "now" on every engine
 and its "never" into nothing; a Mooncake conversation slice keeps whole conversations; on a pool
 smaller than its longest prompts the same requests are rejected with caching on and off."""
@@ -12,7 +12,6 @@ import pytest
 from kvlab.analysis.compare import EngineConfig
 from kvlab.analysis.reuse import reuse_ceiling
 from kvlab.analysis.shipped import (
-    AS_SHIPPED,
     SHIPPED_ENGINES,
     SLICE_POOL_PAGES,
     as_shipped,
@@ -21,7 +20,6 @@ from kvlab.analysis.shipped import (
     caching_rows,
     conversation_slice,
     defaults_label,
-    sglang_models_overlap,
     shared_prefix_runs,
     shipped_runs,
     slice_engine,
@@ -41,7 +39,7 @@ def test_as_shipped_sets_each_engines_defaults_and_caching_flips_only_its_switch
     assert isinstance(vllm, VllmEngineArgs)
     assert vllm.enable_prefix_caching and vllm.async_scheduling
     assert isinstance(sglang, SglangServerArgs) and not sglang.disable_radix_cache
-    assert sglang.disable_overlap_schedule == AS_SHIPPED["SGLang"]["disable_overlap_schedule"]
+    assert not sglang.disable_overlap_schedule  # SGLang ships its overlap scheduler on
     assert all(caching_on(a) for a in (trt, vllm, sglang))
     for engine in SHIPPED_ENGINES:
         on, off = as_shipped(engine), as_shipped(engine, caching=False)
@@ -68,12 +66,11 @@ def test_the_label_says_which_defaults_are_on():
     assert defaults_label(as_shipped("TensorRT-LLM", caching=False)).startswith(
         "TensorRT-LLM: block reuse off"
     )
-    sglang = defaults_label(as_shipped("SGLang"))
-    assert sglang.startswith("SGLang 0.5.23: radix cache on, overlap schedule ")
-    if sglang_models_overlap():
-        assert "not modelled" not in sglang
-    else:  # the peer refuses the overlap scheduler: the label says it is off, and why
-        assert sglang.endswith("overlap schedule off (not modelled yet)")
+    assert defaults_label(as_shipped("SGLang")) == (
+        "SGLang 0.5.23: radix cache on, overlap schedule on"
+    )
+    no_overlap = as_shipped("SGLang", caching=False).replace(disable_overlap_schedule=True)
+    assert defaults_label(no_overlap) == "SGLang 0.5.23: radix cache off, overlap schedule off"
     with pytest.raises(TypeError, match="args must be"):
         defaults_label(EngineConfig())  # type: ignore[arg-type]
 
