@@ -112,12 +112,18 @@ class LateResults:
 
 def check_plain_request(request: Request, peer: str) -> None:
     """ValueError for what the real engines' peers (``peer``: "vLLM", "SGLang") model not:
-    draft tokens, beam search, disaggregated generation."""
+    draft tokens, beam search, disaggregated generation, a cache salt."""
     if request.num_draft_tokens or request.beam_width != 1 or request.disagg_generation_init:
         raise ValueError(
             f"request {request.request_id!r}: kvlab's {peer} peer and backend model no "
             "draft tokens, beam search or disaggregated generation; give it "
             "num_draft_tokens=0, beam_width=1, disagg_generation_init=False"
+        )
+    if request.cache_salt is not None:
+        raise ValueError(
+            f"request {request.request_id!r}: cache_salt must be None for kvlab's {peer} peer "
+            f"and backend, got {request.cache_salt!r:.40}: they hash prompts without a salt "
+            "(only TensorRT-LLM's block reuse is scoped by it)"
         )
 
 

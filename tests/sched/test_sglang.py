@@ -241,6 +241,8 @@ def test_the_tokenizer_manager_rejects_at_arrival_with_sglangs_messages():
     assert front_door_error(Request("fits", 900, 124), 1024) is None
     with pytest.raises(ValueError, match="num_draft_tokens=0, beam_width=1"):
         SglangScheduler(server()).submit(Request("d", 8, 4, beam_width=2))
+    with pytest.raises(ValueError, match="cache_salt must be None for kvlab's SGLang peer"):
+        SglangScheduler(server()).submit(Request("s", 8, 4, cache_salt="tenant-a"))
 
 
 def test_an_input_over_max_req_input_len_is_a_one_token_abort_that_a_prefill_batch_rejects():

@@ -115,6 +115,8 @@ def test_the_front_door_rejects_with_vllms_messages():
     assert front_door_error(Request("d", 2015, 4), 2016) is None
     with pytest.raises(ValueError, match="num_draft_tokens=0"):
         VllmScheduler(engine()).submit(Request("e", 8, 4, num_draft_tokens=1))
+    with pytest.raises(ValueError, match="cache_salt must be None for kvlab's vLLM peer"):
+        VllmScheduler(engine()).submit(Request("s", 8, 4, cache_salt="tenant-a"))
 
 
 def test_a_sequence_stops_at_max_model_len():
