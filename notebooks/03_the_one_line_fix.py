@@ -53,6 +53,7 @@ from kvlab.analysis.compare import (EngineConfig, TIERS, build_scheduler, long_a
                                     outcome_table, tier_runs)
 from kvlab.analysis.measurements import load_measurements, measured_on
 from kvlab.analysis.presets import engine_outcome, seed_geometry
+from kvlab.analysis.shipped import policies_label
 from kvlab.analysis.repro import no_pool_reason, page_index_price, run_repro, sweep_repro
 from kvlab.core.page_index import max_blocks_per_seq, width_seq_len
 from kvlab.core.paged_attention import paged_vs_contiguous
@@ -324,7 +325,8 @@ print(f"{alone.iterations:,} passes; the long request refused in {long_req.num_r
 print(textwrap.fill(f"{type(alone.error).__name__}: {alone.error}", 100, break_on_hyphens=False))  # between words
 print("tier below the GPU:", engine.tier_name)
 viz.show(viz.scheduler_timeline_figure(alone, stall_limit=stall_limit,
-                                       title=f"Alone, configured row: refused every pass, deadlock at pass {stall_limit:,}"))
+                                       title=f"Alone, configured row: refused every pass, deadlock at pass {stall_limit:,}",
+                                       subtitle=policies_label(["none/configured"], engine)))
 if after.outcome == "refused":  # the pool cannot hold the request: the scheduler can never place it
     assert isinstance(alone.error, SchedulerDeadlock) and isinstance(alone.error, RuntimeError)
     assert alone.iterations == stall_limit == alone.error.stalled_passes  # raised on the limit-th stalled pass
@@ -361,7 +363,8 @@ print(textwrap.fill(f"{type(beside.error).__name__} at step {steps[-1]:,} (steps
                     f"pass {steps[-1] + 1:,}): {beside.error}", 100,
                     break_on_hyphens=False))
 viz.show(viz.scheduler_timeline_figure(beside, stall_limit=stall_limit,
-                                       title="Beside small requests: they finish, the long one starves"))
+                                       title="Beside small requests: they finish, the long one starves",
+                                       subtitle=policies_label(["none/configured"], engine)))
 if after.outcome == "refused" and small_ids:
     assert all(beside.status[rid] == "finished" for rid in small_ids)  # they all finish ...
     assert beside.status["long"] == "waiting" and beside.requests["long"].first_scheduled_step is None  # ... it never starts
@@ -417,7 +420,8 @@ display(table(chunked_table[TIER_COLUMNS]))
 livelock = chunked["none"]
 window = tier_runs(long_and_small(context, num_small=num_small), chunked_engine, max_steps=200)["none"]
 viz.show(viz.scheduler_timeline_figure(window, stall_limit=stall_limit,
-                                       title="Chunked, no tier below the GPU: the first 200 passes of a preemption livelock"))
+                                       title="Chunked, no tier below the GPU: the first 200 passes of a preemption livelock",
+                                       subtitle=policies_label(["none/configured"], chunked_engine)))
 if after.outcome == "refused" and num_small and IS_SEED:
     held = chunked["automatic"]
     assert isinstance(held.error, SchedulerDeadlock) and held.summary()["finished"] == 0

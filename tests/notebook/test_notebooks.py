@@ -251,7 +251,8 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
     reuse_on, reuse_off = findings[13:15]  # Mooncake's conversation trace, five minutes with SMOKE
     assert "918 requests in 5 min" in reuse_on["scenario"]
     assert reuse_on["policy"] == "capacity, block reuse on" and reuse_on["outcome"] == "ok"
-    assert "prompt tokens reused (5.1%; 24.6% of the unbounded cache's)" in reuse_on["numbers"]
+    # evicted pages move to the automatic host tier and come back (5.1 % when they were dropped)
+    assert "prompt tokens reused (11.7%; 56.4% of the unbounded cache's)" in reuse_on["numbers"]
     assert reuse_off["numbers"].startswith("0 prompt tokens reused")
     shipped = findings[15:]  # 12 Mooncake conversations on the tight pool, each engine as it ships
     assert [f["policy"].split(":")[0] for f in shipped] == [
@@ -260,6 +261,7 @@ def test_notebook_04_separates_not_yet_from_never(nb04):
         "SGLang 0.5.23",
     ]
     assert shipped[1]["policy"] == "vLLM 0.34.0: prefix caching on, async scheduling on"
+    assert shipped[2]["policy"] == "SGLang 0.5.23: radix cache on, overlap schedule on"
     assert all(f["outcome"] == "reject" for f in shipped)
     assert all("2 rejected with caching on and off" in f["numbers"] for f in shipped)
 
