@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kvlab.analysis.compare import EngineConfig, engine_args, run_engine
 from kvlab.analysis.reuse import MOONCAKE_ENGINE, ReuseCeiling, shared_prefix_story
@@ -55,7 +56,8 @@ def as_shipped(
     check_bools(caching=caching)
     switch, on = CACHING_SWITCHES[engine]
     args = engine_args(SHIPPED_POLICIES[engine], config)
-    return dataclasses.replace(args, **{switch: on if caching else not on})
+    changes: dict[str, Any] = {switch: on if caching else not on}
+    return dataclasses.replace(args, **changes)
 
 
 def engine_name(args: EngineArgs) -> str:
