@@ -1326,7 +1326,14 @@ CASES = [
         "replay_with_reuse(requests, policies='capacity')",
         raises(lambda: replay_with_reuse([Request("r", 8, 4)], policies="capacity")),
         "TypeError",
-        ("policies must be a sequence of policy names, got 'capacity'",),
+        ("policies must be a sequence of TensorRT-LLM policy names, got 'capacity'",),
+    ),
+    Case(
+        CONSTRUCTOR,
+        "replay_with_reuse(requests, policies=('vllm',))",
+        raises(lambda: replay_with_reuse([Request("r", 8, 4)], policies=("vllm",))),
+        "ValueError",
+        ("policies", "'vllm'", "none/clamped"),
     ),
     Case(
         CONSTRUCTOR,

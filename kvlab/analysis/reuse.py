@@ -17,7 +17,7 @@ from kvlab.core.memory import MIB
 from kvlab.core.prefix_cache import chain_hashes
 from kvlab.core.request import Request
 from kvlab.run.simulation import SimulationResult
-from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
+from kvlab.sched.policies import TRTLLM_POLICIES
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,11 @@ def replay_with_reuse(
     reuse: Sequence[bool] = (True, False),
     max_steps: int = 1_000_000,
 ) -> dict[tuple[str, bool], SimulationResult]:
-    """Each policy with block reuse on and off (``reuse``): {(policy, reuse): result}."""
+    """Each of TensorRT-LLM's ``policies`` with block reuse on and off (``reuse``):
+    {(policy, reuse): result}. The peers' caches have switches of their own
+    (:func:`kvlab.analysis.shipped.shipped_runs` turns them)."""
     requests = check_items("requests", requests, "Requests")
-    policies = check_names("policies", policies, POLICIES, "policy names")
+    policies = check_names("policies", policies, TRTLLM_POLICIES, "TensorRT-LLM policy names")
     reuse = [
         check_instance(f"reuse[{i}]", on, bool)
         for i, on in enumerate(check_items("reuse", reuse, "bools"))
