@@ -178,7 +178,7 @@ beside_table = outcome_table(runs)
 display(table(beside_table[["outcome", "finished", "rejected", "unfinished", "steps", "max_stalled_passes", "error", "reasons"]]))
 for policy, result in runs.items():
     viz.show(viz.scheduler_timeline_figure(result, stall_limit=stall_limit, title=f"{policy}: the long request "
-                                           f"beside {num_small} small ones"))
+                                           f"beside {num_small} small ones", subtitle=policies_label([policy], engine)))
 
 # %%
 long_pages = demand_blocks(workload[0], manager)
@@ -267,7 +267,8 @@ display(table(mixed_table.loc[list(TRTLLM_POLICIES), ["outcome", "finished", "re
                                                  "goodput_tokens_per_step", "mean_wait_steps",
                                                  "mean_queue_steps", "preemptions"]]))
 viz.show(viz.policy_bars_figure([r for r in mixed_rows if r["policy"] in TRTLLM_POLICIES],
-                                title="TensorRT-LLM's regimes on a mixed workload"))
+                                title="TensorRT-LLM's regimes on a mixed workload",
+                                subtitle=policies_label(TRTLLM_POLICIES, engine)))
 
 # %%
 cap = mixed_table.loc["capacity"]
