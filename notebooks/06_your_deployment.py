@@ -90,8 +90,8 @@ findings = []
 # on the last, `max_seq_len` 1,048,576 and a 1,000,000-token context. The crash came from the
 # V2 manager's native resize, so the deployment ran V2 (its model class does not ask for it:
 # the operator turned it on), and it allowed a `max_seq_len` past the model's own 40,960. The
-# plan names every number notebook 01 found by running the ranks: the last rank's 29,961 blocks
-# become everyone's pool, `max_seq_len` is clamped to 958,752 and the row is 29,964 entries
+# plan names every number notebook 01 found by running the ranks: the last rank's 29,962 blocks
+# become everyone's pool, `max_seq_len` is clamped to 958,784 and the row is 29,964 entries
 # wide, while the one-line fix would size it 32,772.
 
 # %%
@@ -99,7 +99,7 @@ plan = plan_deployment(EXAMPLES["issue-21470"])
 print(plan.explain())
 viz.show(viz.plan_ranges_figure(plan))
 
-assert (plan.blocks, plan.capacity_tokens) == (29961, 958752)
+assert (plan.blocks, plan.capacity_tokens) == (29962, 958784)
 assert (plan.width_current, plan.width_fix) == (29964, 32772)
 assert plan.first("crash") == 958_849 and plan.worst() == "crash"
 assert plan.worst("capacity") == "reject"
@@ -133,7 +133,7 @@ viz.show(viz.rank_budget_figure(plan.rank_plans(), title="Issue #21470: per-rank
 # and the manager then takes the smaller of that estimate's token count and 90 % of the memory
 # free at construction over the real bytes (`ceil(KV heads / tp)` whole heads per layer).
 # Under this deployment's attention DP every rank holds all four heads and the two agree, so
-# the pool is the same 29,961 blocks; at tp 16 without it the estimate is 128 × 4 // 16 = 32
+# the pool is the same 29,962 blocks; at tp 16 without it the estimate is 128 × 4 // 16 = 32
 # values per layer where each rank really holds one whole head of 128, four times too few, and
 # the free memory sets the pool. V1 clamps `max_seq_len` too, but the clamped value reaches
 # the request door: a prompt as long as the clamped `max_seq_len` is refused there

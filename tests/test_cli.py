@@ -130,8 +130,8 @@ def test_scenario_runs_rank_processes_and_exits_by_how_the_run_ended(policy, cod
     assert main(["scenario", "issue-21470", "--ranks", "4", "--policy", policy]) == code
     out = capsys.readouterr().out
     assert f"4 ranks (process, gloo), policy {policy}: {ended}" in out
-    assert out.count("29961 blk =    958752 tok") == 4  # every rank's pool after the MIN
-    assert "31844 blk" in out  # rank 0's own pool, before it
+    assert out.count("29962 blk =    958784 tok") == 4  # every rank's pool after the MIN
+    assert "31847 blk" in out  # rank 0's own pool, before it
 
 
 def test_scenario_past_its_deadline_exits_6_and_says_so(capsys):

@@ -27,6 +27,7 @@ from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB, MIB, MemoryBudget
 from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
+from kvlab.core.v2_storage import dense_pages
 from kvlab.core.words import counted
 from kvlab.run.scenarios import load_scenario
 from kvlab.sched.policies import TRTLLM_POLICIES
@@ -410,7 +411,9 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
                     f"{hybrid['stage']}, so nothing runs under any current policy; the "
                     "ranges given are for the pool PR #17261's clamp (a proposal) would leave"
                 )
-    if pages is None:
+    if pages is None and manager == "v2" and hybrid is None:  # the storage manager's granules
+        pages = [dense_pages(q, d.kv_geometry(s)) for q, s in zip(quotas, stages)]
+    if pages is None:  # [kvlab] PR #17261's clamp: the quota less the slots it keeps
         pages = [
             max(q - sb, 0) // d.kv_geometry(s).bytes_per_block
             for q, sb, s in zip(quotas, slot_bytes, stages)

@@ -6,54 +6,47 @@ the slots fit and what PR #17261's clamp would keep (docs/REFERENCE.md §5).
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 from kvlab.analysis.deployment_spec import Deployment
 from kvlab.core.arith import div_ceil
 from kvlab.core.mamba import QUOTA_TOO_SMALL, ResidencyPlan, num_dummy_slots
-from kvlab.core.memory import MIB
-
-STORAGE_PAGE_BYTES = 2 * MIB
+from kvlab.core.v2_storage import gpu_granularity, slot_counts
 
 
 @functools.lru_cache(maxsize=1024)  # ranks of a stage share their inputs
 def v2_hybrid_split(
     quota_bytes: int,
-    page_bytes: int,
-    state_pool_bytes: tuple[int, ...],
+    page_pools: tuple[int, ...],
+    state_pools: tuple[int, ...],
     live_slots: int,
     sequences: int,
     typical_len: int,
     tokens_per_block: int,
 ) -> tuple[int, int]:
     """(attention pages, state slots) merged ``MambaHybridCacheManagerV2`` builds from a quota
-    (mamba_cache_manager_v2.py at 28295084): granules of 2 MiB (doubling with the quota past
-    1 GiB, to 32 MiB); the state pools get a "typical step"'s share (``sequences`` of
-    ``typical_len`` tokens), at least ``live_slots``' granules; attention the rest.
-    [kvlab] The share is rounded down to whole granules; a set ``avg_seq_len`` is not modelled."""
-    granule = STORAGE_PAGE_BYTES << min(
-        4, max(0, int(math.log2(quota_bytes / (STORAGE_PAGE_BYTES * 512))))
+    (mamba_cache_manager_v2.py at 28295084, through :func:`kvlab.core.v2_storage.slot_counts`):
+    a "typical step" (``sequences`` requests of ``typical_len`` tokens, and the ``live_slots``
+    states) sets the ratio of the groups' bytes, each pool rounded up to granules; the state
+    group's floor is ``live_slots``, attention's one page. A stage without attention layers
+    (``page_pools`` empty) gives its quota to the states. [kvlab] A set ``avg_seq_len`` is not
+    modelled, nor snapshot states (``fixed_rules``)."""
+    if not state_pools:
+        return slot_counts(quota_bytes, [page_pools], [1.0], [1])[0], 0
+    if not page_pools:
+        return 0, slot_counts(quota_bytes, [state_pools], [1.0], [live_slots])[0]
+    granule = gpu_granularity(quota_bytes)
+
+    def group_bytes(slots: int, pools: tuple[int, ...]) -> int:
+        return sum(div_ceil(slots * size, granule) * granule for size in pools)
+
+    attention = group_bytes(sequences * div_ceil(typical_len, tokens_per_block), page_pools)
+    state = group_bytes(live_slots, state_pools)
+    total = attention + state
+    pages, slots = slot_counts(
+        quota_bytes, [page_pools, state_pools], [attention / total, state / total], [1, live_slots]
     )
-    granules = div_ceil(quota_bytes, granule)
-
-    def state_granules(slots: int) -> int:
-        return sum(div_ceil(slots * size, granule) for size in state_pool_bytes)
-
-    def rounded(nbytes: int) -> int:
-        return div_ceil(nbytes, granule) * granule
-
-    typical_attention = rounded(sequences * div_ceil(typical_len, tokens_per_block) * page_bytes)
-    typical_state = sum(rounded(live_slots * size) for size in state_pool_bytes)
-    share = typical_state / (typical_attention + typical_state) if typical_state else 0.0
-    if not typical_state:
-        return (granules * granule // page_bytes if page_bytes else 0), 0
-    state = max(state_granules(live_slots), int(granules * share))
-    low, high = live_slots, state * granule // min(state_pool_bytes) + 1  # fits, does not fit
-    while high - low > 1:  # the most slots the state granules hold
-        middle = (low + high) // 2
-        low, high = (middle, high) if state_granules(middle) <= state else (low, middle)
-    return ((granules - state) * granule // page_bytes if page_bytes else 0), low
+    return pages, slots
 
 
 def hybrid_stages(d: Deployment, quotas) -> tuple[dict[str, Any], ...]:
@@ -66,6 +59,7 @@ def hybrid_stages(d: Deployment, quotas) -> tuple[dict[str, Any], ...]:
         mamba = d.mamba_geometry(stage)
         quota = min(q for r, q in enumerate(quotas) if d.stage_of(r) == stage)
         page = d.kv_geometry(stage).bytes_per_block if attention else 0
+        page_pools = d.kv_geometry(stage).pool_bytes if attention else ()
         plan = ResidencyPlan(
             requested=d.max_batch_size * d.pp_size,
             dummies=dummies if mamba else 0,
@@ -82,7 +76,7 @@ def hybrid_stages(d: Deployment, quotas) -> tuple[dict[str, Any], ...]:
         split = {
             r: v2_hybrid_split(
                 q,
-                page,
+                page_pools,
                 pools,
                 plan.requested + plan.dummies,
                 plan.requested,

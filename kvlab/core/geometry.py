@@ -93,6 +93,17 @@ class KVGeometry:
         """One page: ``bytes_per_token * tokens_per_block`` (all layers)."""
         return self.bytes_per_token * self.tokens_per_block
 
+    @property
+    def pool_bytes(self) -> tuple[int, ...]:
+        """A page's bytes per V2 storage pool, largest first: K and V of every layer share one
+        pool; NVFP4's fp8 block scales, a different buffer size, take a second
+        (``get_layer_bytes_per_token`` by role, kv_cache_manager_v2.py at 00043967)."""
+        if self.dtype != "nvfp4":
+            return (self.bytes_per_block,)
+        elements = self.num_layers * self.kv_factor * self.kv_heads_per_rank * self.head_dim
+        scales = elements // NVFP4_SCALE_BLOCK * self.tokens_per_block
+        return (self.bytes_per_block - scales, scales)
+
     def bytes_per_token_formula(self) -> str:
         """The product behind bytes_per_token, in words (the seed's arithmetic)."""
         per_element = Fraction(element_bytes(self.dtype, self.head_dim), self.head_dim)

@@ -19,6 +19,7 @@ import torch
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES
+from kvlab.core.v2_storage import dense_pages
 from kvlab.run.comm import ThreadComm, TorchComm
 from kvlab.run.monitor import RunMonitor
 from kvlab.run.rank_config import STORAGE_BYTES_PER_TOKEN, Fault, RunConfig
@@ -71,7 +72,7 @@ class RankRunner:
     def __init__(self, rank: int, config: RunConfig, device: torch.device | str = "cpu"):
         self.rank, self.config, self.device = rank, config, device
         geo = config.geometry
-        local_blocks = geo.blocks_in(config.budgets[rank].kv_quota_bytes)
+        local_blocks = dense_pages(config.budgets[rank].kv_quota_bytes, geo)
         self.local_capacity_tokens = local_blocks * geo.tokens_per_block
         self.monitor: RunMonitor | None = None  # the process mode's shared record
         self.built = False

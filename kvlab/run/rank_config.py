@@ -21,6 +21,7 @@ from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS
 from kvlab.core.request import Request
+from kvlab.core.v2_storage import dense_pages
 from kvlab.run.scenario_schema import Scenario, ScenarioDeployment
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
@@ -106,7 +107,7 @@ class RunConfig:
         """What the ranks will build: each rank's own blocks, the token capacity after
         allreduce(MIN), and the page-index width from it (0 when no page is left)."""
         geo = self.geometry
-        blocks = tuple(geo.blocks_in(b.kv_quota_bytes) for b in self.budgets)
+        blocks = tuple(dense_pages(b.kv_quota_bytes, geo) for b in self.budgets)
         tokens = min(blocks) * geo.tokens_per_block
         if tokens == 0:
             return blocks, 0, 0

@@ -49,6 +49,7 @@ class RankResult:
     traceback: str | None  # the raising rank's traceback, trimmed to kvlab frames
     budget: MemoryBudget
     bytes_per_block: int  # the model's
+    local_blocks: int  # its own pool, before the MIN
     blocks: int  # after the MIN: the pool it built
     capacity_tokens: int  # after the MIN (the all-reduced token capacity)
     max_seq_len: int  # clamped
@@ -64,11 +65,6 @@ class RankResult:
     @property
     def local_quota_bytes(self) -> int:
         return self.budget.kv_quota_bytes
-
-    @property
-    def local_blocks(self) -> int:
-        """Its own pool, before the MIN."""
-        return self.local_quota_bytes // self.bytes_per_block
 
     @property
     def quota_bytes(self) -> int:
@@ -119,6 +115,7 @@ def rank_result(
         traceback=traceback,
         budget=config.budgets[rank],
         bytes_per_block=config.geometry.bytes_per_block,
+        local_blocks=config.pool_plan()[0][rank],
         blocks=blocks,
         capacity_tokens=capacity,
         max_seq_len=max_seq_len,

@@ -26,7 +26,8 @@ MAX_SHAPE = 1 << 14  # layers, heads, head size, tokens per block
 EXPECTED: Mapping[str, str] = {
     "bytes_per_token": "KV bytes one token takes over all layers, K and V, on one rank",
     "capacity_tokens": "tokens the pool holds: total_blocks * tokens_per_block",
-    "total_blocks": "pages in the pool: pool bytes // (bytes_per_token * tokens_per_block)",
+    "total_blocks": "pages in the pool after the MIN: each quota in whole storage granules "
+    "// (bytes_per_token * tokens_per_block)",
     "width_clamped": "page-index row width from the clamped max_seq_len (since PR #12306)",
     "width_configured": "page-index row width from the configured max_seq_len (the one-line fix)",
     "entries_needed": "page-index entries the context needs: ceil(context_length / tokens_per_block)",

@@ -35,9 +35,9 @@ def test_issue_21470_as_notebook_01_and_the_scenario_state_it():
     plan = plan_deployment(EXAMPLES["issue-21470"])
     expected = load_scenario("issue-21470").expected
     assert plan.bytes_per_token == expected["bytes_per_token"] == 192512
-    assert plan.blocks == expected["total_blocks"] == 29961
-    assert plan.capacity_tokens == expected["capacity_tokens"] == 958752
-    assert plan.clamped_max_seq_len == 958752 and plan.clamped
+    assert plan.blocks == expected["total_blocks"] == 29962
+    assert plan.capacity_tokens == expected["capacity_tokens"] == 958784
+    assert plan.clamped_max_seq_len == 958784 and plan.clamped
     assert (
         (plan.width_current, plan.width_fix)
         == (expected["width_clamped"], expected["width_configured"])
@@ -230,7 +230,7 @@ def test_a_model_that_is_not_a_geometry_is_named(model):
 def test_the_command_prints_json_with_the_exit_code(capsys):
     assert main(["plan", "--example", "issue-21470", "--json"]) == 4
     data = json.loads(capsys.readouterr().out)
-    assert data["blocks"] == 29961 and data["width"] == {"current": 29964, "one_line_fix": 32772}
+    assert data["blocks"] == 29962 and data["width"] == {"current": 29964, "one_line_fix": 32772}
     assert data["policies"]["none/clamped"]["worst"] == "crash" and data["exit_code"] == 4
     assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--chunked-prefill"]) == 0
     assert "Verdict: safe" in capsys.readouterr().out

@@ -28,7 +28,7 @@ def test_notebook_06_plans_the_walk_from_the_presets(nb06):
         ("Qwen3.5-27B, PR #17261", "crash"),
     ]
     assert (
-        "contexts from 958,849 tokens raise; pool 958,752 tokens, row 29,964 entries"
+        "contexts from 958,849 tokens raise; pool 958,784 tokens, row 29,964 entries"
         in findings[0]["numbers"]
     )
     assert findings[2]["policy"] == "V1 manager (the default)"

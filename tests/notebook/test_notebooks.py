@@ -311,7 +311,7 @@ def test_notebook_01_reconstructs_the_report(nb01):
         ("issue_21470_16x_gb300, automatic host tier", "capacity", "reject"),
         ("rtx5080-4mib", "none/clamped", "crash"),
     ]
-    assert "MIN 958,752 tokens = 29,961 blocks; row 29,964 entries" in findings[0]["numbers"]
+    assert "MIN 958,784 tokens = 29,962 blocks; row 29,964 entries" in findings[0]["numbers"]
     assert (
         "rank 0 raised ValueError: User-provided base page indices is too short"
         in findings[0]["numbers"]
@@ -338,7 +338,7 @@ def test_notebook_01_shows_the_budget_the_traceback_and_the_panel(nb01):
     )
     rank_tables = [t for t in outputs(nb, "text/html") if "pool after MIN (pages)" in t]
     assert rank_tables and rank_tables[0].count("shut down: rank 0 raised ValueError") >= 15
-    assert "958,752" in rank_tables[0]  # counts with thousands separators, in an HTML table
+    assert "958,784" in rank_tables[0]  # counts with thousands separators, in an HTML table
     panel = panels(nb)
     assert len(panel) == 1 and "kvlab-verdict" in panel[0]["data"]["text/html"]
     # the button's run, pressed once in a cell of its own: its result outside the panel, so

@@ -57,25 +57,25 @@ def ranks_plan_of_the_report():
 
 
 def test_request_fit_shows_a_request_past_its_limits_and_labels_what_coincides():
-    """Notebook 01 section 8: 1,000,064 tokens against a pool of 958,752 and a row of 958,848
+    """Notebook 01 section 8: 1,000,064 tokens against a pool of 958,784 and a row of 958,848
     (on a log axis all three sat at "1M"): a linear axis shows the bar 4 % above the lines, and
     the labels say by how much it overshoots each and which line is which."""
     requests = [
         dict(id="bg-000", tokens=2064, outcome="ok"),
         dict(id="long-ctx", tokens=1_000_064, outcome="crash"),
     ]
-    spec = viz.request_fit_spec(requests, capacity_tokens=958_752, row_tokens=958_848)
+    spec = viz.request_fit_spec(requests, capacity_tokens=958_784, row_tokens=958_848)
     bar = spec["data"][0]
     assert bar["text"] == [
         "2,064",
-        "1,000,064 tokens<br>41,312 past the pool<br>41,216 past the row",
+        "1,000,064 tokens<br>41,280 past the pool<br>41,216 past the row",
     ]
     assert (
         bar["textposition"] == ["auto", "inside"] and bar["textangle"] == 0
     )  # level, inside if it fits
     notes = {a["text"]: a["yanchor"] for a in spec["layout"]["annotations"]}
     # the row, the larger, above its line; the pool below its own: apart though the lines coincide
-    assert notes == {"row spans 958,848 tokens": "bottom", "pool holds 958,752 tokens": "top"}
+    assert notes == {"row spans 958,848 tokens": "bottom", "pool holds 958,784 tokens": "top"}
     axis = spec["layout"]["yaxis"]
     assert (
         axis.get("type") in (None, "linear")
@@ -85,18 +85,18 @@ def test_request_fit_shows_a_request_past_its_limits_and_labels_what_coincides()
 
 
 def test_the_plan_bands_name_a_band_too_thin_to_see_and_lines_that_coincide():
-    """Notebook 06 section 1: current code stalls on 958,690-958,848 (159 tokens of a
-    1,048,576-token axis) between the pool (958,752) and the row's end (958,848)."""
+    """Notebook 06 section 1: current code stalls on 958,722-958,848 (127 tokens of a
+    1,048,576-token axis) between the pool (958,784) and the row's end (958,848)."""
     spec = viz.plan_ranges_spec(plan_deployment(example_deployments()["issue-21470"]))
     notes = [a["text"] for a in spec["layout"]["annotations"]]
-    assert "stall (no progress): 958,690-958,848 (159 tokens)" in notes
+    assert "stall (no progress): 958,722-958,848 (127 tokens)" in notes
     arrow = next(a for a in spec["layout"]["annotations"] if a["text"].startswith("stall"))
     assert (
         arrow["showarrow"]
         and arrow["y"] == "current code"
-        and arrow["x"] == (958_690 + 958_848) / 2
+        and arrow["x"] == (958_722 + 958_848) / 2
     )
-    assert "pool 958,752 and row 958,848: 96 tokens apart" in notes
+    assert "pool 958,784 and row 958,848: 64 tokens apart" in notes
 
 
 def test_the_plan_legend_says_clamped_only_when_the_plan_does():
@@ -128,7 +128,7 @@ def test_the_plan_legend_says_clamped_only_when_the_plan_does():
     names = [t["name"] for t in viz.plan_ranges_spec(v1)["data"]]
     assert f"max_seq_len clamped to {v1.clamped_max_seq_len:,} tokens" in names
     notes = [a["text"] for a in viz.plan_ranges_spec(v1)["layout"]["annotations"]]
-    assert notes == ["pool and max_seq_len both 958,752 tokens"]  # the lines coincide: said so
+    assert notes == ["pool and max_seq_len both 958,752 tokens"]  # V1: no granules
 
 
 def test_a_livelock_is_not_labelled_a_stall():

@@ -522,7 +522,7 @@ def test_the_report_clamps_and_the_long_context_crashes(ranks):
     assert ranks.outcome == "crash"
     text = ranks.verdict_text
     assert (
-        "max_seq_len 1,048,576 is clamped to 958,752" in text
+        "max_seq_len 1,048,576 is clamped to 958,784" in text
         and "long-ctx (rank 0) would raise" in text
     )
     assert f"Predicted: shut down - rank 0 raises ValueError: {NATIVE} on long-ctx" in text
@@ -556,7 +556,7 @@ def test_less_workspace_lifts_the_clamp_and_every_rank_finishes(ranks):
 
 def test_a_shorter_context_fits_the_clamped_row(ranks):
     ranks.set(workspace_gib=28.0, context=524_288)
-    assert ranks.outcome == "ok" and "is clamped to 958,752" in ranks.verdict_text
+    assert ranks.outcome == "ok" and "is clamped to 958,784" in ranks.verdict_text
     assert "no request exceeds the row" in ranks.verdict_text
 
 
@@ -622,7 +622,7 @@ def test_the_buttons_table_fits_under_the_panel(ranks):
     ranks.act()
     shown = ranks.action_output.value
     assert (
-        "Every rank: pool after MIN (pages) 29,961; pool after MIN (tokens) 958,752; row (entries) 29,964"
+        "Every rank: pool after MIN (pages) 29,962; pool after MIN (tokens) 958,784; row (entries) 29,964"
         in shown
     )
     table_html = shown[shown.index("<table") :]
@@ -754,7 +754,7 @@ def test_the_plan_panel_starts_at_issue_21470_and_follows_its_controls():
         "Current code: a context of 958,849 tokens or more raises "
         "ValueError and takes every rank down"
     )
-    assert "Admission control: reject, longest 958,688 tokens" in panel.verdict_text
+    assert "Admission control: reject, longest 958,720 tokens" in panel.verdict_text
     bands = panel.figures["ranges"]
     crash = next(t for t in bands.data if t.name == viz.OUTCOME_LABELS["crash"])
     assert list(crash.y) == ["current code"] and list(crash.base) == [958_848]

@@ -62,10 +62,10 @@ def test_min_reduction_gives_every_rank_the_smallest_capacity(clamped16):
     assert len({r.workspace_bytes for r in ranks}) == 16  # every rank's workspace differs
     assert len(set(local)) == 16
     assert {r.capacity_tokens for r in ranks} == {min(local)}
-    assert {r.blocks for r in ranks} == {min(r.local_blocks for r in ranks)} == {29961}
+    assert {r.blocks for r in ranks} == {min(r.local_blocks for r in ranks)} == {29962}
     assert all(r.blocks <= r.local_blocks for r in ranks)  # no quota raised
     assert ranks[0].local_blocks > ranks[-1].local_blocks == ranks[0].blocks
-    assert {r.max_seq_len for r in ranks} == {29961 * 32}  # clamped from 1048576
+    assert {r.max_seq_len for r in ranks} == {29962 * 32}  # clamped from 1048576
     assert {r.max_blocks_per_seq for r in ranks} == {29964}
 
 
@@ -88,7 +88,7 @@ def test_admission_rejects_on_its_rank_and_every_rank_finishes(admission16):
     r0 = admission16.ranks[0]
     assert r0.status["long-ctx"] == "rejected"
     long_ctx = r0.reasons["long-ctx"]
-    assert long_ctx.cause is Cause.DEMAND_OVER_POOL and long_ctx.numbers["total_blocks"] == 29961
+    assert long_ctx.cause is Cause.DEMAND_OVER_POOL and long_ctx.numbers["total_blocks"] == 29962
     statuses = [s for r in admission16.ranks for s in r.status.values()]
     assert statuses.count("finished") == 48 and statuses.count("rejected") == 1
     assert all("long-ctx" not in r.status for r in admission16.ranks[1:])  # pinned to rank 0
@@ -250,7 +250,7 @@ def test_a_hung_rank_is_named_and_the_ranks_waiting_for_it_shut_down(hung4):
     assert all(
         sentence(v[2]) == f"lost: {failure.describe()}" for v in outcomes.values() if v[0] == 1
     )
-    assert all(r.blocks == 29961 for r in result.ranks)  # the pool each rank built, from the record
+    assert all(r.blocks == 29962 for r in result.ranks)  # the pool each rank built, from the record
 
 
 @pytest.mark.parametrize(

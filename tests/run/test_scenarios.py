@@ -300,7 +300,8 @@ def test_issue_21470_marks_every_unstated_number_as_an_assumption():
 
 
 def test_issue_21470_expected_values_follow_from_the_budget():
-    """By hand: the last rank's budget (largest workspace) is the MIN every rank gets."""
+    """By hand: the last rank's budget (largest workspace) is the MIN every rank gets; the
+    storage manager rounds its quota up to whole granules before cutting pages."""
     sc = load_scenario("issue-21470")
     p, d, e = sc.parameters, sc.deployment, sc.expected
     gib = 2**30
@@ -312,7 +313,9 @@ def test_issue_21470_expected_values_follow_from_the_budget():
         - workspace
         - (d.activations_gib + d.non_torch_gib) * gib
     )
-    blocks = int(free * d.free_gpu_memory_fraction) // (bytes_per_token * p.tokens_per_block)
+    quota = int(free * d.free_gpu_memory_fraction)
+    granule = 2 * 2**20 << min(4, max(0, int(math.log2(quota / gib))))  # the storage's granule
+    blocks = math.ceil(quota / granule) * granule // (bytes_per_token * p.tokens_per_block)
     width = lambda n: 4 * math.ceil(math.ceil((n + 1) / p.tokens_per_block) / 4)  # noqa: E731
     assert e == {
         "bytes_per_token": bytes_per_token,
