@@ -227,8 +227,8 @@ PLAN_OPTIONS = {
     "--weights-gib": (float, "weights per rank, GiB (default: parameters x dtype / (tp x pp))"),
     "--weights-dtype": (
         str,
-        "dtype to derive the weights in; fp8 and nvfp4 keep the embeddings in the model's dtype "
-        "(default: the checkpoint's quantization, else the model's dtype)",
+        "dtype to derive the weights in; fp8 and nvfp4 keep the embeddings, routers and norms in "
+        "the model's dtype (default: the checkpoint's quantization, else the model's dtype)",
     ),
     "--workspace-gib": (float, "persistent workspace per rank, GiB (default 0)"),
     "--workspace-skew-gib": (float, "extra workspace growing to the last rank, GiB"),

@@ -358,8 +358,9 @@ findings = report_findings(findings)
 # lone request does not count. Under chunked prefill a chunk
 # boundary can land in the few blocks between the pool and the row's end and make a stall a
 # crash (the plan says so when chunked prefill is on). Weights derived from a parameter count are
-# split evenly over tp x pp: experts under expert parallelism and attention replicated under
-# attention DP are not modelled (give the weights); norms and routers count as quantized.
+# split evenly over tp x pp, but MoE routers and norms stay in the model's dtype and whole on
+# every tp rank: experts under expert parallelism and attention replicated under attention DP
+# are not modelled (give the weights).
 # Sliding-window layers are planned as full attention, as the executor sizes them unless
 # `max_attention_window` is set (then V1 builds a pool per window, which kvlab does not plan).
 # A hybrid's quota is split as the runtime splits it where the state slots' floor binds (from

@@ -529,14 +529,16 @@ def _setting_notes(d: Deployment) -> list:
     if d.weights_gib is None:
         quant = m.quantization if not d.weights_dtype else None
         how = (
-            f"{quant.weights_algo} (from {quant.source}), embeddings and lm_head in {m.dtype}"
+            f"{quant.weights_algo} (from {quant.source}), embeddings, lm_head, routers and "
+            f"norms in {m.dtype}"
             if quant and quant.weights_algo
             else d.weights_dtype or m.dtype
         )
         notes.append(
             f"weights: {m.parameters:,} parameters in {how}, split evenly over tp "
-            f"{d.tp_size} x pp {d.pp_size} (experts and replicated attention are not "
-            "modelled; give weights_gib for them)"
+            f"{d.tp_size} x pp {d.pp_size} but routers and norms "
+            f"({m.replicated_parameters:,} parameters) whole on every tp rank (experts and "
+            "replicated attention are not modelled; give weights_gib for them)"
         )
     if d.kv_dtype is None and m.kv_dtype != m.dtype:
         assert m.quantization is not None  # only the checkpoint's KV quantization changes it

@@ -246,12 +246,14 @@ class Deployment:
 
     @property
     def weights_bytes(self) -> int:
-        """Per rank: ``weights_gib``, else the model's weights over tp x pp."""
+        """Per rank: ``weights_gib``, else the model's weights over tp x pp, but its routers and
+        norms (:meth:`~kvlab.analysis.models.ModelGeometry.replicated_bytes`) over pp only."""
         if self.weights_gib is not None:
             return round(self.weights_gib * GIB)
         weights = self.model.weights_bytes(self.weights_dtype)
         assert weights is not None  # __post_init__ asks for weights_gib where the model gives none
-        return weights // (self.tp_size * self.pp_size)
+        whole = self.model.replicated_bytes(self.weights_dtype)
+        return (weights - whole) // (self.tp_size * self.pp_size) + whole // self.pp_size
 
     def budgets(self) -> tuple[MemoryBudget, ...]:
         """Every rank's budget, its workspace ramped (:func:`~kvlab.run.rank_config.ramped_budget`);

@@ -130,6 +130,7 @@ class ModelGeometry:
     draft_layers: int = 0  # MTP layers (num_nextn_predict_layers)
     quantization: Quantization | None = None
     embedding_parameters: int = 0  # the input embeddings and lm_head: never quantized
+    replicated_parameters: int = 0  # routers and norms: never quantized, whole on every tp rank
 
     def stage(self, pp_size: int = 1, pp_rank: int | None = None) -> tuple[int, int]:
         """(attention layers, recurrent layers) of stage ``pp_rank`` (None: the most of each),
@@ -204,9 +205,9 @@ class ModelGeometry:
 
     def weights_bytes(self, dtype: str | None = None) -> int | None:
         """All the weights' bytes: quantized ones at :data:`QUANT_WEIGHT_BYTES` (the checkpoint's
-        algorithm, or ``dtype``'s when fp8 or nvfp4), the embeddings and lm_head in the model's
-        dtype; every parameter in a float ``dtype``. None without a parameter count or for a
-        quantization kvlab does not model. [kvlab] Norms and routers count as quantized."""
+        algorithm, or ``dtype``'s when fp8 or nvfp4), the embeddings, lm_head, routers and norms
+        (:meth:`replicated_bytes`) in the model's dtype; every parameter in a float ``dtype``.
+        None without a parameter count or for a quantization kvlab does not model."""
         if not self.parameters:
             return None
         algo = self.quantization.weights_algo if self.quantization else None
@@ -218,10 +219,16 @@ class ModelGeometry:
             return int(DTYPE_BYTES[self.dtype] * self.parameters)
         if algo not in QUANT_WEIGHT_BYTES:
             return None
-        kept = min(self.embedding_parameters, self.parameters)
+        kept = min(self.embedding_parameters + self.replicated_parameters, self.parameters)
         return int(
             DTYPE_BYTES[self.dtype] * kept + QUANT_WEIGHT_BYTES[algo] * (self.parameters - kept)
         )
+
+    def replicated_bytes(self, dtype: str | None = None) -> int:
+        """The bytes of :func:`replicated_parameters`, which every tp rank holds whole: in a float
+        ``dtype`` when given, else in the model's dtype (quantized checkpoints included)."""
+        dtype = dtype if dtype in DTYPE_BYTES and dtype not in ("fp8", "nvfp4") else self.dtype
+        return int(DTYPE_BYTES[dtype] * min(self.replicated_parameters, self.parameters or 0))
 
     @property
     def bytes_per_token_bf16(self) -> int:
@@ -288,6 +295,7 @@ def geometry_from_config(
         ),
         draft_layers=draft,
         num_attention_heads=heads,
+        replicated_parameters=replicated_parameters(config),
         quantization=quantization_from_config(_get(top, "quantization_config"), where),
     )
 
@@ -398,6 +406,50 @@ def geometry_from_config(
         notes=tuple(notes),
         layout=layout,
     )
+
+
+#: The routed-expert count as config.json names it: Qwen3-MoE, DeepSeek, Mixtral.
+EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts")
+
+
+def replicated_parameters(config) -> int:
+    """The parameters TensorRT-LLM builds whole on every tp rank in ``config.torch_dtype``, with no
+    ``Mapping`` and no ``quant_config`` (so a checkpoint's ignore / exclude_modules list never
+    reaches them): each MoE layer's router ``gate`` (experts x hidden; DeepSeek's adds an
+    ``e_score_correction_bias`` per expert) and every RMSNorm: input and post-attention per layer,
+    the final norm, Qwen3's per-head ``q_norm`` / ``k_norm``, MLA's ``q_a_layernorm`` /
+    ``kv_a_layernorm`` (``Qwen3Gate``, ``Qwen3MoEDecoderLayer``: modeling_qwen3_moe.py at 03441af;
+    ``DeepseekV3Gate``, MoE layers from ``first_k_dense_replace`` every ``moe_layer_freq``:
+    modeling_deepseekv3.py at 000561d). [kvlab] The bias counts in the model's dtype (upstream:
+    fp32, bf16 with the TRTLLM MoE backend); hybrids (recurrent layers) and configs without
+    ``hidden_size`` count none."""
+    layers, hidden = _count(config, "num_hidden_layers"), _count(config, "hidden_size")
+    layer_types = _get(config, "layer_types")
+    if (
+        not layers * hidden
+        or _get(config, "hybrid_override_pattern")
+        or _get(config, "full_attention_interval")
+        or (isinstance(layer_types, list | tuple) and "linear_attention" in layer_types)
+    ):
+        return 0
+    norms = 2 * hidden
+    if str(_get(config, "model_type", "")).startswith("qwen3"):
+        norms += 2 * (
+            _count(config, "head_dim") or hidden // (_count(config, "num_attention_heads") or 1)
+        )
+    if hasattr(config, "kv_lora_rank"):
+        norms += _count(config, "q_lora_rank") + _count(config, "kv_lora_rank")
+    experts = next((e for f in EXPERT_FIELDS if (e := _count(config, f))), 0)
+    first, freq = _count(config, "first_k_dense_replace"), _count(config, "moe_layer_freq") or 1
+    moe_layers = sum(i >= first and i % freq == 0 for i in range(layers)) if experts else 0
+    bias = experts if _count(config, "n_routed_experts") else 0
+    return layers * norms + hidden + moe_layers * (experts * hidden + bias)
+
+
+def _count(config, name: str) -> int:
+    """The field ``name`` if it is an int > 0, else 0."""
+    value = _get(config, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def inferred_max_seq_len(config) -> int:

@@ -189,12 +189,33 @@ def test_what_the_plan_simplifies_is_said():
 def test_weights_derived_from_the_parameters_shrink_with_tp_and_pp():
     model = load_model("llama-3.1-70b")
     one = Deployment(model=model, gpu_gib=80.0).weights_bytes
-    assert Deployment(model=model, gpu_gib=80.0, tp_size=4, pp_size=2).weights_bytes == one // 8
-    # fp8 weights, the embeddings and lm_head kept in bf16 (2 x 128,256 x 8,192 parameters)
-    kept = 2 * 128256 * 8192
+    assert one == 2 * model.parameters  # dense bf16 on one rank: unchanged by the norms
+    norms = 80 * 2 * 8192 + 8192  # input and post-attention a layer, the final norm: whole per tp
+    split = Deployment(model=model, gpu_gib=80.0, tp_size=4, pp_size=2).weights_bytes
+    assert split == (one - 2 * norms) // 8 + 2 * norms // 2
+    # fp8 weights, the embeddings and lm_head (2 x 128,256 x 8,192 parameters) and norms in bf16
+    kept = 2 * 128256 * 8192 + norms
     assert Deployment(model=model, gpu_gib=80.0, weights_dtype="fp8").weights_bytes == 2 * kept + (
         model.parameters - kept
     )
+
+
+def test_fp8_qwen3_moe_keeps_its_routers_and_norms_in_bf16_on_every_tp_rank():
+    model = load_model("qwen3-235b-a22b")
+    layers, hidden, experts, head_dim = 94, 4096, 128, 128
+    assert (model.num_layers, model.head_dim) == (layers, head_dim)
+    router = layers * experts * hidden  # mlp.gate: experts x hidden, every layer a MoE layer
+    norms = layers * (2 * hidden + 2 * head_dim) + hidden  # layernorms, q_norm / k_norm, final
+    whole = 2 * (router + norms)  # bf16
+    assert whole == 100_162_560
+    embed = 2 * 151936 * hidden
+    quantized = model.parameters - embed - router - norms
+    fp8 = Deployment(model=model, gpu_gib=80.0, tp_size=8, weights_dtype="fp8").weights_bytes
+    assert fp8 == (2 * embed + quantized) // 8 + whole == 29_636_189_184
+    before = (2 * embed + (model.parameters - embed)) // 8  # routers and norms fp8, split by tp
+    assert fp8 - before == whole - (router + norms) // 8 == 93_902_400
+    bf16 = Deployment(model=model, gpu_gib=80.0, tp_size=8).weights_bytes
+    assert bf16 == (2 * model.parameters - whole) // 8 + whole
 
 
 @pytest.mark.parametrize(
