@@ -4,14 +4,10 @@ through ``numpy.random.default_rng(seed)``: the same arguments give the same req
 
 from __future__ import annotations
 
-import csv
 import itertools
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +24,7 @@ from kvlab.core.checks import (
 )
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.request import Request
+from kvlab.run.trace_files import TraceFormatError, trace_requests, trace_rows
 
 
 class LengthDistribution:
@@ -190,28 +187,6 @@ AZURE_TRACES = {
 MOONCAKE_TRACES = {"conversation": "conversation_trace.jsonl", "synthetic": "synthetic_trace.jsonl"}
 
 
-class TraceFormatError(ValueError):
-    """A trace file that cannot be read as its format says; the message names file and line."""
-
-
-def _trace_error(path: Path, line: int, what: str) -> TraceFormatError:
-    return TraceFormatError(f"{path.name}, line {line}: {what}")
-
-
-def _count(path: Path, line: int, name: str, value: Any, low: int) -> int:
-    """A token count of a trace row: an int (or its decimal text) of at least ``low``."""
-    if isinstance(value, str):
-        value = value.strip()
-        if not value.lstrip("-").isdigit():
-            raise _trace_error(path, line, f"{name} must be a whole number, got {value!r:.40}")
-        value = int(value)
-    if type(value) is not int or not low <= value <= MAX_COUNT:
-        raise _trace_error(
-            path, line, f"{name} must be an int in [{low}, {MAX_COUNT}], got {value!r:.40}"
-        )
-    return value
-
-
 def _replay_arguments(
     seconds_per_iteration: float, limit: int | None, minutes: float | None
 ) -> tuple[float, int | None, float | None]:
@@ -239,46 +214,10 @@ def azure_trace(
     not prompts: its requests carry no prefix hashes and share nothing, so prefix caching and
     block reuse find no hit on it (Mooncake's traces carry hashes: :func:`mooncake_trace`)."""
     path = TRACE_DIR / AZURE_TRACES[check_choice("service", service, AZURE_TRACES)]
-    seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
-    rows: list[tuple[float, int, int]] = []
-    columns = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:  # a BOM is tolerated
-            reader = csv.reader(handle)
-            header = next(reader, None)
-            if header is None or [c.strip() for c in header[:3]] != columns:
-                raise _trace_error(
-                    path, 1, f"the header must be {','.join(columns)}, got {header!r:.80}"
-                )
-            for line, row in enumerate(itertools.islice(reader, limit), start=2):
-                if len(row) < 3:
-                    raise _trace_error(path, line, f"3 fields expected, got {len(row)}")
-                try:
-                    stamp = datetime.fromisoformat(row[0].strip())
-                except ValueError as exc:
-                    raise _trace_error(
-                        path, line, f"TIMESTAMP {row[0]!r:.40} is not a date and time ({exc})"
-                    ) from None
-                moment = (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
-                if rows and moment < rows[-1][0]:
-                    raise _trace_error(
-                        path,
-                        line,
-                        f"TIMESTAMP {row[0].strip()!r:.40} is earlier than the row before; "
-                        "the rows must be in time order",
-                    )
-                prompt = _count(path, line, "ContextTokens", row[1], 1)
-                rows.append((moment, prompt, _count(path, line, "GeneratedTokens", row[2], 0)))
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise TraceFormatError(f"{path.name}: not a CSV file in UTF-8 ({exc})") from None
-    if not rows:
+    requests = _trace_file(path, "azure", seconds_per_iteration, limit, minutes, service)
+    if not requests:
         raise TraceFormatError(f"{path.name}: no requests (a header and no rows)")
-    start = rows[0][0]
-    return [
-        Request(f"{service}-{i}", prompt, output, int((t - start) // seconds))
-        for i, (t, prompt, output) in enumerate(rows)
-        if minutes is None or t - start < minutes * 60
-    ]
+    return requests
 
 
 def mooncake_trace(
@@ -293,46 +232,20 @@ def mooncake_trace(
     ``mooncake-{trace}-{line}``."""
     name = MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
     path = TRACE_DIR / "mooncake-fast25" / name
-    seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
-    requests = []
-    try:
-        with path.open(encoding="utf-8-sig") as handle:
-            for line, text in enumerate(itertools.islice(handle, limit), start=1):
-                stamp, prompt, output, hashes = _mooncake_row(path, line, text)
-                if minutes is None or stamp < minutes * 60_000:
-                    step, request_id = int(stamp / 1000 // seconds), f"mooncake-{trace}-{line - 1}"
-                    requests.append(Request(request_id, prompt, output, step, prefix_hashes=hashes))
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path.name}: not UTF-8 text ({exc})") from None
+    requests = _trace_file(
+        path, "mooncake", seconds_per_iteration, limit, minutes, f"mooncake-{trace}"
+    )
     if limit is None and minutes is None and not requests:
         raise TraceFormatError(f"{path.name}: no requests")
     return requests
 
 
-def _mooncake_row(path: Path, line: int, text: str) -> tuple[float, int, int, tuple[int, ...]]:
-    """One JSON line: (millisecond timestamp, prompt, output, block hashes), each checked."""
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _trace_error(path, line, f"not a JSON object ({exc.msg})") from None
-    if not isinstance(row, dict):
-        raise _trace_error(path, line, f"not a JSON object, got {type(row).__name__}")
-    keys = ("timestamp", "input_length", "output_length", "hash_ids")
-    missing = [key for key in keys if key not in row]
-    if missing:
-        raise _trace_error(path, line, f"missing {', '.join(missing)}")
-    for key in ("input_length", "output_length"):
-        if isinstance(row[key], str):  # a JSON trace records numbers; text is a different file
-            raise _trace_error(
-                path, line, f"{key} must be a JSON number, got the text {row[key]!r:.40}"
-            )
-    stamp, hashes = row["timestamp"], row["hash_ids"]
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < math.inf:
-        raise _trace_error(
-            path, line, f"timestamp must be a number of milliseconds >= 0, got {stamp!r:.40}"
-        )
-    if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
-        raise _trace_error(path, line, f"hash_ids must be a list of ints, got {hashes!r:.60}")
-    prompt = _count(path, line, "input_length", row["input_length"], 1)
-    output = _count(path, line, "output_length", row["output_length"], 0)
-    return stamp, prompt, output, tuple(hashes)
+def _trace_file(path, kind, seconds_per_iteration, limit, minutes, prefix) -> list[Request]:
+    """The requests of one of data/traces' files (:mod:`kvlab.run.trace_files`), ids
+    ``{prefix}-{row index}``, those of the first ``minutes`` only."""
+    seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
+    rows = trace_rows(path, limit, kind)
+    if minutes is not None:
+        rows = itertools.takewhile(lambda row: row.seconds < minutes * 60, rows)
+    index = itertools.count()
+    return list(trace_requests(rows, seconds, lambda row: f"{prefix}-{next(index)}"))

@@ -224,7 +224,7 @@ def test_an_azure_trace_across_midnight_keeps_its_order_and_a_bom_is_read(tmp_pa
     ):
         workload.azure_trace("conv")
     (tmp_path / workload.AZURE_TRACES["conv"]).write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(workload.TraceFormatError, match="not a CSV file in UTF-8"):
+    with pytest.raises(workload.TraceFormatError, match="not a CSV or JSON-lines file in UTF-8"):
         workload.azure_trace("conv")
 
 
