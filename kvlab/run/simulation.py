@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from kvlab.core.cause import Reason
 from kvlab.core.checks import MAX_COUNT, check_instance, check_int, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.request import Request
+from kvlab.core.request import LIVE_STATES, Request
 from kvlab.run.simulation_result import (
     EngineRecords,
     SimulationResult,
@@ -146,6 +146,20 @@ class Engine(EngineRecords):
             if self.step >= max_steps:
                 return
             self.iterate()
+
+    def release_ended(self) -> list[Request]:
+        """Hand over and forget the requests that have ended (finished or rejected), and the
+        trace so far: a long replay keeps only what is live (kvlab.analysis.replay). [kvlab]
+        After it, :meth:`result` and the trace cover only the requests still held."""
+        came = self.arrivals[: self.next_arrival]
+        ended = [r for r in came if r.state not in LIVE_STATES]
+        if ended:
+            self.scheduler.forget(ended)
+            self.arrivals[: self.next_arrival] = [r for r in came if r.state in LIVE_STATES]
+            self.next_arrival -= len(ended)
+            self.requests = [r for r in self.requests if r.state in LIVE_STATES]
+        self.trace = Trace()
+        return ended
 
     def _fetch_and_activate(self) -> None:
         """Arrivals join the queue; the queue's head becomes active while there is room."""

@@ -6,6 +6,7 @@ freeing a cache, a recompute pause, and the invariants tying the states to the m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kvlab.core.cause import Cause, Reason
@@ -212,6 +213,16 @@ class SchedulerBase:
         self.manager.free(request)
         self._set_state(request, RequestState.FINISHED)
         self._has_retired = True
+
+    def forget(self, requests: Iterable[Request]) -> None:
+        """Drop ended requests from the record of submissions (and their counts): a long replay
+        keeps only what is live (kvlab.run.simulation.Engine.release_ended)."""
+        gone = {r.request_id for r in requests}
+        self._submitted = [r for r in self._submitted if r.request_id not in gone]
+        self._submitted_ids -= gone
+        for request in requests:
+            assert request.state not in LIVE_STATES, request.request_id
+            self.counts[request.state] -= 1
 
     def _prune_retired(self) -> None:
         if self._has_retired:

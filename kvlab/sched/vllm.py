@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -234,6 +234,12 @@ class VllmScheduler(SchedulerBase):
                 list(chain_hashes(tokens[:full], block_size)),
                 tokens[full:],
             )
+
+    def forget(self, requests: Iterable[Request]) -> None:
+        requests = list(requests)
+        super().forget(requests)
+        for request in requests:
+            self._hashes.pop(request.request_id, None)
 
     def schedule(self) -> ScheduledBatch:
         """One ``Scheduler.schedule()``: the RUNNING requests in admission order, each the tokens
