@@ -81,7 +81,7 @@ def _add_notebook_choice(parser: argparse.ArgumentParser, example: str, holds: s
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvlab.analysis.gpus import GPUS
+    from kvlab.analysis.replay import ENGINE_POLICIES
     from kvlab.run.distributed import BACKENDS
     from kvlab.run.rank_config import MAX_RANKS
 
@@ -174,23 +174,43 @@ def build_parser() -> argparse.ArgumentParser:
         "construction raises, 5 most contexts up to max_seq_len are refused (max_num_tokens, "
         "or no room).",
     )
-    add = plan.add_mutually_exclusive_group(required=True).add_argument
-    add("--model", metavar="NAME", help="a preset of data/models/ (see --list)")
-    config = (
-        "a Hugging Face config.json, or a folder holding one (read offline; needs kvlab[models])"
-    )
-    add("--config", type=Path, metavar="PATH", help=config)
-    walk_example = "a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261"
-    add("--example", metavar="NAME", help=walk_example)
-    add("--list", action="store_true", help="list the model, GPU and example presets")
-    add = plan.add_mutually_exclusive_group().add_argument
-    add("--gpu", choices=sorted(GPUS), help="a GPU preset")
-    add("--gpu-gib", type=float, help="the GPU's total memory, GiB")
-    for flag, (kind, text) in PLAN_OPTIONS.items():
-        plan.add_argument(flag, type=kind, default=None, help=text)
-    for flag, text in PLAN_SWITCHES.items():
-        plan.add_argument(flag, action="store_true", default=None, help=text)
+    _add_deployment_flags(plan, listing=True)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    replay = _command(
+        sub,
+        "replay",
+        _replay,
+        "your traffic on your deployment: who crashes, stalls, waits",
+        "Replay a trace file on the pool kvlab plan gives the deployment (the rank that "
+        "matters, after the MIN), under each engine and policy, and print per run: finished, "
+        "rejected, unfinished, crashed, the first request that crashed or stalled the engine "
+        "and why, waits and time to first token (p50/p99), preemptions, goodput, prompt tokens "
+        "found cached. Traces: Azure's CSV, Mooncake's JSON lines, or your own CSV or JSON lines "
+        "(arrival_s, prompt_tokens, output_tokens[, hash_ids][, conversation_id]; docs/TRACES.md). "
+        "Exit 0 every request served, 3 a run stalled or left requests unfinished, 4 a run "
+        "crashed, 5 every run rejected most requests.",
+    )
+    replay.add_argument("--trace", type=Path, required=True, metavar="FILE", help="the trace")
+    _add_deployment_flags(replay, listing=False)
+    engines = "trtllm (its three policies), vllm or sglang (as they ship), or all (default)"
+    replay.add_argument("--engine", choices=[*ENGINE_POLICIES, "all"], default="all", help=engines)
+    policy_help = "only these policies (repeatable): " + ", ".join(POLICIES)
+    replay.add_argument(
+        "--policy", action="append", choices=list(POLICIES), default=[], help=policy_help
+    )
+    spi = (
+        "seconds a scheduler iteration takes: places arrivals and says waits in seconds too "
+        "(default: arrivals at 0.05 s, waits in iterations)"
+    )
+    replay.add_argument("--seconds-per-iteration", type=float, default=None, help=spi)
+    steps = "stop a run after this many iterations (default: none)"
+    replay.add_argument("--max-steps", type=int, default=None, help=steps)
+    real = "vLLM's and SGLang's real schedulers (set up by scripts/setup.sh) instead of the peers"
+    replay.add_argument("--real", action="store_true", help=real)
+    replay.add_argument("--json", action="store_true", help="print the replay as JSON")
+    plot = "write the waits over time to this HTML file (plotly, offline)"
+    replay.add_argument("--plot", type=Path, default=None, metavar="FILE.html", help=plot)
 
     doctor = _command(
         sub,
@@ -219,6 +239,29 @@ def build_parser() -> argparse.ArgumentParser:
     out = "output folder (default build/slides)"
     slides.add_argument("--out", type=Path, default=Path("build/slides"), help=out)
     return parser
+
+
+def _add_deployment_flags(parser: argparse.ArgumentParser, listing: bool) -> None:
+    """The deployment's flags, kvlab plan's and kvlab replay's."""
+    from kvlab.analysis.gpus import GPUS
+
+    add = parser.add_mutually_exclusive_group(required=True).add_argument
+    add("--model", metavar="NAME", help="a preset of data/models/ (see kvlab plan --list)")
+    config = (
+        "a Hugging Face config.json, or a folder holding one (read offline; needs kvlab[models])"
+    )
+    add("--config", type=Path, metavar="PATH", help=config)
+    walk_example = "a deployment of the walk: issue-21470, rtx5080-4mib, pr-17261"
+    add("--example", metavar="NAME", help=walk_example)
+    if listing:
+        add("--list", action="store_true", help="list the model, GPU and example presets")
+    add = parser.add_mutually_exclusive_group().add_argument
+    add("--gpu", choices=sorted(GPUS), help="a GPU preset")
+    add("--gpu-gib", type=float, help="the GPU's total memory, GiB")
+    for flag, (kind, text) in PLAN_OPTIONS.items():
+        parser.add_argument(flag, type=kind, default=None, help=text)
+    for flag, text in PLAN_SWITCHES.items():
+        parser.add_argument(flag, action="store_true", default=None, help=text)
 
 
 #: ``kvlab plan``'s valued options: flag -> (type, help), each setting the Deployment field of
@@ -280,37 +323,80 @@ PLAN_SWITCHES = {
 }
 
 
-def _plan(args, parser) -> int:
+def _deployment(args, parser):
+    """The Deployment the flags describe (kvlab plan's and kvlab replay's)."""
     import dataclasses
+
+    from kvlab.analysis.deployment import Deployment, example_deployments
+    from kvlab.analysis.gpus import GPUS
+    from kvlab.analysis.models import load_model, read_config
+
+    fields = [flag[2:].replace("-", "_") for flag in [*PLAN_OPTIONS, *PLAN_SWITCHES]]
+    given = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+    if args.gpu is not None or args.gpu_gib is not None:
+        given["gpu_gib"] = GPUS[args.gpu].gib if args.gpu is not None else args.gpu_gib
+    if args.example is not None:
+        examples = example_deployments()
+        if args.example not in examples:
+            parser.error(f"--example must be one of {sorted(examples)}, got {args.example!r}")
+        return dataclasses.replace(examples[args.example], **given)
+    if "gpu_gib" not in given:
+        parser.error("--gpu or --gpu-gib is needed with --model or --config")
+    model = load_model(args.model) if args.model is not None else read_config(args.config)
+    return Deployment(model=model, **given)
+
+
+def _plan(args, parser) -> int:
     import json
 
-    from kvlab.analysis.deployment import Deployment, example_deployments, plan_deployment
+    from kvlab.analysis.deployment import example_deployments, plan_deployment
     from kvlab.analysis.gpus import GPUS
-    from kvlab.analysis.models import ConfigError, load_model, model_names, read_config
+    from kvlab.analysis.models import ConfigError, model_names
 
     if args.list:
         print("models:   " + ", ".join(model_names()))
         print("GPUs:\n" + "\n".join(f"  {n}: {g.describe()}" for n, g in GPUS.items()))
         print("examples: " + ", ".join(example_deployments()))
         return 0
-    fields = [flag[2:].replace("-", "_") for flag in [*PLAN_OPTIONS, *PLAN_SWITCHES]]
-    given = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
-    if args.gpu is not None or args.gpu_gib is not None:
-        given["gpu_gib"] = GPUS[args.gpu].gib if args.gpu is not None else args.gpu_gib
     with _usage_errors(parser, ConfigError, ImportError, ValueError, TypeError):
-        if args.example is not None:
-            examples = example_deployments()
-            if args.example not in examples:
-                parser.error(f"--example must be one of {sorted(examples)}, got {args.example!r}")
-            deployment = dataclasses.replace(examples[args.example], **given)
-        else:
-            if "gpu_gib" not in given:
-                parser.error("--gpu or --gpu-gib is needed with --model or --config")
-            model = load_model(args.model) if args.model is not None else read_config(args.config)
-            deployment = Deployment(model=model, **given)
-        plan = plan_deployment(deployment)
+        plan = plan_deployment(_deployment(args, parser))
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.explain())
     return plan.exit_code
+
+
+def _replay(args, parser) -> int:
+    import json
+
+    from kvlab.analysis.deployment import plan_deployment
+    from kvlab.analysis.models import ConfigError
+    from kvlab.analysis.replay import ENGINE_POLICIES, replay_trace
+    from kvlab.run.trace_files import TraceFormatError
+
+    engines = list(ENGINE_POLICIES) if args.engine == "all" else [args.engine]
+    with _usage_errors(parser, ConfigError, ImportError, ValueError, TypeError):
+        plan = plan_deployment(_deployment(args, parser))
+        if args.plot is not None and args.plot.suffix.lower() != ".html":
+            parser.error(f"--plot must name an .html file, got {str(args.plot)!r:.80}")
+        steps = {} if args.max_steps is None else {"max_steps": args.max_steps}
+        try:
+            result = replay_trace(
+                args.trace,
+                plan,
+                engines,
+                args.policy,
+                args.seconds_per_iteration,
+                real=args.real,
+                **steps,
+            )
+        except TraceFormatError as exc:
+            print(f"kvlab replay: {exc}", file=sys.stderr)
+            return 2
+    if args.plot is not None:
+        from kvlab.notebook.viz.replay import replay_figure
+
+        replay_figure(result).write_html(args.plot, include_plotlyjs=True)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.explain())
+    return result.exit_code
 
 
 def _repro(args, parser) -> int:

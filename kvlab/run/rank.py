@@ -16,13 +16,12 @@ from pathlib import PurePath
 
 import torch
 
-from kvlab.core.geometry import KVGeometry
 from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import LIVE_STATES
 from kvlab.core.v2_storage import dense_pages
 from kvlab.run.comm import ThreadComm, TorchComm
 from kvlab.run.monitor import RunMonitor
-from kvlab.run.rank_config import STORAGE_BYTES_PER_TOKEN, Fault, RunConfig
+from kvlab.run.rank_config import Fault, RunConfig, storage_geometry
 from kvlab.run.routing import route
 from kvlab.run.run_result import Outcome, RankResult, rank_result
 from kvlab.run.simulation import Engine
@@ -92,14 +91,7 @@ class RankRunner:
         cfg, geo = self.config, self.config.geometry
         self.capacity_tokens = capacity_tokens
         self.blocks = capacity_tokens // geo.tokens_per_block  # RunConfig checked it is > 0
-        storage = KVGeometry(  # pages stored at one byte per token (rank_config's docstring)
-            num_layers=1,
-            num_kv_heads=1,
-            head_dim=STORAGE_BYTES_PER_TOKEN,
-            dtype="fp8",
-            tokens_per_block=geo.tokens_per_block,
-            kv_factor=1,
-        )
+        storage = storage_geometry(geo.tokens_per_block)
         admission, page_policy = POLICIES[cfg.policy]
         self.manager = KVCacheManager.expecting_clamp(
             storage,

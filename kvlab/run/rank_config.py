@@ -29,6 +29,19 @@ MAX_RANKS = 128
 FAULT_KINDS = ("die", "hang")
 #: Bytes each page stores per token (module docstring).
 STORAGE_BYTES_PER_TOKEN = 1
+
+
+def storage_geometry(tokens_per_block: int) -> KVGeometry:
+    """The geometry pages are stored in: :data:`STORAGE_BYTES_PER_TOKEN` a token, the model's
+    pages (its counts) in real tensors a laptop holds (the ranks', kvlab replay's)."""
+    return KVGeometry(
+        num_layers=1,
+        num_kv_heads=1,
+        head_dim=STORAGE_BYTES_PER_TOKEN,
+        dtype="fp8",
+        tokens_per_block=tokens_per_block,
+        kv_factor=1,
+    )
 #: The most page storage one rank allocates: 1 GiB.
 MAX_RANK_STORAGE_BYTES = 1 << 30
 
