@@ -204,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: arrivals at 0.05 s, waits in iterations)"
     )
     replay.add_argument("--seconds-per-iteration", type=float, default=None, help=spi)
+    replay.add_argument("--limit", type=int, default=None, help="the first N rows only")
     steps = "stop a run after this many iterations (default: none)"
     replay.add_argument("--max-steps", type=int, default=None, help=steps)
     real = "vLLM's and SGLang's real schedulers (set up by scripts/setup.sh) instead of the peers"
@@ -386,6 +387,7 @@ def _replay(args, parser) -> int:
                 args.policy,
                 args.seconds_per_iteration,
                 real=args.real,
+                limit=args.limit,
                 **steps,
             )
         except TraceFormatError as exc:

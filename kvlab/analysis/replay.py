@@ -436,23 +436,26 @@ def replay_trace(
     seconds_per_iteration: float | None = None,
     max_steps: int = MAX_COUNT,
     real: bool = False,
+    limit: int | None = None,
 ) -> Replay:
     """Replay the trace file ``trace`` on ``plan``'s pool under each (engine, policy) of
     :func:`replay_runs`; ``seconds_per_iteration`` places arrivals (default 0.05 s, an
     assumption) and, when given, says the waits in seconds too; ``real``: the real vLLM and
     SGLang schedulers (kvlab.backends, in their own environments; they read the whole trace at
-    once) instead of kvlab's peers."""
+    once) instead of kvlab's peers; ``limit``: the first that many rows only."""
     path = Path(trace)
     kind = trace_format(path)
     spi = 0.05 if seconds_per_iteration is None else seconds_per_iteration
     spi = check_float("seconds_per_iteration", spi, low=0.0, high=3600.0, low_open=True)
     max_steps = check_int("max_steps", max_steps, low=1, high=MAX_COUNT)
+    if limit is not None:
+        limit = check_int("limit", limit, low=1, high=MAX_COUNT)
     config = replay_config(plan)
     pairs = replay_runs(list(engines), list(policies))
-    rows = sum(1 for _ in trace_rows(path, kind=kind))  # every row checked before any run
+    rows = sum(1 for _ in trace_rows(path, limit, kind))  # every row checked before any run
 
     def requests() -> Iterator[Request]:
-        return trace_requests(trace_rows(path, kind=kind), spi)
+        return trace_requests(trace_rows(path, limit, kind), spi)
 
     runs = []
     with progress(total=rows * len(pairs), desc="replay", unit="req") as bar:
