@@ -262,7 +262,7 @@ def _run(
         return ReplayRun(name, policy, defaults_label(args), tally, 0, 0, "not run", str(exc), 0)
     upcoming = next(requests, None)
     while True:
-        batch = []
+        batch: list[Request] = []
         while upcoming is not None and len(batch) < FEED:
             batch.append(upcoming)
             upcoming = next(requests, None)
@@ -481,6 +481,7 @@ def _engine_args(engine: str, policy: str, config: EngineConfig):
         return dataclasses.replace(
             args, enable_chunked_prefill=VllmEngineArgs.enable_chunked_prefill
         )
+    assert isinstance(args, SglangServerArgs)
     return dataclasses.replace(args, chunked_prefill_size=SglangServerArgs.chunked_prefill_size)
 
 

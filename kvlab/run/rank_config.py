@@ -42,6 +42,8 @@ def storage_geometry(tokens_per_block: int) -> KVGeometry:
         tokens_per_block=tokens_per_block,
         kv_factor=1,
     )
+
+
 #: The most page storage one rank allocates: 1 GiB.
 MAX_RANK_STORAGE_BYTES = 1 << 30
 

@@ -91,7 +91,9 @@ def _lines(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
                         if limit < 0:
                             return
     except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path.name}: not a CSV or JSON-lines file in UTF-8 ({exc})") from None
+        raise TraceFormatError(
+            f"{path.name}: not a CSV or JSON-lines file in UTF-8 ({exc})"
+        ) from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read the trace ({exc.strerror})") from None
 

@@ -8,6 +8,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -240,7 +241,14 @@ def mooncake_trace(
     return requests
 
 
-def _trace_file(path, kind, seconds_per_iteration, limit, minutes, prefix) -> list[Request]:
+def _trace_file(
+    path: Path,
+    kind: str,
+    seconds_per_iteration: float,
+    limit: int | None,
+    minutes: float | None,
+    prefix: str,
+) -> list[Request]:
     """The requests of one of data/traces' files (:mod:`kvlab.run.trace_files`), ids
     ``{prefix}-{row index}``, those of the first ``minutes`` only."""
     seconds, limit, minutes = _replay_arguments(seconds_per_iteration, limit, minutes)
