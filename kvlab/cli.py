@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="kvlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{repro,walkthrough,scenario,plan,doctor,slides}"
+        dest="command",
+        required=True,
+        metavar="{repro,walkthrough,scenario,plan,replay,doctor,slides}",
     )
 
     add = _command(
@@ -371,7 +373,6 @@ def _replay(args, parser) -> int:
     from kvlab.analysis.deployment import plan_deployment
     from kvlab.analysis.models import ConfigError
     from kvlab.analysis.replay import ENGINE_POLICIES, replay_trace
-    from kvlab.run.trace_files import TraceFormatError
 
     engines = list(ENGINE_POLICIES) if args.engine == "all" else [args.engine]
     with _usage_errors(parser, ConfigError, ImportError, ValueError, TypeError):
@@ -379,20 +380,21 @@ def _replay(args, parser) -> int:
         if args.plot is not None and args.plot.suffix.lower() != ".html":
             parser.error(f"--plot must name an .html file, got {str(args.plot)!r:.80}")
         steps = {} if args.max_steps is None else {"max_steps": args.max_steps}
-        try:
-            result = replay_trace(
-                args.trace,
-                plan,
-                engines,
-                args.policy,
-                args.seconds_per_iteration,
-                real=args.real,
-                limit=args.limit,
-                **steps,
-            )
-        except TraceFormatError as exc:
-            print(f"kvlab replay: {exc}", file=sys.stderr)
-            return 2
+        real = None
+        if args.real:
+            from kvlab.backends.engines import ENGINES
+
+            real = {name: backend for name, (backend, _) in ENGINES.items()}
+        result = replay_trace(
+            args.trace,
+            plan,
+            engines,
+            args.policy,
+            args.seconds_per_iteration,
+            real=real,
+            limit=args.limit,
+            **steps,
+        )
     if args.plot is not None:
         from kvlab.notebook.viz.replay import replay_figure
 

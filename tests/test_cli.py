@@ -241,10 +241,13 @@ def test_help_names_every_command(capsys):
         "walkthrough",
         "scenario",
         "plan",
+        "replay",
         "doctor",
         "slides",
     }
-    assert out.startswith("usage: kvlab [-h] {repro,walkthrough,scenario,plan,doctor,slides}")
+    assert out.startswith(
+        "usage: kvlab [-h] {repro,walkthrough,scenario,plan,replay,doctor,slides}"
+    )
 
 
 def test_a_scenario_run_on_other_ranks_says_so(capsys):

@@ -259,6 +259,17 @@ def _config_with(config):
     return attempt
 
 
+def _trace_with(text: str, *argv: str):
+    """``kvlab replay --trace FILE --model llama-3.1-8b --gpu h100-80gb ARGV`` on ``text``."""
+
+    def attempt(tmp):
+        (tmp / "trace.csv").write_text(text)
+        replay = ("replay", "--trace", "{tmp}/trace.csv", "--model", "llama-3.1-8b")
+        return cli(*replay, "--gpu", "h100-80gb", "--engine", "trtllm", *argv)(tmp)
+
+    return attempt
+
+
 _LLAMA = {
     "model_type": "llama",
     "num_hidden_layers": 4,
@@ -1040,7 +1051,7 @@ CASES = [
         "kvlab scenario FILE --ranks 1  (FILE: the 16 x GB300 file, 256 B a token, 1-token pages)",
         _hostile_deployment(_one_token_pages, "one-token-pages"),
         "exit 2",
-        ("766299340 pages", "MAX_POOL_BLOCKS=16777216"),
+        ("766377984 pages", "MAX_POOL_BLOCKS=16777216"),
     ),
     Case(
         COMMAND,
@@ -1048,6 +1059,41 @@ CASES = [
         _hostile_deployment(_small_token_budget, "small-budget"),
         "exit 2",
         ("deployment.max_num_tokens", "chunk_unit_size"),
+    ),
+    Case(
+        COMMAND,
+        "kvlab replay --trace FILE ...  (FILE: a prompt_tokens of abc on line 3)",
+        _trace_with("arrival_s,prompt_tokens,output_tokens\n0,100,10\n1,abc,10\n"),
+        "exit 2",
+        ("trace.csv, line 3", "prompt_tokens must be a whole number"),
+    ),
+    Case(
+        COMMAND,
+        "kvlab replay --trace FILE ...  (FILE: rows out of time order)",
+        _trace_with("arrival_s,prompt_tokens,output_tokens\n5,100,10\n1,100,10\n"),
+        "exit 2",
+        ("line 3", "earlier than the row before"),
+    ),
+    Case(
+        COMMAND,
+        "kvlab replay --trace FILE ... --limit 0",
+        _trace_with("arrival_s,prompt_tokens,output_tokens\n0,100,10\n", "--limit", "0"),
+        "exit 2",
+        ("limit", "[1, "),
+    ),
+    Case(
+        COMMAND,
+        "kvlab replay --trace FILE ... --plot waits.png",
+        _trace_with("arrival_s,prompt_tokens,output_tokens\n0,100,10\n", "--plot", "w.png"),
+        "exit 2",
+        ("--plot must name an .html file",),
+    ),
+    Case(
+        COMMAND,
+        "kvlab replay --trace missing.csv ...",
+        cli("replay", "--trace", "{tmp}/missing.csv", "--model", "llama-3.1-8b", "--gpu", "h200"),
+        "exit 2",
+        ("missing.csv", "cannot read the trace"),
     ),
     Case(
         COMMAND,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -435,14 +435,14 @@ def replay_trace(
     policies: Sequence[str] = (),
     seconds_per_iteration: float | None = None,
     max_steps: int = MAX_COUNT,
-    real: bool = False,
+    real: Mapping[str, Any] | None = None,
     limit: int | None = None,
 ) -> Replay:
     """Replay the trace file ``trace`` on ``plan``'s pool under each (engine, policy) of
     :func:`replay_runs`; ``seconds_per_iteration`` places arrivals (default 0.05 s, an
-    assumption) and, when given, says the waits in seconds too; ``real``: the real vLLM and
-    SGLang schedulers (kvlab.backends, in their own environments; they read the whole trace at
-    once) instead of kvlab's peers; ``limit``: the first that many rows only."""
+    assumption) and, when given, says the waits in seconds too; ``real``: engine name -> its
+    real scheduler (a kvlab.backends RealEngine, in its own environment; it reads the whole
+    trace at once) to run instead of kvlab's peer; ``limit``: the first that many rows only."""
     path = Path(trace)
     kind = trace_format(path)
     spi = 0.05 if seconds_per_iteration is None else seconds_per_iteration
@@ -461,8 +461,10 @@ def replay_trace(
     with progress(total=rows * len(pairs), desc="replay", unit="req") as bar:
         for engine, policy in pairs:
             args = _engine_args(engine, policy, config)
-            if real and engine != "trtllm":
-                runs.append(_real_run(engine, policy, args, list(requests()), max_steps))
+            if real and engine in real:
+                result = real[engine].run(args, list(requests()), max_steps, timeout_s=3600.0)
+                run = _ended(engine, policy, args, Tally(), result, 0)
+                runs.append(dataclasses.replace(run, label=run.label + " (the real scheduler)"))
                 bar.update(rows)
             else:
                 runs.append(_run(engine, policy, args, requests(), max_steps, bar.update))
@@ -483,14 +485,6 @@ def _engine_args(engine: str, policy: str, config: EngineConfig):
         )
     assert isinstance(args, SglangServerArgs)
     return dataclasses.replace(args, chunked_prefill_size=SglangServerArgs.chunked_prefill_size)
-
-
-def _real_run(engine: str, policy: str, args, requests: list[Request], max_steps: int):
-    from kvlab.backends.engines import ENGINES as REAL_ENGINES
-
-    result = REAL_ENGINES[engine][0].run(args, requests, max_steps, timeout_s=3600.0)
-    run = _ended(engine, policy, args, Tally(), result, 0)
-    return dataclasses.replace(run, label=run.label + " (the real scheduler)")
 
 
 __all__ = [

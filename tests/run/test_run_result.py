@@ -9,6 +9,7 @@ import pytest
 
 from kvlab.core.cause import Cause, Reason
 from kvlab.core.request import Request, RequestState
+from kvlab.core.v2_storage import dense_pages
 from kvlab.run.rank_config import scenario_config
 from kvlab.run.run_result import (
     DistributedResult,
@@ -78,7 +79,7 @@ def test_a_ranks_statuses_and_reasons_follow_its_requests_and_its_end(
     }
     assert result.reasons["done"] == FINISHED  # a finished request keeps its own
     assert result.reasons["live"] == live_reason
-    assert result.local_blocks == config.geometry.blocks_in(config.budgets[0].kv_quota_bytes)
+    assert result.local_blocks == dense_pages(config.budgets[0].kv_quota_bytes, config.geometry)
 
 
 def test_a_run_derives_its_end_and_the_requests_no_rank_received(config):
