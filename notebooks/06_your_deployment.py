@@ -54,11 +54,14 @@ max_seq_len: int = 131072  # configured max_seq_len
 max_batch_size: int = 256  # max_batch_size
 chunked_prefill: bool = True  # TensorRT-LLM's default is off: then a prompt past max_num_tokens (8,192) is rejected
 manager: str = "auto"  # the KV cache manager: auto (TensorRT-LLM's default), v1 or v2
+traffic: str = "azure-conv"  # §7's trace: azure-conv, azure-code, mooncake-conversation, or your file's path
+traffic_requests: int = 2000  # §7 replays the trace's first N rows (SMOKE: at most 300)
 SMOKE: bool = False  # True (CI): fewer rows in the preset table
 
 # %%
 import dataclasses
 import json
+import shlex
 import tempfile
 import textwrap
 from pathlib import Path
@@ -67,17 +70,21 @@ from kvlab.analysis.deployment import Deployment, example_deployments, plan_depl
 from kvlab.analysis.gpus import GPUS
 from kvlab.analysis.models import load_model, load_preset, model_names, read_config
 from kvlab.core.memory import GIB
+from kvlab.core.paths import REPOSITORY
 from kvlab.notebook import viz
 from kvlab.notebook.findings import Finding, report_findings
-from kvlab.notebook.parameters import check_plan_parameters
+from kvlab.analysis.replay import replay_trace
+from kvlab.notebook.parameters import check_plan_parameters, traffic_file
 from kvlab.notebook.tables import table
+from kvlab.notebook.viz.replay import replay_figure
 from kvlab.notebook.widgets import plan_panel
 
 # Bad parameters stop here, with a message naming the parameter.
 weights = weights_gib or None  # None: derived from the parameter count
 check_plan_parameters(model=model, gpu=gpu, weights_gib=weights, tp_size=tp_size,
                       max_seq_len=max_seq_len, max_batch_size=max_batch_size,
-                      chunked_prefill=chunked_prefill, manager=manager, SMOKE=SMOKE)
+                      chunked_prefill=chunked_prefill, manager=manager, traffic=traffic,
+                      traffic_requests=traffic_requests, SMOKE=SMOKE)
 EXAMPLES = example_deployments()
 findings = []
 
@@ -348,6 +355,108 @@ findings.append(Finding(scenario="Qwen3.5-27B, PR #17261", policy="merged", outc
                         numbers=f"{qwen.hybrid['slots']} slots need {qwen.hybrid['need_bytes'] / GIB:.2f} GiB "
                                 f"of {qwen.hybrid['quota_bytes'] / GIB:.2f} GiB"))
 findings = report_findings(findings)
+
+# %% [markdown]
+# ## 7. Your traffic
+#
+# A plan answers for a lone request. Traffic asks more: many requests at once, arriving when
+# they do, each holding its pages while it waits for a pass. `replay_trace` streams a trace
+# file through §3's deployment — the pool of the rank that matters, after the MIN, its
+# `max_seq_len`, `max_batch_size`, token budget and chunking — under TensorRT-LLM's three
+# policies (notebook 04) and vLLM's and SGLang's schedulers as they ship, and counts what each
+# did: finished, rejected (with the reason), unfinished (held when the trace ran out, or an
+# engine stalled), crashed (lost with an engine that raised). The waits are in scheduler
+# iterations from a request's arrival to its first pass, TTFT to its first token; arrivals are
+# placed at 0.05 s per iteration, an assumption (the command line's `--seconds-per-iteration`
+# sets it). `traffic` picks the trace: Azure's conversation or coding hour (lengths only, so
+# nothing is shared), Mooncake's conversation trace (with block hashes, so the prefix cache
+# finds hits: the "cached" share), or a file of your own; `traffic_requests` its first rows.
+
+# %%
+limit = min(traffic_requests, 300) if SMOKE else traffic_requests
+if mine.starts:
+    replay = replay_trace(traffic_file(traffic), mine, limit=limit)  # every engine and policy
+    print(replay.explain().split("\n\n")[0])
+    viz.show(replay_figure(replay))
+    columns = {"finished": "finished", "rejected": "rejected", "unfinished": "unfinished",
+               "crashed": "crashed", "outcome": "outcome", "wait_p50": "wait p50 (it)",
+               "wait_p99": "wait p99 (it)", "ttft_p50": "TTFT p50 (it)", "ttft_p99": "TTFT p99 (it)",
+               "preemptions": "preemptions", "goodput_tokens_per_iteration": "goodput (tokens/it)",
+               "reused_share": "cached share", "failure": "first failure"}
+    traffic_rows = [{"run": f"{r['engine']} {r['policy']}", **{new: r[old] for old, new in columns.items()}}
+                    for r in replay.rows()]
+    display(table(traffic_rows, index="run"))
+    for r in replay.rows():  # every request is counted once, whatever became of it
+        counted = r["finished"] + r["rejected"] + r["unfinished"] + r["crashed"]
+        assert counted == replay.requests or r["outcome"] == "not run"
+    served = [r for r in traffic_rows if r["finished"] == replay.requests]
+    print(textwrap.fill(f"{len(served)} of {len(traffic_rows)} runs finished all {replay.requests:,} requests"
+                        + (f", their p99 waits for a first pass at most {max(r['wait p99 (it)'] for r in served)} "
+                           "iterations" if served else ""), 100))
+    defaults = ("llama-3.1-70b", "h100-80gb", 0.0, 4, 131072, 256, True, "auto", "azure-conv")
+    if (model, gpu, weights_gib, tp_size, max_seq_len, max_batch_size, chunked_prefill, manager,
+            traffic) == defaults:  # what the prose below says of the parameters cell's defaults
+        assert (replay.config.total_blocks, replay.config.pool_tokens) == (17249, 551968)
+        assert len(served) == len(traffic_rows) and replay.exit_code == 0
+        assert all(r["wait p99 (it)"] == 0 and r["rejected"] == 0 for r in traffic_rows)
+        longest = {f"{run.engine} {run.policy}": max(b["max_wait_s"] for b in run.timeline(0.05))
+                   for run in replay.runs}  # the longest wait of each run, in seconds
+        assert longest.pop("sglang sglang") <= 0.05 and set(longest.values()) == {0}
+else:
+    print("nothing to replay: §3's deployment does not start (see its plan), so no pool serves traffic")
+
+# %% [markdown]
+# At the parameters cell's defaults (llama-3.1-70b on four H100s, `max_batch_size` 256, chunked
+# prefill, V1 by default) the pool of the rank that matters holds 17,249 blocks, 551,968 tokens,
+# and the first 2,000 requests of Azure's conversation hour (its first seven minutes; prompts of
+# 1,032 tokens and outputs of 239 at the median) never fill it: every run finishes every request, nothing is
+# rejected, and at p99 no request waits a single iteration for its first pass. The figure's
+# lines lie on zero but for three blips of SGLang's: a few of its requests wait one iteration
+# (0.05 s; a blip is a time bin's mean). That is the answer a plan cannot give: not only does
+# no context length crash or stall here, this traffic does not queue either. To see a pool
+# under pressure, give the deployment less of one: a smaller GPU or `tp_size`, a
+# `max_batch_size` the traffic outgrows, or `traffic = "azure-code"` (longer prompts). A pool
+# under pressure replays slower too (requests wait, so more iterations run): lower
+# `traffic_requests` first.
+#
+# The same replay from a shell, with this notebook's values (its exit code is `kvlab plan`'s:
+# 0 every request served, 3 a run stalled or left requests unfinished, 4 a run crashed, 5
+# every run rejected most requests; `--json` for the numbers, `--plot FILE.html` for the
+# figure):
+
+# %%
+trace = traffic_file(traffic).resolve()
+flags = [f"--model {model}", f"--gpu {gpu}", f"--tp-size {tp_size}", f"--max-seq-len {max_seq_len}",
+         f"--max-batch-size {max_batch_size}", f"--manager {manager}"]
+flags += [f"--weights-gib {weights_gib:g}"] * bool(weights_gib) + ["--chunked-prefill"] * chunked_prefill
+where = trace.relative_to(REPOSITORY) if trace.is_relative_to(REPOSITORY) else trace  # from the checkout
+print(f"kvlab replay --trace {shlex.quote(str(where))} {' '.join(flags)} "
+      f"--limit {limit} --engine all")
+
+# %% [markdown]
+# **Your own traffic.** A file of three columns — when each request arrives, in seconds from
+# the start, its prompt and its output in tokens — is a trace (docs/TRACES.md gives the rest:
+# block hashes, conversations, JSON lines):
+#
+# ```csv
+# arrival_s,prompt_tokens,output_tokens,conversation_id
+# 0.0,1200,150,alice
+# 0.4,30000,80,bob
+# 2.5,1500,200,alice
+# ```
+#
+# Set `traffic` to its path (or pass `--trace` to `kvlab replay`): each row is checked before
+# any run starts, and a bad one is named by its line and field.
+#
+# **What the replay models, and what it does not.** TensorRT-LLM is replayed with one
+# scheduler, KVCacheV2Scheduler's loop: a deployment that gets the V1 manager (the default one
+# here) runs that loop on V1's pool, for V1's own scheduler is not modelled (the printout above
+# says so). A hybrid's recurrent-state slots are not replayed, its attention pool alone is.
+# vLLM and SGLang are kvlab's peers of their schedulers, run as they ship (prefix caching and
+# async scheduling on; their own chunked-prefill defaults), on the same pool; SGLang's page
+# table holds one entry per token, and where that table would exceed kvlab's bound on a
+# page-index table its run is listed "not run", not guessed. A pass takes one iteration
+# whatever its size: the waits count iterations, and seconds only by the assumption above.
 
 # %% [markdown]
 # ## What the plan leaves out

@@ -5,9 +5,11 @@ range, integer bounds from :data:`kvlab.core.checks.BOUNDS`. Notebook 01's are c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kvlab.analysis.compare import EngineConfig
 from kvlab.analysis.mamba_residency import MAMBA_SSM_DTYPES, PR_MAX_BATCH_SIZE
-from kvlab.core.checks import check_choice, check_float, check_int, check_param
+from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_int, check_param
 from kvlab.core.page_index import WIDTH_POLICIES
 from kvlab.sched.deadlock import DEFAULT_STALL_LIMIT
 
@@ -97,15 +99,20 @@ def check_plan_parameters(
     max_batch_size=256,
     chunked_prefill=True,
     manager="auto",
+    traffic="azure-conv",
+    traffic_requests=2000,
     SMOKE=False,
 ) -> None:
-    """Notebook 06: your deployment, planned (its Deployment checks the rest)."""
+    """Notebook 06: your deployment, planned (its Deployment checks the rest), and the trace
+    its section 7 replays on it."""
     from kvlab.analysis.deployment import Deployment
     from kvlab.analysis.gpus import GPUS
     from kvlab.analysis.models import load_model, model_names
 
     check_choice("model", model, model_names())
     check_choice("gpu", gpu, GPUS)
+    traffic_file(traffic)
+    check_int("traffic_requests", traffic_requests, low=1, high=MAX_COUNT)
     check_bool("SMOKE", SMOKE)
     Deployment(
         model=load_model(model),
@@ -116,4 +123,31 @@ def check_plan_parameters(
         max_batch_size=max_batch_size,
         chunked_prefill=chunked_prefill,
         manager=manager,
+    )
+
+
+def traffic_traces() -> dict[str, Path]:
+    """The traces of data/traces/ by the names notebook 06's ``traffic`` takes: azure-conv,
+    azure-code, mooncake-conversation, mooncake-synthetic (kvlab.run.workload names the
+    files)."""
+    from kvlab.run.workload import AZURE_TRACES, MOONCAKE_DIR, MOONCAKE_TRACES, TRACE_DIR
+
+    return {
+        **{f"azure-{name}": TRACE_DIR / file for name, file in AZURE_TRACES.items()},
+        **{f"mooncake-{name}": MOONCAKE_DIR / file for name, file in MOONCAKE_TRACES.items()},
+    }
+
+
+def traffic_file(traffic) -> Path:
+    """The trace file notebook 06's ``traffic`` names: one of :func:`traffic_traces`, or the
+    path of a file of one's own (docs/TRACES.md's formats, checked row by row when replayed).
+    ValueError naming the parameter and the accepted values otherwise."""
+    traces = traffic_traces()
+    if isinstance(traffic, str) and traffic in traces:
+        return traces[traffic]
+    if isinstance(traffic, (str, Path)) and str(traffic) and Path(traffic).is_file():
+        return Path(traffic)
+    raise ValueError(
+        f"traffic must be one of {sorted(traces)} or the path of a trace file of your own "
+        f"(docs/TRACES.md), got {traffic!r:.80}"
     )

@@ -3,6 +3,10 @@ figures from the presets, follows its parameters and refuses bad ones by name.""
 
 from __future__ import annotations
 
+import json
+import shlex
+from html.parser import HTMLParser
+
 import pytest
 from notebook_runner import execute
 
@@ -301,3 +305,91 @@ def test_section_3_says_max_seq_len_is_lowered_to_the_models_own(nb06):
         if "text/html" in o.get("data", {})
     )
     assert ">max_<wbr>seq_<wbr>len<" in table  # a header may wrap at its underscores
+
+
+# --- §7, your traffic: the notebook's table is kvlab replay's -------------------------------------
+
+
+class _TableCells(HTMLParser):
+    """A pandas Styler's table as rows of cell texts (its th and td, tags dropped)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("th", "td"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "td") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _count(text: str):
+    return None if text == "" else int(text.replace(",", ""))
+
+
+def test_section_7_shows_what_kvlab_replay_prints(nb06, capsys):
+    """§7's table (finished, rejected, unfinished, crashed, waits p50/p99 per run) is the JSON of
+    the command the notebook prints for the same deployment, trace and --limit."""
+    from kvlab.cli import main
+    from kvlab.core.paths import REPOSITORY
+
+    nb, _ = nb06
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "replay_trace(" in c.source)
+    html = next(
+        o["data"]["text/html"]
+        for o in cell.get("outputs", [])
+        if "text/html" in o.get("data", {}) and "<table" in o["data"]["text/html"]
+    )
+    parser = _TableCells()
+    parser.feed(html)
+    header = next(r for r in parser.rows if "finished" in r)
+    body = [r for r in parser.rows if len(r) == len(header) and r[0] not in ("", "run")]
+    shown = {r[0]: dict(zip(header[1:], r[1:])) for r in body}
+    command = next(
+        line
+        for c in nb.cells
+        if c.cell_type == "code" and "shlex.quote" in c.source
+        for o in c.get("outputs", [])
+        for line in o.get("text", "").splitlines()
+        if line.startswith("kvlab replay ")
+    )
+    argv = shlex.split(command)[1:]
+    trace = argv.index("--trace") + 1
+    argv[trace] = str(REPOSITORY / argv[trace])
+    assert "--limit" in argv and argv[argv.index("--limit") + 1] == "300"  # SMOKE's rows
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert len(runs) == len(shown) == 5
+    for run in runs:
+        row = shown[f"{run['engine']} {run['policy']}"]
+        for key in ("finished", "rejected", "unfinished", "crashed"):
+            assert _count(row[key]) == run[key], (run["engine"], run["policy"], key)
+        assert _count(row["wait p50 (it)"]) == run["wait_p50"]
+        assert _count(row["wait p99 (it)"]) == run["wait_p99"]
+        assert row["outcome"] == run["outcome"]
+    assert sum(run["finished"] for run in runs) == 5 * 300  # the defaults serve every request
+
+
+@pytest.mark.parametrize(
+    "parameters, named",
+    [
+        (dict(traffic="azure-chat"), r"traffic must be one of \['azure-code', 'azure-conv'"),
+        (dict(traffic="no/such/file.csv"), "traffic must be one of"),
+        (dict(traffic_requests=0), "traffic_requests must be in"),
+    ],
+)
+def test_notebook_06_refuses_a_bad_traffic_by_name(tmp_path, parameters, named):
+    with pytest.raises(papermill.PapermillExecutionError, match=named):
+        execute(NB06, tmp_path, fail_on_error=False, **parameters)
