@@ -16,6 +16,7 @@ QUICK_ARGS = {
     "gpu_measurements.py": ["--device", "cpu", "--quick"],  # CPU: prints, stores nothing
     "hostile_inputs.py": ["--limit", "20", "--jobs", "2"],
     "mooncake_replay.py": ["--minutes", "1"],
+    "replay_memory.py": ["--rows", "200", "800"],
     "phase_diagram.py": ["--repeat", "2"],
     "scheduler_throughput.py": [
         "--repeat",
