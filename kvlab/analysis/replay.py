@@ -29,7 +29,7 @@ from kvlab.analysis.sentences import sentence
 from kvlab.analysis.shipped import as_shipped, defaults_label
 from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_instance, check_int
 from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.core.memory import MIB
+from kvlab.core.memory import GIB, MIB
 from kvlab.core.request import Request, RequestState
 from kvlab.run.progress import progress
 from kvlab.run.rank_config import storage_geometry
@@ -46,6 +46,7 @@ ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
 #: The exit codes, as kvlab plan's: every request served, one stalled or left unfinished, the
 #: engine crashed, most requests rejected.
 REPLAY_EXIT_CODES = {"ok": 0, "stall": 3, "crash": 4, "mostly rejected": 5}
+NOT_ARRIVED = "not arrived"  # the status of a request the run stopped before (unfinished)
 FEED = 1024  # requests read ahead of the engine's clock at most
 MAX_BINS = 200  # the waits-over-time figure's bins (their width doubles as the trace goes on)
 
@@ -54,8 +55,8 @@ def replay_config(plan: DeploymentPlan) -> EngineConfig:
     """The engine configuration of ``plan``'s pool after the MIN, to the block: max_seq_len,
     batch, token budget, chunking and host tier as deployed. [kvlab] Its pages are stored at one
     byte per token (:func:`kvlab.run.rank_config.storage_geometry`, as the rank processes store
-    them): the counts are the model's, the tensor fits a laptop; a host tier given in GiB is
-    scaled by the same factor."""
+    them): the counts are the model's, the tensor fits a laptop; a host tier given in GiB holds
+    the model's pages it would hold."""
     check_instance("plan", plan, DeploymentPlan)
     d = plan.deployment
     if not plan.blocks:
@@ -70,7 +71,7 @@ def replay_config(plan: DeploymentPlan) -> EngineConfig:
         max_num_tokens=d.max_num_tokens,
         host_cache_size=(0 if d.resolved_manager == "v1" else None)
         if host is None
-        else int(host * plan.blocks * storage.bytes_per_block / max(plan.quotas)),
+        else int(host * GIB) // plan.bytes_per_block * storage.bytes_per_block,
         chunked_prefill=d.chunked_prefill,
     )
 
@@ -286,6 +287,8 @@ def _ended(name, policy, args, tally, result: SimulationResult, never: int) -> R
     are unfinished, or lost with the engine when an error stopped it."""
     error = result.error
     crashed = never if error is not None else 0
+    if error is None and never:  # the run stopped at max_steps before they arrived
+        tally.statuses[NOT_ARRIVED] += never
     for request in result.requests.values():
         if error is not None and request.state.status != RequestState.REJECTED:
             crashed += request.end_step is None

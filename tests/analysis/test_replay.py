@@ -216,3 +216,34 @@ def test_engines_and_policies_pick_the_runs():
     assert Counter(e for e, _ in replay_module.replay_runs()) == Counter(trtllm=3, vllm=1, sglang=1)
     with pytest.raises(ValueError, match="no run"):
         replay_module.replay_runs(["vllm"], ["capacity"])
+
+
+def test_a_run_stopped_by_max_steps_counts_what_it_held_and_what_had_not_arrived(tmp_path):
+    """Every row ends in a stated status: one finished, one still running at the stop, one the
+    run stopped before (it arrives at 100 s, iteration 2,000)."""
+    path = write(
+        tmp_path, "arrival_s,prompt_tokens,output_tokens\n0,1000,500\n0.5,2000,10\n100,30,1\n"
+    )
+    run = replay_trace(path, LLAMA, ["trtllm"], ["capacity"], max_steps=50).runs[0]
+    assert run.tally.statuses[RequestState.FINISHED] == 1
+    assert run.unfinished == 2 and run.crashed == 0 and run.outcome == "stall"
+
+
+def test_rows_never_read_before_max_steps_are_counted_not_arrived(tmp_path, monkeypatch):
+    """With one request read ahead at a time, the third row is still in the file when the run
+    stops: it is counted, as not arrived."""
+    monkeypatch.setattr(replay_module, "FEED", 1)
+    path = write(
+        tmp_path, "arrival_s,prompt_tokens,output_tokens\n0,1000,500\n0.5,2000,10\n100,30,1\n"
+    )
+    run = replay_trace(path, LLAMA, ["trtllm"], ["capacity"], max_steps=50).runs[0]
+    assert run.tally.statuses[replay_module.NOT_ARRIVED] == 1 and run.unfinished == 2
+
+
+def test_a_host_tier_in_gib_holds_the_models_pages():
+    plan = plan_deployment(
+        dataclasses.replace(example_deployments()["issue-21470"], host_cache_gib=2.0)
+    )
+    config = replay_config(plan)
+    pages = 2 * 2**30 // plan.bytes_per_block
+    assert config.host_cache_size == pages * config.geometry.bytes_per_block
