@@ -130,11 +130,14 @@ def traffic_traces() -> dict[str, Path]:
     """The traces of data/traces/ by the names notebook 06's ``traffic`` takes: azure-conv,
     azure-code, mooncake-conversation, mooncake-synthetic (kvlab.run.workload names the
     files)."""
-    from kvlab.run.workload import AZURE_TRACES, MOONCAKE_DIR, MOONCAKE_TRACES, TRACE_DIR
+    from kvlab.run.workload import AZURE_TRACES, MOONCAKE_FOLDER, MOONCAKE_TRACES, TRACE_DIR
 
     return {
         **{f"azure-{name}": TRACE_DIR / file for name, file in AZURE_TRACES.items()},
-        **{f"mooncake-{name}": MOONCAKE_DIR / file for name, file in MOONCAKE_TRACES.items()},
+        **{
+            f"mooncake-{name}": TRACE_DIR / MOONCAKE_FOLDER / file
+            for name, file in MOONCAKE_TRACES.items()
+        },
     }
 
 

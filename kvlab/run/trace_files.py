@@ -85,11 +85,11 @@ def _lines(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
                 if len(text) > MAX_LINE_CHARS:
                     raise _error(path, number, f"longer than {MAX_LINE_CHARS:,} characters")
                 if text.strip():
-                    yield number, text
                     if limit is not None:
-                        limit -= 1
-                        if limit < 0:
+                        if not limit:
                             return
+                        limit -= 1
+                    yield number, text
     except UnicodeDecodeError as exc:
         raise TraceFormatError(
             f"{path.name}: not a CSV or JSON-lines file in UTF-8 ({exc})"

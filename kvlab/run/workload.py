@@ -186,7 +186,7 @@ AZURE_TRACES = {
     "code": "AzureLLMInferenceTrace_code.csv",
 }
 MOONCAKE_TRACES = {"conversation": "conversation_trace.jsonl", "synthetic": "synthetic_trace.jsonl"}
-MOONCAKE_DIR = TRACE_DIR / "mooncake-fast25"
+MOONCAKE_FOLDER = "mooncake-fast25"  # under TRACE_DIR
 
 
 def _replay_arguments(
@@ -233,7 +233,7 @@ def mooncake_trace(
     each prompt's 512-token block hashes in ``Request.prefix_hashes``. Ids are
     ``mooncake-{trace}-{line}``."""
     name = MOONCAKE_TRACES[check_choice("trace", trace, MOONCAKE_TRACES)]
-    path = MOONCAKE_DIR / name
+    path = TRACE_DIR / MOONCAKE_FOLDER / name
     requests = _trace_file(
         path, "mooncake", seconds_per_iteration, limit, minutes, f"mooncake-{trace}"
     )
