@@ -72,6 +72,7 @@ DOCUMENTED_EXITS = {
     "walkthrough": {0, 1},
     "scenario": {0, 3, 4, 5, 6},
     "plan": {0, 3, 4, 5},
+    "replay": {0, 3, 4, 5},
     "doctor": {0, 1},
     "slides": {0},
 }
@@ -137,6 +138,7 @@ FIELD_VALUES = {
 def make_fixtures(root: Path) -> Path:
     fx = root / "fixtures"
     (fx / "notebooks").mkdir(parents=True)
+    (fx / "trace.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,100,4\n0.1,200,4\n")
     (fx / "garbage.bin").write_bytes(bytes(random.Random(0).randrange(256) for _ in range(4096)))
     (fx / "ten_mb.txt").write_bytes(b"9" * (10 << 20))
     cell = {
@@ -170,6 +172,10 @@ def cli_options():
         "walkthrough": ["--only", "00", "--notebook-dir", "{fx}/notebooks"],
         "scenario": ["issue-21470", "--in-process"],
         "plan": ["--model", "llama-3.1-8b"],
+        "replay": [
+            *("--trace", "{fx}/trace.csv", "--model", "llama-3.1-8b", "--gpu", "h100-80gb"),
+            *("--engine", "trtllm", "--policy", "capacity"),
+        ],
     }
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

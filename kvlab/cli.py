@@ -398,7 +398,10 @@ def _replay(args, parser) -> int:
     if args.plot is not None:
         from kvlab.notebook.viz.replay import replay_figure
 
-        replay_figure(result).write_html(args.plot, include_plotlyjs=True)
+        try:
+            replay_figure(result).write_html(args.plot, include_plotlyjs=True)
+        except OSError as exc:
+            parser.error(f"--plot cannot write {str(args.plot)!r:.80}: {exc.strerror}")
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.explain())
     return result.exit_code
 
