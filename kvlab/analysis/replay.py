@@ -26,7 +26,7 @@ from typing import Any
 from kvlab.analysis.compare import ENGINES, EngineConfig, engine_args
 from kvlab.analysis.deployment import DeploymentPlan
 from kvlab.analysis.sentences import sentence
-from kvlab.analysis.shipped import as_shipped, defaults_label
+from kvlab.analysis.shipped import SHIPPED_ENGINES, as_shipped, defaults_label
 from kvlab.core.checks import MAX_COUNT, check_choice, check_float, check_instance, check_int
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.memory import GIB, MIB
@@ -36,13 +36,13 @@ from kvlab.run.rank_config import storage_geometry
 from kvlab.run.simulation import Engine, SimulationResult
 from kvlab.run.trace_files import trace_format, trace_requests, trace_rows
 from kvlab.sched.deadlock import SchedulerDeadlock
-from kvlab.sched.policies import TRTLLM_POLICIES
+from kvlab.sched.policies import PEER_POLICIES, TRTLLM_POLICIES
 from kvlab.sched.sglang import SglangServerArgs
 from kvlab.sched.vllm import VllmEngineArgs
 
 #: Each engine's policies (kvlab.sched.policies), and its name in the tables.
-ENGINE_POLICIES = {"trtllm": TRTLLM_POLICIES, "vllm": ("vllm",), "sglang": ("sglang",)}
-ENGINE_TITLES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
+ENGINE_POLICIES = {"trtllm": TRTLLM_POLICIES, **{peer: (peer,) for peer in PEER_POLICIES}}
+ENGINE_TITLES = dict(zip(ENGINE_POLICIES, SHIPPED_ENGINES, strict=True))
 #: The exit codes, as kvlab plan's: every request served, one stalled or left unfinished, the
 #: engine crashed, most requests rejected.
 REPLAY_EXIT_CODES = {"ok": 0, "stall": 3, "crash": 4, "mostly rejected": 5}
@@ -119,7 +119,8 @@ class Tally:
         elif status == RequestState.REJECTED and request.reason is not None:
             cause = str(request.reason.cause)
             self.reasons[cause] += 1
-            self.examples.setdefault(cause, f"{request.request_id}: {sentence(request.reason)}")
+            if cause not in self.examples:  # worded once a cause, not once a rejection
+                self.examples[cause] = f"{request.request_id}: {sentence(request.reason)}"
         wait = None
         if request.first_scheduled_step is not None:
             wait = request.first_scheduled_step - request.arrival_step
