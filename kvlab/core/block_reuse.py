@@ -73,8 +73,8 @@ class BlockReuse(ManagerViews):
         cache.committed, rebased, replaced = self.prefix_cache.commit(
             cache.pages, cache.committed, request, request.context_current_position, finished
         )
-        self.pool.free(replaced)
+        self.pool.give_back(replaced)
         for index, page in rebased:
-            self.pool.free([cache.pages[index]])
+            self.pool.give_back([cache.pages[index]])
             cache.pages[index] = page
             self.page_index.write(cache.slot, index, [page])

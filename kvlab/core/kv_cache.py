@@ -103,16 +103,17 @@ class KVCache:
         history = self.history_length
         if history_length is not None:
             history = check_int("history_length", history_length)
-        if history < self.history_length:
-            raise ValueError(HISTORY_DECREASED_MESSAGE)
+            if history < self.history_length:
+                raise ValueError(HISTORY_DECREASED_MESSAGE)
         if history > capacity:
             raise ValueError(HISTORY_ABOVE_CAPACITY_MESSAGE)
         if self.suspended:
             raise RuntimeError(f"cache {self.request_id!r} is suspended; resume it before resizing")
         blocks = self.manager.blocks_for(capacity, self.request_id)
-        if blocks < self.num_blocks:
+        held = len(self.pages)
+        if blocks < held:
             self.manager.shrink(self, blocks)
-        elif blocks > self.num_blocks and not self.manager.grow([self], [blocks]):
+        elif blocks > held and not self.manager.grow([self], [blocks]):
             return False
         self.capacity = capacity
         self.history_length = history

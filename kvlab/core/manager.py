@@ -192,7 +192,7 @@ class KVCacheManager(BlockReuse, Suspension):
         elif shortfall > cached.evictable_blocks:
             return
         if count > pool.free_blocks:  # a cache that moved down may have freed shared pages
-            pool.free(cached.evict(min(count - pool.free_blocks, cached.evictable_blocks)))
+            pool.give_back(cached.evict(min(count - pool.free_blocks, cached.evictable_blocks)))
 
     def allocate_pages(self, count: int) -> list[int] | None:
         """``count`` pages after :meth:`_make_room`; None when too few."""
@@ -204,20 +204,29 @@ class KVCacheManager(BlockReuse, Suspension):
         none: False, nothing changed, when the pool cannot make enough."""
         needs = [count - cache.num_blocks for cache, count in zip(caches, blocks)]
         total = sum(needs)
-        if total:
-            self._make_room(total)
-            pages = self.pool.allocate(total)
-            if pages is None:
-                return False
-            start = 0
-            for cache, need in zip(caches, needs):
-                self._append(cache, pages[start : start + need])
-                start += need
+        if not total:
+            return True
+        self._make_room(total)
+        pages = self.pool.allocate(total)
+        if pages is None:
+            return False
+        slots: list[int] = []
+        entries: list[int] = []
+        start = 0
+        for cache, need in zip(caches, needs):
+            first = cache.num_blocks
+            slots += [cache.slot] * need
+            entries += range(first, first + need)
+            cache.pages += pages[start : start + need]
+            start += need
+        self.page_index.write_entries(slots, entries, pages)
         return True
 
     def shrink(self, cache: KVCache, keep: int) -> None:
         """Give back the cache's pages from ``keep`` on: committed ones to the prefix cache
         (held no more), the rest to the pool."""
+        if keep >= len(cache.pages):
+            return
         tail = cache.pages[keep:]
         del cache.pages[keep:]
         self.page_index.clear(cache.slot, keep)
@@ -225,7 +234,7 @@ class KVCacheManager(BlockReuse, Suspension):
         if held > 0:
             tail = self.prefix_cache.release(tail[:held]) + tail[held:]
             cache.committed = keep
-        self.pool.free(tail)
+        self.pool.give_back(tail)
 
     def _append(self, cache: KVCache, pages: list[int]) -> None:
         self.page_index.write(cache.slot, cache.num_blocks, pages)
@@ -309,8 +318,8 @@ class KVCacheManager(BlockReuse, Suspension):
     def try_allocate_generation(self, request: Request) -> bool:
         """The real ``try_allocate_generation``: resume the cache if suspended, then grow it by
         one token plus the draft tokens."""
-        cache = self.get_cache(request)
-        if not self.resume_cache(cache):
+        cache = self._caches.get(request.request_id) or self.get_cache(request)  # its error
+        if cache.suspended and not self.resume_cache(cache):
             return False
         return cache.resize(cache.capacity + 1 + request.num_draft_tokens)
 

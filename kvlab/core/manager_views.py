@@ -110,7 +110,7 @@ class ManagerViews:
         cache, which holds its tokens outside every request, evicting some)."""
         count = check_int("count", count, high=len(self._held_back))
         if count:
-            self.pool.free(self._held_back[-count:])
+            self.pool.give_back(self._held_back[-count:])
             del self._held_back[-count:]
 
     def start_with_committed(self, cache: KVCache, pages: Sequence[int]) -> None:

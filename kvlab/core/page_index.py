@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from kvlab.core.arith import div_ceil
@@ -21,7 +22,6 @@ from kvlab.core.table_size import table_nbytes as table_nbytes
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
-    import numpy as np
     import numpy.typing as npt
 
 #: Value of an unused entry (the real table's BAD_PAGE_INDEX).
@@ -153,6 +153,21 @@ class PageIndexTable:
                 f"{len(pages)} entries into a row of {self.width}, got {start!r}"
             )
         self._rows(slot)[..., start : start + len(pages)] = pages
+
+    def write_entries(
+        self, slots: Sequence[int], entries: Sequence[int], pages: Sequence[int]
+    ) -> None:
+        """Write ``pages[i]`` into entry ``entries[i]`` of slot ``slots[i]``'s row, for every i, in
+        one scattered write (the manager's growth of many caches at once; its slots acquired)."""
+        rows = np.asarray(slots, dtype=np.int64) * self.beam_width
+        columns, values = np.asarray(entries, dtype=np.int64), np.asarray(pages, dtype=np.int32)
+        if self.beam_width > 1:
+            rows = (rows[:, None] + np.arange(self.beam_width)).ravel()
+            columns, values = (
+                np.repeat(columns, self.beam_width),
+                np.repeat(values, self.beam_width),
+            )
+        self._array[:, rows, :, columns] = values[:, None, None]
 
     def clear(self, slot: int, start: int) -> None:
         """Mark entries from ``start`` to the end of an acquired slot's row unused."""

@@ -135,7 +135,13 @@ class PagePool:
                 f"pages: page {page} is not allocated from this pool "
                 f"(pages are 0..{self.num_blocks - 1})"
             )
+        self.give_back(taken)
+
+    def give_back(self, pages: Sequence[int] | np.ndarray) -> None:
+        """:meth:`free` without its checks, for the manager, which gives back only pages it took."""
+        taken = np.asarray(pages, dtype=np.int64)
         count = len(taken)
+        assert self._owned[taken].all(), "a page given back was not handed out"
         self._owned[taken] = False
         self._stack[self._top : self._top + count] = taken
         self._top += count
