@@ -26,12 +26,14 @@ stored at a few bytes each (a one-layer toy geometry with the same tokens per pa
 scheduler's cost does not depend on the bytes behind a page, and a 20 GiB pool would not fit this
 machine's memory.
 
-Where the time went, and what was done about it (history in the commit log): the executor's
-queue bounds a pass by the active set; a generation step within the pages its cache holds and a
-first chunk certainly refused are answered from one comparison each, in
-``kvlab.sched.shortcuts`` behind one switch (``shortcuts.ENABLED``; tests/sched/test_fast_paths.py
-holds both ways to the same decisions); ``Request`` is a slotted dataclass. What is left is the
-phase-1 loop over the active set, the executor's bookkeeping and the real page moves.
+Each kvlab figure of the TensorRT-LLM loop is given twice: fast-forwarded (``simulate``'s
+default, kvlab.run.fast_forward: the passes between two events applied at once, and the passes
+it steps answering a step within a page and a certainly refused first chunk from one
+comparison each) and stepped pass by pass on the teaching path (``fast_forward=False``), with
+``identical``: whether both gave every request the same status, steps, counts and reason and
+the same per-step trace. Where the time goes now: the passes with an event (an admission, a
+finish, a preemption) are stepped, each a walk over the active set; the vLLM and SGLang peers
+are always stepped.
 
     python benchmarks/scheduler_throughput.py [--sizes 1000 4000 16000 64000] [--trace]
                                               [--peer-bench PATH] [--repeat N]
@@ -155,17 +157,39 @@ def vllm_peer_engine(**switches: bool) -> VllmScheduler:
     )
 
 
-def timed(requests: list[Request], build, repeat: int):
+def timed(requests: list[Request], build, repeat: int, fast_forward: bool = True):
     """The fastest of ``repeat`` runs: (seconds, result)."""
     best = None
     for _ in range(repeat):
         scheduler = build()
         start = time.perf_counter()
-        result = simulate(scheduler, requests, max_steps=1 << 40)
+        result = simulate(scheduler, requests, max_steps=1 << 40, fast_forward=fast_forward)
         elapsed = time.perf_counter() - start
         if best is None or elapsed < best[0]:
             best = (elapsed, result)
     return best
+
+
+def outcome(result) -> tuple:
+    """Every request's status, steps, counts and reason, and the per-step trace."""
+    return (
+        {
+            i: (
+                r.state,
+                r.first_scheduled_step,
+                r.first_token_step,
+                r.end_step,
+                r.num_generated,
+                r.num_suspensions,
+                r.num_recomputes,
+                r.num_refusals,
+                r.reason,
+            )
+            for i, r in result.requests.items()
+        },
+        result.trace.steps,
+        result.trace.events,
+    )
 
 
 def run_peer(peer_bench: str, num_requests: int, repeat: int) -> dict:
@@ -230,6 +254,7 @@ def main() -> None:
 
     requests = peer_workload(args.requests)
     seconds, result = timed(requests, peer_engine, args.repeat)
+    seconds_stepped, stepped = timed(requests, peer_engine, args.repeat, fast_forward=False)
     line = {
         "benchmark": "scheduler_throughput",
         "measurement": "peer_workload",
@@ -238,6 +263,8 @@ def main() -> None:
         "iterations": result.iterations,
         "finished": result.summary()["finished"],
         "seconds": round(seconds, 3),
+        "seconds_stepped": round(seconds_stepped, 3),
+        "identical": outcome(result) == outcome(stepped),
         "requests_per_s": round(args.requests / seconds, 1),
         "iterations_per_s": round(result.iterations / seconds, 1),
         **machine(),
@@ -264,6 +291,7 @@ def main() -> None:
         line.update(
             peer=peer,
             ratio_to_peer=round(seconds / peer["seconds"], 2),
+            stepped_ratio_to_peer=round(seconds_stepped / peer["seconds"], 2),
             vllm_peer_ratio_to_peer=round(seconds_vllm / peer["seconds"], 2),
         )
     print(json.dumps(line), flush=True)
@@ -307,11 +335,20 @@ def main() -> None:
         trace = azure_trace("conv", args.seconds_per_iteration, args.trace_limit)
         policies, total = {}, 0.0
         for policy in [*ADMISSION_POLICIES, "vllm", "sglang"]:
-            seconds, result = timed(trace, partial(azure_engine, policy, args.pool_gib), 1)
+            build = partial(azure_engine, policy, args.pool_gib)
+            seconds, result = timed(trace, build, 1)
             total += seconds
             summary = result.summary()
+            stepped: dict = {}
+            if policy in ADMISSION_POLICIES:  # the peers are stepped either way
+                seconds_stepped, by_step = timed(trace, build, 1, fast_forward=False)
+                stepped = dict(
+                    seconds_stepped=round(seconds_stepped, 2),
+                    identical=outcome(result) == outcome(by_step),
+                )
             policies[policy] = {
                 "seconds": round(seconds, 2),
+                **stepped,
                 "requests_per_s": round(len(trace) / seconds, 1),
                 "finished": summary["finished"],
                 "rejected": summary["rejected"],

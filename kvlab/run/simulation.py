@@ -7,11 +7,19 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from contextlib import nullcontext
 
 from kvlab.core.cause import Reason
-from kvlab.core.checks import MAX_COUNT, check_instance, check_int, check_param, check_param_or
+from kvlab.core.checks import (
+    MAX_COUNT,
+    check_bools,
+    check_int,
+    check_param,
+    check_param_or,
+)
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import LIVE_STATES, Request
+from kvlab.run.fast_forward import FastForward
 from kvlab.run.simulation_result import (
     EngineRecords,
     SimulationResult,
@@ -33,13 +41,16 @@ def simulate(
     *,
     check_invariants: bool = False,
     max_num_active_requests: int | None = None,
+    fast_forward: bool = True,
 ) -> SimulationResult:
     """Run ``requests`` through a fresh ``scheduler`` for steps 0 .. max_steps - 1;
-    ``check_invariants``: after every step; ``max_num_active_requests``: see :class:`Engine`."""
+    ``check_invariants``: after every step; ``max_num_active_requests`` and ``fast_forward``:
+    see :class:`Engine`."""
     engine = Engine(
         scheduler,
         check_invariants=check_invariants,
         max_num_active_requests=max_num_active_requests,
+        fast_forward=fast_forward,
     )
     if scheduler.iteration or scheduler.submitted_requests:
         raise ValueError("scheduler has already run; build a fresh Scheduler (and manager) per run")
@@ -52,7 +63,9 @@ def simulate(
 class Engine(EngineRecords):
     """The executor loop around one scheduler, one ``iterate()`` per step, on copies of the
     Requests given. ``max_num_active_requests``: the requests handed to the scheduler at once
-    (the real ``PyExecutor.max_num_active_requests``); None: the scheduler's own."""
+    (the real ``PyExecutor.max_num_active_requests``); None: the scheduler's own.
+    ``fast_forward``: :meth:`execute_until` applies steady stretches of passes at once
+    (kvlab.run.fast_forward; same results); False steps every pass."""
 
     def __init__(
         self,
@@ -61,11 +74,14 @@ class Engine(EngineRecords):
         *,
         check_invariants: bool = False,
         max_num_active_requests: int | None = None,
+        fast_forward: bool = True,
     ):
         if not isinstance(scheduler, SchedulerBase):
             raise TypeError(f"scheduler must be a Scheduler (or a peer's), got {scheduler!r:.60}")
         self.scheduler = scheduler
-        self.check_invariants = check_instance("check_invariants", check_invariants, bool)
+        check_bools(check_invariants=check_invariants, fast_forward=fast_forward)
+        self.check_invariants = check_invariants
+        self.fast_forward = FastForward(self) if fast_forward else None
         self.max_num_active_requests = check_param_or(
             "max_num_active_requests", max_num_active_requests, scheduler.max_num_active_requests
         )
@@ -140,12 +156,17 @@ class Engine(EngineRecords):
     def execute_until(self, max_steps: int) -> None:
         """Iterate until the engine stops, has nothing left to do, or reaches ``max_steps``."""
         max_steps = check_int("max_steps", max_steps, low=0, high=MAX_COUNT)
-        while self.error is None and (self.num_live or self.has_pending_arrivals):
-            if not self.num_live:
-                self.advance_to(self.arrivals[self.next_arrival].arrival_step)
-            if self.step >= max_steps:
-                return
-            self.iterate()
+        fast_forward = self.fast_forward
+        with fast_forward.accelerated() if fast_forward is not None else nullcontext():
+            while self.error is None and (self.num_live or self.has_pending_arrivals):
+                if not self.num_live:
+                    self.advance_to(self.arrivals[self.next_arrival].arrival_step)
+                if self.step >= max_steps:
+                    return
+                if fast_forward is None:
+                    self.iterate()
+                else:
+                    fast_forward.advance(max_steps)
 
     def release_ended(self) -> list[Request]:
         """Hand over and forget the requests that have ended (finished or rejected), and the

@@ -40,6 +40,12 @@ class ScheduledBatch:
     beam_width: int = 0
     #: the prefix-aware skip deferred a first chunk this pass: progress, though nothing ran
     deferred_behind_contributor: bool = False
+    #: [kvlab] the requests this pass refused, in its order (each counts it in ``num_refusals``)
+    refused_requests: list[Request] = field(default_factory=list)
+
+    def refuse(self, request: Request) -> None:
+        request.num_refusals += 1
+        self.refused_requests.append(request)
 
     @property
     def made_progress(self) -> bool:

@@ -11,7 +11,6 @@ beams count in the budget, not in pages; no PEFT, encoder or KV connector.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import partial
 
 from kvlab.core.checks import check_bools, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
@@ -36,7 +35,6 @@ from kvlab.sched.deadlock import DEFAULT_STALL_LIMIT, SchedulerDeadlock
 from kvlab.sched.make_room import RecomputePauseState, RoomMaking, contains
 from kvlab.sched.prefix_skip import PrefixAwareSkip
 from kvlab.sched.residency import ResidencyCap
-from kvlab.sched.shortcuts import CertainRefusal, grows_within_pages, pending_refusal
 
 
 class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
@@ -114,15 +112,11 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         pending = self._schedule_generations(budget, batch)
         # phase 2: the deferred contexts
         preempted: list[Request] = []
-        refusal = self._pending_refusal(budget)
         contributed = self._collect_contributed_blocks(pending)
         for request in pending:
             if budget.requests_full or not self._has_context_chunk_budget(budget):
                 break  # (the real loop goes on for encoder requests, which kvlab has none of)
             if preempted and contains(preempted, request):
-                continue
-            if refusal is not None and refusal.refuses_first_chunk(request):
-                request.num_refusals += 1
                 continue
             first_new_block = None
             if contributed is not None:  # the prefix-aware skip, before any cache work
@@ -131,17 +125,15 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
                     batch.deferred_behind_contributor = True
                     continue
             action, tokens = self._schedule_context(request, budget, batch, preempted)
-            if action is ScheduleAction.STOP:
-                request.num_refusals += 1
-                break
-            if action is ScheduleAction.SKIP:
-                request.num_refusals += 1
+            if action is not ScheduleAction.SCHEDULED:
+                batch.refuse(request)
+                if action is ScheduleAction.STOP:
+                    break
                 continue
             batch.context_requests.append(request)
             budget.commit(tokens)
             if contributed is not None and first_new_block is not None:
                 contributed.add(first_new_block)  # registered once it runs this pass
-            refusal = self._pending_refusal(budget)  # the budget and the pool changed
         # _sort_requests: non-last chunks before last chunks, stable
         batch.context_requests.sort(key=lambda r: r.is_last_context_chunk)
         batch.num_tokens = budget.num_tokens
@@ -157,8 +149,7 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
         ``_try_schedule_generation``: beams + drafts from the budget (STOP when they do not
         fit), another beam width SKIPs, then the allocation and, failing it, the ladder
         (kvlab.sched.make_room); failing that, the request suspends itself and phase 1 STOPs."""
-        requests, inflight, caches = self._active, self._inflight, self.manager.caches
-        max_num_tokens, tokens_per_block = budget.max_num_tokens, self.manager.tokens_per_block
+        requests, inflight, max_num_tokens = self._active, self._inflight, budget.max_num_tokens
         pending_contexts: list[Request] = []
         pause_state = RecomputePauseState(len(requests))
         end = len(requests)  # the ladder's victims shorten the walk
@@ -175,7 +166,7 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
                 ):
                     batch.fitting_disagg_gen_init_requests.append(request)
                 else:
-                    request.num_refusals += 1
+                    batch.refuse(request)
                 continue
             if budget.requests_full:
                 break
@@ -187,31 +178,23 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
                 break  # STOP
             if batch.beam_width and request.beam_width != batch.beam_width:
                 continue  # SKIP
-            cache = caches[request.request_id]
-            if not grows_within_pages(cache, 1 + request.num_draft_tokens, tokens_per_block):
-                fitted = self._try_allocate_generation(request)
-                if not fitted:  # the ladder: suspend from the tail, then recompute-pause
-                    fitted, end = self._evict_for_generation(request, requests, index, end, batch)
-                if not fitted and self.enable_recompute_pause:
-                    fitted, end = self._recompute_pause_for_generation(
-                        request, requests, index, end, pause_state, batch
-                    )
-                if not fitted:  # nothing made room: the request suspends itself, phase 1 STOPs
-                    request.num_refusals += 1
-                    if request.state is RequestState.RUNNING:
-                        self._suspend(request)
-                        batch.paused_requests.append(request)
-                    break
+            fitted = self._try_allocate_generation(request)
+            if not fitted:  # the ladder: suspend from the tail, then recompute-pause
+                fitted, end = self._evict_for_generation(request, requests, index, end, batch)
+            if not fitted and self.enable_recompute_pause:
+                fitted, end = self._recompute_pause_for_generation(
+                    request, requests, index, end, pause_state, batch
+                )
+            if not fitted:  # nothing made room: the request suspends itself, phase 1 STOPs
+                batch.refuse(request)
+                if request.state is RequestState.RUNNING:
+                    self._suspend(request)
+                    batch.paused_requests.append(request)
+                break
             batch.generation_requests.append(request)
             batch.beam_width = request.beam_width
             budget.commit(tokens)
         return pending_contexts
-
-    def _pending_refusal(self, budget: PassBudget) -> CertainRefusal | None:
-        """The shortcut refusing a pending first chunk without its attempt (kvlab.sched.shortcuts)."""
-        preempts = not self.manager.has_cache_tier_below_gpu and self.enable_recompute_pause
-        plan = partial(self._plan_context, budget_left=budget.remaining_tokens)
-        return pending_refusal(self.manager, plan, preempts)
 
     def _has_context_chunk_budget(self, budget: PassBudget) -> bool:
         remaining = budget.remaining_tokens

@@ -30,7 +30,6 @@ from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_ids
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.admission import ADMIT, Verdict
 from kvlab.sched.base import LateResults, ScheduledBatch, SchedulerBase, check_plain_request
-from kvlab.sched.shortcuts import grows_within_pages
 from kvlab.sched.vllm_prefix_cache import VllmPrefixCache
 
 if TYPE_CHECKING:
@@ -268,8 +267,8 @@ class VllmScheduler(SchedulerBase):
             if request.num_generated >= request.output_limit:  # async: its last token in flight
                 continue  # (scheduler.py, "Avoid scheduling an extra step"; or max_model_len)
             cache = self.manager.caches[request.request_id]
-            if request.is_context_finished and grows_within_pages(cache, 1, self.args.block_size):
-                batch.generation_requests.append(request)  # the shortcut: as below, in place
+            if request.is_context_finished and cache.grow_within_pages(1):
+                batch.generation_requests.append(request)  # within its blocks: as below, at once
                 budget -= 1
                 if self.prefix_cache is not None:
                     self._cache_blocks(request, self._num_tokens(request))
@@ -303,7 +302,7 @@ class VllmScheduler(SchedulerBase):
                 break
             num_new = min(num_new, budget)
             if not self._allocate(request, computed + num_new, admitting=True, hits=hits):
-                request.num_refusals += 1
+                batch.refuse(request)
                 break
             self.running.append(self.waiting.popleft())
             if self.prefix_cache is not None:

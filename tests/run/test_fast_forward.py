@@ -1,14 +1,13 @@
-"""The scheduler's fast paths decide exactly as its full paths do.
+"""Fast-forward (kvlab.run.fast_forward) gives the results stepping gives.
 
-Two shortcuts keep a pass cheap (kvlab.sched.shortcuts): a generation step that grows within
-the pages its cache holds and a pending first chunk that is certainly refused. Each run here is
-made twice, once as shipped and once with their one switch off so that every request takes the
-full path, and everything observable must agree: the engine's error, every request's status,
-steps and counters, and the trace of events and steps. (A shortcut that passes a request on to
-the full path where it need not only costs time and cannot fail here; one that decides
-otherwise than the full path does.)
+Each run here is made twice, stepped pass by pass and fast-forwarded, and everything observable
+must agree: the engine's error, every request's status, steps and counters, the trace of events
+and steps, the pool's counters (but failed allocations) and the page-index table. Random workloads vary the pool, the
+page size, chunking, the token budget, the host tier, block reuse and shared prefixes, beams and
+draft tokens, recompute pause and every admission policy.
 """
 
+import dataclasses
 import random
 import warnings
 
@@ -17,14 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
-from kvlab.sched import scheduler as scheduler_module
-from kvlab.sched import shortcuts
+from kvlab.core.prefix_cache import chain_hashes
+from kvlab.run import fast_forward
 from kvlab.sched.admission import ADMISSION_POLICIES
-from kvlab.sched.shortcuts import CertainRefusal
 
 
-def _observed(result):
+def _observed(result, manager):
     return (
+        dataclasses.replace(manager.pool.counters, failed_allocations=0),  # stepped passes only
+        manager.page_index.table.tolist(),
+        result.iterations,
+        result.end_step,
         type(result.error).__name__ if result.error else None,
         result.status,
         {
@@ -45,7 +47,7 @@ def _observed(result):
     )
 
 
-def _boundary_run(prompt: int, drafts: int, chunked: bool, max_num_tokens: int):
+def _boundary_run(prompt: int, drafts: int, chunked: bool, max_num_tokens: int, fast: bool):
     """A hog holds 40 of 64 pages (16 tokens each) for 30 steps; a second request arrives at
     step 1 with a prompt near the 24 free pages' 384 tokens, where one token, a draft token or
     the rounding of a chunk decides whether its first chunk is refused."""
@@ -65,24 +67,33 @@ def _boundary_run(prompt: int, drafts: int, chunked: bool, max_num_tokens: int):
         Request("hog", 40 * 16 - 30, 30, 0),
         Request("edge", prompt, 4, 1, num_draft_tokens=drafts),
     ]
-    return _observed(simulate(scheduler, requests, max_steps=2000))
+    return _observed(simulate(scheduler, requests, max_steps=2000, fast_forward=fast), manager)
 
 
-def _random_run(seed: int):
+def _random_run(seed: int, fast: bool):
     rng = random.Random(seed)
     tpb = rng.choice([4, 16, 32])
     geometry = KVGeometry(1, 1, 4, tokens_per_block=tpb)
-    requests = [
-        Request(
+    shared = rng.choice([0, 0, 3])  # requests share one of ``shared`` prompt prefixes
+
+    def request(i: int) -> Request:
+        prompt = rng.randint(1, tpb * 12)
+        hashes = ()
+        if shared:
+            tokens = [rng.randrange(shared)] * prompt + list(range(rng.randrange(prompt)))
+            hashes = chain_hashes(tokens[:prompt], tpb)
+        return Request(
             f"r{i}",
-            rng.randint(1, tpb * 12),
+            prompt,
             rng.randint(0, 40),
             rng.randint(0, 30),
             num_draft_tokens=rng.choice([0, 0, 0, 2]),
             beam_width=rng.choice([1, 1, 1, 2]),
+            prefix_hashes=hashes,
+            tokens_per_hash=tpb,
         )
-        for i in range(rng.randint(5, 50))
-    ]
+
+    requests = [request(i) for i in range(rng.randint(5, 50))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         manager = KVCacheManager(
@@ -91,6 +102,8 @@ def _random_run(seed: int):
             max_seq_len=tpb * 16,
             max_batch_size=rng.choice([2, 4, 8]),
             host_cache_size=rng.choice([None, 0, 1 << 15]),
+            enable_block_reuse=rng.choice([True, False]),
+            enable_partial_reuse=rng.choice([True, False]),
         )
     try:
         scheduler = Scheduler(
@@ -101,22 +114,23 @@ def _random_run(seed: int):
             chunked_prefill=rng.choice([True, False]),
             stall_limit=50,
             enable_recompute_pause=rng.choice([True, True, False]),
+            enable_prefix_aware_scheduling=rng.choice([True, False]),
         )
-    except ValueError as exc:  # vLLM's start-up check refuses a pool this small
+    except ValueError as exc:  # a chunk that never fits the budget
         return str(exc)
-    return _observed(simulate(scheduler, requests, max_steps=3000))
+    result = simulate(
+        scheduler,
+        requests,
+        max_steps=rng.choice([3000, rng.randint(1, 200)]),
+        max_num_active_requests=rng.choice([None, rng.randint(1, 8)]),
+        fast_forward=fast,
+    )
+    return _observed(result, manager)
 
 
-def _switch_off_the_shortcuts(patch):
-    """Every step and every pending chunk takes the full path."""
-    patch.setattr(shortcuts, "ENABLED", False)
-
-
-@pytest.mark.parametrize("seed", range(400))
-def test_fast_paths_decide_as_the_full_paths(seed, monkeypatch):
-    fast = _random_run(seed)
-    _switch_off_the_shortcuts(monkeypatch)
-    assert _random_run(seed) == fast
+@pytest.mark.parametrize("seed", range(600))
+def test_fast_forward_gives_what_stepping_gives(seed):
+    assert _random_run(seed, fast=True) == _random_run(seed, fast=False)
 
 
 @settings(max_examples=150, deadline=None)
@@ -126,30 +140,25 @@ def test_fast_paths_decide_as_the_full_paths(seed, monkeypatch):
     chunked=st.booleans(),
     max_num_tokens=st.integers(384, 408) | st.sampled_from([400, 1024]),
 )
-def test_fast_paths_decide_as_the_full_paths_at_the_edge(prompt, drafts, chunked, max_num_tokens):
-    fast = _boundary_run(prompt, drafts, chunked, max_num_tokens)
-    with pytest.MonkeyPatch.context() as patch:
-        _switch_off_the_shortcuts(patch)
-        assert _boundary_run(prompt, drafts, chunked, max_num_tokens) == fast
+def test_fast_forward_gives_what_stepping_gives_at_the_edge(
+    prompt, drafts, chunked, max_num_tokens
+):
+    args = (prompt, drafts, chunked, max_num_tokens)
+    assert _boundary_run(*args, fast=True) == _boundary_run(*args, fast=False)
 
 
-def test_the_shortcuts_are_taken(monkeypatch):
-    """Not vacuous: on a workload with a pending pile both shortcuts fire."""
-    calls = {"grow": 0, "refused": 0}
-    grow, refuses = shortcuts.grows_within_pages, CertainRefusal.refuses_first_chunk
+def test_stretches_are_skipped(monkeypatch):
+    """Not vacuous: on a workload with a pending pile most passes are skipped, refusals
+    included."""
+    stepped = []
+    iterate = fast_forward.FastForward.advance
 
-    def counting_grow(cache, num_tokens, tokens_per_block):
-        answer = grow(cache, num_tokens, tokens_per_block)
-        calls["grow"] += answer
-        return answer
+    def counting(self, max_steps):
+        before = self.engine.iterations
+        iterate(self, max_steps)
+        stepped.append(self.engine.iterations - before)
 
-    def counting_refuses(bound, request):
-        answer = refuses(bound, request)
-        calls["refused"] += answer
-        return answer
-
-    monkeypatch.setattr(scheduler_module, "grows_within_pages", counting_grow)
-    monkeypatch.setattr(CertainRefusal, "refuses_first_chunk", counting_refuses)
+    monkeypatch.setattr(fast_forward.FastForward, "advance", counting)
     geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
     manager = KVCacheManager(
         geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024, max_batch_size=16
@@ -158,4 +167,5 @@ def test_the_shortcuts_are_taken(monkeypatch):
     requests = [Request(f"r{i}", 300, 40, 0) for i in range(16)]
     result = simulate(scheduler, requests, max_steps=10_000)
     assert result.summary()["finished"] == 16
-    assert calls["grow"] > 0 and calls["refused"] > 0
+    assert sum(r.num_refusals for r in result.requests.values()) > 0
+    assert max(stepped) > 1 and sum(stepped) > 2 * len(stepped)

@@ -1,19 +1,14 @@
 """kvlab.sched.context_plan: the context planner (``plan_context``) changes nothing and sizes a
-chunk as TensorRT-LLM's ``_try_schedule_context_full`` / ``_chunked`` do, and the certain refusal
-built on it (``CertainRefusal``) refuses only what the full attempt refuses, leaving no trace."""
+chunk as TensorRT-LLM's ``_try_schedule_context_full`` / ``_chunked`` do (the fast-forwarded
+run's certain refusal, built on it, is held to the full attempt in tests/run/test_fast_forward.py)."""
 
 import dataclasses
-import warnings
 
-import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab import KVCacheManager, KVGeometry, Request, Scheduler
-from kvlab.core.kv_cache import PageIndexTooShort
-from kvlab.sched.base import ScheduledBatch
-from kvlab.sched.context_plan import PassBudget, ScheduleAction, plan_context
-from kvlab.sched.shortcuts import refusal_window
+from kvlab import Request
+from kvlab.sched.context_plan import plan_context
 
 
 def _fields(request):
@@ -75,136 +70,3 @@ def test_the_plan_changes_nothing_and_sizes_the_chunk(
         assert remaining <= budget_tokens - drafts <= min(limits)
         if extra_sized is None:
             assert budget_tokens == remaining + drafts
-
-
-def _pool(tokens_per_block, num_blocks, host_tier, hogs, suspended, **scheduler_args):
-    """A scheduler whose pool holds those of ``hogs`` (prompt lengths, each scheduled whole) that
-    fit, the first ``suspended`` of them suspended."""
-    geometry = KVGeometry(1, 1, 4, tokens_per_block=tokens_per_block)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        manager = KVCacheManager(
-            geometry,
-            quota_bytes=num_blocks * geometry.bytes_per_block,
-            max_seq_len=tokens_per_block * 64,
-            max_batch_size=6,
-            host_cache_size=host_tier,
-        )
-    scheduler = Scheduler(manager, admission="none", max_batch_size=6, **scheduler_args)
-    held = []
-    for i, prompt in enumerate(hogs):
-        hog = Request(f"hog{i}", prompt, 4)
-        scheduler.submit(hog)
-        try:
-            action, _ = scheduler._schedule_context(hog, PassBudget(None, 6), ScheduledBatch(), [])
-        except PageIndexTooShort:  # longer than a row: it holds nothing
-            continue
-        if action is ScheduleAction.SCHEDULED:
-            held.append(hog)
-    for hog in held[:suspended]:
-        scheduler._suspend(hog)
-    return scheduler
-
-
-def _refused_as_the_full_attempt(
-    tokens_per_block,
-    num_blocks,
-    host_tier,
-    hogs,
-    suspended,
-    draw_prompt,
-    drafts,
-    chunked,
-    max_num_tokens,
-    used,
-    max_context_length,
-) -> bool:
-    """Whether the certain refusal refuses the first chunk of a new request of
-    ``draw_prompt(fit, width)`` tokens (its window); when it does, the full attempt must SKIP it
-    and leave the pool as it was."""
-    scheduler = _pool(
-        tokens_per_block,
-        num_blocks,
-        host_tier,
-        hogs,
-        suspended,
-        max_num_tokens=max_num_tokens,
-        chunked_prefill=chunked,
-        max_context_length=max_context_length,
-        enable_recompute_pause=False,
-    )
-    budget = PassBudget(max_num_tokens, 6)
-    if max_num_tokens is not None:  # part of the budget spent, a chunk's worth left when chunked
-        budget.num_tokens = min(used, max_num_tokens - (tokens_per_block if chunked else 0))
-    refusal = scheduler._pending_refusal(budget)
-    request = Request(
-        "new", draw_prompt(*refusal_window(scheduler.manager)), 4, num_draft_tokens=drafts
-    )
-    scheduler.submit(request)
-    if refusal is None or not refusal.refuses_first_chunk(request):
-        return False
-    manager = scheduler.manager
-    pool_before = (manager.free_blocks, sorted(manager.caches), manager.free_slots)
-    try:  # the full attempt
-        action, _ = scheduler._schedule_context(request, budget, ScheduledBatch(), [])
-    except PageIndexTooShort:
-        raise AssertionError("refused a chunk whose attempt raises") from None
-    assert action is ScheduleAction.SKIP
-    assert (manager.free_blocks, sorted(manager.caches), manager.free_slots) == pool_before
-    assert request.state == "waiting"
-    return True
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    tokens_per_block=st.sampled_from([4, 16]),
-    num_blocks=st.integers(4, 40),
-    host_tier=st.sampled_from([None, 0, 1 << 12]),
-    hogs=st.lists(st.integers(1, 200), max_size=3),
-    suspended=st.integers(0, 3),
-    drafts=st.integers(0, 3),
-    chunked=st.booleans(),
-    max_num_tokens=st.none() | st.integers(16, 600),
-    used=st.integers(0, 600),
-    max_context_length=st.none() | st.integers(16, 600),
-    data=st.data(),
-)
-def test_a_certain_refusal_is_the_full_attempts_refusal(
-    tokens_per_block,
-    num_blocks,
-    host_tier,
-    hogs,
-    suspended,
-    drafts,
-    chunked,
-    max_num_tokens,
-    used,
-    max_context_length,
-    data,
-):
-    def draw_prompt(fit, width):  # mostly at the window's edges, where a token decides
-        edges = [max(1, edge + delta) for edge in (fit, width) for delta in (-4, 0, 4)]
-        return data.draw(st.integers(min(edges), max(edges)) | st.integers(1, 600), label="prompt")
-
-    _refused_as_the_full_attempt(
-        tokens_per_block,
-        num_blocks,
-        host_tier,
-        hogs,
-        suspended,
-        draw_prompt,
-        drafts,
-        chunked,
-        max_num_tokens,
-        used,
-        max_context_length,
-    )
-
-
-@pytest.mark.parametrize("chunked", [True, False])
-def test_the_certain_refusal_fires(chunked):
-    """Not vacuous: 12 of 16 pages held (one hog suspended to the host tier), a 200-token first
-    chunk (13 pages) cannot fit."""
-    assert _refused_as_the_full_attempt(
-        16, 16, 1 << 12, [96, 96], 1, lambda fit, width: 200, 0, chunked, None, 0, None
-    )

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from kvlab import KVGeometry, Request, VllmEngineArgs, VllmScheduler, simulate
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.cause import Cause
+from kvlab.core.kv_cache import KVCache
 from kvlab.core.request import RequestState
-from kvlab.sched import shortcuts
 from kvlab.sched.vllm import (
     estimated_max_model_len,
     format_gib,
@@ -407,7 +407,7 @@ def test_invariants_and_a_stated_end_for_every_request(
 
 @pytest.mark.parametrize("caching", [False, True])
 @pytest.mark.parametrize("seed", range(3))
-def test_the_decode_shortcut_decides_as_allocate_slots(seed, caching, monkeypatch):
+def test_a_decode_within_its_blocks_decides_as_allocate_slots(seed, caching, monkeypatch):
     rng = random.Random(seed)
     prompts = [rng.randint(1, 24) for _ in range(12)]
     requests = [
@@ -423,5 +423,5 @@ def test_the_decode_shortcut_decides_as_allocate_slots(seed, caching, monkeypatc
 
     shipped = run()
     assert any(e.kind == "recompute_paused" for e in shipped[2])  # a decode outgrew the pool
-    monkeypatch.setattr(shortcuts, "ENABLED", False)
-    assert run() == shipped
+    monkeypatch.setattr(KVCache, "grow_within_pages", lambda cache, num_tokens: False)
+    assert run() == shipped  # every decode through allocate_slots
