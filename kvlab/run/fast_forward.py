@@ -68,7 +68,58 @@ class Engine(Protocol):
 
 class _ForwardedScheduler(Scheduler):
     """The Scheduler a fast-forwarded run wears (:meth:`FastForward.accelerated`): its stepped
-    passes answer two questions from one comparison each, as the full path would answer them."""
+    passes decode the running requests in one sweep and answer a step within a page and a
+    certainly refused first chunk from one comparison each, as the full path would."""
+
+    def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
+        """Phase 1 in one sweep where it can only decode the running requests it reaches one
+        token each: no request in flight, beam, draft, disaggregated or suspended decode; room
+        in the token budget; each crossing a free page within its row, none a shrink. Else the
+        walk."""
+        if self._inflight:
+            return super()._schedule_generations(budget, batch)
+        manager = self.manager
+        caches, block = manager.caches, manager.tokens_per_block
+        decoding: list[Request] = []
+        pending: list[Request] = []
+        growing: list[KVCache] = []  # the caches crossing into a new page, in batch order
+        for request in self._active:
+            if request.disagg_generation_init:
+                return super()._schedule_generations(budget, batch)
+            if len(decoding) >= budget.max_num_requests:
+                break  # the walk stops where the requests' budget is full
+            if not request.is_context_finished:
+                pending.append(request)
+                continue
+            if (
+                request.state is not RequestState.RUNNING
+                or request.beam_width != 1
+                or request.num_draft_tokens
+            ):
+                return super()._schedule_generations(budget, batch)
+            cache = caches[request.request_id]
+            held = len(cache.pages) * block
+            if cache.capacity >= held:
+                growing.append(cache)
+            elif cache.capacity < held - block:
+                return super()._schedule_generations(budget, batch)
+            decoding.append(request)
+        count = len(decoding)
+        if (
+            (budget.max_num_tokens is not None and count > budget.max_num_tokens)
+            or len(growing) > manager.pool.free_blocks
+            or any(len(cache.pages) >= manager.max_blocks_per_seq for cache in growing)
+        ):
+            return super()._schedule_generations(budget, batch)
+        for cache in growing:  # one page each, in batch order, as the walk takes them
+            assert manager.grow([cache], [len(cache.pages) + 1])
+        for request in decoding:
+            caches[request.request_id].capacity += 1
+        batch.generation_requests += decoding
+        batch.beam_width = 1 if count else batch.beam_width
+        budget.num_tokens += count
+        budget.num_requests += count
+        return pending
 
     def _try_allocate_generation(self, request: Request) -> bool:
         """A step within the pages the cache holds: ``resize``'s answer when no page moves."""
