@@ -318,7 +318,7 @@ class KVCacheManager(BlockReuse, Suspension):
     def try_allocate_generation(self, request: Request) -> bool:
         """The real ``try_allocate_generation``: resume the cache if suspended, then grow it by
         one token plus the draft tokens."""
-        cache = self._caches.get(request.request_id) or self.get_cache(request)  # its error
+        cache = self.get_cache(request)
         if cache.suspended and not self.resume_cache(cache):
             return False
         return cache.resize(cache.capacity + 1 + request.num_draft_tokens)
