@@ -1,10 +1,12 @@
 """Fast-forward (kvlab.run.fast_forward) gives the results stepping gives.
 
-Each run here is made twice, stepped pass by pass and fast-forwarded, and everything observable
-must agree: the engine's error, every request's status, steps and counters, the trace of events
-and steps, the pool's counters (but failed allocations) and the page-index table. Random workloads vary the pool, the
-page size, chunking, the token budget, the host tier, block reuse and shared prefixes, beams and
-draft tokens, recompute pause and every admission policy.
+Each run here is made twice, stepped pass by pass on the teaching path and fast-forwarded (its
+stretches, its one-sweep phase 1, its step within a page and its certain refusal), and
+everything observable must agree: the engine's error, every request's status, steps and
+counters, the trace of events and steps, the pool's counters (but failed allocations) and the
+page-index table. Random workloads vary the pool, the page size, chunking, the token budget,
+the host tier, block reuse and shared prefixes, beams and draft tokens, recompute pause, every
+admission policy, the executor's limit and max_steps.
 """
 
 import dataclasses
@@ -169,3 +171,13 @@ def test_stretches_are_skipped(monkeypatch):
     assert result.summary()["finished"] == 16
     assert sum(r.num_refusals for r in result.requests.values()) > 0
     assert max(stepped) > 1 and sum(stepped) > 2 * len(stepped)
+
+
+def test_the_scheduler_is_a_plain_scheduler_again_after_the_run():
+    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
+    manager = KVCacheManager(
+        geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024, max_batch_size=4
+    )
+    scheduler = Scheduler(manager, max_batch_size=4)
+    result = simulate(scheduler, [Request("a", 100, 40)], max_steps=1000)
+    assert result.status == {"a": "finished"} and type(scheduler) is Scheduler
