@@ -112,7 +112,8 @@ class _ForwardedScheduler(Scheduler):
         ):
             return super()._schedule_generations(budget, batch)
         for cache in growing:  # one page each, in batch order, as the walk takes them
-            assert manager.grow([cache], [len(cache.pages) + 1])
+            granted = manager.grow([cache], [len(cache.pages) + 1])
+            assert granted, "the free pages counted were refused"
         for request in decoding:
             caches[request.request_id].capacity += 1
         batch.generation_requests += decoding
@@ -268,7 +269,8 @@ class FastForward:
         for passed in range(1, limit + 1):
             while index < len(taken) and taken[index][0] == passed:
                 cache = caches[taken[index][1]]  # one allocation a crossing, as the pass makes
-                assert manager.grow([cache], [cache.num_blocks + 1])
+                granted = manager.grow([cache], [cache.num_blocks + 1])
+                assert granted, "the free pages counted were refused"
                 index += 1
             engine.step = start + passed - 1
             if passed == limit:
