@@ -170,28 +170,6 @@ def timed(requests: list[Request], build, repeat: int, fast_forward: bool = True
     return best
 
 
-def outcome(result) -> tuple:
-    """Every request's status, steps, counts and reason, and the per-step trace."""
-    return (
-        {
-            i: (
-                r.state,
-                r.first_scheduled_step,
-                r.first_token_step,
-                r.end_step,
-                r.num_generated,
-                r.num_suspensions,
-                r.num_recomputes,
-                r.num_refusals,
-                r.reason,
-            )
-            for i, r in result.requests.items()
-        },
-        result.trace.steps,
-        result.trace.events,
-    )
-
-
 def run_peer(peer_bench: str, num_requests: int, repeat: int) -> dict:
     """nano-vllm's own timing script, in a subprocess of this shell: the fastest of ``repeat``
     runs, as kvlab's own figure is."""
@@ -264,7 +242,7 @@ def main() -> None:
         "finished": result.summary()["finished"],
         "seconds": round(seconds, 3),
         "seconds_stepped": round(seconds_stepped, 3),
-        "identical": outcome(result) == outcome(stepped),
+        "identical": result.outcome() == stepped.outcome(),
         "requests_per_s": round(args.requests / seconds, 1),
         "iterations_per_s": round(result.iterations / seconds, 1),
         **machine(),
@@ -344,7 +322,7 @@ def main() -> None:
                 seconds_stepped, by_step = timed(trace, build, 1, fast_forward=False)
                 stepped = dict(
                     seconds_stepped=round(seconds_stepped, 2),
-                    identical=outcome(result) == outcome(by_step),
+                    identical=result.outcome() == by_step.outcome(),
                 )
             policies[policy] = {
                 "seconds": round(seconds, 2),

@@ -117,7 +117,8 @@ class _ForwardedScheduler(Scheduler):
         for request in decoding:
             caches[request.request_id].capacity += 1
         batch.generation_requests += decoding
-        batch.beam_width = 1 if count else batch.beam_width
+        if decoding:
+            batch.beam_width = 1
         budget.num_tokens += count
         budget.num_requests += count
         return pending

@@ -41,6 +41,21 @@ class SimulationResult:
     end_step: int  # the first step the run did not reach
     iterations: int  # scheduler passes run
 
+    def outcome(self) -> tuple[Any, ...]:
+        """What a run decided: the error's type, every request's status, state, reason and
+        :data:`REQUEST_COLUMNS`, the events and the step records (two runs agreeing on it ran
+        alike: kvlab.run.fast_forward against stepping)."""
+        return (
+            None if self.error is None else type(self.error).__name__,
+            self.status,
+            {
+                i: (r.state, r.reason, *(getattr(r, column) for column in REQUEST_COLUMNS))
+                for i, r in self.requests.items()
+            },
+            self.trace.events,
+            self.trace.steps,
+        )
+
     def ids_with_status(self, status: str) -> list[str]:
         return [request_id for request_id, value in self.status.items() if value == status]
 

@@ -24,28 +24,13 @@ from kvlab.sched.admission import ADMISSION_POLICIES
 
 
 def _observed(result, manager):
+    """The run's outcome, and what it left in the manager."""
     return (
         dataclasses.replace(manager.pool.counters, failed_allocations=0),  # stepped passes only
         manager.page_index.table.tolist(),
         result.iterations,
         result.end_step,
-        type(result.error).__name__ if result.error else None,
-        result.status,
-        {
-            i: (
-                r.end_step,
-                r.first_scheduled_step,
-                r.first_token_step,
-                r.num_generated,
-                r.num_suspensions,
-                r.num_recomputes,
-                r.num_refusals,
-                r.reason,
-            )
-            for i, r in result.requests.items()
-        },
-        [(e.step, e.kind, e.request_id, e.reason) for e in result.trace.events],
-        result.trace.steps,
+        result.outcome(),
     )
 
 
@@ -181,3 +166,19 @@ def test_the_scheduler_is_a_plain_scheduler_again_after_the_run():
     scheduler = Scheduler(manager, max_batch_size=4)
     result = simulate(scheduler, [Request("a", 100, 40)], max_steps=1000)
     assert result.status == {"a": "finished"} and type(scheduler) is Scheduler
+
+
+def test_the_outcome_compared_sees_one_refusal_more():
+    """Not vacuous: the outcome both paths are held to changes with one request's counter."""
+    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
+
+    def run():
+        manager = KVCacheManager(
+            geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024, max_batch_size=4
+        )
+        return simulate(Scheduler(manager, max_batch_size=4), [Request("a", 100, 8)])
+
+    first, second = run(), run()
+    assert first.outcome() == second.outcome()
+    second.requests["a"].num_refusals += 1
+    assert first.outcome() != second.outcome()
