@@ -21,12 +21,12 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+import torch
+
 from kvlab.core.checks import check_param
 from kvlab.core.reuse_scope import scope_seed
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
     from kvlab.core.host_tier import HostTier
     from kvlab.core.pool import PagePool
     from kvlab.core.request import Request
@@ -106,7 +106,9 @@ class PrefixCache:
         self.first_host_page = pool.num_blocks
         host = 0 if host_tier is None else host_tier.num_blocks
         self._free_host_pages = list(range(pool.num_blocks + host - 1, pool.num_blocks - 1, -1))
-        self._host_bytes: dict[int, torch.Tensor] = {}  # host page -> its bytes
+        #: the bytes of the pages below, row ``page - first_host_page`` (a real host tensor,
+        #: grown as its pages are first used, up to the tier's size)
+        self._below = torch.empty((0, pool.bytes_per_block), dtype=torch.uint8)
         #: host pages no cache holds, least recently moved down first
         self._host_evictable: OrderedDict[int, None] = OrderedDict()
         blocks = pool.num_blocks + host
@@ -140,12 +142,12 @@ class PrefixCache:
     @property
     def host_blocks(self) -> int:
         """Committed pages in the tier below the GPU."""
-        return len(self._host_bytes)
+        return len(self._holders) - self.first_host_page - len(self._free_host_pages)
 
     @property
     def pinned_host_blocks(self) -> int:
         """Committed pages below that a cache holds (while it copies them up): not droppable."""
-        return len(self._host_bytes) - len(self._host_evictable)
+        return self.host_blocks - len(self._host_evictable)
 
     def is_below(self, page: int) -> bool:
         """``page`` is in the tier below the GPU."""
@@ -153,7 +155,8 @@ class PrefixCache:
 
     def page_bytes(self, page: int) -> torch.Tensor:
         """A committed page's bytes, on the GPU or below."""
-        return self._host_bytes[page] if page >= self.first_host_page else self.pool.storage[page]
+        below = page - self.first_host_page
+        return self._below[below] if below >= 0 else self.pool.storage[page]
 
     def key_of(self, page: int) -> BlockKey | None:
         """The key a committed page is stored under (the prefix it ends), None if uncommitted."""
@@ -178,8 +181,8 @@ class PrefixCache:
         moving = min(count, self._host_room())
         for page in freed[: count - moving]:
             forget(page)
-        for page in freed[count - moving :]:
-            self._move_down(page)
+        if moving:
+            self._move_down(freed[count - moving :])
         self.evicted_blocks += count
         self.evictable_blocks -= count
         return freed
@@ -198,50 +201,82 @@ class PrefixCache:
         host_tier = self.host_tier
         if host_tier is None:  # no page of ours below
             return
-        excess = host_tier.used_blocks + count + len(self._host_bytes) - host_tier.num_blocks
+        excess = host_tier.used_blocks + count + self.host_blocks - host_tier.num_blocks
         for _ in range(max(0, excess)):
             self._drop_host(self._host_evictable.popitem(last=False)[0])
 
-    def _move_down(self, page: int) -> None:
-        """A cached GPU page moves to the tier below, keeping its key."""
-        if len(self._host_bytes) >= self._host_room() + self.pinned_host_blocks:
-            self._drop_host(self._host_evictable.popitem(last=False)[0])
-        host = self._free_host_pages.pop()
-        self._host_bytes[host] = self.pool.storage[page].to("cpu", copy=True)
-        self._relocate(page, host)
-        self._host_evictable[host] = None
+    def _move_down(self, pages: list[int]) -> None:
+        """Cached GPU pages move to the tier below, keeping their keys, their bytes in one
+        copy; each takes the place of the least recently moved-down page there when the tier
+        is full."""
+        host_tier = self.host_tier
+        assert host_tier is not None, "no tier below to move down to"
+        tier_pages = host_tier.num_blocks - host_tier.used_blocks
+        below, free, evictable = self.host_blocks, self._free_host_pages, self._host_evictable
+        hosts = []
+        for page in pages:
+            if below == tier_pages:
+                self._drop_host(evictable.popitem(last=False)[0])
+                below -= 1
+            host = free.pop()
+            self._relocate(page, host)
+            evictable[host] = None
+            hosts.append(host)
+            below += 1
+        rows = [host - self.first_host_page for host in hosts]
+        if max(rows) >= len(self._below):
+            self._grow_below(max(rows) + 1)
+        self._below[rows] = self.pool.storage[pages].cpu()
+
+    def _grow_below(self, rows: int) -> None:
+        """Room for at least ``rows`` pages below: twice as many, at most the tier's."""
+        tier = len(self._holders) - self.first_host_page
+        grown = torch.empty(
+            (min(max(rows, 2 * len(self._below)), tier), self.pool.bytes_per_block),
+            dtype=torch.uint8,
+        )
+        grown[: len(self._below)] = self._below
+        self._below = grown
 
     def move_up(self, host: int, page: int) -> None:
         """A page below comes back into the GPU page ``page``, with its key and holders."""
-        self.pool.storage[page].copy_(self._host_bytes.pop(host))
+        self.pool.storage[page].copy_(self._below[host - self.first_host_page])
         self._relocate(host, page)
         self._free_host_pages.append(host)
 
     def _drop_host(self, host: int) -> None:
         """Take a page below no cache holds out of the tree and free its host page."""
         self._forget(host)
-        del self._host_bytes[host]
         self._free_host_pages.append(host)
 
     def _relocate(self, old: int, new: int) -> None:
         """A committed page's key, source, parent and holders move from page ``old`` to
         ``new`` (the tree keeps the key: upstream moves a page between levels in place)."""
-        key, indexed = self._committed(old)[0], self._indexed(old)
+        keys, sources, parents, holders = self._key, self._source, self._parent, self._holders
+        key, source = keys[old], sources[old]
+        assert key is not None and source is not None, f"page {old} is not committed"
+        indexed = self._spans(key, source)
         if indexed:
             self._unindex(old)
         self._pages[key] = new
-        self._key[new], self._source[new] = key, self._source[old]
-        self._parent[new], self._holders[new] = self._parent[old], self._holders[old]
-        self._key[old] = self._source[old] = self._parent[old] = None
-        self._holders[old] = 0
+        keys[new], sources[new], parents[new], holders[new] = (
+            key,
+            source,
+            parents[old],
+            holders[old],
+        )
+        keys[old] = sources[old] = parents[old] = None
+        holders[old] = 0
         if indexed:
             self._by_first_block.setdefault(self._first_block(new), []).append(new)
 
     def _forget(self, page: int) -> None:
         """Take a committed page out of the tree (its holders are the caller's business)."""
-        key, parent = self._key[page], self._parent[page]
-        assert key is not None and parent is not None, f"page {page} is not committed"
-        if self._indexed(page):
+        key, source, parent = self._key[page], self._source[page], self._parent[page]
+        assert key is not None and source is not None and parent is not None, (
+            f"page {page} is not committed"
+        )
+        if self._spans(key, source):
             self._unindex(page)
         del self._pages[key]
         self._key[page] = self._source[page] = self._parent[page] = None
@@ -256,8 +291,11 @@ class PrefixCache:
         """Whether ``page`` is in the partial-match index: a partial page (its prefix ends
         inside it), or one whose tokens span hash blocks. A whole page inside one hash block
         is found by key: a prompt agreeing with it in that block has that page's key."""
-        (_, end), (_, per_hash) = self._committed(page)
-        return end % self.tokens_per_block != 0 or per_hash % self.tokens_per_block != 0
+        return self._spans(*self._committed(page))
+
+    def _spans(self, key: BlockKey, source: Source) -> bool:
+        """:meth:`_indexed` from the page's key and source."""
+        return key[1] % self.tokens_per_block != 0 or source[1] % self.tokens_per_block != 0
 
     def _committed(self, page: int) -> tuple[BlockKey, Source]:
         """A committed page's key and source."""
@@ -475,10 +513,9 @@ class PrefixCache:
         """``holders``: committed page -> caches holding it, counted by the manager."""
         assert len(self._pages) == sum(key is not None for key in self._key)
         assert self.evictable_blocks == len(self._evictable), "the evictable count drifted"
-        assert len(self._host_bytes) + len(self._free_host_pages) == (
-            len(self._holders) - self.first_host_page
-        ), "host pages not conserved"
-        assert set(self._host_evictable) <= set(self._host_bytes), "an evictable page is gone"
+        free_below = set(self._free_host_pages)
+        assert len(free_below) == len(self._free_host_pages), "a host page is free twice"
+        assert not free_below & set(self._host_evictable), "an evictable page below is free"
         if self.host_tier is not None:
             assert self.host_tier.used_blocks + self.host_blocks <= self.host_tier.num_blocks
         for key, page in self._pages.items():
@@ -487,7 +524,7 @@ class PrefixCache:
                 page in self._by_first_block.get(self._first_block(page), ())
             )
             if page >= self.first_host_page:
-                assert page in self._host_bytes, f"committed page {page} below has no bytes"
+                assert page not in free_below, f"committed page {page} below is free"
                 assert (self._holders[page] == 0) == (page in self._host_evictable), page
                 continue
             assert self.pool.is_allocated(page), f"committed page {page} is free in the pool"
