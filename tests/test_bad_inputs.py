@@ -341,7 +341,7 @@ def test_pool_allocate_count(value, exc):
 def test_page_index_table_size_limit_is_exact():
     """MAX_TABLE_BYTES is accepted, four bytes per row and plane more is refused, before torch
     is asked for the memory."""
-    from kvlab.core.page_index import MAX_TABLE_BYTES, check_table_size
+    from kvlab.core.table_size import MAX_TABLE_BYTES, check_table_size
 
     width = MAX_TABLE_BYTES // (4 * 2 * 4)  # max_batch_size 3: 4 slots x 2 planes x 4 bytes
     assert check_table_size(3, width) == MAX_TABLE_BYTES

@@ -26,7 +26,8 @@ from kvlab.analysis.v1_capacity import estimated_bytes_per_token, free_at_constr
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_instance
 from kvlab.core.memory import GIB, MIB, MemoryBudget
-from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
+from kvlab.core.page_index import max_blocks_per_seq
+from kvlab.core.table_size import table_nbytes
 from kvlab.core.v2_storage import dense_pages
 from kvlab.core.words import counted
 from kvlab.run.scenarios import load_scenario

@@ -14,10 +14,7 @@ import torch
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_bools, check_choice, check_param
-from kvlab.core.table_size import MAX_TABLE_BYTES as MAX_TABLE_BYTES
-from kvlab.core.table_size import check_table_size as check_table_size
-from kvlab.core.table_size import num_slots
-from kvlab.core.table_size import table_nbytes as table_nbytes
+from kvlab.core.table_size import check_table_size, num_slots
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -101,6 +98,7 @@ class PageIndexTable:
         self.cache_slots = self.slots - num_reserved
         self._free_slots = list(range(self.cache_slots - 1, -1, -1))
         self._acquired: set[int] = set()
+        self._ends = np.zeros(self.slots, dtype=np.int64)  # per slot: entries from here unused
 
     @property
     def nbytes(self) -> int:
@@ -125,7 +123,7 @@ class PageIndexTable:
     def release_slot(self, slot: int) -> None:
         """Give a row back (a slot not handed out is an error: two caches would share it)."""
         self._check_acquired(slot)
-        self._rows(slot)[:] = BAD_PAGE_INDEX
+        self.clear(slot, 0)
         self._acquired.discard(slot)
         self._free_slots.append(slot)
 
@@ -152,21 +150,20 @@ class PageIndexTable:
                 f"start must be in [0, {self.width - len(pages)}] to write "
                 f"{len(pages)} entries into a row of {self.width}, got {start!r}"
             )
-        self._rows(slot)[..., start : start + len(pages)] = pages
+        self.write_entries([slot] * len(pages), range(start, start + len(pages)), pages)
 
     def write_entries(
         self, slots: Sequence[int], entries: Sequence[int], pages: Sequence[int]
     ) -> None:
         """Write ``pages[i]`` into entry ``entries[i]`` of slot ``slots[i]``'s row, for every i, in
         one scattered write (the manager's growth of many caches at once; its slots acquired)."""
-        rows = np.asarray(slots, dtype=np.int64) * self.beam_width
-        columns, values = np.asarray(entries, dtype=np.int64), np.asarray(pages, dtype=np.int32)
+        slots_, columns = np.asarray(slots, dtype=np.int64), np.asarray(entries, dtype=np.int64)
+        np.maximum.at(self._ends, slots_, columns + 1)
+        rows, values = slots_ * self.beam_width, np.asarray(pages, dtype=np.int32)
         if self.beam_width > 1:
             rows = (rows[:, None] + np.arange(self.beam_width)).ravel()
-            columns, values = (
-                np.repeat(columns, self.beam_width),
-                np.repeat(values, self.beam_width),
-            )
+            columns = np.repeat(columns, self.beam_width)
+            values = np.repeat(values, self.beam_width)
         self._array[:, rows, :, columns] = values[:, None, None]
 
     def clear(self, slot: int, start: int) -> None:
@@ -174,4 +171,6 @@ class PageIndexTable:
         self._check_acquired(slot)
         if type(start) is not int or not 0 <= start <= self.width:
             raise ValueError(f"start must be in [0, {self.width}], got {start!r}")
-        self._rows(slot)[..., start:] = BAD_PAGE_INDEX
+        end = int(self._ends[slot])
+        self._rows(slot)[..., start:end] = BAD_PAGE_INDEX
+        self._ends[slot] = min(start, end)

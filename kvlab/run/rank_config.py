@@ -18,9 +18,10 @@ from kvlab.core.checks import (
 )
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import GIB, MemoryBudget
-from kvlab.core.page_index import check_table_size, max_blocks_per_seq, width_seq_len
+from kvlab.core.page_index import max_blocks_per_seq, width_seq_len
 from kvlab.core.pool import MAX_POOL_BLOCKS
 from kvlab.core.request import Request
+from kvlab.core.table_size import check_table_size
 from kvlab.core.v2_storage import dense_pages
 from kvlab.run.scenario_schema import Scenario, ScenarioDeployment
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvlab.analysis.repro import page_index_price
-from kvlab.core.page_index import max_blocks_per_seq, table_nbytes
+from kvlab.core.page_index import max_blocks_per_seq
+from kvlab.core.table_size import table_nbytes
 
 
 def test_page_index_price_measures_a_table_per_pair():
