@@ -386,8 +386,12 @@ class SglangScheduler(SchedulerBase):
                 break
         if not adder.can_run_list:
             return False
-        admitted = {id(r) for r in adder.can_run_list}
-        self.waiting = [r for r in self.waiting if id(r) not in admitted]
+        admitted = adder.can_run_list
+        if all(a is b for a, b in zip(admitted, self.waiting)):  # the queue's head, as usual
+            del self.waiting[: len(admitted)]
+        else:
+            ids = {id(r) for r in admitted}
+            self.waiting = [r for r in self.waiting if id(r) not in ids]
         if adder.new_chunked_req is not None:
             self.chunked_req = adder.new_chunked_req
         self._prepare_for_extend(batch, adder.can_run_list, adder.extend_lens)
