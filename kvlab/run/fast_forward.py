@@ -74,8 +74,8 @@ class _ForwardedScheduler(Scheduler):
     def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
         """Phase 1 in one sweep where it can only decode the running requests it reaches one
         token each: no request in flight, beam, draft, disaggregated or suspended decode; room
-        in the token budget; each crossing a free page within its row, none a shrink. Else the
-        walk."""
+        in the token budget; each crossing a page within its row, free or cached and evictable
+        (no suspended cache competing for the room), none a shrink. Else the walk."""
         if self._inflight:
             return super()._schedule_generations(budget, batch)
         manager = self.manager
@@ -107,7 +107,7 @@ class _ForwardedScheduler(Scheduler):
         count = len(decoding)
         if (
             (budget.max_num_tokens is not None and count > budget.max_num_tokens)
-            or len(growing) > manager.pool.free_blocks
+            or len(growing) > manager.pool.free_blocks + self._evictable_for_growth()
             or any(len(cache.pages) >= manager.max_blocks_per_seq for cache in growing)
         ):
             return super()._schedule_generations(budget, batch)
@@ -122,6 +122,12 @@ class _ForwardedScheduler(Scheduler):
         budget.num_tokens += count
         budget.num_requests += count
         return pending
+
+    def _evictable_for_growth(self) -> int:
+        """Cached pages a growth evicts one by one as it needs them (``_make_room``), while no
+        suspended cache's pages on the GPU compete with them."""
+        manager = self.manager
+        return 0 if manager.host_tier.blocks_on_gpu else manager.prefix_cache.evictable_blocks
 
     def _try_allocate_generation(self, request: Request) -> bool:
         """A step within the pages the cache holds: ``resize``'s answer when no page moves."""
@@ -246,14 +252,17 @@ class FastForward:
             )
         if limit < 1:
             return False
-        # the crossings, pass by pass and in batch order, while the free pages cover them
+        # the crossings, pass by pass and in batch order, while the free pages (and the cached
+        # ones each growth evicts) cover them
         crossings = [
             (cache.num_blocks * tokens_per_block - cache.capacity + 1, order)
             for order, cache in enumerate(caches)
         ]
         crossings = [entry for entry in crossings if entry[0] <= limit]
         heapq.heapify(crossings)
-        free = manager.pool.free_blocks
+        scheduler = engine.scheduler
+        assert isinstance(scheduler, _ForwardedScheduler)
+        free = manager.pool.free_blocks + scheduler._evictable_for_growth()
         taken: list[tuple[int, int]] = []  # (pass, batch order) of each crossing covered
         while crossings and crossings[0][0] <= limit:
             passed, order = heapq.heappop(crossings)
