@@ -286,7 +286,10 @@ class SglangScheduler(SchedulerBase):
         self._last_step = self._submit_step if last is None else max(last + 1, self._submit_step)
         if self.overlap:
             self.late.open()
-        self._prune_retired()
+        counts = self.counts
+        live = counts[RequestState.WAITING] + counts[RequestState.RUNNING]
+        if 2 * live < len(self._active):  # it walks its own queues: prune once half retired
+            self._prune_retired()
         self.iteration += 1
         batch = ScheduledBatch()
         if self.tree is not None:
