@@ -333,11 +333,12 @@ def test_cached_pages_and_suspended_caches_leave_in_one_lru_order(suspended_firs
 
 
 @pytest.mark.parametrize("host_pages, reused", [(2, 8), (1, 4), (0, 0)])
-def test_an_evicted_page_moves_to_the_host_tier_keeping_its_key(host_pages, reused):
+def test_an_evicted_page_moves_to_the_host_tier_keeping_its_key(host_pages, reused, device):
     # upstream's eviction migrates a page to the next cache level; the radix tree keeps its
-    # block, and a later match brings it back to the GPU (_storage_manager.py)
+    # block, and a later match brings it back to the GPU (_storage_manager.py); the bytes go
+    # down in one copy and come back up
     page_bytes = manager(num_blocks=1).geometry.bytes_per_block
-    mgr = manager(num_blocks=4, host_cache_size=host_pages * page_bytes)
+    mgr = manager(num_blocks=4, host_cache_size=host_pages * page_bytes, device=device)
     first = request("a", list(range(8)))
     pages = list(run_context(mgr, first).pages)
     for value, page in zip((5, 6), pages):
