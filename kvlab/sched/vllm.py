@@ -405,13 +405,15 @@ class VllmScheduler(SchedulerBase):
         ``num_tokens`` tokens (at most all it has: ``allocate_slots``; a token in flight it
         has not yet) are cached, even those whose KV this step only computes."""
         assert self.prefix_cache is not None, "caching needs prefix caching on"
-        cache = self.manager.caches[request.request_id]
+        cache, block_size = self.manager.caches[request.request_id], self.args.block_size
+        if num_tokens // block_size <= cache.committed:
+            return  # no block newly full: most decode steps
         in_flight = self.late.in_flight(request)  # vLLM has not appended it yet
         num_tokens = min(num_tokens, self._num_tokens(request) - in_flight)
-        if num_tokens // self.args.block_size <= cache.committed:
-            return  # no block newly full: most decode steps
+        if num_tokens // block_size <= cache.committed:
+            return
         hashes = self._block_hashes(request)
-        full = min(num_tokens // self.args.block_size, len(hashes))
+        full = min(num_tokens // block_size, len(hashes))
         if full > cache.committed:
             self.prefix_cache.cache(cache.pages, cache.committed, hashes[:full])
             cache.committed = full
