@@ -85,9 +85,10 @@ class Match(NamedTuple):
 
 
 class PrefixCache:
-    """The committed pages of one pool (module docstring). A committed page is an entry of ``_pages`` (its key -> the page) and, by page number, its
-    key, the hashes that made it and its holders; no object per page, so a replay's millions
-    of commits cost a dict entry each and nothing for the garbage collector."""
+    """The committed pages of one pool (module docstring). A committed page is an entry of
+    ``_pages`` (its key -> the page) and, by page number, its key, the hashes that made it and
+    its holders; no object per page, so a replay's millions of commits cost a dict entry each
+    and nothing for the garbage collector. The bytes of the pages below are one host tensor."""
 
     def __init__(
         self,
@@ -259,12 +260,8 @@ class PrefixCache:
         if indexed:
             self._unindex(old)
         self._pages[key] = new
-        keys[new], sources[new], parents[new], holders[new] = (
-            key,
-            source,
-            parents[old],
-            holders[old],
-        )
+        keys[new], sources[new] = key, source
+        parents[new], holders[new] = parents[old], holders[old]
         keys[old] = sources[old] = parents[old] = None
         holders[old] = 0
         if indexed:

@@ -8,7 +8,8 @@ waiting or suspended requests (a refused attempt moves nothing: kvlab.core.manag
 ``_make_room`` moves pages only when that makes enough room). The passes after a steady pass
 repeat it until an event: an arrival, a request's last token (its pass ends the stretch), a
 page crossing the free pages cannot cover (nor the cached pages a growth evicts one by one
-while no suspended cache competes), or one past the request's page-index row, or ``max_steps``. Within that stretch nothing frees a page and nothing new is handed to the
+while no suspended cache competes), or one past the request's page-index row, or
+``max_steps``. Within that stretch nothing frees a page and nothing new is handed to the
 scheduler, so every refusal repeats (pages only get scarcer), no one else is tried (the budget
 that stopped the walk is the same) and every running request grows by one token a pass. The
 stretch is applied in one go: tokens and capacities from its length; the pages crossed taken
