@@ -214,3 +214,17 @@ def test_random_shared_prefix_workloads_keep_the_invariants(seed):
         requests.append(shared(f"r{i}", prompt_len, rng.randint(1, 60), rng.randint(0, 30), hashes))
     result = simulate(SglangScheduler(cached(400, chunked_prefill_size=32), debug=True), requests)
     assert result.error is None and set(result.status.values()) == {"finished"}
+
+
+@pytest.mark.parametrize("mismatch", [None, 0, 1, 255, 256, 257, 700, 999])
+def test_a_long_key_matches_up_to_its_first_differing_id(mismatch):
+    # the match compares slices of 256 ids before ids one by one: a difference on either side
+    # of a slice's edge, or none, must give the same lengths as comparing id by id
+    tree = RadixTree()
+    stored = list(range(1000))
+    tree.insert(stored, 0)
+    probe = list(stored)
+    if mismatch is not None:
+        probe[mismatch] = -1
+    assert tree.match(probe)[0] == (1000 if mismatch is None else mismatch)
+    assert tree.match(probe[:300])[0] == (300 if mismatch is None else min(mismatch, 300))
