@@ -108,7 +108,7 @@ class _ForwardedScheduler(Scheduler):
         count = len(decoding)
         if (
             (budget.max_num_tokens is not None and count > budget.max_num_tokens)
-            or len(growing) > manager.pool.free_blocks + self._evictable_for_growth()
+            or len(growing) > self._room_for_growth()
             or any(len(cache.pages) >= manager.max_blocks_per_seq for cache in growing)
         ):
             return super()._schedule_generations(budget, batch)
@@ -124,11 +124,11 @@ class _ForwardedScheduler(Scheduler):
         budget.num_requests += count
         return pending
 
-    def _evictable_for_growth(self) -> int:
-        """Cached pages a growth evicts one by one as it needs them (``_make_room``), while no
-        suspended cache's pages on the GPU compete with them."""
+    def _room_for_growth(self) -> int:
+        """Pages growths one page at a time get: the free ones, and the cached ones each evicts
+        as it needs them (``_make_room``) while no suspended cache's pages compete."""
         manager = self.manager
-        return 0 if manager.host_tier.blocks_on_gpu else manager.prefix_cache.evictable_blocks
+        return manager.pool.free_blocks if manager.host_tier.blocks_on_gpu else manager.free_blocks
 
     def _try_allocate_generation(self, request: Request) -> bool:
         """A step within the pages the cache holds: ``resize``'s answer when no page moves."""
@@ -263,7 +263,7 @@ class FastForward:
         heapq.heapify(crossings)
         scheduler = engine.scheduler
         assert isinstance(scheduler, _ForwardedScheduler)
-        free = manager.pool.free_blocks + scheduler._evictable_for_growth()
+        free = scheduler._room_for_growth()
         taken: list[tuple[int, int]] = []  # (pass, batch order) of each crossing covered
         while crossings and crossings[0][0] <= limit:
             passed, order = heapq.heappop(crossings)
