@@ -225,8 +225,9 @@ class PrefixCache:
             hosts.append(host)
             below += 1
         rows = [host - self.first_host_page for host in hosts]
-        if max(rows) >= len(self._below):
-            self._grow_below(max(rows) + 1)
+        needed = max(rows) + 1
+        if needed > len(self._below):
+            self._grow_below(needed)
         self._below[rows] = self.pool.storage[pages].cpu()
 
     def _grow_below(self, rows: int) -> None:
