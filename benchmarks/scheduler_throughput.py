@@ -26,14 +26,13 @@ stored at a few bytes each (a one-layer toy geometry with the same tokens per pa
 scheduler's cost does not depend on the bytes behind a page, and a 20 GiB pool would not fit this
 machine's memory.
 
-Each kvlab figure of the TensorRT-LLM loop is given twice: fast-forwarded (``simulate``'s
-default, kvlab.run.fast_forward: the passes between two events applied at once, and the passes
-it steps answering a step within a page and a certainly refused first chunk from one
-comparison each) and stepped pass by pass on the teaching path (``fast_forward=False``), with
-``identical``: whether both gave every request the same status, steps, counts and reason and
-the same per-step trace. Where the time goes now: the passes with an event (an admission, a
-finish, a preemption) are stepped, each a walk over the active set; the vLLM and SGLang peers
-are always stepped.
+Each kvlab figure is given twice: fast-forwarded (``simulate``'s default,
+kvlab.run.fast_forward: the passes between two events applied at once, and for the TensorRT-LLM
+loop the passes it steps answering a step within a page and a certainly refused first chunk from
+one comparison each) and stepped pass by pass on the teaching path (``fast_forward=False``),
+with ``identical``: whether both gave every request the same status, steps, counts and reason
+and the same per-step trace. Where the time goes now: the passes with an event (an admission, a
+finish, a preemption) are stepped, each a walk over the running requests.
 
     python benchmarks/scheduler_throughput.py [--sizes 1000 4000 16000 64000] [--trace]
                                               [--peer-bench PATH] [--repeat N]
@@ -317,16 +316,11 @@ def main() -> None:
             seconds, result = timed(trace, build, 1)
             total += seconds
             summary = result.summary()
-            stepped: dict = {}
-            if policy in ADMISSION_POLICIES:  # the peers are stepped either way
-                seconds_stepped, by_step = timed(trace, build, 1, fast_forward=False)
-                stepped = dict(
-                    seconds_stepped=round(seconds_stepped, 2),
-                    identical=result.outcome() == by_step.outcome(),
-                )
+            seconds_stepped, by_step = timed(trace, build, 1, fast_forward=False)
             policies[policy] = {
                 "seconds": round(seconds, 2),
-                **stepped,
+                "seconds_stepped": round(seconds_stepped, 2),
+                "identical": result.outcome() == by_step.outcome(),
                 "requests_per_s": round(len(trace) / seconds, 1),
                 "finished": summary["finished"],
                 "rejected": summary["rejected"],

@@ -210,17 +210,18 @@ class KVCacheManager(BlockReuse, Suspension):
         pages = self.pool.allocate(total)
         if pages is None:
             return False
+        self.append_pages(caches, needs, pages)
+        return True
+
+    def append_pages(self, caches: list[KVCache], needs: list[int], pages: list[int]) -> None:
+        """Append ``needs[i]`` of the allocated ``pages`` to cache i, in order; one row write."""
         slots: list[int] = []
         entries: list[int] = []
-        start = 0
         for cache, need in zip(caches, needs):
-            first = cache.num_blocks
             slots += [cache.slot] * need
-            entries += range(first, first + need)
-            cache.pages += pages[start : start + need]
-            start += need
+            entries += range(cache.num_blocks, cache.num_blocks + need)
+            cache.pages += pages[len(entries) - need : len(entries)]
         self.page_index.write_entries(slots, entries, pages)
-        return True
 
     def shrink(self, cache: KVCache, keep: int) -> None:
         """Give back the cache's pages from ``keep`` on: committed ones to the prefix cache

@@ -23,8 +23,11 @@ a step within the pages a cache holds and a certainly refused first chunk from o
 each, as the full path would answer (kept off the teaching path).
 
 Covered: kvlab.sched.scheduler.Scheduler (TensorRT-LLM's V2 loop) under every admission
-policy; stretches for requests of beam width 1 without draft tokens, the refused ones outside
-block reuse. Anything else, the vLLM and SGLang peers included, is stepped as usual.
+policy, stretches for requests of beam width 1 without draft tokens, the refused ones outside
+block reuse; the vLLM peer with async scheduling (its default) and the SGLang peer, each
+stretch a subclass of :class:`_Stretch` that says what a repeat of the peer's pass does and
+why its decisions repeat. There the arrivals join a stretch whose head is refused (or whose
+batch is full) instead of ending it: they queue behind it. Anything else is stepped as usual.
 tests/run/test_fast_forward.py holds the two paths to the same results.
 """
 
@@ -41,6 +44,8 @@ from kvlab.core.request import Request, RequestState
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
 from kvlab.sched.context_plan import PassBudget, ScheduleAction
 from kvlab.sched.scheduler import Scheduler
+from kvlab.sched.sglang import SglangScheduler
+from kvlab.sched.vllm import VllmScheduler
 
 
 class Engine(Protocol):
@@ -65,6 +70,7 @@ class Engine(Protocol):
     def _record(self, batch: ScheduledBatch) -> None: ...
     def _produce_token(self, request: Request) -> None: ...
     def _check_invariants(self) -> None: ...
+    def _fetch_and_activate(self) -> None: ...
 
 
 class _ForwardedScheduler(Scheduler):
@@ -171,6 +177,135 @@ class _ForwardedScheduler(Scheduler):
         return fit < plan[2] <= manager.page_index_span_tokens - extra
 
 
+class _Stretch:
+    """A steady pass about to repeat (TensorRT-LLM's loop's; subclasses for the peers): the
+    requests it decoded and refused, and what each repeat does."""
+
+    #: arrivals join the stretch (their requests queue behind a head that is not admitted)
+    #: rather than end it
+    folds_arrivals = False
+
+    def __init__(self, engine: Engine, decoding: list[Request], refused: list[Request]):
+        self.engine, self.decoding, self.refused = engine, decoding, refused
+        self.manager = manager = engine.scheduler.manager
+        self.caches = [manager.caches[r.request_id] for r in decoding]
+        self._taken: list[tuple[int, int]] = []  # (pass, batch order) of each crossing covered
+        self._next = 0
+
+    def plan(self, limit: int) -> int:
+        """The passes the stretch may take, at most ``limit``: the crossings into new pages,
+        pass by pass and in batch order, while :meth:`room` covers them; taken from a heap of
+        next crossings, so the cost follows the crossings, not requests x passes."""
+        tokens_per_block = self.manager.tokens_per_block
+        crossings = [
+            (cache.num_blocks * tokens_per_block - cache.capacity + 1, order)
+            for order, cache in enumerate(self.caches)
+        ]
+        crossings = [entry for entry in crossings if entry[0] <= limit]
+        heapq.heapify(crossings)
+        free = self.room()
+        while crossings and crossings[0][0] <= limit:
+            passed, order = heapq.heappop(crossings)
+            if len(self._taken) == free:
+                return passed - 1  # pass ``passed`` would need a page the pool lacks
+            self._taken.append((passed, order))
+            heapq.heappush(crossings, (passed + tokens_per_block, order))
+        return limit
+
+    def room(self) -> int:
+        """Pages the stretch's crossings may take, one at a time."""
+        scheduler = self.engine.scheduler
+        assert isinstance(scheduler, _ForwardedScheduler)
+        return scheduler._room_for_growth()
+
+    def each_pass(self, passed: int) -> None:
+        """Pass ``passed``'s crossings, one allocation each, as the pass makes them."""
+        taken = self._taken
+        while self._next < len(taken) and taken[self._next][0] == passed:
+            self.cross(taken[self._next][1], passed)
+            self._next += 1
+
+    def cross(self, order: int, passed: int) -> None:
+        cache = self.caches[order]
+        granted = self.manager.grow([cache], [cache.num_blocks + 1])
+        assert granted, "the free pages counted were refused"
+
+    def before_tokens(self) -> None:
+        """The end of the stretch's last pass, before its tokens are produced."""
+
+
+class _VllmStretch(_Stretch):
+    """The vLLM peer's steady pass (async scheduling on): every running request decodes, the
+    waiting queue's head, if tried, is refused. A crossing allocates a block and caches the one
+    it filled (``allocate_slots``, ``cache_blocks``: the peer's own code). The refusal repeats:
+    the whole prompt must fit (``scheduler_reserve_full_isl``), a block cached meanwhile adds at
+    most one held block to the head's hit while its crossing takes a free one, and an eviction
+    only shortens the hit or puts a held copy first, taking a free block as it does."""
+
+    def __init__(self, engine: Engine, decoding: list[Request], refused: list[Request]):
+        super().__init__(engine, decoding, refused)
+        scheduler = engine.scheduler
+        assert isinstance(scheduler, VllmScheduler)
+        self.scheduler = scheduler
+        self.folds_arrivals = bool(refused) or len(scheduler.running) >= scheduler.max_batch_size
+        self.generated = [r.num_generated for r in decoding]  # at the stretch's start
+
+    def room(self) -> int:
+        return self.manager.free_blocks  # what a decode's ``allocate_slots`` may take
+
+    def each_pass(self, passed: int) -> None:
+        self.scheduler._prune_half_retired()
+        super().each_pass(passed)
+
+    def cross(self, order: int, passed: int) -> None:
+        request, cache, scheduler = self.decoding[order], self.caches[order], self.scheduler
+        request.num_generated = self.generated[order] + passed - 1  # as the pass finds them
+        computed = cache.capacity = request.prompt_len + request.num_generated - 1
+        granted = scheduler._allocate(request, computed + 1, admitting=False)
+        assert granted, "the free blocks counted were refused"
+        if scheduler.prefix_cache is not None:
+            scheduler._cache_blocks(request, computed + 1)
+
+    def before_tokens(self) -> None:
+        self.scheduler.late.push(self.decoding)
+
+
+class _SglangStretch(_Stretch):
+    """The SGLang peer's steady decode: the running batch decodes one token each in one
+    allocation a pass (``prepare_for_decode``) while the pool holds it without evicting, no
+    prefill is tried (the batch is full, or nothing waits) and the new-token ratio decays a
+    step. The pages are taken pass by pass (the records show the pool as it was) and written
+    into the caches' rows at the stretch's end."""
+
+    def __init__(self, engine: Engine, decoding: list[Request], refused: list[Request]):
+        super().__init__(engine, decoding, refused)
+        scheduler = engine.scheduler
+        assert isinstance(scheduler, SglangScheduler)
+        self.scheduler = scheduler
+        self.folds_arrivals = scheduler.batch_is_full
+        self._pages: list[list[int]] = []  # each pass's allocation
+
+    def plan(self, limit: int) -> int:
+        return min(limit, self.manager.free_blocks // len(self.decoding))
+
+    def each_pass(self, passed: int) -> None:
+        scheduler = self.scheduler
+        last = scheduler._last_step
+        assert last is not None, "a steady pass came before"
+        scheduler._last_step = max(last + 1, scheduler._submit_step)
+        scheduler._prune_half_retired()
+        scheduler.new_token_ratio.decay_step()
+        pages = self.manager.allocate_pages(len(self.caches))
+        assert pages is not None, "the free tokens counted for the decode batch were refused"
+        self._pages.append(pages)
+
+    def before_tokens(self) -> None:
+        rounds = len(self._pages)  # cache i's pages: the i-th of each pass's, in pass order
+        pages = [page for i in range(len(self.caches)) for page in (p[i] for p in self._pages)]
+        self.manager.append_pages(self.caches, [rounds] * len(self.caches), pages)
+        self.scheduler.late.push(self.decoding)
+
+
 class FastForward:
     """Steps ``engine`` pass by pass, or a whole steady stretch at once where one starts."""
 
@@ -195,33 +330,49 @@ class FastForward:
         if not self._skip_stretch(max_steps):
             self.engine.iterate()
 
-    def _steady_requests(self) -> tuple[list[Request], list[Request]] | None:
-        """(decoding, refused) of the last pass if it was steady and the next repeats it."""
+    def _steady(self) -> _Stretch | None:
+        """The last pass if it was steady and the next repeats it."""
         engine = self.engine
         scheduler, batch = engine.scheduler, engine.last_batch
-        if type(scheduler) is not _ForwardedScheduler or batch is None or engine.error is not None:
+        if batch is None or engine.error is not None:
             return None
-        if (
+        if type(scheduler) is _ForwardedScheduler:
+            return self._steady_trtllm(scheduler, batch)
+        if type(scheduler) is VllmScheduler:
+            return self._steady_vllm(scheduler, batch)
+        if type(scheduler) is SglangScheduler:
+            return self._steady_sglang(scheduler, batch)
+        return None
+
+    @staticmethod
+    def _decodes_only(batch: ScheduledBatch) -> bool:
+        return not (
             batch.context_requests
             or batch.paused_requests
             or batch.recompute_paused_requests
             or batch.fitting_disagg_gen_init_requests
             or batch.aborted_requests
             or batch.deferred_behind_contributor
+            or batch.num_aborted_context_rows
+            or batch.num_aborted_generation_rows
+        ) and all(
+            r.state is RequestState.RUNNING
+            and r.beam_width == 1
+            and not r.num_draft_tokens
+            and r.first_token_step is not None
+            for r in batch.generation_requests
+        )
+
+    def _steady_trtllm(self, scheduler: Scheduler, batch: ScheduledBatch) -> _Stretch | None:
+        engine = self.engine
+        if (
+            not self._decodes_only(batch)
+            or not batch.generation_requests
             or len(batch.generation_requests) != scheduler.counts[RequestState.RUNNING]
         ):
             return None
         if engine.queue and engine.num_active < (engine.max_num_active_requests or 0):
             return None  # the queue's head is handed over next pass
-        decoding = batch.generation_requests
-        if not decoding or any(
-            r.state is not RequestState.RUNNING
-            or r.beam_width != 1
-            or r.num_draft_tokens
-            or r.first_token_step is None
-            for r in decoding
-        ):
-            return None
         reuse = scheduler.manager.enable_block_reuse
         if any(
             r.state is RequestState.RUNNING
@@ -230,22 +381,74 @@ class FastForward:
             for r in batch.refused_requests
         ):
             return None
-        return decoding, batch.refused_requests
+        return _Stretch(engine, batch.generation_requests, batch.refused_requests)
+
+    def _steady_vllm(self, scheduler: VllmScheduler, batch: ScheduledBatch) -> _Stretch | None:
+        """Async scheduling on; every running request decoded, none with its last token in
+        flight, its full blocks cached; the head refused if it was tried, and no request
+        finished after it was (the last batch's results are processed after the refusal)."""
+        decoding, running = batch.generation_requests, scheduler.running
+        if (
+            not scheduler.args.async_scheduling
+            or scheduler._has_retired
+            or not self._decodes_only(batch)
+            or not decoding
+            or len(decoding) != len(running)
+            or any(a is not b for a, b in zip(decoding, running))
+        ):
+            return None
+        block_size, caching = scheduler.args.block_size, scheduler.prefix_cache is not None
+        caches = scheduler.manager.caches
+        for request in decoding:
+            cache = caches[request.request_id]
+            if request.num_generated >= request.output_limit or cache.capacity != (
+                request.prompt_len + request.num_generated - 1
+            ):
+                return None
+            if caching and cache.committed != (cache.capacity - 1) // block_size:
+                return None
+        waiting = scheduler.waiting
+        tried = bool(waiting) and len(running) < scheduler.max_batch_size
+        refused = batch.refused_requests
+        if len(refused) != tried or (refused and refused[0] is not waiting[0]):
+            return None
+        if refused and caching and not scheduler.args.scheduler_reserve_full_isl:
+            return None  # a chunk's own check alone: a shorter hit may let it in
+        scheduler.late.open()  # this pass's tokens in flight, as its schedule() opens them
+        return _VllmStretch(self.engine, decoding, refused)
+
+    def _steady_sglang(self, scheduler: SglangScheduler, batch: ScheduledBatch) -> _Stretch | None:
+        """The running batch decoded, none aborting or with its last token out, the last
+        result processed no prefill, and no prefill will be tried: none is chunked and the
+        batch is full or nothing waits."""
+        decoding, running = batch.generation_requests, scheduler.running
+        if (
+            not self._decodes_only(batch)
+            or not decoding
+            or len(decoding) != len(running)
+            or any(a is not b for a, b in zip(decoding, running))
+            or any(r.num_generated >= r.output_limit for r in decoding)
+            or scheduler._aborting
+            or scheduler._late_prefill
+            or scheduler.chunked_req is not None
+            or scheduler.last_prefill is not None
+            or not (scheduler.batch_is_full or not scheduler.waiting)
+        ):
+            return None
+        return _SglangStretch(self.engine, decoding, [])
 
     def _skip_stretch(self, max_steps: int) -> bool:
         """Apply the steady stretch that starts at the engine's step (False: none starts)."""
-        steady = self._steady_requests()
-        if steady is None:
+        stretch = self._steady()
+        if stretch is None:
             return False
-        decoding, refused = steady
         engine = self.engine
+        decoding, caches = stretch.decoding, stretch.caches
         manager = engine.scheduler.manager
-        tokens_per_block = manager.tokens_per_block
-        row_tokens = manager.max_blocks_per_seq * tokens_per_block
-        caches = [manager.caches[r.request_id] for r in decoding]
+        row_tokens = manager.max_blocks_per_seq * manager.tokens_per_block
         # the passes before the next event other than a crossing the pool cannot cover
         limit = max_steps - engine.step
-        if engine.has_pending_arrivals:
+        if engine.has_pending_arrivals and not stretch.folds_arrivals:
             limit = min(limit, engine.arrivals[engine.next_arrival].arrival_step - engine.step)
         for request, cache in zip(decoding, caches):  # a last token ends the stretch's last pass
             limit = min(
@@ -253,60 +456,44 @@ class FastForward:
             )
         if limit < 1:
             return False
-        # the crossings, pass by pass and in batch order, while the free pages (and the cached
-        # ones each growth evicts) cover them
-        crossings = [
-            (cache.num_blocks * tokens_per_block - cache.capacity + 1, order)
-            for order, cache in enumerate(caches)
-        ]
-        crossings = [entry for entry in crossings if entry[0] <= limit]
-        heapq.heapify(crossings)
-        scheduler = engine.scheduler
-        assert isinstance(scheduler, _ForwardedScheduler)
-        free = scheduler._room_for_growth()
-        taken: list[tuple[int, int]] = []  # (pass, batch order) of each crossing covered
-        while crossings and crossings[0][0] <= limit:
-            passed, order = heapq.heappop(crossings)
-            if len(taken) == free:
-                limit = passed - 1  # pass ``passed`` would need a page the pool lacks
-                break
-            taken.append((passed, order))
-            heapq.heappush(crossings, (passed + tokens_per_block, order))
+        limit = stretch.plan(limit)
         if limit < 1:
             return False
         batch = engine.last_batch
         assert batch is not None
-        start, index = engine.step, 0
+        start = engine.step
+        capacities = [cache.capacity for cache in caches]
+        generated = [request.num_generated for request in decoding]
         for passed in range(1, limit + 1):
-            while index < len(taken) and taken[index][0] == passed:
-                cache = caches[taken[index][1]]  # one allocation a crossing, as the pass makes
-                granted = manager.grow([cache], [cache.num_blocks + 1])
-                assert granted, "the free pages counted were refused"
-                index += 1
             engine.step = start + passed - 1
+            if stretch.folds_arrivals:
+                engine._fetch_and_activate()
+            stretch.each_pass(passed)
             if passed == limit:
-                self._end_stretch(decoding, caches, refused, limit)
+                for request, cache, capacity, before in zip(
+                    decoding, caches, capacities, generated
+                ):
+                    cache.capacity = capacity + limit
+                    request.num_generated = before + limit - 1
+                stretch.before_tokens()
+                self._end_stretch(stretch, limit)
             engine._record(batch)
         engine.step = start + limit
         if engine.check_invariants:
             engine._check_invariants()
         return True
 
-    def _end_stretch(
-        self, decoding: list[Request], caches: list[KVCache], refused: list[Request], passes: int
-    ) -> None:
-        """The counts after the stretch's ``passes`` passes; the last pass's tokens produced as
+    def _end_stretch(self, stretch: _Stretch, passes: int) -> None:
+        """The counts after the stretch's ``passes`` passes: the last pass's tokens produced as
         the executor produces them, in batch order (a last one finishes its request)."""
         engine = self.engine
-        for request, cache in zip(decoding, caches):
-            cache.capacity += passes
-            request.num_generated += passes - 1
-        for request in decoding:
+        for request in stretch.decoding:
             if request.num_generated + 1 >= request.output_limit:
                 engine._produce_token(request)
             else:
                 request.num_generated += 1
-        for request in refused:
+        for request in stretch.refused:
             request.num_refusals += passes
         engine.scheduler.iteration += passes
+        engine.scheduler.batch_done()
         engine.iterations += passes

@@ -235,6 +235,14 @@ class SchedulerBase:
             self._active = [r for r in self._active if r.state in LIVE_STATES]
             self._has_retired = False
 
+    def _prune_half_retired(self) -> None:
+        """Drop ended requests from the active list once they are half of it: for a scheduler
+        that walks queues of its own, not the list (the peers)."""
+        counts = self.counts
+        live = counts[RequestState.WAITING] + counts[RequestState.RUNNING]
+        if 2 * (live + counts[RequestState.SUSPENDED]) < len(self._active):
+            self._active = [r for r in self._active if r.state in LIVE_STATES]
+
     def _set_state(self, request: Request, state: RequestState) -> None:
         self.counts[request.state] -= 1
         self.counts[state] += 1

@@ -286,10 +286,7 @@ class SglangScheduler(SchedulerBase):
         self._last_step = self._submit_step if last is None else max(last + 1, self._submit_step)
         if self.overlap:
             self.late.open()
-        counts = self.counts
-        live = counts[RequestState.WAITING] + counts[RequestState.RUNNING]
-        if 2 * live < len(self._active):  # it walks its own queues: prune once half retired
-            self._prune_retired()
+        self._prune_half_retired()
         self.iteration += 1
         batch = ScheduledBatch()
         if self.tree is not None:
@@ -438,7 +435,6 @@ class SglangScheduler(SchedulerBase):
         self._forget(request, done=True)
         self._set_state(request, RequestState.REJECTED)
         request.reason = reason
-        self._has_retired = True
 
     def _update_running_batch(self, batch: ScheduledBatch) -> None:
         """``update_running_batch`` (managers/scheduler.py:4459): retract when the next decode

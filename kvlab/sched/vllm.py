@@ -255,7 +255,8 @@ class VllmScheduler(SchedulerBase):
         self._finished.clear()
         if self._has_retired:  # finished requests leave ``running`` (update_from_output)
             self.running = [r for r in self.running if r.state is RequestState.RUNNING]
-        self._prune_retired()
+            self._has_retired = False
+        self._prune_half_retired()
         self.iteration += 1
         batch = ScheduledBatch()
         budget = self.args.max_num_batched_tokens

@@ -6,7 +6,8 @@ everything observable must agree: the engine's error, every request's status, st
 counters, the trace of events and steps, the pool's counters (but failed allocations) and the
 page-index table. Random workloads vary the pool, the page size, chunking, the token budget,
 the host tier, block reuse and shared prefixes, beams and draft tokens, recompute pause, every
-admission policy, the executor's limit and max_steps.
+admission policy, the executor's limit and max_steps; for the vLLM and SGLang peers, their
+switches (prefix caching or the radix cache, async or overlap scheduling) and limits.
 """
 
 import dataclasses
@@ -17,7 +18,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab import KVCacheManager, KVGeometry, Request, Scheduler, simulate
+from kvlab import (
+    KVCacheManager,
+    KVGeometry,
+    Request,
+    Scheduler,
+    SglangScheduler,
+    SglangServerArgs,
+    VllmEngineArgs,
+    VllmScheduler,
+    simulate,
+)
 from kvlab.core.prefix_cache import chain_hashes
 from kvlab.run import fast_forward
 from kvlab.sched.admission import ADMISSION_POLICIES
@@ -118,6 +129,82 @@ def _random_run(seed: int, fast: bool):
 @pytest.mark.parametrize("seed", range(600))
 def test_fast_forward_gives_what_stepping_gives(seed):
     assert _random_run(seed, fast=True) == _random_run(seed, fast=False)
+
+
+def _peer_workload(rng: random.Random, tokens_per_hash: int) -> list[Request]:
+    """Prompts that share a few prefixes, cut at random lengths (so caches hit, and a running
+    request's first output can complete a block the head's prompt holds: a block's tokens count
+    up past its key, and the output is one of them), arrivals in bursts and gaps, outputs long
+    enough for stretches."""
+    shared = rng.choice([0, 1, 2, 4])
+    requests = []
+    step = 0
+    for i in range(rng.randint(4, 40)):
+        step += rng.choice([0, 0, 1, rng.randint(2, 30)])
+        prompt = rng.randint(1, tokens_per_hash * rng.choice([1, 4]))
+        hashes: tuple[int, ...] = ()
+        if shared:
+            key = rng.randrange(shared)  # one of ``shared`` prompts, cut at random lengths
+            hashes = tuple(key * 100 + j for j in range(-(-prompt // tokens_per_hash)))
+        requests.append(
+            Request(
+                f"r{i}",
+                prompt,
+                rng.randint(1, 60),
+                step,
+                prefix_hashes=hashes,
+                tokens_per_hash=tokens_per_hash,
+            )
+        )
+    return requests
+
+
+def _random_peer_run(peer: str, seed: int, fast: bool):
+    rng = random.Random(seed)
+    if peer == "vllm":
+        tpb = rng.choice([1, 4, 4, 16])
+        blocks = rng.randint(12, 160)
+        geometry = KVGeometry(1, 1, 4, tokens_per_block=tpb)
+        args = VllmEngineArgs(
+            geometry,
+            blocks,
+            (blocks - 1) * tpb,
+            max_num_seqs=rng.choice([2, 4, 16]),
+            max_num_batched_tokens=rng.choice([16, 64, 512]),
+            enable_prefix_caching=rng.choice([True, False]),
+            async_scheduling=rng.choice([True, True, False]),
+            watermark=rng.choice([0.0, 0.0, 0.05]),
+            scheduler_reserve_full_isl=rng.choice([True, True, False]),
+        )
+        scheduler = VllmScheduler(args)
+    else:
+        tokens = rng.randint(64, 2000)
+        args = SglangServerArgs(
+            KVGeometry(1, 1, 4, tokens_per_block=1),
+            tokens,
+            rng.choice([tokens, 4096]),
+            max_running_requests=rng.choice([2, 4, 16]),
+            chunked_prefill_size=rng.choice([-1, 64, 256]),
+            max_prefill_tokens=rng.choice([256, 1024, 16384]),
+            disable_radix_cache=rng.choice([True, False]),
+            disable_overlap_schedule=rng.choice([True, False, False]),
+            ignore_eos=rng.choice([True, False]),
+        )
+        try:
+            scheduler = SglangScheduler(args)
+        except ValueError as exc:  # SGLang refuses to start
+            return str(exc)
+    requests = _peer_workload(rng, rng.choice([16, 32]))
+    result = simulate(
+        scheduler, requests, max_steps=rng.choice([5000, rng.randint(1, 300)]), fast_forward=fast
+    )
+    return _observed(result, scheduler.manager)
+
+
+@pytest.mark.parametrize("seed", range(300))
+@pytest.mark.parametrize("peer", ["vllm", "sglang"])
+def test_fast_forward_gives_what_stepping_gives_for_the_peers(peer, seed):
+    assert _random_peer_run(peer, seed, fast=True) == _random_peer_run(peer, seed, fast=False)
 
 
 @settings(max_examples=150, deadline=None)
