@@ -297,6 +297,17 @@ def _notebook_dir_with(text: str):
     return attempt
 
 
+def _slides_dir_with(text: str):
+    """``kvlab slides --notebook-dir DIR`` on a folder of one file, 01_x.ipynb, of ``text``."""
+
+    def attempt(tmp):
+        (tmp / "nb").mkdir()
+        (tmp / "nb" / "01_x.ipynb").write_text(text)
+        return cli("slides", "--notebook-dir", "{tmp}/nb", "--out", "{tmp}/out")(tmp)
+
+    return attempt
+
+
 def _stale_handle():
     """A cache handle after ``free``, its slot taken by a new cache."""
     manager = _manager(max_batch_size=1)
@@ -1139,6 +1150,28 @@ CASES = [
     ),
     Case(
         COMMAND,
+        "kvlab plan --example issue-21470 --max-num-tokens 31  (chunked, 32-token pages)",
+        cli("plan", "--example", "issue-21470", "--max-num-tokens", "31"),
+        "exit 2",
+        ("max_num_tokens must be at least chunk_unit_size=32", "got 31"),
+    ),
+    Case(
+        COMMAND,
+        "kvlab replay --trace FILE --example issue-21470 --max-num-tokens 31  (Azure's code hour)",
+        cli(
+            "replay",
+            "--trace",
+            str(Path(__file__).parents[1] / "data" / "traces" / "AzureLLMInferenceTrace_code.csv"),
+            "--example",
+            "issue-21470",
+            "--max-num-tokens",
+            "31",
+        ),
+        "exit 2",
+        ("max_num_tokens must be at least chunk_unit_size=32", "got 31"),
+    ),
+    Case(
+        COMMAND,
         "kvlab plan --config FILE --gpu h200  (FILE: not JSON)",
         _config_with("{not json"),
         "exit 2",
@@ -1310,6 +1343,13 @@ CASES = [
         cli("slides", "--notebook-dir", "9" * 5000),
         "exit 2",
         ("is not a folder",),
+    ),
+    Case(
+        COMMAND,
+        "kvlab slides --notebook-dir DIR  (DIR: 01_x.ipynb cut short)",
+        _slides_dir_with('{"cells": [{"cell_type": "markdown", "sou'),
+        "exit 2",
+        ("01_x.ipynb is not a notebook nbformat can read: Notebook does not appear to be JSON",),
     ),
     Case(
         CONSTRUCTOR,

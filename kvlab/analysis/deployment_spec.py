@@ -20,6 +20,7 @@ from kvlab.core.checks import (
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry
 from kvlab.core.memory import GIB, MemoryBudget
 from kvlab.run.rank_config import ramped_budget
+from kvlab.sched.context_plan import check_chunk_budget
 
 MANAGERS = ("auto", "v1", "v2")  # "auto": the architecture's choice
 SPEC_MODES = ("mtp", "eagle3")  # one-model speculative decoding: extra KV tokens, draft layers
@@ -163,6 +164,8 @@ class Deployment:
                 f"{self.max_new_tokens:,}) / {self.tokens_per_block} (about {span:,}): "
                 "raise tokens_per_block or lower max_seq_len or max_new_tokens"
             )
+        if self.chunked_prefill:  # the Scheduler's own refusal, before any verdict
+            check_chunk_budget(self.tokens_per_block, self.max_num_tokens)
         for stage in range(self.pp_size):
             self.kv_geometry(stage)  # head and dtype constraints, named
             if self.model.linear_layers:

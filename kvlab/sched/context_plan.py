@@ -86,15 +86,14 @@ def check_chunk_budget(
 ) -> None:
     """With chunked prefill, raise ValueError when no chunk of ``chunk_unit_size`` tokens ever
     fits both limits (kvlab's check: the real scheduler would never schedule a context chunk)."""
-    max_context_length = max_num_tokens if max_context_length is None else max_context_length
-    if max_context_length is not None and chunk_unit_size > max_context_length:
-        raise ValueError(
-            f"chunk_unit_size must be in [1, max_context_length={max_context_length}] "
-            f"with chunked_prefill, got {chunk_unit_size}"
-        )
     if max_num_tokens is not None and chunk_unit_size > max_num_tokens:
         raise ValueError(
             f"max_num_tokens must be at least chunk_unit_size={chunk_unit_size} (the "
             f"tokens per block) with chunked_prefill, or no context chunk is ever "
             f"scheduled; got {max_num_tokens}"
+        )
+    if max_context_length is not None and chunk_unit_size > max_context_length:
+        raise ValueError(
+            f"chunk_unit_size must be in [1, max_context_length={max_context_length}] "
+            f"with chunked_prefill, got {chunk_unit_size}"
         )
