@@ -1,12 +1,14 @@
 """The ``kvlab`` command (also ``python -m kvlab``).
 Its subcommands: ``kvlab NAME --help`` says what each does and its exit codes. Bad arguments exit
-2 with a usage line and no traceback; a signal stops every rank and exits 128 + its number.
+2 with a usage line and no traceback; a signal stops every rank and exits 128 + its number; an
+output that cannot be written (a full disk) exits 74 with one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import errno
 import os
 import signal
 import sys
@@ -16,6 +18,9 @@ from pathlib import Path
 from kvlab.core.request import UNFINISHED_STATUSES
 from kvlab.sched.policies import POLICIES, TRTLLM_POLICIES
 
+#: A write that failed: a full disk or quota, an I/O error, a closed descriptor.
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF)
+OUTPUT_ERROR_EXIT = 74  # sysexits.h's EX_IOERR
 #: ``kvlab repro``'s policies: one resize, no admission check, so the two "none/" ones.
 REPRO_POLICIES = tuple(p for p in TRTLLM_POLICIES if POLICIES[p][0] == "none")
 REPRO_EXIT_CODES = {"ok": 0, "refused": 3, "crash": 4}
@@ -494,7 +499,8 @@ def _slides(args, parser) -> int:
     if not notebooks:
         parser.error(f"no notebook in {notebook_dir} matches --only {args.only}")
     try:
-        decks = [build_deck(path, args.out, args.executed_dir) for path in notebooks]
+        with _usage_errors(parser, ValueError):
+            decks = [build_deck(path, args.out, args.executed_dir) for path in notebooks]
         index = build_index(decks, args.out)
     except OSError as exc:
         parser.error(f"--out {args.out} cannot hold the decks: {exc.strerror or exc}")
@@ -539,14 +545,27 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args, args.subparser)
+        code = args.handler(args, args.subparser)
+        sys.stdout.flush()  # a full disk shows here, not in the interpreter's last flush
+        return code
     except RunStopped as stopped:  # every rank is already stopped and reaped
         print(f"kvlab: {stopped}", file=sys.stderr)
         assert isinstance(stopped.code, int)  # RunStopped exits with 128 + the signal's number
         return stopped.code
     except BrokenPipeError:  # the reader went away (`kvlab plan ... | head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        _drop_stdout()
         return 128 + signal.SIGPIPE
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        _drop_stdout()
+        print(f"kvlab: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return OUTPUT_ERROR_EXIT
+
+
+def _drop_stdout() -> None:
+    """What is left in stdout's buffer goes nowhere: no second error at exit's flush."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

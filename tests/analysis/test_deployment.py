@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -324,3 +325,22 @@ def test_the_command_stops_quietly_when_its_reader_goes_away():
         text=True,
     )
     assert proc.stdout.startswith("qwen3-235b-a22b") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("command", [["plan", "--example", "issue-21470"], ["doctor"]])
+def test_a_full_disk_is_one_line_and_exit_74(command):
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvlab", *command],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            cwd=Path(__file__).parents[2],
+        )
+    assert proc.returncode == 74
+    assert proc.stderr == "kvlab: cannot write the output: No space left on device\n"
