@@ -154,8 +154,11 @@ def private_files():
     parent = Path(jupyter_runtime_dir())
     if len(str(parent / "kvlab-12345678" / "k-123456789abc-ipc-5")) > MAX_SOCKET_PATH:
         parent = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    folder = Path(tempfile.mkdtemp(prefix="kvlab-", dir=parent))
+    try:
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = Path(tempfile.mkdtemp(prefix="kvlab-", dir=parent))
+    except OSError:  # an unusable runtime folder (JUPYTER_RUNTIME_DIR): the system's temporary one
+        folder = Path(tempfile.mkdtemp(prefix="kvlab-"))
     reaper = subprocess.Popen(
         [sys.executable, "-c", _REAPER, str(folder), str(os.getpid())],
         stdin=subprocess.DEVNULL,

@@ -52,3 +52,18 @@ def test_the_walkthrough_kernels_run_with_progress_bars_off(tmp_path):
     outputs = nbformat.read(executed, as_version=4).cells[0].outputs
     assert [o.get("text", "") for o in outputs if o.get("name") == "stdout"] == ["1 True\n"]
     assert not any("policies" in str(o) for o in outputs)  # no bar drawn, on stderr or stdout
+
+
+def test_an_unusable_runtime_folder_gives_the_kernels_the_temporary_one(tmp_path, monkeypatch):
+    """JUPYTER_RUNTIME_DIR below a plain file cannot be made: the kernels' private folder goes
+    in the system's temporary folder instead of failing the walkthrough."""
+    import tempfile
+    from pathlib import Path
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(blocker / "runtime"))
+    temporary = Path(tempfile.gettempdir())
+    with walkthrough.private_files() as folder:
+        assert folder.is_dir() and folder.parent == temporary
+    assert not folder.exists()
