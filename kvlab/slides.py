@@ -92,7 +92,11 @@ def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide])
     executed = Path(executed_dir) / path.name if executed_dir is not None else None
     if executed is None or not executed.is_file():
         return None, "text only: no executed copy (run `kvlab walkthrough` for the figures)"
-    ran = slides_of(nbformat.read(executed, as_version=4))
+    try:
+        ran = slides_of(nbformat.read(executed, as_version=4))
+    except (ValueError, OSError, nbformat.ValidationError) as exc:  # a run stopped half way
+        why = str(exc).split(":")[0][:120] or type(exc).__name__
+        return None, f"text only: {executed} is not a notebook ({why}; run `kvlab walkthrough`)"
     if [s.title for s in ran] != [s.title for s in slides]:
         return None, f"text only: {executed} has other headings (run `kvlab walkthrough` again)"
     return ran, f"figures from {executed}"
@@ -157,7 +161,11 @@ def build_deck(path: Path, out_dir: Path, executed_dir: Path | None = None) -> D
     """Write ``out_dir/<notebook>.html`` (and plotly.min.js once, if a slide has a figure)."""
     import nbformat
 
-    slides = slides_of(nbformat.read(path, as_version=4))
+    try:
+        slides = slides_of(nbformat.read(path, as_version=4))
+    except (ValueError, nbformat.ValidationError) as exc:
+        why = str(exc).split(":")[0][:120] or type(exc).__name__
+        raise ValueError(f"{path} is not a notebook nbformat can read: {why}") from None
     ran, note = _executed_slides(Path(path), executed_dir, slides)
     slides = ran or slides
     out_dir = Path(out_dir)
