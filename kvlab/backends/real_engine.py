@@ -27,7 +27,7 @@ from typing import Any
 
 from kvlab.analysis.peer_conformance import PeerWorkload
 from kvlab.core.cause import Cause, Reason
-from kvlab.core.checks import check_float
+from kvlab.core.checks import MAX_COUNT, check_float
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_runs
@@ -37,6 +37,9 @@ from kvlab.run.trace import EVENT_KINDS, Event, StepRecord, Trace
 
 #: Lines of the engine process's stderr kept in an EngineProcessError.
 STDERR_TAIL = 20
+#: The seconds an engine process may run when the caller names none: the stored SGLang runs,
+#: the longest, take about 750 s on a 2-core machine.
+DEFAULT_TIMEOUT_S = 3600.0
 #: The causes of a finish at the request's own max_new_tokens (any other is a length limit).
 OWN_LIMIT = ("max_tokens", "max_new_tokens")
 #: The KV geometry every driver's input starts with.
@@ -179,28 +182,27 @@ class RealEngine:
         args,
         requests: Iterable[Request],
         max_steps: int = 100_000,
-        timeout_s: float | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> SimulationResult:
         """The real scheduler on one workload."""
         workload = PeerWorkload("run", args, tuple(requests), max_steps)
         return self.run_workloads([workload], timeout_s)[0]
 
     def run_workloads(
-        self, workloads: Sequence[PeerWorkload], timeout_s: float | None = None
+        self, workloads: Sequence[PeerWorkload], timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> list[SimulationResult]:
         """The real scheduler on each workload, all in one process (its start-up takes
-        seconds); ``timeout_s`` bounds the whole process (None: no bound)."""
+        seconds); ``timeout_s`` bounds the whole process."""
         return [record.result() for record in self.records(workloads, timeout_s)]
 
     def records(
-        self, workloads: Sequence[PeerWorkload], timeout_s: float | None = None
+        self, workloads: Sequence[PeerWorkload], timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> list[RunRecord]:
         """What the engine did on each workload, as :class:`RunRecord`s."""
         workloads = list(workloads)
         if not all(isinstance(w, PeerWorkload) for w in workloads):
             raise TypeError("workloads must hold PeerWorkload objects")
-        if timeout_s is not None:
-            timeout_s = check_float("timeout_s", timeout_s, low=0.0, high=86_400.0, low_open=True)
+        timeout_s = check_float("timeout_s", timeout_s, low=0.0, high=86_400.0, low_open=True)
         document = json.dumps({"runs": [self.driver_document(w) for w in workloads]})
         records = [RunRecord(self, w) for w in workloads]
         failure = self._run_driver(document, timeout_s, records)
@@ -212,21 +214,29 @@ class RealEngine:
         return records
 
     def _run_driver(
-        self, document: str, timeout_s: float | None, records: list[RunRecord]
+        self, document: str, timeout_s: float, records: list[RunRecord]
     ) -> EngineProcessError | None:
         """Run the driver on ``document``, each line of its output read into its run's record;
         None, or the EngineProcessError that ended it. A timeout kills its whole process group
-        (a child holding its stdout would keep it open), and nothing of it outlives the call."""
-        process = subprocess.Popen(
-            [str(self.interpreter()), "-I", str(self.driver)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(os.environ, **DRIVER_ENV),
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=True,
-        )
+        (a child holding its stdout would keep it open), and nothing of it outlives the call.
+        EngineUnavailable when the environment's Python cannot be started."""
+        python = self.interpreter()
+        try:
+            process = subprocess.Popen(
+                [str(python), "-I", str(self.driver)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(os.environ, **DRIVER_ENV),
+                encoding="utf-8",
+                errors="replace",
+                start_new_session=True,
+            )
+        except OSError as exc:  # not executable, a broken interpreter, no memory for a process
+            raise EngineUnavailable(
+                f"{self.title} {self.version}'s Python {python} cannot be started "
+                f"({exc.strerror or exc}): run `{self.setup_command}` again"
+            ) from None
         timed_out = False
         try:
             output, stderr = process.communicate(document, timeout=timeout_s)
@@ -247,7 +257,7 @@ class RealEngine:
                         f"the environment runs {self.title} {message[self.name]}, "
                         f"not {self.version}"
                     )
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
+            except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
                 return EngineProcessError(
                     f"line {number} of the {self.title} driver's output is not its protocol "
                     f"({type(exc).__name__}: {exc}): {line[:200]!r}"
@@ -326,6 +336,31 @@ class RealEngine:
         )
 
 
+def _count(message: dict, key: str, high: int = MAX_COUNT) -> int:
+    """``message[key]``, an int in [0, high], else ValueError naming it."""
+    value = message[key]
+    if type(value) is not int or not 0 <= value <= high:
+        raise ValueError(f"{key} must be an int in [0, {high}], got {value!r:.40}")
+    return value
+
+
+def _text(message: dict, key: str) -> str:
+    """``message[key]``, a string, else ValueError naming it."""
+    value = message[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, got {value!r:.40}")
+    return value
+
+
+def _is_row(row: object) -> bool:
+    """A step row: at least the ROW_FIELDS' counts, every entry an int in [0, MAX_COUNT]."""
+    return (
+        isinstance(row, list)
+        and len(row) >= len(ROW_FIELDS)
+        and all(type(v) is int and 0 <= v <= MAX_COUNT for v in row)
+    )
+
+
 def _kill_group(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
@@ -351,28 +386,41 @@ class RunRecord:
         self.failure: BaseException | None = None
 
     def read(self, message: dict) -> None:
-        """One line of the driver's protocol about this run."""
+        """One line of the driver's protocol about this run, every value checked before it is
+        used (ValueError naming the field)."""
         kind = message["kind"]
         if kind == "startup_error":
-            self.startup_error = message["message"]
+            self.startup_error = _text(message, "message")
         elif kind == "event":
             self._event(message)
         elif kind == "steps":
             assert self.rows is not None, "a live run keeps its rows"
-            self.rows.extend(message["rows"])
+            rows = message["rows"]
+            if not isinstance(rows, list) or not rows or not all(map(_is_row, rows)):
+                raise ValueError(
+                    f"rows must be a list of rows of at least {len(ROW_FIELDS)} counts "
+                    f"({', '.join(ROW_FIELDS)}), got {rows!r:.80}"
+                )
+            self.rows.extend(rows)
             self.end_step = max(self.end_step, self.rows[-1][0] + 1)
         elif kind == "end":
-            self.end_step, self.iterations = message["end_step"], message["iterations"]
+            self.end_step, self.iterations = (
+                _count(message, "end_step"),
+                _count(message, "iterations"),
+            )
             self.ended = True
         elif kind != "start":
-            raise ValueError(f"unknown kind {kind!r}")
+            raise ValueError(f"unknown kind {kind!r:.40}")
 
     def _event(self, message: dict) -> None:
-        request, step, name = self.requests[message["id"]], message["step"], message["event"]
-        self.end_step = max(self.end_step, step + 1)
+        request_id, step, name = message["id"], _count(message, "step"), _text(message, "event")
+        if not isinstance(request_id, str) or request_id not in self.requests:
+            raise ValueError(f"id must be one of the run's request ids, got {request_id!r:.40}")
+        request = self.requests[request_id]
         if name in ("rejected", "aborted"):
+            words = _text(message, "message")
             request.state = RequestState.REJECTED
-            request.reason = Reason(Cause.REJECTED_BY_ENGINE, message=message["message"])
+            request.reason = Reason(Cause.REJECTED_BY_ENGINE, message=words)
             request.end_step = step
             if name == "aborted":
                 self.aborted.add(request.request_id)
@@ -387,12 +435,15 @@ class RunRecord:
             request.num_recomputes += 1
             self.preemptions[request.request_id].append(step)
         elif name == "finished":
+            generated = _count(message, "num_output_tokens", request.max_new_tokens)
+            cause = _text(message, "cause")
             request.state, request.end_step = RequestState.FINISHED, step
-            request.num_generated = message["num_output_tokens"]
-            if message["cause"] not in OWN_LIMIT:
+            request.num_generated = generated
+            if cause not in OWN_LIMIT:
                 request.output_limit = request.num_generated
         else:
-            raise ValueError(f"unknown event {name!r}")
+            raise ValueError(f"unknown event {name!r:.40}")
+        self.end_step = max(self.end_step, step + 1)
 
     def result(self) -> SimulationResult:
         if self.startup_error is not None:

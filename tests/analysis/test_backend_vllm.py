@@ -243,6 +243,55 @@ def test_a_driver_that_hangs_is_killed_at_the_timeout(tmp_path, hang):
     assert time.monotonic() - start < 20
 
 
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ('{"kind": "end", "run": 0, "end_step": "x", "iterations": 2}', "end_step must be an int"),
+        ('{"kind": "end", "run": 0, "end_step": -1, "iterations": 2}', "end_step must be an int"),
+        ('{"kind": "steps", "run": 0, "rows": [[2, 61]]}', "rows must be a list of rows"),
+        ('{"kind": "steps", "run": 0, "rows": [[2, 61, 1, 1, 1, 2, 3, "x"]]}', "rows must be"),
+        (
+            '{"kind": "event", "run": 0, "step": 1e308, "id": "queued", "event": "started"}',
+            "step must be an int",
+        ),
+        (
+            '{"kind": "event", "run": 0, "step": 2, "id": ["x"], "event": "started"}',
+            "id must be one of the run's request ids",
+        ),
+        (
+            '{"kind": "event", "run": 0, "step": 2, "id": "queued", "event": "rejected", '
+            '"message": 7}',
+            "message must be a string",
+        ),
+        (
+            '{"kind": "event", "run": 0, "step": 2, "id": "started", "event": "finished", '
+            '"num_output_tokens": -5, "cause": "max_tokens"}',
+            "num_output_tokens must be an int",
+        ),
+        ("[" * 100_000, "not its protocol"),
+    ],
+)
+def test_a_driver_line_of_the_wrong_type_is_a_protocol_error(tmp_path, line, words):
+    """Every value is checked as it is read: the run ends in an EngineProcessError naming the
+    field, and no request is lost (none of it escapes later as a TypeError)."""
+    engine = fake_driver(tmp_path, f"print({line!r}, flush=True)\n")
+    result = engine.run(NOTEBOOK_04, REQUESTS)
+    assert_nothing_lost(result, ("not its protocol", words))
+
+
+def test_an_engine_python_that_cannot_run_is_unavailable(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")  # there, but not executable
+    engine = dataclasses.replace(VLLM, python=python)
+    with pytest.raises(EngineUnavailable, match="cannot be started .*Permission denied"):
+        engine.run(NOTEBOOK_04, REQUESTS)
+
+
+def test_every_run_has_a_timeout():
+    with pytest.raises(TypeError, match="timeout_s must be"):
+        VLLM.run(NOTEBOOK_04, REQUESTS, timeout_s=None)
+
+
 def test_a_driver_of_another_vllm_is_refused(tmp_path):
     result = fake_driver(tmp_path, "", version="0.35.0").run(NOTEBOOK_04, REQUESTS)
     assert "the environment runs vLLM 0.35.0, not 0.34.0" in str(result.error)
