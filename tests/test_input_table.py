@@ -1104,7 +1104,7 @@ CASES = [
         "kvlab replay --trace missing.csv ...",
         cli("replay", "--trace", "{tmp}/missing.csv", "--model", "llama-3.1-8b", "--gpu", "h200"),
         "exit 2",
-        ("missing.csv", "cannot read the trace"),
+        ("missing.csv", "cannot read a trace"),
     ),
     Case(
         COMMAND,
@@ -1175,7 +1175,7 @@ CASES = [
         "kvlab plan --config FILE --gpu h200  (FILE: not JSON)",
         _config_with("{not json"),
         "exit 2",
-        ("config.json", "transformers cannot read it"),
+        ("config.json: not JSON (Expecting property name", "line 1"),
     ),
     Case(
         COMMAND,
@@ -1271,14 +1271,14 @@ CASES = [
         "kvlab plan --config FILE --gpu h200  (FILE: num_hidden_layers of 5,000 digits)",
         _config_with('{"model_type": "llama", "num_hidden_layers": ' + "9" * 5000 + "}"),
         "exit 2",
-        ("num_hidden_layers is an integer of 5000 digits",),
+        ("num_hidden_layers is an integer of 5,000 digits (at most 30)",),
     ),
     Case(
         COMMAND,
         "kvlab plan --config FILE --gpu h200  (FILE: a list nested 100,000 deep)",
         _config_with('{"model_type": "llama", "x": ' + "[" * 100000 + "]" * 100000 + "}"),
         "exit 2",
-        ("nested deeper than MAX_CONFIG_DEPTH=32 levels",),
+        ("nested deeper than 32 levels",),
     ),
     Case(
         COMMAND,

@@ -22,6 +22,7 @@ import torch
 
 from kvlab.analysis.repro import page_index_price
 from kvlab.core.checks import MAX_COUNT, check_instance, check_int
+from kvlab.core.files import FileFormatError, load_json
 from kvlab.core.page_index import PageIndexTable
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.pool import PagePool, resolve_device
@@ -228,6 +229,7 @@ def save_measurements(results: Mapping, path) -> Path:
 
 
 MEASUREMENTS_DIR = DATA_DIR / "measurements"
+MAX_MEASUREMENTS_BYTES = 16 << 20  # a file of device_info and benchmark figures: kilobytes
 
 
 def load_measurements(path) -> dict:
@@ -241,9 +243,9 @@ def load_measurements(path) -> dict:
                 "these names, or a .json file's path)"
             )
         path = MEASUREMENTS_DIR / f"{path}.json"
-    results = json.loads(Path(path).read_text())
+    results = load_json(path, "measurements", MAX_MEASUREMENTS_BYTES)
     if not isinstance(results, dict):
-        raise ValueError(f"{path} does not hold a JSON object of measurements")
+        raise FileFormatError(f"{path} does not hold a JSON object of measurements")
     return results
 
 

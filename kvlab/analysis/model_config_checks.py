@@ -5,10 +5,10 @@ from: :class:`ConfigError` names the file, the field and its range.
 
 from __future__ import annotations
 
-import json
 import math
 
 from kvlab.core.checks import check_float
+from kvlab.core.files import FileFormatError, parse_json
 
 
 class ConfigError(ValueError):
@@ -17,8 +17,6 @@ class ConfigError(ValueError):
 
 MAX_LAYERS = 4096  # KVGeometry's bound on the decoder's layers
 MAX_CONFIG_BYTES = 16 << 20
-MAX_CONFIG_DEPTH = 32  # real configs nest three or four levels
-MAX_INT_DIGITS = 30
 MAX_POSITIONS = 1 << 30
 #: The int fields of a config.json kvlab reads: (low, high, what it is); present, each must be
 #: an int in [low, high].
@@ -90,50 +88,17 @@ def check_kv_groups(heads: int, kv_heads: int, where: str, kv_name: str) -> None
         )
 
 
-class _LongInt:
-    """An integer literal of more than MAX_INT_DIGITS digits (Python refuses past 4,300)."""
-
-    def __init__(self, digits: str):
-        self.length = len(digits.lstrip("-"))
-
-    def __repr__(self) -> str:
-        return f"an integer of {self.length} digits"
-
-
 def parse_config_json(text: str, where: str):
-    """A config file's JSON, refusing long integers and nesting past MAX_CONFIG_DEPTH."""
-    deep = f"{where}: nested deeper than MAX_CONFIG_DEPTH={MAX_CONFIG_DEPTH} levels"
+    """A config file's JSON (kvlab.core.files.parse_json's bounds), else ConfigError."""
     try:
-        raw = json.loads(
-            text, parse_int=lambda s: int(s) if len(s) <= MAX_INT_DIGITS else _LongInt(s)
-        )
-    except RecursionError:
-        raise ConfigError(deep) from None
-    stack = [(raw, 1, "")]
-    while stack:
-        value, depth, key = stack.pop()
-        if depth > MAX_CONFIG_DEPTH:
-            raise ConfigError(f"{deep} (at {key[:80]})")
-        if isinstance(value, _LongInt):
-            raise ConfigError(
-                f"{where}: {key or 'the document'} is {value!r}; an integer of a "
-                f"config has at most {MAX_INT_DIGITS}"
-            )
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1, f"{key}.{k}" if key else str(k)) for k, v in value.items())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1, f"{key}[{i}]") for i, v in enumerate(value))
-    return raw
+        return parse_json(text, where)
+    except FileFormatError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_raw_config(text: str, where: str) -> None:
     """Bounds on the raw config.json (and its ``text_config``), before transformers reads it."""
-    try:
-        raw = parse_config_json(text, where)
-    except ConfigError:
-        raise
-    except ValueError:
-        return  # transformers names what it cannot parse
+    raw = parse_config_json(text, where)
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
     check_quantization_block(raw.get("quantization_config"), where)

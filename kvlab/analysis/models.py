@@ -8,7 +8,6 @@ recurrent-state slot per sequence; otherwise ``num_key_value_heads`` heads of ``
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from kvlab.analysis.model_config_checks import (
     require_field,
 )
 from kvlab.core.checks import check_choice, check_instance
+from kvlab.core.files import FileFormatError, load_json, read_text
 from kvlab.core.geometry import DTYPE_BYTES, STATE_DTYPES, KVGeometry, MambaGeometry
 from kvlab.core.paths import DATA_DIR
 
@@ -552,7 +552,7 @@ def read_config(path) -> ModelGeometry:
     modelopt = file.parent / "hf_quant_config.json"
     if modelopt.is_file():  # ModelOpt's file comes first, as the executor reads it
         try:
-            text = _bounded_text(modelopt, "a quantization file", errors="strict")
+            text = _bounded_text(modelopt, "a quantization file")
             block = parse_config_json(text, str(modelopt)).get("quantization")
         except ConfigError:
             raise
@@ -567,13 +567,11 @@ def read_config(path) -> ModelGeometry:
     return dataclasses.replace(geometry, parameters=counted)
 
 
-def _bounded_text(file: Path, what: str, errors: str = "replace") -> str:
-    size = file.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{file}: {what} must be at most {MAX_CONFIG_BYTES:,} bytes, got {size:,}"
-        )
-    return file.read_text(encoding="utf-8", errors=errors)
+def _bounded_text(file: Path, what: str) -> str:
+    try:
+        return read_text(file, what, MAX_CONFIG_BYTES)
+    except FileFormatError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def count_parameters(config):
@@ -601,7 +599,7 @@ def model_names() -> tuple[str, ...]:
 def load_preset(model: str) -> dict[str, Any]:
     """A preset's file: name, title, source, parameters, geometry (facts), config (fields)."""
     check_choice("model", model, model_names())
-    return json.loads((MODELS_DIR / f"{model}.json").read_text(encoding="utf-8"))
+    return load_json(MODELS_DIR / f"{model}.json", "a model preset", MAX_CONFIG_BYTES)
 
 
 def load_model(model: str) -> ModelGeometry:

@@ -28,6 +28,7 @@ from typing import Any
 from kvlab.analysis.peer_conformance import PeerWorkload
 from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import MAX_COUNT, check_float
+from kvlab.core.files import FileFormatError, load_json
 from kvlab.core.geometry import KVGeometry
 from kvlab.core.paths import DATA_DIR
 from kvlab.core.prompt_tokens import SAMPLED_TOKEN_ID, prompt_token_runs
@@ -37,6 +38,8 @@ from kvlab.run.trace import EVENT_KINDS, Event, StepRecord, Trace
 
 #: Lines of the engine process's stderr kept in an EngineProcessError.
 STDERR_TAIL = 20
+#: The largest stored-runs file read (the stored files are about 5 MB).
+MAX_STORED_BYTES = 64 << 20
 #: The seconds an engine process may run when the caller names none: the stored SGLang runs,
 #: the longest, take about 750 s on a 2-core machine.
 DEFAULT_TIMEOUT_S = 3600.0
@@ -294,23 +297,50 @@ class RealEngine:
         return document
 
     def stored_document(self) -> dict:
-        return json.loads(self.stored_path.read_text(encoding="utf-8"))
+        """The stored file (kvlab.core.files' JSON reader), checked to hold this engine's runs
+        of this version; FileFormatError naming the file otherwise."""
+        path = self.stored_path
+        document = load_json(path, f"{self.title}'s stored runs", MAX_STORED_BYTES)
+        if not isinstance(document, dict):
+            raise FileFormatError(f"{path}: must hold a JSON object, got {type(document).__name__}")
+        stored = (document.get("engine"), document.get("version"))
+        if stored != (self.name, self.version):
+            raise FileFormatError(
+                f"{path}: holds the runs of engine {stored[0]!r:.40} version {stored[1]!r:.40}, "
+                f"not {self.name!r} {self.version!r}"
+            )
+        return document
 
     def stored_header(self) -> dict:
         """The stored file's header: the version, the command that made it, the date."""
         document = self.stored_document()
-        return {key: document[key] for key in ("version", "command", "recorded")}
+        header = {key: document.get(key) for key in ("version", "command", "recorded")}
+        if not all(isinstance(value, str) for value in header.values()):
+            raise FileFormatError(
+                f"{self.stored_path}: version, command and recorded must be strings, got {header}"[
+                    :300
+                ]
+            )
+        return header
 
     def stored_records(self) -> dict[str, RunRecord]:
         """The stored runs by workload name; ValueError for a file that is not such runs."""
+        document = self.stored_document()
         try:
-            records = [RunRecord.from_json(self, w) for w in self.stored_document()["workloads"]]
+            workloads = document["workloads"]
+            if not isinstance(workloads, list) or not all(isinstance(w, dict) for w in workloads):
+                raise TypeError("workloads must be a list of objects")
+            records = [RunRecord.from_json(self, w) for w in workloads]
+            names = [record.workload.name for record in records]
+            twice = sorted({name for name in names if names.count(name) > 1})
+            if twice:
+                raise ValueError(f"the workload {twice[0]!r:.40} is stored twice")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ValueError(
                 f"{self.stored_path.name} must hold {self.title}'s stored runs as "
-                f"RealEngine.record writes them ({type(exc).__name__}: {exc})"
-            ) from exc
-        return {record.workload.name: record for record in records}
+                f"RealEngine.record writes them ({type(exc).__name__}: {exc})"[:500]
+            ) from None
+        return dict(zip(names, records))
 
     def stored_results(self) -> dict[str, SimulationResult]:
         """The stored runs by workload name, as :meth:`run_workloads` returns them."""
@@ -359,6 +389,32 @@ def _is_row(row: object) -> bool:
         and len(row) >= len(ROW_FIELDS)
         and all(type(v) is int and 0 <= v <= MAX_COUNT for v in row)
     )
+
+
+#: The states a stored request row may hold.
+STORED_STATES = ("waiting", "running", "finished", "rejected", "aborted")
+
+
+def _check_stored_row(row: Any) -> None:
+    """A stored request row as :meth:`RunRecord.to_json` writes it, else ValueError."""
+    ok = (
+        isinstance(row, list)
+        and len(row) == 12
+        and isinstance(row[0], str)
+        and all(type(v) is int and 0 <= v <= MAX_COUNT for v in row[1:4])
+        and row[4] in STORED_STATES
+        and all(v is None or (type(v) is int and 0 <= v <= MAX_COUNT) for v in row[5:9])
+        and type(row[9]) is bool
+        and isinstance(row[10], list)
+        and all(type(v) is int and 0 <= v <= MAX_COUNT for v in row[10])
+        and (row[11] is None or isinstance(row[11], str))
+    )
+    if not ok:
+        raise ValueError(
+            "a request row must be [id, prompt_len, max_new_tokens, arrival_step, state (one of "
+            f"{', '.join(STORED_STATES)}), first_scheduled_step, first_token_step, end_step, "
+            f"num_generated, limited, preemption steps, message], got {row!r:.120}"
+        )
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -568,10 +624,19 @@ class RunRecord:
             stored["name"], engine.args_from_input(stored["engine"]), requests, stored["max_steps"]
         )
         record = cls(engine, workload)
-        record.startup_error, record.rows = stored["startup_error"], stored["steps"]
-        record.end_step, record.iterations = stored["end_step"], stored["iterations"]
+        startup_error, steps = stored["startup_error"], stored["steps"]
+        if startup_error is not None:
+            _text(stored, "startup_error")
+        if steps is not None and (not isinstance(steps, list) or not all(map(_is_row, steps))):
+            raise ValueError(f"steps must be null or rows of counts, got {steps!r:.80}")
+        record.startup_error, record.rows = startup_error, steps
+        record.end_step, record.iterations = (
+            _count(stored, "end_step"),
+            _count(stored, "iterations"),
+        )
         record.ended = True
         for row in rows:
+            _check_stored_row(row)
             request = record.requests[row[0]]
             state, limited, preemptions, reason = row[4], row[9], row[10], row[11]
             request.state = RequestState.REJECTED if state == "aborted" else RequestState(state)

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import math
-import os
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +21,7 @@ from typing import Any
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import MAX_COUNT, check_float
+from kvlab.core.files import FileFormatError, parse_json, regular_file
 from kvlab.core.request import MOONCAKE_TOKENS_PER_HASH, Request
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -35,7 +33,7 @@ FORMATS = ("azure", "mooncake", "kvlab-csv", "kvlab-jsonl")
 MAX_LINE_CHARS = 1 << 20  # a row longer than this is not a trace row (bounded memory)
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(FileFormatError):
     """A trace file that cannot be read as its format says; the message names file and line."""
 
 
@@ -74,11 +72,9 @@ def _count(path: Path, line: int, name: str, value: Any, low: int) -> int:
 def _lines(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
     """(line number, text) of the non-blank lines of a regular UTF-8 file, at most ``limit``."""
     try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read the trace ({exc.strerror})") from None
-    if not stat.S_ISREG(mode):
-        raise TraceFormatError(f"{path}: not a regular file (a trace is a CSV or JSON-lines file)")
+        regular_file(path, "a trace (a CSV or JSON-lines file)")
+    except FileFormatError as exc:
+        raise TraceFormatError(str(exc)) from None
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             for number, text in enumerate(iter(lambda: handle.readline(MAX_LINE_CHARS + 1), ""), 1):
@@ -99,20 +95,10 @@ def _lines(path: Path, limit: int | None) -> Iterator[tuple[int, str]]:
 
 
 def _json_object(path: Path, line: int, text: str) -> dict[str, Any]:
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        twice = sorted({key for key in keys if keys.count(key) > 1})
-        if twice:
-            raise _error(path, line, f"the key {twice[0]!r:.40} is given twice")
-        return dict(pairs)
-
     try:
-        row = json.loads(text, object_pairs_hook=no_duplicates)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        what = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
-        raise _error(path, line, f"not a JSON object ({what})") from None
-    except ValueError as exc:  # a huge integer literal
-        raise _error(path, line, f"not a JSON object ({exc})") from None
+        row = parse_json(text, f"{path.name}, line {line}")
+    except FileFormatError as exc:
+        raise TraceFormatError(str(exc)) from None
     if not isinstance(row, dict):
         raise _error(path, line, f"not a JSON object, got {type(row).__name__}")
     return row

@@ -7,6 +7,8 @@ command, and a driver that dies, hangs or prints garbage loses no request."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import random
 import sys
 import textwrap
@@ -310,9 +312,58 @@ def test_what_the_driver_cannot_give_vllm_is_refused_before_it_starts():
         VLLM.run(NOTEBOOK_04, [Request("r", 8, 4), Request("r", 8, 4)])
 
 
-def test_a_stored_file_that_is_not_runs_is_refused_naming_it(tmp_path, monkeypatch):
+def _tampered(document: dict, how: str) -> str:
+    """The stored runs with one edit ``how``, as text."""
+    runs = document["workloads"]
+    row = runs[0]["requests"][0]
+    if how == "another version":
+        document["version"] = "0.35.0"
+    elif how == "another engine":
+        document["engine"] = "sglang"
+    elif how == "a negative step":
+        row[7] = -3
+    elif how == "an unknown state":
+        row[4] = "suspended"
+    elif how == "a short row":
+        runs[0]["requests"][0] = row[:5]
+    elif how == "a workload twice":
+        runs.append(runs[0])
+    elif how == "a string end_step":
+        runs[0]["end_step"] = "x"
+    elif how == "a list document":
+        return json.dumps([document])
+    elif how == "a key twice":
+        return json.dumps(document)[:-1] + ', "version": "0.34.0"}'
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("another version", "holds the runs of engine 'vllm' version '0.35.0', not"),
+        ("another engine", "holds the runs of engine 'sglang'"),
+        ("a negative step", "a request row must be"),
+        ("an unknown state", "a request row must be"),
+        ("a short row", "vLLM's stored runs"),
+        ("a workload twice", "is stored twice"),
+        ("a string end_step", "end_step must be an int"),
+        ("a list document", "must hold a JSON object, got list"),
+        ("a key twice", "the key 'version' is given twice"),
+    ],
+)
+def test_a_tampered_stored_file_is_refused_naming_it(tmp_path, monkeypatch, how, words):
+    document = VLLM.stored_document()
     monkeypatch.setattr(real_engine, "DATA_DIR", tmp_path)
     (tmp_path / "measurements").mkdir()
-    VLLM.stored_path.write_text('{"workloads": [{"name": "w"}]}')
-    with pytest.raises(ValueError, match=r"vllm-0\.34\.0\.json must hold vLLM's stored runs"):
+    VLLM.stored_path.write_text(_tampered(document, how))
+    with pytest.raises(ValueError, match="vllm-0.34.0.json") as error:
+        VLLM.stored_records()
+    assert words in str(error.value)
+
+
+def test_a_stored_file_that_is_a_fifo_is_refused_without_opening_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(real_engine, "DATA_DIR", tmp_path)
+    (tmp_path / "measurements").mkdir()
+    os.mkfifo(VLLM.stored_path)
+    with pytest.raises(ValueError, match="not a regular file"):
         VLLM.stored_records()

@@ -231,7 +231,7 @@ def test_an_azure_trace_across_midnight_keeps_its_order_and_a_bom_is_read(tmp_pa
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("not json", "line 1: not a JSON object"),
+        ("not json", "line 1: not JSON (Expecting value"),
         ("[1, 2]", "line 1: not a JSON object, got list"),
         ('{"timestamp": 0, "input_length": 5}', "line 1: missing output_length, hash_ids"),
         (
