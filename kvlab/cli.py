@@ -543,8 +543,8 @@ def _scenario(args, parser) -> int:
 def main(argv: list[str] | None = None) -> int:
     from kvlab.run.signals import RunStopped
 
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         code = args.handler(args, args.subparser)
         sys.stdout.flush()  # a full disk shows here, not in the interpreter's last flush
         return code
@@ -552,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kvlab: {stopped}", file=sys.stderr)
         assert isinstance(stopped.code, int)  # RunStopped exits with 128 + the signal's number
         return stopped.code
+    except KeyboardInterrupt:  # Ctrl-C outside a run's own stop (starting up, printing)
+        print("kvlab: interrupted (SIGINT)", file=sys.stderr)
+        return 128 + signal.SIGINT
     except BrokenPipeError:  # the reader went away (`kvlab plan ... | head`): stop quietly
         _drop_stdout()
         return 128 + signal.SIGPIPE

@@ -137,3 +137,34 @@ def test_a_rank_ends_itself_when_its_parent_is_gone():
         timeout=20,
     )
     assert proc.returncode == PARENT_GONE_EXIT_CODE
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        # before any rank starts: while the scenario's configuration is made
+        "from kvlab.run import rank_config as M; name = 'scenario_config'",
+        # after every rank is reaped: while the run is put into words
+        "from kvlab.analysis import sentences as M; name = 'explain_run'",
+    ],
+)
+def test_ctrl_c_outside_the_run_exits_130_with_one_line(where):
+    """SIGINT outside the run's own stop (no rank alive) ends the command with 130 and one
+    line, not a traceback and death by the signal."""
+    child = textwrap.dedent(f"""
+        import os, signal, sys
+        from kvlab import cli
+        {where}
+        made = getattr(M, name)
+        def interrupted(*a, **k):
+            os.kill(os.getpid(), signal.SIGINT)
+            return made(*a, **k)
+        setattr(M, name, interrupted)
+        sys.exit(cli.main(["scenario", "issue-21470", "--ranks", "2", "--timeout", "60"]))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "kvlab: interrupted (SIGINT)", proc.stderr
+    assert "Traceback" not in proc.stderr
