@@ -3,8 +3,12 @@
 The corpus is generated, not listed: (a) the command line, every option of every subcommand given
 each of CLI_VALUES (empty, negative, zero, nan, inf, 1e309, 10**30, 5,000 digits, text, a folder,
 /dev/zero, a missing file, garbage, a 10 MB file, unicode), ``kvlab plan --config`` on a preset's
-config.json with one field mutated (or removed) at a time, and ``kvlab scenario`` on each
-data/scenarios/*.yaml with one field mutated at a time; (b) the library: each parameter of each
+config.json with one field mutated (or removed) at a time, ``kvlab scenario`` on each
+data/scenarios/*.yaml with one field mutated at a time, every door that reads a file (the three
+trace formats, config.json, a scenario, an executed notebook) given special files (a FIFO, a
+folder, a dangling link, /dev/zero) and tampered ones (cut short, empty, a BOM, UTF-16, NUL
+bytes, nested deep, a key twice, 5,000 digits), and ``plan`` and ``replay`` with 2 to 4 numeric
+options set at once from edge values; (b) the library: each parameter of each
 callable in ``kvlab.__all__`` and of each kvlab function the notebooks import (``from kvlab...``,
 ``viz.X``, ``workshop.X``) given each of API_VALUES, the other parameters at a known good value.
 
@@ -54,6 +58,7 @@ MEMORY_BOUND = 4 << 30
 FILE_BOUND = 256 << 20
 CLI_SECONDS, WALKTHROUGH_SECONDS, API_SECONDS = 20.0, 60.0, 10.0
 LONG_MESSAGE = 4096
+COMBINATIONS = 400  # option combinations of plan and replay in the corpus
 CLASSES = (
     "clean",
     "traceback",
@@ -208,6 +213,10 @@ def cli_corpus(fx: Path):
             cases.append(_cli(name, option, label, base + hostile, fx))
     cases += config_corpus(fx)
     cases += scenario_corpus(fx)
+    cases += files_corpus(fx)
+    for case in combination_corpus(COMBINATIONS):
+        case["argv"] = [a.replace("{fx}", str(fx)) for a in case["argv"]]
+        cases.append(case)
     return cases
 
 
@@ -307,6 +316,146 @@ def scenario_corpus(fx: Path):
                         "argv": ["scenario", str(file), "--in-process"],
                     }
                 )
+    return cases
+
+
+def _special_files(folder: Path, good: str, suffix: str) -> dict[str, str]:
+    """Files that are not what a door reads, next to a good one's text: special files (a
+    FIFO, a folder, a dangling link, a device), and tampered copies (cut short, empty, a BOM,
+    UTF-16, NUL bytes, nested deep, a key twice, a 5,000-digit number). Label -> path."""
+    folder.mkdir(parents=True)
+    files = {"fifo": folder / f"fifo{suffix}", "folder": folder / f"folder{suffix}"}
+    os.mkfifo(files["fifo"])
+    files["folder"].mkdir()
+    files["dangling-link"] = folder / f"link{suffix}"
+    files["dangling-link"].symlink_to(folder / "gone")
+    texts = {
+        "cut-short": good[: len(good) // 2],
+        "empty": "",
+        "bom": "\ufeff" + good,
+        "nul-bytes": good.replace("\n", "\n\0", 1),
+        "nested-deep": "[" * 50_000 + "]" * 50_000,
+        "digits-5000": good.replace("1", "9" * 5000, 1),
+    }
+    if good.lstrip().startswith("{"):
+        texts["key-twice"] = good.replace("{", '{"a": 1, "a": 2, ', 1)
+    for label, text in texts.items():
+        files[label] = folder / f"{label}{suffix}"
+        files[label].write_text(text, encoding="utf-8")
+    files["utf-16"] = folder / f"utf16{suffix}"
+    files["utf-16"].write_text(good, encoding="utf-16")
+    return {label: str(path) for label, path in files.items()} | {"dev-zero": "/dev/zero"}
+
+
+def files_corpus(fx: Path):
+    """Each door that reads a file given special and tampered files (:func:`_special_files`):
+    a trace (Azure's, Mooncake's and kvlab's own), a config.json, a scenario, an executed
+    notebook for the slides."""
+    traces = REPO / "data" / "traces"
+    mooncake = next((traces / "mooncake-fast25").glob("*.jsonl"))
+    goods = {
+        "replay --trace azure": ((traces / "AzureLLMInferenceTrace_code.csv"), ".csv"),
+        "replay --trace mooncake": (mooncake, ".jsonl"),
+        "replay --trace kvlab": (fx / "trace.csv", ".csv"),
+        "plan --config": (REPO / "data" / "models" / "llama-3.1-8b.json", ".json"),
+        "scenario": (REPO / "data" / "scenarios" / "rtx5080-4mib.yaml", ".yaml"),
+    }
+    argv = {
+        "replay --trace": lambda f: [
+            *("replay", "--trace", f, "--model", "llama-3.1-8b", "--gpu", "h100-80gb"),
+            *("--engine", "trtllm", "--policy", "capacity", "--limit", "50"),
+        ],
+        "plan --config": lambda f: ["plan", "--config", f, "--gpu", "h200"],
+        "scenario": lambda f: ["scenario", f, "--in-process"],
+    }
+    cases = []
+    for target, (source, suffix) in goods.items():
+        with open(source, encoding="utf-8") as handle:
+            good = "".join(handle.readline() for _ in range(200))  # the first rows will do
+        if target == "plan --config":
+            good = json.dumps(json.loads(source.read_text())["config"], indent=1)
+        folder = fx / "files" / target.replace(" ", "_").replace("-", "")
+        for label, path in _special_files(folder, good, suffix).items():
+            make = next(v for k, v in argv.items() if target.startswith(k))
+            cases.append({"door": "cli", "target": target, "label": label, "argv": make(path)})
+    ran = fx / "files" / "executed"
+    notebook = (REPO / "notebooks" / "02_single_gpu_repro_4mib.ipynb").read_text()
+    for label, path in _special_files(ran, notebook, ".ipynb").items():
+        executed = ran / label
+        executed.mkdir()
+        target = executed / "02_single_gpu_repro_4mib.ipynb"
+        if Path(path).is_file():
+            shutil.copy(path, target)
+        elif label == "fifo":
+            os.mkfifo(target)
+        cases.append(
+            {
+                "door": "cli",
+                "target": "slides --executed-dir",
+                "label": label,
+                "argv": ["slides", "--only", "02", "--executed-dir", str(executed)],
+            }
+        )
+    return cases
+
+
+#: Values an option combination draws from: edges that are valid alone, and hostile ones.
+COMBINATION_VALUES = ("0", "1", "2", "31", "32", "33", "64", "0.5", "1e-9", "4096", "-1", "x")
+
+
+def combination_corpus(count: int, seed: int = 0):
+    """``kvlab plan`` and ``kvlab replay`` with 2 to 4 of their numeric options set at once
+    from :data:`COMBINATION_VALUES` (where each alone may be fine, together they may not)."""
+    rng = random.Random(seed)
+    options = {
+        name: [opt for sub, opt, takes, _ in cli_options() if sub == name and takes and opt]
+        for name in ("plan", "replay")
+    }
+    numeric = {
+        "--gpu-gib",
+        "--weights-gib",
+        "--workspace-gib",
+        "--workspace-skew-gib",
+        "--activations-gib",
+        "--non-torch-gib",
+        "--free-gpu-memory-fraction",
+        "--kv-quota-gib",
+        "--tp-size",
+        "--pp-size",
+        "--ranks",
+        "--max-seq-len",
+        "--max-batch-size",
+        "--max-new-tokens",
+        "--max-num-tokens",
+        "--tokens-per-block",
+        "--host-cache-gib",
+        "--max-beam-width",
+        "--max-draft-len",
+        "--seconds-per-iteration",
+        "--limit",
+        "--max-steps",
+    }
+    flags = ["--attention-dp", "--chunked-prefill", "--disable-overlap-scheduler"]
+    cases = []
+    for _ in range(count):
+        sub = rng.choice(("plan", "replay"))
+        chosen = rng.sample([o for o in options[sub] if o in numeric], rng.randint(2, 4))
+        argv = [f"{o}={rng.choice(COMBINATION_VALUES)}" for o in chosen]
+        argv += [f for f in flags if rng.random() < 0.3]
+        base = (
+            ["--example", "issue-21470"]
+            if sub == "plan"
+            else [*("--trace", "{fx}/trace.csv", "--example", "issue-21470", "--engine", "trtllm")]
+        )
+        label = " ".join(argv)
+        cases.append(
+            {
+                "door": "cli",
+                "target": f"{sub} combination",
+                "label": label,
+                "argv": [sub, *base, *argv],
+            }
+        )
     return cases
 
 
