@@ -94,7 +94,7 @@ def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide])
         return None, "text only: no executed copy (run `kvlab walkthrough` for the figures)"
     try:
         ran = slides_of(nbformat.read(executed, as_version=4))
-    except (ValueError, OSError, nbformat.ValidationError) as exc:  # a run stopped half way
+    except (ValueError, OSError, RecursionError, nbformat.ValidationError) as exc:  # cut short
         why = str(exc).split(":")[0][:120] or type(exc).__name__
         return None, f"text only: {executed} is not a notebook ({why}; run `kvlab walkthrough`)"
     if [s.title for s in ran] != [s.title for s in slides]:
@@ -163,7 +163,7 @@ def build_deck(path: Path, out_dir: Path, executed_dir: Path | None = None) -> D
 
     try:
         slides = slides_of(nbformat.read(path, as_version=4))
-    except (ValueError, nbformat.ValidationError) as exc:
+    except (ValueError, RecursionError, nbformat.ValidationError) as exc:
         why = str(exc).split(":")[0][:120] or type(exc).__name__
         raise ValueError(f"{path} is not a notebook nbformat can read: {why}") from None
     ran, note = _executed_slides(Path(path), executed_dir, slides)

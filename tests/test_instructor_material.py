@@ -302,16 +302,24 @@ def test_an_executed_copy_with_other_headings_is_not_used(tmp_path):
     assert "has other headings" in deck.note
 
 
-def test_an_executed_copy_cut_short_is_not_used(tmp_path):
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda text: text[: len(text) // 2], "Notebook does not appear to be JSON"),
+        (lambda text: "[" * 50_000 + "]" * 50_000, "maximum recursion depth exceeded"),
+    ],
+    ids=["cut short", "nested deep"],
+)
+def test_an_executed_copy_that_is_not_a_notebook_is_not_used(tmp_path, damage, why):
     """A walkthrough stopped while writing leaves a truncated copy: the deck is text only."""
     (tmp_path / "src").mkdir(), (tmp_path / "ran").mkdir()
     _executed(tmp_path / "src" / "01_deck.ipynb", figure_after="")
     _executed(tmp_path / "ran" / "01_deck.ipynb", figure_after="One")
     whole = (tmp_path / "ran" / "01_deck.ipynb").read_text()
-    (tmp_path / "ran" / "01_deck.ipynb").write_text(whole[: len(whole) // 2])
+    (tmp_path / "ran" / "01_deck.ipynb").write_text(damage(whole))
     deck = build_deck(tmp_path / "src" / "01_deck.ipynb", tmp_path / "out", tmp_path / "ran")
     assert len(deck.slides) == 3 and not any(s.figure for s in deck.slides)
-    assert "is not a notebook (Notebook does not appear to be JSON" in deck.note
+    assert f"is not a notebook ({why}" in deck.note
 
 
 def test_slides_of_never_reads_a_heading_inside_a_code_fence():
