@@ -12,6 +12,7 @@ import errno
 import os
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -444,6 +445,7 @@ def _notebooks(args, parser, default_dir, listing) -> tuple[Path, list[Path]]:
 
 def _walkthrough(args, parser) -> int:
     from kvlab.notebook import walkthrough as wt
+    from kvlab.run.signals import Stopped
 
     notebook_dir, notebooks = _notebooks(args, parser, wt.NOTEBOOK_DIR, wt.walkthrough_notebooks)
     if not notebooks and not args.only:
@@ -466,7 +468,7 @@ def _walkthrough(args, parser) -> int:
                 runs.append(wt.run_notebook(path, args.build_dir, parameters))
             except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say what ran and what not
                 interrupted = path
-                signum = exc.signum if isinstance(exc, wt.Stopped) else signal.SIGINT
+                signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
                 break
     print(f"\n{wt.summary_table(runs)}")
     if interrupted is not None:
@@ -541,8 +543,14 @@ def _scenario(args, parser) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kvlab.run.signals import RunStopped
+    """The command; SIGTERM and SIGHUP raise as Ctrl-C does while it runs (then 128 + n)."""
+    from kvlab.run.signals import RunStopped, Stopped, raise_stopped
 
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                previous[signum] = signal.signal(signum, raise_stopped)
     try:
         args = build_parser().parse_args(argv)
         code = args.handler(args, args.subparser)
@@ -552,9 +560,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kvlab: {stopped}", file=sys.stderr)
         assert isinstance(stopped.code, int)  # RunStopped exits with 128 + the signal's number
         return stopped.code
-    except KeyboardInterrupt:  # Ctrl-C outside a run's own stop (starting up, printing)
-        print("kvlab: interrupted (SIGINT)", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except KeyboardInterrupt as exc:  # a signal outside a run's own stop (starting, printing)
+        number = exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT)
+        print(f"kvlab: stopped by {signal.Signals(number).name}", file=sys.stderr)
+        return 128 + number
     except BrokenPipeError:  # the reader went away (`kvlab plan ... | head`): stop quietly
         _drop_stdout()
         return 128 + signal.SIGPIPE
@@ -564,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
         _drop_stdout()
         print(f"kvlab: cannot write the output: {exc.strerror}", file=sys.stderr)
         return OUTPUT_ERROR_EXIT
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _drop_stdout() -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
+from kvlab.run.signals import raise_stopped
 
 #: A process that removes the kernels' folder once the walkthrough is gone (it ignores the
 #: signals that stop the walkthrough, so it outlives it).
@@ -113,21 +114,10 @@ def check_parameters(parameters: dict[str, object], notebooks: list[Path]) -> No
             )
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the walkthrough is, as Ctrl-C raises KeyboardInterrupt."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 @contextmanager
 def stop_signals():
-    """While inside, SIGTERM and SIGHUP (with their default handler) raise :class:`Stopped`."""
-
-    def handle(signum, frame):
-        raise Stopped(signum)
-
+    """While inside, SIGTERM and SIGHUP (with their default handler) raise
+    kvlab.run.signals.Stopped."""
     # the kernel's tasks failed by the stop are reported after this block: say nothing
     logging.getLogger("asyncio").addFilter(
         lambda record: not record.getMessage().startswith("Task exception was never retrieved")
@@ -136,7 +126,7 @@ def stop_signals():
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(signum) == signal.SIG_DFL:
-                previous[signum] = signal.signal(signum, handle)
+                previous[signum] = signal.signal(signum, raise_stopped)
     try:
         yield
     finally:

@@ -42,9 +42,22 @@ class RunInterrupted(RunStopped, KeyboardInterrupt):
     """SIGINT's RunStopped (exit status 130); a KeyboardInterrupt too, for code catching one."""
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is, as Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_stopped(signum: int, frame: FrameType | None) -> None:
+    """The handler that makes SIGTERM and SIGHUP a :class:`Stopped` (kvlab.cli's)."""
+    raise Stopped(signum)
+
+
 class StopOnSignal:
-    """While a run's ranks are alive, STOP_SIGNALS left at Python's default only record the
-    signal; the parent's loop sees it, stops every rank, then :meth:`raise_if_signalled`.
+    """While a run's ranks are alive, STOP_SIGNALS left at Python's default (or kvlab.cli's
+    :func:`raise_stopped`) only record the signal; the parent's loop sees it, stops every rank, then :meth:`raise_if_signalled`.
     Ignored signals and a caller's own handlers are left alone; off the main thread it does
     nothing."""
 
@@ -56,7 +69,11 @@ class StopOnSignal:
     def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             for signum in STOP_SIGNALS:
-                if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+                if signal.getsignal(signum) in (
+                    signal.SIG_DFL,
+                    signal.default_int_handler,
+                    raise_stopped,
+                ):
                     self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
