@@ -7,10 +7,12 @@ config.json with one field mutated (or removed) at a time, ``kvlab scenario`` on
 data/scenarios/*.yaml with one field mutated at a time, every door that reads a file (the three
 trace formats, config.json, a scenario, an executed notebook) given special files (a FIFO, a
 folder, a dangling link, /dev/zero) and tampered ones (cut short, empty, a BOM, UTF-16, NUL
-bytes, nested deep, a key twice, 5,000 digits), and ``plan`` and ``replay`` with 2 to 4 numeric
-options set at once from edge values; (b) the library: each parameter of each
-callable in ``kvlab.__all__`` and of each kvlab function the notebooks import (``from kvlab...``,
-``viz.X``, ``workshop.X``) given each of API_VALUES, the other parameters at a known good value.
+bytes, nested deep, a key twice, 5,000 digits), ``plan`` and ``replay`` with 2 to 4 numeric
+options set at once from edge values, and a few commands sent SIGINT, SIGTERM or SIGHUP at a
+random moment (exit 128 + n with no traceback is clean, a finish first accepted); (b) the
+library: each parameter of each callable in ``kvlab.__all__`` and of each kvlab function the
+notebooks import (``from kvlab...``, ``viz.X``, ``workshop.X``) given each of API_VALUES, the
+other parameters at a known good value.
 
 Bounds: each input runs in its own process group (a fork, which execs ``python -m kvlab`` for
 the command line), under RLIMIT_AS of 4 GiB and RLIMIT_FSIZE of 256 MiB, with a wall-clock limit
@@ -59,6 +61,7 @@ FILE_BOUND = 256 << 20
 CLI_SECONDS, WALKTHROUGH_SECONDS, API_SECONDS = 20.0, 60.0, 10.0
 LONG_MESSAGE = 4096
 COMBINATIONS = 400  # option combinations of plan and replay in the corpus
+SIGNAL_CASES = 10  # signals at random moments, per command of SIGNAL_COMMANDS
 CLASSES = (
     "clean",
     "traceback",
@@ -214,7 +217,7 @@ def cli_corpus(fx: Path):
     cases += config_corpus(fx)
     cases += scenario_corpus(fx)
     cases += files_corpus(fx)
-    for case in combination_corpus(COMBINATIONS):
+    for case in combination_corpus(COMBINATIONS) + signal_corpus(SIGNAL_CASES):
         case["argv"] = [a.replace("{fx}", str(fx)) for a in case["argv"]]
         cases.append(case)
     return cases
@@ -456,6 +459,42 @@ def combination_corpus(count: int, seed: int = 0):
                 "argv": [sub, *base, *argv],
             }
         )
+    return cases
+
+
+#: Commands a signal is sent to at a random moment (their start-up, their work, their end).
+SIGNAL_COMMANDS = (
+    ["scenario", "issue-21470", "--ranks", "4"],
+    ["scenario", "issue-21470", "--in-process"],
+    ["plan", "--example", "issue-21470"],
+    [
+        *("replay", "--trace", "{fx}/trace.csv", "--example", "issue-21470"),
+        *("--engine", "all"),
+    ],
+    ["walkthrough", "--only", "00", "--notebook-dir", "{fx}/notebooks"],
+    ["doctor"],
+)
+SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def signal_corpus(per_command: int, seed: int = 0):
+    """Each of SIGNAL_COMMANDS sent one of SIGNALS at a random moment in its first 8 s: it must
+    exit 128 + the signal's number (or finish first) with no traceback and nothing left."""
+    rng = random.Random(seed)
+    cases = []
+    for argv in SIGNAL_COMMANDS:
+        for _ in range(per_command):
+            name, after = rng.choice(SIGNALS), round(rng.uniform(0.05, 8.0), 2)
+            cases.append(
+                {
+                    "door": "cli",
+                    "target": f"{argv[0]} under a signal",
+                    "label": f"{name} after {after} s: {' '.join(argv[1:3])}",
+                    "argv": argv,
+                    "signal": name,
+                    "after_s": after,
+                }
+            )
     return cases
 
 
@@ -783,8 +822,11 @@ def classify(case, case_dir: Path, status, timed_out, left, stray):
         ]
     err = _tail(case_dir / "stderr")
     out = _tail(case_dir / "stdout")
+    sent = signal.Signals[case["signal"]] if "signal" in case else None
     if timed_out:
         kind = "hang"
+    elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == sent:
+        kind, record["signal"] = "undocumented-exit", os.WTERMSIG(status)  # died by it
     elif os.WIFSIGNALED(status):
         kind, record["signal"] = "memory", os.WTERMSIG(status)
     elif case["door"] == "cli":
@@ -797,7 +839,7 @@ def classify(case, case_dir: Path, status, timed_out, left, stray):
         elif "Traceback (most recent call last)" in err + out:
             kind = "traceback"
             record["where"] = _cli_where(err + out)
-        elif code == 2:
+        elif code == 2 or (sent is not None and code == 128 + sent):
             kind = (
                 "long-message" if (case_dir / "stderr").stat().st_size > LONG_MESSAGE else "clean"
             )
@@ -862,6 +904,7 @@ def run(cases, jobs, seconds, good, root: Path, report):
     counts = dict.fromkeys(CLASSES, 0)
     by_door = {"cli": dict.fromkeys(CLASSES, 0), "api": dict.fromkeys(CLASSES, 0)}
     queue, running, started = list(enumerate(cases)), {}, time.monotonic()
+    signals: dict[int, tuple[float, signal.Signals]] = {}  # pid -> (when, which) to send
     stopped_early = False
     while queue or running:
         while queue and len(running) < jobs:
@@ -878,11 +921,17 @@ def run(cases, jobs, seconds, good, root: Path, report):
             )
             pid = start(case, case_dir, good)
             running[pid] = (case, case_dir, time.monotonic() + limit, before, False)
+            if "signal" in case:
+                signals[pid] = (time.monotonic() + case["after_s"], signal.Signals[case["signal"]])
         if not running:
             continue
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             now = time.monotonic()
+            for child, (when, signum) in list(signals.items()):
+                if now >= when:  # as `kill -SIG PID` would, to the command's own process
+                    os.kill(child, signum)
+                    del signals[child]
             for child, (case, case_dir, deadline, before, killed) in list(running.items()):
                 if now > deadline and not killed:
                     _kill_group(child)
@@ -892,6 +941,7 @@ def run(cases, jobs, seconds, good, root: Path, report):
         if pid not in running:
             continue
         case, case_dir, _, before, timed_out = running.pop(pid)
+        signals.pop(pid, None)
         stray = _group_alive(pid)
         _kill_group(pid)
         after = _listing()
