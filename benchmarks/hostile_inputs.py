@@ -12,7 +12,9 @@ options set at once from edge values, and a few commands sent SIGINT, SIGTERM or
 random moment (exit 128 + n with no traceback is clean, a finish first accepted); (b) the
 library: each parameter of each callable in ``kvlab.__all__`` and of each kvlab function the
 notebooks import (``from kvlab...``, ``viz.X``, ``workshop.X``) given each of API_VALUES, the
-other parameters at a known good value.
+other parameters at a known good value; (c) the real-engine protocol: the backend fed a fake
+driver whose output is a valid run with one line changed (a field replaced, a key dropped, cut
+short, doubled, nested deep), clean when it ends in an EngineProcessError keeping every request.
 
 Bounds: each input runs in its own process group (a fork, which execs ``python -m kvlab`` for
 the command line), under RLIMIT_AS of 4 GiB and RLIMIT_FSIZE of 256 MiB, with a wall-clock limit
@@ -27,7 +29,7 @@ in its group), undocumented-exit (CLI) and long-message (an error over 4 KiB). N
 JSON line per non-clean input (or one with ``tmp_new``), then a summary line. A full corpus
 (about 9,400 inputs) takes hours on two cores: ``--seconds`` bounds a run, on a shuffled order.
 
-    python benchmarks/hostile_inputs.py [--only cli|api] [--match TEXT] [--limit N] [--jobs J]
+    python benchmarks/hostile_inputs.py [--only cli|api|protocol] [--match TEXT] [--limit N] [--jobs J]
                                         [--seconds S] [--out FILE]
 """
 
@@ -62,6 +64,7 @@ CLI_SECONDS, WALKTHROUGH_SECONDS, API_SECONDS = 20.0, 60.0, 10.0
 LONG_MESSAGE = 4096
 COMBINATIONS = 400  # option combinations of plan and replay in the corpus
 SIGNAL_CASES = 10  # signals at random moments, per command of SIGNAL_COMMANDS
+PROTOCOL_CASES = 200  # fake real-engine drivers, each a valid run with one line changed
 CLASSES = (
     "clean",
     "traceback",
@@ -498,6 +501,105 @@ def signal_corpus(per_command: int, seed: int = 0):
     return cases
 
 
+def _protocol_transcript() -> list[dict]:
+    """A vLLM driver's output for three requests (one finished, one started, one queued), as
+    a fake driver prints it (protocol: docs/ENGINES.md)."""
+    from kvlab.backends.vllm import VLLM
+
+    run = [dict(kind="hello", vllm=VLLM.version, torch="x")]
+    run.append(dict(kind="start", run=0, num_gpu_blocks=64, free_blocks=63, max_model_len=2016))
+    for request_id, event in (("done", "started"), ("done", "first_token"), ("started", "started")):
+        run.append(dict(kind="event", run=0, step=0, id=request_id, event=event))
+    run.append(
+        dict(
+            kind="event",
+            run=0,
+            step=1,
+            id="done",
+            event="finished",
+            finish_reason="length",
+            num_output_tokens=2,
+            cause="max_tokens",
+        )
+    )
+    run.append(
+        dict(kind="steps", run=0, rows=[[0, 61, 2, 0, 2, 0, 16, 0], [1, 61, 1, 1, 1, 2, 3, 0]])
+    )
+    run.append(dict(kind="end", run=0, end_step=2, iterations=2))
+    return run
+
+
+#: What a field of a driver line is replaced with.
+PROTOCOL_VALUES = ("x", -1, 1e308, None, [], {}, 10**30, [[1]], True, "", "\u202e")
+
+
+def protocol_corpus(count: int, seed: int = 0):
+    """The real-engine backend fed a fake driver whose output is a valid run with one line
+    changed: a field replaced (PROTOCOL_VALUES), a key dropped, the line cut short, doubled or
+    nested deep. Clean: the run ends in an EngineProcessError (or in a result) with every
+    request given a status and a reason; anything raised is raw."""
+    rng = random.Random(seed)
+    transcript = _protocol_transcript()
+    cases = []
+    for _ in range(count):
+        lines = [json.dumps(line) for line in transcript]
+        at = rng.randrange(len(transcript))
+        line = dict(transcript[at])
+        how = rng.choice(("field", "field", "field", "drop", "cut", "twice", "deep"))
+        if how == "field":
+            key = rng.choice(sorted(line))
+            value = rng.choice(PROTOCOL_VALUES)
+            line[key] = value
+            lines[at], label = json.dumps(line), f"{line['kind']}.{key} = {value!r:.20}"
+        elif how == "drop":
+            key = rng.choice(sorted(line))
+            del line[key]
+            lines[at], label = json.dumps(line), f"{transcript[at]['kind']} without {key}"
+        elif how == "cut":
+            lines[at], label = lines[at][: len(lines[at]) // 2], f"{line['kind']} cut short"
+        elif how == "twice":
+            lines.insert(at, lines[at])
+            label = f"{line['kind']} twice"
+        else:
+            lines[at], label = "[" * 100_000, f"{line['kind']} nested deep"
+        cases.append(
+            {"door": "protocol", "target": "vLLM driver output", "label": label, "lines": lines}
+        )
+    return cases
+
+
+def call_protocol(case, case_dir: Path):
+    """Run the backend on a fake driver printing ``case["lines"]``; what happened, as a dict."""
+    from kvlab.analysis.peer_conformance import NOTEBOOK_04
+    from kvlab.backends.vllm import VLLM
+    from kvlab.core.request import Request
+
+    driver = case_dir / "driver.py"
+    driver.write_text(f"import sys\nfor line in {case['lines']!r}:\n    print(line, flush=True)\n")
+    engine = dataclasses.replace(VLLM, driver=driver, python=Path(sys.executable))
+    requests = [Request(i, 64, 4, 0) for i in ("done", "started", "queued")]
+    try:
+        result = engine.run(NOTEBOOK_04, requests, timeout_s=API_SECONDS)
+        kept = set(result.status) == {r.request_id for r in requests} and all(
+            result.reasons.get(i) is not None for i in result.status
+        )
+        result.summary(), result.outcome()  # what a reader of the result computes
+    except BaseException as exc:  # the classification needs every kind
+        return {
+            "outcome": "raised",
+            "type": type(exc).__name__,
+            "message": str(exc)[:300],
+            "where": _where(exc),
+        }
+    error = result.error
+    return {
+        "outcome": "error" if error is not None else "returned",
+        "type": type(error).__name__ if error is not None else None,
+        "message": str(error)[:300] if error is not None else "",
+        "kept": kept,
+    }
+
+
 # ---------------------------------------------------------------- the API corpus
 
 
@@ -801,7 +903,9 @@ def start(case, case_dir: Path, good):
             os.dup2(os.open(case_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         if case["door"] == "cli":
             os.execv(sys.executable, [sys.executable, "-m", "kvlab", *case["argv"]])
-        result = call_case(case, good)
+        result = (
+            call_protocol(case, case_dir) if case["door"] == "protocol" else call_case(case, good)
+        )
         (case_dir / "result.json").write_text(json.dumps(result))
     finally:
         os._exit(0)
@@ -847,6 +951,17 @@ def classify(case, case_dir: Path, status, timed_out, left, stray):
             kind = "accepted"
         else:
             kind = "undocumented-exit"
+    elif case["door"] == "protocol":
+        path = case_dir / "result.json"
+        result = json.loads(path.read_text()) if path.exists() else {"outcome": "none"}
+        record.update({k: result[k] for k in ("type", "message", "where") if k in result})
+        if result["outcome"] == "error":
+            clean = result["type"] == "EngineProcessError" and result["kept"]
+            kind = "clean" if clean else "raw-error"
+        elif result["outcome"] == "returned":
+            kind = "accepted" if result["kept"] else "raw-error"
+        else:
+            kind = "raw-error"
     else:
         path = case_dir / "result.json"
         if not path.exists():
@@ -902,7 +1017,7 @@ def _group_alive(pgid):
 def run(cases, jobs, seconds, good, root: Path, report):
     """Run the cases, ``jobs`` at a time, until done or ``seconds`` have passed."""
     counts = dict.fromkeys(CLASSES, 0)
-    by_door = {"cli": dict.fromkeys(CLASSES, 0), "api": dict.fromkeys(CLASSES, 0)}
+    by_door = {door: dict.fromkeys(CLASSES, 0) for door in ("cli", "api", "protocol")}
     queue, running, started = list(enumerate(cases)), {}, time.monotonic()
     signals: dict[int, tuple[float, signal.Signals]] = {}  # pid -> (when, which) to send
     stopped_early = False
@@ -916,7 +1031,7 @@ def run(cases, jobs, seconds, good, root: Path, report):
             before = _listing()
             limit = (
                 API_SECONDS
-                if case["door"] == "api"
+                if case["door"] != "cli"
                 else (WALKTHROUGH_SECONDS if case["argv"][0] == "walkthrough" else CLI_SECONDS)
             )
             pid = start(case, case_dir, good)
@@ -967,7 +1082,7 @@ def _kill_group(pgid):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("cli", "api"), help="one door only")
+    parser.add_argument("--only", choices=("cli", "api", "protocol"), help="one door only")
     parser.add_argument(
         "--limit", type=int, help="run only the first N inputs of the shuffled corpus"
     )
@@ -999,12 +1114,14 @@ def main() -> None:
     try:
         fx = make_fixtures(root)
         cases, skipped, good = [], {}, {}
-        if args.only != "api":
+        if args.only in (None, "cli"):
             cases += cli_corpus(fx)
-        if args.only != "cli":
+        if args.only in (None, "api"):
             good = good_values(fx)
             api_cases, skipped = api_corpus(good)
             cases += api_cases
+        if args.only in (None, "protocol"):
+            cases += protocol_corpus(PROTOCOL_CASES)
         corpus = len(cases)
         cases = [c for c in cases if args.match is None or args.match in c["target"]]
         random.Random(args.seed).shuffle(cases)
