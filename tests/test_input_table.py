@@ -286,24 +286,15 @@ def _llama_with(**fields):
     return _config_with({**_LLAMA, **fields})
 
 
-def _notebook_dir_with(text: str):
-    """``kvlab walkthrough --notebook-dir DIR`` on a folder of one file, 01_x.ipynb, of ``text``."""
+def _notebook_dir_with(text: str, command: str = "walkthrough"):
+    """``kvlab walkthrough`` (or ``slides``) ``--notebook-dir DIR`` on a folder of one file,
+    01_x.ipynb, of ``text``."""
+    out = ("--build-dir", "{tmp}/b") if command == "walkthrough" else ("--out", "{tmp}/out")
 
     def attempt(tmp):
         (tmp / "nb").mkdir()
         (tmp / "nb" / "01_x.ipynb").write_text(text)
-        return cli("walkthrough", "--notebook-dir", "{tmp}/nb", "--build-dir", "{tmp}/b")(tmp)
-
-    return attempt
-
-
-def _slides_dir_with(text: str):
-    """``kvlab slides --notebook-dir DIR`` on a folder of one file, 01_x.ipynb, of ``text``."""
-
-    def attempt(tmp):
-        (tmp / "nb").mkdir()
-        (tmp / "nb" / "01_x.ipynb").write_text(text)
-        return cli("slides", "--notebook-dir", "{tmp}/nb", "--out", "{tmp}/out")(tmp)
+        return cli(command, "--notebook-dir", "{tmp}/nb", *out)(tmp)
 
     return attempt
 
@@ -1347,7 +1338,7 @@ CASES = [
     Case(
         COMMAND,
         "kvlab slides --notebook-dir DIR  (DIR: 01_x.ipynb cut short)",
-        _slides_dir_with('{"cells": [{"cell_type": "markdown", "sou'),
+        _notebook_dir_with('{"cells": [{"cell_type": "markdown", "sou', "slides"),
         "exit 2",
         ("01_x.ipynb is not a notebook nbformat can read: Notebook does not appear to be JSON",),
     ),
