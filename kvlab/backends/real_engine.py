@@ -313,19 +313,20 @@ class RealEngine:
 
     def stored_header(self) -> dict:
         """The stored file's header: the version, the command that made it, the date."""
-        document = self.stored_document()
-        header = {key: document.get(key) for key in ("version", "command", "recorded")}
-        if not all(isinstance(value, str) for value in header.values()):
-            raise FileFormatError(
-                f"{self.stored_path}: version, command and recorded must be strings, got {header}"[
-                    :300
-                ]
-            )
-        return header
+        return self._header_of(self.stored_document())
 
     def stored_records(self) -> dict[str, RunRecord]:
         """The stored runs by workload name; ValueError for a file that is not such runs."""
-        document = self.stored_document()
+        return self._records_in(self.stored_document())
+
+    def _header_of(self, document: dict) -> dict:
+        header = {key: document.get(key) for key in ("version", "command", "recorded")}
+        if not all(isinstance(value, str) for value in header.values()):
+            shown = f"version, command and recorded must be strings, got {header}"
+            raise FileFormatError(f"{self.stored_path}: {shown[:300]}")
+        return header
+
+    def _records_in(self, document: dict) -> dict[str, RunRecord]:
         try:
             workloads = document["workloads"]
             if not isinstance(workloads, list) or not all(isinstance(w, dict) for w in workloads):
@@ -359,17 +360,24 @@ class RealEngine:
         if live:
             results = self.run_workloads([workloads[name] for name in names])
             return dict(zip(names, results)), f"real {self.title} {self.version}, run now"
-        stored, header = self.stored_results(), self.stored_header()
+        document = self.stored_document()  # read once: several MB of JSON
+        records, header = self._records_in(document), self._header_of(document)
         return (
-            {name: stored[name] for name in names},
+            {name: records[name].result() for name in names},
             f"real {self.title} {header['version']}, stored run of {header['recorded']}",
         )
 
 
+def _is_count(value: object, high: int = MAX_COUNT) -> bool:
+    """An int in [0, high] (a bool is not one)."""
+    return type(value) is int and 0 <= value <= high
+
+
 def _count(message: dict, key: str, high: int = MAX_COUNT) -> int:
-    """``message[key]``, an int in [0, high], else ValueError naming it."""
+    """``message[key]``, an int in [0, high], else ValueError naming it (the value cut short:
+    a driver's line can be long, which kvlab.core.checks.check_int would quote whole)."""
     value = message[key]
-    if type(value) is not int or not 0 <= value <= high:
+    if not _is_count(value, high):
         raise ValueError(f"{key} must be an int in [0, {high}], got {value!r:.40}")
     return value
 
@@ -384,11 +392,7 @@ def _text(message: dict, key: str) -> str:
 
 def _is_row(row: object) -> bool:
     """A step row: at least the ROW_FIELDS' counts, every entry an int in [0, MAX_COUNT]."""
-    return (
-        isinstance(row, list)
-        and len(row) >= len(ROW_FIELDS)
-        and all(type(v) is int and 0 <= v <= MAX_COUNT for v in row)
-    )
+    return isinstance(row, list) and len(row) >= len(ROW_FIELDS) and all(map(_is_count, row))
 
 
 #: The states a stored request row may hold.
@@ -401,12 +405,12 @@ def _check_stored_row(row: Any) -> None:
         isinstance(row, list)
         and len(row) == 12
         and isinstance(row[0], str)
-        and all(type(v) is int and 0 <= v <= MAX_COUNT for v in row[1:4])
+        and all(map(_is_count, row[1:4]))
         and row[4] in STORED_STATES
-        and all(v is None or (type(v) is int and 0 <= v <= MAX_COUNT) for v in row[5:9])
+        and all(v is None or _is_count(v) for v in row[5:9])
         and type(row[9]) is bool
         and isinstance(row[10], list)
-        and all(type(v) is int and 0 <= v <= MAX_COUNT for v in row[10])
+        and all(map(_is_count, row[10]))
         and (row[11] is None or isinstance(row[11], str))
     )
     if not ok:
