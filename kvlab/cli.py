@@ -12,7 +12,6 @@ import errno
 import os
 import signal
 import sys
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -544,38 +543,31 @@ def _scenario(args, parser) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The command; SIGTERM and SIGHUP raise as Ctrl-C does while it runs (then 128 + n)."""
-    from kvlab.run.signals import RunStopped, Stopped, raise_stopped
+    from kvlab.run.signals import RunStopped, Stopped, stopped_by_term_and_hup
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(signum) == signal.SIG_DFL:
-                previous[signum] = signal.signal(signum, raise_stopped)
-    try:
-        args = build_parser().parse_args(argv)
-        code = args.handler(args, args.subparser)
-        sys.stdout.flush()  # a full disk shows here, not in the interpreter's last flush
-        return code
-    except RunStopped as stopped:  # every rank is already stopped and reaped
-        print(f"kvlab: {stopped}", file=sys.stderr)
-        assert isinstance(stopped.code, int)  # RunStopped exits with 128 + the signal's number
-        return stopped.code
-    except KeyboardInterrupt as exc:  # a signal outside a run's own stop (starting, printing)
-        number = exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT)
-        print(f"kvlab: stopped by {signal.Signals(number).name}", file=sys.stderr)
-        return 128 + number
-    except BrokenPipeError:  # the reader went away (`kvlab plan ... | head`): stop quietly
-        _drop_stdout()
-        return 128 + signal.SIGPIPE
-    except OSError as exc:
-        if exc.errno not in OUTPUT_ERRNOS:
-            raise
-        _drop_stdout()
-        print(f"kvlab: cannot write the output: {exc.strerror}", file=sys.stderr)
-        return OUTPUT_ERROR_EXIT
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    with stopped_by_term_and_hup():
+        try:
+            args = build_parser().parse_args(argv)
+            code = args.handler(args, args.subparser)
+            sys.stdout.flush()  # a full disk shows here, not in the interpreter's last flush
+            return code
+        except RunStopped as stopped:  # every rank is already stopped and reaped
+            print(f"kvlab: {stopped}", file=sys.stderr)
+            assert isinstance(stopped.code, int)  # RunStopped exits with 128 + its signal
+            return stopped.code
+        except KeyboardInterrupt as exc:  # a signal outside a run's own stop (starting, printing)
+            number = exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT)
+            print(f"kvlab: stopped by {signal.Signals(number).name}", file=sys.stderr)
+            return 128 + number
+        except BrokenPipeError:  # the reader went away (`kvlab plan ... | head`): stop quietly
+            _drop_stdout()
+            return 128 + signal.SIGPIPE
+        except OSError as exc:
+            if exc.errno not in OUTPUT_ERRNOS:
+                raise
+            _drop_stdout()
+            print(f"kvlab: cannot write the output: {exc.strerror}", file=sys.stderr)
+            return OUTPUT_ERROR_EXIT
 
 
 def _drop_stdout() -> None:

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
-from kvlab.run.signals import raise_stopped
+from kvlab.run.signals import stopped_by_term_and_hup
 
 #: A process that removes the kernels' folder once the walkthrough is gone (it ignores the
 #: signals that stop the walkthrough, so it outlives it).
@@ -116,22 +115,14 @@ def check_parameters(parameters: dict[str, object], notebooks: list[Path]) -> No
 
 @contextmanager
 def stop_signals():
-    """While inside, SIGTERM and SIGHUP (with their default handler) raise
-    kvlab.run.signals.Stopped."""
-    # the kernel's tasks failed by the stop are reported after this block: say nothing
+    """While inside, SIGTERM and SIGHUP stop the walkthrough as Ctrl-C does
+    (kvlab.run.signals.stopped_by_term_and_hup), and the kernel tasks the stop fails are not
+    reported."""
     logging.getLogger("asyncio").addFilter(
         lambda record: not record.getMessage().startswith("Task exception was never retrieved")
     )
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(signum) == signal.SIG_DFL:
-                previous[signum] = signal.signal(signum, raise_stopped)
-    try:
+    with stopped_by_term_and_hup():
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 @contextmanager

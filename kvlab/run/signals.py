@@ -11,6 +11,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -51,12 +53,28 @@ class Stopped(KeyboardInterrupt):
 
 
 def raise_stopped(signum: int, frame: FrameType | None) -> None:
-    """The handler that makes SIGTERM and SIGHUP a :class:`Stopped` (kvlab.cli's)."""
+    """The handler that makes SIGTERM and SIGHUP a :class:`Stopped`."""
     raise Stopped(signum)
 
 
+@contextmanager
+def stopped_by_term_and_hup() -> Iterator[None]:
+    """While inside (on the main thread), SIGTERM and SIGHUP left at their default raise
+    :class:`Stopped`, as Ctrl-C raises KeyboardInterrupt; their handlers are put back after."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                previous[signum] = signal.signal(signum, raise_stopped)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 class StopOnSignal:
-    """While a run's ranks are alive, STOP_SIGNALS left at Python's default (or kvlab.cli's
+    """While a run's ranks are alive, STOP_SIGNALS left at Python's default (or at
     :func:`raise_stopped`) only record the signal; the parent's loop sees it, stops every rank, then :meth:`raise_if_signalled`.
     Ignored signals and a caller's own handlers are left alone; off the main thread it does
     nothing."""
