@@ -169,3 +169,27 @@ def test_a_signal_outside_the_run_exits_128_plus_signal_with_one_line(where, sig
     assert proc.returncode == 128 + signum, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"kvlab: stopped by {signum.name}", proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_command_imports_torch_exits_128_plus_signal(signum):
+    """``import kvlab.cli`` is light (the package loads its names lazily), so the command's
+    handlers are in place before torch's import, the slow second of its start."""
+    child = textwrap.dedent(f"""
+        import importlib.abc, os, sys
+        from kvlab import cli
+        assert "torch" not in sys.modules, "import kvlab.cli imported torch"
+        class SignalAtTorch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch":
+                    sys.meta_path.remove(self)
+                    os.kill(os.getpid(), {int(signum)})
+                return None
+        sys.meta_path.insert(0, SignalAtTorch())
+        sys.exit(cli.main(["plan", "--example", "issue-21470"]))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 128 + signum, proc.stderr
+    assert proc.stderr.strip() == f"kvlab: stopped by {signum.name}", proc.stderr
