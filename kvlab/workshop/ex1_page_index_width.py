@@ -5,7 +5,9 @@ for the seed's 4 MiB pool.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kvlab.analysis.presets import seed_geometry
 from kvlab.core.arith import div_ceil
@@ -28,68 +30,156 @@ WIDTH_CASES = [
     ("just under a block boundary", 2047, 32, 0, 0),
     ("a tiny sequence", 31, 32, 0, 0),
     ("a partly filled last page", 2057, 32, 0, 0),
+    ("a last page more than half full", 2070, 32, 0, 0),
     ("16-token pages", 100, 16, 0, 0),
     ("64-token pages", 4096, 64, 0, 0),
     ("extra KV tokens", 2000, 32, 100, 0),
     ("draft tokens", 2000, 32, 0, 100),
+] + [
+    (
+        f"spot check: {L:,} tokens of {t}"
+        + (f", {e} extra" if e else "")
+        + (f", {d} draft" if d else ""),
+        L,
+        t,
+        e,
+        d,
+    )
+    # lengths chosen so that no two combinations of the typical slips (WIDTH_WAYS) answer
+    # alike on every case unless they compute the same function
+    for L, t, e, d in [
+        (1135, 32, 0, 0),
+        (2045, 32, 100, 0),
+        (2416, 16, 0, 100),
+        (3018, 64, 37, 0),
+        (904, 16, 0, 0),
+        (351, 64, 0, 0),
+        (1856, 64, 0, 0),
+        (1884, 64, 0, 100),
+        (729, 16, 0, 0),
+        (1919, 64, 0, 0),
+    ]
 ]
 SEED_POOL_BYTES = 4 * MIB
 SEED_MAX_SEQ_LEN = 8192
 
 
-def _up4(n: int) -> int:
-    return div_ceil(n, 4) * 4
+#: The ways a typical answer divides tokens by the page size: (how it reads, the hint).
+DIVISIONS: dict[str, tuple[Callable[[int, int], int], str | None]] = {
+    "ceil": (div_ceil, None),
+    "floor": (
+        lambda n, t: n // t,
+        "you rounded the division down: a partly filled block still needs an entry",
+    ),
+    "round": (
+        lambda n, t: round(n / t),
+        "you rounded the division to the nearest: a partly filled block still needs an entry",
+    ),
+}
+PAD = "the padding only adds entries"
+#: The ways a typical answer pads the row (the copy_block_offsets kernel's multiple of 4):
+#: (what it does, in the worked numbers; the hint).
+PADDINGS: dict[str, tuple[Callable[[int], int], str, str | None]] = {
+    "up to 4": (lambda n: div_ceil(n, 4) * 4, "rounded up to a multiple of 4", None),
+    "none": (
+        lambda n: n,
+        "not padded",
+        "you did not round up to a multiple of 4 (the copy_block_offsets kernel)",
+    ),
+    "always +4": (
+        lambda n: (n // 4 + 1) * 4,
+        "(n // 4 + 1) * 4",
+        "your rounding adds 4 to a count that is already a multiple of 4 "
+        "((n // 4 + 1) * 4); round up only what is not: ceil(n / 4) * 4",
+    ),
+    "down to 4": (
+        lambda n: n // 4 * 4,
+        "padded down to a multiple of 4",
+        f"you padded down to a multiple of 4: {PAD}",
+    ),
+    "nearest 4": (
+        lambda n: round(n / 4) * 4,  # ties to even
+        "padded to the nearest multiple of 4",
+        f"you padded to the nearest multiple of 4: {PAD}",
+    ),
+    "nearest 4, ties up": (
+        lambda n: (n + 2) // 4 * 4,
+        "padded to the nearest multiple of 4",
+        f"you padded to the nearest multiple of 4: {PAD}",
+    ),
+    "up to 8": (
+        lambda n: div_ceil(n, 8) * 8,
+        "rounded up to a multiple of 8",
+        "you rounded up to a multiple of 8; the row is padded to a multiple of 4",
+    ),
+}
 
 
-def _width_mistakes(L: int, t: int, e: int, d: int, expected: int) -> list[tuple]:
-    """(the value a typical slip gives, its name (the hint), the worked numbers (the reveal)),
-    in order: the first match is shown."""
-    raw, no_one = div_ceil(L + e + d + 1, t), div_ceil(L + e + d, t)
-    tokens = f"{L:,}+{e:,}+{d:,}"
-    right = f"ceil(({tokens}+1)/{t})={raw:,}"
-    to = f": {right} -> {expected:,}"
-    up = f": {right}, rounded UP to a multiple of 4 = {expected:,}, not"
-    pad = "the padding only adds entries"
-    nearest = [
-        (n, f"you padded to the nearest multiple of 4: {pad}", f"{up} to the nearest, {n:,}")
-        for n in (round(raw / 4) * 4, (raw + 2) // 4 * 4)  # ties to even (round), or up
-    ]
-    return [
-        (
-            _up4(no_one),
-            "you forgot the +1 decode token",
-            f": ceil(({tokens})/{t})={no_one:,} -> {_up4(no_one):,}, expected {right} -> {expected:,}",
-        ),
-        (
-            raw,
-            "you did not round up to a multiple of 4 (the copy_block_offsets kernel)",
-            f": {right}, rounded up to a multiple of 4 = {expected:,}",
-        ),
-        (no_one, "you forgot both the +1 decode token and the rounding up to a multiple of 4", to),
-        (
-            div_ceil(raw, 8) * 8,
-            "you rounded up to a multiple of 8; the row is padded to a multiple of 4",
-            f": {raw:,} -> {expected:,}",
-        ),
-        (
-            raw // 4 * 4,
-            f"you padded down to a multiple of 4: {pad}",
-            f"{up} down to {raw // 4 * 4:,}",
-        ),
-        *nearest,
-        (
-            _up4((L + e + d + 1) // t),
-            "you rounded the division down: a partly filled block still needs an entry",
-            f", so {right} -> {expected:,}",
-        ),
-        (_up4(div_ceil(L + d + 1, t)), f"you left out the extra KV tokens ({e:,})", to),
-        (_up4(div_ceil(L + e + 1, t)), f"you left out the draft tokens ({d:,})", to),
-    ]
+@dataclass(frozen=True)
+class WidthSlips:
+    """One way of computing the width: the rule when every field is at its default, else the
+    typical slips it makes, each one step of the rule done differently."""
+
+    plus_one: bool = True
+    extra: bool = True
+    draft: bool = True
+    division: str = "ceil"
+    padding: str = "up to 4"
+
+    def count(self) -> int:
+        defaults = WidthSlips()
+        return sum(getattr(self, f) != getattr(defaults, f) for f in self.__dataclass_fields__)
+
+    def width(self, L: int, t: int, e: int, d: int) -> int:
+        blocks = DIVISIONS[self.division][0](self._tokens(L, e, d), t)
+        return PADDINGS[self.padding][0](blocks)
+
+    def _tokens(self, L: int, e: int, d: int) -> int:
+        return L + e * self.extra + d * self.draft + self.plus_one
+
+    def names(self, e: int, d: int) -> list[str]:
+        """The hints for this way's slips that can show on a case with e extra, d draft."""
+        left_out = [
+            (not self.plus_one, "you forgot the +1 decode token"),
+            (not self.extra and e > 0, f"you left out the extra KV tokens ({e:,})"),
+            (not self.draft and d > 0, f"you left out the draft tokens ({d:,})"),
+        ]
+        return [name for slipped, name in left_out if slipped] + [
+            name
+            for name in (DIVISIONS[self.division][1], PADDINGS[self.padding][2])
+            if name is not None
+        ]
+
+    def worked(self, L: int, t: int, e: int, d: int) -> str:
+        """The numbers this way computes, as the worked answer shows them."""
+        terms = (
+            [f"{L:,}"]
+            + [f"{n:,}" for n, used in ((e, self.extra), (d, self.draft)) if used]
+            + ["1"] * self.plus_one
+        )
+        blocks = DIVISIONS[self.division][0](self._tokens(L, e, d), t)
+        return (
+            f"{self.division}(({'+'.join(terms)})/{t})={blocks:,} -> "
+            f"{PADDINGS[self.padding][1]}: {self.width(L, t, e, d):,}"
+        )
 
 
-def _width_case(fn, label, L, t, e, d, slip: int | None):
-    """The pass line if fn is right on this case, else its feedback. ``slip``: the index of the
-    mistake that explains every case, if one does."""
+#: Every combination of the typical slips, fewest first.
+WIDTH_WAYS = sorted(
+    (
+        WidthSlips(plus_one, extra, draft, division, padding)
+        for plus_one, extra, draft in itertools.product((True, False), repeat=3)
+        for division in DIVISIONS
+        for padding in PADDINGS
+    ),
+    key=WidthSlips.count,
+)
+
+
+def _width_case(fn, label, L, t, e, d, ways: list[WidthSlips], above: list[str]):
+    """The pass line if fn is right on this case, else its feedback; ``ways``: the ways
+    (combinations of slips) that give fn's answer on every case; ``above``: the diagnosis of
+    the failing case above, which this case replaces with its own."""
     expected = max_blocks_per_seq(L, t, e, d)
     call = f"page_index_width({L}, {t}, {e}, {d})"
     got, failure = call_learner(fn, L, t, e, d, where=f"{label}: {call} ")
@@ -99,32 +189,43 @@ def _width_case(fn, label, L, t, e, d, slip: int | None):
         return f"{label}: {call} returned {got!r} ({type(got).__name__}); return an int number of entries"
     if got == expected:
         return Passed(f"{label}: {call} = {expected}")
-    mistakes = _width_mistakes(L, t, e, d, expected)
-    name, worked = next(
-        (
-            (n, w)
-            for value, n, w in ([mistakes[slip]] if slip is not None else []) + mistakes
-            if value == got
-        ),
-        (
-            "none of the usual slips gives this: check each of Part 1's three rules",
-            f"; expected round_up_to_multiple_of_4(ceil(({L:,}+{e:,}+{d:,}+1)/{t})) = {expected:,}",
-        ),
-    )
+    rule = f"the rule's {WidthSlips().worked(L, t, e, d)}"
+    if len(ways) == 1:
+        name, worked = (
+            "; ".join(ways[0].names(e, d)),
+            f": yours {ways[0].worked(L, t, e, d)}; {rule}",
+        )
+    elif len(ways) == 2:  # two ways give the same numbers on every case: name both
+        first, second = ("; ".join(way.names(e, d)) for way in ways)
+        name, worked = f"{first}; or, giving the same numbers, {second}", f": {rule}"
+    else:
+        name = "none of the usual slips gives your answers: check each of Part 1's three rules"
+        worked = (
+            f"; expected round_up_to_multiple_of_4(ceil(({L:,}+{e:,}+{d:,}+1)/{t})) = {expected:,}"
+        )
+    said, above[:] = above[-1:], [name]
+    if said == [name]:  # a diagnosis in full once: the failing cases right after say the same
+        name = "the same slip as above" if name.count("; ") == 0 else "the same slips as above"
     head = f"{label}: {call} returned {got:,}, expected {expected:,} - {name}"
     return Hint(head, head + worked, part=fn)  # the function, not the seed lengths beside it
 
 
-def _width_slip(fn) -> int | None:
-    """The one typical mistake that gives fn's answer on every case, if there is one."""
+def _width_ways(fn) -> list[WidthSlips]:
+    """The combinations of typical slips that give fn's answer on every case it answers with an
+    int, fewest slips first, one per set of hints and none that only adds slips cancelling each
+    other ((n // t // 4 + 1) * 4 is the rule): a multi-slip answer gets each of its slips named
+    on every case, and none it does not make (the spot checks tell the ways apart)."""
     answers = [call_learner(fn, L, t, e, d)[0] for _, L, t, e, d in WIDTH_CASES]
-    tables = [
-        [m[0] for m in _width_mistakes(L, t, e, d, max_blocks_per_seq(L, t, e, d))]
-        for _, L, t, e, d in WIDTH_CASES
-    ]
-    return next(
-        (k for k in range(len(tables[0])) if all(t[k] == a for t, a in zip(tables, answers))), None
-    )
+    fits: dict[tuple[str, ...], WidthSlips] = {}
+    for way in WIDTH_WAYS:
+        if all(
+            not isinstance(a, int) or isinstance(a, bool) or way.width(L, t, e, d) == a
+            for a, (_, L, t, e, d) in zip(answers, WIDTH_CASES)
+        ):
+            names = way.names(1, 1)
+            if not any(set(kept).issubset(names) for kept in fits):  # slips that cancel out
+                fits[tuple(names)] = way
+    return list(fits.values())
 
 
 def _seed_feedback(policy: str, given: int, length: int, blocks: int, tpb: int, why: str) -> Hint:
@@ -218,8 +319,8 @@ def check_page_index_width(
     """Exercise 1: ``fn(max_seq_len, tokens_per_block, extra, draft)`` against kvlab's
     ``max_blocks_per_seq`` on WIDTH_CASES; with ``seed_max_seq_len`` ({"clamped": ..,
     "configured": ..}), also the seed's 68 and 260."""
-    slip = _width_slip(fn)
-    outcomes = [_width_case(fn, *case, slip) for case in WIDTH_CASES]
+    ways, above = _width_ways(fn), list[str]()
+    outcomes = [_width_case(fn, *case, ways, above) for case in WIDTH_CASES]
     cases = len(WIDTH_CASES)
     if seed_max_seq_len is not None:
         outcomes += _seed_cases(fn, seed_max_seq_len)

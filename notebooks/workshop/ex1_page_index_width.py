@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -69,8 +69,9 @@ seed_max_seq_len = {
 # %% [markdown]
 # ## Check
 #
-# The check runs your function on a handful of cases and tells you which one failed, what it
-# expected, and the likely slip. Run it, fix, run again. The first time a case fails it only
+# The check runs your function on twenty cases (ten named, ten spot checks) and tells you which
+# ones failed, what they expected, and the slips that give your answers: several at once if you
+# made several. Run it, fix, run again. The first time a case fails it only
 # names the slip (a hint); if it still fails the same way after you change your code, it shows the
 # arithmetic with the case's numbers. Want the arithmetic at once? Add `reveal=True` to the call.
 
