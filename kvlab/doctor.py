@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import platform
 import re
 import shutil
 import sys
+import sysconfig
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from kvlab.core.paths import NOTEBOOK_DIR, REPOSITORY
 
@@ -26,6 +29,9 @@ REPRO_BUDGET_S = 1.0  # one resize on a 4 MiB pool: slower means a very slow or 
 #: free disk below which build/ may not fit (FAIL), and below which the day gets tight (warn)
 DISK_FAIL_BYTES, DISK_WARN_BYTES = 200 * 2**20, 2 * 2**30
 SETUP = "bash scripts/setup.sh notebooks"
+MAKE_VENV = "python3 -m venv .venv && . .venv/bin/activate"
+#: set to 1 to let setup.sh install into a system Python anyway (a throwaway container)
+ALLOW_SYSTEM_PYTHON = "KVLAB_ALLOW_SYSTEM_PYTHON"
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,44 @@ def check_python() -> Check:
     need = ".".join(map(str, MIN_PYTHON))
     fix = f"install Python {need}+ (python.org, pyenv or conda), then {SETUP}"
     return Check("python", FAIL, f"{found}; kvlab needs {need} or newer", fix)
+
+
+def python_environment() -> tuple[str, str]:
+    """(kind, where) of this Python: "venv" or "conda" (an environment of its own), "system"
+    (the operating system's: marked externally managed as PEP 668 says, or living in /usr or
+    macOS's own folders), or "user" (a Python installed for the user: pyenv, python.org)."""
+    if sys.prefix != sys.base_prefix:
+        return "venv", sys.prefix
+    if (Path(sys.prefix) / "conda-meta").is_dir():
+        return "conda", sys.prefix
+    managed = (Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").exists()
+    os_folders = ("/System/", "/Library/Developer/", "/Applications/Xcode")
+    if managed or sys.prefix == "/usr" or sys.prefix.startswith(os_folders):
+        return "system", sys.executable
+    return "user", sys.prefix
+
+
+def install_refusal() -> str | None:
+    """Why scripts/setup.sh must not install here, in one line, or None: never into the
+    system's Python (pip refuses an externally managed one; elsewhere about 100 packages would
+    land among the system's), unless ALLOW_SYSTEM_PYTHON is 1."""
+    kind, where = python_environment()
+    if kind != "system" or os.environ.get(ALLOW_SYSTEM_PYTHON) == "1":
+        return None
+    return (
+        f"setup.sh: {where} is the system's Python; make a virtual environment first: "
+        f"{MAKE_VENV}, then run this again"
+    )
+
+
+def check_environment() -> Check:
+    kind, where = python_environment()
+    if kind in ("venv", "conda"):
+        return Check("env", OK, f"the {kind} environment {where}")
+    if kind == "user":
+        found = f"no virtual environment: kvlab's packages went into {where} itself"
+        return Check("env", WARN, found, f"{MAKE_VENV}, then {SETUP}")
+    return Check("env", FAIL, f"the system's Python {where}", f"{MAKE_VENV}, then {SETUP}")
 
 
 def check_kvlab() -> Check:
@@ -169,6 +213,7 @@ def check_browser() -> Check:
 
 CHECKS: Sequence[Callable[[], Check]] = (
     check_python,
+    check_environment,
     check_kvlab,
     check_torch,
     check_packages,

@@ -49,6 +49,10 @@ case "$extras" in
     sglang) engine_env sglang 0.5.23 sglang.srt.managers.scheduler; exit 0 ;;
 esac
 
+# Never into the operating system's own Python (kvlab.doctor.install_refusal says why and what
+# to run instead): a virtual environment first, as the README's quick start makes one.
+python3 -c 'import sys; from kvlab.doctor import install_refusal; sys.exit(install_refusal())'
+
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
 has_torch() {  # a torch that meets pyproject's torch>=2.4 is already installed
     python3 -c 'import sys, torch; sys.exit(tuple(map(int, torch.__version__.split(".")[:2])) < (2, 4))' \

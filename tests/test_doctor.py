@@ -5,13 +5,16 @@ same, and a check that raises is reported, not a traceback."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from kvlab import doctor
 from kvlab.cli import main
+from kvlab.core.paths import REPOSITORY
 from kvlab.doctor import FAIL, OK, WARN, Check
 
 
@@ -27,8 +30,12 @@ def test_every_check_passes_here_and_the_command_exits_0(capsys):
     assert main(["doctor"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(doctor.CHECKS) + 1
-    assert all(line.startswith("ok ") for line in lines[:-1]), lines
-    assert lines[-1] == "ready for the workshop (0 warnings)"
+    # outside a virtual environment (a CI machine's own pyenv Python) the env line warns
+    outside = doctor.python_environment()[0] == "user"
+    assert all(
+        line.startswith("ok ") or (outside and line.startswith("warn  env ")) for line in lines[:-1]
+    ), lines
+    assert lines[-1] == f"ready for the workshop ({int(outside)} warning{'' if outside else 's'})"
     seed = next(line for line in lines if "seed repro" in line)
     assert "4 MiB pool: 64 blocks, row 68 entries, outcome crash" in seed
 
@@ -60,6 +67,7 @@ def test_a_failing_check_is_a_FAIL_line_with_its_fix_and_exit_1(monkeypatch, cap
 
 
 def test_a_warning_alone_keeps_exit_0(monkeypatch, capsys):
+    _replace(monkeypatch, "environment", Check("env", OK, "the venv environment /tmp/.venv"))
     _replace(
         monkeypatch,
         "browser",
@@ -92,6 +100,7 @@ def test_json_carries_every_check_and_the_verdict(monkeypatch, capsys):
     assert report["ready"] is False and report["host"] and report["platform"]
     assert [c["name"] for c in report["checks"]] == [
         "python",
+        "env",
         "kvlab",
         "torch",
         "packages",
@@ -166,3 +175,82 @@ def test_the_command_runs_as_a_participant_types_it():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["ready"] is True
+
+
+@pytest.mark.parametrize(
+    "prefix, base, marked, kind, status",
+    [
+        ("/home/a/kvlab/.venv", "/usr", True, "venv", OK),
+        ("/home/a/.pyenv/versions/3.11.7", None, False, "user", WARN),
+        ("/usr", None, False, "system", FAIL),
+        (
+            "/opt/homebrew/opt/python@3.12/Frameworks/Python.framework/Versions/3.12",
+            None,
+            True,
+            "system",
+            FAIL,
+        ),
+        (
+            "/Library/Developer/CommandLineTools/Library/Frameworks/Python3.framework/Versions/3.9",
+            None,
+            False,
+            "system",
+            FAIL,
+        ),
+    ],
+)
+def test_the_environment_check_tells_a_virtual_environment_from_the_systems_python(
+    monkeypatch, tmp_path, prefix, base, marked, kind, status
+):
+    stdlib = tmp_path / "lib"
+    stdlib.mkdir()
+    if marked:  # PEP 668: the distribution's "externally managed" marker beside the stdlib
+        (stdlib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
+    monkeypatch.setattr(sys, "prefix", prefix)
+    monkeypatch.setattr(sys, "base_prefix", base or prefix)
+    monkeypatch.setattr(doctor.sysconfig, "get_path", lambda name: str(stdlib))
+    monkeypatch.delenv(doctor.ALLOW_SYSTEM_PYTHON, raising=False)
+    assert doctor.python_environment()[0] == kind
+    assert doctor.check_environment().status == status
+    refusal = doctor.install_refusal()
+    assert (refusal is not None) == (kind == "system")
+    if refusal:
+        assert refusal.endswith(
+            "make a virtual environment first: python3 -m venv .venv && "
+            ". .venv/bin/activate, then run this again"
+        )
+        monkeypatch.setenv(doctor.ALLOW_SYSTEM_PYTHON, "1")
+        assert doctor.install_refusal() is None
+
+
+def _externally_managed_python():
+    """The operating system's python3 if it is marked externally managed (Debian 12 is)."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        probe = "import sys, sysconfig, pathlib; sys.exit(not (pathlib.Path(sysconfig.get_path('stdlib')) / 'EXTERNALLY-MANAGED').exists() or sys.prefix != sys.base_prefix)"
+        if Path(candidate).exists() and subprocess.run([candidate, "-c", probe]).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_externally_managed_python() is None, reason="no externally managed python3")
+def test_setup_sh_outside_a_venv_on_an_externally_managed_python_stops_with_one_line(tmp_path):
+    """The issue's test: scripts/setup.sh run by the system's python3 installs nothing and
+    says in one line what to run instead."""
+    (tmp_path / "python3").symlink_to(_externally_managed_python())
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    env.pop("VIRTUAL_ENV", None)
+    env.pop(doctor.ALLOW_SYSTEM_PYTHON, None)
+    proc = subprocess.run(
+        ["bash", str(REPOSITORY / "scripts" / "setup.sh"), "notebooks"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("setup.sh: ")
+    assert (
+        "is the system's Python; make a virtual environment first: python3 -m venv .venv"
+        in proc.stderr
+    )
