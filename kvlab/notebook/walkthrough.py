@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import warnings
@@ -275,25 +276,28 @@ def mark_partial(path: Path, error: str) -> None:
     nbformat.write(notebook, path)
 
 
-def summary_table(runs: list[NotebookRun]) -> str:
-    """A plain-text table: one line per finding, with each notebook's status and run time."""
-    cols = ("scenario", "policy", "outcome")
-    width = {c: max([len(c)] + [len(str(f[c])) for r in runs for f in r.findings]) for c in cols}
-    name_w = max([len("notebook")] + [len(r.name) for r in runs])
+#: The widest line of :func:`summary_table`: a terminal's 100 columns.
+SUMMARY_COLUMNS = 100
 
-    def cells(finding) -> str:
-        return " ".join(f"{str(finding[c]):{width[c]}}" for c in cols)
 
-    lines = [f"{'notebook':{name_w}} {'time':>7}  {cells({c: c for c in cols})} numbers"]
+def summary_table(runs: list[NotebookRun], columns: int = SUMMARY_COLUMNS) -> str:
+    """What each notebook found, in plain text no wider than ``columns``: per notebook its name,
+    run time and status, then per finding its scenario, policy and outcome, and its numbers
+    wrapped beneath."""
+    lines = []
     for run in runs:
-        head = f"{run.name:{name_w}} {run.seconds:6.1f}s"
-        if run.error:
-            lines.append(f"{head}  FAILED: {run.error}")
-        elif not run.findings:
-            lines.append(f"{head}  (no findings reported)")
-        else:
-            for i, f in enumerate(run.findings):
-                lines.append(f"{head if i == 0 else ' ' * len(head)}  {cells(f)} {f['numbers']}")
+        status = f"FAILED: {run.error}" if run.error else f"{len(run.findings)} finding(s)"
+        if not run.error and not run.findings:
+            status = "no findings reported"
+        lines += textwrap.wrap(
+            f"{run.name}  {run.seconds:.1f} s  {status}", columns, subsequent_indent="    "
+        )
+        for f in run.findings:
+            head = f"{f['scenario']} | {f['policy']} | {f['outcome']}"
+            lines += textwrap.wrap(head, columns, initial_indent="  ", subsequent_indent="    ")
+            lines += textwrap.wrap(
+                str(f["numbers"]), columns, initial_indent="      ", subsequent_indent="      "
+            )
     return "\n".join(lines)
 
 

@@ -67,3 +67,47 @@ def test_an_unusable_runtime_folder_gives_the_kernels_the_temporary_one(tmp_path
     with walkthrough.private_files() as folder:
         assert folder.is_dir() and folder.parent == temporary
     assert not folder.exists()
+
+
+def test_the_closing_table_fits_100_columns_and_keeps_every_word(tmp_path):
+    """Issue 45: the table's lines ran to ~2,000 characters (a finding's numbers on one line)."""
+    numbers = " ".join(
+        f"rank {r}: 1,234 pages of 32 tokens, row 68 < 256 entries" for r in range(16)
+    )
+    runs = [
+        walkthrough.NotebookRun(
+            "01_the_16_gpu_report",
+            12.34,
+            tmp_path,
+            None,
+            [
+                {
+                    "scenario": "issue-21470, 16 ranks",
+                    "policy": "none/clamped",
+                    "outcome": "shut down",
+                    "numbers": numbers,
+                },
+                {"scenario": "x" * 150, "policy": "p", "outcome": "ok", "numbers": "short"},
+            ],
+        ),
+        walkthrough.NotebookRun(
+            "02_single_gpu_repro_4mib",
+            3.0,
+            tmp_path,
+            None,
+            [],
+            "CellExecutionError in cell 7: " + "y " * 80,
+        ),
+        walkthrough.NotebookRun("03_the_one_line_fix", 1.0, tmp_path, None),
+    ]
+    text = walkthrough.summary_table(runs)
+    assert max(map(len, text.splitlines())) <= walkthrough.SUMMARY_COLUMNS == 100
+    expected = [
+        "01_the_16_gpu_report 12.3 s 2 finding(s)",
+        f"issue-21470, 16 ranks | none/clamped | shut down {numbers}",
+        f"{'x' * 150} | p | ok short",
+        "02_single_gpu_repro_4mib 3.0 s FAILED: CellExecutionError in cell 7: " + "y " * 80,
+        "03_the_one_line_fix 1.0 s no findings reported",
+    ]
+    # every word, in order (a word longer than a line is cut across lines)
+    assert "".join(text.split()) == "".join("".join(expected).split())
