@@ -1,5 +1,3 @@
-import sys
+from kvlab.cli import run
 
-from kvlab.cli import main
-
-sys.exit(main())
+run()

@@ -570,10 +570,20 @@ def main(argv: list[str] | None = None) -> int:
             return OUTPUT_ERROR_EXIT
 
 
+def run() -> None:
+    """The ``kvlab`` command (and ``python -m kvlab``): :func:`main`, then exit with its code.
+    Once main() has returned the work is done and said, so a signal arriving while Python shuts
+    down (torch's teardown takes a moment) is ignored rather than killing the process."""
+    code = main()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    sys.exit(code)
+
+
 def _drop_stdout() -> None:
     """What is left in stdout's buffer goes nowhere: no second error at exit's flush."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

@@ -78,7 +78,7 @@ def test_test_extra_holds_the_notebooks_extra(project):
 
 
 def test_console_script(project):
-    assert project["scripts"]["kvlab"] == "kvlab.cli:main"
+    assert project["scripts"]["kvlab"] == "kvlab.cli:run"
 
 
 def test_environment_yml_installs_this_package_with_existing_extras(project):

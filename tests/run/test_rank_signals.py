@@ -193,3 +193,21 @@ def test_a_signal_while_the_command_imports_torch_exits_128_plus_signal(signum):
     )
     assert proc.returncode == 128 + signum, proc.stderr
     assert proc.stderr.strip() == f"kvlab: stopped by {signum.name}", proc.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_command_shuts_down_leaves_its_exit_code(signum):
+    """Once main() has returned, a signal (here from an atexit hook, while Python shuts down)
+    leaves the command's own exit code: the hostile corpus saw `kvlab plan` die by it."""
+    child = textwrap.dedent(f"""
+        import atexit, os, sys, time
+        from kvlab import cli
+        atexit.register(lambda: (os.kill(os.getpid(), {int(signum)}), time.sleep(0.2)))
+        sys.argv = ["kvlab", "repro"]
+        cli.run()
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 4, proc.stderr  # repro's "crash", the seed's ValueError
+    assert "Traceback" not in proc.stderr
