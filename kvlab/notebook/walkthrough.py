@@ -27,7 +27,7 @@ from pathlib import Path
 from kvlab.core.paths import NOTEBOOK_DIR
 from kvlab.notebook.findings import read_findings
 from kvlab.notebook.panel import PANEL_MIME
-from kvlab.run.signals import stopped_by_term_and_hup
+from kvlab.run.signals import signals_held, stopped_by_term_and_hup
 
 #: A process that removes the kernels' folder once the walkthrough is gone (it ignores the
 #: signals that stop the walkthrough, so it outlives it).
@@ -359,7 +359,8 @@ def image_server():
     import kaleido
 
     before = set(threading.enumerate())
-    kaleido.start_sync_server(silence_warnings=True)
+    with signals_held():  # started or stopped half way, kaleido's exit hook fails
+        kaleido.start_sync_server(silence_warnings=True)
     server = set(threading.enumerate()) - before
     previous = threading.excepthook
 
@@ -377,10 +378,14 @@ def image_server():
         yield
     finally:
         try:
-            _with_deadline(lambda: kaleido.stop_sync_server(silence_warnings=True), IMAGE_TIMEOUT_S)
+            with signals_held():
+                _with_deadline(
+                    lambda: kaleido.stop_sync_server(silence_warnings=True), IMAGE_TIMEOUT_S
+                )
         except Exception:  # a browser that never started has nothing to stop
             pass
-        threading.excepthook = previous
+        finally:
+            threading.excepthook = previous
 
 
 def with_static_figures(notebook):

@@ -113,6 +113,19 @@ class StopOnSignal:
             raise kind(self.signum, ranks)
 
 
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """While inside, SIGINT, SIGTERM and SIGHUP (where left to Python) are held, so that a
+    clean-up runs whole (kaleido's browser stopped half way made its own exit hook fail); the
+    first one held is raised on leaving, as it would have been: KeyboardInterrupt or Stopped."""
+    with StopOnSignal() as held:
+        yield
+    if held.signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    if held.signum is not None:
+        raise Stopped(held.signum)
+
+
 def tie_to_parent(parent_pid: int) -> None:
     """End this process (a rank) with its parent: Linux's parent-death signal (as
     torch.distributed.elastic and Ray set it) and a thread watching ``os.getppid()``. SIGTERM

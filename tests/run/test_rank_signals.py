@@ -211,3 +211,18 @@ def test_a_signal_while_the_command_shuts_down_leaves_its_exit_code(signum):
     )
     assert proc.returncode == 4, proc.stderr  # repro's "crash", the seed's ValueError
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signals_held_lets_a_clean_up_finish_then_raises_the_signal(signum):
+    from kvlab.run.signals import Stopped, signals_held
+
+    finished = False
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with signals_held():
+            os.kill(os.getpid(), signum)
+            time.sleep(0.05)  # the handler has run by now: held, not raised here
+            finished = True
+    assert finished
+    assert isinstance(raised.value, Stopped) == (signum != signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
