@@ -172,7 +172,7 @@ class Panel:
         self.model = compute(self.values)
         self.views = {name: PlotView(fig) for name, fig in self._render(self.model).items()}
         self.outcome, text = verdict(self.model)
-        self.verdict = W.HTML(value=text, layout=W.Layout(width=verdict_width))
+        self.verdict = W.HTML(value=text, layout=W.Layout(width="auto"))
         self.action_output = W.HTML()  # below the figures, full width: it may hold a table
         side = [self.verdict]
         if action is not None:
@@ -183,14 +183,19 @@ class Panel:
         self._holding = False
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
-        wrap = W.Layout(flex_flow="row wrap")  # a narrow page puts the next box below
-        shown = list(self.controls.values())
+        # the controls in aligned columns, two where the page is wide enough, else one; the
+        # verdict beside the figures, or below them at the page's width on a laptop
+        grid = W.Layout(grid_template_columns="repeat(auto-fill, minmax(540px, 1fr))")
+        beside = W.Layout(flex=f"1 1 {verdict_width}", min_width=verdict_width, max_width="760px")
         header = [W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title)}</h3>")] if title else []
         self.widget = W.VBox(
             [
                 *header,
-                *(W.HBox(shown[i : i + 2], layout=wrap) for i in range(0, len(shown), 2)),
-                W.HBox([W.VBox(list(self.views.values())), W.VBox(side)], layout=wrap),
+                W.GridBox(list(self.controls.values()), layout=grid),
+                W.HBox(
+                    [W.VBox(list(self.views.values())), W.VBox(side, layout=beside)],
+                    layout=W.Layout(flex_flow="row wrap"),  # a narrow page puts it below
+                ),
                 self.action_output,
             ]
         )

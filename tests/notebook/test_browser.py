@@ -132,8 +132,20 @@ def test_notebook_02_panel_follows_its_sliders(jupyter_lab, request):
 
             # a longer context than 32 MiB holds (16384 tokens) is refused again
             _move_slider(page, "context (tokens)", 6)
-            _wait_for(page, _verdict, lambda v: v != second and "allocated" not in v)
+            refused = _wait_for(page, _verdict, lambda v: v != second and "allocated" not in v)
             _wait_change(page, _figure_data, figure_after_pool)
+
+            # issue 45: a context typed into the box beside the slider is taken (1,536 tokens
+            # fit 32 MiB), where the slider's own readout took typing and ignored it
+            box = (
+                page.locator(".widget-hbox", has=page.locator("label:text-is('context (tokens)')"))
+                .locator("input[type=text]")
+                .first
+            )
+            box.fill("1536")
+            box.press("Enter")
+            typed = _wait_for(page, _verdict, lambda v: v != refused and "allocated" in v)
+            assert "48 of 512 pages" in typed, typed  # 1,536 tokens: 48 pages of 32
         except BaseException:
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)

@@ -1082,12 +1082,17 @@ def test_hint_the_context_from_which_each_peer_rejects_at_the_default_pool():
 
 
 def test_a_panels_rows_wrap_on_a_narrow_page():
-    """Controls two a row, and figures beside the verdict: on a page narrower than both, the
-    second box goes below the first (flex wrap), not off the right edge."""
+    """Controls in aligned grid columns (two where they fit, else one), and the verdict beside
+    the figures: on a page narrower than both it goes below them (flex wrap), at their width,
+    not off the right edge (issue 45: misaligned controls, the verdict cramped at laptop width)."""
     from kvlab.notebook.widgets import ranks_panel
 
-    rows = [child for child in ranks_panel().widget.children if isinstance(child, W.HBox)]
-    assert len(rows) >= 2 and all(row.layout.flex_flow == "row wrap" for row in rows)
+    children = ranks_panel().widget.children
+    grid = next(child for child in children if isinstance(child, W.GridBox))
+    assert "auto-fill" in grid.layout.grid_template_columns
+    row = next(child for child in children if isinstance(child, W.HBox))
+    assert row.layout.flex_flow == "row wrap"
+    assert row.children[1].layout.flex.startswith("1 1 ")  # the verdict grows to fill a line
 
 
 @pytest.mark.parametrize("control", ["model", "gpu", "ranks", "max_seq_len"])
@@ -1139,3 +1144,26 @@ def test_sglangs_timeline_counts_one_token_pages():
     assert "<b>KV pool (64 pages)</b>" in [
         a["text"] for a in panel.figures["timeline"].layout.annotations
     ]
+
+
+def test_a_context_typed_into_the_box_is_taken():
+    """Issue 45: notebook 02's context readout took "1536" and ignored it. The box beside the
+    slider takes a typed count (commas or not), makes a stop of one the slider lacks, clamps one
+    outside its range and puts back anything that is not a count."""
+    panel = repro_panel(pool_mib=4.0, context=8192)
+    context = panel.controls["context"]
+    assert panel.outcome == "crash"
+    context.box.value = "1536"
+    assert panel.values["context"] == context.slider.value == 1536 and panel.outcome == "ok"
+    context.box.value = "1,500"  # not a stop of the slider: made one
+    assert panel.values["context"] == 1500 and (f"{1500:,}", 1500) in context.options
+    context.box.value = "fifteen hundred"
+    assert context.box.value == "1,500" and panel.values["context"] == 1500
+    context.box.value = "10**9"
+    assert context.box.value == "1,500"
+    context.box.value = "999999999"  # clamped to the last stop
+    assert panel.values["context"] == 131072 and context.box.value == "131,072"
+    context.slider.value = 2048  # the slider moves the box
+    assert context.box.value == "2,048" and panel.values["context"] == 2048
+    panel.set(context=4096)  # and code moves both
+    assert context.slider.value == 4096 and context.box.value == "4,096"

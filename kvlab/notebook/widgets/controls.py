@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import ipywidgets as W
+import traitlets
 
 #: Context slider range, tokens.
 CONTEXT_RANGE = (32, 131072)
@@ -61,12 +62,54 @@ def pool_slider(pool_mib: float, exponents: tuple[int, int]) -> W.ValueWidget:
     )
 
 
-def context_slider(context: int, choices, *, continuous: bool = True) -> W.ValueWidget:
-    """The context length (tokens) over ``choices``."""
-    return control(
-        W.SelectionSlider,
-        "context (tokens)",
-        options=labelled(choices),
-        value=int(context),
-        continuous_update=continuous,
-    )
+class TypedCount(W.HBox):
+    """A slider over counts with a box beside it to type one: ipywidgets' SelectionSlider shows
+    its value in a box that takes typing and ignores it (a learner typed 1536 into notebook
+    02's panel and nothing happened). A typed count ("1536", "1,536") between the first and the
+    last choice becomes the value, added to the slider's stops if it is not one; a count
+    outside is clamped to the nearest end; anything else puts the box back. ``value`` and
+    ``options`` read as the slider's do, so a panel takes it as one control."""
+
+    value = traitlets.Int()
+
+    def __init__(self, description: str, choices, value: int, *, continuous: bool = True):
+        self.slider = control(
+            W.SelectionSlider,
+            description,
+            options=labelled(choices),
+            value=int(value),
+            readout=False,
+            continuous_update=continuous,
+        )
+        self.box = W.Text(
+            value=f"{int(value):,}", continuous_update=False, layout=W.Layout(width="90px")
+        )
+        super().__init__([self.slider, self.box], layout=W.Layout(align_items="center"))
+        self.value = int(value)
+        self.slider.observe(lambda change: self._set(change["new"]), names="value")
+        self.box.observe(lambda change: self._typed(change["new"]), names="value")
+        self.observe(lambda change: self._set(change["new"]), names="value")  # set in code
+
+    @property
+    def options(self):
+        return self.slider.options
+
+    def _set(self, value: int) -> None:
+        """Slider, box and value at ``value`` (a stop of the slider's, or made one)."""
+        choices = [v for _, v in self.slider.options]
+        if value not in choices:
+            self.slider.options = labelled(sorted([*choices, value]))
+        self.slider.value, self.box.value, self.value = value, f"{value:,}", value
+
+    def _typed(self, text: str) -> None:
+        choices = [v for _, v in self.slider.options]
+        digits = text.replace(",", "").replace("_", "").strip()
+        if digits.isdecimal():
+            self._set(min(max(int(digits), choices[0]), choices[-1]))
+        else:  # not a count: the box shows the value again
+            self.box.value = f"{self.value:,}"
+
+
+def context_slider(context: int, choices, *, continuous: bool = True) -> TypedCount:
+    """The context length (tokens) over ``choices``, typed or slid."""
+    return TypedCount("context (tokens)", choices, context, continuous=continuous)
