@@ -89,6 +89,11 @@ def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide])
     """The executed copy's slides if it exists and has the same headings, and why not if not."""
     import nbformat
 
+    if not re.match(r"\d\d_", path.name):  # the walkthrough runs only the walk's NN_ notebooks
+        return (
+            None,
+            "text only: an exercise draws no figures (`kvlab walkthrough` runs the walk only)",
+        )
     executed = Path(executed_dir) / path.name if executed_dir is not None else None
     if executed is None or not executed.is_file():
         return None, "text only: no executed copy (run `kvlab walkthrough` for the figures)"

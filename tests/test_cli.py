@@ -458,6 +458,9 @@ def test_slides_writes_one_deck_per_selected_notebook_and_an_index(tmp_path, cap
         "index.html",
     ]
     assert "text only: no executed copy" in out and "index.html" in out
+    # issue 45: the exercise's deck advised `kvlab walkthrough`, which never runs exercises
+    exercise = next(line for line in out.splitlines() if "ex1_page_index_width.html" in line)
+    assert "text only: an exercise draws no figures" in exercise
     index = (tmp_path / "index.html").read_text()
     assert (
         'href="02_single_gpu_repro_4mib.html"' in index

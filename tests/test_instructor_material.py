@@ -244,7 +244,8 @@ def test_a_deck_has_one_slide_per_heading(name, bare, tmp_path):
     headings = _headings(path)
     assert [s.title for s in deck.slides] == headings
     assert page.count('<section class="slide') == len(headings) >= 4
-    assert "text only: no executed copy" in page and "plotly.min.js" not in page
+    why = "an exercise draws no figures" if name.startswith("ex") else "no executed copy"
+    assert f"text only: {why}" in page and "plotly.min.js" not in page
     assert not (tmp_path / "plotly.min.js").exists()
     assert [s.title for s in deck.slides if not s.paragraph] == bare, (
         "a slide without its first paragraph"
@@ -401,3 +402,11 @@ def test_the_guide_links_the_material_and_covers_macos_and_windows():
         assert command in guide, command
     for heading in ("### macOS", "### Windows", "## The room checklist"):
         assert re.search(rf"^{heading}", guide, re.M), heading
+
+
+def test_the_exercises_draw_no_figures_as_their_decks_say():
+    """kvlab slides says an exercise's deck is text only because the exercise draws no
+    figures: true while no exercise imports a plotting module or shows a figure."""
+    for source in sorted((ROOT / "notebooks" / "workshop").glob("ex*.py")):
+        text = source.read_text(encoding="utf-8")
+        assert not re.search(r"\bplotly\b|kvlab\.notebook\.viz|\bviz\.|\.show\(", text), source
