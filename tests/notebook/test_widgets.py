@@ -687,6 +687,14 @@ def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     )
     panel.set(**{"pass": 45})
     assert "IN PROGRESS: PASS 45 OF 54" in panel.verdict.value
+    assert "long refused. The stall detector counts" in panel.verdict.value
+    # issue 45: under capacity the figure showed the long request rejected while the verdict
+    # spoke of the stall detector; it now says what the pass did and why "long" is gone
+    capacity = step_panel("capacity", passes=2)
+    assert "Pass 2: s0 scheduled. long rejected: Request requires 257 KV cache blocks" in (
+        capacity.verdict.value
+    )
+    assert "stall detector" not in capacity.verdict.value
     assert [t.name for t in panel.figures["pass"].data][:2] == [
         "asked (outline)",
         "got (filled, by result)",

@@ -151,11 +151,20 @@ def step_verdict(model: StepModel) -> tuple[str | None, str]:
         headline = f"Pass {model.passes} ended the engine: {type(error).__name__}."
     elif not any(s in UNFINISHED_STATUSES for s in model.result.status.values()):
         headline = f"Every request is done after {counted(model.passes, 'pass')}."
-    else:
-        headline = (
-            f"Pass {model.passes}: the stall detector counts {model.stalled} of "
-            f"{STEP_ENGINE.stall_limit} passes without progress. Press → for the next."
+    else:  # what this pass did, request by request; the stall detector once it counts
+        did = "; ".join(f"{row['request']} {row['result']}" for row in model.rows)
+        never = "".join(
+            f" {r} rejected: {sentence(model.result.reasons[r])}."
+            for r, status in model.result.status.items()
+            if status == "rejected"
         )
+        stall = (
+            f" The stall detector counts {model.stalled} of {STEP_ENGINE.stall_limit} "
+            "passes without progress."
+            if model.stalled
+            else ""
+        )
+        headline = f"Pass {model.passes}: {did}.{never}{stall} Press → for the next."
         progress = f"in progress: pass {model.passes:,} of {step_passes(model.policy):,}"
         return None, verdict_html(None, headline, label=progress)
     return outcome, verdict_html(outcome, headline)
