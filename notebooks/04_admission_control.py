@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -435,8 +435,13 @@ panel
 # the same tokens would be 128 KiB a token, 0.9 to 1 GiB. The peers run beside TensorRT-LLM's three
 # regimes: vLLM with `max_model_len` at its estimate for the pool, SGLang with the same context
 # length (kvlab.analysis.compare says how each engine is mapped).
+#
+# **The next cell takes about a minute** (ten replays of the hour): it says so as it starts and a
+# bar counts the regimes. Let it finish: the cells after it read its results.
 
 # %%
+print(f"Replaying {trace_minutes:g} minutes of Azure's code hour on 2 pools under {len(POLICIES)} regimes: "
+      "about a minute on a 2-core laptop (a bar counts the regimes)...", flush=True)
 trace = azure_trace("code", seconds_per_iteration, minutes=trace_minutes)
 trace_engines = {"sized": EngineConfig(pool_mib=16.0, max_seq_len=16384, max_batch_size=16, max_num_tokens=8192,
                                        chunked_prefill=True, stall_limit=stall_limit)}
@@ -574,9 +579,12 @@ assert 0 < no_tier.requests["late"].prepopulated_prompt_len < first_prompt  # no
 # Llama-3.1-70B), under admission control with reuse on and off (the three regimes are the same
 # engine on a pool that holds every prompt, as section 7 showed for Azure's hour). Its pages are
 # stored at 4 bytes a token, so the real tensor is 5.2 MiB, not 420 GiB: scheduling depends on
-# the count of pages only, and every count below is the real deployment's.
+# the count of pages only, and every count below is the real deployment's. **The next cell takes
+# about a minute**; it says so as it starts.
 
 # %%
+print(f"Replaying {mooncake_minutes:g} minutes of Mooncake's conversation trace, reuse on and off: "
+      "about a minute on a 2-core laptop...", flush=True)
 mooncake = mooncake_trace("conversation", minutes=mooncake_minutes)
 ceiling = reuse_ceiling(mooncake)
 mooncake_runs = replay_with_reuse(mooncake, ("capacity",))
