@@ -24,7 +24,6 @@ from kvlab.notebook.widgets.ranks import (
     RANKS_RUN_TABLE_WIDTH,
     ranks_model,
     ranks_panel,
-    ranks_run_html,
 )
 from kvlab.notebook.widgets.repro import repro_model, repro_panel
 from kvlab.notebook.widgets.step import STEP_ENGINE, step_model, step_panel, step_passes
