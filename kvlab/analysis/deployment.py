@@ -471,8 +471,8 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         ranges = {k: v2_segments(blocks, p, setup, points, configured) for k, p in keys.items()}
     if d.chunked_prefill and any(s.verdict == "stall" for s in ranges.get("none/clamped", ())):
         notes.append(
-            "chunked prefill: a chunk boundary falling between the pool and the row end "
-            "can make a stall here a crash"
+            "chunked prefill: a context listed as a stall can crash instead, depending on "
+            "where its chunk boundaries fall between the end of the pool and the end of the row"
         )
     biggest = max(range(d.pp_size), key=lambda s: d.kv_geometry(s).bytes_per_token)
     big = d.kv_geometry(biggest)
@@ -519,13 +519,13 @@ def _setting_notes(d: Deployment) -> list:
         )
     if m.max_seq_len_limit is not None and d.requested_max_seq_len > m.max_seq_len_limit:
         notes.append(
-            f"Specified self.max_seq_len={d.requested_max_seq_len} is larger than what the model "
-            f"can support ({m.max_seq_len_limit}). "
-            + (
-                "allow_long_max_model_len keeps it"
-                if d.allow_long_max_model_len
-                else f"Setting max_seq_len to {m.max_seq_len_limit}."
-            )
+            f"max_seq_len {d.requested_max_seq_len:,} is above the model's own limit "
+            f"({m.max_seq_len_limit:,} tokens); the deployment allows that "
+            "(allow_long_max_model_len), so it is kept"
+            if d.allow_long_max_model_len
+            else f"Specified self.max_seq_len={d.requested_max_seq_len} is larger than what the "
+            f"model can support ({m.max_seq_len_limit}). Setting max_seq_len to "
+            f"{m.max_seq_len_limit}."  # upstream's warning, word for word
         )
     if d.weights_gib is None:
         quant = m.quantization if not d.weights_dtype else None
