@@ -97,6 +97,9 @@ def test_the_plan_bands_name_a_band_too_thin_to_see_and_lines_that_coincide():
         and arrow["x"] == (958_722 + 958_848) / 2
     )
     assert "pool 958,784 and row 958,848: 64 tokens apart" in notes
+    # issue 45: the band's note sat above its bar, over the note above the plot; it is level
+    # with its bar now (drawn at 560 px and looked at)
+    assert arrow["ay"] == 0
 
 
 def test_the_plan_legend_says_clamped_only_when_the_plan_does():

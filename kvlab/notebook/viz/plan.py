@@ -83,7 +83,9 @@ def plan_ranges_spec(plan, *, title: str | None = None) -> dict:
                     ticks[key].append(value)
                 # a tick on a million-token axis is easy to miss: named, with an arrow
                 text = f"{labels[outcome]}: {s.low:,}-{s.high:,} ({size:,} tokens)"
-                stagger = -24 - 16 * (len(annotations) % 2)
+                # level with its bar (the note on the pool and row lines sits above the plot),
+                # further ones above and below
+                stagger = (0, -30, 30)[len(annotations) % 3]
                 arrow = dict(showarrow=True, arrowhead=2, arrowcolor=color, ay=stagger)
                 arrow.update(_beside(middle / top, text, 40), bgcolor="rgba(255,255,255,0.9)")
                 annotations.append(note(text, middle, name, color, 11, **arrow))
