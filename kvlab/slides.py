@@ -1,6 +1,9 @@
-"""``kvlab slides``: a plain HTML slide deck per notebook, for the projector, offline: one slide
-per ``#``-``###`` heading with its first paragraph and, from the executed copy (``kvlab
-walkthrough``'s build/notebooks/) where its headings match, the section's first plotly figure.
+"""``kvlab slides``: an HTML slide deck per notebook, for the projector, offline: one slide per
+``#``-``###`` heading with the first sentence of its paragraph (the whole paragraph in the
+speaker notes) and, from the executed copy (``kvlab walkthrough``'s build/notebooks/) where its
+headings match, the section's first plotly figure. As reveal.js does, each slide is a fixed
+1280 x 720 canvas scaled to the screen, one at a time; unlike nbconvert's reveal.js exporter it
+needs no slide metadata in the notebooks and loads nothing from the network.
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from kvlab.notebook.walkthrough import PLOTLY_MIME
 HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*#*\s*$")  # the title, sections and subsections
 FENCE = re.compile(r"^\s*(```|~~~)")
 PLOTLY_JS = "plotly.min.js"
+#: The slide canvas (px), scaled as a whole to the screen, as reveal.js scales its slides.
+CANVAS = (1280, 720)
+#: A figure's smallest font on the canvas: 16 px on a 1024 x 768 projector (scale 0.8).
+FIGURE_FONT_PX = 20
+#: The longest text on a slide (characters of markdown); the paragraph goes to the notes.
+SAY_CHARS = 200
 
 
 @dataclass
@@ -107,8 +116,46 @@ def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide])
     return ran, f"figures from {executed}"
 
 
+def projector_sentence(paragraph: str) -> str:
+    """What a slide says: the paragraph's first sentence, cut at a word before SAY_CHARS (and
+    before an inline code span it would cut in two) where it is longer."""
+    first = re.split(r"(?<=[.!?])\s+(?=[A-Z(`*])", " ".join(paragraph.split()), maxsplit=1)[0]
+    if len(first) <= SAY_CHARS:
+        return first
+    cut = first[:SAY_CHARS].rsplit(" ", 1)[0]
+    clause = max(cut.rfind(mark) for mark in (", ", "; ", ": ", " ("))  # a clause's end first
+    cut = cut[:clause] if clause > SAY_CHARS // 2 else cut
+    if cut.count("`") % 2:  # do not end inside `code`
+        cut = cut[: cut.rindex("`")].rstrip()
+    return cut.rstrip(",;:") + " ..."
+
+
+def _projector_figure(figure: dict) -> dict:
+    """The figure without its title, every font at least FIGURE_FONT_PX canvas px."""
+    layout = json.loads(json.dumps(figure.get("layout", {})))
+    layout.pop("width", None), layout.pop("height", None)
+    layout.pop("title", None)  # the slide's heading and sentence say it, in the room's size
+    layout["margin"] = {**layout.get("margin", {}), "t": 48}  # room for subplot titles only
+    # the legend at the foot of the slide, clear of subplot titles and tick labels
+    legend = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"}
+    layout["legend"] = {**layout.get("legend", {}), **legend, "x": 0, "xanchor": "left"}
+    layout["font"] = {**layout.get("font", {}), "size": FIGURE_FONT_PX}
+    for key, axis in layout.items():
+        if re.fullmatch(r"[xy]axis\d*", key) and isinstance(axis, dict):
+            axis["tickfont"] = {**axis.get("tickfont", {}), "size": FIGURE_FONT_PX}
+            if isinstance(axis.get("title"), dict):
+                axis["title"]["font"] = {**axis["title"].get("font", {}), "size": FIGURE_FONT_PX}
+    if isinstance(layout.get("legend"), dict):
+        layout["legend"]["font"] = {**layout["legend"].get("font", {}), "size": FIGURE_FONT_PX}
+    for note in layout.get("annotations", []):
+        note["font"] = {**note.get("font", {}), "size": FIGURE_FONT_PX}
+    return {"data": figure.get("data", []), "layout": layout}
+
+
 def deck_html(title: str, slides: list[Slide], note: str) -> str:
-    """A self-contained deck (but for plotly.min.js beside it, loaded only if a slide has a figure)."""
+    """A self-contained deck (but for plotly.min.js beside it, loaded only if a slide has a
+    figure): the canvas scaled to the window, one slide shown; N shows the speaker notes under
+    the slide, S in a window of their own."""
     from nbconvert.filters import markdown2html
 
     sections = []
@@ -117,47 +164,97 @@ def deck_html(title: str, slides: list[Slide], note: str) -> str:
         heading = re.sub(r"^\s*<p>|</p>\s*$", "", markdown2html(slide.title))  # one line: no <p>
         figure = ""
         if slide.figure is not None:
-            spec = json.dumps(
-                {"data": slide.figure.get("data", []), "layout": slide.figure.get("layout", {})}
-            ).replace("</", "<\\/")
-            figure = (
-                f'<div class="figure" id="figure-{number}"></div>\n<script>{{ const f = {spec};\n'
-                f'Plotly.newPlot("figure-{number}", f.data, f.layout, '
-                "{responsive: true, displaylogo: false}); }</script>"
-            )
+            spec = json.dumps(_projector_figure(slide.figure)).replace("</", "<\\/")
+            figure = f'<div class="figure"></div><script type="application/json">{spec}</script>'
+        say = projector_sentence(slide.paragraph)
         sections.append(
             f'<section class="slide level-{slide.level}" id="slide-{number}">\n'
             f"<{tag}>{heading}</{tag}>\n"
-            f"{markdown2html(slide.paragraph) if slide.paragraph else ''}\n{figure}\n"
-            f"<footer>{html.escape(title)} · {number}/{len(slides)}</footer>\n</section>"
+            f'<div class="say">{markdown2html(say) if say else ""}</div>\n{figure}\n'
+            f'<aside class="notes">{markdown2html(slide.paragraph) if slide.paragraph else ""}'
+            f"</aside>\n<footer>{html.escape(title)} · {number}/{len(slides)}</footer>\n</section>"
         )
     plotly = f'<script src="{PLOTLY_JS}"></script>\n' if _has_figure(slides) else ""
+    width, height = CANVAS
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 {plotly}<style>
-html {{ scroll-snap-type: y mandatory; }}
-body {{ margin: 0; font: 24px/1.45 system-ui, sans-serif; color: #222; }}
-.slide {{ min-height: 100vh; box-sizing: border-box; padding: 5vh 7vw 8vh; position: relative;
-         scroll-snap-align: start; border-bottom: 1px solid #ddd; break-after: page; }}
-.slide.level-1 {{ display: flex; flex-direction: column; justify-content: center; }}
-h1 {{ font-size: 2.1em; }} h2 {{ font-size: 1.6em; }} h3 {{ font-size: 1.3em; }}
+html, body {{ margin: 0; height: 100%; overflow: hidden; background: #fff; }}
+body {{ font: 28px/1.3 system-ui, sans-serif; color: #222; }}
+.deck {{ position: absolute; left: 50%; top: 50%; width: {width}px; height: {height}px; }}
+.slide {{ display: none; position: absolute; inset: 0; box-sizing: border-box;
+         padding: 32px 64px 48px; overflow: hidden; flex-direction: column; }}
+.slide.current {{ display: flex; }}
+.slide.level-1 {{ justify-content: center; }}
+h1 {{ font-size: 52px; margin: 0 0 24px; }} h2 {{ font-size: 38px; margin: 0 0 12px; }}
+h3 {{ font-size: 34px; margin: 0 0 12px; }}
+.say p {{ margin: 0 0 12px; }}
 code {{ font-size: 0.9em; background: #f3f3f3; padding: 0 0.2em; }}
-.figure {{ width: 100%; height: 55vh; }}
-footer {{ position: absolute; bottom: 2vh; right: 3vw; font-size: 0.6em; color: #888; }}
-.note {{ font-size: 0.6em; color: #888; }}
+.figure {{ flex: 1 1 auto; min-height: 0; }}
+.notes {{ display: none; }}
+footer {{ position: absolute; bottom: 14px; right: 24px; font-size: 18px; color: #888; }}
+#notes {{ display: none; position: fixed; left: 0; right: 0; bottom: 0; max-height: 45vh;
+          overflow: auto; background: #fffbe6; border-top: 2px solid #d9c36a; padding: 12px 24px;
+          font-size: 18px; z-index: 2; }}
+body.with-notes #notes {{ display: block; }}
+.note {{ display: none; }}
+@media print {{
+  html, body {{ overflow: visible; height: auto; }}
+  .deck {{ position: static; transform: none !important; }}
+  .slide {{ display: flex; position: relative; width: {width}px; height: {height}px;
+           break-after: page; }}
+}}
 </style></head><body>
+<div class="deck">
 {chr(10).join(sections)}
+</div>
+<div id="notes"></div>
 <p class="note">{html.escape(note)}</p>
 <script>
+const deck = document.querySelector(".deck");
 const slides = [...document.querySelectorAll(".slide")];
-const current = () => slides.findIndex(s => s.getBoundingClientRect().bottom > window.innerHeight / 2);
-const go = i => slides[Math.max(0, Math.min(slides.length - 1, i))].scrollIntoView();
+let index = 0;
+function fit() {{  // the canvas scaled to the window, as reveal.js does
+  const scale = Math.min(window.innerWidth / {width}, window.innerHeight / {height});
+  deck.style.transform = `translate(-50%, -50%) scale(${{scale}})`;
+  deck.dataset.scale = scale;
+}}
+function show(i) {{
+  index = Math.max(0, Math.min(slides.length - 1, i));
+  slides.forEach((s, k) => s.classList.toggle("current", k === index));
+  const slide = slides[index], box = slide.querySelector(".figure");
+  if (box && !box.dataset.drawn && window.Plotly) {{
+    const f = JSON.parse(slide.querySelector("script[type='application/json']").textContent);
+    const size = {{width: box.clientWidth, height: box.clientHeight}};
+    Plotly.newPlot(box, f.data, Object.assign(f.layout, size), {{displayModeBar: false}});
+    box.dataset.drawn = "1";
+  }}
+  const notes = slide.querySelector(".notes").innerHTML;
+  document.getElementById("notes").innerHTML = notes;
+  if (speaker && !speaker.closed) {{  // the presenter's own window, off the projector
+    speaker.document.title = `${{index + 1}}/${{slides.length}}`;
+    speaker.document.body.innerHTML = `<h3>${{slide.querySelector("h1, h2, h3").innerHTML}}</h3>${{notes}}`;
+  }}
+  history.replaceState(null, "", `#${{index + 1}}`);
+}}
+let speaker = null;
 document.addEventListener("keydown", e => {{
   const step = {{ArrowRight: 1, ArrowDown: 1, PageDown: 1, " ": 1, ArrowLeft: -1, ArrowUp: -1, PageUp: -1}}[e.key];
-  if (step) {{ e.preventDefault(); go(current() + step); }}
-  if (e.key === "Home") go(0);
-  if (e.key === "End") go(slides.length - 1);
+  if (step) {{ e.preventDefault(); show(index + step); }}
+  if (e.key === "Home") show(0);
+  if (e.key === "End") show(slides.length - 1);
+  if (e.key === "n") document.body.classList.toggle("with-notes");
+  if (e.key === "s") {{  // speaker notes in a window of their own, as reveal.js's S key
+    speaker = window.open("", "kvlab-speaker-notes", "width=720,height=560");
+    if (speaker) {{
+      speaker.document.body.style.font = "20px/1.45 system-ui, sans-serif";
+      show(index);
+    }}
+  }}
 }});
+window.addEventListener("resize", fit);
+fit();
+show((parseInt(location.hash.slice(1)) || 1) - 1);
 </script></body></html>
 """
 

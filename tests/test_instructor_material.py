@@ -4,6 +4,7 @@ agree with setup.sh."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import warnings
@@ -18,7 +19,7 @@ from kvlab.analysis.repro import MIB, run_repro
 from kvlab.cli import REPRO_EXIT_CODES, build_parser
 from kvlab.core.arith import div_ceil
 from kvlab.core.page_index import max_blocks_per_seq
-from kvlab.slides import build_deck, slides_of
+from kvlab.slides import FIGURE_FONT_PX, build_deck, slides_of
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -267,8 +268,8 @@ def _executed(path: Path, figure_after: str, headings=None) -> nbformat.Notebook
                     "display_data",
                     data={
                         "application/vnd.plotly.v1+json": {
-                            "data": [{"type": "bar", "y": [1, 2]}],
-                            "layout": {"title": {"text": "</script> pages"}},
+                            "data": [{"type": "bar", "y": [1, 2], "name": "</script> pages"}],
+                            "layout": {"title": {"text": "pages"}},
                         },
                         "text/plain": "<Figure>",
                     },
@@ -287,7 +288,11 @@ def test_a_deck_takes_each_sections_first_figure_from_the_executed_copy(tmp_path
     assert [s.figure is not None for s in deck.slides] == [False, False, True]
     page = deck.path.read_text(encoding="utf-8")
     assert page.count('class="figure"') == 1 and '<script src="plotly.min.js">' in page
-    assert "<\\/script> pages" in page  # a title cannot end the script early
+    assert "<\\/script> pages" in page  # a trace's name cannot end the script early
+    figure = json.loads(page.split('<script type="application/json">')[1].split("</script>")[0])
+    assert "title" not in figure["layout"]  # the slide's heading says it, in the room's size
+    assert figure["layout"]["font"]["size"] == FIGURE_FONT_PX
+    assert figure["data"][0]["name"] == "</script> pages"
     assert (
         tmp_path / "out" / "plotly.min.js"
     ).stat().st_size > 1_000_000  # plotly.js itself: offline
@@ -410,3 +415,14 @@ def test_the_exercises_draw_no_figures_as_their_decks_say():
     for source in sorted((ROOT / "notebooks" / "workshop").glob("ex*.py")):
         text = source.read_text(encoding="utf-8")
         assert not re.search(r"\bplotly\b|kvlab\.notebook\.viz|\bviz\.|\.show\(", text), source
+
+
+def test_a_slide_says_the_first_sentence_and_cuts_a_long_one_at_a_clause():
+    from kvlab.slides import SAY_CHARS, projector_sentence
+
+    assert projector_sentence("One pool. Two rows.") == "One pool."
+    long = "The peers run " + "the same workload, " * 12 + "side by side `kvlab.sched.vllm` ok."
+    said = projector_sentence(long)
+    assert len(said) <= SAY_CHARS + 4 and said.endswith("workload ...")
+    coded = "x" * 150 + " and `a very long code span that the cut would split in two` ok."
+    assert projector_sentence(coded) == "x" * 150 + " and ..."
