@@ -29,6 +29,8 @@ def control(
     if button_width is not None:
         style["button_width"] = button_width
     layout = W.Layout(width=width) if width else W.Layout()
+    if issubclass(kind, W.ToggleButtons):  # its view is a block: the label sat above the buttons
+        layout.display, layout.align_items = "flex", "center"
     return kind(description=description, style=style, layout=layout, **options)
 
 
