@@ -7,6 +7,8 @@ max_seq_len 8192, batch size 1.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 
@@ -78,3 +80,14 @@ def seed_manager():
         )
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_in_a_terminal():
+    """SIGINT as a terminal's Ctrl-C finds it. A pytest started in the background (a script's
+    ``&``, nohup) inherits SIGINT ignored, and so would every command a test starts, which by
+    design leaves an ignored signal alone: the Ctrl-C tests then failed with the rank tests
+    "under load" (the load script ran them in the background)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
