@@ -8,6 +8,7 @@ needs no slide metadata in the notebooks and loads nothing from the network.
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 import re
@@ -117,8 +118,8 @@ def _executed_slides(path: Path, executed_dir: Path | None, slides: list[Slide])
 
 
 def projector_sentence(paragraph: str) -> str:
-    """What a slide says: the paragraph's first sentence, cut at a word before SAY_CHARS (and
-    before an inline code span it would cut in two) where it is longer."""
+    """What a slide says: the paragraph's first sentence; a longer one than SAY_CHARS is cut at
+    a clause's end past half of it (else at a word), never inside an inline code span."""
     first = re.split(r"(?<=[.!?])\s+(?=[A-Z(`*])", " ".join(paragraph.split()), maxsplit=1)[0]
     if len(first) <= SAY_CHARS:
         return first
@@ -132,21 +133,20 @@ def projector_sentence(paragraph: str) -> str:
 
 def _projector_figure(figure: dict) -> dict:
     """The figure without its title, every font at least FIGURE_FONT_PX canvas px."""
-    layout = json.loads(json.dumps(figure.get("layout", {})))
+    layout = copy.deepcopy(figure.get("layout", {}))
     layout.pop("width", None), layout.pop("height", None)
     layout.pop("title", None)  # the slide's heading and sentence say it, in the room's size
     layout["margin"] = {**layout.get("margin", {}), "t": 48}  # room for subplot titles only
-    # the legend at the foot of the slide, clear of subplot titles and tick labels
-    legend = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"}
-    layout["legend"] = {**layout.get("legend", {}), **legend, "x": 0, "xanchor": "left"}
     layout["font"] = {**layout.get("font", {}), "size": FIGURE_FONT_PX}
+    # the legend at the foot of the slide, clear of subplot titles and tick labels
+    legend = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left")
+    font = {**layout.get("legend", {}).get("font", {}), "size": FIGURE_FONT_PX}
+    layout["legend"] = {**layout.get("legend", {}), **legend, "font": font}
     for key, axis in layout.items():
         if re.fullmatch(r"[xy]axis\d*", key) and isinstance(axis, dict):
             axis["tickfont"] = {**axis.get("tickfont", {}), "size": FIGURE_FONT_PX}
             if isinstance(axis.get("title"), dict):
                 axis["title"]["font"] = {**axis["title"].get("font", {}), "size": FIGURE_FONT_PX}
-    if isinstance(layout.get("legend"), dict):
-        layout["legend"]["font"] = {**layout["legend"].get("font", {}), "size": FIGURE_FONT_PX}
     for note in layout.get("annotations", []):
         note["font"] = {**note.get("font", {}), "size": FIGURE_FONT_PX}
     return {"data": figure.get("data", []), "layout": layout}
