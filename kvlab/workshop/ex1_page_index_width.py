@@ -176,13 +176,13 @@ WIDTH_WAYS = sorted(
 )
 
 
-def _width_case(fn, label, L, t, e, d, ways: list[WidthSlips], above: list[str]):
-    """The pass line if fn is right on this case, else its feedback; ``ways``: the ways
-    (combinations of slips) that give fn's answer on every case; ``above``: the diagnosis of
-    the failing case above, which this case replaces with its own."""
+def _width_case(fn, answer, label, L, t, e, d, ways: list[WidthSlips], above: list[str]):
+    """The pass line if ``answer`` (fn's (value, failure) on this case) is right, else its
+    feedback; ``ways``: the ways (combinations of slips) that give fn's answer on every case;
+    ``above``: the diagnosis of the failing case above, which this case replaces with its own."""
     expected = max_blocks_per_seq(L, t, e, d)
     call = f"page_index_width({L}, {t}, {e}, {d})"
-    got, failure = call_learner(fn, L, t, e, d, where=f"{label}: {call} ")
+    got, failure = answer
     if failure:
         return failure
     if isinstance(got, bool) or not isinstance(got, int):
@@ -210,12 +210,11 @@ def _width_case(fn, label, L, t, e, d, ways: list[WidthSlips], above: list[str])
     return Hint(head, head + worked, part=fn)  # the function, not the seed lengths beside it
 
 
-def _width_ways(fn) -> list[WidthSlips]:
-    """The combinations of typical slips that give fn's answer on every case it answers with an
+def _width_ways(answers: list) -> list[WidthSlips]:
+    """The combinations of typical slips that give the answers on every case answered with an
     int, fewest slips first, one per set of hints and none that only adds slips cancelling each
     other ((n // t // 4 + 1) * 4 is the rule): a multi-slip answer gets each of its slips named
     on every case, and none it does not make (the spot checks tell the ways apart)."""
-    answers = [call_learner(fn, L, t, e, d)[0] for _, L, t, e, d in WIDTH_CASES]
     fits: dict[tuple[str, ...], WidthSlips] = {}
     for way in WIDTH_WAYS:
         if all(
@@ -319,8 +318,15 @@ def check_page_index_width(
     """Exercise 1: ``fn(max_seq_len, tokens_per_block, extra, draft)`` against kvlab's
     ``max_blocks_per_seq`` on WIDTH_CASES; with ``seed_max_seq_len`` ({"clamped": ..,
     "configured": ..}), also the seed's 68 and 260."""
-    ways, above = _width_ways(fn), list[str]()
-    outcomes = [_width_case(fn, *case, ways, above) for case in WIDTH_CASES]
+    # the learner's function once a case (a print in it shows once)
+    answers = [
+        call_learner(fn, L, t, e, d, where=f"{label}: page_index_width({L}, {t}, {e}, {d}) ")
+        for label, L, t, e, d in WIDTH_CASES
+    ]
+    ways, above = _width_ways([value for value, _ in answers]), list[str]()
+    outcomes = [
+        _width_case(fn, answer, *case, ways, above) for answer, case in zip(answers, WIDTH_CASES)
+    ]
     cases = len(WIDTH_CASES)
     if seed_max_seq_len is not None:
         outcomes += _seed_cases(fn, seed_max_seq_len)

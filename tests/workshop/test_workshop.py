@@ -1277,3 +1277,17 @@ def test_the_width_cases_tell_apart_every_two_ways_that_differ():
         first, *others = ways.values()
         for other in others:
             assert all(first.width(*i) == other.width(*i) for i in inputs), (first, other)
+
+
+def test_the_width_check_calls_the_learners_function_once_a_case():
+    """A learner's debugging print shows once a case, not twice."""
+    from kvlab.workshop.ex1_page_index_width import WIDTH_CASES
+
+    calls = []
+
+    def fn(L, t, e, d):
+        calls.append((L, t, e, d))
+        return (L + e + d) // t  # several slips: the diagnosis reads every answer
+
+    workshop.check_page_index_width(fn)
+    assert len(calls) == len(WIDTH_CASES)
