@@ -28,15 +28,18 @@ in its group), undocumented-exit (CLI) and long-message (an error over 4 KiB). N
 /tmp while an input ran are shown (``tmp_new``) but not counted: other users share /tmp. One
 JSON line per non-clean input (or one with ``tmp_new``), then a summary line. A full corpus
 (about 9,400 inputs) takes hours on two cores: ``--seconds`` bounds a run, on a shuffled order.
+``--load N`` runs N busy loops beside it (the summary gives the load average): a door that
+holds only on a quiet machine is a defect too.
 
     python benchmarks/hostile_inputs.py [--only cli|api|protocol] [--match TEXT] [--limit N] [--jobs J]
-                                        [--seconds S] [--out FILE]
+                                        [--seconds S] [--out FILE] [--load N]
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
 import dataclasses
 import importlib
@@ -48,11 +51,13 @@ import random
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -1080,6 +1085,21 @@ def _kill_group(pgid):
         pass
 
 
+@contextlib.contextmanager
+def busy_loops(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPU while the block runs (a parallel load)."""
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("cli", "api", "protocol"), help="one door only")
@@ -1093,9 +1113,15 @@ def main() -> None:
         "--seed", type=int, default=0, help="the corpus order's shuffle (default 0)"
     )
     parser.add_argument("--match", help="only inputs whose target contains this text")
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        help="busy loops run beside the corpus, a parallel CPU load (default 0)",
+    )
     args = parser.parse_args()
-    if args.jobs < 1 or (args.limit is not None and args.limit < 0):
-        parser.error("--jobs must be >= 1 and --limit >= 0")
+    if args.jobs < 1 or (args.limit is not None and args.limit < 0) or args.load < 0:
+        parser.error("--jobs must be >= 1, --limit >= 0 and --load >= 0")
     # Children are forks of this process: a thread pool started here (OpenMP's, torch's) would
     # leave its locks held in them and hang them, so it stays one thread.
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -1126,9 +1152,11 @@ def main() -> None:
         cases = [c for c in cases if args.match is None or args.match in c["target"]]
         random.Random(args.seed).shuffle(cases)
         cases = cases[: args.limit] if args.limit is not None else cases
-        counts, by_door, stopped_early, elapsed = run(
-            cases, args.jobs, args.seconds, good, root / "cases", report
-        )
+        with busy_loops(args.load):
+            counts, by_door, stopped_early, elapsed = run(
+                cases, args.jobs, args.seconds, good, root / "cases", report
+            )
+            load_average = os.getloadavg()[1]
         summary = {
             "benchmark": "hostile_inputs",
             "corpus": corpus,
@@ -1138,6 +1166,8 @@ def main() -> None:
             "stopped_by_seconds": stopped_early,
             "seconds": round(elapsed, 1),
             "jobs": args.jobs,
+            "busy_loops": args.load,
+            "load_average_5min": round(load_average, 1),
             "memory_bound_gib": MEMORY_BOUND / 2**30,
             "skipped_callables": len(skipped),
             "skipped": skipped,

@@ -14,7 +14,7 @@ QUICK_ARGS = {
     "distributed_startup.py": ["--ranks", "4", "--repeat", "1"],
     "fuzz_system.py": ["--seconds", "1", "--examples", "20"],
     "gpu_measurements.py": ["--device", "cpu", "--quick"],  # CPU: prints, stores nothing
-    "hostile_inputs.py": ["--limit", "20", "--jobs", "2"],
+    "hostile_inputs.py": ["--limit", "20", "--jobs", "2", "--load", "1"],
     "mooncake_replay.py": ["--minutes", "1"],
     "replay_memory.py": ["--rows", "200", "800"],
     "phase_diagram.py": ["--repeat", "2"],
