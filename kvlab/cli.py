@@ -508,7 +508,10 @@ def _slides(args, parser) -> int:
     for deck in decks:
         figures = sum(s.figure is not None for s in deck.slides)
         print(f"{deck.path}: {len(deck.slides)} slides, {figures} figures ({deck.note})")
-    print(f"open {index} in a browser (arrow keys move between slides)")
+    print(
+        f"open {index} in a browser: arrow keys move between slides, N shows the "
+        "speaker notes under the slide, S in a window of their own"
+    )
     return 0
 
 

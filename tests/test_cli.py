@@ -461,6 +461,8 @@ def test_slides_writes_one_deck_per_selected_notebook_and_an_index(tmp_path, cap
     # issue 45: the exercise's deck advised `kvlab walkthrough`, which never runs exercises
     exercise = next(line for line in out.splitlines() if "ex1_page_index_width.html" in line)
     assert "text only: an exercise draws no figures" in exercise
+    # the presenter learns the keys from the command, not from the deck's source
+    assert "N shows the speaker notes" in out and "S in a window of their own" in out
     index = (tmp_path / "index.html").read_text()
     assert (
         'href="02_single_gpu_repro_4mib.html"' in index
