@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bounds import HANG_S
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 QUICK_ARGS = {
@@ -56,7 +57,7 @@ def test_benchmark_prints_its_figures(script):
         [sys.executable, str(BENCHMARKS / script), *QUICK_ARGS[script]],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

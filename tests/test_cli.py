@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from bounds import HANG_S
 
 from kvlab.cli import REPRO_EXIT_CODES, main
 
@@ -223,7 +224,7 @@ def test_a_hostile_scenario_file_prints_no_traceback(tmp_path, text, named):
         [sys.executable, "-m", "kvlab", "scenario", str(path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "usage:" in proc.stderr and named in proc.stderr
@@ -395,7 +396,7 @@ def test_a_run_the_kernel_did_not_finish_is_marked_partial(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert proc.returncode == 1 and "the kernel stopped" in proc.stdout
     executed = nbformat.read(build / "notebooks" / "01_dies.ipynb", as_version=4)

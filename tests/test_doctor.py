@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bounds import HANG_S
 
 from kvlab import doctor
 from kvlab.cli import main
@@ -171,7 +172,7 @@ def test_the_command_runs_as_a_participant_types_it():
         [sys.executable, "-m", "kvlab", "doctor", "--json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["ready"] is True
@@ -245,7 +246,7 @@ def test_setup_sh_outside_a_venv_on_an_externally_managed_python_stops_with_one_
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 1
     assert proc.stdout == ""

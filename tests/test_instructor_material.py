@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from bounds import HANG_S
 
 from kvlab import KVCacheManager
 from kvlab.analysis.presets import seed_geometry
@@ -350,7 +351,7 @@ def test_the_wheelhouse_script_is_valid_bash_and_pins_torch_as_setup_does():
         ["bash", str(ROOT / "scripts" / "wheelhouse.sh"), "--dry-run"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert dry.returncode == 0, dry.stderr
     pin = re.search(
@@ -383,7 +384,7 @@ def test_the_wheelhouse_script_is_valid_bash_and_pins_torch_as_setup_does():
         ["bash", str(ROOT / "scripts" / "wheelhouse.sh"), "--dry-run", "--extras", "nope"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert bad.returncode != 0 and "no extra 'nope'" in bad.stderr
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bounds import HANG_S
 
 from kvlab.analysis.context_ranges import change_points, v2_segments
 from kvlab.analysis.deployment import Deployment, example_deployments, plan_deployment
@@ -339,7 +340,7 @@ def test_a_full_disk_is_one_line_and_exit_74(command):
             stdout=full,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=300,
+            timeout=HANG_S,
             cwd=Path(__file__).parents[2],
         )
     assert proc.returncode == 74

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bounds import HANG_S
 
 from kvlab.analysis.measurements import (
     device_info,
@@ -125,7 +126,7 @@ def _run_script(*args):
         [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.splitlines()[-1])

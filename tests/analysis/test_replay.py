@@ -13,6 +13,7 @@ import tracemalloc
 from collections import Counter
 
 import pytest
+from bounds import HANG_S
 
 from kvlab.analysis import replay as replay_module
 from kvlab.analysis.compare import EngineConfig, run_engine
@@ -121,7 +122,7 @@ def test_a_bad_row_exits_2_naming_its_line_and_field_without_a_traceback(tmp_pat
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

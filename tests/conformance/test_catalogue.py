@@ -22,6 +22,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from bounds import HANG_S
 from peers import ENGINES
 from peers import render as render_peer
 
@@ -140,7 +141,7 @@ def run_ported():
             ],
             cwd=ROOT,
             capture_output=True,
-            timeout=600,
+            timeout=HANG_S,
             check=False,
         )
         outcomes = {}

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+from bounds import HANG_S
+
 SCRIPT = textwrap.dedent("""
     import time
     import nbformat
@@ -33,7 +35,7 @@ SCRIPT = textwrap.dedent("""
 def test_a_browser_that_cannot_start_leaves_a_report_without_images():
     env = {**os.environ, "BROWSER_PATH": "/bin/false"}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=HANG_S
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)

@@ -122,6 +122,8 @@ def test_the_traces_cover_every_kind_of_outcome():
 
 
 def test_same_seed_same_hash_across_processes():
+    from bounds import HANG_S  # here: this file also runs as a script, outside pytest
+
     here = digests(7)
     for hash_seed in ("0", "4242"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
@@ -130,7 +132,7 @@ def test_same_seed_same_hash_across_processes():
             capture_output=True,
             text=True,
             env=env,
-            timeout=300,
+            timeout=HANG_S,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert json.loads(proc.stdout) == here, f"PYTHONHASHSEED={hash_seed}"
