@@ -317,8 +317,9 @@ panel
 
 # %% [markdown]
 # **Run the ranks**, pressed here once, at the panel's starting values: the real run must end as
-# the plan said. Its rank table, in the panel above, is section 5's (the same run); the line
-# below says how it ended, for a copy of this notebook without a live kernel too.
+# the plan said. It is section 5's run, so the panel above says only how the ranks ended, the
+# ranks that ended alike in one row (0, then 1-15); the line below says it too, for a copy of
+# this notebook without a live kernel.
 
 # %%
 checked = panel.act()  # what the button does

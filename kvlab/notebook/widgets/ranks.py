@@ -99,9 +99,14 @@ def ranks_verdict(model: RanksModel) -> tuple[str | None, str]:
     return plan.outcome, verdict_html(plan.outcome, headline)
 
 
+#: The run's columns the button's table keeps: how each rank ended (its memory is the figures').
+RANKS_RUN_COLUMNS = ("requests", "outcome")
+
+
 def ranks_run_html(model: RanksModel, result) -> str:
     """A ranks run of ``model.config`` against the plan: whether it ended as predicted, what
-    every rank shares said once, then a table of what differs by rank."""
+    every rank shares said once, then how the ranks ended, one row per run of consecutive ranks
+    that ended alike ("1-15": the notebook's own rank table is not repeated)."""
     check_instance("model", model, RanksModel)
     outcome = outcome_of(result)
     agrees = outcome == model.plan.outcome and result.ended == model.plan.ended
@@ -116,9 +121,18 @@ def ranks_run_html(model: RanksModel, result) -> str:
     if len(rows) > 1 and shared:
         every = "; ".join(f"{c} {cell_text(rows[0][c])}" for c in shared)
         said_once = f"<p>Every rank: {html.escape(every)}</p>"
-    narrow = [{c: v for c, v in r.items() if c not in shared or len(rows) == 1} for r in rows]
+    groups: list[tuple[list[int], dict]] = []
+    for row in rows:
+        ended = {c: row[c] for c in RANKS_RUN_COLUMNS}
+        if groups and groups[-1][1] == ended:
+            groups[-1][0].append(row["rank"])
+        else:
+            groups.append(([row["rank"]], ended))
+    grouped = [
+        {"ranks": f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}", **ended} for r, ended in groups
+    ]
     width = f'style="max-width:{RANKS_RUN_TABLE_WIDTH}px"'
-    shown = table(narrow, index="rank").set_table_attributes(width).to_html()
+    shown = table(grouped, index="ranks").set_table_attributes(width).to_html()
     return verdict_html(outcome, headline) + said_once + shown
 
 
