@@ -46,7 +46,10 @@ WIDTH_CASES = [
         d,
     )
     # lengths chosen so that no two combinations of the typical slips (WIDTH_WAYS) answer
-    # alike on every case unless they compute the same function
+    # alike on every case unless they compute the same function, as padding to the nearest
+    # multiple of 4 (ties up) and forgetting the +1 with a floored division do: n // t is
+    # ceil((n + 1) / t) - 1 for every n >= 0, and ceil((b - 1) / 4) * 4 is (b + 2) // 4 * 4,
+    # so no case tells those two apart and the feedback names both
     for L, t, e, d in [
         (1135, 32, 0, 0),
         (2045, 32, 100, 0),
@@ -191,21 +194,22 @@ def _width_case(fn, answer, label, L, t, e, d, ways: list[WidthSlips], above: li
         return Passed(f"{label}: {call} = {expected}")
     rule = f"the rule's {WidthSlips().worked(L, t, e, d)}"
     if len(ways) == 1:
-        name, worked = (
-            "; ".join(ways[0].names(e, d)),
-            f": yours {ways[0].worked(L, t, e, d)}; {rule}",
-        )
-    elif len(ways) == 2:  # two ways give the same numbers on every case: name both
-        first, second = ("; ".join(way.names(e, d)) for way in ways)
-        name, worked = f"{first}; or, giving the same numbers, {second}", f": {rule}"
+        slips = ways[0].names(e, d)
+        name, worked = "; ".join(slips), f": yours {ways[0].worked(L, t, e, d)}; {rule}"
+        same = f"the same slip{'s' * (len(slips) > 1)} as above"
+    elif len(ways) == 2:
+        # one function, two explanations (no case can tell them apart): name both, neither as
+        # the one the code makes, the one with fewer slips first (_width_ways' order)
+        first, second = (" and ".join(way.names(e, d)) for way in ways)
+        name = f"either {first}, or {second} (the two give the same numbers on every input)"
+        yours = ", or ".join(way.worked(L, t, e, d) for way in ways)
+        worked, same = f": yours {yours}; {rule}", "the same two explanations as above"
     else:
         name = "none of the usual slips gives your answers: check each of Part 1's three rules"
-        worked = (
-            f"; expected round_up_to_multiple_of_4(ceil(({L:,}+{e:,}+{d:,}+1)/{t})) = {expected:,}"
-        )
+        worked, same = f": yours {got:,}; {rule}", "the same as above: none of the usual slips"
     said, above[:] = above[-1:], [name]
     if said == [name]:  # a diagnosis in full once: the failing cases right after say the same
-        name = "the same slip as above" if name.count("; ") == 0 else "the same slips as above"
+        name = same
     head = f"{label}: {call} returned {got:,}, expected {expected:,} - {name}"
     return Hint(head, head + worked, part=fn)  # the function, not the seed lengths beside it
 

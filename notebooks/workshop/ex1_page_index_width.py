@@ -69,11 +69,12 @@ seed_max_seq_len = {
 # %% [markdown]
 # ## Check
 #
-# The check runs your function on twenty cases (ten named, ten spot checks) and tells you which
-# ones failed, what they expected, and the slips that give your answers: several at once if you
-# made several. Run it, fix, run again. The first time a case fails it only
-# names the slip (a hint); if it still fails the same way after you change your code, it shows the
-# arithmetic with the case's numbers. Want the arithmetic at once? Add `reveal=True` to the call.
+# The check runs twenty-two cases: your function on twenty (ten named, ten spot checks), then
+# Part 2's two seed rows. It tells you which ones failed, what they expected, and the slips that
+# give your answers: several at once if you made several. Run it, fix, run again. The first time a
+# case fails it only names the slip (a hint); if it still fails the same way after you change your
+# code, it shows the arithmetic with the case's numbers, yours beside the rule's. Want the
+# arithmetic at once? Add `reveal=True` to the call.
 
 # %%
 result = workshop.check_page_index_width(page_index_width, seed_max_seq_len, strict=STRICT)

@@ -185,6 +185,32 @@ def test_width_feedback_no_rounding_to_4():
 def test_width_feedback_rounding_to_8():
     text = feedback(workshop.check_page_index_width(width(align=8)))
     assert "returned 72, expected 68 - you rounded up to a multiple of 8" in text
+    # one slip (its hint has a "; " in it): "the same slip", not "slips" (tester's leftover 3)
+    assert "returned 264, expected 260 - the same slip as above" in text
+    assert "the same slips" not in text
+
+
+@pytest.mark.parametrize("pad", ["down", "up to 8", "plus 4", "none"])
+def test_width_feedback_a_single_slip_is_the_same_slip_not_slips(pad):
+    lines = workshop.check_page_index_width(learner_width(pad=pad)).lines
+    repeated = [line for line in lines if " as above" in line]
+    assert repeated and all(line.endswith(" - the same slip as above") for line in repeated)
+
+
+def test_width_feedback_no_usual_slip_shows_yours_beside_the_rule():
+    from kvlab.core.page_index import max_blocks_per_seq
+
+    def odd(L, t, e, d):
+        return {2048: 70, 8192: 258}.get(L) or max_blocks_per_seq(L, t, e, d)
+
+    first = feedback(workshop.check_page_index_width(odd))
+    assert "returned 70, expected 68 - none of the usual slips gives your answers" in first
+    assert "returned 258, expected 260 - the same as above: none of the usual slips" in first
+    assert "the same slip" not in first
+    text = feedback(workshop.check_page_index_width(odd, reveal=True))
+    assert (
+        "yours 70; the rule's ceil((2,048+0+0+1)/32)=65 -> rounded up to a multiple of 4: 68"
+    ) in text
 
 
 @pytest.mark.parametrize(
@@ -210,16 +236,31 @@ def test_width_feedback_padding_the_wrong_way(pad, named):
 
 def test_width_feedback_names_both_ways_that_give_the_same_numbers():
     """Padding to the nearest multiple of 4 (ties up) and forgetting the +1 with a floored
-    division are one function: the check cannot tell them apart, so it names both."""
+    division are one function: the check cannot tell them apart, so it names both, as either
+    one or the other, the one of fewer slips first. Tester's leftover 1: the floored division
+    without the +1 was told first that it "padded to the nearest multiple of 4", then "or,
+    giving the same numbers" what it wrote; leftover 2: its working showed only the rule's."""
+    both = (
+        "either you padded to the nearest multiple of 4: the padding only adds entries, or you "
+        "forgot the +1 decode token and you rounded the division down: a partly filled block "
+        "still needs an entry (the two give the same numbers on every input)"
+    )
     nearest = feedback(
         workshop.check_page_index_width(lambda L, t, e, d: (-(-(L + e + d + 1) // t) + 2) // 4 * 4)
     )
-    assert (
-        "you padded to the nearest multiple of 4: the padding only adds entries; or, giving the "
-        "same numbers, you forgot the +1 decode token; you rounded the division down"
-    ) in nearest
+    assert f"returned 64, expected 68 - {both}\n" in nearest
+    assert "returned 256, expected 260 - the same two explanations as above" in nearest
+    assert "the same slip" not in nearest
     workshop.reset_hints()  # the second answer's failure would reveal the working
-    assert nearest == feedback(workshop.check_page_index_width(width(plus_one=0, ceil=False)))
+    floored = learner_width(plus_one=False, division="floor")  # ceil(blocks / 4) * 4
+    assert nearest == feedback(workshop.check_page_index_width(floored))
+    again = feedback(workshop.check_page_index_width(edited(floored)))  # the learner edits it
+    assert (
+        f"returned 64, expected 68 - {both}: yours ceil((2,048+0+0+1)/32)=65 -> padded to the "
+        "nearest multiple of 4: 64, or floor((2,048+0+0)/32)=64 -> rounded up to a multiple of 4: "
+        "64; the rule's ceil((2,048+0+0+1)/32)=65 -> rounded up to a multiple of 4: 68"
+    ) in again
+    assert "the same two explanations as above: yours ceil((8,192+0+0+1)/32)=257" in again
 
 
 def learner_width(plus_one=True, division="ceil", pad="up", extra=True, draft=True):
@@ -269,12 +310,19 @@ def test_width_feedback_names_every_slip_of_a_multi_slip_answer_and_no_other(sli
     kwargs = {k: v for slip in slips for k, v in WIDTH_SLIPS[slip][0].items()}
     lines = workshop.check_page_index_width(learner_width(**kwargs)).lines
     failing = [line for line in lines if " returned " in line]
-    assert failing and " - the same slip" not in failing[0]
+    assert failing and " as above" not in failing[0]
     previous: set[str] = set()
     for line in failing:
         named = {slip for slip, (_, text) in WIDTH_SLIPS.items() if text in line}
-        if " - the same slip" in line:  # the same as the failing case right above
+        if " as above" in line:  # the same as the failing case right above
             named = previous
+            if line.endswith(" - the same slip as above"):  # the count agrees with the slips
+                assert len(named) == 1, line
+            elif line.endswith(" - the same slips as above"):
+                assert len(named) > 1, line
+            else:  # the two explanations of one function: +1 and floor, or the nearest 4
+                assert line.endswith(" - the same two explanations as above"), line
+                assert {"+1", "floor"} <= set(slips), line
         L, t, e, d = map(
             int, re.search(r"page_index_width\((\d+), (\d+), (\d+), (\d+)\)", line).groups()
         )
@@ -1258,25 +1306,65 @@ def test_filling_in_part_2_does_not_reveal_part_1():
 
 def test_the_width_cases_tell_apart_every_two_ways_that_differ():
     """The spot checks' claim: two combinations of typical slips with different hints answer
-    alike on all twenty cases only where they are one function (checked on 30,000 inputs)."""
-    from kvlab.workshop.ex1_page_index_width import WIDTH_CASES, WIDTH_WAYS
+    alike on every case only where they are one function (checked on 80,000 inputs, page
+    sizes from 1 to 128 tokens). Tester's leftover 1: the floored division without the +1,
+    padded up, answers as padding to the nearest multiple of 4 (ties up) does, on every input:
+    n // t is ceil((n + 1) / t) - 1, and ceil((b - 1) / 4) * 4 is (b + 2) // 4 * 4. No spot
+    check can tell those two apart, so the feedback names both (the test above)."""
+    from kvlab.workshop.ex1_page_index_width import WIDTH_CASES, WIDTH_WAYS, WidthSlips
 
     inputs = [
         (L, t, e, d)
         for L in range(1, 2501)
-        for t in (16, 32, 64)
+        for t in (1, 3, 7, 16, 24, 32, 64, 128)
         for e, d in ((0, 0), (37, 0), (0, 37), (100, 100))
     ]
-    by_answers: dict[tuple, dict[tuple, object]] = {}
+    by_answers: dict[tuple, dict[tuple, WidthSlips]] = {}
     for way in WIDTH_WAYS:
         answers = tuple(way.width(L, t, e, d) for _, L, t, e, d in WIDTH_CASES)
         by_answers.setdefault(answers, {})[tuple(way.names(1, 1))] = way
     alike = [ways for ways in by_answers.values() if len(ways) > 1]
-    assert alike  # (the +1 and floor slips against the nearest padding, for one)
+    assert alike
     for ways in alike:
         first, *others = ways.values()
         for other in others:
             assert all(first.width(*i) == other.width(*i) for i in inputs), (first, other)
+    # the tester's pair is one of them, and one function
+    nearest = WidthSlips(padding="nearest 4, ties up")
+    floored = WidthSlips(plus_one=False, division="floor")
+    assert any(
+        tuple(nearest.names(1, 1)) in ways and tuple(floored.names(1, 1)) in ways for ways in alike
+    )
+    assert all(nearest.width(*i) == floored.width(*i) for i in inputs)
+
+
+def test_the_ex1_prose_counts_the_cases_the_check_counts():
+    """Tester's leftover 4: the exercise said "twenty cases", its check counted 22 (the seed's
+    two rows besides the function's twenty)."""
+    from kvlab.core.page_index import max_blocks_per_seq
+    from kvlab.workshop.ex1_page_index_width import WIDTH_CASES
+
+    units = "one two three four five six seven eight nine".split()
+    tens = "ten twenty thirty forty".split()
+    words = dict(zip(units, range(1, 10))) | dict(zip(tens, range(10, 50, 10)))
+    words |= {f"{ten}-{unit}": words[ten] + words[unit] for ten in tens[1:] for unit in units}
+    check = next(c for c in markdown("ex1_page_index_width") if c.startswith("## Check"))
+    prose = " ".join(check.split())
+    said = re.search(
+        r"runs ([a-z-]+) cases: your function on ([a-z-]+) \(([a-z-]+) named, ([a-z-]+) spot "
+        r"checks\), then Part 2's ([a-z-]+) seed rows",
+        prose,
+    )
+    assert said, prose
+    total, function, named, spot, seed = (words[w] for w in said.groups())
+    spots = sum(label.startswith("spot check") for label, *_ in WIDTH_CASES)
+    assert (function, named, spot) == (len(WIDTH_CASES), len(WIDTH_CASES) - spots, spots)
+    assert total == function + seed
+    # what the check prints: the count under a failure, a line a case when it passes
+    seed_lengths = {"clamped": 2048, "configured": 8192}
+    failed = workshop.check_page_index_width(width(plus_one=0), seed_lengths).lines
+    assert any(re.fullmatch(rf"\(\d+ of {total} cases pass\)", line) for line in failed)
+    assert len(workshop.check_page_index_width(max_blocks_per_seq, seed_lengths).lines) == total
 
 
 def test_the_width_check_calls_the_learners_function_once_a_case():
