@@ -686,18 +686,63 @@ def test_the_step_panel_shows_each_pass_as_the_scheduler_decided_it():
     )
     panel.set(**{"pass": 45})
     assert "IN PROGRESS: PASS 45 OF 54" in panel.verdict.value
-    assert "long refused. The stall detector counts" in panel.verdict.value
+    assert "long refused again (45 refusals so far)." in panel.verdict_text
+    assert "The stall detector counts 11 of 20" in panel.verdict_text
     # issue 45: under capacity the figure showed the long request rejected while the verdict
     # spoke of the stall detector; it now says what the pass did and why "long" is gone
     capacity = step_panel("capacity", passes=2)
-    assert "Pass 2: s0 scheduled. long rejected: Request requires 257 KV cache blocks" in (
-        capacity.verdict.value
+    assert capacity.verdict_text.startswith(
+        "Pass 2: s0 scheduled. Earlier, long was rejected at pass 1 (it needs 257 KV cache blocks"
     )
     assert "stall detector" not in capacity.verdict.value
     assert [t.name for t in panel.figures["pass"].data][:2] == [
         "asked (outline)",
         "got (filled, by result)",
     ]
+
+
+def test_the_step_verdict_says_what_each_pass_did_and_past_events_once_in_the_past():
+    """Under capacity the long request is rejected once, at pass 1: that pass says so once,
+    later passes refer to it in the past tense, and the last pass says what it did (s1's last
+    token) and every request's outcome, not only "every request is done"."""
+    from kvlab.notebook.widgets import step_panel
+
+    panel = step_panel("capacity", passes=1)
+    first = panel.verdict_text
+    assert first.count("rejected") == 1 and first.count("long") == 1
+    assert first.startswith("Pass 1: long rejected: Request requires 257 KV cache blocks")
+    assert "s0 scheduled" in first
+    for later in (2, 20, 33):
+        panel.set(**{"pass": later})
+        text = panel.verdict_text
+        assert "long rejected" not in text and text.count("rejected") == 1
+        assert "long was rejected at pass 1 (it needs 257 KV cache blocks" in text
+    assert "s0 finished at pass 32" in text  # pass 33: s0's end, in the past too
+    panel.set(**{"pass": 32})
+    assert "s0 scheduled and finished (its last token); s1 scheduled." in panel.verdict_text
+    panel.set(**{"pass": 34})
+    assert panel.outcome == "reject"
+    assert panel.verdict_text == (
+        "Pass 34: s1 scheduled and finished (its last token). The run is over: s0 and s1 "
+        "finished (at passes 32 and 34); long was rejected at pass 1: it needs 257 KV cache "
+        "blocks, more than the pool's 64."
+    )
+    assert "finished" in panel.model.rows[0]["why"]  # the figure's hover says it too
+    # the other policies: a past event stated once, in the past; the last pass recaps
+    configured = step_panel("none/configured", passes=45)
+    text = configured.verdict_text
+    assert text.count("s0") == text.count("s1") == 1
+    assert "Earlier, s0 finished at pass 32 and s1 finished at pass 34." in text
+    configured.set(**{"pass": 54})
+    assert configured.verdict_text.endswith(
+        "stopped the engine: SchedulerDeadlock. The run is over: s0 and s1 finished (at passes "
+        "32 and 34); long never ran."
+    )
+    clamped = step_panel("none/clamped", passes=1)
+    assert clamped.verdict_text == (
+        "Pass 1: long raised PageIndexTooShort, which stopped the engine; s0 not reached. "
+        "The run is over: no request finished; long and s0 never ran; s1 had not arrived."
+    )
 
 
 def test_the_step_panels_legend_shows_the_colours_it_draws():

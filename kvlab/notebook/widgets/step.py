@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import ipywidgets as W
 from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
 from kvlab.analysis.presets import engine_outcome
 from kvlab.analysis.sentences import sentence
+from kvlab.core.cause import Cause, Reason
 from kvlab.core.checks import check_choice, check_int
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, RequestState
 from kvlab.core.words import counted
@@ -43,6 +45,8 @@ class StepModel:
     stalled: int  # the stall detector's count after the last pass
     used_pages: int
     total_pages: int
+    #: request id -> the pass it ended in (finished or rejected), for those that have ended
+    ended: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _asked(request) -> int:
@@ -82,6 +86,7 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
     policy, wanted = values["policy"], int(values["pass"])
     engine = Engine(build_scheduler(policy, STEP_ENGINE), STEP_WORKLOAD)
     asked: dict[str, int] = {}
+    ended: dict[str, int] = {}
     while engine.iterations < wanted and engine.error is None:
         if not engine.num_live:
             if not engine.has_pending_arrivals:
@@ -93,6 +98,9 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
             if r.arrival_step <= engine.step and r.state in LIVE_STATES
         }
         engine.iterate()
+        for r in engine.requests:  # what ended in this pass (a rejection at arrival included)
+            if r.state not in LIVE_STATES and r.request_id not in ended:
+                ended[r.request_id] = max(engine.iterations, 1)
     batch = engine.last_batch
     scheduled = (
         {r.request_id for r in (*batch.context_requests, *batch.generation_requests)}
@@ -103,6 +111,8 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
     for request in (r for r in engine.requests if r.request_id in asked):
         want = asked[request.request_id]
         result, why = _pass_result(engine, request, scheduled, want)
+        if result == "scheduled" and request.state == RequestState.FINISHED:
+            why += "; that was its last token: it finished"
         got = want if result == "scheduled" else 0
         rows.append(dict(request=request.request_id, asked=want, got=got, result=result, why=why))
     manager = engine.scheduler.manager
@@ -114,6 +124,7 @@ def step_model(values: Mapping[str, Any]) -> StepModel:
         engine.scheduler.stalled_passes,
         manager.total_blocks - manager.free_blocks,
         manager.total_blocks,
+        ended,
     )
 
 
@@ -143,30 +154,124 @@ def step_figures(model: StepModel) -> dict[str, dict]:
     }
 
 
+def _and(items: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def _why_rejected(reason: Reason | None) -> str:
+    """Why a request was rejected, in a few words (the pass that rejected it quotes the whole
+    message)."""
+    if reason is not None and reason.cause is Cause.DEMAND_OVER_POOL:
+        n = reason.numbers
+        return (
+            f"it needs {n['demand']:,} KV cache blocks, more than the pool's {n['total_blocks']:,}"
+        )
+    if reason is not None and reason.cause is Cause.DEMAND_OVER_PAGE_INDEX:
+        n = reason.numbers
+        return (
+            f"it needs {n['demand']:,} KV cache blocks, more than its page-index row's "
+            f"{n['max_blocks_per_seq']:,} entries"
+        )
+    return sentence(reason)
+
+
+def _did(model: StepModel, row: Mapping[str, Any]) -> str:
+    """What the last pass did to ``row``'s request, in a few words."""
+    who, result = row["request"], row["result"]
+    request = model.result.requests[who]
+    if result == "scheduled" and model.ended.get(who) == model.passes:
+        return f"{who} scheduled and finished (its last token)"
+    if result == "rejected":
+        return f"{who} rejected: {row['why']}"
+    if result == "refused" and request.num_refusals > 1:
+        return f"{who} refused again ({request.num_refusals:,} refusals so far)"
+    if result == "crash":
+        return f"{who} raised {type(model.result.error).__name__}, which stopped the engine"
+    if result == "waiting" and model.result.error is not None:
+        return f"{who} not reached"
+    return f"{who} {result}"
+
+
+def _ended_before(model: StepModel) -> str:
+    """The requests that ended before the last pass, in the past tense, each once ("" for
+    none)."""
+    earlier = sorted(
+        ((at, who) for who, at in model.ended.items() if at < model.passes), key=lambda e: e[0]
+    )
+    said = []
+    for at, who in earlier:
+        if model.result.status[who] == RequestState.REJECTED:
+            why = _why_rejected(model.result.reasons[who])
+            said.append(f"{who} was rejected at pass {at} ({why})")
+        else:
+            said.append(f"{who} finished at pass {at}")
+    return f" Earlier, {_and(said)}." if said else ""
+
+
+def _recap(model: StepModel) -> str:
+    """Each request's outcome at the run's end, in one sentence."""
+    status, requests = model.result.status, model.result.requests
+    finished = [who for who, s in status.items() if s == RequestState.FINISHED]
+    parts = []
+    if finished:
+        at = [f"{model.ended[who]}" for who in finished]
+        parts.append(
+            f"{_and(finished)} finished (at passes {_and(at)})"
+            if len(finished) > 1
+            else f"{finished[0]} finished at pass {at[0]}"
+        )
+    else:
+        parts.append("no request finished")
+    parts += [
+        f"{who} was rejected at pass {model.ended[who]}: {_why_rejected(model.result.reasons[who])}"
+        for who, s in status.items()
+        if s == RequestState.REJECTED
+    ]
+    left = [who for who, s in status.items() if s in UNFINISHED_STATUSES]
+    reasons = model.result.reasons
+    unseen = [who for who in left if (r := reasons[who]) and r.cause is Cause.NOT_SUBMITTED]
+    never = [
+        who for who in left if who not in unseen and requests[who].first_scheduled_step is None
+    ]
+    if never:
+        parts.append(f"{_and(never)} never ran")
+    if unseen:
+        parts.append(f"{_and(unseen)} had not arrived")
+    parts += [
+        f"{who} was left unfinished ({requests[who].num_generated:,} of "
+        f"{requests[who].max_new_tokens:,} tokens)"
+        for who in left
+        if who not in never and who not in unseen
+    ]
+    return "; ".join(parts)
+
+
 def step_verdict(model: StepModel) -> tuple[str | None, str]:
-    """(outcome, HTML): where the run stands; before its last pass it has no outcome yet."""
+    """(outcome, HTML): what the last pass did, request by request, and what ended before it,
+    in the past tense; the last pass adds every request's outcome. Before the run's last pass
+    it has no outcome yet."""
     outcome = engine_outcome(model.result)
     error = model.result.error
-    if error is not None:
-        headline = f"Pass {model.passes} ended the engine: {type(error).__name__}."
-    elif not any(s in UNFINISHED_STATUSES for s in model.result.status.values()):
-        headline = f"Every request is done after {counted(model.passes, 'pass')}."
-    else:  # what this pass did, request by request; the stall detector once it counts
-        did = "; ".join(f"{row['request']} {row['result']}" for row in model.rows)
-        never = "".join(
-            f" {r} rejected: {sentence(model.result.reasons[r])}."
-            for r, status in model.result.status.items()
-            if status == "rejected"
+    did = "; ".join(_did(model, row) for row in model.rows) or "nothing scheduled"
+    if isinstance(error, SchedulerDeadlock):
+        did += (
+            f"; the stall detector reached {model.stalled} of {STEP_ENGINE.stall_limit} passes "
+            f"without progress and stopped the engine: {type(error).__name__}"
         )
+    elif error is not None and not any(row["result"] == "crash" for row in model.rows):
+        did += f"; the engine stopped: {type(error).__name__}"
+    if error is None and any(s in UNFINISHED_STATUSES for s in model.result.status.values()):
         stall = (
             f" The stall detector counts {model.stalled} of {STEP_ENGINE.stall_limit} "
             "passes without progress."
             if model.stalled
             else ""
         )
-        headline = f"Pass {model.passes}: {did}.{never}{stall} Press → for the next."
+        headline = f"Pass {model.passes}: {did}.{_ended_before(model)}{stall} Press → for the next."
         progress = f"in progress: pass {model.passes:,} of {step_passes(model.policy):,}"
         return None, verdict_html(None, headline, label=progress)
+    headline = f"Pass {model.passes}: {did}. The run is over: {_recap(model)}."
     return outcome, verdict_html(outcome, headline)
 
 
