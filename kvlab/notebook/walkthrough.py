@@ -50,6 +50,9 @@ MAX_SOCKET_PATH = 100
 _KERNEL_DIR: Path | None = None
 #: The kernels' environment: progress bars off (an executed notebook keeps a bar half drawn).
 KERNEL_ENV = {"TQDM_DISABLE": "1"}
+#: Seconds a kernel may take to answer once started (papermill's default is 60: a busy 2-core
+#: laptop, or a test run beside a parallel load, took longer, and the walk failed for nothing).
+KERNEL_START_TIMEOUT_S = 300
 
 
 @dataclass
@@ -172,6 +175,7 @@ def execute(path: Path, executed: Path, parameters: dict[str, object]) -> None:
         progress_bar=False,
         cwd=str(Path(path).parent),
         kernel_manager_class=_ipc_kernel_manager(),
+        start_timeout=KERNEL_START_TIMEOUT_S,
     )
 
 
