@@ -436,8 +436,9 @@ panel
 # regimes: vLLM with `max_model_len` at its estimate for the pool, SGLang with the same context
 # length (kvlab.analysis.compare says how each engine is mapped).
 #
-# **The next cell takes about a minute** (ten replays of the hour): it says so as it starts and a
-# bar counts the regimes. Let it finish: the cells after it read its results.
+# **The next cell takes about a minute** on a quiet 2-core laptop, longer on a busy one (ten
+# replays of the hour): it says so as it starts and a bar counts the regimes. Let it finish: the
+# cells after it read its results.
 
 # %%
 print(f"Replaying {trace_minutes:g} minutes of Azure's code hour on 2 pools under {len(POLICIES)} regimes: "
@@ -580,11 +581,12 @@ assert 0 < no_tier.requests["late"].prepopulated_prompt_len < first_prompt  # no
 # engine on a pool that holds every prompt, as section 7 showed for Azure's hour). Its pages are
 # stored at 4 bytes a token, so the real tensor is 5.2 MiB, not 420 GiB: scheduling depends on
 # the count of pages only, and every count below is the real deployment's. **The next cell takes
-# about a minute**; it says so as it starts.
+# about a minute** on a quiet 2-core laptop, longer on a busy one: it says so as it starts and a
+# bar counts the two replays. Let it finish: the cells after it read its results.
 
 # %%
 print(f"Replaying {mooncake_minutes:g} minutes of Mooncake's conversation trace, reuse on and off: "
-      "about a minute on a 2-core laptop...", flush=True)
+      "about a minute on a 2-core laptop (a bar counts the two replays)...", flush=True)
 mooncake = mooncake_trace("conversation", minutes=mooncake_minutes)
 ceiling = reuse_ceiling(mooncake)
 mooncake_runs = replay_with_reuse(mooncake, ("capacity",))

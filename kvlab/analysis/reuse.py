@@ -16,6 +16,7 @@ from kvlab.core.geometry import KVGeometry
 from kvlab.core.memory import MIB
 from kvlab.core.prefix_cache import chain_hashes
 from kvlab.core.request import Request
+from kvlab.run.progress import progress
 from kvlab.run.simulation import SimulationResult
 from kvlab.sched.policies import TRTLLM_POLICIES
 
@@ -127,12 +128,12 @@ def replay_with_reuse(
         for i, on in enumerate(check_items("reuse", reuse, "bools"))
     ]
     check_instance("engine", engine, EngineConfig)
+    runs = [(policy, on) for policy in policies for on in reuse]
     return {
         (policy, on): run_policy(
             policy, requests, dataclasses.replace(engine, enable_block_reuse=on), max_steps
         )
-        for policy in policies
-        for on in reuse
+        for policy, on in progress(runs, desc="replays, reuse on and off", unit="run")
     }
 
 
