@@ -244,7 +244,10 @@ class DeploymentPlan:
         """The plan in words, one fact a line wrapped at ``width`` (None: not wrapped)."""
         d = self.deployment
         geo = d.kv_geometry(self.stage)
-        manager = {"v1": "V1 KVCacheManager", "v2": "V2 KVCacheManagerV2"}[self.manager]
+        manager = {
+            "v1": "KV cache manager V1 (KVCacheManager)",
+            "v2": "KV cache manager V2 (KVCacheManagerV2)",
+        }[self.manager]
         ranks = counted(d.world_size, "rank")
         lines = [
             f"{d.model.name} ({d.model.architecture}) on {ranks} of "
