@@ -46,11 +46,18 @@ def test_stored_without_outputs(path):
     assert "papermill" not in nb.metadata, "this is an executed copy"
 
 
+#: The pairing's metadata filter: no jupytext version in a twin's header.
+VERSION_FILTER = "-jupytext.text_representation.jupytext_version"
+
+
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
 def test_kernel_and_pairing_metadata(path):
     nb = nbformat.read(path, as_version=4)
     assert nb.metadata.kernelspec.name == "python3"
     assert nb.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent"
+    # a save with another jupytext version (a learner's JupyterLab) leaves the twin unchanged
+    assert nb.metadata.jupytext.get("notebook_metadata_filter") == VERSION_FILTER
+    assert "jupytext_version:" not in path.with_suffix(".py").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", IPYNBS, ids=IDS)
