@@ -124,13 +124,14 @@ def page_map_spec(
 
 def _resize_verdict(needed: int, complete: int, width: int, pages: int) -> str:
     """What the native resize does with ``needed`` entries (``complete`` with the output): the
-    row is checked first (ValueError), then the pool (False)."""
+    row is checked first (it raises ValueError, which the outcome's label names), then the pool
+    (False)."""
     if needed > width:
-        return "more than the row holds: ValueError"
+        return "more than the row holds: the resize raises before it looks at the pool"
     if needed > pages:
         return "fits the row, more than the pool: the resize returns False"
     if complete > width:
-        return "its context fits, its output runs past the row: ValueError"
+        return "its context fits, its output runs past the row: a later resize raises"
     if complete > pages:
         return (
             "its context fits the row and the pool, its output not the pool: a resize returns False"
