@@ -20,7 +20,7 @@ import textwrap
 import threading
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,20 +163,22 @@ def private_files():
 
 def execute(path: Path, executed: Path, parameters: dict[str, object]) -> None:
     """Execute the notebook at ``path`` into ``executed`` with papermill in its own folder, its
-    kernel on IPC sockets (ipykernel warns of unencrypted TCP); a failing cell raises."""
+    kernel on IPC sockets (ipykernel warns of unencrypted TCP) in :func:`private_files`' folder
+    (a folder of its own outside the walkthrough's); a failing cell raises."""
     import papermill
 
-    papermill.execute_notebook(
-        str(path),
-        str(executed),
-        parameters=parameters,
-        kernel_name="python3",
-        store_widget_state=False,
-        progress_bar=False,
-        cwd=str(Path(path).parent),
-        kernel_manager_class=_ipc_kernel_manager(),
-        start_timeout=KERNEL_START_TIMEOUT_S,
-    )
+    with private_files() if _KERNEL_DIR is None else nullcontext():
+        papermill.execute_notebook(
+            str(path),
+            str(executed),
+            parameters=parameters,
+            kernel_name="python3",
+            store_widget_state=False,
+            progress_bar=False,
+            cwd=str(Path(path).parent),
+            kernel_manager_class=_ipc_kernel_manager(),
+            start_timeout=KERNEL_START_TIMEOUT_S,
+        )
 
 
 def _ipc_kernel_manager():
@@ -199,8 +201,10 @@ def _ipc_kernel_manager():
 
         @default("connection_file")
         def _connection_file_default(self) -> str:
-            if _KERNEL_DIR is None:
-                return ""  # jupyter_client's own choice
+            # its sockets are named after it: without a folder of their own, jupyter_client
+            # names them kernel-ipc-N in the notebook's folder, and two runs there at once
+            # talk to each other's kernels ("Invalid Signature")
+            assert _KERNEL_DIR is not None, "execute() gives every kernel a private folder"
             return str(_KERNEL_DIR / f"k-{uuid.uuid4().hex[:12]}.json")
 
     return IPCKernelManager

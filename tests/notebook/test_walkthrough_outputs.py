@@ -54,6 +54,22 @@ def test_the_walkthrough_kernels_run_with_progress_bars_off(tmp_path):
     assert not any("policies" in str(o) for o in outputs)  # no bar drawn, on stderr or stdout
 
 
+def test_an_executed_notebooks_kernel_has_sockets_of_its_own(tmp_path):
+    """Outside the walkthrough too, a kernel's IPC sockets are in a private folder: jupyter_client
+    names them kernel-ipc-N in the notebook's folder otherwise, and two runs there at once (two
+    test workers) talked to each other's kernels: "Invalid Signature"."""
+    import nbformat
+
+    source, executed = tmp_path / "ip.ipynb", tmp_path / "ip.out.ipynb"
+    cell = "import json, ipykernel\nprint(json.load(open(ipykernel.get_connection_file()))['ip'])"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), source)
+    walkthrough.execute(source, executed, {})
+    (output,) = nbformat.read(executed, as_version=4).cells[0].outputs
+    sockets = output["text"].strip()
+    assert sockets.startswith("/") and not sockets.startswith(str(tmp_path)), sockets
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ip.ipynb", "ip.out.ipynb"]
+
+
 def test_an_unusable_runtime_folder_gives_the_kernels_the_temporary_one(tmp_path, monkeypatch):
     """JUPYTER_RUNTIME_DIR below a plain file cannot be made: the kernels' private folder goes
     in the system's temporary folder instead of failing the walkthrough."""
