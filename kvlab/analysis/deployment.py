@@ -477,6 +477,7 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
             "chunked prefill: a context listed as a stall can crash instead, depending on "
             "where its chunk boundaries fall between the end of the pool and the end of the row"
         )
+    notes += _admission_edge_note(ranges, d.max_new_tokens)
     biggest = max(range(d.pp_size), key=lambda s: d.kv_geometry(s).bytes_per_token)
     big = d.kv_geometry(biggest)
     return DeploymentPlan(
@@ -501,6 +502,24 @@ def plan_deployment(deployment: Deployment) -> DeploymentPlan:
         stage=biggest,
         paged=tuple(has_pages),
     )
+
+
+def _admission_edge_note(ranges: dict, max_new_tokens: int) -> list[str]:
+    """Where admission control rejects contexts current code finishes: PR #21720's demand counts
+    the KV of every new token, and the engine never stores the last one's."""
+    ok = {
+        k: [s for s in ranges.get(k, ()) if s.verdict == "ok"] for k in ("none/clamped", "capacity")
+    }
+    if not (ok["none/clamped"] and ok["capacity"]):
+        return []
+    now, admitted = ok["none/clamped"][-1].high, ok["capacity"][-1].high
+    if admitted >= now:
+        return []
+    span = f"{admitted + 1:,}" if now == admitted + 1 else f"{admitted + 1:,}-{now:,}"
+    return [
+        f"admission control rejects {span}, which current code finishes: its demand counts the "
+        f"KV of all {max_new_tokens:,} new tokens, and the engine never stores the last one's"
+    ]
 
 
 def _setting_notes(d: Deployment) -> list:
