@@ -50,6 +50,22 @@ def test_issue_21470_as_notebook_01_and_the_scenario_state_it():
     assert len(plan.quotas) == 16 and plan.local_blocks[0] > plan.local_blocks[-1] == plan.blocks
 
 
+def test_the_plan_says_why_admission_rejects_what_current_code_finishes():
+    """Issue 45: 06 showed 958,721 finishing now beside admission's ok range ending at 958,720,
+    unexplained. Each note is there exactly where the two ranges end apart."""
+    for name in EXAMPLES:
+        plan = plan_deployment(EXAMPLES[name])
+        now, admitted = plan.longest("none/clamped"), plan.longest("capacity")
+        said = [n for n in plan.notes if n.startswith("admission control rejects")]
+        assert len(said) == (0 < admitted < now), name
+        if said:
+            span = f"{now:,}" if now == admitted + 1 else f"{admitted + 1:,}-{now:,}"
+            assert said[0].startswith(f"admission control rejects {span}, which"), said
+    plan = plan_deployment(EXAMPLES["issue-21470"])
+    assert (plan.longest(), plan.longest("capacity")) == (958_721, 958_720)
+    assert "rejects 958,721, which current code finishes" in plan.explain(width=None)
+
+
 def test_the_ranks_agree_with_the_multi_rank_plan():
     """One arithmetic: the plan's ranks are what kvlab.analysis.rank_plan (and the real rank
     processes it is tested against) build for the same scenario."""
