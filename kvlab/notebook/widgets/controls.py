@@ -12,6 +12,8 @@ import traitlets
 CONTEXT_RANGE = (32, 131072)
 #: The panels' slider width.
 WIDE = "420px"
+#: The box beside a slider that takes a typed count.
+TYPED_BOX = "90px"
 
 
 def control(
@@ -83,8 +85,10 @@ class TypedCount(W.HBox):
             readout=False,
             continuous_update=continuous,
         )
+        # the slider and the box as wide as a slider with its readout: the tracks line up
+        self.slider.layout.width = f"calc({WIDE} - {TYPED_BOX})"
         self.box = W.Text(
-            value=f"{int(value):,}", continuous_update=False, layout=W.Layout(width="90px")
+            value=f"{int(value):,}", continuous_update=False, layout=W.Layout(width=TYPED_BOX)
         )
         super().__init__([self.slider, self.box], layout=W.Layout(align_items="center"))
         self.value = int(value)
