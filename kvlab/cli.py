@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import errno
+import importlib
 import os
 import signal
 import sys
@@ -544,13 +545,22 @@ def _scenario(args, parser) -> int:
     return SCENARIO_EXIT_CODES[ended]
 
 
+#: What every command imports first, whole: a stop raised inside their imports (a signal
+#: under load, a second after the start) was lost in numpy's C code and left it half loaded
+#: for the command to trip over ("cannot load module more than once", "no attribute 'matrix'").
+PRELOADED = ("numpy", "torch", "yaml")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command; SIGTERM and SIGHUP raise as Ctrl-C does while it runs (then 128 + n)."""
-    from kvlab.run.signals import RunStopped, Stopped, stopped_by_term_and_hup
+    from kvlab.run.signals import RunStopped, Stopped, signals_held, stopped_by_term_and_hup
 
     with stopped_by_term_and_hup():
         try:
-            args = build_parser().parse_args(argv)
+            with signals_held():  # a signal meanwhile stops the command once they are whole
+                for name in PRELOADED:
+                    importlib.import_module(name)
+            args = build_parser().parse_args(argv)  # the parser's choices load kvlab, torch too
             code = args.handler(args, args.subparser)
             sys.stdout.flush()  # a full disk shows here, not in the interpreter's last flush
             return code

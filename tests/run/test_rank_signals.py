@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bounds import HANG_S
 
 from kvlab.run.signals import PARENT_GONE_EXIT_CODE
 
@@ -192,6 +193,35 @@ def test_a_signal_while_the_command_imports_torch_exits_128_plus_signal(signum):
         [sys.executable, "-c", child], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 128 + signum, proc.stderr
+    assert proc.stderr.strip() == f"kvlab: stopped by {signum.name}", proc.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_inside_numpys_import_waits_until_numpy_is_whole(signum):
+    """Under load the hostile corpus's signals fell inside numpy's own import: raised there, the
+    stop was lost in its C code and the command went on with numpy half loaded ("no attribute
+    'matrix'", "cannot load module more than once"). The first imports are held: numpy loads
+    whole, then the command stops."""
+    child = textwrap.dedent(f"""
+        import importlib.abc, os, sys
+        from kvlab import cli
+        class SignalInsideNumpy(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "numpy.linalg":  # numpy/__init__.py is half way
+                    sys.meta_path.remove(self)
+                    os.kill(os.getpid(), {int(signum)})
+                return None
+        sys.meta_path.insert(0, SignalInsideNumpy())
+        code = cli.main(["plan", "--example", "issue-21470"])
+        import numpy
+        print(numpy.matrix.__name__, numpy.linalg.__name__)
+        sys.exit(code)
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=HANG_S
+    )
+    assert proc.returncode == 128 + signum, proc.stderr
+    assert proc.stdout == "matrix numpy.linalg\n", proc.stdout + proc.stderr
     assert proc.stderr.strip() == f"kvlab: stopped by {signum.name}", proc.stderr
 
 
