@@ -741,7 +741,7 @@ def test_the_step_verdict_says_what_each_pass_did_and_past_events_once_in_the_pa
     clamped = step_panel("none/clamped", passes=1)
     assert clamped.verdict_text == (
         "Pass 1: long raised PageIndexTooShort, which stopped the engine; s0 not reached. "
-        "The run is over: no request finished; long and s0 never ran; s1 had not arrived."
+        "The run is over: no request finished; s0 never ran; s1 had not arrived."
     )
 
 
