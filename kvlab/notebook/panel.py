@@ -26,6 +26,14 @@ from kvlab.notebook.tables import keep_whole
 #: The display bundle's copy of a whole panel (title, values, verdict, every figure as plotly
 #: JSON), which the walkthrough's report draws as images.
 PANEL_MIME = "application/vnd.kvlab.panel+json"
+#: What ipywidgets' own styles lack for the panels' look, put on the page by every panel: a
+#: toggle's label (kvlab.notebook.widgets.controls gives toggles the class) right-aligned, as
+#: every other control's is.
+TOGGLE_CLASS = "kvlab-toggle"
+CONTROLS_CSS = (
+    f".{TOGGLE_CLASS} > .widget-label "
+    "{ text-align: right; padding-right: 12px; box-sizing: border-box; }"
+)
 #: Seconds within which changes are folded into one recompute.
 DEFAULT_WAIT_S = 0.05
 #: The verdict's detail: wrapped between words, a word longer than the box anywhere.
@@ -187,7 +195,8 @@ class Panel:
         # verdict beside the figures, or below them at the page's width on a laptop
         grid = W.Layout(grid_template_columns="repeat(auto-fill, minmax(540px, 1fr))")
         beside = W.Layout(flex=f"1 1 {verdict_width}", min_width=verdict_width, max_width="760px")
-        header = [W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title)}</h3>")] if title else []
+        heading = f"<h3 style='margin:4px 0'>{html.escape(title)}</h3>" if title else ""
+        header = [W.HTML(f"<style>{CONTROLS_CSS}</style>{heading}")]
         self.widget = W.VBox(
             [
                 *header,

@@ -8,6 +8,8 @@ import math
 import ipywidgets as W
 import traitlets
 
+from kvlab.notebook.panel import TOGGLE_CLASS
+
 #: Context slider range, tokens.
 CONTEXT_RANGE = (32, 131072)
 #: The panels' slider width.
@@ -33,7 +35,10 @@ def control(
     layout = W.Layout(width=width) if width else W.Layout()
     if issubclass(kind, W.ToggleButtons):  # its view is a block: the label sat above the buttons
         layout.display, layout.align_items = "flex", "center"
-    return kind(description=description, style=style, layout=layout, **options)
+    widget = kind(description=description, style=style, layout=layout, **options)
+    if issubclass(kind, W.ToggleButtons):  # and its label is left-aligned: panel.CONTROLS_CSS
+        widget.add_class(TOGGLE_CLASS)
+    return widget
 
 
 def labelled(values) -> list:
