@@ -33,11 +33,10 @@ def control(
     if button_width is not None:
         style["button_width"] = button_width
     layout = W.Layout(width=width) if width else W.Layout()
-    if issubclass(kind, W.ToggleButtons):  # its view is a block: the label sat above the buttons
-        layout.display, layout.align_items = "flex", "center"
     widget = kind(description=description, style=style, layout=layout, **options)
-    if issubclass(kind, W.ToggleButtons):  # and its label is left-aligned: panel.CONTROLS_CSS
-        widget.add_class(TOGGLE_CLASS)
+    if isinstance(widget, W.ToggleButtons):  # its view is a block, its label left-aligned:
+        layout.display, layout.align_items = "flex", "center"  # the label beside the buttons,
+        widget.add_class(TOGGLE_CLASS)  # right-aligned by panel.CONTROLS_CSS
     return widget
 
 
