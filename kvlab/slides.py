@@ -83,6 +83,8 @@ def _figure(output) -> dict | None:
     return json.loads(figure) if isinstance(figure, str) else figure
 
 
+#: A tag of a title's markup (plotly's <br>, <span>, <b>).
+MARKUP = re.compile(r"<[^>]*>")
 #: Words that say nothing of which figure a heading means.
 STOP_WORDS = frozenset(
     "a an and as at by each for from in is it its of on one or the to versus vs what with".split()
@@ -91,7 +93,7 @@ STOP_WORDS = frozenset(
 
 def _words(text: str) -> set[str]:
     """A title's words, lower case, singular, without markup, numbers or STOP_WORDS."""
-    words = re.findall(r"[a-z][a-z'’]*", re.sub(r"<[^>]*>", " ", text).lower())
+    words = re.findall(r"[a-z][a-z'’]*", MARKUP.sub(" ", text).lower())
     return {w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words} - STOP_WORDS
 
 
@@ -99,7 +101,7 @@ def figure_title(figure: dict) -> str:
     """A figure's own title, its first line (its subtitle dropped), without markup."""
     title = figure.get("layout", {}).get("title", "")
     text = title.get("text", "") if isinstance(title, dict) else str(title or "")
-    return re.sub(r"<[^>]*>", "", re.split(r"<br\s*/?>", text, maxsplit=1)[0]).strip()
+    return MARKUP.sub("", re.split(r"<br\s*/?>", text, maxsplit=1)[0]).strip()
 
 
 def figure_for(heading: str, figures: list[dict]) -> dict | None:
@@ -204,7 +206,7 @@ def _tick_px(axis: dict) -> int:
         return 0
     labels = [str(t) for t in axis.get("ticktext") or [""]]
     if abs(axis.get("tickangle") or 0) >= 45:  # upright: as tall as the longest label is long
-        longest = max(len(re.sub(r"<[^>]*>", "", line)) for t in labels for line in t.split("<br>"))
+        longest = max(len(MARKUP.sub("", line)) for t in labels for line in t.split("<br>"))
         tall = round(max(longest, 6) * FIGURE_FONT_PX * 0.55)
     else:
         tall = max(map(_lines, labels)) * LINE_PX
