@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from kvlab.core.checks import check_param
+from kvlab.core.pool import as_words
 from kvlab.core.reuse_scope import scope_seed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -228,7 +229,9 @@ class PrefixCache:
         needed = max(rows) + 1
         if needed > len(self._below):
             self._grow_below(needed)
-        self._below[rows] = self.pool.storage[pages].cpu()
+        storage = self.pool.storage
+        moved = as_words(storage).index_select(0, torch.tensor(pages, device=storage.device))
+        as_words(self._below).index_copy_(0, torch.tensor(rows), moved.cpu())
 
     def _grow_below(self, rows: int) -> None:
         """Room for at least ``rows`` pages below: twice as many, at most the tier's."""

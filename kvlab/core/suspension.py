@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from kvlab.core.manager_views import ManagerViews
+from kvlab.core.pool import as_words
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
@@ -51,7 +52,7 @@ class Suspension(ManagerViews):
                 return False
             storage = pool.storage
             index = torch.tensor(pages, dtype=torch.long, device=storage.device)
-            storage.index_copy_(0, index, cache.host_copy.to(storage.device))
+            as_words(storage).index_copy_(0, index, as_words(cache.host_copy.to(storage.device)))
             self.host_tier.give_back(count)
             cache.host_copy = None
             self._append(cache, pages)
@@ -66,5 +67,5 @@ class Suspension(ManagerViews):
         self.host_tier.take(cache)
         storage = self.pool.storage
         index = torch.tensor(cache.pages, dtype=torch.long, device=storage.device)
-        cache.host_copy = storage.index_select(0, index).cpu()
+        cache.host_copy = as_words(storage).index_select(0, index).cpu().view(torch.uint8)
         self.shrink(cache, 0)

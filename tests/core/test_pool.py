@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from kvlab import PagePool
+from kvlab.core.pool import as_words
 
 
 def test_storage_is_a_real_tensor_of_exact_size(device):
@@ -120,3 +121,14 @@ def test_pages_are_independent_rows_of_storage():
     pool.storage[pages[1]] = 9
     assert int(pool.storage[pages[0]].sum()) == 7 * 32
     assert int(pool.storage[pages[1]].sum()) == 9 * 32
+
+
+@pytest.mark.parametrize(
+    ("width", "dtype"), [(64, torch.int64), (12, torch.int32), (6, torch.int16), (3, torch.uint8)]
+)
+def test_page_bytes_move_in_the_widest_words_a_page_divides_into(width, dtype):
+    pages = torch.arange(4 * width, dtype=torch.uint8).reshape(4, width)
+    words = as_words(pages)
+    assert words.dtype == dtype and words.shape == (4, width // dtype.itemsize)
+    gathered = words.index_select(0, torch.tensor([3, 1])).view(torch.uint8)
+    assert torch.equal(gathered, pages[[3, 1]])  # the same bytes, in the pages asked for
