@@ -178,11 +178,10 @@ class PrefixCache:
         (upstream's ``_prepare_free_slots``, _storage_manager.py)."""
         if count <= 0:
             return []
-        popitem, forget = self._evictable.popitem, self._forget
+        popitem = self._evictable.popitem
         freed = [popitem(last=False)[0] for _ in range(count)]
         moving = min(count, self._host_room())
-        for page in freed[: count - moving]:
-            forget(page)
+        self._forget(freed[: count - moving])
         if moving:
             self._move_down(freed[count - moving :])
         self.evicted_blocks += count
@@ -204,8 +203,15 @@ class PrefixCache:
         if host_tier is None:  # no page of ours below
             return
         excess = host_tier.used_blocks + count + self.host_blocks - host_tier.num_blocks
-        for _ in range(max(0, excess)):
-            self._drop_host(self._host_evictable.popitem(last=False)[0])
+        self._free_host_pages += self._drop_oldest_below(max(0, excess))
+
+    def _drop_oldest_below(self, count: int) -> list[int]:
+        """Take the ``count`` least recently moved-down pages below out of the tree; their
+        host pages, for the caller to free or fill."""
+        popitem = self._host_evictable.popitem
+        oldest = [popitem(last=False)[0] for _ in range(count)]
+        self._forget(oldest)
+        return oldest
 
     def _move_down(self, pages: list[int]) -> None:
         """Cached GPU pages move to the tier below, keeping their keys, their bytes in one
@@ -213,18 +219,13 @@ class PrefixCache:
         is full."""
         host_tier = self.host_tier
         assert host_tier is not None, "no tier below to move down to"
-        tier_pages = host_tier.num_blocks - host_tier.used_blocks
-        below, free, evictable = self.host_blocks, self._free_host_pages, self._host_evictable
-        hosts = []
-        for page in pages:
-            if below == tier_pages:
-                self._drop_host(evictable.popitem(last=False)[0])
-                below -= 1
-            host = free.pop()
-            self._relocate(page, host)
-            evictable[host] = None
-            hosts.append(host)
-            below += 1
+        room = host_tier.num_blocks - host_tier.used_blocks - self.host_blocks
+        dropped = max(0, len(pages) - room)  # older pages there than the tier has room for
+        free = self._free_host_pages
+        hosts = [free.pop() for _ in range(len(pages) - dropped)]
+        hosts += self._drop_oldest_below(dropped)
+        self._relocate(pages, hosts)
+        self._host_evictable.update(dict.fromkeys(hosts))
         rows = [host - self.first_host_page for host in hosts]
         needed = max(rows) + 1
         if needed > len(self._below):
@@ -246,46 +247,46 @@ class PrefixCache:
     def move_up(self, host: int, page: int) -> None:
         """A page below comes back into the GPU page ``page``, with its key and holders."""
         self.pool.storage[page].copy_(self._below[host - self.first_host_page])
-        self._relocate(host, page)
+        self._relocate([host], [page])
         self._free_host_pages.append(host)
 
-    def _drop_host(self, host: int) -> None:
-        """Take a page below no cache holds out of the tree and free its host page."""
-        self._forget(host)
-        self._free_host_pages.append(host)
-
-    def _relocate(self, old: int, new: int) -> None:
-        """A committed page's key, source, parent and holders move from page ``old`` to
-        ``new`` (the tree keeps the key: upstream moves a page between levels in place)."""
+    def _relocate(self, olds: list[int], news: list[int]) -> None:
+        """Committed pages' keys, sources, parents and holders move from pages ``olds`` to
+        ``news`` (the tree keeps the keys: upstream moves a page between levels in place)."""
         keys, sources, parents, holders = self._key, self._source, self._parent, self._holders
-        key, source = keys[old], sources[old]
-        assert key is not None and source is not None, f"page {old} is not committed"
-        indexed = self._spans(key, source)
-        if indexed:
-            self._unindex(old)
-        self._pages[key] = new
-        keys[new], sources[new] = key, source
-        parents[new], holders[new] = parents[old], holders[old]
-        keys[old] = sources[old] = parents[old] = None
-        holders[old] = 0
-        if indexed:
-            self._by_first_block.setdefault(self._first_block(new), []).append(new)
+        committed, spans = self._pages, self._spans
+        for old, new in zip(olds, news):
+            key, source = keys[old], sources[old]
+            assert key is not None and source is not None, f"page {old} is not committed"
+            indexed = spans(key, source)
+            if indexed:
+                self._unindex(old)
+            committed[key] = new
+            keys[new], sources[new] = key, source
+            parents[new], holders[new] = parents[old], holders[old]
+            keys[old] = sources[old] = parents[old] = None
+            holders[old] = 0
+            if indexed:
+                self._by_first_block.setdefault(self._first_block(new), []).append(new)
 
-    def _forget(self, page: int) -> None:
-        """Take a committed page out of the tree (its holders are the caller's business)."""
-        key, source, parent = self._key[page], self._source[page], self._parent[page]
-        assert key is not None and source is not None and parent is not None, (
-            f"page {page} is not committed"
-        )
-        if self._spans(key, source):
-            self._unindex(page)
-        del self._pages[key]
-        self._key[page] = self._source[page] = self._parent[page] = None
-        children = self._children[parent] - 1
-        if children:
-            self._children[parent] = children
-        else:
-            del self._children[parent]
+    def _forget(self, pages: list[int]) -> None:
+        """Take committed pages out of the tree (their holders are the caller's business)."""
+        keys, sources, parents, children = self._key, self._source, self._parent, self._children
+        committed, spans = self._pages, self._spans
+        for page in pages:
+            key, source, parent = keys[page], sources[page], parents[page]
+            assert key is not None and source is not None and parent is not None, (
+                f"page {page} is not committed"
+            )
+            if spans(key, source):
+                self._unindex(page)
+            del committed[key]
+            keys[page] = sources[page] = parents[page] = None
+            siblings = children[parent] - 1
+            if siblings:
+                children[parent] = siblings
+            else:
+                del children[parent]
 
     # -- the partial-match index -------------------------------------------------------
     def _indexed(self, page: int) -> bool:
@@ -459,9 +460,10 @@ class PrefixCache:
         ``freed`` if no cache holds it, else orphaned until its holders let go."""
         if page >= self.first_host_page:
             del self._host_evictable[page]  # a page below is held only while copied up
-            self._drop_host(page)
+            self._forget([page])
+            self._free_host_pages.append(page)
             return
-        self._forget(page)
+        self._forget([page])
         if self._holders[page]:
             self.orphaned_blocks += 1
         else:
@@ -495,7 +497,9 @@ class PrefixCache:
         hashes, per_hash = source
         end = key[1]
         start = (end - 1) // self.tokens_per_block * self.tokens_per_block
-        for sibling in self._siblings(hashes, per_hash, start):
+        # shorter siblings are partial pages, all in the partial-match index (a whole one that
+        # :meth:`_siblings` finds by key ends at ``start + tokens_per_block``, never before)
+        for sibling in list(self._by_first_block.get((hashes[start // per_hash], start), ())):
             sibling_end = self._committed(sibling)[0][1]
             if (
                 sibling_end < end

@@ -78,6 +78,9 @@ class _ForwardedScheduler(Scheduler):
     passes decode the running requests in one sweep and answer a step within a page and a
     certainly refused first chunk from one comparison each, as the full path would."""
 
+    #: (the pass, :meth:`_first_chunk_room`'s answer in it), until an attempt moves pages
+    _room: tuple[int, tuple[int, int] | None] | None = None
+
     def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
         """Phase 1 in one sweep where it can only decode the running requests it reaches one
         token each: no request in flight, beam, draft, disaggregated or suspended decode; room
@@ -152,29 +155,46 @@ class _ForwardedScheduler(Scheduler):
         """A first chunk whose attempt would be refused is refused without it."""
         if self._certainly_refused(request, budget):
             return ScheduleAction.SKIP, 0
+        self._room = None  # the attempt may move pages
         return super()._schedule_context(request, budget, batch, preempted)
 
     def _certainly_refused(self, request: Request, budget: PassBudget) -> bool:
         """A first chunk of a request holding no cache and reusing nothing, whose plan needs
-        more pages than are free plus all that suspended caches could move down, yet no more
-        than a row holds (more raises PageIndexTooShort); not when a residency cap is checked
-        first, a refusal preempts (``_try_preempt_for_pages``) or no page-index row is free."""
+        more tokens than :meth:`_first_chunk_room` has, yet fits a row (more raises
+        PageIndexTooShort)."""
         manager = self.manager
+        room = self._first_chunk_room()
         if (
-            manager.max_resident_sequences() is not None
-            or (self.enable_recompute_pause and not manager.has_cache_tier_below_gpu)
-            or manager.free_slots == 0
+            room is None
             or not request.is_first_context_chunk
             or request.request_id in manager.caches
             or (request.prefix_hashes and manager.reuses(request))
         ):
             return False
         plan = self._plan_context(request, budget.remaining_tokens)
-        if plan is None:
-            return False
-        extra = manager.num_extra_kv_tokens
-        fit = manager.allocatable_blocks * manager.tokens_per_block - extra
-        return fit < plan[2] <= manager.page_index_span_tokens - extra
+        return plan is not None and room[0] < plan[2] <= room[1]
+
+    def _first_chunk_room(self) -> tuple[int, int] | None:
+        """(the tokens a first chunk's pages may hold: the free pages and all that suspended
+        caches could move down, the tokens a row holds), the same for every refused attempt
+        of a pass; None when a refusal is not certain: a residency cap is checked first, a
+        refusal preempts (``_try_preempt_for_pages``) or no page-index row is free."""
+        if self._room is not None and self._room[0] == self.iteration:
+            return self._room[1]
+        manager = self.manager
+        room = None
+        if not (
+            manager.max_resident_sequences() is not None
+            or (self.enable_recompute_pause and not manager.has_cache_tier_below_gpu)
+            or manager.free_slots == 0
+        ):
+            extra = manager.num_extra_kv_tokens
+            room = (
+                manager.allocatable_blocks * manager.tokens_per_block - extra,
+                manager.page_index_span_tokens - extra,
+            )
+        self._room = (self.iteration, room)
+        return room
 
 
 class _Stretch:
@@ -324,6 +344,7 @@ class FastForward:
             yield
         finally:
             scheduler.__class__ = Scheduler
+            vars(scheduler).pop("_room", None)
 
     def advance(self, max_steps: int) -> None:
         """The steady stretch before ``max_steps`` if one starts here, else one stepped pass."""
