@@ -43,13 +43,36 @@ _WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
 
 def as_words(pages: torch.Tensor) -> torch.Tensor:
     """Page bytes (a uint8 tensor, a row a page) viewed as the widest integer words a row
-    divides into, for copying pages between tiers: torch gathers and scatters rows of
-    bytes element by element (measured: 100 pages of 64 KiB, ~200 ms in bytes, ~1 ms in
-    8-byte words on the 2-core machine). [kvlab] The bytes are the same."""
+    divides into: torch gathers and scatters rows of bytes element by element (100 pages of
+    64 KiB: ~200 ms in bytes, ~1 ms in 8-byte words, on the 2-core machine)."""
     assert pages.dtype == torch.uint8, "page bytes are uint8"
     width = pages.shape[-1]
     dtype = next(dtype for dtype in _WORDS if width % dtype.itemsize == 0)
     return pages.view(dtype)
+
+
+def take_pages(storage: torch.Tensor, pages: Sequence[int]) -> torch.Tensor:
+    """A copy of rows ``pages`` of ``storage`` (page bytes, a row a page), in that order, on
+    the host. [kvlab] On the CPU numpy gathers them in place of torch, whose gather waits on
+    its worker threads when the cores are busy (0.6 ms against 5.5 ms for 100 pages of
+    64 KiB under a load of 6): the same bytes of the same tensor."""
+    words = as_words(storage)
+    if words.device.type == "cpu":
+        taken = torch.from_numpy(words.numpy()[np.asarray(pages, dtype=np.int64)])
+    else:
+        taken = words.index_select(0, torch.tensor(pages, device=words.device)).cpu()
+    return taken.view(torch.uint8)
+
+
+def put_pages(storage: torch.Tensor, pages: Sequence[int], rows: torch.Tensor) -> None:
+    """Write ``rows`` (page bytes, on the host) into rows ``pages`` of ``storage``, in order:
+    :func:`take_pages` backwards."""
+    words, source = as_words(storage), as_words(rows)
+    if words.device.type == "cpu":
+        words.numpy()[np.asarray(pages, dtype=np.int64)] = source.numpy()
+    else:
+        index = torch.tensor(pages, device=words.device)
+        words.index_copy_(0, index, source.to(words.device))
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from kvlab.core.checks import check_param
-from kvlab.core.pool import as_words
+from kvlab.core.pool import put_pages, take_pages
 from kvlab.core.reuse_scope import scope_seed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -230,9 +230,7 @@ class PrefixCache:
         needed = max(rows) + 1
         if needed > len(self._below):
             self._grow_below(needed)
-        storage = self.pool.storage
-        moved = as_words(storage).index_select(0, torch.tensor(pages, device=storage.device))
-        as_words(self._below).index_copy_(0, torch.tensor(rows), moved.cpu())
+        put_pages(self._below, rows, take_pages(self.pool.storage, pages))
 
     def _grow_below(self, rows: int) -> None:
         """Room for at least ``rows`` pages below: twice as many, at most the tier's."""

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from kvlab.core.manager_views import ManagerViews
-from kvlab.core.pool import as_words
+from kvlab.core.pool import put_pages, take_pages
 
 if TYPE_CHECKING:  # pragma: no cover
     from kvlab.core.kv_cache import KVCache
@@ -50,9 +48,7 @@ class Suspension(ManagerViews):
             pages = self.allocate_pages(count)
             if pages is None:
                 return False
-            storage = pool.storage
-            index = torch.tensor(pages, dtype=torch.long, device=storage.device)
-            as_words(storage).index_copy_(0, index, as_words(cache.host_copy.to(storage.device)))
+            put_pages(pool.storage, pages, cache.host_copy)
             self.host_tier.give_back(count)
             cache.host_copy = None
             self._append(cache, pages)
@@ -65,7 +61,5 @@ class Suspension(ManagerViews):
         to make room) and give the pages back."""
         self.prefix_cache.make_host_room(cache.num_blocks)
         self.host_tier.take(cache)
-        storage = self.pool.storage
-        index = torch.tensor(cache.pages, dtype=torch.long, device=storage.device)
-        cache.host_copy = as_words(storage).index_select(0, index).cpu().view(torch.uint8)
+        cache.host_copy = take_pages(self.pool.storage, cache.pages)
         self.shrink(cache, 0)

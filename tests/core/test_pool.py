@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kvlab import PagePool
-from kvlab.core.pool import as_words
+from kvlab.core.pool import as_words, put_pages, take_pages
 
 
 def test_storage_is_a_real_tensor_of_exact_size(device):
@@ -132,3 +132,15 @@ def test_page_bytes_move_in_the_widest_words_a_page_divides_into(width, dtype):
     assert words.dtype == dtype and words.shape == (4, width // dtype.itemsize)
     gathered = words.index_select(0, torch.tensor([3, 1])).view(torch.uint8)
     assert torch.equal(gathered, pages[[3, 1]])  # the same bytes, in the pages asked for
+
+
+def test_pages_taken_and_put_back_are_the_same_bytes(device):
+    pool = PagePool(8, 24, device=device)  # 24-byte pages: 8-byte words
+    pool.storage.copy_(torch.arange(8 * 24, dtype=torch.uint8).reshape(8, 24))
+    before = pool.storage.clone()
+    taken = take_pages(pool.storage, [5, 2, 7])
+    assert taken.device.type == "cpu" and torch.equal(taken, before[[5, 2, 7]].cpu())
+    pool.storage.zero_()
+    put_pages(pool.storage, [1, 0, 3], taken)
+    assert torch.equal(pool.storage[[1, 0, 3]], before[[5, 2, 7]])
+    assert not pool.storage[[2, 4, 5, 6, 7]].any()  # no other page written
