@@ -44,7 +44,7 @@ _WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
 def as_words(pages: torch.Tensor) -> torch.Tensor:
     """Page bytes (a uint8 tensor, a row a page) viewed as the widest integer words a row
     divides into: torch gathers and scatters rows of bytes element by element (100 pages of
-    64 KiB: ~200 ms in bytes, ~1 ms in 8-byte words, on the 2-core machine)."""
+    64 KiB: ~200 ms in bytes, ~1 ms in 8-byte words, on the busy 2-core machine)."""
     assert pages.dtype == torch.uint8, "page bytes are uint8"
     width = pages.shape[-1]
     dtype = next(dtype for dtype in _WORDS if width % dtype.itemsize == 0)
