@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Self
 
-import numpy as np
 import torch
 
 from kvlab.core.arith import div_ceil
@@ -216,14 +215,12 @@ class KVCacheManager(BlockReuse, Suspension):
 
     def append_pages(self, caches: list[KVCache], needs: list[int], pages: list[int]) -> None:
         """Append ``needs[i]`` of the allocated ``pages`` to cache i, in order; one row write."""
-        counts = np.asarray(needs)
-        firsts = np.asarray([cache.num_blocks for cache in caches])  # each cache's first entry
-        ends = np.cumsum(counts)
-        for cache, end, need in zip(caches, ends.tolist(), needs):
-            cache.pages += pages[end - need : end]
-        # page i goes to entry first + (i - the cache's offset into ``pages``)
-        entries = np.arange(len(pages)) + np.repeat(firsts - (ends - counts), counts)
-        slots = np.repeat([cache.slot for cache in caches], counts)
+        slots: list[int] = []
+        entries: list[int] = []
+        for cache, need in zip(caches, needs):
+            slots += [cache.slot] * need
+            entries += range(cache.num_blocks, cache.num_blocks + need)
+            cache.pages += pages[len(entries) - need : len(entries)]
         self.page_index.write_entries(slots, entries, pages)
 
     def shrink(self, cache: KVCache, keep: int) -> None:

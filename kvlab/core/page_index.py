@@ -153,10 +153,7 @@ class PageIndexTable:
         self.write_entries([slot] * len(pages), range(start, start + len(pages)), pages)
 
     def write_entries(
-        self,
-        slots: Sequence[int] | np.ndarray,
-        entries: Sequence[int] | np.ndarray,
-        pages: Sequence[int] | np.ndarray,
+        self, slots: Sequence[int], entries: Sequence[int], pages: Sequence[int]
     ) -> None:
         """Write ``pages[i]`` into entry ``entries[i]`` of slot ``slots[i]``'s row, for every i, in
         one scattered write (the manager's growth of many caches at once; its slots acquired)."""
