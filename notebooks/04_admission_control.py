@@ -436,13 +436,13 @@ panel
 # regimes: vLLM with `max_model_len` at its estimate for the pool, SGLang with the same context
 # length (kvlab.analysis.compare says how each engine is mapped).
 #
-# **The next cell takes about a minute** on a quiet 2-core laptop, longer on a busy one (ten
+# **The next cell takes about half a minute** on a quiet 2-core laptop, longer on a busy one (ten
 # replays of the hour): it says so as it starts and a bar counts the regimes. Let it finish: the
 # cells after it read its results.
 
 # %%
 print(f"Replaying {trace_minutes:g} minutes of Azure's code hour on 2 pools under {len(POLICIES)} regimes: "
-      "about a minute on a 2-core laptop (a bar counts the regimes)...", flush=True)
+      "about half a minute on a 2-core laptop (a bar counts the regimes)...", flush=True)
 trace = azure_trace("code", seconds_per_iteration, minutes=trace_minutes)
 trace_engines = {"sized": EngineConfig(pool_mib=16.0, max_seq_len=16384, max_batch_size=16, max_num_tokens=8192,
                                        chunked_prefill=True, stall_limit=stall_limit)}
