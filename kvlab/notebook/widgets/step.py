@@ -228,14 +228,12 @@ def _recap(model: StepModel) -> str:
         for who, s in status.items()
         if s == RequestState.REJECTED
     ]
-    left = [who for who, s in status.items() if s in UNFINISHED_STATUSES]
+    raised = getattr(model.result.error, "request_id", None)  # the pass said it raised
+    left = [who for who, s in status.items() if s in UNFINISHED_STATUSES and who != raised]
     reasons = model.result.reasons
     unseen = [who for who in left if (r := reasons[who]) and r.cause is Cause.NOT_SUBMITTED]
-    raised = getattr(model.result.error, "request_id", None)  # the pass said it raised
     never = [
-        who
-        for who in left
-        if who not in unseen and who != raised and requests[who].first_scheduled_step is None
+        who for who in left if who not in unseen and requests[who].first_scheduled_step is None
     ]
     if never:
         parts.append(f"{_and(never)} never ran")
@@ -245,7 +243,7 @@ def _recap(model: StepModel) -> str:
         f"{who} was left unfinished ({requests[who].num_generated:,} of "
         f"{requests[who].max_new_tokens:,} tokens)"
         for who in left
-        if who not in never and who not in unseen and who != raised
+        if who not in never and who not in unseen
     ]
     return "; ".join(parts)
 
