@@ -202,7 +202,7 @@ class KVCacheManager(BlockReuse, Suspension):
     def grow(self, caches: list[KVCache], blocks: list[int]) -> bool:
         """Give each cache ``blocks`` pages, taking those they lack in one allocation, all or
         none: False, nothing changed, when the pool cannot make enough."""
-        needs = [count - cache.num_blocks for cache, count in zip(caches, blocks)]
+        needs = [count - len(cache.pages) for cache, count in zip(caches, blocks)]
         total = sum(needs)
         if not total:
             return True
@@ -214,14 +214,16 @@ class KVCacheManager(BlockReuse, Suspension):
         return True
 
     def append_pages(self, caches: list[KVCache], needs: list[int], pages: list[int]) -> None:
-        """Append ``needs[i]`` of the allocated ``pages`` to cache i, in order; one row write."""
-        slots: list[int] = []
-        entries: list[int] = []
+        """Append ``needs[i]`` of the allocated ``pages`` to cache i, in order; one table write."""
+        if len(caches) == 1:
+            self._append(caches[0], pages)
+            return
+        starts = [len(cache.pages) for cache in caches]
+        taken = 0
         for cache, need in zip(caches, needs):
-            slots += [cache.slot] * need
-            entries += range(cache.num_blocks, cache.num_blocks + need)
-            cache.pages += pages[len(entries) - need : len(entries)]
-        self.page_index.write_entries(slots, entries, pages)
+            cache.pages += pages[taken : taken + need]
+            taken += need
+        self.page_index.write_runs([cache.slot for cache in caches], starts, needs, pages)
 
     def shrink(self, cache: KVCache, keep: int) -> None:
         """Give back the cache's pages from ``keep`` on: committed ones to the prefix cache
@@ -238,7 +240,7 @@ class KVCacheManager(BlockReuse, Suspension):
         self.pool.give_back(tail)
 
     def _append(self, cache: KVCache, pages: list[int]) -> None:
-        self.page_index.write(cache.slot, cache.num_blocks, pages)
+        self.page_index.write(cache.slot, len(cache.pages), pages)
         cache.pages.extend(pages)
 
     def release(self, cache: KVCache) -> None:

@@ -150,16 +150,27 @@ class PageIndexTable:
                 f"start must be in [0, {self.width - len(pages)}] to write "
                 f"{len(pages)} entries into a row of {self.width}, got {start!r}"
             )
-        self.write_entries([slot] * len(pages), range(start, start + len(pages)), pages)
+        end = start + len(pages)
+        self._rows(slot)[..., start:end] = np.asarray(pages, dtype=np.int32)
+        self._ends[slot] = max(int(self._ends[slot]), end)
 
-    def write_entries(
-        self, slots: Sequence[int], entries: Sequence[int], pages: Sequence[int]
+    def write_runs(
+        self,
+        slots: Sequence[int],
+        starts: Sequence[int],
+        counts: Sequence[int],
+        pages: Sequence[int],
     ) -> None:
-        """Write ``pages[i]`` into entry ``entries[i]`` of slot ``slots[i]``'s row, for every i, in
-        one scattered write (the manager's growth of many caches at once; its slots acquired)."""
-        slots_, columns = np.asarray(slots, dtype=np.int64), np.asarray(entries, dtype=np.int64)
-        np.maximum.at(self._ends, slots_, columns + 1)
-        rows, values = slots_ * self.beam_width, np.asarray(pages, dtype=np.int32)
+        """Write the next ``counts[i]`` of ``pages``, in order, into slot ``slots[i]``'s row from
+        entry ``starts[i]``, for every i, in one scattered write (the manager's growth of many
+        caches at once; the slots acquired and distinct)."""
+        slots_, counts_ = np.asarray(slots, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+        ends = np.asarray(starts, dtype=np.int64) + counts_
+        self._ends[slots_] = np.maximum(self._ends[slots_], ends)
+        # entry of each page: its run's start, plus its place in the run
+        offsets = np.repeat(ends - counts_ - (np.cumsum(counts_) - counts_), counts_)
+        columns = offsets + np.arange(len(offsets))
+        rows, values = np.repeat(slots_ * self.beam_width, counts_), np.asarray(pages, np.int32)
         if self.beam_width > 1:
             rows = (rows[:, None] + np.arange(self.beam_width)).ravel()
             columns = np.repeat(columns, self.beam_width)

@@ -497,7 +497,8 @@ class PrefixCache:
         start = (end - 1) // self.tokens_per_block * self.tokens_per_block
         # shorter siblings are partial pages, all in the partial-match index (a whole one that
         # :meth:`_siblings` finds by key ends at ``start + tokens_per_block``, never before)
-        for sibling in list(self._by_first_block.get((hashes[start // per_hash], start), ())):
+        siblings = self._by_first_block.get((hashes[start // per_hash], start))
+        for sibling in list(siblings) if siblings else ():
             sibling_end = self._committed(sibling)[0][1]
             if (
                 sibling_end < end

@@ -452,7 +452,8 @@ class SglangScheduler(SchedulerBase):
                 if r.request_id in queued and self.output_len(r) + 1 >= r.output_limit
             ]
         if finishing:
-            self.running = [r for r in self.running if r not in finishing]
+            leaving = {id(r) for r in finishing}
+            self.running = [r for r in self.running if id(r) not in leaving]
             self.batch_is_full = False
             if not self.running:
                 return
