@@ -81,21 +81,27 @@ class _ForwardedScheduler(Scheduler):
     #: (the pass, :meth:`_first_chunk_room`'s answer in it), until an attempt moves pages
     _room: tuple[int, tuple[int, int] | None] | None = None
 
-    def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
-        """Phase 1 in one sweep where it can only decode the running requests it reaches one
-        token each: no request in flight, beam, draft, disaggregated or suspended decode; room
-        in the token budget; each crossing a page within its row, free or cached and evictable
-        (no suspended cache competing for the room), none a shrink. Else the walk."""
+    def _schedule_generations(
+        self, budget: PassBudget, batch: ScheduledBatch, start: int = 0
+    ) -> list[Request]:
+        """Phase 1 from ``start`` in one sweep over the leading running requests it can only decode one token
+        each: none in flight, beam, draft, disaggregated or suspended; room in the token
+        budget; each crossing a page within its row, free or cached and evictable (no
+        suspended cache competing for the room), none a shrink. The walk takes over at the
+        first request that is not such (the ladder's, most often), as it would find it."""
         if self._inflight:
-            return super()._schedule_generations(budget, batch)
+            return super()._schedule_generations(budget, batch, start)
         manager = self.manager
-        caches, block = manager.caches, manager.tokens_per_block
+        caches, block, width = manager.caches, manager.tokens_per_block, manager.max_blocks_per_seq
+        room, max_num_tokens = self._room_for_growth(), budget.max_num_tokens
         decoding: list[Request] = []
         pending: list[Request] = []
         growing: list[KVCache] = []  # the caches crossing into a new page, in batch order
-        for request in self._active:
+        stop = None  # where the walk takes over
+        for index, request in enumerate(self._active[start:], start):
             if request.disagg_generation_init:
-                return super()._schedule_generations(budget, batch)
+                stop = index
+                break
             if len(decoding) >= budget.max_num_requests:
                 break  # the walk stops where the requests' budget is full
             if not request.is_context_finished:
@@ -105,22 +111,21 @@ class _ForwardedScheduler(Scheduler):
                 request.state is not RequestState.RUNNING
                 or request.beam_width != 1
                 or request.num_draft_tokens
+                or (max_num_tokens is not None and len(decoding) >= max_num_tokens)
             ):
-                return super()._schedule_generations(budget, batch)
+                stop = index
+                break
             cache = caches[request.request_id]
             held = len(cache.pages) * block
             if cache.capacity >= held:
+                if len(growing) == room or len(cache.pages) >= width:
+                    stop = index
+                    break
                 growing.append(cache)
             elif cache.capacity < held - block:
-                return super()._schedule_generations(budget, batch)
+                stop = index
+                break
             decoding.append(request)
-        count = len(decoding)
-        if (
-            (budget.max_num_tokens is not None and count > budget.max_num_tokens)
-            or len(growing) > self._room_for_growth()
-            or any(len(cache.pages) >= manager.max_blocks_per_seq for cache in growing)
-        ):
-            return super()._schedule_generations(budget, batch)
         for cache in growing:  # one page each, in batch order, as the walk takes them
             granted = manager.grow([cache], [len(cache.pages) + 1])
             assert granted, "the free pages counted were refused"
@@ -129,8 +134,11 @@ class _ForwardedScheduler(Scheduler):
         batch.generation_requests += decoding
         if decoding:
             batch.beam_width = 1
+        count = len(decoding)
         budget.num_tokens += count
         budget.num_requests += count
+        if stop is not None:
+            pending += super()._schedule_generations(budget, batch, stop)
         return pending
 
     def _room_for_growth(self) -> int:

@@ -144,16 +144,19 @@ class Scheduler(RoomMaking, PrefixAwareSkip, ResidencyCap, SchedulerBase):
             self.check_invariants()
         return batch
 
-    def _schedule_generations(self, budget: PassBudget, batch: ScheduledBatch) -> list[Request]:
+    def _schedule_generations(
+        self, budget: PassBudget, batch: ScheduledBatch, start: int = 0
+    ) -> list[Request]:
         """Phase 1; returns the contexts it deferred. Each step is the real
         ``_try_schedule_generation``: beams + drafts from the budget (STOP when they do not
         fit), another beam width SKIPs, then the allocation and, failing it, the ladder
-        (kvlab.sched.make_room); failing that, the request suspends itself and phase 1 STOPs."""
+        (kvlab.sched.make_room); failing that, the request suspends itself and phase 1 STOPs.
+        ``start``: the first active request walked (kvlab.run.fast_forward took those before)."""
         requests, inflight, max_num_tokens = self._active, self._inflight, budget.max_num_tokens
         pending_contexts: list[Request] = []
         pause_state = RecomputePauseState(len(requests))
         end = len(requests)  # the ladder's victims shorten the walk
-        for index, request in enumerate(requests):
+        for index, request in enumerate(requests[start:], start):
             if index >= end:
                 break
             if index in pause_state.victim_indices or request.request_id in inflight:
