@@ -75,8 +75,9 @@ class Engine(Protocol):
 
 class _ForwardedScheduler(Scheduler):
     """The Scheduler a fast-forwarded run wears (:meth:`FastForward.accelerated`): its stepped
-    passes decode the running requests in one sweep and answer a step within a page and a
-    certainly refused first chunk from one comparison each, as the full path would."""
+    passes decode the leading running requests in one sweep (the walk does the rest) and
+    answer a step within a page and a certainly refused first chunk from one comparison each,
+    as the full path would."""
 
     #: (the pass, :meth:`_first_chunk_room`'s answer in it), until an attempt moves pages
     _room: tuple[int, tuple[int, int] | None] | None = None
@@ -84,11 +85,11 @@ class _ForwardedScheduler(Scheduler):
     def _schedule_generations(
         self, budget: PassBudget, batch: ScheduledBatch, start: int = 0
     ) -> list[Request]:
-        """Phase 1 from ``start`` in one sweep over the leading running requests it can only decode one token
-        each: none in flight, beam, draft, disaggregated or suspended; room in the token
-        budget; each crossing a page within its row, free or cached and evictable (no
-        suspended cache competing for the room), none a shrink. The walk takes over at the
-        first request that is not such (the ladder's, most often), as it would find it."""
+        """Phase 1 from ``start``, in one sweep over the leading running requests it can only
+        decode one token each: none in flight, beam, draft, disaggregated or suspended; room in
+        the token budget; each crossing a page within its row, free or cached and evictable
+        (no suspended cache competing for the room), none a shrink. The walk takes over at the
+        first request that is not such (a suspended one, most often), as it would find it."""
         if self._inflight:
             return super()._schedule_generations(budget, batch, start)
         manager = self.manager
@@ -394,14 +395,14 @@ class FastForward:
 
     def _steady_trtllm(self, scheduler: Scheduler, batch: ScheduledBatch) -> _Stretch | None:
         engine = self.engine
-        if (
-            not self._decodes_only(batch)
-            or not batch.generation_requests
-            or len(batch.generation_requests) != scheduler.counts[RequestState.RUNNING]
-        ):
-            return None
         if engine.queue and engine.num_active < (engine.max_num_active_requests or 0):
             return None  # the queue's head is handed over next pass
+        if (
+            not batch.generation_requests
+            or len(batch.generation_requests) != scheduler.counts[RequestState.RUNNING]
+            or not self._decodes_only(batch)
+        ):
+            return None
         reuse = scheduler.manager.enable_block_reuse
         if any(
             r.state is RequestState.RUNNING
@@ -420,14 +421,20 @@ class FastForward:
         if (
             not scheduler.args.async_scheduling
             or scheduler._has_retired
-            or not self._decodes_only(batch)
             or not decoding
             or len(decoding) != len(running)
+            or not self._decodes_only(batch)
             or any(a is not b for a, b in zip(decoding, running))
         ):
             return None
-        block_size, caching = scheduler.args.block_size, scheduler.prefix_cache is not None
-        caches = scheduler.manager.caches
+        caching, waiting = scheduler.prefix_cache is not None, scheduler.waiting
+        tried = bool(waiting) and len(running) < scheduler.max_batch_size
+        refused = batch.refused_requests
+        if len(refused) != tried or (refused and refused[0] is not waiting[0]):
+            return None
+        if refused and caching and not scheduler.args.scheduler_reserve_full_isl:
+            return None  # a chunk's own check alone: a shorter hit may let it in
+        block_size, caches = scheduler.args.block_size, scheduler.manager.caches
         for request in decoding:
             cache = caches[request.request_id]
             if request.num_generated >= request.output_limit or cache.capacity != (
@@ -436,13 +443,6 @@ class FastForward:
                 return None
             if caching and cache.committed != (cache.capacity - 1) // block_size:
                 return None
-        waiting = scheduler.waiting
-        tried = bool(waiting) and len(running) < scheduler.max_batch_size
-        refused = batch.refused_requests
-        if len(refused) != tried or (refused and refused[0] is not waiting[0]):
-            return None
-        if refused and caching and not scheduler.args.scheduler_reserve_full_isl:
-            return None  # a chunk's own check alone: a shorter hit may let it in
         scheduler.late.open()  # this pass's tokens in flight, as its schedule() opens them
         return _VllmStretch(self.engine, decoding, refused)
 
@@ -451,17 +451,17 @@ class FastForward:
         result processed no prefill, and no prefill will be tried: none is chunked and the
         batch is full or nothing waits."""
         decoding, running = batch.generation_requests, scheduler.running
-        if (
-            not self._decodes_only(batch)
-            or not decoding
-            or len(decoding) != len(running)
-            or any(a is not b for a, b in zip(decoding, running))
-            or any(r.num_generated >= r.output_limit for r in decoding)
-            or scheduler._aborting
+        if (  # the scheduler's flags first: they are cheaper to read than the batch
+            scheduler._aborting
             or scheduler._late_prefill
             or scheduler.chunked_req is not None
             or scheduler.last_prefill is not None
             or not (scheduler.batch_is_full or not scheduler.waiting)
+            or not decoding
+            or len(decoding) != len(running)
+            or not self._decodes_only(batch)
+            or any(a is not b for a, b in zip(decoding, running))
+            or any(r.num_generated >= r.output_limit for r in decoding)
         ):
             return None
         return _SglangStretch(self.engine, decoding, [])
