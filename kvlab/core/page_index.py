@@ -150,32 +150,22 @@ class PageIndexTable:
                 f"start must be in [0, {self.width - len(pages)}] to write "
                 f"{len(pages)} entries into a row of {self.width}, got {start!r}"
             )
-        end = start + len(pages)
-        self._rows(slot)[..., start:end] = np.asarray(pages, dtype=np.int32)
-        self._ends[slot] = max(int(self._ends[slot]), end)
+        self._rows(slot)[..., start : start + len(pages)] = np.asarray(pages, dtype=np.int32)
+        self._ends[slot] = max(int(self._ends[slot]), start + len(pages))
 
     def write_runs(
-        self,
-        slots: Sequence[int],
-        starts: Sequence[int],
-        counts: Sequence[int],
-        pages: Sequence[int],
+        self, slots: Sequence[int], starts: Sequence[int], counts: Sequence[int], pages: list[int]
     ) -> None:
-        """Write the next ``counts[i]`` of ``pages``, in order, into slot ``slots[i]``'s row from
-        entry ``starts[i]``, for every i, in one scattered write (the manager's growth of many
-        caches at once; the slots acquired and distinct)."""
+        """Write ``counts[i]`` of ``pages``, in order, into slot ``slots[i]``'s row from entry
+        ``starts[i]``: many caches' growth in one scattered write (slots acquired, distinct)."""
         slots_, counts_ = np.asarray(slots, dtype=np.int64), np.asarray(counts, dtype=np.int64)
         ends = np.asarray(starts, dtype=np.int64) + counts_
         self._ends[slots_] = np.maximum(self._ends[slots_], ends)
-        # entry of each page: its run's start, plus its place in the run
-        offsets = np.repeat(ends - counts_ - (np.cumsum(counts_) - counts_), counts_)
-        columns = offsets + np.arange(len(offsets))
-        rows, values = np.repeat(slots_ * self.beam_width, counts_), np.asarray(pages, np.int32)
-        if self.beam_width > 1:
-            rows = (rows[:, None] + np.arange(self.beam_width)).ravel()
-            columns = np.repeat(columns, self.beam_width)
-            values = np.repeat(values, self.beam_width)
-        self._array[:, rows, :, columns] = values[:, None, None]
+        # a page's entry: its run's last entry, less the pages after it in the run
+        columns = np.repeat(ends - np.cumsum(counts_), counts_) + np.arange(len(pages))
+        by_beam = self._array.reshape(-1, self.slots, self.beam_width, 2, self.width)
+        values = np.asarray(pages, dtype=np.int32)[:, None, None, None]
+        by_beam[:, np.repeat(slots_, counts_), :, :, columns] = values  # every pool, beam, plane
 
     def clear(self, slot: int, start: int) -> None:
         """Mark entries from ``start`` to the end of an acquired slot's row unused."""

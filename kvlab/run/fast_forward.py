@@ -206,6 +206,22 @@ class _ForwardedScheduler(Scheduler):
         return room
 
 
+class _ForwardedVllmScheduler(VllmScheduler):
+    """The VllmScheduler a fast-forwarded run wears: a running request's decode within the
+    blocks it holds is answered without ``allocate_slots``' accounting, as it would answer (no
+    block needed, none taken; its output limit keeps it under max_model_len)."""
+
+    def _schedule_running(self, request: Request, budget: int, batch: ScheduledBatch) -> int:
+        if request.is_context_finished and self.manager.caches[
+            request.request_id
+        ].grow_within_pages(1):
+            batch.generation_requests.append(request)
+            if self.prefix_cache is not None:
+                self._cache_blocks(request, self._num_tokens(request))
+            return 1
+        return super()._schedule_running(request, budget, batch)
+
+
 class _Stretch:
     """A steady pass about to repeat (TensorRT-LLM's loop's; subclasses for the peers): the
     requests it decoded and refused, and what each repeat does."""
@@ -335,6 +351,13 @@ class _SglangStretch(_Stretch):
         self.scheduler.late.push(self.decoding)
 
 
+#: The schedulers a fast-forwarded run wears, by the plain ones they stand for.
+FORWARDED: dict[type[SchedulerBase], type[SchedulerBase]] = {
+    Scheduler: _ForwardedScheduler,
+    VllmScheduler: _ForwardedVllmScheduler,
+}
+
+
 class FastForward:
     """Steps ``engine`` pass by pass, or a whole steady stretch at once where one starts."""
 
@@ -343,16 +366,19 @@ class FastForward:
 
     @contextmanager
     def accelerated(self) -> Iterator[None]:
-        """While it lasts, a plain Scheduler runs as :class:`_ForwardedScheduler`."""
+        """While it lasts, a plain Scheduler runs as :class:`_ForwardedScheduler` and a plain
+        VllmScheduler as :class:`_ForwardedVllmScheduler`."""
         scheduler = self.engine.scheduler
-        if type(scheduler) is not Scheduler:
+        plain = type(scheduler)
+        forwarded = FORWARDED.get(plain)
+        if forwarded is None:
             yield
             return
-        scheduler.__class__ = _ForwardedScheduler
+        scheduler.__class__ = forwarded
         try:
             yield
         finally:
-            scheduler.__class__ = Scheduler
+            scheduler.__class__ = plain
             vars(scheduler).pop("_room", None)
 
     def advance(self, max_steps: int) -> None:
@@ -368,7 +394,7 @@ class FastForward:
             return None
         if type(scheduler) is _ForwardedScheduler:
             return self._steady_trtllm(scheduler, batch)
-        if type(scheduler) is VllmScheduler:
+        if type(scheduler) is _ForwardedVllmScheduler:
             return self._steady_vllm(scheduler, batch)
         if type(scheduler) is SglangScheduler:
             return self._steady_sglang(scheduler, batch)

@@ -10,13 +10,7 @@ from collections.abc import Iterable
 from contextlib import nullcontext
 
 from kvlab.core.cause import Reason
-from kvlab.core.checks import (
-    MAX_COUNT,
-    check_bools,
-    check_int,
-    check_param,
-    check_param_or,
-)
+from kvlab.core.checks import MAX_COUNT, check_bools, check_int, check_param, check_param_or
 from kvlab.core.kv_cache import PageIndexTooShort
 from kvlab.core.request import LIVE_STATES, Request
 from kvlab.run.fast_forward import FastForward

@@ -267,32 +267,9 @@ class VllmScheduler(SchedulerBase):
             index += 1
             if request.num_generated >= request.output_limit:  # async: its last token in flight
                 continue  # (scheduler.py, "Avoid scheduling an extra step"; or max_model_len)
-            cache = self.manager.caches[request.request_id]
-            if request.is_context_finished and cache.grow_within_pages(1):
-                batch.generation_requests.append(request)  # within its blocks: as below, at once
-                budget -= 1
-                if self.prefix_cache is not None:
-                    self._cache_blocks(request, self._num_tokens(request))
-                continue
-            computed = self._num_computed_tokens(request)
-            num_new = min(
-                self._num_tokens(request) - computed, budget, self.max_model_len - computed - 1
-            )
-            if num_new == 0:
-                continue
-            while not self._allocate(request, computed + num_new, admitting=False):
-                victim = self.running.pop()  # FCFS: the lowest priority is the last admitted
-                self._recompute_pause(victim)
-                self.waiting.appendleft(victim)
-                preempted.append(victim)
-                if victim is request:
-                    break
+            budget -= self._schedule_running(request, budget, batch)
             if request.state is not RequestState.RUNNING:
-                break
-            if self.prefix_cache is not None:
-                self._cache_blocks(request, computed + num_new)
-            self._add_to_batch(batch, request, num_new)
-            budget -= num_new
+                break  # it preempted itself
         # the WAITING queue from its head; a refused allocation blocks everyone behind it
         while not preempted and self.waiting and len(self.running) < self.max_batch_size:
             request = self.waiting[0]
@@ -317,6 +294,27 @@ class VllmScheduler(SchedulerBase):
         if self.debug:
             self.check_invariants()
         return batch
+
+    def _schedule_running(self, request: Request, budget: int, batch: ScheduledBatch) -> int:
+        """A running request's tokens this step, at most ``budget`` (0: none), preempting the
+        last admitted while ``allocate_slots`` refuses them (itself last)."""
+        computed = self._num_computed_tokens(request)
+        num_new = min(
+            self._num_tokens(request) - computed, budget, self.max_model_len - computed - 1
+        )
+        if num_new == 0:
+            return 0
+        while not self._allocate(request, computed + num_new, admitting=False):
+            victim = self.running.pop()  # FCFS: the lowest priority is the last admitted
+            self._recompute_pause(victim)
+            self.waiting.appendleft(victim)
+            batch.recompute_paused_requests.append(victim)
+            if victim is request:
+                return 0
+        if self.prefix_cache is not None:
+            self._cache_blocks(request, computed + num_new)
+        self._add_to_batch(batch, request, num_new)
+        return num_new
 
     def finish(self, request: Request) -> None:
         if self.args.async_scheduling:
