@@ -432,7 +432,10 @@ class PrefixCache:
         freed: list[int] = []
         page_end = (index + 1) * tokens_per_block
         source, indexed = (hashes, per_hash), per_hash % tokens_per_block != 0
-        root = scope_seed(request.cache_salt)
+        # the node each page hangs under: the page before it's key
+        parent = parent_key(
+            hashes, per_hash, index * tokens_per_block, scope_seed(request.cache_salt)
+        )
         while page_end <= end:
             key = (hashes[(page_end - 1) // per_hash], page_end)
             page = self._pages.get(key)
@@ -440,16 +443,17 @@ class PrefixCache:
                 self._drop(page, freed)
                 page = None
             if page is None:
-                self._insert(key, pages[index], source, indexed, root, freed)
+                self._insert(key, pages[index], source, indexed, parent, freed)
             elif page != pages[index]:  # computed twice: rebase onto the tree's page
                 self.hold([page])
                 rebased.append((index, page))
+            parent = key
             index += 1
             page_end += tokens_per_block
         if last and end == request.prompt_len and index * tokens_per_block < end:
             if not self._covered(source, end):  # else the cache stops committing there
                 key = prefix_key(hashes, per_hash, end)
-                self._insert(key, pages[index], source, True, root, freed)
+                self._insert(key, pages[index], source, True, parent, freed)
                 index += 1
         return index, rebased, freed
 
@@ -485,10 +489,10 @@ class PrefixCache:
         page: int,
         source: Source,
         indexed: bool,
-        root: int,
+        parent: BlockKey,
         freed: list[int],
     ) -> None:
-        """Commit ``page`` under ``key`` (``root``: its reuse scope's), held by the cache that
+        """Commit ``page`` under ``key``, hanging under ``parent``, held by the cache that
         computed it. A shorter partial sibling holding a prefix of its tokens is replaced
         (``Block.__init__`` of _block_radix_tree.py): dropped from the tree, to ``freed`` if
         no cache holds it."""
@@ -507,7 +511,7 @@ class PrefixCache:
                 self._drop(sibling, freed)
         self._pages[key] = page
         self._key[page], self._source[page], self._holders[page] = key, source, 1
-        parent = self._parent[page] = parent_key(hashes, per_hash, start, root)
+        self._parent[page] = parent
         self._children[parent] = self._children.get(parent, 0) + 1
         if indexed:
             self._by_first_block.setdefault(self._first_block(page), []).append(page)
