@@ -267,9 +267,10 @@ class VllmScheduler(SchedulerBase):
             index += 1
             if request.num_generated >= request.output_limit:  # async: its last token in flight
                 continue  # (scheduler.py, "Avoid scheduling an extra step"; or max_model_len)
-            budget -= self._schedule_running(request, budget, batch)
-            if request.state is not RequestState.RUNNING:
+            scheduled = self._schedule_running(request, budget, batch)
+            if not scheduled and request.state is not RequestState.RUNNING:
                 break  # it preempted itself
+            budget -= scheduled
         # the WAITING queue from its head; a refused allocation blocks everyone behind it
         while not preempted and self.waiting and len(self.running) < self.max_batch_size:
             request = self.waiting[0]
