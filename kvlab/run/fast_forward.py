@@ -18,9 +18,11 @@ cost follows the crossings, not requests x passes); the refusal counts; one Step
 pass. The event's own pass is then stepped as usual. Only the pool's ``failed_allocations``
 counter, which no result reports, counts the stepped passes' attempts alone.
 
-The passes it does step, a plain Scheduler runs as :class:`_ForwardedScheduler`, which answers
-a step within the pages a cache holds and a certainly refused first chunk from one comparison
-each, as the full path would answer (kept off the teaching path).
+The passes it does step, a plain Scheduler runs as :class:`_ForwardedScheduler`, which decodes
+the leading running requests in one sweep and answers a step within the pages a cache holds
+and a certainly refused first chunk from one comparison each, and a plain VllmScheduler as
+:class:`_ForwardedVllmScheduler`, which answers a decode within the blocks a request holds at
+once: each as the full path would answer (kept off the teaching path).
 
 Covered: kvlab.sched.scheduler.Scheduler (TensorRT-LLM's V2 loop) under every admission
 policy, stretches for requests of beam width 1 without draft tokens, the refused ones outside
