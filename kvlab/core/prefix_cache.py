@@ -428,8 +428,11 @@ class PrefixCache:
         tokens_per_block = self.tokens_per_block
         hashes, per_hash = request.scoped_hashes, request.tokens_per_hash
         end = min(end, hashed_tokens(request), len(pages) * tokens_per_block)
-        index, rebased = committed, []
+        index = committed
+        rebased: list[tuple[int, int]] = []
         freed: list[int] = []
+        if index * tokens_per_block >= end:
+            return index, rebased, freed  # nothing past what is committed
         page_end = (index + 1) * tokens_per_block
         source, indexed = (hashes, per_hash), per_hash % tokens_per_block != 0
         # the node each page hangs under: the page before it's key
