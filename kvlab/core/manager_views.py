@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from kvlab.core.arith import div_ceil
 from kvlab.core.checks import check_int
-from kvlab.core.kv_cache import PageIndexTooShort
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -136,9 +135,9 @@ class ManagerViews:
                 )
         per_block = self.tokens_per_block
         blocks = [div_ceil(cache.capacity + num_tokens, per_block) for cache in caches]
-        too_wide = [count for count in blocks if count > self.max_blocks_per_seq]
-        if too_wide:  # blocks_for's PageIndexTooShort, for the first cache past its row
-            raise PageIndexTooShort(too_wide[0], self.max_blocks_per_seq)
+        if max(blocks, default=0) > self.max_blocks_per_seq:
+            for cache in caches:  # blocks_for raises for the first cache past its row
+                self.blocks_for(cache.capacity + num_tokens)
         if not self.grow(list(caches), blocks):
             return False
         for cache in caches:
