@@ -131,7 +131,7 @@ def test_notebook_02_panel_follows_its_sliders(jupyter_lab, request):
             figure_after_pool = _wait_change(page, _figure_data, figure_before)
 
             # a longer context than 32 MiB holds (16384 tokens) is refused again
-            _move_slider(page, "context (tokens)", 6)
+            _move_slider(page, "context (tokens)", 6)  # six steps: 8,192 -> 65,536 tokens
             refused = _wait_for(page, _verdict, lambda v: v != second and "allocated" not in v)
             _wait_change(page, _figure_data, figure_after_pool)
 
@@ -142,6 +142,10 @@ def test_notebook_02_panel_follows_its_sliders(jupyter_lab, request):
                 .locator("input[type=text]")
                 .first
             )
+            # the box echoes the slider's moves: on a loaded machine the echo of its last
+            # value can come after the verdict changed, and would overwrite what is typed
+            _wait_for(page, lambda p: box.input_value(), lambda v: v == "65,536")
+            refused = _wait_for(page, _verdict, lambda v: "65,536 tokens need" in v)
             box.fill("1536")
             box.press("Enter")
             typed = _wait_for(page, _verdict, lambda v: v != refused and "allocated" in v)
