@@ -23,6 +23,8 @@ SAMPLED_TOKEN_ID = 7
 KEY_IDS = 5
 _BASE = VOCAB_SIZE - 1
 _OWN = 1 << 64  # own keys lie above every hash taken modulo 2**64
+#: Every id, once: a prompt's ids are slices of it, sharing its int objects.
+_IDS = tuple(range(VOCAB_SIZE))
 
 
 def prompt_token_runs(request: Request) -> list[tuple[int, int]]:
@@ -42,7 +44,10 @@ def prompt_token_runs(request: Request) -> list[tuple[int, int]]:
 
 def prompt_token_ids(request: Request) -> list[int]:
     """The request's prompt ids (:func:`prompt_token_runs`, spelled out)."""
-    return [t for first, count in prompt_token_runs(request) for t in range(first, first + count)]
+    ids: list[int] = []
+    for first, count in prompt_token_runs(request):
+        ids += _IDS[first : first + count]
+    return ids
 
 
 def _block_runs(key: int, length: int) -> list[tuple[int, int]]:
