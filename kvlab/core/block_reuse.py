@@ -24,10 +24,12 @@ class BlockReuse(ManagerViews):
 
     def probe_first_new_block_key(self, request: Request) -> BlockKey | None:
         """The key of the first whole prompt page not committed yet (None: reuse off, no
-        hashes, or none left): the real ``probe_first_new_block_key``."""
+        hashes, or none left): the real ``probe_first_new_block_key``. The walk starts past
+        the pages the request's cache committed itself."""
         if not self.reuses(request):
             return None
-        return self.prefix_cache.first_new_key(request)
+        cache = self._caches.get(request.request_id)
+        return self.prefix_cache.first_new_key(request, 0 if cache is None else cache.committed)
 
     def _reuse_prefix(self, cache: KVCache, request: Request) -> None:
         """Hold the committed prefix (its pages below come back up) and copy the partial match

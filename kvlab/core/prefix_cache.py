@@ -351,19 +351,24 @@ class PrefixCache:
                 candidates.append(whole)
         return candidates
 
-    def first_new_key(self, request: Request) -> BlockKey | None:
+    def first_new_key(self, request: Request, known: int = 0) -> BlockKey | None:
         """The key of the request's first whole prompt page not committed, or None when every
-        whole page is."""
+        whole page is. ``known``: leading pages known to be committed (a cache's own, which
+        stay in the tree while it holds them): the walk starts past them, and answers as a
+        walk from the first page would."""
         hashes, per_hash = request.scoped_hashes, request.tokens_per_hash
         usable = hashed_tokens(request)
-        end = (len(self._committed_prefix(hashes, per_hash, usable)) + 1) * self.tokens_per_block
+        found = known + len(self._committed_prefix(hashes, per_hash, usable, known))
+        end = (found + 1) * self.tokens_per_block
         return prefix_key(hashes, per_hash, end) if end <= usable else None
 
-    def _committed_prefix(self, hashes: tuple[int, ...], per_hash: int, usable: int) -> list[int]:
-        """The committed pages holding a prompt's first whole pages, in order, within ``usable``
-        tokens (the walk stops at the first page not committed)."""
+    def _committed_prefix(
+        self, hashes: tuple[int, ...], per_hash: int, usable: int, skip: int = 0
+    ) -> list[int]:
+        """The committed pages holding a prompt's first whole pages past the first ``skip``, in
+        order, within ``usable`` tokens (the walk stops at the first page not committed)."""
         tokens_per_block, get = self.tokens_per_block, self._pages.get
-        found, end = [], tokens_per_block
+        found, end = [], (skip + 1) * tokens_per_block
         while end <= usable:
             page = get((hashes[(end - 1) // per_hash], end))
             if page is None:
