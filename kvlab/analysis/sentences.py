@@ -137,6 +137,27 @@ def sentence(reason: Reason | None) -> str:
     return "" if reason is None else SENTENCES[reason.cause](reason)
 
 
+#: A few words for the causes whose sentence quotes an engine's whole message, for a line
+#: that names the request beside the pass quoting it.
+BRIEF: dict[Cause, Callable[[Reason], str]] = {
+    Cause.DEMAND_OVER_POOL: lambda r: (
+        f"it needs {r.numbers['demand']:,} KV cache blocks, more than the pool's "
+        f"{r.numbers['total_blocks']:,}"
+    ),
+    Cause.DEMAND_OVER_PAGE_INDEX: lambda r: (
+        f"it needs {r.numbers['demand']:,} KV cache blocks, more than its page-index row's "
+        f"{r.numbers['max_blocks_per_seq']:,} entries"
+    ),
+}
+
+
+def brief(reason: Reason | None) -> str:
+    """``reason`` in a few words (:data:`BRIEF`), else :func:`sentence`."""
+    if reason is not None and reason.cause in BRIEF:
+        return BRIEF[reason.cause](reason)
+    return sentence(reason)
+
+
 def sentences(reasons: Mapping[str, Reason | None]) -> dict[str, str]:
     """Request id -> its reason in words."""
     return {request_id: sentence(reason) for request_id, reason in reasons.items()}

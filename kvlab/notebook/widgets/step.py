@@ -13,8 +13,8 @@ import ipywidgets as W
 
 from kvlab.analysis.compare import EngineConfig, build_scheduler, long_and_small
 from kvlab.analysis.presets import engine_outcome
-from kvlab.analysis.sentences import sentence
-from kvlab.core.cause import Cause, Reason
+from kvlab.analysis.sentences import brief, sentence
+from kvlab.core.cause import Cause
 from kvlab.core.checks import check_choice, check_int
 from kvlab.core.request import LIVE_STATES, UNFINISHED_STATUSES, RequestState
 from kvlab.core.words import counted
@@ -159,23 +159,6 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
-def _why_rejected(reason: Reason | None) -> str:
-    """Why a request was rejected, in a few words (the pass that rejected it quotes the whole
-    message)."""
-    if reason is not None and reason.cause is Cause.DEMAND_OVER_POOL:
-        n = reason.numbers
-        return (
-            f"it needs {n['demand']:,} KV cache blocks, more than the pool's {n['total_blocks']:,}"
-        )
-    if reason is not None and reason.cause is Cause.DEMAND_OVER_PAGE_INDEX:
-        n = reason.numbers
-        return (
-            f"it needs {n['demand']:,} KV cache blocks, more than its page-index row's "
-            f"{n['max_blocks_per_seq']:,} entries"
-        )
-    return sentence(reason)
-
-
 def _did(model: StepModel, row: Mapping[str, Any]) -> str:
     """What the last pass did to ``row``'s request, in a few words."""
     who, result = row["request"], row["result"]
@@ -202,7 +185,7 @@ def _ended_before(model: StepModel) -> str:
     said = []
     for at, who in earlier:
         if model.result.status[who] == RequestState.REJECTED:
-            why = _why_rejected(model.result.reasons[who])
+            why = brief(model.result.reasons[who])
             said.append(f"{who} was rejected at pass {at} ({why})")
         else:
             said.append(f"{who} finished at pass {at}")
@@ -224,7 +207,7 @@ def _recap(model: StepModel) -> str:
     else:
         parts.append("no request finished")
     parts += [
-        f"{who} was rejected at pass {model.ended[who]}: {_why_rejected(model.result.reasons[who])}"
+        f"{who} was rejected at pass {model.ended[who]}: {brief(model.result.reasons[who])}"
         for who, s in status.items()
         if s == RequestState.REJECTED
     ]
