@@ -114,6 +114,21 @@ class ManagerViews:
             self.pool.give_back(self._held_back[-count:])
             del self._held_back[-count:]
 
+    def hand_over(self, cache: KVCache, keep: int, count: int) -> None:
+        """The cache's pages from ``keep`` on leave it, the last ``count`` of them held back
+        (SGLang's radix cache taking over the KV a request computed), the others given back:
+        the pool and the held-back pages end as after ``shrink(cache, keep)`` then
+        ``hold_back(count)``, without the round trip through the pool."""
+        tail = cache.pages[keep:]
+        assert 0 <= count <= len(tail) and cache.committed <= keep, (count, len(tail), keep)
+        if not tail:
+            return
+        del cache.pages[keep:]
+        self.page_index.clear(cache.slot, keep)
+        returned = len(tail) - count
+        self.pool.give_back(tail[:returned])
+        self._held_back += reversed(tail[returned:])  # as the pool hands them out: top first
+
     def start_with_committed(self, cache: KVCache, pages: Sequence[int]) -> None:
         """An empty cache starts holding committed ``pages``, its first tokens' KV (vLLM's
         prefix-cache hit: ``touch``ed, then the request's first blocks,

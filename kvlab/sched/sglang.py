@@ -623,9 +623,8 @@ class SglangScheduler(SchedulerBase):
         assert duplicates + new == up_to - protected, (request_id, duplicates, new, protected)
         cache = self.manager.caches[request_id]
         keep = cache.num_blocks - (up_to - protected)
-        self.manager.shrink(cache, keep)
+        self.manager.hand_over(cache, keep, new)
         cache.capacity = keep
-        self.manager.hold_back(new)
         tree.unlock(self._lock[request_id])
         tree.lock(node)
         self._lock[request_id] = node
