@@ -361,6 +361,26 @@ def test_pages_held_back_go_back_to_the_pool_only_when_released(seed_manager):
     mgr.check_invariants()
 
 
+def test_a_hand_over_leaves_the_pool_as_a_shrink_then_a_hold_back(seed_manager):
+    """SGLang's tree takes over the KV a request computed: the pages it keeps stay taken (held
+    back), the others go back, exactly as a shrink then a hold_back leave them."""
+    ends = []
+    for handed in (True, False):
+        mgr = seed_manager("clamped")
+        cache = mgr.create_cache("r")
+        assert cache.resize(10 * 32) and cache.num_blocks == 10
+        if handed:
+            mgr.hand_over(cache, 4, 3)
+        else:
+            mgr.shrink(cache, 4)
+            mgr.hold_back(3)
+        mgr.check_invariants()
+        ends.append((cache.pages, mgr.pool.free_pages(), list(mgr._held_back), cache.page_indices))
+    (pages, free, held, row), before = ends
+    assert len(pages) == 4 and len(held) == 3 and len(free) == 64 - 7
+    assert (pages, free, held) == before[:3] and torch.equal(row, before[3])
+
+
 def test_check_invariants_catches_a_corrupted_row(seed_manager):
     mgr = seed_manager("clamped", max_batch_size=2)
     a, b = mgr.create_cache("a"), mgr.create_cache("b")
