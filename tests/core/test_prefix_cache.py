@@ -168,6 +168,22 @@ def test_a_page_computed_twice_is_given_up_for_the_committed_one():
     mgr.check_invariants()
 
 
+def test_the_probe_starts_past_the_caches_own_pages_and_answers_as_from_the_first():
+    """probe_first_new_block_key walks on from a context's own committed pages (they stay in
+    the tree while it holds them); the tree may hold more of its prompt, committed by another."""
+    mgr = manager()
+    tokens = list(range(16))
+    a = request("a", tokens)
+    assert mgr.prepare_context(a) and mgr.resize_context(a, 4)
+    a.context_current_position = 4
+    mgr.update_context(a)
+    assert mgr.get_cache(a).committed == 1
+    run_context(mgr, request("b", tokens[:13]))  # reuses a's page, commits those to 12 and 13
+    expected = prefix_key(a.scoped_hashes, 1, 16)
+    assert mgr.probe_first_new_block_key(a) == mgr.prefix_cache.first_new_key(a) == expected
+    assert mgr.prefix_cache.first_new_key(a, known=3) == expected
+
+
 def test_per_request_policy_commits_at_the_end_of_the_context_only():
     for policy, committed in (("all_reusable", 1), ("per_request", 0)):
         mgr = manager(block_reuse_policy=policy)
