@@ -46,8 +46,8 @@ class BlockReuse(ManagerViews):
                 del pages[below[0] :]
                 tokens, partial = len(pages) * self.tokens_per_block, None
             else:
+                prefix_cache.move_up([pages[index] for index in below], fresh)
                 for index, page in zip(below, fresh):
-                    prefix_cache.move_up(pages[index], page)
                     pages[index] = page
         cache.committed = len(pages)
         if partial is not None:

@@ -242,11 +242,13 @@ class PrefixCache:
         grown[: len(self._below)] = self._below
         self._below = grown
 
-    def move_up(self, host: int, page: int) -> None:
-        """A page below comes back into the GPU page ``page``, with its key and holders."""
-        self.pool.storage[page].copy_(self._below[host - self.first_host_page])
-        self._relocate([host], [page])
-        self._free_host_pages.append(host)
+    def move_up(self, hosts: list[int], pages: list[int]) -> None:
+        """Pages below come back into the GPU ``pages``, in order, with their keys and holders,
+        their bytes in one copy."""
+        rows = [host - self.first_host_page for host in hosts]
+        put_pages(self.pool.storage, pages, take_pages(self._below, rows))
+        self._relocate(hosts, pages)
+        self._free_host_pages += hosts
 
     def _relocate(self, olds: list[int], news: list[int]) -> None:
         """Committed pages' keys, sources, parents and holders move from pages ``olds`` to
