@@ -228,11 +228,9 @@ class KVCacheManager(BlockReuse, Suspension):
     def shrink(self, cache: KVCache, keep: int) -> None:
         """Give back the cache's pages from ``keep`` on: committed ones to the prefix cache
         (held no more), the rest to the pool."""
-        if keep >= len(cache.pages):
+        tail = self._cut(cache, keep)
+        if not tail:
             return
-        tail = cache.pages[keep:]
-        del cache.pages[keep:]
-        self.page_index.clear(cache.slot, keep)
         held = cache.committed - keep
         if held > 0:
             tail = self.prefix_cache.release(tail[:held]) + tail[held:]

@@ -114,17 +114,25 @@ class ManagerViews:
             self.pool.give_back(self._held_back[-count:])
             del self._held_back[-count:]
 
+    def _cut(self, cache: KVCache, keep: int) -> list[int]:
+        """The cache's pages from ``keep`` on, taken out of it and out of its page-index row
+        (none: nothing changes); where they go is the caller's business."""
+        tail = cache.pages[keep:]
+        if tail:
+            del cache.pages[keep:]
+            self.page_index.clear(cache.slot, keep)
+        return tail
+
     def hand_over(self, cache: KVCache, keep: int, count: int) -> None:
         """The cache's pages from ``keep`` on leave it, the last ``count`` of them held back
         (SGLang's radix cache taking over the KV a request computed), the others given back:
         the pool and the held-back pages end as after ``shrink(cache, keep)`` then
         ``hold_back(count)``, without the round trip through the pool."""
-        tail = cache.pages[keep:]
-        assert 0 <= count <= len(tail) and cache.committed <= keep, (count, len(tail), keep)
+        assert cache.committed <= keep, (cache.committed, keep)
+        tail = self._cut(cache, keep)
+        assert 0 <= count <= len(tail), (count, len(tail))
         if not tail:
             return
-        del cache.pages[keep:]
-        self.page_index.clear(cache.slot, keep)
         returned = len(tail) - count
         self.pool.give_back(tail[:returned])
         self._held_back += reversed(tail[returned:])  # as the pool hands them out: top first
