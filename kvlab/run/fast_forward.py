@@ -18,11 +18,14 @@ cost follows the crossings, not requests x passes); the refusal counts; one Step
 pass. The event's own pass is then stepped as usual. Only the pool's ``failed_allocations``
 counter, which no result reports, counts the stepped passes' attempts alone.
 
-The passes it does step, a plain Scheduler runs as :class:`_ForwardedScheduler`, which decodes
-the leading running requests in one sweep and answers a step within the pages a cache holds
-and a certainly refused first chunk from one comparison each, and a plain VllmScheduler as
-:class:`_ForwardedVllmScheduler`, which answers a decode within the blocks a request holds at
-once: each as the full path would answer (kept off the teaching path).
+The passes it does step, a plain Scheduler runs as :class:`_ForwardedScheduler`, which keeps
+what phase 1 found among the leading running requests from pass to pass (:class:`_Head`: the
+decoders, the deferred contexts, heaps of next page crossings and of last tokens), brings it up
+to the events since (a finish, a context that finished, a state change) and answers a step
+within the pages a cache holds and a certainly refused first chunk from one comparison each;
+its stretches take their end and their crossings from those heaps. A plain VllmScheduler runs
+as :class:`_ForwardedVllmScheduler`, which answers a decode within the blocks a request holds
+at once. Each answers as the full path would (kept off the teaching path).
 
 Covered: kvlab.sched.scheduler.Scheduler (TensorRT-LLM's V2 loop) under every admission
 policy, stretches for requests of beam width 1 without draft tokens, the refused ones outside
@@ -35,6 +38,7 @@ tests/run/test_fast_forward.py holds the two paths to the same results.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterator
@@ -75,74 +79,265 @@ class Engine(Protocol):
     def _fetch_and_activate(self) -> None: ...
 
 
+class _Head:
+    """What the sweep found among the leading active requests, kept from pass to pass while
+    only decoding changes them: the requests swept, the decoding ones (in batch order, with
+    their caches), the contexts deferred, and heaps of each decoder's next page crossing and
+    of the pass a stretch must end in for it, so that a pass or a stretch costs its crossings
+    and events, not a visit to every running request."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []  # the active requests swept, in order
+        self.ranks: dict[str, int] = {}  # each one's place among them when it was swept
+        self.next_rank = 0
+        self.decoding: list[Request] = []  # batch order (rank order)
+        self.decoding_ranks: list[int] = []
+        self.caches: list[KVCache] = []  # the decoding requests' caches, batch order
+        self.cache_of: dict[int, KVCache] = {}  # a decoder's cache by its rank
+        self.pending: list[Request] = []  # the contexts deferred, in order
+        #: (the pass its cache needs a page in, rank, cache), one live entry per decoder
+        self.crossings: list[tuple[int, int, KVCache]] = []
+        #: (the pass of its last token or its row's last token, rank), one per decoder
+        self.ends: list[tuple[int, int]] = []
+        #: the decoders taken this pass, (rank, request, cache): their ends come after it
+        self.fresh: list[tuple[int, Request, KVCache]] = []
+        self.stop: Request | None = None  # the request where the walk takes over
+        self.open = True  # swept to the list's end: requests submitted since extend it
+
+    def add_decoder(self, request: Request, rank: int, cache: KVCache) -> None:
+        """``request`` decodes from now on, at its rank's place in batch order."""
+        at = bisect.bisect(self.decoding_ranks, rank)
+        self.decoding.insert(at, request)
+        self.decoding_ranks.insert(at, rank)
+        self.caches.insert(at, cache)
+        self.cache_of[rank] = cache
+
+    def remove_decoder(self, request: Request) -> None:
+        """``request`` finished (its heap entries are dropped as they come up)."""
+        rank = self.ranks.pop(request.request_id)
+        at = bisect.bisect_left(self.decoding_ranks, rank)
+        del self.decoding[at], self.decoding_ranks[at], self.caches[at], self.cache_of[rank]
+
+    def schedule_crossing(self, iteration: int, rank: int, cache: KVCache, block: int) -> None:
+        """After pass ``iteration``: the pass the cache next needs a page in."""
+        due = iteration + 1 + len(cache.pages) * block - cache.capacity
+        heapq.heappush(self.crossings, (due, rank, cache))
+
+    def schedule_ends(self, iteration: int, row_tokens: int) -> None:
+        """After pass ``iteration``: the pass each fresh decoder's stretch must end in."""
+        for rank, request, cache in self.fresh:
+            left = min(
+                request.output_limit - request.num_generated - 1, row_tokens - cache.capacity
+            )
+            heapq.heappush(self.ends, (iteration + left, rank))
+        self.fresh = []
+
+    def first_end(self) -> int | None:
+        """The first pass a decoder's stretch must end in."""
+        ends, cache_of = self.ends, self.cache_of
+        while ends and ends[0][1] not in cache_of:
+            heapq.heappop(ends)
+        return ends[0][0] if ends else None
+
+    def crossing_now(self, iteration: int) -> list[tuple[int, KVCache]]:
+        """(rank, cache) of the decoders that need a page in pass ``iteration``, batch order."""
+        crossings, cache_of, due = self.crossings, self.cache_of, []
+        while crossings and crossings[0][0] <= iteration:
+            passed, rank, cache = heapq.heappop(crossings)
+            if cache_of.get(rank) is cache:
+                assert passed == iteration, "a crossing was missed"
+                due.append((rank, cache))
+        return due
+
+
 class _ForwardedScheduler(Scheduler):
     """The Scheduler a fast-forwarded run wears (:meth:`FastForward.accelerated`): its stepped
-    passes decode the leading running requests in one sweep (the walk does the rest) and
-    answer a step within a page and a certainly refused first chunk from one comparison each,
-    as the full path would."""
+    passes decode the leading running requests from a :class:`_Head` kept across passes (the
+    walk does the rest) and answer a step within a page and a certainly refused first chunk
+    from one comparison each, as the full path would."""
 
     #: (the pass, :meth:`_first_chunk_room`'s answer in it), until an attempt moves pages
     _room: tuple[int, tuple[int, int] | None] | None = None
+    #: what the last sweep found, while it holds
+    _head: _Head | None = None
+    #: the requests whose state changed since the head was last checked
+    _touched: list[Request]
+
+    def _set_state(self, request: Request, state: RequestState) -> None:
+        super()._set_state(request, state)
+        if self._head is not None:
+            self._touched.append(request)
 
     def _schedule_generations(
         self, budget: PassBudget, batch: ScheduledBatch, start: int = 0
     ) -> list[Request]:
-        """Phase 1 from ``start``, in one sweep over the leading running requests it can only
-        decode one token each: none in flight, beam, draft, disaggregated or suspended; room in
-        the token budget; each crossing a page within its row, free or cached and evictable
-        (no suspended cache competing for the room), none a shrink. The walk takes over at the
-        first request that is not such (a suspended one, most often), as it would find it."""
-        if self._inflight:
+        """Phase 1 from ``start``: the leading requests it can only decode one token each
+        (none in flight, beam, draft, disaggregated or suspended; room in the budgets; each
+        crossing a page within its row, free or cached and evictable, none a shrink) from the
+        head the last pass left, where it still holds, else from a sweep; the walk takes over
+        at the first request that is not such (a suspended one, most often), as it would."""
+        if self._inflight or start:
+            self._head = None
             return super()._schedule_generations(budget, batch, start)
         manager = self.manager
-        caches, block, width = manager.caches, manager.tokens_per_block, manager.max_blocks_per_seq
-        room, max_num_tokens = self._room_for_growth(), budget.max_num_tokens
-        decoding: list[Request] = []
-        pending: list[Request] = []
-        growing: list[KVCache] = []  # the caches crossing into a new page, in batch order
-        stop = None  # where the walk takes over
-        for index, request in enumerate(self._active[start:], start):
-            if request.disagg_generation_init:
-                stop = index
-                break
-            if len(decoding) >= budget.max_num_requests:
-                break  # the walk stops where the requests' budget is full
-            if not request.is_context_finished:
-                pending.append(request)
-                continue
-            if (
-                request.state is not RequestState.RUNNING
-                or request.beam_width != 1
-                or request.num_draft_tokens
-                or (max_num_tokens is not None and len(decoding) >= max_num_tokens)
-            ):
-                stop = index
-                break
-            cache = caches[request.request_id]
-            held = len(cache.pages) * block
-            if cache.capacity >= held:
-                if len(growing) == room or len(cache.pages) >= width:
-                    stop = index
-                    break
-                growing.append(cache)
-            elif cache.capacity < held - block:
-                stop = index
-                break
-            decoding.append(request)
-        for cache in growing:  # one page each, in batch order, as the walk takes them
+        block, width = manager.tokens_per_block, manager.max_blocks_per_seq
+        room, iteration = self._room_for_growth(), self.iteration
+        head = self._checked_head()
+        growing = head.crossing_now(iteration) if head is not None else []
+        if head is None or len(growing) > room or any(len(c.pages) >= width for _, c in growing):
+            head, growing = _Head(), []
+            self._head, self._touched = head, []
+        crossing = len(growing)  # the head's decoders crossing; then the sweep's, if any
+        taken = self._sweep(head, room, growing) if head.open else []
+        for _, cache in growing:  # one page each, in batch order, as the walk takes them
             granted = manager.grow([cache], [len(cache.pages) + 1])
             assert granted, "the free pages counted were refused"
-        for request in decoding:
-            caches[request.request_id].capacity += 1
-        batch.generation_requests += decoding
-        if decoding:
+        for cache in head.caches:
+            cache.capacity += 1
+        for rank, cache in growing[:crossing] + taken:
+            head.schedule_crossing(iteration, rank, cache, block)
+        head.schedule_ends(iteration, manager.page_index_span_tokens)
+        count = len(head.decoding)
+        batch.generation_requests += head.decoding
+        if count:
             batch.beam_width = 1
-        count = len(decoding)
         budget.num_tokens += count
         budget.num_requests += count
-        if stop is not None:
-            pending += super()._schedule_generations(budget, batch, stop)
+        pending = list(head.pending)
+        if head.stop is not None:
+            pending += super()._schedule_generations(budget, batch, len(head.requests))
         return pending
+
+    def _checked_head(self) -> _Head | None:
+        """The last pass's head if it still holds, brought up to the state changes since:
+        finished decoders leave it, contexts that finished join its decoders; None where a
+        decoder stopped running, the active requests moved, the walk's first request is no
+        longer one it stops at, or a join does not fit the budgets."""
+        head = self._head
+        if head is None:
+            return None
+        touched, self._touched = self._touched, []
+        finished = False
+        for request in touched:
+            rank = head.ranks.get(request.request_id)
+            if rank is None or rank not in head.cache_of:
+                continue  # past the head, or a context: pending until it finishes
+            if request.state is not RequestState.FINISHED:
+                return None  # a decoder stopped running
+            head.remove_decoder(request)
+            finished = True
+        if finished:
+            head.requests = [r for r in head.requests if r.state is not RequestState.FINISHED]
+            head.open = head.open or head.stop is None  # one ended at the budget goes on
+        if any(r.is_context_finished for r in head.pending) and not self._join(head):
+            return None
+        active, swept = self._active, len(head.requests)
+        if active[:swept] != head.requests:  # identity first: a match costs no __eq__
+            return None
+        stop = head.stop
+        if stop is not None:
+            if swept >= len(active) or active[swept] is not stop:
+                return None
+            if not self._stops(stop, head):  # the sweep goes on from it this pass
+                head.stop, head.open = None, True
+        return head
+
+    def _join(self, head: _Head) -> bool:
+        """The head's contexts that finished join its decoders (False: one is not a plain
+        decode within the budgets, or the head ended at a budget)."""
+        if not head.open and head.stop is None:
+            return False
+        block, iteration = self.manager.tokens_per_block, self.iteration
+        still = []
+        for request in head.pending:
+            if not request.is_context_finished:
+                still.append(request)
+                continue
+            count = len(head.decoding) + 1
+            if not self._decodes_plainly(request, count) or count > self.max_num_requests:
+                return False
+            cache = self.manager.caches[request.request_id]
+            held = len(cache.pages) * block
+            if not held - block <= cache.capacity <= held:
+                return False
+            rank = head.ranks[request.request_id]
+            head.add_decoder(request, rank, cache)
+            # due this pass if it crosses now: the pass takes it with the others
+            heapq.heappush(head.crossings, (iteration + held - cache.capacity, rank, cache))
+            head.fresh.append((rank, request, cache))
+        head.pending = still
+        # the sweep stops at a full requests' budget only where a request comes after it
+        return len(head.decoding) < self.max_num_requests or not (still or head.stop)
+
+    def _decodes_plainly(self, request: Request, count: int) -> bool:
+        """A context-finished request decodes one token as the ``count``-th of the sweep:
+        running, one beam, no draft tokens, within the token budget."""
+        return (
+            request.state is RequestState.RUNNING
+            and request.beam_width == 1
+            and not request.num_draft_tokens
+            and (self.max_num_tokens is None or count <= self.max_num_tokens)
+        )
+
+    def _stops(self, request: Request, head: _Head) -> bool:
+        """The sweep, having taken the head's decoders, stops at ``request`` for its flags
+        (a stop for want of room, or for a shrink, is looked at again)."""
+        count = len(head.decoding)
+        return request.disagg_generation_init or (
+            count < self.max_num_requests
+            and request.is_context_finished
+            and not self._decodes_plainly(request, count + 1)
+        )
+
+    def _sweep(
+        self, head: _Head, room: int, growing: list[tuple[int, KVCache]]
+    ) -> list[tuple[int, KVCache]]:
+        """Extend the open ``head`` over the active requests past it, as phase 1 takes them;
+        the caches crossing a page join ``growing`` (``room`` pages in all); returns the new
+        decoders, (rank, cache)."""
+        manager = self.manager
+        caches, block, width = manager.caches, manager.tokens_per_block, manager.max_blocks_per_seq
+        active, ranks, taken = self._active, head.ranks, []
+        rank = head.next_rank
+        for index in range(len(head.requests), len(active)):
+            request = active[index]
+            if request.disagg_generation_init:
+                head.stop = request
+                break
+            if len(head.decoding) >= self.max_num_requests:
+                head.open = False
+                break  # the walk stops where the requests' budget is full
+            if request.is_context_finished:
+                if not self._decodes_plainly(request, len(head.decoding) + 1):
+                    head.stop = request
+                    break
+                cache = caches[request.request_id]
+                held = len(cache.pages) * block
+                if cache.capacity >= held:
+                    if len(growing) == room or len(cache.pages) >= width:
+                        head.stop = request
+                        break
+                    growing.append((rank, cache))
+                elif cache.capacity < held - block:
+                    head.stop = request
+                    break
+                head.decoding.append(request)  # the last rank yet: batch order holds
+                head.decoding_ranks.append(rank)
+                head.caches.append(cache)
+                head.cache_of[rank] = cache
+                head.fresh.append((rank, request, cache))
+                taken.append((rank, cache))
+            else:
+                head.pending.append(request)
+            head.requests.append(request)
+            ranks[request.request_id] = rank
+            rank += 1
+        else:
+            head.next_rank = rank
+            return taken
+        head.next_rank = rank
+        head.open = False
+        return taken
 
     def _room_for_growth(self) -> int:
         """Pages growths one page at a time get: the free ones, and the cached ones each evicts
@@ -225,8 +420,8 @@ class _ForwardedVllmScheduler(VllmScheduler):
 
 
 class _Stretch:
-    """A steady pass about to repeat (TensorRT-LLM's loop's; subclasses for the peers): the
-    requests it decoded and refused, and what each repeat does."""
+    """A steady pass about to repeat (a subclass for each loop): the requests it decoded and
+    refused, and what each repeat does."""
 
     #: arrivals join the stretch (their requests queue behind a head that is not admitted)
     #: rather than end it
@@ -238,6 +433,16 @@ class _Stretch:
         self.caches = [manager.caches[r.request_id] for r in decoding]
         self._taken: list[tuple[int, int]] = []  # (pass, batch order) of each crossing covered
         self._next = 0
+
+    def end_within(self, limit: int) -> int:
+        """``limit`` or fewer passes: a request's last token, or its row's, ends the stretch
+        in its pass."""
+        row_tokens = self.manager.page_index_span_tokens
+        for request, cache in zip(self.decoding, self.caches):
+            limit = min(
+                limit, request.output_limit - request.num_generated, row_tokens - cache.capacity
+            )
+        return limit
 
     def plan(self, limit: int) -> int:
         """The passes the stretch may take, at most ``limit``: the crossings into new pages,
@@ -261,9 +466,7 @@ class _Stretch:
 
     def room(self) -> int:
         """Pages the stretch's crossings may take, one at a time."""
-        scheduler = self.engine.scheduler
-        assert isinstance(scheduler, _ForwardedScheduler)
-        return scheduler._room_for_growth()
+        raise NotImplementedError
 
     def each_pass(self, passed: int) -> None:
         """Pass ``passed``'s crossings, one allocation each, as the pass makes them."""
@@ -279,6 +482,52 @@ class _Stretch:
 
     def before_tokens(self) -> None:
         """The end of the stretch's last pass, before its tokens are produced."""
+
+
+class _TrtllmStretch(_Stretch):
+    """TensorRT-LLM's steady pass, its decoders all the scheduler's :class:`_Head`: the end
+    and the crossings come from the head's heaps (which it leaves up to date), so a stretch
+    costs its crossings and one final count, not requests x passes."""
+
+    def __init__(self, engine: Engine, head: _Head, refused: list[Request]):
+        scheduler = engine.scheduler
+        assert isinstance(scheduler, _ForwardedScheduler)
+        self.engine, self.scheduler, self.head, self.refused = engine, scheduler, head, refused
+        self.decoding, self.caches = head.decoding, head.caches
+        self.manager = scheduler.manager
+        self._crossings: list[tuple[int, KVCache]] = []  # (pass, cache) of each one covered
+        self._next = 0
+
+    def end_within(self, limit: int) -> int:
+        end = self.head.first_end()
+        return limit if end is None else min(limit, end - self.scheduler.iteration)
+
+    def plan(self, limit: int) -> int:
+        head, start = self.head, self.scheduler.iteration
+        crossings, cache_of, block = head.crossings, head.cache_of, self.manager.tokens_per_block
+        free, taken = self.scheduler._room_for_growth(), self._crossings
+        while crossings and crossings[0][0] <= start + limit:
+            due, group = crossings[0][0], []  # a pass's crossings, all or none
+            while crossings and crossings[0][0] == due:
+                entry = heapq.heappop(crossings)
+                if cache_of.get(entry[1]) is entry[2]:
+                    group.append(entry)
+            if len(taken) + len(group) > free:
+                for entry in group:
+                    heapq.heappush(crossings, entry)
+                return due - start - 1  # that pass would need a page the pool lacks
+            for _, rank, cache in group:
+                taken.append((due - start, cache))
+                heapq.heappush(crossings, (due + block, rank, cache))
+        return limit
+
+    def each_pass(self, passed: int) -> None:
+        taken, grow = self._crossings, self.manager.grow
+        while self._next < len(taken) and taken[self._next][0] == passed:
+            cache = taken[self._next][1]
+            granted = grow([cache], [len(cache.pages) + 1])
+            assert granted, "the free pages counted were refused"
+            self._next += 1
 
 
 class _VllmStretch(_Stretch):
@@ -381,7 +630,8 @@ class FastForward:
             yield
         finally:
             scheduler.__class__ = plain
-            vars(scheduler).pop("_room", None)
+            for name in ("_room", "_head", "_touched"):
+                vars(scheduler).pop(name, None)
 
     def advance(self, max_steps: int) -> None:
         """The steady stretch before ``max_steps`` if one starts here, else one stepped pass."""
@@ -404,6 +654,17 @@ class FastForward:
 
     @staticmethod
     def _decodes_only(batch: ScheduledBatch) -> bool:
+        """The pass only decoded, one token each of plain requests past their first token."""
+        return FastForward._nothing_but_decodes(batch) and all(
+            r.state is RequestState.RUNNING
+            and r.beam_width == 1
+            and not r.num_draft_tokens
+            and r.first_token_step is not None
+            for r in batch.generation_requests
+        )
+
+    @staticmethod
+    def _nothing_but_decodes(batch: ScheduledBatch) -> bool:
         return not (
             batch.context_requests
             or batch.paused_requests
@@ -413,22 +674,22 @@ class FastForward:
             or batch.deferred_behind_contributor
             or batch.num_aborted_context_rows
             or batch.num_aborted_generation_rows
-        ) and all(
-            r.state is RequestState.RUNNING
-            and r.beam_width == 1
-            and not r.num_draft_tokens
-            and r.first_token_step is not None
-            for r in batch.generation_requests
         )
 
-    def _steady_trtllm(self, scheduler: Scheduler, batch: ScheduledBatch) -> _Stretch | None:
+    def _steady_trtllm(
+        self, scheduler: _ForwardedScheduler, batch: ScheduledBatch
+    ) -> _Stretch | None:
         engine = self.engine
         if engine.queue and engine.num_active < (engine.max_num_active_requests or 0):
             return None  # the queue's head is handed over next pass
+        head = scheduler._head  # its decoders are plain ones past their first token
         if (
-            not batch.generation_requests
-            or len(batch.generation_requests) != scheduler.counts[RequestState.RUNNING]
-            or not self._decodes_only(batch)
+            head is None
+            or scheduler._touched  # a state changed after the sweep
+            or not batch.generation_requests
+            or len(batch.generation_requests) != len(head.decoding)
+            or len(head.decoding) != scheduler.counts[RequestState.RUNNING]
+            or not self._nothing_but_decodes(batch)
         ):
             return None
         reuse = scheduler.manager.enable_block_reuse
@@ -439,7 +700,7 @@ class FastForward:
             for r in batch.refused_requests
         ):
             return None
-        return _Stretch(engine, batch.generation_requests, batch.refused_requests)
+        return _TrtllmStretch(engine, head, batch.refused_requests)
 
     def _steady_vllm(self, scheduler: VllmScheduler, batch: ScheduledBatch) -> _Stretch | None:
         """Async scheduling on; every running request decoded, none with its last token in
@@ -501,16 +762,11 @@ class FastForward:
             return False
         engine = self.engine
         decoding, caches = stretch.decoding, stretch.caches
-        manager = engine.scheduler.manager
-        row_tokens = manager.max_blocks_per_seq * manager.tokens_per_block
         # the passes before the next event other than a crossing the pool cannot cover
         limit = max_steps - engine.step
         if engine.has_pending_arrivals and not stretch.folds_arrivals:
             limit = min(limit, engine.arrivals[engine.next_arrival].arrival_step - engine.step)
-        for request, cache in zip(decoding, caches):  # a last token ends the stretch's last pass
-            limit = min(
-                limit, request.output_limit - request.num_generated, row_tokens - cache.capacity
-            )
+        limit = stretch.end_within(limit)
         if limit < 1:
             return False
         limit = stretch.plan(limit)

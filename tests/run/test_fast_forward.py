@@ -1,13 +1,14 @@
 """Fast-forward (kvlab.run.fast_forward) gives the results stepping gives.
 
 Each run here is made twice, stepped pass by pass on the teaching path and fast-forwarded (its
-stretches, its one-sweep phase 1, its step within a page and its certain refusal), and
-everything observable must agree: the engine's error, every request's status, steps and
-counters, the trace of events and steps, the pool's counters (but failed allocations) and the
-page-index table. Random workloads vary the pool, the page size, chunking, the token budget,
-the host tier, block reuse and shared prefixes, beams and draft tokens, recompute pause, every
-admission policy, the executor's limit and max_steps; for the vLLM and SGLang peers, their
-switches (prefix caching or the radix cache, async or overlap scheduling) and limits.
+stretches, its phase 1 kept from pass to pass, its step within a page and its certain
+refusal), and everything observable must agree: the engine's error, every request's status,
+steps and counters, the trace of events and steps, the pool's counters (but failed
+allocations) and the page-index table. Random workloads vary the pool, the page size,
+chunking, the token budget, the host tier, block reuse and shared prefixes, beams and draft
+tokens, recompute pause, every admission policy, the executor's limit and max_steps; for the
+vLLM and SGLang peers, their switches (prefix caching or the radix cache, async or overlap
+scheduling) and limits.
 """
 
 import dataclasses
@@ -243,6 +244,40 @@ def test_stretches_are_skipped(monkeypatch):
     assert result.summary()["finished"] == 16
     assert sum(r.num_refusals for r in result.requests.values()) > 0
     assert max(stepped) > 1 and sum(stepped) > 2 * len(stepped)
+
+
+def test_phase_one_is_kept_from_pass_to_pass(monkeypatch):
+    """Not vacuous: what phase 1 found outlives the finishes, the arrivals, the contexts that
+    finish and the stretches of a steady stream; it is found anew only at the first pass and
+    where a decoder stops running (here: never), and the run is the stepped one."""
+    found = []
+
+    class Counted(fast_forward._Head):
+        def __init__(self) -> None:
+            super().__init__()
+            found.append(self)
+
+    def run(fast: bool):
+        geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
+        manager = KVCacheManager(
+            geometry,
+            quota_bytes=512 * geometry.bytes_per_block,
+            max_seq_len=1024,
+            max_batch_size=16,
+        )
+        scheduler = Scheduler(manager, admission="capacity", max_batch_size=16)
+        rng = random.Random(7)
+        requests = [
+            Request(f"r{i}", rng.randint(20, 200), rng.randint(5, 60), 3 * i) for i in range(150)
+        ]
+        result = simulate(scheduler, requests, fast_forward=fast)
+        return result.summary()["finished"], _observed(result, manager)
+
+    monkeypatch.setattr(fast_forward, "_Head", Counted)
+    fast = run(True)
+    assert fast == run(False)
+    assert fast[0] == 150
+    assert len(found) == 1
 
 
 def test_the_scheduler_is_a_plain_scheduler_again_after_the_run():
