@@ -406,17 +406,28 @@ class _ForwardedScheduler(Scheduler):
 class _ForwardedVllmScheduler(VllmScheduler):
     """The VllmScheduler a fast-forwarded run wears: a running request's decode within the
     blocks it holds is answered without ``allocate_slots``' accounting, as it would answer (no
-    block needed, none taken; its output limit keeps it under max_model_len)."""
+    block needed, none taken; its output limit keeps it under max_model_len), and a
+    ``cache_blocks`` that fills no block returns before it is called."""
 
     def _schedule_running(self, request: Request, budget: int, batch: ScheduledBatch) -> int:
-        if request.is_context_finished and self.manager.caches[
-            request.request_id
-        ].grow_within_pages(1):
-            batch.generation_requests.append(request)
-            if self.prefix_cache is not None:
+        if request.is_context_finished:
+            cache = self.manager.caches[request.request_id]
+            held = len(cache.pages) * self.manager.tokens_per_block
+            if not cache.suspended and cache.capacity < held:
+                cache.capacity += 1
+                batch.generation_requests.append(request)
                 self._cache_blocks(request, self._num_tokens(request))
-            return 1
+                return 1
         return super()._schedule_running(request, budget, batch)
+
+    def _cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """``cache_blocks``, not entered where the tokens fill no new block (its first test)."""
+        filled = num_tokens // self.manager.tokens_per_block
+        if (
+            self.prefix_cache is not None
+            and filled > self.manager.caches[request.request_id].committed
+        ):
+            super()._cache_blocks(request, num_tokens)
 
 
 class _Stretch:
