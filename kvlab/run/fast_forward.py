@@ -99,18 +99,21 @@ class _Head:
         self.crossings: list[tuple[int, int, KVCache]] = []
         #: (the pass of its last token or its row's last token, rank), one per decoder
         self.ends: list[tuple[int, int]] = []
-        #: the decoders taken this pass, (rank, request, cache): their ends come after it
+        #: the decoders that joined or were swept this pass, (rank, request, cache): their
+        #: ends, and the swept ones' crossings, are scheduled after it
         self.fresh: list[tuple[int, Request, KVCache]] = []
         self.stop: Request | None = None  # the request where the walk takes over
         self.open = True  # swept to the list's end: requests submitted since extend it
 
     def add_decoder(self, request: Request, rank: int, cache: KVCache) -> None:
-        """``request`` decodes from now on, at its rank's place in batch order."""
+        """``request`` decodes from now on, at its rank's place in batch order (fresh: its
+        end comes after this pass)."""
         at = bisect.bisect(self.decoding_ranks, rank)
         self.decoding.insert(at, request)
         self.decoding_ranks.insert(at, rank)
         self.caches.insert(at, cache)
         self.cache_of[rank] = cache
+        self.fresh.append((rank, request, cache))
 
     def remove_decoder(self, request: Request) -> None:
         """``request`` finished (its heap entries are dropped as they come up)."""
@@ -187,14 +190,17 @@ class _ForwardedScheduler(Scheduler):
         if head is None or len(growing) > room or any(len(c.pages) >= width for _, c in growing):
             head, growing = _Head(), []
             self._head, self._touched = head, []
-        crossing = len(growing)  # the head's decoders crossing; then the sweep's, if any
-        taken = self._sweep(head, room, growing) if head.open else []
+        crossing, joined = len(growing), len(head.fresh)  # the sweep's come after them
+        if head.open:
+            self._sweep(head, room, growing)
         for _, cache in growing:  # one page each, in batch order, as the walk takes them
             granted = manager.grow([cache], [len(cache.pages) + 1])
             assert granted, "the free pages counted were refused"
         for cache in head.caches:
             cache.capacity += 1
-        for rank, cache in growing[:crossing] + taken:
+        for rank, cache in growing[:crossing]:
+            head.schedule_crossing(iteration, rank, cache, block)
+        for rank, _, cache in head.fresh[joined:]:
             head.schedule_crossing(iteration, rank, cache, block)
         head.schedule_ends(iteration, manager.page_index_span_tokens)
         count = len(head.decoding)
@@ -262,9 +268,8 @@ class _ForwardedScheduler(Scheduler):
                 return False
             rank = head.ranks[request.request_id]
             head.add_decoder(request, rank, cache)
-            # due this pass if it crosses now: the pass takes it with the others
-            heapq.heappush(head.crossings, (iteration + held - cache.capacity, rank, cache))
-            head.fresh.append((rank, request, cache))
+            # as if it had decoded last pass: due this pass if it crosses now, with the others
+            head.schedule_crossing(iteration - 1, rank, cache, block)
         head.pending = still
         # the sweep stops at a full requests' budget only where a request comes after it
         return len(head.decoding) < self.max_num_requests or not (still or head.stop)
@@ -289,55 +294,39 @@ class _ForwardedScheduler(Scheduler):
             and not self._decodes_plainly(request, count + 1)
         )
 
-    def _sweep(
-        self, head: _Head, room: int, growing: list[tuple[int, KVCache]]
-    ) -> list[tuple[int, KVCache]]:
-        """Extend the open ``head`` over the active requests past it, as phase 1 takes them;
-        the caches crossing a page join ``growing`` (``room`` pages in all); returns the new
-        decoders, (rank, cache)."""
+    def _sweep(self, head: _Head, room: int, growing: list[tuple[int, KVCache]]) -> None:
+        """Extend the open ``head`` over the active requests past it, as phase 1 takes them
+        (its new decoders are fresh); the caches crossing a page join ``growing`` (``room``
+        pages in all). The head stays open only where the sweep reached the list's end."""
         manager = self.manager
         caches, block, width = manager.caches, manager.tokens_per_block, manager.max_blocks_per_seq
-        active, ranks, taken = self._active, head.ranks, []
-        rank = head.next_rank
-        for index in range(len(head.requests), len(active)):
-            request = active[index]
-            if request.disagg_generation_init:
+        active, ranks = self._active, head.ranks
+        head.open = False
+        for request in active[len(head.requests) :]:
+            if self._stops(request, head):
                 head.stop = request
-                break
+                return
             if len(head.decoding) >= self.max_num_requests:
-                head.open = False
-                break  # the walk stops where the requests' budget is full
+                return  # the walk stops where the requests' budget is full
+            rank = head.next_rank
             if request.is_context_finished:
-                if not self._decodes_plainly(request, len(head.decoding) + 1):
-                    head.stop = request
-                    break
                 cache = caches[request.request_id]
                 held = len(cache.pages) * block
                 if cache.capacity >= held:
                     if len(growing) == room or len(cache.pages) >= width:
                         head.stop = request
-                        break
+                        return
                     growing.append((rank, cache))
                 elif cache.capacity < held - block:
                     head.stop = request
-                    break
-                head.decoding.append(request)  # the last rank yet: batch order holds
-                head.decoding_ranks.append(rank)
-                head.caches.append(cache)
-                head.cache_of[rank] = cache
-                head.fresh.append((rank, request, cache))
-                taken.append((rank, cache))
+                    return
+                head.add_decoder(request, rank, cache)
             else:
                 head.pending.append(request)
             head.requests.append(request)
             ranks[request.request_id] = rank
-            rank += 1
-        else:
-            head.next_rank = rank
-            return taken
-        head.next_rank = rank
-        head.open = False
-        return taken
+            head.next_rank += 1
+        head.open = True
 
     def _room_for_growth(self) -> int:
         """Pages growths one page at a time get: the free ones, and the cached ones each evicts
