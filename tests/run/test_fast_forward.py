@@ -280,6 +280,40 @@ def test_phase_one_is_kept_from_pass_to_pass(monkeypatch):
     assert len(found) == 1
 
 
+def test_a_pass_whose_crossings_outnumber_the_free_pages_is_stepped(monkeypatch):
+    """Three decoders cross into a fifth page in the same pass with two pages free: the stretch
+    takes none of that pass's crossings and ends before it (taking two would grow the wrong
+    caches), the pass is stepped (one decoder is paused), and the run is the stepped one."""
+    cuts = []
+    plan = fast_forward._TrtllmStretch.plan
+
+    def recorded(self, limit):
+        free = self.scheduler._room_for_growth()
+        passes = plan(self, limit)
+        cuts.append(passes < limit and free > len(self._crossings))  # pages were left
+        return passes
+
+    def run(fast: bool):
+        geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # max_seq_len is clamped to the 14 pages
+            manager = KVCacheManager(
+                geometry,
+                quota_bytes=14 * geometry.bytes_per_block,
+                max_seq_len=1024,
+                max_batch_size=4,
+            )
+        scheduler = Scheduler(manager, admission="none", max_batch_size=4)
+        requests = [Request(f"r{i}", 60, 40, 0) for i in range(3)]  # 4 pages each, 2 free
+        result = simulate(scheduler, requests, max_steps=2000, fast_forward=fast)
+        return result.summary()["suspensions"], _observed(result, manager)
+
+    monkeypatch.setattr(fast_forward._TrtllmStretch, "plan", recorded)
+    fast = run(True)
+    assert fast == run(False)
+    assert fast[0] == 1 and cuts[0]
+
+
 def test_the_scheduler_is_a_plain_scheduler_again_after_the_run():
     geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
     manager = KVCacheManager(
