@@ -15,6 +15,10 @@ Prints one JSON line per measurement:
 - ``scaling``: the same distributions at each of ``--sizes`` requests: seconds per 1,000
   requests at each size, and the ratio largest / smallest (flat: the cost is linear).
 - ``standard_mixed``: kvlab's own mixed workload (``kvlab.run.workload.standard_mixed_workload``).
+- ``pass_cost``: what one pass costs on the teaching path with 1 and with 64 requests decoding
+  and none arriving or ending, for TensorRT-LLM's loop and vLLM's (as shipped; and with caching
+  and async off) and SGLang's peers on the Azure pool below (``--pass-cost-passes`` passes):
+  the floor under every pass the fast path still steps.
 - ``azure_hour`` (``--trace``): Azure's conversation hour (data/traces/, 19,366 requests), one
   scheduler iteration taken as ``--seconds-per-iteration`` seconds, replayed under each
   admission policy and vLLM's and SGLang's peers on one GPU's pool (``--pool-gib`` GiB of KV for a Llama-3.1-8B-shaped model in
@@ -31,11 +35,13 @@ kvlab.run.fast_forward: the passes between two events applied at once, and for t
 loop the passes it steps answering a step within a page and a certainly refused first chunk from
 one comparison each) and stepped pass by pass on the teaching path (``fast_forward=False``),
 with ``identical``: whether both gave every request the same status, steps, counts and reason
-and the same per-step trace. Where the time goes now: the passes with an event (an admission, a
+and the same per-step trace, and ``passes_stepped``: the fast path's passes not applied in a
+stretch. Where the time goes now: the passes with an event (an admission, a
 finish, a preemption) are stepped, each a walk over the running requests.
 
     python benchmarks/scheduler_throughput.py [--sizes 1000 4000 16000 64000] [--trace]
                                               [--peer-bench PATH] [--repeat N]
+                                              [--pass-cost-passes N]
 """
 
 from __future__ import annotations
@@ -59,9 +65,9 @@ from kvlab import (
     SglangServerArgs,
     VllmEngineArgs,
     VllmScheduler,
-    simulate,
 )
 from kvlab.analysis.peer_conformance import CACHING_AND_ASYNC_OFF
+from kvlab.run.simulation import Engine
 from kvlab.run.workload import STANDARD_MIXED, azure_trace, standard_mixed_workload
 from kvlab.sched.admission import ADMISSION_POLICIES
 from kvlab.sched.vllm import estimated_max_model_len
@@ -157,16 +163,31 @@ def vllm_peer_engine(**switches: bool) -> VllmScheduler:
 
 
 def timed(requests: list[Request], build, repeat: int, fast_forward: bool = True):
-    """The fastest of ``repeat`` runs: (seconds, result)."""
+    """The fastest of ``repeat`` runs: (seconds, result, passes stepped)."""
     best = None
     for _ in range(repeat):
         scheduler = build()
-        start = time.perf_counter()
-        result = simulate(scheduler, requests, max_steps=1 << 40, fast_forward=fast_forward)
+        start = time.perf_counter()  # timed as simulate() is: the engine made, run, read
+        engine = Engine(scheduler, requests, fast_forward=fast_forward)
+        engine.execute_until(1 << 40)
+        result = engine.result(1 << 40)
         elapsed = time.perf_counter() - start
+        skipped = 0 if engine.fast_forward is None else engine.fast_forward.skipped
         if best is None or elapsed < best[0]:
-            best = (elapsed, result)
+            best = (elapsed, result, result.iterations - skipped)
     return best
+
+
+def pass_cost(build, decoders: int, passes: int) -> float:
+    """Microseconds a stepped pass takes on the teaching path with ``decoders`` requests
+    decoding and none arriving or ending (prompts of 64 tokens; a cache takes a page as it
+    fills one)."""
+    requests = [Request(f"d{i}", 64, passes + 10, 0) for i in range(decoders)]
+    engine = Engine(build(), requests, fast_forward=False)
+    engine.execute_until(2)  # the prefill passes
+    start, first = time.perf_counter(), engine.iterations
+    engine.execute_until(passes + 2)
+    return (time.perf_counter() - start) / (engine.iterations - first) * 1e6
 
 
 def run_peer(peer_bench: str, num_requests: int, repeat: int) -> dict:
@@ -185,11 +206,11 @@ def run_peer(peer_bench: str, num_requests: int, repeat: int) -> dict:
     return min(runs, key=lambda run: run["seconds"])
 
 
-def azure_engine(policy: str, pool_gib: float):
+def azure_engine(policy: str, pool_gib: float, **switches: bool):
     geometry = KVGeometry(**LLAMA_8B)
     max_seq_len, blocks = 131072, int(pool_gib * (1 << 30)) // geometry.bytes_per_block
-    if policy == "vllm":
-        return vllm_engine(geometry.tokens_per_block, blocks, max_seq_len, 64, 8192)
+    if policy == "vllm":  # as vLLM ships unless ``switches`` say otherwise
+        return vllm_engine(geometry.tokens_per_block, blocks, max_seq_len, 64, 8192, **switches)
     if policy == "sglang":  # the same pool in one-token pages; SGLang's default chunk, 8,192 a pass
         return SglangScheduler(
             SglangServerArgs(
@@ -227,17 +248,21 @@ def main() -> None:
     parser.add_argument("--trace-limit", type=int, default=None, help="first N trace requests")
     parser.add_argument("--pool-gib", type=float, default=16.0)
     parser.add_argument("--seconds-per-iteration", type=float, default=0.05)
+    parser.add_argument(
+        "--pass-cost-passes", type=int, default=3000, help="passes timed for pass_cost"
+    )
     args = parser.parse_args()
 
     requests = peer_workload(args.requests)
-    seconds, result = timed(requests, peer_engine, args.repeat)
-    seconds_stepped, stepped = timed(requests, peer_engine, args.repeat, fast_forward=False)
+    seconds, result, passes_stepped = timed(requests, peer_engine, args.repeat)
+    seconds_stepped, stepped, _ = timed(requests, peer_engine, args.repeat, fast_forward=False)
     line = {
         "benchmark": "scheduler_throughput",
         "measurement": "peer_workload",
         "requests": args.requests,
         "engine": PEER,
         "iterations": result.iterations,
+        "passes_stepped": passes_stepped,
         "finished": result.summary()["finished"],
         "seconds": round(seconds, 3),
         "seconds_stepped": round(seconds_stepped, 3),
@@ -247,10 +272,10 @@ def main() -> None:
         **machine(),
     }
     # caching and async off, the loop nano-vllm's follows; then as vLLM ships
-    seconds_vllm, result_vllm = timed(
+    seconds_vllm, result_vllm, _ = timed(
         requests, partial(vllm_peer_engine, **CACHING_AND_ASYNC_OFF), args.repeat
     )
-    seconds_shipped, result_shipped = timed(requests, vllm_peer_engine, args.repeat)
+    seconds_shipped, result_shipped, _ = timed(requests, vllm_peer_engine, args.repeat)
     line.update(
         vllm_peer=dict(
             seconds=round(seconds_vllm, 3),
@@ -275,7 +300,7 @@ def main() -> None:
 
     per_1000 = {}
     for size in args.sizes:
-        seconds, _ = timed(peer_workload(size), peer_engine, 1)
+        seconds = timed(peer_workload(size), peer_engine, 1)[0]
         per_1000[size] = round(seconds / size * 1000, 3)
     print(
         json.dumps(
@@ -293,7 +318,7 @@ def main() -> None:
     )
 
     mixed = standard_mixed_workload()
-    seconds, result = timed(mixed, peer_engine, 1)
+    seconds, result, _ = timed(mixed, peer_engine, 1)
     print(
         json.dumps(
             {
@@ -308,19 +333,46 @@ def main() -> None:
         flush=True,
     )
 
+    loops = {
+        "trtllm": partial(azure_engine, "capacity", args.pool_gib),
+        "vllm": partial(azure_engine, "vllm", args.pool_gib),
+        "vllm_caching_and_async_off": partial(
+            azure_engine, "vllm", args.pool_gib, **CACHING_AND_ASYNC_OFF
+        ),
+        "sglang": partial(azure_engine, "sglang", args.pool_gib),
+    }
+    costs = {
+        name: {n: round(pass_cost(build, n, args.pass_cost_passes), 1) for n in (1, 64)}
+        for name, build in loops.items()
+    }
+    print(
+        json.dumps(
+            {
+                "benchmark": "scheduler_throughput",
+                "measurement": "pass_cost",
+                "passes": args.pass_cost_passes,
+                "us_per_stepped_pass_by_decoders": costs,
+                **machine(),
+            }
+        ),
+        flush=True,
+    )
+
     if args.trace:
         trace = azure_trace("conv", args.seconds_per_iteration, args.trace_limit)
         policies, total = {}, 0.0
         for policy in [*ADMISSION_POLICIES, "vllm", "sglang"]:
             build = partial(azure_engine, policy, args.pool_gib)
-            seconds, result = timed(trace, build, 1)
+            seconds, result, passes_stepped = timed(trace, build, 1)
             total += seconds
             summary = result.summary()
-            seconds_stepped, by_step = timed(trace, build, 1, fast_forward=False)
+            seconds_stepped, by_step, _ = timed(trace, build, 1, fast_forward=False)
             policies[policy] = {
                 "seconds": round(seconds, 2),
                 "seconds_stepped": round(seconds_stepped, 2),
                 "identical": result.outcome() == by_step.outcome(),
+                "iterations": result.iterations,
+                "passes_stepped": passes_stepped,
                 "requests_per_s": round(len(trace) / seconds, 1),
                 "finished": summary["finished"],
                 "rejected": summary["rejected"],

@@ -30,6 +30,8 @@ QUICK_ARGS = {
         "--trace",
         "--trace-limit",
         "300",
+        "--pass-cost-passes",
+        "50",
     ],
     "widget_latency.py": ["--repeats", "4"],
     "peer_conformance.py": ["--stored", "--only", "nb04/long", "front-door"],  # no vLLM needed

@@ -614,6 +614,7 @@ class FastForward:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.skipped = 0  # passes applied in stretches; the engine's other passes were stepped
 
     @contextmanager
     def accelerated(self) -> Iterator[None]:
@@ -792,6 +793,7 @@ class FastForward:
                 self._end_stretch(stretch, limit)
             engine._record(batch)
         engine.step = start + limit
+        self.skipped += limit
         if engine.check_invariants:
             engine._check_invariants()
         return True

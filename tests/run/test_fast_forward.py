@@ -224,14 +224,14 @@ def test_fast_forward_gives_what_stepping_gives_at_the_edge(
 
 def test_stretches_are_skipped(monkeypatch):
     """Not vacuous: on a workload with a pending pile most passes are skipped, refusals
-    included."""
+    included; ``FastForward.skipped`` counts the passes applied in stretches and no other."""
     stepped = []
     iterate = fast_forward.FastForward.advance
 
     def counting(self, max_steps):
-        before = self.engine.iterations
+        before, skipped = self.engine.iterations, self.skipped
         iterate(self, max_steps)
-        stepped.append(self.engine.iterations - before)
+        stepped.append((self.engine.iterations - before, self.skipped - skipped))
 
     monkeypatch.setattr(fast_forward.FastForward, "advance", counting)
     geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
@@ -243,7 +243,10 @@ def test_stretches_are_skipped(monkeypatch):
     result = simulate(scheduler, requests, max_steps=10_000)
     assert result.summary()["finished"] == 16
     assert sum(r.num_refusals for r in result.requests.values()) > 0
-    assert max(stepped) > 1 and sum(stepped) > 2 * len(stepped)
+    passes = [count for count, _ in stepped]
+    assert max(passes) > 1 and sum(passes) > 2 * len(passes)
+    assert all(skipped in (0, count) and count >= 1 for count, skipped in stepped)
+    assert 2 * sum(skipped for _, skipped in stepped) > result.iterations
 
 
 def test_phase_one_is_kept_from_pass_to_pass(monkeypatch):
