@@ -46,14 +46,22 @@ def _observed(result, manager):
     )
 
 
+def _pages_of_16(pages: int, max_batch_size: int) -> KVCacheManager:
+    """A pool of ``pages`` pages of 16 tokens (stored at a few bytes each), max_seq_len 1,024."""
+    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
+    return KVCacheManager(
+        geometry,
+        quota_bytes=pages * geometry.bytes_per_block,
+        max_seq_len=1024,
+        max_batch_size=max_batch_size,
+    )
+
+
 def _boundary_run(prompt: int, drafts: int, chunked: bool, max_num_tokens: int, fast: bool):
     """A hog holds 40 of 64 pages (16 tokens each) for 30 steps; a second request arrives at
     step 1 with a prompt near the 24 free pages' 384 tokens, where one token, a draft token or
     the rounding of a chunk decides whether its first chunk is refused."""
-    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
-    manager = KVCacheManager(
-        geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024, max_batch_size=4
-    )
+    manager = _pages_of_16(64, max_batch_size=4)
     scheduler = Scheduler(
         manager,
         admission="none",
@@ -234,10 +242,7 @@ def test_stretches_are_skipped(monkeypatch):
         stepped.append((self.engine.iterations - before, self.skipped - skipped))
 
     monkeypatch.setattr(fast_forward.FastForward, "advance", counting)
-    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
-    manager = KVCacheManager(
-        geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024, max_batch_size=16
-    )
+    manager = _pages_of_16(64, max_batch_size=16)
     scheduler = Scheduler(manager, admission="capacity", max_batch_size=16, chunked_prefill=True)
     requests = [Request(f"r{i}", 300, 40, 0) for i in range(16)]
     result = simulate(scheduler, requests, max_steps=10_000)
@@ -261,13 +266,7 @@ def test_phase_one_is_kept_from_pass_to_pass(monkeypatch):
             found.append(self)
 
     def run(fast: bool):
-        geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
-        manager = KVCacheManager(
-            geometry,
-            quota_bytes=512 * geometry.bytes_per_block,
-            max_seq_len=1024,
-            max_batch_size=16,
-        )
+        manager = _pages_of_16(512, max_batch_size=16)
         scheduler = Scheduler(manager, admission="capacity", max_batch_size=16)
         rng = random.Random(7)
         requests = [
@@ -297,15 +296,9 @@ def test_a_pass_whose_crossings_outnumber_the_free_pages_is_stepped(monkeypatch)
         return passes
 
     def run(fast: bool):
-        geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # max_seq_len is clamped to the 14 pages
-            manager = KVCacheManager(
-                geometry,
-                quota_bytes=14 * geometry.bytes_per_block,
-                max_seq_len=1024,
-                max_batch_size=4,
-            )
+            manager = _pages_of_16(14, max_batch_size=4)
         scheduler = Scheduler(manager, admission="none", max_batch_size=4)
         requests = [Request(f"r{i}", 60, 40, 0) for i in range(3)]  # 4 pages each, 2 free
         result = simulate(scheduler, requests, max_steps=2000, fast_forward=fast)
@@ -318,10 +311,7 @@ def test_a_pass_whose_crossings_outnumber_the_free_pages_is_stepped(monkeypatch)
 
 
 def test_the_scheduler_is_a_plain_scheduler_again_after_the_run():
-    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
-    manager = KVCacheManager(
-        geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024, max_batch_size=4
-    )
+    manager = _pages_of_16(64, max_batch_size=4)
     scheduler = Scheduler(manager, max_batch_size=4)
     result = simulate(scheduler, [Request("a", 100, 40)], max_steps=1000)
     assert result.status == {"a": "finished"} and type(scheduler) is Scheduler
@@ -329,12 +319,9 @@ def test_the_scheduler_is_a_plain_scheduler_again_after_the_run():
 
 def test_the_outcome_compared_sees_one_refusal_more():
     """Not vacuous: the outcome both paths are held to changes with one request's counter."""
-    geometry = KVGeometry(1, 1, 4, tokens_per_block=16)
 
     def run():
-        manager = KVCacheManager(
-            geometry, quota_bytes=64 * geometry.bytes_per_block, max_seq_len=1024, max_batch_size=4
-        )
+        manager = _pages_of_16(64, max_batch_size=4)
         return simulate(Scheduler(manager, max_batch_size=4), [Request("a", 100, 8)])
 
     first, second = run(), run()
