@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from kvlab.core.kv_cache import KVCache
+from kvlab.core.manager import KVCacheManager
 from kvlab.core.request import Request, RequestState
 from kvlab.sched.base import ScheduledBatch, SchedulerBase
 from kvlab.sched.context_plan import PassBudget, ScheduleAction
@@ -77,6 +78,12 @@ class Engine(Protocol):
     def _produce_token(self, request: Request) -> None: ...
     def _check_invariants(self) -> None: ...
     def _fetch_and_activate(self) -> None: ...
+
+
+def _one_page_more(manager: KVCacheManager, cache: KVCache) -> None:
+    """A page crossing the caller counted room for: the cache takes one page more."""
+    granted = manager.grow([cache], [len(cache.pages) + 1])
+    assert granted, "the free pages counted were refused"
 
 
 class _Head:
@@ -194,8 +201,7 @@ class _ForwardedScheduler(Scheduler):
         if head.open:
             self._sweep(head, room, growing)
         for _, cache in growing:  # one page each, in batch order, as the walk takes them
-            granted = manager.grow([cache], [len(cache.pages) + 1])
-            assert granted, "the free pages counted were refused"
+            _one_page_more(manager, cache)
         for cache in head.caches:
             cache.capacity += 1
         for rank, cache in growing[:crossing]:
@@ -476,9 +482,7 @@ class _Stretch:
             self._next += 1
 
     def cross(self, order: int, passed: int) -> None:
-        cache = self.caches[order]
-        granted = self.manager.grow([cache], [cache.num_blocks + 1])
-        assert granted, "the free pages counted were refused"
+        _one_page_more(self.manager, self.caches[order])
 
     def before_tokens(self) -> None:
         """The end of the stretch's last pass, before its tokens are produced."""
@@ -522,11 +526,9 @@ class _TrtllmStretch(_Stretch):
         return limit
 
     def each_pass(self, passed: int) -> None:
-        taken, grow = self._crossings, self.manager.grow
+        taken = self._crossings
         while self._next < len(taken) and taken[self._next][0] == passed:
-            cache = taken[self._next][1]
-            granted = grow([cache], [len(cache.pages) + 1])
-            assert granted, "the free pages counted were refused"
+            _one_page_more(self.manager, taken[self._next][1])
             self._next += 1
 
 
